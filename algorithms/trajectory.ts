@@ -1,0 +1,38 @@
+/**
+ * The trajectory: what every rollout path (step-function agents, workflows, ReMax) produces and
+ * what experience making consumes. One record per sampled sequence.
+ *
+ * @module
+ */
+
+/**
+ * One episode's token sequence. `inputIds`, `lossMask`, `logprobs` and `versions` have the same
+ * length; position i describes token i.
+ *
+ * @example
+ * // prompt [5, 6], generated [7, 8]
+ * { inputIds: [5, 6, 7, 8], lossMask: [0, 0, 1, 1], logprobs: [0, 0, -0.3, -1.2],
+ *   versions: [-1, -1, 3, 3], reward: 1, groupId: 'p17', truncated: false }
+ */
+export interface Trajectory {
+  /** Prompt, generated and environment tokens, in order. */
+  inputIds: number[];
+  /** 1 for tokens the policy generated (trained on), 0 for prompt and environment tokens. */
+  lossMask: number[];
+  /** Behaviour logprob of each generated token; 0 elsewhere. */
+  logprobs: number[];
+  /** Policy version that generated each token; -1 for prompt and environment tokens. */
+  versions: number[];
+  /** Scalar episode reward (for multi-turn: the sum, unless `turnRewards` is used). */
+  reward: number;
+  /** Optional per-turn rewards, each placed on the last token of its turn. */
+  turnRewards?: { index: number; reward: number }[];
+  /** Trajectories from the same prompt share a group id (GRPO, RLOO, ...). */
+  groupId: string;
+  /** Index of the prompt in the dataset (for exactly-once accounting and resume). */
+  promptIndex?: number;
+  /** True when generation hit the length limit rather than a stop token. */
+  truncated: boolean;
+  /** Free-form scalars the agent reports (logged as metrics). */
+  info?: Record<string, number | string | boolean>;
+}

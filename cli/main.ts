@@ -1,0 +1,4 @@
+import { Command } from 'commander';
+
+const program = new Command('rtjob').description('A Ray-style actor runtime and RL trainer');
+program.parse();
