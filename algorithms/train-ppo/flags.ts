@@ -1,0 +1,413 @@
+/**
+ * `train_ppo` flags: OpenRLHF's names in kebab case (snake_case spellings accepted), parsed and
+ * validated before anything starts, so a bad combination fails in a second with a message that
+ * names the flag. `ASYNC_NUM_TASKS` and `ASYNC_QUEUE_SIZE` are read from the environment when the
+ * flags are not given.
+ *
+ * @module
+ */
+
+/** Advantage estimators (OpenRLHF `--advantage-estimator`). */
+export const advantageEstimators = ['gae', 'reinforce', 'reinforce_baseline', 'rloo', 'group_norm', 'dr_grpo'] as const;
+export type AdvantageEstimatorName = (typeof advantageEstimators)[number];
+/** Estimators whose baseline is the group: they need more than one sample per prompt. */
+export const groupEstimators: readonly AdvantageEstimatorName[] = ['rloo', 'reinforce_baseline', 'group_norm', 'dr_grpo'];
+
+/** Resolved options of a `train_ppo` run. */
+export interface TrainPpoOptions {
+  pretrain: string;
+  agentFunc: string | undefined;
+  promptData: string;
+  inputKey: string;
+  labelKey: string;
+  applyChatTemplate: boolean;
+  nSamplesPerPrompt: number;
+  rolloutBatchSize: number;
+  microRolloutBatchSize: number;
+  trainBatchSize: number;
+  microTrainBatchSize: number;
+  maxEpochs: number;
+  numEpisodes: number;
+  maxSteps: number;
+  promptMaxLen: number;
+  generateMaxLen: number;
+  temperature: number;
+  topP: number;
+  advantageEstimator: AdvantageEstimatorName;
+  noAdvantageStdNorm: boolean;
+  initKlCoef: number;
+  useKlLoss: boolean;
+  klEstimator: 'k1' | 'k2' | 'k3';
+  epsClip: number;
+  epsClipHigh: number | undefined;
+  dualClip: number | undefined;
+  valueClip: number;
+  gamma: number;
+  lambd: number;
+  entropyLossCoef: number;
+  actorLearningRate: number;
+  criticLearningRate: number;
+  maxNorm: number;
+  dynamicFiltering: boolean;
+  dynamicFilteringRewardRange: [number, number];
+  seed: number;
+  savePath: string;
+  saveSteps: number;
+  ckptPath: string;
+  loadCheckpoint: boolean;
+  evalDataset: string;
+  evalSteps: number;
+  evalPrompts: number;
+  loggingSteps: number;
+  rolloutNumEngines: number;
+  engine: 'builtin' | 'sglang' | 'vllm';
+  engineUrl: string | undefined;
+  actorNumGpusPerNode: number;
+  refNumGpusPerNode: number;
+  criticNumGpusPerNode: number;
+  rolloutNumGpusPerEngine: number;
+  colocateAllModels: boolean;
+  asyncTrain: boolean;
+  asyncQueueSize: number;
+  asyncNumTasks: number;
+  maxHeadOffpolicyness: number | undefined;
+  partialRollout: boolean;
+  useDecoupledLoss: boolean;
+  behavImpWeightCap: number;
+  episodeTimeoutMs: number;
+  agentErrorBudget: number;
+  inProcess: boolean;
+}
+
+type Kind = 'int' | 'float' | 'bool' | 'string' | 'pair';
+interface Flag {
+  key: keyof TrainPpoOptions;
+  kind: Kind;
+  help: string;
+  choices?: readonly string[];
+  min?: number;
+  /** Other names (kebab), e.g. OpenRLHF's older spellings. */
+  aliases?: string[];
+  /** Environment variable read when the flag is absent. */
+  env?: string;
+}
+
+const F = (key: keyof TrainPpoOptions, kind: Kind, help: string, extra: Partial<Flag> = {}): Flag => ({
+  key,
+  kind,
+  help,
+  ...extra,
+});
+
+/** Every flag, in the order `--help` prints them. */
+export const flagTable: readonly Flag[] = [
+  F('pretrain', 'string', 'policy model directory (HF format); default: the shipped warm-start model'),
+  F('agentFunc', 'string', 'agent file: a step function or a Workflow class', { aliases: ['agent-func-path'] }),
+  F('promptData', 'string', 'JSONL file or built-in dataset name', { aliases: ['prompt-dataset'] }),
+  F('inputKey', 'string', 'record field holding the prompt'),
+  F('labelKey', 'string', 'record field handed to the agent as the label'),
+  F('applyChatTemplate', 'bool', "render prompts with the tokenizer's chat template"),
+  F('nSamplesPerPrompt', 'int', 'samples per prompt (group size)', { min: 1 }),
+  F('rolloutBatchSize', 'int', 'prompts per step', { min: 1 }),
+  F('microRolloutBatchSize', 'int', 'samples per forward chunk in experience making', { min: 1 }),
+  F('trainBatchSize', 'int', 'samples per optimizer step', { min: 1 }),
+  F('microTrainBatchSize', 'int', 'samples per micro-batch (gradient accumulation)', { min: 1 }),
+  F('maxEpochs', 'int', 'passes over each rollout batch', { min: 1 }),
+  F('numEpisodes', 'int', 'passes over the prompt data', { min: 1 }),
+  F('maxSteps', 'int', 'stop after this many steps; -1: from the data size', { min: -1 }),
+  F('promptMaxLen', 'int', 'prompt tokens kept (the tail)', { min: 1 }),
+  F('generateMaxLen', 'int', 'new tokens per generation', { min: 1, aliases: ['max-new-tokens'] }),
+  F('temperature', 'float', 'sampling temperature', { min: 0 }),
+  F('topP', 'float', 'nucleus sampling mass', { min: 0 }),
+  F('advantageEstimator', 'string', 'advantage estimator', { choices: advantageEstimators }),
+  F('noAdvantageStdNorm', 'bool', 'subtract the mean but do not divide by the std'),
+  F('initKlCoef', 'float', 'KL coefficient; 0 runs no reference model', { min: 0 }),
+  F('useKlLoss', 'bool', 'KL as a loss term instead of a reward penalty'),
+  F('klEstimator', 'string', 'KL estimator', { choices: ['k1', 'k2', 'k3'] }),
+  F('epsClip', 'float', 'PPO clip range', { min: 0 }),
+  F('epsClipHigh', 'float', 'upper clip range (clip-higher); default --eps-clip', { min: 0 }),
+  F('dualClip', 'float', 'dual-clip constant c > 1'),
+  F('valueClip', 'float', 'value clip range', { min: 0 }),
+  F('gamma', 'float', 'discount', { min: 0 }),
+  F('lambd', 'float', 'GAE lambda', { min: 0 }),
+  F('entropyLossCoef', 'float', 'entropy bonus coefficient', { min: 0 }),
+  F('actorLearningRate', 'float', 'policy learning rate', { min: 0 }),
+  F('criticLearningRate', 'float', 'critic learning rate', { min: 0 }),
+  F('maxNorm', 'float', 'gradient clip by global norm', { min: 0 }),
+  F('dynamicFiltering', 'bool', 'keep a group only if its mean reward lies inside the range'),
+  F('dynamicFilteringRewardRange', 'pair', 'open range for --dynamic-filtering, e.g. "0 1"'),
+  F('seed', 'int', 'random seed', { min: 0 }),
+  F('savePath', 'string', 'where the final HF-format policy is written'),
+  F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
+  F('ckptPath', 'string', 'checkpoint directory'),
+  F('loadCheckpoint', 'bool', 'resume from the latest checkpoint in --ckpt-path'),
+  F('evalDataset', 'string', 'held-out prompts (JSONL or built-in name); "" disables'),
+  F('evalSteps', 'int', 'evaluate every N steps; -1 only at start and end', { min: -1 }),
+  F('evalPrompts', 'int', 'held-out prompts evaluated (greedy)', { min: 1 }),
+  F('loggingSteps', 'int', 'log every N steps', { min: 1 }),
+  F('rolloutNumEngines', 'int', 'rollout engines', { min: 1, aliases: ['vllm-num-engines'] }),
+  F('engine', 'string', 'inference engine', { choices: ['builtin', 'sglang', 'vllm'] }),
+  F('engineUrl', 'string', 'comma-separated server URLs for --engine sglang|vllm'),
+  F('actorNumGpusPerNode', 'float', 'GPUs of the trainer', { min: 0 }),
+  F('refNumGpusPerNode', 'float', 'GPUs of the reference model', { min: 0 }),
+  F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
+  F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', { min: 0, aliases: ['vllm-tensor-parallel-size'] }),
+  F('colocateAllModels', 'bool', 'one placement group for every role; the engine sleeps while training'),
+  F('asyncTrain', 'bool', 'asynchronous off-policy training'),
+  F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', { min: 1, env: 'ASYNC_QUEUE_SIZE' }),
+  F('asyncNumTasks', 'int', 'agent episodes at once per engine', { min: 1, env: 'ASYNC_NUM_TASKS' }),
+  F('maxHeadOffpolicyness', 'int', 'AReaL staleness throttle eta', { min: 0 }),
+  F('partialRollout', 'bool', 'interrupt generation for weight updates and continue on new weights'),
+  F('useDecoupledLoss', 'bool', 'decoupled PPO with proximal logprobs'),
+  F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
+  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', { min: 0, aliases: ['episode-timeout-ms'] }),
+  F('agentErrorBudget', 'float', 'fraction of episodes allowed to fail before the job fails', { min: 0 }),
+  F('inProcess', 'bool', 'run every role in the driver process (no cluster; for tests and debugging)'),
+];
+
+/** Defaults, chosen so the README command learns on a 2-core machine within minutes. */
+export const trainPpoDefaults: TrainPpoOptions = {
+  pretrain: '',
+  agentFunc: undefined,
+  promptData: 'arith',
+  inputKey: 'prompt',
+  labelKey: 'solution',
+  applyChatTemplate: true,
+  nSamplesPerPrompt: 4,
+  rolloutBatchSize: 16,
+  microRolloutBatchSize: 16,
+  trainBatchSize: 64,
+  microTrainBatchSize: 16,
+  maxEpochs: 1,
+  numEpisodes: 1,
+  maxSteps: 40,
+  promptMaxLen: 64,
+  generateMaxLen: 24,
+  temperature: 1,
+  topP: 1,
+  advantageEstimator: 'group_norm',
+  noAdvantageStdNorm: false,
+  initKlCoef: 0,
+  useKlLoss: false,
+  klEstimator: 'k1',
+  epsClip: 0.2,
+  epsClipHigh: undefined,
+  dualClip: undefined,
+  valueClip: 0.5,
+  gamma: 1,
+  lambd: 1,
+  entropyLossCoef: 0,
+  actorLearningRate: 2e-4,
+  criticLearningRate: 5e-4,
+  maxNorm: 1,
+  dynamicFiltering: false,
+  dynamicFilteringRewardRange: [0, 1],
+  seed: 42,
+  savePath: './ckpt/ppo',
+  saveSteps: -1,
+  ckptPath: './ckpt/checkpoints_ppo',
+  loadCheckpoint: false,
+  evalDataset: 'arith:test',
+  evalSteps: 10,
+  evalPrompts: 64,
+  loggingSteps: 1,
+  rolloutNumEngines: 1,
+  engine: 'builtin',
+  engineUrl: undefined,
+  actorNumGpusPerNode: 0,
+  refNumGpusPerNode: 0,
+  criticNumGpusPerNode: 0,
+  rolloutNumGpusPerEngine: 0,
+  colocateAllModels: false,
+  asyncTrain: false,
+  asyncQueueSize: 1,
+  asyncNumTasks: 128,
+  maxHeadOffpolicyness: undefined,
+  partialRollout: false,
+  useDecoupledLoss: false,
+  behavImpWeightCap: 5,
+  episodeTimeoutMs: 0,
+  agentErrorBudget: 0.1,
+  inProcess: false,
+};
+
+/** A bad flag or flag combination; `flag` names it. */
+export class FlagError extends Error {
+  override readonly name = 'FlagError';
+  readonly code = 'TRAIN_PPO_FLAG';
+  constructor(
+    readonly flag: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+const byName = new Map<string, Flag>();
+for (const f of flagTable) {
+  byName.set(kebab(f.key), f);
+  for (const a of f.aliases ?? []) byName.set(a, f);
+}
+
+/**
+ * Parses `argv` (without the program name) and the environment into validated options.
+ *
+ * @example
+ * parseTrainPpoFlags(['--agent-func', './examples/agent.ts', '--n_samples_per_prompt=8'], process.env)
+ */
+export function parseTrainPpoFlags(
+  argv: readonly string[],
+  env: Record<string, string | undefined> = {},
+): TrainPpoOptions {
+  const o: TrainPpoOptions = { ...trainPpoDefaults, dynamicFilteringRewardRange: [...trainPpoDefaults.dynamicFilteringRewardRange] };
+  const given = new Set<keyof TrainPpoOptions>();
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (!arg.startsWith('--')) throw new FlagError(arg, `unexpected argument '${arg}' (flags start with --)`);
+    const eq = arg.indexOf('=');
+    let name = (eq >= 0 ? arg.slice(2, eq) : arg.slice(2)).replace(/_/g, '-').replace(/\./g, '-');
+    let value: string | undefined = eq >= 0 ? arg.slice(eq + 1) : undefined;
+    let negated = false;
+    if (!byName.has(name) && name.startsWith('no-') && byName.get(name.slice(3))?.kind === 'bool') {
+      name = name.slice(3);
+      negated = true;
+    }
+    const flag = byName.get(name);
+    if (!flag) throw new FlagError(`--${name}`, `unknown flag --${name}${suggest(name)}`);
+    const shown = `--${kebab(flag.key)}`;
+    if (flag.kind === 'bool') {
+      if (value === undefined && !negated && /^(true|false)$/.test(argv[i + 1] ?? '')) value = argv[++i];
+      const v = value === undefined ? true : parseBool(shown, value);
+      (o as unknown as Record<string, unknown>)[flag.key] = negated ? !v : v;
+    } else {
+      if (value === undefined) {
+        value = argv[++i];
+        if (value === undefined || (value.startsWith('--') && flag.kind !== 'float' && flag.kind !== 'int')) {
+          throw new FlagError(shown, `${shown} needs a value`);
+        }
+      }
+      if (flag.kind === 'pair' && eq < 0 && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--')) {
+        value = `${value} ${argv[++i]}`;
+      }
+      (o as unknown as Record<string, unknown>)[flag.key] = parseValue(flag, shown, value);
+    }
+    given.add(flag.key);
+  }
+  for (const f of flagTable) {
+    if (f.env === undefined || given.has(f.key)) continue;
+    const raw = env[f.env];
+    if (raw === undefined || raw === '') continue;
+    (o as unknown as Record<string, unknown>)[f.key] = parseValue(f, f.env, raw);
+  }
+  validate(o, given);
+  return o;
+}
+
+function parseBool(flag: string, v: string): boolean {
+  if (/^(1|true|yes)$/i.test(v)) return true;
+  if (/^(0|false|no)$/i.test(v)) return false;
+  throw new FlagError(flag, `${flag}: expected true or false, got '${v}'`);
+}
+
+function parseValue(f: Flag, shown: string, raw: string): unknown {
+  const v = raw.trim();
+  switch (f.kind) {
+    case 'string':
+      if (f.choices && !f.choices.includes(v)) {
+        throw new FlagError(shown, `${shown}: '${v}' is not one of ${f.choices.join(', ')}`);
+      }
+      return v;
+    case 'int': {
+      if (!/^-?\d+$/.test(v)) throw new FlagError(shown, `${shown}: expected an integer, got '${raw}'`);
+      const n = Number(v);
+      if (f.min !== undefined && n < f.min) throw new FlagError(shown, `${shown}: must be an integer >= ${f.min}, got ${n}`);
+      return n;
+    }
+    case 'float': {
+      const n = Number(v);
+      if (v === '' || !Number.isFinite(n)) throw new FlagError(shown, `${shown}: expected a number, got '${raw}'`);
+      if (f.min !== undefined && n < f.min) throw new FlagError(shown, `${shown}: must be >= ${f.min}, got ${n}`);
+      return n;
+    }
+    case 'pair': {
+      const parts = v.split(/[\s,]+/).map(Number);
+      if (parts.length !== 2 || parts.some((x) => !Number.isFinite(x))) {
+        throw new FlagError(shown, `${shown}: expected two numbers, got '${raw}'`);
+      }
+      return parts;
+    }
+    default:
+      throw new FlagError(shown, `${shown}: unsupported`);
+  }
+}
+
+function suggest(name: string): string {
+  let best = '';
+  let bestD = 4;
+  for (const k of byName.keys()) {
+    const d = distance(name, k);
+    if (d < bestD) [best, bestD] = [k, d];
+  }
+  return best ? ` (did you mean --${best}?)` : '';
+}
+
+function distance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const cur = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = cur;
+    }
+  }
+  return row[b.length]!;
+}
+
+function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
+  const fail = (flag: string, msg: string): never => {
+    throw new FlagError(flag, msg);
+  };
+  if (groupEstimators.includes(o.advantageEstimator) && o.nSamplesPerPrompt < 2) {
+    fail(
+      '--advantage-estimator',
+      `--advantage-estimator ${o.advantageEstimator} needs a group: set --n-samples-per-prompt > 1 (got ${o.nSamplesPerPrompt})`,
+    );
+  }
+  const samples = o.rolloutBatchSize * o.nSamplesPerPrompt;
+  if (o.trainBatchSize > samples && !o.asyncTrain) {
+    fail('--train-batch-size', `--train-batch-size ${o.trainBatchSize} exceeds the ${samples} samples a step makes (--rollout-batch-size × --n-samples-per-prompt)`);
+  }
+  if (o.microTrainBatchSize > o.trainBatchSize) {
+    fail('--micro-train-batch-size', `--micro-train-batch-size ${o.microTrainBatchSize} exceeds --train-batch-size ${o.trainBatchSize}`);
+  }
+  if (o.dualClip !== undefined && o.dualClip <= 1) fail('--dual-clip', `--dual-clip must be > 1, got ${o.dualClip}`);
+  const [lo, hi] = o.dynamicFilteringRewardRange;
+  if (lo >= hi) fail('--dynamic-filtering-reward-range', `--dynamic-filtering-reward-range: low ${lo} must be below high ${hi}`);
+  if (o.useKlLoss && o.initKlCoef === 0) fail('--use-kl-loss', '--use-kl-loss needs --init-kl-coef > 0');
+  if (o.partialRollout && !o.asyncTrain) fail('--partial-rollout', '--partial-rollout applies to --async-train only');
+  if (o.maxHeadOffpolicyness !== undefined && !o.asyncTrain) {
+    fail('--max-head-offpolicyness', '--max-head-offpolicyness applies to --async-train only');
+  }
+  if (o.useDecoupledLoss && !o.asyncTrain) fail('--use-decoupled-loss', '--use-decoupled-loss applies to --async-train only');
+  if (o.engine !== 'builtin' && !o.engineUrl) fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
+  if (o.agentErrorBudget > 1) fail('--agent-error-budget', '--agent-error-budget is a fraction in [0, 1]');
+  if (o.temperature === 0 && o.nSamplesPerPrompt > 1 && given.has('temperature')) {
+    fail('--temperature', '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1');
+  }
+  if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+}
+
+/** The `--help` text. */
+export function trainPpoHelp(): string {
+  const lines = ['usage: train_ppo [flags]   (snake_case spellings are accepted too)', ''];
+  for (const f of flagTable) {
+    const d = trainPpoDefaults[f.key];
+    const shownDefault = d === undefined || d === '' ? '' : ` (default ${Array.isArray(d) ? d.join(' ') : String(d)})`;
+    const env = f.env ? ` [env ${f.env}]` : '';
+    lines.push(`  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + env);
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,63 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp } from '../../algorithms/train-ppo/flags.ts';
+
+const fails = (argv: string[], re: RegExp, env: Record<string, string> = {}): void => {
+  let err: (Error & { flag?: string }) | undefined;
+  try {
+    parseTrainPpoFlags(argv, env);
+  } catch (e) {
+    err = e as Error;
+  }
+  assert.ok(err, `expected ${argv.join(' ')} to fail`);
+  assert.match(err!.message, re);
+};
+
+test('kebab, snake_case, =value and boolean forms parse to the same options', () => {
+  const a = parseTrainPpoFlags(['--n-samples-per-prompt', '8', '--advantage-estimator', 'rloo', '--async-train']);
+  const b = parseTrainPpoFlags(['--n_samples_per_prompt=8', '--advantage_estimator=rloo', '--async_train', 'true']);
+  assert.equal(a, b);
+  assert.is(a.nSamplesPerPrompt, 8);
+  assert.is(a.asyncTrain, true);
+  const c = parseTrainPpoFlags(['--no-apply-chat-template', '--vllm_num_engines', '2']);
+  assert.is(c.applyChatTemplate, false);
+  assert.is(c.rolloutNumEngines, 2);
+});
+
+test('defaults are used when nothing is given', () => {
+  assert.equal(parseTrainPpoFlags([]), trainPpoDefaults);
+});
+
+test('ASYNC_NUM_TASKS and ASYNC_QUEUE_SIZE come from the environment; flags win', () => {
+  const o = parseTrainPpoFlags(['--async-train'], { ASYNC_NUM_TASKS: '64', ASYNC_QUEUE_SIZE: '2' });
+  assert.is(o.asyncNumTasks, 64);
+  assert.is(o.asyncQueueSize, 2);
+  const p = parseTrainPpoFlags(['--async-queue-size', '3'], { ASYNC_QUEUE_SIZE: '2' });
+  assert.is(p.asyncQueueSize, 3);
+});
+
+test('non-integer or out-of-range queue settings are clear errors', () => {
+  fails([], /ASYNC_QUEUE_SIZE: expected an integer, got '1.5'/, { ASYNC_QUEUE_SIZE: '1.5' });
+  fails([], /ASYNC_NUM_TASKS: must be an integer >= 1, got 0/, { ASYNC_NUM_TASKS: '0' });
+  fails(['--async-num-tasks', 'many'], /--async-num-tasks: expected an integer, got 'many'/);
+});
+
+test('invalid combinations name the flag', () => {
+  fails(['--advantage-estimator', 'group_norm', '--n-samples-per-prompt', '1'], /--advantage-estimator group_norm needs a group: set --n-samples-per-prompt > 1/);
+  fails(['--advantage-estimator', 'ppo'], /--advantage-estimator: 'ppo' is not one of gae, reinforce/);
+  fails(['--dual-clip', '0.5'], /--dual-clip must be > 1/);
+  fails(['--partial-rollout'], /--partial-rollout applies to --async-train only/);
+  fails(['--train-batch-size', '1000'], /--train-batch-size 1000 exceeds the 64 samples/);
+  fails(['--use-kl-loss'], /--use-kl-loss needs --init-kl-coef > 0/);
+  fails(['--engine', 'sglang'], /--engine sglang needs --engine-url/);
+  fails(['--rollout-batch-sise', '3'], /unknown flag --rollout-batch-sise \(did you mean --rollout-batch-size\?\)/);
+  fails(['--seed'], /--seed needs a value/);
+});
+
+test('--help lists every flag with its default', () => {
+  const h = trainPpoHelp();
+  assert.match(h, /--agent-func/);
+  assert.match(h, /--async-queue-size\s+.*\(default 1\) \[env ASYNC_QUEUE_SIZE\]/);
+});
+
+test.run();
