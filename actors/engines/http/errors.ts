@@ -1,0 +1,73 @@
+/**
+ * Errors raised by the HTTP engines (SGLang, vLLM). Checked by `code`, never by `instanceof`
+ * across a process boundary.
+ *
+ * @module
+ */
+
+/** Why an engine call failed. */
+export type EngineErrorCode =
+  /** The server answered with a non-2xx status. */
+  | 'http'
+  /** No answer within the request's time limit. */
+  | 'timeout'
+  /** Connection refused, reset or closed before an answer. */
+  | 'network'
+  /** The server was marked down by health checks while the request was in flight. */
+  | 'server-down'
+  /** No server is up to take the request. */
+  | 'no-server'
+  /** The request was cancelled on purpose (pause without a server-side abort route). */
+  | 'aborted'
+  /** The engine was closed. */
+  | 'closed'
+  /** The server's answer does not have the documented shape. */
+  | 'protocol'
+  /** The request or the engine's configuration cannot be served correctly. */
+  | 'config'
+  /** The operation is not available on this engine. */
+  | 'unsupported';
+
+/** An error from an HTTP engine, with the server it concerns and the HTTP status if any. */
+export class EngineError extends Error {
+  override readonly name = 'EngineError';
+  readonly code: EngineErrorCode;
+  readonly url: string | undefined;
+  readonly status: number | undefined;
+
+  constructor(
+    code: EngineErrorCode,
+    message: string,
+    opts: { url?: string; status?: number; cause?: unknown } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.code = code;
+    this.url = opts.url;
+    this.status = opts.status;
+  }
+
+  /** Whether sending the same request again (possibly to another server) may succeed. */
+  get retryable(): boolean {
+    switch (this.code) {
+      case 'timeout':
+      case 'network':
+      case 'server-down':
+      case 'no-server':
+        return true;
+      case 'http':
+        return this.status === undefined || this.status >= 500 || this.status === 429;
+      default:
+        return false;
+    }
+  }
+}
+
+/** Whether `e` is an {@link EngineError}, checked by name and code so it works across realms. */
+export function isEngineError(e: unknown): e is EngineError {
+  return (
+    typeof e === 'object' &&
+    e !== null &&
+    (e as { name?: unknown }).name === 'EngineError' &&
+    typeof (e as { code?: unknown }).code === 'string'
+  );
+}

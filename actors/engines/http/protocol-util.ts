@@ -1,0 +1,44 @@
+/**
+ * Small helpers the server protocols share.
+ *
+ * @module
+ */
+import { EngineError, isEngineError } from './errors.ts';
+import type { ServerCall } from './remote-engine.ts';
+
+/** Calls a route, returning `false` instead of failing when the server does not have it (404). */
+export async function callOptional(call: ServerCall, path: string, body?: unknown): Promise<boolean> {
+  try {
+    await call(path, body, { method: 'POST' });
+    return true;
+  } catch (e) {
+    if (isEngineError(e) && e.code === 'http' && (e.status === 404 || e.status === 405)) return false;
+    throw e;
+  }
+}
+
+/** Throws `EngineError('protocol')` unless `cond` holds. */
+export function expectShape(cond: unknown, url: string, what: string): asserts cond {
+  if (!cond) throw new EngineError('protocol', `unexpected answer from ${url}: ${what}`, { url });
+}
+
+/**
+ * The temperature check both servers need: when a server reports logprobs from before
+ * temperature scaling, they are not the logprobs of the distribution tokens were sampled from
+ * unless the temperature is 1 (or sampling is greedy), and one logprob cannot be converted
+ * without the whole distribution, so the request is refused with the fix in the message.
+ */
+export function requireTemperedOrUnitTemperature(
+  raw: boolean,
+  temperature: number,
+  greedy: boolean,
+  fix: string,
+): void {
+  if (raw && !greedy && temperature !== 1 && temperature !== 0) {
+    throw new EngineError(
+      'config',
+      `the server reports logprobs before temperature scaling, so temperature ${temperature} would give ` +
+        `behaviour logprobs of the wrong distribution; ${fix}`,
+    );
+  }
+}

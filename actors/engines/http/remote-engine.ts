@@ -1,0 +1,428 @@
+/**
+ * The engine logic shared by the SGLang and vLLM proxies: an {@link InferenceEngine} that sends
+ * token ids to one or more inference servers over HTTP. What differs between servers (request
+ * and response shapes, pause, reload, sleep routes) lives in an {@link EngineProtocol}.
+ *
+ * Behaviour, following AReaL's remote engine:
+ * - a sample whose request comes back aborted by a weight update or by the server is re-sent as
+ *   prompt + partial output with the remaining token budget, until it stops or hits its length;
+ *   every token is tagged with the policy version the server held when the segment was sent;
+ * - `pause({ mode: 'abort' })` aborts in-flight requests server-side and they return `abort`;
+ * - requests are routed to the least loaded server, and every request with the same `rid` (an
+ *   episode's turns) to the same server while it is up;
+ * - transient failures are retried with exponential backoff; a request on a server that goes
+ *   down is re-sent to another one.
+ *
+ * @module
+ */
+import { randomUUID } from 'node:crypto';
+
+import type {
+  GenerateRequest,
+  GenerateResult,
+  GenerationConfig,
+  InferenceEngine,
+  NamedTensors,
+  PauseOptions,
+  StopReason,
+  WeightUpdate,
+} from '../types.ts';
+import { backoffDelayMs, delay } from './backoff.ts';
+import { EngineError, isEngineError } from './errors.ts';
+import { Gate } from './gate.ts';
+import { httpCall } from './http-call.ts';
+import { ServerPool, type ServerEvent, type ServerStatus } from './server-pool.ts';
+
+/** A generation config with every field decided. */
+export interface ResolvedGenerationConfig {
+  maxNewTokens: number;
+  minNewTokens: number;
+  temperature: number;
+  topP: number;
+  topK: number;
+  greedy: boolean;
+  stopTokenIds: number[];
+  stop: string[];
+  n: number;
+  seed: number | undefined;
+}
+
+/** One sample as a server returned it. */
+export interface SampleOutput {
+  tokens: number[];
+  logprobs: number[];
+  finish: StopReason;
+  /** The server's message when `finish` is `abort`. */
+  abortMessage?: string;
+}
+
+/** Calls a route on one server: JSON body → JSON answer (`GET` when `body` is undefined). */
+export type ServerCall = (path: string, body?: unknown, opts?: { method?: 'GET' | 'POST' }) => Promise<unknown>;
+
+/** What one kind of server speaks. */
+export interface EngineProtocol {
+  readonly kind: string;
+  /** Throws `EngineError('config')` when the server's logprobs would not mean what the contract says. */
+  checkConfig(g: ResolvedGenerationConfig): void;
+  /** The generation request for `n` samples of `inputIds` with at most `g.maxNewTokens` new tokens. */
+  generateRequest(inputIds: number[], g: ResolvedGenerationConfig, n: number): { path: string; body: unknown };
+  /** The `n` samples in a generation answer, in order. */
+  parseGenerate(json: unknown, n: number, url: string): SampleOutput[];
+  /** Aborts in-flight requests and holds new ones; `false` when the server has no such route. */
+  pauseServer(call: ServerCall): Promise<boolean>;
+  continueServer(call: ServerCall): Promise<void>;
+  /** Loads the HF checkpoint at `path` and tags it `version`. */
+  reloadWeights(call: ServerCall, path: string, version: number): Promise<void>;
+  sleep(call: ServerCall): Promise<void>;
+  wakeUp(call: ServerCall): Promise<void>;
+}
+
+/** Options shared by the HTTP engines. */
+export interface RemoteEngineOptions {
+  /** Server base URLs, e.g. `['http://10.0.0.5:30000']`. */
+  urls: string[];
+  /** Limit on one generation request. @default 3_600_000 */
+  requestTimeoutMs?: number;
+  /** Limit on control requests (pause, weight reload, sleep). @default 600_000 */
+  controlTimeoutMs?: number;
+  /** Retries of a failed request (timeouts, connection errors, 5xx, 429). @default 3 */
+  maxRetries?: number;
+  /** First retry delay; doubles each retry. @default 250 */
+  retryBaseDelayMs?: number;
+  /** Cap on a retry delay. @default 5000 */
+  retryMaxDelayMs?: number;
+  /** How long a request waits for some server to be up before failing. @default 30_000 */
+  noServerWaitMs?: number;
+  /** Health route. @default '/health' */
+  healthPath?: string;
+  /** Time between health probes. @default 5000 */
+  healthIntervalMs?: number;
+  /** A health probe slower than this fails. @default 5000 */
+  healthTimeoutMs?: number;
+  /** Consecutive failures that mark a server down. @default 2 */
+  healthFailureThreshold?: number;
+  /**
+   * Writes in-memory tensors as an HF checkpoint the servers can read and returns its path; needed
+   * for `updateWeights({ kind: 'tensors' })`. Without it only `{ kind: 'disk' }` updates work.
+   */
+  writeCheckpoint?: (tensors: NamedTensors, version: number) => Promise<string>;
+  /** Told when a server goes down (its requests are re-sent elsewhere) or comes back. */
+  onServerEvent?: (e: ServerEvent) => void;
+}
+
+/** Defaults of {@link RemoteEngineOptions}. */
+export const remoteEngineDefaults = {
+  requestTimeoutMs: 3_600_000,
+  controlTimeoutMs: 600_000,
+  maxRetries: 3,
+  retryBaseDelayMs: 250,
+  retryMaxDelayMs: 5000,
+  noServerWaitMs: 30_000,
+} as const;
+
+/** Fills a request's generation config with the contract's defaults. */
+export function resolveGenerationConfig(g: GenerationConfig = {}): ResolvedGenerationConfig {
+  const r: ResolvedGenerationConfig = {
+    maxNewTokens: g.maxNewTokens ?? 256,
+    minNewTokens: g.minNewTokens ?? 0,
+    temperature: g.temperature ?? 1,
+    topP: g.topP ?? 1,
+    topK: g.topK ?? 0,
+    greedy: g.greedy ?? false,
+    stopTokenIds: g.stopTokenIds ?? [],
+    stop: g.stop ?? [],
+    n: g.n ?? 1,
+    seed: g.seed,
+  };
+  if (!Number.isInteger(r.maxNewTokens) || r.maxNewTokens < 0) {
+    throw new EngineError('config', `maxNewTokens must be a non-negative integer, got ${r.maxNewTokens}`);
+  }
+  if (!Number.isInteger(r.n) || r.n < 1) throw new EngineError('config', `n must be ≥ 1, got ${r.n}`);
+  if (!(r.temperature >= 0)) throw new EngineError('config', `temperature must be ≥ 0`);
+  if (!(r.topP > 0 && r.topP <= 1)) throw new EngineError('config', `topP must be in (0, 1]`);
+  return r;
+}
+
+interface Accumulated {
+  tokens: number[];
+  logprobs: number[];
+  versions: number[];
+}
+
+/** Consecutive aborts with no new token after which a request is given up. */
+const maxEmptyAborts = 50;
+
+/** An {@link InferenceEngine} over HTTP inference servers; see the module comment. */
+export class RemoteEngine implements InferenceEngine {
+  readonly kind: string;
+  private readonly protocol: EngineProtocol;
+  private readonly opts: Required<Omit<RemoteEngineOptions, 'writeCheckpoint' | 'onServerEvent'>> &
+    Pick<RemoteEngineOptions, 'writeCheckpoint'>;
+  private readonly pool: ServerPool;
+  private readonly gate = new Gate();
+  private readonly httpInFlight = new Set<Promise<unknown>>();
+  private cancel = new AbortController();
+  private version = 0;
+  private userPause: 'abort' | 'wait' | null = null;
+  private lastUpdate: { path: string; version: number } | null = null;
+  private updateChain: Promise<void> = Promise.resolve();
+  private closed = false;
+
+  constructor(protocol: EngineProtocol, options: RemoteEngineOptions) {
+    this.kind = protocol.kind;
+    this.protocol = protocol;
+    this.opts = {
+      ...remoteEngineDefaults,
+      healthPath: '/health',
+      healthIntervalMs: 5000,
+      healthTimeoutMs: 5000,
+      healthFailureThreshold: 2,
+      ...options,
+    };
+    this.pool = new ServerPool({
+      urls: options.urls,
+      healthPath: this.opts.healthPath,
+      healthIntervalMs: this.opts.healthIntervalMs,
+      healthTimeoutMs: this.opts.healthTimeoutMs,
+      failureThreshold: this.opts.healthFailureThreshold,
+      beforeUp: (url) => this.catchUp(url),
+    });
+    if (options.onServerEvent) this.pool.onEvent(options.onServerEvent);
+    this.pool.start();
+  }
+
+  /** Listens for servers going down or coming back; returns the function that stops listening. */
+  onServerEvent(listener: (e: ServerEvent) => void): () => void {
+    return this.pool.onEvent(listener);
+  }
+
+  /** Each server's state: up or down, requests in flight, requests routed so far. */
+  servers(): ServerStatus[] {
+    return this.pool.snapshot();
+  }
+
+  getVersion(): number {
+    return this.version;
+  }
+
+  async generate(req: GenerateRequest): Promise<GenerateResult> {
+    const g = resolveGenerationConfig(req.gconfig);
+    if (g.n !== 1) throw new EngineError('config', `generate takes n = 1 (got ${g.n}); use generateN`);
+    this.protocol.checkConfig(g);
+    const started = Date.now();
+    const acc: Accumulated = { tokens: [], logprobs: [], versions: [] };
+    const stop = await this.continueSample(req.rid ?? randomUUID(), req.inputIds, g, acc, null);
+    return { outputTokens: acc.tokens, outputLogprobs: acc.logprobs, outputVersions: acc.versions, stopReason: stop, latencyMs: Date.now() - started };
+  }
+
+  async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
+    const g = resolveGenerationConfig(req.gconfig);
+    this.protocol.checkConfig(g);
+    const started = Date.now();
+    const rid = req.rid ?? randomUUID();
+    await this.gate.pass();
+    // One request for all n samples (the server shares the prompt's prefill), then any sample a
+    // weight update cut short continues on its own.
+    const { outs, version } = await this.send(rid, req.inputIds, g, g.n);
+    return Promise.all(
+      outs.map(async (first) => {
+        const acc: Accumulated = { tokens: [], logprobs: [], versions: [] };
+        const stop = await this.continueSample(rid, req.inputIds, g, acc, { out: first, version });
+        return { outputTokens: acc.tokens, outputLogprobs: acc.logprobs, outputVersions: acc.versions, stopReason: stop, latencyMs: Date.now() - started };
+      }),
+    );
+  }
+
+  async updateWeights(update: WeightUpdate, version: number): Promise<void> {
+    this.assertOpen();
+    let path: string;
+    if (update.kind === 'disk') path = update.path;
+    else if (this.opts.writeCheckpoint) path = await this.opts.writeCheckpoint(update.tensors, version);
+    else {
+      throw new EngineError(
+        'unsupported',
+        `${this.kind} servers load weights from disk: pass { kind: 'disk', path } or set writeCheckpoint`,
+      );
+    }
+    const run = this.updateChain.then(() => this.applyUpdate(path, version));
+    this.updateChain = run.catch(() => undefined);
+    return run;
+  }
+
+  async pause(opts: PauseOptions = {}): Promise<void> {
+    this.assertOpen();
+    const mode = opts.mode ?? 'abort';
+    this.userPause = mode;
+    this.gate.close('paused');
+    if (mode === 'abort') await this.abortServers();
+    await Promise.allSettled([...this.httpInFlight]);
+  }
+
+  async resume(): Promise<void> {
+    this.assertOpen();
+    if (this.userPause === 'abort') await this.onUpServers((call) => this.protocol.continueServer(call));
+    this.userPause = null;
+    this.gate.open('paused');
+  }
+
+  async sleep(): Promise<void> {
+    this.assertOpen();
+    this.gate.close('asleep');
+    // Servers release memory only when idle (SGLang asserts it).
+    await Promise.allSettled([...this.httpInFlight]);
+    await this.onUpServers((call) => this.protocol.sleep(call));
+  }
+
+  async wakeUp(): Promise<void> {
+    this.assertOpen();
+    await this.onUpServers((call) => this.protocol.wakeUp(call));
+    this.gate.open('asleep');
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const err = new EngineError('closed', 'the engine is closed');
+    this.gate.fail(err);
+    this.cancel.abort(err);
+    this.pool.close();
+    await Promise.allSettled([...this.httpInFlight]);
+  }
+
+  /**
+   * Sends segments until the sample stops: `prompt + output so far`, asking for what is left of
+   * the token budget. `first` is a segment already received (from a batched `n` request).
+   */
+  private async continueSample(
+    rid: string,
+    prompt: number[],
+    g: ResolvedGenerationConfig,
+    acc: Accumulated,
+    first: { out: SampleOutput; version: number } | null,
+  ): Promise<StopReason> {
+    let emptyAborts = 0;
+    let pending = first;
+    for (;;) {
+      const left = g.maxNewTokens - acc.tokens.length;
+      if (!pending) {
+        if (left <= 0) return 'length';
+        await this.gate.pass();
+        const seg: ResolvedGenerationConfig = { ...g, maxNewTokens: left, minNewTokens: Math.max(0, g.minNewTokens - acc.tokens.length) };
+        const { outs, version } = await this.send(rid, acc.tokens.length ? prompt.concat(acc.tokens) : prompt, seg, 1);
+        pending = { out: outs[0]!, version };
+      }
+      const { out, version } = pending;
+      pending = null;
+      const take = Math.min(out.tokens.length, Math.max(0, left));
+      for (let i = 0; i < take; i++) {
+        acc.tokens.push(out.tokens[i]!);
+        acc.logprobs.push(out.logprobs[i]!);
+        acc.versions.push(version);
+      }
+      if (out.finish !== 'abort') return out.tokens.length > left ? 'length' : out.finish;
+      if (this.userPause === 'abort' || this.closed) return 'abort';
+      if (acc.tokens.length >= g.maxNewTokens) return 'length';
+      emptyAborts = take === 0 ? emptyAborts + 1 : 0;
+      if (emptyAborts > maxEmptyAborts) {
+        throw new EngineError('protocol', `request aborted ${emptyAborts} times without progress: ${out.abortMessage ?? ''}`);
+      }
+      // Aborted by our own weight update: the gate holds us until it is done. Aborted by someone
+      // else: back off a little, the server holds new requests while it is paused anyway.
+      if (this.gate.isOpen && emptyAborts > 0) await delay(Math.min(1000, 25 * 2 ** emptyAborts));
+    }
+  }
+
+  /** One generation request with retries and failover; returns the samples and the version sent under. */
+  private async send(
+    rid: string,
+    inputIds: number[],
+    g: ResolvedGenerationConfig,
+    n: number,
+  ): Promise<{ outs: SampleOutput[]; version: number }> {
+    const { path, body } = this.protocol.generateRequest(inputIds, g, n);
+    let attempt = 0;
+    let failovers = 0;
+    for (;;) {
+      const lease = await this.pool.acquire(rid, this.opts.noServerWaitMs);
+      const version = this.version;
+      const call = httpCall(lease.url + path, body, {
+        timeoutMs: this.opts.requestTimeoutMs,
+        signal: AbortSignal.any([lease.signal, this.cancel.signal]),
+      });
+      this.httpInFlight.add(call);
+      try {
+        const json = await call;
+        return { outs: this.protocol.parseGenerate(json, n, lease.url), version };
+      } catch (e) {
+        if (!isEngineError(e)) throw e;
+        if (e.code === 'aborted') {
+          return { outs: Array.from({ length: n }, () => ({ tokens: [], logprobs: [], finish: 'abort' as const, abortMessage: e.message })), version };
+        }
+        if (e.code === 'server-down' && failovers++ < this.pool.urls.length) continue;
+        if (!e.retryable || attempt >= this.opts.maxRetries) throw e;
+        if (e.code === 'network' || e.code === 'timeout') this.pool.reportFailure(lease.url, e.message);
+        await delay(backoffDelayMs(attempt++, { baseDelayMs: this.opts.retryBaseDelayMs, maxDelayMs: this.opts.retryMaxDelayMs }));
+      } finally {
+        this.httpInFlight.delete(call);
+        lease.release();
+      }
+    }
+  }
+
+  private async applyUpdate(path: string, version: number): Promise<void> {
+    this.assertOpen();
+    this.gate.close('updating');
+    try {
+      if (this.userPause === null) await this.abortServers();
+      await Promise.allSettled([...this.httpInFlight]);
+      const urls = this.pool.upUrls();
+      const results = await Promise.allSettled(
+        urls.map((url) => this.protocol.reloadWeights(this.callOn(url), path, version)),
+      );
+      const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : []));
+      for (const f of failed) this.pool.markDownUrl(f.url, `weight update failed: ${f.err.message}`);
+      if (failed.length === urls.length) {
+        throw new EngineError('http', `weight update to version ${version} failed on every server: ${failed.map((f) => f.err.message).join('; ')}`);
+      }
+      this.version = version;
+      this.lastUpdate = { path, version };
+    } finally {
+      if (this.userPause === null && !this.closed) {
+        await this.onUpServers((call) => this.protocol.continueServer(call)).catch(() => undefined);
+      }
+      this.gate.open('updating');
+    }
+  }
+
+  /** Pauses every up server with abort; where a server has no such route, cancels our requests. */
+  private async abortServers(): Promise<void> {
+    const supported = await Promise.all(
+      this.pool.upUrls().map((url) => this.protocol.pauseServer(this.callOn(url)).catch(() => false)),
+    );
+    if (supported.some((s) => !s)) {
+      this.cancel.abort(new EngineError('aborted', 'cancelled by pause'));
+      this.cancel = new AbortController();
+    }
+  }
+
+  /** Brings a recovered server to the current weights before it takes requests again. */
+  private async catchUp(url: string): Promise<void> {
+    const last = this.lastUpdate;
+    if (last) await this.protocol.reloadWeights(this.callOn(url), last.path, last.version);
+  }
+
+  private async onUpServers(fn: (call: ServerCall) => Promise<unknown>): Promise<void> {
+    const urls = this.pool.upUrls();
+    const results = await Promise.allSettled(urls.map((url) => fn(this.callOn(url))));
+    const failed = results.filter((r) => r.status === 'rejected');
+    if (failed.length > 0) throw (failed[0] as PromiseRejectedResult).reason;
+  }
+
+  private callOn(url: string): ServerCall {
+    return (path, body, o) => httpCall(url + path, body, { method: o?.method, timeoutMs: this.opts.controlTimeoutMs });
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new EngineError('closed', 'the engine is closed');
+  }
+}

@@ -1,0 +1,2 @@
+export type { SglangEngineOptions } from './sglang-engine.ts';
+export { SglangEngine, samplingParams, sglangProtocol } from './sglang-engine.ts';

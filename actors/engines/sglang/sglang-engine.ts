@@ -1,0 +1,139 @@
+/**
+ * The SGLang proxy engine: speaks SGLang's native HTTP API (`POST /generate` with `input_ids`).
+ *
+ * Logprob convention: SGLang reports logprobs after temperature scaling (before top-p/top-k
+ * truncation), which is what the engine contract asks for, so they are passed through. A server
+ * started with `SGLANG_RETURN_ORIGINAL_LOGPROB=1` reports them before temperature: set
+ * `returnOriginalLogprob: true` and the engine refuses temperatures other than 1.
+ *
+ * @module
+ */
+import { EngineError } from '../http/errors.ts';
+import { callOptional, expectShape, requireTemperedOrUnitTemperature } from '../http/protocol-util.ts';
+import {
+  RemoteEngine,
+  type EngineProtocol,
+  type RemoteEngineOptions,
+  type ResolvedGenerationConfig,
+  type SampleOutput,
+} from '../http/remote-engine.ts';
+import type { StopReason } from '../types.ts';
+
+/** Options of {@link SglangEngine}. */
+export interface SglangEngineOptions extends RemoteEngineOptions {
+  /** The servers run with `SGLANG_RETURN_ORIGINAL_LOGPROB=1` (logprobs before temperature). @default false */
+  returnOriginalLogprob?: boolean;
+  /** What `sleep()` releases (`/release_memory_occupation` tags); unset releases everything. */
+  sleepTags?: string[];
+  /** Extra `sampling_params` sent with every request, e.g. `{ skip_special_tokens: false }`. @default {} */
+  extraSamplingParams?: Record<string, unknown>;
+}
+
+/** The wire form of one `/generate` answer (the fields this engine reads). */
+interface SglangOutput {
+  output_ids?: number[];
+  meta_info?: {
+    finish_reason?: { type?: string; message?: string; matched?: unknown; length?: number } | null;
+    output_token_logprobs?: Array<[number, number, string | null]>;
+    weight_version?: string;
+  };
+}
+
+/** The request and response mapping for SGLang's native server. */
+export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): EngineProtocol {
+  const raw = opts.returnOriginalLogprob ?? false;
+  return {
+    kind: 'sglang',
+    checkConfig(g) {
+      requireTemperedOrUnitTemperature(
+        raw,
+        g.temperature,
+        g.greedy,
+        'unset SGLANG_RETURN_ORIGINAL_LOGPROB on the server and returnOriginalLogprob here',
+      );
+    },
+    generateRequest(inputIds, g, n) {
+      return { path: '/generate', body: { input_ids: inputIds, sampling_params: samplingParams(g, n, opts.extraSamplingParams), return_logprob: true, stream: false } };
+    },
+    parseGenerate(json, n, url) {
+      const items = Array.isArray(json) ? json : [json];
+      expectShape(items.length === n, url, `expected ${n} outputs, got ${items.length}`);
+      return items.map((item) => parseOutput(item as SglangOutput, url));
+    },
+    pauseServer: (call) => callOptional(call, '/pause_generation', { mode: 'abort' }),
+    async continueServer(call) {
+      await callOptional(call, '/continue_generation', {});
+    },
+    async reloadWeights(call, path, version) {
+      const res = (await call('/update_weights_from_disk', {
+        model_path: path,
+        weight_version: String(version),
+        abort_all_requests: true,
+        flush_cache: true,
+      })) as { success?: boolean; message?: string } | null;
+      if (!res || res.success !== true) {
+        throw new EngineError('http', `update_weights_from_disk failed: ${res?.message ?? 'no answer'}`);
+      }
+    },
+    async sleep(call) {
+      await call('/release_memory_occupation', opts.sleepTags ? { tags: opts.sleepTags } : {});
+    },
+    async wakeUp(call) {
+      await call('/resume_memory_occupation', opts.sleepTags ? { tags: opts.sleepTags } : {});
+    },
+  };
+}
+
+/** `GenerationConfig` → SGLang `sampling_params`, field by field. */
+export function samplingParams(
+  g: ResolvedGenerationConfig,
+  n: number,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  const p: Record<string, unknown> = {
+    max_new_tokens: g.maxNewTokens,
+    min_new_tokens: g.minNewTokens,
+    temperature: g.greedy ? 0 : g.temperature,
+    top_p: g.topP,
+    top_k: g.topK > 0 ? g.topK : -1,
+    stop_token_ids: g.stopTokenIds,
+    ignore_eos: false,
+    ...extra,
+  };
+  if (g.stop.length > 0) p.stop = g.stop;
+  if (n > 1) p.n = n;
+  if (g.seed !== undefined) p.sampling_seed = g.seed;
+  return p;
+}
+
+function parseOutput(o: SglangOutput, url: string): SampleOutput {
+  const meta = o?.meta_info;
+  expectShape(meta && Array.isArray(meta.output_token_logprobs), url, 'no meta_info.output_token_logprobs (was return_logprob sent?)');
+  const tokens: number[] = [];
+  const logprobs: number[] = [];
+  for (const entry of meta.output_token_logprobs!) {
+    expectShape(Array.isArray(entry) && typeof entry[0] === 'number' && Number.isInteger(entry[1]), url, `bad output_token_logprobs entry ${JSON.stringify(entry)}`);
+    logprobs.push(entry[0]);
+    tokens.push(entry[1]);
+  }
+  const fr = meta.finish_reason;
+  let finish: StopReason;
+  if (!fr || fr.type === 'length') finish = 'length';
+  else if (fr.type === 'stop') finish = 'stop';
+  else if (fr.type === 'abort') finish = 'abort';
+  else throw new EngineError('protocol', `unknown finish_reason ${JSON.stringify(fr)} from ${url}`, { url });
+  return fr?.type === 'abort' ? { tokens, logprobs, finish, abortMessage: fr.message ?? '' } : { tokens, logprobs, finish };
+}
+
+/**
+ * An {@link InferenceEngine} backed by one or more SGLang servers.
+ *
+ * @example
+ * const engine = new SglangEngine({ urls: ['http://10.0.0.5:30000', 'http://10.0.0.6:30000'] });
+ * const r = await engine.generate({ rid: 'episode-7', inputIds: [1, 2, 3], gconfig: { maxNewTokens: 64 } });
+ */
+export class SglangEngine extends RemoteEngine {
+  constructor(options: SglangEngineOptions) {
+    super(sglangProtocol(options), options);
+  }
+}

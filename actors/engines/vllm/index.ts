@@ -1,0 +1,2 @@
+export type { VllmEngineOptions, VllmReload } from './vllm-engine.ts';
+export { VllmEngine, completionBody, vllmProtocol } from './vllm-engine.ts';

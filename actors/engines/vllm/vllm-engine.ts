@@ -1,0 +1,188 @@
+/**
+ * The vLLM proxy engine: speaks vLLM's OpenAI-compatible server (`POST /v1/completions` with a
+ * token-id prompt, `logprobs: 0`, `return_tokens_as_token_ids: true`) plus its dev-mode routes
+ * (`VLLM_SERVER_DEV_MODE=1`): `/pause`, `/resume`, `/sleep`, `/wake_up`, `/collective_rpc`.
+ *
+ * Logprob convention: vLLM V1 reports logprobs before temperature by default
+ * (`--logprobs-mode raw_logprobs`), which are not the behaviour logprobs the trainer needs unless
+ * the temperature is 1. Start the server with `--logprobs-mode processed_logprobs` and set
+ * `logprobsMode: 'processed_logprobs'` to sample at other temperatures; with the default the
+ * engine refuses temperatures other than 1 (and greedy).
+ *
+ * @module
+ */
+import { EngineError } from '../http/errors.ts';
+import { callOptional, expectShape, requireTemperedOrUnitTemperature } from '../http/protocol-util.ts';
+import {
+  RemoteEngine,
+  type EngineProtocol,
+  type RemoteEngineOptions,
+  type ResolvedGenerationConfig,
+  type SampleOutput,
+  type ServerCall,
+} from '../http/remote-engine.ts';
+import type { StopReason } from '../types.ts';
+
+/** How `updateWeights` makes a vLLM server load a checkpoint. */
+export type VllmReload =
+  /** Upstream dev mode: sleep level 2 → wake weights → `collective_rpc reload_weights` → wake KV cache. */
+  | 'sleep-reload'
+  /** Upstream dev mode, in place: `collective_rpc reload_weights` alone. */
+  | 'collective-rpc'
+  /** AReaL's server: `POST /areal_update_weights {model_path}`. */
+  | 'areal'
+  /** Any route: `POST path` with `body(modelPath, version)`. */
+  | { path: string; body: (modelPath: string, version: number) => unknown };
+
+/** Options of {@link VllmEngine}. */
+export interface VllmEngineOptions extends RemoteEngineOptions {
+  /** Sent as `model` (older vLLM versions require it; needed for LoRA adapters). */
+  model?: string;
+  /** The server's `--logprobs-mode`. @default 'raw_logprobs' */
+  logprobsMode?: 'raw_logprobs' | 'processed_logprobs';
+  /** Reload route for weight updates. @default 'sleep-reload' */
+  reload?: VllmReload;
+  /**
+   * The directory the server was started with (`vllm serve <dir>`). `reload_weights` reloads from
+   * it, so with the `sleep-reload` and `collective-rpc` routes an update must name this path.
+   */
+  servedModelPath?: string;
+  /** `/sleep?level=` used by `sleep()`: 1 offloads weights to CPU, 2 discards them. @default 1 */
+  sleepLevel?: 1 | 2;
+  /** Extra request fields sent as is, e.g. `{ skip_special_tokens: false }`. @default {} */
+  extraBody?: Record<string, unknown>;
+}
+
+interface VllmChoice {
+  index?: number;
+  finish_reason?: string | null;
+  logprobs?: { tokens?: string[]; token_logprobs?: Array<number | null> } | null;
+}
+
+/** The request and response mapping for vLLM's OpenAI-compatible server. */
+export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProtocol {
+  const raw = (opts.logprobsMode ?? 'raw_logprobs') === 'raw_logprobs';
+  const reload = opts.reload ?? 'sleep-reload';
+  return {
+    kind: 'vllm',
+    checkConfig(g) {
+      requireTemperedOrUnitTemperature(
+        raw,
+        g.temperature,
+        g.greedy,
+        "start vLLM with --logprobs-mode processed_logprobs and set logprobsMode: 'processed_logprobs'",
+      );
+    },
+    generateRequest(inputIds, g, n) {
+      return { path: '/v1/completions', body: completionBody(inputIds, g, n, opts) };
+    },
+    parseGenerate(json, n, url) {
+      const choices = (json as { choices?: VllmChoice[] } | null)?.choices;
+      expectShape(Array.isArray(choices) && choices.length === n, url, `expected ${n} choices`);
+      return [...choices].sort((a, b) => (a.index ?? 0) - (b.index ?? 0)).map((c) => parseChoice(c, url));
+    },
+    pauseServer: (call) => callOptional(call, '/pause?mode=abort'),
+    async continueServer(call) {
+      await callOptional(call, '/resume');
+    },
+    async reloadWeights(call, path, version) {
+      if (typeof reload === 'object') return void (await call(reload.path, reload.body(path, version)));
+      if (reload === 'areal') return void (await call('/areal_update_weights', { model_path: path }));
+      if (opts.servedModelPath !== undefined && stripSlash(opts.servedModelPath) !== stripSlash(path)) {
+        throw new EngineError(
+          'config',
+          `vLLM reload_weights reloads from the served model directory ${opts.servedModelPath}, not ${path}: write the checkpoint there or use reload 'areal' or a custom route`,
+        );
+      }
+      if (reload === 'sleep-reload') {
+        await call('/sleep?level=2', {});
+        await call('/wake_up?tags=weights', {});
+        await rpc(call, 'reload_weights');
+        await call('/wake_up?tags=kv_cache', {});
+      } else {
+        await rpc(call, 'reload_weights');
+      }
+    },
+    async sleep(call) {
+      await call(`/sleep?level=${opts.sleepLevel ?? 1}`, {});
+    },
+    async wakeUp(call) {
+      await call('/wake_up', {});
+    },
+  };
+}
+
+/** `GenerationConfig` → the `/v1/completions` body, field by field. */
+export function completionBody(
+  inputIds: number[],
+  g: ResolvedGenerationConfig,
+  n: number,
+  opts: Pick<VllmEngineOptions, 'model' | 'extraBody'> = {},
+): Record<string, unknown> {
+  const b: Record<string, unknown> = {
+    prompt: inputIds,
+    max_tokens: g.maxNewTokens,
+    min_tokens: g.minNewTokens,
+    temperature: g.greedy ? 0 : g.temperature,
+    top_p: g.topP,
+    top_k: g.topK > 0 ? g.topK : -1,
+    stop_token_ids: g.stopTokenIds,
+    ignore_eos: false,
+    logprobs: 0,
+    return_tokens_as_token_ids: true,
+    n,
+    stream: false,
+    ...opts.extraBody,
+  };
+  if (opts.model !== undefined) b.model = opts.model;
+  if (g.stop.length > 0) b.stop = g.stop;
+  if (g.seed !== undefined) b.seed = g.seed;
+  return b;
+}
+
+async function rpc(call: ServerCall, method: string): Promise<void> {
+  await call('/collective_rpc', { method });
+}
+
+function stripSlash(p: string): string {
+  return p.replace(/\/+$/, '');
+}
+
+function parseChoice(c: VllmChoice, url: string): SampleOutput {
+  const lp = c.logprobs;
+  const tokens: number[] = [];
+  const logprobs: number[] = [];
+  if (lp) {
+    expectShape(Array.isArray(lp.tokens) && Array.isArray(lp.token_logprobs) && lp.tokens.length === lp.token_logprobs.length, url, 'logprobs.tokens and logprobs.token_logprobs differ');
+    for (let i = 0; i < lp.tokens.length; i++) {
+      const t = lp.tokens[i]!;
+      const m = /^token_id:(-?\d+)$/.exec(t);
+      expectShape(m, url, `token ${JSON.stringify(t)} is not token_id:N (was return_tokens_as_token_ids honoured?)`);
+      const l = lp.token_logprobs[i];
+      expectShape(typeof l === 'number', url, `token_logprobs[${i}] is ${String(l)}`);
+      tokens.push(Number(m[1]));
+      logprobs.push(l);
+    }
+  } else {
+    expectShape(c.finish_reason === 'abort', url, 'choice has no logprobs (was logprobs: 0 sent?)');
+  }
+  let finish: StopReason;
+  if (c.finish_reason === 'length') finish = 'length';
+  else if (c.finish_reason === 'abort') finish = 'abort';
+  else if (c.finish_reason === null || c.finish_reason === undefined) finish = 'length';
+  else finish = 'stop';
+  return finish === 'abort' ? { tokens, logprobs, finish, abortMessage: 'aborted by the server' } : { tokens, logprobs, finish };
+}
+
+/**
+ * An {@link InferenceEngine} backed by one or more vLLM OpenAI-compatible servers.
+ *
+ * @example
+ * const engine = new VllmEngine({ urls: ['http://10.0.0.5:8000'], logprobsMode: 'processed_logprobs' });
+ * const r = await engine.generate({ inputIds: [1, 2, 3], gconfig: { maxNewTokens: 64, temperature: 0.7 } });
+ */
+export class VllmEngine extends RemoteEngine {
+  constructor(options: VllmEngineOptions) {
+    super(vllmProtocol(options), options);
+  }
+}
