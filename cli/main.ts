@@ -1,4 +1,135 @@
-import { Command } from 'commander';
+/**
+ * The `rtjob` command: start and stop a cluster, submit and follow jobs, read their metrics.
+ * Each command lives in `commands/`; this file only declares flags and maps errors to exit codes
+ * (1 a job failed or a request was refused, 2 bad usage, 3 no cluster reachable).
+ *
+ * @module
+ */
+import { Command, Option } from 'commander';
 
-const program = new Command('rtjob').description('A Ray-style actor runtime and RL trainer');
-program.parse();
+import { CliError } from './client.ts';
+import { dashboardCommand, startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
+import {
+  deleteJobCommand,
+  listCommand,
+  logsCommand,
+  metricsCommand,
+  stopJobCommand,
+  submitCommand,
+} from './commands/jobs.ts';
+
+const program = new Command('rtjob')
+  .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
+  .showHelpAfterError()
+  .addHelpText(
+    'after',
+    `
+Examples:
+  rtjob start --head                              start a cluster here (dashboard on :8265)
+  rtjob submit -- train_ppo --agent-func ./agent.ts
+  ASYNC_NUM_TASKS=64 rtjob submit --working-dir . -- train_ppo --async-train
+  rtjob list; rtjob logs -f JOB; rtjob metrics JOB --csv; rtjob stop-job JOB
+  rtjob stop                                      stop everything start started`,
+  );
+
+const addressOptions = (c: Command) =>
+  c
+    .option('--address <url>', "the head's HTTP address (default: RTJOB_HTTP_ADDRESS, else ~/.rtjob/cluster.json)")
+    .option('--token <token>', 'cluster token (default: RTJOB_TOKEN, else ~/.rtjob/cluster.json)');
+
+program
+  .command('start')
+  .description('start a head (--head) or join a cluster (--address --token), in the background')
+  .option('--head', 'start a head node and a node agent on this machine')
+  .option('--address <host:port>', 'join the cluster whose head listens here')
+  .option('--token <token>', 'cluster token (to join; or to fix the head token)')
+  .option('--port <port>', 'runtime port of the head', '6380')
+  .option('--dashboard-port <port>', 'HTTP API and dashboard port', '8265')
+  .option('--host <host>', 'interface to bind; other machines need a non-loopback one', '127.0.0.1')
+  .option('--num-cpus <n>', 'CPUs this node offers (default: all)')
+  .option('--num-gpus <n>', 'GPUs this node offers (default: detected)')
+  .option('--resources <json>', 'custom resources, e.g. \'{"TPU": 4}\'')
+  .option('--session-dir <dir>', 'state, logs and packages (default: ~/.rtjob/session); reuse it to recover')
+  .addHelpText('after', '\nExample:\n  rtjob start --head --num-gpus 8\n  rtjob start --address 10.0.0.1:6380 --token $T')
+  .action((o) => startCommand(o));
+
+program
+  .command('stop')
+  .description('stop the cluster processes started here (jobs, workers, node agent, head)')
+  .action(() => stopCommand());
+
+addressOptions(
+  program
+    .command('status')
+    .description('nodes, resources used/total, actors by state, jobs')
+    .option('--json', 'machine-readable output'),
+).action((o) => statusCommand(o));
+
+program
+  .command('dashboard')
+  .description('print the dashboard login link of the head started here')
+  .action(() => dashboardCommand());
+
+addressOptions(
+  program
+    .command('submit')
+    .description('run a job on the cluster (starts a local one for it when none runs)')
+    .argument('<entrypoint...>', 'train_ppo, train_sft, a script, or any command (after --)')
+    .option('--working-dir <dir>', 'upload this directory and run the entrypoint inside it')
+    .option('--env <K=V>', 'environment for the driver and every worker (repeatable)', (v: string, all: string[]) => [...all, v], [] as string[])
+    .option('--no-inherit-env', "do not forward the caller's own environment variables")
+    .option('--job-id <id>', 'job id (default: generated)')
+    .option('--no-wait', 'print the job id and return instead of streaming logs')
+    .option('--entrypoint-num-cpus <n>', 'CPUs reserved for the driver itself')
+    .option('--entrypoint-num-gpus <n>', 'GPUs reserved for the driver itself')
+    .option('--metadata <json>', 'string labels shown with the job')
+    .addHelpText(
+      'after',
+      '\nExamples:\n  rtjob submit -- train_ppo --agent-func ./agent.ts\n  rtjob submit --working-dir . --env ASYNC_NUM_TASKS=64 --no-wait -- node train.ts',
+    ),
+).action(async (entrypoint: string[], o) => {
+  process.exitCode = await submitCommand(entrypoint, o);
+});
+
+addressOptions(program.command('list').description('jobs, newest first').option('--json', 'machine-readable output')).action(
+  (o) => listCommand(o),
+);
+
+addressOptions(
+  program
+    .command('logs')
+    .description("a job's driver log (or an actor's with --actor)")
+    .argument('<job>', 'job id')
+    .option('-f, --follow', 'keep streaming until the job ends')
+    .option('--actor <id>', "this actor's worker log instead"),
+).action((job: string, o) => logsCommand(job, o));
+
+addressOptions(
+  program.command('stop-job').description('stop a job: SIGTERM its driver, SIGKILL after a grace period').argument('<job>', 'job id'),
+).action((job: string, o) => stopJobCommand(job, o));
+
+addressOptions(
+  program.command('delete-job').description('forget a finished job (its log file is kept)').argument('<job>', 'job id'),
+).action((job: string, o) => deleteJobCommand(job, o));
+
+addressOptions(
+  program
+    .command('metrics')
+    .description('training metrics a job logged (metrics.log)')
+    .argument('<job>', 'job id')
+    .option('--csv', 'every step as CSV')
+    .option('--json', 'columns and rows as JSON')
+    .addOption(new Option('--last <n>', 'steps to show in the table').default('20')),
+).action((job: string, o) => metricsCommand(job, o));
+
+try {
+  await program.parseAsync();
+} catch (err) {
+  if (err instanceof CliError) {
+    process.stderr.write(`rtjob: ${err.message}\n`);
+    process.exitCode = err.exitCode;
+  } else {
+    process.stderr.write(`rtjob: ${(err as Error).stack ?? String(err)}\n`);
+    process.exitCode = 1;
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * The CLI's HTTP client for the head's `/api/`, with the token on every request and the API's
+ * errors turned into {@link CliError}s that carry an exit code.
+ *
+ * @module
+ */
+import WebSocket from 'ws';
+
+import { pidAlive, readClusterFile } from './cluster-file.ts';
+
+/** Exit codes: 1 a job failed or a request was refused, 2 bad usage, 3 no cluster reachable. */
+export class CliError extends Error {
+  override readonly name = 'CliError';
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+    readonly code?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** Where and how to reach a head's HTTP API. */
+export interface Endpoint {
+  url: string;
+  token: string;
+}
+
+/** Normalises `host:port` or a URL into an http URL without a trailing slash. */
+export function httpUrl(address: string): string {
+  const withScheme = /^https?:\/\//.test(address) ? address : `http://${address}`;
+  return withScheme.replace(/\/+$/, '');
+}
+
+/**
+ * The endpoint from `--address`/`--token`, `RTJOB_HTTP_ADDRESS`/`RTJOB_TOKEN`, or
+ * `~/.rtjob/cluster.json`; undefined when none is configured or the recorded head is gone.
+ */
+export function findEndpoint(opts: { address?: string; token?: string }): Endpoint | undefined {
+  const file = readClusterFile();
+  const address = opts.address ?? process.env.RTJOB_HTTP_ADDRESS;
+  if (address) {
+    const token = opts.token ?? process.env.RTJOB_TOKEN ?? file?.token;
+    if (!token) throw new CliError('no token: pass --token or set RTJOB_TOKEN', 2);
+    return { url: httpUrl(address), token };
+  }
+  if (file?.dashboardUrl && file.pids.some(pidAlive)) return { url: file.dashboardUrl, token: opts.token ?? file.token };
+  return undefined;
+}
+
+export function requireEndpoint(opts: { address?: string; token?: string }): Endpoint {
+  const ep = findEndpoint(opts);
+  if (!ep) throw new CliError('no cluster is running: start one with `rtjob start --head`, or pass --address', 3);
+  return ep;
+}
+
+/** Calls the API; JSON in and out. Throws CliError with the API's message on a non-2xx status. */
+export async function api<T = unknown>(
+  ep: Endpoint,
+  method: string,
+  path: string,
+  body?: unknown,
+  raw?: { body: Buffer; contentType: string },
+): Promise<T> {
+  let res: Response;
+  try {
+    res = await fetch(`${ep.url}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${ep.token}`,
+        ...(raw ? { 'content-type': raw.contentType } : body !== undefined ? { 'content-type': 'application/json' } : {}),
+      },
+      body: raw ? new Uint8Array(raw.body) : body !== undefined ? JSON.stringify(body) : undefined,
+    });
+  } catch (err) {
+    throw new CliError(`cannot reach the head at ${ep.url}: ${(err as Error & { cause?: Error }).cause?.message ?? (err as Error).message}`, 3);
+  }
+  const text = await res.text();
+  if (!res.ok) {
+    let msg = text;
+    let code: string | undefined;
+    try {
+      const j = JSON.parse(text) as { message?: string; error?: string };
+      msg = j.message ?? text;
+      code = j.error;
+    } catch {
+      // plain text
+    }
+    if (res.status === 401) msg = 'the head refused the token (401): check --token / RTJOB_TOKEN';
+    throw new CliError(msg, res.status === 400 || res.status === 413 ? 2 : 1, code);
+  }
+  const type = res.headers.get('content-type') ?? '';
+  return (type.includes('application/json') ? JSON.parse(text) : text) as T;
+}
+
+/**
+ * Follows a job's log over the WebSocket tail, writing chunks to `out`; resolves when the job
+ * finishes (the server closes) or `signal` aborts.
+ */
+export function tailJobLogs(ep: Endpoint, jobId: string, out: (s: string) => void, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const wsUrl = ep.url.replace(/^http/, 'ws') + `/api/jobs/${encodeURIComponent(jobId)}/logs/tail`;
+    const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${ep.token}` } });
+    const onAbort = () => ws.close();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    ws.on('message', (data) => out(data.toString()));
+    ws.on('close', () => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    });
+    ws.on('unexpected-response', (_req, res) => {
+      reject(new CliError(res.statusCode === 404 ? `no job with id ${jobId}` : `log tail refused: HTTP ${res.statusCode}`, 1));
+    });
+    ws.on('error', (err) => reject(new CliError(`log tail failed: ${err.message}`, 3)));
+  });
+}

@@ -1,0 +1,200 @@
+/**
+ * `rtjob start`, `rtjob stop`, `rtjob status`, `rtjob dashboard`: the cluster on this machine.
+ *
+ * @module
+ */
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, closeSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { api, CliError, requireEndpoint } from '../client.ts';
+import { type ClusterFile, pidAlive, readClusterFile, removeClusterFile, rtjobHome, writeClusterFile } from '../cluster-file.ts';
+import { bytes, table } from '../format.ts';
+import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+import { tailLines } from '../../runtime/head/logs/log-file.ts';
+
+const daemonPath = fileURLToPath(new URL('../daemon.ts', import.meta.url));
+
+/** Options of `rtjob start`. */
+export interface StartOptions {
+  head?: boolean;
+  address?: string;
+  token?: string;
+  port: string;
+  dashboardPort: string;
+  host: string;
+  numCpus?: string;
+  numGpus?: string;
+  resources?: string;
+  sessionDir?: string;
+  block?: boolean;
+}
+
+function num(name: string, v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw new CliError(`${name} must be a non-negative number, got ${v}`, 2);
+  return n;
+}
+
+async function waitFor<T>(what: string, deadlineMs: number, check: () => T | undefined, failed?: () => string | undefined): Promise<T> {
+  const end = Date.now() + deadlineMs;
+  for (;;) {
+    const v = check();
+    if (v !== undefined) return v;
+    const why = failed?.();
+    if (why !== undefined) throw new CliError(why, 1);
+    if (Date.now() > end) throw new CliError(`timed out waiting for ${what}`, 1);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** `rtjob start --head` / `rtjob start --address`. */
+export async function startCommand(o: StartOptions): Promise<void> {
+  if (!o.head && !o.address) throw new CliError('say --head to start a cluster, or --address HOST:PORT --token T to join one', 2);
+  const existing = readClusterFile();
+  if (existing && existing.pids.some(pidAlive)) {
+    throw new CliError(`a cluster is already running here (${existing.dashboardUrl ?? existing.address}); run \`rtjob stop\` first`, 1);
+  }
+  if (o.address) {
+    throw new CliError('joining a cluster needs the runtime node agent, which this install does not have yet', 1);
+  }
+  let resources: Record<string, number> | undefined;
+  if (o.resources) {
+    try {
+      resources = JSON.parse(o.resources) as Record<string, number>;
+    } catch {
+      throw new CliError(`--resources must be JSON like '{"TPU": 4}', got ${o.resources}`, 2);
+    }
+  }
+  const sessionDir = o.sessionDir ?? join(rtjobHome(), 'session');
+  mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
+  const opts = {
+    sessionDir,
+    token: o.token,
+    host: o.host,
+    port: num('--port', o.port),
+    dashboardPort: num('--dashboard-port', o.dashboardPort),
+    numCpus: num('--num-cpus', o.numCpus),
+    numGpus: num('--num-gpus', o.numGpus),
+    resources,
+  };
+  const logFile = join(sessionDir, 'logs', 'head.log');
+  const readyFile = join(sessionDir, 'head.json');
+  const out = openSync(logFile, 'a');
+  const child = spawn(process.execPath, ['--import', tsxImport, daemonPath, JSON.stringify(opts)], {
+    detached: true,
+    stdio: ['ignore', out, out],
+    env: process.env,
+  });
+  closeSync(out);
+  let exited: string | undefined;
+  child.on('exit', (code, signal) => (exited = `the head exited during start (${signal ?? `code ${code}`}); its log:\n${tailLines(logFile, 30)}`));
+  const ready = await waitFor(
+    'the head to start',
+    60_000,
+    () => {
+      if (!existsSync(readyFile)) return undefined;
+      try {
+        const r = JSON.parse(readFileSync(readyFile, 'utf8')) as { pid: number; address: string; dashboardUrl: string };
+        return r.pid === child.pid ? r : undefined;
+      } catch {
+        return undefined;
+      }
+    },
+    () => exited,
+  );
+  child.unref();
+  const token = readFileSync(join(sessionDir, 'token'), 'utf8').trim();
+  const info: ClusterFile = {
+    address: ready.address,
+    dashboardUrl: ready.dashboardUrl,
+    token,
+    sessionDir,
+    pids: [ready.pid],
+    role: 'head',
+    startedAt: Date.now(),
+  };
+  writeClusterFile(info);
+  const login = `${ready.dashboardUrl}/login?token=${encodeURIComponent(token)}`;
+  console.log(`rtjob head started (pid ${ready.pid}); session ${sessionDir}`);
+  if (ready.address) console.log(`  runtime address  ${ready.address}`);
+  console.log(`  dashboard        ${login}`);
+  console.log(`  connection info  ${join(rtjobHome(), 'cluster.json')} (mode 0600)`);
+  console.log('');
+  console.log('Submit a job:        rtjob submit -- train_ppo --agent-func ./agent.ts');
+  if (ready.address) console.log(`Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`);
+  console.log('Stop everything:     rtjob stop');
+}
+
+/** `rtjob stop`: stops what `rtjob start` started here, then waits until every process is gone. */
+export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
+  const info = readClusterFile();
+  if (!info) {
+    console.log('no cluster was started on this machine');
+    return;
+  }
+  const alive = info.pids.filter(pidAlive);
+  for (const pid of alive) {
+    try {
+      process.kill(pid, 'SIGTERM');
+    } catch {
+      // gone
+    }
+  }
+  const deadline = Date.now() + (o.graceMs ?? 20_000);
+  while (info.pids.some(pidAlive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  for (const pid of info.pids.filter(pidAlive)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+  removeClusterFile();
+  console.log(alive.length ? `stopped the cluster (${alive.length} process${alive.length > 1 ? 'es' : ''})` : 'the cluster was not running; cleaned up');
+}
+
+interface StatusReply {
+  headAddress: string | null;
+  dashboardUrl: string;
+  nodes: { nodeId: string; hostname: string; state: string; isHead: boolean; resourcesTotal: Record<string, number>; resourcesAvailable: Record<string, number>; memoryTotalBytes: number; memoryUsedBytes: number; workers: number }[];
+  resources: { total: Record<string, number>; used: Record<string, number> };
+  actorsByState: Record<string, number>;
+  jobsByStatus: Record<string, number>;
+}
+
+/** `rtjob status [--json]`. */
+export async function statusCommand(o: { address?: string; token?: string; json?: boolean }): Promise<void> {
+  const ep = requireEndpoint(o);
+  const s = await api<StatusReply>(ep, 'GET', '/api/cluster');
+  if (o.json) {
+    console.log(JSON.stringify(s, null, 2));
+    return;
+  }
+  console.log(`cluster ${s.headAddress ?? ''} dashboard ${s.dashboardUrl}`.replace(/\s+/g, ' '));
+  console.log('');
+  console.log(
+    table(
+      ['NODE', 'HOST', 'STATE', 'CPU', 'GPU', 'MEMORY', 'WORKERS'],
+      s.nodes.map((n) => {
+        const used = (k: string) => `${+((n.resourcesTotal[k] ?? 0) - (n.resourcesAvailable[k] ?? 0)).toFixed(2)}/${n.resourcesTotal[k] ?? 0}`;
+        return [n.nodeId + (n.isHead ? ' (head)' : ''), n.hostname, n.state, used('CPU'), used('GPU'), `${bytes(n.memoryUsedBytes)}/${bytes(n.memoryTotalBytes)}`, n.workers];
+      }),
+    ),
+  );
+  console.log('');
+  const res = Object.keys(s.resources.total).map((k) => `${k} ${+(s.resources.used[k] ?? 0).toFixed(2)}/${s.resources.total[k]}`);
+  console.log(`resources: ${res.join(', ') || '-'}`);
+  const fmt = (m: Record<string, number>) => Object.entries(m).map(([k, v]) => `${v} ${k}`).join(', ') || 'none';
+  console.log(`actors:    ${fmt(s.actorsByState)}`);
+  console.log(`jobs:      ${fmt(s.jobsByStatus)}`);
+}
+
+/** `rtjob dashboard`: prints the login link. */
+export function dashboardCommand(): void {
+  const info = readClusterFile();
+  if (!info?.dashboardUrl) throw new CliError('no head was started on this machine', 3);
+  console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
+}

@@ -1,0 +1,262 @@
+/**
+ * `rtjob submit`, `list`, `logs`, `stop-job`, `delete-job`, `metrics`: jobs on a cluster.
+ *
+ * @module
+ */
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline/promises';
+
+import type { JobInfo } from '../../runtime/head/jobs/ops-store.ts';
+import { packDir, PackageTooLargeError, defaultMaxPackageBytes } from '../../runtime/head/jobs/working-dir.ts';
+import { isLoopback } from '../../runtime/head/http/auth.ts';
+import { api, CliError, type Endpoint, findEndpoint, requireEndpoint, tailJobLogs } from '../client.ts';
+import { rtjobHome } from '../cluster-file.ts';
+import { duration, localTime, parseEnvPairs, table } from '../format.ts';
+import { startLocalCluster } from '../local-cluster.ts';
+
+/**
+ * Variables of the caller's environment that describe this machine or shell, not the job; every
+ * other variable set for `rtjob submit` (ASYNC_NUM_TASKS=64 …) reaches the driver and workers.
+ */
+const machineLocal = new Set([
+  'PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'PWD', 'OLDPWD', 'SHLVL', '_', 'TERM', 'TERM_PROGRAM',
+  'TERM_PROGRAM_VERSION', 'COLORTERM', 'HOSTNAME', 'HOSTTYPE', 'LANG', 'LANGUAGE', 'MAIL', 'TMPDIR',
+  'TEMP', 'TMP', 'DISPLAY', 'EDITOR', 'VISUAL', 'PAGER', 'LS_COLORS', 'LESSOPEN', 'LESSCLOSE',
+  'NODE_OPTIONS', 'NODE_PATH', 'INIT_CWD', 'NO_COLOR', 'FORCE_COLOR', 'OSTYPE', 'MACHTYPE', 'WSL_DISTRO_NAME',
+  'RTJOB_ADDRESS', 'RTJOB_TOKEN', 'RTJOB_HTTP_ADDRESS', 'RTJOB_JOB_ID', 'RTJOB_JOB_ENV', 'RTJOB_HOME',
+]);
+const machineLocalPrefixes = ['LC_', 'XDG_', 'SSH_', 'npm_', 'GPG_', 'DBUS_', 'WINDOWID', 'KONSOLE_', 'VSCODE_', 'ITERM_', 'TMUX', 'STY', 'GIO_', 'GNOME_', 'DESKTOP_', 'SESSION_MANAGER', 'SUDO_'];
+
+/** The caller's variables that a job inherits (see {@link machineLocal}). */
+export function forwardedEnv(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(env)) {
+    if (v === undefined || machineLocal.has(k) || machineLocalPrefixes.some((p) => k.startsWith(p))) continue;
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) continue;
+    out[k] = v;
+  }
+  return out;
+}
+
+/** Options of `rtjob submit`. */
+export interface SubmitOptions {
+  address?: string;
+  token?: string;
+  workingDir?: string;
+  env: string[];
+  jobId?: string;
+  wait: boolean;
+  entrypointNumCpus?: string;
+  entrypointNumGpus?: string;
+  inheritEnv: boolean;
+  metadata?: string;
+}
+
+async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
+  let packed;
+  try {
+    packed = packDir(dir, defaultMaxPackageBytes);
+  } catch (err) {
+    if (err instanceof PackageTooLargeError) throw new CliError(err.message, 2, err.code);
+    throw new CliError(`cannot read --working-dir ${dir}: ${(err as Error).message}`, 2);
+  }
+  const path = `/api/packages/${packed.hash}`;
+  const have = await fetch(`${ep.url}${path}`, { headers: { authorization: `Bearer ${ep.token}` } }).catch(() => undefined);
+  if (have?.status !== 200) {
+    await api(ep, 'PUT', path, undefined, { body: packed.archive, contentType: 'application/octet-stream' });
+    process.stderr.write(`uploaded working dir ${dir} (${packed.files} files, ${packed.archive.length} bytes)\n`);
+  }
+  return `pkg://${packed.hash}`;
+}
+
+/** `rtjob submit ... -- ENTRYPOINT...`; resolves to the process exit code. */
+export async function submitCommand(entrypoint: string[], o: SubmitOptions): Promise<number> {
+  if (entrypoint.length === 0) throw new CliError('give the entrypoint after --, e.g. rtjob submit -- train_ppo --async-train', 2);
+  let env: Record<string, string>;
+  try {
+    env = { ...(o.inheritEnv ? forwardedEnv() : {}), ...parseEnvPairs(o.env) };
+  } catch (err) {
+    throw new CliError((err as Error).message, 2);
+  }
+  const num = (name: string, v?: string) => {
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < 0) throw new CliError(`${name} must be a non-negative number`, 2);
+    return n;
+  };
+  const request = {
+    entrypoint,
+    jobId: o.jobId,
+    env,
+    metadata: o.metadata ? (JSON.parse(o.metadata) as Record<string, string>) : undefined,
+    entrypointNumCpus: num('--entrypoint-num-cpus', o.entrypointNumCpus),
+    entrypointNumGpus: num('--entrypoint-num-gpus', o.entrypointNumGpus),
+  };
+
+  let ep = findEndpoint(o);
+  let ephemeral: Awaited<ReturnType<typeof startLocalCluster>> | undefined;
+  if (!ep) {
+    // No cluster: run this one job on a private local cluster and stop it afterwards.
+    const sessionDir = join(rtjobHome(), 'runs', `${Date.now()}-${process.pid}`);
+    mkdirSync(sessionDir, { recursive: true, mode: 0o700 });
+    ephemeral = await startLocalCluster({ sessionDir, port: 0, dashboardPort: 0, stopGraceMs: 3000 });
+    ep = { url: ephemeral.dashboardUrl, token: ephemeral.token };
+    process.stderr.write(`no cluster running: started a local one for this job (session ${sessionDir})\n`);
+  }
+  try {
+    const workingDir = o.workingDir ? await uploadWorkingDir(ep, o.workingDir) : undefined;
+    const local = isLoopback(new URL(ep.url).hostname);
+    const { job } = await api<{ job: JobInfo }>(ep, 'POST', '/api/jobs', {
+      ...request,
+      workingDir,
+      ...(workingDir || !local ? {} : { cwd: process.cwd() }),
+    });
+    if (!o.wait && !ephemeral) {
+      console.log(job.jobId);
+      process.stderr.write(`submitted ${job.jobId}; follow it with: rtjob logs -f ${job.jobId}\n`);
+      return 0;
+    }
+    process.stderr.write(`job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop or detach)\n`);
+    return await followToEnd(ep, job.jobId, !ephemeral);
+  } finally {
+    await ephemeral?.close({ stopJobs: true });
+  }
+}
+
+/** Streams logs until the job ends; Ctrl-C asks whether to stop it. Returns the exit code. */
+async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Promise<number> {
+  const abort = new AbortController();
+  let detached = false;
+  const onSigint = async () => {
+    process.off('SIGINT', onSigint);
+    let stop = !canDetach;
+    if (canDetach && process.stdin.isTTY) {
+      const rl = createInterface({ input: process.stdin, output: process.stderr });
+      const answer = await rl.question(`\nstop job ${jobId}? [y/N] `);
+      rl.close();
+      stop = /^y(es)?$/i.test(answer.trim());
+    }
+    if (stop) {
+      process.stderr.write(`stopping ${jobId}...\n`);
+      await api(ep, 'POST', `/api/jobs/${encodeURIComponent(jobId)}/stop`).catch(() => undefined);
+    } else {
+      detached = true;
+      process.stderr.write(`detached; ${jobId} keeps running (rtjob logs -f ${jobId})\n`);
+      abort.abort();
+    }
+  };
+  process.on('SIGINT', onSigint);
+  try {
+    await tailJobLogs(ep, jobId, (s) => process.stdout.write(s), abort.signal);
+  } finally {
+    process.off('SIGINT', onSigint);
+  }
+  if (detached) return 130;
+  const job = await api<JobInfo>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}`);
+  const took = job.startedAt && job.endedAt ? ` in ${duration(job.endedAt - job.startedAt)}` : '';
+  if (job.status === 'SUCCEEDED') {
+    process.stderr.write(`job ${jobId} SUCCEEDED${took}\n`);
+    return 0;
+  }
+  process.stderr.write(`job ${jobId} ${job.status}${took}${job.exitCode !== null ? ` (exit code ${job.exitCode})` : ''}\n`);
+  if (job.status === 'FAILED' && job.message) process.stderr.write(`${job.message}\n`);
+  return 1;
+}
+
+/** `rtjob list [--json]`. */
+export async function listCommand(o: { address?: string; token?: string; json?: boolean }): Promise<void> {
+  const ep = requireEndpoint(o);
+  const { jobs } = await api<{ jobs: JobInfo[] }>(ep, 'GET', '/api/jobs');
+  if (o.json) {
+    console.log(JSON.stringify(jobs, null, 2));
+    return;
+  }
+  if (jobs.length === 0) {
+    console.log('no jobs');
+    return;
+  }
+  const now = Date.now();
+  console.log(
+    table(
+      ['JOB', 'STATUS', 'SUBMITTED', 'DURATION', 'EXIT', 'ENTRYPOINT'],
+      jobs.map((j) => [
+        j.jobId,
+        j.status,
+        localTime(j.submittedAt),
+        j.startedAt ? duration((j.endedAt ?? now) - j.startedAt) : '-',
+        j.exitCode ?? '-',
+        j.entrypoint.join(' ').slice(0, 60),
+      ]),
+    ),
+  );
+}
+
+/** `rtjob logs JOB [-f] [--actor ID]`. */
+export async function logsCommand(jobId: string, o: { address?: string; token?: string; follow?: boolean; actor?: string }): Promise<void> {
+  const ep = requireEndpoint(o);
+  if (o.actor) {
+    let offset = 0;
+    for (;;) {
+      const r = await api<{ logs: string; nextOffset: number }>(ep, 'GET', `/api/actors/${encodeURIComponent(o.actor)}/logs?offset=${offset}`);
+      process.stdout.write(r.logs);
+      offset = r.nextOffset;
+      if (r.logs.length > 0) continue;
+      if (!o.follow) return;
+      const a = await api<{ state: string }>(ep, 'GET', `/api/actors/${encodeURIComponent(o.actor)}`);
+      if (a.state === 'DEAD') return;
+      await new Promise((r2) => setTimeout(r2, 300));
+    }
+  }
+  if (o.follow) {
+    await api(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}`);
+    await tailJobLogs(ep, jobId, (s) => process.stdout.write(s));
+    return;
+  }
+  let offset = 0;
+  for (;;) {
+    const r = await api<{ logs: string; nextOffset: number; size: number }>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/logs?offset=${offset}`);
+    process.stdout.write(r.logs);
+    if (r.nextOffset >= r.size || r.logs.length === 0) return;
+    offset = r.nextOffset;
+  }
+}
+
+/** `rtjob stop-job JOB`. */
+export async function stopJobCommand(jobId: string, o: { address?: string; token?: string }): Promise<void> {
+  const ep = requireEndpoint(o);
+  const r = await api<{ stopped: boolean; job: JobInfo }>(ep, 'POST', `/api/jobs/${encodeURIComponent(jobId)}/stop`);
+  console.log(r.stopped ? `job ${jobId} ${r.job.status}` : `job ${jobId} had already ended (${r.job.status})`);
+}
+
+/** `rtjob delete-job JOB`. */
+export async function deleteJobCommand(jobId: string, o: { address?: string; token?: string }): Promise<void> {
+  const ep = requireEndpoint(o);
+  await api(ep, 'DELETE', `/api/jobs/${encodeURIComponent(jobId)}`);
+  console.log(`deleted job ${jobId} (its log file is kept)`);
+}
+
+/** `rtjob metrics JOB [--csv] [--json]`. */
+export async function metricsCommand(jobId: string, o: { address?: string; token?: string; csv?: boolean; json?: boolean; last?: string }): Promise<void> {
+  const ep = requireEndpoint(o);
+  const path = `/api/jobs/${encodeURIComponent(jobId)}/metrics`;
+  if (o.csv) {
+    process.stdout.write(await api<string>(ep, 'GET', `${path}?format=csv`));
+    return;
+  }
+  const t = await api<{ columns: string[]; rows: (number | null)[][] }>(ep, 'GET', path);
+  if (o.json) {
+    console.log(JSON.stringify(t));
+    return;
+  }
+  if (t.rows.length === 0) {
+    console.log(`job ${jobId} has logged no metrics`);
+    return;
+  }
+  const last = Number(o.last ?? 20);
+  const cols = t.columns.filter((c) => c !== 'time');
+  const idx = cols.map((c) => t.columns.indexOf(c));
+  const fmt = (v: number | null | undefined) => (v === null || v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toPrecision(5));
+  console.log(table(cols, t.rows.slice(-last).map((r) => idx.map((i) => fmt(r[i])))));
+  if (t.rows.length > last) console.log(`(last ${last} of ${t.rows.length} steps; --csv for all)`);
+}

@@ -1,0 +1,154 @@
+/**
+ * What the HTTP API and dashboard need from the runtime head: nodes, actors, and a few actions.
+ * The runtime head provides it; {@link localClusterView} stands in for a head without a runtime
+ * (jobs only), so the operations layer works and is testable on its own.
+ *
+ * @module
+ */
+import { cpus, freemem, hostname, totalmem } from 'node:os';
+
+/** One node as the dashboard shows it. Resources are logical (`CPU`, `GPU`, custom). */
+export interface NodeView {
+  nodeId: string;
+  hostname: string;
+  address: string;
+  state: 'ALIVE' | 'DEAD';
+  isHead: boolean;
+  resourcesTotal: Record<string, number>;
+  resourcesAvailable: Record<string, number>;
+  memoryTotalBytes: number;
+  memoryUsedBytes: number;
+  /** Worker processes running on the node. */
+  workers: number;
+  startedAt: number;
+}
+
+/** Actor states, as in the runtime. */
+export type ActorState = 'PENDING' | 'ALIVE' | 'RESTARTING' | 'DEAD';
+
+/** One actor as the dashboard and `/api/actors` show it. */
+export interface ActorView {
+  actorId: string;
+  className: string;
+  name: string | null;
+  state: ActorState;
+  nodeId: string | null;
+  pid: number | null;
+  jobId: string | null;
+  restarts: number;
+  detached: boolean;
+  startedAt: number | null;
+  endedAt: number | null;
+  deathCause: string | null;
+}
+
+/** The runtime head as the operations layer sees it. */
+export interface ClusterView {
+  nodes(): NodeView[];
+  actors(): ActorView[];
+  killActor(actorId: string, opts: { noRestart: boolean }): Promise<void>;
+  /** Kills the actor's process and lets the runtime restart it (when its maxRestarts allows). */
+  restartActor?(actorId: string): Promise<void>;
+  /** Kills a job's non-detached actors (its driver is gone). */
+  killJobActors(jobId: string): Promise<void>;
+  /** Actor calls the cluster has served, for the `calls/s` counter. */
+  callsTotal?(): number;
+  /** Subscribes to node/actor changes; returns an unsubscribe function. */
+  onChange?(listener: (kind: 'node' | 'actor') => void): () => void;
+}
+
+/** A stand-in cluster of one node (this machine) with no actors. */
+export function localClusterView(): ClusterView {
+  const startedAt = Date.now();
+  return {
+    nodes: () => {
+      const n = cpus().length;
+      return [
+        {
+          nodeId: 'local',
+          hostname: hostname(),
+          address: '127.0.0.1',
+          state: 'ALIVE',
+          isHead: true,
+          resourcesTotal: { CPU: n },
+          resourcesAvailable: { CPU: n },
+          memoryTotalBytes: totalmem(),
+          memoryUsedBytes: totalmem() - freemem(),
+          workers: 0,
+          startedAt,
+        },
+      ];
+    },
+    actors: () => [],
+    killActor: async (id) => {
+      throw new Error(`no actor ${id}`);
+    },
+    killJobActors: async () => undefined,
+  };
+}
+
+/** Sortable columns of the actor table. */
+export const actorSortKeys = [
+  'actorId',
+  'className',
+  'name',
+  'state',
+  'nodeId',
+  'pid',
+  'jobId',
+  'restarts',
+  'startedAt',
+] as const;
+export type ActorSortKey = (typeof actorSortKeys)[number];
+
+/** A page request against the actor table. */
+export interface ActorQuery {
+  offset?: number;
+  /** @default 50, at most 1000 */
+  limit?: number;
+  sort?: ActorSortKey;
+  order?: 'asc' | 'desc';
+  state?: ActorState;
+  jobId?: string;
+  className?: string;
+  nodeId?: string;
+  /** Case-insensitive substring of id, class or name. */
+  q?: string;
+}
+
+/** Filters, sorts and pages actors on the server, so the page stays small at any cluster size. */
+export function queryActors(
+  all: readonly ActorView[],
+  q: ActorQuery,
+): { total: number; offset: number; limit: number; rows: ActorView[]; states: Record<string, number> } {
+  const needle = q.q?.toLowerCase();
+  const states: Record<string, number> = {};
+  const rows = all.filter((a) => {
+    if (q.jobId && a.jobId !== q.jobId) return false;
+    if (q.className && a.className !== q.className) return false;
+    if (q.nodeId && a.nodeId !== q.nodeId) return false;
+    if (
+      needle &&
+      !a.actorId.toLowerCase().includes(needle) &&
+      !a.className.toLowerCase().includes(needle) &&
+      !(a.name ?? '').toLowerCase().includes(needle)
+    ) {
+      return false;
+    }
+    states[a.state] = (states[a.state] ?? 0) + 1;
+    return !q.state || a.state === q.state;
+  });
+  const key = q.sort ?? 'startedAt';
+  const dir = q.order === 'asc' ? 1 : -1;
+  rows.sort((x, y) => {
+    const a = x[key];
+    const b = y[key];
+    if (a === b) return x.actorId < y.actorId ? -dir : dir;
+    if (a === null) return 1;
+    if (b === null) return -1;
+    return (a < b ? -1 : 1) * dir;
+  });
+  const limit = Math.min(Math.max(1, q.limit ?? 50), 1000);
+  const offset = Math.max(0, q.offset ?? 0);
+  return { total: rows.length, offset, limit, rows: rows.slice(offset, offset + limit), states };
+}

@@ -1,0 +1,42 @@
+/**
+ * Errors of the job API. Each has a stable `code` and the HTTP status the API answers with, so
+ * the CLI can print the message and pick an exit code without parsing text.
+ *
+ * @module
+ */
+
+export type JobErrorCode =
+  | 'BAD_REQUEST'
+  | 'JOB_ID_TAKEN'
+  | 'UNKNOWN_JOB'
+  | 'UNKNOWN_ACTOR'
+  | 'ENTRYPOINT_NOT_FOUND'
+  | 'PACKAGE_NOT_FOUND'
+  | 'PACKAGE_TOO_LARGE'
+  | 'JOB_NOT_TERMINAL'
+  | 'UNSUPPORTED';
+
+const httpStatus: Record<JobErrorCode, number> = {
+  BAD_REQUEST: 400,
+  JOB_ID_TAKEN: 409,
+  UNKNOWN_JOB: 404,
+  UNKNOWN_ACTOR: 404,
+  ENTRYPOINT_NOT_FOUND: 400,
+  PACKAGE_NOT_FOUND: 400,
+  PACKAGE_TOO_LARGE: 413,
+  JOB_NOT_TERMINAL: 409,
+  UNSUPPORTED: 501,
+};
+
+/** A request the operations API refuses; `status` is the HTTP status it maps to. */
+export class OpsError extends Error {
+  override readonly name = 'OpsError';
+  readonly status: number;
+  constructor(
+    readonly code: JobErrorCode,
+    message: string,
+  ) {
+    super(message);
+    this.status = httpStatus[code];
+  }
+}

@@ -1,0 +1,366 @@
+/**
+ * The cluster-operations tables — jobs, job metrics, events and the log-file index — kept in the
+ * head's SQLite database next to the runtime's own tables (nodes, actors, placement groups, kv).
+ * This module is the only place that touches their SQL.
+ *
+ * @module
+ */
+import Database from 'better-sqlite3';
+
+/** A job's lifecycle; the last three are terminal and never change again. */
+export type JobStatus = 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'STOPPED';
+
+export const terminalJobStatuses: ReadonlySet<JobStatus> = new Set(['SUCCEEDED', 'FAILED', 'STOPPED']);
+
+/** Everything the head knows about one job, as the API returns it. Times are epoch ms. */
+export interface JobInfo {
+  jobId: string;
+  status: JobStatus;
+  /** argv of the driver as the user gave it (`['train_ppo', '--async-train']`). */
+  entrypoint: string[];
+  /** `pkg://<sha256>` when a working dir was uploaded. */
+  workingDir: string | null;
+  /** Env the user gave (`--env` and forwarded variables); reaches the driver and its workers. */
+  env: Record<string, string>;
+  metadata: Record<string, string>;
+  entrypointNumCpus: number;
+  entrypointNumGpus: number;
+  submittedAt: number;
+  startedAt: number | null;
+  endedAt: number | null;
+  exitCode: number | null;
+  message: string;
+  driverPid: number | null;
+  logPath: string;
+}
+
+/** One row of training metrics as `metrics.log(step, values)` sent it. */
+export interface MetricRow {
+  step: number;
+  time: number;
+  values: Record<string, number>;
+}
+
+/** A cluster event: job state changes, actor deaths, node joins, head restarts. */
+export interface ClusterEvent {
+  id: number;
+  time: number;
+  kind: string;
+  subject: string;
+  message: string;
+}
+
+/** A log file the head knows about: a driver's or a worker's combined stdout/stderr. */
+export interface LogFile {
+  path: string;
+  kind: 'driver' | 'worker';
+  jobId: string | null;
+  actorId: string | null;
+  nodeId: string | null;
+  pid: number | null;
+  createdAt: number;
+}
+
+const schema = `
+CREATE TABLE IF NOT EXISTS ops_jobs (
+  job_id TEXT PRIMARY KEY,
+  status TEXT NOT NULL,
+  entrypoint TEXT NOT NULL,
+  working_dir TEXT,
+  env TEXT NOT NULL,
+  metadata TEXT NOT NULL,
+  entrypoint_num_cpus REAL NOT NULL,
+  entrypoint_num_gpus REAL NOT NULL,
+  submitted_at INTEGER NOT NULL,
+  started_at INTEGER,
+  ended_at INTEGER,
+  exit_code INTEGER,
+  message TEXT NOT NULL,
+  driver_pid INTEGER,
+  log_path TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ops_jobs_submitted ON ops_jobs(submitted_at);
+CREATE TABLE IF NOT EXISTS ops_job_metrics (
+  job_id TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  value REAL,
+  time INTEGER NOT NULL,
+  PRIMARY KEY (job_id, name, step)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ops_events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  time INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  subject TEXT NOT NULL,
+  message TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ops_log_files (
+  path TEXT PRIMARY KEY,
+  kind TEXT NOT NULL,
+  job_id TEXT,
+  actor_id TEXT,
+  node_id TEXT,
+  pid INTEGER,
+  created_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ops_log_files_job ON ops_log_files(job_id);
+CREATE INDEX IF NOT EXISTS ops_log_files_actor ON ops_log_files(actor_id);
+`;
+
+interface JobRow {
+  job_id: string;
+  status: JobStatus;
+  entrypoint: string;
+  working_dir: string | null;
+  env: string;
+  metadata: string;
+  entrypoint_num_cpus: number;
+  entrypoint_num_gpus: number;
+  submitted_at: number;
+  started_at: number | null;
+  ended_at: number | null;
+  exit_code: number | null;
+  message: string;
+  driver_pid: number | null;
+  log_path: string;
+}
+
+function toJob(r: JobRow): JobInfo {
+  return {
+    jobId: r.job_id,
+    status: r.status,
+    entrypoint: JSON.parse(r.entrypoint) as string[],
+    workingDir: r.working_dir,
+    env: JSON.parse(r.env) as Record<string, string>,
+    metadata: JSON.parse(r.metadata) as Record<string, string>,
+    entrypointNumCpus: r.entrypoint_num_cpus,
+    entrypointNumGpus: r.entrypoint_num_gpus,
+    submittedAt: r.submitted_at,
+    startedAt: r.started_at,
+    endedAt: r.ended_at,
+    exitCode: r.exit_code,
+    message: r.message,
+    driverPid: r.driver_pid,
+    logPath: r.log_path,
+  };
+}
+
+/** Fields of a job that change after submission. */
+export type JobUpdate = Partial<
+  Pick<JobInfo, 'status' | 'startedAt' | 'endedAt' | 'exitCode' | 'message' | 'driverPid'>
+>;
+
+const updateColumns: Record<keyof JobUpdate, string> = {
+  status: 'status',
+  startedAt: 'started_at',
+  endedAt: 'ended_at',
+  exitCode: 'exit_code',
+  message: 'message',
+  driverPid: 'driver_pid',
+};
+
+/**
+ * Opens (or creates) the operations tables in `db`, or in a database file of their own.
+ *
+ * @example
+ * const store = new OpsStore(join(sessionDir, 'ops.db'));
+ * store.insertJob(job);
+ */
+export class OpsStore {
+  readonly db: Database.Database;
+  readonly #ownsDb: boolean;
+  readonly #insertJob: Database.Statement;
+  readonly #getJob: Database.Statement;
+  readonly #insertMetric: Database.Statement;
+  readonly #insertEvent: Database.Statement;
+
+  /** `dbOrPath`: an open better-sqlite3 handle (shared with the runtime store) or a file path. */
+  constructor(dbOrPath: Database.Database | string) {
+    this.#ownsDb = typeof dbOrPath === 'string';
+    this.db = typeof dbOrPath === 'string' ? new Database(dbOrPath) : dbOrPath;
+    if (this.#ownsDb) {
+      this.db.pragma('journal_mode = WAL');
+      this.db.pragma('synchronous = NORMAL');
+      this.db.pragma('busy_timeout = 5000');
+    }
+    this.db.exec(schema);
+    this.#insertJob = this.db.prepare(
+      `INSERT INTO ops_jobs (job_id, status, entrypoint, working_dir, env, metadata,
+        entrypoint_num_cpus, entrypoint_num_gpus, submitted_at, started_at, ended_at, exit_code,
+        message, driver_pid, log_path)
+       VALUES (@job_id, @status, @entrypoint, @working_dir, @env, @metadata, @entrypoint_num_cpus,
+        @entrypoint_num_gpus, @submitted_at, @started_at, @ended_at, @exit_code, @message,
+        @driver_pid, @log_path)`,
+    );
+    this.#getJob = this.db.prepare('SELECT * FROM ops_jobs WHERE job_id = ?');
+    this.#insertMetric = this.db.prepare(
+      `INSERT OR REPLACE INTO ops_job_metrics (job_id, step, name, value, time) VALUES (?, ?, ?, ?, ?)`,
+    );
+    this.#insertEvent = this.db.prepare(
+      'INSERT INTO ops_events (time, kind, subject, message) VALUES (?, ?, ?, ?)',
+    );
+  }
+
+  /** Inserts a new job; throws a SQLite constraint error when the id is taken. */
+  insertJob(job: JobInfo): void {
+    this.#insertJob.run({
+      job_id: job.jobId,
+      status: job.status,
+      entrypoint: JSON.stringify(job.entrypoint),
+      working_dir: job.workingDir,
+      env: JSON.stringify(job.env),
+      metadata: JSON.stringify(job.metadata),
+      entrypoint_num_cpus: job.entrypointNumCpus,
+      entrypoint_num_gpus: job.entrypointNumGpus,
+      submitted_at: job.submittedAt,
+      started_at: job.startedAt,
+      ended_at: job.endedAt,
+      exit_code: job.exitCode,
+      message: job.message,
+      driver_pid: job.driverPid,
+      log_path: job.logPath,
+    });
+  }
+
+  getJob(jobId: string): JobInfo | undefined {
+    const row = this.#getJob.get(jobId) as JobRow | undefined;
+    return row ? toJob(row) : undefined;
+  }
+
+  /** All jobs, newest first. */
+  listJobs(opts: { status?: JobStatus[]; limit?: number } = {}): JobInfo[] {
+    const where = opts.status?.length
+      ? `WHERE status IN (${opts.status.map(() => '?').join(',')})`
+      : '';
+    const rows = this.db
+      .prepare(`SELECT * FROM ops_jobs ${where} ORDER BY submitted_at DESC, rowid DESC LIMIT ?`)
+      .all(...(opts.status ?? []), opts.limit ?? -1) as JobRow[];
+    return rows.map(toJob);
+  }
+
+  updateJob(jobId: string, update: JobUpdate): JobInfo | undefined {
+    const keys = Object.keys(update) as (keyof JobUpdate)[];
+    if (keys.length > 0) {
+      const set = keys.map((k) => `${updateColumns[k]} = @${k}`).join(', ');
+      this.db.prepare(`UPDATE ops_jobs SET ${set} WHERE job_id = @jobId`).run({ ...update, jobId });
+    }
+    return this.getJob(jobId);
+  }
+
+  /** Deletes a job with its metrics and log index rows (the log files stay on disk). */
+  deleteJob(jobId: string): void {
+    this.db.transaction(() => {
+      this.db.prepare('DELETE FROM ops_jobs WHERE job_id = ?').run(jobId);
+      this.db.prepare('DELETE FROM ops_job_metrics WHERE job_id = ?').run(jobId);
+    })();
+  }
+
+  /** Stores metric rows in one transaction; a repeated (step, name) overwrites the old value. */
+  addMetrics(jobId: string, rows: readonly MetricRow[]): void {
+    this.db.transaction(() => {
+      for (const row of rows) {
+        for (const [name, value] of Object.entries(row.values)) {
+          if (typeof value !== 'number') continue;
+          this.#insertMetric.run(jobId, row.step, name, Number.isFinite(value) ? value : null, row.time);
+        }
+      }
+    })();
+  }
+
+  /**
+   * A job's metrics as a table: one row per step, one column per metric name (sorted), `null`
+   * where a step did not log that name. `sinceStep` returns only later steps (live charts).
+   */
+  metricsTable(jobId: string, sinceStep = -Infinity): { columns: string[]; rows: (number | null)[][] } {
+    const data = this.db
+      .prepare(
+        'SELECT step, name, value, time FROM ops_job_metrics WHERE job_id = ? AND step > ? ORDER BY step',
+      )
+      .all(jobId, Number.isFinite(sinceStep) ? sinceStep : -9007199254740991) as {
+      step: number;
+      name: string;
+      value: number | null;
+      time: number;
+    }[];
+    const names = [...new Set(data.map((d) => d.name))].sort();
+    const col = new Map(names.map((n, i) => [n, i + 2]));
+    const byStep = new Map<number, (number | null)[]>();
+    for (const d of data) {
+      let row = byStep.get(d.step);
+      if (!row) {
+        row = [d.step, d.time, ...names.map(() => null)];
+        byStep.set(d.step, row);
+      }
+      row[col.get(d.name)!] = d.value;
+      if (d.time > (row[1] ?? 0)) row[1] = d.time;
+    }
+    return { columns: ['step', 'time', ...names], rows: [...byStep.values()] };
+  }
+
+  /** The most recent value of every metric of every job that is still running (for /metrics). */
+  latestMetrics(jobIds: readonly string[]): { jobId: string; name: string; step: number; value: number }[] {
+    if (jobIds.length === 0) return [];
+    return this.db
+      .prepare(
+        `SELECT m.job_id AS jobId, m.name AS name, m.step AS step, m.value AS value
+         FROM ops_job_metrics m
+         JOIN (SELECT job_id, name, MAX(step) AS step FROM ops_job_metrics
+               WHERE job_id IN (${jobIds.map(() => '?').join(',')}) GROUP BY job_id, name) l
+         ON m.job_id = l.job_id AND m.name = l.name AND m.step = l.step
+         WHERE m.value IS NOT NULL`,
+      )
+      .all(...jobIds) as { jobId: string; name: string; step: number; value: number }[];
+  }
+
+  addEvent(kind: string, subject: string, message: string, time = Date.now()): ClusterEvent {
+    const info = this.#insertEvent.run(time, kind, subject, message);
+    return { id: Number(info.lastInsertRowid), time, kind, subject, message };
+  }
+
+  /** Events newest first; `subject` filters to one job/actor/node id. */
+  listEvents(opts: { subject?: string; limit?: number } = {}): ClusterEvent[] {
+    const where = opts.subject ? 'WHERE subject = ?' : '';
+    const args: unknown[] = opts.subject ? [opts.subject] : [];
+    return this.db
+      .prepare(`SELECT * FROM ops_events ${where} ORDER BY id DESC LIMIT ?`)
+      .all(...args, opts.limit ?? 200) as ClusterEvent[];
+  }
+
+  /** Records a log file (idempotent on the path). */
+  addLogFile(file: LogFile): void {
+    this.db
+      .prepare(
+        `INSERT OR REPLACE INTO ops_log_files (path, kind, job_id, actor_id, node_id, pid, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(file.path, file.kind, file.jobId, file.actorId, file.nodeId, file.pid, file.createdAt);
+  }
+
+  /** Log files of a job (driver first) or of an actor, oldest first. */
+  findLogFiles(query: { jobId?: string; actorId?: string }): LogFile[] {
+    const clauses: string[] = [];
+    const args: string[] = [];
+    if (query.jobId) {
+      clauses.push('job_id = ?');
+      args.push(query.jobId);
+    }
+    if (query.actorId) {
+      clauses.push('actor_id = ?');
+      args.push(query.actorId);
+    }
+    const where = clauses.length ? `WHERE ${clauses.join(' AND ')}` : '';
+    const rows = this.db
+      .prepare(
+        `SELECT path, kind, job_id AS jobId, actor_id AS actorId, node_id AS nodeId, pid,
+           created_at AS createdAt FROM ops_log_files ${where}
+         ORDER BY kind = 'worker', created_at`,
+      )
+      .all(...args) as LogFile[];
+    return rows;
+  }
+
+  close(): void {
+    if (this.#ownsDb && this.db.open) this.db.close();
+  }
+}

@@ -1,0 +1,147 @@
+/**
+ * Training metrics in one call: `metrics.log(step, { reward, kl })` from a job's driver or any of
+ * its actors. Rows are batched (every 250 ms or 200 rows) and sent to the head, which stores them
+ * in SQLite; they show up in the dashboard's charts, `rtjob metrics JOB [--csv]`,
+ * `GET /api/jobs/:id/metrics` and Prometheus `/metrics`.
+ *
+ * Outside a job (no `RTJOB_JOB_ID`), `log` only keeps the last values in memory (`latest()`).
+ *
+ * @example
+ * import { metrics } from 'rtjob/runtime/metrics.ts';
+ * metrics.log(step, { reward_mean: 0.42, kl: 0.01, tokens_per_s: 5120 });
+ * await metrics.flush(); // before process.exit(), so the last rows are not lost
+ *
+ * @module
+ */
+import { readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
+
+/** Numeric values by name; non-finite values are stored as gaps. */
+export type MetricValues = Record<string, number>;
+
+interface Row {
+  step: number;
+  time: number;
+  values: MetricValues;
+}
+
+/** Options of {@link createMetricsLogger}. */
+export interface MetricsLoggerOptions {
+  /** @default process.env.RTJOB_JOB_ID */
+  jobId?: string;
+  /** The head's HTTP URL. @default RTJOB_HTTP_ADDRESS, else dashboardUrl in ~/.rtjob/cluster.json */
+  httpAddress?: string;
+  /** @default RTJOB_TOKEN, else the token in ~/.rtjob/cluster.json */
+  token?: string;
+  /** @default 250 */
+  flushIntervalMs?: number;
+  /** @default 200 */
+  maxBatchRows?: number;
+}
+
+/** A metrics logger; {@link metrics} is the process-wide one. */
+export interface MetricsLogger {
+  /** Records `values` for training step `step` (an integer). Never throws, never blocks. */
+  log(step: number, values: MetricValues): void;
+  /** Sends everything buffered; resolves when the head has stored it (or gave up). */
+  flush(): Promise<void>;
+  /** The last value logged for each name. */
+  latest(): MetricValues;
+}
+
+function clusterFile(): { dashboardUrl?: string; token?: string } {
+  try {
+    const home = process.env.RTJOB_HOME ?? join(homedir(), '.rtjob');
+    return JSON.parse(readFileSync(join(home, 'cluster.json'), 'utf8')) as { dashboardUrl?: string; token?: string };
+  } catch {
+    return {};
+  }
+}
+
+/** Creates a logger; most code uses the shared {@link metrics}. */
+export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLogger {
+  const jobId = opts.jobId ?? process.env.RTJOB_JOB_ID;
+  let endpoint: { url: string; token: string } | null | undefined;
+  const resolveEndpoint = () => {
+    if (endpoint !== undefined) return endpoint;
+    const file = opts.httpAddress && opts.token ? {} : clusterFile();
+    const base = opts.httpAddress ?? process.env.RTJOB_HTTP_ADDRESS ?? file.dashboardUrl;
+    const token = opts.token ?? process.env.RTJOB_TOKEN ?? file.token;
+    endpoint = jobId && base && token ? { url: `${base}/api/jobs/${encodeURIComponent(jobId)}/metrics`, token } : null;
+    return endpoint;
+  };
+  const flushIntervalMs = opts.flushIntervalMs ?? 250;
+  const maxBatchRows = opts.maxBatchRows ?? 200;
+  const latest: MetricValues = {};
+  let buffer: Row[] = [];
+  let timer: NodeJS.Timeout | undefined;
+  let inFlight: Promise<void> = Promise.resolve();
+  let warned = false;
+
+  const send = async (rows: Row[]) => {
+    const ep = resolveEndpoint();
+    if (!ep) return;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      try {
+        const res = await fetch(ep.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${ep.token}` },
+          body: JSON.stringify({ rows }),
+        });
+        if (res.ok) return;
+        if (res.status < 500) {
+          if (!warned) process.stderr.write(`rtjob metrics: the head refused metric rows (${res.status}: ${await res.text()})\n`);
+          warned = true;
+          return;
+        }
+      } catch {
+        // The head may be restarting; try again shortly.
+      }
+      await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
+    }
+    if (!warned) process.stderr.write(`rtjob metrics: could not reach the head at ${ep.url}; rows dropped\n`);
+    warned = true;
+  };
+
+  const flushNow = (): Promise<void> => {
+    if (timer) {
+      clearTimeout(timer);
+      timer = undefined;
+    }
+    if (buffer.length === 0) return inFlight;
+    const rows = buffer;
+    buffer = [];
+    // Batches go out one at a time so the head stores them in order.
+    inFlight = inFlight.then(() => send(rows));
+    return inFlight;
+  };
+
+  let hooked = false;
+  return {
+    log(step, values) {
+      if (!Number.isInteger(step)) throw new TypeError(`metrics.log: step must be an integer, got ${step}`);
+      const clean: MetricValues = {};
+      for (const [k, v] of Object.entries(values)) {
+        if (typeof v === 'number') {
+          clean[k] = v;
+          latest[k] = v;
+        }
+      }
+      if (!resolveEndpoint()) return;
+      if (!hooked) {
+        hooked = true;
+        // A driver that simply returns from main still gets its last rows stored.
+        process.once('beforeExit', () => void flushNow());
+      }
+      buffer.push({ step, time: Date.now(), values: clean });
+      if (buffer.length >= maxBatchRows) void flushNow();
+      else timer ??= setTimeout(() => void flushNow(), flushIntervalMs);
+    },
+    flush: flushNow,
+    latest: () => ({ ...latest }),
+  };
+}
+
+/** The process-wide metrics logger. */
+export const metrics: MetricsLogger = createMetricsLogger();
