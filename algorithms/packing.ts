@@ -1,0 +1,99 @@
+/**
+ * Packing for the trainer: split a batch of variable-length samples into micro-batches that fit a
+ * token budget, and give every token a loss weight computed from the whole batch, so the sum of
+ * micro-batch losses (and gradients) equals the full-batch loss under any aggregation mode.
+ *
+ * @module
+ */
+import { AlgorithmError, invalidOption } from './errors.ts';
+import { checkAggregation, type AggregationOptions } from './loss-aggregation.ts';
+import type { Numbers } from './validate.ts';
+
+/**
+ * Per-token loss weights from the whole batch's masks: `m/N` (token-mean, N = all action tokens),
+ * `m/(S·n_i)` (seq-mean-token-mean, S = sequences with any action token, n_i = its tokens), or
+ * `m/(B·C)` (seq-mean-token-sum-norm). `Σ l·w` over any partition of the rows then adds up to the
+ * full-batch aggregate. A batch without action tokens gets all-zero weights.
+ *
+ * @example
+ * lossWeights([[0, 1, 1], [1]]) // [[0, 1/3, 1/3], [1/3]]
+ */
+export function lossWeights(masks: readonly Numbers[], opts: AggregationOptions = {}): Float32Array[] {
+  checkAggregation(opts);
+  const agg = opts.aggregation ?? 'token-mean';
+  const counts = masks.map((m) => {
+    let c = 0;
+    for (let t = 0; t < m.length; t++) c += m[t] as number;
+    return c;
+  });
+  const total = counts.reduce((a, b) => a + b, 0);
+  const seqs = counts.filter((c) => c > 0).length;
+  return masks.map((m, r) => {
+    let scale: number;
+    if (agg === 'token-mean') scale = total > 0 ? 1 / total : 0;
+    else if (agg === 'seq-mean-token-mean') scale = (counts[r] as number) > 0 ? 1 / (seqs * (counts[r] as number)) : 0;
+    else scale = 1 / (masks.length * (opts.lossNormConstant as number));
+    const w = new Float32Array(m.length);
+    for (let t = 0; t < m.length; t++) w[t] = (m[t] as number) * scale;
+    return w;
+  });
+}
+
+/** One micro-batch: indices into the batch, and its token count. */
+export interface MicroBatch {
+  indices: number[];
+  tokens: number;
+}
+
+/** Options of {@link packMicroBatches}. */
+export interface PackOptions {
+  /** Token budget per micro-batch (`--train-max-tokens-per-gpu`). */
+  maxTokens: number;
+  /** Cap on samples per micro-batch; unset means no cap. */
+  maxSamples?: number;
+}
+
+/**
+ * First-fit-decreasing bin packing of sequence lengths under `maxTokens`. A sequence longer than
+ * the budget gets a micro-batch of its own (it cannot be split). Each micro-batch lists its
+ * indices in ascending order; micro-batches are ordered by their first index, so the result is
+ * deterministic. Every index appears exactly once.
+ */
+export function packMicroBatches(lengths: readonly number[], opts: PackOptions): MicroBatch[] {
+  const { maxTokens } = opts;
+  const maxSamples = opts.maxSamples ?? Infinity;
+  if (!(Number.isInteger(maxTokens) && maxTokens > 0)) {
+    throw invalidOption('--train-max-tokens-per-gpu', `must be an integer > 0 (got ${maxTokens})`);
+  }
+  if (!(maxSamples >= 1)) throw invalidOption('--micro-train-batch-size', `must be >= 1 (got ${maxSamples})`);
+  lengths.forEach((l, i) => {
+    if (!(Number.isInteger(l) && l >= 0)) {
+      throw new AlgorithmError('SHAPE_MISMATCH', `lengths[${i}] = ${l} is not a length`, { field: 'lengths', index: i });
+    }
+  });
+  const order = lengths.map((_, i) => i).sort((a, b) => (lengths[b] as number) - (lengths[a] as number) || a - b);
+  const bins: MicroBatch[] = [];
+  for (const i of order) {
+    const len = lengths[i] as number;
+    const bin = bins.find((b) => b.tokens + len <= maxTokens && b.indices.length < maxSamples);
+    if (bin) {
+      bin.indices.push(i);
+      bin.tokens += len;
+    } else {
+      bins.push({ indices: [i], tokens: len });
+    }
+  }
+  for (const b of bins) b.indices.sort((x, y) => x - y);
+  return bins.sort((a, b) => (a.indices[0] as number) - (b.indices[0] as number));
+}
+
+/** Rows of one micro-batch, right-padded into a dense `[rows, width]` Float32Array. */
+export function padRows(rows: readonly Numbers[], width?: number, pad = 0): { data: Float32Array; shape: [number, number] } {
+  const w = width ?? rows.reduce((m, r) => Math.max(m, r.length), 0);
+  const data = new Float32Array(rows.length * w).fill(pad);
+  rows.forEach((r, i) => {
+    if (r.length > w) throw new AlgorithmError('SHAPE_MISMATCH', `row ${i} has length ${r.length} > width ${w}`, { field: 'rows', index: i });
+    for (let t = 0; t < r.length; t++) data[i * w + t] = r[t] as number;
+  });
+  return { data, shape: [rows.length, w] };
+}

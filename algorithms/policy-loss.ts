@@ -1,0 +1,262 @@
+/**
+ * The actor's loss in TF.js, differentiable in the current logprobs: PPO clip (symmetric,
+ * clip-higher, dual clip), AReaL's decoupled PPO (behaviour / proximal / current logprobs with an
+ * importance-weight cap), OpenRLHF's truncated importance-sampling correction, the KL loss term
+ * and the entropy bonus.
+ *
+ * @module
+ */
+import * as tf from '@tensorflow/tfjs';
+import { AlgorithmError, invalidOption } from './errors.ts';
+import { KL_CLAMP, type KlEstimator } from './kl.ts';
+import { aggregateLoss, assertFiniteTensor, checkAggregation, type LossAggregation } from './loss-aggregation.ts';
+import { stripUndefined } from './validate.ts';
+
+/** Options of {@link ppoActorLoss}; flags are `train_ppo`'s. */
+export interface PpoLossOptions {
+  /** Lower clip ε_lo, and ε_hi unless `epsClipHigh` is set (`--eps-clip`). @default 0.2 */
+  epsClip?: number;
+  /** Upper clip ε_hi for clip-higher (`--eps-clip-high`). @default epsClip */
+  epsClipHigh?: number;
+  /** Dual-clip constant c > 1 (`--dual-clip`); unset disables. @default undefined */
+  dualClip?: number;
+  /** The log-ratio is clamped to ±this before `exp`. @default 20 */
+  logRatioClamp?: number;
+  /**
+   * Decoupled PPO (`--use-decoupled-loss`): clip against the proximal policy (`oldLogprobs`) and
+   * weight each token by `π_prox/π_behav`. Needs `behaviourLogprobs`. @default false
+   */
+  useDecoupledLoss?: boolean;
+  /** Tokens whose `π_prox/π_behav` exceeds this get weight 0 (`--behav-imp-weight-cap`). @default 5 */
+  behavImpWeightCap?: number;
+  /**
+   * Importance-sampling correction for the engine/trainer mismatch when not decoupled
+   * (`--is-correction`): `tis` multiplies by `clamp(π_old/π_behav, lo, hi)`, `icepop` zeroes tokens
+   * whose ratio is outside [lo, hi]. Needs `behaviourLogprobs`. @default 'none'
+   */
+  isCorrection?: 'none' | 'tis' | 'icepop';
+  /** [lo, hi] of the IS correction (`--is-threshold`). @default [0.5, 5] */
+  isThreshold?: readonly [number, number];
+  /** β of the KL loss term when `--use-kl-loss` is on; 0 leaves it out. Needs `refLogprobs`. @default 0 */
+  klLossCoef?: number;
+  /** Estimator for the KL loss term (`--kl-estimator`). @default 'k1' */
+  klEstimator?: KlEstimator;
+  /** Entropy bonus coefficient (`--entropy-loss-coef`); 0 leaves it out. Needs `entropy`. @default 0 */
+  entropyLossCoef?: number;
+  /** @default 'token-mean' */
+  aggregation?: LossAggregation;
+  /** C of `seq-mean-token-sum-norm`. */
+  lossNormConstant?: number;
+  /** Check the constant inputs for NaN/Inf (one sync each). @default true */
+  checkFinite?: boolean;
+}
+
+/** Defaults for {@link PpoLossOptions}. */
+export const ppoLossDefaults = {
+  epsClip: 0.2,
+  epsClipHigh: undefined as number | undefined,
+  dualClip: undefined as number | undefined,
+  logRatioClamp: 20,
+  useDecoupledLoss: false as boolean,
+  behavImpWeightCap: 5,
+  isCorrection: 'none' as 'none' | 'tis' | 'icepop',
+  isThreshold: [0.5, 5] as readonly [number, number],
+  klLossCoef: 0,
+  klEstimator: 'k1' as KlEstimator,
+  entropyLossCoef: 0,
+  aggregation: 'token-mean' as LossAggregation,
+  lossNormConstant: undefined as number | undefined,
+  checkFinite: true as boolean,
+};
+
+/** {@link PpoLossOptions} resolved: `epsClipHigh` is always a number. */
+export type ResolvedPpoLossOptions = Omit<typeof ppoLossDefaults, 'epsClipHigh'> & { epsClipHigh: number };
+
+/** Fills defaults and validates; errors name the flag. */
+export function resolvePpoLossOptions(opts: PpoLossOptions = {}): ResolvedPpoLossOptions {
+  const m = { ...ppoLossDefaults, ...stripUndefined(opts) };
+  const r: ResolvedPpoLossOptions = { ...m, epsClipHigh: m.epsClipHigh ?? m.epsClip };
+  if (!(r.epsClip >= 0 && r.epsClip < 1)) throw invalidOption('--eps-clip', `must be in [0, 1) (got ${r.epsClip})`);
+  if (!(r.epsClipHigh >= 0 && Number.isFinite(r.epsClipHigh))) {
+    throw invalidOption('--eps-clip-high', `must be a finite number >= 0 (got ${r.epsClipHigh})`);
+  }
+  if (r.dualClip !== undefined && !(r.dualClip > 1 && Number.isFinite(r.dualClip))) {
+    throw invalidOption('--dual-clip', `must be > 1 (got ${r.dualClip})`);
+  }
+  if (!(r.behavImpWeightCap > 1)) throw invalidOption('--behav-imp-weight-cap', `must be > 1 (got ${r.behavImpWeightCap})`);
+  if (!['none', 'tis', 'icepop'].includes(r.isCorrection)) {
+    throw invalidOption('--is-correction', `must be none, tis or icepop (got ${String(r.isCorrection)})`);
+  }
+  if (r.useDecoupledLoss && r.isCorrection !== 'none') {
+    throw invalidOption('--is-correction', 'cannot be combined with --use-decoupled-loss, which already weights by π_prox/π_behav');
+  }
+  const [lo, hi] = r.isThreshold;
+  if (!(lo > 0 && lo <= hi)) throw invalidOption('--is-threshold', `needs 0 < low <= high (got ${lo}, ${hi})`);
+  if (!(r.klLossCoef >= 0)) throw invalidOption('--init-kl-coef', `must be >= 0 (got ${r.klLossCoef})`);
+  if (!(r.entropyLossCoef >= 0)) throw invalidOption('--entropy-loss-coef', `must be >= 0 (got ${r.entropyLossCoef})`);
+  checkAggregation(r);
+  return r;
+}
+
+/** Tensors for {@link ppoActorLoss}; all share one shape, `[B, T]` or `[T]`. */
+export interface PolicyLossInputs {
+  /** Current policy logprobs: the only input gradients flow through (with `entropy`). */
+  logprobs: tf.Tensor;
+  /** Clip anchor: PPO's old logprobs, or the proximal policy's under decoupled PPO. */
+  oldLogprobs: tf.Tensor;
+  advantages: tf.Tensor;
+  /** 1 on action tokens. */
+  mask: tf.Tensor;
+  /** Logprobs of the policy that generated the tokens (engine-side). */
+  behaviourLogprobs?: tf.Tensor;
+  /** Reference logprobs, for the KL loss term. */
+  refLogprobs?: tf.Tensor;
+  /** Per-token entropy of the current policy, for the bonus. */
+  entropy?: tf.Tensor;
+  /** Per-token loss weights from `lossWeights` (packing); replaces local aggregation. */
+  weights?: tf.Tensor;
+}
+
+/**
+ * Per-token clipped surrogate loss: `−min(r·A, clip(r, 1−ε_lo, 1+ε_hi)·A)` with `r =
+ * exp(clamp(logπ − logπ_old, ±20))`; with dual clip, tokens with A < 0 use
+ * `−max(min(r·A, clip(r)·A), c·A)`.
+ */
+export function clippedSurrogate(logprobs: tf.Tensor, oldLogprobs: tf.Tensor, advantages: tf.Tensor, opts: PpoLossOptions = {}): tf.Tensor {
+  const o = resolvePpoLossOptions(opts);
+  return tf.tidy(() => {
+    const ratio = tf.exp(tf.clipByValue(tf.sub(logprobs, oldLogprobs), -o.logRatioClamp, o.logRatioClamp));
+    const surr1 = tf.mul(ratio, advantages);
+    const surr2 = tf.mul(tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh), advantages);
+    const clip1 = tf.minimum(surr1, surr2);
+    if (o.dualClip === undefined) return tf.neg(clip1);
+    const clip2 = tf.maximum(clip1, tf.mul(advantages, o.dualClip));
+    return tf.neg(tf.where(tf.less(advantages, 0), clip2, clip1));
+  });
+}
+
+/**
+ * Constant per-token weight on the surrogate: decoupled PPO's `π_prox/π_behav` (0 above the cap),
+ * `tis`/`icepop` correction, or 1. Returns undefined when no weight applies.
+ */
+export function behaviourWeights(inputs: PolicyLossInputs, o: ResolvedPpoLossOptions): tf.Tensor | undefined {
+  if (!o.useDecoupledLoss && o.isCorrection === 'none') return undefined;
+  const behav = inputs.behaviourLogprobs;
+  if (!behav) {
+    const flag = o.useDecoupledLoss ? '--use-decoupled-loss' : '--is-correction';
+    throw new AlgorithmError('SHAPE_MISMATCH', `${flag} needs behaviourLogprobs`, { field: 'behaviourLogprobs', flag });
+  }
+  return tf.tidy(() => {
+    const w = tf.exp(tf.sub(inputs.oldLogprobs, behav));
+    const [lo, hi] = o.isThreshold;
+    if (o.useDecoupledLoss) return tf.where(tf.lessEqual(w, o.behavImpWeightCap), w, tf.zerosLike(w));
+    if (o.isCorrection === 'tis') return tf.clipByValue(w, lo, hi);
+    return tf.where(tf.logicalAnd(tf.greaterEqual(w, lo), tf.lessEqual(w, hi)), w, tf.zerosLike(w));
+  });
+}
+
+/** Differentiable per-token KL estimate between current and reference logprobs, clamped to ±10. */
+export function klTensor(logprobs: tf.Tensor, refLogprobs: tf.Tensor, estimator: KlEstimator): tf.Tensor {
+  return tf.tidy(() => {
+    const x = tf.sub(logprobs, refLogprobs);
+    let k: tf.Tensor;
+    if (estimator === 'k1') k = x;
+    else if (estimator === 'k2') k = tf.div(tf.square(x), 2);
+    else k = tf.add(tf.sub(tf.exp(tf.neg(x)), 1), x);
+    return tf.clipByValue(k, -KL_CLAMP, KL_CLAMP);
+  });
+}
+
+/** Per-token entropy `−Σ p·log p` over the last axis of `logits`. Differentiable. */
+export function entropyFromLogits(logits: tf.Tensor): tf.Tensor {
+  return tf.tidy(() => {
+    const logp = tf.logSoftmax(logits, -1);
+    return tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), -1));
+  });
+}
+
+/**
+ * The actor's total loss: `agg(surrogate · w) + β·agg(KL) − c_H·agg(H)`, where `w` is the
+ * behaviour weight of decoupled PPO or the IS correction. Differentiable in `logprobs` (and in
+ * `entropy` if it was computed from the same logits).
+ *
+ * @example
+ * const loss = tf.variableGrads(() => ppoActorLoss({ logprobs: policy(batch), oldLogprobs, advantages, mask }));
+ */
+export function ppoActorLoss(inputs: PolicyLossInputs, opts: PpoLossOptions = {}): tf.Scalar {
+  const o = resolvePpoLossOptions(opts);
+  if (o.checkFinite) {
+    assertFiniteTensor(inputs.oldLogprobs, 'oldLogprobs');
+    assertFiniteTensor(inputs.advantages, 'advantages');
+    assertFiniteTensor(inputs.mask, 'mask');
+    if (inputs.behaviourLogprobs) assertFiniteTensor(inputs.behaviourLogprobs, 'behaviourLogprobs');
+    if (inputs.refLogprobs) assertFiniteTensor(inputs.refLogprobs, 'refLogprobs');
+  }
+  if (o.klLossCoef > 0 && !inputs.refLogprobs) {
+    throw new AlgorithmError('SHAPE_MISMATCH', '--use-kl-loss needs refLogprobs', { field: 'refLogprobs', flag: '--use-kl-loss' });
+  }
+  if (o.entropyLossCoef > 0 && !inputs.entropy) {
+    throw new AlgorithmError('SHAPE_MISMATCH', '--entropy-loss-coef > 0 needs entropy', { field: 'entropy', flag: '--entropy-loss-coef' });
+  }
+  return tf.tidy(() => {
+    const agg = { aggregation: o.aggregation, ...(o.lossNormConstant !== undefined ? { lossNormConstant: o.lossNormConstant } : {}), ...(inputs.weights ? { weights: inputs.weights } : {}) };
+    let pg = clippedSurrogate(inputs.logprobs, inputs.oldLogprobs, inputs.advantages, o);
+    const w = behaviourWeights(inputs, o);
+    if (w) pg = tf.mul(pg, w);
+    let loss = aggregateLoss(pg, inputs.mask, agg);
+    if (o.klLossCoef > 0) {
+      const kl = klTensor(inputs.logprobs, inputs.refLogprobs as tf.Tensor, o.klEstimator);
+      loss = tf.add(loss, tf.mul(aggregateLoss(kl, inputs.mask, agg), o.klLossCoef));
+    }
+    if (o.entropyLossCoef > 0) {
+      loss = tf.sub(loss, tf.mul(aggregateLoss(inputs.entropy as tf.Tensor, inputs.mask, agg), o.entropyLossCoef));
+    }
+    return loss as tf.Scalar;
+  });
+}
+
+/** Diagnostics of one policy-loss evaluation, over action tokens. */
+export interface PolicyLossStats {
+  /** Share of tokens where the clipped term was the active one. */
+  clipFraction: number;
+  /** Share of A < 0 tokens where the dual clip bound applied. */
+  dualClipFraction: number;
+  /** Mean of `logπ_old − logπ` (k1 estimate of KL(old‖current)). */
+  approxKl: number;
+  /** Mean behaviour weight (1 when none applies). */
+  behaviourWeightMean: number;
+  /** Share of tokens zeroed by the weight cap or icepop. */
+  behaviourWeightZeroFraction: number;
+  /** Number of action tokens. */
+  tokens: number;
+}
+
+/** Computes {@link PolicyLossStats} with one sync; not differentiable, for logging. */
+export function policyLossStats(inputs: PolicyLossInputs, opts: PpoLossOptions = {}): PolicyLossStats {
+  const o = resolvePpoLossOptions({ ...opts, checkFinite: false });
+  const values = tf.tidy(() => {
+    const m = inputs.mask;
+    const logRatio = tf.clipByValue(tf.sub(inputs.logprobs, inputs.oldLogprobs), -o.logRatioClamp, o.logRatioClamp);
+    const ratio = tf.exp(logRatio);
+    const a = inputs.advantages;
+    const surr1 = tf.mul(ratio, a);
+    const surr2 = tf.mul(tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh), a);
+    const clipped = tf.cast(tf.less(surr2, surr1), 'float32');
+    const neg = tf.cast(tf.less(a, 0), 'float32');
+    const dual = o.dualClip === undefined ? tf.zerosLike(a) : tf.cast(tf.less(tf.minimum(surr1, surr2), tf.mul(a, o.dualClip)), 'float32');
+    const w = behaviourWeights(inputs, o) ?? tf.onesLike(a);
+    const zero = tf.cast(tf.equal(w, 0), 'float32');
+    const sum = (t: tf.Tensor) => tf.sum(tf.mul(t, m));
+    return tf.stack([sum(tf.ones(m.shape)), sum(clipped), sum(tf.mul(dual, neg)), sum(neg), sum(tf.neg(logRatio)), sum(w), sum(zero)]).dataSync();
+  });
+  const [n = 0, clip = 0, dual = 0, negs = 0, kl = 0, w = 0, zero = 0] = Array.from(values);
+  const d = Math.max(n, 1);
+  return {
+    clipFraction: clip / d,
+    dualClipFraction: negs > 0 ? dual / negs : 0,
+    approxKl: kl / d,
+    behaviourWeightMean: n > 0 ? w / n : 1,
+    behaviourWeightZeroFraction: zero / d,
+    tokens: n,
+  };
+}
