@@ -1,0 +1,304 @@
+/**
+ * What the fake SGLang and vLLM servers share: a loopback HTTP server with a route table, the
+ * requests in flight (abortable), a pause gate, a prefix cache estimate, fault injection (health
+ * failing or hanging, slow answers, failing generations) and events tests can wait on.
+ *
+ * @module
+ */
+import { EventEmitter } from 'node:events';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+import { DeterministicGenerator, type TokenGenerator } from './token-generator.ts';
+
+/** Options every fake server takes. */
+export interface FakeServerOptions {
+  /** @default 0 (an ephemeral port) */
+  port?: number;
+  /** @default '127.0.0.1' */
+  host?: string;
+  /** @default a {@link DeterministicGenerator} */
+  generator?: TokenGenerator;
+  /** The served model directory (`--model-path` / `vllm serve <dir>`). @default '/fake/model' */
+  modelPath?: string;
+  /** Prompt + output cap. @default 4096 */
+  contextLength?: number;
+}
+
+/** A parsed request handed to a route. */
+export interface RouteRequest {
+  body: unknown;
+  query: URLSearchParams;
+}
+
+/** What a route answers: JSON, text, or nothing (200 with an empty body). */
+export type RouteAnswer = { status?: number; json?: unknown; text?: string } | undefined;
+
+/** How `/health` behaves. */
+export type HealthMode = 'ok' | 'fail' | 'hang';
+
+/** A request in flight: aborting its controller ends its generation with `abort`. */
+export interface Running {
+  controller: AbortController;
+  /** Set when the abort happened before the first token. */
+  started: boolean;
+}
+
+/** Counters tests read. */
+export interface FakeStats {
+  generateRequests: number;
+  tokensGenerated: number;
+  running: number;
+  weightLoads: number;
+  healthChecks: number;
+}
+
+/** The base of the fake servers; subclasses register routes. */
+export abstract class FakeServer extends EventEmitter {
+  readonly generator: TokenGenerator;
+  readonly modelPath: string;
+  readonly contextLength: number;
+  readonly stats: FakeStats = { generateRequests: 0, tokensGenerated: 0, running: 0, weightLoads: 0, healthChecks: 0 };
+  /** Bodies of the last generation requests, newest last (tests check the field mapping). */
+  readonly generateBodies: unknown[] = [];
+  healthMode: HealthMode = 'ok';
+  /** Added before every generation answer. */
+  responseDelayMs = 0;
+  /** The next this-many generation requests fail with 503. */
+  failNextGenerates = 0;
+  /** The weight version as a string (`weight_version`). */
+  weightVersion = 'default';
+  protected readonly running = new Set<Running>();
+  protected paused = false;
+  protected asleep = false;
+  private readonly unpauseWaiters = new Set<() => void>();
+  private readonly routes = new Map<string, (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer>();
+  private readonly recentPrompts: number[][] = [];
+  private readonly server: Server;
+  private portNumber = 0;
+  private readonly host: string;
+  private readonly requestedPort: number;
+
+  constructor(opts: FakeServerOptions) {
+    super();
+    this.generator = opts.generator ?? new DeterministicGenerator();
+    this.modelPath = opts.modelPath ?? '/fake/model';
+    this.contextLength = opts.contextLength ?? 4096;
+    this.host = opts.host ?? '127.0.0.1';
+    this.requestedPort = opts.port ?? 0;
+    this.server = createServer((req, res) => void this.dispatch(req, res));
+    this.route('GET', '/health', () => this.health());
+  }
+
+  get port(): number {
+    return this.portNumber;
+  }
+
+  get url(): string {
+    return `http://${this.host}:${this.portNumber}`;
+  }
+
+  /** Starts listening; resolves with the server. */
+  async listen(): Promise<this> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.requestedPort, this.host, () => resolve());
+    });
+    this.portNumber = (this.server.address() as AddressInfo).port;
+    return this;
+  }
+
+  /** Stops listening and drops every connection, hanging ones included. */
+  async close(): Promise<void> {
+    for (const r of this.running) r.controller.abort();
+    this.paused = false;
+    for (const w of this.unpauseWaiters) w();
+    await new Promise<void>((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections();
+    });
+  }
+
+  /** Resolves once `pred()` holds, re-checked on every change; rejects after `timeoutMs`. */
+  waitFor(pred: () => boolean, timeoutMs = 10_000): Promise<void> {
+    if (pred()) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const check = (): void => {
+        if (!pred()) return;
+        clearTimeout(timer);
+        this.off('change', check);
+        resolve();
+      };
+      const timer = setTimeout(() => {
+        this.off('change', check);
+        reject(new Error(`condition not reached in ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.on('change', check);
+    });
+  }
+
+  protected route(method: 'GET' | 'POST', path: string, fn: (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer): void {
+    this.routes.set(`${method} ${path}`, fn);
+  }
+
+  protected changed(): void {
+    this.emit('change');
+  }
+
+  /** Holds a caller while the server is paused (an aborted request is let go at once). */
+  protected async whilePaused(signal?: AbortSignal): Promise<void> {
+    while (this.paused && !signal?.aborted) await new Promise<void>((r) => this.unpauseWaiters.add(r));
+  }
+
+  protected setPaused(paused: boolean): void {
+    this.paused = paused;
+    if (!paused) this.wakeWaiters();
+    this.changed();
+  }
+
+  /** Aborts every running request; returns how many there were. */
+  protected abortAll(): number {
+    const n = this.running.size;
+    for (const r of this.running) r.controller.abort();
+    this.wakeWaiters();
+    return n;
+  }
+
+  private wakeWaiters(): void {
+    const ws = [...this.unpauseWaiters];
+    this.unpauseWaiters.clear();
+    for (const w of ws) w();
+  }
+
+  /** Longest prefix shared with a recent prompt: what a radix cache would have reused. */
+  protected cachedTokens(prompt: number[]): number {
+    let best = 0;
+    for (const p of this.recentPrompts) {
+      let i = 0;
+      while (i < p.length && i < prompt.length && p[i] === prompt[i]) i++;
+      best = Math.max(best, i);
+    }
+    this.recentPrompts.push(prompt);
+    if (this.recentPrompts.length > 256) this.recentPrompts.shift();
+    return best;
+  }
+
+  /** Runs one sample under the server's abort and pause rules. */
+  protected async runSample(req: Omit<Parameters<TokenGenerator['generate']>[0], 'signal' | 'hold' | 'onToken'>) {
+    const running: Running = { controller: new AbortController(), started: false };
+    this.running.add(running);
+    this.stats.running = this.running.size;
+    this.changed();
+    try {
+      return await this.generator.generate({
+        ...req,
+        signal: running.controller.signal,
+        hold: () => this.whilePaused(running.controller.signal),
+        onToken: () => {
+          running.started = true;
+          this.stats.tokensGenerated += 1;
+          this.changed();
+        },
+      });
+    } finally {
+      this.running.delete(running);
+      this.stats.running = this.running.size;
+      this.changed();
+    }
+  }
+
+  /** Counts a generation request and applies the injected faults; an answer means "send this instead". */
+  protected async beforeGenerate(body: unknown): Promise<RouteAnswer> {
+    this.stats.generateRequests += 1;
+    this.generateBodies.push(body);
+    if (this.generateBodies.length > 100) this.generateBodies.shift();
+    this.changed();
+    if (this.failNextGenerates > 0) {
+      this.failNextGenerates -= 1;
+      return { status: 503, json: { object: 'error', message: 'injected failure', code: 503 } };
+    }
+    return undefined;
+  }
+
+  protected async delayAnswer(): Promise<void> {
+    if (this.responseDelayMs > 0) await new Promise((r) => setTimeout(r, this.responseDelayMs));
+  }
+
+  private health(): RouteAnswer | Promise<RouteAnswer> {
+    this.stats.healthChecks += 1;
+    this.changed();
+    if (this.healthMode === 'fail') return { status: 503, text: '' };
+    if (this.healthMode === 'hang') return new Promise<RouteAnswer>(() => undefined);
+    return undefined;
+  }
+
+  private async dispatch(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://fake');
+    const fn = this.routes.get(`${req.method} ${url.pathname}`);
+    let answer: RouteAnswer;
+    try {
+      const raw = await readBody(req);
+      if (!fn) answer = { status: 404, json: { detail: 'Not Found' } };
+      else {
+        let body: unknown = undefined;
+        if (raw.length > 0) {
+          try {
+            body = JSON.parse(raw);
+          } catch {
+            answer = { status: 400, json: { object: 'error', message: 'body is not JSON', code: 400 } };
+          }
+        }
+        answer ??= await fn({ body, query: url.searchParams });
+      }
+    } catch (e) {
+      answer = { status: 500, json: { object: 'error', message: (e as Error).message, code: 500 } };
+    }
+    if (res.destroyed) return;
+    res.statusCode = answer?.status ?? 200;
+    if (answer?.json !== undefined) {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify(answer.json));
+    } else res.end(answer?.text ?? '');
+  }
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+/** Parses `--port N --model-path P ...` style arguments of a standalone fake server. */
+export function parseFakeArgs(argv: string[]): { port: number; modelPath?: string; tokenDelayMs: number; vocabSize: number; extra: Map<string, string> } {
+  const m = new Map<string, string>();
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a.startsWith('--')) {
+      const eq = a.indexOf('=');
+      if (eq > 0) m.set(a.slice(2, eq), a.slice(eq + 1));
+      else m.set(a.slice(2), argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--') ? argv[++i]! : 'true');
+    }
+  }
+  const modelPath = m.get('model-path') ?? m.get('model');
+  return {
+    port: Number(m.get('port') ?? 0),
+    ...(modelPath === undefined ? {} : { modelPath }),
+    tokenDelayMs: Number(m.get('token-delay-ms') ?? 0),
+    vocabSize: Number(m.get('vocab-size') ?? 64),
+    extra: m,
+  };
+}
+
+/** Runs a fake server as a process: prints `listening on <url>`, exits cleanly on SIGTERM/SIGINT. */
+export async function runStandalone(server: FakeServer): Promise<void> {
+  await server.listen();
+  process.stdout.write(`listening on ${server.url}\n`);
+  const stop = (): void => {
+    void server.close().then(() => process.exit(0));
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+}

@@ -1,0 +1,280 @@
+/**
+ * Token generators for the fake inference servers. A fake server does the HTTP protocol; a
+ * generator decides the tokens and their logprobs. Two are here: a small deterministic sampler
+ * (a fixed pseudo-random bigram model whose "weights" are a seed read from the checkpoint
+ * directory), and an adapter that generates with any {@link InferenceEngine} — plug the builtin
+ * TF.js engine in and a fake server generates with a real, trainable model.
+ *
+ * @module
+ */
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+
+import type { GenerationConfig, InferenceEngine } from '../../actors/engines/types.ts';
+
+/** What a fake server asks a generator for: one sample. */
+export interface SamplingRequest {
+  inputIds: number[];
+  maxNewTokens: number;
+  minNewTokens: number;
+  /** 0 means greedy. */
+  temperature: number;
+  topP: number;
+  /** 0 or less: off. */
+  topK: number;
+  stopTokenIds: number[];
+  stop: string[];
+  ignoreEos: boolean;
+  seed?: number;
+  /** Aborting it ends the sample now with finish `abort` and the tokens so far. */
+  signal: AbortSignal;
+  /** Awaited before every token; a server paused in place holds it. */
+  hold: () => Promise<void>;
+  /** Called after every token (tests wait on progress through it). */
+  onToken: () => void;
+}
+
+/** One generated sample. `logprobs` are after temperature; `rawLogprobs` before it, when known. */
+export interface GeneratedSequence {
+  tokens: number[];
+  logprobs: number[];
+  rawLogprobs?: number[];
+  finish: 'stop' | 'length' | 'abort';
+  /** The stop token id or stop string that ended it. */
+  matched?: number | string;
+}
+
+/** What a fake server generates with. */
+export interface TokenGenerator {
+  readonly eosTokenId: number;
+  decode(ids: number[]): string;
+  generate(req: SamplingRequest): Promise<GeneratedSequence>;
+  /** Loads the checkpoint directory at `path`; throws when it does not exist. */
+  loadWeights(path: string, version: number): Promise<void>;
+  /** For generators that cannot abort one request alone: abort all in flight and hold new ones. */
+  abortAll?(): Promise<void>;
+  /** Undo `abortAll`. */
+  resumeAll?(): Promise<void>;
+}
+
+const alphabet = 'abcdefghijklmnopqrstuvwxyz0123456789 .,!?+-=*/()';
+
+/** Options of {@link DeterministicGenerator}. */
+export interface DeterministicGeneratorOptions {
+  /** @default 64 */
+  vocabSize?: number;
+  /** @default 1 */
+  eosTokenId?: number;
+  /** Simulated compute per token. @default 0 */
+  tokenDelayMs?: number;
+  /** Spread of the logits; larger is more peaked. @default 4 */
+  logitScale?: number;
+  /** The initial "weights". @default 0 */
+  weightsSeed?: number;
+}
+
+/**
+ * A bigram model with pseudo-random logits fixed by `(previous two tokens, weights seed)`.
+ * Sampling follows SGLang/vLLM: temperature, then top-k, then top-p; logprobs are reported both
+ * after temperature (before truncation) and raw. Checkpoint directories hold the seed in
+ * `fake-weights.json` (`{"seed": 7}`); any other existing directory gets a seed from its path.
+ */
+export class DeterministicGenerator implements TokenGenerator {
+  readonly vocabSize: number;
+  readonly eosTokenId: number;
+  private readonly tokenDelayMs: number;
+  private readonly logitScale: number;
+  private weightsSeed: number;
+  private stream: () => number;
+
+  constructor(opts: DeterministicGeneratorOptions = {}) {
+    this.vocabSize = opts.vocabSize ?? 64;
+    this.eosTokenId = opts.eosTokenId ?? 1;
+    this.tokenDelayMs = opts.tokenDelayMs ?? 0;
+    this.logitScale = opts.logitScale ?? 4;
+    this.weightsSeed = opts.weightsSeed ?? 0;
+    this.stream = mulberry32(0x5eed);
+  }
+
+  decode(ids: number[]): string {
+    return ids.map((t) => (t === this.eosTokenId ? '' : alphabet[t % alphabet.length])).join('');
+  }
+
+  async loadWeights(path: string): Promise<void> {
+    if (!existsSync(path) || !statSync(path).isDirectory()) {
+      throw new Error(`model path ${path} is not a directory`);
+    }
+    const file = join(path, 'fake-weights.json');
+    this.weightsSeed = existsSync(file)
+      ? Number((JSON.parse(readFileSync(file, 'utf8')) as { seed: number }).seed)
+      : hashString(path);
+  }
+
+  /** Log-softmax of the next-token logits after `context` (exposed for tests). */
+  logits(context: number[]): Float64Array {
+    const a = context.at(-1) ?? 0;
+    const b = context.at(-2) ?? 0;
+    const out = new Float64Array(this.vocabSize);
+    for (let j = 0; j < this.vocabSize; j++) {
+      const h = fmix32(Math.imul(a + 1, 0x9e3779b1) ^ Math.imul(b + 7, 0x85ebca6b) ^ Math.imul(j + 13, 0xc2b2ae35) ^ this.weightsSeed);
+      out[j] = ((h >>> 0) / 0xffffffff) * 2 * this.logitScale - this.logitScale;
+    }
+    return out;
+  }
+
+  async generate(req: SamplingRequest): Promise<GeneratedSequence> {
+    const rand = req.seed === undefined ? this.stream : mulberry32(req.seed);
+    const context = req.inputIds.slice();
+    const out: GeneratedSequence = { tokens: [], logprobs: [], rawLogprobs: [], finish: 'length' };
+    const ends = new Set(req.stopTokenIds);
+    if (!req.ignoreEos) ends.add(this.eosTokenId);
+    while (out.tokens.length < req.maxNewTokens) {
+      await req.hold();
+      if (this.tokenDelayMs > 0) await sleep(this.tokenDelayMs);
+      else if (out.tokens.length % 16 === 15) await new Promise((r) => setImmediate(r));
+      if (req.signal.aborted) return { ...out, finish: 'abort' };
+      const logits = this.logits(context);
+      if (out.tokens.length < req.minNewTokens) for (const e of ends) if (e < logits.length) logits[e] = -Infinity;
+      const raw = logSoftmax(logits, 1);
+      const greedy = req.temperature === 0;
+      const tempered = greedy ? raw : logSoftmax(logits, req.temperature);
+      const tok = greedy ? argmax(raw) : sampleFrom(tempered, req.topK, req.topP, rand);
+      out.tokens.push(tok);
+      out.logprobs.push(tempered[tok]!);
+      out.rawLogprobs!.push(raw[tok]!);
+      context.push(tok);
+      req.onToken();
+      if (ends.has(tok)) return { ...out, finish: 'stop', matched: tok };
+      const text = this.decode(out.tokens);
+      const s = req.stop.find((x) => x.length > 0 && text.endsWith(x));
+      if (s !== undefined) return { ...out, finish: 'stop', matched: s };
+    }
+    return out;
+  }
+}
+
+/**
+ * A generator backed by an {@link InferenceEngine} (for example the builtin TF.js engine), so
+ * that a fake server generates with a real model and training against it learns. The engine
+ * cannot cancel one request, so aborts go through `abortAll` (engine `pause({ mode: 'abort' })`).
+ */
+export class EngineGenerator implements TokenGenerator {
+  readonly eosTokenId: number;
+  private readonly engine: InferenceEngine;
+  private readonly decodeFn: (ids: number[]) => string;
+
+  constructor(engine: InferenceEngine, opts: { eosTokenId: number; decode: (ids: number[]) => string }) {
+    this.engine = engine;
+    this.eosTokenId = opts.eosTokenId;
+    this.decodeFn = opts.decode;
+  }
+
+  decode(ids: number[]): string {
+    return this.decodeFn(ids);
+  }
+
+  async generate(req: SamplingRequest): Promise<GeneratedSequence> {
+    await req.hold();
+    const gconfig: GenerationConfig = {
+      maxNewTokens: req.maxNewTokens,
+      minNewTokens: req.minNewTokens,
+      greedy: req.temperature === 0,
+      temperature: req.temperature === 0 ? 1 : req.temperature,
+      topP: req.topP,
+      topK: req.topK,
+      stopTokenIds: req.stopTokenIds,
+      stop: req.stop,
+      ...(req.seed === undefined ? {} : { seed: req.seed }),
+    };
+    const r = await this.engine.generate({ inputIds: req.inputIds, gconfig });
+    for (let i = 0; i < r.outputTokens.length; i++) req.onToken();
+    const last = r.outputTokens.at(-1);
+    return {
+      tokens: r.outputTokens,
+      logprobs: r.outputLogprobs,
+      finish: r.stopReason,
+      ...(r.stopReason === 'stop' && last !== undefined ? { matched: last } : {}),
+    };
+  }
+
+  async loadWeights(path: string, version: number): Promise<void> {
+    await this.engine.updateWeights({ kind: 'disk', path }, version);
+  }
+
+  async abortAll(): Promise<void> {
+    await this.engine.pause({ mode: 'abort' });
+  }
+
+  async resumeAll(): Promise<void> {
+    await this.engine.resume();
+  }
+}
+
+function logSoftmax(logits: Float64Array, temperature: number): Float64Array {
+  let max = -Infinity;
+  for (const l of logits) if (l / temperature > max) max = l / temperature;
+  let sum = 0;
+  for (const l of logits) sum += Math.exp(l / temperature - max);
+  const lse = max + Math.log(sum);
+  return logits.map((l) => l / temperature - lse);
+}
+
+function argmax(xs: Float64Array): number {
+  let best = 0;
+  for (let i = 1; i < xs.length; i++) if (xs[i]! > xs[best]!) best = i;
+  return best;
+}
+
+/** Top-k, then top-p over the tempered distribution, renormalised, then one draw. */
+function sampleFrom(logp: Float64Array, topK: number, topP: number, rand: () => number): number {
+  const order = Array.from(logp.keys()).sort((x, y) => logp[y]! - logp[x]!);
+  let keep = topK > 0 ? order.slice(0, topK) : order;
+  if (topP < 1) {
+    let mass = 0;
+    const kept: number[] = [];
+    for (const i of keep) {
+      kept.push(i);
+      mass += Math.exp(logp[i]!);
+      if (mass >= topP) break;
+    }
+    keep = kept;
+  }
+  let total = 0;
+  for (const i of keep) total += Math.exp(logp[i]!);
+  let u = rand() * total;
+  for (const i of keep) {
+    u -= Math.exp(logp[i]!);
+    if (u <= 0) return i;
+  }
+  return keep.at(-1)!;
+}
+
+function fmix32(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  return h ^ (h >>> 16);
+}
+
+function hashString(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
+  return fmix32(h);
+}
+
+/** A small seeded PRNG in [0, 1). */
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
