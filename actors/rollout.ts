@@ -1,0 +1,223 @@
+/**
+ * The Rollout role: wraps one inference engine, loads the user's agent file inside its worker, and
+ * runs agent episodes against the engine with at most ASYNC_NUM_TASKS at once. Every generated
+ * token carries its behaviour logprob and the version of the weights that produced it. Also runs
+ * the held-out evaluation (greedy, single turn, math reward).
+ *
+ * @module
+ */
+import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
+import { loadAgent } from './agent/load.ts';
+import { SimulatedEngine } from './agent/simulated-engine.ts';
+import type { Agent, AgentTokenizer, Sample } from './agent/types.ts';
+import { BuiltinEngine } from './engines/builtin/engine.ts';
+import type { GenerationConfig, InferenceEngine, NamedTensors, PauseOptions } from './engines/types.ts';
+import { loadTokenizer, type ChatTokenizer } from './model/tokenizer.ts';
+import { defaultAgent, mathReward } from './reward.ts';
+
+/** One prompt as the driver sends it; the rollout tokenizes it. */
+export interface PromptItem {
+  index: number;
+  prompt: string;
+  label?: string;
+  groupId: string;
+  record?: Record<string, unknown>;
+}
+
+/** How a Rollout is built. */
+export interface RolloutInit {
+  /** HF model directory (weights for the builtin engine, tokenizer for all). */
+  pretrain: string;
+  /** Agent file; the built-in single-turn math reward when unset. */
+  agentFunc?: string;
+  /** @default 'builtin' */
+  engine?: 'builtin' | 'simulated';
+  temperature?: number;
+  topP?: number;
+  generateMaxLen: number;
+  promptMaxLen: number;
+  applyChatTemplate?: boolean;
+  nSamplesPerPrompt: number;
+  /** Episodes at once; @default ASYNC_NUM_TASKS from the environment, else 128 */
+  asyncNumTasks?: number;
+  /** @default 0 (none) */
+  episodeTimeoutMs?: number;
+  /** Seed of the engine's sampling stream. @default 0 */
+  seed?: number;
+}
+
+/** Counters a Rollout reports. */
+export interface RolloutStats {
+  version: number;
+  episodesRunning: number;
+  episodesDone: number;
+  episodesFailed: number;
+  generatedTokens: number;
+  /** Milliseconds with at least one episode running. */
+  busyMs: number;
+}
+
+/** Runs agent episodes on one engine. Call {@link Rollout.ready} once first. */
+export class Rollout {
+  private engine!: InferenceEngine;
+  private tokenizer!: AgentTokenizer;
+  private runner!: EpisodeRunner;
+  private agent!: Agent;
+  private loaded: Promise<void> | undefined;
+  private readonly gconfig: GenerationConfig;
+  private readonly counters = { done: 0, failed: 0, tokens: 0, busyMs: 0 };
+  private active = 0;
+  private busySince = 0;
+
+  constructor(private readonly init: RolloutInit) {
+    this.gconfig = {
+      maxNewTokens: init.generateMaxLen,
+      temperature: init.temperature ?? 1,
+      topP: init.topP ?? 1,
+    };
+  }
+
+  /** Loads the engine, the tokenizer and the agent file. */
+  async ready(): Promise<{ agent: string; kind: Agent['kind']; maxConcurrent: number }> {
+    const maxConcurrent = this.init.asyncNumTasks ?? envInt('ASYNC_NUM_TASKS') ?? 128;
+    this.loaded ??= (async () => {
+      const chat = loadTokenizer(this.init.pretrain);
+      this.tokenizer = agentTokenizer(chat);
+      this.engine =
+        this.init.engine === 'simulated'
+          ? new SimulatedEngine()
+          : await BuiltinEngine.create({ modelPath: this.init.pretrain, seed: this.init.seed ?? 0 });
+      const maxLength = this.init.promptMaxLen + this.init.generateMaxLen * 4;
+      const agent = (this.agent = this.init.agentFunc
+        ? await loadAgent(this.init.agentFunc, {
+            tokenizer: this.tokenizer,
+            gconfig: this.gconfig,
+            nSamples: this.init.nSamplesPerPrompt,
+            maxLength,
+          })
+        : defaultAgent);
+      this.runner = new EpisodeRunner({
+        agent,
+        tokenizer: this.tokenizer,
+        gconfig: this.gconfig,
+        maxLength,
+        maxConcurrent,
+        episodeTimeoutMs: this.init.episodeTimeoutMs ?? 0,
+      });
+    })();
+    await this.loaded;
+    return { agent: this.agent.file, kind: this.agent.kind, maxConcurrent };
+  }
+
+  /** The prompt as the agent sees it: tokenized (chat template when asked), tail-truncated. */
+  sample(item: PromptItem): Sample {
+    const ids = this.init.applyChatTemplate === false
+      ? this.tokenizer.encode(item.prompt)
+      : this.tokenizer.applyChatTemplate([{ role: 'user', content: item.prompt }]);
+    const promptIds = ids.length > this.init.promptMaxLen ? ids.slice(ids.length - this.init.promptMaxLen) : ids;
+    return {
+      index: item.index,
+      prompt: item.prompt,
+      ...(item.label !== undefined ? { label: item.label } : {}),
+      promptIds,
+      nSamples: this.init.nSamplesPerPrompt,
+      groupId: item.groupId,
+      record: item.record ?? {},
+    };
+  }
+
+  /** Runs one prompt's group of episodes. Contract errors (agent bugs) reject. */
+  async runGroup(item: PromptItem): Promise<GroupResult> {
+    if (this.active++ === 0) this.busySince = performance.now();
+    try {
+      const g = await this.runner.runGroup(this.engine, this.sample(item));
+      if (g.status === 'failed') this.counters.failed += g.episodes;
+      else this.counters.done += g.episodes;
+      for (const t of g.trajectories) this.counters.tokens += t.lossMask.reduce((a, b) => a + b, 0);
+      return g;
+    } finally {
+      if (--this.active === 0) this.counters.busyMs += performance.now() - this.busySince;
+    }
+  }
+
+  /** Runs many groups at once (bounded by ASYNC_NUM_TASKS inside). */
+  runGroups(items: PromptItem[]): Promise<GroupResult[]> {
+    return Promise.all(items.map((it) => this.runGroup(it)));
+  }
+
+  /** Greedy single-turn accuracy on held-out prompts, scored by the math reward. */
+  async evaluate(items: PromptItem[]): Promise<{ correct: number; total: number }> {
+    const outs = await Promise.all(
+      items.map(async (it) => {
+        const s = this.sample(it);
+        const r = await this.engine.generate({
+          inputIds: s.promptIds,
+          gconfig: { maxNewTokens: this.init.generateMaxLen, greedy: true },
+        });
+        return mathReward(this.tokenizer.decode(r.outputTokens), it.label);
+      }),
+    );
+    return { correct: outs.filter((x) => x === 1).length, total: items.length };
+  }
+
+  /** Loads new weights; later tokens carry `version`. */
+  async updateWeights(w: { version: number; tensors: NamedTensors }): Promise<void> {
+    await this.engine.updateWeights({ kind: 'tensors', tensors: w.tensors }, w.version);
+  }
+
+  getVersion(): number {
+    return this.engine.getVersion();
+  }
+
+  pause(opts?: PauseOptions): Promise<void> {
+    return this.engine.pause(opts);
+  }
+
+  resume(): Promise<void> {
+    return this.engine.resume();
+  }
+
+  sleep(): Promise<void> {
+    return this.engine.sleep();
+  }
+
+  wakeUp(): Promise<void> {
+    return this.engine.wakeUp();
+  }
+
+  stats(): RolloutStats {
+    const busy = this.counters.busyMs + (this.active > 0 ? performance.now() - this.busySince : 0);
+    return {
+      version: this.engine.getVersion(),
+      episodesRunning: this.runner.running,
+      episodesDone: this.counters.done,
+      episodesFailed: this.counters.failed,
+      generatedTokens: this.counters.tokens,
+      busyMs: busy,
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.engine?.close();
+  }
+}
+
+/** The agent-facing view of a chat tokenizer (template rendered, then encoded). */
+export function agentTokenizer(chat: ChatTokenizer): AgentTokenizer {
+  const eos = chat.eosTokenId;
+  return {
+    ...(eos !== undefined ? { eosTokenId: eos } : {}),
+    encode: (text, opts) => chat.encode(text, opts),
+    decode: (ids, opts) => chat.decode(ids, { skipSpecialTokens: opts?.skipSpecialTokens ?? true }),
+    applyChatTemplate: (messages, opts) => chat.encode(chat.applyChatTemplate(messages, opts)),
+  };
+}
+
+function envInt(name: string): number | undefined {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return undefined;
+  if (!/^\d+$/.test(raw.trim()) || Number(raw) < 1) {
+    throw new RangeError(`${name}: expected an integer >= 1, got '${raw}'`);
+  }
+  return Number(raw);
+}

@@ -1,0 +1,112 @@
+/**
+ * The RL roles as the training loops see them: every method returns a promise, whether the role
+ * is a plain object in the driver (`--in-process`, tests) or an actor placed through the runtime.
+ *
+ * @module
+ */
+import { Critic } from '../../actors/critic.ts';
+import { Reference } from '../../actors/reference.ts';
+import { Rollout } from '../../actors/rollout.ts';
+import { Trainer } from '../../actors/trainer.ts';
+import type { TrainPpoOptions } from './flags.ts';
+
+/** `T` with every method returning a promise. */
+export type Remote<T> = {
+  [K in keyof T as T[K] extends (...a: never[]) => unknown ? K : never]: T[K] extends (...a: infer A) => infer R
+    ? (...a: A) => Promise<Awaited<R>>
+    : never;
+};
+
+/** The roles of one run. */
+export interface Roles {
+  rollouts: Remote<Rollout>[];
+  trainer: Remote<Trainer>;
+  reference?: Remote<Reference>;
+  critic?: Remote<Critic>;
+  /** Restarts a dead rollout (remote roles only); resolves when it is ready again. */
+  restartRollout?: (i: number) => Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Wraps a plain object so each method call returns a promise. */
+export function local<T extends object>(obj: T): Remote<T> {
+  return new Proxy(obj, {
+    get(target, prop) {
+      const v = (target as Record<string | symbol, unknown>)[prop];
+      if (typeof v !== 'function') return undefined;
+      return async (...args: unknown[]) => (v as (...a: unknown[]) => unknown).apply(target, args);
+    },
+  }) as unknown as Remote<T>;
+}
+
+/** Constructor arguments of each role, from the flags. */
+export function roleInits(o: TrainPpoOptions, totalSteps: number) {
+  return {
+    rollout: (i: number) => ({
+      pretrain: o.pretrain,
+      ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
+      temperature: o.temperature,
+      topP: o.topP,
+      generateMaxLen: o.generateMaxLen,
+      promptMaxLen: o.promptMaxLen,
+      applyChatTemplate: o.applyChatTemplate,
+      nSamplesPerPrompt: o.nSamplesPerPrompt,
+      asyncNumTasks: o.asyncNumTasks,
+      episodeTimeoutMs: o.episodeTimeoutMs,
+      seed: o.seed * 7 + i,
+    }),
+    trainer: {
+      pretrain: o.pretrain,
+      learningRate: o.actorLearningRate,
+      maxNorm: o.maxNorm,
+      trainBatchSize: o.trainBatchSize,
+      microTrainBatchSize: o.microTrainBatchSize,
+      maxEpochs: o.maxEpochs,
+      temperature: o.temperature,
+      totalSteps,
+      seed: o.seed,
+      loss: {
+        epsClip: o.epsClip,
+        ...(o.epsClipHigh !== undefined ? { epsClipHigh: o.epsClipHigh } : {}),
+        ...(o.dualClip !== undefined ? { dualClip: o.dualClip } : {}),
+        klLossCoef: o.useKlLoss ? o.initKlCoef : 0,
+        klEstimator: o.klEstimator,
+        entropyCoef: o.entropyLossCoef,
+        decoupled: o.useDecoupledLoss,
+        behavImpWeightCap: o.behavImpWeightCap,
+      },
+    },
+    reference: { pretrain: o.pretrain, temperature: o.temperature },
+    critic: {
+      pretrain: o.pretrain,
+      learningRate: o.criticLearningRate,
+      trainBatchSize: o.trainBatchSize,
+      microTrainBatchSize: o.microTrainBatchSize,
+      maxEpochs: o.maxEpochs,
+      valueClip: o.valueClip,
+      maxNorm: o.maxNorm,
+    },
+  };
+}
+
+/** Every role as a plain object in this process. */
+export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
+  const init = roleInits(o, totalSteps);
+  const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) => new Rollout(init.rollout(i)));
+  const trainer = new Trainer(init.trainer);
+  const reference = o.initKlCoef > 0 ? new Reference(init.reference) : undefined;
+  const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
+  await Promise.all([...rollouts.map((r) => r.ready()), trainer.ready(), reference?.ready(), critic?.ready()]);
+  return {
+    rollouts: rollouts.map(local),
+    trainer: local(trainer),
+    ...(reference ? { reference: local(reference) } : {}),
+    ...(critic ? { critic: local(critic) } : {}),
+    close: async () => {
+      await Promise.all(rollouts.map((r) => r.close()));
+      trainer.dispose();
+      reference?.dispose();
+      critic?.dispose();
+    },
+  };
+}

@@ -1,0 +1,257 @@
+/**
+ * The synchronous `train_ppo` loop and what both loops share: evaluation, checkpoints with exact
+ * resume, the error budget, progress lines and metrics.
+ *
+ * One synchronous step: generate `rollout_batch_size × n_samples_per_prompt` episodes across the
+ * engines → make experience → train critic and policy → publish weights with a new version to
+ * every engine → log. Every token trained on was produced by the current version.
+ *
+ * @module
+ */
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { GroupResult } from '../../actors/agent/episode-runner.ts';
+import { ErrorBudgetExceededError } from '../../actors/agent/errors.ts';
+import type { PromptItem } from '../../actors/rollout.ts';
+import { createKlController, type KlController } from '../kl.ts';
+import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
+import type { TrainPpoOptions } from './flags.ts';
+import type { Roles } from './roles.ts';
+import { filterGroups, publishWeights, trainOn } from './step.ts';
+
+/** Where a run's numbers go: the head's metrics API, and lines on the terminal. */
+export interface RunLog {
+  metric(step: number, values: Record<string, number>): void;
+  line(text: string): void;
+}
+
+/** What a finished run reports. */
+export interface RunSummary {
+  steps: number;
+  minutes: number;
+  evalBefore?: number;
+  evalAfter?: number;
+  rewardFirst?: number;
+  rewardLast?: number;
+  episodesFailed: number;
+  /** Prompt indices trained on, in order (exactly-once accounting). */
+  trainedPrompts: number[];
+  savePath: string;
+}
+
+/** Mutable state of a run; what a checkpoint stores besides the weights. */
+export interface RunState {
+  step: number;
+  position: DataPosition;
+  klCoef: number;
+  episodes: number;
+  failed: number;
+  trainedPrompts: number[];
+}
+
+/** Everything a loop needs. */
+export interface RunContext {
+  o: TrainPpoOptions;
+  roles: Roles;
+  log: RunLog;
+  sampler: PromptSampler;
+  evalItems: PromptItem[];
+  kl: KlController;
+  state: RunState;
+  totalSteps: number;
+  started: number;
+  summary: RunSummary;
+}
+
+/** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
+export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog): Promise<RunContext> {
+  const records = loadPromptData(o.promptData, '--prompt-data');
+  checkKeys(records, o.inputKey, o.labelKey, '--prompt-data');
+  const keys = { input: o.inputKey, label: o.labelKey };
+  let evalItems: PromptItem[] = [];
+  if (o.evalDataset) {
+    const ev = loadPromptData(o.evalDataset, '--eval-dataset', { size: o.evalPrompts });
+    checkKeys(ev, o.inputKey, o.labelKey, '--eval-dataset');
+    const s = new PromptSampler(ev, keys, 0);
+    evalItems = ev.slice(0, o.evalPrompts).map((_, i) => s.item(i, `eval-${i}`));
+  }
+  const perEpoch = Math.floor(records.length / o.rolloutBatchSize) * o.numEpisodes;
+  const totalSteps = o.maxSteps > 0 ? o.maxSteps : Math.max(1, perEpoch);
+  const state: RunState = { step: 0, position: { epoch: 0, offset: 0 }, klCoef: o.initKlCoef, episodes: 0, failed: 0, trainedPrompts: [] };
+  const ctx: RunContext = {
+    o,
+    roles,
+    log,
+    sampler: new PromptSampler(records, keys, o.seed),
+    evalItems,
+    kl: createKlController({ initKlCoef: o.initKlCoef }),
+    state,
+    totalSteps,
+    started: performance.now(),
+    summary: { steps: 0, minutes: 0, episodesFailed: 0, trainedPrompts: state.trainedPrompts, savePath: resolve(o.savePath) },
+  };
+  if (o.loadCheckpoint) await resume(ctx);
+  if (evalItems.length) {
+    const acc = await evaluate(ctx);
+    ctx.summary.evalBefore = acc;
+    log.metric(state.step, { eval_accuracy: acc });
+    log.line(`eval  step ${state.step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${evalItems.length} prompts, greedy)`);
+  }
+  return ctx;
+}
+
+/** Greedy accuracy on the held-out prompts, split across engines. */
+export async function evaluate(ctx: RunContext): Promise<number> {
+  const { rollouts } = ctx.roles;
+  const parts = rollouts.map((_, i) => ctx.evalItems.filter((__, k) => k % rollouts.length === i));
+  const res = await Promise.all(rollouts.map((r, i) => r.evaluate(parts[i]!)));
+  const correct = res.reduce((a, r) => a + r.correct, 0);
+  return correct / Math.max(1, ctx.evalItems.length);
+}
+
+/** Runs groups for `items` across the engines, round-robin. */
+export async function generate(ctx: RunContext, items: PromptItem[]): Promise<GroupResult[]> {
+  const { rollouts } = ctx.roles;
+  const parts = rollouts.map((_, i) => items.filter((__, k) => k % rollouts.length === i));
+  const res = await Promise.all(rollouts.map((r, i) => (parts[i]!.length ? r.runGroups(parts[i]!) : [])));
+  return res.flat();
+}
+
+/** Counts episode failures; throws once they pass the budget. */
+export function account(ctx: RunContext, groups: GroupResult[]): void {
+  const { state, o } = ctx;
+  for (const g of groups) {
+    state.episodes += g.episodes;
+    if (g.status === 'failed') {
+      state.failed += g.episodes;
+      ctx.log.line(`warn  ${g.errors[0] ?? 'episode failed'}`);
+    }
+  }
+  ctx.summary.episodesFailed = state.failed;
+  if (state.failed > o.agentErrorBudget * state.episodes) {
+    const last = groups.find((g) => g.status === 'failed')?.errors[0] ?? 'see warnings above';
+    throw new ErrorBudgetExceededError(o.agentFunc ?? '<built-in>', state.failed, state.episodes, last);
+  }
+}
+
+/** The synchronous (on-policy, hybrid) loop. */
+export async function syncLoop(ctx: RunContext): Promise<void> {
+  const { o, roles, state } = ctx;
+  while (state.step < ctx.totalSteps) {
+    const tStep = performance.now();
+    if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.wakeUp()));
+    const items = ctx.sampler.next(o.rolloutBatchSize);
+    const groups = await generate(ctx, items);
+    const genMs = performance.now() - tStep;
+    account(ctx, groups);
+    if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.sleep()));
+    const { kept, passRate } = filterGroups(groups, o);
+    state.step++;
+    if (kept.length === 0) {
+      ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
+      continue;
+    }
+    const version = (await roles.trainer.weights()).version;
+    const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, version);
+    if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.wakeUp()));
+    const sync = await publishWeights(roles);
+    for (const g of kept) state.trainedPrompts.push(g.index);
+    state.position = { ...ctx.sampler.position };
+    state.klCoef = ctx.kl.value;
+    const stepMs = performance.now() - tStep;
+    ctx.summary.rewardFirst ??= u.rewardMean;
+    ctx.summary.rewardLast = u.rewardMean;
+    const values: Record<string, number> = {
+      reward_mean: u.rewardMean,
+      kl: u.kl,
+      kl_coef: u.klCoef,
+      policy_loss: u.policyLoss,
+      clip_fraction: u.clipFraction,
+      entropy: u.entropy,
+      grad_norm: u.gradNorm,
+      response_length: u.responseLength,
+      pass_rate: passRate,
+      staleness_mean: u.staleMean,
+      staleness_max: u.staleMax,
+      episodes_failed: state.failed,
+      generate_s: genMs / 1000,
+      experience_s: u.experienceMs / 1000,
+      train_s: u.trainMs / 1000,
+      weight_sync_s: sync.syncMs / 1000,
+      step_s: stepMs / 1000,
+      samples_per_s: (u.samples * 1000) / stepMs,
+      tokens_per_s: (u.tokens * 1000) / stepMs,
+      version: sync.version,
+      ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+    };
+    await afterStep(ctx, values);
+  }
+}
+
+/** Logging, evaluation and checkpointing after a step. */
+export async function afterStep(ctx: RunContext, values: Record<string, number>): Promise<void> {
+  const { o, state, log } = ctx;
+  if (o.evalSteps > 0 && state.step % o.evalSteps === 0 && state.step < ctx.totalSteps && ctx.evalItems.length) {
+    values.eval_accuracy = await evaluate(ctx);
+  }
+  log.metric(state.step, values);
+  if (state.step % o.loggingSteps === 0 || state.step === ctx.totalSteps) {
+    const f = (k: string, d = 3): string => (values[k] === undefined ? '-' : values[k]!.toFixed(d));
+    log.line(
+      `step ${state.step}/${ctx.totalSteps}  reward ${f('reward_mean')}  kl ${f('kl', 4)}  loss ${f('policy_loss', 4)}` +
+        `  len ${f('response_length', 1)}  gen ${f('generate_s', 1)}s  train ${f('train_s', 1)}s  sync ${f('weight_sync_s', 2)}s` +
+        (values.eval_accuracy !== undefined ? `  eval ${(values.eval_accuracy * 100).toFixed(1)}%` : '') +
+        (values.buffer_fill !== undefined ? `  buffer ${f('buffer_fill', 0)}  stale ${f('staleness_mean', 2)}/${f('staleness_max', 0)}` : ''),
+    );
+  }
+  if (o.saveSteps > 0 && state.step % o.saveSteps === 0) await saveCheckpoint(ctx);
+}
+
+/** Writes `ckpt_path/global_step_N` (weights, optimizer, data position, step, KL coef) and `latest`. */
+export async function saveCheckpoint(ctx: RunContext): Promise<string> {
+  const dir = join(resolve(ctx.o.ckptPath), `global_step_${ctx.state.step}`);
+  mkdirSync(resolve(ctx.o.ckptPath), { recursive: true });
+  await ctx.roles.trainer.saveCheckpoint(dir, { driver: ctx.state });
+  writeFileSync(join(resolve(ctx.o.ckptPath), 'latest'), `global_step_${ctx.state.step}\n`);
+  ctx.log.line(`ckpt  step ${ctx.state.step} -> ${dir}`);
+  return dir;
+}
+
+async function resume(ctx: RunContext): Promise<void> {
+  const root = resolve(ctx.o.ckptPath);
+  const latest = join(root, 'latest');
+  if (!existsSync(latest)) {
+    ctx.log.line(`ckpt  --load-checkpoint: nothing in ${root}; starting fresh`);
+    return;
+  }
+  const dir = join(root, readFileSync(latest, 'utf8').trim());
+  const saved = (await ctx.roles.trainer.loadCheckpoint(dir)) as { driver?: RunState };
+  if (!saved.driver) throw new Error(`checkpoint ${dir} has no driver state`);
+  Object.assign(ctx.state, saved.driver);
+  ctx.summary.trainedPrompts = ctx.state.trainedPrompts;
+  ctx.sampler.seek(saved.driver.position);
+  ctx.kl = createKlController({ initKlCoef: saved.driver.klCoef });
+  await publishWeights(ctx.roles);
+  ctx.log.line(`ckpt  resumed from ${dir} at step ${ctx.state.step} (epoch ${ctx.state.position.epoch}, offset ${ctx.state.position.offset})`);
+}
+
+/** Saves the final policy and returns the summary. */
+export async function finishRun(ctx: RunContext): Promise<RunSummary> {
+  const { o, log } = ctx;
+  if (ctx.evalItems.length) {
+    const acc = await evaluate(ctx);
+    ctx.summary.evalAfter = acc;
+    log.metric(ctx.state.step, { eval_accuracy: acc });
+  }
+  if (o.saveSteps > 0 && ctx.state.step % o.saveSteps !== 0) await saveCheckpoint(ctx);
+  await ctx.roles.trainer.saveHf(resolve(o.savePath));
+  ctx.summary.steps = ctx.state.step;
+  ctx.summary.minutes = (performance.now() - ctx.started) / 60000;
+  const s = ctx.summary;
+  const pct = (x: number | undefined): string => (x === undefined ? '-' : `${(x * 100).toFixed(1)}%`);
+  log.line(
+    `done  ${s.steps} steps in ${s.minutes.toFixed(1)} min; held-out accuracy ${pct(s.evalBefore)} -> ${pct(s.evalAfter)}; ` +
+      `reward ${s.rewardFirst?.toFixed(3) ?? '-'} -> ${s.rewardLast?.toFixed(3) ?? '-'}; ${s.episodesFailed} episodes failed; policy saved to ${s.savePath}`,
+  );
+  return s;
+}

@@ -1,0 +1,82 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { mkdtempSync, rmSync, existsSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+
+process.env.RTJOB_QUIET_BACKEND = '1';
+const root = mkdtempSync(join(tmpdir(), 'rtjob-sync-'));
+let model = '';
+const fixture = (name: string): string => fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
+const lines: string[] = [];
+const rows: { step: number; values: Record<string, number> }[] = [];
+const log = { line: (t: string) => void lines.push(t), metric: (step: number, values: Record<string, number>) => void rows.push({ step, values }) };
+
+const tiny = (extra: string[]): string[] => [
+  '--in-process', '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
+  '--train-batch-size', '8', '--micro-train-batch-size', '4', '--generate-max-len', '6', '--max-steps', '2',
+  '--eval-prompts', '4', '--save-path', join(root, 'out'), '--ckpt-path', join(root, 'ckpt'), ...extra,
+];
+
+test.before(async () => {
+  model = await writeTinyModel(root);
+});
+test.after(() => rmSync(root, { recursive: true, force: true }));
+
+test('a step-function agent trains end to end with group_norm and saves an HF policy', async () => {
+  rows.length = 0;
+  const s = await trainPpo(tiny(['--agent-func', fixture('multi-turn-step.ts'), '--advantage-estimator', 'group_norm']), {}, { log });
+  assert.is(s.steps, 2);
+  assert.is(s.trainedPrompts.length, 8);
+  assert.ok(existsSync(join(root, 'out', 'model.safetensors')));
+  assert.ok(existsSync(join(root, 'out', 'tokenizer.json')));
+  const steps = rows.filter((r) => r.values.reward_mean !== undefined);
+  assert.is(steps.length, 2);
+  assert.equal(steps.map((r) => r.values.version), [1, 2]);
+  assert.ok(steps.every((r) => r.values.staleness_max === 0), 'sync is on-policy');
+});
+
+for (const est of ['gae', 'reinforce', 'rloo', 'dr_grpo']) {
+  test(`advantage estimator ${est} runs a step (workflow agent)`, async () => {
+    rows.length = 0;
+    const extra = ['--agent-func', fixture('group-workflow.ts'), '--advantage-estimator', est, '--max-steps', '1', '--eval-dataset', ''];
+    if (est === 'reinforce') extra.push('--init-kl-coef', '0.01');
+    const s = await trainPpo(tiny(extra), {}, { log });
+    assert.is(s.steps, 1);
+    const v = rows.find((r) => r.values.reward_mean !== undefined)!.values;
+    assert.ok(Number.isFinite(v.policy_loss!));
+    if (est === 'gae') assert.ok(Number.isFinite(v.value_loss!));
+  });
+}
+
+test('checkpoint and resume continue the data position exactly', async () => {
+  const ck = join(root, 'ckpt-resume');
+  const base = ['--save-steps', '1', '--ckpt-path', ck, '--eval-dataset', ''];
+  const full = await trainPpo(tiny([...base, '--max-steps', '3', '--ckpt-path', join(root, 'ckpt-full')]), {}, { log });
+  const first = await trainPpo(tiny([...base, '--max-steps', '1']), {}, { log });
+  assert.ok(existsSync(join(ck, 'global_step_1', 'optimizer.safetensors')));
+  assert.is(readFileSync(join(ck, 'latest'), 'utf8').trim(), 'global_step_1');
+  const resumed = await trainPpo(tiny([...base, '--max-steps', '3', '--load-checkpoint']), {}, { log });
+  assert.is(resumed.steps, 3);
+  assert.equal(first.trainedPrompts, full.trainedPrompts.slice(0, first.trainedPrompts.length));
+  assert.equal(resumed.trainedPrompts, full.trainedPrompts, 'no prompt lost or repeated');
+});
+
+test('an agent past its error budget fails the run with the cause', async () => {
+  const err = await trainPpo(tiny(['--agent-func', fixture('flaky-step.ts'), '--agent-error-budget', '0', '--eval-dataset', '']), {}, { log }).then(
+    () => null,
+    (e: Error) => e,
+  );
+  assert.ok(err);
+  assert.match(err!.message, /flaky-step\.ts: \d+ of \d+ episodes failed, past the error budget; last: .*environment crashed/);
+});
+
+test('a bad flag fails before anything starts, naming the flag', async () => {
+  const err = await trainPpo(['--agent-func', join(dirname(root), 'nope.ts')], {}, { log }).then(() => null, (e: Error) => e);
+  assert.match(err!.message, /--agent-func: no such file/);
+});
+
+test.run();
