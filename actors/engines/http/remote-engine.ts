@@ -71,6 +71,8 @@ export interface EngineProtocol {
   /** Aborts in-flight requests and holds new ones; `false` when the server has no such route. */
   pauseServer(call: ServerCall): Promise<boolean>;
   continueServer(call: ServerCall): Promise<void>;
+  /** Throws `EngineError('config')`, before anything is paused, when `path` cannot be loaded this way. */
+  validateUpdate?(path: string): void;
   /** Loads the HF checkpoint at `path` and tags it `version`. */
   reloadWeights(call: ServerCall, path: string, version: number): Promise<void>;
   sleep(call: ServerCall): Promise<void>;
@@ -244,6 +246,7 @@ export class RemoteEngine implements InferenceEngine {
         `${this.kind} servers load weights from disk: pass { kind: 'disk', path } or set writeCheckpoint`,
       );
     }
+    this.protocol.validateUpdate?.(path);
     const run = this.updateChain.then(() => this.applyUpdate(path, version));
     this.updateChain = run.catch(() => undefined);
     return run;
@@ -380,10 +383,13 @@ export class RemoteEngine implements InferenceEngine {
         urls.map((url) => this.protocol.reloadWeights(this.callOn(url), path, version)),
       );
       const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : []));
-      for (const f of failed) this.pool.markDownUrl(f.url, `weight update failed: ${f.err.message}`);
-      if (failed.length === urls.length) {
+      if (failed.length > 0 && failed.length === urls.length) {
+        // Every server still holds the old weights, so they stay consistent and in service.
         throw new EngineError('http', `weight update to version ${version} failed on every server: ${failed.map((f) => f.err.message).join('; ')}`);
       }
+      // A server left on old weights must not serve new-version requests; it rejoins after a
+      // health probe and a successful reload (see catchUp).
+      for (const f of failed) this.pool.markDownUrl(f.url, `weight update failed: ${f.err.message}`);
       this.version = version;
       this.lastUpdate = { path, version };
     } finally {

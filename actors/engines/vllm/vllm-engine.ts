@@ -85,15 +85,18 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
     async continueServer(call) {
       await callOptional(call, '/resume');
     },
-    async reloadWeights(call, path, version) {
-      if (typeof reload === 'object') return void (await call(reload.path, reload.body(path, version)));
-      if (reload === 'areal') return void (await call('/areal_update_weights', { model_path: path }));
-      if (opts.servedModelPath !== undefined && stripSlash(opts.servedModelPath) !== stripSlash(path)) {
+    validateUpdate(path) {
+      if (typeof reload === 'object' || reload === 'areal' || opts.servedModelPath === undefined) return;
+      if (stripSlash(opts.servedModelPath) !== stripSlash(path)) {
         throw new EngineError(
           'config',
           `vLLM reload_weights reloads from the served model directory ${opts.servedModelPath}, not ${path}: write the checkpoint there or use reload 'areal' or a custom route`,
         );
       }
+    },
+    async reloadWeights(call, path, version) {
+      if (typeof reload === 'object') return void (await call(reload.path, reload.body(path, version)));
+      if (reload === 'areal') return void (await call('/areal_update_weights', { model_path: path }));
       if (reload === 'sleep-reload') {
         await call('/sleep?level=2', {});
         await call('/wake_up?tags=weights', {});
