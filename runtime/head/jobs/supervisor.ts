@@ -331,7 +331,9 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       const child = spawn(
         '/bin/sh',
         // The wrapper records the driver's exit status on disk for a head that restarts meanwhile.
-        ['-c', '"$@"; code=$?; echo $code > "$0"; exit $code', exitFile, ...argv],
+        // Its no-op traps make it outlive a SIGTERM to the group until the driver has exited, so
+        // the wrapper's exit means the driver is gone (and reaped), never merely signalled.
+        ['-c', 'trap : TERM INT HUP; "$@"; code=$?; echo $code > "$0"; exit $code', exitFile, ...argv],
         {
           cwd,
           detached: true,
