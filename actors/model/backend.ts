@@ -1,0 +1,64 @@
+/**
+ * TF.js backend selection. The order is: `RTJOB_TF_BACKEND` when set (`wasm`, `cpu`,
+ * `tensorflow`), else `@tensorflow/tfjs-node-gpu`, else `@tensorflow/tfjs-node` (both register the
+ * native `tensorflow` backend when installed), else the wasm backend. The pure-JS `cpu` backend is
+ * the test oracle. The chosen backend is announced once on stderr.
+ *
+ * @module
+ */
+import * as tf from '@tensorflow/tfjs';
+import '@tensorflow/tfjs-backend-wasm';
+
+export type BackendName = 'wasm' | 'cpu' | 'tensorflow';
+
+let current: Promise<BackendName> | undefined;
+
+async function tryNative(): Promise<boolean> {
+  for (const name of ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node']) {
+    try {
+      // A variable specifier keeps the type checker and bundlers from requiring the package.
+      const spec: string = name;
+      await import(spec);
+      if (await tf.setBackend('tensorflow')) return true;
+    } catch {
+      // not installed (the normal case here): fall through to the next option
+    }
+  }
+  return false;
+}
+
+/**
+ * Initialises TF.js once per process and returns the backend in use.
+ *
+ * @param preferred a backend to use instead of the automatic choice (also `RTJOB_TF_BACKEND`)
+ * @example
+ * const backend = await initBackend();        // 'wasm' on a machine without tfjs-node
+ */
+export function initBackend(preferred?: BackendName): Promise<BackendName> {
+  const want = preferred ?? (process.env.RTJOB_TF_BACKEND as BackendName | undefined);
+  if (current && (!want || tf.getBackend() === want)) return current;
+  current = (async (): Promise<BackendName> => {
+    let chosen: BackendName;
+    if (want === 'cpu' || want === 'wasm') {
+      if (!(await tf.setBackend(want))) throw new Error(`TF.js backend '${want}' failed to start`);
+      chosen = want;
+    } else if (want === 'tensorflow' || want === undefined) {
+      if (await tryNative()) chosen = 'tensorflow';
+      else if (want === 'tensorflow') throw new Error('RTJOB_TF_BACKEND=tensorflow but tfjs-node is not installed');
+      else {
+        if (!(await tf.setBackend('wasm'))) throw new Error("TF.js backend 'wasm' failed to start");
+        chosen = 'wasm';
+      }
+    } else {
+      throw new Error(`unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu or tensorflow)`);
+    }
+    await tf.ready();
+    if (process.env.RTJOB_QUIET_BACKEND !== '1') {
+      process.stderr.write(`rtjob model: TF.js backend '${chosen}'\n`);
+    }
+    return chosen;
+  })();
+  return current;
+}
+
+export { tf };

@@ -1,0 +1,176 @@
+/**
+ * Batched incremental decoding with a KV cache whose rows can join and leave between steps
+ * (continuous batching). Rows are right-aligned: row b's valid keys are the last `lens[b]`
+ * columns; columns to their left are padding masked out of attention. Each row keeps its own
+ * position ids, so rows of different lengths share one batch.
+ *
+ * @module
+ */
+import { tf } from './backend.ts';
+import type { CausalLM, LayerKV } from './llama.ts';
+
+const maskValue = -1e9;
+
+/** A batch of cached sequences. Owns its tensors; call {@link BatchKVCache.dispose}. */
+export class BatchKVCache {
+  layers: LayerKV[];
+  /** Valid length of each row (its next position id). */
+  lens: number[];
+
+  constructor(layers: LayerKV[], lens: number[]) {
+    this.layers = layers;
+    this.lens = lens;
+  }
+
+  get batchSize(): number {
+    return this.lens.length;
+  }
+
+  /** Columns, valid or padding. */
+  get width(): number {
+    return this.layers[0]?.k.shape[2] ?? 0;
+  }
+
+  private replace(next: LayerKV[]): void {
+    for (const l of this.layers) {
+      l.k.dispose();
+      l.v.dispose();
+    }
+    this.layers = next;
+  }
+
+  /** Keeps only rows `rows` (in that order). */
+  select(rows: number[]): void {
+    if (rows.length === this.batchSize && rows.every((r, i) => r === i)) return;
+    const idx = tf.tensor1d(rows, 'int32');
+    const next = this.layers.map((l) => ({ k: tf.keep(tf.gather(l.k, idx)), v: tf.keep(tf.gather(l.v, idx)) }));
+    idx.dispose();
+    this.replace(next);
+    this.lens = rows.map((r) => this.lens[r]!);
+    this.trim();
+  }
+
+  /** Appends the rows of `other` (which is disposed) after this cache's rows. */
+  append(other: BatchKVCache): void {
+    if (this.batchSize === 0) {
+      this.replace(other.layers);
+      this.lens = other.lens;
+      return;
+    }
+    const W = Math.max(this.width, other.width);
+    const pad = (t: tf.Tensor4D): tf.Tensor4D =>
+      t.shape[2] === W ? t : tf.pad(t, [[0, 0], [0, 0], [W - t.shape[2], 0], [0, 0]]);
+    const next = tf.tidy(() =>
+      this.layers.map((l, i) => {
+        const o = other.layers[i]!;
+        return { k: tf.concat([pad(l.k), pad(o.k)], 0), v: tf.concat([pad(l.v), pad(o.v)], 0) };
+      }),
+    );
+    next.forEach((l) => (tf.keep(l.k), tf.keep(l.v)));
+    this.replace(next);
+    this.lens = [...this.lens, ...other.lens];
+    other.dispose();
+  }
+
+  /** Drops leading columns that no row uses. */
+  trim(): void {
+    const W = this.width;
+    const need = Math.max(0, ...this.lens);
+    if (need >= W || this.batchSize === 0) return;
+    const next = this.layers.map((l) => ({
+      k: tf.keep(tf.slice(l.k, [0, 0, W - need, 0], [-1, -1, need, -1])),
+      v: tf.keep(tf.slice(l.v, [0, 0, W - need, 0], [-1, -1, need, -1])),
+    }));
+    this.replace(next);
+  }
+
+  dispose(): void {
+    this.replace([]);
+    this.lens = [];
+  }
+}
+
+/**
+ * Runs the prompts (left-padded into one batch) and returns their cache and the logits of each
+ * prompt's last token (`[B * vocab]`, row-major).
+ */
+export function prefill(model: CausalLM, prompts: number[][]): { cache: BatchKVCache; logits: Float32Array } {
+  const B = prompts.length;
+  const T = Math.max(...prompts.map((p) => p.length));
+  if (prompts.some((p) => p.length === 0)) throw new Error('prefill: empty prompt');
+  const ids = new Int32Array(B * T);
+  const pos = new Int32Array(B * T);
+  const bias = new Float32Array(B * T * T);
+  prompts.forEach((p, b) => {
+    const padN = T - p.length;
+    ids.set(p, b * T + padN);
+    for (let t = 0; t < T; t++) {
+      pos[b * T + t] = Math.max(0, t - padN);
+      for (let j = 0; j < T; j++) if (j < padN || j > t) bias[(b * T + t) * T + j] = maskValue;
+    }
+  });
+  let logits: Float32Array = new Float32Array(0);
+  const layers = tidyLayers(() => {
+    const out = model.forward(tf.tensor2d(ids, [B, T], 'int32'), {
+      positions: tf.tensor2d(pos, [B, T], 'int32'),
+      attnBias: tf.tensor3d(bias, [B, T, T]),
+      returnPresent: true,
+      logits: false,
+    });
+    const last = tf.slice(out.hidden, [0, T - 1, 0], [B, 1, -1]);
+    logits = lmHead(model, last).dataSync() as Float32Array;
+    return out.present!;
+  });
+  return { cache: new BatchKVCache(layers, prompts.map((p) => p.length)), logits };
+}
+
+/** `tf.tidy` for a function returning per-layer caches (kept; everything else is freed). */
+function tidyLayers(fn: () => LayerKV[]): LayerKV[] {
+  return tf.tidy(() => fn() as unknown as tf.TensorContainer) as unknown as LayerKV[];
+}
+
+function lmHead(model: CausalLM, hidden: tf.Tensor): tf.Tensor {
+  const c = model.config;
+  const w = model.params.get(c.tie_word_embeddings ? 'model.embed_tokens.weight' : 'lm_head.weight')!;
+  return tf.matMul(tf.reshape(hidden, [-1, c.hidden_size]), tf.transpose(w));
+}
+
+/**
+ * Feeds one new token per row and returns the next-token logits (`[B * vocab]`); the cache grows
+ * by one column.
+ */
+export function decodeStep(model: CausalLM, cache: BatchKVCache, tokens: number[]): Float32Array {
+  const B = cache.batchSize;
+  if (tokens.length !== B) throw new Error(`decodeStep: ${tokens.length} tokens for ${B} rows`);
+  const W = cache.width + 1;
+  const bias = new Float32Array(B * W);
+  cache.lens.forEach((len, b) => {
+    for (let j = 0; j < W - (len + 1); j++) bias[b * W + j] = maskValue;
+  });
+  let logits: Float32Array = new Float32Array(0);
+  const layers = tidyLayers(() => {
+    const out = model.forward(tf.tensor2d(tokens, [B, 1], 'int32'), {
+      positions: tf.tensor2d(cache.lens, [B, 1], 'int32'),
+      attnBias: tf.tensor3d(bias, [B, 1, W]),
+      past: cache.layers,
+      returnPresent: true,
+      logits: false,
+    });
+    logits = lmHead(model, out.hidden).dataSync() as Float32Array;
+    return out.present!;
+  });
+  for (const l of cache.layers) {
+    l.k.dispose();
+    l.v.dispose();
+  }
+  cache.layers = layers;
+  cache.lens = cache.lens.map((l) => l + 1);
+  return logits;
+}
+
+/** Logits of the last position of each sequence by recomputing the whole prefix (no cache). */
+export function recomputeLastLogits(model: CausalLM, seqs: number[][]): Float32Array {
+  const { cache, logits } = prefill(model, seqs);
+  cache.dispose();
+  return logits;
+}

@@ -1,0 +1,341 @@
+/**
+ * A decoder-only transformer with the Llama / Qwen2 equations of HF transformers: RMSNorm,
+ * rotary embeddings in the `rotate_half` convention with `rope_theta`, grouped-query attention,
+ * SwiGLU MLP, optional tied embeddings and q/k/v bias, and an optional scalar value head for the
+ * critic. Weights are TF.js variables keyed by their HF names, in HF layout (`[out, in]`).
+ *
+ * @module
+ */
+import { tf } from './backend.ts';
+import { parameterShapes, type LlamaConfig } from './config.ts';
+import { matMul } from './matmul.ts';
+import type { NamedTensors } from '../engines/types.ts';
+
+/** Per-layer attention keys and values, `[B, numKeyValueHeads, T, headDim]`, RoPE applied. */
+export interface LayerKV {
+  k: tf.Tensor4D;
+  v: tf.Tensor4D;
+}
+
+/** Options of {@link CausalLM.forward}. */
+export interface ForwardOptions {
+  /** Position ids `[B, T]` (int32); defaults to `past length + arange(T)` for every row. */
+  positions?: tf.Tensor2D;
+  /**
+   * Additive attention bias `[B or 1, T, Tpast + T]` (0 = attend, -1e9 = masked). Defaults to the
+   * causal mask offset by the past length.
+   */
+  attnBias?: tf.Tensor3D;
+  /** Cached keys and values of earlier positions, one entry per layer. */
+  past?: LayerKV[];
+  /** Also return the keys and values of all positions (past + new). @default false */
+  returnPresent?: boolean;
+  /** Compute logits. @default true */
+  logits?: boolean;
+}
+
+/** What {@link CausalLM.forward} returns; every tensor belongs to the caller. */
+export interface ForwardOutput {
+  /** `[B, T, vocab]` (absent when `logits: false`). */
+  logits?: tf.Tensor3D;
+  /** Final normed hidden states `[B, T, hidden]`. */
+  hidden: tf.Tensor3D;
+  /** Keys/values for every layer (when `returnPresent`). */
+  present?: LayerKV[];
+}
+
+/** The name of the critic's scalar head (`[1, hidden]`). */
+export const valueHeadName = 'value_head.weight';
+const maskValue = -1e9;
+/** TF.js variable names are process-global; a per-model suffix lets several models share a process. */
+let modelSerial = 0;
+const variableName = (name: string, serial: number): string => `${name}#${serial}`;
+
+/** Embedding lookup whose gradient is a ScatterNd: the wasm backend lacks UnsortedSegmentSum. */
+const embedLookup = tf.customGrad(((table: tf.Tensor, ids: tf.Tensor, save: tf.GradSaveFunc) => {
+  save([ids]);
+  const flat = tf.reshape(ids, [-1]);
+  const out = tf.reshape(tf.gather(table, flat), [...ids.shape, table.shape[1]!]);
+  return {
+    value: out,
+    gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+      const idx = saved[0]!;
+      const d = table.shape[1]!;
+      const dTable = tf.scatterND(tf.reshape(idx, [-1, 1]), tf.reshape(dy, [-1, d]), table.shape);
+      return [dTable, tf.zerosLike(idx)];
+    },
+  };
+}) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (table: tf.Tensor2D, ids: tf.Tensor2D) => tf.Tensor3D;
+
+/**
+ * The causal LM. Create with {@link CausalLM.init} (random) or `loadModel` (from disk).
+ *
+ * @example
+ * const model = CausalLM.init(config, { seed: 1 });
+ * const { logits } = tf.tidy(() => model.forward(tf.tensor2d([[1, 2, 3]], [1, 3], 'int32')));
+ */
+export class CausalLM {
+  readonly config: LlamaConfig;
+  /** Trainable weights by HF name. */
+  readonly params: Map<string, tf.Variable>;
+  private readonly cos: tf.Tensor2D;
+  private readonly sin: tf.Tensor2D;
+  private readonly rot: tf.Tensor2D;
+  private disposed = false;
+
+  private constructor(config: LlamaConfig, params: Map<string, tf.Variable>) {
+    this.config = config;
+    this.params = params;
+    const hd = config.head_dim;
+    const half = hd / 2;
+    const maxPos = config.max_position_embeddings;
+    const cos = new Float32Array(maxPos * hd);
+    const sin = new Float32Array(maxPos * hd);
+    for (let p = 0; p < maxPos; p++) {
+      for (let i = 0; i < half; i++) {
+        // HF computes inv_freq in float32 then the outer product; do the same rounding.
+        const invFreq = Math.fround(1 / Math.pow(config.rope_theta, (2 * i) / hd));
+        const a = Math.fround(p * invFreq);
+        cos[p * hd + i] = cos[p * hd + i + half] = Math.cos(a);
+        sin[p * hd + i] = sin[p * hd + i + half] = Math.sin(a);
+      }
+    }
+    this.cos = tf.keep(tf.tensor2d(cos, [maxPos, hd]));
+    this.sin = tf.keep(tf.tensor2d(sin, [maxPos, hd]));
+    // rotate_half(x) = cat(-x[half:], x[:half]) written as x @ rot.
+    const r = new Float32Array(hd * hd);
+    for (let j = 0; j < half; j++) {
+      r[(j + half) * hd + j] = -1;
+      r[j * hd + j + half] = 1;
+    }
+    this.rot = tf.keep(tf.tensor2d(r, [hd, hd]));
+  }
+
+  /**
+   * A randomly initialised model (normal(0, 0.02) weights, unit norms), seeded.
+   *
+   * @param opts.valueHead add the critic's scalar head
+   */
+  static init(config: LlamaConfig, opts: { seed?: number; valueHead?: boolean } = {}): CausalLM {
+    const seed = opts.seed ?? 0;
+    const params = new Map<string, tf.Variable>();
+    const shapes = parameterShapes(config);
+    if (opts.valueHead) shapes.push([valueHeadName, [1, config.hidden_size]]);
+    const serial = ++modelSerial;
+    shapes.forEach(([name, shape], i) => {
+      const init = name.endsWith('norm.weight')
+        ? tf.ones(shape)
+        : name.endsWith('.bias')
+          ? tf.zeros(shape)
+          : tf.randomNormal(shape, 0, 0.02, 'float32', seed * 1000 + i);
+      params.set(name, tf.variable(init, true, variableName(name, serial)));
+      init.dispose();
+    });
+    return new CausalLM(config, params);
+  }
+
+  /**
+   * A model from named tensors (HF names). Tied models ignore a stored `lm_head.weight`; missing
+   * or misshapen tensors are an error. A value head is kept when present.
+   */
+  static fromTensors(config: LlamaConfig, tensors: NamedTensors, opts: { valueHead?: boolean } = {}): CausalLM {
+    const params = new Map<string, tf.Variable>();
+    const serial = ++modelSerial;
+    const shapes = parameterShapes(config);
+    if (opts.valueHead || tensors[valueHeadName]) shapes.push([valueHeadName, [1, config.hidden_size]]);
+    for (const [name, shape] of shapes) {
+      const t = tensors[name];
+      let v: tf.Tensor;
+      if (!t) {
+        if (name !== valueHeadName) {
+          params.forEach((p) => p.dispose());
+          throw new Error(`checkpoint has no tensor '${name}'`);
+        }
+        v = tf.zeros(shape);
+      } else {
+        if (t.shape.join(',') !== shape.join(',')) {
+          params.forEach((p) => p.dispose());
+          throw new Error(`tensor '${name}' has shape [${t.shape}], config implies [${shape}]`);
+        }
+        v = tf.tensor(t.data, shape, 'float32');
+      }
+      params.set(name, tf.variable(v, true, variableName(name, serial)));
+      v.dispose();
+    }
+    return new CausalLM(config, params);
+  }
+
+  /** Number of trainable scalars. */
+  get numParameters(): number {
+    let n = 0;
+    this.params.forEach((p) => (n += p.size));
+    return n;
+  }
+
+  get hasValueHead(): boolean {
+    return this.params.has(valueHeadName);
+  }
+
+  private p(name: string): tf.Variable {
+    const v = this.params.get(name);
+    if (!v) throw new Error(`model has no parameter '${name}'`);
+    return v;
+  }
+
+  private linear(x: tf.Tensor, name: string, bias?: string): tf.Tensor {
+    const w = this.p(name);
+    const shape = x.shape;
+    let y: tf.Tensor = matMul(tf.reshape(x, [-1, shape[shape.length - 1]!]), w, false, true);
+    if (bias && this.params.has(bias)) y = tf.add(y, this.p(bias));
+    return tf.reshape(y, [...shape.slice(0, -1), w.shape[0]!]);
+  }
+
+  private rmsNorm(x: tf.Tensor, name: string): tf.Tensor {
+    const variance = tf.mean(tf.square(x), -1, true);
+    return tf.mul(tf.mul(x, tf.rsqrt(tf.add(variance, this.config.rms_norm_eps))), this.p(name));
+  }
+
+  private rope(x: tf.Tensor4D, cos: tf.Tensor, sin: tf.Tensor): tf.Tensor4D {
+    const hd = this.config.head_dim;
+    const rotated = tf.reshape(matMul(tf.reshape(x, [-1, hd]), this.rot), x.shape);
+    return tf.add(tf.mul(x, cos), tf.mul(rotated, sin)) as tf.Tensor4D;
+  }
+
+  /**
+   * Runs the transformer. Call inside `tf.tidy` (or dispose the outputs yourself).
+   *
+   * @param ids token ids `[B, T]` (int32)
+   */
+  forward(ids: tf.Tensor2D, opts: ForwardOptions = {}): ForwardOutput {
+    if (this.disposed) throw new Error('model is disposed');
+    const c = this.config;
+    const [B, T] = ids.shape;
+    const H = c.num_attention_heads;
+    const KV = c.num_key_value_heads;
+    const hd = c.head_dim;
+    const nRep = H / KV;
+    const past = opts.past;
+    const Tp = past?.[0]?.k.shape[2] ?? 0;
+    const Tk = Tp + T;
+    if (!opts.positions && Tk > c.max_position_embeddings) {
+      throw new Error(`sequence of ${Tk} tokens exceeds max_position_embeddings ${c.max_position_embeddings}`);
+    }
+    const positions =
+      opts.positions ?? (tf.tile(tf.reshape(tf.range(Tp, Tk, 1, 'int32'), [1, T]), [B, 1]) as tf.Tensor2D);
+    // [B, 1, T, hd] tables for this batch's positions.
+    const cos = tf.reshape(tf.gather(this.cos, tf.reshape(positions, [-1])), [B, 1, T, hd]);
+    const sin = tf.reshape(tf.gather(this.sin, tf.reshape(positions, [-1])), [B, 1, T, hd]);
+    let bias: tf.Tensor;
+    if (opts.attnBias) bias = tf.reshape(opts.attnBias, [opts.attnBias.shape[0], 1, 1, T, Tk]);
+    else {
+      const m = new Float32Array(T * Tk);
+      for (let i = 0; i < T; i++) for (let j = Tp + i + 1; j < Tk; j++) m[i * Tk + j] = maskValue;
+      bias = tf.tensor(m, [1, 1, 1, T, Tk]);
+    }
+    const scale = 1 / Math.sqrt(hd);
+    const present: LayerKV[] = [];
+    let h: tf.Tensor = embedLookup(this.p('model.embed_tokens.weight') as tf.Tensor2D, ids);
+    for (let l = 0; l < c.num_hidden_layers; l++) {
+      const pre = `model.layers.${l}.`;
+      const x = this.rmsNorm(h, `${pre}input_layernorm.weight`);
+      const heads = (name: string, n: number): tf.Tensor4D =>
+        tf.transpose(
+          tf.reshape(this.linear(x, `${pre}self_attn.${name}.weight`, `${pre}self_attn.${name}.bias`), [B, T, n, hd]),
+          [0, 2, 1, 3],
+        );
+      const q = this.rope(heads('q_proj', H), cos, sin);
+      let k = this.rope(heads('k_proj', KV), cos, sin);
+      let v = heads('v_proj', KV);
+      const layerPast = past?.[l];
+      if (layerPast) {
+        k = tf.concat([layerPast.k, k], 2);
+        v = tf.concat([layerPast.v, v], 2);
+      }
+      if (opts.returnPresent) present.push({ k, v });
+      // Grouped-query attention without materialising repeated heads: query head h uses kv head
+      // floor(h / nRep), as HF's repeat_kv does.
+      const qg = tf.reshape(q, [B, KV, nRep * T, hd]);
+      const scores = tf.reshape(tf.mul(matMul(qg, k, false, true), scale), [B, KV, nRep, T, Tk]);
+      const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [B, KV, nRep * T, Tk]);
+      const ctx = tf.reshape(matMul(probs, v), [B, H, T, hd]);
+      const attn = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
+      h = tf.add(h, this.linear(attn, `${pre}self_attn.o_proj.weight`));
+      const y = this.rmsNorm(h, `${pre}post_attention_layernorm.weight`);
+      const gate = this.linear(y, `${pre}mlp.gate_proj.weight`);
+      const up = this.linear(y, `${pre}mlp.up_proj.weight`);
+      h = tf.add(h, this.linear(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), `${pre}mlp.down_proj.weight`));
+    }
+    const hidden = this.rmsNorm(h, 'model.norm.weight') as tf.Tensor3D;
+    const out: ForwardOutput = { hidden };
+    if (opts.logits !== false) {
+      out.logits = this.linear(hidden, c.tie_word_embeddings ? 'model.embed_tokens.weight' : 'lm_head.weight') as tf.Tensor3D;
+    }
+    if (opts.returnPresent) out.present = present;
+    return out;
+  }
+
+  /** Critic values `[B, T]` from the value head. */
+  values(hidden: tf.Tensor3D): tf.Tensor2D {
+    const [B, T] = hidden.shape;
+    return tf.reshape(this.linear(hidden, valueHeadName), [B, T]) as tf.Tensor2D;
+  }
+
+  /** Copies every weight out as float32 arrays in HF naming (`lm_head.weight` only when untied). */
+  exportWeights(): NamedTensors {
+    const out: NamedTensors = {};
+    this.params.forEach((v, name) => {
+      out[name] = { shape: [...v.shape], data: v.dataSync() as Float32Array };
+    });
+    return out;
+  }
+
+  /**
+   * Loads weights in place. Every tensor named must exist here with the same shape; with
+   * `strict` (default) every parameter must be given. Unknown names are an error, except a stored
+   * `lm_head.weight` for a tied model and a value head for a model without one.
+   */
+  importWeights(tensors: NamedTensors, opts: { strict?: boolean } = {}): void {
+    const strict = opts.strict ?? true;
+    for (const [name, t] of Object.entries(tensors)) {
+      const v = this.params.get(name);
+      if (!v) {
+        if (name === 'lm_head.weight' && this.config.tie_word_embeddings) continue;
+        if (name === valueHeadName) continue;
+        throw new Error(`importWeights: unknown tensor '${name}'`);
+      }
+      if (t.shape.join(',') !== v.shape.join(',')) {
+        throw new Error(`importWeights: '${name}' has shape [${t.shape}], model has [${v.shape}]`);
+      }
+    }
+    if (strict) {
+      for (const name of this.params.keys()) {
+        if (!tensors[name] && name !== valueHeadName) throw new Error(`importWeights: missing tensor '${name}'`);
+      }
+    }
+    tf.tidy(() => {
+      for (const [name, t] of Object.entries(tensors)) {
+        const v = this.params.get(name);
+        if (v) v.assign(tf.tensor(t.data, t.shape, 'float32'));
+      }
+    });
+  }
+
+  /** Copies weights from another model of the same config (e.g. policy → reference). */
+  copyFrom(other: CausalLM): void {
+    tf.tidy(() => {
+      for (const [name, v] of this.params) {
+        const src = other.params.get(name);
+        if (src) v.assign(src);
+      }
+    });
+  }
+
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.params.forEach((p) => p.dispose());
+    this.cos.dispose();
+    this.sin.dispose();
+    this.rot.dispose();
+  }
+}
