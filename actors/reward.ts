@@ -5,17 +5,13 @@
  *
  * @module
  */
-import { arithReward } from '../algorithms/datasets/arith.ts';
+import { gsm8kReward } from '../algorithms/rewards/index.ts';
 import type { Agent, StepFunction } from './agent/types.ts';
 
 /** Scores a completion against a gold solution ending `#### N` (or a bare number): 1 or 0. */
 export function mathReward(completion: string, label: string | undefined): number {
   if (label === undefined) return 0;
-  try {
-    return arithReward(completion, label);
-  } catch {
-    return 0;
-  }
+  return gsm8kReward(completion, label);
 }
 
 /** The single-turn step function used when no agent file is given. */
