@@ -1,0 +1,227 @@
+/**
+ * The caller's side of one actor: finds its worker through the head, sends calls straight to it
+ * in order, and handles its failures. A call in flight when the worker dies is re-sent to the
+ * restarted actor while its retries last; otherwise it fails with `ActorDiedError` naming the
+ * cause. Calls made while the actor restarts wait for it; once it is DEAD they fail fast.
+ *
+ * @module
+ */
+import {
+  ActorDiedError,
+  ActorLoadError,
+  type RtjobError,
+  fromWire,
+  isRtjobError,
+} from '../errors.ts';
+import type { ActorLocation, DeathCause } from '../protocol.ts';
+import type { Connection } from '../transport.ts';
+import { ObjectRef } from './object-ref.ts';
+import type { Runtime } from './runtime.ts';
+
+interface QueuedCall {
+  method: string;
+  args: unknown[];
+  ref: ObjectRef<unknown>;
+  retriesLeft: number;
+}
+
+/** Calls to one actor from this process. */
+export class ActorClient {
+  private conn: Connection | undefined;
+  private incarnation = 0;
+  private connecting = false;
+  private queue: QueuedCall[] = [];
+  private dead: RtjobError | undefined;
+  private lost = new Map<Connection, Promise<ActorLocation>>();
+  private stopped = false;
+
+  constructor(
+    private readonly rt: Runtime,
+    readonly actorId: string,
+    private created: Promise<unknown> | undefined,
+    readonly maxTaskRetries: number,
+  ) {}
+
+  /** Resolves once the actor is ALIVE; rejects when it cannot be created or is DEAD. */
+  async ready(): Promise<void> {
+    if (this.dead) throw this.dead;
+    if (this.conn && !this.conn.closed) return;
+    await new Promise<void>((resolve, reject) => {
+      const ref = new ObjectRef<unknown>('ready', '');
+      this.queue.push({ method: '', args: [], ref, retriesLeft: 0 });
+      ref._onSettled((r) => {
+        try {
+          r._take();
+          resolve();
+        } catch (e) {
+          reject(e);
+        }
+      });
+      this.ensureConnected();
+    });
+  }
+
+  /** Sends `method(...args)`; the returned ref settles with the result. */
+  call(method: string, args: unknown[], retries = this.maxTaskRetries): ObjectRef<unknown> {
+    const ref = new ObjectRef<unknown>(this.rt.newId(), this.rt.address);
+    if (this.dead) {
+      ref._reject(this.dead);
+      return ref;
+    }
+    const c = { method, args, ref, retriesLeft: retries };
+    const conn = this.conn;
+    if (conn !== undefined && this.queue.length === 0 && !conn.closed) this.send(conn, c);
+    else {
+      this.queue.push(c);
+      this.ensureConnected();
+    }
+    return ref;
+  }
+
+  /** Fails everything queued (process shutting down). */
+  shutdown(): void {
+    this.stopped = true;
+    const err = new ActorDiedError(`the runtime shut down before calling actor ${this.actorId}`, {
+      context: { actorId: this.actorId },
+    });
+    for (const c of this.queue.splice(0)) c.ref._reject(err);
+  }
+
+  private send(conn: Connection, c: QueuedCall): void {
+    if (c.method === '') {
+      c.ref._resolve(undefined); // a readiness probe
+      return;
+    }
+    let p: Promise<unknown>;
+    try {
+      p = conn.request({ type: 'call', method: c.method, args: c.args });
+    } catch (e) {
+      c.ref._reject(e);
+      return;
+    }
+    p.then(
+      (v) => c.ref._resolve(v),
+      (e) => this.onCallFailed(conn, c, e),
+    );
+  }
+
+  private onCallFailed(conn: Connection, c: QueuedCall, e: unknown): void {
+    if (!isRtjobError(e, 'CONNECTION') || !conn.closed) {
+      c.ref._reject(e);
+      return;
+    }
+    if (this.conn === conn) this.conn = undefined;
+    this.whyLost(conn).then(
+      (loc) => {
+        if (loc.state === 'DEAD') {
+          this.markDead(loc);
+          c.ref._reject(this.dead);
+        } else if (c.retriesLeft !== 0 && !this.stopped) {
+          c.retriesLeft = c.retriesLeft > 0 ? c.retriesLeft - 1 : -1;
+          this.queue.push(c);
+          this.ensureConnected();
+        } else {
+          c.ref._reject(this.diedError(loc.lastDeath, c.method));
+        }
+      },
+      (err) => c.ref._reject(err),
+    );
+  }
+
+  /** Asks the head what happened to the incarnation behind `conn` (once per connection). */
+  private whyLost(conn: Connection): Promise<ActorLocation> {
+    let p = this.lost.get(conn);
+    if (!p) {
+      p = this.rt.head.request<ActorLocation>({
+        type: 'waitActor',
+        actorId: this.actorId,
+        afterIncarnation: this.incarnation,
+        untilAlive: false,
+      });
+      this.lost.set(conn, p);
+      p.finally(() => setTimeout(() => this.lost.delete(conn), 1000).unref()).catch(() => {});
+    }
+    return p;
+  }
+
+  private ensureConnected(): void {
+    if (this.connecting || this.stopped) return;
+    this.connecting = true;
+    void this.connectLoop().finally(() => {
+      this.connecting = false;
+      if (this.queue.length > 0 && !this.dead && !this.stopped) this.ensureConnected();
+    });
+  }
+
+  private async connectLoop(): Promise<void> {
+    try {
+      if (this.created) {
+        await this.created;
+        this.created = undefined;
+      }
+      for (;;) {
+        const loc = await this.rt.head.request<ActorLocation>({
+          type: 'waitActor',
+          actorId: this.actorId,
+          afterIncarnation: this.incarnation,
+          untilAlive: true,
+        });
+        if (loc.state === 'DEAD') {
+          this.markDead(loc);
+          break;
+        }
+        let conn: Connection;
+        try {
+          conn = await this.rt.peer(loc.address!);
+        } catch {
+          // It died between the head's answer and our connect; ask again for the next one.
+          this.incarnation = loc.incarnation;
+          continue;
+        }
+        this.incarnation = loc.incarnation;
+        this.conn = conn;
+        const q = this.queue;
+        this.queue = [];
+        for (const c of q) this.send(conn, c);
+        return;
+      }
+    } catch (e) {
+      this.dead = e as RtjobError;
+    }
+    const err = this.dead!;
+    for (const c of this.queue.splice(0)) c.ref._reject(err);
+  }
+
+  private markDead(loc: ActorLocation): void {
+    const cause = loc.deathCause;
+    if (cause?.reason === 'load-failed' && cause.error) {
+      const inner = fromWire(cause.error);
+      this.dead = new ActorLoadError(inner.message, {
+        context: { ...inner.context, actorId: this.actorId },
+        remoteStack: inner.remoteStack,
+        cause: inner.cause,
+      });
+      return;
+    }
+    this.dead = new ActorDiedError(`actor ${this.actorId} is dead: ${cause?.message ?? 'unknown cause'}`, {
+      context: this.causeContext(cause),
+    });
+  }
+
+  private diedError(cause: DeathCause | undefined, method: string): ActorDiedError {
+    return new ActorDiedError(
+      `actor ${this.actorId} died while '${method}' was in flight: ${cause?.message ?? 'unknown cause'}`,
+      { context: { ...this.causeContext(cause), method } },
+    );
+  }
+
+  private causeContext(cause: DeathCause | undefined) {
+    return {
+      actorId: this.actorId,
+      reason: cause?.reason,
+      exitCode: cause?.exitCode,
+      signal: cause?.signal,
+      stderrTail: cause?.stderrTail,
+    };
+  }
+}

@@ -1,0 +1,227 @@
+/**
+ * Owner-side object store and reference counting. An object lives while its owner holds a live
+ * `ObjectRef` to it (tracked with a `FinalizationRegistry`, or ended early with `release`), while
+ * other processes borrow it, and for a grace period after each time it was sent to another
+ * process (so the receiver's borrow always lands before the owner could free it). Other
+ * processes count their own borrowed refs the same way and tell the owner when they are done.
+ *
+ * @module
+ */
+import { ObjectLostError } from '../errors.ts';
+import { ObjectRef } from './object-ref.ts';
+
+/** Options for the store. */
+export interface ObjectStoreOptions {
+  /** How long an object is kept after being sent to another process. @default 30000 */
+  transferHoldMs?: number;
+}
+
+interface Entry {
+  /** A ref that holds the value (kept out of user hands so the registry can see theirs die). */
+  holder: ObjectRef<unknown>;
+  local: number;
+  borrowers: number;
+  holdUntilMs: number;
+  bytes: number;
+}
+
+interface Borrowed {
+  owner: string;
+  count: number;
+  lastSentMs: number;
+}
+
+/** Sends a one-way borrow/unborrow message to an owner. */
+export type BorrowSender = (owner: string, objectId: string, borrow: boolean) => void;
+
+/** Counts references for one process: objects it owns, and objects it borrows. */
+export class ObjectStore {
+  private readonly entries = new Map<string, Entry>();
+  private readonly borrowed = new Map<string, Borrowed>();
+  private readonly holdMs: number;
+  private readonly ownedRegistry = new FinalizationRegistry<string>((id) => this.dropLocal(id));
+  private readonly borrowRegistry = new FinalizationRegistry<string>((id) => this.dropBorrow(id));
+  private readonly released = new WeakSet<ObjectRef<unknown>>();
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    readonly address: string,
+    private readonly sendBorrow: BorrowSender,
+    opts: ObjectStoreOptions = {},
+  ) {
+    this.holdMs = opts.transferHoldMs ?? 30_000;
+  }
+
+  /** Objects owned here and their total size in bytes (approximate for non-array values). */
+  stats(): { owned: number; borrowed: number } {
+    return { owned: this.entries.size, borrowed: this.borrowed.size };
+  }
+
+  /** True while the object is stored here. */
+  has(id: string): boolean {
+    return this.entries.has(id);
+  }
+
+  /** Stores a value owned by this process and returns the user's ref to it. */
+  put<T>(id: string, value: T): ObjectRef<T> {
+    const holder = ObjectRef.resolved(id, this.address, value);
+    this.entries.set(id, { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: sizeOf(value) });
+    const ref = ObjectRef.resolved(id, this.address, value);
+    this.trackLocal(ref);
+    return ref;
+  }
+
+  /** Called when an owned ref is about to be sent away: make sure it is served and held. */
+  onSend(ref: ObjectRef<unknown>): void {
+    if (ref.owner !== this.address) {
+      const b = this.borrowed.get(ref.id);
+      if (b) b.lastSentMs = Date.now();
+      return;
+    }
+    let e = this.entries.get(ref.id);
+    if (!e) {
+      if (ref._released) return;
+      // A call result first sent somewhere: its ref becomes the entry's holder of the value.
+      const holder = new ObjectRef<unknown>(ref.id, this.address);
+      ref._onSettled((r) => (r.isSettled ? settleFrom(holder, r) : undefined));
+      e = { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: 0 };
+      this.entries.set(ref.id, e);
+      this.trackLocal(ref);
+    }
+    e.holdUntilMs = Date.now() + this.holdMs;
+    this.armSweep();
+  }
+
+  /** A ref decoded from the wire: an owned one counts locally, a foreign one is borrowed. */
+  adopt(id: string, owner: string): ObjectRef<unknown> {
+    if (owner === this.address) {
+      const e = this.entries.get(id);
+      const ref = new ObjectRef<unknown>(id, owner);
+      if (!e) {
+        ref._reject(new ObjectLostError(`object ${id} was freed by its owner`, { context: { objectId: id } }));
+        return ref;
+      }
+      e.holder._onSettled((h) => settleFrom(ref, h));
+      this.trackLocal(ref);
+      return ref;
+    }
+    const ref = new ObjectRef<unknown>(id, owner, true);
+    const b = this.borrowed.get(id);
+    if (b) b.count++;
+    else {
+      this.borrowed.set(id, { owner, count: 1, lastSentMs: 0 });
+      this.sendBorrow(owner, id, true);
+    }
+    this.borrowRegistry.register(ref, id, ref);
+    return ref;
+  }
+
+  /** Serves a fetch: the value, waiting for it if it is still being computed. */
+  fetch(id: string): Promise<unknown> | unknown {
+    const e = this.entries.get(id);
+    if (!e) throw new ObjectLostError(`object ${id} is not stored at ${this.address}`, { context: { objectId: id } });
+    const h = e.holder;
+    if (h.isSettled) return h._take();
+    return new Promise((resolve, reject) => h._onSettled((r) => { try { resolve(r._take()); } catch (err) { reject(err); } }));
+  }
+
+  addBorrower(id: string): void {
+    const e = this.entries.get(id);
+    if (e) e.borrowers++;
+  }
+
+  removeBorrower(id: string): void {
+    const e = this.entries.get(id);
+    if (!e) return;
+    e.borrowers = Math.max(0, e.borrowers - 1);
+    this.maybeFree(id, e);
+  }
+
+  /** Drops this ref's claim now instead of at garbage collection. */
+  release(ref: ObjectRef<unknown>): void {
+    if (this.released.has(ref)) return;
+    this.released.add(ref);
+    ref._released = true;
+    if (ref.owner === this.address) {
+      if (this.ownedRegistry.unregister(ref)) this.dropLocal(ref.id);
+    } else if (this.borrowRegistry.unregister(ref)) {
+      this.dropBorrow(ref.id);
+    }
+  }
+
+  close(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.entries.clear();
+    this.borrowed.clear();
+  }
+
+  private trackLocal(ref: ObjectRef<unknown>): void {
+    const e = this.entries.get(ref.id);
+    if (!e) return;
+    e.local++;
+    this.ownedRegistry.register(ref, ref.id, ref);
+  }
+
+  private dropLocal(id: string): void {
+    const e = this.entries.get(id);
+    if (!e) return;
+    e.local = Math.max(0, e.local - 1);
+    this.maybeFree(id, e);
+  }
+
+  private dropBorrow(id: string): void {
+    const b = this.borrowed.get(id);
+    if (!b) return;
+    b.count--;
+    if (b.count > 0) return;
+    const wait = b.lastSentMs + this.holdMs - Date.now();
+    const done = () => {
+      if (this.borrowed.get(id) !== b || b.count > 0) return;
+      this.borrowed.delete(id);
+      this.sendBorrow(b.owner, id, false);
+    };
+    if (wait > 0) setTimeout(done, wait).unref();
+    else done();
+  }
+
+  private maybeFree(id: string, e: Entry): void {
+    if (e.local > 0 || e.borrowers > 0) return;
+    if (e.holdUntilMs > Date.now()) {
+      this.armSweep();
+      return;
+    }
+    this.entries.delete(id);
+  }
+
+  /** Frees held objects once their hold has passed. */
+  private armSweep(): void {
+    if (this.timer) return;
+    this.timer = setInterval(() => {
+      const now = Date.now();
+      let held = 0;
+      for (const [id, e] of this.entries) {
+        if (e.holdUntilMs > now) held++;
+        else if (e.local === 0 && e.borrowers === 0) this.entries.delete(id);
+      }
+      if (held === 0 && this.timer) {
+        clearInterval(this.timer);
+        this.timer = undefined;
+      }
+    }, Math.max(50, Math.min(1000, this.holdMs / 2)));
+    this.timer.unref();
+  }
+}
+
+function settleFrom(target: ObjectRef<unknown>, source: ObjectRef<unknown>): void {
+  try {
+    target._resolve(source._take());
+  } catch (e) {
+    target._reject(e);
+  }
+}
+
+function sizeOf(v: unknown): number {
+  if (ArrayBuffer.isView(v)) return v.byteLength;
+  if (v instanceof ArrayBuffer) return v.byteLength;
+  return 0;
+}

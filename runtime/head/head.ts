@@ -1,0 +1,729 @@
+/**
+ * The head: the control plane. It registers nodes and clients, schedules actors and placement
+ * groups, tracks actor state (PENDING → ALIVE ⇄ RESTARTING → DEAD), restarts actors whose
+ * process died, and kills the non-detached actors of a driver that went away. Calls never pass
+ * through it.
+ *
+ * Other parts (HTTP API, dashboard, job supervisor) attach through the returned `Head`: its
+ * events (`actor`, `node`, `placementGroup`, `client`), list methods, `killActor`, and `store`.
+ *
+ * @module
+ */
+import { EventEmitter } from 'node:events';
+import { randomBytes } from 'node:crypto';
+import {
+  InfeasibleError,
+  InvalidArgumentError,
+  NameTakenError,
+  NotFoundError,
+  PlacementGroupError,
+  ProtocolError,
+  type WireError,
+  fromWire,
+} from '../errors.ts';
+import { logger } from '../log.ts';
+import type {
+  ActorInfo,
+  ActorLocation,
+  ActorState,
+  CreateActor,
+  CreatePlacementGroup,
+  DeathCause,
+  HeadRequest,
+  Message,
+  MessageType,
+  NodeInfo,
+  PlacementGroupInfo,
+  RegisterNode,
+  WaitActor,
+  WorkerAssignment,
+  WorkerExited,
+} from '../protocol.ts';
+import { type Connection, type Server, listen } from '../transport.ts';
+import { type Allocation, ResourcePool } from './resources.ts';
+import { type BundleReservation, type SchedNode, placeActor, reserveBundles } from './scheduler.ts';
+import { HeadStore } from './store.ts';
+
+const log = logger('head');
+
+/** Options for `startHead`. */
+export interface HeadOptions {
+  /** Interface to bind; anything but loopback exposes the cluster. @default '127.0.0.1' */
+  host?: string;
+  /** WebSocket port; 0 picks a free one. @default 6380 */
+  port?: number;
+  /** Cluster token every connection must present. @default a fresh random token */
+  token?: string;
+  /** Directory for `head.sqlite` and logs; omitted means an in-memory store. */
+  sessionDir?: string;
+  /** A node silent this long is declared dead and its actors rescheduled. @default 10000 */
+  nodeHeartbeatTimeoutMs?: number;
+  /** How often connections are pinged. @default 1000 */
+  heartbeatIntervalMs?: number;
+  /** Largest frame the head accepts. @default 64 MiB */
+  maxFrameBytes?: number;
+}
+
+export const headDefaults = {
+  host: '127.0.0.1',
+  port: 6380,
+  nodeHeartbeatTimeoutMs: 10_000,
+  heartbeatIntervalMs: 1000,
+  maxFrameBytes: 64 * 1024 * 1024,
+} as const;
+
+/** A client (driver or worker) connection as the head reports it. */
+export interface ClientEvent {
+  readonly clientId: string;
+  readonly kind: 'driver' | 'worker';
+  readonly jobId?: string;
+  readonly event: 'connected' | 'disconnected';
+}
+
+export interface HeadEvents {
+  actor: [ActorInfo];
+  node: [NodeInfo];
+  placementGroup: [PlacementGroupInfo];
+  client: [ClientEvent];
+}
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+
+interface ActorRec {
+  info: Mutable<ActorInfo>;
+  ctorArgs: Uint8Array;
+  alloc?: { node: SchedNode; pool: ResourcePool; alloc: Allocation };
+  waiters: { afterIncarnation: number; untilAlive: boolean; resolve(l: ActorLocation): void }[];
+  killIntent?: 'noRestart' | 'restart';
+  lastDeath?: DeathCause & { incarnation: number };
+}
+interface NodeRec {
+  info: Mutable<NodeInfo>;
+  conn: Connection;
+  sched: SchedNode;
+}
+interface PgRec {
+  info: Mutable<PlacementGroupInfo>;
+  reservations?: BundleReservation[];
+  bundlePools?: ResourcePool[];
+  waiters: { resolve(): void; reject(e: Error): void }[];
+  failure?: string;
+}
+
+const accepts: ReadonlySet<MessageType> = new Set<MessageType>([
+  'registerNode',
+  'workerExited',
+  'workerHello',
+  'actorReady',
+  'actorLoadFailed',
+  'registerClient',
+  'createActor',
+  'waitActor',
+  'killActor',
+  'getActorByName',
+  'getActorInfo',
+  'listActors',
+  'listNodes',
+  'createPlacementGroup',
+  'waitPlacementGroup',
+  'removePlacementGroup',
+  'kvPut',
+  'kvGet',
+]);
+
+function newId(prefix: string): string {
+  return `${prefix}${randomBytes(6).toString('hex')}`;
+}
+
+/** A running head. */
+export class Head extends EventEmitter<HeadEvents> {
+  readonly store: HeadStore;
+  readonly token: string;
+  readonly sessionDir: string | undefined;
+  private server!: Server;
+  private readonly nodes = new Map<string, NodeRec>();
+  private readonly actors = new Map<string, ActorRec>();
+  private readonly pgs = new Map<string, PgRec>();
+  private readonly pendingActors = new Set<ActorRec>();
+  private readonly pendingPgs = new Set<PgRec>();
+  private pumpScheduled = false;
+  private closing = false;
+
+  /** Use `startHead`. */
+  constructor(
+    private readonly opts: HeadOptions & typeof headDefaults & { token: string },
+  ) {
+    super();
+    this.token = opts.token;
+    this.sessionDir = opts.sessionDir;
+    this.store = new HeadStore({ sessionDir: opts.sessionDir });
+  }
+
+  /** `host:port` that nodes and drivers connect to. */
+  get address(): string {
+    return this.server.address;
+  }
+  get port(): number {
+    return this.server.port;
+  }
+  get host(): string {
+    return this.server.host;
+  }
+
+  /** @internal */
+  async start(): Promise<void> {
+    this.server = await listen({
+      host: this.opts.host,
+      port: this.opts.port,
+      token: this.opts.token,
+      accepts,
+      maxFrameBytes: this.opts.maxFrameBytes,
+      heartbeatIntervalMs: this.opts.heartbeatIntervalMs,
+      heartbeatTimeoutMs: this.opts.nodeHeartbeatTimeoutMs,
+      handler: (m, c) => this.handle(m, c),
+    });
+    if (!['127.0.0.1', 'localhost', '::1'].includes(this.opts.host)) {
+      log.warn(`head listens on ${this.server.address}: reachable beyond this machine`);
+    }
+  }
+
+  listNodes(): NodeInfo[] {
+    return [...this.nodes.values()].map((n) => ({ ...n.info, available: { ...n.sched.pool.available } }));
+  }
+  listActors(): ActorInfo[] {
+    return [...this.actors.values()].map((a) => ({ ...a.info }));
+  }
+  getActor(actorId: string): ActorInfo | undefined {
+    const a = this.actors.get(actorId);
+    return a ? { ...a.info } : undefined;
+  }
+  listPlacementGroups(): PlacementGroupInfo[] {
+    return [...this.pgs.values()].map((p) => ({ ...p.info }));
+  }
+
+  /** Kills an actor; with `noRestart: false` it restarts if its `maxRestarts` allows. */
+  killActor(actorId: string, opts: { noRestart?: boolean } = {}): void {
+    const rec = this.actors.get(actorId);
+    if (!rec) throw new NotFoundError(`no actor ${actorId}`, { context: { actorId } });
+    this.kill(rec, opts.noRestart ?? true, 'killed by request');
+  }
+
+  /** Stops serving; nodes and clients see the connection close. */
+  async close(): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    await this.server.close();
+    this.store.close();
+  }
+
+  // -------------------------------------------------------------------------------------------
+
+  private handle(m: Message, conn: Connection): unknown {
+    const role = conn.meta.role as 'node' | 'client' | undefined;
+    const msg = m as HeadRequest | WorkerExited;
+    if (msg.type === 'registerNode') return this.registerNode(msg, conn);
+    if (msg.type === 'registerClient') {
+      const clientId =
+        msg.kind === 'worker' ? `worker:${msg.actorId}:${msg.incarnation ?? 0}` : newId('driver_');
+      conn.meta = { role: 'client', clientId, kind: msg.kind, jobId: msg.jobId };
+      this.emit('client', { clientId, kind: msg.kind, jobId: msg.jobId, event: 'connected' });
+      conn.onClose(() => this.clientGone(clientId, msg.kind, msg.jobId));
+      return { clientId, sessionDir: this.sessionDir };
+    }
+    if (role === undefined) {
+      conn.close(`'${msg.type}' before registering`, 1008);
+      return undefined;
+    }
+    if (msg.type === 'workerExited') {
+      if (role !== 'node') throw new ProtocolError('workerExited is for node agents');
+      return this.workerExited(msg);
+    }
+    const clientId = conn.meta.clientId as string;
+    switch (msg.type) {
+      case 'workerHello':
+        return this.workerHello(msg.actorId, msg.incarnation);
+      case 'actorReady':
+        return this.actorReady(msg.actorId, msg.incarnation, msg.address, msg.pid);
+      case 'actorLoadFailed':
+        return this.actorLoadFailed(msg.actorId, msg.incarnation, msg.error);
+      case 'createActor':
+        return this.createActor(msg, clientId);
+      case 'waitActor':
+        return this.waitActor(msg);
+      case 'killActor':
+        return this.killActor(msg.actorId, { noRestart: msg.noRestart });
+      case 'getActorByName': {
+        const rec = [...this.actors.values()].find(
+          (a) => a.info.name === msg.name && a.info.state !== 'DEAD',
+        );
+        if (!rec) throw new NotFoundError(`no live actor named '${msg.name}'`);
+        return { ...rec.info };
+      }
+      case 'getActorInfo': {
+        const info = this.getActor(msg.actorId);
+        if (!info) throw new NotFoundError(`no actor ${msg.actorId}`, { context: { actorId: msg.actorId } });
+        return info;
+      }
+      case 'listActors':
+        return this.listActors();
+      case 'listNodes':
+        return this.listNodes();
+      case 'createPlacementGroup':
+        return this.createPlacementGroup(msg, clientId);
+      case 'waitPlacementGroup':
+        return this.waitPlacementGroup(msg.pgId);
+      case 'removePlacementGroup':
+        return this.removePlacementGroup(msg.pgId);
+      case 'kvPut':
+        this.store.kvPut(msg.key, msg.value);
+        return true;
+      case 'kvGet':
+        return this.store.kvGet(msg.key) ?? null;
+      default:
+        conn.close(`unexpected message type '${(msg as Message).type}' for the head`, 1008);
+        return undefined;
+    }
+  }
+
+  private registerNode(msg: RegisterNode, conn: Connection): { nodeId: string } {
+    const nodeId = msg.nodeId && !this.nodes.get(msg.nodeId)?.sched.alive ? msg.nodeId : newId('node_');
+    const gpus = Math.floor(msg.resources.GPU ?? 0);
+    const pool = new ResourcePool(msg.resources, [...Array(gpus).keys()]);
+    const sched: SchedNode = { nodeId, pool, alive: true, actorCount: 0 };
+    const info: Mutable<NodeInfo> = {
+      nodeId,
+      hostname: msg.hostname,
+      host: msg.host,
+      pid: msg.pid,
+      state: 'ALIVE',
+      total: { ...msg.resources },
+      available: pool.available,
+      sessionDir: msg.sessionDir,
+      startedAtMs: Date.now(),
+    };
+    this.nodes.set(nodeId, { info, conn, sched });
+    conn.meta = { role: 'node', nodeId };
+    conn.onClose((reason) => this.nodeGone(nodeId, reason));
+    this.store.putNode(info);
+    this.emit('node', { ...info, available: { ...pool.available } });
+    log.info(`node ${nodeId} joined from ${conn.peer}`);
+    this.schedulePump();
+    return { nodeId };
+  }
+
+  private nodeGone(nodeId: string, reason: string): void {
+    const node = this.nodes.get(nodeId);
+    if (!node || !node.sched.alive) return;
+    node.sched.alive = false;
+    node.info.state = 'DEAD';
+    if (!this.closing) {
+      this.store.putNode(node.info);
+      this.emit('node', { ...node.info });
+      log.warn(`node ${nodeId} is dead: ${reason}`);
+    }
+    for (const rec of this.actors.values()) {
+      if (rec.alloc?.node !== node.sched || rec.info.state === 'DEAD') continue;
+      rec.alloc = undefined; // its pool is gone with the node
+      this.processGone(rec, { reason: 'node-died', message: `node ${nodeId} died: ${reason}` });
+    }
+  }
+
+  private clientGone(clientId: string, kind: 'driver' | 'worker', jobId?: string): void {
+    if (this.closing) return;
+    this.emit('client', { clientId, kind, jobId, event: 'disconnected' });
+    for (const rec of this.actors.values()) {
+      if (rec.info.ownerId !== clientId || rec.info.options.detached || rec.info.state === 'DEAD') continue;
+      this.kill(rec, true, `its owner ${clientId} exited`, 'owner-died');
+    }
+    for (const pg of this.pgs.values()) {
+      if (pg.info.ownerId === clientId && !pg.info.detached && pg.info.state !== 'REMOVED') {
+        this.removePlacementGroup(pg.info.pgId);
+      }
+    }
+  }
+
+  private createActor(msg: CreateActor, ownerId: string): { actorId: string } {
+    const o = msg.options;
+    if (o.name !== undefined) {
+      for (const a of this.actors.values()) {
+        if (a.info.name === o.name && a.info.state !== 'DEAD') {
+          throw new NameTakenError(`an actor named '${o.name}' already exists (${a.info.actorId})`);
+        }
+      }
+    }
+    if (o.placementGroupId !== undefined && !this.pgs.has(o.placementGroupId)) {
+      throw new PlacementGroupError(`no placement group ${o.placementGroupId}`);
+    }
+    const actorId = msg.actorId;
+    if (typeof actorId !== 'string' || actorId.length < 8 || actorId.length > 64 || this.actors.has(actorId)) {
+      throw new InvalidArgumentError(`actor id '${String(actorId).slice(0, 64)}' is invalid or taken`);
+    }
+    const rec: ActorRec = {
+      info: {
+        actorId,
+        name: o.name,
+        state: 'PENDING',
+        spec: msg.spec,
+        options: o,
+        incarnation: 0,
+        numRestarts: 0,
+        ownerId,
+        createdAtMs: Date.now(),
+      },
+      ctorArgs: msg.ctorArgs,
+      waiters: [],
+    };
+    const verdict = this.schedule(rec);
+    if (verdict.kind === 'infeasible') {
+      throw new InfeasibleError(verdict.reason, { context: { actorId } });
+    }
+    this.actors.set(actorId, rec);
+    this.store.putActor(rec.info, msg.ctorArgs);
+    this.emit('actor', { ...rec.info });
+    return { actorId };
+  }
+
+  /** Places the actor and starts its worker, or queues it; never throws. */
+  private schedule(rec: ActorRec): { kind: 'placed' | 'wait' } | { kind: 'infeasible'; reason: string } {
+    const o = rec.info.options;
+    let placed: { node: SchedNode; pool: ResourcePool; alloc: Allocation } | undefined;
+    if (o.placementGroupId !== undefined) {
+      const pg = this.pgs.get(o.placementGroupId);
+      if (!pg || pg.info.state === 'REMOVED' || pg.info.state === 'FAILED') {
+        return { kind: 'infeasible', reason: `placement group ${o.placementGroupId} was removed` };
+      }
+      if (pg.info.state !== 'CREATED') {
+        this.pendingActors.add(rec);
+        return { kind: 'wait' };
+      }
+      const idx = o.bundleIndex;
+      if (idx >= pg.bundlePools!.length) {
+        return { kind: 'infeasible', reason: `bundle index ${idx} out of range (${pg.bundlePools!.length} bundles)` };
+      }
+      const candidates = idx >= 0 ? [idx] : pg.bundlePools!.map((_, i) => i);
+      if (!candidates.some((i) => pg.bundlePools![i]!.couldEverFit(o.resources))) {
+        return { kind: 'infeasible', reason: `no bundle of placement group ${pg.info.pgId} can hold the actor's resources` };
+      }
+      for (const i of candidates) {
+        const pool = pg.bundlePools![i]!;
+        const alloc = pool.take(o.resources);
+        if (alloc) {
+          placed = { node: pg.reservations![i]!.node, pool, alloc };
+          break;
+        }
+      }
+    } else {
+      const p = placeActor(
+        [...this.nodes.values()].map((n) => n.sched),
+        o.resources,
+        o.schedulingStrategy,
+      );
+      if (p.kind === 'infeasible') {
+        if (rec.info.incarnation === 0) return p;
+        log.warn(`actor ${rec.info.actorId} cannot be restarted now: ${p.reason}`);
+      } else if (p.kind === 'placed') {
+        placed = { node: p.value.node, pool: p.value.node.pool, alloc: p.value.alloc };
+      }
+    }
+    if (!placed) {
+      this.pendingActors.add(rec);
+      return { kind: 'wait' };
+    }
+    this.pendingActors.delete(rec);
+    rec.alloc = placed;
+    placed.node.actorCount++;
+    rec.info.incarnation++;
+    rec.info.nodeId = placed.node.nodeId;
+    rec.info.gpuIds = placed.alloc.gpuIds;
+    const node = this.nodes.get(placed.node.nodeId)!;
+    node.conn.send({
+      type: 'startWorker',
+      actorId: rec.info.actorId,
+      incarnation: rec.info.incarnation,
+      gpuIds: placed.alloc.gpuIds,
+      env: o.env ?? {},
+    });
+    if (this.actors.has(rec.info.actorId)) this.save(rec);
+    return { kind: 'placed' };
+  }
+
+  private release(rec: ActorRec): void {
+    const a = rec.alloc;
+    if (!a) return;
+    rec.alloc = undefined;
+    a.pool.give(a.alloc);
+    a.node.actorCount--;
+    this.schedulePump();
+  }
+
+  private workerHello(actorId: string, incarnation: number): WorkerAssignment {
+    const rec = this.actors.get(actorId);
+    if (!rec || rec.info.incarnation !== incarnation || rec.info.state === 'DEAD') {
+      throw new NotFoundError(`actor ${actorId} incarnation ${incarnation} is not expected`);
+    }
+    return { spec: rec.info.spec, options: rec.info.options, ctorArgs: rec.ctorArgs };
+  }
+
+  private actorReady(actorId: string, incarnation: number, address: string, pid: number): boolean {
+    const rec = this.actors.get(actorId);
+    if (!rec || rec.info.incarnation !== incarnation || rec.info.state === 'DEAD') {
+      throw new NotFoundError(`actor ${actorId} incarnation ${incarnation} is not expected`);
+    }
+    rec.info.state = 'ALIVE';
+    rec.info.address = address;
+    rec.info.pid = pid;
+    this.save(rec);
+    return true;
+  }
+
+  private actorLoadFailed(actorId: string, incarnation: number, error: WireError): boolean {
+    const rec = this.actors.get(actorId);
+    if (!rec || rec.info.incarnation !== incarnation || rec.info.state === 'DEAD') return false;
+    const err = fromWire(error);
+    this.setDead(rec, { reason: 'load-failed', message: err.message, error });
+    return true;
+  }
+
+  private workerExited(msg: WorkerExited): void {
+    const rec = this.actors.get(msg.actorId);
+    if (!rec || rec.info.incarnation !== msg.incarnation) return;
+    const how = msg.signal ? `signal ${msg.signal}` : `exit code ${msg.exitCode}`;
+    if (rec.info.state === 'DEAD') {
+      this.release(rec);
+      return;
+    }
+    const killed = rec.killIntent !== undefined;
+    this.processGone(rec, {
+      reason: killed ? 'killed' : 'exited',
+      message: killed
+        ? `actor ${rec.info.actorId} was killed (${how})`
+        : `the worker process of actor ${rec.info.actorId} died (${how})`,
+      exitCode: msg.exitCode,
+      signal: msg.signal,
+      stderrTail: msg.stderrTail,
+    });
+  }
+
+  /** The actor's process is gone: restart it if allowed, else it is DEAD. */
+  private processGone(rec: ActorRec, cause: DeathCause): void {
+    this.release(rec);
+    rec.lastDeath = { ...cause, incarnation: rec.info.incarnation };
+    const { maxRestarts } = rec.info.options;
+    const restartsLeft = maxRestarts === -1 || rec.info.numRestarts < maxRestarts;
+    if (rec.killIntent === 'noRestart' || !restartsLeft || this.closing) {
+      this.setDead(rec, cause);
+      return;
+    }
+    rec.killIntent = undefined;
+    rec.info.numRestarts++;
+    rec.info.state = 'RESTARTING';
+    rec.info.address = undefined;
+    rec.info.pid = undefined;
+    this.save(rec);
+    this.schedule(rec);
+  }
+
+  private kill(rec: ActorRec, noRestart: boolean, why: string, reason: DeathCause['reason'] = 'killed'): void {
+    if (rec.info.state === 'DEAD') return;
+    rec.killIntent = noRestart ? 'noRestart' : 'restart';
+    if (rec.alloc) {
+      const node = this.nodes.get(rec.alloc.node.nodeId);
+      if (reason === 'owner-died') rec.lastDeath = { reason, message: why, incarnation: rec.info.incarnation };
+      node?.conn.send({ type: 'stopWorker', actorId: rec.info.actorId, incarnation: rec.info.incarnation });
+      if (reason === 'owner-died' || noRestart) {
+        // Mark it dead now so callers fail fast; the exit report only releases resources.
+        this.setDead(rec, { reason, message: `actor ${rec.info.actorId}: ${why}` }, false);
+      }
+    } else if (noRestart) {
+      this.setDead(rec, { reason, message: `actor ${rec.info.actorId}: ${why}` });
+    }
+  }
+
+  private setDead(rec: ActorRec, cause: DeathCause, releaseNow = true): void {
+    this.pendingActors.delete(rec);
+    if (releaseNow) this.release(rec);
+    rec.info.state = 'DEAD';
+    rec.info.deathCause = cause;
+    rec.info.address = undefined;
+    this.save(rec);
+  }
+
+  private save(rec: ActorRec): void {
+    if (this.closing) return;
+    this.store.putActor(rec.info);
+    this.emit('actor', { ...rec.info });
+    this.notify(rec);
+  }
+
+  private location(rec: ActorRec): ActorLocation {
+    return {
+      state: rec.info.state,
+      address: rec.info.address,
+      incarnation: rec.info.incarnation,
+      deathCause: rec.info.deathCause,
+      lastDeath: rec.lastDeath,
+    };
+  }
+
+  private ready(rec: ActorRec, after: number, untilAlive: boolean): boolean {
+    const s: ActorState = rec.info.state;
+    if (s === 'DEAD') return true;
+    if (s === 'ALIVE' && rec.info.incarnation > after) return true;
+    return !untilAlive && after > 0 && (rec.lastDeath?.incarnation ?? 0) >= after;
+  }
+
+  private notify(rec: ActorRec): void {
+    if (rec.waiters.length === 0) return;
+    const keep: ActorRec['waiters'] = [];
+    for (const w of rec.waiters) {
+      if (this.ready(rec, w.afterIncarnation, w.untilAlive)) w.resolve(this.location(rec));
+      else keep.push(w);
+    }
+    rec.waiters = keep;
+  }
+
+  private waitActor(msg: WaitActor): ActorLocation | Promise<ActorLocation> {
+    const rec = this.actors.get(msg.actorId);
+    if (!rec) throw new NotFoundError(`no actor ${msg.actorId}`, { context: { actorId: msg.actorId } });
+    if (this.ready(rec, msg.afterIncarnation, msg.untilAlive)) return this.location(rec);
+    return new Promise((resolve) =>
+      rec.waiters.push({ afterIncarnation: msg.afterIncarnation, untilAlive: msg.untilAlive, resolve }),
+    );
+  }
+
+  // ---- placement groups ------------------------------------------------------------------
+
+  private createPlacementGroup(msg: CreatePlacementGroup, ownerId: string): { pgId: string } {
+    if (!Array.isArray(msg.bundles) || msg.bundles.length === 0) {
+      throw new InvalidArgumentError('a placement group needs at least one bundle');
+    }
+    const pgId = msg.pgId ?? newId('pg_');
+    if (typeof pgId !== 'string' || this.pgs.has(pgId)) {
+      throw new InvalidArgumentError(`placement group id '${String(pgId).slice(0, 64)}' is invalid or taken`);
+    }
+    const pg: PgRec = {
+      info: {
+        pgId,
+        name: msg.name,
+        strategy: msg.strategy,
+        bundles: msg.bundles,
+        state: 'PENDING',
+        ownerId,
+        detached: msg.detached,
+      },
+      waiters: [],
+    };
+    this.pgs.set(pgId, pg);
+    if (this.tryReserve(pg) === 'infeasible') {
+      this.savePg(pg);
+      throw new InfeasibleError(pg.failure!);
+    }
+    this.savePg(pg);
+    return { pgId };
+  }
+
+  private tryReserve(pg: PgRec): 'placed' | 'wait' | 'infeasible' {
+    const r = reserveBundles(
+      [...this.nodes.values()].map((n) => n.sched),
+      pg.info.bundles,
+      pg.info.strategy,
+    );
+    if (r.kind === 'infeasible') {
+      pg.info.state = 'FAILED';
+      pg.failure = r.reason;
+      return 'infeasible';
+    }
+    if (r.kind === 'wait') {
+      this.pendingPgs.add(pg);
+      return 'wait';
+    }
+    this.pendingPgs.delete(pg);
+    pg.reservations = r.value;
+    pg.bundlePools = r.value.map((res, i) => new ResourcePool(pg.info.bundles[i]!, res.alloc.gpuIds));
+    pg.info.state = 'CREATED';
+    pg.info.bundleNodes = r.value.map((res) => res.node.nodeId);
+    for (const w of pg.waiters.splice(0)) w.resolve();
+    this.schedulePump();
+    return 'placed';
+  }
+
+  private waitPlacementGroup(pgId: string): Promise<boolean> | boolean {
+    const pg = this.pgs.get(pgId);
+    if (!pg) throw new NotFoundError(`no placement group ${pgId}`);
+    if (pg.info.state === 'CREATED') return true;
+    if (pg.info.state === 'FAILED') throw new InfeasibleError(pg.failure ?? 'infeasible');
+    if (pg.info.state === 'REMOVED') {
+      throw new PlacementGroupError(`placement group ${pgId} was removed`);
+    }
+    return new Promise((resolve, reject) =>
+      pg.waiters.push({ resolve: () => resolve(true), reject }),
+    );
+  }
+
+  private removePlacementGroup(pgId: string): boolean {
+    const pg = this.pgs.get(pgId);
+    if (!pg) throw new NotFoundError(`no placement group ${pgId}`);
+    if (pg.info.state === 'REMOVED') return true;
+    for (const rec of this.actors.values()) {
+      if (rec.info.options.placementGroupId === pgId && rec.info.state !== 'DEAD') {
+        this.kill(rec, true, `its placement group ${pgId} was removed`);
+      }
+    }
+    this.pendingPgs.delete(pg);
+    for (const r of pg.reservations ?? []) if (r.node.alive) r.node.pool.give(r.alloc);
+    pg.reservations = undefined;
+    pg.info.state = 'REMOVED';
+    for (const w of pg.waiters.splice(0)) w.reject(new PlacementGroupError(`placement group ${pgId} was removed`));
+    this.savePg(pg);
+    this.schedulePump();
+    return true;
+  }
+
+  private savePg(pg: PgRec): void {
+    if (this.closing) return;
+    this.store.putPlacementGroup(pg.info);
+    this.emit('placementGroup', { ...pg.info });
+  }
+
+  /** Retries everything waiting for resources, once per tick. */
+  private schedulePump(): void {
+    if (this.pumpScheduled || this.closing) return;
+    this.pumpScheduled = true;
+    setImmediate(() => {
+      this.pumpScheduled = false;
+      for (const pg of [...this.pendingPgs]) {
+        if (this.tryReserve(pg) === 'placed') this.savePg(pg);
+      }
+      for (const rec of [...this.pendingActors]) {
+        if (rec.info.state === 'DEAD') {
+          this.pendingActors.delete(rec);
+          continue;
+        }
+        const v = this.schedule(rec);
+        if (v.kind === 'infeasible') {
+          this.setDead(rec, { reason: 'infeasible', message: v.reason });
+        }
+      }
+    });
+  }
+}
+
+/**
+ * Starts a head.
+ *
+ * @example
+ * const head = await startHead({ port: 0, sessionDir: '/tmp/rtjob-session' });
+ * head.on('actor', (a) => console.log(a.actorId, a.state));
+ * await head.close();
+ */
+export async function startHead(options: HeadOptions = {}): Promise<Head> {
+  const resolved = {
+    ...headDefaults,
+    ...Object.fromEntries(Object.entries(options).filter(([, v]) => v !== undefined)),
+    token: options.token ?? randomBytes(24).toString('base64url'),
+  } as HeadOptions & typeof headDefaults & { token: string };
+  const head = new Head(resolved);
+  await head.start();
+  return head;
+}
+

@@ -1,0 +1,55 @@
+/**
+ * rtjob: a Ray-style actor runtime. The public API; see `runtime/README.md`.
+ *
+ * @module
+ */
+export {
+  actorInfo,
+  actorReady,
+  defineActor,
+  defineTask,
+  get,
+  getActor,
+  init,
+  kill,
+  listActors,
+  listNodes,
+  placementGroup,
+  put,
+  release,
+  shutdown,
+  wait,
+} from './api.ts';
+export type {
+  ClusterInfo,
+  GetOptions,
+  InitOptions,
+  PlacementGroup,
+  WaitOptions,
+} from './api.ts';
+export { ObjectRef } from './client/object-ref.ts';
+export * from './errors.ts';
+export { kActorId } from './handles.ts';
+export type {
+  ActorClass,
+  ActorHandle,
+  ActorOptions,
+  CallOptions,
+  PlacementGroupOptions,
+  RefOr,
+  RemoteMethod,
+  TaskFunction,
+  TaskOptions,
+} from './handles.ts';
+export { type Head, type HeadEvents, type HeadOptions, startHead } from './head/head.ts';
+export { type LocalCluster, type LocalClusterOptions, startLocalCluster } from './local-cluster.ts';
+export { type NodeAgent, type NodeAgentOptions, startNodeAgent } from './node/agent.ts';
+export type {
+  ActorInfo,
+  ActorState,
+  DeathCause,
+  NodeInfo,
+  PlacementGroupInfo,
+  PlacementStrategy,
+  ResourceMap,
+} from './protocol.ts';

@@ -1,0 +1,216 @@
+/**
+ * The node agent: one per machine. It registers the machine's resources with the head, starts
+ * one worker process per actor the head places here (with `--import tsx`, the job's env and
+ * `CUDA_VISIBLE_DEVICES` for exactly its GPUs), writes each worker's stdout/stderr to log files in
+ * the session dir, and reports every exit with its code, signal and last stderr lines.
+ *
+ * @module
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import { type WriteStream, createWriteStream, mkdirSync, mkdtempSync } from 'node:fs';
+import { cpus, hostname, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { logger } from '../log.ts';
+import type { Message, MessageType, ResourceMap, StartWorker } from '../protocol.ts';
+import { type Connection, connect } from '../transport.ts';
+
+const log = logger('node');
+
+/** Options for `startNodeAgent`. */
+export interface NodeAgentOptions {
+  /** The head's `host:port`. */
+  headAddress: string;
+  /** The cluster token. */
+  token: string;
+  /** Where worker logs go (`<sessionDir>/logs`). @default a fresh temp dir */
+  sessionDir?: string;
+  /** Interface the workers on this node serve calls on. @default '127.0.0.1' */
+  host?: string;
+  /** @default the number of CPU cores */
+  numCpus?: number;
+  /** @default 0 */
+  numGpus?: number;
+  /** Schedulable memory in bytes. @default 70% of physical memory */
+  memoryBytes?: number;
+  /** Custom resources, e.g. `{ accelerator_x: 2 }`. @default {} */
+  resources?: ResourceMap;
+  /** Extra environment for every worker on this node. @default {} */
+  env?: Record<string, string>;
+  /** Lines of stderr kept for exit reports. @default 30 */
+  stderrTailLines?: number;
+  /** The head is declared lost after this much silence. @default 10000 */
+  heartbeatTimeoutMs?: number;
+}
+
+/** One running worker. */
+export interface WorkerProcess {
+  readonly actorId: string;
+  readonly incarnation: number;
+  readonly pid: number;
+  readonly logFiles: { stdout: string; stderr: string };
+}
+
+export interface NodeAgentEvents {
+  workerStarted: [WorkerProcess];
+  workerExited: [WorkerProcess & { exitCode: number | null; signal: string | null; stderrTail: string[] }];
+  headLost: [string];
+}
+
+interface Running {
+  info: WorkerProcess;
+  child: ChildProcess;
+  out: WriteStream;
+  err: WriteStream;
+  tail: string[];
+  partial: string;
+}
+
+const workerMain = fileURLToPath(new URL('../worker/main.ts', import.meta.url));
+const tsxLoader = import.meta.resolve('tsx');
+const accepts: ReadonlySet<MessageType> = new Set<MessageType>(['startWorker', 'stopWorker']);
+
+/** A node agent connected to a head. */
+export class NodeAgent extends EventEmitter<NodeAgentEvents> {
+  nodeId = '';
+  readonly sessionDir: string;
+  readonly resources: ResourceMap;
+  private conn!: Connection;
+  private readonly running = new Map<string, Running>();
+  private closing = false;
+
+  /** Use `startNodeAgent`. */
+  constructor(private readonly opts: NodeAgentOptions) {
+    super();
+    this.sessionDir = opts.sessionDir ?? mkdtempSync(join(tmpdir(), 'rtjob-node-'));
+    mkdirSync(join(this.sessionDir, 'logs'), { recursive: true });
+    this.resources = {
+      CPU: opts.numCpus ?? cpus().length,
+      GPU: opts.numGpus ?? 0,
+      memory: opts.memoryBytes ?? Math.floor(totalmem() * 0.7),
+      ...opts.resources,
+    };
+  }
+
+  /** Workers running now. */
+  get workers(): WorkerProcess[] {
+    return [...this.running.values()].map((r) => r.info);
+  }
+
+  /** @internal */
+  async start(): Promise<void> {
+    this.conn = await connect(this.opts.headAddress, {
+      token: this.opts.token,
+      accepts,
+      handler: (m) => this.handle(m),
+      heartbeatTimeoutMs: this.opts.heartbeatTimeoutMs,
+    });
+    this.conn.onClose((reason) => {
+      if (this.closing) return;
+      log.warn(`lost the head at ${this.opts.headAddress}: ${reason}; stopping workers`);
+      this.emit('headLost', reason);
+      void this.close();
+    });
+    const { nodeId } = await this.conn.request<{ nodeId: string }>({
+      type: 'registerNode',
+      hostname: hostname(),
+      host: this.opts.host ?? '127.0.0.1',
+      pid: process.pid,
+      resources: this.resources,
+      sessionDir: this.sessionDir,
+    });
+    this.nodeId = nodeId;
+  }
+
+  /** Kills every worker, waits for them to exit, and leaves the cluster. */
+  async close(): Promise<void> {
+    this.closing = true;
+    const exits = [...this.running.values()].map(
+      (r) => new Promise<void>((done) => (r.child.exitCode !== null || r.child.signalCode !== null ? done() : r.child.once('close', () => done()))),
+    );
+    for (const r of this.running.values()) r.child.kill('SIGKILL');
+    await Promise.all(exits);
+    this.conn?.close('node agent shutting down');
+  }
+
+  private handle(m: Message): void {
+    if (m.type === 'startWorker') this.startWorker(m);
+    else if (m.type === 'stopWorker') {
+      const r = this.running.get(m.actorId);
+      if (r && r.info.incarnation === m.incarnation) r.child.kill('SIGKILL');
+    }
+  }
+
+  private startWorker(m: StartWorker): void {
+    if (this.closing) return;
+    const base = join(this.sessionDir, 'logs', `worker-${m.actorId}-${m.incarnation}`);
+    const logFiles = { stdout: `${base}.out`, stderr: `${base}.err` };
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      ...this.opts.env,
+      ...m.env,
+      RTJOB_HEAD_ADDRESS: this.opts.headAddress,
+      RTJOB_TOKEN: this.opts.token,
+      RTJOB_ACTOR_ID: m.actorId,
+      RTJOB_INCARNATION: String(m.incarnation),
+      RTJOB_NODE_ID: this.nodeId,
+      RTJOB_SESSION_DIR: this.sessionDir,
+      RTJOB_WORKER_HOST: this.opts.host ?? '127.0.0.1',
+      CUDA_VISIBLE_DEVICES: m.gpuIds.join(','),
+    };
+    delete env.RTJOB_ADDRESS;
+    const child = spawn(process.execPath, ['--import', tsxLoader, workerMain], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+    });
+    const out = createWriteStream(logFiles.stdout, { flags: 'a' });
+    const err = createWriteStream(logFiles.stderr, { flags: 'a' });
+    const info: WorkerProcess = {
+      actorId: m.actorId,
+      incarnation: m.incarnation,
+      pid: child.pid ?? -1,
+      logFiles,
+    };
+    const r: Running = { info, child, out, err, tail: [], partial: '' };
+    const keep = this.opts.stderrTailLines ?? 30;
+    child.stdout!.pipe(out);
+    child.stderr!.on('data', (d: Buffer) => {
+      err.write(d);
+      const lines = (r.partial + d.toString()).split('\n');
+      r.partial = lines.pop() ?? '';
+      r.tail.push(...lines);
+      if (r.tail.length > keep) r.tail.splice(0, r.tail.length - keep);
+    });
+    child.on('error', (e) => log.error(`worker for ${m.actorId} failed to start: ${e.message}`));
+    child.on('close', (code, signal) => {
+      if (r.partial) r.tail.push(r.partial);
+      if (this.running.get(m.actorId) === r) this.running.delete(m.actorId);
+      err.end();
+      const stderrTail = r.tail.slice(-keep);
+      this.emit('workerExited', { ...info, exitCode: code, signal, stderrTail });
+      this.conn.send({
+        type: 'workerExited',
+        actorId: m.actorId,
+        incarnation: m.incarnation,
+        exitCode: code,
+        signal,
+        stderrTail,
+      });
+    });
+    this.running.set(m.actorId, r);
+    this.emit('workerStarted', info);
+  }
+}
+
+/**
+ * Starts a node agent and registers it with the head.
+ *
+ * @example
+ * const node = await startNodeAgent({ headAddress: head.address, token: head.token, numGpus: 2 });
+ */
+export async function startNodeAgent(options: NodeAgentOptions): Promise<NodeAgent> {
+  const agent = new NodeAgent(options);
+  await agent.start();
+  return agent;
+}

@@ -1,0 +1,441 @@
+/**
+ * The wire protocol: every message any rtjob process sends, as one discriminated union on `type`,
+ * and the msgpack codec (msgpackr) that carries them. Typed arrays travel as msgpack extensions
+ * (no base64, no JSON), object refs and actor handles as their own extensions.
+ *
+ * A WebSocket frame holds one or more packed messages back to back; requests carry `rid` and are
+ * answered by a `reply` with the same `rid`. Messages larger than the transport's chunk size are
+ * split into `fragment` messages so they never hold up other traffic on the connection.
+ *
+ * @module
+ */
+import { Packr, addExtension } from 'msgpackr';
+import type { WireError } from './errors.ts';
+
+/** Resources as the scheduler counts them: `CPU`, `GPU`, `memory` (bytes) and custom names. */
+export type ResourceMap = Record<string, number>;
+
+/** Where an actor's code lives. */
+export interface ActorSpecWire {
+  /** Absolute `file://` URL of the module. */
+  readonly moduleUrl: string;
+  readonly exportName: string;
+  /** `actor`: construct `exportName`; `tasks`: a task runner (the export is resolved per call). */
+  readonly kind: 'actor' | 'tasks';
+}
+
+/** Scheduling strategy for one actor. */
+export type SchedulingStrategy =
+  | 'DEFAULT'
+  | 'SPREAD'
+  | { readonly type: 'node'; readonly nodeId: string; readonly soft?: boolean };
+
+export type PlacementStrategy = 'PACK' | 'SPREAD' | 'STRICT_PACK' | 'STRICT_SPREAD';
+
+/** Actor options as the head receives them (already defaulted by the client). */
+export interface ActorOptionsWire {
+  readonly name?: string;
+  readonly resources: ResourceMap;
+  readonly detached: boolean;
+  readonly maxRestarts: number;
+  readonly maxTaskRetries: number;
+  readonly maxConcurrency: number;
+  readonly placementGroupId?: string;
+  readonly bundleIndex: number;
+  readonly schedulingStrategy: SchedulingStrategy;
+  readonly env?: Record<string, string>;
+  readonly jobId?: string;
+}
+
+export type ActorState = 'PENDING' | 'ALIVE' | 'RESTARTING' | 'DEAD';
+
+/** Why an actor's process ended. */
+export interface DeathCause {
+  readonly reason: 'exited' | 'killed' | 'node-died' | 'owner-died' | 'load-failed' | 'infeasible';
+  readonly message: string;
+  readonly exitCode?: number | null;
+  readonly signal?: string | null;
+  readonly stderrTail?: string[];
+  readonly error?: WireError;
+}
+
+/** What the head knows about an actor; also what `head.on('actor')` and `listActors` give. */
+export interface ActorInfo {
+  readonly actorId: string;
+  readonly name?: string;
+  readonly state: ActorState;
+  readonly spec: ActorSpecWire;
+  readonly options: ActorOptionsWire;
+  readonly nodeId?: string;
+  readonly address?: string;
+  readonly pid?: number;
+  /** Bumped on every (re)start; callers use it to tell a restarted actor from the old one. */
+  readonly incarnation: number;
+  readonly numRestarts: number;
+  readonly ownerId: string;
+  readonly deathCause?: DeathCause;
+  readonly createdAtMs: number;
+  readonly gpuIds?: number[];
+}
+
+export type NodeState = 'ALIVE' | 'DEAD';
+
+export interface NodeInfo {
+  readonly nodeId: string;
+  readonly hostname: string;
+  readonly host: string;
+  readonly pid: number;
+  readonly state: NodeState;
+  readonly total: ResourceMap;
+  readonly available: ResourceMap;
+  readonly sessionDir: string;
+  readonly startedAtMs: number;
+}
+
+export type PlacementGroupState = 'PENDING' | 'CREATED' | 'REMOVED' | 'FAILED';
+
+export interface PlacementGroupInfo {
+  readonly pgId: string;
+  readonly name?: string;
+  readonly strategy: PlacementStrategy;
+  readonly bundles: ResourceMap[];
+  readonly state: PlacementGroupState;
+  /** Node of each bundle once CREATED. */
+  readonly bundleNodes?: string[];
+  readonly ownerId: string;
+  readonly detached: boolean;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+/** Answer to any request. Exactly one of `value` / `error` is meaningful. */
+export interface Reply {
+  readonly type: 'reply';
+  readonly rid: number;
+  readonly value?: unknown;
+  readonly error?: WireError;
+}
+
+/** A piece of a message too large to send in one go. */
+export interface Fragment {
+  readonly type: 'fragment';
+  readonly fid: number;
+  readonly total: number;
+  readonly offset: number;
+  readonly data: Uint8Array;
+}
+
+// node agent → head
+export interface RegisterNode {
+  readonly type: 'registerNode';
+  readonly rid: number;
+  readonly nodeId?: string;
+  readonly hostname: string;
+  readonly host: string;
+  readonly pid: number;
+  readonly resources: ResourceMap;
+  readonly sessionDir: string;
+}
+export interface WorkerExited {
+  readonly type: 'workerExited';
+  readonly actorId: string;
+  readonly incarnation: number;
+  readonly exitCode: number | null;
+  readonly signal: string | null;
+  readonly stderrTail: string[];
+}
+
+// head → node agent
+export interface StartWorker {
+  readonly type: 'startWorker';
+  readonly actorId: string;
+  readonly incarnation: number;
+  readonly gpuIds: number[];
+  readonly env: Record<string, string>;
+}
+export interface StopWorker {
+  readonly type: 'stopWorker';
+  readonly actorId: string;
+  readonly incarnation: number;
+}
+
+// worker → head
+export interface WorkerHello {
+  readonly type: 'workerHello';
+  readonly rid: number;
+  readonly actorId: string;
+  readonly incarnation: number;
+}
+/** Reply value of `workerHello`. */
+export interface WorkerAssignment {
+  readonly spec: ActorSpecWire;
+  readonly options: ActorOptionsWire;
+  /** Packed constructor arguments (kept packed so restarts rebuild from the same bytes). */
+  readonly ctorArgs: Uint8Array;
+}
+export interface ActorReady {
+  readonly type: 'actorReady';
+  readonly rid: number;
+  readonly actorId: string;
+  readonly incarnation: number;
+  readonly address: string;
+  readonly pid: number;
+}
+export interface ActorLoadFailed {
+  readonly type: 'actorLoadFailed';
+  readonly rid: number;
+  readonly actorId: string;
+  readonly incarnation: number;
+  readonly error: WireError;
+}
+
+// clients (drivers and workers) → head
+export interface RegisterClient {
+  readonly type: 'registerClient';
+  readonly rid: number;
+  readonly kind: 'driver' | 'worker';
+  /** Actor id and incarnation for workers; absent for drivers. */
+  readonly actorId?: string;
+  readonly incarnation?: number;
+  readonly jobId?: string;
+  readonly pid: number;
+}
+export interface CreateActor {
+  readonly type: 'createActor';
+  readonly rid: number;
+  /** Chosen by the client so the handle exists before the head answers. */
+  readonly actorId: string;
+  readonly spec: ActorSpecWire;
+  readonly options: ActorOptionsWire;
+  readonly ctorArgs: Uint8Array;
+}
+export interface WaitActor {
+  readonly type: 'waitActor';
+  readonly rid: number;
+  readonly actorId: string;
+  /** Reply once the actor is ALIVE with a higher incarnation than this, or DEAD. */
+  readonly afterIncarnation: number;
+  /**
+   * When false, also reply as soon as incarnation `afterIncarnation` is known to have ended, so
+   * a caller can fail its in-flight calls with the cause without waiting for the restart.
+   */
+  readonly untilAlive: boolean;
+}
+/** Reply value of `waitActor`. */
+export interface ActorLocation {
+  readonly state: ActorState;
+  readonly address?: string;
+  readonly incarnation: number;
+  readonly deathCause?: DeathCause;
+  /** Cause of the latest incarnation's end, when there was one. */
+  readonly lastDeath?: DeathCause & { readonly incarnation: number };
+}
+export interface KillActor {
+  readonly type: 'killActor';
+  readonly rid: number;
+  readonly actorId: string;
+  readonly noRestart: boolean;
+}
+export interface GetActorByName {
+  readonly type: 'getActorByName';
+  readonly rid: number;
+  readonly name: string;
+}
+export interface GetActorInfo {
+  readonly type: 'getActorInfo';
+  readonly rid: number;
+  readonly actorId: string;
+}
+export interface ListActors {
+  readonly type: 'listActors';
+  readonly rid: number;
+}
+export interface ListNodes {
+  readonly type: 'listNodes';
+  readonly rid: number;
+}
+export interface CreatePlacementGroup {
+  readonly type: 'createPlacementGroup';
+  readonly rid: number;
+  /** Chosen by the client so actors can name the group before the head answers. */
+  readonly pgId?: string;
+  readonly bundles: ResourceMap[];
+  readonly strategy: PlacementStrategy;
+  readonly name?: string;
+  readonly detached: boolean;
+}
+export interface WaitPlacementGroup {
+  readonly type: 'waitPlacementGroup';
+  readonly rid: number;
+  readonly pgId: string;
+}
+export interface RemovePlacementGroup {
+  readonly type: 'removePlacementGroup';
+  readonly rid: number;
+  readonly pgId: string;
+}
+export interface KvPut {
+  readonly type: 'kvPut';
+  readonly rid: number;
+  readonly key: string;
+  readonly value: Uint8Array;
+}
+export interface KvGet {
+  readonly type: 'kvGet';
+  readonly rid: number;
+  readonly key: string;
+}
+
+// data plane: any client → a worker or object owner
+export interface Call {
+  readonly type: 'call';
+  readonly rid: number;
+  readonly method: string;
+  readonly args: unknown[];
+}
+export interface Fetch {
+  readonly type: 'fetch';
+  readonly rid: number;
+  readonly objectId: string;
+}
+export interface Borrow {
+  readonly type: 'borrow';
+  readonly rid: number;
+  readonly objectId: string;
+}
+export interface Unborrow {
+  readonly type: 'unborrow';
+  readonly objectId: string;
+}
+/** Data-plane handshake: tells a worker which actor incarnation the caller meant to reach. */
+export interface Ping {
+  readonly type: 'ping';
+  readonly rid: number;
+}
+
+export type HeadRequest =
+  | RegisterNode
+  | WorkerHello
+  | ActorReady
+  | ActorLoadFailed
+  | RegisterClient
+  | CreateActor
+  | WaitActor
+  | KillActor
+  | GetActorByName
+  | GetActorInfo
+  | ListActors
+  | ListNodes
+  | CreatePlacementGroup
+  | WaitPlacementGroup
+  | RemovePlacementGroup
+  | KvPut
+  | KvGet;
+
+export type DataRequest = Call | Fetch | Borrow | Ping;
+
+/** Every message. */
+export type Message =
+  | Reply
+  | Fragment
+  | HeadRequest
+  | WorkerExited
+  | StartWorker
+  | StopWorker
+  | DataRequest
+  | Unborrow;
+
+export type MessageType = Message['type'];
+export type MessageOf<T extends MessageType> = Extract<Message, { type: T }>;
+/** A request message without its `rid` (the transport assigns it). */
+export type RequestBody<M> = M extends { rid: number } ? Omit<M, 'rid'> : never;
+
+/** Every `type` a peer may send; anything else closes the connection. */
+export const messageTypes: ReadonlySet<string> = new Set<MessageType>([
+  'reply',
+  'fragment',
+  'registerNode',
+  'workerExited',
+  'startWorker',
+  'stopWorker',
+  'workerHello',
+  'actorReady',
+  'actorLoadFailed',
+  'registerClient',
+  'createActor',
+  'waitActor',
+  'killActor',
+  'getActorByName',
+  'getActorInfo',
+  'listActors',
+  'listNodes',
+  'createPlacementGroup',
+  'waitPlacementGroup',
+  'removePlacementGroup',
+  'kvPut',
+  'kvGet',
+  'call',
+  'fetch',
+  'borrow',
+  'unborrow',
+  'ping',
+]);
+
+// ---------------------------------------------------------------------------------------------
+// Codec
+
+const packr = new Packr({
+  useRecords: false,
+  moreTypes: true,
+  // Typed arrays and Buffers come back as copies that own their memory, never as views into a
+  // frame that the transport may reuse.
+  copyBuffers: true,
+  int64AsType: 'number',
+  mapsAsObjects: true,
+});
+
+/** Packs one value (a message, or constructor arguments) into msgpack bytes. */
+export function pack(value: unknown): Buffer {
+  return packr.pack(value);
+}
+
+/** Unpacks one value. Throws on malformed input. */
+export function unpack(bytes: Uint8Array): unknown {
+  return packr.unpack(bytes);
+}
+
+/** Unpacks every value packed back to back in `bytes` (one frame). Throws on malformed input. */
+export function unpackFrame(bytes: Uint8Array): unknown[] {
+  return packr.unpackMultiple(bytes) as unknown[];
+}
+
+/** A class the codec carries as its own msgpack extension (object refs, actor handles). */
+export interface WireClass<T, W> {
+  /** Extension type byte, 1–100. */
+  readonly type: number;
+  readonly Class: abstract new (...args: never[]) => T;
+  write(value: T): W;
+  read(wire: W): T;
+}
+
+/** Registers a class with the codec; call once per process at start-up. */
+export function registerWireClass<T, W>(c: WireClass<T, W>): void {
+  addExtension({
+    Class: c.Class as unknown as new () => T,
+    type: c.type,
+    write: (v: T) => c.write(v),
+    read: (w: W) => c.read(w),
+  });
+}
+
+/** Checks the shape every message shares; returns a reason when it is not a message. */
+export function invalidMessage(m: unknown): string | undefined {
+  if (typeof m !== 'object' || m === null || Array.isArray(m)) return 'frame is not an object';
+  const type = (m as { type?: unknown }).type;
+  if (typeof type !== 'string') return 'message has no string type';
+  if (!messageTypes.has(type)) return `unknown message type '${type.slice(0, 64)}'`;
+  const rid = (m as { rid?: unknown }).rid;
+  if (rid !== undefined && typeof rid !== 'number') return 'message rid is not a number';
+  return undefined;
+}

@@ -1,0 +1,496 @@
+/**
+ * Authenticated WebSocket connections shared by every rtjob process: token check at the upgrade,
+ * request/response by `rid`, heartbeats, a frame size limit, batched writes, and large messages
+ * split into fragments that interleave with other traffic. A peer that sends something malformed,
+ * oversized or unexpected has its connection closed with a logged reason; the process carries on.
+ *
+ * @module
+ */
+import { timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { WebSocket, WebSocketServer } from 'ws';
+import { AuthError, ConnectionError, fromWire, toWire } from './errors.ts';
+import { logger } from './log.ts';
+import {
+  type Fragment,
+  type Message,
+  type MessageType,
+  invalidMessage,
+  pack,
+  unpack,
+  unpackFrame,
+} from './protocol.ts';
+
+const log = logger('transport');
+
+/** Connection limits and timers. */
+export interface TransportOptions {
+  /** Largest WebSocket frame accepted. @default 64 MiB */
+  maxFrameBytes?: number;
+  /** Largest message accepted after reassembling fragments. @default 2 GiB */
+  maxMessageBytes?: number;
+  /** Messages larger than this are sent as fragments of this size. @default 1 MiB */
+  chunkBytes?: number;
+  /** How often each side pings. @default 1000 */
+  heartbeatIntervalMs?: number;
+  /** Silence after which the connection is declared dead and closed. @default 10000 */
+  heartbeatTimeoutMs?: number;
+}
+
+export const transportDefaults: Required<TransportOptions> = {
+  maxFrameBytes: 64 * 1024 * 1024,
+  maxMessageBytes: 2 * 1024 * 1024 * 1024 - 1,
+  chunkBytes: 1024 * 1024,
+  heartbeatIntervalMs: 1000,
+  heartbeatTimeoutMs: 10_000,
+};
+
+/** Called for every message that is not a reply or fragment; a returned value answers `rid`. */
+export type Handler = (msg: Message, conn: Connection) => unknown;
+
+interface Pending {
+  resolve(v: unknown): void;
+  reject(e: Error): void;
+}
+interface OutgoingLarge {
+  fid: number;
+  bytes: Buffer;
+  offset: number;
+}
+interface Assembly {
+  bytes: Buffer;
+  received: number;
+}
+
+const maxFragmentsInFlight = 4;
+let nextConnId = 1;
+
+/** One authenticated connection, either side. */
+export class Connection {
+  readonly id = nextConnId++;
+  /** Free slot for the owner (the head keeps the peer's role here). */
+  meta: Record<string, unknown> = {};
+  closed = false;
+  closeReason = '';
+  private finished = false;
+
+  private readonly ws: WebSocket;
+  private readonly opts: Required<TransportOptions>;
+  private readonly label: string;
+  private readonly pending = new Map<number, Pending>();
+  private nextRid = 1;
+  private small: Buffer[] = [];
+  private large: OutgoingLarge[] = [];
+  private fragmentsInFlight = 0;
+  private nextFid = 1;
+  private flushScheduled = false;
+  private readonly assemblies = new Map<number, Assembly>();
+  private lastSeenMs = Date.now();
+  private readonly heartbeat: NodeJS.Timeout;
+  private readonly closeListeners: ((reason: string) => void)[] = [];
+
+  constructor(
+    ws: WebSocket,
+    private handler: Handler,
+    private readonly accepts: ReadonlySet<MessageType> | undefined,
+    opts: Required<TransportOptions>,
+    label: string,
+  ) {
+    this.ws = ws;
+    this.opts = opts;
+    this.label = label;
+    ws.binaryType = 'nodebuffer';
+    ws.on('message', (data: Buffer, isBinary: boolean) => this.onFrame(data, isBinary));
+    ws.on('pong', () => (this.lastSeenMs = Date.now()));
+    ws.on('ping', () => (this.lastSeenMs = Date.now()));
+    ws.on('error', (err: Error) => this.close(`socket error: ${err.message}`, 1002, false));
+    ws.on('close', (code: number, reason: Buffer) =>
+      this.onClosed(this.closeReason || `closed by peer (${code} ${reason.toString()})`.trim()),
+    );
+    this.heartbeat = setInterval(() => this.beat(), opts.heartbeatIntervalMs);
+    this.heartbeat.unref();
+  }
+
+  /** Replaces the message handler (a role is known only after registration). */
+  setHandler(h: Handler): void {
+    this.handler = h;
+  }
+
+  /** Peer address as `host:port`, for logs. */
+  get peer(): string {
+    return this.label;
+  }
+
+  /** Sends a one-way message. Dropped silently when the connection is closed. */
+  send(msg: Message): void {
+    if (this.closed) return;
+    const bytes = pack(msg);
+    if (bytes.length > this.opts.chunkBytes) {
+      this.large.push({ fid: this.nextFid++, bytes, offset: 0 });
+    } else {
+      this.small.push(bytes);
+    }
+    this.scheduleFlush();
+  }
+
+  /** Sends a request and resolves with the reply's value (rejects with the remote error). */
+  request<T = unknown>(body: Record<string, unknown> & { type: MessageType }): Promise<T> {
+    if (this.closed) {
+      return Promise.reject(
+        new ConnectionError(`connection to ${this.label} is closed: ${this.closeReason}`),
+      );
+    }
+    const rid = this.nextRid++;
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(rid, { resolve: resolve as (v: unknown) => void, reject });
+      try {
+        this.send({ ...body, rid } as unknown as Message);
+      } catch (e) {
+        this.pending.delete(rid);
+        reject(e as Error);
+      }
+    });
+  }
+
+  /** Answers request `rid` with a value. */
+  reply(rid: number, value: unknown): void {
+    try {
+      this.send({ type: 'reply', rid, value });
+    } catch (e) {
+      this.send({ type: 'reply', rid, error: toWire(e) });
+    }
+  }
+
+  /** Answers request `rid` with an error. */
+  replyError(rid: number, err: unknown): void {
+    this.send({ type: 'reply', rid, error: toWire(err) });
+  }
+
+  /** Registers a listener for the end of the connection (reason in words). */
+  onClose(fn: (reason: string) => void): void {
+    if (this.finished) fn(this.closeReason);
+    else this.closeListeners.push(fn);
+  }
+
+  /** Closes the connection, logging `reason` when it is the peer's fault. */
+  close(reason = 'closed', code = 1000, warn = code !== 1000): void {
+    if (this.closed) return;
+    if (warn) log.warn(`closing connection ${this.label}: ${reason}`);
+    this.closeReason = reason;
+    try {
+      if (this.small.length) this.flush();
+      this.ws.close(code, reason.slice(0, 120));
+    } catch {
+      this.ws.terminate();
+    }
+    // A peer that never answers the close handshake must not keep the socket alive.
+    setTimeout(() => this.ws.terminate(), 2000).unref();
+    this.onClosed(reason);
+  }
+
+  private onClosed(reason: string): void {
+    if (this.finished) return;
+    this.finished = true;
+    clearInterval(this.heartbeat);
+    this.closed = true;
+    this.closeReason ||= reason;
+    this.small = [];
+    this.large = [];
+    this.assemblies.clear();
+    const err = new ConnectionError(`connection to ${this.label} closed: ${this.closeReason}`);
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    for (const p of pending) p.reject(err);
+    const listeners = this.closeListeners.splice(0);
+    for (const fn of listeners) fn(this.closeReason);
+  }
+
+  private beat(): void {
+    if (Date.now() - this.lastSeenMs > this.opts.heartbeatTimeoutMs) {
+      this.close(`heartbeat timeout after ${this.opts.heartbeatTimeoutMs} ms`, 1001, true);
+      this.ws.terminate();
+      return;
+    }
+    try {
+      this.ws.ping();
+    } catch {
+      // The close event follows.
+    }
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    setImmediate(() => this.flush());
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    if (this.closed) return;
+    if (this.small.length > 0) {
+      const batch = this.small.length === 1 ? this.small[0]! : Buffer.concat(this.small);
+      this.small = [];
+      this.ws.send(batch);
+    }
+    while (this.large.length > 0 && this.fragmentsInFlight < maxFragmentsInFlight) {
+      const job = this.large.shift()!;
+      const end = Math.min(job.offset + this.opts.chunkBytes, job.bytes.length);
+      const frag: Fragment = {
+        type: 'fragment',
+        fid: job.fid,
+        total: job.bytes.length,
+        offset: job.offset,
+        data: job.bytes.subarray(job.offset, end),
+      };
+      job.offset = end;
+      // Round-robin: concurrent large messages share the link fragment by fragment.
+      if (end < job.bytes.length) this.large.push(job);
+      this.fragmentsInFlight++;
+      this.ws.send(pack(frag), () => {
+        this.fragmentsInFlight--;
+        if (this.large.length > 0) this.scheduleFlush();
+      });
+    }
+  }
+
+  private onFrame(data: Buffer, isBinary: boolean): void {
+    this.lastSeenMs = Date.now();
+    if (this.closed) return;
+    if (!isBinary) return this.close('text frame received; only binary msgpack frames are allowed', 1003);
+    let msgs: unknown[];
+    try {
+      msgs = unpackFrame(data);
+    } catch (e) {
+      return this.close(`malformed frame: ${(e as Error).message}`, 1007);
+    }
+    for (const m of msgs) {
+      if (this.closed) return;
+      this.dispatch(m);
+    }
+  }
+
+  private dispatch(m: unknown): void {
+    const bad = invalidMessage(m);
+    if (bad) return this.close(bad, 1008);
+    const msg = m as Message;
+    if (msg.type === 'reply') {
+      const p = this.pending.get(msg.rid);
+      if (!p) return; // a reply to a request that timed out or was never made; harmless
+      this.pending.delete(msg.rid);
+      if (msg.error) p.reject(fromWire(msg.error));
+      else p.resolve(msg.value);
+      return;
+    }
+    if (msg.type === 'fragment') return this.onFragment(msg);
+    if (this.accepts && !this.accepts.has(msg.type)) {
+      return this.close(`unexpected message type '${msg.type}' for this endpoint`, 1008);
+    }
+    const rid = (msg as { rid?: number }).rid;
+    let result: unknown;
+    try {
+      result = this.handler(msg, this);
+    } catch (e) {
+      if (rid !== undefined) this.replyError(rid, e);
+      else log.warn(`handler for '${msg.type}' from ${this.label} threw: ${(e as Error).message}`);
+      return;
+    }
+    if (rid === undefined) {
+      if (isThenable(result)) {
+        result.then(undefined, (e: Error) =>
+          log.warn(`handler for '${msg.type}' from ${this.label} failed: ${e.message}`),
+        );
+      }
+      return;
+    }
+    if (isThenable(result)) {
+      result.then(
+        (v) => this.reply(rid, v),
+        (e) => this.replyError(rid, e),
+      );
+    } else {
+      this.reply(rid, result);
+    }
+  }
+
+  private onFragment(f: Fragment): void {
+    const ok =
+      typeof f.fid === 'number' &&
+      Number.isInteger(f.total) &&
+      Number.isInteger(f.offset) &&
+      f.data instanceof Uint8Array &&
+      f.total > 0 &&
+      f.total <= this.opts.maxMessageBytes &&
+      f.offset >= 0 &&
+      f.offset + f.data.length <= f.total;
+    if (!ok) return this.close('malformed fragment', 1008);
+    let a = this.assemblies.get(f.fid);
+    if (!a) {
+      if (f.offset !== 0) return this.close('fragment out of order', 1008);
+      a = { bytes: Buffer.allocUnsafe(f.total), received: 0 };
+      this.assemblies.set(f.fid, a);
+    } else if (a.bytes.length !== f.total || f.offset !== a.received) {
+      return this.close('fragment does not continue its message', 1008);
+    }
+    a.bytes.set(f.data, f.offset);
+    a.received += f.data.length;
+    if (a.received < f.total) return;
+    this.assemblies.delete(f.fid);
+    let inner: unknown;
+    try {
+      inner = unpack(a.bytes);
+    } catch (e) {
+      return this.close(`malformed fragmented message: ${(e as Error).message}`, 1007);
+    }
+    if ((inner as { type?: unknown } | null)?.type === 'fragment') {
+      return this.close('nested fragment', 1008);
+    }
+    this.dispatch(inner);
+  }
+}
+
+function isThenable(v: unknown): v is PromiseLike<unknown> {
+  return (
+    v !== null &&
+    (typeof v === 'object' || typeof v === 'function') &&
+    typeof (v as { then?: unknown }).then === 'function'
+  );
+}
+
+/** Options for `listen`. */
+export interface ListenOptions extends TransportOptions {
+  /** @default '127.0.0.1' */
+  host?: string;
+  /** 0 picks a free port. @default 0 */
+  port?: number;
+  /** The cluster token every peer must present. */
+  token: string;
+  /** Message types this endpoint serves; others close the connection. */
+  accepts?: ReadonlySet<MessageType>;
+  /** Handles messages on every accepted connection. */
+  handler: Handler;
+  /** Called for each authenticated connection. */
+  onConnection?: (conn: Connection) => void;
+}
+
+/** A listening endpoint. */
+export interface Server {
+  readonly host: string;
+  readonly port: number;
+  /** `host:port` */
+  readonly address: string;
+  readonly connections: ReadonlySet<Connection>;
+  close(): Promise<void>;
+}
+
+function tokenMatches(given: string | undefined, token: string): boolean {
+  if (given === undefined) return false;
+  const a = Buffer.from(given);
+  const b = Buffer.from(token);
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+function bearer(req: IncomingMessage): string | undefined {
+  const h = req.headers.authorization;
+  if (typeof h === 'string' && h.startsWith('Bearer ')) return h.slice(7);
+  return undefined;
+}
+
+/** Starts an authenticated WebSocket endpoint. */
+export function listen(options: ListenOptions): Promise<Server> {
+  const opts = { ...transportDefaults, ...stripUndefined(options) };
+  const host = options.host ?? '127.0.0.1';
+  const connections = new Set<Connection>();
+  const wss = new WebSocketServer({
+    host,
+    port: options.port ?? 0,
+    maxPayload: opts.maxFrameBytes,
+    perMessageDeflate: false,
+    skipUTF8Validation: true,
+    verifyClient: (info, cb) => {
+      if (tokenMatches(bearer(info.req), options.token)) return cb(true);
+      log.warn(
+        `rejected connection from ${info.req.socket.remoteAddress}:${info.req.socket.remotePort}: bad or missing token`,
+      );
+      cb(false, 401, 'bad or missing token');
+    },
+  });
+  wss.on('connection', (ws, req) => {
+    const label = `${req.socket.remoteAddress}:${req.socket.remotePort}`;
+    const conn = new Connection(ws, options.handler, options.accepts, opts, label);
+    connections.add(conn);
+    conn.onClose(() => connections.delete(conn));
+    options.onConnection?.(conn);
+  });
+  wss.on('error', (e) => log.error(`server error: ${e.message}`));
+  return new Promise((resolve, reject) => {
+    wss.once('error', reject);
+    wss.once('listening', () => {
+      wss.off('error', reject);
+      const port = (wss.address() as AddressInfo).port;
+      resolve({
+        host,
+        port,
+        address: `${host}:${port}`,
+        connections,
+        close: () =>
+          new Promise<void>((done) => {
+            for (const c of connections) c.close('server shutting down');
+            for (const ws of wss.clients) ws.terminate();
+            wss.close(() => done());
+          }),
+      });
+    });
+  });
+}
+
+/** Options for `connect`. */
+export interface ConnectOptions extends TransportOptions {
+  token: string;
+  handler?: Handler;
+  accepts?: ReadonlySet<MessageType>;
+  /** Give up connecting after this long. @default 10000 */
+  connectTimeoutMs?: number;
+}
+
+/** Opens an authenticated connection to `address` (`host:port`). */
+export function connect(address: string, options: ConnectOptions): Promise<Connection> {
+  const opts = { ...transportDefaults, ...stripUndefined(options) };
+  const ws = new WebSocket(`ws://${address}`, {
+    headers: { authorization: `Bearer ${options.token}` },
+    maxPayload: opts.maxFrameBytes,
+    perMessageDeflate: false,
+    skipUTF8Validation: true,
+  });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      ws.terminate();
+      reject(new ConnectionError(`timed out connecting to ${address}`));
+    }, options.connectTimeoutMs ?? 10_000);
+    ws.once('unexpected-response', (_req, res) => {
+      clearTimeout(timer);
+      ws.terminate();
+      if (res.statusCode === 401) reject(new AuthError(`${address} refused the token`));
+      else reject(new ConnectionError(`${address} answered HTTP ${res.statusCode}`));
+    });
+    ws.once('error', (e) => {
+      clearTimeout(timer);
+      reject(new ConnectionError(`cannot connect to ${address}: ${e.message}`, { cause: e }));
+    });
+    ws.once('open', () => {
+      clearTimeout(timer);
+      ws.removeAllListeners('error');
+      ws.removeAllListeners('unexpected-response');
+      const handler: Handler =
+        options.handler ??
+        ((m, c) => c.close(`unexpected message type '${m.type}' for this endpoint`, 1008));
+      resolve(new Connection(ws, handler, options.accepts, opts, address));
+    });
+  });
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  const out: Partial<T> = {};
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) (out as Record<string, unknown>)[k] = v;
+  return out;
+}

@@ -1,0 +1,57 @@
+/**
+ * Entry point of a worker process, started by the node agent with `--import tsx`. It connects to
+ * the head, fetches its assignment, loads the actor (reporting `ActorLoadError` before it ever
+ * registers), then serves direct calls and object fetches on its own port.
+ *
+ * @module
+ */
+import { installCodec } from '../client/codec.ts';
+import { Runtime } from '../client/runtime.ts';
+import { ActorLoadError, toWire } from '../errors.ts';
+import { logger } from '../log.ts';
+import type { Call, WorkerAssignment } from '../protocol.ts';
+import { Executor } from './executor.ts';
+import { loadActor, taskRunner } from './load.ts';
+
+const log = logger('worker');
+const env = process.env;
+const actorId = env.RTJOB_ACTOR_ID ?? '';
+const incarnation = Number(env.RTJOB_INCARNATION ?? 0);
+
+// The node agent holds the other end of the IPC channel; when it goes, so do we.
+process.on('disconnect', () => process.exit(0));
+
+installCodec();
+const rt = await Runtime.start({
+  headAddress: env.RTJOB_HEAD_ADDRESS ?? '',
+  token: env.RTJOB_TOKEN ?? '',
+  kind: 'worker',
+  actorId,
+  incarnation,
+  host: env.RTJOB_WORKER_HOST,
+});
+rt.head.onClose(() => process.exit(0));
+
+const assignment = await rt.head.request<WorkerAssignment>({ type: 'workerHello', actorId, incarnation });
+
+let handle: (m: Call) => unknown;
+try {
+  if (assignment.spec.kind === 'tasks') {
+    const runner = taskRunner(actorId);
+    const exec = new Executor(runner, assignment.options.maxConcurrency, actorId);
+    handle = (m) => runner.prepare(m.method).then(() => exec.handle(m));
+  } else {
+    const lookup = await loadActor(assignment, actorId);
+    const exec = new Executor(lookup, assignment.options.maxConcurrency, actorId);
+    handle = (m) => exec.handle(m);
+  }
+} catch (e) {
+  const err = e instanceof ActorLoadError ? e : new ActorLoadError(String((e as Error).message ?? e), { cause: e });
+  log.error(err.message);
+  await rt.head
+    .request({ type: 'actorLoadFailed', actorId, incarnation, error: toWire(err) })
+    .catch(() => {});
+  process.exit(1);
+}
+rt.callHandler = handle;
+await rt.head.request({ type: 'actorReady', actorId, incarnation, address: rt.address, pid: process.pid });
