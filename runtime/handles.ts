@@ -108,6 +108,9 @@ export interface PlacementGroupOptions {
   lifetime?: 'detached';
 }
 
+/** @internal Symbol under which a handle exposes its `ActorHandleCore`. */
+export const kCore: unique symbol = Symbol.for('rtjob.handleCore');
+
 /** @internal The object behind every handle proxy; the codec recognises it. */
 export class ActorHandleCore {
   constructor(
@@ -129,6 +132,7 @@ export function makeHandle<T>(
   return new Proxy(core, {
     get(target, prop) {
       if (prop === kActorId) return target.actorId;
+      if (prop === kCore) return target;
       if (typeof prop === 'symbol') return undefined;
       if (prop === 'then' || prop === 'toJSON') return undefined;
       let m = methods.get(prop);

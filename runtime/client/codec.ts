@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { ActorHandleCore, makeHandle } from '../handles.ts';
+import { ActorHandleCore, kCore, makeHandle } from '../handles.ts';
 import { registerWireClass } from '../protocol.ts';
 import { ObjectRef } from './object-ref.ts';
 import { currentRuntime } from './runtime.ts';
@@ -34,7 +34,9 @@ export function installCodec(): void {
     type: 2,
     Class: ActorHandleCore,
     write(h) {
-      return [h.actorId, h.maxTaskRetries];
+      // `h` is the handle proxy; its own properties are method names, so read the core.
+      const core = (h as unknown as { [kCore]: ActorHandleCore })[kCore];
+      return [core.actorId, core.maxTaskRetries];
     },
     read([actorId, retries]) {
       return handleFor(actorId, retries) as unknown as ActorHandleCore;

@@ -1,0 +1,86 @@
+/**
+ * A tiny element builder and the formatting helpers every view shares.
+ *
+ * @module
+ */
+
+type Child = Node | string | number | null | undefined | false;
+
+/** `h('a', { href: '#/' }, 'Cluster')` — attributes starting with `on` become listeners. */
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string | number | boolean | EventListener | undefined> = {},
+  ...children: (Child | Child[])[]
+): HTMLElementTagNameMap[K] {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === false) continue;
+    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (v === true) el.setAttribute(k, '');
+    else el.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(typeof c === 'object' ? c : String(c));
+  }
+  return el;
+}
+
+export function duration(ms: number): string {
+  if (ms < 0) ms = 0;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)}s`;
+  const s = Math.floor(ms / 1000);
+  const hrs = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  return hrs > 0 ? `${hrs}h ${String(m).padStart(2, '0')}m` : `${m}m ${String(s % 60).padStart(2, '0')}s`;
+}
+
+export function time(ms: number | null): string {
+  return ms === null ? '–' : new Date(ms).toLocaleString();
+}
+
+export function bytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) {
+    n /= 1024;
+    i++;
+  }
+  return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
+}
+
+/** A state badge; colour comes from the `data-state` attribute in the stylesheet. */
+export function badge(state: string): HTMLElement {
+  return h('span', { class: 'badge', 'data-state': state }, state);
+}
+
+/** A labelled horizontal bar for used/total. */
+export function bar(label: string, used: number, total: number, text: string): HTMLElement {
+  const pct = total > 0 ? Math.min(100, (used / total) * 100) : 0;
+  return h(
+    'div',
+    { class: 'bar', role: 'meter', 'aria-label': label, 'aria-valuemin': 0, 'aria-valuemax': total, 'aria-valuenow': used },
+    h('span', { class: 'bar-label' }, label),
+    h('span', { class: 'bar-track' }, h('span', { class: 'bar-fill', style: `width:${pct.toFixed(1)}%` })),
+    h('span', { class: 'bar-text' }, text),
+  );
+}
+
+/** Asks for confirmation in the page's modal dialog; resolves true on Confirm. */
+export function confirmAction(text: string): Promise<boolean> {
+  const dialog = document.getElementById('confirm') as HTMLDialogElement;
+  (document.getElementById('confirm-text') as HTMLElement).textContent = text;
+  return new Promise((resolve) => {
+    dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
+    dialog.returnValue = 'cancel';
+    dialog.showModal();
+    (document.getElementById('confirm-ok') as HTMLButtonElement).focus();
+  });
+}
+
+/** Shows a transient message at the bottom of the page (errors from actions). */
+export function toast(text: string): void {
+  const el = h('div', { class: 'toast', role: 'status' }, text);
+  document.body.append(el);
+  setTimeout(() => el.remove(), 5000);
+}
