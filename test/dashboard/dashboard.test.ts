@@ -1,0 +1,101 @@
+// The dashboard in Debian's Chromium: each view shows the cluster's real data, charts have points,
+// and stopping a job from its page changes its state. Screenshots go to test/dashboard/screenshots/.
+import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { type Browser, chromium } from 'playwright-core';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { apiCall, Sandbox, until } from '../cli/helpers.ts';
+
+const fixtures = fileURLToPath(new URL('../ops/fixtures/', import.meta.url));
+const shots = fileURLToPath(new URL('./screenshots/', import.meta.url));
+const sb = new Sandbox();
+let browser: Browser;
+
+test.before(async () => {
+  mkdirSync(shots, { recursive: true });
+  await sb.startHead();
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
+});
+test.after(async () => {
+  await browser?.close();
+  await sb.cleanup();
+});
+
+test('without the token the dashboard answers 401', async () => {
+  const { dashboardUrl } = sb.clusterFile();
+  const page = await browser.newPage();
+  const res = await page.goto(dashboardUrl);
+  assert.is(res?.status(), 401);
+  await page.close();
+});
+
+test('views show real data; a job is stopped from its page', async () => {
+  const done = await sb.run(['submit', '--job-id', 'finished', '--', fileURLToPath(new URL('log-metrics.ts', `file://${fixtures}`))]);
+  assert.is(done.code, 0, done.stderr);
+  const r = await sb.run(['submit', '--no-wait', '--job-id', 'train1', '--', `${fixtures}train-loop.ts`]);
+  assert.is(r.code, 0, r.stderr);
+  await until('metrics to arrive', async () => {
+    const m = await apiCall<{ rows: unknown[] }>(sb, 'GET', '/api/jobs/train1/metrics');
+    return m.body.rows.length >= 20 ? true : undefined;
+  });
+
+  const { dashboardUrl, token } = sb.clusterFile();
+  const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await context.newPage();
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${dashboardUrl}/login?token=${encodeURIComponent(token)}`);
+
+  // Cluster: the node with resource bars.
+  await page.waitForSelector('table.nodes tbody tr[data-node]');
+  assert.ok((await page.locator('table.nodes .bar').count()) >= 2);
+  await page.waitForSelector('#live[data-ok="true"]');
+  await page.screenshot({ path: `${shots}cluster.png`, fullPage: true });
+
+  // Jobs list.
+  await page.click('nav a[href="#/jobs"]');
+  await page.waitForSelector('tr[data-job="train1"]');
+  assert.match(await page.locator('tr[data-job="finished"]').innerText(), /SUCCEEDED/);
+  await page.screenshot({ path: `${shots}jobs.png`, fullPage: true });
+
+  // Job page: charts with points, live log lines, config.
+  await page.click('tr[data-job="train1"] a');
+  await page.waitForSelector('figure.chart[data-metric="reward_mean"] canvas');
+  assert.ok((await page.locator('figure.chart').count()) >= 3);
+  await page.waitForFunction(() => (document.querySelector('pre.log')?.textContent ?? '').includes('step 10'));
+  // Live: the chart's x range grows as steps arrive, without a reload.
+  await page.selectOption('#compare', 'finished');
+  await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
+  await page.screenshot({ path: `${shots}job.png`, fullPage: true });
+
+  // Stop from the page, with confirmation.
+  await page.click('#stop-job');
+  await page.click('#confirm-ok');
+  await page.waitForFunction(() => document.querySelector('#job-status')?.textContent === 'STOPPED', undefined, { timeout: 15000 });
+  const job = await apiCall<{ status: string }>(sb, 'GET', '/api/jobs/train1');
+  assert.is(job.body.status, 'STOPPED');
+
+  // Actors view renders its paged table (empty or not, the pager reports the total).
+  await page.click('nav a[href="#/actors"]');
+  await page.waitForSelector('#actor-range');
+  assert.match(await page.locator('#actor-range').innerText(), /of \d+/);
+  await page.screenshot({ path: `${shots}actors.png`, fullPage: true });
+
+  // Keyboard: from the top of the page, Tab reaches the skip link, then the views.
+  await page.reload();
+  await page.waitForSelector('#actor-range');
+  await page.keyboard.press('Tab');
+  assert.is(await page.evaluate(() => document.activeElement?.className), 'skip');
+  await page.keyboard.press('Tab');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => location.hash === '#/');
+  assert.equal(errors, []);
+  await context.close();
+});
+
+test.run();
