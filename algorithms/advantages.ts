@@ -6,10 +6,22 @@
  * @module
  */
 import { AlgorithmError, invalidOption } from './errors.ts';
-import { assertFinite, assertLength, assertSameRows, stripUndefined, type Numbers } from './validate.ts';
+import {
+  assertFinite,
+  assertLength,
+  assertSameRows,
+  stripUndefined,
+  type Numbers,
+} from './validate.ts';
 
 /** `--advantage-estimator` values. */
-export type AdvantageEstimator = 'gae' | 'reinforce' | 'reinforce_baseline' | 'rloo' | 'group_norm' | 'dr_grpo';
+export type AdvantageEstimator =
+  | 'gae'
+  | 'reinforce'
+  | 'reinforce_baseline'
+  | 'rloo'
+  | 'group_norm'
+  | 'dr_grpo';
 
 /** Every estimator name, for CLI choices. */
 export const ADVANTAGE_ESTIMATORS: readonly AdvantageEstimator[] = [
@@ -22,7 +34,12 @@ export const ADVANTAGE_ESTIMATORS: readonly AdvantageEstimator[] = [
 ];
 
 /** Estimators that compare samples of one prompt and so need `nSamplesPerPrompt > 1`. */
-export const GROUP_ESTIMATORS: readonly AdvantageEstimator[] = ['reinforce_baseline', 'rloo', 'group_norm', 'dr_grpo'];
+export const GROUP_ESTIMATORS: readonly AdvantageEstimator[] = [
+  'reinforce_baseline',
+  'rloo',
+  'group_norm',
+  'dr_grpo',
+];
 
 /** Advantage options as the trainer resolves them from flags. */
 export interface AdvantageOptions {
@@ -72,7 +89,10 @@ export function resolveAdvantageOptions(opts: AdvantageOptions = {}): ResolvedAd
     throw invalidOption('--lambd', `must be in [0, 1] (got ${r.lambd})`);
   }
   if (!(Number.isInteger(r.nSamplesPerPrompt) && r.nSamplesPerPrompt >= 1)) {
-    throw invalidOption('--n-samples-per-prompt', `must be an integer >= 1 (got ${r.nSamplesPerPrompt})`);
+    throw invalidOption(
+      '--n-samples-per-prompt',
+      `must be an integer >= 1 (got ${r.nSamplesPerPrompt})`,
+    );
   }
   if (GROUP_ESTIMATORS.includes(r.estimator)) {
     if (r.nSamplesPerPrompt <= 1) {
@@ -181,7 +201,11 @@ export function discountedReturnsRow(rewards: Numbers, mask: Numbers, gamma: num
  * μ, σ² the masked mean and population variance. `noStdNorm` keeps only `A − μ`. Returns new rows;
  * positions outside the mask are 0. A batch with no action tokens is returned as zeros.
  */
-export function whitenAdvantages(rows: readonly Numbers[], masks: readonly Numbers[], noStdNorm = false): Float32Array[] {
+export function whitenAdvantages(
+  rows: readonly Numbers[],
+  masks: readonly Numbers[],
+  noStdNorm = false,
+): Float32Array[] {
   assertSameRows(rows, masks, 'advantages', 'masks');
   let sum = 0;
   let count = 0;
@@ -203,14 +227,16 @@ export function whitenAdvantages(rows: readonly Numbers[], masks: readonly Numbe
     let ss = 0;
     rows.forEach((row, r) => {
       const mask = masks[r] as Numbers;
-      for (let t = 0; t < row.length; t++) ss += ((row[t] as number) - mean) ** 2 * (mask[t] as number);
+      for (let t = 0; t < row.length; t++)
+        ss += ((row[t] as number) - mean) ** 2 * (mask[t] as number);
     });
     rstd = 1 / Math.sqrt(Math.max(ss / count, 1e-8));
   }
   return rows.map((row, r) => {
     const mask = masks[r] as Numbers;
     const out = new Float32Array(row.length);
-    for (let t = 0; t < row.length; t++) if ((mask[t] as number) !== 0) out[t] = ((row[t] as number) - mean) * rstd;
+    for (let t = 0; t < row.length; t++)
+      if ((mask[t] as number) !== 0) out[t] = ((row[t] as number) - mean) * rstd;
     return out;
   });
 }
@@ -237,7 +263,10 @@ export interface AdvantageResult {
  * group shaping happened before, in {@link shapeGroupScores}). Global whitening for `gae`,
  * `reinforce` and `reinforce_baseline`.
  */
-export function computeAdvantages(inputs: AdvantageInputs, opts: AdvantageOptions = {}): AdvantageResult {
+export function computeAdvantages(
+  inputs: AdvantageInputs,
+  opts: AdvantageOptions = {},
+): AdvantageResult {
   const o = resolveAdvantageOptions(opts);
   const { tokenRewards, masks } = inputs;
   assertSameRows(tokenRewards, masks, 'tokenRewards', 'masks');
@@ -269,7 +298,11 @@ export function computeAdvantages(inputs: AdvantageInputs, opts: AdvantageOption
     returns = tokenRewards.map((row, r) => discountedReturnsRow(row, masks[r] as Numbers, o.gamma));
     advantages = returns.map((row) => Float32Array.from(row));
   }
-  if (o.estimator === 'gae' || o.estimator === 'reinforce' || o.estimator === 'reinforce_baseline') {
+  if (
+    o.estimator === 'gae' ||
+    o.estimator === 'reinforce' ||
+    o.estimator === 'reinforce_baseline'
+  ) {
     advantages = whitenAdvantages(advantages, masks, o.noStdNorm);
   } else {
     advantages.forEach((row, r) => zeroOutsideMask(row, masks[r] as Numbers));

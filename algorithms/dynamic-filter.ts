@@ -44,8 +44,12 @@ export function dynamicFilter<T extends { groupId: string; reward: number }>(
   opts: DynamicFilterOptions = {},
 ): DynamicFilterResult<T> {
   const [lo, hi] = opts.rewardRange ?? dynamicFilterDefaults.rewardRange;
-  if (!(lo < hi)) throw invalidOption('--dynamic-filtering-reward-range', `low ${lo} must be below high ${hi}`);
-  assertFinite(items.map((i) => i.reward), 'rewards');
+  if (!(lo < hi))
+    throw invalidOption('--dynamic-filtering-reward-range', `low ${lo} must be below high ${hi}`);
+  assertFinite(
+    items.map((i) => i.reward),
+    'rewards',
+  );
   const sums = new Map<string, { sum: number; n: number }>();
   for (const it of items) {
     const g = sums.get(it.groupId) ?? { sum: 0, n: 0 };

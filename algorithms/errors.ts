@@ -38,7 +38,12 @@ export class AlgorithmError extends Error {
   readonly code: AlgorithmErrorCode;
   readonly context: AlgorithmErrorContext;
 
-  constructor(code: AlgorithmErrorCode, message: string, context: AlgorithmErrorContext = {}, cause?: unknown) {
+  constructor(
+    code: AlgorithmErrorCode,
+    message: string,
+    context: AlgorithmErrorContext = {},
+    cause?: unknown,
+  ) {
     super(message, cause === undefined ? undefined : { cause });
     this.code = code;
     this.context = context;

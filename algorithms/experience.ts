@@ -18,7 +18,13 @@ import {
 import { AlgorithmError, invalidOption } from './errors.ts';
 import { klPerToken, type KlEstimator } from './kl.ts';
 import type { Trajectory } from './trajectory.ts';
-import { assertFinite, assertLength, assertSameRows, stripUndefined, type Numbers } from './validate.ts';
+import {
+  assertFinite,
+  assertLength,
+  assertSameRows,
+  stripUndefined,
+  type Numbers,
+} from './validate.ts';
 
 /** Reward shaping applied when trajectories become samples. */
 export interface ExperienceOptions {
@@ -56,11 +62,16 @@ export function resolveExperienceOptions(opts: ExperienceOptions = {}): Resolved
   if (!(lo <= hi) || Number.isNaN(lo) || Number.isNaN(hi)) {
     throw invalidOption('--reward-clip-range', `needs low <= high (got ${lo}, ${hi})`);
   }
-  if (!Number.isFinite(r.rewardBias)) throw invalidOption('--reward-bias', `must be finite (got ${r.rewardBias})`);
-  if (!Number.isFinite(r.rewardScale)) throw invalidOption('--reward-scale', `must be finite (got ${r.rewardScale})`);
+  if (!Number.isFinite(r.rewardBias))
+    throw invalidOption('--reward-bias', `must be finite (got ${r.rewardBias})`);
+  if (!Number.isFinite(r.rewardScale))
+    throw invalidOption('--reward-scale', `must be finite (got ${r.rewardScale})`);
   if (r.overlongBufferLen !== undefined) {
     if (!(Number.isInteger(r.overlongBufferLen) && r.overlongBufferLen > 0)) {
-      throw invalidOption('--overlong-buffer-len', `must be an integer > 0 (got ${r.overlongBufferLen})`);
+      throw invalidOption(
+        '--overlong-buffer-len',
+        `must be an integer > 0 (got ${r.overlongBufferLen})`,
+      );
     }
     if (r.maxNewTokens === undefined || !(r.maxNewTokens > r.overlongBufferLen)) {
       throw invalidOption(
@@ -69,7 +80,10 @@ export function resolveExperienceOptions(opts: ExperienceOptions = {}): Resolved
       );
     }
     if (!Number.isFinite(r.overlongPenaltyFactor)) {
-      throw invalidOption('--overlong-penalty-factor', `must be finite (got ${r.overlongPenaltyFactor})`);
+      throw invalidOption(
+        '--overlong-penalty-factor',
+        `must be finite (got ${r.overlongPenaltyFactor})`,
+      );
     }
   }
   return r;
@@ -103,7 +117,12 @@ export interface ExperienceSample {
  * DAPO overlong penalty: `min(0, −(len − (maxNewTokens − bufferLen))/bufferLen · factor)`.
  * 0 until the response enters the last `bufferLen` tokens, −factor at the limit.
  */
-export function overlongPenalty(responseLength: number, maxNewTokens: number, bufferLen: number, factor = 1): number {
+export function overlongPenalty(
+  responseLength: number,
+  maxNewTokens: number,
+  bufferLen: number,
+  factor = 1,
+): number {
   const expected = maxNewTokens - bufferLen;
   return Math.min(0, (-(responseLength - expected) / bufferLen) * factor);
 }
@@ -112,7 +131,10 @@ export function overlongPenalty(responseLength: number, maxNewTokens: number, bu
  * Validates one trajectory and aligns it. Throws `SHAPE_MISMATCH` for unequal lengths or a first
  * token marked as an action (it has no context), `NON_FINITE_INPUT` for NaN/Inf.
  */
-export function alignTrajectory(traj: Trajectory, field = 'trajectory'): Omit<ExperienceSample, 'score' | 'overlongPenalty'> & { reward: number } {
+export function alignTrajectory(
+  traj: Trajectory,
+  field = 'trajectory',
+): Omit<ExperienceSample, 'score' | 'overlongPenalty'> & { reward: number } {
   const L = traj.inputIds.length;
   assertLength(traj.lossMask, L, `${field}.lossMask`);
   assertLength(traj.logprobs, L, `${field}.logprobs`);
@@ -120,10 +142,14 @@ export function alignTrajectory(traj: Trajectory, field = 'trajectory'): Omit<Ex
   assertFinite(traj.logprobs, `${field}.logprobs`);
   assertFinite([traj.reward], `${field}.reward`);
   if (L > 0 && traj.lossMask[0] !== 0) {
-    throw new AlgorithmError('SHAPE_MISMATCH', `${field}.lossMask[0] must be 0: the first token has no context to be generated from`, {
-      field: `${field}.lossMask`,
-      index: 0,
-    });
+    throw new AlgorithmError(
+      'SHAPE_MISMATCH',
+      `${field}.lossMask[0] must be 0: the first token has no context to be generated from`,
+      {
+        field: `${field}.lossMask`,
+        index: 0,
+      },
+    );
   }
   const n = Math.max(0, L - 1);
   const actionMask = new Float32Array(n);
@@ -142,10 +168,14 @@ export function alignTrajectory(traj: Trajectory, field = 'trajectory'): Omit<Ex
   if (traj.turnRewards) {
     turnRewards = traj.turnRewards.map(({ index, reward }, k) => {
       if (!(Number.isInteger(index) && index >= 1 && index < L)) {
-        throw new AlgorithmError('SHAPE_MISMATCH', `${field}.turnRewards[${k}].index ${index} is outside [1, ${L - 1}]`, {
-          field: `${field}.turnRewards`,
-          index: k,
-        });
+        throw new AlgorithmError(
+          'SHAPE_MISMATCH',
+          `${field}.turnRewards[${k}].index ${index} is outside [1, ${L - 1}]`,
+          {
+            field: `${field}.turnRewards`,
+            index: k,
+          },
+        );
       }
       assertFinite([reward], `${field}.turnRewards[${k}].reward`);
       return { position: index - 1, reward };
@@ -175,21 +205,32 @@ export function alignTrajectory(traj: Trajectory, field = 'trajectory'): Omit<Ex
  *   logprobs: [0, 0, -0.3, -1.2], versions: [-1, -1, 3, 3], reward: 1, groupId: 'p', truncated: false }]);
  * s.actionMask // Float32Array [0, 1, 1]
  */
-export function makeExperience(trajectories: readonly Trajectory[], opts: ExperienceOptions = {}): ExperienceSample[] {
+export function makeExperience(
+  trajectories: readonly Trajectory[],
+  opts: ExperienceOptions = {},
+): ExperienceSample[] {
   const o = resolveExperienceOptions(opts);
   return trajectories.map((traj, k) => {
     const { reward, ...aligned } = alignTrajectory(traj, `trajectories[${k}]`);
     const penalty =
       o.overlongBufferLen === undefined
         ? 0
-        : overlongPenalty(aligned.responseLength, o.maxNewTokens as number, o.overlongBufferLen, o.overlongPenaltyFactor);
+        : overlongPenalty(
+            aligned.responseLength,
+            o.maxNewTokens as number,
+            o.overlongBufferLen,
+            o.overlongPenaltyFactor,
+          );
     const sample: ExperienceSample = {
       ...aligned,
       score: (reward + o.rewardBias) * o.rewardScale + penalty,
       overlongPenalty: penalty,
     };
     if (aligned.turnRewards) {
-      sample.turnRewards = aligned.turnRewards.map((t) => ({ position: t.position, reward: (t.reward + o.rewardBias) * o.rewardScale }));
+      sample.turnRewards = aligned.turnRewards.map((t) => ({
+        position: t.position,
+        reward: (t.reward + o.rewardBias) * o.rewardScale,
+      }));
     }
     return sample;
   });
@@ -223,7 +264,8 @@ export function tokenRewards(
   const last = lastActionIndex(mask);
   if (last >= 0) {
     if (opts.turnRewards && opts.turnRewards.length > 0) {
-      for (const t of opts.turnRewards) if (t.position < out.length) out[t.position] = (out[t.position] as number) + clip(t.reward);
+      for (const t of opts.turnRewards)
+        if (t.position < out.length) out[t.position] = (out[t.position] as number) + clip(t.reward);
       out[last] = (out[last] as number) + (opts.overlongPenalty ?? 0);
     } else {
       out[last] = clip(score);
@@ -231,7 +273,8 @@ export function tokenRewards(
   }
   if (opts.kl && opts.klCoef) {
     assertLength(opts.kl, mask.length, 'kl');
-    for (let i = 0; i < out.length; i++) out[i] = (out[i] as number) - opts.klCoef * (opts.kl[i] as number);
+    for (let i = 0; i < out.length; i++)
+      out[i] = (out[i] as number) - opts.klCoef * (opts.kl[i] as number);
   }
   return out;
 }
@@ -286,11 +329,19 @@ export function computeReturns(
   const adv = resolveAdvantageOptions(opts.advantage);
   const klCoef = opts.klCoef ?? 0;
   const masks = samples.map((s) => s.actionMask);
-  const oldLogprobs = rows(outputs.logprobs, samples, 'logprobs') ?? samples.map((s) => s.behaviourLogprobs);
+  const oldLogprobs =
+    rows(outputs.logprobs, samples, 'logprobs') ?? samples.map((s) => s.behaviourLogprobs);
   const ref = rows(outputs.refLogprobs, samples, 'refLogprobs');
   const values = rows(outputs.values, samples, 'values');
   const kl = samples.map((s, r) =>
-    ref ? klPerToken(oldLogprobs[r] as Numbers, ref[r] as Numbers, s.actionMask, opts.klEstimator ?? 'k1') : new Float32Array(s.actionMask.length),
+    ref
+      ? klPerToken(
+          oldLogprobs[r] as Numbers,
+          ref[r] as Numbers,
+          s.actionMask,
+          opts.klEstimator ?? 'k1',
+        )
+      : new Float32Array(s.actionMask.length),
   );
   let meanKl = 0;
   let counted = 0;
@@ -310,7 +361,10 @@ export function computeReturns(
   );
   const usesTurns = adv.estimator === 'gae' || adv.estimator === 'reinforce';
   const rewards = samples.map((s, r) => {
-    const o: Parameters<typeof tokenRewards>[2] = { clipRange: opts.rewardClipRange ?? experienceDefaults.rewardClipRange, overlongPenalty: s.overlongPenalty };
+    const o: Parameters<typeof tokenRewards>[2] = {
+      clipRange: opts.rewardClipRange ?? experienceDefaults.rewardClipRange,
+      overlongPenalty: s.overlongPenalty,
+    };
     if (!opts.useKlLoss && klCoef !== 0) ((o.kl = kl[r] as Float32Array), (o.klCoef = klCoef));
     if (usesTurns && s.turnRewards) o.turnRewards = s.turnRewards;
     return tokenRewards(s.actionMask, shapedScores[r] as number, o);
@@ -318,12 +372,25 @@ export function computeReturns(
   const inputs: Parameters<typeof computeAdvantages>[0] = { tokenRewards: rewards, masks };
   if (values) inputs.values = values;
   const { advantages, returns } = computeAdvantages(inputs, adv);
-  const batch: TrainingBatch = { samples, oldLogprobs, kl, tokenRewards: rewards, advantages, returns, shapedScores, meanKl };
+  const batch: TrainingBatch = {
+    samples,
+    oldLogprobs,
+    kl,
+    tokenRewards: rewards,
+    advantages,
+    returns,
+    shapedScores,
+    meanKl,
+  };
   if (values) batch.values = values;
   return batch;
 }
 
-function rows(input: readonly Numbers[] | undefined, samples: ExperienceSample[], field: string): Float32Array[] | undefined {
+function rows(
+  input: readonly Numbers[] | undefined,
+  samples: ExperienceSample[],
+  field: string,
+): Float32Array[] | undefined {
   if (!input) return undefined;
   assertSameRows(samples, input, 'samples', field);
   return input.map((row, r) => {

@@ -25,10 +25,20 @@ export type {
 export type { KlController, KlEstimator, KlOptions, ResolvedKlOptions } from './kl.ts';
 export type { AggregationOptions, LossAggregation } from './loss-aggregation.ts';
 export type { MicroBatch, PackOptions } from './packing.ts';
-export type { PolicyLossInputs, PolicyLossStats, PpoLossOptions, ResolvedPpoLossOptions } from './policy-loss.ts';
+export type {
+  PolicyLossInputs,
+  PolicyLossStats,
+  PpoLossOptions,
+  ResolvedPpoLossOptions,
+} from './policy-loss.ts';
 export type { StalenessStats, StalenessThrottleOptions } from './staleness.ts';
 export type { Trajectory } from './trajectory.ts';
-export type { BatchLease, BufferBatch, BufferStats, TrajectoryBufferOptions } from './trajectory-buffer.ts';
+export type {
+  BatchLease,
+  BufferBatch,
+  BufferStats,
+  TrajectoryBufferOptions,
+} from './trajectory-buffer.ts';
 export type { ValueLossInputs, ValueLossOptions } from './value-loss.ts';
 
 export {

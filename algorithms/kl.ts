@@ -52,7 +52,10 @@ export function resolveKlOptions(opts: KlOptions = {}): ResolvedKlOptions {
     throw invalidOption('--kl-horizon', `must be a finite number > 0 (got ${r.klHorizon})`);
   }
   if (r.klEstimator !== 'k1' && r.klEstimator !== 'k2' && r.klEstimator !== 'k3') {
-    throw invalidOption('--kl-estimator', `must be one of k1, k2, k3 (got ${String(r.klEstimator)})`);
+    throw invalidOption(
+      '--kl-estimator',
+      `must be one of k1, k2, k3 (got ${String(r.klEstimator)})`,
+    );
   }
   return r;
 }
@@ -85,7 +88,9 @@ export function klPerToken(
   const out = new Float32Array(logprobs.length);
   for (let i = 0; i < out.length; i++) {
     if ((mask[i] as number) === 0) continue;
-    out[i] = klEstimate((logprobs[i] as number) - (refLogprobs[i] as number), estimator) * (mask[i] as number);
+    out[i] =
+      klEstimate((logprobs[i] as number) - (refLogprobs[i] as number), estimator) *
+      (mask[i] as number);
   }
   return out;
 }

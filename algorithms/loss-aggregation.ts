@@ -16,7 +16,11 @@ import { AlgorithmError, invalidOption } from './errors.ts';
 export type LossAggregation = 'token-mean' | 'seq-mean-token-mean' | 'seq-mean-token-sum-norm';
 
 /** Every aggregation name, for CLI choices. */
-export const LOSS_AGGREGATIONS: readonly LossAggregation[] = ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm'];
+export const LOSS_AGGREGATIONS: readonly LossAggregation[] = [
+  'token-mean',
+  'seq-mean-token-mean',
+  'seq-mean-token-sum-norm',
+];
 
 /** Aggregation options. */
 export interface AggregationOptions {
@@ -30,10 +34,19 @@ export interface AggregationOptions {
 export function checkAggregation(opts: AggregationOptions): void {
   const agg = opts.aggregation ?? 'token-mean';
   if (!LOSS_AGGREGATIONS.includes(agg)) {
-    throw invalidOption('--loss-agg-mode', `must be one of ${LOSS_AGGREGATIONS.join(', ')} (got ${String(agg)})`);
+    throw invalidOption(
+      '--loss-agg-mode',
+      `must be one of ${LOSS_AGGREGATIONS.join(', ')} (got ${String(agg)})`,
+    );
   }
-  if (agg === 'seq-mean-token-sum-norm' && !(opts.lossNormConstant !== undefined && opts.lossNormConstant > 0)) {
-    throw invalidOption('--loss-agg-mode', `seq-mean-token-sum-norm needs a lossNormConstant > 0 (got ${opts.lossNormConstant})`);
+  if (
+    agg === 'seq-mean-token-sum-norm' &&
+    !(opts.lossNormConstant !== undefined && opts.lossNormConstant > 0)
+  ) {
+    throw invalidOption(
+      '--loss-agg-mode',
+      `seq-mean-token-sum-norm needs a lossNormConstant > 0 (got ${opts.lossNormConstant})`,
+    );
   }
 }
 
@@ -48,14 +61,22 @@ export function aggregateLoss(
   opts: AggregationOptions & { weights?: tf.Tensor } = {},
 ): tf.Scalar {
   if (!sameShape(perToken.shape, mask.shape)) {
-    throw new AlgorithmError('SHAPE_MISMATCH', `mask shape [${mask.shape}] != loss shape [${perToken.shape}]`, { field: 'mask' });
+    throw new AlgorithmError(
+      'SHAPE_MISMATCH',
+      `mask shape [${mask.shape}] != loss shape [${perToken.shape}]`,
+      { field: 'mask' },
+    );
   }
   return tf.tidy(() => {
     if (opts.weights) {
       if (!sameShape(perToken.shape, opts.weights.shape)) {
-        throw new AlgorithmError('SHAPE_MISMATCH', `weights shape [${opts.weights.shape}] != loss shape [${perToken.shape}]`, {
-          field: 'weights',
-        });
+        throw new AlgorithmError(
+          'SHAPE_MISMATCH',
+          `weights shape [${opts.weights.shape}] != loss shape [${perToken.shape}]`,
+          {
+            field: 'weights',
+          },
+        );
       }
       return tf.sum(tf.mul(tf.mul(perToken, opts.weights), mask)) as tf.Scalar;
     }
@@ -67,12 +88,18 @@ export function aggregateLoss(
     if (agg === 'token-mean') return tf.div(tf.sum(lm), tf.maximum(tf.sum(m), 1)) as tf.Scalar;
     const rowSum = tf.sum(lm, -1);
     if (agg === 'seq-mean-token-sum-norm') {
-      return tf.div(tf.sum(rowSum), (l.shape[0] as number) * (opts.lossNormConstant as number)) as tf.Scalar;
+      return tf.div(
+        tf.sum(rowSum),
+        (l.shape[0] as number) * (opts.lossNormConstant as number),
+      ) as tf.Scalar;
     }
     const rowCount = tf.sum(m, -1);
     const hasTokens = tf.cast(tf.greater(rowCount, 0), 'float32');
     const rowMean = tf.div(rowSum, tf.maximum(rowCount, 1));
-    return tf.div(tf.sum(tf.mul(rowMean, hasTokens)), tf.maximum(tf.sum(hasTokens), 1)) as tf.Scalar;
+    return tf.div(
+      tf.sum(tf.mul(rowMean, hasTokens)),
+      tf.maximum(tf.sum(hasTokens), 1),
+    ) as tf.Scalar;
   });
 }
 
@@ -84,6 +111,10 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
 export function assertFiniteTensor(t: tf.Tensor, field: string): void {
   const ok = tf.tidy(() => tf.all(tf.isFinite(t)).dataSync()[0]);
   if (!ok) {
-    throw new AlgorithmError('NON_FINITE_INPUT', `${field} holds NaN or Infinity; every value must be finite`, { field });
+    throw new AlgorithmError(
+      'NON_FINITE_INPUT',
+      `${field} holds NaN or Infinity; every value must be finite`,
+      { field },
+    );
   }
 }

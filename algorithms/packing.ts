@@ -18,7 +18,10 @@ import type { Numbers } from './validate.ts';
  * @example
  * lossWeights([[0, 1, 1], [1]]) // [[0, 1/3, 1/3], [1/3]]
  */
-export function lossWeights(masks: readonly Numbers[], opts: AggregationOptions = {}): Float32Array[] {
+export function lossWeights(
+  masks: readonly Numbers[],
+  opts: AggregationOptions = {},
+): Float32Array[] {
   checkAggregation(opts);
   const agg = opts.aggregation ?? 'token-mean';
   const counts = masks.map((m) => {
@@ -31,7 +34,8 @@ export function lossWeights(masks: readonly Numbers[], opts: AggregationOptions 
   return masks.map((m, r) => {
     let scale: number;
     if (agg === 'token-mean') scale = total > 0 ? 1 / total : 0;
-    else if (agg === 'seq-mean-token-mean') scale = (counts[r] as number) > 0 ? 1 / (seqs * (counts[r] as number)) : 0;
+    else if (agg === 'seq-mean-token-mean')
+      scale = (counts[r] as number) > 0 ? 1 / (seqs * (counts[r] as number)) : 0;
     else scale = 1 / (masks.length * (opts.lossNormConstant as number));
     const w = new Float32Array(m.length);
     for (let t = 0; t < m.length; t++) w[t] = (m[t] as number) * scale;
@@ -65,13 +69,19 @@ export function packMicroBatches(lengths: readonly number[], opts: PackOptions):
   if (!(Number.isInteger(maxTokens) && maxTokens > 0)) {
     throw invalidOption('--train-max-tokens-per-gpu', `must be an integer > 0 (got ${maxTokens})`);
   }
-  if (!(maxSamples >= 1)) throw invalidOption('--micro-train-batch-size', `must be >= 1 (got ${maxSamples})`);
+  if (!(maxSamples >= 1))
+    throw invalidOption('--micro-train-batch-size', `must be >= 1 (got ${maxSamples})`);
   lengths.forEach((l, i) => {
     if (!(Number.isInteger(l) && l >= 0)) {
-      throw new AlgorithmError('SHAPE_MISMATCH', `lengths[${i}] = ${l} is not a length`, { field: 'lengths', index: i });
+      throw new AlgorithmError('SHAPE_MISMATCH', `lengths[${i}] = ${l} is not a length`, {
+        field: 'lengths',
+        index: i,
+      });
     }
   });
-  const order = lengths.map((_, i) => i).sort((a, b) => (lengths[b] as number) - (lengths[a] as number) || a - b);
+  const order = lengths
+    .map((_, i) => i)
+    .sort((a, b) => (lengths[b] as number) - (lengths[a] as number) || a - b);
   const bins: MicroBatch[] = [];
   for (const i of order) {
     const len = lengths[i] as number;
@@ -88,11 +98,19 @@ export function packMicroBatches(lengths: readonly number[], opts: PackOptions):
 }
 
 /** Rows of one micro-batch, right-padded into a dense `[rows, width]` Float32Array. */
-export function padRows(rows: readonly Numbers[], width?: number, pad = 0): { data: Float32Array; shape: [number, number] } {
+export function padRows(
+  rows: readonly Numbers[],
+  width?: number,
+  pad = 0,
+): { data: Float32Array; shape: [number, number] } {
   const w = width ?? rows.reduce((m, r) => Math.max(m, r.length), 0);
   const data = new Float32Array(rows.length * w).fill(pad);
   rows.forEach((r, i) => {
-    if (r.length > w) throw new AlgorithmError('SHAPE_MISMATCH', `row ${i} has length ${r.length} > width ${w}`, { field: 'rows', index: i });
+    if (r.length > w)
+      throw new AlgorithmError('SHAPE_MISMATCH', `row ${i} has length ${r.length} > width ${w}`, {
+        field: 'rows',
+        index: i,
+      });
     for (let t = 0; t < r.length; t++) data[i * w + t] = r[t] as number;
   });
   return { data, shape: [rows.length, w] };

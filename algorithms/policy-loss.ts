@@ -9,7 +9,12 @@
 import * as tf from '@tensorflow/tfjs';
 import { AlgorithmError, invalidOption } from './errors.ts';
 import { KL_CLAMP, type KlEstimator } from './kl.ts';
-import { aggregateLoss, assertFiniteTensor, checkAggregation, type LossAggregation } from './loss-aggregation.ts';
+import {
+  aggregateLoss,
+  assertFiniteTensor,
+  checkAggregation,
+  type LossAggregation,
+} from './loss-aggregation.ts';
 import { stripUndefined } from './validate.ts';
 
 /** Options of {@link ppoActorLoss}; flags are `train_ppo`'s. */
@@ -70,30 +75,43 @@ export const ppoLossDefaults = {
 };
 
 /** {@link PpoLossOptions} resolved: `epsClipHigh` is always a number. */
-export type ResolvedPpoLossOptions = Omit<typeof ppoLossDefaults, 'epsClipHigh'> & { epsClipHigh: number };
+export type ResolvedPpoLossOptions = Omit<typeof ppoLossDefaults, 'epsClipHigh'> & {
+  epsClipHigh: number;
+};
 
 /** Fills defaults and validates; errors name the flag. */
 export function resolvePpoLossOptions(opts: PpoLossOptions = {}): ResolvedPpoLossOptions {
   const m = { ...ppoLossDefaults, ...stripUndefined(opts) };
   const r: ResolvedPpoLossOptions = { ...m, epsClipHigh: m.epsClipHigh ?? m.epsClip };
-  if (!(r.epsClip >= 0 && r.epsClip < 1)) throw invalidOption('--eps-clip', `must be in [0, 1) (got ${r.epsClip})`);
+  if (!(r.epsClip >= 0 && r.epsClip < 1))
+    throw invalidOption('--eps-clip', `must be in [0, 1) (got ${r.epsClip})`);
   if (!(r.epsClipHigh >= 0 && Number.isFinite(r.epsClipHigh))) {
     throw invalidOption('--eps-clip-high', `must be a finite number >= 0 (got ${r.epsClipHigh})`);
   }
   if (r.dualClip !== undefined && !(r.dualClip > 1 && Number.isFinite(r.dualClip))) {
     throw invalidOption('--dual-clip', `must be > 1 (got ${r.dualClip})`);
   }
-  if (!(r.behavImpWeightCap > 1)) throw invalidOption('--behav-imp-weight-cap', `must be > 1 (got ${r.behavImpWeightCap})`);
+  if (!(r.behavImpWeightCap > 1))
+    throw invalidOption('--behav-imp-weight-cap', `must be > 1 (got ${r.behavImpWeightCap})`);
   if (!['none', 'tis', 'icepop'].includes(r.isCorrection)) {
-    throw invalidOption('--is-correction', `must be none, tis or icepop (got ${String(r.isCorrection)})`);
+    throw invalidOption(
+      '--is-correction',
+      `must be none, tis or icepop (got ${String(r.isCorrection)})`,
+    );
   }
   if (r.useDecoupledLoss && r.isCorrection !== 'none') {
-    throw invalidOption('--is-correction', 'cannot be combined with --use-decoupled-loss, which already weights by π_prox/π_behav');
+    throw invalidOption(
+      '--is-correction',
+      'cannot be combined with --use-decoupled-loss, which already weights by π_prox/π_behav',
+    );
   }
   const [lo, hi] = r.isThreshold;
-  if (!(lo > 0 && lo <= hi)) throw invalidOption('--is-threshold', `needs 0 < low <= high (got ${lo}, ${hi})`);
-  if (!(r.klLossCoef >= 0)) throw invalidOption('--init-kl-coef', `must be >= 0 (got ${r.klLossCoef})`);
-  if (!(r.entropyLossCoef >= 0)) throw invalidOption('--entropy-loss-coef', `must be >= 0 (got ${r.entropyLossCoef})`);
+  if (!(lo > 0 && lo <= hi))
+    throw invalidOption('--is-threshold', `needs 0 < low <= high (got ${lo}, ${hi})`);
+  if (!(r.klLossCoef >= 0))
+    throw invalidOption('--init-kl-coef', `must be >= 0 (got ${r.klLossCoef})`);
+  if (!(r.entropyLossCoef >= 0))
+    throw invalidOption('--entropy-loss-coef', `must be >= 0 (got ${r.entropyLossCoef})`);
   checkAggregation(r);
   return r;
 }
@@ -122,10 +140,17 @@ export interface PolicyLossInputs {
  * exp(clamp(logπ − logπ_old, ±20))`; with dual clip, tokens with A < 0 use
  * `−max(min(r·A, clip(r)·A), c·A)`.
  */
-export function clippedSurrogate(logprobs: tf.Tensor, oldLogprobs: tf.Tensor, advantages: tf.Tensor, opts: PpoLossOptions = {}): tf.Tensor {
+export function clippedSurrogate(
+  logprobs: tf.Tensor,
+  oldLogprobs: tf.Tensor,
+  advantages: tf.Tensor,
+  opts: PpoLossOptions = {},
+): tf.Tensor {
   const o = resolvePpoLossOptions(opts);
   return tf.tidy(() => {
-    const ratio = tf.exp(tf.clipByValue(tf.sub(logprobs, oldLogprobs), -o.logRatioClamp, o.logRatioClamp));
+    const ratio = tf.exp(
+      tf.clipByValue(tf.sub(logprobs, oldLogprobs), -o.logRatioClamp, o.logRatioClamp),
+    );
     const surr1 = tf.mul(ratio, advantages);
     const surr2 = tf.mul(tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh), advantages);
     const clip1 = tf.minimum(surr1, surr2);
@@ -139,24 +164,35 @@ export function clippedSurrogate(logprobs: tf.Tensor, oldLogprobs: tf.Tensor, ad
  * Constant per-token weight on the surrogate: decoupled PPO's `π_prox/π_behav` (0 above the cap),
  * `tis`/`icepop` correction, or 1. Returns undefined when no weight applies.
  */
-export function behaviourWeights(inputs: PolicyLossInputs, o: ResolvedPpoLossOptions): tf.Tensor | undefined {
+export function behaviourWeights(
+  inputs: PolicyLossInputs,
+  o: ResolvedPpoLossOptions,
+): tf.Tensor | undefined {
   if (!o.useDecoupledLoss && o.isCorrection === 'none') return undefined;
   const behav = inputs.behaviourLogprobs;
   if (!behav) {
     const flag = o.useDecoupledLoss ? '--use-decoupled-loss' : '--is-correction';
-    throw new AlgorithmError('SHAPE_MISMATCH', `${flag} needs behaviourLogprobs`, { field: 'behaviourLogprobs', flag });
+    throw new AlgorithmError('SHAPE_MISMATCH', `${flag} needs behaviourLogprobs`, {
+      field: 'behaviourLogprobs',
+      flag,
+    });
   }
   return tf.tidy(() => {
     const w = tf.exp(tf.sub(inputs.oldLogprobs, behav));
     const [lo, hi] = o.isThreshold;
-    if (o.useDecoupledLoss) return tf.where(tf.lessEqual(w, o.behavImpWeightCap), w, tf.zerosLike(w));
+    if (o.useDecoupledLoss)
+      return tf.where(tf.lessEqual(w, o.behavImpWeightCap), w, tf.zerosLike(w));
     if (o.isCorrection === 'tis') return tf.clipByValue(w, lo, hi);
     return tf.where(tf.logicalAnd(tf.greaterEqual(w, lo), tf.lessEqual(w, hi)), w, tf.zerosLike(w));
   });
 }
 
 /** Differentiable per-token KL estimate between current and reference logprobs, clamped to ±10. */
-export function klTensor(logprobs: tf.Tensor, refLogprobs: tf.Tensor, estimator: KlEstimator): tf.Tensor {
+export function klTensor(
+  logprobs: tf.Tensor,
+  refLogprobs: tf.Tensor,
+  estimator: KlEstimator,
+): tf.Tensor {
   return tf.tidy(() => {
     const x = tf.sub(logprobs, refLogprobs);
     let k: tf.Tensor;
@@ -193,13 +229,23 @@ export function ppoActorLoss(inputs: PolicyLossInputs, opts: PpoLossOptions = {}
     if (inputs.refLogprobs) assertFiniteTensor(inputs.refLogprobs, 'refLogprobs');
   }
   if (o.klLossCoef > 0 && !inputs.refLogprobs) {
-    throw new AlgorithmError('SHAPE_MISMATCH', '--use-kl-loss needs refLogprobs', { field: 'refLogprobs', flag: '--use-kl-loss' });
+    throw new AlgorithmError('SHAPE_MISMATCH', '--use-kl-loss needs refLogprobs', {
+      field: 'refLogprobs',
+      flag: '--use-kl-loss',
+    });
   }
   if (o.entropyLossCoef > 0 && !inputs.entropy) {
-    throw new AlgorithmError('SHAPE_MISMATCH', '--entropy-loss-coef > 0 needs entropy', { field: 'entropy', flag: '--entropy-loss-coef' });
+    throw new AlgorithmError('SHAPE_MISMATCH', '--entropy-loss-coef > 0 needs entropy', {
+      field: 'entropy',
+      flag: '--entropy-loss-coef',
+    });
   }
   return tf.tidy(() => {
-    const agg = { aggregation: o.aggregation, ...(o.lossNormConstant !== undefined ? { lossNormConstant: o.lossNormConstant } : {}), ...(inputs.weights ? { weights: inputs.weights } : {}) };
+    const agg = {
+      aggregation: o.aggregation,
+      ...(o.lossNormConstant !== undefined ? { lossNormConstant: o.lossNormConstant } : {}),
+      ...(inputs.weights ? { weights: inputs.weights } : {}),
+    };
     let pg = clippedSurrogate(inputs.logprobs, inputs.oldLogprobs, inputs.advantages, o);
     const w = behaviourWeights(inputs, o);
     if (w) pg = tf.mul(pg, w);
@@ -209,7 +255,10 @@ export function ppoActorLoss(inputs: PolicyLossInputs, opts: PpoLossOptions = {}
       loss = tf.add(loss, tf.mul(aggregateLoss(kl, inputs.mask, agg), o.klLossCoef));
     }
     if (o.entropyLossCoef > 0) {
-      loss = tf.sub(loss, tf.mul(aggregateLoss(inputs.entropy as tf.Tensor, inputs.mask, agg), o.entropyLossCoef));
+      loss = tf.sub(
+        loss,
+        tf.mul(aggregateLoss(inputs.entropy as tf.Tensor, inputs.mask, agg), o.entropyLossCoef),
+      );
     }
     return loss as tf.Scalar;
   });
@@ -232,22 +281,42 @@ export interface PolicyLossStats {
 }
 
 /** Computes {@link PolicyLossStats} with one sync; not differentiable, for logging. */
-export function policyLossStats(inputs: PolicyLossInputs, opts: PpoLossOptions = {}): PolicyLossStats {
+export function policyLossStats(
+  inputs: PolicyLossInputs,
+  opts: PpoLossOptions = {},
+): PolicyLossStats {
   const o = resolvePpoLossOptions({ ...opts, checkFinite: false });
   const values = tf.tidy(() => {
     const m = inputs.mask;
-    const logRatio = tf.clipByValue(tf.sub(inputs.logprobs, inputs.oldLogprobs), -o.logRatioClamp, o.logRatioClamp);
+    const logRatio = tf.clipByValue(
+      tf.sub(inputs.logprobs, inputs.oldLogprobs),
+      -o.logRatioClamp,
+      o.logRatioClamp,
+    );
     const ratio = tf.exp(logRatio);
     const a = inputs.advantages;
     const surr1 = tf.mul(ratio, a);
     const surr2 = tf.mul(tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh), a);
     const clipped = tf.cast(tf.less(surr2, surr1), 'float32');
     const neg = tf.cast(tf.less(a, 0), 'float32');
-    const dual = o.dualClip === undefined ? tf.zerosLike(a) : tf.cast(tf.less(tf.minimum(surr1, surr2), tf.mul(a, o.dualClip)), 'float32');
+    const dual =
+      o.dualClip === undefined
+        ? tf.zerosLike(a)
+        : tf.cast(tf.less(tf.minimum(surr1, surr2), tf.mul(a, o.dualClip)), 'float32');
     const w = behaviourWeights(inputs, o) ?? tf.onesLike(a);
     const zero = tf.cast(tf.equal(w, 0), 'float32');
     const sum = (t: tf.Tensor) => tf.sum(tf.mul(t, m));
-    return tf.stack([sum(tf.ones(m.shape)), sum(clipped), sum(tf.mul(dual, neg)), sum(neg), sum(tf.neg(logRatio)), sum(w), sum(zero)]).dataSync();
+    return tf
+      .stack([
+        sum(tf.ones(m.shape)),
+        sum(clipped),
+        sum(tf.mul(dual, neg)),
+        sum(neg),
+        sum(tf.neg(logRatio)),
+        sum(w),
+        sum(zero),
+      ])
+      .dataSync();
   });
   const [n = 0, clip = 0, dual = 0, negs = 0, kl = 0, w = 0, zero = 0] = Array.from(values);
   const d = Math.max(n, 1);

@@ -48,7 +48,9 @@ export function stalenessStats(
       histogram[s] = (histogram[s] ?? 0) + 1;
     }
   }
-  return tokens === 0 ? { tokens: 0, mean: 0, min: 0, max: 0, histogram } : { tokens, mean: sum / tokens, min, max, histogram };
+  return tokens === 0
+    ? { tokens: 0, mean: 0, min: 0, max: 0, histogram }
+    : { tokens, mean: sum / tokens, min, max, histogram };
 }
 
 interface Waiter {
@@ -89,10 +91,14 @@ export class StalenessThrottle {
     const b = opts.consumerBatchSize;
     const conc = opts.maxConcurrentRollouts ?? b;
     const eta = opts.maxHeadOffpolicyness ?? 0;
-    if (!(Number.isInteger(dp) && dp >= 1)) throw invalidOption('--dp-world-size', `must be an integer >= 1 (got ${dp})`);
-    if (!(Number.isInteger(b) && b >= 1)) throw invalidOption('--rollout-batch-size', `must be an integer >= 1 (got ${b})`);
-    if (!(Number.isInteger(conc) && conc >= 1)) throw invalidOption('--async-num-tasks', `must be an integer >= 1 (got ${conc})`);
-    if (!(Number.isInteger(eta) && eta >= 0)) throw invalidOption('--max-head-offpolicyness', `must be an integer >= 0 (got ${eta})`);
+    if (!(Number.isInteger(dp) && dp >= 1))
+      throw invalidOption('--dp-world-size', `must be an integer >= 1 (got ${dp})`);
+    if (!(Number.isInteger(b) && b >= 1))
+      throw invalidOption('--rollout-batch-size', `must be an integer >= 1 (got ${b})`);
+    if (!(Number.isInteger(conc) && conc >= 1))
+      throw invalidOption('--async-num-tasks', `must be an integer >= 1 (got ${conc})`);
+    if (!(Number.isInteger(eta) && eta >= 0))
+      throw invalidOption('--max-head-offpolicyness', `must be an integer >= 0 (got ${eta})`);
     this.maxConcurrent = Math.max(1, Math.floor(conc / dp));
     this.batchSize = Math.max(1, Math.floor(b / dp));
     this.eta = eta;
@@ -146,7 +152,10 @@ export class StalenessThrottle {
 
   /** An admitted episode ended; `accepted` false when it was rejected (it then frees its budget). */
   finish(accepted: boolean): void {
-    if (this.#running <= 0) throw new AlgorithmError('SHAPE_MISMATCH', 'finish() without a running episode', { field: 'running' });
+    if (this.#running <= 0)
+      throw new AlgorithmError('SHAPE_MISMATCH', 'finish() without a running episode', {
+        field: 'running',
+      });
     this.#running--;
     if (accepted) this.#accepted++;
     this.#wake();

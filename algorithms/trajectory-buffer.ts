@@ -115,7 +115,9 @@ export class BufferSlot {
   }
   #check(op: string): void {
     if (this.#state !== 'open') {
-      throw new AlgorithmError('SHAPE_MISMATCH', `slot.${op}() after the slot was ${this.#state}`, { field: 'slot' });
+      throw new AlgorithmError('SHAPE_MISMATCH', `slot.${op}() after the slot was ${this.#state}`, {
+        field: 'slot',
+      });
     }
   }
 }
@@ -143,11 +145,20 @@ export class TrajectoryBuffer {
   #leased = 0;
   /** Batches that hold a slot: fresh commits do, redeliveries do not (their slot went back on the first take). */
   #holdsSlot = new WeakSet<BufferBatch>();
-  #counts = { committed: 0, acked: 0, aborted: 0, redelivered: 0, staleTokens: 0, staleSum: 0, staleMax: 0 };
+  #counts = {
+    committed: 0,
+    acked: 0,
+    aborted: 0,
+    redelivered: 0,
+    staleTokens: 0,
+    staleSum: 0,
+    staleMax: 0,
+  };
 
   constructor(opts: TrajectoryBufferOptions = {}) {
     const q = opts.queueSize ?? 1;
-    if (!(Number.isInteger(q) && q >= 1)) throw invalidOption('ASYNC_QUEUE_SIZE', `must be an integer >= 1 (got ${q})`);
+    if (!(Number.isInteger(q) && q >= 1))
+      throw invalidOption('ASYNC_QUEUE_SIZE', `must be an integer >= 1 (got ${q})`);
     this.queueSize = q;
     this.#free = q;
   }
@@ -166,13 +177,20 @@ export class TrajectoryBuffer {
    */
   take(opts: { currentVersion?: number; signal?: AbortSignal } = {}): Promise<BatchLease | null> {
     if (opts.signal?.aborted) return Promise.reject(opts.signal.reason);
-    if (this.#queue.length > 0 && this.#consumers.length === 0) return Promise.resolve(this.#lease(opts.currentVersion));
+    if (this.#queue.length > 0 && this.#consumers.length === 0)
+      return Promise.resolve(this.#lease(opts.currentVersion));
     if (this.#drained()) return Promise.resolve(null);
-    return this.#wait(this.#consumers, opts.signal).then((l) => (l ? this.#withStaleness(l, opts.currentVersion) : l));
+    return this.#wait(this.#consumers, opts.signal).then((l) =>
+      l ? this.#withStaleness(l, opts.currentVersion) : l,
+    );
   }
 
   /** Acquire a slot, run `fn` to fill it, commit; on a throw, abort (the staged items are dropped with the error). */
-  async produce(fn: (slot: BufferSlot) => Promise<void>, meta: Record<string, unknown> = {}, signal?: AbortSignal): Promise<void> {
+  async produce(
+    fn: (slot: BufferSlot) => Promise<void>,
+    meta: Record<string, unknown> = {},
+    signal?: AbortSignal,
+  ): Promise<void> {
     const slot = await this.acquire(signal);
     try {
       await fn(slot);
@@ -184,7 +202,10 @@ export class TrajectoryBuffer {
   }
 
   /** Take a batch, run `fn`, ack; on a throw, nack and rethrow. Returns false when closed and drained. */
-  async consume(fn: (batch: BufferBatch, lease: BatchLease) => Promise<void>, opts: { currentVersion?: number; signal?: AbortSignal } = {}): Promise<boolean> {
+  async consume(
+    fn: (batch: BufferBatch, lease: BatchLease) => Promise<void>,
+    opts: { currentVersion?: number; signal?: AbortSignal } = {},
+  ): Promise<boolean> {
     const lease = await this.take(opts);
     if (!lease) return false;
     try {
@@ -245,7 +266,12 @@ export class TrajectoryBuffer {
       (items, meta) => {
         this.#producing--;
         this.#counts.committed++;
-        const batch: BufferBatch = { id: this.#nextId++, trajectories: items, meta, redeliveries: 0 };
+        const batch: BufferBatch = {
+          id: this.#nextId++,
+          trajectories: items,
+          meta,
+          redeliveries: 0,
+        };
         this.#holdsSlot.add(batch);
         this.#enqueue(batch, false);
       },
@@ -282,7 +308,10 @@ export class TrajectoryBuffer {
     if (this.#holdsSlot.delete(batch)) this.#releaseSlot();
     let done = false;
     const settle = (op: string) => {
-      if (done) throw new AlgorithmError('SHAPE_MISMATCH', `lease.${op}() after the lease was settled`, { field: 'lease' });
+      if (done)
+        throw new AlgorithmError('SHAPE_MISMATCH', `lease.${op}() after the lease was settled`, {
+          field: 'lease',
+        });
       done = true;
       this.#leased--;
     };
@@ -319,7 +348,11 @@ export class TrajectoryBuffer {
         if (i >= 0) list.splice(i, 1);
         reject(signal?.reason);
       };
-      const w: Waiter<T> = { resolve, reject, cleanup: () => signal?.removeEventListener('abort', onAbort) };
+      const w: Waiter<T> = {
+        resolve,
+        reject,
+        cleanup: () => signal?.removeEventListener('abort', onAbort),
+      };
       signal?.addEventListener('abort', onAbort, { once: true });
       list.push(w);
     });

@@ -34,7 +34,12 @@ export function assertLength(values: { length: number }, expected: number, field
 }
 
 /** Throws `SHAPE_MISMATCH` unless both lists hold the same number of rows. */
-export function assertSameRows(a: { length: number }, b: { length: number }, fieldA: string, fieldB: string): void {
+export function assertSameRows(
+  a: { length: number },
+  b: { length: number },
+  fieldA: string,
+  fieldB: string,
+): void {
   if (a.length !== b.length) {
     throw new AlgorithmError(
       'SHAPE_MISMATCH',
@@ -61,6 +66,7 @@ export function maskedSum(values: Numbers, mask: Numbers): { sum: number; count:
 /** Copies `o` without its `undefined` fields, so spreading it over defaults keeps them. */
 export function stripUndefined<T extends object>(o: T): Partial<T> {
   const out: Partial<T> = {};
-  for (const [k, v] of Object.entries(o)) if (v !== undefined) (out as Record<string, unknown>)[k] = v;
+  for (const [k, v] of Object.entries(o))
+    if (v !== undefined) (out as Record<string, unknown>)[k] = v;
   return out;
 }

@@ -17,7 +17,11 @@ export interface ValueLossOptions extends AggregationOptions {
 }
 
 /** Defaults for {@link ValueLossOptions}. */
-export const valueLossDefaults = { valueClip: 0.5 as number | null, aggregation: 'token-mean' as const, checkFinite: true };
+export const valueLossDefaults = {
+  valueClip: 0.5 as number | null,
+  aggregation: 'token-mean' as const,
+  checkFinite: true,
+};
 
 /** Tensors for {@link valueLoss}; one shape. */
 export interface ValueLossInputs {
@@ -34,7 +38,8 @@ export interface ValueLossInputs {
 /** The clipped value loss; differentiable in `values`. */
 export function valueLoss(inputs: ValueLossInputs, opts: ValueLossOptions = {}): tf.Scalar {
   const clip = opts.valueClip === undefined ? valueLossDefaults.valueClip : opts.valueClip;
-  if (clip !== null && !(clip >= 0 && Number.isFinite(clip))) throw invalidOption('--value-clip', `must be a finite number >= 0 (got ${clip})`);
+  if (clip !== null && !(clip >= 0 && Number.isFinite(clip)))
+    throw invalidOption('--value-clip', `must be a finite number >= 0 (got ${clip})`);
   if (opts.checkFinite ?? true) {
     assertFiniteTensor(inputs.oldValues, 'oldValues');
     assertFiniteTensor(inputs.returns, 'returns');
@@ -46,7 +51,9 @@ export function valueLoss(inputs: ValueLossInputs, opts: ValueLossOptions = {}):
       const clipped = tf.add(oldValues, tf.clipByValue(tf.sub(values, oldValues), -clip, clip));
       perToken = tf.maximum(tf.square(tf.sub(clipped, returns)), perToken);
     }
-    const agg: AggregationOptions & { weights?: tf.Tensor } = { aggregation: opts.aggregation ?? 'token-mean' };
+    const agg: AggregationOptions & { weights?: tf.Tensor } = {
+      aggregation: opts.aggregation ?? 'token-mean',
+    };
     if (opts.lossNormConstant !== undefined) agg.lossNormConstant = opts.lossNormConstant;
     if (inputs.weights) agg.weights = inputs.weights;
     return tf.mul(aggregateLoss(perToken, inputs.mask, agg), 0.5) as tf.Scalar;

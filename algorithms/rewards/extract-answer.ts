@@ -46,7 +46,13 @@ export function extractAnswer(text: unknown, opts: ExtractAnswerOptions = {}): s
     const s = text.split('\u043a\u0438').join('');
     let pred: string;
     if (s.includes('final answer is $') && s.includes('$. I hope')) {
-      pred = ((s.split('final answer is $').slice(1).join('final answer is $')).split('$. I hope')[0] as string).trim();
+      pred = (
+        s
+          .split('final answer is $')
+          .slice(1)
+          .join('final answer is $')
+          .split('$. I hope')[0] as string
+      ).trim();
     } else if (s.includes('boxed')) {
       pred = afterLastBoxed(s);
     } else if (s.includes('he answer is')) {
@@ -56,7 +62,10 @@ export function extractAnswer(text: unknown, opts: ExtractAnswerOptions = {}): s
     } else if (s.includes('答案是')) {
       pred = ((s.split('答案是')[1] as string).trim().split('\n\n')[0] as string).trim();
     } else if (opts.useLastNumber) {
-      const nums = s.split(',').join('').match(/-?\d*\.?\d+/g);
+      const nums = s
+        .split(',')
+        .join('')
+        .match(/-?\d*\.?\d+/g);
       pred = nums && nums.length > 0 ? (nums[nums.length - 1] as string) : '';
     } else {
       pred = '';

@@ -51,7 +51,11 @@ export function verlExtract(completion: string, mode: 'strict' | 'flexible'): st
  * gsm8kReward('... so she has \\boxed{72} clips.', 'Natalia sold 48/2 = 24 ... #### 72') // 1
  * gsm8kReward('#### 72', '#### 72', { mode: 'strict' })                              // 1
  */
-export function gsm8kReward(completion: unknown, goldSolution: unknown, opts: Gsm8kRewardOptions = {}): 0 | 1 {
+export function gsm8kReward(
+  completion: unknown,
+  goldSolution: unknown,
+  opts: Gsm8kRewardOptions = {},
+): 0 | 1 {
   if (typeof completion !== 'string' || typeof goldSolution !== 'string') return 0;
   try {
     const mode = opts.mode ?? 'areal';

@@ -13,7 +13,9 @@ export function pythonFloat(x: string): number | undefined {
   if (/^[+-]?(inf|infinity)$/i.test(t)) return t.startsWith('-') ? -Infinity : Infinity;
   if (/^[+-]?nan$/i.test(t)) return NaN;
   const digits = '\\d(?:_?\\d)*';
-  const re = new RegExp(`^[+-]?(?:${digits}(?:\\.(?:${digits})?)?|\\.${digits})(?:[eE][+-]?${digits})?$`);
+  const re = new RegExp(
+    `^[+-]?(?:${digits}(?:\\.(?:${digits})?)?|\\.${digits})(?:[eE][+-]?${digits})?$`,
+  );
   if (!re.test(t)) return undefined;
   return Number(t.replace(/_/g, ''));
 }
@@ -40,7 +42,12 @@ export function isClose(a: number, b: number, relTol = 1e-4): boolean {
 }
 
 function choiceClean(pred: string): string {
-  let p = pred.replace(/^\n+|\n+$/g, '').replace(/\.+$/, '').replace(/\/+$/, '').replace(/^ +| +$/g, '').replace(/^:+/, '');
+  let p = pred
+    .replace(/^\n+|\n+$/g, '')
+    .replace(/\.+$/, '')
+    .replace(/\/+$/, '')
+    .replace(/^ +| +$/g, '')
+    .replace(/^:+/, '');
   const m = p.toUpperCase().match(/\b(A|B|C|D|E)\b/g);
   p = m && m.length > 0 ? (m[m.length - 1] as string) : p.trim().replace(/^\.+|\.+$/g, '');
   return p.replace(/\.+$/, '').replace(/\/+$/, '');
@@ -70,7 +77,11 @@ function symbolicEqual(a: string, b: string): boolean {
  * mathEqual('0.72', '72')          // true  (the reference's ±percent quirk)
  * mathEqual('\\frac{144}{2}', '72') // true
  */
-export function mathEqual(prediction: unknown, reference: unknown, includePercentage = true): boolean {
+export function mathEqual(
+  prediction: unknown,
+  reference: unknown,
+  includePercentage = true,
+): boolean {
   if (typeof prediction !== 'string' || typeof reference !== 'string') return false;
   try {
     return mathEqualInner(prediction, reference, includePercentage, 0);
@@ -79,10 +90,16 @@ export function mathEqual(prediction: unknown, reference: unknown, includePercen
   }
 }
 
-function mathEqualInner(prediction: string, reference: string, pct: boolean, depth: number): boolean {
+function mathEqualInner(
+  prediction: string,
+  reference: string,
+  pct: boolean,
+  depth: number,
+): boolean {
   if (depth > 8) return false;
   if (prediction.trim().toLowerCase() === reference.trim().toLowerCase()) return true;
-  if (['A', 'B', 'C', 'D', 'E'].includes(reference) && choiceClean(prediction) === reference) return true;
+  if (['A', 'B', 'C', 'D', 'E'].includes(reference) && choiceClean(prediction) === reference)
+    return true;
   const p = parseDigits(prediction);
   const r = parseDigits(reference);
   if (p !== undefined && r !== undefined) {
@@ -94,7 +111,10 @@ function mathEqualInner(prediction: string, reference: string, pct: boolean, dep
   const pred = prediction.trim();
   let predStr = pred;
   let refStr = ref;
-  if ((pred.startsWith('[') && pred.endsWith(']') && !ref.startsWith('(')) || (pred.startsWith('(') && pred.endsWith(')') && !ref.startsWith('['))) {
+  if (
+    (pred.startsWith('[') && pred.endsWith(']') && !ref.startsWith('(')) ||
+    (pred.startsWith('(') && pred.endsWith(')') && !ref.startsWith('['))
+  ) {
     predStr = stripChars(predStr, '[]()');
     refStr = stripChars(refStr, '[]()');
   }
@@ -107,7 +127,11 @@ function mathEqualInner(prediction: string, reference: string, pct: boolean, dep
   if (tuple.test(pred) && tuple.test(ref)) {
     const pp = pred.slice(1, -1).split(',');
     const rp = ref.slice(1, -1).split(',');
-    if (pp.length === rp.length && pp.every((x, i) => mathEqualInner(x, rp[i] as string, pct, depth + 1))) return true;
+    if (
+      pp.length === rp.length &&
+      pp.every((x, i) => mathEqualInner(x, rp[i] as string, pct, depth + 1))
+    )
+      return true;
   }
   const count = (s: string) => s.split('=').length - 1;
   if (count(pred) === 1 && count(ref) === 1) {
@@ -116,9 +140,17 @@ function mathEqualInner(prediction: string, reference: string, pct: boolean, dep
     const pe = `${pl.trim()} - (${pr.trim()})`;
     const re = `${rl.trim()} - (${rr.trim()})`;
     if (symbolicEqual(pe, re) || symbolicEqual(`-(${pe})`, re)) return true;
-  } else if (count(pred) === 1 && (pred.split('=')[0] as string).trim().length <= 2 && !ref.includes('=')) {
+  } else if (
+    count(pred) === 1 &&
+    (pred.split('=')[0] as string).trim().length <= 2 &&
+    !ref.includes('=')
+  ) {
     if (mathEqualInner(pred.split('=')[1] as string, reference, pct, depth + 1)) return true;
-  } else if (count(ref) === 1 && (ref.split('=')[0] as string).trim().length <= 2 && !pred.includes('=')) {
+  } else if (
+    count(ref) === 1 &&
+    (ref.split('=')[0] as string).trim().length <= 2 &&
+    !pred.includes('=')
+  ) {
     if (mathEqualInner(prediction, ref.split('=')[1] as string, pct, depth + 1)) return true;
   }
   return symbolicEqual(pred, ref);

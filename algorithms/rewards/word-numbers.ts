@@ -7,12 +7,51 @@
  */
 
 const SMALL: Record<string, number> = {
-  zero: 0, one: 1, two: 2, three: 3, four: 4, five: 5, six: 6, seven: 7, eight: 8, nine: 9, ten: 10,
-  eleven: 11, twelve: 12, thirteen: 13, fourteen: 14, fifteen: 15, sixteen: 16, seventeen: 17,
-  eighteen: 18, nineteen: 19, twenty: 20, thirty: 30, forty: 40, fifty: 50, sixty: 60, seventy: 70,
-  eighty: 80, ninety: 90, hundred: 100, thousand: 1000, million: 1000000, billion: 1000000000,
+  zero: 0,
+  one: 1,
+  two: 2,
+  three: 3,
+  four: 4,
+  five: 5,
+  six: 6,
+  seven: 7,
+  eight: 8,
+  nine: 9,
+  ten: 10,
+  eleven: 11,
+  twelve: 12,
+  thirteen: 13,
+  fourteen: 14,
+  fifteen: 15,
+  sixteen: 16,
+  seventeen: 17,
+  eighteen: 18,
+  nineteen: 19,
+  twenty: 20,
+  thirty: 30,
+  forty: 40,
+  fifty: 50,
+  sixty: 60,
+  seventy: 70,
+  eighty: 80,
+  ninety: 90,
+  hundred: 100,
+  thousand: 1000,
+  million: 1000000,
+  billion: 1000000000,
 };
-const DECIMAL_WORDS = ['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine'];
+const DECIMAL_WORDS = [
+  'zero',
+  'one',
+  'two',
+  'three',
+  'four',
+  'five',
+  'six',
+  'seven',
+  'eight',
+  'nine',
+];
 
 function isNumberWord(w: string): boolean {
   return w === 'point' || Object.prototype.hasOwnProperty.call(SMALL, w);
@@ -21,9 +60,13 @@ function isNumberWord(w: string): boolean {
 function formation(words: string[]): number {
   const n = words.map((w) => SMALL[w] as number);
   if (n.length === 0) throw new Error('empty number group');
-  if (n.length === 4) return (n[0] as number) * (n[1] as number) + (n[2] as number) + (n[3] as number);
+  if (n.length === 4)
+    return (n[0] as number) * (n[1] as number) + (n[2] as number) + (n[3] as number);
   if (n.length === 3) return (n[0] as number) * (n[1] as number) + (n[2] as number);
-  if (n.length === 2) return n.includes(100) ? (n[0] as number) * (n[1] as number) : (n[0] as number) + (n[1] as number);
+  if (n.length === 2)
+    return n.includes(100)
+      ? (n[0] as number) * (n[1] as number)
+      : (n[0] as number) + (n[1] as number);
   return n[0] as number;
 }
 
@@ -34,7 +77,8 @@ function wordToNum(sentence: string): string {
   const clean = s.trim().split(/\s+/).filter(isNumberWord);
   if (clean.length === 0) throw new Error('no number words');
   const count = (w: string) => clean.filter((x) => x === w).length;
-  if (count('thousand') > 1 || count('million') > 1 || count('billion') > 1 || count('point') > 1) throw new Error('redundant');
+  if (count('thousand') > 1 || count('million') > 1 || count('billion') > 1 || count('point') > 1)
+    throw new Error('redundant');
   let words = clean;
   let decimals: string[] = [];
   const p = clean.indexOf('point');
@@ -51,7 +95,8 @@ function wordToNum(sentence: string): string {
   else if (words.length > 1) {
     if (bi > -1) total += formation(words.slice(0, bi)) * 1e9;
     if (mi > -1) total += formation(words.slice(bi > -1 ? bi + 1 : 0, mi)) * 1e6;
-    if (th > -1) total += formation(words.slice(mi > -1 ? mi + 1 : bi > -1 ? bi + 1 : 0, th)) * 1000;
+    if (th > -1)
+      total += formation(words.slice(mi > -1 ? mi + 1 : bi > -1 ? bi + 1 : 0, th)) * 1000;
     const last = words.length - 1;
     let hundreds = 0;
     if (th > -1 && th !== last) hundreds = formation(words.slice(th + 1));

@@ -54,7 +54,10 @@ test('all-equal group rewards give zero advantage, never NaN', () => {
 });
 
 test('groups are formed by id, interleaved, and a singleton keeps its score', () => {
-  near(shapeGroupScores([1, 10, 3, 20, 5], ['a', 'b', 'a', 'b', 'c'], 'dr_grpo'), [-1, -5, 1, 5, 5]);
+  near(
+    shapeGroupScores([1, 10, 3, 20, 5], ['a', 'b', 'a', 'b', 'c'], 'dr_grpo'),
+    [-1, -5, 1, 5, 5],
+  );
 });
 
 test('whitening uses the masked mean and population variance over the batch', () => {
@@ -74,7 +77,16 @@ test('whitening an all-equal or fully masked batch gives zeros', () => {
 
 test('reinforce: A = G, then global whitening', () => {
   const { advantages, returns } = computeAdvantages(
-    { tokenRewards: [[0, 1], [0, 3]], masks: [[1, 1], [1, 1]] },
+    {
+      tokenRewards: [
+        [0, 1],
+        [0, 3],
+      ],
+      masks: [
+        [1, 1],
+        [1, 1],
+      ],
+    },
     { estimator: 'reinforce' },
   );
   near(returns[0]!, [1, 1]);
@@ -85,7 +97,16 @@ test('reinforce: A = G, then global whitening', () => {
 
 test('rloo / group_norm: A = G with γ forced to 1 and no whitening; zero outside the mask', () => {
   const { advantages } = computeAdvantages(
-    { tokenRewards: [[0, 0.5, 0.5], [2, 0, 0]], masks: [[0, 1, 1], [0, 0, 0]] },
+    {
+      tokenRewards: [
+        [0, 0.5, 0.5],
+        [2, 0, 0],
+      ],
+      masks: [
+        [0, 1, 1],
+        [0, 0, 0],
+      ],
+    },
     { estimator: 'rloo', gamma: 0.5, nSamplesPerPrompt: 2 },
   );
   near(advantages[0]!, [0, 1, 0.5]);
@@ -98,7 +119,7 @@ test('gae end to end: whitened advantages and unwhitened returns', () => {
     { estimator: 'gae' },
   );
   near(returns[0]!, [1, 1, 1]);
-  const std = Math.sqrt(((0.1) ** 2 + 0 + (0.1) ** 2) / 3);
+  const std = Math.sqrt((0.1 ** 2 + 0 + 0.1 ** 2) / 3);
   near(advantages[0]!, [0.1 / std, 0, -0.1 / std], 1e-4);
 });
 
@@ -113,20 +134,43 @@ test('single-token responses', () => {
 
 test('validation names the flag', () => {
   for (const est of ['rloo', 'reinforce_baseline', 'group_norm', 'dr_grpo'] as const) {
-    throwsCode(() => resolveAdvantageOptions({ estimator: est }), 'INVALID_OPTION', '--n-samples-per-prompt');
+    throwsCode(
+      () => resolveAdvantageOptions({ estimator: est }),
+      'INVALID_OPTION',
+      '--n-samples-per-prompt',
+    );
   }
-  throwsCode(() => resolveAdvantageOptions({ estimator: 'ppo' as 'gae' }), 'INVALID_OPTION', '--advantage-estimator');
+  throwsCode(
+    () => resolveAdvantageOptions({ estimator: 'ppo' as 'gae' }),
+    'INVALID_OPTION',
+    '--advantage-estimator',
+  );
   throwsCode(() => resolveAdvantageOptions({ gamma: 1.5 }), 'INVALID_OPTION', '--gamma');
   throwsCode(() => resolveAdvantageOptions({ lambd: -1 }), 'INVALID_OPTION', '--lambd');
-  assert.is(resolveAdvantageOptions({ estimator: 'rloo', gamma: 0.5, nSamplesPerPrompt: 4 }).gamma, 1);
+  assert.is(
+    resolveAdvantageOptions({ estimator: 'rloo', gamma: 0.5, nSamplesPerPrompt: 4 }).gamma,
+    1,
+  );
   assert.is(resolveAdvantageOptions({ estimator: 'reinforce', gamma: 0.5 }).gamma, 0.5);
-  throwsCode(() => computeAdvantages({ tokenRewards: [[1]], masks: [[1]] }, { estimator: 'gae' }), 'SHAPE_MISMATCH', 'values');
+  throwsCode(
+    () => computeAdvantages({ tokenRewards: [[1]], masks: [[1]] }, { estimator: 'gae' }),
+    'SHAPE_MISMATCH',
+    'values',
+  );
 });
 
 test('NaN and Inf inputs are rejected', () => {
-  throwsCode(() => computeAdvantages({ tokenRewards: [[NaN]], masks: [[1]] }, { estimator: 'reinforce' }), 'NON_FINITE_INPUT', 'tokenRewards[0]');
   throwsCode(
-    () => computeAdvantages({ tokenRewards: [[1]], masks: [[1]], values: [[Infinity]] }, { estimator: 'gae' }),
+    () => computeAdvantages({ tokenRewards: [[NaN]], masks: [[1]] }, { estimator: 'reinforce' }),
+    'NON_FINITE_INPUT',
+    'tokenRewards[0]',
+  );
+  throwsCode(
+    () =>
+      computeAdvantages(
+        { tokenRewards: [[1]], masks: [[1]], values: [[Infinity]] },
+        { estimator: 'gae' },
+      ),
     'NON_FINITE_INPUT',
     'values[0]',
   );

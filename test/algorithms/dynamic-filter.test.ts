@@ -6,7 +6,14 @@ import { throwsCode } from './helpers.ts';
 const item = (groupId: string, reward: number) => ({ groupId, reward });
 
 test('groups with mean strictly inside the range are kept; pass rate reported', () => {
-  const items = [item('all-right', 1), item('all-right', 1), item('mixed', 1), item('mixed', 0), item('all-wrong', 0), item('all-wrong', 0)];
+  const items = [
+    item('all-right', 1),
+    item('all-right', 1),
+    item('mixed', 1),
+    item('mixed', 0),
+    item('all-wrong', 0),
+    item('all-wrong', 0),
+  ];
   const r = dynamicFilter(items);
   assert.equal(r.kept, [item('mixed', 1), item('mixed', 0)]);
   assert.equal(r.rejectedGroups, ['all-right', 'all-wrong']);
@@ -23,7 +30,11 @@ test('custom range, rounding at the edges, and empty input', () => {
 });
 
 test('bad range and non-finite rewards are rejected', () => {
-  throwsCode(() => dynamicFilter([item('g', 0)], { rewardRange: [1, 0] }), 'INVALID_OPTION', '--dynamic-filtering-reward-range');
+  throwsCode(
+    () => dynamicFilter([item('g', 0)], { rewardRange: [1, 0] }),
+    'INVALID_OPTION',
+    '--dynamic-filtering-reward-range',
+  );
   throwsCode(() => dynamicFilter([item('g', NaN)]), 'NON_FINITE_INPUT', 'rewards[0]');
 });
 

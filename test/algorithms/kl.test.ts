@@ -32,7 +32,11 @@ test('masked tokens get zero KL and identical policies get zero', () => {
 
 test('NaN or Inf logprobs are rejected naming the field', () => {
   throwsCode(() => klPerToken([NaN], [0], [1]), 'NON_FINITE_INPUT', 'logprobs[0]');
-  throwsCode(() => klPerToken([0, 0], [0, -Infinity], [1, 1]), 'NON_FINITE_INPUT', 'refLogprobs[1]');
+  throwsCode(
+    () => klPerToken([0, 0], [0, -Infinity], [1, 1]),
+    'NON_FINITE_INPUT',
+    'refLogprobs[1]',
+  );
   throwsCode(() => klPerToken([0, 0], [0], [1, 1]), 'SHAPE_MISMATCH', 'refLogprobs');
 });
 
@@ -56,7 +60,11 @@ test('fixed controller never moves; createKlController picks by klTarget', () =>
 test('options are validated with the flag in the message', () => {
   throwsCode(() => resolveKlOptions({ klTarget: -1 }), 'INVALID_OPTION', '--kl-target');
   throwsCode(() => resolveKlOptions({ initKlCoef: NaN }), 'INVALID_OPTION', '--init-kl-coef');
-  throwsCode(() => resolveKlOptions({ klEstimator: 'k4' as 'k1' }), 'INVALID_OPTION', '--kl-estimator');
+  throwsCode(
+    () => resolveKlOptions({ klEstimator: 'k4' as 'k1' }),
+    'INVALID_OPTION',
+    '--kl-estimator',
+  );
   assert.equal(resolveKlOptions({ initKlCoef: undefined }).initKlCoef, 0.01);
 });
 

@@ -9,13 +9,28 @@ import { near, throwsCode } from './helpers.ts';
 await tf.setBackend('cpu');
 
 test('aggregation modes (hand-computed)', () => {
-  const l = tf.tensor([[1, 2, 3], [4, 0, 0]]);
-  const m = tf.tensor([[1, 1, 1], [1, 0, 0]]);
+  const l = tf.tensor([
+    [1, 2, 3],
+    [4, 0, 0],
+  ]);
+  const m = tf.tensor([
+    [1, 1, 1],
+    [1, 0, 0],
+  ]);
   near(aggregateLoss(l, m).dataSync(), [2.5]);
   near(aggregateLoss(l, m, { aggregation: 'seq-mean-token-mean' }).dataSync(), [3]);
-  near(aggregateLoss(l, m, { aggregation: 'seq-mean-token-sum-norm', lossNormConstant: 4 }).dataSync(), [1.25]);
-  const masked = tf.tensor([[1, 1], [0, 0]]);
-  const l2 = tf.tensor([[1, 2], [5, 5]]);
+  near(
+    aggregateLoss(l, m, { aggregation: 'seq-mean-token-sum-norm', lossNormConstant: 4 }).dataSync(),
+    [1.25],
+  );
+  const masked = tf.tensor([
+    [1, 1],
+    [0, 0],
+  ]);
+  const l2 = tf.tensor([
+    [1, 2],
+    [5, 5],
+  ]);
   near(aggregateLoss(l2, masked, { aggregation: 'seq-mean-token-mean' }).dataSync(), [1.5]);
   near(aggregateLoss(l2, tf.zeros([2, 2])).dataSync(), [0]);
   near(aggregateLoss(l2, tf.zeros([2, 2]), { aggregation: 'seq-mean-token-mean' }).dataSync(), [0]);
@@ -28,7 +43,13 @@ test('loss weights are the full-batch normalisers', () => {
   near(s[0]!, [0.25, 0.25]);
   near(s[1]!, [0.5]);
   near(s[2]!, [0]);
-  near(lossWeights([[1, 1], [0]], { aggregation: 'seq-mean-token-sum-norm', lossNormConstant: 10 })[0]!, [0.05, 0.05]);
+  near(
+    lossWeights([[1, 1], [0]], {
+      aggregation: 'seq-mean-token-sum-norm',
+      lossNormConstant: 10,
+    })[0]!,
+    [0.05, 0.05],
+  );
   near(lossWeights([[0, 0]])[0]!, [0, 0]);
 });
 
@@ -36,31 +57,60 @@ test('packing respects the budget and places every sample exactly once', () => {
   const lengths = [7, 3, 9, 2, 5, 5, 1, 12, 4];
   const mbs = packMicroBatches(lengths, { maxTokens: 10 });
   const seen = mbs.flatMap((b) => b.indices).sort((a, b) => a - b);
-  assert.equal(seen, lengths.map((_, i) => i));
+  assert.equal(
+    seen,
+    lengths.map((_, i) => i),
+  );
   for (const b of mbs) {
-    assert.is(b.tokens, b.indices.reduce((s, i) => s + lengths[i]!, 0));
+    assert.is(
+      b.tokens,
+      b.indices.reduce((s, i) => s + lengths[i]!, 0),
+    );
     assert.ok(b.tokens <= 10 || b.indices.length === 1, `over budget: ${JSON.stringify(b)}`);
   }
   // 48 tokens, budget 10: 12 alone, and FFD reaches the 5-bin lower bound for the rest (36 tokens → 4)
   assert.is(mbs.length, 5);
-  assert.equal(packMicroBatches([3, 3, 3], { maxTokens: 100, maxSamples: 2 }).map((b) => b.indices), [[0, 1], [2]]);
+  assert.equal(
+    packMicroBatches([3, 3, 3], { maxTokens: 100, maxSamples: 2 }).map((b) => b.indices),
+    [[0, 1], [2]],
+  );
   assert.equal(packMicroBatches([], { maxTokens: 4 }), []);
-  throwsCode(() => packMicroBatches([1], { maxTokens: 0 }), 'INVALID_OPTION', '--train-max-tokens-per-gpu');
+  throwsCode(
+    () => packMicroBatches([1], { maxTokens: 0 }),
+    'INVALID_OPTION',
+    '--train-max-tokens-per-gpu',
+  );
 });
 
 test('micro-batch losses with packing weights sum to the full-batch loss and gradient, for every mode', () => {
   const T = 6;
   const rows = 5;
   const lens = [6, 2, 4, 1, 3];
-  const mask: number[][] = lens.map((n, r) => Array.from({ length: T }, (_, t) => (t < n && !(r === 2 && t === 0) ? 1 : 0)));
+  const mask: number[][] = lens.map((n, r) =>
+    Array.from({ length: T }, (_, t) => (t < n && !(r === 2 && t === 0) ? 1 : 0)),
+  );
   const adv = lens.map((_, r) => Array.from({ length: T }, (_, t) => Math.sin(r * 7 + t)));
   const old = lens.map((_, r) => Array.from({ length: T }, (_, t) => -0.5 - 0.1 * ((r + t) % 3)));
-  const cur = lens.map((_, r) => Array.from({ length: T }, (_, t) => -0.5 + 0.15 * Math.cos(r + 3 * t)));
-  const modes: [LossAggregation, number | undefined][] = [['token-mean', undefined], ['seq-mean-token-mean', undefined], ['seq-mean-token-sum-norm', 8]];
+  const cur = lens.map((_, r) =>
+    Array.from({ length: T }, (_, t) => -0.5 + 0.15 * Math.cos(r + 3 * t)),
+  );
+  const modes: [LossAggregation, number | undefined][] = [
+    ['token-mean', undefined],
+    ['seq-mean-token-mean', undefined],
+    ['seq-mean-token-sum-norm', 8],
+  ];
   for (const [aggregation, lossNormConstant] of modes) {
     const opts = { aggregation, ...(lossNormConstant ? { lossNormConstant } : {}) };
     const full = tf.valueAndGrad((x: tf.Tensor) =>
-      ppoActorLoss({ logprobs: x, oldLogprobs: tf.tensor(old), advantages: tf.tensor(adv), mask: tf.tensor(mask) }, opts),
+      ppoActorLoss(
+        {
+          logprobs: x,
+          oldLogprobs: tf.tensor(old),
+          advantages: tf.tensor(adv),
+          mask: tf.tensor(mask),
+        },
+        opts,
+      ),
     )(tf.tensor(cur));
     const weights = lossWeights(mask, opts);
     const mbs = packMicroBatches(lens, { maxTokens: 7 });
@@ -72,7 +122,13 @@ test('micro-batch losses with packing weights sum to the full-batch loss and gra
       const w = padRows(pick(weights), T);
       const g = tf.valueAndGrad((x: tf.Tensor) =>
         ppoActorLoss(
-          { logprobs: x, oldLogprobs: tf.tensor(pick(old)), advantages: tf.tensor(pick(adv)), mask: tf.tensor(pick(mask)), weights: tf.tensor(w.data, w.shape) },
+          {
+            logprobs: x,
+            oldLogprobs: tf.tensor(pick(old)),
+            advantages: tf.tensor(pick(adv)),
+            mask: tf.tensor(pick(mask)),
+            weights: tf.tensor(w.data, w.shape),
+          },
           opts,
         ),
       )(tf.tensor(pick(cur)));

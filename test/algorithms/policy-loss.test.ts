@@ -16,9 +16,14 @@ await tf.setBackend('cpu');
 const t = (v: number[] | number[][]) => tf.tensor(v);
 
 /** Loss value and gradient w.r.t. the current logprobs. */
-function lossAndGrad(inp: Omit<PolicyLossInputs, 'logprobs'> & { logprobs: number[] | number[][] }, opts: PpoLossOptions = {}) {
+function lossAndGrad(
+  inp: Omit<PolicyLossInputs, 'logprobs'> & { logprobs: number[] | number[][] },
+  opts: PpoLossOptions = {},
+) {
   const lp = t(inp.logprobs);
-  const { value, grad } = tf.valueAndGrad((x: tf.Tensor) => ppoActorLoss({ ...inp, logprobs: x }, opts))(lp);
+  const { value, grad } = tf.valueAndGrad((x: tf.Tensor) =>
+    ppoActorLoss({ ...inp, logprobs: x }, opts),
+  )(lp);
   return { loss: value.dataSync()[0] as number, grad: Array.from(grad.dataSync()) };
 }
 
@@ -43,7 +48,12 @@ test('asymmetric clip-higher raises only the upper bound', () => {
 });
 
 test('dual clip bounds the loss of negative advantages at c·|A|', () => {
-  const inp = { logprobs: [Math.log(5), Math.log(5)], oldLogprobs: t([0, 0]), advantages: t([-1, 1]), mask: t([1, 1]) };
+  const inp = {
+    logprobs: [Math.log(5), Math.log(5)],
+    oldLogprobs: t([0, 0]),
+    advantages: t([-1, 1]),
+    mask: t([1, 1]),
+  };
   near([lossAndGrad(inp).loss], [(5 - 1.2) / 2]);
   const dual = lossAndGrad(inp, { dualClip: 3 });
   near([dual.loss], [(3 - 1.2) / 2]);
@@ -51,7 +61,12 @@ test('dual clip bounds the loss of negative advantages at c·|A|', () => {
 });
 
 test('the log-ratio is clamped at ±20 so the loss stays finite', () => {
-  const { loss } = lossAndGrad({ logprobs: [50], oldLogprobs: t([0]), advantages: t([-1]), mask: t([1]) });
+  const { loss } = lossAndGrad({
+    logprobs: [50],
+    oldLogprobs: t([0]),
+    advantages: t([-1]),
+    mask: t([1]),
+  });
   near([loss / Math.exp(20)], [1], 1e-4);
 });
 
@@ -68,7 +83,15 @@ test('decoupled PPO: clip against the proximal policy, weight by π_prox/π_beha
   near(grad, [-1, 0]);
   const stats = policyLossStats({ ...inp, logprobs: t([0, 0]) }, { useDecoupledLoss: true });
   near([stats.behaviourWeightMean, stats.behaviourWeightZeroFraction], [1, 0.5]);
-  throwsCode(() => ppoActorLoss({ ...inp, logprobs: t([0, 0]), behaviourLogprobs: undefined }, { useDecoupledLoss: true }), 'SHAPE_MISMATCH', '--use-decoupled-loss');
+  throwsCode(
+    () =>
+      ppoActorLoss(
+        { ...inp, logprobs: t([0, 0]), behaviourLogprobs: undefined },
+        { useDecoupledLoss: true },
+      ),
+    'SHAPE_MISMATCH',
+    '--use-decoupled-loss',
+  );
 });
 
 test('truncated IS (tis) clamps and icepop zeroes the engine/trainer ratio', () => {
@@ -85,15 +108,33 @@ test('truncated IS (tis) clamps and icepop zeroes the engine/trainer ratio', () 
 });
 
 test('KL loss term and entropy bonus join the total', () => {
-  const inp = { logprobs: [0, 0], oldLogprobs: t([0, 0]), advantages: t([0, 0]), mask: t([1, 1]), refLogprobs: t([-1, 0]) };
+  const inp = {
+    logprobs: [0, 0],
+    oldLogprobs: t([0, 0]),
+    advantages: t([0, 0]),
+    mask: t([1, 1]),
+    refLogprobs: t([-1, 0]),
+  };
   // k3 at x = 1: e^{-1} − 1 + 1 = e^{-1}; mean over 2 tokens
   near([lossAndGrad(inp, { klLossCoef: 0.5, klEstimator: 'k3' }).loss], [(0.5 * Math.exp(-1)) / 2]);
-  const logits = t([[0, 0], [0, 0]]);
+  const logits = t([
+    [0, 0],
+    [0, 0],
+  ]);
   const entropy = entropyFromLogits(logits);
   near(entropy.dataSync(), [Math.LN2, Math.LN2]);
   near([lossAndGrad({ ...inp, entropy }, { entropyLossCoef: 0.1 }).loss], [-0.1 * Math.LN2]);
-  throwsCode(() => ppoActorLoss({ ...inp, logprobs: t([0, 0]) }, { entropyLossCoef: 0.1 }), 'SHAPE_MISMATCH', 'entropy');
-  throwsCode(() => ppoActorLoss({ ...inp, logprobs: t([0, 0]), refLogprobs: undefined }, { klLossCoef: 0.1 }), 'SHAPE_MISMATCH', '--use-kl-loss');
+  throwsCode(
+    () => ppoActorLoss({ ...inp, logprobs: t([0, 0]) }, { entropyLossCoef: 0.1 }),
+    'SHAPE_MISMATCH',
+    'entropy',
+  );
+  throwsCode(
+    () =>
+      ppoActorLoss({ ...inp, logprobs: t([0, 0]), refLogprobs: undefined }, { klLossCoef: 0.1 }),
+    'SHAPE_MISMATCH',
+    '--use-kl-loss',
+  );
 });
 
 test('entropy gradient flows into the logits', () => {
@@ -103,11 +144,34 @@ test('entropy gradient flows into the logits', () => {
 });
 
 test('fully masked rows contribute nothing and an all-masked batch gives 0', () => {
-  const inp = { logprobs: [[0.1, 0.2], [5, 5]], oldLogprobs: t([[0, 0], [0, 0]]), advantages: t([[1, 1], [9, 9]]), mask: t([[1, 1], [0, 0]]) };
+  const inp = {
+    logprobs: [
+      [0.1, 0.2],
+      [5, 5],
+    ],
+    oldLogprobs: t([
+      [0, 0],
+      [0, 0],
+    ]),
+    advantages: t([
+      [1, 1],
+      [9, 9],
+    ]),
+    mask: t([
+      [1, 1],
+      [0, 0],
+    ]),
+  };
   const a = lossAndGrad(inp);
   near([a.loss], [-(Math.exp(0.1) + Math.min(Math.exp(0.2), 1.2)) / 2]);
   near(a.grad.slice(2), [0, 0]);
-  const z = lossAndGrad({ ...inp, mask: t([[0, 0], [0, 0]]) });
+  const z = lossAndGrad({
+    ...inp,
+    mask: t([
+      [0, 0],
+      [0, 0],
+    ]),
+  });
   near([z.loss], [0]);
 });
 
@@ -120,12 +184,28 @@ test('statistics: clip fraction and approx KL', () => {
 
 test('NaN/Inf inputs and bad options are rejected', () => {
   const b = base();
-  throwsCode(() => ppoActorLoss({ ...b, logprobs: t(b.logprobs), advantages: t([1, NaN, 1, 1]) }), 'NON_FINITE_INPUT', 'advantages');
-  throwsCode(() => ppoActorLoss({ ...b, logprobs: t(b.logprobs), oldLogprobs: t([0, Infinity, 0, 0]) }), 'NON_FINITE_INPUT', 'oldLogprobs');
+  throwsCode(
+    () => ppoActorLoss({ ...b, logprobs: t(b.logprobs), advantages: t([1, NaN, 1, 1]) }),
+    'NON_FINITE_INPUT',
+    'advantages',
+  );
+  throwsCode(
+    () => ppoActorLoss({ ...b, logprobs: t(b.logprobs), oldLogprobs: t([0, Infinity, 0, 0]) }),
+    'NON_FINITE_INPUT',
+    'oldLogprobs',
+  );
   throwsCode(() => resolvePpoLossOptions({ dualClip: 1 }), 'INVALID_OPTION', '--dual-clip');
   throwsCode(() => resolvePpoLossOptions({ epsClip: -0.1 }), 'INVALID_OPTION', '--eps-clip');
-  throwsCode(() => resolvePpoLossOptions({ useDecoupledLoss: true, isCorrection: 'tis' }), 'INVALID_OPTION', '--is-correction');
-  throwsCode(() => resolvePpoLossOptions({ aggregation: 'seq-mean-token-sum-norm' }), 'INVALID_OPTION', '--loss-agg-mode');
+  throwsCode(
+    () => resolvePpoLossOptions({ useDecoupledLoss: true, isCorrection: 'tis' }),
+    'INVALID_OPTION',
+    '--is-correction',
+  );
+  throwsCode(
+    () => resolvePpoLossOptions({ aggregation: 'seq-mean-token-sum-norm' }),
+    'INVALID_OPTION',
+    '--loss-agg-mode',
+  );
   assert.is(resolvePpoLossOptions({ epsClip: 0.1 }).epsClipHigh, 0.1);
 });
 

@@ -10,7 +10,8 @@ import {
   stripString,
 } from '../../algorithms/rewards/index.ts';
 
-const GOLD_72 = 'Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72';
+const GOLD_72 =
+  'Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72';
 
 test('extractAnswer: boxed answers, nested braces, last boxed wins, unclosed brace', () => {
   assert.is(extractAnswer('so \\boxed{72}.'), '72');
@@ -128,7 +129,11 @@ test('gsm8kReward (AReaL rule): a broad table', () => {
     ['\u0000\uffff\\boxed{\ud800}', GOLD_72, 0],
   ];
   for (const [completion, gold, want] of cases) {
-    assert.is(gsm8kReward(completion, gold), want, `${JSON.stringify(completion)} vs ${JSON.stringify(gold.slice(-12))}`);
+    assert.is(
+      gsm8kReward(completion, gold),
+      want,
+      `${JSON.stringify(completion)} vs ${JSON.stringify(gold.slice(-12))}`,
+    );
   }
 });
 

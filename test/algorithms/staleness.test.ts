@@ -6,7 +6,11 @@ import { throwsCode } from './helpers.ts';
 const flush = () => new Promise<void>((r) => setImmediate(r));
 
 test('capacity = min(conc − running, (η + v + 1)·B − (accepted + running))', () => {
-  const th = new StalenessThrottle({ consumerBatchSize: 2, maxConcurrentRollouts: 4, maxHeadOffpolicyness: 0 });
+  const th = new StalenessThrottle({
+    consumerBatchSize: 2,
+    maxConcurrentRollouts: 4,
+    maxHeadOffpolicyness: 0,
+  });
   assert.is(th.capacity(), 2);
   assert.ok(th.tryAdmit());
   assert.ok(th.tryAdmit());
@@ -19,7 +23,11 @@ test('capacity = min(conc − running, (η + v + 1)·B − (accepted + running))
 });
 
 test('η lets rollout run η versions ahead, bounded by concurrency', () => {
-  const th = new StalenessThrottle({ consumerBatchSize: 2, maxConcurrentRollouts: 3, maxHeadOffpolicyness: 2 });
+  const th = new StalenessThrottle({
+    consumerBatchSize: 2,
+    maxConcurrentRollouts: 3,
+    maxHeadOffpolicyness: 2,
+  });
   assert.is(th.capacity(), 3);
   let started = 0;
   for (;;) {
@@ -37,10 +45,14 @@ test('rejected episodes give their budget back', () => {
   th.finish(false);
   assert.is(th.accepted, 0);
   assert.is(th.capacity(), 1);
-  throwsCode(() => {
-    th.finish(true);
-    th.finish(true);
-  }, 'SHAPE_MISMATCH', 'finish');
+  throwsCode(
+    () => {
+      th.finish(true);
+      th.finish(true);
+    },
+    'SHAPE_MISMATCH',
+    'finish',
+  );
 });
 
 test('admit waits for a version bump or a finished episode, FIFO', async () => {
@@ -62,18 +74,34 @@ test('admit waits for a version bump or a finished episode, FIFO', async () => {
   const ac = new AbortController();
   const c = th.admit(ac.signal);
   ac.abort(new Error('stop'));
-  await c.then(() => assert.unreachable('aborted admit resolved'), (e: Error) => assert.is(e.message, 'stop'));
+  await c.then(
+    () => assert.unreachable('aborted admit resolved'),
+    (e: Error) => assert.is(e.message, 'stop'),
+  );
 });
 
 test('restore counts past batches as accepted; dp ranks split the budgets', () => {
-  const th = new StalenessThrottle({ consumerBatchSize: 8, maxConcurrentRollouts: 16, dpWorldSize: 2, maxHeadOffpolicyness: 1 });
+  const th = new StalenessThrottle({
+    consumerBatchSize: 8,
+    maxConcurrentRollouts: 16,
+    dpWorldSize: 2,
+    maxHeadOffpolicyness: 1,
+  });
   assert.is(th.batchSize, 4);
   assert.is(th.maxConcurrent, 8);
   th.restore(5);
   assert.is(th.accepted, 20);
   assert.is(th.capacity(), 8);
-  throwsCode(() => new StalenessThrottle({ consumerBatchSize: 0 }), 'INVALID_OPTION', '--rollout-batch-size');
-  throwsCode(() => new StalenessThrottle({ consumerBatchSize: 2, maxHeadOffpolicyness: -1 }), 'INVALID_OPTION', '--max-head-offpolicyness');
+  throwsCode(
+    () => new StalenessThrottle({ consumerBatchSize: 0 }),
+    'INVALID_OPTION',
+    '--rollout-batch-size',
+  );
+  throwsCode(
+    () => new StalenessThrottle({ consumerBatchSize: 2, maxHeadOffpolicyness: -1 }),
+    'INVALID_OPTION',
+    '--max-head-offpolicyness',
+  );
 });
 
 test('stalenessStats counts generated tokens only', () => {

@@ -5,7 +5,16 @@ import { TrajectoryBuffer } from '../../algorithms/trajectory-buffer.ts';
 import { rejectsCode, throwsCode } from './helpers.ts';
 
 function traj(id: number, version = 0): Trajectory {
-  return { inputIds: [1, 2, 3], lossMask: [0, 1, 1], logprobs: [0, -1, -1], versions: [-1, version, version], reward: 0, groupId: String(id), promptIndex: id, truncated: false };
+  return {
+    inputIds: [1, 2, 3],
+    lossMask: [0, 1, 1],
+    logprobs: [0, -1, -1],
+    versions: [-1, version, version],
+    reward: 0,
+    groupId: String(id),
+    promptIndex: id,
+    truncated: false,
+  };
 }
 
 /** Observes a promise's settlement without awaiting it. */
@@ -64,7 +73,10 @@ test('a producer failing mid-batch returns its slot and gets its staged trajecto
   const s = await buf.acquire();
   s.add(traj(1), traj(2));
   const back = s.abort();
-  assert.equal(back.map((t) => t.promptIndex), [1, 2]);
+  assert.equal(
+    back.map((t) => t.promptIndex),
+    [1, 2],
+  );
   assert.equal(s.abort(), []);
   throwsCode(() => s.commit(), 'SHAPE_MISMATCH', 'aborted');
   assert.is(buf.stats().queued, 0);
@@ -73,13 +85,18 @@ test('a producer failing mid-batch returns its slot and gets its staged trajecto
     await buf.produce(async (slot) => slot.add(...back));
   });
   const lease = await buf.take();
-  assert.equal(lease!.batch.trajectories.map((t) => t.promptIndex), [1, 2]);
+  assert.equal(
+    lease!.batch.trajectories.map((t) => t.promptIndex),
+    [1, 2],
+  );
   lease!.ack();
   let failed = false;
-  await buf.produce(async (slot) => {
-    slot.add(traj(3));
-    throw new Error('engine died');
-  }).catch(() => (failed = true));
+  await buf
+    .produce(async (slot) => {
+      slot.add(traj(3));
+      throw new Error('engine died');
+    })
+    .catch(() => (failed = true));
   assert.ok(failed);
   assert.equal(buf.stats(), { ...buf.stats(), queued: 0, freeSlots: 1, producing: 0, aborted: 2 });
 });
@@ -94,9 +111,11 @@ test('an empty commit returns the slot instead of enqueueing an empty batch', as
 test('a consumer failing mid-batch nacks it; it is redelivered once, ahead of newer batches', async () => {
   const buf = new TrajectoryBuffer({ queueSize: 2 });
   for (const id of [1, 2]) await buf.produce(async (s) => s.add(traj(id)));
-  await buf.consume(async () => {
-    throw new Error('OOM');
-  }).catch(() => undefined);
+  await buf
+    .consume(async () => {
+      throw new Error('OOM');
+    })
+    .catch(() => undefined);
   const again = await buf.take();
   assert.is(again!.batch.trajectories[0]!.promptIndex, 1);
   assert.is(again!.batch.redeliveries, 1);
@@ -154,7 +173,7 @@ test('an aborted take leaves later batches for the next consumer', async () => {
 
 test('randomised producers and consumers that fail: every trajectory is trained on exactly once', async () => {
   let seed = 12345;
-  const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  const rand = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
   const Q = 2;
   const buf = new TrajectoryBuffer({ queueSize: Q });
   const trained: number[] = [];
@@ -195,10 +214,17 @@ test('randomised producers and consumers that fail: every trajectory is trained 
   };
   const ids = Array.from({ length: 90 }, (_, i) => i);
   const consumers = [consumer(), consumer()];
-  await Promise.all([producer(ids.slice(0, 30)), producer(ids.slice(30, 60)), producer(ids.slice(60))]);
+  await Promise.all([
+    producer(ids.slice(0, 30)),
+    producer(ids.slice(30, 60)),
+    producer(ids.slice(60)),
+  ]);
   buf.close();
   await Promise.all(consumers);
-  assert.equal([...trained].sort((a, b) => a - b), ids);
+  assert.equal(
+    [...trained].sort((a, b) => a - b),
+    ids,
+  );
   assert.ok(buf.stats().redelivered > 0 && buf.stats().aborted > 0, JSON.stringify(buf.stats()));
   assert.ok(maxInFlight <= Q + 2, `in flight ${maxInFlight}`);
 });

@@ -5,11 +5,17 @@ import { near, throwsCode } from './helpers.ts';
 
 await tf.setBackend('cpu');
 
-const inputs = () => ({ oldValues: tf.tensor([0.5, 2.0]), returns: tf.tensor([2.0, 1.0]), mask: tf.tensor([1, 1]) });
+const inputs = () => ({
+  oldValues: tf.tensor([0.5, 2.0]),
+  returns: tf.tensor([2.0, 1.0]),
+  mask: tf.tensor([1, 1]),
+});
 
 test('clipped value loss takes the larger of clipped and unclipped errors (hand-computed)', () => {
   // token 0: clipped 0.7 → (0.7−2)² = 1.69 > (1−2)² = 1; token 1: 1 → 0.5·mean = 0.6725
-  const { value, grad } = tf.valueAndGrad((v: tf.Tensor) => valueLoss({ ...inputs(), values: v }, { valueClip: 0.2 }))(tf.tensor([1.0, 2.0]));
+  const { value, grad } = tf.valueAndGrad((v: tf.Tensor) =>
+    valueLoss({ ...inputs(), values: v }, { valueClip: 0.2 }),
+  )(tf.tensor([1.0, 2.0]));
   near(value.dataSync(), [0.6725]);
   near(grad.dataSync(), [0, 0.5]);
 });
@@ -20,10 +26,21 @@ test('without clipping it is half the mean squared error', () => {
 });
 
 test('masked tokens are ignored; non-finite returns are rejected', () => {
-  const v = valueLoss({ ...inputs(), values: tf.tensor([1.0, 9.0]), mask: tf.tensor([1, 0]) }, { valueClip: 0.2 });
+  const v = valueLoss(
+    { ...inputs(), values: tf.tensor([1.0, 9.0]), mask: tf.tensor([1, 0]) },
+    { valueClip: 0.2 },
+  );
   near(v.dataSync(), [0.5 * 1.69]);
-  throwsCode(() => valueLoss({ ...inputs(), values: tf.tensor([1, 1]), returns: tf.tensor([NaN, 1]) }), 'NON_FINITE_INPUT', 'returns');
-  throwsCode(() => valueLoss({ ...inputs(), values: tf.tensor([1, 1]) }, { valueClip: -1 }), 'INVALID_OPTION', '--value-clip');
+  throwsCode(
+    () => valueLoss({ ...inputs(), values: tf.tensor([1, 1]), returns: tf.tensor([NaN, 1]) }),
+    'NON_FINITE_INPUT',
+    'returns',
+  );
+  throwsCode(
+    () => valueLoss({ ...inputs(), values: tf.tensor([1, 1]) }, { valueClip: -1 }),
+    'INVALID_OPTION',
+    '--value-clip',
+  );
 });
 
 test.run();
