@@ -104,7 +104,10 @@ export class Connection {
     ws.on('message', (data: Buffer, isBinary: boolean) => this.onFrame(data, isBinary));
     ws.on('pong', () => (this.lastSeenMs = Date.now()));
     ws.on('ping', () => (this.lastSeenMs = Date.now()));
-    ws.on('error', (err: Error) => this.close(`socket error: ${err.message}`, 1002, false));
+    // ws reports protocol violations (oversized frame, bad opcode) with a WS_ERR_* code.
+    ws.on('error', (err: Error & { code?: string }) =>
+      this.close(`socket error: ${err.message}`, 1002, err.code?.startsWith('WS_ERR') ?? false),
+    );
     ws.on('close', (code: number, reason: Buffer) =>
       this.onClosed(this.closeReason || `closed by peer (${code} ${reason.toString()})`.trim()),
     );

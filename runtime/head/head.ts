@@ -43,6 +43,7 @@ import { type Connection, type Server, listen } from '../transport.ts';
 import { type Allocation, ResourcePool } from './resources.ts';
 import { type BundleReservation, type SchedNode, placeActor, reserveBundles } from './scheduler.ts';
 import { HeadStore } from './store.ts';
+import { checkCreateActor, checkCreatePlacementGroup, checkResources } from './validate.ts';
 
 const log = logger('head');
 
@@ -223,6 +224,7 @@ export class Head extends EventEmitter<HeadEvents> {
     const msg = m as HeadRequest | WorkerExited;
     if (msg.type === 'registerNode') return this.registerNode(msg, conn);
     if (msg.type === 'registerClient') {
+      if (role !== undefined) throw new InvalidArgumentError('this connection is already registered');
       const clientId =
         msg.kind === 'worker' ? `worker:${msg.actorId}:${msg.incarnation ?? 0}` : newId('driver_');
       conn.meta = { role: 'client', clientId, kind: msg.kind, jobId: msg.jobId };
@@ -286,6 +288,8 @@ export class Head extends EventEmitter<HeadEvents> {
   }
 
   private registerNode(msg: RegisterNode, conn: Connection): { nodeId: string } {
+    checkResources(msg.resources, 'resources');
+    if (conn.meta.role !== undefined) throw new InvalidArgumentError('this connection is already registered');
     const nodeId = msg.nodeId && !this.nodes.get(msg.nodeId)?.sched.alive ? msg.nodeId : newId('node_');
     const gpus = Math.floor(msg.resources.GPU ?? 0);
     const pool = new ResourcePool(msg.resources, [...Array(gpus).keys()]);
@@ -343,6 +347,7 @@ export class Head extends EventEmitter<HeadEvents> {
   }
 
   private createActor(msg: CreateActor, ownerId: string): { actorId: string } {
+    checkCreateActor(msg);
     const o = msg.options;
     if (o.name !== undefined) {
       for (const a of this.actors.values()) {
@@ -594,9 +599,7 @@ export class Head extends EventEmitter<HeadEvents> {
   // ---- placement groups ------------------------------------------------------------------
 
   private createPlacementGroup(msg: CreatePlacementGroup, ownerId: string): { pgId: string } {
-    if (!Array.isArray(msg.bundles) || msg.bundles.length === 0) {
-      throw new InvalidArgumentError('a placement group needs at least one bundle');
-    }
+    checkCreatePlacementGroup(msg);
     const pgId = msg.pgId ?? newId('pg_');
     if (typeof pgId !== 'string' || this.pgs.has(pgId)) {
       throw new InvalidArgumentError(`placement group id '${String(pgId).slice(0, 64)}' is invalid or taken`);

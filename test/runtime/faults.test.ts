@@ -78,7 +78,7 @@ test('kill with noRestart makes the actor DEAD; without it the actor restarts', 
     const i = await actorInfo(c);
     return i.state === 'DEAD' ? i : undefined;
   });
-  assert.is(info.deathCause?.reason, 'killed');
+  assert.is(info!.deathCause?.reason, 'killed');
   assert.is((await rejection(c.get.remote())).code, 'ACTOR_DIED');
 });
 
