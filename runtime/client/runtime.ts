@@ -83,7 +83,17 @@ export class Runtime {
       { transferHoldMs: opts.objectTransferHoldMs },
     );
     try {
-      rt.head = await connect(opts.headAddress, { token: opts.token });
+      rt.head = await connect(opts.headAddress, {
+        token: opts.token,
+        accepts: new Set<MessageType>(['stopWorker']),
+        handler: (m) => {
+          // The head replaced this worker's incarnation (e.g. its node was declared dead).
+          if (m.type === 'stopWorker' && opts.kind === 'worker' && m.actorId === opts.actorId) {
+            log.warn(`the head stopped actor ${m.actorId} incarnation ${m.incarnation}; exiting`);
+            process.exit(1);
+          }
+        },
+      });
       const reg = await rt.head.request<{ clientId: string; sessionDir?: string }>({
         type: 'registerClient',
         kind: opts.kind,

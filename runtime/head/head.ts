@@ -147,6 +147,8 @@ export class Head extends EventEmitter<HeadEvents> {
   private readonly pgs = new Map<string, PgRec>();
   private readonly pendingActors = new Set<ActorRec>();
   private readonly pendingPgs = new Set<PgRec>();
+  /** Head connections of workers, by `actorId:incarnation`. */
+  private readonly workerConns = new Map<string, Connection>();
   private pumpScheduled = false;
   private closing = false;
 
@@ -228,6 +230,11 @@ export class Head extends EventEmitter<HeadEvents> {
       const clientId =
         msg.kind === 'worker' ? `worker:${msg.actorId}:${msg.incarnation ?? 0}` : newId('driver_');
       conn.meta = { role: 'client', clientId, kind: msg.kind, jobId: msg.jobId };
+      if (msg.kind === 'worker') {
+        const key = `${msg.actorId}:${msg.incarnation ?? 0}`;
+        this.workerConns.set(key, conn);
+        conn.onClose(() => this.workerConns.get(key) === conn && this.workerConns.delete(key));
+      }
       this.emit('client', { clientId, kind: msg.kind, jobId: msg.jobId, event: 'connected' });
       conn.onClose(() => this.clientGone(clientId, msg.kind, msg.jobId));
       return { clientId, sessionDir: this.sessionDir };
@@ -512,6 +519,7 @@ export class Head extends EventEmitter<HeadEvents> {
   /** The actor's process is gone: restart it if allowed, else it is DEAD. */
   private processGone(rec: ActorRec, cause: DeathCause): void {
     this.release(rec);
+    this.stopStale(rec);
     rec.lastDeath = { ...cause, incarnation: rec.info.incarnation };
     const { maxRestarts } = rec.info.options;
     const restartsLeft = maxRestarts === -1 || rec.info.numRestarts < maxRestarts;
@@ -544,8 +552,18 @@ export class Head extends EventEmitter<HeadEvents> {
     }
   }
 
+  /**
+   * Tells a worker whose node was declared dead to exit itself: its node agent may only be
+   * silent, and callers must not keep talking to an incarnation the head has replaced.
+   */
+  private stopStale(rec: ActorRec): void {
+    const conn = this.workerConns.get(`${rec.info.actorId}:${rec.info.incarnation}`);
+    conn?.send({ type: 'stopWorker', actorId: rec.info.actorId, incarnation: rec.info.incarnation });
+  }
+
   private setDead(rec: ActorRec, cause: DeathCause, releaseNow = true): void {
     this.pendingActors.delete(rec);
+    this.stopStale(rec);
     if (releaseNow) this.release(rec);
     rec.info.state = 'DEAD';
     rec.info.deathCause = cause;
