@@ -9,6 +9,7 @@ import {
   parseDigits,
   stripString,
 } from '../../algorithms/rewards/index.ts';
+import * as published from 'rtjob/rewards';
 
 const GOLD_72 =
   'Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72';
@@ -156,6 +157,12 @@ test('verl strict and flexible modes', () => {
   assert.is(gsm8kReward('it is 72.', GOLD_72, { mode: 'flexible' }), 0);
   assert.is(gsm8kReward('it is 72 .', GOLD_72, { mode: 'flexible' }), 1);
   assert.is(gsm8kReward('no digits', GOLD_72, { mode: 'flexible' }), 0);
+});
+
+test("agents import the same functions from 'rtjob/rewards'", () => {
+  assert.is(published.gsm8kReward, gsm8kReward);
+  assert.is(published.extractAnswer, extractAnswer);
+  assert.is(published.mathEqual, mathEqual);
 });
 
 test.run();
