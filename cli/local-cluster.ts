@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { type ClusterView, localClusterView } from '../runtime/head/http/cluster-view.ts';
+import type { ClusterView } from '../runtime/head/http/cluster-view.ts';
 import { type Ops, startOps } from '../runtime/head/http/ops.ts';
 
 /** Options of {@link startLocalCluster}. */
@@ -61,18 +61,38 @@ export function sessionToken(sessionDir: string, given?: string): string {
 export async function startLocalCluster(opts: LocalClusterOptions): Promise<LocalCluster> {
   const token = sessionToken(opts.sessionDir, opts.token);
   const host = opts.host ?? '127.0.0.1';
-  const cluster: ClusterView = localClusterView();
-  const headAddress = '';
-  const ops = await startOps({
-    sessionDir: opts.sessionDir,
+  // The runtime head and its node agent, in this process; their state lives in the session dir.
+  const { startLocalCluster: startRuntime } = await import('../runtime/local-cluster.ts');
+  const { headClusterView } = await import('../runtime/head/http/head-view.ts');
+  const runtime = await startRuntime({
     token,
-    host,
-    dashboardPort: opts.dashboardPort ?? 8265,
-    cluster,
-    headAddress: headAddress || undefined,
-    stopGraceMs: opts.stopGraceMs,
-    warn: opts.warn,
+    sessionDir: opts.sessionDir,
+    head: { host, port: opts.port ?? 6380, sessionDir: opts.sessionDir },
+    node: {
+      ...(opts.numCpus !== undefined ? { numCpus: opts.numCpus } : {}),
+      ...(opts.numGpus !== undefined ? { numGpus: opts.numGpus } : {}),
+      ...(opts.resources ? { resources: opts.resources } : {}),
+    } as never,
   });
+  const cluster: ClusterView = headClusterView(runtime.head);
+  const headAddress = runtime.address;
+  let ops: Ops;
+  try {
+    ops = await startOps({
+      sessionDir: opts.sessionDir,
+      token,
+      host,
+      dashboardPort: opts.dashboardPort ?? 8265,
+      cluster,
+      db: runtime.head.store.db,
+      headAddress,
+      stopGraceMs: opts.stopGraceMs,
+      warn: opts.warn,
+    });
+  } catch (err) {
+    await runtime.close();
+    throw err;
+  }
   return {
     address: headAddress,
     dashboardUrl: ops.http.url,
@@ -81,6 +101,7 @@ export async function startLocalCluster(opts: LocalClusterOptions): Promise<Loca
     ops,
     close: async (o = {}) => {
       await ops.close(o);
+      await runtime.close();
     },
   };
 }
