@@ -185,7 +185,9 @@ export async function statusCommand(o: { address?: string; token?: string; json?
     ),
   );
   console.log('');
-  const res = Object.keys(s.resources.total).map((k) => `${k} ${+(s.resources.used[k] ?? 0).toFixed(2)}/${s.resources.total[k]}`);
+  const res = Object.keys(s.resources.total).map((k) =>
+    k === 'memory' ? `memory ${bytes(s.resources.used[k] ?? 0)}/${bytes(s.resources.total[k] ?? 0)}` : `${k} ${+(s.resources.used[k] ?? 0).toFixed(2)}/${s.resources.total[k]}`,
+  );
   console.log(`resources: ${res.join(', ') || '-'}`);
   const fmt = (m: Record<string, number>) => Object.entries(m).map(([k, v]) => `${v} ${k}`).join(', ') || 'none';
   console.log(`actors:    ${fmt(s.actorsByState)}`);
