@@ -210,12 +210,29 @@ export class Runtime {
         return this.callHandler(m, conn);
       case 'fetch':
         return this.objects.fetch(m.objectId);
-      case 'borrow':
+      case 'borrow': {
+        // Borrows are remembered per connection so a borrower that dies releases them.
+        let held = conn.meta.borrows as Map<string, number> | undefined;
+        if (!held) {
+          const h = new Map<string, number>();
+          conn.meta.borrows = held = h;
+          conn.onClose(() => {
+            for (const [id, n] of h) for (let i = 0; i < n; i++) this.objects.removeBorrower(id);
+          });
+        }
+        held.set(m.objectId, (held.get(m.objectId) ?? 0) + 1);
         this.objects.addBorrower(m.objectId);
         return true;
-      case 'unborrow':
+      }
+      case 'unborrow': {
+        const held = conn.meta.borrows as Map<string, number> | undefined;
+        const n = held?.get(m.objectId) ?? 0;
+        if (n === 0) return undefined; // not borrowed over this connection
+        if (n === 1) held!.delete(m.objectId);
+        else held!.set(m.objectId, n - 1);
         this.objects.removeBorrower(m.objectId);
         return undefined;
+      }
       case 'ping':
         return 'pong';
       default:
