@@ -116,6 +116,7 @@ export function prefill(model: CausalLM, prompts: number[][]): { cache: BatchKVC
       attnBias: tf.tensor3d(bias, [B, T, T]),
       returnPresent: true,
       logits: false,
+      grad: false,
     });
     const last = tf.slice(out.hidden, [0, T - 1, 0], [B, 1, -1]);
     logits = lmHead(model, last).dataSync() as Float32Array;
@@ -130,9 +131,7 @@ function tidyLayers(fn: () => LayerKV[]): LayerKV[] {
 }
 
 function lmHead(model: CausalLM, hidden: tf.Tensor): tf.Tensor {
-  const c = model.config;
-  const w = model.params.get(c.tie_word_embeddings ? 'model.embed_tokens.weight' : 'lm_head.weight')!;
-  return tf.matMul(tf.reshape(hidden, [-1, c.hidden_size]), tf.transpose(w));
+  return tf.reshape(model.logitsFromHidden(hidden), [-1, model.config.vocab_size]);
 }
 
 /**
@@ -155,6 +154,7 @@ export function decodeStep(model: CausalLM, cache: BatchKVCache, tokens: number[
       past: cache.layers,
       returnPresent: true,
       logits: false,
+      grad: false,
     });
     logits = lmHead(model, out.hidden).dataSync() as Float32Array;
     return out.present!;

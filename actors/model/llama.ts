@@ -8,7 +8,7 @@
  */
 import { tf } from './backend.ts';
 import { parameterShapes, type LlamaConfig } from './config.ts';
-import { matMul } from './matmul.ts';
+import { matMul, matMulNoGrad } from './matmul.ts';
 import type { NamedTensors } from '../engines/types.ts';
 
 /** Per-layer attention keys and values, `[B, numKeyValueHeads, T, headDim]`, RoPE applied. */
@@ -30,6 +30,11 @@ export interface ForwardOptions {
   past?: LayerKV[];
   /** Also return the keys and values of all positions (past + new). @default false */
   returnPresent?: boolean;
+  /**
+   * Build the pass for differentiation. `false` (inference: decoding, reference logprobs) skips
+   * the custom-gradient bookkeeping. @default true
+   */
+  grad?: boolean;
   /** Compute logits. @default true */
   logits?: boolean;
 }
@@ -50,6 +55,18 @@ const maskValue = -1e9;
 /** TF.js variable names are process-global; a per-model suffix lets several models share a process. */
 let modelSerial = 0;
 const variableName = (name: string, serial: number): string => `${name}#${serial}`;
+
+/**
+ * Linear weights are stored transposed (`[in, out]`) so that forward products need no transpose
+ * (the wasm backend's transposed path is slow); names, shapes on disk and `exportWeights` stay HF.
+ */
+export function isStoredTransposed(name: string): boolean {
+  return name.endsWith('_proj.weight') || name === 'lm_head.weight' || name === valueHeadName;
+}
+
+function toStored(name: string, t: tf.Tensor): tf.Tensor {
+  return isStoredTransposed(name) ? tf.transpose(t) : t;
+}
 
 /** Embedding lookup whose gradient is a ScatterNd: the wasm backend lacks UnsortedSegmentSum. */
 const embedLookup = tf.customGrad(((table: tf.Tensor, ids: tf.Tensor, save: tf.GradSaveFunc) => {
@@ -123,11 +140,13 @@ export class CausalLM {
     if (opts.valueHead) shapes.push([valueHeadName, [1, config.hidden_size]]);
     const serial = ++modelSerial;
     shapes.forEach(([name, shape], i) => {
-      const init = name.endsWith('norm.weight')
-        ? tf.ones(shape)
-        : name.endsWith('.bias')
-          ? tf.zeros(shape)
-          : tf.randomNormal(shape, 0, 0.02, 'float32', seed * 1000 + i);
+      const init = tf.tidy(() =>
+        name.endsWith('norm.weight')
+          ? tf.ones(shape)
+          : name.endsWith('.bias')
+            ? tf.zeros(shape)
+            : toStored(name, tf.randomNormal(shape, 0, 0.02, 'float32', seed * 1000 + i)),
+      );
       params.set(name, tf.variable(init, true, variableName(name, serial)));
       init.dispose();
     });
@@ -157,7 +176,7 @@ export class CausalLM {
           params.forEach((p) => p.dispose());
           throw new Error(`tensor '${name}' has shape [${t.shape}], config implies [${shape}]`);
         }
-        v = tf.tensor(t.data, shape, 'float32');
+        v = tf.tidy(() => toStored(name, tf.tensor(t.data, shape, 'float32')));
       }
       params.set(name, tf.variable(v, true, variableName(name, serial)));
       v.dispose();
@@ -182,12 +201,15 @@ export class CausalLM {
     return v;
   }
 
+  /** The product used by the current forward pass (custom gradient only when training). */
+  private mm: (a: tf.Tensor, b: tf.Tensor, tA?: boolean, tB?: boolean) => tf.Tensor = matMul;
+
   private linear(x: tf.Tensor, name: string, bias?: string): tf.Tensor {
     const w = this.p(name);
     const shape = x.shape;
-    let y: tf.Tensor = matMul(tf.reshape(x, [-1, shape[shape.length - 1]!]), w, false, true);
+    let y: tf.Tensor = this.mm(tf.reshape(x, [-1, shape[shape.length - 1]!]), w);
     if (bias && this.params.has(bias)) y = tf.add(y, this.p(bias));
-    return tf.reshape(y, [...shape.slice(0, -1), w.shape[0]!]);
+    return tf.reshape(y, [...shape.slice(0, -1), w.shape[1]!]);
   }
 
   private rmsNorm(x: tf.Tensor, name: string): tf.Tensor {
@@ -197,7 +219,7 @@ export class CausalLM {
 
   private rope(x: tf.Tensor4D, cos: tf.Tensor, sin: tf.Tensor): tf.Tensor4D {
     const hd = this.config.head_dim;
-    const rotated = tf.reshape(matMul(tf.reshape(x, [-1, hd]), this.rot), x.shape);
+    const rotated = tf.reshape(this.mm(tf.reshape(x, [-1, hd]), this.rot), x.shape);
     return tf.add(tf.mul(x, cos), tf.mul(rotated, sin)) as tf.Tensor4D;
   }
 
@@ -207,6 +229,15 @@ export class CausalLM {
    * @param ids token ids `[B, T]` (int32)
    */
   forward(ids: tf.Tensor2D, opts: ForwardOptions = {}): ForwardOutput {
+    this.mm = opts.grad === false ? matMulNoGrad : matMul;
+    try {
+      return this.forwardImpl(ids, opts);
+    } finally {
+      this.mm = matMul;
+    }
+  }
+
+  private forwardImpl(ids: tf.Tensor2D, opts: ForwardOptions): ForwardOutput {
     if (this.disposed) throw new Error('model is disposed');
     const c = this.config;
     const [B, T] = ids.shape;
@@ -238,14 +269,18 @@ export class CausalLM {
     for (let l = 0; l < c.num_hidden_layers; l++) {
       const pre = `model.layers.${l}.`;
       const x = this.rmsNorm(h, `${pre}input_layernorm.weight`);
-      const heads = (name: string, n: number): tf.Tensor4D =>
-        tf.transpose(
-          tf.reshape(this.linear(x, `${pre}self_attn.${name}.weight`, `${pre}self_attn.${name}.bias`), [B, T, n, hd]),
-          [0, 2, 1, 3],
-        );
-      const q = this.rope(heads('q_proj', H), cos, sin);
-      let k = this.rope(heads('k_proj', KV), cos, sin);
-      let v = heads('v_proj', KV);
+      // q, k and v (and below gate and up) in one product each: fewer, larger kernels.
+      const a = `${pre}self_attn.`;
+      const wqkv = tf.concat([this.p(`${a}q_proj.weight`), this.p(`${a}k_proj.weight`), this.p(`${a}v_proj.weight`)], 1);
+      let qkv = this.mm(tf.reshape(x, [-1, c.hidden_size]), wqkv);
+      if (this.params.has(`${a}q_proj.bias`)) {
+        qkv = tf.add(qkv, tf.concat([this.p(`${a}q_proj.bias`), this.p(`${a}k_proj.bias`), this.p(`${a}v_proj.bias`)], 0));
+      }
+      const heads = tf.transpose(tf.reshape(qkv, [B, T, H + 2 * KV, hd]), [0, 2, 1, 3]);
+      const [qk, vNew] = tf.split(heads, [H + KV, KV], 1) as [tf.Tensor4D, tf.Tensor4D];
+      const [q, kNew] = tf.split(this.rope(qk, cos, sin), [H, KV], 1) as [tf.Tensor4D, tf.Tensor4D];
+      let k = kNew;
+      let v = vNew;
       const layerPast = past?.[l];
       if (layerPast) {
         k = tf.concat([layerPast.k, k], 2);
@@ -255,23 +290,32 @@ export class CausalLM {
       // Grouped-query attention without materialising repeated heads: query head h uses kv head
       // floor(h / nRep), as HF's repeat_kv does.
       const qg = tf.reshape(q, [B, KV, nRep * T, hd]);
-      const scores = tf.reshape(tf.mul(matMul(qg, k, false, true), scale), [B, KV, nRep, T, Tk]);
+      const scores = tf.reshape(tf.mul(this.mm(qg, k, false, true), scale), [B, KV, nRep, T, Tk]);
       const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [B, KV, nRep * T, Tk]);
-      const ctx = tf.reshape(matMul(probs, v), [B, H, T, hd]);
+      const ctx = tf.reshape(this.mm(probs, v), [B, H, T, hd]);
       const attn = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
       h = tf.add(h, this.linear(attn, `${pre}self_attn.o_proj.weight`));
       const y = this.rmsNorm(h, `${pre}post_attention_layernorm.weight`);
-      const gate = this.linear(y, `${pre}mlp.gate_proj.weight`);
-      const up = this.linear(y, `${pre}mlp.up_proj.weight`);
+      const wgu = tf.concat([this.p(`${pre}mlp.gate_proj.weight`), this.p(`${pre}mlp.up_proj.weight`)], 1);
+      const gu = tf.reshape(this.mm(tf.reshape(y, [-1, c.hidden_size]), wgu), [B, T, 2 * c.intermediate_size]);
+      const [gate, up] = tf.split(gu, 2, 2) as [tf.Tensor, tf.Tensor];
       h = tf.add(h, this.linear(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), `${pre}mlp.down_proj.weight`));
     }
     const hidden = this.rmsNorm(h, 'model.norm.weight') as tf.Tensor3D;
     const out: ForwardOutput = { hidden };
     if (opts.logits !== false) {
-      out.logits = this.linear(hidden, c.tie_word_embeddings ? 'model.embed_tokens.weight' : 'lm_head.weight') as tf.Tensor3D;
+      out.logits = this.logitsFromHidden(hidden) as tf.Tensor3D;
     }
     if (opts.returnPresent) out.present = present;
     return out;
+  }
+
+  /** LM-head logits `[..., vocab]` of hidden states `[..., hidden]`. */
+  logitsFromHidden(hidden: tf.Tensor): tf.Tensor {
+    const c = this.config;
+    if (!c.tie_word_embeddings) return this.linear(hidden, 'lm_head.weight');
+    const flat = this.mm(tf.reshape(hidden, [-1, c.hidden_size]), this.p('model.embed_tokens.weight'), false, true);
+    return tf.reshape(flat, [...hidden.shape.slice(0, -1), c.vocab_size]);
   }
 
   /** Critic values `[B, T]` from the value head. */
@@ -284,7 +328,9 @@ export class CausalLM {
   exportWeights(): NamedTensors {
     const out: NamedTensors = {};
     this.params.forEach((v, name) => {
-      out[name] = { shape: [...v.shape], data: v.dataSync() as Float32Array };
+      const t = isStoredTransposed(name) ? tf.transpose(v) : v;
+      out[name] = { shape: [...t.shape], data: t.dataSync() as Float32Array };
+      if (t !== v) t.dispose();
     });
     return out;
   }
@@ -303,8 +349,9 @@ export class CausalLM {
         if (name === valueHeadName) continue;
         throw new Error(`importWeights: unknown tensor '${name}'`);
       }
-      if (t.shape.join(',') !== v.shape.join(',')) {
-        throw new Error(`importWeights: '${name}' has shape [${t.shape}], model has [${v.shape}]`);
+      const hfShape = isStoredTransposed(name) ? [...v.shape].reverse() : v.shape;
+      if (t.shape.join(',') !== hfShape.join(',')) {
+        throw new Error(`importWeights: '${name}' has shape [${t.shape}], model has [${hfShape}]`);
       }
     }
     if (strict) {
@@ -315,7 +362,7 @@ export class CausalLM {
     tf.tidy(() => {
       for (const [name, t] of Object.entries(tensors)) {
         const v = this.params.get(name);
-        if (v) v.assign(tf.tensor(t.data, t.shape, 'float32'));
+        if (v) v.assign(toStored(name, tf.tensor(t.data, t.shape, 'float32')));
       }
     });
   }

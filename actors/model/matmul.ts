@@ -34,3 +34,8 @@ const plain = tf.customGrad(((a: tf.Tensor, b: tf.Tensor, save: tf.GradSaveFunc)
 export function matMul(a: tf.Tensor, b: tf.Tensor, transposeA = false, transposeB = false): tf.Tensor {
   return plain(transposeA ? swapLast(a) : a, transposeB ? swapLast(b) : b);
 }
+
+/** The same product without a custom gradient (inference: less bookkeeping per kernel). */
+export function matMulNoGrad(a: tf.Tensor, b: tf.Tensor, transposeA = false, transposeB = false): tf.Tensor {
+  return tf.matMul(transposeA ? swapLast(a) : a, transposeB ? swapLast(b) : b);
+}

@@ -50,11 +50,11 @@ export interface TokenStats {
 export function tokenStats(
   model: CausalLM,
   ids: tf.Tensor2D,
-  opts: { temperature?: number; entropy?: boolean; values?: boolean } = {},
+  opts: { temperature?: number; entropy?: boolean; values?: boolean; grad?: boolean } = {},
 ): TokenStats {
   const [B, T] = ids.shape;
   const V = model.config.vocab_size;
-  const out = model.forward(tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D);
+  const out = model.forward(tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D, { grad: opts.grad });
   const temperature = opts.temperature ?? 1;
   const scaled = temperature === 1 ? out.logits! : tf.div(out.logits!, temperature);
   const logp = tf.logSoftmax(scaled);
@@ -92,7 +92,7 @@ export function forwardLogprobs(
     const chunk = seqs.slice(i, i + mb);
     const arrays = tf.tidy(() => {
       const { ids, T } = padBatch(chunk.map((s) => (s.length < 2 ? [...s, opts.padId ?? 0] : s)), opts.padId ?? 0);
-      const st = tokenStats(model, ids, opts);
+      const st = tokenStats(model, ids, { ...opts, grad: false });
       return { T, lp: st.logprobs.dataSync(), ent: st.entropy?.dataSync(), val: st.values?.dataSync() };
     });
     chunk.forEach((s, b) => {
