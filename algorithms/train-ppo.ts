@@ -8,10 +8,12 @@
  *
  * @module
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { metrics } from '../runtime/metrics.ts';
 import { asyncLoop } from './train-ppo/async-loop.ts';
+import { isRoleDied } from './train-ppo/errors.ts';
 import { FlagError, parseTrainPpoFlags, trainPpoHelp, type TrainPpoOptions } from './train-ppo/flags.ts';
 import { inProcessRoles, type Roles } from './train-ppo/roles.ts';
 import { finishRun, prepareRun, syncLoop, type RunLog, type RunSummary } from './train-ppo/run.ts';
@@ -19,6 +21,7 @@ import { finishRun, prepareRun, syncLoop, type RunLog, type RunSummary } from '.
 export { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp, FlagError } from './train-ppo/flags.ts';
 export type { TrainPpoOptions } from './train-ppo/flags.ts';
 export type { RunSummary } from './train-ppo/run.ts';
+export { RoleDiedError, isRoleDied } from './train-ppo/errors.ts';
 
 /** The shipped warm-start model. */
 export const defaultPretrain = fileURLToPath(new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url));
@@ -74,10 +77,23 @@ export async function trainPpo(
     if (o.asyncTrain) await asyncLoop(ctx);
     else await syncLoop(ctx);
     return await finishRun(ctx);
+  } catch (err) {
+    if (isRoleDied(err)) throw err.withHint(resumeHint(o));
+    throw err;
   } finally {
     await roles.close();
     await metrics.flush();
   }
+}
+
+/** How to go on after a role died: the latest checkpoint and the flag that resumes from it. */
+export function resumeHint(o: TrainPpoOptions): string {
+  const latest = join(resolve(o.ckptPath), 'latest');
+  if (!existsSync(latest)) {
+    return `no checkpoint was saved (use --save-steps N to checkpoint every N steps), so the run cannot resume`;
+  }
+  const dir = join(resolve(o.ckptPath), readFileSync(latest, 'utf8').trim());
+  return `the last checkpoint is ${dir}; run the same command with --load-checkpoint to resume from it`;
 }
 
 async function remotePlacement(): Promise<(o: TrainPpoOptions, totalSteps: number) => Promise<Roles>> {

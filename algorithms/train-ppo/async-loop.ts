@@ -15,6 +15,7 @@
  */
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { Semaphore } from '../../actors/agent/semaphore.ts';
+import { StalenessThrottle } from '../staleness.ts';
 import { account, afterStep, generate, type RunContext } from './run.ts';
 import { filterGroups, publishWeights, trainOn } from './step.ts';
 
@@ -40,11 +41,21 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   let producerError: unknown;
   const timing = { producerWaitMs: 0, producerBusyMs: 0, trainerWaitMs: 0, trainerBusyMs: 0 };
   const toProduce = ctx.totalSteps - state.step;
+  // AReaL's throttle (--max-head-offpolicyness η): batch n may start only once n − η batches are
+  // trained, so no token is more than η versions stale, whatever the queue allows.
+  const eta = o.maxHeadOffpolicyness;
+  const throttle =
+    eta === undefined
+      ? undefined
+      : new StalenessThrottle({ consumerBatchSize: 1, maxConcurrentRollouts: o.asyncQueueSize + 1, maxHeadOffpolicyness: eta });
+  let trainedHere = 0;
+  const bound = stalenessBound(o);
 
   const producer = (async () => {
     for (let n = 0; n < toProduce && !stop; n++) {
       const w0 = performance.now();
       await slots.acquire();
+      if (!stop) await throttle?.admit();
       timing.producerWaitMs += performance.now() - w0;
       if (stop) break;
       const g0 = performance.now();
@@ -57,6 +68,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         groups = await generate(ctx, items);
       } finally {
         engineLock.release();
+        throttle?.finish(true);
       }
       const ms = performance.now() - g0;
       timing.producerBusyMs += ms;
@@ -87,8 +99,8 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       state.position = batch.position;
       if (kept.length === 0) continue;
       const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, version);
-      if (u.staleMax > o.asyncQueueSize + (o.partialRollout ? 1 : 0)) {
-        throw new Error(`staleness ${u.staleMax} exceeds the bound of --async-queue-size ${o.asyncQueueSize}`);
+      if (u.staleMax > bound.value) {
+        throw new Error(`staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`);
       }
       const p0 = performance.now();
       if (!o.partialRollout) await engineLock.acquire();
@@ -99,6 +111,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         if (!o.partialRollout) engineLock.release();
       }
       version = sync.version;
+      throttle?.setVersion(++trainedHere);
       const busy = performance.now() - t0;
       timing.trainerBusyMs += busy;
       for (const g of kept) state.trainedPrompts.push(g.index);
@@ -129,12 +142,27 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         samples_per_s: (u.samples * 1000) / Math.max(1, busy + waitMs),
         tokens_per_s: (u.tokens * 1000) / Math.max(1, busy + waitMs),
         episodes_failed: state.failed,
+        rollout_restarts: state.rolloutRestarts,
         version: sync.version,
       });
     }
   } finally {
     stop = true;
     slots.release();
+    throttle?.setVersion(Number.MAX_SAFE_INTEGER / 4);
     await producer;
   }
+}
+
+/**
+ * The most versions a trained token may lag: the queue size (a batch starts only once a slot is
+ * free, i.e. once the batch `queueSize` ahead of it was taken), one more when weights may change
+ * mid-batch (`--partial-rollout`), and at most η with `--max-head-offpolicyness`.
+ */
+export function stalenessBound(o: RunContext['o']): { value: number; by: string } {
+  const queue = o.asyncQueueSize + (o.partialRollout ? 1 : 0);
+  if (o.maxHeadOffpolicyness !== undefined && o.maxHeadOffpolicyness < queue) {
+    return { value: o.maxHeadOffpolicyness, by: `--max-head-offpolicyness ${o.maxHeadOffpolicyness}` };
+  }
+  return { value: queue, by: `--async-queue-size ${o.asyncQueueSize}${o.partialRollout ? ' with --partial-rollout' : ''}` };
 }

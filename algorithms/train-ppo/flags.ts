@@ -182,7 +182,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   numEpisodes: 1,
   maxSteps: 40,
   promptMaxLen: 64,
-  generateMaxLen: 24,
+  generateMaxLen: 48,
   temperature: 1,
   topP: 1,
   advantageEstimator: 'group_norm',

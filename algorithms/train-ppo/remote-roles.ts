@@ -5,11 +5,13 @@
  * @module
  */
 import { defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
+import { isRtjobError } from '../../runtime/errors.ts';
 import type { Critic } from '../../actors/critic.ts';
 import type { Reference } from '../../actors/reference.ts';
 import type { Rollout } from '../../actors/rollout.ts';
 import type { Trainer } from '../../actors/trainer.ts';
 import type { TrainPpoOptions } from './flags.ts';
+import { RoleDiedError, type RoleName } from './errors.ts';
 import { roleInits, type Remote, type Roles } from './roles.ts';
 
 const actorsDir = new URL('../../actors/', import.meta.url);
@@ -18,14 +20,28 @@ const TrainerActor = defineActor<typeof Trainer>(new URL('trainer.ts', actorsDir
 const ReferenceActor = defineActor<typeof Reference>(new URL('reference.ts', actorsDir), 'Reference');
 const CriticActor = defineActor<typeof Critic>(new URL('critic.ts', actorsDir), 'Critic');
 
-/** Turns an actor handle into the loops' promise-returning view: `h.m(...)` → `h.m.remote(...)`. */
-function remote<T>(handle: unknown): Remote<T> {
+/**
+ * Turns an actor handle into the loops' promise-returning view: `h.m(...)` → `h.m.remote(...)`.
+ * A call that fails because the actor died rejects with a {@link RoleDiedError} naming the role.
+ */
+function remote<T>(handle: unknown, role: RoleName): Remote<T> {
+  const h = handle as Record<string, { remote(...a: unknown[]): PromiseLike<unknown> }>;
   return new Proxy(
     {},
     {
       get: (_t, prop) =>
         typeof prop === 'string' && prop !== 'then'
-          ? (...args: unknown[]) => (handle as Record<string, { remote(...a: unknown[]): PromiseLike<unknown> }>)[prop]!.remote(...args)
+          ? async (...args: unknown[]) => {
+              try {
+                return await h[prop]!.remote(...args);
+              } catch (err) {
+                if (!isRtjobError(err, 'ACTOR_DIED')) throw err;
+                const c = err.context;
+                const how = c.signal ? `signal ${c.signal}` : c.exitCode != null ? `exit code ${c.exitCode}` : String(c.reason ?? 'unknown cause');
+                const tail = c.stderrTail?.length ? ` (stderr: ${c.stderrTail.slice(-3).join(' | ')})` : '';
+                throw new RoleDiedError(role, `its process ended (${how}) during '${prop}'${tail}`, '', { cause: err });
+              }
+            }
           : undefined,
     },
   ) as Remote<T>;
@@ -43,22 +59,22 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) => {
     const h = RolloutActor.options({ numCpus: 0, numGpus: o.rolloutNumGpusPerEngine, maxConcurrency: 100000, maxRestarts: 3, env, ...place }).remote(inits.rollout(i));
     handles.push(h);
-    return remote<Rollout>(h);
+    return remote<Rollout>(h, 'rollout');
   });
   const t = TrainerActor.options({ numCpus: 0, numGpus: o.actorNumGpusPerNode, maxConcurrency: 1, env, ...place }).remote(inits.trainer);
   handles.push(t);
-  const trainer = remote<Trainer>(t);
+  const trainer = remote<Trainer>(t, 'trainer');
   let reference: Remote<Reference> | undefined;
   if (o.initKlCoef > 0) {
     const h = ReferenceActor.options({ numCpus: 0, numGpus: o.refNumGpusPerNode, env, ...place }).remote(inits.reference);
     handles.push(h);
-    reference = remote<Reference>(h);
+    reference = remote<Reference>(h, 'reference');
   }
   let critic: Remote<Critic> | undefined;
   if (o.advantageEstimator === 'gae') {
     const h = CriticActor.options({ numCpus: 0, numGpus: o.criticNumGpusPerNode, env, ...place }).remote(inits.critic);
     handles.push(h);
-    critic = remote<Critic>(h);
+    critic = remote<Critic>(h, 'critic');
   }
   await Promise.all([...rollouts.map((r) => r.ready()), trainer.ready(), reference?.ready(), critic?.ready()]);
   return {
@@ -66,6 +82,13 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     trainer,
     ...(reference ? { reference } : {}),
     ...(critic ? { critic } : {}),
+    // The runtime restarts the process (maxRestarts); the handle reconnects to the new one, which
+    // then needs its engine loaded and the trainer's current weights before it runs episodes.
+    restartRollout: async (i: number) => {
+      const r = rollouts[i]!;
+      await r.ready();
+      await r.updateWeights(await trainer.weights());
+    },
     close: async () => {
       await Promise.allSettled(handles.map((h) => kill(h as Parameters<typeof kill>[0], { noRestart: true })));
       await pg?.remove();

@@ -14,6 +14,7 @@ import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { ErrorBudgetExceededError } from '../../actors/agent/errors.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
 import { createKlController, type KlController } from '../kl.ts';
+import { isRoleDied } from './errors.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
 import type { TrainPpoOptions } from './flags.ts';
 import type { Roles } from './roles.ts';
@@ -36,6 +37,8 @@ export interface RunSummary {
   episodesFailed: number;
   /** Prompt indices trained on, in order (exactly-once accounting). */
   trainedPrompts: number[];
+  /** Rollout processes that died and were restarted. */
+  rolloutRestarts: number;
   savePath: string;
 }
 
@@ -47,6 +50,10 @@ export interface RunState {
   episodes: number;
   failed: number;
   trainedPrompts: number[];
+  /** Rollout processes restarted after dying. */
+  rolloutRestarts: number;
+  /** Group runs lost with a dead rollout and run again. */
+  groupsRerun: number;
 }
 
 /** Everything a loop needs. */
@@ -61,6 +68,9 @@ export interface RunContext {
   totalSteps: number;
   started: number;
   summary: RunSummary;
+  /** Restarts so far per rollout, and the restart in progress per rollout. */
+  restarts: number[];
+  restarting: Map<number, Promise<void>>;
 }
 
 /** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
@@ -77,7 +87,7 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
   }
   const perEpoch = Math.floor(records.length / o.rolloutBatchSize) * o.numEpisodes;
   const totalSteps = o.maxSteps > 0 ? o.maxSteps : Math.max(1, perEpoch);
-  const state: RunState = { step: 0, position: { epoch: 0, offset: 0 }, klCoef: o.initKlCoef, episodes: 0, failed: 0, trainedPrompts: [] };
+  const state: RunState = { step: 0, position: { epoch: 0, offset: 0 }, klCoef: o.initKlCoef, episodes: 0, failed: 0, trainedPrompts: [], rolloutRestarts: 0, groupsRerun: 0 };
   const ctx: RunContext = {
     o,
     roles,
@@ -88,7 +98,9 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
     state,
     totalSteps,
     started: performance.now(),
-    summary: { steps: 0, minutes: 0, episodesFailed: 0, trainedPrompts: state.trainedPrompts, savePath: resolve(o.savePath) },
+    summary: { steps: 0, minutes: 0, episodesFailed: 0, trainedPrompts: state.trainedPrompts, rolloutRestarts: 0, savePath: resolve(o.savePath) },
+    restarts: [],
+    restarting: new Map(),
   };
   if (o.loadCheckpoint) await resume(ctx);
   if (evalItems.length) {
@@ -104,17 +116,55 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
 export async function evaluate(ctx: RunContext): Promise<number> {
   const { rollouts } = ctx.roles;
   const parts = rollouts.map((_, i) => ctx.evalItems.filter((__, k) => k % rollouts.length === i));
-  const res = await Promise.all(rollouts.map((r, i) => r.evaluate(parts[i]!)));
+  const res = await Promise.all(rollouts.map((_, i) => onRollout(ctx, i, (r) => r.evaluate(parts[i]!))));
   const correct = res.reduce((a, r) => a + r.correct, 0);
   return correct / Math.max(1, ctx.evalItems.length);
 }
 
-/** Runs groups for `items` across the engines, round-robin. */
+/** Restarts of one rollout a run tolerates before it gives up. */
+export const maxRolloutRestarts = 3;
+
+/**
+ * Runs groups for `items` across the engines, round-robin, one call per group, so a rollout that
+ * dies loses only its in-flight groups: they are re-run on its restarted process (with the
+ * trainer's current weights), and results already returned are kept. Each prompt therefore
+ * yields exactly one group result.
+ */
 export async function generate(ctx: RunContext, items: PromptItem[]): Promise<GroupResult[]> {
-  const { rollouts } = ctx.roles;
-  const parts = rollouts.map((_, i) => items.filter((__, k) => k % rollouts.length === i));
-  const res = await Promise.all(rollouts.map((r, i) => (parts[i]!.length ? r.runGroups(parts[i]!) : [])));
-  return res.flat();
+  const n = ctx.roles.rollouts.length;
+  return Promise.all(items.map((item, k) => runGroupOn(ctx, k % n, item)));
+}
+
+function runGroupOn(ctx: RunContext, i: number, item: PromptItem): Promise<GroupResult> {
+  return onRollout(ctx, i, (r) => r.runGroup(item));
+}
+
+/** Calls rollout `i`; when it dies, waits for its restart and calls again. */
+export async function onRollout<T>(ctx: RunContext, i: number, call: (r: Roles['rollouts'][number]) => Promise<T>): Promise<T> {
+  for (;;) {
+    const incarnation = ctx.restarts[i] ?? 0;
+    try {
+      return await call(ctx.roles.rollouts[i]!);
+    } catch (err) {
+      if (!isRoleDied(err) || !ctx.roles.restartRollout) throw err;
+      ctx.state.groupsRerun++;
+      await restartRollout(ctx, i, incarnation, err);
+    }
+  }
+}
+
+/** One restart per death, however many of its calls failed with it. */
+function restartRollout(ctx: RunContext, i: number, incarnation: number, err: Error): Promise<void> {
+  if ((ctx.restarts[i] ?? 0) !== incarnation) return ctx.restarting.get(i) ?? Promise.resolve();
+  ctx.restarts[i] = incarnation + 1;
+  if (incarnation + 1 > maxRolloutRestarts) {
+    return Promise.reject(new Error(`rollout ${i} died ${incarnation + 1} times, more than the ${maxRolloutRestarts} restarts allowed; last: ${err.message}`, { cause: err }));
+  }
+  ctx.state.rolloutRestarts++;
+  ctx.log.line(`warn  rollout ${i}: ${err.message}; restarting it and re-running its in-flight groups`);
+  const p = ctx.roles.restartRollout!(i).then(() => ctx.log.line(`info  rollout ${i} is back (restart ${incarnation + 1})`));
+  ctx.restarting.set(i, p);
+  return p;
 }
 
 /** Counts episode failures; throws once they pass the budget. */
@@ -174,6 +224,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       staleness_mean: u.staleMean,
       staleness_max: u.staleMax,
       episodes_failed: state.failed,
+      rollout_restarts: state.rolloutRestarts,
       generate_s: genMs / 1000,
       experience_s: u.experienceMs / 1000,
       train_s: u.trainMs / 1000,
@@ -246,6 +297,7 @@ export async function finishRun(ctx: RunContext): Promise<RunSummary> {
   if (o.saveSteps > 0 && ctx.state.step % o.saveSteps !== 0) await saveCheckpoint(ctx);
   await ctx.roles.trainer.saveHf(resolve(o.savePath));
   ctx.summary.steps = ctx.state.step;
+  ctx.summary.rolloutRestarts = ctx.state.rolloutRestarts;
   ctx.summary.minutes = (performance.now() - ctx.started) / 60000;
   const s = ctx.summary;
   const pct = (x: number | undefined): string => (x === undefined ? '-' : `${(x * 100).toFixed(1)}%`);

@@ -1,6 +1,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -41,6 +41,18 @@ for (const q of [1, 2]) {
   });
 }
 
+test('--max-head-offpolicyness caps staleness below what the queue allows', async () => {
+  for (const eta of [0, 1]) {
+    rows.length = 0;
+    const s = await trainPpo(tiny(['--max-head-offpolicyness', String(eta)]), { ASYNC_QUEUE_SIZE: '3' }, { log });
+    assert.is(s.steps, 4);
+    const stale = rows.filter((r) => r.staleness_max !== undefined).map((r) => r.staleness_max!);
+    assert.is(stale.length, 4);
+    assert.ok(stale.every((x) => x <= eta), `eta ${eta}: staleness ${stale.join(',')}`);
+    if (eta === 1) assert.ok(stale.some((x) => x === 1), 'still runs ahead by one');
+  }
+});
+
 test('--partial-rollout and --use-decoupled-loss train with staleness logged', async () => {
   rows.length = 0;
   const s = await trainPpo(tiny(['--partial-rollout', '--use-decoupled-loss', '--async-queue-size', '2']), {}, { log });
@@ -49,13 +61,23 @@ test('--partial-rollout and --use-decoupled-loss train with staleness logged', a
   assert.ok(steps.every((r) => r.staleness_max! <= 3 && Number.isFinite(r.policy_loss!)));
 });
 
-test('--episode-timeout is accepted by an async run that completes', async () => {
+test('--episode-timeout fails hung episodes, frees their slots, and the run goes on', async () => {
+  // Every fourth prompt hangs forever; with 2 tasks per engine, unfreed slots would stall the run.
+  const data = join(root, 'hang.jsonl');
+  const recs = Array.from({ length: 8 }, (_, i) => ({ prompt: `What is ${i}+1?`, solution: `#### ${i + 1}`, ...(i % 4 === 1 ? { hang: true } : {}) }));
+  writeFileSync(data, recs.map((r) => JSON.stringify(r)).join('\n'));
+  rows.length = 0;
+  const t0 = performance.now();
   const s = await trainPpo(
-    tiny(['--agent-func', fixture('hang-step.ts'), '--episode-timeout-ms', '300', '--agent-error-budget', '0.5', '--max-steps', '2']),
-    {},
+    tiny(['--agent-func', fixture('hang-step.ts'), '--prompt-data', data, '--episode-timeout-ms', '300', '--agent-error-budget', '0.5', '--max-steps', '2']),
+    { ASYNC_NUM_TASKS: '2' },
     { log },
   );
   assert.is(s.steps, 2);
+  assert.is(s.episodesFailed, 4, 'both episodes of each of the 2 hanging prompts counted failed');
+  assert.equal([...s.trainedPrompts].sort(), [0, 2, 3, 4, 6, 7], 'hung groups are not trained on');
+  assert.ok(performance.now() - t0 < 30_000);
+  assert.is(rows.filter((r) => r.episodes_failed !== undefined).at(-1)!.episodes_failed, 4);
 });
 
 test.run();
