@@ -98,10 +98,9 @@ export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[]):
   return { ids, mask };
 }
 
-function readRecords(dataset: string, size: number, seed: number): { messages: ChatMessage[] }[] {
-  const builtin = builtinDataset(dataset, { size, seed: undefined });
+function readRecords(dataset: string, size: number): { messages: ChatMessage[] }[] {
+  const builtin = builtinDataset(dataset, { size });
   if (builtin) return builtin.map((r) => ({ messages: [{ role: 'user', content: r.prompt }, { role: 'assistant', content: r.response }] }));
-  void seed;
   if (!existsSync(dataset)) throw new Error(`train_sft: dataset '${dataset}' is neither built-in nor a file`);
   return readFileSync(dataset, 'utf8')
     .split('\n')
@@ -159,7 +158,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   log(`train_sft: ${model.numParameters} parameters, backend ${tf.getBackend()}`);
   const maxLen = Math.min(o.maxLen ?? 160, model.config.max_position_embeddings);
   const dataset = o.dataset ?? 'arith';
-  const examples = readRecords(dataset, o.datasetSize ?? 20000, seed)
+  const examples = readRecords(dataset, o.datasetSize ?? 20000)
     .map((r) => encodeConversation(tok, r.messages))
     .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
   if (!examples.length) throw new Error('train_sft: no usable training examples');

@@ -8,6 +8,8 @@
  *
  * @module
  */
+import { fileURLToPath } from 'node:url';
+
 export type { BackendName } from './backend.ts';
 export type { LlamaConfig } from './config.ts';
 export type { ForwardOptions, ForwardOutput, LayerKV } from './llama.ts';
@@ -27,4 +29,4 @@ export { BatchKVCache, decodeStep, prefill, recomputeLastLogits } from './kv-cac
 export { sampleToken, seededRandom } from './sampling.ts';
 export { forwardLogprobs, learningRate, maskedNllLoss, ModelTrainer, padBatch, tokenStats } from './training.ts';
 /** The shipped warm-start checkpoint (HF format). */
-export const tinyMathModelDir = new URL('./pretrained/rtjob-tiny-math/', import.meta.url).pathname;
+export const tinyMathModelDir = fileURLToPath(new URL('./pretrained/rtjob-tiny-math/', import.meta.url));

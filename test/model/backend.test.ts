@@ -1,0 +1,36 @@
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const script = "import('./actors/model/backend.ts').then(async (b) => { console.log('using', await b.initBackend()); }).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })";
+
+function run(env: Record<string, string | undefined>): { out: string; err: string; status: number | null } {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', '-e', script], {
+    cwd: root,
+    env: { ...process.env, RTJOB_QUIET_BACKEND: undefined, RTJOB_TF_BACKEND: undefined, ...env },
+    encoding: 'utf8',
+    timeout: 60_000,
+  });
+  return { out: r.stdout, err: r.stderr, status: r.status };
+}
+
+test('without tfjs-node installed the wasm backend is chosen and announced on stderr', () => {
+  const r = run({});
+  assert.is(r.status, 0, r.err);
+  assert.match(r.out, /using wasm/);
+  assert.match(r.err, /rtjob model: TF\.js backend 'wasm'/);
+});
+
+test('RTJOB_TF_BACKEND selects cpu; an unknown or unavailable backend is a clear error', () => {
+  assert.match(run({ RTJOB_TF_BACKEND: 'cpu' }).out, /using cpu/);
+  const bad = run({ RTJOB_TF_BACKEND: 'webgpu' });
+  assert.is(bad.status, 3);
+  assert.match(bad.err, /unknown RTJOB_TF_BACKEND 'webgpu'/);
+  const native = run({ RTJOB_TF_BACKEND: 'tensorflow' });
+  assert.is(native.status, 3);
+  assert.match(native.err, /tfjs-node is not installed/);
+});
+
+test.run();
