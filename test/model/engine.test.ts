@@ -175,6 +175,15 @@ test('sleep frees the weights and the cache; wakeUp restores the same behaviour;
   const pending = engine.generate({ inputIds: [4, 4], gconfig: { greedy: true, maxNewTokens: 6 } });
   await engine.wakeUp();
   assert.equal((await pending).outputTokens, before.outputTokens);
+  // an update that arrives while asleep is applied on wakeUp
+  const other = randomModel(tinyLlamaConfig({ max_position_embeddings: 128 }), 38);
+  await engine.sleep();
+  await engine.updateWeights({ kind: 'tensors', tensors: other.exportWeights() }, 2);
+  await engine.wakeUp();
+  const updated = await engine.generate({ inputIds: [4, 4], gconfig: { greedy: true, maxNewTokens: 6 } });
+  assert.equal(updated.outputTokens, greedyReference(other, [4, 4], 6));
+  assert.equal(updated.outputVersions, new Array(6).fill(2));
+  other.dispose();
   await engine.pause();
   const queued = engine.generate({ inputIds: [1], gconfig: { maxNewTokens: 3 } });
   await engine.close();

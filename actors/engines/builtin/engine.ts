@@ -295,9 +295,10 @@ export class BuiltinEngine implements InferenceEngine {
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
-    if (this.sleeping) {
-      this.offloaded = { ...this.offloaded, ...tensors };
-    } else this.model!.importWeights(tensors, { strict: false });
+    if (this.closed) throw new Error('BuiltinEngine is closed');
+    // While asleep with offloaded weights, the update lands in the host copy restored by wakeUp.
+    if (this.offloaded) this.offloaded = { ...this.offloaded, ...tensors };
+    else this.model!.importWeights(tensors, { strict: false });
     this.version = version;
   }
 
