@@ -161,7 +161,8 @@ function state(): DriverState {
     driver = {
       rt,
       info: { address: rt.opts.headAddress, token: rt.opts.token, local: false, sessionDir: rt.sessionDir },
-      env: {},
+      // The worker sets RTJOB_JOB_ENV from its assignment, so nested actors get the job's env.
+      env: parseEnv(process.env.RTJOB_JOB_ENV),
       taskPoolSize: 2,
       taskPool: [],
       taskNext: 0,
@@ -211,7 +212,8 @@ function resolveOptions(o: ActorOptions, env: Record<string, string>, jobId?: st
 
 function createActor(spec: ActorSpecWire, o: ActorOptions, args: unknown[]): ActorHandle<unknown> {
   const d = state();
-  const options = resolveOptions(o, d.env, d.rt.jobId);
+  // A worker's runtime has no job id of its own; it runs for the job of its actor (RTJOB_JOB_ID).
+  const options = resolveOptions(o, d.env, d.rt.jobId ?? process.env.RTJOB_JOB_ID);
   const actorId = `actor_${d.rt.newId()}`;
   const ctorArgs = pack(args);
   const created = d.rt.head.request({ type: 'createActor', actorId, spec, options, ctorArgs });

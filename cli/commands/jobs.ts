@@ -23,7 +23,7 @@ const machineLocal = new Set([
   'PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'PWD', 'OLDPWD', 'SHLVL', '_', 'TERM', 'TERM_PROGRAM',
   'TERM_PROGRAM_VERSION', 'COLORTERM', 'HOSTNAME', 'HOSTTYPE', 'LANG', 'LANGUAGE', 'MAIL', 'TMPDIR',
   'TEMP', 'TMP', 'DISPLAY', 'EDITOR', 'VISUAL', 'PAGER', 'LS_COLORS', 'LESSOPEN', 'LESSCLOSE',
-  'NODE_OPTIONS', 'NODE_PATH', 'INIT_CWD', 'NO_COLOR', 'FORCE_COLOR', 'OSTYPE', 'MACHTYPE', 'WSL_DISTRO_NAME',
+  'NODE_PATH', 'INIT_CWD', 'NO_COLOR', 'FORCE_COLOR', 'OSTYPE', 'MACHTYPE', 'WSL_DISTRO_NAME',
   'RTJOB_ADDRESS', 'RTJOB_TOKEN', 'RTJOB_HTTP_ADDRESS', 'RTJOB_JOB_ID', 'RTJOB_JOB_ENV', 'RTJOB_HOME',
 ]);
 const machineLocalPrefixes = ['LC_', 'XDG_', 'SSH_', 'npm_', 'GPG_', 'DBUS_', 'WINDOWID', 'KONSOLE_', 'VSCODE_', 'ITERM_', 'TMUX', 'STY', 'GIO_', 'GNOME_', 'DESKTOP_', 'SESSION_MANAGER', 'SUDO_'];
@@ -37,6 +37,21 @@ export function forwardedEnv(env: NodeJS.ProcessEnv = process.env): Record<strin
     out[k] = v;
   }
   return out;
+}
+
+/** Inherited variables worth showing with the job; the rest are forwarded but only counted. */
+const shownEnv = /^(ASYNC_|RTJOB_|OPENRLHF_)|^(CUDA_VISIBLE_DEVICES|NODE_OPTIONS)$/;
+
+/**
+ * Splits what a job gets into the env shown on its page (`--env` pairs and job-relevant inherited
+ * variables) and the rest of the caller's env (forwarded to the driver and workers, not shown).
+ */
+export function jobEnv(pairs: Record<string, string>, inherited: Record<string, string>): { env: Record<string, string>; inheritedEnv: Record<string, string> } {
+  const env: Record<string, string> = {};
+  const rest: Record<string, string> = {};
+  for (const [k, v] of Object.entries(inherited)) (shownEnv.test(k) ? env : rest)[k] = v;
+  for (const k of Object.keys(pairs)) delete rest[k];
+  return { env: { ...env, ...pairs }, inheritedEnv: rest };
 }
 
 /** Options of `rtjob submit`. */
@@ -73,9 +88,9 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
 /** `rtjob submit ... -- ENTRYPOINT...`; resolves to the process exit code. */
 export async function submitCommand(entrypoint: string[], o: SubmitOptions): Promise<number> {
   if (entrypoint.length === 0) throw new CliError('give the entrypoint after --, e.g. rtjob submit -- train_ppo --async-train', 2);
-  let env: Record<string, string>;
+  let env: ReturnType<typeof jobEnv>;
   try {
-    env = { ...(o.inheritEnv ? forwardedEnv() : {}), ...parseEnvPairs(o.env) };
+    env = jobEnv(parseEnvPairs(o.env), o.inheritEnv ? forwardedEnv() : {});
   } catch (err) {
     throw new CliError((err as Error).message, 2);
   }
@@ -88,7 +103,7 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   const request = {
     entrypoint,
     jobId: o.jobId,
-    env,
+    ...env,
     metadata: o.metadata ? (JSON.parse(o.metadata) as Record<string, string>) : undefined,
     entrypointNumCpus: num('--entrypoint-num-cpus', o.entrypointNumCpus),
     entrypointNumGpus: num('--entrypoint-num-gpus', o.entrypointNumGpus),
@@ -196,15 +211,24 @@ export async function listCommand(o: { address?: string; token?: string; json?: 
 export async function logsCommand(jobId: string, o: { address?: string; token?: string; follow?: boolean; actor?: string }): Promise<void> {
   const ep = requireEndpoint(o);
   if (o.actor) {
-    let offset = 0;
+    // The cursor holds an offset per file: stdout and stderr of every incarnation of the actor.
+    let cursor = '';
+    let deadSeen = false;
     for (;;) {
-      const r = await api<{ logs: string; nextOffset: number }>(ep, 'GET', `/api/actors/${encodeURIComponent(o.actor)}/logs?offset=${offset}`);
+      const r = await api<{ logs: string; cursor: string; state: string }>(
+        ep,
+        'GET',
+        `/api/actors/${encodeURIComponent(o.actor)}/logs?cursor=${encodeURIComponent(cursor)}`,
+      );
       process.stdout.write(r.logs);
-      offset = r.nextOffset;
+      cursor = r.cursor;
       if (r.logs.length > 0) continue;
-      if (!o.follow) return;
-      const a = await api<{ state: string }>(ep, 'GET', `/api/actors/${encodeURIComponent(o.actor)}`);
-      if (a.state === 'DEAD') return;
+      // One more read after the actor is seen DEAD picks up its last, unterminated line.
+      if (!o.follow || deadSeen) return;
+      if (r.state === 'DEAD') {
+        deadSeen = true;
+        continue;
+      }
       await new Promise((r2) => setTimeout(r2, 300));
     }
   }

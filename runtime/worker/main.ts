@@ -33,6 +33,9 @@ const rt = await Runtime.start({
 rt.head.onClose(() => process.exit(0));
 
 const assignment = await rt.head.request<WorkerAssignment>({ type: 'workerHello', actorId, incarnation });
+// Actors this actor creates belong to the same job and inherit its env (api.ts reads these two).
+if (assignment.options.jobId) env.RTJOB_JOB_ID = assignment.options.jobId;
+env.RTJOB_JOB_ENV ??= JSON.stringify(assignment.options.env ?? {});
 
 let handle: (m: Call) => unknown;
 try {

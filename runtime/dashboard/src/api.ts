@@ -40,6 +40,7 @@ export interface JobInfo {
   entrypoint: string[];
   workingDir: string | null;
   env: Record<string, string>;
+  inheritedEnvCount?: number;
   metadata: Record<string, string>;
   entrypointNumCpus: number;
   entrypointNumGpus: number;

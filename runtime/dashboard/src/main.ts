@@ -169,7 +169,8 @@ async function jobView(jobId: string): Promise<void> {
         h('dt', {}, 'Entrypoint'), h('dd', {}, h('code', {}, j.entrypoint.join(' '))),
         h('dt', {}, 'Working dir'), h('dd', {}, j.workingDir ?? j.metadata.cwd ?? '–'),
         h('dt', {}, 'Entrypoint resources'), h('dd', {}, `${j.entrypointNumCpus} CPU, ${j.entrypointNumGpus} GPU`),
-        h('dt', {}, 'Env'), h('dd', {}, Object.keys(j.env).length ? h('ul', { class: 'env' }, Object.entries(j.env).map(([k, v]) => h('li', {}, h('code', {}, `${k}=${maskEnv(k, v)}`)))) : '–'),
+        h('dt', {}, 'Env'), h('dd', {}, Object.keys(j.env).length ? h('ul', { class: 'env' }, Object.entries(j.env).map(([k, v]) => h('li', {}, h('code', {}, `${k}=${maskEnv(k, v)}`)))) : '–',
+          j.inheritedEnvCount ? h('p', { class: 'muted', id: 'env-rest' }, `+ ${j.inheritedEnvCount} more inherited variable${j.inheritedEnvCount === 1 ? '' : 's'} (not shown)`) : ''),
       ),
     );
   };
@@ -344,14 +345,18 @@ async function actorView(actorId: string): Promise<void> {
     );
   };
   await load();
-  let offset = 0;
+  // The cursor holds one offset per log file (stdout and stderr of every incarnation).
+  let cursor = '';
+  const maxLogChars = 400_000;
   const poll = async () => {
-    const r = await get<{ logs: string; nextOffset: number }>(`/api/actors/${encodeURIComponent(actorId)}/logs?offset=${offset}`);
+    const r = await get<{ logs: string; cursor: string }>(`/api/actors/${encodeURIComponent(actorId)}/logs?cursor=${encodeURIComponent(cursor)}`);
     if (r.logs) {
-      logPre.textContent = (logPre.textContent ?? '') + r.logs;
+      let text = (logPre.textContent ?? '') + r.logs;
+      if (text.length > maxLogChars) text = '…\n' + text.slice(-maxLogChars);
+      logPre.textContent = text;
       logPre.scrollTop = logPre.scrollHeight;
     }
-    offset = r.nextOffset;
+    cursor = r.cursor;
   };
   await poll();
   const timer = setInterval(() => void poll().catch(() => undefined), 1000);

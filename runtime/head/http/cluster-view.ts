@@ -36,6 +36,8 @@ export interface ActorView {
   pid: number | null;
   jobId: string | null;
   restarts: number;
+  /** Bumped on every (re)start of the actor's process. */
+  incarnation?: number;
   detached: boolean;
   startedAt: number | null;
   endedAt: number | null;

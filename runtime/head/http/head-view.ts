@@ -1,49 +1,77 @@
 /**
  * Adapts the runtime {@link Head} to the {@link ClusterView} the HTTP API and dashboard read.
- * Actor → job attribution comes from the head's client events (a driver registers with its job
- * id; actors record their owner's client id).
+ * An actor belongs to the job its creator ran in: the runtime tags every actor a job's driver (or
+ * one of its actors) creates with the job id (`options.jobId`), which survives head restarts.
  *
  * @module
  */
 import { freemem, totalmem } from 'node:os';
 
+import type { ActorInfo } from '../../protocol.ts';
 import type { Head } from '../head.ts';
+import type { OpsStore } from '../jobs/ops-store.ts';
+import { indexWorkerLogs } from '../logs/worker-logs.ts';
 import type { ActorView, ClusterView, NodeView } from './cluster-view.ts';
 
+function toView(a: ActorInfo): ActorView {
+  return {
+    actorId: a.actorId,
+    className: a.spec.kind === 'tasks' ? '(task worker)' : a.spec.exportName,
+    name: a.name ?? null,
+    state: a.state,
+    nodeId: a.nodeId ?? null,
+    pid: a.pid ?? null,
+    jobId: a.options.jobId ?? null,
+    restarts: a.numRestarts,
+    incarnation: a.incarnation,
+    detached: a.options.detached,
+    startedAt: a.createdAtMs,
+    endedAt: null,
+    deathCause: a.deathCause ? a.deathCause.message : null,
+  };
+}
+
+/**
+ * Indexes every worker incarnation's stdout/stderr files as the head places it, so
+ * `rtjob logs --actor` and the actor page find them after the worker, or the head, is gone.
+ */
+export function indexHeadWorkerLogs(head: Head, store: OpsStore): () => void {
+  const seen = new Map<string, string>();
+  const onActor = (a: ActorInfo) => {
+    if (!a.nodeId || a.incarnation === 0) return;
+    const key = `${a.actorId}:${a.incarnation}`;
+    const stamp = `${a.nodeId}:${a.pid ?? ''}`;
+    if (seen.get(key) === stamp) return;
+    const node = head.listNodes().find((n) => n.nodeId === a.nodeId);
+    if (!node) return;
+    seen.set(key, stamp);
+    indexWorkerLogs(store, { actorId: a.actorId, incarnation: a.incarnation, nodeId: a.nodeId, jobId: a.options.jobId ?? null, pid: a.pid ?? null }, node.sessionDir);
+  };
+  for (const a of head.listActors()) onActor(a);
+  head.on('actor', onActor);
+  return () => head.off('actor', onActor);
+}
+
 export function headClusterView(head: Head): ClusterView {
-  const jobOfClient = new Map<string, string>();
-  head.on('client', (e) => {
-    if (e.event === 'connected' && e.jobId) jobOfClient.set(e.clientId, e.jobId);
-  });
-  const actors = (): ActorView[] =>
-    head.listActors().map((a) => ({
-      actorId: a.actorId,
-      className: a.spec.exportName,
-      name: a.name ?? null,
-      state: a.state,
-      nodeId: a.nodeId ?? null,
-      pid: a.pid ?? null,
-      jobId: jobOfClient.get(a.ownerId) ?? null,
-      restarts: a.numRestarts,
-      detached: (a.options as { lifetime?: string }).lifetime === 'detached',
-      startedAt: a.createdAtMs,
-      endedAt: null,
-      deathCause: a.deathCause ? a.deathCause.message : null,
-    }));
+  const actors = (): ActorView[] => head.listActors().map(toView);
   return {
     nodes: (): NodeView[] => {
       const all = head.listNodes();
+      const workers = new Map<string, number>();
+      for (const a of head.listActors()) if (a.nodeId && a.state === 'ALIVE') workers.set(a.nodeId, (workers.get(a.nodeId) ?? 0) + 1);
+      // The head's own node agent shares its session dir; fall back to the first node.
+      const headIdx = Math.max(0, all.findIndex((n) => n.sessionDir === head.sessionDir));
       return all.map((n, i) => ({
         nodeId: n.nodeId,
         hostname: n.hostname,
         address: n.host,
         state: n.state,
-        isHead: i === 0,
+        isHead: i === headIdx,
         resourcesTotal: { ...n.total } as Record<string, number>,
         resourcesAvailable: { ...n.available } as Record<string, number>,
         memoryTotalBytes: totalmem(),
         memoryUsedBytes: totalmem() - freemem(),
-        workers: head.listActors().filter((a) => a.nodeId === n.nodeId && a.state === 'ALIVE').length,
+        workers: workers.get(n.nodeId) ?? 0,
         startedAt: n.startedAtMs,
       }));
     },

@@ -12,6 +12,7 @@ import { extname, join, normalize, sep } from 'node:path';
 import { WebSocketServer, type WebSocket } from 'ws';
 
 import { followLog, readLogRange } from '../logs/log-file.ts';
+import { readActorLogs } from '../logs/worker-logs.ts';
 import { OpsError } from '../jobs/errors.ts';
 import { type OpsStore, terminalJobStatuses } from '../jobs/ops-store.ts';
 import type { JobSubmitRequest, JobSupervisor } from '../jobs/supervisor.ts';
@@ -285,10 +286,9 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
         }
         if (d === 'logs' && method === 'GET') {
           const files = store.findLogFiles({ actorId: c });
-          const file = files.at(-1);
-          if (!file) return send(res, 200, { logs: '', nextOffset: 0, size: 0, path: null });
-          const { data, nextOffset, size } = readLogRange(file.path, intParam(u, 'offset') ?? 0);
-          return send(res, 200, { logs: data.toString('utf8'), nextOffset, size, path: file.path });
+          const live = actor.state === 'DEAD' ? undefined : actor.incarnation;
+          const page = readActorLogs(files, u.searchParams.get('cursor') ?? undefined, { liveIncarnation: live });
+          return send(res, 200, { ...page, state: actor.state });
         }
       }
     }

@@ -20,8 +20,14 @@ export interface JobInfo {
   entrypoint: string[];
   /** `pkg://<sha256>` when a working dir was uploaded. */
   workingDir: string | null;
-  /** Env the user gave (`--env` and forwarded variables); reaches the driver and its workers. */
+  /**
+   * Env shown with the job: the `--env` pairs and the caller's job-relevant variables (`ASYNC_*`,
+   * `RTJOB_*`, `OPENRLHF_*`, `CUDA_VISIBLE_DEVICES`, `NODE_OPTIONS`). Reaches the driver and its
+   * workers.
+   */
   env: Record<string, string>;
+  /** How many other inherited variables the driver and workers also get (never shown). */
+  inheritedEnvCount: number;
   metadata: Record<string, string>;
   entrypointNumCpus: number;
   entrypointNumGpus: number;
@@ -68,6 +74,7 @@ CREATE TABLE IF NOT EXISTS ops_jobs (
   entrypoint TEXT NOT NULL,
   working_dir TEXT,
   env TEXT NOT NULL,
+  inherited_env TEXT NOT NULL DEFAULT '{}',
   metadata TEXT NOT NULL,
   entrypoint_num_cpus REAL NOT NULL,
   entrypoint_num_gpus REAL NOT NULL,
@@ -114,6 +121,7 @@ interface JobRow {
   entrypoint: string;
   working_dir: string | null;
   env: string;
+  inherited_env: string;
   metadata: string;
   entrypoint_num_cpus: number;
   entrypoint_num_gpus: number;
@@ -133,6 +141,7 @@ function toJob(r: JobRow): JobInfo {
     entrypoint: JSON.parse(r.entrypoint) as string[],
     workingDir: r.working_dir,
     env: JSON.parse(r.env) as Record<string, string>,
+    inheritedEnvCount: Object.keys(JSON.parse(r.inherited_env || '{}') as object).length,
     metadata: JSON.parse(r.metadata) as Record<string, string>,
     entrypointNumCpus: r.entrypoint_num_cpus,
     entrypointNumGpus: r.entrypoint_num_gpus,
@@ -185,11 +194,16 @@ export class OpsStore {
       this.db.pragma('busy_timeout = 5000');
     }
     this.db.exec(schema);
+    // Session dirs from before the column existed.
+    const cols = this.db.prepare('PRAGMA table_info(ops_jobs)').all() as { name: string }[];
+    if (!cols.some((c) => c.name === 'inherited_env')) {
+      this.db.exec("ALTER TABLE ops_jobs ADD COLUMN inherited_env TEXT NOT NULL DEFAULT '{}'");
+    }
     this.#insertJob = this.db.prepare(
-      `INSERT INTO ops_jobs (job_id, status, entrypoint, working_dir, env, metadata,
+      `INSERT INTO ops_jobs (job_id, status, entrypoint, working_dir, env, inherited_env, metadata,
         entrypoint_num_cpus, entrypoint_num_gpus, submitted_at, started_at, ended_at, exit_code,
         message, driver_pid, log_path)
-       VALUES (@job_id, @status, @entrypoint, @working_dir, @env, @metadata, @entrypoint_num_cpus,
+       VALUES (@job_id, @status, @entrypoint, @working_dir, @env, @inherited_env, @metadata, @entrypoint_num_cpus,
         @entrypoint_num_gpus, @submitted_at, @started_at, @ended_at, @exit_code, @message,
         @driver_pid, @log_path)`,
     );
@@ -202,14 +216,18 @@ export class OpsStore {
     );
   }
 
-  /** Inserts a new job; throws a SQLite constraint error when the id is taken. */
-  insertJob(job: JobInfo): void {
+  /**
+   * Inserts a new job; throws a SQLite constraint error when the id is taken. `inheritedEnv` is
+   * kept for starting the driver but never returned by the API.
+   */
+  insertJob(job: JobInfo, inheritedEnv: Record<string, string> = {}): void {
     this.#insertJob.run({
       job_id: job.jobId,
       status: job.status,
       entrypoint: JSON.stringify(job.entrypoint),
       working_dir: job.workingDir,
       env: JSON.stringify(job.env),
+      inherited_env: JSON.stringify(inheritedEnv),
       metadata: JSON.stringify(job.metadata),
       entrypoint_num_cpus: job.entrypointNumCpus,
       entrypoint_num_gpus: job.entrypointNumGpus,
@@ -221,6 +239,14 @@ export class OpsStore {
       driver_pid: job.driverPid,
       log_path: job.logPath,
     });
+  }
+
+  /** The inherited variables of a job (see {@link insertJob}). */
+  inheritedEnv(jobId: string): Record<string, string> {
+    const row = this.db.prepare('SELECT inherited_env FROM ops_jobs WHERE job_id = ?').get(jobId) as
+      | { inherited_env: string }
+      | undefined;
+    return JSON.parse(row?.inherited_env || '{}') as Record<string, string>;
   }
 
   getJob(jobId: string): JobInfo | undefined {

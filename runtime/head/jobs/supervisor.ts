@@ -29,8 +29,13 @@ export interface JobSubmitRequest {
   workingDir?: string;
   /** A directory on the head's machine to run in (local clusters); ignored with `workingDir`. */
   cwd?: string;
-  /** Env for the driver and every worker of the job. */
+  /** Env for the driver and every worker of the job; shown on the job page. */
   env?: Record<string, string>;
+  /**
+   * More env for the driver and every worker that is not shown (the caller's other variables);
+   * `env` wins where both set a name.
+   */
+  inheritedEnv?: Record<string, string>;
   metadata?: Record<string, string>;
   /** CPUs the driver itself needs; the job stays PENDING until they are free. @default 0 */
   entrypointNumCpus?: number;
@@ -152,6 +157,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     if (this.#opts.store.getJob(jobId)) throw new OpsError('JOB_ID_TAKEN', `job id ${jobId} is already taken`);
     for (const [field, v] of [
       ['env', req.env],
+      ['inheritedEnv', req.inheritedEnv],
       ['metadata', req.metadata],
     ] as const) {
       if (v !== undefined && (typeof v !== 'object' || v === null || Object.values(v).some((x) => typeof x !== 'string'))) {
@@ -172,6 +178,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       entrypoint: typeof entrypoint === 'string' ? ['/bin/sh', '-c', entrypoint] : [...entrypoint],
       workingDir: req.workingDir ?? null,
       env: { ...req.env },
+      inheritedEnvCount: Object.keys(req.inheritedEnv ?? {}).filter((k) => !(k in (req.env ?? {}))).length,
       metadata: { ...req.metadata, ...(req.cwd && !req.workingDir ? { cwd: req.cwd } : {}) },
       entrypointNumCpus: cpus,
       entrypointNumGpus: gpus,
@@ -184,7 +191,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       logPath: join(this.#logDir, `job-${jobId}.log`),
     };
     try {
-      this.#opts.store.insertJob(job);
+      this.#opts.store.insertJob(job, req.inheritedEnv);
     } catch (err) {
       if (String(err).includes('UNIQUE')) throw new OpsError('JOB_ID_TAKEN', `job id ${jobId} is already taken`);
       throw err;
@@ -326,6 +333,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     }
     const exitFile = join(this.#logDir, `job-${job.jobId}.exit`);
     const out = openSync(job.logPath, 'a');
+    const jobEnv = { ...this.#opts.store.inheritedEnv(job.jobId), ...job.env };
     let pid: number;
     try {
       const child = spawn(
@@ -341,9 +349,9 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
           env: {
             ...process.env,
             ...this.#opts.clusterEnv(),
-            ...job.env,
+            ...jobEnv,
             RTJOB_JOB_ID: job.jobId,
-            RTJOB_JOB_ENV: JSON.stringify(job.env),
+            RTJOB_JOB_ENV: JSON.stringify(jobEnv),
           },
         },
       );
