@@ -12,6 +12,7 @@ import { SimulatedEngine } from './agent/simulated-engine.ts';
 import type { Agent, AgentTokenizer, Sample } from './agent/types.ts';
 import { BuiltinEngine } from './engines/builtin/engine.ts';
 import type { GenerationConfig, InferenceEngine, NamedTensors, PauseOptions } from './engines/types.ts';
+import { seededRandom } from './model/sampling.ts';
 import { loadTokenizer, type ChatTokenizer } from './model/tokenizer.ts';
 import { defaultAgent, mathReward } from './reward.ts';
 
@@ -32,6 +33,8 @@ export interface RolloutInit {
   agentFunc?: string;
   /** @default 'builtin' */
   engine?: 'builtin' | 'simulated';
+  /** Lengths and speed of the `simulated` engine (benchmarks of the orchestration). */
+  simulated?: SimulatedLengths;
   temperature?: number;
   topP?: number;
   generateMaxLen: number;
@@ -44,6 +47,34 @@ export interface RolloutInit {
   episodeTimeoutMs?: number;
   /** Seed of the engine's sampling stream. @default 0 */
   seed?: number;
+}
+
+/**
+ * A long-tailed response length distribution for the simulated engine: lognormal around
+ * `medianTokens` with spread `sigma`, capped by the generation limit, at `tokenLatencyMs` per token.
+ */
+export interface SimulatedLengths {
+  tokenLatencyMs: number;
+  medianTokens: number;
+  /** @default 1 */
+  sigma?: number;
+  /** @default 0 */
+  seed?: number;
+}
+
+/** A simulated engine answering with lengths drawn from `o` (seeded; token ids are filler). */
+export function simulatedEngine(o: SimulatedLengths): SimulatedEngine {
+  const rand = seededRandom(o.seed ?? 0);
+  const sigma = o.sigma ?? 1;
+  return new SimulatedEngine({
+    tokenLatencyMs: o.tokenLatencyMs,
+    respond: () => {
+      // Box–Muller normal → lognormal length.
+      const z = Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
+      const n = Math.max(1, Math.round(o.medianTokens * Math.exp(sigma * z)));
+      return Array.from({ length: n }, (_, i) => 5 + (i % 10));
+    },
+  });
 }
 
 /** Counters a Rollout reports. */
@@ -85,7 +116,9 @@ export class Rollout {
       this.tokenizer = agentTokenizer(chat);
       this.engine =
         this.init.engine === 'simulated'
-          ? new SimulatedEngine()
+          ? this.init.simulated
+            ? simulatedEngine(this.init.simulated)
+            : new SimulatedEngine()
           : await BuiltinEngine.create({ modelPath: this.init.pretrain, seed: this.init.seed ?? 0 });
       const maxLength = this.init.promptMaxLen + this.init.generateMaxLen * 4;
       const agent = (this.agent = this.init.agentFunc

@@ -230,6 +230,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       train_s: u.trainMs / 1000,
       weight_sync_s: sync.syncMs / 1000,
       step_s: stepMs / 1000,
+      samples: u.samples,
       samples_per_s: (u.samples * 1000) / stepMs,
       tokens_per_s: (u.tokens * 1000) / stepMs,
       version: sync.version,

@@ -1,0 +1,228 @@
+/**
+ * `npm run bench -- rl`: the RL benchmarks of train_ppo. Prints a table and writes
+ * bench/results/rl.json.
+ *
+ * 1. `overhead`: orchestration overhead. Four Rollout actors (real worker processes, real agent
+ *    executor, tokenizer and reward) on simulated engines that answer after a per-token delay
+ *    with lognormal (long-tailed) lengths, ASYNC_NUM_TASKS=256 each; thousands of episodes.
+ *    Achieved episodes/s against the ideal those exact latencies allow: per engine, the same
+ *    episodes list-scheduled in submission order on 256 slots with zero overhead.
+ * 2. `sync-async`: sync vs async train_ppo on the built-in model and task, same cores, same
+ *    data and seed: samples/s, wall time to a held-out accuracy target, final accuracy; both
+ *    reward curves in docs/learning-curve-sync-vs-async.png.
+ *
+ * `RL_BENCH=overhead` (or `sync-async`) runs one part; `RL_BENCH_EPISODES`, `RL_BENCH_STEPS` size them.
+ */
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { GroupResult } from '../actors/agent/episode-runner.ts';
+import type { PromptItem, Rollout } from '../actors/rollout.ts';
+import { renderCurves, toPng, type Series } from '../algorithms/train-ppo/curves.ts';
+import { defineActor, init, kill, shutdown } from '../runtime/api.ts';
+
+const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
+const docsDir = fileURLToPath(new URL('../docs/', import.meta.url));
+const shipped = fileURLToPath(new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url));
+const parts = (process.env.RL_BENCH ?? 'overhead,sync-async').split(',');
+
+interface Row {
+  name: string;
+  value: string;
+  note?: string;
+}
+const rows: Row[] = [];
+const json: Record<string, unknown> = { machine: { cpus: cpus().length, node: process.version } };
+
+// ---- 1. orchestration overhead ----------------------------------------------------------------
+
+/** Makespan of `durations` (in submission order) on `slots` parallel slots, greedy earliest-free. */
+export function listScheduleMs(durations: number[], slots: number): number {
+  const free = new Array<number>(Math.min(slots, Math.max(1, durations.length))).fill(0);
+  let end = 0;
+  for (const d of durations) {
+    let k = 0;
+    for (let i = 1; i < free.length; i++) if (free[i]! < free[k]!) k = i;
+    free[k]! += d;
+    if (free[k]! > end) end = free[k]!;
+  }
+  return end;
+}
+
+async function overhead(): Promise<void> {
+  const engines = 4;
+  const tasks = 256;
+  const nSamples = 4;
+  const episodes = Number(process.env.RL_BENCH_EPISODES ?? 16384);
+  const prompts = Math.ceil(episodes / nSamples);
+  const tokenLatencyMs = 10;
+  const medianTokens = 32;
+  const maxTokens = 512;
+  const home = mkdtempSync(join(tmpdir(), 'rtjob-bench-rl-'));
+  process.env.HOME = home;
+  delete process.env.RTJOB_ADDRESS;
+  const { writeTinyModel } = await import('../test/fixtures/agents/tiny-model.ts');
+  const model = await writeTinyModel(home);
+  await init();
+  const RolloutActor = defineActor<typeof Rollout>(new URL('../actors/rollout.ts', import.meta.url), 'Rollout');
+  const handles = Array.from({ length: engines }, (_, i) =>
+    RolloutActor.options({ numCpus: 0, maxConcurrency: 100000, env: { RTJOB_QUIET_BACKEND: '1' } }).remote({
+      pretrain: model,
+      engine: 'simulated',
+      simulated: { tokenLatencyMs, medianTokens, sigma: 1, seed: i + 1 },
+      generateMaxLen: maxTokens,
+      promptMaxLen: 64,
+      nSamplesPerPrompt: nSamples,
+      asyncNumTasks: tasks,
+    }),
+  );
+  try {
+    await Promise.all(handles.map((h) => h.ready.remote()));
+    const items: PromptItem[] = Array.from({ length: prompts }, (_, i) => ({
+      index: i,
+      prompt: `What is ${i % 90}+${(i * 7) % 50}?`,
+      label: String((i % 90) + ((i * 7) % 50)),
+      groupId: `g${i}`,
+    }));
+    // Warm-up: JIT, connections, tokenizer caches.
+    await Promise.all(handles.map((h, e) => h.runGroup.remote(items[e]!)));
+    const t0 = performance.now();
+    const results: GroupResult[] = await Promise.all(items.map((it, k) => handles[k % engines]!.runGroup.remote(it)));
+    const wallMs = performance.now() - t0;
+    const lengths = (g: GroupResult): number[] => g.trajectories.map((t) => t.lossMask.reduce((a, b) => a + b, 0));
+    let idealMs = 0;
+    let tokens = 0;
+    for (let e = 0; e < engines; e++) {
+      const durations = results.filter((_, k) => k % engines === e).flatMap(lengths).map((n) => n * tokenLatencyMs);
+      idealMs = Math.max(idealMs, listScheduleMs(durations, tasks));
+    }
+    const all = results.flatMap(lengths);
+    tokens = all.reduce((a, b) => a + b, 0);
+    const sorted = [...all].sort((a, b) => a - b);
+    const done = results.reduce((a, g) => a + g.trajectories.length, 0);
+    const achieved = done / (wallMs / 1000);
+    const ideal = done / (idealMs / 1000);
+    const ratio = achieved / ideal;
+    const q = (p: number): number => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
+    rows.push(
+      { name: 'overhead: episodes', value: String(done), note: `${engines} engines × ASYNC_NUM_TASKS=${tasks}, ${nSamples} samples/prompt` },
+      { name: 'overhead: response tokens p50/p90/p99/max', value: `${q(0.5)}/${q(0.9)}/${q(0.99)}/${sorted.at(-1)}`, note: `lognormal, median ${medianTokens}, ${tokenLatencyMs} ms/token` },
+      { name: 'overhead: ideal episodes/s', value: ideal.toFixed(0), note: 'same latencies, list-scheduled on the slots, zero overhead' },
+      { name: 'overhead: achieved episodes/s', value: achieved.toFixed(0), note: `wall ${(wallMs / 1000).toFixed(2)} s vs ideal ${(idealMs / 1000).toFixed(2)} s` },
+      { name: 'overhead: achieved / ideal', value: `${(ratio * 100).toFixed(1)}%`, note: 'target ≥ 90%' },
+    );
+    json.overhead = { engines, tasks, nSamples, episodes: done, tokens, tokenLatencyMs, medianTokens, wallMs, idealMs, achieved, ideal, ratio };
+  } finally {
+    await Promise.allSettled(handles.map((h) => kill(h, { noRestart: true })));
+    await shutdown();
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
+// ---- 2. sync vs async on the built-in model ---------------------------------------------------
+
+interface RunResult {
+  mode: string;
+  minutes: number;
+  samplesPerS: number;
+  evalBefore: number;
+  evalAfter: number;
+  minutesToTarget: number | null;
+  reward: [number, number][];
+  accuracy: [number, number][];
+}
+
+async function trainRun(mode: 'sync' | 'async', steps: number, target: number): Promise<RunResult> {
+  const { trainPpo } = await import('../algorithms/train-ppo.ts');
+  const out = mkdtempSync(join(tmpdir(), `rtjob-bench-${mode}-`));
+  const reward: [number, number][] = [];
+  const accuracy: [number, number][] = [];
+  let samples = 0;
+  let firstAt: number | undefined;
+  let minutesToTarget: number | null = null;
+  const t0 = performance.now();
+  const log = {
+    line: (t: string) => process.stdout.write(`  [${mode}] ${t}\n`),
+    metric: (step: number, v: Record<string, number>) => {
+      const min = (performance.now() - t0) / 60000;
+      if (v.reward_mean !== undefined) {
+        reward.push([min, v.reward_mean]);
+        samples += v.samples ?? 0;
+        firstAt ??= min;
+      }
+      if (v.eval_accuracy !== undefined) {
+        accuracy.push([min, v.eval_accuracy]);
+        if (minutesToTarget === null && step > 0 && v.eval_accuracy >= target) minutesToTarget = min;
+      }
+    },
+  };
+  const argv = [
+    '--agent-func', fileURLToPath(new URL('../examples/agent.ts', import.meta.url)),
+    '--max-steps', String(steps), '--eval-steps', '5', '--save-path', join(out, 'policy'), '--seed', '7',
+    ...(mode === 'async' ? ['--async-train', '--async-queue-size', '1'] : []),
+  ];
+  try {
+    const s = await trainPpo(argv, process.env, { log });
+    return {
+      mode,
+      minutes: s.minutes,
+      samplesPerS: samples / (s.minutes * 60),
+      evalBefore: s.evalBefore ?? 0,
+      evalAfter: s.evalAfter ?? 0,
+      minutesToTarget,
+      reward,
+      accuracy,
+    };
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+}
+
+async function syncVsAsync(): Promise<void> {
+  const steps = Number(process.env.RL_BENCH_STEPS ?? 30);
+  const target = Number(process.env.RL_BENCH_TARGET ?? 0);
+  const home = mkdtempSync(join(tmpdir(), 'rtjob-bench-rl-'));
+  process.env.HOME = home;
+  delete process.env.RTJOB_ADDRESS;
+  try {
+    const sync = await trainRun('sync', steps, target);
+    const asyn = await trainRun('async', steps, target);
+    const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
+    const mins = (x: number | null): string => (x === null ? 'not reached' : `${x.toFixed(1)} min`);
+    for (const r of [sync, asyn]) {
+      rows.push({
+        name: `${r.mode}: samples/s`,
+        value: r.samplesPerS.toFixed(2),
+        note: `${steps} steps in ${r.minutes.toFixed(1)} min; accuracy ${pct(r.evalBefore)} → ${pct(r.evalAfter)}; to ${pct(target)}: ${mins(r.minutesToTarget)}`,
+      });
+    }
+    rows.push({ name: 'async / sync samples/s', value: `${(asyn.samplesPerS / sync.samplesPerS).toFixed(2)}×`, note: 'target ≥ 1.5× with no accuracy loss' });
+    json.syncAsync = { steps, target, sync, async: asyn };
+    const series: Series[] = [
+      { name: 'sync reward', points: sync.reward, color: '#1f77b4' },
+      { name: 'async reward', points: asyn.reward, color: '#d62728' },
+      { name: 'sync held-out accuracy', points: sync.accuracy, color: '#1f77b4', dashed: true },
+      { name: 'async held-out accuracy', points: asyn.accuracy, color: '#d62728', dashed: true },
+    ];
+    const svg = renderCurves({ title: 'train_ppo sync vs async (examples/agent.ts, built-in model)', xLabel: 'minutes', yLabel: 'reward / accuracy', series });
+    mkdirSync(docsDir, { recursive: true });
+    const png = join(docsDir, 'learning-curve-sync-vs-async.png');
+    rows.push({ name: 'curves', value: toPng(svg, png) ? png : `${png.replace(/png$/, 'svg')} (no ImageMagick)` });
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
+if (parts.includes('overhead')) await overhead();
+if (parts.includes('sync-async')) {
+  if (existsSync(join(shipped, 'config.json'))) await syncVsAsync();
+  else rows.push({ name: 'sync-async', value: 'skipped', note: `no warm-start model at ${shipped}` });
+}
+
+const width = Math.max(...rows.map((r) => r.name.length));
+const vwidth = Math.max(...rows.map((r) => r.value.length));
+for (const r of rows) console.log(`${r.name.padEnd(width)}  ${r.value.padStart(vwidth)}  ${r.note ?? ''}`);
+mkdirSync(resultsDir, { recursive: true });
+writeFileSync(join(resultsDir, 'rl.json'), JSON.stringify({ ...json, rows }, null, 2));
+process.exit(0);
