@@ -41,9 +41,10 @@ export type {
   TaskFunction,
   TaskOptions,
 } from './handles.ts';
-export { type Head, type HeadEvents, type HeadOptions, startHead } from './head/head.ts';
-export { type LocalCluster, type LocalClusterOptions, startLocalCluster } from './local-cluster.ts';
-export { type NodeAgent, type NodeAgentOptions, startNodeAgent } from './node/agent.ts';
+export type { ClientEvent, Head, HeadEvents, HeadOptions } from './head/head.ts';
+export type { LocalCluster, LocalClusterOptions } from './local-cluster.ts';
+export type { NodeAgent, NodeAgentOptions, WorkerProcess } from './node/agent.ts';
+export { startHead, startLocalCluster, startNodeAgent } from './launch.ts';
 export type {
   ActorInfo,
   ActorState,

@@ -34,7 +34,7 @@ export interface TransportOptions {
   chunkBytes?: number;
   /** How often each side pings. @default 1000 */
   heartbeatIntervalMs?: number;
-  /** Silence after which the connection is declared dead and closed. @default 10000 */
+  /** Silence after which the connection is declared dead and closed. @default 30000 */
   heartbeatTimeoutMs?: number;
 }
 
@@ -43,7 +43,7 @@ export const transportDefaults: Required<TransportOptions> = {
   maxMessageBytes: 2 * 1024 * 1024 * 1024 - 1,
   chunkBytes: 1024 * 1024,
   heartbeatIntervalMs: 1000,
-  heartbeatTimeoutMs: 10_000,
+  heartbeatTimeoutMs: 30_000,
 };
 
 /** Called for every message that is not a reply or fragment; a returned value answers `rid`. */
@@ -87,6 +87,8 @@ export class Connection {
   private flushScheduled = false;
   private readonly assemblies = new Map<number, Assembly>();
   private lastSeenMs = Date.now();
+  private lastBeatMs = Date.now();
+  private heartbeatTimeoutMs: number;
   private readonly heartbeat: NodeJS.Timeout;
   private readonly closeListeners: ((reason: string) => void)[] = [];
 
@@ -100,6 +102,7 @@ export class Connection {
     this.ws = ws;
     this.opts = opts;
     this.label = label;
+    this.heartbeatTimeoutMs = opts.heartbeatTimeoutMs;
     ws.binaryType = 'nodebuffer';
     ws.on('message', (data: Buffer, isBinary: boolean) => this.onFrame(data, isBinary));
     ws.on('pong', () => (this.lastSeenMs = Date.now()));
@@ -209,9 +212,19 @@ export class Connection {
     for (const fn of listeners) fn(this.closeReason);
   }
 
+  /** Changes how long the peer may stay silent (the head tightens it for node agents). */
+  setHeartbeatTimeout(ms: number): void {
+    this.heartbeatTimeoutMs = ms;
+  }
+
   private beat(): void {
-    if (Date.now() - this.lastSeenMs > this.opts.heartbeatTimeoutMs) {
-      this.close(`heartbeat timeout after ${this.opts.heartbeatTimeoutMs} ms`, 1001, true);
+    const now = Date.now();
+    // If this process itself was stalled (CPU starved, long GC), replies may be sitting unread
+    // in the socket; don't blame the peer for our own pause.
+    if (now - this.lastBeatMs > 3 * this.opts.heartbeatIntervalMs) this.lastSeenMs = now;
+    this.lastBeatMs = now;
+    if (now - this.lastSeenMs > this.heartbeatTimeoutMs) {
+      this.close(`heartbeat timeout after ${this.heartbeatTimeoutMs} ms`, 1001, true);
       this.ws.terminate();
       return;
     }
