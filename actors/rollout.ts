@@ -6,12 +6,16 @@
  *
  * @module
  */
+import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
 import { SimulatedEngine } from './agent/simulated-engine.ts';
 import type { Agent, AgentTokenizer, Sample } from './agent/types.ts';
 import { BuiltinEngine } from './engines/builtin/engine.ts';
 import type { GenerationConfig, InferenceEngine, NamedTensors, PauseOptions } from './engines/types.ts';
+import { serializeSafetensors } from './model/safetensors.ts';
 import { seededRandom } from './model/sampling.ts';
 import { loadTokenizer, type ChatTokenizer } from './model/tokenizer.ts';
 import { defaultAgent, mathReward } from './reward.ts';
@@ -32,7 +36,14 @@ export interface RolloutInit {
   /** Agent file; the built-in single-turn math reward when unset. */
   agentFunc?: string;
   /** @default 'builtin' */
-  engine?: 'builtin' | 'simulated';
+  engine?: 'builtin' | 'simulated' | 'sglang' | 'vllm';
+  /** Server URLs of an `sglang` / `vllm` engine (requests are routed across them by load). */
+  engineUrls?: string[];
+  /**
+   * Where weights for `sglang` / `vllm` servers are written (an HF directory per version, read by
+   * the servers' reload endpoint, so it must be on a filesystem they see).
+   */
+  weightsDir?: string;
   /** Lengths and speed of the `simulated` engine (benchmarks of the orchestration). */
   simulated?: SimulatedLengths;
   temperature?: number;
@@ -114,12 +125,7 @@ export class Rollout {
     this.loaded ??= (async () => {
       const chat = loadTokenizer(this.init.pretrain);
       this.tokenizer = agentTokenizer(chat);
-      this.engine =
-        this.init.engine === 'simulated'
-          ? this.init.simulated
-            ? simulatedEngine(this.init.simulated)
-            : new SimulatedEngine()
-          : await BuiltinEngine.create({ modelPath: this.init.pretrain, seed: this.init.seed ?? 0 });
+      this.engine = await this.createEngine();
       const maxLength = this.init.promptMaxLen + this.init.generateMaxLen * 4;
       const agent = (this.agent = this.init.agentFunc
         ? await loadAgent(this.init.agentFunc, {
@@ -140,6 +146,22 @@ export class Rollout {
     })();
     await this.loaded;
     return { agent: this.agent.file, kind: this.agent.kind, maxConcurrent };
+  }
+
+  private async createEngine(): Promise<InferenceEngine> {
+    const { engine = 'builtin', pretrain } = this.init;
+    if (engine === 'simulated') return this.init.simulated ? simulatedEngine(this.init.simulated) : new SimulatedEngine();
+    if (engine === 'builtin') return BuiltinEngine.create({ modelPath: pretrain, seed: this.init.seed ?? 0 });
+    const urls = this.init.engineUrls ?? [];
+    if (urls.length === 0) throw new RangeError(`engine ${engine} needs server URLs (--engine-url)`);
+    const weightsDir = resolve(this.init.weightsDir ?? join(tmpdir(), `rtjob-engine-weights-${process.pid}`));
+    const options = { urls, writeCheckpoint: (t: NamedTensors, v: number) => writeEngineCheckpoint(weightsDir, pretrain, t, v) };
+    if (engine === 'sglang') {
+      const { SglangEngine } = await import('./engines/sglang/index.ts');
+      return new SglangEngine(options);
+    }
+    const { VllmEngine } = await import('./engines/vllm/index.ts');
+    return new VllmEngine(options);
   }
 
   /** The prompt as the agent sees it: tokenized (chat template when asked), tail-truncated. */
@@ -233,6 +255,25 @@ export class Rollout {
   async close(): Promise<void> {
     await this.engine?.close();
   }
+}
+
+/**
+ * Writes `tensors` as an HF model directory `dir/v<version>` (config and tokenizer from `pretrain`)
+ * for a server to load, removes versions older than the previous one, and returns the path.
+ */
+export async function writeEngineCheckpoint(dir: string, pretrain: string, tensors: NamedTensors, version: number): Promise<string> {
+  const out = join(dir, `v${version}`);
+  mkdirSync(out, { recursive: true });
+  for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) {
+    if (existsSync(join(pretrain, f))) copyFileSync(join(pretrain, f), join(out, f));
+  }
+  writeFileSync(join(out, 'model.safetensors.tmp'), serializeSafetensors(tensors));
+  renameSync(join(out, 'model.safetensors.tmp'), join(out, 'model.safetensors'));
+  for (const name of readdirSync(dir)) {
+    const v = /^v(\d+)$/.exec(name);
+    if (v && Number(v[1]) < version - 1) rmSync(join(dir, name), { recursive: true, force: true });
+  }
+  return out;
 }
 
 /** The agent-facing view of a chat tokenizer (template rendered, then encoded). */

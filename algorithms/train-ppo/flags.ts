@@ -62,6 +62,7 @@ export interface TrainPpoOptions {
   rolloutNumEngines: number;
   engine: 'builtin' | 'sglang' | 'vllm';
   engineUrl: string | undefined;
+  engineWeightsPath: string;
   actorNumGpusPerNode: number;
   refNumGpusPerNode: number;
   criticNumGpusPerNode: number;
@@ -147,7 +148,8 @@ export const flagTable: readonly Flag[] = [
   F('loggingSteps', 'int', 'log every N steps', { min: 1 }),
   F('rolloutNumEngines', 'int', 'rollout engines', { min: 1, aliases: ['vllm-num-engines'] }),
   F('engine', 'string', 'inference engine', { choices: ['builtin', 'sglang', 'vllm'] }),
-  F('engineUrl', 'string', 'comma-separated server URLs for --engine sglang|vllm'),
+  F('engineUrl', 'string', 'comma-separated server URLs for --engine sglang|vllm; split across the rollouts'),
+  F('engineWeightsPath', 'string', 'where weights for sglang|vllm servers are written (a path the servers can read); default <ckpt-path>/engine_weights'),
   F('actorNumGpusPerNode', 'float', 'GPUs of the trainer', { min: 0 }),
   F('refNumGpusPerNode', 'float', 'GPUs of the reference model', { min: 0 }),
   F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
@@ -214,6 +216,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   rolloutNumEngines: 1,
   engine: 'builtin',
   engineUrl: undefined,
+  engineWeightsPath: '',
   actorNumGpusPerNode: 0,
   refNumGpusPerNode: 0,
   criticNumGpusPerNode: 0,
@@ -393,11 +396,25 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
   }
   if (o.useDecoupledLoss && !o.asyncTrain) fail('--use-decoupled-loss', '--use-decoupled-loss applies to --async-train only');
   if (o.engine !== 'builtin' && !o.engineUrl) fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
+  if (o.engineUrl !== undefined) {
+    if (o.engine === 'builtin') fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
+    const urls = engineUrls(o);
+    const bad = urls.find((u) => !/^https?:\/\/[^/\s]+/.test(u));
+    if (bad !== undefined) fail('--engine-url', `--engine-url: '${bad}' is not an http(s) URL`);
+    if (o.rolloutNumEngines > urls.length) {
+      fail('--rollout-num-engines', `--rollout-num-engines ${o.rolloutNumEngines} exceeds the ${urls.length} server(s) in --engine-url (each rollout needs at least one)`);
+    }
+  }
   if (o.agentErrorBudget > 1) fail('--agent-error-budget', '--agent-error-budget is a fraction in [0, 1]');
   if (o.temperature === 0 && o.nSamplesPerPrompt > 1 && given.has('temperature')) {
     fail('--temperature', '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1');
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+}
+
+/** The servers of `--engine-url`, in order. */
+export function engineUrls(o: Pick<TrainPpoOptions, 'engineUrl'>): string[] {
+  return (o.engineUrl ?? '').split(',').map((u) => u.trim().replace(/\/+$/, '')).filter(Boolean);
 }
 
 /** The `--help` text. */

@@ -8,7 +8,8 @@ import { Critic } from '../../actors/critic.ts';
 import { Reference } from '../../actors/reference.ts';
 import { Rollout } from '../../actors/rollout.ts';
 import { Trainer } from '../../actors/trainer.ts';
-import type { TrainPpoOptions } from './flags.ts';
+import { join, resolve } from 'node:path';
+import { engineUrls, type TrainPpoOptions } from './flags.ts';
 
 /** `T` with every method returning a promise. */
 export type Remote<T> = {
@@ -44,6 +45,14 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
   return {
     rollout: (i: number) => ({
       pretrain: o.pretrain,
+      ...(o.engine !== 'builtin'
+        ? {
+            engine: o.engine,
+            // Each rollout owns a share of the servers, so a weight update reaches each server once.
+            engineUrls: engineUrls(o).filter((_, k) => k % o.rolloutNumEngines === i),
+            weightsDir: resolve(o.engineWeightsPath || join(o.ckptPath, 'engine_weights'), `rollout_${i}`),
+          }
+        : {}),
       ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
       temperature: o.temperature,
       topP: o.topP,
