@@ -295,6 +295,8 @@ export function parseFakeArgs(argv: string[]): { port: number; modelPath?: strin
 /** Runs a fake server as a process: prints `listening on <url>`, exits cleanly on SIGTERM/SIGINT. */
 export async function runStandalone(server: FakeServer): Promise<void> {
   await server.listen();
+  const gpus = process.env.CUDA_VISIBLE_DEVICES;
+  if (gpus !== undefined) process.stdout.write(`CUDA_VISIBLE_DEVICES=${gpus}\n`);
   process.stdout.write(`listening on ${server.url}\n`);
   const stop = (): void => {
     void server.close().then(() => process.exit(0));
