@@ -289,8 +289,9 @@ export class CausalLM {
       if (opts.returnPresent) present.push({ k, v });
       // Grouped-query attention without materialising repeated heads: query head h uses kv head
       // floor(h / nRep), as HF's repeat_kv does.
-      const qg = tf.reshape(q, [B, KV, nRep * T, hd]);
-      const scores = tf.reshape(tf.mul(this.mm(qg, k, false, true), scale), [B, KV, nRep, T, Tk]);
+      // Scaling q (T rows) is cheaper than scaling the scores (T x Tk).
+      const qg = tf.mul(tf.reshape(q, [B, KV, nRep * T, hd]), scale);
+      const scores = tf.reshape(this.mm(qg, k, false, true), [B, KV, nRep, T, Tk]);
       const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [B, KV, nRep * T, Tk]);
       const ctx = tf.reshape(this.mm(probs, v), [B, H, T, hd]);
       const attn = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
