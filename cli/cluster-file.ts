@@ -18,6 +18,8 @@ export interface ClusterFile {
   sessionDir: string;
   /** Processes `rtjob stop` stops on this machine (head daemon, node agents). */
   pids: number[];
+  /** The head daemon's pid (the others are node agents); absent for a node that only joined. */
+  headPid?: number;
   role: 'head' | 'node';
   startedAt: number;
 }

@@ -1,34 +1,57 @@
 /**
  * The background head process that `rtjob start --head` launches (detached, output to
- * `<session>/logs/head.log`). It writes `<session>/head.json` once it serves, and on SIGTERM
- * stops every job, worker and node agent it started before exiting.
+ * `<session>/logs/head.log`): runtime head, jobs, HTTP API and dashboard. Its node agent runs as
+ * a process of its own (`node-daemon.ts`), so a head killed and started again on the same
+ * session finds the workers still running and re-attaches them. It writes `<session>/head.json`
+ * once it serves, and on SIGTERM stops every job it started before exiting.
  *
  * Usage (internal): node --import tsx cli/daemon.ts '<LocalClusterOptions as JSON>'
  *
  * @module
  */
-import { rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { type LocalClusterOptions, startLocalCluster } from './local-cluster.ts';
 
+/** How long drivers and workers wait for a restarted head. */
+export const headReconnectMs = 10 * 60_000;
+
 const opts = JSON.parse(process.argv[2] ?? '{}') as LocalClusterOptions;
 const readyFile = join(opts.sessionDir, 'head.json');
+
+// A head that died without cleaning up left its ports here: take them again so node agents,
+// workers and drivers that are reconnecting find the new head at the old address.
+let previousPorts: LocalClusterOptions['previousPorts'];
+try {
+  const old = JSON.parse(readFileSync(readyFile, 'utf8')) as { address: string; dashboardUrl: string };
+  previousPorts = { port: Number(old.address.split(':').pop()), dashboardPort: Number(new URL(old.dashboardUrl).port) };
+} catch {
+  previousPorts = undefined;
+}
 rmSync(readyFile, { force: true });
 
-const cluster = await startLocalCluster({ ...opts, warn: (m) => console.warn(m) });
+const cluster = await startLocalCluster({
+  ...opts,
+  previousPorts,
+  inProcessNode: false,
+  driverReconnectMs: headReconnectMs,
+  // Tests shorten the node timeout (and with it the head-restart recovery window).
+  nodeHeartbeatTimeoutMs: Number(process.env.RTJOB_NODE_TIMEOUT_MS) || undefined,
+  warn: (m) => console.warn(m),
+});
 writeFileSync(
   readyFile,
   JSON.stringify({ pid: process.pid, address: cluster.address, dashboardUrl: cluster.dashboardUrl }),
   { mode: 0o600 },
 );
-console.log(`head ${process.pid} ready: runtime ${cluster.address || '(none)'}, dashboard ${cluster.dashboardUrl}`);
+console.log(`head ${process.pid} ready: runtime ${cluster.address}, dashboard ${cluster.dashboardUrl}`);
 
 let stopping = false;
 const stop = (signal: string) => {
   if (stopping) return;
   stopping = true;
-  console.log(`head: ${signal}, stopping jobs and workers`);
+  console.log(`head: ${signal}, stopping jobs`);
   const force = setTimeout(() => process.exit(1), 15000);
   cluster
     .close({ stopJobs: true })

@@ -1,7 +1,8 @@
 /**
- * Starts a head on this machine: the runtime head (when built into this install), its local node
- * agent, and the operations layer (jobs, HTTP API, dashboard). Used by the background daemon that
- * `rtjob start --head` launches, and in-process by `rtjob submit` when no cluster runs.
+ * Starts a head on this machine: the runtime head, the operations layer (jobs, HTTP API,
+ * dashboard) and, unless told otherwise, a node agent in the same process. The background head
+ * daemon (`rtjob start --head`) runs its node agent as a process of its own so that workers keep
+ * running through a head restart; `rtjob submit` with no cluster runs everything in-process.
  *
  * @module
  */
@@ -9,8 +10,10 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import type { ClusterView } from '../runtime/head/http/cluster-view.ts';
+import { type Head, startHead } from '../runtime/head/head.ts';
+import { headClusterView, indexHeadWorkerLogs } from '../runtime/head/http/head-view.ts';
 import { type Ops, startOps } from '../runtime/head/http/ops.ts';
+import { type NodeAgent, startNodeAgent } from '../runtime/node/agent.ts';
 
 /** Options of {@link startLocalCluster}. */
 export interface LocalClusterOptions {
@@ -19,14 +22,22 @@ export interface LocalClusterOptions {
   token?: string;
   /** @default '127.0.0.1' */
   host?: string;
-  /** Runtime WebSocket port. @default 6380 */
+  /** Runtime WebSocket port; 0 picks a free one. @default 6380 */
   port?: number;
   /** @default 8265 */
   dashboardPort?: number;
+  /** Ports a previous head of this session used; tried first when `port`/`dashboardPort` is 0. */
+  previousPorts?: { port?: number; dashboardPort?: number };
+  /** Run a node agent in this process. @default true */
+  inProcessNode?: boolean;
+  /** How long drivers keep reconnecting to a head that went away (a restart). @default 0 */
+  driverReconnectMs?: number;
   numCpus?: number;
   numGpus?: number;
   resources?: Record<string, number>;
   stopGraceMs?: number;
+  /** A node silent this long is dead; also the head-restart recovery window. @default 10000 */
+  nodeHeartbeatTimeoutMs?: number;
   warn?: (msg: string) => void;
 }
 
@@ -36,7 +47,9 @@ export interface LocalCluster {
   dashboardUrl: string;
   token: string;
   sessionDir: string;
+  head: Head;
   ops: Ops;
+  node?: NodeAgent;
   close(opts?: { stopJobs?: boolean }): Promise<void>;
 }
 
@@ -57,51 +70,74 @@ export function sessionToken(sessionDir: string, given?: string): string {
   return token;
 }
 
-/** Starts head + node agent + operations. */
+/** Tries `preferred` first (a restarted head keeps its address), then `fallback`. */
+async function onPort<T>(preferred: number | undefined, fallback: number, start: (port: number) => Promise<T>): Promise<T> {
+  if (preferred !== undefined && preferred !== fallback) {
+    try {
+      return await start(preferred);
+    } catch {
+      // taken meanwhile: clients of the old head will not find this one by address
+    }
+  }
+  return start(fallback);
+}
+
+/** Starts head + operations (+ an in-process node agent). */
 export async function startLocalCluster(opts: LocalClusterOptions): Promise<LocalCluster> {
   const token = sessionToken(opts.sessionDir, opts.token);
   const host = opts.host ?? '127.0.0.1';
-  // The runtime head and its node agent, in this process; their state lives in the session dir.
-  const { startLocalCluster: startRuntime } = await import('../runtime/local-cluster.ts');
-  const { headClusterView } = await import('../runtime/head/http/head-view.ts');
-  const runtime = await startRuntime({
-    token,
-    sessionDir: opts.sessionDir,
-    head: { host, port: opts.port ?? 6380, sessionDir: opts.sessionDir },
-    node: {
-      ...(opts.numCpus !== undefined ? { numCpus: opts.numCpus } : {}),
-      ...(opts.numGpus !== undefined ? { numGpus: opts.numGpus } : {}),
-      ...(opts.resources ? { resources: opts.resources } : {}),
-    } as never,
-  });
-  const cluster: ClusterView = headClusterView(runtime.head);
-  const headAddress = runtime.address;
-  let ops: Ops;
+  const port = opts.port ?? 6380;
+  const head = await onPort(port === 0 ? opts.previousPorts?.port : undefined, port, (p) =>
+    startHead({ host, port: p, token, sessionDir: opts.sessionDir, nodeHeartbeatTimeoutMs: opts.nodeHeartbeatTimeoutMs }),
+  );
+  let node: NodeAgent | undefined;
+  let ops: Ops | undefined;
   try {
-    ops = await startOps({
-      sessionDir: opts.sessionDir,
-      token,
-      host,
-      dashboardPort: opts.dashboardPort ?? 8265,
-      cluster,
-      db: runtime.head.store.db,
-      headAddress,
-      stopGraceMs: opts.stopGraceMs,
-      warn: opts.warn,
-    });
+    if (opts.inProcessNode !== false) {
+      node = await startNodeAgent({
+        headAddress: head.address,
+        token,
+        sessionDir: opts.sessionDir,
+        numCpus: opts.numCpus,
+        numGpus: opts.numGpus,
+        resources: opts.resources,
+      });
+    }
+    const dashboardPort = opts.dashboardPort ?? 8265;
+    ops = await onPort(dashboardPort === 0 ? opts.previousPorts?.dashboardPort : undefined, dashboardPort, (p) =>
+      startOps({
+        sessionDir: opts.sessionDir,
+        token,
+        host,
+        dashboardPort: p,
+        cluster: headClusterView(head),
+        db: head.store.db,
+        headAddress: head.address,
+        driverEnv: opts.driverReconnectMs ? { RTJOB_HEAD_RECONNECT_MS: String(opts.driverReconnectMs) } : {},
+        stopGraceMs: opts.stopGraceMs,
+        warn: opts.warn,
+      }),
+    );
   } catch (err) {
-    await runtime.close();
+    await node?.close();
+    await head.close();
     throw err;
   }
+  const started = ops;
+  const stopIndex = indexHeadWorkerLogs(head, started.store);
   return {
-    address: headAddress,
-    dashboardUrl: ops.http.url,
+    address: head.address,
+    dashboardUrl: started.http.url,
     token,
     sessionDir: opts.sessionDir,
-    ops,
+    head,
+    ops: started,
+    node,
     close: async (o = {}) => {
-      await ops.close(o);
-      await runtime.close();
+      stopIndex();
+      await started.close(o);
+      await node?.close();
+      await head.close();
     },
   };
 }

@@ -37,7 +37,8 @@ import {
   kActorId,
   makeHandle,
 } from './handles.ts';
-import { type LocalClusterOptions, startLocalCluster } from './local-cluster.ts';
+import { startLocalCluster } from './launch.ts';
+import type { LocalClusterOptions } from './local-cluster.ts';
 import { type ActorInfo, type ActorOptionsWire, type ActorSpecWire, type NodeInfo, type ResourceMap, pack } from './protocol.ts';
 
 installCodec();
@@ -127,6 +128,8 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
     kind: 'driver',
     jobId: opts.jobId ?? process.env.RTJOB_JOB_ID,
     objectTransferHoldMs: opts.objectTransferHoldMs,
+    // Set for job drivers by a head that can restart: the driver keeps its actors across it.
+    reconnectMs: Number(process.env.RTJOB_HEAD_RECONNECT_MS ?? 0) || 0,
   }).catch(async (e) => {
     await closeCluster?.();
     throw e;

@@ -136,6 +136,11 @@ export interface RegisterNode {
   readonly pid: number;
   readonly resources: ResourceMap;
   readonly sessionDir: string;
+  /**
+   * Workers still running on a node that re-registers (its head restarted): a restarted head
+   * re-attaches the actors it recovered from its store and stops the rest. Absent on first join.
+   */
+  readonly workers?: readonly { readonly actorId: string; readonly incarnation: number; readonly pid: number }[];
 }
 export interface WorkerExited {
   readonly type: 'workerExited';
@@ -200,6 +205,8 @@ export interface RegisterClient {
   readonly incarnation?: number;
   readonly jobId?: string;
   readonly pid: number;
+  /** The client id a previous head gave this process; sent when reconnecting to keep ownership. */
+  readonly clientId?: string;
 }
 export interface CreateActor {
   readonly type: 'createActor';

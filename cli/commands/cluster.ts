@@ -4,7 +4,7 @@
  * @module
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, closeSync, readFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -13,8 +13,10 @@ import { type ClusterFile, pidAlive, readClusterFile, removeClusterFile, rtjobHo
 import { bytes, table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
+import type { NodeDaemonOptions } from '../node-daemon.ts';
 
 const daemonPath = fileURLToPath(new URL('../daemon.ts', import.meta.url));
+const nodeDaemonPath = fileURLToPath(new URL('../node-daemon.ts', import.meta.url));
 
 /** Options of `rtjob start`. */
 export interface StartOptions {
@@ -50,54 +52,25 @@ async function waitFor<T>(what: string, deadlineMs: number, check: () => T | und
   }
 }
 
-/** `rtjob start --head` / `rtjob start --address`. */
-export async function startCommand(o: StartOptions): Promise<void> {
-  if (!o.head && !o.address) throw new CliError('say --head to start a cluster, or --address HOST:PORT --token T to join one', 2);
-  const existing = readClusterFile();
-  if (existing && existing.pids.some(pidAlive)) {
-    throw new CliError(`a cluster is already running here (${existing.dashboardUrl ?? existing.address}); run \`rtjob stop\` first`, 1);
-  }
-  if (o.address) {
-    throw new CliError('joining a cluster needs the runtime node agent, which this install does not have yet', 1);
-  }
-  let resources: Record<string, number> | undefined;
-  if (o.resources) {
-    try {
-      resources = JSON.parse(o.resources) as Record<string, number>;
-    } catch {
-      throw new CliError(`--resources must be JSON like '{"TPU": 4}', got ${o.resources}`, 2);
-    }
-  }
-  const sessionDir = o.sessionDir ?? join(rtjobHome(), 'session');
-  mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
-  const opts = {
-    sessionDir,
-    token: o.token,
-    host: o.host,
-    port: num('--port', o.port),
-    dashboardPort: num('--dashboard-port', o.dashboardPort),
-    numCpus: num('--num-cpus', o.numCpus),
-    numGpus: num('--num-gpus', o.numGpus),
-    resources,
-  };
-  const logFile = join(sessionDir, 'logs', 'head.log');
-  const readyFile = join(sessionDir, 'head.json');
+/** Spawns a detached daemon and waits for its ready file. */
+async function spawnDaemon(script: string, arg: unknown, logFile: string, readyFile: string, what: string): Promise<{ pid: number } & Record<string, unknown>> {
+  rmSync(readyFile, { force: true });
   const out = openSync(logFile, 'a');
-  const child = spawn(process.execPath, ['--import', tsxImport, daemonPath, JSON.stringify(opts)], {
+  const child = spawn(process.execPath, ['--import', tsxImport, script, JSON.stringify(arg)], {
     detached: true,
     stdio: ['ignore', out, out],
     env: process.env,
   });
   closeSync(out);
   let exited: string | undefined;
-  child.on('exit', (code, signal) => (exited = `the head exited during start (${signal ?? `code ${code}`}); its log:\n${tailLines(logFile, 30)}`));
+  child.on('exit', (code, signal) => (exited = `the ${what} exited during start (${signal ?? `code ${code}`}); its log:\n${tailLines(logFile, 30)}`));
   const ready = await waitFor(
-    'the head to start',
+    `the ${what} to start`,
     60_000,
     () => {
       if (!existsSync(readyFile)) return undefined;
       try {
-        const r = JSON.parse(readFileSync(readyFile, 'utf8')) as { pid: number; address: string; dashboardUrl: string };
+        const r = JSON.parse(readFileSync(readyFile, 'utf8')) as { pid: number } & Record<string, unknown>;
         return r.pid === child.pid ? r : undefined;
       } catch {
         return undefined;
@@ -106,26 +79,109 @@ export async function startCommand(o: StartOptions): Promise<void> {
     () => exited,
   );
   child.unref();
+  return ready;
+}
+
+function nodeResources(o: StartOptions): Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources'> {
+  let resources: Record<string, number> | undefined;
+  if (o.resources) {
+    try {
+      resources = JSON.parse(o.resources) as Record<string, number>;
+    } catch {
+      throw new CliError(`--resources must be JSON like '{"TPU": 4}', got ${o.resources}`, 2);
+    }
+    if (typeof resources !== 'object' || resources === null || Object.values(resources).some((v) => typeof v !== 'number' || !(v >= 0))) {
+      throw new CliError(`--resources must map names to non-negative numbers, got ${o.resources}`, 2);
+    }
+  }
+  return { numCpus: num('--num-cpus', o.numCpus), numGpus: num('--num-gpus', o.numGpus), resources };
+}
+
+/** `rtjob start --head` / `rtjob start --address`. */
+export async function startCommand(o: StartOptions): Promise<void> {
+  if (!o.head && !o.address) throw new CliError('say --head to start a cluster, or --address HOST:PORT --token T to join one', 2);
+  const existing = readClusterFile();
+  const headPid = existing?.headPid ?? (existing?.role === 'head' ? existing.pids[0] : undefined);
+  // A head that died (kill -9, OOM) while its node agent lives on: start only the head, on the
+  // same session, and the node agent, its workers and the drivers reconnect to it.
+  const recovering = Boolean(o.head && existing?.role === 'head' && headPid !== undefined && !pidAlive(headPid) && existing.pids.some(pidAlive));
+  if (existing && existing.pids.some(pidAlive) && !recovering) {
+    throw new CliError(`a cluster is already running here (${existing.dashboardUrl ?? existing.address}); run \`rtjob stop\` first`, 1);
+  }
+  const res = nodeResources(o);
+  if (o.address) return joinCommand(o, res);
+
+  const sessionDir = recovering ? existing!.sessionDir : (o.sessionDir ?? join(rtjobHome(), 'session'));
+  mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
+  const opts = {
+    sessionDir,
+    token: o.token,
+    host: o.host,
+    port: num('--port', o.port),
+    dashboardPort: num('--dashboard-port', o.dashboardPort),
+  };
+  const ready = (await spawnDaemon(daemonPath, opts, join(sessionDir, 'logs', 'head.log'), join(sessionDir, 'head.json'), 'head')) as {
+    pid: number;
+    address: string;
+    dashboardUrl: string;
+  };
   const token = readFileSync(join(sessionDir, 'token'), 'utf8').trim();
+  let nodePids = recovering ? existing!.pids.filter((p) => p !== headPid && pidAlive(p)) : [];
+  if (nodePids.length === 0) {
+    try {
+      const node = await spawnDaemon(
+        nodeDaemonPath,
+        { headAddress: ready.address, token, sessionDir, host: o.host, ...res } satisfies NodeDaemonOptions,
+        join(sessionDir, 'logs', 'node.log'),
+        join(sessionDir, 'node.json'),
+        'node agent',
+      );
+      nodePids = [node.pid];
+    } catch (err) {
+      process.kill(ready.pid, 'SIGTERM');
+      throw err;
+    }
+  }
   const info: ClusterFile = {
     address: ready.address,
     dashboardUrl: ready.dashboardUrl,
     token,
     sessionDir,
-    pids: [ready.pid],
+    pids: [ready.pid, ...nodePids],
+    headPid: ready.pid,
     role: 'head',
     startedAt: Date.now(),
   };
   writeClusterFile(info);
   const login = `${ready.dashboardUrl}/login?token=${encodeURIComponent(token)}`;
-  console.log(`rtjob head started (pid ${ready.pid}); session ${sessionDir}`);
-  if (ready.address) console.log(`  runtime address  ${ready.address}`);
+  console.log(`rtjob head ${recovering ? 'restarted' : 'started'} (pid ${ready.pid}, node agent pid ${nodePids.join(', ')}); session ${sessionDir}`);
+  console.log(`  runtime address  ${ready.address}`);
   console.log(`  dashboard        ${login}`);
   console.log(`  connection info  ${join(rtjobHome(), 'cluster.json')} (mode 0600)`);
   console.log('');
   console.log('Submit a job:        rtjob submit -- train_ppo --agent-func ./agent.ts');
-  if (ready.address) console.log(`Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`);
+  console.log(`Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`);
   console.log('Stop everything:     rtjob stop');
+}
+
+/** `rtjob start --address HOST:PORT --token T`: a node agent on this machine joins that head. */
+async function joinCommand(o: StartOptions, res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources'>): Promise<void> {
+  const token = o.token ?? process.env.RTJOB_TOKEN;
+  if (!token) throw new CliError('joining needs the cluster token: --token T (or RTJOB_TOKEN)', 2);
+  const address = o.address!.replace(/^wss?:\/\//, '');
+  if (!/^[^\s/]+:\d+$/.test(address)) throw new CliError(`--address must be HOST:PORT, got ${o.address}`, 2);
+  const sessionDir = o.sessionDir ?? join(rtjobHome(), 'node-session');
+  mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
+  const node = await spawnDaemon(
+    nodeDaemonPath,
+    { headAddress: address, token, sessionDir, host: o.host, ...res } satisfies NodeDaemonOptions,
+    join(sessionDir, 'logs', 'node.log'),
+    join(sessionDir, 'node.json'),
+    'node agent',
+  );
+  writeClusterFile({ address, token, sessionDir, pids: [node.pid], role: 'node', startedAt: Date.now() });
+  console.log(`rtjob node agent started (pid ${node.pid}) and joined ${address} as ${String(node.nodeId)}`);
+  console.log('Stop it with:        rtjob stop');
 }
 
 /** `rtjob stop`: stops what `rtjob start` started here, then waits until every process is gone. */

@@ -28,6 +28,11 @@ export interface RuntimeOptions {
   host?: string;
   /** @default 30000 */
   objectTransferHoldMs?: number;
+  /**
+   * After losing the head, keep trying to reconnect (and resume this client id) this long, for a
+   * head that restarts on the same session. 0 gives up at once. @default 0
+   */
+  reconnectMs?: number;
 }
 
 const dataAccepts: ReadonlySet<MessageType> = new Set<MessageType>([
@@ -61,6 +66,7 @@ export class Runtime {
   private seq = 0;
   private closed = false;
   private readonly closeHooks: (() => Promise<void> | void)[] = [];
+  private readonly headLostHooks: ((reason: string) => void)[] = [];
 
   private constructor(readonly opts: RuntimeOptions) {
     this.jobId = opts.jobId;
@@ -83,37 +89,89 @@ export class Runtime {
       { transferHoldMs: opts.objectTransferHoldMs },
     );
     try {
-      rt.head = await connect(opts.headAddress, {
-        token: opts.token,
-        accepts: new Set<MessageType>(['stopWorker']),
-        handler: (m) => {
-          // The head replaced this worker's incarnation (e.g. its node was declared dead).
-          if (m.type === 'stopWorker' && opts.kind === 'worker' && m.actorId === opts.actorId) {
-            log.warn(`the head stopped actor ${m.actorId} incarnation ${m.incarnation}; exiting`);
-            process.exit(1);
-          }
-        },
-      });
-      const reg = await rt.head.request<{ clientId: string; sessionDir?: string }>({
+      rt.head = await rt.connectHead();
+    } catch (e) {
+      await rt.server.close();
+      throw e;
+    }
+    rt.watchHead();
+    current = rt;
+    setRefFetcher((ref) => rt.fetch(ref));
+    return rt;
+  }
+
+  /** Connects to the head and registers, resuming this process's client id when it has one. */
+  private async connectHead(): Promise<Connection> {
+    const opts = this.opts;
+    const conn = await connect(opts.headAddress, {
+      token: opts.token,
+      accepts: new Set<MessageType>(['stopWorker']),
+      handler: (m) => {
+        // The head replaced this worker's incarnation (e.g. its node was declared dead).
+        if (m.type === 'stopWorker' && opts.kind === 'worker' && m.actorId === opts.actorId) {
+          log.warn(`the head stopped actor ${m.actorId} incarnation ${m.incarnation}; exiting`);
+          process.exit(1);
+        }
+      },
+    });
+    try {
+      const reg = await conn.request<{ clientId: string; sessionDir?: string }>({
         type: 'registerClient',
         kind: opts.kind,
         actorId: opts.actorId,
         incarnation: opts.incarnation,
         jobId: opts.jobId,
         pid: process.pid,
+        ...(this.clientId ? { clientId: this.clientId } : {}),
       });
-      rt.clientId = reg.clientId;
-      rt.sessionDir = reg.sessionDir;
+      this.clientId = reg.clientId;
+      this.sessionDir = reg.sessionDir;
     } catch (e) {
-      await rt.server.close();
+      conn.close('registration failed');
       throw e;
     }
-    rt.head.onClose((reason) => {
-      if (!rt.closed) log.warn(`lost the head: ${reason}`);
+    return conn;
+  }
+
+  /** On losing the head: reconnect for up to `reconnectMs`, else report it lost for good. */
+  private watchHead(): void {
+    const conn = this.head;
+    conn.onClose((reason) => {
+      if (this.closed || this.head !== conn) return;
+      const ms = this.opts.reconnectMs ?? 0;
+      if (ms <= 0) {
+        log.warn(`lost the head: ${reason}`);
+        for (const fn of this.headLostHooks) fn(reason);
+        return;
+      }
+      log.warn(`lost the head: ${reason}; reconnecting for up to ${ms} ms`);
+      void this.reconnect(Date.now() + ms, reason);
     });
-    current = rt;
-    setRefFetcher((ref) => rt.fetch(ref));
-    return rt;
+  }
+
+  private async reconnect(deadline: number, reason: string): Promise<void> {
+    let delayMs = 100;
+    while (!this.closed && Date.now() < deadline) {
+      try {
+        this.head = await this.connectHead();
+        if (this.closed) {
+          this.head.close('client shutting down');
+          return;
+        }
+        log.info(`reconnected to the head at ${this.opts.headAddress} as ${this.clientId}`);
+        this.watchHead();
+        return;
+      } catch {
+        await new Promise((r) => setTimeout(r, delayMs));
+        delayMs = Math.min(delayMs * 2, 1000);
+      }
+    }
+    if (!this.closed) for (const fn of this.headLostHooks) fn(`${reason}; reconnecting gave up`);
+  }
+
+  /** Called once the head is gone for good (at once without `reconnectMs`). */
+  onHeadLost(fn: (reason: string) => void): void {
+    this.headLostHooks.push(fn);
   }
 
   /** `host:port` of this process's endpoint (the owner address of its objects). */

@@ -151,6 +151,14 @@ export class Head extends EventEmitter<HeadEvents> {
   private readonly workerConns = new Map<string, Connection>();
   private pumpScheduled = false;
   private closing = false;
+  /**
+   * Head restart: actors restored from the store that may still run on their node, until the node
+   * re-registers and lists them (or the recovery window ends and they count as lost).
+   */
+  private readonly recovering = new Set<ActorRec>();
+  private recoveryTimer: NodeJS.Timeout | undefined;
+  /** Connected clients by id, so a reconnecting client can resume its id (and its actors). */
+  private readonly clients = new Map<string, Connection>();
 
   /** Use `startHead`. */
   constructor(
@@ -175,6 +183,7 @@ export class Head extends EventEmitter<HeadEvents> {
 
   /** @internal */
   async start(): Promise<void> {
+    this.recover();
     this.server = await listen({
       host: this.opts.host,
       port: this.opts.port,
@@ -182,7 +191,6 @@ export class Head extends EventEmitter<HeadEvents> {
       accepts,
       maxFrameBytes: this.opts.maxFrameBytes,
       heartbeatIntervalMs: this.opts.heartbeatIntervalMs,
-      heartbeatTimeoutMs: this.opts.nodeHeartbeatTimeoutMs,
       handler: (m, c) => this.handle(m, c),
     });
     if (!['127.0.0.1', 'localhost', '::1'].includes(this.opts.host)) {
@@ -215,6 +223,7 @@ export class Head extends EventEmitter<HeadEvents> {
   async close(): Promise<void> {
     if (this.closing) return;
     this.closing = true;
+    if (this.recoveryTimer) clearTimeout(this.recoveryTimer);
     await this.server.close();
     this.store.close();
   }
@@ -227,9 +236,13 @@ export class Head extends EventEmitter<HeadEvents> {
     if (msg.type === 'registerNode') return this.registerNode(msg, conn);
     if (msg.type === 'registerClient') {
       if (role !== undefined) throw new InvalidArgumentError('this connection is already registered');
+      const resumed =
+        typeof msg.clientId === 'string' && /^driver_[0-9a-f]{12}$/.test(msg.clientId) && !this.clients.has(msg.clientId);
       const clientId =
-        msg.kind === 'worker' ? `worker:${msg.actorId}:${msg.incarnation ?? 0}` : newId('driver_');
+        msg.kind === 'worker' ? `worker:${msg.actorId}:${msg.incarnation ?? 0}` : resumed ? msg.clientId! : newId('driver_');
       conn.meta = { role: 'client', clientId, kind: msg.kind, jobId: msg.jobId };
+      this.clients.set(clientId, conn);
+      conn.onClose(() => this.clients.get(clientId) === conn && this.clients.delete(clientId));
       if (msg.kind === 'worker') {
         const key = `${msg.actorId}:${msg.incarnation ?? 0}`;
         this.workerConns.set(key, conn);
@@ -314,8 +327,10 @@ export class Head extends EventEmitter<HeadEvents> {
     };
     this.nodes.set(nodeId, { info, conn, sched });
     conn.meta = { role: 'node', nodeId };
+    conn.setHeartbeatTimeout(this.opts.nodeHeartbeatTimeoutMs);
     conn.onClose((reason) => this.nodeGone(nodeId, reason));
     this.store.putNode(info);
+    this.reattachWorkers(nodeId, msg, conn);
     this.emit('node', { ...info, available: { ...pool.available } });
     log.info(`node ${nodeId} joined from ${conn.peer}`);
     this.schedulePump();
@@ -505,6 +520,7 @@ export class Head extends EventEmitter<HeadEvents> {
       return;
     }
     const killed = rec.killIntent !== undefined;
+    // A worker that exited while the head was down restarts as any crashed worker would.
     this.processGone(rec, {
       reason: killed ? 'killed' : 'exited',
       message: killed
@@ -518,6 +534,7 @@ export class Head extends EventEmitter<HeadEvents> {
 
   /** The actor's process is gone: restart it if allowed, else it is DEAD. */
   private processGone(rec: ActorRec, cause: DeathCause): void {
+    this.recovering.delete(rec);
     this.release(rec);
     this.stopStale(rec);
     rec.lastDeath = { ...cause, incarnation: rec.info.incarnation };
@@ -563,6 +580,7 @@ export class Head extends EventEmitter<HeadEvents> {
 
   private setDead(rec: ActorRec, cause: DeathCause, releaseNow = true): void {
     this.pendingActors.delete(rec);
+    this.recovering.delete(rec);
     this.stopStale(rec);
     if (releaseNow) this.release(rec);
     rec.info.state = 'DEAD';
@@ -612,6 +630,75 @@ export class Head extends EventEmitter<HeadEvents> {
     return new Promise((resolve) =>
       rec.waiters.push({ afterIncarnation: msg.afterIncarnation, untilAlive: msg.untilAlive, resolve }),
     );
+  }
+
+  // ---- head restart ------------------------------------------------------------------------
+
+  /**
+   * Restores actors (and their constructor arguments) from the session's store. Actors that were
+   * placed may still run: they keep their state and address, and wait for their node agent to
+   * re-register and list them. After the recovery window (the node heartbeat timeout) those not
+   * claimed count as lost with their node, and non-detached actors whose owner did not reconnect
+   * are killed, as if the owner had exited.
+   */
+  private recover(): void {
+    if (!this.sessionDir) return;
+    const stored = this.store.listActors();
+    if (stored.length === 0) return;
+    for (const info of stored) {
+      const rec: ActorRec = {
+        info: { ...info },
+        ctorArgs: this.store.actorCtorArgs(info.actorId) ?? new Uint8Array(),
+        waiters: [],
+      };
+      this.actors.set(info.actorId, rec);
+      if (info.state === 'DEAD') continue;
+      // (Placement groups are not restored: an actor in one can re-attach but not restart.)
+      if (info.incarnation > 0 && info.nodeId) this.recovering.add(rec);
+      else this.pendingActors.add(rec);
+    }
+    for (const pg of this.store.listPlacementGroups()) {
+      if (pg.state === 'REMOVED' || pg.state === 'FAILED') continue;
+      this.store.putPlacementGroup({ ...pg, state: 'REMOVED' });
+    }
+    log.info(`recovered ${stored.length} actors from ${this.sessionDir}; ${this.recovering.size} wait for their node`);
+    this.recoveryTimer = setTimeout(() => this.endRecovery(), this.opts.nodeHeartbeatTimeoutMs);
+    this.recoveryTimer.unref();
+  }
+
+  private reattachWorkers(nodeId: string, msg: RegisterNode, conn: Connection): void {
+    const node = this.nodes.get(nodeId)!;
+    for (const w of msg.workers ?? []) {
+      const rec = this.actors.get(w.actorId);
+      if (rec && this.recovering.has(rec) && rec.info.nodeId === nodeId && rec.info.incarnation === w.incarnation) {
+        this.recovering.delete(rec);
+        if (rec.info.options.placementGroupId === undefined) {
+          const alloc = node.sched.pool.takeExact(rec.info.options.resources, rec.info.gpuIds ?? []);
+          rec.alloc = { node: node.sched, pool: node.sched.pool, alloc };
+          node.sched.actorCount++;
+        }
+        log.info(`actor ${w.actorId} (pid ${w.pid}) re-attached on node ${nodeId}`);
+        continue;
+      }
+      // Not an incarnation this head expects to run there: stop it.
+      conn.send({ type: 'stopWorker', actorId: w.actorId, incarnation: w.incarnation });
+    }
+  }
+
+  private endRecovery(): void {
+    this.recoveryTimer = undefined;
+    if (this.closing) return;
+    for (const rec of [...this.recovering]) {
+      this.processGone(rec, {
+        reason: 'node-died',
+        message: `actor ${rec.info.actorId}: its node ${rec.info.nodeId ?? '?'} did not report it after the head restarted`,
+      });
+    }
+    for (const rec of this.actors.values()) {
+      if (rec.info.state === 'DEAD' || rec.info.options.detached || this.clients.has(rec.info.ownerId)) continue;
+      this.kill(rec, true, `its owner ${rec.info.ownerId} did not reconnect after the head restarted`, 'owner-died');
+    }
+    this.schedulePump();
   }
 
   // ---- placement groups ------------------------------------------------------------------

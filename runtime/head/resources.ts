@@ -60,6 +60,19 @@ export class ResourcePool {
     return { resources: { ...req }, gpuIds, gpuShare: share };
   }
 
+  /**
+   * Re-reserves what a running actor already holds, on the GPU indices it was given (a restarted
+   * head re-attaching it). Never refuses: the process exists whether or not it fits.
+   */
+  takeExact(req: ResourceMap, gpuIds: readonly number[]): Allocation {
+    for (const [k, v] of Object.entries(req)) if (v > 0) this.available[k] = round((this.available[k] ?? 0) - v);
+    const gpu = req.GPU ?? 0;
+    const share = gpu >= 1 ? 1 : gpu;
+    const ids = gpuIds.filter((id) => this.gpuFree.has(id));
+    for (const id of ids) this.gpuFree.set(id, round(this.gpuFree.get(id)! - share));
+    return { resources: { ...req }, gpuIds: ids, gpuShare: share };
+  }
+
   give(a: Allocation): void {
     for (const [k, v] of Object.entries(a.resources)) {
       if (v > 0) this.available[k] = round(Math.min(this.total[k] ?? 0, (this.available[k] ?? 0) + v));

@@ -13,7 +13,7 @@ import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { logger } from '../log.ts';
-import type { Message, MessageType, ResourceMap, StartWorker } from '../protocol.ts';
+import type { Message, MessageType, ResourceMap, StartWorker, WorkerExited } from '../protocol.ts';
 import { type Connection, connect } from '../transport.ts';
 
 const log = logger('node');
@@ -42,6 +42,12 @@ export interface NodeAgentOptions {
   stderrTailLines?: number;
   /** The head is declared lost after this much silence. @default 10000 */
   heartbeatTimeoutMs?: number;
+  /**
+   * After losing the head, keep the workers running and try to reconnect this long (a head that
+   * restarts on the same session re-attaches them with their state). 0 stops every worker at
+   * once. Workers get the same window for their own connection. @default 0
+   */
+  reconnectMs?: number;
 }
 
 /** One running worker. */
@@ -79,6 +85,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   private conn!: Connection;
   private readonly running = new Map<string, Running>();
   private closing = false;
+  /** Exit reports that happened while the head was unreachable, sent after reconnecting. */
+  private unsent: WorkerExited[] = [];
 
   /** Use `startNodeAgent`. */
   constructor(private readonly opts: NodeAgentOptions) {
@@ -100,27 +108,76 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
 
   /** @internal */
   async start(): Promise<void> {
-    this.conn = await connect(this.opts.headAddress, {
+    this.conn = await this.register();
+    this.watchHead();
+  }
+
+  /** Connects and registers; a re-registration keeps the node id and lists running workers. */
+  private async register(): Promise<Connection> {
+    const conn = await connect(this.opts.headAddress, {
       token: this.opts.token,
       accepts,
       handler: (m) => this.handle(m),
       heartbeatTimeoutMs: this.opts.heartbeatTimeoutMs,
     });
-    this.conn.onClose((reason) => {
-      if (this.closing) return;
-      log.warn(`lost the head at ${this.opts.headAddress}: ${reason}; stopping workers`);
-      this.emit('headLost', reason);
-      void this.close();
+    try {
+      const { nodeId } = await conn.request<{ nodeId: string }>({
+        type: 'registerNode',
+        ...(this.nodeId ? { nodeId: this.nodeId } : {}),
+        hostname: hostname(),
+        host: this.opts.host ?? '127.0.0.1',
+        pid: process.pid,
+        resources: this.resources,
+        sessionDir: this.sessionDir,
+        ...(this.nodeId ? { workers: this.workers.map((w) => ({ actorId: w.actorId, incarnation: w.incarnation, pid: w.pid })) } : {}),
+      });
+      this.nodeId = nodeId;
+    } catch (e) {
+      conn.close('registration failed');
+      throw e;
+    }
+    return conn;
+  }
+
+  private watchHead(): void {
+    const conn = this.conn;
+    conn.onClose((reason) => {
+      if (this.closing || this.conn !== conn) return;
+      const ms = this.opts.reconnectMs ?? 0;
+      if (ms <= 0) {
+        log.warn(`lost the head at ${this.opts.headAddress}: ${reason}; stopping workers`);
+        this.emit('headLost', reason);
+        void this.close();
+        return;
+      }
+      log.warn(`lost the head at ${this.opts.headAddress}: ${reason}; workers keep running, reconnecting for up to ${ms} ms`);
+      void this.reconnect(Date.now() + ms, reason);
     });
-    const { nodeId } = await this.conn.request<{ nodeId: string }>({
-      type: 'registerNode',
-      hostname: hostname(),
-      host: this.opts.host ?? '127.0.0.1',
-      pid: process.pid,
-      resources: this.resources,
-      sessionDir: this.sessionDir,
-    });
-    this.nodeId = nodeId;
+  }
+
+  private async reconnect(deadline: number, reason: string): Promise<void> {
+    let delayMs = 100;
+    while (!this.closing && Date.now() < deadline) {
+      try {
+        const conn = await this.register();
+        if (this.closing) {
+          conn.close('node agent shutting down');
+          return;
+        }
+        this.conn = conn;
+        this.watchHead();
+        for (const m of this.unsent.splice(0)) conn.send(m);
+        log.info(`re-registered node ${this.nodeId} with ${this.running.size} running workers`);
+        return;
+      } catch {
+        await new Promise((r) => setTimeout(r, delayMs));
+        delayMs = Math.min(delayMs * 2, 1000);
+      }
+    }
+    if (this.closing) return;
+    log.warn(`the head did not come back: ${reason}; stopping workers`);
+    this.emit('headLost', reason);
+    await this.close();
   }
 
   /** Kills every worker, waits for them to exit, and leaves the cluster. */
@@ -158,6 +215,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       RTJOB_SESSION_DIR: this.sessionDir,
       RTJOB_WORKER_HOST: this.opts.host ?? '127.0.0.1',
       CUDA_VISIBLE_DEVICES: m.gpuIds.join(','),
+      ...((this.opts.reconnectMs ?? 0) > 0 ? { RTJOB_HEAD_RECONNECT_MS: String(this.opts.reconnectMs) } : {}),
     };
     delete env.RTJOB_ADDRESS;
     const child = spawn(process.execPath, ['--import', tsxLoader, workerMain], {
@@ -189,14 +247,16 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       err.end();
       const stderrTail = r.tail.slice(-keep);
       this.emit('workerExited', { ...info, exitCode: code, signal, stderrTail });
-      this.conn.send({
+      const report: WorkerExited = {
         type: 'workerExited',
         actorId: m.actorId,
         incarnation: m.incarnation,
         exitCode: code,
         signal,
         stderrTail,
-      });
+      };
+      if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0) this.unsent.push(report);
+      else this.conn.send(report);
     });
     this.running.set(m.actorId, r);
     this.emit('workerStarted', info);

@@ -29,8 +29,10 @@ const rt = await Runtime.start({
   actorId,
   incarnation,
   host: env.RTJOB_WORKER_HOST,
+  // Set by a node agent that outlives a head restart: the worker (and its state) waits for it.
+  reconnectMs: Number(env.RTJOB_HEAD_RECONNECT_MS ?? 0) || 0,
 });
-rt.head.onClose(() => process.exit(0));
+rt.onHeadLost(() => process.exit(0));
 
 const assignment = await rt.head.request<WorkerAssignment>({ type: 'workerHello', actorId, incarnation });
 // Actors this actor creates belong to the same job and inherit its env (api.ts reads these two).

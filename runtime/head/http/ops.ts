@@ -32,6 +32,8 @@ export interface OpsOptions {
   db?: Database.Database;
   /** The runtime's WebSocket address, given to drivers as RTJOB_ADDRESS. */
   headAddress?: string;
+  /** More env every driver gets (e.g. `RTJOB_HEAD_RECONNECT_MS` for a head that can restart). */
+  driverEnv?: Record<string, string>;
   /** Serve the dashboard (built on first use). @default true */
   dashboard?: boolean;
   /** SIGTERM→SIGKILL grace when stopping a driver. @default 3000 */
@@ -61,6 +63,7 @@ export async function startOps(opts: OpsOptions): Promise<Ops> {
     sessionDir: opts.sessionDir,
     stopGraceMs: opts.stopGraceMs,
     clusterEnv: () => ({
+      ...opts.driverEnv,
       ...(opts.headAddress ? { RTJOB_ADDRESS: opts.headAddress } : {}),
       RTJOB_TOKEN: opts.token,
       RTJOB_HTTP_ADDRESS: httpUrl,

@@ -1,0 +1,65 @@
+/**
+ * The background node agent process that `rtjob start` launches: next to a head (`--head`) or on
+ * a machine joining one (`--address`). It starts the workers the head places here and keeps them
+ * running while the head restarts, reconnecting for up to `reconnectMs`. It writes
+ * `<session>/node.json` once registered; on SIGTERM it stops its workers and exits.
+ *
+ * Usage (internal): node --import tsx cli/node-daemon.ts '<NodeDaemonOptions as JSON>'
+ *
+ * @module
+ */
+import { rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+import { startNodeAgent } from '../runtime/node/agent.ts';
+
+/** What `rtjob start` passes. */
+export interface NodeDaemonOptions {
+  headAddress: string;
+  token: string;
+  sessionDir: string;
+  /** Interface this node's workers serve calls on. @default '127.0.0.1' */
+  host?: string;
+  numCpus?: number;
+  numGpus?: number;
+  resources?: Record<string, number>;
+  /** @default 600000 */
+  reconnectMs?: number;
+}
+
+const opts = JSON.parse(process.argv[2] ?? '{}') as NodeDaemonOptions;
+const readyFile = join(opts.sessionDir, 'node.json');
+rmSync(readyFile, { force: true });
+
+const agent = await startNodeAgent({
+  headAddress: opts.headAddress,
+  token: opts.token,
+  sessionDir: opts.sessionDir,
+  host: opts.host,
+  numCpus: opts.numCpus,
+  numGpus: opts.numGpus,
+  resources: opts.resources,
+  reconnectMs: opts.reconnectMs ?? 10 * 60_000,
+});
+writeFileSync(readyFile, JSON.stringify({ pid: process.pid, nodeId: agent.nodeId, headAddress: opts.headAddress }), { mode: 0o600 });
+console.log(`node agent ${process.pid} joined ${opts.headAddress} as ${agent.nodeId}`);
+
+let stopping = false;
+const stop = (why: string) => {
+  if (stopping) return;
+  stopping = true;
+  console.log(`node agent: ${why}, stopping workers`);
+  const force = setTimeout(() => process.exit(1), 10000);
+  agent
+    .close()
+    .catch((err: unknown) => console.error('node agent: error while stopping', err))
+    .finally(() => {
+      clearTimeout(force);
+      rmSync(readyFile, { force: true });
+      process.exit(0);
+    });
+};
+agent.on('headLost', (reason) => stop(`the head is gone (${reason})`));
+process.on('SIGTERM', () => stop('SIGTERM'));
+process.on('SIGINT', () => stop('SIGINT'));
+process.on('SIGHUP', () => undefined);
