@@ -73,7 +73,7 @@ test('a server that exits before it is healthy fails the launch with its last ou
     url: 'http://127.0.0.1:9',
     pollIntervalMs: 50,
   }).then(
-    () => assert.unreachable('launch should fail'),
+    (): never => assert.unreachable('launch should fail') as never,
     (e: unknown) => e as ServerLaunchError,
   );
   assert.is(err.code, 'exited');
@@ -89,7 +89,7 @@ test('a server not healthy in time is stopped and the launch fails', async () =>
     pollIntervalMs: 50,
     stopGraceMs: 1000,
   }).then(
-    () => assert.unreachable('launch should fail'),
+    (): never => assert.unreachable('launch should fail') as never,
     (e: unknown) => e as ServerLaunchError,
   );
   assert.is(err.code, 'not-ready');
