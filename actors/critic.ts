@@ -91,6 +91,16 @@ export class Critic {
     return { valueLoss: loss / Math.max(1, steps), optimizerSteps: steps };
   }
 
+  /** Saves the value model and its optimizer state under `dir` (an HF directory with a value head). */
+  saveCheckpoint(dir: string): void {
+    this.opt.saveCheckpoint(dir, { role: 'critic' }, { tokenizerFrom: this.init.pretrain });
+  }
+
+  /** Restores a {@link saveCheckpoint}. */
+  loadCheckpoint(dir: string): void {
+    this.opt.loadCheckpoint(dir);
+  }
+
   dispose(): void {
     this.opt?.dispose();
     this.model?.dispose();

@@ -264,6 +264,8 @@ export async function saveCheckpoint(ctx: RunContext): Promise<string> {
   const dir = join(resolve(ctx.o.ckptPath), `global_step_${ctx.state.step}`);
   mkdirSync(resolve(ctx.o.ckptPath), { recursive: true });
   await ctx.roles.trainer.saveCheckpoint(dir, { driver: ctx.state });
+  // After the trainer, which replaces `dir` whole.
+  if (ctx.roles.critic) await ctx.roles.critic.saveCheckpoint(join(dir, 'critic'));
   writeFileSync(join(resolve(ctx.o.ckptPath), 'latest'), `global_step_${ctx.state.step}\n`);
   ctx.log.line(`ckpt  step ${ctx.state.step} -> ${dir}`);
   return dir;
@@ -279,6 +281,10 @@ async function resume(ctx: RunContext): Promise<void> {
   const dir = join(root, readFileSync(latest, 'utf8').trim());
   const saved = (await ctx.roles.trainer.loadCheckpoint(dir)) as { driver?: RunState };
   if (!saved.driver) throw new Error(`checkpoint ${dir} has no driver state`);
+  if (ctx.roles.critic) {
+    if (!existsSync(join(dir, 'critic'))) throw new Error(`checkpoint ${dir} has no critic state (saved without --advantage-estimator gae?)`);
+    await ctx.roles.critic.loadCheckpoint(join(dir, 'critic'));
+  }
   Object.assign(ctx.state, saved.driver);
   ctx.summary.trainedPrompts = ctx.state.trainedPrompts;
   ctx.sampler.seek(saved.driver.position);
