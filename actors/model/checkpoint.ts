@@ -32,11 +32,21 @@ export function readConfig(dir: string): LlamaConfig {
   return resolveConfig(JSON.parse(readFileSync(p, 'utf8')));
 }
 
-/** Reads the weights of an HF model directory as named float32 tensors. */
+/**
+ * Reads the weights of an HF model directory as named float32 tensors: `model.safetensors`, or
+ * the shards listed in `model.safetensors.index.json`.
+ */
 export function readWeights(dir: string): NamedTensors {
   const p = join(dir, 'model.safetensors');
-  if (!existsSync(p)) throw new Error(`no model.safetensors in ${dir}`);
-  return parseSafetensors(readFileSync(p), p).tensors;
+  if (existsSync(p)) return parseSafetensors(readFileSync(p), p).tensors;
+  const indexPath = join(dir, 'model.safetensors.index.json');
+  if (!existsSync(indexPath)) throw new Error(`no model.safetensors (or its index) in ${dir}`);
+  const index = JSON.parse(readFileSync(indexPath, 'utf8')) as { weight_map?: Record<string, string> };
+  const shards = [...new Set(Object.values(index.weight_map ?? {}))];
+  if (!shards.length) throw new Error(`${indexPath} lists no shards`);
+  const out: NamedTensors = {};
+  for (const shard of shards) Object.assign(out, parseSafetensors(readFileSync(join(dir, shard)), join(dir, shard)).tensors);
+  return out;
 }
 
 /**

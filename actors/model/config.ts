@@ -51,6 +51,7 @@ export function resolveConfig(raw: Record<string, unknown>): LlamaConfig {
   if (act !== 'silu') throw new Error(`config.json: hidden_act '${act}' is not supported (silu only)`);
   if (heads % kv !== 0) throw new Error('config.json: num_attention_heads must be a multiple of num_key_value_heads');
   if (headDim % 2 !== 0) throw new Error('config.json: head_dim must be even (rotary embeddings)');
+  if (raw.mlp_bias) throw new Error('config.json: mlp_bias is not supported');
   const ropeScaling = raw.rope_scaling as { type?: string; rope_type?: string } | null | undefined;
   if (ropeScaling && (ropeScaling.rope_type ?? ropeScaling.type ?? 'default') !== 'default') {
     throw new Error('config.json: rope_scaling is not supported');

@@ -40,6 +40,29 @@ test('save -> load gives the same logits, HF names and config fields', async () 
   loaded.model.dispose();
 });
 
+test('sharded checkpoints load through model.safetensors.index.json', async () => {
+  await initBackend('wasm');
+  const m = randomModel(tinyLlamaConfig(), 24);
+  const dir = tmp();
+  saveModel(dir, m);
+  const { tensors } = parseSafetensors(readFileSync(join(dir, 'model.safetensors')));
+  const names = Object.keys(tensors);
+  const half = Math.floor(names.length / 2);
+  const shards = [names.slice(0, half), names.slice(half)];
+  const weightMap: Record<string, string> = {};
+  shards.forEach((ns, i) => {
+    const file = `model-0000${i + 1}-of-00002.safetensors`;
+    writeFileSync(join(dir, file), serializeSafetensors(Object.fromEntries(ns.map((n) => [n, tensors[n]!]))));
+    ns.forEach((n) => (weightMap[n] = file));
+  });
+  rmSync(join(dir, 'model.safetensors'));
+  writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: {}, weight_map: weightMap }));
+  const loaded = await loadModel(dir);
+  assert.is(maxAbsDiff(logitsOf(loaded.model), logitsOf(m)), 0);
+  loaded.model.dispose();
+  m.dispose();
+});
+
 test('safetensors: BF16 and F16 are read; corrupt and truncated files are rejected clearly', () => {
   const good = serializeSafetensors({ a: { shape: [2, 2], data: new Float32Array([1, -2, 0.5, 3]) } });
   assert.equal(Array.from(parseSafetensors(good).tensors.a!.data), [1, -2, 0.5, 3]);
