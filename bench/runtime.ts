@@ -1,0 +1,242 @@
+/**
+ * `npm run bench -- runtime`: Ray's microbenchmark shapes on rtjob, with two baselines measured
+ * in the same run: a raw ws+msgpackr echo between two processes, and a child_process IPC echo.
+ * Prints a table (ops/s, ratio to the raw baseline) and writes bench/results/runtime.json.
+ *
+ * The same file is the baselines' echo peer when started with `--raw-echo` or `--ipc-echo`.
+ */
+import { fork, spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { Packr } from 'msgpackr';
+import { WebSocket, WebSocketServer } from 'ws';
+
+const self = fileURLToPath(import.meta.url);
+const packr = new Packr({ useRecords: false, moreTypes: true });
+
+// ---- echo peers (child processes) -------------------------------------------------------------
+
+if (process.argv.includes('--raw-echo')) {
+  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 256 << 20, perMessageDeflate: false });
+  wss.on('connection', (ws) =>
+    ws.on('message', (data: Buffer) => {
+      const m = packr.unpack(data) as { id: number; ack?: boolean; v: unknown };
+      ws.send(packr.pack(m.ack ? { id: m.id } : m));
+    }),
+  );
+  wss.on('listening', () => process.stdout.write(`${(wss.address() as { port: number }).port}\n`));
+} else if (process.argv.includes('--ipc-echo')) {
+  process.on('message', (m) => process.send!(m));
+} else {
+  await main();
+}
+
+// ---- measurement helpers ----------------------------------------------------------------------
+
+interface Row {
+  name: string;
+  value: number;
+  unit: string;
+  baseline?: string;
+  ratio?: number;
+  note?: string;
+}
+
+/** Runs `fn` (which does `ops` operations) repeatedly for about `ms`; returns ops per second. */
+async function rate(ops: number, fn: () => Promise<void>, ms = 2500, warmup = 1): Promise<number> {
+  for (let i = 0; i < warmup; i++) await fn();
+  let done = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < ms) {
+    await fn();
+    done += ops;
+  }
+  return done / ((performance.now() - t0) / 1000);
+}
+
+async function rawWsBaseline(): Promise<{ sync: number; pipelined: number; mbps: number; close(): void }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', self, '--raw-echo'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = Number(await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))));
+  const ws = new WebSocket(`ws://127.0.0.1:${port}`, { maxPayload: 256 << 20, perMessageDeflate: false });
+  await new Promise((r) => ws.once('open', r));
+  const waiting = new Map<number, () => void>();
+  ws.on('message', (d: Buffer) => {
+    const m = packr.unpack(d) as { id: number };
+    waiting.get(m.id)?.();
+    waiting.delete(m.id);
+  });
+  let id = 0;
+  const call = (v: unknown, ack = false) =>
+    new Promise<void>((resolve) => {
+      const i = id++;
+      waiting.set(i, resolve);
+      ws.send(packr.pack({ id: i, v, ack }));
+    });
+  const sync = await rate(200, async () => {
+    for (let i = 0; i < 200; i++) await call(null);
+  });
+  const pipelined = await rate(1000, async () => {
+    const ps = [];
+    for (let i = 0; i < 1000; i++) ps.push(call(null));
+    await Promise.all(ps);
+  });
+  const big = new Float32Array(16 << 20);
+  const perSec = await rate(1, () => call(big, true), 3000);
+  return { sync, pipelined, mbps: perSec * 64, close: () => (ws.close(), child.kill()) };
+}
+
+async function ipcBaseline(): Promise<{ sync: number; close(): void }> {
+  const child = fork(self, ['--ipc-echo'], { execArgv: ['--import', 'tsx'], serialization: 'advanced' });
+  await new Promise<void>((resolve) => {
+    child.once('message', () => resolve());
+    child.send(0);
+  });
+  const roundTrip = () =>
+    new Promise<void>((resolve) => {
+      child.once('message', () => resolve());
+      child.send(1);
+    });
+  const sync = await rate(200, async () => {
+    for (let i = 0; i < 200; i++) await roundTrip();
+  });
+  return { sync, close: () => child.kill() };
+}
+
+// ---- the benchmark ---------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const api = await import('../runtime/index.ts');
+  type EchoT = typeof import('../examples/actors/echo.ts').Echo;
+  type NoopT = typeof import('../examples/actors/echo.ts').noop;
+  const { defineActor, defineTask, get, init, placementGroup, put, shutdown, wait } = api;
+  const moduleUrl = new URL('../examples/actors/echo.ts', import.meta.url);
+  const Echo = defineActor<EchoT>(moduleUrl, 'Echo');
+  const noopTask = defineTask<NoopT>(moduleUrl, 'noop');
+  const rows: Row[] = [];
+
+  console.log('measuring baselines...');
+  const raw = await rawWsBaseline();
+  const ipc = await ipcBaseline();
+  raw.close();
+  ipc.close();
+  rows.push({ name: 'baseline: raw ws+msgpackr echo, sync', value: raw.sync, unit: 'ops/s' });
+  rows.push({ name: 'baseline: raw ws+msgpackr echo, pipelined', value: raw.pipelined, unit: 'ops/s' });
+  rows.push({ name: 'baseline: raw ws 64 MiB transfer', value: raw.mbps, unit: 'MB/s' });
+  rows.push({ name: 'baseline: child_process IPC echo, sync', value: ipc.sync, unit: 'ops/s', baseline: 'raw sync', ratio: ipc.sync / raw.sync });
+
+  await init({ local: { node: { numCpus: 64 } }, taskPoolSize: 2 });
+  const vsSync = (v: number) => ({ baseline: 'raw sync', ratio: v / raw.sync });
+  const vsPipe = (v: number) => ({ baseline: 'raw pipelined', ratio: v / raw.pipelined });
+
+  console.log('actor calls...');
+  const a = Echo.remote();
+  await a.noop.remote();
+  const sync = await rate(200, async () => {
+    for (let i = 0; i < 200; i++) await a.noop.remote();
+  });
+  rows.push({ name: '1_1_actor_calls_sync', value: sync, unit: 'ops/s', ...vsSync(sync) });
+  const asyncRate = await rate(1000, async () => {
+    const refs = [];
+    for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
+    await get(refs);
+  });
+  rows.push({ name: '1_1_actor_calls_async', value: asyncRate, unit: 'ops/s', ...vsPipe(asyncRate) });
+  const conc = Echo.options({ maxConcurrency: 16 }).remote();
+  await conc.noop.remote();
+  const concRate = await rate(1000, async () => {
+    const refs = [];
+    for (let i = 0; i < 1000; i++) refs.push(conc.asyncNoop.remote());
+    await get(refs);
+  });
+  rows.push({ name: '1_1_actor_calls_concurrent', value: concRate, unit: 'ops/s', ...vsPipe(concRate), note: 'maxConcurrency 16' });
+
+  const n = 4;
+  const targets = Array.from({ length: n }, () => Echo.remote());
+  await get(targets.map((t) => t.noop.remote()));
+  const client = Echo.remote();
+  await client.noop.remote();
+  const oneN = await rate(4000, async () => void (await client.callMany.remote(targets, 4000)));
+  rows.push({ name: '1_n_actor_calls_async', value: oneN, unit: 'ops/s', ...vsPipe(oneN), note: `1 client actor → ${n} actors` });
+  const clients = Array.from({ length: 2 }, () => Echo.remote());
+  await get(clients.map((c) => c.noop.remote()));
+  const nn = await rate(8000, async () => void (await get(clients.map((c) => c.callMany.remote(targets, 4000)))));
+  rows.push({ name: 'n_n_actor_calls_async', value: nn, unit: 'ops/s', ...vsPipe(nn), note: `2 client actors → ${n} actors` });
+
+  console.log('tasks, put, get, wait...');
+  await noopTask.remote();
+  const tSync = await rate(100, async () => {
+    for (let i = 0; i < 100; i++) await noopTask.remote();
+  });
+  rows.push({ name: 'single_client_tasks_sync', value: tSync, unit: 'ops/s', ...vsSync(tSync) });
+  const tAsync = await rate(1000, async () => {
+    const refs = [];
+    for (let i = 0; i < 1000; i++) refs.push(noopTask.remote());
+    await get(refs);
+  });
+  rows.push({ name: 'single_client_tasks_async', value: tAsync, unit: 'ops/s', ...vsPipe(tAsync) });
+  const small = new Float32Array(16);
+  const putRate = await rate(1000, async () => {
+    for (let i = 0; i < 1000; i++) put(small);
+  });
+  rows.push({ name: 'single_client_put_calls', value: putRate, unit: 'ops/s', note: 'owner-local store' });
+  const ref = put(small);
+  const getRate = await rate(1000, async () => {
+    for (let i = 0; i < 1000; i++) await get(ref);
+  });
+  rows.push({ name: 'single_client_get_calls', value: getRate, unit: 'ops/s', note: 'owner-local store' });
+  const waitRate = await rate(1, async () => {
+    const refs = [];
+    for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
+    await wait(refs, { numReturns: 1000 });
+  });
+  rows.push({ name: 'single_client_wait_1k_refs', value: waitRate, unit: 'ops/s' });
+
+  console.log('64 MiB transfers...');
+  const big = new Float32Array(16 << 20);
+  const putMbps =
+    (await rate(1, async () => {
+      const r = put(big);
+      await a.byteLength.remote(r);
+      api.release(r);
+    }, 4000)) * 64;
+  rows.push({ name: 'put 64 MiB, fetched by an actor', value: putMbps, unit: 'MB/s', baseline: 'raw ws MB/s', ratio: putMbps / raw.mbps });
+  const getMbps = (await rate(1, async () => void (await a.makeArray.remote(16 << 20)), 4000)) * 64;
+  rows.push({ name: 'get 64 MiB result from an actor', value: getMbps, unit: 'MB/s', baseline: 'raw ws MB/s', ratio: getMbps / raw.mbps });
+
+  console.log('placement groups, many actors...');
+  const pgRate = await rate(20, async () => {
+    for (let i = 0; i < 20; i++) {
+      const pg = placementGroup([{ CPU: 1 }]);
+      await pg.ready();
+      await pg.remove();
+    }
+  });
+  rows.push({ name: 'placement_group_create/removal', value: pgRate, unit: 'ops/s' });
+  const t0 = performance.now();
+  const many = Array.from({ length: 100 }, () => Echo.remote());
+  await get(many.map((h) => h.noop.remote()));
+  const actorsPerSec = 100 / ((performance.now() - t0) / 1000);
+  const rssMiB = process.memoryUsage().rss / 2 ** 20;
+  rows.push({ name: 'create and call 100 actors', value: actorsPerSec, unit: 'actors/s', note: `driver+head RSS ${rssMiB.toFixed(0)} MiB` });
+  await Promise.all(many.map((h) => api.kill(h)));
+  await shutdown();
+
+  const machine = `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
+  const fmt = (v: number) => (v >= 100 ? Math.round(v).toLocaleString('en-US') : v.toFixed(2));
+  const lines = [
+    `machine: ${machine}`,
+    '',
+    '| benchmark | result | vs baseline | note |',
+    '|---|---:|---:|---|',
+    ...rows.map(
+      (r) =>
+        `| ${r.name} | ${fmt(r.value)} ${r.unit} | ${r.ratio === undefined ? '' : `${(r.ratio * 100).toFixed(0)}% of ${r.baseline}`} | ${r.note ?? ''} |`,
+    ),
+  ];
+  console.log(lines.join('\n'));
+  const dir = fileURLToPath(new URL('./results/', import.meta.url));
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(`${dir}runtime.json`, JSON.stringify({ machine, date: new Date().toISOString(), rows }, null, 2));
+  process.exit(0);
+}
