@@ -105,6 +105,8 @@ export class Runtime {
     const opts = this.opts;
     const conn = await connect(opts.headAddress, {
       token: opts.token,
+      // A worker may start on a machine busy starting many others; be patient.
+      connectTimeoutMs: 60_000,
       accepts: new Set<MessageType>(['stopWorker']),
       handler: (m) => {
         // The head replaced this worker's incarnation (e.g. its node was declared dead).

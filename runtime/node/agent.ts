@@ -43,6 +43,12 @@ export interface NodeAgentOptions {
   /** The head is declared lost after this much silence. @default 10000 */
   heartbeatTimeoutMs?: number;
   /**
+   * Workers starting at once (importing tsx and the user's module is CPU-bound); the rest wait
+   * their turn, which keeps a burst of actor creations from thrashing a small machine.
+   * @default the number of CPU cores, at least 2
+   */
+  maxStartingWorkers?: number;
+  /**
    * After losing the head, keep the workers running and try to reconnect this long (a head that
    * restarts on the same session re-attaches them with their state). 0 stops every worker at
    * once. Workers get the same window for their own connection. @default 0
@@ -85,6 +91,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   private conn!: Connection;
   private readonly running = new Map<string, Running>();
   private closing = false;
+  private starting = 0;
+  private startQueue: StartWorker[] = [];
   /** Exit reports that happened while the head was unreachable, sent after reconnecting. */
   private unsent: WorkerExited[] = [];
 
@@ -192,10 +200,27 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   }
 
   private handle(m: Message): void {
-    if (m.type === 'startWorker') this.startWorker(m);
-    else if (m.type === 'stopWorker') {
+    if (m.type === 'startWorker') {
+      this.startQueue.push(m);
+      this.pumpStarts();
+    } else if (m.type === 'stopWorker') {
+      const queued = this.startQueue.findIndex((q) => q.actorId === m.actorId && q.incarnation === m.incarnation);
+      if (queued >= 0) {
+        this.startQueue.splice(queued, 1);
+        this.conn.send({ type: 'workerExited', actorId: m.actorId, incarnation: m.incarnation, exitCode: null, signal: 'SIGKILL', stderrTail: [] });
+        return;
+      }
       const r = this.running.get(m.actorId);
       if (r && r.info.incarnation === m.incarnation) r.child.kill('SIGKILL');
+    }
+  }
+
+  /** Starts queued workers while fewer than `maxStartingWorkers` are still starting. */
+  private pumpStarts(): void {
+    const max = this.opts.maxStartingWorkers ?? Math.max(2, cpus().length);
+    while (this.starting < max && this.startQueue.length > 0 && !this.closing) {
+      this.starting++;
+      this.startWorker(this.startQueue.shift()!);
     }
   }
 
@@ -231,6 +256,15 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       logFiles,
     };
     const r: Running = { info, child, out, err, tail: [], partial: '' };
+    let startingCounted = true;
+    const started = () => {
+      if (!startingCounted) return;
+      startingCounted = false;
+      this.starting--;
+      this.pumpStarts();
+    };
+    // The worker says `ready` over IPC once it serves calls (or it exits trying).
+    child.on('message', (msg: { type?: string }) => msg?.type === 'ready' && started());
     const keep = this.opts.stderrTailLines ?? 30;
     child.stdout!.pipe(out);
     child.stderr!.on('data', (d: Buffer) => {
@@ -242,6 +276,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     });
     child.on('error', (e) => log.error(`worker for ${m.actorId} failed to start: ${e.message}`));
     child.on('close', (code, signal) => {
+      started();
       if (r.partial) r.tail.push(r.partial);
       if (this.running.get(m.actorId) === r) this.running.delete(m.actorId);
       err.end();

@@ -60,3 +60,4 @@ try {
 }
 rt.callHandler = handle;
 await rt.head.request({ type: 'actorReady', actorId, incarnation, address: rt.address, pid: process.pid });
+process.send?.({ type: 'ready' });
