@@ -12,6 +12,7 @@ import type { Rollout } from '../../actors/rollout.ts';
 import type { Trainer } from '../../actors/trainer.ts';
 import type { TrainPpoOptions } from './flags.ts';
 import { RoleDiedError, type RoleName } from './errors.ts';
+import { placeRoles, type RolePlacement } from './placement.ts';
 import { roleInits, type Remote, type Roles } from './roles.ts';
 
 const actorsDir = new URL('../../actors/', import.meta.url);
@@ -52,27 +53,32 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   await init();
   const inits = roleInits(o, totalSteps);
   const env = { ASYNC_NUM_TASKS: String(o.asyncNumTasks), ASYNC_QUEUE_SIZE: String(o.asyncQueueSize), RTJOB_QUIET_BACKEND: '1' };
-  const pg = o.colocateAllModels ? placementGroup([{ CPU: 0 }], { strategy: 'STRICT_PACK' }) : undefined;
+  const placement = placeRoles(o);
+  const pg = placement.bundles.length ? placementGroup(placement.bundles, { strategy: 'STRICT_PACK' }) : undefined;
   if (pg) await pg.ready();
-  const place = pg ? { placementGroup: pg, bundleIndex: 0 } : {};
+  const place = (p: RolePlacement) => ({
+    numCpus: p.numCpus,
+    numGpus: p.numGpus,
+    ...(pg && p.bundleIndex !== undefined ? { placementGroup: pg, bundleIndex: p.bundleIndex } : {}),
+  });
   const handles: unknown[] = [];
   const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) => {
-    const h = RolloutActor.options({ numCpus: 0, numGpus: o.rolloutNumGpusPerEngine, maxConcurrency: 100000, maxRestarts: 3, env, ...place }).remote(inits.rollout(i));
+    const h = RolloutActor.options({ ...place(placement.rollout(i)), maxConcurrency: 100000, maxRestarts: 3, env }).remote(inits.rollout(i));
     handles.push(h);
     return remote<Rollout>(h, 'rollout');
   });
-  const t = TrainerActor.options({ numCpus: 0, numGpus: o.actorNumGpusPerNode, maxConcurrency: 1, env, ...place }).remote(inits.trainer);
+  const t = TrainerActor.options({ ...place(placement.role('trainer')), maxConcurrency: 1, env }).remote(inits.trainer);
   handles.push(t);
   const trainer = remote<Trainer>(t, 'trainer');
   let reference: Remote<Reference> | undefined;
   if (o.initKlCoef > 0) {
-    const h = ReferenceActor.options({ numCpus: 0, numGpus: o.refNumGpusPerNode, env, ...place }).remote(inits.reference);
+    const h = ReferenceActor.options({ ...place(placement.role('reference')), env }).remote(inits.reference);
     handles.push(h);
     reference = remote<Reference>(h, 'reference');
   }
   let critic: Remote<Critic> | undefined;
   if (o.advantageEstimator === 'gae') {
-    const h = CriticActor.options({ numCpus: 0, numGpus: o.criticNumGpusPerNode, env, ...place }).remote(inits.critic);
+    const h = CriticActor.options({ ...place(placement.role('critic')), env }).remote(inits.critic);
     handles.push(h);
     critic = remote<Critic>(h, 'critic');
   }

@@ -1,0 +1,68 @@
+/**
+ * Where the roles of a run go. Without `--colocate-all-models` each role asks for its own
+ * resources (`--actor-num-gpus-per-node` etc.). With it, every role lands in one placement group
+ * (STRICT_PACK: one machine), as in OpenRLHF's hybrid engine: one bundle per rollout engine, each
+ * of one GPU (or one CPU on a machine without GPUs), shared by fractions between the roles on it —
+ * rollout i on bundle i, the trainer, reference and critic on bundle 0 — so the runtime reserves
+ * the GPUs once and the engine sleeps while the trainer uses the same device.
+ *
+ * @module
+ */
+import type { ResourceMap } from '../../runtime/protocol.ts';
+import type { TrainPpoOptions } from './flags.ts';
+import type { RoleName } from './errors.ts';
+
+/** Resources of one role's actor. */
+export interface RolePlacement {
+  numCpus: number;
+  numGpus: number;
+  /** Bundle of the shared placement group; absent when not colocated. */
+  bundleIndex?: number;
+}
+
+/** The placement of a run. */
+export interface RunPlacement {
+  /** Bundles of the shared group (STRICT_PACK); empty when not colocated. */
+  bundles: ResourceMap[];
+  rollout(i: number): RolePlacement;
+  role(name: Exclude<RoleName, 'rollout'>): RolePlacement;
+}
+
+type PlacementFlags = Pick<
+  TrainPpoOptions,
+  | 'colocateAllModels'
+  | 'rolloutNumEngines'
+  | 'rolloutNumGpusPerEngine'
+  | 'actorNumGpusPerNode'
+  | 'refNumGpusPerNode'
+  | 'criticNumGpusPerNode'
+  | 'initKlCoef'
+  | 'advantageEstimator'
+>;
+
+/** Decides each role's resources from the flags. */
+export function placeRoles(o: PlacementFlags): RunPlacement {
+  const own: Record<Exclude<RoleName, 'rollout'>, number> = {
+    trainer: o.actorNumGpusPerNode,
+    reference: o.refNumGpusPerNode,
+    critic: o.criticNumGpusPerNode,
+  };
+  if (!o.colocateAllModels) {
+    return {
+      bundles: [],
+      rollout: () => ({ numCpus: 0, numGpus: o.rolloutNumGpusPerEngine }),
+      role: (name) => ({ numCpus: 0, numGpus: own[name] }),
+    };
+  }
+  const gpu = o.rolloutNumGpusPerEngine > 0 || o.actorNumGpusPerNode > 0 || o.refNumGpusPerNode > 0 || o.criticNumGpusPerNode > 0;
+  const n = o.rolloutNumEngines;
+  const bundles = Array.from({ length: n }, (): ResourceMap => (gpu ? { CPU: 1, GPU: 1 } : { CPU: 1 }));
+  const onZero = 1 + 1 + (o.initKlCoef > 0 ? 1 : 0) + (o.advantageEstimator === 'gae' ? 1 : 0);
+  // Shares rounded down so they never add up to more than the bundle.
+  const share = (k: number): number => Math.floor(10000 / k) / 10000;
+  const at = (bundle: number): RolePlacement => {
+    const s = share(bundle === 0 ? onZero : 1);
+    return { numCpus: s, numGpus: gpu ? s : 0, bundleIndex: bundle };
+  };
+  return { bundles, rollout: (i) => at(i), role: () => at(0) };
+}

@@ -1,0 +1,70 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { placeRoles } from '../../algorithms/train-ppo/placement.ts';
+import { listActors } from '../../runtime/api.ts';
+import type { ActorInfo } from '../../runtime/protocol.ts';
+import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+
+process.env.RTJOB_QUIET_BACKEND = '1';
+delete process.env.RTJOB_ADDRESS;
+const root = mkdtempSync(join(tmpdir(), 'rtjob-colocate-'));
+process.env.HOME = root;
+let model = '';
+test.before(async () => {
+  model = await writeTinyModel(root);
+});
+test.after(() => rmSync(root, { recursive: true, force: true }));
+
+const flags = {
+  colocateAllModels: true, rolloutNumEngines: 2, rolloutNumGpusPerEngine: 1, actorNumGpusPerNode: 1,
+  refNumGpusPerNode: 1, criticNumGpusPerNode: 1, initKlCoef: 0.01, advantageEstimator: 'gae' as const,
+};
+
+test('colocated roles share GPU bundles by fractions that never exceed a bundle', () => {
+  const p = placeRoles(flags);
+  assert.equal(p.bundles, [{ CPU: 1, GPU: 1 }, { CPU: 1, GPU: 1 }]);
+  const onZero = [p.rollout(0), p.role('trainer'), p.role('reference'), p.role('critic')];
+  assert.ok(onZero.every((r) => r.bundleIndex === 0 && r.numGpus > 0 && r.numGpus < 1));
+  assert.ok(onZero.reduce((a, r) => a + r.numGpus, 0) <= 1);
+  assert.equal(p.rollout(1), { numCpus: 1, numGpus: 1, bundleIndex: 1 });
+  const cpuOnly = placeRoles({ ...flags, rolloutNumEngines: 1, rolloutNumGpusPerEngine: 0, actorNumGpusPerNode: 0, refNumGpusPerNode: 0, criticNumGpusPerNode: 0 });
+  assert.equal(cpuOnly.bundles, [{ CPU: 1 }]);
+  assert.is(cpuOnly.role('trainer').numGpus, 0);
+  const apart = placeRoles({ ...flags, colocateAllModels: false });
+  assert.equal(apart.bundles, []);
+  assert.equal(apart.role('trainer'), { numCpus: 0, numGpus: 1 });
+});
+
+test('--colocate-all-models places every role in one placement group and trains', async () => {
+  let seen: ActorInfo[] = [];
+  const s = await trainPpo(
+    [
+      '--colocate-all-models', '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/multi-turn-step.ts', import.meta.url)),
+      '--rollout-batch-size', '2', '--n-samples-per-prompt', '2', '--train-batch-size', '4', '--micro-train-batch-size', '4',
+      '--generate-max-len', '4', '--max-steps', '2', '--eval-dataset', '', '--init-kl-coef', '0.01', '--save-path', join(root, 'out'),
+    ],
+    {},
+    {
+      log: {
+        line: () => undefined,
+        metric: (step) => {
+          if (step === 1) void listActors().then((a) => (seen = a.filter((x) => x.state === 'ALIVE')));
+        },
+      },
+    },
+  );
+  assert.is(s.steps, 2);
+  const roles = seen.filter((a) => ['Rollout', 'Trainer', 'Reference'].includes(a.spec.exportName));
+  assert.is(roles.length, 3, seen.map((a) => a.spec.exportName).join(','));
+  const groups = new Set(roles.map((a) => a.options.placementGroupId));
+  assert.is(groups.size, 1);
+  assert.ok([...groups][0], 'in a placement group');
+  assert.ok(roles.every((a) => a.options.bundleIndex === 0 && (a.options.resources.CPU ?? 0) > 0 && (a.options.resources.CPU ?? 0) < 1));
+});
+
+test.run();
