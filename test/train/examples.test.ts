@@ -1,5 +1,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,6 +37,17 @@ test('examples/reflection.ts (workflow, groups for GRPO) runs a step', async () 
 test('examples/remax.ts (sampled minus greedy reward) runs a step', async () => {
   const s = await trainPpo(tiny(['--agent-func', example('remax.ts'), '--n-samples-per-prompt', '1', '--advantage-estimator', 'reinforce', '--train-batch-size', '2', '--micro-train-batch-size', '2']), {}, { log });
   assert.is(s.steps, 1);
+});
+
+test('examples/custom-loop.ts (a hand-written loop on actors) trains and exits', () => {
+  const r = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', example('custom-loop.ts'), '--steps', '2', '--pretrain', model, '--prompts', '2', '--samples', '2', '--max-new-tokens', '5'],
+    { env: { ...process.env, HOME: root, RTJOB_ADDRESS: '' }, encoding: 'utf8', timeout: 120_000 },
+  );
+  assert.is(r.status, 0, r.stderr);
+  assert.match(r.stdout, /step 1\/2 {2}reward [\d.]+ {2}loss -?[\d.]+ {2}version 1/);
+  assert.match(r.stdout, /step 2\/2 .* version 2/);
 });
 
 test.run();

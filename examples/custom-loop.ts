@@ -1,0 +1,74 @@
+/**
+ * A training loop written by hand on the library, without the train_ppo driver: a Rollout and a
+ * Trainer as actors on the cluster, then per step rollout batch → experience → trainer step →
+ * weight update. Change any line to try another algorithm (here: GRPO-style group advantages).
+ *
+ *   node --import tsx examples/custom-loop.ts [--steps 10] [--pretrain DIR]
+ */
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import type { Rollout } from '../actors/rollout.ts';
+import type { TrainSample, Trainer } from '../actors/trainer.ts';
+import { computeReturns, makeExperience } from '../algorithms/experience.ts';
+import { PromptSampler } from '../algorithms/train-ppo/data.ts';
+import { builtinDataset } from '../algorithms/datasets/arith.ts';
+import { defineActor, init, kill, shutdown } from 'rtjob';
+
+const { values: args } = parseArgs({
+  options: {
+    steps: { type: 'string', default: '10' },
+    pretrain: { type: 'string', default: fileURLToPath(new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url)) },
+    prompts: { type: 'string', default: '16' },
+    samples: { type: 'string', default: '4' },
+    'max-new-tokens': { type: 'string', default: '48' },
+  },
+});
+const steps = Number(args.steps);
+const prompts = Number(args.prompts);
+const nSamples = Number(args.samples);
+const maxNewTokens = Number(args['max-new-tokens']);
+
+await init();
+const RolloutActor = defineActor<typeof Rollout>(new URL('../actors/rollout.ts', import.meta.url), 'Rollout');
+const TrainerActor = defineActor<typeof Trainer>(new URL('../actors/trainer.ts', import.meta.url), 'Trainer');
+
+const rollout = RolloutActor.options({ maxConcurrency: 1000 }).remote({
+  pretrain: args.pretrain,
+  agentFunc: fileURLToPath(new URL('./agent.ts', import.meta.url)),
+  generateMaxLen: maxNewTokens,
+  promptMaxLen: 64,
+  nSamplesPerPrompt: nSamples,
+});
+const trainer = TrainerActor.options({ maxConcurrency: 1 }).remote({
+  pretrain: args.pretrain,
+  learningRate: 2e-4,
+  trainBatchSize: prompts * nSamples,
+  microTrainBatchSize: 16,
+});
+await Promise.all([rollout.ready.remote(), trainer.ready.remote()]);
+
+const data = new PromptSampler(builtinDataset('arith') as unknown as Record<string, unknown>[], { input: 'prompt', label: 'solution' }, 1);
+try {
+  for (let step = 1; step <= steps; step++) {
+    // 1. A rollout batch: `prompts` groups of `nSamples` agent episodes.
+    const groups = await rollout.runGroups.remote(data.next(prompts));
+    const trajectories = groups.filter((g) => g.status === 'ok').flatMap((g) => g.trajectories);
+    // 2. Experience: token-aligned rows and group-normalised advantages (no critic, no KL).
+    const samples = makeExperience(trajectories, { maxNewTokens });
+    const batch = computeReturns(samples, {}, { advantage: { estimator: 'group_norm', nSamplesPerPrompt: nSamples } });
+    const train: TrainSample[] = samples.map((s, i) => ({
+      inputIds: s.inputIds,
+      actionMask: s.actionMask,
+      advantages: batch.advantages[i]!,
+      oldLogprobs: s.behaviourLogprobs,
+    }));
+    // 3. One trainer step, then 4. the new weights to the engine.
+    const stats = await trainer.train.remote(train);
+    await rollout.updateWeights.remote(await trainer.weights.remote());
+    const reward = trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length);
+    console.log(`step ${step}/${steps}  reward ${reward.toFixed(3)}  loss ${stats.policyLoss.toFixed(4)}  version ${stats.version}`);
+  }
+} finally {
+  await Promise.allSettled([kill(rollout), kill(trainer)]);
+  await shutdown();
+}
