@@ -4,7 +4,7 @@
  * @module
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -54,7 +54,7 @@ async function waitFor<T>(what: string, deadlineMs: number, check: () => T | und
 
 /** Spawns a detached daemon and waits for its ready file. */
 async function spawnDaemon(script: string, arg: unknown, logFile: string, readyFile: string, what: string): Promise<{ pid: number } & Record<string, unknown>> {
-  rmSync(readyFile, { force: true });
+  // The ready file may be a dead head's (its ports are reused); only our child's pid counts.
   const out = openSync(logFile, 'a');
   const child = spawn(process.execPath, ['--import', tsxImport, script, JSON.stringify(arg)], {
     detached: true,
