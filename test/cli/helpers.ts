@@ -20,11 +20,14 @@ export interface CliResult {
 export class Sandbox {
   readonly home = mkdtempSync(join(tmpdir(), 'rtjob-test-'));
 
+  /** `env`: extra environment for every command run in this sandbox. */
+  constructor(readonly env: Record<string, string> = {}) {}
+
   run(args: string[], opts: { env?: Record<string, string>; cwd?: string; timeoutMs?: number } = {}): Promise<CliResult> {
     return new Promise((resolve, reject) => {
       const child = spawn(process.execPath, [binPath, ...args], {
         cwd: opts.cwd ?? this.home,
-        env: { ...process.env, HOME: this.home, RTJOB_HOME: join(this.home, '.rtjob'), ...opts.env },
+        env: { ...process.env, HOME: this.home, RTJOB_HOME: join(this.home, '.rtjob'), ...this.env, ...opts.env },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       let stdout = '';

@@ -1,6 +1,7 @@
 // Head recovery: kill -9 the head while a job runs, start it again on the same session dir; the
-// job table and history are intact, the running driver is re-adopted, and it finishes normally.
-import { readFileSync } from 'node:fs';
+// job table and history are intact, the running driver is re-adopted, and it finishes normally;
+// the node agent and the workers reconnect, and a running actor keeps its state.
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
@@ -9,7 +10,9 @@ import * as assert from 'uvu/assert';
 import { apiCall, pidAlive, Sandbox, until } from './helpers.ts';
 
 const fixtures = fileURLToPath(new URL('../ops/fixtures/', import.meta.url));
-const sb = new Sandbox();
+// A short node timeout is also a short recovery window: actors not re-attached by then are lost.
+const sb = new Sandbox({ RTJOB_NODE_TIMEOUT_MS: '3000' });
+const actorDriver = join(fixtures, 'actor-driver.ts');
 
 test.after(async () => {
   await sb.cleanup();
@@ -51,6 +54,56 @@ test('a head killed with SIGKILL recovers its jobs and re-adopts the running dri
   assert.is(end.exitCode, 0);
   const logs = await sb.run(['logs', 'long']);
   assert.match(logs.stdout, /tick 0\n[\s\S]*tick 59\ndone/);
+});
+
+test('actors keep their state across a head restart; node agent, workers and driver reconnect', async () => {
+  const stopFile = join(sb.home, 'stop-counting');
+  const r = await sb.run(['submit', '--no-wait', '--job-id', 'count', '--env', 'MODE=count', '--env', `STOP_FILE=${stopFile}`, '--', actorDriver]);
+  assert.is(r.code, 0, r.stderr);
+  const counted = async () => {
+    const lines = (await sb.run(['logs', 'count'])).stdout.match(/count \d+ pid \d+/g) ?? [];
+    return lines.map((l) => l.split(' ').map(Number)).map(([, n, , pid]) => ({ n: n!, pid: pid! }));
+  };
+  await until('a few counts', async () => ((await counted()).length >= 5 ? true : undefined), 30_000);
+  const { body: before } = await apiCall<{ rows: { actorId: string; pid: number; state: string }[] }>(sb, 'GET', '/api/jobs/count/actors');
+  assert.is(before.rows.length, 1);
+  const worker = before.rows[0]!;
+  const nodeAgents = sb.clusterFile().pids.slice(1);
+
+  const oldHead = sb.clusterFile().pids[0]!;
+  process.kill(oldHead, 'SIGKILL');
+  await until('the old head to die', () => (pidAlive(oldHead) ? undefined : true));
+  assert.ok(pidAlive(worker.pid), 'the worker outlives the head');
+  const restartedAt = Date.now();
+  await sb.startHead();
+  assert.equal(sb.clusterFile().pids.slice(1), nodeAgents, 'the running node agent is kept');
+
+  // Within seconds: the node is back, the actor ALIVE on the same process, the job RUNNING.
+  const status = await until('status to be correct again', async () => {
+    const s = JSON.parse((await sb.run(['status', '--json'])).stdout) as { nodes: { state: string; workers: number }[]; actorsByState: Record<string, number> };
+    return s.nodes.some((n) => n.state === 'ALIVE' && n.workers >= 1) ? s : undefined;
+  }, 15_000);
+  assert.ok(Date.now() - restartedAt < 15_000);
+  assert.ok((status.actorsByState.ALIVE ?? 0) >= 1);
+  const { body: after } = await apiCall<{ actorId: string; pid: number; state: string }>(sb, 'GET', `/api/actors/${worker.actorId}`);
+  assert.is(after.state, 'ALIVE');
+  assert.is(after.pid, worker.pid);
+
+  // Past the recovery window the actor is still alive (its owner, the driver, reconnected).
+  await new Promise((r2) => setTimeout(r2, 3500));
+  const { body: later } = await apiCall<{ state: string }>(sb, 'GET', `/api/actors/${worker.actorId}`);
+  assert.is(later.state, 'ALIVE');
+  writeFileSync(stopFile, '');
+  const end = await until('the job to finish', async () => {
+    const j = await apiCall<{ status: string; message: string }>(sb, 'GET', '/api/jobs/count');
+    return j.body.status === 'RUNNING' ? undefined : j.body;
+  }, 30_000);
+  assert.is(end.status, 'SUCCEEDED', end.message);
+  // The counter never went back: one process, one count per call, in order.
+  const counts = await counted();
+  assert.ok(counts.every((c, i) => c.n === i + 1 && c.pid === worker.pid), 'the count runs 1, 2, 3, … on one process');
+  // The driver created an actor through the new head.
+  assert.match((await sb.run(['logs', 'count'])).stdout, /late actor says 1/);
 });
 
 test.run();
