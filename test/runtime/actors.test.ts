@@ -106,6 +106,14 @@ test('handles and refs can be passed to other actors', async () => {
   assert.equal(ref, [0, 1, 2]);
 });
 
+test('an actor can create actors and hand their handles back', async () => {
+  const caller = CallerActor.remote();
+  const child = await caller.spawnCounter.remote(41);
+  assert.is(await child.incr.remote(1), 42);
+  const info = await actorInfo(child);
+  assert.match(info.ownerId, /^worker:/);
+});
+
 test('named actors are found with getActor', async () => {
   CounterActor.options({ name: 'named-counter' }).remote(7);
   const h = await getActor<typeof Counter>('named-counter');
