@@ -68,6 +68,11 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.waitForSelector('figure.chart[data-metric="reward_mean"] canvas');
   assert.ok((await page.locator('figure.chart').count()) >= 3);
   await page.waitForFunction(() => (document.querySelector('pre.log')?.textContent ?? '').includes('step 10'));
+  // The step time split is one chart with a line per phase.
+  await page.waitForSelector('figure.chart[data-metric="step_time_split"] canvas');
+  // Its actors, grouped by role, and its config with only the env worth showing.
+  await page.waitForFunction(() => /Rollout \(2\)/.test(document.body.innerText) && /Trainer \(1\)/.test(document.body.innerText));
+  assert.match(await page.locator('#env-rest').innerText(), /more inherited variables/);
   // Live: the chart's x range grows as steps arrive, without a reload.
   await page.selectOption('#compare', 'finished');
   await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
@@ -79,12 +84,23 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.waitForFunction(() => document.querySelector('#job-status')?.textContent === 'STOPPED', undefined, { timeout: 15000 });
   const job = await apiCall<{ status: string }>(sb, 'GET', '/api/jobs/train1');
   assert.is(job.body.status, 'STOPPED');
+  // Its actors die with it, and the page shows it.
+  await page.waitForFunction(() => document.querySelectorAll('section[aria-label="Actors"] .badge').length === 3 &&
+    [...document.querySelectorAll('section[aria-label="Actors"] .badge')].every((b) => b.textContent === 'DEAD'), undefined, { timeout: 15000 });
 
-  // Actors view renders its paged table (empty or not, the pager reports the total).
+  // Actors view: the job's rows in the paged table.
   await page.click('nav a[href="#/actors"]');
   await page.waitForSelector('#actor-range');
-  assert.match(await page.locator('#actor-range').innerText(), /of \d+/);
+  assert.match(await page.locator('#actor-range').innerText(), /of [3-9]\d*/);
+  await page.waitForSelector('tr[data-actor] >> text=trainer');
   await page.screenshot({ path: `${shots}actors.png`, fullPage: true });
+
+  // Actor page: its logs (stdout and stderr), after its worker is gone.
+  await page.click('tr[data-actor]:has-text("trainer") a');
+  await page.waitForFunction(() => /out: role 2 ready[\s\S]*err: role 2 ready/.test(document.querySelector('pre.log')?.textContent ?? ''));
+  await page.screenshot({ path: `${shots}actor.png`, fullPage: true });
+  await page.click('a[href="#/actors"]');
+  await page.waitForSelector('#actor-range');
 
   // Keyboard: from the top of the page, Tab reaches the skip link, then the views.
   await page.reload();

@@ -10,7 +10,7 @@ import uPlot from 'uplot';
 import type { MetricsTable } from './api.ts';
 import { h } from './dom.ts';
 
-/** Metrics shown first, in this order; the rest follow alphabetically. */
+/** Metrics shown first, in this order (train_ppo's names); the rest follow alphabetically. */
 const preferred = [
   'reward_mean',
   'eval_accuracy',
@@ -20,16 +20,29 @@ const preferred = [
   'loss',
   'entropy',
   'tokens_per_s',
-  'time_generate',
-  'time_train',
-  'time_sync',
-  'step_time',
+  'step_time_split',
+  'step_s',
   'staleness_mean',
   'staleness_max',
   'buffer_fill',
+  'pass_rate',
+  'response_length',
 ];
 
+/**
+ * Metrics drawn together on one chart of the page's job (one line each), instead of one chart
+ * per metric: the step time split into its phases.
+ */
+const groups: Record<string, { title: string; members: string[] }> = {
+  step_time_split: {
+    title: 'step time split (s): generate / experience / train / sync',
+    members: ['generate_s', 'experience_s', 'train_s', 'weight_sync_s', 'time_generate', 'time_train', 'time_sync'],
+  },
+};
+const grouped = new Set(Object.values(groups).flatMap((g) => g.members));
+
 const colors = ['#3b82f6', '#f97316'];
+const groupColors = ['#3b82f6', '#a855f7', '#f97316', '#10b981', '#ef4444', '#eab308', '#64748b'];
 
 /** Rows of one job keyed by step, one map per metric. */
 class Series {
@@ -72,10 +85,10 @@ export class MetricCharts {
   append(index: number, t: MetricsTable): number {
     const s = this.#series[index];
     if (!s) return -Infinity;
-    const known = new Set(this.#names());
+    const before = this.#layout();
     s.data.add(t);
     const names = this.#names();
-    if (names.some((n) => !known.has(n))) this.#reset();
+    if (this.#layout() !== before) this.#reset();
     else for (const n of names) this.#plots.get(n)?.setData(this.#dataFor(n));
     return s.data.lastStep;
   }
@@ -94,9 +107,15 @@ export class MetricCharts {
     this.#plots.clear();
   }
 
+  /** Chart names: metrics, with grouped ones replaced by their group. */
   #names(): string[] {
     const all = new Set<string>();
-    for (const s of this.#series) for (const k of s.data.byMetric.keys()) all.add(k);
+    for (const s of this.#series) {
+      for (const k of s.data.byMetric.keys()) {
+        const group = grouped.has(k) ? Object.keys(groups).find((g) => groups[g]!.members.includes(k)) : undefined;
+        all.add(group ?? k);
+      }
+    }
     return [...all].sort((a, b) => {
       const ia = preferred.indexOf(a);
       const ib = preferred.indexOf(b);
@@ -105,7 +124,26 @@ export class MetricCharts {
     });
   }
 
+  /** Which charts exist with which lines; a change rebuilds the charts. */
+  #layout(): string {
+    return this.#names().map((n) => (groups[n] ? `${n}(${this.#members(n).join(',')})` : n)).join(' ');
+  }
+
+  /** Members of a group that the page's job logged. */
+  #members(name: string): string[] {
+    const first = this.#series[0]?.data.byMetric;
+    return (groups[name]?.members ?? []).filter((m) => first?.has(m));
+  }
+
   #dataFor(name: string): uPlot.AlignedData {
+    if (groups[name]) {
+      const data = this.#series[0]?.data.byMetric;
+      const members = this.#members(name);
+      const steps = new Set<number>();
+      for (const m of members) for (const k of data?.get(m)?.keys() ?? []) steps.add(k);
+      const xs = [...steps].sort((a, b) => a - b);
+      return [xs, ...members.map((m) => xs.map((x) => data?.get(m)?.get(x) ?? null))] as uPlot.AlignedData;
+    }
     const steps = new Set<number>();
     for (const s of this.#series) for (const k of s.data.byMetric.get(name)?.keys() ?? []) steps.add(k);
     const xs = [...steps].sort((a, b) => a - b);
@@ -133,7 +171,8 @@ export class MetricCharts {
     const dark = matchMedia('(prefers-color-scheme: dark)').matches;
     const axis = { stroke: dark ? '#c9d1d9' : '#374151', grid: { stroke: dark ? '#30363d' : '#e5e7eb' }, ticks: { stroke: dark ? '#30363d' : '#e5e7eb' } };
     for (const name of names) {
-      const box = h('figure', { class: 'chart', 'data-metric': name }, h('figcaption', {}, name));
+      const group = groups[name];
+      const box = h('figure', { class: 'chart', 'data-metric': name }, h('figcaption', {}, group ? group.title : name));
       this.#root.append(box);
       const plot = new uPlot(
         {
@@ -142,10 +181,12 @@ export class MetricCharts {
           scales: { x: { time: false } },
           axes: [axis, { ...axis, size: 60 }],
           cursor: { drag: { x: true, y: false } },
-          legend: { show: this.#series.length > 1 },
+          legend: { show: group !== undefined || this.#series.length > 1 },
           series: [
             { label: 'step' },
-            ...this.#series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 1.5, spanGaps: true, points: { show: false } })),
+            ...(group
+              ? this.#members(name).map((m, i) => ({ label: m, stroke: groupColors[i % groupColors.length], width: 1.5, spanGaps: true, points: { show: false } }))
+              : this.#series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 1.5, spanGaps: true, points: { show: false } }))),
           ],
         },
         this.#dataFor(name),
