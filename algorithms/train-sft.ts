@@ -205,6 +205,8 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     if (step % stepsPerEpoch === 0) order = orderFor(epoch);
     const base = (step % stepsPerEpoch) * batchSize;
     const batch = order.slice(base, base + batchSize).map((i) => examples[i]!);
+    // Micro-batches of similar length waste less compute on padding.
+    if (micro < batch.length) batch.sort((a, b) => a.ids.length - b.ids.length);
     let lossSum = 0;
     for (let m = 0; m < batch.length; m += micro) {
       const mb = batch.slice(m, m + micro);
