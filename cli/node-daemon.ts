@@ -25,6 +25,8 @@ export interface NodeDaemonOptions {
   resources?: Record<string, number>;
   /** @default 600000 */
   reconnectMs?: number;
+  /** Ship worker logs to the head (a node that joined from another machine). @default false */
+  shipLogs?: boolean;
 }
 
 const opts = JSON.parse(process.argv[2] ?? '{}') as NodeDaemonOptions;
@@ -40,6 +42,7 @@ const agent = await startNodeAgent({
   numGpus: opts.numGpus,
   resources: opts.resources,
   reconnectMs: opts.reconnectMs ?? 10 * 60_000,
+  shipLogs: opts.shipLogs,
 });
 writeFileSync(readyFile, JSON.stringify({ pid: process.pid, nodeId: agent.nodeId, headAddress: opts.headAddress }), { mode: 0o600 });
 console.log(`node agent ${process.pid} joined ${opts.headAddress} as ${agent.nodeId}`);

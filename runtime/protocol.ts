@@ -151,6 +151,19 @@ export interface WorkerExited {
   readonly stderrTail: string[];
 }
 
+/**
+ * Bytes a worker wrote to its stdout or stderr file at `offset`, shipped by a node agent on
+ * another machine so that the head keeps every worker's logs (see `NodeAgentOptions.shipLogs`).
+ */
+export interface WorkerLog {
+  readonly type: 'workerLog';
+  readonly actorId: string;
+  readonly incarnation: number;
+  readonly stream: 'stdout' | 'stderr';
+  readonly offset: number;
+  readonly data: Uint8Array;
+}
+
 // head → node agent
 export interface StartWorker {
   readonly type: 'startWorker';
@@ -348,6 +361,7 @@ export type Message =
   | Fragment
   | HeadRequest
   | WorkerExited
+  | WorkerLog
   | StartWorker
   | StopWorker
   | DataRequest
@@ -364,6 +378,7 @@ export const messageTypes: ReadonlySet<string> = new Set<MessageType>([
   'fragment',
   'registerNode',
   'workerExited',
+  'workerLog',
   'startWorker',
   'stopWorker',
   'workerHello',

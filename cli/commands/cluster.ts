@@ -174,7 +174,7 @@ async function joinCommand(o: StartOptions, res: Pick<NodeDaemonOptions, 'numCpu
   mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
   const node = await spawnDaemon(
     nodeDaemonPath,
-    { headAddress: address, token, sessionDir, host: o.host, ...res } satisfies NodeDaemonOptions,
+    { headAddress: address, token, sessionDir, host: o.host, shipLogs: true, ...res } satisfies NodeDaemonOptions,
     join(sessionDir, 'logs', 'node.log'),
     join(sessionDir, 'node.json'),
     'node agent',

@@ -38,6 +38,7 @@ import type {
   WaitActor,
   WorkerAssignment,
   WorkerExited,
+  WorkerLog,
 } from '../protocol.ts';
 import { type Connection, type Server, listen } from '../transport.ts';
 import { type Allocation, ResourcePool } from './resources.ts';
@@ -81,8 +82,13 @@ export interface ClientEvent {
   readonly event: 'connected' | 'disconnected';
 }
 
+/** Worker output shipped by a remote node agent (`workerLog`), with the node it came from. */
+export type WorkerLogEvent = Omit<WorkerLog, 'type'> & { readonly nodeId: string };
+
 export interface HeadEvents {
   actor: [ActorInfo];
+  /** Stored by whoever keeps logs (the operations layer); the head itself keeps none. */
+  workerLog: [WorkerLogEvent];
   node: [NodeInfo];
   placementGroup: [PlacementGroupInfo];
   client: [ClientEvent];
@@ -93,7 +99,7 @@ type Mutable<T> = { -readonly [K in keyof T]: T[K] };
 interface ActorRec {
   info: Mutable<ActorInfo>;
   ctorArgs: Uint8Array;
-  alloc?: { node: SchedNode; pool: ResourcePool; alloc: Allocation };
+  alloc?: { node: SchedNode; pool: ResourcePool; alloc: Allocation; uncounted?: boolean };
   waiters: { afterIncarnation: number; untilAlive: boolean; resolve(l: ActorLocation): void }[];
   killIntent?: 'noRestart' | 'restart';
   lastDeath?: DeathCause & { incarnation: number };
@@ -114,6 +120,7 @@ interface PgRec {
 const accepts: ReadonlySet<MessageType> = new Set<MessageType>([
   'registerNode',
   'workerExited',
+  'workerLog',
   'workerHello',
   'actorReady',
   'actorLoadFailed',
@@ -232,7 +239,7 @@ export class Head extends EventEmitter<HeadEvents> {
 
   private handle(m: Message, conn: Connection): unknown {
     const role = conn.meta.role as 'node' | 'client' | undefined;
-    const msg = m as HeadRequest | WorkerExited;
+    const msg = m as HeadRequest | WorkerExited | WorkerLog;
     if (msg.type === 'registerNode') return this.registerNode(msg, conn);
     if (msg.type === 'registerClient') {
       if (role !== undefined) throw new InvalidArgumentError('this connection is already registered');
@@ -259,6 +266,12 @@ export class Head extends EventEmitter<HeadEvents> {
     if (msg.type === 'workerExited') {
       if (role !== 'node') throw new ProtocolError('workerExited is for node agents');
       return this.workerExited(msg);
+    }
+    if (msg.type === 'workerLog') {
+      if (role !== 'node') throw new ProtocolError('workerLog is for node agents');
+      const { type: _, ...log } = msg;
+      this.emit('workerLog', { ...log, nodeId: conn.meta.nodeId as string });
+      return undefined;
     }
     const clientId = conn.meta.clientId as string;
     switch (msg.type) {
@@ -479,7 +492,7 @@ export class Head extends EventEmitter<HeadEvents> {
     if (!a) return;
     rec.alloc = undefined;
     a.pool.give(a.alloc);
-    a.node.actorCount--;
+    if (!a.uncounted) a.node.actorCount--;
     this.schedulePump();
   }
 
@@ -583,6 +596,11 @@ export class Head extends EventEmitter<HeadEvents> {
     this.recovering.delete(rec);
     this.stopStale(rec);
     if (releaseNow) this.release(rec);
+    else if (rec.alloc && !rec.alloc.uncounted) {
+      // Resources come back with the exit report, but SPREAD should stop counting it now.
+      rec.alloc.uncounted = true;
+      rec.alloc.node.actorCount--;
+    }
     rec.info.state = 'DEAD';
     rec.info.deathCause = cause;
     rec.info.address = undefined;

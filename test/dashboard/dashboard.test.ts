@@ -86,7 +86,7 @@ test('views show real data; a job is stopped from its page', async () => {
   assert.is(job.body.status, 'STOPPED');
   // Its actors die with it, and the page shows it.
   await page.waitForFunction(() => document.querySelectorAll('section[aria-label="Actors"] .badge').length === 3 &&
-    [...document.querySelectorAll('section[aria-label="Actors"] .badge')].every((b) => b.textContent === 'DEAD'), undefined, { timeout: 15000 });
+    Array.from(document.querySelectorAll('section[aria-label="Actors"] .badge')).every((b) => b.textContent === 'DEAD'), undefined, { timeout: 15000 });
 
   // Actors view: the job's rows in the paged table.
   await page.click('nav a[href="#/actors"]');

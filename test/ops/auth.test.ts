@@ -29,7 +29,8 @@ test.after(async () => {
 const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
 
 test('REST: a missing or wrong token gets 401 and nothing runs', async () => {
-  for (const headers of [{}, bearer('wrong'), bearer(''), { 'x-rtjob-token': 'wrong' }, { cookie: 'rtjob_token=wrong' }]) {
+  const wrong: Record<string, string>[] = [{}, bearer('wrong'), bearer(''), { 'x-rtjob-token': 'wrong' }, { cookie: 'rtjob_token=wrong' }];
+  for (const headers of wrong) {
     for (const [method, path] of [
       ['GET', '/api/jobs'],
       ['GET', '/api/cluster'],

@@ -8,9 +8,9 @@
 import { freemem, totalmem } from 'node:os';
 
 import type { ActorInfo } from '../../protocol.ts';
-import type { Head } from '../head.ts';
+import type { Head, WorkerLogEvent } from '../head.ts';
 import type { OpsStore } from '../jobs/ops-store.ts';
-import { indexWorkerLogs } from '../logs/worker-logs.ts';
+import { indexWorkerLogs, shippedLogDir, writeShippedLog } from '../logs/worker-logs.ts';
 import type { ActorView, ClusterView, NodeView } from './cluster-view.ts';
 
 function toView(a: ActorInfo): ActorView {
@@ -34,8 +34,14 @@ function toView(a: ActorInfo): ActorView {
 /**
  * Indexes every worker incarnation's stdout/stderr files as the head places it, so
  * `rtjob logs --actor` and the actor page find them after the worker, or the head, is gone.
+ * The head's own node writes them in the session dir; other nodes ship them (`workerLog`), and
+ * the head keeps its copy under `<session>/nodes/<nodeId>/logs/`.
  */
 export function indexHeadWorkerLogs(head: Head, store: OpsStore): () => void {
+  const sessionDir = head.sessionDir;
+  const onLog = (piece: WorkerLogEvent) => {
+    if (sessionDir) writeShippedLog(sessionDir, piece);
+  };
   const seen = new Map<string, string>();
   const onActor = (a: ActorInfo) => {
     if (!a.nodeId || a.incarnation === 0) return;
@@ -45,11 +51,16 @@ export function indexHeadWorkerLogs(head: Head, store: OpsStore): () => void {
     const node = head.listNodes().find((n) => n.nodeId === a.nodeId);
     if (!node) return;
     seen.set(key, stamp);
-    indexWorkerLogs(store, { actorId: a.actorId, incarnation: a.incarnation, nodeId: a.nodeId, jobId: a.options.jobId ?? null, pid: a.pid ?? null }, node.sessionDir);
+    const dir = node.sessionDir === sessionDir || !sessionDir ? node.sessionDir : shippedLogDir(sessionDir, node.nodeId);
+    indexWorkerLogs(store, { actorId: a.actorId, incarnation: a.incarnation, nodeId: a.nodeId, jobId: a.options.jobId ?? null, pid: a.pid ?? null }, dir);
   };
   for (const a of head.listActors()) onActor(a);
   head.on('actor', onActor);
-  return () => head.off('actor', onActor);
+  head.on('workerLog', onLog);
+  return () => {
+    head.off('actor', onActor);
+    head.off('workerLog', onLog);
+  };
 }
 
 export function headClusterView(head: Head): ClusterView {

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { closeSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 import type { LogFile, OpsStore } from '../jobs/ops-store.ts';
@@ -15,6 +16,42 @@ import { readLogRange } from './log-file.ts';
 export function workerLogPaths(nodeSessionDir: string, actorId: string, incarnation: number): { stdout: string; stderr: string } {
   const base = join(nodeSessionDir, 'logs', `worker-${actorId}-${incarnation}`);
   return { stdout: `${base}.out`, stderr: `${base}.err` };
+}
+
+/** Where the head keeps the logs that a node on another machine ships to it. */
+export function shippedLogDir(headSessionDir: string, nodeId: string): string {
+  return join(headSessionDir, 'nodes', nodeId);
+}
+
+/** One shipped piece of a worker's output (the runtime's `workerLog` message, with its node). */
+export interface ShippedLog {
+  nodeId: string;
+  actorId: string;
+  incarnation: number;
+  stream: 'stdout' | 'stderr';
+  offset: number;
+  data: Uint8Array;
+}
+
+const safeId = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+/**
+ * Writes a shipped piece at its offset in the head's copy (idempotent, so a piece sent twice
+ * after a reconnect does no harm). Pieces that do not look right are dropped: ids become paths.
+ */
+export function writeShippedLog(headSessionDir: string, piece: ShippedLog): boolean {
+  const { nodeId, actorId, incarnation, stream, offset, data } = piece;
+  if (!safeId.test(nodeId) || !safeId.test(actorId) || !Number.isInteger(incarnation) || incarnation < 0) return false;
+  if ((stream !== 'stdout' && stream !== 'stderr') || !Number.isInteger(offset) || offset < 0 || !(data instanceof Uint8Array)) return false;
+  const paths = workerLogPaths(shippedLogDir(headSessionDir, nodeId), actorId, incarnation);
+  mkdirSync(join(shippedLogDir(headSessionDir, nodeId), 'logs'), { recursive: true });
+  const fd = openSync(stream === 'stdout' ? paths.stdout : paths.stderr, 'a+');
+  try {
+    writeSync(fd, data, 0, data.length, offset);
+  } finally {
+    closeSync(fd);
+  }
+  return true;
 }
 
 /** What the indexer needs to know about an actor incarnation. */
