@@ -8,7 +8,16 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import { type WriteStream, createWriteStream, mkdirSync, mkdtempSync } from 'node:fs';
+import {
+  type WriteStream,
+  closeSync,
+  createWriteStream,
+  fstatSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readSync,
+} from 'node:fs';
 import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,11 +58,23 @@ export interface NodeAgentOptions {
    */
   maxStartingWorkers?: number;
   /**
+   * Worker processes kept booted (Node, tsx and the runtime loaded) and idle, so creating an
+   * actor costs only its own module import and constructor. @default 1
+   */
+  warmWorkers?: number;
+  /**
    * After losing the head, keep the workers running and try to reconnect this long (a head that
    * restarts on the same session re-attaches them with their state). 0 stops every worker at
    * once. Workers get the same window for their own connection. @default 0
    */
   reconnectMs?: number;
+  /**
+   * Also send every worker's stdout/stderr to the head as it is written (a node on another
+   * machine), so its logs outlive this node. @default false
+   */
+  shipLogs?: boolean;
+  /** How often new log bytes are shipped. @default 500 */
+  shipLogsIntervalMs?: number;
 }
 
 /** One running worker. */
@@ -92,9 +113,14 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   private readonly running = new Map<string, Running>();
   private closing = false;
   private starting = 0;
+  /** Booted, unassigned worker processes. */
+  private warm: ChildProcess[] = [];
   private startQueue: StartWorker[] = [];
   /** Exit reports that happened while the head was unreachable, sent after reconnecting. */
   private unsent: WorkerExited[] = [];
+  /** Log files being shipped (`shipLogs`), with the offset the head has. */
+  private readonly shipping = new Map<string, { actorId: string; incarnation: number; stream: 'stdout' | 'stderr'; offset: number; done: boolean }>();
+  private shipTimer: NodeJS.Timeout | undefined;
 
   /** Use `startNodeAgent`. */
   constructor(private readonly opts: NodeAgentOptions) {
@@ -118,6 +144,70 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   async start(): Promise<void> {
     this.conn = await this.register();
     this.watchHead();
+    this.refillWarm();
+    if (this.opts.shipLogs) {
+      this.shipTimer = setInterval(() => this.shipLogs(), this.opts.shipLogsIntervalMs ?? 500);
+      this.shipTimer.unref();
+    }
+  }
+
+  /**
+   * Sends what is new in each shipped file, from the offset the head has; while the head is
+   * unreachable nothing is lost, the offsets simply wait. Finished files are dropped once sent.
+   */
+  private shipLogs(): void {
+    if (this.conn.closed) return;
+    for (const [path, f] of this.shipping) {
+      let fd: number | undefined;
+      try {
+        fd = openSync(path, 'r');
+        const size = fstatSync(fd).size;
+        while (f.offset < size) {
+          const len = Math.min(256 * 1024, size - f.offset);
+          const data = Buffer.allocUnsafe(len);
+          const n = readSync(fd, data, 0, len, f.offset);
+          if (n <= 0) break;
+          this.conn.send({ type: 'workerLog', actorId: f.actorId, incarnation: f.incarnation, stream: f.stream, offset: f.offset, data: data.subarray(0, n) });
+          f.offset += n;
+        }
+        if (f.done) this.shipping.delete(path);
+      } catch {
+        if (f.done) this.shipping.delete(path);
+      } finally {
+        if (fd !== undefined) closeSync(fd);
+      }
+    }
+  }
+
+  /** Boots idle workers up to `warmWorkers`, one at a time and only when nothing else starts. */
+  private refillWarm(): void {
+    const want = this.opts.warmWorkers ?? 1;
+    if (this.closing || this.warm.length >= want || this.starting > 0 || this.startQueue.length > 0) return;
+    const child = spawn(process.execPath, ['--import', tsxLoader, workerMain], {
+      env: { ...process.env, ...this.opts.env, RTJOB_WARM: '1' },
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+    });
+    this.warm.push(child);
+    const drop = () => {
+      this.warm = this.warm.filter((c) => c !== child);
+    };
+    child.once('close', drop);
+    child.once('error', drop);
+    child.unref();
+  }
+
+  /** An idle booted worker, if one is ready and `m` does not need a fresh process. */
+  private takeWarm(m: StartWorker): ChildProcess | undefined {
+    if (Object.keys(m.env).some((k) => k.startsWith('NODE_'))) return undefined; // needs a fresh boot
+    for (;;) {
+      const child = this.warm.shift();
+      if (!child) return undefined;
+      if (child.exitCode === null && child.signalCode === null && child.connected) {
+        child.removeAllListeners('close');
+        child.removeAllListeners('error');
+        return child;
+      }
+    }
   }
 
   /** Connects and registers; a re-registration keeps the node id and lists running workers. */
@@ -191,6 +281,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   /** Kills every worker, waits for them to exit, and leaves the cluster. */
   async close(): Promise<void> {
     this.closing = true;
+    if (this.shipTimer) clearInterval(this.shipTimer);
+    for (const c of this.warm.splice(0)) c.kill('SIGKILL');
     const exits = [...this.running.values()].map(
       (r) => new Promise<void>((done) => (r.child.exitCode !== null || r.child.signalCode !== null ? done() : r.child.once('close', () => done()))),
     );
@@ -243,10 +335,21 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       ...((this.opts.reconnectMs ?? 0) > 0 ? { RTJOB_HEAD_RECONNECT_MS: String(this.opts.reconnectMs) } : {}),
     };
     delete env.RTJOB_ADDRESS;
-    const child = spawn(process.execPath, ['--import', tsxLoader, workerMain], {
-      env,
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-    });
+    const warm = this.takeWarm(m);
+    const child =
+      warm ??
+      spawn(process.execPath, ['--import', tsxLoader, workerMain], {
+        env,
+        stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      });
+    if (warm) {
+      // Only what differs from the agent's own environment travels; the worker applies it
+      // before importing any user code (so CUDA_VISIBLE_DEVICES is in place for CUDA).
+      const delta: Record<string, string> = {};
+      for (const [k, v] of Object.entries(env)) if (v !== undefined && process.env[k] !== v) delta[k] = v;
+      warm.ref();
+      warm.send({ type: 'assign', env: delta, unset: ['RTJOB_WARM', ...(process.env.RTJOB_ADDRESS ? ['RTJOB_ADDRESS'] : [])] });
+    }
     const out = createWriteStream(logFiles.stdout, { flags: 'a' });
     const err = createWriteStream(logFiles.stderr, { flags: 'a' });
     const info: WorkerProcess = {
@@ -264,7 +367,11 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       this.pumpStarts();
     };
     // The worker says `ready` over IPC once it serves calls (or it exits trying).
-    child.on('message', (msg: { type?: string }) => msg?.type === 'ready' && started());
+    child.on('message', (msg: { type?: string }) => {
+      if (msg?.type !== 'ready') return;
+      started();
+      this.refillWarm();
+    });
     const keep = this.opts.stderrTailLines ?? 30;
     child.stdout!.pipe(out);
     child.stderr!.on('data', (d: Buffer) => {
@@ -275,8 +382,30 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       if (r.tail.length > keep) r.tail.splice(0, r.tail.length - keep);
     });
     child.on('error', (e) => log.error(`worker for ${m.actorId} failed to start: ${e.message}`));
+    if (this.opts.shipLogs) {
+      for (const [path, stream] of [[logFiles.stdout, 'stdout'], [logFiles.stderr, 'stderr']] as const) {
+        this.shipping.set(path, { actorId: m.actorId, incarnation: m.incarnation, stream, offset: 0, done: false });
+      }
+    }
     child.on('close', (code, signal) => {
+      // Ship the last bytes once both log files are flushed.
+      if (this.opts.shipLogs) {
+        let open = 2;
+        const finished = () => {
+          if (--open > 0) return;
+          for (const p of [logFiles.stdout, logFiles.stderr]) {
+            const f = this.shipping.get(p);
+            if (f) f.done = true;
+          }
+          this.shipLogs();
+        };
+        for (const w of [out, err]) {
+          if (w.writableFinished) queueMicrotask(finished);
+          else w.once('finish', finished);
+        }
+      }
       started();
+      setImmediate(() => this.refillWarm());
       if (r.partial) r.tail.push(r.partial);
       if (this.running.get(m.actorId) === r) this.running.delete(m.actorId);
       err.end();

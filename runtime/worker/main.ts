@@ -15,11 +15,25 @@ import { loadActor, taskRunner } from './load.ts';
 
 const log = logger('worker');
 const env = process.env;
-const actorId = env.RTJOB_ACTOR_ID ?? '';
-const incarnation = Number(env.RTJOB_INCARNATION ?? 0);
 
 // The node agent holds the other end of the IPC channel; when it goes, so do we.
 process.on('disconnect', () => process.exit(0));
+
+if (env.RTJOB_WARM === '1') {
+  // Booted ahead of time: wait for the node agent to say which actor this process becomes.
+  const msg = await new Promise<{ env: Record<string, string>; unset: string[] }>((resolve) => {
+    const onMessage = (m: { type?: string; env: Record<string, string>; unset: string[] }) => {
+      if (m?.type !== 'assign') return;
+      process.off('message', onMessage);
+      resolve(m);
+    };
+    process.on('message', onMessage);
+  });
+  for (const k of msg.unset) delete env[k];
+  Object.assign(env, msg.env);
+}
+const actorId = env.RTJOB_ACTOR_ID ?? '';
+const incarnation = Number(env.RTJOB_INCARNATION ?? 0);
 
 installCodec();
 const rt = await Runtime.start({
