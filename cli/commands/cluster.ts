@@ -13,6 +13,7 @@ import { type ClusterFile, pidAlive, readClusterFile, removeClusterFile, rtjobHo
 import { bytes, table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
+import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 
 const daemonPath = fileURLToPath(new URL('../daemon.ts', import.meta.url));
@@ -154,6 +155,12 @@ export async function startCommand(o: StartOptions): Promise<void> {
   };
   writeClusterFile(info);
   const login = `${ready.dashboardUrl}/login?token=${encodeURIComponent(token)}`;
+  if (!isLoopback(o.host)) {
+    process.stderr.write(
+      `warning: the head listens on ${o.host}, reachable from other machines: anyone with the token can run code here; ` +
+        'keep the token secret and the ports firewalled\n',
+    );
+  }
   console.log(`rtjob head ${recovering ? 'restarted' : 'started'} (pid ${ready.pid}, node agent pid ${nodePids.join(', ')}); session ${sessionDir}`);
   console.log(`  runtime address  ${ready.address}`);
   console.log(`  dashboard        ${login}`);
