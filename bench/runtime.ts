@@ -125,7 +125,7 @@ async function main(): Promise<void> {
   rows.push({ name: 'baseline: raw ws 64 MiB transfer', value: raw.mbps, unit: 'MB/s' });
   rows.push({ name: 'baseline: child_process IPC echo, sync', value: ipc.sync, unit: 'ops/s', baseline: 'raw sync', ratio: ipc.sync / raw.sync });
 
-  await init({ local: { node: { numCpus: 64 } }, taskPoolSize: 2 });
+  await init({ address: 'local', local: { node: { numCpus: 64 } }, taskPoolSize: 2 });
   const vsSync = (v: number) => ({ baseline: 'raw sync', ratio: v / raw.sync });
   const vsPipe = (v: number) => ({ baseline: 'raw pipelined', ratio: v / raw.pipelined });
 

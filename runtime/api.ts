@@ -45,7 +45,10 @@ installCodec();
 
 /** Options for `init`. */
 export interface InitOptions {
-  /** Head `host:port`. @default RTJOB_ADDRESS, then ~/.rtjob/cluster.json, else a local cluster */
+  /**
+   * Head `host:port`, or `'local'` to always start an in-process cluster (as Ray's
+   * `address='local'`). @default RTJOB_ADDRESS, then ~/.rtjob/cluster.json, else a local cluster
+   */
   address?: string;
   /** Cluster token. @default RTJOB_TOKEN, then ~/.rtjob/cluster.json */
   token?: string;
@@ -108,9 +111,10 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
     driver = { rt: existing, info, env: jobEnv, taskPoolSize: opts.taskPoolSize ?? 2, taskPool: [], taskNext: 0 };
     return info;
   }
-  const file = opts.address || process.env.RTJOB_ADDRESS ? {} : clusterFile();
-  let address = opts.address ?? process.env.RTJOB_ADDRESS ?? file.address;
-  let token = opts.token ?? process.env.RTJOB_TOKEN ?? file.token;
+  const forceLocal = opts.address === 'local';
+  const file = forceLocal || opts.address || process.env.RTJOB_ADDRESS ? {} : clusterFile();
+  let address = forceLocal ? undefined : (opts.address ?? process.env.RTJOB_ADDRESS ?? file.address);
+  let token = forceLocal ? undefined : (opts.token ?? process.env.RTJOB_TOKEN ?? file.token);
   let closeCluster: (() => Promise<void>) | undefined;
   let sessionDir: string | undefined;
   if (!address) {

@@ -21,7 +21,7 @@ const CounterActor = defineActor<typeof Counter>(fixture('counter.ts'), 'Counter
 const CallerActor = defineActor<typeof Caller>(fixture('caller.ts'), 'Caller');
 
 test.before(async () => {
-  await init({ local: { node: { numCpus: 4, numGpus: 2 } } });
+  await init({ address: 'local', local: { node: { numCpus: 4, numGpus: 2 } } });
 });
 test.after(async () => {
   await shutdown();

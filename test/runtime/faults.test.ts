@@ -19,7 +19,7 @@ const CounterActor = defineActor<typeof Counter>(fixture('counter.ts'), 'Counter
 let cluster: ClusterInfo;
 
 test.before(async () => {
-  cluster = await init({ local: { node: { numCpus: 4 } } });
+  cluster = await init({ address: 'local', local: { node: { numCpus: 4 } } });
 });
 test.after(async () => {
   await shutdown();

@@ -72,7 +72,7 @@ async function blast(address: string, token: string, frames: number, register: b
 
 test.before(async () => {
   setLogSink(() => {}); // hundreds of expected warnings
-  cluster = await init({ local: { node: { numCpus: 2 } } });
+  cluster = await init({ address: 'local', local: { node: { numCpus: 2 } } });
 });
 test.after(async () => {
   await shutdown();

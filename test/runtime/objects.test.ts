@@ -26,7 +26,7 @@ const CallerActor = defineActor<typeof Caller>(fixture('caller.ts'), 'Caller');
 const store = () => currentRuntime()!.objects;
 
 test.before(async () => {
-  await init({ local: { node: { numCpus: 2 } }, objectTransferHoldMs: 200 });
+  await init({ address: 'local', local: { node: { numCpus: 2 } }, objectTransferHoldMs: 200 });
 });
 test.after(async () => {
   await shutdown();

@@ -10,7 +10,7 @@ const workerPid = defineTask<typeof pid>(fixture('tasks.ts'), 'pid');
 const fails = defineTask<typeof boom>(fixture('tasks.ts'), 'boom');
 
 test.before(async () => {
-  await init({ local: { node: { numCpus: 2 } }, taskPoolSize: 2 });
+  await init({ address: 'local', local: { node: { numCpus: 2 } }, taskPoolSize: 2 });
 });
 test.after(async () => {
   await shutdown();
