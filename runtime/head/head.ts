@@ -415,11 +415,14 @@ export class Head extends EventEmitter<HeadEvents> {
     };
     const verdict = this.schedule(rec);
     if (verdict.kind === 'infeasible') {
-      throw new InfeasibleError(verdict.reason, { context: { actorId } });
+      // Kept as DEAD so `actorInfo` explains it; the creator's first call fails with this.
+      rec.info.state = 'DEAD';
+      rec.info.deathCause = { reason: 'infeasible', message: verdict.reason };
     }
     this.actors.set(actorId, rec);
     this.store.putActor(rec.info, msg.ctorArgs);
     this.emit('actor', { ...rec.info });
+    if (verdict.kind === 'infeasible') throw new InfeasibleError(verdict.reason, { context: { actorId } });
     return { actorId };
   }
 

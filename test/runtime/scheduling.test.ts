@@ -61,8 +61,12 @@ test('a request no node can ever satisfy fails at once with a clear message', as
   assert.is(e.code, 'INFEASIBLE');
   assert.match(e.message, /GPU: 3/);
   assert.ok(Date.now() - t0 < 1000);
-  const e2 = await rejection(actorReady(CounterActor.options({ resources: { unicorn: 1 } }).remote(0)));
+  const unicorn = CounterActor.options({ resources: { unicorn: 1 } }).remote(0);
+  const e2 = await rejection(actorReady(unicorn));
   assert.is(e2.code, 'INFEASIBLE');
+  const info = await actorInfo(unicorn);
+  assert.is(info.state, 'DEAD');
+  assert.is(info.deathCause?.reason, 'infeasible');
 });
 
 test('SPREAD puts actors on different nodes; node affinity pins one', async () => {
