@@ -92,7 +92,8 @@ export interface NodeInfo {
   readonly startedAtMs: number;
 }
 
-export type PlacementGroupState = 'PENDING' | 'CREATED' | 'REMOVED' | 'FAILED';
+/** `RESCHEDULING`: a node holding some bundles died; those bundles wait for a new node. */
+export type PlacementGroupState = 'PENDING' | 'CREATED' | 'RESCHEDULING' | 'REMOVED' | 'FAILED';
 
 export interface PlacementGroupInfo {
   readonly pgId: string;

@@ -115,6 +115,8 @@ interface PgRec {
   bundlePools?: ResourcePool[];
   waiters: { resolve(): void; reject(e: Error): void }[];
   failure?: string;
+  /** Bundles whose node died, waiting for a new node (state RESCHEDULING). */
+  lostBundles?: number[];
 }
 
 const accepts: ReadonlySet<MessageType> = new Set<MessageType>([
@@ -359,6 +361,17 @@ export class Head extends EventEmitter<HeadEvents> {
       this.store.putNode(node.info);
       this.emit('node', { ...node.info });
       log.warn(`node ${nodeId} is dead: ${reason}`);
+    }
+    // Bundles first, so actors restarting below wait for their bundle's new home.
+    for (const pg of this.pgs.values()) {
+      if (pg.info.state !== 'CREATED' || !pg.reservations) continue;
+      const lost = pg.reservations.flatMap((r, i) => (r.node === node.sched ? [i] : []));
+      if (lost.length === 0) continue;
+      pg.lostBundles = lost;
+      pg.info.state = 'RESCHEDULING';
+      this.pendingPgs.add(pg);
+      this.savePg(pg);
+      this.schedulePump();
     }
     for (const rec of this.actors.values()) {
       if (rec.alloc?.node !== node.sched || rec.info.state === 'DEAD') continue;
@@ -751,7 +764,35 @@ export class Head extends EventEmitter<HeadEvents> {
     return { pgId };
   }
 
+  /** Re-reserves the bundles a dead node held; the others stay where they are. */
+  private tryRereserve(pg: PgRec): 'placed' | 'wait' {
+    const lost = pg.lostBundles!;
+    const kept = new Set(pg.reservations!.filter((_, i) => !lost.includes(i)).map((r) => r.node.nodeId));
+    // STRICT_SPREAD still means one bundle per node: skip nodes that hold surviving bundles.
+    const nodes = [...this.nodes.values()]
+      .map((n) => n.sched)
+      .filter((n) => pg.info.strategy !== 'STRICT_SPREAD' || !kept.has(n.nodeId));
+    const r = reserveBundles(nodes, lost.map((i) => pg.info.bundles[i]!), pg.info.strategy);
+    if (r.kind !== 'placed') {
+      this.pendingPgs.add(pg);
+      return 'wait';
+    }
+    this.pendingPgs.delete(pg);
+    lost.forEach((bundle, j) => {
+      const res = r.value[j]!;
+      pg.reservations![bundle] = res;
+      pg.bundlePools![bundle] = new ResourcePool(pg.info.bundles[bundle]!, res.alloc.gpuIds);
+    });
+    pg.lostBundles = undefined;
+    pg.info.state = 'CREATED';
+    pg.info.bundleNodes = pg.reservations!.map((res) => res.node.nodeId);
+    for (const w of pg.waiters.splice(0)) w.resolve();
+    this.schedulePump();
+    return 'placed';
+  }
+
   private tryReserve(pg: PgRec): 'placed' | 'wait' | 'infeasible' {
+    if (pg.lostBundles) return this.tryRereserve(pg);
     const r = reserveBundles(
       [...this.nodes.values()].map((n) => n.sched),
       pg.info.bundles,

@@ -25,7 +25,7 @@ const children: ChildProcess[] = [];
 
 test.before(async () => {
   cluster = await startLocalCluster({ head: { nodeHeartbeatTimeoutMs: 1000, heartbeatIntervalMs: 200 }, node: { numCpus: 2 } });
-  nodeB = await cluster.addNode({ numCpus: 2, numGpus: 2, resources: { special: 1 } });
+  nodeB = await cluster.addNode({ numCpus: 2, numGpus: 2, resources: { special: 1, tag: 2 } });
   await init({ address: cluster.address, token: cluster.token });
 });
 test.after(async () => {
@@ -109,9 +109,9 @@ test('placement groups reserve bundles atomically with each strategy', async () 
   await pack.remove();
 });
 
-test('a silent node is declared dead and its actors restart elsewhere', async () => {
+test('a silent node is declared dead; its actors and bundles move elsewhere', async () => {
   const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(fixture('node-agent.ts'))], {
-    env: { ...process.env, RTJOB_ADDRESS: cluster.address, RTJOB_TOKEN: cluster.token, NUM_CPUS: '1' },
+    env: { ...process.env, RTJOB_ADDRESS: cluster.address, RTJOB_TOKEN: cluster.token, NUM_CPUS: '1', RESOURCES: '{"tag":1}' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   children.push(child);
@@ -121,12 +121,21 @@ test('a silent node is declared dead and its actors restart elsewhere', async ()
   assert.is(await c.incr.remote(1), 8);
   assert.is((await actorInfo(c)).nodeId, nodeId);
   const oldPid = await c.pid.remote();
+  // SPREAD puts bundle 0 on node B and bundle 1 on the new node (the only two with `tag`).
+  const pg = placementGroup([{ tag: 1 }, { tag: 1 }], { strategy: 'SPREAD' });
+  await pg.ready();
+  const inPg = CounterActor.options({ placementGroup: pg, bundleIndex: 1, resources: { tag: 1 }, maxRestarts: 1, maxTaskRetries: 1 }).remote(3);
+  assert.is(await inPg.incr.remote(1), 4);
+  assert.is((await actorInfo(inPg)).nodeId, nodeId);
   child.kill('SIGSTOP'); // silent, not gone: only the heartbeat can tell
   await until(async () => (await listNodes()).find((n) => n.nodeId === nodeId)?.state === 'DEAD', 5000, 'node declared dead');
   assert.is(await c.incr.remote(1), 8, 'restarted (constructor re-run) on another node');
   const info = await actorInfo(c);
   assert.is.not(info.nodeId, nodeId);
   assert.is(info.numRestarts, 1);
+  assert.is(await inPg.incr.remote(1), 4, 'the bundle moved to node B and its actor restarted there');
+  assert.is((await actorInfo(inPg)).nodeId, nodeB.nodeId);
+  await pg.remove();
   child.kill('SIGCONT'); // it finds the head gone, stops its workers and exits
   await until(() => child.exitCode !== null || child.signalCode !== null, 5000, 'stale node agent to exit');
   await until(() => !alive(oldPid), 5000, 'stale worker to exit');
