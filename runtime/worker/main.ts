@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { existsSync } from 'node:fs';
 import { installCodec } from '../client/codec.ts';
 import { Runtime } from '../client/runtime.ts';
 import { ActorLoadError, toWire } from '../errors.ts';
@@ -34,6 +35,9 @@ if (env.RTJOB_WARM === '1') {
 }
 const actorId = env.RTJOB_ACTOR_ID ?? '';
 const incarnation = Number(env.RTJOB_INCARNATION ?? 0);
+// A job's actors run in the job's working dir (set by the job supervisor), so relative paths
+// such as `--agent-func ./agent.ts` mean the same in every actor as in the driver.
+if (env.RTJOB_WORKING_DIR && existsSync(env.RTJOB_WORKING_DIR)) process.chdir(env.RTJOB_WORKING_DIR);
 
 installCodec();
 const rt = await Runtime.start({

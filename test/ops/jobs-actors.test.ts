@@ -2,6 +2,8 @@
 // env reaches every actor (and actors of actors), actors carry the job id in the REST API, their
 // stdout/stderr are indexed and outlive the worker, stop-job kills them, and the job page's config
 // shows only the env worth showing.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -100,6 +102,15 @@ test('an actor that crashes and restarts keeps the logs of every incarnation', a
   assert.match(logs.stdout, /out: first life\n[\s\S]*about to crash[\s\S]*crashing now\n[\s\S]*--- restart 1 \(incarnation 2\) ---\nout: second life/);
   const { body } = await apiCall<{ restarts: number }>(sb, 'GET', `/api/actors/${actorId}`);
   assert.is(body.restarts, 1);
+});
+
+test("with --working-dir, actors run in the job's directory too", async () => {
+  const dir = join(sb.home, 'wd');
+  mkdirSync(dir);
+  writeFileSync(join(dir, 'data.txt'), 'from the working dir');
+  const r = await sb.run(['submit', '--working-dir', dir, '--env', 'MODE=cwd', '--', driver]);
+  assert.is(r.code, 0, r.stderr + r.stdout);
+  assert.match(r.stdout, /actor read: from the working dir/);
 });
 
 test('unknown actors get a clear error', async () => {

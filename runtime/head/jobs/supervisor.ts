@@ -333,7 +333,8 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     }
     const exitFile = join(this.#logDir, `job-${job.jobId}.exit`);
     const out = openSync(job.logPath, 'a');
-    const jobEnv = { ...this.#opts.store.inheritedEnv(job.jobId), ...job.env };
+    // RTJOB_WORKING_DIR travels in the job env to every worker, which runs in it too.
+    const jobEnv = { ...this.#opts.store.inheritedEnv(job.jobId), ...job.env, RTJOB_WORKING_DIR: cwd };
     let pid: number;
     try {
       const child = spawn(
