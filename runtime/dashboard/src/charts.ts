@@ -178,7 +178,8 @@ export class MetricCharts {
         {
           width: this.#width(),
           height: 180,
-          scales: { x: { time: false } },
+          // A flat series (a loss stuck at 0) gets a small range around its value, not 0–100.
+          scales: { x: { time: false }, y: { range: (_u, min, max) => (min === max ? [min - 1, max + 1] : uPlot.rangeNum(min, max, 0.1, true)) } },
           axes: [axis, { ...axis, size: 60 }],
           cursor: { drag: { x: true, y: false } },
           legend: { show: group !== undefined || this.#series.length > 1 },
