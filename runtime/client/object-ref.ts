@@ -111,6 +111,16 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
     ).then(onfulfilled, onrejected);
   }
 
+  /** Like `Promise.prototype.catch`. */
+  catch<R = never>(onrejected?: ((reason: unknown) => R | PromiseLike<R>) | null): Promise<T | R> {
+    return this.then(undefined, onrejected);
+  }
+
+  /** Like `Promise.prototype.finally`. */
+  finally(onfinally?: (() => void) | null): Promise<T> {
+    return this.then().finally(onfinally);
+  }
+
   toString(): string {
     return `ObjectRef(${this.id})`;
   }
