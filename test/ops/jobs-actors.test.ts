@@ -80,6 +80,8 @@ test('stop-job kills the actors of the job and their processes', async () => {
   const live = await sb.run(['logs', 'hold1', '--actor', b.actorId]);
   assert.match(live.stdout, /out: hello from probe-b\n/);
 
+  // `logs -f --actor` follows the live actor and returns once it is dead.
+  const following = sb.run(['logs', 'hold1', '-f', '--actor', b.actorId]);
   const stop = await sb.run(['stop-job', 'hold1']);
   assert.is(stop.code, 0, stop.stderr);
   assert.match(stop.stdout, /STOPPED/);
@@ -88,10 +90,10 @@ test('stop-job kills the actors of the job and their processes', async () => {
     return page.body.rows.every((a) => a.state === 'DEAD') ? true : undefined;
   });
   await until('the worker processes to exit', () => (pids.some(pidAlive) ? undefined : true));
-  // `logs -f --actor` of a dead actor prints everything and returns.
-  const after = await sb.run(['logs', 'hold1', '-f', '--actor', b.actorId]);
-  assert.is(after.code, 0);
-  assert.match(after.stdout, /err: hello from probe-b/);
+  const followed = await following;
+  assert.is(followed.code, 0, followed.stderr);
+  assert.match(followed.stdout, /out: hello from probe-b\n/);
+  assert.match(followed.stdout, /err: hello from probe-b\n/);
 });
 
 test('an actor that crashes and restarts keeps the logs of every incarnation', async () => {
