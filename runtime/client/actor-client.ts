@@ -31,6 +31,8 @@ export class ActorClient {
   private incarnation = 0;
   private connecting = false;
   private queue: QueuedCall[] = [];
+  /** Calls in flight when the worker died that will be re-sent (they go before `queue`). */
+  private retries: QueuedCall[] = [];
   private dead: RtjobError | undefined;
   private lost = new Map<Connection, Promise<ActorLocation>>();
   private stopped = false;
@@ -70,7 +72,9 @@ export class ActorClient {
     }
     const c = { method, args, ref, retriesLeft: retries };
     const conn = this.conn;
-    if (conn !== undefined && this.queue.length === 0 && !conn.closed) this.send(conn, c);
+    if (conn !== undefined && this.queue.length === 0 && this.retries.length === 0 && !conn.closed) {
+      this.send(conn, c);
+    }
     else {
       this.queue.push(c);
       this.ensureConnected();
@@ -84,7 +88,7 @@ export class ActorClient {
     const err = new ActorDiedError(`the runtime shut down before calling actor ${this.actorId}`, {
       context: { actorId: this.actorId },
     });
-    for (const c of this.queue.splice(0)) c.ref._reject(err);
+    for (const c of [...this.retries.splice(0), ...this.queue.splice(0)]) c.ref._reject(err);
   }
 
   private send(conn: Connection, c: QueuedCall): void {
@@ -111,18 +115,17 @@ export class ActorClient {
       return;
     }
     if (this.conn === conn) this.conn = undefined;
+    if (c.retriesLeft !== 0 && !this.stopped) {
+      // Re-sent before any call made after the failure, in their original order.
+      c.retriesLeft = c.retriesLeft > 0 ? c.retriesLeft - 1 : -1;
+      this.retries.push(c);
+      this.ensureConnected();
+      return;
+    }
     this.whyLost(conn).then(
       (loc) => {
-        if (loc.state === 'DEAD') {
-          this.markDead(loc);
-          c.ref._reject(this.dead);
-        } else if (c.retriesLeft !== 0 && !this.stopped) {
-          c.retriesLeft = c.retriesLeft > 0 ? c.retriesLeft - 1 : -1;
-          this.queue.push(c);
-          this.ensureConnected();
-        } else {
-          c.ref._reject(this.diedError(loc.lastDeath, c.method));
-        }
+        if (loc.state === 'DEAD') this.markDead(loc);
+        c.ref._reject(loc.state === 'DEAD' ? this.dead : this.diedError(loc.lastDeath, c.method));
       },
       (err) => c.ref._reject(err),
     );
@@ -149,7 +152,7 @@ export class ActorClient {
     this.connecting = true;
     void this.connectLoop().finally(() => {
       this.connecting = false;
-      if (this.queue.length > 0 && !this.dead && !this.stopped) this.ensureConnected();
+      if (this.queue.length + this.retries.length > 0 && !this.dead && !this.stopped) this.ensureConnected();
     });
   }
 
@@ -180,7 +183,8 @@ export class ActorClient {
         }
         this.incarnation = loc.incarnation;
         this.conn = conn;
-        const q = this.queue;
+        const q = [...this.retries, ...this.queue];
+        this.retries = [];
         this.queue = [];
         for (const c of q) this.send(conn, c);
         return;
@@ -189,7 +193,7 @@ export class ActorClient {
       this.dead = e as RtjobError;
     }
     const err = this.dead!;
-    for (const c of this.queue.splice(0)) c.ref._reject(err);
+    for (const c of [...this.retries.splice(0), ...this.queue.splice(0)]) c.ref._reject(err);
   }
 
   private markDead(loc: ActorLocation): void {

@@ -67,6 +67,17 @@ test('maxTaskRetries re-runs a call that was in flight when the worker died', as
   assert.is((await actorInfo(c)).numRestarts, 1);
 });
 
+test('a retried call keeps its place before calls made after the failure', async () => {
+  const c = CounterActor.options({ maxRestarts: 1, maxTaskRetries: 1 }).remote(0);
+  const pid = await c.pid.remote();
+  const first = c.append.remote('a', 1500);
+  await new Promise((r) => setTimeout(r, 200)); // let the call reach the worker
+  process.kill(pid, 'SIGKILL');
+  const second = c.append.remote('b', 0);
+  assert.is(await second, 'a,b');
+  assert.is(await first, 'a');
+});
+
 test('kill with noRestart makes the actor DEAD; without it the actor restarts', async () => {
   const c = CounterActor.options({ maxRestarts: 3 }).remote(0);
   const pid = await c.pid.remote();
