@@ -84,13 +84,25 @@ interface DriverState {
 let driver: DriverState | undefined;
 let initializing: Promise<ClusterInfo> | undefined;
 
+/** `$RTJOB_HOME/cluster.json` (default `~/.rtjob`), written by `rtjob start`; ignored when stale. */
 function clusterFile(): { address?: string; token?: string } {
-  const file = join(process.env.HOME ?? homedir(), '.rtjob', 'cluster.json');
+  const file = join(process.env.RTJOB_HOME ?? join(process.env.HOME ?? homedir(), '.rtjob'), 'cluster.json');
   if (!existsSync(file)) return {};
   try {
-    return JSON.parse(readFileSync(file, 'utf8')) as { address?: string; token?: string };
+    const info = JSON.parse(readFileSync(file, 'utf8')) as { address?: string; token?: string; headPid?: number };
+    if (info.headPid !== undefined && !pidAlive(info.headPid)) return {};
+    return info;
   } catch {
     return {};
+  }
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 
