@@ -14,6 +14,7 @@ test('the runtime quick start example runs end to end', async () => {
   const env: NodeJS.ProcessEnv = { ...process.env, HOME: home };
   delete env.RTJOB_ADDRESS;
   delete env.RTJOB_TOKEN;
+  delete env.RTJOB_HOME;
   let stdout: string;
   try {
     ({ stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', main], { env, timeout: 60_000 }));
