@@ -13,6 +13,8 @@ import { type ClusterFile, pidAlive, readClusterFile, removeClusterFile, rtjobHo
 import { bytes, table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
+import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
+import { stopOrphanDrivers } from '../../runtime/head/jobs/supervisor.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 
@@ -199,6 +201,8 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
     return;
   }
   const alive = info.pids.filter(pidAlive);
+  const headPid = info.headPid ?? (info.role === 'head' ? info.pids[0] : undefined);
+  const headWasDead = headPid !== undefined && !pidAlive(headPid);
   for (const pid of alive) {
     try {
       process.kill(pid, 'SIGTERM');
@@ -213,6 +217,16 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
       process.kill(pid, 'SIGKILL');
     } catch {
       // gone
+    }
+  }
+  // A dead head cannot stop its jobs' drivers; do it from its state on disk.
+  if (headWasDead && existsSync(join(info.sessionDir, 'head.sqlite'))) {
+    const store = new OpsStore(join(info.sessionDir, 'head.sqlite'));
+    try {
+      const n = await stopOrphanDrivers(store, info.sessionDir);
+      if (n > 0) console.log(`stopped ${n} job driver${n > 1 ? 's' : ''} left by the dead head`);
+    } finally {
+      store.close();
     }
   }
   removeClusterFile();

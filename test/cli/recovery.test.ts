@@ -108,4 +108,24 @@ test('actors keep their state across a head restart; node agent, workers and dri
   assert.match((await sb.run(['logs', 'count'])).stdout, /late actor says 1/);
 });
 
+test('rtjob stop with a dead head still stops its drivers and node agent: no orphans', async () => {
+  const pidFile = join(sb.home, 'orphan.pid');
+  const r = await sb.run(['submit', '--no-wait', '--job-id', 'orphan', '--env', `PID_FILE=${pidFile}`, '--', join(fixtures, 'sleeper.ts')]);
+  assert.is(r.code, 0, r.stderr);
+  const driver = await until('the driver', () => {
+    try {
+      return Number(readFileSync(pidFile, 'utf8')) || undefined;
+    } catch {
+      return undefined;
+    }
+  });
+  const [head, ...nodes] = sb.clusterFile().pids;
+  process.kill(head!, 'SIGKILL');
+  await until('the head to die', () => (pidAlive(head!) ? undefined : true));
+  const stop = await sb.run(['stop']);
+  assert.is(stop.code, 0, stop.stderr);
+  assert.match(stop.stdout, /stopped 1 job driver left by the dead head/);
+  for (const pid of [driver, ...nodes]) assert.not.ok(pidAlive(pid), `pid ${pid} survived rtjob stop`);
+});
+
 test.run();

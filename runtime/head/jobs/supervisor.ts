@@ -453,6 +453,24 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
   }
 }
 
+/**
+ * Stops the drivers of a session whose head is gone (it would have stopped them itself): SIGTERM
+ * to each running job's process group, SIGKILL after `graceMs`. The next head on the session
+ * records how they ended. Returns how many drivers were signalled.
+ */
+export async function stopOrphanDrivers(store: OpsStore, sessionDir: string, graceMs = 3000): Promise<number> {
+  const groups: number[] = [];
+  for (const job of store.listJobs({ status: ['RUNNING'] })) {
+    const exitFile = join(sessionDir, 'logs', `job-${job.jobId}.exit`);
+    if (job.driverPid !== null && isAlive(job.driverPid) && ownsPid(job.driverPid, exitFile)) groups.push(job.driverPid);
+  }
+  for (const pid of groups) killGroup(pid, 'SIGTERM');
+  const deadline = Date.now() + graceMs;
+  while (groups.some(isAlive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  for (const pid of groups.filter(isAlive)) killGroup(pid, 'SIGKILL');
+  return groups.length;
+}
+
 /** True when `pid` is still our wrapper (guards against a reused pid after a long outage). */
 function ownsPid(pid: number, exitFile: string): boolean {
   try {
