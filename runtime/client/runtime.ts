@@ -164,7 +164,8 @@ export class Runtime {
         this.watchHead();
         return;
       } catch {
-        await new Promise((r) => setTimeout(r, delayMs));
+        // Unref'd: a process with nothing else to do may exit rather than wait for the head.
+        await new Promise((r) => setTimeout(r, delayMs).unref());
         delayMs = Math.min(delayMs * 2, 1000);
       }
     }
