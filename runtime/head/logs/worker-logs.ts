@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { closeSync, mkdirSync, openSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 
 import type { LogFile, OpsStore } from '../jobs/ops-store.ts';
@@ -45,7 +45,9 @@ export function writeShippedLog(headSessionDir: string, piece: ShippedLog): bool
   if ((stream !== 'stdout' && stream !== 'stderr') || !Number.isInteger(offset) || offset < 0 || !(data instanceof Uint8Array)) return false;
   const paths = workerLogPaths(shippedLogDir(headSessionDir, nodeId), actorId, incarnation);
   mkdirSync(join(shippedLogDir(headSessionDir, nodeId), 'logs'), { recursive: true });
-  const fd = openSync(stream === 'stdout' ? paths.stdout : paths.stderr, 'a+');
+  const path = stream === 'stdout' ? paths.stdout : paths.stderr;
+  // Not 'a': in append mode the offset would be ignored and a re-sent piece written twice.
+  const fd = existsSync(path) ? openSync(path, 'r+') : openSync(path, 'w+');
   try {
     writeSync(fd, data, 0, data.length, offset);
   } finally {
