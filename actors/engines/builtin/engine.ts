@@ -81,6 +81,7 @@ export class BuiltinEngine implements InferenceEngine {
   private running: Active[] = [];
   private cache: BatchKVCache | undefined;
   private looping = false;
+  private kickQueued = false;
   private paused = false;
   private draining = false;
   private sleeping = false;
@@ -165,7 +166,13 @@ export class BuiltinEngine implements InferenceEngine {
   }
 
   private kick(): void {
-    if (!this.looping && !this.paused && !this.sleeping && !this.closed) void this.loop();
+    if (this.looping || this.kickQueued || this.paused || this.sleeping || this.closed) return;
+    // Start on a microtask so requests submitted in the same tick are prefilled together.
+    this.kickQueued = true;
+    queueMicrotask(() => {
+      this.kickQueued = false;
+      if (!this.looping && !this.paused && !this.sleeping && !this.closed) void this.loop();
+    });
   }
 
   private finish(a: Active, reason: StopReason): void {
