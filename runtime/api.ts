@@ -130,7 +130,13 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
   let closeCluster: (() => Promise<void>) | undefined;
   let sessionDir: string | undefined;
   if (!address) {
-    const cluster = await startLocalCluster(opts.local);
+    // The in-process cluster lives as long as the driver, which may end without `shutdown()`.
+    const local = opts.local ?? {};
+    const cluster = await startLocalCluster({
+      ...local,
+      head: { ...local.head, holdProcess: false },
+      node: { ...local.node, holdProcess: false },
+    });
     address = cluster.address;
     token = cluster.token;
     sessionDir = cluster.sessionDir;

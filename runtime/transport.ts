@@ -36,6 +36,11 @@ export interface TransportOptions {
   heartbeatIntervalMs?: number;
   /** Silence after which the connection is declared dead and closed. @default 30000 */
   heartbeatTimeoutMs?: number;
+  /**
+   * Whether open sockets keep the process alive. Drivers pass false: their process then lives
+   * while a request is outstanding and may exit once the script is done. @default true
+   */
+  holdProcess?: boolean;
 }
 
 export const transportDefaults: Required<TransportOptions> = {
@@ -44,7 +49,35 @@ export const transportDefaults: Required<TransportOptions> = {
   chunkBytes: 1024 * 1024,
   heartbeatIntervalMs: 1000,
   heartbeatTimeoutMs: 30_000,
+  holdProcess: true,
 };
+
+/**
+ * Keeps the process alive while requests on non-holding connections are outstanding: one timer,
+ * referenced only while the count is above zero (ref/unref are cheap enough for every call).
+ */
+let outstanding = 0;
+const keepalive = setInterval(() => {}, 2 ** 30);
+keepalive.unref();
+function holdOpen(delta: number): void {
+  outstanding += delta;
+  if (outstanding === delta && delta > 0) keepalive.ref();
+  else if (outstanding === 0) keepalive.unref();
+}
+
+/** Keeps the process alive until `p` settles (e.g. an orderly shutdown over unref'd sockets). */
+export async function holdProcessWhile<T>(p: Promise<T>): Promise<T> {
+  holdOpen(1);
+  try {
+    return await p;
+  } finally {
+    holdOpen(-1);
+  }
+}
+
+function unrefSocket(ws: WebSocket): void {
+  (ws as unknown as { _socket?: { unref?(): void } })._socket?.unref?.();
+}
 
 /** Called for every message that is not a reply or fragment; a returned value answers `rid`. */
 export type Handler = (msg: Message, conn: Connection) => unknown;
@@ -116,6 +149,7 @@ export class Connection {
     );
     this.heartbeat = setInterval(() => this.beat(), opts.heartbeatIntervalMs);
     this.heartbeat.unref();
+    if (!opts.holdProcess) unrefSocket(ws);
   }
 
   /** Replaces the message handler (a role is known only after registration). */
@@ -149,12 +183,26 @@ export class Connection {
     }
     const rid = this.nextRid++;
     return new Promise<T>((resolve, reject) => {
-      this.pending.set(rid, { resolve: resolve as (v: unknown) => void, reject });
+      if (this.opts.holdProcess) {
+        this.pending.set(rid, { resolve: resolve as (v: unknown) => void, reject });
+      } else {
+        holdOpen(1);
+        this.pending.set(rid, {
+          resolve: (v) => {
+            holdOpen(-1);
+            resolve(v as T);
+          },
+          reject: (e) => {
+            holdOpen(-1);
+            reject(e);
+          },
+        });
+      }
       try {
         this.send({ ...body, rid } as unknown as Message);
       } catch (e) {
+        this.pending.get(rid)?.reject(e as Error);
         this.pending.delete(rid);
-        reject(e as Error);
       }
     });
   }
@@ -443,6 +491,7 @@ export function listen(options: ListenOptions): Promise<Server> {
     wss.once('error', reject);
     wss.once('listening', () => {
       wss.off('error', reject);
+      if (!opts.holdProcess) (wss as unknown as { _server?: { unref(): void } })._server?.unref();
       const port = (wss.address() as AddressInfo).port;
       resolve({
         host,

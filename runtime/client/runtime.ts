@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { ConnectionError, ObjectLostError, OwnerDiedError, isRtjobError } from '../errors.ts';
 import { logger } from '../log.ts';
 import type { ActorInfo, Call, Message, MessageType } from '../protocol.ts';
-import { type Connection, type Server, connect, listen } from '../transport.ts';
+import { type Connection, type Server, connect, holdProcessWhile, listen } from '../transport.ts';
 import { ActorClient } from './actor-client.ts';
 import { ObjectRef, setRefFetcher } from './object-ref.ts';
 import { ObjectStore } from './object-store.ts';
@@ -82,6 +82,8 @@ export class Runtime {
       accepts: dataAccepts,
       maxFrameBytes: 16 * 1024 * 1024,
       handler: (m, c) => rt.serve(m, c),
+      // A driver's process may exit when its script is done; a worker's lives with its actor.
+      holdProcess: opts.kind !== 'driver',
     });
     rt.objects = new ObjectStore(
       rt.server.address,
@@ -107,6 +109,7 @@ export class Runtime {
       token: opts.token,
       // A worker may start on a machine busy starting many others; be patient.
       connectTimeoutMs: 60_000,
+      holdProcess: opts.kind !== 'driver',
       accepts: new Set<MessageType>(['stopWorker']),
       handler: (m) => {
         // The head replaced this worker's incarnation (e.g. its node was declared dead).
@@ -206,7 +209,12 @@ export class Runtime {
   peer(address: string): Promise<Connection> {
     let p = this.peers.get(address);
     if (!p) {
-      p = connect(address, { token: this.opts.token, maxFrameBytes: 16 * 1024 * 1024, connectTimeoutMs: 5000 });
+      p = connect(address, {
+        token: this.opts.token,
+        maxFrameBytes: 16 * 1024 * 1024,
+        connectTimeoutMs: 5000,
+        holdProcess: this.opts.kind !== 'driver',
+      });
       this.peers.set(address, p);
       p.then(
         (c) => c.onClose(() => this.peers.get(address) === p && this.peers.delete(address)),
@@ -221,7 +229,11 @@ export class Runtime {
     this.closeHooks.push(fn);
   }
 
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    return holdProcessWhile(this.closeNow());
+  }
+
+  private async closeNow(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     for (const c of this.actorClients.values()) c.shutdown();

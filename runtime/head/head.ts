@@ -64,6 +64,11 @@ export interface HeadOptions {
   heartbeatIntervalMs?: number;
   /** Largest frame the head accepts. @default 64 MiB */
   maxFrameBytes?: number;
+  /**
+   * Whether the head's sockets keep the process alive; false for a head that `init()` starts
+   * inside a driver, so the driver exits when its script is done. @default true
+   */
+  holdProcess?: boolean;
 }
 
 export const headDefaults = {
@@ -201,6 +206,7 @@ export class Head extends EventEmitter<HeadEvents> {
       maxFrameBytes: this.opts.maxFrameBytes,
       heartbeatIntervalMs: this.opts.heartbeatIntervalMs,
       handler: (m, c) => this.handle(m, c),
+      holdProcess: this.opts.holdProcess ?? true,
     });
     if (!['127.0.0.1', 'localhost', '::1'].includes(this.opts.host)) {
       log.warn(`head listens on ${this.server.address}: reachable beyond this machine`);

@@ -52,6 +52,11 @@ export interface NodeAgentOptions {
   /** The head is declared lost after this much silence. @default 10000 */
   heartbeatTimeoutMs?: number;
   /**
+   * Whether this agent's connection and worker processes keep the process alive; false for an
+   * agent that `init()` starts inside a driver. @default true
+   */
+  holdProcess?: boolean;
+  /**
    * Workers starting at once (importing tsx and the user's module is CPU-bound); the rest wait
    * their turn, which keeps a burst of actor creations from thrashing a small machine.
    * @default the number of CPU cores, at least 2
@@ -188,12 +193,21 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     });
     this.warm.push(child);
+    this.release(child);
     const drop = () => {
       this.warm = this.warm.filter((c) => c !== child);
     };
     child.once('close', drop);
     child.once('error', drop);
     child.unref();
+  }
+
+  /** With `holdProcess: false`, a worker's handles must not keep this process alive. */
+  private release(child: ChildProcess): void {
+    if (this.opts.holdProcess !== false) return;
+    child.unref();
+    for (const s of [child.stdout, child.stderr]) (s as { unref?(): void } | null)?.unref?.();
+    (child.channel as { unref?(): void } | undefined)?.unref?.();
   }
 
   /** An idle booted worker, if one is ready and `m` does not need a fresh process. */
@@ -217,6 +231,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       accepts,
       handler: (m) => this.handle(m),
       heartbeatTimeoutMs: this.opts.heartbeatTimeoutMs,
+      holdProcess: this.opts.holdProcess ?? true,
     });
     try {
       const { nodeId } = await conn.request<{ nodeId: string }>({
@@ -342,12 +357,13 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         env,
         stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       });
+    this.release(child);
     if (warm) {
       // Only what differs from the agent's own environment travels; the worker applies it
       // before importing any user code (so CUDA_VISIBLE_DEVICES is in place for CUDA).
       const delta: Record<string, string> = {};
       for (const [k, v] of Object.entries(env)) if (v !== undefined && process.env[k] !== v) delta[k] = v;
-      warm.ref();
+      if (this.opts.holdProcess !== false) warm.ref();
       warm.send({ type: 'assign', env: delta, unset: ['RTJOB_WARM', ...(process.env.RTJOB_ADDRESS ? ['RTJOB_ADDRESS'] : [])] });
     }
     const out = createWriteStream(logFiles.stdout, { flags: 'a' });

@@ -113,4 +113,19 @@ test('a driver that exits takes its actors with it; detached actors stay', async
   await kill(survivor);
 });
 
+test('a driver script that ends without shutdown() exits, and its workers with it', async () => {
+  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(fixture('forgetful-driver.ts'))], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  const code = await new Promise((r) => child.on('close', (c, sig) => r(sig ?? c)));
+  clearTimeout(timer);
+  assert.is(code, 0, 'exited by itself');
+  const { n, pid } = JSON.parse(out.trim()) as { n: number; pid: number };
+  assert.is(n, 42);
+  await until(() => !alive(pid), 5000, 'the worker to exit with its driver');
+});
+
 test.run();
