@@ -69,6 +69,8 @@ export interface SftOptions {
   stopAtAccuracy?: number;
   /** Print progress lines. @default true */
   verbose?: boolean;
+  /** Stop after the current step (checkpoint and final model are still written). */
+  signal?: AbortSignal;
 }
 
 /** What {@link trainSft} returns. */
@@ -241,6 +243,11 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last)) {
       trainer.saveCheckpoint(o.ckptPath, { dataset }, tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain });
     }
+    if (o.signal?.aborted) {
+      log(`train_sft: stopping at step ${st.step} on request`);
+      if (o.ckptPath) trainer.saveCheckpoint(o.ckptPath, { dataset }, tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain });
+      break;
+    }
     if (o.stopAtAccuracy !== undefined && evalAccuracy !== undefined && evalAccuracy >= o.stopAtAccuracy && st.step % evalSteps === 0) {
       log(`train_sft: held-out accuracy ${(evalAccuracy * 100).toFixed(1)}% reached the target ${(o.stopAtAccuracy * 100).toFixed(1)}%; stopping`);
       break;
@@ -287,7 +294,17 @@ export async function main(argv: string[]): Promise<void> {
   cmd.parse(argv, { from: 'user' });
   const opts = cmd.opts<SftOptions>();
   if (opts.pretrain) opts.pretrain = resolve(opts.pretrain);
-  await trainSft({ ...opts, savePath: resolve(opts.savePath) });
+  // SIGINT/SIGTERM end the run after the current step, with the checkpoint and model written.
+  const stop = new AbortController();
+  const onSignal = (): void => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    await trainSft({ ...opts, savePath: resolve(opts.savePath), signal: stop.signal });
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
