@@ -90,6 +90,12 @@ function killGroup(pid: number, signal: NodeJS.Signals): void {
   }
 }
 
+/** `sh -c` script around a driver: `$0` is the exit file, `$@` the driver's argv. */
+const wrapperScript =
+  'trap : TERM INT HUP; "$@" & pid=$!; ' +
+  'while :; do wait $pid; code=$?; kill -0 $pid 2>/dev/null || break; done; ' +
+  'echo $code > "$0"; exit $code';
+
 /** What the supervisor tracks for a driver it runs or re-adopted. */
 interface Running {
   pid: number;
@@ -124,7 +130,8 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       stopGraceMs: 3000,
       messageTailLines: 20,
       builtins: builtinEntrypoints,
-      ...opts,
+      // An option passed as undefined keeps its default (an undefined grace meant SIGKILL at once).
+      ...(Object.fromEntries(Object.entries(opts).filter(([, v]) => v !== undefined)) as JobSupervisorOptions),
     };
     this.#logDir = join(opts.sessionDir, 'logs');
     this.#packageDir = join(opts.sessionDir, 'packages');
@@ -341,8 +348,10 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
         '/bin/sh',
         // The wrapper records the driver's exit status on disk for a head that restarts meanwhile.
         // Its no-op traps make it outlive a SIGTERM to the group until the driver has exited, so
-        // the wrapper's exit means the driver is gone (and reaped), never merely signalled.
-        ['-c', 'trap : TERM INT HUP; "$@"; code=$?; echo $code > "$0"; exit $code', exitFile, ...argv],
+        // the wrapper's exit means the driver is gone (and reaped), never merely signalled. A
+        // trapped signal interrupts `wait` (dash even stops waiting for a foreground command),
+        // so the driver runs in the background and is waited for until it is really reaped.
+        ['-c', wrapperScript, exitFile, ...argv],
         {
           cwd,
           detached: true,
