@@ -78,6 +78,9 @@ test('stop-job stops a running driver (SIGTERM) and its process is gone', async 
   assert.is(stop.code, 0, stop.stderr);
   assert.match(stop.stdout, /STOPPED/);
   assert.not.ok(pidAlive(pid));
+  // SIGTERM did it (128 + 15), within the grace period, not the SIGKILL after it.
+  const { body } = await apiCall<{ exitCode: number }>(sb, 'GET', '/api/jobs/sleep1');
+  assert.is(body.exitCode, 143);
   const again = await sb.run(['stop-job', 'sleep1']);
   assert.match(again.stdout, /already ended/);
 });
