@@ -82,10 +82,9 @@ function unrefSocket(ws: WebSocket): void {
 /** Called for every message that is not a reply or fragment; a returned value answers `rid`. */
 export type Handler = (msg: Message, conn: Connection) => unknown;
 
-interface Pending {
-  resolve(v: unknown): void;
-  reject(e: Error): void;
-}
+/** How a reply is delivered: `(undefined, value)` or `(error)`. */
+export type ReplyCallback = (err: Error | undefined, value?: unknown) => void;
+
 interface OutgoingLarge {
   fid: number;
   bytes: Buffer;
@@ -111,7 +110,7 @@ export class Connection {
   private readonly ws: WebSocket;
   private readonly opts: Required<TransportOptions>;
   private readonly label: string;
-  private readonly pending = new Map<number, Pending>();
+  private readonly pending = new Map<number, ReplyCallback>();
   private nextRid = 1;
   private small: Buffer[] = [];
   private large: OutgoingLarge[] = [];
@@ -176,35 +175,38 @@ export class Connection {
 
   /** Sends a request and resolves with the reply's value (rejects with the remote error). */
   request<T = unknown>(body: Record<string, unknown> & { type: MessageType }): Promise<T> {
+    return new Promise<T>((resolve, reject) =>
+      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as T))),
+    );
+  }
+
+  /**
+   * Sends a request and calls `cb` with the reply, without a promise in between: the hot path
+   * of actor calls. `cb` is called exactly once, possibly synchronously when the connection is
+   * already closed or the body cannot be packed.
+   */
+  requestCb(body: Record<string, unknown> & { type: MessageType }, cb: ReplyCallback): void {
     if (this.closed) {
-      return Promise.reject(
-        new ConnectionError(`connection to ${this.label} is closed: ${this.closeReason}`),
-      );
+      cb(new ConnectionError(`connection to ${this.label} is closed: ${this.closeReason}`));
+      return;
     }
     const rid = this.nextRid++;
-    return new Promise<T>((resolve, reject) => {
-      if (this.opts.holdProcess) {
-        this.pending.set(rid, { resolve: resolve as (v: unknown) => void, reject });
-      } else {
-        holdOpen(1);
-        this.pending.set(rid, {
-          resolve: (v) => {
-            holdOpen(-1);
-            resolve(v as T);
-          },
-          reject: (e) => {
-            holdOpen(-1);
-            reject(e);
-          },
-        });
-      }
-      try {
-        this.send({ ...body, rid } as unknown as Message);
-      } catch (e) {
-        this.pending.get(rid)?.reject(e as Error);
-        this.pending.delete(rid);
-      }
-    });
+    let done = cb;
+    if (!this.opts.holdProcess) {
+      holdOpen(1);
+      done = (err, value) => {
+        holdOpen(-1);
+        cb(err, value);
+      };
+    }
+    this.pending.set(rid, done);
+    try {
+      (body as { rid?: number }).rid = rid;
+      this.send(body as unknown as Message);
+    } catch (e) {
+      this.pending.delete(rid);
+      done(e as Error);
+    }
   }
 
   /** Answers request `rid` with a value. */
@@ -255,7 +257,7 @@ export class Connection {
     const err = new ConnectionError(`connection to ${this.label} closed: ${this.closeReason}`);
     const pending = [...this.pending.values()];
     this.pending.clear();
-    for (const p of pending) p.reject(err);
+    for (const p of pending) p(err);
     const listeners = this.closeListeners.splice(0);
     for (const fn of listeners) fn(this.closeReason);
   }
@@ -342,8 +344,8 @@ export class Connection {
       const p = this.pending.get(msg.rid);
       if (!p) return; // a reply to a request that timed out or was never made; harmless
       this.pending.delete(msg.rid);
-      if (msg.error) p.reject(fromWire(msg.error));
-      else p.resolve(msg.value);
+      if (msg.error) p(fromWire(msg.error));
+      else p(undefined, msg.value);
       return;
     }
     if (msg.type === 'fragment') return this.onFragment(msg);

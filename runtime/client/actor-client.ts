@@ -96,17 +96,10 @@ export class ActorClient {
       c.ref._resolve(undefined); // a readiness probe
       return;
     }
-    let p: Promise<unknown>;
-    try {
-      p = conn.request({ type: 'call', method: c.method, args: c.args });
-    } catch (e) {
-      c.ref._reject(e);
-      return;
-    }
-    p.then(
-      (v) => c.ref._resolve(v),
-      (e) => this.onCallFailed(conn, c, e),
-    );
+    conn.requestCb({ type: 'call', method: c.method, args: c.args }, (err, v) => {
+      if (err) this.onCallFailed(conn, c, err);
+      else c.ref._resolve(v);
+    });
   }
 
   private onCallFailed(conn: Connection, c: QueuedCall, e: unknown): void {

@@ -106,6 +106,7 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
     onfulfilled?: ((value: T) => R1 | PromiseLike<R1>) | null,
     onrejected?: ((reason: unknown) => R2 | PromiseLike<R2>) | null,
   ): Promise<R1 | R2> {
+    if (this._state === OK) return Promise.resolve(this._value as T).then(onfulfilled, onrejected);
     return new Promise<T>((resolve, reject) =>
       this._onSettled((r) => (r._state === OK ? resolve(r._value as T) : reject(r._value))),
     ).then(onfulfilled, onrejected);
