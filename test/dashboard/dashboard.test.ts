@@ -78,6 +78,22 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
   await page.screenshot({ path: `${shots}job.png`, fullPage: true });
 
+  // Actor actions, with confirmation: restart rollout-0 (it may restart once), kill rollout-1.
+  await page.click('nav a[href="#/actors"]');
+  const row = (name: string) => page.locator('tr[data-actor]', { has: page.locator(`td:text-is("${name}")`) });
+  await row('rollout-0').locator('button', { hasText: 'Restart' }).click();
+  await page.click('#confirm-ok');
+  await until('rollout-0 to restart', async () => {
+    const { body } = await apiCall<{ rows: { name: string; state: string; restarts: number }[] }>(sb, 'GET', '/api/jobs/train1/actors');
+    const a = body.rows.find((x) => x.name === 'rollout-0');
+    return a?.restarts === 1 && a.state === 'ALIVE' ? true : undefined;
+  });
+  await row('rollout-1').locator('button', { hasText: 'Kill' }).click();
+  await page.click('#confirm-ok');
+  await page.waitForFunction(() => Array.from(document.querySelectorAll('tr[data-actor]')).some((tr) => /rollout-1/.test(tr.textContent ?? '') && /DEAD/.test(tr.textContent ?? '')));
+  await page.goBack();
+  await page.waitForSelector('#stop-job');
+
   // Stop from the page, with confirmation.
   await page.click('#stop-job');
   await page.click('#confirm-ok');
