@@ -165,6 +165,12 @@ export interface WorkerLog {
   readonly data: Uint8Array;
 }
 
+/** Calls a worker has served since its last report (one-way, every few seconds, for `/metrics`). */
+export interface WorkerStats {
+  readonly type: 'workerStats';
+  readonly calls: number;
+}
+
 // head → node agent
 export interface StartWorker {
   readonly type: 'startWorker';
@@ -363,6 +369,7 @@ export type Message =
   | HeadRequest
   | WorkerExited
   | WorkerLog
+  | WorkerStats
   | StartWorker
   | StopWorker
   | DataRequest
@@ -380,6 +387,7 @@ export const messageTypes: ReadonlySet<string> = new Set<MessageType>([
   'registerNode',
   'workerExited',
   'workerLog',
+  'workerStats',
   'startWorker',
   'stopWorker',
   'workerHello',

@@ -39,6 +39,7 @@ import type {
   WorkerAssignment,
   WorkerExited,
   WorkerLog,
+  WorkerStats,
 } from '../protocol.ts';
 import { type Connection, type Server, listen } from '../transport.ts';
 import { type Allocation, ResourcePool } from './resources.ts';
@@ -128,6 +129,7 @@ const accepts: ReadonlySet<MessageType> = new Set<MessageType>([
   'registerNode',
   'workerExited',
   'workerLog',
+  'workerStats',
   'workerHello',
   'actorReady',
   'actorLoadFailed',
@@ -171,6 +173,8 @@ export class Head extends EventEmitter<HeadEvents> {
    */
   private readonly recovering = new Set<ActorRec>();
   private recoveryTimer: NodeJS.Timeout | undefined;
+  /** Actor calls served cluster-wide, as workers report them (`workerStats`). */
+  private callsServed = 0;
   /** Connected clients by id, so a reconnecting client can resume its id (and its actors). */
   private readonly clients = new Map<string, Connection>();
 
@@ -213,6 +217,11 @@ export class Head extends EventEmitter<HeadEvents> {
     }
   }
 
+  /** Actor calls served since this head started, as reported by workers every few seconds. */
+  get callsTotal(): number {
+    return this.callsServed;
+  }
+
   listNodes(): NodeInfo[] {
     return [...this.nodes.values()].map((n) => ({ ...n.info, available: { ...n.sched.pool.available } }));
   }
@@ -247,7 +256,7 @@ export class Head extends EventEmitter<HeadEvents> {
 
   private handle(m: Message, conn: Connection): unknown {
     const role = conn.meta.role as 'node' | 'client' | undefined;
-    const msg = m as HeadRequest | WorkerExited | WorkerLog;
+    const msg = m as HeadRequest | WorkerExited | WorkerLog | WorkerStats;
     if (msg.type === 'registerNode') return this.registerNode(msg, conn);
     if (msg.type === 'registerClient') {
       if (role !== undefined) throw new InvalidArgumentError('this connection is already registered');
@@ -274,6 +283,11 @@ export class Head extends EventEmitter<HeadEvents> {
     if (msg.type === 'workerExited') {
       if (role !== 'node') throw new ProtocolError('workerExited is for node agents');
       return this.workerExited(msg);
+    }
+    if (msg.type === 'workerStats') {
+      if (role !== 'client' || conn.meta.kind !== 'worker') throw new ProtocolError('workerStats is for workers');
+      if (typeof msg.calls === 'number' && Number.isFinite(msg.calls) && msg.calls > 0) this.callsServed += msg.calls;
+      return undefined;
     }
     if (msg.type === 'workerLog') {
       if (role !== 'node') throw new ProtocolError('workerLog is for node agents');

@@ -76,6 +76,17 @@ try {
     .catch(() => {});
   process.exit(1);
 }
-rt.callHandler = handle;
+// Calls served are reported to the head every few seconds (Prometheus `rtjob_actor_calls_total`).
+let calls = 0;
+let reported = 0;
+rt.callHandler = (m) => {
+  calls++;
+  return handle(m);
+};
+setInterval(() => {
+  if (calls === reported || rt.head.closed) return;
+  rt.head.send({ type: 'workerStats', calls: calls - reported });
+  reported = calls;
+}, 2000).unref();
 await rt.head.request({ type: 'actorReady', actorId, incarnation, address: rt.address, pid: process.pid });
 process.send?.({ type: 'ready' });

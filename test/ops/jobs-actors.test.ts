@@ -80,6 +80,13 @@ test('stop-job kills the actors of the job and their processes', async () => {
   const live = await sb.run(['logs', 'hold1', '--actor', b.actorId]);
   assert.match(live.stdout, /out: hello from probe-b\n/);
 
+  // Workers report the calls they serve; Prometheus text counts them.
+  await until('calls in /metrics', async () => {
+    const m = await apiCall<string>(sb, 'GET', '/metrics');
+    const n = Number(/^rtjob_actor_calls_total (\d+)/m.exec(m.body)?.[1] ?? 0);
+    return n >= 3 ? true : undefined;
+  });
+
   // `logs -f --actor` follows the live actor and returns once it is dead.
   const following = sb.run(['logs', 'hold1', '-f', '--actor', b.actorId]);
   const stop = await sb.run(['stop-job', 'hold1']);
