@@ -170,7 +170,8 @@ export class CausalLM {
           params.forEach((p) => p.dispose());
           throw new Error(`checkpoint has no tensor '${name}'`);
         }
-        v = tf.zeros(shape);
+        // A fresh head is zero; kept in the stored ([in, out]) layout like every linear weight.
+        v = tf.tidy(() => toStored(name, tf.zeros(shape)));
       } else {
         if (t.shape.join(',') !== shape.join(',')) {
           params.forEach((p) => p.dispose());
