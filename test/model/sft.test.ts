@@ -1,0 +1,70 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { BuiltinEngine } from '../../actors/engines/builtin/engine.ts';
+import { initBackend } from '../../actors/model/backend.ts';
+import { builtinTokenizerFiles } from '../../actors/model/builtin.ts';
+import { loadModel, saveModel } from '../../actors/model/checkpoint.ts';
+import { tinyMathModelDir } from '../../actors/model/index.ts';
+import { ChatTokenizer } from '../../actors/model/tokenizer.ts';
+import { arithDataset } from '../../algorithms/datasets/arith.ts';
+import { encodeConversation, evalArith, trainSft } from '../../algorithms/train-sft.ts';
+import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
+
+const dirs: string[] = [];
+const tmp = (): string => {
+  const d = mkdtempSync(join(tmpdir(), 'rtjob-sft-'));
+  dirs.push(d);
+  return d;
+};
+test.after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+test('loss mask covers exactly the assistant turns, including their end token', () => {
+  const f = builtinTokenizerFiles();
+  const tok = new ChatTokenizer(f.tokenizerJson, f.tokenizerConfig);
+  const { ids, mask } = encodeConversation(tok, [{ role: 'user', content: 'q?' }, { role: 'assistant', content: 'ok' }]);
+  assert.is(tok.decode(ids), '<|user|>q?<|assistant|>ok<|end|>');
+  assert.equal(mask, [0, 0, 0, 0, 1, 1, 1]);
+});
+
+test('train_sft on a JSONL file lowers the loss, checkpoints, resumes and writes an HF directory', async () => {
+  await initBackend('wasm');
+  const dir = tmp();
+  const f = builtinTokenizerFiles();
+  const tok = new ChatTokenizer(f.tokenizerJson, f.tokenizerConfig);
+  const start = randomModel(tinyLlamaConfig({ vocab_size: tok.vocabSize, max_position_embeddings: 64, eos_token_id: 1 }), 51);
+  saveModel(join(dir, 'init'), start, { tokenizerFiles: f });
+  start.dispose();
+  const lines = arithDataset({ size: 64 }).map((r, i) =>
+    i % 2 ? JSON.stringify({ prompt: r.prompt, response: r.response }) : JSON.stringify({ messages: [{ role: 'user', content: r.prompt }, { role: 'assistant', content: r.response }] }),
+  );
+  writeFileSync(join(dir, 'data.jsonl'), lines.join('\n') + '\n');
+  const common = { pretrain: join(dir, 'init'), dataset: join(dir, 'data.jsonl'), ckptPath: join(dir, 'ckpt'), saveSteps: 5, batchSize: 16, microBatchSize: 8, lr: 1e-2, warmupSteps: 2, verbose: false };
+  const first = await trainSft({ ...common, savePath: join(dir, 'out'), maxSteps: 5 });
+  assert.is(first.steps, 5);
+  const resumed = await trainSft({ ...common, savePath: join(dir, 'out'), maxSteps: 12 });
+  assert.is(resumed.steps, 12, 'resumed at step 5 and ran to 12');
+  assert.ok(resumed.finalLoss < first.finalLoss, `loss ${first.finalLoss} -> ${resumed.finalLoss}`);
+  for (const file of ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) {
+    assert.ok(existsSync(join(dir, 'out', file)), file);
+  }
+  assert.is(JSON.parse(readFileSync(join(dir, 'ckpt', 'trainer_state.json'), 'utf8')).step, 12);
+});
+
+test('the shipped warm-start checkpoint answers in the parseable format and is right on some, not all, held-out problems', async () => {
+  await initBackend('wasm');
+  const { model, tokenizer } = await loadModel(tinyMathModelDir);
+  assert.ok(tokenizer);
+  assert.ok(model.numParameters > 2e5 && model.numParameters < 1e6);
+  const engine = await BuiltinEngine.create({ model, tokenizer });
+  const { accuracy, samples } = await evalArith(engine, tokenizer!, arithDataset({ split: 'test', size: 100 }));
+  const parseable = samples.filter((s) => /The answer is -?\d+/.test(s.output)).length;
+  assert.ok(parseable >= 90, `parseable ${parseable}/100`);
+  assert.ok(accuracy >= 0.15 && accuracy <= 0.6, `held-out greedy accuracy ${accuracy}`);
+  await engine.close();
+  model.dispose();
+});
+
+test.run();
