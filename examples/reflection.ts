@@ -13,6 +13,8 @@ import type { Trajectory } from '../algorithms/trajectory.ts';
 export class Workflow {
   readonly maxTurns = 2;
   readonly turnDiscount = 0.6;
+  /** An answer cut off by the token limit: worse than a wrong one, so the policy keeps ending its answers. */
+  readonly truncatedReward = -1;
   private readonly reflectIds: number[];
 
   constructor(private readonly init: WorkflowInit) {
@@ -47,6 +49,10 @@ export class Workflow {
       t.logprobs.push(...out.outputLogprobs);
       t.versions.push(...out.outputVersions);
       t.truncated = out.stopReason === 'length';
+      if (t.truncated) {
+        t.reward = this.truncatedReward;
+        break;
+      }
       const text = this.init.tokenizer.decode(out.outputTokens);
       if (gsm8kReward(text, sample.label ?? '') === 1) {
         t.reward = Math.pow(this.turnDiscount, turn);
