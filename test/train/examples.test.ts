@@ -46,7 +46,7 @@ test('examples/custom-loop.ts (a hand-written loop on actors) trains and exits',
     { env: { ...process.env, HOME: root, RTJOB_ADDRESS: '' }, encoding: 'utf8', timeout: 120_000 },
   );
   assert.is(r.status, 0, r.stderr);
-  assert.match(r.stdout, /step 1\/2 {2}reward [\d.]+ {2}loss -?[\d.]+ {2}version 1/);
+  assert.match(r.stdout, /step 1\/2 {2}reward -?[\d.]+ {2}loss -?[\d.]+ {2}version 1/);
   assert.match(r.stdout, /step 2\/2 .* version 2/);
 });
 
