@@ -86,7 +86,7 @@ function run(job) {
         if (r) {
           p = r.passed;
           s = r.skipped;
-          f = r.total - r.passed - r.skipped;
+          f = Math.max(0, r.total - r.passed);
           if (code !== 0 && f === 0) f = 1; // crashed after the summary, or an unhandled error
         } else {
           f = 1;
