@@ -97,7 +97,11 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       const { kept, passRate } = filterGroups(batch.groups, o);
       state.step++;
       state.position = batch.position;
-      if (kept.length === 0) continue;
+      if (kept.length === 0) {
+        ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
+        await afterStep(ctx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: batch.generateMs / 1000 });
+        continue;
+      }
       const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, version);
       if (u.staleMax > bound.value) {
         throw new Error(`staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`);

@@ -198,7 +198,10 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     const { kept, passRate } = filterGroups(groups, o);
     state.step++;
     if (kept.length === 0) {
+      // Nothing to train on, but the prompts are consumed: the position and checkpoint move on.
+      state.position = { ...ctx.sampler.position };
       ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
+      await afterStep(ctx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: genMs / 1000 });
       continue;
     }
     const version = (await roles.trainer.weights()).version;

@@ -44,9 +44,8 @@ test('a critic restored from its checkpoint gives the same values and keeps trai
   }
 });
 
-// Skipped (reported as skipped, not passed): with the random tiny test model the critic dir is not
-// written at global_step_1; with the shipped model it is. Open in issue 7's note.
-test.skip('train_ppo with gae checkpoints the critic and resumes it', async () => {
+// The fixture rejects odd prompts, so some steps train on nothing: those still checkpoint.
+test('train_ppo with gae checkpoints the critic and resumes it', async () => {
   const ck = join(root, 'ckpt');
   const flags = [
     '--in-process', '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/group-workflow.ts', import.meta.url)),
@@ -56,12 +55,12 @@ test.skip('train_ppo with gae checkpoints the critic and resumes it', async () =
   ];
   const log = { line: () => undefined, metric: () => undefined };
   await trainPpo([...flags, '--max-steps', '1'], {}, { log });
-  assert.ok(existsSync(join(ck, 'global_step_1', 'critic', 'optimizer.safetensors')));
+  assert.ok(existsSync(join(ck, 'global_step_1', 'critic', 'optimizer.safetensors')), 'critic saved at step 1');
   const lines: string[] = [];
   const s = await trainPpo([...flags, '--max-steps', '2', '--load-checkpoint'], {}, { log: { line: (t) => void lines.push(t), metric: () => undefined } });
   assert.is(s.steps, 2);
-  assert.ok(lines.some((l) => l.includes('resumed from')));
-  assert.ok(existsSync(join(ck, 'global_step_2', 'critic', 'model.safetensors')));
+  assert.ok(lines.some((l) => l.includes('resumed from')), lines.join('\n'));
+  assert.ok(existsSync(join(ck, 'global_step_2', 'critic', 'model.safetensors')), 'critic saved at step 2');
 });
 
 test.run();
