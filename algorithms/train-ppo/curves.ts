@@ -44,8 +44,9 @@ export function renderCurves(spec: ChartSpec): string {
   const x0 = Math.min(0, ...xs);
   const x1 = Math.max(x0 + 1e-9, ...xs);
   const [ry0, ry1] = spec.yRange ?? [0, 1];
-  const y0 = Math.min(ry0, ...ys);
-  const y1 = Math.max(ry1, ...ys);
+  // Rounded to tenths so the tick labels read well.
+  const y0 = Math.floor(Math.min(ry0, ...ys) * 10) / 10;
+  const y1 = Math.ceil(Math.max(ry1, ...ys) * 10) / 10;
   const pw = W - M.left - M.right;
   const ph = H - M.top - M.bottom;
   const sx = (x: number): number => M.left + ((x - x0) / (x1 - x0)) * pw;
@@ -67,9 +68,12 @@ export function renderCurves(spec: ChartSpec): string {
   out.push(`<text transform="translate(16 ${M.top + ph / 2}) rotate(-90)" text-anchor="middle">${esc(spec.yLabel)}</text>`);
   spec.series.forEach((s, i) => {
     if (s.points.length) {
-      const d = s.points.map((p, k) => `${k ? 'L' : 'M'}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(' ');
+      // Separate segments rather than one path: ImageMagick's built-in SVG renderer mis-draws long paths.
       const dash = s.dashed ? ' stroke-dasharray="6 4"' : '';
-      out.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"${dash}/>`);
+      for (let k = 1; k < s.points.length; k++) {
+        const [a, b] = [s.points[k - 1]!, s.points[k]!];
+        out.push(`<line x1="${sx(a[0]).toFixed(1)}" y1="${sy(a[1]).toFixed(1)}" x2="${sx(b[0]).toFixed(1)}" y2="${sy(b[1]).toFixed(1)}" stroke="${s.color}" stroke-width="2"${dash}/>`);
+      }
       for (const p of s.points.length <= 30 ? s.points : []) out.push(`<circle cx="${sx(p[0])}" cy="${sy(p[1])}" r="2.5" fill="${s.color}"/>`);
     }
     const lx = M.left + (i % 2) * (pw / 2);
@@ -104,7 +108,11 @@ export function parseMetricsCsv(text: string): Record<string, number>[] {
 
 /** Reward (mean per step) and held-out accuracy against the step, from metric rows. */
 export function learningSeries(rows: Record<string, number>[]): Series[] {
-  const pick = (k: string): [number, number][] => rows.filter((r) => r[k] !== undefined && r.step !== undefined).map((r) => [r.step!, r[k]!]);
+  const pick = (k: string): [number, number][] =>
+    rows
+      .filter((r) => r[k] !== undefined && r.step !== undefined)
+      .map((r): [number, number] => [r.step!, r[k]!])
+      .sort((a, b) => a[0] - b[0]);
   return [
     { name: 'reward (mean per step)', points: pick('reward_mean'), color: '#1f77b4' },
     { name: 'held-out accuracy (greedy)', points: pick('eval_accuracy'), color: '#d62728' },
