@@ -35,6 +35,12 @@ export interface SftOptions {
   dataset?: string;
   /** Number of built-in training records. @default 20000 */
   datasetSize?: number;
+  /**
+   * Built-in dataset only: the fraction of records whose response is the direct answer
+   * (`The answer is 85.`) instead of the worked one (`47+38=85. The answer is 85.`), drawn per
+   * record from `seed`. A warm start trained on a mix knows both strategies. @default 0
+   */
+  directFraction?: number;
   /** Where the final HF model directory goes. */
   savePath: string;
   /** Checkpoint directory (weights + optimizer + step); resumed from when it exists. */
@@ -100,9 +106,21 @@ export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[]):
   return { ids, mask };
 }
 
-function readRecords(dataset: string, size: number): { messages: ChatMessage[] }[] {
+/**
+ * The conversations `train_sft` trains on: a built-in dataset (with `directFraction` of its records
+ * answered directly, chosen per record from `seed`) or a JSONL file.
+ */
+export function sftConversations(dataset: string, size: number, directFraction = 0, seed = 42): { messages: ChatMessage[] }[] {
+  if (!(directFraction >= 0 && directFraction <= 1)) throw new Error(`train_sft: --direct-fraction must be in [0, 1], got ${directFraction}`);
   const builtin = builtinDataset(dataset, { size });
-  if (builtin) return builtin.map((r) => ({ messages: [{ role: 'user', content: r.prompt }, { role: 'assistant', content: r.response }] }));
+  if (builtin) {
+    const r = seededRandom(seed * 31 + 17);
+    return builtin.map((rec) => {
+      const content = r() < directFraction ? rec.direct : rec.response;
+      return { messages: [{ role: 'user', content: rec.prompt }, { role: 'assistant', content }] };
+    });
+  }
+  if (directFraction) throw new Error('train_sft: --direct-fraction applies to built-in datasets only');
   if (!existsSync(dataset)) throw new Error(`train_sft: dataset '${dataset}' is neither built-in nor a file`);
   return readFileSync(dataset, 'utf8')
     .split('\n')
@@ -160,7 +178,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   log(`train_sft: ${model.numParameters} parameters, backend ${tf.getBackend()}`);
   const maxLen = Math.min(o.maxLen ?? 160, model.config.max_position_embeddings);
   const dataset = o.dataset ?? 'arith';
-  const examples = readRecords(dataset, o.datasetSize ?? 20000)
+  const examples = sftConversations(dataset, o.datasetSize ?? 20000, o.directFraction ?? 0, seed)
     .map((r) => encodeConversation(tok, r.messages))
     .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
   if (!examples.length) throw new Error('train_sft: no usable training examples');
@@ -259,7 +277,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     generationConfig: { eos_token_id: model.config.eos_token_id, pad_token_id: model.config.pad_token_id, do_sample: true, temperature: 1.0, max_new_tokens: 48 },
   });
   const result: SftResult = { steps: trainer.stepCount, finalLoss: lastLoss, evalAccuracy, trainSeconds, tokensPerSecond: tokens / trainSeconds };
-  writeFileSync(join(o.savePath, 'training_summary.json'), JSON.stringify({ ...result, options: { ...o, savePath: undefined, ckptPath: undefined } }, null, 2) + '\n');
+  writeFileSync(join(o.savePath, 'training_summary.json'), JSON.stringify({ ...result, options: { ...o, savePath: undefined, ckptPath: undefined, signal: undefined } }, null, 2) + '\n');
   log(`train_sft: saved ${o.savePath} after ${result.steps} steps in ${trainSeconds.toFixed(0)}s`);
   await engine?.close();
   trainer.dispose();
@@ -275,6 +293,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--init-builtin', 'start from a fresh built-in tiny model')
     .option('--dataset <name|path>', "built-in dataset ('arith') or JSONL file", 'arith')
     .option('--dataset-size <n>', 'built-in training records', Number)
+    .option('--direct-fraction <x>', 'built-in only: fraction of records answered directly, without the worked equation', Number)
     .requiredOption('--save-path <dir>', 'output HF model directory')
     .option('--ckpt-path <dir>', 'checkpoint directory (resumed from when present)')
     .option('--save-steps <n>', 'checkpoint interval', Number)

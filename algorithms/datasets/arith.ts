@@ -18,8 +18,10 @@ export interface ArithRecord {
   answer: string;
   /** Worked solution ending `#### N` (GSM8K style); also the RL label. */
   solution: string;
-  /** The response the warm-start model is trained to give: `47+38=85. The answer is 85.` */
+  /** The worked response: the equation(s), then the answer: `47+38=85. The answer is 85.` */
   response: string;
+  /** The direct response, the answer alone: `The answer is 85.` */
+  direct: string;
   /** Problem family (`add`, `sub`, `mul`, `word-add`, ...), for per-family metrics. */
   kind: string;
 }
@@ -48,6 +50,7 @@ function make(kind: string, prompt: string, steps: string[], n: number): ArithRe
     answer: String(n),
     solution: `${steps.join('\n')}\n#### ${n}`,
     response: `${steps.join('. ')}. The answer is ${n}.`,
+    direct: `The answer is ${n}.`,
     kind,
   };
 }

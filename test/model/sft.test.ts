@@ -10,7 +10,7 @@ import { loadModel, saveModel } from '../../actors/model/checkpoint.ts';
 import { tinyMathModelDir } from '../../actors/model/index.ts';
 import { ChatTokenizer } from '../../actors/model/tokenizer.ts';
 import { arithDataset } from '../../algorithms/datasets/arith.ts';
-import { encodeConversation, evalArith, trainSft } from '../../algorithms/train-sft.ts';
+import { encodeConversation, evalArith, sftConversations, trainSft } from '../../algorithms/train-sft.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 const dirs: string[] = [];
@@ -53,16 +53,35 @@ test('train_sft on a JSONL file lowers the loss, checkpoints, resumes and writes
   assert.is(JSON.parse(readFileSync(join(dir, 'ckpt', 'trainer_state.json'), 'utf8')).step, 12);
 });
 
-test('the shipped warm-start checkpoint answers in the parseable format and is right on some, not all, held-out problems', async () => {
+test('--direct-fraction mixes direct and worked answers per record, reproducibly, and only for built-in data', () => {
+  const mixed = sftConversations('arith', 2000, 0.7, 7);
+  const answers = mixed.map((c) => c.messages[1]!.content);
+  const direct = answers.filter((a) => /^The answer is -?\d+\.$/.test(a)).length;
+  assert.ok(direct > 0.66 * 2000 && direct < 0.74 * 2000, `direct ${direct}/2000`);
+  assert.ok(answers.every((a) => /The answer is -?\d+\.$/.test(a)));
+  assert.equal(sftConversations('arith', 2000, 0.7, 7), mixed, 'same seed, same mix');
+  assert.ok(sftConversations('arith', 50, 0).every((c) => !c.messages[1]!.content.startsWith('The answer')), 'fraction 0: all worked');
+  assert.throws(() => sftConversations('/no/such.jsonl', 10, 0.5), /built-in datasets only/);
+  assert.throws(() => sftConversations('arith', 10, 1.5), /\[0, 1\]/);
+});
+
+test('the shipped warm start answers parseably, is right on some held-out problems, and knows both strategies', async () => {
   await initBackend('wasm');
   const { model, tokenizer } = await loadModel(tinyMathModelDir);
   assert.ok(tokenizer);
   assert.ok(model.numParameters > 2e5 && model.numParameters < 1e6);
   const engine = await BuiltinEngine.create({ model, tokenizer });
-  const { accuracy, samples } = await evalArith(engine, tokenizer!, arithDataset({ split: 'test', size: 100 }));
+  const records = arithDataset({ split: 'test', size: 100 });
+  const { accuracy, samples } = await evalArith(engine, tokenizer!, records);
   const parseable = samples.filter((s) => /The answer is -?\d+/.test(s.output)).length;
   assert.ok(parseable >= 90, `parseable ${parseable}/100`);
-  assert.ok(accuracy >= 0.15 && accuracy <= 0.6, `held-out greedy accuracy ${accuracy}`);
+  assert.ok(accuracy >= 0.05 && accuracy <= 0.6, `held-out greedy accuracy ${accuracy}`);
+  // Sampled at T=1, some answers work the sum out first and some state the answer directly.
+  const outs = await Promise.all(
+    records.map((r) => engine.generate({ inputIds: tokenizer!.encode(tokenizer!.applyChatTemplate([{ role: 'user', content: r.prompt }])), gconfig: { temperature: 1, maxNewTokens: 48 } })),
+  );
+  const worked = outs.filter((o) => /^\d/.test(tokenizer!.decode(o.outputTokens, { skipSpecialTokens: true }))).length;
+  assert.ok(worked >= 10 && worked <= 60, `worked answers ${worked}/100`);
   await engine.close();
   model.dispose();
 });
