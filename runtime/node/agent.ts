@@ -1,6 +1,6 @@
 /**
  * The node agent: one per machine. It registers the machine's resources with the head, starts
- * one worker process per actor the head places here (with `--import tsx`, the job's env and
+ * one worker process per actor the head places here (with rtjob's cached TypeScript loader, the job's env and
  * `CUDA_VISIBLE_DEVICES` for exactly its GPUs), writes each worker's stdout/stderr to log files in
  * the session dir, and reports every exit with its code, signal and last stderr lines.
  *
@@ -63,10 +63,17 @@ export interface NodeAgentOptions {
    */
   maxStartingWorkers?: number;
   /**
-   * Worker processes kept booted (Node, tsx and the runtime loaded) and idle, so creating an
-   * actor costs only its own module import and constructor. @default 1
+   * Worker processes kept booted (Node, the TypeScript loader and the runtime loaded) and idle,
+   * so creating an actor costs only its own module import and constructor. The pool is refilled
+   * in the background whenever no other worker is starting. @default 1
    */
   warmWorkers?: number;
+  /**
+   * How workers load TypeScript: `'cached'` uses rtjob's hooks with a content-addressed transform
+   * cache shared by the node's workers (about half of tsx's start-up CPU and memory); `'tsx'`
+   * uses tsx (also honours `tsconfig` paths). @default 'cached', or `RTJOB_WORKER_LOADER`
+   */
+  workerLoader?: 'cached' | 'tsx';
   /**
    * After losing the head, keep the workers running and try to reconnect this long (a head that
    * restarts on the same session re-attaches them with their state). 0 stops every worker at
@@ -106,7 +113,10 @@ interface Running {
 }
 
 const workerMain = fileURLToPath(new URL('../worker/main.ts', import.meta.url));
-const tsxLoader = import.meta.resolve('tsx');
+const loaders = {
+  cached: new URL('../worker/ts-loader.mjs', import.meta.url).href,
+  tsx: import.meta.resolve('tsx'),
+} as const;
 const accepts: ReadonlySet<MessageType> = new Set<MessageType>(['startWorker', 'stopWorker']);
 
 /** A node agent connected to a head. */
@@ -188,7 +198,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   private refillWarm(): void {
     const want = this.opts.warmWorkers ?? 1;
     if (this.closing || this.warm.length >= want || this.starting > 0 || this.startQueue.length > 0) return;
-    const child = spawn(process.execPath, ['--import', tsxLoader, workerMain], {
+    const child = spawn(process.execPath, this.workerArgv(), {
       env: { ...process.env, ...this.opts.env, RTJOB_WARM: '1' },
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     });
@@ -200,6 +210,12 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     child.once('close', drop);
     child.once('error', drop);
     child.unref();
+  }
+
+  private workerArgv(): string[] {
+    const env = process.env.RTJOB_WORKER_LOADER;
+    const kind = this.opts.workerLoader ?? (env === 'tsx' || env === 'cached' ? env : 'cached');
+    return ['--import', loaders[kind], workerMain];
   }
 
   /** With `holdProcess: false`, a worker's handles must not keep this process alive. */
@@ -353,7 +369,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     const warm = this.takeWarm(m);
     const child =
       warm ??
-      spawn(process.execPath, ['--import', tsxLoader, workerMain], {
+      spawn(process.execPath, this.workerArgv(), {
         env,
         stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       });
