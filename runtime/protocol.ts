@@ -103,6 +103,8 @@ export interface PlacementGroupInfo {
   readonly state: PlacementGroupState;
   /** Node of each bundle once CREATED. */
   readonly bundleNodes?: string[];
+  /** GPU indices each bundle holds on its node (so a restarted head restores them exactly). */
+  readonly bundleGpuIds?: number[][];
   readonly ownerId: string;
   readonly detached: boolean;
 }

@@ -65,6 +65,13 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
     }
     if (b === 'cluster' && method === 'GET') return send(res, 200, clusterStatus());
     if (b === 'nodes' && method === 'GET') return send(res, 200, { nodes: cluster.nodes() });
+    if (b === 'placement-groups' && method === 'GET') {
+      const all = cluster.placementGroups?.() ?? [];
+      if (!c) return send(res, 200, { placementGroups: all });
+      const pg = all.find((p) => p.pgId === c);
+      if (!pg) throw new OpsError('UNKNOWN_PLACEMENT_GROUP', `no placement group ${c}`);
+      return send(res, 200, pg);
+    }
     if (b === 'cluster-events' && method === 'GET') {
       return send(res, 200, { events: store.listEvents({ subject: u.searchParams.get('subject') ?? undefined, limit: intParam(u, 'limit') }) });
     }
