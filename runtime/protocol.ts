@@ -315,6 +315,15 @@ export interface KvGet {
   readonly rid: number;
   readonly key: string;
 }
+/**
+ * node → head: the gzip'd archive of an uploaded working dir (`pkg://<hash>`), for a node that
+ * runs one of its job's actors and has no copy yet. Replied with the archive's bytes.
+ */
+export interface FetchPackage {
+  readonly type: 'fetchPackage';
+  readonly rid: number;
+  readonly hash: string;
+}
 
 // data plane: any client → a worker or object owner
 export interface Call {
@@ -360,7 +369,8 @@ export type HeadRequest =
   | WaitPlacementGroup
   | RemovePlacementGroup
   | KvPut
-  | KvGet;
+  | KvGet
+  | FetchPackage;
 
 export type DataRequest = Call | Fetch | Borrow | Ping;
 
@@ -382,38 +392,61 @@ export type MessageOf<T extends MessageType> = Extract<Message, { type: T }>;
 /** A request message without its `rid` (the transport assigns it). */
 export type RequestBody<M> = M extends { rid: number } ? Omit<M, 'rid'> : never;
 
+/**
+ * The endpoints a process serves, each accepting its own message types: the head's control
+ * endpoint, a node agent's link to the head, a worker's link to the head, and any process's data
+ * plane (calls and object fetches). `any` is transport framing every endpoint handles.
+ */
+export type Endpoint = 'head' | 'node' | 'worker' | 'data' | 'any';
+
+/**
+ * Where each message type is received. Keyed by every `MessageType` (a missing or unknown type is
+ * a compile error), so the set each endpoint accepts is derived from the union and cannot drift.
+ */
+export const messageEndpoints = {
+  reply: ['any'],
+  fragment: ['any'],
+  registerNode: ['head'],
+  workerExited: ['head'],
+  workerLog: ['head'],
+  workerStats: ['head'],
+  workerHello: ['head'],
+  actorReady: ['head'],
+  actorLoadFailed: ['head'],
+  registerClient: ['head'],
+  createActor: ['head'],
+  waitActor: ['head'],
+  killActor: ['head'],
+  getActorByName: ['head'],
+  getActorInfo: ['head'],
+  listActors: ['head'],
+  listNodes: ['head'],
+  createPlacementGroup: ['head'],
+  waitPlacementGroup: ['head'],
+  removePlacementGroup: ['head'],
+  kvPut: ['head'],
+  kvGet: ['head'],
+  fetchPackage: ['head'],
+  startWorker: ['node'],
+  stopWorker: ['node', 'worker'],
+  call: ['data'],
+  fetch: ['data'],
+  borrow: ['data'],
+  unborrow: ['data'],
+  ping: ['data'],
+} as const satisfies { readonly [T in MessageType]: readonly Endpoint[] };
+
 /** Every `type` a peer may send; anything else closes the connection. */
-export const messageTypes: ReadonlySet<string> = new Set<MessageType>([
-  'reply',
-  'fragment',
-  'registerNode',
-  'workerExited',
-  'workerLog',
-  'workerStats',
-  'startWorker',
-  'stopWorker',
-  'workerHello',
-  'actorReady',
-  'actorLoadFailed',
-  'registerClient',
-  'createActor',
-  'waitActor',
-  'killActor',
-  'getActorByName',
-  'getActorInfo',
-  'listActors',
-  'listNodes',
-  'createPlacementGroup',
-  'waitPlacementGroup',
-  'removePlacementGroup',
-  'kvPut',
-  'kvGet',
-  'call',
-  'fetch',
-  'borrow',
-  'unborrow',
-  'ping',
-]);
+export const messageTypes: ReadonlySet<string> = new Set<string>(Object.keys(messageEndpoints));
+
+/** The message types `endpoint` accepts (transport framing is handled before this check). */
+export function acceptedBy(endpoint: Exclude<Endpoint, 'any'>): ReadonlySet<MessageType> {
+  return new Set(
+    (Object.entries(messageEndpoints) as [MessageType, readonly Endpoint[]][])
+      .filter(([, to]) => to.includes(endpoint))
+      .map(([type]) => type),
+  );
+}
 
 // ---------------------------------------------------------------------------------------------
 // Codec

@@ -11,6 +11,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
 import {
   InfeasibleError,
   InvalidArgumentError,
@@ -31,7 +32,6 @@ import type {
   DeathCause,
   HeadRequest,
   Message,
-  MessageType,
   NodeInfo,
   PlacementGroupInfo,
   RegisterNode,
@@ -41,9 +41,11 @@ import type {
   WorkerLog,
   WorkerStats,
 } from '../protocol.ts';
+import { acceptedBy } from '../protocol.ts';
 import { type Connection, type Server, listen } from '../transport.ts';
 import { type Allocation, ResourcePool, fitsIn } from './resources.ts';
 import { type BundleReservation, type SchedNode, placeActor, reserveBundles } from './scheduler.ts';
+import { archivePath, isPackageHash, packagesDir, packDir } from './jobs/working-dir.ts';
 import { HeadStore } from './store.ts';
 import { checkCreateActor, checkCreatePlacementGroup, checkResources } from './validate.ts';
 
@@ -130,28 +132,7 @@ interface PgRec {
   restoring?: Set<number>;
 }
 
-const accepts: ReadonlySet<MessageType> = new Set<MessageType>([
-  'registerNode',
-  'workerExited',
-  'workerLog',
-  'workerStats',
-  'workerHello',
-  'actorReady',
-  'actorLoadFailed',
-  'registerClient',
-  'createActor',
-  'waitActor',
-  'killActor',
-  'getActorByName',
-  'getActorInfo',
-  'listActors',
-  'listNodes',
-  'createPlacementGroup',
-  'waitPlacementGroup',
-  'removePlacementGroup',
-  'kvPut',
-  'kvGet',
-]);
+const accepts = acceptedBy('head');
 
 function newId(prefix: string): string {
   return `${prefix}${randomBytes(6).toString('hex')}`;
@@ -293,6 +274,10 @@ export class Head extends EventEmitter<HeadEvents> {
       if (role !== 'client' || conn.meta.kind !== 'worker') throw new ProtocolError('workerStats is for workers');
       if (typeof msg.calls === 'number' && Number.isFinite(msg.calls) && msg.calls > 0) this.callsServed += msg.calls;
       return undefined;
+    }
+    if (msg.type === 'fetchPackage') {
+      if (role !== 'node') throw new ProtocolError('fetchPackage is for node agents');
+      return this.packageArchive(msg.hash);
     }
     if (msg.type === 'workerLog') {
       if (role !== 'node') throw new ProtocolError('workerLog is for node agents');
@@ -843,6 +828,23 @@ export class Head extends EventEmitter<HeadEvents> {
       this.removePlacementGroup(pg.info.pgId);
     }
     this.schedulePump();
+  }
+
+  /**
+   * The archive of an uploaded working dir, as uploaded; a package unpacked by an older head
+   * (which kept no archive) is packed again from its directory.
+   */
+  private packageArchive(hash: string): Uint8Array {
+    if (typeof hash !== 'string' || !isPackageHash(hash)) throw new InvalidArgumentError('package id must be a sha256 hex digest');
+    const dir = this.sessionDir ? packagesDir(this.sessionDir, hash) : undefined;
+    if (!dir || !existsSync(dir)) throw new NotFoundError(`package ${hash} was not uploaded to this head`);
+    try {
+      return readFileSync(archivePath(dir));
+    } catch {
+      const packed = packDir(dir);
+      if (packed.hash !== hash) throw new NotFoundError(`package ${hash} changed on the head since it was uploaded`);
+      return packed.archive;
+    }
   }
 
   // ---- placement groups ------------------------------------------------------------------

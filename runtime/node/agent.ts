@@ -12,6 +12,7 @@ import {
   type WriteStream,
   closeSync,
   createWriteStream,
+  existsSync,
   fstatSync,
   mkdirSync,
   mkdtempSync,
@@ -21,8 +22,9 @@ import {
 import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { defaultMaxPackageBytes, isPackageHash, packagesDir, unpackArchive } from '../head/jobs/working-dir.ts';
 import { logger } from '../log.ts';
-import type { Message, MessageType, ResourceMap, StartWorker, WorkerExited } from '../protocol.ts';
+import { type Message, type ResourceMap, type StartWorker, type WorkerExited, acceptedBy } from '../protocol.ts';
 import { type Connection, connect } from '../transport.ts';
 
 const log = logger('node');
@@ -117,7 +119,7 @@ const loaders = {
   cached: new URL('../worker/ts-loader.mjs', import.meta.url).href,
   tsx: import.meta.resolve('tsx'),
 } as const;
-const accepts: ReadonlySet<MessageType> = new Set<MessageType>(['startWorker', 'stopWorker']);
+const accepts = acceptedBy('node');
 
 /** A node agent connected to a head. */
 export class NodeAgent extends EventEmitter<NodeAgentEvents> {
@@ -136,6 +138,10 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   /** Log files being shipped (`shipLogs`), with the offset the head has. */
   private readonly shipping = new Map<string, { actorId: string; incarnation: number; stream: 'stdout' | 'stderr'; offset: number; done: boolean }>();
   private shipTimer: NodeJS.Timeout | undefined;
+  /** Working-dir packages on this node, by content hash. */
+  private readonly packages = new Map<string, Promise<string>>();
+  /** Workers (`actorId:incarnation`) waiting for their package. */
+  private readonly fetching = new Set<string>();
 
   /** Use `startNodeAgent`. */
   constructor(private readonly opts: NodeAgentOptions) {
@@ -333,6 +339,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         this.conn.send({ type: 'workerExited', actorId: m.actorId, incarnation: m.incarnation, exitCode: null, signal: 'SIGKILL', stderrTail: [] });
         return;
       }
+      if (this.fetching.delete(`${m.actorId}:${m.incarnation}`)) return; // reported once fetched
       const r = this.running.get(m.actorId);
       if (r && r.info.incarnation === m.incarnation) r.child.kill('SIGKILL');
     }
@@ -347,7 +354,61 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     }
   }
 
+  /**
+   * Starts a worker; one of a job with an uploaded working dir first gets that package onto this
+   * node (fetched from the head once per node, kept by content hash) and runs in this copy.
+   */
   private startWorker(m: StartWorker): void {
+    if (this.closing) return;
+    const hash = m.env.RTJOB_PACKAGE;
+    if (!hash || !isPackageHash(hash) || m.env.RTJOB_WORKING_DIR === packagesDir(this.sessionDir, hash)) {
+      this.spawnWorker(m);
+      return;
+    }
+    const key = `${m.actorId}:${m.incarnation}`;
+    this.fetching.add(key);
+    this.localPackage(hash).then(
+      (dir) => {
+        if (!this.fetching.delete(key)) return this.startFailed(m, null, 'SIGKILL', []); // stopped meanwhile
+        this.spawnWorker({ ...m, env: { ...m.env, RTJOB_WORKING_DIR: dir } });
+      },
+      (e: Error) => {
+        this.fetching.delete(key);
+        const why = `cannot get the job's working dir (package ${hash.slice(0, 12)}) from the head: ${e.message}`;
+        log.error(`worker for ${m.actorId}: ${why}`);
+        this.startFailed(m, 1, null, [why]);
+      },
+    );
+  }
+
+  /** This node's copy of a working-dir package, fetched and unpacked once. */
+  private localPackage(hash: string): Promise<string> {
+    let p = this.packages.get(hash);
+    if (!p) {
+      p = (async () => {
+        const dir = packagesDir(this.sessionDir, hash);
+        if (existsSync(dir)) return dir;
+        const archive = await this.conn.request<Uint8Array>({ type: 'fetchPackage', hash });
+        unpackArchive(Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength), hash, dir, defaultMaxPackageBytes * 4);
+        log.info(`unpacked working dir ${hash.slice(0, 12)} (${archive.byteLength} bytes) into ${dir}`);
+        return dir;
+      })();
+      this.packages.set(hash, p);
+      p.catch(() => this.packages.delete(hash));
+    }
+    return p;
+  }
+
+  /** A worker that never started: the head hears of it as of any exit. */
+  private startFailed(m: StartWorker, exitCode: number | null, signal: string | null, stderrTail: string[]): void {
+    this.starting--;
+    this.pumpStarts();
+    const report: WorkerExited = { type: 'workerExited', actorId: m.actorId, incarnation: m.incarnation, exitCode, signal, stderrTail };
+    if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0) this.unsent.push(report);
+    else this.conn.send(report);
+  }
+
+  private spawnWorker(m: StartWorker): void {
     if (this.closing) return;
     const base = join(this.sessionDir, 'logs', `worker-${m.actorId}-${m.incarnation}`);
     const logFiles = { stdout: `${base}.out`, stderr: `${base}.err` };
