@@ -10,7 +10,8 @@ import { fileURLToPath } from 'node:url';
 
 import { api, CliError, requireEndpoint } from '../client.ts';
 import { type ClusterFile, pidAlive, readClusterFile, removeClusterFile, rtjobHome, writeClusterFile } from '../cluster-file.ts';
-import { bytes, table } from '../format.ts';
+import { bytes } from '../../runtime/format.ts';
+import { table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
 import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
