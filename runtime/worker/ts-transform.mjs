@@ -10,7 +10,7 @@
  * @module
  */
 import { createHash } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir, userInfo } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -19,6 +19,8 @@ import { dirname, join } from 'node:path';
 const CACHE_VERSION = '1';
 const cacheDir =
   process.env.RTJOB_TS_CACHE_DIR || join(tmpdir(), `rtjob-ts-cache-${safeUid()}`);
+/** Whether `cacheDir` is safe to use; decided once. */
+let cacheUsable;
 
 function safeUid() {
   try {
@@ -26,6 +28,24 @@ function safeUid() {
   } catch {
     return 'user';
   }
+}
+
+/**
+ * The cache holds code this process will run, so it must be ours alone: created 0700, and
+ * refused (transforms then stay in memory) when another user owns it or may write to it, as
+ * anyone can pre-create a directory under a shared /tmp.
+ */
+function cacheReady() {
+  if (cacheUsable !== undefined) return cacheUsable;
+  try {
+    mkdirSync(cacheDir, { recursive: true, mode: 0o700 });
+    const st = statSync(cacheDir);
+    cacheUsable = st.isDirectory() && (process.getuid === undefined || st.uid === process.getuid()) && (st.mode & 0o022) === 0;
+  } catch {
+    cacheUsable = false;
+  }
+  if (!cacheUsable) process.emitWarning(`rtjob: not caching TypeScript transforms in ${cacheDir} (not a private directory of this user)`);
+  return cacheUsable;
 }
 
 /** @type {typeof import('esbuild') | undefined} */
@@ -123,9 +143,12 @@ export function transformCached(path, source, format) {
     .digest('hex')
     .slice(0, 40);
   const file = join(cacheDir, `${key}.js`);
-  try {
-    return readFileSync(file, 'utf8');
-  } catch {}
+  const cached = cacheReady();
+  if (cached) {
+    try {
+      return readFileSync(file, 'utf8');
+    } catch {}
+  }
   esbuild ??= /** @type {typeof import('esbuild')} */ (createRequire(import.meta.url)('esbuild'));
   const out = esbuild.transformSync(source, {
     loader: path.endsWith('x') ? 'tsx' : 'ts',
@@ -136,8 +159,8 @@ export function transformCached(path, source, format) {
     sourcefile: path,
     tsconfigRaw: /** @type {any} */ (tsconfig.raw),
   });
+  if (!cached) return out.code;
   try {
-    mkdirSync(cacheDir, { recursive: true });
     const tmp = `${file}.${process.pid}.tmp`;
     writeFileSync(tmp, out.code);
     renameSync(tmp, file); // atomic: a concurrent reader sees all or nothing

@@ -1,7 +1,7 @@
 // The workers' TypeScript loader (runtime/worker/ts-loader.mjs): transforms are cached by content
 // on disk and shared, TypeScript's import spellings resolve, errors and stacks point at the source.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -60,6 +60,19 @@ test('transforms are cached by content: a second run reuses them, a change adds 
   const r = run('main.ts');
   assert.is(JSON.parse(r.stdout).red, 2, 'the changed source is used, not a stale transform');
   assert.is(readdirSync(cacheDir).length, before.length + 1);
+});
+
+test('a cache directory other users may write to is not trusted: transforms stay in memory', () => {
+  const shared = join(root, 'shared-cache');
+  mkdirSync(shared, { mode: 0o777 });
+  chmodSync(shared, 0o777);
+  const r = spawnSync(process.execPath, ['--import', loader, join(app, 'main.ts')], {
+    env: { ...process.env, RTJOB_TS_CACHE_DIR: shared },
+    encoding: 'utf8',
+  });
+  assert.is(r.status, 0, r.stderr);
+  assert.match(r.stderr, /not caching TypeScript transforms/);
+  assert.equal(readdirSync(shared), [], 'nothing written to, or read from, a shared directory');
 });
 
 test('a syntax error names the file; a stack trace points at the TypeScript line', () => {
