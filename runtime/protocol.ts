@@ -399,51 +399,63 @@ export type RequestBody<M> = M extends { rid: number } ? Omit<M, 'rid'> : never;
  */
 export type Endpoint = 'head' | 'node' | 'worker' | 'data' | 'any';
 
+/** Who sends a message to the head: a connection not registered yet, a node agent, a driver or a worker. */
+export type Sender = 'unregistered' | 'node' | 'driver' | 'worker';
+
+const clients = ['driver', 'worker'] as const;
+
 /**
- * Where each message type is received. Keyed by every `MessageType` (a missing or unknown type is
- * a compile error), so the set each endpoint accepts is derived from the union and cannot drift.
+ * Where each message type is received (`to`) and, for the head, who may send it (`from`). Keyed
+ * by every `MessageType` (a missing or unknown type is a compile error), so what each endpoint
+ * accepts, and from whom, is derived from the union and cannot drift.
  */
-export const messageEndpoints = {
-  reply: ['any'],
-  fragment: ['any'],
-  registerNode: ['head'],
-  workerExited: ['head'],
-  workerLog: ['head'],
-  workerStats: ['head'],
-  workerHello: ['head'],
-  actorReady: ['head'],
-  actorLoadFailed: ['head'],
-  registerClient: ['head'],
-  createActor: ['head'],
-  waitActor: ['head'],
-  killActor: ['head'],
-  getActorByName: ['head'],
-  getActorInfo: ['head'],
-  listActors: ['head'],
-  listNodes: ['head'],
-  createPlacementGroup: ['head'],
-  waitPlacementGroup: ['head'],
-  removePlacementGroup: ['head'],
-  kvPut: ['head'],
-  kvGet: ['head'],
-  fetchPackage: ['head'],
-  startWorker: ['node'],
-  stopWorker: ['node', 'worker'],
-  call: ['data'],
-  fetch: ['data'],
-  borrow: ['data'],
-  unborrow: ['data'],
-  ping: ['data'],
-} as const satisfies { readonly [T in MessageType]: readonly Endpoint[] };
+export const messageRoutes = {
+  reply: { to: ['any'] },
+  fragment: { to: ['any'] },
+  registerNode: { to: ['head'], from: ['unregistered'] },
+  registerClient: { to: ['head'], from: ['unregistered'] },
+  workerExited: { to: ['head'], from: ['node'] },
+  workerLog: { to: ['head'], from: ['node'] },
+  fetchPackage: { to: ['head'], from: ['node'] },
+  workerStats: { to: ['head'], from: ['worker'] },
+  workerHello: { to: ['head'], from: clients },
+  actorReady: { to: ['head'], from: clients },
+  actorLoadFailed: { to: ['head'], from: clients },
+  createActor: { to: ['head'], from: clients },
+  waitActor: { to: ['head'], from: clients },
+  killActor: { to: ['head'], from: clients },
+  getActorByName: { to: ['head'], from: clients },
+  getActorInfo: { to: ['head'], from: clients },
+  listActors: { to: ['head'], from: clients },
+  listNodes: { to: ['head'], from: clients },
+  createPlacementGroup: { to: ['head'], from: clients },
+  waitPlacementGroup: { to: ['head'], from: clients },
+  removePlacementGroup: { to: ['head'], from: clients },
+  kvPut: { to: ['head'], from: clients },
+  kvGet: { to: ['head'], from: clients },
+  startWorker: { to: ['node'] },
+  stopWorker: { to: ['node', 'worker'] },
+  call: { to: ['data'] },
+  fetch: { to: ['data'] },
+  borrow: { to: ['data'] },
+  unborrow: { to: ['data'] },
+  ping: { to: ['data'] },
+} as const satisfies { readonly [T in MessageType]: { readonly to: readonly Endpoint[]; readonly from?: readonly Sender[] } };
+
+/** Who may send `type` to the head (nobody, for a type the head does not receive). */
+export function sendersOf(type: MessageType): readonly Sender[] {
+  const route = messageRoutes[type] as { readonly from?: readonly Sender[] };
+  return route.from ?? [];
+}
 
 /** Every `type` a peer may send; anything else closes the connection. */
-export const messageTypes: ReadonlySet<string> = new Set<string>(Object.keys(messageEndpoints));
+export const messageTypes: ReadonlySet<string> = new Set<string>(Object.keys(messageRoutes));
 
 /** The message types `endpoint` accepts (transport framing is handled before this check). */
 export function acceptedBy(endpoint: Exclude<Endpoint, 'any'>): ReadonlySet<MessageType> {
   return new Set(
-    (Object.entries(messageEndpoints) as [MessageType, readonly Endpoint[]][])
-      .filter(([, to]) => to.includes(endpoint))
+    (Object.entries(messageRoutes) as [MessageType, { to: readonly Endpoint[] }][])
+      .filter(([, route]) => route.to.includes(endpoint))
       .map(([type]) => type),
   );
 }

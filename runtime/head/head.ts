@@ -41,7 +41,7 @@ import type {
   WorkerLog,
   WorkerStats,
 } from '../protocol.ts';
-import { acceptedBy } from '../protocol.ts';
+import { type Sender, acceptedBy, sendersOf } from '../protocol.ts';
 import { type Connection, type Server, listen } from '../transport.ts';
 import { type Allocation, ResourcePool, fitsIn } from './resources.ts';
 import { type BundleReservation, type SchedNode, placeActor, reserveBundles } from './scheduler.ts';
@@ -243,9 +243,19 @@ export class Head extends EventEmitter<HeadEvents> {
   private handle(m: Message, conn: Connection): unknown {
     const role = conn.meta.role as 'node' | 'client' | undefined;
     const msg = m as HeadRequest | WorkerExited | WorkerLog | WorkerStats;
+    // Who may send what is in the protocol's route table.
+    const sender: Sender = role === undefined ? 'unregistered' : role === 'node' ? 'node' : conn.meta.kind === 'worker' ? 'worker' : 'driver';
+    const senders = sendersOf(msg.type);
+    if (!senders.includes(sender)) {
+      if (sender === 'unregistered') {
+        conn.close(`'${msg.type}' before registering`, 1008);
+        return undefined;
+      }
+      if (senders.includes('unregistered')) throw new InvalidArgumentError('this connection is already registered');
+      throw new ProtocolError(`'${msg.type}' is not for a ${sender} to send`);
+    }
     if (msg.type === 'registerNode') return this.registerNode(msg, conn);
     if (msg.type === 'registerClient') {
-      if (role !== undefined) throw new InvalidArgumentError('this connection is already registered');
       const resumed =
         typeof msg.clientId === 'string' && /^driver_[0-9a-f]{12}$/.test(msg.clientId) && !this.clients.has(msg.clientId);
       const clientId =
@@ -262,25 +272,13 @@ export class Head extends EventEmitter<HeadEvents> {
       conn.onClose(() => this.clientGone(clientId, msg.kind, msg.jobId));
       return { clientId, sessionDir: this.sessionDir };
     }
-    if (role === undefined) {
-      conn.close(`'${msg.type}' before registering`, 1008);
-      return undefined;
-    }
-    if (msg.type === 'workerExited') {
-      if (role !== 'node') throw new ProtocolError('workerExited is for node agents');
-      return this.workerExited(msg);
-    }
+    if (msg.type === 'workerExited') return this.workerExited(msg);
     if (msg.type === 'workerStats') {
-      if (role !== 'client' || conn.meta.kind !== 'worker') throw new ProtocolError('workerStats is for workers');
       if (typeof msg.calls === 'number' && Number.isFinite(msg.calls) && msg.calls > 0) this.callsServed += msg.calls;
       return undefined;
     }
-    if (msg.type === 'fetchPackage') {
-      if (role !== 'node') throw new ProtocolError('fetchPackage is for node agents');
-      return this.packageArchive(msg.hash);
-    }
+    if (msg.type === 'fetchPackage') return this.packageArchive(msg.hash);
     if (msg.type === 'workerLog') {
-      if (role !== 'node') throw new ProtocolError('workerLog is for node agents');
       const { type: _, ...log } = msg;
       this.emit('workerLog', { ...log, nodeId: conn.meta.nodeId as string });
       return undefined;
