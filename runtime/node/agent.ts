@@ -156,6 +156,11 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     };
   }
 
+  /** Idle booted workers in the pool (`warmWorkers`), waiting for an actor. */
+  get idleWorkers(): number {
+    return this.warm.length;
+  }
+
   /** Workers running now. */
   get workers(): WorkerProcess[] {
     return [...this.running.values()].map((r) => r.info);
@@ -210,6 +215,13 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     });
     this.warm.push(child);
     this.release(child);
+    // Booted pool workers say so; the pool then grows by the next one, one boot at a time.
+    const booted = (msg: { type?: string }) => {
+      if (msg?.type !== 'warm') return;
+      child.off('message', booted);
+      this.refillWarm();
+    };
+    child.on('message', booted);
     const drop = () => {
       this.warm = this.warm.filter((c) => c !== child);
     };
@@ -241,6 +253,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       if (child.exitCode === null && child.signalCode === null && child.connected) {
         child.removeAllListeners('close');
         child.removeAllListeners('error');
+        child.removeAllListeners('message');
         return child;
       }
     }
