@@ -1,5 +1,6 @@
 /**
- * Plain-text tables and durations for the CLI's human output (every command also has `--json`).
+ * Plain-text tables, times and units for the CLI's human output (every command also has
+ * `--json`). Durations and byte sizes are in `runtime/format.ts`, shared with the dashboard.
  *
  * @module
  */
@@ -11,30 +12,11 @@ export function table(header: string[], rows: (string | number)[][]): string {
   return cells.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ')).join('\n');
 }
 
-/** `1h02m`, `3m05s`, `12.3s`. */
-export function duration(ms: number): string {
-  if (ms < 60_000) return `${(ms / 1000).toFixed(1)}s`;
-  const s = Math.floor(ms / 1000);
-  const h = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  return h > 0 ? `${h}h${String(m).padStart(2, '0')}m` : `${m}m${String(s % 60).padStart(2, '0')}s`;
-}
-
 export function localTime(ms: number | null): string {
   if (ms === null) return '-';
   const d = new Date(ms);
   const p = (n: number) => String(n).padStart(2, '0');
   return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
-}
-
-export function bytes(n: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) {
-    n /= 1024;
-    i++;
-  }
-  return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
 }
 
 /** Parses `K=V` pairs; throws on a pair without `=`. */

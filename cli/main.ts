@@ -49,6 +49,7 @@ program
   .option('--num-cpus <n>', 'CPUs this node offers (default: all)')
   .option('--num-gpus <n>', 'GPUs this node offers (default: detected)')
   .option('--resources <json>', 'custom resources, e.g. \'{"TPU": 4}\'')
+  .option('--warm-workers <n>', 'idle workers kept booted so new actors start at once (default 1)')
   .option('--session-dir <dir>', 'state, logs and packages (default: ~/.rtjob/session); reuse it to recover')
   .addHelpText('after', '\nExample:\n  rtjob start --head --num-gpus 8\n  rtjob start --address 10.0.0.1:6380 --token $T')
   .action((o) => startCommand(o));

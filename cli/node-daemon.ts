@@ -23,6 +23,8 @@ export interface NodeDaemonOptions {
   numCpus?: number;
   numGpus?: number;
   resources?: Record<string, number>;
+  /** Idle workers kept booted for new actors. @default 1 */
+  warmWorkers?: number;
   /** @default 600000 */
   reconnectMs?: number;
   /** Ship worker logs to the head (a node that joined from another machine). @default false */
@@ -41,6 +43,7 @@ const agent = await startNodeAgent({
   numCpus: opts.numCpus,
   numGpus: opts.numGpus,
   resources: opts.resources,
+  warmWorkers: opts.warmWorkers,
   reconnectMs: opts.reconnectMs ?? 10 * 60_000,
   shipLogs: opts.shipLogs,
 });

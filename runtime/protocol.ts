@@ -103,6 +103,8 @@ export interface PlacementGroupInfo {
   readonly state: PlacementGroupState;
   /** Node of each bundle once CREATED. */
   readonly bundleNodes?: string[];
+  /** GPU indices each bundle holds on its node (so a restarted head restores them exactly). */
+  readonly bundleGpuIds?: number[][];
   readonly ownerId: string;
   readonly detached: boolean;
 }
@@ -313,6 +315,15 @@ export interface KvGet {
   readonly rid: number;
   readonly key: string;
 }
+/**
+ * node → head: the gzip'd archive of an uploaded working dir (`pkg://<hash>`), for a node that
+ * runs one of its job's actors and has no copy yet. Replied with the archive's bytes.
+ */
+export interface FetchPackage {
+  readonly type: 'fetchPackage';
+  readonly rid: number;
+  readonly hash: string;
+}
 
 // data plane: any client → a worker or object owner
 export interface Call {
@@ -358,7 +369,8 @@ export type HeadRequest =
   | WaitPlacementGroup
   | RemovePlacementGroup
   | KvPut
-  | KvGet;
+  | KvGet
+  | FetchPackage;
 
 export type DataRequest = Call | Fetch | Borrow | Ping;
 
@@ -380,38 +392,73 @@ export type MessageOf<T extends MessageType> = Extract<Message, { type: T }>;
 /** A request message without its `rid` (the transport assigns it). */
 export type RequestBody<M> = M extends { rid: number } ? Omit<M, 'rid'> : never;
 
+/**
+ * The endpoints a process serves, each accepting its own message types: the head's control
+ * endpoint, a node agent's link to the head, a worker's link to the head, and any process's data
+ * plane (calls and object fetches). `any` is transport framing every endpoint handles.
+ */
+export type Endpoint = 'head' | 'node' | 'worker' | 'data' | 'any';
+
+/** Who sends a message to the head: a connection not registered yet, a node agent, a driver or a worker. */
+export type Sender = 'unregistered' | 'node' | 'driver' | 'worker';
+
+const clients = ['driver', 'worker'] as const;
+
+/**
+ * Where each message type is received (`to`) and, for the head, who may send it (`from`). Keyed
+ * by every `MessageType` (a missing or unknown type is a compile error), so what each endpoint
+ * accepts, and from whom, is derived from the union and cannot drift.
+ */
+export const messageRoutes = {
+  reply: { to: ['any'] },
+  fragment: { to: ['any'] },
+  registerNode: { to: ['head'], from: ['unregistered'] },
+  registerClient: { to: ['head'], from: ['unregistered'] },
+  workerExited: { to: ['head'], from: ['node'] },
+  workerLog: { to: ['head'], from: ['node'] },
+  fetchPackage: { to: ['head'], from: ['node'] },
+  workerStats: { to: ['head'], from: ['worker'] },
+  workerHello: { to: ['head'], from: clients },
+  actorReady: { to: ['head'], from: clients },
+  actorLoadFailed: { to: ['head'], from: clients },
+  createActor: { to: ['head'], from: clients },
+  waitActor: { to: ['head'], from: clients },
+  killActor: { to: ['head'], from: clients },
+  getActorByName: { to: ['head'], from: clients },
+  getActorInfo: { to: ['head'], from: clients },
+  listActors: { to: ['head'], from: clients },
+  listNodes: { to: ['head'], from: clients },
+  createPlacementGroup: { to: ['head'], from: clients },
+  waitPlacementGroup: { to: ['head'], from: clients },
+  removePlacementGroup: { to: ['head'], from: clients },
+  kvPut: { to: ['head'], from: clients },
+  kvGet: { to: ['head'], from: clients },
+  startWorker: { to: ['node'] },
+  stopWorker: { to: ['node', 'worker'] },
+  call: { to: ['data'] },
+  fetch: { to: ['data'] },
+  borrow: { to: ['data'] },
+  unborrow: { to: ['data'] },
+  ping: { to: ['data'] },
+} as const satisfies { readonly [T in MessageType]: { readonly to: readonly Endpoint[]; readonly from?: readonly Sender[] } };
+
+/** Who may send `type` to the head (nobody, for a type the head does not receive). */
+export function sendersOf(type: MessageType): readonly Sender[] {
+  const route = messageRoutes[type] as { readonly from?: readonly Sender[] };
+  return route.from ?? [];
+}
+
 /** Every `type` a peer may send; anything else closes the connection. */
-export const messageTypes: ReadonlySet<string> = new Set<MessageType>([
-  'reply',
-  'fragment',
-  'registerNode',
-  'workerExited',
-  'workerLog',
-  'workerStats',
-  'startWorker',
-  'stopWorker',
-  'workerHello',
-  'actorReady',
-  'actorLoadFailed',
-  'registerClient',
-  'createActor',
-  'waitActor',
-  'killActor',
-  'getActorByName',
-  'getActorInfo',
-  'listActors',
-  'listNodes',
-  'createPlacementGroup',
-  'waitPlacementGroup',
-  'removePlacementGroup',
-  'kvPut',
-  'kvGet',
-  'call',
-  'fetch',
-  'borrow',
-  'unborrow',
-  'ping',
-]);
+export const messageTypes: ReadonlySet<string> = new Set<string>(Object.keys(messageRoutes));
+
+/** The message types `endpoint` accepts (transport framing is handled before this check). */
+export function acceptedBy(endpoint: Exclude<Endpoint, 'any'>): ReadonlySet<MessageType> {
+  return new Set(
+    (Object.entries(messageRoutes) as [MessageType, { to: readonly Endpoint[] }][])
+      .filter(([, route]) => route.to.includes(endpoint))
+      .map(([type]) => type),
+  );
+}
 
 // ---------------------------------------------------------------------------------------------
 // Codec

@@ -10,7 +10,8 @@ import { fileURLToPath } from 'node:url';
 
 import { api, CliError, requireEndpoint } from '../client.ts';
 import { type ClusterFile, pidAlive, readClusterFile, removeClusterFile, rtjobHome, writeClusterFile } from '../cluster-file.ts';
-import { bytes, table } from '../format.ts';
+import { bytes } from '../../runtime/format.ts';
+import { table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
 import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
@@ -32,6 +33,7 @@ export interface StartOptions {
   numCpus?: string;
   numGpus?: string;
   resources?: string;
+  warmWorkers?: string;
   sessionDir?: string;
   block?: boolean;
 }
@@ -85,7 +87,7 @@ async function spawnDaemon(script: string, arg: unknown, logFile: string, readyF
   return ready;
 }
 
-function nodeResources(o: StartOptions): Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources'> {
+function nodeResources(o: StartOptions): Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'> {
   let resources: Record<string, number> | undefined;
   if (o.resources) {
     try {
@@ -97,7 +99,9 @@ function nodeResources(o: StartOptions): Pick<NodeDaemonOptions, 'numCpus' | 'nu
       throw new CliError(`--resources must map names to non-negative numbers, got ${o.resources}`, 2);
     }
   }
-  return { numCpus: num('--num-cpus', o.numCpus), numGpus: num('--num-gpus', o.numGpus), resources };
+  const warm = num('--warm-workers', o.warmWorkers);
+  if (warm !== undefined && !Number.isInteger(warm)) throw new CliError(`--warm-workers must be a whole number, got ${o.warmWorkers}`, 2);
+  return { numCpus: num('--num-cpus', o.numCpus), numGpus: num('--num-gpus', o.numGpus), resources, warmWorkers: warm };
 }
 
 /** `rtjob start --head` / `rtjob start --address`. */
@@ -174,7 +178,7 @@ export async function startCommand(o: StartOptions): Promise<void> {
 }
 
 /** `rtjob start --address HOST:PORT --token T`: a node agent on this machine joins that head. */
-async function joinCommand(o: StartOptions, res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources'>): Promise<void> {
+async function joinCommand(o: StartOptions, res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>): Promise<void> {
   const token = o.token ?? process.env.RTJOB_TOKEN;
   if (!token) throw new CliError('joining needs the cluster token: --token T (or RTJOB_TOKEN)', 2);
   const address = o.address!.replace(/^wss?:\/\//, '');

@@ -12,7 +12,8 @@ import { packDir, PackageTooLargeError, defaultMaxPackageBytes } from '../../run
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import { api, CliError, type Endpoint, findEndpoint, requireEndpoint, tailJobLogs } from '../client.ts';
 import { rtjobHome } from '../cluster-file.ts';
-import { duration, localTime, parseEnvPairs, table } from '../format.ts';
+import { duration } from '../../runtime/format.ts';
+import { localTime, parseEnvPairs, table } from '../format.ts';
 import { startLocalCluster } from '../local-cluster.ts';
 
 /**

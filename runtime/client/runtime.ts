@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { ConnectionError, ObjectLostError, OwnerDiedError, isRtjobError } from '../errors.ts';
 import { logger } from '../log.ts';
-import type { ActorInfo, Call, Message, MessageType } from '../protocol.ts';
+import { type ActorInfo, type Call, type Message, acceptedBy } from '../protocol.ts';
 import { type Connection, type Server, connect, holdProcessWhile, listen } from '../transport.ts';
 import { ActorClient } from './actor-client.ts';
 import { ObjectRef, setRefFetcher } from './object-ref.ts';
@@ -35,13 +35,7 @@ export interface RuntimeOptions {
   reconnectMs?: number;
 }
 
-const dataAccepts: ReadonlySet<MessageType> = new Set<MessageType>([
-  'call',
-  'fetch',
-  'borrow',
-  'unborrow',
-  'ping',
-]);
+const dataAccepts = acceptedBy('data');
 
 let current: Runtime | undefined;
 
@@ -110,7 +104,7 @@ export class Runtime {
       // A worker may start on a machine busy starting many others; be patient.
       connectTimeoutMs: 60_000,
       holdProcess: opts.kind !== 'driver',
-      accepts: new Set<MessageType>(['stopWorker']),
+      accepts: acceptedBy('worker'),
       handler: (m) => {
         // The head replaced this worker's incarnation (e.g. its node was declared dead).
         if (m.type === 'stopWorker' && opts.kind === 'worker' && m.actorId === opts.actorId) {

@@ -15,6 +15,8 @@ import { fileURLToPath } from 'node:url';
 const here = fileURLToPath(new URL('.', import.meta.url));
 const srcDir = join(here, 'src');
 const distDir = join(here, 'dist');
+/** Modules outside `src/` that the bundle imports (pure, shared with the CLI). */
+const sharedSources = [fileURLToPath(new URL('../format.ts', import.meta.url))];
 
 function newestMtime(dir: string): number {
   let newest = 0;
@@ -29,7 +31,7 @@ function newestMtime(dir: string): number {
 /** Builds when needed and returns the folder to serve. */
 export async function buildDashboard(opts: { force?: boolean } = {}): Promise<string> {
   const stamp = join(distDir, 'app.js');
-  if (!opts.force && existsSync(stamp) && statSync(stamp).mtimeMs >= newestMtime(srcDir)) return distDir;
+  if (!opts.force && existsSync(stamp) && statSync(stamp).mtimeMs >= Math.max(newestMtime(srcDir), ...sharedSources.map((f) => statSync(f).mtimeMs))) return distDir;
   // Build into a private folder and swap it in, so heads starting together never see half a build.
   const tmp = `${distDir}.tmp-${process.pid}-${Date.now()}`;
   mkdirSync(tmp, { recursive: true });

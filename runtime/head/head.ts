@@ -11,6 +11,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
 import {
   InfeasibleError,
   InvalidArgumentError,
@@ -31,7 +32,6 @@ import type {
   DeathCause,
   HeadRequest,
   Message,
-  MessageType,
   NodeInfo,
   PlacementGroupInfo,
   RegisterNode,
@@ -41,9 +41,11 @@ import type {
   WorkerLog,
   WorkerStats,
 } from '../protocol.ts';
+import { type Sender, acceptedBy, sendersOf } from '../protocol.ts';
 import { type Connection, type Server, listen } from '../transport.ts';
-import { type Allocation, ResourcePool } from './resources.ts';
+import { type Allocation, ResourcePool, fitsIn } from './resources.ts';
 import { type BundleReservation, type SchedNode, placeActor, reserveBundles } from './scheduler.ts';
+import { archivePath, isPackageHash, packagesDir, packDir } from './jobs/working-dir.ts';
 import { HeadStore } from './store.ts';
 import { checkCreateActor, checkCreatePlacementGroup, checkResources } from './validate.ts';
 
@@ -123,30 +125,14 @@ interface PgRec {
   failure?: string;
   /** Bundles whose node died, waiting for a new node (state RESCHEDULING). */
   lostBundles?: number[];
+  /**
+   * Head restart: bundles whose node has not re-registered yet (state RESCHEDULING). They are
+   * re-attached where they were, or re-reserved elsewhere when the recovery window ends.
+   */
+  restoring?: Set<number>;
 }
 
-const accepts: ReadonlySet<MessageType> = new Set<MessageType>([
-  'registerNode',
-  'workerExited',
-  'workerLog',
-  'workerStats',
-  'workerHello',
-  'actorReady',
-  'actorLoadFailed',
-  'registerClient',
-  'createActor',
-  'waitActor',
-  'killActor',
-  'getActorByName',
-  'getActorInfo',
-  'listActors',
-  'listNodes',
-  'createPlacementGroup',
-  'waitPlacementGroup',
-  'removePlacementGroup',
-  'kvPut',
-  'kvGet',
-]);
+const accepts = acceptedBy('head');
 
 function newId(prefix: string): string {
   return `${prefix}${randomBytes(6).toString('hex')}`;
@@ -257,9 +243,19 @@ export class Head extends EventEmitter<HeadEvents> {
   private handle(m: Message, conn: Connection): unknown {
     const role = conn.meta.role as 'node' | 'client' | undefined;
     const msg = m as HeadRequest | WorkerExited | WorkerLog | WorkerStats;
+    // Who may send what is in the protocol's route table.
+    const sender: Sender = role === undefined ? 'unregistered' : role === 'node' ? 'node' : conn.meta.kind === 'worker' ? 'worker' : 'driver';
+    const senders = sendersOf(msg.type);
+    if (!senders.includes(sender)) {
+      if (sender === 'unregistered') {
+        conn.close(`'${msg.type}' before registering`, 1008);
+        return undefined;
+      }
+      if (senders.includes('unregistered')) throw new InvalidArgumentError('this connection is already registered');
+      throw new ProtocolError(`'${msg.type}' is not for a ${sender} to send`);
+    }
     if (msg.type === 'registerNode') return this.registerNode(msg, conn);
     if (msg.type === 'registerClient') {
-      if (role !== undefined) throw new InvalidArgumentError('this connection is already registered');
       const resumed =
         typeof msg.clientId === 'string' && /^driver_[0-9a-f]{12}$/.test(msg.clientId) && !this.clients.has(msg.clientId);
       const clientId =
@@ -276,21 +272,13 @@ export class Head extends EventEmitter<HeadEvents> {
       conn.onClose(() => this.clientGone(clientId, msg.kind, msg.jobId));
       return { clientId, sessionDir: this.sessionDir };
     }
-    if (role === undefined) {
-      conn.close(`'${msg.type}' before registering`, 1008);
-      return undefined;
-    }
-    if (msg.type === 'workerExited') {
-      if (role !== 'node') throw new ProtocolError('workerExited is for node agents');
-      return this.workerExited(msg);
-    }
+    if (msg.type === 'workerExited') return this.workerExited(msg);
     if (msg.type === 'workerStats') {
-      if (role !== 'client' || conn.meta.kind !== 'worker') throw new ProtocolError('workerStats is for workers');
       if (typeof msg.calls === 'number' && Number.isFinite(msg.calls) && msg.calls > 0) this.callsServed += msg.calls;
       return undefined;
     }
+    if (msg.type === 'fetchPackage') return this.packageArchive(msg.hash);
     if (msg.type === 'workerLog') {
-      if (role !== 'node') throw new ProtocolError('workerLog is for node agents');
       const { type: _, ...log } = msg;
       this.emit('workerLog', { ...log, nodeId: conn.meta.nodeId as string });
       return undefined;
@@ -365,6 +353,7 @@ export class Head extends EventEmitter<HeadEvents> {
     conn.setHeartbeatTimeout(this.opts.nodeHeartbeatTimeoutMs);
     conn.onClose((reason) => this.nodeGone(nodeId, reason));
     this.store.putNode(info);
+    this.restoreBundles(nodeId);
     this.reattachWorkers(nodeId, msg, conn);
     this.emit('node', { ...info, available: { ...pool.available } });
     log.info(`node ${nodeId} joined from ${conn.peer}`);
@@ -384,10 +373,10 @@ export class Head extends EventEmitter<HeadEvents> {
     }
     // Bundles first, so actors restarting below wait for their bundle's new home.
     for (const pg of this.pgs.values()) {
-      if (pg.info.state !== 'CREATED' || !pg.reservations) continue;
-      const lost = pg.reservations.flatMap((r, i) => (r.node === node.sched ? [i] : []));
+      if ((pg.info.state !== 'CREATED' && pg.info.state !== 'RESCHEDULING') || !pg.reservations) continue;
+      const lost = pg.reservations.flatMap((r, i) => (r?.node === node.sched ? [i] : []));
       if (lost.length === 0) continue;
-      pg.lostBundles = lost;
+      pg.lostBundles = [...new Set([...(pg.lostBundles ?? []), ...lost])];
       pg.info.state = 'RESCHEDULING';
       this.pendingPgs.add(pg);
       this.savePg(pg);
@@ -698,7 +687,8 @@ export class Head extends EventEmitter<HeadEvents> {
   private recover(): void {
     if (!this.sessionDir) return;
     const stored = this.store.listActors();
-    if (stored.length === 0) return;
+    const pgs = this.recoverPlacementGroups();
+    if (stored.length === 0 && pgs === 0) return;
     for (const info of stored) {
       const rec: ActorRec = {
         info: { ...info },
@@ -707,17 +697,82 @@ export class Head extends EventEmitter<HeadEvents> {
       };
       this.actors.set(info.actorId, rec);
       if (info.state === 'DEAD') continue;
-      // (Placement groups are not restored: an actor in one can re-attach but not restart.)
       if (info.incarnation > 0 && info.nodeId) this.recovering.add(rec);
       else this.pendingActors.add(rec);
     }
-    for (const pg of this.store.listPlacementGroups()) {
-      if (pg.state === 'REMOVED' || pg.state === 'FAILED') continue;
-      this.store.putPlacementGroup({ ...pg, state: 'REMOVED' });
-    }
-    log.info(`recovered ${stored.length} actors from ${this.sessionDir}; ${this.recovering.size} wait for their node`);
+    log.info(
+      `recovered ${stored.length} actors and ${pgs} placement groups from ${this.sessionDir}; ` +
+        `${this.recovering.size} actors wait for their node`,
+    );
     this.recoveryTimer = setTimeout(() => this.endRecovery(), this.opts.nodeHeartbeatTimeoutMs);
     this.recoveryTimer.unref();
+  }
+
+  /**
+   * Restores the live placement groups of the store. A group whose bundles were reserved waits
+   * (RESCHEDULING) for each bundle's node to re-register, and gets the same resources and GPU
+   * indices there; a group still pending is reserved afresh. Returns how many are live.
+   */
+  private recoverPlacementGroups(): number {
+    let live = 0;
+    for (const info of this.store.listPlacementGroups()) {
+      const pg: PgRec = { info: { ...info }, waiters: [] };
+      this.pgs.set(info.pgId, pg);
+      if (info.state === 'REMOVED' || info.state === 'FAILED') continue;
+      live++;
+      const n = info.bundles.length;
+      if (info.bundleNodes?.length === n && (info.state === 'CREATED' || info.state === 'RESCHEDULING')) {
+        pg.reservations = new Array<BundleReservation>(n);
+        pg.bundlePools = new Array<ResourcePool>(n);
+        pg.restoring = new Set(info.bundles.keys());
+        pg.info.state = 'RESCHEDULING';
+      } else {
+        pg.info.state = 'PENDING';
+        pg.info.bundleNodes = undefined;
+        pg.info.bundleGpuIds = undefined;
+        this.pendingPgs.add(pg);
+      }
+    }
+    return live;
+  }
+
+  /** A node re-registered after a head restart: its restored bundles take their place again. */
+  private restoreBundles(nodeId: string): void {
+    const node = this.nodes.get(nodeId)!;
+    for (const pg of this.pgs.values()) {
+      if (!pg.restoring) continue;
+      for (const i of [...pg.restoring]) {
+        if (pg.info.bundleNodes![i] !== nodeId) continue;
+        const bundle = pg.info.bundles[i]!;
+        const gpuIds = pg.info.bundleGpuIds?.[i] ?? [];
+        pg.reservations![i] = { node: node.sched, alloc: node.sched.pool.takeExact(bundle, gpuIds) };
+        pg.bundlePools![i] = new ResourcePool(bundle, gpuIds);
+        pg.restoring.delete(i);
+      }
+      if (pg.restoring.size > 0) continue;
+      pg.restoring = undefined;
+      pg.info.state = 'CREATED';
+      this.savePg(pg);
+      for (const w of pg.waiters.splice(0)) w.resolve();
+      log.info(`placement group ${pg.info.pgId} restored with its ${pg.info.bundles.length} bundles`);
+    }
+  }
+
+  /** The bundle a re-attached actor of a placement group runs in (its own, or any on its node). */
+  private bundleOf(rec: ActorRec, nodeId: string): { pg: PgRec; index: number } | undefined {
+    const pg = this.pgs.get(rec.info.options.placementGroupId!);
+    if (!pg?.bundlePools) return undefined;
+    const want = rec.info.options.bundleIndex;
+    const ids = rec.info.gpuIds ?? [];
+    const index = pg.info.bundles.findIndex(
+      (b, i) =>
+        (want < 0 || want === i) &&
+        pg.info.bundleNodes?.[i] === nodeId &&
+        pg.bundlePools![i] !== undefined &&
+        fitsIn(rec.info.options.resources, pg.bundlePools![i]!.available) &&
+        ids.every((id) => pg.bundlePools![i]!.gpuFree.has(id)),
+    );
+    return index < 0 ? undefined : { pg, index };
   }
 
   private reattachWorkers(nodeId: string, msg: RegisterNode, conn: Connection): void {
@@ -730,6 +785,13 @@ export class Head extends EventEmitter<HeadEvents> {
           const alloc = node.sched.pool.takeExact(rec.info.options.resources, rec.info.gpuIds ?? []);
           rec.alloc = { node: node.sched, pool: node.sched.pool, alloc };
           node.sched.actorCount++;
+        } else {
+          const b = this.bundleOf(rec, nodeId);
+          if (b) {
+            const pool = b.pg.bundlePools![b.index]!;
+            rec.alloc = { node: node.sched, pool, alloc: pool.takeExact(rec.info.options.resources, rec.info.gpuIds ?? []) };
+            node.sched.actorCount++;
+          }
         }
         log.info(`actor ${w.actorId} (pid ${w.pid}) re-attached on node ${nodeId}`);
         continue;
@@ -748,11 +810,39 @@ export class Head extends EventEmitter<HeadEvents> {
         message: `actor ${rec.info.actorId}: its node ${rec.info.nodeId ?? '?'} did not report it after the head restarted`,
       });
     }
+    // Bundles whose node did not come back are lost with it: re-reserve them elsewhere.
+    for (const pg of this.pgs.values()) {
+      if (!pg.restoring) continue;
+      pg.lostBundles = [...new Set([...(pg.lostBundles ?? []), ...pg.restoring])];
+      pg.restoring = undefined;
+      this.pendingPgs.add(pg);
+    }
     for (const rec of this.actors.values()) {
       if (rec.info.state === 'DEAD' || rec.info.options.detached || this.clients.has(rec.info.ownerId)) continue;
       this.kill(rec, true, `its owner ${rec.info.ownerId} did not reconnect after the head restarted`, 'owner-died');
     }
+    for (const pg of this.pgs.values()) {
+      if (pg.info.state === 'REMOVED' || pg.info.detached || this.clients.has(pg.info.ownerId)) continue;
+      this.removePlacementGroup(pg.info.pgId);
+    }
     this.schedulePump();
+  }
+
+  /**
+   * The archive of an uploaded working dir, as uploaded; a package unpacked by an older head
+   * (which kept no archive) is packed again from its directory.
+   */
+  private packageArchive(hash: string): Uint8Array {
+    if (typeof hash !== 'string' || !isPackageHash(hash)) throw new InvalidArgumentError('package id must be a sha256 hex digest');
+    const dir = this.sessionDir ? packagesDir(this.sessionDir, hash) : undefined;
+    if (!dir || !existsSync(dir)) throw new NotFoundError(`package ${hash} was not uploaded to this head`);
+    try {
+      return readFileSync(archivePath(dir));
+    } catch {
+      const packed = packDir(dir);
+      if (packed.hash !== hash) throw new NotFoundError(`package ${hash} changed on the head since it was uploaded`);
+      return packed.archive;
+    }
   }
 
   // ---- placement groups ------------------------------------------------------------------
@@ -806,12 +896,14 @@ export class Head extends EventEmitter<HeadEvents> {
     pg.lostBundles = undefined;
     pg.info.state = 'CREATED';
     pg.info.bundleNodes = pg.reservations!.map((res) => res.node.nodeId);
+    pg.info.bundleGpuIds = pg.reservations!.map((res) => [...res.alloc.gpuIds]);
     for (const w of pg.waiters.splice(0)) w.resolve();
     this.schedulePump();
     return 'placed';
   }
 
   private tryReserve(pg: PgRec): 'placed' | 'wait' | 'infeasible' {
+    if (pg.restoring) return 'wait'; // until its nodes re-register or the recovery window ends
     if (pg.lostBundles) return this.tryRereserve(pg);
     const r = reserveBundles(
       [...this.nodes.values()].map((n) => n.sched),
@@ -832,6 +924,7 @@ export class Head extends EventEmitter<HeadEvents> {
     pg.bundlePools = r.value.map((res, i) => new ResourcePool(pg.info.bundles[i]!, res.alloc.gpuIds));
     pg.info.state = 'CREATED';
     pg.info.bundleNodes = r.value.map((res) => res.node.nodeId);
+    pg.info.bundleGpuIds = r.value.map((res) => [...res.alloc.gpuIds]);
     for (const w of pg.waiters.splice(0)) w.resolve();
     this.schedulePump();
     return 'placed';
@@ -860,7 +953,8 @@ export class Head extends EventEmitter<HeadEvents> {
       }
     }
     this.pendingPgs.delete(pg);
-    for (const r of pg.reservations ?? []) if (r.node.alive) r.node.pool.give(r.alloc);
+    for (const r of pg.reservations ?? []) if (r?.node.alive) r.node.pool.give(r.alloc);
+    pg.restoring = undefined;
     pg.reservations = undefined;
     pg.info.state = 'REMOVED';
     for (const w of pg.waiters.splice(0)) w.reject(new PlacementGroupError(`placement group ${pgId} was removed`));

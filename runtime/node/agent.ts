@@ -1,6 +1,6 @@
 /**
  * The node agent: one per machine. It registers the machine's resources with the head, starts
- * one worker process per actor the head places here (with `--import tsx`, the job's env and
+ * one worker process per actor the head places here (with rtjob's cached TypeScript loader, the job's env and
  * `CUDA_VISIBLE_DEVICES` for exactly its GPUs), writes each worker's stdout/stderr to log files in
  * the session dir, and reports every exit with its code, signal and last stderr lines.
  *
@@ -12,6 +12,7 @@ import {
   type WriteStream,
   closeSync,
   createWriteStream,
+  existsSync,
   fstatSync,
   mkdirSync,
   mkdtempSync,
@@ -21,8 +22,9 @@ import {
 import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { defaultMaxPackageBytes, isPackageHash, packagesDir, unpackArchive } from '../head/jobs/working-dir.ts';
 import { logger } from '../log.ts';
-import type { Message, MessageType, ResourceMap, StartWorker, WorkerExited } from '../protocol.ts';
+import { type Message, type ResourceMap, type StartWorker, type WorkerExited, acceptedBy } from '../protocol.ts';
 import { type Connection, connect } from '../transport.ts';
 
 const log = logger('node');
@@ -63,10 +65,17 @@ export interface NodeAgentOptions {
    */
   maxStartingWorkers?: number;
   /**
-   * Worker processes kept booted (Node, tsx and the runtime loaded) and idle, so creating an
-   * actor costs only its own module import and constructor. @default 1
+   * Worker processes kept booted (Node, the TypeScript loader and the runtime loaded) and idle,
+   * so creating an actor costs only its own module import and constructor. The pool is refilled
+   * in the background whenever no other worker is starting. @default 1
    */
   warmWorkers?: number;
+  /**
+   * How workers load TypeScript: `'cached'` uses rtjob's hooks with a content-addressed transform
+   * cache shared by the node's workers (about half of tsx's start-up CPU and memory); `'tsx'`
+   * uses tsx (also honours `tsconfig` paths). @default 'cached', or `RTJOB_WORKER_LOADER`
+   */
+  workerLoader?: 'cached' | 'tsx';
   /**
    * After losing the head, keep the workers running and try to reconnect this long (a head that
    * restarts on the same session re-attaches them with their state). 0 stops every worker at
@@ -106,8 +115,11 @@ interface Running {
 }
 
 const workerMain = fileURLToPath(new URL('../worker/main.ts', import.meta.url));
-const tsxLoader = import.meta.resolve('tsx');
-const accepts: ReadonlySet<MessageType> = new Set<MessageType>(['startWorker', 'stopWorker']);
+const loaders = {
+  cached: new URL('../worker/ts-loader.mjs', import.meta.url).href,
+  tsx: import.meta.resolve('tsx'),
+} as const;
+const accepts = acceptedBy('node');
 
 /** A node agent connected to a head. */
 export class NodeAgent extends EventEmitter<NodeAgentEvents> {
@@ -126,6 +138,10 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   /** Log files being shipped (`shipLogs`), with the offset the head has. */
   private readonly shipping = new Map<string, { actorId: string; incarnation: number; stream: 'stdout' | 'stderr'; offset: number; done: boolean }>();
   private shipTimer: NodeJS.Timeout | undefined;
+  /** Working-dir packages on this node, by content hash. */
+  private readonly packages = new Map<string, Promise<string>>();
+  /** Workers (`actorId:incarnation`) waiting for their package. */
+  private readonly fetching = new Set<string>();
 
   /** Use `startNodeAgent`. */
   constructor(private readonly opts: NodeAgentOptions) {
@@ -138,6 +154,11 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       memory: opts.memoryBytes ?? Math.floor(totalmem() * 0.7),
       ...opts.resources,
     };
+  }
+
+  /** Idle booted workers in the pool (`warmWorkers`), waiting for an actor. */
+  get idleWorkers(): number {
+    return this.warm.length;
   }
 
   /** Workers running now. */
@@ -188,18 +209,31 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   private refillWarm(): void {
     const want = this.opts.warmWorkers ?? 1;
     if (this.closing || this.warm.length >= want || this.starting > 0 || this.startQueue.length > 0) return;
-    const child = spawn(process.execPath, ['--import', tsxLoader, workerMain], {
+    const child = spawn(process.execPath, this.workerArgv(), {
       env: { ...process.env, ...this.opts.env, RTJOB_WARM: '1' },
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     });
     this.warm.push(child);
     this.release(child);
+    // Booted pool workers say so; the pool then grows by the next one, one boot at a time.
+    const booted = (msg: { type?: string }) => {
+      if (msg?.type !== 'warm') return;
+      child.off('message', booted);
+      this.refillWarm();
+    };
+    child.on('message', booted);
     const drop = () => {
       this.warm = this.warm.filter((c) => c !== child);
     };
     child.once('close', drop);
     child.once('error', drop);
     child.unref();
+  }
+
+  private workerArgv(): string[] {
+    const env = process.env.RTJOB_WORKER_LOADER;
+    const kind = this.opts.workerLoader ?? (env === 'tsx' || env === 'cached' ? env : 'cached');
+    return ['--import', loaders[kind], workerMain];
   }
 
   /** With `holdProcess: false`, a worker's handles must not keep this process alive. */
@@ -219,6 +253,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       if (child.exitCode === null && child.signalCode === null && child.connected) {
         child.removeAllListeners('close');
         child.removeAllListeners('error');
+        child.removeAllListeners('message');
         return child;
       }
     }
@@ -317,6 +352,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         this.conn.send({ type: 'workerExited', actorId: m.actorId, incarnation: m.incarnation, exitCode: null, signal: 'SIGKILL', stderrTail: [] });
         return;
       }
+      if (this.fetching.delete(`${m.actorId}:${m.incarnation}`)) return; // reported once fetched
       const r = this.running.get(m.actorId);
       if (r && r.info.incarnation === m.incarnation) r.child.kill('SIGKILL');
     }
@@ -331,7 +367,61 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     }
   }
 
+  /**
+   * Starts a worker; one of a job with an uploaded working dir first gets that package onto this
+   * node (fetched from the head once per node, kept by content hash) and runs in this copy.
+   */
   private startWorker(m: StartWorker): void {
+    if (this.closing) return;
+    const hash = m.env.RTJOB_PACKAGE;
+    if (!hash || !isPackageHash(hash) || m.env.RTJOB_WORKING_DIR === packagesDir(this.sessionDir, hash)) {
+      this.spawnWorker(m);
+      return;
+    }
+    const key = `${m.actorId}:${m.incarnation}`;
+    this.fetching.add(key);
+    this.localPackage(hash).then(
+      (dir) => {
+        if (!this.fetching.delete(key)) return this.startFailed(m, null, 'SIGKILL', []); // stopped meanwhile
+        this.spawnWorker({ ...m, env: { ...m.env, RTJOB_WORKING_DIR: dir } });
+      },
+      (e: Error) => {
+        this.fetching.delete(key);
+        const why = `cannot get the job's working dir (package ${hash.slice(0, 12)}) from the head: ${e.message}`;
+        log.error(`worker for ${m.actorId}: ${why}`);
+        this.startFailed(m, 1, null, [why]);
+      },
+    );
+  }
+
+  /** This node's copy of a working-dir package, fetched and unpacked once. */
+  private localPackage(hash: string): Promise<string> {
+    let p = this.packages.get(hash);
+    if (!p) {
+      p = (async () => {
+        const dir = packagesDir(this.sessionDir, hash);
+        if (existsSync(dir)) return dir;
+        const archive = await this.conn.request<Uint8Array>({ type: 'fetchPackage', hash });
+        unpackArchive(Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength), hash, dir, defaultMaxPackageBytes * 4);
+        log.info(`unpacked working dir ${hash.slice(0, 12)} (${archive.byteLength} bytes) into ${dir}`);
+        return dir;
+      })();
+      this.packages.set(hash, p);
+      p.catch(() => this.packages.delete(hash));
+    }
+    return p;
+  }
+
+  /** A worker that never started: the head hears of it as of any exit. */
+  private startFailed(m: StartWorker, exitCode: number | null, signal: string | null, stderrTail: string[]): void {
+    this.starting--;
+    this.pumpStarts();
+    const report: WorkerExited = { type: 'workerExited', actorId: m.actorId, incarnation: m.incarnation, exitCode, signal, stderrTail };
+    if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0) this.unsent.push(report);
+    else this.conn.send(report);
+  }
+
+  private spawnWorker(m: StartWorker): void {
     if (this.closing) return;
     const base = join(this.sessionDir, 'logs', `worker-${m.actorId}-${m.incarnation}`);
     const logFiles = { stdout: `${base}.out`, stderr: `${base}.err` };
@@ -353,7 +443,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     const warm = this.takeWarm(m);
     const child =
       warm ??
-      spawn(process.execPath, ['--import', tsxLoader, workerMain], {
+      spawn(process.execPath, this.workerArgv(), {
         env,
         stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       });

@@ -5,14 +5,28 @@
  *
  * @module
  */
+import { pathToFileURL } from 'node:url';
 import { ActorLoadError, TaskError } from '../errors.ts';
 import { ObjectRef } from '../client/object-ref.ts';
 import { unpack, type WorkerAssignment } from '../protocol.ts';
 import type { MethodLookup } from './executor.ts';
 
+/**
+ * A module inside the job's working dir, named by where the package lies on the machine that
+ * created the actor (the head, or another node), at this node's own copy of the package.
+ */
+export function localModuleUrl(url: string, env: NodeJS.ProcessEnv = process.env): string {
+  const hash = env.RTJOB_PACKAGE;
+  const dir = env.RTJOB_WORKING_DIR;
+  if (!hash || !dir || !url.startsWith('file:')) return url;
+  const marker = `/packages/${hash}/`;
+  const at = url.indexOf(marker);
+  return at < 0 ? url : `${pathToFileURL(dir).href}/${url.slice(at + marker.length)}`;
+}
+
 async function importModule(url: string, actorId: string): Promise<Record<string, unknown>> {
   try {
-    return (await import(url)) as Record<string, unknown>;
+    return (await import(localModuleUrl(url))) as Record<string, unknown>;
   } catch (e) {
     throw new ActorLoadError(`cannot import ${url}: ${(e as Error).message ?? e}`, {
       context: { actorId, moduleUrl: url },

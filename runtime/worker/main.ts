@@ -29,6 +29,8 @@ if (env.RTJOB_WARM === '1') {
       resolve(m);
     };
     process.on('message', onMessage);
+    // Booted: the agent may boot the next idle worker of its pool.
+    process.send?.({ type: 'warm' });
   });
   for (const k of msg.unset) delete env[k];
   Object.assign(env, msg.env);

@@ -108,6 +108,42 @@ test('actors keep their state across a head restart; node agent, workers and dri
   assert.match((await sb.run(['logs', 'count'])).stdout, /late actor says 1/);
 });
 
+test('placement groups survive a head restart: same bundles, resources still held, new actors placed in them', async () => {
+  type Pg = { pgId: string; state: string; bundleNodes?: string[] };
+  type Nodes = { nodes: { nodeId: string; state: string; resourcesAvailable: Record<string, number> }[] };
+  const freeCpu = async () => (await apiCall<Nodes>(sb, 'GET', '/api/nodes')).body.nodes.find((n) => n.state === 'ALIVE')!.resourcesAvailable.CPU!;
+  const bundleCpu = (await freeCpu()) / 2;
+  const stopFile = join(sb.home, 'stop-pg');
+  const r = await sb.run(['submit', '--no-wait', '--job-id', 'pg', '--env', 'MODE=pg', '--env', `BUNDLE_CPU=${bundleCpu}`, '--env', `STOP_FILE=${stopFile}`, '--', actorDriver]);
+  assert.is(r.code, 0, r.stderr);
+  const pgId = await until('the group and its first actor', async () => /pg (\S+) first says 1/.exec((await sb.run(['logs', 'pg'])).stdout)?.[1], 30_000);
+  const { body: before } = await apiCall<Pg>(sb, 'GET', `/api/placement-groups/${pgId}`);
+  assert.is(before.state, 'CREATED');
+  assert.is(before.bundleNodes?.length, 2);
+  assert.is(await freeCpu(), 0, 'both bundles hold their CPUs');
+
+  const oldHead = sb.clusterFile().pids[0]!;
+  process.kill(oldHead, 'SIGKILL');
+  await until('the old head to die', () => (pidAlive(oldHead) ? undefined : true));
+  await sb.startHead();
+
+  const after = await until('the group to be restored', async () => {
+    const res = await apiCall<Pg>(sb, 'GET', `/api/placement-groups/${pgId}`);
+    return res.status === 200 && res.body.state === 'CREATED' ? res.body : undefined;
+  }, 15_000);
+  assert.equal(after.bundleNodes, before.bundleNodes, 'each bundle on the node it had');
+  assert.is(await freeCpu(), 0, 'the restored bundles hold their CPUs again (and the running actor is not counted twice)');
+
+  writeFileSync(stopFile, '');
+  const end = await until('the job to finish', async () => {
+    const j = await apiCall<{ status: string; message: string }>(sb, 'GET', '/api/jobs/pg');
+    return j.body.status === 'RUNNING' ? undefined : j.body;
+  }, 30_000);
+  assert.is(end.status, 'SUCCEEDED', end.message);
+  // A new actor went into bundle 1 on the bundle's node; the first kept its state.
+  assert.match((await sb.run(['logs', 'pg'])).stdout, new RegExp(`second says 1 on ${before.bundleNodes![1]}; first says 2`));
+});
+
 test('rtjob stop with a dead head still stops its drivers and node agent: no orphans', async () => {
   const pidFile = join(sb.home, 'orphan.pid');
   const r = await sb.run(['submit', '--no-wait', '--job-id', 'orphan', '--env', `PID_FILE=${pidFile}`, '--', join(fixtures, 'sleeper.ts')]);

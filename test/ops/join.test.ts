@@ -58,6 +58,18 @@ test('a node joins with --address and --token and runs the actors that need it',
   });
   assert.ok(existsSync(join(head.clusterFile().sessionDir, 'nodes', nodeFile.nodeId, 'logs', `worker-${actorId}-1.out`)));
 
+  // A job's working dir reaches the node that runs its actor: the module and relative files come
+  // from that node's own copy of the package (fetched from the head, kept by content hash).
+  const wd = fileURLToPath(new URL('./fixtures/wd/', import.meta.url));
+  const w = await head.run(['submit', '--job-id', 'wd', '--working-dir', wd, '--env', 'MODE=wd-remote', '--env', 'RESOURCE=second', '--', driver]);
+  assert.is(w.code, 0, w.stderr + w.stdout);
+  const [, text, modulePath, cwd, wdNode] = /wd read (.+) at (\S+) cwd (\S+) on (\S+)/.exec(w.stdout) ?? [];
+  assert.is(text, 'the working dir travelled');
+  assert.is(wdNode, nodeFile.nodeId);
+  const nodePackages = join(second.home, '.rtjob', 'node-session', 'packages');
+  assert.ok(modulePath?.startsWith(nodePackages), `module loaded from the node's copy: ${modulePath}`);
+  assert.ok(cwd?.startsWith(nodePackages), `runs in the node's copy: ${cwd}`);
+
   // Leaving: `rtjob stop` on the second machine stops its agent; the head marks the node dead.
   const stop = await second.run(['stop']);
   assert.is(stop.code, 0, stop.stderr);

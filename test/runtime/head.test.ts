@@ -13,6 +13,8 @@ import {
   startLocalCluster,
 } from '../../runtime/index.ts';
 import type { Counter } from '../fixtures/runtime/counter.ts';
+import { acceptedBy } from '../../runtime/protocol.ts';
+import { connect } from '../../runtime/transport.ts';
 import { fixture, rejection, until } from './helpers.ts';
 
 const CounterActor = defineActor<typeof Counter>(fixture('counter.ts'), 'Counter');
@@ -44,6 +46,32 @@ test('the head reports actor state changes as events and lists', async () => {
   cluster.head.killActor(id);
   await until(() => events.some((e) => e.actorId === id && e.state === 'DEAD'), 5000, 'DEAD event');
   assert.is((await rejection(c.get.remote())).code, 'ACTOR_DIED');
+});
+
+test('the head takes from each kind of peer only what the protocol routes allow it to send', async () => {
+  const conn = await connect(cluster.address, { token: cluster.token, accepts: acceptedBy('worker'), handler: () => undefined });
+  try {
+    await conn.request({ type: 'registerClient', kind: 'driver', pid: process.pid });
+    // fetchPackage is for node agents: a driver gets a protocol error and keeps its connection.
+    const wrong = await conn.request({ type: 'fetchPackage', hash: 'a'.repeat(64) }).then(
+      () => undefined,
+      (e: { code?: string; message: string }) => e,
+    );
+    assert.is(wrong?.code, 'PROTOCOL');
+    assert.match(wrong!.message, /not for a driver/);
+    const again = await conn.request({ type: 'registerNode', hostname: 'x', host: '127.0.0.1', pid: 1, resources: { CPU: 1 }, sessionDir: dir }).catch((e: { code?: string }) => e);
+    assert.is((again as { code?: string }).code, 'INVALID_ARGUMENT', 'registering twice is refused');
+    assert.is(await conn.request({ type: 'kvGet', key: 'nothing-here' }), null, 'the connection still serves');
+  } finally {
+    conn.close('test done');
+  }
+  // Anything but registering first closes the connection.
+  const early = await connect(cluster.address, { token: cluster.token, handler: () => undefined });
+  const closed = new Promise<string>((resolve) => early.onClose(resolve));
+  early.send({ type: 'kvGet', rid: 1, key: 'x' });
+  assert.match(await closed, /before registering/);
+  assert.ok(acceptedBy('head').has('fetchPackage') && !acceptedBy('head').has('startWorker'));
+  assert.ok(acceptedBy('node').has('startWorker') && acceptedBy('worker').has('stopWorker') && acceptedBy('data').has('call'));
 });
 
 test('head state is kept in SQLite in the session dir; worker logs beside it', async () => {

@@ -1,5 +1,6 @@
 /**
- * A tiny element builder and the formatting helpers every view shares.
+ * A tiny element builder and the helpers every view shares (durations and byte sizes come from
+ * `runtime/format.ts`, shared with the CLI).
  *
  * @module
  */
@@ -26,27 +27,8 @@ export function h<K extends keyof HTMLElementTagNameMap>(
   return el;
 }
 
-export function duration(ms: number): string {
-  if (ms < 0) ms = 0;
-  if (ms < 60_000) return `${(ms / 1000).toFixed(1)}s`;
-  const s = Math.floor(ms / 1000);
-  const hrs = Math.floor(s / 3600);
-  const m = Math.floor((s % 3600) / 60);
-  return hrs > 0 ? `${hrs}h ${String(m).padStart(2, '0')}m` : `${m}m ${String(s % 60).padStart(2, '0')}s`;
-}
-
 export function time(ms: number | null): string {
   return ms === null ? '–' : new Date(ms).toLocaleString();
-}
-
-export function bytes(n: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let i = 0;
-  while (n >= 1024 && i < units.length - 1) {
-    n /= 1024;
-    i++;
-  }
-  return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
 }
 
 /** A state badge; colour comes from the `data-state` attribute in the stylesheet. */

@@ -16,7 +16,8 @@ import {
   post,
 } from './api.ts';
 import { MetricCharts } from './charts.ts';
-import { badge, bar, bytes, confirmAction, duration, h, time, toast } from './dom.ts';
+import { bytes, duration } from '../../format.ts';
+import { badge, bar, confirmAction, h, time, toast } from './dom.ts';
 
 const main = document.getElementById('main') as HTMLElement;
 /** Cleanup of the current view (timers, sockets, subscriptions). */

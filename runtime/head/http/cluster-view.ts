@@ -6,6 +6,7 @@
  * @module
  */
 import { cpus, freemem, hostname, totalmem } from 'node:os';
+import type { PlacementGroupInfo } from '../../protocol.ts';
 
 /** One node as the dashboard shows it. Resources are logical (`CPU`, `GPU`, custom). */
 export interface NodeView {
@@ -53,6 +54,8 @@ export interface ClusterView {
   restartActor?(actorId: string): Promise<void>;
   /** Kills a job's non-detached actors (its driver is gone). */
   killJobActors(jobId: string): Promise<void>;
+  /** Placement groups with their state and the node of each bundle. */
+  placementGroups?(): PlacementGroupInfo[];
   /** Actor calls the cluster has served, for the `calls/s` counter. */
   callsTotal?(): number;
   /** Subscribes to node/actor changes; returns an unsubscribe function. */

@@ -90,6 +90,7 @@ export function headClusterView(head: Head): ClusterView {
     killActor: async (id, o) => head.killActor(id, { noRestart: o.noRestart }),
     restartActor: async (id) => head.killActor(id, { noRestart: false }),
     callsTotal: () => head.callsTotal,
+    placementGroups: () => head.listPlacementGroups(),
     killJobActors: async (jobId) => {
       for (const a of actors()) if (a.jobId === jobId && !a.detached && a.state !== 'DEAD') head.killActor(a.actorId, { noRestart: true });
     },

@@ -10,7 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { OpsError } from '../jobs/errors.ts';
 import { type OpsStore, terminalJobStatuses } from '../jobs/ops-store.ts';
 import type { JobSubmitRequest, JobSupervisor } from '../jobs/supervisor.ts';
-import { isPackageHash, PackageTooLargeError, unpackArchive } from '../jobs/working-dir.ts';
+import { isPackageHash, keepArchive, PackageTooLargeError, unpackArchive } from '../jobs/working-dir.ts';
 import { readLogRange } from '../logs/log-file.ts';
 import { readActorLogs } from '../logs/worker-logs.ts';
 import { type ActorQuery, actorSortKeys, type ActorState, type ClusterView, queryActors } from './cluster-view.ts';
@@ -65,6 +65,13 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
     }
     if (b === 'cluster' && method === 'GET') return send(res, 200, clusterStatus());
     if (b === 'nodes' && method === 'GET') return send(res, 200, { nodes: cluster.nodes() });
+    if (b === 'placement-groups' && method === 'GET') {
+      const all = cluster.placementGroups?.() ?? [];
+      if (!c) return send(res, 200, { placementGroups: all });
+      const pg = all.find((p) => p.pgId === c);
+      if (!pg) throw new OpsError('UNKNOWN_PLACEMENT_GROUP', `no placement group ${c}`);
+      return send(res, 200, pg);
+    }
     if (b === 'cluster-events' && method === 'GET') {
       return send(res, 200, { events: store.listEvents({ subject: u.searchParams.get('subject') ?? undefined, limit: intParam(u, 'limit') }) });
     }
@@ -85,6 +92,8 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
             throw new OpsError('BAD_REQUEST', `bad package: ${(err as Error).message}`);
           }
         }
+        // Kept as uploaded for nodes that run the job's actors and fetch it from the head.
+        keepArchive(dir, body);
         return send(res, 200, { uri: `pkg://${c}` });
       }
     }

@@ -341,7 +341,14 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     const exitFile = join(this.#logDir, `job-${job.jobId}.exit`);
     const out = openSync(job.logPath, 'a');
     // RTJOB_WORKING_DIR travels in the job env to every worker, which runs in it too.
-    const jobEnv = { ...this.#opts.store.inheritedEnv(job.jobId), ...job.env, RTJOB_WORKING_DIR: cwd };
+    // RTJOB_PACKAGE lets a node without the head's copy fetch the package and run in its own.
+    const pkg = /^pkg:\/\/([0-9a-f]{64})$/.exec(job.workingDir ?? '')?.[1];
+    const jobEnv = {
+      ...this.#opts.store.inheritedEnv(job.jobId),
+      ...job.env,
+      RTJOB_WORKING_DIR: cwd,
+      ...(pkg ? { RTJOB_PACKAGE: pkg } : {}),
+    };
     let pid: number;
     try {
       const child = spawn(

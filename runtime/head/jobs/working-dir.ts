@@ -123,6 +123,25 @@ export function packDir(dir: string, maxBytes = defaultMaxPackageBytes): PackedD
   return { hash, archive: gzipSync(raw, { level: 6 }), files: entries.length, rawBytes: raw.length };
 }
 
+/** Where a head with session dir `sessionDir` unpacks package `hash` (a node, likewise). */
+export function packagesDir(sessionDir: string, hash: string): string {
+  return join(sessionDir, 'packages', hash);
+}
+
+/** The archive kept beside an unpacked package, as uploaded: what other nodes fetch. */
+export function archivePath(packageDir: string): string {
+  return `${packageDir}.tgz`;
+}
+
+/** Writes `archive` beside the unpacked `packageDir` once (atomically), unless already there. */
+export function keepArchive(packageDir: string, archive: Uint8Array): void {
+  const file = archivePath(packageDir);
+  if (existsSync(file)) return;
+  const tmp = `${file}.tmp-${process.pid}-${Date.now()}`;
+  writeFileSync(tmp, archive);
+  renameSync(tmp, file);
+}
+
 /** Checks a package id given over the API: 64 lowercase hex digits. */
 export function isPackageHash(s: string): boolean {
   return /^[0-9a-f]{64}$/.test(s);

@@ -1,0 +1,29 @@
+// runtime/format.ts: the durations and byte sizes the CLI and the dashboard both print.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { bytes, duration } from '../../runtime/format.ts';
+
+test('durations: tenths of seconds under a minute, then minutes and seconds, then hours', () => {
+  assert.is(duration(0), '0.0s');
+  assert.is(duration(12_345), '12.3s');
+  assert.is(duration(185_000), '3m 05s');
+  assert.is(duration(3_720_000), '1h 02m');
+  assert.is(duration(-5), '0.0s', 'clock skew never prints a negative duration');
+  assert.is(duration(Number.NaN), '0.0s');
+});
+
+test('bytes: binary units with one decimal', () => {
+  assert.is(bytes(512), '512 B');
+  assert.is(bytes(1536), '1.5 KiB');
+  assert.is(bytes(3 * 2 ** 30), '3.0 GiB');
+  assert.is(bytes(2 ** 50), '1024.0 TiB');
+});
+
+test('the shared module stays free of Node imports (the dashboard bundles it for the browser)', async () => {
+  const { readFileSync } = await import('node:fs');
+  const src = readFileSync(new URL('../../runtime/format.ts', import.meta.url), 'utf8');
+  assert.not.match(src, /^import /m);
+});
+
+test.run();
