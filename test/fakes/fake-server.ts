@@ -9,7 +9,45 @@ import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-import { DeterministicGenerator, type TokenGenerator } from './token-generator.ts';
+import {
+  DeterministicGenerator,
+  type GeneratedSequence,
+  type SamplingRequest,
+  type TokenGenerator,
+} from './token-generator.ts';
+
+/** What one sample of a generation request asks for, as both servers' bodies say it. */
+export type SampleParams = Omit<SamplingRequest, 'signal' | 'hold' | 'onToken' | 'seed'> & { seed?: number };
+
+/** The sampling fields SGLang's `sampling_params` and vLLM's completion body name alike. */
+export interface WireSamplingFields {
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  stop?: string | string[];
+  stop_token_ids?: number[];
+  ignore_eos?: boolean;
+  n?: number;
+}
+
+/**
+ * A request's sampling fields with the servers' defaults, plus what each server names its own
+ * way (prompt, token budgets, seed).
+ */
+export function sampleParams(
+  w: WireSamplingFields,
+  own: Pick<SampleParams, 'inputIds' | 'maxNewTokens' | 'minNewTokens' | 'seed'>,
+): SampleParams {
+  return {
+    temperature: w.temperature ?? 1,
+    topP: w.top_p ?? 1,
+    topK: w.top_k ?? -1,
+    stopTokenIds: w.stop_token_ids ?? [],
+    stop: typeof w.stop === 'string' ? [w.stop] : (w.stop ?? []),
+    ignoreEos: w.ignore_eos ?? false,
+    ...own,
+  };
+}
 
 /** Options every fake server takes. */
 export interface FakeServerOptions {
@@ -183,8 +221,18 @@ export abstract class FakeServer extends EventEmitter {
     return best;
   }
 
+  /** Runs `n` samples of one request; sample `i` is seeded `seed + i` when a seed is given. */
+  protected sampleAll(n: number, p: SampleParams): Promise<GeneratedSequence[]> {
+    return Promise.all(
+      Array.from({ length: n }, (_, i) => {
+        const { seed, ...rest } = p;
+        return this.runSample(seed === undefined ? rest : { ...rest, seed: seed + i });
+      }),
+    );
+  }
+
   /** Runs one sample under the server's abort and pause rules. */
-  protected async runSample(req: Omit<Parameters<TokenGenerator['generate']>[0], 'signal' | 'hold' | 'onToken'>) {
+  private async runSample(req: Omit<SamplingRequest, 'signal' | 'hold' | 'onToken'>): Promise<GeneratedSequence> {
     const running: Running = { controller: new AbortController(), started: false };
     this.running.add(running);
     this.stats.running = this.running.size;
@@ -205,6 +253,37 @@ export abstract class FakeServer extends EventEmitter {
       this.stats.running = this.running.size;
       this.changed();
     }
+  }
+
+  /**
+   * Holds new requests; in `abort` mode also ends every running one now with its partial output
+   * (SGLang `/pause_generation`, vLLM `/pause`).
+   */
+  protected async pauseGeneration(mode: string): Promise<void> {
+    this.setPaused(true);
+    if (mode === 'abort') {
+      this.abortAll();
+      await this.generator.abortAll?.();
+    }
+  }
+
+  /** Lets held requests go on (SGLang `/continue_generation`, vLLM `/resume`). */
+  protected async resumeGeneration(): Promise<void> {
+    this.setPaused(false);
+    await this.generator.resumeAll?.();
+  }
+
+  /** Resolves once no request is running. */
+  protected whenIdle(): Promise<void> {
+    return this.waitFor(() => this.running.size === 0, 600_000);
+  }
+
+  /** Waits for running requests to end, then loads the checkpoint at `path` (throws if it cannot). */
+  protected async loadWeights(path: string, version: number): Promise<void> {
+    await this.whenIdle();
+    await this.generator.loadWeights(path, version);
+    this.stats.weightLoads += 1;
+    this.changed();
   }
 
   /** Counts a generation request and applies the injected faults; an answer means "send this instead". */

@@ -12,7 +12,7 @@
  * @module
  */
 import { EngineError } from '../http/errors.ts';
-import { callOptional, expectShape, requireTemperedOrUnitTemperature } from '../http/protocol-util.ts';
+import { callOptional, expectShape, requireTemperedOrUnitTemperature, sharedSamplingFields } from '../http/protocol-util.ts';
 import {
   RemoteEngine,
   type EngineProtocol,
@@ -126,11 +126,7 @@ export function completionBody(
     prompt: inputIds,
     max_tokens: g.maxNewTokens,
     min_tokens: g.minNewTokens,
-    temperature: g.greedy ? 0 : g.temperature,
-    top_p: g.topP,
-    top_k: g.topK > 0 ? g.topK : -1,
-    stop_token_ids: g.stopTokenIds,
-    ignore_eos: false,
+    ...sharedSamplingFields(g),
     logprobs: 0,
     return_tokens_as_token_ids: true,
     n,
