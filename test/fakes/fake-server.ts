@@ -1,7 +1,8 @@
 /**
  * What the fake SGLang and vLLM servers share: a loopback HTTP server with a route table, the
  * requests in flight (abortable), a pause gate, a prefix cache estimate, fault injection (health
- * failing or hanging, slow answers, failing generations) and events tests can wait on.
+ * failing or hanging, slow answers, and per route: an error status with `Retry-After`, a
+ * connection dropped mid-answer, cut-off JSON, no answer, a crash) and events tests can wait on.
  *
  * @module
  */
@@ -72,6 +73,19 @@ export interface RouteRequest {
 /** What a route answers: JSON, text, or nothing (200 with an empty body). */
 export type RouteAnswer = { status?: number; json?: unknown; text?: string } | undefined;
 
+/** A failure a fake answers one request with, as a real server or the network between might. */
+export type Fault =
+  /** Answer with this status, the server's error body and, when given, `Retry-After`. */
+  | { kind: 'status'; status: number; retryAfter?: string }
+  /** Send the headers and part of the body, then drop the connection. */
+  | { kind: 'reset' }
+  /** Answer 200 with a body that is cut-off JSON. */
+  | { kind: 'malformed' }
+  /** Never answer; the connection stays open. */
+  | { kind: 'hang' }
+  /** Crash: stop listening and drop every connection, this one included. */
+  | { kind: 'die' };
+
 /** How `/health` behaves. */
 export type HealthMode = 'ok' | 'fail' | 'hang';
 
@@ -89,6 +103,8 @@ export interface FakeStats {
   running: number;
   weightLoads: number;
   healthChecks: number;
+  /** Requests answered with an injected {@link Fault}. */
+  faults: number;
 }
 
 /** The base of the fake servers; subclasses register routes. */
@@ -96,7 +112,7 @@ export abstract class FakeServer extends EventEmitter {
   readonly generator: TokenGenerator;
   readonly modelPath: string;
   readonly contextLength: number;
-  readonly stats: FakeStats = { generateRequests: 0, tokensGenerated: 0, running: 0, weightLoads: 0, healthChecks: 0 };
+  readonly stats: FakeStats = { generateRequests: 0, tokensGenerated: 0, running: 0, weightLoads: 0, healthChecks: 0, faults: 0 };
   /** Bodies of the last generation requests, newest last (tests check the field mapping). */
   readonly generateBodies: unknown[] = [];
   healthMode: HealthMode = 'ok';
@@ -110,6 +126,7 @@ export abstract class FakeServer extends EventEmitter {
   protected paused = false;
   protected asleep = false;
   private readonly unpauseWaiters = new Set<() => void>();
+  private readonly faults = new Map<string, Fault[]>();
   private readonly routes = new Map<string, (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer>();
   private readonly recentPrompts: number[][] = [];
   private readonly server: Server;
@@ -173,6 +190,13 @@ export abstract class FakeServer extends EventEmitter {
       }, timeoutMs);
       this.on('change', check);
     });
+  }
+
+  /** The next `times` requests to `path` (any method) get `fault` instead of their answer. */
+  injectFault(path: string, fault: Fault, times = 1): void {
+    const queue = this.faults.get(path) ?? [];
+    for (let i = 0; i < times; i++) queue.push(fault);
+    this.faults.set(path, queue);
   }
 
   protected route(method: 'GET' | 'POST', path: string, fn: (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer): void {
@@ -317,6 +341,8 @@ export abstract class FakeServer extends EventEmitter {
     let answer: RouteAnswer;
     try {
       const raw = await readBody(req);
+      const fault = this.faults.get(url.pathname)?.shift();
+      if (fault) return this.fail(fault, res);
       if (!fn) answer = { status: 404, json: { detail: 'Not Found' } };
       else {
         let body: unknown = undefined;
@@ -338,6 +364,33 @@ export abstract class FakeServer extends EventEmitter {
       res.setHeader('content-type', 'application/json');
       res.end(JSON.stringify(answer.json));
     } else res.end(answer?.text ?? '');
+  }
+
+  private fail(fault: Fault, res: ServerResponse): void {
+    this.stats.faults += 1;
+    this.changed();
+    const body = '{"text":"the answer was cut off here","meta_info":{"finish_reason":';
+    switch (fault.kind) {
+      case 'status':
+        res.statusCode = fault.status;
+        res.setHeader('content-type', 'application/json');
+        if (fault.retryAfter !== undefined) res.setHeader('retry-after', fault.retryAfter);
+        res.end(JSON.stringify({ object: 'error', message: 'injected failure', code: fault.status }));
+        return;
+      case 'reset':
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length * 2 });
+        res.write(body, () => res.destroy());
+        return;
+      case 'malformed':
+        res.setHeader('content-type', 'application/json');
+        res.end(body);
+        return;
+      case 'hang':
+        return;
+      case 'die':
+        void this.close();
+        return;
+    }
   }
 }
 

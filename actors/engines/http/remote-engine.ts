@@ -93,6 +93,11 @@ export interface RemoteEngineOptions {
   retryBaseDelayMs?: number;
   /** Cap on a retry delay. @default 5000 */
   retryMaxDelayMs?: number;
+  /**
+   * A 429 or 503 with `Retry-After` waits at least what the server asks before the retry, up to
+   * this long. @default 60_000
+   */
+  retryAfterMaxMs?: number;
   /** How long a request waits for some server to be up before failing. @default 30_000 */
   noServerWaitMs?: number;
   /** Health route. @default '/health' */
@@ -119,6 +124,7 @@ export const remoteEngineDefaults = {
   maxRetries: 3,
   retryBaseDelayMs: 250,
   retryMaxDelayMs: 5000,
+  retryAfterMaxMs: 60_000,
   noServerWaitMs: 30_000,
 } as const;
 
@@ -164,6 +170,8 @@ export class RemoteEngine implements InferenceEngine {
   private readonly gate = new Gate();
   private readonly httpInFlight = new Set<Promise<unknown>>();
   private cancel = new AbortController();
+  /** Aborted by `close`: ends retry waits at once. */
+  private readonly closing = new AbortController();
   private version = 0;
   private userPause: 'abort' | 'wait' | null = null;
   private lastUpdate: { path: string; version: number } | null = null;
@@ -288,6 +296,7 @@ export class RemoteEngine implements InferenceEngine {
     const err = new EngineError('closed', 'the engine is closed');
     this.gate.fail(err);
     this.cancel.abort(err);
+    this.closing.abort(err);
     this.pool.close();
     await Promise.allSettled([...this.httpInFlight]);
   }
@@ -351,6 +360,7 @@ export class RemoteEngine implements InferenceEngine {
       const call = httpCall(lease.url + path, body, {
         timeoutMs: this.opts.requestTimeoutMs,
         signal: AbortSignal.any([lease.signal, this.cancel.signal]),
+        expectJson: true,
       });
       this.httpInFlight.add(call);
       try {
@@ -364,7 +374,8 @@ export class RemoteEngine implements InferenceEngine {
         if (e.code === 'server-down' && failovers++ < this.pool.urls.length) continue;
         if (!e.retryable || attempt >= this.opts.maxRetries) throw e;
         if (e.code === 'network' || e.code === 'timeout') this.pool.reportFailure(lease.url, e.message);
-        await delay(backoffDelayMs(attempt++, { baseDelayMs: this.opts.retryBaseDelayMs, maxDelayMs: this.opts.retryMaxDelayMs }));
+        const backoff = backoffDelayMs(attempt++, { baseDelayMs: this.opts.retryBaseDelayMs, maxDelayMs: this.opts.retryMaxDelayMs });
+        await delay(Math.max(backoff, Math.min(e.retryAfterMs ?? 0, this.opts.retryAfterMaxMs)), this.closing.signal);
       } finally {
         this.httpInFlight.delete(call);
         lease.release();
@@ -385,7 +396,9 @@ export class RemoteEngine implements InferenceEngine {
       const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : []));
       if (failed.length > 0 && failed.length === urls.length) {
         // Every server still holds the old weights, so they stay consistent and in service.
-        throw new EngineError('http', `weight update to version ${version} failed on every server: ${failed.map((f) => f.err.message).join('; ')}`);
+        const codes = new Set(failed.map((f) => (isEngineError(f.err) ? f.err.code : 'http')));
+        const code = codes.size === 1 ? [...codes][0]! : 'http';
+        throw new EngineError(code, `weight update to version ${version} failed on every server, which keep version ${this.version}: ${failed.map((f) => f.err.message).join('; ')}`, { cause: failed[0]!.err });
       }
       // A server left on old weights must not serve new-version requests; it rejoins after a
       // health probe and a successful reload (see catchUp).
@@ -425,7 +438,14 @@ export class RemoteEngine implements InferenceEngine {
   }
 
   private callOn(url: string): ServerCall {
-    return (path, body, o) => httpCall(url + path, body, { method: o?.method, timeoutMs: this.opts.controlTimeoutMs });
+    return async (path, body, o) => {
+      const watch = this.pool.watch(url);
+      try {
+        return await httpCall(url + path, body, { method: o?.method, timeoutMs: this.opts.controlTimeoutMs, signal: watch.signal });
+      } finally {
+        watch.release();
+      }
+    };
   }
 
   private assertOpen(): void {
