@@ -75,6 +75,11 @@ export interface EngineProtocol {
   validateUpdate?(path: string): void;
   /** Loads the HF checkpoint at `path` and tags it `version`. */
   reloadWeights(call: ServerCall, path: string, version: number): Promise<void>;
+  /**
+   * Whether a failed `reloadWeights` leaves the server serving its old weights (SGLang rolls
+   * back). When not, a server whose reload failed is out of service until a reload succeeds.
+   */
+  readonly atomicReload: boolean;
   sleep(call: ServerCall): Promise<void>;
   wakeUp(call: ServerCall): Promise<void>;
 }
@@ -175,6 +180,8 @@ export class RemoteEngine implements InferenceEngine {
   private version = 0;
   private userPause: 'abort' | 'wait' | null = null;
   private lastUpdate: { path: string; version: number } | null = null;
+  /** Servers a failed non-atomic reload left without usable weights. */
+  private readonly withoutWeights = new Set<string>();
   private updateChain: Promise<void> = Promise.resolve();
   private closed = false;
 
@@ -394,11 +401,22 @@ export class RemoteEngine implements InferenceEngine {
         urls.map((url) => this.protocol.reloadWeights(this.callOn(url), path, version)),
       );
       const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : []));
+      urls.forEach((url, i) => {
+        if (results[i]!.status === 'fulfilled') this.withoutWeights.delete(url);
+        else if (!this.protocol.atomicReload) this.withoutWeights.add(url);
+      });
       if (failed.length > 0 && failed.length === urls.length) {
-        // Every server still holds the old weights, so they stay consistent and in service.
+        // Where a failed reload rolls back, every server still holds the old weights and stays
+        // in service; where it may not, none may serve until a reload succeeds.
+        let after = `the servers keep version ${this.version}`;
+        if (!this.protocol.atomicReload) {
+          after = 'the servers may have lost their weights and are out of service until an update succeeds';
+          for (const f of failed) this.pool.markDownUrl(f.url, `weight update failed part way: ${f.err.message}`);
+        }
         const codes = new Set(failed.map((f) => (isEngineError(f.err) ? f.err.code : 'http')));
         const code = codes.size === 1 ? [...codes][0]! : 'http';
-        throw new EngineError(code, `weight update to version ${version} failed on every server, which keep version ${this.version}: ${failed.map((f) => f.err.message).join('; ')}`, { cause: failed[0]!.err });
+        const why = failed.map((f) => f.err.message).join('; ');
+        throw new EngineError(code, `weight update to version ${version} failed on every server (${after}): ${why}`, { cause: failed[0]!.err });
       }
       // A server left on old weights must not serve new-version requests; it rejoins after a
       // health probe and a successful reload (see catchUp).
@@ -426,8 +444,17 @@ export class RemoteEngine implements InferenceEngine {
 
   /** Brings a recovered server to the current weights before it takes requests again. */
   private async catchUp(url: string): Promise<void> {
+    // An update under way would leave this server a version behind: let it finish first.
+    await this.updateChain;
     const last = this.lastUpdate;
     if (last) await this.protocol.reloadWeights(this.callOn(url), last.path, last.version);
+    else if (this.withoutWeights.has(url)) {
+      throw new EngineError('unsupported', `${url} lost its weights in a failed update; it rejoins after the next successful one`, { url });
+    }
+    this.withoutWeights.delete(url);
+    // A server taken out during an update was left paused by it; resume() continues it when
+    // the engine itself is paused.
+    if (this.userPause !== 'abort') await this.protocol.continueServer(this.callOn(url));
   }
 
   private async onUpServers(fn: (call: ServerCall) => Promise<unknown>): Promise<void> {

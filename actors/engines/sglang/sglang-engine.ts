@@ -60,6 +60,8 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
       expectShape(items.length === n, url, `expected ${n} outputs, got ${items.length}`);
       return items.map((item) => parseOutput(item as SglangOutput, url));
     },
+    // A failed update_weights_from_disk reloads the previous weights before answering.
+    atomicReload: true,
     pauseServer: (call) => callOptional(call, '/pause_generation', { mode: 'abort' }),
     async continueServer(call) {
       await callOptional(call, '/continue_generation', {});

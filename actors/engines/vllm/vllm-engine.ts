@@ -81,6 +81,8 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
       expectShape(Array.isArray(choices) && choices.length === n, url, `expected ${n} choices`);
       return [...choices].sort((a, b) => (a.index ?? 0) - (b.index ?? 0)).map((c) => parseChoice(c, url));
     },
+    // sleep level 2 discards the weights, and reload_weights may fail half loaded.
+    atomicReload: false,
     pauseServer: (call) => callOptional(call, '/pause?mode=abort'),
     async continueServer(call) {
       await callOptional(call, '/resume');
