@@ -4,50 +4,27 @@ import * as assert from 'uvu/assert';
 import { isEngineError } from '../../actors/engines/http/errors.ts';
 import { parseRetryAfter } from '../../actors/engines/http/http-call.ts';
 import type { RemoteEngine } from '../../actors/engines/http/remote-engine.ts';
-import type { ServerEvent } from '../../actors/engines/http/server-pool.ts';
 import { SglangEngine } from '../../actors/engines/sglang/index.ts';
 import { VllmEngine } from '../../actors/engines/vllm/index.ts';
 import type { FakeServer } from '../fakes/fake-server.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
-import { prompt, tempDir, testGenerator, whenGenerating, writeFakeCheckpoint } from './fake-fixtures.ts';
+import { closedAfterEach, nextEvent, prompt, tempDir, testGenerator, whenGenerating, writeFakeCheckpoint } from './fake-fixtures.ts';
 
 const dir = tempDir();
 test.after(() => dir.cleanup());
 
-/** Every fake and engine a test opens, closed after it whatever happens. */
-const open: Array<{ close(): Promise<void> }> = [];
-test.after.each(async () => {
-  for (const x of open.splice(0).reverse()) await x.close();
-});
+const own = closedAfterEach(test);
 
 async function sglang(tokenDelayMs = 0): Promise<FakeSglangServer> {
-  const fake = await FakeSglangServer.start({ generator: testGenerator(tokenDelayMs), modelPath: dir.path });
-  open.push(fake);
-  return fake;
+  return own(await FakeSglangServer.start({ generator: testGenerator(tokenDelayMs), modelPath: dir.path }));
 }
 
 async function vllm(): Promise<FakeVllmServer> {
-  const fake = await FakeVllmServer.start({ generator: testGenerator(0), modelPath: dir.path });
-  open.push(fake);
-  return fake;
+  return own(await FakeVllmServer.start({ generator: testGenerator(0), modelPath: dir.path }));
 }
 
-function engine<E extends RemoteEngine>(e: E): E {
-  open.push(e);
-  return e;
-}
-
-/** Resolves with the first `type` event of `e` from now on. */
-function nextEvent(e: RemoteEngine, type: ServerEvent['type']): Promise<ServerEvent> {
-  return new Promise((resolve) => {
-    const stop = e.onServerEvent((ev) => {
-      if (ev.type !== type) return;
-      stop();
-      resolve(ev);
-    });
-  });
-}
+const engine = <E extends RemoteEngine>(e: E): E => own(e);
 
 const small = { inputIds: prompt, gconfig: { maxNewTokens: 3 } };
 
