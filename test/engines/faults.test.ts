@@ -242,4 +242,53 @@ test('vLLM: a reload that fails after sleep level 2 takes the server out until a
   assert.equal((await e.generate(small)).outputVersions, [2, 2, 2]);
 });
 
+test('a server that dies while the engine is paused is taken out at resume; requests go to the others', async () => {
+  const a = await sglang();
+  const b = await sglang();
+  const e = engine(new SglangEngine({ urls: [a.url, b.url], retryBaseDelayMs: 1 }));
+  await e.pause({ mode: 'abort' });
+  await a.close();
+  const down = nextEvent(e, 'server-down');
+  await e.resume();
+  assert.is((await down).url, a.url);
+  const rs = await Promise.all(Array.from({ length: 3 }, () => e.generate(small)));
+  assert.ok(rs.every((r) => r.outputTokens.length === 3));
+  assert.is(b.stats.generateRequests, 3);
+});
+
+test('with its only server dead, resume throws, and requests fail with no-server instead of waiting forever', async () => {
+  const fake = await sglang();
+  const e = engine(new SglangEngine({ urls: [fake.url], healthIntervalMs: 30, healthTimeoutMs: 60, noServerWaitMs: 150 }));
+  await e.pause({ mode: 'abort' });
+  await fake.close();
+  const err = await e.resume().catch((x: unknown) => x);
+  assert.ok(isEngineError(err) && err.code === 'network', String(err));
+  const refused = await e.generate(small).catch((x: unknown) => x);
+  assert.ok(isEngineError(refused) && refused.code === 'no-server', String(refused));
+});
+
+test('a server that dies while the engine sleeps is taken out at wakeUp; the others serve', async () => {
+  const a = await sglang();
+  const b = await sglang();
+  const e = engine(new SglangEngine({ urls: [a.url, b.url], retryBaseDelayMs: 1 }));
+  await e.sleep();
+  await a.close();
+  await e.wakeUp();
+  assert.equal(
+    e.servers().map((s) => s.state),
+    ['down', 'up'],
+  );
+  assert.is((await e.generate(small)).outputTokens.length, 3);
+});
+
+test('a server that refuses to sleep (no memory saver) fails sleep() with its answer', async () => {
+  const fake = own(await FakeSglangServer.start({ generator: testGenerator(0), enableMemorySaver: false }));
+  const e = engine(new SglangEngine({ urls: [fake.url] }));
+  const err = await e.sleep().catch((x: unknown) => x);
+  assert.ok(isEngineError(err));
+  assert.is(err.status, 400);
+  assert.match(err.message, /--enable-memory-saver/);
+  assert.is(e.servers()[0]!.state, 'up');
+});
+
 test.run();

@@ -180,6 +180,8 @@ export class RemoteEngine implements InferenceEngine {
   private version = 0;
   private userPause: 'abort' | 'wait' | null = null;
   private lastUpdate: { path: string; version: number } | null = null;
+  /** Servers this engine put to sleep and has not woken. */
+  private readonly asleep = new Set<string>();
   /** Servers a failed non-atomic reload left without usable weights. */
   private readonly withoutWeights = new Set<string>();
   private updateChain: Promise<void> = Promise.resolve();
@@ -278,9 +280,14 @@ export class RemoteEngine implements InferenceEngine {
 
   async resume(): Promise<void> {
     this.assertOpen();
-    if (this.userPause === 'abort') await this.onUpServers((call) => this.protocol.continueServer(call));
-    this.userPause = null;
-    this.gate.open('paused');
+    // Requests are let go even when a server fails to continue: held forever, they would hang;
+    // let go, they fail over or fail with a clear error.
+    try {
+      if (this.userPause === 'abort') await this.onUpServers('continue', (call) => this.protocol.continueServer(call));
+    } finally {
+      this.userPause = null;
+      this.gate.open('paused');
+    }
   }
 
   async sleep(): Promise<void> {
@@ -288,13 +295,22 @@ export class RemoteEngine implements InferenceEngine {
     this.gate.close('asleep');
     // Servers release memory only when idle (SGLang asserts it).
     await Promise.allSettled([...this.httpInFlight]);
-    await this.onUpServers((call) => this.protocol.sleep(call));
+    await this.onUpServers('sleep', async (call, url) => {
+      await this.protocol.sleep(call);
+      this.asleep.add(url);
+    });
   }
 
   async wakeUp(): Promise<void> {
     this.assertOpen();
-    await this.onUpServers((call) => this.protocol.wakeUp(call));
-    this.gate.open('asleep');
+    try {
+      await this.onUpServers('wake up', async (call, url) => {
+        await this.protocol.wakeUp(call);
+        this.asleep.delete(url);
+      });
+    } finally {
+      this.gate.open('asleep');
+    }
   }
 
   async close(): Promise<void> {
@@ -425,7 +441,7 @@ export class RemoteEngine implements InferenceEngine {
       this.lastUpdate = { path, version };
     } finally {
       if (this.userPause === null && !this.closed) {
-        await this.onUpServers((call) => this.protocol.continueServer(call)).catch(() => undefined);
+        await this.onUpServers('continue', (call) => this.protocol.continueServer(call)).catch(() => undefined);
       }
       this.gate.open('updating');
     }
@@ -446,22 +462,39 @@ export class RemoteEngine implements InferenceEngine {
   private async catchUp(url: string): Promise<void> {
     // An update under way would leave this server a version behind: let it finish first.
     await this.updateChain;
+    // While the engine sleeps nothing is served; the server rejoins after wakeUp.
+    if (this.gate.has('asleep')) throw new EngineError('unsupported', 'the engine is asleep', { url });
+    const call = this.callOn(url);
+    if (this.asleep.has(url)) {
+      // Left asleep when it was taken out; a restarted server is awake and may refuse this.
+      await this.protocol.wakeUp(call).catch(() => undefined);
+      this.asleep.delete(url);
+    }
     const last = this.lastUpdate;
-    if (last) await this.protocol.reloadWeights(this.callOn(url), last.path, last.version);
+    if (last) await this.protocol.reloadWeights(call, last.path, last.version);
     else if (this.withoutWeights.has(url)) {
       throw new EngineError('unsupported', `${url} lost its weights in a failed update; it rejoins after the next successful one`, { url });
     }
     this.withoutWeights.delete(url);
     // A server taken out during an update was left paused by it; resume() continues it when
     // the engine itself is paused.
-    if (this.userPause !== 'abort') await this.protocol.continueServer(this.callOn(url));
+    if (this.userPause !== 'abort') await this.protocol.continueServer(call);
   }
 
-  private async onUpServers(fn: (call: ServerCall) => Promise<unknown>): Promise<void> {
+  /**
+   * Runs a control call on every up server. A server that cannot be reached is taken out (it
+   * rejoins through catchUp) and does not fail the call unless no server answered; any other
+   * failure (the server refused) is thrown.
+   */
+  private async onUpServers(what: string, fn: (call: ServerCall, url: string) => Promise<unknown>): Promise<void> {
     const urls = this.pool.upUrls();
-    const results = await Promise.allSettled(urls.map((url) => fn(this.callOn(url))));
-    const failed = results.filter((r) => r.status === 'rejected');
-    if (failed.length > 0) throw (failed[0] as PromiseRejectedResult).reason;
+    const results = await Promise.allSettled(urls.map((url) => fn(this.callOn(url), url)));
+    const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as unknown }] : []));
+    const unreachable = failed.filter((f) => isEngineError(f.err) && ['network', 'timeout', 'server-down'].includes(f.err.code));
+    for (const f of unreachable) this.pool.markDownUrl(f.url, `${what} failed: ${(f.err as Error).message}`);
+    const refused = failed.find((f) => !unreachable.includes(f));
+    if (refused) throw refused.err;
+    if (unreachable.length > 0 && unreachable.length === urls.length) throw unreachable[0]!.err;
   }
 
   private callOn(url: string): ServerCall {
