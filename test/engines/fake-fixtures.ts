@@ -8,6 +8,10 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+import type { Test } from 'uvu';
+
+import type { RemoteEngine } from '../../actors/engines/http/remote-engine.ts';
+import type { ServerEvent } from '../../actors/engines/http/server-pool.ts';
 import type { FakeServer } from '../fakes/fake-server.ts';
 import { DeterministicGenerator } from '../fakes/token-generator.ts';
 
@@ -37,4 +41,35 @@ export function whenGenerating(fake: FakeServer): () => Promise<void> {
     const base = fake.stats.tokensGenerated;
     return fake.waitFor(() => fake.stats.running > 0 && fake.stats.tokensGenerated > base);
   };
+}
+
+/**
+ * Returns `own`: what a test passes to it (fakes, engines) is closed after that test, newest
+ * first, whether it passed or not.
+ */
+export function closedAfterEach(suite: Test): <T extends { close(): Promise<void> }>(x: T) => T {
+  const open: Array<{ close(): Promise<void> }> = [];
+  suite.after.each(async () => {
+    for (const x of open.splice(0).reverse()) await x.close();
+  });
+  return (x) => {
+    open.push(x);
+    return x;
+  };
+}
+
+/** Resolves with the first `type` event `engine` tells of from now on; rejects after `timeoutMs`. */
+export function nextEvent(engine: RemoteEngine, type: ServerEvent['type'], timeoutMs = 10_000): Promise<ServerEvent> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      stop();
+      reject(new Error(`no ${type} event in ${timeoutMs} ms`));
+    }, timeoutMs);
+    const stop = engine.onServerEvent((e) => {
+      if (e.type !== type) return;
+      clearTimeout(timer);
+      stop();
+      resolve(e);
+    });
+  });
 }

@@ -1,7 +1,8 @@
 /**
  * What the fake SGLang and vLLM servers share: a loopback HTTP server with a route table, the
  * requests in flight (abortable), a pause gate, a prefix cache estimate, fault injection (health
- * failing or hanging, slow answers, failing generations) and events tests can wait on.
+ * failing or hanging, slow answers, and per route: an error status with `Retry-After`, a
+ * connection dropped mid-answer, cut-off JSON, no answer, a crash) and events tests can wait on.
  *
  * @module
  */
@@ -9,7 +10,45 @@ import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-import { DeterministicGenerator, type TokenGenerator } from './token-generator.ts';
+import {
+  DeterministicGenerator,
+  type GeneratedSequence,
+  type SamplingRequest,
+  type TokenGenerator,
+} from './token-generator.ts';
+
+/** What one sample of a generation request asks for, as both servers' bodies say it. */
+export type SampleParams = Omit<SamplingRequest, 'signal' | 'hold' | 'onToken' | 'seed'> & { seed?: number };
+
+/** The sampling fields SGLang's `sampling_params` and vLLM's completion body name alike. */
+export interface WireSamplingFields {
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  stop?: string | string[];
+  stop_token_ids?: number[];
+  ignore_eos?: boolean;
+  n?: number;
+}
+
+/**
+ * A request's sampling fields with the servers' defaults, plus what each server names its own
+ * way (prompt, token budgets, seed).
+ */
+export function sampleParams(
+  w: WireSamplingFields,
+  own: Pick<SampleParams, 'inputIds' | 'maxNewTokens' | 'minNewTokens' | 'seed'>,
+): SampleParams {
+  return {
+    temperature: w.temperature ?? 1,
+    topP: w.top_p ?? 1,
+    topK: w.top_k ?? -1,
+    stopTokenIds: w.stop_token_ids ?? [],
+    stop: typeof w.stop === 'string' ? [w.stop] : (w.stop ?? []),
+    ignoreEos: w.ignore_eos ?? false,
+    ...own,
+  };
+}
 
 /** Options every fake server takes. */
 export interface FakeServerOptions {
@@ -34,6 +73,19 @@ export interface RouteRequest {
 /** What a route answers: JSON, text, or nothing (200 with an empty body). */
 export type RouteAnswer = { status?: number; json?: unknown; text?: string } | undefined;
 
+/** A failure a fake answers one request with, as a real server or the network between might. */
+export type Fault =
+  /** Answer with this status, the server's error body and, when given, `Retry-After`. */
+  | { kind: 'status'; status: number; retryAfter?: string }
+  /** Send the headers and part of the body, then drop the connection. */
+  | { kind: 'reset' }
+  /** Answer 200 with a body that is cut-off JSON. */
+  | { kind: 'malformed' }
+  /** Never answer; the connection stays open. */
+  | { kind: 'hang' }
+  /** Crash: stop listening and drop every connection, this one included. */
+  | { kind: 'die' };
+
 /** How `/health` behaves. */
 export type HealthMode = 'ok' | 'fail' | 'hang';
 
@@ -51,6 +103,8 @@ export interface FakeStats {
   running: number;
   weightLoads: number;
   healthChecks: number;
+  /** Requests answered with an injected {@link Fault}. */
+  faults: number;
 }
 
 /** The base of the fake servers; subclasses register routes. */
@@ -58,7 +112,7 @@ export abstract class FakeServer extends EventEmitter {
   readonly generator: TokenGenerator;
   readonly modelPath: string;
   readonly contextLength: number;
-  readonly stats: FakeStats = { generateRequests: 0, tokensGenerated: 0, running: 0, weightLoads: 0, healthChecks: 0 };
+  readonly stats: FakeStats = { generateRequests: 0, tokensGenerated: 0, running: 0, weightLoads: 0, healthChecks: 0, faults: 0 };
   /** Bodies of the last generation requests, newest last (tests check the field mapping). */
   readonly generateBodies: unknown[] = [];
   healthMode: HealthMode = 'ok';
@@ -72,6 +126,7 @@ export abstract class FakeServer extends EventEmitter {
   protected paused = false;
   protected asleep = false;
   private readonly unpauseWaiters = new Set<() => void>();
+  private readonly faults = new Map<string, Fault[]>();
   private readonly routes = new Map<string, (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer>();
   private readonly recentPrompts: number[][] = [];
   private readonly server: Server;
@@ -137,6 +192,13 @@ export abstract class FakeServer extends EventEmitter {
     });
   }
 
+  /** The next `times` requests to `path` (any method) get `fault` instead of their answer. */
+  injectFault(path: string, fault: Fault, times = 1): void {
+    const queue = this.faults.get(path) ?? [];
+    for (let i = 0; i < times; i++) queue.push(fault);
+    this.faults.set(path, queue);
+  }
+
   protected route(method: 'GET' | 'POST', path: string, fn: (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer): void {
     this.routes.set(`${method} ${path}`, fn);
   }
@@ -183,8 +245,18 @@ export abstract class FakeServer extends EventEmitter {
     return best;
   }
 
+  /** Runs `n` samples of one request; sample `i` is seeded `seed + i` when a seed is given. */
+  protected sampleAll(n: number, p: SampleParams): Promise<GeneratedSequence[]> {
+    return Promise.all(
+      Array.from({ length: n }, (_, i) => {
+        const { seed, ...rest } = p;
+        return this.runSample(seed === undefined ? rest : { ...rest, seed: seed + i });
+      }),
+    );
+  }
+
   /** Runs one sample under the server's abort and pause rules. */
-  protected async runSample(req: Omit<Parameters<TokenGenerator['generate']>[0], 'signal' | 'hold' | 'onToken'>) {
+  private async runSample(req: Omit<SamplingRequest, 'signal' | 'hold' | 'onToken'>): Promise<GeneratedSequence> {
     const running: Running = { controller: new AbortController(), started: false };
     this.running.add(running);
     this.stats.running = this.running.size;
@@ -205,6 +277,37 @@ export abstract class FakeServer extends EventEmitter {
       this.stats.running = this.running.size;
       this.changed();
     }
+  }
+
+  /**
+   * Holds new requests; in `abort` mode also ends every running one now with its partial output
+   * (SGLang `/pause_generation`, vLLM `/pause`).
+   */
+  protected async pauseGeneration(mode: string): Promise<void> {
+    this.setPaused(true);
+    if (mode === 'abort') {
+      this.abortAll();
+      await this.generator.abortAll?.();
+    }
+  }
+
+  /** Lets held requests go on (SGLang `/continue_generation`, vLLM `/resume`). */
+  protected async resumeGeneration(): Promise<void> {
+    this.setPaused(false);
+    await this.generator.resumeAll?.();
+  }
+
+  /** Resolves once no request is running. */
+  protected whenIdle(): Promise<void> {
+    return this.waitFor(() => this.running.size === 0, 600_000);
+  }
+
+  /** Waits for running requests to end, then loads the checkpoint at `path` (throws if it cannot). */
+  protected async loadWeights(path: string, version: number): Promise<void> {
+    await this.whenIdle();
+    await this.generator.loadWeights(path, version);
+    this.stats.weightLoads += 1;
+    this.changed();
   }
 
   /** Counts a generation request and applies the injected faults; an answer means "send this instead". */
@@ -238,6 +341,8 @@ export abstract class FakeServer extends EventEmitter {
     let answer: RouteAnswer;
     try {
       const raw = await readBody(req);
+      const fault = this.faults.get(url.pathname)?.shift();
+      if (fault) return this.fail(fault, res);
       if (!fn) answer = { status: 404, json: { detail: 'Not Found' } };
       else {
         let body: unknown = undefined;
@@ -259,6 +364,33 @@ export abstract class FakeServer extends EventEmitter {
       res.setHeader('content-type', 'application/json');
       res.end(JSON.stringify(answer.json));
     } else res.end(answer?.text ?? '');
+  }
+
+  private fail(fault: Fault, res: ServerResponse): void {
+    this.stats.faults += 1;
+    this.changed();
+    const body = '{"text":"the answer was cut off here","meta_info":{"finish_reason":';
+    switch (fault.kind) {
+      case 'status':
+        res.statusCode = fault.status;
+        res.setHeader('content-type', 'application/json');
+        if (fault.retryAfter !== undefined) res.setHeader('retry-after', fault.retryAfter);
+        res.end(JSON.stringify({ object: 'error', message: 'injected failure', code: fault.status }));
+        return;
+      case 'reset':
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length * 2 });
+        res.write(body, () => res.destroy());
+        return;
+      case 'malformed':
+        res.setHeader('content-type', 'application/json');
+        res.end(body);
+        return;
+      case 'hang':
+        return;
+      case 'die':
+        void this.close();
+        return;
+    }
   }
 }
 

@@ -15,7 +15,7 @@
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 
-import { FakeServer, parseFakeArgs, runStandalone, type FakeServerOptions, type RouteAnswer } from './fake-server.ts';
+import { FakeServer, parseFakeArgs, runStandalone, sampleParams, type FakeServerOptions, type RouteAnswer, type WireSamplingFields } from './fake-server.ts';
 import { DeterministicGenerator, type GeneratedSequence } from './token-generator.ts';
 
 /** Options of {@link FakeSglangServer}. */
@@ -26,16 +26,9 @@ export interface FakeSglangOptions extends FakeServerOptions {
   enableMemorySaver?: boolean;
 }
 
-interface SamplingParams {
+interface SamplingParams extends WireSamplingFields {
   max_new_tokens?: number;
   min_new_tokens?: number;
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  stop?: string | string[];
-  stop_token_ids?: number[];
-  n?: number;
-  ignore_eos?: boolean;
   sampling_seed?: number;
   no_stop_trim?: boolean;
 }
@@ -80,8 +73,7 @@ export class FakeSglangServer extends FakeServer {
     this.route('GET', '/flush_cache', () => this.flushCache());
     this.route('POST', '/pause_generation', (r) => this.pause((r.body as { mode?: string } | undefined)?.mode ?? 'abort'));
     this.route('POST', '/continue_generation', async () => {
-      this.setPaused(false);
-      await this.generator.resumeAll?.();
+      await this.resumeGeneration();
       return { json: { message: 'Generation continued successfully.', status: 'ok' } };
     });
     this.route('POST', '/update_weights_from_disk', (r) => this.updateFromDisk(r.body as Record<string, unknown>));
@@ -112,25 +104,15 @@ export class FakeSglangServer extends FakeServer {
     const started = Date.now();
     const cached = this.cachedTokens(ids as number[]);
     const maxNew = Math.min(sp.max_new_tokens ?? 128, this.contextLength - ids.length);
-    const temperature = sp.temperature ?? 1;
-    const samples = await Promise.all(
-      Array.from({ length: n }, (_, i) =>
-        this.runSample({
-          inputIds: ids as number[],
-          maxNewTokens: maxNew,
-          minNewTokens: sp.min_new_tokens ?? 0,
-          temperature,
-          topP: sp.top_p ?? 1,
-          topK: sp.top_k ?? -1,
-          stopTokenIds: sp.stop_token_ids ?? [],
-          stop: typeof sp.stop === 'string' ? [sp.stop] : (sp.stop ?? []),
-          ignoreEos: sp.ignore_eos ?? false,
-          ...(sp.sampling_seed === undefined ? {} : { seed: sp.sampling_seed + i }),
-        }),
-      ),
-    );
+    const params = sampleParams(sp, {
+      inputIds: ids as number[],
+      maxNewTokens: maxNew,
+      minNewTokens: sp.min_new_tokens ?? 0,
+      ...(sp.sampling_seed === undefined ? {} : { seed: sp.sampling_seed }),
+    });
+    const samples = await this.sampleAll(n, params);
     await this.delayAnswer();
-    const outs = samples.map((s) => this.output(s, ids.length, cached, started, body.return_logprob === true, temperature, sp.no_stop_trim === true));
+    const outs = samples.map((s) => this.output(s, ids.length, cached, started, body.return_logprob === true, params.temperature, sp.no_stop_trim === true));
     return { json: n === 1 ? outs[0] : outs };
   }
 
@@ -166,11 +148,7 @@ export class FakeSglangServer extends FakeServer {
 
   private async pause(mode: string): Promise<RouteAnswer> {
     if (!['abort', 'retract', 'in_place'].includes(mode)) return bad(`unknown pause mode ${mode}`);
-    this.setPaused(true);
-    if (mode === 'abort') {
-      this.abortAll();
-      await this.generator.abortAll?.();
-    }
+    await this.pauseGeneration(mode);
     return { json: { message: 'Generation paused successfully.', status: 'ok' } };
   }
 
@@ -178,14 +156,12 @@ export class FakeSglangServer extends FakeServer {
     const path = b?.model_path;
     if (typeof path !== 'string') return bad('model_path is required');
     const pausedRequests = b?.abort_all_requests === true ? this.abortAll() : 0;
-    await this.waitFor(() => this.running.size === 0, 600_000);
     const version = typeof b?.weight_version === 'string' ? b.weight_version : this.weightVersion;
     try {
-      await this.generator.loadWeights(path, Number.isFinite(Number(version)) ? Number(version) : this.stats.weightLoads + 1);
+      await this.loadWeights(path, Number.isFinite(Number(version)) ? Number(version) : this.stats.weightLoads + 1);
     } catch (e) {
       return { status: 400, json: { success: false, message: `Failed to update weights: ${(e as Error).message}`, num_paused_requests: pausedRequests } };
     }
-    this.stats.weightLoads += 1;
     this.weightVersion = version;
     this.changed();
     return { json: { success: true, message: 'Succeeded to update model weights.', num_paused_requests: pausedRequests } };

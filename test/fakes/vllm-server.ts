@@ -15,7 +15,7 @@
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 
-import { FakeServer, parseFakeArgs, runStandalone, type FakeServerOptions, type RouteAnswer } from './fake-server.ts';
+import { FakeServer, parseFakeArgs, runStandalone, sampleParams, type FakeServerOptions, type RouteAnswer, type WireSamplingFields } from './fake-server.ts';
 import { DeterministicGenerator, type GeneratedSequence } from './token-generator.ts';
 
 /** Options of {@link FakeVllmServer}. */
@@ -28,21 +28,14 @@ export interface FakeVllmOptions extends FakeServerOptions {
   servedModelName?: string;
 }
 
-interface CompletionBody {
+interface CompletionBody extends WireSamplingFields {
   model?: string;
   prompt?: unknown;
   max_tokens?: number;
   min_tokens?: number;
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  stop?: string | string[];
-  stop_token_ids?: number[];
-  n?: number;
   seed?: number;
   logprobs?: number | null;
   return_tokens_as_token_ids?: boolean;
-  ignore_eos?: boolean;
   include_stop_str_in_output?: boolean;
   stream?: boolean;
 }
@@ -98,17 +91,12 @@ export class FakeVllmServer extends FakeServer {
     this.route('POST', '/pause', async (r) => {
       const mode = r.query.get('mode') ?? 'abort';
       if (!['abort', 'wait', 'keep'].includes(mode)) return err(400, `invalid mode ${mode}`);
-      this.setPaused(true);
-      if (mode === 'abort') {
-        this.abortAll();
-        await this.generator.abortAll?.();
-      }
-      if (mode === 'wait') await this.waitFor(() => this.running.size === 0, 600_000);
+      await this.pauseGeneration(mode);
+      if (mode === 'wait') await this.whenIdle();
       return { json: { status: 'paused' } };
     });
     this.route('POST', '/resume', async () => {
-      this.setPaused(false);
-      await this.generator.resumeAll?.();
+      await this.resumeGeneration();
       return { json: { status: 'resumed' } };
     });
     this.route('GET', '/is_paused', () => ({ json: { is_paused: this.paused } }));
@@ -134,27 +122,16 @@ export class FakeVllmServer extends FakeServer {
     if (this.sleeping) return err(500, 'the engine is sleeping; call /wake_up');
     await this.whilePaused();
     const n = body.n ?? 1;
-    const temperature = body.temperature ?? 1;
-    const stop = typeof body.stop === 'string' ? [body.stop] : (body.stop ?? []);
     const cached = this.cachedTokens(prompt as number[]);
-    const samples = await Promise.all(
-      Array.from({ length: n }, (_, i) =>
-        this.runSample({
-          inputIds: prompt as number[],
-          maxNewTokens: maxTokens,
-          minNewTokens: body.min_tokens ?? 0,
-          temperature,
-          topP: body.top_p ?? 1,
-          topK: body.top_k ?? -1,
-          stopTokenIds: body.stop_token_ids ?? [],
-          stop,
-          ignoreEos: body.ignore_eos ?? false,
-          ...(body.seed === undefined ? {} : { seed: body.seed + i }),
-        }),
-      ),
-    );
+    const params = sampleParams(body, {
+      inputIds: prompt as number[],
+      maxNewTokens: maxTokens,
+      minNewTokens: body.min_tokens ?? 0,
+      ...(body.seed === undefined ? {} : { seed: body.seed }),
+    });
+    const samples = await this.sampleAll(n, params);
     await this.delayAnswer();
-    const choices = samples.map((s, i) => this.choice(s, i, body, temperature));
+    const choices = samples.map((s, i) => this.choice(s, i, body, params.temperature));
     const completion = samples.reduce((a, s) => a + s.tokens.length, 0);
     return {
       json: {
@@ -200,24 +177,19 @@ export class FakeVllmServer extends FakeServer {
   private async collectiveRpc(body: { method?: unknown } | undefined): Promise<RouteAnswer> {
     if (body?.method !== 'reload_weights') return err(500, `worker has no method ${String(body?.method)}`);
     if (this.weightsAsleep) return err(500, 'weights are asleep; call /wake_up?tags=weights first');
-    await this.waitFor(() => this.running.size === 0, 600_000);
-    await this.generator.loadWeights(this.modelPath, this.stats.weightLoads + 1);
+    await this.loadWeights(this.modelPath, this.stats.weightLoads + 1);
     this.weightsDiscarded = false;
-    this.stats.weightLoads += 1;
     this.changed();
     return { json: { results: [null] } };
   }
 
   private async arealUpdate(body: { model_path?: unknown } | undefined): Promise<RouteAnswer> {
     if (typeof body?.model_path !== 'string') return err(400, 'model_path is required');
-    await this.waitFor(() => this.running.size === 0, 600_000);
     try {
-      await this.generator.loadWeights(body.model_path, this.stats.weightLoads + 1);
+      await this.loadWeights(body.model_path, this.stats.weightLoads + 1);
     } catch (e) {
       return { status: 400, json: { success: false, message: (e as Error).message } };
     }
-    this.stats.weightLoads += 1;
-    this.changed();
     return { json: { success: true, message: 'Succeeded to update model weights.' } };
   }
 

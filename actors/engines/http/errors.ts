@@ -34,16 +34,19 @@ export class EngineError extends Error {
   readonly code: EngineErrorCode;
   readonly url: string | undefined;
   readonly status: number | undefined;
+  /** How long the server asked to be left alone (`Retry-After` on a 429 or 503). */
+  readonly retryAfterMs: number | undefined;
 
   constructor(
     code: EngineErrorCode,
     message: string,
-    opts: { url?: string; status?: number; cause?: unknown } = {},
+    opts: { url?: string; status?: number; retryAfterMs?: number; cause?: unknown } = {},
   ) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.code = code;
     this.url = opts.url;
     this.status = opts.status;
+    this.retryAfterMs = opts.retryAfterMs;
   }
 
   /** Whether sending the same request again (possibly to another server) may succeed. */

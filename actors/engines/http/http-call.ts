@@ -2,8 +2,15 @@
  * One JSON request to an inference server with a time limit, turning every failure into an
  * {@link EngineError} with a code that says whether a retry can help.
  *
+ * Built on `node:http` rather than `fetch`: Node's `fetch` gives up on any answer whose headers
+ * take more than 300 s (undici's `headersTimeout`), and a non-streaming generation of a long
+ * sample on a loaded server routinely does. Here the only limit is the caller's `timeoutMs`.
+ *
  * @module
  */
+import http from 'node:http';
+import https from 'node:https';
+
 import { EngineError, isEngineError } from './errors.ts';
 
 /** Options of one HTTP call. */
@@ -14,60 +21,165 @@ export interface HttpCallOptions {
   timeoutMs: number;
   /** Cancels the call; an {@link EngineError} given as the abort reason is rethrown as is. */
   signal?: AbortSignal;
+  /**
+   * A 2xx answer must be JSON; anything else fails with code `protocol` (quoting the start of
+   * the body) instead of being returned as text. @default false
+   */
+  expectJson?: boolean;
 }
+
+/** Connections are kept open between requests, as a client of an inference server should. */
+const agents = {
+  'http:': new http.Agent({ keepAlive: true }),
+  'https:': new https.Agent({ keepAlive: true }),
+};
+
+/** `setTimeout` takes at most a signed 32-bit delay; a longer one would fire at once. */
+const maxTimerMs = 2 ** 31 - 1;
 
 /**
  * Sends `body` as JSON to `url` and returns the parsed JSON answer (`null` for an empty body,
- * the raw text when the server answers with non-JSON text).
+ * the raw text when the server answers with non-JSON text and `expectJson` is off).
  *
  * @example
  * const out = await httpCall('http://127.0.0.1:30000/generate', { input_ids: [1, 2] }, { timeoutMs: 60_000 });
  */
-export async function httpCall(
-  url: string,
-  body: unknown,
-  opts: HttpCallOptions,
-): Promise<unknown> {
+export async function httpCall(url: string, body: unknown, opts: HttpCallOptions): Promise<unknown> {
   const method = opts.method ?? (body === undefined ? 'GET' : 'POST');
-  const timeout = AbortSignal.timeout(opts.timeoutMs);
-  const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
-  let res: Response;
-  let text: string;
+  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+  let answer: Answer;
   try {
-    res = await fetch(url, {
-      method,
-      headers: body === undefined ? {} : { 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal,
-    });
-    text = await res.text();
+    answer = await exchange(url, method, payload, opts);
   } catch (e) {
-    if (opts.signal?.aborted) {
-      const reason: unknown = opts.signal.reason;
-      if (isEngineError(reason)) throw reason;
-      throw new EngineError('aborted', `${method} ${url} was cancelled`, { url, cause: reason });
-    }
-    if (timeout.aborted) {
-      throw new EngineError('timeout', `${method} ${url} got no answer in ${opts.timeoutMs} ms`, {
-        url,
-      });
-    }
-    const cause = (e as { cause?: { code?: string } }).cause;
-    throw new EngineError(
-      'network',
-      `${method} ${url} failed: ${cause?.code ?? (e as Error).message}`,
-      { url, cause: e },
-    );
+    // A kept-alive connection the server closed while idle fails at once, before the request
+    // reached it: that request is safe to send again on a fresh connection.
+    if (!(e instanceof StaleConnection)) throw e;
+    answer = await exchange(url, method, payload, opts);
   }
-  const parsed = parseBody(text);
-  if (!res.ok) {
+  const parsed = parseBody(answer.text);
+  if (answer.status < 200 || answer.status >= 300) {
+    const retryAfterMs = parseRetryAfter(answer.retryAfter);
     throw new EngineError(
       'http',
-      `${method} ${url} answered ${res.status}: ${errorMessage(parsed, text)}`,
-      { url, status: res.status },
+      `${method} ${url} answered ${answer.status}: ${errorMessage(parsed, answer.text)}` +
+        (retryAfterMs === undefined ? '' : ` (retry after ${retryAfterMs} ms)`),
+      { url, status: answer.status, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) },
+    );
+  }
+  if (opts.expectJson && (parsed === null || typeof parsed === 'string')) {
+    throw new EngineError(
+      'protocol',
+      `${method} ${url} answered ${answer.status} with a body that is not JSON: ${JSON.stringify(answer.text.slice(0, 200))}`,
+      { url, status: answer.status },
     );
   }
   return parsed;
+}
+
+interface Answer {
+  status: number;
+  text: string;
+  retryAfter: string | undefined;
+}
+
+/** The reused connection was already closed by the server; see {@link httpCall}. */
+class StaleConnection extends Error {}
+
+function exchange(
+  url: string,
+  method: 'GET' | 'POST',
+  payload: Buffer | undefined,
+  opts: HttpCallOptions,
+): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const target = new URL(url);
+    const agent = target.protocol === 'https:' ? agents['https:'] : agents['http:'];
+    const transport = target.protocol === 'https:' ? https : http;
+    let settled = false;
+    let gotAnswer = false;
+    let timer: NodeJS.Timeout | undefined;
+    const settle = (fn: () => void): void => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
+      fn();
+    };
+    const fail = (e: EngineError | StaleConnection): void => {
+      settle(() => reject(e));
+      req.destroy();
+    };
+    const onAbort = (): void => {
+      const reason: unknown = opts.signal?.reason;
+      fail(
+        isEngineError(reason)
+          ? reason
+          : new EngineError('aborted', `${method} ${url} was cancelled`, { url, cause: reason }),
+      );
+    };
+    if (opts.signal?.aborted) return onAbort();
+
+    const req = transport.request(target, {
+      method,
+      agent,
+      headers: payload
+        ? { 'content-type': 'application/json', 'content-length': payload.length }
+        : {},
+    });
+    req.on('response', (res) => {
+      gotAnswer = true;
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () =>
+        settle(() =>
+          resolve({
+            status: res.statusCode ?? 0,
+            text: Buffer.concat(chunks).toString('utf8'),
+            retryAfter: header(res.headers['retry-after']),
+          }),
+        ),
+      );
+      // Without 'end', the connection went away part way through the answer.
+      res.on('close', () => {
+        if (res.complete) return;
+        const read = chunks.reduce((a, c) => a + c.length, 0);
+        fail(
+          new EngineError(
+            'network',
+            `${method} ${url}: the connection closed after ${read} bytes of a ${res.statusCode} answer`,
+            { url },
+          ),
+        );
+      });
+    });
+    req.on('error', (e: NodeJS.ErrnoException) => {
+      if (req.reusedSocket && !gotAnswer && (e.code === 'ECONNRESET' || e.code === 'EPIPE')) {
+        return fail(new StaleConnection(e.message));
+      }
+      const what = gotAnswer ? 'lost the connection mid-answer' : 'failed';
+      fail(new EngineError('network', `${method} ${url} ${what}: ${e.code ?? e.message}`, { url, cause: e }));
+    });
+    if (Number.isFinite(opts.timeoutMs)) {
+      timer = setTimeout(() => {
+        fail(new EngineError('timeout', `${method} ${url} got no answer in ${opts.timeoutMs} ms`, { url }));
+      }, Math.min(Math.max(0, opts.timeoutMs), maxTimerMs));
+    }
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    req.end(payload);
+  });
+}
+
+function header(v: string | string[] | undefined): string | undefined {
+  return Array.isArray(v) ? v[0] : v;
+}
+
+/** `Retry-After` as milliseconds from now: delay-seconds or an HTTP date (RFC 9110 §10.2.3). */
+export function parseRetryAfter(v: string | undefined, nowMs = Date.now()): number | undefined {
+  if (v === undefined) return undefined;
+  const s = v.trim();
+  if (/^\d+$/.test(s)) return Number(s) * 1000;
+  const at = Date.parse(s);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - nowMs);
 }
 
 function parseBody(text: string): unknown {

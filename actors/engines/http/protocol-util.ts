@@ -4,7 +4,7 @@
  * @module
  */
 import { EngineError, isEngineError } from './errors.ts';
-import type { ServerCall } from './remote-engine.ts';
+import type { ResolvedGenerationConfig, ServerCall } from './remote-engine.ts';
 
 /** Calls a route, returning `false` instead of failing when the server does not have it (404). */
 export async function callOptional(call: ServerCall, path: string, body?: unknown): Promise<boolean> {
@@ -41,4 +41,19 @@ export function requireTemperedOrUnitTemperature(
         `behaviour logprobs of the wrong distribution; ${fix}`,
     );
   }
+}
+
+/**
+ * The sampling fields SGLang's `sampling_params` and vLLM's completion body name alike:
+ * temperature (0 when greedy), `top_p`, `top_k` (−1 when off), stop token ids, and `ignore_eos`
+ * off. Token budgets, stop strings and the seed are named differently and added by each protocol.
+ */
+export function sharedSamplingFields(g: ResolvedGenerationConfig): Record<string, unknown> {
+  return {
+    temperature: g.greedy ? 0 : g.temperature,
+    top_p: g.topP,
+    top_k: g.topK > 0 ? g.topK : -1,
+    stop_token_ids: g.stopTokenIds,
+    ignore_eos: false,
+  };
 }

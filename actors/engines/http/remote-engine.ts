@@ -75,6 +75,11 @@ export interface EngineProtocol {
   validateUpdate?(path: string): void;
   /** Loads the HF checkpoint at `path` and tags it `version`. */
   reloadWeights(call: ServerCall, path: string, version: number): Promise<void>;
+  /**
+   * Whether a failed `reloadWeights` leaves the server serving its old weights (SGLang rolls
+   * back). When not, a server whose reload failed is out of service until a reload succeeds.
+   */
+  readonly atomicReload: boolean;
   sleep(call: ServerCall): Promise<void>;
   wakeUp(call: ServerCall): Promise<void>;
 }
@@ -93,6 +98,11 @@ export interface RemoteEngineOptions {
   retryBaseDelayMs?: number;
   /** Cap on a retry delay. @default 5000 */
   retryMaxDelayMs?: number;
+  /**
+   * A 429 or 503 with `Retry-After` waits at least what the server asks before the retry, up to
+   * this long. @default 60_000
+   */
+  retryAfterMaxMs?: number;
   /** How long a request waits for some server to be up before failing. @default 30_000 */
   noServerWaitMs?: number;
   /** Health route. @default '/health' */
@@ -119,6 +129,7 @@ export const remoteEngineDefaults = {
   maxRetries: 3,
   retryBaseDelayMs: 250,
   retryMaxDelayMs: 5000,
+  retryAfterMaxMs: 60_000,
   noServerWaitMs: 30_000,
 } as const;
 
@@ -164,9 +175,15 @@ export class RemoteEngine implements InferenceEngine {
   private readonly gate = new Gate();
   private readonly httpInFlight = new Set<Promise<unknown>>();
   private cancel = new AbortController();
+  /** Aborted by `close`: ends retry waits at once. */
+  private readonly closing = new AbortController();
   private version = 0;
   private userPause: 'abort' | 'wait' | null = null;
   private lastUpdate: { path: string; version: number } | null = null;
+  /** Servers this engine put to sleep and has not woken. */
+  private readonly asleep = new Set<string>();
+  /** Servers a failed non-atomic reload left without usable weights. */
+  private readonly withoutWeights = new Set<string>();
   private updateChain: Promise<void> = Promise.resolve();
   private closed = false;
 
@@ -263,9 +280,14 @@ export class RemoteEngine implements InferenceEngine {
 
   async resume(): Promise<void> {
     this.assertOpen();
-    if (this.userPause === 'abort') await this.onUpServers((call) => this.protocol.continueServer(call));
-    this.userPause = null;
-    this.gate.open('paused');
+    // Requests are let go even when a server fails to continue: held forever, they would hang;
+    // let go, they fail over or fail with a clear error.
+    try {
+      if (this.userPause === 'abort') await this.onUpServers('continue', (call) => this.protocol.continueServer(call));
+    } finally {
+      this.userPause = null;
+      this.gate.open('paused');
+    }
   }
 
   async sleep(): Promise<void> {
@@ -273,13 +295,22 @@ export class RemoteEngine implements InferenceEngine {
     this.gate.close('asleep');
     // Servers release memory only when idle (SGLang asserts it).
     await Promise.allSettled([...this.httpInFlight]);
-    await this.onUpServers((call) => this.protocol.sleep(call));
+    await this.onUpServers('sleep', async (call, url) => {
+      await this.protocol.sleep(call);
+      this.asleep.add(url);
+    });
   }
 
   async wakeUp(): Promise<void> {
     this.assertOpen();
-    await this.onUpServers((call) => this.protocol.wakeUp(call));
-    this.gate.open('asleep');
+    try {
+      await this.onUpServers('wake up', async (call, url) => {
+        await this.protocol.wakeUp(call);
+        this.asleep.delete(url);
+      });
+    } finally {
+      this.gate.open('asleep');
+    }
   }
 
   async close(): Promise<void> {
@@ -288,6 +319,7 @@ export class RemoteEngine implements InferenceEngine {
     const err = new EngineError('closed', 'the engine is closed');
     this.gate.fail(err);
     this.cancel.abort(err);
+    this.closing.abort(err);
     this.pool.close();
     await Promise.allSettled([...this.httpInFlight]);
   }
@@ -351,6 +383,7 @@ export class RemoteEngine implements InferenceEngine {
       const call = httpCall(lease.url + path, body, {
         timeoutMs: this.opts.requestTimeoutMs,
         signal: AbortSignal.any([lease.signal, this.cancel.signal]),
+        expectJson: true,
       });
       this.httpInFlight.add(call);
       try {
@@ -364,7 +397,8 @@ export class RemoteEngine implements InferenceEngine {
         if (e.code === 'server-down' && failovers++ < this.pool.urls.length) continue;
         if (!e.retryable || attempt >= this.opts.maxRetries) throw e;
         if (e.code === 'network' || e.code === 'timeout') this.pool.reportFailure(lease.url, e.message);
-        await delay(backoffDelayMs(attempt++, { baseDelayMs: this.opts.retryBaseDelayMs, maxDelayMs: this.opts.retryMaxDelayMs }));
+        const backoff = backoffDelayMs(attempt++, { baseDelayMs: this.opts.retryBaseDelayMs, maxDelayMs: this.opts.retryMaxDelayMs });
+        await delay(Math.max(backoff, Math.min(e.retryAfterMs ?? 0, this.opts.retryAfterMaxMs)), this.closing.signal);
       } finally {
         this.httpInFlight.delete(call);
         lease.release();
@@ -383,9 +417,22 @@ export class RemoteEngine implements InferenceEngine {
         urls.map((url) => this.protocol.reloadWeights(this.callOn(url), path, version)),
       );
       const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : []));
+      urls.forEach((url, i) => {
+        if (results[i]!.status === 'fulfilled') this.withoutWeights.delete(url);
+        else if (!this.protocol.atomicReload) this.withoutWeights.add(url);
+      });
       if (failed.length > 0 && failed.length === urls.length) {
-        // Every server still holds the old weights, so they stay consistent and in service.
-        throw new EngineError('http', `weight update to version ${version} failed on every server: ${failed.map((f) => f.err.message).join('; ')}`);
+        // Where a failed reload rolls back, every server still holds the old weights and stays
+        // in service; where it may not, none may serve until a reload succeeds.
+        let after = `the servers keep version ${this.version}`;
+        if (!this.protocol.atomicReload) {
+          after = 'the servers may have lost their weights and are out of service until an update succeeds';
+          for (const f of failed) this.pool.markDownUrl(f.url, `weight update failed part way: ${f.err.message}`);
+        }
+        const codes = new Set(failed.map((f) => (isEngineError(f.err) ? f.err.code : 'http')));
+        const code = codes.size === 1 ? [...codes][0]! : 'http';
+        const why = failed.map((f) => f.err.message).join('; ');
+        throw new EngineError(code, `weight update to version ${version} failed on every server (${after}): ${why}`, { cause: failed[0]!.err });
       }
       // A server left on old weights must not serve new-version requests; it rejoins after a
       // health probe and a successful reload (see catchUp).
@@ -394,7 +441,7 @@ export class RemoteEngine implements InferenceEngine {
       this.lastUpdate = { path, version };
     } finally {
       if (this.userPause === null && !this.closed) {
-        await this.onUpServers((call) => this.protocol.continueServer(call)).catch(() => undefined);
+        await this.onUpServers('continue', (call) => this.protocol.continueServer(call)).catch(() => undefined);
       }
       this.gate.open('updating');
     }
@@ -413,19 +460,52 @@ export class RemoteEngine implements InferenceEngine {
 
   /** Brings a recovered server to the current weights before it takes requests again. */
   private async catchUp(url: string): Promise<void> {
+    // An update under way would leave this server a version behind: let it finish first.
+    await this.updateChain;
+    // While the engine sleeps nothing is served; the server rejoins after wakeUp.
+    if (this.gate.has('asleep')) throw new EngineError('unsupported', 'the engine is asleep', { url });
+    const call = this.callOn(url);
+    if (this.asleep.has(url)) {
+      // Left asleep when it was taken out; a restarted server is awake and may refuse this.
+      await this.protocol.wakeUp(call).catch(() => undefined);
+      this.asleep.delete(url);
+    }
     const last = this.lastUpdate;
-    if (last) await this.protocol.reloadWeights(this.callOn(url), last.path, last.version);
+    if (last) await this.protocol.reloadWeights(call, last.path, last.version);
+    else if (this.withoutWeights.has(url)) {
+      throw new EngineError('unsupported', `${url} lost its weights in a failed update; it rejoins after the next successful one`, { url });
+    }
+    this.withoutWeights.delete(url);
+    // A server taken out during an update was left paused by it; resume() continues it when
+    // the engine itself is paused.
+    if (this.userPause !== 'abort') await this.protocol.continueServer(call);
   }
 
-  private async onUpServers(fn: (call: ServerCall) => Promise<unknown>): Promise<void> {
+  /**
+   * Runs a control call on every up server. A server that cannot be reached is taken out (it
+   * rejoins through catchUp) and does not fail the call unless no server answered; any other
+   * failure (the server refused) is thrown.
+   */
+  private async onUpServers(what: string, fn: (call: ServerCall, url: string) => Promise<unknown>): Promise<void> {
     const urls = this.pool.upUrls();
-    const results = await Promise.allSettled(urls.map((url) => fn(this.callOn(url))));
-    const failed = results.filter((r) => r.status === 'rejected');
-    if (failed.length > 0) throw (failed[0] as PromiseRejectedResult).reason;
+    const results = await Promise.allSettled(urls.map((url) => fn(this.callOn(url), url)));
+    const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as unknown }] : []));
+    const unreachable = failed.filter((f) => isEngineError(f.err) && ['network', 'timeout', 'server-down'].includes(f.err.code));
+    for (const f of unreachable) this.pool.markDownUrl(f.url, `${what} failed: ${(f.err as Error).message}`);
+    const refused = failed.find((f) => !unreachable.includes(f));
+    if (refused) throw refused.err;
+    if (unreachable.length > 0 && unreachable.length === urls.length) throw unreachable[0]!.err;
   }
 
   private callOn(url: string): ServerCall {
-    return (path, body, o) => httpCall(url + path, body, { method: o?.method, timeoutMs: this.opts.controlTimeoutMs });
+    return async (path, body, o) => {
+      const watch = this.pool.watch(url);
+      try {
+        return await httpCall(url + path, body, { method: o?.method, timeoutMs: this.opts.controlTimeoutMs, signal: watch.signal });
+      } finally {
+        watch.release();
+      }
+    };
   }
 
   private assertOpen(): void {

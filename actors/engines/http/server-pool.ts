@@ -64,6 +64,8 @@ interface Server {
   url: string;
   state: 'up' | 'down';
   inFlight: Set<AbortController>;
+  /** Control calls (reload, pause, sleep): cancelled with the requests, not counted as load. */
+  watched: Set<AbortController>;
   consecutiveFailures: number;
   routed: number;
   probing: Promise<void> | null;
@@ -96,6 +98,7 @@ export class ServerPool {
       url,
       state: 'up',
       inFlight: new Set(),
+      watched: new Set(),
       consecutiveFailures: 0,
       routed: 0,
       probing: null,
@@ -147,6 +150,19 @@ export class ServerPool {
     }
   }
 
+  /**
+   * A signal for a control call to `url` (weight reload, pause, sleep) that aborts with an
+   * `EngineError('server-down')` if the server is marked down meanwhile, so a call to a server
+   * that stopped answering ends with its health checks rather than at its own time limit.
+   */
+  watch(url: string): { signal: AbortSignal; release(): void } {
+    const s = this.servers.find((x) => x.url === url);
+    const controller = new AbortController();
+    if (!s) return { signal: controller.signal, release: () => undefined };
+    s.watched.add(controller);
+    return { signal: controller.signal, release: () => s.watched.delete(controller) };
+  }
+
   /** Reports that a request to `url` failed at the connection level; probes the server at once. */
   reportFailure(url: string, reason: string): void {
     const s = this.servers.find((x) => x.url === url);
@@ -184,7 +200,7 @@ export class ServerPool {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     const err = new EngineError('closed', 'the engine is closed');
-    for (const s of this.servers) for (const c of s.inFlight) c.abort(err);
+    for (const s of this.servers) for (const c of [...s.inFlight, ...s.watched]) c.abort(err);
     for (const w of this.upWaiters) w();
   }
 
@@ -289,8 +305,9 @@ export class ServerPool {
     const err = new EngineError('server-down', `server ${s.url} is down: ${reason}`, {
       url: s.url,
     });
-    for (const c of s.inFlight) c.abort(err);
+    for (const c of [...s.inFlight, ...s.watched]) c.abort(err);
     s.inFlight.clear();
+    s.watched.clear();
     this.emit({ type: 'server-down', url: s.url, reason });
   }
 

@@ -9,7 +9,7 @@
  * @module
  */
 import { EngineError } from '../http/errors.ts';
-import { callOptional, expectShape, requireTemperedOrUnitTemperature } from '../http/protocol-util.ts';
+import { callOptional, expectShape, requireTemperedOrUnitTemperature, sharedSamplingFields } from '../http/protocol-util.ts';
 import {
   RemoteEngine,
   type EngineProtocol,
@@ -60,6 +60,8 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
       expectShape(items.length === n, url, `expected ${n} outputs, got ${items.length}`);
       return items.map((item) => parseOutput(item as SglangOutput, url));
     },
+    // A failed update_weights_from_disk reloads the previous weights before answering.
+    atomicReload: true,
     pauseServer: (call) => callOptional(call, '/pause_generation', { mode: 'abort' }),
     async continueServer(call) {
       await callOptional(call, '/continue_generation', {});
@@ -93,11 +95,7 @@ export function samplingParams(
   const p: Record<string, unknown> = {
     max_new_tokens: g.maxNewTokens,
     min_new_tokens: g.minNewTokens,
-    temperature: g.greedy ? 0 : g.temperature,
-    top_p: g.topP,
-    top_k: g.topK > 0 ? g.topK : -1,
-    stop_token_ids: g.stopTokenIds,
-    ignore_eos: false,
+    ...sharedSamplingFields(g),
     ...extra,
   };
   if (g.stop.length > 0) p.stop = g.stop;

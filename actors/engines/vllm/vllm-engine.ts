@@ -12,7 +12,7 @@
  * @module
  */
 import { EngineError } from '../http/errors.ts';
-import { callOptional, expectShape, requireTemperedOrUnitTemperature } from '../http/protocol-util.ts';
+import { callOptional, expectShape, requireTemperedOrUnitTemperature, sharedSamplingFields } from '../http/protocol-util.ts';
 import {
   RemoteEngine,
   type EngineProtocol,
@@ -81,6 +81,8 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
       expectShape(Array.isArray(choices) && choices.length === n, url, `expected ${n} choices`);
       return [...choices].sort((a, b) => (a.index ?? 0) - (b.index ?? 0)).map((c) => parseChoice(c, url));
     },
+    // sleep level 2 discards the weights, and reload_weights may fail half loaded.
+    atomicReload: false,
     pauseServer: (call) => callOptional(call, '/pause?mode=abort'),
     async continueServer(call) {
       await callOptional(call, '/resume');
@@ -126,11 +128,7 @@ export function completionBody(
     prompt: inputIds,
     max_tokens: g.maxNewTokens,
     min_tokens: g.minNewTokens,
-    temperature: g.greedy ? 0 : g.temperature,
-    top_p: g.topP,
-    top_k: g.topK > 0 ? g.topK : -1,
-    stop_token_ids: g.stopTokenIds,
-    ignore_eos: false,
+    ...sharedSamplingFields(g),
     logprobs: 0,
     return_tokens_as_token_ids: true,
     n,

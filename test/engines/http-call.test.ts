@@ -1,0 +1,89 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { isEngineError } from '../../actors/engines/http/errors.ts';
+import { httpCall } from '../../actors/engines/http/http-call.ts';
+
+/** A loopback server answering with `handle`; counts requests and connections. */
+async function serve(handle: (req: IncomingMessage, res: ServerResponse, n: number) => void) {
+  let requests = 0;
+  let connections = 0;
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => handle(req, res, ++requests));
+  });
+  server.on('connection', () => connections++);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    stats: () => ({ requests, connections }),
+    close: () =>
+      new Promise<void>((r) => {
+        server.close(() => r());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+test('a kept-alive connection the server dropped is retried once on a fresh one', async () => {
+  const s = await serve((req, res, n) => {
+    // The second request arrives on the first, kept-alive connection: drop it unanswered, as a
+    // server closing an idle connection at that moment would.
+    if (n === 2) return req.socket.destroy();
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ n }));
+  });
+  try {
+    assert.equal(await httpCall(`${s.url}/a`, { x: 1 }, { timeoutMs: 5000 }), { n: 1 });
+    assert.equal(await httpCall(`${s.url}/a`, { x: 2 }, { timeoutMs: 5000 }), { n: 3 });
+    assert.equal(s.stats(), { requests: 3, connections: 2 });
+  } finally {
+    await s.close();
+  }
+});
+
+test('a fresh connection dropped before the answer is a network error, not retried', async () => {
+  const s = await serve((req) => req.socket.destroy());
+  try {
+    const err = await httpCall(`${s.url}/a`, { x: 1 }, { timeoutMs: 5000 }).catch((e: unknown) => e);
+    assert.ok(isEngineError(err));
+    assert.is(err.code, 'network');
+    assert.ok(err.retryable);
+    assert.is(s.stats().requests, 1);
+  } finally {
+    await s.close();
+  }
+});
+
+test('text answers come back as text unless JSON is expected', async () => {
+  const s = await serve((_req, res) => res.end('Cache flushed.'));
+  try {
+    assert.is(await httpCall(`${s.url}/flush_cache`, {}, { timeoutMs: 5000 }), 'Cache flushed.');
+    const err = await httpCall(`${s.url}/generate`, {}, { timeoutMs: 5000, expectJson: true }).catch((e: unknown) => e);
+    assert.ok(isEngineError(err));
+    assert.is(err.code, 'protocol');
+    assert.match(err.message, /not JSON: "Cache flushed\."/);
+  } finally {
+    await s.close();
+  }
+});
+
+test('an unbounded time limit does not fire at once; a cancelled call says so', async () => {
+  const s = await serve((_req, res) => setTimeout(() => res.end('{}'), 50));
+  try {
+    assert.equal(await httpCall(`${s.url}/a`, undefined, { timeoutMs: Number.POSITIVE_INFINITY }), {});
+    const controller = new AbortController();
+    const p = httpCall(`${s.url}/a`, undefined, { timeoutMs: 5000, signal: controller.signal }).catch((e: unknown) => e);
+    controller.abort(new Error('stop'));
+    const err = await p;
+    assert.ok(isEngineError(err));
+    assert.is(err.code, 'aborted');
+  } finally {
+    await s.close();
+  }
+});
+
+test.run();
