@@ -211,7 +211,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   loadCheckpoint: false,
   evalDataset: 'arith:test',
   evalSteps: 5,
-  evalPrompts: 200,
+  evalPrompts: 500,
   loggingSteps: 1,
   rolloutNumEngines: 1,
   engine: 'builtin',
