@@ -21,6 +21,8 @@ function swapLast(t: tf.Tensor): tf.Tensor {
 
 /** `a @ b`, with the last two axes of either operand transposed first when asked. */
 export function matMul(a: tf.Tensor, b: tf.Tensor, transposeA = false, transposeB = false): tf.Tensor {
+  // Batched products (attention) run in the wasm-kernels.ts kernel, which takes the flags as is.
+  if (a.rank > 2 || b.rank > 2) return tf.matMul(a, b, transposeA, transposeB);
   return tf.matMul(transposeA ? swapLast(a) : a, transposeB ? swapLast(b) : b);
 }
 
