@@ -1,0 +1,323 @@
+/**
+ * Rotary embedding + grouped-query causal attention as one differentiable op, computed in plain
+ * loops over the token-major layout the projections produce. For the short sequences this
+ * project trains on, the op-by-op form spends most of its time outside arithmetic: head
+ * transposes and splits, the bias add, a softmax over padded rows, and batched products that
+ * the wasm backend runs slowly. Here a masked score (bias ≤ -1e8, i.e. causal or padding) is
+ * skipped outright, which is exact: the op-by-op softmax gives it weight exp(-1e9) = 0.
+ *
+ * The equations are HF's: `q' = q cos + rotate_half(q) sin` (likewise k), query head h reads
+ * key/value head `floor(h / nRep)`, `p = softmax(q'·k'/sqrt(hd) + bias)`, `out = p v`.
+ *
+ * @module
+ */
+import { tf } from './backend.ts';
+
+/** Bias at or below this is a masked position (the model uses -1e9). */
+const maskedBelow = -1e8;
+
+interface Dims {
+  B: number;
+  T: number;
+  H: number;
+  KV: number;
+  hd: number;
+  biasRows: number;
+}
+
+/** `x cos + rotate_half(x) sin` over every head of every token, into `out`. */
+function rope(x: Float32Array, cos: Float32Array, sin: Float32Array, heads: number, d: Dims, out: Float32Array): void {
+  const { hd } = d;
+  const half = hd / 2;
+  const tokens = d.B * d.T;
+  for (let n = 0; n < tokens; n++) {
+    const c = n * hd;
+    for (let h = 0; h < heads; h++) {
+      const o = (n * heads + h) * hd;
+      for (let e = 0; e < half; e++) out[o + e] = x[o + e]! * cos[c + e]! - x[o + e + half]! * sin[c + e]!;
+      for (let e = half; e < hd; e++) out[o + e] = x[o + e]! * cos[c + e]! + x[o + e - half]! * sin[c + e]!;
+    }
+  }
+}
+
+/** The transpose of {@link rope}: the gradient of x given the gradient of the rotated x, into `out`. */
+function ropeBackward(g: Float32Array, cos: Float32Array, sin: Float32Array, heads: number, d: Dims, out: Float32Array): void {
+  const { hd } = d;
+  const half = hd / 2;
+  const tokens = d.B * d.T;
+  for (let n = 0; n < tokens; n++) {
+    const c = n * hd;
+    for (let h = 0; h < heads; h++) {
+      const o = (n * heads + h) * hd;
+      for (let e = 0; e < half; e++) out[o + e] = g[o + e]! * cos[c + e]! + g[o + e + half]! * sin[c + e + half]!;
+      for (let e = half; e < hd; e++) out[o + e] = g[o + e]! * cos[c + e]! - g[o + e - half]! * sin[c + e - half]!;
+    }
+  }
+}
+
+/**
+ * How many leading keys row i can attend: keys at or after the returned index are all masked
+ * (for a causal mask, i + 1). A row with every key masked gets T: the op-by-op softmax of equal
+ * -1e9 scores is uniform over all of them.
+ */
+function attendRange(bias: Float32Array, row: number, T: number): number {
+  let end = T;
+  while (end > 0 && bias[row + end - 1]! <= maskedBelow) end--;
+  return end === 0 ? T : end;
+}
+
+/**
+ * Forward pass; returns the output `[B, T, H*hd]` and the probabilities `[B, H, T, T]`. Products
+ * keep four running sums in registers (four keys, or four output features, at a time).
+ */
+export function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array, bias: Float32Array, d: Dims, scale: number) {
+  const { B, T, H, KV, hd } = d;
+  const nRep = H / KV;
+  const qStride = H * hd;
+  const kStride = KV * hd;
+  const out = new Float32Array(B * T * H * hd);
+  const probs = new Float32Array(B * H * T * T);
+  const s = new Float64Array(T);
+  for (let b = 0; b < B; b++) {
+    const biasB = (d.biasRows === 1 ? 0 : b) * T * T;
+    for (let h = 0; h < H; h++) {
+      const kBase = b * T * kStride + Math.floor(h / nRep) * hd;
+      for (let i = 0; i < T; i++) {
+        const qo = (b * T + i) * qStride + h * hd;
+        const bi = biasB + i * T;
+        const end = attendRange(bias, bi, T);
+        let j = 0;
+        for (; j + 4 <= end; j += 4) {
+          const k0 = kBase + j * kStride;
+          const k1 = k0 + kStride;
+          const k2 = k1 + kStride;
+          const k3 = k2 + kStride;
+          let s0 = 0, s1 = 0, s2 = 0, s3 = 0; // prettier-ignore
+          for (let e = 0; e < hd; e++) {
+            const x = qr[qo + e]!;
+            s0 += x * kr[k0 + e]!;
+            s1 += x * kr[k1 + e]!;
+            s2 += x * kr[k2 + e]!;
+            s3 += x * kr[k3 + e]!;
+          }
+          s[j] = s0 * scale + bias[bi + j]!;
+          s[j + 1] = s1 * scale + bias[bi + j + 1]!;
+          s[j + 2] = s2 * scale + bias[bi + j + 2]!;
+          s[j + 3] = s3 * scale + bias[bi + j + 3]!;
+        }
+        for (; j < end; j++) {
+          const k0 = kBase + j * kStride;
+          let s0 = 0;
+          for (let e = 0; e < hd; e++) s0 += qr[qo + e]! * kr[k0 + e]!;
+          s[j] = s0 * scale + bias[bi + j]!;
+        }
+        let max = -Infinity;
+        for (let jj = 0; jj < end; jj++) if (s[jj]! > max) max = s[jj]!;
+        let z = 0;
+        for (let jj = 0; jj < end; jj++) z += s[jj] = Math.exp(s[jj]! - max);
+        const po = ((b * H + h) * T + i) * T;
+        for (let jj = 0; jj < end; jj++) probs[po + jj] = s[jj]! / z;
+        let e = 0;
+        for (; e + 4 <= hd; e += 4) {
+          let a0 = 0, a1 = 0, a2 = 0, a3 = 0; // prettier-ignore
+          for (let jj = 0; jj < end; jj++) {
+            const p = probs[po + jj]!;
+            const vo = kBase + jj * kStride + e;
+            a0 += p * v[vo]!;
+            a1 += p * v[vo + 1]!;
+            a2 += p * v[vo + 2]!;
+            a3 += p * v[vo + 3]!;
+          }
+          out[qo + e] = a0;
+          out[qo + e + 1] = a1;
+          out[qo + e + 2] = a2;
+          out[qo + e + 3] = a3;
+        }
+        for (; e < hd; e++) {
+          let a0 = 0;
+          for (let jj = 0; jj < end; jj++) a0 += probs[po + jj]! * v[kBase + jj * kStride + e]!;
+          out[qo + e] = a0;
+        }
+      }
+    }
+  }
+  return { out, probs };
+}
+
+/** Backward pass of {@link forwardLoops}: gradients of the rotated q, rotated k and v. */
+export function backwardLoops(
+  dOut: Float32Array, qr: Float32Array, kr: Float32Array, v: Float32Array, probs: Float32Array, bias: Float32Array,
+  d: Dims, scale: number,
+) {
+  const { B, T, H, KV, hd } = d;
+  const nRep = H / KV;
+  const qStride = H * hd;
+  const kStride = KV * hd;
+  const dq = new Float32Array(qr.length);
+  const dk = new Float32Array(kr.length);
+  const dv = new Float32Array(v.length);
+  const dS = new Float64Array(T * T);
+  const ends = new Int32Array(T);
+  const starts = new Int32Array(T);
+  for (let b = 0; b < B; b++) {
+    const biasB = (d.biasRows === 1 ? 0 : b) * T * T;
+    for (let i = 0; i < T; i++) ends[i] = attendRange(bias, biasB + i * T, T);
+    // Rows before starts[j] never attend key j.
+    for (let j = 0; j < T; j++) {
+      let i = 0;
+      while (i < T && ends[i]! <= j) i++;
+      starts[j] = i;
+    }
+    for (let h = 0; h < H; h++) {
+      const kBase = b * T * kStride + Math.floor(h / nRep) * hd;
+      const qBase = b * T * qStride + h * hd;
+      const pBase = (b * H + h) * T * T;
+      for (let i = 0; i < T; i++) {
+        const qo = qBase + i * qStride;
+        const po = pBase + i * T;
+        const end = ends[i]!;
+        let j = 0;
+        for (; j + 4 <= end; j += 4) {
+          const w0 = kBase + j * kStride;
+          const w1 = w0 + kStride;
+          const w2 = w1 + kStride;
+          const w3 = w2 + kStride;
+          let s0 = 0, s1 = 0, s2 = 0, s3 = 0; // prettier-ignore
+          for (let e = 0; e < hd; e++) {
+            const x = dOut[qo + e]!;
+            s0 += x * v[w0 + e]!;
+            s1 += x * v[w1 + e]!;
+            s2 += x * v[w2 + e]!;
+            s3 += x * v[w3 + e]!;
+          }
+          dS[i * T + j] = s0;
+          dS[i * T + j + 1] = s1;
+          dS[i * T + j + 2] = s2;
+          dS[i * T + j + 3] = s3;
+        }
+        for (; j < end; j++) {
+          const w0 = kBase + j * kStride;
+          let s0 = 0;
+          for (let e = 0; e < hd; e++) s0 += dOut[qo + e]! * v[w0 + e]!;
+          dS[i * T + j] = s0;
+        }
+        let rowDot = 0;
+        for (let jj = 0; jj < end; jj++) rowDot += probs[po + jj]! * dS[i * T + jj]!;
+        for (let j = 0; j < end; j++) dS[i * T + j] = probs[po + j]! * (dS[i * T + j]! - rowDot) * scale;
+        for (let j = end; j < T; j++) dS[i * T + j] = 0;
+        let e = 0;
+        for (; e + 4 <= hd; e += 4) {
+          let a0 = 0, a1 = 0, a2 = 0, a3 = 0; // prettier-ignore
+          for (let j = 0; j < end; j++) {
+            const g = dS[i * T + j]!;
+            const ko = kBase + j * kStride + e;
+            a0 += g * kr[ko]!;
+            a1 += g * kr[ko + 1]!;
+            a2 += g * kr[ko + 2]!;
+            a3 += g * kr[ko + 3]!;
+          }
+          dq[qo + e] = a0;
+          dq[qo + e + 1] = a1;
+          dq[qo + e + 2] = a2;
+          dq[qo + e + 3] = a3;
+        }
+        for (; e < hd; e++) {
+          let a0 = 0;
+          for (let j = 0; j < end; j++) a0 += dS[i * T + j]! * kr[kBase + j * kStride + e]!;
+          dq[qo + e] = a0;
+        }
+      }
+      for (let j = 0; j < T; j++) {
+        const ko = kBase + j * kStride;
+        const i0 = starts[j]!;
+        let e = 0;
+        for (; e + 4 <= hd; e += 4) {
+          let v0 = 0, v1 = 0, v2 = 0, v3 = 0, k0 = 0, k1 = 0, k2 = 0, k3 = 0; // prettier-ignore
+          for (let i = i0; i < T; i++) {
+            const qo = qBase + i * qStride + e;
+            const p = probs[pBase + i * T + j]!;
+            const g = dS[i * T + j]!;
+            v0 += p * dOut[qo]!;
+            v1 += p * dOut[qo + 1]!;
+            v2 += p * dOut[qo + 2]!;
+            v3 += p * dOut[qo + 3]!;
+            k0 += g * qr[qo]!;
+            k1 += g * qr[qo + 1]!;
+            k2 += g * qr[qo + 2]!;
+            k3 += g * qr[qo + 3]!;
+          }
+          dv[ko + e] = dv[ko + e]! + v0;
+          dv[ko + e + 1] = dv[ko + e + 1]! + v1;
+          dv[ko + e + 2] = dv[ko + e + 2]! + v2;
+          dv[ko + e + 3] = dv[ko + e + 3]! + v3;
+          dk[ko + e] = dk[ko + e]! + k0;
+          dk[ko + e + 1] = dk[ko + e + 1]! + k1;
+          dk[ko + e + 2] = dk[ko + e + 2]! + k2;
+          dk[ko + e + 3] = dk[ko + e + 3]! + k3;
+        }
+        for (; e < hd; e++) {
+          let av = 0;
+          let ak = 0;
+          for (let i = i0; i < T; i++) {
+            const qo = qBase + i * qStride + e;
+            av += probs[pBase + i * T + j]! * dOut[qo]!;
+            ak += dS[i * T + j]! * qr[qo]!;
+          }
+          dv[ko + e] = dv[ko + e]! + av;
+          dk[ko + e] = dk[ko + e]! + ak;
+        }
+      }
+    }
+  }
+  return { dq, dk, dv };
+}
+
+type AttentionFn = (q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor, bias: tf.Tensor) => tf.Tensor;
+
+/**
+ * Differentiable RoPE + causal grouped-query attention over token-major projections.
+ *
+ * @param q `[B, T, H*hd]` query projections (before RoPE)
+ * @param k `[B, T, KV*hd]`, v `[B, T, KV*hd]`
+ * @param cos `[B, T, hd]`, sin `[B, T, hd]`: the rotary tables at each token's position
+ * @param bias `[B or 1, T, T]` additive mask (0 attend, -1e9 masked)
+ * @returns `[B, T, H*hd]`, heads concatenated as `o_proj` expects
+ */
+export function fusedAttention(
+  q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, cos: tf.Tensor3D, sin: tf.Tensor3D, bias: tf.Tensor3D,
+  heads: { H: number; KV: number; hd: number },
+): tf.Tensor3D {
+  const [B, T] = q.shape;
+  const d: Dims = { B, T, ...heads, biasRows: bias.shape[0] };
+  const scale = 1 / Math.sqrt(heads.hd);
+  const fn = tf.customGrad(((qT: tf.Tensor, kT: tf.Tensor, vT: tf.Tensor, cT: tf.Tensor, sT: tf.Tensor, bT: tf.Tensor) => {
+    const cosA = cT.dataSync() as Float32Array;
+    const sinA = sT.dataSync() as Float32Array;
+    const qr = new Float32Array(qT.size);
+    const kr = new Float32Array(kT.size);
+    rope(qT.dataSync() as Float32Array, cosA, sinA, d.H, d, qr);
+    rope(kT.dataSync() as Float32Array, cosA, sinA, d.KV, d, kr);
+    const vA = vT.dataSync() as Float32Array;
+    const biasA = bT.dataSync() as Float32Array;
+    const { out, probs } = forwardLoops(qr, kr, vA, biasA, d, scale);
+    return {
+      value: tf.tensor3d(out, [B, T, d.H * d.hd]),
+      gradFunc: (dy: tf.Tensor) => {
+        const g = backwardLoops(dy.dataSync() as Float32Array, qr, kr, vA, probs, biasA, d, scale);
+        const dq = new Float32Array(qr.length);
+        const dk = new Float32Array(kr.length);
+        ropeBackward(g.dq, cosA, sinA, d.H, d, dq);
+        ropeBackward(g.dk, cosA, sinA, d.KV, d, dk);
+        return [
+          tf.tensor3d(dq, qT.shape as [number, number, number]),
+          tf.tensor3d(dk, kT.shape as [number, number, number]),
+          tf.tensor3d(g.dv, vT.shape as [number, number, number]),
+          tf.zerosLike(cT),
+          tf.zerosLike(sT),
+          tf.zerosLike(bT),
+        ];
+      },
+    };
+  }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as AttentionFn;
+  return fn(q, k, v, cos, sin, bias) as tf.Tensor3D;
+}
