@@ -321,3 +321,43 @@ export function fusedAttention(
   }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as AttentionFn;
   return fn(q, k, v, cos, sin, bias) as tf.Tensor3D;
 }
+
+/** `[B, T, heads*hd]` token-major → `[B, heads, T, hd]` head-major (the KV cache's layout). */
+function toHeadMajor(x: Float32Array, B: number, T: number, heads: number, hd: number): Float32Array {
+  const out = new Float32Array(x.length);
+  for (let b = 0; b < B; b++) {
+    for (let t = 0; t < T; t++) {
+      for (let h = 0; h < heads; h++) {
+        const src = ((b * T + t) * heads + h) * hd;
+        out.set(x.subarray(src, src + hd), ((b * heads + h) * T + t) * hd);
+      }
+    }
+  }
+  return out;
+}
+
+/**
+ * {@link fusedAttention} without gradients that also returns the rotated keys and the values in
+ * the KV cache's layout `[B, KV, T, hd]`, for prefilling a cache.
+ */
+export function fusedAttentionWithCache(
+  q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, cos: tf.Tensor3D, sin: tf.Tensor3D, bias: tf.Tensor3D,
+  heads: { H: number; KV: number; hd: number },
+): { out: tf.Tensor3D; k: tf.Tensor4D; v: tf.Tensor4D } {
+  const [B, T] = q.shape;
+  const d: Dims = { B, T, ...heads, biasRows: bias.shape[0] };
+  const cosA = cos.dataSync() as Float32Array;
+  const sinA = sin.dataSync() as Float32Array;
+  const qr = new Float32Array(q.size);
+  const kr = new Float32Array(k.size);
+  rope(q.dataSync() as Float32Array, cosA, sinA, d.H, d, qr);
+  rope(k.dataSync() as Float32Array, cosA, sinA, d.KV, d, kr);
+  const vA = v.dataSync() as Float32Array;
+  const { out } = forwardLoops(qr, kr, vA, bias.dataSync() as Float32Array, d, 1 / Math.sqrt(d.hd));
+  const cacheShape: [number, number, number, number] = [B, d.KV, T, d.hd];
+  return {
+    out: tf.tensor3d(out, [B, T, d.H * d.hd]),
+    k: tf.tensor4d(toHeadMajor(kr, B, T, d.KV, d.hd), cacheShape),
+    v: tf.tensor4d(toHeadMajor(vA, B, T, d.KV, d.hd), cacheShape),
+  };
+}

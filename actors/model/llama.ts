@@ -8,7 +8,7 @@
  */
 import { tf } from './backend.ts';
 import { parameterShapes, type LlamaConfig } from './config.ts';
-import { fusedAttention } from './attention.ts';
+import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
 import type { NamedTensors } from '../engines/types.ts';
 
@@ -29,7 +29,10 @@ export interface ForwardOptions {
   attnBias?: tf.Tensor3D;
   /** Cached keys and values of earlier positions, one entry per layer. */
   past?: LayerKV[];
-  /** Also return the keys and values of all positions (past + new). @default false */
+  /**
+   * Also return the keys and values of all positions (past + new). Inference only: a pass
+   * without `past` that fills a cache records no gradient for attention. @default false
+   */
   returnPresent?: boolean;
   /**
    * Build the pass for differentiation. `false` (inference: decoding, reference logprobs) skips
@@ -255,8 +258,8 @@ export class CausalLM {
     }
     const positions =
       opts.positions ?? (tf.tile(tf.reshape(tf.range(Tp, Tk, 1, 'int32'), [1, T]), [B, 1]) as tf.Tensor2D);
-    // Without a cache to read or fill (training, scoring), attention runs as one fused op.
-    const fused = !past && !opts.returnPresent;
+    // Without a cache to read (training, scoring, prefill), attention runs as one fused op.
+    const fused = !past;
     const flatPos = tf.reshape(positions, [-1]);
     const cosShape = fused ? [B, T, hd] : [B, 1, T, hd];
     const cos = tf.reshape(tf.gather(this.cos, flatPos), cosShape);
@@ -280,8 +283,14 @@ export class CausalLM {
       if (fused) {
         const proj = (name: string, width: number): tf.Tensor3D =>
           tf.reshape(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), [B, T, width]) as tf.Tensor3D;
-        attn = fusedAttention(proj('q', H * hd), proj('k', KV * hd), proj('v', KV * hd), cos as tf.Tensor3D, sin as tf.Tensor3D,
-          bias as tf.Tensor3D, { H, KV, hd });
+        const [q, k, v] = [proj('q', H * hd), proj('k', KV * hd), proj('v', KV * hd)];
+        const [cos3, sin3, bias3] = [cos as tf.Tensor3D, sin as tf.Tensor3D, bias as tf.Tensor3D];
+        if (opts.returnPresent) {
+          // Filling a cache is inference only: this variant records no gradient.
+          const r = fusedAttentionWithCache(q, k, v, cos3, sin3, bias3, { H, KV, hd });
+          present.push({ k: r.k, v: r.v });
+          attn = r.out;
+        } else attn = fusedAttention(q, k, v, cos3, sin3, bias3, { H, KV, hd });
       } else {
         // q, k and v in one product: fewer, larger kernels for the many small decode steps.
         const wqkv = tf.concat([this.p(`${a}q_proj.weight`), this.p(`${a}k_proj.weight`), this.p(`${a}v_proj.weight`)], 1);
