@@ -1,8 +1,10 @@
 /**
  * `npm run bench -- model`: the built-in model on the backend in use. Reports the backend's
  * matmul GFLOP/s (the ceiling), training tokens/s and achieved GFLOP/s as a fraction of it,
- * generation tokens/s at batch 1, 16 and 64 with the KV cache and without (recomputing the prefix
- * every step), and peak RSS. Writes bench/results/model.json.
+ * training tokens/s at the shapes the shipped model trains on (SFT: 32 sequences of 35-55
+ * tokens; RL: 64 of 55-85 in micro-batches of 16), generation tokens/s at batch 1, 16 and 64 with
+ * the KV cache and without (recomputing the prefix every step) and at the RL shape (64 requests x
+ * 48 new tokens), and peak RSS. Writes bench/results/model.json.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -68,7 +70,33 @@ result.matmulGflops = peak;
   mask.dispose();
 }
 
-// 3. generation with the KV cache (engine) and without (recompute the prefix every step)
+// 3. training at the shapes the shipped model meets: variable lengths, right-padded per micro-batch
+{
+  const trainer = new ModelTrainer(model, { lr: 1e-5 });
+  let state = 7;
+  const rand = (): number => ((state = (Math.imul(state, 1103515245) + 12345) >>> 0) / 2 ** 32);
+  for (const [name, B, lo, hi, micro] of [['SFT', 32, 35, 56, 32], ['RL', 64, 55, 86, 16]] as const) {
+    const seqs = Array.from({ length: B }, () => Array.from({ length: lo + Math.floor(rand() * (hi - lo)) }, () => 5 + Math.floor(rand() * 95)));
+    const tokens = seqs.reduce((n, x) => n + x.length, 0);
+    const ms = timeIt(() => {
+      for (let m = 0; m < B; m += micro) {
+        const mb = seqs.slice(m, m + micro);
+        trainer.accumulate(() => {
+          const { ids, T } = padBatch(mb);
+          const mask = tf.tensor2d(mb.flatMap((x) => Array.from({ length: T }, (_, t) => (t < x.length ? 1 : 0))), [mb.length, T]);
+          return maskedNllLoss(model, ids, mask);
+        });
+      }
+      trainer.step();
+    }, quick ? 1 : 3);
+    const tokS = (tokens * 1000) / ms;
+    rows.push([`train tokens/s, ${name} shape (${B} x ${lo}-${hi - 1} tokens, micro-batch ${micro})`, `${tokS.toFixed(0)} (${ms.toFixed(0)} ms/step)`]);
+    result[`train${name}`] = { tokensPerSecond: tokS, msPerStep: ms, sequences: B, tokens, microBatch: micro };
+  }
+  trainer.dispose();
+}
+
+// 4. generation with the KV cache (engine) and without (recompute the prefix every step)
 const engine = await BuiltinEngine.create({ model, eosTokenIds: [] });
 const promptLen = 20;
 const newTokens = quick ? 8 : 32;
@@ -87,6 +115,22 @@ for (const B of [1, 16, 64]) {
   const recompute = (B * newTokens * 1000) / (performance.now() - t1);
   rows.push([`generate tokens/s batch ${B} (KV cache / recompute)`, `${cached.toFixed(0)} / ${recompute.toFixed(0)} (${(cached / recompute).toFixed(1)}x)`]);
   gen[`batch${B}`] = { kvCache: cached, recompute, speedup: cached / recompute };
+}
+{
+  // The RL loop's shape: 64 episodes at once, prompts of 18-29 tokens, up to 48 new tokens.
+  const prompts = Array.from({ length: 64 }, (_, b) => Array.from({ length: 18 + (b % 12) }, (_, t) => 5 + ((b * 7 + t * 3) % 90)));
+  const gen64 = async (): Promise<number> => {
+    const t0 = performance.now();
+    await Promise.all(prompts.map((p) => engine.generate({ inputIds: p, gconfig: { maxNewTokens: 48, temperature: 1 } })));
+    return performance.now() - t0;
+  };
+  await gen64();
+  const times: number[] = [];
+  for (let i = 0; i < (quick ? 1 : 3); i++) times.push(await gen64());
+  const ms = Math.min(...times);
+  const tokS = (64 * 48 * 1000) / ms;
+  rows.push(['generate tokens/s, RL shape (64 requests x 48 new tokens, KV cache)', `${tokS.toFixed(0)} (${ms.toFixed(0)} ms per batch)`]);
+  gen.rlShape = { tokensPerSecond: tokS, msPerBatch: ms };
 }
 result.generation = { promptLen, newTokens, ...gen };
 await engine.close();

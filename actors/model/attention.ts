@@ -111,12 +111,17 @@ export function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array
           for (let e = 0; e < hd; e++) s0 += qr[qo + e]! * kr[k0 + e]!;
           s[j] = s0 * scale + bias[bi + j]!;
         }
-        let max = -Infinity;
-        for (let jj = 0; jj < end; jj++) if (s[jj]! > max) max = s[jj]!;
-        let z = 0;
-        for (let jj = 0; jj < end; jj++) z += s[jj] = Math.exp(s[jj]! - max);
         const po = ((b * H + h) * T + i) * T;
-        for (let jj = 0; jj < end; jj++) probs[po + jj] = s[jj]! / z;
+        if (bias[bi + end - 1]! <= maskedBelow) {
+          // Every key masked: in float32 each score rounds to -1e9, so the op-by-op softmax is uniform.
+          for (let jj = 0; jj < end; jj++) probs[po + jj] = 1 / T;
+        } else {
+          let max = -Infinity;
+          for (let jj = 0; jj < end; jj++) if (s[jj]! > max) max = s[jj]!;
+          let z = 0;
+          for (let jj = 0; jj < end; jj++) z += s[jj] = Math.exp(s[jj]! - max);
+          for (let jj = 0; jj < end; jj++) probs[po + jj] = s[jj]! / z;
+        }
         let e = 0;
         for (; e + 4 <= hd; e += 4) {
           let a0 = 0, a1 = 0, a2 = 0, a3 = 0; // prettier-ignore
