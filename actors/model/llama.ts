@@ -292,15 +292,15 @@ export class CausalLM {
           attn = r.out;
         } else attn = fusedAttention(q, k, v, cos3, sin3, bias3, { H, KV, hd });
       } else {
-        // q, k and v in one product: fewer, larger kernels for the many small decode steps.
-        const wqkv = tf.concat([this.p(`${a}q_proj.weight`), this.p(`${a}k_proj.weight`), this.p(`${a}v_proj.weight`)], 1);
-        let qkv = this.mm(x, wqkv);
-        if (this.params.has(`${a}q_proj.bias`)) {
-          qkv = tf.add(qkv, tf.concat([this.p(`${a}q_proj.bias`), this.p(`${a}k_proj.bias`), this.p(`${a}v_proj.bias`)], 0));
-        }
-        const heads = tf.transpose(tf.reshape(qkv, [B, T, H + 2 * KV, hd]), [0, 2, 1, 3]);
-        const [qk, vNew] = tf.split(heads, [H + KV, KV], 1) as [tf.Tensor4D, tf.Tensor4D];
-        const [q, kNew] = tf.split(this.rope(qk, cos, sin), [H, KV], 1) as [tf.Tensor4D, tf.Tensor4D];
+        // Separate q, k, v products: splitting one fused product costs more on wasm. For one new
+        // token per row (decoding) the head transpose is a reshape.
+        const heads = (name: string, n: number): tf.Tensor4D => {
+          const t = tf.reshape(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), [B, T, n, hd]);
+          return (T === 1 ? tf.reshape(t, [B, n, 1, hd]) : tf.transpose(t, [0, 2, 1, 3])) as tf.Tensor4D;
+        };
+        const q = this.rope(heads('q', H), cos, sin);
+        const kNew = this.rope(heads('k', KV), cos, sin);
+        const vNew = heads('v', KV);
         let k = kNew;
         let v = vNew;
         const layerPast = past?.[l];
@@ -316,7 +316,7 @@ export class CausalLM {
         const scores = tf.reshape(this.mm(qg, k, false, true), [B, KV, nRep, T, Tk]);
         const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [B, KV, nRep * T, Tk]);
         const ctx = tf.reshape(this.mm(probs, v), [B, H, T, hd]);
-        attn = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
+        attn = tf.reshape(T === 1 ? ctx : tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
       }
       h = tf.add(h, this.linear(attn, `${pre}self_attn.o_proj.weight`));
       const y = tf.reshape(this.rmsNorm(h, `${pre}post_attention_layernorm.weight`), [-1, c.hidden_size]);
