@@ -70,7 +70,7 @@ function attendRange(bias: Float32Array, row: number, T: number): number {
  * Forward pass; returns the output `[B, T, H*hd]` and the probabilities `[B, H, T, T]`. Products
  * keep four running sums in registers (four keys, or four output features, at a time).
  */
-export function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array, bias: Float32Array, d: Dims, scale: number) {
+function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array, bias: Float32Array, d: Dims, scale: number) {
   const { B, T, H, KV, hd } = d;
   const nRep = H / KV;
   const qStride = H * hd;
@@ -150,7 +150,7 @@ export function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array
 }
 
 /** Backward pass of {@link forwardLoops}: gradients of the rotated q, rotated k and v. */
-export function backwardLoops(
+function backwardLoops(
   dOut: Float32Array, qr: Float32Array, kr: Float32Array, v: Float32Array, probs: Float32Array, bias: Float32Array,
   d: Dims, scale: number,
 ) {
