@@ -67,8 +67,144 @@ function attendRange(bias: Float32Array, row: number, T: number): number {
 }
 
 /**
- * Forward pass; returns the output `[B, T, H*hd]` and the probabilities `[B, H, T, T]`. Products
- * keep four running sums in registers (four keys, or four output features, at a time).
+ * `out0[j] = x[x0..x0+hd) · y[yBase + j*yStride ..)` for j < n, and the same for a second row
+ * `x1` into `out1` (pass x1 = -1 for one row). Two rows and four keys per pass keep eight sums in
+ * registers and load each key once for both rows.
+ */
+function dots(x: Float32Array, x0: number, x1: number, y: Float32Array, yBase: number, yStride: number, n: number, hd: number,
+  out0: Float64Array, out1: Float64Array): void {
+  let j = 0;
+  if (x1 >= 0) {
+    for (; j + 4 <= n; j += 4) {
+      const k0 = yBase + j * yStride;
+      const k1 = k0 + yStride;
+      const k2 = k1 + yStride;
+      const k3 = k2 + yStride;
+      let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0; // prettier-ignore
+      for (let e = 0; e < hd; e++) {
+        const u = x[x0 + e]!;
+        const w = x[x1 + e]!;
+        const y0 = y[k0 + e]!;
+        const y1 = y[k1 + e]!;
+        const y2 = y[k2 + e]!;
+        const y3 = y[k3 + e]!;
+        a0 += u * y0;
+        a1 += u * y1;
+        a2 += u * y2;
+        a3 += u * y3;
+        b0 += w * y0;
+        b1 += w * y1;
+        b2 += w * y2;
+        b3 += w * y3;
+      }
+      out0[j] = a0;
+      out0[j + 1] = a1;
+      out0[j + 2] = a2;
+      out0[j + 3] = a3;
+      out1[j] = b0;
+      out1[j + 1] = b1;
+      out1[j + 2] = b2;
+      out1[j + 3] = b3;
+    }
+  }
+  for (; j < n; j++) {
+    const k0 = yBase + j * yStride;
+    let a0 = 0;
+    let b0 = 0;
+    for (let e = 0; e < hd; e++) {
+      a0 += x[x0 + e]! * y[k0 + e]!;
+      if (x1 >= 0) b0 += x[x1 + e]! * y[k0 + e]!;
+    }
+    out0[j] = a0;
+    if (x1 >= 0) out1[j] = b0;
+  }
+}
+
+/**
+ * `dst[d0 + e] = Σ_{j<n} w[w0 + j] · y[yBase + j*yStride + e]` for e < hd, and the same for a
+ * second weight row `w1` into `d1` (pass w1 = -1 for one row); four features per pass. With
+ * `accumulate` (one row, for short tails) the sums are added to `dst` instead.
+ */
+function mix(w: Float32Array, w0: number, w1: number, y: Float32Array, yBase: number, yStride: number, n: number, hd: number,
+  dst: Float32Array, d0: number, d1: number, accumulate = false): void {
+  if (accumulate) {
+    for (let e = 0; e < hd; e++) {
+      let a0 = 0;
+      for (let j = 0; j < n; j++) a0 += w[w0 + j]! * y[yBase + j * yStride + e]!;
+      dst[d0 + e] = dst[d0 + e]! + a0;
+    }
+    return;
+  }
+  let e = 0;
+  for (; e + 4 <= hd; e += 4) {
+    let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0; // prettier-ignore
+    if (w1 >= 0) {
+      for (let j = 0; j < n; j++) {
+        const p = w[w0 + j]!;
+        const q = w[w1 + j]!;
+        const o = yBase + j * yStride + e;
+        const y0 = y[o]!;
+        const y1 = y[o + 1]!;
+        const y2 = y[o + 2]!;
+        const y3 = y[o + 3]!;
+        a0 += p * y0;
+        a1 += p * y1;
+        a2 += p * y2;
+        a3 += p * y3;
+        b0 += q * y0;
+        b1 += q * y1;
+        b2 += q * y2;
+        b3 += q * y3;
+      }
+      dst[d1 + e] = b0;
+      dst[d1 + e + 1] = b1;
+      dst[d1 + e + 2] = b2;
+      dst[d1 + e + 3] = b3;
+    } else {
+      for (let j = 0; j < n; j++) {
+        const p = w[w0 + j]!;
+        const o = yBase + j * yStride + e;
+        a0 += p * y[o]!;
+        a1 += p * y[o + 1]!;
+        a2 += p * y[o + 2]!;
+        a3 += p * y[o + 3]!;
+      }
+    }
+    dst[d0 + e] = a0;
+    dst[d0 + e + 1] = a1;
+    dst[d0 + e + 2] = a2;
+    dst[d0 + e + 3] = a3;
+  }
+  for (; e < hd; e++) {
+    let a0 = 0;
+    let b0 = 0;
+    for (let j = 0; j < n; j++) {
+      const yv = y[yBase + j * yStride + e]!;
+      a0 += w[w0 + j]! * yv;
+      if (w1 >= 0) b0 += w[w1 + j]! * yv;
+    }
+    dst[d0 + e] = a0;
+    if (w1 >= 0) dst[d1 + e] = b0;
+  }
+}
+
+/** Softmax of row `s` over its first `end` scores into `probs[po..)`, or uniform when all are masked. */
+function softmaxRow(s: Float64Array, end: number, allMasked: boolean, T: number, probs: Float32Array, po: number): void {
+  if (allMasked) {
+    // Every key masked: in float32 each score rounds to -1e9, so the op-by-op softmax is uniform.
+    for (let j = 0; j < end; j++) probs[po + j] = 1 / T;
+    return;
+  }
+  let max = -Infinity;
+  for (let j = 0; j < end; j++) if (s[j]! > max) max = s[j]!;
+  let z = 0;
+  for (let j = 0; j < end; j++) z += s[j] = Math.exp(s[j]! - max);
+  for (let j = 0; j < end; j++) probs[po + j] = s[j]! / z;
+}
+
+/**
+ * Forward pass; returns the output `[B, T, H*hd]` and the probabilities `[B, H, T, T]`. Rows go
+ * in pairs through {@link dots} and {@link mix}; a pair shares the keys both attend to.
  */
 function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array, bias: Float32Array, d: Dims, scale: number) {
   const { B, T, H, KV, hd } = d;
@@ -77,72 +213,41 @@ function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array, bias:
   const kStride = KV * hd;
   const out = new Float32Array(B * T * H * hd);
   const probs = new Float32Array(B * H * T * T);
-  const s = new Float64Array(T);
+  const s0 = new Float64Array(T);
+  const s1 = new Float64Array(T);
+  const ends = new Int32Array(T);
+  const allMasked = new Uint8Array(T);
   for (let b = 0; b < B; b++) {
     const biasB = (d.biasRows === 1 ? 0 : b) * T * T;
+    for (let i = 0; i < T; i++) {
+      ends[i] = attendRange(bias, biasB + i * T, T);
+      allMasked[i] = bias[biasB + i * T + ends[i]! - 1]! <= maskedBelow ? 1 : 0;
+    }
     for (let h = 0; h < H; h++) {
       const kBase = b * T * kStride + Math.floor(h / nRep) * hd;
-      for (let i = 0; i < T; i++) {
-        const qo = (b * T + i) * qStride + h * hd;
-        const bi = biasB + i * T;
-        const end = attendRange(bias, bi, T);
-        let j = 0;
-        for (; j + 4 <= end; j += 4) {
-          const k0 = kBase + j * kStride;
-          const k1 = k0 + kStride;
-          const k2 = k1 + kStride;
-          const k3 = k2 + kStride;
-          let s0 = 0, s1 = 0, s2 = 0, s3 = 0; // prettier-ignore
-          for (let e = 0; e < hd; e++) {
-            const x = qr[qo + e]!;
-            s0 += x * kr[k0 + e]!;
-            s1 += x * kr[k1 + e]!;
-            s2 += x * kr[k2 + e]!;
-            s3 += x * kr[k3 + e]!;
-          }
-          s[j] = s0 * scale + bias[bi + j]!;
-          s[j + 1] = s1 * scale + bias[bi + j + 1]!;
-          s[j + 2] = s2 * scale + bias[bi + j + 2]!;
-          s[j + 3] = s3 * scale + bias[bi + j + 3]!;
+      for (let i = 0; i < T; i += 2) {
+        const pair = i + 1 < T;
+        const endA = ends[i]!;
+        const endB = pair ? ends[i + 1]! : 0;
+        const common = pair ? Math.min(endA, endB) : endA;
+        const qa = (b * T + i) * qStride + h * hd;
+        const qb = qa + qStride;
+        dots(qr, qa, pair ? qb : -1, kr, kBase, kStride, common, hd, s0, s1);
+        if (endA > common) dots(qr, qa, -1, kr, kBase + common * kStride, kStride, endA - common, hd, s0.subarray(common), s1);
+        if (pair && endB > common) dots(qr, qb, -1, kr, kBase + common * kStride, kStride, endB - common, hd, s1.subarray(common), s0);
+        const rows = pair ? 2 : 1;
+        for (let r = 0; r < rows; r++) {
+          const s = r === 0 ? s0 : s1;
+          const end = r === 0 ? endA : endB;
+          const bi = biasB + (i + r) * T;
+          for (let j = 0; j < end; j++) s[j] = s[j]! * scale + bias[bi + j]!;
+          softmaxRow(s, end, allMasked[i + r] === 1, T, probs, ((b * H + h) * T + i + r) * T);
         }
-        for (; j < end; j++) {
-          const k0 = kBase + j * kStride;
-          let s0 = 0;
-          for (let e = 0; e < hd; e++) s0 += qr[qo + e]! * kr[k0 + e]!;
-          s[j] = s0 * scale + bias[bi + j]!;
-        }
-        const po = ((b * H + h) * T + i) * T;
-        if (bias[bi + end - 1]! <= maskedBelow) {
-          // Every key masked: in float32 each score rounds to -1e9, so the op-by-op softmax is uniform.
-          for (let jj = 0; jj < end; jj++) probs[po + jj] = 1 / T;
-        } else {
-          let max = -Infinity;
-          for (let jj = 0; jj < end; jj++) if (s[jj]! > max) max = s[jj]!;
-          let z = 0;
-          for (let jj = 0; jj < end; jj++) z += s[jj] = Math.exp(s[jj]! - max);
-          for (let jj = 0; jj < end; jj++) probs[po + jj] = s[jj]! / z;
-        }
-        let e = 0;
-        for (; e + 4 <= hd; e += 4) {
-          let a0 = 0, a1 = 0, a2 = 0, a3 = 0; // prettier-ignore
-          for (let jj = 0; jj < end; jj++) {
-            const p = probs[po + jj]!;
-            const vo = kBase + jj * kStride + e;
-            a0 += p * v[vo]!;
-            a1 += p * v[vo + 1]!;
-            a2 += p * v[vo + 2]!;
-            a3 += p * v[vo + 3]!;
-          }
-          out[qo + e] = a0;
-          out[qo + e + 1] = a1;
-          out[qo + e + 2] = a2;
-          out[qo + e + 3] = a3;
-        }
-        for (; e < hd; e++) {
-          let a0 = 0;
-          for (let jj = 0; jj < end; jj++) a0 += probs[po + jj]! * v[kBase + jj * kStride + e]!;
-          out[qo + e] = a0;
-        }
+        const pa = ((b * H + h) * T + i) * T;
+        mix(probs, pa, pair ? pa + T : -1, v, kBase, kStride, common, hd, out, qa, qb);
+        const tail = kBase + common * kStride;
+        if (endA > common) mix(probs, pa + common, -1, v, tail, kStride, endA - common, hd, out, qa, -1, true);
+        if (pair && endB > common) mix(probs, pa + T + common, -1, v, tail, kStride, endB - common, hd, out, qb, -1, true);
       }
     }
   }
