@@ -266,7 +266,9 @@ function backwardLoops(
   const dq = new Float32Array(qr.length);
   const dk = new Float32Array(kr.length);
   const dv = new Float32Array(v.length);
-  const dS = new Float64Array(T * T);
+  const dS = new Float32Array(T * T);
+  const s0 = new Float64Array(T);
+  const s1 = new Float64Array(T);
   const ends = new Int32Array(T);
   const starts = new Int32Array(T);
   for (let b = 0; b < B; b++) {
@@ -282,60 +284,32 @@ function backwardLoops(
       const kBase = b * T * kStride + Math.floor(h / nRep) * hd;
       const qBase = b * T * qStride + h * hd;
       const pBase = (b * H + h) * T * T;
-      for (let i = 0; i < T; i++) {
-        const qo = qBase + i * qStride;
-        const po = pBase + i * T;
-        const end = ends[i]!;
-        let j = 0;
-        for (; j + 4 <= end; j += 4) {
-          const w0 = kBase + j * kStride;
-          const w1 = w0 + kStride;
-          const w2 = w1 + kStride;
-          const w3 = w2 + kStride;
-          let s0 = 0, s1 = 0, s2 = 0, s3 = 0; // prettier-ignore
-          for (let e = 0; e < hd; e++) {
-            const x = dOut[qo + e]!;
-            s0 += x * v[w0 + e]!;
-            s1 += x * v[w1 + e]!;
-            s2 += x * v[w2 + e]!;
-            s3 += x * v[w3 + e]!;
-          }
-          dS[i * T + j] = s0;
-          dS[i * T + j + 1] = s1;
-          dS[i * T + j + 2] = s2;
-          dS[i * T + j + 3] = s3;
+      for (let i = 0; i < T; i += 2) {
+        const pair = i + 1 < T;
+        const endA = ends[i]!;
+        const endB = pair ? ends[i + 1]! : 0;
+        const common = pair ? Math.min(endA, endB) : endA;
+        const qa = qBase + i * qStride;
+        const qb = qa + qStride;
+        // dP = dOut · v for the keys each row attends to.
+        dots(dOut, qa, pair ? qb : -1, v, kBase, kStride, common, hd, s0, s1);
+        if (endA > common) dots(dOut, qa, -1, v, kBase + common * kStride, kStride, endA - common, hd, s0.subarray(common), s1);
+        if (pair && endB > common) dots(dOut, qb, -1, v, kBase + common * kStride, kStride, endB - common, hd, s1.subarray(common), s0);
+        for (let r = 0; r < (pair ? 2 : 1); r++) {
+          const dp = r === 0 ? s0 : s1;
+          const end = r === 0 ? endA : endB;
+          const po = pBase + (i + r) * T;
+          const so = (i + r) * T;
+          let rowDot = 0;
+          for (let j = 0; j < end; j++) rowDot += probs[po + j]! * dp[j]!;
+          for (let j = 0; j < end; j++) dS[so + j] = probs[po + j]! * (dp[j]! - rowDot) * scale;
+          for (let j = end; j < T; j++) dS[so + j] = 0;
         }
-        for (; j < end; j++) {
-          const w0 = kBase + j * kStride;
-          let s0 = 0;
-          for (let e = 0; e < hd; e++) s0 += dOut[qo + e]! * v[w0 + e]!;
-          dS[i * T + j] = s0;
-        }
-        let rowDot = 0;
-        for (let jj = 0; jj < end; jj++) rowDot += probs[po + jj]! * dS[i * T + jj]!;
-        for (let j = 0; j < end; j++) dS[i * T + j] = probs[po + j]! * (dS[i * T + j]! - rowDot) * scale;
-        for (let j = end; j < T; j++) dS[i * T + j] = 0;
-        let e = 0;
-        for (; e + 4 <= hd; e += 4) {
-          let a0 = 0, a1 = 0, a2 = 0, a3 = 0; // prettier-ignore
-          for (let j = 0; j < end; j++) {
-            const g = dS[i * T + j]!;
-            const ko = kBase + j * kStride + e;
-            a0 += g * kr[ko]!;
-            a1 += g * kr[ko + 1]!;
-            a2 += g * kr[ko + 2]!;
-            a3 += g * kr[ko + 3]!;
-          }
-          dq[qo + e] = a0;
-          dq[qo + e + 1] = a1;
-          dq[qo + e + 2] = a2;
-          dq[qo + e + 3] = a3;
-        }
-        for (; e < hd; e++) {
-          let a0 = 0;
-          for (let j = 0; j < end; j++) a0 += dS[i * T + j]! * kr[kBase + j * kStride + e]!;
-          dq[qo + e] = a0;
-        }
+        // dq = dS · k'.
+        mix(dS, i * T, pair ? (i + 1) * T : -1, kr, kBase, kStride, common, hd, dq, qa, qb);
+        const tail = kBase + common * kStride;
+        if (endA > common) mix(dS, i * T + common, -1, kr, tail, kStride, endA - common, hd, dq, qa, -1, true);
+        if (pair && endB > common) mix(dS, (i + 1) * T + common, -1, kr, tail, kStride, endB - common, hd, dq, qb, -1, true);
       }
       for (let j = 0; j < T; j++) {
         const ko = kBase + j * kStride;
