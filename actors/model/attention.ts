@@ -80,7 +80,7 @@ function dots(x: Float32Array, x0: number, x1: number, y: Float32Array, yBase: n
       const k1 = k0 + yStride;
       const k2 = k1 + yStride;
       const k3 = k2 + yStride;
-      let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0; // prettier-ignore
+      let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
       for (let e = 0; e < hd; e++) {
         const u = x[x0 + e]!;
         const w = x[x1 + e]!;
@@ -137,7 +137,7 @@ function mix(w: Float32Array, w0: number, w1: number, y: Float32Array, yBase: nu
   }
   let e = 0;
   for (; e + 4 <= hd; e += 4) {
-    let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0; // prettier-ignore
+    let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
     if (w1 >= 0) {
       for (let j = 0; j < n; j++) {
         const p = w[w0 + j]!;
@@ -316,7 +316,7 @@ function backwardLoops(
         const i0 = starts[j]!;
         let e = 0;
         for (; e + 4 <= hd; e += 4) {
-          let v0 = 0, v1 = 0, v2 = 0, v3 = 0, k0 = 0, k1 = 0, k2 = 0, k3 = 0; // prettier-ignore
+          let v0 = 0, v1 = 0, v2 = 0, v3 = 0, k0 = 0, k1 = 0, k2 = 0, k3 = 0;
           for (let i = i0; i < T; i++) {
             const qo = qBase + i * qStride + e;
             const p = probs[pBase + i * T + j]!;

@@ -60,7 +60,7 @@ function matMulNT(
         const b1 = b0 + K;
         const b2 = b1 + K;
         const b3 = b2 + K;
-        let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0; // prettier-ignore
+        let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
         for (let k = 0; k < K; k++) {
           const x0 = a[a0 + k]!;
           const x1 = a[a1 + k]!;
