@@ -8,6 +8,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
+import './wasm-kernels.ts';
 
 export type BackendName = 'wasm' | 'cpu' | 'tensorflow';
 

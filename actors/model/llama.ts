@@ -8,6 +8,7 @@
  */
 import { tf } from './backend.ts';
 import { parameterShapes, type LlamaConfig } from './config.ts';
+import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
 import type { NamedTensors } from '../engines/types.ts';
 
@@ -28,7 +29,10 @@ export interface ForwardOptions {
   attnBias?: tf.Tensor3D;
   /** Cached keys and values of earlier positions, one entry per layer. */
   past?: LayerKV[];
-  /** Also return the keys and values of all positions (past + new). @default false */
+  /**
+   * Also return the keys and values of all positions (past + new). Inference only: a pass
+   * without `past` that fills a cache records no gradient for attention. @default false
+   */
   returnPresent?: boolean;
   /**
    * Build the pass for differentiation. `false` (inference: decoding, reference logprobs) skips
@@ -254,54 +258,73 @@ export class CausalLM {
     }
     const positions =
       opts.positions ?? (tf.tile(tf.reshape(tf.range(Tp, Tk, 1, 'int32'), [1, T]), [B, 1]) as tf.Tensor2D);
-    // [B, 1, T, hd] tables for this batch's positions.
-    const cos = tf.reshape(tf.gather(this.cos, tf.reshape(positions, [-1])), [B, 1, T, hd]);
-    const sin = tf.reshape(tf.gather(this.sin, tf.reshape(positions, [-1])), [B, 1, T, hd]);
+    // Without a cache to read (training, scoring, prefill), attention runs as one fused op.
+    const fused = !past;
+    const flatPos = tf.reshape(positions, [-1]);
+    const cosShape = fused ? [B, T, hd] : [B, 1, T, hd];
+    const cos = tf.reshape(tf.gather(this.cos, flatPos), cosShape);
+    const sin = tf.reshape(tf.gather(this.sin, flatPos), cosShape);
     let bias: tf.Tensor;
-    if (opts.attnBias) bias = tf.reshape(opts.attnBias, [opts.attnBias.shape[0], 1, 1, T, Tk]);
+    if (opts.attnBias) bias = opts.attnBias;
     else {
       const m = new Float32Array(T * Tk);
       for (let i = 0; i < T; i++) for (let j = Tp + i + 1; j < Tk; j++) m[i * Tk + j] = maskValue;
-      bias = tf.tensor(m, [1, 1, 1, T, Tk]);
+      bias = tf.tensor(m, [1, T, Tk]);
     }
+    if (!fused) bias = tf.reshape(bias, [bias.shape[0]!, 1, 1, T, Tk]);
     const scale = 1 / Math.sqrt(hd);
     const present: LayerKV[] = [];
     let h: tf.Tensor = embedLookup(this.p('model.embed_tokens.weight') as tf.Tensor2D, ids);
     for (let l = 0; l < c.num_hidden_layers; l++) {
       const pre = `model.layers.${l}.`;
-      const x = this.rmsNorm(h, `${pre}input_layernorm.weight`);
-      // q, k and v (and below gate and up) in one product each: fewer, larger kernels.
       const a = `${pre}self_attn.`;
-      const wqkv = tf.concat([this.p(`${a}q_proj.weight`), this.p(`${a}k_proj.weight`), this.p(`${a}v_proj.weight`)], 1);
-      let qkv = this.mm(tf.reshape(x, [-1, c.hidden_size]), wqkv);
-      if (this.params.has(`${a}q_proj.bias`)) {
-        qkv = tf.add(qkv, tf.concat([this.p(`${a}q_proj.bias`), this.p(`${a}k_proj.bias`), this.p(`${a}v_proj.bias`)], 0));
+      const x = tf.reshape(this.rmsNorm(h, `${pre}input_layernorm.weight`), [-1, c.hidden_size]);
+      let attn: tf.Tensor;
+      if (fused) {
+        const proj = (name: string, width: number): tf.Tensor3D =>
+          tf.reshape(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), [B, T, width]) as tf.Tensor3D;
+        const [q, k, v] = [proj('q', H * hd), proj('k', KV * hd), proj('v', KV * hd)];
+        const [cos3, sin3, bias3] = [cos as tf.Tensor3D, sin as tf.Tensor3D, bias as tf.Tensor3D];
+        if (opts.returnPresent) {
+          // Filling a cache is inference only: this variant records no gradient.
+          const r = fusedAttentionWithCache(q, k, v, cos3, sin3, bias3, { H, KV, hd });
+          present.push({ k: r.k, v: r.v });
+          attn = r.out;
+        } else attn = fusedAttention(q, k, v, cos3, sin3, bias3, { H, KV, hd });
+      } else {
+        // Separate q, k, v products: splitting one fused product costs more on wasm. For one new
+        // token per row (decoding) the head transpose is a reshape.
+        const heads = (name: string, n: number): tf.Tensor4D => {
+          const t = tf.reshape(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), [B, T, n, hd]);
+          return (T === 1 ? tf.reshape(t, [B, n, 1, hd]) : tf.transpose(t, [0, 2, 1, 3])) as tf.Tensor4D;
+        };
+        const q = this.rope(heads('q', H), cos, sin);
+        const kNew = this.rope(heads('k', KV), cos, sin);
+        const vNew = heads('v', KV);
+        let k = kNew;
+        let v = vNew;
+        const layerPast = past?.[l];
+        if (layerPast) {
+          k = tf.concat([layerPast.k, k], 2);
+          v = tf.concat([layerPast.v, v], 2);
+        }
+        if (opts.returnPresent) present.push({ k, v });
+        // Grouped-query attention without materialising repeated heads: query head h uses kv head
+        // floor(h / nRep), as HF's repeat_kv does.
+        // Scaling q (T rows) is cheaper than scaling the scores (T x Tk).
+        const qg = tf.mul(tf.reshape(q, [B, KV, nRep * T, hd]), scale);
+        const scores = tf.reshape(this.mm(qg, k, false, true), [B, KV, nRep, T, Tk]);
+        const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [B, KV, nRep * T, Tk]);
+        const ctx = tf.reshape(this.mm(probs, v), [B, H, T, hd]);
+        attn = tf.reshape(T === 1 ? ctx : tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
       }
-      const heads = tf.transpose(tf.reshape(qkv, [B, T, H + 2 * KV, hd]), [0, 2, 1, 3]);
-      const [qk, vNew] = tf.split(heads, [H + KV, KV], 1) as [tf.Tensor4D, tf.Tensor4D];
-      const [q, kNew] = tf.split(this.rope(qk, cos, sin), [H, KV], 1) as [tf.Tensor4D, tf.Tensor4D];
-      let k = kNew;
-      let v = vNew;
-      const layerPast = past?.[l];
-      if (layerPast) {
-        k = tf.concat([layerPast.k, k], 2);
-        v = tf.concat([layerPast.v, v], 2);
-      }
-      if (opts.returnPresent) present.push({ k, v });
-      // Grouped-query attention without materialising repeated heads: query head h uses kv head
-      // floor(h / nRep), as HF's repeat_kv does.
-      // Scaling q (T rows) is cheaper than scaling the scores (T x Tk).
-      const qg = tf.mul(tf.reshape(q, [B, KV, nRep * T, hd]), scale);
-      const scores = tf.reshape(this.mm(qg, k, false, true), [B, KV, nRep, T, Tk]);
-      const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [B, KV, nRep * T, Tk]);
-      const ctx = tf.reshape(this.mm(probs, v), [B, H, T, hd]);
-      const attn = tf.reshape(tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
       h = tf.add(h, this.linear(attn, `${pre}self_attn.o_proj.weight`));
-      const y = this.rmsNorm(h, `${pre}post_attention_layernorm.weight`);
-      const wgu = tf.concat([this.p(`${pre}mlp.gate_proj.weight`), this.p(`${pre}mlp.up_proj.weight`)], 1);
-      const gu = tf.reshape(this.mm(tf.reshape(y, [-1, c.hidden_size]), wgu), [B, T, 2 * c.intermediate_size]);
-      const [gate, up] = tf.split(gu, 2, 2) as [tf.Tensor, tf.Tensor];
-      h = tf.add(h, this.linear(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), `${pre}mlp.down_proj.weight`));
+      const y = tf.reshape(this.rmsNorm(h, `${pre}post_attention_layernorm.weight`), [-1, c.hidden_size]);
+      // Gate and up as two products: splitting one fused product's output costs more on wasm.
+      const gate = this.mm(y, this.p(`${pre}mlp.gate_proj.weight`));
+      const up = this.mm(y, this.p(`${pre}mlp.up_proj.weight`));
+      const act = tf.reshape(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), [B, T, c.intermediate_size]);
+      h = tf.add(h, this.linear(act, `${pre}mlp.down_proj.weight`));
     }
     const hidden = this.rmsNorm(h, 'model.norm.weight') as tf.Tensor3D;
     const out: ForwardOutput = { hidden };

@@ -63,14 +63,5 @@ export function sampleToken(
   return { token: arg, logprob: logprobOf(arg) };
 }
 
-/** A small, fast, seedable uniform [0, 1) generator (mulberry32). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Re-exported from `prng.ts` (dependency-free) for existing importers. */
+export { seededRandom } from './prng.ts';

@@ -9,6 +9,7 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { seededRandom } from '../../actors/model/prng.ts';
 
 import type { GenerationConfig, InferenceEngine } from '../../actors/engines/types.ts';
 
@@ -93,7 +94,7 @@ export class DeterministicGenerator implements TokenGenerator {
     this.tokenDelayMs = opts.tokenDelayMs ?? 0;
     this.logitScale = opts.logitScale ?? 4;
     this.weightsSeed = opts.weightsSeed ?? 0;
-    this.stream = mulberry32(0x5eed);
+    this.stream = seededRandom(0x5eed);
   }
 
   decode(ids: number[]): string {
@@ -123,7 +124,7 @@ export class DeterministicGenerator implements TokenGenerator {
   }
 
   async generate(req: SamplingRequest): Promise<GeneratedSequence> {
-    const rand = req.seed === undefined ? this.stream : mulberry32(req.seed);
+    const rand = req.seed === undefined ? this.stream : seededRandom(req.seed);
     const context = req.inputIds.slice();
     const out: GeneratedSequence = { tokens: [], logprobs: [], rawLogprobs: [], finish: 'length' };
     const ends = new Set(req.stopTokenIds);
@@ -261,18 +262,6 @@ function hashString(s: string): number {
   let h = 0x811c9dc5;
   for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193);
   return fmix32(h);
-}
-
-/** A small seeded PRNG in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 function sleep(ms: number): Promise<void> {
