@@ -11,12 +11,16 @@
  * version that produced it. A batch is at most `queueSize` versions stale (one more with partial
  * rollout); staleness is measured per token and logged each step.
  *
+ * Nothing waits that need not: a held-out evaluation (`--eval-steps`) runs on the engines beside
+ * generation, holding the weights it measures, while the trainer goes on with the next batch; each
+ * step logs where both sides spent their time (`trainer_wait_s`, `publish_wait_s`, busy fractions).
+ *
  * @module
  */
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { Semaphore } from '../../actors/agent/semaphore.ts';
 import { StalenessThrottle } from '../staleness.ts';
-import { account, afterStep, generate, type RunContext } from './run.ts';
+import { account, afterStep, evaluate, generate, type RunContext } from './run.ts';
 import { filterGroups, publishWeights, trainOn } from './step.ts';
 
 interface Batch {
@@ -34,12 +38,17 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   const slots = new Semaphore(o.asyncQueueSize);
   const queue: Batch[] = [];
   let wakeConsumer: (() => void) | undefined;
-  // Held while a batch is generated, and by a weight publish (unless --partial-rollout).
-  const engineLock = new Semaphore(1);
+  // Readers hold the engines' weights fixed: a batch being generated (unless --partial-rollout)
+  // and an evaluation; a weight publish is the writer.
+  const gate = new VersionGate();
+  const evals: Promise<void>[] = [];
+  let evalError: unknown;
+  // afterStep must not evaluate: here evaluation runs beside training (below).
+  const stepCtx: RunContext = { ...ctx, o: { ...o, evalSteps: 0 } };
   let version = (await roles.trainer.weights()).version;
   let stop = false;
   let producerError: unknown;
-  const timing = { producerWaitMs: 0, producerBusyMs: 0, trainerWaitMs: 0, trainerBusyMs: 0 };
+  const timing = { producerWaitMs: 0, producerBusyMs: 0, trainerWaitMs: 0, trainerBusyMs: 0, publishWaitMs: 0 };
   const toProduce = ctx.totalSteps - state.step;
   // AReaL's throttle (--max-head-offpolicyness η): batch n may start only once n − η batches are
   // trained, so no token is more than η versions stale, whatever the queue allows.
@@ -59,7 +68,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       timing.producerWaitMs += performance.now() - w0;
       if (stop) break;
       const g0 = performance.now();
-      await engineLock.acquire();
+      if (!o.partialRollout) await gate.read();
       const batchVersion = version;
       let groups: GroupResult[];
       const items = ctx.sampler.next(o.rolloutBatchSize);
@@ -67,7 +76,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       try {
         groups = await generate(ctx, items);
       } finally {
-        engineLock.release();
+        if (!o.partialRollout) gate.done();
         throttle?.finish(true);
       }
       const ms = performance.now() - g0;
@@ -87,6 +96,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         await new Promise<void>((r) => (wakeConsumer = r));
       }
       if (producerError !== undefined) throw producerError;
+      if (evalError !== undefined) throw evalError;
       const waitMs = performance.now() - w0;
       timing.trainerWaitMs += waitMs;
       const fill = queue.length;
@@ -99,7 +109,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       state.position = batch.position;
       if (kept.length === 0) {
         ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
-        await afterStep(ctx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: batch.generateMs / 1000 });
+        await afterStep(stepCtx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: batch.generateMs / 1000 });
         continue;
       }
       const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, version);
@@ -107,14 +117,19 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         throw new Error(`staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`);
       }
       const p0 = performance.now();
-      if (!o.partialRollout) await engineLock.acquire();
+      await gate.write();
+      const publishWaitMs = performance.now() - p0;
+      timing.publishWaitMs += publishWaitMs;
       let sync;
       try {
         sync = await publishWeights(roles);
       } finally {
-        if (!o.partialRollout) engineLock.release();
+        gate.done();
       }
       version = sync.version;
+      if (o.evalSteps > 0 && state.step % o.evalSteps === 0 && state.step < ctx.totalSteps && ctx.evalItems.length) {
+        evals.push(evaluateBeside(ctx, gate, state.step).catch((err: unknown) => void (evalError ??= err)));
+      }
       throttle?.setVersion(++trainedHere);
       const busy = performance.now() - t0;
       timing.trainerBusyMs += busy;
@@ -124,7 +139,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       ctx.summary.rewardFirst ??= u.rewardMean;
       ctx.summary.rewardLast = u.rewardMean;
       const wall = performance.now() - ctx.started;
-      await afterStep(ctx, {
+      await afterStep(stepCtx, {
         reward_mean: u.rewardMean,
         kl: u.kl,
         policy_loss: u.policyLoss,
@@ -138,7 +153,8 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         generate_s: batch.generateMs / 1000,
         train_s: u.trainMs / 1000,
         experience_s: u.experienceMs / 1000,
-        weight_sync_s: (performance.now() - p0) / 1000,
+        weight_sync_s: sync.syncMs / 1000,
+        publish_wait_s: publishWaitMs / 1000,
         trainer_wait_s: waitMs / 1000,
         producer_wait_s: timing.producerWaitMs / 1000,
         rollout_busy_fraction: timing.producerBusyMs / wall,
@@ -151,11 +167,78 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         version: sync.version,
       });
     }
+    await Promise.all(evals);
+    if (evalError !== undefined) throw evalError;
   } finally {
     stop = true;
     slots.release();
     throttle?.setVersion(Number.MAX_SAFE_INTEGER / 4);
     await producer;
+    await Promise.all(evals);
+  }
+}
+
+/**
+ * Evaluates the weights of `step` on the engines while training goes on: it holds the gate as a
+ * reader, so the next publish waits for it, and generation shares the engines' decode batches.
+ */
+async function evaluateBeside(ctx: RunContext, gate: VersionGate, step: number): Promise<void> {
+  const t0 = performance.now();
+  await gate.read();
+  let acc: number;
+  try {
+    acc = await evaluate(ctx);
+  } finally {
+    gate.done();
+  }
+  const s = (performance.now() - t0) / 1000;
+  ctx.log.metric(step, { eval_accuracy: acc, eval_s: s });
+  ctx.log.line(`eval  step ${step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${ctx.evalItems.length} prompts, greedy, ${s.toFixed(1)}s beside training)`);
+}
+
+/**
+ * A readers–writer gate over the engines' weights. Readers (a batch that must not mix versions,
+ * an evaluation) run together; the writer (a weight publish) waits for them, and once it waits,
+ * new readers queue behind it, so the next batch starts on the new weights.
+ */
+export class VersionGate {
+  #readers = 0;
+  #writing = false;
+  #writers: (() => void)[] = [];
+  #queued: (() => void)[] = [];
+
+  /** Waits until no publish is running or waiting, then holds the weights fixed. */
+  async read(): Promise<void> {
+    if (!this.#writing && this.#writers.length === 0) {
+      this.#readers++;
+      return;
+    }
+    await new Promise<void>((r) => this.#queued.push(r));
+  }
+
+  /** Waits until no reader holds the weights, then holds them exclusively. */
+  async write(): Promise<void> {
+    if (!this.#writing && this.#readers === 0) {
+      this.#writing = true;
+      return;
+    }
+    await new Promise<void>((r) => this.#writers.push(r));
+  }
+
+  /** Releases what the caller holds (a read or the write). */
+  done(): void {
+    if (this.#writing) this.#writing = false;
+    else this.#readers--;
+    if (this.#readers > 0 || this.#writing) return;
+    const w = this.#writers.shift();
+    if (w) {
+      this.#writing = true;
+      w();
+      return;
+    }
+    const rs = this.#queued.splice(0);
+    this.#readers += rs.length;
+    rs.forEach((r) => r());
   }
 }
 

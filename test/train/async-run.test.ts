@@ -61,6 +61,25 @@ test('--partial-rollout and --use-decoupled-loss train with staleness logged', a
   assert.ok(steps.every((r) => r.staleness_max! <= 3 && Number.isFinite(r.policy_loss!)));
 });
 
+test('evaluation runs beside training: accuracy is logged for the weights of its step and the run goes on', async () => {
+  rows.length = 0;
+  const lines: string[] = [];
+  const s = await trainPpo(
+    tiny(['--eval-dataset', 'arith:test', '--eval-prompts', '4', '--eval-steps', '2', '--async-queue-size', '2']),
+    {},
+    { log: { line: (t: string) => void lines.push(t), metric: log.metric } },
+  );
+  assert.is(s.steps, 4);
+  assert.ok(s.evalBefore !== undefined && s.evalAfter !== undefined);
+  const evals = rows.filter((r) => r.eval_accuracy !== undefined);
+  // Before, at step 2 (beside training), and after the last step.
+  assert.is(evals.length, 3, JSON.stringify(evals));
+  assert.is(evals.filter((r) => r.eval_s !== undefined).length, 1, 'one evaluation ran beside training');
+  assert.ok(lines.some((l) => /^eval {2}step 2: .* beside training/.test(l)), lines.join('\n'));
+  assert.is(rows.filter((r) => r.staleness_max !== undefined).length, 4);
+  for (const r of rows.filter((x) => x.publish_wait_s !== undefined)) assert.ok(r.publish_wait_s! >= 0);
+});
+
 test('--episode-timeout fails hung episodes, frees their slots, and the run goes on', async () => {
   // Every fourth prompt hangs forever; with 2 tasks per engine, unfreed slots would stall the run.
   const data = join(root, 'hang.jsonl');
