@@ -77,7 +77,7 @@ test('evaluation runs beside training: accuracy is logged for the weights of its
   assert.is(evals.filter((r) => r.eval_s !== undefined).length, 1, 'one evaluation ran beside training');
   assert.ok(lines.some((l) => /^eval {2}step 2: .* beside training/.test(l)), lines.join('\n'));
   assert.is(rows.filter((r) => r.staleness_max !== undefined).length, 4);
-  for (const r of rows.filter((x) => x.publish_wait_s !== undefined)) assert.ok(r.publish_wait_s! >= 0);
+  for (const r of rows.filter((x) => x.staleness_max !== undefined)) assert.ok(r.publish_wait_s! >= 0 && r.episodes_per_s! > 0 && r.step_s! > 0, JSON.stringify(r));
 });
 
 test('--episode-timeout fails hung episodes, frees their slots, and the run goes on', async () => {
