@@ -157,7 +157,7 @@ async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResul
   const loads: number[] = [];
   const sampler = setInterval(() => loads.push(loadavg()[0]!), 2000);
   sampler.unref();
-  const phases = ['generate_s', 'experience_s', 'train_s', 'weight_sync_s', 'publish_wait_s', 'trainer_wait_s', 'step_s'];
+  const phases = ['generate_s', 'experience_s', 'train_s', 'weight_sync_s', 'publish_wait_s', 'previous_publish_wait_s', 'trainer_wait_s', 'step_s'];
   const t0 = performance.now();
   const log = {
     line: (t: string) => process.stdout.write(`  [${mode}] ${t}\n`),
@@ -272,7 +272,7 @@ async function syncVsAsync(): Promise<void> {
       rows.push({
         name: `${r.mode}: per step (s)`,
         value: f('step_s'),
-        note: `generate ${f('generate_s')}, experience ${f('experience_s')}, train ${f('train_s')}, publish ${f('weight_sync_s')} + wait ${f('publish_wait_s')}, trainer waits ${f('trainer_wait_s')}; busy: rollout ${f('rollout_busy_fraction')}, trainer ${f('trainer_busy_fraction')}${t.eval_beside_s !== undefined ? `; evals beside training ${f('eval_beside_s')} s` : ''}`,
+        note: `generate ${f('generate_s')}, experience ${f('experience_s')}, train ${f('train_s')}, publish ${f('weight_sync_s')} (gate wait ${f('publish_wait_s')}), trainer waits for data ${f('trainer_wait_s')} and for the last publish ${f('previous_publish_wait_s')}; busy: rollout ${f('rollout_busy_fraction')}, trainer ${f('trainer_busy_fraction')}${t.eval_beside_s !== undefined ? `; evals beside training ${f('eval_beside_s')} s` : ''}`,
       });
     }
     const ratio = (get: (r: RunResult) => number): string => `${(mean(asyncRuns, get) / mean(syncRuns, get)).toFixed(2)}×`;

@@ -11,9 +11,13 @@
  * version that produced it. A batch is at most `queueSize` versions stale (one more with partial
  * rollout); staleness is measured per token and logged each step.
  *
- * Nothing waits that need not: a held-out evaluation (`--eval-steps`) runs on the engines beside
- * generation, holding the weights it measures, while the trainer goes on with the next batch; each
- * step logs where both sides spent their time (`trainer_wait_s`, `publish_wait_s`, busy fractions).
+ * Nothing waits that need not. After a batch the trainer snapshots its weights and goes on with
+ * the next batch; the snapshot reaches the engines once no batch in generation or evaluation holds
+ * their weights (a readers–writer {@link VersionGate}), and the trainer waits only if that publish
+ * has not landed by the end of its next batch, which keeps the staleness bound. A held-out
+ * evaluation (`--eval-steps`) runs on the engines beside generation, holding the weights it
+ * measures. Each step logs where both sides spent their time (`trainer_wait_s`,
+ * `previous_publish_wait_s`, `publish_wait_s`, busy fractions).
  *
  * @module
  */
@@ -21,7 +25,7 @@ import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { Semaphore } from '../../actors/agent/semaphore.ts';
 import { StalenessThrottle } from '../staleness.ts';
 import { account, afterStep, evaluate, generate, type RunContext } from './run.ts';
-import { filterGroups, publishWeights, trainOn } from './step.ts';
+import { filterGroups, trainOn } from './step.ts';
 
 interface Batch {
   groups: GroupResult[];
@@ -42,10 +46,15 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   // and an evaluation; a weight publish is the writer.
   const gate = new VersionGate();
   const evals: Promise<void>[] = [];
-  let evalError: unknown;
+  // A failed evaluation or weight publish, which run beside training.
+  let backgroundError: unknown;
+  let publishing: Promise<void> = Promise.resolve();
+  let lastPublish = { waitMs: 0, syncMs: 0 };
   // afterStep must not evaluate: here evaluation runs beside training (below).
   const stepCtx: RunContext = { ...ctx, o: { ...o, evalSteps: 0 } };
+  // The version on the engines, and the trainer's (ahead by one while a publish waits).
   let version = (await roles.trainer.weights()).version;
+  let trainerVersion = version;
   let stop = false;
   let producerError: unknown;
   const timing = { producerWaitMs: 0, producerBusyMs: 0, trainerWaitMs: 0, trainerBusyMs: 0, publishWaitMs: 0 };
@@ -59,6 +68,30 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       : new StalenessThrottle({ consumerBatchSize: 1, maxConcurrentRollouts: o.asyncQueueSize + 1, maxHeadOffpolicyness: eta });
   let trainedHere = 0;
   const bound = stalenessBound(o);
+
+  /** Pushes `w` to every engine once no batch or evaluation holds their weights. */
+  const publishBeside = async (w: Awaited<ReturnType<typeof roles.trainer.weights>>, step: number): Promise<void> => {
+    const p0 = performance.now();
+    await gate.write();
+    const p1 = performance.now();
+    try {
+      await Promise.all(roles.rollouts.map((r) => r.updateWeights(w)));
+    } finally {
+      gate.done();
+    }
+    version = w.version;
+    lastPublish = { waitMs: p1 - p0, syncMs: performance.now() - p1 };
+    timing.publishWaitMs += p1 - p0;
+    throttle?.setVersion(++trainedHere);
+    if (o.evalSteps > 0 && step % o.evalSteps === 0 && step < ctx.totalSteps && ctx.evalItems.length) {
+      evals.push(
+        evaluateBeside(ctx, gate, step).catch((err: unknown) => {
+          backgroundError ??= err;
+          wakeConsumer?.();
+        }),
+      );
+    }
+  };
 
   const producer = (async () => {
     for (let n = 0; n < toProduce && !stop; n++) {
@@ -92,11 +125,11 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   try {
     while (state.step < ctx.totalSteps) {
       const w0 = performance.now();
-      while (queue.length === 0 && producerError === undefined) {
+      while (queue.length === 0 && producerError === undefined && backgroundError === undefined) {
         await new Promise<void>((r) => (wakeConsumer = r));
       }
       if (producerError !== undefined) throw producerError;
-      if (evalError !== undefined) throw evalError;
+      if (backgroundError !== undefined) throw backgroundError;
       const waitMs = performance.now() - w0;
       timing.trainerWaitMs += waitMs;
       const fill = queue.length;
@@ -112,25 +145,25 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         await afterStep(stepCtx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: batch.generateMs / 1000 });
         continue;
       }
-      const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, version);
+      const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, trainerVersion);
       if (u.staleMax > bound.value) {
         throw new Error(`staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`);
       }
+      trainerVersion = u.version;
+      // Versions reach the engines in order, and at most one waits: the trainer goes on only once
+      // the previous publish has landed, which keeps the staleness bound of the queue.
       const p0 = performance.now();
-      await gate.write();
-      const publishWaitMs = performance.now() - p0;
-      timing.publishWaitMs += publishWaitMs;
-      let sync;
-      try {
-        sync = await publishWeights(roles);
-      } finally {
-        gate.done();
-      }
-      version = sync.version;
-      if (o.evalSteps > 0 && state.step % o.evalSteps === 0 && state.step < ctx.totalSteps && ctx.evalItems.length) {
-        evals.push(evaluateBeside(ctx, gate, state.step).catch((err: unknown) => void (evalError ??= err)));
-      }
-      throttle?.setVersion(++trainedHere);
+      await publishing;
+      const previousPublishWaitMs = performance.now() - p0;
+      if (backgroundError !== undefined) throw backgroundError;
+      // A snapshot now (the trainer is idle), pushed once the engines may change version: the
+      // trainer trains the next batch meanwhile instead of waiting for the batch in generation.
+      const snapshot = await roles.trainer.weights();
+      const step = state.step;
+      publishing = publishBeside(snapshot, step).catch((err: unknown) => {
+        backgroundError ??= err;
+        wakeConsumer?.();
+      });
       const busy = performance.now() - t0;
       timing.trainerBusyMs += busy;
       for (const g of kept) state.trainedPrompts.push(g.index);
@@ -153,8 +186,9 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         generate_s: batch.generateMs / 1000,
         train_s: u.trainMs / 1000,
         experience_s: u.experienceMs / 1000,
-        weight_sync_s: sync.syncMs / 1000,
-        publish_wait_s: publishWaitMs / 1000,
+        weight_sync_s: lastPublish.syncMs / 1000,
+        publish_wait_s: lastPublish.waitMs / 1000,
+        previous_publish_wait_s: previousPublishWaitMs / 1000,
         trainer_wait_s: waitMs / 1000,
         producer_wait_s: timing.producerWaitMs / 1000,
         rollout_busy_fraction: timing.producerBusyMs / wall,
@@ -166,11 +200,12 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         tokens_per_s: (u.tokens * 1000) / Math.max(1, busy + waitMs),
         episodes_failed: state.failed,
         rollout_restarts: state.rolloutRestarts,
-        version: sync.version,
+        version: trainerVersion,
       });
     }
+    await publishing;
     await Promise.all(evals);
-    if (evalError !== undefined) throw evalError;
+    if (backgroundError !== undefined) throw backgroundError;
   } finally {
     stop = true;
     slots.release();
