@@ -14,6 +14,7 @@
  * `RL_BENCH=overhead` (or `sync-async`) runs one part; `RL_BENCH_EPISODES`, `RL_BENCH_STEPS` size them;
  * `RL_BENCH_REPEATS=2` runs sync, async, async, sync so that the shared machine's load drift cancels.
  */
+import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -137,11 +138,32 @@ interface RunResult {
   /** CPU cores the run's processes used on average (CPU seconds / wall seconds), and the machine's mean 1-min load. */
   cores: number;
   load: number;
+  /** Work two busy processes did together over what one did alone, measured just before the run. */
+  headroom: number;
   reward: [number, number][];
   accuracy: [number, number][];
 }
 
+/** Loop iterations one busy child process completes in `ms`. */
+function spin(ms: number): Promise<number> {
+  const code = `let n=0;const end=Date.now()+${ms};while(Date.now()<end){for(let i=0;i<1e5;i++)n+=i&1}console.log(n)`;
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['-e', code], (err, out) => (err ? reject(err) : resolve(Number(out.trim()))));
+  });
+}
+
+/**
+ * How much more work two processes do at once than one, right now: 2 on two free cores, 1 when
+ * the machine has only one core's worth to spare. Async overlaps two processes, so this is its ceiling.
+ */
+async function parallelHeadroom(ms = 3000): Promise<number> {
+  const one = await spin(ms);
+  const two = await Promise.all([spin(ms), spin(ms)]);
+  return (two[0]! + two[1]!) / Math.max(1, one);
+}
+
 async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResult> {
+  const headroom = await parallelHeadroom();
   const { trainPpo } = await import('../algorithms/train-ppo.ts');
   const out = mkdtempSync(join(tmpdir(), `rtjob-bench-${mode}-`));
   const reward: [number, number][] = [];
@@ -206,6 +228,7 @@ async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResul
       timeline,
       cores,
       load: loads.length ? loads.reduce((a, b) => a + b, 0) / loads.length : loadavg()[0]!,
+      headroom,
       reward,
       accuracy,
     };
@@ -263,7 +286,7 @@ async function syncVsAsync(): Promise<void> {
         value: r.samplesPerS.toFixed(2),
         note:
           `steady ${r.steadySamplesPerS.toFixed(2)}; ${steps} steps in ${r.minutes.toFixed(1)} min; accuracy ${pct(r.evalBefore)} → ${pct(r.evalAfter)}; ` +
-          `to ${pct(target)}: ${mins(r.minutesToTarget)}; ${r.cores.toFixed(2)} cores used at load ${r.load.toFixed(1)}`,
+          `to ${pct(target)}: ${mins(r.minutesToTarget)}; ${r.cores.toFixed(2)} cores used at load ${r.load.toFixed(1)}, parallel headroom ${r.headroom.toFixed(2)}×`,
       });
     });
     for (const r of [sync, asyn]) {
@@ -280,6 +303,7 @@ async function syncVsAsync(): Promise<void> {
     rows.push({ name: 'async / sync samples/s', value: ratio((r) => r.samplesPerS), note: `target ≥ 1.5× with no accuracy loss${over}` });
     rows.push({ name: 'async / sync steady samples/s', value: ratio((r) => r.steadySamplesPerS), note: over });
     rows.push({ name: 'async / sync CPU cores used', value: ratio((r) => r.cores), note: 'async can only be faster by using more cores at once' });
+    rows.push({ name: 'parallel headroom', value: `${mean(runs, (r) => r.headroom).toFixed(2)}×`, note: 'work of 2 busy processes / 1, before each run: the most any overlap can gain here' });
     json.syncAsync = { steps, target, repeats, runs, sync, async: asyn };
     const series: Series[] = [
       { name: 'sync reward', points: sync.reward, color: '#1f77b4' },
