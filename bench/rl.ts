@@ -11,10 +11,12 @@
  *    data and seed: samples/s, wall time to a held-out accuracy target, final accuracy; both
  *    reward curves in docs/learning-curve-sync-vs-async.png.
  *
- * `RL_BENCH=overhead` (or `sync-async`) runs one part; `RL_BENCH_EPISODES`, `RL_BENCH_STEPS` size them.
+ * `RL_BENCH=overhead` (or `sync-async`) runs one part; `RL_BENCH_EPISODES`, `RL_BENCH_STEPS` size them;
+ * `RL_BENCH_REPEATS=2` runs sync, async, async, sync so that the shared machine's load drift cancels.
  */
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, tmpdir } from 'node:os';
+import { execFile } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { GroupResult } from '../actors/agent/episode-runner.ts';
@@ -129,17 +131,55 @@ interface RunResult {
   evalBefore: number;
   evalAfter: number;
   minutesToTarget: number | null;
+  /** Samples/s between the first and the last trained step: without start-up and the first and last evaluation. */
+  steadySamplesPerS: number;
+  /** Mean seconds per step of each phase, and the busy fractions of both processes. */
+  timeline: Record<string, number>;
+  /** CPU cores the run's processes used on average (CPU seconds / wall seconds), and the machine's mean 1-min load. */
+  cores: number;
+  load: number;
+  /** Work two busy processes did together over what one did alone, measured just before the run. */
+  headroom: number;
   reward: [number, number][];
   accuracy: [number, number][];
 }
 
+/** Loop iterations one busy child process completes in `ms`. */
+function spin(ms: number): Promise<number> {
+  const code = `let n=0;const end=Date.now()+${ms};while(Date.now()<end){for(let i=0;i<1e5;i++)n+=i&1}console.log(n)`;
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['-e', code], (err, out) => (err ? reject(err) : resolve(Number(out.trim()))));
+  });
+}
+
+/**
+ * How much more work two processes do at once than one, right now: 2 on two free cores, 1 when
+ * the machine has only one core's worth to spare. Async overlaps two processes, so this is its ceiling.
+ */
+async function parallelHeadroom(ms = 3000): Promise<number> {
+  const one = await spin(ms);
+  const two = await Promise.all([spin(ms), spin(ms)]);
+  return (two[0]! + two[1]!) / Math.max(1, one);
+}
+
 async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResult> {
+  const headroom = await parallelHeadroom();
   const { trainPpo } = await import('../algorithms/train-ppo.ts');
   const out = mkdtempSync(join(tmpdir(), `rtjob-bench-${mode}-`));
   const reward: [number, number][] = [];
   const accuracy: [number, number][] = [];
   let samples = 0;
   let firstAt: number | undefined;
+  let firstSamples = 0;
+  let lastAt = 0;
+  const sums: Record<string, number> = {};
+  let trained = 0;
+  let last: Record<string, number> = {};
+  const cpu0 = cpuSeconds();
+  const loads: number[] = [];
+  const sampler = setInterval(() => loads.push(loadavg()[0]!), 2000);
+  sampler.unref();
+  const phases = ['generate_s', 'experience_s', 'train_s', 'weight_sync_s', 'publish_wait_s', 'previous_publish_wait_s', 'trainer_wait_s', 'step_s'];
   const t0 = performance.now();
   const log = {
     line: (t: string) => process.stdout.write(`  [${mode}] ${t}\n`),
@@ -148,9 +188,17 @@ async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResul
       if (v.reward_mean !== undefined) {
         reward.push([min, v.reward_mean]);
         samples += v.samples ?? 0;
-        firstAt ??= min;
+        if (firstAt === undefined) {
+          firstAt = min;
+          firstSamples = samples;
+        }
+        lastAt = min;
+        trained++;
+        last = v;
+        for (const k of phases) if (v[k] !== undefined) sums[k] = (sums[k] ?? 0) + v[k]!;
       }
       if (v.eval_accuracy !== undefined) accuracy.push([step === 0 ? 0 : min, v.eval_accuracy]);
+      if (v.eval_s !== undefined) sums.eval_beside_s = (sums.eval_beside_s ?? 0) + v.eval_s;
     },
   };
   const argv = [
@@ -160,6 +208,15 @@ async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResul
   ];
   try {
     const s = await trainPpo(argv, process.env, { log });
+    const wall = (performance.now() - t0) / 1000;
+    const cores = (cpuSeconds() - cpu0) / wall;
+    const timeline: Record<string, number> = {};
+    for (const [k, x] of Object.entries(sums)) timeline[k] = k === 'eval_beside_s' ? x : x / Math.max(1, trained);
+    const wallS = s.minutes * 60;
+    // Sync: the engine works only while generating, the trainer only outside it; async reports both.
+    timeline.rollout_busy_fraction = last.rollout_busy_fraction ?? ((sums.generate_s ?? 0) / wallS);
+    timeline.trainer_busy_fraction =
+      last.trainer_busy_fraction ?? (((sums.experience_s ?? 0) + (sums.train_s ?? 0) + (sums.weight_sync_s ?? 0)) / wallS);
     return {
       mode,
       minutes: s.minutes,
@@ -167,12 +224,38 @@ async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResul
       evalBefore: s.evalBefore ?? 0,
       evalAfter: s.evalAfter ?? 0,
       minutesToTarget: null,
+      steadySamplesPerS: firstAt !== undefined && lastAt > firstAt ? (samples - firstSamples) / ((lastAt - firstAt) * 60) : 0,
+      timeline,
+      cores,
+      load: loads.length ? loads.reduce((a, b) => a + b, 0) / loads.length : loadavg()[0]!,
+      headroom,
       reward,
       accuracy,
     };
   } finally {
+    clearInterval(sampler);
     rmSync(out, { recursive: true, force: true });
   }
+}
+
+/**
+ * CPU seconds of this process and of its reaped children (the worker processes of the local
+ * cluster, once a run has shut them down), from /proc; 0 where there is no /proc.
+ */
+function cpuSeconds(): number {
+  try {
+    const stat = readFileSync('/proc/self/stat', 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number);
+    // Fields 14–17 of proc(5): utime, stime, cutime, cstime; f[0] is field 3.
+    return (f[11]! + f[12]! + f[13]! + f[14]!) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+/** Mean of the runs' values. */
+function mean(runs: RunResult[], get: (r: RunResult) => number): number {
+  return runs.reduce((a, r) => a + get(r), 0) / Math.max(1, runs.length);
 }
 
 async function syncVsAsync(): Promise<void> {
@@ -181,22 +264,47 @@ async function syncVsAsync(): Promise<void> {
   process.env.HOME = home;
   delete process.env.RTJOB_ADDRESS;
   try {
-    const sync = await trainRun('sync', steps);
-    const asyn = await trainRun('async', steps);
+    // The machine's load drifts (shared cores), so with RL_BENCH_REPEATS=2 the runs go
+    // sync, async, async, sync: a linear drift then weighs on both modes alike.
+    const repeats = Number(process.env.RL_BENCH_REPEATS ?? 1);
+    const runs: RunResult[] = [];
+    for (let i = 0; i < repeats; i++) {
+      for (const mode of i % 2 === 0 ? (['sync', 'async'] as const) : (['async', 'sync'] as const)) runs.push(await trainRun(mode, steps));
+    }
+    const syncRuns = runs.filter((r) => r.mode === 'sync');
+    const asyncRuns = runs.filter((r) => r.mode === 'async');
+    const sync = syncRuns[0]!;
+    const asyn = asyncRuns[0]!;
     // The target is what sync reaches (or RL_BENCH_TARGET): async must get there too, and faster.
     const target = Number(process.env.RL_BENCH_TARGET ?? sync.evalAfter);
-    for (const r of [sync, asyn]) r.minutesToTarget = r.accuracy.find(([m, a]) => m > 0 && a >= target)?.[0] ?? null;
+    for (const r of runs) r.minutesToTarget = r.accuracy.find(([m, a]) => m > 0 && a >= target)?.[0] ?? null;
     const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
     const mins = (x: number | null): string => (x === null ? 'not reached' : `${x.toFixed(1)} min`);
-    for (const r of [sync, asyn]) {
+    runs.forEach((r, i) => {
       rows.push({
-        name: `${r.mode}: samples/s`,
+        name: `run ${i + 1} ${r.mode}: samples/s`,
         value: r.samplesPerS.toFixed(2),
-        note: `${steps} steps in ${r.minutes.toFixed(1)} min; accuracy ${pct(r.evalBefore)} → ${pct(r.evalAfter)}; to ${pct(target)}: ${mins(r.minutesToTarget)}`,
+        note:
+          `steady ${r.steadySamplesPerS.toFixed(2)}; ${steps} steps in ${r.minutes.toFixed(1)} min; accuracy ${pct(r.evalBefore)} → ${pct(r.evalAfter)}; ` +
+          `to ${pct(target)}: ${mins(r.minutesToTarget)}; ${r.cores.toFixed(2)} cores used at load ${r.load.toFixed(1)}, parallel headroom ${r.headroom.toFixed(2)}×`,
+      });
+    });
+    for (const r of [sync, asyn]) {
+      const t = r.timeline;
+      const f = (k: string): string => (t[k] === undefined ? '-' : t[k]!.toFixed(2));
+      rows.push({
+        name: `${r.mode}: per step (s)`,
+        value: f('step_s'),
+        note: `generate ${f('generate_s')}, experience ${f('experience_s')}, train ${f('train_s')}, publish ${f('weight_sync_s')} (gate wait ${f('publish_wait_s')}), trainer waits for data ${f('trainer_wait_s')} and for the last publish ${f('previous_publish_wait_s')}; busy: rollout ${f('rollout_busy_fraction')}, trainer ${f('trainer_busy_fraction')}${t.eval_beside_s !== undefined ? `; evals beside training ${f('eval_beside_s')} s` : ''}`,
       });
     }
-    rows.push({ name: 'async / sync samples/s', value: `${(asyn.samplesPerS / sync.samplesPerS).toFixed(2)}×`, note: 'target ≥ 1.5× with no accuracy loss' });
-    json.syncAsync = { steps, target, sync, async: asyn };
+    const ratio = (get: (r: RunResult) => number): string => `${(mean(asyncRuns, get) / mean(syncRuns, get)).toFixed(2)}×`;
+    const over = repeats > 1 ? ` (means of ${repeats} runs each)` : '';
+    rows.push({ name: 'async / sync samples/s', value: ratio((r) => r.samplesPerS), note: `target ≥ 1.5× with no accuracy loss${over}` });
+    rows.push({ name: 'async / sync steady samples/s', value: ratio((r) => r.steadySamplesPerS), note: over });
+    rows.push({ name: 'async / sync CPU cores used', value: ratio((r) => r.cores), note: 'async can only be faster by using more cores at once' });
+    rows.push({ name: 'parallel headroom', value: `${mean(runs, (r) => r.headroom).toFixed(2)}×`, note: 'work of 2 busy processes / 1, before each run: the most any overlap can gain here' });
+    json.syncAsync = { steps, target, repeats, runs, sync, async: asyn };
     const series: Series[] = [
       { name: 'sync reward', points: sync.reward, color: '#1f77b4' },
       { name: 'async reward', points: asyn.reward, color: '#d62728' },

@@ -11,13 +11,21 @@
  * version that produced it. A batch is at most `queueSize` versions stale (one more with partial
  * rollout); staleness is measured per token and logged each step.
  *
+ * Nothing waits that need not. After a batch the trainer snapshots its weights and goes on with
+ * the next batch; the snapshot reaches the engines once no batch in generation or evaluation holds
+ * their weights (a readers–writer {@link VersionGate}), and the trainer waits only if that publish
+ * has not landed by the end of its next batch, which keeps the staleness bound. A held-out
+ * evaluation (`--eval-steps`) runs on the engines beside generation, holding the weights it
+ * measures. Each step logs where both sides spent their time (`trainer_wait_s`,
+ * `previous_publish_wait_s`, `publish_wait_s`, busy fractions).
+ *
  * @module
  */
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { Semaphore } from '../../actors/agent/semaphore.ts';
 import { StalenessThrottle } from '../staleness.ts';
-import { account, afterStep, generate, type RunContext } from './run.ts';
-import { filterGroups, publishWeights, trainOn } from './step.ts';
+import { account, afterStep, evaluate, generate, type RunContext } from './run.ts';
+import { filterGroups, trainOn } from './step.ts';
 
 interface Batch {
   groups: GroupResult[];
@@ -34,12 +42,22 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   const slots = new Semaphore(o.asyncQueueSize);
   const queue: Batch[] = [];
   let wakeConsumer: (() => void) | undefined;
-  // Held while a batch is generated, and by a weight publish (unless --partial-rollout).
-  const engineLock = new Semaphore(1);
+  // Readers hold the engines' weights fixed: a batch being generated (unless --partial-rollout)
+  // and an evaluation; a weight publish is the writer.
+  const gate = new VersionGate();
+  const evals: Promise<void>[] = [];
+  // A failed evaluation or weight publish, which run beside training.
+  let backgroundError: unknown;
+  let publishing: Promise<void> = Promise.resolve();
+  let lastPublish = { waitMs: 0, syncMs: 0 };
+  // afterStep must not evaluate: here evaluation runs beside training (below).
+  const stepCtx: RunContext = { ...ctx, o: { ...o, evalSteps: 0 } };
+  // The version on the engines, and the trainer's (ahead by one while a publish waits).
   let version = (await roles.trainer.weights()).version;
+  let trainerVersion = version;
   let stop = false;
   let producerError: unknown;
-  const timing = { producerWaitMs: 0, producerBusyMs: 0, trainerWaitMs: 0, trainerBusyMs: 0 };
+  const timing = { producerWaitMs: 0, producerBusyMs: 0, trainerWaitMs: 0, trainerBusyMs: 0, publishWaitMs: 0 };
   const toProduce = ctx.totalSteps - state.step;
   // AReaL's throttle (--max-head-offpolicyness η): batch n may start only once n − η batches are
   // trained, so no token is more than η versions stale, whatever the queue allows.
@@ -51,6 +69,30 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   let trainedHere = 0;
   const bound = stalenessBound(o);
 
+  /** Pushes `w` to every engine once no batch or evaluation holds their weights. */
+  const publishBeside = async (w: Awaited<ReturnType<typeof roles.trainer.weights>>, step: number): Promise<void> => {
+    const p0 = performance.now();
+    await gate.write();
+    const p1 = performance.now();
+    try {
+      await Promise.all(roles.rollouts.map((r) => r.updateWeights(w)));
+    } finally {
+      gate.done();
+    }
+    version = w.version;
+    lastPublish = { waitMs: p1 - p0, syncMs: performance.now() - p1 };
+    timing.publishWaitMs += p1 - p0;
+    throttle?.setVersion(++trainedHere);
+    if (o.evalSteps > 0 && step % o.evalSteps === 0 && step < ctx.totalSteps && ctx.evalItems.length) {
+      evals.push(
+        evaluateBeside(ctx, gate, step).catch((err: unknown) => {
+          backgroundError ??= err;
+          wakeConsumer?.();
+        }),
+      );
+    }
+  };
+
   const producer = (async () => {
     for (let n = 0; n < toProduce && !stop; n++) {
       const w0 = performance.now();
@@ -59,7 +101,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       timing.producerWaitMs += performance.now() - w0;
       if (stop) break;
       const g0 = performance.now();
-      await engineLock.acquire();
+      if (!o.partialRollout) await gate.read();
       const batchVersion = version;
       let groups: GroupResult[];
       const items = ctx.sampler.next(o.rolloutBatchSize);
@@ -67,7 +109,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       try {
         groups = await generate(ctx, items);
       } finally {
-        engineLock.release();
+        if (!o.partialRollout) gate.done();
         throttle?.finish(true);
       }
       const ms = performance.now() - g0;
@@ -83,10 +125,11 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   try {
     while (state.step < ctx.totalSteps) {
       const w0 = performance.now();
-      while (queue.length === 0 && producerError === undefined) {
+      while (queue.length === 0 && producerError === undefined && backgroundError === undefined) {
         await new Promise<void>((r) => (wakeConsumer = r));
       }
       if (producerError !== undefined) throw producerError;
+      if (backgroundError !== undefined) throw backgroundError;
       const waitMs = performance.now() - w0;
       timing.trainerWaitMs += waitMs;
       const fill = queue.length;
@@ -99,23 +142,28 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       state.position = batch.position;
       if (kept.length === 0) {
         ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
-        await afterStep(ctx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: batch.generateMs / 1000 });
+        await afterStep(stepCtx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: batch.generateMs / 1000 });
         continue;
       }
-      const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, version);
+      const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, trainerVersion);
       if (u.staleMax > bound.value) {
         throw new Error(`staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`);
       }
+      trainerVersion = u.version;
+      // Versions reach the engines in order, and at most one waits: the trainer goes on only once
+      // the previous publish has landed, which keeps the staleness bound of the queue.
       const p0 = performance.now();
-      if (!o.partialRollout) await engineLock.acquire();
-      let sync;
-      try {
-        sync = await publishWeights(roles);
-      } finally {
-        if (!o.partialRollout) engineLock.release();
-      }
-      version = sync.version;
-      throttle?.setVersion(++trainedHere);
+      await publishing;
+      const previousPublishWaitMs = performance.now() - p0;
+      if (backgroundError !== undefined) throw backgroundError;
+      // A snapshot now (the trainer is idle), pushed once the engines may change version: the
+      // trainer trains the next batch meanwhile instead of waiting for the batch in generation.
+      const snapshot = await roles.trainer.weights();
+      const step = state.step;
+      publishing = publishBeside(snapshot, step).catch((err: unknown) => {
+        backgroundError ??= err;
+        wakeConsumer?.();
+      });
       const busy = performance.now() - t0;
       timing.trainerBusyMs += busy;
       for (const g of kept) state.trainedPrompts.push(g.index);
@@ -124,7 +172,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       ctx.summary.rewardFirst ??= u.rewardMean;
       ctx.summary.rewardLast = u.rewardMean;
       const wall = performance.now() - ctx.started;
-      await afterStep(ctx, {
+      await afterStep(stepCtx, {
         reward_mean: u.rewardMean,
         kl: u.kl,
         policy_loss: u.policyLoss,
@@ -138,24 +186,96 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         generate_s: batch.generateMs / 1000,
         train_s: u.trainMs / 1000,
         experience_s: u.experienceMs / 1000,
-        weight_sync_s: (performance.now() - p0) / 1000,
+        weight_sync_s: lastPublish.syncMs / 1000,
+        publish_wait_s: lastPublish.waitMs / 1000,
+        previous_publish_wait_s: previousPublishWaitMs / 1000,
         trainer_wait_s: waitMs / 1000,
         producer_wait_s: timing.producerWaitMs / 1000,
         rollout_busy_fraction: timing.producerBusyMs / wall,
         trainer_busy_fraction: timing.trainerBusyMs / wall,
+        step_s: (busy + waitMs) / 1000,
         samples: u.samples,
-      samples_per_s: (u.samples * 1000) / Math.max(1, busy + waitMs),
+        samples_per_s: (u.samples * 1000) / Math.max(1, busy + waitMs),
+        episodes_per_s: (batch.groups.reduce((n, g) => n + g.episodes, 0) * 1000) / Math.max(1, busy + waitMs),
         tokens_per_s: (u.tokens * 1000) / Math.max(1, busy + waitMs),
         episodes_failed: state.failed,
         rollout_restarts: state.rolloutRestarts,
-        version: sync.version,
+        version: trainerVersion,
       });
     }
+    await publishing;
+    await Promise.all(evals);
+    if (backgroundError !== undefined) throw backgroundError;
   } finally {
     stop = true;
     slots.release();
     throttle?.setVersion(Number.MAX_SAFE_INTEGER / 4);
     await producer;
+    await Promise.all(evals);
+  }
+}
+
+/**
+ * Evaluates the weights of `step` on the engines while training goes on: it holds the gate as a
+ * reader, so the next publish waits for it, and generation shares the engines' decode batches.
+ */
+async function evaluateBeside(ctx: RunContext, gate: VersionGate, step: number): Promise<void> {
+  const t0 = performance.now();
+  await gate.read();
+  let acc: number;
+  try {
+    acc = await evaluate(ctx);
+  } finally {
+    gate.done();
+  }
+  const s = (performance.now() - t0) / 1000;
+  ctx.log.metric(step, { eval_accuracy: acc, eval_s: s });
+  ctx.log.line(`eval  step ${step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${ctx.evalItems.length} prompts, greedy, ${s.toFixed(1)}s beside training)`);
+}
+
+/**
+ * A readers–writer gate over the engines' weights. Readers (a batch that must not mix versions,
+ * an evaluation) run together; the writer (a weight publish) waits for them, and once it waits,
+ * new readers queue behind it, so the next batch starts on the new weights.
+ */
+export class VersionGate {
+  #readers = 0;
+  #writing = false;
+  #writers: (() => void)[] = [];
+  #queued: (() => void)[] = [];
+
+  /** Waits until no publish is running or waiting, then holds the weights fixed. */
+  async read(): Promise<void> {
+    if (!this.#writing && this.#writers.length === 0) {
+      this.#readers++;
+      return;
+    }
+    await new Promise<void>((r) => this.#queued.push(r));
+  }
+
+  /** Waits until no reader holds the weights, then holds them exclusively. */
+  async write(): Promise<void> {
+    if (!this.#writing && this.#readers === 0) {
+      this.#writing = true;
+      return;
+    }
+    await new Promise<void>((r) => this.#writers.push(r));
+  }
+
+  /** Releases what the caller holds (a read or the write). */
+  done(): void {
+    if (this.#writing) this.#writing = false;
+    else this.#readers--;
+    if (this.#readers > 0 || this.#writing) return;
+    const w = this.#writers.shift();
+    if (w) {
+      this.#writing = true;
+      w();
+      return;
+    }
+    const rs = this.#queued.splice(0);
+    this.#readers += rs.length;
+    rs.forEach((r) => r());
   }
 }
 

@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { inProcessRoles } from '../../algorithms/train-ppo/roles.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
@@ -59,6 +60,48 @@ test('--partial-rollout and --use-decoupled-loss train with staleness logged', a
   assert.is(s.steps, 4);
   const steps = rows.filter((r) => r.staleness_max !== undefined);
   assert.ok(steps.every((r) => r.staleness_max! <= 3 && Number.isFinite(r.policy_loss!)));
+});
+
+test('evaluation runs beside training: accuracy is logged for the weights of its step and the run goes on', async () => {
+  rows.length = 0;
+  const lines: string[] = [];
+  const s = await trainPpo(
+    tiny(['--eval-dataset', 'arith:test', '--eval-prompts', '4', '--eval-steps', '2', '--async-queue-size', '2']),
+    {},
+    { log: { line: (t: string) => void lines.push(t), metric: log.metric } },
+  );
+  assert.is(s.steps, 4);
+  assert.ok(s.evalBefore !== undefined && s.evalAfter !== undefined);
+  const evals = rows.filter((r) => r.eval_accuracy !== undefined);
+  // Before, at step 2 (beside training), and after the last step.
+  assert.is(evals.length, 3, JSON.stringify(evals));
+  assert.is(evals.filter((r) => r.eval_s !== undefined).length, 1, 'one evaluation ran beside training');
+  assert.ok(lines.some((l) => /^eval {2}step 2: .* beside training/.test(l)), lines.join('\n'));
+  assert.is(rows.filter((r) => r.staleness_max !== undefined).length, 4);
+  for (const r of rows.filter((x) => x.staleness_max !== undefined)) assert.ok(r.publish_wait_s! >= 0 && r.episodes_per_s! > 0 && r.step_s! > 0, JSON.stringify(r));
+});
+
+test('weights publish beside training, in order, and every engine holds the last version when the run ends', async () => {
+  rows.length = 0;
+  let ended: { engines: number[]; trainer: number } | undefined;
+  const s = await trainPpo(tiny(['--rollout-num-engines', '2', '--async-queue-size', '2']), {}, {
+    log,
+    roles: async (o, total) => {
+      const r = await inProcessRoles(o, total);
+      return {
+        ...r,
+        close: async () => {
+          ended = { engines: await Promise.all(r.rollouts.map((x) => x.getVersion())), trainer: (await r.trainer.weights()).version };
+          await r.close();
+        },
+      };
+    },
+  });
+  assert.is(s.steps, 4);
+  assert.equal(ended, { engines: [4, 4], trainer: 4 });
+  const steps = rows.filter((r) => r.staleness_max !== undefined);
+  assert.equal(steps.map((r) => r.version), [1, 2, 3, 4], 'the trainer version of each step');
+  assert.ok(steps.every((r) => r.staleness_max! <= 2));
 });
 
 test('--episode-timeout fails hung episodes, frees their slots, and the run goes on', async () => {

@@ -1,0 +1,76 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { PromptSampler } from '../../algorithms/train-ppo/data.ts';
+import { listActors } from '../../runtime/api.ts';
+import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+
+// A real cluster: the trainer is an actor in its own worker process, killed as a crash would be,
+// while the async producer has batches generated ahead of it that were never trained on.
+process.env.RTJOB_QUIET_BACKEND = '1';
+delete process.env.RTJOB_ADDRESS;
+const root = mkdtempSync(join(tmpdir(), 'rtjob-async-faults-'));
+process.env.HOME = root;
+let model = '';
+const records = Array.from({ length: 12 }, (_, i) => ({ prompt: `What is ${i}+1?`, solution: `#### ${i + 1}` }));
+
+/** The prompts the sampler hands out over `steps` steps: what must be trained, in order. */
+function expectedOrder(steps: number, batch: number, seed = 42): number[] {
+  const s = new PromptSampler(records, { input: 'prompt', label: 'solution' }, seed);
+  return Array.from({ length: steps }, () => s.next(batch).map((x) => x.index)).flat();
+}
+
+test.before(async () => {
+  model = await writeTinyModel(root);
+});
+test.after(() => rmSync(root, { recursive: true, force: true }));
+
+test('async: a killed trainer fails the job with the cause; --load-checkpoint resumes with no prompt lost or repeated', async () => {
+  const data = join(root, 'plain.jsonl');
+  writeFileSync(data, records.map((r) => JSON.stringify(r)).join('\n'));
+  const ckpt = join(root, 'ckpt');
+  const flags = [
+    '--async-train', '--async-queue-size', '2', '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
+    '--train-batch-size', '8', '--micro-train-batch-size', '8', '--generate-max-len', '4', '--eval-dataset', '',
+    '--save-path', join(root, 'out'), '--prompt-data', data, '--save-steps', '1', '--ckpt-path', ckpt, '--num-episodes', '2', '--max-steps', '5',
+  ];
+  let killed = false;
+  const killTrainer = async (): Promise<void> => {
+    const t = (await listActors()).find((a) => a.spec.exportName === 'Trainer' && a.state === 'ALIVE');
+    if (t?.pid) process.kill(t.pid, 'SIGKILL');
+  };
+  const log = {
+    line: () => undefined,
+    metric: (step: number, v: Record<string, number>) => {
+      if (step === 2 && v.reward_mean !== undefined && !killed) {
+        killed = true;
+        void killTrainer();
+      }
+    },
+  };
+  const err = await trainPpo(flags, {}, { log }).then(() => null, (e: Error) => e);
+  assert.ok(killed);
+  assert.ok(err, 'the run failed');
+  assert.match(err!.message, /the trainer died: its process ended \(signal SIGKILL\)/);
+  assert.match(err!.message, /the last checkpoint is .*global_step_\d; run the same command with --load-checkpoint/);
+  const saved = Number(/global_step_(\d+)/.exec(readFileSync(join(ckpt, 'latest'), 'utf8'))![1]);
+  assert.ok(saved >= 1 && saved <= 2, `checkpoint at step ${saved}`);
+
+  const lines: string[] = [];
+  const rows: Record<string, number>[] = [];
+  const resumed = await trainPpo([...flags, '--load-checkpoint'], {}, {
+    log: { line: (t) => void lines.push(t), metric: (_s, v) => void rows.push(v) },
+  });
+  assert.ok(lines.some((l) => l.includes(`resumed from ${join(ckpt, `global_step_${saved}`)} at step ${saved}`)), lines.join('\n'));
+  assert.is(resumed.steps, 5);
+  // Batches generated ahead of the trainer but not trained before the kill are generated again.
+  assert.equal(resumed.trainedPrompts, expectedOrder(5, 4), 'the data position resumed exactly, across the epoch boundary');
+  const stale = rows.filter((r) => r.staleness_max !== undefined).map((r) => r.staleness_max!);
+  assert.is(stale.length, 5 - saved);
+  assert.ok(stale.every((x) => x <= 2), `staleness ${stale.join(',')} within ASYNC_QUEUE_SIZE`);
+});
+
+test.run();
