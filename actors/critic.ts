@@ -9,6 +9,7 @@ import { tf } from './model/backend.ts';
 import { loadModel } from './model/checkpoint.ts';
 import type { CausalLM } from './model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/training.ts';
+import { byLength, yieldToEventLoop } from './trainer.ts';
 
 /** How the Critic is built. */
 export interface CriticInit {
@@ -57,13 +58,13 @@ export class Critic {
   }
 
   /** Trains on the clipped value loss, token mean per optimizer step; returns the mean loss. */
-  train(samples: CriticSample[]): { valueLoss: number; optimizerSteps: number } {
+  async train(samples: CriticSample[]): Promise<{ valueLoss: number; optimizerSteps: number }> {
     const clip = this.init.valueClip ?? 0.5;
     let loss = 0;
     let steps = 0;
     for (let epoch = 0; epoch < (this.init.maxEpochs ?? 1); epoch++) {
       for (let s = 0; s < samples.length; s += this.init.trainBatchSize) {
-        const step = samples.slice(s, s + this.init.trainBatchSize);
+        const step = byLength(samples.slice(s, s + this.init.trainBatchSize));
         const tokens = step.reduce((n, x) => n + Array.from(x.actionMask).reduce((a, b) => a + b, 0), 0);
         if (tokens === 0) continue;
         for (let m = 0; m < step.length; m += this.init.microTrainBatchSize) {
@@ -83,6 +84,7 @@ export class Critic {
             const l = tf.maximum(tf.square(tf.sub(vClipped, ret)), tf.square(tf.sub(v, ret)));
             return tf.div(tf.mul(tf.sum(tf.mul(l, mask)), 0.5), tokens) as tf.Scalar;
           });
+          await yieldToEventLoop();
         }
         this.opt.step({ scale: 1 });
         steps++;

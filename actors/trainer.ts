@@ -123,9 +123,11 @@ export class Trainer {
   /**
    * Trains on `samples` for `maxEpochs`, one optimizer step per `trainBatchSize` samples, each
    * accumulated over micro-batches; the loss is a token mean over the whole optimizer step, so
-   * micro-batch boundaries do not change it. Bumps the version.
+   * micro-batch boundaries do not change it. Micro-batches are cut from the step's samples sorted
+   * by length (less padding), and the event loop gets a turn between micro-batches, so a long step
+   * never starves the worker's heartbeats. Bumps the version.
    */
-  train(samples: TrainSample[]): TrainStats {
+  async train(samples: TrainSample[]): Promise<TrainStats> {
     const { trainBatchSize, microTrainBatchSize } = this.init;
     const epochs = this.init.maxEpochs ?? 1;
     const acc = { loss: 0, clip: 0, kl: 0, ent: 0, tokens: 0, gradNorm: 0, steps: 0, lr: 0 };
@@ -133,7 +135,7 @@ export class Trainer {
       const order = samples.map((_, i) => i);
       if (epoch > 0) shuffle(order, (this.init.seed ?? 0) + 7919 * this.version + epoch);
       for (let s = 0; s < order.length; s += trainBatchSize) {
-        const step = order.slice(s, s + trainBatchSize).map((i) => samples[i]!);
+        const step = byLength(order.slice(s, s + trainBatchSize).map((i) => samples[i]!));
         const stepTokens = step.reduce((n, x) => n + countActions(x.actionMask), 0);
         if (stepTokens === 0) continue;
         for (let m = 0; m < step.length; m += microTrainBatchSize) {
@@ -144,6 +146,7 @@ export class Trainer {
           acc.clip += out.clip;
           acc.kl += out.kl;
           acc.ent += out.ent;
+          await yieldToEventLoop();
         }
         const st = this.opt.step({ scale: 1 });
         acc.tokens += stepTokens;
@@ -270,4 +273,14 @@ export function shuffle<T>(a: T[], seed: number): T[] {
     [a[i], a[j]] = [a[j]!, a[i]!];
   }
   return a;
+}
+
+/** The samples sorted by sequence length (stable), so micro-batches pad less. */
+export function byLength<T extends { inputIds: ArrayLike<number> }>(samples: T[]): T[] {
+  return samples.map((x, i) => ({ x, i })).sort((a, b) => a.x.inputIds.length - b.x.inputIds.length || a.i - b.i).map((e) => e.x);
+}
+
+/** Lets timers and socket messages (heartbeats) run between long synchronous compute blocks. */
+export function yieldToEventLoop(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }

@@ -30,13 +30,13 @@ test('a critic restored from its checkpoint gives the same values and keeps trai
   const b = new Critic(init());
   try {
     await Promise.all([a.ready(), b.ready()]);
-    a.train(samples);
+    await a.train(samples);
     a.saveCheckpoint(join(root, 'c'));
     b.loadCheckpoint(join(root, 'c'));
     const close = (x: number[][], y: number[][]): boolean => x.every((r, i) => r.every((v, j) => Math.abs(v - y[i]![j]!) < 1e-6));
     assert.ok(close(a.values(seqs), b.values(seqs)), 'values after restore');
-    a.train(samples);
-    b.train(samples);
+    await a.train(samples);
+    await b.train(samples);
     assert.ok(close(a.values(seqs), b.values(seqs)), 'optimizer moments restored too');
   } finally {
     a.dispose();

@@ -1,0 +1,49 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { byLength, Trainer, type TrainSample } from '../../actors/trainer.ts';
+import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+
+// A training step is long synchronous compute; the trainer's worker must still answer heartbeats
+// (the head drops a worker that stays silent for 30 s), so train() yields between micro-batches.
+process.env.RTJOB_QUIET_BACKEND = '1';
+const root = mkdtempSync(join(tmpdir(), 'rtjob-trainer-'));
+let model = '';
+test.before(async () => {
+  model = await writeTinyModel(root);
+});
+test.after(() => rmSync(root, { recursive: true, force: true }));
+
+const sample = (len: number, seed: number): TrainSample => {
+  const inputIds = Array.from({ length: len }, (_, i) => 3 + ((i * 7 + seed) % 20));
+  const actionMask = Array.from({ length: len - 1 }, (_, i) => (i >= 2 ? 1 : 0));
+  return { inputIds, actionMask, advantages: actionMask.map((m) => m * (seed % 2 ? 1 : -1)), oldLogprobs: actionMask.map(() => -3) };
+};
+
+test('byLength orders samples by length, stably', () => {
+  const xs = [sample(9, 1), sample(5, 2), sample(9, 3), sample(4, 4)];
+  assert.equal(byLength(xs).map((x) => x.inputIds.length), [4, 5, 9, 9]);
+  assert.equal(byLength(xs).map((x) => xs.indexOf(x)), [3, 1, 0, 2]);
+});
+
+test('timers run while a step of many micro-batches trains, and the step still trains', async () => {
+  const trainer = new Trainer({ pretrain: model, learningRate: 1e-2, trainBatchSize: 16, microTrainBatchSize: 2 });
+  try {
+    await trainer.ready();
+    const samples = Array.from({ length: 16 }, (_, i) => sample(6 + (i % 5), i));
+    let ticks = 0;
+    const timer = setInterval(() => ticks++, 0);
+    const stats = await trainer.train(samples);
+    clearInterval(timer);
+    assert.ok(ticks >= 4, `event loop turns during the step: ${ticks}`);
+    assert.is(stats.optimizerSteps, 1);
+    assert.is(stats.version, 1);
+    assert.ok(Number.isFinite(stats.policyLoss) && stats.gradNorm > 0);
+  } finally {
+    trainer.dispose();
+  }
+});
+
+test.run();
