@@ -113,8 +113,16 @@ export function learningSeries(rows: Record<string, number>[]): Series[] {
       .filter((r) => r[k] !== undefined && r.step !== undefined)
       .map((r): [number, number] => [r.step!, r[k]!])
       .sort((a, b) => a[0] - b[0]);
+  const reward = pick('reward_mean');
+  // Each step sees a few new prompts, so its mean reward is noisy; the running mean shows the trend.
+  const window = 5;
+  const smooth = reward.map(([x], i): [number, number] => {
+    const w = reward.slice(Math.max(0, i - window + 1), i + 1);
+    return [x, w.reduce((a, [, y]) => a + y, 0) / w.length];
+  });
   return [
-    { name: 'reward (mean per step)', points: pick('reward_mean'), color: '#1f77b4' },
+    { name: 'reward (mean per step)', points: reward, color: '#9ecae1' },
+    { name: `reward (running mean of ${window} steps)`, points: smooth, color: '#1f77b4' },
     { name: 'held-out accuracy (greedy)', points: pick('eval_accuracy'), color: '#d62728' },
   ];
 }
