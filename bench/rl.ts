@@ -13,6 +13,8 @@
  *
  * `RL_BENCH=overhead` (or `sync-async`) runs one part; `RL_BENCH_EPISODES`, `RL_BENCH_STEPS` size them;
  * `RL_BENCH_REPEATS=2` runs sync, async, async, sync so that the shared machine's load drift cancels.
+ * `RL_BENCH_EVAL_STEPS` (default 5) is `--eval-steps`; `-1` evaluates only before and after, so
+ * samples/s measures training alone (mid-run evaluations share the engine with async generation).
  */
 import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -203,7 +205,7 @@ async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResul
   };
   const argv = [
     '--agent-func', fileURLToPath(new URL('../examples/agent.ts', import.meta.url)),
-    '--max-steps', String(steps), '--eval-steps', '5', '--save-path', join(out, 'policy'), '--seed', '7',
+    '--max-steps', String(steps), '--eval-steps', process.env.RL_BENCH_EVAL_STEPS ?? '5', '--save-path', join(out, 'policy'), '--seed', '7',
     ...(mode === 'async' ? ['--async-train', '--async-queue-size', '1'] : []),
   ];
   try {
