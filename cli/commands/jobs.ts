@@ -3,7 +3,7 @@
  *
  * @module
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
 
@@ -134,9 +134,27 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
       return 0;
     }
     process.stderr.write(`job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop or detach)\n`);
-    return await followToEnd(ep, job.jobId, !ephemeral);
+    const code = await followToEnd(ep, job.jobId, !ephemeral);
+    if (ephemeral) await keepMetrics(ep, job.jobId, ephemeral.sessionDir);
+    return code;
   } finally {
     await ephemeral?.close({ stopJobs: true });
+  }
+}
+
+/**
+ * A local cluster started for one job goes away with it, and with it `rtjob metrics`: the job's
+ * metrics are written beside its session as CSV first (no file when the job logged none).
+ */
+async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Promise<void> {
+  try {
+    const csv = await api<string>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/metrics?format=csv`);
+    if (csv.trim().split('\n').length < 2) return;
+    const file = join(sessionDir, `${jobId}.metrics.csv`);
+    writeFileSync(file, csv);
+    process.stderr.write(`metrics of ${jobId}: ${file} (curves: node --import tsx algorithms/train-ppo/curves.ts ${file} curve.png)\n`);
+  } catch (err) {
+    process.stderr.write(`could not keep the metrics of ${jobId}: ${(err as Error).message}\n`);
   }
 }
 

@@ -1,5 +1,5 @@
 // End to end: `rtjob start --head` in a temporary HOME, then every job command against it.
-import { closeSync, mkdirSync, openSync, ftruncateSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, ftruncateSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
@@ -176,6 +176,21 @@ test('submit with no cluster runs the job on a private local one and stops it', 
     assert.match(r.stderr, /started a local one/);
     const st = await lone.run(['status']);
     assert.is(st.code, 3);
+  } finally {
+    await lone.cleanup();
+  }
+});
+
+test('a job on a private local cluster leaves its metrics as CSV in the session, and says where', async () => {
+  const lone = new Sandbox();
+  try {
+    const r = await lone.run(['submit', '--', join(fixtures, 'log-metrics.ts')]);
+    assert.is(r.code, 0, r.stderr);
+    const file = /metrics of \S+: (\S+\.metrics\.csv)/.exec(r.stderr)?.[1];
+    assert.ok(file, r.stderr);
+    const [head, ...rows] = readFileSync(file!, 'utf8').trim().split('\n');
+    assert.is(head, 'step,time,kl,loss,reward_mean');
+    assert.is(rows.length, 5);
   } finally {
     await lone.cleanup();
   }
