@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Rebuilds the shipped warm-start model actors/model/pretrained/rtjob-tiny-math from nothing:
-#   npm run warm-start            (about 60 min on a 2-core machine; resumable: rerun after a stop)
+#   npm run warm-start            (about 25 min on a 2-core machine; resumable: rerun after a stop)
 # Phase 1+2 teach the worked answer ("47+38=85. The answer is 85."): 600 steps, then a warm restart
 # of the cosine schedule that stops at the first evaluation reaching 30% held-out greedy accuracy.
 # Phase 3 fine-tunes on a mix where 70% of answers are direct ("The answer is 85."), so the model
