@@ -15,7 +15,8 @@ import { Command } from 'commander';
 import { BuiltinEngine } from '../actors/engines/builtin/engine.ts';
 import { initBackend } from '../actors/model/backend.ts';
 import { loadModel } from '../actors/model/checkpoint.ts';
-import { arithDataset, arithReward } from './datasets/arith.ts';
+import { arithDataset } from './datasets/arith.ts';
+import { evalArith } from './train-sft.ts';
 
 /** One answer of the evaluation. */
 interface Answer {
@@ -42,14 +43,12 @@ export async function evalArithModel(dir: string, prompts = 500, samples = 2, ma
   const engine = await BuiltinEngine.create({ model, tokenizer, maxBatchSize: 256 });
   try {
     const records = arithDataset({ split: 'test', size: prompts });
-    const ids = records.map((r) => tokenizer.encode(tokenizer.applyChatTemplate([{ role: 'user', content: r.prompt }])));
-    const run = async (greedy: boolean): Promise<Answer[]> => {
-      const outs = await Promise.all(ids.map((inputIds) => engine.generate({ inputIds, gconfig: { greedy, temperature: 1, maxNewTokens } })));
-      return outs.map((o, i) => {
-        const text = tokenizer.decode(o.outputTokens, { skipSpecialTokens: true });
-        return { kind: records[i]!.kind, direct: text.trimStart().startsWith('The answer'), reward: arithReward(text, records[i]!.solution) };
-      });
-    };
+    const run = async (greedy: boolean): Promise<Answer[]> =>
+      (await evalArith(engine, tokenizer, records, { greedy, maxNewTokens })).samples.map((x) => ({
+        kind: x.kind,
+        direct: x.output.trimStart().startsWith('The answer'),
+        reward: x.reward,
+      }));
     const greedy = await run(true);
     const sampled: Answer[] = [];
     for (let k = 0; k < samples; k++) sampled.push(...(await run(false)));

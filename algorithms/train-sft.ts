@@ -135,21 +135,23 @@ export function sftConversations(dataset: string, size: number, directFraction =
     });
 }
 
-/** Greedy accuracy of `engine` on built-in records (answers parsed from `The answer is N`). */
+/**
+ * Accuracy of `engine` on built-in records (answers parsed from `The answer is N`), one answer per
+ * record: greedy unless `greedy: false` (then sampled at `temperature`, default 1).
+ */
 export async function evalArith(
   engine: BuiltinEngine,
   tok: ChatTokenizer,
   records: ArithRecord[],
-  maxNewTokens = 48,
-): Promise<{ accuracy: number; samples: { prompt: string; output: string; reward: number }[] }> {
+  opts: { greedy?: boolean; temperature?: number; maxNewTokens?: number } = {},
+): Promise<{ accuracy: number; samples: { prompt: string; kind: string; output: string; reward: number }[] }> {
+  const gconfig = { greedy: opts.greedy ?? true, temperature: opts.temperature ?? 1, maxNewTokens: opts.maxNewTokens ?? 48 };
   const outs = await Promise.all(
-    records.map((r) =>
-      engine.generate({ inputIds: tok.encode(tok.applyChatTemplate([{ role: 'user', content: r.prompt }])), gconfig: { greedy: true, maxNewTokens } }),
-    ),
+    records.map((r) => engine.generate({ inputIds: tok.encode(tok.applyChatTemplate([{ role: 'user', content: r.prompt }])), gconfig })),
   );
   const samples = outs.map((o, i) => {
     const output = tok.decode(o.outputTokens, { skipSpecialTokens: true });
-    return { prompt: records[i]!.prompt, output, reward: arithReward(output, records[i]!.solution) };
+    return { prompt: records[i]!.prompt, kind: records[i]!.kind, output, reward: arithReward(output, records[i]!.solution) };
   });
   return { accuracy: samples.reduce((s, x) => s + x.reward, 0) / Math.max(1, samples.length), samples };
 }

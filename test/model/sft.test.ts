@@ -77,10 +77,8 @@ test('the shipped warm start answers parseably, is right on some held-out proble
   assert.ok(parseable >= 90, `parseable ${parseable}/100`);
   assert.ok(accuracy >= 0.05 && accuracy <= 0.6, `held-out greedy accuracy ${accuracy}`);
   // Sampled at T=1, some answers work the sum out first and some state the answer directly.
-  const outs = await Promise.all(
-    records.map((r) => engine.generate({ inputIds: tokenizer!.encode(tokenizer!.applyChatTemplate([{ role: 'user', content: r.prompt }])), gconfig: { temperature: 1, maxNewTokens: 48 } })),
-  );
-  const worked = outs.filter((o) => /^\d/.test(tokenizer!.decode(o.outputTokens, { skipSpecialTokens: true }))).length;
+  const sampled = await evalArith(engine, tokenizer!, records, { greedy: false });
+  const worked = sampled.samples.filter((s) => /^\d/.test(s.output)).length;
   assert.ok(worked >= 10 && worked <= 60, `worked answers ${worked}/100`);
   await engine.close();
   model.dispose();
