@@ -5,11 +5,12 @@
  *
  * @module
  */
+import { setImmediate } from 'node:timers/promises';
 import { tf } from './model/backend.ts';
 import { loadModel } from './model/checkpoint.ts';
 import type { CausalLM } from './model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/training.ts';
-import { byLength, yieldToEventLoop } from './trainer.ts';
+import { byLength } from './trainer.ts';
 
 /** How the Critic is built. */
 export interface CriticInit {
@@ -84,7 +85,7 @@ export class Critic {
             const l = tf.maximum(tf.square(tf.sub(vClipped, ret)), tf.square(tf.sub(v, ret)));
             return tf.div(tf.mul(tf.sum(tf.mul(l, mask)), 0.5), tokens) as tf.Scalar;
           });
-          await yieldToEventLoop();
+          await setImmediate(); // heartbeats run between micro-batches
         }
         this.opt.step({ scale: 1 });
         steps++;

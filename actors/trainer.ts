@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { setImmediate } from 'node:timers/promises';
 import { tf } from './model/backend.ts';
 import { loadModel, saveModel } from './model/checkpoint.ts';
 import type { CausalLM } from './model/llama.ts';
@@ -146,7 +147,7 @@ export class Trainer {
           acc.clip += out.clip;
           acc.kl += out.kl;
           acc.ent += out.ent;
-          await yieldToEventLoop();
+          await setImmediate(); // timers and socket messages (heartbeats) run here
         }
         const st = this.opt.step({ scale: 1 });
         acc.tokens += stepTokens;
@@ -275,12 +276,7 @@ export function shuffle<T>(a: T[], seed: number): T[] {
   return a;
 }
 
-/** The samples sorted by sequence length (stable), so micro-batches pad less. */
+/** A copy sorted by sequence length (Array sort is stable), so micro-batches pad less. */
 export function byLength<T extends { inputIds: ArrayLike<number> }>(samples: T[]): T[] {
-  return samples.map((x, i) => ({ x, i })).sort((a, b) => a.x.inputIds.length - b.x.inputIds.length || a.i - b.i).map((e) => e.x);
-}
-
-/** Lets timers and socket messages (heartbeats) run between long synchronous compute blocks. */
-export function yieldToEventLoop(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve));
+  return [...samples].sort((a, b) => a.inputIds.length - b.inputIds.length);
 }
