@@ -148,7 +148,7 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
  */
 async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Promise<void> {
   try {
-    const csv = await api<string>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/metrics?format=csv`);
+    const csv = await metricsCsv(ep, jobId);
     if (csv.trim().split('\n').length < 2) return;
     const file = join(sessionDir, `${jobId}.metrics.csv`);
     writeFileSync(file, csv);
@@ -279,12 +279,17 @@ export async function deleteJobCommand(jobId: string, o: { address?: string; tok
   console.log(`deleted job ${jobId} (its log file is kept)`);
 }
 
+/** A job's metrics, a row per step, as CSV. */
+function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
+  return api<string>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/metrics?format=csv`);
+}
+
 /** `rtjob metrics JOB [--csv] [--json]`. */
 export async function metricsCommand(jobId: string, o: { address?: string; token?: string; csv?: boolean; json?: boolean; last?: string }): Promise<void> {
   const ep = requireEndpoint(o);
   const path = `/api/jobs/${encodeURIComponent(jobId)}/metrics`;
   if (o.csv) {
-    process.stdout.write(await api<string>(ep, 'GET', `${path}?format=csv`));
+    process.stdout.write(await metricsCsv(ep, jobId));
     return;
   }
   const t = await api<{ columns: string[]; rows: (number | null)[][] }>(ep, 'GET', path);
