@@ -1,11 +1,11 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { PromptSampler } from '../../algorithms/train-ppo/data.ts';
-import { listActors } from '../../runtime/api.ts';
+import { runWithTrainerKilled } from '../fixtures/agents/kill-trainer.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // A real cluster: the trainer is an actor in its own worker process, killed as a crash would be,
@@ -37,27 +37,7 @@ test('async: a killed trainer fails the job with the cause; --load-checkpoint re
     '--train-batch-size', '8', '--micro-train-batch-size', '8', '--generate-max-len', '4', '--eval-dataset', '',
     '--save-path', join(root, 'out'), '--prompt-data', data, '--save-steps', '1', '--ckpt-path', ckpt, '--num-episodes', '2', '--max-steps', '5',
   ];
-  let killed = false;
-  const killTrainer = async (): Promise<void> => {
-    const t = (await listActors()).find((a) => a.spec.exportName === 'Trainer' && a.state === 'ALIVE');
-    if (t?.pid) process.kill(t.pid, 'SIGKILL');
-  };
-  const log = {
-    line: () => undefined,
-    metric: (step: number, v: Record<string, number>) => {
-      if (step === 2 && v.reward_mean !== undefined && !killed) {
-        killed = true;
-        void killTrainer();
-      }
-    },
-  };
-  const err = await trainPpo(flags, {}, { log }).then(() => null, (e: Error) => e);
-  assert.ok(killed);
-  assert.ok(err, 'the run failed');
-  assert.match(err!.message, /the trainer died: its process ended \(signal SIGKILL\)/);
-  assert.match(err!.message, /the last checkpoint is .*global_step_\d; run the same command with --load-checkpoint/);
-  const saved = Number(/global_step_(\d+)/.exec(readFileSync(join(ckpt, 'latest'), 'utf8'))![1]);
-  assert.ok(saved >= 1 && saved <= 2, `checkpoint at step ${saved}`);
+  const saved = await runWithTrainerKilled(flags, ckpt);
 
   const lines: string[] = [];
   const rows: Record<string, number>[] = [];

@@ -1,12 +1,12 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { PromptSampler } from '../../algorithms/train-ppo/data.ts';
-import { listActors } from '../../runtime/api.ts';
+import { runWithTrainerKilled } from '../fixtures/agents/kill-trainer.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // Real clusters: every role is an actor in its own worker process, killed as a crash would.
@@ -66,27 +66,7 @@ test('a killed trainer fails the job with the cause; --load-checkpoint resumes w
   const data = dataset('plain.jsonl');
   const ckpt = join(root, 'ckpt');
   const flags = base(['--prompt-data', data, '--save-steps', '1', '--ckpt-path', ckpt, '--num-episodes', '2', '--max-steps', '5']);
-  let killed = false;
-  const killTrainer = async (): Promise<void> => {
-    const t = (await listActors()).find((a) => a.spec.exportName === 'Trainer' && a.state === 'ALIVE');
-    if (t?.pid) process.kill(t.pid, 'SIGKILL');
-  };
-  const log = {
-    line: () => undefined,
-    metric: (step: number, v: Record<string, number>) => {
-      if (step === 2 && v.reward_mean !== undefined && !killed) {
-        killed = true;
-        void killTrainer();
-      }
-    },
-  };
-  const err = await trainPpo(flags, {}, { log }).then(() => null, (e: Error) => e);
-  assert.ok(killed);
-  assert.ok(err, 'the run failed');
-  assert.match(err!.message, /the trainer died: its process ended \(signal SIGKILL\)/);
-  assert.match(err!.message, /the last checkpoint is .*global_step_\d; run the same command with --load-checkpoint/);
-  const saved = Number(/global_step_(\d+)/.exec(readFileSync(join(ckpt, 'latest'), 'utf8'))![1]);
-  assert.ok(saved >= 1 && saved <= 2, `checkpoint at step ${saved}`);
+  const saved = await runWithTrainerKilled(flags, ckpt);
 
   const lines: string[] = [];
   const resumed = await trainPpo([...flags, '--load-checkpoint'], {}, { log: { line: (t) => void lines.push(t), metric: () => undefined } });
