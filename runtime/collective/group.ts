@@ -21,11 +21,7 @@
  */
 import type { Socket } from 'node:net';
 import { currentRuntime } from '../client/runtime.ts';
-import {
-  CollectiveError,
-  InvalidArgumentError,
-  NotInitializedError,
-} from '../errors.ts';
+import { CollectiveError, InvalidArgumentError, NotInitializedError } from '../errors.ts';
 import { type RingLinks, RendezvousError, formRing } from './rendezvous.ts';
 import { RingMismatch, RingOp, opKind } from './ring.ts';
 
@@ -85,16 +81,24 @@ const live = new Map<string, CollectiveGroup>();
  * Joins (creates with the others) the group `name` as `rank` of `worldSize`; resolves once the
  * ring is connected, i.e. every member has joined. Call it from each member, in any order.
  */
-export async function initCollectiveGroup(options: CollectiveGroupOptions): Promise<CollectiveGroup> {
+export async function initCollectiveGroup(
+  options: CollectiveGroupOptions,
+): Promise<CollectiveGroup> {
   const { name, worldSize, rank } = options;
   if (typeof name !== 'string' || name === '' || name.length > 200) {
-    throw new InvalidArgumentError('collective group name must be a non-empty string of ≤ 200 characters');
+    throw new InvalidArgumentError(
+      'collective group name must be a non-empty string of ≤ 200 characters',
+    );
   }
   if (!Number.isInteger(worldSize) || worldSize < 1) {
-    throw new InvalidArgumentError(`collective group '${name}': worldSize must be a whole number ≥ 1`);
+    throw new InvalidArgumentError(
+      `collective group '${name}': worldSize must be a whole number ≥ 1`,
+    );
   }
   if (!Number.isInteger(rank) || rank < 0 || rank >= worldSize) {
-    throw new InvalidArgumentError(`collective group '${name}': rank must be 0..${worldSize - 1}, got ${rank}`);
+    throw new InvalidArgumentError(
+      `collective group '${name}': rank must be 0..${worldSize - 1}, got ${rank}`,
+    );
   }
   const timeoutMs = options.timeoutMs ?? collectiveGroupDefaults.timeoutMs;
   const joinTimeoutMs = options.joinTimeoutMs ?? collectiveGroupDefaults.joinTimeoutMs;
@@ -104,7 +108,9 @@ export async function initCollectiveGroup(options: CollectiveGroupOptions): Prom
   const rt = currentRuntime();
   if (!rt) throw new NotInitializedError();
   if (live.has(name)) {
-    throw new InvalidArgumentError(`this process is already a member of collective group '${name}'`);
+    throw new InvalidArgumentError(
+      `this process is already a member of collective group '${name}'`,
+    );
   }
   let links: RingLinks;
   try {
@@ -122,10 +128,13 @@ export async function initCollectiveGroup(options: CollectiveGroupOptions): Prom
     });
   } catch (e) {
     const reason = e instanceof RendezvousError ? e.reason : 'member-left';
-    throw new CollectiveError(`joining collective group '${name}' as rank ${rank} failed: ${(e as Error).message}`, {
-      context: { group: name, rank, reason },
-      cause: e,
-    });
+    throw new CollectiveError(
+      `joining collective group '${name}' as rank ${rank} failed: ${(e as Error).message}`,
+      {
+        context: { group: name, rank, reason },
+        cause: e,
+      },
+    );
   }
   const group = new CollectiveGroup(name, rank, worldSize, timeoutMs, links);
   live.set(name, group);
@@ -166,11 +175,17 @@ export class CollectiveGroup {
    */
   allreduce<T extends Tensors>(tensors: T, opts: AllreduceOptions = {}): Promise<T> {
     const op = opts.op ?? 'sum';
-    if (op !== 'sum' && op !== 'mean') throw new InvalidArgumentError(`allreduce op must be 'sum' or 'mean', got '${String(op)}'`);
+    if (op !== 'sum' && op !== 'mean')
+      throw new InvalidArgumentError(`allreduce op must be 'sum' or 'mean', got '${String(op)}'`);
     const arrays = arraysOf(tensors, 'allreduce');
     return this.enqueue(`allreduce(${op})`, opts.timeoutMs, arrays, (data, seq, done) => {
       const expected = { seq, kind: opKind[op], count: data.length };
-      return RingOp.allreduce(new RingOp(data, this.links.right, expected, done), this.rank, this.worldSize, op === 'mean');
+      return RingOp.allreduce(
+        new RingOp(data, this.links.right, expected, done),
+        this.rank,
+        this.worldSize,
+        op === 'mean',
+      );
     }).then(() => tensors);
   }
 
@@ -178,13 +193,26 @@ export class CollectiveGroup {
   broadcast<T extends Tensors>(tensors: T, opts: BroadcastOptions = {}): Promise<T> {
     const root = opts.root ?? 0;
     if (!Number.isInteger(root) || root < 0 || root >= this.worldSize) {
-      throw new InvalidArgumentError(`broadcast root must be 0..${this.worldSize - 1}, got ${root}`);
+      throw new InvalidArgumentError(
+        `broadcast root must be 0..${this.worldSize - 1}, got ${root}`,
+      );
     }
     const arrays = arraysOf(tensors, 'broadcast');
-    return this.enqueue(`broadcast(root ${root})`, opts.timeoutMs, arrays, (data, seq, done) => {
-      const expected = { seq, kind: opKind.broadcast | (root << 8), count: data.length };
-      return RingOp.broadcast(new RingOp(data, this.links.right, expected, done), this.rank, this.worldSize, root);
-    }, this.rank === root).then(() => tensors);
+    return this.enqueue(
+      `broadcast(root ${root})`,
+      opts.timeoutMs,
+      arrays,
+      (data, seq, done) => {
+        const expected = { seq, kind: opKind.broadcast | (root << 8), count: data.length };
+        return RingOp.broadcast(
+          new RingOp(data, this.links.right, expected, done),
+          this.rank,
+          this.worldSize,
+          root,
+        );
+      },
+      this.rank === root,
+    ).then(() => tensors);
   }
 
   /** Resolves once every member has called `barrier`. */
@@ -192,13 +220,21 @@ export class CollectiveGroup {
     const token = new Float32Array(this.worldSize);
     await this.enqueue('barrier', opts.timeoutMs, [token], (data, seq, done) => {
       const expected = { seq, kind: opKind.barrier, count: data.length };
-      return RingOp.allreduce(new RingOp(data, this.links.right, expected, done), this.rank, this.worldSize, false);
+      return RingOp.allreduce(
+        new RingOp(data, this.links.right, expected, done),
+        this.rank,
+        this.worldSize,
+        false,
+      );
     });
   }
 
   /** Counters (operations done, bytes received). */
   stats(): CollectiveStats {
-    return { ops: this.opsDone, bytesReceived: this.bytesDone + (this.current?.bytesReceived ?? 0) };
+    return {
+      ops: this.opsDone,
+      bytesReceived: this.bytesDone + (this.current?.bytesReceived ?? 0),
+    };
   }
 
   /**
@@ -237,7 +273,8 @@ export class CollectiveGroup {
   ): Promise<void> {
     if (this.broken) return Promise.reject(this.broken);
     const total = arrays.reduce((s, a) => s + a.length, 0);
-    if (total > 0xffffffff) throw new InvalidArgumentError(`${what}: at most 2^32-1 elements per call`);
+    if (total > 0xffffffff)
+      throw new InvalidArgumentError(`${what}: at most 2^32-1 elements per call`);
     // One array is reduced where it lies; several are packed into a scratch buffer and back.
     let data: Float32Array;
     if (arrays.length === 1) data = arrays[0]!;
@@ -307,13 +344,19 @@ export class CollectiveGroup {
   private errorFor(err: Error, what: string): CollectiveError {
     if (err instanceof CollectiveError) return err;
     if (err instanceof RingMismatch) {
-      return new CollectiveError(`collective group '${this.name}' on rank ${this.rank}: ${err.message}`, {
-        context: { group: this.name, rank: this.rank, reason: 'mismatch', op: what },
-      });
+      return new CollectiveError(
+        `collective group '${this.name}' on rank ${this.rank}: ${err.message}`,
+        {
+          context: { group: this.name, rank: this.rank, reason: 'mismatch', op: what },
+        },
+      );
     }
     return new CollectiveError(
       `collective group '${this.name}': ${what} on rank ${this.rank} failed: ${err.message}`,
-      { context: { group: this.name, rank: this.rank, reason: 'member-left', op: what }, cause: err },
+      {
+        context: { group: this.name, rank: this.rank, reason: 'member-left', op: what },
+        cause: err,
+      },
     );
   }
 

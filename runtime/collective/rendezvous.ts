@@ -82,8 +82,10 @@ export async function formRing(opts: {
     await opts.kv.put(keyOf(group, rank), Buffer.from(JSON.stringify(entry)));
     const right = await connectRight(opts);
     try {
-      const l = await withDeadline(left, opts.deadlineMs, () =>
-        `rank ${leftRank} of group '${group}' did not connect`,
+      const l = await withDeadline(
+        left,
+        opts.deadlineMs,
+        () => `rank ${leftRank} of group '${group}' did not connect`,
       );
       return { left: l, right };
     } catch (e) {
@@ -230,7 +232,8 @@ function handshake(
       clearTimeout(timer);
       sock.removeAllListeners('close');
       sock.removeAllListeners('error');
-      if (d.length !== 1 || d[0] !== 1) return fail(`${entry.address} answered the handshake wrongly`);
+      if (d.length !== 1 || d[0] !== 1)
+        return fail(`${entry.address} answered the handshake wrongly`);
       resolve(sock);
     });
   });

@@ -105,7 +105,8 @@ export class RingOp {
   /** Plans an all-reduce for `rank` of `n`: reduce-scatter, then all-gather. */
   static allreduce(op: RingOp, rank: number, n: number, mean: boolean): RingOp {
     const count = op.data.length;
-    const range = (i: number) => chunkRange(count, n, ((i % n) + n) % n).map((e) => e * 4) as [number, number];
+    const range = (i: number) =>
+      chunkRange(count, n, ((i % n) + n) % n).map((e) => e * 4) as [number, number];
     op.segments.push({ mode: 'header', start: 0, end: 16, forward: false, divideBy: 1 });
     for (let k = 0; k < n - 1; k++) {
       const [start, end] = range(rank - k - 1);
@@ -240,7 +241,8 @@ export class RingOp {
       const d = this.data;
       for (let i = base + first; i < base + this.floatsDone; i++) d[i] = d[i]! / s.divideBy;
     }
-    if (s.forward) this.write(this.bytes.subarray(s.start + first * 4, s.start + this.floatsDone * 4));
+    if (s.forward)
+      this.write(this.bytes.subarray(s.start + first * 4, s.start + this.floatsDone * 4));
   }
 
   private write(b: Buffer): void {

@@ -40,7 +40,7 @@ function values(seed: number, n: number): Float32Array {
   const a = new Float32Array(n);
   for (let i = 0; i < n; i++) {
     s = (s * 1103515245 + 12345) % 2147483648;
-    a[i] = ((s / 2147483648 - 0.5) * 10 ** ((i % 7) - 3));
+    a[i] = (s / 2147483648 - 0.5) * 10 ** ((i % 7) - 3);
   }
   return a;
 }
@@ -48,11 +48,17 @@ function values(seed: number, n: number): Float32Array {
 const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 
 /** `got` within float32 rounding of `want`, whose terms summed to `scale` in absolute value. */
-function assertClose(got: Float32Array, want: Float64Array, scale: Float64Array, what: string): void {
+function assertClose(
+  got: Float32Array,
+  want: Float64Array,
+  scale: Float64Array,
+  what: string,
+): void {
   assert.is(got.length, want.length, `${what}: length`);
   for (let i = 0; i < want.length; i++) {
     const tol = 4 * 2 ** -23 * scale[i]! + 1e-30;
-    if (Math.abs(got[i]! - want[i]!) > tol) assert.unreachable(`${what}: element ${i} is ${got[i]}, want ${want[i]}`);
+    if (Math.abs(got[i]! - want[i]!) > tol)
+      assert.unreachable(`${what}: element ${i} is ${got[i]}, want ${want[i]}`);
   }
 }
 
@@ -71,20 +77,30 @@ for (const n of [2, 3, 4]) {
         }
       }
       const sums = await get(members.map((m, r) => m.allreduce.remote(inputs[r]!, 'sum')));
-      for (const s of sums) assert.ok(bits(s).equals(bits(sums[0]!)), `sum of ${size}: identical bits on every rank`);
+      for (const s of sums)
+        assert.ok(bits(s).equals(bits(sums[0]!)), `sum of ${size}: identical bits on every rank`);
       assertClose(sums[0]!, want, scale, `sum of ${size}`);
       const again = await get(members.map((m, r) => m.allreduce.remote(inputs[r]!, 'sum')));
-      assert.ok(bits(again[n - 1]!).equals(bits(sums[0]!)), `sum of ${size}: the same bits when repeated`);
+      assert.ok(
+        bits(again[n - 1]!).equals(bits(sums[0]!)),
+        `sum of ${size}: the same bits when repeated`,
+      );
       const means = await get(members.map((m, r) => m.allreduce.remote(inputs[r]!, 'mean')));
-      for (const s of means) assert.ok(bits(s).equals(bits(means[0]!)), `mean of ${size}: identical bits`);
-      assertClose(means[0]!, want.map((v) => v / n), scale.map((v) => v / n), `mean of ${size}`);
+      for (const s of means)
+        assert.ok(bits(s).equals(bits(means[0]!)), `mean of ${size}: identical bits`);
+      assertClose(
+        means[0]!,
+        want.map((v) => v / n),
+        scale.map((v) => v / n),
+        `mean of ${size}`,
+      );
     }
 
     // Named tensors (gradients by parameter name), in any key order.
     const named = members.map((_, r) =>
       r % 2 ? { w: values(r, 33), b: values(r + 9, 5) } : { b: values(r + 9, 5), w: values(r, 33) },
     );
-    const reduced = await get(members.map((m, r) => m.allreduce.remote(named[r]!, 'mean')));
+    const reduced = await get(members.map((m, r) => m.allreduceNamed.remote(named[r]!, 'mean')));
     for (const key of ['w', 'b'] as const) {
       const want = new Float64Array(named[0]![key].length);
       const scale = new Float64Array(want.length);
@@ -94,14 +110,17 @@ for (const n of [2, 3, 4]) {
           scale[i]! += Math.abs(t[key][i]!) / n;
         }
       }
-      for (const t of reduced) assert.ok(bits(t[key]).equals(bits(reduced[0]![key])), `${key}: identical bits`);
-      assertClose(reduced[0]![key], want, scale, `named ${key}`);
+      for (const t of reduced)
+        assert.ok(bits(t[key]!).equals(bits(reduced[0]![key]!)), `${key}: identical bits`);
+      assertClose(reduced[0]![key]!, want, scale, `named ${key}`);
     }
 
     const root = n - 1;
     const sent = values(42, 100_003);
     const got = await get(
-      members.map((m, r) => m.broadcast.remote(r === root ? sent : new Float32Array(100_003), root)),
+      members.map((m, r) =>
+        m.broadcast.remote(r === root ? sent : new Float32Array(100_003), root),
+      ),
     );
     for (const g of got) assert.ok(bits(g).equals(bits(sent)), 'every rank has the root’s values');
 
@@ -162,9 +181,14 @@ test('bad options and a member that never joins are clear errors', async () => {
   const bad = await rejection(initCollectiveGroup({ name: 'x', worldSize: 2, rank: 2 }));
   assert.is(bad.code, 'INVALID_ARGUMENT');
   assert.match(bad.message, /rank must be 0\.\.1, got 2/);
-  assert.is((await rejection(initCollectiveGroup({ name: '', worldSize: 1, rank: 0 }))).code, 'INVALID_ARGUMENT');
+  assert.is(
+    (await rejection(initCollectiveGroup({ name: '', worldSize: 1, rank: 0 }))).code,
+    'INVALID_ARGUMENT',
+  );
   // The driver joins a group of two whose other member never comes.
-  const alone = await rejection(initCollectiveGroup({ name: 'alone', worldSize: 2, rank: 0, joinTimeoutMs: 300 }));
+  const alone = await rejection(
+    initCollectiveGroup({ name: 'alone', worldSize: 2, rank: 0, joinTimeoutMs: 300 }),
+  );
   assert.is(alone.code, 'COLLECTIVE');
   assert.is(alone.context?.reason, 'timeout');
   // A world of one needs nobody.
