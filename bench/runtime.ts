@@ -1,13 +1,17 @@
 /**
- * `npm run bench -- runtime`: Ray's microbenchmark shapes on rtjob, with two baselines measured
- * in the same run: a raw ws+msgpackr echo between two processes, and a child_process IPC echo.
- * Prints a table (ops/s, ratio to the raw baseline) and writes bench/results/runtime.json.
+ * `npm run bench -- runtime`: Ray's microbenchmark shapes on rtjob, with baselines measured in
+ * the same run: a raw ws+msgpackr echo between two processes, a child_process IPC echo, a raw
+ * TCP loopback stream between two processes and memcpy. Also the sync call path over 3,000
+ * sequential calls (median of windows), 64 MiB object transfers (shared memory and socket), and
+ * collective all-reduce bandwidth for 2 and 4 members. Prints a table (ratio to the baseline of
+ * the same shape) and writes bench/results/runtime.json.
  *
- * The same file is the baselines' echo peer when started with `--raw-echo` or `--ipc-echo`.
+ * The same file is the baselines' peer when started with `--raw-echo`, `--ipc-echo` or `--tcp-sink`.
  */
 import { fork, spawn } from 'node:child_process';
+import { createServer, connect as tcpConnect } from 'node:net';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, totalmem } from 'node:os';
+import { cpus, loadavg, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Packr } from 'msgpackr';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -26,6 +30,19 @@ if (process.argv.includes('--raw-echo')) {
     }),
   );
   wss.on('listening', () => process.stdout.write(`${(wss.address() as { port: number }).port}\n`));
+} else if (process.argv.includes('--tcp-sink')) {
+  // Counts the bytes of each 64 MiB message and answers one byte when it is all in.
+  const server = createServer((sock) => {
+    let got = 0;
+    sock.on('data', (d: Buffer) => {
+      got += d.length;
+      while (got >= 64 << 20) {
+        got -= 64 << 20;
+        sock.write(Buffer.from([1]));
+      }
+    });
+  });
+  server.listen(0, '127.0.0.1', () => process.stdout.write(`${(server.address() as { port: number }).port}\n`));
 } else if (process.argv.includes('--ipc-echo')) {
   process.on('message', (m) => process.send!(m));
 } else {
@@ -62,7 +79,56 @@ async function rate(ops: number, fn: () => Promise<void>, ms = 3000, warmup = 1)
   return best;
 }
 
-async function rawWsBaseline(): Promise<{ sync: number; pipelined: number; mbps: number; close(): void }> {
+/**
+ * Runs `total` sequential operations in windows of `window` and returns the median window's
+ * operations per second: the shape of an independent test, not the best moment of the run.
+ */
+async function medianRate(total: number, window: number, op: () => Promise<unknown>): Promise<number> {
+  for (let i = 0; i < window; i++) await op();
+  const rates: number[] = [];
+  for (let w = 0; w < total / window; w++) {
+    const t0 = performance.now();
+    for (let i = 0; i < window; i++) await op();
+    rates.push(window / ((performance.now() - t0) / 1000));
+  }
+  rates.sort((a, b) => a - b);
+  return rates[Math.floor(rates.length / 2)]!;
+}
+
+/** MB/s of 64 MiB messages over a raw TCP loopback socket to another process (each acknowledged). */
+async function tcpBaseline(): Promise<number> {
+  const child = spawn(process.execPath, ['--import', 'tsx', self, '--tcp-sink'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const port = Number(await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))));
+  const sock = tcpConnect({ host: '127.0.0.1', port });
+  await new Promise((r) => sock.once('connect', r));
+  const acks: (() => void)[] = [];
+  sock.on('data', (d: Buffer) => {
+    for (let i = 0; i < d.length; i++) acks.shift()?.();
+  });
+  const msg = Buffer.alloc(64 << 20, 7);
+  const perSec = await rate(
+    1,
+    () =>
+      new Promise<void>((resolve) => {
+        acks.push(resolve);
+        sock.write(msg);
+      }),
+    4000,
+  );
+  sock.destroy();
+  child.kill();
+  return perSec * 64 * 1.048576;
+}
+
+/** MB/s of copying 64 MiB into another buffer in this process. */
+async function memcpyBaseline(): Promise<number> {
+  const src = Buffer.alloc(64 << 20, 3);
+  const dst = Buffer.alloc(64 << 20);
+  const perSec = await rate(1, async () => void src.copy(dst), 2000);
+  return perSec * 64 * 1.048576;
+}
+
+async function rawWsBaseline(): Promise<{ sync: number; syncMedian: number; pipelined: number; close(): void }> {
   const child = spawn(process.execPath, ['--import', 'tsx', self, '--raw-echo'], { stdio: ['ignore', 'pipe', 'inherit'] });
   const port = Number(await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))));
   const ws = new WebSocket(`ws://127.0.0.1:${port}`, { maxPayload: 256 << 20, perMessageDeflate: false });
@@ -83,14 +149,13 @@ async function rawWsBaseline(): Promise<{ sync: number; pipelined: number; mbps:
   const sync = await rate(200, async () => {
     for (let i = 0; i < 200; i++) await call(null);
   });
+  const syncMedian = await medianRate(3000, 300, () => call(1));
   const pipelined = await rate(1000, async () => {
     const ps = [];
     for (let i = 0; i < 1000; i++) ps.push(call(null));
     await Promise.all(ps);
   });
-  const big = new Float32Array(16 << 20);
-  const perSec = await rate(1, () => call(big, true), 3000);
-  return { sync, pipelined, mbps: perSec * 64, close: () => (ws.close(), child.kill()) };
+  return { sync, syncMedian, pipelined, close: () => (ws.close(), child.kill()) };
 }
 
 async function ipcBaseline(): Promise<{ sync: number; close(): void }> {
@@ -137,20 +202,27 @@ async function main(): Promise<void> {
   const api = await import('../runtime/index.ts');
   type EchoT = typeof import('../examples/actors/echo.ts').Echo;
   type NoopT = typeof import('../examples/actors/echo.ts').noop;
+  type MemberT = typeof import('../test/fixtures/runtime/collective-member.ts').Member;
   const { defineActor, defineTask, get, init, placementGroup, put, shutdown, wait } = api;
   const moduleUrl = new URL('../examples/actors/echo.ts', import.meta.url);
   const Echo = defineActor<EchoT>(moduleUrl, 'Echo');
   const noopTask = defineTask<NoopT>(moduleUrl, 'noop');
+  const Member = defineActor<MemberT>(new URL('../test/fixtures/runtime/collective-member.ts', import.meta.url), 'Member');
   const rows: Row[] = [];
 
+  const loadBefore = loadavg()[0]!;
   console.log('measuring baselines...');
   const raw = await rawWsBaseline();
   const ipc = await ipcBaseline();
   raw.close();
   ipc.close();
+  const tcp = await tcpBaseline();
+  const memcpy = await memcpyBaseline();
   rows.push({ name: 'baseline: raw ws+msgpackr echo, sync', value: raw.sync, unit: 'ops/s' });
+  rows.push({ name: 'baseline: raw ws+msgpackr echo, sync, 3,000 calls, median window', value: raw.syncMedian, unit: 'ops/s' });
   rows.push({ name: 'baseline: raw ws+msgpackr echo, pipelined', value: raw.pipelined, unit: 'ops/s' });
-  rows.push({ name: 'baseline: raw ws 64 MiB transfer', value: raw.mbps, unit: 'MB/s' });
+  rows.push({ name: 'baseline: raw TCP loopback stream, 64 MiB messages', value: tcp, unit: 'MB/s' });
+  rows.push({ name: 'baseline: memcpy 64 MiB', value: memcpy, unit: 'MB/s' });
   rows.push({ name: 'baseline: child_process IPC echo, sync', value: ipc.sync, unit: 'ops/s', baseline: 'raw sync', ratio: ipc.sync / raw.sync });
 
   await init({ address: 'local', local: { node: { numCpus: 64 } }, taskPoolSize: 2 });
@@ -164,6 +236,14 @@ async function main(): Promise<void> {
     for (let i = 0; i < 200; i++) await a.noop.remote();
   });
   rows.push({ name: '1_1_actor_calls_sync', value: sync, unit: 'ops/s', ...vsSync(sync) });
+  const syncMedian = await medianRate(3000, 300, () => get(a.echo.remote(1)));
+  rows.push({
+    name: '`await get(actor.echo.remote(1))`, 3,000 calls, median window',
+    value: syncMedian,
+    unit: 'ops/s',
+    baseline: 'raw sync median',
+    ratio: syncMedian / raw.syncMedian,
+  });
   const asyncRate = await rate(1000, async () => {
     const refs = [];
     for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
@@ -221,16 +301,55 @@ async function main(): Promise<void> {
   rows.push({ name: 'single_client_wait_1k_refs', value: waitRate, unit: 'ops/s' });
 
   console.log('64 MiB transfers...');
+  const vsTcp = (v: number) => ({ baseline: 'raw TCP', ratio: v / tcp });
+  // Same node: shared memory. Socket: an actor told not to use it (RTJOB_OBJECT_SHM=0), the path
+  // a transfer between two machines takes.
+  const viaSocket = Echo.options({ env: { RTJOB_OBJECT_SHM: '0' } }).remote();
+  await viaSocket.noop.remote();
   const big = new Float32Array(16 << 20);
-  const putMbps =
+  const MB = 64 * 1.048576;
+  for (const [how, actor] of [['shared memory', a], ['socket', viaSocket]] as const) {
+    const putMbps =
+      (await rate(1, async () => {
+        const r = put(big);
+        await actor.byteLength.remote(r);
+        api.release(r);
+      }, 4000)) * MB;
+    rows.push({ name: `put 64 MiB, fetched by an actor (${how})`, value: putMbps, unit: 'MB/s', ...vsTcp(putMbps) });
+    const getMbps = (await rate(1, async () => void (await actor.makeArray.remote(16 << 20)), 4000)) * MB;
+    rows.push({ name: `get 64 MiB result from an actor (${how})`, value: getMbps, unit: 'MB/s', ...vsTcp(getMbps) });
+  }
+  // One producer, several consumers on the node: the object is written to shared memory once.
+  const consumers = [a, Echo.remote(), Echo.remote(), Echo.remote()];
+  await get(consumers.map((c) => c.noop.remote()));
+  const fanMbps =
     (await rate(1, async () => {
       const r = put(big);
-      await a.byteLength.remote(r);
+      await get(consumers.map((c) => c.byteLength.remote(r)));
       api.release(r);
-    }, 4000)) * 64;
-  rows.push({ name: 'put 64 MiB, fetched by an actor', value: putMbps, unit: 'MB/s', baseline: 'raw ws MB/s', ratio: putMbps / raw.mbps });
-  const getMbps = (await rate(1, async () => void (await a.makeArray.remote(16 << 20)), 4000)) * 64;
-  rows.push({ name: 'get 64 MiB result from an actor', value: getMbps, unit: 'MB/s', baseline: 'raw ws MB/s', ratio: getMbps / raw.mbps });
+    }, 4000)) * MB * consumers.length;
+  rows.push({ name: 'put 64 MiB, fetched by 4 actors at once (shared memory)', value: fanMbps, unit: 'MB/s', ...vsTcp(fanMbps), note: 'bytes delivered, all consumers' });
+
+  console.log('collective all-reduce...');
+  const elements = 4 << 20; // 16 MiB of float32
+  for (const n of [2, 4]) {
+    const members = Array.from({ length: n }, (_, r) => Member.remote(`bench${n}`, r, n));
+    await get(members.map((m) => m.join.remote()));
+    const secs = Math.max(...(await get(members.map((m) => m.timeAllreduce.remote(elements, 10)))));
+    const algbw = (elements * 4) / secs / 1e6;
+    // Each link carries 2(N-1)/N of the data: the ring's bound is raw TCP divided by that.
+    const busbw = (algbw * 2 * (n - 1)) / n;
+    rows.push({
+      name: `allreduce 16 MiB float32, ${n} members`,
+      value: algbw,
+      unit: 'MB/s',
+      baseline: 'raw TCP (bus bandwidth)',
+      ratio: busbw / tcp,
+      note: `${(secs * 1000).toFixed(0)} ms per all-reduce; bus bandwidth ${busbw.toFixed(0)} MB/s`,
+    });
+    await get(members.map((m) => m.destroy.remote()));
+    await Promise.all(members.map((m) => api.kill(m)));
+  }
 
   console.log('placement groups, many actors...');
   const pgRate = await rate(20, async () => {
@@ -275,7 +394,7 @@ async function main(): Promise<void> {
   });
   await shutdown();
 
-  const machine = `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
+  const machine = `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, load average ${loadBefore.toFixed(1)} → ${loadavg()[0]!.toFixed(1)}`;
   const fmt = (v: number) => (v >= 100 ? Math.round(v).toLocaleString('en-US') : v.toFixed(2));
   const lines = [
     `machine: ${machine}`,

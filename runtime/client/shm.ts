@@ -16,7 +16,7 @@
  * @module
  */
 import { lstatSync, mkdirSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
-import { type FileHandle, open, unlink } from 'node:fs/promises';
+import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
 import { hostname, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { logger } from '../log.ts';
@@ -177,11 +177,13 @@ function track(path: string): void {
   if (exitHook) return;
   exitHook = true;
   process.on('exit', () => {
-    for (const f of own) {
-      try {
-        unlinkSync(f);
-      } catch {
-        // Already gone.
+      for (const f of own) {
+      for (const p of [f, `${f}_done`]) {
+        try {
+          unlinkSync(p);
+        } catch {
+          // Already gone.
+        }
       }
     }
   });
@@ -251,17 +253,58 @@ export async function writeShm(value: unknown, id: string, oneShot: boolean): Pr
     if (pad) parts.push(new Uint8Array(pad));
   }
   const path = join(d, name);
-  const fh = await open(path, 'wx', 0o600);
+  const total = base + end;
+  const fh = await openForWrite(path);
   track(path);
   try {
     await writeAll(fh, parts);
+    await fh.truncate(total);
   } catch (e) {
     await fh.close().catch(() => {});
     await removeShm(name);
     throw e;
   }
   await fh.close();
-  return new ShmValue(name, base + end, oneShot);
+  if (oneShot) {
+    handedOut.push(path);
+    if (handedOut.length > maxPooled * 4) handedOut.shift();
+  }
+  return new ShmValue(name, total, oneShot);
+}
+
+/**
+ * Files this process wrote and no longer needs, kept for reuse: overwriting a file's existing
+ * tmpfs pages costs a fraction of allocating (and zeroing) new ones.
+ */
+const pool: string[] = [];
+const maxPooled = 2;
+/** One-shot files handed to readers, who rename them to `<name>_done` when they are done. */
+const handedOut: string[] = [];
+
+/** Opens `path` for writing, renaming a pooled or returned file to it when there is one. */
+async function openForWrite(path: string): Promise<FileHandle> {
+  for (let i = handedOut.length - 1; i >= 0; i--) {
+    const done = `${handedOut[i]}_done`;
+    try {
+      await rename(done, path);
+      own.delete(handedOut[i]!);
+      handedOut.splice(i, 1);
+      return await open(path, 'r+');
+    } catch {
+      // Not returned yet.
+    }
+  }
+  const reuse = pool.pop();
+  if (reuse) {
+    try {
+      await rename(reuse, path);
+      own.delete(reuse);
+      return await open(path, 'r+');
+    } catch {
+      // Gone; make a new one.
+    }
+  }
+  return open(path, 'wx', 0o600);
 }
 
 /** Writes `parts` back to back from position 0: `writev` in batches, finishing short writes. */
@@ -305,7 +348,8 @@ export async function readShm(v: ShmValue): Promise<unknown> {
     if (got !== size || size !== v.bytes) throw new Error(`shared-memory object ${v.name} is truncated`);
   } finally {
     await fh.close();
-    if (v.oneShot) await unlink(path).catch(() => {});
+    // A one-shot goes back to its writer for reuse (or is removed with it).
+    if (v.oneShot) await rename(path, `${path}_done`).catch(() => {});
   }
   if (file.readUInt32LE(0) !== MAGIC) throw new Error(`shared-memory object ${v.name} is malformed`);
   const len = file.readUInt32LE(4);
@@ -318,11 +362,23 @@ export async function readShm(v: ShmValue): Promise<unknown> {
   }
 }
 
-/** Removes a file this process wrote. */
+/** Gives up a file this process wrote: kept for reuse while the pool has room, else removed. */
 export async function removeShm(name: string): Promise<void> {
   const d = dir();
   if (!d) return;
   const path = join(d, name);
+  if (pool.length < maxPooled) {
+    const spare = join(d, `${process.pid}-spare_${seq++}`);
+    try {
+      await rename(path, spare);
+      own.delete(path);
+      track(spare);
+      pool.push(spare);
+      return;
+    } catch {
+      // Fall through to removing it.
+    }
+  }
   own.delete(path);
   await unlink(path).catch(() => {});
 }
