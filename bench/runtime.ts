@@ -22,7 +22,12 @@ const packr = new Packr({ useRecords: false, moreTypes: true });
 // ---- echo peers (child processes) -------------------------------------------------------------
 
 if (process.argv.includes('--raw-echo')) {
-  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 256 << 20, perMessageDeflate: false });
+  const wss = new WebSocketServer({
+    host: '127.0.0.1',
+    port: 0,
+    maxPayload: 256 << 20,
+    perMessageDeflate: false,
+  });
   wss.on('connection', (ws) =>
     ws.on('message', (data: Buffer) => {
       const m = packr.unpack(data) as { id: number; ack?: boolean; v: unknown };
@@ -42,7 +47,9 @@ if (process.argv.includes('--raw-echo')) {
       }
     });
   });
-  server.listen(0, '127.0.0.1', () => process.stdout.write(`${(server.address() as { port: number }).port}\n`));
+  server.listen(0, '127.0.0.1', () =>
+    process.stdout.write(`${(server.address() as { port: number }).port}\n`),
+  );
 } else if (process.argv.includes('--ipc-echo')) {
   process.on('message', (m) => process.send!(m));
 } else {
@@ -83,7 +90,11 @@ async function rate(ops: number, fn: () => Promise<void>, ms = 3000, warmup = 1)
  * Runs `total` sequential operations in windows of `window` and returns the median window's
  * operations per second: the shape of an independent test, not the best moment of the run.
  */
-async function medianRate(total: number, window: number, op: () => Promise<unknown>): Promise<number> {
+async function medianRate(
+  total: number,
+  window: number,
+  op: () => Promise<unknown>,
+): Promise<number> {
   for (let i = 0; i < window; i++) await op();
   const rates: number[] = [];
   for (let w = 0; w < total / window; w++) {
@@ -97,8 +108,12 @@ async function medianRate(total: number, window: number, op: () => Promise<unkno
 
 /** MB/s of 64 MiB messages over a raw TCP loopback socket to another process (each acknowledged). */
 async function tcpBaseline(): Promise<number> {
-  const child = spawn(process.execPath, ['--import', 'tsx', self, '--tcp-sink'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const port = Number(await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))));
+  const child = spawn(process.execPath, ['--import', 'tsx', self, '--tcp-sink'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const port = Number(
+    await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))),
+  );
   const sock = tcpConnect({ host: '127.0.0.1', port });
   await new Promise((r) => sock.once('connect', r));
   const acks: (() => void)[] = [];
@@ -128,10 +143,22 @@ async function memcpyBaseline(): Promise<number> {
   return perSec * 64 * 1.048576;
 }
 
-async function rawWsBaseline(): Promise<{ sync: number; syncMedian: number; pipelined: number; close(): void }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', self, '--raw-echo'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const port = Number(await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))));
-  const ws = new WebSocket(`ws://127.0.0.1:${port}`, { maxPayload: 256 << 20, perMessageDeflate: false });
+async function rawWsBaseline(): Promise<{
+  sync: number;
+  syncMedian: number;
+  pipelined: number;
+  close(): void;
+}> {
+  const child = spawn(process.execPath, ['--import', 'tsx', self, '--raw-echo'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const port = Number(
+    await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))),
+  );
+  const ws = new WebSocket(`ws://127.0.0.1:${port}`, {
+    maxPayload: 256 << 20,
+    perMessageDeflate: false,
+  });
   await new Promise((r) => ws.once('open', r));
   const waiting = new Map<number, () => void>();
   ws.on('message', (d: Buffer) => {
@@ -159,7 +186,10 @@ async function rawWsBaseline(): Promise<{ sync: number; syncMedian: number; pipe
 }
 
 async function ipcBaseline(): Promise<{ sync: number; close(): void }> {
-  const child = fork(self, ['--ipc-echo'], { execArgv: ['--import', 'tsx'], serialization: 'advanced' });
+  const child = fork(self, ['--ipc-echo'], {
+    execArgv: ['--import', 'tsx'],
+    serialization: 'advanced',
+  });
   await new Promise<void>((resolve) => {
     child.once('message', () => resolve());
     child.send(0);
@@ -190,7 +220,9 @@ function childCpuSeconds(): number | undefined {
 /** Live child processes of this process (Linux `/proc`; 0 elsewhere). */
 function childCount(): number {
   try {
-    return readFileSync(`/proc/self/task/${process.pid}/children`, 'utf8').split(' ').filter(Boolean).length;
+    return readFileSync(`/proc/self/task/${process.pid}/children`, 'utf8')
+      .split(' ')
+      .filter(Boolean).length;
   } catch {
     return 0;
   }
@@ -207,7 +239,10 @@ async function main(): Promise<void> {
   const moduleUrl = new URL('../examples/actors/echo.ts', import.meta.url);
   const Echo = defineActor<EchoT>(moduleUrl, 'Echo');
   const noopTask = defineTask<NoopT>(moduleUrl, 'noop');
-  const Member = defineActor<MemberT>(new URL('../test/fixtures/runtime/collective-member.ts', import.meta.url), 'Member');
+  const Member = defineActor<MemberT>(
+    new URL('../test/fixtures/runtime/collective-member.ts', import.meta.url),
+    'Member',
+  );
   const rows: Row[] = [];
 
   const loadBefore = loadavg()[0]!;
@@ -219,11 +254,29 @@ async function main(): Promise<void> {
   const tcp = await tcpBaseline();
   const memcpy = await memcpyBaseline();
   rows.push({ name: 'baseline: raw ws+msgpackr echo, sync', value: raw.sync, unit: 'ops/s' });
-  rows.push({ name: 'baseline: raw ws+msgpackr echo, sync, 3,000 calls, median window', value: raw.syncMedian, unit: 'ops/s' });
-  rows.push({ name: 'baseline: raw ws+msgpackr echo, pipelined', value: raw.pipelined, unit: 'ops/s' });
-  rows.push({ name: 'baseline: raw TCP loopback stream, 64 MiB messages', value: tcp, unit: 'MB/s' });
+  rows.push({
+    name: 'baseline: raw ws+msgpackr echo, sync, 3,000 calls, median window',
+    value: raw.syncMedian,
+    unit: 'ops/s',
+  });
+  rows.push({
+    name: 'baseline: raw ws+msgpackr echo, pipelined',
+    value: raw.pipelined,
+    unit: 'ops/s',
+  });
+  rows.push({
+    name: 'baseline: raw TCP loopback stream, 64 MiB messages',
+    value: tcp,
+    unit: 'MB/s',
+  });
   rows.push({ name: 'baseline: memcpy 64 MiB', value: memcpy, unit: 'MB/s' });
-  rows.push({ name: 'baseline: child_process IPC echo, sync', value: ipc.sync, unit: 'ops/s', baseline: 'raw sync', ratio: ipc.sync / raw.sync });
+  rows.push({
+    name: 'baseline: child_process IPC echo, sync',
+    value: ipc.sync,
+    unit: 'ops/s',
+    baseline: 'raw sync',
+    ratio: ipc.sync / raw.sync,
+  });
 
   await init({ address: 'local', local: { node: { numCpus: 64 } }, taskPoolSize: 2 });
   const vsSync = (v: number) => ({ baseline: 'raw sync', ratio: v / raw.sync });
@@ -249,7 +302,12 @@ async function main(): Promise<void> {
     for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
     await get(refs);
   });
-  rows.push({ name: '1_1_actor_calls_async', value: asyncRate, unit: 'ops/s', ...vsPipe(asyncRate) });
+  rows.push({
+    name: '1_1_actor_calls_async',
+    value: asyncRate,
+    unit: 'ops/s',
+    ...vsPipe(asyncRate),
+  });
   const conc = Echo.options({ maxConcurrency: 16 }).remote();
   await conc.noop.remote();
   const concRate = await rate(1000, async () => {
@@ -257,7 +315,13 @@ async function main(): Promise<void> {
     for (let i = 0; i < 1000; i++) refs.push(conc.asyncNoop.remote());
     await get(refs);
   });
-  rows.push({ name: '1_1_actor_calls_concurrent', value: concRate, unit: 'ops/s', ...vsPipe(concRate), note: 'maxConcurrency 16' });
+  rows.push({
+    name: '1_1_actor_calls_concurrent',
+    value: concRate,
+    unit: 'ops/s',
+    ...vsPipe(concRate),
+    note: 'maxConcurrency 16',
+  });
 
   const n = 4;
   const targets = Array.from({ length: n }, () => Echo.remote());
@@ -265,11 +329,26 @@ async function main(): Promise<void> {
   const client = Echo.remote();
   await client.noop.remote();
   const oneN = await rate(4000, async () => void (await client.callMany.remote(targets, 4000)));
-  rows.push({ name: '1_n_actor_calls_async', value: oneN, unit: 'ops/s', ...vsPipe(oneN), note: `1 client actor → ${n} actors` });
+  rows.push({
+    name: '1_n_actor_calls_async',
+    value: oneN,
+    unit: 'ops/s',
+    ...vsPipe(oneN),
+    note: `1 client actor → ${n} actors`,
+  });
   const clients = Array.from({ length: 2 }, () => Echo.remote());
   await get(clients.map((c) => c.noop.remote()));
-  const nn = await rate(8000, async () => void (await get(clients.map((c) => c.callMany.remote(targets, 4000)))));
-  rows.push({ name: 'n_n_actor_calls_async', value: nn, unit: 'ops/s', ...vsPipe(nn), note: `2 client actors → ${n} actors` });
+  const nn = await rate(
+    8000,
+    async () => void (await get(clients.map((c) => c.callMany.remote(targets, 4000)))),
+  );
+  rows.push({
+    name: 'n_n_actor_calls_async',
+    value: nn,
+    unit: 'ops/s',
+    ...vsPipe(nn),
+    note: `2 client actors → ${n} actors`,
+  });
 
   console.log('tasks, put, get, wait...');
   await noopTask.remote();
@@ -287,12 +366,22 @@ async function main(): Promise<void> {
   const putRate = await rate(1000, async () => {
     for (let i = 0; i < 1000; i++) put(small);
   });
-  rows.push({ name: 'single_client_put_calls', value: putRate, unit: 'ops/s', note: 'owner-local store' });
+  rows.push({
+    name: 'single_client_put_calls',
+    value: putRate,
+    unit: 'ops/s',
+    note: 'owner-local store',
+  });
   const ref = put(small);
   const getRate = await rate(1000, async () => {
     for (let i = 0; i < 1000; i++) await get(ref);
   });
-  rows.push({ name: 'single_client_get_calls', value: getRate, unit: 'ops/s', note: 'owner-local store' });
+  rows.push({
+    name: 'single_client_get_calls',
+    value: getRate,
+    unit: 'ops/s',
+    note: 'owner-local store',
+  });
   const waitRate = await rate(1, async () => {
     const refs = [];
     for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
@@ -308,27 +397,57 @@ async function main(): Promise<void> {
   await viaSocket.noop.remote();
   const big = new Float32Array(16 << 20);
   const MB = 64 * 1.048576;
-  for (const [how, actor] of [['shared memory', a], ['socket', viaSocket]] as const) {
+  for (const [how, actor] of [
+    ['shared memory', a],
+    ['socket', viaSocket],
+  ] as const) {
     const putMbps =
-      (await rate(1, async () => {
-        const r = put(big);
-        await actor.byteLength.remote(r);
-        api.release(r);
-      }, 4000)) * MB;
-    rows.push({ name: `put 64 MiB, fetched by an actor (${how})`, value: putMbps, unit: 'MB/s', ...vsTcp(putMbps) });
-    const getMbps = (await rate(1, async () => void (await actor.makeArray.remote(16 << 20)), 4000)) * MB;
-    rows.push({ name: `get 64 MiB result from an actor (${how})`, value: getMbps, unit: 'MB/s', ...vsTcp(getMbps) });
+      (await rate(
+        1,
+        async () => {
+          const r = put(big);
+          await actor.byteLength.remote(r);
+          api.release(r);
+        },
+        4000,
+      )) * MB;
+    rows.push({
+      name: `put 64 MiB, fetched by an actor (${how})`,
+      value: putMbps,
+      unit: 'MB/s',
+      ...vsTcp(putMbps),
+    });
+    const getMbps =
+      (await rate(1, async () => void (await actor.makeArray.remote(16 << 20)), 4000)) * MB;
+    rows.push({
+      name: `get 64 MiB result from an actor (${how})`,
+      value: getMbps,
+      unit: 'MB/s',
+      ...vsTcp(getMbps),
+    });
   }
   // One producer, several consumers on the node: the object is written to shared memory once.
   const consumers = [a, Echo.remote(), Echo.remote(), Echo.remote()];
   await get(consumers.map((c) => c.noop.remote()));
   const fanMbps =
-    (await rate(1, async () => {
-      const r = put(big);
-      await get(consumers.map((c) => c.byteLength.remote(r)));
-      api.release(r);
-    }, 4000)) * MB * consumers.length;
-  rows.push({ name: 'put 64 MiB, fetched by 4 actors at once (shared memory)', value: fanMbps, unit: 'MB/s', ...vsTcp(fanMbps), note: 'bytes delivered, all consumers' });
+    (await rate(
+      1,
+      async () => {
+        const r = put(big);
+        await get(consumers.map((c) => c.byteLength.remote(r)));
+        api.release(r);
+      },
+      4000,
+    )) *
+    MB *
+    consumers.length;
+  rows.push({
+    name: 'put 64 MiB, fetched by 4 actors at once (shared memory)',
+    value: fanMbps,
+    unit: 'MB/s',
+    ...vsTcp(fanMbps),
+    note: 'bytes delivered, all consumers',
+  });
 
   console.log('collective all-reduce...');
   const elements = 4 << 20; // 16 MiB of float32
@@ -375,15 +494,22 @@ async function main(): Promise<void> {
     await Promise.all(many.map((h) => api.kill(h)));
     // Until the killed workers are reaped (their CPU is then counted) and out of the next burst's way.
     const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline && childCount() > before) await new Promise((r) => setTimeout(r, 100));
+    while (Date.now() < deadline && childCount() > before)
+      await new Promise((r) => setTimeout(r, 100));
     const cpuPerActor = cpu0 === undefined ? undefined : (childCpuSeconds()! - cpu0) / 100;
     return { actorsPerSec, rssMiB, cpuPerActor };
   };
   const tsxBurst = await burst('tsx');
   const cachedBurst = await burst('cached');
   delete process.env.RTJOB_WORKER_LOADER;
-  const cpuNote = (b: { cpuPerActor?: number }) => (b.cpuPerActor === undefined ? '' : `, ${b.cpuPerActor.toFixed(2)} CPU-s per actor`);
-  rows.push({ name: 'baseline: create and call 100 actors, workers on tsx', value: tsxBurst.actorsPerSec, unit: 'actors/s', note: `driver+head RSS ${tsxBurst.rssMiB.toFixed(0)} MiB${cpuNote(tsxBurst)}` });
+  const cpuNote = (b: { cpuPerActor?: number }) =>
+    b.cpuPerActor === undefined ? '' : `, ${b.cpuPerActor.toFixed(2)} CPU-s per actor`;
+  rows.push({
+    name: 'baseline: create and call 100 actors, workers on tsx',
+    value: tsxBurst.actorsPerSec,
+    unit: 'actors/s',
+    note: `driver+head RSS ${tsxBurst.rssMiB.toFixed(0)} MiB${cpuNote(tsxBurst)}`,
+  });
   rows.push({
     name: 'create and call 100 actors',
     value: cachedBurst.actorsPerSec,
@@ -409,6 +535,9 @@ async function main(): Promise<void> {
   console.log(lines.join('\n'));
   const dir = fileURLToPath(new URL('./results/', import.meta.url));
   mkdirSync(dir, { recursive: true });
-  writeFileSync(`${dir}runtime.json`, JSON.stringify({ machine, date: new Date().toISOString(), rows }, null, 2));
+  writeFileSync(
+    `${dir}runtime.json`,
+    JSON.stringify({ machine, date: new Date().toISOString(), rows }, null, 2),
+  );
   process.exit(0);
 }

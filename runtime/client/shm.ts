@@ -161,6 +161,26 @@ function sweep(p: string): void {
   }
 }
 
+/** Removes the files a process (now gone) left behind; the node agent calls it as a worker ends. */
+export function removeShmFilesOf(pid: number): void {
+  const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().uid;
+  const p = `/dev/shm/rtjob-${uid}`;
+  let names: string[];
+  try {
+    names = readdirSync(p);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!name.startsWith(`${pid}-`)) continue;
+    try {
+      unlinkSync(join(p, name));
+    } catch {
+      // Already gone.
+    }
+  }
+}
+
 function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
@@ -177,7 +197,7 @@ function track(path: string): void {
   if (exitHook) return;
   exitHook = true;
   process.on('exit', () => {
-      for (const f of own) {
+    for (const f of own) {
       for (const p of [f, `${f}_done`]) {
         try {
           unlinkSync(p);
@@ -195,7 +215,8 @@ let seq = 0;
 /** Bytes of large typed arrays in `v` (a typed array, or plain objects and arrays of them). */
 export function largeBytes(v: unknown, depth = 0): number {
   if (v === null || typeof v !== 'object') return 0;
-  if (ArrayBuffer.isView(v)) return v.byteLength >= segmentMinBytes && !(v instanceof DataView) ? v.byteLength : 0;
+  if (ArrayBuffer.isView(v))
+    return v.byteLength >= segmentMinBytes && !(v instanceof DataView) ? v.byteLength : 0;
   if (depth > 4) return 0;
   let n = 0;
   if (Array.isArray(v)) {
@@ -212,7 +233,11 @@ export function largeBytes(v: unknown, depth = 0): number {
  * Writes `value` to a new shared-memory file named after `id`; resolves with its wire form, or
  * undefined when shared memory is unavailable. The caller removes it with `removeShm`.
  */
-export async function writeShm(value: unknown, id: string, oneShot: boolean): Promise<ShmValue | undefined> {
+export async function writeShm(
+  value: unknown,
+  id: string,
+  oneShot: boolean,
+): Promise<ShmValue | undefined> {
   const d = dir();
   if (!d) return undefined;
   const name = `${process.pid}-${id.replace(/[^A-Za-z0-9_]/g, '_')}${oneShot ? `_${seq++}` : ''}`;
@@ -332,7 +357,8 @@ async function writeAll(fh: FileHandle, parts: Uint8Array[]): Promise<void> {
 /** Reads a shared-memory value (removing the file when it is a one-shot). */
 export async function readShm(v: ShmValue): Promise<unknown> {
   const d = dir();
-  if (!d || !validName.test(v.name)) throw new Error(`not a shared-memory object name: '${v.name.slice(0, 80)}'`);
+  if (!d || !validName.test(v.name))
+    throw new Error(`not a shared-memory object name: '${v.name.slice(0, 80)}'`);
   const path = join(d, v.name);
   const fh = await open(path, 'r');
   let file: Buffer;
@@ -345,13 +371,15 @@ export async function readShm(v: ShmValue): Promise<unknown> {
       if (r.bytesRead === 0) break;
       got += r.bytesRead;
     }
-    if (got !== size || size !== v.bytes) throw new Error(`shared-memory object ${v.name} is truncated`);
+    if (got !== size || size !== v.bytes)
+      throw new Error(`shared-memory object ${v.name} is truncated`);
   } finally {
     await fh.close();
     // A one-shot goes back to its writer for reuse (or is removed with it).
     if (v.oneShot) await rename(path, `${path}_done`).catch(() => {});
   }
-  if (file.readUInt32LE(0) !== MAGIC) throw new Error(`shared-memory object ${v.name} is malformed`);
+  if (file.readUInt32LE(0) !== MAGIC)
+    throw new Error(`shared-memory object ${v.name} is malformed`);
   const len = file.readUInt32LE(4);
   const base = Math.ceil((8 + len) / align) * align;
   decoding = file.subarray(base);
