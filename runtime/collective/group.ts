@@ -378,6 +378,8 @@ export class CollectiveGroup {
     sock.on('end', () => lost('connection closed'));
     sock.on('close', () => lost('connection closed'));
     if (side === 'right') sock.resume();
+    // It may have closed while the rest of the ring was still forming.
+    if (sock.destroyed) queueMicrotask(() => lost('connection closed while the group formed'));
   }
 
   private abort(err: CollectiveError): void {

@@ -80,7 +80,16 @@ export async function formRing(opts: {
   const entry: Entry = { address: `${opts.host}:${port}`, nonce, worldSize: n };
   try {
     await opts.kv.put(keyOf(group, rank), Buffer.from(JSON.stringify(entry)));
-    const right = await connectRight(opts);
+    let right: Socket;
+    try {
+      right = await connectRight(opts);
+    } catch (e) {
+      left.then(
+        (s) => s.destroy(),
+        () => {},
+      );
+      throw e;
+    }
     try {
       const l = await withDeadline(
         left,
@@ -149,6 +158,8 @@ function acceptLeft(
             return;
           }
           server.removeAllListeners('connection');
+          // Until the group watches it: an error must not go unhandled (the group sees `destroyed`).
+          sock.on('error', () => {});
           // Held until the group listens: the neighbour may start an operation at once.
           sock.pause();
           sock.write(Buffer.from([1]));
@@ -232,6 +243,7 @@ function handshake(
       clearTimeout(timer);
       sock.removeAllListeners('close');
       sock.removeAllListeners('error');
+      sock.on('error', () => {});
       if (d.length !== 1 || d[0] !== 1)
         return fail(`${entry.address} answered the handshake wrongly`);
       resolve(sock);
