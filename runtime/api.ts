@@ -305,7 +305,7 @@ export interface GetOptions {
 export function get<T>(ref: ObjectRef<T>, opts?: GetOptions): Promise<T>;
 export function get<const T extends readonly ObjectRef<unknown>[]>(refs: T, opts?: GetOptions): Promise<Values<T>>;
 export function get(refs: ObjectRef<unknown> | readonly ObjectRef<unknown>[], opts: GetOptions = {}): Promise<unknown> {
-  const all = Array.isArray(refs) ? Promise.all(refs as ObjectRef<unknown>[]) : Promise.resolve(refs as ObjectRef<unknown>);
+  const all = Array.isArray(refs) ? Promise.all(refs as ObjectRef<unknown>[]) : valueOf(refs as ObjectRef<unknown>);
   if (opts.timeoutMs === undefined) return all;
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new GetTimeoutError(`get timed out after ${opts.timeoutMs} ms`)), opts.timeoutMs);
@@ -320,6 +320,23 @@ export function get(refs: ObjectRef<unknown> | readonly ObjectRef<unknown>[], op
       },
     );
   });
+}
+
+/**
+ * One ref's value as a single promise (the sync call path: `Promise.resolve(ref)` would add a
+ * thenable job and two more promises per call).
+ */
+function valueOf(ref: ObjectRef<unknown>): Promise<unknown> {
+  if (!(ref instanceof ObjectRef)) return Promise.resolve(ref);
+  return new Promise((resolve, reject) =>
+    ref._onSettled((r) => {
+      try {
+        resolve(r._take());
+      } catch (e) {
+        reject(e);
+      }
+    }),
+  );
 }
 
 /** Stores a value in this process (its owner) and returns a ref other processes can fetch. */
