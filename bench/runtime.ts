@@ -87,27 +87,42 @@ async function rate(ops: number, fn: () => Promise<void>, ms = 3000, warmup = 1)
 }
 
 /**
- * Runs `total` sequential operations in windows of `window` and returns the median window's
- * operations per second: the shape of an independent test, not the best moment of the run.
+ * Alternates windows of `a` and `b` (`rounds` of each, each window `ops` operations run by one
+ * call of `fn`) and returns each one's median rate in operations per second. A baseline and the
+ * thing it bounds are thus measured side by side, so a load that drifts during the run weighs on
+ * both alike, and the median is the shape of an independent test, not the run's best moment.
  */
-async function medianRate(
-  total: number,
-  window: number,
-  op: () => Promise<unknown>,
-): Promise<number> {
-  for (let i = 0; i < window; i++) await op();
-  const rates: number[] = [];
-  for (let w = 0; w < total / window; w++) {
-    const t0 = performance.now();
-    for (let i = 0; i < window; i++) await op();
-    rates.push(window / ((performance.now() - t0) / 1000));
+async function paired(
+  rounds: number,
+  a: { ops: number; fn: () => Promise<unknown> },
+  b: { ops: number; fn: () => Promise<unknown> },
+): Promise<[number, number]> {
+  await a.fn();
+  await b.fn();
+  const ra: number[] = [];
+  const rb: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    for (const [x, out] of [
+      [a, ra],
+      [b, rb],
+    ] as const) {
+      const t0 = performance.now();
+      await x.fn();
+      out.push(x.ops / ((performance.now() - t0) / 1000));
+    }
   }
-  rates.sort((a, b) => a - b);
-  return rates[Math.floor(rates.length / 2)]!;
+  const median = (v: number[]) => v.sort((p, q) => p - q)[Math.floor(v.length / 2)]!;
+  return [median(ra), median(rb)];
 }
 
-/** MB/s of 64 MiB messages over a raw TCP loopback socket to another process (each acknowledged). */
-async function tcpBaseline(): Promise<number> {
+/** MB in one raw TCP message, and the MiB in the transfers. */
+const MB64 = 64 * 1.048576;
+
+/**
+ * A raw TCP loopback socket to another process: `send()` moves one 64 MiB message and resolves
+ * when the peer has all of it.
+ */
+async function tcpBaseline(): Promise<{ send(): Promise<void>; close(): void }> {
   const child = spawn(process.execPath, ['--import', 'tsx', self, '--tcp-sink'], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -121,18 +136,14 @@ async function tcpBaseline(): Promise<number> {
     for (let i = 0; i < d.length; i++) acks.shift()?.();
   });
   const msg = Buffer.alloc(64 << 20, 7);
-  const perSec = await rate(
-    1,
-    () =>
+  return {
+    send: () =>
       new Promise<void>((resolve) => {
         acks.push(resolve);
         sock.write(msg);
       }),
-    4000,
-  );
-  sock.destroy();
-  child.kill();
-  return perSec * 64 * 1.048576;
+    close: () => (sock.destroy(), child.kill()),
+  };
 }
 
 /** MB/s of copying 64 MiB into another buffer in this process. */
@@ -140,13 +151,14 @@ async function memcpyBaseline(): Promise<number> {
   const src = Buffer.alloc(64 << 20, 3);
   const dst = Buffer.alloc(64 << 20);
   const perSec = await rate(1, async () => void src.copy(dst), 2000);
-  return perSec * 64 * 1.048576;
+  return perSec * MB64;
 }
 
 async function rawWsBaseline(): Promise<{
   sync: number;
-  syncMedian: number;
   pipelined: number;
+  /** One sync echo of a small value. */
+  call(v: unknown): Promise<void>;
   close(): void;
 }> {
   const child = spawn(process.execPath, ['--import', 'tsx', self, '--raw-echo'], {
@@ -176,13 +188,12 @@ async function rawWsBaseline(): Promise<{
   const sync = await rate(200, async () => {
     for (let i = 0; i < 200; i++) await call(null);
   });
-  const syncMedian = await medianRate(3000, 300, () => call(1));
   const pipelined = await rate(1000, async () => {
     const ps = [];
     for (let i = 0; i < 1000; i++) ps.push(call(null));
     await Promise.all(ps);
   });
-  return { sync, syncMedian, pipelined, close: () => (ws.close(), child.kill()) };
+  return { sync, pipelined, call: (v) => call(v), close: () => (ws.close(), child.kill()) };
 }
 
 async function ipcBaseline(): Promise<{ sync: number; close(): void }> {
@@ -249,25 +260,14 @@ async function main(): Promise<void> {
   console.log('measuring baselines...');
   const raw = await rawWsBaseline();
   const ipc = await ipcBaseline();
-  raw.close();
   ipc.close();
   const tcp = await tcpBaseline();
   const memcpy = await memcpyBaseline();
   rows.push({ name: 'baseline: raw ws+msgpackr echo, sync', value: raw.sync, unit: 'ops/s' });
   rows.push({
-    name: 'baseline: raw ws+msgpackr echo, sync, 3,000 calls, median window',
-    value: raw.syncMedian,
-    unit: 'ops/s',
-  });
-  rows.push({
     name: 'baseline: raw ws+msgpackr echo, pipelined',
     value: raw.pipelined,
     unit: 'ops/s',
-  });
-  rows.push({
-    name: 'baseline: raw TCP loopback stream, 64 MiB messages',
-    value: tcp,
-    unit: 'MB/s',
   });
   rows.push({ name: 'baseline: memcpy 64 MiB', value: memcpy, unit: 'MB/s' });
   rows.push({
@@ -289,13 +289,35 @@ async function main(): Promise<void> {
     for (let i = 0; i < 200; i++) await a.noop.remote();
   });
   rows.push({ name: '1_1_actor_calls_sync', value: sync, unit: 'ops/s', ...vsSync(sync) });
-  const syncMedian = await medianRate(3000, 300, () => get(a.echo.remote(1)));
+  // The shape of an independent test: 3,000 sequential calls through the public API, windows of
+  // 300 alternating with the raw echo's, medians compared.
+  const [rawMedian, syncMedian] = await paired(
+    10,
+    {
+      ops: 300,
+      fn: async () => {
+        for (let i = 0; i < 300; i++) await raw.call(1);
+      },
+    },
+    {
+      ops: 300,
+      fn: async () => {
+        for (let i = 0; i < 300; i++) await get(a.echo.remote(1));
+      },
+    },
+  );
+  raw.close();
   rows.push({
-    name: '`await get(actor.echo.remote(1))`, 3,000 calls, median window',
+    name: 'baseline: raw ws+msgpackr echo, sync, median of 300-call windows',
+    value: rawMedian,
+    unit: 'ops/s',
+  });
+  rows.push({
+    name: '`await get(actor.echo.remote(1))`, 3,000 calls, median of 300-call windows',
     value: syncMedian,
     unit: 'ops/s',
     baseline: 'raw sync median',
-    ratio: syncMedian / raw.syncMedian,
+    ratio: syncMedian / rawMedian,
   });
   const asyncRate = await rate(1000, async () => {
     const refs = [];
@@ -390,85 +412,97 @@ async function main(): Promise<void> {
   rows.push({ name: 'single_client_wait_1k_refs', value: waitRate, unit: 'ops/s' });
 
   console.log('64 MiB transfers...');
-  const vsTcp = (v: number) => ({ baseline: 'raw TCP', ratio: v / tcp });
+  // Each transfer alternates with one 64 MiB message over raw TCP; rows compare the medians.
+  const tcpRates: number[] = [];
+  const vsTcp = async (name: string, fn: () => Promise<unknown>, note?: string, bytes = 1) => {
+    const [t, v] = await paired(5, { ops: MB64, fn: tcp.send }, { ops: MB64 * bytes, fn });
+    tcpRates.push(t);
+    rows.push({
+      name,
+      value: v,
+      unit: 'MB/s',
+      baseline: 'raw TCP',
+      ratio: v / t,
+      ...(note ? { note } : {}),
+    });
+  };
   // Same node: shared memory. Socket: an actor told not to use it (RTJOB_OBJECT_SHM=0), the path
   // a transfer between two machines takes.
   const viaSocket = Echo.options({ env: { RTJOB_OBJECT_SHM: '0' } }).remote();
   await viaSocket.noop.remote();
   const big = new Float32Array(16 << 20);
-  const MB = 64 * 1.048576;
   for (const [how, actor] of [
     ['shared memory', a],
     ['socket', viaSocket],
   ] as const) {
-    const putMbps =
-      (await rate(
-        1,
-        async () => {
-          const r = put(big);
-          await actor.byteLength.remote(r);
-          api.release(r);
-        },
-        4000,
-      )) * MB;
-    rows.push({
-      name: `put 64 MiB, fetched by an actor (${how})`,
-      value: putMbps,
-      unit: 'MB/s',
-      ...vsTcp(putMbps),
+    await vsTcp(`put 64 MiB, fetched by an actor (${how})`, async () => {
+      const r = put(big);
+      await actor.byteLength.remote(r);
+      api.release(r);
     });
-    const getMbps =
-      (await rate(1, async () => void (await actor.makeArray.remote(16 << 20)), 4000)) * MB;
-    rows.push({
-      name: `get 64 MiB result from an actor (${how})`,
-      value: getMbps,
-      unit: 'MB/s',
-      ...vsTcp(getMbps),
-    });
+    await vsTcp(`get 64 MiB result from an actor (${how})`, () =>
+      get(actor.makeArray.remote(16 << 20)),
+    );
   }
   // One producer, several consumers on the node: the object is written to shared memory once.
   const consumers = [a, Echo.remote(), Echo.remote(), Echo.remote()];
   await get(consumers.map((c) => c.noop.remote()));
-  const fanMbps =
-    (await rate(
-      1,
-      async () => {
-        const r = put(big);
-        await get(consumers.map((c) => c.byteLength.remote(r)));
-        api.release(r);
-      },
-      4000,
-    )) *
-    MB *
-    consumers.length;
-  rows.push({
-    name: 'put 64 MiB, fetched by 4 actors at once (shared memory)',
-    value: fanMbps,
-    unit: 'MB/s',
-    ...vsTcp(fanMbps),
-    note: 'bytes delivered, all consumers',
-  });
+  await vsTcp(
+    'put 64 MiB, fetched by 4 actors at once (shared memory)',
+    async () => {
+      const r = put(big);
+      await get(consumers.map((c) => c.byteLength.remote(r)));
+      api.release(r);
+    },
+    'bytes delivered, all consumers',
+    consumers.length,
+  );
 
   console.log('collective all-reduce...');
   const elements = 4 << 20; // 16 MiB of float32
   for (const n of [2, 4]) {
     const members = Array.from({ length: n }, (_, r) => Member.remote(`bench${n}`, r, n));
     await get(members.map((m) => m.join.remote()));
-    const secs = Math.max(...(await get(members.map((m) => m.timeAllreduce.remote(elements, 10)))));
-    const algbw = (elements * 4) / secs / 1e6;
-    // Each link carries 2(N-1)/N of the data: the ring's bound is raw TCP divided by that.
-    const busbw = (algbw * 2 * (n - 1)) / n;
+    // Bus bandwidth: each link carries 2(N-1)/N of the data, so the ring's bound is raw TCP.
+    const busBytes = (elements * 4 * 2 * (n - 1)) / n / 1e6;
+    let perOp = 0;
+    const [t, bus] = await paired(
+      5,
+      { ops: MB64, fn: tcp.send },
+      {
+        ops: busBytes * 3,
+        fn: async () => {
+          const secs = Math.max(
+            ...(await get(members.map((m) => m.timeAllreduce.remote(elements, 3)))),
+          );
+          perOp = secs;
+        },
+      },
+    );
+    tcpRates.push(t);
     rows.push({
-      name: `allreduce 16 MiB float32, ${n} members`,
-      value: algbw,
+      name: `allreduce 16 MiB float32, ${n} members (bus bandwidth)`,
+      value: bus,
       unit: 'MB/s',
-      baseline: 'raw TCP (bus bandwidth)',
-      ratio: busbw / tcp,
-      note: `${(secs * 1000).toFixed(0)} ms per all-reduce; bus bandwidth ${busbw.toFixed(0)} MB/s`,
+      baseline: 'raw TCP',
+      ratio: bus / t,
+      note: `${(perOp * 1000).toFixed(0)} ms per all-reduce in the last window`,
     });
     await get(members.map((m) => m.destroy.remote()));
     await Promise.all(members.map((m) => api.kill(m)));
   }
+  tcp.close();
+  tcpRates.sort((p, q) => p - q);
+  rows.splice(
+    rows.findIndex((r) => r.name === 'baseline: memcpy 64 MiB'),
+    0,
+    {
+      name: 'baseline: raw TCP loopback stream, 64 MiB messages',
+      value: tcpRates[Math.floor(tcpRates.length / 2)]!,
+      unit: 'MB/s',
+      note: `median over the transfer rows' windows (${tcpRates[0]!.toFixed(0)}–${tcpRates.at(-1)!.toFixed(0)})`,
+    },
+  );
 
   console.log('placement groups, many actors...');
   const pgRate = await rate(20, async () => {
