@@ -17,6 +17,8 @@ import { Packr } from 'msgpackr';
 import { WebSocket, WebSocketServer } from 'ws';
 
 const self = fileURLToPath(import.meta.url);
+/** Megabytes (10^6) in the 64 MiB that every transfer row moves. */
+const MB64 = 64 * 1.048576;
 const packr = new Packr({ useRecords: false, moreTypes: true });
 
 // ---- echo peers (child processes) -------------------------------------------------------------
@@ -114,9 +116,6 @@ async function paired(
   const median = (v: number[]) => v.sort((p, q) => p - q)[Math.floor(v.length / 2)]!;
   return [median(ra), median(rb)];
 }
-
-/** MB in one raw TCP message, and the MiB in the transfers. */
-const MB64 = 64 * 1.048576;
 
 /**
  * A raw TCP loopback socket to another process: `send()` moves one 64 MiB message and resolves
