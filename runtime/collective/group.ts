@@ -173,7 +173,7 @@ export class CollectiveGroup {
    * Reduces `tensors` across the group, in place, and resolves with them: afterwards every
    * member holds the same bits (the sum, or the mean with `op: 'mean'`).
    */
-  allreduce<T extends Tensors>(tensors: T, opts: AllreduceOptions = {}): Promise<T> {
+  async allreduce<T extends Tensors>(tensors: T, opts: AllreduceOptions = {}): Promise<T> {
     const op = opts.op ?? 'sum';
     if (op !== 'sum' && op !== 'mean')
       throw new InvalidArgumentError(`allreduce op must be 'sum' or 'mean', got '${String(op)}'`);
@@ -190,7 +190,7 @@ export class CollectiveGroup {
   }
 
   /** Overwrites `tensors` on every member with the root's values, in place; same sizes everywhere. */
-  broadcast<T extends Tensors>(tensors: T, opts: BroadcastOptions = {}): Promise<T> {
+  async broadcast<T extends Tensors>(tensors: T, opts: BroadcastOptions = {}): Promise<T> {
     const root = opts.root ?? 0;
     if (!Number.isInteger(root) || root < 0 || root >= this.worldSize) {
       throw new InvalidArgumentError(
