@@ -11,7 +11,8 @@
  *
  * Only a peer on the same machine (the same `/dev/shm` mount, see `machineId`) is offered a file;
  * the directory is private to the user (0700); names are checked so a peer cannot point a reader
- * outside it. Files of processes that died are removed by the next process to use the directory.
+ * outside it. A worker's files are removed by its node agent when it exits, and files of any
+ * other process that died by the next process to use the directory.
  *
  * @module
  */
@@ -36,7 +37,7 @@ export class ShmValue {
   constructor(
     readonly name: string,
     readonly bytes: number,
-    /** The reader removes the file after reading (call results, read exactly once). */
+    /** Read exactly once (a call result): the reader hands the file back for the writer to reuse. */
     readonly oneShot: boolean,
   ) {}
 }
