@@ -9,7 +9,8 @@
  */
 import { ObjectLostError } from '../errors.ts';
 import { ObjectRef } from './object-ref.ts';
-import { ShmValue, largeBytes, removeShm, shmMinBytes, writeShm } from './shm.ts';
+import { largeBytes } from '../out-of-band.ts';
+import { ShmValue, removeShm, shmMinBytes, writeShm } from './shm.ts';
 
 /** Options for the store. */
 export interface ObjectStoreOptions {

@@ -13,7 +13,8 @@ import { type Connection, type Server, connect, holdProcessWhile, listen } from 
 import { ActorClient } from './actor-client.ts';
 import { ObjectRef, setRefFetcher } from './object-ref.ts';
 import { ObjectStore } from './object-store.ts';
-import { ShmValue, largeBytes, machineId, readShm, shmMinBytes, writeShm } from './shm.ts';
+import { largeBytes } from '../out-of-band.ts';
+import { ShmValue, machineId, readShm, shmMinBytes, writeShm } from './shm.ts';
 
 const log = logger('client');
 

@@ -5,9 +5,8 @@
  * are views into what it read. Each array is copied twice in all (into tmpfs, out of it), against
  * the socket path's msgpack, fragment, frame and reassembly copies.
  *
- * File layout: `'RTS1'`, the skeleton's length (u32 LE), the skeleton (the value packed with the
- * ordinary codec, each large typed array replaced by a segment marker), then each array's bytes
- * at a 64-byte aligned offset.
+ * A file holds the value in the layout of `runtime/out-of-band.ts`: a small packed skeleton, then
+ * each large typed array's bytes, aligned.
  *
  * Only a peer on the same machine (the same `/dev/shm` mount, see `machineId`) is offered a file;
  * the directory is private to the user (0700); names are checked so a peer cannot point a reader
@@ -21,16 +20,13 @@ import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
 import { hostname, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { logger } from '../log.ts';
-import { pack, registerWireClass, unpack } from '../protocol.ts';
+import { decodeOutOfBand, encodeOutOfBand, installOutOfBandCodec } from '../out-of-band.ts';
+import { registerWireClass } from '../protocol.ts';
 
 const log = logger('shm');
 
 /** Values with fewer typed-array bytes than this go over the socket. */
 export const shmMinBytes = 1 << 20;
-/** Typed arrays smaller than this stay inside the skeleton. */
-const segmentMinBytes = 64 << 10;
-const align = 64;
-const MAGIC = 0x31535452; // 'RTS1'
 
 /** A value written to shared memory, as it travels on the wire: the file's name and size. */
 export class ShmValue {
@@ -42,35 +38,8 @@ export class ShmValue {
   ) {}
 }
 
-/** A large typed array inside a skeleton: where its bytes lie in the file. */
-class Segment {
-  constructor(
-    readonly kind: number,
-    readonly offset: number,
-    readonly length: number,
-  ) {}
-}
-
-const kinds = [
-  Float32Array,
-  Float64Array,
-  Int8Array,
-  Uint8Array,
-  Uint8ClampedArray,
-  Int16Array,
-  Uint16Array,
-  Int32Array,
-  Uint32Array,
-  BigInt64Array,
-  BigUint64Array,
-] as const;
-const bufferKind = kinds.length;
-
-/** The file being decoded (extension readers have no context argument; decoding is synchronous). */
-let decoding: Buffer | undefined;
-
 let registered = false;
-/** Registers the two codec extensions this module needs; called once per process. */
+/** Registers the codec extensions this module needs; called once per process. */
 export function installShmCodec(): void {
   if (registered) return;
   registered = true;
@@ -80,25 +49,7 @@ export function installShmCodec(): void {
     write: (v) => [v.name, v.bytes, v.oneShot],
     read: ([name, bytes, oneShot]) => new ShmValue(String(name), Number(bytes), oneShot === true),
   });
-  registerWireClass<Segment, [number, number, number]>({
-    type: 4,
-    Class: Segment,
-    write: (s) => [s.kind, s.offset, s.length],
-    read: ([kind, offset, length]) => viewOf(kind, offset, length) as Segment,
-  });
-}
-
-function viewOf(kind: number, offset: number, length: number): unknown {
-  const file = decoding;
-  if (!file) throw new Error('a shared-memory segment outside a shared-memory file');
-  const C = kind === bufferKind ? Uint8Array : kinds[kind];
-  if (!C || offset < 0 || offset + length * C.BYTES_PER_ELEMENT > file.length) {
-    throw new Error('malformed shared-memory segment');
-  }
-  const at = file.byteOffset + offset;
-  if (kind === bufferKind) return Buffer.from(file.buffer, at, length);
-  if (at % C.BYTES_PER_ELEMENT === 0) return new C(file.buffer as ArrayBuffer, at, length);
-  return new C(file.buffer.slice(at, at + length * C.BYTES_PER_ELEMENT) as ArrayBuffer);
+  installOutOfBandCodec();
 }
 
 let machine: string | undefined | null = null;
@@ -213,23 +164,6 @@ function track(path: string): void {
 const validName = /^[0-9]+-[A-Za-z0-9_]+$/;
 let seq = 0;
 
-/** Bytes of large typed arrays in `v` (a typed array, or plain objects and arrays of them). */
-export function largeBytes(v: unknown, depth = 0): number {
-  if (v === null || typeof v !== 'object') return 0;
-  if (ArrayBuffer.isView(v))
-    return v.byteLength >= segmentMinBytes && !(v instanceof DataView) ? v.byteLength : 0;
-  if (depth > 4) return 0;
-  let n = 0;
-  if (Array.isArray(v)) {
-    for (const x of v) n += largeBytes(x, depth + 1);
-    return n;
-  }
-  const proto = Object.getPrototypeOf(v);
-  if (proto !== Object.prototype && proto !== null) return 0;
-  for (const k in v) n += largeBytes((v as Record<string, unknown>)[k], depth + 1);
-  return n;
-}
-
 /**
  * Writes `value` to a new shared-memory file named after `id`; resolves with its wire form, or
  * undefined when shared memory is unavailable. The caller removes it with `removeShm`.
@@ -242,44 +176,8 @@ export async function writeShm(
   const d = dir();
   if (!d) return undefined;
   const name = `${process.pid}-${id.replace(/[^A-Za-z0-9_]/g, '_')}${oneShot ? `_${seq++}` : ''}`;
-  const segments: Uint8Array[] = [];
-  const offsets: number[] = [];
-  let end = 0;
-  const swap = (v: unknown, depth: number): unknown => {
-    if (v === null || typeof v !== 'object') return v;
-    if (ArrayBuffer.isView(v) && !(v instanceof DataView)) {
-      if (v.byteLength < segmentMinBytes) return v;
-      const kind = Buffer.isBuffer(v) ? bufferKind : kinds.findIndex((C) => v instanceof C);
-      if (kind < 0) return v;
-      segments.push(new Uint8Array(v.buffer, v.byteOffset, v.byteLength));
-      offsets.push(end);
-      const seg = new Segment(kind, end, (v as unknown as { length: number }).length);
-      end += Math.ceil(v.byteLength / align) * align;
-      return seg;
-    }
-    if (depth > 4) return v;
-    if (Array.isArray(v)) return v.map((x) => swap(x, depth + 1));
-    const proto = Object.getPrototypeOf(v);
-    if (proto !== Object.prototype && proto !== null) return v;
-    const out: Record<string, unknown> = {};
-    for (const k in v) out[k] = swap((v as Record<string, unknown>)[k], depth + 1);
-    return out;
-  };
-  const skeleton = pack(swap(value, 0));
-  const head = Buffer.alloc(8);
-  head.writeUInt32LE(MAGIC, 0);
-  head.writeUInt32LE(skeleton.length, 4);
-  const base = Math.ceil((8 + skeleton.length) / align) * align;
-  // Offsets were counted from the first segment; the skeleton holds them relative to `base`.
-  const parts: Uint8Array[] = [head, skeleton, new Uint8Array(base - 8 - skeleton.length)];
-  for (let i = 0; i < segments.length; i++) {
-    const s = segments[i]!;
-    parts.push(s);
-    const pad = Math.ceil(s.byteLength / align) * align - s.byteLength;
-    if (pad) parts.push(new Uint8Array(pad));
-  }
+  const { parts, total } = encodeOutOfBand(value);
   const path = join(d, name);
-  const total = base + end;
   const fh = await openForWrite(path);
   track(path);
   try {
@@ -379,15 +277,10 @@ export async function readShm(v: ShmValue): Promise<unknown> {
     // A one-shot goes back to its writer for reuse (or is removed with it).
     if (v.oneShot) await rename(path, `${path}_done`).catch(() => {});
   }
-  if (file.readUInt32LE(0) !== MAGIC)
-    throw new Error(`shared-memory object ${v.name} is malformed`);
-  const len = file.readUInt32LE(4);
-  const base = Math.ceil((8 + len) / align) * align;
-  decoding = file.subarray(base);
   try {
-    return unpack(file.subarray(8, 8 + len));
-  } finally {
-    decoding = undefined;
+    return decodeOutOfBand(file);
+  } catch (e) {
+    throw new Error(`shared-memory object ${v.name}: ${(e as Error).message}`);
   }
 }
 
