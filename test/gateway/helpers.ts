@@ -116,13 +116,20 @@ export function scriptedEngine(
 }
 
 /** A gateway on loopback with test defaults. */
-export function startGateway(o: Partial<GatewayOptions> & Pick<GatewayOptions, 'engine' | 'tokenizer'>): Promise<Gateway> {
+export function startGateway(
+  o: Partial<GatewayOptions> & Pick<GatewayOptions, 'engine' | 'tokenizer'>,
+): Promise<Gateway> {
   return Gateway.start({ model: 'tiny', contextLength: 4096, maxNewTokens: 512, ...o });
 }
 
 /** A tool call in the compact template's spelling (Python-style JSON spacing, as `tojson` writes it). */
 export function hermesCall(name: string, args: Record<string, unknown>): string {
   const json = (v: unknown): string =>
-    JSON.stringify(v, null, 1).replace(/\n\s*/g, ' ').replace(/\[ /g, '[').replace(/ \]/g, ']').replace(/{ /g, '{').replace(/ }/g, '}');
+    JSON.stringify(v, null, 1)
+      .replace(/\n\s*/g, ' ')
+      .replace(/\[ /g, '[')
+      .replace(/ \]/g, ']')
+      .replace(/{ /g, '{')
+      .replace(/ }/g, '}');
   return `<tool_call>{"name": "${name}", "arguments": ${json(args)}}</tool_call>`;
 }

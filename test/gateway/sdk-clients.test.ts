@@ -3,10 +3,22 @@ import * as assert from 'uvu/assert';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, stepCountIs, streamText, tool as aiTool } from 'ai';
-import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool as agentTool } from '@openai/agents';
+import {
+  Agent,
+  OpenAIProvider,
+  Runner,
+  setTracingDisabled,
+  tool as agentTool,
+} from '@openai/agents';
 import { z } from 'zod';
 import type { Gateway } from '../../actors/gateway/server.ts';
-import { compactToolTemplate, hermesCall, scriptedEngine, startGateway, tokenizerWith } from './helpers.ts';
+import {
+  compactToolTemplate,
+  hermesCall,
+  scriptedEngine,
+  startGateway,
+  tokenizerWith,
+} from './helpers.ts';
 
 // The clients agents are written with, unmodified, against the gateway: the Responses API
 // through `openai`, the Vercel AI SDK (chat and responses models) and the OpenAI Agents SDK
@@ -27,16 +39,38 @@ test.before(async () => {
 });
 test.after(() => gw.close());
 
-function session(): { apiKey: string; close(): void; completions(): number; trajectories(): number } {
+function session(): {
+  apiKey: string;
+  close(): void;
+  completions(): number;
+  trajectories(): number;
+} {
   const s = gw.openSession();
-  return { apiKey: s.apiKey, close: s.close, completions: () => s.session.stats.completions, trajectories: () => s.session.stats.trajectories };
+  return {
+    apiKey: s.apiKey,
+    close: s.close,
+    completions: () => s.session.stats.completions,
+    trajectories: () => s.session.stats.trajectories,
+  };
 }
 
 test('openai responses API: function tools, function_call items, function_call_output, streaming events', async () => {
   const s = session();
   const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
-  const tools: OpenAI.Responses.Tool[] = [{ type: 'function', name: 'add', parameters: { type: 'object', properties: {} }, strict: false }];
-  const r1 = await client.responses.create({ model: 'tiny', instructions: 'Use tools.', input: 'What is 2+3?', tools });
+  const tools: OpenAI.Responses.Tool[] = [
+    {
+      type: 'function',
+      name: 'add',
+      parameters: { type: 'object', properties: {} },
+      strict: false,
+    },
+  ];
+  const r1 = await client.responses.create({
+    model: 'tiny',
+    instructions: 'Use tools.',
+    input: 'What is 2+3?',
+    tools,
+  });
   assert.is(r1.object, 'response');
   assert.is(r1.status, 'completed');
   const call = r1.output.find((o) => o.type === 'function_call');
@@ -49,10 +83,20 @@ test('openai responses API: function tools, function_call items, function_call_o
     call,
     { type: 'function_call_output', call_id: call.call_id, output: '5' },
   ];
-  const r2 = await client.responses.create({ model: 'tiny', instructions: 'Use tools.', input, tools });
+  const r2 = await client.responses.create({
+    model: 'tiny',
+    instructions: 'Use tools.',
+    input,
+    tools,
+  });
   assert.is(r2.output_text, 'The answer is 5.');
   const events: string[] = [];
-  const stream = client.responses.stream({ model: 'tiny', instructions: 'Use tools.', input, tools });
+  const stream = client.responses.stream({
+    model: 'tiny',
+    instructions: 'Use tools.',
+    input,
+    tools,
+  });
   for await (const e of stream) events.push(e.type);
   const final = await stream.finalResponse();
   assert.is(final.output_text, 'The answer is 5.');
@@ -70,10 +114,18 @@ test('responses API bad input names the field', async () => {
   const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
   const err = await client.responses
     .create({ model: 'tiny', input: [{ type: 'function_call_output', output: '5' } as never] })
-    .then(() => null, (e: unknown) => e);
+    .then(
+      () => null,
+      (e: unknown) => e,
+    );
   assert.ok(err instanceof OpenAI.BadRequestError);
   assert.is(err.param, 'input[0].call_id');
-  const prev = await client.responses.create({ model: 'tiny', input: 'x', previous_response_id: 'resp_1' }).then(() => null, (e: unknown) => e);
+  const prev = await client.responses
+    .create({ model: 'tiny', input: 'x', previous_response_id: 'resp_1' })
+    .then(
+      () => null,
+      (e: unknown) => e,
+    );
   assert.ok(prev instanceof OpenAI.BadRequestError);
   assert.is(prev.param, 'previous_response_id');
   s.close();
@@ -90,7 +142,13 @@ for (const api of ['chat', 'responses'] as const) {
     const r = await generateText({
       model,
       prompt: 'What is 2+3?',
-      tools: { add: aiTool({ description: 'adds', inputSchema: addSchema, execute: async ({ a, b }) => (calls.push({ a, b }), a + b) }) },
+      tools: {
+        add: aiTool({
+          description: 'adds',
+          inputSchema: addSchema,
+          execute: async ({ a, b }) => (calls.push({ a, b }), a + b),
+        }),
+      },
       stopWhen: stepCountIs(4),
       maxRetries: 0,
     });
@@ -123,8 +181,18 @@ for (const useResponses of [false, true]) {
     const s = session();
     const provider = new OpenAIProvider({ baseURL: gw.baseURL, apiKey: s.apiKey, useResponses });
     const runner = new Runner({ modelProvider: provider, tracingDisabled: true });
-    const add = agentTool({ name: 'add', description: 'adds two numbers', parameters: addSchema, execute: async ({ a, b }) => String(a + b) });
-    const agent = new Agent({ name: 'calc', instructions: 'Use the add tool.', model: 'tiny', tools: [add] });
+    const add = agentTool({
+      name: 'add',
+      description: 'adds two numbers',
+      parameters: addSchema,
+      execute: async ({ a, b }) => String(a + b),
+    });
+    const agent = new Agent({
+      name: 'calc',
+      instructions: 'Use the add tool.',
+      model: 'tiny',
+      tools: [add],
+    });
     const r = await runner.run(agent, 'What is 2+3?');
     assert.is(r.finalOutput, 'The answer is 5.');
     assert.is(s.completions(), 2);
