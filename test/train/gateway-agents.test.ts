@@ -96,6 +96,24 @@ for (const [file, what] of agents) {
   }
 }
 
+test('async with --partial-rollout and a queue of 2: versions per token, staleness within its bound', async () => {
+  const { summary, steps } = await run([
+    ...tiny('openai-chat-agent.ts', 'partial'),
+    '--async-train',
+    '--partial-rollout',
+    '--async-queue-size',
+    '2',
+    '--max-steps',
+    '3',
+  ]);
+  assert.is(summary.steps, 3);
+  assert.is(summary.episodesFailed, 0);
+  assert.ok(
+    steps.every((r) => r.staleness_max! <= 3),
+    `staleness ${steps.map((r) => r.staleness_max)}`,
+  );
+});
+
 test('the two-turn openai agent trains on one sequence per episode holding both turns', async () => {
   const { steps } = await run(tiny('openai-chat-agent.ts', 'two-turn'));
   // 2 prompts × 2 episodes, each one trajectory extended by its second turn (two completions of ≤ 6 tokens).
