@@ -178,6 +178,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         policy_loss: u.policyLoss,
         clip_fraction: u.clipFraction,
         entropy: u.entropy,
+        grad_norm: u.gradNorm,
         response_length: u.responseLength,
         pass_rate: passRate,
         staleness_mean: u.staleMean,
@@ -201,6 +202,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         episodes_failed: state.failed,
         rollout_restarts: state.rolloutRestarts,
         version: trainerVersion,
+        ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
       });
     }
     await publishing;
