@@ -218,7 +218,7 @@ export class Trainer {
       total = tf.sub(total, tf.mul(tf.sum(tf.mul(st.entropy, mask)), o.entropyCoef!));
     }
     // Diagnostics, read without gradients.
-    const clipped = tf.mul(tf.cast(tf.greater(tf.abs(tf.sub(ratio, 1)), epsLow), 'float32'), mask);
+    const clipped = tf.mul(tf.cast(tf.less(surr2, surr1), 'float32'), mask);
     out.clip += tf.sum(clipped).dataSync()[0]!;
     out.kl += tf.sum(tf.mul(tf.neg(logRatio), mask)).dataSync()[0]!;
     if (st.entropy) out.ent += tf.sum(tf.mul(st.entropy, mask)).dataSync()[0]!;
