@@ -145,7 +145,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         await afterStep(stepCtx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: batch.generateMs / 1000 });
         continue;
       }
-      const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, trainerVersion);
+      const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx, trainerVersion);
       if (u.staleMax > bound.value) {
         throw new Error(`staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`);
       }
@@ -169,6 +169,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       for (const g of kept) state.trainedPrompts.push(g.index);
       state.position = batch.position;
       state.klCoef = ctx.kl.value;
+      if (ctx.rewardNormalizer) state.rewardStats = ctx.rewardNormalizer.state();
       ctx.summary.rewardFirst ??= u.rewardMean;
       ctx.summary.rewardLast = u.rewardMean;
       const wall = performance.now() - ctx.started;

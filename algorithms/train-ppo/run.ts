@@ -13,12 +13,14 @@ import { join, resolve } from 'node:path';
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { ErrorBudgetExceededError } from '../../actors/agent/errors.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
-import { createKlController, type KlController } from '../kl.ts';
+import { createKlController } from '../kl.ts';
+import { RewardNormalizer } from '../reward-normalizer.ts';
 import { isRoleDied } from './errors.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
 import type { TrainPpoOptions } from './flags.ts';
 import type { Roles } from './roles.ts';
-import { filterGroups, publishWeights, trainOn } from './step.ts';
+import { klOptions } from './options.ts';
+import { filterGroups, publishWeights, trainOn, type UpdateState } from './step.ts';
 
 /** Where a run's numbers go: the head's metrics API, and lines on the terminal. */
 export interface RunLog {
@@ -54,16 +56,17 @@ export interface RunState {
   rolloutRestarts: number;
   /** Group runs lost with a dead rollout and run again. */
   groupsRerun: number;
+  /** Running reward statistics of `--normalize-reward`. */
+  rewardStats?: { count: number; mean: number; m2: number };
 }
 
 /** Everything a loop needs. */
-export interface RunContext {
+export interface RunContext extends UpdateState {
   o: TrainPpoOptions;
   roles: Roles;
   log: RunLog;
   sampler: PromptSampler;
   evalItems: PromptItem[];
-  kl: KlController;
   state: RunState;
   totalSteps: number;
   started: number;
@@ -94,7 +97,8 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
     log,
     sampler: new PromptSampler(records, keys, o.seed),
     evalItems,
-    kl: createKlController({ initKlCoef: o.initKlCoef }),
+    kl: createKlController(klOptions(o)),
+    ...(o.normalizeReward ? { rewardNormalizer: new RewardNormalizer() } : {}),
     state,
     totalSteps,
     started: performance.now(),
@@ -205,12 +209,13 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       continue;
     }
     const version = (await roles.trainer.weights()).version;
-    const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, version);
+    const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx, version);
     if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.wakeUp()));
     const sync = await publishWeights(roles);
     for (const g of kept) state.trainedPrompts.push(g.index);
     state.position = { ...ctx.sampler.position };
     state.klCoef = ctx.kl.value;
+    if (ctx.rewardNormalizer) state.rewardStats = ctx.rewardNormalizer.state();
     const stepMs = performance.now() - tStep;
     ctx.summary.rewardFirst ??= u.rewardMean;
     ctx.summary.rewardLast = u.rewardMean;
@@ -291,7 +296,8 @@ async function resume(ctx: RunContext): Promise<void> {
   Object.assign(ctx.state, saved.driver);
   ctx.summary.trainedPrompts = ctx.state.trainedPrompts;
   ctx.sampler.seek(saved.driver.position);
-  ctx.kl = createKlController({ initKlCoef: saved.driver.klCoef });
+  ctx.kl = createKlController(klOptions(ctx.o, saved.driver.klCoef));
+  if (ctx.rewardNormalizer) ctx.rewardNormalizer = new RewardNormalizer(saved.driver.rewardStats);
   await publishWeights(ctx.roles);
   ctx.log.line(`ckpt  resumed from ${dir} at step ${ctx.state.step} (epoch ${ctx.state.position.epoch}, offset ${ctx.state.position.offset})`);
 }

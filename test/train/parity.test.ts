@@ -63,13 +63,16 @@ for (const [name, extra] of Object.entries(runs)) {
     assert.is(got.length, 3, 'three trained steps');
     if (record) return;
     const want = baseline[name]!;
+    let worst = 0;
     got.forEach((row, i) => {
       assert.equal(Object.keys(row).sort(), Object.keys(want[i]!).sort(), `step ${i + 1}: same metrics`);
       for (const [k, v] of Object.entries(want[i]!)) {
         const diff = Math.abs(row[k]! - v);
+        worst = Math.max(worst, diff / Math.max(Math.abs(v), atol));
         assert.ok(diff <= atol + rtol * Math.abs(v), `${name} step ${i + 1} ${k}: ${row[k]} vs recorded ${v}`);
       }
     });
+    console.log(`  ${name}: largest relative difference ${worst.toExponential(1)}`);
   });
 }
 
