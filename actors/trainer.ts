@@ -205,6 +205,11 @@ export class Trainer {
     return ppoActorLoss(inputs, this.loss);
   }
 
+  /** The weight version, without the weights (what the driver needs to measure staleness). */
+  getVersion(): number {
+    return this.version;
+  }
+
   /** The current weights, for engines. */
   weights(): { version: number; tensors: NamedTensors } {
     return { version: this.version, tensors: this.model.exportWeights() };

@@ -208,7 +208,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       await afterStep(ctx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: genMs / 1000 });
       continue;
     }
-    const version = (await roles.trainer.weights()).version;
+    const version = await roles.trainer.getVersion();
     const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx, version);
     if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.wakeUp()));
     const sync = await publishWeights(roles);
