@@ -25,7 +25,8 @@ import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { StalenessThrottle } from '../staleness.ts';
 import { TrajectoryBuffer } from '../trajectory-buffer.ts';
 import type { DataPosition } from './data.ts';
-import { account, afterStep, evaluate, generate, type RunContext } from './run.ts';
+import { afterStep, type RunContext } from './context.ts';
+import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 
 /** What the producer attaches to each batch of the buffer besides its trajectories. */
