@@ -161,7 +161,9 @@ async function episodesPerSecond(): Promise<Record<string, number>> {
       return mathReward(r.choices[0]!.message.content ?? '', sample.label);
     },
   };
-  const run = async (agent: Agent): Promise<{ eps: number; tokens: number }> => {
+  const run = async (
+    agent: Agent,
+  ): Promise<{ eps: number; tokens: number; prefills: number; steps: number }> => {
     const runner = new EpisodeRunner({
       agent,
       tokenizer,
@@ -170,19 +172,26 @@ async function episodesPerSecond(): Promise<Record<string, number>> {
       maxConcurrent: 32,
       gateway,
     });
+    const before = { ...engine.stats };
     const t0 = performance.now();
     const groups = await Promise.all(samples.map((s) => runner.runGroup(engine, s)));
     const s = (performance.now() - t0) / 1000;
     const tokens = groups
       .flatMap((g) => g.trajectories)
       .reduce((n, t) => n + t.lossMask.reduce((a, b) => a + b, 0), 0);
-    return { eps: samples.length / s, tokens: tokens / samples.length };
+    return {
+      eps: samples.length / s,
+      tokens: tokens / samples.length,
+      prefills: engine.stats.prefills - before.prefills,
+      steps: engine.stats.decodeSteps - before.decodeSteps,
+    };
   };
   await run(stepAgent);
   await run(gatewayAgent);
   const step: number[] = [];
   const agent: number[] = [];
   const tok: { step: number[]; agent: number[] } = { step: [], agent: [] };
+  const calls: { step: number[][]; agent: number[][] } = { step: [], agent: [] };
   for (let round = 0; round < (quick ? 2 : 5); round++) {
     const a = await run(stepAgent);
     const b = await run(gatewayAgent);
@@ -190,6 +199,8 @@ async function episodesPerSecond(): Promise<Record<string, number>> {
     agent.push(b.eps);
     tok.step.push(a.tokens);
     tok.agent.push(b.tokens);
+    calls.step.push([a.prefills, a.steps]);
+    calls.agent.push([b.prefills, b.steps]);
   }
   await gateway.close();
   await engine.close();
@@ -200,6 +211,10 @@ async function episodesPerSecond(): Promise<Record<string, number>> {
     ratio: med(agent.map((x, i) => x / step[i]!)),
     step_tokens_per_episode: med(tok.step),
     gateway_tokens_per_episode: med(tok.agent),
+    step_prefills: med(calls.step.map((x) => x[0]!)),
+    gateway_prefills: med(calls.agent.map((x) => x[0]!)),
+    step_decode_steps: med(calls.step.map((x) => x[1]!)),
+    gateway_decode_steps: med(calls.agent.map((x) => x[1]!)),
   };
 }
 
@@ -220,6 +235,10 @@ const rows: [string, string][] = [
   ['episodes/s, step function (builtin engine, 32 at once)', e.step_episodes_per_s!.toFixed(1)],
   ['episodes/s, gateway agent (openai client), same engine', e.gateway_episodes_per_s!.toFixed(1)],
   ['gateway / step function (median of interleaved rounds)', `${(e.ratio! * 100).toFixed(0)}%`],
+  [
+    `engine prefill calls / decode steps per ${quick ? 32 : 64} episodes, step vs gateway`,
+    `${e.step_prefills} / ${e.step_decode_steps} vs ${e.gateway_prefills} / ${e.gateway_decode_steps}`,
+  ],
   [
     'generated tokens per episode, step / gateway',
     `${e.step_tokens_per_episode!.toFixed(1)} / ${e.gateway_tokens_per_episode!.toFixed(1)}`,
