@@ -54,6 +54,8 @@ export interface CompletionResult {
   promptTokens: number;
   completionTokens: number;
   choices: CompletionChoice[];
+  /** Time spent waiting for the engine. */
+  engineMs: number;
 }
 
 /** Renders, generates, records and parses one request. */
@@ -83,6 +85,7 @@ export async function complete(
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
   };
   const claim = session?.begin(promptIds);
+  const t0 = performance.now();
   let outputs: GenerateResult[];
   try {
     outputs = await generate(ctx.engine, promptIds, gconfig, s.n);
@@ -91,12 +94,14 @@ export async function complete(
     const why = err instanceof Error ? err.message : String(err);
     throw new GatewayError(500, 'engine_error', `generation failed: ${why}`);
   }
+  const engineMs = performance.now() - t0;
   if (claim) session!.record(claim, outputs);
   const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index));
   return {
     promptTokens: promptIds.length,
     completionTokens: outputs.reduce((n, o) => n + o.outputTokens.length, 0),
     choices,
+    engineMs,
   };
 }
 

@@ -30,7 +30,7 @@ export async function handleResponses(
   ctx: CompletionContext,
   model: string,
   session: TokenSession | undefined,
-): Promise<void> {
+): Promise<CompletionResult> {
   const b = v.object(body, 'body');
   if (b['previous_response_id'] !== undefined && b['previous_response_id'] !== null) {
     throw badField(
@@ -71,9 +71,10 @@ export async function handleResponses(
       'content-length': Buffer.byteLength(text),
     });
     res.end(text);
-    return;
+    return result;
   }
   streamResponse(res, response);
+  return result;
 }
 
 function inputMessages(raw: unknown): TemplateMessage[] {

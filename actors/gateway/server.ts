@@ -56,9 +56,14 @@ export interface GatewaySession {
   close(): void;
 }
 
+/** How many recent requests {@link Gateway.overheadMs} keeps. */
+const overheadWindow = 4096;
+
 /** The OpenAI-compatible endpoint; start it with {@link Gateway.start}. */
 export class Gateway {
   private readonly keys = new Map<string, KeyEntry>();
+  private readonly overhead: number[] = [];
+
   private readonly ctx: CompletionContext;
   private readonly maxBodyBytes: number;
   private constructor(
@@ -107,6 +112,14 @@ export class Gateway {
     return n;
   }
 
+  /**
+   * Milliseconds each recent completion spent in the gateway itself: from the request's first
+   * byte to the response's last, less the time waiting for the engine (bench/gateway.ts).
+   */
+  get overheadMs(): readonly number[] {
+    return this.overhead;
+  }
+
   /** Opens a recording session with a fresh key for one episode. */
   openSession(): GatewaySession {
     const apiKey = `rtj-${randomBytes(24).toString('base64url')}`;
@@ -140,6 +153,13 @@ export class Gateway {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const t0 = performance.now();
+    let engineMs: number | undefined;
+    res.once('finish', () => {
+      if (engineMs === undefined) return;
+      if (this.overhead.push(performance.now() - t0 - engineMs) > overheadWindow)
+        this.overhead.shift();
+    });
     try {
       const path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
       const entry = this.authorize(req);
@@ -154,10 +174,13 @@ export class Gateway {
       const body = await this.readJson(req);
       this.checkModel(body);
       if (path === '/v1/responses') {
-        return await handleResponses(res, body, this.ctx, this.o.model, entry.session);
+        engineMs = (await handleResponses(res, body, this.ctx, this.o.model, entry.session))
+          .engineMs;
+        return;
       }
       const chat = parseChatRequest(body);
       const result = await complete(this.ctx, chat, entry.session);
+      engineMs = result.engineMs;
       if (chat.stream)
         return streamChatCompletion(res, chat, result, this.o.tokenizer, this.o.model);
       sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model));
