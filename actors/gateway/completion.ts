@@ -58,11 +58,15 @@ export interface CompletionResult {
   engineMs: number;
 }
 
-/** Renders, generates, records and parses one request. */
+/**
+ * Renders, generates, records and parses one request. `abandoned` tells whether the client went
+ * away meanwhile (aborted its request): a completion the agent never saw is not trained on.
+ */
 export async function complete(
   ctx: CompletionContext,
   req: CompletionRequest,
   session?: TokenSession,
+  abandoned: () => boolean = () => false,
 ): Promise<CompletionResult> {
   const promptIds = renderPrompt(ctx.tokenizer, req);
   const room = ctx.contextLength - promptIds.length;
@@ -95,7 +99,8 @@ export async function complete(
     throw new GatewayError(500, 'engine_error', `generation failed: ${why}`);
   }
   const engineMs = performance.now() - t0;
-  if (claim) session!.record(claim, outputs);
+  if (claim && abandoned()) session!.release(claim);
+  else if (claim) session!.record(claim, outputs);
   const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index));
   return {
     promptTokens: promptIds.length,

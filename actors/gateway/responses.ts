@@ -30,6 +30,7 @@ export async function handleResponses(
   ctx: CompletionContext,
   model: string,
   session: TokenSession | undefined,
+  abandoned: () => boolean,
 ): Promise<CompletionResult> {
   const b = v.object(body, 'body');
   if (b['previous_response_id'] !== undefined && b['previous_response_id'] !== null) {
@@ -62,7 +63,7 @@ export async function handleResponses(
     },
   };
   const stream = v.optional(b['stream'], (x) => v.boolean(x, 'stream')) ?? false;
-  const result = await complete(ctx, req, session);
+  const result = await complete(ctx, req, session, abandoned);
   const response = responseObject(b, model, result, tools ?? []);
   if (!stream) {
     const text = JSON.stringify(response);

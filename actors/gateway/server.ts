@@ -155,6 +155,9 @@ export class Gateway {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const t0 = performance.now();
     let engineMs: number | undefined;
+    let gone = false;
+    res.once('close', () => (gone = !res.writableFinished));
+    const abandoned = (): boolean => gone;
     res.once('finish', () => {
       if (engineMs === undefined) return;
       if (this.overhead.push(performance.now() - t0 - engineMs) > overheadWindow)
@@ -174,12 +177,19 @@ export class Gateway {
       const body = await this.readJson(req);
       this.checkModel(body);
       if (path === '/v1/responses') {
-        engineMs = (await handleResponses(res, body, this.ctx, this.o.model, entry.session))
-          .engineMs;
+        const r = await handleResponses(
+          res,
+          body,
+          this.ctx,
+          this.o.model,
+          entry.session,
+          abandoned,
+        );
+        engineMs = r.engineMs;
         return;
       }
       const chat = parseChatRequest(body);
-      const result = await complete(this.ctx, chat, entry.session);
+      const result = await complete(this.ctx, chat, entry.session, abandoned);
       engineMs = result.engineMs;
       if (chat.stream)
         return streamChatCompletion(res, chat, result, this.o.tokenizer, this.o.model);
