@@ -9,6 +9,7 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { runGatewayEvaluation } from './agent/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
 import { SimulatedEngine } from './agent/simulated-engine.ts';
@@ -224,8 +225,13 @@ export class Rollout {
     return Promise.all(items.map((it) => this.runGroup(it)));
   }
 
-  /** Greedy single-turn accuracy on held-out prompts, scored by the math reward. */
+  /**
+   * Greedy accuracy on held-out prompts: single-turn, scored by the math reward; for a black-box
+   * agent (`agent(sample, env)`), its own episode with greedy decoding, correct when it returns
+   * reward 1 (an episode that fails or runs past the timeout counts as wrong).
+   */
   async evaluate(items: PromptItem[]): Promise<{ correct: number; total: number }> {
+    if (this.agent.kind === 'agent') return this.evaluateAgent(this.agent, items);
     const outs = await Promise.all(
       items.map(async (it) => {
         const s = this.sample(it);
@@ -235,6 +241,26 @@ export class Rollout {
         });
         return mathReward(this.tokenizer.decode(r.outputTokens), it.label);
       }),
+    );
+    return { correct: outs.filter((x) => x === 1).length, total: items.length };
+  }
+
+  private async evaluateAgent(
+    agent: Extract<Agent, { kind: 'agent' }>,
+    items: PromptItem[],
+  ): Promise<{ correct: number; total: number }> {
+    const timeoutMs = this.init.episodeTimeoutMs ?? 0;
+    const outs = await Promise.all(
+      items.map((it) =>
+        this.runner.slots.with(() => {
+          const signal = timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : new AbortController().signal;
+          const sample = { ...this.sample(it), nSamples: 1 };
+          const run = runGatewayEvaluation(sample, { file: agent.file, agent: agent.agent, gateway: this.gateway!, signal });
+          // A hung evaluation episode is abandoned at the timeout, as in training.
+          const timedOut = new Promise<Error>((resolve) => signal.addEventListener('abort', () => resolve(new Error('timeout'))));
+          return timeoutMs > 0 ? Promise.race([run, timedOut]) : run;
+        }),
+      ),
     );
     return { correct: outs.filter((x) => x === 1).length, total: items.length };
   }

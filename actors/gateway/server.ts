@@ -46,6 +46,8 @@ export interface GatewayOptions {
 /** A key and what it opens: a recording session (agent episodes) or none (`rtjob serve`). */
 interface KeyEntry {
   session: TokenSession | undefined;
+  /** This key's completions are generated with these settings (evaluation: greedy). */
+  ctx?: CompletionContext;
 }
 
 /** An open session handed to one agent episode. */
@@ -120,8 +122,11 @@ export class Gateway {
     return this.overhead;
   }
 
-  /** Opens a recording session with a fresh key for one episode. */
-  openSession(): GatewaySession {
+  /**
+   * Opens a recording session with a fresh key for one episode; `fixedSampling` overrides the
+   * gateway's for this session (evaluation episodes decode greedily: `{ temperature: 0, topP: 1 }`).
+   */
+  openSession(o: { fixedSampling?: { temperature: number; topP: number } } = {}): GatewaySession {
     const apiKey = `rtj-${randomBytes(24).toString('base64url')}`;
     const session = new TokenSession(
       this.o.checkDrift
@@ -129,7 +134,10 @@ export class Gateway {
         : undefined,
     );
     const h = hashKey(apiKey);
-    this.keys.set(h, { session });
+    this.keys.set(h, {
+      session,
+      ...(o.fixedSampling ? { ctx: { ...this.ctx, fixedSampling: o.fixedSampling } } : {}),
+    });
     return {
       apiKey,
       session,
@@ -189,7 +197,7 @@ export class Gateway {
         return;
       }
       const chat = parseChatRequest(body);
-      const result = await complete(this.ctx, chat, entry.session, abandoned);
+      const result = await complete(entry.ctx ?? this.ctx, chat, entry.session, abandoned);
       engineMs = result.engineMs;
       if (chat.stream)
         return streamChatCompletion(res, chat, result, this.o.tokenizer, this.o.model);
