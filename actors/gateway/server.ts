@@ -85,7 +85,6 @@ export class Gateway {
 
   /** Starts listening (loopback, a free port unless told otherwise). */
   static async start(o: GatewayOptions): Promise<Gateway> {
-    toolCallParser(o.toolCallParser ?? 'hermes');
     const server = createServer();
     const g = new Gateway(server, o);
     server.on('request', (req, res) => void g.handle(req, res));
