@@ -52,6 +52,7 @@ export interface TrainPpoOptions {
   dynamicFilteringRewardRange: [number, number];
   seed: number;
   savePath: string;
+  saveDtype: 'float32' | 'bfloat16';
   saveSteps: number;
   ckptPath: string;
   loadCheckpoint: boolean;
@@ -139,6 +140,7 @@ export const flagTable: readonly Flag[] = [
   F('dynamicFilteringRewardRange', 'pair', 'open range for --dynamic-filtering, e.g. "0 1"'),
   F('seed', 'int', 'random seed', { min: 0 }),
   F('savePath', 'string', 'where the final HF-format policy is written'),
+  F('saveDtype', 'string', 'tensor dtype of the saved policy', { choices: ['float32', 'bfloat16'] }),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
   F('ckptPath', 'string', 'checkpoint directory'),
   F('loadCheckpoint', 'bool', 'resume from the latest checkpoint in --ckpt-path'),
@@ -206,6 +208,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
   savePath: './ckpt/ppo',
+  saveDtype: 'float32',
   saveSteps: -1,
   ckptPath: './ckpt/checkpoints_ppo',
   loadCheckpoint: false,
