@@ -128,7 +128,7 @@ export function saveModel(dir: string, model: CausalLM, opts: SaveModelOptions =
   mkdirSync(dir, { recursive: true });
   const dtype = opts.dtype ?? 'float32';
   writeAtomic(join(dir, 'config.json'), configJson(model.config, dtype));
-  writeWeights(dir, model.exportWeights(), dtype, opts.maxShardBytes ?? defaultMaxShardBytes);
+  saveTensors(dir, model.exportWeights(), { dtype, maxShardBytes: opts.maxShardBytes });
   const eos = model.config.eos_token_id;
   const gc = opts.generationConfig ?? { bos_token_id: model.config.bos_token_id, eos_token_id: eos, do_sample: true, temperature: 1.0 };
   writeAtomic(join(dir, 'generation_config.json'), JSON.stringify(gc, null, 2) + '\n');
@@ -143,8 +143,14 @@ export function saveModel(dir: string, model: CausalLM, opts: SaveModelOptions =
   }
 }
 
-/** The weights as one file or as shards in name order, each at most `maxShardBytes` (or one tensor). */
-function writeWeights(dir: string, tensors: NamedTensors, dtype: SaveDtype, maxShardBytes: number): void {
+/**
+ * Writes weights into an HF model directory as `model.safetensors`, or, above `maxShardBytes`,
+ * as shards in name order of at most that size (a larger tensor gets a shard of its own) plus
+ * `model.safetensors.index.json`; removes weights of an earlier save in the other layout.
+ */
+export function saveTensors(dir: string, tensors: NamedTensors, opts: { dtype?: SaveDtype; maxShardBytes?: number } = {}): void {
+  const dtype = opts.dtype ?? 'float32';
+  const maxShardBytes = opts.maxShardBytes ?? defaultMaxShardBytes;
   const bytesPer = dtype === 'bfloat16' ? 2 : 4;
   const st = dtype === 'bfloat16' ? 'BF16' : 'F32';
   const names = Object.keys(tensors);

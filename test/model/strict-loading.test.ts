@@ -127,7 +127,7 @@ test('an over-long prompt fails with the model message in forward, prefill, deco
   const m = randomModel(resolveConfig(qwen3!), 7); // max_position_embeddings 64
   const long = Array.from({ length: 65 }, (_, i) => i % 40);
   const message = /sequence of 65 tokens exceeds max_position_embeddings 64/;
-  assert.throws(() => tf.tidy(() => m.forward(tf.tensor2d([long], [1, 65], 'int32'))), message);
+  assert.throws(() => tf.tidy(() => m.forward(tf.tensor2d([long], [1, 65], 'int32')).logits!), message);
   assert.throws(() => prefill(m, [long.slice(0, 10), long]), message);
   assert.throws(() => forwardLogprobs(m, [[...long, 1]]), /sequence of 65 tokens/);
   const { cache } = prefill(m, [long.slice(0, 64)]);
