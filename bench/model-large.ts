@@ -1,0 +1,112 @@
+/**
+ * The cost of a real-sized model on this machine's CPU: `BENCH_MODEL_PRETRAIN=<dir> npm run bench
+ * -- model` (bench/model.ts hands over to this file). Write a random Qwen3-0.6B-shaped checkpoint
+ * first with actors/model/random-checkpoint.ts. Two phases, each in a fresh process so their peak
+ * RSS is their own:
+ *
+ * - **infer** (the default backend, wasm here): load time, RSS after load, prefill tokens/s
+ *   (batch 1 and 4 × 64-token prompts), KV-cache decode tokens/s (batch 1 and 4, 16 steps);
+ * - **train** (`BENCH_TRAIN_BACKEND`, default `cpu`: weights + gradients + AdamW state of a 0.6B
+ *   model need ~9.5 GB, beyond the wasm backend's 4 GiB memory): one step of forward + backward +
+ *   AdamW on 1 × 32 tokens, its time and the process's peak RSS, against the 16 bytes per
+ *   parameter that weights, gradients and the two AdamW moments need in float32.
+ *
+ * Writes bench/results/model-large.json.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const dir = resolve(process.env.BENCH_MODEL_PRETRAIN ?? '');
+const phase = process.env.BENCH_MODEL_PHASE;
+const mib = (b: number): number => b / 2 ** 20;
+const peakRssBytes = (): number => process.resourceUsage().maxRSS * 1024;
+
+async function infer(): Promise<Record<string, number | string>> {
+  const { initBackend } = await import('../actors/model/backend.ts');
+  const { loadModel } = await import('../actors/model/checkpoint.ts');
+  const { decodeStep, prefill } = await import('../actors/model/kv-cache.ts');
+  const backend = await initBackend();
+  const t0 = performance.now();
+  const { model } = await loadModel(dir);
+  const loadS = (performance.now() - t0) / 1000;
+  const out: Record<string, number | string> = { backend, params: model.numParameters, loadSeconds: loadS, rssAfterLoadMiB: mib(process.memoryUsage().rss) };
+  const V = model.config.vocab_size;
+  for (const B of [1, 4]) {
+    const prompts = Array.from({ length: B }, (_, b) => Array.from({ length: 64 }, (_, t) => (b * 7919 + t * 104729) % V));
+    prefill(model, prompts).cache.dispose(); // warm-up
+    const p0 = performance.now();
+    const { cache } = prefill(model, prompts);
+    const prefillMs = performance.now() - p0;
+    decodeStep(model, cache, prompts.map((p) => p[0]!)); // warm-up
+    const steps = 16;
+    const d0 = performance.now();
+    for (let s = 0; s < steps; s++) decodeStep(model, cache, prompts.map((p) => p[s + 1]!));
+    const decodeMs = performance.now() - d0;
+    cache.dispose();
+    out[`prefillTokensPerSecond_b${B}`] = (B * 64 * 1000) / prefillMs;
+    out[`decodeTokensPerSecond_b${B}`] = (B * steps * 1000) / decodeMs;
+  }
+  out.peakRssMiB = mib(peakRssBytes());
+  return out;
+}
+
+async function train(): Promise<Record<string, number | string>> {
+  const { initBackend, tf } = await import('../actors/model/backend.ts');
+  const { loadModel } = await import('../actors/model/checkpoint.ts');
+  const { maskedNllLoss, ModelTrainer, padBatch } = await import('../actors/model/training.ts');
+  const backend = await initBackend((process.env.BENCH_TRAIN_BACKEND ?? 'cpu') as 'cpu' | 'wasm');
+  const { model } = await loadModel(dir);
+  const rssLoaded = process.memoryUsage().rss;
+  const trainer = new ModelTrainer(model, { lr: 1e-5 });
+  const T = 32;
+  const batch = padBatch([Array.from({ length: T }, (_, t) => (t * 104729) % model.config.vocab_size)]);
+  const mask = tf.onesLike(batch.ids).toFloat();
+  const t0 = performance.now();
+  trainer.accumulate(() => maskedNllLoss(model, batch.ids, mask));
+  const { gradNorm } = trainer.step();
+  const stepS = (performance.now() - t0) / 1000;
+  const params = model.numParameters;
+  const peak = peakRssBytes();
+  return {
+    backend,
+    params,
+    tokens: T,
+    stepSeconds: stepS,
+    gradNorm,
+    rssAfterLoadMiB: mib(rssLoaded),
+    peakRssMiB: mib(peak),
+    // weights, gradients and AdamW's m and v, float32 each
+    neededMiB: mib(16 * params),
+    overheadMiB: mib(peak - 16 * params),
+    tensorsMiB: mib(tf.memory().numBytes),
+  };
+}
+
+if (phase === 'infer' || phase === 'train') {
+  const r = phase === 'infer' ? await infer() : await train();
+  process.stdout.write(`RESULT ${JSON.stringify(r)}\n`);
+  process.exit(0);
+}
+
+if (!process.env.BENCH_MODEL_PRETRAIN) throw new Error('set BENCH_MODEL_PRETRAIN to a model directory');
+const result: Record<string, unknown> = { dir };
+for (const p of (process.env.BENCH_MODEL_PHASES ?? 'infer,train').split(',')) {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
+    env: { ...process.env, BENCH_MODEL_PHASE: p },
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'inherit'],
+    maxBuffer: 1 << 24,
+  });
+  const line = r.stdout.split('\n').find((l) => l.startsWith('RESULT '));
+  result[p] = line ? JSON.parse(line.slice(7)) : { failed: `exit ${r.status} ${r.signal ?? ''}`.trim() };
+}
+console.log('| phase | metric | value |\n|---|---|---|');
+for (const [p, v] of Object.entries(result)) {
+  if (typeof v !== 'object' || v === null) continue;
+  for (const [k, x] of Object.entries(v)) console.log(`| ${p} | ${k} | ${typeof x === 'number' ? Number(x.toPrecision(4)) : x} |`);
+}
+const outDir = fileURLToPath(new URL('./results/', import.meta.url));
+mkdirSync(outDir, { recursive: true });
+writeFileSync(resolve(outDir, 'model-large.json'), JSON.stringify(result, null, 2) + '\n');
