@@ -10,7 +10,10 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { tf } from '../../actors/model/backend.ts';
-import { loadModel } from '../../actors/model/checkpoint.ts';
+import { loadModel, readWeights } from '../../actors/model/checkpoint.ts';
+import { toBf16 } from '../../actors/model/safetensors.ts';
+import { Trainer } from '../../actors/trainer.ts';
+import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
 import { maxAbsDiff } from '../fixtures/model/tiny.ts';
 import { writeTinyQwen3 } from '../fixtures/model/qwen3.ts';
 import type { CausalLM } from '../../actors/model/llama.ts';
@@ -48,6 +51,26 @@ test('a Qwen3 checkpoint trains 2 steps under train_ppo; the saved policy reload
   assert.equal(JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')), JSON.parse(readFileSync(join(base, 'config.json'), 'utf8')));
   assert.is(saved.tokenizer!.eosTokenId, 151645);
   [saved, last, first].forEach((l) => l.model.dispose());
+});
+
+test('--save-dtype bfloat16 reaches the trainer: the policy is written in BF16 with dtype bfloat16', async () => {
+  assert.is(parseTrainPpoFlags(['--save-dtype', 'bfloat16']).saveDtype, 'bfloat16');
+  assert.is(parseTrainPpoFlags([]).saveDtype, 'float32');
+  assert.throws(() => parseTrainPpoFlags(['--save-dtype', 'fp8']), /--save-dtype: 'fp8' is not one of float32, bfloat16/);
+  const src = join(root, 'ckpt', 'global_step_2');
+  const trainer = new Trainer({ pretrain: src, learningRate: 0, trainBatchSize: 1, microTrainBatchSize: 1, saveDtype: 'bfloat16' });
+  await trainer.ready();
+  const out = join(root, 'bf16');
+  trainer.saveHf(out);
+  trainer.dispose();
+  const cfg = JSON.parse(readFileSync(join(out, 'config.json'), 'utf8'));
+  assert.is(cfg.torch_dtype, 'bfloat16');
+  const f32 = readWeights(src);
+  const bf16 = readWeights(out);
+  for (const [name, t] of Object.entries(f32)) {
+    const rounded = new Float32Array(new Uint32Array(Array.from(toBf16(t.data), (h) => h << 16)).buffer);
+    assert.is(maxAbsDiff(bf16[name]!.data, rounded), 0, name);
+  }
 });
 
 test.run();
