@@ -35,17 +35,29 @@ async function infer(): Promise<Record<string, number | string>> {
   const t0 = performance.now();
   const { model } = await loadModel(dir);
   const loadS = (performance.now() - t0) / 1000;
-  const out: Record<string, number | string> = { backend, params: model.numParameters, loadSeconds: loadS, rssAfterLoadMiB: mib(process.memoryUsage().rss) };
+  const out: Record<string, number | string> = {
+    backend,
+    params: model.numParameters,
+    loadSeconds: loadS,
+    rssAfterLoadMiB: mib(process.memoryUsage().rss),
+  };
   const V = model.config.vocab_size;
   const promptLen = 16;
   for (const B of [1, 4]) {
-    const prompts = Array.from({ length: B }, (_, b) => Array.from({ length: promptLen }, (_, t) => (b * 7919 + t * 104729) % V));
+    const prompts = Array.from({ length: B }, (_, b) =>
+      Array.from({ length: promptLen }, (_, t) => (b * 7919 + t * 104729) % V),
+    );
     const p0 = performance.now();
     const { cache } = prefill(model, prompts);
     const prefillMs = performance.now() - p0;
     const steps = 4;
     const d0 = performance.now();
-    for (let s = 0; s < steps; s++) decodeStep(model, cache, prompts.map((p) => p[s + 1]!));
+    for (let s = 0; s < steps; s++)
+      decodeStep(
+        model,
+        cache,
+        prompts.map((p) => p[s + 1]!),
+      );
     const decodeMs = performance.now() - d0;
     cache.dispose();
     out[`prefillTokensPerSecond_b${B}`] = (B * promptLen * 1000) / prefillMs;
@@ -64,7 +76,9 @@ async function train(): Promise<Record<string, number | string>> {
   const rssLoaded = process.memoryUsage().rss;
   const trainer = new ModelTrainer(model, { lr: 1e-5 });
   const T = 16;
-  const batch = padBatch([Array.from({ length: T }, (_, t) => (t * 104729) % model.config.vocab_size)]);
+  const batch = padBatch([
+    Array.from({ length: T }, (_, t) => (t * 104729) % model.config.vocab_size),
+  ]);
   const mask = tf.onesLike(batch.ids).toFloat();
   const t0 = performance.now();
   trainer.accumulate(() => maskedNllLoss(model, batch.ids, mask));
@@ -93,7 +107,8 @@ if (phase === 'infer' || phase === 'train') {
   process.exit(0);
 }
 
-if (!process.env.BENCH_MODEL_PRETRAIN) throw new Error('set BENCH_MODEL_PRETRAIN to a model directory');
+if (!process.env.BENCH_MODEL_PRETRAIN)
+  throw new Error('set BENCH_MODEL_PRETRAIN to a model directory');
 const result: Record<string, unknown> = { dir };
 for (const p of (process.env.BENCH_MODEL_PHASES ?? 'infer,train').split(',')) {
   const r = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
@@ -103,12 +118,15 @@ for (const p of (process.env.BENCH_MODEL_PHASES ?? 'infer,train').split(',')) {
     maxBuffer: 1 << 24,
   });
   const line = r.stdout.split('\n').find((l) => l.startsWith('RESULT '));
-  result[p] = line ? JSON.parse(line.slice(7)) : { failed: `exit ${r.status} ${r.signal ?? ''}`.trim() };
+  result[p] = line
+    ? JSON.parse(line.slice(7))
+    : { failed: `exit ${r.status} ${r.signal ?? ''}`.trim() };
 }
 console.log('| phase | metric | value |\n|---|---|---|');
 for (const [p, v] of Object.entries(result)) {
   if (typeof v !== 'object' || v === null) continue;
-  for (const [k, x] of Object.entries(v)) console.log(`| ${p} | ${k} | ${typeof x === 'number' ? Number(x.toPrecision(4)) : x} |`);
+  for (const [k, x] of Object.entries(v))
+    console.log(`| ${p} | ${k} | ${typeof x === 'number' ? Number(x.toPrecision(4)) : x} |`);
 }
 const outDir = fileURLToPath(new URL('./results/', import.meta.url));
 mkdirSync(outDir, { recursive: true });

@@ -100,7 +100,8 @@ export function resolveConfig(raw: Record<string, unknown>, source = 'config.jso
   const num = (k: string, d?: number): number => {
     const v = raw[k] ?? d;
     if (v === undefined) fail(`'${k}' is missing`);
-    if (typeof v !== 'number' || !Number.isFinite(v)) fail(`'${k}' must be a number, got ${JSON.stringify(v)}`);
+    if (typeof v !== 'number' || !Number.isFinite(v))
+      fail(`'${k}' must be a number, got ${JSON.stringify(v)}`);
     return v as number;
   };
   const type = String(raw.model_type ?? '');
@@ -110,24 +111,36 @@ export function resolveConfig(raw: Record<string, unknown>, source = 'config.jso
   const family = type as ModelFamily;
   const architectures = (raw.architectures as string[] | undefined) ?? [causalLmClass[family]];
   if (!Array.isArray(architectures) || architectures.some((a) => a !== causalLmClass[family])) {
-    fail(`architectures ${JSON.stringify(raw.architectures)}: only ${causalLmClass[family]} is supported for model_type '${family}'`);
+    fail(
+      `architectures ${JSON.stringify(raw.architectures)}: only ${causalLmClass[family]} is supported for model_type '${family}'`,
+    );
   }
   const heads = num('num_attention_heads');
   const hidden = num('hidden_size');
   const layers = num('num_hidden_layers');
   const kv = num('num_key_value_heads', heads);
   // head_dim: null means "derive it" in Mistral's config; Qwen3Config defaults to 128.
-  const headDim = raw.head_dim === null ? Math.floor(hidden / heads) : num('head_dim', familyDefaults[family].headDim ?? Math.floor(hidden / heads));
+  const headDim =
+    raw.head_dim === null
+      ? Math.floor(hidden / heads)
+      : num('head_dim', familyDefaults[family].headDim ?? Math.floor(hidden / heads));
   const maxPos = num('max_position_embeddings', familyDefaults[family].maxPos);
   const act = String(raw.hidden_act ?? 'silu');
   if (act !== 'silu') fail(`hidden_act '${act}' is not supported (silu only)`);
-  if (heads % kv !== 0) fail(`num_attention_heads ${heads} must be a multiple of num_key_value_heads ${kv}`);
+  if (heads % kv !== 0)
+    fail(`num_attention_heads ${heads} must be a multiple of num_key_value_heads ${kv}`);
   if (headDim % 2 !== 0) fail(`head_dim ${headDim} must be even (rotary embeddings)`);
   if (raw.mlp_bias) fail('mlp_bias is not supported');
-  for (const k of ['num_experts', 'num_local_experts', 'n_routed_experts', 'moe_intermediate_size']) {
+  for (const k of [
+    'num_experts',
+    'num_local_experts',
+    'n_routed_experts',
+    'moe_intermediate_size',
+  ]) {
     if (raw[k]) fail(`'${k}': mixture-of-experts models are not supported`);
   }
-  if ((raw.partial_rotary_factor ?? 1) !== 1) fail(`partial_rotary_factor ${String(raw.partial_rotary_factor)} is not supported (1 only)`);
+  if ((raw.partial_rotary_factor ?? 1) !== 1)
+    fail(`partial_rotary_factor ${String(raw.partial_rotary_factor)} is not supported (1 only)`);
   if (Number(raw.attention_dropout ?? 0) !== 0) fail('attention_dropout > 0 is not supported');
   checkSlidingWindow(raw, family, layers, maxPos, fail);
   const { theta, scaling } = resolveRope(raw, fail);
@@ -163,24 +176,37 @@ export function resolveConfig(raw: Record<string, unknown>, source = 'config.jso
  * Qwen2/Qwen3's under `use_sliding_window` on layers from `max_window_layers` (or as
  * `layer_types` says). A window at least `max_position_embeddings` wide never masks anything.
  */
-function checkSlidingWindow(raw: Record<string, unknown>, family: ModelFamily, layers: number, maxPos: number, fail: (m: string) => never): void {
+function checkSlidingWindow(
+  raw: Record<string, unknown>,
+  family: ModelFamily,
+  layers: number,
+  maxPos: number,
+  fail: (m: string) => never,
+): void {
   const window = raw.sliding_window;
   if (window === null || window === undefined || family === 'llama') return;
   if (typeof window !== 'number') fail(`sliding_window must be a number or null`);
   if ((window as number) >= maxPos) return;
   let slidingLayers = 0;
   if (family === 'mistral') slidingLayers = layers;
-  else if (Array.isArray(raw.layer_types)) slidingLayers = raw.layer_types.filter((t) => t === 'sliding_attention').length;
-  else if (raw.use_sliding_window) slidingLayers = Math.max(0, layers - Number(raw.max_window_layers ?? 28));
+  else if (Array.isArray(raw.layer_types))
+    slidingLayers = raw.layer_types.filter((t) => t === 'sliding_attention').length;
+  else if (raw.use_sliding_window)
+    slidingLayers = Math.max(0, layers - Number(raw.max_window_layers ?? 28));
   if (slidingLayers > 0) {
-    fail(`sliding_window ${String(window)} < max_position_embeddings ${maxPos} takes effect on ${slidingLayers} layer(s); sliding-window attention is not supported`);
+    fail(
+      `sliding_window ${String(window)} < max_position_embeddings ${maxPos} takes effect on ${slidingLayers} layer(s); sliding-window attention is not supported`,
+    );
   }
 }
 
 const ropeTypes = ['default', 'linear', 'llama3'];
 
 /** theta and scaling from the v5 `rope_parameters` block or the v4 `rope_theta` + `rope_scaling`. */
-function resolveRope(raw: Record<string, unknown>, fail: (m: string) => never): { theta: number; scaling: RopeScaling } {
+function resolveRope(
+  raw: Record<string, unknown>,
+  fail: (m: string) => never,
+): { theta: number; scaling: RopeScaling } {
   const v5 = raw.rope_parameters as Record<string, unknown> | null | undefined;
   const field = v5 ? 'rope_parameters' : 'rope_scaling';
   const block = (v5 ?? raw.rope_scaling ?? {}) as Record<string, unknown>;
@@ -190,17 +216,22 @@ function resolveRope(raw: Record<string, unknown>, fail: (m: string) => never): 
   if (v5 && v5.rope_theta !== undefined) {
     theta = v5.rope_theta as number;
     if (raw.rope_theta !== undefined && raw.rope_theta !== theta) {
-      fail(`rope_theta ${String(raw.rope_theta)} disagrees with rope_parameters.rope_theta ${String(theta)}`);
+      fail(
+        `rope_theta ${String(raw.rope_theta)} disagrees with rope_parameters.rope_theta ${String(theta)}`,
+      );
     }
   } else if (raw.rope_theta !== undefined) theta = raw.rope_theta as number;
   if (typeof theta !== 'number' || !(theta > 0)) fail(`rope_theta must be a positive number`);
   const type = String(block.rope_type ?? block.type ?? 'default');
   if (!ropeTypes.includes(type)) {
-    fail(`${field}.rope_type '${type}' is not supported (${ropeTypes.join(', ')}; YaRN, dynamic and longrope scaling are not implemented)`);
+    fail(
+      `${field}.rope_type '${type}' is not supported (${ropeTypes.join(', ')}; YaRN, dynamic and longrope scaling are not implemented)`,
+    );
   }
   const need = (k: string): number => {
     const v = block[k];
-    if (typeof v !== 'number' || !Number.isFinite(v)) fail(`${field}.${k} must be a number for rope_type '${type}'`);
+    if (typeof v !== 'number' || !Number.isFinite(v))
+      fail(`${field}.${k} must be a number for rope_type '${type}'`);
     return v as number;
   };
   if (type === 'linear') return { theta, scaling: { rope_type: 'linear', factor: need('factor') } };
@@ -224,7 +255,9 @@ function resolveRope(raw: Record<string, unknown>, fail: (m: string) => never): 
  * `ROPE_INIT_FUNCTIONS` do in float32: `theta^(-2i/d)`, divided by `factor` (linear), or Llama
  * 3's wavelength-dependent blend.
  */
-export function ropeInvFreq(c: Pick<LlamaConfig, 'head_dim' | 'rope_theta' | 'rope_scaling'>): Float32Array {
+export function ropeInvFreq(
+  c: Pick<LlamaConfig, 'head_dim' | 'rope_theta' | 'rope_scaling'>,
+): Float32Array {
   const half = c.head_dim / 2;
   const out = new Float32Array(half);
   const s = c.rope_scaling;
@@ -239,7 +272,8 @@ export function ropeInvFreq(c: Pick<LlamaConfig, 'head_dim' | 'rope_theta' | 'ro
       const wavelen = (2 * Math.PI) / f;
       if (wavelen > lowWavelen) f = f / s.factor;
       else if (wavelen >= highWavelen) {
-        const smooth = (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        const smooth =
+          (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         f = (1 - smooth) * (f / s.factor) + smooth * f;
       }
       f = Math.fround(f);
@@ -300,5 +334,7 @@ export function parameterShapes(c: LlamaConfig): [string, number[]][] {
  * tied model's `lm_head.weight` and the non-persistent `rotary_emb.inv_freq` buffers.
  */
 export function isIgnorableTensor(c: LlamaConfig, name: string): boolean {
-  return (name === 'lm_head.weight' && c.tie_word_embeddings) || name.endsWith('rotary_emb.inv_freq');
+  return (
+    (name === 'lm_head.weight' && c.tie_word_embeddings) || name.endsWith('rotary_emb.inv_freq')
+  );
 }

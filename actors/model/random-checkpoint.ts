@@ -34,7 +34,11 @@ export interface RandomCheckpointOptions {
  *
  * @returns the number of parameters written
  */
-export function writeRandomCheckpoint(dir: string, rawConfig: Record<string, unknown>, opts: RandomCheckpointOptions = {}): number {
+export function writeRandomCheckpoint(
+  dir: string,
+  rawConfig: Record<string, unknown>,
+  opts: RandomCheckpointOptions = {},
+): number {
   const config = resolveConfig(rawConfig);
   const dtype = opts.dtype ?? 'bfloat16';
   const rand = seededRandom(opts.seed ?? 1);
@@ -59,7 +63,8 @@ export function writeRandomCheckpoint(dir: string, rawConfig: Record<string, unk
   writeFileSync(join(dir, 'config.json'), configJson(config, dtype));
   saveTensors(dir, tensors, { dtype });
   for (const f of ['tokenizer.json', 'tokenizer_config.json']) {
-    if (opts.tokenizerFrom && existsSync(join(opts.tokenizerFrom, f))) copyFileSync(join(opts.tokenizerFrom, f), join(dir, f));
+    if (opts.tokenizerFrom && existsSync(join(opts.tokenizerFrom, f)))
+      copyFileSync(join(opts.tokenizerFrom, f), join(dir, f));
   }
   return n;
 }
@@ -75,12 +80,21 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     },
   });
   if (!values.config || !values.out) {
-    process.stderr.write('usage: random-checkpoint.ts --config config.json --out DIR [--tokenizer DIR] [--dtype bfloat16|float32] [--seed N]\n');
+    process.stderr.write(
+      'usage: random-checkpoint.ts --config config.json --out DIR [--tokenizer DIR] [--dtype bfloat16|float32] [--seed N]\n',
+    );
     process.exit(2);
   }
-  if (values.dtype !== 'bfloat16' && values.dtype !== 'float32') throw new Error(`--dtype: '${values.dtype}' is not bfloat16 or float32`);
+  if (values.dtype !== 'bfloat16' && values.dtype !== 'float32')
+    throw new Error(`--dtype: '${values.dtype}' is not bfloat16 or float32`);
   const t0 = performance.now();
   const raw = JSON.parse(readFileSync(resolve(values.config), 'utf8')) as Record<string, unknown>;
-  const n = writeRandomCheckpoint(resolve(values.out), raw, { dtype: values.dtype, seed: Number(values.seed), tokenizerFrom: values.tokenizer });
-  process.stdout.write(`wrote ${(n / 1e6).toFixed(1)}M parameters to ${values.out} in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`);
+  const n = writeRandomCheckpoint(resolve(values.out), raw, {
+    dtype: values.dtype,
+    seed: Number(values.seed),
+    tokenizerFrom: values.tokenizer,
+  });
+  process.stdout.write(
+    `wrote ${(n / 1e6).toFixed(1)}M parameters to ${values.out} in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`,
+  );
 }

@@ -25,7 +25,10 @@ const agent = fileURLToPath(new URL('../fixtures/model/length-reward-step.ts', i
 const log = { line: () => {}, metric: () => {} };
 
 function logits(m: CausalLM, ids: number[]): Float32Array {
-  return tf.tidy(() => m.forward(tf.tensor2d([ids], [1, ids.length], 'int32')).logits!.dataSync() as Float32Array);
+  return tf.tidy(
+    () =>
+      m.forward(tf.tensor2d([ids], [1, ids.length], 'int32')).logits!.dataSync() as Float32Array,
+  );
 }
 
 test('a Qwen3 checkpoint trains 2 steps under train_ppo; the saved policy reloads with identical logits', async () => {
@@ -34,9 +37,33 @@ test('a Qwen3 checkpoint trains 2 steps under train_ppo; the saved policy reload
   const ckpt = join(root, 'ckpt');
   const s = await trainPpo(
     [
-      '--in-process', '--pretrain', base, '--agent-func', agent, '--rollout-batch-size', '2', '--n-samples-per-prompt', '2',
-      '--train-batch-size', '4', '--micro-train-batch-size', '2', '--generate-max-len', '4', '--max-steps', '2',
-      '--actor-learning-rate', '0.01', '--eval-dataset', '', '--save-steps', '1', '--save-path', out, '--ckpt-path', ckpt,
+      '--in-process',
+      '--pretrain',
+      base,
+      '--agent-func',
+      agent,
+      '--rollout-batch-size',
+      '2',
+      '--n-samples-per-prompt',
+      '2',
+      '--train-batch-size',
+      '4',
+      '--micro-train-batch-size',
+      '2',
+      '--generate-max-len',
+      '4',
+      '--max-steps',
+      '2',
+      '--actor-learning-rate',
+      '0.01',
+      '--eval-dataset',
+      '',
+      '--save-steps',
+      '1',
+      '--save-path',
+      out,
+      '--ckpt-path',
+      ckpt,
     ],
     {},
     { log },
@@ -45,10 +72,24 @@ test('a Qwen3 checkpoint trains 2 steps under train_ppo; the saved policy reload
   const saved = await loadModel(out);
   const last = await loadModel(join(ckpt, 'global_step_2'));
   const first = await loadModel(base);
-  const ids = saved.tokenizer!.encode(saved.tokenizer!.applyChatTemplate([{ role: 'user', content: 'What is 2+3?' }], { enableThinking: false }));
-  assert.is(maxAbsDiff(logits(saved.model, ids), logits(last.model, ids)), 0, "saved policy = the trainer's final weights");
-  assert.ok(maxAbsDiff(logits(saved.model, ids), logits(first.model, ids)) > 1e-4, 'training changed the policy');
-  assert.equal(JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')), JSON.parse(readFileSync(join(base, 'config.json'), 'utf8')));
+  const ids = saved.tokenizer!.encode(
+    saved.tokenizer!.applyChatTemplate([{ role: 'user', content: 'What is 2+3?' }], {
+      enableThinking: false,
+    }),
+  );
+  assert.is(
+    maxAbsDiff(logits(saved.model, ids), logits(last.model, ids)),
+    0,
+    "saved policy = the trainer's final weights",
+  );
+  assert.ok(
+    maxAbsDiff(logits(saved.model, ids), logits(first.model, ids)) > 1e-4,
+    'training changed the policy',
+  );
+  assert.equal(
+    JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')),
+    JSON.parse(readFileSync(join(base, 'config.json'), 'utf8')),
+  );
   assert.is(saved.tokenizer!.eosTokenId, 151645);
   [saved, last, first].forEach((l) => l.model.dispose());
 });
@@ -56,9 +97,18 @@ test('a Qwen3 checkpoint trains 2 steps under train_ppo; the saved policy reload
 test('--save-dtype bfloat16 reaches the trainer: the policy is written in BF16 with dtype bfloat16', async () => {
   assert.is(parseTrainPpoFlags(['--save-dtype', 'bfloat16']).saveDtype, 'bfloat16');
   assert.is(parseTrainPpoFlags([]).saveDtype, 'float32');
-  assert.throws(() => parseTrainPpoFlags(['--save-dtype', 'fp8']), /--save-dtype: 'fp8' is not one of float32, bfloat16/);
+  assert.throws(
+    () => parseTrainPpoFlags(['--save-dtype', 'fp8']),
+    /--save-dtype: 'fp8' is not one of float32, bfloat16/,
+  );
   const src = join(root, 'ckpt', 'global_step_2');
-  const trainer = new Trainer({ pretrain: src, learningRate: 0, trainBatchSize: 1, microTrainBatchSize: 1, saveDtype: 'bfloat16' });
+  const trainer = new Trainer({
+    pretrain: src,
+    learningRate: 0,
+    trainBatchSize: 1,
+    microTrainBatchSize: 1,
+    saveDtype: 'bfloat16',
+  });
   await trainer.ready();
   const out = join(root, 'bf16');
   trainer.saveHf(out);
@@ -68,7 +118,9 @@ test('--save-dtype bfloat16 reaches the trainer: the policy is written in BF16 w
   const f32 = readWeights(src);
   const bf16 = readWeights(out);
   for (const [name, t] of Object.entries(f32)) {
-    const rounded = new Float32Array(new Uint32Array(Array.from(toBf16(t.data), (h) => h << 16)).buffer);
+    const rounded = new Float32Array(
+      new Uint32Array(Array.from(toBf16(t.data), (h) => h << 16)).buffer,
+    );
     assert.is(maxAbsDiff(bf16[name]!.data, rounded), 0, name);
   }
 });

@@ -33,8 +33,15 @@ function batchLogits(m: CausalLM, batch: number[][]): number[][][] {
   const T = Math.max(...batch.map((s) => s.length));
   const V = m.config.vocab_size;
   const ids = batch.map((s) => [...s, ...new Array<number>(T - s.length).fill(0)]);
-  const flat = tf.tidy(() => m.forward(tf.tensor2d(ids, [batch.length, T], 'int32')).logits!.dataSync() as Float32Array);
-  return batch.map((_, b) => Array.from({ length: T }, (_, t) => Array.from(flat.subarray((b * T + t) * V, (b * T + t + 1) * V))));
+  const flat = tf.tidy(
+    () =>
+      m.forward(tf.tensor2d(ids, [batch.length, T], 'int32')).logits!.dataSync() as Float32Array,
+  );
+  return batch.map((_, b) =>
+    Array.from({ length: T }, (_, t) =>
+      Array.from(flat.subarray((b * T + t) * V, (b * T + t + 1) * V)),
+    ),
+  );
 }
 
 /** bfloat16 rounding written independently of the model's: the nearer of the two neighbours, ties to even. */
@@ -42,7 +49,7 @@ function bf16(x: number): number {
   const f = new Float32Array([x]);
   const u = new Uint32Array(f.buffer);
   const lower = u[0]! & 0xffff0000;
-  const pick = (bits: number): number => (u[0] = bits >>> 0, f[0]!);
+  const pick = (bits: number): number => ((u[0] = bits >>> 0), f[0]!);
   const lo = pick(lower);
   const hi = pick(lower + 0x10000);
   const dLo = Math.abs(x - lo);
@@ -100,16 +107,22 @@ for (const [name, raw] of Object.entries(tinyFamilyConfigs())) {
     saveModel(dir, m, { dtype: 'bfloat16' });
     m.dispose();
     const file = readFileSync(join(dir, 'model.safetensors'));
-    const header = JSON.parse(file.subarray(8, 8 + Number(file.readBigUInt64LE(0))).toString('utf8'));
+    const header = JSON.parse(
+      file.subarray(8, 8 + Number(file.readBigUInt64LE(0))).toString('utf8'),
+    );
     assert.is(header['model.norm.weight'].dtype, 'BF16');
     const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
     assert.is(cfg[raw.dtype !== undefined ? 'dtype' : 'torch_dtype'], 'bfloat16');
     const wBf16: NamedTensors = Object.fromEntries(
-      Object.entries(w).map(([n, t]) => [n, { shape: t.shape, data: Float32Array.from(t.data, bf16) }]),
+      Object.entries(w).map(([n, t]) => [
+        n,
+        { shape: t.shape, data: Float32Array.from(t.data, bf16) },
+      ]),
     );
     const { model } = await loadModel(dir);
     const loaded = model.exportWeights();
-    for (const n of Object.keys(wBf16)) assert.is(maxAbsDiff(loaded[n]!.data, wBf16[n]!.data), 0, `${n} is the BF16 rounding`);
+    for (const n of Object.keys(wBf16))
+      assert.is(maxAbsDiff(loaded[n]!.data, wBf16[n]!.data), 0, `${n} is the BF16 rounding`);
     checkAll(model, raw, wBf16, 'bf16');
     model.dispose();
   });
@@ -120,7 +133,10 @@ for (const backend of ['cpu', 'wasm'] as const) {
     await initBackend(backend);
     const raw = Object.values(tinyFamilyConfigs())[4]!;
     const m = randomModel(resolveConfig(raw), 77);
-    const d = maxAbsDiff(batchLogits(m, [seqs[0]!])[0]!.flat(), referenceLogits(raw, m.exportWeights(), seqs[0]!).flat());
+    const d = maxAbsDiff(
+      batchLogits(m, [seqs[0]!])[0]!.flat(),
+      referenceLogits(raw, m.exportWeights(), seqs[0]!).flat(),
+    );
     assert.ok(d < tol, `max diff ${d}`);
     m.dispose();
   });

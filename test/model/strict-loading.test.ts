@@ -22,7 +22,10 @@ test.after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })
 const families = tinyFamilyConfigs();
 const [llamaV4, , , , qwen3] = Object.values(families) as Record<string, unknown>[];
 
-async function saved(raw: Record<string, unknown>, seed: number): Promise<{ dir: string; model: CausalLM }> {
+async function saved(
+  raw: Record<string, unknown>,
+  seed: number,
+): Promise<{ dir: string; model: CausalLM }> {
   await initBackend('wasm');
   const dir = mkdtempSync(join(tmpdir(), 'rtjob-strict-'));
   dirs.push(dir);
@@ -48,9 +51,17 @@ test('a Qwen3 checkpoint whose config says llama is refused: q_norm would be dro
   const { dir, model } = await saved(qwen3!, 1);
   model.dispose();
   const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-  writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...cfg, model_type: 'llama', architectures: ['LlamaForCausalLM'] }));
+  writeFileSync(
+    join(dir, 'config.json'),
+    JSON.stringify({ ...cfg, model_type: 'llama', architectures: ['LlamaForCausalLM'] }),
+  );
   const msg = await loadError(dir);
-  assert.match(msg, new RegExp(`^${join(dir, 'model.safetensors')}: tensor 'model\\.layers\\.0\\.self_attn\\.q_norm\\.weight' is not used by this llama model`));
+  assert.match(
+    msg,
+    new RegExp(
+      `^${join(dir, 'model.safetensors')}: tensor 'model\\.layers\\.0\\.self_attn\\.q_norm\\.weight' is not used by this llama model`,
+    ),
+  );
 });
 
 test('o_proj.bias in the file but attention_bias false in the config is refused', async () => {
@@ -61,7 +72,10 @@ test('o_proj.bias in the file but attention_bias false in the config is refused'
   });
   const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
   writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...cfg, attention_bias: false }));
-  assert.match(await loadError(dir), /model\.safetensors: tensor 'model\.layers\.0\.self_attn\.o_proj\.bias' is not used/);
+  assert.match(
+    await loadError(dir),
+    /model\.safetensors: tensor 'model\.layers\.0\.self_attn\.o_proj\.bias' is not used/,
+  );
 });
 
 test('a missing tensor is named with the file; a misshapen one with both shapes', async () => {
@@ -70,9 +84,15 @@ test('a missing tensor is named with the file; a misshapen one with both shapes'
   const up = 'model.layers.1.mlp.up_proj.weight';
   const full = readWeights(dir);
   editTensors(dir, (t) => delete t[up]);
-  assert.match(await loadError(dir), new RegExp(`model\\.safetensors: missing tensor '${up.replace(/\./g, '\\.')}'`));
+  assert.match(
+    await loadError(dir),
+    new RegExp(`model\\.safetensors: missing tensor '${up.replace(/\./g, '\\.')}'`),
+  );
   editTensors(dir, (t) => (t[up] = { shape: [3, 8], data: new Float32Array(24) }));
-  assert.match(await loadError(dir), /tensor 'model\.layers\.1\.mlp\.up_proj\.weight' has shape \[3,8\], config implies \[24,16\]/);
+  assert.match(
+    await loadError(dir),
+    /tensor 'model\.layers\.1\.mlp\.up_proj\.weight' has shape \[3,8\], config implies \[24,16\]/,
+  );
   editTensors(dir, (t) => Object.assign(t, full));
   assert.is(await loadError(dir), 'loaded');
 });
@@ -86,7 +106,8 @@ test("tensors transformers ignores load: a tied model's lm_head.weight, rotary_e
   });
   const loaded = await loadModel(dir);
   const ids = tf.tensor2d([[1, 2, 3]], [1, 3], 'int32');
-  const logits = (m: CausalLM): Float32Array => tf.tidy(() => m.forward(ids).logits!.dataSync() as Float32Array);
+  const logits = (m: CausalLM): Float32Array =>
+    tf.tidy(() => m.forward(ids).logits!.dataSync() as Float32Array);
   assert.is(maxAbsDiff(logits(loaded.model), logits(model)), 0);
   ids.dispose();
   loaded.model.dispose();
@@ -104,19 +125,40 @@ test('in a sharded checkpoint the error names the shard that holds the tensor', 
   writeFileSync(join(dir, last), serializeSafetensors(shard));
   index.weight_map['model.layers.9.mlp.up_proj.weight'] = last;
   writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify(index));
-  assert.match(await loadError(dir), new RegExp(`^${join(dir, last)}: tensor 'model\\.layers\\.9\\.mlp\\.up_proj\\.weight' is not used`));
+  assert.match(
+    await loadError(dir),
+    new RegExp(
+      `^${join(dir, last)}: tensor 'model\\.layers\\.9\\.mlp\\.up_proj\\.weight' is not used`,
+    ),
+  );
 });
 
 test('importWeights applies the same rule (unknown, misshapen, missing when strict)', async () => {
   await initBackend('wasm');
   const m = randomModel(resolveConfig(qwen3!), 6);
   const w = m.exportWeights();
-  assert.throws(() => m.importWeights({ ...w, 'model.layers.0.mlp.gate_proj.bias': { shape: [24], data: new Float32Array(24) } }, { source: 'update.safetensors' }),
-    /^update\.safetensors: tensor 'model\.layers\.0\.mlp\.gate_proj\.bias' is not used by this qwen3 model/);
+  assert.throws(
+    () =>
+      m.importWeights(
+        { ...w, 'model.layers.0.mlp.gate_proj.bias': { shape: [24], data: new Float32Array(24) } },
+        { source: 'update.safetensors' },
+      ),
+    /^update\.safetensors: tensor 'model\.layers\.0\.mlp\.gate_proj\.bias' is not used by this qwen3 model/,
+  );
   const { ['model.layers.1.self_attn.k_norm.weight']: _k, ...partial } = w;
-  assert.throws(() => m.importWeights(partial), /missing tensor 'model\.layers\.1\.self_attn\.k_norm\.weight'/);
+  assert.throws(
+    () => m.importWeights(partial),
+    /missing tensor 'model\.layers\.1\.self_attn\.k_norm\.weight'/,
+  );
   m.importWeights(partial, { strict: false });
-  assert.throws(() => m.importWeights({ 'model.norm.weight': { shape: [8], data: new Float32Array(8) } }, { strict: false }), /has shape \[8\], config implies \[16\]/);
+  assert.throws(
+    () =>
+      m.importWeights(
+        { 'model.norm.weight': { shape: [8], data: new Float32Array(8) } },
+        { strict: false },
+      ),
+    /has shape \[8\], config implies \[16\]/,
+  );
   // A critic's value head sent to a policy is ignored, as before.
   m.importWeights({ ...w, 'value_head.weight': { shape: [1, 16], data: new Float32Array(16) } });
   m.dispose();
@@ -127,7 +169,10 @@ test('an over-long prompt fails with the model message in forward, prefill, deco
   const m = randomModel(resolveConfig(qwen3!), 7); // max_position_embeddings 64
   const long = Array.from({ length: 65 }, (_, i) => i % 40);
   const message = /sequence of 65 tokens exceeds max_position_embeddings 64/;
-  assert.throws(() => tf.tidy(() => m.forward(tf.tensor2d([long], [1, 65], 'int32')).logits!), message);
+  assert.throws(
+    () => tf.tidy(() => m.forward(tf.tensor2d([long], [1, 65], 'int32')).logits!),
+    message,
+  );
   assert.throws(() => prefill(m, [long.slice(0, 10), long]), message);
   assert.throws(() => forwardLogprobs(m, [[...long, 1]]), /sequence of 65 tokens/);
   const { cache } = prefill(m, [long.slice(0, 64)]);
@@ -140,8 +185,14 @@ test('a config this model does not implement is refused by loadModel with the fi
   const { dir, model } = await saved(qwen3!, 8);
   model.dispose();
   const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-  writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...cfg, rope_scaling: { rope_type: 'yarn', factor: 4 } }));
-  assert.match(await loadError(dir), new RegExp(`^${join(dir, 'config.json')}: rope_scaling\\.rope_type 'yarn' is not supported`));
+  writeFileSync(
+    join(dir, 'config.json'),
+    JSON.stringify({ ...cfg, rope_scaling: { rope_type: 'yarn', factor: 4 } }),
+  );
+  assert.match(
+    await loadError(dir),
+    new RegExp(`^${join(dir, 'config.json')}: rope_scaling\\.rope_type 'yarn' is not supported`),
+  );
 });
 
 test.run();
