@@ -35,15 +35,19 @@ async function infer(): Promise<Record<string, number | string>> {
   const t0 = performance.now();
   const { model } = await loadModel(dir);
   const loadS = (performance.now() - t0) / 1000;
-  const out: Record<string, number | string> = {
+  const out: Record<string, number | string> = new Proxy({} as Record<string, number | string>, {
+    // Each number is also logged as it is measured, so a run stopped early still reports.
+    set: (o, k, v) => ((o[k as string] = v), process.stderr.write(`  infer ${String(k)} = ${v}\n`), true),
+  });
+  Object.assign(out, {
     backend,
     params: model.numParameters,
     loadSeconds: loadS,
     rssAfterLoadMiB: mib(process.memoryUsage().rss),
-  };
+  });
   const V = model.config.vocab_size;
   const promptLen = 16;
-  for (const B of [1, 4]) {
+  for (const B of (process.env.BENCH_INFER_BATCHES ?? '1,4').split(',').map(Number)) {
     const prompts = Array.from({ length: B }, (_, b) =>
       Array.from({ length: promptLen }, (_, t) => (b * 7919 + t * 104729) % V),
     );
