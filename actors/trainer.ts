@@ -12,6 +12,7 @@
 import { setImmediate } from 'node:timers/promises';
 import { tf } from './model/backend.ts';
 import { loadModel, saveModel } from './model/checkpoint.ts';
+import type { SaveDtype } from './model/config.ts';
 import type { CausalLM } from './model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/training.ts';
 import type { NamedTensors } from './engines/types.ts';
@@ -66,6 +67,8 @@ export interface TrainerInit {
   totalSteps?: number;
   /** Shuffles micro-batch order across epochs. @default 0 */
   seed?: number;
+  /** Tensor dtype of the HF policy `saveHf` writes (checkpoints stay float32). @default 'float32' */
+  saveDtype?: SaveDtype;
 }
 
 /** What {@link Trainer.train} reports. */
@@ -229,7 +232,7 @@ export class Trainer {
 
   /** Writes the policy as an HF model directory. */
   saveHf(dir: string): void {
-    saveModel(dir, this.model, { tokenizerFrom: this.init.pretrain });
+    saveModel(dir, this.model, { tokenizerFrom: this.init.pretrain, dtype: this.init.saveDtype });
   }
 
   dispose(): void {

@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tf } from './backend.ts';
-import { saveModel, readWeights, type SaveModelOptions } from './checkpoint.ts';
+import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from '../engines/types.ts';
@@ -308,7 +308,8 @@ export class ModelTrainer {
 
   /** Restores weights, optimizer state and step from {@link saveCheckpoint}; returns the state JSON. */
   loadCheckpoint(dir: string): Record<string, unknown> {
-    this.model.importWeights(readWeights(dir), { strict: false });
+    const { tensors, sourceOf } = readCheckpointWeights(dir);
+    this.model.importWeights(tensors, { strict: false, source: sourceOf });
     const optPath = join(dir, 'optimizer.safetensors');
     if (existsSync(optPath)) this.importOptimizerState(parseSafetensors(readFileSync(optPath), optPath).tensors);
     const state = JSON.parse(readFileSync(join(dir, 'trainer_state.json'), 'utf8')) as Record<string, unknown>;

@@ -71,6 +71,7 @@ export interface TrainPpoOptions {
   dynamicFilteringRewardRange: [number, number];
   seed: number;
   savePath: string;
+  saveDtype: 'float32' | 'bfloat16';
   saveSteps: number;
   ckptPath: string;
   loadCheckpoint: boolean;
@@ -202,6 +203,7 @@ export const flagTable: readonly Flag[] = [
   F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
   ...under('eval'),
   F('savePath', 'string', 'where the final HF-format policy is written'),
+  F('saveDtype', 'string', 'tensor dtype of the saved policy', { choices: ['float32', 'bfloat16'] }),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
   F('ckptPath', 'string', 'checkpoint directory'),
   F('loadCheckpoint', 'bool', 'resume from the latest checkpoint in --ckpt-path'),
@@ -284,6 +286,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
   savePath: './ckpt/ppo',
+  saveDtype: 'float32',
   saveSteps: -1,
   ckptPath: './ckpt/checkpoints_ppo',
   loadCheckpoint: false,

@@ -70,6 +70,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
     }),
     trainer: {
       pretrain: o.pretrain,
+      saveDtype: o.saveDtype,
       learningRate: o.actorLearningRate,
       maxNorm: o.maxNorm,
       trainBatchSize: o.trainBatchSize,
