@@ -87,7 +87,7 @@ test('a rank that dies makes the other rank\'s step fail with a typed error, not
   }
 });
 
-test('train_ppo with 2 trainer and 2 critic ranks trains (gae)', async () => {
+test('train_ppo with 2 trainer and 2 critic ranks trains (gae), and resumes with 1 rank', async () => {
   const rows: Record<string, number>[] = [];
   const log = { line: () => {}, metric: (_s: number, v: Record<string, number>) => void rows.push(v) };
   const s = await trainPpo(
@@ -96,7 +96,7 @@ test('train_ppo with 2 trainer and 2 critic ranks trains (gae)', async () => {
       '--rollout-batch-size', '4', '--n-samples-per-prompt', '2', '--train-batch-size', '8', '--micro-train-batch-size', '2',
       '--generate-max-len', '6', '--max-steps', '2', '--eval-dataset', '', '--advantage-estimator', 'gae',
       '--actor-num-replicas', '2', '--critic-num-replicas', '2', '--rollout-num-engines', '2', '--colocate-all-models',
-      '--save-path', join(root, 'ppo-out'), '--ckpt-path', join(root, 'ppo-ckpt'),
+      '--save-path', join(root, 'ppo-out'), '--ckpt-path', join(root, 'ppo-ckpt'), '--save-steps', '1',
     ],
     {},
     { log },
@@ -105,6 +105,19 @@ test('train_ppo with 2 trainer and 2 critic ranks trains (gae)', async () => {
   const steps = rows.filter((r) => r.policy_loss !== undefined);
   assert.is(steps.length, 2);
   assert.ok(steps.every((r) => Number.isFinite(r.policy_loss!) && Number.isFinite(r.value_loss!)));
+  // Every rank holds the same state, so a checkpoint of 2 ranks resumes on 1.
+  const resumed = await trainPpo(
+    [
+      '--in-process', '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url)),
+      '--rollout-batch-size', '4', '--n-samples-per-prompt', '2', '--train-batch-size', '8', '--micro-train-batch-size', '2',
+      '--generate-max-len', '6', '--max-steps', '3', '--eval-dataset', '', '--advantage-estimator', 'gae', '--load-checkpoint',
+      '--save-path', join(root, 'ppo-out'), '--ckpt-path', join(root, 'ppo-ckpt'),
+    ],
+    {},
+    { log: { line: () => {}, metric: () => {} } },
+  );
+  assert.is(resumed.steps, 3);
+  assert.equal(resumed.trainedPrompts.slice(0, 8), s.trainedPrompts, 'the resumed run continues where the 2-rank run stopped');
 });
 
 test.run();
