@@ -219,6 +219,24 @@ export class ModelTrainer {
     return loss;
   }
 
+  /**
+   * Hands the accumulated gradients of every trainable parameter (zeros where a micro-batch left
+   * one untouched, so every data-parallel rank hands over the same set) to `reduce`, which may
+   * change them in place (an all-reduce), and accumulates the result instead.
+   */
+  async reduceGradients(reduce: (grads: Record<string, Float32Array>) => Promise<void>): Promise<void> {
+    const grads: Record<string, Float32Array> = {};
+    for (const n of this.names) {
+      const g = this.acc.get(n);
+      grads[n] = g ? (g.dataSync() as Float32Array).slice() : new Float32Array(this.model.params.get(n)!.size);
+    }
+    await reduce(grads);
+    for (const n of this.names) {
+      this.acc.get(n)?.dispose();
+      this.acc.set(n, tf.tensor(grads[n]!, this.model.params.get(n)!.shape, 'float32'));
+    }
+  }
+
   /** Drops accumulated gradients without stepping. */
   zeroGrad(): void {
     this.acc.forEach((g) => g.dispose());

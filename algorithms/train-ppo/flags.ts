@@ -88,6 +88,8 @@ export interface TrainPpoOptions {
   criticNumGpusPerNode: number;
   rolloutNumGpusPerEngine: number;
   colocateAllModels: boolean;
+  actorNumReplicas: number;
+  criticNumReplicas: number;
   asyncTrain: boolean;
   asyncQueueSize: number;
   asyncNumTasks: number;
@@ -221,6 +223,8 @@ export const flagTable: readonly Flag[] = [
   F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
   F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', { min: 0, aliases: ['vllm-tensor-parallel-size'] }),
   F('colocateAllModels', 'bool', 'one placement group for every role; the engine sleeps while training'),
+  F('actorNumReplicas', 'int', 'data-parallel trainer ranks (each trains 1/N of the micro-batches; gradients all-reduced)', { min: 1 }),
+  F('criticNumReplicas', 'int', 'data-parallel critic ranks', { min: 1 }),
 ];
 
 /** Section titles of `--help`. */
@@ -303,6 +307,8 @@ export const trainPpoDefaults: TrainPpoOptions = {
   criticNumGpusPerNode: 0,
   rolloutNumGpusPerEngine: 0,
   colocateAllModels: false,
+  actorNumReplicas: 1,
+  criticNumReplicas: 1,
   asyncTrain: false,
   asyncQueueSize: 1,
   asyncNumTasks: 128,
@@ -496,6 +502,9 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
     fail('--temperature', '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1');
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+  for (const [flag, n] of [['--actor-num-replicas', o.actorNumReplicas], ['--critic-num-replicas', o.criticNumReplicas]] as const) {
+    if (n > 1 && o.inProcess) fail(flag, `${flag} ${n} needs the cluster: data-parallel ranks are separate processes (drop --in-process)`);
+  }
 }
 
 /** The servers of `--engine-url`, in order. */
