@@ -158,6 +158,8 @@ function acceptLeft(
             return;
           }
           server.removeAllListeners('connection');
+          // The neighbour is here: anything else that connects before the listener closes is refused.
+          server.on('connection', (other) => other.destroy());
           // Until the group watches it: an error must not go unhandled (the group sees `destroyed`).
           sock.on('error', () => {});
           // Held until the group listens: the neighbour may start an operation at once.
