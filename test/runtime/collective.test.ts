@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import {
@@ -9,8 +10,9 @@ import {
   kill,
   shutdown,
 } from '../../runtime/index.ts';
+import { currentRuntime } from '../../runtime/client/runtime.ts';
 import type { Member } from '../fixtures/runtime/collective-member.ts';
-import { fixture, rejection } from './helpers.ts';
+import { fixture, rejection, until } from './helpers.ts';
 
 const MemberActor = defineActor<typeof Member>(fixture('collective-member.ts'), 'Member');
 
@@ -175,6 +177,41 @@ test('members that call different sizes or operations get a mismatch error, not 
     assert.match(e.message, /allreduce\(sum\) #0 on 1[01] elements/);
   }
   await stop(members);
+});
+
+test('a link without the cluster token is refused; the real member then joins', async () => {
+  const member = MemberActor.remote('guarded', 0, 2);
+  const joined = member.join.remote();
+  const rt = currentRuntime()!;
+  const raw = await until(
+    () => rt.head.request<Uint8Array | null>({ type: 'kvGet', key: 'collective/guarded/0' }),
+    30_000,
+    'rank 0 to publish its address',
+  );
+  const entry = JSON.parse(Buffer.from(raw!).toString()) as { address: string };
+  const [host, port] = [
+    entry.address.slice(0, entry.address.lastIndexOf(':')),
+    Number(entry.address.split(':').pop()),
+  ];
+  const answer = await new Promise<string>((resolve) => {
+    const sock = connect({ host, port }, () => {
+      const hello = Buffer.from(
+        JSON.stringify({ group: 'guarded', rank: 1, worldSize: 2, proof: 'f'.repeat(64) }),
+      );
+      const len = Buffer.alloc(4);
+      len.writeUInt32LE(hello.length);
+      sock.write(Buffer.concat([len, hello]));
+    });
+    sock.on('data', () => resolve('accepted'));
+    sock.on('close', () => resolve('refused'));
+    sock.on('error', () => {});
+  });
+  assert.is(answer, 'refused');
+  const group = await initCollectiveGroup({ name: 'guarded', worldSize: 2, rank: 1 });
+  assert.is(await joined, 0);
+  await Promise.all([group.barrier(), member.barrier.remote()]);
+  group.destroy();
+  await kill(member);
 });
 
 test('bad options and a member that never joins are clear errors', async () => {
