@@ -13,7 +13,9 @@ import { WebSocket, WebSocketServer } from 'ws';
 import { AuthError, ConnectionError, fromWire, toWire } from './errors.ts';
 import { logger } from './log.ts';
 import {
+  type AnyRequestBody,
   type Fragment,
+  type ReplyOf,
   type Message,
   type MessageType,
   invalidMessage,
@@ -173,10 +175,13 @@ export class Connection {
     this.scheduleFlush();
   }
 
-  /** Sends a request and resolves with the reply's value (rejects with the remote error). */
-  request<T = unknown>(body: Record<string, unknown> & { type: MessageType }): Promise<T> {
-    return new Promise<T>((resolve, reject) =>
-      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as T))),
+  /**
+   * Sends a request and resolves with the reply's value (rejects with the remote error); the
+   * value's type is the one `Replies` gives the request's `type`.
+   */
+  request<B extends AnyRequestBody>(body: B): Promise<ReplyOf<B['type']>> {
+    return new Promise((resolve, reject) =>
+      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as ReplyOf<B['type']>))),
     );
   }
 
@@ -185,7 +190,7 @@ export class Connection {
    * of actor calls. `cb` is called exactly once, possibly synchronously when the connection is
    * already closed or the body cannot be packed.
    */
-  requestCb(body: Record<string, unknown> & { type: MessageType }, cb: ReplyCallback): void {
+  requestCb(body: AnyRequestBody, cb: ReplyCallback): void {
     if (this.closed) {
       cb(new ConnectionError(`connection to ${this.label} is closed: ${this.closeReason}`));
       return;
