@@ -28,7 +28,6 @@ import type {
 } from '../protocol.ts';
 import { placeActor } from './scheduler.ts';
 import type { ActorAlloc, ActorRec, HeadContext } from './state.ts';
-import { checkCreateActor } from './validate.ts';
 
 const log = logger('head');
 
@@ -67,7 +66,6 @@ export class ActorTable {
   }
 
   create(msg: CreateActor, ownerId: string): { actorId: string } {
-    checkCreateActor(msg);
     const o = msg.options;
     if (o.name !== undefined) {
       for (const a of this.ctx.actors.values()) {
@@ -105,17 +103,16 @@ export class ActorTable {
       ctorArgs: msg.ctorArgs,
       waiters: [],
     };
+    // Stored first: a write that fails leaves nothing half-created in memory.
+    this.ctx.store.putActor(rec.info, msg.ctorArgs);
+    this.ctx.actors.set(actorId, rec);
+    this.ctx.events.emit('actor', { ...rec.info });
     const verdict = this.schedule(rec);
     if (verdict.kind === 'infeasible') {
       // Kept as DEAD so `actorInfo` explains it; the creator's first call fails with this.
-      rec.info.state = 'DEAD';
-      rec.info.deathCause = { reason: 'infeasible', message: verdict.reason };
-    }
-    this.ctx.actors.set(actorId, rec);
-    this.ctx.store.putActor(rec.info, msg.ctorArgs);
-    this.ctx.events.emit('actor', { ...rec.info });
-    if (verdict.kind === 'infeasible')
+      this.setDead(rec, { reason: 'infeasible', message: verdict.reason });
       throw new InfeasibleError(verdict.reason, { context: { actorId } });
+    }
     return { actorId };
   }
 

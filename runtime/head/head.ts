@@ -16,7 +16,7 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { InvalidArgumentError, ProtocolError } from '../errors.ts';
-import { logger } from '../log.ts';
+import { guarded, logger } from '../log.ts';
 import type {
   ActorInfo,
   HeadBound,
@@ -34,6 +34,7 @@ import { PlacementGroups } from './placement-groups.ts';
 import { Recovery } from './recovery.ts';
 import { type HeadEvents, HeadContext, type ResolvedHeadOptions, newId } from './state.ts';
 import { HeadStore } from './store.ts';
+import { wireLimits } from '../wire-schemas.ts';
 
 export type { ClientEvent, HeadEvents, WorkerLogEvent } from './state.ts';
 
@@ -53,6 +54,8 @@ export interface HeadOptions {
   nodeHeartbeatTimeoutMs?: number;
   /** How often connections are pinged. @default 1000 */
   heartbeatIntervalMs?: number;
+  /** An authenticated connection that has not registered after this long is closed. @default 10000 */
+  registerTimeoutMs?: number;
   /** Largest frame the head accepts. @default 64 MiB */
   maxFrameBytes?: number;
   /**
@@ -67,6 +70,7 @@ export const headDefaults = {
   port: 6380,
   nodeHeartbeatTimeoutMs: 10_000,
   heartbeatIntervalMs: 1000,
+  registerTimeoutMs: 10_000,
   maxFrameBytes: 64 * 1024 * 1024,
 } as const;
 
@@ -128,6 +132,19 @@ export class Head extends EventEmitter<HeadEvents> {
       heartbeatIntervalMs: this.opts.heartbeatIntervalMs,
       handler: (m, c) => this.handle(m as MessageOf<HeadBound>, c),
       holdProcess: this.opts.holdProcess ?? true,
+      // Control messages are small; constructor arguments are the largest thing sent here.
+      maxMessageBytes: wireLimits.ctorArgsBytes + 1024 * 1024,
+      maxBytesInFlight: wireLimits.ctorArgsBytes + 1024 * 1024,
+      fragmentsAfterRegistration: true,
+      onConnection: (conn) => {
+        // A peer that authenticates but never registers does not get to hold a connection.
+        const ms = this.opts.registerTimeoutMs;
+        const t = setTimeout(() => {
+          if (conn.meta.role === undefined) conn.close(`did not register within ${ms} ms`, 1008);
+        }, ms);
+        t.unref();
+        conn.onClose(() => clearTimeout(t));
+      },
     });
     if (!['127.0.0.1', 'localhost', '::1'].includes(this.opts.host)) {
       log.warn(`head listens on ${this.server.address}: reachable beyond this machine`);
@@ -241,6 +258,7 @@ export class Head extends EventEmitter<HeadEvents> {
           ? msg.clientId!
           : newId('driver_');
     conn.meta = { role: 'client', clientId, kind: msg.kind, jobId: msg.jobId };
+    conn.allowFragments();
     ctx.clients.set(clientId, conn);
     conn.onClose(() => ctx.clients.get(clientId) === conn && ctx.clients.delete(clientId));
     if (msg.kind === 'worker') {
@@ -264,11 +282,13 @@ export class Head extends EventEmitter<HeadEvents> {
   private schedulePump(): void {
     if (this.pumpScheduled || this.ctx.closing) return;
     this.pumpScheduled = true;
-    setImmediate(() => {
-      this.pumpScheduled = false;
-      this.pgs.retryPending();
-      this.actors.retryPending();
-    });
+    setImmediate(() =>
+      guarded(log, 'scheduling', () => {
+        this.pumpScheduled = false;
+        this.pgs.retryPending();
+        this.actors.retryPending();
+      }),
+    );
   }
 }
 

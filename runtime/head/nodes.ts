@@ -17,7 +17,6 @@ import type { Recovery } from './recovery.ts';
 import { ResourcePool } from './resources.ts';
 import type { SchedNode } from './scheduler.ts';
 import { type HeadContext, type Mutable, newId } from './state.ts';
-import { checkResources } from './validate.ts';
 
 const log = logger('head');
 
@@ -38,7 +37,6 @@ export class NodeRegistry {
   }
 
   register(msg: RegisterNode, conn: Connection): { nodeId: string } {
-    checkResources(msg.resources, 'resources');
     if (conn.meta.role !== undefined)
       throw new InvalidArgumentError('this connection is already registered');
     const nodeId =
@@ -57,11 +55,13 @@ export class NodeRegistry {
       sessionDir: msg.sessionDir,
       startedAtMs: Date.now(),
     };
+    // Stored first: a write that fails leaves nothing half-registered in memory.
+    this.ctx.store.putNode(info);
     this.ctx.nodes.set(nodeId, { info, conn, sched });
     conn.meta = { role: 'node', nodeId };
+    conn.allowFragments();
     conn.setHeartbeatTimeout(this.ctx.opts.nodeHeartbeatTimeoutMs);
     conn.onClose((reason) => this.gone(nodeId, reason));
-    this.ctx.store.putNode(info);
     this.recovery.restoreBundles(nodeId);
     this.recovery.reattachWorkers(nodeId, msg.workers, conn);
     this.ctx.events.emit('node', { ...info, available: { ...pool.available } });

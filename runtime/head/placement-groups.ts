@@ -15,7 +15,6 @@ import type { ActorTable } from './actors.ts';
 import { ResourcePool } from './resources.ts';
 import { type SchedNode, reserveBundles } from './scheduler.ts';
 import { type HeadContext, type PgRec, newId } from './state.ts';
-import { checkCreatePlacementGroup } from './validate.ts';
 
 /** The head's placement groups. */
 export class PlacementGroups {
@@ -28,7 +27,6 @@ export class PlacementGroups {
   ) {}
 
   create(msg: CreatePlacementGroup, ownerId: string): { pgId: string } {
-    checkCreatePlacementGroup(msg);
     const pgId = msg.pgId ?? newId('pg_');
     if (typeof pgId !== 'string' || this.ctx.pgs.has(pgId)) {
       throw new InvalidArgumentError(

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { logger } from '../log.ts';
+import { guarded, logger } from '../log.ts';
 import type { RegisterNode } from '../protocol.ts';
 import type { Connection } from '../transport.ts';
 import type { ActorTable } from './actors.ts';
@@ -53,7 +53,10 @@ export class Recovery {
       `recovered ${stored.length} actors and ${pgs} placement groups from ${this.ctx.sessionDir}; ` +
         `${this.actors.recovering.size} actors wait for their node`,
     );
-    this.timer = setTimeout(() => this.endRecovery(), this.ctx.opts.nodeHeartbeatTimeoutMs);
+    this.timer = setTimeout(
+      () => guarded(log, 'ending recovery', () => this.endRecovery()),
+      this.ctx.opts.nodeHeartbeatTimeoutMs,
+    );
     this.timer.unref();
   }
 

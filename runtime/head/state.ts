@@ -97,6 +97,7 @@ export interface ResolvedHeadOptions {
   readonly sessionDir?: string;
   readonly nodeHeartbeatTimeoutMs: number;
   readonly heartbeatIntervalMs: number;
+  readonly registerTimeoutMs: number;
   readonly maxFrameBytes: number;
   readonly holdProcess?: boolean;
 }
