@@ -72,10 +72,14 @@ export class ActorClient {
     }
     const c = { method, args, ref, retriesLeft: retries };
     const conn = this.conn;
-    if (conn !== undefined && this.queue.length === 0 && this.retries.length === 0 && !conn.closed) {
+    if (
+      conn !== undefined &&
+      this.queue.length === 0 &&
+      this.retries.length === 0 &&
+      !conn.closed
+    ) {
       this.send(conn, c);
-    }
-    else {
+    } else {
       this.queue.push(c);
       this.ensureConnected();
     }
@@ -120,7 +124,7 @@ export class ActorClient {
         if (loc.state === 'DEAD') this.markDead(loc);
         c.ref._reject(loc.state === 'DEAD' ? this.dead : this.diedError(loc.lastDeath, c.method));
       },
-      (err) => c.ref._reject(err),
+      (err) => c.ref._reject(this.headGone(err) ?? err),
     );
   }
 
@@ -128,7 +132,7 @@ export class ActorClient {
   private whyLost(conn: Connection): Promise<ActorLocation> {
     let p = this.lost.get(conn);
     if (!p) {
-      p = this.rt.head.request({
+      p = this.rt.headRequest({
         type: 'waitActor',
         actorId: this.actorId,
         afterIncarnation: this.incarnation,
@@ -145,7 +149,8 @@ export class ActorClient {
     this.connecting = true;
     void this.connectLoop().finally(() => {
       this.connecting = false;
-      if (this.queue.length + this.retries.length > 0 && !this.dead && !this.stopped) this.ensureConnected();
+      if (this.queue.length + this.retries.length > 0 && !this.dead && !this.stopped)
+        this.ensureConnected();
     });
   }
 
@@ -156,7 +161,7 @@ export class ActorClient {
         this.created = undefined;
       }
       for (;;) {
-        const loc = await this.rt.head.request({
+        const loc = await this.rt.headRequest({
           type: 'waitActor',
           actorId: this.actorId,
           afterIncarnation: this.incarnation,
@@ -183,10 +188,23 @@ export class ActorClient {
         return;
       }
     } catch (e) {
-      this.dead = e as RtjobError;
+      this.dead = this.headGone(e) ?? (e as RtjobError);
     }
     const err = this.dead!;
     for (const c of [...this.retries.splice(0), ...this.queue.splice(0)]) c.ref._reject(err);
+  }
+
+  /**
+   * When `e` says this process lost the head for good: the error its calls fail with. The head
+   * kills the non-detached actors of an owner it lost (`owner-died`), and this process can no
+   * longer find any actor.
+   */
+  private headGone(e: unknown): RtjobError | undefined {
+    if (!isRtjobError(e, 'CONNECTION') || !this.rt.headLostForGood) return undefined;
+    return new ActorDiedError(`actor ${this.actorId} is out of reach: ${(e as Error).message}`, {
+      context: { actorId: this.actorId, reason: 'owner-died' },
+      cause: e,
+    });
   }
 
   private markDead(loc: ActorLocation): void {
@@ -200,9 +218,12 @@ export class ActorClient {
       });
       return;
     }
-    this.dead = new ActorDiedError(`actor ${this.actorId} is dead: ${cause?.message ?? 'unknown cause'}`, {
-      context: this.causeContext(cause),
-    });
+    this.dead = new ActorDiedError(
+      `actor ${this.actorId} is dead: ${cause?.message ?? 'unknown cause'}`,
+      {
+        context: this.causeContext(cause),
+      },
+    );
   }
 
   private diedError(cause: DeathCause | undefined, method: string): ActorDiedError {
