@@ -96,7 +96,7 @@ const wireError = custom<WireError>('an error (name, code, message)', (v) => {
 });
 
 const spec = obj({
-  moduleUrl: str({ max: L.pathChars, min: 1 }),
+  moduleUrl: str({ max: L.pathChars }),
   exportName: str({ max: L.nameChars }),
   kind: lit('actor', 'tasks'),
 });
@@ -107,7 +107,7 @@ const schedulingStrategy = oneOf(
 );
 
 const actorOptions = obj({
-  name: opt(str({ max: L.nameChars, min: 1 })),
+  name: opt(str({ max: L.nameChars })),
   resources,
   detached: bool(),
   maxRestarts: int({ min: -1, max: 2 ** 31 }),
