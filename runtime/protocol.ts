@@ -346,10 +346,27 @@ export interface Unborrow {
   readonly type: 'unborrow';
   readonly objectId: string;
 }
-/** Data-plane handshake: tells a worker which actor incarnation the caller meant to reach. */
+/**
+ * Data-plane handshake: tells a worker which actor incarnation the caller meant to reach; a
+ * worker that is not that incarnation closes the connection before any call on it runs.
+ */
 export interface Ping {
   readonly type: 'ping';
   readonly rid: number;
+  readonly actorId?: string;
+  readonly incarnation?: number;
+}
+
+/**
+ * worker → head: "am I still incarnation `incarnation` of `actorId`?" Answered with how long the
+ * worker may serve calls without asking again; refused (`NOT_FOUND`) once the head has replaced
+ * or killed that incarnation, and the worker exits. See `runtime/worker/lease.ts`.
+ */
+export interface RenewLease {
+  readonly type: 'renewLease';
+  readonly rid: number;
+  readonly actorId: string;
+  readonly incarnation: number;
 }
 
 export type HeadRequest =
@@ -357,6 +374,7 @@ export type HeadRequest =
   | WorkerHello
   | ActorReady
   | ActorLoadFailed
+  | RenewLease
   | RegisterClient
   | CreateActor
   | WaitActor
@@ -396,6 +414,7 @@ export interface Replies {
   workerHello: WorkerAssignment;
   actorReady: boolean;
   actorLoadFailed: boolean;
+  renewLease: { readonly leaseMs: number };
   createActor: { readonly actorId: string };
   waitActor: ActorLocation;
   killActor: void;
@@ -469,6 +488,7 @@ export const messageRoutes = {
   workerHello: { to: ['head'], from: clients },
   actorReady: { to: ['head'], from: clients },
   actorLoadFailed: { to: ['head'], from: clients },
+  renewLease: { to: ['head'], from: ['worker'] },
   createActor: { to: ['head'], from: clients },
   waitActor: { to: ['head'], from: clients },
   killActor: { to: ['head'], from: clients },

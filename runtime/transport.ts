@@ -91,6 +91,16 @@ function unrefSocket(ws: WebSocket): void {
 /** Called for every message that is not a reply or fragment; a returned value answers `rid`. */
 export type Handler = (msg: Message, conn: Connection) => unknown;
 
+/** Per-request options. */
+export interface RequestOptions {
+  /**
+   * On a connection that does not hold the process, whether this outstanding request does
+   * (false for long polls that watch something, so they never keep a finished driver alive).
+   * @default true
+   */
+  holdProcess?: boolean;
+}
+
 /** How a reply is delivered: `(undefined, value)` or `(error)`. */
 export type ReplyCallback = (err: Error | undefined, value?: unknown) => void;
 
@@ -223,9 +233,9 @@ export class Connection {
    * Sends a request and resolves with the reply's value (rejects with the remote error); the
    * value's type is the one `Replies` gives the request's `type`.
    */
-  request<B extends AnyRequestBody>(body: B): Promise<ReplyOf<B['type']>> {
+  request<B extends AnyRequestBody>(body: B, opts?: RequestOptions): Promise<ReplyOf<B['type']>> {
     return new Promise((resolve, reject) =>
-      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as ReplyOf<B['type']>))),
+      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as ReplyOf<B['type']>)), opts),
     );
   }
 
@@ -234,14 +244,14 @@ export class Connection {
    * of actor calls. `cb` is called exactly once, possibly synchronously when the connection is
    * already closed or the body cannot be packed.
    */
-  requestCb(body: AnyRequestBody, cb: ReplyCallback): void {
+  requestCb(body: AnyRequestBody, cb: ReplyCallback, opts?: RequestOptions): void {
     if (this.closed) {
       cb(new ConnectionError(`connection to ${this.label} is closed: ${this.closeReason}`));
       return;
     }
     const rid = this.nextRid++;
     let done = cb;
-    if (!this.opts.holdProcess) {
+    if (!this.opts.holdProcess && opts?.holdProcess !== false) {
       holdOpen(1);
       done = (err, value) => {
         holdOpen(-1);

@@ -175,6 +175,7 @@ export const messageSchemas = {
     address: str({ max: L.nameChars, min: 1 }),
     pid,
   }),
+  renewLease: obj({ type: lit('renewLease'), rid, actorId: id, incarnation }),
   actorLoadFailed: obj({
     type: lit('actorLoadFailed'),
     rid,
@@ -240,7 +241,7 @@ export const messageSchemas = {
   fetch: obj({ type: lit('fetch'), rid, objectId: id }),
   borrow: obj({ type: lit('borrow'), rid, objectId: id }),
   unborrow: obj({ type: lit('unborrow'), objectId: id }),
-  ping: obj({ type: lit('ping'), rid }),
+  ping: obj({ type: lit('ping'), rid, actorId: opt(id), incarnation: opt(incarnation) }),
 } satisfies { [T in MessageType]: Schema<unknown> };
 
 type Schemas = typeof messageSchemas;

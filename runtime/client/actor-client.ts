@@ -128,6 +128,24 @@ export class ActorClient {
     );
   }
 
+  /**
+   * Waits (without holding the process) for the head to say `incarnation` ended, then drops the
+   * connection to it: calls in flight fail over at once instead of when the socket times out.
+   */
+  private watch(conn: Connection, incarnation: number): void {
+    this.rt
+      .headRequest(
+        { type: 'waitActor', actorId: this.actorId, afterIncarnation: incarnation, untilAlive: false },
+        { holdProcess: false },
+      )
+      .then(
+        () => {
+          if (!conn.closed) conn.close(`the head ended incarnation ${incarnation} of actor ${this.actorId}`);
+        },
+        () => {},
+      );
+  }
+
   /** Asks the head what happened to the incarnation behind `conn` (once per connection). */
   private whyLost(conn: Connection): Promise<ActorLocation> {
     let p = this.lost.get(conn);
@@ -181,6 +199,10 @@ export class ActorClient {
         }
         this.incarnation = loc.incarnation;
         this.conn = conn;
+        // Fencing: the worker checks it is this incarnation before any call below runs, and the
+        // head tells us when the incarnation ends (a node declared dead) so calls fail over then.
+        conn.requestCb({ type: 'ping', actorId: this.actorId, incarnation: loc.incarnation }, () => {});
+        this.watch(conn, loc.incarnation);
         const q = [...this.retries, ...this.queue];
         this.retries = [];
         this.queue = [];

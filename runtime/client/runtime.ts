@@ -16,7 +16,14 @@ import {
   type ReplyOf,
   acceptedBy,
 } from '../protocol.ts';
-import { type Connection, type Server, connect, holdProcessWhile, listen } from '../transport.ts';
+import {
+  type Connection,
+  type RequestOptions,
+  type Server,
+  connect,
+  holdProcessWhile,
+  listen,
+} from '../transport.ts';
 import { ActorClient } from './actor-client.ts';
 import { ObjectRef, setRefFetcher } from './object-ref.ts';
 import { ObjectStore } from './object-store.ts';
@@ -91,6 +98,11 @@ export class Runtime {
   private closed = false;
   private readonly closeHooks: (() => Promise<void> | void)[] = [];
   private readonly headLostHooks: ((reason: string) => void)[] = [];
+  /**
+   * True while the head connection is down because the head went silent (a cut link, not a head
+   * that closed or crashed): this process may be the one cut off. Read by a worker's lease.
+   */
+  headSilent = false;
   /** Set once the head is gone for good (reconnecting gave up, or was not allowed). */
   private headLostError: ConnectionError | undefined;
   /** Callers of `headReady` waiting for a reconnect. */
@@ -176,6 +188,7 @@ export class Runtime {
     const conn = this.head;
     conn.onClose((reason) => {
       if (this.closed || this.head !== conn) return;
+      this.headSilent = reason.startsWith('heartbeat timeout');
       const ms = this.reconnectMs;
       if (ms <= 0) {
         log.warn(`lost the head: ${reason}`);
@@ -196,6 +209,7 @@ export class Runtime {
           this.head.close('client shutting down');
           return;
         }
+        this.headSilent = false;
         log.info(`reconnected to the head at ${this.opts.headAddress} as ${this.clientId}`);
         this.watchHead();
         for (const w of this.headWaiters.splice(0)) w.resolve(this.head);
@@ -238,11 +252,11 @@ export class Runtime {
    * Sends a request that is safe to repeat (a lookup or a wait) to the head, sending it again
    * after a reconnect when the connection drops before the answer.
    */
-  async headRequest<B extends IdempotentRequest>(body: B): Promise<ReplyOf<B['type']>> {
+  async headRequest<B extends IdempotentRequest>(body: B, opts?: RequestOptions): Promise<ReplyOf<B['type']>> {
     for (;;) {
       const conn = await this.headReady();
       try {
-        return await conn.request(body);
+        return await conn.request(body, opts);
       } catch (e) {
         if (!isRtjobError(e, 'CONNECTION') || !conn.closed || this.closed) throw e;
       }
@@ -398,6 +412,12 @@ export class Runtime {
         return undefined;
       }
       case 'ping':
+        // A caller that meant another actor, or an incarnation this process is not, must not
+        // get its calls run here (a reused port, or a replaced incarnation).
+        if (m.actorId !== undefined && (m.actorId !== this.opts.actorId || m.incarnation !== this.opts.incarnation)) {
+          conn.close(`this process is not actor ${m.actorId} incarnation ${m.incarnation}`, 1008);
+          return undefined;
+        }
         return 'pong';
       default:
         throw new ObjectLostError('unreachable');

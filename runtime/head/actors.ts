@@ -227,6 +227,21 @@ export class ActorTable {
     return true;
   }
 
+  /**
+   * A worker asks whether it is still the actor's current incarnation. Its lease is half the
+   * node heartbeat timeout: a worker cut off from the head stops serving calls before the head
+   * can declare its node dead and start another incarnation (fencing).
+   */
+  renewLease(actorId: string, incarnation: number): { leaseMs: number } {
+    const rec = this.ctx.actors.get(actorId);
+    if (!rec || rec.info.incarnation !== incarnation || rec.info.state === 'DEAD') {
+      throw new NotFoundError(`actor ${actorId} incarnation ${incarnation} was replaced or killed`, {
+        context: { actorId },
+      });
+    }
+    return { leaseMs: Math.floor(this.ctx.opts.nodeHeartbeatTimeoutMs / 2) };
+  }
+
   actorLoadFailed(actorId: string, incarnation: number, error: WireError): boolean {
     const rec = this.ctx.actors.get(actorId);
     if (!rec || rec.info.incarnation !== incarnation || rec.info.state === 'DEAD') return false;

@@ -202,6 +202,7 @@ export class Head extends EventEmitter<HeadEvents> {
     fetchPackage: (msg) => this.nodes.packageArchive(msg.hash),
     workerHello: (msg) => this.actors.workerHello(msg.actorId, msg.incarnation),
     actorReady: (msg) => this.actors.actorReady(msg.actorId, msg.incarnation, msg.address, msg.pid),
+    renewLease: (msg) => this.actors.renewLease(msg.actorId, msg.incarnation),
     actorLoadFailed: (msg) => this.actors.actorLoadFailed(msg.actorId, msg.incarnation, msg.error),
     createActor: (msg, conn) => this.actors.create(msg, conn.meta.clientId as string),
     waitActor: (msg) => this.actors.wait(msg),
