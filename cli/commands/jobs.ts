@@ -292,7 +292,16 @@ export async function metricsCommand(jobId: string, o: { address?: string; token
     process.stdout.write(await metricsCsv(ep, jobId));
     return;
   }
-  const t = await api<{ columns: string[]; rows: (number | null)[][] }>(ep, 'GET', path);
+  type Page = { columns: string[]; rows: (number | null)[][]; nextSinceStep?: number | null };
+  // Every page (the API pages long runs); later pages name a subset of the first's metrics.
+  const t = await api<Page>(ep, 'GET', path);
+  for (let next = t.nextSinceStep; next !== null && next !== undefined; ) {
+    const page = await api<Page>(ep, 'GET', `${path}?sinceStep=${next}`);
+    const at = t.columns.map((c) => page.columns.indexOf(c));
+    t.rows.push(...page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null)))));
+    next = page.rows.length === 0 ? null : page.nextSinceStep;
+  }
+  delete t.nextSinceStep;
   if (o.json) {
     console.log(JSON.stringify(t));
     return;
