@@ -7,6 +7,9 @@
  * answered by a `reply` with the same `rid`. Messages larger than the transport's chunk size are
  * split into `fragment` messages so they never hold up other traffic on the connection.
  *
+ * Over 500 lines on purpose: every message of every process in one place, so a frame read from
+ * a socket explains itself (STYLE.md). Each message's schema is in `wire-schemas.ts`.
+ *
  * @module
  */
 import { Packr, addExtension } from 'msgpackr';

@@ -11,7 +11,15 @@
  * @module
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Head, startHead } from '../../runtime/head/head.ts';
@@ -41,6 +49,22 @@ export interface ChaosResult {
   recoveryS: number;
   /** Set when the scenario could not run (a missing capability): counts as a failure. */
   error?: string;
+}
+
+/** A result with nothing counted yet. */
+export function emptyResult(scenario: string): ChaosResult {
+  return {
+    scenario,
+    faults: 0,
+    calls: 0,
+    failed: 0,
+    lost: 0,
+    duplicated: 0,
+    hung: 0,
+    zombie: 0,
+    reordered: 0,
+    recoveryS: 0,
+  };
 }
 
 /** Whether a result breaks a guarantee (duplicates break only at-most-once actors). */
@@ -144,12 +168,20 @@ export class ChaosCluster {
       JSON.stringify(opts),
     ];
     const cmd = [...prefix, ...argv];
-    const child = spawn(cmd[0]!, cmd.slice(1), { cwd: root, stdio: 'ignore' });
+    const log = openSync(join(sessionDir, 'agent.log'), 'a');
+    const child = spawn(cmd[0]!, cmd.slice(1), { cwd: root, stdio: ['ignore', log, log] });
+    closeSync(log);
     this.nodes.push(child);
     const end = Date.now() + 30_000;
     while (!existsSync(join(sessionDir, 'node.json'))) {
-      if (Date.now() > end || child.exitCode !== null)
-        throw new Error(`node agent ${this.nodes.length} did not start`);
+      if (Date.now() > end || child.exitCode !== null) {
+        const tail = readFileSync(join(sessionDir, 'agent.log'), 'utf8')
+          .trim()
+          .split('\n')
+          .slice(-5)
+          .join(' | ');
+        throw new Error(`node agent ${this.nodes.length} did not start: ${tail}`);
+      }
       await sleep(50);
     }
     return child;
