@@ -9,11 +9,14 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { runGatewayEvaluation } from './agent/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
 import { SimulatedEngine } from './agent/simulated-engine.ts';
 import type { Agent, AgentTokenizer, Sample } from './agent/types.ts';
 import { BuiltinEngine } from './engines/builtin/engine.ts';
+import { Gateway } from './gateway/server.ts';
+import { modelCard } from './gateway/model-card.ts';
 import type { GenerationConfig, InferenceEngine, NamedTensors, PauseOptions } from './engines/types.ts';
 import { serializeSafetensors } from './model/safetensors.ts';
 import { seededRandom } from './model/sampling.ts';
@@ -58,6 +61,12 @@ export interface RolloutInit {
   episodeTimeoutMs?: number;
   /** Seed of the engine's sampling stream. @default 0 */
   seed?: number;
+  /** Tool-call format of the gateway agents talk to (`--tool-call-parser`). @default 'hermes' */
+  toolCallParser?: string;
+  /** Check every gateway turn against the re-rendered prompt and report drift. @default false */
+  gatewayCheckDrift?: boolean;
+  /** Reward factor per completion before a gateway episode's last. @default 1 */
+  agentTurnDiscount?: number;
 }
 
 /**
@@ -109,6 +118,7 @@ export class Rollout {
   private tokenizer!: AgentTokenizer;
   private runner!: EpisodeRunner;
   private agent!: Agent;
+  private gateway: Gateway | undefined;
   private loaded: Promise<void> | undefined;
   private readonly gconfig: GenerationConfig;
   private readonly counters = { done: 0, failed: 0, tokens: 0, busyMs: 0 };
@@ -139,6 +149,20 @@ export class Rollout {
             maxLength,
           })
         : defaultAgent);
+      if (agent.kind === 'agent') {
+        // Black-box agents reach the engine through an OpenAI-compatible gateway in this worker.
+        const card = modelCard(this.init.pretrain);
+        this.gateway = await Gateway.start({
+          engine: this.engine,
+          tokenizer: chat,
+          model: card.name,
+          contextLength: Math.min(card.contextLength ?? maxLength, maxLength),
+          maxNewTokens: this.init.generateMaxLen,
+          fixedSampling: { temperature: this.gconfig.temperature ?? 1, topP: this.gconfig.topP ?? 1 },
+          toolCallParser: this.init.toolCallParser ?? 'hermes',
+          checkDrift: this.init.gatewayCheckDrift ?? false,
+        });
+      }
       this.runner = new EpisodeRunner({
         agent,
         tokenizer: this.tokenizer,
@@ -146,6 +170,7 @@ export class Rollout {
         maxLength,
         maxConcurrent,
         episodeTimeoutMs: this.init.episodeTimeoutMs ?? 0,
+        ...(this.gateway ? { gateway: this.gateway, turnDiscount: this.init.agentTurnDiscount ?? 1 } : {}),
       });
     })();
     await this.loaded;
@@ -205,9 +230,14 @@ export class Rollout {
     return Promise.all(items.map((it) => this.runGroup(it)));
   }
 
-  /** Greedy single-turn accuracy on held-out prompts, scored by the math reward. */
+  /**
+   * Greedy accuracy on held-out prompts: single-turn, scored by the math reward; for a black-box
+   * agent (`agent(sample, env)`), its own episode with greedy decoding, correct when it returns
+   * reward 1 (an episode that fails or runs past the timeout counts as wrong).
+   */
   async evaluate(items: PromptItem[]): Promise<{ correct: number; total: number }> {
     await this.ready();
+    if (this.agent.kind === 'agent') return this.evaluateAgent(this.agent, items);
     const outs = await Promise.all(
       items.map(async (it) => {
         const s = this.sample(it);
@@ -217,6 +247,26 @@ export class Rollout {
         });
         return mathReward(this.tokenizer.decode(r.outputTokens), it.label);
       }),
+    );
+    return { correct: outs.filter((x) => x === 1).length, total: items.length };
+  }
+
+  private async evaluateAgent(
+    agent: Extract<Agent, { kind: 'agent' }>,
+    items: PromptItem[],
+  ): Promise<{ correct: number; total: number }> {
+    const timeoutMs = this.init.episodeTimeoutMs ?? 0;
+    const outs = await Promise.all(
+      items.map((it) =>
+        this.runner.slots.with(() => {
+          const signal = timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : new AbortController().signal;
+          const sample = { ...this.sample(it), nSamples: 1 };
+          const run = runGatewayEvaluation(sample, { file: agent.file, agent: agent.agent, gateway: this.gateway!, signal });
+          // A hung evaluation episode is abandoned at the timeout, as in training.
+          const timedOut = new Promise<Error>((resolve) => signal.addEventListener('abort', () => resolve(new Error('timeout'))));
+          return timeoutMs > 0 ? Promise.race([run, timedOut]) : run;
+        }),
+      ),
     );
     return { correct: outs.filter((x) => x === 1).length, total: items.length };
   }
@@ -266,6 +316,7 @@ export class Rollout {
   }
 
   async close(): Promise<void> {
+    await this.gateway?.close();
     await this.engine?.close();
   }
 }

@@ -13,11 +13,11 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { initBackend, tf } from '../actors/model/backend.ts';
 import { builtinTokenizerFiles, tinyMathConfig } from '../actors/model/builtin.ts';
 import { loadModel, saveModel } from '../actors/model/checkpoint.ts';
-import { resolveConfig } from '../actors/model/config.ts';
+import { resolveConfig, type SaveDtype } from '../actors/model/config.ts';
 import { CausalLM } from '../actors/model/llama.ts';
 import { seededRandom } from '../actors/model/sampling.ts';
 import { ChatTokenizer, type ChatMessage } from '../actors/model/tokenizer.ts';
@@ -43,6 +43,8 @@ export interface SftOptions {
   directFraction?: number;
   /** Where the final HF model directory goes. */
   savePath: string;
+  /** Tensor dtype of the saved model (checkpoints stay float32). @default 'float32' */
+  saveDtype?: SaveDtype;
   /** Checkpoint directory (weights + optimizer + step); resumed from when it exists. */
   ckptPath?: string;
   /** Save a checkpoint every this many steps. @default 100 */
@@ -277,6 +279,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   saveModel(o.savePath, model, {
     ...(tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain }),
     generationConfig: { eos_token_id: model.config.eos_token_id, pad_token_id: model.config.pad_token_id, do_sample: true, temperature: 1.0, max_new_tokens: 48 },
+    dtype: o.saveDtype,
   });
   const result: SftResult = { steps: trainer.stepCount, finalLoss: lastLoss, evalAccuracy, trainSeconds, tokensPerSecond: tokens / trainSeconds };
   writeFileSync(join(o.savePath, 'training_summary.json'), JSON.stringify({ ...result, options: { ...o, savePath: undefined, ckptPath: undefined, signal: undefined } }, null, 2) + '\n');
@@ -297,6 +300,7 @@ export async function main(argv: string[]): Promise<void> {
     .option('--dataset-size <n>', 'built-in training records', Number)
     .option('--direct-fraction <x>', 'built-in only: fraction of records answered directly, without the worked equation', Number)
     .requiredOption('--save-path <dir>', 'output HF model directory')
+    .addOption(new Option('--save-dtype <dtype>', 'tensor dtype of the saved model').choices(['float32', 'bfloat16']))
     .option('--ckpt-path <dir>', 'checkpoint directory (resumed from when present)')
     .option('--save-steps <n>', 'checkpoint interval', Number)
     .option('--batch-size <n>', 'sequences per step', Number)

@@ -339,6 +339,8 @@ export interface Fetch {
   readonly type: 'fetch';
   readonly rid: number;
   readonly objectId: string;
+  /** Ask for the bytes over this connection even when shared memory is possible. */
+  readonly inline?: boolean;
 }
 export interface Borrow {
   readonly type: 'borrow';
@@ -348,6 +350,14 @@ export interface Borrow {
 export interface Unborrow {
   readonly type: 'unborrow';
   readonly objectId: string;
+}
+/**
+ * First message on a data-plane connection: the connecting process's `machineId` (its
+ * `/dev/shm`), so large values it fetches or gets back from calls can go through shared memory.
+ */
+export interface Hello {
+  readonly type: 'hello';
+  readonly machine: string;
 }
 /**
  * Data-plane handshake: tells a worker which actor incarnation the caller meant to reach; a
@@ -435,6 +445,7 @@ export interface Replies {
   fetch: unknown;
   borrow: boolean;
   unborrow: void;
+  hello: void;
   ping: 'pong';
 }
 
@@ -455,7 +466,8 @@ export type Message =
   | StartWorker
   | StopWorker
   | DataRequest
-  | Unborrow;
+  | Unborrow
+  | Hello;
 
 export type MessageType = Message['type'];
 export type MessageOf<T extends MessageType> = Extract<Message, { type: T }>;
@@ -511,6 +523,7 @@ export const messageRoutes = {
   borrow: { to: ['data'] },
   unborrow: { to: ['data'] },
   ping: { to: ['data'] },
+  hello: { to: ['data'] },
 } as const satisfies { readonly [T in MessageType]: { readonly to: readonly Endpoint[]; readonly from?: readonly Sender[] } };
 
 type ReceivedBy<E extends Endpoint> = {

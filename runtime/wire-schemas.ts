@@ -238,9 +238,10 @@ export const messageSchemas = {
     method: str({ max: L.nameChars }),
     args: arr(any(), L.callArgs),
   }),
-  fetch: obj({ type: lit('fetch'), rid, objectId: id }),
+  fetch: obj({ type: lit('fetch'), rid, objectId: id, inline: opt(bool()) }),
   borrow: obj({ type: lit('borrow'), rid, objectId: id }),
   unborrow: obj({ type: lit('unborrow'), objectId: id }),
+  hello: obj({ type: lit('hello'), machine: str({ max: L.pathChars }) }),
   ping: obj({ type: lit('ping'), rid, actorId: opt(id), incarnation: opt(incarnation) }),
 } satisfies { [T in MessageType]: Schema<unknown> };
 

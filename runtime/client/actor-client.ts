@@ -9,6 +9,7 @@
 import {
   ActorDiedError,
   ActorLoadError,
+  ObjectLostError,
   type RtjobError,
   fromWire,
   isRtjobError,
@@ -17,6 +18,7 @@ import type { ActorLocation, DeathCause } from '../protocol.ts';
 import type { Connection } from '../transport.ts';
 import { ObjectRef } from './object-ref.ts';
 import type { Runtime } from './runtime.ts';
+import { ShmValue, readShm } from './shm.ts';
 
 interface QueuedCall {
   method: string;
@@ -102,8 +104,22 @@ export class ActorClient {
     }
     conn.requestCb({ type: 'call', method: c.method, args: c.args }, (err, v) => {
       if (err) this.onCallFailed(conn, c, err);
+      else if (v instanceof ShmValue) this.readShared(c, v);
       else c.ref._resolve(v);
     });
+  }
+
+  /** A large result the worker handed over through shared memory (we are on its machine). */
+  private readShared(c: QueuedCall, v: ShmValue): void {
+    readShm(v).then(
+      (value) => c.ref._resolve(value),
+      (e) =>
+        c.ref._reject(
+          new ObjectLostError(`the result of '${c.method}' could not be read from shared memory: ${(e as Error).message}`, {
+            context: { actorId: this.actorId, method: c.method },
+          }),
+        ),
+    );
   }
 
   private onCallFailed(conn: Connection, c: QueuedCall, e: unknown): void {

@@ -27,6 +27,7 @@ import {
 import { ActorClient } from './actor-client.ts';
 import { ObjectRef, setRefFetcher } from './object-ref.ts';
 import { ObjectStore } from './object-store.ts';
+import { ShmValue, largeBytes, machineId, readShm, shmMinBytes, writeShm } from './shm.ts';
 
 const log = logger('client');
 
@@ -310,6 +311,11 @@ export class Runtime {
         maxFrameBytes: 16 * 1024 * 1024,
         connectTimeoutMs: 5000,
         holdProcess: this.opts.kind !== 'driver',
+      }).then((c) => {
+        // Lets a peer on this machine hand large values over through shared memory.
+        const machine = machineId();
+        if (machine) c.send({ type: 'hello', machine });
+        return c;
       });
       this.peers.set(address, p);
       p.then(
@@ -359,7 +365,14 @@ export class Runtime {
       });
     }
     try {
-      return await conn.request({ type: 'fetch', objectId: ref.id });
+      const v = await conn.request({ type: 'fetch', objectId: ref.id });
+      if (!(v instanceof ShmValue)) return v;
+      try {
+        return await readShm(v);
+      } catch (e) {
+        log.warn(`reading object ${ref.id} from shared memory failed (${(e as Error).message}); fetching it over the socket`);
+        return await conn.request({ type: 'fetch', objectId: ref.id, inline: true });
+      }
     } catch (e) {
       if (isRtjobError(e, 'CONNECTION')) {
         throw new OwnerDiedError(`the owner of object ${ref.id} at ${ref.owner} died`, {
@@ -383,11 +396,20 @@ export class Runtime {
 
   private serve(m: Message, conn: Connection): unknown {
     switch (m.type) {
-      case 'call':
+      case 'call': {
         if (!this.callHandler) throw new ConnectionError('this process hosts no actor');
-        return this.callHandler(m, conn);
+        const r = this.callHandler(m, conn);
+        if (conn.meta.machine === undefined || conn.meta.machine !== machineId()) return r;
+        return isThenable(r) ? r.then(shareResult) : shareResult(r);
+      }
       case 'fetch':
+        if (!m.inline && conn.meta.machine !== undefined && conn.meta.machine === machineId()) {
+          return this.objects.fetchShared(m.objectId);
+        }
         return this.objects.fetch(m.objectId);
+      case 'hello':
+        conn.meta.machine = m.machine;
+        return undefined;
       case 'borrow': {
         // Borrows are remembered per connection so a borrower that dies releases them.
         let held = conn.meta.borrows as Map<string, number> | undefined;
@@ -423,4 +445,17 @@ export class Runtime {
         throw new ObjectLostError('unreachable');
     }
   }
+}
+
+/** A large call result for a caller on this machine goes through shared memory, read once. */
+function shareResult(v: unknown): unknown {
+  if (largeBytes(v) < shmMinBytes) return v;
+  return writeShm(v, 'result', true).then(
+    (s) => s ?? v,
+    () => v,
+  );
+}
+
+function isThenable(v: unknown): v is PromiseLike<unknown> {
+  return v !== null && typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function';
 }
