@@ -14,7 +14,7 @@ import { api, CliError, type Endpoint, findEndpoint, requireEndpoint, tailJobLog
 import { rtjobHome } from '../cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
-import { startLocalCluster } from '../local-cluster.ts';
+import { startClusterHead } from '../../runtime/local-cluster.ts';
 
 /**
  * Variables of the caller's environment that describe this machine or shell, not the job; every
@@ -111,12 +111,12 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   };
 
   let ep = findEndpoint(o);
-  let ephemeral: Awaited<ReturnType<typeof startLocalCluster>> | undefined;
+  let ephemeral: Awaited<ReturnType<typeof startClusterHead>> | undefined;
   if (!ep) {
     // No cluster: run this one job on a private local cluster and stop it afterwards.
     const sessionDir = join(rtjobHome(), 'runs', `${Date.now()}-${process.pid}`);
     mkdirSync(sessionDir, { recursive: true, mode: 0o700 });
-    ephemeral = await startLocalCluster({ sessionDir, port: 0, dashboardPort: 0, stopGraceMs: 3000 });
+    ephemeral = await startClusterHead({ sessionDir, port: 0, dashboardPort: 0, stopGraceMs: 3000 });
     ep = { url: ephemeral.dashboardUrl, token: ephemeral.token };
     process.stderr.write(`no cluster running: started a local one for this job (session ${sessionDir})\n`);
   }
@@ -292,7 +292,16 @@ export async function metricsCommand(jobId: string, o: { address?: string; token
     process.stdout.write(await metricsCsv(ep, jobId));
     return;
   }
-  const t = await api<{ columns: string[]; rows: (number | null)[][] }>(ep, 'GET', path);
+  type Page = { columns: string[]; rows: (number | null)[][]; nextSinceStep?: number | null };
+  // Every page (the API pages long runs); later pages name a subset of the first's metrics.
+  const t = await api<Page>(ep, 'GET', path);
+  for (let next = t.nextSinceStep; next !== null && next !== undefined; ) {
+    const page = await api<Page>(ep, 'GET', `${path}?sinceStep=${next}`);
+    const at = t.columns.map((c) => page.columns.indexOf(c));
+    t.rows.push(...page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null)))));
+    next = page.rows.length === 0 ? null : page.nextSinceStep;
+  }
+  delete t.nextSinceStep;
   if (o.json) {
     console.log(JSON.stringify(t));
     return;

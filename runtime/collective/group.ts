@@ -121,8 +121,8 @@ export async function initCollectiveGroup(
       host: rt.server.host,
       token: rt.opts.token,
       kv: {
-        put: (key, value) => rt.head.request({ type: 'kvPut', key, value }),
-        get: (key) => rt.head.request<Uint8Array | null>({ type: 'kvGet', key }),
+        put: (key, value) => rt.headOnce({ type: 'kvPut', key, value }),
+        get: (key) => rt.headRequest({ type: 'kvGet', key }),
       },
       deadlineMs: Date.now() + joinTimeoutMs,
     });

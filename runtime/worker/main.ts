@@ -12,6 +12,7 @@ import { ActorLoadError, toWire } from '../errors.ts';
 import { logger } from '../log.ts';
 import type { Call, WorkerAssignment } from '../protocol.ts';
 import { Executor } from './executor.ts';
+import { Lease } from './lease.ts';
 import { loadActor, taskRunner } from './load.ts';
 
 const log = logger('worker');
@@ -54,21 +55,24 @@ const rt = await Runtime.start({
 });
 rt.onHeadLost(() => process.exit(0));
 
-const assignment = await rt.head.request<WorkerAssignment>({ type: 'workerHello', actorId, incarnation });
+const assignment = await rt.head.request({ type: 'workerHello', actorId, incarnation });
 // Actors this actor creates belong to the same job and inherit its env (api.ts reads these two).
 if (assignment.options.jobId) env.RTJOB_JOB_ID = assignment.options.jobId;
 env.RTJOB_JOB_ENV ??= JSON.stringify(assignment.options.env ?? {});
 
 let handle: (m: Call) => unknown;
+let exec: Executor;
 try {
   if (assignment.spec.kind === 'tasks') {
     const runner = taskRunner(actorId);
-    const exec = new Executor(runner, assignment.options.maxConcurrency, actorId);
-    handle = (m) => runner.prepare(m.method).then(() => exec.handle(m));
+    const tasks = new Executor(runner, assignment.options.maxConcurrency, actorId);
+    handle = (m) => runner.prepare(m.method).then(() => tasks.handle(m));
+    exec = tasks;
   } else {
     const lookup = await loadActor(assignment, actorId);
-    const exec = new Executor(lookup, assignment.options.maxConcurrency, actorId);
-    handle = (m) => exec.handle(m);
+    const actor = new Executor(lookup, assignment.options.maxConcurrency, actorId);
+    handle = (m) => actor.handle(m);
+    exec = actor;
   }
 } catch (e) {
   const err = e instanceof ActorLoadError ? e : new ActorLoadError(String((e as Error).message ?? e), { cause: e });
@@ -81,8 +85,10 @@ try {
 // Calls served are reported to the head every few seconds (Prometheus `rtjob_actor_calls_total`).
 let calls = 0;
 let reported = 0;
+let lease: Lease | undefined;
 rt.callHandler = (m) => {
   calls++;
+  lease?.check();
   return handle(m);
 };
 setInterval(() => {
@@ -91,4 +97,8 @@ setInterval(() => {
   reported = calls;
 }, 2000).unref();
 await rt.head.request({ type: 'actorReady', actorId, incarnation, address: rt.address, pid: process.pid });
+lease = new Lease(rt, actorId, incarnation, exec, (why) => {
+  log.warn(`${why}; exiting without running the calls held meanwhile`);
+  process.exit(1);
+});
 process.send?.({ type: 'ready' });

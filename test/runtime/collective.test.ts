@@ -184,7 +184,7 @@ test('a link without the cluster token is refused; the real member then joins', 
   const joined = member.join.remote();
   const rt = currentRuntime()!;
   const raw = await until(
-    () => rt.head.request<Uint8Array | null>({ type: 'kvGet', key: 'collective/guarded/0' }),
+    () => rt.head.request({ type: 'kvGet', key: 'collective/guarded/0' }),
     30_000,
     'rank 0 to publish its address',
   );

@@ -70,6 +70,8 @@ export interface ClusterStatus {
 export interface MetricsTable {
   columns: string[];
   rows: (number | null)[][];
+  /** Where the next page starts; `null` on the last page. */
+  nextSinceStep?: number | null;
 }
 
 /** Thrown for a non-2xx answer, with the API's message. */

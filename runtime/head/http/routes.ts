@@ -4,20 +4,25 @@
  *
  * @module
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
 import { type OpsStore, terminalJobStatuses } from '../jobs/ops-store.ts';
-import type { JobSubmitRequest, JobSupervisor } from '../jobs/supervisor.ts';
+import type { JobSupervisor } from '../jobs/supervisor.ts';
 import { isPackageHash, keepArchive, PackageTooLargeError, unpackArchive } from '../jobs/working-dir.ts';
 import { readLogRange } from '../logs/log-file.ts';
 import { readActorLogs } from '../logs/worker-logs.ts';
 import { type ActorQuery, actorSortKeys, type ActorState, type ClusterView, queryActors } from './cluster-view.ts';
 import { renderPrometheus } from './prometheus.ts';
+import { jobSubmitBody, killBody, metricsBody } from './rest-schemas.ts';
 import { intParam, readBody, readJson, send, toCsv } from './respond.ts';
 
 const version = '0.1.0';
+/** Working-dir uploads the head takes at once; more are refused with 429 (`BUSY`). */
+const maxConcurrentUploads = 2;
+let uploadsInProgress = 0;
+let uploadSeq = 0;
 
 /** What the routes need from the server. */
 export interface RouteContext {
@@ -83,17 +88,29 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
         return existsSync(dir) ? send(res, 200, { exists: true }) : send(res, 404, { exists: false });
       }
       if (method === 'PUT') {
-        const body = await readBody(req, maxPackageBytes);
-        if (!existsSync(dir)) {
-          try {
-            unpackArchive(body, c, dir, maxPackageBytes * 4);
-          } catch (err) {
-            if (err instanceof PackageTooLargeError) throw new OpsError('PACKAGE_TOO_LARGE', err.message);
-            throw new OpsError('BAD_REQUEST', `bad package: ${(err as Error).message}`);
-          }
+        // Streamed to disk, a few at a time: memory does not grow with concurrent uploads.
+        if (uploadsInProgress >= maxConcurrentUploads) {
+          throw new OpsError('BUSY', `${maxConcurrentUploads} uploads are in progress; try again shortly`);
         }
-        // Kept as uploaded for nodes that run the job's actors and fetch it from the head.
-        keepArchive(dir, body);
+        uploadsInProgress++;
+        const tmp = `${dir}.upload-${process.pid}-${++uploadSeq}`;
+        try {
+          await readBody(req, maxPackageBytes, tmp);
+          const body = readFileSync(tmp);
+          if (!existsSync(dir)) {
+            try {
+              unpackArchive(body, c, dir, maxPackageBytes * 4);
+            } catch (err) {
+              if (err instanceof PackageTooLargeError) throw new OpsError('PACKAGE_TOO_LARGE', err.message);
+              throw new OpsError('BAD_REQUEST', `bad package: ${(err as Error).message}`);
+            }
+          }
+          // Kept as uploaded for nodes that run the job's actors and fetch it from the head.
+          keepArchive(dir, body);
+        } finally {
+          uploadsInProgress--;
+          rmSync(tmp, { force: true });
+        }
         return send(res, 200, { uri: `pkg://${c}` });
       }
     }
@@ -102,8 +119,7 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
       if (!c) {
         if (method === 'GET') return send(res, 200, { jobs: store.listJobs({ limit: intParam(u, 'limit') }) });
         if (method === 'POST') {
-          const body = await readJson(req);
-          const job = jobs.submit(body as unknown as JobSubmitRequest);
+          const job = jobs.submit(await readJson(req, jobSubmitBody));
           return send(res, 200, { jobId: job.jobId, job });
         }
       } else {
@@ -130,27 +146,32 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
         if (d === 'metrics') {
           if (method === 'POST') {
             jobs.get(jobId);
-            const body = await readJson(req);
-            const rows = body.rows;
-            if (!Array.isArray(rows)) throw new OpsError('BAD_REQUEST', 'rows must be an array of {step, values}');
-            const clean = rows.map((r: unknown) => {
-              const row = r as { step?: unknown; values?: unknown; time?: unknown };
-              if (typeof row.step !== 'number' || !Number.isInteger(row.step) || typeof row.values !== 'object' || row.values === null) {
-                throw new OpsError('BAD_REQUEST', 'each row needs an integer step and an object of numeric values');
-              }
-              return { step: row.step, values: row.values as Record<string, number>, time: typeof row.time === 'number' ? row.time : Date.now() };
-            });
+            const { rows } = await readJson(req, metricsBody);
+            const clean = rows.map((row) => ({ step: row.step, values: row.values, time: row.time ?? Date.now() }));
             store.addMetrics(jobId, clean);
             ctx.metricsChanged(jobId);
             return send(res, 200, { stored: clean.length });
           }
           if (method === 'GET') {
             jobs.get(jobId);
-            const table = store.metricsTable(jobId, intParam(u, 'sinceStep'));
+            const since = intParam(u, 'sinceStep');
             if (u.searchParams.get('format') === 'csv') {
-              return send(res, 200, toCsv(table.columns, table.rows), { 'content-type': 'text/csv; charset=utf-8' });
+              // Every page, written as it is read: memory stays one page whatever the job logged.
+              let page = store.metricsTable(jobId, since);
+              res.writeHead(200, { 'content-type': 'text/csv; charset=utf-8', 'cache-control': 'no-store' });
+              res.write(toCsv(page.columns, page.rows));
+              const columns = page.columns;
+              while (page.nextSinceStep !== null) {
+                // Later pages name a subset of the first page's metrics: keep the first's columns.
+                page = store.metricsTable(jobId, page.nextSinceStep);
+                const at = columns.map((c) => page.columns.indexOf(c));
+                const rows = page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null))));
+                res.write(toCsv(columns, rows).replace(/^[^\n]*\n/, ''));
+              }
+              res.end();
+              return;
             }
-            return send(res, 200, table);
+            return send(res, 200, store.metricsTable(jobId, since, intParam(u, 'limit')));
           }
         }
         if (d === 'actors' && method === 'GET') {
@@ -167,7 +188,7 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
         if (!actor) throw new OpsError('UNKNOWN_ACTOR', `no actor with id ${c}`);
         if (!d && method === 'GET') return send(res, 200, actor);
         if (d === 'kill' && method === 'POST') {
-          const body = await readJson(req);
+          const body = await readJson(req, killBody);
           await cluster.killActor(c, { noRestart: body.noRestart !== false });
           return send(res, 200, { killed: true });
         }
