@@ -35,7 +35,7 @@ async function importModule(url: string, actorId: string): Promise<Record<string
   }
 }
 
-function exportOf(mod: Record<string, unknown>, url: string, name: string, actorId: string): Function {
+function exportOf(mod: Record<string, unknown>, url: string, name: string, actorId: string): unknown {
   const v = mod[name];
   if (typeof v !== 'function') {
     const names = Object.keys(mod).join(', ') || 'nothing';
@@ -44,7 +44,8 @@ function exportOf(mod: Record<string, unknown>, url: string, name: string, actor
       { context: { actorId, moduleUrl: url, exportName: name } },
     );
   }
-  return v as Function;
+  // A function, typed `unknown` because the caller decides whether it is a class or a task.
+  return v;
 }
 
 /** Imports and constructs the actor; returns how to find its methods. */
