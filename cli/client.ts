@@ -6,17 +6,23 @@
  */
 import WebSocket from 'ws';
 
+import { RtjobError } from '../runtime/errors.ts';
 import { pidAlive, readClusterFile } from './cluster-file.ts';
 
-/** Exit codes: 1 a job failed or a request was refused, 2 bad usage, 3 no cluster reachable. */
-export class CliError extends Error {
-  override readonly name = 'CliError';
+const codeOfExit: Record<number, string> = { 1: 'CLI_FAILED', 2: 'CLI_USAGE', 3: 'CLI_UNREACHABLE' };
+
+/**
+ * An error the CLI prints as one line and exits with `exitCode`: 1 a job failed or a request was
+ * refused, 2 bad usage, 3 no cluster reachable. `code` is the API's error code when the head
+ * refused the request (`UNKNOWN_JOB`), else `CLI_FAILED`, `CLI_USAGE` or `CLI_UNREACHABLE`.
+ */
+export class CliError extends RtjobError {
   constructor(
     message: string,
     readonly exitCode = 1,
-    readonly code?: string,
+    code?: string,
   ) {
-    super(message);
+    super(code ?? codeOfExit[exitCode] ?? 'CLI_FAILED', message);
   }
 }
 

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { RtjobError } from '../../runtime/errors.ts';
 
 /** Advantage estimators (OpenRLHF `--advantage-estimator`). */
 export const advantageEstimators = ['gae', 'reinforce', 'reinforce_baseline', 'rloo', 'group_norm', 'dr_grpo'] as const;
@@ -235,14 +236,12 @@ export const trainPpoDefaults: TrainPpoOptions = {
 };
 
 /** A bad flag or flag combination; `flag` names it. */
-export class FlagError extends Error {
-  override readonly name = 'FlagError';
-  readonly code = 'TRAIN_PPO_FLAG';
+export class FlagError extends RtjobError<'TRAIN_PPO_FLAG'> {
   constructor(
     readonly flag: string,
     message: string,
   ) {
-    super(message);
+    super('TRAIN_PPO_FLAG', message);
   }
 }
 
