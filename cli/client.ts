@@ -7,7 +7,8 @@
 import WebSocket from 'ws';
 
 import { RtjobError } from '../runtime/errors.ts';
-import { pidAlive, readClusterFile } from './cluster-file.ts';
+import { readClusterFile } from '../runtime/cluster-file.ts';
+import { readEnv } from '../runtime/env.ts';
 
 const codeOfExit: Record<number, string> = { 1: 'CLI_FAILED', 2: 'CLI_USAGE', 3: 'CLI_UNREACHABLE' };
 
@@ -43,14 +44,14 @@ export function httpUrl(address: string): string {
  * `~/.rtjob/cluster.json`; undefined when none is configured or the recorded head is gone.
  */
 export function findEndpoint(opts: { address?: string; token?: string }): Endpoint | undefined {
-  const file = readClusterFile();
-  const address = opts.address ?? process.env.RTJOB_HTTP_ADDRESS;
+  const address = opts.address ?? readEnv('RTJOB_HTTP_ADDRESS');
   if (address) {
-    const token = opts.token ?? process.env.RTJOB_TOKEN ?? file?.token;
+    const token = opts.token ?? readEnv('RTJOB_TOKEN') ?? readClusterFile()?.token;
     if (!token) throw new CliError('no token: pass --token or set RTJOB_TOKEN', 2);
     return { url: httpUrl(address), token };
   }
-  if (file?.dashboardUrl && file.pids.some(pidAlive)) return { url: file.dashboardUrl, token: opts.token ?? file.token };
+  const file = readClusterFile({ live: true });
+  if (file?.dashboardUrl) return { url: file.dashboardUrl, token: opts.token ?? file.token };
   return undefined;
 }
 

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { type EnvName, readEnv } from '../../runtime/env.ts';
 import { RtjobError } from '../../runtime/errors.ts';
 
 /** Advantage estimators (OpenRLHF `--advantage-estimator`). */
@@ -91,7 +92,7 @@ interface Flag {
   /** Other names (kebab), e.g. OpenRLHF's older spellings. */
   aliases?: string[];
   /** Environment variable read when the flag is absent. */
-  env?: string;
+  env?: EnvName;
 }
 
 const F = (key: keyof TrainPpoOptions, kind: Kind, help: string, extra: Partial<Flag> = {}): Flag => ({
@@ -298,9 +299,13 @@ export function parseTrainPpoFlags(
   }
   for (const f of flagTable) {
     if (f.env === undefined || given.has(f.key)) continue;
-    const raw = env[f.env];
-    if (raw === undefined || raw === '') continue;
-    (o as unknown as Record<string, unknown>)[f.key] = parseValue(f, f.env, raw);
+    let value: unknown;
+    try {
+      value = readEnv(f.env, env);
+    } catch (e) {
+      throw new FlagError(f.env, (e as Error).message);
+    }
+    if (value !== undefined) (o as unknown as Record<string, unknown>)[f.key] = value;
   }
   validate(o, given);
   return o;

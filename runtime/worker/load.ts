@@ -6,6 +6,7 @@
  * @module
  */
 import { pathToFileURL } from 'node:url';
+import { readEnv } from '../env.ts';
 import { ActorLoadError, TaskError } from '../errors.ts';
 import { ObjectRef } from '../client/object-ref.ts';
 import { unpack, type WorkerAssignment } from '../protocol.ts';
@@ -16,8 +17,8 @@ import type { MethodLookup } from './executor.ts';
  * created the actor (the head, or another node), at this node's own copy of the package.
  */
 export function localModuleUrl(url: string, env: NodeJS.ProcessEnv = process.env): string {
-  const hash = env.RTJOB_PACKAGE;
-  const dir = env.RTJOB_WORKING_DIR;
+  const hash = readEnv('RTJOB_PACKAGE', env);
+  const dir = readEnv('RTJOB_WORKING_DIR', env);
   if (!hash || !dir || !url.startsWith('file:')) return url;
   const marker = `/packages/${hash}/`;
   const at = url.indexOf(marker);
