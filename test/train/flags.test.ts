@@ -66,7 +66,7 @@ test('--help lists every flag with its default', () => {
 
 test('--help prints the flags in sections', () => {
   const h = trainPpoHelp();
-  assert.match(h, /\nAlgorithm \(formulas: algorithms\/README.md\):\n  --advantage-estimator/);
+  assert.match(h, /\nAlgorithm \(formulas: algorithms\/README.md\):\n {2}--advantage-estimator/);
   assert.match(h, /--loss-agg-mode\s+how token losses are averaged \(default token-mean\)/);
 });
 
