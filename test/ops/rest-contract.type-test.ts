@@ -15,9 +15,9 @@ export async function callers(api: RestClient): Promise<void> {
   await api.call('GET /api/jobs/:jobId', { params: { id: 'j' } });
   // @ts-expect-error a query the route does not take
   await api.call('GET /api/jobs', { query: { offset: 1 } });
-  // @ts-expect-error a body field of the wrong type
   await api.call('POST /api/actors/:actorId/kill', {
     params: { actorId: 'a' },
+    // @ts-expect-error a body field of the wrong type
     body: { noRestart: 'yes' },
   });
   // @ts-expect-error a route that is not in the contract
