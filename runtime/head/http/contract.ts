@@ -17,10 +17,18 @@ import type { PlacementGroupInfo } from '../../protocol.ts';
 import type { ClusterEvent, JobInfo, JobStatus, MetricRow } from '../jobs/ops-store.ts';
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import type { ActorLogPage } from '../logs/worker-logs.ts';
-import type { ActorSortKey, ActorState, ActorView, NodeView } from './cluster-view.ts';
+import type {
+  ActorPage,
+  ActorQuery,
+  ActorSortKey,
+  ActorState,
+  ActorView,
+  NodeView,
+} from './cluster-view.ts';
 
 export type {
   ActorLogPage,
+  ActorPage,
   ActorSortKey,
   ActorState,
   ActorView,
@@ -49,31 +57,8 @@ export interface MetricsTable {
   rows: (number | null)[][];
 }
 
-/** A page of actors, filtered, sorted and paged on the server. */
-export interface ActorPage {
-  total: number;
-  offset: number;
-  limit: number;
-  rows: ActorView[];
-  /** Actors per state, over the filter without the state filter (the tabs' counts). */
-  states: Record<string, number>;
-}
-
 /** Query of the actor table (`GET /api/actors`, `GET /api/jobs/:jobId/actors`). */
-export interface ActorPageQuery {
-  offset?: number;
-  /** @default 50, at most 1000 */
-  limit?: number;
-  sort?: ActorSortKey;
-  /** @default 'desc' */
-  order?: 'asc' | 'desc';
-  state?: ActorState;
-  jobId?: string;
-  className?: string;
-  nodeId?: string;
-  /** Substring of id, class, name or node. */
-  q?: string;
-}
+export type ActorPageQuery = ActorQuery;
 
 /** The body of every non-2xx JSON answer. */
 export interface ApiErrorBody {
