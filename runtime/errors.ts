@@ -240,7 +240,7 @@ const byCode: Record<Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>, Ctor> = {
 };
 
 /** True when `code` names one of the runtime's own error classes. */
-function isRuntimeCode(code: string): code is ErrorCode {
+export function isRuntimeErrorCode(code: string): code is ErrorCode {
   return code in byCode || code === 'TASK' || code === 'NOT_INITIALIZED';
 }
 
@@ -253,7 +253,7 @@ export function isRtjobError<C extends string = string>(e: unknown, code?: C): e
   const c = (e as { code?: unknown }).code;
   if (typeof c !== 'string') return false;
   if (code !== undefined) return c === code;
-  return e instanceof RtjobError || isRuntimeCode(c);
+  return e instanceof RtjobError || isRuntimeErrorCode(c);
 }
 
 /** Own data fields of a thrown error, without the ones every error has. */
@@ -288,7 +288,7 @@ export function toTaskError(e: unknown, context: ErrorContext): TaskError {
 
 /** True for an error the runtime itself raised (not one user code threw). */
 export function isRuntimeError(e: unknown): e is RtjobError<ErrorCode> {
-  return e instanceof RtjobError && !(e instanceof TaskError) && isRuntimeCode(e.code);
+  return e instanceof RtjobError && !(e instanceof TaskError) && isRuntimeErrorCode(e.code);
 }
 
 /**
@@ -346,7 +346,7 @@ export function fromWire(w: WireError, extra?: ErrorContext): RtjobError {
     remoteStack: w.stack,
     cause: w.cause ? fromWire(w.cause) : undefined,
   };
-  if (w.task || w.code === 'TASK' || !isRuntimeCode(w.code)) {
+  if (w.task || w.code === 'TASK' || !isRuntimeErrorCode(w.code)) {
     return new TaskError(w.name, w.message, {
       ...opts,
       code: w.code,
