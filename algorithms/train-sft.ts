@@ -15,7 +15,7 @@ import { join, resolve } from 'node:path';
 import { initBackend, tf } from '../actors/model/backend.ts';
 import { builtinTokenizerFiles, tinyMathConfig } from '../actors/model/builtin.ts';
 import { loadModel, saveModel } from '../actors/model/checkpoint.ts';
-import { resolveConfig } from '../actors/model/config.ts';
+import { resolveConfig, type SaveDtype } from '../actors/model/config.ts';
 import { CausalLM } from '../actors/model/llama.ts';
 import { seededRandom } from '../actors/model/sampling.ts';
 import { ChatTokenizer, type ChatMessage } from '../actors/model/tokenizer.ts';
@@ -42,6 +42,8 @@ export interface SftOptions {
   directFraction?: number;
   /** Where the final HF model directory goes. */
   savePath: string;
+  /** Tensor dtype of the saved model (checkpoints stay float32). @default 'float32' */
+  saveDtype?: SaveDtype;
   /** Checkpoint directory (weights + optimizer + step); resumed from when it exists. */
   ckptPath?: string;
   /** Save a checkpoint every this many steps. @default 100 */
@@ -276,6 +278,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   saveModel(o.savePath, model, {
     ...(tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain }),
     generationConfig: { eos_token_id: model.config.eos_token_id, pad_token_id: model.config.pad_token_id, do_sample: true, temperature: 1.0, max_new_tokens: 48 },
+    dtype: o.saveDtype,
   });
   const result: SftResult = { steps: trainer.stepCount, finalLoss: lastLoss, evalAccuracy, trainSeconds, tokensPerSecond: tokens / trainSeconds };
   writeFileSync(join(o.savePath, 'training_summary.json'), JSON.stringify({ ...result, options: { ...o, savePath: undefined, ckptPath: undefined, signal: undefined } }, null, 2) + '\n');
@@ -302,6 +305,12 @@ const sftFlags = flagParser<SftFlagOptions>(
       help: 'built-in only: fraction of records answered directly, without the worked equation',
     },
     { key: 'savePath', kind: 'string', help: 'output HF model directory', required: true },
+    {
+      key: 'saveDtype',
+      kind: 'string',
+      help: 'tensor dtype of the saved model',
+      choices: ['float32', 'bfloat16'],
+    },
     { key: 'ckptPath', kind: 'string', help: 'checkpoint directory (resumed from when present)' },
     { key: 'saveSteps', kind: 'int', help: 'checkpoint interval', min: 1 },
     { key: 'batchSize', kind: 'int', help: 'sequences per step', min: 1 },

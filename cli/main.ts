@@ -17,6 +17,16 @@ import {
   stopJobCommand,
   submitCommand,
 } from './commands/jobs.ts';
+import { serveCommand } from './commands/serve.ts';
+
+// `rtjob start --head | head -1`: a reader that goes away is not an error of ours. Later output
+// is dropped and the command finishes its work (a private cluster is still stopped cleanly).
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'EPIPE') throw e;
+    stream.write = (() => true) as typeof stream.write;
+  });
+}
 
 const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
@@ -122,6 +132,19 @@ addressOptions(
     .option('--json', 'columns and rows as JSON')
     .addOption(new Option('--last <n>', 'steps to show in the table').default('20')),
 ).action((job: string, o) => metricsCommand(job, o));
+
+program
+  .command('serve')
+  .description('serve a checkpoint as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/responses)')
+  .option('--pretrain <dir>', 'HF model directory (default: the shipped warm-start model)')
+  .option('--host <host>', 'interface to bind', '127.0.0.1')
+  .option('--port <port>', 'port; 0 picks a free one', '8000')
+  .option('--api-key <key>', 'the key clients send (default: RTJOB_SERVE_API_KEY, else a random one, printed)')
+  .option('--model <name>', "the model name clients request (default: the directory's name)")
+  .option('--tool-call-parser <name>', 'tool-call format in generated text: hermes, qwen, none', 'hermes')
+  .option('--max-tokens <n>', 'completion cap and default max_tokens (default: the context length)')
+  .addHelpText('after', '\nExample:\n  rtjob serve --pretrain ./ckpt/ppo --port 8000')
+  .action((o) => serveCommand(o));
 
 try {
   await program.parseAsync();

@@ -25,7 +25,8 @@ export type ErrorCode =
   | 'CONNECTION'
   | 'PLACEMENT_GROUP'
   | 'NOT_INITIALIZED'
-  | 'INVALID_ARGUMENT';
+  | 'INVALID_ARGUMENT'
+  | 'COLLECTIVE';
 
 /** Who and where, attached to an error so the reader knows which actor or node failed. */
 export interface ErrorContext {
@@ -221,6 +222,18 @@ export class InvalidArgumentError extends RtjobError<'INVALID_ARGUMENT'> {
   }
 }
 
+/**
+ * A collective operation (all-reduce, broadcast, barrier) or joining its group failed: a member
+ * died or left (`reason: 'member-left'`), the operation ran past its timeout (`'timeout'`), the
+ * members called different operations or sizes (`'mismatch'`), or the group was destroyed
+ * (`'destroyed'`). A group that failed once stays failed: every later call rejects at once.
+ */
+export class CollectiveError extends RtjobError<'COLLECTIVE'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
+    super('COLLECTIVE', message, opts);
+  }
+}
+
 type Ctor = new (message: string, opts?: RtjobErrorOptions) => RtjobError;
 const byCode: Record<Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>, Ctor> = {
   ACTOR_DIED: ActorDiedError,
@@ -237,6 +250,7 @@ const byCode: Record<Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>, Ctor> = {
   CONNECTION: ConnectionError,
   PLACEMENT_GROUP: PlacementGroupError,
   INVALID_ARGUMENT: InvalidArgumentError,
+  COLLECTIVE: CollectiveError,
 };
 
 /** True when `code` names one of the runtime's own error classes. */

@@ -82,7 +82,7 @@ const wireError = custom<WireError>('an error (name, code, message)', (v) => {
 });
 
 const spec = obj({
-  moduleUrl: str({ max: L.pathChars, min: 1 }),
+  moduleUrl: str({ max: L.pathChars }),
   exportName: str({ max: L.nameChars }),
   kind: lit('actor', 'tasks'),
 });
@@ -93,7 +93,7 @@ const schedulingStrategy = oneOf(
 );
 
 const actorOptions = obj({
-  name: opt(str({ max: L.nameChars, min: 1 })),
+  name: opt(str({ max: L.nameChars })),
   resources,
   detached: bool(),
   maxRestarts: int({ min: -1, max: 2 ** 31 }),
@@ -161,6 +161,7 @@ export const messageSchemas = {
     address: str({ max: L.nameChars, min: 1 }),
     pid,
   }),
+  renewLease: obj({ type: lit('renewLease'), rid, actorId: id, incarnation }),
   actorLoadFailed: obj({
     type: lit('actorLoadFailed'),
     rid,
@@ -223,10 +224,11 @@ export const messageSchemas = {
     method: str({ max: L.nameChars }),
     args: arr(any(), L.callArgs),
   }),
-  fetch: obj({ type: lit('fetch'), rid, objectId: id }),
+  fetch: obj({ type: lit('fetch'), rid, objectId: id, inline: opt(bool()) }),
   borrow: obj({ type: lit('borrow'), rid, objectId: id }),
   unborrow: obj({ type: lit('unborrow'), objectId: id }),
-  ping: obj({ type: lit('ping'), rid }),
+  hello: obj({ type: lit('hello'), machine: str({ max: L.pathChars }) }),
+  ping: obj({ type: lit('ping'), rid, actorId: opt(id), incarnation: opt(incarnation) }),
 } satisfies { [T in MessageType]: Schema<unknown> };
 
 type Schemas = typeof messageSchemas;

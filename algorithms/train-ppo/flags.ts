@@ -72,6 +72,7 @@ export interface TrainPpoOptions {
   dynamicFilteringRewardRange: [number, number];
   seed: number;
   savePath: string;
+  saveDtype: 'float32' | 'bfloat16';
   saveSteps: number;
   ckptPath: string;
   loadCheckpoint: boolean;
@@ -88,6 +89,8 @@ export interface TrainPpoOptions {
   criticNumGpusPerNode: number;
   rolloutNumGpusPerEngine: number;
   colocateAllModels: boolean;
+  actorNumReplicas: number;
+  criticNumReplicas: number;
   asyncTrain: boolean;
   asyncQueueSize: number;
   asyncNumTasks: number;
@@ -97,6 +100,9 @@ export interface TrainPpoOptions {
   behavImpWeightCap: number;
   episodeTimeoutMs: number;
   agentErrorBudget: number;
+  toolCallParser: string;
+  gatewayCheckDrift: boolean;
+  agentTurnDiscount: number;
   inProcess: boolean;
 }
 
@@ -123,7 +129,7 @@ const under = (next: FlagSection): [] => ((section = next), []);
 export const flagTable: readonly Flag[] = [
   ...under('run'),
   F('pretrain', 'string', 'policy model directory (HF format); default: the shipped warm-start model'),
-  F('agentFunc', 'string', 'agent file: a step function or a Workflow class', { aliases: ['agent-func-path'] }),
+  F('agentFunc', 'string', 'agent file: a step function, a Workflow class, or agent(sample, env) for any OpenAI client', { aliases: ['agent-func-path'] }),
   F('maxSteps', 'int', 'stop after this many steps; -1: from the data size', { min: -1 }),
   F('seed', 'int', 'random seed', { min: 0 }),
   F('inProcess', 'bool', 'run every role in the driver process (no cluster; for tests and debugging)'),
@@ -141,8 +147,11 @@ export const flagTable: readonly Flag[] = [
   F('generateMaxLen', 'int', 'new tokens per generation', { min: 1, aliases: ['max-new-tokens'] }),
   F('temperature', 'float', 'sampling temperature', { min: 0 }),
   F('topP', 'float', 'nucleus sampling mass', { min: 0 }),
-  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', { min: 0, aliases: ['episode-timeout-ms'] }),
+  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', { min: 0, aliases: ['episode-timeout-ms', 'agent-timeout', 'agent-timeout-ms'] }),
   F('agentErrorBudget', 'float', 'fraction of episodes allowed to fail before the job fails', { min: 0 }),
+  F('toolCallParser', 'string', 'how the gateway finds tool calls in generated text (agent(sample, env) files)', { choices: ['hermes', 'qwen', 'none'] }),
+  F('gatewayCheckDrift', 'bool', 'gateway debug: compare every turn with the recorded tokens and report drift'),
+  F('agentTurnDiscount', 'float', 'gateway agents: reward factor per completion before the last (1 = all share the reward)', { min: 0 }),
   ...under('algorithm'),
   F('advantageEstimator', 'string', 'advantage estimator', { choices: advantageEstimators }),
   F('noAdvantageStdNorm', 'bool', 'subtract the mean but do not divide by the std'),
@@ -187,6 +196,7 @@ export const flagTable: readonly Flag[] = [
   F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
   ...under('eval'),
   F('savePath', 'string', 'where the final HF-format policy is written'),
+  F('saveDtype', 'string', 'tensor dtype of the saved policy', { choices: ['float32', 'bfloat16'] }),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
   F('ckptPath', 'string', 'checkpoint directory'),
   F('loadCheckpoint', 'bool', 'resume from the latest checkpoint in --ckpt-path'),
@@ -204,6 +214,8 @@ export const flagTable: readonly Flag[] = [
   F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
   F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', { min: 0, aliases: ['vllm-tensor-parallel-size'] }),
   F('colocateAllModels', 'bool', 'one placement group for every role; the engine sleeps while training'),
+  F('actorNumReplicas', 'int', 'data-parallel trainer ranks (each trains 1/N of the micro-batches; gradients all-reduced)', { min: 1 }),
+  F('criticNumReplicas', 'int', 'data-parallel critic ranks', { min: 1 }),
 ];
 
 /** Section titles of `--help`. */
@@ -269,6 +281,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
   savePath: './ckpt/ppo',
+  saveDtype: 'float32',
   saveSteps: -1,
   ckptPath: './ckpt/checkpoints_ppo',
   loadCheckpoint: false,
@@ -285,6 +298,8 @@ export const trainPpoDefaults: TrainPpoOptions = {
   criticNumGpusPerNode: 0,
   rolloutNumGpusPerEngine: 0,
   colocateAllModels: false,
+  actorNumReplicas: 1,
+  criticNumReplicas: 1,
   asyncTrain: false,
   asyncQueueSize: 1,
   asyncNumTasks: 128,
@@ -294,6 +309,9 @@ export const trainPpoDefaults: TrainPpoOptions = {
   behavImpWeightCap: ppoLossDefaults.behavImpWeightCap,
   episodeTimeoutMs: 0,
   agentErrorBudget: 0.1,
+  toolCallParser: 'hermes',
+  gatewayCheckDrift: false,
+  agentTurnDiscount: 1,
   inProcess: false,
 };
 
@@ -356,11 +374,15 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
       fail('--rollout-num-engines', `--rollout-num-engines ${o.rolloutNumEngines} exceeds the ${urls.length} server(s) in --engine-url (each rollout needs at least one)`);
     }
   }
+  if (o.agentTurnDiscount > 1) fail('--agent-turn-discount', '--agent-turn-discount is a factor in [0, 1]');
   if (o.agentErrorBudget > 1) fail('--agent-error-budget', '--agent-error-budget is a fraction in [0, 1]');
   if (o.temperature === 0 && o.nSamplesPerPrompt > 1 && given.has('temperature')) {
     fail('--temperature', '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1');
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+  for (const [flag, n] of [['--actor-num-replicas', o.actorNumReplicas], ['--critic-num-replicas', o.criticNumReplicas]] as const) {
+    if (n > 1 && o.inProcess) fail(flag, `${flag} ${n} needs the cluster: data-parallel ranks are separate processes (drop --in-process)`);
+  }
 }
 
 /** The servers of `--engine-url`, in order. */

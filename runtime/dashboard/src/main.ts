@@ -189,10 +189,14 @@ async function jobView(jobId: string): Promise<void> {
   teardown.push(() => charts.destroy());
   let compared: string | null = null;
   const fetchInto = async (index: number, id: string) => {
-    const since = charts.lastStep(index);
-    const query = Number.isFinite(since) ? { sinceStep: since } : {};
-    const t = await api.call('GET /api/jobs/:jobId/metrics', { params: { jobId: id }, query });
-    if (t.rows.length > 0 || !Number.isFinite(since)) charts.append(index, t);
+    // The API pages long runs; read pages until the last (each appends to the charts).
+    for (let page = 0; page < 10_000; page++) {
+      const since = charts.lastStep(index);
+      const query = Number.isFinite(since) ? { sinceStep: since } : {};
+      const t = await api.call('GET /api/jobs/:jobId/metrics', { params: { jobId: id }, query });
+      if (t.rows.length > 0 || !Number.isFinite(since)) charts.append(index, t);
+      if (t.nextSinceStep === null || t.rows.length === 0) return;
+    }
   };
   const setJobs = async () => {
     charts.setJobs(compared ? [jobId, compared] : [jobId]);

@@ -55,6 +55,8 @@ export interface ClusterStatus {
 export interface MetricsTable {
   columns: string[];
   rows: (number | null)[][];
+  /** Where the next page starts (`sinceStep`), null on the last page. */
+  nextSinceStep: number | null;
 }
 
 /** Query of the actor table (`GET /api/actors`, `GET /api/jobs/:jobId/actors`). */
@@ -104,11 +106,16 @@ export interface RestRoutes {
     query: { offset?: number };
     reply: { logs: string; nextOffset: number; size: number; status: JobStatus };
   };
-  'GET /api/jobs/:jobId/metrics': { query: { sinceStep?: number }; reply: MetricsTable };
-  /** The same table as CSV text. */
+  /** One page of steps after `sinceStep` (at most `limit`, and a bounded number of cells). */
+  'GET /api/jobs/:jobId/metrics': {
+    query: { sinceStep?: number; limit?: number };
+    reply: MetricsTable;
+  };
+  /** Every page of the table as CSV text, streamed. */
   'GET /api/jobs/:jobId/metrics.csv': { query: { sinceStep?: number }; reply: string };
   'POST /api/jobs/:jobId/metrics': {
-    body: { rows: (Omit<MetricRow, 'time'> & { time?: number })[] };
+    /** Non-finite values travel as `null`. */
+    body: { rows: { step: number; values: Record<string, number | null>; time?: number }[] };
     reply: { stored: number };
   };
   'GET /api/jobs/:jobId/actors': { query: Omit<ActorPageQuery, 'jobId'>; reply: ActorPage };

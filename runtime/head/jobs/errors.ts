@@ -19,7 +19,9 @@ export type JobErrorCode =
   | 'NOT_FOUND'
   | 'PACKAGE_TOO_LARGE'
   | 'JOB_NOT_TERMINAL'
-  | 'UNSUPPORTED';
+  | 'UNSUPPORTED'
+  | 'INFEASIBLE'
+  | 'BUSY';
 
 const httpStatus: Record<JobErrorCode, number> = {
   BAD_REQUEST: 400,
@@ -34,6 +36,8 @@ const httpStatus: Record<JobErrorCode, number> = {
   PACKAGE_TOO_LARGE: 413,
   JOB_NOT_TERMINAL: 409,
   UNSUPPORTED: 501,
+  INFEASIBLE: 400,
+  BUSY: 429,
 };
 
 /** A request the operations API refuses; `status` is the HTTP status it maps to. */

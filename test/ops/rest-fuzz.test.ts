@@ -1,0 +1,110 @@
+// Fuzzing every REST route: random and schema-broken bodies, odd ids and query strings. Every
+// answer is a 4xx with a JSON error (never a 5xx, a reset or a hang), and the server keeps
+// serving.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { type Ops, startOps } from '../../runtime/head/http/ops.ts';
+import { jobSubmitBody, killBody, metricsBody } from '../../runtime/head/http/rest-schemas.ts';
+import type { Schema } from '../../runtime/schema.ts';
+import { mutate, sample, seeded } from '../runtime/schema-fuzz.ts';
+
+const token = 'rest-fuzz-token-0123456789abcdef';
+const dir = mkdtempSync(join(tmpdir(), 'rtjob-rest-fuzz-'));
+let ops: Ops;
+const r = seeded(7);
+const pick = <T>(xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
+
+test.before(async () => {
+  ops = await startOps({
+    sessionDir: dir,
+    token,
+    dashboardPort: 0,
+    dashboard: false,
+    maxPackageBytes: 64 * 1024,
+  });
+});
+test.after(async () => {
+  await ops.close({ stopJobs: true });
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const ids = ['j1', 'nope', '..', '%2e%2e', 'x'.repeat(300), '%00', 'a'.repeat(64)];
+const routes: [string, string, Schema<unknown> | undefined][] = [
+  ['GET', '/api/version', undefined],
+  ['GET', '/api/cluster', undefined],
+  ['GET', '/api/nodes', undefined],
+  ['GET', '/api/placement-groups/:id', undefined],
+  ['GET', '/api/cluster-events?limit=:q', undefined],
+  ['GET', '/api/packages/:id', undefined],
+  ['PUT', '/api/packages/:id', undefined],
+  ['GET', '/api/jobs?limit=:q', undefined],
+  ['POST', '/api/jobs', jobSubmitBody as Schema<unknown>],
+  ['GET', '/api/jobs/:id', undefined],
+  ['DELETE', '/api/jobs/:id', undefined],
+  ['POST', '/api/jobs/:id/stop?wait=0', undefined],
+  ['GET', '/api/jobs/:id/logs?offset=:q', undefined],
+  ['GET', '/api/jobs/:id/metrics?sinceStep=:q&limit=:q', undefined],
+  ['GET', '/api/jobs/:id/metrics.csv?sinceStep=:q', undefined],
+  ['POST', '/api/jobs/:id/metrics', metricsBody as Schema<unknown>],
+  ['GET', '/api/jobs/:id/actors?sort=:q&limit=:q', undefined],
+  ['GET', '/api/actors?offset=:q&limit=:q&sort=:q&state=:q', undefined],
+  ['GET', '/api/actors/:id', undefined],
+  ['POST', '/api/actors/:id/kill', killBody as Schema<unknown>],
+  ['POST', '/api/actors/:id/restart', undefined],
+  ['GET', '/api/actors/:id/logs?cursor=:q', undefined],
+  ['GET', '/metrics', undefined],
+];
+
+function body(schema: Schema<unknown> | undefined): string | Uint8Array {
+  const roll = r();
+  if (schema && roll < 0.6) return JSON.stringify(mutate(sample(schema, r), schema, r));
+  if (roll < 0.75)
+    return JSON.stringify(
+      pick([null, 1, 'x', [], { rows: 'no' }, { entrypoint: [] }, { noRestart: 'yes' }]),
+    );
+  if (roll < 0.9)
+    return pick([
+      '{',
+      '{"a":',
+      '\u0000',
+      '1e309',
+      '{"entrypoint":["true"],"entrypointNumCpus":1e309}',
+    ]);
+  return new Uint8Array(Math.floor(r() * 100_000));
+}
+
+test('random and broken requests to every route: only 4xx answers, and the server keeps serving', async () => {
+  ops.jobs.submit({ entrypoint: ['true'], jobId: 'j1' });
+  const seen = new Map<number, number>();
+  for (let i = 0; i < 400; i++) {
+    const [method, template, schema] = routes[i % routes.length]!;
+    const path = template
+      .replace(/:id/g, () => encodeURIComponent(pick(ids)))
+      .replace(/:q/g, () =>
+        encodeURIComponent(pick(['-1', '1e309', 'abc', '0', '99999999999', '', 'asc'])),
+      );
+    const init: RequestInit = {
+      method,
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    };
+    if (method === 'POST' || method === 'PUT') init.body = body(schema) as BodyInit;
+    const res = await fetch(ops.http.url + path, init);
+    const text = await res.text();
+    seen.set(res.status, (seen.get(res.status) ?? 0) + 1);
+    assert.ok(
+      res.status < 500 || res.status === 501,
+      `${method} ${path} → ${res.status} ${text.slice(0, 200)}`,
+    );
+  }
+  const v = await fetch(`${ops.http.url}/api/version`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
+  assert.is(v.status, 200);
+  assert.ok((seen.get(400) ?? 0) > 50, JSON.stringify([...seen]));
+});
+
+test.run();
