@@ -160,7 +160,10 @@ export function apiRoutes(
       const dir = packageDir(params.hash);
       // Streamed to disk, a few at a time: memory does not grow with concurrent uploads.
       if (uploadsInProgress >= maxConcurrentUploads) {
-        throw new OpsError('BUSY', `${maxConcurrentUploads} uploads are in progress; try again shortly`);
+        throw new OpsError(
+          'BUSY',
+          `${maxConcurrentUploads} uploads are in progress; try again shortly`,
+        );
       }
       uploadsInProgress++;
       const tmp = `${dir}.upload-${process.pid}-${++uploadSeq}`;
@@ -171,7 +174,8 @@ export function apiRoutes(
           try {
             unpackArchive(body, params.hash, dir, maxPackageBytes * 4);
           } catch (err) {
-            if (err instanceof PackageTooLargeError) throw new OpsError('PACKAGE_TOO_LARGE', err.message);
+            if (err instanceof PackageTooLargeError)
+              throw new OpsError('PACKAGE_TOO_LARGE', err.message);
             throw new OpsError('BAD_REQUEST', `bad package: ${(err as Error).message}`);
           }
         }
@@ -214,7 +218,11 @@ export function apiRoutes(
     },
     'POST /api/jobs/:jobId/metrics': ({ params, body }) => {
       jobs.get(params.jobId);
-      const clean = body.rows.map((row) => ({ step: row.step, values: row.values, time: row.time ?? Date.now() }));
+      const clean = body.rows.map((row) => ({
+        step: row.step,
+        values: row.values,
+        time: row.time ?? Date.now(),
+      }));
       store.addMetrics(params.jobId, clean);
       ctx.metricsChanged(params.jobId);
       return { stored: clean.length };
@@ -304,7 +312,10 @@ export function apiRoutes(
     const request = { params: hit.params, query: reader(u), body, http: req };
     const reply = await handler(request as unknown as Request<RouteKey>);
     if (typeof reply === 'object' && reply !== null && Symbol.iterator in reply) {
-      res.writeHead(200, { 'content-type': 'text/csv; charset=utf-8', 'cache-control': 'no-store' });
+      res.writeHead(200, {
+        'content-type': 'text/csv; charset=utf-8',
+        'cache-control': 'no-store',
+      });
       for (const chunk of reply as Iterable<string>) res.write(chunk);
       res.end();
     } else send(res, 200, reply);
