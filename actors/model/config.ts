@@ -11,6 +11,7 @@
  *
  * @module
  */
+import { RtjobError } from '../../runtime/errors.ts';
 
 /** The model families this implementation computes exactly as transformers does. */
 export const modelFamilies = ['llama', 'mistral', 'qwen2', 'qwen3'] as const;
@@ -72,9 +73,10 @@ export interface LlamaConfig {
 }
 
 /** A config that this implementation refuses; the message names the field and the file. */
-export class ConfigError extends Error {
-  override readonly name = 'ConfigError';
-  readonly code = 'MODEL_CONFIG_UNSUPPORTED';
+export class ConfigError extends RtjobError<'MODEL_CONFIG_UNSUPPORTED'> {
+  constructor(message: string) {
+    super('MODEL_CONFIG_UNSUPPORTED', message);
+  }
 }
 
 /** Defaults of the fields whose HF default differs by family. */

@@ -25,7 +25,7 @@ import {
   listen,
 } from '../transport.ts';
 import { ActorClient } from './actor-client.ts';
-import { ObjectRef, setRefFetcher } from './object-ref.ts';
+import { type ObjectRef, setRefFetcher } from './object-ref.ts';
 import { ObjectStore } from './object-store.ts';
 import { largeBytes } from '../out-of-band.ts';
 import { ShmValue, machineId, readShm, shmMinBytes, writeShm } from './shm.ts';

@@ -19,6 +19,8 @@ import { lstatSync, mkdirSync, readdirSync, readFileSync, statSync, unlinkSync }
 import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
 import { hostname, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { readEnv } from '../env.ts';
+import { pidAlive } from '../pid.ts';
 import { logger } from '../log.ts';
 import { decodeOutOfBand, encodeOutOfBand, installOutOfBandCodec } from '../out-of-band.ts';
 import { registerWireClass } from '../protocol.ts';
@@ -61,7 +63,7 @@ let machine: string | undefined | null = null;
 export function machineId(): string | undefined {
   if (machine !== null) return machine;
   machine = undefined;
-  if (process.env.RTJOB_OBJECT_SHM === '0') return machine;
+  if (readEnv('RTJOB_OBJECT_SHM') === false) return machine;
   try {
     const st = statSync('/dev/shm');
     if (!st.isDirectory()) return machine;
@@ -130,15 +132,6 @@ export function removeShmFilesOf(pid: number): void {
     } catch {
       // Already gone.
     }
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

@@ -13,6 +13,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { type Server, type Socket, connect, createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { RtjobError } from '../errors.ts';
 
 /** The head's KV, as the runtime reaches it. */
 export interface Kv {
@@ -40,12 +41,12 @@ export interface RingLinks {
 }
 
 /** What went wrong while forming the ring, in words (the group wraps it in a `CollectiveError`). */
-export class RendezvousError extends Error {
+export class RendezvousError extends RtjobError<'RENDEZVOUS'> {
   constructor(
     message: string,
     readonly reason: 'timeout' | 'mismatch',
   ) {
-    super(message);
+    super('RENDEZVOUS', message);
   }
 }
 

@@ -13,6 +13,7 @@
  * @module
  */
 import type { Socket } from 'node:net';
+import { RtjobError } from '../errors.ts';
 
 /** What a received segment does to the buffer. */
 type Mode = 'header' | 'add' | 'copy';
@@ -60,7 +61,11 @@ export function chunkRange(count: number, n: number, i: number): [number, number
 }
 
 /** How an operation failed inside the stream (the group turns it into a `CollectiveError`). */
-export class RingMismatch extends Error {}
+export class RingMismatch extends RtjobError<'RING_MISMATCH'> {
+  constructor(message: string) {
+    super('RING_MISMATCH', message);
+  }
+}
 
 /**
  * Receives one operation's segments from the left neighbour and forwards what it must to the

@@ -8,7 +8,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { type Ops, startOps } from '../../runtime/head/http/ops.ts';
-import { jobSubmitBody, killBody, metricsBody } from '../../runtime/head/http/rest-schemas.ts';
+import { type RouteKey, splitRoute } from '../../runtime/head/http/contract.ts';
+import { bodySchemas } from '../../runtime/head/http/rest-schemas.ts';
 import type { Schema } from '../../runtime/schema.ts';
 import { mutate, sample, seeded } from '../runtime/schema-fuzz.ts';
 
@@ -33,31 +34,41 @@ test.after(async () => {
 });
 
 const ids = ['j1', 'nope', '..', '%2e%2e', 'x'.repeat(300), '%00', 'a'.repeat(64)];
-const routes: [string, string, Schema<unknown> | undefined][] = [
-  ['GET', '/api/version', undefined],
-  ['GET', '/api/cluster', undefined],
-  ['GET', '/api/nodes', undefined],
-  ['GET', '/api/placement-groups/:id', undefined],
-  ['GET', '/api/cluster-events?limit=:q', undefined],
-  ['GET', '/api/packages/:id', undefined],
-  ['PUT', '/api/packages/:id', undefined],
-  ['GET', '/api/jobs?limit=:q', undefined],
-  ['POST', '/api/jobs', jobSubmitBody as Schema<unknown>],
-  ['GET', '/api/jobs/:id', undefined],
-  ['DELETE', '/api/jobs/:id', undefined],
-  ['POST', '/api/jobs/:id/stop?wait=0', undefined],
-  ['GET', '/api/jobs/:id/logs?offset=:q', undefined],
-  ['GET', '/api/jobs/:id/metrics?sinceStep=:q&limit=:q', undefined],
-  ['GET', '/api/jobs/:id/metrics?format=csv&sinceStep=:q', undefined],
-  ['POST', '/api/jobs/:id/metrics', metricsBody as Schema<unknown>],
-  ['GET', '/api/jobs/:id/actors?sort=:q&limit=:q', undefined],
-  ['GET', '/api/actors?offset=:q&limit=:q&sort=:q&state=:q', undefined],
-  ['GET', '/api/actors/:id', undefined],
-  ['POST', '/api/actors/:id/kill', killBody as Schema<unknown>],
-  ['POST', '/api/actors/:id/restart', undefined],
-  ['GET', '/api/actors/:id/logs?cursor=:q', undefined],
-  ['GET', '/metrics', undefined],
-];
+/** Every route of the contract, with the query it is fuzzed with (`:q` a random value). */
+const fuzzed = [
+  ['GET /api/version', ''],
+  ['GET /api/cluster', ''],
+  ['GET /api/nodes', ''],
+  ['GET /api/placement-groups', ''],
+  ['GET /api/placement-groups/:pgId', ''],
+  ['GET /api/cluster-events', '?limit=:q'],
+  ['GET /api/packages/:hash', ''],
+  ['PUT /api/packages/:hash', ''],
+  ['GET /api/jobs', '?limit=:q'],
+  ['POST /api/jobs', ''],
+  ['GET /api/jobs/:jobId', ''],
+  ['DELETE /api/jobs/:jobId', ''],
+  ['POST /api/jobs/:jobId/stop', '?wait=0'],
+  ['GET /api/jobs/:jobId/logs', '?offset=:q'],
+  ['GET /api/jobs/:jobId/metrics', '?sinceStep=:q&limit=:q'],
+  ['GET /api/jobs/:jobId/metrics.csv', '?sinceStep=:q'],
+  ['POST /api/jobs/:jobId/metrics', ''],
+  ['GET /api/jobs/:jobId/actors', '?sort=:q&limit=:q'],
+  ['GET /api/actors', '?offset=:q&limit=:q&sort=:q&state=:q'],
+  ['GET /api/actors/:actorId', ''],
+  ['POST /api/actors/:actorId/kill', ''],
+  ['POST /api/actors/:actorId/restart', ''],
+  ['GET /api/actors/:actorId/logs', '?cursor=:q'],
+] as const satisfies readonly (readonly [RouteKey, string])[];
+// A route added to the contract and not fuzzed here fails to compile.
+const everyRoute: Exclude<RouteKey, (typeof fuzzed)[number][0]> extends never ? true : never = true;
+void everyRoute;
+
+const routes: [string, string, Schema<unknown> | undefined][] = fuzzed.map(([key, query]) => {
+  const { method, pattern } = splitRoute(key);
+  const schema = bodySchemas[key as keyof typeof bodySchemas] as Schema<unknown> | undefined;
+  return [method, pattern.replace(/:\w+/g, ':id') + query, schema];
+});
 
 function body(schema: Schema<unknown> | undefined): string | Uint8Array {
   const roll = r();
@@ -78,7 +89,7 @@ function body(schema: Schema<unknown> | undefined): string | Uint8Array {
 }
 
 test('random and broken requests to every route: only 4xx answers, and the server keeps serving', async () => {
-  await ops.jobs.submit({ entrypoint: ['true'], jobId: 'j1' });
+  ops.jobs.submit({ entrypoint: ['true'], jobId: 'j1' });
   const seen = new Map<number, number>();
   for (let i = 0; i < 400; i++) {
     const [method, template, schema] = routes[i % routes.length]!;

@@ -124,7 +124,7 @@ test('D6: a job may log at most 1000 metric names; the table is served in pages 
   assert.is(page.rows.length, 100);
   assert.is(page.nextSinceStep, 99);
   const csv = await (
-    await fetch(`${url}/api/jobs/many/metrics?format=csv`, { headers: auth })
+    await fetch(`${url}/api/jobs/many/metrics.csv`, { headers: auth })
   ).text();
   const lines = csv.trim().split('\n');
   assert.is(lines.length, 1 + 1001, 'header and every step');

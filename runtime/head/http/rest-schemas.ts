@@ -6,8 +6,10 @@
  * @module
  */
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
+import type { BodyOf, RouteKey } from './contract.ts';
 import {
   type Infer,
+  type Schema,
   type SameShape,
   arr,
   bool,
@@ -53,3 +55,18 @@ export const metricsBody = obj({
 
 /** `POST /api/actors/:id/kill`. */
 export const killBody = obj({ noRestart: opt(bool()) });
+
+/**
+ * The body schema of every route that takes a JSON body, by contract key; the server checks a
+ * body against it before the route's handler runs (an upload streams instead).
+ */
+export const bodySchemas = {
+  'POST /api/jobs': jobSubmitBody,
+  'POST /api/jobs/:jobId/metrics': metricsBody,
+  'POST /api/actors/:actorId/kill': killBody,
+} satisfies { [K in JsonBodyRoute]: Schema<BodyOf<K>> };
+
+/** Routes whose body is JSON (every route with a body but the upload). */
+type JsonBodyRoute = {
+  [K in RouteKey]: BodyOf<K> extends undefined ? never : BodyOf<K> extends Uint8Array ? never : K;
+}[RouteKey];

@@ -6,6 +6,7 @@
  * @module
  */
 import Database from 'better-sqlite3';
+import type { MetricsTable } from '../http/contract.ts';
 import { OpsError } from './errors.ts';
 
 /** A job's lifecycle; the last three are terminal and never change again. */
@@ -330,7 +331,7 @@ export class OpsStore {
     jobId: string,
     sinceStep = -Infinity,
     maxSteps = 10_000,
-  ): { columns: string[]; rows: (number | null)[][]; nextSinceStep: number | null } {
+  ): MetricsTable {
     const since = Number.isFinite(sinceStep) ? sinceStep : -9007199254740991;
     const names = (
       this.db
