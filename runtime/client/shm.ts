@@ -273,7 +273,7 @@ export async function readShm(v: ShmValue): Promise<unknown> {
   try {
     return decodeOutOfBand(file);
   } catch (e) {
-    throw new Error(`shared-memory object ${v.name}: ${(e as Error).message}`);
+    throw new Error(`shared-memory object ${v.name}: ${(e as Error).message}`, { cause: e });
   }
 }
 
