@@ -24,6 +24,7 @@
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { Semaphore } from '../../actors/agent/semaphore.ts';
 import { StalenessThrottle } from '../staleness.ts';
+import { infoMetrics } from '../trajectory.ts';
 import { account, afterStep, evaluate, generate, type RunContext } from './run.ts';
 import { filterGroups, trainOn } from './step.ts';
 
@@ -201,6 +202,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         episodes_failed: state.failed,
         rollout_restarts: state.rolloutRestarts,
         version: trainerVersion,
+        ...infoMetrics(kept.flatMap((g) => g.trajectories)),
       });
     }
     await publishing;

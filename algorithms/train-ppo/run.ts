@@ -14,6 +14,7 @@ import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { ErrorBudgetExceededError } from '../../actors/agent/errors.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
 import { createKlController, type KlController } from '../kl.ts';
+import { infoMetrics } from '../trajectory.ts';
 import { isRoleDied } from './errors.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
 import type { TrainPpoOptions } from './flags.ts';
@@ -238,6 +239,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       tokens_per_s: (u.tokens * 1000) / stepMs,
       version: sync.version,
       ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+      ...infoMetrics(kept.flatMap((g) => g.trajectories)),
     };
     await afterStep(ctx, values);
   }
