@@ -105,7 +105,8 @@ export function initToolModel(from: string, out: string): void {
   writeFileSync(join(out, 'config.json'), JSON.stringify({ ...config, vocab_size: vocabSize }, null, 2) + '\n');
   copyFileSync(join(from, 'generation_config.json'), join(out, 'generation_config.json'));
 
-  // New embedding rows: small random vectors (the tied output layer then gives them logits near 0).
+  // A new token starts as the mean embedding of the characters it spells (a common init for added
+  // tokens): distinct from the others at once, and near what the model already reads there.
   const { tensors } = parseSafetensors(readFileSync(join(from, 'model.safetensors')), from);
   const name = 'model.embed_tokens.weight';
   const emb = tensors[name];
@@ -113,8 +114,11 @@ export function initToolModel(from: string, out: string): void {
   const h = config.hidden_size;
   const grown = new Float32Array(vocabSize * h);
   grown.set(emb.data);
-  const r = seededRandom(7);
-  for (let i = emb.data.length; i < grown.length; i++) grown[i] = (r() * 2 - 1) * 0.02 * Math.sqrt(3);
+  addedTokens.forEach((t, k) => {
+    const chars = [...t.content].map((c) => tokJson.model.vocab[c]).filter((x): x is number => x !== undefined);
+    const row = grown.subarray((config.vocab_size + k) * h, (config.vocab_size + k + 1) * h);
+    for (const c of chars) for (let j = 0; j < h; j++) row[j]! += emb.data[c * h + j]! / chars.length;
+  });
   tensors[name] = { shape: [vocabSize, h], data: grown };
   writeFileSync(join(out, 'model.safetensors'), serializeSafetensors(tensors));
 }
