@@ -2,13 +2,14 @@
  * The Rollout role: wraps one inference engine, loads the user's agent file inside its worker, and
  * runs agent episodes against the engine with at most ASYNC_NUM_TASKS at once. Every generated
  * token carries its behaviour logprob and the version of the weights that produced it. Also runs
- * the held-out evaluation (greedy, single turn, math reward).
+ * the held-out evaluation (greedy; a gateway agent runs itself on a greedy gateway).
  *
  * @module
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { evaluateAgent } from './agent/agent-eval.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
 import { SimulatedEngine } from './agent/simulated-engine.ts';
@@ -114,6 +115,7 @@ export class Rollout {
   private runner!: EpisodeRunner;
   private agent!: Agent;
   private gateway: Gateway | undefined;
+  private evalGateway: Gateway | undefined;
   private loaded: Promise<void> | undefined;
   private readonly gconfig: GenerationConfig;
   private readonly counters = { done: 0, failed: 0, tokens: 0, busyMs: 0 };
@@ -145,18 +147,23 @@ export class Rollout {
           })
         : defaultAgent);
       if (agent.kind === 'agent') {
-        // Black-box agents reach the engine through an OpenAI-compatible gateway in this worker.
+        // Black-box agents reach the engine through an OpenAI-compatible gateway in this worker;
+        // held-out evaluation gets a second one on the same engine that decodes greedily.
         const card = modelCard(this.init.pretrain);
-        this.gateway = await Gateway.start({
+        const gatewayOptions = {
           engine: this.engine,
           tokenizer: chat,
           model: card.name,
           contextLength: Math.min(card.contextLength ?? maxLength, maxLength),
           maxNewTokens: this.init.generateMaxLen,
-          fixedSampling: { temperature: this.gconfig.temperature ?? 1, topP: this.gconfig.topP ?? 1 },
           toolCallParser: this.init.toolCallParser ?? 'hermes',
+        };
+        this.gateway = await Gateway.start({
+          ...gatewayOptions,
+          fixedSampling: { temperature: this.gconfig.temperature ?? 1, topP: this.gconfig.topP ?? 1 },
           checkDrift: this.init.gatewayCheckDrift ?? false,
         });
+        this.evalGateway = await Gateway.start({ ...gatewayOptions, fixedSampling: { temperature: 0, topP: 1 } });
       }
       this.runner = new EpisodeRunner({
         agent,
@@ -224,8 +231,18 @@ export class Rollout {
     return Promise.all(items.map((it) => this.runGroup(it)));
   }
 
-  /** Greedy single-turn accuracy on held-out prompts, scored by the math reward. */
+  /**
+   * Greedy accuracy on held-out prompts. A gateway agent runs itself, every turn greedy, and is
+   * right when its reward reaches 1 (`evaluateAgent`); otherwise one greedy answer per prompt is
+   * scored by the math reward.
+   */
   async evaluate(items: PromptItem[]): Promise<{ correct: number; total: number }> {
+    if (this.agent.kind === 'agent' && this.evalGateway) {
+      const r = await evaluateAgent(this.agent, this.evalGateway, items.map((it) => this.sample(it)), {
+        timeoutMs: this.init.episodeTimeoutMs ?? 0,
+      });
+      return { correct: r.correct, total: r.total };
+    }
     const outs = await Promise.all(
       items.map(async (it) => {
         const s = this.sample(it);
@@ -278,6 +295,7 @@ export class Rollout {
 
   async close(): Promise<void> {
     await this.gateway?.close();
+    await this.evalGateway?.close();
     await this.engine?.close();
   }
 }
