@@ -15,7 +15,7 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
-import { evaluateAgent, type AgentEvalResult } from '../actors/agent/agent-eval.ts';
+import { evaluateAgent, type AgentEvalEpisode, type AgentEvalResult } from '../actors/agent/agent-eval.ts';
 import { loadAgent } from '../actors/agent/load.ts';
 import type { Sample } from '../actors/agent/types.ts';
 import { BuiltinEngine } from '../actors/engines/builtin/engine.ts';
@@ -23,6 +23,7 @@ import { Gateway } from '../actors/gateway/server.ts';
 import { modelCard } from '../actors/gateway/model-card.ts';
 import { initBackend } from '../actors/model/backend.ts';
 import { loadModel } from '../actors/model/checkpoint.ts';
+import { loadTokenizer, type ChatTokenizer } from '../actors/model/tokenizer.ts';
 import { agentTokenizer } from '../actors/rollout.ts';
 import { arithDataset } from './datasets/arith.ts';
 
@@ -86,6 +87,19 @@ export async function evalAgentModel(dir: string, agentFile: string, o: EvalAgen
   }
 }
 
+/** The episode's text with the generated runs of tokens in ⟪ ⟫. */
+function transcript(tok: ChatTokenizer, e: AgentEvalEpisode): string {
+  let out = '';
+  for (let i = 0; i < e.inputIds.length; ) {
+    let j = i;
+    while (j < e.inputIds.length && e.lossMask[j] === e.lossMask[i]) j++;
+    const text = tok.decode(e.inputIds.slice(i, j), { skipSpecialTokens: false });
+    out += e.lossMask[i] ? `⟪${text}⟫` : text;
+    i = j;
+  }
+  return out;
+}
+
 const pct = (a: number, b: number): string => (b ? `${((a / b) * 100).toFixed(1)}%` : '  -  ');
 
 function describe(name: string, r: AgentEvalResult, splitBy: string | undefined): string[] {
@@ -111,9 +125,10 @@ export async function main(argv: string[]): Promise<void> {
     .option('--samples <n>', 'sampled episodes per problem at temperature 1', Number, 0)
     .option('--max-new-tokens <n>', 'new tokens per completion', Number, 48)
     .option('--split-by <key>', "split episodes by this extraInfo key's values (e.g. used_tool)")
+    .option('--show <n>', 'print the first n greedy episodes token for token, generated parts in ⟪ ⟫', Number, 0)
     .option('--json', 'print the report as JSON');
   cmd.parse(argv, { from: 'user' });
-  const o = cmd.opts<{ agentFunc: string; prompts: number; samples: number; maxNewTokens: number; splitBy?: string; json?: boolean }>();
+  const o = cmd.opts<{ agentFunc: string; prompts: number; samples: number; maxNewTokens: number; splitBy?: string; show: number; json?: boolean }>();
   for (const [flag, v, min] of [['--prompts', o.prompts, 1], ['--samples', o.samples, 0], ['--max-new-tokens', o.maxNewTokens, 1]] as const) {
     if (!Number.isInteger(v) || v < min) throw new Error(`eval_agent: ${flag} must be a whole number >= ${min}, got ${String(v)}`);
   }
@@ -123,6 +138,10 @@ export async function main(argv: string[]): Promise<void> {
     return;
   }
   for (const l of describe('greedy', r.greedy, o.splitBy)) console.log(l);
+  if (o.show > 0) {
+    const tok = loadTokenizer(resolve(cmd.args[0]!));
+    for (const e of r.greedy.episodes.slice(0, o.show)) console.log(`episode ${e.index}, reward ${e.reward}: ${transcript(tok, e)}`);
+  }
   if (r.sampled) for (const l of describe('sampled', r.sampled, o.splitBy)) console.log(l);
 }
 

@@ -17,6 +17,9 @@ export interface AgentEvalEpisode {
   index: number;
   reward: number;
   info: Record<string, number | string | boolean>;
+  /** The episode's tokens (its first trajectory) and which of them the model generated. */
+  inputIds: number[];
+  lossMask: number[];
   /** Why the episode failed (it then counts as wrong). */
   error?: string;
 }
@@ -48,9 +51,9 @@ export async function evaluateAgent(
       const signal = o.timeoutMs ? AbortSignal.timeout(o.timeoutMs) : new AbortController().signal;
       try {
         const [t] = await runGatewayEpisode(sample, { file: agent.file, agent: agent.agent, gateway, signal });
-        return { index: sample.index, reward: t?.reward ?? 0, info: t?.info ?? {} };
+        return { index: sample.index, reward: t?.reward ?? 0, info: t?.info ?? {}, inputIds: t?.inputIds ?? [], lossMask: t?.lossMask ?? [] };
       } catch (err) {
-        return { index: sample.index, reward: 0, info: {}, error: err instanceof Error ? err.message : String(err) };
+        return { index: sample.index, reward: 0, info: {}, inputIds: [], lossMask: [], error: err instanceof Error ? err.message : String(err) };
       }
     }),
   );
