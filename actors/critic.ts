@@ -10,7 +10,9 @@ import { tf } from './model/backend.ts';
 import { loadModel } from './model/checkpoint.ts';
 import type { CausalLM } from './model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/training.ts';
-import { byLength } from './trainer.ts';
+import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
+import { lossWeights, microBatches, padRows } from '../algorithms/packing.ts';
+import { valueLoss } from '../algorithms/value-loss.ts';
 
 /** How the Critic is built. */
 export interface CriticInit {
@@ -21,8 +23,14 @@ export interface CriticInit {
   microTrainBatchSize: number;
   /** @default 1 */
   maxEpochs?: number;
-  /** Value clip range. @default 0.5 */
+  /** Value clip range (`--value-clip`). @default 0.5 */
   valueClip?: number;
+  /** How token losses are averaged (`--loss-agg-mode`). @default 'token-mean' */
+  lossAggMode?: LossAggregation;
+  /** C of `seq-mean-token-sum-norm` (the generation limit). */
+  lossNormConstant?: number;
+  /** Token budget per micro-batch (`--train-max-tokens-per-gpu`); unset cuts by sample count. */
+  trainMaxTokensPerGpu?: number;
   /** @default 1 */
   maxNorm?: number;
 }
@@ -58,32 +66,49 @@ export class Critic {
     return raw.map((r) => r.slice(0, r.length - 1));
   }
 
-  /** Trains on the clipped value loss, token mean per optimizer step; returns the mean loss. */
+  /**
+   * Trains on the library's clipped value loss, one optimizer step per `trainBatchSize` samples,
+   * with per-token weights from the whole step so micro-batches add up to the step's loss.
+   * Returns the mean loss per optimizer step.
+   */
   async train(samples: CriticSample[]): Promise<{ valueLoss: number; optimizerSteps: number }> {
-    const clip = this.init.valueClip ?? 0.5;
+    const agg = {
+      lossAggMode: this.init.lossAggMode ?? 'token-mean',
+      ...(this.init.lossNormConstant !== undefined ? { lossNormConstant: this.init.lossNormConstant } : {}),
+    };
     let loss = 0;
     let steps = 0;
     for (let epoch = 0; epoch < (this.init.maxEpochs ?? 1); epoch++) {
       for (let s = 0; s < samples.length; s += this.init.trainBatchSize) {
-        const step = byLength(samples.slice(s, s + this.init.trainBatchSize));
-        const tokens = step.reduce((n, x) => n + Array.from(x.actionMask).reduce((a, b) => a + b, 0), 0);
-        if (tokens === 0) continue;
-        for (let m = 0; m < step.length; m += this.init.microTrainBatchSize) {
-          const micro = step.slice(m, m + this.init.microTrainBatchSize);
+        const step = samples.slice(s, s + this.init.trainBatchSize);
+        if (!step.some((x) => Array.prototype.some.call(x.actionMask, (m: number) => m > 0))) continue;
+        const weights = lossWeights(
+          step.map((x) => x.actionMask),
+          agg,
+        );
+        const cuts = microBatches(
+          step.map((x) => x.inputIds.length),
+          {
+            maxSamples: this.init.microTrainBatchSize,
+            ...(this.init.trainMaxTokensPerGpu ? { maxTokens: this.init.trainMaxTokensPerGpu } : {}),
+          },
+        );
+        for (const cut of cuts) {
+          const micro = cut.indices.map((i) => step[i]!);
           loss += this.opt.accumulate(() => {
             const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
-            const row = (get: (x: CriticSample) => ArrayLike<number>): tf.Tensor2D => {
-              const data = new Float32Array(micro.length * (T - 1));
-              micro.forEach((x, b) => data.set(Array.from(get(x)).slice(0, T - 1), b * (T - 1)));
-              return tf.tensor2d(data, [micro.length, T - 1]);
-            };
-            const v = tokenStats(this.model, ids, { values: true }).values!;
-            const mask = row((x) => x.actionMask);
-            const old = row((x) => x.oldValues);
-            const ret = row((x) => x.returns);
-            const vClipped = tf.add(old, tf.clipByValue(tf.sub(v, old), -clip, clip));
-            const l = tf.maximum(tf.square(tf.sub(vClipped, ret)), tf.square(tf.sub(v, ret)));
-            return tf.div(tf.mul(tf.sum(tf.mul(l, mask)), 0.5), tokens) as tf.Scalar;
+            const rows = (get: (x: CriticSample, i: number) => ArrayLike<number>): tf.Tensor2D =>
+              tf.tensor2d(padRows(micro.map(get), T - 1).data, [micro.length, T - 1]);
+            return valueLoss(
+              {
+                values: tokenStats(this.model, ids, { values: true }).values!,
+                oldValues: rows((x) => x.oldValues),
+                returns: rows((x) => x.returns),
+                mask: rows((x) => x.actionMask),
+                weights: rows((_, i) => weights[cut.indices[i]!]!),
+              },
+              { ...agg, valueClip: this.init.valueClip ?? 0.5 },
+            );
           });
           await setImmediate(); // heartbeats run between micro-batches
         }

@@ -2,14 +2,14 @@
  * The Rollout role: wraps one inference engine, loads the user's agent file inside its worker, and
  * runs agent episodes against the engine with at most ASYNC_NUM_TASKS at once. Every generated
  * token carries its behaviour logprob and the version of the weights that produced it. Also runs
- * the held-out evaluation (greedy; a gateway agent runs itself on a greedy gateway).
+ * the held-out evaluation (greedy, single turn, math reward).
  *
  * @module
  */
 import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { evaluateAgent } from './agent/agent-eval.ts';
+import { runGatewayEvaluation } from './agent/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
 import { SimulatedEngine } from './agent/simulated-engine.ts';
@@ -115,7 +115,6 @@ export class Rollout {
   private runner!: EpisodeRunner;
   private agent!: Agent;
   private gateway: Gateway | undefined;
-  private evalGateway: Gateway | undefined;
   private loaded: Promise<void> | undefined;
   private readonly gconfig: GenerationConfig;
   private readonly counters = { done: 0, failed: 0, tokens: 0, busyMs: 0 };
@@ -147,23 +146,18 @@ export class Rollout {
           })
         : defaultAgent);
       if (agent.kind === 'agent') {
-        // Black-box agents reach the engine through an OpenAI-compatible gateway in this worker;
-        // held-out evaluation gets a second one on the same engine that decodes greedily.
+        // Black-box agents reach the engine through an OpenAI-compatible gateway in this worker.
         const card = modelCard(this.init.pretrain);
-        const gatewayOptions = {
+        this.gateway = await Gateway.start({
           engine: this.engine,
           tokenizer: chat,
           model: card.name,
           contextLength: Math.min(card.contextLength ?? maxLength, maxLength),
           maxNewTokens: this.init.generateMaxLen,
-          toolCallParser: this.init.toolCallParser ?? 'hermes',
-        };
-        this.gateway = await Gateway.start({
-          ...gatewayOptions,
           fixedSampling: { temperature: this.gconfig.temperature ?? 1, topP: this.gconfig.topP ?? 1 },
+          toolCallParser: this.init.toolCallParser ?? 'hermes',
           checkDrift: this.init.gatewayCheckDrift ?? false,
         });
-        this.evalGateway = await Gateway.start({ ...gatewayOptions, fixedSampling: { temperature: 0, topP: 1 } });
       }
       this.runner = new EpisodeRunner({
         agent,
@@ -232,17 +226,12 @@ export class Rollout {
   }
 
   /**
-   * Greedy accuracy on held-out prompts. A gateway agent runs itself, every turn greedy, and is
-   * right when its reward reaches 1 (`evaluateAgent`); otherwise one greedy answer per prompt is
-   * scored by the math reward.
+   * Greedy accuracy on held-out prompts: single-turn, scored by the math reward; for a black-box
+   * agent (`agent(sample, env)`), its own episode with greedy decoding, correct when it returns
+   * reward 1 (an episode that fails or runs past the timeout counts as wrong).
    */
   async evaluate(items: PromptItem[]): Promise<{ correct: number; total: number }> {
-    if (this.agent.kind === 'agent' && this.evalGateway) {
-      const r = await evaluateAgent(this.agent, this.evalGateway, items.map((it) => this.sample(it)), {
-        timeoutMs: this.init.episodeTimeoutMs ?? 0,
-      });
-      return { correct: r.correct, total: r.total };
-    }
+    if (this.agent.kind === 'agent') return this.evaluateAgent(this.agent, items);
     const outs = await Promise.all(
       items.map(async (it) => {
         const s = this.sample(it);
@@ -252,6 +241,26 @@ export class Rollout {
         });
         return mathReward(this.tokenizer.decode(r.outputTokens), it.label);
       }),
+    );
+    return { correct: outs.filter((x) => x === 1).length, total: items.length };
+  }
+
+  private async evaluateAgent(
+    agent: Extract<Agent, { kind: 'agent' }>,
+    items: PromptItem[],
+  ): Promise<{ correct: number; total: number }> {
+    const timeoutMs = this.init.episodeTimeoutMs ?? 0;
+    const outs = await Promise.all(
+      items.map((it) =>
+        this.runner.slots.with(() => {
+          const signal = timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : new AbortController().signal;
+          const sample = { ...this.sample(it), nSamples: 1 };
+          const run = runGatewayEvaluation(sample, { file: agent.file, agent: agent.agent, gateway: this.gateway!, signal });
+          // A hung evaluation episode is abandoned at the timeout, as in training.
+          const timedOut = new Promise<Error>((resolve) => signal.addEventListener('abort', () => resolve(new Error('timeout'))));
+          return timeoutMs > 0 ? Promise.race([run, timedOut]) : run;
+        }),
+      ),
     );
     return { correct: outs.filter((x) => x === 1).length, total: items.length };
   }
@@ -295,7 +304,6 @@ export class Rollout {
 
   async close(): Promise<void> {
     await this.gateway?.close();
-    await this.evalGateway?.close();
     await this.engine?.close();
   }
 }

@@ -15,6 +15,16 @@ import { loadModel, saveModel } from './model/checkpoint.ts';
 import type { CausalLM } from './model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/training.ts';
 import type { NamedTensors } from './engines/types.ts';
+import { lossWeights, microBatches, padRows } from '../algorithms/packing.ts';
+import {
+  policyLossStats,
+  ppoActorLoss,
+  resolvePpoLossOptions,
+  type PolicyLossInputs,
+  type PpoLossOptions,
+  type ResolvedPpoLossOptions,
+} from '../algorithms/policy-loss.ts';
+import { shuffle } from '../algorithms/shuffle.ts';
 
 /** One training sample (a trajectory after experience making). */
 export interface TrainSample {
@@ -22,32 +32,15 @@ export interface TrainSample {
   /** 1 where token i+1 is an action. */
   actionMask: ArrayLike<number>;
   advantages: ArrayLike<number>;
-  /** Logprobs the PPO ratio is taken against (recomputed, or behaviour when decoupled). */
+  /**
+   * The PPO ratio's anchor: the policy's logprobs before this update (the behaviour logprobs when
+   * the engine ran the current weights), or the proximal policy's under decoupled PPO.
+   */
   oldLogprobs: ArrayLike<number>;
-  /** Proximal logprobs for the decoupled loss (trainer's policy before this step). */
-  proxLogprobs?: ArrayLike<number>;
+  /** Logprobs of the policy that generated the tokens; needed by decoupled PPO and IS correction. */
+  behaviourLogprobs?: ArrayLike<number>;
   /** Reference logprobs for the KL loss. */
   refLogprobs?: ArrayLike<number>;
-}
-
-/** Loss settings of the policy. */
-export interface PolicyLossOptions {
-  /** @default 0.2 */
-  epsClip?: number;
-  /** Upper clip (clip-higher). @default epsClip */
-  epsClipHigh?: number;
-  /** Dual-clip constant c > 1; off when unset. */
-  dualClip?: number;
-  /** KL-loss coefficient (with `refLogprobs`); 0 disables. @default 0 */
-  klLossCoef?: number;
-  /** @default 'k3' */
-  klEstimator?: 'k1' | 'k2' | 'k3';
-  /** Entropy bonus. @default 0 */
-  entropyCoef?: number;
-  /** Decoupled PPO: ratio against `proxLogprobs`, weighted by exp(prox − old) capped. @default false */
-  decoupled?: boolean;
-  /** Tokens whose behaviour importance weight exceeds this are masked (decoupled). @default 5 */
-  behavImpWeightCap?: number;
 }
 
 /** How the Trainer is built. */
@@ -63,7 +56,10 @@ export interface TrainerInit {
   microTrainBatchSize: number;
   /** Passes over each batch. @default 1 */
   maxEpochs?: number;
-  loss?: PolicyLossOptions;
+  /** The policy loss, as `train_ppo`'s flags set it (`algorithms/policy-loss.ts`). */
+  loss?: PpoLossOptions;
+  /** Token budget per micro-batch (`--train-max-tokens-per-gpu`); unset cuts by sample count. */
+  trainMaxTokensPerGpu?: number;
   /** Sampling temperature, so recomputed logprobs match the engine's. @default 1 */
   temperature?: number;
   /** Total optimizer steps, for the LR schedule; 0 keeps it constant. @default 0 */
@@ -90,12 +86,14 @@ export class Trainer {
   private model!: CausalLM;
   private opt!: ModelTrainer;
   private readonly init: TrainerInit;
+  private readonly loss: ResolvedPpoLossOptions;
   private loaded: Promise<void> | undefined;
   /** Weight version: 0 for the initial policy, +1 per {@link train} call. */
   version = 0;
 
   constructor(init: TrainerInit) {
     this.init = init;
+    this.loss = resolvePpoLossOptions(init.loss);
   }
 
   /** Loads the policy and the optimizer; returns the parameter count. */
@@ -136,17 +134,22 @@ export class Trainer {
       const order = samples.map((_, i) => i);
       if (epoch > 0) shuffle(order, (this.init.seed ?? 0) + 7919 * this.version + epoch);
       for (let s = 0; s < order.length; s += trainBatchSize) {
-        const step = byLength(order.slice(s, s + trainBatchSize).map((i) => samples[i]!));
+        const step = order.slice(s, s + trainBatchSize).map((i) => samples[i]!);
+        const weights = lossWeights(
+          step.map((x) => x.actionMask),
+          this.loss,
+        );
         const stepTokens = step.reduce((n, x) => n + countActions(x.actionMask), 0);
         if (stepTokens === 0) continue;
-        for (let m = 0; m < step.length; m += microTrainBatchSize) {
-          const micro = step.slice(m, m + microTrainBatchSize);
-          const out = { clip: 0, kl: 0, ent: 0 };
-          const loss = this.opt.accumulate(() => this.policyLoss(micro, stepTokens, out));
+        const cuts = microBatches(
+          step.map((x) => x.inputIds.length),
+          { maxSamples: microTrainBatchSize, ...(this.init.trainMaxTokensPerGpu ? { maxTokens: this.init.trainMaxTokensPerGpu } : {}) },
+        );
+        for (const cut of cuts) {
+          const micro = cut.indices.map((i) => step[i]!);
+          const w = cut.indices.map((i) => weights[i]!);
+          const loss = this.opt.accumulate(() => this.microBatchLoss(micro, w, acc));
           acc.loss += loss;
-          acc.clip += out.clip;
-          acc.kl += out.kl;
-          acc.ent += out.ent;
           await setImmediate(); // timers and socket messages (heartbeats) run here
         }
         const st = this.opt.step({ scale: 1 });
@@ -171,58 +174,40 @@ export class Trainer {
     };
   }
 
-  /** The token-summed loss of one micro-batch divided by the step's token count. */
-  private policyLoss(micro: TrainSample[], stepTokens: number, out: { clip: number; kl: number; ent: number }): tf.Scalar {
-    const o = this.init.loss ?? {};
-    const epsLow = o.epsClip ?? 0.2;
-    const epsHigh = o.epsClipHigh ?? epsLow;
+  /**
+   * One micro-batch's share of the step's loss: the library's PPO loss with per-token weights
+   * from the whole step (`lossWeights`), so the micro-batch split does not change the gradient.
+   * Adds the diagnostics' token sums to `acc`.
+   */
+  private microBatchLoss(
+    micro: TrainSample[],
+    weights: Float32Array[],
+    acc: { clip: number; kl: number; ent: number },
+  ): tf.Scalar {
     const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
-    const row = (get: (x: TrainSample) => ArrayLike<number> | undefined): tf.Tensor2D => {
-      const data = new Float32Array(micro.length * (T - 1));
-      micro.forEach((x, b) => {
-        const a = get(x);
-        if (a) for (let t = 0; t < Math.min(a.length, T - 1); t++) data[b * (T - 1) + t] = a[t]!;
-      });
-      return tf.tensor2d(data, [micro.length, T - 1]);
-    };
-    const mask = row((x) => x.actionMask);
-    const adv = row((x) => x.advantages);
-    const old = row((x) => x.oldLogprobs);
+    const rows = (get: (x: TrainSample, i: number) => ArrayLike<number> | undefined): tf.Tensor2D =>
+      tf.tensor2d(padRows(micro.map((x, i) => (get(x, i) ?? []) as ArrayLike<number>), T - 1).data, [micro.length, T - 1]);
     const st = tokenStats(this.model, ids, { temperature: this.init.temperature ?? 1, entropy: true });
-    const logp = st.logprobs;
-    const base = o.decoupled ? row((x) => x.proxLogprobs ?? x.oldLogprobs) : old;
-    const logRatio = tf.clipByValue(tf.sub(logp, base), -20, 20);
-    const ratio = tf.exp(logRatio);
-    const surr1 = tf.mul(ratio, adv);
-    const surr2 = tf.mul(tf.clipByValue(ratio, 1 - epsLow, 1 + epsHigh), adv);
-    let pg: tf.Tensor = tf.neg(tf.minimum(surr1, surr2));
-    if (o.dualClip !== undefined) {
-      const dual = tf.minimum(pg, tf.mul(adv, -o.dualClip));
-      pg = tf.where(tf.less(adv, 0), dual, pg);
-    }
-    let weight: tf.Tensor = mask;
-    if (o.decoupled) {
-      const w = tf.exp(tf.clipByValue(tf.sub(base, old), -20, 20));
-      const keep = tf.cast(tf.lessEqual(w, o.behavImpWeightCap ?? 5), 'float32');
-      weight = tf.mul(tf.mul(mask, keep), w);
-    }
-    let total: tf.Tensor = tf.sum(tf.mul(pg, weight));
-    if ((o.klLossCoef ?? 0) > 0) {
-      const ref = row((x) => x.refLogprobs);
-      const x = tf.sub(logp, ref);
-      const est = o.klEstimator ?? 'k3';
-      const k = est === 'k1' ? x : est === 'k2' ? tf.div(tf.square(x), 2) : tf.add(tf.sub(tf.exp(tf.neg(x)), 1), x);
-      total = tf.add(total, tf.mul(tf.sum(tf.mul(tf.clipByValue(k, -10, 10), mask)), o.klLossCoef!));
-    }
-    if ((o.entropyCoef ?? 0) > 0 && st.entropy) {
-      total = tf.sub(total, tf.mul(tf.sum(tf.mul(st.entropy, mask)), o.entropyCoef!));
-    }
-    // Diagnostics, read without gradients.
-    const clipped = tf.mul(tf.cast(tf.greater(tf.abs(tf.sub(ratio, 1)), epsLow), 'float32'), mask);
-    out.clip += tf.sum(clipped).dataSync()[0]!;
-    out.kl += tf.sum(tf.mul(tf.neg(logRatio), mask)).dataSync()[0]!;
-    if (st.entropy) out.ent += tf.sum(tf.mul(st.entropy, mask)).dataSync()[0]!;
-    return tf.div(total, stepTokens) as tf.Scalar;
+    const inputs: PolicyLossInputs = {
+      logprobs: st.logprobs,
+      oldLogprobs: rows((x) => x.oldLogprobs),
+      advantages: rows((x) => x.advantages),
+      mask: rows((x) => x.actionMask),
+      weights: rows((_, i) => weights[i]),
+      ...(st.entropy ? { entropy: st.entropy } : {}),
+      ...(micro[0]?.behaviourLogprobs ? { behaviourLogprobs: rows((x) => x.behaviourLogprobs) } : {}),
+      ...(micro[0]?.refLogprobs ? { refLogprobs: rows((x) => x.refLogprobs) } : {}),
+    };
+    const stats = policyLossStats(inputs, this.loss);
+    acc.clip += stats.clipFraction * stats.tokens;
+    acc.kl += stats.approxKl * stats.tokens;
+    acc.ent += stats.entropy * stats.tokens;
+    return ppoActorLoss(inputs, this.loss);
+  }
+
+  /** The weight version, without the weights (what the driver needs to measure staleness). */
+  getVersion(): number {
+    return this.version;
   }
 
   /** The current weights, for engines. */
@@ -257,26 +242,4 @@ function countActions(mask: ArrayLike<number>): number {
   let n = 0;
   for (let i = 0; i < mask.length; i++) n += mask[i]!;
   return n;
-}
-
-/** Seeded Fisher–Yates (mulberry32). */
-export function shuffle<T>(a: T[], seed: number): T[] {
-  let s = seed >>> 0;
-  const rand = (): number => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  for (let i = a.length - 1; i > 0; i--) {
-    const j = Math.floor(rand() * (i + 1));
-    [a[i], a[j]] = [a[j]!, a[i]!];
-  }
-  return a;
-}
-
-/** A copy sorted by sequence length (Array sort is stable), so micro-batches pad less. */
-export function byLength<T extends { inputIds: ArrayLike<number> }>(samples: T[]): T[] {
-  return [...samples].sort((a, b) => a.inputIds.length - b.inputIds.length);
 }

@@ -1,7 +1,7 @@
 /**
  * `eval_agent`: held-out accuracy of a black-box agent (`export async function agent(sample,
  * env)`) on an HF model directory and the built-in `arith` task, exactly as `train_ppo` evaluates
- * it (the agent runs itself, every turn greedy, right when its reward reaches 1), plus sampled
+ * it (the agent runs itself, every turn greedy, right when its reward is 1), plus sampled
  * episodes (temperature 1) split by what the agent reports: with `--split-by used_tool`, how often
  * sampling calls the tool and how often it is right with and without it. This is how the tool
  * warm start's numbers in actors/model/README.md are measured.
@@ -15,9 +15,9 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
-import { evaluateAgent, type AgentEvalEpisode, type AgentEvalResult } from '../actors/agent/agent-eval.ts';
+import { runGatewayEpisode } from '../actors/agent/agent-executor.ts';
 import { loadAgent } from '../actors/agent/load.ts';
-import type { Sample } from '../actors/agent/types.ts';
+import type { AgentFunction, Sample } from '../actors/agent/types.ts';
 import { BuiltinEngine } from '../actors/engines/builtin/engine.ts';
 import { Gateway } from '../actors/gateway/server.ts';
 import { modelCard } from '../actors/gateway/model-card.ts';
@@ -26,6 +26,63 @@ import { loadModel } from '../actors/model/checkpoint.ts';
 import { loadTokenizer, type ChatTokenizer } from '../actors/model/tokenizer.ts';
 import { agentTokenizer } from '../actors/rollout.ts';
 import { arithDataset } from './datasets/arith.ts';
+import { infoMetrics } from './trajectory.ts';
+
+/** One evaluated episode. */
+interface AgentEvalEpisode {
+  index: number;
+  reward: number;
+  info: Record<string, number | string | boolean>;
+  /** The episode's tokens (its first trajectory) and which of them the model generated. */
+  inputIds: number[];
+  lossMask: number[];
+  /** Why the episode failed (it then counts as wrong). */
+  error?: string;
+}
+
+/** What {@link evaluateAgent} measures. */
+interface AgentEvalResult {
+  correct: number;
+  total: number;
+  /** Episodes that threw or timed out (counted as wrong). */
+  failed: number;
+  /** `info_<key>` means over the episodes that finished. */
+  info: Record<string, number>;
+  episodes: AgentEvalEpisode[];
+}
+
+/**
+ * Runs `agent` once per sample through `gateway` with the training executor, so every episode's
+ * tokens and extraInfo are kept (the gateway's `fixedSampling` decides greedy or sampled), and
+ * counts the episodes whose reward is 1, as `train_ppo`'s evaluation does. Failed episodes count
+ * as wrong, never abort the evaluation.
+ */
+async function evaluateAgent(
+  agent: { file: string; agent: AgentFunction },
+  gateway: Gateway,
+  samples: Sample[],
+  o: { timeoutMs?: number } = {},
+): Promise<AgentEvalResult> {
+  const episodes = await Promise.all(
+    samples.map(async (sample): Promise<AgentEvalEpisode> => {
+      const signal = o.timeoutMs ? AbortSignal.timeout(o.timeoutMs) : new AbortController().signal;
+      try {
+        const [t] = await runGatewayEpisode(sample, { file: agent.file, agent: agent.agent, gateway, signal });
+        return { index: sample.index, reward: t?.reward ?? 0, info: t?.info ?? {}, inputIds: t?.inputIds ?? [], lossMask: t?.lossMask ?? [] };
+      } catch (err) {
+        return { index: sample.index, reward: 0, info: {}, inputIds: [], lossMask: [], error: err instanceof Error ? err.message : String(err) };
+      }
+    }),
+  );
+  const ok = episodes.filter((e) => e.error === undefined);
+  return {
+    correct: episodes.filter((e) => e.reward === 1).length,
+    total: episodes.length,
+    failed: episodes.length - ok.length,
+    info: infoMetrics(ok),
+    episodes,
+  };
+}
 
 /** Options of {@link evalAgentModel}. */
 export interface EvalAgentOptions {
@@ -78,7 +135,7 @@ export async function evalAgentModel(dir: string, agentFile: string, o: EvalAgen
     for (const k of new Set(runs.flatMap((r) => Object.keys(r.info)))) info[k] = runs.reduce((s, r) => s + (r.info[k] ?? 0), 0) / runs.length;
     return {
       greedy,
-      sampled: { correct: episodes.filter((e) => e.reward >= 1).length, total: episodes.length, failed: runs.reduce((s, r) => s + r.failed, 0), info, episodes },
+      sampled: { correct: episodes.filter((e) => e.reward === 1).length, total: episodes.length, failed: runs.reduce((s, r) => s + r.failed, 0), info, episodes },
     };
   } finally {
     await Promise.all([greedyGw.close(), sampledGw.close()]);
@@ -109,7 +166,7 @@ function describe(name: string, r: AgentEvalResult, splitBy: string | undefined)
   if (splitBy) {
     for (const v of [...new Set(r.episodes.map((e) => e.info[splitBy]).filter((x) => x !== undefined))].sort()) {
       const part = r.episodes.filter((e) => e.info[splitBy] === v);
-      lines.push(`         ${splitBy}=${String(v)}: ${part.length} episodes (${pct(part.length, r.total)}), ${pct(part.filter((e) => e.reward >= 1).length, part.length)} right`);
+      lines.push(`         ${splitBy}=${String(v)}: ${part.length} episodes (${pct(part.length, r.total)}), ${pct(part.filter((e) => e.reward === 1).length, part.length)} right`);
     }
   }
   return lines;

@@ -85,7 +85,6 @@ export {
   ppoLossDefaults,
   resolvePpoLossOptions,
 } from './policy-loss.ts';
-export { loglinearProximalLogprobs } from './proximal.ts';
 export { RewardNormalizer } from './reward-normalizer.ts';
 export { StalenessThrottle, stalenessStats } from './staleness.ts';
 export { BufferSlot, TrajectoryBuffer } from './trajectory-buffer.ts';

@@ -25,14 +25,14 @@ export const LOSS_AGGREGATIONS: readonly LossAggregation[] = [
 /** Aggregation options. */
 export interface AggregationOptions {
   /** How tokens are averaged (`--loss-agg-mode`). @default 'token-mean' */
-  aggregation?: LossAggregation;
+  lossAggMode?: LossAggregation;
   /** C for `seq-mean-token-sum-norm`, usually the generation limit (`--generate-max-len`). */
   lossNormConstant?: number;
 }
 
 /** Checks an aggregation choice; the constant is required for the Dr.GRPO mode. */
 export function checkAggregation(opts: AggregationOptions): void {
-  const agg = opts.aggregation ?? 'token-mean';
+  const agg = opts.lossAggMode ?? 'token-mean';
   if (!LOSS_AGGREGATIONS.includes(agg)) {
     throw invalidOption(
       '--loss-agg-mode',
@@ -84,7 +84,7 @@ export function aggregateLoss(
     const l = perToken.rank === 1 ? perToken.expandDims(0) : perToken;
     const m = mask.rank === 1 ? mask.expandDims(0) : mask;
     const lm = tf.mul(l, m);
-    const agg = opts.aggregation ?? 'token-mean';
+    const agg = opts.lossAggMode ?? 'token-mean';
     if (agg === 'token-mean') return tf.div(tf.sum(lm), tf.maximum(tf.sum(m), 1)) as tf.Scalar;
     const rowSum = tf.sum(lm, -1);
     if (agg === 'seq-mean-token-sum-norm') {

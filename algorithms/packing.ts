@@ -23,7 +23,7 @@ export function lossWeights(
   opts: AggregationOptions = {},
 ): Float32Array[] {
   checkAggregation(opts);
-  const agg = opts.aggregation ?? 'token-mean';
+  const agg = opts.lossAggMode ?? 'token-mean';
   const counts = masks.map((m) => {
     let c = 0;
     for (let t = 0; t < m.length; t++) c += m[t] as number;
@@ -95,6 +95,36 @@ export function packMicroBatches(lengths: readonly number[], opts: PackOptions):
   }
   for (const b of bins) b.indices.sort((x, y) => x - y);
   return bins.sort((a, b) => (a.indices[0] as number) - (b.indices[0] as number));
+}
+
+/** Options of {@link microBatches}. */
+export interface MicroBatchOptions {
+  /** Samples per micro-batch (`--micro-train-batch-size`). */
+  maxSamples: number;
+  /** Token budget per micro-batch (`--train-max-tokens-per-gpu`); unset cuts by count only. */
+  maxTokens?: number;
+}
+
+/**
+ * How a trainer or critic cuts one optimizer step into micro-batches. With a token budget,
+ * {@link packMicroBatches} (at most `maxSamples` each); without one, the samples sorted by length
+ * (stably) and cut every `maxSamples`, so each micro-batch pads to similar lengths. Every index
+ * appears exactly once; {@link lossWeights} makes the split irrelevant to the loss.
+ *
+ * @example
+ * microBatches([9, 5, 9, 4], { maxSamples: 2 }).map((b) => b.indices) // [[3, 1], [0, 2]]
+ */
+export function microBatches(lengths: readonly number[], opts: MicroBatchOptions): MicroBatch[] {
+  if (opts.maxTokens !== undefined) return packMicroBatches(lengths, { ...opts, maxTokens: opts.maxTokens });
+  if (!(Number.isInteger(opts.maxSamples) && opts.maxSamples >= 1))
+    throw invalidOption('--micro-train-batch-size', `must be an integer >= 1 (got ${opts.maxSamples})`);
+  const order = lengths.map((_, i) => i).sort((a, b) => (lengths[a] as number) - (lengths[b] as number));
+  const out: MicroBatch[] = [];
+  for (let k = 0; k < order.length; k += opts.maxSamples) {
+    const indices = order.slice(k, k + opts.maxSamples);
+    out.push({ indices, tokens: indices.reduce((n, i) => n + (lengths[i] as number), 0) });
+  }
+  return out;
 }
 
 /** Rows of one micro-batch, right-padded into a dense `[rows, width]` Float32Array. */

@@ -17,6 +17,10 @@ import {
 } from './loss-aggregation.ts';
 import { stripUndefined } from './validate.ts';
 
+/** Importance-sampling corrections of the engine/trainer mismatch (`--is-correction`). */
+export const IS_CORRECTIONS = ['none', 'tis', 'icepop'] as const;
+export type IsCorrection = (typeof IS_CORRECTIONS)[number];
+
 /** Options of {@link ppoActorLoss}; flags are `train_ppo`'s. */
 export interface PpoLossOptions {
   /** Lower clip ε_lo, and ε_hi unless `epsClipHigh` is set (`--eps-clip`). @default 0.2 */
@@ -39,7 +43,7 @@ export interface PpoLossOptions {
    * (`--is-correction`): `tis` multiplies by `clamp(π_old/π_behav, lo, hi)`, `icepop` zeroes tokens
    * whose ratio is outside [lo, hi]. Needs `behaviourLogprobs`. @default 'none'
    */
-  isCorrection?: 'none' | 'tis' | 'icepop';
+  isCorrection?: IsCorrection;
   /** [lo, hi] of the IS correction (`--is-threshold`). @default [0.5, 5] */
   isThreshold?: readonly [number, number];
   /** β of the KL loss term when `--use-kl-loss` is on; 0 leaves it out. Needs `refLogprobs`. @default 0 */
@@ -49,7 +53,7 @@ export interface PpoLossOptions {
   /** Entropy bonus coefficient (`--entropy-loss-coef`); 0 leaves it out. Needs `entropy`. @default 0 */
   entropyLossCoef?: number;
   /** @default 'token-mean' */
-  aggregation?: LossAggregation;
+  lossAggMode?: LossAggregation;
   /** C of `seq-mean-token-sum-norm`. */
   lossNormConstant?: number;
   /** Check the constant inputs for NaN/Inf (one sync each). @default true */
@@ -64,12 +68,12 @@ export const ppoLossDefaults = {
   logRatioClamp: 20,
   useDecoupledLoss: false as boolean,
   behavImpWeightCap: 5,
-  isCorrection: 'none' as 'none' | 'tis' | 'icepop',
+  isCorrection: 'none' as IsCorrection,
   isThreshold: [0.5, 5] as readonly [number, number],
   klLossCoef: 0,
   klEstimator: 'k1' as KlEstimator,
   entropyLossCoef: 0,
-  aggregation: 'token-mean' as LossAggregation,
+  lossAggMode: 'token-mean' as LossAggregation,
   lossNormConstant: undefined as number | undefined,
   checkFinite: true as boolean,
 };
@@ -93,7 +97,7 @@ export function resolvePpoLossOptions(opts: PpoLossOptions = {}): ResolvedPpoLos
   }
   if (!(r.behavImpWeightCap > 1))
     throw invalidOption('--behav-imp-weight-cap', `must be > 1 (got ${r.behavImpWeightCap})`);
-  if (!['none', 'tis', 'icepop'].includes(r.isCorrection)) {
+  if (!IS_CORRECTIONS.includes(r.isCorrection)) {
     throw invalidOption(
       '--is-correction',
       `must be none, tis or icepop (got ${String(r.isCorrection)})`,
@@ -242,7 +246,7 @@ export function ppoActorLoss(inputs: PolicyLossInputs, opts: PpoLossOptions = {}
   }
   return tf.tidy(() => {
     const agg = {
-      aggregation: o.aggregation,
+      lossAggMode: o.lossAggMode,
       ...(o.lossNormConstant !== undefined ? { lossNormConstant: o.lossNormConstant } : {}),
       ...(inputs.weights ? { weights: inputs.weights } : {}),
     };
@@ -276,6 +280,8 @@ export interface PolicyLossStats {
   behaviourWeightMean: number;
   /** Share of tokens zeroed by the weight cap or icepop. */
   behaviourWeightZeroFraction: number;
+  /** Mean entropy of the current policy (0 when `entropy` was not given). */
+  entropy: number;
   /** Number of action tokens. */
   tokens: number;
 }
@@ -315,10 +321,11 @@ export function policyLossStats(
         sum(tf.neg(logRatio)),
         sum(w),
         sum(zero),
+        inputs.entropy ? sum(inputs.entropy) : tf.scalar(0),
       ])
       .dataSync();
   });
-  const [n = 0, clip = 0, dual = 0, negs = 0, kl = 0, w = 0, zero = 0] = Array.from(values);
+  const [n = 0, clip = 0, dual = 0, negs = 0, kl = 0, w = 0, zero = 0, ent = 0] = Array.from(values);
   const d = Math.max(n, 1);
   return {
     clipFraction: clip / d,
@@ -326,6 +333,7 @@ export function policyLossStats(
     approxKl: kl / d,
     behaviourWeightMean: n > 0 ? w / n : 1,
     behaviourWeightZeroFraction: zero / d,
+    entropy: ent / d,
     tokens: n,
   };
 }

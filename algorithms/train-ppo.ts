@@ -16,11 +16,12 @@ import { asyncLoop } from './train-ppo/async-loop.ts';
 import { isRoleDied } from './train-ppo/errors.ts';
 import { FlagError, parseTrainPpoFlags, trainPpoHelp, type TrainPpoOptions } from './train-ppo/flags.ts';
 import { inProcessRoles, type Roles } from './train-ppo/roles.ts';
-import { finishRun, prepareRun, syncLoop, type RunLog, type RunSummary } from './train-ppo/run.ts';
+import { finishRun, prepareRun, type RunLog, type RunSummary } from './train-ppo/context.ts';
+import { syncLoop } from './train-ppo/sync-loop.ts';
 
 export { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp, FlagError } from './train-ppo/flags.ts';
 export type { TrainPpoOptions } from './train-ppo/flags.ts';
-export type { RunSummary } from './train-ppo/run.ts';
+export type { RunSummary } from './train-ppo/context.ts';
 export { RoleDiedError, isRoleDied } from './train-ppo/errors.ts';
 
 /** The shipped warm-start model. */

@@ -24,20 +24,20 @@ export interface TrajectoryBufferOptions {
   queueSize?: number;
 }
 
-/** One committed batch. */
-export interface BufferBatch {
+/** One committed batch; `M` is what the producer attaches besides the trajectories. */
+export interface BufferBatch<M = Readonly<Record<string, unknown>>> {
   /** Increasing id, unique per buffer. */
   readonly id: number;
   readonly trajectories: readonly Trajectory[];
-  /** Free-form data the producer attached (episode, dataloader state, pass rate). */
-  readonly meta: Readonly<Record<string, unknown>>;
+  /** What the producer attached (the groups it ran, dataloader position, timings). */
+  readonly meta: M;
   /** How many times this batch was handed to a consumer before (0 on first delivery). */
   readonly redeliveries: number;
 }
 
 /** A batch handed to a consumer; exactly one of `ack` / `nack` must follow. */
-export interface BatchLease {
-  readonly batch: BufferBatch;
+export interface BatchLease<M = Readonly<Record<string, unknown>>> {
+  readonly batch: BufferBatch<M>;
   /** Per-token staleness against the `currentVersion` given to `take`, if any. */
   readonly staleness?: StalenessStats;
   /** The batch was trained on; it is gone. */
@@ -77,11 +77,11 @@ interface Waiter<T> {
  * A producer's claim on one batch of the buffer. Stage trajectories with `add`, then `commit`
  * them as one batch, or `abort` to give the slot back.
  */
-export class BufferSlot {
+export class BufferSlot<M = Readonly<Record<string, unknown>>> {
   #staged: Trajectory[] = [];
   #state: 'open' | 'committed' | 'aborted' = 'open';
   constructor(
-    private readonly onCommit: (items: Trajectory[], meta: Record<string, unknown>) => void,
+    private readonly onCommit: (items: Trajectory[], meta: M) => void,
     private readonly onAbort: () => void,
   ) {}
   /** Trajectories staged so far. */
@@ -97,12 +97,15 @@ export class BufferSlot {
     this.#check('add');
     this.#staged.push(...items);
   }
-  /** Enqueues the staged trajectories as one batch (an empty batch just returns the slot). */
-  commit(meta: Record<string, unknown> = {}): void {
+  /**
+   * Enqueues the staged trajectories as one batch. An empty batch is a batch too: the consumer
+   * learns that the producer's step yielded nothing (every episode failed or was rejected); a
+   * producer with nothing to report calls {@link abort} instead.
+   */
+  commit(meta: M): void {
     this.#check('commit');
     this.#state = 'committed';
-    if (this.#staged.length === 0) this.onAbort();
-    else this.onCommit(this.#staged, meta);
+    this.onCommit(this.#staged, meta);
   }
   /** Returns the slot and hands back the staged trajectories, which were not enqueued. */
   abort(): Trajectory[] {
@@ -133,18 +136,18 @@ export class BufferSlot {
  * // trainer loop
  * await buf.consume(async (batch) => train(batch.trajectories), { currentVersion });
  */
-export class TrajectoryBuffer {
+export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
   readonly queueSize: number;
   #free: number;
-  #queue: BufferBatch[] = [];
-  #producers: Waiter<BufferSlot>[] = [];
-  #consumers: Waiter<BatchLease | null>[] = [];
+  #queue: BufferBatch<M>[] = [];
+  #producers: Waiter<BufferSlot<M>>[] = [];
+  #consumers: Waiter<BatchLease<M> | null>[] = [];
   #closed = false;
   #nextId = 1;
   #producing = 0;
   #leased = 0;
   /** Batches that hold a slot: fresh commits do, redeliveries do not (their slot went back on the first take). */
-  #holdsSlot = new WeakSet<BufferBatch>();
+  #holdsSlot = new WeakSet<BufferBatch<M>>();
   #counts = {
     committed: 0,
     acked: 0,
@@ -164,7 +167,7 @@ export class TrajectoryBuffer {
   }
 
   /** Waits for a free slot (FIFO). Rejects with `BUFFER_CLOSED` once the buffer is closed. */
-  acquire(signal?: AbortSignal): Promise<BufferSlot> {
+  acquire(signal?: AbortSignal): Promise<BufferSlot<M>> {
     if (this.#closed) return Promise.reject(closedError());
     if (signal?.aborted) return Promise.reject(signal.reason);
     if (this.#free > 0 && this.#producers.length === 0) return Promise.resolve(this.#grantSlot());
@@ -175,7 +178,7 @@ export class TrajectoryBuffer {
    * Waits for a batch. The slot goes back to the producers at once. Resolves `null` when the
    * buffer is closed and drained. Pass `currentVersion` to get per-token staleness.
    */
-  take(opts: { currentVersion?: number; signal?: AbortSignal } = {}): Promise<BatchLease | null> {
+  take(opts: { currentVersion?: number; signal?: AbortSignal } = {}): Promise<BatchLease<M> | null> {
     if (opts.signal?.aborted) return Promise.reject(opts.signal.reason);
     if (this.#queue.length > 0 && this.#consumers.length === 0)
       return Promise.resolve(this.#lease(opts.currentVersion));
@@ -186,11 +189,7 @@ export class TrajectoryBuffer {
   }
 
   /** Acquire a slot, run `fn` to fill it, commit; on a throw, abort (the staged items are dropped with the error). */
-  async produce(
-    fn: (slot: BufferSlot) => Promise<void>,
-    meta: Record<string, unknown> = {},
-    signal?: AbortSignal,
-  ): Promise<void> {
+  async produce(fn: (slot: BufferSlot<M>) => Promise<void>, meta: M, signal?: AbortSignal): Promise<void> {
     const slot = await this.acquire(signal);
     try {
       await fn(slot);
@@ -203,7 +202,7 @@ export class TrajectoryBuffer {
 
   /** Take a batch, run `fn`, ack; on a throw, nack and rethrow. Returns false when closed and drained. */
   async consume(
-    fn: (batch: BufferBatch, lease: BatchLease) => Promise<void>,
+    fn: (batch: BufferBatch<M>, lease: BatchLease<M>) => Promise<void>,
     opts: { currentVersion?: number; signal?: AbortSignal } = {},
   ): Promise<boolean> {
     const lease = await this.take(opts);
@@ -259,14 +258,14 @@ export class TrajectoryBuffer {
     if (this.#drained()) for (const w of this.#consumers.splice(0)) (w.cleanup(), w.resolve(null));
   }
 
-  #grantSlot(): BufferSlot {
+  #grantSlot(): BufferSlot<M> {
     this.#free--;
     this.#producing++;
-    return new BufferSlot(
+    return new BufferSlot<M>(
       (items, meta) => {
         this.#producing--;
         this.#counts.committed++;
-        const batch: BufferBatch = {
+        const batch: BufferBatch<M> = {
           id: this.#nextId++,
           trajectories: items,
           meta,
@@ -286,24 +285,24 @@ export class TrajectoryBuffer {
   #releaseSlot(): void {
     this.#free++;
     while (this.#free > 0 && this.#producers.length > 0) {
-      const w = this.#producers.shift() as Waiter<BufferSlot>;
+      const w = this.#producers.shift() as Waiter<BufferSlot<M>>;
       w.cleanup();
       w.resolve(this.#grantSlot());
     }
   }
 
-  #enqueue(batch: BufferBatch, front: boolean): void {
+  #enqueue(batch: BufferBatch<M>, front: boolean): void {
     if (front) this.#queue.unshift(batch);
     else this.#queue.push(batch);
     while (this.#queue.length > 0 && this.#consumers.length > 0) {
-      const w = this.#consumers.shift() as Waiter<BatchLease | null>;
+      const w = this.#consumers.shift() as Waiter<BatchLease<M> | null>;
       w.cleanup();
       w.resolve(this.#lease(undefined));
     }
   }
 
-  #lease(currentVersion: number | undefined): BatchLease {
-    const batch = this.#queue.shift() as BufferBatch;
+  #lease(currentVersion: number | undefined): BatchLease<M> {
+    const batch = this.#queue.shift() as BufferBatch<M>;
     this.#leased++;
     if (this.#holdsSlot.delete(batch)) this.#releaseSlot();
     let done = false;
@@ -315,7 +314,7 @@ export class TrajectoryBuffer {
       done = true;
       this.#leased--;
     };
-    const lease: BatchLease = {
+    const lease: BatchLease<M> = {
       batch,
       ack: () => {
         settle('ack');
@@ -331,7 +330,7 @@ export class TrajectoryBuffer {
     return this.#withStaleness(lease, currentVersion);
   }
 
-  #withStaleness(lease: BatchLease, currentVersion: number | undefined): BatchLease {
+  #withStaleness(lease: BatchLease<M>, currentVersion: number | undefined): BatchLease<M> {
     if (currentVersion === undefined || lease.staleness) return lease;
     const s = stalenessStats(lease.batch.trajectories, currentVersion);
     const c = this.#counts;

@@ -19,7 +19,7 @@ export interface ValueLossOptions extends AggregationOptions {
 /** Defaults for {@link ValueLossOptions}. */
 export const valueLossDefaults = {
   valueClip: 0.5 as number | null,
-  aggregation: 'token-mean' as const,
+  lossAggMode: 'token-mean' as const,
   checkFinite: true,
 };
 
@@ -52,7 +52,7 @@ export function valueLoss(inputs: ValueLossInputs, opts: ValueLossOptions = {}):
       perToken = tf.maximum(tf.square(tf.sub(clipped, returns)), perToken);
     }
     const agg: AggregationOptions & { weights?: tf.Tensor } = {
-      aggregation: opts.aggregation ?? 'token-mean',
+      lossAggMode: opts.lossAggMode ?? 'token-mean',
     };
     if (opts.lossNormConstant !== undefined) agg.lossNormConstant = opts.lossNormConstant;
     if (inputs.weights) agg.weights = inputs.weights;

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { Rollout } from '../actors/rollout.ts';
 import type { TrainSample, Trainer } from '../actors/trainer.ts';
-import { computeReturns, makeExperience } from '../algorithms/experience.ts';
+import { computeReturns, makeExperience } from 'rtjob/algorithms';
 import { PromptSampler } from '../algorithms/train-ppo/data.ts';
 import { builtinDataset } from '../algorithms/datasets/arith.ts';
 import { defineActor, init, kill, shutdown } from 'rtjob';

@@ -22,53 +22,53 @@
  * @module
  */
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
-import { Semaphore } from '../../actors/agent/semaphore.ts';
 import { StalenessThrottle } from '../staleness.ts';
-import { infoMetrics } from '../trajectory.ts';
-import { account, afterStep, evaluate, generate, type RunContext } from './run.ts';
+import { TrajectoryBuffer } from '../trajectory-buffer.ts';
+import type { DataPosition } from './data.ts';
+import { afterStep, recordUpdate, type RunContext } from './context.ts';
+import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 
-interface Batch {
+/** What the producer attaches to each batch of the buffer besides its trajectories. */
+interface BatchMeta {
+  /** Every group of the batch, failed ones included (the consumer accounts for them). */
   groups: GroupResult[];
   /** Weight version when generation of this batch started. */
   version: number;
   generateMs: number;
   /** Data position after this batch's prompts: what a checkpoint after training on it records. */
-  position: { epoch: number; offset: number };
+  position: DataPosition;
 }
 
-/** Runs `--async-train` until `totalSteps`. */
+/** Runs `--async-train` until `totalSteps`: a producer and a consumer on a {@link TrajectoryBuffer}. */
 export async function asyncLoop(ctx: RunContext): Promise<void> {
   const { o, roles, state } = ctx;
-  const slots = new Semaphore(o.asyncQueueSize);
-  const queue: Batch[] = [];
-  let wakeConsumer: (() => void) | undefined;
+  const buffer = new TrajectoryBuffer<BatchMeta>({ queueSize: o.asyncQueueSize });
   // Readers hold the engines' weights fixed: a batch being generated (unless --partial-rollout)
   // and an evaluation; a weight publish is the writer.
   const gate = new VersionGate();
   const evals: Promise<void>[] = [];
-  // A failed evaluation or weight publish, which run beside training.
-  let backgroundError: unknown;
+  // Aborted by the first failure of the producer, an evaluation or a weight publish (they run
+  // beside training), and when the loop ends: it wakes whoever waits on the buffer or throttle.
+  const stopping = new AbortController();
+  const fail = (err: unknown): void => {
+    if (!stopping.signal.aborted) stopping.abort(err);
+  };
   let publishing: Promise<void> = Promise.resolve();
   let lastPublish = { waitMs: 0, syncMs: 0 };
   // afterStep must not evaluate: here evaluation runs beside training (below).
   const stepCtx: RunContext = { ...ctx, o: { ...o, evalSteps: 0 } };
   // The version on the engines, and the trainer's (ahead by one while a publish waits).
-  let version = (await roles.trainer.weights()).version;
+  let version = await roles.trainer.getVersion();
   let trainerVersion = version;
-  let stop = false;
-  let producerError: unknown;
-  const timing = { producerWaitMs: 0, producerBusyMs: 0, trainerWaitMs: 0, trainerBusyMs: 0, publishWaitMs: 0 };
+  const timing = { producerWaitMs: 0, producerBusyMs: 0, trainerBusyMs: 0 };
   const toProduce = ctx.totalSteps - state.step;
-  // AReaL's throttle (--max-head-offpolicyness η): batch n may start only once n − η batches are
-  // trained, so no token is more than η versions stale, whatever the queue allows.
-  const eta = o.maxHeadOffpolicyness;
-  const throttle =
-    eta === undefined
-      ? undefined
-      : new StalenessThrottle({ consumerBatchSize: 1, maxConcurrentRollouts: o.asyncQueueSize + 1, maxHeadOffpolicyness: eta });
-  let trainedHere = 0;
   const bound = stalenessBound(o);
+  // The admission rule (AReaL's throttle): batch n may start only once n − η batches are trained,
+  // so no token is more than η versions stale. Without --max-head-offpolicyness, η is the bound
+  // the queue already implies, and the buffer's slots are what binds.
+  const throttle = new StalenessThrottle({ consumerBatchSize: 1, maxConcurrentRollouts: o.asyncQueueSize + 1, maxHeadOffpolicyness: bound.value });
+  let trainedHere = 0;
 
   /** Pushes `w` to every engine once no batch or evaluation holds their weights. */
   const publishBeside = async (w: Awaited<ReturnType<typeof roles.trainer.weights>>, step: number): Promise<void> => {
@@ -82,71 +82,69 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
     }
     version = w.version;
     lastPublish = { waitMs: p1 - p0, syncMs: performance.now() - p1 };
-    timing.publishWaitMs += p1 - p0;
-    throttle?.setVersion(++trainedHere);
+    throttle.setVersion(++trainedHere);
     if (o.evalSteps > 0 && step % o.evalSteps === 0 && step < ctx.totalSteps && ctx.evalItems.length) {
-      evals.push(
-        evaluateBeside(ctx, gate, step).catch((err: unknown) => {
-          backgroundError ??= err;
-          wakeConsumer?.();
-        }),
-      );
+      evals.push(evaluateBeside(ctx, gate, step).catch(fail));
     }
   };
 
   const producer = (async () => {
-    for (let n = 0; n < toProduce && !stop; n++) {
+    for (let n = 0; n < toProduce; n++) {
       const w0 = performance.now();
-      await slots.acquire();
-      if (!stop) await throttle?.admit();
+      const slot = await buffer.acquire(stopping.signal);
+      try {
+        await throttle.admit(stopping.signal);
+      } catch (err) {
+        slot.abort();
+        throw err;
+      }
       timing.producerWaitMs += performance.now() - w0;
-      if (stop) break;
       const g0 = performance.now();
       if (!o.partialRollout) await gate.read();
       const batchVersion = version;
-      let groups: GroupResult[];
       const items = ctx.sampler.next(o.rolloutBatchSize);
       const position = { ...ctx.sampler.position };
+      let groups: GroupResult[];
       try {
         groups = await generate(ctx, items);
+      } catch (err) {
+        slot.abort();
+        throw err;
       } finally {
         if (!o.partialRollout) gate.done();
-        throttle?.finish(true);
+        throttle.finish(true);
       }
       const ms = performance.now() - g0;
       timing.producerBusyMs += ms;
-      queue.push({ groups, version: batchVersion, generateMs: ms, position });
-      wakeConsumer?.();
+      slot.add(...groups.filter((g) => g.status === 'ok').flatMap((g) => g.trajectories));
+      slot.commit({ groups, version: batchVersion, generateMs: ms, position });
     }
   })().catch((err: unknown) => {
-    producerError = err;
-    wakeConsumer?.();
+    // Once the loop is stopping, the producer's wake-up is not a failure.
+    if (!stopping.signal.aborted) fail(err);
   });
 
   try {
     while (state.step < ctx.totalSteps) {
       const w0 = performance.now();
-      while (queue.length === 0 && producerError === undefined && backgroundError === undefined) {
-        await new Promise<void>((r) => (wakeConsumer = r));
-      }
-      if (producerError !== undefined) throw producerError;
-      if (backgroundError !== undefined) throw backgroundError;
+      const lease = await buffer.take({ signal: stopping.signal });
+      if (!lease) throw new Error('the trajectory buffer closed before the run ended');
       const waitMs = performance.now() - w0;
-      timing.trainerWaitMs += waitMs;
-      const fill = queue.length;
-      const batch = queue.shift()!;
-      slots.release();
+      const fill = buffer.stats().queued + 1;
+      const batch = lease.batch.meta;
       const t0 = performance.now();
       account(ctx, batch.groups);
       const { kept, passRate } = filterGroups(batch.groups, o);
       state.step++;
       state.position = batch.position;
       if (kept.length === 0) {
+        lease.ack();
         ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
         await afterStep(stepCtx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: batch.generateMs / 1000 });
         continue;
       }
-      const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, trainerVersion);
+      const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx, trainerVersion);
+      lease.ack();
       if (u.staleMax > bound.value) {
         throw new Error(`staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`);
       }
@@ -156,37 +154,19 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       const p0 = performance.now();
       await publishing;
       const previousPublishWaitMs = performance.now() - p0;
-      if (backgroundError !== undefined) throw backgroundError;
+      stopping.signal.throwIfAborted();
       // A snapshot now (the trainer is idle), pushed once the engines may change version: the
       // trainer trains the next batch meanwhile instead of waiting for the batch in generation.
       const snapshot = await roles.trainer.weights();
       const step = state.step;
-      publishing = publishBeside(snapshot, step).catch((err: unknown) => {
-        backgroundError ??= err;
-        wakeConsumer?.();
-      });
+      publishing = publishBeside(snapshot, step).catch(fail);
       const busy = performance.now() - t0;
       timing.trainerBusyMs += busy;
-      for (const g of kept) state.trainedPrompts.push(g.index);
-      state.position = batch.position;
-      state.klCoef = ctx.kl.value;
-      ctx.summary.rewardFirst ??= u.rewardMean;
-      ctx.summary.rewardLast = u.rewardMean;
       const wall = performance.now() - ctx.started;
       await afterStep(stepCtx, {
-        reward_mean: u.rewardMean,
-        kl: u.kl,
-        policy_loss: u.policyLoss,
-        clip_fraction: u.clipFraction,
-        entropy: u.entropy,
-        response_length: u.responseLength,
-        pass_rate: passRate,
-        staleness_mean: u.staleMean,
-        staleness_max: u.staleMax,
+        ...recordUpdate(ctx, kept, u, passRate),
         buffer_fill: fill,
         generate_s: batch.generateMs / 1000,
-        train_s: u.trainMs / 1000,
-        experience_s: u.experienceMs / 1000,
         weight_sync_s: lastPublish.syncMs / 1000,
         publish_wait_s: lastPublish.waitMs / 1000,
         previous_publish_wait_s: previousPublishWaitMs / 1000,
@@ -195,25 +175,23 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         rollout_busy_fraction: timing.producerBusyMs / wall,
         trainer_busy_fraction: timing.trainerBusyMs / wall,
         step_s: (busy + waitMs) / 1000,
-        samples: u.samples,
         samples_per_s: (u.samples * 1000) / Math.max(1, busy + waitMs),
         episodes_per_s: (batch.groups.reduce((n, g) => n + g.episodes, 0) * 1000) / Math.max(1, busy + waitMs),
         tokens_per_s: (u.tokens * 1000) / Math.max(1, busy + waitMs),
-        episodes_failed: state.failed,
-        rollout_restarts: state.rolloutRestarts,
         version: trainerVersion,
-        ...infoMetrics(kept.flatMap((g) => g.trajectories)),
       });
     }
     await publishing;
     await Promise.all(evals);
-    if (backgroundError !== undefined) throw backgroundError;
+    stopping.signal.throwIfAborted();
   } finally {
-    stop = true;
-    slots.release();
-    throttle?.setVersion(Number.MAX_SAFE_INTEGER / 4);
+    const failed = stopping.signal.aborted;
+    stopping.abort(new Error('async training stopped'));
+    buffer.close();
     await producer;
     await Promise.all(evals);
+    // The first failure is what the caller sees, not the wake-up of a waiting take.
+    if (failed) stopping.signal.throwIfAborted();
   }
 }
 

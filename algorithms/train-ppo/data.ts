@@ -8,7 +8,7 @@
 import { readFileSync } from 'node:fs';
 import { builtinDataset } from '../datasets/arith.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
-import { shuffle } from '../../actors/trainer.ts';
+import { shuffle } from '../shuffle.ts';
 import { FlagError } from './flags.ts';
 
 /** A dataset record: any JSON object with the input and label fields. */

@@ -7,6 +7,13 @@
  * @module
  */
 
+import { klDefaults, type KlEstimator } from '../kl.ts';
+import { experienceDefaults } from '../experience.ts';
+import { LOSS_AGGREGATIONS, type LossAggregation } from '../loss-aggregation.ts';
+import { IS_CORRECTIONS, ppoLossDefaults, type IsCorrection } from '../policy-loss.ts';
+import { valueLossDefaults } from '../value-loss.ts';
+import { checkLibraryOptions } from './options.ts';
+
 /** Advantage estimators (OpenRLHF `--advantage-estimator`). */
 export const advantageEstimators = ['gae', 'reinforce', 'reinforce_baseline', 'rloo', 'group_norm', 'dr_grpo'] as const;
 export type AdvantageEstimatorName = (typeof advantageEstimators)[number];
@@ -37,11 +44,23 @@ export interface TrainPpoOptions {
   noAdvantageStdNorm: boolean;
   initKlCoef: number;
   useKlLoss: boolean;
-  klEstimator: 'k1' | 'k2' | 'k3';
+  klEstimator: KlEstimator;
+  klTarget: number | undefined;
+  klHorizon: number;
   epsClip: number;
   epsClipHigh: number | undefined;
   dualClip: number | undefined;
+  isCorrection: IsCorrection;
+  isThreshold: [number, number];
+  lossAggMode: LossAggregation;
   valueClip: number;
+  normalizeReward: boolean;
+  rewardScale: number;
+  rewardBias: number;
+  rewardClipRange: [number, number];
+  overlongBufferLen: number | undefined;
+  overlongPenaltyFactor: number;
+  trainMaxTokensPerGpu: number | undefined;
   gamma: number;
   lambd: number;
   entropyLossCoef: number;
@@ -84,8 +103,12 @@ export interface TrainPpoOptions {
 }
 
 type Kind = 'int' | 'float' | 'bool' | 'string' | 'pair';
-interface Flag {
+/** Where a flag is listed in `--help`; `algorithm` flags are the ones `algorithms/README.md` documents. */
+export type FlagSection = 'run' | 'data' | 'rollout' | 'algorithm' | 'optimizer' | 'async' | 'eval' | 'engines';
+/** One row of the flag table. */
+export interface Flag {
   key: keyof TrainPpoOptions;
+  section: FlagSection;
   kind: Kind;
   help: string;
   choices?: readonly string[];
@@ -96,51 +119,88 @@ interface Flag {
   env?: string;
 }
 
+let section: FlagSection = 'run';
 const F = (key: keyof TrainPpoOptions, kind: Kind, help: string, extra: Partial<Flag> = {}): Flag => ({
   key,
+  section,
   kind,
   help,
   ...extra,
 });
 
+/** Sets the section of the flags that follow (keeps the table below one readable list). */
+const under = (next: FlagSection): [] => ((section = next), []);
+
 /** Every flag, in the order `--help` prints them. */
 export const flagTable: readonly Flag[] = [
+  ...under('run'),
   F('pretrain', 'string', 'policy model directory (HF format); default: the shipped warm-start model'),
-  F('agentFunc', 'string', 'agent file: a step function or a Workflow class', { aliases: ['agent-func-path'] }),
+  F('agentFunc', 'string', 'agent file: a step function, a Workflow class, or agent(sample, env) for any OpenAI client', { aliases: ['agent-func-path'] }),
+  F('maxSteps', 'int', 'stop after this many steps; -1: from the data size', { min: -1 }),
+  F('seed', 'int', 'random seed', { min: 0 }),
+  F('inProcess', 'bool', 'run every role in the driver process (no cluster; for tests and debugging)'),
+  ...under('data'),
   F('promptData', 'string', 'JSONL file or built-in dataset name', { aliases: ['prompt-dataset'] }),
   F('inputKey', 'string', 'record field holding the prompt'),
   F('labelKey', 'string', 'record field handed to the agent as the label'),
   F('applyChatTemplate', 'bool', "render prompts with the tokenizer's chat template"),
+  F('numEpisodes', 'int', 'passes over the prompt data', { min: 1 }),
+  F('promptMaxLen', 'int', 'prompt tokens kept (the tail)', { min: 1 }),
+  ...under('rollout'),
   F('nSamplesPerPrompt', 'int', 'samples per prompt (group size)', { min: 1 }),
   F('rolloutBatchSize', 'int', 'prompts per step', { min: 1 }),
   F('microRolloutBatchSize', 'int', 'samples per forward chunk in experience making', { min: 1 }),
-  F('trainBatchSize', 'int', 'samples per optimizer step', { min: 1 }),
-  F('microTrainBatchSize', 'int', 'samples per micro-batch (gradient accumulation)', { min: 1 }),
-  F('maxEpochs', 'int', 'passes over each rollout batch', { min: 1 }),
-  F('numEpisodes', 'int', 'passes over the prompt data', { min: 1 }),
-  F('maxSteps', 'int', 'stop after this many steps; -1: from the data size', { min: -1 }),
-  F('promptMaxLen', 'int', 'prompt tokens kept (the tail)', { min: 1 }),
   F('generateMaxLen', 'int', 'new tokens per generation', { min: 1, aliases: ['max-new-tokens'] }),
   F('temperature', 'float', 'sampling temperature', { min: 0 }),
   F('topP', 'float', 'nucleus sampling mass', { min: 0 }),
+  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', { min: 0, aliases: ['episode-timeout-ms', 'agent-timeout', 'agent-timeout-ms'] }),
+  F('agentErrorBudget', 'float', 'fraction of episodes allowed to fail before the job fails', { min: 0 }),
+  F('toolCallParser', 'string', 'how the gateway finds tool calls in generated text (agent(sample, env) files)', { choices: ['hermes', 'qwen', 'none'] }),
+  F('gatewayCheckDrift', 'bool', 'gateway debug: compare every turn with the recorded tokens and report drift'),
+  F('agentTurnDiscount', 'float', 'gateway agents: reward factor per completion before the last (1 = all share the reward)', { min: 0 }),
+  ...under('algorithm'),
   F('advantageEstimator', 'string', 'advantage estimator', { choices: advantageEstimators }),
   F('noAdvantageStdNorm', 'bool', 'subtract the mean but do not divide by the std'),
+  F('gamma', 'float', 'discount', { min: 0 }),
+  F('lambd', 'float', 'GAE lambda', { min: 0 }),
   F('initKlCoef', 'float', 'KL coefficient; 0 runs no reference model', { min: 0 }),
   F('useKlLoss', 'bool', 'KL as a loss term instead of a reward penalty'),
   F('klEstimator', 'string', 'KL estimator', { choices: ['k1', 'k2', 'k3'] }),
+  F('klTarget', 'float', 'target KL of the adaptive controller; unset keeps the coefficient fixed', { min: 0 }),
+  F('klHorizon', 'float', 'horizon of the adaptive KL controller, in samples', { min: 0 }),
   F('epsClip', 'float', 'PPO clip range', { min: 0 }),
   F('epsClipHigh', 'float', 'upper clip range (clip-higher); default --eps-clip', { min: 0 }),
   F('dualClip', 'float', 'dual-clip constant c > 1'),
-  F('valueClip', 'float', 'value clip range', { min: 0 }),
-  F('gamma', 'float', 'discount', { min: 0 }),
-  F('lambd', 'float', 'GAE lambda', { min: 0 }),
+  F('isCorrection', 'string', 'importance-sampling correction of the engine/trainer mismatch', { choices: IS_CORRECTIONS }),
+  F('isThreshold', 'pair', 'low and high bound of --is-correction, e.g. "0.5 5"'),
+  F('lossAggMode', 'string', 'how token losses are averaged', { choices: LOSS_AGGREGATIONS }),
   F('entropyLossCoef', 'float', 'entropy bonus coefficient', { min: 0 }),
+  F('valueClip', 'float', 'value clip range', { min: 0 }),
+  F('normalizeReward', 'bool', 'normalise scores by their running mean and std'),
+  F('rewardScale', 'float', 'score = (reward + bias) * scale'),
+  F('rewardBias', 'float', 'added to the reward before --reward-scale'),
+  F('rewardClipRange', 'pair', 'scores are clipped to this range, e.g. "-10 10"'),
+  F('overlongBufferLen', 'int', 'DAPO overlong penalty over the last N tokens of --generate-max-len', { min: 1 }),
+  F('overlongPenaltyFactor', 'float', 'DAPO overlong penalty at the length limit'),
+  F('dynamicFiltering', 'bool', 'keep a group only if its mean reward lies inside the range'),
+  F('dynamicFilteringRewardRange', 'pair', 'open range for --dynamic-filtering, e.g. "0 1"'),
+  F('trainMaxTokensPerGpu', 'int', 'token budget per micro-batch (packs samples); default: cut by --micro-train-batch-size', { min: 1 }),
+  ...under('optimizer'),
+  F('trainBatchSize', 'int', 'samples per optimizer step', { min: 1 }),
+  F('microTrainBatchSize', 'int', 'samples per micro-batch (gradient accumulation)', { min: 1 }),
+  F('maxEpochs', 'int', 'passes over each rollout batch', { min: 1 }),
   F('actorLearningRate', 'float', 'policy learning rate', { min: 0 }),
   F('criticLearningRate', 'float', 'critic learning rate', { min: 0 }),
   F('maxNorm', 'float', 'gradient clip by global norm', { min: 0 }),
-  F('dynamicFiltering', 'bool', 'keep a group only if its mean reward lies inside the range'),
-  F('dynamicFilteringRewardRange', 'pair', 'open range for --dynamic-filtering, e.g. "0 1"'),
-  F('seed', 'int', 'random seed', { min: 0 }),
+  ...under('async'),
+  F('asyncTrain', 'bool', 'asynchronous off-policy training'),
+  F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', { min: 1, env: 'ASYNC_QUEUE_SIZE' }),
+  F('asyncNumTasks', 'int', 'agent episodes at once per engine', { min: 1, env: 'ASYNC_NUM_TASKS' }),
+  F('maxHeadOffpolicyness', 'int', 'AReaL staleness throttle eta', { min: 0 }),
+  F('partialRollout', 'bool', 'interrupt generation for weight updates and continue on new weights'),
+  F('useDecoupledLoss', 'bool', 'decoupled PPO with proximal logprobs'),
+  F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
+  ...under('eval'),
   F('savePath', 'string', 'where the final HF-format policy is written'),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
   F('ckptPath', 'string', 'checkpoint directory'),
@@ -149,6 +209,7 @@ export const flagTable: readonly Flag[] = [
   F('evalSteps', 'int', 'evaluate every N steps; -1 only at start and end', { min: -1 }),
   F('evalPrompts', 'int', 'held-out prompts evaluated (greedy)', { min: 1 }),
   F('loggingSteps', 'int', 'log every N steps', { min: 1 }),
+  ...under('engines'),
   F('rolloutNumEngines', 'int', 'rollout engines', { min: 1, aliases: ['vllm-num-engines'] }),
   F('engine', 'string', 'inference engine', { choices: ['builtin', 'sglang', 'vllm'] }),
   F('engineUrl', 'string', 'comma-separated server URLs for --engine sglang|vllm; split across the rollouts'),
@@ -158,20 +219,19 @@ export const flagTable: readonly Flag[] = [
   F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
   F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', { min: 0, aliases: ['vllm-tensor-parallel-size'] }),
   F('colocateAllModels', 'bool', 'one placement group for every role; the engine sleeps while training'),
-  F('asyncTrain', 'bool', 'asynchronous off-policy training'),
-  F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', { min: 1, env: 'ASYNC_QUEUE_SIZE' }),
-  F('asyncNumTasks', 'int', 'agent episodes at once per engine', { min: 1, env: 'ASYNC_NUM_TASKS' }),
-  F('maxHeadOffpolicyness', 'int', 'AReaL staleness throttle eta', { min: 0 }),
-  F('partialRollout', 'bool', 'interrupt generation for weight updates and continue on new weights'),
-  F('useDecoupledLoss', 'bool', 'decoupled PPO with proximal logprobs'),
-  F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
-  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', { min: 0, aliases: ['episode-timeout-ms', 'agent-timeout', 'agent-timeout-ms'] }),
-  F('agentErrorBudget', 'float', 'fraction of episodes allowed to fail before the job fails', { min: 0 }),
-  F('toolCallParser', 'string', 'how the gateway finds tool calls in generated text (agent(sample, env) files)', { choices: ['hermes', 'qwen', 'none'] }),
-  F('gatewayCheckDrift', 'bool', 'gateway debug: compare every turn with the recorded tokens and report drift'),
-  F('agentTurnDiscount', 'float', 'gateway agents: reward factor per completion before the last (1 = all share the reward)', { min: 0 }),
-  F('inProcess', 'bool', 'run every role in the driver process (no cluster; for tests and debugging)'),
 ];
+
+/** Section titles of `--help`. */
+const sectionTitles: Record<FlagSection, string> = {
+  run: 'Run',
+  data: 'Prompt data',
+  rollout: 'Rollout',
+  algorithm: 'Algorithm (formulas: algorithms/README.md)',
+  optimizer: 'Optimizer',
+  async: 'Async training',
+  eval: 'Evaluation and checkpoints',
+  engines: 'Engines and placement',
+};
 
 /** Defaults, chosen so the README command learns on a 2-core machine within minutes. */
 export const trainPpoDefaults: TrainPpoOptions = {
@@ -196,12 +256,24 @@ export const trainPpoDefaults: TrainPpoOptions = {
   advantageEstimator: 'group_norm',
   noAdvantageStdNorm: true,
   initKlCoef: 0,
-  useKlLoss: false,
-  klEstimator: 'k1',
-  epsClip: 0.2,
-  epsClipHigh: undefined,
-  dualClip: undefined,
-  valueClip: 0.5,
+  useKlLoss: klDefaults.useKlLoss,
+  klEstimator: klDefaults.klEstimator,
+  klTarget: klDefaults.klTarget,
+  klHorizon: klDefaults.klHorizon,
+  epsClip: ppoLossDefaults.epsClip,
+  epsClipHigh: ppoLossDefaults.epsClipHigh,
+  dualClip: ppoLossDefaults.dualClip,
+  isCorrection: ppoLossDefaults.isCorrection,
+  isThreshold: [...ppoLossDefaults.isThreshold],
+  lossAggMode: ppoLossDefaults.lossAggMode,
+  valueClip: valueLossDefaults.valueClip ?? 0.5,
+  normalizeReward: false,
+  rewardScale: experienceDefaults.rewardScale,
+  rewardBias: experienceDefaults.rewardBias,
+  rewardClipRange: [...experienceDefaults.rewardClipRange],
+  overlongBufferLen: experienceDefaults.overlongBufferLen,
+  overlongPenaltyFactor: experienceDefaults.overlongPenaltyFactor,
+  trainMaxTokensPerGpu: undefined,
   gamma: 1,
   lambd: 1,
   entropyLossCoef: 0,
@@ -234,7 +306,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   maxHeadOffpolicyness: undefined,
   partialRollout: false,
   useDecoupledLoss: false,
-  behavImpWeightCap: 5,
+  behavImpWeightCap: ppoLossDefaults.behavImpWeightCap,
   episodeTimeoutMs: 0,
   agentErrorBudget: 0.1,
   toolCallParser: 'hermes',
@@ -272,7 +344,7 @@ export function parseTrainPpoFlags(
   argv: readonly string[],
   env: Record<string, string | undefined> = {},
 ): TrainPpoOptions {
-  const o: TrainPpoOptions = { ...trainPpoDefaults, dynamicFilteringRewardRange: [...trainPpoDefaults.dynamicFilteringRewardRange] };
+  const o: TrainPpoOptions = structuredClone(trainPpoDefaults);
   const given = new Set<keyof TrainPpoOptions>();
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
@@ -395,7 +467,8 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
   if (o.microTrainBatchSize > o.trainBatchSize) {
     fail('--micro-train-batch-size', `--micro-train-batch-size ${o.microTrainBatchSize} exceeds --train-batch-size ${o.trainBatchSize}`);
   }
-  if (o.dualClip !== undefined && o.dualClip <= 1) fail('--dual-clip', `--dual-clip must be > 1, got ${o.dualClip}`);
+  const bad = checkLibraryOptions(o);
+  if (bad) fail(bad.flag, bad.message);
   const [lo, hi] = o.dynamicFilteringRewardRange;
   if (lo >= hi) fail('--dynamic-filtering-reward-range', `--dynamic-filtering-reward-range: low ${lo} must be below high ${hi}`);
   if (o.useKlLoss && o.initKlCoef === 0) fail('--use-kl-loss', '--use-kl-loss needs --init-kl-coef > 0');
@@ -429,8 +502,13 @@ export function engineUrls(o: Pick<TrainPpoOptions, 'engineUrl'>): string[] {
 
 /** The `--help` text. */
 export function trainPpoHelp(): string {
-  const lines = ['usage: train_ppo [flags]   (snake_case spellings are accepted too)', ''];
+  const lines = ['usage: train_ppo [flags]   (snake_case spellings are accepted too)'];
+  let current: FlagSection | undefined;
   for (const f of flagTable) {
+    if (f.section !== current) {
+      current = f.section;
+      lines.push('', `${sectionTitles[current]}:`);
+    }
     const d = trainPpoDefaults[f.key];
     const shownDefault = d === undefined || d === '' ? '' : ` (default ${Array.isArray(d) ? d.join(' ') : String(d)})`;
     const env = f.env ? ` [env ${f.env}]` : '';

@@ -6,6 +6,7 @@
  */
 import { defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
+import type { ActorHandle, RemoteMethod } from '../../runtime/handles.ts';
 import type { Critic } from '../../actors/critic.ts';
 import type { Reference } from '../../actors/reference.ts';
 import type { Rollout } from '../../actors/rollout.ts';
@@ -24,9 +25,12 @@ const CriticActor = defineActor<typeof Critic>(new URL('critic.ts', actorsDir), 
 /**
  * Turns an actor handle into the loops' promise-returning view: `h.m(...)` → `h.m.remote(...)`.
  * A call that fails because the actor died rejects with a {@link RoleDiedError} naming the role.
+ * The handle's and the view's method types both derive from `T`, so the driver stays typed end
+ * to end; only this adapter indexes the handle by a runtime method name.
  */
-function remote<T>(handle: unknown, role: RoleName): Remote<T> {
-  const h = handle as Record<string, { remote(...a: unknown[]): PromiseLike<unknown> }>;
+function remote<T>(handle: ActorHandle<T>, role: RoleName): Remote<T> {
+  const method = (prop: string): RemoteMethod<unknown[], unknown> | undefined =>
+    (handle as unknown as Partial<Record<string, RemoteMethod<unknown[], unknown>>>)[prop];
   return new Proxy(
     {},
     {
@@ -34,7 +38,7 @@ function remote<T>(handle: unknown, role: RoleName): Remote<T> {
         typeof prop === 'string' && prop !== 'then'
           ? async (...args: unknown[]) => {
               try {
-                return await h[prop]!.remote(...args);
+                return await method(prop)!.remote(...args);
               } catch (err) {
                 if (!isRtjobError(err, 'ACTOR_DIED')) throw err;
                 const c = err.context;
@@ -61,26 +65,26 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     numGpus: p.numGpus,
     ...(pg && p.bundleIndex !== undefined ? { placementGroup: pg, bundleIndex: p.bundleIndex } : {}),
   });
-  const handles: unknown[] = [];
+  const handles: ActorHandle<unknown>[] = [];
   const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) => {
     const h = RolloutActor.options({ ...place(placement.rollout(i)), maxConcurrency: 100000, maxRestarts: 3, env }).remote(inits.rollout(i));
     handles.push(h);
-    return remote<Rollout>(h, 'rollout');
+    return remote(h, 'rollout');
   });
   const t = TrainerActor.options({ ...place(placement.role('trainer')), maxConcurrency: 1, env }).remote(inits.trainer);
   handles.push(t);
-  const trainer = remote<Trainer>(t, 'trainer');
+  const trainer = remote(t, 'trainer');
   let reference: Remote<Reference> | undefined;
   if (o.initKlCoef > 0) {
     const h = ReferenceActor.options({ ...place(placement.role('reference')), env }).remote(inits.reference);
     handles.push(h);
-    reference = remote<Reference>(h, 'reference');
+    reference = remote(h, 'reference');
   }
   let critic: Remote<Critic> | undefined;
   if (o.advantageEstimator === 'gae') {
     const h = CriticActor.options({ ...place(placement.role('critic')), env }).remote(inits.critic);
     handles.push(h);
-    critic = remote<Critic>(h, 'critic');
+    critic = remote(h, 'critic');
   }
   await Promise.all([...rollouts.map((r) => r.ready()), trainer.ready(), reference?.ready(), critic?.ready()]);
   return {
@@ -96,7 +100,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
       await r.updateWeights(await trainer.weights());
     },
     close: async () => {
-      await Promise.allSettled(handles.map((h) => kill(h as Parameters<typeof kill>[0], { noRestart: true })));
+      await Promise.allSettled(handles.map((h) => kill(h, { noRestart: true })));
       await pg?.remove();
       await shutdown();
     },

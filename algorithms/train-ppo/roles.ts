@@ -10,6 +10,7 @@ import { Rollout } from '../../actors/rollout.ts';
 import { Trainer } from '../../actors/trainer.ts';
 import { join, resolve } from 'node:path';
 import { engineUrls, type TrainPpoOptions } from './flags.ts';
+import { policyLossOptions, valueLossOptions } from './options.ts';
 
 /** `T` with every method returning a promise. */
 export type Remote<T> = {
@@ -77,16 +78,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       temperature: o.temperature,
       totalSteps,
       seed: o.seed,
-      loss: {
-        epsClip: o.epsClip,
-        ...(o.epsClipHigh !== undefined ? { epsClipHigh: o.epsClipHigh } : {}),
-        ...(o.dualClip !== undefined ? { dualClip: o.dualClip } : {}),
-        klLossCoef: o.useKlLoss ? o.initKlCoef : 0,
-        klEstimator: o.klEstimator,
-        entropyCoef: o.entropyLossCoef,
-        decoupled: o.useDecoupledLoss,
-        behavImpWeightCap: o.behavImpWeightCap,
-      },
+      loss: policyLossOptions(o),
+      ...(o.trainMaxTokensPerGpu !== undefined ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu } : {}),
     },
     reference: { pretrain: o.pretrain, temperature: o.temperature },
     critic: {
@@ -95,8 +88,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       trainBatchSize: o.trainBatchSize,
       microTrainBatchSize: o.microTrainBatchSize,
       maxEpochs: o.maxEpochs,
-      valueClip: o.valueClip,
       maxNorm: o.maxNorm,
+      ...valueLossOptions(o),
     },
   };
 }

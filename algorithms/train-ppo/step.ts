@@ -8,22 +8,33 @@
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import type { CriticSample } from '../../actors/critic.ts';
 import type { TrainSample, TrainStats } from '../../actors/trainer.ts';
+import { dynamicFilter } from '../dynamic-filter.ts';
 import { computeReturns, makeExperience } from '../experience.ts';
 import type { KlController } from '../kl.ts';
+import type { RewardNormalizer } from '../reward-normalizer.ts';
 import type { Trajectory } from '../trajectory.ts';
 import type { TrainPpoOptions } from './flags.ts';
+import { advantageOptions, experienceOptions } from './options.ts';
 import type { Roles } from './roles.ts';
 
-/** Keeps groups whose mean reward lies strictly inside the range (`--dynamic-filtering`). */
+/**
+ * The groups that ran to completion, and of those, with `--dynamic-filtering`, the ones whose
+ * mean reward lies inside the range (`algorithms/dynamic-filter.ts`).
+ */
 export function filterGroups(groups: GroupResult[], o: TrainPpoOptions): { kept: GroupResult[]; passRate: number } {
   const ok = groups.filter((g) => g.status === 'ok');
   if (!o.dynamicFiltering) return { kept: ok, passRate: 1 };
-  const [lo, hi] = o.dynamicFilteringRewardRange;
-  const kept = ok.filter((g) => {
-    const mean = g.trajectories.reduce((s, t) => s + t.reward, 0) / g.trajectories.length;
-    return mean > lo && mean < hi;
-  });
-  return { kept, passRate: ok.length ? kept.length / ok.length : 0 };
+  const items = ok.flatMap((g, k) => g.trajectories.map((t) => ({ groupId: String(k), reward: t.reward })));
+  const res = dynamicFilter(items, { rewardRange: o.dynamicFilteringRewardRange });
+  const rejected = new Set(res.rejectedGroups);
+  return { kept: ok.filter((_, k) => !rejected.has(String(k))), passRate: ok.length ? res.passRate : 0 };
+}
+
+/** What carries over from one update to the next besides the weights. */
+export interface UpdateState {
+  kl: KlController;
+  /** Running reward statistics (`--normalize-reward`). */
+  rewardNormalizer?: RewardNormalizer;
 }
 
 /** What one policy update reports. */
@@ -48,42 +59,45 @@ export async function trainOn(
   trajectories: Trajectory[],
   roles: Roles,
   o: TrainPpoOptions,
-  kl: KlController,
+  state: UpdateState,
   trainerVersion: number,
 ): Promise<UpdateStats> {
   const t0 = performance.now();
-  const samples = makeExperience(trajectories, { maxNewTokens: o.generateMaxLen });
+  const { kl, rewardNormalizer } = state;
+  const samples = makeExperience(trajectories, experienceOptions(o));
+  if (rewardNormalizer) {
+    const scores = samples.map((s) => s.score);
+    rewardNormalizer.update(scores);
+    rewardNormalizer.normalize(scores).forEach((v, i) => (samples[i]!.score = v));
+  }
   const seqs = samples.map((s) => Array.from(s.inputIds));
-  const [ref, values, prox] = await Promise.all([
+  // The trainer's own logprobs before this update: decoupled PPO's proximal policy, or the
+  // "old" policy the IS correction compares with the engine's behaviour logprobs.
+  const recompute = o.useDecoupledLoss || o.isCorrection !== 'none';
+  const [ref, values, old] = await Promise.all([
     roles.reference ? roles.reference.logprobs(seqs) : undefined,
     roles.critic ? roles.critic.values(seqs) : undefined,
-    // Decoupled PPO needs the proximal policy: the trainer's weights before this update.
-    o.useDecoupledLoss ? roles.trainer.logprobs(seqs) : undefined,
+    recompute ? roles.trainer.logprobs(seqs) : undefined,
   ]);
   const batch = computeReturns(
     samples,
     { ...(ref ? { refLogprobs: ref } : {}), ...(values ? { values } : {}) },
     {
-      advantage: {
-        estimator: o.advantageEstimator,
-        gamma: o.gamma,
-        lambd: o.lambd,
-        noStdNorm: o.noAdvantageStdNorm,
-        nSamplesPerPrompt: o.nSamplesPerPrompt,
-      },
+      advantage: advantageOptions(o),
       klCoef: kl.value,
       klEstimator: o.klEstimator,
       useKlLoss: o.useKlLoss,
+      rewardClipRange: o.rewardClipRange,
     },
   );
   const trainSamples: TrainSample[] = samples.map((s, i) => ({
     inputIds: s.inputIds,
     actionMask: s.actionMask,
     advantages: batch.advantages[i]!,
-    // Behaviour logprobs: in sync mode the engine ran the current weights, so they are the old
-    // policy's; in async mode the decoupled loss uses them as the behaviour term.
-    oldLogprobs: s.behaviourLogprobs,
-    ...(prox ? { proxLogprobs: prox[i]! } : {}),
+    // Without a recompute the engine ran the weights being trained (sync), so its behaviour
+    // logprobs are the old policy's.
+    oldLogprobs: old ? old[i]! : s.behaviourLogprobs,
+    ...(old ? { behaviourLogprobs: s.behaviourLogprobs } : {}),
     ...(ref ? { refLogprobs: ref[i]! } : {}),
   }));
   const t1 = performance.now();

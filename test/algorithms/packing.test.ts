@@ -2,7 +2,7 @@ import * as tf from '@tensorflow/tfjs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { aggregateLoss, type LossAggregation } from '../../algorithms/loss-aggregation.ts';
-import { lossWeights, packMicroBatches, padRows } from '../../algorithms/packing.ts';
+import { lossWeights, microBatches, packMicroBatches, padRows } from '../../algorithms/packing.ts';
 import { ppoActorLoss } from '../../algorithms/policy-loss.ts';
 import { near, throwsCode } from './helpers.ts';
 
@@ -18,9 +18,9 @@ test('aggregation modes (hand-computed)', () => {
     [1, 0, 0],
   ]);
   near(aggregateLoss(l, m).dataSync(), [2.5]);
-  near(aggregateLoss(l, m, { aggregation: 'seq-mean-token-mean' }).dataSync(), [3]);
+  near(aggregateLoss(l, m, { lossAggMode: 'seq-mean-token-mean' }).dataSync(), [3]);
   near(
-    aggregateLoss(l, m, { aggregation: 'seq-mean-token-sum-norm', lossNormConstant: 4 }).dataSync(),
+    aggregateLoss(l, m, { lossAggMode: 'seq-mean-token-sum-norm', lossNormConstant: 4 }).dataSync(),
     [1.25],
   );
   const masked = tf.tensor([
@@ -31,21 +31,21 @@ test('aggregation modes (hand-computed)', () => {
     [1, 2],
     [5, 5],
   ]);
-  near(aggregateLoss(l2, masked, { aggregation: 'seq-mean-token-mean' }).dataSync(), [1.5]);
+  near(aggregateLoss(l2, masked, { lossAggMode: 'seq-mean-token-mean' }).dataSync(), [1.5]);
   near(aggregateLoss(l2, tf.zeros([2, 2])).dataSync(), [0]);
-  near(aggregateLoss(l2, tf.zeros([2, 2]), { aggregation: 'seq-mean-token-mean' }).dataSync(), [0]);
+  near(aggregateLoss(l2, tf.zeros([2, 2]), { lossAggMode: 'seq-mean-token-mean' }).dataSync(), [0]);
   throwsCode(() => aggregateLoss(l2, tf.zeros([2, 3])), 'SHAPE_MISMATCH', 'mask');
 });
 
 test('loss weights are the full-batch normalisers', () => {
   near(lossWeights([[0, 1, 1], [1]])[0]!, [0, 1 / 3, 1 / 3]);
-  const s = lossWeights([[1, 1], [1], [0]], { aggregation: 'seq-mean-token-mean' });
+  const s = lossWeights([[1, 1], [1], [0]], { lossAggMode: 'seq-mean-token-mean' });
   near(s[0]!, [0.25, 0.25]);
   near(s[1]!, [0.5]);
   near(s[2]!, [0]);
   near(
     lossWeights([[1, 1], [0]], {
-      aggregation: 'seq-mean-token-sum-norm',
+      lossAggMode: 'seq-mean-token-sum-norm',
       lossNormConstant: 10,
     })[0]!,
     [0.05, 0.05],
@@ -99,8 +99,8 @@ test('micro-batch losses with packing weights sum to the full-batch loss and gra
     ['seq-mean-token-mean', undefined],
     ['seq-mean-token-sum-norm', 8],
   ];
-  for (const [aggregation, lossNormConstant] of modes) {
-    const opts = { aggregation, ...(lossNormConstant ? { lossNormConstant } : {}) };
+  for (const [lossAggMode, lossNormConstant] of modes) {
+    const opts = { lossAggMode, ...(lossNormConstant ? { lossNormConstant } : {}) };
     const full = tf.valueAndGrad((x: tf.Tensor) =>
       ppoActorLoss(
         {
@@ -139,6 +139,18 @@ test('micro-batch losses with packing weights sum to the full-batch loss and gra
     near([sum], full.value.dataSync(), 1e-6);
     near(grad, full.grad.dataSync(), 1e-6);
   }
+});
+
+test('microBatches without a token budget cuts length-sorted samples (stable) by count', () => {
+  const cuts = microBatches([9, 5, 9, 4], { maxSamples: 2 });
+  assert.equal(cuts.map((c) => c.indices), [[3, 1], [0, 2]]);
+  assert.equal(cuts.map((c) => c.tokens), [9, 18]);
+});
+
+test('microBatches with a token budget packs first-fit decreasing, capped by count', () => {
+  const cuts = microBatches([6, 2, 3, 5], { maxSamples: 2, maxTokens: 8 });
+  assert.equal(cuts.map((c) => c.indices), [[0, 1], [2, 3]]);
+  assert.throws(() => microBatches([1], { maxSamples: 0 }), /--micro-train-batch-size/);
 });
 
 test.run();

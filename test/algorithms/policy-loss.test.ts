@@ -202,7 +202,7 @@ test('NaN/Inf inputs and bad options are rejected', () => {
     '--is-correction',
   );
   throwsCode(
-    () => resolvePpoLossOptions({ aggregation: 'seq-mean-token-sum-norm' }),
+    () => resolvePpoLossOptions({ lossAggMode: 'seq-mean-token-sum-norm' }),
     'INVALID_OPTION',
     '--loss-agg-mode',
   );

@@ -37,9 +37,9 @@ test('producers block once queueSize slots are taken; a slot returns when the tr
   await flush();
   assert.not.ok(third.settled, 'third producer must wait');
   a.add(traj(1));
-  a.commit();
+  a.commit({});
   b.add(traj(2));
-  b.commit();
+  b.commit({});
   await flush();
   assert.not.ok(third.settled, 'committing does not free a slot');
   assert.is(buf.stats().queued, 2);
@@ -78,11 +78,11 @@ test('a producer failing mid-batch returns its slot and gets its staged trajecto
     [1, 2],
   );
   assert.equal(s.abort(), []);
-  throwsCode(() => s.commit(), 'SHAPE_MISMATCH', 'aborted');
+  throwsCode(() => s.commit({}), 'SHAPE_MISMATCH', 'aborted');
   assert.is(buf.stats().queued, 0);
   assert.is(buf.stats().freeSlots, 1);
   await assert.not.throws(async () => {
-    await buf.produce(async (slot) => slot.add(...back));
+    await buf.produce(async (slot) => slot.add(...back), {});
   });
   const lease = await buf.take();
   assert.equal(
@@ -95,22 +95,29 @@ test('a producer failing mid-batch returns its slot and gets its staged trajecto
     .produce(async (slot) => {
       slot.add(traj(3));
       throw new Error('engine died');
-    })
+    }, {})
     .catch(() => (failed = true));
   assert.ok(failed);
   assert.equal(buf.stats(), { ...buf.stats(), queued: 0, freeSlots: 1, producing: 0, aborted: 2 });
 });
 
-test('an empty commit returns the slot instead of enqueueing an empty batch', async () => {
-  const buf = new TrajectoryBuffer({ queueSize: 1 });
-  (await buf.acquire()).commit();
+test('an empty commit is a batch (the consumer learns the step yielded nothing); abort returns the slot', async () => {
+  const buf = new TrajectoryBuffer<{ step: number }>({ queueSize: 1 });
+  (await buf.acquire()).commit({ step: 1 });
+  assert.is(buf.stats().queued, 1);
+  assert.is(buf.stats().freeSlots, 0);
+  const lease = await buf.take();
+  assert.equal(lease!.batch.trajectories, []);
+  assert.equal(lease!.batch.meta, { step: 1 });
+  lease!.ack();
+  (await buf.acquire()).abort();
   assert.is(buf.stats().queued, 0);
   assert.is(buf.stats().freeSlots, 1);
 });
 
 test('a consumer failing mid-batch nacks it; it is redelivered once, ahead of newer batches', async () => {
   const buf = new TrajectoryBuffer({ queueSize: 2 });
-  for (const id of [1, 2]) await buf.produce(async (s) => s.add(traj(id)));
+  for (const id of [1, 2]) await buf.produce(async (s) => s.add(traj(id)), {});
   await buf
     .consume(async () => {
       throw new Error('OOM');
@@ -130,7 +137,7 @@ test('a consumer failing mid-batch nacks it; it is redelivered once, ahead of ne
 
 test('per-token staleness is measured against the trainer version', async () => {
   const buf = new TrajectoryBuffer({ queueSize: 2 });
-  await buf.produce(async (s) => s.add(traj(1, 3), traj(2, 5)));
+  await buf.produce(async (s) => s.add(traj(1, 3), traj(2, 5)), {});
   const lease = await buf.take({ currentVersion: 5 });
   assert.equal(lease!.staleness, { tokens: 4, mean: 1, min: 0, max: 2, histogram: { 0: 2, 2: 2 } });
   lease!.ack();
@@ -146,7 +153,7 @@ test('close: waiting producers reject, consumers drain then get null; a slot hel
   await rejectsCode(blocked, 'BUFFER_CLOSED');
   await rejectsCode(buf.acquire(), 'BUFFER_CLOSED');
   held.add(traj(7));
-  held.commit();
+  held.commit({});
   const last = await buf.take();
   assert.is(last!.batch.trajectories[0]!.promptIndex, 7);
   const end = track(buf.take());
@@ -165,7 +172,7 @@ test('an aborted take leaves later batches for the next consumer', async () => {
   ac.abort(new Error('trainer stopping'));
   await flush();
   assert.ok(t.error instanceof Error);
-  await buf.produce(async (s) => s.add(traj(1)));
+  await buf.produce(async (s) => s.add(traj(1)), {});
   const lease = await buf.take();
   assert.is(lease!.batch.trajectories[0]!.promptIndex, 1);
   throwsCode(() => new TrajectoryBuffer({ queueSize: 0 }), 'INVALID_OPTION', 'ASYNC_QUEUE_SIZE');
@@ -195,7 +202,7 @@ test('randomised producers and consumers that fail: every trajectory is trained 
       if (failed) {
         slot.abort();
         todo.unshift(...batch);
-      } else slot.commit();
+      } else slot.commit({});
       const s = buf.stats();
       maxInFlight = Math.max(maxInFlight, s.queued + s.producing);
     }

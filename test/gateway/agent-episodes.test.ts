@@ -10,7 +10,9 @@ import { compactToolTemplate, scriptedEngine, startGateway, tokenizerWith } from
 // The third agent API as the rollout runs it: episodes of `agent(sample, env)` against a gateway,
 // n per prompt, with timeouts that revoke the episode's key and free its slot.
 const tok = tokenizerWith(compactToolTemplate);
-const file = fileURLToPath(new URL('../fixtures/agents/misbehaving-gateway-agent.ts', import.meta.url));
+const file = fileURLToPath(
+  new URL('../fixtures/agents/misbehaving-gateway-agent.ts', import.meta.url),
+);
 const engine = scriptedEngine(tok, () => 'ok');
 const sample = (index: number, prompt: string, nSamples = 2): Sample => ({
   index,
@@ -26,7 +28,17 @@ async function setup(o: { episodeTimeoutMs?: number; maxConcurrent?: number } = 
   const init = { tokenizer: agentTokenizer(tok), gconfig: {}, nSamples: 2, maxLength: 64 };
   const agent = await loadAgent(file, init);
   assert.is(agent.kind, 'agent');
-  return { gateway, runner: new EpisodeRunner({ agent, tokenizer: init.tokenizer, gconfig: {}, maxLength: 64, gateway, ...o }) };
+  return {
+    gateway,
+    runner: new EpisodeRunner({
+      agent,
+      tokenizer: init.tokenizer,
+      gconfig: {},
+      maxLength: 64,
+      gateway,
+      ...o,
+    }),
+  };
 }
 
 test('each episode of the group gets its own session; trajectories carry the reward and extraInfo', async () => {
@@ -51,9 +63,15 @@ test('each episode of the group gets its own session; trajectories carry the rew
 test('a hung agent times out: its key is revoked at once, its slot freed, the others finish', async () => {
   const { gateway, runner: r } = await setup({ episodeTimeoutMs: 150, maxConcurrent: 1 });
   try {
-    const [hung, fine] = await Promise.all([r.runGroup(engine, sample(1, 'hang', 1)), r.runGroup(engine, sample(2, 'fine', 1))]);
+    const [hung, fine] = await Promise.all([
+      r.runGroup(engine, sample(1, 'hang', 1)),
+      r.runGroup(engine, sample(2, 'fine', 1)),
+    ]);
     assert.is(hung.status, 'failed');
-    assert.match(hung.errors[0]!, /misbehaving-gateway-agent\.ts: episode of prompt 1 ran past --episode-timeout \(150 ms\)/);
+    assert.match(
+      hung.errors[0]!,
+      /misbehaving-gateway-agent\.ts: episode of prompt 1 ran past --episode-timeout \(150 ms\)/,
+    );
     assert.is(fine.status, 'ok', 'the one slot was freed for the next episode');
     assert.is(gateway.openSessions, 0);
   } finally {
@@ -64,8 +82,14 @@ test('a hung agent times out: its key is revoked at once, its slot freed, the ot
 test('a bad return value is a contract error; an agent that never calls the model fails its episode', async () => {
   const { gateway, runner: r } = await setup();
   try {
-    const err = await r.runGroup(engine, sample(0, 'bad', 1)).then(() => null, (e: Error) => e);
-    assert.match(err!.message, /misbehaving-gateway-agent\.ts: agent\(\) returned reward=high, expected a finite number/);
+    const err = await r.runGroup(engine, sample(0, 'bad', 1)).then(
+      () => null,
+      (e: Error) => e,
+    );
+    assert.match(
+      err!.message,
+      /misbehaving-gateway-agent\.ts: agent\(\) returned reward=high, expected a finite number/,
+    );
     const none = await r.runGroup(engine, sample(1, 'nothing'));
     assert.is(none.status, 'failed');
     assert.match(none.errors[0]!, /made no model call through the gateway/);
@@ -81,11 +105,20 @@ test('an agent file exporting agent and step is refused; a non-function agent to
   const { tmpdir } = await import('node:os');
   const dir = mkdtempSync(join(tmpdir(), 'rtjob-agent-'));
   const init = { tokenizer: agentTokenizer(tok), gconfig: {}, nSamples: 1, maxLength: 64 };
-  writeFileSync(join(dir, 'both.ts'), 'export const agent = async () => 1;\nexport const step = async () => ({ reward: 0, done: true });\n');
+  writeFileSync(
+    join(dir, 'both.ts'),
+    'export const agent = async () => 1;\nexport const step = async () => ({ reward: 0, done: true });\n',
+  );
   writeFileSync(join(dir, 'num.ts'), 'export const agent = 3;\n');
-  const e1 = await loadAgent(join(dir, 'both.ts'), init).then(() => null, (e: Error) => e);
+  const e1 = await loadAgent(join(dir, 'both.ts'), init).then(
+    () => null,
+    (e: Error) => e,
+  );
   assert.match(e1!.message, /both\.ts: exports `step` and `agent`; export one of them/);
-  const e2 = await loadAgent(join(dir, 'num.ts'), init).then(() => null, (e: Error) => e);
+  const e2 = await loadAgent(join(dir, 'num.ts'), init).then(
+    () => null,
+    (e: Error) => e,
+  );
   assert.match(e2!.message, /num\.ts: `agent` is a number, expected a function \(sample, env\)/);
 });
 

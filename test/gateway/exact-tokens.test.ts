@@ -257,4 +257,104 @@ test('parallel calls within one episode: each its own trajectory, continued by w
   }
 });
 
+test('a completion interrupted by a weight update (partial rollout) continues on the new weights; each token keeps its version', async () => {
+  const tok = tokenizerWith(compactToolTemplate);
+  const { SimulatedEngine } = await import('../../actors/agent/simulated-engine.ts');
+  const answer = tok.encode('forty-two');
+  let calls = 0;
+  const engine: InstanceType<typeof SimulatedEngine> = new SimulatedEngine({
+    tokenLatencyMs: 20,
+    respond: (ids) => {
+      // The continuation's prompt holds the partial answer: answer only the rest.
+      const prompt = tok.encode('<|user|>q<|assistant|>');
+      const done = ids.length - prompt.length;
+      if (calls++ === 0) {
+        // A weight update lands mid-generation: pause (aborting), load version 1, resume.
+        setTimeout(
+          () =>
+            void engine
+              .pause()
+              .then(() => engine.updateWeights({ kind: 'tensors', tensors: {} }, 1))
+              .then(() => engine.resume()),
+          70,
+        );
+      }
+      return [...answer.slice(done), tok.eosTokenId!];
+    },
+  });
+  const gw = await startGateway({ engine, tokenizer: tok });
+  try {
+    const s = gw.openSession();
+    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const r = await client.chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'q' }],
+    });
+    assert.is(r.choices[0]!.message.content, 'forty-two');
+    assert.is(r.choices[0]!.finish_reason, 'stop');
+    assert.ok(calls >= 2, 'the aborted request was continued');
+    const [t] = s.session.trajectories(1, meta);
+    const versions = t!.versions.filter((_, i) => t!.lossMask[i] === 1);
+    assert.is(versions.length, answer.length + 1);
+    assert.ok(versions.includes(0) && versions.includes(1), `versions ${versions}`);
+    assert.equal(
+      versions,
+      [...versions].sort((a, b) => a - b),
+      'old-weight tokens first, then new',
+    );
+  } finally {
+    await gw.close();
+  }
+});
+
+test('a request the agent aborted is not recorded: a completion it never saw is not trained on', async () => {
+  const tok = tokenizerWith(compactToolTemplate);
+  const inner = scriptedEngine(tok, () => 'seen');
+  let calls = 0;
+  let started!: () => void;
+  const isStarted = new Promise<void>((resolve) => (started = resolve));
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const engine = {
+    generate: async (req: Parameters<typeof inner.generate>[0]) => {
+      if (++calls === 1) {
+        started();
+        await held;
+      } else release();
+      return inner.generate(req);
+    },
+    generateN: inner.generateN.bind(inner),
+    getVersion: () => 0,
+  };
+  const gw = await startGateway({ engine, tokenizer: tok });
+  try {
+    const s = gw.openSession();
+    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const ac = new AbortController();
+    const first = client.chat.completions.create(
+      { model: 'tiny', messages: [{ role: 'user', content: 'a' }] },
+      { signal: ac.signal },
+    );
+    await isStarted;
+    ac.abort();
+    assert.ok(
+      await first.then(
+        () => false,
+        (e: Error) => e instanceof OpenAI.APIUserAbortError,
+      ),
+    );
+    await client.chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'b' }],
+    });
+    assert.is(s.session.stats.completions, 1);
+    assert.is(
+      tok.decode(s.session.trajectories(1, meta)[0]!.inputIds),
+      '<|user|>b<|assistant|>seen<|end|>',
+    );
+  } finally {
+    await gw.close();
+  }
+});
+
 test.run();

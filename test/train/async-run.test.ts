@@ -91,7 +91,7 @@ test('weights publish beside training, in order, and every engine holds the last
       return {
         ...r,
         close: async () => {
-          ended = { engines: await Promise.all(r.rollouts.map((x) => x.getVersion())), trainer: (await r.trainer.weights()).version };
+          ended = { engines: await Promise.all(r.rollouts.map((x) => x.getVersion())), trainer: await r.trainer.getVersion() };
           await r.close();
         },
       };

@@ -45,7 +45,11 @@ test('non-integer or out-of-range queue settings are clear errors', () => {
 test('invalid combinations name the flag', () => {
   fails(['--advantage-estimator', 'group_norm', '--n-samples-per-prompt', '1'], /--advantage-estimator group_norm needs a group: set --n-samples-per-prompt > 1/);
   fails(['--advantage-estimator', 'ppo'], /--advantage-estimator: 'ppo' is not one of gae, reinforce/);
-  fails(['--dual-clip', '0.5'], /--dual-clip must be > 1/);
+  fails(['--dual-clip', '0.5'], /--dual-clip: must be > 1/);
+  fails(['--is-correction', 'tis', '--async-train', '--use-decoupled-loss'], /--is-correction: cannot be combined with --use-decoupled-loss/);
+  fails(['--overlong-buffer-len', '64'], /--overlong-buffer-len: needs --generate-max-len greater than the buffer/);
+  fails(['--is-threshold', '2 1'], /--is-threshold: needs 0 < low <= high/);
+  fails(['--loss-agg-mode', 'sum'], /--loss-agg-mode: 'sum' is not one of token-mean/);
   fails(['--partial-rollout'], /--partial-rollout applies to --async-train only/);
   fails(['--train-batch-size', '1000'], /--train-batch-size 1000 exceeds the 64 samples/);
   fails(['--use-kl-loss'], /--use-kl-loss needs --init-kl-coef > 0/);
@@ -58,6 +62,12 @@ test('--help lists every flag with its default', () => {
   const h = trainPpoHelp();
   assert.match(h, /--agent-func/);
   assert.match(h, /--async-queue-size\s+.*\(default 1\) \[env ASYNC_QUEUE_SIZE\]/);
+});
+
+test('--help prints the flags in sections', () => {
+  const h = trainPpoHelp();
+  assert.match(h, /\nAlgorithm \(formulas: algorithms\/README.md\):\n  --advantage-estimator/);
+  assert.match(h, /--loss-agg-mode\s+how token losses are averaged \(default token-mean\)/);
 });
 
 test.run();

@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { byLength, Trainer, type TrainSample } from '../../actors/trainer.ts';
+import { Trainer, type TrainSample } from '../../actors/trainer.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // A training step is long synchronous compute; the trainer's worker must still answer heartbeats
@@ -21,12 +21,6 @@ const sample = (len: number, seed: number): TrainSample => {
   const actionMask = Array.from({ length: len - 1 }, (_, i) => (i >= 2 ? 1 : 0));
   return { inputIds, actionMask, advantages: actionMask.map((m) => m * (seed % 2 ? 1 : -1)), oldLogprobs: actionMask.map(() => -3) };
 };
-
-test('byLength orders samples by length, stably', () => {
-  const xs = [sample(9, 1), sample(5, 2), sample(9, 3), sample(4, 4)];
-  assert.equal(byLength(xs).map((x) => x.inputIds.length), [4, 5, 9, 9]);
-  assert.equal(byLength(xs).map((x) => xs.indexOf(x)), [3, 1, 0, 2]);
-});
 
 test('timers run while a step of many micro-batches trains, and the step still trains', async () => {
   const trainer = new Trainer({ pretrain: model, learningRate: 1e-2, trainBatchSize: 16, microTrainBatchSize: 2 });

@@ -1,25 +1,23 @@
 /**
- * The synchronous `train_ppo` loop and what both loops share: evaluation, checkpoints with exact
- * resume, the error budget, progress lines and metrics.
- *
- * One synchronous step: generate `rollout_batch_size × n_samples_per_prompt` episodes across the
- * engines → make experience → train critic and policy → publish weights with a new version to
- * every engine → log. Every token trained on was produced by the current version.
+ * The context of one `train_ppo` run, shared by the sync and async loops: its state (what a
+ * checkpoint stores), preparation (data, resume, the first evaluation), what happens after each
+ * step (metrics, progress line, evaluation, checkpoint) and the end of the run.
  *
  * @module
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
-import { ErrorBudgetExceededError } from '../../actors/agent/errors.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
-import { createKlController, type KlController } from '../kl.ts';
+import { createKlController } from '../kl.ts';
+import { RewardNormalizer } from '../reward-normalizer.ts';
 import { infoMetrics } from '../trajectory.ts';
-import { isRoleDied } from './errors.ts';
+import { evaluate } from './generate.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
 import type { TrainPpoOptions } from './flags.ts';
 import type { Roles } from './roles.ts';
-import { filterGroups, publishWeights, trainOn } from './step.ts';
+import { klOptions } from './options.ts';
+import { publishWeights, type UpdateState, type UpdateStats } from './step.ts';
 
 /** Where a run's numbers go: the head's metrics API, and lines on the terminal. */
 export interface RunLog {
@@ -55,16 +53,17 @@ export interface RunState {
   rolloutRestarts: number;
   /** Group runs lost with a dead rollout and run again. */
   groupsRerun: number;
+  /** Running reward statistics of `--normalize-reward`. */
+  rewardStats?: { count: number; mean: number; m2: number };
 }
 
 /** Everything a loop needs. */
-export interface RunContext {
+export interface RunContext extends UpdateState {
   o: TrainPpoOptions;
   roles: Roles;
   log: RunLog;
   sampler: PromptSampler;
   evalItems: PromptItem[];
-  kl: KlController;
   state: RunState;
   totalSteps: number;
   started: number;
@@ -95,7 +94,8 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
     log,
     sampler: new PromptSampler(records, keys, o.seed),
     evalItems,
-    kl: createKlController({ initKlCoef: o.initKlCoef }),
+    kl: createKlController(klOptions(o)),
+    ...(o.normalizeReward ? { rewardNormalizer: new RewardNormalizer() } : {}),
     state,
     totalSteps,
     started: performance.now(),
@@ -113,136 +113,37 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
   return ctx;
 }
 
-/** Greedy accuracy on the held-out prompts, split across engines. */
-export async function evaluate(ctx: RunContext): Promise<number> {
-  const { rollouts } = ctx.roles;
-  const parts = rollouts.map((_, i) => ctx.evalItems.filter((__, k) => k % rollouts.length === i));
-  const res = await Promise.all(rollouts.map((_, i) => onRollout(ctx, i, (r) => r.evaluate(parts[i]!))));
-  const correct = res.reduce((a, r) => a + r.correct, 0);
-  return correct / Math.max(1, ctx.evalItems.length);
-}
-
-/** Restarts of one rollout a run tolerates before it gives up. */
-export const maxRolloutRestarts = 3;
-
 /**
- * Runs groups for `items` across the engines, round-robin, one call per group, so a rollout that
- * dies loses only its in-flight groups: they are re-run on its restarted process (with the
- * trainer's current weights), and results already returned are kept. Each prompt therefore
- * yields exactly one group result.
+ * Books a trained update into the run state (prompts trained, β, reward statistics, summary) and
+ * returns the metrics both loops log for it; each loop adds its own timings.
  */
-export async function generate(ctx: RunContext, items: PromptItem[]): Promise<GroupResult[]> {
-  const n = ctx.roles.rollouts.length;
-  return Promise.all(items.map((item, k) => runGroupOn(ctx, k % n, item)));
-}
-
-function runGroupOn(ctx: RunContext, i: number, item: PromptItem): Promise<GroupResult> {
-  return onRollout(ctx, i, (r) => r.runGroup(item));
-}
-
-/** Calls rollout `i`; when it dies, waits for its restart and calls again. */
-export async function onRollout<T>(ctx: RunContext, i: number, call: (r: Roles['rollouts'][number]) => Promise<T>): Promise<T> {
-  for (;;) {
-    const incarnation = ctx.restarts[i] ?? 0;
-    try {
-      return await call(ctx.roles.rollouts[i]!);
-    } catch (err) {
-      if (!isRoleDied(err) || !ctx.roles.restartRollout) throw err;
-      ctx.state.groupsRerun++;
-      await restartRollout(ctx, i, incarnation, err);
-    }
-  }
-}
-
-/** One restart per death, however many of its calls failed with it. */
-function restartRollout(ctx: RunContext, i: number, incarnation: number, err: Error): Promise<void> {
-  if ((ctx.restarts[i] ?? 0) !== incarnation) return ctx.restarting.get(i) ?? Promise.resolve();
-  ctx.restarts[i] = incarnation + 1;
-  if (incarnation + 1 > maxRolloutRestarts) {
-    return Promise.reject(new Error(`rollout ${i} died ${incarnation + 1} times, more than the ${maxRolloutRestarts} restarts allowed; last: ${err.message}`, { cause: err }));
-  }
-  ctx.state.rolloutRestarts++;
-  ctx.log.line(`warn  rollout ${i}: ${err.message}; restarting it and re-running its in-flight groups`);
-  const p = ctx.roles.restartRollout!(i).then(() => ctx.log.line(`info  rollout ${i} is back (restart ${incarnation + 1})`));
-  ctx.restarting.set(i, p);
-  return p;
-}
-
-/** Counts episode failures; throws once they pass the budget. */
-export function account(ctx: RunContext, groups: GroupResult[]): void {
-  const { state, o } = ctx;
-  for (const g of groups) {
-    state.episodes += g.episodes;
-    if (g.status === 'failed') {
-      state.failed += g.episodes;
-      ctx.log.line(`warn  ${g.errors[0] ?? 'episode failed'}`);
-    }
-  }
-  ctx.summary.episodesFailed = state.failed;
-  if (state.failed > o.agentErrorBudget * state.episodes) {
-    const last = groups.find((g) => g.status === 'failed')?.errors[0] ?? 'see warnings above';
-    throw new ErrorBudgetExceededError(o.agentFunc ?? '<built-in>', state.failed, state.episodes, last);
-  }
-}
-
-/** The synchronous (on-policy, hybrid) loop. */
-export async function syncLoop(ctx: RunContext): Promise<void> {
-  const { o, roles, state } = ctx;
-  while (state.step < ctx.totalSteps) {
-    const tStep = performance.now();
-    if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.wakeUp()));
-    const items = ctx.sampler.next(o.rolloutBatchSize);
-    const groups = await generate(ctx, items);
-    const genMs = performance.now() - tStep;
-    account(ctx, groups);
-    if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.sleep()));
-    const { kept, passRate } = filterGroups(groups, o);
-    state.step++;
-    if (kept.length === 0) {
-      // Nothing to train on, but the prompts are consumed: the position and checkpoint move on.
-      state.position = { ...ctx.sampler.position };
-      ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
-      await afterStep(ctx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: genMs / 1000 });
-      continue;
-    }
-    const version = (await roles.trainer.weights()).version;
-    const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx.kl, version);
-    if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.wakeUp()));
-    const sync = await publishWeights(roles);
-    for (const g of kept) state.trainedPrompts.push(g.index);
-    state.position = { ...ctx.sampler.position };
-    state.klCoef = ctx.kl.value;
-    const stepMs = performance.now() - tStep;
-    ctx.summary.rewardFirst ??= u.rewardMean;
-    ctx.summary.rewardLast = u.rewardMean;
-    const values: Record<string, number> = {
-      reward_mean: u.rewardMean,
-      kl: u.kl,
-      kl_coef: u.klCoef,
-      policy_loss: u.policyLoss,
-      clip_fraction: u.clipFraction,
-      entropy: u.entropy,
-      grad_norm: u.gradNorm,
-      response_length: u.responseLength,
-      pass_rate: passRate,
-      staleness_mean: u.staleMean,
-      staleness_max: u.staleMax,
-      episodes_failed: state.failed,
-      rollout_restarts: state.rolloutRestarts,
-      generate_s: genMs / 1000,
-      experience_s: u.experienceMs / 1000,
-      train_s: u.trainMs / 1000,
-      weight_sync_s: sync.syncMs / 1000,
-      step_s: stepMs / 1000,
-      samples: u.samples,
-      samples_per_s: (u.samples * 1000) / stepMs,
-      tokens_per_s: (u.tokens * 1000) / stepMs,
-      version: sync.version,
-      ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
-      ...infoMetrics(kept.flatMap((g) => g.trajectories)),
-    };
-    await afterStep(ctx, values);
-  }
+export function recordUpdate(ctx: RunContext, kept: GroupResult[], u: UpdateStats, passRate: number): Record<string, number> {
+  const { state } = ctx;
+  for (const g of kept) state.trainedPrompts.push(g.index);
+  state.klCoef = ctx.kl.value;
+  if (ctx.rewardNormalizer) state.rewardStats = ctx.rewardNormalizer.state();
+  ctx.summary.rewardFirst ??= u.rewardMean;
+  ctx.summary.rewardLast = u.rewardMean;
+  return {
+    reward_mean: u.rewardMean,
+    kl: u.kl,
+    kl_coef: u.klCoef,
+    policy_loss: u.policyLoss,
+    clip_fraction: u.clipFraction,
+    entropy: u.entropy,
+    grad_norm: u.gradNorm,
+    response_length: u.responseLength,
+    pass_rate: passRate,
+    staleness_mean: u.staleMean,
+    staleness_max: u.staleMax,
+    experience_s: u.experienceMs / 1000,
+    train_s: u.trainMs / 1000,
+    samples: u.samples,
+    episodes_failed: state.failed,
+    rollout_restarts: state.rolloutRestarts,
+    ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+    ...infoMetrics(kept.flatMap((g) => g.trajectories)),
+  };
 }
 
 /** Logging, evaluation and checkpointing after a step. */
@@ -293,7 +194,8 @@ async function resume(ctx: RunContext): Promise<void> {
   Object.assign(ctx.state, saved.driver);
   ctx.summary.trainedPrompts = ctx.state.trainedPrompts;
   ctx.sampler.seek(saved.driver.position);
-  ctx.kl = createKlController({ initKlCoef: saved.driver.klCoef });
+  ctx.kl = createKlController(klOptions(ctx.o, saved.driver.klCoef));
+  if (ctx.rewardNormalizer) ctx.rewardNormalizer = new RewardNormalizer(saved.driver.rewardStats);
   await publishWeights(ctx.roles);
   ctx.log.line(`ckpt  resumed from ${dir} at step ${ctx.state.step} (epoch ${ctx.state.position.epoch}, offset ${ctx.state.position.offset})`);
 }
