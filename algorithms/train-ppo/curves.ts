@@ -6,7 +6,8 @@
  *   rtjob metrics JOB --csv > run.csv
  *   node --import tsx algorithms/train-ppo/curves.ts run.csv docs/learning-curve.png "title" [metric...]
  *
- * Extra metric names (e.g. `info_used_tool`, an agent's extraInfo mean) are drawn as more lines.
+ * Extra metric names (e.g. `info_used_tool`, an agent's extraInfo mean; `name=label` to title
+ * the line) are drawn as more lines.
  *
  * @module
  */
@@ -128,7 +129,10 @@ export function learningSeries(rows: Record<string, number>[], extra: string[] =
     { name: 'reward (mean per step)', points: reward, color: '#9ecae1' },
     { name: `reward (running mean of ${window} steps)`, points: smooth, color: '#1f77b4' },
     { name: 'held-out accuracy (greedy)', points: pick('eval_accuracy'), color: '#d62728' },
-    ...extra.map((k, i) => ({ name: k, points: pick(k), color: extraColors[i % extraColors.length]! })),
+    ...extra.map((spec, i) => {
+      const [k, label] = spec.split('=', 2) as [string, string | undefined];
+      return { name: label ?? k, points: pick(k), color: extraColors[i % extraColors.length]! };
+    }),
   ];
 }
 
