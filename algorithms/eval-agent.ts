@@ -67,10 +67,28 @@ async function evaluateAgent(
     samples.map(async (sample): Promise<AgentEvalEpisode> => {
       const signal = o.timeoutMs ? AbortSignal.timeout(o.timeoutMs) : new AbortController().signal;
       try {
-        const [t] = await runGatewayEpisode(sample, { file: agent.file, agent: agent.agent, gateway, signal });
-        return { index: sample.index, reward: t?.reward ?? 0, info: t?.info ?? {}, inputIds: t?.inputIds ?? [], lossMask: t?.lossMask ?? [] };
+        const [t] = await runGatewayEpisode(sample, {
+          file: agent.file,
+          agent: agent.agent,
+          gateway,
+          signal,
+        });
+        return {
+          index: sample.index,
+          reward: t?.reward ?? 0,
+          info: t?.info ?? {},
+          inputIds: t?.inputIds ?? [],
+          lossMask: t?.lossMask ?? [],
+        };
       } catch (err) {
-        return { index: sample.index, reward: 0, info: {}, inputIds: [], lossMask: [], error: err instanceof Error ? err.message : String(err) };
+        return {
+          index: sample.index,
+          reward: 0,
+          info: {},
+          inputIds: [],
+          lossMask: [],
+          error: err instanceof Error ? err.message : String(err),
+        };
       }
     }),
   );
@@ -103,13 +121,23 @@ export interface EvalAgentReport {
 }
 
 /** Evaluates the agent in `agentFile` on the model in `dir`. */
-export async function evalAgentModel(dir: string, agentFile: string, o: EvalAgentOptions = {}): Promise<EvalAgentReport> {
+export async function evalAgentModel(
+  dir: string,
+  agentFile: string,
+  o: EvalAgentOptions = {},
+): Promise<EvalAgentReport> {
   await initBackend();
   const { model, tokenizer } = await loadModel(dir);
   if (!tokenizer) throw new Error(`eval_agent: ${dir} has no tokenizer.json`);
   const maxNewTokens = o.maxNewTokens ?? 48;
-  const agent = await loadAgent(resolve(agentFile), { tokenizer: agentTokenizer(tokenizer), gconfig: { maxNewTokens }, nSamples: 1, maxLength: 256 });
-  if (agent.kind !== 'agent') throw new Error(`eval_agent: ${agentFile} exports no agent(sample, env) function`);
+  const agent = await loadAgent(resolve(agentFile), {
+    tokenizer: agentTokenizer(tokenizer),
+    gconfig: { maxNewTokens },
+    nSamples: 1,
+    maxLength: 256,
+  });
+  if (agent.kind !== 'agent')
+    throw new Error(`eval_agent: ${agentFile} exports no agent(sample, env) function`);
   const engine = await BuiltinEngine.create({ model, tokenizer, maxBatchSize: 256, seed: 1 });
   const card = modelCard(dir);
   const gateway = (temperature: number): Promise<Gateway> =>
@@ -125,17 +153,34 @@ export async function evalAgentModel(dir: string, agentFile: string, o: EvalAgen
   try {
     const records = arithDataset({ split: 'test', size: o.prompts ?? 500 });
     const samples = (rep: number): Sample[] =>
-      records.map((r, i) => ({ index: i, prompt: r.prompt, label: r.solution, promptIds: [], nSamples: 1, groupId: `eval-${rep}-${i}`, record: { ...r } }));
+      records.map((r, i) => ({
+        index: i,
+        prompt: r.prompt,
+        label: r.solution,
+        promptIds: [],
+        nSamples: 1,
+        groupId: `eval-${rep}-${i}`,
+        record: { ...r },
+      }));
     const greedy = await evaluateAgent(agent, greedyGw, samples(0));
     const n = o.samples ?? 0;
     if (n === 0) return { greedy };
-    const runs = await Promise.all(Array.from({ length: n }, (_, k) => evaluateAgent(agent, sampledGw, samples(k + 1))));
+    const runs = await Promise.all(
+      Array.from({ length: n }, (_, k) => evaluateAgent(agent, sampledGw, samples(k + 1))),
+    );
     const episodes = runs.flatMap((r) => r.episodes);
     const info: Record<string, number> = {};
-    for (const k of new Set(runs.flatMap((r) => Object.keys(r.info)))) info[k] = runs.reduce((s, r) => s + (r.info[k] ?? 0), 0) / runs.length;
+    for (const k of new Set(runs.flatMap((r) => Object.keys(r.info))))
+      info[k] = runs.reduce((s, r) => s + (r.info[k] ?? 0), 0) / runs.length;
     return {
       greedy,
-      sampled: { correct: episodes.filter((e) => e.reward === 1).length, total: episodes.length, failed: runs.reduce((s, r) => s + r.failed, 0), info, episodes },
+      sampled: {
+        correct: episodes.filter((e) => e.reward === 1).length,
+        total: episodes.length,
+        failed: runs.reduce((s, r) => s + r.failed, 0),
+        info,
+        episodes,
+      },
     };
   } finally {
     await Promise.all([greedyGw.close(), sampledGw.close()]);
@@ -160,13 +205,19 @@ function transcript(tok: ChatTokenizer, e: AgentEvalEpisode): string {
 const pct = (a: number, b: number): string => (b ? `${((a / b) * 100).toFixed(1)}%` : '  -  ');
 
 function describe(name: string, r: AgentEvalResult, splitBy: string | undefined): string[] {
-  const lines = [`${name.padEnd(8)} ${pct(r.correct, r.total)} right on ${r.total} episodes${r.failed ? ` (${r.failed} failed)` : ''}`];
+  const lines = [
+    `${name.padEnd(8)} ${pct(r.correct, r.total)} right on ${r.total} episodes${r.failed ? ` (${r.failed} failed)` : ''}`,
+  ];
   const info = Object.entries(r.info).map(([k, v]) => `${k.replace(/^info_/, '')} ${v.toFixed(3)}`);
   if (info.length) lines.push(`         mean ${info.join(', ')}`);
   if (splitBy) {
-    for (const v of [...new Set(r.episodes.map((e) => e.info[splitBy]).filter((x) => x !== undefined))].sort()) {
+    for (const v of [
+      ...new Set(r.episodes.map((e) => e.info[splitBy]).filter((x) => x !== undefined)),
+    ].sort()) {
       const part = r.episodes.filter((e) => e.info[splitBy] === v);
-      lines.push(`         ${splitBy}=${String(v)}: ${part.length} episodes (${pct(part.length, r.total)}), ${pct(part.filter((e) => e.reward === 1).length, part.length)} right`);
+      lines.push(
+        `         ${splitBy}=${String(v)}: ${part.length} episodes (${pct(part.length, r.total)}), ${pct(part.filter((e) => e.reward === 1).length, part.length)} right`,
+      );
     }
   }
   return lines;
@@ -175,21 +226,45 @@ function describe(name: string, r: AgentEvalResult, splitBy: string | undefined)
 /** Parses `eval_agent` arguments, evaluates and prints a report (`--json` for machine output). */
 export async function main(argv: string[]): Promise<void> {
   const cmd = new Command('eval_agent')
-    .description('held-out accuracy of an agent(sample, env) file on a model, through a greedy gateway')
+    .description(
+      'held-out accuracy of an agent(sample, env) file on a model, through a greedy gateway',
+    )
     .argument('<model-dir>', 'HF model directory')
     .requiredOption('--agent-func <file>', 'the agent file')
     .option('--prompts <n>', 'held-out problems (at most 500 are distinct)', Number, 500)
     .option('--samples <n>', 'sampled episodes per problem at temperature 1', Number, 0)
     .option('--max-new-tokens <n>', 'new tokens per completion', Number, 48)
     .option('--split-by <key>', "split episodes by this extraInfo key's values (e.g. used_tool)")
-    .option('--show <n>', 'print the first n greedy episodes token for token, generated parts in ⟪ ⟫', Number, 0)
+    .option(
+      '--show <n>',
+      'print the first n greedy episodes token for token, generated parts in ⟪ ⟫',
+      Number,
+      0,
+    )
     .option('--json', 'print the report as JSON');
   cmd.parse(argv, { from: 'user' });
-  const o = cmd.opts<{ agentFunc: string; prompts: number; samples: number; maxNewTokens: number; splitBy?: string; show: number; json?: boolean }>();
-  for (const [flag, v, min] of [['--prompts', o.prompts, 1], ['--samples', o.samples, 0], ['--max-new-tokens', o.maxNewTokens, 1]] as const) {
-    if (!Number.isInteger(v) || v < min) throw new Error(`eval_agent: ${flag} must be a whole number >= ${min}, got ${String(v)}`);
+  const o = cmd.opts<{
+    agentFunc: string;
+    prompts: number;
+    samples: number;
+    maxNewTokens: number;
+    splitBy?: string;
+    show: number;
+    json?: boolean;
+  }>();
+  for (const [flag, v, min] of [
+    ['--prompts', o.prompts, 1],
+    ['--samples', o.samples, 0],
+    ['--max-new-tokens', o.maxNewTokens, 1],
+  ] as const) {
+    if (!Number.isInteger(v) || v < min)
+      throw new Error(`eval_agent: ${flag} must be a whole number >= ${min}, got ${String(v)}`);
   }
-  const r = await evalAgentModel(resolve(cmd.args[0]!), o.agentFunc, { prompts: o.prompts, samples: o.samples, maxNewTokens: o.maxNewTokens });
+  const r = await evalAgentModel(resolve(cmd.args[0]!), o.agentFunc, {
+    prompts: o.prompts,
+    samples: o.samples,
+    maxNewTokens: o.maxNewTokens,
+  });
   if (o.json) {
     console.log(JSON.stringify(r, null, 2));
     return;
@@ -197,7 +272,8 @@ export async function main(argv: string[]): Promise<void> {
   for (const l of describe('greedy', r.greedy, o.splitBy)) console.log(l);
   if (o.show > 0) {
     const tok = loadTokenizer(resolve(cmd.args[0]!));
-    for (const e of r.greedy.episodes.slice(0, o.show)) console.log(`episode ${e.index}, reward ${e.reward}: ${transcript(tok, e)}`);
+    for (const e of r.greedy.episodes.slice(0, o.show))
+      console.log(`episode ${e.index}, reward ${e.reward}: ${transcript(tok, e)}`);
   }
   if (r.sampled) for (const l of describe('sampled', r.sampled, o.splitBy)) console.log(l);
 }

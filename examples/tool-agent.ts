@@ -10,7 +10,10 @@
  * calculator is right far more often, and RL finds that out (README, "A tool-use run").
  */
 import OpenAI from 'openai';
-import type { ChatCompletionMessageParam, ChatCompletionTool } from 'openai/resources/chat/completions';
+import type {
+  ChatCompletionMessageParam,
+  ChatCompletionTool,
+} from 'openai/resources/chat/completions';
 import { gsm8kReward } from 'rtjob/rewards';
 
 /** The tool as the model is offered it. */
@@ -46,9 +49,17 @@ export async function agent(
   let toolCalls = 0;
   let badCalls = 0;
   for (let turn = 1; turn <= maxTurns; turn++) {
-    const res = await client.chat.completions.create({ model: env.model, messages, tools: [calculator] }, { signal: env.signal });
+    const res = await client.chat.completions.create(
+      { model: env.model, messages, tools: [calculator] },
+      { signal: env.signal },
+    );
     const choice = res.choices[0]!;
-    const extraInfo = { used_tool: toolCalls > 0 ? 1 : 0, tool_calls: toolCalls, bad_calls: badCalls, turns: turn };
+    const extraInfo = {
+      used_tool: toolCalls > 0 ? 1 : 0,
+      tool_calls: toolCalls,
+      bad_calls: badCalls,
+      turns: turn,
+    };
     if (choice.finish_reason === 'length') return { reward: truncatedReward, extraInfo };
     messages.push(choice.message);
     if (!choice.message.tool_calls?.length) {
@@ -56,12 +67,18 @@ export async function agent(
     }
     for (const call of choice.message.tool_calls) {
       toolCalls++;
-      const content = call.type === 'function' ? runCalculator(call.function.name, call.function.arguments) : 'error: unknown tool';
+      const content =
+        call.type === 'function'
+          ? runCalculator(call.function.name, call.function.arguments)
+          : 'error: unknown tool';
       if (content.startsWith('error')) badCalls++;
       messages.push({ role: 'tool', tool_call_id: call.id, content });
     }
   }
-  return { reward: 0, extraInfo: { used_tool: 1, tool_calls: toolCalls, bad_calls: badCalls, turns: maxTurns } };
+  return {
+    reward: 0,
+    extraInfo: { used_tool: 1, tool_calls: toolCalls, bad_calls: badCalls, turns: maxTurns },
+  };
 }
 
 /** The tool: `{"expression": "47+38"}` → `85`; anything else → `error: ...` for the model to read. */
@@ -100,7 +117,8 @@ export function evaluate(expression: string): number {
   };
   const sum = (): number => {
     let v = product();
-    while (peek() === '+' || peek() === '-') v = tokens[i++] === '+' ? v + product() : v - product();
+    while (peek() === '+' || peek() === '-')
+      v = tokens[i++] === '+' ? v + product() : v - product();
     return v;
   };
   const v = sum();

@@ -46,9 +46,19 @@ export const calculatorTool = {
  */
 export const addedTokens: { content: string; special: boolean }[] = [
   { content: '<|tool|>', special: true },
-  ...['<tool_call>', '</tool_call>', '{"', '": "', '", "', '": {"', '"}}', 'name', 'arguments', 'calculator', 'expression'].map(
-    (content) => ({ content, special: false }),
-  ),
+  ...[
+    '<tool_call>',
+    '</tool_call>',
+    '{"',
+    '": "',
+    '", "',
+    '": {"',
+    '"}}',
+    'name',
+    'arguments',
+    'calculator',
+    'expression',
+  ].map((content) => ({ content, special: false })),
 ];
 
 /**
@@ -84,14 +94,31 @@ export function initToolModel(from: string, out: string): void {
     added_tokens: { id: number; content: string; special: boolean }[];
     model: { vocab: Record<string, number> };
   };
-  const tokCfg = JSON.parse(readFileSync(join(from, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
-  const config = JSON.parse(readFileSync(join(from, 'config.json'), 'utf8')) as { vocab_size: number; hidden_size: number };
-  const known = new Set([...Object.keys(tokJson.model.vocab), ...tokJson.added_tokens.map((t) => t.content)]);
+  const tokCfg = JSON.parse(readFileSync(join(from, 'tokenizer_config.json'), 'utf8')) as Record<
+    string,
+    unknown
+  >;
+  const config = JSON.parse(readFileSync(join(from, 'config.json'), 'utf8')) as {
+    vocab_size: number;
+    hidden_size: number;
+  };
+  const known = new Set([
+    ...Object.keys(tokJson.model.vocab),
+    ...tokJson.added_tokens.map((t) => t.content),
+  ]);
   const decoder = (tokCfg.added_tokens_decoder ?? {}) as Record<string, unknown>;
   let id = config.vocab_size;
   for (const t of addedTokens) {
-    if (known.has(t.content)) throw new Error(`${from} already has the token ${t.content}; start from the math warm start`);
-    const entry = { content: t.content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: t.special };
+    if (known.has(t.content))
+      throw new Error(`${from} already has the token ${t.content}; start from the math warm start`);
+    const entry = {
+      content: t.content,
+      single_word: false,
+      lstrip: false,
+      rstrip: false,
+      normalized: false,
+      special: t.special,
+    };
     tokJson.added_tokens.push({ id, ...entry });
     decoder[String(id)] = entry;
     id++;
@@ -102,7 +129,10 @@ export function initToolModel(from: string, out: string): void {
   writeFileSync(join(out, 'tokenizer.json'), JSON.stringify(tokJson) + '\n');
   writeFileSync(join(out, 'tokenizer_config.json'), JSON.stringify(tokCfg, null, 2) + '\n');
   writeFileSync(join(out, 'chat_template.jinja'), toolChatTemplate + '\n');
-  writeFileSync(join(out, 'config.json'), JSON.stringify({ ...config, vocab_size: vocabSize }, null, 2) + '\n');
+  writeFileSync(
+    join(out, 'config.json'),
+    JSON.stringify({ ...config, vocab_size: vocabSize }, null, 2) + '\n',
+  );
   copyFileSync(join(from, 'generation_config.json'), join(out, 'generation_config.json'));
 
   // A new token starts as the mean embedding of the characters it spells (a common init for added
@@ -110,14 +140,18 @@ export function initToolModel(from: string, out: string): void {
   const { tensors } = parseSafetensors(readFileSync(join(from, 'model.safetensors')), from);
   const name = 'model.embed_tokens.weight';
   const emb = tensors[name];
-  if (!emb || emb.shape[0] !== config.vocab_size) throw new Error(`${from}: no ${name} of ${config.vocab_size} rows`);
+  if (!emb || emb.shape[0] !== config.vocab_size)
+    throw new Error(`${from}: no ${name} of ${config.vocab_size} rows`);
   const h = config.hidden_size;
   const grown = new Float32Array(vocabSize * h);
   grown.set(emb.data);
   addedTokens.forEach((t, k) => {
-    const chars = [...t.content].map((c) => tokJson.model.vocab[c]).filter((x): x is number => x !== undefined);
+    const chars = [...t.content]
+      .map((c) => tokJson.model.vocab[c])
+      .filter((x): x is number => x !== undefined);
     const row = grown.subarray((config.vocab_size + k) * h, (config.vocab_size + k + 1) * h);
-    for (const c of chars) for (let j = 0; j < h; j++) row[j]! += emb.data[c * h + j]! / chars.length;
+    for (const c of chars)
+      for (let j = 0; j < h; j++) row[j]! += emb.data[c * h + j]! / chars.length;
   });
   tensors[name] = { shape: [vocabSize, h], data: grown };
   writeFileSync(join(out, 'model.safetensors'), serializeSafetensors(tensors));
@@ -140,10 +174,20 @@ export function expressionOf(rec: ArithRecord): string {
 }
 
 /** One SFT conversation: a direct answer, or a calculator call, its result and the answer. */
-export function toolConversation(rec: ArithRecord, useTool: boolean): { messages: object[]; tools: object[] } {
+export function toolConversation(
+  rec: ArithRecord,
+  useTool: boolean,
+): { messages: object[]; tools: object[] } {
   const user = { role: 'user', content: rec.prompt };
-  if (!useTool) return { messages: [user, { role: 'assistant', content: rec.direct }], tools: [calculatorTool] };
-  const call = { type: 'function', function: { name: 'calculator', arguments: { expression: expressionOf(rec) } } };
+  if (!useTool)
+    return {
+      messages: [user, { role: 'assistant', content: rec.direct }],
+      tools: [calculatorTool],
+    };
+  const call = {
+    type: 'function',
+    function: { name: 'calculator', arguments: { expression: expressionOf(rec) } },
+  };
   return {
     messages: [
       user,
@@ -156,8 +200,14 @@ export function toolConversation(rec: ArithRecord, useTool: boolean): { messages
 }
 
 /** Writes `size` SFT conversations as JSONL; a `toolFraction` share (drawn per record) uses the tool. */
-export function writeToolData(out: string, size: number, toolFraction: number, seed: number): { tool: number; total: number } {
-  if (!(toolFraction >= 0 && toolFraction <= 1)) throw new Error(`--tool-fraction must be in [0, 1], got ${toolFraction}`);
+export function writeToolData(
+  out: string,
+  size: number,
+  toolFraction: number,
+  seed: number,
+): { tool: number; total: number } {
+  if (!(toolFraction >= 0 && toolFraction <= 1))
+    throw new Error(`--tool-fraction must be in [0, 1], got ${toolFraction}`);
   const r = seededRandom(seed);
   let tool = 0;
   const lines = arithDataset({ split: 'train', size }).map((rec) => {

@@ -16,7 +16,9 @@ import { scriptedEngine, startGateway } from '../gateway/helpers.ts';
 // calculator, one episode through the gateway with the model's own chat template, and a
 // train_ppo run with tiny settings.
 process.env.RTJOB_QUIET_BACKEND = '1';
-const toolModel = fileURLToPath(new URL('../../actors/model/pretrained/rtjob-tiny-tool', import.meta.url));
+const toolModel = fileURLToPath(
+  new URL('../../actors/model/pretrained/rtjob-tiny-tool', import.meta.url),
+);
 const agentFile = fileURLToPath(new URL('../../examples/tool-agent.ts', import.meta.url));
 const root = mkdtempSync(join(tmpdir(), 'rtjob-tool-agent-'));
 test.after(() => rmSync(root, { recursive: true, force: true }));
@@ -46,31 +48,70 @@ test('the SFT data asks for one call per problem, two-step problems folded into 
 
 test('one episode: the model calls the calculator, reads 85, answers; one exact-token trajectory with reward 1', async () => {
   const tok = loadTokenizer(toolModel);
-  const rec = { ...arithDataset({ split: 'test', size: 1 })[0]!, prompt: 'What is 47+38?', answer: '85', solution: '47+38=85\n#### 85', direct: 'The answer is 85.' };
+  const rec = {
+    ...arithDataset({ split: 'test', size: 1 })[0]!,
+    prompt: 'What is 47+38?',
+    answer: '85',
+    solution: '47+38=85\n#### 85',
+    direct: 'The answer is 85.',
+  };
   // The engine answers with exactly what the SFT data teaches, so the rendered history must extend
   // the recorded tokens turn after turn.
   const conv = toolConversation(rec, true);
-  const text = tok.applyChatTemplate(conv.messages as never, { addGenerationPrompt: false, tools: conv.tools as unknown[] });
-  const [, call, answer] = /<\|assistant\|>(.*?)<\|end\|>.*<\|assistant\|>(.*?)<\|end\|>/.exec(text)!;
-  const engine = scriptedEngine(tok, (prompt) => (prompt.endsWith('<|tool|>85<|assistant|>') ? answer! : call!));
-  const gateway = await startGateway({ engine, tokenizer: tok, contextLength: 256, maxNewTokens: 48 });
+  const text = tok.applyChatTemplate(conv.messages as never, {
+    addGenerationPrompt: false,
+    tools: conv.tools as unknown[],
+  });
+  const [, call, answer] = /<\|assistant\|>(.*?)<\|end\|>.*<\|assistant\|>(.*?)<\|end\|>/.exec(
+    text,
+  )!;
+  const engine = scriptedEngine(tok, (prompt) =>
+    prompt.endsWith('<|tool|>85<|assistant|>') ? answer! : call!,
+  );
+  const gateway = await startGateway({
+    engine,
+    tokenizer: tok,
+    contextLength: 256,
+    maxNewTokens: 48,
+  });
   try {
     const trajectories = await runGatewayEpisode(
-      { index: 0, prompt: rec.prompt, label: rec.solution, promptIds: [], nSamples: 1, groupId: 'g', record: {} },
+      {
+        index: 0,
+        prompt: rec.prompt,
+        label: rec.solution,
+        promptIds: [],
+        nSamples: 1,
+        groupId: 'g',
+        record: {},
+      },
       { file: agentFile, agent, gateway, signal: new AbortController().signal },
     );
     assert.is(trajectories.length, 1, 'no drift: both turns in one trajectory');
     const t = trajectories[0]!;
     assert.is(t.reward, 1);
     assert.equal(
-      { used_tool: t.info?.used_tool, tool_calls: t.info?.tool_calls, bad_calls: t.info?.bad_calls, turns: t.info?.turns },
+      {
+        used_tool: t.info?.used_tool,
+        tool_calls: t.info?.tool_calls,
+        bad_calls: t.info?.bad_calls,
+        turns: t.info?.turns,
+      },
       { used_tool: 1, tool_calls: 1, bad_calls: 0, turns: 2 },
     );
-    assert.is(tok.decode(t.inputIds, { skipSpecialTokens: false }), text, 'the trajectory is the SFT conversation, token for token');
+    assert.is(
+      tok.decode(t.inputIds, { skipSpecialTokens: false }),
+      text,
+      'the trajectory is the SFT conversation, token for token',
+    );
     const toolIds = tok.encode('<|tool|>85<|assistant|>');
     const at = t.inputIds.findIndex((_, i) => toolIds.every((id, k) => t.inputIds[i + k] === id));
     assert.ok(at > 0);
-    assert.equal(t.lossMask.slice(at, at + toolIds.length), toolIds.map(() => 0), 'the tool result is not trained on');
+    assert.equal(
+      t.lossMask.slice(at, at + toolIds.length),
+      toolIds.map(() => 0),
+      'the tool result is not trained on',
+    );
   } finally {
     await gateway.close();
   }
@@ -80,9 +121,25 @@ test('train_ppo runs examples/tool-agent.ts on the shipped tool model and logs t
   const rows: Record<string, number>[] = [];
   const summary = await trainPpo(
     [
-      '--in-process', '--pretrain', toolModel, '--agent-func', agentFile,
-      '--rollout-batch-size', '2', '--n-samples-per-prompt', '4', '--train-batch-size', '8', '--micro-train-batch-size', '8',
-      '--max-steps', '2', '--eval-prompts', '4', '--save-path', join(root, 'out'),
+      '--in-process',
+      '--pretrain',
+      toolModel,
+      '--agent-func',
+      agentFile,
+      '--rollout-batch-size',
+      '2',
+      '--n-samples-per-prompt',
+      '4',
+      '--train-batch-size',
+      '8',
+      '--micro-train-batch-size',
+      '8',
+      '--max-steps',
+      '2',
+      '--eval-prompts',
+      '4',
+      '--save-path',
+      join(root, 'out'),
     ],
     {},
     { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
@@ -94,7 +151,10 @@ test('train_ppo runs examples/tool-agent.ts on the shipped tool model and logs t
     assert.ok(r.info_used_tool! >= 0 && r.info_used_tool! <= 1, 'tool-use rate logged each step');
     assert.ok(r.info_turns! >= 1);
   }
-  assert.ok(summary.evalBefore !== undefined && summary.evalAfter !== undefined, 'held-out evaluation ran the agent');
+  assert.ok(
+    summary.evalBefore !== undefined && summary.evalAfter !== undefined,
+    'held-out evaluation ran the agent',
+  );
   assert.is(summary.episodesFailed, 0);
 });
 
