@@ -1,12 +1,13 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runGatewayEpisode } from '../../actors/agent/agent-executor.ts';
 import { loadTokenizer } from '../../actors/model/tokenizer.ts';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { encodeConversation, sftConversations } from '../../algorithms/train-sft.ts';
 import { agent, evaluate, runCalculator } from '../../examples/tool-agent.ts';
 import { expressionOf, toolConversation } from '../../scripts/tool-warm-start.ts';
 import { arithDataset } from '../../algorithms/datasets/arith.ts';
@@ -44,6 +45,32 @@ test('the SFT data asks for one call per problem, two-step problems folded into 
   assert.match(expr, /^\d+\+\d+-\d+$/);
   assert.is(evaluate(expr), Number(two.answer));
   for (const r of recs) assert.is(evaluate(expressionOf(r)), Number(r.answer), r.prompt);
+});
+
+test('train_sft reads {messages, tools} lines: tools rendered, both assistant turns trained, the tool result not', () => {
+  const tok = loadTokenizer(toolModel);
+  const file = join(root, 'sft.jsonl');
+  const rec = arithDataset({ split: 'train', size: 1 })[0]!;
+  writeFileSync(file, JSON.stringify(toolConversation(rec, true)) + '\n');
+  const [conv] = sftConversations(file, 1);
+  assert.ok(conv!.tools?.length === 1);
+  const { ids, mask } = encodeConversation(tok, conv!.messages, conv!.tools);
+  const trained = tok.decode(
+    ids.filter((_, i) => mask[i]),
+    { skipSpecialTokens: false },
+  );
+  assert.is(
+    trained,
+    `<tool_call>{"name": "calculator", "arguments": {"expression": "${expressionOf(rec)}"}}</tool_call><|end|>${rec.direct}<|end|>`,
+  );
+  assert.ok(
+    tok.decode(ids, { skipSpecialTokens: false }).startsWith('<|system|>tools: calculator<|user|>'),
+  );
+  writeFileSync(
+    file,
+    JSON.stringify({ ...toolConversation(rec, true), tools: 'calculator' }) + '\n',
+  );
+  assert.throws(() => sftConversations(file, 1), /sft.jsonl:1: 'tools' must be a list/);
 });
 
 test('one episode: the model calls the calculator, reads 85, answers; one exact-token trajectory with reward 1', async () => {
