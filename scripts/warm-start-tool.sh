@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rebuilds the shipped tool warm start actors/model/pretrained/rtjob-tiny-tool from the math warm
 # start (actors/model/pretrained/rtjob-tiny-math, or FROM=...):
-#   npm run warm-start:tool       (about 8 min of training on a quiet 2-core machine; resumable)
+#   npm run warm-start:tool       (about 9 min on a shared 2-core machine; resumable)
 # 1. init: the math model's weights and tokenizer, extended with the tool role, the <tool_call>
 #    tags and JSON pieces as added tokens (new embedding rows), and the tool chat template.
 # 2. SFT, every problem through one calculator call (call -> result -> "The answer is N."), 100
