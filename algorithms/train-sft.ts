@@ -94,14 +94,18 @@ interface Example {
   mask: number[];
 }
 
-/** Tokenises a conversation; the loss mask is 1 on assistant turns (including their end token). */
-export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[]): Example {
-  const ids = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: false }));
+/**
+ * Tokenises a conversation; the loss mask is 1 on assistant turns (including their end token).
+ * `tools` (OpenAI function-tool definitions) reach the chat template as `tools`, as at inference.
+ */
+export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[], tools?: unknown[]): Example {
+  const t = tools ? { tools } : {};
+  const ids = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: false, ...t }));
   const mask = new Array<number>(ids.length).fill(0);
   messages.forEach((m, i) => {
     if (m.role !== 'assistant') return;
-    const start = tok.encode(tok.applyChatTemplate(messages.slice(0, i), { addGenerationPrompt: true })).length;
-    const end = tok.encode(tok.applyChatTemplate(messages.slice(0, i + 1), { addGenerationPrompt: false })).length;
+    const start = tok.encode(tok.applyChatTemplate(messages.slice(0, i), { addGenerationPrompt: true, ...t })).length;
+    const end = tok.encode(tok.applyChatTemplate(messages.slice(0, i + 1), { addGenerationPrompt: false, ...t })).length;
     for (let t = start; t < Math.min(end, ids.length); t++) mask[t] = 1;
   });
   return { ids, mask };
@@ -109,9 +113,10 @@ export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[]):
 
 /**
  * The conversations `train_sft` trains on: a built-in dataset (with `directFraction` of its records
- * answered directly, chosen per record from `seed`) or a JSONL file.
+ * answered directly, chosen per record from `seed`) or a JSONL file (`{messages, tools?}` or
+ * `{prompt, response}` per line; messages may carry `tool_calls`, and `tool` turns are context).
  */
-export function sftConversations(dataset: string, size: number, directFraction = 0, seed = 42): { messages: ChatMessage[] }[] {
+export function sftConversations(dataset: string, size: number, directFraction = 0, seed = 42): { messages: ChatMessage[]; tools?: unknown[] }[] {
   if (!(directFraction >= 0 && directFraction <= 1)) throw new Error(`train_sft: --direct-fraction must be in [0, 1], got ${directFraction}`);
   const builtin = builtinDataset(dataset, { size });
   if (builtin) {
@@ -127,8 +132,9 @@ export function sftConversations(dataset: string, size: number, directFraction =
     .split('\n')
     .filter((l) => l.trim())
     .map((l, i) => {
-      const o = JSON.parse(l) as { messages?: ChatMessage[]; prompt?: string; response?: string };
-      if (o.messages) return { messages: o.messages };
+      const o = JSON.parse(l) as { messages?: ChatMessage[]; tools?: unknown; prompt?: string; response?: string };
+      if (o.tools !== undefined && !Array.isArray(o.tools)) throw new Error(`${dataset}:${i + 1}: 'tools' must be a list`);
+      if (o.messages) return { messages: o.messages, ...(o.tools ? { tools: o.tools as unknown[] } : {}) };
       if (typeof o.prompt === 'string' && typeof o.response === 'string') {
         return { messages: [{ role: 'user', content: o.prompt }, { role: 'assistant', content: o.response }] };
       }
@@ -182,7 +188,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   const maxLen = Math.min(o.maxLen ?? 160, model.config.max_position_embeddings);
   const dataset = o.dataset ?? 'arith';
   const examples = sftConversations(dataset, o.datasetSize ?? 20000, o.directFraction ?? 0, seed)
-    .map((r) => encodeConversation(tok, r.messages))
+    .map((r) => encodeConversation(tok, r.messages, r.tools))
     .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
   if (!examples.length) throw new Error('train_sft: no usable training examples');
   log(`train_sft: ${examples.length} examples from ${dataset}`);

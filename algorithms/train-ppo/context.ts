@@ -11,6 +11,7 @@ import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
 import { createKlController } from '../kl.ts';
 import { RewardNormalizer } from '../reward-normalizer.ts';
+import { infoMetrics } from '../trajectory.ts';
 import { evaluate } from './generate.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
 import type { TrainPpoOptions } from './flags.ts';
@@ -141,6 +142,7 @@ export function recordUpdate(ctx: RunContext, kept: GroupResult[], u: UpdateStat
     episodes_failed: state.failed,
     rollout_restarts: state.rolloutRestarts,
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+    ...infoMetrics(kept.flatMap((g) => g.trajectories)),
   };
 }
 
