@@ -376,7 +376,7 @@ export async function kill(handle: ActorHandle<unknown>, opts: { noRestart?: boo
 /** A handle to the live actor registered under `name`. */
 export async function getActor<C extends ActorConstructor>(name: string): Promise<ActorHandle<InstanceType<C>>> {
   const d = state();
-  const info = await d.rt.head.request<ActorInfo>({ type: 'getActorByName', name });
+  const info = await d.rt.head.request({ type: 'getActorByName', name });
   const client = d.rt.actor(info.actorId, undefined, info.options.maxTaskRetries);
   return makeHandle<InstanceType<C>>(new ActorHandleCore(info.actorId, info.options.maxTaskRetries), (m, a, co) =>
     client.call(m, a, co?.maxTaskRetries),
@@ -400,12 +400,12 @@ export function release(ref: ObjectRef<unknown>): void {
 
 /** Nodes known to the head. */
 export function listNodes(): Promise<NodeInfo[]> {
-  return state().rt.head.request<NodeInfo[]>({ type: 'listNodes' });
+  return state().rt.head.request({ type: 'listNodes' });
 }
 
 /** Actors known to the head. */
 export function listActors(): Promise<ActorInfo[]> {
-  return state().rt.head.request<ActorInfo[]>({ type: 'listActors' });
+  return state().rt.head.request({ type: 'listActors' });
 }
 
 /** A reserved set of resource bundles. */

@@ -40,3 +40,15 @@ export function logger(component: string): Logger {
   };
   return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }
+
+/**
+ * Runs `fn` for an event (a socket closing, a timer firing) and logs what it throws instead of
+ * letting it escape: an event handler must never take its process down.
+ */
+export function guarded(log: Logger, what: string, fn: () => void): void {
+  try {
+    fn();
+  } catch (e) {
+    log.error(`${what} failed: ${(e as Error)?.stack ?? String(e)}`);
+  }
+}

@@ -374,6 +374,54 @@ export type HeadRequest =
 
 export type DataRequest = Call | Fetch | Borrow | Ping;
 
+/** Reply value of `registerClient`. */
+export interface ClientRegistration {
+  readonly clientId: string;
+  /** The head's session dir (absent for an in-memory head). */
+  readonly sessionDir?: string;
+}
+
+/**
+ * What each request is answered with (`void` for one-way messages the head receives). Keyed by
+ * every message type the head or a data endpoint receives, so `Connection.request` returns the
+ * right type and the head's handler table must return it (both checked by the compiler).
+ */
+export interface Replies {
+  registerNode: { readonly nodeId: string };
+  registerClient: ClientRegistration;
+  workerExited: void;
+  workerLog: void;
+  workerStats: void;
+  fetchPackage: Uint8Array;
+  workerHello: WorkerAssignment;
+  actorReady: boolean;
+  actorLoadFailed: boolean;
+  createActor: { readonly actorId: string };
+  waitActor: ActorLocation;
+  killActor: void;
+  getActorByName: ActorInfo;
+  getActorInfo: ActorInfo;
+  listActors: ActorInfo[];
+  listNodes: NodeInfo[];
+  createPlacementGroup: { readonly pgId: string };
+  waitPlacementGroup: boolean;
+  removePlacementGroup: boolean;
+  kvPut: boolean;
+  kvGet: Uint8Array | null;
+  /** Whatever the actor method returned. */
+  call: unknown;
+  fetch: unknown;
+  borrow: boolean;
+  unborrow: void;
+  ping: 'pong';
+}
+
+/** The reply value of a request of type `T`. */
+export type ReplyOf<T extends keyof Replies> = Replies[T];
+
+/** A request as a caller writes it (no `rid`: the transport assigns it). */
+export type AnyRequestBody = RequestBody<HeadRequest | DataRequest>;
+
 /** Every message. */
 export type Message =
   | Reply
@@ -441,6 +489,15 @@ export const messageRoutes = {
   unborrow: { to: ['data'] },
   ping: { to: ['data'] },
 } as const satisfies { readonly [T in MessageType]: { readonly to: readonly Endpoint[]; readonly from?: readonly Sender[] } };
+
+type ReceivedBy<E extends Endpoint> = {
+  [T in MessageType]: E extends (typeof messageRoutes)[T]['to'][number] ? T : never;
+}[MessageType];
+/** Every message the head or a data endpoint receives has an entry in `Replies`, and no other. */
+export type HeadBound = ReceivedBy<'head'>;
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const repliesCoverRequests: Same<keyof Replies, HeadBound | ReceivedBy<'data'>> = true;
+void repliesCoverRequests;
 
 /** Who may send `type` to the head (nobody, for a type the head does not receive). */
 export function sendersOf(type: MessageType): readonly Sender[] {

@@ -14,7 +14,7 @@ import { api, CliError, type Endpoint, findEndpoint, requireEndpoint, tailJobLog
 import { rtjobHome } from '../cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
-import { startLocalCluster } from '../local-cluster.ts';
+import { startClusterHead } from '../../runtime/local-cluster.ts';
 
 /**
  * Variables of the caller's environment that describe this machine or shell, not the job; every
@@ -111,12 +111,12 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   };
 
   let ep = findEndpoint(o);
-  let ephemeral: Awaited<ReturnType<typeof startLocalCluster>> | undefined;
+  let ephemeral: Awaited<ReturnType<typeof startClusterHead>> | undefined;
   if (!ep) {
     // No cluster: run this one job on a private local cluster and stop it afterwards.
     const sessionDir = join(rtjobHome(), 'runs', `${Date.now()}-${process.pid}`);
     mkdirSync(sessionDir, { recursive: true, mode: 0o700 });
-    ephemeral = await startLocalCluster({ sessionDir, port: 0, dashboardPort: 0, stopGraceMs: 3000 });
+    ephemeral = await startClusterHead({ sessionDir, port: 0, dashboardPort: 0, stopGraceMs: 3000 });
     ep = { url: ephemeral.dashboardUrl, token: ephemeral.token };
     process.stderr.write(`no cluster running: started a local one for this job (session ${sessionDir})\n`);
   }

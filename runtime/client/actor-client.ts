@@ -128,7 +128,7 @@ export class ActorClient {
   private whyLost(conn: Connection): Promise<ActorLocation> {
     let p = this.lost.get(conn);
     if (!p) {
-      p = this.rt.head.request<ActorLocation>({
+      p = this.rt.head.request({
         type: 'waitActor',
         actorId: this.actorId,
         afterIncarnation: this.incarnation,
@@ -156,7 +156,7 @@ export class ActorClient {
         this.created = undefined;
       }
       for (;;) {
-        const loc = await this.rt.head.request<ActorLocation>({
+        const loc = await this.rt.head.request({
           type: 'waitActor',
           actorId: this.actorId,
           afterIncarnation: this.incarnation,

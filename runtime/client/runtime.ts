@@ -114,7 +114,7 @@ export class Runtime {
       },
     });
     try {
-      const reg = await conn.request<{ clientId: string; sessionDir?: string }>({
+      const reg = await conn.request({
         type: 'registerClient',
         kind: opts.kind,
         actorId: opts.actorId,
@@ -196,7 +196,7 @@ export class Runtime {
 
   /** Looks up an actor's info at the head. */
   actorInfo(actorId: string): Promise<ActorInfo> {
-    return this.head.request<ActorInfo>({ type: 'getActorInfo', actorId });
+    return this.head.request({ type: 'getActorInfo', actorId });
   }
 
   /** A shared connection to another process's endpoint. */

@@ -269,7 +269,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       holdProcess: this.opts.holdProcess ?? true,
     });
     try {
-      const { nodeId } = await conn.request<{ nodeId: string }>({
+      const { nodeId } = await conn.request({
         type: 'registerNode',
         ...(this.nodeId ? { nodeId: this.nodeId } : {}),
         hostname: hostname(),
@@ -401,7 +401,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       p = (async () => {
         const dir = packagesDir(this.sessionDir, hash);
         if (existsSync(dir)) return dir;
-        const archive = await this.conn.request<Uint8Array>({ type: 'fetchPackage', hash });
+        const archive = await this.conn.request({ type: 'fetchPackage', hash });
         unpackArchive(Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength), hash, dir, defaultMaxPackageBytes * 4);
         log.info(`unpacked working dir ${hash.slice(0, 12)} (${archive.byteLength} bytes) into ${dir}`);
         return dir;

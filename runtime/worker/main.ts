@@ -54,7 +54,7 @@ const rt = await Runtime.start({
 });
 rt.onHeadLost(() => process.exit(0));
 
-const assignment = await rt.head.request<WorkerAssignment>({ type: 'workerHello', actorId, incarnation });
+const assignment = await rt.head.request({ type: 'workerHello', actorId, incarnation });
 // Actors this actor creates belong to the same job and inherit its env (api.ts reads these two).
 if (assignment.options.jobId) env.RTJOB_JOB_ID = assignment.options.jobId;
 env.RTJOB_JOB_ENV ??= JSON.stringify(assignment.options.env ?? {});
