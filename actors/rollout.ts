@@ -9,6 +9,7 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { readEnv } from '../runtime/env.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
 import { SimulatedEngine } from './agent/simulated-engine.ts';
@@ -121,7 +122,7 @@ export class Rollout {
 
   /** Loads the engine, the tokenizer and the agent file. */
   async ready(): Promise<{ agent: string; kind: Agent['kind']; maxConcurrent: number }> {
-    const maxConcurrent = this.init.asyncNumTasks ?? envInt('ASYNC_NUM_TASKS') ?? 128;
+    const maxConcurrent = this.init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
     this.loaded ??= (async () => {
       const chat = loadTokenizer(this.init.pretrain);
       this.tokenizer = agentTokenizer(chat);
@@ -285,13 +286,4 @@ export function agentTokenizer(chat: ChatTokenizer): AgentTokenizer {
     decode: (ids, opts) => chat.decode(ids, { skipSpecialTokens: opts?.skipSpecialTokens ?? true }),
     applyChatTemplate: (messages, opts) => chat.encode(chat.applyChatTemplate(messages, opts)),
   };
-}
-
-function envInt(name: string): number | undefined {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return undefined;
-  if (!/^\d+$/.test(raw.trim()) || Number(raw) < 1) {
-    throw new RangeError(`${name}: expected an integer >= 1, got '${raw}'`);
-  }
-  return Number(raw);
 }

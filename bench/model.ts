@@ -17,7 +17,6 @@ import { tinyMathConfig } from '../actors/model/builtin.ts';
 import { resolveConfig } from '../actors/model/config.ts';
 import { recomputeLastLogits } from '../actors/model/kv-cache.ts';
 import { CausalLM } from '../actors/model/llama.ts';
-import { matMul } from '../actors/model/matmul.ts';
 import { maskedNllLoss, ModelTrainer, padBatch } from '../actors/model/training.ts';
 import { useWasmKernelOverrides } from '../actors/model/wasm-kernels.ts';
 

@@ -6,17 +6,24 @@
  */
 import WebSocket from 'ws';
 
-import { pidAlive, readClusterFile } from './cluster-file.ts';
+import { RtjobError } from '../runtime/errors.ts';
+import { readClusterFile } from '../runtime/cluster-file.ts';
+import { readEnv } from '../runtime/env.ts';
 
-/** Exit codes: 1 a job failed or a request was refused, 2 bad usage, 3 no cluster reachable. */
-export class CliError extends Error {
-  override readonly name = 'CliError';
+const codeOfExit: Record<number, string> = { 1: 'CLI_FAILED', 2: 'CLI_USAGE', 3: 'CLI_UNREACHABLE' };
+
+/**
+ * An error the CLI prints as one line and exits with `exitCode`: 1 a job failed or a request was
+ * refused, 2 bad usage, 3 no cluster reachable. `code` is the API's error code when the head
+ * refused the request (`UNKNOWN_JOB`), else `CLI_FAILED`, `CLI_USAGE` or `CLI_UNREACHABLE`.
+ */
+export class CliError extends RtjobError {
   constructor(
     message: string,
     readonly exitCode = 1,
-    readonly code?: string,
+    code?: string,
   ) {
-    super(message);
+    super(code ?? codeOfExit[exitCode] ?? 'CLI_FAILED', message);
   }
 }
 
@@ -37,14 +44,14 @@ export function httpUrl(address: string): string {
  * `~/.rtjob/cluster.json`; undefined when none is configured or the recorded head is gone.
  */
 export function findEndpoint(opts: { address?: string; token?: string }): Endpoint | undefined {
-  const file = readClusterFile();
-  const address = opts.address ?? process.env.RTJOB_HTTP_ADDRESS;
+  const address = opts.address ?? readEnv('RTJOB_HTTP_ADDRESS');
   if (address) {
-    const token = opts.token ?? process.env.RTJOB_TOKEN ?? file?.token;
+    const token = opts.token ?? readEnv('RTJOB_TOKEN') ?? readClusterFile()?.token;
     if (!token) throw new CliError('no token: pass --token or set RTJOB_TOKEN', 2);
     return { url: httpUrl(address), token };
   }
-  if (file?.dashboardUrl && file.pids.some(pidAlive)) return { url: file.dashboardUrl, token: opts.token ?? file.token };
+  const file = readClusterFile({ live: true });
+  if (file?.dashboardUrl) return { url: file.dashboardUrl, token: opts.token ?? file.token };
   return undefined;
 }
 

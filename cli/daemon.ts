@@ -11,6 +11,7 @@
  */
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { readEnv } from '../runtime/env.ts';
 
 import { type ClusterHeadOptions, startClusterHead } from '../runtime/local-cluster.ts';
 
@@ -37,7 +38,7 @@ const cluster = await startClusterHead({
   inProcessNode: false,
   driverReconnectMs: headReconnectMs,
   // Tests shorten the node timeout (and with it the head-restart recovery window).
-  nodeHeartbeatTimeoutMs: Number(process.env.RTJOB_NODE_TIMEOUT_MS) || undefined,
+  nodeHeartbeatTimeoutMs: readEnv('RTJOB_NODE_TIMEOUT_MS'),
   warn: (m) => console.warn(m),
 });
 writeFileSync(

@@ -13,11 +13,12 @@
  *
  * @module
  */
-import { existsSync, readFileSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { isAbsolute, join, resolve as resolvePath } from 'node:path';
+import { isAbsolute, resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { installCodec } from './client/codec.ts';
+import { type ClusterFile, readClusterFile } from './cluster-file.ts';
+import { readEnv } from './env.ts';
+import { pidAlive } from './pid.ts';
 import { ObjectRef } from './client/object-ref.ts';
 import { Runtime, currentRuntime } from './client/runtime.ts';
 import {
@@ -84,28 +85,6 @@ interface DriverState {
 let driver: DriverState | undefined;
 let initializing: Promise<ClusterInfo> | undefined;
 
-/** `$RTJOB_HOME/cluster.json` (default `~/.rtjob`), written by `rtjob start`; ignored when stale. */
-function clusterFile(): { address?: string; token?: string } {
-  const file = join(process.env.RTJOB_HOME ?? join(process.env.HOME ?? homedir(), '.rtjob'), 'cluster.json');
-  if (!existsSync(file)) return {};
-  try {
-    const info = JSON.parse(readFileSync(file, 'utf8')) as { address?: string; token?: string; headPid?: number };
-    if (info.headPid !== undefined && !pidAlive(info.headPid)) return {};
-    return info;
-  } catch {
-    return {};
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /**
  * Connects this process to a cluster: `address`/`RTJOB_ADDRESS`, the cluster file, or a new
  * in-process cluster (head + one node agent). Inside an actor it returns the worker's runtime.
@@ -117,16 +96,17 @@ export function init(opts: InitOptions = {}): Promise<ClusterInfo> {
 
 async function doInit(opts: InitOptions): Promise<ClusterInfo> {
   const existing = currentRuntime();
-  const jobEnv = opts.env ?? parseEnv(process.env.RTJOB_JOB_ENV);
+  const jobEnv = opts.env ?? readEnv('RTJOB_JOB_ENV') ?? {};
   if (existing) {
     const info = { address: existing.opts.headAddress, token: existing.opts.token, local: false, sessionDir: existing.sessionDir };
     driver = { rt: existing, info, env: jobEnv, taskPoolSize: opts.taskPoolSize ?? 2, taskPool: [], taskNext: 0 };
     return info;
   }
   const forceLocal = opts.address === 'local';
-  const file = forceLocal || opts.address || process.env.RTJOB_ADDRESS ? {} : clusterFile();
-  let address = forceLocal ? undefined : (opts.address ?? process.env.RTJOB_ADDRESS ?? file.address);
-  let token = forceLocal ? undefined : (opts.token ?? process.env.RTJOB_TOKEN ?? file.token);
+  const envAddress = readEnv('RTJOB_ADDRESS');
+  const file = forceLocal || opts.address || envAddress ? undefined : liveHead(readClusterFile());
+  let address = forceLocal ? undefined : (opts.address ?? envAddress ?? file?.address);
+  let token = forceLocal ? undefined : (opts.token ?? readEnv('RTJOB_TOKEN') ?? file?.token);
   let closeCluster: (() => Promise<void>) | undefined;
   let sessionDir: string | undefined;
   if (!address) {
@@ -148,10 +128,10 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
     headAddress: address,
     token: token!,
     kind: 'driver',
-    jobId: opts.jobId ?? process.env.RTJOB_JOB_ID,
+    jobId: opts.jobId ?? readEnv('RTJOB_JOB_ID'),
     objectTransferHoldMs: opts.objectTransferHoldMs,
     // Set for job drivers by a head that can restart: the driver keeps its actors across it.
-    reconnectMs: Number(process.env.RTJOB_HEAD_RECONNECT_MS ?? 0) || 0,
+    reconnectMs: readEnv('RTJOB_HEAD_RECONNECT_MS') ?? 0,
   }).catch(async (e) => {
     await closeCluster?.();
     throw e;
@@ -162,13 +142,9 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
   return info;
 }
 
-function parseEnv(s: string | undefined): Record<string, string> {
-  if (!s) return {};
-  try {
-    return JSON.parse(s) as Record<string, string>;
-  } catch {
-    return {};
-  }
+/** The file unless the head it records has died (a joined node's file names no head pid). */
+function liveHead(file: ClusterFile | undefined): ClusterFile | undefined {
+  return file && (file.headPid === undefined || pidAlive(file.headPid)) ? file : undefined;
 }
 
 /** Disconnects; stops the in-process cluster if `init` started one. */
@@ -187,7 +163,7 @@ function state(): DriverState {
       rt,
       info: { address: rt.opts.headAddress, token: rt.opts.token, local: false, sessionDir: rt.sessionDir },
       // The worker sets RTJOB_JOB_ENV from its assignment, so nested actors get the job's env.
-      env: parseEnv(process.env.RTJOB_JOB_ENV),
+      env: readEnv('RTJOB_JOB_ENV') ?? {},
       taskPoolSize: 2,
       taskPool: [],
       taskNext: 0,
@@ -238,7 +214,7 @@ function resolveOptions(o: ActorOptions, env: Record<string, string>, jobId?: st
 function createActor(spec: ActorSpecWire, o: ActorOptions, args: unknown[]): ActorHandle<unknown> {
   const d = state();
   // A worker's runtime has no job id of its own; it runs for the job of its actor (RTJOB_JOB_ID).
-  const options = resolveOptions(o, d.env, d.rt.jobId ?? process.env.RTJOB_JOB_ID);
+  const options = resolveOptions(o, d.env, d.rt.jobId ?? readEnv('RTJOB_JOB_ID'));
   const actorId = `actor_${d.rt.newId()}`;
   const ctorArgs = pack(args);
   const created = d.rt.head.request({ type: 'createActor', actorId, spec, options, ctorArgs });

@@ -13,9 +13,8 @@
  *
  * @module
  */
-import { readFileSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { readClusterFile } from './cluster-file.ts';
+import { readEnv } from './env.ts';
 
 /** Numeric values by name; non-finite values are stored as gaps. */
 export type MetricValues = Record<string, number>;
@@ -28,7 +27,7 @@ interface Row {
 
 /** Options of {@link createMetricsLogger}. */
 export interface MetricsLoggerOptions {
-  /** @default process.env.RTJOB_JOB_ID */
+  /** @default RTJOB_JOB_ID */
   jobId?: string;
   /** The head's HTTP URL. @default RTJOB_HTTP_ADDRESS, else dashboardUrl in ~/.rtjob/cluster.json */
   httpAddress?: string;
@@ -50,24 +49,15 @@ export interface MetricsLogger {
   latest(): MetricValues;
 }
 
-function clusterFile(): { dashboardUrl?: string; token?: string } {
-  try {
-    const home = process.env.RTJOB_HOME ?? join(homedir(), '.rtjob');
-    return JSON.parse(readFileSync(join(home, 'cluster.json'), 'utf8')) as { dashboardUrl?: string; token?: string };
-  } catch {
-    return {};
-  }
-}
-
 /** Creates a logger; most code uses the shared {@link metrics}. */
 export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLogger {
-  const jobId = opts.jobId ?? process.env.RTJOB_JOB_ID;
+  const jobId = opts.jobId ?? readEnv('RTJOB_JOB_ID');
   let endpoint: { url: string; token: string } | null | undefined;
   const resolveEndpoint = () => {
     if (endpoint !== undefined) return endpoint;
-    const file = opts.httpAddress && opts.token ? {} : clusterFile();
-    const base = opts.httpAddress ?? process.env.RTJOB_HTTP_ADDRESS ?? file.dashboardUrl;
-    const token = opts.token ?? process.env.RTJOB_TOKEN ?? file.token;
+    const file = opts.httpAddress && opts.token ? undefined : readClusterFile();
+    const base = opts.httpAddress ?? readEnv('RTJOB_HTTP_ADDRESS') ?? file?.dashboardUrl;
+    const token = opts.token ?? readEnv('RTJOB_TOKEN') ?? file?.token;
     endpoint = jobId && base && token ? { url: `${base}/api/jobs/${encodeURIComponent(jobId)}/metrics`, token } : null;
     return endpoint;
   };

@@ -6,12 +6,14 @@
  *
  * @module
  */
+import { RtjobError } from '../../runtime/errors.ts';
 import type { NamedTensors } from '../engines/types.ts';
 
 /** Thrown for a file that is not valid safetensors. */
-export class SafetensorsError extends Error {
-  override readonly name = 'SafetensorsError';
-  readonly code = 'SAFETENSORS_INVALID';
+export class SafetensorsError extends RtjobError<'SAFETENSORS_INVALID'> {
+  constructor(message: string) {
+    super('SAFETENSORS_INVALID', message);
+  }
 }
 
 const maxHeaderBytes = 100 * 1024 * 1024;

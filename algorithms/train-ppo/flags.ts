@@ -6,6 +6,8 @@
  *
  * @module
  */
+import { type EnvName, readEnv } from '../../runtime/env.ts';
+import { RtjobError } from '../../runtime/errors.ts';
 
 import { klDefaults, type KlEstimator } from '../kl.ts';
 import { experienceDefaults } from '../experience.ts';
@@ -113,7 +115,7 @@ export interface Flag {
   /** Other names (kebab), e.g. OpenRLHF's older spellings. */
   aliases?: string[];
   /** Environment variable read when the flag is absent. */
-  env?: string;
+  env?: EnvName;
 }
 
 let section: FlagSection = 'run';
@@ -307,14 +309,12 @@ export const trainPpoDefaults: TrainPpoOptions = {
 };
 
 /** A bad flag or flag combination; `flag` names it. */
-export class FlagError extends Error {
-  override readonly name = 'FlagError';
-  readonly code = 'TRAIN_PPO_FLAG';
+export class FlagError extends RtjobError<'TRAIN_PPO_FLAG'> {
   constructor(
     readonly flag: string,
     message: string,
   ) {
-    super(message);
+    super('TRAIN_PPO_FLAG', message);
   }
 }
 
@@ -371,9 +371,13 @@ export function parseTrainPpoFlags(
   }
   for (const f of flagTable) {
     if (f.env === undefined || given.has(f.key)) continue;
-    const raw = env[f.env];
-    if (raw === undefined || raw === '') continue;
-    (o as unknown as Record<string, unknown>)[f.key] = parseValue(f, f.env, raw);
+    let value: unknown;
+    try {
+      value = readEnv(f.env, env);
+    } catch (e) {
+      throw new FlagError(f.env, (e as Error).message);
+    }
+    if (value !== undefined) (o as unknown as Record<string, unknown>)[f.key] = value;
   }
   validate(o, given);
   return o;

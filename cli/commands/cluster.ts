@@ -9,7 +9,9 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { api, CliError, requireEndpoint } from '../client.ts';
-import { type ClusterFile, pidAlive, readClusterFile, removeClusterFile, rtjobHome, writeClusterFile } from '../cluster-file.ts';
+import { type ClusterFile, clusterFilePath, readClusterFile, removeClusterFile, rtjobHome, writeClusterFile } from '../../runtime/cluster-file.ts';
+import { readEnv } from '../../runtime/env.ts';
+import { pidAlive } from '../../runtime/pid.ts';
 import { bytes } from '../../runtime/format.ts';
 import { table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
@@ -170,7 +172,7 @@ export async function startCommand(o: StartOptions): Promise<void> {
   console.log(`rtjob head ${recovering ? 'restarted' : 'started'} (pid ${ready.pid}, node agent pid ${nodePids.join(', ')}); session ${sessionDir}`);
   console.log(`  runtime address  ${ready.address}`);
   console.log(`  dashboard        ${login}`);
-  console.log(`  connection info  ${join(rtjobHome(), 'cluster.json')} (mode 0600)`);
+  console.log(`  connection info  ${clusterFilePath()} (mode 0600)`);
   console.log('');
   console.log('Submit a job:        rtjob submit -- train_ppo --agent-func ./agent.ts');
   console.log(`Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`);
@@ -179,7 +181,7 @@ export async function startCommand(o: StartOptions): Promise<void> {
 
 /** `rtjob start --address HOST:PORT --token T`: a node agent on this machine joins that head. */
 async function joinCommand(o: StartOptions, res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>): Promise<void> {
-  const token = o.token ?? process.env.RTJOB_TOKEN;
+  const token = o.token ?? readEnv('RTJOB_TOKEN');
   if (!token) throw new CliError('joining needs the cluster token: --token T (or RTJOB_TOKEN)', 2);
   const address = o.address!.replace(/^wss?:\/\//, '');
   if (!/^[^\s/]+:\d+$/.test(address)) throw new CliError(`--address must be HOST:PORT, got ${o.address}`, 2);

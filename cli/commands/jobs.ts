@@ -11,7 +11,7 @@ import type { JobInfo } from '../../runtime/head/jobs/ops-store.ts';
 import { packDir, PackageTooLargeError, defaultMaxPackageBytes } from '../../runtime/head/jobs/working-dir.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import { api, CliError, type Endpoint, findEndpoint, requireEndpoint, tailJobLogs } from '../client.ts';
-import { rtjobHome } from '../cluster-file.ts';
+import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
 import { startClusterHead } from '../../runtime/local-cluster.ts';

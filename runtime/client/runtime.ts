@@ -11,7 +11,7 @@ import { logger } from '../log.ts';
 import { type ActorInfo, type Call, type Message, acceptedBy } from '../protocol.ts';
 import { type Connection, type Server, connect, holdProcessWhile, listen } from '../transport.ts';
 import { ActorClient } from './actor-client.ts';
-import { ObjectRef, setRefFetcher } from './object-ref.ts';
+import { type ObjectRef, setRefFetcher } from './object-ref.ts';
 import { ObjectStore } from './object-store.ts';
 
 const log = logger('client');

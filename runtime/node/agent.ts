@@ -23,6 +23,7 @@ import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultMaxPackageBytes, isPackageHash, packagesDir, unpackArchive } from '../head/jobs/working-dir.ts';
+import { readEnv } from '../env.ts';
 import { logger } from '../log.ts';
 import { type Message, type ResourceMap, type StartWorker, type WorkerExited, acceptedBy } from '../protocol.ts';
 import { type Connection, connect } from '../transport.ts';
@@ -231,8 +232,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   }
 
   private workerArgv(): string[] {
-    const env = process.env.RTJOB_WORKER_LOADER;
-    const kind = this.opts.workerLoader ?? (env === 'tsx' || env === 'cached' ? env : 'cached');
+    const kind = this.opts.workerLoader ?? readEnv('RTJOB_WORKER_LOADER') ?? 'cached';
     return ['--import', loaders[kind], workerMain];
   }
 
@@ -454,7 +454,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       const delta: Record<string, string> = {};
       for (const [k, v] of Object.entries(env)) if (v !== undefined && process.env[k] !== v) delta[k] = v;
       if (this.opts.holdProcess !== false) warm.ref();
-      warm.send({ type: 'assign', env: delta, unset: ['RTJOB_WARM', ...(process.env.RTJOB_ADDRESS ? ['RTJOB_ADDRESS'] : [])] });
+      warm.send({ type: 'assign', env: delta, unset: ['RTJOB_WARM', ...(readEnv('RTJOB_ADDRESS') !== undefined ? ['RTJOB_ADDRESS'] : [])] });
     }
     const out = createWriteStream(logFiles.stdout, { flags: 'a' });
     const err = createWriteStream(logFiles.stderr, { flags: 'a' });

@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { RtjobError, TaskError } from '../errors.ts';
+import { isRuntimeError, toTaskError } from '../errors.ts';
 import { ObjectRef } from '../client/object-ref.ts';
 import type { Call } from '../protocol.ts';
 
@@ -123,13 +123,9 @@ export class Executor {
   }
 
   private wrap(e: unknown, method: string): unknown {
-    if (e instanceof RtjobError) return e;
-    const err = e instanceof Error ? e : new Error(String(e));
-    return new TaskError(err.name, err.message, {
-      context: { actorId: this.actorId, method },
-      remoteStack: err.stack,
-      cause: err.cause,
-    });
+    // A runtime error from a nested call (the actor called a dead actor) passes through as it is.
+    if (isRuntimeError(e)) return e;
+    return toTaskError(e, { actorId: this.actorId, method });
   }
 }
 

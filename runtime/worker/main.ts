@@ -8,6 +8,7 @@
 import { existsSync } from 'node:fs';
 import { installCodec } from '../client/codec.ts';
 import { Runtime } from '../client/runtime.ts';
+import { readEnv } from '../env.ts';
 import { ActorLoadError, toWire } from '../errors.ts';
 import { logger } from '../log.ts';
 import type { Call, WorkerAssignment } from '../protocol.ts';
@@ -20,7 +21,7 @@ const env = process.env;
 // The node agent holds the other end of the IPC channel; when it goes, so do we.
 process.on('disconnect', () => process.exit(0));
 
-if (env.RTJOB_WARM === '1') {
+if (readEnv('RTJOB_WARM')) {
   // Booted ahead of time: wait for the node agent to say which actor this process becomes.
   const msg = await new Promise<{ env: Record<string, string>; unset: string[] }>((resolve) => {
     const onMessage = (m: { type?: string; env: Record<string, string>; unset: string[] }) => {
@@ -35,22 +36,23 @@ if (env.RTJOB_WARM === '1') {
   for (const k of msg.unset) delete env[k];
   Object.assign(env, msg.env);
 }
-const actorId = env.RTJOB_ACTOR_ID ?? '';
-const incarnation = Number(env.RTJOB_INCARNATION ?? 0);
+const actorId = readEnv('RTJOB_ACTOR_ID') ?? '';
+const incarnation = readEnv('RTJOB_INCARNATION') ?? 0;
 // A job's actors run in the job's working dir (set by the job supervisor), so relative paths
 // such as `--agent-func ./agent.ts` mean the same in every actor as in the driver.
-if (env.RTJOB_WORKING_DIR && existsSync(env.RTJOB_WORKING_DIR)) process.chdir(env.RTJOB_WORKING_DIR);
+const workingDir = readEnv('RTJOB_WORKING_DIR');
+if (workingDir && existsSync(workingDir)) process.chdir(workingDir);
 
 installCodec();
 const rt = await Runtime.start({
-  headAddress: env.RTJOB_HEAD_ADDRESS ?? '',
-  token: env.RTJOB_TOKEN ?? '',
+  headAddress: readEnv('RTJOB_HEAD_ADDRESS') ?? '',
+  token: readEnv('RTJOB_TOKEN') ?? '',
   kind: 'worker',
   actorId,
   incarnation,
-  host: env.RTJOB_WORKER_HOST,
+  host: readEnv('RTJOB_WORKER_HOST'),
   // Set by a node agent that outlives a head restart: the worker (and its state) waits for it.
-  reconnectMs: Number(env.RTJOB_HEAD_RECONNECT_MS ?? 0) || 0,
+  reconnectMs: readEnv('RTJOB_HEAD_RECONNECT_MS') ?? 0,
 });
 rt.onHeadLost(() => process.exit(0));
 

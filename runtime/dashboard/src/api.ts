@@ -5,6 +5,8 @@
  * @module
  */
 
+import { RtjobError } from '../../errors.ts';
+
 export interface NodeView {
   nodeId: string;
   hostname: string;
@@ -72,13 +74,14 @@ export interface MetricsTable {
   rows: (number | null)[][];
 }
 
-/** Thrown for a non-2xx answer, with the API's message. */
-export class ApiError extends Error {
+/** Thrown for a non-2xx answer, with the API's message and error code (`HTTP_<status>` if none). */
+export class ApiError extends RtjobError {
   constructor(
     readonly status: number,
     message: string,
+    code = `HTTP_${status}`,
   ) {
-    super(message);
+    super(code, message);
   }
 }
 

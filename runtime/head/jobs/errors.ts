@@ -4,7 +4,9 @@
  *
  * @module
  */
+import { RtjobError } from '../../errors.ts';
 
+/** Stable codes of the job API's errors. */
 export type JobErrorCode =
   | 'BAD_REQUEST'
   | 'JOB_ID_TAKEN'
@@ -31,14 +33,10 @@ const httpStatus: Record<JobErrorCode, number> = {
 };
 
 /** A request the operations API refuses; `status` is the HTTP status it maps to. */
-export class OpsError extends Error {
-  override readonly name = 'OpsError';
+export class OpsError extends RtjobError<JobErrorCode> {
   readonly status: number;
-  constructor(
-    readonly code: JobErrorCode,
-    message: string,
-  ) {
-    super(message);
+  constructor(code: JobErrorCode, message: string) {
+    super(code, message);
     this.status = httpStatus[code];
   }
 }

@@ -22,6 +22,7 @@ import {
 } from 'node:fs';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
+import { RtjobError } from '../../errors.ts';
 
 /** Largest package the head accepts, compressed. @default 100 MiB */
 export const defaultMaxPackageBytes = 100 * 1024 * 1024;
@@ -30,11 +31,13 @@ export const defaultMaxPackageBytes = 100 * 1024 * 1024;
 const alwaysIgnored = new Set(['node_modules', '.git']);
 
 /** Thrown when a directory is larger than allowed; `code` for checks across boundaries. */
-export class PackageTooLargeError extends Error {
-  override readonly name = 'PackageTooLargeError';
-  readonly code = 'PACKAGE_TOO_LARGE';
-  constructor(readonly bytes: number, readonly maxBytes: number) {
+export class PackageTooLargeError extends RtjobError<'PACKAGE_TOO_LARGE'> {
+  constructor(
+    readonly bytes: number,
+    readonly maxBytes: number,
+  ) {
     super(
+      'PACKAGE_TOO_LARGE',
       `working dir is ${(bytes / 1048576).toFixed(1)} MiB, over the ${(maxBytes / 1048576).toFixed(0)} MiB limit; ` +
         'exclude large files with a .rtjobignore file (one pattern per line)',
     );
