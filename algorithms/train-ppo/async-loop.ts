@@ -25,7 +25,7 @@ import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { StalenessThrottle } from '../staleness.ts';
 import { TrajectoryBuffer } from '../trajectory-buffer.ts';
 import type { DataPosition } from './data.ts';
-import { afterStep, type RunContext } from './context.ts';
+import { afterStep, recordUpdate, type RunContext } from './context.ts';
 import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 
@@ -162,27 +162,11 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       publishing = publishBeside(snapshot, step).catch(fail);
       const busy = performance.now() - t0;
       timing.trainerBusyMs += busy;
-      for (const g of kept) state.trainedPrompts.push(g.index);
-      state.klCoef = ctx.kl.value;
-      if (ctx.rewardNormalizer) state.rewardStats = ctx.rewardNormalizer.state();
-      ctx.summary.rewardFirst ??= u.rewardMean;
-      ctx.summary.rewardLast = u.rewardMean;
       const wall = performance.now() - ctx.started;
       await afterStep(stepCtx, {
-        reward_mean: u.rewardMean,
-        kl: u.kl,
-        policy_loss: u.policyLoss,
-        clip_fraction: u.clipFraction,
-        entropy: u.entropy,
-        grad_norm: u.gradNorm,
-        response_length: u.responseLength,
-        pass_rate: passRate,
-        staleness_mean: u.staleMean,
-        staleness_max: u.staleMax,
+        ...recordUpdate(ctx, kept, u, passRate),
         buffer_fill: fill,
         generate_s: batch.generateMs / 1000,
-        train_s: u.trainMs / 1000,
-        experience_s: u.experienceMs / 1000,
         weight_sync_s: lastPublish.syncMs / 1000,
         publish_wait_s: lastPublish.waitMs / 1000,
         previous_publish_wait_s: previousPublishWaitMs / 1000,
@@ -191,14 +175,10 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         rollout_busy_fraction: timing.producerBusyMs / wall,
         trainer_busy_fraction: timing.trainerBusyMs / wall,
         step_s: (busy + waitMs) / 1000,
-        samples: u.samples,
         samples_per_s: (u.samples * 1000) / Math.max(1, busy + waitMs),
         episodes_per_s: (batch.groups.reduce((n, g) => n + g.episodes, 0) * 1000) / Math.max(1, busy + waitMs),
         tokens_per_s: (u.tokens * 1000) / Math.max(1, busy + waitMs),
-        episodes_failed: state.failed,
-        rollout_restarts: state.rolloutRestarts,
         version: trainerVersion,
-        ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
       });
     }
     await publishing;

@@ -7,6 +7,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
 import { createKlController } from '../kl.ts';
 import { RewardNormalizer } from '../reward-normalizer.ts';
@@ -15,7 +16,7 @@ import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './d
 import type { TrainPpoOptions } from './flags.ts';
 import type { Roles } from './roles.ts';
 import { klOptions } from './options.ts';
-import { publishWeights, type UpdateState } from './step.ts';
+import { publishWeights, type UpdateState, type UpdateStats } from './step.ts';
 
 /** Where a run's numbers go: the head's metrics API, and lines on the terminal. */
 export interface RunLog {
@@ -109,6 +110,38 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
     log.line(`eval  step ${state.step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${evalItems.length} prompts, greedy)`);
   }
   return ctx;
+}
+
+/**
+ * Books a trained update into the run state (prompts trained, β, reward statistics, summary) and
+ * returns the metrics both loops log for it; each loop adds its own timings.
+ */
+export function recordUpdate(ctx: RunContext, kept: GroupResult[], u: UpdateStats, passRate: number): Record<string, number> {
+  const { state } = ctx;
+  for (const g of kept) state.trainedPrompts.push(g.index);
+  state.klCoef = ctx.kl.value;
+  if (ctx.rewardNormalizer) state.rewardStats = ctx.rewardNormalizer.state();
+  ctx.summary.rewardFirst ??= u.rewardMean;
+  ctx.summary.rewardLast = u.rewardMean;
+  return {
+    reward_mean: u.rewardMean,
+    kl: u.kl,
+    kl_coef: u.klCoef,
+    policy_loss: u.policyLoss,
+    clip_fraction: u.clipFraction,
+    entropy: u.entropy,
+    grad_norm: u.gradNorm,
+    response_length: u.responseLength,
+    pass_rate: passRate,
+    staleness_mean: u.staleMean,
+    staleness_max: u.staleMax,
+    experience_s: u.experienceMs / 1000,
+    train_s: u.trainMs / 1000,
+    samples: u.samples,
+    episodes_failed: state.failed,
+    rollout_restarts: state.rolloutRestarts,
+    ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+  };
 }
 
 /** Logging, evaluation and checkpointing after a step. */

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { afterStep, type RunContext } from './context.ts';
+import { afterStep, recordUpdate, type RunContext } from './context.ts';
 import { account, generate } from './generate.ts';
 import { filterGroups, publishWeights, trainOn } from './step.ts';
 
@@ -34,39 +34,17 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx, version);
     if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.wakeUp()));
     const sync = await publishWeights(roles);
-    for (const g of kept) state.trainedPrompts.push(g.index);
-    state.position = { ...ctx.sampler.position };
-    state.klCoef = ctx.kl.value;
-    if (ctx.rewardNormalizer) state.rewardStats = ctx.rewardNormalizer.state();
     const stepMs = performance.now() - tStep;
-    ctx.summary.rewardFirst ??= u.rewardMean;
-    ctx.summary.rewardLast = u.rewardMean;
-    const values: Record<string, number> = {
-      reward_mean: u.rewardMean,
-      kl: u.kl,
-      kl_coef: u.klCoef,
-      policy_loss: u.policyLoss,
-      clip_fraction: u.clipFraction,
-      entropy: u.entropy,
-      grad_norm: u.gradNorm,
-      response_length: u.responseLength,
-      pass_rate: passRate,
-      staleness_mean: u.staleMean,
-      staleness_max: u.staleMax,
-      episodes_failed: state.failed,
-      rollout_restarts: state.rolloutRestarts,
+    state.position = { ...ctx.sampler.position };
+    await afterStep(ctx, {
+      ...recordUpdate(ctx, kept, u, passRate),
       generate_s: genMs / 1000,
-      experience_s: u.experienceMs / 1000,
-      train_s: u.trainMs / 1000,
       weight_sync_s: sync.syncMs / 1000,
       step_s: stepMs / 1000,
-      samples: u.samples,
       samples_per_s: (u.samples * 1000) / stepMs,
       tokens_per_s: (u.tokens * 1000) / stepMs,
       version: sync.version,
-      ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
-    };
-    await afterStep(ctx, values);
+    });
   }
 }
 
