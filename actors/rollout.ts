@@ -15,6 +15,8 @@ import { loadAgent } from './agent/load.ts';
 import { SimulatedEngine } from './agent/simulated-engine.ts';
 import type { Agent, AgentTokenizer, Sample } from './agent/types.ts';
 import { BuiltinEngine } from './engines/builtin/engine.ts';
+import { Gateway } from './gateway/server.ts';
+import { modelCard } from './gateway/model-card.ts';
 import type { GenerationConfig, InferenceEngine, NamedTensors, PauseOptions } from './engines/types.ts';
 import { serializeSafetensors } from './model/safetensors.ts';
 import { seededRandom } from './model/sampling.ts';
@@ -59,6 +61,12 @@ export interface RolloutInit {
   episodeTimeoutMs?: number;
   /** Seed of the engine's sampling stream. @default 0 */
   seed?: number;
+  /** Tool-call format of the gateway agents talk to (`--tool-call-parser`). @default 'hermes' */
+  toolCallParser?: string;
+  /** Check every gateway turn against the re-rendered prompt and report drift. @default false */
+  gatewayCheckDrift?: boolean;
+  /** Reward factor per completion before a gateway episode's last. @default 1 */
+  agentTurnDiscount?: number;
 }
 
 /**
@@ -106,6 +114,7 @@ export class Rollout {
   private tokenizer!: AgentTokenizer;
   private runner!: EpisodeRunner;
   private agent!: Agent;
+  private gateway: Gateway | undefined;
   private loaded: Promise<void> | undefined;
   private readonly gconfig: GenerationConfig;
   private readonly counters = { done: 0, failed: 0, tokens: 0, busyMs: 0 };
@@ -136,6 +145,20 @@ export class Rollout {
             maxLength,
           })
         : defaultAgent);
+      if (agent.kind === 'agent') {
+        // Black-box agents reach the engine through an OpenAI-compatible gateway in this worker.
+        const card = modelCard(this.init.pretrain);
+        this.gateway = await Gateway.start({
+          engine: this.engine,
+          tokenizer: chat,
+          model: card.name,
+          contextLength: Math.min(card.contextLength ?? maxLength, maxLength),
+          maxNewTokens: this.init.generateMaxLen,
+          fixedSampling: { temperature: this.gconfig.temperature ?? 1, topP: this.gconfig.topP ?? 1 },
+          toolCallParser: this.init.toolCallParser ?? 'hermes',
+          checkDrift: this.init.gatewayCheckDrift ?? false,
+        });
+      }
       this.runner = new EpisodeRunner({
         agent,
         tokenizer: this.tokenizer,
@@ -143,6 +166,7 @@ export class Rollout {
         maxLength,
         maxConcurrent,
         episodeTimeoutMs: this.init.episodeTimeoutMs ?? 0,
+        ...(this.gateway ? { gateway: this.gateway, turnDiscount: this.init.agentTurnDiscount ?? 1 } : {}),
       });
     })();
     await this.loaded;
@@ -254,6 +278,7 @@ export class Rollout {
   }
 
   async close(): Promise<void> {
+    await this.gateway?.close();
     await this.engine?.close();
   }
 }

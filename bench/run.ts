@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
-const all = ['runtime', 'model', 'rl'];
+const all = ['runtime', 'model', 'rl', 'gateway'];
 const names = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 let failed = 0;
 for (const name of names.length ? names : all) {

@@ -17,6 +17,7 @@ import {
   stopJobCommand,
   submitCommand,
 } from './commands/jobs.ts';
+import { serveCommand } from './commands/serve.ts';
 
 const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
@@ -122,6 +123,19 @@ addressOptions(
     .option('--json', 'columns and rows as JSON')
     .addOption(new Option('--last <n>', 'steps to show in the table').default('20')),
 ).action((job: string, o) => metricsCommand(job, o));
+
+program
+  .command('serve')
+  .description('serve a checkpoint as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/responses)')
+  .option('--pretrain <dir>', 'HF model directory (default: the shipped warm-start model)')
+  .option('--host <host>', 'interface to bind', '127.0.0.1')
+  .option('--port <port>', 'port; 0 picks a free one', '8000')
+  .option('--api-key <key>', 'the key clients send (default: RTJOB_SERVE_API_KEY, else a random one, printed)')
+  .option('--model <name>', "the model name clients request (default: the directory's name)")
+  .option('--tool-call-parser <name>', 'tool-call format in generated text: hermes, qwen, none', 'hermes')
+  .option('--max-tokens <n>', 'completion cap and default max_tokens (default: the context length)')
+  .addHelpText('after', '\nExample:\n  rtjob serve --pretrain ./ckpt/ppo --port 8000')
+  .action((o) => serveCommand(o));
 
 try {
   await program.parseAsync();

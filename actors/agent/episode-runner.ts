@@ -7,7 +7,9 @@
  * @module
  */
 import type { GenerationConfig, InferenceEngine } from '../engines/types.ts';
+import type { Gateway } from '../gateway/server.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
+import { runGatewayEpisode } from './agent-executor.ts';
 import { AgentContractError, EpisodeError, EpisodeTimeoutError } from './errors.ts';
 import { Semaphore } from './semaphore.ts';
 import { runStepEpisode } from './step-executor.ts';
@@ -25,6 +27,10 @@ export interface EpisodeRunnerOptions {
   maxConcurrent?: number;
   /** A hung episode fails after this long; 0 disables. @default 0 */
   episodeTimeoutMs?: number;
+  /** The OpenAI-compatible gateway black-box agents (`kind: 'agent'`) talk to. */
+  gateway?: Gateway;
+  /** Reward factor per completion before an agent episode's last. @default 1 */
+  turnDiscount?: number;
 }
 
 /** The outcome of one prompt's group. */
@@ -43,11 +49,12 @@ export interface GroupResult {
 /** Runs groups of episodes for one engine. */
 export class EpisodeRunner {
   readonly slots: Semaphore;
-  private readonly o: Required<EpisodeRunnerOptions>;
+  private readonly o: Required<Omit<EpisodeRunnerOptions, 'gateway'>> & Pick<EpisodeRunnerOptions, 'gateway'>;
   private seq = 0;
 
   constructor(o: EpisodeRunnerOptions) {
-    this.o = { maxConcurrent: 128, episodeTimeoutMs: 0, ...o };
+    this.o = { maxConcurrent: 128, episodeTimeoutMs: 0, turnDiscount: 1, ...o };
+    if (o.agent.kind === 'agent' && !o.gateway) throw new RangeError('an agent(sample, env) file needs a gateway');
     this.slots = new Semaphore(this.o.maxConcurrent);
   }
 
@@ -56,7 +63,7 @@ export class EpisodeRunner {
     return this.slots.inUse;
   }
 
-  /** Runs every episode of `sample`'s group (n step-function episodes, or one workflow call). */
+  /** Runs every episode of `sample`'s group (n step-function or agent episodes, or one workflow call). */
   async runGroup(engine: InferenceEngine, sample: Sample): Promise<GroupResult> {
     const { agent } = this.o;
     const base = { index: sample.index, groupId: sample.groupId };
@@ -67,6 +74,24 @@ export class EpisodeRunner {
       if (r instanceof Error) return { ...base, status: 'failed', trajectories: [], errors: [r.message], episodes: 1 };
       if (r === null) return { ...base, status: 'rejected', trajectories: [], errors: [], episodes: 1 };
       return { ...base, status: 'ok', trajectories: r, errors: [], episodes: 1 };
+    }
+    if (agent.kind === 'agent') {
+      const runs = await Promise.all(
+        Array.from({ length: sample.nSamples }, () =>
+          this.episode(sample, (signal) =>
+            runGatewayEpisode(sample, {
+              file: agent.file,
+              agent: agent.agent,
+              gateway: this.o.gateway!,
+              signal,
+              turnDiscount: this.o.turnDiscount,
+            }),
+          ),
+        ),
+      );
+      const errors = runs.filter((r): r is Error => r instanceof Error).map((e) => e.message);
+      if (errors.length > 0) return { ...base, status: 'failed', trajectories: [], errors, episodes: runs.length };
+      return { ...base, status: 'ok', trajectories: (runs as Trajectory[][]).flat(), errors: [], episodes: runs.length };
     }
     const runs = await Promise.all(
       Array.from({ length: sample.nSamples }, () =>
@@ -91,11 +116,12 @@ export class EpisodeRunner {
   }
 
   /** One episode under a slot and the timeout; episode failures come back as values. */
-  private async episode<T>(sample: Sample, fn: () => Promise<T>): Promise<T | Error> {
+  private async episode<T>(sample: Sample, fn: (signal: AbortSignal) => Promise<T>): Promise<T | Error> {
     await this.slots.acquire();
     let timer: NodeJS.Timeout | undefined;
+    const abort = new AbortController();
     try {
-      const work = fn();
+      const work = fn(abort.signal);
       const timeoutMs = this.o.episodeTimeoutMs;
       if (timeoutMs <= 0) return await work;
       // A hung episode cannot be cancelled from outside; it is abandoned and its slot freed.
@@ -103,10 +129,11 @@ export class EpisodeRunner {
       return await Promise.race([
         work,
         new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () => reject(new EpisodeTimeoutError(this.o.agent.file, sample.index, timeoutMs)),
-            timeoutMs,
-          );
+          timer = setTimeout(() => {
+            const err = new EpisodeTimeoutError(this.o.agent.file, sample.index, timeoutMs);
+            abort.abort(err);
+            reject(err);
+          }, timeoutMs);
         }),
       ]);
     } catch (err) {

@@ -8,7 +8,7 @@ import { existsSync, statSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { AgentLoadError } from './errors.ts';
-import type { Agent, StepFunction, Workflow, WorkflowInit } from './types.ts';
+import type { Agent, AgentFunction, StepFunction, Workflow, WorkflowInit } from './types.ts';
 
 /** Turn cap for step functions that never say `done`; the context budget usually ends them first. */
 export const defaultMaxTurns = 64;
@@ -17,7 +17,9 @@ export const defaultMaxTurns = 64;
  * Imports `file` and returns the agent it exports:
  * - `export async function step(observation, action, label, ctx)` (and optionally `maxTurns`), or
  * - `export class Workflow { runEpisode(engine, sample) }` (also as the default export), built with
- *   `new Workflow(init)`, or `export const workflow = { runEpisode }`.
+ *   `new Workflow(init)`, or `export const workflow = { runEpisode }`, or
+ * - `export async function agent(sample, { baseURL, apiKey, model, signal })`, a black-box agent
+ *   that talks to the rollout's OpenAI-compatible gateway.
  *
  * @example
  * const agent = await loadAgent('./examples/agent.ts', init);
@@ -38,9 +40,17 @@ export async function loadAgent(file: string, init: WorkflowInit): Promise<Agent
     throw new AgentLoadError(file, `failed to import: ${why}`, { cause: err });
   }
   const step = mod['step'];
+  const agent = mod['agent'];
   const workflow = pickWorkflow(file, mod, init);
-  if (step !== undefined && workflow !== undefined) {
-    throw new AgentLoadError(file, 'exports both `step` and a workflow; export one of them');
+  const found = [step !== undefined && '`step`', workflow !== undefined && 'a workflow', agent !== undefined && '`agent`'].filter(Boolean);
+  if (found.length > 1) {
+    throw new AgentLoadError(file, `exports ${found.join(' and ')}; export one of them`);
+  }
+  if (agent !== undefined) {
+    if (typeof agent !== 'function') {
+      throw new AgentLoadError(file, `\`agent\` is a ${typeof agent}, expected a function (sample, env)`);
+    }
+    return { kind: 'agent', file, agent: agent as AgentFunction };
   }
   if (step !== undefined) {
     if (typeof step !== 'function') {
@@ -56,7 +66,7 @@ export async function loadAgent(file: string, init: WorkflowInit): Promise<Agent
   const names = Object.keys(mod).join(', ') || 'nothing';
   throw new AgentLoadError(
     file,
-    `exports neither \`step\` (a function) nor \`Workflow\` (a class with runEpisode); it exports ${names}`,
+    `exports none of \`step\` (a function), \`Workflow\` (a class with runEpisode) or \`agent\` (a function); it exports ${names}`,
   );
 }
 

@@ -1,10 +1,13 @@
 /**
- * The two agent APIs a user writes in `--agent-func FILE.ts`, and what the executors hand them.
+ * The three agent APIs a user writes in `--agent-func FILE.ts`, and what the executors hand them.
  *
  * 1. A step function (OpenRLHF): `export async function step(observation, action, label, ctx)`.
  * 2. A workflow (AReaL): `export class Workflow { runEpisode(engine, sample) }`.
+ * 3. A black-box agent: `export async function agent(sample, { baseURL, apiKey, model, signal })`
+ *    that calls the rollout's OpenAI-compatible gateway with any client and returns a reward.
  *
- * Both speak token ids to the engine; text appears only where the user asks for it.
+ * The first two speak token ids to the engine; the third speaks chat, and the gateway records the
+ * tokens.
  *
  * @module
  */
@@ -110,7 +113,26 @@ export interface Workflow {
   runEpisode(engine: WorkflowEngine, sample: Sample): Promise<Trajectory[] | Trajectory | null>;
 }
 
+/** What a black-box agent receives beside its sample: where its OpenAI-compatible model is. */
+export interface AgentEnv {
+  /** The gateway's base URL, ending in `/v1` (pass it to the client as `baseURL`). */
+  baseURL: string;
+  /** This episode's key; valid only while the episode runs. */
+  apiKey: string;
+  /** The model name to request. */
+  model: string;
+  /** Aborted when the episode times out (`--agent-timeout`); pass it to the client's calls. */
+  signal: AbortSignal;
+}
+
+/** What a black-box agent returns: the episode's reward, with scalars to log when it likes. */
+export type AgentResult = number | { reward: number; extraInfo?: Record<string, number | string | boolean> };
+
+/** The black-box agent: any code that calls an OpenAI-compatible endpoint and scores the episode. */
+export type AgentFunction = (sample: Sample, env: AgentEnv) => Promise<AgentResult> | AgentResult;
+
 /** A loaded agent file. */
 export type Agent =
   | { kind: 'step'; file: string; step: StepFunction; maxTurns: number }
-  | { kind: 'workflow'; file: string; workflow: Workflow };
+  | { kind: 'workflow'; file: string; workflow: Workflow }
+  | { kind: 'agent'; file: string; agent: AgentFunction };

@@ -98,6 +98,9 @@ export interface TrainPpoOptions {
   behavImpWeightCap: number;
   episodeTimeoutMs: number;
   agentErrorBudget: number;
+  toolCallParser: string;
+  gatewayCheckDrift: boolean;
+  agentTurnDiscount: number;
   inProcess: boolean;
 }
 
@@ -152,8 +155,11 @@ export const flagTable: readonly Flag[] = [
   F('generateMaxLen', 'int', 'new tokens per generation', { min: 1, aliases: ['max-new-tokens'] }),
   F('temperature', 'float', 'sampling temperature', { min: 0 }),
   F('topP', 'float', 'nucleus sampling mass', { min: 0 }),
-  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', { min: 0, aliases: ['episode-timeout-ms'] }),
+  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', { min: 0, aliases: ['episode-timeout-ms', 'agent-timeout', 'agent-timeout-ms'] }),
   F('agentErrorBudget', 'float', 'fraction of episodes allowed to fail before the job fails', { min: 0 }),
+  F('toolCallParser', 'string', 'how the gateway finds tool calls in generated text (agent(sample, env) files)', { choices: ['hermes', 'qwen', 'none'] }),
+  F('gatewayCheckDrift', 'bool', 'gateway debug: compare every turn with the recorded tokens and report drift'),
+  F('agentTurnDiscount', 'float', 'gateway agents: reward factor per completion before the last (1 = all share the reward)', { min: 0 }),
   ...under('algorithm'),
   F('advantageEstimator', 'string', 'advantage estimator', { choices: advantageEstimators }),
   F('noAdvantageStdNorm', 'bool', 'subtract the mean but do not divide by the std'),
@@ -305,6 +311,9 @@ export const trainPpoDefaults: TrainPpoOptions = {
   behavImpWeightCap: ppoLossDefaults.behavImpWeightCap,
   episodeTimeoutMs: 0,
   agentErrorBudget: 0.1,
+  toolCallParser: 'hermes',
+  gatewayCheckDrift: false,
+  agentTurnDiscount: 1,
   inProcess: false,
 };
 
@@ -482,6 +491,7 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
       fail('--rollout-num-engines', `--rollout-num-engines ${o.rolloutNumEngines} exceeds the ${urls.length} server(s) in --engine-url (each rollout needs at least one)`);
     }
   }
+  if (o.agentTurnDiscount > 1) fail('--agent-turn-discount', '--agent-turn-discount is a factor in [0, 1]');
   if (o.agentErrorBudget > 1) fail('--agent-error-budget', '--agent-error-budget is a fraction in [0, 1]');
   if (o.temperature === 0 && o.nSamplesPerPrompt > 1 && given.has('temperature')) {
     fail('--temperature', '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1');

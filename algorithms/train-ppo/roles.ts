@@ -64,6 +64,9 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       asyncNumTasks: o.asyncNumTasks,
       episodeTimeoutMs: o.episodeTimeoutMs,
       seed: o.seed * 7 + i,
+      toolCallParser: o.toolCallParser,
+      gatewayCheckDrift: o.gatewayCheckDrift,
+      agentTurnDiscount: o.agentTurnDiscount,
     }),
     trainer: {
       pretrain: o.pretrain,

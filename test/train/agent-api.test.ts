@@ -79,7 +79,7 @@ test('workflow: groups come back stamped, null rejects the prompt', async () => 
 
 test('broken agent files fail with errors that name the file and the problem', async () => {
   const cases: [string, RegExp][] = [
-    ['no-export.ts', /no-export\.ts: exports neither `step`.*notAnAgent/],
+    ['no-export.ts', /no-export\.ts: exports none of `step`.*notAnAgent/],
     ['broken-syntax.mjs', /broken-syntax\.mjs: failed to import: SyntaxError/],
     ['does-not-exist.ts', /does-not-exist\.ts: no such file/],
   ];

@@ -1,0 +1,195 @@
+/**
+ * One completion, endpoint-agnostic: render the messages with the policy's own chat template
+ * (tools included), generate token ids on the run's engine, record them in the episode's token
+ * session, and parse the text into content and tool calls. Chat text never goes to an engine.
+ *
+ * @module
+ */
+import { randomBytes } from 'node:crypto';
+import type { GenerateResult, GenerationConfig, InferenceEngine } from '../engines/types.ts';
+import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
+import type { CompletionRequest } from './chat-request.ts';
+import { GatewayError } from './errors.ts';
+import type { TokenSession } from './token-session.ts';
+import type { ToolCallParser } from './tool-parsers.ts';
+
+/** The engine calls a gateway makes. */
+export type GatewayEngine = Pick<InferenceEngine, 'generate' | 'generateN' | 'getVersion'>;
+
+/** What completions are generated with. */
+export interface CompletionContext {
+  engine: GatewayEngine;
+  tokenizer: ChatTokenizer;
+  parser: ToolCallParser;
+  /** Prompt + completion cap in tokens. */
+  contextLength: number;
+  /** Completion cap, and the default when a request names none. */
+  maxNewTokens: number;
+  /**
+   * Sampling that wins over the request's (training: the run's temperature and top-p, so the
+   * recorded behaviour logprobs are of the distribution the trainer scores).
+   */
+  fixedSampling?: { temperature: number; topP: number };
+}
+
+/** A tool call as answered to the client. */
+export interface ToolCallOut {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/** One generated choice. */
+export interface CompletionChoice {
+  index: number;
+  ids: number[];
+  logprobs: number[];
+  content: string | null;
+  toolCalls: ToolCallOut[];
+  finishReason: 'stop' | 'length' | 'tool_calls';
+}
+
+/** The outcome of one request. */
+export interface CompletionResult {
+  promptTokens: number;
+  completionTokens: number;
+  choices: CompletionChoice[];
+}
+
+/** Renders, generates, records and parses one request. */
+export async function complete(
+  ctx: CompletionContext,
+  req: CompletionRequest,
+  session?: TokenSession,
+): Promise<CompletionResult> {
+  const promptIds = renderPrompt(ctx.tokenizer, req);
+  const room = ctx.contextLength - promptIds.length;
+  if (room <= 0) {
+    throw new GatewayError(
+      400,
+      'context_length_exceeded',
+      `This model's maximum context length is ${ctx.contextLength} tokens; the messages resulted in ${promptIds.length} tokens, leaving no room for a completion.`,
+      'messages',
+    );
+  }
+  const s = req.sampling;
+  const temperature = ctx.fixedSampling?.temperature ?? s.temperature ?? 1;
+  const gconfig: GenerationConfig = {
+    maxNewTokens: Math.min(s.maxTokens ?? ctx.maxNewTokens, ctx.maxNewTokens, room),
+    temperature,
+    topP: ctx.fixedSampling?.topP ?? s.topP ?? 1,
+    ...(temperature === 0 ? { greedy: true } : {}),
+    ...(s.stop.length ? { stop: s.stop } : {}),
+    ...(s.seed !== undefined ? { seed: s.seed } : {}),
+  };
+  const claim = session?.begin(promptIds);
+  let outputs: GenerateResult[];
+  try {
+    outputs = await generate(ctx.engine, promptIds, gconfig, s.n);
+  } catch (err) {
+    if (claim) session!.release(claim);
+    const why = err instanceof Error ? err.message : String(err);
+    throw new GatewayError(500, 'engine_error', `generation failed: ${why}`);
+  }
+  if (claim) session!.record(claim, outputs);
+  const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index));
+  return {
+    promptTokens: promptIds.length,
+    completionTokens: outputs.reduce((n, o) => n + o.outputTokens.length, 0),
+    choices,
+  };
+}
+
+/** The prompt's token ids: the chat template with `tools`, then the policy's tokenizer. */
+export function renderPrompt(
+  tokenizer: ChatTokenizer,
+  req: Pick<CompletionRequest, 'messages' | 'tools'>,
+): number[] {
+  let text: string;
+  try {
+    text = tokenizer.applyChatTemplate(req.messages as unknown as ChatMessage[], {
+      addGenerationPrompt: true,
+      ...(req.tools?.length ? { tools: req.tools } : {}),
+    });
+  } catch (err) {
+    // A template's raise_exception (roles must alternate, ...) is the request's fault.
+    const why = err instanceof Error ? err.message : String(err);
+    throw new GatewayError(
+      400,
+      'invalid_request',
+      `the chat template rejected the messages: ${why}`,
+      'messages',
+    );
+  }
+  return tokenizer.encode(text);
+}
+
+/**
+ * `n` samples of `promptIds`. A sample cut off by a weight update (`abort`, partial rollouts) is
+ * continued on the new weights from where it stopped, so every token keeps the version that made it.
+ */
+async function generate(
+  engine: GatewayEngine,
+  promptIds: number[],
+  gconfig: GenerationConfig,
+  n: number,
+): Promise<GenerateResult[]> {
+  const first =
+    n === 1
+      ? [await engine.generate({ inputIds: promptIds, gconfig })]
+      : await engine.generateN({ inputIds: promptIds, gconfig: { ...gconfig, n } });
+  return Promise.all(
+    first.map(async (out) => {
+      const budget = gconfig.maxNewTokens ?? 256;
+      while (out.stopReason === 'abort' && out.outputTokens.length < budget) {
+        const more = await engine.generate({
+          inputIds: [...promptIds, ...out.outputTokens],
+          gconfig: { ...gconfig, maxNewTokens: budget - out.outputTokens.length },
+        });
+        out = {
+          outputTokens: [...out.outputTokens, ...more.outputTokens],
+          outputLogprobs: [...out.outputLogprobs, ...more.outputLogprobs],
+          outputVersions: [...out.outputVersions, ...more.outputVersions],
+          stopReason: more.stopReason,
+        };
+      }
+      return out.stopReason === 'abort' ? { ...out, stopReason: 'length' as const } : out;
+    }),
+  );
+}
+
+function choiceOf(
+  ctx: CompletionContext,
+  req: CompletionRequest,
+  out: GenerateResult,
+  index: number,
+): CompletionChoice {
+  const ids = out.outputTokens;
+  // The closing special token (eos) is not part of the message; other text is kept verbatim so a
+  // parser sees tool-call markers even when the tokenizer marks them special.
+  const last = ids[ids.length - 1];
+  const body =
+    last !== undefined && ctx.tokenizer.decode([last], { skipSpecialTokens: true }) === ''
+      ? ids.slice(0, -1)
+      : ids;
+  let text = ctx.tokenizer.decode(body, { skipSpecialTokens: false });
+  const stop = req.sampling.stop.find((st) => text.endsWith(st));
+  if (out.stopReason === 'stop' && stop !== undefined) text = text.slice(0, -stop.length);
+  const parsed = req.parseTools
+    ? ctx.parser.parse(text)
+    : { content: text === '' ? null : text, toolCalls: [] };
+  const toolCalls = parsed.toolCalls.map((c) => ({
+    id: `call_${randomBytes(12).toString('hex')}`,
+    ...c,
+  }));
+  const finishReason =
+    toolCalls.length > 0 ? 'tool_calls' : out.stopReason === 'length' ? 'length' : 'stop';
+  return {
+    index,
+    ids,
+    logprobs: out.outputLogprobs,
+    content: parsed.content,
+    toolCalls,
+    finishReason,
+  };
+}

@@ -1,0 +1,259 @@
+/**
+ * The agent gateway: an OpenAI-compatible HTTP endpoint (`/v1/chat/completions`,
+ * `/v1/responses`, `/v1/models`) in front of the run's inference engine. Each agent episode gets
+ * its own random key, valid only while the episode runs; the key selects the episode's token
+ * session, so one episode can never read or extend another's. Bound to loopback by default.
+ *
+ * @module
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { ChatTokenizer } from '../model/tokenizer.ts';
+import { chatCompletionBody, streamChatCompletion } from './chat-completions.ts';
+import { parseChatRequest } from './chat-request.ts';
+import { complete, type CompletionContext, type GatewayEngine } from './completion.ts';
+import { GatewayError } from './errors.ts';
+import { handleResponses } from './responses.ts';
+import { TokenSession } from './token-session.ts';
+import { toolCallParser } from './tool-parsers.ts';
+import * as v from './validate.ts';
+
+/** How a gateway is built. */
+export interface GatewayOptions {
+  engine: GatewayEngine;
+  tokenizer: ChatTokenizer;
+  /** The model name clients pass (`/v1/models` lists it). */
+  model: string;
+  /** Prompt + completion cap in tokens. */
+  contextLength: number;
+  /** Completion cap and default `max_tokens`. @default contextLength */
+  maxNewTokens?: number;
+  /** @default 'hermes' */
+  toolCallParser?: string;
+  /** Sampling that overrides the client's (training: the run's settings). */
+  fixedSampling?: { temperature: number; topP: number };
+  /** Compare every turn's rendered prompt with the recorded tokens and keep drift reports. @default false */
+  checkDrift?: boolean;
+  /** @default '127.0.0.1' */
+  host?: string;
+  /** @default 0 (a free port) */
+  port?: number;
+  /** Request bodies above this are refused with 413. @default 16 MiB */
+  maxBodyBytes?: number;
+}
+
+/** A key and what it opens: a recording session (agent episodes) or none (`rtjob serve`). */
+interface KeyEntry {
+  session: TokenSession | undefined;
+}
+
+/** An open session handed to one agent episode. */
+export interface GatewaySession {
+  apiKey: string;
+  session: TokenSession;
+  /** Revokes the key; requests in flight finish but record nothing more. */
+  close(): void;
+}
+
+/** The OpenAI-compatible endpoint; start it with {@link Gateway.start}. */
+export class Gateway {
+  private readonly keys = new Map<string, KeyEntry>();
+  private readonly ctx: CompletionContext;
+  private readonly maxBodyBytes: number;
+  private constructor(
+    private readonly server: Server,
+    private readonly o: GatewayOptions,
+  ) {
+    this.ctx = {
+      engine: o.engine,
+      tokenizer: o.tokenizer,
+      parser: toolCallParser(o.toolCallParser ?? 'hermes'),
+      contextLength: o.contextLength,
+      maxNewTokens: o.maxNewTokens ?? o.contextLength,
+      ...(o.fixedSampling ? { fixedSampling: o.fixedSampling } : {}),
+    };
+    this.maxBodyBytes = o.maxBodyBytes ?? 16 << 20;
+  }
+
+  /** Starts listening (loopback, a free port unless told otherwise). */
+  static async start(o: GatewayOptions): Promise<Gateway> {
+    toolCallParser(o.toolCallParser ?? 'hermes');
+    const server = createServer();
+    const g = new Gateway(server, o);
+    server.on('request', (req, res) => void g.handle(req, res));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(o.port ?? 0, o.host ?? '127.0.0.1', () => resolve());
+    });
+    return g;
+  }
+
+  /** `http://host:port/v1`, what agents pass as `baseURL`. */
+  get baseURL(): string {
+    const a = this.server.address() as AddressInfo;
+    const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
+    return `http://${host}:${a.port}/v1`;
+  }
+
+  get model(): string {
+    return this.o.model;
+  }
+
+  /** Sessions open now. */
+  get openSessions(): number {
+    let n = 0;
+    for (const e of this.keys.values()) if (e.session) n++;
+    return n;
+  }
+
+  /** Opens a recording session with a fresh key for one episode. */
+  openSession(): GatewaySession {
+    const apiKey = `rtj-${randomBytes(24).toString('base64url')}`;
+    const session = new TokenSession(
+      this.o.checkDrift
+        ? (ids) => this.o.tokenizer.decode(ids, { skipSpecialTokens: false })
+        : undefined,
+    );
+    const h = hashKey(apiKey);
+    this.keys.set(h, { session });
+    return {
+      apiKey,
+      session,
+      close: () => {
+        session.close();
+        this.keys.delete(h);
+      },
+    };
+  }
+
+  /** Accepts `apiKey` for requests that record nothing (`rtjob serve`). */
+  addStaticKey(apiKey: string): void {
+    this.keys.set(hashKey(apiKey), { session: undefined });
+  }
+
+  /** Stops listening and drops every key. */
+  async close(): Promise<void> {
+    this.keys.clear();
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      const path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
+      const entry = this.authorize(req);
+      if (path === '/v1/models' || path.startsWith('/v1/models/')) {
+        if (req.method !== 'GET') throw methodNotAllowed(req.method);
+        return this.models(res, path);
+      }
+      if (path !== '/v1/chat/completions' && path !== '/v1/responses') {
+        throw new GatewayError(404, 'not_found', `no route ${req.method} ${path}`);
+      }
+      if (req.method !== 'POST') throw methodNotAllowed(req.method);
+      const body = await this.readJson(req);
+      this.checkModel(body);
+      if (path === '/v1/responses') {
+        return await handleResponses(res, body, this.ctx, this.o.model, entry.session);
+      }
+      const chat = parseChatRequest(body);
+      const result = await complete(this.ctx, chat, entry.session);
+      if (chat.stream)
+        return streamChatCompletion(res, chat, result, this.o.tokenizer, this.o.model);
+      sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model));
+    } catch (err) {
+      const e =
+        err instanceof GatewayError
+          ? err
+          : new GatewayError(500, 'engine_error', err instanceof Error ? err.message : String(err));
+      if (res.headersSent) res.end();
+      else sendJson(res, e.status, e.toBody());
+    }
+  }
+
+  private authorize(req: IncomingMessage): KeyEntry {
+    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
+    if (!m) {
+      throw new GatewayError(
+        401,
+        'invalid_api_key',
+        'You did not provide an API key: send Authorization: Bearer <key>.',
+      );
+    }
+    const entry = this.keys.get(hashKey(m[1]!));
+    if (!entry) {
+      throw new GatewayError(
+        401,
+        'invalid_api_key',
+        'Incorrect API key provided (keys are valid only while their episode runs).',
+      );
+    }
+    return entry;
+  }
+
+  private models(res: ServerResponse, path: string): void {
+    const card = { id: this.o.model, object: 'model', created: 0, owned_by: 'rtjob' };
+    if (path === '/v1/models') return sendJson(res, 200, { object: 'list', data: [card] });
+    const id = decodeURIComponent(path.slice('/v1/models/'.length));
+    if (id !== this.o.model) throw unknownModel(id);
+    sendJson(res, 200, card);
+  }
+
+  private checkModel(body: unknown): void {
+    const model = v.string(v.object(body, 'body')['model'], 'model');
+    if (model !== this.o.model) throw unknownModel(model);
+  }
+
+  private async readJson(req: IncomingMessage): Promise<unknown> {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const c of req) {
+      size += (c as Buffer).length;
+      if (size > this.maxBodyBytes) {
+        throw new GatewayError(
+          413,
+          'request_too_large',
+          `request body over ${this.maxBodyBytes} bytes`,
+        );
+      }
+      chunks.push(c as Buffer);
+    }
+    try {
+      return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch (err) {
+      throw new GatewayError(
+        400,
+        'invalid_json',
+        `body is not valid JSON: ${(err as Error).message}`,
+        'body',
+      );
+    }
+  }
+}
+
+// Keys are kept hashed: a lookup never compares secrets character by character.
+function hashKey(key: string): string {
+  return createHash('sha256').update(key).digest('hex');
+}
+
+function unknownModel(id: string): GatewayError {
+  return new GatewayError(
+    404,
+    'model_not_found',
+    `The model '${id}' does not exist; this gateway serves one model (see GET /v1/models).`,
+    'model',
+  );
+}
+
+function methodNotAllowed(method: string | undefined): GatewayError {
+  return new GatewayError(405, 'method_not_allowed', `method ${method ?? '?'} not allowed here`);
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+  });
+  res.end(text);
+}

@@ -1,0 +1,63 @@
+/**
+ * `rtjob serve --pretrain DIR`: an OpenAI-compatible endpoint for a checkpoint (the shipped one,
+ * or a policy `train_ppo` saved), so any OpenAI client can chat with or evaluate it. Loopback and
+ * a key by default.
+ *
+ * @module
+ */
+import { fileURLToPath } from 'node:url';
+import { serveModel } from '../../actors/gateway/serve.ts';
+import { CliError } from '../client.ts';
+
+/** Flags of `rtjob serve`, as commander hands them over. */
+export interface ServeFlags {
+  pretrain?: string;
+  host: string;
+  port: string;
+  apiKey?: string;
+  model?: string;
+  toolCallParser: string;
+  maxTokens?: string;
+}
+
+const shipped = fileURLToPath(
+  new URL('../../actors/model/pretrained/rtjob-tiny-math', import.meta.url),
+);
+
+/** Serves until SIGINT or SIGTERM. */
+export async function serveCommand(f: ServeFlags): Promise<void> {
+  const port = Number(f.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new CliError(`--port: expected 0-65535, got '${f.port}'`, 2);
+  const maxTokens = f.maxTokens === undefined ? undefined : Number(f.maxTokens);
+  if (maxTokens !== undefined && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
+    throw new CliError(`--max-tokens: expected an integer >= 1, got '${f.maxTokens}'`, 2);
+  }
+  let served;
+  try {
+    served = await serveModel({
+      pretrain: f.pretrain ?? shipped,
+      host: f.host,
+      port,
+      toolCallParser: f.toolCallParser,
+      ...((f.apiKey ?? process.env.RTJOB_SERVE_API_KEY)
+        ? { apiKey: f.apiKey ?? process.env.RTJOB_SERVE_API_KEY }
+        : {}),
+      ...(f.model ? { model: f.model } : {}),
+      ...(maxTokens !== undefined ? { maxTokens } : {}),
+    });
+  } catch (err) {
+    throw new CliError((err as Error).message, 2);
+  }
+  const { gateway, apiKey } = served;
+  process.stdout.write(
+    `serving ${gateway.model} at ${gateway.baseURL}\n` +
+      `api key: ${apiKey}\n` +
+      `  new OpenAI({ baseURL: '${gateway.baseURL}', apiKey: '<key>' }).chat.completions.create({ model: '${gateway.model}', messages })\n`,
+  );
+  await new Promise<void>((resolve) => {
+    process.once('SIGINT', resolve);
+    process.once('SIGTERM', resolve);
+  });
+  await served.close();
+}

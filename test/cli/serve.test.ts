@@ -1,0 +1,89 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { binPath, Sandbox } from './helpers.ts';
+
+// `rtjob serve --pretrain DIR` as a user runs it: a real process, a printed URL and key, the
+// `openai` client talking to it, SIGTERM to stop.
+process.env.RTJOB_QUIET_BACKEND = '1';
+const root = mkdtempSync(join(tmpdir(), 'rtjob-serve-'));
+let model = '';
+test.before(async () => {
+  model = await writeTinyModel(root);
+});
+test.after(() => rmSync(root, { recursive: true, force: true }));
+
+function serve(args: string[]): {
+  child: ChildProcess;
+  ready: Promise<{ baseURL: string; apiKey: string }>;
+} {
+  const child = spawn(process.execPath, [binPath, 'serve', ...args], {
+    env: { ...process.env, RTJOB_HOME: join(root, '.rtjob'), RTJOB_QUIET_BACKEND: '1' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  const ready = new Promise<{ baseURL: string; apiKey: string }>((resolve, reject) => {
+    child.stdout!.on('data', (d) => {
+      out += d;
+      const url = /at (http:\/\/\S+\/v1)\n/.exec(out);
+      const key = /api key: (\S+)\n/.exec(out);
+      if (url && key) resolve({ baseURL: url[1]!, apiKey: key[1]! });
+    });
+    child.stderr!.on('data', (d) => (out += d));
+    child.once('exit', (code) => reject(new Error(`serve exited ${code}: ${out}`)));
+  });
+  return { child, ready };
+}
+
+test('rtjob serve answers the openai client with its own key on loopback, and stops on SIGTERM', async () => {
+  const { child, ready } = serve(['--pretrain', model, '--port', '0', '--max-tokens', '8']);
+  try {
+    const { baseURL, apiKey } = await ready;
+    assert.match(baseURL, /^http:\/\/127\.0\.0\.1:\d+\/v1$/);
+    const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+    assert.equal(
+      (await client.models.list()).data.map((m) => m.id),
+      ['model'],
+    );
+    const r = await client.chat.completions.create({
+      model: 'model',
+      messages: [{ role: 'user', content: 'What is 2+3?' }],
+      seed: 1,
+    });
+    assert.ok(r.usage!.completion_tokens >= 1 && r.usage!.completion_tokens <= 8);
+    assert.ok(['stop', 'length'].includes(r.choices[0]!.finish_reason));
+    const stranger = new OpenAI({ baseURL, apiKey: 'rtj-not-the-key', maxRetries: 0 });
+    const err = await stranger.models.list().then(
+      () => null,
+      (e: unknown) => e,
+    );
+    assert.ok(err instanceof OpenAI.AuthenticationError);
+  } finally {
+    const exited = new Promise<number | null>((resolve) =>
+      child.once('exit', (code) => resolve(code)),
+    );
+    child.kill('SIGTERM');
+    assert.is(await exited, 0);
+  }
+});
+
+test('rtjob serve with a missing model directory fails with one line and exit code 2', async () => {
+  const sb = new Sandbox();
+  try {
+    const r = await sb.run(['serve', '--pretrain', join(root, 'nope'), '--port', '0']);
+    assert.is(r.code, 2);
+    assert.match(
+      r.stderr.trim(),
+      /^rtjob: --pretrain: no model directory \(config\.json\) at .*nope$/,
+    );
+  } finally {
+    await sb.cleanup();
+  }
+});
+
+test.run();

@@ -1,0 +1,199 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { BuiltinEngine } from '../../actors/engines/builtin/engine.ts';
+import { loadTokenizer } from '../../actors/model/tokenizer.ts';
+import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { EngineGenerator } from '../fakes/token-generator.ts';
+import { FakeVllmServer } from '../fakes/vllm-server.ts';
+import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+
+// Black-box agents written with the `openai` client, the Vercel AI SDK and the OpenAI Agents SDK,
+// trained unmodified by train_ppo through the rollout's gateway: sync and async, on the builtin
+// engine and on an HTTP engine (a protocol-faithful vLLM fake generating with the builtin model).
+process.env.RTJOB_QUIET_BACKEND = '1';
+const root = mkdtempSync(join(tmpdir(), 'rtjob-gateway-train-'));
+let model = '';
+const fixture = (name: string): string =>
+  fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
+
+test.before(async () => {
+  model = await writeTinyModel(root);
+});
+test.after(() => rmSync(root, { recursive: true, force: true }));
+
+const tiny = (agent: string, out: string): string[] => [
+  '--in-process',
+  '--pretrain',
+  model,
+  '--agent-func',
+  fixture(agent),
+  '--rollout-batch-size',
+  '2',
+  '--n-samples-per-prompt',
+  '2',
+  '--train-batch-size',
+  '4',
+  '--micro-train-batch-size',
+  '4',
+  '--generate-max-len',
+  '8',
+  '--max-steps',
+  '2',
+  '--eval-prompts',
+  '2',
+  '--save-path',
+  join(root, out),
+];
+
+/** Runs train_ppo in this process; `agentEnv` is set in process.env for the agent file while it runs. */
+async function run(argv: string[], agentEnv: Record<string, string> = {}) {
+  const rows: Record<string, number>[] = [];
+  const lines: string[] = [];
+  Object.assign(process.env, agentEnv);
+  try {
+    const summary = await trainPpo(
+      argv,
+      {},
+      { log: { line: (l) => void lines.push(l), metric: (_s, v) => void rows.push(v) } },
+    );
+    return { summary, steps: rows.filter((r) => r.reward_mean !== undefined), lines };
+  } finally {
+    for (const k of Object.keys(agentEnv)) delete process.env[k];
+  }
+}
+
+const agents = [
+  ['openai-chat-agent.ts', 'the openai client (two chat turns)'],
+  ['ai-sdk-agent.ts', 'the Vercel AI SDK (generateText with a tool)'],
+  ['agents-sdk-agent.ts', 'the OpenAI Agents SDK (a function tool)'],
+] as const;
+
+for (const [file, what] of agents) {
+  for (const mode of ['sync', 'async'] as const) {
+    test(`train_ppo ${mode} trains an agent written with ${what}`, async () => {
+      const argv = [
+        ...tiny(file, `${file}-${mode}`),
+        ...(mode === 'async' ? ['--async-train', '--async-num-tasks', '2'] : []),
+      ];
+      const { summary, steps } = await run(argv);
+      assert.is(summary.steps, 2);
+      assert.is(summary.episodesFailed, 0);
+      assert.is(steps.length, 2);
+      assert.ok(
+        steps.every(
+          (r) => Number.isFinite(r.policy_loss!) && r.response_length! > 0 && r.samples! >= 4,
+        ),
+      );
+      assert.equal(
+        steps.map((r) => r.version),
+        [1, 2],
+      );
+    });
+  }
+}
+
+test('async with --partial-rollout and a queue of 2: versions per token, staleness within its bound', async () => {
+  const { summary, steps } = await run([
+    ...tiny('openai-chat-agent.ts', 'partial'),
+    '--async-train',
+    '--partial-rollout',
+    '--async-queue-size',
+    '2',
+    '--max-steps',
+    '3',
+  ]);
+  assert.is(summary.steps, 3);
+  assert.is(summary.episodesFailed, 0);
+  assert.ok(
+    steps.every((r) => r.staleness_max! <= 3),
+    `staleness ${steps.map((r) => r.staleness_max)}`,
+  );
+});
+
+test('the two-turn openai agent trains on one sequence per episode holding both turns', async () => {
+  const { steps } = await run(tiny('openai-chat-agent.ts', 'two-turn'));
+  // 2 prompts × 2 episodes, each one trajectory extended by its second turn (two completions of ≤ 6 tokens).
+  assert.ok(
+    steps.every((r) => r.samples === 4),
+    `samples ${steps.map((r) => r.samples)}`,
+  );
+  assert.ok(
+    steps.some((r) => r.response_length! > 6),
+    'both turns are in the trained sequence',
+  );
+});
+
+test('train_ppo --engine vllm (HTTP fake) trains gateway agents, sync and async', async () => {
+  const engine = await BuiltinEngine.create({ modelPath: model, seed: 1 });
+  const tok = loadTokenizer(model);
+  const generator = new EngineGenerator(engine, {
+    eosTokenId: tok.eosTokenId!,
+    decode: (ids) => tok.decode(ids),
+  });
+  const server = await FakeVllmServer.start({ generator, modelPath: model });
+  try {
+    for (const [file, extra] of [
+      ['openai-chat-agent.ts', []],
+      ['agents-sdk-agent.ts', ['--async-train']],
+    ] as const) {
+      const { summary } = await run([
+        ...tiny(file, `vllm-${file}`),
+        '--engine',
+        'vllm',
+        '--engine-url',
+        server.url,
+        '--engine-weights-path',
+        join(root, `w-${file}`),
+        ...extra,
+      ]);
+      assert.is(summary.steps, 2);
+      assert.is(summary.episodesFailed, 0);
+    }
+    assert.ok(
+      server.stats.generateRequests >= 16,
+      `${server.stats.generateRequests} token-id requests reached the server`,
+    );
+    assert.is(engine.getVersion(), 4, 'each run published two versions the server reloaded');
+  } finally {
+    await server.close();
+    await engine.close();
+  }
+});
+
+test('agents that throw or pass --agent-timeout are counted; the job fails only past the error budget', async () => {
+  const ok = await run([
+    ...tiny('flaky-gateway-agent.ts', 'flaky'),
+    '--agent-error-budget',
+    '0.9',
+    '--rollout-batch-size',
+    '4',
+  ]);
+  assert.is(ok.summary.steps, 2);
+  assert.ok(ok.summary.episodesFailed >= 2, `${ok.summary.episodesFailed} failed`);
+  assert.ok(
+    ok.lines.some((l) =>
+      /warn .*flaky-gateway-agent\.ts: episode of prompt \d+ threw Error: tool server down/.test(l),
+    ),
+  );
+  const err = await run(
+    [
+      ...tiny('flaky-gateway-agent.ts', 'hang'),
+      '--agent-timeout',
+      '300',
+      '--agent-error-budget',
+      '0.1',
+    ],
+    { AGENT_HANG: '1' },
+  ).then(
+    () => null,
+    (e: Error) => e,
+  );
+  assert.ok(err, 'every episode either throws or hangs: past any budget');
+  assert.match(err.message, /episodes failed, past the error budget/);
+});
+
+test.run();
