@@ -49,6 +49,7 @@ export function resolveOptions(o: TrainPpoOptions): TrainPpoOptions {
 
 const defaultLog: RunLog = {
   metric: (step, values) => metrics.log(step, values),
+  samples: (step, samples) => metrics.samples(step, samples),
   line: (text) => process.stdout.write(`[train_ppo] ${text}\n`),
 };
 

@@ -4,7 +4,12 @@
  * in SQLite; they show up in the dashboard's charts, `rtjob metrics JOB [--csv]`,
  * `GET /api/jobs/:id/metrics` and Prometheus `/metrics`.
  *
- * Outside a job (no `RTJOB_JOB_ID`), `log` only keeps the last values in memory (`latest()`).
+ * `metrics.samples(step, records)` keeps a few example records of a step (for `train_ppo`, the
+ * episodes: prompt, turns, reward); they show in the dashboard's Samples view and
+ * `rtjob samples JOB`, bounded per job by the head (`sampleLimits` in `runtime/head/jobs/ops-store.ts`).
+ *
+ * Outside a job (no `RTJOB_JOB_ID`), `log` only keeps the last values in memory (`latest()`) and
+ * `samples` does nothing.
  *
  * @example
  * import { metrics } from 'rtjob/runtime/metrics.ts';
@@ -25,6 +30,15 @@ interface Row {
   values: MetricValues;
 }
 
+/**
+ * One sample of a step: a JSON object with any fields; `key` groups it across steps (the same
+ * prompt), `reward` filters it.
+ */
+export interface SampleRecord {
+  key?: string;
+  reward?: number;
+}
+
 /** Options of {@link createMetricsLogger}. */
 export interface MetricsLoggerOptions {
   /** @default RTJOB_JOB_ID */
@@ -43,6 +57,11 @@ export interface MetricsLoggerOptions {
 export interface MetricsLogger {
   /** Records `values` for training step `step` (an integer). Never throws, never blocks. */
   log(step: number, values: MetricValues): void;
+  /**
+   * Stores `records` as the samples of step `step` (replacing any it had), after the metric rows
+   * logged before it. Each record is a JSON object; `key` and `reward` are indexed.
+   */
+  samples(step: number, records: readonly SampleRecord[]): void;
   /** Sends everything buffered; resolves when the head has stored it (or gave up). */
   flush(): Promise<void>;
   /** The last value logged for each name. */
@@ -58,7 +77,7 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
     const file = opts.httpAddress && opts.token ? undefined : readClusterFile();
     const base = opts.httpAddress ?? readEnv('RTJOB_HTTP_ADDRESS') ?? file?.dashboardUrl;
     const token = opts.token ?? readEnv('RTJOB_TOKEN') ?? file?.token;
-    endpoint = jobId && base && token ? { url: `${base}/api/jobs/${encodeURIComponent(jobId)}/metrics`, token } : null;
+    endpoint = jobId && base && token ? { url: `${base}/api/jobs/${encodeURIComponent(jobId)}`, token } : null;
     return endpoint;
   };
   const flushIntervalMs = opts.flushIntervalMs ?? 250;
@@ -69,19 +88,19 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
   let inFlight: Promise<void> = Promise.resolve();
   let warned = false;
 
-  const send = async (rows: Row[]) => {
+  const send = async (what: 'metrics' | 'samples', body: unknown) => {
     const ep = resolveEndpoint();
     if (!ep) return;
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
-        const res = await fetch(ep.url, {
+        const res = await fetch(`${ep.url}/${what}`, {
           method: 'POST',
           headers: { 'content-type': 'application/json', authorization: `Bearer ${ep.token}` },
-          body: JSON.stringify({ rows }),
+          body: JSON.stringify(body),
         });
         if (res.ok) return;
         if (res.status < 500) {
-          if (!warned) process.stderr.write(`rtjob metrics: the head refused metric rows (${res.status}: ${await res.text()})\n`);
+          if (!warned) process.stderr.write(`rtjob metrics: the head refused ${what} (${res.status}: ${await res.text()})\n`);
           warned = true;
           return;
         }
@@ -103,7 +122,7 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
     const rows = buffer;
     buffer = [];
     // Batches go out one at a time so the head stores them in order.
-    inFlight = inFlight.then(() => send(rows));
+    inFlight = inFlight.then(() => send('metrics', { rows }));
     return inFlight;
   };
 
@@ -127,6 +146,13 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
       buffer.push({ step, time: Date.now(), values: clean });
       if (buffer.length >= maxBatchRows) void flushNow();
       else timer ??= setTimeout(() => void flushNow(), flushIntervalMs);
+    },
+    samples(step, records) {
+      if (!Number.isInteger(step)) throw new TypeError(`metrics.samples: step must be an integer, got ${step}`);
+      if (!resolveEndpoint()) return;
+      void flushNow();
+      const body = { step, samples: records };
+      inFlight = inFlight.then(() => send('samples', body));
     },
     flush: flushNow,
     latest: () => ({ ...latest }),

@@ -80,6 +80,8 @@ export interface TrainPpoOptions {
   evalSteps: number;
   evalPrompts: number;
   loggingSteps: number;
+  /** Sample episodes kept per step (best, worst, random); 0 keeps none. */
+  logSamples: number;
   rolloutNumEngines: number;
   engine: 'builtin' | 'sglang' | 'vllm';
   engineUrl: string | undefined;
@@ -211,6 +213,7 @@ export const flagTable: readonly Flag[] = [
   F('evalSteps', 'int', 'evaluate every N steps; -1 only at start and end', { min: -1 }),
   F('evalPrompts', 'int', 'held-out prompts evaluated (greedy)', { min: 1 }),
   F('loggingSteps', 'int', 'log every N steps', { min: 1 }),
+  F('logSamples', 'int', 'sample episodes kept per step for the Samples view and rtjob samples (best, worst, random; at most 250); 0 none', { min: 0 }),
   ...under('engines'),
   F('rolloutNumEngines', 'int', 'rollout engines', { min: 1, aliases: ['vllm-num-engines'] }),
   F('engine', 'string', 'inference engine', { choices: ['builtin', 'sglang', 'vllm'] }),
@@ -293,6 +296,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   evalSteps: 5,
   evalPrompts: 500,
   loggingSteps: 1,
+  logSamples: 16,
   rolloutNumEngines: 1,
   engine: 'builtin',
   engineUrl: undefined,

@@ -45,8 +45,8 @@ export function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer
   });
 }
 
-export async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
-  const body = await readBody(req, maxJsonBytes);
+export async function readJson(req: IncomingMessage, maxBytes = maxJsonBytes): Promise<Record<string, unknown>> {
+  const body = await readBody(req, maxBytes);
   let v: unknown;
   try {
     v = JSON.parse(body.toString('utf8') || '{}');

@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
-import { type OpsStore, terminalJobStatuses } from '../jobs/ops-store.ts';
+import { type JobSample, type OpsStore, sampleLimits, terminalJobStatuses } from '../jobs/ops-store.ts';
 import type { JobSubmitRequest, JobSupervisor } from '../jobs/supervisor.ts';
 import { isPackageHash, keepArchive, PackageTooLargeError, unpackArchive } from '../jobs/working-dir.ts';
 import { readLogRange } from '../logs/log-file.ts';
@@ -153,6 +153,28 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
             return send(res, 200, table);
           }
         }
+        if (d === 'samples') {
+          jobs.get(jobId);
+          if (method === 'POST') {
+            const body = await readJson(req, sampleLimits.maxPerStep * sampleLimits.maxSampleBytes);
+            const { step, samples } = body;
+            if (typeof step !== 'number' || !Number.isInteger(step) || !Array.isArray(samples)) {
+              throw new OpsError('BAD_REQUEST', 'samples need {step: integer, samples: [objects]}');
+            }
+            if (!samples.every((x: unknown) => typeof x === 'object' && x !== null && !Array.isArray(x))) {
+              throw new OpsError('BAD_REQUEST', 'each sample must be a JSON object');
+            }
+            try {
+              store.addSamples(jobId, step, samples as JobSample[]);
+            } catch (err) {
+              if (err instanceof RangeError) throw new OpsError('BAD_REQUEST', err.message);
+              throw err;
+            }
+            ctx.metricsChanged(jobId);
+            return send(res, 200, { stored: samples.length });
+          }
+          if (method === 'GET') return send(res, 200, samplesPage(jobId, u));
+        }
         if (d === 'actors' && method === 'GET') {
           jobs.get(jobId);
           return send(res, 200, queryActors(cluster.actors(), { ...actorQuery(u), jobId }));
@@ -185,6 +207,25 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
       }
     }
     send(res, 404, { error: 'NOT_FOUND', message: `no route ${method} ${u.pathname}` });
+  };
+
+  /**
+   * `?step=N` (default: the latest step, unless `key` is given), `key` (one prompt over time),
+   * `minReward`, `maxReward`, `limit`.
+   */
+  const samplesPage = (jobId: string, u: URL) => {
+    const steps = store.sampleSteps(jobId);
+    const key = u.searchParams.get('key') ?? undefined;
+    const asked = intParam(u, 'step');
+    const step = asked ?? (key === undefined ? steps.at(-1) : undefined);
+    const samples = steps.length === 0 ? [] : store.samples(jobId, {
+      ...(step !== undefined ? { step } : {}),
+      ...(key !== undefined ? { key } : {}),
+      minReward: intParam(u, 'minReward'),
+      maxReward: intParam(u, 'maxReward'),
+      limit: intParam(u, 'limit'),
+    });
+    return { steps, step: step ?? null, samples };
   };
 
   const actorQuery = (u: URL): ActorQuery => {

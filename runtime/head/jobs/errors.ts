@@ -17,7 +17,8 @@ export type JobErrorCode =
   | 'PACKAGE_NOT_FOUND'
   | 'PACKAGE_TOO_LARGE'
   | 'JOB_NOT_TERMINAL'
-  | 'UNSUPPORTED';
+  | 'UNSUPPORTED'
+  | 'READ_ONLY';
 
 const httpStatus: Record<JobErrorCode, number> = {
   BAD_REQUEST: 400,
@@ -30,6 +31,7 @@ const httpStatus: Record<JobErrorCode, number> = {
   PACKAGE_TOO_LARGE: 413,
   JOB_NOT_TERMINAL: 409,
   UNSUPPORTED: 501,
+  READ_ONLY: 405,
 };
 
 /** A request the operations API refuses; `status` is the HTTP status it maps to. */

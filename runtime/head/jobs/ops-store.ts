@@ -47,6 +47,35 @@ export interface MetricRow {
   values: Record<string, number>;
 }
 
+/**
+ * One sample a job logged for a step (for `train_ppo`, an episode: prompt, turns, reward, …).
+ * The head indexes `key` (the same prompt across steps) and `reward`; every other field is kept
+ * as the job sent it.
+ */
+export interface JobSample {
+  /** Groups samples across steps ("this prompt over time"), e.g. the prompt's dataset index. */
+  key?: string;
+  reward?: number;
+  [field: string]: unknown;
+}
+
+/** A stored sample, as the API returns it. */
+export type StoredSample = JobSample & { step: number; seq: number };
+
+/**
+ * How much sample data the head keeps per job. A step's samples replace any it had (retries are
+ * idempotent); once a job holds more than `maxPerJob`, the oldest steps are dropped, except the
+ * first step, which stays as the reference point for "before".
+ */
+export const sampleLimits = {
+  /** Samples per step. */
+  maxPerStep: 256,
+  /** Samples per job (at 64 KiB each, at most ~640 MiB; typically a few KiB each). */
+  maxPerJob: 10_000,
+  /** JSON bytes of one sample. */
+  maxSampleBytes: 64 * 1024,
+} as const;
+
 /** A cluster event: job state changes, actor deaths, node joins, head restarts. */
 export interface ClusterEvent {
   id: number;
@@ -95,6 +124,16 @@ CREATE TABLE IF NOT EXISTS ops_job_metrics (
   time INTEGER NOT NULL,
   PRIMARY KEY (job_id, name, step)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ops_job_samples (
+  job_id TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  sample_key TEXT,
+  reward REAL,
+  data TEXT NOT NULL,
+  PRIMARY KEY (job_id, step, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ops_job_samples_key ON ops_job_samples(job_id, sample_key, step);
 CREATE TABLE IF NOT EXISTS ops_events (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   time INTEGER NOT NULL,
@@ -279,6 +318,7 @@ export class OpsStore {
     this.db.transaction(() => {
       this.db.prepare('DELETE FROM ops_jobs WHERE job_id = ?').run(jobId);
       this.db.prepare('DELETE FROM ops_job_metrics WHERE job_id = ?').run(jobId);
+      this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ?').run(jobId);
     })();
   }
 
@@ -322,6 +362,79 @@ export class OpsStore {
       if (d.time > (row[1] ?? 0)) row[1] = d.time;
     }
     return { columns: ['step', 'time', ...names], rows: [...byStep.values()] };
+  }
+
+  /**
+   * Stores the samples of one step, replacing what that step had; then drops the oldest steps
+   * (never the first) while the job holds more than {@link sampleLimits}`.maxPerJob`. Throws a
+   * RangeError when the step has too many samples or one is too large.
+   */
+  addSamples(jobId: string, step: number, samples: readonly JobSample[]): void {
+    if (samples.length > sampleLimits.maxPerStep) {
+      throw new RangeError(`at most ${sampleLimits.maxPerStep} samples per step (got ${samples.length})`);
+    }
+    const rows = samples.map((sample, seq) => {
+      const data = JSON.stringify(sample);
+      if (Buffer.byteLength(data) > sampleLimits.maxSampleBytes) {
+        throw new RangeError(`sample ${seq} of step ${step} is over ${sampleLimits.maxSampleBytes} bytes of JSON; shorten its text`);
+      }
+      const reward = typeof sample.reward === 'number' && Number.isFinite(sample.reward) ? sample.reward : null;
+      return [jobId, step, seq, sample.key === undefined ? null : String(sample.key), reward, data] as const;
+    });
+    const insert = this.db.prepare(
+      'INSERT INTO ops_job_samples (job_id, step, seq, sample_key, reward, data) VALUES (?, ?, ?, ?, ?, ?)',
+    );
+    this.db.transaction(() => {
+      this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ? AND step = ?').run(jobId, step);
+      for (const r of rows) insert.run(...r);
+      const count = () => (this.db.prepare('SELECT COUNT(*) AS n FROM ops_job_samples WHERE job_id = ?').get(jobId) as { n: number }).n;
+      let over = count() - sampleLimits.maxPerJob;
+      if (over <= 0) return;
+      // Whole steps go, oldest first, keeping the first step (the "before" of the run).
+      const steps = this.db
+        .prepare('SELECT step, COUNT(*) AS n FROM ops_job_samples WHERE job_id = ? GROUP BY step ORDER BY step')
+        .all(jobId) as { step: number; n: number }[];
+      const del = this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ? AND step = ?');
+      for (const s of steps.slice(1, -1)) {
+        if (over <= 0) break;
+        del.run(jobId, s.step);
+        over -= s.n;
+      }
+    })();
+  }
+
+  /** Steps of a job that have samples, ascending. */
+  sampleSteps(jobId: string): number[] {
+    return (this.db.prepare('SELECT DISTINCT step FROM ops_job_samples WHERE job_id = ? ORDER BY step').all(jobId) as { step: number }[]).map((r) => r.step);
+  }
+
+  /**
+   * A job's samples: of one step, or (with `key` and no step) of one prompt across every step;
+   * `minReward`/`maxReward` bound the reward. Ordered by step, then as logged.
+   */
+  samples(jobId: string, q: { step?: number; key?: string; minReward?: number; maxReward?: number; limit?: number } = {}): StoredSample[] {
+    const where = ['job_id = ?'];
+    const args: (string | number)[] = [jobId];
+    if (q.step !== undefined) {
+      where.push('step = ?');
+      args.push(q.step);
+    }
+    if (q.key !== undefined) {
+      where.push('sample_key = ?');
+      args.push(q.key);
+    }
+    if (q.minReward !== undefined) {
+      where.push('reward >= ?');
+      args.push(q.minReward);
+    }
+    if (q.maxReward !== undefined) {
+      where.push('reward <= ?');
+      args.push(q.maxReward);
+    }
+    const rows = this.db
+      .prepare(`SELECT step, seq, data FROM ops_job_samples WHERE ${where.join(' AND ')} ORDER BY step, seq LIMIT ?`)
+      .all(...args, q.limit ?? 1000) as { step: number; seq: number; data: string }[];
+    return rows.map((r) => ({ ...(JSON.parse(r.data) as JobSample), step: r.step, seq: r.seq }));
   }
 
   /** The most recent value of every metric of every job that is still running (for /metrics). */
