@@ -14,6 +14,7 @@ import {
   listCommand,
   logsCommand,
   metricsCommand,
+  samplesCommand,
   stopJobCommand,
   submitCommand,
 } from './commands/jobs.ts';
@@ -69,8 +70,11 @@ addressOptions(
 
 program
   .command('dashboard')
-  .description('print the dashboard login link of the head started here')
-  .action(() => dashboardCommand());
+  .description("print the running dashboard's login link; with no cluster running, serve the latest finished session read-only")
+  .option('--session <dir>', 'serve this finished session dir read-only')
+  .option('--port <port>', 'port for a finished session; 0 picks a free one', '8265')
+  .option('--host <host>', 'interface to bind for a finished session', '127.0.0.1')
+  .action((o) => dashboardCommand(o));
 
 addressOptions(
   program
@@ -93,11 +97,15 @@ addressOptions(
   process.exitCode = await submitCommand(entrypoint, o);
 });
 
-addressOptions(program.command('list').description('jobs, newest first').option('--json', 'machine-readable output')).action(
+/** `--session DIR`: read a finished session from disk (the latest one is read when no cluster runs). */
+const sessionOption = (c: Command) =>
+  addressOptions(c).option('--session <dir>', 'read this finished session dir from disk (default, when no cluster runs: the latest one)');
+
+sessionOption(program.command('list').description('jobs, newest first').option('--json', 'machine-readable output')).action(
   (o) => listCommand(o),
 );
 
-addressOptions(
+sessionOption(
   program
     .command('logs')
     .description("a job's driver log (or an actor's with --actor)")
@@ -114,7 +122,7 @@ addressOptions(
   program.command('delete-job').description('forget a finished job (its log file is kept)').argument('<job>', 'job id'),
 ).action((job: string, o) => deleteJobCommand(job, o));
 
-addressOptions(
+sessionOption(
   program
     .command('metrics')
     .description('training metrics a job logged (metrics.log)')
@@ -123,6 +131,19 @@ addressOptions(
     .option('--json', 'columns and rows as JSON')
     .addOption(new Option('--last <n>', 'steps to show in the table').default('20')),
 ).action((job: string, o) => metricsCommand(job, o));
+
+sessionOption(
+  program
+    .command('samples')
+    .description("sample episodes a job kept per step (train_ppo --log-samples): prompt, turns, reward, extraInfo")
+    .argument('<job>', 'job id')
+    .option('--step <n>', 'this step (default: the latest with samples)')
+    .option('--prompt <key>', 'one prompt (its dataset index) across every step')
+    .option('--min-reward <r>', 'only samples with reward >= r')
+    .option('--max-reward <r>', 'only samples with reward <= r')
+    .option('--full', 'print whole texts (default: 400 characters per turn)')
+    .option('--json', 'the samples as JSON'),
+).action((job: string, o) => samplesCommand(job, o));
 
 program
   .command('serve')

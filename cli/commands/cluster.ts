@@ -13,7 +13,7 @@ import { type ClusterFile, clusterFilePath, readClusterFile, removeClusterFile, 
 import { readEnv } from '../../runtime/env.ts';
 import { pidAlive } from '../../runtime/pid.ts';
 import { bytes } from '../../runtime/format.ts';
-import { table } from '../format.ts';
+import { parsePort, table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
 import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
@@ -277,9 +277,41 @@ export async function statusCommand(o: { address?: string; token?: string; json?
   console.log(`jobs:      ${fmt(s.jobsByStatus)}`);
 }
 
-/** `rtjob dashboard`: prints the login link. */
-export function dashboardCommand(): void {
-  const info = readClusterFile();
-  if (!info?.dashboardUrl) throw new CliError('no head was started on this machine', 3);
-  console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
+/**
+ * `rtjob dashboard [--session DIR] [--port N]`: the login link of the running cluster's dashboard;
+ * with no cluster running (or with `--session`), serves the latest finished session (or DIR)
+ * read-only here until Ctrl-C.
+ */
+export async function dashboardCommand(o: { session?: string; port?: string; host?: string } = {}): Promise<void> {
+  const info = readClusterFile({ live: true });
+  if (!o.session && info?.dashboardUrl) {
+    console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
+    return;
+  }
+  const { isSessionDir, listSessions, serveSession } = await import('../../runtime/head/http/session-server.ts');
+  const dir = o.session ?? listSessions(rtjobHome())[0];
+  if (!dir) throw new CliError('no cluster is running and no finished session is on this machine: start one with `rtjob start --head`, or run a job with `rtjob submit`', 3);
+  if (!isSessionDir(dir)) throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
+  let port: number;
+  try {
+    port = parsePort('--port', o.port ?? '8265');
+  } catch (err) {
+    throw new CliError((err as Error).message, 2);
+  }
+  const s = await serveSession({ sessionDir: dir, port, host: o.host ?? '127.0.0.1' }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'EADDRINUSE') throw new CliError(`port ${port} is in use: pass --port N (0 picks a free one)`, 2);
+    throw err;
+  });
+  process.stderr.write(`serving the finished session ${dir} read-only (no cluster running); Ctrl-C to stop\n`);
+  console.log(`${s.url}/login?token=${encodeURIComponent(s.token)}`);
+  await new Promise<void>((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+  await s.close();
 }

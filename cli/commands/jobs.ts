@@ -10,7 +10,7 @@ import { createInterface } from 'node:readline/promises';
 import type { JobInfo } from '../../runtime/head/jobs/ops-store.ts';
 import { packDir, PackageTooLargeError, defaultMaxPackageBytes } from '../../runtime/head/jobs/working-dir.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
-import { api, CliError, type Endpoint, findEndpoint, requireEndpoint, tailJobLogs } from '../client.ts';
+import { api, CliError, type Endpoint, findEndpoint, openReadTarget, requireEndpoint, tailJobLogs } from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
@@ -133,9 +133,21 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
       process.stderr.write(`submitted ${job.jobId}; follow it with: rtjob logs -f ${job.jobId}\n`);
       return 0;
     }
-    process.stderr.write(`job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop or detach)\n`);
+    process.stderr.write(`job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop${ephemeral ? '' : ' or detach'})\n`);
+    const jobPath = `#/jobs/${encodeURIComponent(job.jobId)}`;
+    if (ephemeral) {
+      // The login link sets the cookie and lands on the job's page (the fragment survives the redirect).
+      process.stderr.write(`dashboard (while the job runs): ${ep.url}/login?token=${encodeURIComponent(ep.token)}${jobPath}\n`);
+    } else {
+      process.stderr.write(`dashboard: ${ep.url}/${jobPath} (login link: rtjob dashboard)\n`);
+    }
     const code = await followToEnd(ep, job.jobId, !ephemeral);
-    if (ephemeral) await keepMetrics(ep, job.jobId, ephemeral.sessionDir);
+    if (ephemeral) {
+      await keepMetrics(ep, job.jobId, ephemeral.sessionDir);
+      process.stderr.write(
+        `the run is kept in ${ephemeral.sessionDir}: rtjob samples ${job.jobId}, rtjob metrics ${job.jobId}, rtjob dashboard (serves it read-only)\n`,
+      );
+    }
     return code;
   } finally {
     await ephemeral?.close({ stopJobs: true });
@@ -199,8 +211,29 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
 }
 
 /** `rtjob list [--json]`. */
-export async function listCommand(o: { address?: string; token?: string; json?: boolean }): Promise<void> {
-  const ep = requireEndpoint(o);
+export async function listCommand(o: ReadOptions & { json?: boolean }): Promise<void> {
+  await reading(o, (ep) => listJobs(ep, o));
+}
+
+/** Options of the commands that read a head or a finished session. */
+export interface ReadOptions {
+  address?: string;
+  token?: string;
+  /** A finished session dir to read from disk. */
+  session?: string;
+}
+
+/** Runs `fn` against the running cluster or a finished session (see {@link openReadTarget}). */
+async function reading<T>(o: ReadOptions, fn: (ep: Endpoint) => Promise<T>): Promise<T> {
+  const target = await openReadTarget(o);
+  try {
+    return await fn(target.ep);
+  } finally {
+    await target.close();
+  }
+}
+
+async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
   const { jobs } = await api<{ jobs: JobInfo[] }>(ep, 'GET', '/api/jobs');
   if (o.json) {
     console.log(JSON.stringify(jobs, null, 2));
@@ -227,8 +260,11 @@ export async function listCommand(o: { address?: string; token?: string; json?: 
 }
 
 /** `rtjob logs JOB [-f] [--actor ID]`. */
-export async function logsCommand(jobId: string, o: { address?: string; token?: string; follow?: boolean; actor?: string }): Promise<void> {
-  const ep = requireEndpoint(o);
+export async function logsCommand(jobId: string, o: ReadOptions & { follow?: boolean; actor?: string }): Promise<void> {
+  await reading(o, (ep) => showLogs(ep, jobId, o));
+}
+
+async function showLogs(ep: Endpoint, jobId: string, o: { follow?: boolean; actor?: string }): Promise<void> {
   if (o.actor) {
     // The cursor holds an offset per file: stdout and stderr of every incarnation of the actor.
     let cursor = '';
@@ -285,8 +321,11 @@ function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
 }
 
 /** `rtjob metrics JOB [--csv] [--json]`. */
-export async function metricsCommand(jobId: string, o: { address?: string; token?: string; csv?: boolean; json?: boolean; last?: string }): Promise<void> {
-  const ep = requireEndpoint(o);
+export async function metricsCommand(jobId: string, o: ReadOptions & { csv?: boolean; json?: boolean; last?: string }): Promise<void> {
+  await reading(o, (ep) => showMetrics(ep, jobId, o));
+}
+
+async function showMetrics(ep: Endpoint, jobId: string, o: { csv?: boolean; json?: boolean; last?: string }): Promise<void> {
   const path = `/api/jobs/${encodeURIComponent(jobId)}/metrics`;
   if (o.csv) {
     process.stdout.write(await metricsCsv(ep, jobId));
@@ -307,4 +346,79 @@ export async function metricsCommand(jobId: string, o: { address?: string; token
   const fmt = (v: number | null | undefined) => (v === null || v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toPrecision(5));
   console.log(table(cols, t.rows.slice(-last).map((r) => idx.map((i) => fmt(r[i])))));
   if (t.rows.length > last) console.log(`(last ${last} of ${t.rows.length} steps; --csv for all)`);
+}
+
+/** One stored sample as `GET /api/jobs/:id/samples` returns it (train_ppo's episode fields). */
+interface SampleView {
+  step: number;
+  key?: string;
+  pick?: string;
+  reward?: number;
+  prompt?: string;
+  label?: string;
+  turns?: { role: string; text: string; tokens: number; toolCalls?: { name: string; arguments: string }[] }[];
+  extraInfo?: Record<string, unknown>;
+  versionMin?: number;
+  versionMax?: number;
+  staleness?: number;
+  stopReason?: string;
+  promptTokens?: number;
+  responseTokens?: number;
+  error?: string;
+}
+
+/** `rtjob samples JOB [--step N] [--prompt KEY] [--min-reward R] [--max-reward R] [--full] [--json]`. */
+export async function samplesCommand(
+  jobId: string,
+  o: ReadOptions & { step?: string; prompt?: string; minReward?: string; maxReward?: string; full?: boolean; json?: boolean },
+): Promise<void> {
+  const q = new URLSearchParams();
+  const num = (flag: string, v: string | undefined, key: string) => {
+    if (v === undefined) return;
+    if (!Number.isFinite(Number(v))) throw new CliError(`${flag} must be a number, got ${v}`, 2);
+    q.set(key, v);
+  };
+  num('--step', o.step, 'step');
+  num('--min-reward', o.minReward, 'minReward');
+  num('--max-reward', o.maxReward, 'maxReward');
+  if (o.prompt !== undefined) q.set('key', o.prompt);
+  const page = await reading(o, (ep) =>
+    api<{ steps: number[]; step: number | null; samples: SampleView[] }>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/samples?${q}`),
+  );
+  if (o.json) {
+    console.log(JSON.stringify(page, null, 2));
+    return;
+  }
+  if (page.steps.length === 0) {
+    console.log(`job ${jobId} has kept no samples (train_ppo keeps --log-samples N per step, 16 by default)`);
+    return;
+  }
+  const range = `${page.steps[0]}–${page.steps.at(-1)}`;
+  const what = o.prompt !== undefined ? `prompt ${o.prompt} over time` : `step ${page.step}`;
+  console.log(`job ${jobId}, ${what}: ${page.samples.length} sample${page.samples.length === 1 ? '' : 's'} (steps with samples: ${range}; --step N, --prompt KEY)`);
+  const cut = (t: string) => (o.full || t.length <= 400 ? t : `${t.slice(0, 400)}… (--full for all ${t.length} characters)`);
+  const indent = (t: string) => t.replace(/\n/g, '\n    ');
+  for (const s of page.samples) {
+    const facts = [
+      `step ${s.step}`,
+      s.pick,
+      s.reward !== undefined ? `reward ${+s.reward.toFixed(4)}` : undefined,
+      s.key !== undefined ? `prompt #${s.key}` : undefined,
+      s.versionMin !== undefined ? `version ${s.versionMin === s.versionMax ? s.versionMin : `${s.versionMin}–${s.versionMax}`}` : undefined,
+      s.staleness ? `staleness ${s.staleness}` : undefined,
+      s.stopReason ? `stop: ${s.stopReason}` : undefined,
+      s.responseTokens !== undefined ? `${s.promptTokens} prompt + ${s.responseTokens} generated tokens` : undefined,
+    ].filter(Boolean);
+    console.log(`\n── ${facts.join(' · ')}`);
+    if (s.prompt !== undefined) console.log(`  prompt: ${indent(cut(s.prompt))}`);
+    if (s.label !== undefined) console.log(`  label: ${indent(cut(s.label))}`);
+    for (const t of s.turns ?? []) {
+      console.log(`  ${t.role}: ${indent(cut(t.text))}`);
+      for (const c of t.toolCalls ?? []) console.log(`    → tool call ${c.name}(${c.arguments})`);
+    }
+    if (s.extraInfo && Object.keys(s.extraInfo).length) {
+      console.log(`  extraInfo: ${Object.entries(s.extraInfo).map(([k, v]) => `${k}=${String(v)}`).join(' ')}`);
+    }
+    if (s.error) console.log(`  error: ${indent(cut(s.error))}`);
+  }
 }

@@ -9,7 +9,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
 import { type JobSample, type OpsStore, sampleLimits, terminalJobStatuses } from '../jobs/ops-store.ts';
-import type { JobSubmitRequest, JobSupervisor } from '../jobs/supervisor.ts';
+import type { JobInfo } from '../jobs/ops-store.ts';
+import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import { isPackageHash, keepArchive, PackageTooLargeError, unpackArchive } from '../jobs/working-dir.ts';
 import { readLogRange } from '../logs/log-file.ts';
 import { readActorLogs } from '../logs/worker-logs.ts';
@@ -19,10 +20,28 @@ import { intParam, readBody, readJson, send, toCsv } from './respond.ts';
 
 const version = '0.1.0';
 
+/** What the API needs of a job supervisor (a live head's `JobSupervisor`, or a read-only session's stand-in). */
+export interface JobsApi {
+  get(jobId: string): JobInfo;
+  submit(req: JobSubmitRequest): JobInfo;
+  stop(jobId: string): Promise<JobInfo>;
+  delete(jobId: string): void;
+  packagePath(hash: string): string;
+  on(event: 'job', listener: (job: JobInfo) => void): unknown;
+  off(event: 'job', listener: (job: JobInfo) => void): unknown;
+}
+
+/** A finished session served read-only (`rtjob dashboard` with no cluster running). */
+export interface ReadOnlySession {
+  sessionDir: string;
+}
+
 /** What the routes need from the server. */
 export interface RouteContext {
   store: OpsStore;
-  jobs: JobSupervisor;
+  jobs: JobsApi;
+  /** Set when serving a finished session: every request but GET is refused with READ_ONLY. */
+  readOnly?: ReadOnlySession;
   cluster: ClusterView;
   maxPackageBytes: number;
   headAddress?: string;
@@ -57,8 +76,11 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
       return;
     }
     if (a !== 'api') return ctx.serveStatic(res, u.pathname);
+    if (ctx.readOnly && method !== 'GET' && method !== 'HEAD') {
+      throw new OpsError('READ_ONLY', `this is a finished session (${ctx.readOnly.sessionDir}), served read-only`);
+    }
 
-    if (b === 'version') return send(res, 200, { version });
+    if (b === 'version') return send(res, 200, { version, readOnly: ctx.readOnly ?? null });
     if (b === 'events' && method === 'GET') {
       ctx.subscribe(req, res);
       return;
