@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { metrics } from '../runtime/metrics.ts';
 import { asyncLoop } from './train-ppo/async-loop.ts';
 import { isRoleDied } from './train-ppo/errors.ts';
-import { FlagError, parseTrainPpoFlags, trainPpoHelp, type TrainPpoOptions } from './train-ppo/flags.ts';
+import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp, type TrainPpoOptions } from './train-ppo/flags.ts';
 import { inProcessRoles, type Roles } from './train-ppo/roles.ts';
 import { finishRun, prepareRun, type RunLog, type RunSummary } from './train-ppo/context.ts';
 import { syncLoop } from './train-ppo/sync-loop.ts';
@@ -50,6 +50,7 @@ export function resolveOptions(o: TrainPpoOptions): TrainPpoOptions {
 const defaultLog: RunLog = {
   metric: (step, values) => metrics.log(step, values),
   samples: (step, samples) => metrics.samples(step, samples),
+  report: (fields) => metrics.report(fields),
   line: (text) => process.stdout.write(`[train_ppo] ${text}\n`),
 };
 
@@ -72,10 +73,16 @@ export async function trainPpo(
     `${mode}; ${o.rolloutNumEngines} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
       `agent ${o.agentFunc ?? '<built-in math reward>'}`,
   );
+  log.report?.({
+    config: flagConfig(o, argv, env),
+    headline: o.evalDataset ? 'eval_accuracy' : 'reward_mean',
+    outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
+  });
   const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;
   const roles = await place(o, perEpoch);
   try {
     const ctx = await prepareRun(o, roles, log);
+    log.report?.({ totalSteps: ctx.totalSteps });
     if (o.asyncTrain) await asyncLoop(ctx);
     else await syncLoop(ctx);
     return await finishRun(ctx);

@@ -39,6 +39,14 @@ export interface SampleRecord {
   reward?: number;
 }
 
+/** What a job says about itself; see `JobReport` in `runtime/head/jobs/ops-store.ts`. */
+export interface JobReportFields {
+  totalSteps?: number;
+  headline?: string;
+  config?: { name: string; value: string; default?: string; source: 'flag' | 'env' | 'default'; section?: string; help?: string }[];
+  outputs?: Record<string, string>;
+}
+
 /** Options of {@link createMetricsLogger}. */
 export interface MetricsLoggerOptions {
   /** @default RTJOB_JOB_ID */
@@ -61,7 +69,13 @@ export interface MetricsLogger {
    * Stores `records` as the samples of step `step` (replacing any it had), after the metric rows
    * logged before it. Each record is a JSON object; `key` and `reward` are indexed.
    */
-  samples(step: number, records: readonly SampleRecord[]): void;
+  samples<T extends SampleRecord>(step: number, records: readonly T[]): void;
+  /**
+   * Merges `fields` into the job's report, which the dashboard and the jobs list read:
+   * `totalSteps` (progress, ETA), `headline` (the metric to show in the jobs list), `config`
+   * (rows of every effective setting), `outputs` (paths the run writes, by label).
+   */
+  report(fields: JobReportFields): void;
   /** Sends everything buffered; resolves when the head has stored it (or gave up). */
   flush(): Promise<void>;
   /** The last value logged for each name. */
@@ -88,7 +102,7 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
   let inFlight: Promise<void> = Promise.resolve();
   let warned = false;
 
-  const send = async (what: 'metrics' | 'samples', body: unknown) => {
+  const send = async (what: 'metrics' | 'samples' | 'report', body: unknown) => {
     const ep = resolveEndpoint();
     if (!ep) return;
     for (let attempt = 0; attempt < 3; attempt++) {
@@ -153,6 +167,10 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
       void flushNow();
       const body = { step, samples: records };
       inFlight = inFlight.then(() => send('samples', body));
+    },
+    report(fields) {
+      if (!resolveEndpoint()) return;
+      inFlight = inFlight.then(() => send('report', fields));
     },
     flush: flushNow,
     latest: () => ({ ...latest }),

@@ -11,6 +11,7 @@ import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
 import { createKlController } from '../kl.ts';
 import { RewardNormalizer } from '../reward-normalizer.ts';
+import type { JobReportFields } from '../../runtime/metrics.ts';
 import type { EpisodeSample } from './episodes.ts';
 import { evaluate } from './generate.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
@@ -25,6 +26,8 @@ export interface RunLog {
   line(text: string): void;
   /** A step's sample episodes (`--log-samples`); not kept when absent. */
   samples?(step: number, samples: EpisodeSample[]): void;
+  /** What the run says about itself (total steps, config table, outputs) for the job page. */
+  report?(fields: JobReportFields): void;
 }
 
 /** What a finished run reports. */

@@ -508,6 +508,37 @@ export function engineUrls(o: Pick<TrainPpoOptions, 'engineUrl'>): string[] {
   return (o.engineUrl ?? '').split(',').map((u) => u.trim().replace(/\/+$/, '')).filter(Boolean);
 }
 
+/** One effective setting of a run, for the job page's config table. */
+export interface FlagConfigRow {
+  name: string;
+  value: string;
+  default: string;
+  /** `flag`: given on the command line; `env`: read from its environment variable; else the default. */
+  source: 'flag' | 'env' | 'default';
+  section: FlagSection;
+  help: string;
+}
+
+/** Every flag's effective value in `o` (after defaults resolved), where it came from, and its default. */
+export function flagConfig(o: TrainPpoOptions, argv: readonly string[], env: Record<string, string | undefined> = {}): FlagConfigRow[] {
+  const given = new Set<keyof TrainPpoOptions>();
+  for (const arg of argv) {
+    if (!arg.startsWith('--')) continue;
+    const name = arg.slice(2).split('=')[0]!.replace(/_/g, '-').replace(/\./g, '-');
+    const f = byName.get(name) ?? (name.startsWith('no-') ? byName.get(name.slice(3)) : undefined);
+    if (f) given.add(f.key);
+  }
+  const show = (v: unknown): string => (v === undefined ? '' : Array.isArray(v) ? v.join(' ') : String(v));
+  return flagTable.map((f) => ({
+    name: `--${kebab(f.key)}`,
+    value: show(o[f.key]),
+    default: show(trainPpoDefaults[f.key]),
+    source: given.has(f.key) ? 'flag' : f.env && env[f.env] ? 'env' : 'default',
+    section: f.section,
+    help: f.help + (f.env ? ` [env ${f.env}]` : ''),
+  }));
+}
+
 /** The `--help` text. */
 export function trainPpoHelp(): string {
   const lines = ['usage: train_ppo [flags]   (snake_case spellings are accepted too)'];

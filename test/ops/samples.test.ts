@@ -71,6 +71,32 @@ test('bad requests and samples over the limits are refused with a clear message'
   assert.is((await post({ step: 1, samples: [] }, 'nope')).status, 404);
 });
 
+test('a job\'s report merges by field and gives the job page and the jobs list progress, ETA and the headline metric', async () => {
+  ops.jobs.submit({ entrypoint: ['sleep', '30'], jobId: 'j3' });
+  const logger = createMetricsLogger({ jobId: 'j3', httpAddress: ops.http.url, token });
+  logger.report({ config: [{ name: '--seed', value: '42', default: '42', source: 'default' }], headline: 'eval_accuracy' });
+  logger.report({ totalSteps: 10 });
+  const t0 = Date.now();
+  logger.log(0, { eval_accuracy: 0.2 });
+  await logger.flush();
+  // Rows with times 1 s apart: the pace is 1 s a step.
+  ops.store.addMetrics('j3', [1, 2, 3, 4].map((step) => ({ step, time: t0 + step * 1000, values: { reward_mean: step / 10 } })));
+  ops.store.addMetrics('j3', [{ step: 4, time: t0 + 4000, values: { eval_accuracy: 0.5 } }]);
+  await fetch(`${ops.http.url}/api/jobs/j3/report`, { method: 'POST', headers: auth, body: JSON.stringify({ outputs: { policy: '/tmp/p' } }) });
+  const job = await (await fetch(`${ops.http.url}/api/jobs/j3`, { headers: auth })).json();
+  assert.equal(job.report.config, [{ name: '--seed', value: '42', default: '42', source: 'default' }]);
+  assert.equal([job.report.totalSteps, job.report.headline, job.report.outputs.policy], [10, 'eval_accuracy', '/tmp/p'], 'fields merge');
+  assert.equal([job.progress.step, job.progress.totalSteps], [4, 10]);
+  assert.equal(job.progress.headline, { name: 'eval_accuracy', first: 0.2, last: 0.5 });
+  assert.is(job.status, 'RUNNING');
+  assert.ok(Math.abs(job.progress.etaMs - 6000) < 1000, `eta ${job.progress.etaMs}`);
+  const list = await (await fetch(`${ops.http.url}/api/jobs`, { headers: auth })).json();
+  assert.equal(list.jobs.find((j: { jobId: string }) => j.jobId === 'j3').progress.step, 4);
+  const bad = await fetch(`${ops.http.url}/api/jobs/j3/report`, { method: 'POST', headers: auth, body: JSON.stringify({ totalSteps: 'ten' }) });
+  assert.is(bad.status, 400);
+  await ops.jobs.stop('j3');
+});
+
 test('a job keeps at most maxPerJob samples: the oldest steps go, the first step stays', () => {
   const per = 250;
   const steps = Math.ceil(sampleLimits.maxPerJob / per) + 2;

@@ -138,14 +138,25 @@ const tiny = (extra: string[]): string[] => [
 async function run(argv: string[]) {
   const samples: { step: number; samples: EpisodeSample[] }[] = [];
   const rows: { step: number; values: Record<string, number> }[] = [];
+  const reports: Record<string, unknown>[] = [];
   const summary = await trainPpo(argv, {}, {
-    log: { line: () => undefined, metric: (step, values) => void rows.push({ step, values }), samples: (step, s) => void samples.push({ step, samples: s }) },
+    log: {
+      line: () => undefined,
+      metric: (step, values) => void rows.push({ step, values }),
+      samples: (step, s) => void samples.push({ step, samples: s }),
+      report: (r) => void reports.push(r),
+    },
   });
-  return { summary, samples, rows };
+  return { summary, samples, rows, reports };
 }
 
 test('train_ppo logs each step\'s sample episodes with turns, extraInfo and versions (multi-turn step function)', async () => {
-  const { samples, rows } = await run(tiny(['--agent-func', fixture('multi-turn-step.ts'), '--log-samples', '3']));
+  const { samples, rows, reports } = await run(tiny(['--agent-func', fixture('multi-turn-step.ts'), '--log-samples', '3']));
+  const report = Object.assign({}, ...reports) as { totalSteps: number; headline: string; config: { name: string; value: string; source: string }[]; outputs: Record<string, string> };
+  assert.is(report.totalSteps, 2, 'the job page learns the total steps');
+  assert.is(report.headline, 'reward_mean', 'no eval dataset: reward is the headline');
+  assert.equal(report.config.find((r) => r.name === '--log-samples'), { ...report.config.find((r) => r.name === '--log-samples')!, value: '3', source: 'flag' });
+  assert.is(report.outputs.policy, join(root, 'out'));
   assert.equal(samples.map((s) => s.step), [1, 2]);
   for (const { samples: list } of samples) {
     assert.is(list.length, 3, '--log-samples 3 of the 4 episodes');

@@ -122,7 +122,11 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
 
     if (b === 'jobs') {
       if (!c) {
-        if (method === 'GET') return send(res, 200, { jobs: store.listJobs({ limit: intParam(u, 'limit') }) });
+        if (method === 'GET') {
+          const list = store.listJobs({ limit: intParam(u, 'limit') });
+          const progress = store.progress(list.map((j) => j.jobId), runningIds(list));
+          return send(res, 200, { jobs: list.map((j) => ({ ...j, progress: progress.get(j.jobId) })) });
+        }
         if (method === 'POST') {
           const body = await readJson(req);
           const job = jobs.submit(body as unknown as JobSubmitRequest);
@@ -131,7 +135,11 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
       } else {
         const jobId = c;
         if (!d) {
-          if (method === 'GET') return send(res, 200, jobs.get(jobId));
+          if (method === 'GET') {
+            const job = jobs.get(jobId);
+            const progress = store.progress([jobId], runningIds([job])).get(jobId);
+            return send(res, 200, { ...job, progress, report: store.report(jobId) });
+          }
           if (method === 'DELETE') {
             jobs.delete(jobId);
             return send(res, 200, { deleted: true });
@@ -174,6 +182,20 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
             }
             return send(res, 200, table);
           }
+        }
+        if (d === 'report') {
+          jobs.get(jobId);
+          if (method === 'POST') {
+            const body = await readJson(req);
+            if (body.totalSteps !== undefined && (typeof body.totalSteps !== 'number' || !(body.totalSteps >= 0))) {
+              throw new OpsError('BAD_REQUEST', 'totalSteps must be a non-negative number');
+            }
+            if (body.config !== undefined && !Array.isArray(body.config)) throw new OpsError('BAD_REQUEST', 'config must be an array of rows');
+            const report = store.mergeReport(jobId, body);
+            ctx.metricsChanged(jobId);
+            return send(res, 200, report);
+          }
+          if (method === 'GET') return send(res, 200, store.report(jobId));
         }
         if (d === 'samples') {
           jobs.get(jobId);
@@ -249,6 +271,8 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
     });
     return { steps, step: step ?? null, samples };
   };
+
+  const runningIds = (list: readonly JobInfo[]) => new Set(list.filter((j) => j.status === 'RUNNING').map((j) => j.jobId));
 
   const actorQuery = (u: URL): ActorQuery => {
     const sort = u.searchParams.get('sort') ?? undefined;

@@ -76,6 +76,43 @@ export const sampleLimits = {
   maxSampleBytes: 64 * 1024,
 } as const;
 
+/**
+ * What a job's driver says about itself (`metrics.info`): any JSON fields, merged by name. The
+ * head and the dashboard read `totalSteps` (progress and ETA), `headline` (the metric the jobs
+ * list shows, e.g. `eval_accuracy`), `config` (a table of every effective setting) and
+ * `outputs` (paths the run writes, by label).
+ */
+export interface JobReport {
+  totalSteps?: number;
+  headline?: string;
+  config?: ConfigRow[];
+  outputs?: Record<string, string>;
+  [field: string]: unknown;
+}
+
+/** One effective setting of a job. */
+export interface ConfigRow {
+  /** `--rollout-batch-size`, or an env variable's name. */
+  name: string;
+  value: string;
+  default?: string;
+  /** Where the value came from. */
+  source: 'flag' | 'env' | 'default';
+  section?: string;
+  help?: string;
+}
+
+/** How far a job is, from its metrics and its report (the jobs list, the job page). */
+export interface JobProgress {
+  /** The last step that logged metrics. */
+  step: number | null;
+  totalSteps: number | null;
+  /** Estimated time to the last step, from the pace so far (running jobs only). */
+  etaMs: number | null;
+  /** The job's headline metric (its report's `headline`, else reward_mean), first and last value. */
+  headline: { name: string; first: number | null; last: number | null } | null;
+}
+
 /** A cluster event: job state changes, actor deaths, node joins, head restarts. */
 export interface ClusterEvent {
   id: number;
@@ -134,6 +171,10 @@ CREATE TABLE IF NOT EXISTS ops_job_samples (
   PRIMARY KEY (job_id, step, seq)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ops_job_samples_key ON ops_job_samples(job_id, sample_key, step);
+CREATE TABLE IF NOT EXISTS ops_job_info (
+  job_id TEXT PRIMARY KEY,
+  info TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS ops_events (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   time INTEGER NOT NULL,
@@ -319,6 +360,7 @@ export class OpsStore {
       this.db.prepare('DELETE FROM ops_jobs WHERE job_id = ?').run(jobId);
       this.db.prepare('DELETE FROM ops_job_metrics WHERE job_id = ?').run(jobId);
       this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ?').run(jobId);
+      this.db.prepare('DELETE FROM ops_job_info WHERE job_id = ?').run(jobId);
     })();
   }
 
@@ -401,6 +443,51 @@ export class OpsStore {
         over -= s.n;
       }
     })();
+  }
+
+  /** Merges `fields` into the job's report (a field given again replaces the old value). */
+  mergeReport(jobId: string, fields: JobReport): JobReport {
+    const merged = { ...this.report(jobId), ...fields };
+    this.db
+      .prepare('INSERT INTO ops_job_info (job_id, info) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET info = excluded.info')
+      .run(jobId, JSON.stringify(merged));
+    return merged;
+  }
+
+  /** The job's report; `{}` when its driver sent none. */
+  report(jobId: string): JobReport {
+    const row = this.db.prepare('SELECT info FROM ops_job_info WHERE job_id = ?').get(jobId) as { info: string } | undefined;
+    return row ? (JSON.parse(row.info) as JobReport) : {};
+  }
+
+  /** Progress of each job, from its metrics and report; `running` jobs also get an ETA. */
+  progress(jobIds: readonly string[], running: ReadonlySet<string> = new Set()): Map<string, JobProgress> {
+    const out = new Map<string, JobProgress>();
+    const steps = this.db.prepare(
+      'SELECT MIN(step) AS first, MAX(step) AS last, MIN(time) AS t0, MAX(time) AS t1 FROM ops_job_metrics WHERE job_id = ?',
+    );
+    const ends = this.db.prepare(
+      `SELECT (SELECT value FROM ops_job_metrics WHERE job_id = @job AND name = @name AND value IS NOT NULL ORDER BY step LIMIT 1) AS first,
+              (SELECT value FROM ops_job_metrics WHERE job_id = @job AND name = @name AND value IS NOT NULL ORDER BY step DESC LIMIT 1) AS last`,
+    );
+    for (const jobId of jobIds) {
+      const r = steps.get(jobId) as { first: number | null; last: number | null; t0: number | null; t1: number | null };
+      const report = this.report(jobId);
+      const total = typeof report.totalSteps === 'number' ? report.totalSteps : null;
+      let etaMs: number | null = null;
+      if (running.has(jobId) && total !== null && r.last !== null && r.first !== null && r.last > r.first && r.t0 !== null && r.t1 !== null) {
+        etaMs = Math.max(0, ((r.t1 - r.t0) / (r.last - r.first)) * (total - r.last));
+      }
+      const name = typeof report.headline === 'string' ? report.headline : 'reward_mean';
+      const e = ends.get({ job: jobId, name }) as { first: number | null; last: number | null };
+      out.set(jobId, {
+        step: r.last,
+        totalSteps: total,
+        etaMs,
+        headline: e.last === null ? null : { name, first: e.first, last: e.last },
+      });
+    }
+    return out;
   }
 
   /** Steps of a job that have samples, ascending. */
