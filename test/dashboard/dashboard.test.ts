@@ -70,9 +70,12 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.waitForFunction(() => (document.querySelector('pre.log')?.textContent ?? '').includes('step 10'));
   // The step time split is one chart with a line per phase.
   await page.waitForSelector('figure.chart[data-metric="step_time_split"] canvas');
-  // Its actors, grouped by role, and its config with only the env worth showing.
+  // Its actors, grouped by role, and its config with only the env worth showing, each a tab.
+  await page.click('#tab-actors');
   await page.waitForFunction(() => /Rollout \(2\)/.test(document.body.innerText) && /Trainer \(1\)/.test(document.body.innerText));
+  await page.click('#tab-config');
   assert.match(await page.locator('#env-rest').innerText(), /more inherited variables/);
+  await page.click('#tab-charts');
   // Live: the chart's x range grows as steps arrive, without a reload.
   await page.selectOption('#compare', 'finished');
   await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');

@@ -97,6 +97,23 @@ test('a job\'s report merges by field and gives the job page and the jobs list p
   await ops.jobs.stop('j3');
 });
 
+test('?maxPoints downsamples a long run on the server: first and last steps kept, bucket means between', async () => {
+  ops.store.addMetrics('j4', Array.from({ length: 1000 }, (_, step) => ({ step, time: step, values: { x: step, y: step % 2 } })));
+  const t = await (await fetch(`${ops.http.url}/api/jobs/j1/metrics`, { headers: auth })).json();
+  assert.ok(t.rows.length > 0);
+  const { OpsStore } = await import('../../runtime/head/jobs/ops-store.ts');
+  const d = OpsStore.downsample(ops.store.metricsTable('j4'), 12);
+  assert.is(d.rows.length, 12);
+  assert.equal(d.rows[0], [0, 0, 0, 0]);
+  assert.equal(d.rows.at(-1), [999, 999, 999, 1]);
+  const mid = d.rows[1]!;
+  assert.ok(Math.abs((mid[3] as number) - 0.5) < 0.02, 'a bucket holds the mean of its values');
+  assert.ok(d.rows.every((r, i) => i === 0 || (r[0] as number) > (d.rows[i - 1]![0] as number)), 'steps ascend');
+  ops.jobs.submit({ entrypoint: ['true'], jobId: 'j4' });
+  const viaApi = await (await fetch(`${ops.http.url}/api/jobs/j4/metrics?maxPoints=50`, { headers: auth })).json();
+  assert.is(viaApi.rows.length, 50);
+});
+
 test('a job keeps at most maxPerJob samples: the oldest steps go, the first step stays', () => {
   const per = 250;
   const steps = Math.ceil(sampleLimits.maxPerJob / per) + 2;

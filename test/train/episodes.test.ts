@@ -138,7 +138,7 @@ const tiny = (extra: string[]): string[] => [
 async function run(argv: string[]) {
   const samples: { step: number; samples: EpisodeSample[] }[] = [];
   const rows: { step: number; values: Record<string, number> }[] = [];
-  const reports: Record<string, unknown>[] = [];
+  const reports: object[] = [];
   const summary = await trainPpo(argv, {}, {
     log: {
       line: () => undefined,

@@ -30,6 +30,8 @@ export interface ActorView {
   pid: number | null;
   jobId: string | null;
   restarts: number;
+  /** -1: unlimited. */
+  maxRestarts?: number;
   detached: boolean;
   startedAt: number | null;
   endedAt: number | null;
@@ -51,6 +53,66 @@ export interface JobInfo {
   endedAt: number | null;
   exitCode: number | null;
   message: string;
+  /** How far it is (from its metrics and report). */
+  progress?: JobProgress;
+  /** What its driver said about itself (only on `GET /api/jobs/:id`). */
+  report?: JobReport;
+}
+
+export interface JobProgress {
+  step: number | null;
+  totalSteps: number | null;
+  etaMs: number | null;
+  headline: { name: string; first: number | null; last: number | null } | null;
+}
+
+export interface ConfigRow {
+  name: string;
+  value: string;
+  default?: string;
+  source: 'flag' | 'env' | 'default';
+  section?: string;
+  help?: string;
+}
+
+export interface JobReport {
+  totalSteps?: number;
+  headline?: string;
+  config?: ConfigRow[];
+  outputs?: Record<string, string>;
+}
+
+/** One kept sample (train_ppo's episode fields; other jobs may send any fields). */
+export interface SampleView {
+  step: number;
+  seq: number;
+  key?: string;
+  pick?: string;
+  reward?: number;
+  prompt?: string;
+  label?: string;
+  turns?: { role: string; text: string; tokens: number; toolCalls?: { name: string; arguments: string }[] }[];
+  extraInfo?: Record<string, string | number | boolean>;
+  versionMin?: number;
+  versionMax?: number;
+  staleness?: number;
+  stopReason?: string;
+  promptTokens?: number;
+  responseTokens?: number;
+  groupRewardMean?: number;
+  error?: string;
+}
+
+export interface SamplesPage {
+  steps: number[];
+  step: number | null;
+  samples: SampleView[];
+}
+
+/** `GET /api/version`: `readOnly` is set when a finished session is served. */
+export interface VersionInfo {
+  version: string;
+  readOnly: { sessionDir: string } | null;
 }
 
 export interface ActorPage {

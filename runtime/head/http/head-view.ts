@@ -24,6 +24,7 @@ export function actorView(a: ActorInfo): ActorView {
     pid: a.pid ?? null,
     jobId: a.options.jobId ?? null,
     restarts: a.numRestarts,
+    maxRestarts: a.options.maxRestarts,
     incarnation: a.incarnation,
     detached: a.options.detached,
     startedAt: a.createdAtMs,

@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
-import { type JobSample, type OpsStore, sampleLimits, terminalJobStatuses } from '../jobs/ops-store.ts';
+import { type JobSample, OpsStore, sampleLimits, terminalJobStatuses } from '../jobs/ops-store.ts';
 import type { JobInfo } from '../jobs/ops-store.ts';
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import { isPackageHash, keepArchive, PackageTooLargeError, unpackArchive } from '../jobs/working-dir.ts';
@@ -176,7 +176,9 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
           }
           if (method === 'GET') {
             jobs.get(jobId);
-            const table = store.metricsTable(jobId, intParam(u, 'sinceStep'));
+            const full = store.metricsTable(jobId, intParam(u, 'sinceStep'));
+            const maxPoints = intParam(u, 'maxPoints');
+            const table = maxPoints === undefined ? full : OpsStore.downsample(full, maxPoints);
             if (u.searchParams.get('format') === 'csv') {
               return send(res, 200, toCsv(table.columns, table.rows), { 'content-type': 'text/csv; charset=utf-8' });
             }

@@ -407,6 +407,32 @@ export class OpsStore {
   }
 
   /**
+   * The table with at most `maxPoints` rows for long runs: steps are cut into equal buckets and
+   * each bucket keeps, per metric, the mean of its values at the bucket's last step (so a
+   * 100,000-step run still draws its trend, and the first and last steps are kept as they are).
+   */
+  static downsample(t: { columns: string[]; rows: (number | null)[][] }, maxPoints: number): { columns: string[]; rows: (number | null)[][] } {
+    const n = t.rows.length;
+    if (maxPoints < 2 || n <= maxPoints) return t;
+    const out: (number | null)[][] = [t.rows[0]!];
+    const inner = maxPoints - 2;
+    const size = (n - 2) / inner;
+    for (let b = 0; b < inner; b++) {
+      const bucket = t.rows.slice(1 + Math.floor(b * size), 1 + Math.floor((b + 1) * size));
+      if (bucket.length === 0) continue;
+      const last = bucket.at(-1)!;
+      const row: (number | null)[] = [last[0]!, last[1]!];
+      for (let c = 2; c < t.columns.length; c++) {
+        const vs = bucket.map((r) => r[c]).filter((v): v is number => v !== null && v !== undefined);
+        row.push(vs.length ? vs.reduce((a, v) => a + v, 0) / vs.length : null);
+      }
+      out.push(row);
+    }
+    out.push(t.rows[n - 1]!);
+    return { columns: t.columns, rows: out };
+  }
+
+  /**
    * Stores the samples of one step, replacing what that step had; then drops the oldest steps
    * (never the first) while the job holds more than {@link sampleLimits}`.maxPerJob`. Throws a
    * RangeError when the step has too many samples or one is too large.
