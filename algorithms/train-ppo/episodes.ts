@@ -58,7 +58,8 @@ export const maxTurns = 24;
 
 /**
  * Picks up to `n` trajectories: a quarter (rounded up) with the highest reward, a quarter with
- * the lowest, the rest at random (seeded) from what is left. Returns indices into `rewards`.
+ * the lowest, the rest at random (seeded) from what is left. Only an episode above the lowest
+ * reward counts as best, and only one below the highest as worst. Returns indices into `rewards`.
  */
 export function pickSamples(rewards: readonly number[], n: number, seed: number): { index: number; pick: 'best' | 'worst' | 'random' }[] {
   if (n <= 0 || rewards.length === 0) return [];
@@ -71,8 +72,11 @@ export function pickSamples(rewards: readonly number[], n: number, seed: number)
     out.push({ index, pick });
   };
   const quarter = Math.ceil(n / 4);
-  for (const i of order.slice(0, quarter)) take(i, 'best');
-  for (const i of order.slice(-quarter).reverse()) take(i, 'worst');
+  const top = rewards[order[0]!]!;
+  const bottom = rewards[order.at(-1)!]!;
+  // "Best" beats the worst reward and "worst" trails the best one: ties are not labelled either.
+  for (const i of order.filter((k) => rewards[k]! > bottom).slice(0, quarter)) take(i, 'best');
+  for (const i of order.filter((k) => rewards[k]! < top).reverse().slice(0, quarter)) take(i, 'worst');
   const rest = order.filter((i) => !taken.has(i));
   const rand = seededRandom(seed);
   while (out.length < n && rest.length > 0) {

@@ -206,7 +206,8 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
     return 0;
   }
   process.stderr.write(`job ${jobId} ${job.status}${took}${job.exitCode !== null ? ` (exit code ${job.exitCode})` : ''}\n`);
-  if (job.status === 'FAILED' && job.message) process.stderr.write(`${job.message}\n`);
+  // Its last output lines were just streamed above: the message's first line says the rest.
+  if (job.status === 'FAILED' && job.message) process.stderr.write(`${job.message.split('\n')[0]!.replace(/; last output:$/, '')}\n`);
   return 1;
 }
 

@@ -49,6 +49,10 @@ test('pickSamples keeps the best and the worst quarter and a seeded random draw 
   assert.equal(pickSamples(rewards, 4, 1), picks, 'the same seed picks the same episodes');
   assert.is(pickSamples(rewards, 100, 1).length, 8, 'never more than there are');
   assert.equal(pickSamples(rewards, 0, 1), []);
+  const ties = pickSamples([1, 0, 0, 0, 1, 0, 0, 0], 8, 1);
+  assert.equal(ties.filter((p) => p.pick === 'best').map((p) => p.index), [0, 4], 'reward-0 episodes are never "best"');
+  assert.equal(ties.filter((p) => p.pick === 'worst').map((p) => p.index), [7, 6]);
+  assert.ok(pickSamples([0.5, 0.5, 0.5], 3, 1).every((p) => p.pick === 'random'), 'all equal: no best or worst');
 });
 
 test('episodeTurns splits by the loss mask: assistant turns, tool results after a call, environment feedback', () => {
