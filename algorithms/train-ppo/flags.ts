@@ -75,6 +75,8 @@ export interface TrainPpoOptions {
   savePath: string;
   saveSteps: number;
   ckptPath: string;
+  /** Replace what a previous run left in the save and checkpoint paths. */
+  overwrite: boolean;
   loadCheckpoint: boolean;
   evalDataset: string;
   evalSteps: number;
@@ -205,9 +207,10 @@ export const flagTable: readonly Flag[] = [
   F('useDecoupledLoss', 'bool', 'decoupled PPO with proximal logprobs'),
   F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
   ...under('eval'),
-  F('savePath', 'string', 'where the final HF-format policy is written'),
+  F('savePath', 'string', 'where the final HF-format policy is written (default ./ckpt/<job id>: each run its own)'),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
-  F('ckptPath', 'string', 'checkpoint directory'),
+  F('ckptPath', 'string', 'checkpoint directory (default <save-path>/checkpoints)'),
+  F('overwrite', 'bool', 'replace a policy or checkpoints a previous run left in --save-path / --ckpt-path'),
   F('loadCheckpoint', 'bool', 'resume from the latest checkpoint in --ckpt-path'),
   F('evalDataset', 'string', 'held-out prompts (JSONL or built-in name); "" disables'),
   F('evalSteps', 'int', 'evaluate every N steps; -1 only at start and end', { min: -1 }),
@@ -288,9 +291,10 @@ export const trainPpoDefaults: TrainPpoOptions = {
   dynamicFiltering: false,
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
-  savePath: './ckpt/ppo',
+  savePath: '',
   saveSteps: -1,
-  ckptPath: './ckpt/checkpoints_ppo',
+  ckptPath: '',
+  overwrite: false,
   loadCheckpoint: false,
   evalDataset: 'arith:test',
   evalSteps: 5,

@@ -26,7 +26,7 @@ const agent = fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.
 const tiny = (name: string, extra: string[]): string[] => [
   '--in-process', '--pretrain', model, '--agent-func', agent, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
   '--train-batch-size', '8', '--micro-train-batch-size', '4', '--generate-max-len', '8', '--max-steps', '3',
-  '--eval-dataset', '', '--save-path', join(root, name, 'out'), '--ckpt-path', join(root, name, 'ckpt'), ...extra,
+  '--eval-dataset', '', '--overwrite', '--save-path', join(root, name, 'out'), '--ckpt-path', join(root, name, 'ckpt'), ...extra,
 ];
 const collect = () => {
   const rows: Record<string, number>[] = [];

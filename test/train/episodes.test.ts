@@ -9,7 +9,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
-import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { resolveOptions, runName, trainPpo } from '../../algorithms/train-ppo.ts';
+import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
 import { episodeMetrics, episodeTurns, type EpisodeSample, pickSamples, sampleEpisodes } from '../../algorithms/train-ppo/episodes.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
@@ -136,7 +137,7 @@ test('sampleEpisodes describes each kept episode and adds failed ones with their
 const tiny = (extra: string[]): string[] => [
   '--in-process', '--pretrain', model, '--rollout-batch-size', '2', '--n-samples-per-prompt', '2',
   '--train-batch-size', '4', '--micro-train-batch-size', '4', '--generate-max-len', '6', '--max-steps', '2',
-  '--eval-dataset', '', '--save-path', join(root, 'out'), '--ckpt-path', join(root, 'ckpt'), ...extra,
+  '--eval-dataset', '', '--overwrite', '--save-path', join(root, 'out'), '--ckpt-path', join(root, 'ckpt'), ...extra,
 ];
 
 async function run(argv: string[]) {
@@ -187,6 +188,24 @@ test('--log-samples 0 keeps none; a gateway agent\'s samples carry its extraInfo
   assert.ok(list.every((s) => s.extraInfo?.turns === 2 && s.extraInfo.gateway_completions === 2));
   assert.ok(list.every((s) => s.turns.filter((t) => t.role === 'assistant').length === 2), 'both completions are turns of one sample');
   assert.ok(gw.rows.some((r) => r.values['info/turns'] === 2), 'numeric extraInfo is logged as a metric');
+});
+
+test('each run writes to its own folder by default, and never over another run without --overwrite', async () => {
+  const o = resolveOptions(parseTrainPpoFlags([]), { RTJOB_JOB_ID: 'job-7' });
+  assert.equal([o.savePath, o.ckptPath], [join('ckpt', 'job-7'), join('ckpt', 'job-7', 'checkpoints')]);
+  assert.match(runName({}, new Date(2026, 10, 23, 20, 5, 9)), /^run-20261123-200509$/);
+  const out = join(root, 'mine');
+  const argv = tiny(['--agent-func', fixture('multi-turn-step.ts'), '--max-steps', '1', '--save-steps', '1']).filter((a) => a !== '--overwrite');
+  const at = argv.indexOf('--save-path');
+  argv.splice(at, 4, '--save-path', out, '--ckpt-path', join(out, 'ck'));
+  await run(argv);
+  const again = await run(argv).then(() => null, (e: Error) => e);
+  assert.match(again!.message, /--save-path \S+mine already holds a policy from another run; pass --overwrite to replace it/);
+  rmSync(join(out, 'model.safetensors'));
+  const ck = await run(argv).then(() => null, (e: Error) => e);
+  assert.match(ck!.message, /--ckpt-path \S+ck holds another run's checkpoints; --load-checkpoint resumes from them, --overwrite replaces them/);
+  const replaced = await run([...argv, '--overwrite']);
+  assert.is(replaced.summary.steps, 1);
 });
 
 test.run();

@@ -18,7 +18,7 @@ const log = { line: (t: string) => void lines.push(t), metric: (step: number, va
 const tiny = (extra: string[]): string[] => [
   '--in-process', '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
   '--train-batch-size', '8', '--micro-train-batch-size', '4', '--generate-max-len', '6', '--max-steps', '2',
-  '--eval-prompts', '4', '--save-path', join(root, 'out'), '--ckpt-path', join(root, 'ckpt'), ...extra,
+  '--eval-prompts', '4', '--overwrite', '--save-path', join(root, 'out'), '--ckpt-path', join(root, 'ckpt'), ...extra,
 ];
 
 test.before(async () => {
