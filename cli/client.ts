@@ -1,12 +1,21 @@
 /**
- * The CLI's HTTP client for the head's `/api/`, with the token on every request and the API's
- * errors turned into {@link CliError}s that carry an exit code.
+ * The CLI's HTTP client for the head's `/api/` (the typed REST contract of
+ * `runtime/head/http/contract.ts`), with the token on every request and the API's errors turned
+ * into {@link CliError}s that carry an exit code.
  *
  * @module
  */
 import WebSocket from 'ws';
 
 import { RtjobError } from '../runtime/errors.ts';
+import {
+  fetchTransport,
+  logTailPath,
+  RestError,
+  restClient,
+  type RestClient,
+  type RouteKey,
+} from '../runtime/head/http/contract.ts';
 import { readClusterFile, rtjobHome } from '../runtime/cluster-file.ts';
 import { readEnv } from '../runtime/env.ts';
 
@@ -91,43 +100,29 @@ export async function openReadTarget(opts: { address?: string; token?: string; s
   return { ep: { url: s.url, token: s.token }, session: dir, close: () => s.close() };
 }
 
-/** Calls the API; JSON in and out. Throws CliError with the API's message on a non-2xx status. */
-export async function api<T = unknown>(
-  ep: Endpoint,
-  method: string,
-  path: string,
-  body?: unknown,
-  raw?: { body: Buffer; contentType: string },
-): Promise<T> {
-  let res: Response;
-  try {
-    res = await fetch(`${ep.url}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${ep.token}`,
-        ...(raw ? { 'content-type': raw.contentType } : body !== undefined ? { 'content-type': 'application/json' } : {}),
-      },
-      body: raw ? new Uint8Array(raw.body) : body !== undefined ? JSON.stringify(body) : undefined,
-    });
-  } catch (err) {
-    throw new CliError(`cannot reach the head at ${ep.url}: ${(err as Error & { cause?: Error }).cause?.message ?? (err as Error).message}`, 3);
-  }
-  const text = await res.text();
-  if (!res.ok) {
-    let msg = text;
-    let code: string | undefined;
+/**
+ * The typed client of the head's REST API (`runtime/head/http/contract.ts`) at `ep`: the token on
+ * every request, and failures as {@link CliError}s — 3 when the head cannot be reached, 2 for a
+ * bad request (400, 413), 1 for any other refusal — carrying the API's error code.
+ *
+ * @example
+ * const { jobs } = await headApi(ep).call('GET /api/jobs');
+ */
+export function headApi(ep: Endpoint): RestClient {
+  const inner = restClient(fetchTransport(ep.url, { authorization: `Bearer ${ep.token}` }));
+  const call = async (key: RouteKey, ...args: unknown[]): Promise<unknown> => {
     try {
-      const j = JSON.parse(text) as { message?: string; error?: string };
-      msg = j.message ?? text;
-      code = j.error;
-    } catch {
-      // plain text
+      return await (inner.call as (k: RouteKey, ...a: unknown[]) => Promise<unknown>)(key, ...args);
+    } catch (err) {
+      if (!(err instanceof RestError)) {
+        const why = (err as Error & { cause?: Error }).cause?.message ?? (err as Error).message;
+        throw new CliError(`cannot reach the head at ${ep.url}: ${why}`, 3);
+      }
+      if (err.status === 401) throw new CliError('the head refused the token (401): check --token / RTJOB_TOKEN', 1, err.code);
+      throw new CliError(err.message, err.status === 400 || err.status === 413 ? 2 : 1, err.code);
     }
-    if (res.status === 401) msg = 'the head refused the token (401): check --token / RTJOB_TOKEN';
-    throw new CliError(msg, res.status === 400 || res.status === 413 ? 2 : 1, code);
-  }
-  const type = res.headers.get('content-type') ?? '';
-  return (type.includes('application/json') ? JSON.parse(text) : text) as T;
+  };
+  return { call: call as RestClient['call'] };
 }
 
 /**
@@ -136,7 +131,7 @@ export async function api<T = unknown>(
  */
 export function tailJobLogs(ep: Endpoint, jobId: string, out: (s: string) => void, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
-    const wsUrl = ep.url.replace(/^http/, 'ws') + `/api/jobs/${encodeURIComponent(jobId)}/logs/tail`;
+    const wsUrl = ep.url.replace(/^http/, 'ws') + logTailPath(jobId);
     const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${ep.token}` } });
     const onAbort = () => ws.close();
     signal?.addEventListener('abort', onAbort, { once: true });

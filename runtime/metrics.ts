@@ -7,9 +7,10 @@
  * `metrics.samples(step, records)` keeps a few example records of a step (for `train_ppo`, the
  * episodes: prompt, turns, reward); they show in the dashboard's Samples view and
  * `rtjob samples JOB`, bounded per job by the head (`sampleLimits` in `runtime/head/jobs/ops-store.ts`).
+ * `metrics.report(fields)` tells the job page about the run (total steps, config table, outputs).
  *
  * Outside a job (no `RTJOB_JOB_ID`), `log` only keeps the last values in memory (`latest()`) and
- * `samples` does nothing.
+ * `samples` and `report` do nothing.
  *
  * @example
  * import { metrics } from 'rtjob/runtime/metrics.ts';
@@ -20,6 +21,7 @@
  */
 import { readClusterFile } from './cluster-file.ts';
 import { readEnv } from './env.ts';
+import { fetchTransport, type JobReport, type JobSample, RestError, restClient } from './head/http/contract.ts';
 
 /** Numeric values by name; non-finite values are stored as gaps. */
 export type MetricValues = Record<string, number>;
@@ -39,13 +41,7 @@ export interface SampleRecord {
   reward?: number;
 }
 
-/** What a job says about itself; see `JobReport` in `runtime/head/jobs/ops-store.ts`. */
-export interface JobReportFields {
-  totalSteps?: number;
-  headline?: string;
-  config?: { name: string; value: string; default?: string; source: 'flag' | 'env' | 'default'; section?: string; help?: string }[];
-  outputs?: Record<string, string>;
-}
+export type { JobReport };
 
 /** Options of {@link createMetricsLogger}. */
 export interface MetricsLoggerOptions {
@@ -75,7 +71,7 @@ export interface MetricsLogger {
    * `totalSteps` (progress, ETA), `headline` (the metric to show in the jobs list), `config`
    * (rows of every effective setting), `outputs` (paths the run writes, by label).
    */
-  report(fields: JobReportFields): void;
+  report(fields: JobReport): void;
   /** Sends everything buffered; resolves when the head has stored it (or gave up). */
   flush(): Promise<void>;
   /** The last value logged for each name. */
@@ -85,13 +81,13 @@ export interface MetricsLogger {
 /** Creates a logger; most code uses the shared {@link metrics}. */
 export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLogger {
   const jobId = opts.jobId ?? readEnv('RTJOB_JOB_ID');
-  let endpoint: { url: string; token: string } | null | undefined;
+  let endpoint: { url: string; token: string; jobId: string } | null | undefined;
   const resolveEndpoint = () => {
     if (endpoint !== undefined) return endpoint;
     const file = opts.httpAddress && opts.token ? undefined : readClusterFile();
     const base = opts.httpAddress ?? readEnv('RTJOB_HTTP_ADDRESS') ?? file?.dashboardUrl;
     const token = opts.token ?? readEnv('RTJOB_TOKEN') ?? file?.token;
-    endpoint = jobId && base && token ? { url: `${base}/api/jobs/${encodeURIComponent(jobId)}`, token } : null;
+    endpoint = jobId && base && token ? { url: base, token, jobId } : null;
     return endpoint;
   };
   const flushIntervalMs = opts.flushIntervalMs ?? 250;
@@ -102,24 +98,28 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
   let inFlight: Promise<void> = Promise.resolve();
   let warned = false;
 
-  const send = async (what: 'metrics' | 'samples' | 'report', body: unknown) => {
+  type Post = { what: 'metric rows'; rows: Row[] } | { what: 'samples'; step: number; samples: JobSample[] } | { what: 'the report'; report: JobReport };
+  const post = (api: ReturnType<typeof restClient>, jobId: string, p: Post) => {
+    const params = { jobId };
+    if (p.what === 'metric rows') return api.call('POST /api/jobs/:jobId/metrics', { params, body: { rows: p.rows } });
+    if (p.what === 'samples') return api.call('POST /api/jobs/:jobId/samples', { params, body: { step: p.step, samples: p.samples } });
+    return api.call('POST /api/jobs/:jobId/report', { params, body: p.report });
+  };
+  const send = async (p: Post) => {
     const ep = resolveEndpoint();
     if (!ep) return;
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
-        const res = await fetch(`${ep.url}/${what}`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', authorization: `Bearer ${ep.token}` },
-          body: JSON.stringify(body),
-        });
-        if (res.ok) return;
-        if (res.status < 500) {
-          if (!warned) process.stderr.write(`rtjob metrics: the head refused ${what} (${res.status}: ${await res.text()})\n`);
+        const api = restClient(fetchTransport(ep.url, { authorization: `Bearer ${ep.token}` }));
+        await post(api, ep.jobId, p);
+        return;
+      } catch (err) {
+        // A refusal is final; otherwise the head may be restarting: try again shortly.
+        if (err instanceof RestError && err.status < 500) {
+          if (!warned) process.stderr.write(`rtjob metrics: the head refused ${p.what} (${err.status}: ${err.message})\n`);
           warned = true;
           return;
         }
-      } catch {
-        // The head may be restarting; try again shortly.
       }
       await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
     }
@@ -136,7 +136,7 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
     const rows = buffer;
     buffer = [];
     // Batches go out one at a time so the head stores them in order.
-    inFlight = inFlight.then(() => send('metrics', { rows }));
+    inFlight = inFlight.then(() => send({ what: 'metric rows', rows }));
     return inFlight;
   };
 
@@ -165,12 +165,12 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
       if (!Number.isInteger(step)) throw new TypeError(`metrics.samples: step must be an integer, got ${step}`);
       if (!resolveEndpoint()) return;
       void flushNow();
-      const body = { step, samples: records };
-      inFlight = inFlight.then(() => send('samples', body));
+      const p: Post = { what: 'samples', step, samples: records as unknown as JobSample[] };
+      inFlight = inFlight.then(() => send(p));
     },
     report(fields) {
       if (!resolveEndpoint()) return;
-      inFlight = inFlight.then(() => send('report', fields));
+      inFlight = inFlight.then(() => send({ what: 'the report', report: fields }));
     },
     flush: flushNow,
     latest: () => ({ ...latest }),

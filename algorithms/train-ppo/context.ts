@@ -11,7 +11,7 @@ import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
 import { createKlController } from '../kl.ts';
 import { RewardNormalizer } from '../reward-normalizer.ts';
-import type { JobReportFields } from '../../runtime/metrics.ts';
+import type { JobReport } from '../../runtime/metrics.ts';
 import type { EpisodeSample } from './episodes.ts';
 import { evaluate } from './generate.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
@@ -27,7 +27,7 @@ export interface RunLog {
   /** A step's sample episodes (`--log-samples`); not kept when absent. */
   samples?(step: number, samples: EpisodeSample[]): void;
   /** What the run says about itself (total steps, config table, outputs) for the job page. */
-  report?(fields: JobReportFields): void;
+  report?(fields: JobReport): void;
 }
 
 /** What a finished run reports. */

@@ -8,7 +8,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:f
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { api, CliError, requireEndpoint } from '../client.ts';
+import { CliError, headApi, requireEndpoint } from '../client.ts';
 import { type ClusterFile, clusterFilePath, readClusterFile, removeClusterFile, rtjobHome, writeClusterFile } from '../../runtime/cluster-file.ts';
 import { readEnv } from '../../runtime/env.ts';
 import { pidAlive } from '../../runtime/pid.ts';
@@ -239,19 +239,10 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
   console.log(alive.length ? `stopped the cluster (${alive.length} process${alive.length > 1 ? 'es' : ''})` : 'the cluster was not running; cleaned up');
 }
 
-interface StatusReply {
-  headAddress: string | null;
-  dashboardUrl: string;
-  nodes: { nodeId: string; hostname: string; state: string; isHead: boolean; resourcesTotal: Record<string, number>; resourcesAvailable: Record<string, number>; memoryTotalBytes: number; memoryUsedBytes: number; workers: number }[];
-  resources: { total: Record<string, number>; used: Record<string, number> };
-  actorsByState: Record<string, number>;
-  jobsByStatus: Record<string, number>;
-}
-
 /** `rtjob status [--json]`. */
 export async function statusCommand(o: { address?: string; token?: string; json?: boolean }): Promise<void> {
   const ep = requireEndpoint(o);
-  const s = await api<StatusReply>(ep, 'GET', '/api/cluster');
+  const s = await headApi(ep).call('GET /api/cluster');
   if (o.json) {
     console.log(JSON.stringify(s, null, 2));
     return;

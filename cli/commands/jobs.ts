@@ -7,10 +7,9 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
 
-import type { JobInfo } from '../../runtime/head/jobs/ops-store.ts';
 import { packDir, PackageTooLargeError, defaultMaxPackageBytes } from '../../runtime/head/jobs/working-dir.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
-import { api, CliError, type Endpoint, findEndpoint, openReadTarget, requireEndpoint, tailJobLogs } from '../client.ts';
+import { CliError, type Endpoint, findEndpoint, headApi, openReadTarget, requireEndpoint, tailJobLogs } from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
@@ -77,10 +76,11 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
     if (err instanceof PackageTooLargeError) throw new CliError(err.message, 2, err.code);
     throw new CliError(`cannot read --working-dir ${dir}: ${(err as Error).message}`, 2);
   }
-  const path = `/api/packages/${packed.hash}`;
-  const have = await fetch(`${ep.url}${path}`, { headers: { authorization: `Bearer ${ep.token}` } }).catch(() => undefined);
-  if (have?.status !== 200) {
-    await api(ep, 'PUT', path, undefined, { body: packed.archive, contentType: 'application/octet-stream' });
+  const api = headApi(ep);
+  const params = { hash: packed.hash };
+  const have = await api.call('GET /api/packages/:hash', { params }).catch(() => undefined);
+  if (!have?.exists) {
+    await api.call('PUT /api/packages/:hash', { params, body: packed.archive });
     process.stderr.write(`uploaded working dir ${dir} (${packed.files} files, ${packed.archive.length} bytes)\n`);
   }
   return `pkg://${packed.hash}`;
@@ -123,10 +123,8 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   try {
     const workingDir = o.workingDir ? await uploadWorkingDir(ep, o.workingDir) : undefined;
     const local = isLoopback(new URL(ep.url).hostname);
-    const { job } = await api<{ job: JobInfo }>(ep, 'POST', '/api/jobs', {
-      ...request,
-      workingDir,
-      ...(workingDir || !local ? {} : { cwd: process.cwd() }),
+    const { job } = await headApi(ep).call('POST /api/jobs', {
+      body: { ...request, workingDir, ...(workingDir || !local ? {} : { cwd: process.cwd() }) },
     });
     if (!o.wait && !ephemeral) {
       console.log(job.jobId);
@@ -185,7 +183,9 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
     }
     if (stop) {
       process.stderr.write(`stopping ${jobId}...\n`);
-      await api(ep, 'POST', `/api/jobs/${encodeURIComponent(jobId)}/stop`).catch(() => undefined);
+      await headApi(ep)
+        .call('POST /api/jobs/:jobId/stop', { params: { jobId } })
+        .catch(() => undefined);
     } else {
       detached = true;
       process.stderr.write(`detached; ${jobId} keeps running (rtjob logs -f ${jobId})\n`);
@@ -199,7 +199,7 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
     process.off('SIGINT', onSigint);
   }
   if (detached) return 130;
-  const job = await api<JobInfo>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}`);
+  const job = await headApi(ep).call('GET /api/jobs/:jobId', { params: { jobId } });
   const took = job.startedAt && job.endedAt ? ` in ${duration(job.endedAt - job.startedAt)}` : '';
   if (job.status === 'SUCCEEDED') {
     process.stderr.write(`job ${jobId} SUCCEEDED${took}\n`);
@@ -235,7 +235,7 @@ async function reading<T>(o: ReadOptions, fn: (ep: Endpoint) => Promise<T>): Pro
 }
 
 async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
-  const { jobs } = await api<{ jobs: JobInfo[] }>(ep, 'GET', '/api/jobs');
+  const { jobs } = await headApi(ep).call('GET /api/jobs');
   if (o.json) {
     console.log(JSON.stringify(jobs, null, 2));
     return;
@@ -266,16 +266,14 @@ export async function logsCommand(jobId: string, o: ReadOptions & { follow?: boo
 }
 
 async function showLogs(ep: Endpoint, jobId: string, o: { follow?: boolean; actor?: string }): Promise<void> {
+  const api = headApi(ep);
   if (o.actor) {
+    const actorId = o.actor;
     // The cursor holds an offset per file: stdout and stderr of every incarnation of the actor.
     let cursor = '';
     let deadSeen = false;
     for (;;) {
-      const r = await api<{ logs: string; cursor: string; state: string }>(
-        ep,
-        'GET',
-        `/api/actors/${encodeURIComponent(o.actor)}/logs?cursor=${encodeURIComponent(cursor)}`,
-      );
+      const r = await api.call('GET /api/actors/:actorId/logs', { params: { actorId }, query: { cursor } });
       process.stdout.write(r.logs);
       cursor = r.cursor;
       if (r.logs.length > 0) continue;
@@ -289,13 +287,13 @@ async function showLogs(ep: Endpoint, jobId: string, o: { follow?: boolean; acto
     }
   }
   if (o.follow) {
-    await api(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}`);
+    await api.call('GET /api/jobs/:jobId', { params: { jobId } });
     await tailJobLogs(ep, jobId, (s) => process.stdout.write(s));
     return;
   }
   let offset = 0;
   for (;;) {
-    const r = await api<{ logs: string; nextOffset: number; size: number }>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/logs?offset=${offset}`);
+    const r = await api.call('GET /api/jobs/:jobId/logs', { params: { jobId }, query: { offset } });
     process.stdout.write(r.logs);
     if (r.nextOffset >= r.size || r.logs.length === 0) return;
     offset = r.nextOffset;
@@ -305,20 +303,20 @@ async function showLogs(ep: Endpoint, jobId: string, o: { follow?: boolean; acto
 /** `rtjob stop-job JOB`. */
 export async function stopJobCommand(jobId: string, o: { address?: string; token?: string }): Promise<void> {
   const ep = requireEndpoint(o);
-  const r = await api<{ stopped: boolean; job: JobInfo }>(ep, 'POST', `/api/jobs/${encodeURIComponent(jobId)}/stop`);
+  const r = await headApi(ep).call('POST /api/jobs/:jobId/stop', { params: { jobId } });
   console.log(r.stopped ? `job ${jobId} ${r.job.status}` : `job ${jobId} had already ended (${r.job.status})`);
 }
 
 /** `rtjob delete-job JOB`. */
 export async function deleteJobCommand(jobId: string, o: { address?: string; token?: string }): Promise<void> {
   const ep = requireEndpoint(o);
-  await api(ep, 'DELETE', `/api/jobs/${encodeURIComponent(jobId)}`);
+  await headApi(ep).call('DELETE /api/jobs/:jobId', { params: { jobId } });
   console.log(`deleted job ${jobId} (its log file is kept)`);
 }
 
 /** A job's metrics, a row per step, as CSV. */
 function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
-  return api<string>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/metrics?format=csv`);
+  return headApi(ep).call('GET /api/jobs/:jobId/metrics.csv', { params: { jobId } });
 }
 
 /** `rtjob metrics JOB [--csv] [--json]`. */
@@ -327,12 +325,11 @@ export async function metricsCommand(jobId: string, o: ReadOptions & { csv?: boo
 }
 
 async function showMetrics(ep: Endpoint, jobId: string, o: { csv?: boolean; json?: boolean; last?: string }): Promise<void> {
-  const path = `/api/jobs/${encodeURIComponent(jobId)}/metrics`;
   if (o.csv) {
     process.stdout.write(await metricsCsv(ep, jobId));
     return;
   }
-  const t = await api<{ columns: string[]; rows: (number | null)[][] }>(ep, 'GET', path);
+  const t = await headApi(ep).call('GET /api/jobs/:jobId/metrics', { params: { jobId } });
   if (o.json) {
     console.log(JSON.stringify(t));
     return;
@@ -373,19 +370,18 @@ export async function samplesCommand(
   jobId: string,
   o: ReadOptions & { step?: string; prompt?: string; minReward?: string; maxReward?: string; full?: boolean; json?: boolean },
 ): Promise<void> {
-  const q = new URLSearchParams();
-  const num = (flag: string, v: string | undefined, key: string) => {
-    if (v === undefined) return;
+  const num = (flag: string, v: string | undefined): number | undefined => {
+    if (v === undefined) return undefined;
     if (!Number.isFinite(Number(v))) throw new CliError(`${flag} must be a number, got ${v}`, 2);
-    q.set(key, v);
+    return Number(v);
   };
-  num('--step', o.step, 'step');
-  num('--min-reward', o.minReward, 'minReward');
-  num('--max-reward', o.maxReward, 'maxReward');
-  if (o.prompt !== undefined) q.set('key', o.prompt);
-  const page = await reading(o, (ep) =>
-    api<{ steps: number[]; step: number | null; samples: SampleView[] }>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/samples?${q}`),
-  );
+  const query = {
+    step: num('--step', o.step),
+    minReward: num('--min-reward', o.minReward),
+    maxReward: num('--max-reward', o.maxReward),
+    key: o.prompt,
+  };
+  const page = await reading(o, (ep) => headApi(ep).call('GET /api/jobs/:jobId/samples', { params: { jobId }, query }));
   if (o.json) {
     console.log(JSON.stringify(page, null, 2));
     return;
@@ -399,7 +395,7 @@ export async function samplesCommand(
   console.log(`job ${jobId}, ${what}: ${page.samples.length} sample${page.samples.length === 1 ? '' : 's'} (steps with samples: ${range}; --step N, --prompt KEY)`);
   const cut = (t: string) => (o.full || t.length <= 400 ? t : `${t.slice(0, 400)}… (--full for all ${t.length} characters)`);
   const indent = (t: string) => t.replace(/\n/g, '\n    ');
-  for (const s of page.samples) {
+  for (const s of page.samples as SampleView[]) {
     const facts = [
       `step ${s.step}`,
       s.pick,

@@ -11,7 +11,7 @@ import { Runtime } from '../client/runtime.ts';
 import { readEnv } from '../env.ts';
 import { ActorLoadError, toWire } from '../errors.ts';
 import { logger } from '../log.ts';
-import type { Call, WorkerAssignment } from '../protocol.ts';
+import type { Call } from '../protocol.ts';
 import { Executor } from './executor.ts';
 import { loadActor, taskRunner } from './load.ts';
 

@@ -84,7 +84,7 @@ test('D13: type-confused kvPut / kvGet / registerNode fields get InvalidArgument
     hostname: 'x',
     host: 'h',
     pid: 1,
-    resources: { CPU: 1e309 },
+    resources: { CPU: Infinity },
     sessionDir: '/',
   });
   assert.match(inf.message, /resources\.CPU: expected a finite number/);

@@ -1,88 +1,32 @@
 /**
- * The dashboard's calls to the head: JSON over `/api/` (the login cookie carries the token) and
+ * The dashboard's calls to the head: the typed REST contract (`runtime/head/http/contract.ts`,
+ * the same one the server implements and the CLI calls) over `fetch` with the login cookie, and
  * one EventSource for live updates.
  *
  * @module
  */
+import { eventsPath, fetchTransport, restClient } from '../../head/http/contract.ts';
 
-import { RtjobError } from '../../errors.ts';
+import type { JobInfo as JobRecord, JobProgress, JobReport } from '../../head/http/contract.ts';
 
-export interface NodeView {
-  nodeId: string;
-  hostname: string;
-  address: string;
-  state: string;
-  isHead: boolean;
-  resourcesTotal: Record<string, number>;
-  resourcesAvailable: Record<string, number>;
-  memoryTotalBytes: number;
-  memoryUsedBytes: number;
-  workers: number;
-  startedAt: number;
-}
+export type {
+  ActorPage,
+  ActorPageQuery,
+  ActorSortKey,
+  ActorView,
+  ClusterStatus,
+  ConfigRow,
+  JobProgress,
+  JobReport,
+  MetricsTable,
+  NodeView,
+  SamplesPage,
+} from '../../head/http/contract.ts';
 
-export interface ActorView {
-  actorId: string;
-  className: string;
-  name: string | null;
-  state: string;
-  nodeId: string | null;
-  pid: number | null;
-  jobId: string | null;
-  restarts: number;
-  /** -1: unlimited. */
-  maxRestarts?: number;
-  detached: boolean;
-  startedAt: number | null;
-  endedAt: number | null;
-  deathCause: string | null;
-}
+/** A job as the list (with its progress) or its own page (also with its report) shows it. */
+export type JobInfo = JobRecord & { progress?: JobProgress; report?: JobReport };
 
-export interface JobInfo {
-  jobId: string;
-  status: string;
-  entrypoint: string[];
-  workingDir: string | null;
-  env: Record<string, string>;
-  inheritedEnvCount?: number;
-  metadata: Record<string, string>;
-  entrypointNumCpus: number;
-  entrypointNumGpus: number;
-  submittedAt: number;
-  startedAt: number | null;
-  endedAt: number | null;
-  exitCode: number | null;
-  message: string;
-  /** How far it is (from its metrics and report). */
-  progress?: JobProgress;
-  /** What its driver said about itself (only on `GET /api/jobs/:id`). */
-  report?: JobReport;
-}
-
-export interface JobProgress {
-  step: number | null;
-  totalSteps: number | null;
-  etaMs: number | null;
-  headline: { name: string; first: number | null; last: number | null } | null;
-}
-
-export interface ConfigRow {
-  name: string;
-  value: string;
-  default?: string;
-  source: 'flag' | 'env' | 'default';
-  section?: string;
-  help?: string;
-}
-
-export interface JobReport {
-  totalSteps?: number;
-  headline?: string;
-  config?: ConfigRow[];
-  outputs?: Record<string, string>;
-}
-
-/** One kept sample (train_ppo's episode fields; other jobs may send any fields). */
+/** One kept sample with train_ppo's episode fields (other jobs may send any fields). */
 export interface SampleView {
   step: number;
   seq: number;
@@ -102,67 +46,13 @@ export interface SampleView {
   groupRewardMean?: number;
   error?: string;
 }
+export { logTailPath, RestError } from '../../head/http/contract.ts';
 
-export interface SamplesPage {
-  steps: number[];
-  step: number | null;
-  samples: SampleView[];
-}
-
-/** `GET /api/version`: `readOnly` is set when a finished session is served. */
-export interface VersionInfo {
-  version: string;
-  readOnly: { sessionDir: string } | null;
-}
-
-export interface ActorPage {
-  total: number;
-  offset: number;
-  limit: number;
-  rows: ActorView[];
-  states: Record<string, number>;
-}
-
-export interface ClusterStatus {
-  headAddress: string | null;
-  nodes: NodeView[];
-  resources: { total: Record<string, number>; used: Record<string, number> };
-  actorsByState: Record<string, number>;
-  jobsByStatus: Record<string, number>;
-}
-
-export interface MetricsTable {
-  columns: string[];
-  rows: (number | null)[][];
-}
-
-/** Thrown for a non-2xx answer, with the API's message and error code (`HTTP_<status>` if none). */
-export class ApiError extends RtjobError {
-  constructor(
-    readonly status: number,
-    message: string,
-    code = `HTTP_${status}`,
-  ) {
-    super(code, message);
-  }
-}
-
-export async function get<T>(path: string): Promise<T> {
-  const res = await fetch(path, { credentials: 'same-origin' });
-  if (!res.ok) throw new ApiError(res.status, ((await res.json().catch(() => ({}))) as { message?: string }).message ?? res.statusText);
-  return (await res.json()) as T;
-}
-
-export async function post<T>(path: string, body: unknown = {}): Promise<T> {
-  const res = await fetch(path, {
-    method: 'POST',
-    credentials: 'same-origin',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  if (!res.ok) throw new ApiError(res.status, ((await res.json().catch(() => ({}))) as { message?: string }).message ?? res.statusText);
-  return (await res.json()) as T;
-}
+/**
+ * The head's API: `await api.call('GET /api/jobs/:jobId', { params: { jobId } })`. A non-2xx
+ * answer throws `RestError` with the API's message and code.
+ */
+export const api = restClient(fetchTransport('', {}, { credentials: 'same-origin' }));
 
 type Listener = (event: string, data: unknown) => void;
 const listeners = new Set<Listener>();
@@ -175,7 +65,7 @@ export function onLive(fn: Listener): () => void {
 
 /** Opens the event stream; `status` reports connected/reconnecting for the header. */
 export function connectLive(status: (connected: boolean) => void): void {
-  const es = new EventSource('/api/events');
+  const es = new EventSource(eventsPath);
   es.onopen = () => status(true);
   es.onerror = () => status(false);
   for (const name of ['job', 'metrics', 'cluster']) {

@@ -5,16 +5,13 @@
  * @module
  */
 import {
-  type ActorPage,
+  type ActorPageQuery,
   type ActorView,
-  type ClusterStatus,
+  api,
   connectLive,
-  get,
   type JobInfo,
-  type MetricsTable,
+  logTailPath,
   onLive,
-  type VersionInfo,
-  post,
 } from './api.ts';
 import { MetricCharts, type XAxis } from './charts.ts';
 import { configTable, diffTable, jobSummary } from './job-summary.ts';
@@ -81,7 +78,7 @@ async function clusterView(): Promise<void> {
   const section = h('section', { 'aria-labelledby': 'cluster-h' });
   main.append(h('h1', { id: 'cluster-h' }, 'Cluster'), section);
   const load = async () => {
-    const [s, jobs] = await Promise.all([get<ClusterStatus>('/api/cluster'), get<{ jobs: JobInfo[] }>('/api/jobs?limit=8')]);
+    const [s, jobs] = await Promise.all([api.call('GET /api/cluster'), api.call('GET /api/jobs', { query: { limit: 8 } })]);
     const count = (m: Record<string, number>) => Object.entries(m).map(([k, v]) => `${v} ${k.toLowerCase()}`).join(' · ') || 'none';
     section.replaceChildren(
       h('div', { class: 'cards' },
@@ -159,7 +156,7 @@ async function jobsView(): Promise<void> {
   const section = h('section', {});
   main.append(h('h1', {}, 'Jobs'), section);
   const load = async () => {
-    const { jobs } = await get<{ jobs: JobInfo[] }>('/api/jobs');
+    const { jobs } = await api.call('GET /api/jobs');
     section.replaceChildren(jobsTable(jobs));
   };
   await load();
@@ -231,7 +228,8 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
     },
   };
 
-  let job = await get<JobInfo>(`/api/jobs/${encodeURIComponent(jobId)}`);
+  const getJob = (id: string): Promise<JobInfo> => api.call('GET /api/jobs/:jobId', { params: { jobId: id } });
+  let job = await getJob(jobId);
   const renderSummary = () => summary.replaceChildren(jobSummary(job, (name) => charts.ends(0, name)));
   const renderSettings = () => settings.replaceChildren(configTable(job.report?.config ?? [], onlyChanged.checked));
   onlyChanged.addEventListener('change', renderSettings);
@@ -241,7 +239,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
     stop.addEventListener('click', async () => {
       if (!(await confirmAction(`Stop job ${j.jobId}? Its driver gets SIGTERM, then SIGKILL after a grace period; every actor it created is killed. The job ends STOPPED and cannot be resumed from here (train_ppo resumes from its last checkpoint with --load-checkpoint).`))) return;
       stop.setAttribute('disabled', '');
-      await post(`/api/jobs/${encodeURIComponent(j.jobId)}/stop?wait=0`).catch((e: Error) => toast(e.message));
+      await api.call('POST /api/jobs/:jobId/stop', { params: { jobId: j.jobId }, query: { wait: 0 } }).catch((e: Error) => toast(e.message));
     });
     header.replaceChildren(
       h('h1', {}, j.jobId, ' ', h('span', { id: 'job-status' }, badge(j.status)), ' ', stop),
@@ -262,7 +260,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   };
   renderHeader(job);
   const reloadJob = async () => {
-    job = await get<JobInfo>(`/api/jobs/${encodeURIComponent(jobId)}`);
+    job = await getJob(jobId);
     renderHeader(job);
   };
   refreshOn(['job'], reloadJob, (d) => (d as JobInfo).jobId === jobId, 200);
@@ -272,8 +270,8 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   const fetchInto = async (index: number, id: string) => {
     const since = charts.lastStep(index);
     // The first fetch of a long run comes downsampled by the server; later ones are new rows only.
-    const q = Number.isFinite(since) ? `?sinceStep=${since}` : '?maxPoints=2000';
-    const t = await get<MetricsTable>(`/api/jobs/${encodeURIComponent(id)}/metrics${q}`);
+    const query = Number.isFinite(since) ? { sinceStep: since } : { maxPoints: 2000 };
+    const t = await api.call('GET /api/jobs/:jobId/metrics', { params: { jobId: id }, query });
     if (t.rows.length > 0 || !Number.isFinite(since)) charts.append(index, t);
   };
   const renderCompare = async () => {
@@ -289,7 +287,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
       configDiff.replaceChildren();
       return;
     }
-    const others = await Promise.all(compared.map((id) => get<JobInfo>(`/api/jobs/${encodeURIComponent(id)}`)));
+    const others = await Promise.all(compared.map((id) => getJob(id)));
     configDiff.replaceChildren(h('h3', {}, 'Config diff'), diffTable([job, ...others]));
   };
   const setJobs = async () => {
@@ -300,7 +298,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   };
   await setJobs();
   renderSummary();
-  const { jobs } = await get<{ jobs: JobInfo[] }>('/api/jobs');
+  const { jobs } = await api.call('GET /api/jobs');
   compareSel.append(h('option', { value: '' }, '(add a job)'), ...jobs.filter((j) => j.jobId !== jobId).map((j) => h('option', { value: j.jobId }, `${j.jobId} (${j.status})`)));
   compareSel.addEventListener('change', () => {
     const id = (compareSel as HTMLSelectElement).value;
@@ -329,7 +327,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
 
   // Live log over the WebSocket tail; the server closes it when the job ends.
   const maxLogChars = 400_000;
-  const ws = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/jobs/${encodeURIComponent(jobId)}/logs/tail`);
+  const ws = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}${logTailPath(jobId)}`);
   ws.onmessage = (e) => {
     let text = (logPre.textContent ?? '') + String(e.data);
     if (text.length > maxLogChars) text = '…\n' + text.slice(-maxLogChars);
@@ -340,7 +338,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
 
   // Actors of the job grouped by class (its role).
   const loadActors = async () => {
-    const page = await get<ActorPage>(`/api/jobs/${encodeURIComponent(jobId)}/actors?limit=1000&sort=className&order=asc`);
+    const page = await api.call('GET /api/jobs/:jobId/actors', { params: { jobId }, query: { limit: 1000, sort: 'className', order: 'asc' } });
     if (page.rows.length === 0) {
       actorsBox.replaceChildren(h('p', { class: 'muted' }, 'No actors.'));
       return;
@@ -381,10 +379,10 @@ async function actorsView(): Promise<void> {
   const pager = h('div', { class: 'pager' });
   main.append(h('h1', {}, 'Actors'), h('div', { class: 'toolbar' }, search, stateSel), body, pager);
   const load = async () => {
-    const params = new URLSearchParams({ offset: String(q.offset), limit: String(q.limit), sort: q.sort, order: q.order });
-    if (q.state) params.set('state', q.state);
-    if (q.q) params.set('q', q.q);
-    const [page, running] = await Promise.all([get<ActorPage>(`/api/actors?${params}`), runningJobs()]);
+    const query: ActorPageQuery = { offset: q.offset, limit: q.limit, sort: q.sort as ActorPageQuery['sort'], order: q.order as 'asc' | 'desc' };
+    if (q.state) query.state = q.state as ActorPageQuery['state'];
+    if (q.q) query.q = q.q;
+    const [page, running] = await Promise.all([api.call('GET /api/actors', { query }), runningJobs()]);
     const now = Date.now();
     const head = h('tr', {}, actorColumns.map(([key, label]) => {
       const sorted = q.sort === key;
@@ -458,7 +456,7 @@ function actorActions(a: ActorView, after: () => Promise<void>, running: Readonl
   const kill = h('button', { class: 'danger small', disabled: a.state === 'DEAD' || readOnly, title: readOnly ? readOnlyWhy : '' }, 'Kill');
   kill.addEventListener('click', async () => {
     if (!(await confirmAction(`Kill ${name}? Its process is killed and it is not restarted.${jobConsequence(a, running)}`))) return;
-    await post(`/api/actors/${encodeURIComponent(a.actorId)}/kill`, { noRestart: true }).catch((e: Error) => toast(e.message));
+    await api.call('POST /api/actors/:actorId/kill', { params: { actorId: a.actorId }, body: { noRestart: true } }).catch((e: Error) => toast(e.message));
     await after();
   });
   const blocked = restartBlocked(a);
@@ -467,7 +465,7 @@ function actorActions(a: ActorView, after: () => Promise<void>, running: Readonl
     const left = a.maxRestarts === undefined || a.maxRestarts < 0 ? '' : ` (restart ${a.restarts + 1} of the ${a.maxRestarts} it allows)`;
     const text = `Restart ${name}? Its process is killed and the runtime starts a new one${left}: its constructor runs again and its in-memory state is lost.${jobConsequence(a, running)}`;
     if (!(await confirmAction(text))) return;
-    await post(`/api/actors/${encodeURIComponent(a.actorId)}/restart`).catch((e: Error) => toast(e.message));
+    await api.call('POST /api/actors/:actorId/restart', { params: { actorId: a.actorId } }).catch((e: Error) => toast(e.message));
     await after();
   });
   return h('span', { class: 'actions' }, kill, ' ', restart, blocked && a.state !== 'DEAD' ? h('span', { class: 'muted small why' }, ` ${blocked}`) : null);
@@ -475,7 +473,7 @@ function actorActions(a: ActorView, after: () => Promise<void>, running: Readonl
 
 /** Ids of the running jobs (for what a kill or restart does). */
 async function runningJobs(): Promise<Set<string>> {
-  const { jobs } = await get<{ jobs: JobInfo[] }>('/api/jobs?limit=200');
+  const { jobs } = await api.call('GET /api/jobs', { query: { limit: 200 } });
   return new Set(jobs.filter((j) => j.status === 'RUNNING').map((j) => j.jobId));
 }
 
@@ -484,7 +482,7 @@ async function actorView(actorId: string): Promise<void> {
   const logPre = h('pre', { class: 'log', tabindex: 0, 'aria-label': 'Actor log' });
   main.append(h('p', {}, h('a', { href: '#/actors' }, '← Actors')), info, h('h2', {}, 'Logs'), logPre);
   const load = async () => {
-    const [a, running] = await Promise.all([get<ActorView>(`/api/actors/${encodeURIComponent(actorId)}`), runningJobs()]);
+    const [a, running] = await Promise.all([api.call('GET /api/actors/:actorId', { params: { actorId } }), runningJobs()]);
     info.replaceChildren(
       h('h1', {}, a.name ?? a.actorId, ' ', badge(a.state)),
       h('dl', {},
@@ -503,7 +501,7 @@ async function actorView(actorId: string): Promise<void> {
   let cursor = '';
   const maxLogChars = 400_000;
   const poll = async () => {
-    const r = await get<{ logs: string; cursor: string }>(`/api/actors/${encodeURIComponent(actorId)}/logs?cursor=${encodeURIComponent(cursor)}`);
+    const r = await api.call('GET /api/actors/:actorId/logs', { params: { actorId }, query: { cursor } });
     if (r.logs) {
       let text = (logPre.textContent ?? '') + r.logs;
       if (text.length > maxLogChars) text = '…\n' + text.slice(-maxLogChars);
@@ -525,7 +523,7 @@ connectLive((ok) => {
   live.dataset.ok = String(ok);
 });
 addEventListener('hashchange', route);
-void get<VersionInfo>('/api/version')
+void api.call('GET /api/version')
   .then((v) => {
     readOnly = v.readOnly !== null;
     if (v.readOnly) {

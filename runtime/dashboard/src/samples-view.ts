@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { get, type SamplesPage, type SampleView } from './api.ts';
+import { api, type SampleView } from './api.ts';
 import { h } from './dom.ts';
 
 /** Mounts the view in `root`; returns a function that reloads it (new samples arrived). */
@@ -32,12 +32,11 @@ export function samplesView(root: HTMLElement, jobId: string): () => Promise<voi
   let steps: number[] = [];
 
   const load = async () => {
-    const q = new URLSearchParams();
-    if (state.key !== null) q.set('key', state.key);
-    else if (state.step !== null && !state.follow) q.set('step', String(state.step));
-    if (state.reward === 'pos') q.set('minReward', '1e-12');
-    if (state.reward === 'nonpos') q.set('maxReward', '0');
-    const page = await get<SamplesPage>(`/api/jobs/${encodeURIComponent(jobId)}/samples?${q}`);
+    const query = {
+      ...(state.key !== null ? { key: state.key } : state.step !== null && !state.follow ? { step: state.step } : {}),
+      ...(state.reward === 'pos' ? { minReward: 1e-12 } : state.reward === 'nonpos' ? { maxReward: 0 } : {}),
+    };
+    const page = await api.call('GET /api/jobs/:jobId/samples', { params: { jobId }, query });
     steps = page.steps;
     slider.max = String(Math.max(0, steps.length - 1));
     if (state.key === null) {
@@ -56,7 +55,7 @@ export function samplesView(root: HTMLElement, jobId: string): () => Promise<voi
       state.key !== null
         ? `Prompt #${state.key} over time: ${page.samples.length} samples`
         : `Step ${page.step}: ${page.samples.length} samples (best, worst and a random draw)`;
-    list.replaceChildren(...page.samples.map((s) => sampleCard(s, state.key !== null, (key) => {
+    list.replaceChildren(...(page.samples as SampleView[]).map((s) => sampleCard(s, state.key !== null, (key) => {
       state.key = key;
       void load();
     })));

@@ -1,6 +1,6 @@
 /**
  * Small HTTP helpers shared by the head's server and its routes: JSON/text answers, bounded
- * request bodies, query numbers, CSV.
+ * request bodies, CSV.
  *
  * @module
  */
@@ -55,14 +55,6 @@ export async function readJson(req: IncomingMessage, maxBytes = maxJsonBytes): P
   }
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new OpsError('BAD_REQUEST', 'request body must be a JSON object');
   return v as Record<string, unknown>;
-}
-
-export function intParam(u: URL, name: string): number | undefined {
-  const v = u.searchParams.get(name);
-  if (v === null || v === '') return undefined;
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new OpsError('BAD_REQUEST', `${name} must be a number`);
-  return n;
 }
 
 export function toCsv(columns: string[], rows: (number | null)[][]): string {

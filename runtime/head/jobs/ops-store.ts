@@ -6,6 +6,7 @@
  * @module
  */
 import Database from 'better-sqlite3';
+import type { MetricsTable } from '../http/contract.ts';
 
 /** A job's lifecycle; the last three are terminal and never change again. */
 export type JobStatus = 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'STOPPED';
@@ -380,7 +381,7 @@ export class OpsStore {
    * A job's metrics as a table: one row per step, one column per metric name (sorted), `null`
    * where a step did not log that name. `sinceStep` returns only later steps (live charts).
    */
-  metricsTable(jobId: string, sinceStep = -Infinity): { columns: string[]; rows: (number | null)[][] } {
+  metricsTable(jobId: string, sinceStep = -Infinity): MetricsTable {
     const data = this.db
       .prepare(
         'SELECT step, name, value, time FROM ops_job_metrics WHERE job_id = ? AND step > ? ORDER BY step',
