@@ -51,7 +51,9 @@ test('a failing job exits non-zero with its last output lines in the message', a
   const r = await sb.run(['submit', '--job-id', 'fail1', '--', join(fixtures, 'fail.ts')]);
   assert.is(r.code, 1);
   assert.match(r.stderr, /FAILED/);
-  assert.match(r.stderr, /boom: the reward model is unreachable/);
+  // The driver's own error is streamed with its log, and printed once.
+  assert.is((r.stdout + r.stderr).match(/boom: the reward model is unreachable/g)?.length, 1, r.stdout + r.stderr);
+  assert.match(r.stderr, /job fail1 FAILED in [\d.]+s \(exit code 7\)\ndriver exited with code 7\n/);
   const { body } = await apiCall<{ status: string; exitCode: number; message: string }>(sb, 'GET', '/api/jobs/fail1');
   assert.is(body.status, 'FAILED');
   assert.is(body.exitCode, 7);
