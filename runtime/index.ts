@@ -28,6 +28,8 @@ export type {
   WaitOptions,
 } from './api.ts';
 export { ObjectRef } from './client/object-ref.ts';
+export { createMetricsLogger, metrics } from './metrics.ts';
+export type { MetricsLogger, MetricsLoggerOptions, MetricValues, SampleRecord } from './metrics.ts';
 export * from './errors.ts';
 export { kActorId } from './handles.ts';
 export type {

@@ -13,7 +13,7 @@
  * `samples` and `report` do nothing.
  *
  * @example
- * import { metrics } from 'rtjob/runtime/metrics.ts';
+ * import { metrics } from 'rtjob';
  * metrics.log(step, { reward_mean: 0.42, kl: 0.01, tokens_per_s: 5120 });
  * await metrics.flush(); // before process.exit(), so the last rows are not lost
  *
