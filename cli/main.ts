@@ -5,8 +5,11 @@
  *
  * @module
  */
+import { readFileSync } from 'node:fs';
+
 import { Command, Option } from 'commander';
 
+import { readEnv } from '../runtime/env.ts';
 import { CliError } from './client.ts';
 import { dashboardCommand, startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
 import {
@@ -20,8 +23,12 @@ import {
 } from './commands/jobs.ts';
 import { serveCommand } from './commands/serve.ts';
 
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+
 const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
+  .version(version, '-V, --version', 'print the version')
+  .option('--verbose', 'print stack traces with errors (also RTJOB_DEBUG=1)')
   .showHelpAfterError()
   .addHelpText(
     'after',
@@ -161,11 +168,21 @@ program
 try {
   await program.parseAsync();
 } catch (err) {
-  if (err instanceof CliError) {
-    process.stderr.write(`rtjob: ${err.message}\n`);
-    process.exitCode = err.exitCode;
+  process.exitCode = reportError(err, Boolean(program.opts().verbose) || readEnv('RTJOB_DEBUG') === true);
+}
+
+/**
+ * Prints an error once, as one line (the first line of its message) plus a hint; the stack and
+ * the rest only with `--verbose` or `RTJOB_DEBUG=1`. Returns the exit code.
+ */
+function reportError(err: unknown, verbose: boolean): number {
+  const e = err instanceof Error ? err : new Error(String(err));
+  if (verbose) {
+    process.stderr.write(`rtjob: ${e.stack ?? e.message}\n`);
   } else {
-    process.stderr.write(`rtjob: ${(err as Error).stack ?? String(err)}\n`);
-    process.exitCode = 1;
+    const [first, ...rest] = e.message.split('\n');
+    process.stderr.write(`rtjob: ${first}\n`);
+    if (!(err instanceof CliError) || rest.length) process.stderr.write('(run with --verbose or RTJOB_DEBUG=1 for details)\n');
   }
+  return err instanceof CliError ? err.exitCode : 1;
 }

@@ -5,6 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -57,6 +58,15 @@ async function waitFor<T>(what: string, deadlineMs: number, check: () => T | und
     if (Date.now() > end) throw new CliError(`timed out waiting for ${what}`, 1);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** Whether `port` on `host` can be listened on now. */
+function portFree(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, host, () => srv.close(() => resolve(true)));
+  });
 }
 
 /** Spawns a detached daemon and waits for its ready file. */
@@ -129,6 +139,12 @@ export async function startCommand(o: StartOptions): Promise<void> {
     port: num('--port', o.port),
     dashboardPort: num('--dashboard-port', o.dashboardPort),
   };
+  // A taken port is named here in one line, before a daemon starts and fails with its stack.
+  for (const [flag, port] of [['--port', opts.port], ['--dashboard-port', opts.dashboardPort]] as const) {
+    if (port && !(await portFree(o.host, port))) {
+      throw new CliError(`port ${port} is in use (another rtjob head, or another program): pass ${flag} N (0 picks a free one)`, 2);
+    }
+  }
   const ready = (await spawnDaemon(daemonPath, opts, join(sessionDir, 'logs', 'head.log'), join(sessionDir, 'head.json'), 'head')) as {
     pid: number;
     address: string;
@@ -174,7 +190,7 @@ export async function startCommand(o: StartOptions): Promise<void> {
   console.log(`  dashboard        ${login}`);
   console.log(`  connection info  ${clusterFilePath()} (mode 0600)`);
   console.log('');
-  console.log('Submit a job:        rtjob submit -- train_ppo --agent-func ./agent.ts');
+  console.log('Submit a job:        rtjob submit -- train_ppo   (--agent-func FILE.ts for your own agent)');
   console.log(`Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`);
   console.log('Stop everything:     rtjob stop');
 }

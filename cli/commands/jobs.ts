@@ -5,10 +5,12 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline/promises';
 
 import { packDir, PackageTooLargeError, defaultMaxPackageBytes } from '../../runtime/head/jobs/working-dir.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
+import { builtinEntrypoints, tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { CliError, type Endpoint, findEndpoint, headApi, openReadTarget, requireEndpoint, tailJobLogs } from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
@@ -89,6 +91,12 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
 /** `rtjob submit ... -- ENTRYPOINT...`; resolves to the process exit code. */
 export async function submitCommand(entrypoint: string[], o: SubmitOptions): Promise<number> {
   if (entrypoint.length === 0) throw new CliError('give the entrypoint after --, e.g. rtjob submit -- train_ppo --async-train', 2);
+  // `submit -- train_ppo --help` asks for the driver's help, not for a job.
+  const builtin = builtinEntrypoints[entrypoint[0]!];
+  if (builtin && entrypoint.slice(1).some((a) => a === '--help' || a === '-h')) {
+    const r = spawnSync(process.execPath, ['--import', tsxImport, builtin, '--help'], { stdio: 'inherit' });
+    return r.status ?? 1;
+  }
   let env: ReturnType<typeof jobEnv>;
   try {
     env = jobEnv(parseEnvPairs(o.env), o.inheritEnv ? forwardedEnv() : {});
@@ -177,12 +185,24 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
     let stop = !canDetach;
     if (canDetach && process.stdin.isTTY) {
       const rl = createInterface({ input: process.stdin, output: process.stderr });
-      const answer = await rl.question(`\nstop job ${jobId}? [y/N] `);
-      rl.close();
+      // A second Ctrl-C at the prompt means "stop it", not a crash that leaves the job running.
+      const again = new Promise<string>((resolve) => rl.once('SIGINT', () => resolve('y')));
+      let answer: string;
+      try {
+        answer = await Promise.race([rl.question(`\nstop job ${jobId}? [y/N] `), again]);
+      } catch {
+        answer = 'y';
+      } finally {
+        rl.close();
+      }
       stop = /^y(es)?$/i.test(answer.trim());
     }
     if (stop) {
-      process.stderr.write(`stopping ${jobId}...\n`);
+      process.stderr.write(`stopping ${jobId}... (Ctrl-C again leaves without waiting)\n`);
+      process.once('SIGINT', () => {
+        process.stderr.write(`left; ${jobId} is being stopped (rtjob list shows when it is)\n`);
+        process.exit(130);
+      });
       await headApi(ep)
         .call('POST /api/jobs/:jobId/stop', { params: { jobId } })
         .catch(() => undefined);
