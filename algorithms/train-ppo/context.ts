@@ -156,6 +156,7 @@ export function recordUpdate(ctx: RunContext, kept: GroupResult[], u: UpdateStat
     groups_dropped: state.groupsDropped ?? 0,
     rollout_restarts: state.rolloutRestarts,
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+    ...u.mismatch,
   };
 }
 

@@ -35,7 +35,8 @@ test('an unexpected error prints one line and a hint; --verbose and RTJOB_DEBUG=
   assert.is(lines.length, 2, r.stderr);
   assert.match(lines[0]!, /^rtjob: .*JSON/);
   assert.is(lines[1], '(run with --verbose or RTJOB_DEBUG=1 for details)');
-  for (const extra of [{ args: ['--verbose'], env: {} }, { args: [], env: { RTJOB_DEBUG: '1' } }]) {
+  const runs: { args: string[]; env: Record<string, string> }[] = [{ args: ['--verbose'], env: {} }, { args: [], env: { RTJOB_DEBUG: '1' } }];
+  for (const extra of runs) {
     const v = await sb.run([...extra.args, 'submit', '--metadata', '{bad', '--', 'true'], { env: extra.env });
     assert.match(v.stderr, /\n\s+at /, 'the stack');
   }

@@ -63,6 +63,8 @@ test('a run with every algorithm flag set trains, and the adaptive KL coefficien
   const steps = rows.filter((r) => r.policy_loss !== undefined);
   assert.ok(steps.length >= 2);
   assert.ok(steps.every((r) => Number.isFinite(r.policy_loss!) && Number.isFinite(r.value_loss!)));
+  // --is-correction recomputes the trainer's logprobs: the train-inference mismatch is logged.
+  assert.ok(steps.every((r) => r.logprob_gap! >= 0 && r.is_ratio_min! <= r.is_ratio_mean! && r.is_ratio_mean! <= r.is_ratio_max!), JSON.stringify(steps[0]));
   const coefs = steps.map((r) => r.kl_coef!);
   assert.ok(coefs[coefs.length - 1]! !== coefs[0], `adaptive β moved: ${coefs.join(', ')}`);
 });

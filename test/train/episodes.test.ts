@@ -11,7 +11,7 @@ import * as assert from 'uvu/assert';
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { resolveOptions, runName, trainPpo } from '../../algorithms/train-ppo.ts';
 import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
-import { episodeMetrics, episodeTurns, type EpisodeSample, pickSamples, sampleEpisodes } from '../../algorithms/train-ppo/episodes.ts';
+import { episodeMetrics, episodeTurns, type EpisodeSample, logprobMismatch, pickSamples, sampleEpisodes } from '../../algorithms/train-ppo/episodes.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
@@ -96,6 +96,18 @@ test('episodeMetrics: reward std, groups with no spread, lengths, length-capped 
   assert.is(m['info/solved'], 0.5);
   assert.is(m['info/turns'], 3);
   assert.is(m['info/note'], undefined, 'strings are not metrics');
+});
+
+test('logprobMismatch: mean |trainer - behaviour| and the importance ratio over generated tokens only', () => {
+  const m = logprobMismatch(
+    [{ actionMask: [0, 1, 1], behaviourLogprobs: [9, -1, -2] }, { actionMask: [1, 0], behaviourLogprobs: [-1, 5] }],
+    [[0, -1.5, -2], [-0.5, 0]],
+  );
+  assert.ok(Math.abs(m.logprob_gap! - 1 / 3) < 1e-12);
+  assert.ok(Math.abs(m.is_ratio_min! - Math.exp(-0.5)) < 1e-12);
+  assert.ok(Math.abs(m.is_ratio_max! - Math.exp(0.5)) < 1e-12);
+  assert.ok(Math.abs(m.is_ratio_mean! - (Math.exp(-0.5) + 1 + Math.exp(0.5)) / 3) < 1e-12);
+  assert.equal(logprobMismatch([], []), {});
 });
 
 test('sampleEpisodes describes each kept episode and adds failed ones with their error', () => {
