@@ -162,7 +162,7 @@ program
   .option('--model <name>', "the model name clients request (default: the directory's name)")
   .option('--tool-call-parser <name>', 'tool-call format in generated text: hermes, qwen, none', 'hermes')
   .option('--max-tokens <n>', 'completion cap and default max_tokens (default: the context length)')
-  .addHelpText('after', '\nExample:\n  rtjob serve --pretrain ./ckpt/ppo --port 8000')
+  .addHelpText('after', '\nExample:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000')
   .action((o) => serveCommand(o));
 
 try {
