@@ -267,10 +267,12 @@ export async function statusCommand(o: { address?: string; token?: string; json?
   console.log('');
   console.log(
     table(
-      ['NODE', 'HOST', 'STATE', 'CPU', 'GPU', 'MEMORY', 'WORKERS'],
+      // Reservations (what actors asked for) and the machine's memory in use are different things.
+      ['NODE', 'HOST', 'STATE', 'CPU RESERVED', 'GPU RESERVED', 'MEMORY IN USE', 'WORKERS'],
       s.nodes.map((n) => {
         const used = (k: string) => `${+((n.resourcesTotal[k] ?? 0) - (n.resourcesAvailable[k] ?? 0)).toFixed(2)}/${n.resourcesTotal[k] ?? 0}`;
-        return [n.nodeId + (n.isHead ? ' (head)' : ''), n.hostname, n.state, used('CPU'), used('GPU'), `${bytes(n.memoryUsedBytes)}/${bytes(n.memoryTotalBytes)}`, n.workers];
+        const mem = n.memoryTotalBytes ? `${bytes(n.memoryUsedBytes)} of ${bytes(n.memoryTotalBytes)} (${Math.round((100 * n.memoryUsedBytes) / n.memoryTotalBytes)}%)` : '-';
+        return [n.nodeId + (n.isHead ? ' (head)' : ''), n.hostname, n.state, used('CPU'), used('GPU'), mem, n.workers];
       }),
     ),
   );
@@ -278,7 +280,7 @@ export async function statusCommand(o: { address?: string; token?: string; json?
   const res = Object.keys(s.resources.total).map((k) =>
     k === 'memory' ? `memory ${bytes(s.resources.used[k] ?? 0)}/${bytes(s.resources.total[k] ?? 0)}` : `${k} ${+(s.resources.used[k] ?? 0).toFixed(2)}/${s.resources.total[k]}`,
   );
-  console.log(`resources: ${res.join(', ') || '-'}`);
+  console.log(`reserved:  ${res.join(', ') || '-'}`);
   const fmt = (m: Record<string, number>) => Object.entries(m).map(([k, v]) => `${v} ${k}`).join(', ') || 'none';
   console.log(`actors:    ${fmt(s.actorsByState)}`);
   console.log(`jobs:      ${fmt(s.jobsByStatus)}`);

@@ -27,6 +27,11 @@ test('start --head writes cluster.json (0600) and status shows the node', async 
   const s = JSON.parse(r.stdout);
   assert.ok(s.nodes.length >= 1);
   assert.ok(s.resources.total.CPU > 0);
+  // The text form: reservations and memory in use, labelled, in human units.
+  const text = await sb.run(['status']);
+  assert.match(text.stdout, /CPU RESERVED\s+GPU RESERVED\s+MEMORY IN USE/);
+  assert.match(text.stdout, /\d+(\.\d)? [KMGT]?i?B of \d+(\.\d)? [KMGT]?i?B \(\d+%\)/);
+  assert.match(text.stdout, /reserved: +CPU [\d.]+\/\d+/);
   const again = await sb.run(['start', '--head', '--port', '0', '--dashboard-port', '0']);
   assert.is(again.code, 1);
   assert.match(again.stderr, /already running/);

@@ -44,6 +44,7 @@ const multi: Record<string, { title: string; members: string[] }> = {
     members: ['generate_s', 'experience_s', 'train_s', 'weight_sync_s', 'time_generate', 'time_train', 'time_sync'],
   },
 };
+const neverFolded = new Set(['reward_mean', 'eval_accuracy']);
 const inMulti = new Map(Object.entries(multi).flatMap(([name, g]) => g.members.map((m) => [m, name] as const)));
 
 const colors = ['#3b82f6', '#f97316', '#10b981', '#a855f7'];
@@ -155,8 +156,12 @@ export class MetricCharts {
     this.#plots.clear();
   }
 
-  /** A metric is constant when every job shows one value for it (or a single step). */
+  /**
+   * A metric is constant when every job shows one value for it over at least three steps; the
+   * headline metrics are always charted (a flat reward early in a run is news, not noise).
+   */
   #constant(name: string): number | undefined {
+    if (neverFolded.has(name)) return undefined;
     let value: number | undefined;
     let n = 0;
     for (const s of this.#series) {
@@ -166,7 +171,7 @@ export class MetricCharts {
         n++;
       }
     }
-    return n >= 2 ? value : undefined;
+    return n >= 3 ? value : undefined;
   }
 
   /** Chart names (metrics, multi-line charts), and the constant metrics folded away. */
