@@ -38,7 +38,9 @@ try {
   await page.click('#tab-samples');
   await page.waitForSelector('article.sample');
   await page.screenshot({ path: join(outDir, 'dashboard-samples.png') });
-  process.stdout.write(`wrote ${outDir}/dashboard-job.png and dashboard-samples.png from ${sessionDir}\n`);
+  process.stdout.write(
+    `wrote ${outDir}/dashboard-job.png and dashboard-samples.png from ${sessionDir}\n`,
+  );
 } finally {
   await browser.close();
   await server.close();

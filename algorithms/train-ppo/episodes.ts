@@ -61,7 +61,11 @@ export const maxTurns = 24;
  * the lowest, the rest at random (seeded) from what is left. Only an episode above the lowest
  * reward counts as best, and only one below the highest as worst. Returns indices into `rewards`.
  */
-export function pickSamples(rewards: readonly number[], n: number, seed: number): { index: number; pick: 'best' | 'worst' | 'random' }[] {
+export function pickSamples(
+  rewards: readonly number[],
+  n: number,
+  seed: number,
+): { index: number; pick: 'best' | 'worst' | 'random' }[] {
   if (n <= 0 || rewards.length === 0) return [];
   const order = rewards.map((_, i) => i).sort((a, b) => rewards[b]! - rewards[a]! || a - b);
   const out: { index: number; pick: 'best' | 'worst' | 'random' }[] = [];
@@ -76,7 +80,11 @@ export function pickSamples(rewards: readonly number[], n: number, seed: number)
   const bottom = rewards[order.at(-1)!]!;
   // "Best" beats the worst reward and "worst" trails the best one: ties are not labelled either.
   for (const i of order.filter((k) => rewards[k]! > bottom).slice(0, quarter)) take(i, 'best');
-  for (const i of order.filter((k) => rewards[k]! < top).reverse().slice(0, quarter)) take(i, 'worst');
+  for (const i of order
+    .filter((k) => rewards[k]! < top)
+    .reverse()
+    .slice(0, quarter))
+    take(i, 'worst');
   const rest = order.filter((i) => !taken.has(i));
   const rand = seededRandom(seed);
   while (out.length < n && rest.length > 0) {
@@ -104,7 +112,10 @@ export interface DescribeOptions {
  * Splits a trajectory into its turns by the loss mask (runs of generated tokens are assistant
  * turns; masked runs after the prompt are tool or environment feedback) and decodes each.
  */
-export function episodeTurns(t: Trajectory, o: DescribeOptions): { turns: SampleTurn[]; promptTokens: number; responseTokens: number } {
+export function episodeTurns(
+  t: Trajectory,
+  o: DescribeOptions,
+): { turns: SampleTurn[]; promptTokens: number; responseTokens: number } {
   const parser = toolCallParser(o.toolCallParser ?? 'hermes');
   const first = t.lossMask.indexOf(1);
   const promptTokens = first < 0 ? t.inputIds.length : first;
@@ -120,16 +131,29 @@ export function episodeTurns(t: Trajectory, o: DescribeOptions): { turns: Sample
     if (generated) {
       responseTokens += ids.length;
       const calls = parser.parse(text).toolCalls;
-      turns.push({ role: 'assistant', text: clip(text), tokens: ids.length, ...(calls.length ? { toolCalls: calls } : {}) });
+      turns.push({
+        role: 'assistant',
+        text: clip(text),
+        tokens: ids.length,
+        ...(calls.length ? { toolCalls: calls } : {}),
+      });
     } else {
       const afterCall = (turns.at(-1)?.toolCalls?.length ?? 0) > 0;
-      turns.push({ role: afterCall ? 'tool' : 'environment', text: clip(text), tokens: ids.length });
+      turns.push({
+        role: afterCall ? 'tool' : 'environment',
+        text: clip(text),
+        tokens: ids.length,
+      });
     }
     start = end;
   }
   if (turns.length > maxTurns) {
     const cut = turns.length - maxTurns;
-    turns.splice(maxTurns / 2, cut, { role: 'environment', text: `… [${cut} turns cut] …`, tokens: 0 });
+    turns.splice(maxTurns / 2, cut, {
+      role: 'environment',
+      text: `… [${cut} turns cut] …`,
+      tokens: 0,
+    });
   }
   return { turns, promptTokens, responseTokens };
 }
@@ -137,7 +161,8 @@ export function episodeTurns(t: Trajectory, o: DescribeOptions): { turns: Sample
 /** A step's episodes in one list, each with its group's mean reward. */
 function episodesOf(groups: readonly GroupResult[]): { t: Trajectory; groupMean: number }[] {
   return groups.flatMap((g) => {
-    const mean = g.trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, g.trajectories.length);
+    const mean =
+      g.trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, g.trajectories.length);
     return g.trajectories.map((t) => ({ t, groupMean: mean }));
   });
 }
@@ -155,10 +180,18 @@ export interface SampleContext extends DescribeOptions {
  * The sample episodes of one step: up to `n` of the groups that ran (best, worst, random), plus
  * up to two failed episodes with their errors.
  */
-export function sampleEpisodes(groups: readonly GroupResult[], n: number, c: SampleContext): EpisodeSample[] {
+export function sampleEpisodes(
+  groups: readonly GroupResult[],
+  n: number,
+  c: SampleContext,
+): EpisodeSample[] {
   if (n <= 0) return [];
   const all = episodesOf(groups.filter((g) => g.status === 'ok'));
-  const picks = pickSamples(all.map((e) => e.t.reward), n, c.seed);
+  const picks = pickSamples(
+    all.map((e) => e.t.reward),
+    n,
+    c.seed,
+  );
   const out: EpisodeSample[] = picks.map(({ index, pick }) => {
     const { t, groupMean } = all[index]!;
     const { turns, promptTokens, responseTokens } = episodeTurns(t, c);
@@ -177,7 +210,10 @@ export function sampleEpisodes(groups: readonly GroupResult[], n: number, c: Sam
       turns,
       ...(t.info ? { extraInfo: t.info } : {}),
       ...(vMin !== undefined ? { versionMin: vMin, versionMax: vMax } : {}),
-      staleness: c.trainerVersion !== undefined && vMin !== undefined ? Math.max(0, c.trainerVersion - vMin) : 0,
+      staleness:
+        c.trainerVersion !== undefined && vMin !== undefined
+          ? Math.max(0, c.trainerVersion - vMin)
+          : 0,
       stopReason: t.truncated ? 'length' : lastAssistant?.toolCalls?.length ? 'tool_calls' : 'stop',
       promptTokens,
       responseTokens,
@@ -213,7 +249,9 @@ export function episodeMetrics(groups: readonly GroupResult[]): Record<string, n
   const rewards = ts.map((t) => t.reward);
   const mean = rewards.reduce((a, b) => a + b, 0) / rewards.length;
   const std = Math.sqrt(rewards.reduce((a, r) => a + (r - mean) ** 2, 0) / rewards.length);
-  const flat = ok.filter((g) => g.trajectories.every((t) => t.reward === g.trajectories[0]!.reward)).length;
+  const flat = ok.filter((g) =>
+    g.trajectories.every((t) => t.reward === g.trajectories[0]!.reward),
+  ).length;
   const lengths = ts.map((t) => t.lossMask.reduce((a, b) => a + b, 0));
   const out: Record<string, number> = {
     reward_std: std,
@@ -241,11 +279,22 @@ export function episodeMetrics(groups: readonly GroupResult[]): Record<string, n
  * Logs a step's episode metrics and, with `--log-samples N` (N > 0), its sample episodes, through
  * the run's log (the head's metrics and samples API by default).
  */
-export function recordEpisodes(ctx: RunContext, groups: readonly GroupResult[], trainerVersion?: number): void {
+export function recordEpisodes(
+  ctx: RunContext,
+  groups: readonly GroupResult[],
+  trainerVersion?: number,
+): void {
   const { o, state, log } = ctx;
   const m = episodeMetrics(groups);
-  const failedEpisodes = groups.reduce((a, g) => a + (g.status === 'failed' ? g.errors.length : 0), 0);
-  log.metric(state.step, { ...m, episodes: groups.reduce((a, g) => a + g.episodes, 0), episodes_failed_step: failedEpisodes });
+  const failedEpisodes = groups.reduce(
+    (a, g) => a + (g.status === 'failed' ? g.errors.length : 0),
+    0,
+  );
+  log.metric(state.step, {
+    ...m,
+    episodes: groups.reduce((a, g) => a + g.episodes, 0),
+    episodes_failed_step: failedEpisodes,
+  });
   if (o.logSamples <= 0 || !log.samples) return;
   ctx.decode ??= decoderOf(o.pretrain);
   // The head keeps at most 256 a step; two places are left for failed episodes.

@@ -23,7 +23,10 @@ test.before(async () => {
 test.after(() => sb.cleanup());
 
 test('submit on the embedded default prints the dashboard login link while the job runs, and where the run is kept', () => {
-  assert.match(submitErr, /dashboard \(while the job runs\): http:\/\/127\.0\.0\.1:\d+\/login\?token=[\w-]+#\/jobs\/hist1/);
+  assert.match(
+    submitErr,
+    /dashboard \(while the job runs\): http:\/\/127\.0\.0\.1:\d+\/login\?token=[\w-]+#\/jobs\/hist1/,
+  );
   assert.match(submitErr, /the run is kept in \S+: rtjob samples hist1/);
 });
 
@@ -43,7 +46,10 @@ test('rtjob samples prints the latest step, one step, one prompt over time, and 
   const text = await sb.run(['samples', jobId]);
   assert.is(text.code, 0, text.stderr);
   assert.match(text.stdout, /step 3: 2 samples \(steps with samples: 1–3/);
-  assert.match(text.stdout, /step 3 · best · reward 1 · prompt #17 · version 2 · stop: stop · 20 prompt \+ 21 generated tokens/);
+  assert.match(
+    text.stdout,
+    /step 3 · best · reward 1 · prompt #17 · version 2 · stop: stop · 20 prompt \+ 21 generated tokens/,
+  );
   assert.match(text.stdout, /prompt: What is 3 \+ 4\?/);
   assert.match(text.stdout, /→ tool call calc\(\{"expr":"3\+4"\}\)/);
   assert.match(text.stdout, /tool: 7/);
@@ -51,11 +57,26 @@ test('rtjob samples prints the latest step, one step, one prompt over time, and 
   const one = JSON.parse((await sb.run(['samples', jobId, '--step', '1', '--json'])).stdout);
   assert.equal(one.steps, [1, 2, 3]);
   assert.is(one.step, 1);
-  assert.equal(one.samples.map((s: { key: string }) => s.key), ['17', '5']);
+  assert.equal(
+    one.samples.map((s: { key: string }) => s.key),
+    ['17', '5'],
+  );
   const over = JSON.parse((await sb.run(['samples', jobId, '--prompt', '17', '--json'])).stdout);
-  assert.equal(over.samples.map((s: { step: number; reward: number }) => [s.step, +s.reward.toFixed(3)]), [[1, 0.333], [2, 0.667], [3, 1]]);
-  const good = JSON.parse((await sb.run(['samples', jobId, '--min-reward', '0.5', '--json'])).stdout);
-  assert.equal(good.samples.map((s: { key: string }) => s.key), ['17']);
+  assert.equal(
+    over.samples.map((s: { step: number; reward: number }) => [s.step, +s.reward.toFixed(3)]),
+    [
+      [1, 0.333],
+      [2, 0.667],
+      [3, 1],
+    ],
+  );
+  const good = JSON.parse(
+    (await sb.run(['samples', jobId, '--min-reward', '0.5', '--json'])).stdout,
+  );
+  assert.equal(
+    good.samples.map((s: { key: string }) => s.key),
+    ['17'],
+  );
   const bad = await sb.run(['samples', jobId, '--step', 'x']);
   assert.is(bad.code, 2);
   assert.match(bad.stderr, /--step must be a number, got x/);
@@ -65,7 +86,10 @@ test('--session DIR reads that session; a dir that is not one is a usage error',
   const dir = /the run is kept in (\S+):/.exec(submitErr)![1]!;
   const r = await sb.run(['list', '--session', dir, '--json']);
   assert.is(r.code, 0, r.stderr);
-  assert.equal(JSON.parse(r.stdout).map((j: { jobId: string }) => j.jobId), ['hist1']);
+  assert.equal(
+    JSON.parse(r.stdout).map((j: { jobId: string }) => j.jobId),
+    ['hist1'],
+  );
   const bad = await sb.run(['list', '--session', sb.home]);
   assert.is(bad.code, 2);
   assert.match(bad.stderr, /not a session dir/);
@@ -76,7 +100,10 @@ test('a machine with no cluster and no session says what to do', async () => {
   try {
     const r = await empty.run(['list']);
     assert.is(r.code, 3);
-    assert.match(r.stderr, /no cluster is running and no finished session is on this machine: run a job with `rtjob submit -- train_ppo`/);
+    assert.match(
+      r.stderr,
+      /no cluster is running and no finished session is on this machine: run a job with `rtjob submit -- train_ppo`/,
+    );
   } finally {
     await empty.cleanup();
   }
@@ -107,12 +134,24 @@ test('rtjob dashboard serves the finished session read-only until Ctrl-C', async
     const version = await (await fetch(`${u.origin}/api/version`, { headers: auth })).json();
     assert.ok(version.readOnly?.sessionDir, 'the API says it is read-only');
     const jobs = await (await fetch(`${u.origin}/api/jobs`, { headers: auth })).json();
-    assert.equal(jobs.jobs.map((j: { jobId: string }) => j.jobId), ['hist1']);
+    assert.equal(
+      jobs.jobs.map((j: { jobId: string }) => j.jobId),
+      ['hist1'],
+    );
     const page = await fetch(`${u.origin}/`, { headers: auth });
     assert.is(page.status, 200);
     assert.match(await page.text(), /rtjob dashboard/);
-    for (const [method, path] of [['POST', '/api/jobs'], ['POST', `/api/jobs/${jobId}/stop`], ['DELETE', `/api/jobs/${jobId}`], ['POST', `/api/jobs/${jobId}/samples`]]) {
-      const res = await fetch(`${u.origin}${path}`, { method, headers: { ...auth, 'content-type': 'application/json' }, body: method === 'DELETE' ? undefined : '{}' });
+    for (const [method, path] of [
+      ['POST', '/api/jobs'],
+      ['POST', `/api/jobs/${jobId}/stop`],
+      ['DELETE', `/api/jobs/${jobId}`],
+      ['POST', `/api/jobs/${jobId}/samples`],
+    ]) {
+      const res = await fetch(`${u.origin}${path}`, {
+        method,
+        headers: { ...auth, 'content-type': 'application/json' },
+        body: method === 'DELETE' ? undefined : '{}',
+      });
       assert.is(res.status, 405, `${method} ${path}`);
       assert.is((await res.json()).error, 'READ_ONLY');
     }

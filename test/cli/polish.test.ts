@@ -13,7 +13,9 @@ const sb = new Sandbox();
 test.after(() => sb.cleanup());
 
 test('--version prints the package version', async () => {
-  const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8'));
+  const { version } = JSON.parse(
+    readFileSync(new URL('../../package.json', import.meta.url), 'utf8'),
+  );
   const r = await sb.run(['--version']);
   assert.is(r.code, 0);
   assert.is(r.stdout.trim(), version);
@@ -35,9 +37,14 @@ test('an unexpected error prints one line and a hint; --verbose and RTJOB_DEBUG=
   assert.is(lines.length, 2, r.stderr);
   assert.match(lines[0]!, /^rtjob: .*JSON/);
   assert.is(lines[1], '(run with --verbose or RTJOB_DEBUG=1 for details)');
-  const runs: { args: string[]; env: Record<string, string> }[] = [{ args: ['--verbose'], env: {} }, { args: [], env: { RTJOB_DEBUG: '1' } }];
+  const runs: { args: string[]; env: Record<string, string> }[] = [
+    { args: ['--verbose'], env: {} },
+    { args: [], env: { RTJOB_DEBUG: '1' } },
+  ];
   for (const extra of runs) {
-    const v = await sb.run([...extra.args, 'submit', '--metadata', '{bad', '--', 'true'], { env: extra.env });
+    const v = await sb.run([...extra.args, 'submit', '--metadata', '{bad', '--', 'true'], {
+      env: extra.env,
+    });
     assert.match(v.stderr, /\n\s+at /, 'the stack');
   }
 });
@@ -56,7 +63,10 @@ test('start --head on a taken port says so in one line, naming the flag', async 
   try {
     const r = await sb.run(['start', '--head', '--port', String(port), '--dashboard-port', '0']);
     assert.is(r.code, 2);
-    assert.is(r.stderr.trim(), `rtjob: port ${port} is in use (another rtjob head, or another program): pass --port N (0 picks a free one)`);
+    assert.is(
+      r.stderr.trim(),
+      `rtjob: port ${port} is in use (another rtjob head, or another program): pass --port N (0 picks a free one)`,
+    );
     const d = await sb.run(['start', '--head', '--port', '0', '--dashboard-port', String(port)]);
     assert.match(d.stderr, /pass --dashboard-port N/);
   } finally {

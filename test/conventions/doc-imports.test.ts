@@ -23,8 +23,19 @@ test('every documented rtjob import resolves and exports what it names', async (
   const seen: string[] = [];
   for (const file of docs) {
     const text = readFileSync(join(root, file), 'utf8');
-    for (const m of text.matchAll(/import\s+(?:type\s+)?\{([^}]*)\}\s+from\s+'(rtjob(?:\/[^']*)?)'/g)) {
-      const names = m[1]!.split(',').map((n) => n.trim().replace(/^type\s+/, '').split(/\s+as\s+/)[0]!).filter(Boolean);
+    for (const m of text.matchAll(
+      /import\s+(?:type\s+)?\{([^}]*)\}\s+from\s+'(rtjob(?:\/[^']*)?)'/g,
+    )) {
+      const names = m[1]!
+        .split(',')
+        .map(
+          (n) =>
+            n
+              .trim()
+              .replace(/^type\s+/, '')
+              .split(/\s+as\s+/)[0]!,
+        )
+        .filter(Boolean);
       const spec = m[2]!;
       let mod: Record<string, unknown>;
       try {
@@ -36,7 +47,8 @@ test('every documented rtjob import resolves and exports what it names', async (
       const typeOnly = /import\s+type/.test(m[0]);
       for (const n of typeOnly ? [] : names) {
         // Types have no runtime value; a name starting with a capital may be one (interfaces).
-        if (!(n in mod) && !/^[A-Z]/.test(n)) assert.unreachable(`${file}: '${spec}' has no export ${n}`);
+        if (!(n in mod) && !/^[A-Z]/.test(n))
+          assert.unreachable(`${file}: '${spec}' has no export ${n}`);
       }
       seen.push(spec);
     }

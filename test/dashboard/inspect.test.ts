@@ -21,9 +21,26 @@ let browser: Browser;
 
 /** A small real run: 3 steps of 4 prompts × 4 samples on the shipped model. */
 const ppo = (out: string, extra: string[] = []) => [
-  'train_ppo', '--agent-func', agent, '--max-steps', '3', '--rollout-batch-size', '4', '--n-samples-per-prompt', '4',
-  '--train-batch-size', '16', '--micro-train-batch-size', '8', '--eval-prompts', '8',
-  '--save-path', join(sb.home, out), '--ckpt-path', join(sb.home, `${out}-ckpt`), ...extra,
+  'train_ppo',
+  '--agent-func',
+  agent,
+  '--max-steps',
+  '3',
+  '--rollout-batch-size',
+  '4',
+  '--n-samples-per-prompt',
+  '4',
+  '--train-batch-size',
+  '16',
+  '--micro-train-batch-size',
+  '8',
+  '--eval-prompts',
+  '8',
+  '--save-path',
+  join(sb.home, out),
+  '--ckpt-path',
+  join(sb.home, `${out}-ckpt`),
+  ...extra,
 ];
 
 test.before(async () => {
@@ -54,20 +71,47 @@ test('a live run: its page shows progress and samples as steps arrive', async ()
   const link = (await sb.run(['dashboard'])).stdout.trim();
   const { page, errors } = await login(`${link}#/jobs/ppo-a`);
   await page.waitForSelector('#sum-progress', { timeout: 120_000 });
-  await page.waitForFunction(() => /step [123] \/ 3/.test(document.querySelector('#sum-progress')?.textContent ?? ''), undefined, { timeout: 120_000 });
+  await page.waitForFunction(
+    () => /step [123] \/ 3/.test(document.querySelector('#sum-progress')?.textContent ?? ''),
+    undefined,
+    { timeout: 120_000 },
+  );
   await page.click('#tab-samples');
   await page.waitForSelector('article.sample', { timeout: 120_000 });
-  await page.waitForFunction(() => document.querySelector('#job-status')?.textContent === 'SUCCEEDED', undefined, { timeout: 240_000 });
-  await page.waitForFunction(() => /step 3 \/ 3/.test(document.querySelector('#sum-progress')?.textContent ?? ''));
+  await page.waitForFunction(
+    () => document.querySelector('#job-status')?.textContent === 'SUCCEEDED',
+    undefined,
+    { timeout: 240_000 },
+  );
+  await page.waitForFunction(() =>
+    /step 3 \/ 3/.test(document.querySelector('#sum-progress')?.textContent ?? ''),
+  );
   assert.equal(errors, []);
   await page.context().close();
   // A second run with other settings, to compare with; then the cluster goes away.
-  const b = await sb.run(['submit', '--job-id', 'ppo-b', '--', ...ppo('b', ['--temperature', '0.7', '--log-samples', '8'])], { timeoutMs: 300_000 });
+  const b = await sb.run(
+    [
+      'submit',
+      '--job-id',
+      'ppo-b',
+      '--',
+      ...ppo('b', ['--temperature', '0.7', '--log-samples', '8']),
+    ],
+    { timeoutMs: 300_000 },
+  );
   assert.is(b.code, 0, b.stderr);
-  const failed = await sb.run(['submit', '--job-id', 'ppo-bad', '--', 'train_ppo', '--agent-func', join(sb.home, 'missing.ts')]);
+  const failed = await sb.run([
+    'submit',
+    '--job-id',
+    'ppo-bad',
+    '--',
+    'train_ppo',
+    '--agent-func',
+    join(sb.home, 'missing.ts'),
+  ]);
   assert.is(failed.code, 1);
   assert.is((await sb.run(['stop'])).code, 0);
-}, );
+});
 
 test('the finished session, read-only: jobs, summary, samples, config, compare', async () => {
   const child = spawn(process.execPath, [binPath, 'dashboard', '--port', '0'], {
@@ -76,17 +120,28 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
   });
   const exited = new Promise((r) => child.on('exit', r));
   try {
-    const link = await until('the dashboard link', () => new Promise<string | undefined>((resolve) => {
-      child.stdout.once('data', (d: Buffer) => resolve(/(http:\/\/\S+)/.exec(String(d))?.[1]));
-    }), 60_000);
+    const link = await until(
+      'the dashboard link',
+      () =>
+        new Promise<string | undefined>((resolve) => {
+          child.stdout.once('data', (d: Buffer) => resolve(/(http:\/\/\S+)/.exec(String(d))?.[1]));
+        }),
+      60_000,
+    );
     const { page, errors } = await login(link);
     await page.waitForSelector('#read-only');
 
     // Jobs: progress, headline metric, and the failed job's reason on one line.
     await page.click('nav a[href="#/jobs"]');
     await page.waitForSelector('tr[data-job="ppo-a"]');
-    assert.match(await page.locator('tr[data-job="ppo-a"]').innerText(), /SUCCEEDED[\s\S]*3 \/ 3[\s\S]*eval_accuracy \d+\.\d%/);
-    assert.match(await page.locator('tr[data-job="ppo-bad"] .reason').innerText(), /--agent-func: no such file/);
+    assert.match(
+      await page.locator('tr[data-job="ppo-a"]').innerText(),
+      /SUCCEEDED[\s\S]*3 \/ 3[\s\S]*eval_accuracy \d+\.\d%/,
+    );
+    assert.match(
+      await page.locator('tr[data-job="ppo-bad"] .reason').innerText(),
+      /--agent-func: no such file/,
+    );
     await page.screenshot({ path: `${shots}jobs-finished.png`, fullPage: true });
 
     // The job page: summary, then every tab.
@@ -96,11 +151,24 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     assert.match(await page.locator('#sum-eval').innerText(), /\d+\.\d% → \d+\.\d%/);
     assert.match(await page.locator('#sum-reward').innerText(), /→/);
     assert.match(await page.locator('#sum-failures').innerText(), /0 episodes failed/);
-    assert.match(await page.locator('#sum-outputs').innerText(), new RegExp(`policy\\s+${join(sb.home, 'a')}`));
-    assert.ok(await page.locator('#stop-job').isDisabled(), 'nothing can be stopped in a finished session');
+    assert.match(
+      await page.locator('#sum-outputs').innerText(),
+      new RegExp(`policy\\s+${join(sb.home, 'a')}`),
+    );
+    assert.ok(
+      await page.locator('#stop-job').isDisabled(),
+      'nothing can be stopped in a finished session',
+    );
     await page.waitForSelector('figure.chart[data-metric="reward_mean"] canvas');
-    assert.match(await page.locator('#constant-metrics summary').innerText(), /never changed/, 'flat metrics are folded');
-    assert.ok(await page.locator('#constant-metrics code[data-metric="kl"]').count(), 'kl with coefficient 0 is folded');
+    assert.match(
+      await page.locator('#constant-metrics summary').innerText(),
+      /never changed/,
+      'flat metrics are folded',
+    );
+    assert.ok(
+      await page.locator('#constant-metrics code[data-metric="kl"]').count(),
+      'kl with coefficient 0 is folded',
+    );
     await page.screenshot({ path: `${shots}job-finished.png`, fullPage: true });
 
     // Samples: the latest step, the slider, the reward filter, one prompt over time.
@@ -111,22 +179,44 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     assert.match(await first.innerText(), /PROMPT[\s\S]*ASSISTANT/i);
     await page.screenshot({ path: `${shots}samples.png`, fullPage: false });
     await page.locator('#sample-step').fill('0');
-    await page.waitForFunction(() => /Step 1:/.test(document.querySelector('#samples-title')?.textContent ?? ''));
+    await page.waitForFunction(() =>
+      /Step 1:/.test(document.querySelector('#samples-title')?.textContent ?? ''),
+    );
     await page.selectOption('#sample-reward', 'pos');
-    await page.waitForFunction(() => Array.from(document.querySelectorAll('article.sample .reward')).every((r) => !/reward 0$/.test(r.textContent ?? '')));
+    await page.waitForFunction(() =>
+      Array.from(document.querySelectorAll('article.sample .reward')).every(
+        (r) => !/reward 0$/.test(r.textContent ?? ''),
+      ),
+    );
     await page.selectOption('#sample-reward', '');
-    const key = await page.locator('article.sample button[data-key]').first().getAttribute('data-key');
+    const key = await page
+      .locator('article.sample button[data-key]')
+      .first()
+      .getAttribute('data-key');
     await page.locator('article.sample button[data-key]').first().click();
-    await page.waitForFunction((k) => (document.querySelector('#samples-title')?.textContent ?? '').startsWith(`Prompt #${k} over time`), key);
-    const steps = await page.locator('article.sample').evaluateAll((els) => [...new Set(els.map((e) => e.getAttribute('data-step')))]);
+    await page.waitForFunction(
+      (k) =>
+        (document.querySelector('#samples-title')?.textContent ?? '').startsWith(
+          `Prompt #${k} over time`,
+        ),
+      key,
+    );
+    const steps = await page
+      .locator('article.sample')
+      .evaluateAll((els) => [...new Set(els.map((e) => e.getAttribute('data-step')))]);
     assert.ok(steps.length >= 1 && steps.every((s) => ['1', '2', '3'].includes(s!)));
     await page.click('#sample-back');
-    await page.waitForFunction(() => /^Step \d+:/.test(document.querySelector('#samples-title')?.textContent ?? ''));
+    await page.waitForFunction(() =>
+      /^Step \d+:/.test(document.querySelector('#samples-title')?.textContent ?? ''),
+    );
 
     // Config: every setting, the changed ones marked, and "only changed".
     await page.click('#tab-config');
     await page.waitForSelector('tr[data-setting="--max-steps"][data-source="flag"]');
-    assert.match(await page.locator('tr[data-setting="--seed"]').innerText(), /42[\s\S]*\(default\)/);
+    assert.match(
+      await page.locator('tr[data-setting="--seed"]').innerText(),
+      /42[\s\S]*\(default\)/,
+    );
     await page.check('#only-changed');
     assert.is(await page.locator('tr[data-setting="--seed"]').count(), 0);
     await page.screenshot({ path: `${shots}config.png`, fullPage: true });
@@ -135,9 +225,16 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     await page.click('#tab-charts');
     await page.selectOption('#compare', 'ppo-b');
     await page.waitForSelector('#config-diff tr[data-setting="--temperature"]');
-    assert.match(await page.locator('#config-diff tr[data-setting="--temperature"]').innerText(), /1[\s\S]*0\.7/);
+    assert.match(
+      await page.locator('#config-diff tr[data-setting="--temperature"]').innerText(),
+      /1[\s\S]*0\.7/,
+    );
     assert.ok(await page.locator('#config-diff tr[data-setting="--log-samples"]').count());
-    assert.is(await page.locator('#config-diff tr[data-setting="--seed"]').count(), 0, 'equal settings are not in the diff');
+    assert.is(
+      await page.locator('#config-diff tr[data-setting="--seed"]').count(),
+      0,
+      'equal settings are not in the diff',
+    );
     await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend >> text=ppo-b');
     await page.screenshot({ path: `${shots}compare.png`, fullPage: true });
 

@@ -23,15 +23,32 @@ const chartGroups: { title: string; first: string[]; match: (name: string) => bo
   },
   {
     title: 'Policy',
-    first: ['kl', 'policy_loss', 'entropy', 'clip_fraction', 'grad_norm', 'response_length', 'response_length_max', 'response_clip_ratio', 'value_loss'],
-    match: (n) => /^(kl|policy_|value_|entropy|clip|grad|response_|staleness|loss|is_|importance|logprob)/.test(n),
+    first: [
+      'kl',
+      'policy_loss',
+      'entropy',
+      'clip_fraction',
+      'grad_norm',
+      'response_length',
+      'response_length_max',
+      'response_clip_ratio',
+      'value_loss',
+    ],
+    match: (n) =>
+      /^(kl|policy_|value_|entropy|clip|grad|response_|staleness|loss|is_|importance|logprob)/.test(
+        n,
+      ),
   },
   {
     title: 'Timing',
     first: ['step_time_split', 'step_s', 'tokens_per_s', 'samples_per_s', 'episodes_per_s'],
     match: (n) => /(_s|_per_s|_fraction)$|^step_time_split$/.test(n),
   },
-  { title: 'System', first: ['buffer_fill', 'version', 'samples', 'episodes', 'episodes_failed', 'groups_dropped'], match: () => true },
+  {
+    title: 'System',
+    first: ['buffer_fill', 'version', 'samples', 'episodes', 'episodes_failed', 'groups_dropped'],
+    match: () => true,
+  },
 ];
 
 /**
@@ -41,11 +58,21 @@ const chartGroups: { title: string; first: string[]; match: (name: string) => bo
 const multi: Record<string, { title: string; members: string[] }> = {
   step_time_split: {
     title: 'step time split (s): generate / experience / train / sync',
-    members: ['generate_s', 'experience_s', 'train_s', 'weight_sync_s', 'time_generate', 'time_train', 'time_sync'],
+    members: [
+      'generate_s',
+      'experience_s',
+      'train_s',
+      'weight_sync_s',
+      'time_generate',
+      'time_train',
+      'time_sync',
+    ],
   },
 };
 const neverFolded = new Set(['reward_mean', 'eval_accuracy']);
-const inMulti = new Map(Object.entries(multi).flatMap(([name, g]) => g.members.map((m) => [m, name] as const)));
+const inMulti = new Map(
+  Object.entries(multi).flatMap(([name, g]) => g.members.map((m) => [m, name] as const)),
+);
 
 const colors = ['#3b82f6', '#f97316', '#10b981', '#a855f7'];
 const groupColors = ['#3b82f6', '#a855f7', '#f97316', '#10b981', '#ef4444', '#eab308', '#64748b'];
@@ -210,7 +237,9 @@ export class MetricCharts {
   /** Which charts exist with which lines; a change rebuilds the charts. */
   #layout(): string {
     const { constant } = this.#names();
-    const groups = this.#grouped().map((g) => g.names.map((n) => (multi[n] ? `${n}(${this.#members(n).join(',')})` : n)).join(' '));
+    const groups = this.#grouped().map((g) =>
+      g.names.map((n) => (multi[n] ? `${n}(${this.#members(n).join(',')})` : n)).join(' '),
+    );
     return `${groups.join('|')}#${constant.map(([k, v]) => `${k}=${v}`).join(',')}`;
   }
 
@@ -235,12 +264,17 @@ export class MetricCharts {
       ? this.#members(name).map((m) => ({ i: 0, metric: m }))
       : this.#series.map((_, i) => ({ i, metric: name }));
     const points = lines.map(({ i, metric }) =>
-      (this.#series[i]?.data.values(metric) ?? []).map(([step, v]) => [this.#xOf(i, step), v] as const).filter((p): p is readonly [number, number] => p[0] !== null),
+      (this.#series[i]?.data.values(metric) ?? [])
+        .map(([step, v]) => [this.#xOf(i, step), v] as const)
+        .filter((p): p is readonly [number, number] => p[0] !== null),
     );
     const xs = [...new Set(points.flatMap((p) => p.map(([x]) => x)))].sort((a, b) => a - b);
     const ys = points.map((p) => {
       const at = new Map(p);
-      return smooth(xs.map((x) => at.get(x) ?? null), this.#smoothing);
+      return smooth(
+        xs.map((x) => at.get(x) ?? null),
+        this.#smoothing,
+      );
     });
     return [xs, ...ys] as uPlot.AlignedData;
   }
@@ -257,20 +291,37 @@ export class MetricCharts {
     const groups = this.#grouped();
     const { constant } = this.#names();
     if (groups.length === 0 && constant.length === 0) {
-      this.#root.append(h('p', { class: 'muted' }, 'No metrics yet. Log them from the driver with metrics.log(step, { reward_mean, kl, … }).'));
+      this.#root.append(
+        h(
+          'p',
+          { class: 'muted' },
+          'No metrics yet. Log them from the driver with metrics.log(step, { reward_mean, kl, … }).',
+        ),
+      );
       return;
     }
     const dark = matchMedia('(prefers-color-scheme: dark)').matches;
-    const axis = { stroke: dark ? '#c9d1d9' : '#374151', grid: { stroke: dark ? '#30363d' : '#e5e7eb' }, ticks: { stroke: dark ? '#30363d' : '#e5e7eb' } };
+    const axis = {
+      stroke: dark ? '#c9d1d9' : '#374151',
+      grid: { stroke: dark ? '#30363d' : '#e5e7eb' },
+      ticks: { stroke: dark ? '#30363d' : '#e5e7eb' },
+    };
     const xAxis: uPlot.Axis = {
       ...axis,
       label: this.#x === 'step' ? 'step' : 'wall time (s)',
       labelSize: 16,
       // Steps are whole numbers: no 2.5 ticks, and no repeated labels when zoomed in.
-      ...(this.#x === 'step' ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000], values: (_u: uPlot, splits: number[]) => splits.map((v) => (Number.isInteger(v) ? String(v) : '')) } : {}),
+      ...(this.#x === 'step'
+        ? {
+            incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000],
+            values: (_u: uPlot, splits: number[]) =>
+              splits.map((v) => (Number.isInteger(v) ? String(v) : '')),
+          }
+        : {}),
     };
     // A line with one or two points is drawn as points, so a first step is visible.
-    const fewPoints = (u: uPlot, si: number) => (u.data[si] as (number | null)[]).filter((v) => v !== null).length <= 2;
+    const fewPoints = (u: uPlot, si: number) =>
+      (u.data[si] as (number | null)[]).filter((v) => v !== null).length <= 2;
     const yValues = (_u: uPlot, splits: number[]) => {
       const span = Math.max(...splits) - Math.min(...splits);
       const digits = span === 0 ? 2 : Math.max(0, Math.min(6, 2 - Math.floor(Math.log10(span))));
@@ -281,22 +332,44 @@ export class MetricCharts {
       this.#root.append(h('h3', {}, group.title), box);
       for (const name of group.names) {
         const m = multi[name];
-        const fig = h('figure', { class: 'chart', 'data-metric': name }, h('figcaption', {}, m ? m.title : name));
+        const fig = h(
+          'figure',
+          { class: 'chart', 'data-metric': name },
+          h('figcaption', {}, m ? m.title : name),
+        );
         box.append(fig);
         const plot = new uPlot(
           {
             width: this.#width(),
             height: 180,
             // A flat series gets a small range around its value, not 0–100.
-            scales: { x: { time: false }, y: { range: (_u, min, max) => (min === max ? [min - 1, max + 1] : uPlot.rangeNum(min, max, 0.1, true)) } },
+            scales: {
+              x: { time: false },
+              y: {
+                range: (_u, min, max) =>
+                  min === max ? [min - 1, max + 1] : uPlot.rangeNum(min, max, 0.1, true),
+              },
+            },
             axes: [xAxis, { ...axis, size: 64, values: yValues }],
             cursor: { drag: { x: true, y: false } },
             legend: { show: true, live: true },
             series: [
               { label: this.#x === 'step' ? 'step' : 's' },
               ...(m
-                ? this.#members(name).map((mm, i) => ({ label: mm, stroke: groupColors[i % groupColors.length], width: 1.5, spanGaps: true, points: { show: fewPoints } }))
-                : this.#series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 1.5, spanGaps: true, points: { show: fewPoints } }))),
+                ? this.#members(name).map((mm, i) => ({
+                    label: mm,
+                    stroke: groupColors[i % groupColors.length],
+                    width: 1.5,
+                    spanGaps: true,
+                    points: { show: fewPoints },
+                  }))
+                : this.#series.map((s, i) => ({
+                    label: s.label,
+                    stroke: colors[i % colors.length],
+                    width: 1.5,
+                    spanGaps: true,
+                    points: { show: fewPoints },
+                  }))),
             ],
           },
           this.#dataFor(name),
@@ -310,8 +383,18 @@ export class MetricCharts {
         h(
           'details',
           { class: 'constant', id: 'constant-metrics' },
-          h('summary', {}, `${constant.length} metric${constant.length === 1 ? '' : 's'} never changed (not charted)`),
-          h('p', {}, constant.map(([k, v]) => h('code', { 'data-metric': k }, `${k} = ${+v.toPrecision(6)}`))),
+          h(
+            'summary',
+            {},
+            `${constant.length} metric${constant.length === 1 ? '' : 's'} never changed (not charted)`,
+          ),
+          h(
+            'p',
+            {},
+            constant.map(([k, v]) =>
+              h('code', { 'data-metric': k }, `${k} = ${+v.toPrecision(6)}`),
+            ),
+          ),
         ),
       );
     }

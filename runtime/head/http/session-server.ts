@@ -53,7 +53,11 @@ export function listSessions(home: string): string[] {
   const runs = join(home, 'runs');
   if (existsSync(runs)) for (const d of readdirSync(runs)) dirs.push(join(runs, d));
   const written = (dir: string) =>
-    Math.max(...['head.sqlite', 'head.sqlite-wal'].map((f) => (existsSync(join(dir, f)) ? statSync(join(dir, f)).mtimeMs : 0)));
+    Math.max(
+      ...['head.sqlite', 'head.sqlite-wal'].map((f) =>
+        existsSync(join(dir, f)) ? statSync(join(dir, f)).mtimeMs : 0,
+      ),
+    );
   return dirs
     .filter(isSessionDir)
     .map((dir) => ({ dir, t: written(dir) }))
