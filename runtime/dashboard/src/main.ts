@@ -435,9 +435,11 @@ const roleFate: Record<string, string> = {
 };
 
 /** What killing or restarting `a` does to the job it belongs to, when that job is running. */
-function jobConsequence(a: ActorView, running: ReadonlySet<string>): string {
-  if (!a.jobId || !running.has(a.jobId)) return '';
-  const fate = roleFate[a.className] ?? 'whether the job goes on depends on its driver handling the actor\'s death';
+function jobConsequence(a: ActorView, running: ReadonlyMap<string, JobInfo>): string {
+  const job = a.jobId ? running.get(a.jobId) : undefined;
+  if (!job) return '';
+  const trainPpo = job.entrypoint[0] === 'train_ppo';
+  const fate = (trainPpo ? roleFate[a.className] : undefined) ?? "whether the job goes on depends on its driver handling the actor's death";
   return ` It is the ${a.className} of running job ${a.jobId}: calls in flight to it fail; ${fate}.`;
 }
 
@@ -451,7 +453,7 @@ function restartBlocked(a: ActorView): string | undefined {
   return undefined;
 }
 
-function actorActions(a: ActorView, after: () => Promise<void>, running: ReadonlySet<string> = new Set()): HTMLElement {
+function actorActions(a: ActorView, after: () => Promise<void>, running: ReadonlyMap<string, JobInfo> = new Map()): HTMLElement {
   const name = `${a.name ?? a.actorId} (${a.className})`;
   const kill = h('button', { class: 'danger small', disabled: a.state === 'DEAD' || readOnly, title: readOnly ? readOnlyWhy : '' }, 'Kill');
   kill.addEventListener('click', async () => {
@@ -471,10 +473,10 @@ function actorActions(a: ActorView, after: () => Promise<void>, running: Readonl
   return h('span', { class: 'actions' }, kill, ' ', restart, blocked && a.state !== 'DEAD' ? h('span', { class: 'muted small why' }, ` ${blocked}`) : null);
 }
 
-/** Ids of the running jobs (for what a kill or restart does). */
-async function runningJobs(): Promise<Set<string>> {
+/** The running jobs by id (for what a kill or restart does to them). */
+async function runningJobs(): Promise<Map<string, JobInfo>> {
   const { jobs } = await api.call('GET /api/jobs', { query: { limit: 200 } });
-  return new Set(jobs.filter((j) => j.status === 'RUNNING').map((j) => j.jobId));
+  return new Map(jobs.filter((j) => j.status === 'RUNNING').map((j) => [j.jobId, j]));
 }
 
 async function actorView(actorId: string): Promise<void> {
