@@ -217,8 +217,10 @@ export class Rollout {
     if (this.active++ === 0) this.busySince = performance.now();
     try {
       const g = await this.runner.runGroup(this.engine, this.sample(item));
-      if (g.status === 'failed') this.counters.failed += g.episodes;
-      else this.counters.done += g.episodes;
+      // Episodes that threw or timed out; the rest of a failed group ran to the end.
+      const failed = g.status === 'failed' ? Math.max(1, g.errors.length) : 0;
+      this.counters.failed += failed;
+      this.counters.done += g.episodes - failed;
       for (const t of g.trajectories) this.counters.tokens += t.lossMask.reduce((a, b) => a + b, 0);
       return g;
     } finally {

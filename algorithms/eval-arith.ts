@@ -5,7 +5,7 @@
  * section are measured.
  *
  * @example
- * node --import tsx algorithms/eval-arith.ts ./ckpt/ppo --prompts 500 --samples 2
+ * node --import tsx algorithms/eval-arith.ts ./ckpt/JOB --prompts 500 --samples 2
  *
  * @module
  */
@@ -94,7 +94,7 @@ const evalFlags = flagParser<{ prompts: number; samples: number; json: boolean }
 export async function main(argv: string[]): Promise<void> {
   const { options: o, positionals } = evalFlags.parse(argv);
   if (positionals.length !== 1) {
-    throw new FlagError('<model-dir>', 'give one HF model directory, e.g. eval_arith ./ckpt/ppo');
+    throw new FlagError('<model-dir>', 'give one HF model directory, e.g. eval_arith ./ckpt/JOB');
   }
   const r = await evalArithModel(resolve(positionals[0]!), o.prompts, o.samples);
   if (o.json) {

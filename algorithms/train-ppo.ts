@@ -8,14 +8,15 @@
  *
  * @module
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { readEnv } from '../runtime/env.ts';
 import { metrics } from '../runtime/metrics.ts';
 import { asyncLoop } from './train-ppo/async-loop.ts';
 import { isRoleDied } from './train-ppo/errors.ts';
 import { runIfMain } from './driver-flags.ts';
-import { FlagError, parseTrainPpoFlags, trainPpoHelp, type TrainPpoOptions } from './train-ppo/flags.ts';
+import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp, type TrainPpoOptions } from './train-ppo/flags.ts';
 import { inProcessRoles, type Roles } from './train-ppo/roles.ts';
 import { finishRun, prepareRun, type RunLog, type RunSummary } from './train-ppo/context.ts';
 import { syncLoop } from './train-ppo/sync-loop.ts';
@@ -36,9 +37,29 @@ export interface TrainPpoRunOptions {
   roles?: (o: TrainPpoOptions, totalSteps: number) => Promise<Roles>;
 }
 
+/**
+ * The name of this run's own output folder: the job id under a cluster, else the start time
+ * (`run-20261123-203512`), so no run writes over another's policy by default.
+ */
+export function runName(env: Record<string, string | undefined> = process.env, now = new Date()): string {
+  const job = readEnv('RTJOB_JOB_ID', env);
+  if (job && /^[\w.-]+$/.test(job)) return job;
+  const p = (n: number) => String(n).padStart(2, '0');
+  return `run-${now.getFullYear()}${p(now.getMonth() + 1)}${p(now.getDate())}-${p(now.getHours())}${p(now.getMinutes())}${p(now.getSeconds())}`;
+}
+
 /** Resolves defaults that depend on the machine and checks paths, before anything starts. */
-export function resolveOptions(o: TrainPpoOptions): TrainPpoOptions {
-  const r = { ...o, pretrain: o.pretrain || defaultPretrain };
+export function resolveOptions(o: TrainPpoOptions, env: Record<string, string | undefined> = process.env): TrainPpoOptions {
+  const savePath = o.savePath || join('ckpt', runName(env));
+  const r = { ...o, pretrain: o.pretrain || defaultPretrain, savePath, ckptPath: o.ckptPath || join(savePath, 'checkpoints') };
+  if (!r.overwrite && !r.loadCheckpoint) {
+    if (existsSync(join(r.savePath, 'model.safetensors'))) {
+      throw new FlagError('--save-path', `--save-path ${r.savePath} already holds a policy from another run; pass --overwrite to replace it, or choose another --save-path`);
+    }
+    if (existsSync(join(r.ckptPath, 'latest'))) {
+      throw new FlagError('--ckpt-path', `--ckpt-path ${r.ckptPath} holds another run's checkpoints; --load-checkpoint resumes from them, --overwrite replaces them`);
+    }
+  }
   if (r.agentFunc && !existsSync(r.agentFunc)) {
     throw new FlagError('--agent-func', `--agent-func: no such file ${r.agentFunc}`);
   }
@@ -50,6 +71,8 @@ export function resolveOptions(o: TrainPpoOptions): TrainPpoOptions {
 
 const defaultLog: RunLog = {
   metric: (step, values) => metrics.log(step, values),
+  samples: (step, samples) => metrics.samples(step, samples),
+  report: (fields) => metrics.report(fields),
   line: (text) => process.stdout.write(`[train_ppo] ${text}\n`),
 };
 
@@ -64,7 +87,9 @@ export async function trainPpo(
   env: Record<string, string | undefined> = process.env,
   run: TrainPpoRunOptions = {},
 ): Promise<RunSummary> {
-  const o = resolveOptions(parseTrainPpoFlags(argv, env));
+  const o = resolveOptions(parseTrainPpoFlags(argv, env), env);
+  // A new run in the place of an old one: the old checkpoints go, so `latest` is never the old run's.
+  if (o.overwrite && !o.loadCheckpoint) rmSync(resolve(o.ckptPath), { recursive: true, force: true });
   const log = run.log ?? defaultLog;
   const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
   const mode = o.asyncTrain ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)` : 'sync';
@@ -72,10 +97,16 @@ export async function trainPpo(
     `${mode}; ${o.rolloutNumEngines} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
       `agent ${o.agentFunc ?? '<built-in math reward>'}`,
   );
+  log.report?.({
+    config: flagConfig(o, argv, env),
+    headline: o.evalDataset ? 'eval_accuracy' : 'reward_mean',
+    outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
+  });
   const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;
   const roles = await place(o, perEpoch);
   try {
     const ctx = await prepareRun(o, roles, log);
+    log.report?.({ totalSteps: ctx.totalSteps });
     if (o.asyncTrain) await asyncLoop(ctx);
     else await syncLoop(ctx);
     return await finishRun(ctx);

@@ -16,7 +16,7 @@ import {
   type RestClient,
   type RouteKey,
 } from '../runtime/head/http/contract.ts';
-import { readClusterFile } from '../runtime/cluster-file.ts';
+import { readClusterFile, rtjobHome } from '../runtime/cluster-file.ts';
 import { readEnv } from '../runtime/env.ts';
 
 const codeOfExit: Record<number, string> = { 1: 'CLI_FAILED', 2: 'CLI_USAGE', 3: 'CLI_UNREACHABLE' };
@@ -68,6 +68,36 @@ export function requireEndpoint(opts: { address?: string; token?: string }): End
   const ep = findEndpoint(opts);
   if (!ep) throw new CliError('no cluster is running: start one with `rtjob start --head`, or pass --address', 3);
   return ep;
+}
+
+/** Where a reading command gets its answers: a live head, or a finished session served here. */
+export interface ReadTarget {
+  ep: Endpoint;
+  /** The session dir when it is a finished session (read-only). */
+  session?: string;
+  close(): Promise<void>;
+}
+
+/**
+ * The head to read jobs, logs, metrics and samples from: `--session DIR` (a finished session, read
+ * from disk), else the running cluster, else the latest session on this machine (`~/.rtjob/session`
+ * or a private cluster's `~/.rtjob/runs/*`), read from disk.
+ */
+export async function openReadTarget(opts: { address?: string; token?: string; session?: string }): Promise<ReadTarget> {
+  const { isSessionDir, listSessions, serveSession } = await import('../runtime/head/http/session-server.ts');
+  let dir = opts.session;
+  if (!dir) {
+    const ep = findEndpoint(opts);
+    if (ep) return { ep, close: async () => undefined };
+    dir = listSessions(rtjobHome())[0];
+    if (!dir) {
+      throw new CliError('no cluster is running and no finished session is on this machine: run a job with `rtjob submit -- train_ppo`, or pass --address or --session DIR', 3);
+    }
+    process.stderr.write(`(no cluster running: reading the finished session ${dir})\n`);
+  }
+  if (!isSessionDir(dir)) throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
+  const s = await serveSession({ sessionDir: dir, dashboard: false });
+  return { ep: { url: s.url, token: s.token }, session: dir, close: () => s.close() };
 }
 
 /**

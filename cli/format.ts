@@ -29,3 +29,13 @@ export function parseEnvPairs(pairs: readonly string[]): Record<string, string> 
   }
   return env;
 }
+
+/**
+ * A port flag's value: an integer 0–65535 (0 picks a free port); anything else is a usage error
+ * naming the flag.
+ */
+export function parsePort(flag: string, v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`${flag} must be a port number 0-65535, got ${v}`);
+  return n;
+}

@@ -5,8 +5,11 @@
  *
  * @module
  */
+import { readFileSync } from 'node:fs';
+
 import { Command, Option } from 'commander';
 
+import { readEnv } from '../runtime/env.ts';
 import { CliError } from './client.ts';
 import { dashboardCommand, startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
 import {
@@ -14,6 +17,7 @@ import {
   listCommand,
   logsCommand,
   metricsCommand,
+  samplesCommand,
   stopJobCommand,
   submitCommand,
 } from './commands/jobs.ts';
@@ -27,9 +31,12 @@ for (const stream of [process.stdout, process.stderr]) {
     stream.write = (() => true) as typeof stream.write;
   });
 }
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
 
 const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
+  .version(version, '-V, --version', 'print the version')
+  .option('--verbose', 'print stack traces with errors (also RTJOB_DEBUG=1)')
   .showHelpAfterError()
   .addHelpText(
     'after',
@@ -78,8 +85,11 @@ addressOptions(
 
 program
   .command('dashboard')
-  .description('print the dashboard login link of the head started here')
-  .action(() => dashboardCommand());
+  .description("print the running dashboard's login link; with no cluster running, serve the latest finished session read-only")
+  .option('--session <dir>', 'serve this finished session dir read-only')
+  .option('--port <port>', 'port for a finished session; 0 picks a free one', '8265')
+  .option('--host <host>', 'interface to bind for a finished session', '127.0.0.1')
+  .action((o) => dashboardCommand(o));
 
 addressOptions(
   program
@@ -102,11 +112,15 @@ addressOptions(
   process.exitCode = await submitCommand(entrypoint, o);
 });
 
-addressOptions(program.command('list').description('jobs, newest first').option('--json', 'machine-readable output')).action(
+/** `--session DIR`: read a finished session from disk (the latest one is read when no cluster runs). */
+const sessionOption = (c: Command) =>
+  addressOptions(c).option('--session <dir>', 'read this finished session dir from disk (default, when no cluster runs: the latest one)');
+
+sessionOption(program.command('list').description('jobs, newest first').option('--json', 'machine-readable output')).action(
   (o) => listCommand(o),
 );
 
-addressOptions(
+sessionOption(
   program
     .command('logs')
     .description("a job's driver log (or an actor's with --actor)")
@@ -123,7 +137,7 @@ addressOptions(
   program.command('delete-job').description('forget a finished job (its log file is kept)').argument('<job>', 'job id'),
 ).action((job: string, o) => deleteJobCommand(job, o));
 
-addressOptions(
+sessionOption(
   program
     .command('metrics')
     .description('training metrics a job logged (metrics.log)')
@@ -132,6 +146,19 @@ addressOptions(
     .option('--json', 'columns and rows as JSON')
     .addOption(new Option('--last <n>', 'steps to show in the table').default('20')),
 ).action((job: string, o) => metricsCommand(job, o));
+
+sessionOption(
+  program
+    .command('samples')
+    .description("sample episodes a job kept per step (train_ppo --log-samples): prompt, turns, reward, extraInfo")
+    .argument('<job>', 'job id')
+    .option('--step <n>', 'this step (default: the latest with samples)')
+    .option('--prompt <key>', 'one prompt (its dataset index) across every step')
+    .option('--min-reward <r>', 'only samples with reward >= r')
+    .option('--max-reward <r>', 'only samples with reward <= r')
+    .option('--full', 'print whole texts (default: 400 characters per turn)')
+    .option('--json', 'the samples as JSON'),
+).action((job: string, o) => samplesCommand(job, o));
 
 program
   .command('serve')
@@ -143,17 +170,27 @@ program
   .option('--model <name>', "the model name clients request (default: the directory's name)")
   .option('--tool-call-parser <name>', 'tool-call format in generated text: hermes, qwen, none', 'hermes')
   .option('--max-tokens <n>', 'completion cap and default max_tokens (default: the context length)')
-  .addHelpText('after', '\nExample:\n  rtjob serve --pretrain ./ckpt/ppo --port 8000')
+  .addHelpText('after', '\nExample:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000')
   .action((o) => serveCommand(o));
 
 try {
   await program.parseAsync();
 } catch (err) {
-  if (err instanceof CliError) {
-    process.stderr.write(`rtjob: ${err.message}\n`);
-    process.exitCode = err.exitCode;
+  process.exitCode = reportError(err, Boolean(program.opts().verbose) || readEnv('RTJOB_DEBUG') === true);
+}
+
+/**
+ * Prints an error once, as one line (the first line of its message) plus a hint; the stack and
+ * the rest only with `--verbose` or `RTJOB_DEBUG=1`. Returns the exit code.
+ */
+function reportError(err: unknown, verbose: boolean): number {
+  const e = err instanceof Error ? err : new Error(String(err));
+  if (verbose) {
+    process.stderr.write(`rtjob: ${e.stack ?? e.message}\n`);
   } else {
-    process.stderr.write(`rtjob: ${(err as Error).stack ?? String(err)}\n`);
-    process.exitCode = 1;
+    const [first, ...rest] = e.message.split('\n');
+    process.stderr.write(`rtjob: ${first}\n`);
+    if (!(err instanceof CliError) || rest.length) process.stderr.write('(run with --verbose or RTJOB_DEBUG=1 for details)\n');
   }
+  return err instanceof CliError ? err.exitCode : 1;
 }

@@ -113,6 +113,7 @@ export const envVars = {
     'TF.js backend (default: tfjs-node when installed, else wasm)',
   ),
   RTJOB_QUIET_BACKEND: v(flag, '`1`: do not print which TF.js backend started'),
+  RTJOB_DEBUG: v(flag, '`1`: the CLI prints stack traces with its errors (as `--verbose` does)'),
   RTJOB_WORKING_DIR: v(text, "the job's working dir; workers run in it", true),
   RTJOB_PACKAGE: v(text, "hash of the job's working-dir package, for nodes to fetch it", true),
   RTJOB_WARM: v(flag, '`1`: a pre-booted worker waiting for its actor', true),

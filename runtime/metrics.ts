@@ -4,10 +4,16 @@
  * in SQLite; they show up in the dashboard's charts, `rtjob metrics JOB [--csv]`,
  * `GET /api/jobs/:id/metrics` and Prometheus `/metrics`.
  *
- * Outside a job (no `RTJOB_JOB_ID`), `log` only keeps the last values in memory (`latest()`).
+ * `metrics.samples(step, records)` keeps a few example records of a step (for `train_ppo`, the
+ * episodes: prompt, turns, reward); they show in the dashboard's Samples view and
+ * `rtjob samples JOB`, bounded per job by the head (`sampleLimits` in `runtime/head/jobs/ops-store.ts`).
+ * `metrics.report(fields)` tells the job page about the run (total steps, config table, outputs).
+ *
+ * Outside a job (no `RTJOB_JOB_ID`), `log` only keeps the last values in memory (`latest()`) and
+ * `samples` and `report` do nothing.
  *
  * @example
- * import { metrics } from 'rtjob/runtime/metrics.ts';
+ * import { metrics } from 'rtjob';
  * metrics.log(step, { reward_mean: 0.42, kl: 0.01, tokens_per_s: 5120 });
  * await metrics.flush(); // before process.exit(), so the last rows are not lost
  *
@@ -15,7 +21,7 @@
  */
 import { readClusterFile } from './cluster-file.ts';
 import { readEnv } from './env.ts';
-import { fetchTransport, RestError, restClient } from './head/http/contract.ts';
+import { fetchTransport, type JobReport, type JobSample, RestError, restClient } from './head/http/contract.ts';
 
 /** Numeric values by name; non-finite values are stored as gaps. */
 export type MetricValues = Record<string, number>;
@@ -25,6 +31,17 @@ interface Row {
   time: number;
   values: MetricValues;
 }
+
+/**
+ * One sample of a step: a JSON object with any fields; `key` groups it across steps (the same
+ * prompt), `reward` filters it.
+ */
+export interface SampleRecord {
+  key?: string;
+  reward?: number;
+}
+
+export type { JobReport };
 
 /** Options of {@link createMetricsLogger}. */
 export interface MetricsLoggerOptions {
@@ -44,6 +61,17 @@ export interface MetricsLoggerOptions {
 export interface MetricsLogger {
   /** Records `values` for training step `step` (an integer). Never throws, never blocks. */
   log(step: number, values: MetricValues): void;
+  /**
+   * Stores `records` as the samples of step `step` (replacing any it had), after the metric rows
+   * logged before it. Each record is a JSON object; `key` and `reward` are indexed.
+   */
+  samples<T extends SampleRecord>(step: number, records: readonly T[]): void;
+  /**
+   * Merges `fields` into the job's report, which the dashboard and the jobs list read:
+   * `totalSteps` (progress, ETA), `headline` (the metric to show in the jobs list), `config`
+   * (rows of every effective setting), `outputs` (paths the run writes, by label).
+   */
+  report(fields: JobReport): void;
   /** Sends everything buffered; resolves when the head has stored it (or gave up). */
   flush(): Promise<void>;
   /** The last value logged for each name. */
@@ -70,18 +98,25 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
   let inFlight: Promise<void> = Promise.resolve();
   let warned = false;
 
-  const send = async (rows: Row[]) => {
+  type Post = { what: 'metric rows'; rows: Row[] } | { what: 'samples'; step: number; samples: JobSample[] } | { what: 'the report'; report: JobReport };
+  const post = (api: ReturnType<typeof restClient>, jobId: string, p: Post) => {
+    const params = { jobId };
+    if (p.what === 'metric rows') return api.call('POST /api/jobs/:jobId/metrics', { params, body: { rows: p.rows } });
+    if (p.what === 'samples') return api.call('POST /api/jobs/:jobId/samples', { params, body: { step: p.step, samples: p.samples } });
+    return api.call('POST /api/jobs/:jobId/report', { params, body: p.report });
+  };
+  const send = async (p: Post) => {
     const ep = resolveEndpoint();
     if (!ep) return;
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
         const api = restClient(fetchTransport(ep.url, { authorization: `Bearer ${ep.token}` }));
-        await api.call('POST /api/jobs/:jobId/metrics', { params: { jobId: ep.jobId }, body: { rows } });
+        await post(api, ep.jobId, p);
         return;
       } catch (err) {
         // A refusal is final; otherwise the head may be restarting: try again shortly.
         if (err instanceof RestError && err.status < 500) {
-          if (!warned) process.stderr.write(`rtjob metrics: the head refused metric rows (${err.status}: ${err.message})\n`);
+          if (!warned) process.stderr.write(`rtjob metrics: the head refused ${p.what} (${err.status}: ${err.message})\n`);
           warned = true;
           return;
         }
@@ -101,7 +136,7 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
     const rows = buffer;
     buffer = [];
     // Batches go out one at a time so the head stores them in order.
-    inFlight = inFlight.then(() => send(rows));
+    inFlight = inFlight.then(() => send({ what: 'metric rows', rows }));
     return inFlight;
   };
 
@@ -125,6 +160,17 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
       buffer.push({ step, time: Date.now(), values: clean });
       if (buffer.length >= maxBatchRows) void flushNow();
       else timer ??= setTimeout(() => void flushNow(), flushIntervalMs);
+    },
+    samples(step, records) {
+      if (!Number.isInteger(step)) throw new TypeError(`metrics.samples: step must be an integer, got ${step}`);
+      if (!resolveEndpoint()) return;
+      void flushNow();
+      const p: Post = { what: 'samples', step, samples: records as unknown as JobSample[] };
+      inFlight = inFlight.then(() => send(p));
+    },
+    report(fields) {
+      if (!resolveEndpoint()) return;
+      inFlight = inFlight.then(() => send({ what: 'the report', report: fields }));
     },
     flush: flushNow,
     latest: () => ({ ...latest }),

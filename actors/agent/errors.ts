@@ -68,11 +68,12 @@ export class EpisodeTimeoutError extends AgentError {
 
 /** More episodes failed than the error budget allows. */
 export class ErrorBudgetExceededError extends AgentError {
-  constructor(file: string, failed: number, total: number, last: string) {
+  constructor(file: string, failed: number, total: number, last: string, groupsDropped?: number) {
+    const dropped = groupsDropped ? ` (${groupsDropped} group${groupsDropped === 1 ? '' : 's'} dropped with them)` : '';
     super(
       'AGENT_ERROR_BUDGET',
       file,
-      `agent ${file}: ${failed} of ${total} episodes failed, past the error budget; last: ${last}`,
+      `agent ${file}: ${failed} of ${total} episodes failed${dropped}, past the error budget; last: ${last}`,
     );
   }
 }

@@ -26,6 +26,7 @@ import { StalenessThrottle } from '../staleness.ts';
 import { TrajectoryBuffer } from '../trajectory-buffer.ts';
 import type { DataPosition } from './data.ts';
 import { afterStep, recordUpdate, type RunContext } from './context.ts';
+import { recordEpisodes } from './episodes.ts';
 import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 
@@ -137,6 +138,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       const { kept, passRate } = filterGroups(batch.groups, o);
       state.step++;
       state.position = batch.position;
+      recordEpisodes(ctx, batch.groups, trainerVersion);
       if (kept.length === 0) {
         lease.ack();
         ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);

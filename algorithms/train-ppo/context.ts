@@ -12,6 +12,8 @@ import type { PromptItem } from '../../actors/rollout.ts';
 import { createKlController } from '../kl.ts';
 import { RewardNormalizer } from '../reward-normalizer.ts';
 import { infoMetrics } from '../trajectory.ts';
+import type { JobReport } from '../../runtime/metrics.ts';
+import type { EpisodeSample } from './episodes.ts';
 import { evaluate } from './generate.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
 import type { TrainPpoOptions } from './flags.ts';
@@ -23,6 +25,10 @@ import { publishWeights, type UpdateState, type UpdateStats } from './step.ts';
 export interface RunLog {
   metric(step: number, values: Record<string, number>): void;
   line(text: string): void;
+  /** A step's sample episodes (`--log-samples`); not kept when absent. */
+  samples?(step: number, samples: EpisodeSample[]): void;
+  /** What the run says about itself (total steps, config table, outputs) for the job page. */
+  report?(fields: JobReport): void;
 }
 
 /** What a finished run reports. */
@@ -33,7 +39,10 @@ export interface RunSummary {
   evalAfter?: number;
   rewardFirst?: number;
   rewardLast?: number;
+  /** Episodes that threw or timed out. */
   episodesFailed: number;
+  /** Groups not trained on because one of their episodes failed. */
+  groupsDropped: number;
   /** Prompt indices trained on, in order (exactly-once accounting). */
   trainedPrompts: number[];
   /** Rollout processes that died and were restarted. */
@@ -47,7 +56,10 @@ export interface RunState {
   position: DataPosition;
   klCoef: number;
   episodes: number;
+  /** Episodes that threw or timed out. */
   failed: number;
+  /** Groups dropped because an episode of theirs failed (absent in older checkpoints). */
+  groupsDropped?: number;
   trainedPrompts: number[];
   /** Rollout processes restarted after dying. */
   rolloutRestarts: number;
@@ -71,6 +83,8 @@ export interface RunContext extends UpdateState {
   /** Restarts so far per rollout, and the restart in progress per rollout. */
   restarts: number[];
   restarting: Map<number, Promise<void>>;
+  /** The policy tokenizer's decoder, loaded on the first step that logs samples. */
+  decode?: (ids: number[]) => string;
 }
 
 /** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
@@ -99,7 +113,7 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
     state,
     totalSteps,
     started: performance.now(),
-    summary: { steps: 0, minutes: 0, episodesFailed: 0, trainedPrompts: state.trainedPrompts, rolloutRestarts: 0, savePath: resolve(o.savePath) },
+    summary: { steps: 0, minutes: 0, episodesFailed: 0, groupsDropped: 0, trainedPrompts: state.trainedPrompts, rolloutRestarts: 0, savePath: resolve(o.savePath) },
     restarts: [],
     restarting: new Map(),
   };
@@ -140,9 +154,11 @@ export function recordUpdate(ctx: RunContext, kept: GroupResult[], u: UpdateStat
     train_s: u.trainMs / 1000,
     samples: u.samples,
     episodes_failed: state.failed,
+    groups_dropped: state.groupsDropped ?? 0,
     rollout_restarts: state.rolloutRestarts,
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
     ...infoMetrics(kept.flatMap((g) => g.trajectories)),
+    ...u.mismatch,
   };
 }
 
@@ -217,7 +233,7 @@ export async function finishRun(ctx: RunContext): Promise<RunSummary> {
   const pct = (x: number | undefined): string => (x === undefined ? '-' : `${(x * 100).toFixed(1)}%`);
   log.line(
     `done  ${s.steps} steps in ${s.minutes.toFixed(1)} min; held-out accuracy ${pct(s.evalBefore)} -> ${pct(s.evalAfter)}; ` +
-      `reward ${s.rewardFirst?.toFixed(3) ?? '-'} -> ${s.rewardLast?.toFixed(3) ?? '-'}; ${s.episodesFailed} episodes failed; policy saved to ${s.savePath}`,
+      `reward ${s.rewardFirst?.toFixed(3) ?? '-'} -> ${s.rewardLast?.toFixed(3) ?? '-'}; ${s.episodesFailed} episodes failed (${s.groupsDropped} groups dropped); policy saved to ${s.savePath}`,
   );
   return s;
 }

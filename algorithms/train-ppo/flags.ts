@@ -75,11 +75,15 @@ export interface TrainPpoOptions {
   saveDtype: 'float32' | 'bfloat16';
   saveSteps: number;
   ckptPath: string;
+  /** Replace what a previous run left in the save and checkpoint paths. */
+  overwrite: boolean;
   loadCheckpoint: boolean;
   evalDataset: string;
   evalSteps: number;
   evalPrompts: number;
   loggingSteps: number;
+  /** Sample episodes kept per step (best, worst, random); 0 keeps none. */
+  logSamples: number;
   rolloutNumEngines: number;
   engine: 'builtin' | 'sglang' | 'vllm';
   engineUrl: string | undefined;
@@ -195,15 +199,17 @@ export const flagTable: readonly Flag[] = [
   F('useDecoupledLoss', 'bool', 'decoupled PPO with proximal logprobs'),
   F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
   ...under('eval'),
-  F('savePath', 'string', 'where the final HF-format policy is written'),
+  F('savePath', 'string', 'where the final HF-format policy is written (default ./ckpt/<job id>: each run its own)'),
   F('saveDtype', 'string', 'tensor dtype of the saved policy', { choices: ['float32', 'bfloat16'] }),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
-  F('ckptPath', 'string', 'checkpoint directory'),
+  F('ckptPath', 'string', 'checkpoint directory (default <save-path>/checkpoints)'),
+  F('overwrite', 'bool', 'replace a policy or checkpoints a previous run left in --save-path / --ckpt-path'),
   F('loadCheckpoint', 'bool', 'resume from the latest checkpoint in --ckpt-path'),
   F('evalDataset', 'string', 'held-out prompts (JSONL or built-in name); "" disables'),
   F('evalSteps', 'int', 'evaluate every N steps; -1 only at start and end', { min: -1 }),
   F('evalPrompts', 'int', 'held-out prompts evaluated (greedy)', { min: 1 }),
   F('loggingSteps', 'int', 'log every N steps', { min: 1 }),
+  F('logSamples', 'int', 'sample episodes kept per step for the Samples view and rtjob samples (best, worst, random; at most 250); 0 none', { min: 0 }),
   ...under('engines'),
   F('rolloutNumEngines', 'int', 'rollout engines', { min: 1, aliases: ['vllm-num-engines'] }),
   F('engine', 'string', 'inference engine', { choices: ['builtin', 'sglang', 'vllm'] }),
@@ -280,15 +286,17 @@ export const trainPpoDefaults: TrainPpoOptions = {
   dynamicFiltering: false,
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
-  savePath: './ckpt/ppo',
+  savePath: '',
   saveDtype: 'float32',
   saveSteps: -1,
-  ckptPath: './ckpt/checkpoints_ppo',
+  ckptPath: '',
+  overwrite: false,
   loadCheckpoint: false,
   evalDataset: 'arith:test',
   evalSteps: 5,
   evalPrompts: 500,
   loggingSteps: 1,
+  logSamples: 16,
   rolloutNumEngines: 1,
   engine: 'builtin',
   engineUrl: undefined,
@@ -388,6 +396,32 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
 /** The servers of `--engine-url`, in order. */
 export function engineUrls(o: Pick<TrainPpoOptions, 'engineUrl'>): string[] {
   return (o.engineUrl ?? '').split(',').map((u) => u.trim().replace(/\/+$/, '')).filter(Boolean);
+}
+
+/** One effective setting of a run, for the job page's config table. */
+export interface FlagConfigRow {
+  name: string;
+  value: string;
+  default: string;
+  /** `flag`: given on the command line; `env`: read from its environment variable; else the default. */
+  source: 'flag' | 'env' | 'default';
+  section: FlagSection;
+  help: string;
+}
+
+/** Every flag's effective value in `o` (after defaults resolved), where it came from, and its default. */
+export function flagConfig(o: TrainPpoOptions, argv: readonly string[], env: Record<string, string | undefined> = {}): FlagConfigRow[] {
+  // The same parse the run made tells which keys its command line set.
+  const { given } = parser.parse(argv, env);
+  const show = (v: unknown): string => (v === undefined ? '' : Array.isArray(v) ? v.join(' ') : String(v));
+  return flagTable.map((f) => ({
+    name: parser.flagName(f.key),
+    value: show(o[f.key]),
+    default: show(trainPpoDefaults[f.key]),
+    source: given.has(f.key) ? 'flag' : f.env && env[f.env] ? 'env' : 'default',
+    section: f.section ?? 'run',
+    help: f.help + (f.env ? ` [env ${f.env}]` : ''),
+  }));
 }
 
 /** The `--help` text. */

@@ -66,20 +66,26 @@ function restartRollout(ctx: RunContext, i: number, incarnation: number, err: Er
   return p;
 }
 
-/** Counts episode failures; throws once they pass the budget. */
+/**
+ * Counts failures: episodes that threw or timed out (what the error budget is measured in) and
+ * the groups dropped with them (a group with one failed episode is not trained on). Throws once
+ * failed episodes pass the budget.
+ */
 export function account(ctx: RunContext, groups: GroupResult[]): void {
   const { state, o } = ctx;
   for (const g of groups) {
     state.episodes += g.episodes;
     if (g.status === 'failed') {
-      state.failed += g.episodes;
-      ctx.log.line(`warn  ${g.errors[0] ?? 'episode failed'}`);
+      // One error per episode that failed; the group's other episodes ran fine but are dropped.
+      state.failed += Math.max(1, g.errors.length);
+      state.groupsDropped = (state.groupsDropped ?? 0) + 1;
+      ctx.log.line(`warn  ${g.errors[0] ?? 'episode failed'}${g.errors.length > 1 ? ` (+${g.errors.length - 1} more in this group)` : ''}`);
     }
   }
   ctx.summary.episodesFailed = state.failed;
+  ctx.summary.groupsDropped = state.groupsDropped ?? 0;
   if (state.failed > o.agentErrorBudget * state.episodes) {
     const last = groups.find((g) => g.status === 'failed')?.errors[0] ?? 'see warnings above';
-    throw new ErrorBudgetExceededError(o.agentFunc ?? '<built-in>', state.failed, state.episodes, last);
+    throw new ErrorBudgetExceededError(o.agentFunc ?? '<built-in>', state.failed, state.episodes, last, state.groupsDropped ?? 0);
   }
 }
-

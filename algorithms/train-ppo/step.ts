@@ -14,6 +14,7 @@ import type { KlController } from '../kl.ts';
 import type { RewardNormalizer } from '../reward-normalizer.ts';
 import type { Trajectory } from '../trajectory.ts';
 import type { TrainPpoOptions } from './flags.ts';
+import { logprobMismatch } from './episodes.ts';
 import { advantageOptions, experienceOptions } from './options.ts';
 import type { Roles } from './roles.ts';
 
@@ -49,6 +50,8 @@ export interface UpdateStats extends TrainStats {
   samples: number;
   experienceMs: number;
   trainMs: number;
+  /** Train–inference mismatch (`logprob_gap`, `is_ratio_*`), when the trainer's logprobs were computed. */
+  mismatch?: Record<string, number>;
 }
 
 /**
@@ -127,6 +130,7 @@ export async function trainOn(
   }
   return {
     ...stats,
+    ...(old ? { mismatch: logprobMismatch(samples, old) } : {}),
     rewardMean: trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length),
     kl: batch.meanKl,
     klCoef,

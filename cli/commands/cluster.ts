@@ -5,6 +5,7 @@
  */
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -13,7 +14,7 @@ import { type ClusterFile, clusterFilePath, readClusterFile, removeClusterFile, 
 import { readEnv } from '../../runtime/env.ts';
 import { pidAlive } from '../../runtime/pid.ts';
 import { bytes } from '../../runtime/format.ts';
-import { table } from '../format.ts';
+import { parsePort, table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
 import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
@@ -57,6 +58,15 @@ async function waitFor<T>(what: string, deadlineMs: number, check: () => T | und
     if (Date.now() > end) throw new CliError(`timed out waiting for ${what}`, 1);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** Whether `port` on `host` can be listened on now. */
+function portFree(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, host, () => srv.close(() => resolve(true)));
+  });
 }
 
 /** Spawns a detached daemon and waits for its ready file. */
@@ -135,6 +145,12 @@ export async function startCommand(o: StartOptions): Promise<void> {
     port: num('--port', o.port),
     dashboardPort: num('--dashboard-port', o.dashboardPort),
   };
+  // A taken port is named here in one line, before a daemon starts and fails with its stack.
+  for (const [flag, port] of [['--port', opts.port], ['--dashboard-port', opts.dashboardPort]] as const) {
+    if (port && !(await portFree(o.host, port))) {
+      throw new CliError(`port ${port} is in use (another rtjob head, or another program): pass ${flag} N (0 picks a free one)`, 2);
+    }
+  }
   const ready = (await spawnDaemon(daemonPath, opts, join(sessionDir, 'logs', 'head.log'), join(sessionDir, 'head.json'), 'head')) as {
     pid: number;
     address: string;
@@ -180,7 +196,7 @@ export async function startCommand(o: StartOptions): Promise<void> {
   console.log(`  dashboard        ${login}`);
   console.log(`  connection info  ${clusterFilePath()} (mode 0600)`);
   console.log('');
-  console.log('Submit a job:        rtjob submit -- train_ppo --agent-func ./agent.ts');
+  console.log('Submit a job:        rtjob submit -- train_ppo   (--agent-func FILE.ts for your own agent)');
   console.log(`Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`);
   console.log('Stop everything:     rtjob stop');
 }
@@ -276,10 +292,12 @@ export async function statusCommand(o: { address?: string; token?: string; json?
   console.log('');
   console.log(
     table(
-      ['NODE', 'HOST', 'STATE', 'CPU', 'GPU', 'MEMORY', 'WORKERS'],
+      // Reservations (what actors asked for) and the machine's memory in use are different things.
+      ['NODE', 'HOST', 'STATE', 'CPU RESERVED', 'GPU RESERVED', 'MEMORY IN USE', 'WORKERS'],
       s.nodes.map((n) => {
         const used = (k: string) => `${+((n.resourcesTotal[k] ?? 0) - (n.resourcesAvailable[k] ?? 0)).toFixed(2)}/${n.resourcesTotal[k] ?? 0}`;
-        return [n.nodeId + (n.isHead ? ' (head)' : ''), n.hostname, n.state, used('CPU'), used('GPU'), `${bytes(n.memoryUsedBytes)}/${bytes(n.memoryTotalBytes)}`, n.workers];
+        const mem = n.memoryTotalBytes ? `${bytes(n.memoryUsedBytes)} of ${bytes(n.memoryTotalBytes)} (${Math.round((100 * n.memoryUsedBytes) / n.memoryTotalBytes)}%)` : '-';
+        return [n.nodeId + (n.isHead ? ' (head)' : ''), n.hostname, n.state, used('CPU'), used('GPU'), mem, n.workers];
       }),
     ),
   );
@@ -287,15 +305,47 @@ export async function statusCommand(o: { address?: string; token?: string; json?
   const res = Object.keys(s.resources.total).map((k) =>
     k === 'memory' ? `memory ${bytes(s.resources.used[k] ?? 0)}/${bytes(s.resources.total[k] ?? 0)}` : `${k} ${+(s.resources.used[k] ?? 0).toFixed(2)}/${s.resources.total[k]}`,
   );
-  console.log(`resources: ${res.join(', ') || '-'}`);
+  console.log(`reserved:  ${res.join(', ') || '-'}`);
   const fmt = (m: Record<string, number>) => Object.entries(m).map(([k, v]) => `${v} ${k}`).join(', ') || 'none';
   console.log(`actors:    ${fmt(s.actorsByState)}`);
   console.log(`jobs:      ${fmt(s.jobsByStatus)}`);
 }
 
-/** `rtjob dashboard`: prints the login link. */
-export function dashboardCommand(): void {
-  const info = readClusterFile();
-  if (!info?.dashboardUrl) throw new CliError('no head was started on this machine', 3);
-  console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
+/**
+ * `rtjob dashboard [--session DIR] [--port N]`: the login link of the running cluster's dashboard;
+ * with no cluster running (or with `--session`), serves the latest finished session (or DIR)
+ * read-only here until Ctrl-C.
+ */
+export async function dashboardCommand(o: { session?: string; port?: string; host?: string } = {}): Promise<void> {
+  const info = readClusterFile({ live: true });
+  if (!o.session && info?.dashboardUrl) {
+    console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
+    return;
+  }
+  const { isSessionDir, listSessions, serveSession } = await import('../../runtime/head/http/session-server.ts');
+  const dir = o.session ?? listSessions(rtjobHome())[0];
+  if (!dir) throw new CliError('no cluster is running and no finished session is on this machine: start one with `rtjob start --head`, or run a job with `rtjob submit`', 3);
+  if (!isSessionDir(dir)) throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
+  let port: number;
+  try {
+    port = parsePort('--port', o.port ?? '8265');
+  } catch (err) {
+    throw new CliError((err as Error).message, 2);
+  }
+  const s = await serveSession({ sessionDir: dir, port, host: o.host ?? '127.0.0.1' }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'EADDRINUSE') throw new CliError(`port ${port} is in use: pass --port N (0 picks a free one)`, 2);
+    throw err;
+  });
+  process.stderr.write(`serving the finished session ${dir} read-only (no cluster running); Ctrl-C to stop\n`);
+  console.log(`${s.url}/login?token=${encodeURIComponent(s.token)}`);
+  await new Promise<void>((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+  await s.close();
 }

@@ -5,11 +5,13 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline/promises';
 
 import { packDir, PackageTooLargeError, defaultMaxPackageBytes } from '../../runtime/head/jobs/working-dir.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
-import { CliError, type Endpoint, findEndpoint, headApi, requireEndpoint, tailJobLogs } from '../client.ts';
+import { builtinEntrypoints, tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+import { CliError, type Endpoint, findEndpoint, headApi, openReadTarget, requireEndpoint, tailJobLogs } from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
@@ -89,6 +91,12 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
 /** `rtjob submit ... -- ENTRYPOINT...`; resolves to the process exit code. */
 export async function submitCommand(entrypoint: string[], o: SubmitOptions): Promise<number> {
   if (entrypoint.length === 0) throw new CliError('give the entrypoint after --, e.g. rtjob submit -- train_ppo --async-train', 2);
+  // `submit -- train_ppo --help` asks for the driver's help, not for a job.
+  const builtin = builtinEntrypoints[entrypoint[0]!];
+  if (builtin && entrypoint.slice(1).some((a) => a === '--help' || a === '-h')) {
+    const r = spawnSync(process.execPath, ['--import', tsxImport, builtin, '--help'], { stdio: 'inherit' });
+    return r.status ?? 1;
+  }
   let env: ReturnType<typeof jobEnv>;
   try {
     env = jobEnv(parseEnvPairs(o.env), o.inheritEnv ? forwardedEnv() : {});
@@ -131,9 +139,21 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
       process.stderr.write(`submitted ${job.jobId}; follow it with: rtjob logs -f ${job.jobId}\n`);
       return 0;
     }
-    process.stderr.write(`job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop or detach)\n`);
+    process.stderr.write(`job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop${ephemeral ? '' : ' or detach'})\n`);
+    const jobPath = `#/jobs/${encodeURIComponent(job.jobId)}`;
+    if (ephemeral) {
+      // The login link sets the cookie and lands on the job's page (the fragment survives the redirect).
+      process.stderr.write(`dashboard (while the job runs): ${ep.url}/login?token=${encodeURIComponent(ep.token)}${jobPath}\n`);
+    } else {
+      process.stderr.write(`dashboard: ${ep.url}/${jobPath} (login link: rtjob dashboard)\n`);
+    }
     const code = await followToEnd(ep, job.jobId, !ephemeral);
-    if (ephemeral) await keepMetrics(ep, job.jobId, ephemeral.sessionDir);
+    if (ephemeral) {
+      await keepMetrics(ep, job.jobId, ephemeral.sessionDir);
+      process.stderr.write(
+        `the run is kept in ${ephemeral.sessionDir}: rtjob samples ${job.jobId}, rtjob metrics ${job.jobId}, rtjob dashboard (serves it read-only)\n`,
+      );
+    }
     return code;
   } finally {
     await ephemeral?.close({ stopJobs: true });
@@ -165,12 +185,24 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
     let stop = !canDetach;
     if (canDetach && process.stdin.isTTY) {
       const rl = createInterface({ input: process.stdin, output: process.stderr });
-      const answer = await rl.question(`\nstop job ${jobId}? [y/N] `);
-      rl.close();
+      // A second Ctrl-C at the prompt means "stop it", not a crash that leaves the job running.
+      const again = new Promise<string>((resolve) => rl.once('SIGINT', () => resolve('y')));
+      let answer: string;
+      try {
+        answer = await Promise.race([rl.question(`\nstop job ${jobId}? [y/N] `), again]);
+      } catch {
+        answer = 'y';
+      } finally {
+        rl.close();
+      }
       stop = /^y(es)?$/i.test(answer.trim());
     }
     if (stop) {
-      process.stderr.write(`stopping ${jobId}...\n`);
+      process.stderr.write(`stopping ${jobId}... (Ctrl-C again leaves without waiting)\n`);
+      process.once('SIGINT', () => {
+        process.stderr.write(`left; ${jobId} is being stopped (rtjob list shows when it is)\n`);
+        process.exit(130);
+      });
       await headApi(ep)
         .call('POST /api/jobs/:jobId/stop', { params: { jobId } })
         .catch(() => undefined);
@@ -194,13 +226,35 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
     return 0;
   }
   process.stderr.write(`job ${jobId} ${job.status}${took}${job.exitCode !== null ? ` (exit code ${job.exitCode})` : ''}\n`);
-  if (job.status === 'FAILED' && job.message) process.stderr.write(`${job.message}\n`);
+  // Its last output lines were just streamed above: the message's first line says the rest.
+  if (job.status === 'FAILED' && job.message) process.stderr.write(`${job.message.split('\n')[0]!.replace(/; last output:$/, '')}\n`);
   return 1;
 }
 
 /** `rtjob list [--json]`. */
-export async function listCommand(o: { address?: string; token?: string; json?: boolean }): Promise<void> {
-  const ep = requireEndpoint(o);
+export async function listCommand(o: ReadOptions & { json?: boolean }): Promise<void> {
+  await reading(o, (ep) => listJobs(ep, o));
+}
+
+/** Options of the commands that read a head or a finished session. */
+export interface ReadOptions {
+  address?: string;
+  token?: string;
+  /** A finished session dir to read from disk. */
+  session?: string;
+}
+
+/** Runs `fn` against the running cluster or a finished session (see {@link openReadTarget}). */
+async function reading<T>(o: ReadOptions, fn: (ep: Endpoint) => Promise<T>): Promise<T> {
+  const target = await openReadTarget(o);
+  try {
+    return await fn(target.ep);
+  } finally {
+    await target.close();
+  }
+}
+
+async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
   const { jobs } = await headApi(ep).call('GET /api/jobs');
   if (o.json) {
     console.log(JSON.stringify(jobs, null, 2));
@@ -227,8 +281,11 @@ export async function listCommand(o: { address?: string; token?: string; json?: 
 }
 
 /** `rtjob logs JOB [-f] [--actor ID]`. */
-export async function logsCommand(jobId: string, o: { address?: string; token?: string; follow?: boolean; actor?: string }): Promise<void> {
-  const ep = requireEndpoint(o);
+export async function logsCommand(jobId: string, o: ReadOptions & { follow?: boolean; actor?: string }): Promise<void> {
+  await reading(o, (ep) => showLogs(ep, jobId, o));
+}
+
+async function showLogs(ep: Endpoint, jobId: string, o: { follow?: boolean; actor?: string }): Promise<void> {
   const api = headApi(ep);
   if (o.actor) {
     const actorId = o.actor;
@@ -283,8 +340,11 @@ function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
 }
 
 /** `rtjob metrics JOB [--csv] [--json]`. */
-export async function metricsCommand(jobId: string, o: { address?: string; token?: string; csv?: boolean; json?: boolean; last?: string }): Promise<void> {
-  const ep = requireEndpoint(o);
+export async function metricsCommand(jobId: string, o: ReadOptions & { csv?: boolean; json?: boolean; last?: string }): Promise<void> {
+  await reading(o, (ep) => showMetrics(ep, jobId, o));
+}
+
+async function showMetrics(ep: Endpoint, jobId: string, o: { csv?: boolean; json?: boolean; last?: string }): Promise<void> {
   if (o.csv) {
     process.stdout.write(await metricsCsv(ep, jobId));
     return;
@@ -313,4 +373,78 @@ export async function metricsCommand(jobId: string, o: { address?: string; token
   const fmt = (v: number | null | undefined) => (v === null || v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toPrecision(5));
   console.log(table(cols, t.rows.slice(-last).map((r) => idx.map((i) => fmt(r[i])))));
   if (t.rows.length > last) console.log(`(last ${last} of ${t.rows.length} steps; --csv for all)`);
+}
+
+/** One stored sample as `GET /api/jobs/:id/samples` returns it (train_ppo's episode fields). */
+interface SampleView {
+  step: number;
+  key?: string;
+  pick?: string;
+  reward?: number;
+  prompt?: string;
+  label?: string;
+  turns?: { role: string; text: string; tokens: number; toolCalls?: { name: string; arguments: string }[] }[];
+  extraInfo?: Record<string, unknown>;
+  versionMin?: number;
+  versionMax?: number;
+  staleness?: number;
+  stopReason?: string;
+  promptTokens?: number;
+  responseTokens?: number;
+  error?: string;
+}
+
+/** `rtjob samples JOB [--step N] [--prompt KEY] [--min-reward R] [--max-reward R] [--full] [--json]`. */
+export async function samplesCommand(
+  jobId: string,
+  o: ReadOptions & { step?: string; prompt?: string; minReward?: string; maxReward?: string; full?: boolean; json?: boolean },
+): Promise<void> {
+  const num = (flag: string, v: string | undefined): number | undefined => {
+    if (v === undefined) return undefined;
+    if (!Number.isFinite(Number(v))) throw new CliError(`${flag} must be a number, got ${v}`, 2);
+    return Number(v);
+  };
+  const query = {
+    step: num('--step', o.step),
+    minReward: num('--min-reward', o.minReward),
+    maxReward: num('--max-reward', o.maxReward),
+    key: o.prompt,
+  };
+  const page = await reading(o, (ep) => headApi(ep).call('GET /api/jobs/:jobId/samples', { params: { jobId }, query }));
+  if (o.json) {
+    console.log(JSON.stringify(page, null, 2));
+    return;
+  }
+  if (page.steps.length === 0) {
+    console.log(`job ${jobId} has kept no samples (train_ppo keeps --log-samples N per step, 16 by default)`);
+    return;
+  }
+  const range = `${page.steps[0]}–${page.steps.at(-1)}`;
+  const what = o.prompt !== undefined ? `prompt ${o.prompt} over time` : `step ${page.step}`;
+  console.log(`job ${jobId}, ${what}: ${page.samples.length} sample${page.samples.length === 1 ? '' : 's'} (steps with samples: ${range}; --step N, --prompt KEY)`);
+  const cut = (t: string) => (o.full || t.length <= 400 ? t : `${t.slice(0, 400)}… (--full for all ${t.length} characters)`);
+  const indent = (t: string) => t.replace(/\n/g, '\n    ');
+  for (const s of page.samples as SampleView[]) {
+    const facts = [
+      `step ${s.step}`,
+      s.pick,
+      s.reward !== undefined ? `reward ${+s.reward.toFixed(4)}` : undefined,
+      s.key !== undefined ? `prompt #${s.key}` : undefined,
+      s.versionMin !== undefined ? `version ${s.versionMin === s.versionMax ? s.versionMin : `${s.versionMin}–${s.versionMax}`}` : undefined,
+      s.staleness ? `staleness ${s.staleness}` : undefined,
+      s.stopReason ? `stop: ${s.stopReason}` : undefined,
+      s.responseTokens !== undefined ? `${s.promptTokens} prompt + ${s.responseTokens} generated tokens` : undefined,
+    ].filter(Boolean);
+    console.log(`\n── ${facts.join(' · ')}`);
+    if (s.prompt !== undefined) console.log(`  prompt: ${indent(cut(s.prompt))}`);
+    if (s.label !== undefined) console.log(`  label: ${indent(cut(s.label))}`);
+    for (const t of s.turns ?? []) {
+      console.log(`  ${t.role}: ${indent(cut(t.text))}`);
+      for (const c of t.toolCalls ?? []) console.log(`    → tool call ${c.name}(${c.arguments})`);
+    }
+    if (s.extraInfo && Object.keys(s.extraInfo).length) {
+      console.log(`  extraInfo: ${Object.entries(s.extraInfo).map(([k, v]) => `${k}=${String(v)}`).join(' ')}`);
+    }
+    if (s.error) console.log(`  error: ${indent(cut(s.error))}`);
+  }
 }

@@ -27,6 +27,11 @@ test('start --head writes cluster.json (0600) and status shows the node', async 
   const s = JSON.parse(r.stdout);
   assert.ok(s.nodes.length >= 1);
   assert.ok(s.resources.total.CPU > 0);
+  // The text form: reservations and memory in use, labelled, in human units.
+  const text = await sb.run(['status']);
+  assert.match(text.stdout, /CPU RESERVED\s+GPU RESERVED\s+MEMORY IN USE/);
+  assert.match(text.stdout, /\d+(\.\d)? [KMGT]?i?B of \d+(\.\d)? [KMGT]?i?B \(\d+%\)/);
+  assert.match(text.stdout, /reserved: +CPU [\d.]+\/\d+/);
   const again = await sb.run(['start', '--head', '--port', '0', '--dashboard-port', '0']);
   assert.is(again.code, 1);
   assert.match(again.stderr, /already running/);
@@ -51,7 +56,9 @@ test('a failing job exits non-zero with its last output lines in the message', a
   const r = await sb.run(['submit', '--job-id', 'fail1', '--', join(fixtures, 'fail.ts')]);
   assert.is(r.code, 1);
   assert.match(r.stderr, /FAILED/);
-  assert.match(r.stderr, /boom: the reward model is unreachable/);
+  // The driver's own error is streamed with its log, and printed once.
+  assert.is((r.stdout + r.stderr).match(/boom: the reward model is unreachable/g)?.length, 1, r.stdout + r.stderr);
+  assert.match(r.stderr, /job fail1 FAILED in [\d.]+s \(exit code 7\)\ndriver exited with code 7\n/);
   const { body } = await apiCall<{ status: string; exitCode: number; message: string }>(sb, 'GET', '/api/jobs/fail1');
   assert.is(body.status, 'FAILED');
   assert.is(body.exitCode, 7);

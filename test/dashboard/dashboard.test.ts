@@ -70,9 +70,12 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.waitForFunction(() => (document.querySelector('pre.log')?.textContent ?? '').includes('step 10'));
   // The step time split is one chart with a line per phase.
   await page.waitForSelector('figure.chart[data-metric="step_time_split"] canvas');
-  // Its actors, grouped by role, and its config with only the env worth showing.
+  // Its actors, grouped by role, and its config with only the env worth showing, each a tab.
+  await page.click('#tab-actors');
   await page.waitForFunction(() => /Rollout \(2\)/.test(document.body.innerText) && /Trainer \(1\)/.test(document.body.innerText));
+  await page.click('#tab-config');
   assert.match(await page.locator('#env-rest').innerText(), /more inherited variables/);
+  await page.click('#tab-charts');
   // Live: the chart's x range grows as steps arrive, without a reload.
   await page.selectOption('#compare', 'finished');
   await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
@@ -88,7 +91,13 @@ test('views show real data; a job is stopped from its page', async () => {
     const a = body.rows.find((x) => x.name === 'rollout-0');
     return a?.restarts === 1 && a.state === 'ALIVE' ? true : undefined;
   });
+  // The trainer allows no restarts: Restart is off and says why.
+  const trainerRestart = row('trainer').locator('button', { hasText: 'Restart' });
+  assert.ok(await trainerRestart.isDisabled());
+  assert.match((await trainerRestart.getAttribute('title')) ?? '', /allows no restarts \(maxRestarts 0\): a restart would kill it for good/);
   await row('rollout-1').locator('button', { hasText: 'Kill' }).click();
+  // The dialog says what happens to the running job the actor belongs to.
+  assert.match(await page.locator('#confirm-text').innerText(), /Kill rollout-1 \(Rollout\)\? Its process is killed and it is not restarted\. It is the Rollout of running job train1: calls in flight to it fail; whether the job goes on depends on its driver/);
   await page.click('#confirm-ok');
   await page.waitForFunction(() => Array.from(document.querySelectorAll('tr[data-actor]')).some((tr) => /rollout-1/.test(tr.textContent ?? '') && /DEAD/.test(tr.textContent ?? '')));
   await page.goBack();

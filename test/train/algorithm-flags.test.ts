@@ -26,7 +26,7 @@ const agent = fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.
 const tiny = (name: string, extra: string[]): string[] => [
   '--in-process', '--pretrain', model, '--agent-func', agent, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
   '--train-batch-size', '8', '--micro-train-batch-size', '4', '--generate-max-len', '8', '--max-steps', '3',
-  '--eval-dataset', '', '--save-path', join(root, name, 'out'), '--ckpt-path', join(root, name, 'ckpt'), ...extra,
+  '--eval-dataset', '', '--overwrite', '--save-path', join(root, name, 'out'), '--ckpt-path', join(root, name, 'ckpt'), ...extra,
 ];
 const collect = () => {
   const rows: Record<string, number>[] = [];
@@ -63,6 +63,8 @@ test('a run with every algorithm flag set trains, and the adaptive KL coefficien
   const steps = rows.filter((r) => r.policy_loss !== undefined);
   assert.ok(steps.length >= 2);
   assert.ok(steps.every((r) => Number.isFinite(r.policy_loss!) && Number.isFinite(r.value_loss!)));
+  // --is-correction recomputes the trainer's logprobs: the train-inference mismatch is logged.
+  assert.ok(steps.every((r) => r.logprob_gap! >= 0 && r.is_ratio_min! <= r.is_ratio_mean! && r.is_ratio_mean! <= r.is_ratio_max!), JSON.stringify(steps[0]));
   const coefs = steps.map((r) => r.kl_coef!);
   assert.ok(coefs[coefs.length - 1]! !== coefs[0], `adaptive β moved: ${coefs.join(', ')}`);
 });

@@ -35,7 +35,7 @@ test('async: a killed trainer fails the job with the cause; --load-checkpoint re
   const flags = [
     '--async-train', '--async-queue-size', '2', '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
     '--train-batch-size', '8', '--micro-train-batch-size', '8', '--generate-max-len', '4', '--eval-dataset', '',
-    '--save-path', join(root, 'out'), '--prompt-data', data, '--save-steps', '1', '--ckpt-path', ckpt, '--num-episodes', '2', '--max-steps', '5',
+    '--overwrite', '--save-path', join(root, 'out'), '--prompt-data', data, '--save-steps', '1', '--ckpt-path', ckpt, '--num-episodes', '2', '--max-steps', '5',
   ];
   const saved = await runWithTrainerKilled(flags, ckpt);
 

@@ -17,7 +17,7 @@ const log = { line: () => undefined, metric: (_s: number, v: Record<string, numb
 const tiny = (extra: string[]): string[] => [
   '--in-process', '--async-train', '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
   '--train-batch-size', '8', '--micro-train-batch-size', '8', '--generate-max-len', '6', '--max-steps', '4',
-  '--eval-dataset', '', '--save-path', join(root, 'out'), '--agent-func', fixture('multi-turn-step.ts'), ...extra,
+  '--eval-dataset', '', '--overwrite', '--save-path', join(root, 'out'), '--agent-func', fixture('multi-turn-step.ts'), ...extra,
 ];
 
 test.before(async () => {

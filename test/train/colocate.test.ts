@@ -59,7 +59,7 @@ test('--colocate-all-models places every role in one placement group and trains'
     [
       '--colocate-all-models', '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/multi-turn-step.ts', import.meta.url)),
       '--rollout-batch-size', '2', '--n-samples-per-prompt', '2', '--train-batch-size', '4', '--micro-train-batch-size', '4',
-      '--generate-max-len', '4', '--max-steps', '2', '--eval-dataset', '', '--init-kl-coef', '0.01', '--save-path', join(root, 'out'),
+      '--generate-max-len', '4', '--max-steps', '2', '--eval-dataset', '', '--init-kl-coef', '0.01', '--overwrite', '--save-path', join(root, 'out'),
     ],
     {},
     {

@@ -51,7 +51,7 @@ test('train_ppo with gae checkpoints the critic and resumes it', async () => {
     '--in-process', '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/group-workflow.ts', import.meta.url)),
     '--advantage-estimator', 'gae', '--rollout-batch-size', '2', '--n-samples-per-prompt', '2', '--train-batch-size', '4',
     '--micro-train-batch-size', '4', '--generate-max-len', '4', '--eval-dataset', '', '--save-steps', '1', '--ckpt-path', ck,
-    '--save-path', join(root, 'out'),
+    '--overwrite', '--save-path', join(root, 'out'),
   ];
   const log = { line: () => undefined, metric: () => undefined };
   await trainPpo([...flags, '--max-steps', '1'], {}, { log });

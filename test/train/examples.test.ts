@@ -16,7 +16,7 @@ const log = { line: () => undefined, metric: () => undefined };
 const tiny = (extra: string[]): string[] => [
   '--in-process', '--pretrain', model, '--rollout-batch-size', '2', '--train-batch-size', '4',
   '--micro-train-batch-size', '4', '--generate-max-len', '5', '--max-steps', '1', '--eval-prompts', '2',
-  '--save-path', join(root, 'out'), ...extra,
+  '--overwrite', '--save-path', join(root, 'out'), ...extra,
 ];
 
 test.before(async () => {

@@ -32,7 +32,7 @@ function expectedOrder(steps: number, batch: number, seed = 42): number[] {
 
 const base = (extra: string[]): string[] => [
   '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2', '--train-batch-size', '8',
-  '--micro-train-batch-size', '8', '--generate-max-len', '4', '--eval-dataset', '', '--save-path', join(root, 'out'), ...extra,
+  '--micro-train-batch-size', '8', '--generate-max-len', '4', '--eval-dataset', '', '--overwrite', '--save-path', join(root, 'out'), ...extra,
 ];
 
 test.before(async () => {

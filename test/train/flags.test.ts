@@ -1,6 +1,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp } from '../../algorithms/train-ppo/flags.ts';
+import { flagConfig, flagTable, parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp } from '../../algorithms/train-ppo/flags.ts';
 
 const fails = (argv: string[], re: RegExp, env: Record<string, string> = {}): void => {
   let err: (Error & { flag?: string }) | undefined;
@@ -22,6 +22,20 @@ test('kebab, snake_case, =value and boolean forms parse to the same options', ()
   const c = parseTrainPpoFlags(['--no-apply-chat-template', '--vllm_num_engines', '2']);
   assert.is(c.applyChatTemplate, false);
   assert.is(c.rolloutNumEngines, 2);
+});
+
+test('flagConfig lists every flag with its effective value, its default and where the value came from', () => {
+  const argv = ['--n_samples_per_prompt=8', '--no-apply-chat-template', '--eps-clip', '0.3'];
+  const env = { ASYNC_NUM_TASKS: '32' };
+  const rows = flagConfig(parseTrainPpoFlags(argv, env), argv, env);
+  assert.is(rows.length, flagTable.length);
+  const row = (name: string) => rows.find((r) => r.name === name)!;
+  assert.equal(row('--n-samples-per-prompt'), { ...row('--n-samples-per-prompt'), value: '8', source: 'flag', default: String(trainPpoDefaults.nSamplesPerPrompt) });
+  assert.equal([row('--apply-chat-template').value, row('--apply-chat-template').source], ['false', 'flag']);
+  assert.equal([row('--async-num-tasks').value, row('--async-num-tasks').source], ['32', 'env']);
+  assert.match(row('--async-num-tasks').help, /\[env ASYNC_NUM_TASKS\]/);
+  assert.equal([row('--seed').value, row('--seed').source, row('--seed').default], ['42', 'default', '42']);
+  assert.is(row('--reward-clip-range').value, trainPpoDefaults.rewardClipRange.join(' '));
 });
 
 test('defaults are used when nothing is given', () => {

@@ -45,6 +45,7 @@ const tiny = (agent: string, out: string): string[] => [
   '2',
   '--eval-prompts',
   '2',
+  '--overwrite',
   '--save-path',
   join(root, out),
 ];

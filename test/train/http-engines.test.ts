@@ -44,7 +44,7 @@ for (const kind of ['sglang', 'vllm'] as const) {
           '--in-process', '--engine', kind, '--engine-url', server.url, '--engine-weights-path', weights, '--pretrain', model,
           '--agent-func', fixture('multi-turn-step.ts'), '--rollout-batch-size', '2', '--n-samples-per-prompt', '2',
           '--train-batch-size', '4', '--micro-train-batch-size', '4', '--generate-max-len', '6', '--max-steps', '2',
-          '--eval-prompts', '2', '--save-path', join(root, `${kind}-out`),
+          '--eval-prompts', '2', '--overwrite', '--save-path', join(root, `${kind}-out`),
         ],
         {},
         { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },

@@ -45,7 +45,7 @@ async function firstSteps(name: string, extra: string[]): Promise<Record<string,
     '--in-process', '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url)),
     '--rollout-batch-size', '4', '--n-samples-per-prompt', '2', '--train-batch-size', '4', '--micro-train-batch-size', '2',
     '--generate-max-len', '6', '--max-steps', '3', '--eval-dataset', '', '--seed', '7', '--actor-learning-rate', '1e-2',
-    '--save-path', join(root, name, 'out'), '--ckpt-path', join(root, name, 'ckpt'), ...extra,
+    '--overwrite', '--save-path', join(root, name, 'out'), '--ckpt-path', join(root, name, 'ckpt'), ...extra,
   ];
   await trainPpo(argv, {}, { log });
   return rows

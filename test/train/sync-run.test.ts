@@ -18,7 +18,7 @@ const log = { line: (t: string) => void lines.push(t), metric: (step: number, va
 const tiny = (extra: string[]): string[] => [
   '--in-process', '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
   '--train-batch-size', '8', '--micro-train-batch-size', '4', '--generate-max-len', '6', '--max-steps', '2',
-  '--eval-prompts', '4', '--save-path', join(root, 'out'), '--ckpt-path', join(root, 'ckpt'), ...extra,
+  '--eval-prompts', '4', '--overwrite', '--save-path', join(root, 'out'), '--ckpt-path', join(root, 'ckpt'), ...extra,
 ];
 
 test.before(async () => {
@@ -71,7 +71,19 @@ test('an agent past its error budget fails the run with the cause', async () => 
     (e: Error) => e,
   );
   assert.ok(err);
-  assert.match(err!.message, /flaky-step\.ts: \d+ of \d+ episodes failed, past the error budget; last: .*environment crashed/);
+  const m = /flaky-step\.ts: (\d+) of 8 episodes failed \((\d+) groups? dropped with them\), past the error budget; last: .*environment crashed/.exec(err!.message);
+  assert.ok(m, err!.message);
+  // Every episode of an even prompt throws: each failed group holds 2 failed episodes.
+  assert.is(Number(m[1]), 2 * Number(m[2]));
+});
+
+test('failure counts name episodes and groups: one throwing episode in a group is one failed episode', async () => {
+  const err = await trainPpo(tiny(['--agent-func', fixture('one-in-four-step.ts'), '--agent-error-budget', '0', '--eval-dataset', '']), {}, { log }).then(
+    () => null,
+    (e: Error) => e,
+  );
+  // 2 of the 8 episodes throw; their groups (1 or 2) are dropped, but only 2 episodes failed.
+  assert.match(err!.message, /one-in-four-step\.ts: 2 of 8 episodes failed \((1 group|2 groups) dropped with them\)/);
 });
 
 test('a bad flag fails before anything starts, naming the flag', async () => {

@@ -1,7 +1,11 @@
 /**
- * Training charts: one small uPlot chart per metric, with a second series when a job is compared.
- * Drag to zoom a range, double-click to reset. Data arrives incrementally (`append`), so a job
- * that logs a row every step for hours only ever sends the new rows.
+ * Training charts: one small uPlot chart per metric, in groups (reward, policy, timing, system)
+ * with the key ones first, and a second line when a job is compared. Drag to zoom a range,
+ * double-click to reset; hovering shows every line's value at that step. Integer step ticks,
+ * single points drawn, an EMA smoothing control, and an x axis in steps or wall time. Metrics
+ * that never change (KL with coefficient 0, staleness in sync mode) are folded into one line
+ * instead of flat charts. Data arrives incrementally (`append`), so a job that logs a row every
+ * step for hours only ever sends the new rows.
  *
  * @module
  */
@@ -10,50 +14,85 @@ import uPlot from 'uplot';
 import type { MetricsTable } from './api.ts';
 import { h } from './dom.ts';
 
-/** Metrics shown first, in this order (train_ppo's names); the rest follow alphabetically. */
-const preferred = [
-  'reward_mean',
-  'eval_accuracy',
-  'kl',
-  'policy_loss',
-  'value_loss',
-  'loss',
-  'entropy',
-  'tokens_per_s',
-  'step_time_split',
-  'step_s',
-  'staleness_mean',
-  'staleness_max',
-  'buffer_fill',
-  'pass_rate',
-  'response_length',
+/** Chart groups in page order; a metric's group is the first whose test matches. */
+const chartGroups: { title: string; first: string[]; match: (name: string) => boolean }[] = [
+  {
+    title: 'Reward',
+    first: ['reward_mean', 'eval_accuracy', 'reward_std', 'zero_std_groups', 'pass_rate'],
+    match: (n) => /^(reward|eval_|pass_rate|zero_std|info\/)/.test(n),
+  },
+  {
+    title: 'Policy',
+    first: [
+      'kl',
+      'policy_loss',
+      'entropy',
+      'clip_fraction',
+      'grad_norm',
+      'response_length',
+      'response_length_max',
+      'response_clip_ratio',
+      'value_loss',
+    ],
+    match: (n) =>
+      /^(kl|policy_|value_|entropy|clip|grad|response_|staleness|loss|is_|importance|logprob)/.test(
+        n,
+      ),
+  },
+  {
+    title: 'Timing',
+    first: ['step_time_split', 'step_s', 'tokens_per_s', 'samples_per_s', 'episodes_per_s'],
+    match: (n) => /(_s|_per_s|_fraction)$|^step_time_split$/.test(n),
+  },
+  {
+    title: 'System',
+    first: ['buffer_fill', 'version', 'samples', 'episodes', 'episodes_failed', 'groups_dropped'],
+    match: () => true,
+  },
 ];
 
 /**
  * Metrics drawn together on one chart of the page's job (one line each), instead of one chart
  * per metric: the step time split into its phases.
  */
-const groups: Record<string, { title: string; members: string[] }> = {
+const multi: Record<string, { title: string; members: string[] }> = {
   step_time_split: {
     title: 'step time split (s): generate / experience / train / sync',
-    members: ['generate_s', 'experience_s', 'train_s', 'weight_sync_s', 'time_generate', 'time_train', 'time_sync'],
+    members: [
+      'generate_s',
+      'experience_s',
+      'train_s',
+      'weight_sync_s',
+      'time_generate',
+      'time_train',
+      'time_sync',
+    ],
   },
 };
-const grouped = new Set(Object.values(groups).flatMap((g) => g.members));
+const neverFolded = new Set(['reward_mean', 'eval_accuracy']);
+const inMulti = new Map(
+  Object.entries(multi).flatMap(([name, g]) => g.members.map((m) => [m, name] as const)),
+);
 
-const colors = ['#3b82f6', '#f97316'];
+const colors = ['#3b82f6', '#f97316', '#10b981', '#a855f7'];
 const groupColors = ['#3b82f6', '#a855f7', '#f97316', '#10b981', '#ef4444', '#eab308', '#64748b'];
 
-/** Rows of one job keyed by step, one map per metric. */
+/** The x axis: training step, or seconds since the job's first row. */
+export type XAxis = 'step' | 'wall';
+
+/** Rows of one job keyed by step, one map per metric, and each step's time. */
 class Series {
   readonly byMetric = new Map<string, Map<number, number | null>>();
+  readonly timeOf = new Map<number, number>();
   lastStep = -Infinity;
 
   add(t: MetricsTable): void {
     const stepIdx = t.columns.indexOf('step');
+    const timeIdx = t.columns.indexOf('time');
     for (const row of t.rows) {
       const step = row[stepIdx] as number;
       if (step > this.lastStep) this.lastStep = step;
+      if (timeIdx >= 0 && row[timeIdx] !== null) this.timeOf.set(step, row[timeIdx] as number);
       t.columns.forEach((c, i) => {
         if (c === 'step' || c === 'time') return;
         let m = this.byMetric.get(c);
@@ -62,6 +101,24 @@ class Series {
       });
     }
   }
+
+  /** The metric's values in step order, gaps dropped. */
+  values(name: string): [number, number][] {
+    const m = this.byMetric.get(name);
+    if (!m) return [];
+    return [...m].filter((e): e is [number, number] => e[1] !== null).sort((a, b) => a[0] - b[0]);
+  }
+}
+
+/** Exponential moving average with weight `alpha` on the past (0 = raw), skipping gaps. */
+function smooth(ys: (number | null)[], alpha: number): (number | null)[] {
+  if (alpha <= 0) return ys;
+  let acc: number | null = null;
+  return ys.map((y) => {
+    if (y === null) return null;
+    acc = acc === null ? y : alpha * acc + (1 - alpha) * y;
+    return acc;
+  });
 }
 
 /** The charts of a job page. */
@@ -69,15 +126,28 @@ export class MetricCharts {
   readonly #root: HTMLElement;
   readonly #series: { label: string; data: Series }[] = [];
   readonly #plots = new Map<string, uPlot>();
+  #smoothing = 0;
+  #x: XAxis = 'step';
 
   constructor(root: HTMLElement) {
     this.#root = root;
   }
 
-  /** Sets the jobs shown (first = the page's job, second = compared job). */
+  /** Sets the jobs shown (first = the page's job, then the compared ones). */
   setJobs(labels: string[]): void {
     this.#series.length = 0;
     for (const label of labels) this.#series.push({ label, data: new Series() });
+    this.#reset();
+  }
+
+  /** EMA weight on the past, 0 (raw) to 0.99. */
+  setSmoothing(alpha: number): void {
+    this.#smoothing = Math.min(0.99, Math.max(0, alpha));
+    for (const n of this.#plots.keys()) this.#plots.get(n)?.setData(this.#dataFor(n));
+  }
+
+  setXAxis(x: XAxis): void {
+    this.#x = x;
     this.#reset();
   }
 
@@ -87,14 +157,20 @@ export class MetricCharts {
     if (!s) return -Infinity;
     const before = this.#layout();
     s.data.add(t);
-    const names = this.#names();
     if (this.#layout() !== before) this.#reset();
-    else for (const n of names) this.#plots.get(n)?.setData(this.#dataFor(n));
+    else for (const n of this.#plots.keys()) this.#plots.get(n)?.setData(this.#dataFor(n));
     return s.data.lastStep;
   }
 
   lastStep(index: number): number {
     return this.#series[index]?.data.lastStep ?? -Infinity;
+  }
+
+  /** First and last logged value of a metric of job `index`. */
+  ends(index: number, name: string): { first: number; last: number } | undefined {
+    const v = this.#series[index]?.data.values(name);
+    if (!v?.length) return undefined;
+    return { first: v[0]![1], last: v.at(-1)![1] };
   }
 
   /** Resizes charts to their container (window resize). */
@@ -107,49 +183,98 @@ export class MetricCharts {
     this.#plots.clear();
   }
 
-  /** Chart names: metrics, with grouped ones replaced by their group. */
-  #names(): string[] {
-    const all = new Set<string>();
+  /**
+   * A metric is constant when every job shows one value for it over at least three steps; the
+   * headline metrics are always charted (a flat reward early in a run is news, not noise).
+   */
+  #constant(name: string): number | undefined {
+    if (neverFolded.has(name)) return undefined;
+    let value: number | undefined;
+    let n = 0;
     for (const s of this.#series) {
-      for (const k of s.data.byMetric.keys()) {
-        const group = grouped.has(k) ? Object.keys(groups).find((g) => groups[g]!.members.includes(k)) : undefined;
-        all.add(group ?? k);
+      for (const [, v] of s.data.values(name)) {
+        if (value !== undefined && v !== value) return undefined;
+        value = v;
+        n++;
       }
     }
-    return [...all].sort((a, b) => {
-      const ia = preferred.indexOf(a);
-      const ib = preferred.indexOf(b);
-      if (ia >= 0 || ib >= 0) return (ia < 0 ? 1e9 : ia) - (ib < 0 ? 1e9 : ib);
-      return a < b ? -1 : 1;
-    });
+    return n >= 3 ? value : undefined;
+  }
+
+  /** Chart names (metrics, multi-line charts), and the constant metrics folded away. */
+  #names(): { charts: string[]; constant: [string, number][] } {
+    const all = new Set<string>();
+    const constant: [string, number][] = [];
+    for (const s of this.#series) for (const k of s.data.byMetric.keys()) all.add(k);
+    const charts = new Set<string>();
+    for (const k of [...all].sort()) {
+      // A phase of a multi-line chart stays in it even when it never changes.
+      const c = inMulti.has(k) ? undefined : this.#constant(k);
+      if (c !== undefined) constant.push([k, c]);
+      else charts.add(inMulti.get(k) ?? k);
+    }
+    return { charts: [...charts], constant };
+  }
+
+  /** Charts by group, key ones first inside each group. */
+  #grouped(): { title: string; names: string[] }[] {
+    const { charts } = this.#names();
+    const taken = new Set<string>();
+    return chartGroups
+      .map((g) => {
+        const names = charts.filter((n) => !taken.has(n) && (g.first.includes(n) || g.match(n)));
+        names.sort((a, b) => {
+          const ia = g.first.indexOf(a);
+          const ib = g.first.indexOf(b);
+          return (ia < 0 ? 1e9 : ia) - (ib < 0 ? 1e9 : ib) || (a < b ? -1 : 1);
+        });
+        for (const n of names) taken.add(n);
+        return { title: g.title, names };
+      })
+      .filter((g) => g.names.length > 0);
   }
 
   /** Which charts exist with which lines; a change rebuilds the charts. */
   #layout(): string {
-    return this.#names().map((n) => (groups[n] ? `${n}(${this.#members(n).join(',')})` : n)).join(' ');
+    const { constant } = this.#names();
+    const groups = this.#grouped().map((g) =>
+      g.names.map((n) => (multi[n] ? `${n}(${this.#members(n).join(',')})` : n)).join(' '),
+    );
+    return `${groups.join('|')}#${constant.map(([k, v]) => `${k}=${v}`).join(',')}`;
   }
 
-  /** Members of a group that the page's job logged. */
+  /** Members of a multi-line chart that the page's job logged (and that vary). */
   #members(name: string): string[] {
     const first = this.#series[0]?.data.byMetric;
-    return (groups[name]?.members ?? []).filter((m) => first?.has(m));
+    return (multi[name]?.members ?? []).filter((m) => first?.has(m));
+  }
+
+  /** x of a step of job `i`: the step, or seconds since the job's first row. */
+  #xOf(i: number, step: number): number | null {
+    if (this.#x === 'step') return step;
+    const d = this.#series[i]!.data;
+    const t = d.timeOf.get(step);
+    const t0 = Math.min(...d.timeOf.values());
+    return t === undefined ? null : (t - t0) / 1000;
   }
 
   #dataFor(name: string): uPlot.AlignedData {
-    if (groups[name]) {
-      const data = this.#series[0]?.data.byMetric;
-      const members = this.#members(name);
-      const steps = new Set<number>();
-      for (const m of members) for (const k of data?.get(m)?.keys() ?? []) steps.add(k);
-      const xs = [...steps].sort((a, b) => a - b);
-      return [xs, ...members.map((m) => xs.map((x) => data?.get(m)?.get(x) ?? null))] as uPlot.AlignedData;
-    }
-    const steps = new Set<number>();
-    for (const s of this.#series) for (const k of s.data.byMetric.get(name)?.keys() ?? []) steps.add(k);
-    const xs = [...steps].sort((a, b) => a - b);
-    const ys = this.#series.map((s) => {
-      const m = s.data.byMetric.get(name);
-      return xs.map((x) => m?.get(x) ?? null);
+    // One x array shared by every line: each line's points sit at their own x, null elsewhere.
+    const lines: { i: number; metric: string }[] = multi[name]
+      ? this.#members(name).map((m) => ({ i: 0, metric: m }))
+      : this.#series.map((_, i) => ({ i, metric: name }));
+    const points = lines.map(({ i, metric }) =>
+      (this.#series[i]?.data.values(metric) ?? [])
+        .map(([step, v]) => [this.#xOf(i, step), v] as const)
+        .filter((p): p is readonly [number, number] => p[0] !== null),
+    );
+    const xs = [...new Set(points.flatMap((p) => p.map(([x]) => x)))].sort((a, b) => a - b);
+    const ys = points.map((p) => {
+      const at = new Map(p);
+      return smooth(
+        xs.map((x) => at.get(x) ?? null),
+        this.#smoothing,
+      );
     });
     return [xs, ...ys] as uPlot.AlignedData;
   }
@@ -163,37 +288,115 @@ export class MetricCharts {
   #reset(): void {
     this.destroy();
     this.#root.replaceChildren();
-    const names = this.#names();
-    if (names.length === 0) {
-      this.#root.append(h('p', { class: 'muted' }, 'No metrics yet. Log them from the driver with metrics.log(step, { reward_mean, kl, … }).'));
+    const groups = this.#grouped();
+    const { constant } = this.#names();
+    if (groups.length === 0 && constant.length === 0) {
+      this.#root.append(
+        h(
+          'p',
+          { class: 'muted' },
+          'No metrics yet. Log them from the driver with metrics.log(step, { reward_mean, kl, … }).',
+        ),
+      );
       return;
     }
     const dark = matchMedia('(prefers-color-scheme: dark)').matches;
-    const axis = { stroke: dark ? '#c9d1d9' : '#374151', grid: { stroke: dark ? '#30363d' : '#e5e7eb' }, ticks: { stroke: dark ? '#30363d' : '#e5e7eb' } };
-    for (const name of names) {
-      const group = groups[name];
-      const box = h('figure', { class: 'chart', 'data-metric': name }, h('figcaption', {}, group ? group.title : name));
-      this.#root.append(box);
-      const plot = new uPlot(
-        {
-          width: this.#width(),
-          height: 180,
-          // A flat series (a loss stuck at 0) gets a small range around its value, not 0–100.
-          scales: { x: { time: false }, y: { range: (_u, min, max) => (min === max ? [min - 1, max + 1] : uPlot.rangeNum(min, max, 0.1, true)) } },
-          axes: [axis, { ...axis, size: 60 }],
-          cursor: { drag: { x: true, y: false } },
-          legend: { show: group !== undefined || this.#series.length > 1 },
-          series: [
-            { label: 'step' },
-            ...(group
-              ? this.#members(name).map((m, i) => ({ label: m, stroke: groupColors[i % groupColors.length], width: 1.5, spanGaps: true, points: { show: false } }))
-              : this.#series.map((s, i) => ({ label: s.label, stroke: colors[i % colors.length], width: 1.5, spanGaps: true, points: { show: false } }))),
-          ],
-        },
-        this.#dataFor(name),
-        box,
+    const axis = {
+      stroke: dark ? '#c9d1d9' : '#374151',
+      grid: { stroke: dark ? '#30363d' : '#e5e7eb' },
+      ticks: { stroke: dark ? '#30363d' : '#e5e7eb' },
+    };
+    const xAxis: uPlot.Axis = {
+      ...axis,
+      label: this.#x === 'step' ? 'step' : 'wall time (s)',
+      labelSize: 16,
+      // Steps are whole numbers: no 2.5 ticks, and no repeated labels when zoomed in.
+      ...(this.#x === 'step'
+        ? {
+            incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000],
+            values: (_u: uPlot, splits: number[]) =>
+              splits.map((v) => (Number.isInteger(v) ? String(v) : '')),
+          }
+        : {}),
+    };
+    // A line with one or two points is drawn as points, so a first step is visible.
+    const fewPoints = (u: uPlot, si: number) =>
+      (u.data[si] as (number | null)[]).filter((v) => v !== null).length <= 2;
+    const yValues = (_u: uPlot, splits: number[]) => {
+      const span = Math.max(...splits) - Math.min(...splits);
+      const digits = span === 0 ? 2 : Math.max(0, Math.min(6, 2 - Math.floor(Math.log10(span))));
+      return splits.map((v) => (Math.abs(v) >= 1e4 ? v.toExponential(1) : v.toFixed(digits)));
+    };
+    for (const group of groups) {
+      const box = h('div', { class: 'chart-group', 'data-group': group.title });
+      this.#root.append(h('h3', {}, group.title), box);
+      for (const name of group.names) {
+        const m = multi[name];
+        const fig = h(
+          'figure',
+          { class: 'chart', 'data-metric': name },
+          h('figcaption', {}, m ? m.title : name),
+        );
+        box.append(fig);
+        const plot = new uPlot(
+          {
+            width: this.#width(),
+            height: 180,
+            // A flat series gets a small range around its value, not 0–100.
+            scales: {
+              x: { time: false },
+              y: {
+                range: (_u, min, max) =>
+                  min === max ? [min - 1, max + 1] : uPlot.rangeNum(min, max, 0.1, true),
+              },
+            },
+            axes: [xAxis, { ...axis, size: 64, values: yValues }],
+            cursor: { drag: { x: true, y: false } },
+            legend: { show: true, live: true },
+            series: [
+              { label: this.#x === 'step' ? 'step' : 's' },
+              ...(m
+                ? this.#members(name).map((mm, i) => ({
+                    label: mm,
+                    stroke: groupColors[i % groupColors.length],
+                    width: 1.5,
+                    spanGaps: true,
+                    points: { show: fewPoints },
+                  }))
+                : this.#series.map((s, i) => ({
+                    label: s.label,
+                    stroke: colors[i % colors.length],
+                    width: 1.5,
+                    spanGaps: true,
+                    points: { show: fewPoints },
+                  }))),
+            ],
+          },
+          this.#dataFor(name),
+          fig,
+        );
+        this.#plots.set(name, plot);
+      }
+    }
+    if (constant.length) {
+      this.#root.append(
+        h(
+          'details',
+          { class: 'constant', id: 'constant-metrics' },
+          h(
+            'summary',
+            {},
+            `${constant.length} metric${constant.length === 1 ? '' : 's'} never changed (not charted)`,
+          ),
+          h(
+            'p',
+            {},
+            constant.map(([k, v]) =>
+              h('code', { 'data-metric': k }, `${k} = ${+v.toPrecision(6)}`),
+            ),
+          ),
+        ),
       );
-      this.#plots.set(name, plot);
     }
   }
 }

@@ -6,7 +6,6 @@
  */
 import {
   type ActorPageQuery,
-  type ActorSortKey,
   type ActorView,
   api,
   connectLive,
@@ -14,15 +13,28 @@ import {
   logTailPath,
   onLive,
 } from './api.ts';
-import { MetricCharts } from './charts.ts';
+import { MetricCharts, type XAxis } from './charts.ts';
+import { configTable, diffTable, jobSummary } from './job-summary.ts';
+import { samplesView } from './samples-view.ts';
 import { bytes, duration } from '../../format.ts';
 import { badge, bar, confirmAction, h, time, toast } from './dom.ts';
 
 const main = document.getElementById('main') as HTMLElement;
 /** Cleanup of the current view (timers, sockets, subscriptions). */
 let teardown: (() => void)[] = [];
+/** Set when the head serves a finished session: nothing can be changed from the page. */
+let readOnly = false;
+const readOnlyWhy = 'a finished session, served read-only (no cluster running)';
+/** The job page on screen, so switching its tabs does not rebuild it. */
+let jobPage: { jobId: string; show(tab: string | undefined): void } | null = null;
 
 function route(): void {
+  const parts0 = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  if (parts0[0] === 'jobs' && parts0[1] && jobPage?.jobId === parts0[1]) {
+    jobPage.show(parts0[2]);
+    return;
+  }
+  jobPage = null;
   for (const f of teardown) f();
   teardown = [];
   const parts = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
@@ -31,9 +43,9 @@ function route(): void {
     a.toggleAttribute('aria-current', (parts[0] ?? '') === target);
   }
   main.replaceChildren();
-  const [view, id] = parts;
+  const [view, id, sub] = parts;
   const done =
-    view === 'jobs' && id ? jobView(id) : view === 'jobs' ? jobsView() : view === 'actors' && id ? actorView(id) : view === 'actors' ? actorsView() : clusterView();
+    view === 'jobs' && id ? jobView(id, sub) : view === 'jobs' ? jobsView() : view === 'actors' && id ? actorView(id) : view === 'actors' ? actorsView() : clusterView();
   done.catch((err: Error) => main.replaceChildren(h('p', { class: 'error', role: 'alert' }, `Could not load: ${err.message}`)));
 }
 
@@ -66,10 +78,7 @@ async function clusterView(): Promise<void> {
   const section = h('section', { 'aria-labelledby': 'cluster-h' });
   main.append(h('h1', { id: 'cluster-h' }, 'Cluster'), section);
   const load = async () => {
-    const [s, jobs] = await Promise.all([
-      api.call('GET /api/cluster'),
-      api.call('GET /api/jobs', { query: { limit: 8 } }),
-    ]);
+    const [s, jobs] = await Promise.all([api.call('GET /api/cluster'), api.call('GET /api/jobs', { query: { limit: 8 } })]);
     const count = (m: Record<string, number>) => Object.entries(m).map(([k, v]) => `${v} ${k.toLowerCase()}`).join(' · ') || 'none';
     section.replaceChildren(
       h('div', { class: 'cards' },
@@ -78,7 +87,7 @@ async function clusterView(): Promise<void> {
         h('div', { class: 'card' }, h('h2', {}, 'Jobs'), h('p', {}, count(s.jobsByStatus))),
       ),
       h('h2', {}, 'Nodes'),
-      h('table', { class: 'nodes' },
+      h('div', { class: 'scroll' }, h('table', { class: 'nodes' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Node'), h('th', {}, 'State'), h('th', {}, 'Resources'), h('th', {}, 'Workers'))),
         h('tbody', {}, s.nodes.map((n) => {
           const resources = Object.keys(n.resourcesTotal).map((k) => {
@@ -93,7 +102,7 @@ async function clusterView(): Promise<void> {
             h('td', { class: 'resources' }, resources),
             h('td', {}, n.workers));
         })),
-      ),
+      )),
       h('h2', {}, 'Recent jobs'),
       jobsTable(jobs.jobs),
     );
@@ -106,17 +115,40 @@ async function clusterView(): Promise<void> {
 
 // ---- jobs ------------------------------------------------------------------------------------
 
+/** The line of a failed job's message that says why (the last non-empty one). */
+function failureReason(j: JobInfo): string {
+  const line = j.message.split('\n').map((l) => l.trim()).filter(Boolean).at(-1) ?? '';
+  return line.length > 140 ? `${line.slice(0, 140)}…` : line;
+}
+
+function progressCell(j: JobInfo): HTMLElement | string {
+  const p = j.progress;
+  if (!p || p.step === null) return '–';
+  const text = p.totalSteps ? `${p.step} / ${p.totalSteps}` : `step ${p.step}`;
+  const eta = j.status === 'RUNNING' && p.etaMs !== null ? ` · ETA ${duration(p.etaMs)}` : '';
+  return h('span', { class: 'progress' }, text, h('span', { class: 'muted' }, eta));
+}
+
+function headlineCell(j: JobInfo): HTMLElement | string {
+  const hl = j.progress?.headline;
+  if (!hl || hl.last === null) return '–';
+  const f = (x: number) => (hl.name.includes('accuracy') ? `${(x * 100).toFixed(1)}%` : x.toFixed(3));
+  return h('span', {}, h('span', { class: 'muted' }, `${hl.name} `), hl.first !== null && hl.first !== hl.last ? `${f(hl.first)} → ${f(hl.last)}` : f(hl.last));
+}
+
 function jobsTable(jobs: JobInfo[]): HTMLElement {
   if (jobs.length === 0) return h('p', { class: 'muted' }, 'No jobs yet. Submit one with rtjob submit -- train_ppo …');
-  return h('table', { class: 'jobs' },
-    h('thead', {}, h('tr', {}, h('th', {}, 'Job'), h('th', {}, 'Status'), h('th', {}, 'Entrypoint'), h('th', {}, 'Submitted'), h('th', {}, 'Duration'))),
+  return h('div', { class: 'scroll' }, h('table', { class: 'jobs' },
+    h('thead', {}, h('tr', {}, h('th', {}, 'Job'), h('th', {}, 'Status'), h('th', {}, 'Progress'), h('th', {}, 'Headline'), h('th', {}, 'Entrypoint'), h('th', {}, 'Submitted'), h('th', {}, 'Duration'))),
     h('tbody', {}, jobs.map((j) =>
       h('tr', { 'data-job': j.jobId },
         h('td', {}, jobLink(j.jobId)),
-        h('td', {}, badge(j.status)),
+        h('td', {}, badge(j.status), j.status === 'FAILED' && j.message ? h('div', { class: 'reason error', title: j.message }, failureReason(j)) : null),
+        h('td', {}, progressCell(j)),
+        h('td', {}, headlineCell(j)),
         h('td', {}, h('code', {}, j.entrypoint.join(' '))),
         h('td', {}, time(j.submittedAt)),
-        h('td', {}, jobDuration(j))))),
+        h('td', {}, jobDuration(j)))))),
   );
 }
 
@@ -135,39 +167,84 @@ function maskEnv(k: string, v: string): string {
   return /TOKEN|SECRET|PASSWORD|KEY|CREDENTIAL/i.test(k) ? '••••••' : v;
 }
 
-async function jobView(jobId: string): Promise<void> {
+/** Tabs of a job page; the hash `#/jobs/ID/TAB` opens one. */
+const jobTabs = [
+  ['charts', 'Charts'],
+  ['samples', 'Samples'],
+  ['logs', 'Logs'],
+  ['config', 'Config'],
+  ['actors', 'Actors'],
+] as const;
+type JobTab = (typeof jobTabs)[number][0];
+
+async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   const header = h('div', { class: 'job-header' });
+  const summary = h('section', { 'aria-label': 'Summary', id: 'job-summary' });
   const config = h('section', { 'aria-label': 'Configuration' });
+  const settings = h('div', { id: 'settings' });
+  const onlyChanged = h('input', { type: 'checkbox', id: 'only-changed' }) as HTMLInputElement;
   const compareSel = h('select', { id: 'compare', 'aria-label': 'Compare with job' });
+  const compareChips = h('span', { class: 'chips', id: 'compared' });
+  const configDiff = h('div', { id: 'config-diff' });
+  const xSel = h('select', { id: 'x-axis', 'aria-label': 'x axis' }, h('option', { value: 'step' }, 'x: step'), h('option', { value: 'wall' }, 'x: wall time'));
+  const smoothing = h('input', { type: 'range', id: 'smoothing', min: 0, max: 0.95, step: 0.05, value: 0, 'aria-label': 'Smoothing' });
+  const smoothingOut = h('output', { for: 'smoothing' }, 'off');
   const chartsBox = h('div', { class: 'charts' });
+  const samplesBox = h('div', {});
   const actorsBox = h('section', { 'aria-label': 'Actors' });
   const logPre = h('pre', { class: 'log', tabindex: 0, 'aria-label': 'Driver log', 'aria-live': 'off' });
   const follow = h('input', { type: 'checkbox', id: 'follow', checked: true });
-  main.append(
-    h('p', {}, h('a', { href: '#/jobs' }, '← Jobs')),
-    header,
-    h('h2', {}, 'Training'),
-    h('div', { class: 'toolbar' }, h('label', { for: 'compare' }, 'Compare with '), compareSel, h('span', { class: 'muted' }, ' drag on a chart to zoom, double-click to reset')),
-    chartsBox,
-    h('div', { class: 'two' },
-      h('div', {}, h('h2', {}, 'Logs ', h('label', { class: 'small' }, follow, ' follow')), logPre),
-      h('div', {}, h('h2', {}, 'Actors by role'), actorsBox, h('h2', {}, 'Config'), config)),
-  );
+  const current: JobTab = jobTabs.some(([t]) => t === tab) ? (tab as JobTab) : 'charts';
+  const panels: Record<JobTab, HTMLElement> = {
+    charts: h('div', {},
+      h('div', { class: 'toolbar' },
+        h('label', { for: 'compare' }, 'Compare with '), compareSel, compareChips,
+        xSel,
+        h('label', { for: 'smoothing' }, 'smoothing '), smoothing, smoothingOut,
+        h('span', { class: 'muted' }, ' drag to zoom, double-click to reset, hover for values')),
+      configDiff,
+      chartsBox),
+    samples: samplesBox,
+    logs: h('div', {}, h('label', { class: 'small' }, follow, ' follow'), logPre),
+    config: h('div', {}, h('h2', {}, 'Settings ', h('label', { class: 'small' }, onlyChanged, ' only changed')), settings, h('h2', {}, 'Job'), config),
+    actors: h('div', {}, h('h2', {}, 'Actors by role'), actorsBox),
+  };
+  const tabBar = h('div', { role: 'tablist', class: 'tabs', 'aria-label': 'Job views' },
+    jobTabs.map(([t, label]) => h('a', { role: 'tab', id: `tab-${t}`, href: `#/jobs/${encodeURIComponent(jobId)}/${t}`, 'aria-selected': String(t === current), 'aria-controls': `panel-${t}` }, label)));
+  const charts = new MetricCharts(chartsBox);
+  teardown.push(() => charts.destroy());
+  const sections = jobTabs.map(([t]) => h('section', { role: 'tabpanel', id: `panel-${t}`, 'aria-labelledby': `tab-${t}`, hidden: t !== current }, panels[t]));
+  main.append(h('p', {}, h('a', { href: '#/jobs' }, '← Jobs')), header, summary, tabBar, ...sections);
+  jobPage = {
+    jobId,
+    show: (t) => {
+      const want = jobTabs.some(([x]) => x === t) ? t : 'charts';
+      jobTabs.forEach(([x], i) => {
+        sections[i]!.hidden = x !== want;
+        document.getElementById(`tab-${x}`)?.setAttribute('aria-selected', String(x === want));
+      });
+      // Charts laid out while hidden have no width yet.
+      if (want === 'charts') charts.resize();
+    },
+  };
 
+  const getJob = (id: string): Promise<JobInfo> => api.call('GET /api/jobs/:jobId', { params: { jobId: id } });
+  let job = await getJob(jobId);
+  const renderSummary = () => summary.replaceChildren(jobSummary(job, (name) => charts.ends(0, name)));
+  const renderSettings = () => settings.replaceChildren(configTable(job.report?.config ?? [], onlyChanged.checked));
+  onlyChanged.addEventListener('change', renderSettings);
   const renderHeader = (j: JobInfo) => {
-    const stop = h('button', { class: 'danger', id: 'stop-job', disabled: !['PENDING', 'RUNNING'].includes(j.status) }, 'Stop job');
+    const active = ['PENDING', 'RUNNING'].includes(j.status);
+    const stop = h('button', { class: 'danger', id: 'stop-job', disabled: !active || readOnly, title: readOnly ? readOnlyWhy : active ? '' : `the job is ${j.status}` }, 'Stop job');
     stop.addEventListener('click', async () => {
-      if (!(await confirmAction(`Stop job ${j.jobId}? Its driver gets SIGTERM, then SIGKILL; its actors are killed.`))) return;
+      if (!(await confirmAction(`Stop job ${j.jobId}? Its driver gets SIGTERM, then SIGKILL after a grace period; every actor it created is killed. The job ends STOPPED and cannot be resumed from here (train_ppo resumes from its last checkpoint with --load-checkpoint).`))) return;
       stop.setAttribute('disabled', '');
-      await api
-        .call('POST /api/jobs/:jobId/stop', { params: { jobId: j.jobId }, query: { wait: 0 } })
-        .catch((e: Error) => toast(e.message));
+      await api.call('POST /api/jobs/:jobId/stop', { params: { jobId: j.jobId }, query: { wait: 0 } }).catch((e: Error) => toast(e.message));
     });
     header.replaceChildren(
-      h('h1', {}, j.jobId, ' ', h('span', { id: 'job-status' }, badge(j.status))),
+      h('h1', {}, j.jobId, ' ', h('span', { id: 'job-status' }, badge(j.status)), ' ', stop),
       h('p', {}, h('code', {}, j.entrypoint.join(' ')), ` · submitted ${time(j.submittedAt)} · ran ${jobDuration(j)}`, j.exitCode !== null ? ` · exit code ${j.exitCode}` : ''),
-      j.message ? h('pre', { class: j.status === 'FAILED' ? 'message error' : 'message' }, j.message) : '',
-      stop,
+      j.message ? h('pre', { class: j.status === 'FAILED' ? 'message error' : 'message', id: 'job-message' }, j.message) : '',
     );
     config.replaceChildren(
       h('dl', {},
@@ -178,42 +255,76 @@ async function jobView(jobId: string): Promise<void> {
           j.inheritedEnvCount ? h('p', { class: 'muted', id: 'env-rest' }, `+ ${j.inheritedEnvCount} more inherited variable${j.inheritedEnvCount === 1 ? '' : 's'} (not shown)`) : ''),
       ),
     );
+    renderSummary();
+    renderSettings();
   };
-  const getJob = () => api.call('GET /api/jobs/:jobId', { params: { jobId } });
-  const job = await getJob();
   renderHeader(job);
-  refreshOn(['job'], async () => renderHeader(await getJob()), (d) => (d as JobInfo).jobId === jobId, 200);
+  const reloadJob = async () => {
+    job = await getJob(jobId);
+    renderHeader(job);
+  };
+  refreshOn(['job'], reloadJob, (d) => (d as JobInfo).jobId === jobId, 200);
 
   // Charts, with incremental fetches on each metrics event.
-  const charts = new MetricCharts(chartsBox);
-  teardown.push(() => charts.destroy());
-  let compared: string | null = null;
+  const compared: string[] = [];
   const fetchInto = async (index: number, id: string) => {
-    // The API pages long runs; read pages until the last (each appends to the charts).
+    // The API pages long runs: the first read of a run comes downsampled by the server, later
+    // reads are the new rows only, page by page (each appends to the charts).
     for (let page = 0; page < 10_000; page++) {
       const since = charts.lastStep(index);
-      const query = Number.isFinite(since) ? { sinceStep: since } : {};
+      const query = Number.isFinite(since) ? { sinceStep: since } : { maxPoints: 2000 };
       const t = await api.call('GET /api/jobs/:jobId/metrics', { params: { jobId: id }, query });
       if (t.rows.length > 0 || !Number.isFinite(since)) charts.append(index, t);
       if (t.nextSinceStep === null || t.rows.length === 0) return;
     }
   };
+  const renderCompare = async () => {
+    compareChips.replaceChildren(...compared.map((id) => {
+      const x = h('button', { class: 'small', 'aria-label': `stop comparing ${id}` }, `${id} ×`);
+      x.addEventListener('click', () => {
+        compared.splice(compared.indexOf(id), 1);
+        void setJobs();
+      });
+      return x;
+    }));
+    if (compared.length === 0) {
+      configDiff.replaceChildren();
+      return;
+    }
+    const others = await Promise.all(compared.map((id) => getJob(id)));
+    configDiff.replaceChildren(h('h3', {}, 'Config diff'), diffTable([job, ...others]));
+  };
   const setJobs = async () => {
-    charts.setJobs(compared ? [jobId, compared] : [jobId]);
+    charts.setJobs([jobId, ...compared]);
     await fetchInto(0, jobId);
-    if (compared) await fetchInto(1, compared);
+    for (const [i, id] of compared.entries()) await fetchInto(i + 1, id);
+    await renderCompare();
   };
   await setJobs();
+  renderSummary();
   const { jobs } = await api.call('GET /api/jobs');
-  compareSel.append(h('option', { value: '' }, '(none)'), ...jobs.filter((j) => j.jobId !== jobId).map((j) => h('option', { value: j.jobId }, `${j.jobId} (${j.status})`)));
+  compareSel.append(h('option', { value: '' }, '(add a job)'), ...jobs.filter((j) => j.jobId !== jobId).map((j) => h('option', { value: j.jobId }, `${j.jobId} (${j.status})`)));
   compareSel.addEventListener('change', () => {
-    compared = compareSel.value || null;
+    const id = (compareSel as HTMLSelectElement).value;
+    (compareSel as HTMLSelectElement).value = '';
+    if (!id || compared.includes(id)) return;
+    compared.push(id);
     void setJobs();
   });
+  xSel.addEventListener('change', () => charts.setXAxis((xSel as HTMLSelectElement).value as XAxis));
+  smoothing.addEventListener('input', () => {
+    const a = Number((smoothing as HTMLInputElement).value);
+    smoothingOut.textContent = a ? a.toFixed(2) : 'off';
+    charts.setSmoothing(a);
+  });
+  const reloadSamples = samplesView(samplesBox, jobId);
+  await reloadSamples();
   refreshOn(['metrics'], async () => {
     await fetchInto(0, jobId);
-    if (compared) await fetchInto(1, compared);
-  }, (d) => [jobId, compared].includes((d as { jobId: string }).jobId), 250);
+    for (const [i, id] of compared.entries()) await fetchInto(i + 1, id);
+    await reloadJob();
+    await reloadSamples();
+  }, (d) => [jobId, ...compared].includes((d as { jobId: string }).jobId), 500);
   const onResize = () => charts.resize();
   addEventListener('resize', onResize);
   teardown.push(() => removeEventListener('resize', onResize));
@@ -231,10 +342,7 @@ async function jobView(jobId: string): Promise<void> {
 
   // Actors of the job grouped by class (its role).
   const loadActors = async () => {
-    const page = await api.call('GET /api/jobs/:jobId/actors', {
-      params: { jobId },
-      query: { limit: 1000, sort: 'className', order: 'asc' },
-    });
+    const page = await api.call('GET /api/jobs/:jobId/actors', { params: { jobId }, query: { limit: 1000, sort: 'className', order: 'asc' } });
     if (page.rows.length === 0) {
       actorsBox.replaceChildren(h('p', { class: 'muted' }, 'No actors.'));
       return;
@@ -254,8 +362,7 @@ async function jobView(jobId: string): Promise<void> {
 
 // ---- actors ----------------------------------------------------------------------------------
 
-/** The actor table's columns; each sorts on the server by its key. */
-const actorColumns: [ActorSortKey, string][] = [
+const actorColumns: [keyof ActorView, string][] = [
   ['actorId', 'Actor'],
   ['className', 'Class'],
   ['name', 'Name'],
@@ -268,8 +375,7 @@ const actorColumns: [ActorSortKey, string][] = [
 ];
 
 async function actorsView(): Promise<void> {
-  const q: Required<Pick<ActorPageQuery, 'offset' | 'limit' | 'sort' | 'order'>> & { state: string; q: string } =
-    { offset: 0, limit: 50, sort: 'startedAt', order: 'desc', state: '', q: '' };
+  const q = { offset: 0, limit: 50, sort: 'startedAt', order: 'desc', state: '', q: '' };
   const search = h('input', { type: 'search', id: 'actor-q', placeholder: 'id, class or name', 'aria-label': 'Filter actors' });
   const stateSel = h('select', { id: 'actor-state', 'aria-label': 'State' },
     ...['', 'PENDING', 'ALIVE', 'RESTARTING', 'DEAD'].map((s) => h('option', { value: s }, s || 'any state')));
@@ -277,9 +383,10 @@ async function actorsView(): Promise<void> {
   const pager = h('div', { class: 'pager' });
   main.append(h('h1', {}, 'Actors'), h('div', { class: 'toolbar' }, search, stateSel), body, pager);
   const load = async () => {
-    const page = await api.call('GET /api/actors', {
-      query: { ...q, state: (q.state || undefined) as ActorPageQuery['state'], q: q.q || undefined },
-    });
+    const query: ActorPageQuery = { offset: q.offset, limit: q.limit, sort: q.sort as ActorPageQuery['sort'], order: q.order as 'asc' | 'desc' };
+    if (q.state) query.state = q.state as ActorPageQuery['state'];
+    if (q.q) query.q = q.q;
+    const [page, running] = await Promise.all([api.call('GET /api/actors', { query }), runningJobs()]);
     const now = Date.now();
     const head = h('tr', {}, actorColumns.map(([key, label]) => {
       const sorted = q.sort === key;
@@ -292,7 +399,7 @@ async function actorsView(): Promise<void> {
       return h('th', { 'aria-sort': sorted ? (q.order === 'asc' ? 'ascending' : 'descending') : 'none' }, btn);
     }), h('th', {}, 'Death cause'), h('th', {}, h('span', { class: 'sr-only' }, 'Actions')));
     body.replaceChildren(
-      h('table', { class: 'actors' }, h('thead', {}, head),
+      h('div', { class: 'scroll' }, h('table', { class: 'actors' }, h('thead', {}, head),
         h('tbody', {}, page.rows.map((a) => h('tr', { 'data-actor': a.actorId },
           h('td', {}, h('a', { href: `#/actors/${encodeURIComponent(a.actorId)}` }, h('code', {}, a.actorId))),
           h('td', {}, a.className),
@@ -304,7 +411,7 @@ async function actorsView(): Promise<void> {
           h('td', {}, a.restarts),
           h('td', {}, a.startedAt && a.state !== 'DEAD' ? duration(now - a.startedAt) : '–'),
           h('td', { class: 'cause' }, a.deathCause ?? ''),
-          h('td', {}, actorActions(a, load)))))),
+          h('td', {}, actorActions(a, load, running))))))),
     );
     const last = Math.min(page.offset + page.limit, page.total);
     const prev = h('button', { disabled: page.offset === 0 }, '← Previous');
@@ -323,24 +430,57 @@ async function actorsView(): Promise<void> {
   refreshOn(['cluster'], load, () => true, 1000);
 }
 
-function actorActions(a: ActorView, after: () => Promise<void>): HTMLElement {
-  const kill = h('button', { class: 'danger small', disabled: a.state === 'DEAD' }, 'Kill');
+/** train_ppo's roles, and what losing one does to its running job. */
+const roleFate: Record<string, string> = {
+  Rollout: 'train_ppo restarts a rollout that dies (up to 3 times) and re-runs its in-flight groups, so the job goes on',
+  Trainer: 'train_ppo cannot go on without its trainer: the job fails (resume it from its last checkpoint with --load-checkpoint)',
+  Reference: 'train_ppo cannot go on without its reference model: the job fails',
+  Critic: 'train_ppo cannot go on without its critic: the job fails (resume it from its last checkpoint with --load-checkpoint)',
+};
+
+/** What killing or restarting `a` does to the job it belongs to, when that job is running. */
+function jobConsequence(a: ActorView, running: ReadonlyMap<string, JobInfo>): string {
+  const job = a.jobId ? running.get(a.jobId) : undefined;
+  if (!job) return '';
+  const trainPpo = job.entrypoint[0] === 'train_ppo';
+  const fate = (trainPpo ? roleFate[a.className] : undefined) ?? "whether the job goes on depends on its driver handling the actor's death";
+  return ` It is the ${a.className} of running job ${a.jobId}: calls in flight to it fail; ${fate}.`;
+}
+
+/** Why Restart cannot work for `a`, or undefined when it can. */
+function restartBlocked(a: ActorView): string | undefined {
+  if (readOnly) return readOnlyWhy;
+  if (a.state === 'DEAD') return 'the actor is dead';
+  if (a.maxRestarts === undefined) return undefined;
+  if (a.maxRestarts === 0) return 'it allows no restarts (maxRestarts 0): a restart would kill it for good';
+  if (a.maxRestarts > 0 && a.restarts >= a.maxRestarts) return `it has used all ${a.maxRestarts} of its restarts: a restart would kill it for good`;
+  return undefined;
+}
+
+function actorActions(a: ActorView, after: () => Promise<void>, running: ReadonlyMap<string, JobInfo> = new Map()): HTMLElement {
+  const name = `${a.name ?? a.actorId} (${a.className})`;
+  const kill = h('button', { class: 'danger small', disabled: a.state === 'DEAD' || readOnly, title: readOnly ? readOnlyWhy : '' }, 'Kill');
   kill.addEventListener('click', async () => {
-    if (!(await confirmAction(`Kill actor ${a.name ?? a.actorId} (${a.className})? It will not be restarted.`))) return;
-    await api
-      .call('POST /api/actors/:actorId/kill', { params: { actorId: a.actorId }, body: { noRestart: true } })
-      .catch((e: Error) => toast(e.message));
+    if (!(await confirmAction(`Kill ${name}? Its process is killed and it is not restarted.${jobConsequence(a, running)}`))) return;
+    await api.call('POST /api/actors/:actorId/kill', { params: { actorId: a.actorId }, body: { noRestart: true } }).catch((e: Error) => toast(e.message));
     await after();
   });
-  const restart = h('button', { class: 'small', disabled: a.state === 'DEAD' }, 'Restart');
+  const blocked = restartBlocked(a);
+  const restart = h('button', { class: 'small', disabled: blocked !== undefined, title: blocked ? `Restart is off: ${blocked}` : '' }, 'Restart');
   restart.addEventListener('click', async () => {
-    if (!(await confirmAction(`Restart actor ${a.name ?? a.actorId}? Its process is killed and its constructor runs again.`))) return;
-    await api
-      .call('POST /api/actors/:actorId/restart', { params: { actorId: a.actorId } })
-      .catch((e: Error) => toast(e.message));
+    const left = a.maxRestarts === undefined || a.maxRestarts < 0 ? '' : ` (restart ${a.restarts + 1} of the ${a.maxRestarts} it allows)`;
+    const text = `Restart ${name}? Its process is killed and the runtime starts a new one${left}: its constructor runs again and its in-memory state is lost.${jobConsequence(a, running)}`;
+    if (!(await confirmAction(text))) return;
+    await api.call('POST /api/actors/:actorId/restart', { params: { actorId: a.actorId } }).catch((e: Error) => toast(e.message));
     await after();
   });
-  return h('span', { class: 'actions' }, kill, ' ', restart);
+  return h('span', { class: 'actions' }, kill, ' ', restart, blocked && a.state !== 'DEAD' ? h('span', { class: 'muted small why' }, ` ${blocked}`) : null);
+}
+
+/** The running jobs by id (for what a kill or restart does to them). */
+async function runningJobs(): Promise<Map<string, JobInfo>> {
+  const { jobs } = await api.call('GET /api/jobs', { query: { limit: 200 } });
+  return new Map(jobs.filter((j) => j.status === 'RUNNING').map((j) => [j.jobId, j]));
 }
 
 async function actorView(actorId: string): Promise<void> {
@@ -348,7 +488,7 @@ async function actorView(actorId: string): Promise<void> {
   const logPre = h('pre', { class: 'log', tabindex: 0, 'aria-label': 'Actor log' });
   main.append(h('p', {}, h('a', { href: '#/actors' }, '← Actors')), info, h('h2', {}, 'Logs'), logPre);
   const load = async () => {
-    const a = await api.call('GET /api/actors/:actorId', { params: { actorId } });
+    const [a, running] = await Promise.all([api.call('GET /api/actors/:actorId', { params: { actorId } }), runningJobs()]);
     info.replaceChildren(
       h('h1', {}, a.name ?? a.actorId, ' ', badge(a.state)),
       h('dl', {},
@@ -359,7 +499,7 @@ async function actorView(actorId: string): Promise<void> {
         h('dt', {}, 'Restarts'), h('dd', {}, a.restarts),
         h('dt', {}, 'Started'), h('dd', {}, time(a.startedAt)),
         h('dt', {}, 'Death cause'), h('dd', {}, a.deathCause ?? '–')),
-      actorActions(a, load),
+      actorActions(a, load, running),
     );
   };
   await load();
@@ -384,8 +524,18 @@ async function actorView(actorId: string): Promise<void> {
 
 const live = document.getElementById('live') as HTMLElement;
 connectLive((ok) => {
+  if (readOnly) return;
   live.textContent = ok ? '● live' : '○ reconnecting…';
   live.dataset.ok = String(ok);
 });
 addEventListener('hashchange', route);
-route();
+void api.call('GET /api/version')
+  .then((v) => {
+    readOnly = v.readOnly !== null;
+    if (v.readOnly) {
+      live.textContent = 'read-only';
+      document.querySelector('header')?.after(h('p', { class: 'banner', id: 'read-only' }, `Finished session ${v.readOnly.sessionDir}, served read-only: no cluster is running, so nothing can be stopped or restarted.`));
+    }
+  })
+  .catch(() => undefined)
+  .finally(route);

@@ -37,6 +37,8 @@ export interface ActorView {
   pid: number | null;
   jobId: string | null;
   restarts: number;
+  /** Restarts allowed (-1: unlimited); absent when unknown. */
+  maxRestarts?: number;
   /** Bumped on every (re)start of the actor's process. */
   incarnation?: number;
   detached: boolean;

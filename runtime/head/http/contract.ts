@@ -14,7 +14,17 @@
  */
 import { RtjobError } from '../../errors.ts';
 import type { PlacementGroupInfo } from '../../protocol.ts';
-import type { ClusterEvent, JobInfo, JobStatus, MetricRow } from '../jobs/ops-store.ts';
+import type {
+  ClusterEvent,
+  ConfigRow,
+  JobInfo,
+  JobProgress,
+  JobReport,
+  JobSample,
+  JobStatus,
+  MetricRow,
+  StoredSample,
+} from '../jobs/ops-store.ts';
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import type { ActorLogPage } from '../logs/worker-logs.ts';
 import type {
@@ -27,6 +37,11 @@ import type {
 } from './cluster-view.ts';
 
 export type {
+  ConfigRow,
+  JobProgress,
+  JobReport,
+  JobSample,
+  StoredSample,
   ActorLogPage,
   ActorPage,
   ActorSortKey,
@@ -59,6 +74,25 @@ export interface MetricsTable {
   nextSinceStep: number | null;
 }
 
+/** A job in the list: with how far it is. */
+export type JobListItem = JobInfo & { progress?: JobProgress };
+
+/** One job: with its progress and what its driver reported (config, total steps, outputs). */
+export type JobDetail = JobInfo & { progress?: JobProgress; report: JobReport };
+
+/** `GET /api/jobs/:jobId/samples`: the steps that have samples, the step shown, its samples. */
+export interface SamplesPage {
+  steps: number[];
+  /** The step shown; null when showing one prompt across steps (`key`), or when there are none. */
+  step: number | null;
+  samples: StoredSample[];
+}
+
+/** A finished session served read-only (`rtjob dashboard` with no cluster running). */
+export interface ReadOnlySession {
+  sessionDir: string;
+}
+
 /** Query of the actor table (`GET /api/actors`, `GET /api/jobs/:jobId/actors`). */
 export type ActorPageQuery = ActorQuery;
 
@@ -80,7 +114,8 @@ interface Route {
 
 /** Every route: `METHOD /path/:param`. */
 export interface RestRoutes {
-  'GET /api/version': { reply: { version: string } };
+  /** `readOnly` is set when a finished session is served: every request but GET answers 405 `READ_ONLY`. */
+  'GET /api/version': { reply: { version: string; readOnly: ReadOnlySession | null } };
   'GET /api/cluster': { reply: ClusterStatus };
   'GET /api/nodes': { reply: { nodes: NodeView[] } };
   'GET /api/placement-groups': { reply: { placementGroups: PlacementGroupInfo[] } };
@@ -93,9 +128,9 @@ export interface RestRoutes {
   'GET /api/packages/:hash': { reply: { exists: true } };
   /** Uploads a gzip'd tar working dir named by its content hash. */
   'PUT /api/packages/:hash': { body: Uint8Array; reply: { uri: string } };
-  'GET /api/jobs': { query: { limit?: number }; reply: { jobs: JobInfo[] } };
+  'GET /api/jobs': { query: { limit?: number }; reply: { jobs: JobListItem[] } };
   'POST /api/jobs': { body: JobSubmitRequest; reply: { jobId: string; job: JobInfo } };
-  'GET /api/jobs/:jobId': { reply: JobInfo };
+  'GET /api/jobs/:jobId': { reply: JobDetail };
   'DELETE /api/jobs/:jobId': { reply: { deleted: true } };
   /** Stops the job; with `wait: 0` answers at once instead of when the driver is gone. */
   'POST /api/jobs/:jobId/stop': {
@@ -106,9 +141,13 @@ export interface RestRoutes {
     query: { offset?: number };
     reply: { logs: string; nextOffset: number; size: number; status: JobStatus };
   };
-  /** One page of steps after `sinceStep` (at most `limit`, and a bounded number of cells). */
+  /**
+   * One page of steps after `sinceStep` (at most `limit`, and a bounded number of cells); with
+   * `maxPoints`, the whole table downsampled to at most that many rows (bucket means, first and
+   * last kept).
+   */
   'GET /api/jobs/:jobId/metrics': {
-    query: { sinceStep?: number; limit?: number };
+    query: { sinceStep?: number; limit?: number; maxPoints?: number };
     reply: MetricsTable;
   };
   /** Every page of the table as CSV text, streamed. */
@@ -118,6 +157,16 @@ export interface RestRoutes {
     body: { rows: { step: number; values: Record<string, number | null>; time?: number }[] };
     reply: { stored: number };
   };
+  /** `step` (default: the latest), or `key` (one prompt across steps); `minReward`, `maxReward`, `limit`. */
+  'GET /api/jobs/:jobId/samples': {
+    query: { step?: number; key?: string; minReward?: number; maxReward?: number; limit?: number };
+    reply: SamplesPage;
+  };
+  /** Stores a step's samples, replacing what that step had (limits: `sampleLimits`). */
+  'POST /api/jobs/:jobId/samples': { body: { step: number; samples: JobSample[] }; reply: { stored: number } };
+  'GET /api/jobs/:jobId/report': { reply: JobReport };
+  /** Merges fields into the job's report (`totalSteps`, `headline`, `config`, `outputs`, …). */
+  'POST /api/jobs/:jobId/report': { body: JobReport; reply: JobReport };
   'GET /api/jobs/:jobId/actors': { query: Omit<ActorPageQuery, 'jobId'>; reply: ActorPage };
   'GET /api/actors': { query: ActorPageQuery; reply: ActorPage };
   'GET /api/actors/:actorId': { reply: ActorView };

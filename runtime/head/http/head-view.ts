@@ -13,7 +13,8 @@ import type { OpsStore } from '../jobs/ops-store.ts';
 import { indexWorkerLogs, shippedLogDir, writeShippedLog } from '../logs/worker-logs.ts';
 import type { ActorView, ClusterView, NodeView } from './cluster-view.ts';
 
-function toView(a: ActorInfo): ActorView {
+/** An actor as the API shows it. */
+export function actorView(a: ActorInfo): ActorView {
   return {
     actorId: a.actorId,
     className: a.spec.kind === 'tasks' ? '(task worker)' : a.spec.exportName,
@@ -23,6 +24,7 @@ function toView(a: ActorInfo): ActorView {
     pid: a.pid ?? null,
     jobId: a.options.jobId ?? null,
     restarts: a.numRestarts,
+    maxRestarts: a.options.maxRestarts,
     incarnation: a.incarnation,
     detached: a.options.detached,
     startedAt: a.createdAtMs,
@@ -64,7 +66,7 @@ export function indexHeadWorkerLogs(head: Head, store: OpsStore): () => void {
 }
 
 export function headClusterView(head: Head): ClusterView {
-  const actors = (): ActorView[] => head.listActors().map(toView);
+  const actors = (): ActorView[] => head.listActors().map(actorView);
   return {
     nodes: (): NodeView[] => {
       const all = head.listNodes();

@@ -70,15 +70,15 @@ export function readBody(req: IncomingMessage, maxBytes: number, toFile?: string
 }
 
 /** Reads a JSON body and checks it against `schema` (400 naming the first bad field). */
-export async function readJson<T>(req: IncomingMessage, schema: Schema<T>): Promise<T> {
-  const v = await readJsonObject(req);
+export async function readJson<T>(req: IncomingMessage, schema: Schema<T>, maxBytes = maxJsonBytes): Promise<T> {
+  const v = await readJsonObject(req, maxBytes);
   const bad = schema.check(v, 'body');
   if (bad !== undefined) throw new OpsError('BAD_REQUEST', `invalid request: ${bad}`);
   return v as T;
 }
 
-async function readJsonObject(req: IncomingMessage): Promise<Record<string, unknown>> {
-  const body = await readBody(req, maxJsonBytes);
+async function readJsonObject(req: IncomingMessage, maxBytes: number): Promise<Record<string, unknown>> {
+  const body = await readBody(req, maxBytes);
   let v: unknown;
   try {
     v = JSON.parse(body.toString('utf8') || '{}');

@@ -8,6 +8,7 @@
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import type { BodyOf, RouteKey } from './contract.ts';
 import {
+  any,
   type Infer,
   type Schema,
   type SameShape,
@@ -53,6 +54,15 @@ export const metricsBody = obj({
   ),
 });
 
+/** `POST /api/jobs/:id/samples`: a step's sample episodes (free-form records; sizes bounded by the store). */
+export const samplesBody = obj({
+  step: int({ min: 0 }),
+  samples: arr(record(any(), 4096), 256),
+});
+
+/** `POST /api/jobs/:id/report`: what a driver says about its job (free-form fields, merged by name). */
+export const reportBody = record(any(), 4096);
+
 /** `POST /api/actors/:id/kill`. */
 export const killBody = obj({ noRestart: opt(bool()) });
 
@@ -63,6 +73,8 @@ export const killBody = obj({ noRestart: opt(bool()) });
 export const bodySchemas = {
   'POST /api/jobs': jobSubmitBody,
   'POST /api/jobs/:jobId/metrics': metricsBody,
+  'POST /api/jobs/:jobId/samples': samplesBody as Schema<BodyOf<'POST /api/jobs/:jobId/samples'>>,
+  'POST /api/jobs/:jobId/report': reportBody as Schema<BodyOf<'POST /api/jobs/:jobId/report'>>,
   'POST /api/actors/:actorId/kill': killBody,
 } satisfies { [K in JsonBodyRoute]: Schema<BodyOf<K>> };
 

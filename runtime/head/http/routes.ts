@@ -9,8 +9,8 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
-import { type OpsStore, terminalJobStatuses } from '../jobs/ops-store.ts';
-import type { JobSupervisor } from '../jobs/supervisor.ts';
+import { type JobInfo, type JobReport, type JobSample, OpsStore, sampleLimits, terminalJobStatuses } from '../jobs/ops-store.ts';
+import type { JobSubmitRequest, JobSupervisor } from '../jobs/supervisor.ts';
 import {
   isPackageHash,
   keepArchive,
@@ -26,8 +26,10 @@ import {
   type ClusterStatus,
   eventsPath,
   matchRoute,
+  type MetricsTable,
   type PathParams,
   type QueryOf,
+  type ReadOnlySession,
   type ReplyOf,
   type RouteKey,
 } from './contract.ts';
@@ -38,10 +40,25 @@ import { readBody, readJson, send, toCsv } from './respond.ts';
 
 const version = '0.1.0';
 
+/** What the API needs of a job supervisor (a live head's `JobSupervisor`, or a read-only session's stand-in). */
+export interface JobsApi {
+  get(jobId: string): JobInfo;
+  submit(req: JobSubmitRequest): JobInfo;
+  stop(jobId: string): Promise<JobInfo>;
+  delete(jobId: string): void;
+  packagePath(hash: string): string;
+  on(event: 'job', listener: (job: JobInfo) => void): unknown;
+  off(event: 'job', listener: (job: JobInfo) => void): unknown;
+}
+
+export type { ReadOnlySession };
+
 /** What the routes need from the server. */
 export interface RouteContext {
   store: OpsStore;
-  jobs: JobSupervisor;
+  jobs: JobsApi;
+  /** Set when serving a finished session: every request but GET is refused with READ_ONLY. */
+  readOnly?: ReadOnlySession;
   cluster: ClusterView;
   maxPackageBytes: number;
   headAddress?: string;
@@ -138,7 +155,7 @@ export function apiRoutes(
   };
 
   const handlers: Handlers = {
-    'GET /api/version': () => ({ version }),
+    'GET /api/version': () => ({ version, readOnly: ctx.readOnly ?? null }),
     'GET /api/cluster': () => clusterStatus(),
     'GET /api/nodes': () => ({ nodes: cluster.nodes() }),
     'GET /api/placement-groups': () => ({ placementGroups: cluster.placementGroups?.() ?? [] }),
@@ -187,12 +204,20 @@ export function apiRoutes(
       }
       return { uri: `pkg://${params.hash}` };
     },
-    'GET /api/jobs': ({ query }) => ({ jobs: store.listJobs({ limit: query.int('limit') }) }),
+    'GET /api/jobs': ({ query }) => {
+      const list = store.listJobs({ limit: query.int('limit') });
+      const progress = store.progress(list.map((j) => j.jobId), runningIds(list));
+      return { jobs: list.map((j) => ({ ...j, progress: progress.get(j.jobId) })) };
+    },
     'POST /api/jobs': ({ body }) => {
       const job = jobs.submit(body);
       return { jobId: job.jobId, job };
     },
-    'GET /api/jobs/:jobId': ({ params }) => jobs.get(params.jobId),
+    'GET /api/jobs/:jobId': ({ params }) => {
+      const job = jobs.get(params.jobId);
+      const progress = store.progress([job.jobId], runningIds([job])).get(job.jobId);
+      return { ...job, progress, report: store.report(job.jobId) };
+    },
     'DELETE /api/jobs/:jobId': ({ params }) => {
       jobs.delete(params.jobId);
       return { deleted: true };
@@ -210,7 +235,9 @@ export function apiRoutes(
     },
     'GET /api/jobs/:jobId/metrics': ({ params, query }) => {
       jobs.get(params.jobId);
-      return store.metricsTable(params.jobId, query.int('sinceStep'), query.int('limit'));
+      const maxPoints = query.int('maxPoints');
+      if (maxPoints === undefined) return store.metricsTable(params.jobId, query.int('sinceStep'), query.int('limit'));
+      return { ...OpsStore.downsample(wholeMetricsTable(params.jobId, query.int('sinceStep')), maxPoints), nextSinceStep: null };
     },
     'GET /api/jobs/:jobId/metrics.csv': ({ params, query }) => {
       jobs.get(params.jobId);
@@ -226,6 +253,55 @@ export function apiRoutes(
       store.addMetrics(params.jobId, clean);
       ctx.metricsChanged(params.jobId);
       return { stored: clean.length };
+    },
+    'GET /api/jobs/:jobId/samples': ({ params, query }) => {
+      jobs.get(params.jobId);
+      const steps = store.sampleSteps(params.jobId);
+      const key = query.str('key');
+      const step = query.int('step') ?? (key === undefined ? steps.at(-1) : undefined);
+      const samples =
+        steps.length === 0
+          ? []
+          : store.samples(params.jobId, {
+              ...(step !== undefined ? { step } : {}),
+              ...(key !== undefined ? { key } : {}),
+              minReward: query.int('minReward'),
+              maxReward: query.int('maxReward'),
+              limit: query.int('limit'),
+            });
+      return { steps, step: step ?? null, samples };
+    },
+    'POST /api/jobs/:jobId/samples': ({ params, body }) => {
+      jobs.get(params.jobId);
+      const { step, samples } = body;
+      if (typeof step !== 'number' || !Number.isInteger(step) || !Array.isArray(samples)) {
+        throw new OpsError('BAD_REQUEST', 'samples need {step: integer, samples: [objects]}');
+      }
+      if (!samples.every((x: unknown) => typeof x === 'object' && x !== null && !Array.isArray(x))) {
+        throw new OpsError('BAD_REQUEST', 'each sample must be a JSON object');
+      }
+      try {
+        store.addSamples(params.jobId, step, samples as JobSample[]);
+      } catch (err) {
+        if (err instanceof RangeError) throw new OpsError('BAD_REQUEST', err.message);
+        throw err;
+      }
+      ctx.metricsChanged(params.jobId);
+      return { stored: samples.length };
+    },
+    'GET /api/jobs/:jobId/report': ({ params }) => {
+      jobs.get(params.jobId);
+      return store.report(params.jobId);
+    },
+    'POST /api/jobs/:jobId/report': ({ params, body }) => {
+      jobs.get(params.jobId);
+      if (body.totalSteps !== undefined && (typeof body.totalSteps !== 'number' || !(body.totalSteps >= 0))) {
+        throw new OpsError('BAD_REQUEST', 'totalSteps must be a non-negative number');
+      }
+      if (body.config !== undefined && !Array.isArray(body.config)) throw new OpsError('BAD_REQUEST', 'config must be an array of rows');
+      const report = store.mergeReport(params.jobId, body as JobReport);
+      ctx.metricsChanged(params.jobId);
+      return report;
     },
     'GET /api/jobs/:jobId/actors': ({ params, query }) => {
       jobs.get(params.jobId);
@@ -268,6 +344,20 @@ export function apiRoutes(
       yield toCsv(columns, rows).replace(/^[^\n]*\n/, '');
     }
   }
+  /** Every page of a job's metrics as one table (for downsampling: the result is bounded by it). */
+  function wholeMetricsTable(jobId: string, sinceStep: number | undefined): MetricsTable {
+    let page = store.metricsTable(jobId, sinceStep);
+    const columns = page.columns;
+    const rows = [...page.rows];
+    while (page.nextSinceStep !== null) {
+      page = store.metricsTable(jobId, page.nextSinceStep);
+      const at = columns.map((c) => page.columns.indexOf(c));
+      rows.push(...page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null)))));
+    }
+    return { ...page, columns, rows, nextSinceStep: null };
+  }
+  const runningIds = (list: readonly JobInfo[]) =>
+    new Set(list.filter((j) => j.status === 'RUNNING').map((j) => j.jobId));
 
   const packageDir = (hash: string): string => {
     if (!isPackageHash(hash))
@@ -304,10 +394,15 @@ export function apiRoutes(
       return ctx.serveStatic(res, u.pathname);
     if (u.pathname === eventsPath && method === 'GET') return ctx.subscribe(req, res);
 
+    if (ctx.readOnly && method !== 'GET' && method !== 'HEAD') {
+      throw new OpsError('READ_ONLY', `this is a finished session (${ctx.readOnly.sessionDir}), served read-only`);
+    }
     const hit = matchRoute(routeKeys, method, u.pathname);
     if (!hit) throw new OpsError('NOT_FOUND', `no route ${method} ${u.pathname}`);
     const schema = bodySchemas[hit.key as keyof typeof bodySchemas] as Schema<unknown> | undefined;
-    const body = schema ? await readJson(req, schema) : undefined;
+    // A step's samples may hold up to maxPerStep samples of up to maxSampleBytes each.
+    const jsonLimit = hit.key === 'POST /api/jobs/:jobId/samples' ? sampleLimits.maxPerStep * sampleLimits.maxSampleBytes : undefined;
+    const body = schema ? await readJson(req, schema, jsonLimit) : undefined;
     const handler = handlers[hit.key] as (r: Request<RouteKey>) => unknown;
     const request = { params: hit.params, query: reader(u), body, http: req };
     const reply = await handler(request as unknown as Request<RouteKey>);

@@ -13,13 +13,12 @@ import { WebSocketServer, type WebSocket } from 'ws';
 
 import { OpsError } from '../jobs/errors.ts';
 import { type OpsStore, terminalJobStatuses } from '../jobs/ops-store.ts';
-import type { JobSupervisor } from '../jobs/supervisor.ts';
 import { defaultMaxPackageBytes } from '../jobs/working-dir.ts';
 import { followLog } from '../logs/log-file.ts';
 import { authenticate, isLoopback, loginCookie, sameOrigin } from './auth.ts';
 import type { ClusterView } from './cluster-view.ts';
 import { send } from './respond.ts';
-import { apiRoutes } from './routes.ts';
+import { apiRoutes, type JobsApi, type ReadOnlySession } from './routes.ts';
 
 /** Options of {@link startHttpServer}. */
 export interface HttpServerOptions {
@@ -29,8 +28,10 @@ export interface HttpServerOptions {
   /** 0 picks a free port. @default 8265 */
   port?: number;
   store: OpsStore;
-  jobs: JobSupervisor;
+  jobs: JobsApi;
   cluster: ClusterView;
+  /** Serve a finished session: reads only. */
+  readOnly?: ReadOnlySession;
   /** Folder with the built dashboard (index.html, app.js, app.css). */
   dashboardDir?: string;
   /** @default 100 MiB */
@@ -86,6 +87,7 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
     cluster,
     maxPackageBytes,
     headAddress: opts.headAddress,
+    readOnly: opts.readOnly,
     url: () => url,
     subscribe: (req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });

@@ -21,7 +21,8 @@ export type JobErrorCode =
   | 'JOB_NOT_TERMINAL'
   | 'UNSUPPORTED'
   | 'INFEASIBLE'
-  | 'BUSY';
+  | 'BUSY'
+  | 'READ_ONLY';
 
 const httpStatus: Record<JobErrorCode, number> = {
   BAD_REQUEST: 400,
@@ -38,6 +39,7 @@ const httpStatus: Record<JobErrorCode, number> = {
   UNSUPPORTED: 501,
   INFEASIBLE: 400,
   BUSY: 429,
+  READ_ONLY: 405,
 };
 
 /** A request the operations API refuses; `status` is the HTTP status it maps to. */

@@ -55,6 +55,72 @@ export interface MetricRow {
   values: Record<string, number | null>;
 }
 
+/**
+ * One sample a job logged for a step (for `train_ppo`, an episode: prompt, turns, reward, …).
+ * The head indexes `key` (the same prompt across steps) and `reward`; every other field is kept
+ * as the job sent it.
+ */
+export interface JobSample {
+  /** Groups samples across steps ("this prompt over time"), e.g. the prompt's dataset index. */
+  key?: string;
+  reward?: number;
+  [field: string]: unknown;
+}
+
+/** A stored sample, as the API returns it. */
+export type StoredSample = JobSample & { step: number; seq: number };
+
+/**
+ * How much sample data the head keeps per job. A step's samples replace any it had (retries are
+ * idempotent); once a job holds more than `maxPerJob`, the oldest steps are dropped, except the
+ * first step, which stays as the reference point for "before".
+ */
+export const sampleLimits = {
+  /** Samples per step. */
+  maxPerStep: 256,
+  /** Samples per job (at 64 KiB each, at most ~640 MiB; typically a few KiB each). */
+  maxPerJob: 10_000,
+  /** JSON bytes of one sample. */
+  maxSampleBytes: 64 * 1024,
+} as const;
+
+/**
+ * What a job's driver says about itself (`metrics.info`): any JSON fields, merged by name. The
+ * head and the dashboard read `totalSteps` (progress and ETA), `headline` (the metric the jobs
+ * list shows, e.g. `eval_accuracy`), `config` (a table of every effective setting) and
+ * `outputs` (paths the run writes, by label).
+ */
+export interface JobReport {
+  totalSteps?: number;
+  headline?: string;
+  config?: ConfigRow[];
+  outputs?: Record<string, string>;
+  [field: string]: unknown;
+}
+
+/** One effective setting of a job. */
+export interface ConfigRow {
+  /** `--rollout-batch-size`, or an env variable's name. */
+  name: string;
+  value: string;
+  default?: string;
+  /** Where the value came from. */
+  source: 'flag' | 'env' | 'default';
+  section?: string;
+  help?: string;
+}
+
+/** How far a job is, from its metrics and its report (the jobs list, the job page). */
+export interface JobProgress {
+  /** The last step that logged metrics. */
+  step: number | null;
+  totalSteps: number | null;
+  /** Estimated time to the last step, from the pace so far (running jobs only). */
+  etaMs: number | null;
+  /** The job's headline metric (its report's `headline`, else reward_mean), first and last value. */
+  headline: { name: string; first: number | null; last: number | null } | null;
+}
+
 /** A cluster event: job state changes, actor deaths, node joins, head restarts. */
 export interface ClusterEvent {
   id: number;
@@ -104,6 +170,20 @@ CREATE TABLE IF NOT EXISTS ops_job_metrics (
   PRIMARY KEY (job_id, name, step)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ops_job_metrics_step ON ops_job_metrics(job_id, step);
+CREATE TABLE IF NOT EXISTS ops_job_samples (
+  job_id TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  sample_key TEXT,
+  reward REAL,
+  data TEXT NOT NULL,
+  PRIMARY KEY (job_id, step, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ops_job_samples_key ON ops_job_samples(job_id, sample_key, step);
+CREATE TABLE IF NOT EXISTS ops_job_info (
+  job_id TEXT PRIMARY KEY,
+  info TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS ops_events (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   time INTEGER NOT NULL,
@@ -288,6 +368,8 @@ export class OpsStore {
     this.db.transaction(() => {
       this.db.prepare('DELETE FROM ops_jobs WHERE job_id = ?').run(jobId);
       this.db.prepare('DELETE FROM ops_job_metrics WHERE job_id = ?').run(jobId);
+      this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ?').run(jobId);
+      this.db.prepare('DELETE FROM ops_job_info WHERE job_id = ?').run(jobId);
     })();
   }
 
@@ -374,6 +456,150 @@ export class OpsStore {
         n: number;
       }
     ).n;
+  }
+
+  /**
+   * The table with at most `maxPoints` rows for long runs: steps are cut into equal buckets and
+   * each bucket keeps, per metric, the mean of its values at the bucket's last step (so a
+   * 100,000-step run still draws its trend, and the first and last steps are kept as they are).
+   */
+  static downsample(t: { columns: string[]; rows: (number | null)[][] }, maxPoints: number): { columns: string[]; rows: (number | null)[][] } {
+    const n = t.rows.length;
+    if (maxPoints < 2 || n <= maxPoints) return t;
+    const out: (number | null)[][] = [t.rows[0]!];
+    const inner = maxPoints - 2;
+    const size = (n - 2) / inner;
+    for (let b = 0; b < inner; b++) {
+      const bucket = t.rows.slice(1 + Math.floor(b * size), 1 + Math.floor((b + 1) * size));
+      if (bucket.length === 0) continue;
+      const last = bucket.at(-1)!;
+      const row: (number | null)[] = [last[0]!, last[1]!];
+      for (let c = 2; c < t.columns.length; c++) {
+        const vs = bucket.map((r) => r[c]).filter((v): v is number => v !== null && v !== undefined);
+        row.push(vs.length ? vs.reduce((a, v) => a + v, 0) / vs.length : null);
+      }
+      out.push(row);
+    }
+    out.push(t.rows[n - 1]!);
+    return { columns: t.columns, rows: out };
+  }
+
+  /**
+   * Stores the samples of one step, replacing what that step had; then drops the oldest steps
+   * (never the first) while the job holds more than {@link sampleLimits}`.maxPerJob`. Throws a
+   * RangeError when the step has too many samples or one is too large.
+   */
+  addSamples(jobId: string, step: number, samples: readonly JobSample[]): void {
+    if (samples.length > sampleLimits.maxPerStep) {
+      throw new RangeError(`at most ${sampleLimits.maxPerStep} samples per step (got ${samples.length})`);
+    }
+    const rows = samples.map((sample, seq) => {
+      const data = JSON.stringify(sample);
+      if (Buffer.byteLength(data) > sampleLimits.maxSampleBytes) {
+        throw new RangeError(`sample ${seq} of step ${step} is over ${sampleLimits.maxSampleBytes} bytes of JSON; shorten its text`);
+      }
+      const reward = typeof sample.reward === 'number' && Number.isFinite(sample.reward) ? sample.reward : null;
+      return [jobId, step, seq, sample.key === undefined ? null : String(sample.key), reward, data] as const;
+    });
+    const insert = this.db.prepare(
+      'INSERT INTO ops_job_samples (job_id, step, seq, sample_key, reward, data) VALUES (?, ?, ?, ?, ?, ?)',
+    );
+    this.db.transaction(() => {
+      this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ? AND step = ?').run(jobId, step);
+      for (const r of rows) insert.run(...r);
+      const count = () => (this.db.prepare('SELECT COUNT(*) AS n FROM ops_job_samples WHERE job_id = ?').get(jobId) as { n: number }).n;
+      let over = count() - sampleLimits.maxPerJob;
+      if (over <= 0) return;
+      // Whole steps go, oldest first, keeping the first step (the "before" of the run).
+      const steps = this.db
+        .prepare('SELECT step, COUNT(*) AS n FROM ops_job_samples WHERE job_id = ? GROUP BY step ORDER BY step')
+        .all(jobId) as { step: number; n: number }[];
+      const del = this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ? AND step = ?');
+      for (const s of steps.slice(1, -1)) {
+        if (over <= 0) break;
+        del.run(jobId, s.step);
+        over -= s.n;
+      }
+    })();
+  }
+
+  /** Merges `fields` into the job's report (a field given again replaces the old value). */
+  mergeReport(jobId: string, fields: JobReport): JobReport {
+    const merged = { ...this.report(jobId), ...fields };
+    this.db
+      .prepare('INSERT INTO ops_job_info (job_id, info) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET info = excluded.info')
+      .run(jobId, JSON.stringify(merged));
+    return merged;
+  }
+
+  /** The job's report; `{}` when its driver sent none. */
+  report(jobId: string): JobReport {
+    const row = this.db.prepare('SELECT info FROM ops_job_info WHERE job_id = ?').get(jobId) as { info: string } | undefined;
+    return row ? (JSON.parse(row.info) as JobReport) : {};
+  }
+
+  /** Progress of each job, from its metrics and report; `running` jobs also get an ETA. */
+  progress(jobIds: readonly string[], running: ReadonlySet<string> = new Set()): Map<string, JobProgress> {
+    const out = new Map<string, JobProgress>();
+    const steps = this.db.prepare(
+      'SELECT MIN(step) AS first, MAX(step) AS last, MIN(time) AS t0, MAX(time) AS t1 FROM ops_job_metrics WHERE job_id = ?',
+    );
+    const ends = this.db.prepare(
+      `SELECT (SELECT value FROM ops_job_metrics WHERE job_id = @job AND name = @name AND value IS NOT NULL ORDER BY step LIMIT 1) AS first,
+              (SELECT value FROM ops_job_metrics WHERE job_id = @job AND name = @name AND value IS NOT NULL ORDER BY step DESC LIMIT 1) AS last`,
+    );
+    for (const jobId of jobIds) {
+      const r = steps.get(jobId) as { first: number | null; last: number | null; t0: number | null; t1: number | null };
+      const report = this.report(jobId);
+      const total = typeof report.totalSteps === 'number' ? report.totalSteps : null;
+      let etaMs: number | null = null;
+      if (running.has(jobId) && total !== null && r.last !== null && r.first !== null && r.last > r.first && r.t0 !== null && r.t1 !== null) {
+        etaMs = Math.max(0, ((r.t1 - r.t0) / (r.last - r.first)) * (total - r.last));
+      }
+      const name = typeof report.headline === 'string' ? report.headline : 'reward_mean';
+      const e = ends.get({ job: jobId, name }) as { first: number | null; last: number | null };
+      out.set(jobId, {
+        step: r.last,
+        totalSteps: total,
+        etaMs,
+        headline: e.last === null ? null : { name, first: e.first, last: e.last },
+      });
+    }
+    return out;
+  }
+
+  /** Steps of a job that have samples, ascending. */
+  sampleSteps(jobId: string): number[] {
+    return (this.db.prepare('SELECT DISTINCT step FROM ops_job_samples WHERE job_id = ? ORDER BY step').all(jobId) as { step: number }[]).map((r) => r.step);
+  }
+
+  /**
+   * A job's samples: of one step, or (with `key` and no step) of one prompt across every step;
+   * `minReward`/`maxReward` bound the reward. Ordered by step, then as logged.
+   */
+  samples(jobId: string, q: { step?: number; key?: string; minReward?: number; maxReward?: number; limit?: number } = {}): StoredSample[] {
+    const where = ['job_id = ?'];
+    const args: (string | number)[] = [jobId];
+    if (q.step !== undefined) {
+      where.push('step = ?');
+      args.push(q.step);
+    }
+    if (q.key !== undefined) {
+      where.push('sample_key = ?');
+      args.push(q.key);
+    }
+    if (q.minReward !== undefined) {
+      where.push('reward >= ?');
+      args.push(q.minReward);
+    }
+    if (q.maxReward !== undefined) {
+      where.push('reward <= ?');
+      args.push(q.maxReward);
+    }
+    const rows = this.db
+      .prepare(`SELECT step, seq, data FROM ops_job_samples WHERE ${where.join(' AND ')} ORDER BY step, seq LIMIT ?`)
+      .all(...args, q.limit ?? 1000) as { step: number; seq: number; data: string }[];
+    return rows.map((r) => ({ ...(JSON.parse(r.data) as JobSample), step: r.step, seq: r.seq }));
   }
 
   /** The most recent value of every metric of every job that is still running (for /metrics). */

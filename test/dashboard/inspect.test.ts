@@ -1,0 +1,272 @@
+// Inspecting real train_ppo runs in Debian's Chromium: a live job's page (progress, samples as
+// they arrive), then, with the cluster stopped, the finished session served read-only by
+// `rtjob dashboard`: jobs list with progress and headline, a job's summary, Samples (step slider,
+// reward filter, one prompt over time), Config (defaults marked), compare with a config diff,
+// the controls disabled, and tables that scroll inside a 420 px viewport. Screenshots go to
+// test/dashboard/screenshots/.
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { apiCall, binPath, Sandbox, until } from '../cli/helpers.ts';
+
+const shots = fileURLToPath(new URL('./screenshots/', import.meta.url));
+const agent = fileURLToPath(new URL('../../examples/agent.ts', import.meta.url));
+const sb = new Sandbox();
+let browser: Browser;
+
+/** A small real run: 3 steps of 4 prompts × 4 samples on the shipped model. */
+const ppo = (out: string, extra: string[] = []) => [
+  'train_ppo',
+  '--agent-func',
+  agent,
+  '--max-steps',
+  '3',
+  '--rollout-batch-size',
+  '4',
+  '--n-samples-per-prompt',
+  '4',
+  '--train-batch-size',
+  '16',
+  '--micro-train-batch-size',
+  '8',
+  '--eval-prompts',
+  '8',
+  '--save-path',
+  join(sb.home, out),
+  '--ckpt-path',
+  join(sb.home, `${out}-ckpt`),
+  ...extra,
+];
+
+test.before(async () => {
+  mkdirSync(shots, { recursive: true });
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
+});
+test.after(async () => {
+  await browser?.close();
+  await sb.cleanup();
+});
+
+async function login(url: string, width = 1400): Promise<{ page: Page; errors: string[] }> {
+  const context = await browser.newContext({ viewport: { width, height: 1000 } });
+  const page = await context.newPage();
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(url);
+  return { page, errors };
+}
+
+test('a live run: its page shows progress and samples as steps arrive', async () => {
+  await sb.startHead();
+  const r = await sb.run(['submit', '--no-wait', '--job-id', 'ppo-a', '--', ...ppo('a')]);
+  assert.is(r.code, 0, r.stderr);
+  const link = (await sb.run(['dashboard'])).stdout.trim();
+  const { page, errors } = await login(`${link}#/jobs/ppo-a`);
+  await page.waitForSelector('#sum-progress', { timeout: 120_000 });
+  await page.waitForFunction(
+    () => /step [123] \/ 3/.test(document.querySelector('#sum-progress')?.textContent ?? ''),
+    undefined,
+    { timeout: 120_000 },
+  );
+  await page.click('#tab-samples');
+  await page.waitForSelector('article.sample', { timeout: 120_000 });
+  await page.waitForFunction(
+    () => document.querySelector('#job-status')?.textContent === 'SUCCEEDED',
+    undefined,
+    { timeout: 240_000 },
+  );
+  await page.waitForFunction(() =>
+    /step 3 \/ 3/.test(document.querySelector('#sum-progress')?.textContent ?? ''),
+  );
+  assert.equal(errors, []);
+  await page.context().close();
+  // A second run with other settings, to compare with; then the cluster goes away.
+  const b = await sb.run(
+    [
+      'submit',
+      '--job-id',
+      'ppo-b',
+      '--',
+      ...ppo('b', ['--temperature', '0.7', '--log-samples', '8']),
+    ],
+    { timeoutMs: 300_000 },
+  );
+  assert.is(b.code, 0, b.stderr);
+  const failed = await sb.run([
+    'submit',
+    '--job-id',
+    'ppo-bad',
+    '--',
+    'train_ppo',
+    '--agent-func',
+    join(sb.home, 'missing.ts'),
+  ]);
+  assert.is(failed.code, 1);
+  assert.is((await sb.run(['stop'])).code, 0);
+});
+
+test('the finished session, read-only: jobs, summary, samples, config, compare', async () => {
+  const child = spawn(process.execPath, [binPath, 'dashboard', '--port', '0'], {
+    env: { ...process.env, HOME: sb.home, RTJOB_HOME: join(sb.home, '.rtjob') },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const exited = new Promise((r) => child.on('exit', r));
+  try {
+    const link = await until(
+      'the dashboard link',
+      () =>
+        new Promise<string | undefined>((resolve) => {
+          child.stdout.once('data', (d: Buffer) => resolve(/(http:\/\/\S+)/.exec(String(d))?.[1]));
+        }),
+      60_000,
+    );
+    const { page, errors } = await login(link);
+    await page.waitForSelector('#read-only');
+
+    // Jobs: progress, headline metric, and the failed job's reason on one line.
+    await page.click('nav a[href="#/jobs"]');
+    await page.waitForSelector('tr[data-job="ppo-a"]');
+    assert.match(
+      await page.locator('tr[data-job="ppo-a"]').innerText(),
+      /SUCCEEDED[\s\S]*3 \/ 3[\s\S]*eval_accuracy \d+\.\d%/,
+    );
+    assert.match(
+      await page.locator('tr[data-job="ppo-bad"] .reason').innerText(),
+      /--agent-func: no such file/,
+    );
+    await page.screenshot({ path: `${shots}jobs-finished.png`, fullPage: true });
+
+    // The job page: summary, then every tab.
+    await page.click('tr[data-job="ppo-a"] a');
+    await page.waitForSelector('#sum-eval');
+    assert.match(await page.locator('#sum-progress').innerText(), /step 3 \/ 3/);
+    assert.match(await page.locator('#sum-eval').innerText(), /\d+\.\d% → \d+\.\d%/);
+    assert.match(await page.locator('#sum-reward').innerText(), /→/);
+    assert.match(await page.locator('#sum-failures').innerText(), /0 episodes failed/);
+    assert.match(
+      await page.locator('#sum-outputs').innerText(),
+      new RegExp(`policy\\s+${join(sb.home, 'a')}`),
+    );
+    assert.ok(
+      await page.locator('#stop-job').isDisabled(),
+      'nothing can be stopped in a finished session',
+    );
+    await page.waitForSelector('figure.chart[data-metric="reward_mean"] canvas');
+    assert.match(
+      await page.locator('#constant-metrics summary').innerText(),
+      /never changed/,
+      'flat metrics are folded',
+    );
+    assert.ok(
+      await page.locator('#constant-metrics code[data-metric="kl"]').count(),
+      'kl with coefficient 0 is folded',
+    );
+    await page.screenshot({ path: `${shots}job-finished.png`, fullPage: true });
+
+    // Samples: the latest step, the slider, the reward filter, one prompt over time.
+    await page.click('#tab-samples');
+    await page.waitForSelector('article.sample');
+    assert.match(await page.locator('#samples-title').innerText(), /Step 3: 16 samples/);
+    const first = page.locator('article.sample').first();
+    assert.match(await first.innerText(), /PROMPT[\s\S]*ASSISTANT/i);
+    await page.screenshot({ path: `${shots}samples.png`, fullPage: false });
+    await page.locator('#sample-step').fill('0');
+    await page.waitForFunction(() =>
+      /Step 1:/.test(document.querySelector('#samples-title')?.textContent ?? ''),
+    );
+    await page.selectOption('#sample-reward', 'pos');
+    await page.waitForFunction(() =>
+      Array.from(document.querySelectorAll('article.sample .reward')).every(
+        (r) => !/reward 0$/.test(r.textContent ?? ''),
+      ),
+    );
+    await page.selectOption('#sample-reward', '');
+    const key = await page
+      .locator('article.sample button[data-key]')
+      .first()
+      .getAttribute('data-key');
+    await page.locator('article.sample button[data-key]').first().click();
+    await page.waitForFunction(
+      (k) =>
+        (document.querySelector('#samples-title')?.textContent ?? '').startsWith(
+          `Prompt #${k} over time`,
+        ),
+      key,
+    );
+    const steps = await page
+      .locator('article.sample')
+      .evaluateAll((els) => [...new Set(els.map((e) => e.getAttribute('data-step')))]);
+    assert.ok(steps.length >= 1 && steps.every((s) => ['1', '2', '3'].includes(s!)));
+    await page.click('#sample-back');
+    await page.waitForFunction(() =>
+      /^Step \d+:/.test(document.querySelector('#samples-title')?.textContent ?? ''),
+    );
+
+    // Config: every setting, the changed ones marked, and "only changed".
+    await page.click('#tab-config');
+    await page.waitForSelector('tr[data-setting="--max-steps"][data-source="flag"]');
+    assert.match(
+      await page.locator('tr[data-setting="--seed"]').innerText(),
+      /42[\s\S]*\(default\)/,
+    );
+    await page.check('#only-changed');
+    assert.is(await page.locator('tr[data-setting="--seed"]').count(), 0);
+    await page.screenshot({ path: `${shots}config.png`, fullPage: true });
+
+    // Compare with the second run: both lines, and the settings that differ.
+    await page.click('#tab-charts');
+    await page.selectOption('#compare', 'ppo-b');
+    await page.waitForSelector('#config-diff tr[data-setting="--temperature"]');
+    assert.match(
+      await page.locator('#config-diff tr[data-setting="--temperature"]').innerText(),
+      /1[\s\S]*0\.7/,
+    );
+    assert.ok(await page.locator('#config-diff tr[data-setting="--log-samples"]').count());
+    assert.is(
+      await page.locator('#config-diff tr[data-setting="--seed"]').count(),
+      0,
+      'equal settings are not in the diff',
+    );
+    await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend >> text=ppo-b');
+    await page.screenshot({ path: `${shots}compare.png`, fullPage: true });
+
+    // Actors: Restart and Kill are off, and say why.
+    await page.click('nav a[href="#/actors"]');
+    await page.waitForSelector('tr[data-actor]');
+    assert.ok(await page.locator('tr[data-actor] button:has-text("Restart")').first().isDisabled());
+
+    // 420 px: the page never scrolls sideways; wide tables scroll inside their box.
+    await page.setViewportSize({ width: 420, height: 900 });
+    for (const view of ['#/', '#/jobs', '#/actors', '#/jobs/ppo-a/config']) {
+      await page.goto(`${new URL(link).origin}/${view}`);
+      await page.waitForSelector('main table, main .cards');
+      const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+      assert.ok(wide <= 420, `${view} is ${wide} px wide`);
+    }
+    await page.screenshot({ path: `${shots}narrow.png`, fullPage: false });
+    assert.equal(errors, []);
+    await page.context().close();
+  } finally {
+    child.kill('SIGINT');
+  }
+  assert.is(await exited, 0);
+});
+
+test('the REST API gives what the page shows', async () => {
+  // The session is served read-only by a second process here; read it with the CLI too.
+  const r = await sb.run(['samples', 'ppo-b', '--json']);
+  const page = JSON.parse(r.stdout);
+  assert.equal(page.steps, [1, 2, 3]);
+  assert.is(page.samples.length, 8, '--log-samples 8');
+  void apiCall;
+});
+
+test.run();
