@@ -80,7 +80,13 @@ async function spawnDaemon(script: string, arg: unknown, logFile: string, readyF
   });
   closeSync(out);
   let exited: string | undefined;
-  child.on('exit', (code, signal) => (exited = `the ${what} exited during start (${signal ?? `code ${code}`}); its log:\n${tailLines(logFile, 30)}`));
+  child.on('exit', (code, signal) => {
+    // Errors print as one line: the line that says why (the last `…Error: …` of its log) goes in it.
+    const tail = tailLines(logFile, 30);
+    const lines = tail.split('\n').map((l) => l.trim()).filter(Boolean);
+    const why = [...lines].reverse().find((l) => /^[A-Z]\w*(Error|Exception)\b.*:/.test(l)) ?? lines[lines.length - 1];
+    exited = `the ${what} exited during start (${signal ?? `code ${code}`})${why ? `: ${why}` : ''} (log: ${logFile})\n${tail}`;
+  });
   const ready = await waitFor(
     `the ${what} to start`,
     60_000,
