@@ -13,8 +13,6 @@
  * @module
  */
 import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { Command } from 'commander';
 import { runGatewayEpisode } from '../actors/agent/agent-executor.ts';
 import { loadAgent } from '../actors/agent/load.ts';
 import type { AgentFunction, Sample } from '../actors/agent/types.ts';
@@ -26,6 +24,7 @@ import { loadModel } from '../actors/model/checkpoint.ts';
 import { loadTokenizer, type ChatTokenizer } from '../actors/model/tokenizer.ts';
 import { agentTokenizer } from '../actors/rollout.ts';
 import { arithDataset } from './datasets/arith.ts';
+import { FlagError, flagParser, runIfMain } from './driver-flags.ts';
 import { infoMetrics } from './trajectory.ts';
 
 /** One evaluated episode. */
@@ -223,44 +222,49 @@ function describe(name: string, r: AgentEvalResult, splitBy: string | undefined)
   return lines;
 }
 
+const evalAgentFlags = flagParser<{
+  agentFunc?: string;
+  prompts: number;
+  samples: number;
+  maxNewTokens: number;
+  splitBy?: string;
+  show: number;
+  json: boolean;
+}>(
+  'eval_agent',
+  [
+    { key: 'agentFunc', kind: 'string', help: 'the agent file', required: true },
+    { key: 'prompts', kind: 'int', help: 'held-out problems (at most 500 are distinct)', min: 1 },
+    { key: 'samples', kind: 'int', help: 'sampled episodes per problem at temperature 1', min: 0 },
+    { key: 'maxNewTokens', kind: 'int', help: 'new tokens per completion', min: 1 },
+    {
+      key: 'splitBy',
+      kind: 'string',
+      help: "split episodes by this extraInfo key's values (e.g. used_tool)",
+    },
+    {
+      key: 'show',
+      kind: 'int',
+      help: 'print the first n greedy episodes token for token, generated parts in ⟪ ⟫',
+      min: 0,
+    },
+    { key: 'json', kind: 'bool', help: 'print the report as JSON' },
+  ],
+  { prompts: 500, samples: 0, maxNewTokens: 48, show: 0, json: false },
+  { positionals: '<model-dir>' },
+);
+
 /** Parses `eval_agent` arguments, evaluates and prints a report (`--json` for machine output). */
 export async function main(argv: string[]): Promise<void> {
-  const cmd = new Command('eval_agent')
-    .description(
-      'held-out accuracy of an agent(sample, env) file on a model, through a greedy gateway',
-    )
-    .argument('<model-dir>', 'HF model directory')
-    .requiredOption('--agent-func <file>', 'the agent file')
-    .option('--prompts <n>', 'held-out problems (at most 500 are distinct)', Number, 500)
-    .option('--samples <n>', 'sampled episodes per problem at temperature 1', Number, 0)
-    .option('--max-new-tokens <n>', 'new tokens per completion', Number, 48)
-    .option('--split-by <key>', "split episodes by this extraInfo key's values (e.g. used_tool)")
-    .option(
-      '--show <n>',
-      'print the first n greedy episodes token for token, generated parts in ⟪ ⟫',
-      Number,
-      0,
-    )
-    .option('--json', 'print the report as JSON');
-  cmd.parse(argv, { from: 'user' });
-  const o = cmd.opts<{
-    agentFunc: string;
-    prompts: number;
-    samples: number;
-    maxNewTokens: number;
-    splitBy?: string;
-    show: number;
-    json?: boolean;
-  }>();
-  for (const [flag, v, min] of [
-    ['--prompts', o.prompts, 1],
-    ['--samples', o.samples, 0],
-    ['--max-new-tokens', o.maxNewTokens, 1],
-  ] as const) {
-    if (!Number.isInteger(v) || v < min)
-      throw new Error(`eval_agent: ${flag} must be a whole number >= ${min}, got ${String(v)}`);
+  const { options: o, positionals } = evalAgentFlags.parse(argv);
+  if (positionals.length !== 1) {
+    throw new FlagError(
+      '<model-dir>',
+      'give one HF model directory, e.g. eval_agent ./ckpt/ppo --agent-func ./agent.ts',
+    );
   }
-  const r = await evalAgentModel(resolve(cmd.args[0]!), o.agentFunc, {
+  const modelDir = resolve(positionals[0]!);
+  const r = await evalAgentModel(modelDir, o.agentFunc!, {
     prompts: o.prompts,
     samples: o.samples,
     maxNewTokens: o.maxNewTokens,
@@ -271,16 +275,11 @@ export async function main(argv: string[]): Promise<void> {
   }
   for (const l of describe('greedy', r.greedy, o.splitBy)) console.log(l);
   if (o.show > 0) {
-    const tok = loadTokenizer(resolve(cmd.args[0]!));
+    const tok = loadTokenizer(modelDir);
     for (const e of r.greedy.episodes.slice(0, o.show))
       console.log(`episode ${e.index}, reward ${e.reward}: ${transcript(tok, e)}`);
   }
   if (r.sampled) for (const l of describe('sampled', r.sampled, o.splitBy)) console.log(l);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
-  main(process.argv.slice(2)).catch((e: unknown) => {
-    console.error(e instanceof Error ? e.message : e);
-    process.exit(1);
-  });
-}
+runIfMain(import.meta.url, 'eval_agent', main, () => evalAgentFlags.help());
