@@ -9,7 +9,7 @@
  *
  * @module
  */
-import type { ErrorCode, WireError } from './errors.ts';
+import type { WireError } from './errors.ts';
 import type { MessageOf, MessageType } from './protocol.ts';
 import {
   type Infer,
@@ -62,26 +62,10 @@ const pid = int({ max: 2 ** 31 });
 const resources = record(num({ min: 0, max: L.resourceMax }), L.resourceKeys);
 const env = record(str({ max: L.envValueChars }), L.envKeys);
 
-const errorCodes = new Set<string>([
-  'ACTOR_DIED',
-  'ACTOR_UNAVAILABLE',
-  'ACTOR_LOAD',
-  'TASK',
-  'INFEASIBLE',
-  'GET_TIMEOUT',
-  'OBJECT_LOST',
-  'OWNER_DIED',
-  'NAME_TAKEN',
-  'NOT_FOUND',
-  'PROTOCOL',
-  'AUTH',
-  'CONNECTION',
-  'PLACEMENT_GROUP',
-  'NOT_INITIALIZED',
-  'INVALID_ARGUMENT',
-] satisfies ErrorCode[]);
-
-/** An error in wire form: name, known code and message as strings (context is the sender's). */
+/**
+ * An error in wire form: name, code and message as strings (a user error keeps its own code;
+ * `fromWire` maps unknown runtime codes to `ProtocolError`), context the sender's.
+ */
 const wireError = custom<WireError>('an error (name, code, message)', (v) => {
   if (typeof v !== 'object' || v === null) return false;
   const e = v as Record<string, unknown>;
@@ -89,7 +73,6 @@ const wireError = custom<WireError>('an error (name, code, message)', (v) => {
     typeof e.name === 'string' &&
     typeof e.message === 'string' &&
     typeof e.code === 'string' &&
-    errorCodes.has(e.code) &&
     (e.stack === undefined || typeof e.stack === 'string') &&
     (e.context === undefined || (typeof e.context === 'object' && e.context !== null))
   );
