@@ -34,6 +34,8 @@ export default tseslint.config(
       ],
       // `catch {}` that swallows on purpose is common in cleanup paths; keep them allowed.
       'no-empty': ['error', { allowEmptyCatch: true }],
+      // A `let` that a callback reads before its one assignment cannot be a `const`.
+      'prefer-const': ['error', { ignoreReadBeforeAssign: true }],
       // Terminal output is matched for ANSI escapes on purpose.
       'no-control-regex': 'off',
       '@typescript-eslint/no-explicit-any': 'off',

@@ -10,6 +10,7 @@ import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, w
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { readEnv } from '../runtime/env.ts';
+import { runGatewayEvaluation } from './agent/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
 import { SimulatedEngine } from './agent/simulated-engine.ts';
@@ -108,7 +109,11 @@ export interface RolloutStats {
   busyMs: number;
 }
 
-/** Runs agent episodes on one engine. Call {@link Rollout.ready} once first. */
+/**
+ * Runs agent episodes on one engine. {@link Rollout.ready} loads it; every method that needs the
+ * engine loads it first too, so an incarnation the runtime restarted (a crash outside any call)
+ * serves its first call — often a weight push — instead of failing on a missing engine.
+ */
 export class Rollout {
   private engine!: InferenceEngine;
   private tokenizer!: AgentTokenizer;
@@ -208,6 +213,7 @@ export class Rollout {
 
   /** Runs one prompt's group of episodes. Contract errors (agent bugs) reject. */
   async runGroup(item: PromptItem): Promise<GroupResult> {
+    await this.ready();
     if (this.active++ === 0) this.busySince = performance.now();
     try {
       const g = await this.runner.runGroup(this.engine, this.sample(item));
@@ -227,8 +233,14 @@ export class Rollout {
     return Promise.all(items.map((it) => this.runGroup(it)));
   }
 
-  /** Greedy single-turn accuracy on held-out prompts, scored by the math reward. */
+  /**
+   * Greedy accuracy on held-out prompts: single-turn, scored by the math reward; for a black-box
+   * agent (`agent(sample, env)`), its own episode with greedy decoding, correct when it returns
+   * reward 1 (an episode that fails or runs past the timeout counts as wrong).
+   */
   async evaluate(items: PromptItem[]): Promise<{ correct: number; total: number }> {
+    await this.ready();
+    if (this.agent.kind === 'agent') return this.evaluateAgent(this.agent, items);
     const outs = await Promise.all(
       items.map(async (it) => {
         const s = this.sample(it);
@@ -242,32 +254,59 @@ export class Rollout {
     return { correct: outs.filter((x) => x === 1).length, total: items.length };
   }
 
+  private async evaluateAgent(
+    agent: Extract<Agent, { kind: 'agent' }>,
+    items: PromptItem[],
+  ): Promise<{ correct: number; total: number }> {
+    const timeoutMs = this.init.episodeTimeoutMs ?? 0;
+    const outs = await Promise.all(
+      items.map((it) =>
+        this.runner.slots.with(() => {
+          const signal = timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : new AbortController().signal;
+          const sample = { ...this.sample(it), nSamples: 1 };
+          const run = runGatewayEvaluation(sample, { file: agent.file, agent: agent.agent, gateway: this.gateway!, signal });
+          // A hung evaluation episode is abandoned at the timeout, as in training.
+          const timedOut = new Promise<Error>((resolve) => signal.addEventListener('abort', () => resolve(new Error('timeout'))));
+          return timeoutMs > 0 ? Promise.race([run, timedOut]) : run;
+        }),
+      ),
+    );
+    return { correct: outs.filter((x) => x === 1).length, total: items.length };
+  }
+
   /** Loads new weights; later tokens carry `version`. */
   async updateWeights(w: { version: number; tensors: NamedTensors }): Promise<void> {
+    await this.ready();
     await this.engine.updateWeights({ kind: 'tensors', tensors: w.tensors }, w.version);
   }
 
-  getVersion(): number {
+  async getVersion(): Promise<number> {
+    await this.ready();
     return this.engine.getVersion();
   }
 
-  pause(opts?: PauseOptions): Promise<void> {
+  async pause(opts?: PauseOptions): Promise<void> {
+    await this.ready();
     return this.engine.pause(opts);
   }
 
-  resume(): Promise<void> {
+  async resume(): Promise<void> {
+    await this.ready();
     return this.engine.resume();
   }
 
-  sleep(): Promise<void> {
+  async sleep(): Promise<void> {
+    await this.ready();
     return this.engine.sleep();
   }
 
-  wakeUp(): Promise<void> {
+  async wakeUp(): Promise<void> {
+    await this.ready();
     return this.engine.wakeUp();
   }
 
-  stats(): RolloutStats {
+  async stats(): Promise<RolloutStats> {
+    await this.ready();
     const busy = this.counters.busyMs + (this.active > 0 ? performance.now() - this.busySince : 0);
     return {
       version: this.engine.getVersion(),

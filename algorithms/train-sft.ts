@@ -15,7 +15,7 @@ import { join, resolve } from 'node:path';
 import { initBackend, tf } from '../actors/model/backend.ts';
 import { builtinTokenizerFiles, tinyMathConfig } from '../actors/model/builtin.ts';
 import { loadModel, saveModel } from '../actors/model/checkpoint.ts';
-import { resolveConfig } from '../actors/model/config.ts';
+import { resolveConfig, type SaveDtype } from '../actors/model/config.ts';
 import { CausalLM } from '../actors/model/llama.ts';
 import { seededRandom } from '../actors/model/sampling.ts';
 import { ChatTokenizer, type ChatMessage } from '../actors/model/tokenizer.ts';
@@ -42,6 +42,8 @@ export interface SftOptions {
   directFraction?: number;
   /** Where the final HF model directory goes. */
   savePath: string;
+  /** Tensor dtype of the saved model (checkpoints stay float32). @default 'float32' */
+  saveDtype?: SaveDtype;
   /** Checkpoint directory (weights + optimizer + step); resumed from when it exists. */
   ckptPath?: string;
   /** Save a checkpoint every this many steps. @default 100 */
@@ -92,14 +94,18 @@ interface Example {
   mask: number[];
 }
 
-/** Tokenises a conversation; the loss mask is 1 on assistant turns (including their end token). */
-export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[]): Example {
-  const ids = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: false }));
+/**
+ * Tokenises a conversation; the loss mask is 1 on assistant turns (including their end token).
+ * `tools` (OpenAI function-tool definitions) reach the chat template as `tools`, as at inference.
+ */
+export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[], tools?: unknown[]): Example {
+  const t = tools ? { tools } : {};
+  const ids = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: false, ...t }));
   const mask = new Array<number>(ids.length).fill(0);
   messages.forEach((m, i) => {
     if (m.role !== 'assistant') return;
-    const start = tok.encode(tok.applyChatTemplate(messages.slice(0, i), { addGenerationPrompt: true })).length;
-    const end = tok.encode(tok.applyChatTemplate(messages.slice(0, i + 1), { addGenerationPrompt: false })).length;
+    const start = tok.encode(tok.applyChatTemplate(messages.slice(0, i), { addGenerationPrompt: true, ...t })).length;
+    const end = tok.encode(tok.applyChatTemplate(messages.slice(0, i + 1), { addGenerationPrompt: false, ...t })).length;
     for (let t = start; t < Math.min(end, ids.length); t++) mask[t] = 1;
   });
   return { ids, mask };
@@ -107,9 +113,10 @@ export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[]):
 
 /**
  * The conversations `train_sft` trains on: a built-in dataset (with `directFraction` of its records
- * answered directly, chosen per record from `seed`) or a JSONL file.
+ * answered directly, chosen per record from `seed`) or a JSONL file (`{messages, tools?}` or
+ * `{prompt, response}` per line; messages may carry `tool_calls`, and `tool` turns are context).
  */
-export function sftConversations(dataset: string, size: number, directFraction = 0, seed = 42): { messages: ChatMessage[] }[] {
+export function sftConversations(dataset: string, size: number, directFraction = 0, seed = 42): { messages: ChatMessage[]; tools?: unknown[] }[] {
   if (!(directFraction >= 0 && directFraction <= 1)) throw new Error(`train_sft: --direct-fraction must be in [0, 1], got ${directFraction}`);
   const builtin = builtinDataset(dataset, { size });
   if (builtin) {
@@ -125,8 +132,9 @@ export function sftConversations(dataset: string, size: number, directFraction =
     .split('\n')
     .filter((l) => l.trim())
     .map((l, i) => {
-      const o = JSON.parse(l) as { messages?: ChatMessage[]; prompt?: string; response?: string };
-      if (o.messages) return { messages: o.messages };
+      const o = JSON.parse(l) as { messages?: ChatMessage[]; tools?: unknown; prompt?: string; response?: string };
+      if (o.tools !== undefined && !Array.isArray(o.tools)) throw new Error(`${dataset}:${i + 1}: 'tools' must be a list`);
+      if (o.messages) return { messages: o.messages, ...(o.tools ? { tools: o.tools as unknown[] } : {}) };
       if (typeof o.prompt === 'string' && typeof o.response === 'string') {
         return { messages: [{ role: 'user', content: o.prompt }, { role: 'assistant', content: o.response }] };
       }
@@ -180,7 +188,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   const maxLen = Math.min(o.maxLen ?? 160, model.config.max_position_embeddings);
   const dataset = o.dataset ?? 'arith';
   const examples = sftConversations(dataset, o.datasetSize ?? 20000, o.directFraction ?? 0, seed)
-    .map((r) => encodeConversation(tok, r.messages))
+    .map((r) => encodeConversation(tok, r.messages, r.tools))
     .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
   if (!examples.length) throw new Error('train_sft: no usable training examples');
   log(`train_sft: ${examples.length} examples from ${dataset}`);
@@ -276,6 +284,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   saveModel(o.savePath, model, {
     ...(tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain }),
     generationConfig: { eos_token_id: model.config.eos_token_id, pad_token_id: model.config.pad_token_id, do_sample: true, temperature: 1.0, max_new_tokens: 48 },
+    dtype: o.saveDtype,
   });
   const result: SftResult = { steps: trainer.stepCount, finalLoss: lastLoss, evalAccuracy, trainSeconds, tokensPerSecond: tokens / trainSeconds };
   writeFileSync(join(o.savePath, 'training_summary.json'), JSON.stringify({ ...result, options: { ...o, savePath: undefined, ckptPath: undefined, signal: undefined } }, null, 2) + '\n');
@@ -302,6 +311,12 @@ const sftFlags = flagParser<SftFlagOptions>(
       help: 'built-in only: fraction of records answered directly, without the worked equation',
     },
     { key: 'savePath', kind: 'string', help: 'output HF model directory', required: true },
+    {
+      key: 'saveDtype',
+      kind: 'string',
+      help: 'tensor dtype of the saved model',
+      choices: ['float32', 'bfloat16'],
+    },
     { key: 'ckptPath', kind: 'string', help: 'checkpoint directory (resumed from when present)' },
     { key: 'saveSteps', kind: 'int', help: 'checkpoint interval', min: 1 },
     { key: 'batchSize', kind: 'int', help: 'sequences per step', min: 1 },

@@ -36,3 +36,27 @@ export interface Trajectory {
   /** Free-form scalars the agent reports (logged as metrics). */
   info?: Record<string, number | string | boolean>;
 }
+
+/**
+ * The step's means of what agents report in `info` (a step function's or a black-box agent's
+ * `extraInfo`): each numeric or boolean key becomes `info_<key>`, averaged over the trajectories
+ * that carry it. Strings are not averaged.
+ *
+ * @example
+ * infoMetrics([{ info: { used_tool: 1 } }, { info: { used_tool: 0 } }])   // { info_used_tool: 0.5 }
+ */
+export function infoMetrics(trajectories: readonly Pick<Trajectory, 'info'>[]): Record<string, number> {
+  const sums = new Map<string, { sum: number; n: number }>();
+  for (const t of trajectories) {
+    for (const [k, v] of Object.entries(t.info ?? {})) {
+      if (typeof v === 'string') continue;
+      const x = typeof v === 'boolean' ? Number(v) : v;
+      if (!Number.isFinite(x)) continue;
+      const s = sums.get(k) ?? { sum: 0, n: 0 };
+      s.sum += x;
+      s.n++;
+      sums.set(k, s);
+    }
+  }
+  return Object.fromEntries([...sums].map(([k, s]) => [`info_${k}`, s.sum / s.n]));
+}

@@ -103,6 +103,7 @@ async function overhead(): Promise<Record<string, number>> {
   for (let i = 0; i < 30; i++) await one();
   const seq: number[] = [];
   for (let i = 0; i < n; i++) seq.push(await one());
+  const serverSeq = gw.overheadMs.slice(-n);
   const conc: number[] = [];
   const t0 = performance.now();
   await Promise.all(
@@ -111,6 +112,7 @@ async function overhead(): Promise<Record<string, number>> {
     }),
   );
   const concS = (performance.now() - t0) / 1000;
+  const serverConc = gw.overheadMs.slice(-conc.length);
   s.close();
   await gw.close();
   return {
@@ -119,6 +121,10 @@ async function overhead(): Promise<Record<string, number>> {
     conc16_p50_ms: percentile(conc, 50),
     conc16_p99_ms: percentile(conc, 99),
     conc16_completions_per_s: conc.length / concS,
+    server_seq_p50_ms: percentile(serverSeq, 50),
+    server_seq_p99_ms: percentile(serverSeq, 99),
+    server_conc16_p50_ms: percentile(serverConc, 50),
+    server_conc16_p99_ms: percentile(serverConc, 99),
   };
 }
 
@@ -161,7 +167,9 @@ async function episodesPerSecond(): Promise<Record<string, number>> {
       return mathReward(r.choices[0]!.message.content ?? '', sample.label);
     },
   };
-  const run = async (agent: Agent): Promise<{ eps: number; tokens: number }> => {
+  const run = async (
+    agent: Agent,
+  ): Promise<{ eps: number; tokens: number; prefills: number; steps: number }> => {
     const runner = new EpisodeRunner({
       agent,
       tokenizer,
@@ -170,19 +178,26 @@ async function episodesPerSecond(): Promise<Record<string, number>> {
       maxConcurrent: 32,
       gateway,
     });
+    const before = { ...engine.stats };
     const t0 = performance.now();
     const groups = await Promise.all(samples.map((s) => runner.runGroup(engine, s)));
     const s = (performance.now() - t0) / 1000;
     const tokens = groups
       .flatMap((g) => g.trajectories)
       .reduce((n, t) => n + t.lossMask.reduce((a, b) => a + b, 0), 0);
-    return { eps: samples.length / s, tokens: tokens / samples.length };
+    return {
+      eps: samples.length / s,
+      tokens: tokens / samples.length,
+      prefills: engine.stats.prefills - before.prefills,
+      steps: engine.stats.decodeSteps - before.decodeSteps,
+    };
   };
   await run(stepAgent);
   await run(gatewayAgent);
   const step: number[] = [];
   const agent: number[] = [];
   const tok: { step: number[]; agent: number[] } = { step: [], agent: [] };
+  const calls: { step: number[][]; agent: number[][] } = { step: [], agent: [] };
   for (let round = 0; round < (quick ? 2 : 5); round++) {
     const a = await run(stepAgent);
     const b = await run(gatewayAgent);
@@ -190,7 +205,10 @@ async function episodesPerSecond(): Promise<Record<string, number>> {
     agent.push(b.eps);
     tok.step.push(a.tokens);
     tok.agent.push(b.tokens);
+    calls.step.push([a.prefills, a.steps]);
+    calls.agent.push([b.prefills, b.steps]);
   }
+  const server = [...gateway.overheadMs];
   await gateway.close();
   await engine.close();
   const med = (xs: number[]) => percentile(xs, 50);
@@ -200,6 +218,12 @@ async function episodesPerSecond(): Promise<Record<string, number>> {
     ratio: med(agent.map((x, i) => x / step[i]!)),
     step_tokens_per_episode: med(tok.step),
     gateway_tokens_per_episode: med(tok.agent),
+    step_prefills: med(calls.step.map((x) => x[0]!)),
+    gateway_prefills: med(calls.agent.map((x) => x[0]!)),
+    step_decode_steps: med(calls.step.map((x) => x[1]!)),
+    gateway_decode_steps: med(calls.agent.map((x) => x[1]!)),
+    server_p50_ms: percentile(server, 50),
+    server_p99_ms: percentile(server, 99),
   };
 }
 
@@ -207,19 +231,34 @@ const load = loadavg()[0]!;
 const o = await overhead();
 const e = await episodesPerSecond();
 const loadAfter = loadavg()[0]!;
+const ms = (a: number | undefined, b: number | undefined) =>
+  `${a!.toFixed(2)} / ${b!.toFixed(2)} ms`;
 const rows: [string, string][] = [
   [
-    'overhead per completion, sequential, p50 / p99',
-    `${o.seq_p50_ms!.toFixed(2)} / ${o.seq_p99_ms!.toFixed(2)} ms`,
+    'gateway time per completion (server side, less the engine), sequential, p50 / p99',
+    ms(o.server_seq_p50_ms, o.server_seq_p99_ms),
   ],
   [
-    'overhead per completion, 16 clients, p50 / p99',
-    `${o.conc16_p50_ms!.toFixed(2)} / ${o.conc16_p99_ms!.toFixed(2)} ms`,
+    'gateway time per completion, 16 clients, p50 / p99',
+    ms(o.server_conc16_p50_ms, o.server_conc16_p99_ms),
   ],
+  [
+    'round trip through the openai client (instant engine), sequential, p50 / p99',
+    ms(o.seq_p50_ms, o.seq_p99_ms),
+  ],
+  ['round trip, 16 clients, p50 / p99', ms(o.conc16_p50_ms, o.conc16_p99_ms)],
   ['completions/s through the gateway, 16 clients', o.conc16_completions_per_s!.toFixed(0)],
   ['episodes/s, step function (builtin engine, 32 at once)', e.step_episodes_per_s!.toFixed(1)],
   ['episodes/s, gateway agent (openai client), same engine', e.gateway_episodes_per_s!.toFixed(1)],
   ['gateway / step function (median of interleaved rounds)', `${(e.ratio! * 100).toFixed(0)}%`],
+  [
+    'gateway time per completion in those episodes (server side, less the engine), p50 / p99',
+    ms(e.server_p50_ms, e.server_p99_ms),
+  ],
+  [
+    `engine prefill calls / decode steps per ${quick ? 32 : 64} episodes, step vs gateway`,
+    `${e.step_prefills} / ${e.step_decode_steps} vs ${e.gateway_prefills} / ${e.gateway_decode_steps}`,
+  ],
   [
     'generated tokens per episode, step / gateway',
     `${e.step_tokens_per_episode!.toFixed(1)} / ${e.gateway_tokens_per_episode!.toFixed(1)}`,

@@ -63,6 +63,13 @@ export interface InitOptions {
   taskPoolSize?: number;
   /** How long an object stays after being sent to another process. @default 30000 */
   objectTransferHoldMs?: number;
+  /**
+   * How long to keep reconnecting to a head that went away (a restart on the same session): the
+   * driver resumes its client id and keeps its actors; calls that need the head wait meanwhile.
+   * 0 gives up at once (its actors are then killed as `owner-died`).
+   * @default RTJOB_HEAD_RECONNECT_MS, else 60000
+   */
+  headReconnectMs?: number;
 }
 
 /** What `init` connected to. */
@@ -130,8 +137,8 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
     kind: 'driver',
     jobId: opts.jobId ?? readEnv('RTJOB_JOB_ID'),
     objectTransferHoldMs: opts.objectTransferHoldMs,
-    // Set for job drivers by a head that can restart: the driver keeps its actors across it.
-    reconnectMs: readEnv('RTJOB_HEAD_RECONNECT_MS') ?? 0,
+    // A driver reconnects to a head that restarts, and keeps its actors across it.
+    reconnectMs: opts.headReconnectMs ?? readEnv('RTJOB_HEAD_RECONNECT_MS'),
   }).catch(async (e) => {
     await closeCluster?.();
     throw e;
@@ -217,7 +224,7 @@ function createActor(spec: ActorSpecWire, o: ActorOptions, args: unknown[]): Act
   const options = resolveOptions(o, d.env, d.rt.jobId ?? readEnv('RTJOB_JOB_ID'));
   const actorId = `actor_${d.rt.newId()}`;
   const ctorArgs = pack(args);
-  const created = d.rt.head.request({ type: 'createActor', actorId, spec, options, ctorArgs });
+  const created = d.rt.headOnce({ type: 'createActor', actorId, spec, options, ctorArgs });
   created.catch(() => {}); // surfaced by the first call or actorReady()
   const client = d.rt.actor(actorId, created, options.maxTaskRetries);
   return makeHandle(new ActorHandleCore(actorId, options.maxTaskRetries), (m, a, co) =>
@@ -281,7 +288,7 @@ export interface GetOptions {
 export function get<T>(ref: ObjectRef<T>, opts?: GetOptions): Promise<T>;
 export function get<const T extends readonly ObjectRef<unknown>[]>(refs: T, opts?: GetOptions): Promise<Values<T>>;
 export function get(refs: ObjectRef<unknown> | readonly ObjectRef<unknown>[], opts: GetOptions = {}): Promise<unknown> {
-  const all = Array.isArray(refs) ? Promise.all(refs as ObjectRef<unknown>[]) : Promise.resolve(refs as ObjectRef<unknown>);
+  const all = Array.isArray(refs) ? Promise.all(refs as ObjectRef<unknown>[]) : valueOf(refs as ObjectRef<unknown>);
   if (opts.timeoutMs === undefined) return all;
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new GetTimeoutError(`get timed out after ${opts.timeoutMs} ms`)), opts.timeoutMs);
@@ -296,6 +303,23 @@ export function get(refs: ObjectRef<unknown> | readonly ObjectRef<unknown>[], op
       },
     );
   });
+}
+
+/**
+ * One ref's value as a single promise (the sync call path: `Promise.resolve(ref)` would add a
+ * thenable job and two more promises per call).
+ */
+function valueOf(ref: ObjectRef<unknown>): Promise<unknown> {
+  if (!(ref instanceof ObjectRef)) return Promise.resolve(ref);
+  return new Promise((resolve, reject) =>
+    ref._onSettled((r) => {
+      try {
+        resolve(r._take());
+      } catch (e) {
+        reject(e);
+      }
+    }),
+  );
 }
 
 /** Stores a value in this process (its owner) and returns a ref other processes can fetch. */
@@ -346,13 +370,13 @@ export function wait<T>(refs: readonly ObjectRef<T>[], opts: WaitOptions = {}): 
 
 /** Kills an actor. With `noRestart: false` it restarts if its `maxRestarts` allows. */
 export async function kill(handle: ActorHandle<unknown>, opts: { noRestart?: boolean } = {}): Promise<void> {
-  await state().rt.head.request({ type: 'killActor', actorId: handle[kActorId], noRestart: opts.noRestart ?? true });
+  await state().rt.headOnce({ type: 'killActor', actorId: handle[kActorId], noRestart: opts.noRestart ?? true });
 }
 
 /** A handle to the live actor registered under `name`. */
 export async function getActor<C extends ActorConstructor>(name: string): Promise<ActorHandle<InstanceType<C>>> {
   const d = state();
-  const info = await d.rt.head.request({ type: 'getActorByName', name });
+  const info = await d.rt.headRequest({ type: 'getActorByName', name });
   const client = d.rt.actor(info.actorId, undefined, info.options.maxTaskRetries);
   return makeHandle<InstanceType<C>>(new ActorHandleCore(info.actorId, info.options.maxTaskRetries), (m, a, co) =>
     client.call(m, a, co?.maxTaskRetries),
@@ -376,12 +400,12 @@ export function release(ref: ObjectRef<unknown>): void {
 
 /** Nodes known to the head. */
 export function listNodes(): Promise<NodeInfo[]> {
-  return state().rt.head.request({ type: 'listNodes' });
+  return state().rt.headRequest({ type: 'listNodes' });
 }
 
 /** Actors known to the head. */
 export function listActors(): Promise<ActorInfo[]> {
-  return state().rt.head.request({ type: 'listActors' });
+  return state().rt.headRequest({ type: 'listActors' });
 }
 
 /** A reserved set of resource bundles. */
@@ -400,7 +424,7 @@ export interface PlacementGroup {
 export function placementGroup(bundles: ResourceMap[], opts: PlacementGroupOptions = {}): PlacementGroup {
   const d = state();
   const pgId = `pg_${d.rt.newId()}`;
-  const created = d.rt.head.request({
+  const created = d.rt.headOnce({
     type: 'createPlacementGroup',
     pgId,
     bundles,
@@ -413,11 +437,11 @@ export function placementGroup(bundles: ResourceMap[], opts: PlacementGroupOptio
     id: pgId,
     ready: async () => {
       await created;
-      await d.rt.head.request({ type: 'waitPlacementGroup', pgId });
+      await d.rt.headRequest({ type: 'waitPlacementGroup', pgId });
     },
     remove: async () => {
       await created.catch(() => {});
-      await d.rt.head.request({ type: 'removePlacementGroup', pgId });
+      await d.rt.headOnce({ type: 'removePlacementGroup', pgId });
     },
   };
 }

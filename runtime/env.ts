@@ -123,6 +123,8 @@ export const envVars = {
   RTJOB_SESSION_DIR: v(text, "the head's session dir (logs, SQLite, packages)", true),
   RTJOB_HEAD_ADDRESS: v(text, 'head WebSocket address a worker connects to', true),
   RTJOB_WORKER_HOST: v(text, "interface a worker's own endpoint binds to", true),
+  RTJOB_OBJECT_SHM: v(flag, '`0`: objects never go through `/dev/shm` between local processes'),
+  RTJOB_SERVE_API_KEY: v(text, 'API key `rtjob serve` requires of its clients (or `--api-key`)'),
   ASYNC_NUM_TASKS: v(int(1), 'agent episodes at once per engine (`--async-num-tasks`)'),
   ASYNC_QUEUE_SIZE: v(int(1), 'batches waiting between rollout and trainer (`--async-queue-size`)'),
 } as const satisfies Record<string, EnvVar<unknown>>;

@@ -25,7 +25,8 @@ export type ErrorCode =
   | 'CONNECTION'
   | 'PLACEMENT_GROUP'
   | 'NOT_INITIALIZED'
-  | 'INVALID_ARGUMENT';
+  | 'INVALID_ARGUMENT'
+  | 'COLLECTIVE';
 
 /** Who and where, attached to an error so the reader knows which actor or node failed. */
 export interface ErrorContext {
@@ -221,6 +222,18 @@ export class InvalidArgumentError extends RtjobError<'INVALID_ARGUMENT'> {
   }
 }
 
+/**
+ * A collective operation (all-reduce, broadcast, barrier) or joining its group failed: a member
+ * died or left (`reason: 'member-left'`), the operation ran past its timeout (`'timeout'`), the
+ * members called different operations or sizes (`'mismatch'`), or the group was destroyed
+ * (`'destroyed'`). A group that failed once stays failed: every later call rejects at once.
+ */
+export class CollectiveError extends RtjobError<'COLLECTIVE'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
+    super('COLLECTIVE', message, opts);
+  }
+}
+
 type Ctor = new (message: string, opts?: RtjobErrorOptions) => RtjobError;
 const byCode: Record<Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>, Ctor> = {
   ACTOR_DIED: ActorDiedError,
@@ -237,10 +250,11 @@ const byCode: Record<Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>, Ctor> = {
   CONNECTION: ConnectionError,
   PLACEMENT_GROUP: PlacementGroupError,
   INVALID_ARGUMENT: InvalidArgumentError,
+  COLLECTIVE: CollectiveError,
 };
 
 /** True when `code` names one of the runtime's own error classes. */
-function isRuntimeCode(code: string): code is ErrorCode {
+export function isRuntimeErrorCode(code: string): code is ErrorCode {
   return code in byCode || code === 'TASK' || code === 'NOT_INITIALIZED';
 }
 
@@ -253,7 +267,7 @@ export function isRtjobError<C extends string = string>(e: unknown, code?: C): e
   const c = (e as { code?: unknown }).code;
   if (typeof c !== 'string') return false;
   if (code !== undefined) return c === code;
-  return e instanceof RtjobError || isRuntimeCode(c);
+  return e instanceof RtjobError || isRuntimeErrorCode(c);
 }
 
 /** Own data fields of a thrown error, without the ones every error has. */
@@ -288,7 +302,7 @@ export function toTaskError(e: unknown, context: ErrorContext): TaskError {
 
 /** True for an error the runtime itself raised (not one user code threw). */
 export function isRuntimeError(e: unknown): e is RtjobError<ErrorCode> {
-  return e instanceof RtjobError && !(e instanceof TaskError) && isRuntimeCode(e.code);
+  return e instanceof RtjobError && !(e instanceof TaskError) && isRuntimeErrorCode(e.code);
 }
 
 /**
@@ -346,7 +360,7 @@ export function fromWire(w: WireError, extra?: ErrorContext): RtjobError {
     remoteStack: w.stack,
     cause: w.cause ? fromWire(w.cause) : undefined,
   };
-  if (w.task || w.code === 'TASK' || !isRuntimeCode(w.code)) {
+  if (w.task || w.code === 'TASK' || !isRuntimeErrorCode(w.code)) {
     return new TaskError(w.name, w.message, {
       ...opts,
       code: w.code,

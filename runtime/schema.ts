@@ -18,8 +18,28 @@
  * @module
  */
 
+/** What a schema accepts, as data: lets tests generate valid and broken instances (fuzzing). */
+export type SchemaSpec =
+  | { readonly kind: 'any' | 'bool' }
+  | { readonly kind: 'str'; readonly min: number; readonly max: number; readonly pattern?: RegExp }
+  | { readonly kind: 'num' | 'int'; readonly min: number; readonly max: number }
+  | { readonly kind: 'bytes'; readonly max: number }
+  | { readonly kind: 'lit'; readonly values: readonly unknown[] }
+  | { readonly kind: 'opt' | 'nullable'; readonly of: Schema<unknown> }
+  | {
+      readonly kind: 'arr';
+      readonly of: Schema<unknown>;
+      readonly min: number;
+      readonly max: number;
+    }
+  | { readonly kind: 'record'; readonly of: Schema<unknown>; readonly maxKeys: number }
+  | { readonly kind: 'obj'; readonly shape: Readonly<Record<string, Schema<unknown>>> }
+  | { readonly kind: 'oneOf'; readonly options: readonly Schema<unknown>[] }
+  | { readonly kind: 'custom'; readonly what: string };
+
 /** A check for values of type `T`. */
 export interface Schema<T> {
+  readonly spec: SchemaSpec;
   /** Why `v` is not a `T` (prefixed with `path`), or `undefined` when it is. */
   check(v: unknown, path: string): string | undefined;
   /** Phantom: the accepted type, for `Infer`. */
@@ -43,7 +63,7 @@ const at = (path: string, why: string) => `${path}: ${why}`;
 
 /** Any value (payloads the receiver interprets itself: call arguments, reply values). */
 export function any(): Schema<unknown> {
-  return { check: () => undefined };
+  return { spec: { kind: 'any' }, check: () => undefined };
 }
 
 /** A string of at most `max` characters (default 1024), optionally matching `pattern`. */
@@ -51,6 +71,7 @@ export function str(o: { max?: number; min?: number; pattern?: RegExp } = {}): S
   const max = o.max ?? 1024;
   const min = o.min ?? 0;
   return {
+    spec: { kind: 'str', min, max, pattern: o.pattern },
     check(v, path) {
       if (typeof v !== 'string') return at(path, `expected a string, got ${kind(v)}`);
       if (v.length > max) return at(path, `longer than ${max} characters`);
@@ -66,6 +87,7 @@ export function num(o: { min?: number; max?: number } = {}): Schema<number> {
   const min = o.min ?? -Number.MAX_VALUE;
   const max = o.max ?? Number.MAX_VALUE;
   return {
+    spec: { kind: 'num', min, max },
     check(v, path) {
       if (typeof v !== 'number' || !Number.isFinite(v))
         return at(path, `expected a finite number, got ${kind(v)}`);
@@ -81,6 +103,7 @@ export function int(o: { min?: number; max?: number } = {}): Schema<number> {
   const min = o.min ?? 0;
   const max = o.max ?? Number.MAX_SAFE_INTEGER;
   return {
+    spec: { kind: 'int', min, max },
     check(v, path) {
       if (typeof v !== 'number' || !Number.isInteger(v))
         return at(path, `expected an integer, got ${kind(v)}`);
@@ -93,6 +116,7 @@ export function int(o: { min?: number; max?: number } = {}): Schema<number> {
 
 export function bool(): Schema<boolean> {
   return {
+    spec: { kind: 'bool' },
     check: (v, path) =>
       typeof v === 'boolean' ? undefined : at(path, `expected a boolean, got ${kind(v)}`),
   };
@@ -101,6 +125,7 @@ export function bool(): Schema<boolean> {
 /** Bytes (`Uint8Array` or `Buffer`) of at most `max` bytes. */
 export function bytes(max: number): Schema<Uint8Array> {
   return {
+    spec: { kind: 'bytes', max },
     check(v, path) {
       if (!(v instanceof Uint8Array)) return at(path, `expected bytes, got ${kind(v)}`);
       if (v.byteLength > max) return at(path, `more than ${max} bytes`);
@@ -115,22 +140,33 @@ export function lit<const T extends readonly (string | number | boolean | null)[
 ): Schema<T[number]> {
   const set = new Set<unknown>(values);
   const list = values.map((x) => JSON.stringify(x)).join(' | ');
-  return { check: (v, path) => (set.has(v) ? undefined : at(path, `expected ${list}`)) };
+  return {
+    spec: { kind: 'lit', values },
+    check: (v, path) => (set.has(v) ? undefined : at(path, `expected ${list}`)),
+  };
 }
 
 /** `s`, or the key may be absent (`undefined`). */
 export function opt<T>(s: Schema<T>): Schema<T | undefined> & { readonly optional: true } {
-  return { optional: true, check: (v, path) => (v === undefined ? undefined : s.check(v, path)) };
+  return {
+    spec: { kind: 'opt', of: s },
+    optional: true,
+    check: (v, path) => (v === undefined ? undefined : s.check(v, path)),
+  };
 }
 
 /** `s` or `null`. */
 export function nullable<T>(s: Schema<T>): Schema<T | null> {
-  return { check: (v, path) => (v === null ? undefined : s.check(v, path)) };
+  return {
+    spec: { kind: 'nullable', of: s },
+    check: (v, path) => (v === null ? undefined : s.check(v, path)),
+  };
 }
 
 /** An array of at most `max` items, each a `T`. */
 export function arr<T>(item: Schema<T>, max: number, min = 0): Schema<T[]> {
   return {
+    spec: { kind: 'arr', of: item, min, max },
     check(v, path) {
       if (!Array.isArray(v)) return at(path, `expected an array, got ${kind(v)}`);
       if (v.length > max) return at(path, `more than ${max} items`);
@@ -155,6 +191,7 @@ export function record<T>(
   keyMax = 256,
 ): Schema<Record<string, T>> {
   return {
+    spec: { kind: 'record', of: value, maxKeys },
     check(v, path) {
       if (!isPlainObject(v)) return at(path, `expected an object, got ${kind(v)}`);
       let n = 0;
@@ -186,6 +223,7 @@ export function obj<S extends Shape>(shape: S): Schema<ObjOf<S>> & { readonly sh
   const entries = Object.entries(shape);
   return {
     shape,
+    spec: { kind: 'obj', shape },
     check(v, path) {
       if (!isPlainObject(v)) return at(path, `expected an object, got ${kind(v)}`);
       for (let i = 0; i < entries.length; i++) {
@@ -203,6 +241,7 @@ export function oneOf<const S extends readonly Schema<unknown>[]>(
   ...options: S
 ): Schema<Infer<S[number]>> {
   return {
+    spec: { kind: 'oneOf', options },
     check(v, path) {
       let last: string | undefined;
       for (const s of options) {
@@ -219,7 +258,10 @@ export function oneOf<const S extends readonly Schema<unknown>[]>(
  * the caller vouches that `test` admits only `T`s.
  */
 export function custom<T>(what: string, test: (v: unknown) => boolean): Schema<T> {
-  return { check: (v, path) => (test(v) ? undefined : at(path, `expected ${what}`)) };
+  return {
+    spec: { kind: 'custom', what },
+    check: (v, path) => (test(v) ? undefined : at(path, `expected ${what}`)),
+  };
 }
 
 /**

@@ -4,6 +4,10 @@
  * split into fragments that interleave with other traffic. A peer that sends something malformed,
  * oversized or unexpected has its connection closed with a logged reason; the process carries on.
  *
+ * Over 500 lines on purpose: one concept (a connection's framing, requests, heartbeats and
+ * flow control) and the two ways to open one, which share its options. Reassembly of fragments
+ * is in `fragments.ts`, message checks in `wire-schemas.ts`.
+ *
  * @module
  */
 import { timingSafeEqual } from 'node:crypto';
@@ -23,6 +27,7 @@ import {
   unpack,
   unpackFrame,
 } from './protocol.ts';
+import { Reassembly } from './fragments.ts';
 import { invalidFields } from './wire-schemas.ts';
 
 const log = logger('transport');
@@ -91,6 +96,16 @@ function unrefSocket(ws: WebSocket): void {
 /** Called for every message that is not a reply or fragment; a returned value answers `rid`. */
 export type Handler = (msg: Message, conn: Connection) => unknown;
 
+/** Per-request options. */
+export interface RequestOptions {
+  /**
+   * On a connection that does not hold the process, whether this outstanding request does
+   * (false for long polls that watch something, so they never keep a finished driver alive).
+   * @default true
+   */
+  holdProcess?: boolean;
+}
+
 /** How a reply is delivered: `(undefined, value)` or `(error)`. */
 export type ReplyCallback = (err: Error | undefined, value?: unknown) => void;
 
@@ -99,35 +114,12 @@ interface OutgoingLarge {
   bytes: Buffer;
   offset: number;
 }
-interface Assembly {
-  chunks: Buffer[];
-  total: number;
-  received: number;
-}
-
 const maxFragmentsInFlight = 4;
 /** Large messages one connection sends interleaved; the rest wait their turn. */
 const maxConcurrentLarge = 16;
-/** Fragmented messages one connection may be receiving at once (a sender interleaves 16). */
-const maxAssemblies = 64;
-
-/**
- * Bytes of partly received fragmented messages across every connection of this process, and the
- * most it may hold: a connection whose fragment would go over is closed.
- */
-let processBytesInFlight = 0;
-let processBudgetBytes = 4 * 1024 * 1024 * 1024;
-
-/** Sets the process-wide budget for partly received messages (default 4 GiB). */
-export function setProcessFragmentBudget(bytes: number): void {
-  processBudgetBytes = bytes;
-}
-
-/** Bytes of partly received fragmented messages this process holds now. */
-export function fragmentBytesInFlight(): number {
-  return processBytesInFlight;
-}
 let nextConnId = 1;
+
+export { fragmentBytesInFlight, setProcessFragmentBudget } from './fragments.ts';
 
 /** One authenticated connection, either side. */
 export class Connection {
@@ -149,8 +141,7 @@ export class Connection {
   private fragmentsInFlight = 0;
   private nextFid = 1;
   private flushScheduled = false;
-  private readonly assemblies = new Map<number, Assembly>();
-  private bytesInFlight = 0;
+  private readonly reassembly: Reassembly;
   /** Whether the peer may send fragments yet (a head allows them once the peer registered). */
   private fragmentsAllowed: boolean;
   private lastSeenMs = Date.now();
@@ -168,6 +159,7 @@ export class Connection {
     fragmentsAllowed = true,
   ) {
     this.fragmentsAllowed = fragmentsAllowed;
+    this.reassembly = new Reassembly(opts.maxMessageBytes, opts.maxBytesInFlight);
     this.ws = ws;
     this.opts = opts;
     this.label = label;
@@ -223,9 +215,9 @@ export class Connection {
    * Sends a request and resolves with the reply's value (rejects with the remote error); the
    * value's type is the one `Replies` gives the request's `type`.
    */
-  request<B extends AnyRequestBody>(body: B): Promise<ReplyOf<B['type']>> {
+  request<B extends AnyRequestBody>(body: B, opts?: RequestOptions): Promise<ReplyOf<B['type']>> {
     return new Promise((resolve, reject) =>
-      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as ReplyOf<B['type']>))),
+      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as ReplyOf<B['type']>)), opts),
     );
   }
 
@@ -234,14 +226,14 @@ export class Connection {
    * of actor calls. `cb` is called exactly once, possibly synchronously when the connection is
    * already closed or the body cannot be packed.
    */
-  requestCb(body: AnyRequestBody, cb: ReplyCallback): void {
+  requestCb(body: AnyRequestBody, cb: ReplyCallback, opts?: RequestOptions): void {
     if (this.closed) {
       cb(new ConnectionError(`connection to ${this.label} is closed: ${this.closeReason}`));
       return;
     }
     const rid = this.nextRid++;
     let done = cb;
-    if (!this.opts.holdProcess) {
+    if (!this.opts.holdProcess && opts?.holdProcess !== false) {
       holdOpen(1);
       done = (err, value) => {
         holdOpen(-1);
@@ -303,7 +295,7 @@ export class Connection {
     this.small = [];
     this.large = [];
     this.largeWaiting = [];
-    this.dropAssemblies();
+    this.reassembly.clear();
     const err = new ConnectionError(`connection to ${this.label} closed: ${this.closeReason}`);
     const pending = [...this.pending.values()];
     this.pending.clear();
@@ -440,39 +432,12 @@ export class Connection {
 
   private onFragment(f: Fragment): void {
     if (!this.fragmentsAllowed) return this.close('fragment before registering', 1008);
-    if (f.total > this.opts.maxMessageBytes || f.offset + f.data.length > f.total) {
-      return this.close('malformed fragment', 1008);
-    }
-    let a = this.assemblies.get(f.fid);
-    if (!a) {
-      if (f.offset !== 0) return this.close('fragment out of order', 1008);
-      if (this.assemblies.size >= maxAssemblies) {
-        return this.close(`more than ${maxAssemblies} fragmented messages at once`, 1008);
-      }
-      a = { chunks: [], total: f.total, received: 0 };
-      this.assemblies.set(f.fid, a);
-    } else if (a.total !== f.total || f.offset !== a.received) {
-      return this.close('fragment does not continue its message', 1008);
-    }
-    // Memory is taken for what arrived, never for what a header declares.
-    const n = f.data.length;
-    if (this.bytesInFlight + n > this.opts.maxBytesInFlight) {
-      return this.close(`fragments in flight over this connection's ${this.opts.maxBytesInFlight} bytes`, 1008);
-    }
-    if (processBytesInFlight + n > processBudgetBytes) {
-      return this.close(`fragments in flight over this process's ${processBudgetBytes} bytes`, 1008);
-    }
-    this.bytesInFlight += n;
-    processBytesInFlight += n;
-    a.chunks.push(Buffer.from(f.data.buffer, f.data.byteOffset, n));
-    a.received += n;
-    if (a.received < a.total) return;
-    this.assemblies.delete(f.fid);
-    this.bytesInFlight -= a.received;
-    processBytesInFlight -= a.received;
+    const out = this.reassembly.accept(f);
+    if (out === undefined) return;
+    if ('error' in out) return this.close(out.error, 1008);
     let inner: unknown;
     try {
-      inner = unpack(a.chunks.length === 1 ? a.chunks[0]! : Buffer.concat(a.chunks, a.total));
+      inner = unpack(out.done);
     } catch (e) {
       return this.close(`malformed fragmented message: ${(e as Error).message}`, 1007);
     }
@@ -480,12 +445,6 @@ export class Connection {
       return this.close('nested fragment', 1008);
     }
     this.dispatch(inner);
-  }
-
-  private dropAssemblies(): void {
-    processBytesInFlight -= this.bytesInFlight;
-    this.bytesInFlight = 0;
-    this.assemblies.clear();
   }
 }
 
@@ -626,6 +585,9 @@ export function connect(address: string, options: ConnectOptions): Promise<Conne
     maxPayload: opts.maxFrameBytes,
     perMessageDeflate: false,
     skipUTF8Validation: true,
+    // A zero mask lets ws send client frames without a masked copy of every byte. Masking guards
+    // browsers' intermediaries against cache poisoning; these peers are authenticated processes.
+    generateMask: zeroMask,
   });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -652,6 +614,10 @@ export function connect(address: string, options: ConnectOptions): Promise<Conne
       resolve(new Connection(ws, handler, options.accepts, opts, address));
     });
   });
+}
+
+function zeroMask(mask: Buffer): void {
+  mask.fill(0);
 }
 
 function stripUndefined<T extends object>(o: T): Partial<T> {

@@ -9,7 +9,7 @@
  *
  * @module
  */
-import type { ErrorCode, WireError } from './errors.ts';
+import { isRuntimeErrorCode, type WireError } from './errors.ts';
 import type { MessageOf, MessageType } from './protocol.ts';
 import {
   type Infer,
@@ -62,26 +62,10 @@ const pid = int({ max: 2 ** 31 });
 const resources = record(num({ min: 0, max: L.resourceMax }), L.resourceKeys);
 const env = record(str({ max: L.envValueChars }), L.envKeys);
 
-const errorCodes = new Set<string>([
-  'ACTOR_DIED',
-  'ACTOR_UNAVAILABLE',
-  'ACTOR_LOAD',
-  'TASK',
-  'INFEASIBLE',
-  'GET_TIMEOUT',
-  'OBJECT_LOST',
-  'OWNER_DIED',
-  'NAME_TAKEN',
-  'NOT_FOUND',
-  'PROTOCOL',
-  'AUTH',
-  'CONNECTION',
-  'PLACEMENT_GROUP',
-  'NOT_INITIALIZED',
-  'INVALID_ARGUMENT',
-] satisfies ErrorCode[]);
-
-/** An error in wire form: name, known code and message as strings (context is the sender's). */
+/**
+ * An error in wire form: name, code and message as strings (context is the sender's). A runtime
+ * error's code is one of the runtime's; a user error (`task`) may carry its own code and fields.
+ */
 const wireError = custom<WireError>('an error (name, code, message)', (v) => {
   if (typeof v !== 'object' || v === null) return false;
   const e = v as Record<string, unknown>;
@@ -89,14 +73,16 @@ const wireError = custom<WireError>('an error (name, code, message)', (v) => {
     typeof e.name === 'string' &&
     typeof e.message === 'string' &&
     typeof e.code === 'string' &&
-    errorCodes.has(e.code) &&
+    (e.task === true ? e.code.length <= L.nameChars : isRuntimeErrorCode(e.code)) &&
+    (e.task === undefined || e.task === true) &&
     (e.stack === undefined || typeof e.stack === 'string') &&
-    (e.context === undefined || (typeof e.context === 'object' && e.context !== null))
+    (e.context === undefined || (typeof e.context === 'object' && e.context !== null)) &&
+    (e.fields === undefined || (typeof e.fields === 'object' && e.fields !== null))
   );
 });
 
 const spec = obj({
-  moduleUrl: str({ max: L.pathChars, min: 1 }),
+  moduleUrl: str({ max: L.pathChars }),
   exportName: str({ max: L.nameChars }),
   kind: lit('actor', 'tasks'),
 });
@@ -107,7 +93,7 @@ const schedulingStrategy = oneOf(
 );
 
 const actorOptions = obj({
-  name: opt(str({ max: L.nameChars, min: 1 })),
+  name: opt(str({ max: L.nameChars })),
   resources,
   detached: bool(),
   maxRestarts: int({ min: -1, max: 2 ** 31 }),
@@ -175,6 +161,7 @@ export const messageSchemas = {
     address: str({ max: L.nameChars, min: 1 }),
     pid,
   }),
+  renewLease: obj({ type: lit('renewLease'), rid, actorId: id, incarnation }),
   actorLoadFailed: obj({
     type: lit('actorLoadFailed'),
     rid,
@@ -237,10 +224,11 @@ export const messageSchemas = {
     method: str({ max: L.nameChars }),
     args: arr(any(), L.callArgs),
   }),
-  fetch: obj({ type: lit('fetch'), rid, objectId: id }),
+  fetch: obj({ type: lit('fetch'), rid, objectId: id, inline: opt(bool()) }),
   borrow: obj({ type: lit('borrow'), rid, objectId: id }),
   unborrow: obj({ type: lit('unborrow'), objectId: id }),
-  ping: obj({ type: lit('ping'), rid }),
+  hello: obj({ type: lit('hello'), machine: str({ max: L.pathChars }) }),
+  ping: obj({ type: lit('ping'), rid, actorId: opt(id), incarnation: opt(incarnation) }),
 } satisfies { [T in MessageType]: Schema<unknown> };
 
 type Schemas = typeof messageSchemas;

@@ -63,6 +63,34 @@ export async function runGatewayEpisode(
   }
 }
 
+/**
+ * Runs the agent on `sample` with greedy decoding and records nothing for training; resolves to
+ * its reward, or to an error if the episode threw, timed out or returned a malformed value
+ * (held-out evaluation: an episode that fails counts as wrong).
+ */
+export async function runGatewayEvaluation(
+  sample: Sample,
+  o: Omit<GatewayEpisodeOptions, 'turnDiscount'>,
+): Promise<number | Error> {
+  const s = o.gateway.openSession({ fixedSampling: { temperature: 0, topP: 1 } });
+  const onAbort = (): void => s.close();
+  o.signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    const env = {
+      baseURL: o.gateway.baseURL,
+      apiKey: s.apiKey,
+      model: o.gateway.model,
+      signal: o.signal,
+    };
+    return checkAgentResult(o.file, await o.agent(sample, env)).reward;
+  } catch (err) {
+    return err instanceof Error ? err : new Error(String(err));
+  } finally {
+    o.signal.removeEventListener('abort', onAbort);
+    s.close();
+  }
+}
+
 /** Accepts a finite number or `{ reward, extraInfo? }`; anything else is a contract error. */
 export function checkAgentResult(
   file: string,

@@ -54,13 +54,19 @@ export interface CompletionResult {
   promptTokens: number;
   completionTokens: number;
   choices: CompletionChoice[];
+  /** Time spent waiting for the engine. */
+  engineMs: number;
 }
 
-/** Renders, generates, records and parses one request. */
+/**
+ * Renders, generates, records and parses one request. `abandoned` tells whether the client went
+ * away meanwhile (aborted its request): a completion the agent never saw is not trained on.
+ */
 export async function complete(
   ctx: CompletionContext,
   req: CompletionRequest,
   session?: TokenSession,
+  abandoned: () => boolean = () => false,
 ): Promise<CompletionResult> {
   const promptIds = renderPrompt(ctx.tokenizer, req);
   const room = ctx.contextLength - promptIds.length;
@@ -83,6 +89,7 @@ export async function complete(
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
   };
   const claim = session?.begin(promptIds);
+  const t0 = performance.now();
   let outputs: GenerateResult[];
   try {
     outputs = await generate(ctx.engine, promptIds, gconfig, s.n);
@@ -91,12 +98,15 @@ export async function complete(
     const why = err instanceof Error ? err.message : String(err);
     throw new GatewayError(500, 'engine_error', `generation failed: ${why}`);
   }
-  if (claim) session!.record(claim, outputs);
+  const engineMs = performance.now() - t0;
+  if (claim && abandoned()) session!.release(claim);
+  else if (claim) session!.record(claim, outputs);
   const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index));
   return {
     promptTokens: promptIds.length,
     completionTokens: outputs.reduce((n, o) => n + o.outputTokens.length, 0),
     choices,
+    engineMs,
   };
 }
 

@@ -30,7 +30,8 @@ export async function handleResponses(
   ctx: CompletionContext,
   model: string,
   session: TokenSession | undefined,
-): Promise<void> {
+  abandoned: () => boolean,
+): Promise<CompletionResult> {
   const b = v.object(body, 'body');
   if (b['previous_response_id'] !== undefined && b['previous_response_id'] !== null) {
     throw badField(
@@ -62,7 +63,7 @@ export async function handleResponses(
     },
   };
   const stream = v.optional(b['stream'], (x) => v.boolean(x, 'stream')) ?? false;
-  const result = await complete(ctx, req, session);
+  const result = await complete(ctx, req, session, abandoned);
   const response = responseObject(b, model, result, tools ?? []);
   if (!stream) {
     const text = JSON.stringify(response);
@@ -71,9 +72,10 @@ export async function handleResponses(
       'content-length': Buffer.byteLength(text),
     });
     res.end(text);
-    return;
+    return result;
   }
   streamResponse(res, response);
+  return result;
 }
 
 function inputMessages(raw: unknown): TemplateMessage[] {

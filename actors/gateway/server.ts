@@ -46,6 +46,8 @@ export interface GatewayOptions {
 /** A key and what it opens: a recording session (agent episodes) or none (`rtjob serve`). */
 interface KeyEntry {
   session: TokenSession | undefined;
+  /** This key's completions are generated with these settings (evaluation: greedy). */
+  ctx?: CompletionContext;
 }
 
 /** An open session handed to one agent episode. */
@@ -56,9 +58,14 @@ export interface GatewaySession {
   close(): void;
 }
 
+/** How many recent requests {@link Gateway.overheadMs} keeps. */
+const overheadWindow = 4096;
+
 /** The OpenAI-compatible endpoint; start it with {@link Gateway.start}. */
 export class Gateway {
   private readonly keys = new Map<string, KeyEntry>();
+  private readonly overhead: number[] = [];
+
   private readonly ctx: CompletionContext;
   private readonly maxBodyBytes: number;
   private constructor(
@@ -78,7 +85,6 @@ export class Gateway {
 
   /** Starts listening (loopback, a free port unless told otherwise). */
   static async start(o: GatewayOptions): Promise<Gateway> {
-    toolCallParser(o.toolCallParser ?? 'hermes');
     const server = createServer();
     const g = new Gateway(server, o);
     server.on('request', (req, res) => void g.handle(req, res));
@@ -107,8 +113,19 @@ export class Gateway {
     return n;
   }
 
-  /** Opens a recording session with a fresh key for one episode. */
-  openSession(): GatewaySession {
+  /**
+   * Milliseconds each recent completion spent in the gateway itself: from the request's first
+   * byte to the response's last, less the time waiting for the engine (bench/gateway.ts).
+   */
+  get overheadMs(): readonly number[] {
+    return this.overhead;
+  }
+
+  /**
+   * Opens a recording session with a fresh key for one episode; `fixedSampling` overrides the
+   * gateway's for this session (evaluation episodes decode greedily: `{ temperature: 0, topP: 1 }`).
+   */
+  openSession(o: { fixedSampling?: { temperature: number; topP: number } } = {}): GatewaySession {
     const apiKey = `rtj-${randomBytes(24).toString('base64url')}`;
     const session = new TokenSession(
       this.o.checkDrift
@@ -116,7 +133,10 @@ export class Gateway {
         : undefined,
     );
     const h = hashKey(apiKey);
-    this.keys.set(h, { session });
+    this.keys.set(h, {
+      session,
+      ...(o.fixedSampling ? { ctx: { ...this.ctx, fixedSampling: o.fixedSampling } } : {}),
+    });
     return {
       apiKey,
       session,
@@ -140,6 +160,16 @@ export class Gateway {
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const t0 = performance.now();
+    let engineMs: number | undefined;
+    let gone = false;
+    res.once('close', () => (gone = !res.writableFinished));
+    const abandoned = (): boolean => gone;
+    res.once('finish', () => {
+      if (engineMs === undefined) return;
+      if (this.overhead.push(performance.now() - t0 - engineMs) > overheadWindow)
+        this.overhead.shift();
+    });
     try {
       const path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
       const entry = this.authorize(req);
@@ -154,10 +184,20 @@ export class Gateway {
       const body = await this.readJson(req);
       this.checkModel(body);
       if (path === '/v1/responses') {
-        return await handleResponses(res, body, this.ctx, this.o.model, entry.session);
+        const r = await handleResponses(
+          res,
+          body,
+          this.ctx,
+          this.o.model,
+          entry.session,
+          abandoned,
+        );
+        engineMs = r.engineMs;
+        return;
       }
       const chat = parseChatRequest(body);
-      const result = await complete(this.ctx, chat, entry.session);
+      const result = await complete(entry.ctx ?? this.ctx, chat, entry.session, abandoned);
+      engineMs = result.engineMs;
       if (chat.stream)
         return streamChatCompletion(res, chat, result, this.o.tokenizer, this.o.model);
       sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model));

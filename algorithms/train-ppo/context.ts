@@ -11,6 +11,7 @@ import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
 import { createKlController } from '../kl.ts';
 import { RewardNormalizer } from '../reward-normalizer.ts';
+import { infoMetrics } from '../trajectory.ts';
 import type { JobReport } from '../../runtime/metrics.ts';
 import type { EpisodeSample } from './episodes.ts';
 import { evaluate } from './generate.ts';
@@ -156,6 +157,7 @@ export function recordUpdate(ctx: RunContext, kept: GroupResult[], u: UpdateStat
     groups_dropped: state.groupsDropped ?? 0,
     rollout_restarts: state.rolloutRestarts,
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+    ...infoMetrics(kept.flatMap((g) => g.trajectories)),
     ...u.mismatch,
   };
 }

@@ -4,7 +4,10 @@
  * prints, so the picture in the README is made from what the job logged.
  *
  *   rtjob metrics JOB --csv > run.csv
- *   node --import tsx algorithms/train-ppo/curves.ts run.csv docs/learning-curve.png "title"
+ *   node --import tsx algorithms/train-ppo/curves.ts run.csv docs/learning-curve.png "title" [metric...]
+ *
+ * Extra metric names (e.g. `info_used_tool`, an agent's extraInfo mean; `name=label` to title
+ * the line) are drawn as more lines.
  *
  * @module
  */
@@ -106,8 +109,10 @@ export function parseMetricsCsv(text: string): Record<string, number>[] {
   });
 }
 
-/** Reward (mean per step) and held-out accuracy against the step, from metric rows. */
-export function learningSeries(rows: Record<string, number>[]): Series[] {
+const extraColors = ['#2ca02c', '#ff7f0e', '#9467bd', '#8c564b'];
+
+/** Reward (mean per step), held-out accuracy and any `extra` metrics against the step, from metric rows. */
+export function learningSeries(rows: Record<string, number>[], extra: string[] = []): Series[] {
   const pick = (k: string): [number, number][] =>
     rows
       .filter((r) => r[k] !== undefined && r.step !== undefined)
@@ -124,17 +129,21 @@ export function learningSeries(rows: Record<string, number>[]): Series[] {
     { name: 'reward (mean per step)', points: reward, color: '#9ecae1' },
     { name: `reward (running mean of ${window} steps)`, points: smooth, color: '#1f77b4' },
     { name: 'held-out accuracy (greedy)', points: pick('eval_accuracy'), color: '#d62728' },
+    ...extra.map((spec, i) => {
+      const [k, label] = spec.split('=', 2) as [string, string | undefined];
+      return { name: label ?? k, points: pick(k), color: extraColors[i % extraColors.length]! };
+    }),
   ];
 }
 
 const isMain = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1];
 if (isMain) {
-  const [csv, png, title] = process.argv.slice(2);
+  const [csv, png, title, ...extra] = process.argv.slice(2);
   if (!csv || !png) {
-    process.stderr.write('usage: curves.ts METRICS.csv OUT.png [title]\n');
+    process.stderr.write('usage: curves.ts METRICS.csv OUT.png [title] [metric...]\n');
     process.exit(2);
   }
-  const series = learningSeries(parseMetricsCsv(readFileSync(csv, 'utf8')));
+  const series = learningSeries(parseMetricsCsv(readFileSync(csv, 'utf8')), extra);
   const ok = toPng(renderCurves({ title: title ?? 'train_ppo', xLabel: 'step', yLabel: 'reward / accuracy', series }), png);
   process.stdout.write(ok ? `wrote ${png}\n` : `wrote ${png.replace(/\.png$/, '.svg')} (no ImageMagick for the PNG)\n`);
 }

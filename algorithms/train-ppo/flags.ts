@@ -72,6 +72,7 @@ export interface TrainPpoOptions {
   dynamicFilteringRewardRange: [number, number];
   seed: number;
   savePath: string;
+  saveDtype: 'float32' | 'bfloat16';
   saveSteps: number;
   ckptPath: string;
   /** Replace what a previous run left in the save and checkpoint paths. */
@@ -92,6 +93,8 @@ export interface TrainPpoOptions {
   criticNumGpusPerNode: number;
   rolloutNumGpusPerEngine: number;
   colocateAllModels: boolean;
+  actorNumReplicas: number;
+  criticNumReplicas: number;
   asyncTrain: boolean;
   asyncQueueSize: number;
   asyncNumTasks: number;
@@ -130,7 +133,7 @@ const under = (next: FlagSection): [] => ((section = next), []);
 export const flagTable: readonly Flag[] = [
   ...under('run'),
   F('pretrain', 'string', 'policy model directory (HF format); default: the shipped warm-start model'),
-  F('agentFunc', 'string', 'agent file: a step function or a Workflow class', { aliases: ['agent-func-path'] }),
+  F('agentFunc', 'string', 'agent file: a step function, a Workflow class, or agent(sample, env) for any OpenAI client', { aliases: ['agent-func-path'] }),
   F('maxSteps', 'int', 'stop after this many steps; -1: from the data size', { min: -1 }),
   F('seed', 'int', 'random seed', { min: 0 }),
   F('inProcess', 'bool', 'run every role in the driver process (no cluster; for tests and debugging)'),
@@ -197,6 +200,7 @@ export const flagTable: readonly Flag[] = [
   F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
   ...under('eval'),
   F('savePath', 'string', 'where the final HF-format policy is written (default ./ckpt/<job id>: each run its own)'),
+  F('saveDtype', 'string', 'tensor dtype of the saved policy', { choices: ['float32', 'bfloat16'] }),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
   F('ckptPath', 'string', 'checkpoint directory (default <save-path>/checkpoints)'),
   F('overwrite', 'bool', 'replace a policy or checkpoints a previous run left in --save-path / --ckpt-path'),
@@ -216,6 +220,8 @@ export const flagTable: readonly Flag[] = [
   F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
   F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', { min: 0, aliases: ['vllm-tensor-parallel-size'] }),
   F('colocateAllModels', 'bool', 'one placement group for every role; the engine sleeps while training'),
+  F('actorNumReplicas', 'int', 'data-parallel trainer ranks (each trains 1/N of the micro-batches; gradients all-reduced)', { min: 1 }),
+  F('criticNumReplicas', 'int', 'data-parallel critic ranks', { min: 1 }),
 ];
 
 /** Section titles of `--help`. */
@@ -281,6 +287,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
   savePath: '',
+  saveDtype: 'float32',
   saveSteps: -1,
   ckptPath: '',
   overwrite: false,
@@ -299,6 +306,8 @@ export const trainPpoDefaults: TrainPpoOptions = {
   criticNumGpusPerNode: 0,
   rolloutNumGpusPerEngine: 0,
   colocateAllModels: false,
+  actorNumReplicas: 1,
+  criticNumReplicas: 1,
   asyncTrain: false,
   asyncQueueSize: 1,
   asyncNumTasks: 128,
@@ -379,6 +388,9 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
     fail('--temperature', '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1');
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+  for (const [flag, n] of [['--actor-num-replicas', o.actorNumReplicas], ['--critic-num-replicas', o.criticNumReplicas]] as const) {
+    if (n > 1 && o.inProcess) fail(flag, `${flag} ${n} needs the cluster: data-parallel ranks are separate processes (drop --in-process)`);
+  }
 }
 
 /** The servers of `--engine-url`, in order. */

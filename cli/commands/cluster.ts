@@ -124,6 +124,12 @@ export async function startCommand(o: StartOptions): Promise<void> {
   // A head that died (kill -9, OOM) while its node agent lives on: start only the head, on the
   // same session, and the node agent, its workers and the drivers reconnect to it.
   const recovering = Boolean(o.head && existing?.role === 'head' && headPid !== undefined && !pidAlive(headPid) && existing.pids.some(pidAlive));
+  // The head lives but its node agent died (kill -9, OOM): start a node agent in its place; the
+  // actors waiting RESTARTING for a node are placed on it.
+  const nodeOnly = Boolean(
+    o.head && existing?.role === 'head' && headPid !== undefined && pidAlive(headPid) && !existing.pids.some((p) => p !== headPid && pidAlive(p)),
+  );
+  if (nodeOnly) return replaceNodeAgent(existing!, headPid!, nodeResources(o), o.host);
   if (existing && existing.pids.some(pidAlive) && !recovering) {
     throw new CliError(`a cluster is already running here (${existing.dashboardUrl ?? existing.address}); run \`rtjob stop\` first`, 1);
   }
@@ -193,6 +199,25 @@ export async function startCommand(o: StartOptions): Promise<void> {
   console.log('Submit a job:        rtjob submit -- train_ppo   (--agent-func FILE.ts for your own agent)');
   console.log(`Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`);
   console.log('Stop everything:     rtjob stop');
+}
+
+/** `rtjob start --head` with the head alive and its node agent dead: a new node agent only. */
+async function replaceNodeAgent(
+  existing: ClusterFile,
+  headPid: number,
+  res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>,
+  host: string | undefined,
+): Promise<void> {
+  const { sessionDir, token, address } = existing;
+  const node = await spawnDaemon(
+    nodeDaemonPath,
+    { headAddress: address, token, sessionDir, host, ...res } satisfies NodeDaemonOptions,
+    join(sessionDir, 'logs', 'node.log'),
+    join(sessionDir, 'node.json'),
+    'node agent',
+  );
+  writeClusterFile({ ...existing, pids: [headPid, node.pid], startedAt: existing.startedAt });
+  console.log(`rtjob node agent replaced (pid ${node.pid}, node ${String(node.nodeId)}); the head (pid ${headPid}) kept running`);
 }
 
 /** `rtjob start --address HOST:PORT --token T`: a node agent on this machine joins that head. */

@@ -349,7 +349,16 @@ async function showMetrics(ep: Endpoint, jobId: string, o: { csv?: boolean; json
     process.stdout.write(await metricsCsv(ep, jobId));
     return;
   }
-  const t = await headApi(ep).call('GET /api/jobs/:jobId/metrics', { params: { jobId } });
+  const api = headApi(ep);
+  const params = { jobId };
+  // Every page (the API pages long runs); later pages name a subset of the first's metrics.
+  const t = await api.call('GET /api/jobs/:jobId/metrics', { params });
+  for (let next = t.nextSinceStep; next !== null; ) {
+    const page = await api.call('GET /api/jobs/:jobId/metrics', { params, query: { sinceStep: next } });
+    const at = t.columns.map((c) => page.columns.indexOf(c));
+    t.rows.push(...page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null)))));
+    next = page.rows.length === 0 ? null : page.nextSinceStep;
+  }
   if (o.json) {
     console.log(JSON.stringify(t));
     return;

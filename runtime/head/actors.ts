@@ -41,7 +41,47 @@ export class ActorTable {
    */
   readonly recovering = new Set<ActorRec>();
 
+  /** Live actors by name (a name is unique among live actors). */
+  private readonly names = new Map<string, ActorRec>();
+  /** Dead actors in the order they died, with when, for retention. */
+  private readonly dead = new Map<string, number>();
+
   constructor(private readonly ctx: HeadContext) {}
+
+  /** Indexes a live actor's name (create, recovery). */
+  noteName(rec: ActorRec): void {
+    if (rec.info.name !== undefined) this.names.set(rec.info.name, rec);
+  }
+
+  /** Records a death for retention (recovery loads dead actors through here too). */
+  noteDead(rec: ActorRec): void {
+    if (rec.info.name !== undefined && this.names.get(rec.info.name) === rec) this.names.delete(rec.info.name);
+    this.dead.delete(rec.info.actorId);
+    this.dead.set(rec.info.actorId, Date.now());
+  }
+
+  /**
+   * Forgets dead actors beyond `maxDeadActors` (oldest first) or older than `deadActorTtlMs`,
+   * in memory and in the store. One whose resources are not back yet (its exit report is due)
+   * is kept until they are. Returns how many were forgotten.
+   */
+  pruneDead(): number {
+    const { maxDeadActors, deadActorTtlMs } = this.ctx.opts;
+    const tooOld = Date.now() - deadActorTtlMs;
+    let excess = this.dead.size - maxDeadActors;
+    let pruned = 0;
+    for (const [actorId, diedAtMs] of this.dead) {
+      if (excess <= 0 && diedAtMs > tooOld) break;
+      const rec = this.ctx.actors.get(actorId);
+      if (rec?.alloc) continue;
+      this.dead.delete(actorId);
+      this.ctx.actors.delete(actorId);
+      this.ctx.store.deleteActor(actorId);
+      excess--;
+      pruned++;
+    }
+    return pruned;
+  }
 
   get(actorId: string): ActorRec | undefined {
     return this.ctx.actors.get(actorId);
@@ -54,10 +94,8 @@ export class ActorTable {
   }
 
   byName(name: string): ActorInfo {
-    const rec = [...this.ctx.actors.values()].find(
-      (a) => a.info.name === name && a.info.state !== 'DEAD',
-    );
-    if (!rec) throw new NotFoundError(`no live actor named '${name}'`);
+    const rec = this.names.get(name);
+    if (!rec || rec.info.state === 'DEAD') throw new NotFoundError(`no live actor named '${name}'`);
     return { ...rec.info };
   }
 
@@ -67,12 +105,9 @@ export class ActorTable {
 
   create(msg: CreateActor, ownerId: string): { actorId: string } {
     const o = msg.options;
-    if (o.name !== undefined) {
-      for (const a of this.ctx.actors.values()) {
-        if (a.info.name === o.name && a.info.state !== 'DEAD') {
-          throw new NameTakenError(`an actor named '${o.name}' already exists (${a.info.actorId})`);
-        }
-      }
+    const holder = o.name === undefined ? undefined : this.names.get(o.name);
+    if (holder && holder.info.state !== 'DEAD') {
+      throw new NameTakenError(`an actor named '${o.name}' already exists (${holder.info.actorId})`);
     }
     if (o.placementGroupId !== undefined && !this.ctx.pgs.has(o.placementGroupId)) {
       throw new PlacementGroupError(`no placement group ${o.placementGroupId}`);
@@ -106,6 +141,7 @@ export class ActorTable {
     // Stored first: a write that fails leaves nothing half-created in memory.
     this.ctx.store.putActor(rec.info, msg.ctorArgs);
     this.ctx.actors.set(actorId, rec);
+    this.noteName(rec);
     this.ctx.events.emit('actor', { ...rec.info });
     const verdict = this.schedule(rec);
     if (verdict.kind === 'infeasible') {
@@ -227,6 +263,21 @@ export class ActorTable {
     return true;
   }
 
+  /**
+   * A worker asks whether it is still the actor's current incarnation. Its lease is half the
+   * node heartbeat timeout: a worker cut off from the head stops serving calls before the head
+   * can declare its node dead and start another incarnation (fencing).
+   */
+  renewLease(actorId: string, incarnation: number): { leaseMs: number } {
+    const rec = this.ctx.actors.get(actorId);
+    if (!rec || rec.info.incarnation !== incarnation || rec.info.state === 'DEAD') {
+      throw new NotFoundError(`actor ${actorId} incarnation ${incarnation} was replaced or killed`, {
+        context: { actorId },
+      });
+    }
+    return { leaseMs: Math.floor(this.ctx.opts.nodeHeartbeatTimeoutMs / 2) };
+  }
+
   actorLoadFailed(actorId: string, incarnation: number, error: WireError): boolean {
     const rec = this.ctx.actors.get(actorId);
     if (!rec || rec.info.incarnation !== incarnation || rec.info.state === 'DEAD') return false;
@@ -346,6 +397,8 @@ export class ActorTable {
     rec.info.deathCause = cause;
     rec.info.address = undefined;
     this.save(rec);
+    this.noteDead(rec);
+    if (this.dead.size > this.ctx.opts.maxDeadActors) this.pruneDead();
   }
 
   private save(rec: ActorRec): void {

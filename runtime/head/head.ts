@@ -56,6 +56,13 @@ export interface HeadOptions {
   heartbeatIntervalMs?: number;
   /** An authenticated connection that has not registered after this long is closed. @default 10000 */
   registerTimeoutMs?: number;
+  /**
+   * Dead actors the head remembers (memory and store); the oldest are forgotten beyond this.
+   * @default 1000
+   */
+  maxDeadActors?: number;
+  /** A dead actor is forgotten this long after it died. @default 3600000 (1 h) */
+  deadActorTtlMs?: number;
   /** Largest frame the head accepts. @default 64 MiB */
   maxFrameBytes?: number;
   /**
@@ -71,6 +78,8 @@ export const headDefaults = {
   nodeHeartbeatTimeoutMs: 10_000,
   heartbeatIntervalMs: 1000,
   registerTimeoutMs: 10_000,
+  maxDeadActors: 1000,
+  deadActorTtlMs: 3_600_000,
   maxFrameBytes: 64 * 1024 * 1024,
 } as const;
 
@@ -93,6 +102,7 @@ export class Head extends EventEmitter<HeadEvents> {
   private readonly nodes: NodeRegistry;
   private readonly recovery: Recovery;
   private pumpScheduled = false;
+  private pruneTimer: NodeJS.Timeout | undefined;
   /** Actor calls served cluster-wide, as workers report them (`workerStats`). */
   private callsServed = 0;
 
@@ -123,6 +133,12 @@ export class Head extends EventEmitter<HeadEvents> {
   /** @internal */
   async start(): Promise<void> {
     this.recovery.recover();
+    this.actors.pruneDead();
+    this.pruneTimer = setInterval(
+      () => guarded(log, 'pruning dead actors', () => this.actors.pruneDead()),
+      Math.min(60_000, this.opts.deadActorTtlMs),
+    );
+    this.pruneTimer.unref();
     this.server = await listen({
       host: this.opts.host,
       port: this.opts.port,
@@ -180,6 +196,7 @@ export class Head extends EventEmitter<HeadEvents> {
     if (this.ctx.closing) return;
     this.ctx.closing = true;
     this.recovery.close();
+    clearInterval(this.pruneTimer);
     await this.server.close();
     this.store.close();
   }
@@ -202,6 +219,7 @@ export class Head extends EventEmitter<HeadEvents> {
     fetchPackage: (msg) => this.nodes.packageArchive(msg.hash),
     workerHello: (msg) => this.actors.workerHello(msg.actorId, msg.incarnation),
     actorReady: (msg) => this.actors.actorReady(msg.actorId, msg.incarnation, msg.address, msg.pid),
+    renewLease: (msg) => this.actors.renewLease(msg.actorId, msg.incarnation),
     actorLoadFailed: (msg) => this.actors.actorLoadFailed(msg.actorId, msg.incarnation, msg.error),
     createActor: (msg, conn) => this.actors.create(msg, conn.meta.clientId as string),
     waitActor: (msg) => this.actors.wait(msg),

@@ -75,11 +75,12 @@ export class NodeRegistry {
     if (!node || !node.sched.alive) return;
     node.sched.alive = false;
     node.info.state = 'DEAD';
-    if (!this.ctx.closing) {
-      this.ctx.store.putNode(node.info);
-      this.ctx.events.emit('node', { ...node.info });
-      log.warn(`node ${nodeId} is dead: ${reason}`);
-    }
+    // A head shutting down leaves nodes and workers as they are: a head started again on the
+    // session re-attaches them (and a stopWorker sent now would still go out with the close).
+    if (this.ctx.closing) return;
+    this.ctx.store.putNode(node.info);
+    this.ctx.events.emit('node', { ...node.info });
+    log.warn(`node ${nodeId} is dead: ${reason}`);
     // Bundles first, so actors restarting below wait for their bundle's new home.
     this.pgs.nodeLost(node.sched);
     for (const rec of this.ctx.actors.values()) {

@@ -45,7 +45,11 @@ export class Recovery {
         waiters: [],
       };
       this.ctx.actors.set(info.actorId, rec);
-      if (info.state === 'DEAD') continue;
+      if (info.state === 'DEAD') {
+        this.actors.noteDead(rec);
+        continue;
+      }
+      this.actors.noteName(rec);
       if (info.incarnation > 0 && info.nodeId) this.actors.recovering.add(rec);
       else this.actors.pending.add(rec);
     }

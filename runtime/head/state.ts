@@ -98,6 +98,8 @@ export interface ResolvedHeadOptions {
   readonly nodeHeartbeatTimeoutMs: number;
   readonly heartbeatIntervalMs: number;
   readonly registerTimeoutMs: number;
+  readonly maxDeadActors: number;
+  readonly deadActorTtlMs: number;
   readonly maxFrameBytes: number;
   readonly holdProcess?: boolean;
 }

@@ -23,6 +23,7 @@ import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultMaxPackageBytes, isPackageHash, packagesDir, unpackArchive } from '../head/jobs/working-dir.ts';
+import { removeShmFilesOf } from '../client/shm.ts';
 import { readEnv } from '../env.ts';
 import { logger } from '../log.ts';
 import { type Message, type ResourceMap, type StartWorker, type WorkerExited, acceptedBy } from '../protocol.ts';
@@ -494,6 +495,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       }
     }
     child.on('close', (code, signal) => {
+      // Shared-memory objects of a worker that could not clean up (killed) are freed now.
+      if (child.pid !== undefined) removeShmFilesOf(child.pid);
       // Ship the last bytes once both log files are flushed.
       if (this.opts.shipLogs) {
         let open = 2;

@@ -28,6 +28,8 @@ export class Executor {
   private running = 0;
   private queue: Entry[] = [];
   private head = 0;
+  /** While paused (fenced: the head may have replaced this incarnation) no call starts. */
+  private paused = false;
 
   constructor(
     private readonly lookup: MethodLookup,
@@ -45,7 +47,7 @@ export class Executor {
         break;
       }
     }
-    if (!refs && this.running < this.maxConcurrency && this.head === this.queue.length) {
+    if (!refs && !this.paused && this.running < this.maxConcurrency && this.head === this.queue.length) {
       return this.run(msg.method, args);
     }
     return new Promise((resolve, reject) => {
@@ -68,8 +70,19 @@ export class Executor {
     });
   }
 
+  /** Starts no call until `resume` (calls keep queueing in arrival order). */
+  pause(): void {
+    this.paused = true;
+  }
+
+  /** Starts the calls that queued while paused, in order. */
+  resume(): void {
+    this.paused = false;
+    this.pump();
+  }
+
   private pump(): void {
-    while (this.running < this.maxConcurrency && this.head < this.queue.length) {
+    while (!this.paused && this.running < this.maxConcurrency && this.head < this.queue.length) {
       const e = this.queue[this.head]!;
       if (e.argsReady) return;
       this.queue[this.head++] = undefined as unknown as Entry;

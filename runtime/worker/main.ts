@@ -13,6 +13,7 @@ import { ActorLoadError, toWire } from '../errors.ts';
 import { logger } from '../log.ts';
 import type { Call } from '../protocol.ts';
 import { Executor } from './executor.ts';
+import { Lease } from './lease.ts';
 import { loadActor, taskRunner } from './load.ts';
 
 const log = logger('worker');
@@ -62,15 +63,18 @@ if (assignment.options.jobId) env.RTJOB_JOB_ID = assignment.options.jobId;
 env.RTJOB_JOB_ENV ??= JSON.stringify(assignment.options.env ?? {});
 
 let handle: (m: Call) => unknown;
+let exec: Executor;
 try {
   if (assignment.spec.kind === 'tasks') {
     const runner = taskRunner(actorId);
-    const exec = new Executor(runner, assignment.options.maxConcurrency, actorId);
-    handle = (m) => runner.prepare(m.method).then(() => exec.handle(m));
+    const tasks = new Executor(runner, assignment.options.maxConcurrency, actorId);
+    handle = (m) => runner.prepare(m.method).then(() => tasks.handle(m));
+    exec = tasks;
   } else {
     const lookup = await loadActor(assignment, actorId);
-    const exec = new Executor(lookup, assignment.options.maxConcurrency, actorId);
-    handle = (m) => exec.handle(m);
+    const actor = new Executor(lookup, assignment.options.maxConcurrency, actorId);
+    handle = (m) => actor.handle(m);
+    exec = actor;
   }
 } catch (e) {
   const err = e instanceof ActorLoadError ? e : new ActorLoadError(String((e as Error).message ?? e), { cause: e });
@@ -83,8 +87,10 @@ try {
 // Calls served are reported to the head every few seconds (Prometheus `rtjob_actor_calls_total`).
 let calls = 0;
 let reported = 0;
+let lease: Lease | undefined;
 rt.callHandler = (m) => {
   calls++;
+  lease?.check();
   return handle(m);
 };
 setInterval(() => {
@@ -93,4 +99,8 @@ setInterval(() => {
   reported = calls;
 }, 2000).unref();
 await rt.head.request({ type: 'actorReady', actorId, incarnation, address: rt.address, pid: process.pid });
+lease = new Lease(rt, actorId, incarnation, exec, (why) => {
+  log.warn(`${why}; exiting without running the calls held meanwhile`);
+  process.exit(1);
+});
 process.send?.({ type: 'ready' });

@@ -307,4 +307,54 @@ test('a completion interrupted by a weight update (partial rollout) continues on
   }
 });
 
+test('a request the agent aborted is not recorded: a completion it never saw is not trained on', async () => {
+  const tok = tokenizerWith(compactToolTemplate);
+  const inner = scriptedEngine(tok, () => 'seen');
+  let calls = 0;
+  let started!: () => void;
+  const isStarted = new Promise<void>((resolve) => (started = resolve));
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const engine = {
+    generate: async (req: Parameters<typeof inner.generate>[0]) => {
+      if (++calls === 1) {
+        started();
+        await held;
+      } else release();
+      return inner.generate(req);
+    },
+    generateN: inner.generateN.bind(inner),
+    getVersion: () => 0,
+  };
+  const gw = await startGateway({ engine, tokenizer: tok });
+  try {
+    const s = gw.openSession();
+    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const ac = new AbortController();
+    const first = client.chat.completions.create(
+      { model: 'tiny', messages: [{ role: 'user', content: 'a' }] },
+      { signal: ac.signal },
+    );
+    await isStarted;
+    ac.abort();
+    assert.ok(
+      await first.then(
+        () => false,
+        (e: Error) => e instanceof OpenAI.APIUserAbortError,
+      ),
+    );
+    await client.chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'b' }],
+    });
+    assert.is(s.session.stats.completions, 1);
+    assert.is(
+      tok.decode(s.session.trajectories(1, meta)[0]!.inputIds),
+      '<|user|>b<|assistant|>seen<|end|>',
+    );
+  } finally {
+    await gw.close();
+  }
+});
+
 test.run();

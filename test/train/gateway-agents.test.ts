@@ -115,6 +115,20 @@ test('async with --partial-rollout and a queue of 2: versions per token, stalene
   );
 });
 
+test('held-out evaluation of a gateway agent runs its own episodes with greedy decoding', async () => {
+  const { summary, steps } = await run([
+    ...tiny('greedy-probe-agent.ts', 'greedy'),
+    '--eval-prompts',
+    '6',
+  ]);
+  assert.is(summary.evalBefore, 1, 'greedy: both answers agree on every held-out prompt');
+  assert.is(summary.evalAfter, 1);
+  assert.ok(
+    steps.every((r) => r.reward_mean! < 0.5),
+    'training samples at temperature 1: answers differ',
+  );
+});
+
 test('the two-turn openai agent trains on one sequence per episode holding both turns', async () => {
   const { steps } = await run(tiny('openai-chat-agent.ts', 'two-turn'));
   // 2 prompts × 2 episodes, each one trajectory extended by its second turn (two completions of ≤ 6 tokens).

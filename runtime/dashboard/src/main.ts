@@ -268,11 +268,15 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   // Charts, with incremental fetches on each metrics event.
   const compared: string[] = [];
   const fetchInto = async (index: number, id: string) => {
-    const since = charts.lastStep(index);
-    // The first fetch of a long run comes downsampled by the server; later ones are new rows only.
-    const query = Number.isFinite(since) ? { sinceStep: since } : { maxPoints: 2000 };
-    const t = await api.call('GET /api/jobs/:jobId/metrics', { params: { jobId: id }, query });
-    if (t.rows.length > 0 || !Number.isFinite(since)) charts.append(index, t);
+    // The API pages long runs: the first read of a run comes downsampled by the server, later
+    // reads are the new rows only, page by page (each appends to the charts).
+    for (let page = 0; page < 10_000; page++) {
+      const since = charts.lastStep(index);
+      const query = Number.isFinite(since) ? { sinceStep: since } : { maxPoints: 2000 };
+      const t = await api.call('GET /api/jobs/:jobId/metrics', { params: { jobId: id }, query });
+      if (t.rows.length > 0 || !Number.isFinite(since)) charts.append(index, t);
+      if (t.nextSinceStep === null || t.rows.length === 0) return;
+    }
   };
   const renderCompare = async () => {
     compareChips.replaceChildren(...compared.map((id) => {

@@ -70,6 +70,8 @@ export interface ClusterStatus {
 export interface MetricsTable {
   columns: string[];
   rows: (number | null)[][];
+  /** Where the next page starts (`sinceStep`), null on the last page. */
+  nextSinceStep: number | null;
 }
 
 /** A job in the list: with how far it is. */
@@ -139,12 +141,20 @@ export interface RestRoutes {
     query: { offset?: number };
     reply: { logs: string; nextOffset: number; size: number; status: JobStatus };
   };
-  /** `maxPoints`: at most that many rows (a long run downsampled: bucket means, first and last kept). */
-  'GET /api/jobs/:jobId/metrics': { query: { sinceStep?: number; maxPoints?: number }; reply: MetricsTable };
-  /** The same table as CSV text. */
+  /**
+   * One page of steps after `sinceStep` (at most `limit`, and a bounded number of cells); with
+   * `maxPoints`, the whole table downsampled to at most that many rows (bucket means, first and
+   * last kept).
+   */
+  'GET /api/jobs/:jobId/metrics': {
+    query: { sinceStep?: number; limit?: number; maxPoints?: number };
+    reply: MetricsTable;
+  };
+  /** Every page of the table as CSV text, streamed. */
   'GET /api/jobs/:jobId/metrics.csv': { query: { sinceStep?: number }; reply: string };
   'POST /api/jobs/:jobId/metrics': {
-    body: { rows: (Omit<MetricRow, 'time'> & { time?: number })[] };
+    /** Non-finite values travel as `null`. */
+    body: { rows: { step: number; values: Record<string, number | null>; time?: number }[] };
     reply: { stored: number };
   };
   /** `step` (default: the latest), or `key` (one prompt across steps); `minReward`, `maxReward`, `limit`. */

@@ -5,12 +5,12 @@
  *
  * @module
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
 import { type JobInfo, type JobReport, type JobSample, OpsStore, sampleLimits, terminalJobStatuses } from '../jobs/ops-store.ts';
-import type { JobSubmitRequest } from '../jobs/supervisor.ts';
+import type { JobSubmitRequest, JobSupervisor } from '../jobs/supervisor.ts';
 import {
   isPackageHash,
   keepArchive,
@@ -26,6 +26,7 @@ import {
   type ClusterStatus,
   eventsPath,
   matchRoute,
+  type MetricsTable,
   type PathParams,
   type QueryOf,
   type ReadOnlySession,
@@ -33,6 +34,8 @@ import {
   type RouteKey,
 } from './contract.ts';
 import { renderPrometheus } from './prometheus.ts';
+import type { Schema } from '../../schema.ts';
+import { bodySchemas } from './rest-schemas.ts';
 import { readBody, readJson, send, toCsv } from './respond.ts';
 
 const version = '0.1.0';
@@ -79,11 +82,23 @@ interface QueryReader<Q> {
 interface Request<K extends RouteKey> {
   params: PathParams<K>;
   query: QueryReader<NonNullable<QueryOf<K>>>;
-  /** The JSON body, shape unchecked (handlers check what they use), or the raw bytes of an upload. */
-  body: BodyOf<K> extends Uint8Array ? Buffer : Partial<BodyOf<K>>;
+  /** The JSON body, checked against the route's schema (`rest-schemas.ts`); none for an upload. */
+  body: BodyOf<K> extends Uint8Array ? undefined : BodyOf<K>;
+  /** The request itself, for a body the handler streams (an upload). */
+  http: IncomingMessage;
 }
 
-type Handlers = { [K in RouteKey]: (req: Request<K>) => Promise<ReplyOf<K>> | ReplyOf<K> };
+/** A text reply may come page by page, written as it is produced. */
+type HandlerReply<K extends RouteKey> = ReplyOf<K> extends string ? Iterable<string> : ReplyOf<K>;
+
+type Handlers = {
+  [K in RouteKey]: (req: Request<K>) => Promise<HandlerReply<K>> | HandlerReply<K>;
+};
+
+/** Working-dir uploads the head takes at once; more are refused with 429 (`BUSY`). */
+const maxConcurrentUploads = 2;
+let uploadsInProgress = 0;
+let uploadSeq = 0;
 
 /** The request handler of the API. */
 export function apiRoutes(
@@ -158,19 +173,35 @@ export function apiRoutes(
       }
       return { exists: true };
     },
-    'PUT /api/packages/:hash': ({ params, body }) => {
+    'PUT /api/packages/:hash': async ({ params, http }) => {
       const dir = packageDir(params.hash);
-      if (!existsSync(dir)) {
-        try {
-          unpackArchive(body, params.hash, dir, maxPackageBytes * 4);
-        } catch (err) {
-          if (err instanceof PackageTooLargeError)
-            throw new OpsError('PACKAGE_TOO_LARGE', err.message);
-          throw new OpsError('BAD_REQUEST', `bad package: ${(err as Error).message}`);
-        }
+      // Streamed to disk, a few at a time: memory does not grow with concurrent uploads.
+      if (uploadsInProgress >= maxConcurrentUploads) {
+        throw new OpsError(
+          'BUSY',
+          `${maxConcurrentUploads} uploads are in progress; try again shortly`,
+        );
       }
-      // Kept as uploaded for nodes that run the job's actors and fetch it from the head.
-      keepArchive(dir, body);
+      uploadsInProgress++;
+      const tmp = `${dir}.upload-${process.pid}-${++uploadSeq}`;
+      try {
+        await readBody(http, maxPackageBytes, tmp);
+        const body = readFileSync(tmp);
+        if (!existsSync(dir)) {
+          try {
+            unpackArchive(body, params.hash, dir, maxPackageBytes * 4);
+          } catch (err) {
+            if (err instanceof PackageTooLargeError)
+              throw new OpsError('PACKAGE_TOO_LARGE', err.message);
+            throw new OpsError('BAD_REQUEST', `bad package: ${(err as Error).message}`);
+          }
+        }
+        // Kept as uploaded for nodes that run the job's actors and fetch it from the head.
+        keepArchive(dir, body);
+      } finally {
+        uploadsInProgress--;
+        rmSync(tmp, { force: true });
+      }
       return { uri: `pkg://${params.hash}` };
     },
     'GET /api/jobs': ({ query }) => {
@@ -179,8 +210,7 @@ export function apiRoutes(
       return { jobs: list.map((j) => ({ ...j, progress: progress.get(j.jobId) })) };
     },
     'POST /api/jobs': ({ body }) => {
-      // The supervisor checks the request field by field and names what is wrong.
-      const job = jobs.submit(body as JobSubmitRequest);
+      const job = jobs.submit(body);
       return { jobId: job.jobId, job };
     },
     'GET /api/jobs/:jobId': ({ params }) => {
@@ -205,38 +235,21 @@ export function apiRoutes(
     },
     'GET /api/jobs/:jobId/metrics': ({ params, query }) => {
       jobs.get(params.jobId);
-      const table = store.metricsTable(params.jobId, query.int('sinceStep'));
       const maxPoints = query.int('maxPoints');
-      return maxPoints === undefined ? table : OpsStore.downsample(table, maxPoints);
+      if (maxPoints === undefined) return store.metricsTable(params.jobId, query.int('sinceStep'), query.int('limit'));
+      return { ...OpsStore.downsample(wholeMetricsTable(params.jobId, query.int('sinceStep')), maxPoints), nextSinceStep: null };
     },
     'GET /api/jobs/:jobId/metrics.csv': ({ params, query }) => {
       jobs.get(params.jobId);
-      const table = store.metricsTable(params.jobId, query.int('sinceStep'));
-      return toCsv(table.columns, table.rows);
+      return metricsCsv(params.jobId, query.int('sinceStep'));
     },
     'POST /api/jobs/:jobId/metrics': ({ params, body }) => {
       jobs.get(params.jobId);
-      if (!Array.isArray(body.rows))
-        throw new OpsError('BAD_REQUEST', 'rows must be an array of {step, values}');
-      const clean = body.rows.map((r: unknown) => {
-        const row = r as { step?: unknown; values?: unknown; time?: unknown };
-        if (
-          typeof row.step !== 'number' ||
-          !Number.isInteger(row.step) ||
-          typeof row.values !== 'object' ||
-          row.values === null
-        ) {
-          throw new OpsError(
-            'BAD_REQUEST',
-            'each row needs an integer step and an object of numeric values',
-          );
-        }
-        return {
-          step: row.step,
-          values: row.values as Record<string, number>,
-          time: typeof row.time === 'number' ? row.time : Date.now(),
-        };
-      });
+      const clean = body.rows.map((row) => ({
+        step: row.step,
+        values: row.values,
+        time: row.time ?? Date.now(),
+      }));
       store.addMetrics(params.jobId, clean);
       ctx.metricsChanged(params.jobId);
       return { stored: clean.length };
@@ -318,6 +331,31 @@ export function apiRoutes(
   };
   const routeKeys = Object.keys(handlers) as RouteKey[];
 
+  /** Every page of a job's metrics as CSV, produced as it is read: memory stays one page. */
+  function* metricsCsv(jobId: string, sinceStep: number | undefined): Iterable<string> {
+    let page = store.metricsTable(jobId, sinceStep);
+    yield toCsv(page.columns, page.rows);
+    const columns = page.columns;
+    while (page.nextSinceStep !== null) {
+      // Later pages name a subset of the first page's metrics: keep the first's columns.
+      page = store.metricsTable(jobId, page.nextSinceStep);
+      const at = columns.map((c) => page.columns.indexOf(c));
+      const rows = page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null))));
+      yield toCsv(columns, rows).replace(/^[^\n]*\n/, '');
+    }
+  }
+  /** Every page of a job's metrics as one table (for downsampling: the result is bounded by it). */
+  function wholeMetricsTable(jobId: string, sinceStep: number | undefined): MetricsTable {
+    let page = store.metricsTable(jobId, sinceStep);
+    const columns = page.columns;
+    const rows = [...page.rows];
+    while (page.nextSinceStep !== null) {
+      page = store.metricsTable(jobId, page.nextSinceStep);
+      const at = columns.map((c) => page.columns.indexOf(c));
+      rows.push(...page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null)))));
+    }
+    return { ...page, columns, rows, nextSinceStep: null };
+  }
   const runningIds = (list: readonly JobInfo[]) =>
     new Set(list.filter((j) => j.status === 'RUNNING').map((j) => j.jobId));
 
@@ -361,22 +399,20 @@ export function apiRoutes(
     }
     const hit = matchRoute(routeKeys, method, u.pathname);
     if (!hit) throw new OpsError('NOT_FOUND', `no route ${method} ${u.pathname}`);
-    const upload = hit.key === 'PUT /api/packages/:hash';
+    const schema = bodySchemas[hit.key as keyof typeof bodySchemas] as Schema<unknown> | undefined;
     // A step's samples may hold up to maxPerStep samples of up to maxSampleBytes each.
     const jsonLimit = hit.key === 'POST /api/jobs/:jobId/samples' ? sampleLimits.maxPerStep * sampleLimits.maxSampleBytes : undefined;
-    const body = upload
-      ? await readBody(req, maxPackageBytes)
-      : method === 'POST' || method === 'PUT'
-        ? await readJson(req, jsonLimit)
-        : {};
+    const body = schema ? await readJson(req, schema, jsonLimit) : undefined;
     const handler = handlers[hit.key] as (r: Request<RouteKey>) => unknown;
-    const reply = await handler({
-      params: hit.params,
-      query: reader(u),
-      body,
-    } as unknown as Request<RouteKey>);
-    if (typeof reply === 'string')
-      send(res, 200, reply, { 'content-type': 'text/csv; charset=utf-8' });
-    else send(res, 200, reply);
+    const request = { params: hit.params, query: reader(u), body, http: req };
+    const reply = await handler(request as unknown as Request<RouteKey>);
+    if (typeof reply === 'object' && reply !== null && Symbol.iterator in reply) {
+      res.writeHead(200, {
+        'content-type': 'text/csv; charset=utf-8',
+        'cache-control': 'no-store',
+      });
+      for (const chunk of reply as Iterable<string>) res.write(chunk);
+      res.end();
+    } else send(res, 200, reply);
   };
 }

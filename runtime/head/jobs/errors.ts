@@ -20,6 +20,8 @@ export type JobErrorCode =
   | 'PACKAGE_TOO_LARGE'
   | 'JOB_NOT_TERMINAL'
   | 'UNSUPPORTED'
+  | 'INFEASIBLE'
+  | 'BUSY'
   | 'READ_ONLY';
 
 const httpStatus: Record<JobErrorCode, number> = {
@@ -35,6 +37,8 @@ const httpStatus: Record<JobErrorCode, number> = {
   PACKAGE_TOO_LARGE: 413,
   JOB_NOT_TERMINAL: 409,
   UNSUPPORTED: 501,
+  INFEASIBLE: 400,
+  BUSY: 429,
   READ_ONLY: 405,
 };
 

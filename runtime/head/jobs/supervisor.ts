@@ -168,6 +168,14 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     if (typeof cpus !== 'number' || typeof gpus !== 'number' || !(cpus >= 0) || !(gpus >= 0)) {
       throw new OpsError('BAD_REQUEST', 'entrypoint resources must be non-negative numbers');
     }
+    // A request no machine of this cluster could run fails now instead of waiting forever.
+    const cap = this.#opts.capacity();
+    if (cap.cpus > 0 && (cpus > cap.cpus || gpus > cap.gpus)) {
+      throw new OpsError(
+        'INFEASIBLE',
+        `the entrypoint asks for ${cpus} CPUs and ${gpus} GPUs; the head's machine has ${cap.cpus} and ${cap.gpus}`,
+      );
+    }
     const cwd = this.#cwdFor(req);
     // Fails here, not later, so the submitter sees a missing entrypoint at once.
     resolveEntrypoint(entrypoint, cwd, req.env?.PATH ?? process.env.PATH, this.#opts.builtins);
