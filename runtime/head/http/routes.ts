@@ -273,15 +273,10 @@ export function apiRoutes(
     },
     'POST /api/jobs/:jobId/samples': ({ params, body }) => {
       jobs.get(params.jobId);
-      const { step, samples } = body;
-      if (typeof step !== 'number' || !Number.isInteger(step) || !Array.isArray(samples)) {
-        throw new OpsError('BAD_REQUEST', 'samples need {step: integer, samples: [objects]}');
-      }
-      if (!samples.every((x: unknown) => typeof x === 'object' && x !== null && !Array.isArray(x))) {
-        throw new OpsError('BAD_REQUEST', 'each sample must be a JSON object');
-      }
+      // The body schema (rest-schemas.ts) has checked the shape; the store checks the sizes.
+      const { step, samples } = body as { step: number; samples: JobSample[] };
       try {
-        store.addSamples(params.jobId, step, samples as JobSample[]);
+        store.addSamples(params.jobId, step, samples);
       } catch (err) {
         if (err instanceof RangeError) throw new OpsError('BAD_REQUEST', err.message);
         throw err;

@@ -541,15 +541,19 @@ export class OpsStore {
   /** Progress of each job, from its metrics and report; `running` jobs also get an ETA. */
   progress(jobIds: readonly string[], running: ReadonlySet<string> = new Set()): Map<string, JobProgress> {
     const out = new Map<string, JobProgress>();
+    // Each an index lookup (job_id, step), so a long run's list entry costs no scan.
     const steps = this.db.prepare(
-      'SELECT MIN(step) AS first, MAX(step) AS last, MIN(time) AS t0, MAX(time) AS t1 FROM ops_job_metrics WHERE job_id = ?',
+      `SELECT (SELECT step FROM ops_job_metrics WHERE job_id = @job ORDER BY step LIMIT 1) AS first,
+              (SELECT step FROM ops_job_metrics WHERE job_id = @job ORDER BY step DESC LIMIT 1) AS last,
+              (SELECT time FROM ops_job_metrics WHERE job_id = @job ORDER BY step LIMIT 1) AS t0,
+              (SELECT time FROM ops_job_metrics WHERE job_id = @job ORDER BY step DESC LIMIT 1) AS t1`,
     );
     const ends = this.db.prepare(
       `SELECT (SELECT value FROM ops_job_metrics WHERE job_id = @job AND name = @name AND value IS NOT NULL ORDER BY step LIMIT 1) AS first,
               (SELECT value FROM ops_job_metrics WHERE job_id = @job AND name = @name AND value IS NOT NULL ORDER BY step DESC LIMIT 1) AS last`,
     );
     for (const jobId of jobIds) {
-      const r = steps.get(jobId) as { first: number | null; last: number | null; t0: number | null; t1: number | null };
+      const r = steps.get({ job: jobId }) as { first: number | null; last: number | null; t0: number | null; t1: number | null };
       const report = this.report(jobId);
       const total = typeof report.totalSteps === 'number' ? report.totalSteps : null;
       let etaMs: number | null = null;
