@@ -59,7 +59,10 @@ export class Critic {
     this.loaded ??= (async () => {
       const { model } = await loadModel(this.init.pretrain, { valueHead: true });
       this.model = model;
-      this.opt = new ModelTrainer(model, { lr: this.init.learningRate, maxGradNorm: this.init.maxNorm ?? 1 });
+      this.opt = new ModelTrainer(model, {
+        lr: this.init.learningRate,
+        maxGradNorm: this.init.maxNorm ?? 1,
+      });
       this.dp = await DataParallelRank.join(this.init.dataParallel);
     })();
     await this.loaded;
@@ -80,14 +83,17 @@ export class Critic {
   async train(samples: CriticSample[]): Promise<{ valueLoss: number; optimizerSteps: number }> {
     const agg = {
       lossAggMode: this.init.lossAggMode ?? 'token-mean',
-      ...(this.init.lossNormConstant !== undefined ? { lossNormConstant: this.init.lossNormConstant } : {}),
+      ...(this.init.lossNormConstant !== undefined
+        ? { lossNormConstant: this.init.lossNormConstant }
+        : {}),
     };
     let loss = 0;
     let steps = 0;
     for (let epoch = 0; epoch < (this.init.maxEpochs ?? 1); epoch++) {
       for (let s = 0; s < samples.length; s += this.init.trainBatchSize) {
         const step = samples.slice(s, s + this.init.trainBatchSize);
-        if (!step.some((x) => Array.prototype.some.call(x.actionMask, (m: number) => m > 0))) continue;
+        if (!step.some((x) => Array.prototype.some.call(x.actionMask, (m: number) => m > 0)))
+          continue;
         const weights = lossWeights(
           step.map((x) => x.actionMask),
           agg,
@@ -96,7 +102,9 @@ export class Critic {
           step.map((x) => x.inputIds.length),
           {
             maxSamples: this.init.microTrainBatchSize,
-            ...(this.init.trainMaxTokensPerGpu ? { maxTokens: this.init.trainMaxTokensPerGpu } : {}),
+            ...(this.init.trainMaxTokensPerGpu
+              ? { maxTokens: this.init.trainMaxTokensPerGpu }
+              : {}),
           },
         );
         let local = 0;

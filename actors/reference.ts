@@ -30,7 +30,10 @@ export class Reference {
 
   /** Next-token logprob rows (length L−1), aligned like `algorithms/experience.ts`. */
   logprobs(seqs: number[][], microBatchSize = 16): number[][] {
-    const out = forwardLogprobs(this.model, seqs, { temperature: this.init.temperature ?? 1, microBatchSize });
+    const out = forwardLogprobs(this.model, seqs, {
+      temperature: this.init.temperature ?? 1,
+      microBatchSize,
+    });
     return out.logprobs.map((r) => r.slice(1));
   }
 

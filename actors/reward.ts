@@ -21,4 +21,9 @@ export const mathStep: StepFunction = (_observation, action, label) => ({
 });
 
 /** The default agent: one answer per episode, scored by {@link mathReward}. */
-export const defaultAgent: Agent = { kind: 'step', file: '<built-in math reward>', step: mathStep, maxTurns: 1 };
+export const defaultAgent: Agent = {
+  kind: 'step',
+  file: '<built-in math reward>',
+  step: mathStep,
+  maxTurns: 1,
+};

@@ -6,7 +6,15 @@
  *
  * @module
  */
-import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { readEnv } from '../runtime/env.ts';
@@ -18,7 +26,12 @@ import type { Agent, AgentTokenizer, Sample } from './agent/types.ts';
 import { BuiltinEngine } from './engines/builtin/engine.ts';
 import { Gateway } from './gateway/server.ts';
 import { modelCard } from './gateway/model-card.ts';
-import type { GenerationConfig, InferenceEngine, NamedTensors, PauseOptions } from './engines/types.ts';
+import type {
+  GenerationConfig,
+  InferenceEngine,
+  NamedTensors,
+  PauseOptions,
+} from './engines/types.ts';
 import { serializeSafetensors } from './model/safetensors.ts';
 import { seededRandom } from './model/sampling.ts';
 import { loadTokenizer, type ChatTokenizer } from './model/tokenizer.ts';
@@ -159,7 +172,10 @@ export class Rollout {
           model: card.name,
           contextLength: Math.min(card.contextLength ?? maxLength, maxLength),
           maxNewTokens: this.init.generateMaxLen,
-          fixedSampling: { temperature: this.gconfig.temperature ?? 1, topP: this.gconfig.topP ?? 1 },
+          fixedSampling: {
+            temperature: this.gconfig.temperature ?? 1,
+            topP: this.gconfig.topP ?? 1,
+          },
           toolCallParser: this.init.toolCallParser ?? 'hermes',
           checkDrift: this.init.gatewayCheckDrift ?? false,
         });
@@ -171,7 +187,9 @@ export class Rollout {
         maxLength,
         maxConcurrent,
         episodeTimeoutMs: this.init.episodeTimeoutMs ?? 0,
-        ...(this.gateway ? { gateway: this.gateway, turnDiscount: this.init.agentTurnDiscount ?? 1 } : {}),
+        ...(this.gateway
+          ? { gateway: this.gateway, turnDiscount: this.init.agentTurnDiscount ?? 1 }
+          : {}),
       });
     })();
     await this.loaded;
@@ -180,12 +198,21 @@ export class Rollout {
 
   private async createEngine(): Promise<InferenceEngine> {
     const { engine = 'builtin', pretrain } = this.init;
-    if (engine === 'simulated') return this.init.simulated ? simulatedEngine(this.init.simulated) : new SimulatedEngine();
-    if (engine === 'builtin') return BuiltinEngine.create({ modelPath: pretrain, seed: this.init.seed ?? 0 });
+    if (engine === 'simulated')
+      return this.init.simulated ? simulatedEngine(this.init.simulated) : new SimulatedEngine();
+    if (engine === 'builtin')
+      return BuiltinEngine.create({ modelPath: pretrain, seed: this.init.seed ?? 0 });
     const urls = this.init.engineUrls ?? [];
-    if (urls.length === 0) throw new RangeError(`engine ${engine} needs server URLs (--engine-url)`);
-    const weightsDir = resolve(this.init.weightsDir ?? join(tmpdir(), `rtjob-engine-weights-${process.pid}`));
-    const options = { urls, writeCheckpoint: (t: NamedTensors, v: number) => writeEngineCheckpoint(weightsDir, pretrain, t, v) };
+    if (urls.length === 0)
+      throw new RangeError(`engine ${engine} needs server URLs (--engine-url)`);
+    const weightsDir = resolve(
+      this.init.weightsDir ?? join(tmpdir(), `rtjob-engine-weights-${process.pid}`),
+    );
+    const options = {
+      urls,
+      writeCheckpoint: (t: NamedTensors, v: number) =>
+        writeEngineCheckpoint(weightsDir, pretrain, t, v),
+    };
     if (engine === 'sglang') {
       const { SglangEngine } = await import('./engines/sglang/index.ts');
       return new SglangEngine(options);
@@ -196,10 +223,12 @@ export class Rollout {
 
   /** The prompt as the agent sees it: tokenized (chat template when asked), tail-truncated. */
   sample(item: PromptItem): Sample {
-    const ids = this.init.applyChatTemplate === false
-      ? this.tokenizer.encode(item.prompt)
-      : this.tokenizer.applyChatTemplate([{ role: 'user', content: item.prompt }]);
-    const promptIds = ids.length > this.init.promptMaxLen ? ids.slice(ids.length - this.init.promptMaxLen) : ids;
+    const ids =
+      this.init.applyChatTemplate === false
+        ? this.tokenizer.encode(item.prompt)
+        : this.tokenizer.applyChatTemplate([{ role: 'user', content: item.prompt }]);
+    const promptIds =
+      ids.length > this.init.promptMaxLen ? ids.slice(ids.length - this.init.promptMaxLen) : ids;
     return {
       index: item.index,
       prompt: item.prompt,
@@ -262,11 +291,19 @@ export class Rollout {
     const outs = await Promise.all(
       items.map((it) =>
         this.runner.slots.with(() => {
-          const signal = timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : new AbortController().signal;
+          const signal =
+            timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : new AbortController().signal;
           const sample = { ...this.sample(it), nSamples: 1 };
-          const run = runGatewayEvaluation(sample, { file: agent.file, agent: agent.agent, gateway: this.gateway!, signal });
+          const run = runGatewayEvaluation(sample, {
+            file: agent.file,
+            agent: agent.agent,
+            gateway: this.gateway!,
+            signal,
+          });
           // A hung evaluation episode is abandoned at the timeout, as in training.
-          const timedOut = new Promise<Error>((resolve) => signal.addEventListener('abort', () => resolve(new Error('timeout'))));
+          const timedOut = new Promise<Error>((resolve) =>
+            signal.addEventListener('abort', () => resolve(new Error('timeout'))),
+          );
           return timeoutMs > 0 ? Promise.race([run, timedOut]) : run;
         }),
       ),
@@ -328,10 +365,20 @@ export class Rollout {
  * Writes `tensors` as an HF model directory `dir/v<version>` (config and tokenizer from `pretrain`)
  * for a server to load, removes versions older than the previous one, and returns the path.
  */
-export async function writeEngineCheckpoint(dir: string, pretrain: string, tensors: NamedTensors, version: number): Promise<string> {
+export async function writeEngineCheckpoint(
+  dir: string,
+  pretrain: string,
+  tensors: NamedTensors,
+  version: number,
+): Promise<string> {
   const out = join(dir, `v${version}`);
   mkdirSync(out, { recursive: true });
-  for (const f of ['config.json', 'generation_config.json', 'tokenizer.json', 'tokenizer_config.json']) {
+  for (const f of [
+    'config.json',
+    'generation_config.json',
+    'tokenizer.json',
+    'tokenizer_config.json',
+  ]) {
     if (existsSync(join(pretrain, f))) copyFileSync(join(pretrain, f), join(out, f));
   }
   writeFileSync(join(out, 'model.safetensors.tmp'), serializeSafetensors(tensors));

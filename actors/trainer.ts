@@ -126,7 +126,10 @@ export class Trainer {
 
   /** Next-token logprob rows of each sequence under the current policy (length L−1). */
   logprobs(seqs: number[][], microBatchSize = 16): number[][] {
-    const out = forwardLogprobs(this.model, seqs, { temperature: this.init.temperature ?? 1, microBatchSize });
+    const out = forwardLogprobs(this.model, seqs, {
+      temperature: this.init.temperature ?? 1,
+      microBatchSize,
+    });
     return out.logprobs.map((r) => r.slice(1));
   }
 
@@ -156,7 +159,12 @@ export class Trainer {
         if (stepTokens === 0) continue;
         const cuts = microBatches(
           step.map((x) => x.inputIds.length),
-          { maxSamples: microTrainBatchSize, ...(this.init.trainMaxTokensPerGpu ? { maxTokens: this.init.trainMaxTokensPerGpu } : {}) },
+          {
+            maxSamples: microTrainBatchSize,
+            ...(this.init.trainMaxTokensPerGpu
+              ? { maxTokens: this.init.trainMaxTokensPerGpu }
+              : {}),
+          },
         );
         const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
         for (const [k, cut] of cuts.entries()) {
@@ -166,7 +174,12 @@ export class Trainer {
           local.loss += this.opt.accumulate(() => this.microBatchLoss(micro, w, local));
           await setImmediate(); // timers and socket messages (heartbeats) run here
         }
-        const [loss = 0, clip = 0, kl = 0, ent = 0] = await this.dp.reduce(this.opt, [local.loss, local.clip, local.kl, local.ent]);
+        const [loss = 0, clip = 0, kl = 0, ent = 0] = await this.dp.reduce(this.opt, [
+          local.loss,
+          local.clip,
+          local.kl,
+          local.ent,
+        ]);
         acc.loss += loss;
         acc.clip += clip;
         acc.kl += kl;
@@ -205,8 +218,17 @@ export class Trainer {
   ): tf.Scalar {
     const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
     const rows = (get: (x: TrainSample, i: number) => ArrayLike<number> | undefined): tf.Tensor2D =>
-      tf.tensor2d(padRows(micro.map((x, i) => (get(x, i) ?? []) as ArrayLike<number>), T - 1).data, [micro.length, T - 1]);
-    const st = tokenStats(this.model, ids, { temperature: this.init.temperature ?? 1, entropy: true });
+      tf.tensor2d(
+        padRows(
+          micro.map((x, i) => (get(x, i) ?? []) as ArrayLike<number>),
+          T - 1,
+        ).data,
+        [micro.length, T - 1],
+      );
+    const st = tokenStats(this.model, ids, {
+      temperature: this.init.temperature ?? 1,
+      entropy: true,
+    });
     const inputs: PolicyLossInputs = {
       logprobs: st.logprobs,
       oldLogprobs: rows((x) => x.oldLogprobs),
@@ -214,7 +236,9 @@ export class Trainer {
       mask: rows((x) => x.actionMask),
       weights: rows((_, i) => weights[i]),
       ...(st.entropy ? { entropy: st.entropy } : {}),
-      ...(micro[0]?.behaviourLogprobs ? { behaviourLogprobs: rows((x) => x.behaviourLogprobs) } : {}),
+      ...(micro[0]?.behaviourLogprobs
+        ? { behaviourLogprobs: rows((x) => x.behaviourLogprobs) }
+        : {}),
       ...(micro[0]?.refLogprobs ? { refLogprobs: rows((x) => x.refLogprobs) } : {}),
     };
     const stats = policyLossStats(inputs, this.loss);
@@ -236,7 +260,11 @@ export class Trainer {
 
   /** Saves weights, optimizer state and `extra` (data position, RNG, ...) under `dir`. */
   saveCheckpoint(dir: string, extra: Record<string, unknown>): void {
-    this.opt.saveCheckpoint(dir, { ...extra, version: this.version }, { tokenizerFrom: this.init.pretrain });
+    this.opt.saveCheckpoint(
+      dir,
+      { ...extra, version: this.version },
+      { tokenizerFrom: this.init.pretrain },
+    );
   }
 
   /** Restores a {@link saveCheckpoint}; returns its `extra`. */

@@ -28,14 +28,26 @@ interface Answer {
 export interface ArithEvalReport {
   prompts: number;
   greedy: { accuracy: number; directShare: number };
-  sampled: { samples: number; accuracy: number; directShare: number; directAccuracy: number; workedAccuracy: number };
+  sampled: {
+    samples: number;
+    accuracy: number;
+    directShare: number;
+    directAccuracy: number;
+    workedAccuracy: number;
+  };
   byKind: Record<string, { greedy: number; direct: number; worked: number }>;
 }
 
-const mean = (xs: Answer[]): number => (xs.length ? xs.reduce((s, x) => s + x.reward, 0) / xs.length : NaN);
+const mean = (xs: Answer[]): number =>
+  xs.length ? xs.reduce((s, x) => s + x.reward, 0) / xs.length : NaN;
 
 /** Evaluates `dir` on the first `prompts` held-out problems; `samples` answers per problem at temperature 1. */
-export async function evalArithModel(dir: string, prompts = 500, samples = 2, maxNewTokens = 48): Promise<ArithEvalReport> {
+export async function evalArithModel(
+  dir: string,
+  prompts = 500,
+  samples = 2,
+  maxNewTokens = 48,
+): Promise<ArithEvalReport> {
   await initBackend();
   const { model, tokenizer } = await loadModel(dir);
   if (!tokenizer) throw new Error(`eval_arith: ${dir} has no tokenizer.json`);
@@ -61,7 +73,10 @@ export async function evalArithModel(dir: string, prompts = 500, samples = 2, ma
     }
     return {
       prompts: records.length,
-      greedy: { accuracy: mean(greedy), directShare: greedy.filter((x) => x.direct).length / greedy.length },
+      greedy: {
+        accuracy: mean(greedy),
+        directShare: greedy.filter((x) => x.direct).length / greedy.length,
+      },
       sampled: {
         samples: sampled.length,
         accuracy: mean(sampled),
@@ -101,7 +116,9 @@ export async function main(argv: string[]): Promise<void> {
     console.log(JSON.stringify(r, null, 2));
     return;
   }
-  console.log(`greedy   ${pct(r.greedy.accuracy)} on ${r.prompts} held-out problems; direct answers ${pct(r.greedy.directShare)}`);
+  console.log(
+    `greedy   ${pct(r.greedy.accuracy)} on ${r.prompts} held-out problems; direct answers ${pct(r.greedy.directShare)}`,
+  );
   if (r.sampled.samples) {
     console.log(
       `sampled  ${pct(r.sampled.accuracy)} over ${r.sampled.samples} answers (T=1); direct ${pct(r.sampled.directShare)} of them, ` +
@@ -109,7 +126,10 @@ export async function main(argv: string[]): Promise<void> {
     );
   }
   console.log('family        greedy  sampled-direct  sampled-worked');
-  for (const [kind, v] of Object.entries(r.byKind)) console.log(`${kind.padEnd(12)}  ${pct(v.greedy).padStart(6)}  ${pct(v.direct).padStart(14)}  ${pct(v.worked).padStart(14)}`);
+  for (const [kind, v] of Object.entries(r.byKind))
+    console.log(
+      `${kind.padEnd(12)}  ${pct(v.greedy).padStart(6)}  ${pct(v.direct).padStart(14)}  ${pct(v.worked).padStart(14)}`,
+    );
 }
 
 runIfMain(import.meta.url, 'eval_arith', main, () => evalFlags.help());

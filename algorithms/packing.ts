@@ -115,10 +115,16 @@ export interface MicroBatchOptions {
  * microBatches([9, 5, 9, 4], { maxSamples: 2 }).map((b) => b.indices) // [[3, 1], [0, 2]]
  */
 export function microBatches(lengths: readonly number[], opts: MicroBatchOptions): MicroBatch[] {
-  if (opts.maxTokens !== undefined) return packMicroBatches(lengths, { ...opts, maxTokens: opts.maxTokens });
+  if (opts.maxTokens !== undefined)
+    return packMicroBatches(lengths, { ...opts, maxTokens: opts.maxTokens });
   if (!(Number.isInteger(opts.maxSamples) && opts.maxSamples >= 1))
-    throw invalidOption('--micro-train-batch-size', `must be an integer >= 1 (got ${opts.maxSamples})`);
-  const order = lengths.map((_, i) => i).sort((a, b) => (lengths[a] as number) - (lengths[b] as number));
+    throw invalidOption(
+      '--micro-train-batch-size',
+      `must be an integer >= 1 (got ${opts.maxSamples})`,
+    );
+  const order = lengths
+    .map((_, i) => i)
+    .sort((a, b) => (lengths[a] as number) - (lengths[b] as number));
   const out: MicroBatch[] = [];
   for (let k = 0; k < order.length; k += opts.maxSamples) {
     const indices = order.slice(k, k + opts.maxSamples);

@@ -325,7 +325,8 @@ export function policyLossStats(
       ])
       .dataSync();
   });
-  const [n = 0, clip = 0, dual = 0, negs = 0, kl = 0, w = 0, zero = 0, ent = 0] = Array.from(values);
+  const [n = 0, clip = 0, dual = 0, negs = 0, kl = 0, w = 0, zero = 0, ent = 0] =
+    Array.from(values);
   const d = Math.max(n, 1);
   return {
     clipFraction: clip / d,

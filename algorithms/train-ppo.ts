@@ -16,18 +16,31 @@ import { metrics } from '../runtime/metrics.ts';
 import { asyncLoop } from './train-ppo/async-loop.ts';
 import { isRoleDied } from './train-ppo/errors.ts';
 import { runIfMain } from './driver-flags.ts';
-import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp, type TrainPpoOptions } from './train-ppo/flags.ts';
+import {
+  FlagError,
+  flagConfig,
+  parseTrainPpoFlags,
+  trainPpoHelp,
+  type TrainPpoOptions,
+} from './train-ppo/flags.ts';
 import { inProcessRoles, type Roles } from './train-ppo/roles.ts';
 import { finishRun, prepareRun, type RunLog, type RunSummary } from './train-ppo/context.ts';
 import { syncLoop } from './train-ppo/sync-loop.ts';
 
-export { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp, FlagError } from './train-ppo/flags.ts';
+export {
+  parseTrainPpoFlags,
+  trainPpoDefaults,
+  trainPpoHelp,
+  FlagError,
+} from './train-ppo/flags.ts';
 export type { TrainPpoOptions } from './train-ppo/flags.ts';
 export type { RunSummary } from './train-ppo/context.ts';
 export { RoleDiedError, isRoleDied } from './train-ppo/errors.ts';
 
 /** The shipped warm-start model. */
-export const defaultPretrain = fileURLToPath(new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url));
+export const defaultPretrain = fileURLToPath(
+  new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url),
+);
 
 /** Options of {@link trainPpo} beyond the flags. */
 export interface TrainPpoRunOptions {
@@ -41,7 +54,10 @@ export interface TrainPpoRunOptions {
  * The name of this run's own output folder: the job id under a cluster, else the start time
  * (`run-20261123-203512`), so no run writes over another's policy by default.
  */
-export function runName(env: Record<string, string | undefined> = process.env, now = new Date()): string {
+export function runName(
+  env: Record<string, string | undefined> = process.env,
+  now = new Date(),
+): string {
   const job = readEnv('RTJOB_JOB_ID', env);
   if (job && /^[\w.-]+$/.test(job)) return job;
   const p = (n: number) => String(n).padStart(2, '0');
@@ -49,15 +65,29 @@ export function runName(env: Record<string, string | undefined> = process.env, n
 }
 
 /** Resolves defaults that depend on the machine and checks paths, before anything starts. */
-export function resolveOptions(o: TrainPpoOptions, env: Record<string, string | undefined> = process.env): TrainPpoOptions {
+export function resolveOptions(
+  o: TrainPpoOptions,
+  env: Record<string, string | undefined> = process.env,
+): TrainPpoOptions {
   const savePath = o.savePath || join('ckpt', runName(env));
-  const r = { ...o, pretrain: o.pretrain || defaultPretrain, savePath, ckptPath: o.ckptPath || join(savePath, 'checkpoints') };
+  const r = {
+    ...o,
+    pretrain: o.pretrain || defaultPretrain,
+    savePath,
+    ckptPath: o.ckptPath || join(savePath, 'checkpoints'),
+  };
   if (!r.overwrite && !r.loadCheckpoint) {
     if (existsSync(join(r.savePath, 'model.safetensors'))) {
-      throw new FlagError('--save-path', `--save-path ${r.savePath} already holds a policy from another run; pass --overwrite to replace it, or choose another --save-path`);
+      throw new FlagError(
+        '--save-path',
+        `--save-path ${r.savePath} already holds a policy from another run; pass --overwrite to replace it, or choose another --save-path`,
+      );
     }
     if (existsSync(join(r.ckptPath, 'latest'))) {
-      throw new FlagError('--ckpt-path', `--ckpt-path ${r.ckptPath} holds another run's checkpoints; --load-checkpoint resumes from them, --overwrite replaces them`);
+      throw new FlagError(
+        '--ckpt-path',
+        `--ckpt-path ${r.ckptPath} holds another run's checkpoints; --load-checkpoint resumes from them, --overwrite replaces them`,
+      );
     }
   }
   if (r.agentFunc && !existsSync(r.agentFunc)) {
@@ -89,10 +119,13 @@ export async function trainPpo(
 ): Promise<RunSummary> {
   const o = resolveOptions(parseTrainPpoFlags(argv, env), env);
   // A new run in the place of an old one: the old checkpoints go, so `latest` is never the old run's.
-  if (o.overwrite && !o.loadCheckpoint) rmSync(resolve(o.ckptPath), { recursive: true, force: true });
+  if (o.overwrite && !o.loadCheckpoint)
+    rmSync(resolve(o.ckptPath), { recursive: true, force: true });
   const log = run.log ?? defaultLog;
   const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
-  const mode = o.asyncTrain ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)` : 'sync';
+  const mode = o.asyncTrain
+    ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)`
+    : 'sync';
   log.line(
     `${mode}; ${o.rolloutNumEngines} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
       `agent ${o.agentFunc ?? '<built-in math reward>'}`,
@@ -129,7 +162,9 @@ export function resumeHint(o: TrainPpoOptions): string {
   return `the last checkpoint is ${dir}; run the same command with --load-checkpoint to resume from it`;
 }
 
-async function remotePlacement(): Promise<(o: TrainPpoOptions, totalSteps: number) => Promise<Roles>> {
+async function remotePlacement(): Promise<
+  (o: TrainPpoOptions, totalSteps: number) => Promise<Roles>
+> {
   const { remoteRoles } = await import('./train-ppo/remote-roles.ts');
   return remoteRoles;
 }

@@ -98,14 +98,22 @@ interface Example {
  * Tokenises a conversation; the loss mask is 1 on assistant turns (including their end token).
  * `tools` (OpenAI function-tool definitions) reach the chat template as `tools`, as at inference.
  */
-export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[], tools?: unknown[]): Example {
+export function encodeConversation(
+  tok: ChatTokenizer,
+  messages: ChatMessage[],
+  tools?: unknown[],
+): Example {
   const t = tools ? { tools } : {};
   const ids = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: false, ...t }));
   const mask = new Array<number>(ids.length).fill(0);
   messages.forEach((m, i) => {
     if (m.role !== 'assistant') return;
-    const start = tok.encode(tok.applyChatTemplate(messages.slice(0, i), { addGenerationPrompt: true, ...t })).length;
-    const end = tok.encode(tok.applyChatTemplate(messages.slice(0, i + 1), { addGenerationPrompt: false, ...t })).length;
+    const start = tok.encode(
+      tok.applyChatTemplate(messages.slice(0, i), { addGenerationPrompt: true, ...t }),
+    ).length;
+    const end = tok.encode(
+      tok.applyChatTemplate(messages.slice(0, i + 1), { addGenerationPrompt: false, ...t }),
+    ).length;
     for (let t = start; t < Math.min(end, ids.length); t++) mask[t] = 1;
   });
   return { ids, mask };
@@ -116,27 +124,52 @@ export function encodeConversation(tok: ChatTokenizer, messages: ChatMessage[], 
  * answered directly, chosen per record from `seed`) or a JSONL file (`{messages, tools?}` or
  * `{prompt, response}` per line; messages may carry `tool_calls`, and `tool` turns are context).
  */
-export function sftConversations(dataset: string, size: number, directFraction = 0, seed = 42): { messages: ChatMessage[]; tools?: unknown[] }[] {
-  if (!(directFraction >= 0 && directFraction <= 1)) throw new Error(`train_sft: --direct-fraction must be in [0, 1], got ${directFraction}`);
+export function sftConversations(
+  dataset: string,
+  size: number,
+  directFraction = 0,
+  seed = 42,
+): { messages: ChatMessage[]; tools?: unknown[] }[] {
+  if (!(directFraction >= 0 && directFraction <= 1))
+    throw new Error(`train_sft: --direct-fraction must be in [0, 1], got ${directFraction}`);
   const builtin = builtinDataset(dataset, { size });
   if (builtin) {
     const r = seededRandom(seed * 31 + 17);
     return builtin.map((rec) => {
       const content = r() < directFraction ? rec.direct : rec.response;
-      return { messages: [{ role: 'user', content: rec.prompt }, { role: 'assistant', content }] };
+      return {
+        messages: [
+          { role: 'user', content: rec.prompt },
+          { role: 'assistant', content },
+        ],
+      };
     });
   }
-  if (directFraction) throw new Error('train_sft: --direct-fraction applies to built-in datasets only');
-  if (!existsSync(dataset)) throw new Error(`train_sft: dataset '${dataset}' is neither built-in nor a file`);
+  if (directFraction)
+    throw new Error('train_sft: --direct-fraction applies to built-in datasets only');
+  if (!existsSync(dataset))
+    throw new Error(`train_sft: dataset '${dataset}' is neither built-in nor a file`);
   return readFileSync(dataset, 'utf8')
     .split('\n')
     .filter((l) => l.trim())
     .map((l, i) => {
-      const o = JSON.parse(l) as { messages?: ChatMessage[]; tools?: unknown; prompt?: string; response?: string };
-      if (o.tools !== undefined && !Array.isArray(o.tools)) throw new Error(`${dataset}:${i + 1}: 'tools' must be a list`);
-      if (o.messages) return { messages: o.messages, ...(o.tools ? { tools: o.tools as unknown[] } : {}) };
+      const o = JSON.parse(l) as {
+        messages?: ChatMessage[];
+        tools?: unknown;
+        prompt?: string;
+        response?: string;
+      };
+      if (o.tools !== undefined && !Array.isArray(o.tools))
+        throw new Error(`${dataset}:${i + 1}: 'tools' must be a list`);
+      if (o.messages)
+        return { messages: o.messages, ...(o.tools ? { tools: o.tools as unknown[] } : {}) };
       if (typeof o.prompt === 'string' && typeof o.response === 'string') {
-        return { messages: [{ role: 'user', content: o.prompt }, { role: 'assistant', content: o.response }] };
+        return {
+          messages: [
+            { role: 'user', content: o.prompt },
+            { role: 'assistant', content: o.response },
+          ],
+        };
       }
       throw new Error(`${dataset}:${i + 1}: need 'messages' or 'prompt' and 'response'`);
     });
@@ -151,16 +184,36 @@ export async function evalArith(
   tok: ChatTokenizer,
   records: ArithRecord[],
   opts: { greedy?: boolean; temperature?: number; maxNewTokens?: number } = {},
-): Promise<{ accuracy: number; samples: { prompt: string; kind: string; output: string; reward: number }[] }> {
-  const gconfig = { greedy: opts.greedy ?? true, temperature: opts.temperature ?? 1, maxNewTokens: opts.maxNewTokens ?? 48 };
+): Promise<{
+  accuracy: number;
+  samples: { prompt: string; kind: string; output: string; reward: number }[];
+}> {
+  const gconfig = {
+    greedy: opts.greedy ?? true,
+    temperature: opts.temperature ?? 1,
+    maxNewTokens: opts.maxNewTokens ?? 48,
+  };
   const outs = await Promise.all(
-    records.map((r) => engine.generate({ inputIds: tok.encode(tok.applyChatTemplate([{ role: 'user', content: r.prompt }])), gconfig })),
+    records.map((r) =>
+      engine.generate({
+        inputIds: tok.encode(tok.applyChatTemplate([{ role: 'user', content: r.prompt }])),
+        gconfig,
+      }),
+    ),
   );
   const samples = outs.map((o, i) => {
     const output = tok.decode(o.outputTokens, { skipSpecialTokens: true });
-    return { prompt: records[i]!.prompt, kind: records[i]!.kind, output, reward: arithReward(output, records[i]!.solution) };
+    return {
+      prompt: records[i]!.prompt,
+      kind: records[i]!.kind,
+      output,
+      reward: arithReward(output, records[i]!.solution),
+    };
   });
-  return { accuracy: samples.reduce((s, x) => s + x.reward, 0) / Math.max(1, samples.length), samples };
+  return {
+    accuracy: samples.reduce((s, x) => s + x.reward, 0) / Math.max(1, samples.length),
+    samples,
+  };
 }
 
 /** Runs SFT; see {@link SftOptions}. */
@@ -218,9 +271,13 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     }
     return idx;
   };
-  const evalRecords = dataset.startsWith('arith') ? builtinDataset('arith:test', { size: o.evalSize ?? 200 })! : [];
+  const evalRecords = dataset.startsWith('arith')
+    ? builtinDataset('arith:test', { size: o.evalSize ?? 200 })!
+    : [];
   const evalSteps = evalRecords.length ? (o.evalSteps ?? 100) : 0;
-  const engine = evalSteps ? await BuiltinEngine.create({ model, tokenizer: tok, maxBatchSize: 256 }) : undefined;
+  const engine = evalSteps
+    ? await BuiltinEngine.create({ model, tokenizer: tok, maxBatchSize: 256 })
+    : undefined;
   const started = performance.now();
   let tokens = 0;
   let windowTokens = 0;
@@ -240,8 +297,14 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     for (let m = 0; m < batch.length; m += micro) {
       const mb = batch.slice(m, m + micro);
       lossSum += trainer.accumulate(() => {
-        const { ids } = padBatch(mb.map((e) => e.ids), model.config.pad_token_id ?? 0);
-        const mask = padBatch(mb.map((e) => e.mask), 0).ids.toFloat() as tf.Tensor2D;
+        const { ids } = padBatch(
+          mb.map((e) => e.ids),
+          model.config.pad_token_id ?? 0,
+        );
+        const mask = padBatch(
+          mb.map((e) => e.mask),
+          0,
+        ).ids.toFloat() as tf.Tensor2D;
         return maskedNllLoss(model, ids, mask);
       });
       const n = mb.reduce((s, e) => s + e.ids.length, 0);
@@ -265,29 +328,66 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
       const t0 = performance.now();
       const ev = await evalArith(engine, tok, evalRecords);
       evalAccuracy = ev.accuracy;
-      log(`eval step ${st.step} held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${((performance.now() - t0) / 1000).toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`);
+      log(
+        `eval step ${st.step} held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${((performance.now() - t0) / 1000).toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
+      );
     }
     if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last)) {
-      trainer.saveCheckpoint(o.ckptPath, { dataset }, tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain });
+      trainer.saveCheckpoint(
+        o.ckptPath,
+        { dataset },
+        tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain },
+      );
     }
     if (o.signal?.aborted) {
       log(`train_sft: stopping at step ${st.step} on request`);
-      if (o.ckptPath) trainer.saveCheckpoint(o.ckptPath, { dataset }, tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain });
+      if (o.ckptPath)
+        trainer.saveCheckpoint(
+          o.ckptPath,
+          { dataset },
+          tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain },
+        );
       break;
     }
-    if (o.stopAtAccuracy !== undefined && evalAccuracy !== undefined && evalAccuracy >= o.stopAtAccuracy && st.step % evalSteps === 0) {
-      log(`train_sft: held-out accuracy ${(evalAccuracy * 100).toFixed(1)}% reached the target ${(o.stopAtAccuracy * 100).toFixed(1)}%; stopping`);
+    if (
+      o.stopAtAccuracy !== undefined &&
+      evalAccuracy !== undefined &&
+      evalAccuracy >= o.stopAtAccuracy &&
+      st.step % evalSteps === 0
+    ) {
+      log(
+        `train_sft: held-out accuracy ${(evalAccuracy * 100).toFixed(1)}% reached the target ${(o.stopAtAccuracy * 100).toFixed(1)}%; stopping`,
+      );
       break;
     }
   }
   const trainSeconds = (performance.now() - started) / 1000;
   saveModel(o.savePath, model, {
     ...(tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain }),
-    generationConfig: { eos_token_id: model.config.eos_token_id, pad_token_id: model.config.pad_token_id, do_sample: true, temperature: 1.0, max_new_tokens: 48 },
+    generationConfig: {
+      eos_token_id: model.config.eos_token_id,
+      pad_token_id: model.config.pad_token_id,
+      do_sample: true,
+      temperature: 1.0,
+      max_new_tokens: 48,
+    },
     dtype: o.saveDtype,
   });
-  const result: SftResult = { steps: trainer.stepCount, finalLoss: lastLoss, evalAccuracy, trainSeconds, tokensPerSecond: tokens / trainSeconds };
-  writeFileSync(join(o.savePath, 'training_summary.json'), JSON.stringify({ ...result, options: { ...o, savePath: undefined, ckptPath: undefined, signal: undefined } }, null, 2) + '\n');
+  const result: SftResult = {
+    steps: trainer.stepCount,
+    finalLoss: lastLoss,
+    evalAccuracy,
+    trainSeconds,
+    tokensPerSecond: tokens / trainSeconds,
+  };
+  writeFileSync(
+    join(o.savePath, 'training_summary.json'),
+    JSON.stringify(
+      { ...result, options: { ...o, savePath: undefined, ckptPath: undefined, signal: undefined } },
+      null,
+      2,
+    ) + '\n',
+  );
   log(`train_sft: saved ${o.savePath} after ${result.steps} steps in ${trainSeconds.toFixed(0)}s`);
   await engine?.close();
   trainer.dispose();

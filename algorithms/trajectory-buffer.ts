@@ -178,7 +178,9 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
    * Waits for a batch. The slot goes back to the producers at once. Resolves `null` when the
    * buffer is closed and drained. Pass `currentVersion` to get per-token staleness.
    */
-  take(opts: { currentVersion?: number; signal?: AbortSignal } = {}): Promise<BatchLease<M> | null> {
+  take(
+    opts: { currentVersion?: number; signal?: AbortSignal } = {},
+  ): Promise<BatchLease<M> | null> {
     if (opts.signal?.aborted) return Promise.reject(opts.signal.reason);
     if (this.#queue.length > 0 && this.#consumers.length === 0)
       return Promise.resolve(this.#lease(opts.currentVersion));
@@ -189,7 +191,11 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
   }
 
   /** Acquire a slot, run `fn` to fill it, commit; on a throw, abort (the staged items are dropped with the error). */
-  async produce(fn: (slot: BufferSlot<M>) => Promise<void>, meta: M, signal?: AbortSignal): Promise<void> {
+  async produce(
+    fn: (slot: BufferSlot<M>) => Promise<void>,
+    meta: M,
+    signal?: AbortSignal,
+  ): Promise<void> {
     const slot = await this.acquire(signal);
     try {
       await fn(slot);

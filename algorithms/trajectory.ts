@@ -45,7 +45,9 @@ export interface Trajectory {
  * @example
  * infoMetrics([{ info: { used_tool: 1 } }, { info: { used_tool: 0 } }])   // { info_used_tool: 0.5 }
  */
-export function infoMetrics(trajectories: readonly Pick<Trajectory, 'info'>[]): Record<string, number> {
+export function infoMetrics(
+  trajectories: readonly Pick<Trajectory, 'info'>[],
+): Record<string, number> {
   const sums = new Map<string, { sum: number; n: number }>();
   for (const t of trajectories) {
     for (const [k, v] of Object.entries(t.info ?? {})) {

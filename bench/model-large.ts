@@ -37,7 +37,11 @@ async function infer(): Promise<Record<string, number | string>> {
   const loadS = (performance.now() - t0) / 1000;
   const out: Record<string, number | string> = new Proxy({} as Record<string, number | string>, {
     // Each number is also logged as it is measured, so a run stopped early still reports.
-    set: (o, k, v) => ((o[k as string] = v), process.stderr.write(`  infer ${String(k)} = ${v}\n`), true),
+    set: (o, k, v) => (
+      (o[k as string] = v),
+      process.stderr.write(`  infer ${String(k)} = ${v}\n`),
+      true
+    ),
   });
   Object.assign(out, {
     backend,

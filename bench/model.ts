@@ -42,7 +42,11 @@ function timeIt(fn: () => void, reps: number): number {
 
 // 1. matmul ceiling: the best of a square product and the model's own MLP shape
 let peak = 0;
-for (const [m, k, n] of [[512, 512, 512], [2048, 96, 256], [2048, 256, 96]] as const) {
+for (const [m, k, n] of [
+  [512, 512, 512],
+  [2048, 96, 256],
+  [2048, 256, 96],
+] as const) {
   const a = tf.randomNormal([m, k]);
   const b = tf.randomNormal([k, n]);
   const ms = timeIt(() => tf.tidy(() => void tf.matMul(a, b).dataSync()), quick ? 3 : 10);
@@ -58,22 +62,35 @@ result.matmulGflops = peak;
 {
   const B = 32;
   const T = 64;
-  const seqs = Array.from({ length: B }, (_, b) => Array.from({ length: T }, (_, t) => 5 + ((b * 13 + t * 7) % 90)));
+  const seqs = Array.from({ length: B }, (_, b) =>
+    Array.from({ length: T }, (_, t) => 5 + ((b * 13 + t * 7) % 90)),
+  );
   const trainer = new ModelTrainer(model, { lr: 1e-4 });
   const batch = padBatch(seqs);
   const mask = tf.onesLike(batch.ids).toFloat() as tf.Tensor2D;
-  const ms = timeIt(() => {
-    trainer.accumulate(() => maskedNllLoss(model, batch.ids, mask));
-    trainer.step();
-  }, quick ? 2 : 5);
+  const ms = timeIt(
+    () => {
+      trainer.accumulate(() => maskedNllLoss(model, batch.ids, mask));
+      trainer.step();
+    },
+    quick ? 2 : 5,
+  );
   const tokS = (B * T * 1000) / ms;
   // 6 flops per parameter per token (fwd + bwd) plus attention (QK^T and PV, fwd + bwd)
   const c = config;
-  const flopsPerToken = 6 * model.numParameters + 6 * 2 * c.num_hidden_layers * T * c.num_attention_heads * c.head_dim;
+  const flopsPerToken =
+    6 * model.numParameters + 6 * 2 * c.num_hidden_layers * T * c.num_attention_heads * c.head_dim;
   const achieved = (tokS * flopsPerToken) / 1e9;
   rows.push(['train tokens/s (B=32, T=64)', tokS.toFixed(0)]);
-  rows.push(['train achieved GFLOP/s', `${achieved.toFixed(2)} (${((100 * achieved) / peak).toFixed(0)}% of matmul peak)`]);
-  Object.assign(result, { trainTokensPerSecond: tokS, trainGflops: achieved, trainFractionOfPeak: achieved / peak });
+  rows.push([
+    'train achieved GFLOP/s',
+    `${achieved.toFixed(2)} (${((100 * achieved) / peak).toFixed(0)}% of matmul peak)`,
+  ]);
+  Object.assign(result, {
+    trainTokensPerSecond: tokS,
+    trainGflops: achieved,
+    trainFractionOfPeak: achieved / peak,
+  });
   trainer.dispose();
   batch.ids.dispose();
   mask.dispose();
@@ -81,11 +98,16 @@ result.matmulGflops = peak;
 
 // 3. training at the shapes the shipped model meets: variable lengths, right-padded per micro-batch
 type Model = Pick<CausalLM, 'config' | 'params' | 'forward' | 'logitsFromHidden' | 'values'>;
-const trainShapes = [['SFT', 32, 35, 56, 32], ['RL', 64, 55, 86, 16]] as const;
+const trainShapes = [
+  ['SFT', 32, 35, 56, 32],
+  ['RL', 64, 55, 86, 16],
+] as const;
 const shapeSeqs = trainShapes.map(([, B, lo, hi]) => {
   let state = 7 + B;
-  const rand = (): number => ((state = (Math.imul(state, 1103515245) + 12345) >>> 0) / 2 ** 32);
-  return Array.from({ length: B }, () => Array.from({ length: lo + Math.floor(rand() * (hi - lo)) }, () => 5 + Math.floor(rand() * 95)));
+  const rand = (): number => (state = (Math.imul(state, 1103515245) + 12345) >>> 0) / 2 ** 32;
+  return Array.from({ length: B }, () =>
+    Array.from({ length: lo + Math.floor(rand() * (hi - lo)) }, () => 5 + Math.floor(rand() * 95)),
+  );
 });
 /** One optimizer step over shape `s` (micro-batches, masked NLL, AdamW). */
 function shapeStep(trainer: ModelTrainer, s: number): void {
@@ -96,7 +118,10 @@ function shapeStep(trainer: ModelTrainer, s: number): void {
     const mb = seqs.slice(o, o + micro);
     trainer.accumulate(() => {
       const { ids, T } = padBatch(mb);
-      const mask = tf.tensor2d(mb.flatMap((x) => Array.from({ length: T }, (_, t) => (t < x.length ? 1 : 0))), [mb.length, T]);
+      const mask = tf.tensor2d(
+        mb.flatMap((x) => Array.from({ length: T }, (_, t) => (t < x.length ? 1 : 0))),
+        [mb.length, T],
+      );
       return maskedNllLoss(m, ids, mask);
     });
   }
@@ -108,17 +133,32 @@ const shapeTokens = (s: number): number => shapeSeqs[s]!.reduce((n, x) => n + x.
   trainShapes.forEach(([name, B, lo, hi, micro], s) => {
     const ms = timeIt(() => shapeStep(trainer, s), quick ? 1 : 3);
     const tokS = (shapeTokens(s) * 1000) / ms;
-    rows.push([`train tokens/s, ${name} shape (${B} x ${lo}-${hi - 1} tokens, micro-batch ${micro})`, `${tokS.toFixed(0)} (${ms.toFixed(0)} ms/step)`]);
-    result[`train${name}`] = { tokensPerSecond: tokS, msPerStep: ms, sequences: B, tokens: shapeTokens(s), microBatch: micro };
+    rows.push([
+      `train tokens/s, ${name} shape (${B} x ${lo}-${hi - 1} tokens, micro-batch ${micro})`,
+      `${tokS.toFixed(0)} (${ms.toFixed(0)} ms/step)`,
+    ]);
+    result[`train${name}`] = {
+      tokensPerSecond: tokS,
+      msPerStep: ms,
+      sequences: B,
+      tokens: shapeTokens(s),
+      microBatch: micro,
+    };
   });
   trainer.dispose();
 }
 
 // The RL loop's generation shape: 64 episodes at once, prompts of 18-29 tokens, 48 new tokens.
-const rlPrompts = Array.from({ length: 64 }, (_, b) => Array.from({ length: 18 + (b % 12) }, (_, t) => 5 + ((b * 7 + t * 3) % 90)));
+const rlPrompts = Array.from({ length: 64 }, (_, b) =>
+  Array.from({ length: 18 + (b % 12) }, (_, t) => 5 + ((b * 7 + t * 3) % 90)),
+);
 async function generateRlShape(e: BuiltinEngine): Promise<number> {
   const t0 = performance.now();
-  await Promise.all(rlPrompts.map((p) => e.generate({ inputIds: p, gconfig: { maxNewTokens: 48, temperature: 1 } })));
+  await Promise.all(
+    rlPrompts.map((p) =>
+      e.generate({ inputIds: p, gconfig: { maxNewTokens: 48, temperature: 1 } }),
+    ),
+  );
   return performance.now() - t0;
 }
 
@@ -128,9 +168,15 @@ const promptLen = 20;
 const newTokens = quick ? 8 : 32;
 const gen: Record<string, unknown> = {};
 for (const B of [1, 16, 64]) {
-  const prompts = Array.from({ length: B }, (_, b) => Array.from({ length: promptLen }, (_, t) => 5 + ((b + t * 3) % 90)));
+  const prompts = Array.from({ length: B }, (_, b) =>
+    Array.from({ length: promptLen }, (_, t) => 5 + ((b + t * 3) % 90)),
+  );
   const t0 = performance.now();
-  await Promise.all(prompts.map((p) => engine.generate({ inputIds: p, gconfig: { maxNewTokens: newTokens, temperature: 1 } })));
+  await Promise.all(
+    prompts.map((p) =>
+      engine.generate({ inputIds: p, gconfig: { maxNewTokens: newTokens, temperature: 1 } }),
+    ),
+  );
   const cached = (B * newTokens * 1000) / (performance.now() - t0);
   const t1 = performance.now();
   const seqs = prompts.map((p) => [...p]);
@@ -139,7 +185,10 @@ for (const B of [1, 16, 64]) {
     seqs.forEach((s, b) => s.push(lg[b * config.vocab_size]! > 0 ? 5 : 6));
   }
   const recompute = (B * newTokens * 1000) / (performance.now() - t1);
-  rows.push([`generate tokens/s batch ${B} (KV cache / recompute)`, `${cached.toFixed(0)} / ${recompute.toFixed(0)} (${(cached / recompute).toFixed(1)}x)`]);
+  rows.push([
+    `generate tokens/s batch ${B} (KV cache / recompute)`,
+    `${cached.toFixed(0)} / ${recompute.toFixed(0)} (${(cached / recompute).toFixed(1)}x)`,
+  ]);
   gen[`batch${B}`] = { kvCache: cached, recompute, speedup: cached / recompute };
 }
 {
@@ -148,7 +197,10 @@ for (const B of [1, 16, 64]) {
   for (let i = 0; i < (quick ? 1 : 3); i++) times.push(await generateRlShape(engine));
   const ms = Math.min(...times);
   const tokS = (64 * 48 * 1000) / ms;
-  rows.push(['generate tokens/s, RL shape (64 requests x 48 new tokens, KV cache)', `${tokS.toFixed(0)} (${ms.toFixed(0)} ms per batch)`]);
+  rows.push([
+    'generate tokens/s, RL shape (64 requests x 48 new tokens, KV cache)',
+    `${tokS.toFixed(0)} (${ms.toFixed(0)} ms per batch)`,
+  ]);
   gen.rlShape = { tokensPerSecond: tokS, msPerBatch: ms };
 }
 result.generation = { promptLen, newTokens, ...gen };
@@ -171,8 +223,13 @@ if (baselineDir) {
     }
   }
   const reps = quick ? 2 : 5;
-  const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-  const compare = async (label: string, work: number, run: (m: Model, isBase: boolean) => Promise<number> | number): Promise<void> => {
+  const median = (xs: number[]): number =>
+    [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const compare = async (
+    label: string,
+    work: number,
+    run: (m: Model, isBase: boolean) => Promise<number> | number,
+  ): Promise<void> => {
     const ms = { base: [] as number[], now: [] as number[] };
     for (let r = 0; r < reps; r++) {
       for (const isBase of [true, false]) {
@@ -182,7 +239,10 @@ if (baselineDir) {
     }
     useWasmKernelOverrides(true);
     const [b, n] = [median(ms.base), median(ms.now)];
-    rows.push([`${label}: baseline / this tree (same run, interleaved)`, `${((work * 1000) / b).toFixed(0)} / ${((work * 1000) / n).toFixed(0)} tok/s (${(b / n).toFixed(2)}x)`]);
+    rows.push([
+      `${label}: baseline / this tree (same run, interleaved)`,
+      `${((work * 1000) / b).toFixed(0)} / ${((work * 1000) / n).toFixed(0)} tok/s (${(b / n).toFixed(2)}x)`,
+    ]);
     (result.baseline as Record<string, unknown>)[label] = { baselineMs: b, ms: n, speedup: b / n };
   };
   result.baseline = { dir: baselineDir };
@@ -201,7 +261,8 @@ if (baselineDir) {
   }
   trainers.forEach((t) => t.dispose());
   const engines = new Map<Model, BuiltinEngine>();
-  for (const m of [base, model]) engines.set(m, await BuiltinEngine.create({ model: m, eosTokenIds: [] }));
+  for (const m of [base, model])
+    engines.set(m, await BuiltinEngine.create({ model: m, eosTokenIds: [] }));
   await compare('generate RL shape', 64 * 48, async (m) => {
     await generateRlShape(engines.get(m)!);
     return generateRlShape(engines.get(m)!);

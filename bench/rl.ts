@@ -31,7 +31,9 @@ import { defineActor, init, kill, shutdown } from '../runtime/api.ts';
 
 const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
 const docsDir = fileURLToPath(new URL('../docs/', import.meta.url));
-const shipped = fileURLToPath(new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url));
+const shipped = fileURLToPath(
+  new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url),
+);
 const parts = (process.env.RL_BENCH ?? 'overhead,sync-async').split(',');
 
 interface Row {
@@ -72,9 +74,16 @@ async function overhead(): Promise<void> {
   const { writeTinyModel } = await import('../test/fixtures/agents/tiny-model.ts');
   const model = await writeTinyModel(home);
   await init();
-  const RolloutActor = defineActor<typeof Rollout>(new URL('../actors/rollout.ts', import.meta.url), 'Rollout');
+  const RolloutActor = defineActor<typeof Rollout>(
+    new URL('../actors/rollout.ts', import.meta.url),
+    'Rollout',
+  );
   const handles = Array.from({ length: engines }, (_, i) =>
-    RolloutActor.options({ numCpus: 0, maxConcurrency: 100000, env: { RTJOB_QUIET_BACKEND: '1' } }).remote({
+    RolloutActor.options({
+      numCpus: 0,
+      maxConcurrency: 100000,
+      env: { RTJOB_QUIET_BACKEND: '1' },
+    }).remote({
       pretrain: model,
       engine: 'simulated',
       simulated: { tokenLatencyMs, medianTokens, sigma: 1, seed: i + 1 },
@@ -95,13 +104,19 @@ async function overhead(): Promise<void> {
     // Warm-up: JIT, connections, tokenizer caches.
     await Promise.all(handles.map((h, e) => h.runGroup.remote(items[e]!)));
     const t0 = performance.now();
-    const results: GroupResult[] = await Promise.all(items.map((it, k) => handles[k % engines]!.runGroup.remote(it)));
+    const results: GroupResult[] = await Promise.all(
+      items.map((it, k) => handles[k % engines]!.runGroup.remote(it)),
+    );
     const wallMs = performance.now() - t0;
-    const lengths = (g: GroupResult): number[] => g.trajectories.map((t) => t.lossMask.reduce((a, b) => a + b, 0));
+    const lengths = (g: GroupResult): number[] =>
+      g.trajectories.map((t) => t.lossMask.reduce((a, b) => a + b, 0));
     let idealMs = 0;
     let tokens = 0;
     for (let e = 0; e < engines; e++) {
-      const durations = results.filter((_, k) => k % engines === e).flatMap(lengths).map((n) => n * tokenLatencyMs);
+      const durations = results
+        .filter((_, k) => k % engines === e)
+        .flatMap(lengths)
+        .map((n) => n * tokenLatencyMs);
       idealMs = Math.max(idealMs, listScheduleMs(durations, tasks));
     }
     const all = results.flatMap(lengths);
@@ -111,15 +126,49 @@ async function overhead(): Promise<void> {
     const achieved = done / (wallMs / 1000);
     const ideal = done / (idealMs / 1000);
     const ratio = achieved / ideal;
-    const q = (p: number): number => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
+    const q = (p: number): number =>
+      sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
     rows.push(
-      { name: 'overhead: episodes', value: String(done), note: `${engines} engines × ASYNC_NUM_TASKS=${tasks}, ${nSamples} samples/prompt` },
-      { name: 'overhead: response tokens p50/p90/p99/max', value: `${q(0.5)}/${q(0.9)}/${q(0.99)}/${sorted.at(-1)}`, note: `lognormal, median ${medianTokens}, ${tokenLatencyMs} ms/token` },
-      { name: 'overhead: ideal episodes/s', value: ideal.toFixed(0), note: 'same latencies, list-scheduled on the slots, zero overhead' },
-      { name: 'overhead: achieved episodes/s', value: achieved.toFixed(0), note: `wall ${(wallMs / 1000).toFixed(2)} s vs ideal ${(idealMs / 1000).toFixed(2)} s` },
-      { name: 'overhead: achieved / ideal', value: `${(ratio * 100).toFixed(1)}%`, note: 'target ≥ 90%' },
+      {
+        name: 'overhead: episodes',
+        value: String(done),
+        note: `${engines} engines × ASYNC_NUM_TASKS=${tasks}, ${nSamples} samples/prompt`,
+      },
+      {
+        name: 'overhead: response tokens p50/p90/p99/max',
+        value: `${q(0.5)}/${q(0.9)}/${q(0.99)}/${sorted.at(-1)}`,
+        note: `lognormal, median ${medianTokens}, ${tokenLatencyMs} ms/token`,
+      },
+      {
+        name: 'overhead: ideal episodes/s',
+        value: ideal.toFixed(0),
+        note: 'same latencies, list-scheduled on the slots, zero overhead',
+      },
+      {
+        name: 'overhead: achieved episodes/s',
+        value: achieved.toFixed(0),
+        note: `wall ${(wallMs / 1000).toFixed(2)} s vs ideal ${(idealMs / 1000).toFixed(2)} s`,
+      },
+      {
+        name: 'overhead: achieved / ideal',
+        value: `${(ratio * 100).toFixed(1)}%`,
+        note: 'target ≥ 90%',
+      },
     );
-    json.overhead = { engines, tasks, nSamples, episodes: done, tokens, tokenLatencyMs, medianTokens, wallMs, idealMs, achieved, ideal, ratio };
+    json.overhead = {
+      engines,
+      tasks,
+      nSamples,
+      episodes: done,
+      tokens,
+      tokenLatencyMs,
+      medianTokens,
+      wallMs,
+      idealMs,
+      achieved,
+      ideal,
+      ratio,
+    };
   } finally {
     await Promise.allSettled(handles.map((h) => kill(h, { noRestart: true })));
     await shutdown();
@@ -162,7 +211,9 @@ interface RunResult {
 function spin(ms: number): Promise<number> {
   const code = `let n=0;const end=Date.now()+${ms};while(Date.now()<end){for(let i=0;i<1e5;i++)n+=i&1}console.log(n)`;
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, ['-e', code], (err, out) => (err ? reject(err) : resolve(Number(out.trim()))));
+    execFile(process.execPath, ['-e', code], (err, out) =>
+      err ? reject(err) : resolve(Number(out.trim())),
+    );
   });
 }
 
@@ -179,7 +230,7 @@ async function parallelHeadroom(ms = 3000): Promise<number> {
 async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
   const headroom = await parallelHeadroom();
   const { trainPpo } = await import('../algorithms/train-ppo.ts');
-  const out = mkdtempSync(join(tmpdir(), `rtjob-bench-${mode.replace(/\W+/g, "-")}-`));
+  const out = mkdtempSync(join(tmpdir(), `rtjob-bench-${mode.replace(/\W+/g, '-')}-`));
   const reward: [number, number][] = [];
   const accuracy: [number, number][] = [];
   let samples = 0;
@@ -193,7 +244,16 @@ async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
   const loads: number[] = [];
   const sampler = setInterval(() => loads.push(loadavg()[0]!), 2000);
   sampler.unref();
-  const phases = ['generate_s', 'experience_s', 'train_s', 'weight_sync_s', 'publish_wait_s', 'previous_publish_wait_s', 'trainer_wait_s', 'step_s'];
+  const phases = [
+    'generate_s',
+    'experience_s',
+    'train_s',
+    'weight_sync_s',
+    'publish_wait_s',
+    'previous_publish_wait_s',
+    'trainer_wait_s',
+    'step_s',
+  ];
   const t0 = performance.now();
   const log = {
     line: (t: string) => process.stdout.write(`  [${mode}] ${t}\n`),
@@ -216,8 +276,16 @@ async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
     },
   };
   const argv = [
-    '--agent-func', fileURLToPath(new URL('../examples/agent.ts', import.meta.url)),
-    '--max-steps', String(steps), '--eval-steps', process.env.RL_BENCH_EVAL_STEPS ?? '5', '--save-path', join(out, 'policy'), '--seed', '7',
+    '--agent-func',
+    fileURLToPath(new URL('../examples/agent.ts', import.meta.url)),
+    '--max-steps',
+    String(steps),
+    '--eval-steps',
+    process.env.RL_BENCH_EVAL_STEPS ?? '5',
+    '--save-path',
+    join(out, 'policy'),
+    '--seed',
+    '7',
     ...modeFlags[mode],
   ];
   try {
@@ -225,12 +293,14 @@ async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
     const wall = (performance.now() - t0) / 1000;
     const cores = (cpuSeconds() - cpu0) / wall;
     const timeline: Record<string, number> = {};
-    for (const [k, x] of Object.entries(sums)) timeline[k] = k === 'eval_beside_s' ? x : x / Math.max(1, trained);
+    for (const [k, x] of Object.entries(sums))
+      timeline[k] = k === 'eval_beside_s' ? x : x / Math.max(1, trained);
     const wallS = s.minutes * 60;
     // Sync: the engine works only while generating, the trainer only outside it; async reports both.
-    timeline.rollout_busy_fraction = last.rollout_busy_fraction ?? ((sums.generate_s ?? 0) / wallS);
+    timeline.rollout_busy_fraction = last.rollout_busy_fraction ?? (sums.generate_s ?? 0) / wallS;
     timeline.trainer_busy_fraction =
-      last.trainer_busy_fraction ?? (((sums.experience_s ?? 0) + (sums.train_s ?? 0) + (sums.weight_sync_s ?? 0)) / wallS);
+      last.trainer_busy_fraction ??
+      ((sums.experience_s ?? 0) + (sums.train_s ?? 0) + (sums.weight_sync_s ?? 0)) / wallS;
     return {
       mode,
       minutes: s.minutes,
@@ -238,7 +308,10 @@ async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
       evalBefore: s.evalBefore ?? 0,
       evalAfter: s.evalAfter ?? 0,
       minutesToTarget: null,
-      steadySamplesPerS: firstAt !== undefined && lastAt > firstAt ? (samples - firstSamples) / ((lastAt - firstAt) * 60) : 0,
+      steadySamplesPerS:
+        firstAt !== undefined && lastAt > firstAt
+          ? (samples - firstSamples) / ((lastAt - firstAt) * 60)
+          : 0,
       timeline,
       cores,
       load: loads.length ? loads.reduce((a, b) => a + b, 0) / loads.length : loadavg()[0]!,
@@ -259,7 +332,10 @@ async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
 function cpuSeconds(): number {
   try {
     const stat = readFileSync('/proc/self/stat', 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ').map(Number);
+    const f = stat
+      .slice(stat.lastIndexOf(')') + 2)
+      .split(' ')
+      .map(Number);
     // Fields 14–17 of proc(5): utime, stime, cutime, cstime; f[0] is field 3.
     return (f[11]! + f[12]! + f[13]! + f[14]!) / 100;
   } catch {
@@ -283,7 +359,8 @@ async function syncVsAsync(): Promise<void> {
     const repeats = Number(process.env.RL_BENCH_REPEATS ?? 1);
     const runs: RunResult[] = [];
     for (let i = 0; i < repeats; i++) {
-      for (const mode of i % 2 === 0 ? (['sync', 'async'] as const) : (['async', 'sync'] as const)) runs.push(await trainRun(mode, steps));
+      for (const mode of i % 2 === 0 ? (['sync', 'async'] as const) : (['async', 'sync'] as const))
+        runs.push(await trainRun(mode, steps));
     }
     const syncRuns = runs.filter((r) => r.mode === 'sync');
     const asyncRuns = runs.filter((r) => r.mode === 'async');
@@ -291,7 +368,8 @@ async function syncVsAsync(): Promise<void> {
     const asyn = asyncRuns[0]!;
     // The target is what sync reaches (or RL_BENCH_TARGET): async must get there too, and faster.
     const target = Number(process.env.RL_BENCH_TARGET ?? sync.evalAfter);
-    for (const r of runs) r.minutesToTarget = r.accuracy.find(([m, a]) => m > 0 && a >= target)?.[0] ?? null;
+    for (const r of runs)
+      r.minutesToTarget = r.accuracy.find(([m, a]) => m > 0 && a >= target)?.[0] ?? null;
     const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
     const mins = (x: number | null): string => (x === null ? 'not reached' : `${x.toFixed(1)} min`);
     runs.forEach((r, i) => {
@@ -312,12 +390,29 @@ async function syncVsAsync(): Promise<void> {
         note: `generate ${f('generate_s')}, experience ${f('experience_s')}, train ${f('train_s')}, publish ${f('weight_sync_s')} (gate wait ${f('publish_wait_s')}), trainer waits for data ${f('trainer_wait_s')} and for the last publish ${f('previous_publish_wait_s')}; busy: rollout ${f('rollout_busy_fraction')}, trainer ${f('trainer_busy_fraction')}${t.eval_beside_s !== undefined ? `; evals beside training ${f('eval_beside_s')} s` : ''}`,
       });
     }
-    const ratio = (get: (r: RunResult) => number): string => `${(mean(asyncRuns, get) / mean(syncRuns, get)).toFixed(2)}×`;
+    const ratio = (get: (r: RunResult) => number): string =>
+      `${(mean(asyncRuns, get) / mean(syncRuns, get)).toFixed(2)}×`;
     const over = repeats > 1 ? ` (means of ${repeats} runs each)` : '';
-    rows.push({ name: 'async / sync samples/s', value: ratio((r) => r.samplesPerS), note: `target ≥ 1.5× with no accuracy loss${over}` });
-    rows.push({ name: 'async / sync steady samples/s', value: ratio((r) => r.steadySamplesPerS), note: over });
-    rows.push({ name: 'async / sync CPU cores used', value: ratio((r) => r.cores), note: 'async can only be faster by using more cores at once' });
-    rows.push({ name: 'parallel headroom', value: `${mean(runs, (r) => r.headroom).toFixed(2)}×`, note: 'work of 2 busy processes / 1, before each run: the most any overlap can gain here' });
+    rows.push({
+      name: 'async / sync samples/s',
+      value: ratio((r) => r.samplesPerS),
+      note: `target ≥ 1.5× with no accuracy loss${over}`,
+    });
+    rows.push({
+      name: 'async / sync steady samples/s',
+      value: ratio((r) => r.steadySamplesPerS),
+      note: over,
+    });
+    rows.push({
+      name: 'async / sync CPU cores used',
+      value: ratio((r) => r.cores),
+      note: 'async can only be faster by using more cores at once',
+    });
+    rows.push({
+      name: 'parallel headroom',
+      value: `${mean(runs, (r) => r.headroom).toFixed(2)}×`,
+      note: 'work of 2 busy processes / 1, before each run: the most any overlap can gain here',
+    });
     json.syncAsync = { steps, target, repeats, runs, sync, async: asyn };
     const series: Series[] = [
       { name: 'sync reward', points: sync.reward, color: '#1f77b4' },
@@ -325,10 +420,18 @@ async function syncVsAsync(): Promise<void> {
       { name: 'sync held-out accuracy', points: sync.accuracy, color: '#1f77b4', dashed: true },
       { name: 'async held-out accuracy', points: asyn.accuracy, color: '#d62728', dashed: true },
     ];
-    const svg = renderCurves({ title: 'train_ppo sync vs async (examples/agent.ts, built-in model)', xLabel: 'minutes', yLabel: 'reward / accuracy', series });
+    const svg = renderCurves({
+      title: 'train_ppo sync vs async (examples/agent.ts, built-in model)',
+      xLabel: 'minutes',
+      yLabel: 'reward / accuracy',
+      series,
+    });
     mkdirSync(docsDir, { recursive: true });
     const png = join(docsDir, 'learning-curve-sync-vs-async.png');
-    rows.push({ name: 'curves', value: toPng(svg, png) ? png : `${png.replace(/png$/, 'svg')} (no ImageMagick)` });
+    rows.push({
+      name: 'curves',
+      value: toPng(svg, png) ? png : `${png.replace(/png$/, 'svg')} (no ImageMagick)`,
+    });
   } finally {
     rmSync(home, { recursive: true, force: true });
   }
@@ -347,7 +450,10 @@ async function dataParallel(): Promise<void> {
     const repeats = Number(process.env.RL_BENCH_REPEATS ?? 1);
     const runs: RunResult[] = [];
     for (let i = 0; i < repeats; i++) {
-      for (const mode of i % 2 === 0 ? (['sync 1+1', 'sync 2+2'] as const) : (['sync 2+2', 'sync 1+1'] as const)) runs.push(await trainRun(mode, steps));
+      for (const mode of i % 2 === 0
+        ? (['sync 1+1', 'sync 2+2'] as const)
+        : (['sync 2+2', 'sync 1+1'] as const))
+        runs.push(await trainRun(mode, steps));
     }
     const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
     for (const r of runs) {
@@ -360,9 +466,17 @@ async function dataParallel(): Promise<void> {
       });
     }
     const by = (m: Mode) => runs.filter((r) => r.mode === m);
-    const ratio = (get: (r: RunResult) => number): string => `${(mean(by('sync 2+2'), get) / mean(by('sync 1+1'), get)).toFixed(2)}×`;
-    rows.push({ name: '2+2 / 1+1 steady samples/s', value: ratio((r) => r.steadySamplesPerS), note: `goal ≥ 1.7× at equal accuracy${repeats > 1 ? ` (means of ${repeats} runs each)` : ''}` });
-    rows.push({ name: '2+2 / 1+1 generate s per step', value: ratio((r) => r.timeline.generate_s ?? 0) });
+    const ratio = (get: (r: RunResult) => number): string =>
+      `${(mean(by('sync 2+2'), get) / mean(by('sync 1+1'), get)).toFixed(2)}×`;
+    rows.push({
+      name: '2+2 / 1+1 steady samples/s',
+      value: ratio((r) => r.steadySamplesPerS),
+      note: `goal ≥ 1.7× at equal accuracy${repeats > 1 ? ` (means of ${repeats} runs each)` : ''}`,
+    });
+    rows.push({
+      name: '2+2 / 1+1 generate s per step',
+      value: ratio((r) => r.timeline.generate_s ?? 0),
+    });
     rows.push({ name: '2+2 / 1+1 train s per step', value: ratio((r) => r.timeline.train_s ?? 0) });
     json.dataParallel = { steps, repeats, runs };
   } finally {
@@ -374,12 +488,14 @@ if (parts.includes('overhead')) await overhead();
 if (parts.includes('dp')) await dataParallel();
 if (parts.includes('sync-async')) {
   if (existsSync(join(shipped, 'config.json'))) await syncVsAsync();
-  else rows.push({ name: 'sync-async', value: 'skipped', note: `no warm-start model at ${shipped}` });
+  else
+    rows.push({ name: 'sync-async', value: 'skipped', note: `no warm-start model at ${shipped}` });
 }
 
 const width = Math.max(...rows.map((r) => r.name.length));
 const vwidth = Math.max(...rows.map((r) => r.value.length));
-for (const r of rows) console.log(`${r.name.padEnd(width)}  ${r.value.padStart(vwidth)}  ${r.note ?? ''}`);
+for (const r of rows)
+  console.log(`${r.name.padEnd(width)}  ${r.value.padStart(vwidth)}  ${r.note ?? ''}`);
 mkdirSync(resultsDir, { recursive: true });
 writeFileSync(join(resultsDir, 'rl.json'), JSON.stringify({ ...json, rows }, null, 2));
 process.exit(0);

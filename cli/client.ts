@@ -19,7 +19,11 @@ import {
 import { readClusterFile, rtjobHome } from '../runtime/cluster-file.ts';
 import { readEnv } from '../runtime/env.ts';
 
-const codeOfExit: Record<number, string> = { 1: 'CLI_FAILED', 2: 'CLI_USAGE', 3: 'CLI_UNREACHABLE' };
+const codeOfExit: Record<number, string> = {
+  1: 'CLI_FAILED',
+  2: 'CLI_USAGE',
+  3: 'CLI_UNREACHABLE',
+};
 
 /**
  * An error the CLI prints as one line and exits with `exitCode`: 1 a job failed or a request was
@@ -66,7 +70,11 @@ export function findEndpoint(opts: { address?: string; token?: string }): Endpoi
 
 export function requireEndpoint(opts: { address?: string; token?: string }): Endpoint {
   const ep = findEndpoint(opts);
-  if (!ep) throw new CliError('no cluster is running: start one with `rtjob start --head`, or pass --address', 3);
+  if (!ep)
+    throw new CliError(
+      'no cluster is running: start one with `rtjob start --head`, or pass --address',
+      3,
+    );
   return ep;
 }
 
@@ -83,19 +91,29 @@ export interface ReadTarget {
  * from disk), else the running cluster, else the latest session on this machine (`~/.rtjob/session`
  * or a private cluster's `~/.rtjob/runs/*`), read from disk.
  */
-export async function openReadTarget(opts: { address?: string; token?: string; session?: string }): Promise<ReadTarget> {
-  const { isSessionDir, listSessions, serveSession } = await import('../runtime/head/http/session-server.ts');
+export async function openReadTarget(opts: {
+  address?: string;
+  token?: string;
+  session?: string;
+}): Promise<ReadTarget> {
+  const { isSessionDir, listSessions, serveSession } = await import(
+    '../runtime/head/http/session-server.ts'
+  );
   let dir = opts.session;
   if (!dir) {
     const ep = findEndpoint(opts);
     if (ep) return { ep, close: async () => undefined };
     dir = listSessions(rtjobHome())[0];
     if (!dir) {
-      throw new CliError('no cluster is running and no finished session is on this machine: run a job with `rtjob submit -- train_ppo`, or pass --address or --session DIR', 3);
+      throw new CliError(
+        'no cluster is running and no finished session is on this machine: run a job with `rtjob submit -- train_ppo`, or pass --address or --session DIR',
+        3,
+      );
     }
     process.stderr.write(`(no cluster running: reading the finished session ${dir})\n`);
   }
-  if (!isSessionDir(dir)) throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
+  if (!isSessionDir(dir))
+    throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
   const s = await serveSession({ sessionDir: dir, dashboard: false });
   return { ep: { url: s.url, token: s.token }, session: dir, close: () => s.close() };
 }
@@ -118,7 +136,12 @@ export function headApi(ep: Endpoint): RestClient {
         const why = (err as Error & { cause?: Error }).cause?.message ?? (err as Error).message;
         throw new CliError(`cannot reach the head at ${ep.url}: ${why}`, 3);
       }
-      if (err.status === 401) throw new CliError('the head refused the token (401): check --token / RTJOB_TOKEN', 1, err.code);
+      if (err.status === 401)
+        throw new CliError(
+          'the head refused the token (401): check --token / RTJOB_TOKEN',
+          1,
+          err.code,
+        );
       throw new CliError(err.message, err.status === 400 || err.status === 413 ? 2 : 1, err.code);
     }
   };
@@ -129,7 +152,12 @@ export function headApi(ep: Endpoint): RestClient {
  * Follows a job's log over the WebSocket tail, writing chunks to `out`; resolves when the job
  * finishes (the server closes) or `signal` aborts.
  */
-export function tailJobLogs(ep: Endpoint, jobId: string, out: (s: string) => void, signal?: AbortSignal): Promise<void> {
+export function tailJobLogs(
+  ep: Endpoint,
+  jobId: string,
+  out: (s: string) => void,
+  signal?: AbortSignal,
+): Promise<void> {
   return new Promise((resolve, reject) => {
     const wsUrl = ep.url.replace(/^http/, 'ws') + logTailPath(jobId);
     const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${ep.token}` } });
@@ -141,7 +169,14 @@ export function tailJobLogs(ep: Endpoint, jobId: string, out: (s: string) => voi
       resolve();
     });
     ws.on('unexpected-response', (_req, res) => {
-      reject(new CliError(res.statusCode === 404 ? `no job with id ${jobId}` : `log tail refused: HTTP ${res.statusCode}`, 1));
+      reject(
+        new CliError(
+          res.statusCode === 404
+            ? `no job with id ${jobId}`
+            : `log tail refused: HTTP ${res.statusCode}`,
+          1,
+        ),
+      );
     });
     ws.on('error', (err) => reject(new CliError(`log tail failed: ${err.message}`, 3)));
   });

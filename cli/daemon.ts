@@ -25,8 +25,14 @@ const readyFile = join(opts.sessionDir, 'head.json');
 // workers and drivers that are reconnecting find the new head at the old address.
 let previousPorts: ClusterHeadOptions['previousPorts'];
 try {
-  const old = JSON.parse(readFileSync(readyFile, 'utf8')) as { address: string; dashboardUrl: string };
-  previousPorts = { port: Number(old.address.split(':').pop()), dashboardPort: Number(new URL(old.dashboardUrl).port) };
+  const old = JSON.parse(readFileSync(readyFile, 'utf8')) as {
+    address: string;
+    dashboardUrl: string;
+  };
+  previousPorts = {
+    port: Number(old.address.split(':').pop()),
+    dashboardPort: Number(new URL(old.dashboardUrl).port),
+  };
 } catch {
   previousPorts = undefined;
 }
@@ -43,10 +49,16 @@ const cluster = await startClusterHead({
 });
 writeFileSync(
   readyFile,
-  JSON.stringify({ pid: process.pid, address: cluster.address, dashboardUrl: cluster.dashboardUrl }),
+  JSON.stringify({
+    pid: process.pid,
+    address: cluster.address,
+    dashboardUrl: cluster.dashboardUrl,
+  }),
   { mode: 0o600 },
 );
-console.log(`head ${process.pid} ready: runtime ${cluster.address}, dashboard ${cluster.dashboardUrl}`);
+console.log(
+  `head ${process.pid} ready: runtime ${cluster.address}, dashboard ${cluster.dashboardUrl}`,
+);
 
 let stopping = false;
 const stop = (signal: string) => {

@@ -9,7 +9,9 @@
 export function table(header: string[], rows: (string | number)[][]): string {
   const cells = [header, ...rows.map((r) => r.map(String))];
   const widths = header.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
-  return cells.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ')).join('\n');
+  return cells
+    .map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  '))
+    .join('\n');
 }
 
 export function localTime(ms: number | null): string {
@@ -36,6 +38,7 @@ export function parseEnvPairs(pairs: readonly string[]): Record<string, string> 
  */
 export function parsePort(flag: string, v: string): number {
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new Error(`${flag} must be a port number 0-65535, got ${v}`);
+  if (!Number.isInteger(n) || n < 0 || n > 65535)
+    throw new Error(`${flag} must be a port number 0-65535, got ${v}`);
   return n;
 }

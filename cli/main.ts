@@ -31,7 +31,9 @@ for (const stream of [process.stdout, process.stderr]) {
     stream.write = (() => true) as typeof stream.write;
   });
 }
-const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+const { version } = JSON.parse(
+  readFileSync(new URL('../package.json', import.meta.url), 'utf8'),
+) as { version: string };
 
 const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
@@ -51,7 +53,10 @@ Examples:
 
 const addressOptions = (c: Command) =>
   c
-    .option('--address <url>', "the head's HTTP address (default: RTJOB_HTTP_ADDRESS, else ~/.rtjob/cluster.json)")
+    .option(
+      '--address <url>',
+      "the head's HTTP address (default: RTJOB_HTTP_ADDRESS, else ~/.rtjob/cluster.json)",
+    )
     .option('--token <token>', 'cluster token (default: RTJOB_TOKEN, else ~/.rtjob/cluster.json)');
 
 program
@@ -67,8 +72,14 @@ program
   .option('--num-gpus <n>', 'GPUs this node offers (default: detected)')
   .option('--resources <json>', 'custom resources, e.g. \'{"TPU": 4}\'')
   .option('--warm-workers <n>', 'idle workers kept booted so new actors start at once (default 1)')
-  .option('--session-dir <dir>', 'state, logs and packages (default: ~/.rtjob/session); reuse it to recover')
-  .addHelpText('after', '\nExample:\n  rtjob start --head --num-gpus 8\n  rtjob start --address 10.0.0.1:6380 --token $T')
+  .option(
+    '--session-dir <dir>',
+    'state, logs and packages (default: ~/.rtjob/session); reuse it to recover',
+  )
+  .addHelpText(
+    'after',
+    '\nExample:\n  rtjob start --head --num-gpus 8\n  rtjob start --address 10.0.0.1:6380 --token $T',
+  )
   .action((o) => startCommand(o));
 
 program
@@ -85,7 +96,9 @@ addressOptions(
 
 program
   .command('dashboard')
-  .description("print the running dashboard's login link; with no cluster running, serve the latest finished session read-only")
+  .description(
+    "print the running dashboard's login link; with no cluster running, serve the latest finished session read-only",
+  )
   .option('--session <dir>', 'serve this finished session dir read-only')
   .option('--port <port>', 'port for a finished session; 0 picks a free one', '8265')
   .option('--host <host>', 'interface to bind for a finished session', '127.0.0.1')
@@ -97,7 +110,12 @@ addressOptions(
     .description('run a job on the cluster (starts a local one for it when none runs)')
     .argument('<entrypoint...>', 'train_ppo, train_sft, a script, or any command (after --)')
     .option('--working-dir <dir>', 'upload this directory and run the entrypoint inside it')
-    .option('--env <K=V>', 'environment for the driver and every worker (repeatable)', (v: string, all: string[]) => [...all, v], [] as string[])
+    .option(
+      '--env <K=V>',
+      'environment for the driver and every worker (repeatable)',
+      (v: string, all: string[]) => [...all, v],
+      [] as string[],
+    )
     .option('--no-inherit-env', "do not forward the caller's own environment variables")
     .option('--job-id <id>', 'job id (default: generated)')
     .option('--no-wait', 'print the job id and return instead of streaming logs')
@@ -114,11 +132,17 @@ addressOptions(
 
 /** `--session DIR`: read a finished session from disk (the latest one is read when no cluster runs). */
 const sessionOption = (c: Command) =>
-  addressOptions(c).option('--session <dir>', 'read this finished session dir from disk (default, when no cluster runs: the latest one)');
+  addressOptions(c).option(
+    '--session <dir>',
+    'read this finished session dir from disk (default, when no cluster runs: the latest one)',
+  );
 
-sessionOption(program.command('list').description('jobs, newest first').option('--json', 'machine-readable output')).action(
-  (o) => listCommand(o),
-);
+sessionOption(
+  program
+    .command('list')
+    .description('jobs, newest first')
+    .option('--json', 'machine-readable output'),
+).action((o) => listCommand(o));
 
 sessionOption(
   program
@@ -130,11 +154,17 @@ sessionOption(
 ).action((job: string, o) => logsCommand(job, o));
 
 addressOptions(
-  program.command('stop-job').description('stop a job: SIGTERM its driver, SIGKILL after a grace period').argument('<job>', 'job id'),
+  program
+    .command('stop-job')
+    .description('stop a job: SIGTERM its driver, SIGKILL after a grace period')
+    .argument('<job>', 'job id'),
 ).action((job: string, o) => stopJobCommand(job, o));
 
 addressOptions(
-  program.command('delete-job').description('forget a finished job (its log file is kept)').argument('<job>', 'job id'),
+  program
+    .command('delete-job')
+    .description('forget a finished job (its log file is kept)')
+    .argument('<job>', 'job id'),
 ).action((job: string, o) => deleteJobCommand(job, o));
 
 sessionOption(
@@ -150,7 +180,9 @@ sessionOption(
 sessionOption(
   program
     .command('samples')
-    .description("sample episodes a job kept per step (train_ppo --log-samples): prompt, turns, reward, extraInfo")
+    .description(
+      'sample episodes a job kept per step (train_ppo --log-samples): prompt, turns, reward, extraInfo',
+    )
     .argument('<job>', 'job id')
     .option('--step <n>', 'this step (default: the latest with samples)')
     .option('--prompt <key>', 'one prompt (its dataset index) across every step')
@@ -162,13 +194,22 @@ sessionOption(
 
 program
   .command('serve')
-  .description('serve a checkpoint as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/responses)')
+  .description(
+    'serve a checkpoint as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/responses)',
+  )
   .option('--pretrain <dir>', 'HF model directory (default: the shipped warm-start model)')
   .option('--host <host>', 'interface to bind', '127.0.0.1')
   .option('--port <port>', 'port; 0 picks a free one', '8000')
-  .option('--api-key <key>', 'the key clients send (default: RTJOB_SERVE_API_KEY, else a random one, printed)')
+  .option(
+    '--api-key <key>',
+    'the key clients send (default: RTJOB_SERVE_API_KEY, else a random one, printed)',
+  )
   .option('--model <name>', "the model name clients request (default: the directory's name)")
-  .option('--tool-call-parser <name>', 'tool-call format in generated text: hermes, qwen, none', 'hermes')
+  .option(
+    '--tool-call-parser <name>',
+    'tool-call format in generated text: hermes, qwen, none',
+    'hermes',
+  )
   .option('--max-tokens <n>', 'completion cap and default max_tokens (default: the context length)')
   .addHelpText('after', '\nExample:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000')
   .action((o) => serveCommand(o));
@@ -176,7 +217,10 @@ program
 try {
   await program.parseAsync();
 } catch (err) {
-  process.exitCode = reportError(err, Boolean(program.opts().verbose) || readEnv('RTJOB_DEBUG') === true);
+  process.exitCode = reportError(
+    err,
+    Boolean(program.opts().verbose) || readEnv('RTJOB_DEBUG') === true,
+  );
 }
 
 /**
@@ -190,7 +234,8 @@ function reportError(err: unknown, verbose: boolean): number {
   } else {
     const [first, ...rest] = e.message.split('\n');
     process.stderr.write(`rtjob: ${first}\n`);
-    if (!(err instanceof CliError) || rest.length) process.stderr.write('(run with --verbose or RTJOB_DEBUG=1 for details)\n');
+    if (!(err instanceof CliError) || rest.length)
+      process.stderr.write('(run with --verbose or RTJOB_DEBUG=1 for details)\n');
   }
   return err instanceof CliError ? err.exitCode : 1;
 }

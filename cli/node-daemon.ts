@@ -47,7 +47,11 @@ const agent = await startNodeAgent({
   reconnectMs: opts.reconnectMs ?? 10 * 60_000,
   shipLogs: opts.shipLogs,
 });
-writeFileSync(readyFile, JSON.stringify({ pid: process.pid, nodeId: agent.nodeId, headAddress: opts.headAddress }), { mode: 0o600 });
+writeFileSync(
+  readyFile,
+  JSON.stringify({ pid: process.pid, nodeId: agent.nodeId, headAddress: opts.headAddress }),
+  { mode: 0o600 },
+);
 console.log(`node agent ${process.pid} joined ${opts.headAddress} as ${agent.nodeId}`);
 
 let stopping = false;

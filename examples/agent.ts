@@ -22,11 +22,21 @@ export async function step(
   _observation: string,
   action: string,
   label: string | undefined,
-  ctx: { turn: number; stopReason: string; tokenizer: { applyChatTemplate(m: { role: string; content: string }[]): number[] } },
+  ctx: {
+    turn: number;
+    stopReason: string;
+    tokenizer: { applyChatTemplate(m: { role: string; content: string }[]): number[] };
+  },
 ) {
-  if (ctx.stopReason === 'length') return { reward: truncatedReward, done: true, extraInfo: { solved_turn: -1 } };
+  if (ctx.stopReason === 'length')
+    return { reward: truncatedReward, done: true, extraInfo: { solved_turn: -1 } };
   const right = gsm8kReward(action, label ?? '') === 1;
-  if (right) return { reward: Math.pow(turnDiscount, ctx.turn), done: true, extraInfo: { solved_turn: ctx.turn } };
+  if (right)
+    return {
+      reward: Math.pow(turnDiscount, ctx.turn),
+      done: true,
+      extraInfo: { solved_turn: ctx.turn },
+    };
   if (ctx.turn + 1 >= maxTurns) return { reward: 0, done: true, extraInfo: { solved_turn: -1 } };
   // Feedback as a user turn in the chat format, then the assistant header for the next answer.
   const feedback = ctx.tokenizer.applyChatTemplate([{ role: 'user', content: 'wrong, try again' }]);

@@ -17,7 +17,12 @@ import { defineActor, init, kill, shutdown } from 'rtjob';
 const { values: args } = parseArgs({
   options: {
     steps: { type: 'string', default: '10' },
-    pretrain: { type: 'string', default: fileURLToPath(new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url)) },
+    pretrain: {
+      type: 'string',
+      default: fileURLToPath(
+        new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url),
+      ),
+    },
     prompts: { type: 'string', default: '16' },
     samples: { type: 'string', default: '4' },
     'max-new-tokens': { type: 'string', default: '48' },
@@ -29,8 +34,14 @@ const nSamples = Number(args.samples);
 const maxNewTokens = Number(args['max-new-tokens']);
 
 await init();
-const RolloutActor = defineActor<typeof Rollout>(new URL('../actors/rollout.ts', import.meta.url), 'Rollout');
-const TrainerActor = defineActor<typeof Trainer>(new URL('../actors/trainer.ts', import.meta.url), 'Trainer');
+const RolloutActor = defineActor<typeof Rollout>(
+  new URL('../actors/rollout.ts', import.meta.url),
+  'Rollout',
+);
+const TrainerActor = defineActor<typeof Trainer>(
+  new URL('../actors/trainer.ts', import.meta.url),
+  'Trainer',
+);
 
 const rollout = RolloutActor.options({ maxConcurrency: 1000 }).remote({
   pretrain: args.pretrain,
@@ -47,7 +58,11 @@ const trainer = TrainerActor.options({ maxConcurrency: 1 }).remote({
 });
 await Promise.all([rollout.ready.remote(), trainer.ready.remote()]);
 
-const data = new PromptSampler(builtinDataset('arith') as unknown as Record<string, unknown>[], { input: 'prompt', label: 'solution' }, 1);
+const data = new PromptSampler(
+  builtinDataset('arith') as unknown as Record<string, unknown>[],
+  { input: 'prompt', label: 'solution' },
+  1,
+);
 try {
   for (let step = 1; step <= steps; step++) {
     // 1. A rollout batch: `prompts` groups of `nSamples` agent episodes.
@@ -55,7 +70,11 @@ try {
     const trajectories = groups.filter((g) => g.status === 'ok').flatMap((g) => g.trajectories);
     // 2. Experience: token-aligned rows and group-normalised advantages (no critic, no KL).
     const samples = makeExperience(trajectories, { maxNewTokens });
-    const batch = computeReturns(samples, {}, { advantage: { estimator: 'group_norm', nSamplesPerPrompt: nSamples } });
+    const batch = computeReturns(
+      samples,
+      {},
+      { advantage: { estimator: 'group_norm', nSamplesPerPrompt: nSamples } },
+    );
     const train: TrainSample[] = samples.map((s, i) => ({
       inputIds: s.inputIds,
       actionMask: s.actionMask,
@@ -65,8 +84,11 @@ try {
     // 3. One trainer step, then 4. the new weights to the engine.
     const stats = await trainer.train.remote(train);
     await rollout.updateWeights.remote(await trainer.weights.remote());
-    const reward = trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length);
-    console.log(`step ${step}/${steps}  reward ${reward.toFixed(3)}  loss ${stats.policyLoss.toFixed(4)}  version ${stats.version}`);
+    const reward =
+      trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length);
+    console.log(
+      `step ${step}/${steps}  reward ${reward.toFixed(3)}  loss ${stats.policyLoss.toFixed(4)}  version ${stats.version}`,
+    );
   }
 } finally {
   await Promise.allSettled([kill(rollout), kill(trainer)]);

@@ -47,7 +47,10 @@ export class Workflow {
           t.versions.push(-1);
         }
       }
-      const out = await engine.generate({ inputIds: t.inputIds, gconfig: { ...this.init.gconfig, n: 1 } });
+      const out = await engine.generate({
+        inputIds: t.inputIds,
+        gconfig: { ...this.init.gconfig, n: 1 },
+      });
       t.inputIds.push(...out.outputTokens);
       t.lossMask.push(...out.outputTokens.map(() => 1));
       t.logprobs.push(...out.outputLogprobs);

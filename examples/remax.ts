@@ -15,9 +15,13 @@ export class Workflow {
   async runEpisode(engine: WorkflowEngine, sample: Sample): Promise<Trajectory> {
     const [sampled, greedy] = await Promise.all([
       engine.generate({ inputIds: sample.promptIds, gconfig: { ...this.init.gconfig, n: 1 } }),
-      engine.generate({ inputIds: sample.promptIds, gconfig: { ...this.init.gconfig, n: 1, greedy: true } }),
+      engine.generate({
+        inputIds: sample.promptIds,
+        gconfig: { ...this.init.gconfig, n: 1, greedy: true },
+      }),
     ]);
-    const score = (ids: number[]): number => gsm8kReward(this.init.tokenizer.decode(ids), sample.label ?? '');
+    const score = (ids: number[]): number =>
+      gsm8kReward(this.init.tokenizer.decode(ids), sample.label ?? '');
     const p = sample.promptIds;
     return {
       inputIds: [...p, ...sampled.outputTokens],

@@ -21,11 +21,7 @@ import { readEnv } from './env.ts';
 import { pidAlive } from './pid.ts';
 import { ObjectRef } from './client/object-ref.ts';
 import { Runtime, currentRuntime } from './client/runtime.ts';
-import {
-  GetTimeoutError,
-  InvalidArgumentError,
-  NotInitializedError,
-} from './errors.ts';
+import { GetTimeoutError, InvalidArgumentError, NotInitializedError } from './errors.ts';
 import {
   type ActorClass,
   type ActorConstructor,
@@ -40,7 +36,14 @@ import {
 } from './handles.ts';
 import { startLocalCluster } from './launch.ts';
 import type { LocalClusterOptions } from './local-cluster.ts';
-import { type ActorInfo, type ActorOptionsWire, type ActorSpecWire, type NodeInfo, type ResourceMap, pack } from './protocol.ts';
+import {
+  type ActorInfo,
+  type ActorOptionsWire,
+  type ActorSpecWire,
+  type NodeInfo,
+  type ResourceMap,
+  pack,
+} from './protocol.ts';
 
 installCodec();
 
@@ -105,8 +108,20 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
   const existing = currentRuntime();
   const jobEnv = opts.env ?? readEnv('RTJOB_JOB_ENV') ?? {};
   if (existing) {
-    const info = { address: existing.opts.headAddress, token: existing.opts.token, local: false, sessionDir: existing.sessionDir };
-    driver = { rt: existing, info, env: jobEnv, taskPoolSize: opts.taskPoolSize ?? 2, taskPool: [], taskNext: 0 };
+    const info = {
+      address: existing.opts.headAddress,
+      token: existing.opts.token,
+      local: false,
+      sessionDir: existing.sessionDir,
+    };
+    driver = {
+      rt: existing,
+      info,
+      env: jobEnv,
+      taskPoolSize: opts.taskPoolSize ?? 2,
+      taskPool: [],
+      taskNext: 0,
+    };
     return info;
   }
   const forceLocal = opts.address === 'local';
@@ -129,7 +144,9 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
     sessionDir = cluster.sessionDir;
     closeCluster = () => cluster.close();
   } else if (!token) {
-    throw new InvalidArgumentError(`no token for cluster ${address}: pass token or set RTJOB_TOKEN`);
+    throw new InvalidArgumentError(
+      `no token for cluster ${address}: pass token or set RTJOB_TOKEN`,
+    );
   }
   const rt = await Runtime.start({
     headAddress: address,
@@ -144,8 +161,20 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
     throw e;
   });
   if (closeCluster) rt.onClose(closeCluster);
-  const info: ClusterInfo = { address, token: token!, local: closeCluster !== undefined, sessionDir: sessionDir ?? rt.sessionDir };
-  driver = { rt, info, env: jobEnv, taskPoolSize: opts.taskPoolSize ?? 2, taskPool: [], taskNext: 0 };
+  const info: ClusterInfo = {
+    address,
+    token: token!,
+    local: closeCluster !== undefined,
+    sessionDir: sessionDir ?? rt.sessionDir,
+  };
+  driver = {
+    rt,
+    info,
+    env: jobEnv,
+    taskPoolSize: opts.taskPoolSize ?? 2,
+    taskPool: [],
+    taskNext: 0,
+  };
   return info;
 }
 
@@ -168,7 +197,12 @@ function state(): DriverState {
     if (!rt) throw new NotInitializedError();
     driver = {
       rt,
-      info: { address: rt.opts.headAddress, token: rt.opts.token, local: false, sessionDir: rt.sessionDir },
+      info: {
+        address: rt.opts.headAddress,
+        token: rt.opts.token,
+        local: false,
+        sessionDir: rt.sessionDir,
+      },
       // The worker sets RTJOB_JOB_ENV from its assignment, so nested actors get the job's env.
       env: readEnv('RTJOB_JOB_ENV') ?? {},
       taskPoolSize: 2,
@@ -185,13 +219,22 @@ function moduleUrl(module: string | URL): string {
   return pathToFileURL(isAbsolute(module) ? module : resolvePath(module)).href;
 }
 
-function resolveOptions(o: ActorOptions, env: Record<string, string>, jobId?: string): ActorOptionsWire {
+function resolveOptions(
+  o: ActorOptions,
+  env: Record<string, string>,
+  jobId?: string,
+): ActorOptionsWire {
   const gpus = o.numGpus ?? 0;
   if (gpus > 1 && !Number.isInteger(gpus)) {
     throw new InvalidArgumentError(`numGpus ${gpus}: above 1 it must be a whole number`);
   }
-  for (const [k, v] of Object.entries({ numCpus: o.numCpus, numGpus: o.numGpus, memoryBytes: o.memoryBytes })) {
-    if (v !== undefined && (!(v >= 0) || !Number.isFinite(v))) throw new InvalidArgumentError(`${k} must be a number ≥ 0`);
+  for (const [k, v] of Object.entries({
+    numCpus: o.numCpus,
+    numGpus: o.numGpus,
+    memoryBytes: o.memoryBytes,
+  })) {
+    if (v !== undefined && (!(v >= 0) || !Number.isFinite(v)))
+      throw new InvalidArgumentError(`${k} must be a number ≥ 0`);
   }
   const resources: ResourceMap = {};
   if (o.numCpus) resources.CPU = o.numCpus;
@@ -212,7 +255,8 @@ function resolveOptions(o: ActorOptions, env: Record<string, string>, jobId?: st
     maxConcurrency,
     placementGroupId: o.placementGroup?.id,
     bundleIndex: o.bundleIndex ?? -1,
-    schedulingStrategy: typeof s === 'string' ? s : { type: 'node', nodeId: s.nodeId, soft: s.soft ?? false },
+    schedulingStrategy:
+      typeof s === 'string' ? s : { type: 'node', nodeId: s.nodeId, soft: s.soft ?? false },
     env: { ...env, ...o.env },
     jobId,
   };
@@ -239,7 +283,10 @@ function createActor(spec: ActorSpecWire, o: ActorOptions, args: unknown[]): Act
  * @example
  * const Counter = defineActor<typeof import('./counter.ts').Counter>(new URL('./counter.ts', import.meta.url), 'Counter');
  */
-export function defineActor<C extends ActorConstructor>(module: string | URL, exportName: string): ActorClass<C> {
+export function defineActor<C extends ActorConstructor>(
+  module: string | URL,
+  exportName: string,
+): ActorClass<C> {
   const spec: ActorSpecWire = { moduleUrl: moduleUrl(module), exportName, kind: 'actor' };
   const make = (opts: ActorOptions): ActorClass<C> => ({
     options: (o) => make({ ...opts, ...o }),
@@ -256,7 +303,10 @@ export function defineActor<C extends ActorConstructor>(module: string | URL, ex
  * await square.remote(4); // 16
  */
 // biome-ignore lint: any function type
-export function defineTask<F extends (...a: any[]) => any>(module: string | URL, exportName: string): TaskFunction<F> {
+export function defineTask<F extends (...a: any[]) => any>(
+  module: string | URL,
+  exportName: string,
+): TaskFunction<F> {
   const method = `${moduleUrl(module)}#${exportName}`;
   const make = (opts: TaskOptions): TaskFunction<F> => ({
     options: (o) => make({ ...opts, ...o }),
@@ -265,7 +315,11 @@ export function defineTask<F extends (...a: any[]) => any>(module: string | URL,
       if (d.taskPool.length === 0) {
         for (let i = 0; i < d.taskPoolSize; i++) {
           d.taskPool.push(
-            createActor({ moduleUrl: '', exportName: '', kind: 'tasks' }, { maxConcurrency: 64, maxRestarts: -1 }, []) as ActorHandle<Record<string, never>>,
+            createActor(
+              { moduleUrl: '', exportName: '', kind: 'tasks' },
+              { maxConcurrency: 64, maxRestarts: -1 },
+              [],
+            ) as ActorHandle<Record<string, never>>,
           );
         }
       }
@@ -276,7 +330,9 @@ export function defineTask<F extends (...a: any[]) => any>(module: string | URL,
   return make({});
 }
 
-type Values<T extends readonly ObjectRef<unknown>[]> = { -readonly [K in keyof T]: T[K] extends ObjectRef<infer V> ? V : never };
+type Values<T extends readonly ObjectRef<unknown>[]> = {
+  -readonly [K in keyof T]: T[K] extends ObjectRef<infer V> ? V : never;
+};
 
 /** Options for `get`. */
 export interface GetOptions {
@@ -286,12 +342,23 @@ export interface GetOptions {
 
 /** Waits for one ref's value, or for every value of a list of refs. */
 export function get<T>(ref: ObjectRef<T>, opts?: GetOptions): Promise<T>;
-export function get<const T extends readonly ObjectRef<unknown>[]>(refs: T, opts?: GetOptions): Promise<Values<T>>;
-export function get(refs: ObjectRef<unknown> | readonly ObjectRef<unknown>[], opts: GetOptions = {}): Promise<unknown> {
-  const all = Array.isArray(refs) ? Promise.all(refs as ObjectRef<unknown>[]) : valueOf(refs as ObjectRef<unknown>);
+export function get<const T extends readonly ObjectRef<unknown>[]>(
+  refs: T,
+  opts?: GetOptions,
+): Promise<Values<T>>;
+export function get(
+  refs: ObjectRef<unknown> | readonly ObjectRef<unknown>[],
+  opts: GetOptions = {},
+): Promise<unknown> {
+  const all = Array.isArray(refs)
+    ? Promise.all(refs as ObjectRef<unknown>[])
+    : valueOf(refs as ObjectRef<unknown>);
   if (opts.timeoutMs === undefined) return all;
   return new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new GetTimeoutError(`get timed out after ${opts.timeoutMs} ms`)), opts.timeoutMs);
+    const t = setTimeout(
+      () => reject(new GetTimeoutError(`get timed out after ${opts.timeoutMs} ms`)),
+      opts.timeoutMs,
+    );
     all.then(
       (v) => {
         clearTimeout(t);
@@ -340,7 +407,10 @@ export interface WaitOptions {
  * Waits until `numReturns` refs are settled (with a value or an error) or the timeout passes;
  * returns `[ready, notReady]`, each in the input order.
  */
-export function wait<T>(refs: readonly ObjectRef<T>[], opts: WaitOptions = {}): Promise<[ObjectRef<T>[], ObjectRef<T>[]]> {
+export function wait<T>(
+  refs: readonly ObjectRef<T>[],
+  opts: WaitOptions = {},
+): Promise<[ObjectRef<T>[], ObjectRef<T>[]]> {
   const want = Math.min(opts.numReturns ?? 1, refs.length);
   return new Promise((resolve) => {
     let count = 0;
@@ -369,17 +439,27 @@ export function wait<T>(refs: readonly ObjectRef<T>[], opts: WaitOptions = {}): 
 }
 
 /** Kills an actor. With `noRestart: false` it restarts if its `maxRestarts` allows. */
-export async function kill(handle: ActorHandle<unknown>, opts: { noRestart?: boolean } = {}): Promise<void> {
-  await state().rt.headOnce({ type: 'killActor', actorId: handle[kActorId], noRestart: opts.noRestart ?? true });
+export async function kill(
+  handle: ActorHandle<unknown>,
+  opts: { noRestart?: boolean } = {},
+): Promise<void> {
+  await state().rt.headOnce({
+    type: 'killActor',
+    actorId: handle[kActorId],
+    noRestart: opts.noRestart ?? true,
+  });
 }
 
 /** A handle to the live actor registered under `name`. */
-export async function getActor<C extends ActorConstructor>(name: string): Promise<ActorHandle<InstanceType<C>>> {
+export async function getActor<C extends ActorConstructor>(
+  name: string,
+): Promise<ActorHandle<InstanceType<C>>> {
   const d = state();
   const info = await d.rt.headRequest({ type: 'getActorByName', name });
   const client = d.rt.actor(info.actorId, undefined, info.options.maxTaskRetries);
-  return makeHandle<InstanceType<C>>(new ActorHandleCore(info.actorId, info.options.maxTaskRetries), (m, a, co) =>
-    client.call(m, a, co?.maxTaskRetries),
+  return makeHandle<InstanceType<C>>(
+    new ActorHandleCore(info.actorId, info.options.maxTaskRetries),
+    (m, a, co) => client.call(m, a, co?.maxTaskRetries),
   );
 }
 
@@ -421,7 +501,10 @@ export interface PlacementGroup {
  * Reserves bundles of resources atomically (gang scheduling), e.g.
  * `placementGroup([{ CPU: 1, GPU: 1 }, { CPU: 1, GPU: 1 }], { strategy: 'STRICT_SPREAD' })`.
  */
-export function placementGroup(bundles: ResourceMap[], opts: PlacementGroupOptions = {}): PlacementGroup {
+export function placementGroup(
+  bundles: ResourceMap[],
+  opts: PlacementGroupOptions = {},
+): PlacementGroup {
   const d = state();
   const pgId = `pg_${d.rt.newId()}`;
   const created = d.rt.headOnce({

@@ -41,7 +41,9 @@ type MethodKeys<T> = {
 
 /** A typed reference to a live actor. */
 export type ActorHandle<T> = {
-  readonly [K in MethodKeys<T>]: T[K] extends (...a: infer A) => infer R ? RemoteMethod<A, R> : never;
+  readonly [K in MethodKeys<T>]: T[K] extends (...a: infer A) => infer R
+    ? RemoteMethod<A, R>
+    : never;
 } & { readonly [kActorId]: string };
 
 // biome-ignore lint: abstract constructor of any arguments

@@ -20,13 +20,7 @@ export {
   shutdown,
   wait,
 } from './api.ts';
-export type {
-  ClusterInfo,
-  GetOptions,
-  InitOptions,
-  PlacementGroup,
-  WaitOptions,
-} from './api.ts';
+export type { ClusterInfo, GetOptions, InitOptions, PlacementGroup, WaitOptions } from './api.ts';
 export { ObjectRef } from './client/object-ref.ts';
 export {
   CollectiveGroup,

@@ -21,7 +21,13 @@
  */
 import { readClusterFile } from './cluster-file.ts';
 import { readEnv } from './env.ts';
-import { fetchTransport, type JobReport, type JobSample, RestError, restClient } from './head/http/contract.ts';
+import {
+  fetchTransport,
+  type JobReport,
+  type JobSample,
+  RestError,
+  restClient,
+} from './head/http/contract.ts';
 
 /** Numeric values by name; non-finite values are stored as gaps. */
 export type MetricValues = Record<string, number>;
@@ -98,11 +104,19 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
   let inFlight: Promise<void> = Promise.resolve();
   let warned = false;
 
-  type Post = { what: 'metric rows'; rows: Row[] } | { what: 'samples'; step: number; samples: JobSample[] } | { what: 'the report'; report: JobReport };
+  type Post =
+    | { what: 'metric rows'; rows: Row[] }
+    | { what: 'samples'; step: number; samples: JobSample[] }
+    | { what: 'the report'; report: JobReport };
   const post = (api: ReturnType<typeof restClient>, jobId: string, p: Post) => {
     const params = { jobId };
-    if (p.what === 'metric rows') return api.call('POST /api/jobs/:jobId/metrics', { params, body: { rows: p.rows } });
-    if (p.what === 'samples') return api.call('POST /api/jobs/:jobId/samples', { params, body: { step: p.step, samples: p.samples } });
+    if (p.what === 'metric rows')
+      return api.call('POST /api/jobs/:jobId/metrics', { params, body: { rows: p.rows } });
+    if (p.what === 'samples')
+      return api.call('POST /api/jobs/:jobId/samples', {
+        params,
+        body: { step: p.step, samples: p.samples },
+      });
     return api.call('POST /api/jobs/:jobId/report', { params, body: p.report });
   };
   const send = async (p: Post) => {
@@ -116,14 +130,18 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
       } catch (err) {
         // A refusal is final; otherwise the head may be restarting: try again shortly.
         if (err instanceof RestError && err.status < 500) {
-          if (!warned) process.stderr.write(`rtjob metrics: the head refused ${p.what} (${err.status}: ${err.message})\n`);
+          if (!warned)
+            process.stderr.write(
+              `rtjob metrics: the head refused ${p.what} (${err.status}: ${err.message})\n`,
+            );
           warned = true;
           return;
         }
       }
       await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
     }
-    if (!warned) process.stderr.write(`rtjob metrics: could not reach the head at ${ep.url}; rows dropped\n`);
+    if (!warned)
+      process.stderr.write(`rtjob metrics: could not reach the head at ${ep.url}; rows dropped\n`);
     warned = true;
   };
 
@@ -143,7 +161,8 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
   let hooked = false;
   return {
     log(step, values) {
-      if (!Number.isInteger(step)) throw new TypeError(`metrics.log: step must be an integer, got ${step}`);
+      if (!Number.isInteger(step))
+        throw new TypeError(`metrics.log: step must be an integer, got ${step}`);
       const clean: MetricValues = {};
       for (const [k, v] of Object.entries(values)) {
         if (typeof v === 'number') {
@@ -162,7 +181,8 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
       else timer ??= setTimeout(() => void flushNow(), flushIntervalMs);
     },
     samples(step, records) {
-      if (!Number.isInteger(step)) throw new TypeError(`metrics.samples: step must be an integer, got ${step}`);
+      if (!Number.isInteger(step))
+        throw new TypeError(`metrics.samples: step must be an integer, got ${step}`);
       if (!resolveEndpoint()) return;
       void flushNow();
       const p: Post = { what: 'samples', step, samples: records as unknown as JobSample[] };

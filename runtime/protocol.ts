@@ -146,7 +146,11 @@ export interface RegisterNode {
    * Workers still running on a node that re-registers (its head restarted): a restarted head
    * re-attaches the actors it recovered from its store and stops the rest. Absent on first join.
    */
-  readonly workers?: readonly { readonly actorId: string; readonly incarnation: number; readonly pid: number }[];
+  readonly workers?: readonly {
+    readonly actorId: string;
+    readonly incarnation: number;
+    readonly pid: number;
+  }[];
 }
 export interface WorkerExited {
   readonly type: 'workerExited';
@@ -524,7 +528,12 @@ export const messageRoutes = {
   unborrow: { to: ['data'] },
   ping: { to: ['data'] },
   hello: { to: ['data'] },
-} as const satisfies { readonly [T in MessageType]: { readonly to: readonly Endpoint[]; readonly from?: readonly Sender[] } };
+} as const satisfies {
+  readonly [T in MessageType]: {
+    readonly to: readonly Endpoint[];
+    readonly from?: readonly Sender[];
+  };
+};
 
 type ReceivedBy<E extends Endpoint> = {
   [T in MessageType]: E extends (typeof messageRoutes)[T]['to'][number] ? T : never;

@@ -217,7 +217,11 @@ export class Connection {
    */
   request<B extends AnyRequestBody>(body: B, opts?: RequestOptions): Promise<ReplyOf<B['type']>> {
     return new Promise((resolve, reject) =>
-      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as ReplyOf<B['type']>)), opts),
+      this.requestCb(
+        body,
+        (err, value) => (err ? reject(err) : resolve(value as ReplyOf<B['type']>)),
+        opts,
+      ),
     );
   }
 
@@ -301,7 +305,8 @@ export class Connection {
     this.pending.clear();
     for (const p of pending) guarded(log, `reply handler of ${this.label}`, () => p(err));
     const listeners = this.closeListeners.splice(0);
-    for (const fn of listeners) guarded(log, `close handler of ${this.label}`, () => fn(this.closeReason));
+    for (const fn of listeners)
+      guarded(log, `close handler of ${this.label}`, () => fn(this.closeReason));
   }
 
   /** Changes how long the peer may stay silent (the head tightens it for node agents). */
@@ -366,7 +371,8 @@ export class Connection {
   private onFrame(data: Buffer, isBinary: boolean): void {
     this.lastSeenMs = Date.now();
     if (this.closed) return;
-    if (!isBinary) return this.close('text frame received; only binary msgpack frames are allowed', 1003);
+    if (!isBinary)
+      return this.close('text frame received; only binary msgpack frames are allowed', 1003);
     let msgs: unknown[];
     try {
       msgs = unpackFrame(data);
@@ -383,7 +389,12 @@ export class Connection {
     const bad = invalidMessage(m);
     if (bad) return this.close(bad, 1008);
     const msg = m as Message;
-    if (msg.type !== 'reply' && msg.type !== 'fragment' && this.accepts && !this.accepts.has(msg.type)) {
+    if (
+      msg.type !== 'reply' &&
+      msg.type !== 'fragment' &&
+      this.accepts &&
+      !this.accepts.has(msg.type)
+    ) {
       return this.close(`unexpected message type '${msg.type}' for this endpoint`, 1008);
     }
     // Every message is checked against its type's schema before anything reads its fields.
@@ -391,7 +402,10 @@ export class Connection {
     if (badField !== undefined) {
       const rid = (msg as { rid?: unknown }).rid;
       if (msg.type !== 'reply' && Number.isSafeInteger(rid)) {
-        return this.replyError(rid as number, new InvalidArgumentError(`invalid '${msg.type}': ${badField}`));
+        return this.replyError(
+          rid as number,
+          new InvalidArgumentError(`invalid '${msg.type}': ${badField}`),
+        );
       }
       return this.close(`invalid '${msg.type}': ${badField}`, 1008);
     }
@@ -399,7 +413,9 @@ export class Connection {
       const p = this.pending.get(msg.rid);
       if (!p) return; // a reply to a request that timed out or was never made; harmless
       this.pending.delete(msg.rid);
-      guarded(log, `reply handler of ${this.label}`, () => (msg.error ? p(fromWire(msg.error)) : p(undefined, msg.value)));
+      guarded(log, `reply handler of ${this.label}`, () =>
+        msg.error ? p(fromWire(msg.error)) : p(undefined, msg.value),
+      );
       return;
     }
     if (msg.type === 'fragment') return this.onFragment(msg);
@@ -540,7 +556,14 @@ export function listen(options: ListenOptions): Promise<Server> {
   });
   wss.on('connection', (ws, req) => {
     const label = `${req.socket.remoteAddress}:${req.socket.remotePort}`;
-    const conn = new Connection(ws, options.handler, options.accepts, opts, label, !options.fragmentsAfterRegistration);
+    const conn = new Connection(
+      ws,
+      options.handler,
+      options.accepts,
+      opts,
+      label,
+      !options.fragmentsAfterRegistration,
+    );
     connections.add(conn);
     conn.onClose(() => connections.delete(conn));
     options.onConnection?.(conn);
@@ -622,6 +645,7 @@ function zeroMask(mask: Buffer): void {
 
 function stripUndefined<T extends object>(o: T): Partial<T> {
   const out: Partial<T> = {};
-  for (const [k, v] of Object.entries(o)) if (v !== undefined) (out as Record<string, unknown>)[k] = v;
+  for (const [k, v] of Object.entries(o))
+    if (v !== undefined) (out as Record<string, unknown>)[k] = v;
   return out;
 }

@@ -49,12 +49,14 @@ export interface GroupResult {
 /** Runs groups of episodes for one engine. */
 export class EpisodeRunner {
   readonly slots: Semaphore;
-  private readonly o: Required<Omit<EpisodeRunnerOptions, 'gateway'>> & Pick<EpisodeRunnerOptions, 'gateway'>;
+  private readonly o: Required<Omit<EpisodeRunnerOptions, 'gateway'>> &
+    Pick<EpisodeRunnerOptions, 'gateway'>;
   private seq = 0;
 
   constructor(o: EpisodeRunnerOptions) {
     this.o = { maxConcurrent: 128, episodeTimeoutMs: 0, turnDiscount: 1, ...o };
-    if (o.agent.kind === 'agent' && !o.gateway) throw new RangeError('an agent(sample, env) file needs a gateway');
+    if (o.agent.kind === 'agent' && !o.gateway)
+      throw new RangeError('an agent(sample, env) file needs a gateway');
     this.slots = new Semaphore(this.o.maxConcurrent);
   }
 
@@ -71,8 +73,10 @@ export class EpisodeRunner {
       const r = await this.episode(sample, () =>
         runWorkflowEpisode(engine, sample, agent.file, agent.workflow),
       );
-      if (r instanceof Error) return { ...base, status: 'failed', trajectories: [], errors: [r.message], episodes: 1 };
-      if (r === null) return { ...base, status: 'rejected', trajectories: [], errors: [], episodes: 1 };
+      if (r instanceof Error)
+        return { ...base, status: 'failed', trajectories: [], errors: [r.message], episodes: 1 };
+      if (r === null)
+        return { ...base, status: 'rejected', trajectories: [], errors: [], episodes: 1 };
       return { ...base, status: 'ok', trajectories: r, errors: [], episodes: 1 };
     }
     if (agent.kind === 'agent') {
@@ -90,8 +94,15 @@ export class EpisodeRunner {
         ),
       );
       const errors = runs.filter((r): r is Error => r instanceof Error).map((e) => e.message);
-      if (errors.length > 0) return { ...base, status: 'failed', trajectories: [], errors, episodes: runs.length };
-      return { ...base, status: 'ok', trajectories: (runs as Trajectory[][]).flat(), errors: [], episodes: runs.length };
+      if (errors.length > 0)
+        return { ...base, status: 'failed', trajectories: [], errors, episodes: runs.length };
+      return {
+        ...base,
+        status: 'ok',
+        trajectories: (runs as Trajectory[][]).flat(),
+        errors: [],
+        episodes: runs.length,
+      };
     }
     const runs = await Promise.all(
       Array.from({ length: sample.nSamples }, () =>
@@ -112,11 +123,20 @@ export class EpisodeRunner {
     if (errors.length > 0) {
       return { ...base, status: 'failed', trajectories: [], errors, episodes: runs.length };
     }
-    return { ...base, status: 'ok', trajectories: runs as Trajectory[], errors: [], episodes: runs.length };
+    return {
+      ...base,
+      status: 'ok',
+      trajectories: runs as Trajectory[],
+      errors: [],
+      episodes: runs.length,
+    };
   }
 
   /** One episode under a slot and the timeout; episode failures come back as values. */
-  private async episode<T>(sample: Sample, fn: (signal: AbortSignal) => Promise<T>): Promise<T | Error> {
+  private async episode<T>(
+    sample: Sample,
+    fn: (signal: AbortSignal) => Promise<T>,
+  ): Promise<T | Error> {
     await this.slots.acquire();
     let timer: NodeJS.Timeout | undefined;
     const abort = new AbortController();

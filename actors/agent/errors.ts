@@ -69,7 +69,9 @@ export class EpisodeTimeoutError extends AgentError {
 /** More episodes failed than the error budget allows. */
 export class ErrorBudgetExceededError extends AgentError {
   constructor(file: string, failed: number, total: number, last: string, groupsDropped?: number) {
-    const dropped = groupsDropped ? ` (${groupsDropped} group${groupsDropped === 1 ? '' : 's'} dropped with them)` : '';
+    const dropped = groupsDropped
+      ? ` (${groupsDropped} group${groupsDropped === 1 ? '' : 's'} dropped with them)`
+      : '';
     super(
       'AGENT_ERROR_BUDGET',
       file,

@@ -42,13 +42,20 @@ export async function loadAgent(file: string, init: WorkflowInit): Promise<Agent
   const step = mod['step'];
   const agent = mod['agent'];
   const workflow = pickWorkflow(file, mod, init);
-  const found = [step !== undefined && '`step`', workflow !== undefined && 'a workflow', agent !== undefined && '`agent`'].filter(Boolean);
+  const found = [
+    step !== undefined && '`step`',
+    workflow !== undefined && 'a workflow',
+    agent !== undefined && '`agent`',
+  ].filter(Boolean);
   if (found.length > 1) {
     throw new AgentLoadError(file, `exports ${found.join(' and ')}; export one of them`);
   }
   if (agent !== undefined) {
     if (typeof agent !== 'function') {
-      throw new AgentLoadError(file, `\`agent\` is a ${typeof agent}, expected a function (sample, env)`);
+      throw new AgentLoadError(
+        file,
+        `\`agent\` is a ${typeof agent}, expected a function (sample, env)`,
+      );
     }
     return { kind: 'agent', file, agent: agent as AgentFunction };
   }
@@ -58,7 +65,10 @@ export async function loadAgent(file: string, init: WorkflowInit): Promise<Agent
     }
     const maxTurns = mod['maxTurns'] ?? defaultMaxTurns;
     if (typeof maxTurns !== 'number' || !Number.isInteger(maxTurns) || maxTurns < 1) {
-      throw new AgentLoadError(file, `\`maxTurns\` must be an integer >= 1, got ${String(maxTurns)}`);
+      throw new AgentLoadError(
+        file,
+        `\`maxTurns\` must be an integer >= 1, got ${String(maxTurns)}`,
+      );
     }
     return { kind: 'step', file, step: step as StepFunction, maxTurns };
   }
@@ -82,7 +92,8 @@ function pickWorkflow(
     }
     return instance as Workflow;
   }
-  const cls = mod['Workflow'] ?? (typeof mod['default'] === 'function' ? mod['default'] : undefined);
+  const cls =
+    mod['Workflow'] ?? (typeof mod['default'] === 'function' ? mod['default'] : undefined);
   if (cls === undefined) return undefined;
   if (typeof cls !== 'function') {
     throw new AgentLoadError(file, `\`Workflow\` is a ${typeof cls}, expected a class`);

@@ -4,7 +4,8 @@ export class Semaphore {
   private readonly waiters: (() => void)[] = [];
 
   constructor(permits: number) {
-    if (!Number.isInteger(permits) || permits < 1) throw new RangeError(`permits must be an integer >= 1, got ${permits}`);
+    if (!Number.isInteger(permits) || permits < 1)
+      throw new RangeError(`permits must be an integer >= 1, got ${permits}`);
     this.free = permits;
   }
 

@@ -85,7 +85,9 @@ export class SimulatedEngine implements InferenceEngine {
 
   async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
     const n = req.gconfig?.n ?? 1;
-    return Promise.all(Array.from({ length: n }, () => this.generate({ ...req, gconfig: { ...req.gconfig, n: 1 } })));
+    return Promise.all(
+      Array.from({ length: n }, () => this.generate({ ...req, gconfig: { ...req.gconfig, n: 1 } })),
+    );
   }
 
   async updateWeights(_update: WeightUpdate, version: number): Promise<void> {

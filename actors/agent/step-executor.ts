@@ -113,19 +113,34 @@ export function checkStepResult(file: string, r: unknown): StepResult {
   }
   const x = r as Record<string, unknown>;
   if (typeof x['reward'] !== 'number' || !Number.isFinite(x['reward'])) {
-    throw new AgentContractError(file, `step() returned reward=${String(x['reward'])}, expected a finite number`);
+    throw new AgentContractError(
+      file,
+      `step() returned reward=${String(x['reward'])}, expected a finite number`,
+    );
   }
   if (typeof x['done'] !== 'boolean') {
-    throw new AgentContractError(file, `step() returned done=${String(x['done'])}, expected a boolean`);
+    throw new AgentContractError(
+      file,
+      `step() returned done=${String(x['done'])}, expected a boolean`,
+    );
   }
   for (const k of ['environmentFeedback', 'nextObservation'] as const) {
     if (x[k] !== undefined && typeof x[k] !== 'string') {
-      throw new AgentContractError(file, `step() returned ${k} of type ${typeof x[k]}, expected a string`);
+      throw new AgentContractError(
+        file,
+        `step() returned ${k} of type ${typeof x[k]}, expected a string`,
+      );
     }
   }
   const fids = x['environmentFeedbackIds'];
-  if (fids !== undefined && !(Array.isArray(fids) && fids.every((t) => Number.isInteger(t) && t >= 0))) {
-    throw new AgentContractError(file, 'step() returned environmentFeedbackIds that are not token ids');
+  if (
+    fids !== undefined &&
+    !(Array.isArray(fids) && fids.every((t) => Number.isInteger(t) && t >= 0))
+  ) {
+    throw new AgentContractError(
+      file,
+      'step() returned environmentFeedbackIds that are not token ids',
+    );
   }
   return x as unknown as StepResult;
 }

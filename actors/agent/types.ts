@@ -11,7 +11,12 @@
  *
  * @module
  */
-import type { GenerateRequest, GenerateResult, GenerationConfig, StopReason } from '../engines/types.ts';
+import type {
+  GenerateRequest,
+  GenerateResult,
+  GenerationConfig,
+  StopReason,
+} from '../engines/types.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
 
 /** One chat message for `applyChatTemplate`. */
@@ -126,7 +131,9 @@ export interface AgentEnv {
 }
 
 /** What a black-box agent returns: the episode's reward, with scalars to log when it likes. */
-export type AgentResult = number | { reward: number; extraInfo?: Record<string, number | string | boolean> };
+export type AgentResult =
+  | number
+  | { reward: number; extraInfo?: Record<string, number | string | boolean> };
 
 /** The black-box agent: any code that calls an OpenAI-compatible endpoint and scores the episode. */
 export type AgentFunction = (sample: Sample, env: AgentEnv) => Promise<AgentResult> | AgentResult;

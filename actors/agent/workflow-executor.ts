@@ -19,7 +19,10 @@ export async function runWorkflowEpisode(
   const view: WorkflowEngine = {
     generate: (req) => {
       if ((req.gconfig?.n ?? 1) !== 1) {
-        throw new AgentContractError(file, 'engine.generate takes one sample (gconfig.n = 1); call it n times');
+        throw new AgentContractError(
+          file,
+          'engine.generate takes one sample (gconfig.n = 1); call it n times',
+        );
       }
       return engine.generate(req);
     },
@@ -36,7 +39,10 @@ export async function runWorkflowEpisode(
 export function checkTrajectory(file: string, t: unknown, i: number, sample: Sample): Trajectory {
   const where = `runEpisode() trajectory ${i}`;
   if (t === null || typeof t !== 'object') {
-    throw new AgentContractError(file, `${where} is ${t === null ? 'null' : typeof t}, expected an object`);
+    throw new AgentContractError(
+      file,
+      `${where} is ${t === null ? 'null' : typeof t}, expected an object`,
+    );
   }
   const x = t as Record<string, unknown>;
   for (const k of ['inputIds', 'lossMask', 'logprobs', 'versions'] as const) {
@@ -59,7 +65,10 @@ export function checkTrajectory(file: string, t: unknown, i: number, sample: Sam
     throw new AgentContractError(file, `${where}: lossMask has no generated token`);
   }
   if (typeof x['reward'] !== 'number' || !Number.isFinite(x['reward'])) {
-    throw new AgentContractError(file, `${where}: reward=${String(x['reward'])}, expected a finite number`);
+    throw new AgentContractError(
+      file,
+      `${where}: reward=${String(x['reward'])}, expected a finite number`,
+    );
   }
   return {
     ...(x as unknown as Trajectory),

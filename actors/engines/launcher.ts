@@ -134,7 +134,12 @@ export async function launchServer(options: LaunchServerOptions): Promise<Launch
       ? opts.cudaVisibleDevices.join(',')
       : opts.cudaVisibleDevices;
   }
-  const payload = JSON.stringify([process.pid, opts.stopGraceMs, opts.command, ...(opts.args ?? [])]);
+  const payload = JSON.stringify([
+    process.pid,
+    opts.stopGraceMs,
+    opts.command,
+    ...(opts.args ?? []),
+  ]);
   const child = spawn(process.execPath, ['-e', guardSource, payload], {
     env,
     cwd: opts.cwd,
@@ -162,13 +167,17 @@ export async function launchServer(options: LaunchServerOptions): Promise<Launch
   });
   let hasExited = false;
   void exited.then(() => (hasExited = true));
-  for (const [stream, s] of [['stdout', child.stdout!], ['stderr', child.stderr!]] as const) {
+  for (const [stream, s] of [
+    ['stdout', child.stdout!],
+    ['stderr', child.stderr!],
+  ] as const) {
     createInterface({ input: s }).on('line', (line) => {
       tail.push(line);
       if (tail.length > 50) tail.shift();
       if (url === undefined) {
         const m = opts.urlFromLog.exec(line);
-        if (m?.[1]) url = /^\d+$/.test(m[1]) ? `http://127.0.0.1:${m[1]}` : m[1].replace(/\/+$/, '');
+        if (m?.[1])
+          url = /^\d+$/.test(m[1]) ? `http://127.0.0.1:${m[1]}` : m[1].replace(/\/+$/, '');
       }
       opts.logSink?.(line, stream);
     });
@@ -192,14 +201,24 @@ export async function launchServer(options: LaunchServerOptions): Promise<Launch
   for (;;) {
     if (hasExited) {
       const e = await exited;
-      throw new ServerLaunchError('exited', `${opts.command} exited (code ${e.code}, signal ${e.signal}) before it was healthy`, [...tail]);
+      throw new ServerLaunchError(
+        'exited',
+        `${opts.command} exited (code ${e.code}, signal ${e.signal}) before it was healthy`,
+        [...tail],
+      );
     }
     if (Date.now() > deadline) {
       await stop();
-      throw new ServerLaunchError('not-ready', `${opts.command} was not healthy within ${opts.readyTimeoutMs} ms`, [...tail]);
+      throw new ServerLaunchError(
+        'not-ready',
+        `${opts.command} was not healthy within ${opts.readyTimeoutMs} ms`,
+        [...tail],
+      );
     }
     if (url !== undefined) {
-      const ok = await httpCall(url + opts.healthPath, undefined, { timeoutMs: Math.max(1000, opts.pollIntervalMs * 4) }).then(
+      const ok = await httpCall(url + opts.healthPath, undefined, {
+        timeoutMs: Math.max(1000, opts.pollIntervalMs * 4),
+      }).then(
         () => true,
         () => false,
       );

@@ -26,7 +26,14 @@ interface Dims {
 }
 
 /** `x cos + rotate_half(x) sin` over every head of every token, into `out`. */
-function rope(x: Float32Array, cos: Float32Array, sin: Float32Array, heads: number, d: Dims, out: Float32Array): void {
+function rope(
+  x: Float32Array,
+  cos: Float32Array,
+  sin: Float32Array,
+  heads: number,
+  d: Dims,
+  out: Float32Array,
+): void {
   const { hd } = d;
   const half = hd / 2;
   const tokens = d.B * d.T;
@@ -34,14 +41,23 @@ function rope(x: Float32Array, cos: Float32Array, sin: Float32Array, heads: numb
     const c = n * hd;
     for (let h = 0; h < heads; h++) {
       const o = (n * heads + h) * hd;
-      for (let e = 0; e < half; e++) out[o + e] = x[o + e]! * cos[c + e]! - x[o + e + half]! * sin[c + e]!;
-      for (let e = half; e < hd; e++) out[o + e] = x[o + e]! * cos[c + e]! + x[o + e - half]! * sin[c + e]!;
+      for (let e = 0; e < half; e++)
+        out[o + e] = x[o + e]! * cos[c + e]! - x[o + e + half]! * sin[c + e]!;
+      for (let e = half; e < hd; e++)
+        out[o + e] = x[o + e]! * cos[c + e]! + x[o + e - half]! * sin[c + e]!;
     }
   }
 }
 
 /** The transpose of {@link rope}: the gradient of x given the gradient of the rotated x, into `out`. */
-function ropeBackward(g: Float32Array, cos: Float32Array, sin: Float32Array, heads: number, d: Dims, out: Float32Array): void {
+function ropeBackward(
+  g: Float32Array,
+  cos: Float32Array,
+  sin: Float32Array,
+  heads: number,
+  d: Dims,
+  out: Float32Array,
+): void {
   const { hd } = d;
   const half = hd / 2;
   const tokens = d.B * d.T;
@@ -49,8 +65,10 @@ function ropeBackward(g: Float32Array, cos: Float32Array, sin: Float32Array, hea
     const c = n * hd;
     for (let h = 0; h < heads; h++) {
       const o = (n * heads + h) * hd;
-      for (let e = 0; e < half; e++) out[o + e] = g[o + e]! * cos[c + e]! + g[o + e + half]! * sin[c + e + half]!;
-      for (let e = half; e < hd; e++) out[o + e] = g[o + e]! * cos[c + e]! - g[o + e - half]! * sin[c + e - half]!;
+      for (let e = 0; e < half; e++)
+        out[o + e] = g[o + e]! * cos[c + e]! + g[o + e + half]! * sin[c + e + half]!;
+      for (let e = half; e < hd; e++)
+        out[o + e] = g[o + e]! * cos[c + e]! - g[o + e - half]! * sin[c + e - half]!;
     }
   }
 }
@@ -71,8 +89,18 @@ function attendRange(bias: Float32Array, row: number, T: number): number {
  * `x1` into `out1` (pass x1 = -1 for one row). Two rows and four keys per pass keep eight sums in
  * registers and load each key once for both rows.
  */
-function dots(x: Float32Array, x0: number, x1: number, y: Float32Array, yBase: number, yStride: number, n: number, hd: number,
-  out0: Float64Array, out1: Float64Array): void {
+function dots(
+  x: Float32Array,
+  x0: number,
+  x1: number,
+  y: Float32Array,
+  yBase: number,
+  yStride: number,
+  n: number,
+  hd: number,
+  out0: Float64Array,
+  out1: Float64Array,
+): void {
   let j = 0;
   if (x1 >= 0) {
     for (; j + 4 <= n; j += 4) {
@@ -80,7 +108,14 @@ function dots(x: Float32Array, x0: number, x1: number, y: Float32Array, yBase: n
       const k1 = k0 + yStride;
       const k2 = k1 + yStride;
       const k3 = k2 + yStride;
-      let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+      let a0 = 0,
+        a1 = 0,
+        a2 = 0,
+        a3 = 0,
+        b0 = 0,
+        b1 = 0,
+        b2 = 0,
+        b3 = 0;
       for (let e = 0; e < hd; e++) {
         const u = x[x0 + e]!;
         const w = x[x1 + e]!;
@@ -125,8 +160,20 @@ function dots(x: Float32Array, x0: number, x1: number, y: Float32Array, yBase: n
  * second weight row `w1` into `d1` (pass w1 = -1 for one row); four features per pass. With
  * `accumulate` (one row, for short tails) the sums are added to `dst` instead.
  */
-function mix(w: Float32Array, w0: number, w1: number, y: Float32Array, yBase: number, yStride: number, n: number, hd: number,
-  dst: Float32Array, d0: number, d1: number, accumulate = false): void {
+function mix(
+  w: Float32Array,
+  w0: number,
+  w1: number,
+  y: Float32Array,
+  yBase: number,
+  yStride: number,
+  n: number,
+  hd: number,
+  dst: Float32Array,
+  d0: number,
+  d1: number,
+  accumulate = false,
+): void {
   if (accumulate) {
     for (let e = 0; e < hd; e++) {
       let a0 = 0;
@@ -137,7 +184,14 @@ function mix(w: Float32Array, w0: number, w1: number, y: Float32Array, yBase: nu
   }
   let e = 0;
   for (; e + 4 <= hd; e += 4) {
-    let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    let a0 = 0,
+      a1 = 0,
+      a2 = 0,
+      a3 = 0,
+      b0 = 0,
+      b1 = 0,
+      b2 = 0,
+      b3 = 0;
     if (w1 >= 0) {
       for (let j = 0; j < n; j++) {
         const p = w[w0 + j]!;
@@ -189,7 +243,14 @@ function mix(w: Float32Array, w0: number, w1: number, y: Float32Array, yBase: nu
 }
 
 /** Softmax of row `s` over its first `end` scores into `probs[po..)`, or uniform when all are masked. */
-function softmaxRow(s: Float64Array, end: number, allMasked: boolean, T: number, probs: Float32Array, po: number): void {
+function softmaxRow(
+  s: Float64Array,
+  end: number,
+  allMasked: boolean,
+  T: number,
+  probs: Float32Array,
+  po: number,
+): void {
   if (allMasked) {
     // Every key masked: in float32 each score rounds to -1e9, so the op-by-op softmax is uniform.
     for (let j = 0; j < end; j++) probs[po + j] = 1 / T;
@@ -206,7 +267,14 @@ function softmaxRow(s: Float64Array, end: number, allMasked: boolean, T: number,
  * Forward pass; returns the output `[B, T, H*hd]` and the probabilities `[B, H, T, T]`. Rows go
  * in pairs through {@link dots} and {@link mix}; a pair shares the keys both attend to.
  */
-function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array, bias: Float32Array, d: Dims, scale: number) {
+function forwardLoops(
+  qr: Float32Array,
+  kr: Float32Array,
+  v: Float32Array,
+  bias: Float32Array,
+  d: Dims,
+  scale: number,
+) {
   const { B, T, H, KV, hd } = d;
   const nRep = H / KV;
   const qStride = H * hd;
@@ -233,8 +301,32 @@ function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array, bias:
         const qa = (b * T + i) * qStride + h * hd;
         const qb = qa + qStride;
         dots(qr, qa, pair ? qb : -1, kr, kBase, kStride, common, hd, s0, s1);
-        if (endA > common) dots(qr, qa, -1, kr, kBase + common * kStride, kStride, endA - common, hd, s0.subarray(common), s1);
-        if (pair && endB > common) dots(qr, qb, -1, kr, kBase + common * kStride, kStride, endB - common, hd, s1.subarray(common), s0);
+        if (endA > common)
+          dots(
+            qr,
+            qa,
+            -1,
+            kr,
+            kBase + common * kStride,
+            kStride,
+            endA - common,
+            hd,
+            s0.subarray(common),
+            s1,
+          );
+        if (pair && endB > common)
+          dots(
+            qr,
+            qb,
+            -1,
+            kr,
+            kBase + common * kStride,
+            kStride,
+            endB - common,
+            hd,
+            s1.subarray(common),
+            s0,
+          );
         const rows = pair ? 2 : 1;
         for (let r = 0; r < rows; r++) {
           const s = r === 0 ? s0 : s1;
@@ -246,8 +338,10 @@ function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array, bias:
         const pa = ((b * H + h) * T + i) * T;
         mix(probs, pa, pair ? pa + T : -1, v, kBase, kStride, common, hd, out, qa, qb);
         const tail = kBase + common * kStride;
-        if (endA > common) mix(probs, pa + common, -1, v, tail, kStride, endA - common, hd, out, qa, -1, true);
-        if (pair && endB > common) mix(probs, pa + T + common, -1, v, tail, kStride, endB - common, hd, out, qb, -1, true);
+        if (endA > common)
+          mix(probs, pa + common, -1, v, tail, kStride, endA - common, hd, out, qa, -1, true);
+        if (pair && endB > common)
+          mix(probs, pa + T + common, -1, v, tail, kStride, endB - common, hd, out, qb, -1, true);
       }
     }
   }
@@ -256,8 +350,14 @@ function forwardLoops(qr: Float32Array, kr: Float32Array, v: Float32Array, bias:
 
 /** Backward pass of {@link forwardLoops}: gradients of the rotated q, rotated k and v. */
 function backwardLoops(
-  dOut: Float32Array, qr: Float32Array, kr: Float32Array, v: Float32Array, probs: Float32Array, bias: Float32Array,
-  d: Dims, scale: number,
+  dOut: Float32Array,
+  qr: Float32Array,
+  kr: Float32Array,
+  v: Float32Array,
+  probs: Float32Array,
+  bias: Float32Array,
+  d: Dims,
+  scale: number,
 ) {
   const { B, T, H, KV, hd } = d;
   const nRep = H / KV;
@@ -293,8 +393,32 @@ function backwardLoops(
         const qb = qa + qStride;
         // dP = dOut · v for the keys each row attends to.
         dots(dOut, qa, pair ? qb : -1, v, kBase, kStride, common, hd, s0, s1);
-        if (endA > common) dots(dOut, qa, -1, v, kBase + common * kStride, kStride, endA - common, hd, s0.subarray(common), s1);
-        if (pair && endB > common) dots(dOut, qb, -1, v, kBase + common * kStride, kStride, endB - common, hd, s1.subarray(common), s0);
+        if (endA > common)
+          dots(
+            dOut,
+            qa,
+            -1,
+            v,
+            kBase + common * kStride,
+            kStride,
+            endA - common,
+            hd,
+            s0.subarray(common),
+            s1,
+          );
+        if (pair && endB > common)
+          dots(
+            dOut,
+            qb,
+            -1,
+            v,
+            kBase + common * kStride,
+            kStride,
+            endB - common,
+            hd,
+            s1.subarray(common),
+            s0,
+          );
         for (let r = 0; r < (pair ? 2 : 1); r++) {
           const dp = r === 0 ? s0 : s1;
           const end = r === 0 ? endA : endB;
@@ -308,15 +432,24 @@ function backwardLoops(
         // dq = dS · k'.
         mix(dS, i * T, pair ? (i + 1) * T : -1, kr, kBase, kStride, common, hd, dq, qa, qb);
         const tail = kBase + common * kStride;
-        if (endA > common) mix(dS, i * T + common, -1, kr, tail, kStride, endA - common, hd, dq, qa, -1, true);
-        if (pair && endB > common) mix(dS, (i + 1) * T + common, -1, kr, tail, kStride, endB - common, hd, dq, qb, -1, true);
+        if (endA > common)
+          mix(dS, i * T + common, -1, kr, tail, kStride, endA - common, hd, dq, qa, -1, true);
+        if (pair && endB > common)
+          mix(dS, (i + 1) * T + common, -1, kr, tail, kStride, endB - common, hd, dq, qb, -1, true);
       }
       for (let j = 0; j < T; j++) {
         const ko = kBase + j * kStride;
         const i0 = starts[j]!;
         let e = 0;
         for (; e + 4 <= hd; e += 4) {
-          let v0 = 0, v1 = 0, v2 = 0, v3 = 0, k0 = 0, k1 = 0, k2 = 0, k3 = 0;
+          let v0 = 0,
+            v1 = 0,
+            v2 = 0,
+            v3 = 0,
+            k0 = 0,
+            k1 = 0,
+            k2 = 0,
+            k3 = 0;
           for (let i = i0; i < T; i++) {
             const qo = qBase + i * qStride + e;
             const p = probs[pBase + i * T + j]!;
@@ -356,7 +489,14 @@ function backwardLoops(
   return { dq, dk, dv };
 }
 
-type AttentionFn = (q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor, bias: tf.Tensor) => tf.Tensor;
+type AttentionFn = (
+  q: tf.Tensor,
+  k: tf.Tensor,
+  v: tf.Tensor,
+  cos: tf.Tensor,
+  sin: tf.Tensor,
+  bias: tf.Tensor,
+) => tf.Tensor;
 
 /**
  * Differentiable RoPE + causal grouped-query attention over token-major projections.
@@ -368,13 +508,25 @@ type AttentionFn = (q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cos: tf.Tensor, si
  * @returns `[B, T, H*hd]`, heads concatenated as `o_proj` expects
  */
 export function fusedAttention(
-  q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, cos: tf.Tensor3D, sin: tf.Tensor3D, bias: tf.Tensor3D,
+  q: tf.Tensor3D,
+  k: tf.Tensor3D,
+  v: tf.Tensor3D,
+  cos: tf.Tensor3D,
+  sin: tf.Tensor3D,
+  bias: tf.Tensor3D,
   heads: { H: number; KV: number; hd: number },
 ): tf.Tensor3D {
   const [B, T] = q.shape;
   const d: Dims = { B, T, ...heads, biasRows: bias.shape[0] };
   const scale = 1 / Math.sqrt(heads.hd);
-  const fn = tf.customGrad(((qT: tf.Tensor, kT: tf.Tensor, vT: tf.Tensor, cT: tf.Tensor, sT: tf.Tensor, bT: tf.Tensor) => {
+  const fn = tf.customGrad(((
+    qT: tf.Tensor,
+    kT: tf.Tensor,
+    vT: tf.Tensor,
+    cT: tf.Tensor,
+    sT: tf.Tensor,
+    bT: tf.Tensor,
+  ) => {
     const cosA = cT.dataSync() as Float32Array;
     const sinA = sT.dataSync() as Float32Array;
     const qr = new Float32Array(qT.size);
@@ -407,7 +559,13 @@ export function fusedAttention(
 }
 
 /** `[B, T, heads*hd]` token-major → `[B, heads, T, hd]` head-major (the KV cache's layout). */
-function toHeadMajor(x: Float32Array, B: number, T: number, heads: number, hd: number): Float32Array {
+function toHeadMajor(
+  x: Float32Array,
+  B: number,
+  T: number,
+  heads: number,
+  hd: number,
+): Float32Array {
   const out = new Float32Array(x.length);
   for (let b = 0; b < B; b++) {
     for (let t = 0; t < T; t++) {
@@ -425,7 +583,12 @@ function toHeadMajor(x: Float32Array, B: number, T: number, heads: number, hd: n
  * the KV cache's layout `[B, KV, T, hd]`, for prefilling a cache.
  */
 export function fusedAttentionWithCache(
-  q: tf.Tensor3D, k: tf.Tensor3D, v: tf.Tensor3D, cos: tf.Tensor3D, sin: tf.Tensor3D, bias: tf.Tensor3D,
+  q: tf.Tensor3D,
+  k: tf.Tensor3D,
+  v: tf.Tensor3D,
+  cos: tf.Tensor3D,
+  sin: tf.Tensor3D,
+  bias: tf.Tensor3D,
   heads: { H: number; KV: number; hd: number },
 ): { out: tf.Tensor3D; k: tf.Tensor4D; v: tf.Tensor4D } {
   const [B, T] = q.shape;

@@ -46,7 +46,8 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
       chosen = want;
     } else if (want === 'tensorflow' || want === undefined) {
       if (await tryNative()) chosen = 'tensorflow';
-      else if (want === 'tensorflow') throw new Error('RTJOB_TF_BACKEND=tensorflow but tfjs-node is not installed');
+      else if (want === 'tensorflow')
+        throw new Error('RTJOB_TF_BACKEND=tensorflow but tfjs-node is not installed');
       else {
         if (!(await tf.setBackend('wasm'))) throw new Error("TF.js backend 'wasm' failed to start");
         chosen = 'wasm';

@@ -8,7 +8,13 @@
  */
 
 /** Special tokens, ids 0..4. */
-export const builtinSpecialTokens = ['<|pad|>', '<|end|>', '<|user|>', '<|assistant|>', '<|system|>'] as const;
+export const builtinSpecialTokens = [
+  '<|pad|>',
+  '<|end|>',
+  '<|user|>',
+  '<|assistant|>',
+  '<|system|>',
+] as const;
 
 /** The chat template of the built-in tokenizer (Jinja). */
 export const builtinChatTemplate =
@@ -19,7 +25,10 @@ export const builtinChatTemplate =
   '{% if add_generation_prompt %}<|assistant|>{% endif %}';
 
 /** `tokenizer.json` and `tokenizer_config.json` contents of the built-in tokenizer. */
-export function builtinTokenizerFiles(): { tokenizerJson: object; tokenizerConfig: Record<string, unknown> } {
+export function builtinTokenizerFiles(): {
+  tokenizerJson: object;
+  tokenizerConfig: Record<string, unknown>;
+} {
   const vocab: Record<string, number> = {};
   builtinSpecialTokens.forEach((s, i) => (vocab[s] = i));
   let id = builtinSpecialTokens.length;
@@ -63,7 +72,17 @@ export function builtinTokenizerFiles(): { tokenizerJson: object; tokenizerConfi
     pad_token: '<|pad|>',
     chat_template: builtinChatTemplate,
     added_tokens_decoder: Object.fromEntries(
-      builtinSpecialTokens.map((content, i) => [String(i), { content, special: true, normalized: false, lstrip: false, rstrip: false, single_word: false }]),
+      builtinSpecialTokens.map((content, i) => [
+        String(i),
+        {
+          content,
+          special: true,
+          normalized: false,
+          lstrip: false,
+          rstrip: false,
+          single_word: false,
+        },
+      ]),
     ),
   };
   return { tokenizerJson, tokenizerConfig };

@@ -4,7 +4,16 @@
  *
  * @module
  */
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { initBackend } from './backend.ts';
 import { configJson, resolveConfig, type LlamaConfig, type SaveDtype } from './config.ts';
@@ -23,7 +32,12 @@ export interface LoadedModel {
   dir: string;
 }
 
-const tokenizerFiles = ['tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja', 'special_tokens_map.json'];
+const tokenizerFiles = [
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'chat_template.jinja',
+  'special_tokens_map.json',
+];
 
 /** Reads config.json from an HF model directory (strictly: see `resolveConfig`). */
 export function readConfig(dir: string): LlamaConfig {
@@ -48,7 +62,9 @@ export function readCheckpointWeights(dir: string): CheckpointWeights {
   if (existsSync(p)) return { tensors: readSafetensorsFile(p).tensors, sourceOf: () => p };
   const indexPath = join(dir, 'model.safetensors.index.json');
   if (!existsSync(indexPath)) throw new Error(`no model.safetensors (or its index) in ${dir}`);
-  const index = JSON.parse(readFileSync(indexPath, 'utf8')) as { weight_map?: Record<string, string> };
+  const index = JSON.parse(readFileSync(indexPath, 'utf8')) as {
+    weight_map?: Record<string, string>;
+  };
   const weightMap = index.weight_map ?? {};
   const shards = [...new Set(Object.values(weightMap))];
   if (!shards.length) throw new Error(`${indexPath} lists no shards`);
@@ -57,13 +73,17 @@ export function readCheckpointWeights(dir: string): CheckpointWeights {
   for (const shard of shards) {
     const file = join(dir, shard);
     for (const [name, t] of Object.entries(readSafetensorsFile(file).tensors)) {
-      if (weightMap[name] !== shard) throw new Error(`${file}: tensor '${name}' is not listed for this shard in ${indexPath}`);
+      if (weightMap[name] !== shard)
+        throw new Error(`${file}: tensor '${name}' is not listed for this shard in ${indexPath}`);
       tensors[name] = t;
       fileOf.set(name, file);
     }
   }
   for (const name of Object.keys(weightMap)) {
-    if (!tensors[name]) throw new Error(`${indexPath}: tensor '${name}' is listed in ${weightMap[name]} but not there`);
+    if (!tensors[name])
+      throw new Error(
+        `${indexPath}: tensor '${name}' is listed in ${weightMap[name]} but not there`,
+      );
   }
   return { tensors, sourceOf: (name) => fileOf.get(name) ?? indexPath };
 }
@@ -81,14 +101,19 @@ export function readWeights(dir: string): NamedTensors {
  * @example
  * const { model, tokenizer } = await loadModel('actors/model/pretrained/rtjob-tiny-math');
  */
-export async function loadModel(dir: string, opts: { valueHead?: boolean } = {}): Promise<LoadedModel> {
+export async function loadModel(
+  dir: string,
+  opts: { valueHead?: boolean } = {},
+): Promise<LoadedModel> {
   await initBackend();
   const config = readConfig(dir);
   const { tensors, sourceOf } = readCheckpointWeights(dir);
   const model = CausalLM.fromTensors(config, tensors, { ...opts, source: sourceOf });
   const tokenizer = existsSync(join(dir, 'tokenizer.json')) ? loadTokenizer(dir) : undefined;
   const gcPath = join(dir, 'generation_config.json');
-  const generationConfig = existsSync(gcPath) ? (JSON.parse(readFileSync(gcPath, 'utf8')) as Record<string, unknown>) : {};
+  const generationConfig = existsSync(gcPath)
+    ? (JSON.parse(readFileSync(gcPath, 'utf8')) as Record<string, unknown>)
+    : {};
   return { model, tokenizer, generationConfig, dir };
 }
 
@@ -130,11 +155,22 @@ export function saveModel(dir: string, model: CausalLM, opts: SaveModelOptions =
   writeAtomic(join(dir, 'config.json'), configJson(model.config, dtype));
   saveTensors(dir, model.exportWeights(), { dtype, maxShardBytes: opts.maxShardBytes });
   const eos = model.config.eos_token_id;
-  const gc = opts.generationConfig ?? { bos_token_id: model.config.bos_token_id, eos_token_id: eos, do_sample: true, temperature: 1.0 };
+  const gc = opts.generationConfig ?? {
+    bos_token_id: model.config.bos_token_id,
+    eos_token_id: eos,
+    do_sample: true,
+    temperature: 1.0,
+  };
   writeAtomic(join(dir, 'generation_config.json'), JSON.stringify(gc, null, 2) + '\n');
   if (opts.tokenizerFiles) {
-    writeAtomic(join(dir, 'tokenizer.json'), JSON.stringify(opts.tokenizerFiles.tokenizerJson) + '\n');
-    writeAtomic(join(dir, 'tokenizer_config.json'), JSON.stringify(opts.tokenizerFiles.tokenizerConfig, null, 2) + '\n');
+    writeAtomic(
+      join(dir, 'tokenizer.json'),
+      JSON.stringify(opts.tokenizerFiles.tokenizerJson) + '\n',
+    );
+    writeAtomic(
+      join(dir, 'tokenizer_config.json'),
+      JSON.stringify(opts.tokenizerFiles.tokenizerConfig, null, 2) + '\n',
+    );
   } else if (opts.tokenizerFrom && opts.tokenizerFrom !== dir) {
     for (const f of tokenizerFiles) {
       const src = join(opts.tokenizerFrom, f);
@@ -148,7 +184,11 @@ export function saveModel(dir: string, model: CausalLM, opts: SaveModelOptions =
  * as shards in name order of at most that size (a larger tensor gets a shard of its own) plus
  * `model.safetensors.index.json`; removes weights of an earlier save in the other layout.
  */
-export function saveTensors(dir: string, tensors: NamedTensors, opts: { dtype?: SaveDtype; maxShardBytes?: number } = {}): void {
+export function saveTensors(
+  dir: string,
+  tensors: NamedTensors,
+  opts: { dtype?: SaveDtype; maxShardBytes?: number } = {},
+): void {
   const dtype = opts.dtype ?? 'float32';
   const maxShardBytes = opts.maxShardBytes ?? defaultMaxShardBytes;
   const bytesPer = dtype === 'bfloat16' ? 2 : 4;
@@ -156,9 +196,14 @@ export function saveTensors(dir: string, tensors: NamedTensors, opts: { dtype?: 
   const names = Object.keys(tensors);
   const sizeOf = (n: string): number => tensors[n]!.data.length * bytesPer;
   const total = names.reduce((a, n) => a + sizeOf(n), 0);
-  const stale = readdirSync(dir).filter((f) => shardPattern.test(f) || f === 'model.safetensors.index.json');
+  const stale = readdirSync(dir).filter(
+    (f) => shardPattern.test(f) || f === 'model.safetensors.index.json',
+  );
   if (total <= maxShardBytes) {
-    writeAtomic(join(dir, 'model.safetensors'), serializeSafetensors(tensors, { format: 'pt' }, st));
+    writeAtomic(
+      join(dir, 'model.safetensors'),
+      serializeSafetensors(tensors, { format: 'pt' }, st),
+    );
     stale.forEach((f) => rmSync(join(dir, f), { force: true }));
     return;
   }
@@ -178,12 +223,21 @@ export function saveTensors(dir: string, tensors: NamedTensors, opts: { dtype?: 
   groups.forEach((g, i) => {
     const file = `model-${pad(i + 1)}-of-${pad(groups.length)}.safetensors`;
     // One shard at a time: the serialised bytes of the whole model never exist at once.
-    writeAtomic(join(dir, file), serializeSafetensors(Object.fromEntries(g.map((n) => [n, tensors[n]!])), { format: 'pt' }, st));
+    writeAtomic(
+      join(dir, file),
+      serializeSafetensors(
+        Object.fromEntries(g.map((n) => [n, tensors[n]!])),
+        { format: 'pt' },
+        st,
+      ),
+    );
     g.forEach((n) => (weightMap[n] = file));
     written.add(file);
   });
   const index = { metadata: { total_size: total }, weight_map: weightMap };
   writeAtomic(join(dir, 'model.safetensors.index.json'), JSON.stringify(index, null, 2) + '\n');
   rmSync(join(dir, 'model.safetensors'), { force: true });
-  stale.filter((f) => !written.has(f) && f !== 'model.safetensors.index.json').forEach((f) => rmSync(join(dir, f), { force: true }));
+  stale
+    .filter((f) => !written.has(f) && f !== 'model.safetensors.index.json')
+    .forEach((f) => rmSync(join(dir, f), { force: true }));
 }

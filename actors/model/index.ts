@@ -15,18 +15,54 @@ export type { LlamaConfig, ModelFamily, RopeScaling, SaveDtype } from './config.
 export type { ForwardOptions, ForwardOutput, LayerKV, TensorSource } from './llama.ts';
 export type { CheckpointWeights, LoadedModel, SaveModelOptions } from './checkpoint.ts';
 export type { ChatMessage, ChatTemplateOptions, ChatToolCall } from './tokenizer.ts';
-export type { LrScheduleOptions, PaddedBatch, SequenceLogprobs, StepStats, TokenStats, TrainerOptions } from './training.ts';
+export type {
+  LrScheduleOptions,
+  PaddedBatch,
+  SequenceLogprobs,
+  StepStats,
+  TokenStats,
+  TrainerOptions,
+} from './training.ts';
 export type { SamplingParams } from './sampling.ts';
 
 export { initBackend, tf } from './backend.ts';
-export { ConfigError, configJson, modelFamilies, parameterShapes, resolveConfig, ropeInvFreq } from './config.ts';
+export {
+  ConfigError,
+  configJson,
+  modelFamilies,
+  parameterShapes,
+  resolveConfig,
+  ropeInvFreq,
+} from './config.ts';
 export { CausalLM, checkSequenceLength, checkTensors, valueHeadName } from './llama.ts';
-export { defaultMaxShardBytes, loadModel, readCheckpointWeights, readConfig, readWeights, saveModel } from './checkpoint.ts';
-export { parseSafetensors, readSafetensorsFile, SafetensorsError, serializeSafetensors, toBf16 } from './safetensors.ts';
+export {
+  defaultMaxShardBytes,
+  loadModel,
+  readCheckpointWeights,
+  readConfig,
+  readWeights,
+  saveModel,
+} from './checkpoint.ts';
+export {
+  parseSafetensors,
+  readSafetensorsFile,
+  SafetensorsError,
+  serializeSafetensors,
+  toBf16,
+} from './safetensors.ts';
 export { ChatTokenizer, loadTokenizer } from './tokenizer.ts';
 export { builtinTokenizerFiles, builtinChatTemplate, tinyMathConfig } from './builtin.ts';
 export { BatchKVCache, decodeStep, prefill, recomputeLastLogits } from './kv-cache.ts';
 export { sampleToken, seededRandom } from './sampling.ts';
-export { forwardLogprobs, learningRate, maskedNllLoss, ModelTrainer, padBatch, tokenStats } from './training.ts';
+export {
+  forwardLogprobs,
+  learningRate,
+  maskedNllLoss,
+  ModelTrainer,
+  padBatch,
+  tokenStats,
+} from './training.ts';
 /** The shipped warm-start checkpoint (HF format). */
-export const tinyMathModelDir = fileURLToPath(new URL('./pretrained/rtjob-tiny-math/', import.meta.url));
+export const tinyMathModelDir = fileURLToPath(
+  new URL('./pretrained/rtjob-tiny-math/', import.meta.url),
+);

@@ -43,7 +43,10 @@ export class BatchKVCache {
   select(rows: number[]): void {
     if (rows.length === this.batchSize && rows.every((r, i) => r === i)) return;
     const idx = tf.tensor1d(rows, 'int32');
-    const next = this.layers.map((l) => ({ k: tf.keep(tf.gather(l.k, idx)), v: tf.keep(tf.gather(l.v, idx)) }));
+    const next = this.layers.map((l) => ({
+      k: tf.keep(tf.gather(l.k, idx)),
+      v: tf.keep(tf.gather(l.v, idx)),
+    }));
     idx.dispose();
     this.replace(next);
     this.lens = rows.map((r) => this.lens[r]!);
@@ -59,7 +62,14 @@ export class BatchKVCache {
     }
     const W = Math.max(this.width, other.width);
     const pad = (t: tf.Tensor4D): tf.Tensor4D =>
-      t.shape[2] === W ? t : tf.pad(t, [[0, 0], [0, 0], [W - t.shape[2], 0], [0, 0]]);
+      t.shape[2] === W
+        ? t
+        : tf.pad(t, [
+            [0, 0],
+            [0, 0],
+            [W - t.shape[2], 0],
+            [0, 0],
+          ]);
     const next = tf.tidy(() =>
       this.layers.map((l, i) => {
         const o = other.layers[i]!;
@@ -94,7 +104,10 @@ export class BatchKVCache {
  * Runs the prompts (left-padded into one batch) and returns their cache and the logits of each
  * prompt's last token (`[B * vocab]`, row-major).
  */
-export function prefill(model: CausalLM, prompts: number[][]): { cache: BatchKVCache; logits: Float32Array } {
+export function prefill(
+  model: CausalLM,
+  prompts: number[][],
+): { cache: BatchKVCache; logits: Float32Array } {
   const B = prompts.length;
   const T = Math.max(...prompts.map((p) => p.length));
   if (prompts.some((p) => p.length === 0)) throw new Error('prefill: empty prompt');
@@ -123,7 +136,13 @@ export function prefill(model: CausalLM, prompts: number[][]): { cache: BatchKVC
     logits = lmHead(model, last).dataSync() as Float32Array;
     return out.present!;
   });
-  return { cache: new BatchKVCache(layers, prompts.map((p) => p.length)), logits };
+  return {
+    cache: new BatchKVCache(
+      layers,
+      prompts.map((p) => p.length),
+    ),
+    logits,
+  };
 }
 
 /** `tf.tidy` for a function returning per-layer caches (kept; everything else is freed). */

@@ -87,7 +87,10 @@ const embedLookup = tf.customGrad(((table: tf.Tensor, ids: tf.Tensor, save: tf.G
       return [dTable, tf.zerosLike(idx)];
     },
   };
-}) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (table: tf.Tensor2D, ids: tf.Tensor2D) => tf.Tensor3D;
+}) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (
+  table: tf.Tensor2D,
+  ids: tf.Tensor2D,
+) => tf.Tensor3D;
 
 /** Where tensors came from, for errors: one file, or the file of each tensor (shards). */
 export type TensorSource = string | ((name: string) => string);
@@ -119,19 +122,24 @@ export function checkTensors(
       );
     }
     if (t.shape.join(',') !== shape.join(',')) {
-      throw new Error(`${where(name)}: tensor '${name}' has shape [${t.shape}], config implies [${shape}]`);
+      throw new Error(
+        `${where(name)}: tensor '${name}' has shape [${t.shape}], config implies [${shape}]`,
+      );
     }
   }
   if (opts.partial) return;
   for (const name of expected.keys()) {
-    if (!tensors[name] && name !== valueHeadName) throw new Error(`${where(name)}: missing tensor '${name}'`);
+    if (!tensors[name] && name !== valueHeadName)
+      throw new Error(`${where(name)}: missing tensor '${name}'`);
   }
 }
 
 /** The clear error for a sequence longer than the model's positions (forward, prefill, decode). */
 export function checkSequenceLength(config: LlamaConfig, tokens: number): void {
   if (tokens > config.max_position_embeddings) {
-    throw new Error(`sequence of ${tokens} tokens exceeds max_position_embeddings ${config.max_position_embeddings}`);
+    throw new Error(
+      `sequence of ${tokens} tokens exceeds max_position_embeddings ${config.max_position_embeddings}`,
+    );
   }
 }
 
@@ -217,14 +225,17 @@ export class CausalLM {
     opts: { valueHead?: boolean; source?: TensorSource } = {},
   ): CausalLM {
     const shapes = parameterShapes(config);
-    if (opts.valueHead || tensors[valueHeadName]) shapes.push([valueHeadName, [1, config.hidden_size]]);
+    if (opts.valueHead || tensors[valueHeadName])
+      shapes.push([valueHeadName, [1, config.hidden_size]]);
     checkTensors(config, new Map(shapes), tensors, { source: opts.source, partial: false });
     const params = new Map<string, tf.Variable>();
     const serial = ++modelSerial;
     for (const [name, shape] of shapes) {
       const t = tensors[name];
       // A fresh value head is zero; kept in the stored ([in, out]) layout like every linear weight.
-      const v = tf.tidy(() => toStored(name, t ? tf.tensor(t.data, shape, 'float32') : tf.zeros(shape)));
+      const v = tf.tidy(() =>
+        toStored(name, t ? tf.tensor(t.data, shape, 'float32') : tf.zeros(shape)),
+      );
       params.set(name, tf.variable(v, true, variableName(name, serial)));
       v.dispose();
     }
@@ -271,7 +282,10 @@ export class CausalLM {
   private headNorm(x: tf.Tensor, attn: string, proj: string): tf.Tensor {
     if (!this.config.qk_norm || proj === 'v') return x;
     const shape = x.shape;
-    const normed = this.rmsNorm(tf.reshape(x, [-1, this.config.head_dim]), `${attn}${proj}_norm.weight`);
+    const normed = this.rmsNorm(
+      tf.reshape(x, [-1, this.config.head_dim]),
+      `${attn}${proj}_norm.weight`,
+    );
     return tf.reshape(normed, shape);
   }
 
@@ -308,7 +322,8 @@ export class CausalLM {
     const Tk = Tp + T;
     if (!opts.positions) checkSequenceLength(c, Tk);
     const positions =
-      opts.positions ?? (tf.tile(tf.reshape(tf.range(Tp, Tk, 1, 'int32'), [1, T]), [B, 1]) as tf.Tensor2D);
+      opts.positions ??
+      (tf.tile(tf.reshape(tf.range(Tp, Tk, 1, 'int32'), [1, T]), [B, 1]) as tf.Tensor2D);
     // Without a cache to read (training, scoring, prefill), attention runs as one fused op.
     const fused = !past;
     const flatPos = tf.reshape(positions, [-1]);
@@ -333,7 +348,14 @@ export class CausalLM {
       let attn: tf.Tensor;
       if (fused) {
         const proj = (name: string, width: number): tf.Tensor3D =>
-          tf.reshape(this.headNorm(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), a, name), [B, T, width]) as tf.Tensor3D;
+          tf.reshape(
+            this.headNorm(
+              this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`),
+              a,
+              name,
+            ),
+            [B, T, width],
+          ) as tf.Tensor3D;
         const [q, k, v] = [proj('q', H * hd), proj('k', KV * hd), proj('v', KV * hd)];
         const [cos3, sin3, bias3] = [cos as tf.Tensor3D, sin as tf.Tensor3D, bias as tf.Tensor3D];
         if (opts.returnPresent) {
@@ -346,8 +368,17 @@ export class CausalLM {
         // Separate q, k, v products: splitting one fused product costs more on wasm. For one new
         // token per row (decoding) the head transpose is a reshape.
         const heads = (name: string, n: number): tf.Tensor4D => {
-          const t = tf.reshape(this.headNorm(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), a, name), [B, T, n, hd]);
-          return (T === 1 ? tf.reshape(t, [B, n, 1, hd]) : tf.transpose(t, [0, 2, 1, 3])) as tf.Tensor4D;
+          const t = tf.reshape(
+            this.headNorm(
+              this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`),
+              a,
+              name,
+            ),
+            [B, T, n, hd],
+          );
+          return (
+            T === 1 ? tf.reshape(t, [B, n, 1, hd]) : tf.transpose(t, [0, 2, 1, 3])
+          ) as tf.Tensor4D;
         };
         const q = this.rope(heads('q', H), cos, sin);
         const kNew = this.rope(heads('k', KV), cos, sin);
@@ -365,16 +396,28 @@ export class CausalLM {
         // Scaling q (T rows) is cheaper than scaling the scores (T x Tk).
         const qg = tf.mul(tf.reshape(q, [B, KV, nRep * T, hd]), scale);
         const scores = tf.reshape(this.mm(qg, k, false, true), [B, KV, nRep, T, Tk]);
-        const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [B, KV, nRep * T, Tk]);
+        const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [
+          B,
+          KV,
+          nRep * T,
+          Tk,
+        ]);
         const ctx = tf.reshape(this.mm(probs, v), [B, H, T, hd]);
         attn = tf.reshape(T === 1 ? ctx : tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
       }
       h = tf.add(h, this.linear(attn, `${a}o_proj.weight`, `${a}o_proj.bias`));
-      const y = tf.reshape(this.rmsNorm(h, `${pre}post_attention_layernorm.weight`), [-1, c.hidden_size]);
+      const y = tf.reshape(this.rmsNorm(h, `${pre}post_attention_layernorm.weight`), [
+        -1,
+        c.hidden_size,
+      ]);
       // Gate and up as two products: splitting one fused product's output costs more on wasm.
       const gate = this.mm(y, this.p(`${pre}mlp.gate_proj.weight`));
       const up = this.mm(y, this.p(`${pre}mlp.up_proj.weight`));
-      const act = tf.reshape(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), [B, T, c.intermediate_size]);
+      const act = tf.reshape(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), [
+        B,
+        T,
+        c.intermediate_size,
+      ]);
       h = tf.add(h, this.linear(act, `${pre}mlp.down_proj.weight`));
     }
     const hidden = this.rmsNorm(h, 'model.norm.weight') as tf.Tensor3D;
@@ -390,7 +433,12 @@ export class CausalLM {
   logitsFromHidden(hidden: tf.Tensor): tf.Tensor {
     const c = this.config;
     if (!c.tie_word_embeddings) return this.linear(hidden, 'lm_head.weight');
-    const flat = this.mm(tf.reshape(hidden, [-1, c.hidden_size]), this.p('model.embed_tokens.weight'), false, true);
+    const flat = this.mm(
+      tf.reshape(hidden, [-1, c.hidden_size]),
+      this.p('model.embed_tokens.weight'),
+      false,
+      true,
+    );
     return tf.reshape(flat, [...hidden.shape.slice(0, -1), c.vocab_size]);
   }
 
@@ -416,11 +464,18 @@ export class CausalLM {
    * parameter must be given; without it a subset may be (a partial update). A value head sent to
    * a model without one is ignored (a critic's weights may reach a policy's engine).
    */
-  importWeights(tensors: NamedTensors, opts: { strict?: boolean; source?: TensorSource } = {}): void {
+  importWeights(
+    tensors: NamedTensors,
+    opts: { strict?: boolean; source?: TensorSource } = {},
+  ): void {
     const expected = new Map<string, number[]>();
-    for (const [name, v] of this.params) expected.set(name, isStoredTransposed(name) ? [...v.shape].reverse() : v.shape);
+    for (const [name, v] of this.params)
+      expected.set(name, isStoredTransposed(name) ? [...v.shape].reverse() : v.shape);
     if (!expected.has(valueHeadName)) expected.set(valueHeadName, [1, this.config.hidden_size]);
-    checkTensors(this.config, expected, tensors, { source: opts.source, partial: !(opts.strict ?? true) });
+    checkTensors(this.config, expected, tensors, {
+      source: opts.source,
+      partial: !(opts.strict ?? true),
+    });
     tf.tidy(() => {
       for (const [name, t] of Object.entries(tensors)) {
         const v = this.params.get(name);

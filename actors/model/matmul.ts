@@ -21,7 +21,12 @@ function swapLast(t: tf.Tensor): tf.Tensor {
 }
 
 /** `a @ b`, with the last two axes of either operand transposed first when asked. */
-export function matMul(a: tf.Tensor, b: tf.Tensor, transposeA = false, transposeB = false): tf.Tensor {
+export function matMul(
+  a: tf.Tensor,
+  b: tf.Tensor,
+  transposeA = false,
+  transposeB = false,
+): tf.Tensor {
   // Batched products (attention) run in the wasm-kernels.ts kernel, which takes the flags as is.
   if (a.rank > 2 || b.rank > 2) return tf.matMul(a, b, transposeA, transposeB);
   return tf.matMul(transposeA ? swapLast(a) : a, transposeB ? swapLast(b) : b);
@@ -35,12 +40,18 @@ tf.registerGradient({
   inputsToSave: ['a', 'b'],
   gradFunc: (dy, saved, attrs) => {
     const [a, b] = saved as [tf.Tensor, tf.Tensor];
-    const { transposeA, transposeB } = attrs as unknown as { transposeA: boolean; transposeB: boolean };
+    const { transposeA, transposeB } = attrs as unknown as {
+      transposeA: boolean;
+      transposeB: boolean;
+    };
     // The same cases as TF.js's BatchMatMul_grad, written with explicit transposes.
     const d = dy as tf.Tensor;
-    if (!transposeA && !transposeB) return { a: () => matMul(d, b, false, true), b: () => matMul(a, d, true, false) };
-    if (!transposeA && transposeB) return { a: () => matMul(d, b), b: () => matMul(d, a, true, false) };
-    if (transposeA && !transposeB) return { a: () => matMul(b, d, false, true), b: () => matMul(a, d) };
+    if (!transposeA && !transposeB)
+      return { a: () => matMul(d, b, false, true), b: () => matMul(a, d, true, false) };
+    if (!transposeA && transposeB)
+      return { a: () => matMul(d, b), b: () => matMul(d, a, true, false) };
+    if (transposeA && !transposeB)
+      return { a: () => matMul(b, d, false, true), b: () => matMul(a, d) };
     return { a: () => matMul(b, d, true, true), b: () => matMul(d, a, true, true) };
   },
 });

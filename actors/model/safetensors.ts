@@ -41,14 +41,19 @@ interface HeaderEntry {
  * Validates a header against the data section's length: known dtypes, sane shapes, and offsets
  * that tile the data exactly (no overlaps, holes or overruns).
  */
-function parseHeader(headerBytes: Uint8Array, dataLen: number, fail: (why: string) => never): { entries: HeaderEntry[]; metadata: Record<string, string> } {
+function parseHeader(
+  headerBytes: Uint8Array,
+  dataLen: number,
+  fail: (why: string) => never,
+): { entries: HeaderEntry[]; metadata: Record<string, string> } {
   let header: Record<string, unknown>;
   try {
     header = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(headerBytes));
   } catch (e) {
     return fail(`header is not valid JSON (${(e as Error).message})`);
   }
-  if (typeof header !== 'object' || header === null || Array.isArray(header)) fail('header is not a JSON object');
+  if (typeof header !== 'object' || header === null || Array.isArray(header))
+    fail('header is not a JSON object');
   const entries: HeaderEntry[] = [];
   let metadata: Record<string, string> = {};
   for (const [name, info] of Object.entries(header)) {
@@ -58,22 +63,35 @@ function parseHeader(headerBytes: Uint8Array, dataLen: number, fail: (why: strin
     }
     const t = info as { dtype?: string; shape?: number[]; data_offsets?: [number, number] };
     const size = dtypeBytes[t.dtype ?? ''];
-    if (!size) fail(`tensor '${name}' has dtype '${t.dtype}'; only F32, F16 and BF16 are supported`);
-    if (!Array.isArray(t.shape) || t.shape.some((d) => !Number.isInteger(d) || d < 0)) fail(`tensor '${name}' has a bad shape`);
+    if (!size)
+      fail(`tensor '${name}' has dtype '${t.dtype}'; only F32, F16 and BF16 are supported`);
+    if (!Array.isArray(t.shape) || t.shape.some((d) => !Number.isInteger(d) || d < 0))
+      fail(`tensor '${name}' has a bad shape`);
     const off = t.data_offsets;
-    if (!Array.isArray(off) || off.length !== 2 || !Number.isInteger(off[0]) || !Number.isInteger(off[1]) || off[0] > off[1]) {
+    if (
+      !Array.isArray(off) ||
+      off.length !== 2 ||
+      !Number.isInteger(off[0]) ||
+      !Number.isInteger(off[1]) ||
+      off[0] > off[1]
+    ) {
       fail(`tensor '${name}' has bad data_offsets`);
     }
     const [begin, end] = off as [number, number];
     const numel = (t.shape as number[]).reduce((a, b) => a * b, 1);
-    if (end - begin !== numel * size!) fail(`tensor '${name}': ${end - begin} bytes for ${numel} elements of ${t.dtype}`);
-    if (end > dataLen) fail(`tensor '${name}' ends at byte ${end} but the data section has ${dataLen} (truncated)`);
+    if (end - begin !== numel * size!)
+      fail(`tensor '${name}': ${end - begin} bytes for ${numel} elements of ${t.dtype}`);
+    if (end > dataLen)
+      fail(`tensor '${name}' ends at byte ${end} but the data section has ${dataLen} (truncated)`);
     entries.push({ name, dtype: t.dtype!, shape: [...(t.shape as number[])], begin, end });
   }
   const spans = [...entries].sort((a, b) => a.begin - b.begin);
   let pos = 0;
   for (const e of spans) {
-    if (e.begin !== pos) fail(`tensor '${e.name}' starts at ${e.begin}, expected ${pos} (overlapping or holes in the data)`);
+    if (e.begin !== pos)
+      fail(
+        `tensor '${e.name}' starts at ${e.begin}, expected ${pos} (overlapping or holes in the data)`,
+      );
     pos = e.end;
   }
   if (pos !== dataLen) fail(`data section has ${dataLen} bytes but tensors cover ${pos}`);
@@ -94,16 +112,22 @@ function decodeTensor(bytes: Uint8Array, dtype: string, numel: number): Float32A
 
 /** The header length from the first 8 bytes, checked against the file size. */
 function headerLength(first8: Uint8Array, fileLen: number, fail: (why: string) => never): number {
-  if (fileLen < 8) fail(`file is ${fileLen} bytes, shorter than the 8-byte header length (truncated?)`);
+  if (fileLen < 8)
+    fail(`file is ${fileLen} bytes, shorter than the 8-byte header length (truncated?)`);
   const headerLen = Number(new DataView(first8.buffer, first8.byteOffset, 8).getBigUint64(0, true));
   if (headerLen > maxHeaderBytes) fail(`header length ${headerLen} is implausible (corrupt file?)`);
-  if (8 + headerLen > fileLen) fail(`header says ${headerLen} bytes but the file has ${fileLen - 8} after the length (truncated)`);
+  if (8 + headerLen > fileLen)
+    fail(
+      `header says ${headerLen} bytes but the file has ${fileLen - 8} after the length (truncated)`,
+    );
   return headerLen;
 }
 
-const failer = (source: string) => (why: string): never => {
-  throw new SafetensorsError(`${source}: ${why}`);
-};
+const failer =
+  (source: string) =>
+  (why: string): never => {
+    throw new SafetensorsError(`${source}: ${why}`);
+  };
 
 /**
  * Parses a safetensors buffer into float32 tensors.
@@ -111,15 +135,25 @@ const failer = (source: string) => (why: string): never => {
  * @throws SafetensorsError on a truncated file, a bad header, an unsupported dtype, or offsets
  *   that do not tile the data section
  */
-export function parseSafetensors(buf: Uint8Array, source = 'safetensors'): { tensors: NamedTensors; metadata: Record<string, string> } {
+export function parseSafetensors(
+  buf: Uint8Array,
+  source = 'safetensors',
+): { tensors: NamedTensors; metadata: Record<string, string> } {
   const fail = failer(source);
   const headerLen = headerLength(buf.subarray(0, 8), buf.byteLength, fail);
   const dataStart = 8 + headerLen;
-  const { entries, metadata } = parseHeader(buf.subarray(8, dataStart), buf.byteLength - dataStart, fail);
+  const { entries, metadata } = parseHeader(
+    buf.subarray(8, dataStart),
+    buf.byteLength - dataStart,
+    fail,
+  );
   const tensors: NamedTensors = {};
   for (const e of entries) {
     const numel = e.shape.reduce((a, b) => a * b, 1);
-    tensors[e.name] = { shape: e.shape, data: decodeTensor(buf.subarray(dataStart + e.begin, dataStart + e.end), e.dtype, numel) };
+    tensors[e.name] = {
+      shape: e.shape,
+      data: decodeTensor(buf.subarray(dataStart + e.begin, dataStart + e.end), e.dtype, numel),
+    };
   }
   return { tensors, metadata };
 }
@@ -130,7 +164,10 @@ export function parseSafetensors(buf: Uint8Array, source = 'safetensors'): { ten
  *
  * @throws SafetensorsError as {@link parseSafetensors}
  */
-export function readSafetensorsFile(path: string): { tensors: NamedTensors; metadata: Record<string, string> } {
+export function readSafetensorsFile(path: string): {
+  tensors: NamedTensors;
+  metadata: Record<string, string>;
+} {
   const fail = failer(path);
   const fd = openSync(path, 'r');
   try {
@@ -151,7 +188,10 @@ export function readSafetensorsFile(path: string): { tensors: NamedTensors; meta
     const tensors: NamedTensors = {};
     for (const e of entries) {
       const numel = e.shape.reduce((a, b) => a * b, 1);
-      tensors[e.name] = { shape: e.shape, data: decodeTensor(readAt(dataStart + e.begin, e.end - e.begin), e.dtype, numel) };
+      tensors[e.name] = {
+        shape: e.shape,
+        data: decodeTensor(readAt(dataStart + e.begin, e.end - e.begin), e.dtype, numel),
+      };
     }
     return { tensors, metadata };
   } finally {
@@ -187,7 +227,8 @@ export function serializeSafetensors(
   for (const name of names) {
     const t = tensors[name]!;
     const numel = t.shape.reduce((a, b) => a * b, 1);
-    if (numel !== t.data.length) throw new Error(`tensor '${name}': shape ${t.shape} does not match ${t.data.length} values`);
+    if (numel !== t.data.length)
+      throw new Error(`tensor '${name}': shape ${t.shape} does not match ${t.data.length} values`);
     header[name] = { dtype, shape: t.shape, data_offsets: [offset, offset + numel * size] };
     offset += numel * size;
   }
@@ -200,7 +241,10 @@ export function serializeSafetensors(
   let p = 8 + hb.length;
   for (const name of names) {
     const d = tensors[name]!.data;
-    const bytes = dtype === 'BF16' ? new Uint8Array(toBf16(d).buffer) : new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
+    const bytes =
+      dtype === 'BF16'
+        ? new Uint8Array(toBf16(d).buffer)
+        : new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
     out.set(bytes, p);
     p += bytes.byteLength;
   }

@@ -54,12 +54,14 @@ export function sampleToken(
     let mass = 0;
     for (const i of candidates) mass += probs[i]!;
     let u = rand() * mass;
-    for (const i of candidates) if ((u -= probs[i]!) <= 0) return { token: i, logprob: logprobOf(i) };
+    for (const i of candidates)
+      if ((u -= probs[i]!) <= 0) return { token: i, logprob: logprobOf(i) };
     const last = candidates[candidates.length - 1]!;
     return { token: last, logprob: logprobOf(last) };
   }
   let u = rand() * z;
-  for (let i = 0; i < vocab; i++) if ((u -= probs[i]!) <= 0) return { token: i, logprob: logprobOf(i) };
+  for (let i = 0; i < vocab; i++)
+    if ((u -= probs[i]!) <= 0) return { token: i, logprob: logprobOf(i) };
   return { token: arg, logprob: logprobOf(arg) };
 }
 

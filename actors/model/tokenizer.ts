@@ -56,7 +56,8 @@ type TemplateSpec = string | { name: string; template: string }[];
 
 function tokenString(t: unknown): string | undefined {
   if (typeof t === 'string') return t;
-  if (t && typeof t === 'object' && 'content' in t) return String((t as { content: unknown }).content);
+  if (t && typeof t === 'object' && 'content' in t)
+    return String((t as { content: unknown }).content);
   return undefined;
 }
 
@@ -75,7 +76,11 @@ export class ChatTokenizer {
   readonly padToken: string | undefined;
   private readonly templates = new Map<string, Template>();
 
-  constructor(tokenizerJson: object, tokenizerConfig: Record<string, unknown>, chatTemplate?: TemplateSpec) {
+  constructor(
+    tokenizerJson: object,
+    tokenizerConfig: Record<string, unknown>,
+    chatTemplate?: TemplateSpec,
+  ) {
     this.config = tokenizerConfig;
     this.tokenizer = new Tokenizer(tokenizerJson as never, tokenizerConfig as never);
     this.eosToken = tokenString(tokenizerConfig.eos_token);
@@ -83,7 +88,8 @@ export class ChatTokenizer {
     this.padToken = tokenString(tokenizerConfig.pad_token);
     const spec = chatTemplate ?? (tokenizerConfig.chat_template as TemplateSpec | undefined);
     if (typeof spec === 'string') this.templates.set('default', new Template(spec));
-    else if (Array.isArray(spec)) for (const t of spec) this.templates.set(t.name, new Template(t.template));
+    else if (Array.isArray(spec))
+      for (const t of spec) this.templates.set(t.name, new Template(t.template));
   }
 
   /** Number of ids (including added tokens). */
@@ -129,8 +135,13 @@ export class ChatTokenizer {
    */
   applyChatTemplate(messages: ChatMessage[], opts: ChatTemplateOptions = {}): string {
     const name = opts.templateName ?? 'default';
-    const template = this.templates.get(name) ?? (opts.templateName ? undefined : this.templates.values().next().value);
-    if (!template) throw new Error(`tokenizer has no chat template '${name}' (has: ${this.templateNames.join(', ') || 'none'})`);
+    const template =
+      this.templates.get(name) ??
+      (opts.templateName ? undefined : this.templates.values().next().value);
+    if (!template)
+      throw new Error(
+        `tokenizer has no chat template '${name}' (has: ${this.templateNames.join(', ') || 'none'})`,
+      );
     return template.render({
       messages,
       add_generation_prompt: opts.addGenerationPrompt ?? true,
@@ -151,7 +162,9 @@ export function loadTokenizer(dir: string): ChatTokenizer {
   if (!existsSync(tokPath)) throw new Error(`no tokenizer.json in ${dir}`);
   const json = JSON.parse(readFileSync(tokPath, 'utf8'));
   const cfgPath = join(dir, 'tokenizer_config.json');
-  const cfg = existsSync(cfgPath) ? (JSON.parse(readFileSync(cfgPath, 'utf8')) as Record<string, unknown>) : {};
+  const cfg = existsSync(cfgPath)
+    ? (JSON.parse(readFileSync(cfgPath, 'utf8')) as Record<string, unknown>)
+    : {};
   const jinjaPath = join(dir, 'chat_template.jinja');
   const template = existsSync(jinjaPath) ? readFileSync(jinjaPath, 'utf8') : undefined;
   return new ChatTokenizer(json, cfg, template);

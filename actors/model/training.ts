@@ -29,7 +29,11 @@ export function padBatch(seqs: number[][], padId = 0, padTo?: number): PaddedBat
   const T = Math.max(padTo ?? 0, ...seqs.map((s) => s.length));
   const data = new Int32Array(seqs.length * T).fill(padId);
   seqs.forEach((s, b) => data.set(s, b * T));
-  return { ids: tf.tensor2d(data, [seqs.length, T], 'int32'), lengths: seqs.map((s) => s.length), T };
+  return {
+    ids: tf.tensor2d(data, [seqs.length, T], 'int32'),
+    lengths: seqs.map((s) => s.length),
+    T,
+  };
 }
 
 /** In-graph per-token quantities; position t describes token t+1 (the next-token prediction). */
@@ -82,7 +86,13 @@ export interface SequenceLogprobs {
 export function forwardLogprobs(
   model: CausalLM,
   seqs: number[][],
-  opts: { temperature?: number; entropy?: boolean; values?: boolean; microBatchSize?: number; padId?: number } = {},
+  opts: {
+    temperature?: number;
+    entropy?: boolean;
+    values?: boolean;
+    microBatchSize?: number;
+    padId?: number;
+  } = {},
 ): SequenceLogprobs {
   const mb = opts.microBatchSize ?? 16;
   const res: SequenceLogprobs = { logprobs: [] };
@@ -91,9 +101,17 @@ export function forwardLogprobs(
   for (let i = 0; i < seqs.length; i += mb) {
     const chunk = seqs.slice(i, i + mb);
     const arrays = tf.tidy(() => {
-      const { ids, T } = padBatch(chunk.map((s) => (s.length < 2 ? [...s, opts.padId ?? 0] : s)), opts.padId ?? 0);
+      const { ids, T } = padBatch(
+        chunk.map((s) => (s.length < 2 ? [...s, opts.padId ?? 0] : s)),
+        opts.padId ?? 0,
+      );
       const st = tokenStats(model, ids, { ...opts, grad: false });
-      return { T, lp: st.logprobs.dataSync(), ent: st.entropy?.dataSync(), val: st.values?.dataSync() };
+      return {
+        T,
+        lp: st.logprobs.dataSync(),
+        ent: st.entropy?.dataSync(),
+        val: st.values?.dataSync(),
+      };
     });
     chunk.forEach((s, b) => {
       const row = (a: ArrayLike<number>, shift: boolean): number[] => {
@@ -224,11 +242,15 @@ export class ModelTrainer {
    * one untouched, so every data-parallel rank hands over the same set) to `reduce`, which may
    * change them in place (an all-reduce), and accumulates the result instead.
    */
-  async reduceGradients(reduce: (grads: Record<string, Float32Array>) => Promise<void>): Promise<void> {
+  async reduceGradients(
+    reduce: (grads: Record<string, Float32Array>) => Promise<void>,
+  ): Promise<void> {
     const grads: Record<string, Float32Array> = {};
     for (const n of this.names) {
       const g = this.acc.get(n);
-      grads[n] = g ? (g.dataSync() as Float32Array).slice() : new Float32Array(this.model.params.get(n)!.size);
+      grads[n] = g
+        ? (g.dataSync() as Float32Array).slice()
+        : new Float32Array(this.model.params.get(n)!.size);
     }
     await reduce(grads);
     for (const n of this.names) {
@@ -289,15 +311,23 @@ export class ModelTrainer {
   /** Optimizer moments as named tensors (`adam.m.<name>`, `adam.v.<name>`). */
   exportOptimizerState(): NamedTensors {
     const out: NamedTensors = {};
-    for (const [map, prefix] of [[this.m, 'adam.m.'], [this.v, 'adam.v.']] as const) {
-      map.forEach((t, n) => (out[prefix + n] = { shape: [...t.shape], data: t.dataSync() as Float32Array }));
+    for (const [map, prefix] of [
+      [this.m, 'adam.m.'],
+      [this.v, 'adam.v.'],
+    ] as const) {
+      map.forEach(
+        (t, n) => (out[prefix + n] = { shape: [...t.shape], data: t.dataSync() as Float32Array }),
+      );
     }
     return out;
   }
 
   importOptimizerState(state: NamedTensors): void {
     tf.tidy(() => {
-      for (const [map, prefix] of [[this.m, 'adam.m.'], [this.v, 'adam.v.']] as const) {
+      for (const [map, prefix] of [
+        [this.m, 'adam.m.'],
+        [this.v, 'adam.v.'],
+      ] as const) {
         map.forEach((t, n) => {
           const s = state[prefix + n];
           if (!s) throw new Error(`optimizer state has no '${prefix + n}'`);
@@ -311,13 +341,23 @@ export class ModelTrainer {
    * Saves an HF model directory plus `optimizer.safetensors` and `trainer_state.json`
    * (`{ step, ...extra }`), replacing `dir` atomically.
    */
-  saveCheckpoint(dir: string, extra: Record<string, unknown> = {}, modelOpts: SaveModelOptions = {}): void {
+  saveCheckpoint(
+    dir: string,
+    extra: Record<string, unknown> = {},
+    modelOpts: SaveModelOptions = {},
+  ): void {
     const tmp = `${dir}.tmp-${process.pid}`;
     rmSync(tmp, { recursive: true, force: true });
     mkdirSync(tmp, { recursive: true });
     saveModel(tmp, this.model, modelOpts);
-    writeFileSync(join(tmp, 'optimizer.safetensors'), serializeSafetensors(this.exportOptimizerState()));
-    writeFileSync(join(tmp, 'trainer_state.json'), JSON.stringify({ ...extra, step: this.stepCount }, null, 2) + '\n');
+    writeFileSync(
+      join(tmp, 'optimizer.safetensors'),
+      serializeSafetensors(this.exportOptimizerState()),
+    );
+    writeFileSync(
+      join(tmp, 'trainer_state.json'),
+      JSON.stringify({ ...extra, step: this.stepCount }, null, 2) + '\n',
+    );
     const old = `${dir}.old-${process.pid}`;
     if (existsSync(dir)) renameSync(dir, old);
     renameSync(tmp, dir);
@@ -329,8 +369,12 @@ export class ModelTrainer {
     const { tensors, sourceOf } = readCheckpointWeights(dir);
     this.model.importWeights(tensors, { strict: false, source: sourceOf });
     const optPath = join(dir, 'optimizer.safetensors');
-    if (existsSync(optPath)) this.importOptimizerState(parseSafetensors(readFileSync(optPath), optPath).tensors);
-    const state = JSON.parse(readFileSync(join(dir, 'trainer_state.json'), 'utf8')) as Record<string, unknown>;
+    if (existsSync(optPath))
+      this.importOptimizerState(parseSafetensors(readFileSync(optPath), optPath).tensors);
+    const state = JSON.parse(readFileSync(join(dir, 'trainer_state.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
     this.stepCount = Number(state.step ?? 0);
     return state;
   }

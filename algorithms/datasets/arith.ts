@@ -41,7 +41,8 @@ const things = ['apples', 'pens', 'eggs', 'cards', 'books', 'coins'];
 
 type Gen = (r: () => number) => ArithRecord;
 
-const int = (r: () => number, lo: number, hi: number): number => lo + Math.floor(r() * (hi - lo + 1));
+const int = (r: () => number, lo: number, hi: number): number =>
+  lo + Math.floor(r() * (hi - lo + 1));
 const pick = <T>(r: () => number, xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
 
 function make(kind: string, prompt: string, steps: string[], n: number): ArithRecord {
@@ -56,26 +57,98 @@ function make(kind: string, prompt: string, steps: string[], n: number): ArithRe
 }
 
 const families: [number, Gen][] = [
-  [2, (r) => { const a = int(r, 1, 9), b = int(r, 1, 9); return make('add1', `What is ${a}+${b}?`, [`${a}+${b}=${a + b}`], a + b); }],
-  [3, (r) => { const a = int(r, 10, 99), b = int(r, 1, 99); return make('add', `What is ${a}+${b}?`, [`${a}+${b}=${a + b}`], a + b); }],
-  [2, (r) => { const a = int(r, 10, 99), b = int(r, 1, a); return make('sub', `What is ${a}-${b}?`, [`${a}-${b}=${a - b}`], a - b); }],
-  [2, (r) => { const a = int(r, 2, 9), b = int(r, 2, 12); return make('mul', `What is ${a}*${b}?`, [`${a}*${b}=${a * b}`], a * b); }],
-  [2, (r) => {
-    const who = pick(r, names), what = pick(r, things), a = int(r, 2, 30), b = int(r, 2, 20);
-    return make('word-add', `${who} has ${a} ${what} and gets ${b} more. How many now?`, [`${a}+${b}=${a + b}`], a + b);
-  }],
-  [2, (r) => {
-    const who = pick(r, names), what = pick(r, things), a = int(r, 5, 40), b = int(r, 1, a);
-    return make('word-sub', `${who} has ${a} ${what} and gives away ${b}. How many left?`, [`${a}-${b}=${a - b}`], a - b);
-  }],
-  [1, (r) => {
-    const what = pick(r, things), a = int(r, 2, 9), b = int(r, 2, 9);
-    return make('word-mul', `${a} bags hold ${b} ${what} each. How many ${what}?`, [`${a}*${b}=${a * b}`], a * b);
-  }],
-  [1, (r) => {
-    const who = pick(r, names), what = pick(r, things), a = int(r, 2, 20), b = int(r, 2, 20), c = int(r, 1, a + b);
-    return make('word-2step', `${who} has ${a} ${what}, gets ${b} more, then loses ${c}. How many now?`, [`${a}+${b}=${a + b}`, `${a + b}-${c}=${a + b - c}`], a + b - c);
-  }],
+  [
+    2,
+    (r) => {
+      const a = int(r, 1, 9),
+        b = int(r, 1, 9);
+      return make('add1', `What is ${a}+${b}?`, [`${a}+${b}=${a + b}`], a + b);
+    },
+  ],
+  [
+    3,
+    (r) => {
+      const a = int(r, 10, 99),
+        b = int(r, 1, 99);
+      return make('add', `What is ${a}+${b}?`, [`${a}+${b}=${a + b}`], a + b);
+    },
+  ],
+  [
+    2,
+    (r) => {
+      const a = int(r, 10, 99),
+        b = int(r, 1, a);
+      return make('sub', `What is ${a}-${b}?`, [`${a}-${b}=${a - b}`], a - b);
+    },
+  ],
+  [
+    2,
+    (r) => {
+      const a = int(r, 2, 9),
+        b = int(r, 2, 12);
+      return make('mul', `What is ${a}*${b}?`, [`${a}*${b}=${a * b}`], a * b);
+    },
+  ],
+  [
+    2,
+    (r) => {
+      const who = pick(r, names),
+        what = pick(r, things),
+        a = int(r, 2, 30),
+        b = int(r, 2, 20);
+      return make(
+        'word-add',
+        `${who} has ${a} ${what} and gets ${b} more. How many now?`,
+        [`${a}+${b}=${a + b}`],
+        a + b,
+      );
+    },
+  ],
+  [
+    2,
+    (r) => {
+      const who = pick(r, names),
+        what = pick(r, things),
+        a = int(r, 5, 40),
+        b = int(r, 1, a);
+      return make(
+        'word-sub',
+        `${who} has ${a} ${what} and gives away ${b}. How many left?`,
+        [`${a}-${b}=${a - b}`],
+        a - b,
+      );
+    },
+  ],
+  [
+    1,
+    (r) => {
+      const what = pick(r, things),
+        a = int(r, 2, 9),
+        b = int(r, 2, 9);
+      return make(
+        'word-mul',
+        `${a} bags hold ${b} ${what} each. How many ${what}?`,
+        [`${a}*${b}=${a * b}`],
+        a * b,
+      );
+    },
+  ],
+  [
+    1,
+    (r) => {
+      const who = pick(r, names),
+        what = pick(r, things),
+        a = int(r, 2, 20),
+        b = int(r, 2, 20),
+        c = int(r, 1, a + b);
+      return make(
+        'word-2step',
+        `${who} has ${a} ${what}, gets ${b} more, then loses ${c}. How many now?`,
+        [`${a}+${b}=${a + b}`, `${a + b}-${c}=${a + b - c}`],
+        a + b - c,
+      );
+    },
+  ],
 ];
 const totalWeight = families.reduce((s, [w]) => s + w, 0);
 
@@ -147,6 +220,8 @@ export function extractAnswer(text: string): string | undefined {
 /** 1 when the response's extracted answer equals the gold number, else 0. */
 export function arithReward(response: string, answer: string): number {
   const pred = extractAnswer(response);
-  const gold = answer.includes('####') ? answer.split('####').pop()!.trim().replace(/,/g, '') : answer.trim();
+  const gold = answer.includes('####')
+    ? answer.split('####').pop()!.trim().replace(/,/g, '')
+    : answer.trim();
   return pred !== undefined && Number(pred) === Number(gold) ? 1 : 0;
 }

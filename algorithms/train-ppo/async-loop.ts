@@ -68,11 +68,18 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   // The admission rule (AReaL's throttle): batch n may start only once n − η batches are trained,
   // so no token is more than η versions stale. Without --max-head-offpolicyness, η is the bound
   // the queue already implies, and the buffer's slots are what binds.
-  const throttle = new StalenessThrottle({ consumerBatchSize: 1, maxConcurrentRollouts: o.asyncQueueSize + 1, maxHeadOffpolicyness: bound.value });
+  const throttle = new StalenessThrottle({
+    consumerBatchSize: 1,
+    maxConcurrentRollouts: o.asyncQueueSize + 1,
+    maxHeadOffpolicyness: bound.value,
+  });
   let trainedHere = 0;
 
   /** Pushes `w` to every engine once no batch or evaluation holds their weights. */
-  const publishBeside = async (w: Awaited<ReturnType<typeof roles.trainer.weights>>, step: number): Promise<void> => {
+  const publishBeside = async (
+    w: Awaited<ReturnType<typeof roles.trainer.weights>>,
+    step: number,
+  ): Promise<void> => {
     const p0 = performance.now();
     await gate.write();
     const p1 = performance.now();
@@ -84,7 +91,12 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
     version = w.version;
     lastPublish = { waitMs: p1 - p0, syncMs: performance.now() - p1 };
     throttle.setVersion(++trainedHere);
-    if (o.evalSteps > 0 && step % o.evalSteps === 0 && step < ctx.totalSteps && ctx.evalItems.length) {
+    if (
+      o.evalSteps > 0 &&
+      step % o.evalSteps === 0 &&
+      step < ctx.totalSteps &&
+      ctx.evalItems.length
+    ) {
       evals.push(evaluateBeside(ctx, gate, step).catch(fail));
     }
   };
@@ -141,14 +153,28 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       recordEpisodes(ctx, batch.groups, trainerVersion);
       if (kept.length === 0) {
         lease.ack();
-        ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
-        await afterStep(stepCtx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: batch.generateMs / 1000 });
+        ctx.log.line(
+          `step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`,
+        );
+        await afterStep(stepCtx, {
+          pass_rate: passRate,
+          episodes_failed: state.failed,
+          generate_s: batch.generateMs / 1000,
+        });
         continue;
       }
-      const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx, trainerVersion);
+      const u = await trainOn(
+        kept.flatMap((g) => g.trajectories),
+        roles,
+        o,
+        ctx,
+        trainerVersion,
+      );
       lease.ack();
       if (u.staleMax > bound.value) {
-        throw new Error(`staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`);
+        throw new Error(
+          `staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`,
+        );
       }
       trainerVersion = u.version;
       // Versions reach the engines in order, and at most one waits: the trainer goes on only once
@@ -178,7 +204,8 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         trainer_busy_fraction: timing.trainerBusyMs / wall,
         step_s: (busy + waitMs) / 1000,
         samples_per_s: (u.samples * 1000) / Math.max(1, busy + waitMs),
-        episodes_per_s: (batch.groups.reduce((n, g) => n + g.episodes, 0) * 1000) / Math.max(1, busy + waitMs),
+        episodes_per_s:
+          (batch.groups.reduce((n, g) => n + g.episodes, 0) * 1000) / Math.max(1, busy + waitMs),
         tokens_per_s: (u.tokens * 1000) / Math.max(1, busy + waitMs),
         version: trainerVersion,
       });
@@ -212,7 +239,9 @@ async function evaluateBeside(ctx: RunContext, gate: VersionGate, step: number):
   }
   const s = (performance.now() - t0) / 1000;
   ctx.log.metric(step, { eval_accuracy: acc, eval_s: s });
-  ctx.log.line(`eval  step ${step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${ctx.evalItems.length} prompts, greedy, ${s.toFixed(1)}s beside training)`);
+  ctx.log.line(
+    `eval  step ${step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${ctx.evalItems.length} prompts, greedy, ${s.toFixed(1)}s beside training)`,
+  );
 }
 
 /**
@@ -269,7 +298,13 @@ export class VersionGate {
 export function stalenessBound(o: RunContext['o']): { value: number; by: string } {
   const queue = o.asyncQueueSize + (o.partialRollout ? 1 : 0);
   if (o.maxHeadOffpolicyness !== undefined && o.maxHeadOffpolicyness < queue) {
-    return { value: o.maxHeadOffpolicyness, by: `--max-head-offpolicyness ${o.maxHeadOffpolicyness}` };
+    return {
+      value: o.maxHeadOffpolicyness,
+      by: `--max-head-offpolicyness ${o.maxHeadOffpolicyness}`,
+    };
   }
-  return { value: queue, by: `--async-queue-size ${o.asyncQueueSize}${o.partialRollout ? ' with --partial-rollout' : ''}` };
+  return {
+    value: queue,
+    by: `--async-queue-size ${o.asyncQueueSize}${o.partialRollout ? ' with --partial-rollout' : ''}`,
+  };
 }

@@ -88,7 +88,11 @@ export interface RunContext extends UpdateState {
 }
 
 /** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
-export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog): Promise<RunContext> {
+export async function prepareRun(
+  o: TrainPpoOptions,
+  roles: Roles,
+  log: RunLog,
+): Promise<RunContext> {
   const records = loadPromptData(o.promptData, '--prompt-data');
   checkKeys(records, o.inputKey, o.labelKey, '--prompt-data');
   const keys = { input: o.inputKey, label: o.labelKey };
@@ -101,7 +105,16 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
   }
   const perEpoch = Math.floor(records.length / o.rolloutBatchSize) * o.numEpisodes;
   const totalSteps = o.maxSteps > 0 ? o.maxSteps : Math.max(1, perEpoch);
-  const state: RunState = { step: 0, position: { epoch: 0, offset: 0 }, klCoef: o.initKlCoef, episodes: 0, failed: 0, trainedPrompts: [], rolloutRestarts: 0, groupsRerun: 0 };
+  const state: RunState = {
+    step: 0,
+    position: { epoch: 0, offset: 0 },
+    klCoef: o.initKlCoef,
+    episodes: 0,
+    failed: 0,
+    trainedPrompts: [],
+    rolloutRestarts: 0,
+    groupsRerun: 0,
+  };
   const ctx: RunContext = {
     o,
     roles,
@@ -113,7 +126,15 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
     state,
     totalSteps,
     started: performance.now(),
-    summary: { steps: 0, minutes: 0, episodesFailed: 0, groupsDropped: 0, trainedPrompts: state.trainedPrompts, rolloutRestarts: 0, savePath: resolve(o.savePath) },
+    summary: {
+      steps: 0,
+      minutes: 0,
+      episodesFailed: 0,
+      groupsDropped: 0,
+      trainedPrompts: state.trainedPrompts,
+      rolloutRestarts: 0,
+      savePath: resolve(o.savePath),
+    },
     restarts: [],
     restarting: new Map(),
   };
@@ -122,7 +143,9 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
     const acc = await evaluate(ctx);
     ctx.summary.evalBefore = acc;
     log.metric(state.step, { eval_accuracy: acc });
-    log.line(`eval  step ${state.step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${evalItems.length} prompts, greedy)`);
+    log.line(
+      `eval  step ${state.step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${evalItems.length} prompts, greedy)`,
+    );
   }
   return ctx;
 }
@@ -131,7 +154,12 @@ export async function prepareRun(o: TrainPpoOptions, roles: Roles, log: RunLog):
  * Books a trained update into the run state (prompts trained, β, reward statistics, summary) and
  * returns the metrics both loops log for it; each loop adds its own timings.
  */
-export function recordUpdate(ctx: RunContext, kept: GroupResult[], u: UpdateStats, passRate: number): Record<string, number> {
+export function recordUpdate(
+  ctx: RunContext,
+  kept: GroupResult[],
+  u: UpdateStats,
+  passRate: number,
+): Record<string, number> {
   const { state } = ctx;
   for (const g of kept) state.trainedPrompts.push(g.index);
   state.klCoef = ctx.kl.value;
@@ -165,7 +193,12 @@ export function recordUpdate(ctx: RunContext, kept: GroupResult[], u: UpdateStat
 /** Logging, evaluation and checkpointing after a step. */
 export async function afterStep(ctx: RunContext, values: Record<string, number>): Promise<void> {
   const { o, state, log } = ctx;
-  if (o.evalSteps > 0 && state.step % o.evalSteps === 0 && state.step < ctx.totalSteps && ctx.evalItems.length) {
+  if (
+    o.evalSteps > 0 &&
+    state.step % o.evalSteps === 0 &&
+    state.step < ctx.totalSteps &&
+    ctx.evalItems.length
+  ) {
     values.eval_accuracy = await evaluate(ctx);
   }
   log.metric(state.step, values);
@@ -174,8 +207,12 @@ export async function afterStep(ctx: RunContext, values: Record<string, number>)
     log.line(
       `step ${state.step}/${ctx.totalSteps}  reward ${f('reward_mean')}  kl ${f('kl', 4)}  loss ${f('policy_loss', 4)}` +
         `  len ${f('response_length', 1)}  gen ${f('generate_s', 1)}s  train ${f('train_s', 1)}s  sync ${f('weight_sync_s', 2)}s` +
-        (values.eval_accuracy !== undefined ? `  eval ${(values.eval_accuracy * 100).toFixed(1)}%` : '') +
-        (values.buffer_fill !== undefined ? `  buffer ${f('buffer_fill', 0)}  stale ${f('staleness_mean', 2)}/${f('staleness_max', 0)}` : ''),
+        (values.eval_accuracy !== undefined
+          ? `  eval ${(values.eval_accuracy * 100).toFixed(1)}%`
+          : '') +
+        (values.buffer_fill !== undefined
+          ? `  buffer ${f('buffer_fill', 0)}  stale ${f('staleness_mean', 2)}/${f('staleness_max', 0)}`
+          : ''),
     );
   }
   if (o.saveSteps > 0 && state.step % o.saveSteps === 0) await saveCheckpoint(ctx);
@@ -204,7 +241,10 @@ async function resume(ctx: RunContext): Promise<void> {
   const saved = (await ctx.roles.trainer.loadCheckpoint(dir)) as { driver?: RunState };
   if (!saved.driver) throw new Error(`checkpoint ${dir} has no driver state`);
   if (ctx.roles.critic) {
-    if (!existsSync(join(dir, 'critic'))) throw new Error(`checkpoint ${dir} has no critic state (saved without --advantage-estimator gae?)`);
+    if (!existsSync(join(dir, 'critic')))
+      throw new Error(
+        `checkpoint ${dir} has no critic state (saved without --advantage-estimator gae?)`,
+      );
     await ctx.roles.critic.loadCheckpoint(join(dir, 'critic'));
   }
   Object.assign(ctx.state, saved.driver);
@@ -213,7 +253,9 @@ async function resume(ctx: RunContext): Promise<void> {
   ctx.kl = createKlController(klOptions(ctx.o, saved.driver.klCoef));
   if (ctx.rewardNormalizer) ctx.rewardNormalizer = new RewardNormalizer(saved.driver.rewardStats);
   await publishWeights(ctx.roles);
-  ctx.log.line(`ckpt  resumed from ${dir} at step ${ctx.state.step} (epoch ${ctx.state.position.epoch}, offset ${ctx.state.position.offset})`);
+  ctx.log.line(
+    `ckpt  resumed from ${dir} at step ${ctx.state.step} (epoch ${ctx.state.position.epoch}, offset ${ctx.state.position.offset})`,
+  );
 }
 
 /** Saves the final policy and returns the summary. */
@@ -230,7 +272,8 @@ export async function finishRun(ctx: RunContext): Promise<RunSummary> {
   ctx.summary.rolloutRestarts = ctx.state.rolloutRestarts;
   ctx.summary.minutes = (performance.now() - ctx.started) / 60000;
   const s = ctx.summary;
-  const pct = (x: number | undefined): string => (x === undefined ? '-' : `${(x * 100).toFixed(1)}%`);
+  const pct = (x: number | undefined): string =>
+    x === undefined ? '-' : `${(x * 100).toFixed(1)}%`;
   log.line(
     `done  ${s.steps} steps in ${s.minutes.toFixed(1)} min; held-out accuracy ${pct(s.evalBefore)} -> ${pct(s.evalAfter)}; ` +
       `reward ${s.rewardFirst?.toFixed(3) ?? '-'} -> ${s.rewardLast?.toFixed(3) ?? '-'}; ${s.episodesFailed} episodes failed (${s.groupsDropped} groups dropped); policy saved to ${s.savePath}`,

@@ -37,7 +37,8 @@ export interface ChartSpec {
 const W = 760;
 const H = 420;
 const M = { left: 60, right: 20, top: 40, bottom: 90 };
-const esc = (s: string): string => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+const esc = (s: string): string =>
+  s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 /** Renders line series on shared axes as a standalone SVG document. */
 export function renderCurves(spec: ChartSpec): string {
@@ -61,27 +62,42 @@ export function renderCurves(spec: ChartSpec): string {
   ];
   for (let i = 0; i <= 5; i++) {
     const y = y0 + ((y1 - y0) * i) / 5;
-    out.push(`<line x1="${M.left}" x2="${W - M.right}" y1="${sy(y)}" y2="${sy(y)}" stroke="#ddd"/>`);
+    out.push(
+      `<line x1="${M.left}" x2="${W - M.right}" y1="${sy(y)}" y2="${sy(y)}" stroke="#ddd"/>`,
+    );
     out.push(`<text x="${M.left - 6}" y="${sy(y) + 4}" text-anchor="end">${y.toFixed(2)}</text>`);
     const x = x0 + ((x1 - x0) * i) / 5;
-    out.push(`<text x="${sx(x)}" y="${M.top + ph + 16}" text-anchor="middle">${Number(x.toFixed(1))}</text>`);
+    out.push(
+      `<text x="${sx(x)}" y="${M.top + ph + 16}" text-anchor="middle">${Number(x.toFixed(1))}</text>`,
+    );
   }
-  out.push(`<rect x="${M.left}" y="${M.top}" width="${pw}" height="${ph}" fill="none" stroke="#333"/>`);
-  out.push(`<text x="${M.left + pw / 2}" y="${M.top + ph + 34}" text-anchor="middle">${esc(spec.xLabel)}</text>`);
-  out.push(`<text transform="translate(16 ${M.top + ph / 2}) rotate(-90)" text-anchor="middle">${esc(spec.yLabel)}</text>`);
+  out.push(
+    `<rect x="${M.left}" y="${M.top}" width="${pw}" height="${ph}" fill="none" stroke="#333"/>`,
+  );
+  out.push(
+    `<text x="${M.left + pw / 2}" y="${M.top + ph + 34}" text-anchor="middle">${esc(spec.xLabel)}</text>`,
+  );
+  out.push(
+    `<text transform="translate(16 ${M.top + ph / 2}) rotate(-90)" text-anchor="middle">${esc(spec.yLabel)}</text>`,
+  );
   spec.series.forEach((s, i) => {
     if (s.points.length) {
       // Separate segments rather than one path: ImageMagick's built-in SVG renderer mis-draws long paths.
       const dash = s.dashed ? ' stroke-dasharray="6 4"' : '';
       for (let k = 1; k < s.points.length; k++) {
         const [a, b] = [s.points[k - 1]!, s.points[k]!];
-        out.push(`<line x1="${sx(a[0]).toFixed(1)}" y1="${sy(a[1]).toFixed(1)}" x2="${sx(b[0]).toFixed(1)}" y2="${sy(b[1]).toFixed(1)}" stroke="${s.color}" stroke-width="2"${dash}/>`);
+        out.push(
+          `<line x1="${sx(a[0]).toFixed(1)}" y1="${sy(a[1]).toFixed(1)}" x2="${sx(b[0]).toFixed(1)}" y2="${sy(b[1]).toFixed(1)}" stroke="${s.color}" stroke-width="2"${dash}/>`,
+        );
       }
-      for (const p of s.points.length <= 30 ? s.points : []) out.push(`<circle cx="${sx(p[0])}" cy="${sy(p[1])}" r="2.5" fill="${s.color}"/>`);
+      for (const p of s.points.length <= 30 ? s.points : [])
+        out.push(`<circle cx="${sx(p[0])}" cy="${sy(p[1])}" r="2.5" fill="${s.color}"/>`);
     }
     const lx = M.left + (i % 2) * (pw / 2);
     const ly = H - 32 + Math.floor(i / 2) * 16;
-    out.push(`<line x1="${lx}" x2="${lx + 24}" y1="${ly - 4}" y2="${ly - 4}" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="6 4"' : ''}/>`);
+    out.push(
+      `<line x1="${lx}" x2="${lx + 24}" y1="${ly - 4}" y2="${ly - 4}" stroke="${s.color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="6 4"' : ''}/>`,
+    );
     out.push(`<text x="${lx + 30}" y="${ly}">${esc(s.name)}</text>`);
   });
   out.push('</svg>');
@@ -144,6 +160,16 @@ if (isMain) {
     process.exit(2);
   }
   const series = learningSeries(parseMetricsCsv(readFileSync(csv, 'utf8')), extra);
-  const ok = toPng(renderCurves({ title: title ?? 'train_ppo', xLabel: 'step', yLabel: 'reward / accuracy', series }), png);
-  process.stdout.write(ok ? `wrote ${png}\n` : `wrote ${png.replace(/\.png$/, '.svg')} (no ImageMagick for the PNG)\n`);
+  const ok = toPng(
+    renderCurves({
+      title: title ?? 'train_ppo',
+      xLabel: 'step',
+      yLabel: 'reward / accuracy',
+      series,
+    }),
+    png,
+  );
+  process.stdout.write(
+    ok ? `wrote ${png}\n` : `wrote ${png.replace(/\.png$/, '.svg')} (no ImageMagick for the PNG)\n`,
+  );
 }

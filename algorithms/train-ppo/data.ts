@@ -15,14 +15,21 @@ import { FlagError } from './flags.ts';
 export type PromptRecord = Record<string, unknown>;
 
 /** Loads `--prompt-data` / `--eval-dataset`: a built-in name or a JSONL path. */
-export function loadPromptData(spec: string, flag: string, opts: { size?: number } = {}): PromptRecord[] {
+export function loadPromptData(
+  spec: string,
+  flag: string,
+  opts: { size?: number } = {},
+): PromptRecord[] {
   const builtin = builtinDataset(spec, opts.size !== undefined ? { size: opts.size } : {});
   if (builtin) return builtin as unknown as PromptRecord[];
   let text: string;
   try {
     text = readFileSync(spec, 'utf8');
   } catch {
-    throw new FlagError(flag, `${flag}: '${spec}' is neither a built-in dataset (arith, arith:test) nor a readable JSONL file`);
+    throw new FlagError(
+      flag,
+      `${flag}: '${spec}' is neither a built-in dataset (arith, arith:test) nor a readable JSONL file`,
+    );
   }
   const out: PromptRecord[] = [];
   text.split('\n').forEach((line, i) => {
@@ -38,13 +45,24 @@ export function loadPromptData(spec: string, flag: string, opts: { size?: number
 }
 
 /** Checks the input/label keys on the first record. */
-export function checkKeys(records: PromptRecord[], inputKey: string, labelKey: string, flag: string): void {
+export function checkKeys(
+  records: PromptRecord[],
+  inputKey: string,
+  labelKey: string,
+  flag: string,
+): void {
   const r = records[0]!;
   if (typeof r[inputKey] !== 'string') {
-    throw new FlagError('--input-key', `--input-key '${inputKey}' is not a string field of ${flag} records (fields: ${Object.keys(r).join(', ')})`);
+    throw new FlagError(
+      '--input-key',
+      `--input-key '${inputKey}' is not a string field of ${flag} records (fields: ${Object.keys(r).join(', ')})`,
+    );
   }
   if (labelKey && r[labelKey] === undefined) {
-    throw new FlagError('--label-key', `--label-key '${labelKey}' is not a field of ${flag} records (fields: ${Object.keys(r).join(', ')})`);
+    throw new FlagError(
+      '--label-key',
+      `--label-key '${labelKey}' is not a field of ${flag} records (fields: ${Object.keys(r).join(', ')})`,
+    );
   }
 }
 
@@ -70,7 +88,10 @@ export class PromptSampler {
   }
 
   private reorder(): void {
-    this.order = shuffle(this.records.map((_, i) => i), this.seed * 1000003 + this.position.epoch);
+    this.order = shuffle(
+      this.records.map((_, i) => i),
+      this.seed * 1000003 + this.position.epoch,
+    );
   }
 
   /** Moves to a saved position (resume). */

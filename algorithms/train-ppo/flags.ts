@@ -16,10 +16,22 @@ import { valueLossDefaults } from '../value-loss.ts';
 import { checkLibraryOptions } from './options.ts';
 
 /** Advantage estimators (OpenRLHF `--advantage-estimator`). */
-export const advantageEstimators = ['gae', 'reinforce', 'reinforce_baseline', 'rloo', 'group_norm', 'dr_grpo'] as const;
+export const advantageEstimators = [
+  'gae',
+  'reinforce',
+  'reinforce_baseline',
+  'rloo',
+  'group_norm',
+  'dr_grpo',
+] as const;
 export type AdvantageEstimatorName = (typeof advantageEstimators)[number];
 /** Estimators whose baseline is the group: they need more than one sample per prompt. */
-export const groupEstimators: readonly AdvantageEstimatorName[] = ['rloo', 'reinforce_baseline', 'group_norm', 'dr_grpo'];
+export const groupEstimators: readonly AdvantageEstimatorName[] = [
+  'rloo',
+  'reinforce_baseline',
+  'group_norm',
+  'dr_grpo',
+];
 
 /** Resolved options of a `train_ppo` run. */
 export interface TrainPpoOptions {
@@ -111,14 +123,27 @@ export interface TrainPpoOptions {
 }
 
 /** Where a flag is listed in `--help`; `algorithm` flags are the ones `algorithms/README.md` documents. */
-export type FlagSection = 'run' | 'data' | 'rollout' | 'algorithm' | 'optimizer' | 'async' | 'eval' | 'engines';
+export type FlagSection =
+  | 'run'
+  | 'data'
+  | 'rollout'
+  | 'algorithm'
+  | 'optimizer'
+  | 'async'
+  | 'eval'
+  | 'engines';
 /** One row of the flag table. */
 export interface Flag extends FlagSpec<keyof TrainPpoOptions> {
   section: FlagSection;
 }
 
 let section: FlagSection = 'run';
-const F = (key: keyof TrainPpoOptions, kind: Flag['kind'], help: string, extra: Partial<Flag> = {}): Flag => ({
+const F = (
+  key: keyof TrainPpoOptions,
+  kind: Flag['kind'],
+  help: string,
+  extra: Partial<Flag> = {},
+): Flag => ({
   key,
   section,
   kind,
@@ -132,11 +157,24 @@ const under = (next: FlagSection): [] => ((section = next), []);
 /** Every flag, in the order `--help` prints them. */
 export const flagTable: readonly Flag[] = [
   ...under('run'),
-  F('pretrain', 'string', 'policy model directory (HF format); default: the shipped warm-start model'),
-  F('agentFunc', 'string', 'agent file: a step function, a Workflow class, or agent(sample, env) for any OpenAI client', { aliases: ['agent-func-path'] }),
+  F(
+    'pretrain',
+    'string',
+    'policy model directory (HF format); default: the shipped warm-start model',
+  ),
+  F(
+    'agentFunc',
+    'string',
+    'agent file: a step function, a Workflow class, or agent(sample, env) for any OpenAI client',
+    { aliases: ['agent-func-path'] },
+  ),
   F('maxSteps', 'int', 'stop after this many steps; -1: from the data size', { min: -1 }),
   F('seed', 'int', 'random seed', { min: 0 }),
-  F('inProcess', 'bool', 'run every role in the driver process (no cluster; for tests and debugging)'),
+  F(
+    'inProcess',
+    'bool',
+    'run every role in the driver process (no cluster; for tests and debugging)',
+  ),
   ...under('data'),
   F('promptData', 'string', 'JSONL file or built-in dataset name', { aliases: ['prompt-dataset'] }),
   F('inputKey', 'string', 'record field holding the prompt'),
@@ -151,11 +189,30 @@ export const flagTable: readonly Flag[] = [
   F('generateMaxLen', 'int', 'new tokens per generation', { min: 1, aliases: ['max-new-tokens'] }),
   F('temperature', 'float', 'sampling temperature', { min: 0 }),
   F('topP', 'float', 'nucleus sampling mass', { min: 0 }),
-  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', { min: 0, aliases: ['episode-timeout-ms', 'agent-timeout', 'agent-timeout-ms'] }),
-  F('agentErrorBudget', 'float', 'fraction of episodes allowed to fail before the job fails', { min: 0 }),
-  F('toolCallParser', 'string', 'how the gateway finds tool calls in generated text (agent(sample, env) files)', { choices: ['hermes', 'qwen', 'none'] }),
-  F('gatewayCheckDrift', 'bool', 'gateway debug: compare every turn with the recorded tokens and report drift'),
-  F('agentTurnDiscount', 'float', 'gateway agents: reward factor per completion before the last (1 = all share the reward)', { min: 0 }),
+  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', {
+    min: 0,
+    aliases: ['episode-timeout-ms', 'agent-timeout', 'agent-timeout-ms'],
+  }),
+  F('agentErrorBudget', 'float', 'fraction of episodes allowed to fail before the job fails', {
+    min: 0,
+  }),
+  F(
+    'toolCallParser',
+    'string',
+    'how the gateway finds tool calls in generated text (agent(sample, env) files)',
+    { choices: ['hermes', 'qwen', 'none'] },
+  ),
+  F(
+    'gatewayCheckDrift',
+    'bool',
+    'gateway debug: compare every turn with the recorded tokens and report drift',
+  ),
+  F(
+    'agentTurnDiscount',
+    'float',
+    'gateway agents: reward factor per completion before the last (1 = all share the reward)',
+    { min: 0 },
+  ),
   ...under('algorithm'),
   F('advantageEstimator', 'string', 'advantage estimator', { choices: advantageEstimators }),
   F('noAdvantageStdNorm', 'bool', 'subtract the mean but do not divide by the std'),
@@ -164,12 +221,19 @@ export const flagTable: readonly Flag[] = [
   F('initKlCoef', 'float', 'KL coefficient; 0 runs no reference model', { min: 0 }),
   F('useKlLoss', 'bool', 'KL as a loss term instead of a reward penalty'),
   F('klEstimator', 'string', 'KL estimator', { choices: ['k1', 'k2', 'k3'] }),
-  F('klTarget', 'float', 'target KL of the adaptive controller; unset keeps the coefficient fixed', { min: 0 }),
+  F(
+    'klTarget',
+    'float',
+    'target KL of the adaptive controller; unset keeps the coefficient fixed',
+    { min: 0 },
+  ),
   F('klHorizon', 'float', 'horizon of the adaptive KL controller, in samples', { min: 0 }),
   F('epsClip', 'float', 'PPO clip range', { min: 0 }),
   F('epsClipHigh', 'float', 'upper clip range (clip-higher); default --eps-clip', { min: 0 }),
   F('dualClip', 'float', 'dual-clip constant c > 1'),
-  F('isCorrection', 'string', 'importance-sampling correction of the engine/trainer mismatch', { choices: IS_CORRECTIONS }),
+  F('isCorrection', 'string', 'importance-sampling correction of the engine/trainer mismatch', {
+    choices: IS_CORRECTIONS,
+  }),
   F('isThreshold', 'pair', 'low and high bound of --is-correction, e.g. "0.5 5"'),
   F('lossAggMode', 'string', 'how token losses are averaged', { choices: LOSS_AGGREGATIONS }),
   F('entropyLossCoef', 'float', 'entropy bonus coefficient', { min: 0 }),
@@ -178,11 +242,21 @@ export const flagTable: readonly Flag[] = [
   F('rewardScale', 'float', 'score = (reward + bias) * scale'),
   F('rewardBias', 'float', 'added to the reward before --reward-scale'),
   F('rewardClipRange', 'pair', 'scores are clipped to this range, e.g. "-10 10"'),
-  F('overlongBufferLen', 'int', 'DAPO overlong penalty over the last N tokens of --generate-max-len', { min: 1 }),
+  F(
+    'overlongBufferLen',
+    'int',
+    'DAPO overlong penalty over the last N tokens of --generate-max-len',
+    { min: 1 },
+  ),
   F('overlongPenaltyFactor', 'float', 'DAPO overlong penalty at the length limit'),
   F('dynamicFiltering', 'bool', 'keep a group only if its mean reward lies inside the range'),
   F('dynamicFilteringRewardRange', 'pair', 'open range for --dynamic-filtering, e.g. "0 1"'),
-  F('trainMaxTokensPerGpu', 'int', 'token budget per micro-batch (packs samples); default: cut by --micro-train-batch-size', { min: 1 }),
+  F(
+    'trainMaxTokensPerGpu',
+    'int',
+    'token budget per micro-batch (packs samples); default: cut by --micro-train-batch-size',
+    { min: 1 },
+  ),
   ...under('optimizer'),
   F('trainBatchSize', 'int', 'samples per optimizer step', { min: 1 }),
   F('microTrainBatchSize', 'int', 'samples per micro-batch (gradient accumulation)', { min: 1 }),
@@ -192,35 +266,82 @@ export const flagTable: readonly Flag[] = [
   F('maxNorm', 'float', 'gradient clip by global norm', { min: 0 }),
   ...under('async'),
   F('asyncTrain', 'bool', 'asynchronous off-policy training'),
-  F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', { min: 1, env: 'ASYNC_QUEUE_SIZE' }),
-  F('asyncNumTasks', 'int', 'agent episodes at once per engine', { min: 1, env: 'ASYNC_NUM_TASKS' }),
+  F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', {
+    min: 1,
+    env: 'ASYNC_QUEUE_SIZE',
+  }),
+  F('asyncNumTasks', 'int', 'agent episodes at once per engine', {
+    min: 1,
+    env: 'ASYNC_NUM_TASKS',
+  }),
   F('maxHeadOffpolicyness', 'int', 'AReaL staleness throttle eta', { min: 0 }),
-  F('partialRollout', 'bool', 'interrupt generation for weight updates and continue on new weights'),
+  F(
+    'partialRollout',
+    'bool',
+    'interrupt generation for weight updates and continue on new weights',
+  ),
   F('useDecoupledLoss', 'bool', 'decoupled PPO with proximal logprobs'),
-  F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
+  F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', {
+    min: 1,
+  }),
   ...under('eval'),
-  F('savePath', 'string', 'where the final HF-format policy is written (default ./ckpt/<job id>: each run its own)'),
-  F('saveDtype', 'string', 'tensor dtype of the saved policy', { choices: ['float32', 'bfloat16'] }),
+  F(
+    'savePath',
+    'string',
+    'where the final HF-format policy is written (default ./ckpt/<job id>: each run its own)',
+  ),
+  F('saveDtype', 'string', 'tensor dtype of the saved policy', {
+    choices: ['float32', 'bfloat16'],
+  }),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
   F('ckptPath', 'string', 'checkpoint directory (default <save-path>/checkpoints)'),
-  F('overwrite', 'bool', 'replace a policy or checkpoints a previous run left in --save-path / --ckpt-path'),
+  F(
+    'overwrite',
+    'bool',
+    'replace a policy or checkpoints a previous run left in --save-path / --ckpt-path',
+  ),
   F('loadCheckpoint', 'bool', 'resume from the latest checkpoint in --ckpt-path'),
   F('evalDataset', 'string', 'held-out prompts (JSONL or built-in name); "" disables'),
   F('evalSteps', 'int', 'evaluate every N steps; -1 only at start and end', { min: -1 }),
   F('evalPrompts', 'int', 'held-out prompts evaluated (greedy)', { min: 1 }),
   F('loggingSteps', 'int', 'log every N steps', { min: 1 }),
-  F('logSamples', 'int', 'sample episodes kept per step for the Samples view and rtjob samples (best, worst, random; at most 250); 0 none', { min: 0 }),
+  F(
+    'logSamples',
+    'int',
+    'sample episodes kept per step for the Samples view and rtjob samples (best, worst, random; at most 250); 0 none',
+    { min: 0 },
+  ),
   ...under('engines'),
   F('rolloutNumEngines', 'int', 'rollout engines', { min: 1, aliases: ['vllm-num-engines'] }),
   F('engine', 'string', 'inference engine', { choices: ['builtin', 'sglang', 'vllm'] }),
-  F('engineUrl', 'string', 'comma-separated server URLs for --engine sglang|vllm; split across the rollouts'),
-  F('engineWeightsPath', 'string', 'where weights for sglang|vllm servers are written (a path the servers can read); default <ckpt-path>/engine_weights'),
+  F(
+    'engineUrl',
+    'string',
+    'comma-separated server URLs for --engine sglang|vllm; split across the rollouts',
+  ),
+  F(
+    'engineWeightsPath',
+    'string',
+    'where weights for sglang|vllm servers are written (a path the servers can read); default <ckpt-path>/engine_weights',
+  ),
   F('actorNumGpusPerNode', 'float', 'GPUs of the trainer', { min: 0 }),
   F('refNumGpusPerNode', 'float', 'GPUs of the reference model', { min: 0 }),
   F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
-  F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', { min: 0, aliases: ['vllm-tensor-parallel-size'] }),
-  F('colocateAllModels', 'bool', 'one placement group for every role; the engine sleeps while training'),
-  F('actorNumReplicas', 'int', 'data-parallel trainer ranks (each trains 1/N of the micro-batches; gradients all-reduced)', { min: 1 }),
+  F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', {
+    min: 0,
+    aliases: ['vllm-tensor-parallel-size'],
+  }),
+  F(
+    'colocateAllModels',
+    'bool',
+    'one placement group for every role; the engine sleeps while training',
+  ),
+  F(
+    'actorNumReplicas',
+    'int',
+    'data-parallel trainer ranks (each trains 1/N of the micro-batches; gradients all-reduced)',
+    { min: 1 },
+  ),
   F('criticNumReplicas', 'int', 'data-parallel critic ranks', { min: 1 }),
 ];
 
@@ -357,45 +478,78 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
   }
   const samples = o.rolloutBatchSize * o.nSamplesPerPrompt;
   if (o.trainBatchSize > samples && !o.asyncTrain) {
-    fail('--train-batch-size', `--train-batch-size ${o.trainBatchSize} exceeds the ${samples} samples a step makes (--rollout-batch-size × --n-samples-per-prompt)`);
+    fail(
+      '--train-batch-size',
+      `--train-batch-size ${o.trainBatchSize} exceeds the ${samples} samples a step makes (--rollout-batch-size × --n-samples-per-prompt)`,
+    );
   }
   if (o.microTrainBatchSize > o.trainBatchSize) {
-    fail('--micro-train-batch-size', `--micro-train-batch-size ${o.microTrainBatchSize} exceeds --train-batch-size ${o.trainBatchSize}`);
+    fail(
+      '--micro-train-batch-size',
+      `--micro-train-batch-size ${o.microTrainBatchSize} exceeds --train-batch-size ${o.trainBatchSize}`,
+    );
   }
   const bad = checkLibraryOptions(o);
   if (bad) fail(bad.flag, bad.message);
   const [lo, hi] = o.dynamicFilteringRewardRange;
-  if (lo >= hi) fail('--dynamic-filtering-reward-range', `--dynamic-filtering-reward-range: low ${lo} must be below high ${hi}`);
-  if (o.useKlLoss && o.initKlCoef === 0) fail('--use-kl-loss', '--use-kl-loss needs --init-kl-coef > 0');
-  if (o.partialRollout && !o.asyncTrain) fail('--partial-rollout', '--partial-rollout applies to --async-train only');
+  if (lo >= hi)
+    fail(
+      '--dynamic-filtering-reward-range',
+      `--dynamic-filtering-reward-range: low ${lo} must be below high ${hi}`,
+    );
+  if (o.useKlLoss && o.initKlCoef === 0)
+    fail('--use-kl-loss', '--use-kl-loss needs --init-kl-coef > 0');
+  if (o.partialRollout && !o.asyncTrain)
+    fail('--partial-rollout', '--partial-rollout applies to --async-train only');
   if (o.maxHeadOffpolicyness !== undefined && !o.asyncTrain) {
     fail('--max-head-offpolicyness', '--max-head-offpolicyness applies to --async-train only');
   }
-  if (o.useDecoupledLoss && !o.asyncTrain) fail('--use-decoupled-loss', '--use-decoupled-loss applies to --async-train only');
-  if (o.engine !== 'builtin' && !o.engineUrl) fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
+  if (o.useDecoupledLoss && !o.asyncTrain)
+    fail('--use-decoupled-loss', '--use-decoupled-loss applies to --async-train only');
+  if (o.engine !== 'builtin' && !o.engineUrl)
+    fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
   if (o.engineUrl !== undefined) {
-    if (o.engine === 'builtin') fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
+    if (o.engine === 'builtin')
+      fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
     const urls = engineUrls(o);
     const bad = urls.find((u) => !/^https?:\/\/[^/\s]+/.test(u));
     if (bad !== undefined) fail('--engine-url', `--engine-url: '${bad}' is not an http(s) URL`);
     if (o.rolloutNumEngines > urls.length) {
-      fail('--rollout-num-engines', `--rollout-num-engines ${o.rolloutNumEngines} exceeds the ${urls.length} server(s) in --engine-url (each rollout needs at least one)`);
+      fail(
+        '--rollout-num-engines',
+        `--rollout-num-engines ${o.rolloutNumEngines} exceeds the ${urls.length} server(s) in --engine-url (each rollout needs at least one)`,
+      );
     }
   }
-  if (o.agentTurnDiscount > 1) fail('--agent-turn-discount', '--agent-turn-discount is a factor in [0, 1]');
-  if (o.agentErrorBudget > 1) fail('--agent-error-budget', '--agent-error-budget is a fraction in [0, 1]');
+  if (o.agentTurnDiscount > 1)
+    fail('--agent-turn-discount', '--agent-turn-discount is a factor in [0, 1]');
+  if (o.agentErrorBudget > 1)
+    fail('--agent-error-budget', '--agent-error-budget is a fraction in [0, 1]');
   if (o.temperature === 0 && o.nSamplesPerPrompt > 1 && given.has('temperature')) {
-    fail('--temperature', '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1');
+    fail(
+      '--temperature',
+      '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1',
+    );
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
-  for (const [flag, n] of [['--actor-num-replicas', o.actorNumReplicas], ['--critic-num-replicas', o.criticNumReplicas]] as const) {
-    if (n > 1 && o.inProcess) fail(flag, `${flag} ${n} needs the cluster: data-parallel ranks are separate processes (drop --in-process)`);
+  for (const [flag, n] of [
+    ['--actor-num-replicas', o.actorNumReplicas],
+    ['--critic-num-replicas', o.criticNumReplicas],
+  ] as const) {
+    if (n > 1 && o.inProcess)
+      fail(
+        flag,
+        `${flag} ${n} needs the cluster: data-parallel ranks are separate processes (drop --in-process)`,
+      );
   }
 }
 
 /** The servers of `--engine-url`, in order. */
 export function engineUrls(o: Pick<TrainPpoOptions, 'engineUrl'>): string[] {
-  return (o.engineUrl ?? '').split(',').map((u) => u.trim().replace(/\/+$/, '')).filter(Boolean);
+  return (o.engineUrl ?? '')
+    .split(',')
+    .map((u) => u.trim().replace(/\/+$/, ''))
+    .filter(Boolean);
 }
 
 /** One effective setting of a run, for the job page's config table. */
@@ -410,10 +564,15 @@ export interface FlagConfigRow {
 }
 
 /** Every flag's effective value in `o` (after defaults resolved), where it came from, and its default. */
-export function flagConfig(o: TrainPpoOptions, argv: readonly string[], env: Record<string, string | undefined> = {}): FlagConfigRow[] {
+export function flagConfig(
+  o: TrainPpoOptions,
+  argv: readonly string[],
+  env: Record<string, string | undefined> = {},
+): FlagConfigRow[] {
   // The same parse the run made tells which keys its command line set.
   const { given } = parser.parse(argv, env);
-  const show = (v: unknown): string => (v === undefined ? '' : Array.isArray(v) ? v.join(' ') : String(v));
+  const show = (v: unknown): string =>
+    v === undefined ? '' : Array.isArray(v) ? v.join(' ') : String(v);
   return flagTable.map((f) => ({
     name: parser.flagName(f.key),
     value: show(o[f.key]),

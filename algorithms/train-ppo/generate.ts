@@ -15,7 +15,9 @@ import type { Roles } from './roles.ts';
 export async function evaluate(ctx: RunContext): Promise<number> {
   const { rollouts } = ctx.roles;
   const parts = rollouts.map((_, i) => ctx.evalItems.filter((__, k) => k % rollouts.length === i));
-  const res = await Promise.all(rollouts.map((_, i) => onRollout(ctx, i, (r) => r.evaluate(parts[i]!))));
+  const res = await Promise.all(
+    rollouts.map((_, i) => onRollout(ctx, i, (r) => r.evaluate(parts[i]!))),
+  );
   const correct = res.reduce((a, r) => a + r.correct, 0);
   return correct / Math.max(1, ctx.evalItems.length);
 }
@@ -39,7 +41,11 @@ function runGroupOn(ctx: RunContext, i: number, item: PromptItem): Promise<Group
 }
 
 /** Calls rollout `i`; when it dies, waits for its restart and calls again. */
-export async function onRollout<T>(ctx: RunContext, i: number, call: (r: Roles['rollouts'][number]) => Promise<T>): Promise<T> {
+export async function onRollout<T>(
+  ctx: RunContext,
+  i: number,
+  call: (r: Roles['rollouts'][number]) => Promise<T>,
+): Promise<T> {
   for (;;) {
     const incarnation = ctx.restarts[i] ?? 0;
     try {
@@ -53,15 +59,29 @@ export async function onRollout<T>(ctx: RunContext, i: number, call: (r: Roles['
 }
 
 /** One restart per death, however many of its calls failed with it. */
-function restartRollout(ctx: RunContext, i: number, incarnation: number, err: Error): Promise<void> {
+function restartRollout(
+  ctx: RunContext,
+  i: number,
+  incarnation: number,
+  err: Error,
+): Promise<void> {
   if ((ctx.restarts[i] ?? 0) !== incarnation) return ctx.restarting.get(i) ?? Promise.resolve();
   ctx.restarts[i] = incarnation + 1;
   if (incarnation + 1 > maxRolloutRestarts) {
-    return Promise.reject(new Error(`rollout ${i} died ${incarnation + 1} times, more than the ${maxRolloutRestarts} restarts allowed; last: ${err.message}`, { cause: err }));
+    return Promise.reject(
+      new Error(
+        `rollout ${i} died ${incarnation + 1} times, more than the ${maxRolloutRestarts} restarts allowed; last: ${err.message}`,
+        { cause: err },
+      ),
+    );
   }
   ctx.state.rolloutRestarts++;
-  ctx.log.line(`warn  rollout ${i}: ${err.message}; restarting it and re-running its in-flight groups`);
-  const p = ctx.roles.restartRollout!(i).then(() => ctx.log.line(`info  rollout ${i} is back (restart ${incarnation + 1})`));
+  ctx.log.line(
+    `warn  rollout ${i}: ${err.message}; restarting it and re-running its in-flight groups`,
+  );
+  const p = ctx.roles.restartRollout!(i).then(() =>
+    ctx.log.line(`info  rollout ${i} is back (restart ${incarnation + 1})`),
+  );
   ctx.restarting.set(i, p);
   return p;
 }
@@ -79,13 +99,21 @@ export function account(ctx: RunContext, groups: GroupResult[]): void {
       // One error per episode that failed; the group's other episodes ran fine but are dropped.
       state.failed += Math.max(1, g.errors.length);
       state.groupsDropped = (state.groupsDropped ?? 0) + 1;
-      ctx.log.line(`warn  ${g.errors[0] ?? 'episode failed'}${g.errors.length > 1 ? ` (+${g.errors.length - 1} more in this group)` : ''}`);
+      ctx.log.line(
+        `warn  ${g.errors[0] ?? 'episode failed'}${g.errors.length > 1 ? ` (+${g.errors.length - 1} more in this group)` : ''}`,
+      );
     }
   }
   ctx.summary.episodesFailed = state.failed;
   ctx.summary.groupsDropped = state.groupsDropped ?? 0;
   if (state.failed > o.agentErrorBudget * state.episodes) {
     const last = groups.find((g) => g.status === 'failed')?.errors[0] ?? 'see warnings above';
-    throw new ErrorBudgetExceededError(o.agentFunc ?? '<built-in>', state.failed, state.episodes, last, state.groupsDropped ?? 0);
+    throw new ErrorBudgetExceededError(
+      o.agentFunc ?? '<built-in>',
+      state.failed,
+      state.episodes,
+      last,
+      state.groupsDropped ?? 0,
+    );
   }
 }

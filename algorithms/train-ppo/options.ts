@@ -35,12 +35,16 @@ export function policyLossOptions(o: TrainPpoOptions): PpoLossOptions {
 }
 
 /** The critic's value loss and micro-batching. */
-export function valueLossOptions(o: TrainPpoOptions): Pick<CriticInit, 'valueClip' | 'lossAggMode' | 'lossNormConstant' | 'trainMaxTokensPerGpu'> {
+export function valueLossOptions(
+  o: TrainPpoOptions,
+): Pick<CriticInit, 'valueClip' | 'lossAggMode' | 'lossNormConstant' | 'trainMaxTokensPerGpu'> {
   return {
     valueClip: o.valueClip,
     lossAggMode: o.lossAggMode,
     lossNormConstant: o.generateMaxLen,
-    ...(o.trainMaxTokensPerGpu !== undefined ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu } : {}),
+    ...(o.trainMaxTokensPerGpu !== undefined
+      ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
+      : {}),
   };
 }
 
@@ -58,12 +62,24 @@ export function experienceOptions(o: TrainPpoOptions): ExperienceOptions {
 
 /** The KL coefficient's controller (fixed, or adaptive with `--kl-target`). */
 export function klOptions(o: TrainPpoOptions, initKlCoef = o.initKlCoef): KlOptions {
-  return stripUndefined({ initKlCoef, klTarget: o.klTarget, klHorizon: o.klHorizon, useKlLoss: o.useKlLoss, klEstimator: o.klEstimator });
+  return stripUndefined({
+    initKlCoef,
+    klTarget: o.klTarget,
+    klHorizon: o.klHorizon,
+    useKlLoss: o.useKlLoss,
+    klEstimator: o.klEstimator,
+  });
 }
 
 /** The advantage estimator. */
 export function advantageOptions(o: TrainPpoOptions): AdvantageOptions {
-  return { estimator: o.advantageEstimator, gamma: o.gamma, lambd: o.lambd, noStdNorm: o.noAdvantageStdNorm, nSamplesPerPrompt: o.nSamplesPerPrompt };
+  return {
+    estimator: o.advantageEstimator,
+    gamma: o.gamma,
+    lambd: o.lambd,
+    noStdNorm: o.noAdvantageStdNorm,
+    nSamplesPerPrompt: o.nSamplesPerPrompt,
+  };
 }
 
 /**
@@ -71,14 +87,17 @@ export function advantageOptions(o: TrainPpoOptions): AdvantageOptions {
  * before anything starts with the library's own message; returns the flag and message of the
  * first problem, or undefined.
  */
-export function checkLibraryOptions(o: TrainPpoOptions): { flag: string; message: string } | undefined {
+export function checkLibraryOptions(
+  o: TrainPpoOptions,
+): { flag: string; message: string } | undefined {
   try {
     resolvePpoLossOptions(policyLossOptions(o));
     resolveKlOptions(klOptions(o));
     resolveExperienceOptions(experienceOptions(o));
     return undefined;
   } catch (err) {
-    if (err instanceof AlgorithmError && err.code === 'INVALID_OPTION') return { flag: err.context.flag ?? '', message: err.message };
+    if (err instanceof AlgorithmError && err.code === 'INVALID_OPTION')
+      return { flag: err.context.flag ?? '', message: err.message };
     throw err;
   }
 }

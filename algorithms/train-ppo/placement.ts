@@ -57,14 +57,24 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
       role: (name) => ({ numCpus: 0, numGpus: own[name] }),
     };
   }
-  const gpu = o.rolloutNumGpusPerEngine > 0 || o.actorNumGpusPerNode > 0 || o.refNumGpusPerNode > 0 || o.criticNumGpusPerNode > 0;
+  const gpu =
+    o.rolloutNumGpusPerEngine > 0 ||
+    o.actorNumGpusPerNode > 0 ||
+    o.refNumGpusPerNode > 0 ||
+    o.criticNumGpusPerNode > 0;
   // As many bundles as the widest role needs: rollout i and every role's rank i share bundle i,
   // so with 2 engines and 2 trainer ranks both devices (cores) work in both phases.
   const critics = o.advantageEstimator === 'gae' ? o.criticNumReplicas : 0;
   const n = Math.max(o.rolloutNumEngines, o.actorNumReplicas, critics);
-  const bundles = Array.from({ length: n }, (): ResourceMap => (gpu ? { CPU: 1, GPU: 1 } : { CPU: 1 }));
+  const bundles = Array.from(
+    { length: n },
+    (): ResourceMap => (gpu ? { CPU: 1, GPU: 1 } : { CPU: 1 }),
+  );
   const on = (b: number): number =>
-    (b < o.rolloutNumEngines ? 1 : 0) + (b < o.actorNumReplicas ? 1 : 0) + (b === 0 && o.initKlCoef > 0 ? 1 : 0) + (b < critics ? 1 : 0);
+    (b < o.rolloutNumEngines ? 1 : 0) +
+    (b < o.actorNumReplicas ? 1 : 0) +
+    (b === 0 && o.initKlCoef > 0 ? 1 : 0) +
+    (b < critics ? 1 : 0);
   // Shares rounded down so they never add up to more than the bundle.
   const share = (k: number): number => Math.floor(10000 / k) / 10000;
   const at = (bundle: number): RolePlacement => {

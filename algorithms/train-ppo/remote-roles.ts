@@ -20,7 +20,10 @@ import { everyRank, replicated, roleInits, type Remote, type Roles } from './rol
 const actorsDir = new URL('../../actors/', import.meta.url);
 const RolloutActor = defineActor<typeof Rollout>(new URL('rollout.ts', actorsDir), 'Rollout');
 const TrainerActor = defineActor<typeof Trainer>(new URL('trainer.ts', actorsDir), 'Trainer');
-const ReferenceActor = defineActor<typeof Reference>(new URL('reference.ts', actorsDir), 'Reference');
+const ReferenceActor = defineActor<typeof Reference>(
+  new URL('reference.ts', actorsDir),
+  'Reference',
+);
 const CriticActor = defineActor<typeof Critic>(new URL('critic.ts', actorsDir), 'Critic');
 
 /**
@@ -43,9 +46,20 @@ function remote<T>(handle: ActorHandle<T>, role: RoleName): Remote<T> {
               } catch (err) {
                 if (!isRtjobError(err, 'ACTOR_DIED')) throw err;
                 const c = err.context;
-                const how = c.signal ? `signal ${c.signal}` : c.exitCode != null ? `exit code ${c.exitCode}` : String(c.reason ?? 'unknown cause');
-                const tail = c.stderrTail?.length ? ` (stderr: ${c.stderrTail.slice(-3).join(' | ')})` : '';
-                throw new RoleDiedError(role, `its process ended (${how}) during '${prop}'${tail}`, '', { cause: err });
+                const how = c.signal
+                  ? `signal ${c.signal}`
+                  : c.exitCode != null
+                    ? `exit code ${c.exitCode}`
+                    : String(c.reason ?? 'unknown cause');
+                const tail = c.stderrTail?.length
+                  ? ` (stderr: ${c.stderrTail.slice(-3).join(' | ')})`
+                  : '';
+                throw new RoleDiedError(
+                  role,
+                  `its process ended (${how}) during '${prop}'${tail}`,
+                  '',
+                  { cause: err },
+                );
               }
             }
           : undefined,
@@ -57,46 +71,74 @@ function remote<T>(handle: ActorHandle<T>, role: RoleName): Remote<T> {
 export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
   await init();
   const inits = roleInits(o, totalSteps);
-  const env = { ASYNC_NUM_TASKS: String(o.asyncNumTasks), ASYNC_QUEUE_SIZE: String(o.asyncQueueSize), RTJOB_QUIET_BACKEND: '1' };
+  const env = {
+    ASYNC_NUM_TASKS: String(o.asyncNumTasks),
+    ASYNC_QUEUE_SIZE: String(o.asyncQueueSize),
+    RTJOB_QUIET_BACKEND: '1',
+  };
   const placement = placeRoles(o);
-  const pg = placement.bundles.length ? placementGroup(placement.bundles, { strategy: 'STRICT_PACK' }) : undefined;
+  const pg = placement.bundles.length
+    ? placementGroup(placement.bundles, { strategy: 'STRICT_PACK' })
+    : undefined;
   if (pg) await pg.ready();
   const place = (p: RolePlacement) => ({
     numCpus: p.numCpus,
     numGpus: p.numGpus,
-    ...(pg && p.bundleIndex !== undefined ? { placementGroup: pg, bundleIndex: p.bundleIndex } : {}),
+    ...(pg && p.bundleIndex !== undefined
+      ? { placementGroup: pg, bundleIndex: p.bundleIndex }
+      : {}),
   });
   const handles: ActorHandle<unknown>[] = [];
   const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) => {
-    const h = RolloutActor.options({ ...place(placement.rollout(i)), maxConcurrency: 100000, maxRestarts: 3, env }).remote(inits.rollout(i));
+    const h = RolloutActor.options({
+      ...place(placement.rollout(i)),
+      maxConcurrency: 100000,
+      maxRestarts: 3,
+      env,
+    }).remote(inits.rollout(i));
     handles.push(h);
     return remote(h, 'rollout');
   });
   // Data-parallel ranks meet in a collective group named for this run.
   const run = randomUUID().slice(0, 8);
-  const dp = (role: string, rank: number, worldSize: number) => (worldSize > 1 ? { dataParallel: { group: `${role}-${run}`, rank, worldSize } } : {});
+  const dp = (role: string, rank: number, worldSize: number) =>
+    worldSize > 1 ? { dataParallel: { group: `${role}-${run}`, rank, worldSize } } : {};
   const trainerRanks = Array.from({ length: o.actorNumReplicas }, (_, rank) => {
-    const h = TrainerActor.options({ ...place(placement.role('trainer', rank)), maxConcurrency: 1, env }).remote({ ...inits.trainer, ...dp('trainer', rank, o.actorNumReplicas) });
+    const h = TrainerActor.options({
+      ...place(placement.role('trainer', rank)),
+      maxConcurrency: 1,
+      env,
+    }).remote({ ...inits.trainer, ...dp('trainer', rank, o.actorNumReplicas) });
     handles.push(h);
     return remote(h, 'trainer');
   });
   const trainer = replicated(trainerRanks, everyRank.trainer);
   let reference: Remote<Reference> | undefined;
   if (o.initKlCoef > 0) {
-    const h = ReferenceActor.options({ ...place(placement.role('reference')), env }).remote(inits.reference);
+    const h = ReferenceActor.options({ ...place(placement.role('reference')), env }).remote(
+      inits.reference,
+    );
     handles.push(h);
     reference = remote(h, 'reference');
   }
   let critic: Remote<Critic> | undefined;
   if (o.advantageEstimator === 'gae') {
     const ranks = Array.from({ length: o.criticNumReplicas }, (_, rank) => {
-      const h = CriticActor.options({ ...place(placement.role('critic', rank)), env }).remote({ ...inits.critic, ...dp('critic', rank, o.criticNumReplicas) });
+      const h = CriticActor.options({ ...place(placement.role('critic', rank)), env }).remote({
+        ...inits.critic,
+        ...dp('critic', rank, o.criticNumReplicas),
+      });
       handles.push(h);
       return remote(h, 'critic');
     });
     critic = replicated(ranks, everyRank.critic);
   }
-  await Promise.all([...rollouts.map((r) => r.ready()), trainer.ready(), reference?.ready(), critic?.ready()]);
+  await Promise.all([
+    ...rollouts.map((r) => r.ready()),
+    trainer.ready(),
+    reference?.ready(),
+    critic?.ready(),
+  ]);
   return {
     rollouts,
     trainer,

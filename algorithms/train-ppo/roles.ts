@@ -14,7 +14,9 @@ import { policyLossOptions, valueLossOptions } from './options.ts';
 
 /** `T` with every method returning a promise. */
 export type Remote<T> = {
-  [K in keyof T as T[K] extends (...a: never[]) => unknown ? K : never]: T[K] extends (...a: infer A) => infer R
+  [K in keyof T as T[K] extends (...a: never[]) => unknown ? K : never]: T[K] extends (
+    ...a: infer A
+  ) => infer R
     ? (...a: A) => Promise<Awaited<R>>
     : never;
 };
@@ -62,7 +64,10 @@ export function replicated<T>(ranks: Remote<T>[], all: readonly (keyof Remote<T>
 }
 
 /** Methods every data-parallel trainer or critic rank must run. */
-export const everyRank = { trainer: ['ready', 'train', 'loadCheckpoint'], critic: ['ready', 'train', 'loadCheckpoint'] } as const;
+export const everyRank = {
+  trainer: ['ready', 'train', 'loadCheckpoint'],
+  critic: ['ready', 'train', 'loadCheckpoint'],
+} as const;
 
 /** Constructor arguments of each role, from the flags. */
 export function roleInits(o: TrainPpoOptions, totalSteps: number) {
@@ -74,7 +79,10 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
             engine: o.engine,
             // Each rollout owns a share of the servers, so a weight update reaches each server once.
             engineUrls: engineUrls(o).filter((_, k) => k % o.rolloutNumEngines === i),
-            weightsDir: resolve(o.engineWeightsPath || join(o.ckptPath, 'engine_weights'), `rollout_${i}`),
+            weightsDir: resolve(
+              o.engineWeightsPath || join(o.ckptPath, 'engine_weights'),
+              `rollout_${i}`,
+            ),
           }
         : {}),
       ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
@@ -103,7 +111,9 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       totalSteps,
       seed: o.seed,
       loss: policyLossOptions(o),
-      ...(o.trainMaxTokensPerGpu !== undefined ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu } : {}),
+      ...(o.trainMaxTokensPerGpu !== undefined
+        ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
+        : {}),
     },
     reference: { pretrain: o.pretrain, temperature: o.temperature },
     critic: {
@@ -121,11 +131,19 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
 /** Every role as a plain object in this process. */
 export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
   const init = roleInits(o, totalSteps);
-  const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) => new Rollout(init.rollout(i)));
+  const rollouts = Array.from(
+    { length: o.rolloutNumEngines },
+    (_, i) => new Rollout(init.rollout(i)),
+  );
   const trainer = new Trainer(init.trainer);
   const reference = o.initKlCoef > 0 ? new Reference(init.reference) : undefined;
   const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
-  await Promise.all([...rollouts.map((r) => r.ready()), trainer.ready(), reference?.ready(), critic?.ready()]);
+  await Promise.all([
+    ...rollouts.map((r) => r.ready()),
+    trainer.ready(),
+    reference?.ready(),
+    critic?.ready(),
+  ]);
   return {
     rollouts: rollouts.map(local),
     trainer: local(trainer),

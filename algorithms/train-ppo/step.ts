@@ -22,13 +22,21 @@ import type { Roles } from './roles.ts';
  * The groups that ran to completion, and of those, with `--dynamic-filtering`, the ones whose
  * mean reward lies inside the range (`algorithms/dynamic-filter.ts`).
  */
-export function filterGroups(groups: GroupResult[], o: TrainPpoOptions): { kept: GroupResult[]; passRate: number } {
+export function filterGroups(
+  groups: GroupResult[],
+  o: TrainPpoOptions,
+): { kept: GroupResult[]; passRate: number } {
   const ok = groups.filter((g) => g.status === 'ok');
   if (!o.dynamicFiltering) return { kept: ok, passRate: 1 };
-  const items = ok.flatMap((g, k) => g.trajectories.map((t) => ({ groupId: String(k), reward: t.reward })));
+  const items = ok.flatMap((g, k) =>
+    g.trajectories.map((t) => ({ groupId: String(k), reward: t.reward })),
+  );
   const res = dynamicFilter(items, { rewardRange: o.dynamicFilteringRewardRange });
   const rejected = new Set(res.rejectedGroups);
-  return { kept: ok.filter((_, k) => !rejected.has(String(k))), passRate: ok.length ? res.passRate : 0 };
+  return {
+    kept: ok.filter((_, k) => !rejected.has(String(k))),
+    passRate: ok.length ? res.passRate : 0,
+  };
 }
 
 /** What carries over from one update to the next besides the weights. */
@@ -105,7 +113,12 @@ export async function trainOn(
   }));
   const t1 = performance.now();
   const criticSamples: CriticSample[] | undefined = values
-    ? samples.map((s, i) => ({ inputIds: s.inputIds, actionMask: s.actionMask, oldValues: values[i]!, returns: batch.returns[i]! }))
+    ? samples.map((s, i) => ({
+        inputIds: s.inputIds,
+        actionMask: s.actionMask,
+        oldValues: values[i]!,
+        returns: batch.returns[i]!,
+      }))
     : undefined;
   const [stats, critic] = await Promise.all([
     roles.trainer.train(trainSamples),

@@ -29,12 +29,24 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     if (kept.length === 0) {
       // Nothing to train on, but the prompts are consumed: the position and checkpoint move on.
       state.position = { ...ctx.sampler.position };
-      ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
-      await afterStep(ctx, { pass_rate: passRate, episodes_failed: state.failed, generate_s: genMs / 1000 });
+      ctx.log.line(
+        `step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`,
+      );
+      await afterStep(ctx, {
+        pass_rate: passRate,
+        episodes_failed: state.failed,
+        generate_s: genMs / 1000,
+      });
       continue;
     }
     const version = await roles.trainer.getVersion();
-    const u = await trainOn(kept.flatMap((g) => g.trajectories), roles, o, ctx, version);
+    const u = await trainOn(
+      kept.flatMap((g) => g.trajectories),
+      roles,
+      o,
+      ctx,
+      version,
+    );
     if (o.colocateAllModels) await Promise.all(roles.rollouts.map((r) => r.wakeUp()));
     const sync = await publishWeights(roles);
     const stepMs = performance.now() - tStep;
@@ -50,4 +62,3 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     });
   }
 }
-

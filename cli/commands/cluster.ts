@@ -10,7 +10,14 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { CliError, headApi, requireEndpoint } from '../client.ts';
-import { type ClusterFile, clusterFilePath, readClusterFile, removeClusterFile, rtjobHome, writeClusterFile } from '../../runtime/cluster-file.ts';
+import {
+  type ClusterFile,
+  clusterFilePath,
+  readClusterFile,
+  removeClusterFile,
+  rtjobHome,
+  writeClusterFile,
+} from '../../runtime/cluster-file.ts';
 import { readEnv } from '../../runtime/env.ts';
 import { pidAlive } from '../../runtime/pid.ts';
 import { bytes } from '../../runtime/format.ts';
@@ -44,11 +51,17 @@ export interface StartOptions {
 function num(name: string, v: string | undefined): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (!Number.isFinite(n) || n < 0) throw new CliError(`${name} must be a non-negative number, got ${v}`, 2);
+  if (!Number.isFinite(n) || n < 0)
+    throw new CliError(`${name} must be a non-negative number, got ${v}`, 2);
   return n;
 }
 
-async function waitFor<T>(what: string, deadlineMs: number, check: () => T | undefined, failed?: () => string | undefined): Promise<T> {
+async function waitFor<T>(
+  what: string,
+  deadlineMs: number,
+  check: () => T | undefined,
+  failed?: () => string | undefined,
+): Promise<T> {
   const end = Date.now() + deadlineMs;
   for (;;) {
     const v = check();
@@ -70,7 +83,13 @@ function portFree(host: string, port: number): Promise<boolean> {
 }
 
 /** Spawns a detached daemon and waits for its ready file. */
-async function spawnDaemon(script: string, arg: unknown, logFile: string, readyFile: string, what: string): Promise<{ pid: number } & Record<string, unknown>> {
+async function spawnDaemon(
+  script: string,
+  arg: unknown,
+  logFile: string,
+  readyFile: string,
+  what: string,
+): Promise<{ pid: number } & Record<string, unknown>> {
   // The ready file may be a dead head's (its ports are reused); only our child's pid counts.
   const out = openSync(logFile, 'a');
   const child = spawn(process.execPath, ['--import', tsxImport, script, JSON.stringify(arg)], {
@@ -83,8 +102,13 @@ async function spawnDaemon(script: string, arg: unknown, logFile: string, readyF
   child.on('exit', (code, signal) => {
     // Errors print as one line: the line that says why (the last `…Error: …` of its log) goes in it.
     const tail = tailLines(logFile, 30);
-    const lines = tail.split('\n').map((l) => l.trim()).filter(Boolean);
-    const why = [...lines].reverse().find((l) => /^[A-Z]\w*(Error|Exception)\b.*:/.test(l)) ?? lines[lines.length - 1];
+    const lines = tail
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean);
+    const why =
+      [...lines].reverse().find((l) => /^[A-Z]\w*(Error|Exception)\b.*:/.test(l)) ??
+      lines[lines.length - 1];
     exited = `the ${what} exited during start (${signal ?? `code ${code}`})${why ? `: ${why}` : ''} (log: ${logFile})\n${tail}`;
   });
   const ready = await waitFor(
@@ -93,7 +117,10 @@ async function spawnDaemon(script: string, arg: unknown, logFile: string, readyF
     () => {
       if (!existsSync(readyFile)) return undefined;
       try {
-        const r = JSON.parse(readFileSync(readyFile, 'utf8')) as { pid: number } & Record<string, unknown>;
+        const r = JSON.parse(readFileSync(readyFile, 'utf8')) as { pid: number } & Record<
+          string,
+          unknown
+        >;
         return r.pid === child.pid ? r : undefined;
       } catch {
         return undefined;
@@ -105,7 +132,9 @@ async function spawnDaemon(script: string, arg: unknown, logFile: string, readyF
   return ready;
 }
 
-function nodeResources(o: StartOptions): Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'> {
+function nodeResources(
+  o: StartOptions,
+): Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'> {
   let resources: Record<string, number> | undefined;
   if (o.resources) {
     try {
@@ -113,36 +142,68 @@ function nodeResources(o: StartOptions): Pick<NodeDaemonOptions, 'numCpus' | 'nu
     } catch {
       throw new CliError(`--resources must be JSON like '{"TPU": 4}', got ${o.resources}`, 2);
     }
-    if (typeof resources !== 'object' || resources === null || Object.values(resources).some((v) => typeof v !== 'number' || !(v >= 0))) {
-      throw new CliError(`--resources must map names to non-negative numbers, got ${o.resources}`, 2);
+    if (
+      typeof resources !== 'object' ||
+      resources === null ||
+      Object.values(resources).some((v) => typeof v !== 'number' || !(v >= 0))
+    ) {
+      throw new CliError(
+        `--resources must map names to non-negative numbers, got ${o.resources}`,
+        2,
+      );
     }
   }
   const warm = num('--warm-workers', o.warmWorkers);
-  if (warm !== undefined && !Number.isInteger(warm)) throw new CliError(`--warm-workers must be a whole number, got ${o.warmWorkers}`, 2);
-  return { numCpus: num('--num-cpus', o.numCpus), numGpus: num('--num-gpus', o.numGpus), resources, warmWorkers: warm };
+  if (warm !== undefined && !Number.isInteger(warm))
+    throw new CliError(`--warm-workers must be a whole number, got ${o.warmWorkers}`, 2);
+  return {
+    numCpus: num('--num-cpus', o.numCpus),
+    numGpus: num('--num-gpus', o.numGpus),
+    resources,
+    warmWorkers: warm,
+  };
 }
 
 /** `rtjob start --head` / `rtjob start --address`. */
 export async function startCommand(o: StartOptions): Promise<void> {
-  if (!o.head && !o.address) throw new CliError('say --head to start a cluster, or --address HOST:PORT --token T to join one', 2);
+  if (!o.head && !o.address)
+    throw new CliError(
+      'say --head to start a cluster, or --address HOST:PORT --token T to join one',
+      2,
+    );
   const existing = readClusterFile();
   const headPid = existing?.headPid ?? (existing?.role === 'head' ? existing.pids[0] : undefined);
   // A head that died (kill -9, OOM) while its node agent lives on: start only the head, on the
   // same session, and the node agent, its workers and the drivers reconnect to it.
-  const recovering = Boolean(o.head && existing?.role === 'head' && headPid !== undefined && !pidAlive(headPid) && existing.pids.some(pidAlive));
+  const recovering = Boolean(
+    o.head &&
+      existing?.role === 'head' &&
+      headPid !== undefined &&
+      !pidAlive(headPid) &&
+      existing.pids.some(pidAlive),
+  );
   // The head lives but its node agent died (kill -9, OOM): start a node agent in its place; the
   // actors waiting RESTARTING for a node are placed on it.
   const nodeOnly = Boolean(
-    o.head && existing?.role === 'head' && headPid !== undefined && pidAlive(headPid) && !existing.pids.some((p) => p !== headPid && pidAlive(p)),
+    o.head &&
+      existing?.role === 'head' &&
+      headPid !== undefined &&
+      pidAlive(headPid) &&
+      !existing.pids.some((p) => p !== headPid && pidAlive(p)),
   );
   if (nodeOnly) return replaceNodeAgent(existing!, headPid!, nodeResources(o), o.host);
   if (existing && existing.pids.some(pidAlive) && !recovering) {
-    throw new CliError(`a cluster is already running here (${existing.dashboardUrl ?? existing.address}); run \`rtjob stop\` first`, 1);
+    throw new CliError(
+      `a cluster is already running here (${existing.dashboardUrl ?? existing.address}); run \`rtjob stop\` first`,
+      1,
+    );
   }
   const res = nodeResources(o);
   if (o.address) return joinCommand(o, res);
 
-  const sessionDir = recovering ? existing!.sessionDir : (o.sessionDir ?? join(rtjobHome(), 'session'));
+  const sessionDir = recovering
+    ? existing!.sessionDir
+    : (o.sessionDir ?? join(rtjobHome(), 'session'));
   mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
   const opts = {
     sessionDir,
@@ -152,12 +213,24 @@ export async function startCommand(o: StartOptions): Promise<void> {
     dashboardPort: num('--dashboard-port', o.dashboardPort),
   };
   // A taken port is named here in one line, before a daemon starts and fails with its stack.
-  for (const [flag, port] of [['--port', opts.port], ['--dashboard-port', opts.dashboardPort]] as const) {
+  for (const [flag, port] of [
+    ['--port', opts.port],
+    ['--dashboard-port', opts.dashboardPort],
+  ] as const) {
     if (port && !(await portFree(o.host, port))) {
-      throw new CliError(`port ${port} is in use (another rtjob head, or another program): pass ${flag} N (0 picks a free one)`, 2);
+      throw new CliError(
+        `port ${port} is in use (another rtjob head, or another program): pass ${flag} N (0 picks a free one)`,
+        2,
+      );
     }
   }
-  const ready = (await spawnDaemon(daemonPath, opts, join(sessionDir, 'logs', 'head.log'), join(sessionDir, 'head.json'), 'head')) as {
+  const ready = (await spawnDaemon(
+    daemonPath,
+    opts,
+    join(sessionDir, 'logs', 'head.log'),
+    join(sessionDir, 'head.json'),
+    'head',
+  )) as {
     pid: number;
     address: string;
     dashboardUrl: string;
@@ -168,7 +241,13 @@ export async function startCommand(o: StartOptions): Promise<void> {
     try {
       const node = await spawnDaemon(
         nodeDaemonPath,
-        { headAddress: ready.address, token, sessionDir, host: o.host, ...res } satisfies NodeDaemonOptions,
+        {
+          headAddress: ready.address,
+          token,
+          sessionDir,
+          host: o.host,
+          ...res,
+        } satisfies NodeDaemonOptions,
         join(sessionDir, 'logs', 'node.log'),
         join(sessionDir, 'node.json'),
         'node agent',
@@ -197,13 +276,19 @@ export async function startCommand(o: StartOptions): Promise<void> {
         'keep the token secret and the ports firewalled\n',
     );
   }
-  console.log(`rtjob head ${recovering ? 'restarted' : 'started'} (pid ${ready.pid}, node agent pid ${nodePids.join(', ')}); session ${sessionDir}`);
+  console.log(
+    `rtjob head ${recovering ? 'restarted' : 'started'} (pid ${ready.pid}, node agent pid ${nodePids.join(', ')}); session ${sessionDir}`,
+  );
   console.log(`  runtime address  ${ready.address}`);
   console.log(`  dashboard        ${login}`);
   console.log(`  connection info  ${clusterFilePath()} (mode 0600)`);
   console.log('');
-  console.log('Submit a job:        rtjob submit -- train_ppo   (--agent-func FILE.ts for your own agent)');
-  console.log(`Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`);
+  console.log(
+    'Submit a job:        rtjob submit -- train_ppo   (--agent-func FILE.ts for your own agent)',
+  );
+  console.log(
+    `Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`,
+  );
   console.log('Stop everything:     rtjob stop');
 }
 
@@ -223,26 +308,48 @@ async function replaceNodeAgent(
     'node agent',
   );
   writeClusterFile({ ...existing, pids: [headPid, node.pid], startedAt: existing.startedAt });
-  console.log(`rtjob node agent replaced (pid ${node.pid}, node ${String(node.nodeId)}); the head (pid ${headPid}) kept running`);
+  console.log(
+    `rtjob node agent replaced (pid ${node.pid}, node ${String(node.nodeId)}); the head (pid ${headPid}) kept running`,
+  );
 }
 
 /** `rtjob start --address HOST:PORT --token T`: a node agent on this machine joins that head. */
-async function joinCommand(o: StartOptions, res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>): Promise<void> {
+async function joinCommand(
+  o: StartOptions,
+  res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>,
+): Promise<void> {
   const token = o.token ?? readEnv('RTJOB_TOKEN');
   if (!token) throw new CliError('joining needs the cluster token: --token T (or RTJOB_TOKEN)', 2);
   const address = o.address!.replace(/^wss?:\/\//, '');
-  if (!/^[^\s/]+:\d+$/.test(address)) throw new CliError(`--address must be HOST:PORT, got ${o.address}`, 2);
+  if (!/^[^\s/]+:\d+$/.test(address))
+    throw new CliError(`--address must be HOST:PORT, got ${o.address}`, 2);
   const sessionDir = o.sessionDir ?? join(rtjobHome(), 'node-session');
   mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
   const node = await spawnDaemon(
     nodeDaemonPath,
-    { headAddress: address, token, sessionDir, host: o.host, shipLogs: true, ...res } satisfies NodeDaemonOptions,
+    {
+      headAddress: address,
+      token,
+      sessionDir,
+      host: o.host,
+      shipLogs: true,
+      ...res,
+    } satisfies NodeDaemonOptions,
     join(sessionDir, 'logs', 'node.log'),
     join(sessionDir, 'node.json'),
     'node agent',
   );
-  writeClusterFile({ address, token, sessionDir, pids: [node.pid], role: 'node', startedAt: Date.now() });
-  console.log(`rtjob node agent started (pid ${node.pid}) and joined ${address} as ${String(node.nodeId)}`);
+  writeClusterFile({
+    address,
+    token,
+    sessionDir,
+    pids: [node.pid],
+    role: 'node',
+    startedAt: Date.now(),
+  });
+  console.log(
+    `rtjob node agent started (pid ${node.pid}) and joined ${address} as ${String(node.nodeId)}`,
+  );
   console.log('Stop it with:        rtjob stop');
 }
 
@@ -264,7 +371,8 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
     }
   }
   const deadline = Date.now() + (o.graceMs ?? 20_000);
-  while (info.pids.some(pidAlive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  while (info.pids.some(pidAlive) && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 50));
   for (const pid of info.pids.filter(pidAlive)) {
     try {
       process.kill(pid, 'SIGKILL');
@@ -283,11 +391,19 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
     }
   }
   removeClusterFile();
-  console.log(alive.length ? `stopped the cluster (${alive.length} process${alive.length > 1 ? 'es' : ''})` : 'the cluster was not running; cleaned up');
+  console.log(
+    alive.length
+      ? `stopped the cluster (${alive.length} process${alive.length > 1 ? 'es' : ''})`
+      : 'the cluster was not running; cleaned up',
+  );
 }
 
 /** `rtjob status [--json]`. */
-export async function statusCommand(o: { address?: string; token?: string; json?: boolean }): Promise<void> {
+export async function statusCommand(o: {
+  address?: string;
+  token?: string;
+  json?: boolean;
+}): Promise<void> {
   const ep = requireEndpoint(o);
   const s = await headApi(ep).call('GET /api/cluster');
   if (o.json) {
@@ -301,18 +417,34 @@ export async function statusCommand(o: { address?: string; token?: string; json?
       // Reservations (what actors asked for) and the machine's memory in use are different things.
       ['NODE', 'HOST', 'STATE', 'CPU RESERVED', 'GPU RESERVED', 'MEMORY IN USE', 'WORKERS'],
       s.nodes.map((n) => {
-        const used = (k: string) => `${+((n.resourcesTotal[k] ?? 0) - (n.resourcesAvailable[k] ?? 0)).toFixed(2)}/${n.resourcesTotal[k] ?? 0}`;
-        const mem = n.memoryTotalBytes ? `${bytes(n.memoryUsedBytes)} of ${bytes(n.memoryTotalBytes)} (${Math.round((100 * n.memoryUsedBytes) / n.memoryTotalBytes)}%)` : '-';
-        return [n.nodeId + (n.isHead ? ' (head)' : ''), n.hostname, n.state, used('CPU'), used('GPU'), mem, n.workers];
+        const used = (k: string) =>
+          `${+((n.resourcesTotal[k] ?? 0) - (n.resourcesAvailable[k] ?? 0)).toFixed(2)}/${n.resourcesTotal[k] ?? 0}`;
+        const mem = n.memoryTotalBytes
+          ? `${bytes(n.memoryUsedBytes)} of ${bytes(n.memoryTotalBytes)} (${Math.round((100 * n.memoryUsedBytes) / n.memoryTotalBytes)}%)`
+          : '-';
+        return [
+          n.nodeId + (n.isHead ? ' (head)' : ''),
+          n.hostname,
+          n.state,
+          used('CPU'),
+          used('GPU'),
+          mem,
+          n.workers,
+        ];
       }),
     ),
   );
   console.log('');
   const res = Object.keys(s.resources.total).map((k) =>
-    k === 'memory' ? `memory ${bytes(s.resources.used[k] ?? 0)}/${bytes(s.resources.total[k] ?? 0)}` : `${k} ${+(s.resources.used[k] ?? 0).toFixed(2)}/${s.resources.total[k]}`,
+    k === 'memory'
+      ? `memory ${bytes(s.resources.used[k] ?? 0)}/${bytes(s.resources.total[k] ?? 0)}`
+      : `${k} ${+(s.resources.used[k] ?? 0).toFixed(2)}/${s.resources.total[k]}`,
   );
   console.log(`reserved:  ${res.join(', ') || '-'}`);
-  const fmt = (m: Record<string, number>) => Object.entries(m).map(([k, v]) => `${v} ${k}`).join(', ') || 'none';
+  const fmt = (m: Record<string, number>) =>
+    Object.entries(m)
+      .map(([k, v]) => `${v} ${k}`)
+      .join(', ') || 'none';
   console.log(`actors:    ${fmt(s.actorsByState)}`);
   console.log(`jobs:      ${fmt(s.jobsByStatus)}`);
 }
@@ -322,27 +454,41 @@ export async function statusCommand(o: { address?: string; token?: string; json?
  * with no cluster running (or with `--session`), serves the latest finished session (or DIR)
  * read-only here until Ctrl-C.
  */
-export async function dashboardCommand(o: { session?: string; port?: string; host?: string } = {}): Promise<void> {
+export async function dashboardCommand(
+  o: { session?: string; port?: string; host?: string } = {},
+): Promise<void> {
   const info = readClusterFile({ live: true });
   if (!o.session && info?.dashboardUrl) {
     console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
     return;
   }
-  const { isSessionDir, listSessions, serveSession } = await import('../../runtime/head/http/session-server.ts');
+  const { isSessionDir, listSessions, serveSession } = await import(
+    '../../runtime/head/http/session-server.ts'
+  );
   const dir = o.session ?? listSessions(rtjobHome())[0];
-  if (!dir) throw new CliError('no cluster is running and no finished session is on this machine: start one with `rtjob start --head`, or run a job with `rtjob submit`', 3);
-  if (!isSessionDir(dir)) throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
+  if (!dir)
+    throw new CliError(
+      'no cluster is running and no finished session is on this machine: start one with `rtjob start --head`, or run a job with `rtjob submit`',
+      3,
+    );
+  if (!isSessionDir(dir))
+    throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
   let port: number;
   try {
     port = parsePort('--port', o.port ?? '8265');
   } catch (err) {
     throw new CliError((err as Error).message, 2);
   }
-  const s = await serveSession({ sessionDir: dir, port, host: o.host ?? '127.0.0.1' }).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'EADDRINUSE') throw new CliError(`port ${port} is in use: pass --port N (0 picks a free one)`, 2);
-    throw err;
-  });
-  process.stderr.write(`serving the finished session ${dir} read-only (no cluster running); Ctrl-C to stop\n`);
+  const s = await serveSession({ sessionDir: dir, port, host: o.host ?? '127.0.0.1' }).catch(
+    (err: NodeJS.ErrnoException) => {
+      if (err.code === 'EADDRINUSE')
+        throw new CliError(`port ${port} is in use: pass --port N (0 picks a free one)`, 2);
+      throw err;
+    },
+  );
+  process.stderr.write(
+    `serving the finished session ${dir} read-only (no cluster running); Ctrl-C to stop\n`,
+  );
   console.log(`${s.url}/login?token=${encodeURIComponent(s.token)}`);
   await new Promise<void>((resolve) => {
     const stop = () => {

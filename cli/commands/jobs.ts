@@ -8,10 +8,22 @@ import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline/promises';
 
-import { packDir, PackageTooLargeError, defaultMaxPackageBytes } from '../../runtime/head/jobs/working-dir.ts';
+import {
+  packDir,
+  PackageTooLargeError,
+  defaultMaxPackageBytes,
+} from '../../runtime/head/jobs/working-dir.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import { builtinEntrypoints, tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
-import { CliError, type Endpoint, findEndpoint, headApi, openReadTarget, requireEndpoint, tailJobLogs } from '../client.ts';
+import {
+  CliError,
+  type Endpoint,
+  findEndpoint,
+  headApi,
+  openReadTarget,
+  requireEndpoint,
+  tailJobLogs,
+} from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
@@ -22,19 +34,74 @@ import { startClusterHead } from '../../runtime/local-cluster.ts';
  * other variable set for `rtjob submit` (ASYNC_NUM_TASKS=64 …) reaches the driver and workers.
  */
 const machineLocal = new Set([
-  'PATH', 'HOME', 'USER', 'LOGNAME', 'SHELL', 'PWD', 'OLDPWD', 'SHLVL', '_', 'TERM', 'TERM_PROGRAM',
-  'TERM_PROGRAM_VERSION', 'COLORTERM', 'HOSTNAME', 'HOSTTYPE', 'LANG', 'LANGUAGE', 'MAIL', 'TMPDIR',
-  'TEMP', 'TMP', 'DISPLAY', 'EDITOR', 'VISUAL', 'PAGER', 'LS_COLORS', 'LESSOPEN', 'LESSCLOSE',
-  'NODE_PATH', 'INIT_CWD', 'NO_COLOR', 'FORCE_COLOR', 'OSTYPE', 'MACHTYPE', 'WSL_DISTRO_NAME',
-  'RTJOB_ADDRESS', 'RTJOB_TOKEN', 'RTJOB_HTTP_ADDRESS', 'RTJOB_JOB_ID', 'RTJOB_JOB_ENV', 'RTJOB_HOME',
+  'PATH',
+  'HOME',
+  'USER',
+  'LOGNAME',
+  'SHELL',
+  'PWD',
+  'OLDPWD',
+  'SHLVL',
+  '_',
+  'TERM',
+  'TERM_PROGRAM',
+  'TERM_PROGRAM_VERSION',
+  'COLORTERM',
+  'HOSTNAME',
+  'HOSTTYPE',
+  'LANG',
+  'LANGUAGE',
+  'MAIL',
+  'TMPDIR',
+  'TEMP',
+  'TMP',
+  'DISPLAY',
+  'EDITOR',
+  'VISUAL',
+  'PAGER',
+  'LS_COLORS',
+  'LESSOPEN',
+  'LESSCLOSE',
+  'NODE_PATH',
+  'INIT_CWD',
+  'NO_COLOR',
+  'FORCE_COLOR',
+  'OSTYPE',
+  'MACHTYPE',
+  'WSL_DISTRO_NAME',
+  'RTJOB_ADDRESS',
+  'RTJOB_TOKEN',
+  'RTJOB_HTTP_ADDRESS',
+  'RTJOB_JOB_ID',
+  'RTJOB_JOB_ENV',
+  'RTJOB_HOME',
 ]);
-const machineLocalPrefixes = ['LC_', 'XDG_', 'SSH_', 'npm_', 'GPG_', 'DBUS_', 'WINDOWID', 'KONSOLE_', 'VSCODE_', 'ITERM_', 'TMUX', 'STY', 'GIO_', 'GNOME_', 'DESKTOP_', 'SESSION_MANAGER', 'SUDO_'];
+const machineLocalPrefixes = [
+  'LC_',
+  'XDG_',
+  'SSH_',
+  'npm_',
+  'GPG_',
+  'DBUS_',
+  'WINDOWID',
+  'KONSOLE_',
+  'VSCODE_',
+  'ITERM_',
+  'TMUX',
+  'STY',
+  'GIO_',
+  'GNOME_',
+  'DESKTOP_',
+  'SESSION_MANAGER',
+  'SUDO_',
+];
 
 /** The caller's variables that a job inherits (see {@link machineLocal}). */
 export function forwardedEnv(env: NodeJS.ProcessEnv = process.env): Record<string, string> {
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(env)) {
-    if (v === undefined || machineLocal.has(k) || machineLocalPrefixes.some((p) => k.startsWith(p))) continue;
+    if (v === undefined || machineLocal.has(k) || machineLocalPrefixes.some((p) => k.startsWith(p)))
+      continue;
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) continue;
     out[k] = v;
   }
@@ -48,7 +115,10 @@ const shownEnv = /^(ASYNC_|RTJOB_|OPENRLHF_)|^(CUDA_VISIBLE_DEVICES|NODE_OPTIONS
  * Splits what a job gets into the env shown on its page (`--env` pairs and job-relevant inherited
  * variables) and the rest of the caller's env (forwarded to the driver and workers, not shown).
  */
-export function jobEnv(pairs: Record<string, string>, inherited: Record<string, string>): { env: Record<string, string>; inheritedEnv: Record<string, string> } {
+export function jobEnv(
+  pairs: Record<string, string>,
+  inherited: Record<string, string>,
+): { env: Record<string, string>; inheritedEnv: Record<string, string> } {
   const env: Record<string, string> = {};
   const rest: Record<string, string> = {};
   for (const [k, v] of Object.entries(inherited)) (shownEnv.test(k) ? env : rest)[k] = v;
@@ -83,18 +153,26 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
   const have = await api.call('GET /api/packages/:hash', { params }).catch(() => undefined);
   if (!have?.exists) {
     await api.call('PUT /api/packages/:hash', { params, body: packed.archive });
-    process.stderr.write(`uploaded working dir ${dir} (${packed.files} files, ${packed.archive.length} bytes)\n`);
+    process.stderr.write(
+      `uploaded working dir ${dir} (${packed.files} files, ${packed.archive.length} bytes)\n`,
+    );
   }
   return `pkg://${packed.hash}`;
 }
 
 /** `rtjob submit ... -- ENTRYPOINT...`; resolves to the process exit code. */
 export async function submitCommand(entrypoint: string[], o: SubmitOptions): Promise<number> {
-  if (entrypoint.length === 0) throw new CliError('give the entrypoint after --, e.g. rtjob submit -- train_ppo --async-train', 2);
+  if (entrypoint.length === 0)
+    throw new CliError(
+      'give the entrypoint after --, e.g. rtjob submit -- train_ppo --async-train',
+      2,
+    );
   // `submit -- train_ppo --help` asks for the driver's help, not for a job.
   const builtin = builtinEntrypoints[entrypoint[0]!];
   if (builtin && entrypoint.slice(1).some((a) => a === '--help' || a === '-h')) {
-    const r = spawnSync(process.execPath, ['--import', tsxImport, builtin, '--help'], { stdio: 'inherit' });
+    const r = spawnSync(process.execPath, ['--import', tsxImport, builtin, '--help'], {
+      stdio: 'inherit',
+    });
     return r.status ?? 1;
   }
   let env: ReturnType<typeof jobEnv>;
@@ -106,7 +184,8 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   const num = (name: string, v?: string) => {
     if (v === undefined) return undefined;
     const n = Number(v);
-    if (!Number.isFinite(n) || n < 0) throw new CliError(`${name} must be a non-negative number`, 2);
+    if (!Number.isFinite(n) || n < 0)
+      throw new CliError(`${name} must be a non-negative number`, 2);
     return n;
   };
   const request = {
@@ -124,9 +203,16 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
     // No cluster: run this one job on a private local cluster and stop it afterwards.
     const sessionDir = join(rtjobHome(), 'runs', `${Date.now()}-${process.pid}`);
     mkdirSync(sessionDir, { recursive: true, mode: 0o700 });
-    ephemeral = await startClusterHead({ sessionDir, port: 0, dashboardPort: 0, stopGraceMs: 3000 });
+    ephemeral = await startClusterHead({
+      sessionDir,
+      port: 0,
+      dashboardPort: 0,
+      stopGraceMs: 3000,
+    });
     ep = { url: ephemeral.dashboardUrl, token: ephemeral.token };
-    process.stderr.write(`no cluster running: started a local one for this job (session ${sessionDir})\n`);
+    process.stderr.write(
+      `no cluster running: started a local one for this job (session ${sessionDir})\n`,
+    );
   }
   try {
     const workingDir = o.workingDir ? await uploadWorkingDir(ep, o.workingDir) : undefined;
@@ -139,11 +225,15 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
       process.stderr.write(`submitted ${job.jobId}; follow it with: rtjob logs -f ${job.jobId}\n`);
       return 0;
     }
-    process.stderr.write(`job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop${ephemeral ? '' : ' or detach'})\n`);
+    process.stderr.write(
+      `job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop${ephemeral ? '' : ' or detach'})\n`,
+    );
     const jobPath = `#/jobs/${encodeURIComponent(job.jobId)}`;
     if (ephemeral) {
       // The login link sets the cookie and lands on the job's page (the fragment survives the redirect).
-      process.stderr.write(`dashboard (while the job runs): ${ep.url}/login?token=${encodeURIComponent(ep.token)}${jobPath}\n`);
+      process.stderr.write(
+        `dashboard (while the job runs): ${ep.url}/login?token=${encodeURIComponent(ep.token)}${jobPath}\n`,
+      );
     } else {
       process.stderr.write(`dashboard: ${ep.url}/${jobPath} (login link: rtjob dashboard)\n`);
     }
@@ -170,7 +260,9 @@ async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Pro
     if (csv.trim().split('\n').length < 2) return;
     const file = join(sessionDir, `${jobId}.metrics.csv`);
     writeFileSync(file, csv);
-    process.stderr.write(`metrics of ${jobId}: ${file} (curves: node --import tsx algorithms/train-ppo/curves.ts ${file} curve.png)\n`);
+    process.stderr.write(
+      `metrics of ${jobId}: ${file} (curves: node --import tsx algorithms/train-ppo/curves.ts ${file} curve.png)\n`,
+    );
   } catch (err) {
     process.stderr.write(`could not keep the metrics of ${jobId}: ${(err as Error).message}\n`);
   }
@@ -225,9 +317,12 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
     process.stderr.write(`job ${jobId} SUCCEEDED${took}\n`);
     return 0;
   }
-  process.stderr.write(`job ${jobId} ${job.status}${took}${job.exitCode !== null ? ` (exit code ${job.exitCode})` : ''}\n`);
+  process.stderr.write(
+    `job ${jobId} ${job.status}${took}${job.exitCode !== null ? ` (exit code ${job.exitCode})` : ''}\n`,
+  );
   // Its last output lines were just streamed above: the message's first line says the rest.
-  if (job.status === 'FAILED' && job.message) process.stderr.write(`${job.message.split('\n')[0]!.replace(/; last output:$/, '')}\n`);
+  if (job.status === 'FAILED' && job.message)
+    process.stderr.write(`${job.message.split('\n')[0]!.replace(/; last output:$/, '')}\n`);
   return 1;
 }
 
@@ -281,11 +376,18 @@ async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
 }
 
 /** `rtjob logs JOB [-f] [--actor ID]`. */
-export async function logsCommand(jobId: string, o: ReadOptions & { follow?: boolean; actor?: string }): Promise<void> {
+export async function logsCommand(
+  jobId: string,
+  o: ReadOptions & { follow?: boolean; actor?: string },
+): Promise<void> {
   await reading(o, (ep) => showLogs(ep, jobId, o));
 }
 
-async function showLogs(ep: Endpoint, jobId: string, o: { follow?: boolean; actor?: string }): Promise<void> {
+async function showLogs(
+  ep: Endpoint,
+  jobId: string,
+  o: { follow?: boolean; actor?: string },
+): Promise<void> {
   const api = headApi(ep);
   if (o.actor) {
     const actorId = o.actor;
@@ -293,7 +395,10 @@ async function showLogs(ep: Endpoint, jobId: string, o: { follow?: boolean; acto
     let cursor = '';
     let deadSeen = false;
     for (;;) {
-      const r = await api.call('GET /api/actors/:actorId/logs', { params: { actorId }, query: { cursor } });
+      const r = await api.call('GET /api/actors/:actorId/logs', {
+        params: { actorId },
+        query: { cursor },
+      });
       process.stdout.write(r.logs);
       cursor = r.cursor;
       if (r.logs.length > 0) continue;
@@ -321,14 +426,22 @@ async function showLogs(ep: Endpoint, jobId: string, o: { follow?: boolean; acto
 }
 
 /** `rtjob stop-job JOB`. */
-export async function stopJobCommand(jobId: string, o: { address?: string; token?: string }): Promise<void> {
+export async function stopJobCommand(
+  jobId: string,
+  o: { address?: string; token?: string },
+): Promise<void> {
   const ep = requireEndpoint(o);
   const r = await headApi(ep).call('POST /api/jobs/:jobId/stop', { params: { jobId } });
-  console.log(r.stopped ? `job ${jobId} ${r.job.status}` : `job ${jobId} had already ended (${r.job.status})`);
+  console.log(
+    r.stopped ? `job ${jobId} ${r.job.status}` : `job ${jobId} had already ended (${r.job.status})`,
+  );
 }
 
 /** `rtjob delete-job JOB`. */
-export async function deleteJobCommand(jobId: string, o: { address?: string; token?: string }): Promise<void> {
+export async function deleteJobCommand(
+  jobId: string,
+  o: { address?: string; token?: string },
+): Promise<void> {
   const ep = requireEndpoint(o);
   await headApi(ep).call('DELETE /api/jobs/:jobId', { params: { jobId } });
   console.log(`deleted job ${jobId} (its log file is kept)`);
@@ -340,11 +453,18 @@ function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
 }
 
 /** `rtjob metrics JOB [--csv] [--json]`. */
-export async function metricsCommand(jobId: string, o: ReadOptions & { csv?: boolean; json?: boolean; last?: string }): Promise<void> {
+export async function metricsCommand(
+  jobId: string,
+  o: ReadOptions & { csv?: boolean; json?: boolean; last?: string },
+): Promise<void> {
   await reading(o, (ep) => showMetrics(ep, jobId, o));
 }
 
-async function showMetrics(ep: Endpoint, jobId: string, o: { csv?: boolean; json?: boolean; last?: string }): Promise<void> {
+async function showMetrics(
+  ep: Endpoint,
+  jobId: string,
+  o: { csv?: boolean; json?: boolean; last?: string },
+): Promise<void> {
   if (o.csv) {
     process.stdout.write(await metricsCsv(ep, jobId));
     return;
@@ -354,7 +474,10 @@ async function showMetrics(ep: Endpoint, jobId: string, o: { csv?: boolean; json
   // Every page (the API pages long runs); later pages name a subset of the first's metrics.
   const t = await api.call('GET /api/jobs/:jobId/metrics', { params });
   for (let next = t.nextSinceStep; next !== null; ) {
-    const page = await api.call('GET /api/jobs/:jobId/metrics', { params, query: { sinceStep: next } });
+    const page = await api.call('GET /api/jobs/:jobId/metrics', {
+      params,
+      query: { sinceStep: next },
+    });
     const at = t.columns.map((c) => page.columns.indexOf(c));
     t.rows.push(...page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null)))));
     next = page.rows.length === 0 ? null : page.nextSinceStep;
@@ -370,8 +493,14 @@ async function showMetrics(ep: Endpoint, jobId: string, o: { csv?: boolean; json
   const last = Number(o.last ?? 20);
   const cols = t.columns.filter((c) => c !== 'time');
   const idx = cols.map((c) => t.columns.indexOf(c));
-  const fmt = (v: number | null | undefined) => (v === null || v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toPrecision(5));
-  console.log(table(cols, t.rows.slice(-last).map((r) => idx.map((i) => fmt(r[i])))));
+  const fmt = (v: number | null | undefined) =>
+    v === null || v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toPrecision(5);
+  console.log(
+    table(
+      cols,
+      t.rows.slice(-last).map((r) => idx.map((i) => fmt(r[i]))),
+    ),
+  );
   if (t.rows.length > last) console.log(`(last ${last} of ${t.rows.length} steps; --csv for all)`);
 }
 
@@ -383,7 +512,12 @@ interface SampleView {
   reward?: number;
   prompt?: string;
   label?: string;
-  turns?: { role: string; text: string; tokens: number; toolCalls?: { name: string; arguments: string }[] }[];
+  turns?: {
+    role: string;
+    text: string;
+    tokens: number;
+    toolCalls?: { name: string; arguments: string }[];
+  }[];
   extraInfo?: Record<string, unknown>;
   versionMin?: number;
   versionMax?: number;
@@ -397,7 +531,14 @@ interface SampleView {
 /** `rtjob samples JOB [--step N] [--prompt KEY] [--min-reward R] [--max-reward R] [--full] [--json]`. */
 export async function samplesCommand(
   jobId: string,
-  o: ReadOptions & { step?: string; prompt?: string; minReward?: string; maxReward?: string; full?: boolean; json?: boolean },
+  o: ReadOptions & {
+    step?: string;
+    prompt?: string;
+    minReward?: string;
+    maxReward?: string;
+    full?: boolean;
+    json?: boolean;
+  },
 ): Promise<void> {
   const num = (flag: string, v: string | undefined): number | undefined => {
     if (v === undefined) return undefined;
@@ -410,19 +551,26 @@ export async function samplesCommand(
     maxReward: num('--max-reward', o.maxReward),
     key: o.prompt,
   };
-  const page = await reading(o, (ep) => headApi(ep).call('GET /api/jobs/:jobId/samples', { params: { jobId }, query }));
+  const page = await reading(o, (ep) =>
+    headApi(ep).call('GET /api/jobs/:jobId/samples', { params: { jobId }, query }),
+  );
   if (o.json) {
     console.log(JSON.stringify(page, null, 2));
     return;
   }
   if (page.steps.length === 0) {
-    console.log(`job ${jobId} has kept no samples (train_ppo keeps --log-samples N per step, 16 by default)`);
+    console.log(
+      `job ${jobId} has kept no samples (train_ppo keeps --log-samples N per step, 16 by default)`,
+    );
     return;
   }
   const range = `${page.steps[0]}–${page.steps.at(-1)}`;
   const what = o.prompt !== undefined ? `prompt ${o.prompt} over time` : `step ${page.step}`;
-  console.log(`job ${jobId}, ${what}: ${page.samples.length} sample${page.samples.length === 1 ? '' : 's'} (steps with samples: ${range}; --step N, --prompt KEY)`);
-  const cut = (t: string) => (o.full || t.length <= 400 ? t : `${t.slice(0, 400)}… (--full for all ${t.length} characters)`);
+  console.log(
+    `job ${jobId}, ${what}: ${page.samples.length} sample${page.samples.length === 1 ? '' : 's'} (steps with samples: ${range}; --step N, --prompt KEY)`,
+  );
+  const cut = (t: string) =>
+    o.full || t.length <= 400 ? t : `${t.slice(0, 400)}… (--full for all ${t.length} characters)`;
   const indent = (t: string) => t.replace(/\n/g, '\n    ');
   for (const s of page.samples as SampleView[]) {
     const facts = [
@@ -430,10 +578,14 @@ export async function samplesCommand(
       s.pick,
       s.reward !== undefined ? `reward ${+s.reward.toFixed(4)}` : undefined,
       s.key !== undefined ? `prompt #${s.key}` : undefined,
-      s.versionMin !== undefined ? `version ${s.versionMin === s.versionMax ? s.versionMin : `${s.versionMin}–${s.versionMax}`}` : undefined,
+      s.versionMin !== undefined
+        ? `version ${s.versionMin === s.versionMax ? s.versionMin : `${s.versionMin}–${s.versionMax}`}`
+        : undefined,
       s.staleness ? `staleness ${s.staleness}` : undefined,
       s.stopReason ? `stop: ${s.stopReason}` : undefined,
-      s.responseTokens !== undefined ? `${s.promptTokens} prompt + ${s.responseTokens} generated tokens` : undefined,
+      s.responseTokens !== undefined
+        ? `${s.promptTokens} prompt + ${s.responseTokens} generated tokens`
+        : undefined,
     ].filter(Boolean);
     console.log(`\n── ${facts.join(' · ')}`);
     if (s.prompt !== undefined) console.log(`  prompt: ${indent(cut(s.prompt))}`);
@@ -443,7 +595,11 @@ export async function samplesCommand(
       for (const c of t.toolCalls ?? []) console.log(`    → tool call ${c.name}(${c.arguments})`);
     }
     if (s.extraInfo && Object.keys(s.extraInfo).length) {
-      console.log(`  extraInfo: ${Object.entries(s.extraInfo).map(([k, v]) => `${k}=${String(v)}`).join(' ')}`);
+      console.log(
+        `  extraInfo: ${Object.entries(s.extraInfo)
+          .map(([k, v]) => `${k}=${String(v)}`)
+          .join(' ')}`,
+      );
     }
     if (s.error) console.log(`  error: ${indent(cut(s.error))}`);
   }

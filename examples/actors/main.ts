@@ -7,7 +7,10 @@ import { defineActor, get, init, put, shutdown } from '../../runtime/index.ts';
 import type { Counter } from './counter.ts';
 
 await init();
-const CounterActor = defineActor<typeof Counter>(new URL('./counter.ts', import.meta.url), 'Counter');
+const CounterActor = defineActor<typeof Counter>(
+  new URL('./counter.ts', import.meta.url),
+  'Counter',
+);
 const counter = CounterActor.options({ maxRestarts: 1 }).remote(10);
 
 console.log('incr ->', await counter.incr.remote(5)); // 15

@@ -115,9 +115,12 @@ export class ActorClient {
       (value) => c.ref._resolve(value),
       (e) =>
         c.ref._reject(
-          new ObjectLostError(`the result of '${c.method}' could not be read from shared memory: ${(e as Error).message}`, {
-            context: { actorId: this.actorId, method: c.method },
-          }),
+          new ObjectLostError(
+            `the result of '${c.method}' could not be read from shared memory: ${(e as Error).message}`,
+            {
+              context: { actorId: this.actorId, method: c.method },
+            },
+          ),
         ),
     );
   }
@@ -151,12 +154,18 @@ export class ActorClient {
   private watch(conn: Connection, incarnation: number): void {
     this.rt
       .headRequest(
-        { type: 'waitActor', actorId: this.actorId, afterIncarnation: incarnation, untilAlive: false },
+        {
+          type: 'waitActor',
+          actorId: this.actorId,
+          afterIncarnation: incarnation,
+          untilAlive: false,
+        },
         { holdProcess: false },
       )
       .then(
         () => {
-          if (!conn.closed) conn.close(`the head ended incarnation ${incarnation} of actor ${this.actorId}`);
+          if (!conn.closed)
+            conn.close(`the head ended incarnation ${incarnation} of actor ${this.actorId}`);
         },
         () => {},
       );
@@ -217,7 +226,10 @@ export class ActorClient {
         this.conn = conn;
         // Fencing: the worker checks it is this incarnation before any call below runs, and the
         // head tells us when the incarnation ends (a node declared dead) so calls fail over then.
-        conn.requestCb({ type: 'ping', actorId: this.actorId, incarnation: loc.incarnation }, () => {});
+        conn.requestCb(
+          { type: 'ping', actorId: this.actorId, incarnation: loc.incarnation },
+          () => {},
+        );
         this.watch(conn, loc.incarnation);
         const q = [...this.retries, ...this.queue];
         this.retries = [];

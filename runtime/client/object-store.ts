@@ -102,7 +102,9 @@ export class ObjectStore {
       const e = this.entries.get(id);
       const ref = new ObjectRef<unknown>(id, owner);
       if (!e) {
-        ref._reject(new ObjectLostError(`object ${id} was freed by its owner`, { context: { objectId: id } }));
+        ref._reject(
+          new ObjectLostError(`object ${id} was freed by its owner`, { context: { objectId: id } }),
+        );
         return ref;
       }
       e.holder._onSettled((h) => settleFrom(ref, h));
@@ -123,10 +125,21 @@ export class ObjectStore {
   /** Serves a fetch: the value, waiting for it if it is still being computed. */
   fetch(id: string): Promise<unknown> | unknown {
     const e = this.entries.get(id);
-    if (!e) throw new ObjectLostError(`object ${id} is not stored at ${this.address}`, { context: { objectId: id } });
+    if (!e)
+      throw new ObjectLostError(`object ${id} is not stored at ${this.address}`, {
+        context: { objectId: id },
+      });
     const h = e.holder;
     if (h.isSettled) return h._take();
-    return new Promise((resolve, reject) => h._onSettled((r) => { try { resolve(r._take()); } catch (err) { reject(err); } }));
+    return new Promise((resolve, reject) =>
+      h._onSettled((r) => {
+        try {
+          resolve(r._take());
+        } catch (err) {
+          reject(err);
+        }
+      }),
+    );
   }
 
   /**
@@ -223,21 +236,24 @@ export class ObjectStore {
   /** Frees held objects once their hold has passed. */
   private armSweep(): void {
     if (this.timer) return;
-    this.timer = setInterval(() => {
-      const now = Date.now();
-      let held = 0;
-      for (const [id, e] of this.entries) {
-        if (e.holdUntilMs > now) held++;
-        else if (e.local === 0 && e.borrowers === 0) {
-          this.entries.delete(id);
-          dropShm(e);
+    this.timer = setInterval(
+      () => {
+        const now = Date.now();
+        let held = 0;
+        for (const [id, e] of this.entries) {
+          if (e.holdUntilMs > now) held++;
+          else if (e.local === 0 && e.borrowers === 0) {
+            this.entries.delete(id);
+            dropShm(e);
+          }
         }
-      }
-      if (held === 0 && this.timer) {
-        clearInterval(this.timer);
-        this.timer = undefined;
-      }
-    }, Math.max(50, Math.min(1000, this.holdMs / 2)));
+        if (held === 0 && this.timer) {
+          clearInterval(this.timer);
+          this.timer = undefined;
+        }
+      },
+      Math.max(50, Math.min(1000, this.holdMs / 2)),
+    );
     this.timer.unref();
   }
 }

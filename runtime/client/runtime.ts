@@ -254,7 +254,10 @@ export class Runtime {
    * Sends a request that is safe to repeat (a lookup or a wait) to the head, sending it again
    * after a reconnect when the connection drops before the answer.
    */
-  async headRequest<B extends IdempotentRequest>(body: B, opts?: RequestOptions): Promise<ReplyOf<B['type']>> {
+  async headRequest<B extends IdempotentRequest>(
+    body: B,
+    opts?: RequestOptions,
+  ): Promise<ReplyOf<B['type']>> {
     for (;;) {
       const conn = await this.headReady();
       try {
@@ -371,7 +374,9 @@ export class Runtime {
       try {
         return await readShm(v);
       } catch (e) {
-        log.warn(`reading object ${ref.id} from shared memory failed (${(e as Error).message}); fetching it over the socket`);
+        log.warn(
+          `reading object ${ref.id} from shared memory failed (${(e as Error).message}); fetching it over the socket`,
+        );
         return await conn.request({ type: 'fetch', objectId: ref.id, inline: true });
       }
     } catch (e) {
@@ -437,7 +442,10 @@ export class Runtime {
       case 'ping':
         // A caller that meant another actor, or an incarnation this process is not, must not
         // get its calls run here (a reused port, or a replaced incarnation).
-        if (m.actorId !== undefined && (m.actorId !== this.opts.actorId || m.incarnation !== this.opts.incarnation)) {
+        if (
+          m.actorId !== undefined &&
+          (m.actorId !== this.opts.actorId || m.incarnation !== this.opts.incarnation)
+        ) {
           conn.close(`this process is not actor ${m.actorId} incarnation ${m.incarnation}`, 1008);
           return undefined;
         }
@@ -458,5 +466,7 @@ function shareResult(v: unknown): unknown {
 }
 
 function isThenable(v: unknown): v is PromiseLike<unknown> {
-  return v !== null && typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function';
+  return (
+    v !== null && typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function'
+  );
 }

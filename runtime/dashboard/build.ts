@@ -7,7 +7,15 @@
  * @module
  */
 import { build } from 'esbuild';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,7 +41,13 @@ function newestMtime(dir: string): number {
 /** Builds when needed and returns the folder to serve. */
 export async function buildDashboard(opts: { force?: boolean } = {}): Promise<string> {
   const stamp = join(distDir, 'app.js');
-  if (!opts.force && existsSync(stamp) && statSync(stamp).mtimeMs >= Math.max(newestMtime(srcDir), ...sharedSources.map((f) => statSync(f).mtimeMs))) return distDir;
+  if (
+    !opts.force &&
+    existsSync(stamp) &&
+    statSync(stamp).mtimeMs >=
+      Math.max(newestMtime(srcDir), ...sharedSources.map((f) => statSync(f).mtimeMs))
+  )
+    return distDir;
   // Build into a private folder and swap it in, so heads starting together never see half a build.
   const tmp = `${distDir}.tmp-${process.pid}-${Date.now()}`;
   mkdirSync(tmp, { recursive: true });

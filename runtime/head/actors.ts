@@ -55,7 +55,8 @@ export class ActorTable {
 
   /** Records a death for retention (recovery loads dead actors through here too). */
   noteDead(rec: ActorRec): void {
-    if (rec.info.name !== undefined && this.names.get(rec.info.name) === rec) this.names.delete(rec.info.name);
+    if (rec.info.name !== undefined && this.names.get(rec.info.name) === rec)
+      this.names.delete(rec.info.name);
     this.dead.delete(rec.info.actorId);
     this.dead.set(rec.info.actorId, Date.now());
   }
@@ -107,7 +108,9 @@ export class ActorTable {
     const o = msg.options;
     const holder = o.name === undefined ? undefined : this.names.get(o.name);
     if (holder && holder.info.state !== 'DEAD') {
-      throw new NameTakenError(`an actor named '${o.name}' already exists (${holder.info.actorId})`);
+      throw new NameTakenError(
+        `an actor named '${o.name}' already exists (${holder.info.actorId})`,
+      );
     }
     if (o.placementGroupId !== undefined && !this.ctx.pgs.has(o.placementGroupId)) {
       throw new PlacementGroupError(`no placement group ${o.placementGroupId}`);
@@ -271,9 +274,12 @@ export class ActorTable {
   renewLease(actorId: string, incarnation: number): { leaseMs: number } {
     const rec = this.ctx.actors.get(actorId);
     if (!rec || rec.info.incarnation !== incarnation || rec.info.state === 'DEAD') {
-      throw new NotFoundError(`actor ${actorId} incarnation ${incarnation} was replaced or killed`, {
-        context: { actorId },
-      });
+      throw new NotFoundError(
+        `actor ${actorId} incarnation ${incarnation} was replaced or killed`,
+        {
+          context: { actorId },
+        },
+      );
     }
     return { leaseMs: Math.floor(this.ctx.opts.nodeHeartbeatTimeoutMs / 2) };
   }

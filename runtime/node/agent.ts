@@ -22,11 +22,22 @@ import {
 import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { defaultMaxPackageBytes, isPackageHash, packagesDir, unpackArchive } from '../head/jobs/working-dir.ts';
+import {
+  defaultMaxPackageBytes,
+  isPackageHash,
+  packagesDir,
+  unpackArchive,
+} from '../head/jobs/working-dir.ts';
 import { removeShmFilesOf } from '../client/shm.ts';
 import { readEnv } from '../env.ts';
 import { logger } from '../log.ts';
-import { type Message, type ResourceMap, type StartWorker, type WorkerExited, acceptedBy } from '../protocol.ts';
+import {
+  type Message,
+  type ResourceMap,
+  type StartWorker,
+  type WorkerExited,
+  acceptedBy,
+} from '../protocol.ts';
 import { type Connection, connect } from '../transport.ts';
 
 const log = logger('node');
@@ -103,7 +114,9 @@ export interface WorkerProcess {
 
 export interface NodeAgentEvents {
   workerStarted: [WorkerProcess];
-  workerExited: [WorkerProcess & { exitCode: number | null; signal: string | null; stderrTail: string[] }];
+  workerExited: [
+    WorkerProcess & { exitCode: number | null; signal: string | null; stderrTail: string[] },
+  ];
   headLost: [string];
 }
 
@@ -138,7 +151,16 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   /** Exit reports that happened while the head was unreachable, sent after reconnecting. */
   private unsent: WorkerExited[] = [];
   /** Log files being shipped (`shipLogs`), with the offset the head has. */
-  private readonly shipping = new Map<string, { actorId: string; incarnation: number; stream: 'stdout' | 'stderr'; offset: number; done: boolean }>();
+  private readonly shipping = new Map<
+    string,
+    {
+      actorId: string;
+      incarnation: number;
+      stream: 'stdout' | 'stderr';
+      offset: number;
+      done: boolean;
+    }
+  >();
   private shipTimer: NodeJS.Timeout | undefined;
   /** Working-dir packages on this node, by content hash. */
   private readonly packages = new Map<string, Promise<string>>();
@@ -195,7 +217,14 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
           const data = Buffer.allocUnsafe(len);
           const n = readSync(fd, data, 0, len, f.offset);
           if (n <= 0) break;
-          this.conn.send({ type: 'workerLog', actorId: f.actorId, incarnation: f.incarnation, stream: f.stream, offset: f.offset, data: data.subarray(0, n) });
+          this.conn.send({
+            type: 'workerLog',
+            actorId: f.actorId,
+            incarnation: f.incarnation,
+            stream: f.stream,
+            offset: f.offset,
+            data: data.subarray(0, n),
+          });
           f.offset += n;
         }
         if (f.done) this.shipping.delete(path);
@@ -210,7 +239,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   /** Boots idle workers up to `warmWorkers`, one at a time and only when nothing else starts. */
   private refillWarm(): void {
     const want = this.opts.warmWorkers ?? 1;
-    if (this.closing || this.warm.length >= want || this.starting > 0 || this.startQueue.length > 0) return;
+    if (this.closing || this.warm.length >= want || this.starting > 0 || this.startQueue.length > 0)
+      return;
     const child = spawn(process.execPath, this.workerArgv(), {
       env: { ...process.env, ...this.opts.env, RTJOB_WARM: '1' },
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
@@ -278,7 +308,15 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         pid: process.pid,
         resources: this.resources,
         sessionDir: this.sessionDir,
-        ...(this.nodeId ? { workers: this.workers.map((w) => ({ actorId: w.actorId, incarnation: w.incarnation, pid: w.pid })) } : {}),
+        ...(this.nodeId
+          ? {
+              workers: this.workers.map((w) => ({
+                actorId: w.actorId,
+                incarnation: w.incarnation,
+                pid: w.pid,
+              })),
+            }
+          : {}),
       });
       this.nodeId = nodeId;
     } catch (e) {
@@ -299,7 +337,9 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         void this.close();
         return;
       }
-      log.warn(`lost the head at ${this.opts.headAddress}: ${reason}; workers keep running, reconnecting for up to ${ms} ms`);
+      log.warn(
+        `lost the head at ${this.opts.headAddress}: ${reason}; workers keep running, reconnecting for up to ${ms} ms`,
+      );
       void this.reconnect(Date.now() + ms, reason);
     });
   }
@@ -335,7 +375,12 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     if (this.shipTimer) clearInterval(this.shipTimer);
     for (const c of this.warm.splice(0)) c.kill('SIGKILL');
     const exits = [...this.running.values()].map(
-      (r) => new Promise<void>((done) => (r.child.exitCode !== null || r.child.signalCode !== null ? done() : r.child.once('close', () => done()))),
+      (r) =>
+        new Promise<void>((done) =>
+          r.child.exitCode !== null || r.child.signalCode !== null
+            ? done()
+            : r.child.once('close', () => done()),
+        ),
     );
     for (const r of this.running.values()) r.child.kill('SIGKILL');
     await Promise.all(exits);
@@ -347,10 +392,19 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       this.startQueue.push(m);
       this.pumpStarts();
     } else if (m.type === 'stopWorker') {
-      const queued = this.startQueue.findIndex((q) => q.actorId === m.actorId && q.incarnation === m.incarnation);
+      const queued = this.startQueue.findIndex(
+        (q) => q.actorId === m.actorId && q.incarnation === m.incarnation,
+      );
       if (queued >= 0) {
         this.startQueue.splice(queued, 1);
-        this.conn.send({ type: 'workerExited', actorId: m.actorId, incarnation: m.incarnation, exitCode: null, signal: 'SIGKILL', stderrTail: [] });
+        this.conn.send({
+          type: 'workerExited',
+          actorId: m.actorId,
+          incarnation: m.incarnation,
+          exitCode: null,
+          signal: 'SIGKILL',
+          stderrTail: [],
+        });
         return;
       }
       if (this.fetching.delete(`${m.actorId}:${m.incarnation}`)) return; // reported once fetched
@@ -375,7 +429,11 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   private startWorker(m: StartWorker): void {
     if (this.closing) return;
     const hash = m.env.RTJOB_PACKAGE;
-    if (!hash || !isPackageHash(hash) || m.env.RTJOB_WORKING_DIR === packagesDir(this.sessionDir, hash)) {
+    if (
+      !hash ||
+      !isPackageHash(hash) ||
+      m.env.RTJOB_WORKING_DIR === packagesDir(this.sessionDir, hash)
+    ) {
       this.spawnWorker(m);
       return;
     }
@@ -403,8 +461,15 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         const dir = packagesDir(this.sessionDir, hash);
         if (existsSync(dir)) return dir;
         const archive = await this.conn.request({ type: 'fetchPackage', hash });
-        unpackArchive(Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength), hash, dir, defaultMaxPackageBytes * 4);
-        log.info(`unpacked working dir ${hash.slice(0, 12)} (${archive.byteLength} bytes) into ${dir}`);
+        unpackArchive(
+          Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength),
+          hash,
+          dir,
+          defaultMaxPackageBytes * 4,
+        );
+        log.info(
+          `unpacked working dir ${hash.slice(0, 12)} (${archive.byteLength} bytes) into ${dir}`,
+        );
         return dir;
       })();
       this.packages.set(hash, p);
@@ -414,11 +479,24 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   }
 
   /** A worker that never started: the head hears of it as of any exit. */
-  private startFailed(m: StartWorker, exitCode: number | null, signal: string | null, stderrTail: string[]): void {
+  private startFailed(
+    m: StartWorker,
+    exitCode: number | null,
+    signal: string | null,
+    stderrTail: string[],
+  ): void {
     this.starting--;
     this.pumpStarts();
-    const report: WorkerExited = { type: 'workerExited', actorId: m.actorId, incarnation: m.incarnation, exitCode, signal, stderrTail };
-    if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0) this.unsent.push(report);
+    const report: WorkerExited = {
+      type: 'workerExited',
+      actorId: m.actorId,
+      incarnation: m.incarnation,
+      exitCode,
+      signal,
+      stderrTail,
+    };
+    if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0)
+      this.unsent.push(report);
     else this.conn.send(report);
   }
 
@@ -438,7 +516,9 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       RTJOB_SESSION_DIR: this.sessionDir,
       RTJOB_WORKER_HOST: this.opts.host ?? '127.0.0.1',
       CUDA_VISIBLE_DEVICES: m.gpuIds.join(','),
-      ...((this.opts.reconnectMs ?? 0) > 0 ? { RTJOB_HEAD_RECONNECT_MS: String(this.opts.reconnectMs) } : {}),
+      ...((this.opts.reconnectMs ?? 0) > 0
+        ? { RTJOB_HEAD_RECONNECT_MS: String(this.opts.reconnectMs) }
+        : {}),
     };
     delete env.RTJOB_ADDRESS;
     const warm = this.takeWarm(m);
@@ -453,9 +533,14 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       // Only what differs from the agent's own environment travels; the worker applies it
       // before importing any user code (so CUDA_VISIBLE_DEVICES is in place for CUDA).
       const delta: Record<string, string> = {};
-      for (const [k, v] of Object.entries(env)) if (v !== undefined && process.env[k] !== v) delta[k] = v;
+      for (const [k, v] of Object.entries(env))
+        if (v !== undefined && process.env[k] !== v) delta[k] = v;
       if (this.opts.holdProcess !== false) warm.ref();
-      warm.send({ type: 'assign', env: delta, unset: ['RTJOB_WARM', ...(readEnv('RTJOB_ADDRESS') !== undefined ? ['RTJOB_ADDRESS'] : [])] });
+      warm.send({
+        type: 'assign',
+        env: delta,
+        unset: ['RTJOB_WARM', ...(readEnv('RTJOB_ADDRESS') !== undefined ? ['RTJOB_ADDRESS'] : [])],
+      });
     }
     const out = createWriteStream(logFiles.stdout, { flags: 'a' });
     const err = createWriteStream(logFiles.stderr, { flags: 'a' });
@@ -490,8 +575,17 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     });
     child.on('error', (e) => log.error(`worker for ${m.actorId} failed to start: ${e.message}`));
     if (this.opts.shipLogs) {
-      for (const [path, stream] of [[logFiles.stdout, 'stdout'], [logFiles.stderr, 'stderr']] as const) {
-        this.shipping.set(path, { actorId: m.actorId, incarnation: m.incarnation, stream, offset: 0, done: false });
+      for (const [path, stream] of [
+        [logFiles.stdout, 'stdout'],
+        [logFiles.stderr, 'stderr'],
+      ] as const) {
+        this.shipping.set(path, {
+          actorId: m.actorId,
+          incarnation: m.incarnation,
+          stream,
+          offset: 0,
+          done: false,
+        });
       }
     }
     child.on('close', (code, signal) => {
@@ -528,7 +622,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         signal,
         stderrTail,
       };
-      if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0) this.unsent.push(report);
+      if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0)
+        this.unsent.push(report);
       else this.conn.send(report);
     });
     this.running.set(m.actorId, r);

@@ -47,11 +47,23 @@ export class Executor {
         break;
       }
     }
-    if (!refs && !this.paused && this.running < this.maxConcurrency && this.head === this.queue.length) {
+    if (
+      !refs &&
+      !this.paused &&
+      this.running < this.maxConcurrency &&
+      this.head === this.queue.length
+    ) {
       return this.run(msg.method, args);
     }
     return new Promise((resolve, reject) => {
-      const e: Entry = { method: msg.method, args, argsReady: undefined, argsError: undefined, resolve, reject };
+      const e: Entry = {
+        method: msg.method,
+        args,
+        argsReady: undefined,
+        argsError: undefined,
+        resolve,
+        reject,
+      };
       if (refs) {
         e.argsReady = resolveArgs(args).then(
           () => {
@@ -152,5 +164,7 @@ async function resolveArgs(args: unknown[]): Promise<void> {
 }
 
 function isThenable(v: unknown): v is PromiseLike<unknown> {
-  return v !== null && typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function';
+  return (
+    v !== null && typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function'
+  );
 }

@@ -36,7 +36,12 @@ async function importModule(url: string, actorId: string): Promise<Record<string
   }
 }
 
-function exportOf(mod: Record<string, unknown>, url: string, name: string, actorId: string): unknown {
+function exportOf(
+  mod: Record<string, unknown>,
+  url: string,
+  name: string,
+  actorId: string,
+): unknown {
   const v = mod[name];
   if (typeof v !== 'function') {
     const names = Object.keys(mod).join(', ') || 'nothing';
@@ -59,10 +64,13 @@ export async function loadActor(a: WorkerAssignment, actorId: string): Promise<M
   try {
     instance = new (Cls as new (...x: unknown[]) => Record<string, unknown>)(...args);
   } catch (e) {
-    throw new ActorLoadError(`the constructor of ${exportName} threw: ${(e as Error).message ?? e}`, {
-      context: { actorId },
-      cause: e,
-    });
+    throw new ActorLoadError(
+      `the constructor of ${exportName} threw: ${(e as Error).message ?? e}`,
+      {
+        context: { actorId },
+        cause: e,
+      },
+    );
   }
   return (method) => {
     const fn = method === 'constructor' ? undefined : instance[method];
@@ -79,15 +87,21 @@ export async function loadActor(a: WorkerAssignment, actorId: string): Promise<M
  * A task runner: each call names `<moduleUrl>#<exportName>`; modules are imported once and
  * cached. Import failures reach the caller of that task.
  */
-export function taskRunner(actorId: string): MethodLookup & { prepare(method: string): Promise<void> } {
+export function taskRunner(
+  actorId: string,
+): MethodLookup & { prepare(method: string): Promise<void> } {
   const modules = new Map<string, Record<string, unknown>>();
   const loading = new Map<string, Promise<void>>();
   const lookup = ((method: string) => {
     const hash = method.lastIndexOf('#');
     const url = method.slice(0, hash);
     const mod = modules.get(url);
-    if (!mod) throw new TaskError('Error', `task module ${url} is not loaded`, { context: { actorId } });
-    return { fn: exportOf(mod, url, method.slice(hash + 1), actorId) as (...x: unknown[]) => unknown, self: undefined };
+    if (!mod)
+      throw new TaskError('Error', `task module ${url} is not loaded`, { context: { actorId } });
+    return {
+      fn: exportOf(mod, url, method.slice(hash + 1), actorId) as (...x: unknown[]) => unknown,
+      self: undefined,
+    };
   }) as MethodLookup & { prepare(method: string): Promise<void> };
   lookup.prepare = (method: string) => {
     const url = method.slice(0, method.lastIndexOf('#'));

@@ -77,7 +77,10 @@ try {
     exec = actor;
   }
 } catch (e) {
-  const err = e instanceof ActorLoadError ? e : new ActorLoadError(String((e as Error).message ?? e), { cause: e });
+  const err =
+    e instanceof ActorLoadError
+      ? e
+      : new ActorLoadError(String((e as Error).message ?? e), { cause: e });
   log.error(err.message);
   await rt.head
     .request({ type: 'actorLoadFailed', actorId, incarnation, error: toWire(err) })
@@ -98,7 +101,13 @@ setInterval(() => {
   rt.head.send({ type: 'workerStats', calls: calls - reported });
   reported = calls;
 }, 2000).unref();
-await rt.head.request({ type: 'actorReady', actorId, incarnation, address: rt.address, pid: process.pid });
+await rt.head.request({
+  type: 'actorReady',
+  actorId,
+  incarnation,
+  address: rt.address,
+  pid: process.pid,
+});
 lease = new Lease(rt, actorId, incarnation, exec, (why) => {
   log.warn(`${why}; exiting without running the calls held meanwhile`);
   process.exit(1);

@@ -22,7 +22,13 @@ function alternatives(/** @type {string} */ specifier) {
     return m[1] ? [`${base}.${m[1]}ts`] : [`${base}.ts`, `${base}.tsx`];
   }
   if (/\.[a-z]+$/i.test(specifier)) return [];
-  return [`${specifier}.ts`, `${specifier}.tsx`, `${specifier}/index.ts`, `${specifier}.js`, `${specifier}/index.js`];
+  return [
+    `${specifier}.ts`,
+    `${specifier}.tsx`,
+    `${specifier}/index.ts`,
+    `${specifier}.js`,
+    `${specifier}/index.js`,
+  ];
 }
 
 /** @type {import('node:module').ResolveHook} */
@@ -30,9 +36,11 @@ export async function resolve(specifier, context, next) {
   try {
     return await next(specifier, context);
   } catch (e) {
-    const relative = specifier.startsWith('.') || specifier.startsWith('/') || specifier.startsWith('file:');
+    const relative =
+      specifier.startsWith('.') || specifier.startsWith('/') || specifier.startsWith('file:');
     const code = /** @type {NodeJS.ErrnoException} */ (e).code;
-    if (!relative || (code !== 'ERR_MODULE_NOT_FOUND' && code !== 'ERR_UNSUPPORTED_DIR_IMPORT')) throw e;
+    if (!relative || (code !== 'ERR_MODULE_NOT_FOUND' && code !== 'ERR_UNSUPPORTED_DIR_IMPORT'))
+      throw e;
     for (const alt of alternatives(specifier)) {
       try {
         return await next(alt, context);
@@ -47,5 +55,9 @@ export async function load(url, context, next) {
   if (!url.startsWith('file:') || !tsExt.test(new URL(url).pathname)) return next(url, context);
   const path = fileURLToPath(url);
   const cjs = isCommonJs(path);
-  return { format: cjs ? 'commonjs' : 'module', source: transformCached(path, readFileSync(path, 'utf8'), cjs ? 'cjs' : 'esm'), shortCircuit: true };
+  return {
+    format: cjs ? 'commonjs' : 'module',
+    source: transformCached(path, readFileSync(path, 'utf8'), cjs ? 'cjs' : 'esm'),
+    shortCircuit: true,
+  };
 }

@@ -17,8 +17,7 @@ import { dirname, join } from 'node:path';
 
 /** Bump when the transform options change, so stale cache entries are never read. */
 const CACHE_VERSION = '1';
-const cacheDir =
-  process.env.RTJOB_TS_CACHE_DIR || join(tmpdir(), `rtjob-ts-cache-${safeUid()}`);
+const cacheDir = process.env.RTJOB_TS_CACHE_DIR || join(tmpdir(), `rtjob-ts-cache-${safeUid()}`);
 /** Whether `cacheDir` is safe to use; decided once. */
 let cacheUsable;
 
@@ -40,11 +39,17 @@ function cacheReady() {
   try {
     mkdirSync(cacheDir, { recursive: true, mode: 0o700 });
     const st = statSync(cacheDir);
-    cacheUsable = st.isDirectory() && (process.getuid === undefined || st.uid === process.getuid()) && (st.mode & 0o022) === 0;
+    cacheUsable =
+      st.isDirectory() &&
+      (process.getuid === undefined || st.uid === process.getuid()) &&
+      (st.mode & 0o022) === 0;
   } catch {
     cacheUsable = false;
   }
-  if (!cacheUsable) process.emitWarning(`rtjob: not caching TypeScript transforms in ${cacheDir} (not a private directory of this user)`);
+  if (!cacheUsable)
+    process.emitWarning(
+      `rtjob: not caching TypeScript transforms in ${cacheDir} (not a private directory of this user)`,
+    );
   return cacheUsable;
 }
 
@@ -68,7 +73,9 @@ function tsconfigFor(dir) {
   try {
     const text = readFileSync(join(dir, 'tsconfig.json'), 'utf8');
     const json = JSON.parse(
-      text.replace(/\/\*[\s\S]*?\*\/|("(?:\\.|[^"\\])*")|\/\/[^\n]*/g, (m, str) => str ?? '').replace(/,(\s*[}\]])/g, '$1'),
+      text
+        .replace(/\/\*[\s\S]*?\*\/|("(?:\\.|[^"\\])*")|\/\/[^\n]*/g, (m, str) => str ?? '')
+        .replace(/,(\s*[}\]])/g, '$1'),
     );
     const co = json.compilerOptions ?? {};
     /** @type {Record<string, unknown>} */
@@ -90,7 +97,8 @@ function tsconfigFor(dir) {
     found = { raw: { compilerOptions: keep }, key: JSON.stringify(keep) };
   } catch (e) {
     const parent = dirname(dir);
-    if (/** @type {NodeJS.ErrnoException} */ (e).code === 'ENOENT' && parent !== dir) found = tsconfigFor(parent);
+    if (/** @type {NodeJS.ErrnoException} */ (e).code === 'ENOENT' && parent !== dir)
+      found = tsconfigFor(parent);
   }
   tsconfigByDir.set(dir, found);
   return found;
@@ -108,7 +116,10 @@ function packageType(dir) {
   /** @type {'module' | 'commonjs'} */
   let type = 'commonjs';
   try {
-    type = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).type === 'module' ? 'module' : 'commonjs';
+    type =
+      JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).type === 'module'
+        ? 'module'
+        : 'commonjs';
   } catch {
     const parent = dirname(dir);
     if (parent !== dir) type = packageType(parent);
@@ -167,4 +178,3 @@ export function transformCached(path, source, format) {
   } catch {}
   return out.code;
 }
-

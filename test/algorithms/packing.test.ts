@@ -143,13 +143,28 @@ test('micro-batch losses with packing weights sum to the full-batch loss and gra
 
 test('microBatches without a token budget cuts length-sorted samples (stable) by count', () => {
   const cuts = microBatches([9, 5, 9, 4], { maxSamples: 2 });
-  assert.equal(cuts.map((c) => c.indices), [[3, 1], [0, 2]]);
-  assert.equal(cuts.map((c) => c.tokens), [9, 18]);
+  assert.equal(
+    cuts.map((c) => c.indices),
+    [
+      [3, 1],
+      [0, 2],
+    ],
+  );
+  assert.equal(
+    cuts.map((c) => c.tokens),
+    [9, 18],
+  );
 });
 
 test('microBatches with a token budget packs first-fit decreasing, capped by count', () => {
   const cuts = microBatches([6, 2, 3, 5], { maxSamples: 2, maxTokens: 8 });
-  assert.equal(cuts.map((c) => c.indices), [[0, 1], [2, 3]]);
+  assert.equal(
+    cuts.map((c) => c.indices),
+    [
+      [0, 1],
+      [2, 3],
+    ],
+  );
   assert.throws(() => microBatches([1], { maxSamples: 0 }), /--micro-train-batch-size/);
 });
 

@@ -23,11 +23,20 @@ export class Sandbox {
   /** `env`: extra environment for every command run in this sandbox. */
   constructor(readonly env: Record<string, string> = {}) {}
 
-  run(args: string[], opts: { env?: Record<string, string>; cwd?: string; timeoutMs?: number } = {}): Promise<CliResult> {
+  run(
+    args: string[],
+    opts: { env?: Record<string, string>; cwd?: string; timeoutMs?: number } = {},
+  ): Promise<CliResult> {
     return new Promise((resolve, reject) => {
       const child = spawn(process.execPath, [binPath, ...args], {
         cwd: opts.cwd ?? this.home,
-        env: { ...process.env, HOME: this.home, RTJOB_HOME: join(this.home, '.rtjob'), ...this.env, ...opts.env },
+        env: {
+          ...process.env,
+          HOME: this.home,
+          RTJOB_HOME: join(this.home, '.rtjob'),
+          ...this.env,
+          ...opts.env,
+        },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       let stdout = '';
@@ -36,7 +45,9 @@ export class Sandbox {
       child.stderr.on('data', (d) => (stderr += d));
       const timer = setTimeout(() => {
         child.kill('SIGKILL');
-        reject(new Error(`rtjob ${args.join(' ')} timed out\nstdout: ${stdout}\nstderr: ${stderr}`));
+        reject(
+          new Error(`rtjob ${args.join(' ')} timed out\nstdout: ${stdout}\nstderr: ${stderr}`),
+        );
       }, opts.timeoutMs ?? 60_000);
       child.on('close', (code) => {
         clearTimeout(timer);
@@ -45,7 +56,13 @@ export class Sandbox {
     });
   }
 
-  clusterFile(): { address: string; dashboardUrl: string; token: string; sessionDir: string; pids: number[] } {
+  clusterFile(): {
+    address: string;
+    dashboardUrl: string;
+    token: string;
+    sessionDir: string;
+    pids: number[];
+  } {
     return JSON.parse(readFileSync(join(this.home, '.rtjob', 'cluster.json'), 'utf8'));
   }
 
@@ -79,7 +96,11 @@ export class Sandbox {
 export { pidAlive } from '../../runtime/pid.ts';
 
 /** Polls `check` until it returns a value other than undefined, or throws after `timeoutMs`. */
-export async function until<T>(what: string, check: () => T | undefined | Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {
+export async function until<T>(
+  what: string,
+  check: () => T | undefined | Promise<T | undefined>,
+  timeoutMs = 20_000,
+): Promise<T> {
   const end = Date.now() + timeoutMs;
   for (;;) {
     const v = await check();
@@ -90,11 +111,19 @@ export async function until<T>(what: string, check: () => T | undefined | Promis
 }
 
 /** GET/POST the head's API with the sandbox's token. */
-export async function apiCall<T>(sb: Sandbox, method: string, path: string, body?: unknown): Promise<{ status: number; body: T }> {
+export async function apiCall<T>(
+  sb: Sandbox,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; body: T }> {
   const { dashboardUrl, token } = sb.clusterFile();
   const res = await fetch(`${dashboardUrl}${path}`, {
     method,
-    headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+    headers: {
+      authorization: `Bearer ${token}`,
+      ...(body ? { 'content-type': 'application/json' } : {}),
+    },
     body: body ? JSON.stringify(body) : undefined,
   });
   const text = await res.text();

@@ -1,5 +1,13 @@
 // End to end: `rtjob start --head` in a temporary HOME, then every job command against it.
-import { closeSync, mkdirSync, openSync, ftruncateSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  mkdirSync,
+  openSync,
+  ftruncateSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
@@ -38,9 +46,22 @@ test('start --head writes cluster.json (0600) and status shows the node', async 
 });
 
 test('submit streams the driver output; --env and the caller env reach it', async () => {
-  const r = await sb.run(['submit', '--env', 'FOO=bar', '--job-id', 'echo1', '--', join(fixtures, 'echo-env.ts'), 'a', 'b'], {
-    env: { ASYNC_NUM_TASKS: '64' },
-  });
+  const r = await sb.run(
+    [
+      'submit',
+      '--env',
+      'FOO=bar',
+      '--job-id',
+      'echo1',
+      '--',
+      join(fixtures, 'echo-env.ts'),
+      'a',
+      'b',
+    ],
+    {
+      env: { ASYNC_NUM_TASKS: '64' },
+    },
+  );
   assert.is(r.code, 0, r.stderr);
   assert.match(r.stdout, /FOO=bar ASYNC_NUM_TASKS=64 JOB=echo1/);
   assert.match(r.stdout, /args=a,b/);
@@ -57,9 +78,20 @@ test('a failing job exits non-zero with its last output lines in the message', a
   assert.is(r.code, 1);
   assert.match(r.stderr, /FAILED/);
   // The driver's own error is streamed with its log, and printed once.
-  assert.is((r.stdout + r.stderr).match(/boom: the reward model is unreachable/g)?.length, 1, r.stdout + r.stderr);
-  assert.match(r.stderr, /job fail1 FAILED in [\d.]+s \(exit code 7\)\ndriver exited with code 7\n/);
-  const { body } = await apiCall<{ status: string; exitCode: number; message: string }>(sb, 'GET', '/api/jobs/fail1');
+  assert.is(
+    (r.stdout + r.stderr).match(/boom: the reward model is unreachable/g)?.length,
+    1,
+    r.stdout + r.stderr,
+  );
+  assert.match(
+    r.stderr,
+    /job fail1 FAILED in [\d.]+s \(exit code 7\)\ndriver exited with code 7\n/,
+  );
+  const { body } = await apiCall<{ status: string; exitCode: number; message: string }>(
+    sb,
+    'GET',
+    '/api/jobs/fail1',
+  );
   assert.is(body.status, 'FAILED');
   assert.is(body.exitCode, 7);
   assert.match(body.message, /line 29/);
@@ -69,7 +101,16 @@ test('a failing job exits non-zero with its last output lines in the message', a
 
 test('stop-job stops a running driver (SIGTERM) and its process is gone', async () => {
   const pidFile = join(sb.home, 'sleeper.pid');
-  const r = await sb.run(['submit', '--no-wait', '--job-id', 'sleep1', '--env', `PID_FILE=${pidFile}`, '--', join(fixtures, 'sleeper.ts')]);
+  const r = await sb.run([
+    'submit',
+    '--no-wait',
+    '--job-id',
+    'sleep1',
+    '--env',
+    `PID_FILE=${pidFile}`,
+    '--',
+    join(fixtures, 'sleeper.ts'),
+  ]);
   assert.is(r.code, 0, r.stderr);
   assert.is(r.stdout.trim(), 'sleep1');
   const pid = await until('the driver to start', () => {
@@ -80,7 +121,9 @@ test('stop-job stops a running driver (SIGTERM) and its process is gone', async 
     }
   });
   // Follow logs until a few ticks are there, then stop.
-  await until('ticks in the log', async () => ((await sb.run(['logs', 'sleep1'])).stdout.includes('tick 2') ? true : undefined));
+  await until('ticks in the log', async () =>
+    (await sb.run(['logs', 'sleep1'])).stdout.includes('tick 2') ? true : undefined,
+  );
   const stop = await sb.run(['stop-job', 'sleep1']);
   assert.is(stop.code, 0, stop.stderr);
   assert.match(stop.stdout, /STOPPED/);
@@ -93,7 +136,16 @@ test('stop-job stops a running driver (SIGTERM) and its process is gone', async 
 });
 
 test('logs -f follows a running job to its end', async () => {
-  const r = await sb.run(['submit', '--no-wait', '--job-id', 'tick5', '--env', 'TICKS=5', '--', join(fixtures, 'sleeper.ts')]);
+  const r = await sb.run([
+    'submit',
+    '--no-wait',
+    '--job-id',
+    'tick5',
+    '--env',
+    'TICKS=5',
+    '--',
+    join(fixtures, 'sleeper.ts'),
+  ]);
   assert.is(r.code, 0, r.stderr);
   const f = await sb.run(['logs', '-f', 'tick5']);
   assert.is(f.code, 0, f.stderr);
@@ -118,7 +170,10 @@ test('--working-dir uploads the directory and runs the entrypoint inside it', as
   mkdirSync(join(dir, 'lib'), { recursive: true });
   mkdirSync(join(dir, 'node_modules', 'big'), { recursive: true });
   writeFileSync(join(dir, 'lib', 'answer.ts'), 'export const answer = 42;\n');
-  writeFileSync(join(dir, 'main.ts'), "import { answer } from './lib/answer.ts';\nimport { existsSync } from 'node:fs';\nconsole.log(`answer=${answer} nm=${existsSync('node_modules')} ignored=${existsSync('secret.txt')}`);\n");
+  writeFileSync(
+    join(dir, 'main.ts'),
+    "import { answer } from './lib/answer.ts';\nimport { existsSync } from 'node:fs';\nconsole.log(`answer=${answer} nm=${existsSync('node_modules')} ignored=${existsSync('secret.txt')}`);\n",
+  );
   writeFileSync(join(dir, 'secret.txt'), 'x');
   writeFileSync(join(dir, '.rtjobignore'), 'secret.txt\n');
   const r = await sb.run(['submit', '--working-dir', dir, '--', './main.ts'], { cwd: sb.home });
@@ -158,7 +213,16 @@ test('bad requests get clear errors and the head keeps serving', async () => {
 
 test('stop leaves no processes behind', async () => {
   const pidFile = join(sb.home, 'orphan.pid');
-  await sb.run(['submit', '--no-wait', '--job-id', 'orphan', '--env', `PID_FILE=${pidFile}`, '--', join(fixtures, 'sleeper.ts')]);
+  await sb.run([
+    'submit',
+    '--no-wait',
+    '--job-id',
+    'orphan',
+    '--env',
+    `PID_FILE=${pidFile}`,
+    '--',
+    join(fixtures, 'sleeper.ts'),
+  ]);
   const driver = await until('the driver to start', () => {
     try {
       return Number(require_('fs').readFileSync(pidFile, 'utf8')) || undefined;
@@ -169,7 +233,8 @@ test('stop leaves no processes behind', async () => {
   const { pids } = sb.clusterFile();
   const r = await sb.run(['stop']);
   assert.is(r.code, 0, r.stderr);
-  for (const pid of [...pids, driver]) assert.not.ok(pidAlive(pid), `pid ${pid} survived rtjob stop`);
+  for (const pid of [...pids, driver])
+    assert.not.ok(pidAlive(pid), `pid ${pid} survived rtjob stop`);
   const after = await sb.run(['status']);
   assert.is(after.code, 3);
 });

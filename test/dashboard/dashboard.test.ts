@@ -35,9 +35,22 @@ test('without the token the dashboard answers 401', async () => {
 });
 
 test('views show real data; a job is stopped from its page', async () => {
-  const done = await sb.run(['submit', '--job-id', 'finished', '--', fileURLToPath(new URL('log-metrics.ts', `file://${fixtures}`))]);
+  const done = await sb.run([
+    'submit',
+    '--job-id',
+    'finished',
+    '--',
+    fileURLToPath(new URL('log-metrics.ts', `file://${fixtures}`)),
+  ]);
   assert.is(done.code, 0, done.stderr);
-  const r = await sb.run(['submit', '--no-wait', '--job-id', 'train1', '--', `${fixtures}train-loop.ts`]);
+  const r = await sb.run([
+    'submit',
+    '--no-wait',
+    '--job-id',
+    'train1',
+    '--',
+    `${fixtures}train-loop.ts`,
+  ]);
   assert.is(r.code, 0, r.stderr);
   await until('metrics to arrive', async () => {
     const m = await apiCall<{ rows: unknown[] }>(sb, 'GET', '/api/jobs/train1/metrics');
@@ -67,12 +80,18 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.click('tr[data-job="train1"] a');
   await page.waitForSelector('figure.chart[data-metric="reward_mean"] canvas');
   assert.ok((await page.locator('figure.chart').count()) >= 3);
-  await page.waitForFunction(() => (document.querySelector('pre.log')?.textContent ?? '').includes('step 10'));
+  await page.waitForFunction(() =>
+    (document.querySelector('pre.log')?.textContent ?? '').includes('step 10'),
+  );
   // The step time split is one chart with a line per phase.
   await page.waitForSelector('figure.chart[data-metric="step_time_split"] canvas');
   // Its actors, grouped by role, and its config with only the env worth showing, each a tab.
   await page.click('#tab-actors');
-  await page.waitForFunction(() => /Rollout \(2\)/.test(document.body.innerText) && /Trainer \(1\)/.test(document.body.innerText));
+  await page.waitForFunction(
+    () =>
+      /Rollout \(2\)/.test(document.body.innerText) &&
+      /Trainer \(1\)/.test(document.body.innerText),
+  );
   await page.click('#tab-config');
   assert.match(await page.locator('#env-rest').innerText(), /more inherited variables/);
   await page.click('#tab-charts');
@@ -83,35 +102,61 @@ test('views show real data; a job is stopped from its page', async () => {
 
   // Actor actions, with confirmation: restart rollout-0 (it may restart once), kill rollout-1.
   await page.click('nav a[href="#/actors"]');
-  const row = (name: string) => page.locator('tr[data-actor]', { has: page.locator(`td:text-is("${name}")`) });
+  const row = (name: string) =>
+    page.locator('tr[data-actor]', { has: page.locator(`td:text-is("${name}")`) });
   await row('rollout-0').locator('button', { hasText: 'Restart' }).click();
   await page.click('#confirm-ok');
   await until('rollout-0 to restart', async () => {
-    const { body } = await apiCall<{ rows: { name: string; state: string; restarts: number }[] }>(sb, 'GET', '/api/jobs/train1/actors');
+    const { body } = await apiCall<{ rows: { name: string; state: string; restarts: number }[] }>(
+      sb,
+      'GET',
+      '/api/jobs/train1/actors',
+    );
     const a = body.rows.find((x) => x.name === 'rollout-0');
     return a?.restarts === 1 && a.state === 'ALIVE' ? true : undefined;
   });
   // The trainer allows no restarts: Restart is off and says why.
   const trainerRestart = row('trainer').locator('button', { hasText: 'Restart' });
   assert.ok(await trainerRestart.isDisabled());
-  assert.match((await trainerRestart.getAttribute('title')) ?? '', /allows no restarts \(maxRestarts 0\): a restart would kill it for good/);
+  assert.match(
+    (await trainerRestart.getAttribute('title')) ?? '',
+    /allows no restarts \(maxRestarts 0\): a restart would kill it for good/,
+  );
   await row('rollout-1').locator('button', { hasText: 'Kill' }).click();
   // The dialog says what happens to the running job the actor belongs to.
-  assert.match(await page.locator('#confirm-text').innerText(), /Kill rollout-1 \(Rollout\)\? Its process is killed and it is not restarted\. It is the Rollout of running job train1: calls in flight to it fail; whether the job goes on depends on its driver/);
+  assert.match(
+    await page.locator('#confirm-text').innerText(),
+    /Kill rollout-1 \(Rollout\)\? Its process is killed and it is not restarted\. It is the Rollout of running job train1: calls in flight to it fail; whether the job goes on depends on its driver/,
+  );
   await page.click('#confirm-ok');
-  await page.waitForFunction(() => Array.from(document.querySelectorAll('tr[data-actor]')).some((tr) => /rollout-1/.test(tr.textContent ?? '') && /DEAD/.test(tr.textContent ?? '')));
+  await page.waitForFunction(() =>
+    Array.from(document.querySelectorAll('tr[data-actor]')).some(
+      (tr) => /rollout-1/.test(tr.textContent ?? '') && /DEAD/.test(tr.textContent ?? ''),
+    ),
+  );
   await page.goBack();
   await page.waitForSelector('#stop-job');
 
   // Stop from the page, with confirmation.
   await page.click('#stop-job');
   await page.click('#confirm-ok');
-  await page.waitForFunction(() => document.querySelector('#job-status')?.textContent === 'STOPPED', undefined, { timeout: 15000 });
+  await page.waitForFunction(
+    () => document.querySelector('#job-status')?.textContent === 'STOPPED',
+    undefined,
+    { timeout: 15000 },
+  );
   const job = await apiCall<{ status: string }>(sb, 'GET', '/api/jobs/train1');
   assert.is(job.body.status, 'STOPPED');
   // Its actors die with it, and the page shows it.
-  await page.waitForFunction(() => document.querySelectorAll('section[aria-label="Actors"] .badge').length === 3 &&
-    Array.from(document.querySelectorAll('section[aria-label="Actors"] .badge')).every((b) => b.textContent === 'DEAD'), undefined, { timeout: 15000 });
+  await page.waitForFunction(
+    () =>
+      document.querySelectorAll('section[aria-label="Actors"] .badge').length === 3 &&
+      Array.from(document.querySelectorAll('section[aria-label="Actors"] .badge')).every(
+        (b) => b.textContent === 'DEAD',
+      ),
+    undefined,
+    { timeout: 15000 },
+  );
 
   // Actors view: the job's rows in the paged table.
   await page.click('nav a[href="#/actors"]');
@@ -122,7 +167,11 @@ test('views show real data; a job is stopped from its page', async () => {
 
   // Actor page: its logs (stdout and stderr), after its worker is gone.
   await page.click('tr[data-actor]:has-text("trainer") a');
-  await page.waitForFunction(() => /out: role 2 ready[\s\S]*err: role 2 ready/.test(document.querySelector('pre.log')?.textContent ?? ''));
+  await page.waitForFunction(() =>
+    /out: role 2 ready[\s\S]*err: role 2 ready/.test(
+      document.querySelector('pre.log')?.textContent ?? '',
+    ),
+  );
   await page.screenshot({ path: `${shots}actor.png`, fullPage: true });
   await page.click('a[href="#/actors"]');
   await page.waitForSelector('#actor-range');

@@ -1,7 +1,13 @@
 import { suite } from 'uvu';
 
 import type { BuiltinEngine } from '../../actors/engines/builtin/index.ts';
-import { builtinGenerating, builtinPrompt, builtinVocabSize, checkpoints, tinyBuiltinEngine } from './builtin-fixture.ts';
+import {
+  builtinGenerating,
+  builtinPrompt,
+  builtinVocabSize,
+  checkpoints,
+  tinyBuiltinEngine,
+} from './builtin-fixture.ts';
 import { registerConformance } from './conformance.ts';
 
 const test = suite('builtin engine conformance');

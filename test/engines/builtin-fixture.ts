@@ -26,7 +26,10 @@ export async function tinyBuiltinEngine(seed = 11): Promise<BuiltinEngine> {
 }
 
 /** Checkpoint directories of other random weights, removed by `cleanup`. */
-export function checkpoints(): { update: (version: number) => Promise<WeightUpdate>; cleanup: () => void } {
+export function checkpoints(): {
+  update: (version: number) => Promise<WeightUpdate>;
+  cleanup: () => void;
+} {
   const dirs: string[] = [];
   return {
     update: async (version) => {

@@ -34,7 +34,8 @@ export interface ConformanceOptions {
 function assertAligned(r: GenerateResult, vocabSize: number): void {
   assert.is(r.outputLogprobs.length, r.outputTokens.length, 'one logprob per token');
   assert.is(r.outputVersions.length, r.outputTokens.length, 'one version per token');
-  for (const t of r.outputTokens) assert.ok(Number.isInteger(t) && t >= 0 && t < vocabSize, `token ${t} in vocab`);
+  for (const t of r.outputTokens)
+    assert.ok(Number.isInteger(t) && t >= 0 && t < vocabSize, `token ${t} in vocab`);
   for (const l of r.outputLogprobs) assert.ok(Number.isFinite(l) && l <= 1e-6, `logprob ${l} ≤ 0`);
   assert.ok(['stop', 'length', 'abort'].includes(r.stopReason));
 }
@@ -60,113 +61,165 @@ export function registerConformance(
     }
   };
 
-  suite('generate returns aligned tokens, logprobs and versions', withEngine(async (e) => {
-    const r = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 12 } });
-    assertAligned(r, vocabSize);
-    assert.ok(r.outputTokens.length >= 1 && r.outputTokens.length <= 12);
-    assert.ok(r.outputVersions.every((v) => v === e.getVersion()));
-    if (r.stopReason === 'length') assert.is(r.outputTokens.length, 12);
-  }));
+  suite(
+    'generate returns aligned tokens, logprobs and versions',
+    withEngine(async (e) => {
+      const r = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 12 } });
+      assertAligned(r, vocabSize);
+      assert.ok(r.outputTokens.length >= 1 && r.outputTokens.length <= 12);
+      assert.ok(r.outputVersions.every((v) => v === e.getVersion()));
+      if (r.stopReason === 'length') assert.is(r.outputTokens.length, 12);
+    }),
+  );
 
-  suite('greedy decoding repeats, and a stop token id ends generation as its last token', withEngine(async (e) => {
-    const a = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 10, greedy: true } });
-    const b = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 10, greedy: true } });
-    assert.equal(b.outputTokens, a.outputTokens);
-    assert.ok(a.outputTokens.length >= 4, 'greedy run long enough to pick a stop token');
-    const stopId = a.outputTokens[3]!;
-    const upTo = a.outputTokens.indexOf(stopId);
-    const c = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 10, greedy: true, stopTokenIds: [stopId] } });
-    assert.is(c.stopReason, 'stop');
-    assert.equal(c.outputTokens, a.outputTokens.slice(0, upTo + 1));
-  }));
+  suite(
+    'greedy decoding repeats, and a stop token id ends generation as its last token',
+    withEngine(async (e) => {
+      const a = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 10, greedy: true } });
+      const b = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 10, greedy: true } });
+      assert.equal(b.outputTokens, a.outputTokens);
+      assert.ok(a.outputTokens.length >= 4, 'greedy run long enough to pick a stop token');
+      const stopId = a.outputTokens[3]!;
+      const upTo = a.outputTokens.indexOf(stopId);
+      const c = await e.generate({
+        inputIds: prompt,
+        gconfig: { maxNewTokens: 10, greedy: true, stopTokenIds: [stopId] },
+      });
+      assert.is(c.stopReason, 'stop');
+      assert.equal(c.outputTokens, a.outputTokens.slice(0, upTo + 1));
+    }),
+  );
 
-  suite('the same seed gives the same sample', withEngine(async (e) => {
-    const g = { maxNewTokens: 16, seed: 1234 };
-    const a = await e.generate({ inputIds: prompt, gconfig: g });
-    const b = await e.generate({ inputIds: prompt, gconfig: g });
-    assert.equal(b.outputTokens, a.outputTokens);
-    assert.equal(b.outputLogprobs.map((x) => x.toFixed(5)), a.outputLogprobs.map((x) => x.toFixed(5)));
-  }));
+  suite(
+    'the same seed gives the same sample',
+    withEngine(async (e) => {
+      const g = { maxNewTokens: 16, seed: 1234 };
+      const a = await e.generate({ inputIds: prompt, gconfig: g });
+      const b = await e.generate({ inputIds: prompt, gconfig: g });
+      assert.equal(b.outputTokens, a.outputTokens);
+      assert.equal(
+        b.outputLogprobs.map((x) => x.toFixed(5)),
+        a.outputLogprobs.map((x) => x.toFixed(5)),
+      );
+    }),
+  );
 
-  suite('generateN returns n samples; generate refuses n > 1', withEngine(async (e) => {
-    const rs = await e.generateN({ inputIds: prompt, gconfig: { maxNewTokens: 8, n: 4 } });
-    assert.is(rs.length, 4);
-    for (const r of rs) assertAligned(r, vocabSize);
-    let threw = false;
-    await e.generate({ inputIds: prompt, gconfig: { n: 2 } }).catch(() => (threw = true));
-    assert.ok(threw);
-  }));
+  suite(
+    'generateN returns n samples; generate refuses n > 1',
+    withEngine(async (e) => {
+      const rs = await e.generateN({ inputIds: prompt, gconfig: { maxNewTokens: 8, n: 4 } });
+      assert.is(rs.length, 4);
+      for (const r of rs) assertAligned(r, vocabSize);
+      let threw = false;
+      await e.generate({ inputIds: prompt, gconfig: { n: 2 } }).catch(() => (threw = true));
+      assert.ok(threw);
+    }),
+  );
 
-  suite('many concurrent requests all complete', withEngine(async (e) => {
-    const rs = await Promise.all(Array.from({ length: 24 }, (_, i) => e.generate({ rid: `r${i}`, inputIds: prompt.concat([i % vocabSize]), gconfig: { maxNewTokens: 8 } })));
-    for (const r of rs) assertAligned(r, vocabSize);
-  }));
+  suite(
+    'many concurrent requests all complete',
+    withEngine(async (e) => {
+      const rs = await Promise.all(
+        Array.from({ length: 24 }, (_, i) =>
+          e.generate({
+            rid: `r${i}`,
+            inputIds: prompt.concat([i % vocabSize]),
+            gconfig: { maxNewTokens: 8 },
+          }),
+        ),
+      );
+      for (const r of rs) assertAligned(r, vocabSize);
+    }),
+  );
 
-  suite('sleep then wakeUp leaves the engine usable', withEngine(async (e) => {
-    await e.sleep();
-    await e.wakeUp();
-    assertAligned(await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 4 } }), vocabSize);
-  }));
+  suite(
+    'sleep then wakeUp leaves the engine usable',
+    withEngine(async (e) => {
+      await e.sleep();
+      await e.wakeUp();
+      assertAligned(
+        await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 4 } }),
+        vocabSize,
+      );
+    }),
+  );
 
   suite('close makes later calls fail', async () => {
     const e = await makeEngine();
     await e.close();
     let threw = false;
-    await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } }).catch(() => (threw = true));
+    await e
+      .generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })
+      .catch(() => (threw = true));
     assert.ok(threw);
   });
 
   const { weightUpdate, whenGenerating } = opts;
   if (weightUpdate) {
-    suite('updateWeights tags later tokens with the new version', withEngine(async (e) => {
-      assert.is(e.getVersion(), 0);
-      await e.updateWeights(await weightUpdate(1), 1);
-      assert.is(e.getVersion(), 1);
-      const r = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 6 } });
-      assert.ok(r.outputVersions.every((v) => v === 1));
-    }));
+    suite(
+      'updateWeights tags later tokens with the new version',
+      withEngine(async (e) => {
+        assert.is(e.getVersion(), 0);
+        await e.updateWeights(await weightUpdate(1), 1);
+        assert.is(e.getVersion(), 1);
+        const r = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 6 } });
+        assert.ok(r.outputVersions.every((v) => v === 1));
+      }),
+    );
   }
 
   if (weightUpdate && whenGenerating) {
-    suite('a request in flight across a weight update finishes, old tokens then new', withEngine(async (e) => {
-      const update = await weightUpdate(1);
-      const p = e.generate({ inputIds: prompt, gconfig: { maxNewTokens: long } });
-      await whenGenerating();
-      await e.updateWeights(update, 1);
-      const r = await p;
-      assertAligned(r, vocabSize);
-      assert.is(r.stopReason, 'length');
-      assert.is(r.outputTokens.length, long);
-      assert.ok(nonDecreasing(r.outputVersions));
-      assert.is(r.outputVersions[0], 0);
-      assert.is(r.outputVersions.at(-1), 1);
-    }));
+    suite(
+      'a request in flight across a weight update finishes, old tokens then new',
+      withEngine(async (e) => {
+        const update = await weightUpdate(1);
+        const p = e.generate({ inputIds: prompt, gconfig: { maxNewTokens: long } });
+        await whenGenerating();
+        await e.updateWeights(update, 1);
+        const r = await p;
+        assertAligned(r, vocabSize);
+        assert.is(r.stopReason, 'length');
+        assert.is(r.outputTokens.length, long);
+        assert.ok(nonDecreasing(r.outputVersions));
+        assert.is(r.outputVersions[0], 0);
+        assert.is(r.outputVersions.at(-1), 1);
+      }),
+    );
   }
 
   if (whenGenerating) {
-    suite('pause (abort) returns in-flight requests with abort and holds new ones until resume', withEngine(async (e) => {
-      const p = e.generate({ inputIds: prompt, gconfig: { maxNewTokens: long } });
-      await whenGenerating();
-      await e.pause({ mode: 'abort' });
-      const r = await p;
-      assertAligned(r, vocabSize);
-      assert.is(r.stopReason, 'abort');
-      assert.ok(r.outputTokens.length < long);
-      const held = e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 4 } });
-      const first = await Promise.race([held.then(() => 'finished'), new Promise((res) => setTimeout(res, 150, 'held'))]);
-      assert.is(first, 'held');
-      await e.resume();
-      assertAligned(await held, vocabSize);
-    }));
+    suite(
+      'pause (abort) returns in-flight requests with abort and holds new ones until resume',
+      withEngine(async (e) => {
+        const p = e.generate({ inputIds: prompt, gconfig: { maxNewTokens: long } });
+        await whenGenerating();
+        await e.pause({ mode: 'abort' });
+        const r = await p;
+        assertAligned(r, vocabSize);
+        assert.is(r.stopReason, 'abort');
+        assert.ok(r.outputTokens.length < long);
+        const held = e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 4 } });
+        const first = await Promise.race([
+          held.then(() => 'finished'),
+          new Promise((res) => setTimeout(res, 150, 'held')),
+        ]);
+        assert.is(first, 'held');
+        await e.resume();
+        assertAligned(await held, vocabSize);
+      }),
+    );
 
-    suite('pause (wait) lets in-flight requests finish', withEngine(async (e) => {
-      const p = e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 40 } });
-      await whenGenerating();
-      await e.pause({ mode: 'wait' });
-      const r = await p;
-      assert.is(r.stopReason, 'length');
-      assert.is(r.outputTokens.length, 40);
-      await e.resume();
-    }));
+    suite(
+      'pause (wait) lets in-flight requests finish',
+      withEngine(async (e) => {
+        const p = e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 40 } });
+        await whenGenerating();
+        await e.pause({ mode: 'wait' });
+        const r = await p;
+        assert.is(r.stopReason, 'length');
+        assert.is(r.outputTokens.length, 40);
+        await e.resume();
+      }),
+    );
   }
 }

@@ -59,7 +59,11 @@ export function closedAfterEach(suite: Test): <T extends { close(): Promise<void
 }
 
 /** Resolves with the first `type` event `engine` tells of from now on; rejects after `timeoutMs`. */
-export function nextEvent(engine: RemoteEngine, type: ServerEvent['type'], timeoutMs = 10_000): Promise<ServerEvent> {
+export function nextEvent(
+  engine: RemoteEngine,
+  type: ServerEvent['type'],
+  timeoutMs = 10_000,
+): Promise<ServerEvent> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       stop();

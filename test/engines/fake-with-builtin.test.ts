@@ -7,7 +7,13 @@ import type { BuiltinEngine } from '../../actors/engines/builtin/index.ts';
 import { SglangEngine } from '../../actors/engines/sglang/index.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { EngineGenerator } from '../fakes/token-generator.ts';
-import { builtinGenerating, builtinPrompt, builtinVocabSize, checkpoints, tinyBuiltinEngine } from './builtin-fixture.ts';
+import {
+  builtinGenerating,
+  builtinPrompt,
+  builtinVocabSize,
+  checkpoints,
+  tinyBuiltinEngine,
+} from './builtin-fixture.ts';
 import { registerConformance } from './conformance.ts';
 
 const test = suite('sglang engine → fake SGLang server → builtin engine');
@@ -17,7 +23,10 @@ let fake: FakeSglangServer;
 
 test.before(async () => {
   builtin = await tinyBuiltinEngine();
-  const generator = new EngineGenerator(builtin, { eosTokenId: -1, decode: (ids) => ids.join(' ') });
+  const generator = new EngineGenerator(builtin, {
+    eosTokenId: -1,
+    decode: (ids) => ids.join(' '),
+  });
   fake = await FakeSglangServer.start({ generator });
 });
 test.after(async () => {
@@ -29,8 +38,14 @@ test.after(async () => {
 test('the proxy returns what the model generates, logprobs included', async () => {
   const proxy = new SglangEngine({ urls: [fake.url] });
   try {
-    const direct = await builtin.generate({ inputIds: builtinPrompt, gconfig: { greedy: true, maxNewTokens: 8 } });
-    const viaProxy = await proxy.generate({ inputIds: builtinPrompt, gconfig: { greedy: true, maxNewTokens: 8 } });
+    const direct = await builtin.generate({
+      inputIds: builtinPrompt,
+      gconfig: { greedy: true, maxNewTokens: 8 },
+    });
+    const viaProxy = await proxy.generate({
+      inputIds: builtinPrompt,
+      gconfig: { greedy: true, maxNewTokens: 8 },
+    });
     assert.equal(viaProxy.outputTokens, direct.outputTokens);
     assert.equal(viaProxy.outputLogprobs, direct.outputLogprobs);
   } finally {

@@ -9,7 +9,15 @@ import { VllmEngine } from '../../actors/engines/vllm/index.ts';
 import type { FakeServer } from '../fakes/fake-server.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
-import { closedAfterEach, nextEvent, prompt, tempDir, testGenerator, whenGenerating, writeFakeCheckpoint } from './fake-fixtures.ts';
+import {
+  closedAfterEach,
+  nextEvent,
+  prompt,
+  tempDir,
+  testGenerator,
+  whenGenerating,
+  writeFakeCheckpoint,
+} from './fake-fixtures.ts';
 
 const dir = tempDir();
 test.after(() => dir.cleanup());
@@ -17,7 +25,9 @@ test.after(() => dir.cleanup());
 const own = closedAfterEach(test);
 
 async function sglang(tokenDelayMs = 0): Promise<FakeSglangServer> {
-  return own(await FakeSglangServer.start({ generator: testGenerator(tokenDelayMs), modelPath: dir.path }));
+  return own(
+    await FakeSglangServer.start({ generator: testGenerator(tokenDelayMs), modelPath: dir.path }),
+  );
 }
 
 async function vllm(): Promise<FakeVllmServer> {
@@ -52,7 +62,9 @@ test('a 429 with Retry-After is retried no sooner than the server asked', async 
 
 test('a Retry-After longer than retryAfterMaxMs waits only that long; the final error carries it', async () => {
   const fake = await vllm();
-  const e = engine(new VllmEngine({ urls: [fake.url], retryBaseDelayMs: 1, retryAfterMaxMs: 20, maxRetries: 1 }));
+  const e = engine(
+    new VllmEngine({ urls: [fake.url], retryBaseDelayMs: 1, retryAfterMaxMs: 20, maxRetries: 1 }),
+  );
   fake.injectFault('/v1/completions', { kind: 'status', status: 503, retryAfter: '3600' }, 2);
   const started = Date.now();
   const err = await e.generate(small).catch((x: unknown) => x);
@@ -85,12 +97,20 @@ for (const [name, start, path] of [
   test(`${name}: a connection reset mid-answer is retried, and without retries is a network error`, async () => {
     const fake: FakeServer = await start();
     const urls = [fake.url];
-    const e = engine(name === 'SGLang' ? new SglangEngine({ urls, retryBaseDelayMs: 1 }) : new VllmEngine({ urls, retryBaseDelayMs: 1 }));
+    const e = engine(
+      name === 'SGLang'
+        ? new SglangEngine({ urls, retryBaseDelayMs: 1 })
+        : new VllmEngine({ urls, retryBaseDelayMs: 1 }),
+    );
     fake.injectFault(path, { kind: 'reset' });
     assert.is((await e.generate(small)).outputTokens.length, 3);
     assert.is(fake.stats.faults, 1);
 
-    const strict = engine(name === 'SGLang' ? new SglangEngine({ urls, maxRetries: 0 }) : new VllmEngine({ urls, maxRetries: 0 }));
+    const strict = engine(
+      name === 'SGLang'
+        ? new SglangEngine({ urls, maxRetries: 0 })
+        : new VllmEngine({ urls, maxRetries: 0 }),
+    );
     fake.injectFault(path, { kind: 'reset' });
     const err = await strict.generate(small).catch((x: unknown) => x);
     assert.ok(isEngineError(err));
@@ -101,7 +121,11 @@ for (const [name, start, path] of [
   test(`${name}: a 200 answer that is not JSON fails at once with a protocol error quoting it`, async () => {
     const fake: FakeServer = await start();
     const urls = [fake.url];
-    const e = engine(name === 'SGLang' ? new SglangEngine({ urls, retryBaseDelayMs: 1 }) : new VllmEngine({ urls, retryBaseDelayMs: 1 }));
+    const e = engine(
+      name === 'SGLang'
+        ? new SglangEngine({ urls, retryBaseDelayMs: 1 })
+        : new VllmEngine({ urls, retryBaseDelayMs: 1 }),
+    );
     fake.injectFault(path, { kind: 'malformed' });
     const err = await e.generate(small).catch((x: unknown) => x);
     assert.ok(isEngineError(err));
@@ -115,7 +139,9 @@ for (const [name, start, path] of [
 
 test('a slow answer from a healthy server is waited for: not retried, not marked down', async () => {
   const fake = await sglang();
-  const e = engine(new SglangEngine({ urls: [fake.url], healthIntervalMs: 20, healthTimeoutMs: 100 }));
+  const e = engine(
+    new SglangEngine({ urls: [fake.url], healthIntervalMs: 20, healthTimeoutMs: 100 }),
+  );
   fake.responseDelayMs = 400;
   const r = await e.generate(small);
   assert.is(r.outputTokens.length, 3);
@@ -127,7 +153,14 @@ test('a slow answer from a healthy server is waited for: not retried, not marked
 test('a server that stops answering (generation and health) loses its request to another server', async () => {
   const a = await sglang();
   const b = await sglang();
-  const e = engine(new SglangEngine({ urls: [a.url, b.url], healthIntervalMs: 30, healthTimeoutMs: 60, retryBaseDelayMs: 1 }));
+  const e = engine(
+    new SglangEngine({
+      urls: [a.url, b.url],
+      healthIntervalMs: 30,
+      healthTimeoutMs: 60,
+      retryBaseDelayMs: 1,
+    }),
+  );
   a.injectFault('/generate', { kind: 'hang' });
   a.healthMode = 'hang';
   const down = nextEvent(e, 'server-down');
@@ -140,7 +173,15 @@ test('a server that stops answering (generation and health) loses its request to
 
 test('with its only server hung, a request fails within the health and no-server limits', async () => {
   const fake = await sglang();
-  const e = engine(new SglangEngine({ urls: [fake.url], healthIntervalMs: 30, healthTimeoutMs: 60, noServerWaitMs: 200, retryBaseDelayMs: 1 }));
+  const e = engine(
+    new SglangEngine({
+      urls: [fake.url],
+      healthIntervalMs: 30,
+      healthTimeoutMs: 60,
+      noServerWaitMs: 200,
+      retryBaseDelayMs: 1,
+    }),
+  );
   fake.injectFault('/generate', { kind: 'hang' });
   fake.healthMode = 'hang';
   const started = Date.now();
@@ -153,19 +194,33 @@ test('with its only server hung, a request fails within the health and no-server
 
 test('SGLang: the only server dies during a weight update: a clear error, the old version kept, no hang', async () => {
   const fake = await sglang();
-  const e = engine(new SglangEngine({ urls: [fake.url], healthIntervalMs: 50, healthTimeoutMs: 100 }));
+  const e = engine(
+    new SglangEngine({ urls: [fake.url], healthIntervalMs: 50, healthTimeoutMs: 100 }),
+  );
   fake.injectFault('/update_weights_from_disk', { kind: 'die' });
-  const err = await e.updateWeights({ kind: 'disk', path: writeFakeCheckpoint(dir.path, 2) }, 2).catch((x: unknown) => x);
+  const err = await e
+    .updateWeights({ kind: 'disk', path: writeFakeCheckpoint(dir.path, 2) }, 2)
+    .catch((x: unknown) => x);
   assert.ok(isEngineError(err));
   assert.is(err.code, 'network');
-  assert.match(err.message, /weight update to version 2 failed on every server \(the servers keep version 0\): POST http:\/\/127\.0\.0\.1:\d+\/update_weights_from_disk/);
+  assert.match(
+    err.message,
+    /weight update to version 2 failed on every server \(the servers keep version 0\): POST http:\/\/127\.0\.0\.1:\d+\/update_weights_from_disk/,
+  );
   assert.is(e.getVersion(), 0);
 });
 
 test('SGLang: a server that dies during a weight update is taken out; the others serve the new version', async () => {
   const a = await sglang(1);
   const b = await sglang(1);
-  const e = engine(new SglangEngine({ urls: [a.url, b.url], healthIntervalMs: 50, healthTimeoutMs: 100, retryBaseDelayMs: 1 }));
+  const e = engine(
+    new SglangEngine({
+      urls: [a.url, b.url],
+      healthIntervalMs: 50,
+      healthTimeoutMs: 100,
+      retryBaseDelayMs: 1,
+    }),
+  );
   const inFlight = e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 60 } });
   await Promise.race([whenGenerating(a)(), whenGenerating(b)()]);
   a.injectFault('/update_weights_from_disk', { kind: 'die' });
@@ -184,7 +239,9 @@ test('SGLang: a server that dies during a weight update is taken out; the others
 test('a server that hangs during a weight update is let go once its health fails, and rejoins reloaded and unpaused', async () => {
   const a = await sglang();
   const b = await sglang();
-  const e = engine(new SglangEngine({ urls: [a.url, b.url], healthIntervalMs: 30, healthTimeoutMs: 60 }));
+  const e = engine(
+    new SglangEngine({ urls: [a.url, b.url], healthIntervalMs: 30, healthTimeoutMs: 60 }),
+  );
   a.injectFault('/update_weights_from_disk', { kind: 'hang' });
   const started = Date.now();
   const update = e.updateWeights({ kind: 'disk', path: writeFakeCheckpoint(dir.path, 4) }, 4);
@@ -204,12 +261,22 @@ test('a server that hangs during a weight update is let go once its health fails
   assert.is(a.weightVersion, '4');
   const rs = await Promise.all(Array.from({ length: 4 }, () => e.generate(small)));
   assert.ok(a.stats.generateRequests >= 1);
-  assert.equal(rs.map((r) => r.outputVersions), Array(4).fill([4, 4, 4]));
+  assert.equal(
+    rs.map((r) => r.outputVersions),
+    Array(4).fill([4, 4, 4]),
+  );
 });
 
 test('vLLM: a server that dies in the middle of the sleep-reload sequence fails the update clearly', async () => {
   const fake = await vllm();
-  const e = engine(new VllmEngine({ urls: [fake.url], servedModelPath: dir.path, healthIntervalMs: 50, healthTimeoutMs: 100 }));
+  const e = engine(
+    new VllmEngine({
+      urls: [fake.url],
+      servedModelPath: dir.path,
+      healthIntervalMs: 50,
+      healthTimeoutMs: 100,
+    }),
+  );
   fake.injectFault('/collective_rpc', { kind: 'die' });
   const err = await e.updateWeights({ kind: 'disk', path: dir.path }, 1).catch((x: unknown) => x);
   assert.ok(isEngineError(err));
@@ -220,7 +287,15 @@ test('vLLM: a server that dies in the middle of the sleep-reload sequence fails 
 
 test('vLLM: a reload that fails after sleep level 2 takes the server out until an update succeeds', async () => {
   const fake = await vllm();
-  const e = engine(new VllmEngine({ urls: [fake.url], servedModelPath: dir.path, healthIntervalMs: 30, healthTimeoutMs: 100, noServerWaitMs: 100 }));
+  const e = engine(
+    new VllmEngine({
+      urls: [fake.url],
+      servedModelPath: dir.path,
+      healthIntervalMs: 30,
+      healthTimeoutMs: 100,
+      noServerWaitMs: 100,
+    }),
+  );
   writeFakeCheckpoint(dir.path, 1);
   fake.injectFault('/collective_rpc', { kind: 'status', status: 500 });
   const err = await e.updateWeights({ kind: 'disk', path: dir.path }, 1).catch((x: unknown) => x);
@@ -258,7 +333,14 @@ test('a server that dies while the engine is paused is taken out at resume; requ
 
 test('with its only server dead, resume throws, and requests fail with no-server instead of waiting forever', async () => {
   const fake = await sglang();
-  const e = engine(new SglangEngine({ urls: [fake.url], healthIntervalMs: 30, healthTimeoutMs: 60, noServerWaitMs: 150 }));
+  const e = engine(
+    new SglangEngine({
+      urls: [fake.url],
+      healthIntervalMs: 30,
+      healthTimeoutMs: 60,
+      noServerWaitMs: 150,
+    }),
+  );
   await e.pause({ mode: 'abort' });
   await fake.close();
   const err = await e.resume().catch((x: unknown) => x);
@@ -282,7 +364,9 @@ test('a server that dies while the engine sleeps is taken out at wakeUp; the oth
 });
 
 test('a server that refuses to sleep (no memory saver) fails sleep() with its answer', async () => {
-  const fake = own(await FakeSglangServer.start({ generator: testGenerator(0), enableMemorySaver: false }));
+  const fake = own(
+    await FakeSglangServer.start({ generator: testGenerator(0), enableMemorySaver: false }),
+  );
   const e = engine(new SglangEngine({ urls: [fake.url] }));
   const err = await e.sleep().catch((x: unknown) => x);
   assert.ok(isEngineError(err));

@@ -48,7 +48,9 @@ test('a kept-alive connection the server dropped is retried once on a fresh one'
 test('a fresh connection dropped before the answer is a network error, not retried', async () => {
   const s = await serve((req) => req.socket.destroy());
   try {
-    const err = await httpCall(`${s.url}/a`, { x: 1 }, { timeoutMs: 5000 }).catch((e: unknown) => e);
+    const err = await httpCall(`${s.url}/a`, { x: 1 }, { timeoutMs: 5000 }).catch(
+      (e: unknown) => e,
+    );
     assert.ok(isEngineError(err));
     assert.is(err.code, 'network');
     assert.ok(err.retryable);
@@ -62,7 +64,11 @@ test('text answers come back as text unless JSON is expected', async () => {
   const s = await serve((_req, res) => res.end('Cache flushed.'));
   try {
     assert.is(await httpCall(`${s.url}/flush_cache`, {}, { timeoutMs: 5000 }), 'Cache flushed.');
-    const err = await httpCall(`${s.url}/generate`, {}, { timeoutMs: 5000, expectJson: true }).catch((e: unknown) => e);
+    const err = await httpCall(
+      `${s.url}/generate`,
+      {},
+      { timeoutMs: 5000, expectJson: true },
+    ).catch((e: unknown) => e);
     assert.ok(isEngineError(err));
     assert.is(err.code, 'protocol');
     assert.match(err.message, /not JSON: "Cache flushed\."/);
@@ -74,9 +80,15 @@ test('text answers come back as text unless JSON is expected', async () => {
 test('an unbounded time limit does not fire at once; a cancelled call says so', async () => {
   const s = await serve((_req, res) => setTimeout(() => res.end('{}'), 50));
   try {
-    assert.equal(await httpCall(`${s.url}/a`, undefined, { timeoutMs: Number.POSITIVE_INFINITY }), {});
+    assert.equal(
+      await httpCall(`${s.url}/a`, undefined, { timeoutMs: Number.POSITIVE_INFINITY }),
+      {},
+    );
     const controller = new AbortController();
-    const p = httpCall(`${s.url}/a`, undefined, { timeoutMs: 5000, signal: controller.signal }).catch((e: unknown) => e);
+    const p = httpCall(`${s.url}/a`, undefined, {
+      timeoutMs: 5000,
+      signal: controller.signal,
+    }).catch((e: unknown) => e);
     controller.abort(new Error('stop'));
     const err = await p;
     assert.ok(isEngineError(err));

@@ -3,7 +3,11 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { launchServer, type LaunchedServer, type ServerLaunchError } from '../../actors/engines/launcher.ts';
+import {
+  launchServer,
+  type LaunchedServer,
+  type ServerLaunchError,
+} from '../../actors/engines/launcher.ts';
 import { SglangEngine } from '../../actors/engines/sglang/index.ts';
 import { pidAlive } from '../../runtime/pid.ts';
 
@@ -33,7 +37,10 @@ test('launches a server with CUDA_VISIBLE_DEVICES, waits healthy, streams logs, 
   try {
     server = await launchServer({
       command: 'sh',
-      args: ['-c', `sleep 600 & echo grandchild=$!; exec "${process.execPath}" --import tsx "${fakeSglang}" --port 0`],
+      args: [
+        '-c',
+        `sleep 600 & echo grandchild=$!; exec "${process.execPath}" --import tsx "${fakeSglang}" --port 0`,
+      ],
       cudaVisibleDevices: [2, 3],
       pollIntervalMs: 100,
       readyTimeoutMs: 60_000,
@@ -51,7 +58,10 @@ test('launches a server with CUDA_VISIBLE_DEVICES, waits healthy, streams logs, 
     const exit = await server.stop();
     assert.ok(exit.code === 0 || exit.signal !== null || exit.code === 143, JSON.stringify(exit));
     await until(() => !pidAlive(grandchild) && !groupAlive(server!.pid), 5000);
-    const after = await fetch(`${server.url}/health`).then(() => 'answered', () => 'refused');
+    const after = await fetch(`${server.url}/health`).then(
+      () => 'answered',
+      () => 'refused',
+    );
     assert.is(after, 'refused');
   } finally {
     await server?.stop();
@@ -88,7 +98,9 @@ test('a server not healthy in time is stopped and the launch fails', async () =>
 });
 
 test('when the launching process is killed, the guard takes the server down (no orphans)', async () => {
-  const parent = spawn(process.execPath, ['--import', 'tsx', fixture], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const parent = spawn(process.execPath, ['--import', 'tsx', fixture], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   try {
     const pgid = await new Promise<number>((resolve, reject) => {
       let out = '';

@@ -3,7 +3,14 @@ import { suite } from 'uvu';
 import { SglangEngine } from '../../actors/engines/sglang/index.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { registerConformance } from './conformance.ts';
-import { prompt, tempDir, testGenerator, vocabSize, whenGenerating, writeFakeCheckpoint } from './fake-fixtures.ts';
+import {
+  prompt,
+  tempDir,
+  testGenerator,
+  vocabSize,
+  whenGenerating,
+  writeFakeCheckpoint,
+} from './fake-fixtures.ts';
 
 const test = suite('sglang engine conformance (fake SGLang server)');
 let fake: FakeSglangServer;
@@ -17,11 +24,15 @@ test.after(async () => {
   dir.cleanup();
 });
 
-registerConformance(test, async () => new SglangEngine({ urls: [fake.url], healthIntervalMs: 200 }), {
-  prompt,
-  vocabSize,
-  weightUpdate: async (v) => ({ kind: 'disk', path: writeFakeCheckpoint(dir.path, v) }),
-  whenGenerating: () => whenGenerating(fake)(),
-});
+registerConformance(
+  test,
+  async () => new SglangEngine({ urls: [fake.url], healthIntervalMs: 200 }),
+  {
+    prompt,
+    vocabSize,
+    weightUpdate: async (v) => ({ kind: 'disk', path: writeFakeCheckpoint(dir.path, v) }),
+    whenGenerating: () => whenGenerating(fake)(),
+  },
+);
 
 test.run();

@@ -5,7 +5,13 @@ import { isEngineError } from '../../actors/engines/http/errors.ts';
 import { httpCall } from '../../actors/engines/http/http-call.ts';
 import { SglangEngine } from '../../actors/engines/sglang/index.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
-import { prompt, tempDir, testGenerator, whenGenerating, writeFakeCheckpoint } from './fake-fixtures.ts';
+import {
+  prompt,
+  tempDir,
+  testGenerator,
+  whenGenerating,
+  writeFakeCheckpoint,
+} from './fake-fixtures.ts';
 
 const gen = testGenerator(1);
 let fake: FakeSglangServer;
@@ -36,7 +42,16 @@ function temperedLogprob(context: number[], token: number, temperature: number):
 test('maps the generation config onto /generate field by field', async () => {
   await engine.generate({
     inputIds: prompt,
-    gconfig: { maxNewTokens: 7, minNewTokens: 2, temperature: 0.7, topP: 0.9, topK: 5, stopTokenIds: [3], stop: ['zz'], seed: 9 },
+    gconfig: {
+      maxNewTokens: 7,
+      minNewTokens: 2,
+      temperature: 0.7,
+      topP: 0.9,
+      topK: 5,
+      stopTokenIds: [3],
+      stop: ['zz'],
+      seed: 9,
+    },
   });
   assert.equal(lastBody(), {
     input_ids: prompt,
@@ -61,7 +76,10 @@ test('maps the generation config onto /generate field by field', async () => {
 });
 
 test('logprobs are those of the tempered distribution, read from output_token_logprobs', async () => {
-  const r = await engine.generate({ inputIds: prompt, gconfig: { maxNewTokens: 6, temperature: 0.6 } });
+  const r = await engine.generate({
+    inputIds: prompt,
+    gconfig: { maxNewTokens: 6, temperature: 0.6 },
+  });
   const ctx = prompt.slice();
   r.outputTokens.forEach((t, i) => {
     assert.ok(Math.abs(r.outputLogprobs[i]! - temperedLogprob(ctx, t, 0.6)) < 1e-9);
@@ -87,7 +105,10 @@ test('a request the server aborts (pause_generation by someone else) continues f
   const r = await p;
   assert.is(r.stopReason, 'length');
   assert.is(r.outputTokens.length, 120);
-  const [first, second] = fake.generateBodies.slice(-2) as Array<{ input_ids: number[]; sampling_params: { max_new_tokens: number } }>;
+  const [first, second] = fake.generateBodies.slice(-2) as Array<{
+    input_ids: number[];
+    sampling_params: { max_new_tokens: number };
+  }>;
   assert.is(first!.input_ids.length, prompt.length);
   const partial = second!.input_ids.length - prompt.length;
   assert.ok(partial > 0 && partial < 120);
@@ -101,7 +122,9 @@ test('5xx answers are retried with backoff; past maxRetries the error has code a
   assert.is(r.outputTokens.length, 3);
   const strict = new SglangEngine({ urls: [fake.url], maxRetries: 0 });
   fake.failNextGenerates = 1;
-  const err = await strict.generate({ inputIds: prompt, gconfig: { maxNewTokens: 3 } }).catch((e: unknown) => e);
+  const err = await strict
+    .generate({ inputIds: prompt, gconfig: { maxNewTokens: 3 } })
+    .catch((e: unknown) => e);
   await strict.close();
   assert.ok(isEngineError(err));
   assert.is(err.code, 'http');
@@ -109,9 +132,16 @@ test('5xx answers are retried with backoff; past maxRetries the error has code a
 });
 
 test('a slow answer past requestTimeoutMs fails with code timeout', async () => {
-  const impatient = new SglangEngine({ urls: [fake.url], requestTimeoutMs: 80, maxRetries: 0, healthFailureThreshold: 100 });
+  const impatient = new SglangEngine({
+    urls: [fake.url],
+    requestTimeoutMs: 80,
+    maxRetries: 0,
+    healthFailureThreshold: 100,
+  });
   fake.responseDelayMs = 400;
-  const err = await impatient.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } }).catch((e: unknown) => e);
+  const err = await impatient
+    .generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })
+    .catch((e: unknown) => e);
   fake.responseDelayMs = 0;
   await impatient.close();
   assert.ok(isEngineError(err));
@@ -120,7 +150,9 @@ test('a slow answer past requestTimeoutMs fails with code timeout', async () => 
 
 test('a 4xx answer is not retried', async () => {
   const before = fake.stats.generateRequests;
-  const err = await engine.generate({ inputIds: Array(5000).fill(2), gconfig: { maxNewTokens: 2 } }).catch((e: unknown) => e);
+  const err = await engine
+    .generate({ inputIds: Array(5000).fill(2), gconfig: { maxNewTokens: 2 } })
+    .catch((e: unknown) => e);
   assert.ok(isEngineError(err));
   assert.is(err.status, 400);
   assert.is(fake.stats.generateRequests - before, 1);
@@ -128,10 +160,15 @@ test('a 4xx answer is not retried', async () => {
 
 test('with SGLANG_RETURN_ORIGINAL_LOGPROB the engine refuses temperatures other than 1', async () => {
   const raw = new SglangEngine({ urls: [fake.url], returnOriginalLogprob: true });
-  const err = await raw.generate({ inputIds: prompt, gconfig: { temperature: 0.7 } }).catch((e: unknown) => e);
+  const err = await raw
+    .generate({ inputIds: prompt, gconfig: { temperature: 0.7 } })
+    .catch((e: unknown) => e);
   assert.ok(isEngineError(err));
   assert.is(err.code, 'config');
-  assert.is((await raw.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })).outputTokens.length, 2);
+  assert.is(
+    (await raw.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })).outputTokens.length,
+    2,
+  );
   await raw.close();
 });
 
@@ -140,18 +177,28 @@ test('updateWeights calls update_weights_from_disk with the version; a failed lo
   await engine.updateWeights({ kind: 'disk', path }, 4);
   assert.is(fake.weightVersion, '4');
   assert.is(engine.getVersion(), 4);
-  const err = await engine.updateWeights({ kind: 'disk', path: `${dir.path}/missing` }, 5).catch((e: unknown) => e);
+  const err = await engine
+    .updateWeights({ kind: 'disk', path: `${dir.path}/missing` }, 5)
+    .catch((e: unknown) => e);
   assert.ok(isEngineError(err));
   assert.is(engine.getVersion(), 4);
-  assert.is((await engine.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })).outputVersions[0], 4);
-  const unsupported = await engine.updateWeights({ kind: 'tensors', tensors: {} }, 6).catch((e: unknown) => e);
+  assert.is(
+    (await engine.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })).outputVersions[0],
+    4,
+  );
+  const unsupported = await engine
+    .updateWeights({ kind: 'tensors', tensors: {} }, 6)
+    .catch((e: unknown) => e);
   assert.ok(isEngineError(unsupported) && unsupported.code === 'unsupported');
 });
 
 test('sleep releases memory; requests wait for wakeUp', async () => {
   await engine.sleep();
   const held = engine.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } });
-  const first = await Promise.race([held.then(() => 'finished'), new Promise((r) => setTimeout(r, 100, 'held'))]);
+  const first = await Promise.race([
+    held.then(() => 'finished'),
+    new Promise((r) => setTimeout(r, 100, 'held')),
+  ]);
   assert.is(first, 'held');
   await engine.wakeUp();
   assert.is((await held).outputTokens.length, 2);

@@ -3,7 +3,14 @@ import { suite } from 'uvu';
 import { VllmEngine } from '../../actors/engines/vllm/index.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import { registerConformance } from './conformance.ts';
-import { prompt, tempDir, testGenerator, vocabSize, whenGenerating, writeFakeCheckpoint } from './fake-fixtures.ts';
+import {
+  prompt,
+  tempDir,
+  testGenerator,
+  vocabSize,
+  whenGenerating,
+  writeFakeCheckpoint,
+} from './fake-fixtures.ts';
 
 const test = suite('vllm engine conformance (fake vLLM server)');
 let fake: FakeVllmServer;
@@ -21,7 +28,8 @@ test.after(async () => {
 // reloads the served directory, so checkpoints are written there.
 registerConformance(
   test,
-  async () => new VllmEngine({ urls: [fake.url], servedModelPath: dir.path, healthIntervalMs: 200 }),
+  async () =>
+    new VllmEngine({ urls: [fake.url], servedModelPath: dir.path, healthIntervalMs: 200 }),
   {
     prompt,
     vocabSize,

@@ -4,7 +4,13 @@ import * as assert from 'uvu/assert';
 import { isEngineError } from '../../actors/engines/http/errors.ts';
 import { VllmEngine } from '../../actors/engines/vllm/index.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
-import { prompt, tempDir, testGenerator, whenGenerating, writeFakeCheckpoint } from './fake-fixtures.ts';
+import {
+  prompt,
+  tempDir,
+  testGenerator,
+  whenGenerating,
+  writeFakeCheckpoint,
+} from './fake-fixtures.ts';
 
 const gen = testGenerator(1);
 const dir = tempDir();
@@ -13,7 +19,11 @@ let processed: FakeVllmServer;
 
 test.before(async () => {
   raw = await FakeVllmServer.start({ generator: gen, modelPath: dir.path, servedModelName: 'm' });
-  processed = await FakeVllmServer.start({ generator: gen, modelPath: dir.path, logprobsMode: 'processed_logprobs' });
+  processed = await FakeVllmServer.start({
+    generator: gen,
+    modelPath: dir.path,
+    logprobsMode: 'processed_logprobs',
+  });
 });
 test.after(async () => {
   await raw.close();
@@ -37,7 +47,18 @@ function logSoftmaxAt(context: number[], token: number, temperature: number): nu
 
 test('maps the generation config onto /v1/completions field by field', () =>
   using(new VllmEngine({ urls: [raw.url], model: 'm' }), async (e) => {
-    await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 7, minNewTokens: 1, topP: 0.8, topK: 4, stopTokenIds: [3], stop: ['q'], seed: 5 } });
+    await e.generate({
+      inputIds: prompt,
+      gconfig: {
+        maxNewTokens: 7,
+        minNewTokens: 1,
+        topP: 0.8,
+        topK: 4,
+        stopTokenIds: [3],
+        stop: ['q'],
+        seed: 5,
+      },
+    });
     assert.equal(raw.generateBodies.at(-1), {
       prompt,
       max_tokens: 7,
@@ -59,7 +80,10 @@ test('maps the generation config onto /v1/completions field by field', () =>
 
 test('parses token_id:N tokens and token_logprobs; n choices in index order', () =>
   using(new VllmEngine({ urls: [raw.url] }), async (e) => {
-    const [a, b] = await e.generateN({ inputIds: prompt, gconfig: { maxNewTokens: 6, n: 2, seed: 77 } });
+    const [a, b] = await e.generateN({
+      inputIds: prompt,
+      gconfig: { maxNewTokens: 6, n: 2, seed: 77 },
+    });
     for (const r of [a!, b!]) {
       const ctx = prompt.slice();
       r.outputTokens.forEach((t, i) => {
@@ -73,27 +97,44 @@ test('parses token_id:N tokens and token_logprobs; n choices in index order', ()
 
 test('raw logprobs (the vLLM default): temperatures other than 1 are refused with the fix', () =>
   using(new VllmEngine({ urls: [raw.url] }), async (e) => {
-    const err = await e.generate({ inputIds: prompt, gconfig: { temperature: 0.5 } }).catch((x: unknown) => x);
+    const err = await e
+      .generate({ inputIds: prompt, gconfig: { temperature: 0.5 } })
+      .catch((x: unknown) => x);
     assert.ok(isEngineError(err) && err.code === 'config');
     assert.match(err.message, /processed_logprobs/);
-    assert.is((await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 3, greedy: true } })).outputTokens.length, 3);
+    assert.is(
+      (await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 3, greedy: true } }))
+        .outputTokens.length,
+      3,
+    );
   }));
 
 test('processed logprobs: tempered logprobs come back at any temperature', () =>
-  using(new VllmEngine({ urls: [processed.url], logprobsMode: 'processed_logprobs' }), async (e) => {
-    const r = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 5, temperature: 0.5 } });
-    const ctx = prompt.slice();
-    r.outputTokens.forEach((t, i) => {
-      assert.ok(Math.abs(r.outputLogprobs[i]! - logSoftmaxAt(ctx, t, 0.5)) < 1e-9);
-      ctx.push(t);
-    });
-  }));
+  using(
+    new VllmEngine({ urls: [processed.url], logprobsMode: 'processed_logprobs' }),
+    async (e) => {
+      const r = await e.generate({
+        inputIds: prompt,
+        gconfig: { maxNewTokens: 5, temperature: 0.5 },
+      });
+      const ctx = prompt.slice();
+      r.outputTokens.forEach((t, i) => {
+        assert.ok(Math.abs(r.outputLogprobs[i]! - logSoftmaxAt(ctx, t, 0.5)) < 1e-9);
+        ctx.push(t);
+      });
+    },
+  ));
 
 test('a server that ignores return_tokens_as_token_ids is a protocol error', () =>
-  using(new VllmEngine({ urls: [raw.url], extraBody: { return_tokens_as_token_ids: false } }), async (e) => {
-    const err = await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } }).catch((x: unknown) => x);
-    assert.ok(isEngineError(err) && err.code === 'protocol');
-  }));
+  using(
+    new VllmEngine({ urls: [raw.url], extraBody: { return_tokens_as_token_ids: false } }),
+    async (e) => {
+      const err = await e
+        .generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })
+        .catch((x: unknown) => x);
+      assert.ok(isEngineError(err) && err.code === 'protocol');
+    },
+  ));
 
 test('default reload: sleep level 2, wake weights, collective_rpc reload_weights, wake KV cache', () =>
   using(new VllmEngine({ urls: [raw.url], servedModelPath: dir.path }), async (e) => {
@@ -101,8 +142,13 @@ test('default reload: sleep level 2, wake weights, collective_rpc reload_weights
     await e.updateWeights({ kind: 'disk', path: writeFakeCheckpoint(dir.path, 2) }, 2);
     assert.is(raw.stats.weightLoads, loads + 1);
     assert.not.ok(raw.hasDiscardedWeights);
-    assert.is((await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })).outputVersions[0], 2);
-    const err = await e.updateWeights({ kind: 'disk', path: '/elsewhere' }, 3).catch((x: unknown) => x);
+    assert.is(
+      (await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })).outputVersions[0],
+      2,
+    );
+    const err = await e
+      .updateWeights({ kind: 'disk', path: '/elsewhere' }, 3)
+      .catch((x: unknown) => x);
     assert.ok(isEngineError(err) && err.code === 'config');
     assert.is(e.getVersion(), 2);
   }));
@@ -116,7 +162,10 @@ test("reload 'areal' and custom routes post the checkpoint path", async () => {
       assert.is(raw.stats.weightLoads, loads + 1);
     });
     const seen: Array<[string, number]> = [];
-    const custom = { path: '/areal_update_weights', body: (p: string, v: number) => (seen.push([p, v]), { model_path: p }) };
+    const custom = {
+      path: '/areal_update_weights',
+      body: (p: string, v: number) => (seen.push([p, v]), { model_path: p }),
+    };
     await using(new VllmEngine({ urls: [raw.url], reload: custom }), async (e) => {
       await e.updateWeights({ kind: 'disk', path: other.path }, 9);
       assert.equal(seen, [[other.path, 9]]);

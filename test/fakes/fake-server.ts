@@ -18,7 +18,9 @@ import {
 } from './token-generator.ts';
 
 /** What one sample of a generation request asks for, as both servers' bodies say it. */
-export type SampleParams = Omit<SamplingRequest, 'signal' | 'hold' | 'onToken' | 'seed'> & { seed?: number };
+export type SampleParams = Omit<SamplingRequest, 'signal' | 'hold' | 'onToken' | 'seed'> & {
+  seed?: number;
+};
 
 /** The sampling fields SGLang's `sampling_params` and vLLM's completion body name alike. */
 export interface WireSamplingFields {
@@ -112,7 +114,14 @@ export abstract class FakeServer extends EventEmitter {
   readonly generator: TokenGenerator;
   readonly modelPath: string;
   readonly contextLength: number;
-  readonly stats: FakeStats = { generateRequests: 0, tokensGenerated: 0, running: 0, weightLoads: 0, healthChecks: 0, faults: 0 };
+  readonly stats: FakeStats = {
+    generateRequests: 0,
+    tokensGenerated: 0,
+    running: 0,
+    weightLoads: 0,
+    healthChecks: 0,
+    faults: 0,
+  };
   /** Bodies of the last generation requests, newest last (tests check the field mapping). */
   readonly generateBodies: unknown[] = [];
   healthMode: HealthMode = 'ok';
@@ -127,7 +136,10 @@ export abstract class FakeServer extends EventEmitter {
   protected asleep = false;
   private readonly unpauseWaiters = new Set<() => void>();
   private readonly faults = new Map<string, Fault[]>();
-  private readonly routes = new Map<string, (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer>();
+  private readonly routes = new Map<
+    string,
+    (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer
+  >();
   private readonly recentPrompts: number[][] = [];
   private readonly server: Server;
   private portNumber = 0;
@@ -199,7 +211,11 @@ export abstract class FakeServer extends EventEmitter {
     this.faults.set(path, queue);
   }
 
-  protected route(method: 'GET' | 'POST', path: string, fn: (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer): void {
+  protected route(
+    method: 'GET' | 'POST',
+    path: string,
+    fn: (r: RouteRequest) => Promise<RouteAnswer> | RouteAnswer,
+  ): void {
     this.routes.set(`${method} ${path}`, fn);
   }
 
@@ -209,7 +225,8 @@ export abstract class FakeServer extends EventEmitter {
 
   /** Holds a caller while the server is paused (an aborted request is let go at once). */
   protected async whilePaused(signal?: AbortSignal): Promise<void> {
-    while (this.paused && !signal?.aborted) await new Promise<void>((r) => this.unpauseWaiters.add(r));
+    while (this.paused && !signal?.aborted)
+      await new Promise<void>((r) => this.unpauseWaiters.add(r));
   }
 
   protected setPaused(paused: boolean): void {
@@ -256,7 +273,9 @@ export abstract class FakeServer extends EventEmitter {
   }
 
   /** Runs one sample under the server's abort and pause rules. */
-  private async runSample(req: Omit<SamplingRequest, 'signal' | 'hold' | 'onToken'>): Promise<GeneratedSequence> {
+  private async runSample(
+    req: Omit<SamplingRequest, 'signal' | 'hold' | 'onToken'>,
+  ): Promise<GeneratedSequence> {
     const running: Running = { controller: new AbortController(), started: false };
     this.running.add(running);
     this.stats.running = this.running.size;
@@ -350,7 +369,10 @@ export abstract class FakeServer extends EventEmitter {
           try {
             body = JSON.parse(raw);
           } catch {
-            answer = { status: 400, json: { object: 'error', message: 'body is not JSON', code: 400 } };
+            answer = {
+              status: 400,
+              json: { object: 'error', message: 'body is not JSON', code: 400 },
+            };
           }
         }
         answer ??= await fn({ body, query: url.searchParams });
@@ -375,10 +397,15 @@ export abstract class FakeServer extends EventEmitter {
         res.statusCode = fault.status;
         res.setHeader('content-type', 'application/json');
         if (fault.retryAfter !== undefined) res.setHeader('retry-after', fault.retryAfter);
-        res.end(JSON.stringify({ object: 'error', message: 'injected failure', code: fault.status }));
+        res.end(
+          JSON.stringify({ object: 'error', message: 'injected failure', code: fault.status }),
+        );
         return;
       case 'reset':
-        res.writeHead(200, { 'content-type': 'application/json', 'content-length': body.length * 2 });
+        res.writeHead(200, {
+          'content-type': 'application/json',
+          'content-length': body.length * 2,
+        });
         res.write(body, () => res.destroy());
         return;
       case 'malformed':
@@ -404,14 +431,24 @@ function readBody(req: IncomingMessage): Promise<string> {
 }
 
 /** Parses `--port N --model-path P ...` style arguments of a standalone fake server. */
-export function parseFakeArgs(argv: string[]): { port: number; modelPath?: string; tokenDelayMs: number; vocabSize: number; extra: Map<string, string> } {
+export function parseFakeArgs(argv: string[]): {
+  port: number;
+  modelPath?: string;
+  tokenDelayMs: number;
+  vocabSize: number;
+  extra: Map<string, string>;
+} {
   const m = new Map<string, string>();
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a.startsWith('--')) {
       const eq = a.indexOf('=');
       if (eq > 0) m.set(a.slice(2, eq), a.slice(eq + 1));
-      else m.set(a.slice(2), argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--') ? argv[++i]! : 'true');
+      else
+        m.set(
+          a.slice(2),
+          argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--') ? argv[++i]! : 'true',
+        );
     }
   }
   const modelPath = m.get('model-path') ?? m.get('model');

@@ -15,7 +15,15 @@
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 
-import { FakeServer, parseFakeArgs, runStandalone, sampleParams, type FakeServerOptions, type RouteAnswer, type WireSamplingFields } from './fake-server.ts';
+import {
+  FakeServer,
+  parseFakeArgs,
+  runStandalone,
+  sampleParams,
+  type FakeServerOptions,
+  type RouteAnswer,
+  type WireSamplingFields,
+} from './fake-server.ts';
 import { DeterministicGenerator, type GeneratedSequence } from './token-generator.ts';
 
 /** Options of {@link FakeSglangServer}. */
@@ -57,7 +65,9 @@ export class FakeSglangServer extends FakeServer {
     this.returnOriginalLogprob = opts.returnOriginalLogprob ?? false;
     this.memorySaver = opts.enableMemorySaver ?? true;
     this.route('POST', '/generate', (r) => this.generate(r.body as GenerateBody));
-    this.route('GET', '/health_generate', () => (this.healthMode === 'ok' && !this.asleep ? undefined : { status: 503, text: '' }));
+    this.route('GET', '/health_generate', () =>
+      this.healthMode === 'ok' && !this.asleep ? undefined : { status: 503, text: '' },
+    );
     this.route('GET', '/get_model_info', () => ({
       json: {
         model_path: this.modelPath,
@@ -71,12 +81,16 @@ export class FakeSglangServer extends FakeServer {
     }));
     this.route('POST', '/flush_cache', () => this.flushCache());
     this.route('GET', '/flush_cache', () => this.flushCache());
-    this.route('POST', '/pause_generation', (r) => this.pause((r.body as { mode?: string } | undefined)?.mode ?? 'abort'));
+    this.route('POST', '/pause_generation', (r) =>
+      this.pause((r.body as { mode?: string } | undefined)?.mode ?? 'abort'),
+    );
     this.route('POST', '/continue_generation', async () => {
       await this.resumeGeneration();
       return { json: { message: 'Generation continued successfully.', status: 'ok' } };
     });
-    this.route('POST', '/update_weights_from_disk', (r) => this.updateFromDisk(r.body as Record<string, unknown>));
+    this.route('POST', '/update_weights_from_disk', (r) =>
+      this.updateFromDisk(r.body as Record<string, unknown>),
+    );
     this.route('POST', '/release_memory_occupation', () => this.memory(true));
     this.route('POST', '/resume_memory_occupation', () => this.memory(false));
     this.route('POST', '/abort_request', (r) => {
@@ -91,13 +105,27 @@ export class FakeSglangServer extends FakeServer {
     if (injected) return injected;
     const ids = body?.input_ids;
     if (!Array.isArray(ids) || !ids.every((t) => Number.isInteger(t))) {
-      return bad(body?.text !== undefined ? 'this fake server takes input_ids, not text' : 'input_ids must be a list of token ids');
+      return bad(
+        body?.text !== undefined
+          ? 'this fake server takes input_ids, not text'
+          : 'input_ids must be a list of token ids',
+      );
     }
     if (ids.length >= this.contextLength) {
-      return bad(`The input (${ids.length} tokens) is longer than the model's context length (${this.contextLength} tokens).`);
+      return bad(
+        `The input (${ids.length} tokens) is longer than the model's context length (${this.contextLength} tokens).`,
+      );
     }
     if (body.stream) return bad('this fake server does not stream');
-    if (this.asleep) return { status: 500, json: { object: 'error', message: 'memory is released; call /resume_memory_occupation', code: 500 } };
+    if (this.asleep)
+      return {
+        status: 500,
+        json: {
+          object: 'error',
+          message: 'memory is released; call /resume_memory_occupation',
+          code: 500,
+        },
+      };
     const sp = body.sampling_params ?? {};
     const n = sp.n ?? 1;
     await this.whilePaused();
@@ -112,22 +140,45 @@ export class FakeSglangServer extends FakeServer {
     });
     const samples = await this.sampleAll(n, params);
     await this.delayAnswer();
-    const outs = samples.map((s) => this.output(s, ids.length, cached, started, body.return_logprob === true, params.temperature, sp.no_stop_trim === true));
+    const outs = samples.map((s) =>
+      this.output(
+        s,
+        ids.length,
+        cached,
+        started,
+        body.return_logprob === true,
+        params.temperature,
+        sp.no_stop_trim === true,
+      ),
+    );
     return { json: n === 1 ? outs[0] : outs };
   }
 
-  private output(s: GeneratedSequence, promptTokens: number, cached: number, started: number, withLogprob: boolean, temperature: number, noStopTrim: boolean) {
+  private output(
+    s: GeneratedSequence,
+    promptTokens: number,
+    cached: number,
+    started: number,
+    withLogprob: boolean,
+    temperature: number,
+    noStopTrim: boolean,
+  ) {
     const useRaw = this.returnOriginalLogprob && temperature !== 0 && temperature !== 1;
-    if (useRaw && !s.rawLogprobs) throw new Error('the generator cannot report logprobs before temperature');
+    if (useRaw && !s.rawLogprobs)
+      throw new Error('the generator cannot report logprobs before temperature');
     const lps = useRaw ? s.rawLogprobs! : s.logprobs;
     let text = this.generator.decode(s.tokens);
-    if (s.finish === 'stop' && typeof s.matched === 'string' && !noStopTrim) text = text.slice(0, text.length - s.matched.length);
+    if (s.finish === 'stop' && typeof s.matched === 'string' && !noStopTrim)
+      text = text.slice(0, text.length - s.matched.length);
     const finishReason =
       s.finish === 'stop'
         ? { type: 'stop', matched: s.matched ?? null }
         : s.finish === 'length'
           ? { type: 'length', length: s.tokens.length }
-          : { type: 'abort', message: s.tokens.length === 0 ? 'Abort before prefill' : 'Abort in running batch' };
+          : {
+              type: 'abort',
+              message: s.tokens.length === 0 ? 'Abort before prefill' : 'Abort in running batch',
+            };
     return {
       text,
       output_ids: s.tokens,
@@ -139,7 +190,10 @@ export class FakeSglangServer extends FakeServer {
         cached_tokens: cached,
         weight_version: this.weightVersion,
         ...(withLogprob
-          ? { output_token_logprobs: s.tokens.map((t, i) => [lps[i], t, null]), input_token_logprobs: [] }
+          ? {
+              output_token_logprobs: s.tokens.map((t, i) => [lps[i], t, null]),
+              input_token_logprobs: [],
+            }
           : {}),
         e2e_latency: (Date.now() - started) / 1000,
       },
@@ -158,19 +212,42 @@ export class FakeSglangServer extends FakeServer {
     const pausedRequests = b?.abort_all_requests === true ? this.abortAll() : 0;
     const version = typeof b?.weight_version === 'string' ? b.weight_version : this.weightVersion;
     try {
-      await this.loadWeights(path, Number.isFinite(Number(version)) ? Number(version) : this.stats.weightLoads + 1);
+      await this.loadWeights(
+        path,
+        Number.isFinite(Number(version)) ? Number(version) : this.stats.weightLoads + 1,
+      );
     } catch (e) {
-      return { status: 400, json: { success: false, message: `Failed to update weights: ${(e as Error).message}`, num_paused_requests: pausedRequests } };
+      return {
+        status: 400,
+        json: {
+          success: false,
+          message: `Failed to update weights: ${(e as Error).message}`,
+          num_paused_requests: pausedRequests,
+        },
+      };
     }
     this.weightVersion = version;
     this.changed();
-    return { json: { success: true, message: 'Succeeded to update model weights.', num_paused_requests: pausedRequests } };
+    return {
+      json: {
+        success: true,
+        message: 'Succeeded to update model weights.',
+        num_paused_requests: pausedRequests,
+      },
+    };
   }
 
   private memory(release: boolean): RouteAnswer {
     if (!this.memorySaver) return bad('memory saver is not enabled (--enable-memory-saver)');
     if (release && this.running.size > 0) {
-      return { status: 500, json: { object: 'error', message: 'release_memory_occupation requires an idle engine', code: 500 } };
+      return {
+        status: 500,
+        json: {
+          object: 'error',
+          message: 'release_memory_occupation requires an idle engine',
+          code: 500,
+        },
+      };
     }
     this.asleep = release;
     this.changed();
@@ -178,8 +255,14 @@ export class FakeSglangServer extends FakeServer {
   }
 
   private flushCache(): RouteAnswer {
-    if (this.running.size > 0) return { status: 400, text: 'Cache not flushed. Please check if there are pending requests.' };
-    return { text: 'Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n' };
+    if (this.running.size > 0)
+      return {
+        status: 400,
+        text: 'Cache not flushed. Please check if there are pending requests.',
+      };
+    return {
+      text: 'Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n',
+    };
   }
 }
 
@@ -189,6 +272,15 @@ function bad(message: string): RouteAnswer {
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const a = parseFakeArgs(process.argv.slice(2));
-  const generator = new DeterministicGenerator({ vocabSize: a.vocabSize, tokenDelayMs: a.tokenDelayMs });
-  await runStandalone(new FakeSglangServer({ port: a.port, generator, ...(a.modelPath ? { modelPath: a.modelPath } : {}) }));
+  const generator = new DeterministicGenerator({
+    vocabSize: a.vocabSize,
+    tokenDelayMs: a.tokenDelayMs,
+  });
+  await runStandalone(
+    new FakeSglangServer({
+      port: a.port,
+      generator,
+      ...(a.modelPath ? { modelPath: a.modelPath } : {}),
+    }),
+  );
 }

@@ -117,7 +117,12 @@ export class DeterministicGenerator implements TokenGenerator {
     const b = context.at(-2) ?? 0;
     const out = new Float64Array(this.vocabSize);
     for (let j = 0; j < this.vocabSize; j++) {
-      const h = fmix32(Math.imul(a + 1, 0x9e3779b1) ^ Math.imul(b + 7, 0x85ebca6b) ^ Math.imul(j + 13, 0xc2b2ae35) ^ this.weightsSeed);
+      const h = fmix32(
+        Math.imul(a + 1, 0x9e3779b1) ^
+          Math.imul(b + 7, 0x85ebca6b) ^
+          Math.imul(j + 13, 0xc2b2ae35) ^
+          this.weightsSeed,
+      );
       out[j] = ((h >>> 0) / 0xffffffff) * 2 * this.logitScale - this.logitScale;
     }
     return out;
@@ -135,7 +140,8 @@ export class DeterministicGenerator implements TokenGenerator {
       else if (out.tokens.length % 16 === 15) await new Promise((r) => setImmediate(r));
       if (req.signal.aborted) return { ...out, finish: 'abort' };
       const logits = this.logits(context);
-      if (out.tokens.length < req.minNewTokens) for (const e of ends) if (e < logits.length) logits[e] = -Infinity;
+      if (out.tokens.length < req.minNewTokens)
+        for (const e of ends) if (e < logits.length) logits[e] = -Infinity;
       const raw = logSoftmax(logits, 1);
       const greedy = req.temperature === 0;
       const tempered = greedy ? raw : logSoftmax(logits, req.temperature);
@@ -164,7 +170,10 @@ export class EngineGenerator implements TokenGenerator {
   private readonly engine: InferenceEngine;
   private readonly decodeFn: (ids: number[]) => string;
 
-  constructor(engine: InferenceEngine, opts: { eosTokenId: number; decode: (ids: number[]) => string }) {
+  constructor(
+    engine: InferenceEngine,
+    opts: { eosTokenId: number; decode: (ids: number[]) => string },
+  ) {
     this.engine = engine;
     this.eosTokenId = opts.eosTokenId;
     this.decodeFn = opts.decode;

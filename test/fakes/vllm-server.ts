@@ -15,7 +15,15 @@
 import { randomBytes } from 'node:crypto';
 import { pathToFileURL } from 'node:url';
 
-import { FakeServer, parseFakeArgs, runStandalone, sampleParams, type FakeServerOptions, type RouteAnswer, type WireSamplingFields } from './fake-server.ts';
+import {
+  FakeServer,
+  parseFakeArgs,
+  runStandalone,
+  sampleParams,
+  type FakeServerOptions,
+  type RouteAnswer,
+  type WireSamplingFields,
+} from './fake-server.ts';
 import { DeterministicGenerator, type GeneratedSequence } from './token-generator.ts';
 
 /** Options of {@link FakeVllmServer}. */
@@ -60,9 +68,24 @@ export class FakeVllmServer extends FakeServer {
     this.servedName = opts.servedModelName ?? this.modelPath;
     this.route('POST', '/v1/completions', (r) => this.complete(r.body as CompletionBody));
     this.route('GET', '/v1/models', () => ({
-      json: { object: 'list', data: [{ id: this.servedName, object: 'model', created: 0, owned_by: 'vllm', root: this.modelPath, parent: null, max_model_len: this.contextLength }] },
+      json: {
+        object: 'list',
+        data: [
+          {
+            id: this.servedName,
+            object: 'model',
+            created: 0,
+            owned_by: 'vllm',
+            root: this.modelPath,
+            parent: null,
+            max_model_len: this.contextLength,
+          },
+        ],
+      },
     }));
-    this.route('POST', '/areal_update_weights', (r) => this.arealUpdate(r.body as { model_path?: unknown }));
+    this.route('POST', '/areal_update_weights', (r) =>
+      this.arealUpdate(r.body as { model_path?: unknown }),
+    );
     if (opts.devMode ?? true) this.devRoutes();
   }
 
@@ -86,7 +109,9 @@ export class FakeVllmServer extends FakeServer {
       return undefined;
     });
     this.route('GET', '/is_sleeping', () => ({ json: { is_sleeping: this.sleeping } }));
-    this.route('POST', '/collective_rpc', (r) => this.collectiveRpc(r.body as { method?: unknown }));
+    this.route('POST', '/collective_rpc', (r) =>
+      this.collectiveRpc(r.body as { method?: unknown }),
+    );
     this.route('POST', '/reset_prefix_cache', () => undefined);
     this.route('POST', '/pause', async (r) => {
       const mode = r.query.get('mode') ?? 'abort';
@@ -110,14 +135,28 @@ export class FakeVllmServer extends FakeServer {
     const injected = await this.beforeGenerate(body);
     if (injected) return injected;
     if (body?.model !== undefined && body.model !== this.servedName) {
-      return { status: 404, json: { error: { message: `The model \`${body.model}\` does not exist.`, type: 'NotFoundError', param: 'model', code: 404 } } };
+      return {
+        status: 404,
+        json: {
+          error: {
+            message: `The model \`${body.model}\` does not exist.`,
+            type: 'NotFoundError',
+            param: 'model',
+            code: 404,
+          },
+        },
+      };
     }
     const prompt = body?.prompt;
-    if (!Array.isArray(prompt) || !prompt.every((t) => Number.isInteger(t))) return err(400, 'this fake server takes a token-id prompt (int[])');
+    if (!Array.isArray(prompt) || !prompt.every((t) => Number.isInteger(t)))
+      return err(400, 'this fake server takes a token-id prompt (int[])');
     if (body.stream) return err(400, 'this fake server does not stream');
     const maxTokens = body.max_tokens ?? this.contextLength - prompt.length;
     if (prompt.length + maxTokens > this.contextLength) {
-      return err(400, `This model's maximum context length is ${this.contextLength} tokens. However, you requested ${prompt.length + maxTokens} tokens (${prompt.length} in the messages, ${maxTokens} in the completion). Please reduce the length of the messages or completion.`);
+      return err(
+        400,
+        `This model's maximum context length is ${this.contextLength} tokens. However, you requested ${prompt.length + maxTokens} tokens (${prompt.length} in the messages, ${maxTokens} in the completion). Please reduce the length of the messages or completion.`,
+      );
     }
     if (this.sleeping) return err(500, 'the engine is sleeping; call /wake_up');
     await this.whilePaused();
@@ -140,7 +179,12 @@ export class FakeVllmServer extends FakeServer {
         created: Math.floor(Date.now() / 1000),
         model: this.servedName,
         choices,
-        usage: { prompt_tokens: prompt.length, total_tokens: prompt.length + completion, completion_tokens: completion, prompt_tokens_details: cached > 0 ? { cached_tokens: cached } : null },
+        usage: {
+          prompt_tokens: prompt.length,
+          total_tokens: prompt.length + completion,
+          completion_tokens: completion,
+          prompt_tokens_details: cached > 0 ? { cached_tokens: cached } : null,
+        },
       },
     };
   }
@@ -150,10 +194,13 @@ export class FakeVllmServer extends FakeServer {
     if (useRaw && !s.rawLogprobs) throw new Error('the generator cannot report raw logprobs');
     const lps = (useRaw ? s.rawLogprobs! : s.logprobs).map((l) => Math.max(l, -9999));
     const asIds = body.return_tokens_as_token_ids === true;
-    const tokenStrings = s.tokens.map((t) => (asIds ? `token_id:${t}` : this.generator.decode([t])));
+    const tokenStrings = s.tokens.map((t) =>
+      asIds ? `token_id:${t}` : this.generator.decode([t]),
+    );
     let text = this.generator.decode(s.tokens);
     const stopString = s.finish === 'stop' && typeof s.matched === 'string';
-    if (stopString && !body.include_stop_str_in_output) text = text.slice(0, text.length - (s.matched as string).length);
+    if (stopString && !body.include_stop_str_in_output)
+      text = text.slice(0, text.length - (s.matched as string).length);
     let offset = 0;
     const textOffset = tokenStrings.map((t) => {
       const at = offset;
@@ -167,7 +214,12 @@ export class FakeVllmServer extends FakeServer {
       logprobs:
         body.logprobs === undefined || body.logprobs === null
           ? null
-          : { text_offset: textOffset, token_logprobs: lps, tokens: tokenStrings, top_logprobs: tokenStrings.map((t, i) => ({ [t]: lps[i] })) },
+          : {
+              text_offset: textOffset,
+              token_logprobs: lps,
+              tokens: tokenStrings,
+              top_logprobs: tokenStrings.map((t, i) => ({ [t]: lps[i] })),
+            },
       finish_reason: s.finish,
       stop_reason: s.finish === 'stop' && !eos ? (s.matched ?? null) : null,
       prompt_logprobs: null,
@@ -175,7 +227,8 @@ export class FakeVllmServer extends FakeServer {
   }
 
   private async collectiveRpc(body: { method?: unknown } | undefined): Promise<RouteAnswer> {
-    if (body?.method !== 'reload_weights') return err(500, `worker has no method ${String(body?.method)}`);
+    if (body?.method !== 'reload_weights')
+      return err(500, `worker has no method ${String(body?.method)}`);
     if (this.weightsAsleep) return err(500, 'weights are asleep; call /wake_up?tags=weights first');
     await this.loadWeights(this.modelPath, this.stats.weightLoads + 1);
     this.weightsDiscarded = false;
@@ -200,11 +253,30 @@ export class FakeVllmServer extends FakeServer {
 }
 
 function err(status: number, message: string): RouteAnswer {
-  return { status, json: { error: { message, type: status === 400 ? 'BadRequestError' : 'InternalServerError', param: null, code: status } } };
+  return {
+    status,
+    json: {
+      error: {
+        message,
+        type: status === 400 ? 'BadRequestError' : 'InternalServerError',
+        param: null,
+        code: status,
+      },
+    },
+  };
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const a = parseFakeArgs(process.argv.slice(2));
-  const generator = new DeterministicGenerator({ vocabSize: a.vocabSize, tokenDelayMs: a.tokenDelayMs });
-  await runStandalone(new FakeVllmServer({ port: a.port, generator, ...(a.modelPath ? { modelPath: a.modelPath } : {}) }));
+  const generator = new DeterministicGenerator({
+    vocabSize: a.vocabSize,
+    tokenDelayMs: a.tokenDelayMs,
+  });
+  await runStandalone(
+    new FakeVllmServer({
+      port: a.port,
+      generator,
+      ...(a.modelPath ? { modelPath: a.modelPath } : {}),
+    }),
+  );
 }

@@ -4,11 +4,20 @@ import { fusedAttention, fusedAttentionWithCache } from '../../actors/model/atte
 import { initBackend, tf } from '../../actors/model/backend.ts';
 
 const [B, T, H, KV, hd] = [2, 5, 4, 2, 6];
-const values = (n: number, s: number): Float32Array => Float32Array.from({ length: n }, (_, i) => Math.sin(0.7 * i + s));
+const values = (n: number, s: number): Float32Array =>
+  Float32Array.from({ length: n }, (_, i) => Math.sin(0.7 * i + s));
 
 /** The op-by-op equations (HF's), independent of attention.ts. */
-function reference(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cos: tf.Tensor, sin: tf.Tensor, bias: tf.Tensor): tf.Tensor {
-  const heads = (x: tf.Tensor, n: number): tf.Tensor => tf.transpose(tf.reshape(x, [B, T, n, hd]), [0, 2, 1, 3]);
+function reference(
+  q: tf.Tensor,
+  k: tf.Tensor,
+  v: tf.Tensor,
+  cos: tf.Tensor,
+  sin: tf.Tensor,
+  bias: tf.Tensor,
+): tf.Tensor {
+  const heads = (x: tf.Tensor, n: number): tf.Tensor =>
+    tf.transpose(tf.reshape(x, [B, T, n, hd]), [0, 2, 1, 3]);
   const c = tf.reshape(cos, [B, 1, T, hd]);
   const s = tf.reshape(sin, [B, 1, T, hd]);
   const rotateHalf = (x: tf.Tensor): tf.Tensor => {
@@ -18,11 +27,19 @@ function reference(q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, cos: tf.Tensor, sin
   const rope = (x: tf.Tensor): tf.Tensor => tf.add(tf.mul(x, c), tf.mul(rotateHalf(x), s));
   // Query head h reads key/value head floor(h / nRep) (HF's repeat_kv).
   const repeat = (x: tf.Tensor): tf.Tensor =>
-    tf.concat(Array.from({ length: H }, (_, h) => tf.slice(x, [0, Math.floor(h / (H / KV)), 0, 0], [B, 1, T, hd])), 1);
+    tf.concat(
+      Array.from({ length: H }, (_, h) =>
+        tf.slice(x, [0, Math.floor(h / (H / KV)), 0, 0], [B, 1, T, hd]),
+      ),
+      1,
+    );
   const qh = rope(heads(q, H));
   const kh = repeat(rope(heads(k, KV)));
   const vh = repeat(heads(v, KV));
-  const scores = tf.add(tf.div(tf.matMul(qh, kh, false, true), Math.sqrt(hd)), tf.reshape(bias, [bias.shape[0]!, 1, T, T]));
+  const scores = tf.add(
+    tf.div(tf.matMul(qh, kh, false, true), Math.sqrt(hd)),
+    tf.reshape(bias, [bias.shape[0]!, 1, T, T]),
+  );
   const out = tf.matMul(tf.softmax(scores), vh);
   return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [B, T, H * hd]);
 }
@@ -33,14 +50,21 @@ function inputs() {
   // Row 0 causal; row 1 left-padded by two, so its first two queries see no key at all.
   const bias = new Float32Array(B * T * T);
   for (let b = 0; b < B; b++) {
-    for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) if (j > i || (b === 1 && j < 2)) bias[(b * T + i) * T + j] = -1e9;
+    for (let i = 0; i < T; i++)
+      for (let j = 0; j < T; j++) if (j > i || (b === 1 && j < 2)) bias[(b * T + i) * T + j] = -1e9;
   }
   return {
     q: tf.tensor3d(values(B * T * H * hd, 1), [B, T, H * hd]),
     k: tf.tensor3d(values(B * T * KV * hd, 2), [B, T, KV * hd]),
     v: tf.tensor3d(values(B * T * KV * hd, 3), [B, T, KV * hd]),
-    cos: tf.tensor3d(pos.flatMap((p) => Array.from({ length: hd }, (_, e) => Math.cos(angle(p, e)))), [B, T, hd]),
-    sin: tf.tensor3d(pos.flatMap((p) => Array.from({ length: hd }, (_, e) => Math.sin(angle(p, e)))), [B, T, hd]),
+    cos: tf.tensor3d(
+      pos.flatMap((p) => Array.from({ length: hd }, (_, e) => Math.cos(angle(p, e)))),
+      [B, T, hd],
+    ),
+    sin: tf.tensor3d(
+      pos.flatMap((p) => Array.from({ length: hd }, (_, e) => Math.sin(angle(p, e)))),
+      [B, T, hd],
+    ),
     bias: tf.tensor3d(bias, [B, T, T]),
   };
 }
@@ -49,7 +73,8 @@ function close(a: tf.Tensor, b: tf.Tensor, tol: number, what: string): void {
   const x = a.dataSync();
   const y = b.dataSync();
   assert.is(x.length, y.length, what);
-  for (let i = 0; i < x.length; i++) assert.ok(Math.abs(x[i]! - y[i]!) <= tol, `${what}[${i}]: ${x[i]} vs ${y[i]}`);
+  for (let i = 0; i < x.length; i++)
+    assert.ok(Math.abs(x[i]! - y[i]!) <= tol, `${what}[${i}]: ${x[i]} vs ${y[i]}`);
 }
 
 for (const backend of ['cpu', 'wasm'] as const) {
@@ -61,9 +86,29 @@ for (const backend of ['cpu', 'wasm'] as const) {
       const w = tf.tensor3d(values(B * T * H * hd, 4), [B, T, H * hd]);
       const loss = (f: typeof reference) => (q: tf.Tensor, k: tf.Tensor, v: tf.Tensor) =>
         tf.sum(tf.mul(f(q, k, v, x.cos, x.sin, x.bias), w)) as tf.Scalar;
-      const fused = (q: tf.Tensor, k: tf.Tensor, v: tf.Tensor, c: tf.Tensor, s: tf.Tensor, b: tf.Tensor) =>
-        fusedAttention(q as tf.Tensor3D, k as tf.Tensor3D, v as tf.Tensor3D, c as tf.Tensor3D, s as tf.Tensor3D, b as tf.Tensor3D, { H, KV, hd });
-      close(fused(x.q, x.k, x.v, x.cos, x.sin, x.bias), reference(x.q, x.k, x.v, x.cos, x.sin, x.bias), 1e-5, 'out');
+      const fused = (
+        q: tf.Tensor,
+        k: tf.Tensor,
+        v: tf.Tensor,
+        c: tf.Tensor,
+        s: tf.Tensor,
+        b: tf.Tensor,
+      ) =>
+        fusedAttention(
+          q as tf.Tensor3D,
+          k as tf.Tensor3D,
+          v as tf.Tensor3D,
+          c as tf.Tensor3D,
+          s as tf.Tensor3D,
+          b as tf.Tensor3D,
+          { H, KV, hd },
+        );
+      close(
+        fused(x.q, x.k, x.v, x.cos, x.sin, x.bias),
+        reference(x.q, x.k, x.v, x.cos, x.sin, x.bias),
+        1e-5,
+        'out',
+      );
       const got = tf.grads(loss(fused))([x.q, x.k, x.v]);
       const want = tf.grads(loss(reference))([x.q, x.k, x.v]);
       ['dq', 'dk', 'dv'].forEach((name, i) => close(got[i]!, want[i]!, 1e-5, name));
@@ -84,7 +129,10 @@ test('the cache variant returns the same output and rotated keys / values in [B,
     const k0 = x.k.dataSync().slice(0, hd);
     const c = x.cos.dataSync();
     const s = x.sin.dataSync();
-    const want = Array.from(k0, (val, e) => val * c[e]! + (e < hd / 2 ? -k0[e + hd / 2]! : k0[e - hd / 2]!) * s[e]!);
+    const want = Array.from(
+      k0,
+      (val, e) => val * c[e]! + (e < hd / 2 ? -k0[e + hd / 2]! : k0[e - hd / 2]!) * s[e]!,
+    );
     const got = r.k.dataSync().slice(0, hd);
     want.forEach((w, e) => assert.ok(Math.abs(got[e]! - w) < 1e-6));
   });

@@ -4,9 +4,14 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
-const script = "import('./actors/model/backend.ts').then(async (b) => { console.log('using', await b.initBackend()); }).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })";
+const script =
+  "import('./actors/model/backend.ts').then(async (b) => { console.log('using', await b.initBackend()); }).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })";
 
-function run(env: Record<string, string | undefined>): { out: string; err: string; status: number | null } {
+function run(env: Record<string, string | undefined>): {
+  out: string;
+  err: string;
+  status: number | null;
+} {
   const r = spawnSync(process.execPath, ['--import', 'tsx', '-e', script], {
     cwd: root,
     env: { ...process.env, RTJOB_QUIET_BACKEND: undefined, RTJOB_TF_BACKEND: undefined, ...env },

@@ -5,11 +5,20 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../actors/model/backend.ts';
 import { loadModel, saveModel } from '../../actors/model/checkpoint.ts';
-import { parseSafetensors, SafetensorsError, serializeSafetensors } from '../../actors/model/safetensors.ts';
+import {
+  parseSafetensors,
+  SafetensorsError,
+  serializeSafetensors,
+} from '../../actors/model/safetensors.ts';
 import { maskedNllLoss, ModelTrainer, padBatch } from '../../actors/model/training.ts';
 import { builtinTokenizerFiles } from '../../actors/model/builtin.ts';
 import { resolveConfig } from '../../actors/model/config.ts';
-import { maxAbsDiff, randomModel, tinyFamilyConfigs, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
+import {
+  maxAbsDiff,
+  randomModel,
+  tinyFamilyConfigs,
+  tinyLlamaConfig,
+} from '../fixtures/model/tiny.ts';
 
 const dirs: string[] = [];
 const tmp = (): string => {
@@ -53,11 +62,17 @@ test('sharded checkpoints load through model.safetensors.index.json', async () =
   const weightMap: Record<string, string> = {};
   shards.forEach((ns, i) => {
     const file = `model-0000${i + 1}-of-00002.safetensors`;
-    writeFileSync(join(dir, file), serializeSafetensors(Object.fromEntries(ns.map((n) => [n, tensors[n]!]))));
+    writeFileSync(
+      join(dir, file),
+      serializeSafetensors(Object.fromEntries(ns.map((n) => [n, tensors[n]!]))),
+    );
     ns.forEach((n) => (weightMap[n] = file));
   });
   rmSync(join(dir, 'model.safetensors'));
-  writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: {}, weight_map: weightMap }));
+  writeFileSync(
+    join(dir, 'model.safetensors.index.json'),
+    JSON.stringify({ metadata: {}, weight_map: weightMap }),
+  );
   const loaded = await loadModel(dir);
   assert.is(maxAbsDiff(logitsOf(loaded.model), logitsOf(m)), 0);
   loaded.model.dispose();
@@ -70,13 +85,21 @@ test('above maxShardBytes the weights are written as HF shards with model.safete
   const dir = tmp();
   saveModel(dir, m); // an earlier single-file save in the same directory
   saveModel(dir, m, { maxShardBytes: 5000 });
-  const files = readdirSync(dir).filter((f) => f.endsWith('.safetensors')).sort();
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith('.safetensors'))
+    .sort();
   assert.ok(files.length >= 3, files.join(' '));
-  assert.ok(files.every((f, i) => f === `model-0000${i + 1}-of-0000${files.length}.safetensors`), files.join(' '));
+  assert.ok(
+    files.every((f, i) => f === `model-0000${i + 1}-of-0000${files.length}.safetensors`),
+    files.join(' '),
+  );
   const index = JSON.parse(readFileSync(join(dir, 'model.safetensors.index.json'), 'utf8'));
   const weights = m.exportWeights();
   assert.equal(Object.keys(index.weight_map).sort(), Object.keys(weights).sort());
-  assert.is(index.metadata.total_size, Object.values(weights).reduce((a, t) => a + t.data.length * 4, 0));
+  assert.is(
+    index.metadata.total_size,
+    Object.values(weights).reduce((a, t) => a + t.data.length * 4, 0),
+  );
   for (const f of files) {
     const names = Object.keys(parseSafetensors(readFileSync(join(dir, f))).tensors);
     const bytes = names.reduce((a, n) => a + weights[n]!.data.length * 4, 0);
@@ -88,7 +111,10 @@ test('above maxShardBytes the weights are written as HF shards with model.safete
   loaded.model.dispose();
   // Saving small again leaves one unambiguous layout.
   saveModel(dir, m);
-  assert.equal(readdirSync(dir).filter((f) => f.includes('safetensors')), ['model.safetensors']);
+  assert.equal(
+    readdirSync(dir).filter((f) => f.includes('safetensors')),
+    ['model.safetensors'],
+  );
   m.dispose();
 });
 
@@ -102,16 +128,23 @@ test('save -> load -> save keeps config.json exactly (v5 Qwen3 layout), BF16 cha
   const loaded = await loadModel(a);
   const b = tmp();
   saveModel(b, loaded.model, { dtype: 'bfloat16' });
-  assert.equal(JSON.parse(readFileSync(join(b, 'config.json'), 'utf8')), { ...raw, dtype: 'bfloat16' });
+  assert.equal(JSON.parse(readFileSync(join(b, 'config.json'), 'utf8')), {
+    ...raw,
+    dtype: 'bfloat16',
+  });
   loaded.model.dispose();
   m.dispose();
 });
 
 test('safetensors: BF16 and F16 are read; corrupt and truncated files are rejected clearly', () => {
-  const good = serializeSafetensors({ a: { shape: [2, 2], data: new Float32Array([1, -2, 0.5, 3]) } });
+  const good = serializeSafetensors({
+    a: { shape: [2, 2], data: new Float32Array([1, -2, 0.5, 3]) },
+  });
   assert.equal(Array.from(parseSafetensors(good).tensors.a!.data), [1, -2, 0.5, 3]);
   const half = (dtype: string, words: number[]): Uint8Array => {
-    const header = Buffer.from(JSON.stringify({ x: { dtype, shape: [words.length], data_offsets: [0, words.length * 2] } }));
+    const header = Buffer.from(
+      JSON.stringify({ x: { dtype, shape: [words.length], data_offsets: [0, words.length * 2] } }),
+    );
     const out = new Uint8Array(8 + header.length + words.length * 2);
     const dv = new DataView(out.buffer);
     dv.setBigUint64(0, BigInt(header.length), true);
@@ -120,7 +153,10 @@ test('safetensors: BF16 and F16 are read; corrupt and truncated files are reject
     return out;
   };
   // bf16: 1.0 = 0x3f80, -2.5 = 0xc020; f16: 1.0 = 0x3c00, -2.5 = 0xc100, 0.000061035 = 0x0400
-  assert.equal(Array.from(parseSafetensors(half('BF16', [0x3f80, 0xc020])).tensors.x!.data), [1, -2.5]);
+  assert.equal(
+    Array.from(parseSafetensors(half('BF16', [0x3f80, 0xc020])).tensors.x!.data),
+    [1, -2.5],
+  );
   const f16 = parseSafetensors(half('F16', [0x3c00, 0xc100, 0x0400])).tensors.x!.data;
   assert.equal([f16[0], f16[1]], [1, -2.5]);
   assert.ok(Math.abs(f16[2]! - 6.1035e-5) < 1e-8);
@@ -163,7 +199,10 @@ test('loading a checkpoint whose tensor shapes disagree with config.json fails w
 
 test('trainer checkpoint resume continues exactly (weights, AdamW moments, step)', async () => {
   await initBackend('wasm');
-  const batch = padBatch([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]]);
+  const batch = padBatch([
+    [1, 2, 3, 4, 5, 6],
+    [7, 8, 9, 10, 11, 12],
+  ]);
   const mask = tf.onesLike(batch.ids).toFloat() as tf.Tensor2D;
   const opts = { lr: 1e-2, warmupSteps: 2, totalSteps: 10, weightDecay: 0.1 };
   const a = randomModel(tinyLlamaConfig(), 23);

@@ -1,6 +1,11 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { arithDataset, arithReward, builtinDataset, extractAnswer } from '../../algorithms/datasets/arith.ts';
+import {
+  arithDataset,
+  arithReward,
+  builtinDataset,
+  extractAnswer,
+} from '../../algorithms/datasets/arith.ts';
 
 test('arith: seeded and reproducible; different seeds differ', () => {
   assert.equal(arithDataset({ size: 50 }), arithDataset({ size: 50 }));

@@ -67,12 +67,24 @@ test('logprobs of sampled tokens agree with the trainer recompute at the same te
   const { m, engine } = await setup(32);
   const prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]];
   for (const temperature of [1, 0.7]) {
-    const rs = await Promise.all(prompts.map((p, i) => engine.generate({ inputIds: p, gconfig: { temperature, topK: 20, topP: 0.95, maxNewTokens: 16, seed: i } })));
+    const rs = await Promise.all(
+      prompts.map((p, i) =>
+        engine.generate({
+          inputIds: p,
+          gconfig: { temperature, topK: 20, topP: 0.95, maxNewTokens: 16, seed: i },
+        }),
+      ),
+    );
     const seqs = rs.map((r, i) => [...prompts[i]!, ...r.outputTokens]);
     const { logprobs } = forwardLogprobs(m, seqs, { temperature });
     rs.forEach((r, i) => {
       const recomputed = logprobs[i]!.slice(prompts[i]!.length);
-      r.outputLogprobs.forEach((lp, t) => assert.ok(Math.abs(lp - recomputed[t]!) < 1e-4, `T=${temperature} seq ${i} tok ${t}: ${lp} vs ${recomputed[t]}`));
+      r.outputLogprobs.forEach((lp, t) =>
+        assert.ok(
+          Math.abs(lp - recomputed[t]!) < 1e-4,
+          `T=${temperature} seq ${i} tok ${t}: ${lp} vs ${recomputed[t]}`,
+        ),
+      );
     });
   }
   await engine.close();
@@ -86,10 +98,15 @@ test('pause (abort) returns partial output; queued requests wait; versions follo
   await engine.pause();
   const r1 = await p1;
   assert.is(r1.stopReason, 'abort');
-  assert.ok(r1.outputTokens.length >= 3 && r1.outputTokens.length < 60, `partial: ${r1.outputTokens.length}`);
+  assert.ok(
+    r1.outputTokens.length >= 3 && r1.outputTokens.length < 60,
+    `partial: ${r1.outputTokens.length}`,
+  );
   assert.is(r1.outputLogprobs.length, r1.outputTokens.length);
   let done = false;
-  const p2 = engine.generate({ inputIds: [...[1, 2, 3], ...r1.outputTokens], gconfig: { maxNewTokens: 5 } }).then((r) => ((done = true), r));
+  const p2 = engine
+    .generate({ inputIds: [...[1, 2, 3], ...r1.outputTokens], gconfig: { maxNewTokens: 5 } })
+    .then((r) => ((done = true), r));
   await tick();
   await tick();
   assert.is(done, false, 'no decoding while paused');
@@ -127,20 +144,43 @@ test('pause (wait) lets running requests finish; an update without pause switche
 
 test('stop token ids, stop strings, minNewTokens and generateN seeds', async () => {
   const { m, engine } = await setup(35);
-  const free = await engine.generate({ inputIds: [1, 2], gconfig: { greedy: true, maxNewTokens: 20 } });
+  const free = await engine.generate({
+    inputIds: [1, 2],
+    gconfig: { greedy: true, maxNewTokens: 20 },
+  });
   const stopAt = free.outputTokens[4]!;
   const first = free.outputTokens.indexOf(stopAt);
-  const r = await engine.generate({ inputIds: [1, 2], gconfig: { greedy: true, maxNewTokens: 20, stopTokenIds: [stopAt] } });
+  const r = await engine.generate({
+    inputIds: [1, 2],
+    gconfig: { greedy: true, maxNewTokens: 20, stopTokenIds: [stopAt] },
+  });
   assert.is(r.stopReason, 'stop');
   assert.equal(r.outputTokens, free.outputTokens.slice(0, first + 1), 'the stop token is included');
-  const rMin = await engine.generate({ inputIds: [1, 2], gconfig: { greedy: true, maxNewTokens: 20, stopTokenIds: [stopAt], minNewTokens: 5 } });
+  const rMin = await engine.generate({
+    inputIds: [1, 2],
+    gconfig: { greedy: true, maxNewTokens: 20, stopTokenIds: [stopAt], minNewTokens: 5 },
+  });
   assert.ok(rMin.outputTokens.length >= 5);
-  const n1 = await engine.generateN({ inputIds: [3], gconfig: { n: 4, maxNewTokens: 8, seed: 100 } });
-  const n2 = await engine.generateN({ inputIds: [3], gconfig: { n: 4, maxNewTokens: 8, seed: 100 } });
+  const n1 = await engine.generateN({
+    inputIds: [3],
+    gconfig: { n: 4, maxNewTokens: 8, seed: 100 },
+  });
+  const n2 = await engine.generateN({
+    inputIds: [3],
+    gconfig: { n: 4, maxNewTokens: 8, seed: 100 },
+  });
   assert.is(n1.length, 4);
-  assert.equal(n1.map((x) => x.outputTokens), n2.map((x) => x.outputTokens));
+  assert.equal(
+    n1.map((x) => x.outputTokens),
+    n2.map((x) => x.outputTokens),
+  );
   assert.ok(new Set(n1.map((x) => x.outputTokens.join())).size > 1, 'different samples per index');
-  assert.not.ok(await engine.generate({ inputIds: [1], gconfig: { n: 2 } }).then(() => true, () => false));
+  assert.not.ok(
+    await engine.generate({ inputIds: [1], gconfig: { n: 2 } }).then(
+      () => true,
+      () => false,
+    ),
+  );
   await engine.close();
   m.dispose();
 
@@ -148,11 +188,20 @@ test('stop token ids, stop strings, minNewTokens and generateN seeds', async () 
   const files = builtinTokenizerFiles();
   const { ChatTokenizer } = await import('../../actors/model/tokenizer.ts');
   const tok = new ChatTokenizer(files.tokenizerJson, files.tokenizerConfig);
-  const m2 = randomModel(tinyLlamaConfig({ vocab_size: tok.vocabSize, max_position_embeddings: 128 }), 36);
+  const m2 = randomModel(
+    tinyLlamaConfig({ vocab_size: tok.vocabSize, max_position_embeddings: 128 }),
+    36,
+  );
   const e2 = await BuiltinEngine.create({ model: m2, tokenizer: tok, eosTokenIds: [] });
-  const base = await e2.generate({ inputIds: [2, 10], gconfig: { greedy: true, maxNewTokens: 16 } });
+  const base = await e2.generate({
+    inputIds: [2, 10],
+    gconfig: { greedy: true, maxNewTokens: 16 },
+  });
   const stop = tok.decode(base.outputTokens.slice(2, 4));
-  const rs = await e2.generate({ inputIds: [2, 10], gconfig: { greedy: true, maxNewTokens: 16, stop: [stop] } });
+  const rs = await e2.generate({
+    inputIds: [2, 10],
+    gconfig: { greedy: true, maxNewTokens: 16, stop: [stop] },
+  });
   assert.is(rs.stopReason, 'stop');
   assert.ok(tok.decode(rs.outputTokens).endsWith(stop));
   assert.ok(rs.outputTokens.length <= 4);
@@ -168,7 +217,10 @@ test('sleep frees the weights and the cache; wakeUp restores the same behaviour;
   saveModel(dir, m);
   m.dispose();
   const engine = await BuiltinEngine.create({ modelPath: dir, eosTokenIds: [] });
-  const before = await engine.generate({ inputIds: [4, 4], gconfig: { greedy: true, maxNewTokens: 6 } });
+  const before = await engine.generate({
+    inputIds: [4, 4],
+    gconfig: { greedy: true, maxNewTokens: 6 },
+  });
   const awake = tf.memory().numTensors;
   await engine.sleep();
   assert.ok(tf.memory().numTensors < awake, 'weights released');
@@ -180,7 +232,10 @@ test('sleep frees the weights and the cache; wakeUp restores the same behaviour;
   await engine.sleep();
   await engine.updateWeights({ kind: 'tensors', tensors: other.exportWeights() }, 2);
   await engine.wakeUp();
-  const updated = await engine.generate({ inputIds: [4, 4], gconfig: { greedy: true, maxNewTokens: 6 } });
+  const updated = await engine.generate({
+    inputIds: [4, 4],
+    gconfig: { greedy: true, maxNewTokens: 6 },
+  });
   assert.equal(updated.outputTokens, greedyReference(other, [4, 4], 6));
   assert.equal(updated.outputVersions, new Array(6).fill(2));
   other.dispose();

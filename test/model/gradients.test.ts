@@ -4,8 +4,14 @@ import { initBackend, tf } from '../../actors/model/backend.ts';
 import { maskedNllLoss } from '../../actors/model/training.ts';
 import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
-const ids = [[3, 17, 5, 39, 0, 22], [8, 8, 11, 30, 2, 1]];
-const mask = [[0, 0, 1, 1, 1, 1], [0, 1, 1, 1, 1, 0]];
+const ids = [
+  [3, 17, 5, 39, 0, 22],
+  [8, 8, 11, 30, 2, 1],
+];
+const mask = [
+  [0, 0, 1, 1, 1, 1],
+  [0, 1, 1, 1, 1, 0],
+];
 
 function lossOf(m: ReturnType<typeof randomModel>): tf.Scalar {
   return maskedNllLoss(m, tf.tensor2d(ids, [2, 6], 'int32'), tf.tensor2d(mask, [2, 6]));
@@ -18,13 +24,21 @@ test('analytic gradients match central finite differences (cpu, tiny model)', as
   const { grads } = tf.variableGrads(() => lossOf(m), vars);
   const eps = 1e-2;
   let checked = 0;
-  for (const name of ['model.embed_tokens.weight', 'model.layers.0.self_attn.q_proj.weight', 'model.layers.0.self_attn.k_proj.weight',
-    'model.layers.0.mlp.down_proj.weight', 'model.layers.0.input_layernorm.weight', 'model.norm.weight']) {
+  for (const name of [
+    'model.embed_tokens.weight',
+    'model.layers.0.self_attn.q_proj.weight',
+    'model.layers.0.self_attn.k_proj.weight',
+    'model.layers.0.mlp.down_proj.weight',
+    'model.layers.0.input_layernorm.weight',
+    'model.norm.weight',
+  ]) {
     const v = m.params.get(name)!;
     const g = grads[v.name]!.dataSync();
     const base = v.dataSync().slice();
     // the coordinates with the largest gradients carry signal above float32 noise
-    const order = Array.from(g.keys()).sort((a, b) => Math.abs(g[b]!) - Math.abs(g[a]!)).slice(0, 3);
+    const order = Array.from(g.keys())
+      .sort((a, b) => Math.abs(g[b]!) - Math.abs(g[a]!))
+      .slice(0, 3);
     for (const i of order) {
       const at = (delta: number): number => {
         const w = base.slice();

@@ -1,19 +1,31 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../actors/model/backend.ts';
-import { BatchKVCache, decodeStep, prefill, recomputeLastLogits } from '../../actors/model/kv-cache.ts';
+import {
+  BatchKVCache,
+  decodeStep,
+  prefill,
+  recomputeLastLogits,
+} from '../../actors/model/kv-cache.ts';
 import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 test('incremental decoding with the KV cache equals recomputing the prefix, with rows joining and leaving', async () => {
   await initBackend('wasm');
   const m = randomModel(tinyLlamaConfig(), 7);
   const before = tf.memory().numTensors;
-  const seqs = [[1, 2, 3, 4, 5, 6, 7], [9, 8], [20, 21, 22, 23]];
+  const seqs = [
+    [1, 2, 3, 4, 5, 6, 7],
+    [9, 8],
+    [20, 21, 22, 23],
+  ];
   const { cache, logits } = prefill(m, seqs);
   const V = m.config.vocab_size;
   assert.ok(maxAbsDiff(logits, recomputeLastLogits(m, seqs)) < 1e-4, 'prefill with left padding');
   for (let b = 0; b < seqs.length; b++) {
-    assert.ok(maxAbsDiff(logits.slice(b * V, (b + 1) * V), recomputeLastLogits(m, [seqs[b]!])) < 1e-4, `row ${b} alone`);
+    assert.ok(
+      maxAbsDiff(logits.slice(b * V, (b + 1) * V), recomputeLastLogits(m, [seqs[b]!])) < 1e-4,
+      `row ${b} alone`,
+    );
   }
   for (let step = 0; step < 4; step++) {
     const next = seqs.map((s, b) => (s.length * 7 + b + step) % V);

@@ -10,7 +10,12 @@ import { loadModel, saveModel } from '../../actors/model/checkpoint.ts';
 import { tinyMathModelDir } from '../../actors/model/index.ts';
 import { ChatTokenizer } from '../../actors/model/tokenizer.ts';
 import { arithDataset } from '../../algorithms/datasets/arith.ts';
-import { encodeConversation, evalArith, sftConversations, trainSft } from '../../algorithms/train-sft.ts';
+import {
+  encodeConversation,
+  evalArith,
+  sftConversations,
+  trainSft,
+} from '../../algorithms/train-sft.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 const dirs: string[] = [];
@@ -24,7 +29,10 @@ test.after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })
 test('loss mask covers exactly the assistant turns, including their end token', () => {
   const f = builtinTokenizerFiles();
   const tok = new ChatTokenizer(f.tokenizerJson, f.tokenizerConfig);
-  const { ids, mask } = encodeConversation(tok, [{ role: 'user', content: 'q?' }, { role: 'assistant', content: 'ok' }]);
+  const { ids, mask } = encodeConversation(tok, [
+    { role: 'user', content: 'q?' },
+    { role: 'assistant', content: 'ok' },
+  ]);
   assert.is(tok.decode(ids), '<|user|>q?<|assistant|>ok<|end|>');
   assert.equal(mask, [0, 0, 0, 0, 1, 1, 1]);
 });
@@ -34,20 +42,46 @@ test('train_sft on a JSONL file lowers the loss, checkpoints, resumes and writes
   const dir = tmp();
   const f = builtinTokenizerFiles();
   const tok = new ChatTokenizer(f.tokenizerJson, f.tokenizerConfig);
-  const start = randomModel(tinyLlamaConfig({ vocab_size: tok.vocabSize, max_position_embeddings: 64, eos_token_id: 1 }), 51);
+  const start = randomModel(
+    tinyLlamaConfig({ vocab_size: tok.vocabSize, max_position_embeddings: 64, eos_token_id: 1 }),
+    51,
+  );
   saveModel(join(dir, 'init'), start, { tokenizerFiles: f });
   start.dispose();
   const lines = arithDataset({ size: 64 }).map((r, i) =>
-    i % 2 ? JSON.stringify({ prompt: r.prompt, response: r.response }) : JSON.stringify({ messages: [{ role: 'user', content: r.prompt }, { role: 'assistant', content: r.response }] }),
+    i % 2
+      ? JSON.stringify({ prompt: r.prompt, response: r.response })
+      : JSON.stringify({
+          messages: [
+            { role: 'user', content: r.prompt },
+            { role: 'assistant', content: r.response },
+          ],
+        }),
   );
   writeFileSync(join(dir, 'data.jsonl'), lines.join('\n') + '\n');
-  const common = { pretrain: join(dir, 'init'), dataset: join(dir, 'data.jsonl'), ckptPath: join(dir, 'ckpt'), saveSteps: 5, batchSize: 16, microBatchSize: 8, lr: 1e-2, warmupSteps: 2, verbose: false };
+  const common = {
+    pretrain: join(dir, 'init'),
+    dataset: join(dir, 'data.jsonl'),
+    ckptPath: join(dir, 'ckpt'),
+    saveSteps: 5,
+    batchSize: 16,
+    microBatchSize: 8,
+    lr: 1e-2,
+    warmupSteps: 2,
+    verbose: false,
+  };
   const first = await trainSft({ ...common, savePath: join(dir, 'out'), maxSteps: 5 });
   assert.is(first.steps, 5);
   const resumed = await trainSft({ ...common, savePath: join(dir, 'out'), maxSteps: 12 });
   assert.is(resumed.steps, 12, 'resumed at step 5 and ran to 12');
   assert.ok(resumed.finalLoss < first.finalLoss, `loss ${first.finalLoss} -> ${resumed.finalLoss}`);
-  for (const file of ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) {
+  for (const file of [
+    'config.json',
+    'model.safetensors',
+    'tokenizer.json',
+    'tokenizer_config.json',
+    'generation_config.json',
+  ]) {
     assert.ok(existsSync(join(dir, 'out', file)), file);
   }
   assert.is(JSON.parse(readFileSync(join(dir, 'ckpt', 'trainer_state.json'), 'utf8')).step, 12);
@@ -60,7 +94,10 @@ test('--direct-fraction mixes direct and worked answers per record, reproducibly
   assert.ok(direct > 0.66 * 2000 && direct < 0.74 * 2000, `direct ${direct}/2000`);
   assert.ok(answers.every((a) => /The answer is -?\d+\.$/.test(a)));
   assert.equal(sftConversations('arith', 2000, 0.7, 7), mixed, 'same seed, same mix');
-  assert.ok(sftConversations('arith', 50, 0).every((c) => !c.messages[1]!.content.startsWith('The answer')), 'fraction 0: all worked');
+  assert.ok(
+    sftConversations('arith', 50, 0).every((c) => !c.messages[1]!.content.startsWith('The answer')),
+    'fraction 0: all worked',
+  );
   assert.throws(() => sftConversations('/no/such.jsonl', 10, 0.5), /built-in datasets only/);
   assert.throws(() => sftConversations('arith', 10, 1.5), /\[0, 1\]/);
 });

@@ -34,7 +34,11 @@ test('built-in tokenizer: one id per character, exact round trip, special tokens
 test('built-in chat template: a finished assistant turn ends with the eos token', () => {
   const tok = builtin();
   const s = tok.applyChatTemplate(
-    [{ role: 'user', content: 'q' }, { role: 'assistant', content: 'a' }, { role: 'user', content: 'again' }],
+    [
+      { role: 'user', content: 'q' },
+      { role: 'assistant', content: 'a' },
+      { role: 'user', content: 'again' },
+    ],
     { addGenerationPrompt: true },
   );
   assert.is(s, '<|user|>q<|assistant|>a<|end|><|user|>again<|assistant|>');
@@ -59,9 +63,15 @@ test('byte-level BPE: merges apply, non-ASCII round-trips, ChatML specials are s
 test('named templates: default and tool_use (with tools); unknown names are an error', () => {
   const tok = loadTokenizer(bpeDir);
   assert.equal(tok.templateNames, ['default', 'tool_use']);
-  const s = tok.applyChatTemplate([{ role: 'user', content: 'x' }], { templateName: 'tool_use', tools: [{ name: 'calc' }, { name: 'search' }] });
+  const s = tok.applyChatTemplate([{ role: 'user', content: 'x' }], {
+    templateName: 'tool_use',
+    tools: [{ name: 'calc' }, { name: 'search' }],
+  });
   assert.ok(s.startsWith('<|im_start|>system\nTools: calc, search<|im_end|>\n'), s);
-  assert.throws(() => tok.applyChatTemplate([], { templateName: 'nope' }), /no chat template 'nope'/);
+  assert.throws(
+    () => tok.applyChatTemplate([], { templateName: 'nope' }),
+    /no chat template 'nope'/,
+  );
 });
 
 test('chat_template.jinja beside tokenizer.json takes precedence', () => {
@@ -69,10 +79,16 @@ test('chat_template.jinja beside tokenizer.json takes precedence', () => {
   try {
     copyFileSync(join(bpeDir, 'tokenizer.json'), join(dir, 'tokenizer.json'));
     writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ eos_token: '<|im_end|>' }));
-    writeFileSync(join(dir, 'chat_template.jinja'), '{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}');
+    writeFileSync(
+      join(dir, 'chat_template.jinja'),
+      '{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}',
+    );
     const tok = loadTokenizer(dir);
     assert.is(tok.applyChatTemplate([{ role: 'user', content: 'hi' }]), '[user]hi[assistant]');
-    assert.is(tok.applyChatTemplate([{ role: 'user', content: 'hi' }], { addGenerationPrompt: false }), '[user]hi');
+    assert.is(
+      tok.applyChatTemplate([{ role: 'user', content: 'hi' }], { addGenerationPrompt: false }),
+      '[user]hi',
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

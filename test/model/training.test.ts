@@ -2,10 +2,22 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../actors/model/backend.ts';
 import { BuiltinEngine } from '../../actors/engines/builtin/engine.ts';
-import { forwardLogprobs, learningRate, maskedNllLoss, ModelTrainer, padBatch, tokenStats } from '../../actors/model/training.ts';
+import {
+  forwardLogprobs,
+  learningRate,
+  maskedNllLoss,
+  ModelTrainer,
+  padBatch,
+  tokenStats,
+} from '../../actors/model/training.ts';
 import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
-const seqs = [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [3, 3, 3, 3, 3, 3], [20, 19, 18, 17, 16, 15]];
+const seqs = [
+  [1, 2, 3, 4, 5, 6],
+  [7, 8, 9, 10, 11, 12],
+  [3, 3, 3, 3, 3, 3],
+  [20, 19, 18, 17, 16, 15],
+];
 
 test('learning rate: linear warmup, cosine decay to the floor', () => {
   const o = { lr: 1, warmupSteps: 10, totalSteps: 110, minLrRatio: 0.1 };
@@ -61,13 +73,23 @@ test('clipping by global norm caps the update; AdamW first step moves each weigh
 test('forwardLogprobs aligns with trajectories and matches tokenStats; entropy and values', async () => {
   await initBackend('wasm');
   const m = randomModel(tinyLlamaConfig(), 43, { valueHead: true });
-  const ragged = [[1, 2, 3], [4, 5, 6, 7, 8]];
+  const ragged = [
+    [1, 2, 3],
+    [4, 5, 6, 7, 8],
+  ];
   const r = forwardLogprobs(m, ragged, { entropy: true, values: true, microBatchSize: 1 });
-  assert.equal(r.logprobs.map((x) => x.length), [3, 5]);
+  assert.equal(
+    r.logprobs.map((x) => x.length),
+    [3, 5],
+  );
   assert.is(r.logprobs[0]![0], 0);
-  const direct = tf.tidy(() => tokenStats(m, tf.tensor2d([ragged[1]!], [1, 5], 'int32')).logprobs.dataSync());
+  const direct = tf.tidy(() =>
+    tokenStats(m, tf.tensor2d([ragged[1]!], [1, 5], 'int32')).logprobs.dataSync(),
+  );
   assert.ok(maxAbsDiff(r.logprobs[1]!.slice(1), direct) < 1e-5);
-  assert.ok(r.entropy![1]!.slice(1).every((e) => e > 0 && e <= Math.log(m.config.vocab_size) + 1e-4));
+  assert.ok(
+    r.entropy![1]!.slice(1).every((e) => e > 0 && e <= Math.log(m.config.vocab_size) + 1e-4),
+  );
   assert.is(r.values![1]!.length, 5);
   m.dispose();
 });
@@ -91,7 +113,11 @@ test('no tensor leaks: numTensors is flat over 200 train steps and repeated gene
   await engine.generate({ inputIds: [1, 2], gconfig: { maxNewTokens: 4 } });
   const e0 = tf.memory().numTensors;
   for (let i = 0; i < 5; i++) {
-    await Promise.all([1, 2, 3].map((k) => engine.generate({ inputIds: [k, k + 1], gconfig: { maxNewTokens: 5 + k } })));
+    await Promise.all(
+      [1, 2, 3].map((k) =>
+        engine.generate({ inputIds: [k, k + 1], gconfig: { maxNewTokens: 5 + k } }),
+      ),
+    );
     forwardLogprobs(m, seqs);
   }
   assert.is(tf.memory().numTensors, e0);

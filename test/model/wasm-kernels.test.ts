@@ -3,9 +3,17 @@ import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../actors/model/backend.ts';
 import { useWasmKernelOverrides } from '../../actors/model/wasm-kernels.ts';
 
-function product(aShape: number[], bShape: number[], tA: boolean, tB: boolean, seed: number): Float32Array {
+function product(
+  aShape: number[],
+  bShape: number[],
+  tA: boolean,
+  tB: boolean,
+  seed: number,
+): Float32Array {
   const values = (shape: number[], s: number): Float32Array =>
-    Float32Array.from({ length: shape.reduce((p, d) => p * d, 1) }, (_, i) => Math.sin(1.3 * i + s));
+    Float32Array.from({ length: shape.reduce((p, d) => p * d, 1) }, (_, i) =>
+      Math.sin(1.3 * i + s),
+    );
   return tf.tidy(() => {
     const a = tf.tensor(values(aShape, seed), aShape);
     const b = tf.tensor(values(bShape, seed + 1), bShape);
@@ -31,7 +39,8 @@ test('wasm batched and transposed products equal the cpu backend', async () => {
     await initBackend('wasm');
     const got = product(aShape, bShape, tA, tB, 10 * i);
     assert.is(got.length, want.length, `case ${i}`);
-    for (let j = 0; j < want.length; j++) assert.ok(Math.abs(got[j]! - want[j]!) < 1e-5, `case ${i} [${j}]: ${got[j]} vs ${want[j]}`);
+    for (let j = 0; j < want.length; j++)
+      assert.ok(Math.abs(got[j]! - want[j]!) < 1e-5, `case ${i} [${j}]: ${got[j]} vs ${want[j]}`);
   }
 });
 

@@ -49,16 +49,33 @@ const head = {
 let ops: Ops;
 
 test.before(async () => {
-  ops = await startOps({ sessionDir: dir, token, dashboardPort: 0, dashboard: false, cluster: headClusterView(head) });
+  ops = await startOps({
+    sessionDir: dir,
+    token,
+    dashboardPort: 0,
+    dashboard: false,
+    cluster: headClusterView(head),
+  });
 });
 test.after(async () => {
   await ops.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function page(query: string): Promise<{ ms: number; body: { total: number; rows: { actorId: string; className: string; restarts: number }[]; states: Record<string, number> } }> {
+async function page(
+  query: string,
+): Promise<{
+  ms: number;
+  body: {
+    total: number;
+    rows: { actorId: string; className: string; restarts: number }[];
+    states: Record<string, number>;
+  };
+}> {
   const t0 = performance.now();
-  const res = await fetch(`${ops.http.url}/api/actors?${query}`, { headers: { authorization: `Bearer ${token}` } });
+  const res = await fetch(`${ops.http.url}/api/actors?${query}`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
   const body = await res.json();
   return { ms: performance.now() - t0, body };
 }
@@ -66,13 +83,20 @@ async function page(query: string): Promise<{ ms: number; body: { total: number;
 test('a page of 10,000 actors is filtered, sorted and paged on the server, fast', async () => {
   await page('limit=50'); // warm up
   const timings: number[] = [];
-  for (const q of ['limit=50', 'limit=50&sort=className&order=asc&offset=5000', 'limit=50&state=ALIVE&q=worker-9', 'limit=100&sort=restarts&jobId=job_3']) {
+  for (const q of [
+    'limit=50',
+    'limit=50&sort=className&order=asc&offset=5000',
+    'limit=50&state=ALIVE&q=worker-9',
+    'limit=100&sort=restarts&jobId=job_3',
+  ]) {
     const runs: number[] = [];
     for (let i = 0; i < 5; i++) runs.push((await page(q)).ms);
     runs.sort((a, b) => a - b);
     timings.push(runs[2]!);
   }
-  console.log(`actors API at ${n} rows, median ms per page: ${timings.map((t) => t.toFixed(1)).join(', ')}`);
+  console.log(
+    `actors API at ${n} rows, median ms per page: ${timings.map((t) => t.toFixed(1)).join(', ')}`,
+  );
   for (const t of timings) assert.ok(t < 250, `a page took ${t.toFixed(1)} ms`);
 
   const all = await page('limit=50');

@@ -29,7 +29,13 @@ test.after(async () => {
 const bearer = (t: string) => ({ authorization: `Bearer ${t}` });
 
 test('REST: a missing or wrong token gets 401 and nothing runs', async () => {
-  const wrong: Record<string, string>[] = [{}, bearer('wrong'), bearer(''), { 'x-rtjob-token': 'wrong' }, { cookie: 'rtjob_token=wrong' }];
+  const wrong: Record<string, string>[] = [
+    {},
+    bearer('wrong'),
+    bearer(''),
+    { 'x-rtjob-token': 'wrong' },
+    { cookie: 'rtjob_token=wrong' },
+  ];
   for (const headers of wrong) {
     for (const [method, path] of [
       ['GET', '/api/jobs'],
@@ -89,7 +95,13 @@ test('the WebSocket log tail needs the token, and a cookie only from our own ori
   await ops.jobs.waitFor('tail1');
   assert.is(await wsStatus('/api/jobs/tail1/logs/tail', {}), 401);
   assert.is(await wsStatus('/api/jobs/tail1/logs/tail', bearer('wrong')), 401);
-  assert.is(await wsStatus('/api/jobs/tail1/logs/tail', { cookie: `rtjob_token=${token}`, origin: 'http://evil.example' }), 403);
+  assert.is(
+    await wsStatus('/api/jobs/tail1/logs/tail', {
+      cookie: `rtjob_token=${token}`,
+      origin: 'http://evil.example',
+    }),
+    403,
+  );
   assert.is(await wsStatus('/api/jobs/tail1/logs/tail', bearer(token)), 101);
   assert.is(await wsStatus('/api/jobs/nope/logs/tail', bearer(token)), 404);
 });
@@ -98,7 +110,9 @@ test('the login link sets an HttpOnly cookie; cross-site writes with it are refu
   const bad = await fetch(`${url}/login?token=wrong`, { redirect: 'manual' });
   assert.is(bad.status, 401);
   await bad.arrayBuffer();
-  const login = await fetch(`${url}/login?token=${encodeURIComponent(token)}`, { redirect: 'manual' });
+  const login = await fetch(`${url}/login?token=${encodeURIComponent(token)}`, {
+    redirect: 'manual',
+  });
   assert.is(login.status, 302);
   const cookie = login.headers.get('set-cookie') ?? '';
   assert.match(cookie, /HttpOnly/);

@@ -39,7 +39,11 @@ test('the caller env and --env reach the driver, its actors and their nested act
   assert.match(r.stdout, /nested=64/);
 
   // Only job-relevant variables are recorded and shown; the rest are counted.
-  const { body: job } = await apiCall<{ env: Record<string, string>; inheritedEnvCount: number }>(sb, 'GET', '/api/jobs/env1');
+  const { body: job } = await apiCall<{ env: Record<string, string>; inheritedEnvCount: number }>(
+    sb,
+    'GET',
+    '/api/jobs/env1',
+  );
   assert.is(job.env.ASYNC_NUM_TASKS, '64');
   assert.is(job.env.MY_API_TOKEN, undefined);
   assert.is(job.env.SOME_OTHER, undefined);
@@ -67,9 +71,22 @@ test("a job's actors are tagged with its id, and their logs are indexed and surv
 });
 
 test('stop-job kills the actors of the job and their processes', async () => {
-  const r = await sb.run(['submit', '--no-wait', '--job-id', 'hold1', '--env', 'MODE=hold', '--', driver]);
+  const r = await sb.run([
+    'submit',
+    '--no-wait',
+    '--job-id',
+    'hold1',
+    '--env',
+    'MODE=hold',
+    '--',
+    driver,
+  ]);
   assert.is(r.code, 0, r.stderr);
-  await until('the driver to be ready', async () => ((await sb.run(['logs', 'hold1'])).stdout.includes('ready') ? true : undefined), 30_000);
+  await until(
+    'the driver to be ready',
+    async () => ((await sb.run(['logs', 'hold1'])).stdout.includes('ready') ? true : undefined),
+    30_000,
+  );
   const { body } = await apiCall<{ rows: ActorRow[] }>(sb, 'GET', '/api/jobs/hold1/actors');
   assert.is(body.rows.length, 2);
   assert.ok(body.rows.every((a) => a.state === 'ALIVE' && a.pid !== null));
@@ -108,7 +125,10 @@ test('an actor that crashes and restarts keeps the logs of every incarnation', a
   assert.is(r.code, 0, r.stderr + r.stdout);
   const actorId = /crasher (\S+)/.exec(r.stdout)![1]!;
   const logs = await sb.run(['logs', 'crash1', '--actor', actorId]);
-  assert.match(logs.stdout, /out: first life\n[\s\S]*about to crash[\s\S]*crashing now\n[\s\S]*--- restart 1 \(incarnation 2\) ---\nout: second life/);
+  assert.match(
+    logs.stdout,
+    /out: first life\n[\s\S]*about to crash[\s\S]*crashing now\n[\s\S]*--- restart 1 \(incarnation 2\) ---\nout: second life/,
+  );
   const { body } = await apiCall<{ restarts: number }>(sb, 'GET', `/api/actors/${actorId}`);
   assert.is(body.restarts, 1);
 });

@@ -123,9 +123,7 @@ test('D6: a job may log at most 1000 metric names; the table is served in pages 
   };
   assert.is(page.rows.length, 100);
   assert.is(page.nextSinceStep, 99);
-  const csv = await (
-    await fetch(`${url}/api/jobs/many/metrics.csv`, { headers: auth })
-  ).text();
+  const csv = await (await fetch(`${url}/api/jobs/many/metrics.csv`, { headers: auth })).text();
   const lines = csv.trim().split('\n');
   assert.is(lines.length, 1 + 1001, 'header and every step');
   assert.is(lines[0]!.split(',').length, 2 + 1000);

@@ -86,8 +86,14 @@ test('bad requests and samples over the limits are refused with a clear message'
     [{ step: 1.5, samples: [] }, /body\.step: expected an integer/],
     [{ step: 1, samples: 'x' }, /body\.samples: expected an array/],
     [{ step: 1, samples: [[1]] }, /body\.samples\[0\]: expected an object/],
-    [{ step: 1, samples: [{ text: 'x'.repeat(sampleLimits.maxSampleBytes) }] }, /over 65536 bytes of JSON/],
-    [{ step: 1, samples: Array.from({ length: sampleLimits.maxPerStep + 1 }, () => ({})) }, /more than 256 items/],
+    [
+      { step: 1, samples: [{ text: 'x'.repeat(sampleLimits.maxSampleBytes) }] },
+      /over 65536 bytes of JSON/,
+    ],
+    [
+      { step: 1, samples: Array.from({ length: sampleLimits.maxPerStep + 1 }, () => ({})) },
+      /more than 256 items/,
+    ],
   ];
   for (const [body, msg] of cases) {
     const res = await post(body);

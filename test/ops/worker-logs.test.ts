@@ -1,13 +1,26 @@
 // Reading an actor's logs: stdout and stderr of every incarnation as one stream, resumable with a
 // cursor, whole lines only while the incarnation runs; shipped pieces land at their offsets.
-import { appendFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  appendFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
-import { indexWorkerLogs, readActorLogs, shippedLogDir, workerLogPaths, writeShippedLog } from '../../runtime/head/logs/worker-logs.ts';
+import {
+  indexWorkerLogs,
+  readActorLogs,
+  shippedLogDir,
+  workerLogPaths,
+  writeShippedLog,
+} from '../../runtime/head/logs/worker-logs.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'rtjob-wlogs-'));
 const store = new OpsStore(join(dir, 'ops.db'));
@@ -17,7 +30,13 @@ test.after(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const subject = (incarnation: number) => ({ actorId: 'actor_a1', incarnation, nodeId: 'node_1', jobId: 'job1', pid: 100 + incarnation });
+const subject = (incarnation: number) => ({
+  actorId: 'actor_a1',
+  incarnation,
+  nodeId: 'node_1',
+  jobId: 'job1',
+  pid: 100 + incarnation,
+});
 
 test('one stream per actor, followed with a cursor; partial lines wait while it runs', () => {
   indexWorkerLogs(store, subject(1), dir);
@@ -45,14 +64,34 @@ test('one stream per actor, followed with a cursor; partial lines wait while it 
   writeFileSync(p2.stderr, '');
   const c = readActorLogs(files(), idle.cursor, { liveIncarnation: 2 });
   assert.is(c.logs, 'last words without newline--- restart 1 (incarnation 2) ---\nsecond life\n');
-  assert.equal(c.files.map((f) => [f.incarnation, f.stream]), [[1, 'stdout'], [1, 'stderr'], [2, 'stdout'], [2, 'stderr']]);
+  assert.equal(
+    c.files.map((f) => [f.incarnation, f.stream]),
+    [
+      [1, 'stdout'],
+      [1, 'stderr'],
+      [2, 'stdout'],
+      [2, 'stderr'],
+    ],
+  );
   // From the start, everything in order.
   const all = readActorLogs(files(), undefined, {});
-  assert.is(all.logs, 'hello\npartial line\nlast words without newline' + 'warn 1\n' + '--- restart 1 (incarnation 2) ---\nsecond life\n');
+  assert.is(
+    all.logs,
+    'hello\npartial line\nlast words without newline' +
+      'warn 1\n' +
+      '--- restart 1 (incarnation 2) ---\nsecond life\n',
+  );
 });
 
 test('shipped pieces are written at their offsets, idempotently; bad ones are dropped', () => {
-  const piece = (offset: number, text: string) => ({ nodeId: 'node_r', actorId: 'actor_b', incarnation: 1, stream: 'stdout' as const, offset, data: Buffer.from(text) });
+  const piece = (offset: number, text: string) => ({
+    nodeId: 'node_r',
+    actorId: 'actor_b',
+    incarnation: 1,
+    stream: 'stdout' as const,
+    offset,
+    data: Buffer.from(text),
+  });
   assert.ok(writeShippedLog(dir, piece(0, 'abc\n')));
   assert.ok(writeShippedLog(dir, piece(4, 'def\n')));
   assert.ok(writeShippedLog(dir, piece(4, 'def\n'))); // re-sent after a reconnect

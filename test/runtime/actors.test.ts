@@ -77,7 +77,12 @@ test('an exception reaches the caller typed and the actor keeps serving', async 
 
 test('typed arrays and nested values round-trip', async () => {
   const c = CounterActor.remote(0);
-  const v = { a: new Float32Array([1.5, 2.5]), b: [1, 'x', null], c: new Int32Array([7]), d: new Uint8Array([1, 2]) };
+  const v = {
+    a: new Float32Array([1.5, 2.5]),
+    b: [1, 'x', null],
+    c: new Int32Array([7]),
+    d: new Uint8Array([1, 2]),
+  };
   const back = (await c.echo.remote(v)) as typeof v;
   assert.ok(back.a instanceof Float32Array);
   assert.equal(Array.from(back.a), [1.5, 2.5]);

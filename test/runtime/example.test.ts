@@ -17,7 +17,10 @@ test('the runtime quick start example runs end to end', async () => {
   delete env.RTJOB_HOME;
   let stdout: string;
   try {
-    ({ stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', main], { env, timeout: 60_000 }));
+    ({ stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', main], {
+      env,
+      timeout: 60_000,
+    }));
   } finally {
     rmSync(home, { recursive: true, force: true });
   }

@@ -82,7 +82,9 @@ test('kill with noRestart makes the actor DEAD; without it the actor restarts', 
   const c = CounterActor.options({ maxRestarts: 3 }).remote(0);
   const pid = await c.pid.remote();
   await kill(c, { noRestart: false });
-  await until(async () => (await actorInfo(c)).numRestarts === 1 && (await actorInfo(c)).state === 'ALIVE');
+  await until(
+    async () => (await actorInfo(c)).numRestarts === 1 && (await actorInfo(c)).state === 'ALIVE',
+  );
   assert.is.not(await c.pid.remote(), pid);
   await kill(c);
   const info = await until(async () => {
@@ -95,15 +97,27 @@ test('kill with noRestart makes the actor DEAD; without it the actor restarts', 
 
 test('a driver that exits takes its actors with it; detached actors stay', async () => {
   const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(fixture('driver.ts'))], {
-    env: { ...process.env, RTJOB_ADDRESS: cluster.address, RTJOB_TOKEN: cluster.token, DETACHED_NAME: 'survivor' },
+    env: {
+      ...process.env,
+      RTJOB_ADDRESS: cluster.address,
+      RTJOB_TOKEN: cluster.token,
+      DETACHED_NAME: 'survivor',
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   const code = await new Promise((r) => child.on('close', r));
   assert.is(code, 0);
-  const ids = JSON.parse(out.trim()) as { owned: string; ownedPid: number; detached: string; detachedPid: number };
-  await until(async () => (await listActors()).find((a) => a.actorId === ids.owned)?.state === 'DEAD');
+  const ids = JSON.parse(out.trim()) as {
+    owned: string;
+    ownedPid: number;
+    detached: string;
+    detachedPid: number;
+  };
+  await until(
+    async () => (await listActors()).find((a) => a.actorId === ids.owned)?.state === 'DEAD',
+  );
   const owned = (await listActors()).find((a) => a.actorId === ids.owned)!;
   assert.is(owned.deathCause?.reason, 'owner-died');
   await until(() => !alive(ids.ownedPid), 5000, 'the owned worker to exit');
@@ -114,9 +128,13 @@ test('a driver that exits takes its actors with it; detached actors stay', async
 });
 
 test('a driver script that ends without shutdown() exits, and its workers with it', async () => {
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(fixture('forgetful-driver.ts'))], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(fixture('forgetful-driver.ts'))],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);

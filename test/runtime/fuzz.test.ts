@@ -19,36 +19,70 @@ const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rand() * xs.length)]!;
 function randomValue(depth = 0): unknown {
   const kinds = depth > 2 ? 5 : 8;
   switch (Math.floor(rand() * kinds)) {
-    case 0: return Math.floor(rand() * 1e6) - 5e5;
-    case 1: return rand().toString(36).slice(2);
-    case 2: return null;
-    case 3: return rand() > 0.5;
-    case 4: return new Uint8Array(Math.floor(rand() * 64));
-    case 5: return Array.from({ length: Math.floor(rand() * 4) }, () => randomValue(depth + 1));
+    case 0:
+      return Math.floor(rand() * 1e6) - 5e5;
+    case 1:
+      return rand().toString(36).slice(2);
+    case 2:
+      return null;
+    case 3:
+      return rand() > 0.5;
+    case 4:
+      return new Uint8Array(Math.floor(rand() * 64));
+    case 5:
+      return Array.from({ length: Math.floor(rand() * 4) }, () => randomValue(depth + 1));
     case 6: {
       const o: Record<string, unknown> = {};
-      for (let i = 0; i < 4; i++) o[pick(['rid', 'actorId', 'method', 'args', 'options', 'spec', 'x'])] = randomValue(depth + 1);
+      for (let i = 0; i < 4; i++)
+        o[pick(['rid', 'actorId', 'method', 'args', 'options', 'spec', 'x'])] = randomValue(
+          depth + 1,
+        );
       return o;
     }
-    default: return new Float32Array(Math.floor(rand() * 8));
+    default:
+      return new Float32Array(Math.floor(rand() * 8));
   }
 }
 
 /** One random frame: raw bytes, a random value, or a real message type with random fields. */
 function randomFrame(): Buffer | string {
   const r = rand();
-  if (r < 0.2) return Buffer.from(Array.from({ length: 1 + Math.floor(rand() * 200) }, () => Math.floor(rand() * 256)));
+  if (r < 0.2)
+    return Buffer.from(
+      Array.from({ length: 1 + Math.floor(rand() * 200) }, () => Math.floor(rand() * 256)),
+    );
   if (r < 0.25) return 'text frame';
   if (r < 0.4) return pack(randomValue());
-  const msg: Record<string, unknown> = { type: pick([...messageTypes]), rid: Math.floor(rand() * 100) };
-  for (const k of ['actorId', 'method', 'args', 'options', 'spec', 'ctorArgs', 'bundles', 'strategy', 'objectId', 'name', 'resources', 'kind']) {
+  const msg: Record<string, unknown> = {
+    type: pick([...messageTypes]),
+    rid: Math.floor(rand() * 100),
+  };
+  for (const k of [
+    'actorId',
+    'method',
+    'args',
+    'options',
+    'spec',
+    'ctorArgs',
+    'bundles',
+    'strategy',
+    'objectId',
+    'name',
+    'resources',
+    'kind',
+  ]) {
     if (rand() < 0.5) msg[k] = randomValue();
   }
   if (rand() < 0.3) msg.rid = 'not-a-number';
   return pack(msg);
 }
 
-async function blast(address: string, token: string, frames: number, register: boolean): Promise<number> {
+async function blast(
+  address: string,
+  token: string,
+  frames: number,
+  register: boolean,
+): Promise<number> {
   let closedCount = 0;
   let sent = 0;
   while (sent < frames) {

@@ -2,7 +2,15 @@
  * Compile-time checks of typed handles; checked by the project's `tsc --noEmit`. Every
  * `@ts-expect-error` line must fail to compile, so a loosened type breaks the type check.
  */
-import { defineActor, defineTask, get, getActor, put, type ActorHandle, type ObjectRef } from '../../runtime/index.ts';
+import {
+  defineActor,
+  defineTask,
+  get,
+  getActor,
+  put,
+  type ActorHandle,
+  type ObjectRef,
+} from '../../runtime/index.ts';
 import type { Counter } from '../fixtures/runtime/counter.ts';
 import type { square } from '../fixtures/runtime/tasks.ts';
 

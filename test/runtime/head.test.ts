@@ -24,7 +24,11 @@ const events: ActorInfo[] = [];
 
 test.before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'rtjob-head-'));
-  cluster = await startLocalCluster({ sessionDir: dir, head: { sessionDir: dir }, node: { numCpus: 2 } });
+  cluster = await startLocalCluster({
+    sessionDir: dir,
+    head: { sessionDir: dir },
+    node: { numCpus: 2 },
+  });
   cluster.head.on('actor', (a) => events.push(a));
   await init({ address: cluster.address, token: cluster.token });
 });
@@ -49,7 +53,11 @@ test('the head reports actor state changes as events and lists', async () => {
 });
 
 test('the head takes from each kind of peer only what the protocol routes allow it to send', async () => {
-  const conn = await connect(cluster.address, { token: cluster.token, accepts: acceptedBy('worker'), handler: () => undefined });
+  const conn = await connect(cluster.address, {
+    token: cluster.token,
+    accepts: acceptedBy('worker'),
+    handler: () => undefined,
+  });
   try {
     await conn.request({ type: 'registerClient', kind: 'driver', pid: process.pid });
     // fetchPackage is for node agents: a driver gets a protocol error and keeps its connection.
@@ -59,9 +67,26 @@ test('the head takes from each kind of peer only what the protocol routes allow 
     );
     assert.is(wrong?.code, 'PROTOCOL');
     assert.match(wrong!.message, /not for a driver/);
-    const again = await conn.request({ type: 'registerNode', hostname: 'x', host: '127.0.0.1', pid: 1, resources: { CPU: 1 }, sessionDir: dir }).catch((e: { code?: string }) => e);
-    assert.is((again as { code?: string }).code, 'INVALID_ARGUMENT', 'registering twice is refused');
-    assert.is(await conn.request({ type: 'kvGet', key: 'nothing-here' }), null, 'the connection still serves');
+    const again = await conn
+      .request({
+        type: 'registerNode',
+        hostname: 'x',
+        host: '127.0.0.1',
+        pid: 1,
+        resources: { CPU: 1 },
+        sessionDir: dir,
+      })
+      .catch((e: { code?: string }) => e);
+    assert.is(
+      (again as { code?: string }).code,
+      'INVALID_ARGUMENT',
+      'registering twice is refused',
+    );
+    assert.is(
+      await conn.request({ type: 'kvGet', key: 'nothing-here' }),
+      null,
+      'the connection still serves',
+    );
   } finally {
     conn.close('test done');
   }
@@ -71,7 +96,11 @@ test('the head takes from each kind of peer only what the protocol routes allow 
   early.send({ type: 'kvGet', rid: 1, key: 'x' });
   assert.match(await closed, /before registering/);
   assert.ok(acceptedBy('head').has('fetchPackage') && !acceptedBy('head').has('startWorker'));
-  assert.ok(acceptedBy('node').has('startWorker') && acceptedBy('worker').has('stopWorker') && acceptedBy('data').has('call'));
+  assert.ok(
+    acceptedBy('node').has('startWorker') &&
+      acceptedBy('worker').has('stopWorker') &&
+      acceptedBy('data').has('call'),
+  );
 });
 
 test('head state is kept in SQLite in the session dir; worker logs beside it', async () => {

@@ -7,7 +7,11 @@ export function fixture(name: string): URL {
 }
 
 /** Polls `cond` until it returns a truthy value or the deadline passes. */
-export async function until<T>(cond: () => T | Promise<T>, timeoutMs = 10_000, what = 'condition'): Promise<T> {
+export async function until<T>(
+  cond: () => T | Promise<T>,
+  timeoutMs = 10_000,
+  what = 'condition',
+): Promise<T> {
   const end = Date.now() + timeoutMs;
   for (;;) {
     const v = await cond();
@@ -18,7 +22,16 @@ export async function until<T>(cond: () => T | Promise<T>, timeoutMs = 10_000, w
 }
 
 /** Rejection of `p`, or a failure when it resolves. */
-export async function rejection(p: PromiseLike<unknown>): Promise<Error & { code?: string; context?: Record<string, unknown>; remoteName?: string; remoteStack?: string }> {
+export async function rejection(
+  p: PromiseLike<unknown>,
+): Promise<
+  Error & {
+    code?: string;
+    context?: Record<string, unknown>;
+    remoteName?: string;
+    remoteStack?: string;
+  }
+> {
   try {
     await p;
   } catch (e) {

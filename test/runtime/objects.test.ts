@@ -121,7 +121,10 @@ test('wait returns the first refs to finish; get honours timeoutMs', async () =>
   const [none, all] = await wait([c.slowIncr.remote(1, 1000)], { timeoutMs: 50 });
   assert.is(none.length, 0);
   assert.is(all.length, 1);
-  assert.is((await rejection(get(c.slowIncr.remote(1, 1000), { timeoutMs: 50 }))).code, 'GET_TIMEOUT');
+  assert.is(
+    (await rejection(get(c.slowIncr.remote(1, 1000), { timeoutMs: 50 }))).code,
+    'GET_TIMEOUT',
+  );
   const many = Array.from({ length: 1000 }, (_, i) => c.incr.remote(i));
   const [done] = await wait(many, { numReturns: 1000 });
   assert.is(done.length, 1000);

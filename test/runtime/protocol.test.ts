@@ -1,12 +1,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import {
-  ActorDiedError,
-  TaskError,
-  fromWire,
-  isRtjobError,
-  toWire,
-} from '../../runtime/errors.ts';
+import { ActorDiedError, TaskError, fromWire, isRtjobError, toWire } from '../../runtime/errors.ts';
 import { invalidMessage, pack, unpack, unpackFrame } from '../../runtime/protocol.ts';
 
 test('typed arrays survive the codec with their type and values', () => {
@@ -45,7 +39,10 @@ test('invalidMessage names what is wrong', () => {
   assert.is(invalidMessage({ type: 'call', rid: 1, method: 'f', args: [] }), undefined);
   assert.match(invalidMessage([1, 2]) ?? '', /not an object/);
   assert.match(invalidMessage({ rid: 1 }) ?? '', /no string type/);
-  assert.match(invalidMessage({ type: 'launchMissiles' }) ?? '', /unknown message type 'launchMissiles'/);
+  assert.match(
+    invalidMessage({ type: 'launchMissiles' }) ?? '',
+    /unknown message type 'launchMissiles'/,
+  );
   assert.match(invalidMessage({ type: 'ping', rid: 'x' }) ?? '', /rid/);
 });
 

@@ -24,7 +24,8 @@ test.before(async () => {
     handler: (m) => {
       if (m.type === 'ping') return 'pong';
       if (m.type === 'call' && m.method === 'echo') return m.args[0];
-      if (m.type === 'call' && m.method === 'slow') return new Promise((r) => setTimeout(() => r('slow'), 100));
+      if (m.type === 'call' && m.method === 'slow')
+        return new Promise((r) => setTimeout(() => r('slow'), 100));
       throw new Error(`no ${m.type}`);
     },
   });
@@ -33,7 +34,9 @@ test.after(async () => {
   await server.close();
 });
 
-function raw(headers: Record<string, string> = { authorization: `Bearer ${token}` }): Promise<WebSocket> {
+function raw(
+  headers: Record<string, string> = { authorization: `Bearer ${token}` },
+): Promise<WebSocket> {
   const ws = new WebSocket(`ws://${server.address}`, { headers });
   return new Promise((resolve, reject) => {
     ws.once('open', () => resolve(ws));
@@ -76,7 +79,9 @@ test('a large message is fragmented and does not hold up small ones', async () =
     order.push('big');
     return v;
   });
-  const pSmall = c.request({ type: 'call', method: 'echo', args: ['small'] }).then(() => order.push('small'));
+  const pSmall = c
+    .request({ type: 'call', method: 'echo', args: ['small'] })
+    .then(() => order.push('small'));
   const [back] = (await Promise.all([pBig, pSmall])) as [Float32Array, unknown];
   assert.is(back.length, big.length);
   assert.is(back[back.length - 1], 7);
@@ -89,10 +94,23 @@ test('malformed, oversized, text and unknown frames close only that connection',
     ['garbage', (ws) => ws.send(Buffer.from([0xc1, 0xff, 0x00])), /no string type|not an object/],
     ['truncated', (ws) => ws.send(Buffer.from([0x92, 0x01])), /malformed frame/],
     ['text', (ws) => ws.send('hello'), /text frame/],
-    ['unknown type', (ws) => ws.send(pack({ type: 'launchMissiles', rid: 1 })), /unknown message type/],
-    ['not for this endpoint', (ws) => ws.send(pack({ type: 'createActor', rid: 1 })), /unexpected message type 'createActor'/],
+    [
+      'unknown type',
+      (ws) => ws.send(pack({ type: 'launchMissiles', rid: 1 })),
+      /unknown message type/,
+    ],
+    [
+      'not for this endpoint',
+      (ws) => ws.send(pack({ type: 'createActor', rid: 1 })),
+      /unexpected message type 'createActor'/,
+    ],
     ['oversized', (ws) => ws.send(Buffer.alloc(5 * 1024 * 1024)), /socket error|Max payload/i],
-    ['bad fragment', (ws) => ws.send(pack({ type: 'fragment', fid: 1, total: 10, offset: 5, data: Buffer.alloc(2) })), /fragment/],
+    [
+      'bad fragment',
+      (ws) =>
+        ws.send(pack({ type: 'fragment', fid: 1, total: 10, offset: 5, data: Buffer.alloc(2) })),
+      /fragment/,
+    ],
   ];
   for (const [name, send, why] of cases) {
     const before = logs.length;
@@ -113,7 +131,11 @@ test('a silent peer is closed by the heartbeat', async () => {
   // Stop answering pings by pausing the socket: no pongs go back.
   (ws as unknown as { _socket: { pause(): void } })._socket.pause();
   const before = logs.length;
-  await until(() => logs.slice(before).some((l) => l.includes('heartbeat timeout')), 3000, 'heartbeat close');
+  await until(
+    () => logs.slice(before).some((l) => l.includes('heartbeat timeout')),
+    3000,
+    'heartbeat close',
+  );
   ws.terminate();
 });
 

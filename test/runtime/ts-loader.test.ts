@@ -16,10 +16,19 @@ const app = join(root, 'app');
 test.before(() => {
   mkdirSync(join(app, 'lib'), { recursive: true });
   writeFileSync(join(app, 'package.json'), '{ "type": "module" }');
-  writeFileSync(join(app, 'tsconfig.json'), '{ /* comments are fine */ "compilerOptions": { "useDefineForClassFields": false, }, }');
+  writeFileSync(
+    join(app, 'tsconfig.json'),
+    '{ /* comments are fine */ "compilerOptions": { "useDefineForClassFields": false, }, }',
+  );
   writeFileSync(join(app, 'lib', 'index.ts'), 'export const fromIndex: string = "index";\n');
-  writeFileSync(join(app, 'dep.ts'), 'export enum Colour { Red = 1 }\nexport function twice(n: number): number { return n * 2; }\n');
-  writeFileSync(join(app, 'legacy.cts'), 'const x: number = 41;\nmodule.exports = { answer: x + 1 };\n');
+  writeFileSync(
+    join(app, 'dep.ts'),
+    'export enum Colour { Red = 1 }\nexport function twice(n: number): number { return n * 2; }\n',
+  );
+  writeFileSync(
+    join(app, 'legacy.cts'),
+    'const x: number = 41;\nmodule.exports = { answer: x + 1 };\n',
+  );
   writeFileSync(
     join(app, 'main.ts'),
     [
@@ -32,7 +41,10 @@ test.before(() => {
     ].join('\n'),
   );
   writeFileSync(join(app, 'broken.ts'), 'export const x: number = ;\n');
-  writeFileSync(join(app, 'throws.ts'), 'type T = { a: number };\n\n\nexport function boom(): T {\n  throw new Error("boom");\n}\nboom();\n');
+  writeFileSync(
+    join(app, 'throws.ts'),
+    'type T = { a: number };\n\n\nexport function boom(): T {\n  throw new Error("boom");\n}\nboom();\n',
+  );
 });
 
 test.after(() => rmSync(root, { recursive: true, force: true }));
@@ -48,7 +60,13 @@ function run(file: string) {
 test('runs TypeScript with its import spellings, honouring the tsconfig emit options', () => {
   const r = run('main.ts');
   assert.is(r.code, 0, r.stderr);
-  assert.equal(JSON.parse(r.stdout), { twice: 42, red: 1, fromIndex: 'index', legacy: 42, defineFields: false });
+  assert.equal(JSON.parse(r.stdout), {
+    twice: 42,
+    red: 1,
+    fromIndex: 'index',
+    legacy: 42,
+    defineFields: false,
+  });
 });
 
 test('transforms are cached by content: a second run reuses them, a change adds one entry', () => {
@@ -56,7 +74,10 @@ test('transforms are cached by content: a second run reuses them, a change adds 
   assert.ok(before.length >= 3, 'main, dep and lib/index are cached');
   assert.is(run('main.ts').code, 0);
   assert.equal(readdirSync(cacheDir).sort(), before, 'nothing transformed again');
-  writeFileSync(join(app, 'dep.ts'), 'export enum Colour { Red = 2 }\nexport function twice(n: number): number { return n + n; }\n');
+  writeFileSync(
+    join(app, 'dep.ts'),
+    'export enum Colour { Red = 2 }\nexport function twice(n: number): number { return n + n; }\n',
+  );
   const r = run('main.ts');
   assert.is(JSON.parse(r.stdout).red, 2, 'the changed source is used, not a stale transform');
   assert.is(readdirSync(cacheDir).length, before.length + 1);

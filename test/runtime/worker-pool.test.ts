@@ -3,7 +3,15 @@
 import { readFileSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { type LocalCluster, defineActor, get, init, kill, shutdown, startLocalCluster } from '../../runtime/index.ts';
+import {
+  type LocalCluster,
+  defineActor,
+  get,
+  init,
+  kill,
+  shutdown,
+  startLocalCluster,
+} from '../../runtime/index.ts';
 import type { Counter } from '../fixtures/runtime/counter.ts';
 import { fixture, until } from './helpers.ts';
 
@@ -12,7 +20,12 @@ let cluster: LocalCluster;
 
 /** Child processes of this process: the in-process node agent's workers. */
 function children(): Set<number> {
-  return new Set(readFileSync(`/proc/self/task/${process.pid}/children`, 'utf8').split(' ').filter(Boolean).map(Number));
+  return new Set(
+    readFileSync(`/proc/self/task/${process.pid}/children`, 'utf8')
+      .split(' ')
+      .filter(Boolean)
+      .map(Number),
+  );
 }
 
 test.before(async () => {
@@ -29,7 +42,10 @@ test('the pool fills to warmWorkers; new actors run in its processes; it refills
   const idle = children(); // (may also hold a tsx esbuild service of this test process)
   const actors = [1, 2, 3].map((n) => CounterActor.remote(n));
   const pids = await get(actors.map((a) => a.pid.remote()));
-  assert.ok(pids.every((p) => idle.has(p)), 'each actor took a booted idle worker');
+  assert.ok(
+    pids.every((p) => idle.has(p)),
+    'each actor took a booted idle worker',
+  );
   assert.is(new Set(pids).size, 3, 'one process per actor');
   assert.equal(await get(actors.map((a) => a.incr.remote(1))), [2, 3, 4]);
   await until(() => cluster.node.idleWorkers === 3, 20_000, 'the pool to refill');

@@ -9,17 +9,31 @@ import { charTokenizer } from '../fixtures/agents/char-tokenizer.ts';
 
 const fixture = (name: string): string =>
   fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
-const init: WorkflowInit = { tokenizer: charTokenizer, gconfig: { maxNewTokens: 8 }, nSamples: 2, maxLength: 64 };
+const init: WorkflowInit = {
+  tokenizer: charTokenizer,
+  gconfig: { maxNewTokens: 8 },
+  nSamples: 2,
+  maxLength: 64,
+};
 
 function sample(index: number, label = '42', nSamples = 2): Sample {
   const prompt = `Q${index}:`;
-  return { index, prompt, label, promptIds: charTokenizer.encode(prompt), nSamples, groupId: `g${index}`, record: {} };
+  return {
+    index,
+    prompt,
+    label,
+    promptIds: charTokenizer.encode(prompt),
+    nSamples,
+    groupId: `g${index}`,
+    record: {},
+  };
 }
 
 /** Answers "7" on the first turn of an episode and "42" after feedback. */
 function answeringEngine(): SimulatedEngine {
   return new SimulatedEngine({
-    respond: (ids) => charTokenizer.encode(charTokenizer.decode(ids).includes('wrong') ? '42' : '7'),
+    respond: (ids) =>
+      charTokenizer.encode(charTokenizer.decode(ids).includes('wrong') ? '42' : '7'),
     logprob: -0.5,
   });
 }
@@ -27,7 +41,12 @@ function answeringEngine(): SimulatedEngine {
 test('step function: multi-turn feedback is appended as masked tokens and rewards are summed', async () => {
   const agent = await loadAgent(fixture('multi-turn-step.ts'), init);
   assert.is(agent.kind, 'step');
-  const runner = new EpisodeRunner({ agent, tokenizer: charTokenizer, gconfig: { maxNewTokens: 8 }, maxLength: 64 });
+  const runner = new EpisodeRunner({
+    agent,
+    tokenizer: charTokenizer,
+    gconfig: { maxNewTokens: 8 },
+    maxLength: 64,
+  });
   const g = await runner.runGroup(answeringEngine(), sample(5));
   assert.is(g.status, 'ok');
   assert.is(g.trajectories.length, 2);
@@ -47,18 +66,35 @@ test('step function: multi-turn feedback is appended as masked tokens and reward
 
 test('step function: per-episode state is fresh and the turn cap ends an endless episode', async () => {
   const agent = await loadAgent(fixture('never-done-step.ts'), init);
-  const runner = new EpisodeRunner({ agent, tokenizer: charTokenizer, gconfig: { maxNewTokens: 4 }, maxLength: 64 });
+  const runner = new EpisodeRunner({
+    agent,
+    tokenizer: charTokenizer,
+    gconfig: { maxNewTokens: 4 },
+    maxLength: 64,
+  });
   const g = await runner.runGroup(new SimulatedEngine({ respond: () => [50] }), sample(0));
   const t = g.trajectories[0]!;
   assert.is(t.reward, 1.5, 'three turns of 0.5');
   assert.is(t.truncated, true);
-  assert.is(charTokenizer.decode(t.inputIds), 'Q0:/?/?/', 'nextObservation suffix appended; trailing feedback dropped');
+  assert.is(
+    charTokenizer.decode(t.inputIds),
+    'Q0:/?/?/',
+    'nextObservation suffix appended; trailing feedback dropped',
+  );
 });
 
 test('step function: the context budget cuts the episode', async () => {
   const agent = await loadAgent(fixture('never-done-step.ts'), init);
-  const runner = new EpisodeRunner({ agent, tokenizer: charTokenizer, gconfig: { maxNewTokens: 4 }, maxLength: 6 });
-  const g = await runner.runGroup(new SimulatedEngine({ respond: () => [50, 50] }), sample(0, '1', 1));
+  const runner = new EpisodeRunner({
+    agent,
+    tokenizer: charTokenizer,
+    gconfig: { maxNewTokens: 4 },
+    maxLength: 6,
+  });
+  const g = await runner.runGroup(
+    new SimulatedEngine({ respond: () => [50, 50] }),
+    sample(0, '1', 1),
+  );
   const t = g.trajectories[0]!;
   assert.ok(t.inputIds.length <= 6);
   assert.is(t.truncated, true);
@@ -67,12 +103,19 @@ test('step function: the context budget cuts the episode', async () => {
 test('workflow: groups come back stamped, null rejects the prompt', async () => {
   const agent = await loadAgent(fixture('group-workflow.ts'), init);
   assert.is(agent.kind, 'workflow');
-  const runner = new EpisodeRunner({ agent, tokenizer: charTokenizer, gconfig: { maxNewTokens: 8 }, maxLength: 64 });
+  const runner = new EpisodeRunner({
+    agent,
+    tokenizer: charTokenizer,
+    gconfig: { maxNewTokens: 8 },
+    maxLength: 64,
+  });
   const engine = new SimulatedEngine({ respond: () => [10, 11, 12] });
   const even = await runner.runGroup(engine, sample(4, '1', 3));
   assert.is(even.status, 'ok');
   assert.is(even.trajectories.length, 3);
-  assert.ok(even.trajectories.every((t) => t.groupId === 'g4' && t.promptIndex === 4 && t.reward === 3));
+  assert.ok(
+    even.trajectories.every((t) => t.groupId === 'g4' && t.promptIndex === 4 && t.reward === 3),
+  );
   const odd = await runner.runGroup(engine, sample(3, '1', 3));
   assert.is(odd.status, 'rejected');
 });
@@ -84,7 +127,10 @@ test('broken agent files fail with errors that name the file and the problem', a
     ['does-not-exist.ts', /does-not-exist\.ts: no such file/],
   ];
   for (const [name, re] of cases) {
-    const err = await loadAgent(fixture(name), init).then(() => null, (e: Error & { code?: string }) => e);
+    const err = await loadAgent(fixture(name), init).then(
+      () => null,
+      (e: Error & { code?: string }) => e,
+    );
     assert.ok(err, `${name} should fail`);
     assert.match(err!.message, re);
     assert.is((err as { code?: string }).code, 'AGENT_LOAD_FAILED');
@@ -94,12 +140,24 @@ test('broken agent files fail with errors that name the file and the problem', a
 test('a wrong return shape is a contract error naming the field', async () => {
   const agent = await loadAgent(fixture('bad-return-step.ts'), init);
   const runner = new EpisodeRunner({ agent, tokenizer: charTokenizer, gconfig: {}, maxLength: 64 });
-  const err = await runner.runGroup(answeringEngine(), sample(0)).then(() => null, (e: Error) => e);
-  assert.match(err!.message, /bad-return-step\.ts: step\(\) returned reward=high, expected a finite number/);
+  const err = await runner.runGroup(answeringEngine(), sample(0)).then(
+    () => null,
+    (e: Error) => e,
+  );
+  assert.match(
+    err!.message,
+    /bad-return-step\.ts: step\(\) returned reward=high, expected a finite number/,
+  );
   const wf = await loadAgent(fixture('bad-workflow.ts'), init);
   const r2 = new EpisodeRunner({ agent: wf, tokenizer: charTokenizer, gconfig: {}, maxLength: 64 });
-  const err2 = await r2.runGroup(answeringEngine(), sample(0)).then(() => null, (e: Error) => e);
-  assert.match(err2!.message, /bad-workflow\.ts: runEpisode\(\) trajectory 0: lossMask has 2 entries, inputIds has 3/);
+  const err2 = await r2.runGroup(answeringEngine(), sample(0)).then(
+    () => null,
+    (e: Error) => e,
+  );
+  assert.match(
+    err2!.message,
+    /bad-workflow\.ts: runEpisode\(\) trajectory 0: lossMask has 2 entries, inputIds has 3/,
+  );
 });
 
 test('episodes that throw fail their group and are reported, others go on', async () => {
@@ -107,18 +165,34 @@ test('episodes that throw fail their group and are reported, others go on', asyn
   const runner = new EpisodeRunner({ agent, tokenizer: charTokenizer, gconfig: {}, maxLength: 64 });
   const engine = answeringEngine();
   const groups = await Promise.all([0, 1, 2, 3].map((i) => runner.runGroup(engine, sample(i))));
-  assert.equal(groups.map((g) => g.status), ['failed', 'ok', 'failed', 'ok']);
-  assert.match(groups[0]!.errors[0]!, /flaky-step\.ts: episode of prompt 0 threw Error: environment crashed on 0/);
+  assert.equal(
+    groups.map((g) => g.status),
+    ['failed', 'ok', 'failed', 'ok'],
+  );
+  assert.match(
+    groups[0]!.errors[0]!,
+    /flaky-step\.ts: episode of prompt 0 threw Error: environment crashed on 0/,
+  );
 });
 
 test('a hung episode times out, frees its slot, and the rest finish', async () => {
   const agent = await loadAgent(fixture('hang-step.ts'), init);
   const runner = new EpisodeRunner({
-    agent, tokenizer: charTokenizer, gconfig: {}, maxLength: 64, maxConcurrent: 2, episodeTimeoutMs: 200,
+    agent,
+    tokenizer: charTokenizer,
+    gconfig: {},
+    maxLength: 64,
+    maxConcurrent: 2,
+    episodeTimeoutMs: 200,
   });
   const engine = answeringEngine();
-  const groups = await Promise.all([0, 1, 2].map((i) => runner.runGroup(engine, sample(i, '1', 1))));
-  assert.equal(groups.map((g) => g.status), ['ok', 'failed', 'ok']);
+  const groups = await Promise.all(
+    [0, 1, 2].map((i) => runner.runGroup(engine, sample(i, '1', 1))),
+  );
+  assert.equal(
+    groups.map((g) => g.status),
+    ['ok', 'failed', 'ok'],
+  );
   assert.match(groups[1]!.errors[0]!, /episode-timeout/);
   assert.is(runner.running, 0);
 });
@@ -127,7 +201,10 @@ test('at most maxConcurrent episodes run at once', async () => {
   const agent = await loadAgent(fixture('multi-turn-step.ts'), init);
   let live = 0;
   let peak = 0;
-  const engine = new SimulatedEngine({ respond: () => charTokenizer.encode('42'), tokenLatencyMs: 2 });
+  const engine = new SimulatedEngine({
+    respond: () => charTokenizer.encode('42'),
+    tokenLatencyMs: 2,
+  });
   const generate = engine.generate.bind(engine);
   engine.generate = async (req) => {
     peak = Math.max(peak, ++live);
@@ -137,8 +214,16 @@ test('at most maxConcurrent episodes run at once', async () => {
       live--;
     }
   };
-  const runner = new EpisodeRunner({ agent, tokenizer: charTokenizer, gconfig: {}, maxLength: 64, maxConcurrent: 3 });
-  const groups = await Promise.all(Array.from({ length: 8 }, (_, i) => runner.runGroup(engine, sample(i, '42', 2))));
+  const runner = new EpisodeRunner({
+    agent,
+    tokenizer: charTokenizer,
+    gconfig: {},
+    maxLength: 64,
+    maxConcurrent: 3,
+  });
+  const groups = await Promise.all(
+    Array.from({ length: 8 }, (_, i) => runner.runGroup(engine, sample(i, '42', 2))),
+  );
   assert.ok(groups.every((g) => g.status === 'ok'));
   assert.is(peak, 3);
 });

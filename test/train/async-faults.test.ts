@@ -15,7 +15,10 @@ delete process.env.RTJOB_ADDRESS;
 const root = mkdtempSync(join(tmpdir(), 'rtjob-async-faults-'));
 process.env.HOME = root;
 let model = '';
-const records = Array.from({ length: 12 }, (_, i) => ({ prompt: `What is ${i}+1?`, solution: `#### ${i + 1}` }));
+const records = Array.from({ length: 12 }, (_, i) => ({
+  prompt: `What is ${i}+1?`,
+  solution: `#### ${i + 1}`,
+}));
 
 /** The prompts the sampler hands out over `steps` steps: what must be trained, in order. */
 function expectedOrder(steps: number, batch: number, seed = 42): number[] {
@@ -33,24 +36,67 @@ test('async: a killed trainer fails the job with the cause; --load-checkpoint re
   writeFileSync(data, records.map((r) => JSON.stringify(r)).join('\n'));
   const ckpt = join(root, 'ckpt');
   const flags = [
-    '--async-train', '--async-queue-size', '2', '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
-    '--train-batch-size', '8', '--micro-train-batch-size', '8', '--generate-max-len', '4', '--eval-dataset', '',
-    '--overwrite', '--save-path', join(root, 'out'), '--prompt-data', data, '--save-steps', '1', '--ckpt-path', ckpt, '--num-episodes', '2', '--max-steps', '5',
+    '--async-train',
+    '--async-queue-size',
+    '2',
+    '--pretrain',
+    model,
+    '--rollout-batch-size',
+    '4',
+    '--n-samples-per-prompt',
+    '2',
+    '--train-batch-size',
+    '8',
+    '--micro-train-batch-size',
+    '8',
+    '--generate-max-len',
+    '4',
+    '--eval-dataset',
+    '',
+    '--overwrite',
+    '--save-path',
+    join(root, 'out'),
+    '--prompt-data',
+    data,
+    '--save-steps',
+    '1',
+    '--ckpt-path',
+    ckpt,
+    '--num-episodes',
+    '2',
+    '--max-steps',
+    '5',
   ];
   const saved = await runWithTrainerKilled(flags, ckpt);
 
   const lines: string[] = [];
   const rows: Record<string, number>[] = [];
-  const resumed = await trainPpo([...flags, '--load-checkpoint'], {}, {
-    log: { line: (t) => void lines.push(t), metric: (_s, v) => void rows.push(v) },
-  });
-  assert.ok(lines.some((l) => l.includes(`resumed from ${join(ckpt, `global_step_${saved}`)} at step ${saved}`)), lines.join('\n'));
+  const resumed = await trainPpo(
+    [...flags, '--load-checkpoint'],
+    {},
+    {
+      log: { line: (t) => void lines.push(t), metric: (_s, v) => void rows.push(v) },
+    },
+  );
+  assert.ok(
+    lines.some((l) =>
+      l.includes(`resumed from ${join(ckpt, `global_step_${saved}`)} at step ${saved}`),
+    ),
+    lines.join('\n'),
+  );
   assert.is(resumed.steps, 5);
   // Batches generated ahead of the trainer but not trained before the kill are generated again.
-  assert.equal(resumed.trainedPrompts, expectedOrder(5, 4), 'the data position resumed exactly, across the epoch boundary');
+  assert.equal(
+    resumed.trainedPrompts,
+    expectedOrder(5, 4),
+    'the data position resumed exactly, across the epoch boundary',
+  );
   const stale = rows.filter((r) => r.staleness_max !== undefined).map((r) => r.staleness_max!);
   assert.is(stale.length, 5 - saved);
-  assert.ok(stale.every((x) => x <= 2), `staleness ${stale.join(',')} within ASYNC_QUEUE_SIZE`);
+  assert.ok(
+    stale.every((x) => x <= 2),
+    `staleness ${stale.join(',')} within ASYNC_QUEUE_SIZE`,
+  );
 });
 
 test.run();

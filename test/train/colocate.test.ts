@@ -21,19 +21,36 @@ test.before(async () => {
 test.after(() => rmSync(root, { recursive: true, force: true }));
 
 const flags = {
-  colocateAllModels: true, rolloutNumEngines: 2, rolloutNumGpusPerEngine: 1, actorNumGpusPerNode: 1,
-  refNumGpusPerNode: 1, criticNumGpusPerNode: 1, initKlCoef: 0.01, advantageEstimator: 'gae' as const,
-  actorNumReplicas: 1, criticNumReplicas: 1,
+  colocateAllModels: true,
+  rolloutNumEngines: 2,
+  rolloutNumGpusPerEngine: 1,
+  actorNumGpusPerNode: 1,
+  refNumGpusPerNode: 1,
+  criticNumGpusPerNode: 1,
+  initKlCoef: 0.01,
+  advantageEstimator: 'gae' as const,
+  actorNumReplicas: 1,
+  criticNumReplicas: 1,
 };
 
 test('colocated roles share GPU bundles by fractions that never exceed a bundle', () => {
   const p = placeRoles(flags);
-  assert.equal(p.bundles, [{ CPU: 1, GPU: 1 }, { CPU: 1, GPU: 1 }]);
+  assert.equal(p.bundles, [
+    { CPU: 1, GPU: 1 },
+    { CPU: 1, GPU: 1 },
+  ]);
   const onZero = [p.rollout(0), p.role('trainer'), p.role('reference'), p.role('critic')];
   assert.ok(onZero.every((r) => r.bundleIndex === 0 && r.numGpus > 0 && r.numGpus < 1));
   assert.ok(onZero.reduce((a, r) => a + r.numGpus, 0) <= 1);
   assert.equal(p.rollout(1), { numCpus: 1, numGpus: 1, bundleIndex: 1 });
-  const cpuOnly = placeRoles({ ...flags, rolloutNumEngines: 1, rolloutNumGpusPerEngine: 0, actorNumGpusPerNode: 0, refNumGpusPerNode: 0, criticNumGpusPerNode: 0 });
+  const cpuOnly = placeRoles({
+    ...flags,
+    rolloutNumEngines: 1,
+    rolloutNumGpusPerEngine: 0,
+    actorNumGpusPerNode: 0,
+    refNumGpusPerNode: 0,
+    criticNumGpusPerNode: 0,
+  });
   assert.equal(cpuOnly.bundles, [{ CPU: 1 }]);
   assert.is(cpuOnly.role('trainer').numGpus, 0);
   const apart = placeRoles({ ...flags, colocateAllModels: false });
@@ -42,13 +59,34 @@ test('colocated roles share GPU bundles by fractions that never exceed a bundle'
 });
 
 test('data-parallel ranks spread over the bundles: rank i beside rollout i', () => {
-  const p = placeRoles({ ...flags, rolloutNumGpusPerEngine: 0, actorNumGpusPerNode: 0, refNumGpusPerNode: 0, criticNumGpusPerNode: 0, actorNumReplicas: 2, criticNumReplicas: 2 });
+  const p = placeRoles({
+    ...flags,
+    rolloutNumGpusPerEngine: 0,
+    actorNumGpusPerNode: 0,
+    refNumGpusPerNode: 0,
+    criticNumGpusPerNode: 0,
+    actorNumReplicas: 2,
+    criticNumReplicas: 2,
+  });
   assert.equal(p.bundles, [{ CPU: 1 }, { CPU: 1 }]);
-  assert.equal([p.role('trainer', 0).bundleIndex, p.role('trainer', 1).bundleIndex, p.role('critic', 1).bundleIndex], [0, 1, 1]);
+  assert.equal(
+    [
+      p.role('trainer', 0).bundleIndex,
+      p.role('trainer', 1).bundleIndex,
+      p.role('critic', 1).bundleIndex,
+    ],
+    [0, 1, 1],
+  );
   // Bundle 1 holds rollout 1, trainer rank 1 and critic rank 1; bundle 0 the reference too.
   assert.is(p.role('trainer', 1).numCpus, 0.3333);
   assert.is(p.rollout(0).numCpus, 0.25);
-  const three = placeRoles({ ...flags, rolloutNumEngines: 1, actorNumReplicas: 3, advantageEstimator: 'group_norm' as const, initKlCoef: 0 });
+  const three = placeRoles({
+    ...flags,
+    rolloutNumEngines: 1,
+    actorNumReplicas: 3,
+    advantageEstimator: 'group_norm' as const,
+    initKlCoef: 0,
+  });
   assert.is(three.bundles.length, 3);
   assert.is(three.role('trainer', 2).numCpus, 1);
 });
@@ -57,16 +95,38 @@ test('--colocate-all-models places every role in one placement group and trains'
   let seen: ActorInfo[] = [];
   const s = await trainPpo(
     [
-      '--colocate-all-models', '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/multi-turn-step.ts', import.meta.url)),
-      '--rollout-batch-size', '2', '--n-samples-per-prompt', '2', '--train-batch-size', '4', '--micro-train-batch-size', '4',
-      '--generate-max-len', '4', '--max-steps', '2', '--eval-dataset', '', '--init-kl-coef', '0.01', '--overwrite', '--save-path', join(root, 'out'),
+      '--colocate-all-models',
+      '--pretrain',
+      model,
+      '--agent-func',
+      fileURLToPath(new URL('../fixtures/agents/multi-turn-step.ts', import.meta.url)),
+      '--rollout-batch-size',
+      '2',
+      '--n-samples-per-prompt',
+      '2',
+      '--train-batch-size',
+      '4',
+      '--micro-train-batch-size',
+      '4',
+      '--generate-max-len',
+      '4',
+      '--max-steps',
+      '2',
+      '--eval-dataset',
+      '',
+      '--init-kl-coef',
+      '0.01',
+      '--overwrite',
+      '--save-path',
+      join(root, 'out'),
     ],
     {},
     {
       log: {
         line: () => undefined,
         metric: (step) => {
-          if (step === 1) void listActors().then((a) => (seen = a.filter((x) => x.state === 'ALIVE')));
+          if (step === 1)
+            void listActors().then((a) => (seen = a.filter((x) => x.state === 'ALIVE')));
         },
       },
     },
@@ -77,7 +137,14 @@ test('--colocate-all-models places every role in one placement group and trains'
   const groups = new Set(roles.map((a) => a.options.placementGroupId));
   assert.is(groups.size, 1);
   assert.ok([...groups][0], 'in a placement group');
-  assert.ok(roles.every((a) => a.options.bundleIndex === 0 && (a.options.resources.CPU ?? 0) > 0 && (a.options.resources.CPU ?? 0) < 1));
+  assert.ok(
+    roles.every(
+      (a) =>
+        a.options.bundleIndex === 0 &&
+        (a.options.resources.CPU ?? 0) > 0 &&
+        (a.options.resources.CPU ?? 0) < 1,
+    ),
+  );
 });
 
 test.run();

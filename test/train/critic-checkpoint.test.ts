@@ -16,14 +16,22 @@ test.before(async () => {
 });
 test.after(() => rmSync(root, { recursive: true, force: true }));
 
-const seqs = [[1, 5, 9, 13, 7], [1, 6, 6, 20]];
+const seqs = [
+  [1, 5, 9, 13, 7],
+  [1, 6, 6, 20],
+];
 const samples: CriticSample[] = seqs.map((s) => ({
   inputIds: s,
   actionMask: s.slice(1).map((_, i) => (i >= 1 ? 1 : 0)),
   oldValues: s.slice(1).map(() => 0),
   returns: s.slice(1).map(() => 1),
 }));
-const init = () => ({ pretrain: model, learningRate: 1e-2, trainBatchSize: 2, microTrainBatchSize: 2 });
+const init = () => ({
+  pretrain: model,
+  learningRate: 1e-2,
+  trainBatchSize: 2,
+  microTrainBatchSize: 2,
+});
 
 test('a critic restored from its checkpoint gives the same values and keeps training the same way', async () => {
   const a = new Critic(init());
@@ -33,7 +41,8 @@ test('a critic restored from its checkpoint gives the same values and keeps trai
     await a.train(samples);
     a.saveCheckpoint(join(root, 'c'));
     b.loadCheckpoint(join(root, 'c'));
-    const close = (x: number[][], y: number[][]): boolean => x.every((r, i) => r.every((v, j) => Math.abs(v - y[i]![j]!) < 1e-6));
+    const close = (x: number[][], y: number[][]): boolean =>
+      x.every((r, i) => r.every((v, j) => Math.abs(v - y[i]![j]!) < 1e-6));
     assert.ok(close(a.values(seqs), b.values(seqs)), 'values after restore');
     await a.train(samples);
     await b.train(samples);
@@ -48,19 +57,54 @@ test('a critic restored from its checkpoint gives the same values and keeps trai
 test('train_ppo with gae checkpoints the critic and resumes it', async () => {
   const ck = join(root, 'ckpt');
   const flags = [
-    '--in-process', '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/group-workflow.ts', import.meta.url)),
-    '--advantage-estimator', 'gae', '--rollout-batch-size', '2', '--n-samples-per-prompt', '2', '--train-batch-size', '4',
-    '--micro-train-batch-size', '4', '--generate-max-len', '4', '--eval-dataset', '', '--save-steps', '1', '--ckpt-path', ck,
-    '--overwrite', '--save-path', join(root, 'out'),
+    '--in-process',
+    '--pretrain',
+    model,
+    '--agent-func',
+    fileURLToPath(new URL('../fixtures/agents/group-workflow.ts', import.meta.url)),
+    '--advantage-estimator',
+    'gae',
+    '--rollout-batch-size',
+    '2',
+    '--n-samples-per-prompt',
+    '2',
+    '--train-batch-size',
+    '4',
+    '--micro-train-batch-size',
+    '4',
+    '--generate-max-len',
+    '4',
+    '--eval-dataset',
+    '',
+    '--save-steps',
+    '1',
+    '--ckpt-path',
+    ck,
+    '--overwrite',
+    '--save-path',
+    join(root, 'out'),
   ];
   const log = { line: () => undefined, metric: () => undefined };
   await trainPpo([...flags, '--max-steps', '1'], {}, { log });
-  assert.ok(existsSync(join(ck, 'global_step_1', 'critic', 'optimizer.safetensors')), 'critic saved at step 1');
+  assert.ok(
+    existsSync(join(ck, 'global_step_1', 'critic', 'optimizer.safetensors')),
+    'critic saved at step 1',
+  );
   const lines: string[] = [];
-  const s = await trainPpo([...flags, '--max-steps', '2', '--load-checkpoint'], {}, { log: { line: (t) => void lines.push(t), metric: () => undefined } });
+  const s = await trainPpo(
+    [...flags, '--max-steps', '2', '--load-checkpoint'],
+    {},
+    { log: { line: (t) => void lines.push(t), metric: () => undefined } },
+  );
   assert.is(s.steps, 2);
-  assert.ok(lines.some((l) => l.includes('resumed from')), lines.join('\n'));
-  assert.ok(existsSync(join(ck, 'global_step_2', 'critic', 'model.safetensors')), 'critic saved at step 2');
+  assert.ok(
+    lines.some((l) => l.includes('resumed from')),
+    lines.join('\n'),
+  );
+  assert.ok(
+    existsSync(join(ck, 'global_step_2', 'critic', 'model.safetensors')),
+    'critic saved at step 2',
+  );
 });
 
 test.run();

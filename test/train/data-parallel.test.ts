@@ -19,7 +19,10 @@ import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-dp-'));
 let model = '';
-const TrainerActor = defineActor<typeof Trainer>(new URL('../../actors/trainer.ts', import.meta.url), 'Trainer');
+const TrainerActor = defineActor<typeof Trainer>(
+  new URL('../../actors/trainer.ts', import.meta.url),
+  'Trainer',
+);
 
 test.before(async () => {
   model = await writeTinyModel(root);
@@ -33,7 +36,12 @@ test.after(async () => {
 const sample = (len: number, seed: number): TrainSample => {
   const inputIds = Array.from({ length: len }, (_, i) => 3 + ((i * 7 + seed) % 20));
   const actionMask = Array.from({ length: len - 1 }, (_, i) => (i >= 2 ? 1 : 0));
-  return { inputIds, actionMask, advantages: actionMask.map((m, i) => m * (((seed + i) % 3) - 1)), oldLogprobs: actionMask.map(() => -3.2) };
+  return {
+    inputIds,
+    actionMask,
+    advantages: actionMask.map((m, i) => m * (((seed + i) % 3) - 1)),
+    oldLogprobs: actionMask.map(() => -3.2),
+  };
 };
 const samples = Array.from({ length: 12 }, (_, i) => sample(6 + (i % 5), i));
 const init0 = { learningRate: 1e-2, trainBatchSize: 12, microTrainBatchSize: 2 };
@@ -41,7 +49,9 @@ const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLeng
 
 test('two ranks split the micro-batches, stay bit-identical, and match one trainer on the same data', async () => {
   const group = `dp-${Date.now()}`;
-  const ranks = [0, 1].map((rank) => TrainerActor.remote({ pretrain: model, ...init0, dataParallel: { group, rank, worldSize: 2 } }));
+  const ranks = [0, 1].map((rank) =>
+    TrainerActor.remote({ pretrain: model, ...init0, dataParallel: { group, rank, worldSize: 2 } }),
+  );
   try {
     await Promise.all(ranks.map((r) => r.ready.remote()));
     const stats = await Promise.all(ranks.map((r) => r.train.remote(samples)));
@@ -53,13 +63,19 @@ test('two ranks split the micro-batches, stay bit-identical, and match one train
     const w1 = ws[1]!;
     assert.equal(Object.keys(w0.tensors).sort(), Object.keys(w1.tensors).sort());
     for (const name of Object.keys(w0.tensors)) {
-      assert.ok(bits(w0.tensors[name]!.data as Float32Array).equals(bits(w1.tensors[name]!.data as Float32Array)), `${name} is bit-identical on both ranks`);
+      assert.ok(
+        bits(w0.tensors[name]!.data as Float32Array).equals(
+          bits(w1.tensors[name]!.data as Float32Array),
+        ),
+        `${name} is bit-identical on both ranks`,
+      );
     }
     const alone = new Trainer({ pretrain: model, ...init0 });
     try {
       await alone.ready();
       const one = await alone.train(samples);
-      const close = (a: number, b: number, what: string) => assert.ok(Math.abs(a - b) <= 1e-5 + 1e-4 * Math.abs(b), `${what}: ${a} vs ${b}`);
+      const close = (a: number, b: number, what: string) =>
+        assert.ok(Math.abs(a - b) <= 1e-5 + 1e-4 * Math.abs(b), `${what}: ${a} vs ${b}`);
       close(stats[0]!.policyLoss, one.policyLoss, 'loss');
       close(stats[0]!.gradNorm, one.gradNorm, 'grad norm');
       close(stats[0]!.clipFraction, one.clipFraction, 'clip fraction');
@@ -73,15 +89,27 @@ test('two ranks split the micro-batches, stay bit-identical, and match one train
   }
 });
 
-test('a rank that dies makes the other rank\'s step fail with a typed error, not hang', async () => {
+test("a rank that dies makes the other rank's step fail with a typed error, not hang", async () => {
   const group = `dp-dead-${Date.now()}`;
-  const ranks = [0, 1].map((rank) => TrainerActor.remote({ pretrain: model, ...init0, dataParallel: { group, rank, worldSize: 2, timeoutMs: 20_000 } }));
+  const ranks = [0, 1].map((rank) =>
+    TrainerActor.remote({
+      pretrain: model,
+      ...init0,
+      dataParallel: { group, rank, worldSize: 2, timeoutMs: 20_000 },
+    }),
+  );
   try {
     await Promise.all(ranks.map((r) => r.ready.remote()));
     await kill(ranks[1]!);
-    const err = await ranks[0]!.train.remote(samples).then(() => null, (e: unknown) => e);
+    const err = await ranks[0]!.train.remote(samples).then(
+      () => null,
+      (e: unknown) => e,
+    );
     assert.ok(err, 'the step failed');
-    assert.ok(isRtjobError(err, 'COLLECTIVE') || /collective group/.test(String((err as Error).message)), String(err));
+    assert.ok(
+      isRtjobError(err, 'COLLECTIVE') || /collective group/.test(String((err as Error).message)),
+      String(err),
+    );
   } finally {
     await Promise.all(ranks.map((r) => kill(r).catch(() => {})));
   }
@@ -89,14 +117,45 @@ test('a rank that dies makes the other rank\'s step fail with a typed error, not
 
 test('train_ppo with 2 trainer and 2 critic ranks trains (gae), and resumes with 1 rank', async () => {
   const rows: Record<string, number>[] = [];
-  const log = { line: () => {}, metric: (_s: number, v: Record<string, number>) => void rows.push(v) };
+  const log = {
+    line: () => {},
+    metric: (_s: number, v: Record<string, number>) => void rows.push(v),
+  };
   const s = await trainPpo(
     [
-      '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url)),
-      '--rollout-batch-size', '4', '--n-samples-per-prompt', '2', '--train-batch-size', '8', '--micro-train-batch-size', '2',
-      '--generate-max-len', '6', '--max-steps', '2', '--eval-dataset', '', '--advantage-estimator', 'gae',
-      '--actor-num-replicas', '2', '--critic-num-replicas', '2', '--rollout-num-engines', '2', '--colocate-all-models',
-      '--save-path', join(root, 'ppo-out'), '--ckpt-path', join(root, 'ppo-ckpt'), '--save-steps', '1',
+      '--pretrain',
+      model,
+      '--agent-func',
+      fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url)),
+      '--rollout-batch-size',
+      '4',
+      '--n-samples-per-prompt',
+      '2',
+      '--train-batch-size',
+      '8',
+      '--micro-train-batch-size',
+      '2',
+      '--generate-max-len',
+      '6',
+      '--max-steps',
+      '2',
+      '--eval-dataset',
+      '',
+      '--advantage-estimator',
+      'gae',
+      '--actor-num-replicas',
+      '2',
+      '--critic-num-replicas',
+      '2',
+      '--rollout-num-engines',
+      '2',
+      '--colocate-all-models',
+      '--save-path',
+      join(root, 'ppo-out'),
+      '--ckpt-path',
+      join(root, 'ppo-ckpt'),
+      '--save-steps',
+      '1',
     ],
     {},
     { log },
@@ -108,16 +167,42 @@ test('train_ppo with 2 trainer and 2 critic ranks trains (gae), and resumes with
   // Every rank holds the same state, so a checkpoint of 2 ranks resumes on 1.
   const resumed = await trainPpo(
     [
-      '--in-process', '--pretrain', model, '--agent-func', fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url)),
-      '--rollout-batch-size', '4', '--n-samples-per-prompt', '2', '--train-batch-size', '8', '--micro-train-batch-size', '2',
-      '--generate-max-len', '6', '--max-steps', '3', '--eval-dataset', '', '--advantage-estimator', 'gae', '--load-checkpoint',
-      '--save-path', join(root, 'ppo-out'), '--ckpt-path', join(root, 'ppo-ckpt'),
+      '--in-process',
+      '--pretrain',
+      model,
+      '--agent-func',
+      fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url)),
+      '--rollout-batch-size',
+      '4',
+      '--n-samples-per-prompt',
+      '2',
+      '--train-batch-size',
+      '8',
+      '--micro-train-batch-size',
+      '2',
+      '--generate-max-len',
+      '6',
+      '--max-steps',
+      '3',
+      '--eval-dataset',
+      '',
+      '--advantage-estimator',
+      'gae',
+      '--load-checkpoint',
+      '--save-path',
+      join(root, 'ppo-out'),
+      '--ckpt-path',
+      join(root, 'ppo-ckpt'),
     ],
     {},
     { log: { line: () => {}, metric: () => {} } },
   );
   assert.is(resumed.steps, 3);
-  assert.equal(resumed.trainedPrompts.slice(0, 8), s.trainedPrompts, 'the resumed run continues where the 2-rank run stopped');
+  assert.equal(
+    resumed.trainedPrompts.slice(0, 8),
+    s.trainedPrompts,
+    'the resumed run continues where the 2-rank run stopped',
+  );
 });
 
 test.run();

@@ -15,8 +15,12 @@ delete process.env.RTJOB_ADDRESS;
 const root = mkdtempSync(join(tmpdir(), 'rtjob-faults-'));
 process.env.HOME = root;
 let model = '';
-const fixture = (name: string): string => fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
-const records = Array.from({ length: 12 }, (_, i) => ({ prompt: `What is ${i}+1?`, solution: `#### ${i + 1}` }));
+const fixture = (name: string): string =>
+  fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
+const records = Array.from({ length: 12 }, (_, i) => ({
+  prompt: `What is ${i}+1?`,
+  solution: `#### ${i + 1}`,
+}));
 
 function dataset(name: string, extra: (i: number) => Record<string, unknown> = () => ({})): string {
   const file = join(root, name);
@@ -31,8 +35,24 @@ function expectedOrder(steps: number, batch: number, seed = 42): number[] {
 }
 
 const base = (extra: string[]): string[] => [
-  '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2', '--train-batch-size', '8',
-  '--micro-train-batch-size', '8', '--generate-max-len', '4', '--eval-dataset', '', '--overwrite', '--save-path', join(root, 'out'), ...extra,
+  '--pretrain',
+  model,
+  '--rollout-batch-size',
+  '4',
+  '--n-samples-per-prompt',
+  '2',
+  '--train-batch-size',
+  '8',
+  '--micro-train-batch-size',
+  '8',
+  '--generate-max-len',
+  '4',
+  '--eval-dataset',
+  '',
+  '--overwrite',
+  '--save-path',
+  join(root, 'out'),
+  ...extra,
 ];
 
 test.before(async () => {
@@ -45,18 +65,40 @@ test('a rollout worker killed mid-run restarts, its in-flight groups re-run, eve
   const data = dataset('crash.jsonl', (i) => (i === 5 ? { crashMarker: marker } : {}));
   const lines: string[] = [];
   const rows: Record<string, number>[] = [];
-  const log = { line: (t: string) => void lines.push(t), metric: (_s: number, v: Record<string, number>) => void rows.push(v) };
+  const log = {
+    line: (t: string) => void lines.push(t),
+    metric: (_s: number, v: Record<string, number>) => void rows.push(v),
+  };
   const s = await trainPpo(
-    base(['--async-train', '--async-queue-size', '2', '--rollout-num-engines', '2', '--prompt-data', data, '--max-steps', '-1', '--agent-func', fixture('crash-once-step.ts')]),
+    base([
+      '--async-train',
+      '--async-queue-size',
+      '2',
+      '--rollout-num-engines',
+      '2',
+      '--prompt-data',
+      data,
+      '--max-steps',
+      '-1',
+      '--agent-func',
+      fixture('crash-once-step.ts'),
+    ]),
     {},
     { log },
   );
   assert.ok(existsSync(marker), 'the crash happened');
   assert.is(s.steps, 3);
   assert.is(s.rolloutRestarts, 1);
-  assert.ok(lines.some((l) => /rollout \d: the rollout died: its process ended \(signal SIGKILL\)/.test(l)), lines.join('\n'));
+  assert.ok(
+    lines.some((l) => /rollout \d: the rollout died: its process ended \(signal SIGKILL\)/.test(l)),
+    lines.join('\n'),
+  );
   assert.ok(lines.some((l) => /rollout \d is back/.test(l)));
-  assert.equal([...s.trainedPrompts].sort((a, b) => a - b), records.map((_, i) => i), 'each prompt of the epoch exactly once');
+  assert.equal(
+    [...s.trainedPrompts].sort((a, b) => a - b),
+    records.map((_, i) => i),
+    'each prompt of the epoch exactly once',
+  );
   assert.equal(s.trainedPrompts, expectedOrder(3, 4));
   assert.is(s.episodesFailed, 0);
   assert.is(rows.filter((r) => r.reward_mean !== undefined).at(-1)!.rollout_restarts, 1);
@@ -65,14 +107,38 @@ test('a rollout worker killed mid-run restarts, its in-flight groups re-run, eve
 test('a killed trainer fails the job with the cause; --load-checkpoint resumes with no prompt lost or repeated', async () => {
   const data = dataset('plain.jsonl');
   const ckpt = join(root, 'ckpt');
-  const flags = base(['--prompt-data', data, '--save-steps', '1', '--ckpt-path', ckpt, '--num-episodes', '2', '--max-steps', '5']);
+  const flags = base([
+    '--prompt-data',
+    data,
+    '--save-steps',
+    '1',
+    '--ckpt-path',
+    ckpt,
+    '--num-episodes',
+    '2',
+    '--max-steps',
+    '5',
+  ]);
   const saved = await runWithTrainerKilled(flags, ckpt);
 
   const lines: string[] = [];
-  const resumed = await trainPpo([...flags, '--load-checkpoint'], {}, { log: { line: (t) => void lines.push(t), metric: () => undefined } });
-  assert.ok(lines.some((l) => l.includes(`resumed from ${join(ckpt, `global_step_${saved}`)} at step ${saved}`)), lines.join('\n'));
+  const resumed = await trainPpo(
+    [...flags, '--load-checkpoint'],
+    {},
+    { log: { line: (t) => void lines.push(t), metric: () => undefined } },
+  );
+  assert.ok(
+    lines.some((l) =>
+      l.includes(`resumed from ${join(ckpt, `global_step_${saved}`)} at step ${saved}`),
+    ),
+    lines.join('\n'),
+  );
   assert.is(resumed.steps, 5);
-  assert.equal(resumed.trainedPrompts, expectedOrder(5, 4), 'the data position resumed exactly, across the epoch boundary');
+  assert.equal(
+    resumed.trainedPrompts,
+    expectedOrder(5, 4),
+    'the data position resumed exactly, across the epoch boundary',
+  );
 });
 
 test.run();

@@ -16,9 +16,15 @@ const documented = new Set(
   readme
     .split('\n')
     .filter((l) => l.startsWith('| `--'))
-    .flatMap((l) => [...(l.replace(/\\\|/g, '/').split('|')[1] ?? '').matchAll(/--[a-z][a-z0-9-]*/g)].map((m) => m[0])),
+    .flatMap((l) =>
+      [...(l.replace(/\\\|/g, '/').split('|')[1] ?? '').matchAll(/--[a-z][a-z0-9-]*/g)].map(
+        (m) => m[0],
+      ),
+    ),
 );
-const helpFlags = new Set([...trainPpoHelp().matchAll(/^ {2}(--[a-z][a-z0-9-]*)/gm)].map((m) => m[1]!));
+const helpFlags = new Set(
+  [...trainPpoHelp().matchAll(/^ {2}(--[a-z][a-z0-9-]*)/gm)].map((m) => m[1]!),
+);
 
 test('every flag in algorithms/README.md is a train_ppo flag', () => {
   const unknown = [...documented].filter((f) => !tableFlags.has(f));
@@ -26,7 +32,10 @@ test('every flag in algorithms/README.md is a train_ppo flag', () => {
 });
 
 test('every algorithm flag of the table is documented in algorithms/README.md', () => {
-  const missing = flagTable.filter((f) => f.section === 'algorithm').map((f) => `--${kebab(f.key)}`).filter((f) => !documented.has(f));
+  const missing = flagTable
+    .filter((f) => f.section === 'algorithm')
+    .map((f) => `--${kebab(f.key)}`)
+    .filter((f) => !documented.has(f));
   assert.equal(missing, [], `accepted but not documented: ${missing.join(' ')}`);
 });
 
@@ -35,19 +44,36 @@ test('--help prints exactly the flags of the table', () => {
 });
 
 test('every documented flag parses (with a value of its kind)', () => {
-  const sample: Record<string, string[]> = { int: ['4'], float: ['0.1'], string: [], pair: ['0.5', '5'], bool: [] };
+  const sample: Record<string, string[]> = {
+    int: ['4'],
+    float: ['0.1'],
+    string: [],
+    pair: ['0.5', '5'],
+    bool: [],
+  };
   const floats: Partial<Record<string, string>> = { dualClip: '3', behavImpWeightCap: '3' };
   for (const f of flagTable.filter((x) => documented.has(`--${kebab(x.key)}`))) {
-    const value = f.kind === 'string' ? [f.choices?.[1] ?? f.choices?.[0] ?? 'x'] : floats[f.key] ? [floats[f.key]!] : sample[f.kind]!;
+    const value =
+      f.kind === 'string'
+        ? [f.choices?.[1] ?? f.choices?.[0] ?? 'x']
+        : floats[f.key]
+          ? [floats[f.key]!]
+          : sample[f.kind]!;
     const argv = [`--${kebab(f.key)}`, ...value];
     // Flags that only make sense together with another one get it.
-    if (f.key === 'useDecoupledLoss' || f.key === 'maxHeadOffpolicyness' || f.key === 'behavImpWeightCap') argv.push('--async-train');
+    if (
+      f.key === 'useDecoupledLoss' ||
+      f.key === 'maxHeadOffpolicyness' ||
+      f.key === 'behavImpWeightCap'
+    )
+      argv.push('--async-train');
     if (f.key === 'useKlLoss') argv.push('--init-kl-coef', '0.01');
     if (f.key === 'overlongBufferLen') argv.push('--generate-max-len', '48');
     if (f.key === 'lossAggMode' || f.key === 'advantageEstimator') continue; // choices checked below
     parseTrainPpoFlags(argv);
   }
-  for (const mode of ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm']) parseTrainPpoFlags(['--loss-agg-mode', mode]);
+  for (const mode of ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm'])
+    parseTrainPpoFlags(['--loss-agg-mode', mode]);
 });
 
 test.run();

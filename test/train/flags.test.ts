@@ -1,6 +1,12 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { flagConfig, flagTable, parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp } from '../../algorithms/train-ppo/flags.ts';
+import {
+  flagConfig,
+  flagTable,
+  parseTrainPpoFlags,
+  trainPpoDefaults,
+  trainPpoHelp,
+} from '../../algorithms/train-ppo/flags.ts';
 
 const fails = (argv: string[], re: RegExp, env: Record<string, string> = {}): void => {
   let err: (Error & { flag?: string }) | undefined;
@@ -14,8 +20,19 @@ const fails = (argv: string[], re: RegExp, env: Record<string, string> = {}): vo
 };
 
 test('kebab, snake_case, =value and boolean forms parse to the same options', () => {
-  const a = parseTrainPpoFlags(['--n-samples-per-prompt', '8', '--advantage-estimator', 'rloo', '--async-train']);
-  const b = parseTrainPpoFlags(['--n_samples_per_prompt=8', '--advantage_estimator=rloo', '--async_train', 'true']);
+  const a = parseTrainPpoFlags([
+    '--n-samples-per-prompt',
+    '8',
+    '--advantage-estimator',
+    'rloo',
+    '--async-train',
+  ]);
+  const b = parseTrainPpoFlags([
+    '--n_samples_per_prompt=8',
+    '--advantage_estimator=rloo',
+    '--async_train',
+    'true',
+  ]);
   assert.equal(a, b);
   assert.is(a.nSamplesPerPrompt, 8);
   assert.is(a.asyncTrain, true);
@@ -30,11 +47,22 @@ test('flagConfig lists every flag with its effective value, its default and wher
   const rows = flagConfig(parseTrainPpoFlags(argv, env), argv, env);
   assert.is(rows.length, flagTable.length);
   const row = (name: string) => rows.find((r) => r.name === name)!;
-  assert.equal(row('--n-samples-per-prompt'), { ...row('--n-samples-per-prompt'), value: '8', source: 'flag', default: String(trainPpoDefaults.nSamplesPerPrompt) });
-  assert.equal([row('--apply-chat-template').value, row('--apply-chat-template').source], ['false', 'flag']);
+  assert.equal(row('--n-samples-per-prompt'), {
+    ...row('--n-samples-per-prompt'),
+    value: '8',
+    source: 'flag',
+    default: String(trainPpoDefaults.nSamplesPerPrompt),
+  });
+  assert.equal(
+    [row('--apply-chat-template').value, row('--apply-chat-template').source],
+    ['false', 'flag'],
+  );
   assert.equal([row('--async-num-tasks').value, row('--async-num-tasks').source], ['32', 'env']);
   assert.match(row('--async-num-tasks').help, /\[env ASYNC_NUM_TASKS\]/);
-  assert.equal([row('--seed').value, row('--seed').source, row('--seed').default], ['42', 'default', '42']);
+  assert.equal(
+    [row('--seed').value, row('--seed').source, row('--seed').default],
+    ['42', 'default', '42'],
+  );
   assert.is(row('--reward-clip-range').value, trainPpoDefaults.rewardClipRange.join(' '));
 });
 
@@ -57,18 +85,33 @@ test('non-integer or out-of-range queue settings are clear errors', () => {
 });
 
 test('invalid combinations name the flag', () => {
-  fails(['--advantage-estimator', 'group_norm', '--n-samples-per-prompt', '1'], /--advantage-estimator group_norm needs a group: set --n-samples-per-prompt > 1/);
-  fails(['--advantage-estimator', 'ppo'], /--advantage-estimator: 'ppo' is not one of gae, reinforce/);
+  fails(
+    ['--advantage-estimator', 'group_norm', '--n-samples-per-prompt', '1'],
+    /--advantage-estimator group_norm needs a group: set --n-samples-per-prompt > 1/,
+  );
+  fails(
+    ['--advantage-estimator', 'ppo'],
+    /--advantage-estimator: 'ppo' is not one of gae, reinforce/,
+  );
   fails(['--dual-clip', '0.5'], /--dual-clip: must be > 1/);
-  fails(['--is-correction', 'tis', '--async-train', '--use-decoupled-loss'], /--is-correction: cannot be combined with --use-decoupled-loss/);
-  fails(['--overlong-buffer-len', '64'], /--overlong-buffer-len: needs --generate-max-len greater than the buffer/);
+  fails(
+    ['--is-correction', 'tis', '--async-train', '--use-decoupled-loss'],
+    /--is-correction: cannot be combined with --use-decoupled-loss/,
+  );
+  fails(
+    ['--overlong-buffer-len', '64'],
+    /--overlong-buffer-len: needs --generate-max-len greater than the buffer/,
+  );
   fails(['--is-threshold', '2 1'], /--is-threshold: needs 0 < low <= high/);
   fails(['--loss-agg-mode', 'sum'], /--loss-agg-mode: 'sum' is not one of token-mean/);
   fails(['--partial-rollout'], /--partial-rollout applies to --async-train only/);
   fails(['--train-batch-size', '1000'], /--train-batch-size 1000 exceeds the 64 samples/);
   fails(['--use-kl-loss'], /--use-kl-loss needs --init-kl-coef > 0/);
   fails(['--engine', 'sglang'], /--engine sglang needs --engine-url/);
-  fails(['--rollout-batch-sise', '3'], /unknown flag --rollout-batch-sise \(did you mean --rollout-batch-size\?\)/);
+  fails(
+    ['--rollout-batch-sise', '3'],
+    /unknown flag --rollout-batch-sise \(did you mean --rollout-batch-size\?\)/,
+  );
   fails(['--seed'], /--seed needs a value/);
 });
 

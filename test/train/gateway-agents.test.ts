@@ -208,7 +208,10 @@ test('agents that throw or pass --agent-timeout are counted; the job fails only 
     (e: Error) => e,
   );
   assert.ok(err, 'every episode either throws or hangs: past any budget');
-  assert.match(err.message, /\d+ of \d+ episodes failed \(\d+ groups? dropped with them\), past the error budget/);
+  assert.match(
+    err.message,
+    /\d+ of \d+ episodes failed \(\d+ groups? dropped with them\), past the error budget/,
+  );
 });
 
 test.run();

@@ -18,7 +18,8 @@ import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-http-train-'));
 let model = '';
-const fixture = (name: string): string => fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
+const fixture = (name: string): string =>
+  fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
 
 test.before(async () => {
   model = await writeTinyModel(root);
@@ -28,23 +29,55 @@ test.after(() => rmSync(root, { recursive: true, force: true }));
 async function modelGenerator(): Promise<{ generator: EngineGenerator; engine: BuiltinEngine }> {
   const engine = await BuiltinEngine.create({ modelPath: model, seed: 1 });
   const tok = loadTokenizer(model);
-  return { engine, generator: new EngineGenerator(engine, { eosTokenId: tok.eosTokenId!, decode: (ids) => tok.decode(ids) }) };
+  return {
+    engine,
+    generator: new EngineGenerator(engine, {
+      eosTokenId: tok.eosTokenId!,
+      decode: (ids) => tok.decode(ids),
+    }),
+  };
 }
 
 for (const kind of ['sglang', 'vllm'] as const) {
   test(`train_ppo --engine ${kind} against a fake server completes, reloads weights, and logs metrics`, async () => {
     const { generator, engine } = await modelGenerator();
     const server: FakeServer =
-      kind === 'sglang' ? await FakeSglangServer.start({ generator, modelPath: model }) : await FakeVllmServer.start({ generator, modelPath: model });
+      kind === 'sglang'
+        ? await FakeSglangServer.start({ generator, modelPath: model })
+        : await FakeVllmServer.start({ generator, modelPath: model });
     const rows: Record<string, number>[] = [];
     const weights = join(root, `${kind}-weights`);
     try {
       const s = await trainPpo(
         [
-          '--in-process', '--engine', kind, '--engine-url', server.url, '--engine-weights-path', weights, '--pretrain', model,
-          '--agent-func', fixture('multi-turn-step.ts'), '--rollout-batch-size', '2', '--n-samples-per-prompt', '2',
-          '--train-batch-size', '4', '--micro-train-batch-size', '4', '--generate-max-len', '6', '--max-steps', '2',
-          '--eval-prompts', '2', '--overwrite', '--save-path', join(root, `${kind}-out`),
+          '--in-process',
+          '--engine',
+          kind,
+          '--engine-url',
+          server.url,
+          '--engine-weights-path',
+          weights,
+          '--pretrain',
+          model,
+          '--agent-func',
+          fixture('multi-turn-step.ts'),
+          '--rollout-batch-size',
+          '2',
+          '--n-samples-per-prompt',
+          '2',
+          '--train-batch-size',
+          '4',
+          '--micro-train-batch-size',
+          '4',
+          '--generate-max-len',
+          '6',
+          '--max-steps',
+          '2',
+          '--eval-prompts',
+          '2',
+          '--overwrite',
+          '--save-path',
+          join(root, `${kind}-out`),
         ],
         {},
         { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
@@ -54,11 +87,20 @@ for (const kind of ['sglang', 'vllm'] as const) {
       const steps = rows.filter((r) => r.reward_mean !== undefined);
       assert.is(steps.length, 2);
       assert.ok(steps.every((r) => Number.isFinite(r.policy_loss!) && r.response_length! > 0));
-      assert.equal(steps.map((r) => r.version), [1, 2]);
-      assert.ok(server.stats.generateRequests >= 8, `${server.stats.generateRequests} generate requests`);
+      assert.equal(
+        steps.map((r) => r.version),
+        [1, 2],
+      );
+      assert.ok(
+        server.stats.generateRequests >= 8,
+        `${server.stats.generateRequests} generate requests`,
+      );
       assert.is(engine.getVersion(), 2, 'the server loaded each published version from disk');
       assert.ok(existsSync(join(weights, 'rollout_0', 'v2', 'model.safetensors')));
-      assert.not.ok(readdirSync(join(weights, 'rollout_0')).includes('v0'), 'old versions are removed');
+      assert.not.ok(
+        readdirSync(join(weights, 'rollout_0')).includes('v0'),
+        'old versions are removed',
+      );
     } finally {
       await server.close();
       await engine.close();
@@ -67,10 +109,20 @@ for (const kind of ['sglang', 'vllm'] as const) {
 }
 
 test('--engine-url is checked before anything starts', async () => {
-  const err = (argv: string[]): Promise<string> => trainPpo(argv, {}, {}).then(() => '', (e: Error) => e.message);
+  const err = (argv: string[]): Promise<string> =>
+    trainPpo(argv, {}, {}).then(
+      () => '',
+      (e: Error) => e.message,
+    );
   assert.match(await err(['--engine', 'sglang']), /--engine sglang needs --engine-url/);
-  assert.match(await err(['--engine', 'vllm', '--engine-url', 'localhost:8000']), /'localhost:8000' is not an http\(s\) URL/);
-  assert.match(await err(['--engine', 'vllm', '--engine-url', 'http://a:1', '--rollout-num-engines', '2']), /--rollout-num-engines 2 exceeds the 1 server/);
+  assert.match(
+    await err(['--engine', 'vllm', '--engine-url', 'localhost:8000']),
+    /'localhost:8000' is not an http\(s\) URL/,
+  );
+  assert.match(
+    await err(['--engine', 'vllm', '--engine-url', 'http://a:1', '--rollout-num-engines', '2']),
+    /--rollout-num-engines 2 exceeds the 1 server/,
+  );
 });
 
 test.run();

@@ -30,12 +30,26 @@ for (const temperature of [1, 0.7]) {
       nSamplesPerPrompt: 4,
       seed: 5,
     });
-    const trainer = new Trainer({ pretrain: model, learningRate: 1e-3, trainBatchSize: 4, microTrainBatchSize: 4, temperature });
+    const trainer = new Trainer({
+      pretrain: model,
+      learningRate: 1e-3,
+      trainBatchSize: 4,
+      microTrainBatchSize: 4,
+      temperature,
+    });
     try {
       await Promise.all([rollout.ready(), trainer.ready()]);
-      const items = [0, 1, 2].map((i) => ({ index: i, prompt: `What is ${i}+2?`, label: 'zzz', groupId: `g${i}` }));
+      const items = [0, 1, 2].map((i) => ({
+        index: i,
+        prompt: `What is ${i}+2?`,
+        label: 'zzz',
+        groupId: `g${i}`,
+      }));
       const groups = await rollout.runGroups(items);
-      const samples = makeExperience(groups.flatMap((g) => g.trajectories), { maxNewTokens: 8 });
+      const samples = makeExperience(
+        groups.flatMap((g) => g.trajectories),
+        { maxNewTokens: 8 },
+      );
       const recomputed = trainer.logprobs(samples.map((s) => Array.from(s.inputIds)));
       let checked = 0;
       let worst = 0;

@@ -10,15 +10,39 @@ import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-sync-'));
 let model = '';
-const fixture = (name: string): string => fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
+const fixture = (name: string): string =>
+  fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
 const lines: string[] = [];
 const rows: { step: number; values: Record<string, number> }[] = [];
-const log = { line: (t: string) => void lines.push(t), metric: (step: number, values: Record<string, number>) => void rows.push({ step, values }) };
+const log = {
+  line: (t: string) => void lines.push(t),
+  metric: (step: number, values: Record<string, number>) => void rows.push({ step, values }),
+};
 
 const tiny = (extra: string[]): string[] => [
-  '--in-process', '--pretrain', model, '--rollout-batch-size', '4', '--n-samples-per-prompt', '2',
-  '--train-batch-size', '8', '--micro-train-batch-size', '4', '--generate-max-len', '6', '--max-steps', '2',
-  '--eval-prompts', '4', '--overwrite', '--save-path', join(root, 'out'), '--ckpt-path', join(root, 'ckpt'), ...extra,
+  '--in-process',
+  '--pretrain',
+  model,
+  '--rollout-batch-size',
+  '4',
+  '--n-samples-per-prompt',
+  '2',
+  '--train-batch-size',
+  '8',
+  '--micro-train-batch-size',
+  '4',
+  '--generate-max-len',
+  '6',
+  '--max-steps',
+  '2',
+  '--eval-prompts',
+  '4',
+  '--overwrite',
+  '--save-path',
+  join(root, 'out'),
+  '--ckpt-path',
+  join(root, 'ckpt'),
+  ...extra,
 ];
 
 test.before(async () => {
@@ -28,21 +52,40 @@ test.after(() => rmSync(root, { recursive: true, force: true }));
 
 test('a step-function agent trains end to end with group_norm and saves an HF policy', async () => {
   rows.length = 0;
-  const s = await trainPpo(tiny(['--agent-func', fixture('multi-turn-step.ts'), '--advantage-estimator', 'group_norm']), {}, { log });
+  const s = await trainPpo(
+    tiny(['--agent-func', fixture('multi-turn-step.ts'), '--advantage-estimator', 'group_norm']),
+    {},
+    { log },
+  );
   assert.is(s.steps, 2);
   assert.is(s.trainedPrompts.length, 8);
   assert.ok(existsSync(join(root, 'out', 'model.safetensors')));
   assert.ok(existsSync(join(root, 'out', 'tokenizer.json')));
   const steps = rows.filter((r) => r.values.reward_mean !== undefined);
   assert.is(steps.length, 2);
-  assert.equal(steps.map((r) => r.values.version), [1, 2]);
-  assert.ok(steps.every((r) => r.values.staleness_max === 0), 'sync is on-policy');
+  assert.equal(
+    steps.map((r) => r.values.version),
+    [1, 2],
+  );
+  assert.ok(
+    steps.every((r) => r.values.staleness_max === 0),
+    'sync is on-policy',
+  );
 });
 
 for (const est of ['gae', 'reinforce', 'rloo', 'dr_grpo']) {
   test(`advantage estimator ${est} runs a step (workflow agent)`, async () => {
     rows.length = 0;
-    const extra = ['--agent-func', fixture('group-workflow.ts'), '--advantage-estimator', est, '--max-steps', '1', '--eval-dataset', ''];
+    const extra = [
+      '--agent-func',
+      fixture('group-workflow.ts'),
+      '--advantage-estimator',
+      est,
+      '--max-steps',
+      '1',
+      '--eval-dataset',
+      '',
+    ];
     if (est === 'reinforce') extra.push('--init-kl-coef', '0.01');
     const s = await trainPpo(tiny(extra), {}, { log });
     assert.is(s.steps, 1);
@@ -55,39 +98,78 @@ for (const est of ['gae', 'reinforce', 'rloo', 'dr_grpo']) {
 test('checkpoint and resume continue the data position exactly', async () => {
   const ck = join(root, 'ckpt-resume');
   const base = ['--save-steps', '1', '--ckpt-path', ck, '--eval-dataset', ''];
-  const full = await trainPpo(tiny([...base, '--max-steps', '3', '--ckpt-path', join(root, 'ckpt-full')]), {}, { log });
+  const full = await trainPpo(
+    tiny([...base, '--max-steps', '3', '--ckpt-path', join(root, 'ckpt-full')]),
+    {},
+    { log },
+  );
   const first = await trainPpo(tiny([...base, '--max-steps', '1']), {}, { log });
   assert.ok(existsSync(join(ck, 'global_step_1', 'optimizer.safetensors')));
   assert.is(readFileSync(join(ck, 'latest'), 'utf8').trim(), 'global_step_1');
-  const resumed = await trainPpo(tiny([...base, '--max-steps', '3', '--load-checkpoint']), {}, { log });
+  const resumed = await trainPpo(
+    tiny([...base, '--max-steps', '3', '--load-checkpoint']),
+    {},
+    { log },
+  );
   assert.is(resumed.steps, 3);
   assert.equal(first.trainedPrompts, full.trainedPrompts.slice(0, first.trainedPrompts.length));
   assert.equal(resumed.trainedPrompts, full.trainedPrompts, 'no prompt lost or repeated');
 });
 
 test('an agent past its error budget fails the run with the cause', async () => {
-  const err = await trainPpo(tiny(['--agent-func', fixture('flaky-step.ts'), '--agent-error-budget', '0', '--eval-dataset', '']), {}, { log }).then(
+  const err = await trainPpo(
+    tiny([
+      '--agent-func',
+      fixture('flaky-step.ts'),
+      '--agent-error-budget',
+      '0',
+      '--eval-dataset',
+      '',
+    ]),
+    {},
+    { log },
+  ).then(
     () => null,
     (e: Error) => e,
   );
   assert.ok(err);
-  const m = /flaky-step\.ts: (\d+) of 8 episodes failed \((\d+) groups? dropped with them\), past the error budget; last: .*environment crashed/.exec(err!.message);
+  const m =
+    /flaky-step\.ts: (\d+) of 8 episodes failed \((\d+) groups? dropped with them\), past the error budget; last: .*environment crashed/.exec(
+      err!.message,
+    );
   assert.ok(m, err!.message);
   // Every episode of an even prompt throws: each failed group holds 2 failed episodes.
   assert.is(Number(m[1]), 2 * Number(m[2]));
 });
 
 test('failure counts name episodes and groups: one throwing episode in a group is one failed episode', async () => {
-  const err = await trainPpo(tiny(['--agent-func', fixture('one-in-four-step.ts'), '--agent-error-budget', '0', '--eval-dataset', '']), {}, { log }).then(
+  const err = await trainPpo(
+    tiny([
+      '--agent-func',
+      fixture('one-in-four-step.ts'),
+      '--agent-error-budget',
+      '0',
+      '--eval-dataset',
+      '',
+    ]),
+    {},
+    { log },
+  ).then(
     () => null,
     (e: Error) => e,
   );
   // 2 of the 8 episodes throw; their groups (1 or 2) are dropped, but only 2 episodes failed.
-  assert.match(err!.message, /one-in-four-step\.ts: 2 of 8 episodes failed \((1 group|2 groups) dropped with them\)/);
+  assert.match(
+    err!.message,
+    /one-in-four-step\.ts: 2 of 8 episodes failed \((1 group|2 groups) dropped with them\)/,
+  );
 });
 
 test('a bad flag fails before anything starts, naming the flag', async () => {
-  const err = await trainPpo(['--agent-func', join(dirname(root), 'nope.ts')], {}, { log }).then(() => null, (e: Error) => e);
+  const err = await trainPpo(['--agent-func', join(dirname(root), 'nope.ts')], {}, { log }).then(
+    () => null,
+    (e: Error) => e,
+  );
   assert.match(err!.message, /--agent-func: no such file/);
 });
 

@@ -19,11 +19,21 @@ test.after(() => rmSync(root, { recursive: true, force: true }));
 const sample = (len: number, seed: number): TrainSample => {
   const inputIds = Array.from({ length: len }, (_, i) => 3 + ((i * 7 + seed) % 20));
   const actionMask = Array.from({ length: len - 1 }, (_, i) => (i >= 2 ? 1 : 0));
-  return { inputIds, actionMask, advantages: actionMask.map((m) => m * (seed % 2 ? 1 : -1)), oldLogprobs: actionMask.map(() => -3) };
+  return {
+    inputIds,
+    actionMask,
+    advantages: actionMask.map((m) => m * (seed % 2 ? 1 : -1)),
+    oldLogprobs: actionMask.map(() => -3),
+  };
 };
 
 test('timers run while a step of many micro-batches trains, and the step still trains', async () => {
-  const trainer = new Trainer({ pretrain: model, learningRate: 1e-2, trainBatchSize: 16, microTrainBatchSize: 2 });
+  const trainer = new Trainer({
+    pretrain: model,
+    learningRate: 1e-2,
+    trainBatchSize: 16,
+    microTrainBatchSize: 2,
+  });
   try {
     await trainer.ready();
     const samples = Array.from({ length: 16 }, (_, i) => sample(6 + (i % 5), i));

@@ -90,7 +90,12 @@ export class BuiltinEngine implements InferenceEngine {
   /** Counters for benchmarks and metrics. */
   readonly stats = { generatedTokens: 0, decodeSteps: 0, prefills: 0, maxRows: 0 };
 
-  private constructor(model: CausalLM, owns: boolean, opts: BuiltinEngineOptions, tokenizer?: ChatTokenizer) {
+  private constructor(
+    model: CausalLM,
+    owns: boolean,
+    opts: BuiltinEngineOptions,
+    tokenizer?: ChatTokenizer,
+  ) {
     this.model = model;
     this.ownsModel = owns;
     this.config = model.config;
@@ -122,14 +127,19 @@ export class BuiltinEngine implements InferenceEngine {
   }
 
   generate(req: GenerateRequest): Promise<GenerateResult> {
-    if ((req.gconfig?.n ?? 1) !== 1) return Promise.reject(new Error('generate: gconfig.n must be 1; use generateN'));
+    if ((req.gconfig?.n ?? 1) !== 1)
+      return Promise.reject(new Error('generate: gconfig.n must be 1; use generateN'));
     return this.submit(req, req.gconfig?.seed);
   }
 
   async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
     const n = req.gconfig?.n ?? 1;
     const seed = req.gconfig?.seed;
-    return Promise.all(Array.from({ length: n }, (_, i) => this.submit(req, seed === undefined ? undefined : seed + i)));
+    return Promise.all(
+      Array.from({ length: n }, (_, i) =>
+        this.submit(req, seed === undefined ? undefined : seed + i),
+      ),
+    );
   }
 
   private submit(req: GenerateRequest, seed: number | undefined): Promise<GenerateResult> {
@@ -138,20 +148,30 @@ export class BuiltinEngine implements InferenceEngine {
     if (!req.inputIds.length) return Promise.reject(new Error('generate: inputIds is empty'));
     const maxPos = this.config.max_position_embeddings;
     if (req.inputIds.length >= maxPos) {
-      return Promise.reject(new Error(`generate: prompt of ${req.inputIds.length} tokens leaves no room (max ${maxPos})`));
+      return Promise.reject(
+        new Error(
+          `generate: prompt of ${req.inputIds.length} tokens leaves no room (max ${maxPos})`,
+        ),
+      );
     }
     const V = this.config.vocab_size;
     if (req.inputIds.some((t) => !Number.isInteger(t) || t < 0 || t >= V)) {
       return Promise.reject(new Error(`generate: inputIds must be integers in [0, ${V})`));
     }
-    if (g.stop?.length && !this.tokenizer) return Promise.reject(new Error('generate: stop strings need a tokenizer'));
+    if (g.stop?.length && !this.tokenizer)
+      return Promise.reject(new Error('generate: stop strings need a tokenizer'));
     return new Promise<GenerateResult>((resolve, reject) => {
       this.pending.push({
         prompt: [...req.inputIds],
         tokens: [],
         logprobs: [],
         versions: [],
-        sampling: { temperature: g.temperature ?? 1, topK: g.topK ?? 0, topP: g.topP ?? 1, greedy: g.greedy ?? false },
+        sampling: {
+          temperature: g.temperature ?? 1,
+          topK: g.topK ?? 0,
+          topP: g.topP ?? 1,
+          greedy: g.greedy ?? false,
+        },
         maxNew: Math.min(g.maxNewTokens ?? 256, maxPos - req.inputIds.length),
         minNew: g.minNewTokens ?? 0,
         stopIds: new Set([...this.eos, ...(g.stopTokenIds ?? [])]),
@@ -205,7 +225,10 @@ export class BuiltinEngine implements InferenceEngine {
           const take = Math.min(this.maxPrefill, this.maxBatch - this.running.length);
           const joining = this.pending.splice(0, take);
           try {
-            const { cache, logits } = prefill(model, joining.map((a) => a.prompt));
+            const { cache, logits } = prefill(
+              model,
+              joining.map((a) => a.prompt),
+            );
             const V = this.config.vocab_size;
             joining.forEach((a, i) => (a.logits = logits.slice(i * V, (i + 1) * V)));
             if (this.cache) this.cache.append(cache);
@@ -261,7 +284,8 @@ export class BuiltinEngine implements InferenceEngine {
         w.forEach((f) => f());
       }
     }
-    if (this.pending.length && !this.paused && !this.sleeping && !this.closed && !this.draining) this.kick();
+    if (this.pending.length && !this.paused && !this.sleeping && !this.closed && !this.draining)
+      this.kick();
   }
 
   private dropCache(): void {
@@ -283,7 +307,8 @@ export class BuiltinEngine implements InferenceEngine {
   async pause(opts: PauseOptions = {}): Promise<void> {
     if ((opts.mode ?? 'abort') === 'wait') {
       this.draining = true;
-      if (this.looping && this.running.length) await new Promise<void>((r) => this.idleWaiters.push(r));
+      if (this.looping && this.running.length)
+        await new Promise<void>((r) => this.idleWaiters.push(r));
       this.draining = false;
     }
     this.paused = true;

@@ -45,7 +45,11 @@ const maxTimerMs = 2 ** 31 - 1;
  * @example
  * const out = await httpCall('http://127.0.0.1:30000/generate', { input_ids: [1, 2] }, { timeoutMs: 60_000 });
  */
-export async function httpCall(url: string, body: unknown, opts: HttpCallOptions): Promise<unknown> {
+export async function httpCall(
+  url: string,
+  body: unknown,
+  opts: HttpCallOptions,
+): Promise<unknown> {
   const method = opts.method ?? (body === undefined ? 'GET' : 'POST');
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   let answer: Answer;
@@ -162,12 +166,24 @@ function exchange(
         return fail(new StaleConnection(e.message));
       }
       const what = gotAnswer ? 'lost the connection mid-answer' : 'failed';
-      fail(new EngineError('network', `${method} ${url} ${what}: ${e.code ?? e.message}`, { url, cause: e }));
+      fail(
+        new EngineError('network', `${method} ${url} ${what}: ${e.code ?? e.message}`, {
+          url,
+          cause: e,
+        }),
+      );
     });
     if (Number.isFinite(opts.timeoutMs)) {
-      timer = setTimeout(() => {
-        fail(new EngineError('timeout', `${method} ${url} got no answer in ${opts.timeoutMs} ms`, { url }));
-      }, Math.min(Math.max(0, opts.timeoutMs), maxTimerMs));
+      timer = setTimeout(
+        () => {
+          fail(
+            new EngineError('timeout', `${method} ${url} got no answer in ${opts.timeoutMs} ms`, {
+              url,
+            }),
+          );
+        },
+        Math.min(Math.max(0, opts.timeoutMs), maxTimerMs),
+      );
     }
     opts.signal?.addEventListener('abort', onAbort, { once: true });
     req.end(payload);

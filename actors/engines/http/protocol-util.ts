@@ -7,12 +7,17 @@ import { EngineError, isEngineError } from './errors.ts';
 import type { ResolvedGenerationConfig, ServerCall } from './remote-engine.ts';
 
 /** Calls a route, returning `false` instead of failing when the server does not have it (404). */
-export async function callOptional(call: ServerCall, path: string, body?: unknown): Promise<boolean> {
+export async function callOptional(
+  call: ServerCall,
+  path: string,
+  body?: unknown,
+): Promise<boolean> {
   try {
     await call(path, body, { method: 'POST' });
     return true;
   } catch (e) {
-    if (isEngineError(e) && e.code === 'http' && (e.status === 404 || e.status === 405)) return false;
+    if (isEngineError(e) && e.code === 'http' && (e.status === 404 || e.status === 405))
+      return false;
     throw e;
   }
 }

@@ -57,7 +57,11 @@ export interface SampleOutput {
 }
 
 /** Calls a route on one server: JSON body → JSON answer (`GET` when `body` is undefined). */
-export type ServerCall = (path: string, body?: unknown, opts?: { method?: 'GET' | 'POST' }) => Promise<unknown>;
+export type ServerCall = (
+  path: string,
+  body?: unknown,
+  opts?: { method?: 'GET' | 'POST' },
+) => Promise<unknown>;
 
 /** What one kind of server speaks. */
 export interface EngineProtocol {
@@ -65,7 +69,11 @@ export interface EngineProtocol {
   /** Throws `EngineError('config')` when the server's logprobs would not mean what the contract says. */
   checkConfig(g: ResolvedGenerationConfig): void;
   /** The generation request for `n` samples of `inputIds` with at most `g.maxNewTokens` new tokens. */
-  generateRequest(inputIds: number[], g: ResolvedGenerationConfig, n: number): { path: string; body: unknown };
+  generateRequest(
+    inputIds: number[],
+    g: ResolvedGenerationConfig,
+    n: number,
+  ): { path: string; body: unknown };
   /** The `n` samples in a generation answer, in order. */
   parseGenerate(json: unknown, n: number, url: string): SampleOutput[];
   /** Aborts in-flight requests and holds new ones; `false` when the server has no such route. */
@@ -148,9 +156,13 @@ export function resolveGenerationConfig(g: GenerationConfig = {}): ResolvedGener
     seed: g.seed,
   };
   if (!Number.isInteger(r.maxNewTokens) || r.maxNewTokens < 0) {
-    throw new EngineError('config', `maxNewTokens must be a non-negative integer, got ${r.maxNewTokens}`);
+    throw new EngineError(
+      'config',
+      `maxNewTokens must be a non-negative integer, got ${r.maxNewTokens}`,
+    );
   }
-  if (!Number.isInteger(r.n) || r.n < 1) throw new EngineError('config', `n must be ≥ 1, got ${r.n}`);
+  if (!Number.isInteger(r.n) || r.n < 1)
+    throw new EngineError('config', `n must be ≥ 1, got ${r.n}`);
   if (!(r.temperature >= 0)) throw new EngineError('config', `temperature must be ≥ 0`);
   if (!(r.topP > 0 && r.topP <= 1)) throw new EngineError('config', `topP must be in (0, 1]`);
   return r;
@@ -226,12 +238,19 @@ export class RemoteEngine implements InferenceEngine {
 
   async generate(req: GenerateRequest): Promise<GenerateResult> {
     const g = resolveGenerationConfig(req.gconfig);
-    if (g.n !== 1) throw new EngineError('config', `generate takes n = 1 (got ${g.n}); use generateN`);
+    if (g.n !== 1)
+      throw new EngineError('config', `generate takes n = 1 (got ${g.n}); use generateN`);
     this.protocol.checkConfig(g);
     const started = Date.now();
     const acc: Accumulated = { tokens: [], logprobs: [], versions: [] };
     const stop = await this.continueSample(req.rid ?? randomUUID(), req.inputIds, g, acc, null);
-    return { outputTokens: acc.tokens, outputLogprobs: acc.logprobs, outputVersions: acc.versions, stopReason: stop, latencyMs: Date.now() - started };
+    return {
+      outputTokens: acc.tokens,
+      outputLogprobs: acc.logprobs,
+      outputVersions: acc.versions,
+      stopReason: stop,
+      latencyMs: Date.now() - started,
+    };
   }
 
   async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
@@ -247,7 +266,13 @@ export class RemoteEngine implements InferenceEngine {
       outs.map(async (first) => {
         const acc: Accumulated = { tokens: [], logprobs: [], versions: [] };
         const stop = await this.continueSample(rid, req.inputIds, g, acc, { out: first, version });
-        return { outputTokens: acc.tokens, outputLogprobs: acc.logprobs, outputVersions: acc.versions, stopReason: stop, latencyMs: Date.now() - started };
+        return {
+          outputTokens: acc.tokens,
+          outputLogprobs: acc.logprobs,
+          outputVersions: acc.versions,
+          stopReason: stop,
+          latencyMs: Date.now() - started,
+        };
       }),
     );
   }
@@ -256,7 +281,8 @@ export class RemoteEngine implements InferenceEngine {
     this.assertOpen();
     let path: string;
     if (update.kind === 'disk') path = update.path;
-    else if (this.opts.writeCheckpoint) path = await this.opts.writeCheckpoint(update.tensors, version);
+    else if (this.opts.writeCheckpoint)
+      path = await this.opts.writeCheckpoint(update.tensors, version);
     else {
       throw new EngineError(
         'unsupported',
@@ -283,7 +309,8 @@ export class RemoteEngine implements InferenceEngine {
     // Requests are let go even when a server fails to continue: held forever, they would hang;
     // let go, they fail over or fail with a clear error.
     try {
-      if (this.userPause === 'abort') await this.onUpServers('continue', (call) => this.protocol.continueServer(call));
+      if (this.userPause === 'abort')
+        await this.onUpServers('continue', (call) => this.protocol.continueServer(call));
     } finally {
       this.userPause = null;
       this.gate.open('paused');
@@ -342,8 +369,17 @@ export class RemoteEngine implements InferenceEngine {
       if (!pending) {
         if (left <= 0) return 'length';
         await this.gate.pass();
-        const seg: ResolvedGenerationConfig = { ...g, maxNewTokens: left, minNewTokens: Math.max(0, g.minNewTokens - acc.tokens.length) };
-        const { outs, version } = await this.send(rid, acc.tokens.length ? prompt.concat(acc.tokens) : prompt, seg, 1);
+        const seg: ResolvedGenerationConfig = {
+          ...g,
+          maxNewTokens: left,
+          minNewTokens: Math.max(0, g.minNewTokens - acc.tokens.length),
+        };
+        const { outs, version } = await this.send(
+          rid,
+          acc.tokens.length ? prompt.concat(acc.tokens) : prompt,
+          seg,
+          1,
+        );
         pending = { out: outs[0]!, version };
       }
       const { out, version } = pending;
@@ -359,7 +395,10 @@ export class RemoteEngine implements InferenceEngine {
       if (acc.tokens.length >= g.maxNewTokens) return 'length';
       emptyAborts = take === 0 ? emptyAborts + 1 : 0;
       if (emptyAborts > maxEmptyAborts) {
-        throw new EngineError('protocol', `request aborted ${emptyAborts} times without progress: ${out.abortMessage ?? ''}`);
+        throw new EngineError(
+          'protocol',
+          `request aborted ${emptyAborts} times without progress: ${out.abortMessage ?? ''}`,
+        );
       }
       // Aborted by our own weight update: the gate holds us until it is done. Aborted by someone
       // else: back off a little, the server holds new requests while it is paused anyway.
@@ -392,13 +431,28 @@ export class RemoteEngine implements InferenceEngine {
       } catch (e) {
         if (!isEngineError(e)) throw e;
         if (e.code === 'aborted') {
-          return { outs: Array.from({ length: n }, () => ({ tokens: [], logprobs: [], finish: 'abort' as const, abortMessage: e.message })), version };
+          return {
+            outs: Array.from({ length: n }, () => ({
+              tokens: [],
+              logprobs: [],
+              finish: 'abort' as const,
+              abortMessage: e.message,
+            })),
+            version,
+          };
         }
         if (e.code === 'server-down' && failovers++ < this.pool.urls.length) continue;
         if (!e.retryable || attempt >= this.opts.maxRetries) throw e;
-        if (e.code === 'network' || e.code === 'timeout') this.pool.reportFailure(lease.url, e.message);
-        const backoff = backoffDelayMs(attempt++, { baseDelayMs: this.opts.retryBaseDelayMs, maxDelayMs: this.opts.retryMaxDelayMs });
-        await delay(Math.max(backoff, Math.min(e.retryAfterMs ?? 0, this.opts.retryAfterMaxMs)), this.closing.signal);
+        if (e.code === 'network' || e.code === 'timeout')
+          this.pool.reportFailure(lease.url, e.message);
+        const backoff = backoffDelayMs(attempt++, {
+          baseDelayMs: this.opts.retryBaseDelayMs,
+          maxDelayMs: this.opts.retryMaxDelayMs,
+        });
+        await delay(
+          Math.max(backoff, Math.min(e.retryAfterMs ?? 0, this.opts.retryAfterMaxMs)),
+          this.closing.signal,
+        );
       } finally {
         this.httpInFlight.delete(call);
         lease.release();
@@ -416,7 +470,9 @@ export class RemoteEngine implements InferenceEngine {
       const results = await Promise.allSettled(
         urls.map((url) => this.protocol.reloadWeights(this.callOn(url), path, version)),
       );
-      const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : []));
+      const failed = results.flatMap((r, i) =>
+        r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : [],
+      );
       urls.forEach((url, i) => {
         if (results[i]!.status === 'fulfilled') this.withoutWeights.delete(url);
         else if (!this.protocol.atomicReload) this.withoutWeights.add(url);
@@ -426,22 +482,31 @@ export class RemoteEngine implements InferenceEngine {
         // in service; where it may not, none may serve until a reload succeeds.
         let after = `the servers keep version ${this.version}`;
         if (!this.protocol.atomicReload) {
-          after = 'the servers may have lost their weights and are out of service until an update succeeds';
-          for (const f of failed) this.pool.markDownUrl(f.url, `weight update failed part way: ${f.err.message}`);
+          after =
+            'the servers may have lost their weights and are out of service until an update succeeds';
+          for (const f of failed)
+            this.pool.markDownUrl(f.url, `weight update failed part way: ${f.err.message}`);
         }
         const codes = new Set(failed.map((f) => (isEngineError(f.err) ? f.err.code : 'http')));
         const code = codes.size === 1 ? [...codes][0]! : 'http';
         const why = failed.map((f) => f.err.message).join('; ');
-        throw new EngineError(code, `weight update to version ${version} failed on every server (${after}): ${why}`, { cause: failed[0]!.err });
+        throw new EngineError(
+          code,
+          `weight update to version ${version} failed on every server (${after}): ${why}`,
+          { cause: failed[0]!.err },
+        );
       }
       // A server left on old weights must not serve new-version requests; it rejoins after a
       // health probe and a successful reload (see catchUp).
-      for (const f of failed) this.pool.markDownUrl(f.url, `weight update failed: ${f.err.message}`);
+      for (const f of failed)
+        this.pool.markDownUrl(f.url, `weight update failed: ${f.err.message}`);
       this.version = version;
       this.lastUpdate = { path, version };
     } finally {
       if (this.userPause === null && !this.closed) {
-        await this.onUpServers('continue', (call) => this.protocol.continueServer(call)).catch(() => undefined);
+        await this.onUpServers('continue', (call) => this.protocol.continueServer(call)).catch(
+          () => undefined,
+        );
       }
       this.gate.open('updating');
     }
@@ -450,7 +515,9 @@ export class RemoteEngine implements InferenceEngine {
   /** Pauses every up server with abort; where a server has no such route, cancels our requests. */
   private async abortServers(): Promise<void> {
     const supported = await Promise.all(
-      this.pool.upUrls().map((url) => this.protocol.pauseServer(this.callOn(url)).catch(() => false)),
+      this.pool
+        .upUrls()
+        .map((url) => this.protocol.pauseServer(this.callOn(url)).catch(() => false)),
     );
     if (supported.some((s) => !s)) {
       this.cancel.abort(new EngineError('aborted', 'cancelled by pause'));
@@ -463,7 +530,8 @@ export class RemoteEngine implements InferenceEngine {
     // An update under way would leave this server a version behind: let it finish first.
     await this.updateChain;
     // While the engine sleeps nothing is served; the server rejoins after wakeUp.
-    if (this.gate.has('asleep')) throw new EngineError('unsupported', 'the engine is asleep', { url });
+    if (this.gate.has('asleep'))
+      throw new EngineError('unsupported', 'the engine is asleep', { url });
     const call = this.callOn(url);
     if (this.asleep.has(url)) {
       // Left asleep when it was taken out; a restarted server is awake and may refuse this.
@@ -473,7 +541,11 @@ export class RemoteEngine implements InferenceEngine {
     const last = this.lastUpdate;
     if (last) await this.protocol.reloadWeights(call, last.path, last.version);
     else if (this.withoutWeights.has(url)) {
-      throw new EngineError('unsupported', `${url} lost its weights in a failed update; it rejoins after the next successful one`, { url });
+      throw new EngineError(
+        'unsupported',
+        `${url} lost its weights in a failed update; it rejoins after the next successful one`,
+        { url },
+      );
     }
     this.withoutWeights.delete(url);
     // A server taken out during an update was left paused by it; resume() continues it when
@@ -486,12 +558,20 @@ export class RemoteEngine implements InferenceEngine {
    * rejoins through catchUp) and does not fail the call unless no server answered; any other
    * failure (the server refused) is thrown.
    */
-  private async onUpServers(what: string, fn: (call: ServerCall, url: string) => Promise<unknown>): Promise<void> {
+  private async onUpServers(
+    what: string,
+    fn: (call: ServerCall, url: string) => Promise<unknown>,
+  ): Promise<void> {
     const urls = this.pool.upUrls();
     const results = await Promise.allSettled(urls.map((url) => fn(this.callOn(url), url)));
-    const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as unknown }] : []));
-    const unreachable = failed.filter((f) => isEngineError(f.err) && ['network', 'timeout', 'server-down'].includes(f.err.code));
-    for (const f of unreachable) this.pool.markDownUrl(f.url, `${what} failed: ${(f.err as Error).message}`);
+    const failed = results.flatMap((r, i) =>
+      r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as unknown }] : [],
+    );
+    const unreachable = failed.filter(
+      (f) => isEngineError(f.err) && ['network', 'timeout', 'server-down'].includes(f.err.code),
+    );
+    for (const f of unreachable)
+      this.pool.markDownUrl(f.url, `${what} failed: ${(f.err as Error).message}`);
     const refused = failed.find((f) => !unreachable.includes(f));
     if (refused) throw refused.err;
     if (unreachable.length > 0 && unreachable.length === urls.length) throw unreachable[0]!.err;
@@ -501,7 +581,11 @@ export class RemoteEngine implements InferenceEngine {
     return async (path, body, o) => {
       const watch = this.pool.watch(url);
       try {
-        return await httpCall(url + path, body, { method: o?.method, timeoutMs: this.opts.controlTimeoutMs, signal: watch.signal });
+        return await httpCall(url + path, body, {
+          method: o?.method,
+          timeoutMs: this.opts.controlTimeoutMs,
+          signal: watch.signal,
+        });
       } finally {
         watch.release();
       }

@@ -9,7 +9,12 @@
  * @module
  */
 import { EngineError } from '../http/errors.ts';
-import { callOptional, expectShape, requireTemperedOrUnitTemperature, sharedSamplingFields } from '../http/protocol-util.ts';
+import {
+  callOptional,
+  expectShape,
+  requireTemperedOrUnitTemperature,
+  sharedSamplingFields,
+} from '../http/protocol-util.ts';
 import {
   RemoteEngine,
   type EngineProtocol,
@@ -53,7 +58,15 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
       );
     },
     generateRequest(inputIds, g, n) {
-      return { path: '/generate', body: { input_ids: inputIds, sampling_params: samplingParams(g, n, opts.extraSamplingParams), return_logprob: true, stream: false } };
+      return {
+        path: '/generate',
+        body: {
+          input_ids: inputIds,
+          sampling_params: samplingParams(g, n, opts.extraSamplingParams),
+          return_logprob: true,
+          stream: false,
+        },
+      };
     },
     parseGenerate(json, n, url) {
       const items = Array.isArray(json) ? json : [json];
@@ -74,7 +87,10 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
         flush_cache: true,
       })) as { success?: boolean; message?: string } | null;
       if (!res || res.success !== true) {
-        throw new EngineError('http', `update_weights_from_disk failed: ${res?.message ?? 'no answer'}`);
+        throw new EngineError(
+          'http',
+          `update_weights_from_disk failed: ${res?.message ?? 'no answer'}`,
+        );
       }
     },
     async sleep(call) {
@@ -106,11 +122,19 @@ export function samplingParams(
 
 function parseOutput(o: SglangOutput, url: string): SampleOutput {
   const meta = o?.meta_info;
-  expectShape(meta && Array.isArray(meta.output_token_logprobs), url, 'no meta_info.output_token_logprobs (was return_logprob sent?)');
+  expectShape(
+    meta && Array.isArray(meta.output_token_logprobs),
+    url,
+    'no meta_info.output_token_logprobs (was return_logprob sent?)',
+  );
   const tokens: number[] = [];
   const logprobs: number[] = [];
   for (const entry of meta.output_token_logprobs!) {
-    expectShape(Array.isArray(entry) && typeof entry[0] === 'number' && Number.isInteger(entry[1]), url, `bad output_token_logprobs entry ${JSON.stringify(entry)}`);
+    expectShape(
+      Array.isArray(entry) && typeof entry[0] === 'number' && Number.isInteger(entry[1]),
+      url,
+      `bad output_token_logprobs entry ${JSON.stringify(entry)}`,
+    );
     logprobs.push(entry[0]);
     tokens.push(entry[1]);
   }
@@ -119,8 +143,13 @@ function parseOutput(o: SglangOutput, url: string): SampleOutput {
   if (!fr || fr.type === 'length') finish = 'length';
   else if (fr.type === 'stop') finish = 'stop';
   else if (fr.type === 'abort') finish = 'abort';
-  else throw new EngineError('protocol', `unknown finish_reason ${JSON.stringify(fr)} from ${url}`, { url });
-  return fr?.type === 'abort' ? { tokens, logprobs, finish, abortMessage: fr.message ?? '' } : { tokens, logprobs, finish };
+  else
+    throw new EngineError('protocol', `unknown finish_reason ${JSON.stringify(fr)} from ${url}`, {
+      url,
+    });
+  return fr?.type === 'abort'
+    ? { tokens, logprobs, finish, abortMessage: fr.message ?? '' }
+    : { tokens, logprobs, finish };
 }
 
 /**

@@ -12,7 +12,12 @@
  * @module
  */
 import { EngineError } from '../http/errors.ts';
-import { callOptional, expectShape, requireTemperedOrUnitTemperature, sharedSamplingFields } from '../http/protocol-util.ts';
+import {
+  callOptional,
+  expectShape,
+  requireTemperedOrUnitTemperature,
+  sharedSamplingFields,
+} from '../http/protocol-util.ts';
 import {
   RemoteEngine,
   type EngineProtocol,
@@ -79,7 +84,9 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
     parseGenerate(json, n, url) {
       const choices = (json as { choices?: VllmChoice[] } | null)?.choices;
       expectShape(Array.isArray(choices) && choices.length === n, url, `expected ${n} choices`);
-      return [...choices].sort((a, b) => (a.index ?? 0) - (b.index ?? 0)).map((c) => parseChoice(c, url));
+      return [...choices]
+        .sort((a, b) => (a.index ?? 0) - (b.index ?? 0))
+        .map((c) => parseChoice(c, url));
     },
     // sleep level 2 discards the weights, and reload_weights may fail half loaded.
     atomicReload: false,
@@ -88,7 +95,8 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
       await callOptional(call, '/resume');
     },
     validateUpdate(path) {
-      if (typeof reload === 'object' || reload === 'areal' || opts.servedModelPath === undefined) return;
+      if (typeof reload === 'object' || reload === 'areal' || opts.servedModelPath === undefined)
+        return;
       if (stripSlash(opts.servedModelPath) !== stripSlash(path)) {
         throw new EngineError(
           'config',
@@ -97,8 +105,10 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
       }
     },
     async reloadWeights(call, path, version) {
-      if (typeof reload === 'object') return void (await call(reload.path, reload.body(path, version)));
-      if (reload === 'areal') return void (await call('/areal_update_weights', { model_path: path }));
+      if (typeof reload === 'object')
+        return void (await call(reload.path, reload.body(path, version)));
+      if (reload === 'areal')
+        return void (await call('/areal_update_weights', { model_path: path }));
       if (reload === 'sleep-reload') {
         await call('/sleep?level=2', {});
         await call('/wake_up?tags=weights', {});
@@ -154,11 +164,21 @@ function parseChoice(c: VllmChoice, url: string): SampleOutput {
   const tokens: number[] = [];
   const logprobs: number[] = [];
   if (lp) {
-    expectShape(Array.isArray(lp.tokens) && Array.isArray(lp.token_logprobs) && lp.tokens.length === lp.token_logprobs.length, url, 'logprobs.tokens and logprobs.token_logprobs differ');
+    expectShape(
+      Array.isArray(lp.tokens) &&
+        Array.isArray(lp.token_logprobs) &&
+        lp.tokens.length === lp.token_logprobs.length,
+      url,
+      'logprobs.tokens and logprobs.token_logprobs differ',
+    );
     for (let i = 0; i < lp.tokens.length; i++) {
       const t = lp.tokens[i]!;
       const m = /^token_id:(-?\d+)$/.exec(t);
-      expectShape(m, url, `token ${JSON.stringify(t)} is not token_id:N (was return_tokens_as_token_ids honoured?)`);
+      expectShape(
+        m,
+        url,
+        `token ${JSON.stringify(t)} is not token_id:N (was return_tokens_as_token_ids honoured?)`,
+      );
       const l = lp.token_logprobs[i];
       expectShape(typeof l === 'number', url, `token_logprobs[${i}] is ${String(l)}`);
       tokens.push(Number(m[1]));
@@ -172,7 +192,9 @@ function parseChoice(c: VllmChoice, url: string): SampleOutput {
   else if (c.finish_reason === 'abort') finish = 'abort';
   else if (c.finish_reason === null || c.finish_reason === undefined) finish = 'length';
   else finish = 'stop';
-  return finish === 'abort' ? { tokens, logprobs, finish, abortMessage: 'aborted by the server' } : { tokens, logprobs, finish };
+  return finish === 'abort'
+    ? { tokens, logprobs, finish, abortMessage: 'aborted by the server' }
+    : { tokens, logprobs, finish };
 }
 
 /**

@@ -35,7 +35,12 @@ export interface SampleView {
   reward?: number;
   prompt?: string;
   label?: string;
-  turns?: { role: string; text: string; tokens: number; toolCalls?: { name: string; arguments: string }[] }[];
+  turns?: {
+    role: string;
+    text: string;
+    tokens: number;
+    toolCalls?: { name: string; arguments: string }[];
+  }[];
   extraInfo?: Record<string, string | number | boolean>;
   versionMin?: number;
   versionMax?: number;

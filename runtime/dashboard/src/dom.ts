@@ -41,9 +41,20 @@ export function bar(label: string, used: number, total: number, text: string): H
   const pct = total > 0 ? Math.min(100, (used / total) * 100) : 0;
   return h(
     'div',
-    { class: 'bar', role: 'meter', 'aria-label': label, 'aria-valuemin': 0, 'aria-valuemax': total, 'aria-valuenow': used },
+    {
+      class: 'bar',
+      role: 'meter',
+      'aria-label': label,
+      'aria-valuemin': 0,
+      'aria-valuemax': total,
+      'aria-valuenow': used,
+    },
     h('span', { class: 'bar-label' }, label),
-    h('span', { class: 'bar-track' }, h('span', { class: 'bar-fill', style: `width:${pct.toFixed(1)}%` })),
+    h(
+      'span',
+      { class: 'bar-track' },
+      h('span', { class: 'bar-fill', style: `width:${pct.toFixed(1)}%` }),
+    ),
     h('span', { class: 'bar-text' }, text),
   );
 }

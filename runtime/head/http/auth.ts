@@ -20,7 +20,8 @@ function cookieValue(header: string | undefined, name: string): string | undefin
   if (!header) return undefined;
   for (const part of header.split(';')) {
     const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === name) return decodeURIComponent(part.slice(eq + 1).trim());
+    if (eq > 0 && part.slice(0, eq).trim() === name)
+      return decodeURIComponent(part.slice(eq + 1).trim());
   }
   return undefined;
 }

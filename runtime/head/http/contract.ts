@@ -163,7 +163,10 @@ export interface RestRoutes {
     reply: SamplesPage;
   };
   /** Stores a step's samples, replacing what that step had (limits: `sampleLimits`). */
-  'POST /api/jobs/:jobId/samples': { body: { step: number; samples: JobSample[] }; reply: { stored: number } };
+  'POST /api/jobs/:jobId/samples': {
+    body: { step: number; samples: JobSample[] };
+    reply: { stored: number };
+  };
   'GET /api/jobs/:jobId/report': { reply: JobReport };
   /** Merges fields into the job's report (`totalSteps`, `headline`, `config`, `outputs`, …). */
   'POST /api/jobs/:jobId/report': { body: JobReport; reply: JobReport };

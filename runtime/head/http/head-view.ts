@@ -53,8 +53,21 @@ export function indexHeadWorkerLogs(head: Head, store: OpsStore): () => void {
     const node = head.listNodes().find((n) => n.nodeId === a.nodeId);
     if (!node) return;
     seen.set(key, stamp);
-    const dir = node.sessionDir === sessionDir || !sessionDir ? node.sessionDir : shippedLogDir(sessionDir, node.nodeId);
-    indexWorkerLogs(store, { actorId: a.actorId, incarnation: a.incarnation, nodeId: a.nodeId, jobId: a.options.jobId ?? null, pid: a.pid ?? null }, dir);
+    const dir =
+      node.sessionDir === sessionDir || !sessionDir
+        ? node.sessionDir
+        : shippedLogDir(sessionDir, node.nodeId);
+    indexWorkerLogs(
+      store,
+      {
+        actorId: a.actorId,
+        incarnation: a.incarnation,
+        nodeId: a.nodeId,
+        jobId: a.options.jobId ?? null,
+        pid: a.pid ?? null,
+      },
+      dir,
+    );
   };
   for (const a of head.listActors()) onActor(a);
   head.on('actor', onActor);
@@ -71,9 +84,14 @@ export function headClusterView(head: Head): ClusterView {
     nodes: (): NodeView[] => {
       const all = head.listNodes();
       const workers = new Map<string, number>();
-      for (const a of head.listActors()) if (a.nodeId && a.state === 'ALIVE') workers.set(a.nodeId, (workers.get(a.nodeId) ?? 0) + 1);
+      for (const a of head.listActors())
+        if (a.nodeId && a.state === 'ALIVE')
+          workers.set(a.nodeId, (workers.get(a.nodeId) ?? 0) + 1);
       // The head's own node agent shares its session dir; fall back to the first node.
-      const headIdx = Math.max(0, all.findIndex((n) => n.sessionDir === head.sessionDir));
+      const headIdx = Math.max(
+        0,
+        all.findIndex((n) => n.sessionDir === head.sessionDir),
+      );
       return all.map((n, i) => ({
         nodeId: n.nodeId,
         hostname: n.hostname,
@@ -94,7 +112,9 @@ export function headClusterView(head: Head): ClusterView {
     callsTotal: () => head.callsTotal,
     placementGroups: () => head.listPlacementGroups(),
     killJobActors: async (jobId) => {
-      for (const a of actors()) if (a.jobId === jobId && !a.detached && a.state !== 'DEAD') head.killActor(a.actorId, { noRestart: true });
+      for (const a of actors())
+        if (a.jobId === jobId && !a.detached && a.state !== 'DEAD')
+          head.killActor(a.actorId, { noRestart: true });
     },
     onChange: (listener) => {
       const onActor = () => listener('actor');

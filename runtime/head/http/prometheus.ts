@@ -52,11 +52,16 @@ export function renderPrometheus(input: PrometheusInput): string {
   family('rtjob_node_resource_used', 'gauge', 'Logical resources of a node in use.');
   for (const n of input.nodes) {
     for (const [resource, v] of Object.entries(n.resourcesTotal)) {
-      sample('rtjob_node_resource_used', { node_id: n.nodeId, resource }, v - (n.resourcesAvailable[resource] ?? v));
+      sample(
+        'rtjob_node_resource_used',
+        { node_id: n.nodeId, resource },
+        v - (n.resourcesAvailable[resource] ?? v),
+      );
     }
   }
   family('rtjob_node_memory_used_bytes', 'gauge', 'Memory in use on a node.');
-  for (const n of input.nodes) sample('rtjob_node_memory_used_bytes', { node_id: n.nodeId }, n.memoryUsedBytes);
+  for (const n of input.nodes)
+    sample('rtjob_node_memory_used_bytes', { node_id: n.nodeId }, n.memoryUsedBytes);
   family('rtjob_node_workers', 'gauge', 'Worker processes on a node.');
   for (const n of input.nodes) sample('rtjob_node_workers', { node_id: n.nodeId }, n.workers);
 
@@ -66,7 +71,13 @@ export function renderPrometheus(input: PrometheusInput): string {
   for (const [state, v] of Object.entries(byState)) sample('rtjob_actors', { state }, v);
 
   family('rtjob_jobs', 'gauge', 'Jobs by status.');
-  const byStatus: Record<string, number> = { PENDING: 0, RUNNING: 0, SUCCEEDED: 0, FAILED: 0, STOPPED: 0 };
+  const byStatus: Record<string, number> = {
+    PENDING: 0,
+    RUNNING: 0,
+    SUCCEEDED: 0,
+    FAILED: 0,
+    STOPPED: 0,
+  };
   for (const j of input.jobs) byStatus[j.status] = (byStatus[j.status] ?? 0) + 1;
   for (const [status, v] of Object.entries(byStatus)) sample('rtjob_jobs', { status }, v);
 
@@ -76,8 +87,10 @@ export function renderPrometheus(input: PrometheusInput): string {
   }
 
   family('rtjob_job_metric', 'gauge', 'Latest value of each metric a running job logs.');
-  for (const m of input.jobMetrics) sample('rtjob_job_metric', { job_id: m.jobId, name: m.name }, m.value);
+  for (const m of input.jobMetrics)
+    sample('rtjob_job_metric', { job_id: m.jobId, name: m.name }, m.value);
   family('rtjob_job_metric_step', 'gauge', 'Step of the latest logged value.');
-  for (const m of input.jobMetrics) sample('rtjob_job_metric_step', { job_id: m.jobId, name: m.name }, m.step);
+  for (const m of input.jobMetrics)
+    sample('rtjob_job_metric_step', { job_id: m.jobId, name: m.name }, m.step);
   return out.join('\n') + '\n';
 }

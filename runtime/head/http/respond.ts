@@ -13,7 +13,12 @@ import { OpsError } from '../jobs/errors.ts';
 /** Largest JSON request body. */
 export const maxJsonBytes = 1 << 20;
 
-export function send(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+export function send(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
   const text = typeof body === 'string' ? body : JSON.stringify(body);
   res.writeHead(status, {
     'content-type': typeof body === 'string' ? 'text/plain; charset=utf-8' : 'application/json',
@@ -31,7 +36,11 @@ export function send(res: ServerResponse, status: number, body: unknown, headers
  */
 export function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer>;
 export function readBody(req: IncomingMessage, maxBytes: number, toFile: string): Promise<number>;
-export function readBody(req: IncomingMessage, maxBytes: number, toFile?: string): Promise<Buffer | number> {
+export function readBody(
+  req: IncomingMessage,
+  maxBytes: number,
+  toFile?: string,
+): Promise<Buffer | number> {
   return new Promise((resolve, reject) => {
     const declared = Number(req.headers['content-length'] ?? 0);
     let over = declared > maxBytes;
@@ -39,7 +48,10 @@ export function readBody(req: IncomingMessage, maxBytes: number, toFile?: string
     const out = toFile === undefined ? undefined : openSync(toFile, 'w', 0o600);
     let size = 0;
     const tooLarge = () =>
-      new OpsError('PACKAGE_TOO_LARGE', `request body of ${over && declared > maxBytes ? declared : size} bytes is over the ${maxBytes}-byte limit`);
+      new OpsError(
+        'PACKAGE_TOO_LARGE',
+        `request body of ${over && declared > maxBytes ? declared : size} bytes is over the ${maxBytes}-byte limit`,
+      );
     const done = () => {
       if (out !== undefined) closeSync(out);
     };
@@ -70,14 +82,21 @@ export function readBody(req: IncomingMessage, maxBytes: number, toFile?: string
 }
 
 /** Reads a JSON body and checks it against `schema` (400 naming the first bad field). */
-export async function readJson<T>(req: IncomingMessage, schema: Schema<T>, maxBytes = maxJsonBytes): Promise<T> {
+export async function readJson<T>(
+  req: IncomingMessage,
+  schema: Schema<T>,
+  maxBytes = maxJsonBytes,
+): Promise<T> {
   const v = await readJsonObject(req, maxBytes);
   const bad = schema.check(v, 'body');
   if (bad !== undefined) throw new OpsError('BAD_REQUEST', `invalid request: ${bad}`);
   return v as T;
 }
 
-async function readJsonObject(req: IncomingMessage, maxBytes: number): Promise<Record<string, unknown>> {
+async function readJsonObject(
+  req: IncomingMessage,
+  maxBytes: number,
+): Promise<Record<string, unknown>> {
   const body = await readBody(req, maxBytes);
   let v: unknown;
   try {
@@ -85,7 +104,8 @@ async function readJsonObject(req: IncomingMessage, maxBytes: number): Promise<R
   } catch {
     throw new OpsError('BAD_REQUEST', 'request body is not valid JSON');
   }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new OpsError('BAD_REQUEST', 'request body must be a JSON object');
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw new OpsError('BAD_REQUEST', 'request body must be a JSON object');
   return v as Record<string, unknown>;
 }
 
@@ -94,4 +114,3 @@ export function toCsv(columns: string[], rows: (number | null)[][]): string {
   for (const r of rows) lines.push(r.map((v) => (v === null ? '' : String(v))).join(','));
   return lines.join('\n') + '\n';
 }
-

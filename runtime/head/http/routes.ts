@@ -9,7 +9,14 @@ import { existsSync, readFileSync, rmSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
-import { type JobInfo, type JobReport, type JobSample, OpsStore, sampleLimits, terminalJobStatuses } from '../jobs/ops-store.ts';
+import {
+  type JobInfo,
+  type JobReport,
+  type JobSample,
+  OpsStore,
+  sampleLimits,
+  terminalJobStatuses,
+} from '../jobs/ops-store.ts';
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import {
   isPackageHash,
@@ -206,7 +213,10 @@ export function apiRoutes(
     },
     'GET /api/jobs': ({ query }) => {
       const list = store.listJobs({ limit: query.int('limit') });
-      const progress = store.progress(list.map((j) => j.jobId), runningIds(list));
+      const progress = store.progress(
+        list.map((j) => j.jobId),
+        runningIds(list),
+      );
       return { jobs: list.map((j) => ({ ...j, progress: progress.get(j.jobId) })) };
     },
     'POST /api/jobs': ({ body }) => {
@@ -236,8 +246,12 @@ export function apiRoutes(
     'GET /api/jobs/:jobId/metrics': ({ params, query }) => {
       jobs.get(params.jobId);
       const maxPoints = query.int('maxPoints');
-      if (maxPoints === undefined) return store.metricsTable(params.jobId, query.int('sinceStep'), query.int('limit'));
-      return { ...OpsStore.downsample(wholeMetricsTable(params.jobId, query.int('sinceStep')), maxPoints), nextSinceStep: null };
+      if (maxPoints === undefined)
+        return store.metricsTable(params.jobId, query.int('sinceStep'), query.int('limit'));
+      return {
+        ...OpsStore.downsample(wholeMetricsTable(params.jobId, query.int('sinceStep')), maxPoints),
+        nextSinceStep: null,
+      };
     },
     'GET /api/jobs/:jobId/metrics.csv': ({ params, query }) => {
       jobs.get(params.jobId);
@@ -290,10 +304,14 @@ export function apiRoutes(
     },
     'POST /api/jobs/:jobId/report': ({ params, body }) => {
       jobs.get(params.jobId);
-      if (body.totalSteps !== undefined && (typeof body.totalSteps !== 'number' || !(body.totalSteps >= 0))) {
+      if (
+        body.totalSteps !== undefined &&
+        (typeof body.totalSteps !== 'number' || !(body.totalSteps >= 0))
+      ) {
         throw new OpsError('BAD_REQUEST', 'totalSteps must be a non-negative number');
       }
-      if (body.config !== undefined && !Array.isArray(body.config)) throw new OpsError('BAD_REQUEST', 'config must be an array of rows');
+      if (body.config !== undefined && !Array.isArray(body.config))
+        throw new OpsError('BAD_REQUEST', 'config must be an array of rows');
       const report = store.mergeReport(params.jobId, body as JobReport);
       ctx.metricsChanged(params.jobId);
       return report;
@@ -390,13 +408,19 @@ export function apiRoutes(
     if (u.pathname === eventsPath && method === 'GET') return ctx.subscribe(req, res);
 
     if (ctx.readOnly && method !== 'GET' && method !== 'HEAD') {
-      throw new OpsError('READ_ONLY', `this is a finished session (${ctx.readOnly.sessionDir}), served read-only`);
+      throw new OpsError(
+        'READ_ONLY',
+        `this is a finished session (${ctx.readOnly.sessionDir}), served read-only`,
+      );
     }
     const hit = matchRoute(routeKeys, method, u.pathname);
     if (!hit) throw new OpsError('NOT_FOUND', `no route ${method} ${u.pathname}`);
     const schema = bodySchemas[hit.key as keyof typeof bodySchemas] as Schema<unknown> | undefined;
     // A step's samples may hold up to maxPerStep samples of up to maxSampleBytes each.
-    const jsonLimit = hit.key === 'POST /api/jobs/:jobId/samples' ? sampleLimits.maxPerStep * sampleLimits.maxSampleBytes : undefined;
+    const jsonLimit =
+      hit.key === 'POST /api/jobs/:jobId/samples'
+        ? sampleLimits.maxPerStep * sampleLimits.maxSampleBytes
+        : undefined;
     const body = schema ? await readJson(req, schema, jsonLimit) : undefined;
     const handler = handlers[hit.key] as (r: Request<RouteKey>) => unknown;
     const request = { params: hit.params, query: reader(u), body, http: req };

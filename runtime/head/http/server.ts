@@ -52,7 +52,6 @@ export interface HttpServer {
   close(): Promise<void>;
 }
 
-
 const mime: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
   '.js': 'text/javascript; charset=utf-8',
@@ -90,7 +89,11 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
     readOnly: opts.readOnly,
     url: () => url,
     subscribe: (req, res) => {
-      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-store', connection: 'keep-alive' });
+      res.writeHead(200, {
+        'content-type': 'text/event-stream',
+        'cache-control': 'no-store',
+        connection: 'keep-alive',
+      });
       res.write('retry: 2000\n\n');
       sse.add(res);
       req.on('close', () => sse.delete(res));
@@ -132,7 +135,8 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
       'content-type': mime[extname(file)] ?? 'application/octet-stream',
       'cache-control': 'no-cache',
       'x-content-type-options': 'nosniff',
-      'content-security-policy': "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
+      'content-security-policy':
+        "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
     });
     res.end(readFileSync(file));
   };
@@ -141,9 +145,15 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
     const u = new URL(req.url ?? '/', 'http://localhost');
     if (u.pathname === '/login') {
       const t = u.searchParams.get('token') ?? '';
-      const ok = t.length > 0 && authenticate({ headers: { authorization: `Bearer ${t}` } } as IncomingMessage, token);
+      const ok =
+        t.length > 0 &&
+        authenticate({ headers: { authorization: `Bearer ${t}` } } as IncomingMessage, token);
       if (!ok) return send(res, 401, 'invalid token\n');
-      res.writeHead(302, { 'set-cookie': loginCookie(token), location: '/', 'cache-control': 'no-store' });
+      res.writeHead(302, {
+        'set-cookie': loginCookie(token),
+        location: '/',
+        'cache-control': 'no-store',
+      });
       res.end();
       return;
     }
@@ -223,7 +233,8 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
     );
   }
   const port = (server.address() as AddressInfo).port;
-  const shownHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
+  const shownHost =
+    host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
   const url = `http://${shownHost}:${port}`;
 
   return {

@@ -78,21 +78,30 @@ export function resolveEntrypoint(
   if (first === 'node') {
     const script = rest.find((a) => !a.startsWith('-'));
     if (script !== undefined && scriptExt.test(script) && !existsSync(resolve(cwd, script))) {
-      throw new OpsError('ENTRYPOINT_NOT_FOUND', `entrypoint script not found: ${script} (in ${cwd})`);
+      throw new OpsError(
+        'ENTRYPOINT_NOT_FOUND',
+        `entrypoint script not found: ${script} (in ${cwd})`,
+      );
     }
     return [...node, ...rest];
   }
   if (scriptExt.test(first)) {
     const file = resolve(cwd, first);
     if (!existsSync(file)) {
-      throw new OpsError('ENTRYPOINT_NOT_FOUND', `entrypoint script not found: ${first} (in ${cwd})`);
+      throw new OpsError(
+        'ENTRYPOINT_NOT_FOUND',
+        `entrypoint script not found: ${first} (in ${cwd})`,
+      );
     }
     return [...node, file, ...rest];
   }
   if (first.includes('/')) {
     const file = isAbsolute(first) ? first : resolve(cwd, first);
     if (!isExecutable(file)) {
-      throw new OpsError('ENTRYPOINT_NOT_FOUND', `entrypoint is not an executable file: ${first} (in ${cwd})`);
+      throw new OpsError(
+        'ENTRYPOINT_NOT_FOUND',
+        `entrypoint is not an executable file: ${first} (in ${cwd})`,
+      );
     }
     return [file, ...rest];
   }

@@ -17,7 +17,11 @@ export const maxMetricNames = 1000;
 /** Most cells (steps × names) one page of a metrics table holds. */
 export const metricsPageCells = 1_000_000;
 
-export const terminalJobStatuses: ReadonlySet<JobStatus> = new Set(['SUCCEEDED', 'FAILED', 'STOPPED']);
+export const terminalJobStatuses: ReadonlySet<JobStatus> = new Set([
+  'SUCCEEDED',
+  'FAILED',
+  'STOPPED',
+]);
 
 /** Everything the head knows about one job, as the API returns it. Times are epoch ms. */
 export interface JobInfo {
@@ -332,9 +336,9 @@ export class OpsStore {
 
   /** The inherited variables of a job (see {@link insertJob}). */
   inheritedEnv(jobId: string): Record<string, string> {
-    const row = this.db.prepare('SELECT inherited_env FROM ops_jobs WHERE job_id = ?').get(jobId) as
-      | { inherited_env: string }
-      | undefined;
+    const row = this.db
+      .prepare('SELECT inherited_env FROM ops_jobs WHERE job_id = ?')
+      .get(jobId) as { inherited_env: string } | undefined;
     return JSON.parse(row?.inherited_env || '{}') as Record<string, string>;
   }
 
@@ -382,7 +386,9 @@ export class OpsStore {
     const fresh = new Set<string>();
     for (const row of rows) for (const name of Object.keys(row.values)) fresh.add(name);
     if (fresh.size > 0) {
-      const known = this.db.prepare('SELECT 1 FROM ops_job_metrics WHERE job_id = ? AND name = ? LIMIT 1');
+      const known = this.db.prepare(
+        'SELECT 1 FROM ops_job_metrics WHERE job_id = ? AND name = ? LIMIT 1',
+      );
       for (const name of [...fresh]) if (known.get(jobId, name)) fresh.delete(name);
       const total = fresh.size === 0 ? 0 : this.metricNameCount(jobId) + fresh.size;
       if (total > maxMetricNames) {
@@ -396,7 +402,13 @@ export class OpsStore {
       for (const row of rows) {
         for (const [name, value] of Object.entries(row.values)) {
           if (typeof value !== 'number') continue;
-          this.#insertMetric.run(jobId, row.step, name, Number.isFinite(value) ? value : null, row.time);
+          this.#insertMetric.run(
+            jobId,
+            row.step,
+            name,
+            Number.isFinite(value) ? value : null,
+            row.time,
+          );
         }
       }
     })();
@@ -409,31 +421,40 @@ export class OpsStore {
    * so a job with many names gets shorter pages, never a huge matrix; `nextSinceStep` is where
    * the next page starts (`null` on the last).
    */
-  metricsTable(
-    jobId: string,
-    sinceStep = -Infinity,
-    maxSteps = 10_000,
-  ): MetricsTable {
+  metricsTable(jobId: string, sinceStep = -Infinity, maxSteps = 10_000): MetricsTable {
     const since = Number.isFinite(sinceStep) ? sinceStep : -9007199254740991;
     const names = (
       this.db
-        .prepare('SELECT DISTINCT name FROM ops_job_metrics WHERE job_id = ? AND step > ? ORDER BY name')
+        .prepare(
+          'SELECT DISTINCT name FROM ops_job_metrics WHERE job_id = ? AND step > ? ORDER BY name',
+        )
         .all(jobId, since) as { name: string }[]
     ).map((r) => r.name);
-    const perPage = Math.max(1, Math.min(maxSteps, Math.floor(metricsPageCells / Math.max(1, names.length))));
+    const perPage = Math.max(
+      1,
+      Math.min(maxSteps, Math.floor(metricsPageCells / Math.max(1, names.length))),
+    );
     const steps = (
       this.db
-        .prepare('SELECT DISTINCT step FROM ops_job_metrics WHERE job_id = ? AND step > ? ORDER BY step LIMIT ?')
+        .prepare(
+          'SELECT DISTINCT step FROM ops_job_metrics WHERE job_id = ? AND step > ? ORDER BY step LIMIT ?',
+        )
         .all(jobId, since, perPage + 1) as { step: number }[]
     ).map((r) => r.step);
     const more = steps.length > perPage;
     const last = steps[Math.min(steps.length, perPage) - 1];
-    if (last === undefined) return { columns: ['step', 'time', ...names], rows: [], nextSinceStep: null };
+    if (last === undefined)
+      return { columns: ['step', 'time', ...names], rows: [], nextSinceStep: null };
     const data = this.db
       .prepare(
         'SELECT step, name, value, time FROM ops_job_metrics WHERE job_id = ? AND step > ? AND step <= ? ORDER BY step',
       )
-      .all(jobId, since, last) as { step: number; name: string; value: number | null; time: number }[];
+      .all(jobId, since, last) as {
+      step: number;
+      name: string;
+      value: number | null;
+      time: number;
+    }[];
     const col = new Map(names.map((n, i) => [n, i + 2]));
     const byStep = new Map<number, (number | null)[]>();
     for (const d of data) {
@@ -446,13 +467,19 @@ export class OpsStore {
       if (i !== undefined) row[i] = d.value;
       if (d.time > (row[1] ?? 0)) row[1] = d.time;
     }
-    return { columns: ['step', 'time', ...names], rows: [...byStep.values()], nextSinceStep: more ? last : null };
+    return {
+      columns: ['step', 'time', ...names],
+      rows: [...byStep.values()],
+      nextSinceStep: more ? last : null,
+    };
   }
 
   /** How many distinct metric names a job has logged. */
   metricNameCount(jobId: string): number {
     return (
-      this.db.prepare('SELECT COUNT(DISTINCT name) AS n FROM ops_job_metrics WHERE job_id = ?').get(jobId) as {
+      this.db
+        .prepare('SELECT COUNT(DISTINCT name) AS n FROM ops_job_metrics WHERE job_id = ?')
+        .get(jobId) as {
         n: number;
       }
     ).n;
@@ -463,7 +490,10 @@ export class OpsStore {
    * each bucket keeps, per metric, the mean of its values at the bucket's last step (so a
    * 100,000-step run still draws its trend, and the first and last steps are kept as they are).
    */
-  static downsample(t: { columns: string[]; rows: (number | null)[][] }, maxPoints: number): { columns: string[]; rows: (number | null)[][] } {
+  static downsample(
+    t: { columns: string[]; rows: (number | null)[][] },
+    maxPoints: number,
+  ): { columns: string[]; rows: (number | null)[][] } {
     const n = t.rows.length;
     if (maxPoints < 2 || n <= maxPoints) return t;
     const out: (number | null)[][] = [t.rows[0]!];
@@ -475,7 +505,9 @@ export class OpsStore {
       const last = bucket.at(-1)!;
       const row: (number | null)[] = [last[0]!, last[1]!];
       for (let c = 2; c < t.columns.length; c++) {
-        const vs = bucket.map((r) => r[c]).filter((v): v is number => v !== null && v !== undefined);
+        const vs = bucket
+          .map((r) => r[c])
+          .filter((v): v is number => v !== null && v !== undefined);
         row.push(vs.length ? vs.reduce((a, v) => a + v, 0) / vs.length : null);
       }
       out.push(row);
@@ -491,15 +523,27 @@ export class OpsStore {
    */
   addSamples(jobId: string, step: number, samples: readonly JobSample[]): void {
     if (samples.length > sampleLimits.maxPerStep) {
-      throw new RangeError(`at most ${sampleLimits.maxPerStep} samples per step (got ${samples.length})`);
+      throw new RangeError(
+        `at most ${sampleLimits.maxPerStep} samples per step (got ${samples.length})`,
+      );
     }
     const rows = samples.map((sample, seq) => {
       const data = JSON.stringify(sample);
       if (Buffer.byteLength(data) > sampleLimits.maxSampleBytes) {
-        throw new RangeError(`sample ${seq} of step ${step} is over ${sampleLimits.maxSampleBytes} bytes of JSON; shorten its text`);
+        throw new RangeError(
+          `sample ${seq} of step ${step} is over ${sampleLimits.maxSampleBytes} bytes of JSON; shorten its text`,
+        );
       }
-      const reward = typeof sample.reward === 'number' && Number.isFinite(sample.reward) ? sample.reward : null;
-      return [jobId, step, seq, sample.key === undefined ? null : String(sample.key), reward, data] as const;
+      const reward =
+        typeof sample.reward === 'number' && Number.isFinite(sample.reward) ? sample.reward : null;
+      return [
+        jobId,
+        step,
+        seq,
+        sample.key === undefined ? null : String(sample.key),
+        reward,
+        data,
+      ] as const;
     });
     const insert = this.db.prepare(
       'INSERT INTO ops_job_samples (job_id, step, seq, sample_key, reward, data) VALUES (?, ?, ?, ?, ?, ?)',
@@ -507,12 +551,19 @@ export class OpsStore {
     this.db.transaction(() => {
       this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ? AND step = ?').run(jobId, step);
       for (const r of rows) insert.run(...r);
-      const count = () => (this.db.prepare('SELECT COUNT(*) AS n FROM ops_job_samples WHERE job_id = ?').get(jobId) as { n: number }).n;
+      const count = () =>
+        (
+          this.db
+            .prepare('SELECT COUNT(*) AS n FROM ops_job_samples WHERE job_id = ?')
+            .get(jobId) as { n: number }
+        ).n;
       let over = count() - sampleLimits.maxPerJob;
       if (over <= 0) return;
       // Whole steps go, oldest first, keeping the first step (the "before" of the run).
       const steps = this.db
-        .prepare('SELECT step, COUNT(*) AS n FROM ops_job_samples WHERE job_id = ? GROUP BY step ORDER BY step')
+        .prepare(
+          'SELECT step, COUNT(*) AS n FROM ops_job_samples WHERE job_id = ? GROUP BY step ORDER BY step',
+        )
         .all(jobId) as { step: number; n: number }[];
       const del = this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ? AND step = ?');
       for (const s of steps.slice(1, -1)) {
@@ -527,19 +578,26 @@ export class OpsStore {
   mergeReport(jobId: string, fields: JobReport): JobReport {
     const merged = { ...this.report(jobId), ...fields };
     this.db
-      .prepare('INSERT INTO ops_job_info (job_id, info) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET info = excluded.info')
+      .prepare(
+        'INSERT INTO ops_job_info (job_id, info) VALUES (?, ?) ON CONFLICT(job_id) DO UPDATE SET info = excluded.info',
+      )
       .run(jobId, JSON.stringify(merged));
     return merged;
   }
 
   /** The job's report; `{}` when its driver sent none. */
   report(jobId: string): JobReport {
-    const row = this.db.prepare('SELECT info FROM ops_job_info WHERE job_id = ?').get(jobId) as { info: string } | undefined;
+    const row = this.db.prepare('SELECT info FROM ops_job_info WHERE job_id = ?').get(jobId) as
+      | { info: string }
+      | undefined;
     return row ? (JSON.parse(row.info) as JobReport) : {};
   }
 
   /** Progress of each job, from its metrics and report; `running` jobs also get an ETA. */
-  progress(jobIds: readonly string[], running: ReadonlySet<string> = new Set()): Map<string, JobProgress> {
+  progress(
+    jobIds: readonly string[],
+    running: ReadonlySet<string> = new Set(),
+  ): Map<string, JobProgress> {
     const out = new Map<string, JobProgress>();
     // Each an index lookup (job_id, step), so a long run's list entry costs no scan.
     const steps = this.db.prepare(
@@ -553,11 +611,24 @@ export class OpsStore {
               (SELECT value FROM ops_job_metrics WHERE job_id = @job AND name = @name AND value IS NOT NULL ORDER BY step DESC LIMIT 1) AS last`,
     );
     for (const jobId of jobIds) {
-      const r = steps.get({ job: jobId }) as { first: number | null; last: number | null; t0: number | null; t1: number | null };
+      const r = steps.get({ job: jobId }) as {
+        first: number | null;
+        last: number | null;
+        t0: number | null;
+        t1: number | null;
+      };
       const report = this.report(jobId);
       const total = typeof report.totalSteps === 'number' ? report.totalSteps : null;
       let etaMs: number | null = null;
-      if (running.has(jobId) && total !== null && r.last !== null && r.first !== null && r.last > r.first && r.t0 !== null && r.t1 !== null) {
+      if (
+        running.has(jobId) &&
+        total !== null &&
+        r.last !== null &&
+        r.first !== null &&
+        r.last > r.first &&
+        r.t0 !== null &&
+        r.t1 !== null
+      ) {
         etaMs = Math.max(0, ((r.t1 - r.t0) / (r.last - r.first)) * (total - r.last));
       }
       const name = typeof report.headline === 'string' ? report.headline : 'reward_mean';
@@ -574,14 +645,21 @@ export class OpsStore {
 
   /** Steps of a job that have samples, ascending. */
   sampleSteps(jobId: string): number[] {
-    return (this.db.prepare('SELECT DISTINCT step FROM ops_job_samples WHERE job_id = ? ORDER BY step').all(jobId) as { step: number }[]).map((r) => r.step);
+    return (
+      this.db
+        .prepare('SELECT DISTINCT step FROM ops_job_samples WHERE job_id = ? ORDER BY step')
+        .all(jobId) as { step: number }[]
+    ).map((r) => r.step);
   }
 
   /**
    * A job's samples: of one step, or (with `key` and no step) of one prompt across every step;
    * `minReward`/`maxReward` bound the reward. Ordered by step, then as logged.
    */
-  samples(jobId: string, q: { step?: number; key?: string; minReward?: number; maxReward?: number; limit?: number } = {}): StoredSample[] {
+  samples(
+    jobId: string,
+    q: { step?: number; key?: string; minReward?: number; maxReward?: number; limit?: number } = {},
+  ): StoredSample[] {
     const where = ['job_id = ?'];
     const args: (string | number)[] = [jobId];
     if (q.step !== undefined) {
@@ -601,13 +679,17 @@ export class OpsStore {
       args.push(q.maxReward);
     }
     const rows = this.db
-      .prepare(`SELECT step, seq, data FROM ops_job_samples WHERE ${where.join(' AND ')} ORDER BY step, seq LIMIT ?`)
+      .prepare(
+        `SELECT step, seq, data FROM ops_job_samples WHERE ${where.join(' AND ')} ORDER BY step, seq LIMIT ?`,
+      )
       .all(...args, q.limit ?? 1000) as { step: number; seq: number; data: string }[];
     return rows.map((r) => ({ ...(JSON.parse(r.data) as JobSample), step: r.step, seq: r.seq }));
   }
 
   /** The most recent value of every metric of every job that is still running (for /metrics). */
-  latestMetrics(jobIds: readonly string[]): { jobId: string; name: string; step: number; value: number }[] {
+  latestMetrics(
+    jobIds: readonly string[],
+  ): { jobId: string; name: string; step: number; value: number }[] {
     if (jobIds.length === 0) return [];
     return this.db
       .prepare(

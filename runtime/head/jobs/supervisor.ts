@@ -123,7 +123,9 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       messageTailLines: 20,
       builtins: builtinEntrypoints,
       // An option passed as undefined keeps its default (an undefined grace meant SIGKILL at once).
-      ...(Object.fromEntries(Object.entries(opts).filter(([, v]) => v !== undefined)) as JobSupervisorOptions),
+      ...(Object.fromEntries(
+        Object.entries(opts).filter(([, v]) => v !== undefined),
+      ) as JobSupervisorOptions),
     };
     this.#logDir = join(opts.sessionDir, 'logs');
     this.#packageDir = join(opts.sessionDir, 'packages');
@@ -147,19 +149,32 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     const entrypoint = req.entrypoint;
     const argvOk =
       (typeof entrypoint === 'string' && entrypoint.length > 0) ||
-      (Array.isArray(entrypoint) && entrypoint.length > 0 && entrypoint.every((a) => typeof a === 'string'));
-    if (!argvOk) throw new OpsError('BAD_REQUEST', 'entrypoint must be a non-empty string or array of strings');
+      (Array.isArray(entrypoint) &&
+        entrypoint.length > 0 &&
+        entrypoint.every((a) => typeof a === 'string'));
+    if (!argvOk)
+      throw new OpsError(
+        'BAD_REQUEST',
+        'entrypoint must be a non-empty string or array of strings',
+      );
     const jobId = req.jobId ?? newJobId();
     if (typeof jobId !== 'string' || !jobIdPattern.test(jobId)) {
-      throw new OpsError('BAD_REQUEST', `invalid job id ${JSON.stringify(jobId)}: use letters, digits, '_', '-', '.' (max 128)`);
+      throw new OpsError(
+        'BAD_REQUEST',
+        `invalid job id ${JSON.stringify(jobId)}: use letters, digits, '_', '-', '.' (max 128)`,
+      );
     }
-    if (this.#opts.store.getJob(jobId)) throw new OpsError('JOB_ID_TAKEN', `job id ${jobId} is already taken`);
+    if (this.#opts.store.getJob(jobId))
+      throw new OpsError('JOB_ID_TAKEN', `job id ${jobId} is already taken`);
     for (const [field, v] of [
       ['env', req.env],
       ['inheritedEnv', req.inheritedEnv],
       ['metadata', req.metadata],
     ] as const) {
-      if (v !== undefined && (typeof v !== 'object' || v === null || Object.values(v).some((x) => typeof x !== 'string'))) {
+      if (
+        v !== undefined &&
+        (typeof v !== 'object' || v === null || Object.values(v).some((x) => typeof x !== 'string'))
+      ) {
         throw new OpsError('BAD_REQUEST', `${field} must be an object of strings`);
       }
     }
@@ -185,7 +200,8 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       entrypoint: typeof entrypoint === 'string' ? ['/bin/sh', '-c', entrypoint] : [...entrypoint],
       workingDir: req.workingDir ?? null,
       env: { ...req.env },
-      inheritedEnvCount: Object.keys(req.inheritedEnv ?? {}).filter((k) => !(k in (req.env ?? {}))).length,
+      inheritedEnvCount: Object.keys(req.inheritedEnv ?? {}).filter((k) => !(k in (req.env ?? {})))
+        .length,
       metadata: { ...req.metadata, ...(req.cwd && !req.workingDir ? { cwd: req.cwd } : {}) },
       entrypointNumCpus: cpus,
       entrypointNumGpus: gpus,
@@ -200,7 +216,8 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     try {
       this.#opts.store.insertJob(job, req.inheritedEnv);
     } catch (err) {
-      if (String(err).includes('UNIQUE')) throw new OpsError('JOB_ID_TAKEN', `job id ${jobId} is already taken`);
+      if (String(err).includes('UNIQUE'))
+        throw new OpsError('JOB_ID_TAKEN', `job id ${jobId} is already taken`);
       throw err;
     }
     this.#opts.store.addEvent('job', jobId, `submitted: ${job.entrypoint.join(' ')}`);
@@ -231,7 +248,10 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
   delete(jobId: string): void {
     const job = this.get(jobId);
     if (!terminalJobStatuses.has(job.status)) {
-      throw new OpsError('JOB_NOT_TERMINAL', `job ${jobId} is ${job.status}; stop it before deleting it`);
+      throw new OpsError(
+        'JOB_NOT_TERMINAL',
+        `job ${jobId} is ${job.status}; stop it before deleting it`,
+      );
     }
     this.#opts.store.deleteJob(jobId);
     this.#opts.store.addEvent('job', jobId, 'deleted');
@@ -274,7 +294,9 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     this.#closed = true;
     clearInterval(this.#scheduleTimer);
     if (opts.stopJobs) {
-      await Promise.all([...this.#running.keys()].map((id) => this.stop(id).catch(() => undefined)));
+      await Promise.all(
+        [...this.#running.keys()].map((id) => this.stop(id).catch(() => undefined)),
+      );
       for (const job of this.#opts.store.listJobs({ status: ['PENDING'] })) {
         this.#finish(job.jobId, 'STOPPED', null, 'cluster stopped before the job started');
       }
@@ -289,10 +311,14 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     if (req.workingDir) {
       const m = /^pkg:\/\/([0-9a-f]+)$/.exec(req.workingDir);
       if (!m || !isPackageHash(m[1]!)) {
-        throw new OpsError('BAD_REQUEST', `workingDir must be pkg://<sha256> of an uploaded package, got ${req.workingDir}`);
+        throw new OpsError(
+          'BAD_REQUEST',
+          `workingDir must be pkg://<sha256> of an uploaded package, got ${req.workingDir}`,
+        );
       }
       const dir = this.packagePath(m[1]!);
-      if (!existsSync(dir)) throw new OpsError('PACKAGE_NOT_FOUND', `package ${m[1]} was not uploaded to this head`);
+      if (!existsSync(dir))
+        throw new OpsError('PACKAGE_NOT_FOUND', `package ${m[1]} was not uploaded to this head`);
       return dir;
     }
     if (req.cwd !== undefined) {
@@ -317,9 +343,13 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       usedGpus += j?.entrypointNumGpus ?? 0;
     }
     for (const job of pending) {
-      if (usedCpus + job.entrypointNumCpus > cap.cpus + 1e-9 || usedGpus + job.entrypointNumGpus > cap.gpus + 1e-9) {
+      if (
+        usedCpus + job.entrypointNumCpus > cap.cpus + 1e-9 ||
+        usedGpus + job.entrypointNumGpus > cap.gpus + 1e-9
+      ) {
         const msg = `waiting for ${job.entrypointNumCpus} CPU, ${job.entrypointNumGpus} GPU for the entrypoint`;
-        if (job.message !== msg) this.emit('job', this.#opts.store.updateJob(job.jobId, { message: msg })!);
+        if (job.message !== msg)
+          this.emit('job', this.#opts.store.updateJob(job.jobId, { message: msg })!);
         continue;
       }
       usedCpus += job.entrypointNumCpus;
@@ -332,8 +362,15 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     let argv: string[];
     let cwd: string;
     try {
-      cwd = job.workingDir ? this.#cwdFor({ workingDir: job.workingDir }) : (job.metadata.cwd ?? process.cwd());
-      argv = resolveEntrypoint(job.entrypoint, cwd, job.env.PATH ?? process.env.PATH, this.#opts.builtins);
+      cwd = job.workingDir
+        ? this.#cwdFor({ workingDir: job.workingDir })
+        : (job.metadata.cwd ?? process.cwd());
+      argv = resolveEntrypoint(
+        job.entrypoint,
+        cwd,
+        job.env.PATH ?? process.env.PATH,
+        this.#opts.builtins,
+      );
     } catch (err) {
       this.#finish(job.jobId, 'FAILED', null, `could not start: ${(err as Error).message}`);
       return;
@@ -382,7 +419,12 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       });
     } catch (err) {
       closeSync(out);
-      this.#finish(job.jobId, 'FAILED', null, `could not start the driver: ${(err as Error).message}`);
+      this.#finish(
+        job.jobId,
+        'FAILED',
+        null,
+        `could not start the driver: ${(err as Error).message}`,
+      );
       return;
     }
     closeSync(out);
@@ -426,7 +468,10 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       else if (exitCode === 0) this.#finish(jobId, 'SUCCEEDED', 0, '');
       else {
         const tail = tailLines(job.logPath, this.#opts.messageTailLines);
-        const why = exitCode === null ? 'driver exited; its exit code was lost' : `driver exited with code ${exitCode}`;
+        const why =
+          exitCode === null
+            ? 'driver exited; its exit code was lost'
+            : `driver exited with code ${exitCode}`;
         this.#finish(jobId, 'FAILED', exitCode, tail ? `${why}; last output:\n${tail}` : why);
       }
     }
@@ -436,8 +481,17 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
   }
 
   #finish(jobId: string, status: JobStatus, exitCode: number | null, message: string): JobInfo {
-    const job = this.#opts.store.updateJob(jobId, { status, exitCode, message, endedAt: Date.now() })!;
-    this.#opts.store.addEvent('job', jobId, `${status.toLowerCase()}${exitCode !== null ? ` (exit ${exitCode})` : ''}`);
+    const job = this.#opts.store.updateJob(jobId, {
+      status,
+      exitCode,
+      message,
+      endedAt: Date.now(),
+    })!;
+    this.#opts.store.addEvent(
+      'job',
+      jobId,
+      `${status.toLowerCase()}${exitCode !== null ? ` (exit ${exitCode})` : ''}`,
+    );
     this.emit('job', job);
     return job;
   }
@@ -458,9 +512,14 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       if (pid !== null && pidAlive(pid) && ownsPid(pid, exitFile)) {
         const run = this.#track(job.jobId, pid, exitFile);
         run.poll = setInterval(() => {
-          if (!pidAlive(pid) || !ownsPid(pid, exitFile)) this.#onDriverExit(job.jobId, run, readExit());
+          if (!pidAlive(pid) || !ownsPid(pid, exitFile))
+            this.#onDriverExit(job.jobId, run, readExit());
         }, 250);
-        this.#opts.store.addEvent('job', job.jobId, `re-adopted driver pid ${pid} after a head restart`);
+        this.#opts.store.addEvent(
+          'job',
+          job.jobId,
+          `re-adopted driver pid ${pid} after a head restart`,
+        );
       } else {
         const run = this.#track(job.jobId, pid ?? 0, exitFile);
         this.#onDriverExit(job.jobId, run, readExit());
@@ -474,15 +533,21 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
  * to each running job's process group, SIGKILL after `graceMs`. The next head on the session
  * records how they ended. Returns how many drivers were signalled.
  */
-export async function stopOrphanDrivers(store: OpsStore, sessionDir: string, graceMs = 3000): Promise<number> {
+export async function stopOrphanDrivers(
+  store: OpsStore,
+  sessionDir: string,
+  graceMs = 3000,
+): Promise<number> {
   const groups: number[] = [];
   for (const job of store.listJobs({ status: ['RUNNING'] })) {
     const exitFile = join(sessionDir, 'logs', `job-${job.jobId}.exit`);
-    if (job.driverPid !== null && pidAlive(job.driverPid) && ownsPid(job.driverPid, exitFile)) groups.push(job.driverPid);
+    if (job.driverPid !== null && pidAlive(job.driverPid) && ownsPid(job.driverPid, exitFile))
+      groups.push(job.driverPid);
   }
   for (const pid of groups) killGroup(pid, 'SIGTERM');
   const deadline = Date.now() + graceMs;
-  while (groups.some(pidAlive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  while (groups.some(pidAlive) && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 50));
   for (const pid of groups.filter(pidAlive)) killGroup(pid, 'SIGKILL');
   return groups.length;
 }

@@ -13,7 +13,11 @@ import type { LogFile, OpsStore } from '../jobs/ops-store.ts';
 import { readLogRange } from './log-file.ts';
 
 /** The two files a node agent writes for one worker incarnation. */
-export function workerLogPaths(nodeSessionDir: string, actorId: string, incarnation: number): { stdout: string; stderr: string } {
+export function workerLogPaths(
+  nodeSessionDir: string,
+  actorId: string,
+  incarnation: number,
+): { stdout: string; stderr: string } {
   const base = join(nodeSessionDir, 'logs', `worker-${actorId}-${incarnation}`);
   return { stdout: `${base}.out`, stderr: `${base}.err` };
 }
@@ -41,8 +45,20 @@ const safeId = /^[A-Za-z0-9_.:-]{1,128}$/;
  */
 export function writeShippedLog(headSessionDir: string, piece: ShippedLog): boolean {
   const { nodeId, actorId, incarnation, stream, offset, data } = piece;
-  if (!safeId.test(nodeId) || !safeId.test(actorId) || !Number.isInteger(incarnation) || incarnation < 0) return false;
-  if ((stream !== 'stdout' && stream !== 'stderr') || !Number.isInteger(offset) || offset < 0 || !(data instanceof Uint8Array)) return false;
+  if (
+    !safeId.test(nodeId) ||
+    !safeId.test(actorId) ||
+    !Number.isInteger(incarnation) ||
+    incarnation < 0
+  )
+    return false;
+  if (
+    (stream !== 'stdout' && stream !== 'stderr') ||
+    !Number.isInteger(offset) ||
+    offset < 0 ||
+    !(data instanceof Uint8Array)
+  )
+    return false;
   const paths = workerLogPaths(shippedLogDir(headSessionDir, nodeId), actorId, incarnation);
   mkdirSync(join(shippedLogDir(headSessionDir, nodeId), 'logs'), { recursive: true });
   const path = stream === 'stdout' ? paths.stdout : paths.stderr;
@@ -69,11 +85,23 @@ export interface WorkerLogSubject {
  * Records an incarnation's log files (idempotent). `nodeSessionDir` is where its node agent
  * writes; for a remote node that ships its logs it is the head's copy.
  */
-export function indexWorkerLogs(store: OpsStore, s: WorkerLogSubject, nodeSessionDir: string): void {
+export function indexWorkerLogs(
+  store: OpsStore,
+  s: WorkerLogSubject,
+  nodeSessionDir: string,
+): void {
   const paths = workerLogPaths(nodeSessionDir, s.actorId, s.incarnation);
   const createdAt = Date.now();
   for (const path of [paths.stdout, paths.stderr]) {
-    store.addLogFile({ path, kind: 'worker', jobId: s.jobId, actorId: s.actorId, nodeId: s.nodeId, pid: s.pid, createdAt });
+    store.addLogFile({
+      path,
+      kind: 'worker',
+      jobId: s.jobId,
+      actorId: s.actorId,
+      nodeId: s.nodeId,
+      pid: s.pid,
+      createdAt,
+    });
   }
 }
 
@@ -100,7 +128,9 @@ export function readActorLogs(
   opts: { liveIncarnation?: number; maxBytes?: number } = {},
 ): ActorLogPage {
   const ordered = [...files].sort(
-    (a, b) => incarnationOf(a) - incarnationOf(b) || (streamOf(a) === streamOf(b) ? 0 : streamOf(a) === 'stdout' ? -1 : 1),
+    (a, b) =>
+      incarnationOf(a) - incarnationOf(b) ||
+      (streamOf(a) === streamOf(b) ? 0 : streamOf(a) === 'stdout' ? -1 : 1),
   );
   const offsets = (cursor ?? '').split(',').map((x) => Number(x) || 0);
   let budget = opts.maxBytes ?? 1 << 20;
@@ -117,7 +147,8 @@ export function readActorLogs(
         take = nl < 0 ? data.subarray(0, 0) : data.subarray(0, nl + 1);
       }
       if (take.length > 0) {
-        if (offset === 0 && inc > 1 && streamOf(f) === 'stdout') parts.push(`--- restart ${inc - 1} (incarnation ${inc}) ---\n`);
+        if (offset === 0 && inc > 1 && streamOf(f) === 'stdout')
+          parts.push(`--- restart ${inc - 1} (incarnation ${inc}) ---\n`);
         parts.push(take.toString('utf8'));
         offset += take.length;
         budget -= take.length;
