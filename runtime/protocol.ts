@@ -1,6 +1,7 @@
 /**
  * The wire protocol: every message any rtjob process sends, as one discriminated union on `type`,
- * and the msgpack codec (msgpackr) that carries them. Typed arrays travel as msgpack extensions
+ * and the msgpack codec (msgpackr) that carries them. One file on purpose (longer than most): a
+ * frame read from a socket explains itself from here alone. Typed arrays travel as msgpack extensions
  * (no base64, no JSON), object refs and actor handles as their own extensions.
  *
  * A WebSocket frame holds one or more packed messages back to back; requests carry `rid` and are

@@ -4,6 +4,10 @@
  * names the flag. `ASYNC_NUM_TASKS` and `ASYNC_QUEUE_SIZE` are read from the environment when the
  * flags are not given.
  *
+ * Longer than most files on purpose: it is the one table of every flag (section, kind, help,
+ * default) and the cross-flag validation, which `--help`, the docs test and the job config
+ * table all read; split, a flag's pieces would live in several places.
+ *
  * @module
  */
 import { FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
