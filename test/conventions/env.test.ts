@@ -48,7 +48,7 @@ test('every RTJOB_/ASYNC_ variable named in code or docs is in the table', () =>
 test("runtime/README.md's table lists exactly the variables of the module", () => {
   const readme = readFileSync(join(root, 'runtime/README.md'), 'utf8');
   const section = readme.slice(readme.indexOf('## Environment variables'));
-  const rows = [...section.matchAll(/^\| `((?:RTJOB|ASYNC)_\w+)` \|/gm)].map((m) => m[1]);
+  const rows = [...section.matchAll(/^\| `((?:RTJOB|ASYNC)_\w+)`\s*\|/gm)].map((m) => m[1]);
   assert.equal([...rows].sort(), Object.keys(envVars).sort());
 });
 

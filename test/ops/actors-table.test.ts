@@ -62,9 +62,7 @@ test.after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-async function page(
-  query: string,
-): Promise<{
+async function page(query: string): Promise<{
   ms: number;
   body: {
     total: number;

@@ -22,9 +22,7 @@ export async function until<T>(
 }
 
 /** Rejection of `p`, or a failure when it resolves. */
-export async function rejection(
-  p: PromiseLike<unknown>,
-): Promise<
+export async function rejection(p: PromiseLike<unknown>): Promise<
   Error & {
     code?: string;
     context?: Record<string, unknown>;
