@@ -54,11 +54,11 @@ export const metricsBody = obj({
   ),
 });
 
-/**
- * `POST /api/jobs/:id/samples`: a step's sample episodes. The records are free-form; the store
- * checks their shape and sizes against `sampleLimits` with messages that name the limit.
- */
-export const samplesBody = obj({ step: int({ min: 0 }), samples: any() });
+/** `POST /api/jobs/:id/samples`: a step's sample episodes (free-form records; sizes bounded by the store). */
+export const samplesBody = obj({
+  step: int({ min: 0 }),
+  samples: arr(record(any(), 4096), 256),
+});
 
 /** `POST /api/jobs/:id/report`: what a driver says about its job (free-form fields, merged by name). */
 export const reportBody = record(any(), 4096);
