@@ -23,7 +23,7 @@ test('a head killed with SIGKILL recovers its jobs and re-adopts the running dri
   const pidFile = join(sb.home, 'driver.pid');
   const done = await sb.run(['submit', '--job-id', 'before', '--', join(fixtures, 'echo-env.ts')]);
   assert.is(done.code, 0, done.stderr);
-  const r = await sb.run(['submit', '--no-wait', '--job-id', 'long', '--env', 'TICKS=60', '--env', `PID_FILE=${pidFile}`, '--', join(fixtures, 'sleeper.ts')]);
+  const r = await sb.run(['submit', '--no-wait', '--job-id', 'long', '--env', 'TICKS=200', '--env', `PID_FILE=${pidFile}`, '--', join(fixtures, 'sleeper.ts')]);
   assert.is(r.code, 0, r.stderr);
   const driver = await until('the driver', () => {
     try {
@@ -53,7 +53,7 @@ test('a head killed with SIGKILL recovers its jobs and re-adopts the running dri
   assert.is(end.status, 'SUCCEEDED');
   assert.is(end.exitCode, 0);
   const logs = await sb.run(['logs', 'long']);
-  assert.match(logs.stdout, /tick 0\n[\s\S]*tick 59\ndone/);
+  assert.match(logs.stdout, /tick 0\n[\s\S]*tick 199\ndone/);
 });
 
 test('actors keep their state across a head restart; node agent, workers and driver reconnect', async () => {
