@@ -29,7 +29,7 @@ test('a head killed with SIGKILL recovers its jobs and re-adopts the running dri
     '--job-id',
     'long',
     '--env',
-    'TICKS=60',
+    'TICKS=200',
     '--env',
     `PID_FILE=${pidFile}`,
     '--',
@@ -68,7 +68,7 @@ test('a head killed with SIGKILL recovers its jobs and re-adopts the running dri
   assert.is(end.status, 'SUCCEEDED');
   assert.is(end.exitCode, 0);
   const logs = await sb.run(['logs', 'long']);
-  assert.match(logs.stdout, /tick 0\n[\s\S]*tick 59\ndone/);
+  assert.match(logs.stdout, /tick 0\n[\s\S]*tick 199\ndone/);
 });
 
 test('actors keep their state across a head restart; node agent, workers and driver reconnect', async () => {
