@@ -80,7 +80,13 @@ async function spawnDaemon(script: string, arg: unknown, logFile: string, readyF
   });
   closeSync(out);
   let exited: string | undefined;
-  child.on('exit', (code, signal) => (exited = `the ${what} exited during start (${signal ?? `code ${code}`}); its log:\n${tailLines(logFile, 30)}`));
+  child.on('exit', (code, signal) => {
+    // The first line says why (the log's last line that is not a stack frame); the log follows.
+    const tail = tailLines(logFile, 30);
+    const lines = tail.split('\n').reverse();
+    const why = (lines.find((l) => /^\w*Error: /.test(l)) ?? lines.find((l) => l.trim() && !/^\s+at |^Node\.js v|^\s*[\^}]+\s*$/.test(l)))?.trim();
+    exited = `the ${what} exited during start (${signal ?? `code ${code}`})${why ? `: ${why}` : ''}\nits log (${logFile}):\n${tail}`;
+  });
   const ready = await waitFor(
     `the ${what} to start`,
     60_000,
