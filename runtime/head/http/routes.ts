@@ -10,7 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
 import { type JobInfo, type JobReport, type JobSample, OpsStore, sampleLimits, terminalJobStatuses } from '../jobs/ops-store.ts';
-import type { JobSubmitRequest, JobSupervisor } from '../jobs/supervisor.ts';
+import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import {
   isPackageHash,
   keepArchive,
