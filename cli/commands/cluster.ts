@@ -100,16 +100,14 @@ async function spawnDaemon(
   closeSync(out);
   let exited: string | undefined;
   child.on('exit', (code, signal) => {
-    // Errors print as one line: the line that says why (the last `…Error: …` of its log) goes in it.
+    // The first line says why (the log's last line that is not a stack frame); the log follows.
     const tail = tailLines(logFile, 30);
-    const lines = tail
-      .split('\n')
-      .map((l) => l.trim())
-      .filter(Boolean);
-    const why =
-      [...lines].reverse().find((l) => /^[A-Z]\w*(Error|Exception)\b.*:/.test(l)) ??
-      lines[lines.length - 1];
-    exited = `the ${what} exited during start (${signal ?? `code ${code}`})${why ? `: ${why}` : ''} (log: ${logFile})\n${tail}`;
+    const lines = tail.split('\n').reverse();
+    const why = (
+      lines.find((l) => /^\w*Error: /.test(l)) ??
+      lines.find((l) => l.trim() && !/^\s+at |^Node\.js v|^\s*[\^}]+\s*$/.test(l))
+    )?.trim();
+    exited = `the ${what} exited during start (${signal ?? `code ${code}`})${why ? `: ${why}` : ''}\nits log (${logFile}):\n${tail}`;
   });
   const ready = await waitFor(
     `the ${what} to start`,
