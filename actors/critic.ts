@@ -13,6 +13,7 @@ import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/tra
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
 import { lossWeights, microBatches, padRows } from '../algorithms/packing.ts';
 import { valueLoss } from '../algorithms/value-loss.ts';
+import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
 
 /** How the Critic is built. */
 export interface CriticInit {
@@ -33,6 +34,8 @@ export interface CriticInit {
   trainMaxTokensPerGpu?: number;
   /** @default 1 */
   maxNorm?: number;
+  /** This critic's data-parallel rank (`--critic-num-replicas`); absent trains alone. */
+  dataParallel?: DataParallelInit;
 }
 
 /** One critic training sample. */
@@ -48,14 +51,17 @@ export interface CriticSample {
 export class Critic {
   private model!: CausalLM;
   private opt!: ModelTrainer;
+  private dp!: DataParallelRank;
   private loaded: Promise<void> | undefined;
   constructor(private readonly init: CriticInit) {}
 
   async ready(): Promise<{ numParameters: number }> {
-    this.loaded ??= loadModel(this.init.pretrain, { valueHead: true }).then(({ model }) => {
+    this.loaded ??= (async () => {
+      const { model } = await loadModel(this.init.pretrain, { valueHead: true });
       this.model = model;
       this.opt = new ModelTrainer(model, { lr: this.init.learningRate, maxGradNorm: this.init.maxNorm ?? 1 });
-    });
+      this.dp = await DataParallelRank.join(this.init.dataParallel);
+    })();
     await this.loaded;
     return { numParameters: this.model.numParameters };
   }
@@ -93,9 +99,11 @@ export class Critic {
             ...(this.init.trainMaxTokensPerGpu ? { maxTokens: this.init.trainMaxTokensPerGpu } : {}),
           },
         );
-        for (const cut of cuts) {
+        let local = 0;
+        for (const [k, cut] of cuts.entries()) {
+          if (!this.dp.owns(k)) continue;
           const micro = cut.indices.map((i) => step[i]!);
-          loss += this.opt.accumulate(() => {
+          local += this.opt.accumulate(() => {
             const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
             const rows = (get: (x: CriticSample, i: number) => ArrayLike<number>): tf.Tensor2D =>
               tf.tensor2d(padRows(micro.map(get), T - 1).data, [micro.length, T - 1]);
@@ -112,6 +120,7 @@ export class Critic {
           });
           await setImmediate(); // heartbeats run between micro-batches
         }
+        loss += (await this.dp.reduce(this.opt, [local]))[0]!;
         this.opt.step({ scale: 1 });
         steps++;
       }
@@ -130,6 +139,7 @@ export class Critic {
   }
 
   dispose(): void {
+    this.dp?.leave();
     this.opt?.dispose();
     this.model?.dispose();
   }

@@ -9,6 +9,7 @@
 import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { readEnv } from '../runtime/env.ts';
 import { runGatewayEvaluation } from './agent/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
@@ -108,7 +109,11 @@ export interface RolloutStats {
   busyMs: number;
 }
 
-/** Runs agent episodes on one engine. Call {@link Rollout.ready} once first. */
+/**
+ * Runs agent episodes on one engine. {@link Rollout.ready} loads it; every method that needs the
+ * engine loads it first too, so an incarnation the runtime restarted (a crash outside any call)
+ * serves its first call — often a weight push — instead of failing on a missing engine.
+ */
 export class Rollout {
   private engine!: InferenceEngine;
   private tokenizer!: AgentTokenizer;
@@ -131,7 +136,7 @@ export class Rollout {
 
   /** Loads the engine, the tokenizer and the agent file. */
   async ready(): Promise<{ agent: string; kind: Agent['kind']; maxConcurrent: number }> {
-    const maxConcurrent = this.init.asyncNumTasks ?? envInt('ASYNC_NUM_TASKS') ?? 128;
+    const maxConcurrent = this.init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
     this.loaded ??= (async () => {
       const chat = loadTokenizer(this.init.pretrain);
       this.tokenizer = agentTokenizer(chat);
@@ -208,6 +213,7 @@ export class Rollout {
 
   /** Runs one prompt's group of episodes. Contract errors (agent bugs) reject. */
   async runGroup(item: PromptItem): Promise<GroupResult> {
+    await this.ready();
     if (this.active++ === 0) this.busySince = performance.now();
     try {
       const g = await this.runner.runGroup(this.engine, this.sample(item));
@@ -231,6 +237,7 @@ export class Rollout {
    * reward 1 (an episode that fails or runs past the timeout counts as wrong).
    */
   async evaluate(items: PromptItem[]): Promise<{ correct: number; total: number }> {
+    await this.ready();
     if (this.agent.kind === 'agent') return this.evaluateAgent(this.agent, items);
     const outs = await Promise.all(
       items.map(async (it) => {
@@ -267,30 +274,37 @@ export class Rollout {
 
   /** Loads new weights; later tokens carry `version`. */
   async updateWeights(w: { version: number; tensors: NamedTensors }): Promise<void> {
+    await this.ready();
     await this.engine.updateWeights({ kind: 'tensors', tensors: w.tensors }, w.version);
   }
 
-  getVersion(): number {
+  async getVersion(): Promise<number> {
+    await this.ready();
     return this.engine.getVersion();
   }
 
-  pause(opts?: PauseOptions): Promise<void> {
+  async pause(opts?: PauseOptions): Promise<void> {
+    await this.ready();
     return this.engine.pause(opts);
   }
 
-  resume(): Promise<void> {
+  async resume(): Promise<void> {
+    await this.ready();
     return this.engine.resume();
   }
 
-  sleep(): Promise<void> {
+  async sleep(): Promise<void> {
+    await this.ready();
     return this.engine.sleep();
   }
 
-  wakeUp(): Promise<void> {
+  async wakeUp(): Promise<void> {
+    await this.ready();
     return this.engine.wakeUp();
   }
 
-  stats(): RolloutStats {
+  async stats(): Promise<RolloutStats> {
+    await this.ready();
     const busy = this.counters.busyMs + (this.active > 0 ? performance.now() - this.busySince : 0);
     return {
       version: this.engine.getVersion(),
@@ -336,13 +350,4 @@ export function agentTokenizer(chat: ChatTokenizer): AgentTokenizer {
     decode: (ids, opts) => chat.decode(ids, { skipSpecialTokens: opts?.skipSpecialTokens ?? true }),
     applyChatTemplate: (messages, opts) => chat.encode(chat.applyChatTemplate(messages, opts)),
   };
-}
-
-function envInt(name: string): number | undefined {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return undefined;
-  if (!/^\d+$/.test(raw.trim()) || Number(raw) < 1) {
-    throw new RangeError(`${name}: expected an integer >= 1, got '${raw}'`);
-  }
-  return Number(raw);
 }

@@ -12,6 +12,7 @@
 import { setImmediate } from 'node:timers/promises';
 import { tf } from './model/backend.ts';
 import { loadModel, saveModel } from './model/checkpoint.ts';
+import type { SaveDtype } from './model/config.ts';
 import type { CausalLM } from './model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/training.ts';
 import type { NamedTensors } from './engines/types.ts';
@@ -25,6 +26,7 @@ import {
   type ResolvedPpoLossOptions,
 } from '../algorithms/policy-loss.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
+import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
 
 /** One training sample (a trajectory after experience making). */
 export interface TrainSample {
@@ -66,6 +68,10 @@ export interface TrainerInit {
   totalSteps?: number;
   /** Shuffles micro-batch order across epochs. @default 0 */
   seed?: number;
+  /** Tensor dtype of the HF policy `saveHf` writes (checkpoints stay float32). @default 'float32' */
+  saveDtype?: SaveDtype;
+  /** This trainer's data-parallel rank (`--actor-num-replicas`); absent trains alone. */
+  dataParallel?: DataParallelInit;
 }
 
 /** What {@link Trainer.train} reports. */
@@ -85,6 +91,7 @@ export interface TrainStats {
 export class Trainer {
   private model!: CausalLM;
   private opt!: ModelTrainer;
+  private dp!: DataParallelRank;
   private readonly init: TrainerInit;
   private readonly loss: ResolvedPpoLossOptions;
   private loaded: Promise<void> | undefined;
@@ -96,10 +103,14 @@ export class Trainer {
     this.loss = resolvePpoLossOptions(init.loss);
   }
 
-  /** Loads the policy and the optimizer; returns the parameter count. */
+  /**
+   * Loads the policy and the optimizer and, with data parallelism, joins the other ranks (every
+   * rank must call it); returns the parameter count.
+   */
   async ready(): Promise<{ numParameters: number }> {
     this.loaded ??= (async () => {
       const { model } = await loadModel(this.init.pretrain);
+      this.dp = await DataParallelRank.join(this.init.dataParallel);
       this.model = model;
       this.opt = new ModelTrainer(model, {
         lr: this.init.learningRate,
@@ -124,7 +135,9 @@ export class Trainer {
    * accumulated over micro-batches; the loss is a token mean over the whole optimizer step, so
    * micro-batch boundaries do not change it. Micro-batches are cut from the step's samples sorted
    * by length (less padding), and the event loop gets a turn between micro-batches, so a long step
-   * never starves the worker's heartbeats. Bumps the version.
+   * never starves the worker's heartbeats. With data parallelism every rank gets the same
+   * `samples`, runs every N-th micro-batch and the ranks sum gradients before each optimizer
+   * step. Bumps the version.
    */
   async train(samples: TrainSample[]): Promise<TrainStats> {
     const { trainBatchSize, microTrainBatchSize } = this.init;
@@ -145,13 +158,19 @@ export class Trainer {
           step.map((x) => x.inputIds.length),
           { maxSamples: microTrainBatchSize, ...(this.init.trainMaxTokensPerGpu ? { maxTokens: this.init.trainMaxTokensPerGpu } : {}) },
         );
-        for (const cut of cuts) {
+        const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
+        for (const [k, cut] of cuts.entries()) {
+          if (!this.dp.owns(k)) continue;
           const micro = cut.indices.map((i) => step[i]!);
           const w = cut.indices.map((i) => weights[i]!);
-          const loss = this.opt.accumulate(() => this.microBatchLoss(micro, w, acc));
-          acc.loss += loss;
+          local.loss += this.opt.accumulate(() => this.microBatchLoss(micro, w, local));
           await setImmediate(); // timers and socket messages (heartbeats) run here
         }
+        const [loss = 0, clip = 0, kl = 0, ent = 0] = await this.dp.reduce(this.opt, [local.loss, local.clip, local.kl, local.ent]);
+        acc.loss += loss;
+        acc.clip += clip;
+        acc.kl += kl;
+        acc.ent += ent;
         const st = this.opt.step({ scale: 1 });
         acc.tokens += stepTokens;
         acc.gradNorm += st.gradNorm;
@@ -229,10 +248,11 @@ export class Trainer {
 
   /** Writes the policy as an HF model directory. */
   saveHf(dir: string): void {
-    saveModel(dir, this.model, { tokenizerFrom: this.init.pretrain });
+    saveModel(dir, this.model, { tokenizerFrom: this.init.pretrain, dtype: this.init.saveDtype });
   }
 
   dispose(): void {
+    this.dp?.leave();
     this.opt?.dispose();
     this.model?.dispose();
   }

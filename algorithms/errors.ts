@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { RtjobError } from '../runtime/errors.ts';
 
 /** Why an algorithms function refused its input. */
 export type AlgorithmErrorCode =
@@ -18,6 +19,7 @@ export type AlgorithmErrorCode =
 
 /** Readonly context attached to an {@link AlgorithmError}. */
 export interface AlgorithmErrorContext {
+  readonly [key: string]: unknown;
   /** CLI flag the option maps to, e.g. `--advantage-estimator`. */
   readonly flag?: string;
   /** Input field, e.g. `advantages` or `trajectories[3].logprobs`. */
@@ -33,10 +35,8 @@ export interface AlgorithmErrorContext {
  * try { resolveAdvantageOptions({ estimator: 'rloo', nSamplesPerPrompt: 1 }); }
  * catch (e) { if ((e as AlgorithmError).code === 'INVALID_OPTION') console.error(e.message); }
  */
-export class AlgorithmError extends Error {
-  override readonly name = 'AlgorithmError';
-  readonly code: AlgorithmErrorCode;
-  readonly context: AlgorithmErrorContext;
+export class AlgorithmError extends RtjobError<AlgorithmErrorCode> {
+  declare readonly context: AlgorithmErrorContext;
 
   constructor(
     code: AlgorithmErrorCode,
@@ -44,9 +44,7 @@ export class AlgorithmError extends Error {
     context: AlgorithmErrorContext = {},
     cause?: unknown,
   ) {
-    super(message, cause === undefined ? undefined : { cause });
-    this.code = code;
-    this.context = context;
+    super(code, message, { context, cause });
   }
 }
 

@@ -10,12 +10,11 @@
  * @module
  */
 import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { Command } from 'commander';
 import { BuiltinEngine } from '../actors/engines/builtin/engine.ts';
 import { initBackend } from '../actors/model/backend.ts';
 import { loadModel } from '../actors/model/checkpoint.ts';
 import { arithDataset } from './datasets/arith.ts';
+import { FlagError, flagParser, runIfMain } from './driver-flags.ts';
 import { evalArith } from './train-sft.ts';
 
 /** One answer of the evaluation. */
@@ -80,20 +79,24 @@ export async function evalArithModel(dir: string, prompts = 500, samples = 2, ma
 
 const pct = (x: number): string => (Number.isNaN(x) ? '  -  ' : `${(x * 100).toFixed(1)}%`);
 
+const evalFlags = flagParser<{ prompts: number; samples: number; json: boolean }>(
+  'eval_arith',
+  [
+    { key: 'prompts', kind: 'int', help: 'held-out problems (at most 500 are distinct)', min: 1 },
+    { key: 'samples', kind: 'int', help: 'sampled answers per problem at temperature 1', min: 0 },
+    { key: 'json', kind: 'bool', help: 'print the report as JSON' },
+  ],
+  { prompts: 500, samples: 2, json: false },
+  { positionals: '<model-dir>' },
+);
+
 /** Parses `eval_arith` arguments, evaluates and prints a report (`--json` for machine output). */
 export async function main(argv: string[]): Promise<void> {
-  const cmd = new Command('eval_arith')
-    .description('held-out accuracy on the built-in arith task, by strategy and family')
-    .argument('<model-dir>', 'HF model directory (e.g. ./ckpt/ppo)')
-    .option('--prompts <n>', 'held-out problems (at most 500 are distinct)', Number, 500)
-    .option('--samples <n>', 'sampled answers per problem at temperature 1', Number, 2)
-    .option('--json', 'print the report as JSON');
-  cmd.parse(argv, { from: 'user' });
-  const o = cmd.opts<{ prompts: number; samples: number; json?: boolean }>();
-  for (const [flag, v] of [['--prompts', o.prompts], ['--samples', o.samples]] as const) {
-    if (!Number.isInteger(v) || v < (flag === '--samples' ? 0 : 1)) throw new Error(`eval_arith: ${flag} must be a whole number, got ${String(v)}`);
+  const { options: o, positionals } = evalFlags.parse(argv);
+  if (positionals.length !== 1) {
+    throw new FlagError('<model-dir>', 'give one HF model directory, e.g. eval_arith ./ckpt/ppo');
   }
-  const r = await evalArithModel(resolve(cmd.args[0]!), o.prompts, o.samples);
+  const r = await evalArithModel(resolve(positionals[0]!), o.prompts, o.samples);
   if (o.json) {
     console.log(JSON.stringify(r, null, 2));
     return;
@@ -109,9 +112,4 @@ export async function main(argv: string[]): Promise<void> {
   for (const [kind, v] of Object.entries(r.byKind)) console.log(`${kind.padEnd(12)}  ${pct(v.greedy).padStart(6)}  ${pct(v.direct).padStart(14)}  ${pct(v.worked).padStart(14)}`);
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
-  main(process.argv.slice(2)).catch((e: unknown) => {
-    console.error(e instanceof Error ? e.message : e);
-    process.exit(1);
-  });
-}
+runIfMain(import.meta.url, 'eval_arith', main, () => evalFlags.help());

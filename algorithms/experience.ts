@@ -349,8 +349,15 @@ export function computeReturns(
     let sum = 0;
     let n = 0;
     const m = masks[r] as Float32Array;
-    for (let t = 0; t < row.length; t++) if (m[t]) ((sum += row[t] as number), n++);
-    if (n > 0) ((meanKl += sum / n), counted++);
+    for (let t = 0; t < row.length; t++) {
+      if (!m[t]) continue;
+      sum += row[t] as number;
+      n++;
+    }
+    if (n > 0) {
+      meanKl += sum / n;
+      counted++;
+    }
   });
   meanKl = counted > 0 ? meanKl / counted : 0;
   const shapedScores = shapeGroupScores(
@@ -365,7 +372,10 @@ export function computeReturns(
       clipRange: opts.rewardClipRange ?? experienceDefaults.rewardClipRange,
       overlongPenalty: s.overlongPenalty,
     };
-    if (!opts.useKlLoss && klCoef !== 0) ((o.kl = kl[r] as Float32Array), (o.klCoef = klCoef));
+    if (!opts.useKlLoss && klCoef !== 0) {
+      o.kl = kl[r] as Float32Array;
+      o.klCoef = klCoef;
+    }
     if (usesTurns && s.turnRewards) o.turnRewards = s.turnRewards;
     return tokenRewards(s.actionMask, shapedScores[r] as number, o);
   });

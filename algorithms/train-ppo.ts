@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { metrics } from '../runtime/metrics.ts';
 import { asyncLoop } from './train-ppo/async-loop.ts';
 import { isRoleDied } from './train-ppo/errors.ts';
+import { runIfMain } from './driver-flags.ts';
 import { FlagError, parseTrainPpoFlags, trainPpoHelp, type TrainPpoOptions } from './train-ppo/flags.ts';
 import { inProcessRoles, type Roles } from './train-ppo/roles.ts';
 import { finishRun, prepareRun, type RunLog, type RunSummary } from './train-ppo/context.ts';
@@ -102,18 +103,4 @@ async function remotePlacement(): Promise<(o: TrainPpoOptions, totalSteps: numbe
   return remoteRoles;
 }
 
-const isMain = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1];
-if (isMain) {
-  const argv = process.argv.slice(2);
-  if (argv.includes('--help') || argv.includes('-h')) {
-    process.stdout.write(trainPpoHelp() + '\n');
-    process.exit(0);
-  }
-  trainPpo(argv).then(
-    () => process.exit(0),
-    (err: Error & { code?: string }) => {
-      process.stderr.write(`train_ppo: ${err.code === 'TRAIN_PPO_FLAG' ? err.message : (err.stack ?? err.message)}\n`);
-      process.exit(err.code === 'TRAIN_PPO_FLAG' ? 2 : 1);
-    },
-  );
-}
+runIfMain(import.meta.url, 'train_ppo', (argv) => trainPpo(argv), trainPpoHelp);

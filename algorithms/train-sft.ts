@@ -12,18 +12,17 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { Command } from 'commander';
 import { initBackend, tf } from '../actors/model/backend.ts';
 import { builtinTokenizerFiles, tinyMathConfig } from '../actors/model/builtin.ts';
 import { loadModel, saveModel } from '../actors/model/checkpoint.ts';
-import { resolveConfig } from '../actors/model/config.ts';
+import { resolveConfig, type SaveDtype } from '../actors/model/config.ts';
 import { CausalLM } from '../actors/model/llama.ts';
 import { seededRandom } from '../actors/model/sampling.ts';
 import { ChatTokenizer, type ChatMessage } from '../actors/model/tokenizer.ts';
 import { ModelTrainer, maskedNllLoss, padBatch } from '../actors/model/training.ts';
 import { BuiltinEngine } from '../actors/engines/builtin/engine.ts';
 import { arithReward, builtinDataset, type ArithRecord } from './datasets/arith.ts';
+import { flagParser, runIfMain } from './driver-flags.ts';
 
 /** Options of {@link trainSft}. */
 export interface SftOptions {
@@ -43,6 +42,8 @@ export interface SftOptions {
   directFraction?: number;
   /** Where the final HF model directory goes. */
   savePath: string;
+  /** Tensor dtype of the saved model (checkpoints stay float32). @default 'float32' */
+  saveDtype?: SaveDtype;
   /** Checkpoint directory (weights + optimizer + step); resumed from when it exists. */
   ckptPath?: string;
   /** Save a checkpoint every this many steps. @default 100 */
@@ -283,6 +284,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   saveModel(o.savePath, model, {
     ...(tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain }),
     generationConfig: { eos_token_id: model.config.eos_token_id, pad_token_id: model.config.pad_token_id, do_sample: true, temperature: 1.0, max_new_tokens: 48 },
+    dtype: o.saveDtype,
   });
   const result: SftResult = { steps: trainer.stepCount, finalLoss: lastLoss, evalAccuracy, trainSeconds, tokensPerSecond: tokens / trainSeconds };
   writeFileSync(join(o.savePath, 'training_summary.json'), JSON.stringify({ ...result, options: { ...o, savePath: undefined, ckptPath: undefined, signal: undefined } }, null, 2) + '\n');
@@ -293,33 +295,55 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   return result;
 }
 
+type SftFlagOptions = Omit<SftOptions, 'verbose' | 'signal' | 'savePath'> & { savePath?: string };
+
+/** The flags of `train_sft`; defaults are {@link trainSft}'s. */
+const sftFlags = flagParser<SftFlagOptions>(
+  'train_sft',
+  [
+    { key: 'pretrain', kind: 'string', help: 'HF model directory to start from' },
+    { key: 'initBuiltin', kind: 'bool', help: 'start from a fresh built-in tiny model' },
+    { key: 'dataset', kind: 'string', help: "built-in dataset ('arith') or JSONL file" },
+    { key: 'datasetSize', kind: 'int', help: 'built-in training records', min: 1 },
+    {
+      key: 'directFraction',
+      kind: 'float',
+      help: 'built-in only: fraction of records answered directly, without the worked equation',
+    },
+    { key: 'savePath', kind: 'string', help: 'output HF model directory', required: true },
+    {
+      key: 'saveDtype',
+      kind: 'string',
+      help: 'tensor dtype of the saved model',
+      choices: ['float32', 'bfloat16'],
+    },
+    { key: 'ckptPath', kind: 'string', help: 'checkpoint directory (resumed from when present)' },
+    { key: 'saveSteps', kind: 'int', help: 'checkpoint interval', min: 1 },
+    { key: 'batchSize', kind: 'int', help: 'sequences per step', min: 1 },
+    { key: 'microBatchSize', kind: 'int', help: 'sequences per forward/backward', min: 1 },
+    { key: 'lr', kind: 'float', help: 'peak learning rate', min: 0 },
+    { key: 'warmupSteps', kind: 'int', help: 'warmup steps', min: 0 },
+    { key: 'maxSteps', kind: 'int', help: 'optimizer steps', min: 1 },
+    { key: 'weightDecay', kind: 'float', help: 'AdamW weight decay', min: 0 },
+    { key: 'maxGradNorm', kind: 'float', help: 'clip threshold', min: 0 },
+    { key: 'maxLen', kind: 'int', help: 'longest sequence in tokens', min: 1 },
+    { key: 'seed', kind: 'int', help: 'seed', min: 0 },
+    { key: 'logSteps', kind: 'int', help: 'log interval', min: 1 },
+    { key: 'evalSteps', kind: 'int', help: 'held-out eval interval (0 = never)', min: 0 },
+    { key: 'evalSize', kind: 'int', help: 'held-out problems per eval', min: 1 },
+    {
+      key: 'stopAtAccuracy',
+      kind: 'float',
+      help: 'stop once held-out accuracy reaches x (0..1)',
+      min: 0,
+    },
+  ],
+  { dataset: 'arith' },
+);
+
 /** Parses `train_sft` command-line arguments and runs it. */
 export async function main(argv: string[]): Promise<void> {
-  const cmd = new Command('train_sft')
-    .description('Supervised fine-tuning (loss on response tokens only)')
-    .option('--pretrain <dir>', 'HF model directory to start from')
-    .option('--init-builtin', 'start from a fresh built-in tiny model')
-    .option('--dataset <name|path>', "built-in dataset ('arith') or JSONL file", 'arith')
-    .option('--dataset-size <n>', 'built-in training records', Number)
-    .option('--direct-fraction <x>', 'built-in only: fraction of records answered directly, without the worked equation', Number)
-    .requiredOption('--save-path <dir>', 'output HF model directory')
-    .option('--ckpt-path <dir>', 'checkpoint directory (resumed from when present)')
-    .option('--save-steps <n>', 'checkpoint interval', Number)
-    .option('--batch-size <n>', 'sequences per step', Number)
-    .option('--micro-batch-size <n>', 'sequences per forward/backward', Number)
-    .option('--lr <x>', 'peak learning rate', Number)
-    .option('--warmup-steps <n>', 'warmup steps', Number)
-    .option('--max-steps <n>', 'optimizer steps', Number)
-    .option('--weight-decay <x>', 'AdamW weight decay', Number)
-    .option('--max-grad-norm <x>', 'clip threshold', Number)
-    .option('--max-len <n>', 'longest sequence in tokens', Number)
-    .option('--seed <n>', 'seed', Number)
-    .option('--log-steps <n>', 'log interval', Number)
-    .option('--eval-steps <n>', 'held-out eval interval (0 = never)', Number)
-    .option('--eval-size <n>', 'held-out problems per eval', Number)
-    .option('--stop-at-accuracy <x>', 'stop once held-out accuracy reaches x (0..1)', Number);
-  cmd.parse(argv, { from: 'user' });
-  const opts = cmd.opts<SftOptions>();
+  const opts = sftFlags.parse(argv).options;
   if (opts.pretrain) opts.pretrain = resolve(opts.pretrain);
   // SIGINT/SIGTERM end the run after the current step, with the checkpoint and model written.
   const stop = new AbortController();
@@ -327,16 +351,11 @@ export async function main(argv: string[]): Promise<void> {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
-    await trainSft({ ...opts, savePath: resolve(opts.savePath), signal: stop.signal });
+    await trainSft({ ...opts, savePath: resolve(opts.savePath!), signal: stop.signal });
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
   }
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
-  main(process.argv.slice(2)).catch((e: unknown) => {
-    console.error(e instanceof Error ? (e.stack ?? e.message) : e);
-    process.exit(1);
-  });
-}
+runIfMain(import.meta.url, 'train_sft', main, () => sftFlags.help());

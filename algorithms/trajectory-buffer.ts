@@ -221,7 +221,10 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    for (const w of this.#producers.splice(0)) (w.cleanup(), w.reject(closedError()));
+    for (const w of this.#producers.splice(0)) {
+      w.cleanup();
+      w.reject(closedError());
+    }
     this.#endConsumersIfDrained();
   }
 
@@ -255,7 +258,11 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
   }
 
   #endConsumersIfDrained(): void {
-    if (this.#drained()) for (const w of this.#consumers.splice(0)) (w.cleanup(), w.resolve(null));
+    if (!this.#drained()) return;
+    for (const w of this.#consumers.splice(0)) {
+      w.cleanup();
+      w.resolve(null);
+    }
   }
 
   #grantSlot(): BufferSlot<M> {

@@ -6,7 +6,8 @@
  * the KV cache and without (recomputing the prefix every step) and at the RL shape (64 requests x
  * 48 new tokens), and peak RSS. With `BENCH_MODEL_BASELINE=<dir>` (a checkout of an older
  * commit) it also runs that tree's model on the same steps, interleaved, for a before/after
- * measured under the same load. Writes bench/results/model.json.
+ * measured under the same load. Writes bench/results/model.json. With `BENCH_MODEL_PRETRAIN=<dir>`
+ * it measures that checkpoint instead (bench/model-large.ts).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
@@ -17,10 +18,14 @@ import { tinyMathConfig } from '../actors/model/builtin.ts';
 import { resolveConfig } from '../actors/model/config.ts';
 import { recomputeLastLogits } from '../actors/model/kv-cache.ts';
 import { CausalLM } from '../actors/model/llama.ts';
-import { matMul } from '../actors/model/matmul.ts';
 import { maskedNllLoss, ModelTrainer, padBatch } from '../actors/model/training.ts';
 import { useWasmKernelOverrides } from '../actors/model/wasm-kernels.ts';
 
+if (process.env.BENCH_MODEL_PRETRAIN) {
+  // A real-sized checkpoint: its own benchmark (load, prefill, decode, a training step, memory).
+  await import('./model-large.ts');
+  process.exit(0);
+}
 const quick = process.env.BENCH_QUICK === '1';
 const backend = await initBackend();
 const config = resolveConfig(tinyMathConfig());

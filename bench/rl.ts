@@ -11,7 +11,10 @@
  *    data and seed: samples/s, wall time to a held-out accuracy target, final accuracy; both
  *    reward curves in docs/learning-curve-sync-vs-async.png.
  *
- * `RL_BENCH=overhead` (or `sync-async`) runs one part; `RL_BENCH_EPISODES`, `RL_BENCH_STEPS` size them;
+ * 3. `dp`: sync with 2 engines + 2 data-parallel trainer ranks vs 1 + 1 (not in the default set:
+ *    `RL_BENCH=dp`).
+ *
+ * `RL_BENCH=overhead` (or `sync-async`, `dp`) runs one part; `RL_BENCH_EPISODES`, `RL_BENCH_STEPS` size them;
  * `RL_BENCH_REPEATS=2` runs sync, async, async, sync so that the shared machine's load drift cancels.
  * `RL_BENCH_EVAL_STEPS` (default 5) is `--eval-steps`; `-1` evaluates only before and after, so
  * samples/s measures training alone (mid-run evaluations share the engine with async generation).
@@ -126,6 +129,15 @@ async function overhead(): Promise<void> {
 
 // ---- 2. sync vs async on the built-in model ---------------------------------------------------
 
+/** The configurations the bench compares, by the flags they add to the same command. */
+const modeFlags = {
+  sync: [],
+  async: ['--async-train', '--async-queue-size', '1'],
+  'sync 1+1': ['--colocate-all-models'],
+  'sync 2+2': ['--colocate-all-models', '--rollout-num-engines', '2', '--actor-num-replicas', '2'],
+} satisfies Record<string, string[]>;
+type Mode = keyof typeof modeFlags;
+
 interface RunResult {
   mode: string;
   minutes: number;
@@ -164,10 +176,10 @@ async function parallelHeadroom(ms = 3000): Promise<number> {
   return (two[0]! + two[1]!) / Math.max(1, one);
 }
 
-async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResult> {
+async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
   const headroom = await parallelHeadroom();
   const { trainPpo } = await import('../algorithms/train-ppo.ts');
-  const out = mkdtempSync(join(tmpdir(), `rtjob-bench-${mode}-`));
+  const out = mkdtempSync(join(tmpdir(), `rtjob-bench-${mode.replace(/\W+/g, "-")}-`));
   const reward: [number, number][] = [];
   const accuracy: [number, number][] = [];
   let samples = 0;
@@ -206,7 +218,7 @@ async function trainRun(mode: 'sync' | 'async', steps: number): Promise<RunResul
   const argv = [
     '--agent-func', fileURLToPath(new URL('../examples/agent.ts', import.meta.url)),
     '--max-steps', String(steps), '--eval-steps', process.env.RL_BENCH_EVAL_STEPS ?? '5', '--save-path', join(out, 'policy'), '--seed', '7',
-    ...(mode === 'async' ? ['--async-train', '--async-queue-size', '1'] : []),
+    ...modeFlags[mode],
   ];
   try {
     const s = await trainPpo(argv, process.env, { log });
@@ -322,7 +334,44 @@ async function syncVsAsync(): Promise<void> {
   }
 }
 
+/**
+ * 3. `dp`: sync with 2 engines and 2 data-parallel trainer ranks against 1 + 1, both colocated
+ *    (engines sleep while the trainers train), same data and seed: steady samples/s and accuracy.
+ */
+async function dataParallel(): Promise<void> {
+  const steps = Number(process.env.RL_BENCH_STEPS ?? 20);
+  const home = mkdtempSync(join(tmpdir(), 'rtjob-bench-rl-'));
+  process.env.HOME = home;
+  delete process.env.RTJOB_ADDRESS;
+  try {
+    const repeats = Number(process.env.RL_BENCH_REPEATS ?? 1);
+    const runs: RunResult[] = [];
+    for (let i = 0; i < repeats; i++) {
+      for (const mode of i % 2 === 0 ? (['sync 1+1', 'sync 2+2'] as const) : (['sync 2+2', 'sync 1+1'] as const)) runs.push(await trainRun(mode, steps));
+    }
+    const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
+    for (const r of runs) {
+      const t = r.timeline;
+      const f = (k: string): string => (t[k] === undefined ? '-' : t[k]!.toFixed(2));
+      rows.push({
+        name: `${r.mode}: steady samples/s`,
+        value: r.steadySamplesPerS.toFixed(2),
+        note: `${steps} steps in ${r.minutes.toFixed(1)} min; accuracy ${pct(r.evalBefore)} → ${pct(r.evalAfter)}; per step ${f('step_s')} s: generate ${f('generate_s')}, experience ${f('experience_s')}, train ${f('train_s')}, publish ${f('weight_sync_s')}; ${r.cores.toFixed(2)} cores used at load ${r.load.toFixed(1)}`,
+      });
+    }
+    const by = (m: Mode) => runs.filter((r) => r.mode === m);
+    const ratio = (get: (r: RunResult) => number): string => `${(mean(by('sync 2+2'), get) / mean(by('sync 1+1'), get)).toFixed(2)}×`;
+    rows.push({ name: '2+2 / 1+1 steady samples/s', value: ratio((r) => r.steadySamplesPerS), note: `goal ≥ 1.7× at equal accuracy${repeats > 1 ? ` (means of ${repeats} runs each)` : ''}` });
+    rows.push({ name: '2+2 / 1+1 generate s per step', value: ratio((r) => r.timeline.generate_s ?? 0) });
+    rows.push({ name: '2+2 / 1+1 train s per step', value: ratio((r) => r.timeline.train_s ?? 0) });
+    json.dataParallel = { steps, repeats, runs };
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
 if (parts.includes('overhead')) await overhead();
+if (parts.includes('dp')) await dataParallel();
 if (parts.includes('sync-async')) {
   if (existsSync(join(shipped, 'config.json'))) await syncVsAsync();
   else rows.push({ name: 'sync-async', value: 'skipped', note: `no warm-start model at ${shipped}` });

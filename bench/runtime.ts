@@ -1,24 +1,35 @@
 /**
- * `npm run bench -- runtime`: Ray's microbenchmark shapes on rtjob, with two baselines measured
- * in the same run: a raw ws+msgpackr echo between two processes, and a child_process IPC echo.
- * Prints a table (ops/s, ratio to the raw baseline) and writes bench/results/runtime.json.
+ * `npm run bench -- runtime`: Ray's microbenchmark shapes on rtjob, with baselines measured in
+ * the same run: a raw ws+msgpackr echo between two processes, a child_process IPC echo, a raw
+ * TCP loopback stream between two processes and memcpy. Also the sync call path over 3,000
+ * sequential calls (median of windows), 64 MiB object transfers (shared memory and socket), and
+ * collective all-reduce bandwidth for 2 and 4 members. Prints a table (ratio to the baseline of
+ * the same shape) and writes bench/results/runtime.json.
  *
- * The same file is the baselines' echo peer when started with `--raw-echo` or `--ipc-echo`.
+ * The same file is the baselines' peer when started with `--raw-echo`, `--ipc-echo` or `--tcp-sink`.
  */
 import { fork, spawn } from 'node:child_process';
+import { createServer, connect as tcpConnect } from 'node:net';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { cpus, totalmem } from 'node:os';
+import { cpus, loadavg, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Packr } from 'msgpackr';
 import { WebSocket, WebSocketServer } from 'ws';
 
 const self = fileURLToPath(import.meta.url);
+/** Megabytes (10^6) in the 64 MiB that every transfer row moves. */
+const MB64 = 64 * 1.048576;
 const packr = new Packr({ useRecords: false, moreTypes: true });
 
 // ---- echo peers (child processes) -------------------------------------------------------------
 
 if (process.argv.includes('--raw-echo')) {
-  const wss = new WebSocketServer({ host: '127.0.0.1', port: 0, maxPayload: 256 << 20, perMessageDeflate: false });
+  const wss = new WebSocketServer({
+    host: '127.0.0.1',
+    port: 0,
+    maxPayload: 256 << 20,
+    perMessageDeflate: false,
+  });
   wss.on('connection', (ws) =>
     ws.on('message', (data: Buffer) => {
       const m = packr.unpack(data) as { id: number; ack?: boolean; v: unknown };
@@ -26,6 +37,21 @@ if (process.argv.includes('--raw-echo')) {
     }),
   );
   wss.on('listening', () => process.stdout.write(`${(wss.address() as { port: number }).port}\n`));
+} else if (process.argv.includes('--tcp-sink')) {
+  // Counts the bytes of each 64 MiB message and answers one byte when it is all in.
+  const server = createServer((sock) => {
+    let got = 0;
+    sock.on('data', (d: Buffer) => {
+      got += d.length;
+      while (got >= 64 << 20) {
+        got -= 64 << 20;
+        sock.write(Buffer.from([1]));
+      }
+    });
+  });
+  server.listen(0, '127.0.0.1', () =>
+    process.stdout.write(`${(server.address() as { port: number }).port}\n`),
+  );
 } else if (process.argv.includes('--ipc-echo')) {
   process.on('message', (m) => process.send!(m));
 } else {
@@ -62,10 +88,88 @@ async function rate(ops: number, fn: () => Promise<void>, ms = 3000, warmup = 1)
   return best;
 }
 
-async function rawWsBaseline(): Promise<{ sync: number; pipelined: number; mbps: number; close(): void }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', self, '--raw-echo'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const port = Number(await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))));
-  const ws = new WebSocket(`ws://127.0.0.1:${port}`, { maxPayload: 256 << 20, perMessageDeflate: false });
+/**
+ * Alternates windows of `a` and `b` (`rounds` of each, each window `ops` operations run by one
+ * call of `fn`) and returns each one's median rate in operations per second. A baseline and the
+ * thing it bounds are thus measured side by side, so a load that drifts during the run weighs on
+ * both alike, and the median is the shape of an independent test, not the run's best moment.
+ */
+async function paired(
+  rounds: number,
+  a: { ops: number; fn: () => Promise<unknown> },
+  b: { ops: number; fn: () => Promise<unknown> },
+): Promise<[number, number]> {
+  await a.fn();
+  await b.fn();
+  const ra: number[] = [];
+  const rb: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    for (const [x, out] of [
+      [a, ra],
+      [b, rb],
+    ] as const) {
+      const t0 = performance.now();
+      await x.fn();
+      out.push(x.ops / ((performance.now() - t0) / 1000));
+    }
+  }
+  const median = (v: number[]) => v.sort((p, q) => p - q)[Math.floor(v.length / 2)]!;
+  return [median(ra), median(rb)];
+}
+
+/**
+ * A raw TCP loopback socket to another process: `send()` moves one 64 MiB message and resolves
+ * when the peer has all of it.
+ */
+async function tcpBaseline(): Promise<{ send(): Promise<void>; close(): void }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', self, '--tcp-sink'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const port = Number(
+    await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))),
+  );
+  const sock = tcpConnect({ host: '127.0.0.1', port });
+  await new Promise((r) => sock.once('connect', r));
+  const acks: (() => void)[] = [];
+  sock.on('data', (d: Buffer) => {
+    for (let i = 0; i < d.length; i++) acks.shift()?.();
+  });
+  const msg = Buffer.alloc(64 << 20, 7);
+  return {
+    send: () =>
+      new Promise<void>((resolve) => {
+        acks.push(resolve);
+        sock.write(msg);
+      }),
+    close: () => (sock.destroy(), child.kill()),
+  };
+}
+
+/** MB/s of copying 64 MiB into another buffer in this process. */
+async function memcpyBaseline(): Promise<number> {
+  const src = Buffer.alloc(64 << 20, 3);
+  const dst = Buffer.alloc(64 << 20);
+  const perSec = await rate(1, async () => void src.copy(dst), 2000);
+  return perSec * MB64;
+}
+
+async function rawWsBaseline(): Promise<{
+  sync: number;
+  pipelined: number;
+  /** One sync echo of a small value. */
+  call(v: unknown): Promise<void>;
+  close(): void;
+}> {
+  const child = spawn(process.execPath, ['--import', 'tsx', self, '--raw-echo'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const port = Number(
+    await new Promise<string>((r) => child.stdout!.once('data', (d) => r(String(d)))),
+  );
+  const ws = new WebSocket(`ws://127.0.0.1:${port}`, {
+    maxPayload: 256 << 20,
+    perMessageDeflate: false,
+  });
   await new Promise((r) => ws.once('open', r));
   const waiting = new Map<number, () => void>();
   ws.on('message', (d: Buffer) => {
@@ -88,13 +192,14 @@ async function rawWsBaseline(): Promise<{ sync: number; pipelined: number; mbps:
     for (let i = 0; i < 1000; i++) ps.push(call(null));
     await Promise.all(ps);
   });
-  const big = new Float32Array(16 << 20);
-  const perSec = await rate(1, () => call(big, true), 3000);
-  return { sync, pipelined, mbps: perSec * 64, close: () => (ws.close(), child.kill()) };
+  return { sync, pipelined, call: (v) => call(v), close: () => (ws.close(), child.kill()) };
 }
 
 async function ipcBaseline(): Promise<{ sync: number; close(): void }> {
-  const child = fork(self, ['--ipc-echo'], { execArgv: ['--import', 'tsx'], serialization: 'advanced' });
+  const child = fork(self, ['--ipc-echo'], {
+    execArgv: ['--import', 'tsx'],
+    serialization: 'advanced',
+  });
   await new Promise<void>((resolve) => {
     child.once('message', () => resolve());
     child.send(0);
@@ -125,7 +230,9 @@ function childCpuSeconds(): number | undefined {
 /** Live child processes of this process (Linux `/proc`; 0 elsewhere). */
 function childCount(): number {
   try {
-    return readFileSync(`/proc/self/task/${process.pid}/children`, 'utf8').split(' ').filter(Boolean).length;
+    return readFileSync(`/proc/self/task/${process.pid}/children`, 'utf8')
+      .split(' ')
+      .filter(Boolean).length;
   } catch {
     return 0;
   }
@@ -137,21 +244,38 @@ async function main(): Promise<void> {
   const api = await import('../runtime/index.ts');
   type EchoT = typeof import('../examples/actors/echo.ts').Echo;
   type NoopT = typeof import('../examples/actors/echo.ts').noop;
+  type MemberT = typeof import('../test/fixtures/runtime/collective-member.ts').Member;
   const { defineActor, defineTask, get, init, placementGroup, put, shutdown, wait } = api;
   const moduleUrl = new URL('../examples/actors/echo.ts', import.meta.url);
   const Echo = defineActor<EchoT>(moduleUrl, 'Echo');
   const noopTask = defineTask<NoopT>(moduleUrl, 'noop');
+  const Member = defineActor<MemberT>(
+    new URL('../test/fixtures/runtime/collective-member.ts', import.meta.url),
+    'Member',
+  );
   const rows: Row[] = [];
 
+  const loadBefore = loadavg()[0]!;
   console.log('measuring baselines...');
   const raw = await rawWsBaseline();
   const ipc = await ipcBaseline();
-  raw.close();
   ipc.close();
+  const tcp = await tcpBaseline();
+  const memcpy = await memcpyBaseline();
   rows.push({ name: 'baseline: raw ws+msgpackr echo, sync', value: raw.sync, unit: 'ops/s' });
-  rows.push({ name: 'baseline: raw ws+msgpackr echo, pipelined', value: raw.pipelined, unit: 'ops/s' });
-  rows.push({ name: 'baseline: raw ws 64 MiB transfer', value: raw.mbps, unit: 'MB/s' });
-  rows.push({ name: 'baseline: child_process IPC echo, sync', value: ipc.sync, unit: 'ops/s', baseline: 'raw sync', ratio: ipc.sync / raw.sync });
+  rows.push({
+    name: 'baseline: raw ws+msgpackr echo, pipelined',
+    value: raw.pipelined,
+    unit: 'ops/s',
+  });
+  rows.push({ name: 'baseline: memcpy 64 MiB', value: memcpy, unit: 'MB/s' });
+  rows.push({
+    name: 'baseline: child_process IPC echo, sync',
+    value: ipc.sync,
+    unit: 'ops/s',
+    baseline: 'raw sync',
+    ratio: ipc.sync / raw.sync,
+  });
 
   await init({ address: 'local', local: { node: { numCpus: 64 } }, taskPoolSize: 2 });
   const vsSync = (v: number) => ({ baseline: 'raw sync', ratio: v / raw.sync });
@@ -164,12 +288,47 @@ async function main(): Promise<void> {
     for (let i = 0; i < 200; i++) await a.noop.remote();
   });
   rows.push({ name: '1_1_actor_calls_sync', value: sync, unit: 'ops/s', ...vsSync(sync) });
+  // The shape of an independent test: 3,000 sequential calls through the public API, windows of
+  // 300 alternating with the raw echo's, medians compared.
+  const [rawMedian, syncMedian] = await paired(
+    10,
+    {
+      ops: 300,
+      fn: async () => {
+        for (let i = 0; i < 300; i++) await raw.call(1);
+      },
+    },
+    {
+      ops: 300,
+      fn: async () => {
+        for (let i = 0; i < 300; i++) await get(a.echo.remote(1));
+      },
+    },
+  );
+  raw.close();
+  rows.push({
+    name: 'baseline: raw ws+msgpackr echo, sync, median of 300-call windows',
+    value: rawMedian,
+    unit: 'ops/s',
+  });
+  rows.push({
+    name: '`await get(actor.echo.remote(1))`, 3,000 calls, median of 300-call windows',
+    value: syncMedian,
+    unit: 'ops/s',
+    baseline: 'raw sync median',
+    ratio: syncMedian / rawMedian,
+  });
   const asyncRate = await rate(1000, async () => {
     const refs = [];
     for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
     await get(refs);
   });
-  rows.push({ name: '1_1_actor_calls_async', value: asyncRate, unit: 'ops/s', ...vsPipe(asyncRate) });
+  rows.push({
+    name: '1_1_actor_calls_async',
+    value: asyncRate,
+    unit: 'ops/s',
+    ...vsPipe(asyncRate),
+  });
   const conc = Echo.options({ maxConcurrency: 16 }).remote();
   await conc.noop.remote();
   const concRate = await rate(1000, async () => {
@@ -177,7 +336,13 @@ async function main(): Promise<void> {
     for (let i = 0; i < 1000; i++) refs.push(conc.asyncNoop.remote());
     await get(refs);
   });
-  rows.push({ name: '1_1_actor_calls_concurrent', value: concRate, unit: 'ops/s', ...vsPipe(concRate), note: 'maxConcurrency 16' });
+  rows.push({
+    name: '1_1_actor_calls_concurrent',
+    value: concRate,
+    unit: 'ops/s',
+    ...vsPipe(concRate),
+    note: 'maxConcurrency 16',
+  });
 
   const n = 4;
   const targets = Array.from({ length: n }, () => Echo.remote());
@@ -185,11 +350,26 @@ async function main(): Promise<void> {
   const client = Echo.remote();
   await client.noop.remote();
   const oneN = await rate(4000, async () => void (await client.callMany.remote(targets, 4000)));
-  rows.push({ name: '1_n_actor_calls_async', value: oneN, unit: 'ops/s', ...vsPipe(oneN), note: `1 client actor → ${n} actors` });
+  rows.push({
+    name: '1_n_actor_calls_async',
+    value: oneN,
+    unit: 'ops/s',
+    ...vsPipe(oneN),
+    note: `1 client actor → ${n} actors`,
+  });
   const clients = Array.from({ length: 2 }, () => Echo.remote());
   await get(clients.map((c) => c.noop.remote()));
-  const nn = await rate(8000, async () => void (await get(clients.map((c) => c.callMany.remote(targets, 4000)))));
-  rows.push({ name: 'n_n_actor_calls_async', value: nn, unit: 'ops/s', ...vsPipe(nn), note: `2 client actors → ${n} actors` });
+  const nn = await rate(
+    8000,
+    async () => void (await get(clients.map((c) => c.callMany.remote(targets, 4000)))),
+  );
+  rows.push({
+    name: 'n_n_actor_calls_async',
+    value: nn,
+    unit: 'ops/s',
+    ...vsPipe(nn),
+    note: `2 client actors → ${n} actors`,
+  });
 
   console.log('tasks, put, get, wait...');
   await noopTask.remote();
@@ -207,12 +387,22 @@ async function main(): Promise<void> {
   const putRate = await rate(1000, async () => {
     for (let i = 0; i < 1000; i++) put(small);
   });
-  rows.push({ name: 'single_client_put_calls', value: putRate, unit: 'ops/s', note: 'owner-local store' });
+  rows.push({
+    name: 'single_client_put_calls',
+    value: putRate,
+    unit: 'ops/s',
+    note: 'owner-local store',
+  });
   const ref = put(small);
   const getRate = await rate(1000, async () => {
     for (let i = 0; i < 1000; i++) await get(ref);
   });
-  rows.push({ name: 'single_client_get_calls', value: getRate, unit: 'ops/s', note: 'owner-local store' });
+  rows.push({
+    name: 'single_client_get_calls',
+    value: getRate,
+    unit: 'ops/s',
+    note: 'owner-local store',
+  });
   const waitRate = await rate(1, async () => {
     const refs = [];
     for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
@@ -221,16 +411,97 @@ async function main(): Promise<void> {
   rows.push({ name: 'single_client_wait_1k_refs', value: waitRate, unit: 'ops/s' });
 
   console.log('64 MiB transfers...');
+  // Each transfer alternates with one 64 MiB message over raw TCP; rows compare the medians.
+  const tcpRates: number[] = [];
+  const vsTcp = async (name: string, fn: () => Promise<unknown>, note?: string, bytes = 1) => {
+    const [t, v] = await paired(5, { ops: MB64, fn: tcp.send }, { ops: MB64 * bytes, fn });
+    tcpRates.push(t);
+    rows.push({
+      name,
+      value: v,
+      unit: 'MB/s',
+      baseline: 'raw TCP',
+      ratio: v / t,
+      ...(note ? { note } : {}),
+    });
+  };
+  // Same node: shared memory. Socket: an actor told not to use it (RTJOB_OBJECT_SHM=0), the path
+  // a transfer between two machines takes.
+  const viaSocket = Echo.options({ env: { RTJOB_OBJECT_SHM: '0' } }).remote();
+  await viaSocket.noop.remote();
   const big = new Float32Array(16 << 20);
-  const putMbps =
-    (await rate(1, async () => {
+  for (const [how, actor] of [
+    ['shared memory', a],
+    ['socket', viaSocket],
+  ] as const) {
+    await vsTcp(`put 64 MiB, fetched by an actor (${how})`, async () => {
       const r = put(big);
-      await a.byteLength.remote(r);
+      await actor.byteLength.remote(r);
       api.release(r);
-    }, 4000)) * 64;
-  rows.push({ name: 'put 64 MiB, fetched by an actor', value: putMbps, unit: 'MB/s', baseline: 'raw ws MB/s', ratio: putMbps / raw.mbps });
-  const getMbps = (await rate(1, async () => void (await a.makeArray.remote(16 << 20)), 4000)) * 64;
-  rows.push({ name: 'get 64 MiB result from an actor', value: getMbps, unit: 'MB/s', baseline: 'raw ws MB/s', ratio: getMbps / raw.mbps });
+    });
+    await vsTcp(`get 64 MiB result from an actor (${how})`, () =>
+      get(actor.makeArray.remote(16 << 20)),
+    );
+  }
+  // One producer, several consumers on the node: the object is written to shared memory once.
+  const consumers = [a, Echo.remote(), Echo.remote(), Echo.remote()];
+  await get(consumers.map((c) => c.noop.remote()));
+  await vsTcp(
+    'put 64 MiB, fetched by 4 actors at once (shared memory)',
+    async () => {
+      const r = put(big);
+      await get(consumers.map((c) => c.byteLength.remote(r)));
+      api.release(r);
+    },
+    'bytes delivered, all consumers',
+    consumers.length,
+  );
+
+  console.log('collective all-reduce...');
+  const elements = 4 << 20; // 16 MiB of float32
+  for (const n of [2, 4]) {
+    const members = Array.from({ length: n }, (_, r) => Member.remote(`bench${n}`, r, n));
+    await get(members.map((m) => m.join.remote()));
+    // Bus bandwidth: each link carries 2(N-1)/N of the data, so the ring's bound is raw TCP.
+    const busBytes = (elements * 4 * 2 * (n - 1)) / n / 1e6;
+    let perOp = 0;
+    const [t, bus] = await paired(
+      5,
+      { ops: MB64, fn: tcp.send },
+      {
+        ops: busBytes * 3,
+        fn: async () => {
+          const secs = Math.max(
+            ...(await get(members.map((m) => m.timeAllreduce.remote(elements, 3)))),
+          );
+          perOp = secs;
+        },
+      },
+    );
+    tcpRates.push(t);
+    rows.push({
+      name: `allreduce 16 MiB float32, ${n} members (bus bandwidth)`,
+      value: bus,
+      unit: 'MB/s',
+      baseline: 'raw TCP',
+      ratio: bus / t,
+      note: `${(perOp * 1000).toFixed(0)} ms per all-reduce in the last window`,
+    });
+    await get(members.map((m) => m.destroy.remote()));
+    await Promise.all(members.map((m) => api.kill(m)));
+  }
+  tcp.close();
+  tcpRates.sort((p, q) => p - q);
+  rows.splice(
+    rows.findIndex((r) => r.name === 'baseline: memcpy 64 MiB'),
+    0,
+    {
+      name: 'baseline: raw TCP loopback stream, 64 MiB messages',
+      value: tcpRates[Math.floor(tcpRates.length / 2)]!,
+      unit: 'MB/s',
+      note: `median over the transfer rows' windows (${tcpRates[0]!.toFixed(0)}–${tcpRates.at(-1)!.toFixed(0)})`,
+    },
+  );
 
   console.log('placement groups, many actors...');
   const pgRate = await rate(20, async () => {
@@ -256,15 +527,22 @@ async function main(): Promise<void> {
     await Promise.all(many.map((h) => api.kill(h)));
     // Until the killed workers are reaped (their CPU is then counted) and out of the next burst's way.
     const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline && childCount() > before) await new Promise((r) => setTimeout(r, 100));
+    while (Date.now() < deadline && childCount() > before)
+      await new Promise((r) => setTimeout(r, 100));
     const cpuPerActor = cpu0 === undefined ? undefined : (childCpuSeconds()! - cpu0) / 100;
     return { actorsPerSec, rssMiB, cpuPerActor };
   };
   const tsxBurst = await burst('tsx');
   const cachedBurst = await burst('cached');
   delete process.env.RTJOB_WORKER_LOADER;
-  const cpuNote = (b: { cpuPerActor?: number }) => (b.cpuPerActor === undefined ? '' : `, ${b.cpuPerActor.toFixed(2)} CPU-s per actor`);
-  rows.push({ name: 'baseline: create and call 100 actors, workers on tsx', value: tsxBurst.actorsPerSec, unit: 'actors/s', note: `driver+head RSS ${tsxBurst.rssMiB.toFixed(0)} MiB${cpuNote(tsxBurst)}` });
+  const cpuNote = (b: { cpuPerActor?: number }) =>
+    b.cpuPerActor === undefined ? '' : `, ${b.cpuPerActor.toFixed(2)} CPU-s per actor`;
+  rows.push({
+    name: 'baseline: create and call 100 actors, workers on tsx',
+    value: tsxBurst.actorsPerSec,
+    unit: 'actors/s',
+    note: `driver+head RSS ${tsxBurst.rssMiB.toFixed(0)} MiB${cpuNote(tsxBurst)}`,
+  });
   rows.push({
     name: 'create and call 100 actors',
     value: cachedBurst.actorsPerSec,
@@ -275,7 +553,7 @@ async function main(): Promise<void> {
   });
   await shutdown();
 
-  const machine = `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}`;
+  const machine = `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, load average ${loadBefore.toFixed(1)} → ${loadavg()[0]!.toFixed(1)}`;
   const fmt = (v: number) => (v >= 100 ? Math.round(v).toLocaleString('en-US') : v.toFixed(2));
   const lines = [
     `machine: ${machine}`,
@@ -290,6 +568,9 @@ async function main(): Promise<void> {
   console.log(lines.join('\n'));
   const dir = fileURLToPath(new URL('./results/', import.meta.url));
   mkdirSync(dir, { recursive: true });
-  writeFileSync(`${dir}runtime.json`, JSON.stringify({ machine, date: new Date().toISOString(), rows }, null, 2));
+  writeFileSync(
+    `${dir}runtime.json`,
+    JSON.stringify({ machine, date: new Date().toISOString(), rows }, null, 2),
+  );
   process.exit(0);
 }

@@ -1,22 +1,38 @@
 /**
- * The CLI's HTTP client for the head's `/api/`, with the token on every request and the API's
- * errors turned into {@link CliError}s that carry an exit code.
+ * The CLI's HTTP client for the head's `/api/` (the typed REST contract of
+ * `runtime/head/http/contract.ts`), with the token on every request and the API's errors turned
+ * into {@link CliError}s that carry an exit code.
  *
  * @module
  */
 import WebSocket from 'ws';
 
-import { pidAlive, readClusterFile } from './cluster-file.ts';
+import { RtjobError } from '../runtime/errors.ts';
+import {
+  fetchTransport,
+  logTailPath,
+  RestError,
+  restClient,
+  type RestClient,
+  type RouteKey,
+} from '../runtime/head/http/contract.ts';
+import { readClusterFile } from '../runtime/cluster-file.ts';
+import { readEnv } from '../runtime/env.ts';
 
-/** Exit codes: 1 a job failed or a request was refused, 2 bad usage, 3 no cluster reachable. */
-export class CliError extends Error {
-  override readonly name = 'CliError';
+const codeOfExit: Record<number, string> = { 1: 'CLI_FAILED', 2: 'CLI_USAGE', 3: 'CLI_UNREACHABLE' };
+
+/**
+ * An error the CLI prints as one line and exits with `exitCode`: 1 a job failed or a request was
+ * refused, 2 bad usage, 3 no cluster reachable. `code` is the API's error code when the head
+ * refused the request (`UNKNOWN_JOB`), else `CLI_FAILED`, `CLI_USAGE` or `CLI_UNREACHABLE`.
+ */
+export class CliError extends RtjobError {
   constructor(
     message: string,
     readonly exitCode = 1,
-    readonly code?: string,
+    code?: string,
   ) {
-    super(message);
+    super(code ?? codeOfExit[exitCode] ?? 'CLI_FAILED', message);
   }
 }
 
@@ -37,14 +53,14 @@ export function httpUrl(address: string): string {
  * `~/.rtjob/cluster.json`; undefined when none is configured or the recorded head is gone.
  */
 export function findEndpoint(opts: { address?: string; token?: string }): Endpoint | undefined {
-  const file = readClusterFile();
-  const address = opts.address ?? process.env.RTJOB_HTTP_ADDRESS;
+  const address = opts.address ?? readEnv('RTJOB_HTTP_ADDRESS');
   if (address) {
-    const token = opts.token ?? process.env.RTJOB_TOKEN ?? file?.token;
+    const token = opts.token ?? readEnv('RTJOB_TOKEN') ?? readClusterFile()?.token;
     if (!token) throw new CliError('no token: pass --token or set RTJOB_TOKEN', 2);
     return { url: httpUrl(address), token };
   }
-  if (file?.dashboardUrl && file.pids.some(pidAlive)) return { url: file.dashboardUrl, token: opts.token ?? file.token };
+  const file = readClusterFile({ live: true });
+  if (file?.dashboardUrl) return { url: file.dashboardUrl, token: opts.token ?? file.token };
   return undefined;
 }
 
@@ -54,43 +70,29 @@ export function requireEndpoint(opts: { address?: string; token?: string }): End
   return ep;
 }
 
-/** Calls the API; JSON in and out. Throws CliError with the API's message on a non-2xx status. */
-export async function api<T = unknown>(
-  ep: Endpoint,
-  method: string,
-  path: string,
-  body?: unknown,
-  raw?: { body: Buffer; contentType: string },
-): Promise<T> {
-  let res: Response;
-  try {
-    res = await fetch(`${ep.url}${path}`, {
-      method,
-      headers: {
-        authorization: `Bearer ${ep.token}`,
-        ...(raw ? { 'content-type': raw.contentType } : body !== undefined ? { 'content-type': 'application/json' } : {}),
-      },
-      body: raw ? new Uint8Array(raw.body) : body !== undefined ? JSON.stringify(body) : undefined,
-    });
-  } catch (err) {
-    throw new CliError(`cannot reach the head at ${ep.url}: ${(err as Error & { cause?: Error }).cause?.message ?? (err as Error).message}`, 3);
-  }
-  const text = await res.text();
-  if (!res.ok) {
-    let msg = text;
-    let code: string | undefined;
+/**
+ * The typed client of the head's REST API (`runtime/head/http/contract.ts`) at `ep`: the token on
+ * every request, and failures as {@link CliError}s — 3 when the head cannot be reached, 2 for a
+ * bad request (400, 413), 1 for any other refusal — carrying the API's error code.
+ *
+ * @example
+ * const { jobs } = await headApi(ep).call('GET /api/jobs');
+ */
+export function headApi(ep: Endpoint): RestClient {
+  const inner = restClient(fetchTransport(ep.url, { authorization: `Bearer ${ep.token}` }));
+  const call = async (key: RouteKey, ...args: unknown[]): Promise<unknown> => {
     try {
-      const j = JSON.parse(text) as { message?: string; error?: string };
-      msg = j.message ?? text;
-      code = j.error;
-    } catch {
-      // plain text
+      return await (inner.call as (k: RouteKey, ...a: unknown[]) => Promise<unknown>)(key, ...args);
+    } catch (err) {
+      if (!(err instanceof RestError)) {
+        const why = (err as Error & { cause?: Error }).cause?.message ?? (err as Error).message;
+        throw new CliError(`cannot reach the head at ${ep.url}: ${why}`, 3);
+      }
+      if (err.status === 401) throw new CliError('the head refused the token (401): check --token / RTJOB_TOKEN', 1, err.code);
+      throw new CliError(err.message, err.status === 400 || err.status === 413 ? 2 : 1, err.code);
     }
-    if (res.status === 401) msg = 'the head refused the token (401): check --token / RTJOB_TOKEN';
-    throw new CliError(msg, res.status === 400 || res.status === 413 ? 2 : 1, code);
-  }
-  const type = res.headers.get('content-type') ?? '';
-  return (type.includes('application/json') ? JSON.parse(text) : text) as T;
+  };
+  return { call: call as RestClient['call'] };
 }
 
 /**
@@ -99,7 +101,7 @@ export async function api<T = unknown>(
  */
 export function tailJobLogs(ep: Endpoint, jobId: string, out: (s: string) => void, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
-    const wsUrl = ep.url.replace(/^http/, 'ws') + `/api/jobs/${encodeURIComponent(jobId)}/logs/tail`;
+    const wsUrl = ep.url.replace(/^http/, 'ws') + logTailPath(jobId);
     const ws = new WebSocket(wsUrl, { headers: { authorization: `Bearer ${ep.token}` } });
     const onAbort = () => ws.close();
     signal?.addEventListener('abort', onAbort, { once: true });

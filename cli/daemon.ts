@@ -5,24 +5,25 @@
  * session finds the workers still running and re-attaches them. It writes `<session>/head.json`
  * once it serves, and on SIGTERM stops every job it started before exiting.
  *
- * Usage (internal): node --import tsx cli/daemon.ts '<LocalClusterOptions as JSON>'
+ * Usage (internal): node --import tsx cli/daemon.ts '<ClusterHeadOptions as JSON>'
  *
  * @module
  */
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { readEnv } from '../runtime/env.ts';
 
-import { type LocalClusterOptions, startLocalCluster } from './local-cluster.ts';
+import { type ClusterHeadOptions, startClusterHead } from '../runtime/local-cluster.ts';
 
 /** How long drivers and workers wait for a restarted head. */
 export const headReconnectMs = 10 * 60_000;
 
-const opts = JSON.parse(process.argv[2] ?? '{}') as LocalClusterOptions;
+const opts = JSON.parse(process.argv[2] ?? '{}') as ClusterHeadOptions;
 const readyFile = join(opts.sessionDir, 'head.json');
 
 // A head that died without cleaning up left its ports here: take them again so node agents,
 // workers and drivers that are reconnecting find the new head at the old address.
-let previousPorts: LocalClusterOptions['previousPorts'];
+let previousPorts: ClusterHeadOptions['previousPorts'];
 try {
   const old = JSON.parse(readFileSync(readyFile, 'utf8')) as { address: string; dashboardUrl: string };
   previousPorts = { port: Number(old.address.split(':').pop()), dashboardPort: Number(new URL(old.dashboardUrl).port) };
@@ -31,13 +32,13 @@ try {
 }
 rmSync(readyFile, { force: true });
 
-const cluster = await startLocalCluster({
+const cluster = await startClusterHead({
   ...opts,
   previousPorts,
   inProcessNode: false,
   driverReconnectMs: headReconnectMs,
   // Tests shorten the node timeout (and with it the head-restart recovery window).
-  nodeHeartbeatTimeoutMs: Number(process.env.RTJOB_NODE_TIMEOUT_MS) || undefined,
+  nodeHeartbeatTimeoutMs: readEnv('RTJOB_NODE_TIMEOUT_MS'),
   warn: (m) => console.warn(m),
 });
 writeFileSync(

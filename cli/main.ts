@@ -19,6 +19,15 @@ import {
 } from './commands/jobs.ts';
 import { serveCommand } from './commands/serve.ts';
 
+// `rtjob start --head | head -1`: a reader that goes away is not an error of ours. Later output
+// is dropped and the command finishes its work (a private cluster is still stopped cleanly).
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code !== 'EPIPE') throw e;
+    stream.write = (() => true) as typeof stream.write;
+  });
+}
+
 const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
   .showHelpAfterError()

@@ -41,7 +41,11 @@ export class Workflow {
     for (let turn = 0; turn < this.maxTurns; turn++) {
       if (turn > 0) {
         t.inputIds.push(...this.reflectIds);
-        for (const _ of this.reflectIds) (t.lossMask.push(0), t.logprobs.push(0), t.versions.push(-1));
+        for (const _ of this.reflectIds) {
+          t.lossMask.push(0);
+          t.logprobs.push(0);
+          t.versions.push(-1);
+        }
       }
       const out = await engine.generate({ inputIds: t.inputIds, gconfig: { ...this.init.gconfig, n: 1 } });
       t.inputIds.push(...out.outputTokens);

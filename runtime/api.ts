@@ -13,11 +13,12 @@
  *
  * @module
  */
-import { existsSync, readFileSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { isAbsolute, join, resolve as resolvePath } from 'node:path';
+import { isAbsolute, resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { installCodec } from './client/codec.ts';
+import { type ClusterFile, readClusterFile } from './cluster-file.ts';
+import { readEnv } from './env.ts';
+import { pidAlive } from './pid.ts';
 import { ObjectRef } from './client/object-ref.ts';
 import { Runtime, currentRuntime } from './client/runtime.ts';
 import {
@@ -62,6 +63,13 @@ export interface InitOptions {
   taskPoolSize?: number;
   /** How long an object stays after being sent to another process. @default 30000 */
   objectTransferHoldMs?: number;
+  /**
+   * How long to keep reconnecting to a head that went away (a restart on the same session): the
+   * driver resumes its client id and keeps its actors; calls that need the head wait meanwhile.
+   * 0 gives up at once (its actors are then killed as `owner-died`).
+   * @default RTJOB_HEAD_RECONNECT_MS, else 60000
+   */
+  headReconnectMs?: number;
 }
 
 /** What `init` connected to. */
@@ -84,28 +92,6 @@ interface DriverState {
 let driver: DriverState | undefined;
 let initializing: Promise<ClusterInfo> | undefined;
 
-/** `$RTJOB_HOME/cluster.json` (default `~/.rtjob`), written by `rtjob start`; ignored when stale. */
-function clusterFile(): { address?: string; token?: string } {
-  const file = join(process.env.RTJOB_HOME ?? join(process.env.HOME ?? homedir(), '.rtjob'), 'cluster.json');
-  if (!existsSync(file)) return {};
-  try {
-    const info = JSON.parse(readFileSync(file, 'utf8')) as { address?: string; token?: string; headPid?: number };
-    if (info.headPid !== undefined && !pidAlive(info.headPid)) return {};
-    return info;
-  } catch {
-    return {};
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
 /**
  * Connects this process to a cluster: `address`/`RTJOB_ADDRESS`, the cluster file, or a new
  * in-process cluster (head + one node agent). Inside an actor it returns the worker's runtime.
@@ -117,16 +103,17 @@ export function init(opts: InitOptions = {}): Promise<ClusterInfo> {
 
 async function doInit(opts: InitOptions): Promise<ClusterInfo> {
   const existing = currentRuntime();
-  const jobEnv = opts.env ?? parseEnv(process.env.RTJOB_JOB_ENV);
+  const jobEnv = opts.env ?? readEnv('RTJOB_JOB_ENV') ?? {};
   if (existing) {
     const info = { address: existing.opts.headAddress, token: existing.opts.token, local: false, sessionDir: existing.sessionDir };
     driver = { rt: existing, info, env: jobEnv, taskPoolSize: opts.taskPoolSize ?? 2, taskPool: [], taskNext: 0 };
     return info;
   }
   const forceLocal = opts.address === 'local';
-  const file = forceLocal || opts.address || process.env.RTJOB_ADDRESS ? {} : clusterFile();
-  let address = forceLocal ? undefined : (opts.address ?? process.env.RTJOB_ADDRESS ?? file.address);
-  let token = forceLocal ? undefined : (opts.token ?? process.env.RTJOB_TOKEN ?? file.token);
+  const envAddress = readEnv('RTJOB_ADDRESS');
+  const file = forceLocal || opts.address || envAddress ? undefined : liveHead(readClusterFile());
+  let address = forceLocal ? undefined : (opts.address ?? envAddress ?? file?.address);
+  let token = forceLocal ? undefined : (opts.token ?? readEnv('RTJOB_TOKEN') ?? file?.token);
   let closeCluster: (() => Promise<void>) | undefined;
   let sessionDir: string | undefined;
   if (!address) {
@@ -148,10 +135,10 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
     headAddress: address,
     token: token!,
     kind: 'driver',
-    jobId: opts.jobId ?? process.env.RTJOB_JOB_ID,
+    jobId: opts.jobId ?? readEnv('RTJOB_JOB_ID'),
     objectTransferHoldMs: opts.objectTransferHoldMs,
-    // Set for job drivers by a head that can restart: the driver keeps its actors across it.
-    reconnectMs: Number(process.env.RTJOB_HEAD_RECONNECT_MS ?? 0) || 0,
+    // A driver reconnects to a head that restarts, and keeps its actors across it.
+    reconnectMs: opts.headReconnectMs ?? readEnv('RTJOB_HEAD_RECONNECT_MS'),
   }).catch(async (e) => {
     await closeCluster?.();
     throw e;
@@ -162,13 +149,9 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
   return info;
 }
 
-function parseEnv(s: string | undefined): Record<string, string> {
-  if (!s) return {};
-  try {
-    return JSON.parse(s) as Record<string, string>;
-  } catch {
-    return {};
-  }
+/** The file unless the head it records has died (a joined node's file names no head pid). */
+function liveHead(file: ClusterFile | undefined): ClusterFile | undefined {
+  return file && (file.headPid === undefined || pidAlive(file.headPid)) ? file : undefined;
 }
 
 /** Disconnects; stops the in-process cluster if `init` started one. */
@@ -187,7 +170,7 @@ function state(): DriverState {
       rt,
       info: { address: rt.opts.headAddress, token: rt.opts.token, local: false, sessionDir: rt.sessionDir },
       // The worker sets RTJOB_JOB_ENV from its assignment, so nested actors get the job's env.
-      env: parseEnv(process.env.RTJOB_JOB_ENV),
+      env: readEnv('RTJOB_JOB_ENV') ?? {},
       taskPoolSize: 2,
       taskPool: [],
       taskNext: 0,
@@ -238,10 +221,10 @@ function resolveOptions(o: ActorOptions, env: Record<string, string>, jobId?: st
 function createActor(spec: ActorSpecWire, o: ActorOptions, args: unknown[]): ActorHandle<unknown> {
   const d = state();
   // A worker's runtime has no job id of its own; it runs for the job of its actor (RTJOB_JOB_ID).
-  const options = resolveOptions(o, d.env, d.rt.jobId ?? process.env.RTJOB_JOB_ID);
+  const options = resolveOptions(o, d.env, d.rt.jobId ?? readEnv('RTJOB_JOB_ID'));
   const actorId = `actor_${d.rt.newId()}`;
   const ctorArgs = pack(args);
-  const created = d.rt.head.request({ type: 'createActor', actorId, spec, options, ctorArgs });
+  const created = d.rt.headOnce({ type: 'createActor', actorId, spec, options, ctorArgs });
   created.catch(() => {}); // surfaced by the first call or actorReady()
   const client = d.rt.actor(actorId, created, options.maxTaskRetries);
   return makeHandle(new ActorHandleCore(actorId, options.maxTaskRetries), (m, a, co) =>
@@ -305,7 +288,7 @@ export interface GetOptions {
 export function get<T>(ref: ObjectRef<T>, opts?: GetOptions): Promise<T>;
 export function get<const T extends readonly ObjectRef<unknown>[]>(refs: T, opts?: GetOptions): Promise<Values<T>>;
 export function get(refs: ObjectRef<unknown> | readonly ObjectRef<unknown>[], opts: GetOptions = {}): Promise<unknown> {
-  const all = Array.isArray(refs) ? Promise.all(refs as ObjectRef<unknown>[]) : Promise.resolve(refs as ObjectRef<unknown>);
+  const all = Array.isArray(refs) ? Promise.all(refs as ObjectRef<unknown>[]) : valueOf(refs as ObjectRef<unknown>);
   if (opts.timeoutMs === undefined) return all;
   return new Promise((resolve, reject) => {
     const t = setTimeout(() => reject(new GetTimeoutError(`get timed out after ${opts.timeoutMs} ms`)), opts.timeoutMs);
@@ -320,6 +303,23 @@ export function get(refs: ObjectRef<unknown> | readonly ObjectRef<unknown>[], op
       },
     );
   });
+}
+
+/**
+ * One ref's value as a single promise (the sync call path: `Promise.resolve(ref)` would add a
+ * thenable job and two more promises per call).
+ */
+function valueOf(ref: ObjectRef<unknown>): Promise<unknown> {
+  if (!(ref instanceof ObjectRef)) return Promise.resolve(ref);
+  return new Promise((resolve, reject) =>
+    ref._onSettled((r) => {
+      try {
+        resolve(r._take());
+      } catch (e) {
+        reject(e);
+      }
+    }),
+  );
 }
 
 /** Stores a value in this process (its owner) and returns a ref other processes can fetch. */
@@ -370,13 +370,13 @@ export function wait<T>(refs: readonly ObjectRef<T>[], opts: WaitOptions = {}): 
 
 /** Kills an actor. With `noRestart: false` it restarts if its `maxRestarts` allows. */
 export async function kill(handle: ActorHandle<unknown>, opts: { noRestart?: boolean } = {}): Promise<void> {
-  await state().rt.head.request({ type: 'killActor', actorId: handle[kActorId], noRestart: opts.noRestart ?? true });
+  await state().rt.headOnce({ type: 'killActor', actorId: handle[kActorId], noRestart: opts.noRestart ?? true });
 }
 
 /** A handle to the live actor registered under `name`. */
 export async function getActor<C extends ActorConstructor>(name: string): Promise<ActorHandle<InstanceType<C>>> {
   const d = state();
-  const info = await d.rt.head.request<ActorInfo>({ type: 'getActorByName', name });
+  const info = await d.rt.headRequest({ type: 'getActorByName', name });
   const client = d.rt.actor(info.actorId, undefined, info.options.maxTaskRetries);
   return makeHandle<InstanceType<C>>(new ActorHandleCore(info.actorId, info.options.maxTaskRetries), (m, a, co) =>
     client.call(m, a, co?.maxTaskRetries),
@@ -400,12 +400,12 @@ export function release(ref: ObjectRef<unknown>): void {
 
 /** Nodes known to the head. */
 export function listNodes(): Promise<NodeInfo[]> {
-  return state().rt.head.request<NodeInfo[]>({ type: 'listNodes' });
+  return state().rt.headRequest({ type: 'listNodes' });
 }
 
 /** Actors known to the head. */
 export function listActors(): Promise<ActorInfo[]> {
-  return state().rt.head.request<ActorInfo[]>({ type: 'listActors' });
+  return state().rt.headRequest({ type: 'listActors' });
 }
 
 /** A reserved set of resource bundles. */
@@ -424,7 +424,7 @@ export interface PlacementGroup {
 export function placementGroup(bundles: ResourceMap[], opts: PlacementGroupOptions = {}): PlacementGroup {
   const d = state();
   const pgId = `pg_${d.rt.newId()}`;
-  const created = d.rt.head.request({
+  const created = d.rt.headOnce({
     type: 'createPlacementGroup',
     pgId,
     bundles,
@@ -437,11 +437,11 @@ export function placementGroup(bundles: ResourceMap[], opts: PlacementGroupOptio
     id: pgId,
     ready: async () => {
       await created;
-      await d.rt.head.request({ type: 'waitPlacementGroup', pgId });
+      await d.rt.headRequest({ type: 'waitPlacementGroup', pgId });
     },
     remove: async () => {
       await created.catch(() => {});
-      await d.rt.head.request({ type: 'removePlacementGroup', pgId });
+      await d.rt.headOnce({ type: 'removePlacementGroup', pgId });
     },
   };
 }

@@ -1,8 +1,9 @@
 /**
- * Every error the runtime raises, in one place. Errors cross process boundaries in wire form
- * (`toWire`/`fromWire`) and keep their stable `name`, `code`, context and the remote stack.
- * Check them by `code` (or `isRtjobError(e, 'ACTOR_DIED')`), never by bare `instanceof` across a
- * boundary.
+ * Every error the runtime raises, and {@link RtjobError}, the base every other error class in
+ * rtjob extends. Errors cross process boundaries in wire form (`toWire`/`fromWire`) and keep
+ * their stable `name`, `code`, context and the remote stack; an error user code throws keeps its
+ * own `code` and data fields too. Check them by `code` (or `isRtjobError(e, 'ACTOR_DIED')`),
+ * never by bare `instanceof` across a boundary.
  *
  * @module
  */
@@ -24,7 +25,8 @@ export type ErrorCode =
   | 'CONNECTION'
   | 'PLACEMENT_GROUP'
   | 'NOT_INITIALIZED'
-  | 'INVALID_ARGUMENT';
+  | 'INVALID_ARGUMENT'
+  | 'COLLECTIVE';
 
 /** Who and where, attached to an error so the reader knows which actor or node failed. */
 export interface ErrorContext {
@@ -42,25 +44,42 @@ export interface ErrorContext {
 /** The form an error takes on the wire. */
 export interface WireError {
   readonly name: string;
-  readonly code: ErrorCode;
+  /** A runtime {@link ErrorCode}, or, when `task` is set, the code user code gave its error. */
+  readonly code: string;
   readonly message: string;
   readonly stack?: string;
   readonly context?: ErrorContext;
   readonly cause?: WireError;
+  /** Set when user code (an actor method, a task) threw it: it arrives as a {@link TaskError}. */
+  readonly task?: true;
+  /** The thrown error's own data fields (`readonly promptIndex = 3`), kept across the wire. */
+  readonly fields?: Readonly<Record<string, unknown>>;
 }
 
-/** Base of every runtime error. */
-export class RtjobError extends Error {
-  readonly code: ErrorCode;
+/** What every error constructor takes besides its code and message. */
+export interface RtjobErrorOptions {
+  context?: ErrorContext;
+  cause?: unknown;
+  /** Stack of the process where the error was first thrown. */
+  remoteStack?: string;
+}
+
+/**
+ * Base of every error in rtjob, in the runtime and in the layers above it (agents, engines,
+ * algorithms, the job API, the CLI). Each subclass fixes its `code` to a string union, so a
+ * check by `code` is typed; `name` is the class name.
+ *
+ * @example
+ * export class EngineError extends RtjobError<EngineErrorCode> { ... }
+ * if (isRtjobError(e, 'ACTOR_DIED')) console.error(e.context.exitCode);
+ */
+export class RtjobError<Code extends string = string> extends Error {
+  readonly code: Code;
   readonly context: ErrorContext;
   /** Stack of the process where the error was first thrown, when it came over the wire. */
   readonly remoteStack?: string;
 
-  constructor(
-    code: ErrorCode,
-    message: string,
-    opts: { context?: ErrorContext; cause?: unknown; remoteStack?: string } = {},
-  ) {
+  constructor(code: Code, message: string, opts: RtjobErrorOptions = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.code = code;
     this.context = Object.freeze({ ...opts.context });
@@ -73,127 +92,149 @@ export class RtjobError extends Error {
 }
 
 /** The actor's process died (or it was killed) while the call was in flight, or it is DEAD. */
-export class ActorDiedError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class ActorDiedError extends RtjobError<'ACTOR_DIED'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('ACTOR_DIED', message, opts);
   }
 }
 
 /** The actor could not be reached but is not known to be dead. */
-export class ActorUnavailableError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class ActorUnavailableError extends RtjobError<'ACTOR_UNAVAILABLE'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('ACTOR_UNAVAILABLE', message, opts);
   }
 }
 
 /** The actor's module failed to import, lacks the export, or its constructor threw. */
-export class ActorLoadError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class ActorLoadError extends RtjobError<'ACTOR_LOAD'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('ACTOR_LOAD', message, opts);
   }
 }
 
 /**
  * User code threw inside an actor method or task. `remoteName` is the thrown error's own name
- * (`TypeError`, a user class), `message` its message, `remoteStack` its stack.
+ * (`TypeError`, a user class), `message` its message, `remoteStack` its stack. `code` is the
+ * thrown error's own string `code` when it had one (`'AGENT_ERROR_BUDGET'`, `'ENOENT'`), else
+ * `'TASK'`; its own data fields (`file`, `promptIndex`, …) are set on this error too, read-only,
+ * so a check written for the original class (`e.code === 'X' && e.promptIndex`) works here.
  */
 export class TaskError extends RtjobError {
   readonly remoteName: string;
+  /** The names of the fields that came with the thrown error. */
+  readonly fieldNames: readonly string[];
   constructor(
     remoteName: string,
     message: string,
-    opts: ConstructorParameters<typeof RtjobError>[2] = {},
+    opts: RtjobErrorOptions & { code?: string; fields?: Readonly<Record<string, unknown>> } = {},
   ) {
-    super('TASK', message, opts);
+    super(opts.code ?? 'TASK', message, opts);
     this.remoteName = remoteName;
+    const fields = opts.fields ?? {};
+    this.fieldNames = Object.freeze(Object.keys(fields).filter((k) => !(k in this)));
+    for (const k of this.fieldNames) {
+      Object.defineProperty(this, k, { value: fields[k], enumerable: true, writable: false });
+    }
   }
 }
 
 /** No node in the cluster could ever satisfy the resource request. */
-export class InfeasibleError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class InfeasibleError extends RtjobError<'INFEASIBLE'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('INFEASIBLE', message, opts);
   }
 }
 
 /** `get`/`wait` ran past `timeoutMs`. */
-export class GetTimeoutError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class GetTimeoutError extends RtjobError<'GET_TIMEOUT'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('GET_TIMEOUT', message, opts);
   }
 }
 
 /** The object was freed or never existed at its owner. */
-export class ObjectLostError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class ObjectLostError extends RtjobError<'OBJECT_LOST'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('OBJECT_LOST', message, opts);
   }
 }
 
 /** The process that owned the object is gone, so the object is gone too. */
-export class OwnerDiedError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class OwnerDiedError extends RtjobError<'OWNER_DIED'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('OWNER_DIED', message, opts);
   }
 }
 
 /** A named actor with this name already exists. */
-export class NameTakenError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class NameTakenError extends RtjobError<'NAME_TAKEN'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('NAME_TAKEN', message, opts);
   }
 }
 
 /** A lookup (named actor, placement group, node) found nothing. */
-export class NotFoundError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class NotFoundError extends RtjobError<'NOT_FOUND'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('NOT_FOUND', message, opts);
   }
 }
 
 /** A peer sent something the protocol does not allow. */
-export class ProtocolError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class ProtocolError extends RtjobError<'PROTOCOL'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('PROTOCOL', message, opts);
   }
 }
 
 /** The connection was refused for a bad or missing token. */
-export class AuthError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class AuthError extends RtjobError<'AUTH'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('AUTH', message, opts);
   }
 }
 
 /** A connection failed or closed before the reply came. */
-export class ConnectionError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class ConnectionError extends RtjobError<'CONNECTION'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('CONNECTION', message, opts);
   }
 }
 
 /** A placement group was removed, or could not be created. */
-export class PlacementGroupError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class PlacementGroupError extends RtjobError<'PLACEMENT_GROUP'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('PLACEMENT_GROUP', message, opts);
   }
 }
 
 /** An API was used before `init()`. */
-export class NotInitializedError extends RtjobError {
+export class NotInitializedError extends RtjobError<'NOT_INITIALIZED'> {
   constructor(message = 'rtjob is not initialised: call init() first') {
     super('NOT_INITIALIZED', message);
   }
 }
 
 /** A caller passed an option or argument the runtime cannot use. */
-export class InvalidArgumentError extends RtjobError {
-  constructor(message: string, opts: ConstructorParameters<typeof RtjobError>[2] = {}) {
+export class InvalidArgumentError extends RtjobError<'INVALID_ARGUMENT'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('INVALID_ARGUMENT', message, opts);
   }
 }
 
-type Ctor = new (message: string, opts?: ConstructorParameters<typeof RtjobError>[2]) => RtjobError;
+/**
+ * A collective operation (all-reduce, broadcast, barrier) or joining its group failed: a member
+ * died or left (`reason: 'member-left'`), the operation ran past its timeout (`'timeout'`), the
+ * members called different operations or sizes (`'mismatch'`), or the group was destroyed
+ * (`'destroyed'`). A group that failed once stays failed: every later call rejects at once.
+ */
+export class CollectiveError extends RtjobError<'COLLECTIVE'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
+    super('COLLECTIVE', message, opts);
+  }
+}
+
+type Ctor = new (message: string, opts?: RtjobErrorOptions) => RtjobError;
 const byCode: Record<Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>, Ctor> = {
   ACTOR_DIED: ActorDiedError,
   ACTOR_UNAVAILABLE: ActorUnavailableError,
@@ -209,22 +250,71 @@ const byCode: Record<Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>, Ctor> = {
   CONNECTION: ConnectionError,
   PLACEMENT_GROUP: PlacementGroupError,
   INVALID_ARGUMENT: InvalidArgumentError,
+  COLLECTIVE: CollectiveError,
 };
 
-/** True when `e` is a runtime error, optionally with the given code. Works across boundaries. */
-export function isRtjobError(e: unknown, code?: ErrorCode): e is RtjobError {
-  if (typeof e !== 'object' || e === null) return false;
-  const c = (e as { code?: unknown }).code;
-  if (typeof c !== 'string' || !(e instanceof Error)) return false;
-  return code === undefined ? c in byCode || c === 'TASK' || c === 'NOT_INITIALIZED' : c === code;
+/** True when `code` names one of the runtime's own error classes. */
+export function isRuntimeErrorCode(code: string): code is ErrorCode {
+  return code in byCode || code === 'TASK' || code === 'NOT_INITIALIZED';
 }
 
-/** Turns any thrown value into wire form. User errors become `TASK` with their own name. */
+/**
+ * True when `e` is an rtjob error, optionally with the given code. Works across module copies
+ * and for errors that came over the wire (a remote user error arrives with its own `code`).
+ */
+export function isRtjobError<C extends string = string>(e: unknown, code?: C): e is RtjobError<C> {
+  if (!(e instanceof Error)) return false;
+  const c = (e as { code?: unknown }).code;
+  if (typeof c !== 'string') return false;
+  if (code !== undefined) return c === code;
+  return e instanceof RtjobError || isRuntimeErrorCode(c);
+}
+
+/** Own data fields of a thrown error, without the ones every error has. */
+function ownFields(e: Error): Record<string, unknown> | undefined {
+  const skip = new Set(['name', 'message', 'stack', 'cause', 'code', 'context', 'remoteStack']);
+  if (e instanceof TaskError) skip.add('remoteName').add('fieldNames');
+  let out: Record<string, unknown> | undefined;
+  for (const [k, v] of Object.entries(e)) {
+    if (skip.has(k) || typeof v === 'function' || typeof v === 'symbol') continue;
+    (out ??= {})[k] = v;
+  }
+  return out;
+}
+
+/**
+ * The error user code threw, as the {@link TaskError} its caller will see: its name, message,
+ * stack, `code` and fields are kept, and `context` (actor id, method) is added.
+ */
+export function toTaskError(e: unknown, context: ErrorContext): TaskError {
+  if (e instanceof TaskError) return e;
+  const err = e instanceof Error ? e : new Error(typeof e === 'string' ? e : safeString(e));
+  const code = (err as { code?: unknown }).code;
+  const fields = ownFields(err);
+  return new TaskError(err.name, err.message, {
+    context: { ...(err instanceof RtjobError ? err.context : {}), ...context },
+    remoteStack: err instanceof RtjobError ? (err.remoteStack ?? err.stack) : err.stack,
+    cause: err.cause,
+    ...(typeof code === 'string' ? { code } : {}),
+    ...(fields ? { fields } : {}),
+  });
+}
+
+/** True for an error the runtime itself raised (not one user code threw). */
+export function isRuntimeError(e: unknown): e is RtjobError<ErrorCode> {
+  return e instanceof RtjobError && !(e instanceof TaskError) && isRuntimeErrorCode(e.code);
+}
+
+/**
+ * Turns any thrown value into wire form. Runtime errors keep their class; anything else is a
+ * user error and travels with its own name, `code` and fields.
+ */
 export function toWire(e: unknown, depth = 0): WireError {
-  if (e instanceof RtjobError) {
-    const cause = e.cause !== undefined && depth < 4 ? toWire(e.cause, depth + 1) : undefined;
+  const err = e instanceof Error ? e : undefined;
+  const cause = err?.cause !== undefined && depth < 4 ? toWire(err.cause, depth + 1) : undefined;
+  if (isRuntimeError(e)) {
     return {
-      name: e instanceof TaskError ? e.remoteName : e.name,
+      name: e.name,
       code: e.code,
       message: e.message,
       stack: e.remoteStack ?? e.stack,
@@ -232,17 +322,34 @@ export function toWire(e: unknown, depth = 0): WireError {
       ...(cause ? { cause } : {}),
     };
   }
-  if (e instanceof Error) {
-    const cause = e.cause !== undefined && depth < 4 ? toWire(e.cause, depth + 1) : undefined;
+  if (err) {
+    const code = (err as { code?: unknown }).code;
+    const fields = err instanceof TaskError ? pick(err, err.fieldNames) : ownFields(err);
     return {
-      name: e.name,
-      code: 'TASK',
-      message: e.message,
-      stack: e.stack,
+      name: err instanceof TaskError ? err.remoteName : err.name,
+      code: typeof code === 'string' ? code : 'TASK',
+      message: err.message,
+      stack: err instanceof RtjobError ? (err.remoteStack ?? err.stack) : err.stack,
+      ...(err instanceof RtjobError && Object.keys(err.context).length > 0
+        ? { context: err.context }
+        : {}),
+      task: true,
+      ...(fields && Object.keys(fields).length > 0 ? { fields } : {}),
       ...(cause ? { cause } : {}),
     };
   }
-  return { name: 'Error', code: 'TASK', message: typeof e === 'string' ? e : safeString(e) };
+  return {
+    name: 'Error',
+    code: 'TASK',
+    message: typeof e === 'string' ? e : safeString(e),
+    task: true,
+  };
+}
+
+function pick(o: object, keys: readonly string[]): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const k of keys) out[k] = (o as Record<string, unknown>)[k];
+  return out;
 }
 
 /** Rebuilds a typed error from wire form; `extra` context (e.g. the actor id) is merged in. */
@@ -253,9 +360,15 @@ export function fromWire(w: WireError, extra?: ErrorContext): RtjobError {
     remoteStack: w.stack,
     cause: w.cause ? fromWire(w.cause) : undefined,
   };
-  if (w.code === 'TASK') return new TaskError(w.name, w.message, opts);
+  if (w.task || w.code === 'TASK' || !isRuntimeErrorCode(w.code)) {
+    return new TaskError(w.name, w.message, {
+      ...opts,
+      code: w.code,
+      ...(w.fields ? { fields: w.fields } : {}),
+    });
+  }
   if (w.code === 'NOT_INITIALIZED') return new NotInitializedError(w.message);
-  const C = byCode[w.code] ?? ProtocolError;
+  const C = byCode[w.code as Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>];
   return new C(w.message, opts);
 }
 

@@ -28,6 +28,18 @@ export type {
   WaitOptions,
 } from './api.ts';
 export { ObjectRef } from './client/object-ref.ts';
+export {
+  CollectiveGroup,
+  collectiveGroupDefaults,
+  initCollectiveGroup,
+} from './collective/group.ts';
+export type {
+  AllreduceOptions,
+  BroadcastOptions,
+  CollectiveGroupOptions,
+  CollectiveStats,
+  Tensors,
+} from './collective/group.ts';
 export * from './errors.ts';
 export { kActorId } from './handles.ts';
 export type {

@@ -5,11 +5,22 @@
  *
  * @module
  */
+import { readEnv } from './env.ts';
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error';
 const rank: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 
-let threshold = rank[(process.env.RTJOB_LOG_LEVEL as LogLevel | undefined) ?? 'warn'] ?? rank.warn;
+let threshold = rank[levelFromEnv()];
+
+/** `RTJOB_LOG_LEVEL`; a bad value is reported once and `warn` used, since logging must not fail. */
+function levelFromEnv(): LogLevel {
+  try {
+    return readEnv('RTJOB_LOG_LEVEL') ?? 'warn';
+  } catch (e) {
+    process.stderr.write(`rtjob: ${(e as Error).message}; using warn\n`);
+    return 'warn';
+  }
+}
 let sink: (level: LogLevel, component: string, message: string) => void = (level, c, m) => {
   process.stderr.write(`rtjob ${c} ${level}: ${m}\n`);
 };
@@ -39,4 +50,16 @@ export function logger(component: string): Logger {
     if (rank[level] >= threshold) sink(level, component, message);
   };
   return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
+}
+
+/**
+ * Runs `fn` for an event (a socket closing, a timer firing) and logs what it throws instead of
+ * letting it escape: an event handler must never take its process down.
+ */
+export function guarded(log: Logger, what: string, fn: () => void): void {
+  try {
+    fn();
+  } catch (e) {
+    log.error(`${what} failed: ${(e as Error)?.stack ?? String(e)}`);
+  }
 }

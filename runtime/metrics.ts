@@ -13,9 +13,9 @@
  *
  * @module
  */
-import { readFileSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { join } from 'node:path';
+import { readClusterFile } from './cluster-file.ts';
+import { readEnv } from './env.ts';
+import { fetchTransport, RestError, restClient } from './head/http/contract.ts';
 
 /** Numeric values by name; non-finite values are stored as gaps. */
 export type MetricValues = Record<string, number>;
@@ -28,7 +28,7 @@ interface Row {
 
 /** Options of {@link createMetricsLogger}. */
 export interface MetricsLoggerOptions {
-  /** @default process.env.RTJOB_JOB_ID */
+  /** @default RTJOB_JOB_ID */
   jobId?: string;
   /** The head's HTTP URL. @default RTJOB_HTTP_ADDRESS, else dashboardUrl in ~/.rtjob/cluster.json */
   httpAddress?: string;
@@ -50,25 +50,16 @@ export interface MetricsLogger {
   latest(): MetricValues;
 }
 
-function clusterFile(): { dashboardUrl?: string; token?: string } {
-  try {
-    const home = process.env.RTJOB_HOME ?? join(homedir(), '.rtjob');
-    return JSON.parse(readFileSync(join(home, 'cluster.json'), 'utf8')) as { dashboardUrl?: string; token?: string };
-  } catch {
-    return {};
-  }
-}
-
 /** Creates a logger; most code uses the shared {@link metrics}. */
 export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLogger {
-  const jobId = opts.jobId ?? process.env.RTJOB_JOB_ID;
-  let endpoint: { url: string; token: string } | null | undefined;
+  const jobId = opts.jobId ?? readEnv('RTJOB_JOB_ID');
+  let endpoint: { url: string; token: string; jobId: string } | null | undefined;
   const resolveEndpoint = () => {
     if (endpoint !== undefined) return endpoint;
-    const file = opts.httpAddress && opts.token ? {} : clusterFile();
-    const base = opts.httpAddress ?? process.env.RTJOB_HTTP_ADDRESS ?? file.dashboardUrl;
-    const token = opts.token ?? process.env.RTJOB_TOKEN ?? file.token;
-    endpoint = jobId && base && token ? { url: `${base}/api/jobs/${encodeURIComponent(jobId)}/metrics`, token } : null;
+    const file = opts.httpAddress && opts.token ? undefined : readClusterFile();
+    const base = opts.httpAddress ?? readEnv('RTJOB_HTTP_ADDRESS') ?? file?.dashboardUrl;
+    const token = opts.token ?? readEnv('RTJOB_TOKEN') ?? file?.token;
+    endpoint = jobId && base && token ? { url: base, token, jobId } : null;
     return endpoint;
   };
   const flushIntervalMs = opts.flushIntervalMs ?? 250;
@@ -84,19 +75,16 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
     if (!ep) return;
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
-        const res = await fetch(ep.url, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', authorization: `Bearer ${ep.token}` },
-          body: JSON.stringify({ rows }),
-        });
-        if (res.ok) return;
-        if (res.status < 500) {
-          if (!warned) process.stderr.write(`rtjob metrics: the head refused metric rows (${res.status}: ${await res.text()})\n`);
+        const api = restClient(fetchTransport(ep.url, { authorization: `Bearer ${ep.token}` }));
+        await api.call('POST /api/jobs/:jobId/metrics', { params: { jobId: ep.jobId }, body: { rows } });
+        return;
+      } catch (err) {
+        // A refusal is final; otherwise the head may be restarting: try again shortly.
+        if (err instanceof RestError && err.status < 500) {
+          if (!warned) process.stderr.write(`rtjob metrics: the head refused metric rows (${err.status}: ${err.message})\n`);
           warned = true;
           return;
         }
-      } catch {
-        // The head may be restarting; try again shortly.
       }
       await new Promise((r) => setTimeout(r, 200 * (attempt + 1)));
     }

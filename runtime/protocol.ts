@@ -7,6 +7,9 @@
  * answered by a `reply` with the same `rid`. Messages larger than the transport's chunk size are
  * split into `fragment` messages so they never hold up other traffic on the connection.
  *
+ * Over 500 lines on purpose: every message of every process in one place, so a frame read from
+ * a socket explains itself (STYLE.md). Each message's schema is in `wire-schemas.ts`.
+ *
  * @module
  */
 import { Packr, addExtension } from 'msgpackr';
@@ -336,6 +339,8 @@ export interface Fetch {
   readonly type: 'fetch';
   readonly rid: number;
   readonly objectId: string;
+  /** Ask for the bytes over this connection even when shared memory is possible. */
+  readonly inline?: boolean;
 }
 export interface Borrow {
   readonly type: 'borrow';
@@ -346,10 +351,35 @@ export interface Unborrow {
   readonly type: 'unborrow';
   readonly objectId: string;
 }
-/** Data-plane handshake: tells a worker which actor incarnation the caller meant to reach. */
+/**
+ * First message on a data-plane connection: the connecting process's `machineId` (its
+ * `/dev/shm`), so large values it fetches or gets back from calls can go through shared memory.
+ */
+export interface Hello {
+  readonly type: 'hello';
+  readonly machine: string;
+}
+/**
+ * Data-plane handshake: tells a worker which actor incarnation the caller meant to reach; a
+ * worker that is not that incarnation closes the connection before any call on it runs.
+ */
 export interface Ping {
   readonly type: 'ping';
   readonly rid: number;
+  readonly actorId?: string;
+  readonly incarnation?: number;
+}
+
+/**
+ * worker → head: "am I still incarnation `incarnation` of `actorId`?" Answered with how long the
+ * worker may serve calls without asking again; refused (`NOT_FOUND`) once the head has replaced
+ * or killed that incarnation, and the worker exits. See `runtime/worker/lease.ts`.
+ */
+export interface RenewLease {
+  readonly type: 'renewLease';
+  readonly rid: number;
+  readonly actorId: string;
+  readonly incarnation: number;
 }
 
 export type HeadRequest =
@@ -357,6 +387,7 @@ export type HeadRequest =
   | WorkerHello
   | ActorReady
   | ActorLoadFailed
+  | RenewLease
   | RegisterClient
   | CreateActor
   | WaitActor
@@ -374,6 +405,56 @@ export type HeadRequest =
 
 export type DataRequest = Call | Fetch | Borrow | Ping;
 
+/** Reply value of `registerClient`. */
+export interface ClientRegistration {
+  readonly clientId: string;
+  /** The head's session dir (absent for an in-memory head). */
+  readonly sessionDir?: string;
+}
+
+/**
+ * What each request is answered with (`void` for one-way messages the head receives). Keyed by
+ * every message type the head or a data endpoint receives, so `Connection.request` returns the
+ * right type and the head's handler table must return it (both checked by the compiler).
+ */
+export interface Replies {
+  registerNode: { readonly nodeId: string };
+  registerClient: ClientRegistration;
+  workerExited: void;
+  workerLog: void;
+  workerStats: void;
+  fetchPackage: Uint8Array;
+  workerHello: WorkerAssignment;
+  actorReady: boolean;
+  actorLoadFailed: boolean;
+  renewLease: { readonly leaseMs: number };
+  createActor: { readonly actorId: string };
+  waitActor: ActorLocation;
+  killActor: void;
+  getActorByName: ActorInfo;
+  getActorInfo: ActorInfo;
+  listActors: ActorInfo[];
+  listNodes: NodeInfo[];
+  createPlacementGroup: { readonly pgId: string };
+  waitPlacementGroup: boolean;
+  removePlacementGroup: boolean;
+  kvPut: boolean;
+  kvGet: Uint8Array | null;
+  /** Whatever the actor method returned. */
+  call: unknown;
+  fetch: unknown;
+  borrow: boolean;
+  unborrow: void;
+  hello: void;
+  ping: 'pong';
+}
+
+/** The reply value of a request of type `T`. */
+export type ReplyOf<T extends keyof Replies> = Replies[T];
+
+/** A request as a caller writes it (no `rid`: the transport assigns it). */
+export type AnyRequestBody = RequestBody<HeadRequest | DataRequest>;
+
 /** Every message. */
 export type Message =
   | Reply
@@ -385,7 +466,8 @@ export type Message =
   | StartWorker
   | StopWorker
   | DataRequest
-  | Unborrow;
+  | Unborrow
+  | Hello;
 
 export type MessageType = Message['type'];
 export type MessageOf<T extends MessageType> = Extract<Message, { type: T }>;
@@ -421,6 +503,7 @@ export const messageRoutes = {
   workerHello: { to: ['head'], from: clients },
   actorReady: { to: ['head'], from: clients },
   actorLoadFailed: { to: ['head'], from: clients },
+  renewLease: { to: ['head'], from: ['worker'] },
   createActor: { to: ['head'], from: clients },
   waitActor: { to: ['head'], from: clients },
   killActor: { to: ['head'], from: clients },
@@ -440,7 +523,17 @@ export const messageRoutes = {
   borrow: { to: ['data'] },
   unborrow: { to: ['data'] },
   ping: { to: ['data'] },
+  hello: { to: ['data'] },
 } as const satisfies { readonly [T in MessageType]: { readonly to: readonly Endpoint[]; readonly from?: readonly Sender[] } };
+
+type ReceivedBy<E extends Endpoint> = {
+  [T in MessageType]: E extends (typeof messageRoutes)[T]['to'][number] ? T : never;
+}[MessageType];
+/** Every message the head or a data endpoint receives has an entry in `Replies`, and no other. */
+export type HeadBound = ReceivedBy<'head'>;
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const repliesCoverRequests: Same<keyof Replies, HeadBound | ReceivedBy<'data'>> = true;
+void repliesCoverRequests;
 
 /** Who may send `type` to the head (nobody, for a type the head does not receive). */
 export function sendersOf(type: MessageType): readonly Sender[] {

@@ -4,16 +4,22 @@
  * split into fragments that interleave with other traffic. A peer that sends something malformed,
  * oversized or unexpected has its connection closed with a logged reason; the process carries on.
  *
+ * Over 500 lines on purpose: one concept (a connection's framing, requests, heartbeats and
+ * flow control) and the two ways to open one, which share its options. Reassembly of fragments
+ * is in `fragments.ts`, message checks in `wire-schemas.ts`.
+ *
  * @module
  */
 import { timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocket, WebSocketServer } from 'ws';
-import { AuthError, ConnectionError, fromWire, toWire } from './errors.ts';
-import { logger } from './log.ts';
+import { AuthError, ConnectionError, InvalidArgumentError, fromWire, toWire } from './errors.ts';
+import { guarded, logger } from './log.ts';
 import {
+  type AnyRequestBody,
   type Fragment,
+  type ReplyOf,
   type Message,
   type MessageType,
   invalidMessage,
@@ -21,6 +27,8 @@ import {
   unpack,
   unpackFrame,
 } from './protocol.ts';
+import { Reassembly } from './fragments.ts';
+import { invalidFields } from './wire-schemas.ts';
 
 const log = logger('transport');
 
@@ -30,6 +38,11 @@ export interface TransportOptions {
   maxFrameBytes?: number;
   /** Largest message accepted after reassembling fragments. @default 2 GiB */
   maxMessageBytes?: number;
+  /**
+   * Bytes of partly received fragmented messages one connection may hold; more closes it.
+   * Memory is taken as fragments arrive, never for a declared size. @default 2 GiB
+   */
+  maxBytesInFlight?: number;
   /** Messages larger than this are sent as fragments of this size. @default 1 MiB */
   chunkBytes?: number;
   /** How often each side pings. @default 1000 */
@@ -46,6 +59,7 @@ export interface TransportOptions {
 export const transportDefaults: Required<TransportOptions> = {
   maxFrameBytes: 64 * 1024 * 1024,
   maxMessageBytes: 2 * 1024 * 1024 * 1024 - 1,
+  maxBytesInFlight: 2 * 1024 * 1024 * 1024 - 1,
   chunkBytes: 1024 * 1024,
   heartbeatIntervalMs: 1000,
   heartbeatTimeoutMs: 30_000,
@@ -82,6 +96,16 @@ function unrefSocket(ws: WebSocket): void {
 /** Called for every message that is not a reply or fragment; a returned value answers `rid`. */
 export type Handler = (msg: Message, conn: Connection) => unknown;
 
+/** Per-request options. */
+export interface RequestOptions {
+  /**
+   * On a connection that does not hold the process, whether this outstanding request does
+   * (false for long polls that watch something, so they never keep a finished driver alive).
+   * @default true
+   */
+  holdProcess?: boolean;
+}
+
 /** How a reply is delivered: `(undefined, value)` or `(error)`. */
 export type ReplyCallback = (err: Error | undefined, value?: unknown) => void;
 
@@ -90,13 +114,12 @@ interface OutgoingLarge {
   bytes: Buffer;
   offset: number;
 }
-interface Assembly {
-  bytes: Buffer;
-  received: number;
-}
-
 const maxFragmentsInFlight = 4;
+/** Large messages one connection sends interleaved; the rest wait their turn. */
+const maxConcurrentLarge = 16;
 let nextConnId = 1;
+
+export { fragmentBytesInFlight, setProcessFragmentBudget } from './fragments.ts';
 
 /** One authenticated connection, either side. */
 export class Connection {
@@ -114,10 +137,13 @@ export class Connection {
   private nextRid = 1;
   private small: Buffer[] = [];
   private large: OutgoingLarge[] = [];
+  private largeWaiting: OutgoingLarge[] = [];
   private fragmentsInFlight = 0;
   private nextFid = 1;
   private flushScheduled = false;
-  private readonly assemblies = new Map<number, Assembly>();
+  private readonly reassembly: Reassembly;
+  /** Whether the peer may send fragments yet (a head allows them once the peer registered). */
+  private fragmentsAllowed: boolean;
   private lastSeenMs = Date.now();
   private lastBeatMs = Date.now();
   private heartbeatTimeoutMs: number;
@@ -130,13 +156,18 @@ export class Connection {
     private readonly accepts: ReadonlySet<MessageType> | undefined,
     opts: Required<TransportOptions>,
     label: string,
+    fragmentsAllowed = true,
   ) {
+    this.fragmentsAllowed = fragmentsAllowed;
+    this.reassembly = new Reassembly(opts.maxMessageBytes, opts.maxBytesInFlight);
     this.ws = ws;
     this.opts = opts;
     this.label = label;
     this.heartbeatTimeoutMs = opts.heartbeatTimeoutMs;
     ws.binaryType = 'nodebuffer';
-    ws.on('message', (data: Buffer, isBinary: boolean) => this.onFrame(data, isBinary));
+    ws.on('message', (data: Buffer, isBinary: boolean) =>
+      guarded(log, `message from ${label}`, () => this.onFrame(data, isBinary)),
+    );
     ws.on('pong', () => (this.lastSeenMs = Date.now()));
     ws.on('ping', () => (this.lastSeenMs = Date.now()));
     // ws reports protocol violations (oversized frame, bad opcode) with a WS_ERR_* code.
@@ -149,6 +180,11 @@ export class Connection {
     this.heartbeat = setInterval(() => this.beat(), opts.heartbeatIntervalMs);
     this.heartbeat.unref();
     if (!opts.holdProcess) unrefSocket(ws);
+  }
+
+  /** Lets the peer send fragmented messages (called once it has registered). */
+  allowFragments(): void {
+    this.fragmentsAllowed = true;
   }
 
   /** Replaces the message handler (a role is known only after registration). */
@@ -166,17 +202,22 @@ export class Connection {
     if (this.closed) return;
     const bytes = pack(msg);
     if (bytes.length > this.opts.chunkBytes) {
-      this.large.push({ fid: this.nextFid++, bytes, offset: 0 });
+      const job = { fid: this.nextFid++, bytes, offset: 0 };
+      if (this.large.length < maxConcurrentLarge) this.large.push(job);
+      else this.largeWaiting.push(job);
     } else {
       this.small.push(bytes);
     }
     this.scheduleFlush();
   }
 
-  /** Sends a request and resolves with the reply's value (rejects with the remote error). */
-  request<T = unknown>(body: Record<string, unknown> & { type: MessageType }): Promise<T> {
-    return new Promise<T>((resolve, reject) =>
-      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as T))),
+  /**
+   * Sends a request and resolves with the reply's value (rejects with the remote error); the
+   * value's type is the one `Replies` gives the request's `type`.
+   */
+  request<B extends AnyRequestBody>(body: B, opts?: RequestOptions): Promise<ReplyOf<B['type']>> {
+    return new Promise((resolve, reject) =>
+      this.requestCb(body, (err, value) => (err ? reject(err) : resolve(value as ReplyOf<B['type']>)), opts),
     );
   }
 
@@ -185,14 +226,14 @@ export class Connection {
    * of actor calls. `cb` is called exactly once, possibly synchronously when the connection is
    * already closed or the body cannot be packed.
    */
-  requestCb(body: Record<string, unknown> & { type: MessageType }, cb: ReplyCallback): void {
+  requestCb(body: AnyRequestBody, cb: ReplyCallback, opts?: RequestOptions): void {
     if (this.closed) {
       cb(new ConnectionError(`connection to ${this.label} is closed: ${this.closeReason}`));
       return;
     }
     const rid = this.nextRid++;
     let done = cb;
-    if (!this.opts.holdProcess) {
+    if (!this.opts.holdProcess && opts?.holdProcess !== false) {
       holdOpen(1);
       done = (err, value) => {
         holdOpen(-1);
@@ -225,7 +266,7 @@ export class Connection {
 
   /** Registers a listener for the end of the connection (reason in words). */
   onClose(fn: (reason: string) => void): void {
-    if (this.finished) fn(this.closeReason);
+    if (this.finished) guarded(log, `close handler of ${this.label}`, () => fn(this.closeReason));
     else this.closeListeners.push(fn);
   }
 
@@ -253,13 +294,14 @@ export class Connection {
     this.closeReason ||= reason;
     this.small = [];
     this.large = [];
-    this.assemblies.clear();
+    this.largeWaiting = [];
+    this.reassembly.clear();
     const err = new ConnectionError(`connection to ${this.label} closed: ${this.closeReason}`);
     const pending = [...this.pending.values()];
     this.pending.clear();
-    for (const p of pending) p(err);
+    for (const p of pending) guarded(log, `reply handler of ${this.label}`, () => p(err));
     const listeners = this.closeListeners.splice(0);
-    for (const fn of listeners) fn(this.closeReason);
+    for (const fn of listeners) guarded(log, `close handler of ${this.label}`, () => fn(this.closeReason));
   }
 
   /** Changes how long the peer may stay silent (the head tightens it for node agents). */
@@ -312,6 +354,7 @@ export class Connection {
       job.offset = end;
       // Round-robin: concurrent large messages share the link fragment by fragment.
       if (end < job.bytes.length) this.large.push(job);
+      else if (this.largeWaiting.length > 0) this.large.push(this.largeWaiting.shift()!);
       this.fragmentsInFlight++;
       this.ws.send(pack(frag), () => {
         this.fragmentsInFlight--;
@@ -340,18 +383,26 @@ export class Connection {
     const bad = invalidMessage(m);
     if (bad) return this.close(bad, 1008);
     const msg = m as Message;
+    if (msg.type !== 'reply' && msg.type !== 'fragment' && this.accepts && !this.accepts.has(msg.type)) {
+      return this.close(`unexpected message type '${msg.type}' for this endpoint`, 1008);
+    }
+    // Every message is checked against its type's schema before anything reads its fields.
+    const badField = invalidFields(msg);
+    if (badField !== undefined) {
+      const rid = (msg as { rid?: unknown }).rid;
+      if (msg.type !== 'reply' && Number.isSafeInteger(rid)) {
+        return this.replyError(rid as number, new InvalidArgumentError(`invalid '${msg.type}': ${badField}`));
+      }
+      return this.close(`invalid '${msg.type}': ${badField}`, 1008);
+    }
     if (msg.type === 'reply') {
       const p = this.pending.get(msg.rid);
       if (!p) return; // a reply to a request that timed out or was never made; harmless
       this.pending.delete(msg.rid);
-      if (msg.error) p(fromWire(msg.error));
-      else p(undefined, msg.value);
+      guarded(log, `reply handler of ${this.label}`, () => (msg.error ? p(fromWire(msg.error)) : p(undefined, msg.value)));
       return;
     }
     if (msg.type === 'fragment') return this.onFragment(msg);
-    if (this.accepts && !this.accepts.has(msg.type)) {
-      return this.close(`unexpected message type '${msg.type}' for this endpoint`, 1008);
-    }
     const rid = (msg as { rid?: number }).rid;
     let result: unknown;
     try {
@@ -380,31 +431,13 @@ export class Connection {
   }
 
   private onFragment(f: Fragment): void {
-    const ok =
-      typeof f.fid === 'number' &&
-      Number.isInteger(f.total) &&
-      Number.isInteger(f.offset) &&
-      f.data instanceof Uint8Array &&
-      f.total > 0 &&
-      f.total <= this.opts.maxMessageBytes &&
-      f.offset >= 0 &&
-      f.offset + f.data.length <= f.total;
-    if (!ok) return this.close('malformed fragment', 1008);
-    let a = this.assemblies.get(f.fid);
-    if (!a) {
-      if (f.offset !== 0) return this.close('fragment out of order', 1008);
-      a = { bytes: Buffer.allocUnsafe(f.total), received: 0 };
-      this.assemblies.set(f.fid, a);
-    } else if (a.bytes.length !== f.total || f.offset !== a.received) {
-      return this.close('fragment does not continue its message', 1008);
-    }
-    a.bytes.set(f.data, f.offset);
-    a.received += f.data.length;
-    if (a.received < f.total) return;
-    this.assemblies.delete(f.fid);
+    if (!this.fragmentsAllowed) return this.close('fragment before registering', 1008);
+    const out = this.reassembly.accept(f);
+    if (out === undefined) return;
+    if ('error' in out) return this.close(out.error, 1008);
     let inner: unknown;
     try {
-      inner = unpack(a.bytes);
+      inner = unpack(out.done);
     } catch (e) {
       return this.close(`malformed fragmented message: ${(e as Error).message}`, 1007);
     }
@@ -437,6 +470,11 @@ export interface ListenOptions extends TransportOptions {
   handler: Handler;
   /** Called for each authenticated connection. */
   onConnection?: (conn: Connection) => void;
+  /**
+   * Refuse fragments until the handler calls `conn.allowFragments()` (the head does once a peer
+   * registers), so an unregistered peer cannot make this process hold large messages. @default false
+   */
+  fragmentsAfterRegistration?: boolean;
 }
 
 /** A listening endpoint. */
@@ -448,6 +486,27 @@ export interface Server {
   readonly connections: ReadonlySet<Connection>;
   close(): Promise<void>;
 }
+
+/**
+ * Logs refused connections at most once a minute per address (with how many were not logged), so
+ * a peer hammering the port with bad tokens cannot fill the log.
+ */
+class RefusalLog {
+  private readonly byAddress = new Map<string, { loggedAtMs: number; quiet: number }>();
+  note(address: string): void {
+    const now = Date.now();
+    const e = this.byAddress.get(address);
+    if (e && now - e.loggedAtMs < 60_000) {
+      e.quiet++;
+      return;
+    }
+    const more = e?.quiet ? ` (${e.quiet} more since the last line)` : '';
+    log.warn(`rejected connection from ${address}: bad or missing token${more}`);
+    if (this.byAddress.size >= 1024) this.byAddress.clear(); // bounded: forget old addresses
+    this.byAddress.set(address, { loggedAtMs: now, quiet: 0 });
+  }
+}
+const refusals = new RefusalLog();
 
 function tokenMatches(given: string | undefined, token: string): boolean {
   if (given === undefined) return false;
@@ -475,15 +534,13 @@ export function listen(options: ListenOptions): Promise<Server> {
     skipUTF8Validation: true,
     verifyClient: (info, cb) => {
       if (tokenMatches(bearer(info.req), options.token)) return cb(true);
-      log.warn(
-        `rejected connection from ${info.req.socket.remoteAddress}:${info.req.socket.remotePort}: bad or missing token`,
-      );
+      refusals.note(info.req.socket.remoteAddress ?? '?');
       cb(false, 401, 'bad or missing token');
     },
   });
   wss.on('connection', (ws, req) => {
     const label = `${req.socket.remoteAddress}:${req.socket.remotePort}`;
-    const conn = new Connection(ws, options.handler, options.accepts, opts, label);
+    const conn = new Connection(ws, options.handler, options.accepts, opts, label, !options.fragmentsAfterRegistration);
     connections.add(conn);
     conn.onClose(() => connections.delete(conn));
     options.onConnection?.(conn);
@@ -528,6 +585,9 @@ export function connect(address: string, options: ConnectOptions): Promise<Conne
     maxPayload: opts.maxFrameBytes,
     perMessageDeflate: false,
     skipUTF8Validation: true,
+    // A zero mask lets ws send client frames without a masked copy of every byte. Masking guards
+    // browsers' intermediaries against cache poisoning; these peers are authenticated processes.
+    generateMask: zeroMask,
   });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
@@ -554,6 +614,10 @@ export function connect(address: string, options: ConnectOptions): Promise<Conne
       resolve(new Connection(ws, handler, options.accepts, opts, address));
     });
   });
+}
+
+function zeroMask(mask: Buffer): void {
+  mask.fill(0);
 }
 
 function stripUndefined<T extends object>(o: T): Partial<T> {

@@ -1,8 +1,10 @@
 #!/usr/bin/env node
-// Runs every uvu suite (test/**/*.test.ts) in its own process, plus the type check, and ends with
-// one line `N passed, N failed`. Usage: node scripts/run-tests.mjs [path-prefix...]
+// Runs every uvu suite (test/**/*.test.ts) in its own process, plus the type check, lint
+// (eslint.config.js) and the format check (prettier --check), and ends with one line
+// `N passed, N failed`. Usage: node scripts/run-tests.mjs [path-prefix...]
 //   TEST_CONCURRENCY  processes at once (default 2)
 //   TEST_TIMEOUT_S    per-file limit in seconds (default 900)
+//   TEST_NO_TYPECHECK=1  skip the three whole-tree checks (tsc, lint, format)
 import { spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -28,12 +30,24 @@ const files = walk(join(root, 'test'))
   .filter((f) => filters.length === 0 || filters.some((p) => f.startsWith(p)))
   .sort();
 
-/** @type {{name: string, cmd: string[]}[]} */
+/** @type {{name: string, cmd: string[], kind: 'check' | 'uvu'}[]} */
 const jobs = [];
 if (filters.length === 0 && process.env.TEST_NO_TYPECHECK !== '1') {
-  jobs.push({ name: 'tsc --noEmit', cmd: ['node_modules/.bin/tsc', '--noEmit', '-p', '.'], kind: 'tsc' });
+  // Whole-tree checks pass or fail as one unit each, judged by the exit code.
+  jobs.push({
+    name: 'tsc --noEmit',
+    cmd: ['node_modules/.bin/tsc', '--noEmit', '-p', '.'],
+    kind: 'check',
+  });
+  jobs.push({ name: 'lint (eslint .)', cmd: ['node_modules/.bin/eslint', '.'], kind: 'check' });
+  jobs.push({
+    name: 'format (prettier --check .)',
+    cmd: ['node_modules/.bin/prettier', '--check', '.'],
+    kind: 'check',
+  });
 }
-for (const f of files) jobs.push({ name: f, cmd: [process.execPath, '--import', 'tsx', f], kind: 'uvu' });
+for (const f of files)
+  jobs.push({ name: f, cmd: [process.execPath, '--import', 'tsx', f], kind: 'uvu' });
 
 let passed = 0;
 let failed = 0;
@@ -78,7 +92,7 @@ function run(job) {
       let p = 0;
       let f = 0;
       let s = 0;
-      if (job.kind === 'tsc') {
+      if (job.kind === 'check') {
         if (code === 0) p = 1;
         else f = 1;
       } else {
@@ -97,7 +111,11 @@ function run(job) {
       failed += f;
       skipped += s;
       const status = f > 0 ? 'FAIL' : 'ok  ';
-      const why = timedOut ? ` (timed out after ${timeoutMs / 1000}s)` : signal ? ` (${signal})` : '';
+      const why = timedOut
+        ? ` (timed out after ${timeoutMs / 1000}s)`
+        : signal
+          ? ` (${signal})`
+          : '';
       console.log(`${status} ${job.name}  ${p} passed, ${f} failed, ${s} skipped  ${secs}s${why}`);
       if (f > 0) failures.push({ name: job.name, out });
       resolve();

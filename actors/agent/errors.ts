@@ -1,9 +1,11 @@
 /**
  * Errors of the agent layer. Each names the agent file, so a message read in a job log is enough
- * to find the problem. Checked by `code`, since they cross process boundaries.
+ * to find the problem. Checked by `code`, since they cross process boundaries (the `file` field
+ * travels with them).
  *
  * @module
  */
+import { RtjobError } from '../../runtime/errors.ts';
 
 /** Stable codes of agent errors. */
 export type AgentErrorCode =
@@ -14,13 +16,10 @@ export type AgentErrorCode =
   | 'AGENT_ERROR_BUDGET';
 
 /** Base class: `code` plus the agent file. */
-export class AgentError extends Error {
-  readonly code: AgentErrorCode;
+export class AgentError extends RtjobError<AgentErrorCode> {
   readonly file: string;
   constructor(code: AgentErrorCode, file: string, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = new.target.name;
-    this.code = code;
+    super(code, message, options);
     this.file = file;
   }
 }
@@ -44,9 +43,14 @@ export class EpisodeError extends AgentError {
   readonly promptIndex: number;
   constructor(file: string, promptIndex: number, cause: unknown) {
     const why = cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause);
-    super('AGENT_EPISODE_FAILED', file, `agent ${file}: episode of prompt ${promptIndex} threw ${why}`, {
-      cause,
-    });
+    super(
+      'AGENT_EPISODE_FAILED',
+      file,
+      `agent ${file}: episode of prompt ${promptIndex} threw ${why}`,
+      {
+        cause,
+      },
+    );
     this.promptIndex = promptIndex;
   }
 }

@@ -22,6 +22,7 @@
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 
+import { RtjobError } from '../../runtime/errors.ts';
 import { httpCall } from './http/http-call.ts';
 
 /** Options of {@link launchServer}. */
@@ -84,14 +85,11 @@ export interface LaunchedServer {
 }
 
 /** A server that exited before it was healthy, or was not healthy in time. */
-export class ServerLaunchError extends Error {
-  override readonly name = 'ServerLaunchError';
-  readonly code: 'exited' | 'not-ready';
+export class ServerLaunchError extends RtjobError<'exited' | 'not-ready'> {
   readonly logTail: string[];
 
   constructor(code: 'exited' | 'not-ready', message: string, logTail: string[]) {
-    super(`${message}\n--- last output ---\n${logTail.join('\n')}`);
-    this.code = code;
+    super(code, `${message}\n--- last output ---\n${logTail.join('\n')}`);
     this.logTail = logTail;
   }
 }

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { RtjobError } from '../../runtime/errors.ts';
 
 /** Stable codes of gateway errors (OpenAI's where it has one). */
 export type GatewayErrorCode =
@@ -27,15 +28,14 @@ type OpenAiErrorType =
   | 'server_error';
 
 /** An error answered as `status` with OpenAI's error body; `param` names the offending field. */
-export class GatewayError extends Error {
-  override readonly name = 'GatewayError';
+export class GatewayError extends RtjobError<GatewayErrorCode> {
   constructor(
     readonly status: number,
-    readonly code: GatewayErrorCode,
+    code: GatewayErrorCode,
     message: string,
     readonly param: string | null = null,
   ) {
-    super(message);
+    super(code, message);
   }
 
   /** OpenAI's `type` for this status. */

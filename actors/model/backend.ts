@@ -8,6 +8,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
+import { readEnv } from '../../runtime/env.ts';
 import './wasm-kernels.ts';
 
 export type BackendName = 'wasm' | 'cpu' | 'tensorflow';
@@ -36,7 +37,7 @@ async function tryNative(): Promise<boolean> {
  * const backend = await initBackend();        // 'wasm' on a machine without tfjs-node
  */
 export function initBackend(preferred?: BackendName): Promise<BackendName> {
-  const want = preferred ?? (process.env.RTJOB_TF_BACKEND as BackendName | undefined);
+  const want = preferred ?? readEnv('RTJOB_TF_BACKEND');
   if (current && (!want || tf.getBackend() === want)) return current;
   current = (async (): Promise<BackendName> => {
     let chosen: BackendName;
@@ -54,7 +55,7 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
       throw new Error(`unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu or tensorflow)`);
     }
     await tf.ready();
-    if (process.env.RTJOB_QUIET_BACKEND !== '1') {
+    if (readEnv('RTJOB_QUIET_BACKEND') !== true) {
       process.stderr.write(`rtjob model: TF.js backend '${chosen}'\n`);
     }
     return chosen;

@@ -24,7 +24,7 @@ export function builtinTokenizerFiles(): { tokenizerJson: object; tokenizerConfi
   builtinSpecialTokens.forEach((s, i) => (vocab[s] = i));
   let id = builtinSpecialTokens.length;
   for (let c = 32; c < 127; c++) vocab[String.fromCharCode(c)] = id++;
-  vocab['\n'] = id++;
+  vocab['\n'] = id;
   const tokenizerJson = {
     version: '1.0',
     truncation: null,

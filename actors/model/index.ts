@@ -1,5 +1,5 @@
 /**
- * The TF.js causal LM (Llama/Qwen2 equations), its tokenizers, checkpoints and training blocks.
+ * The TF.js causal LM (Llama, Mistral, Qwen2 and Qwen3 equations), its tokenizers, checkpoints and training blocks.
  *
  * @example
  * import { loadModel, forwardLogprobs } from './actors/model/index.ts';
@@ -11,18 +11,18 @@
 import { fileURLToPath } from 'node:url';
 
 export type { BackendName } from './backend.ts';
-export type { LlamaConfig } from './config.ts';
-export type { ForwardOptions, ForwardOutput, LayerKV } from './llama.ts';
-export type { LoadedModel, SaveModelOptions } from './checkpoint.ts';
-export type { ChatMessage, ChatTemplateOptions } from './tokenizer.ts';
+export type { LlamaConfig, ModelFamily, RopeScaling, SaveDtype } from './config.ts';
+export type { ForwardOptions, ForwardOutput, LayerKV, TensorSource } from './llama.ts';
+export type { CheckpointWeights, LoadedModel, SaveModelOptions } from './checkpoint.ts';
+export type { ChatMessage, ChatTemplateOptions, ChatToolCall } from './tokenizer.ts';
 export type { LrScheduleOptions, PaddedBatch, SequenceLogprobs, StepStats, TokenStats, TrainerOptions } from './training.ts';
 export type { SamplingParams } from './sampling.ts';
 
 export { initBackend, tf } from './backend.ts';
-export { parameterShapes, resolveConfig } from './config.ts';
-export { CausalLM, valueHeadName } from './llama.ts';
-export { loadModel, readConfig, readWeights, saveModel } from './checkpoint.ts';
-export { parseSafetensors, SafetensorsError, serializeSafetensors } from './safetensors.ts';
+export { ConfigError, configJson, modelFamilies, parameterShapes, resolveConfig, ropeInvFreq } from './config.ts';
+export { CausalLM, checkSequenceLength, checkTensors, valueHeadName } from './llama.ts';
+export { defaultMaxShardBytes, loadModel, readCheckpointWeights, readConfig, readWeights, saveModel } from './checkpoint.ts';
+export { parseSafetensors, readSafetensorsFile, SafetensorsError, serializeSafetensors, toBf16 } from './safetensors.ts';
 export { ChatTokenizer, loadTokenizer } from './tokenizer.ts';
 export { builtinTokenizerFiles, builtinChatTemplate, tinyMathConfig } from './builtin.ts';
 export { BatchKVCache, decodeStep, prefill, recomputeLastLogits } from './kv-cache.ts';

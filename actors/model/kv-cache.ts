@@ -7,7 +7,7 @@
  * @module
  */
 import { tf } from './backend.ts';
-import type { CausalLM, LayerKV } from './llama.ts';
+import { checkSequenceLength, type CausalLM, type LayerKV } from './llama.ts';
 
 const maskValue = -1e9;
 
@@ -98,6 +98,7 @@ export function prefill(model: CausalLM, prompts: number[][]): { cache: BatchKVC
   const B = prompts.length;
   const T = Math.max(...prompts.map((p) => p.length));
   if (prompts.some((p) => p.length === 0)) throw new Error('prefill: empty prompt');
+  checkSequenceLength(model.config, T);
   const ids = new Int32Array(B * T);
   const pos = new Int32Array(B * T);
   const bias = new Float32Array(B * T * T);
@@ -141,6 +142,7 @@ function lmHead(model: CausalLM, hidden: tf.Tensor): tf.Tensor {
 export function decodeStep(model: CausalLM, cache: BatchKVCache, tokens: number[]): Float32Array {
   const B = cache.batchSize;
   if (tokens.length !== B) throw new Error(`decodeStep: ${tokens.length} tokens for ${B} rows`);
+  checkSequenceLength(model.config, Math.max(...cache.lens) + 1);
   const W = cache.width + 1;
   const bias = new Float32Array(B * W);
   cache.lens.forEach((len, b) => {

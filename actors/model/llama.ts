@@ -1,13 +1,14 @@
 /**
- * A decoder-only transformer with the Llama / Qwen2 equations of HF transformers: RMSNorm,
- * rotary embeddings in the `rotate_half` convention with `rope_theta`, grouped-query attention,
- * SwiGLU MLP, optional tied embeddings and q/k/v bias, and an optional scalar value head for the
- * critic. Weights are TF.js variables keyed by their HF names, in HF layout (`[out, in]`).
+ * A decoder-only transformer with the equations of HF transformers' Llama, Mistral, Qwen2 and
+ * Qwen3 models: RMSNorm, rotary embeddings in the `rotate_half` convention (default, linear or
+ * Llama 3 frequencies), grouped-query attention, SwiGLU MLP, optional tied embeddings, q/k/v and
+ * o_proj biases, Qwen3's per-head q/k RMSNorm, and an optional scalar value head for the critic.
+ * Weights are TF.js variables keyed by their HF names, in HF layout (`[out, in]`).
  *
  * @module
  */
 import { tf } from './backend.ts';
-import { parameterShapes, type LlamaConfig } from './config.ts';
+import { isIgnorableTensor, parameterShapes, ropeInvFreq, type LlamaConfig } from './config.ts';
 import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
 import type { NamedTensors } from '../engines/types.ts';
@@ -88,6 +89,52 @@ const embedLookup = tf.customGrad(((table: tf.Tensor, ids: tf.Tensor, save: tf.G
   };
 }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (table: tf.Tensor2D, ids: tf.Tensor2D) => tf.Tensor3D;
 
+/** Where tensors came from, for errors: one file, or the file of each tensor (shards). */
+export type TensorSource = string | ((name: string) => string);
+
+/**
+ * The one rule both loaders ({@link CausalLM.fromTensors}, {@link CausalLM.importWeights})
+ * apply: each given tensor must be one the model computes with, at its shape, or one transformers
+ * also ignores (a tied `lm_head.weight`, `rotary_emb.inv_freq`); unless `partial`, each expected
+ * tensor must be given. `expected` maps HF names to HF shapes.
+ *
+ * @throws Error naming the tensor and its file
+ */
+export function checkTensors(
+  config: LlamaConfig,
+  expected: Map<string, number[]>,
+  tensors: NamedTensors,
+  opts: { source?: TensorSource; partial: boolean },
+): void {
+  const where = (name: string): string =>
+    typeof opts.source === 'function' ? opts.source(name) : (opts.source ?? 'checkpoint');
+  for (const [name, t] of Object.entries(tensors)) {
+    const shape = expected.get(name);
+    if (!shape) {
+      if (isIgnorableTensor(config, name)) continue;
+      throw new Error(
+        `${where(name)}: tensor '${name}' is not used by this ${config.model_type} model (config: ` +
+          `qkv_bias ${config.qkv_bias}, o_bias ${config.o_bias}, qk_norm ${config.qk_norm}, ` +
+          `tie_word_embeddings ${config.tie_word_embeddings}, ${config.num_hidden_layers} layers); refusing to drop it`,
+      );
+    }
+    if (t.shape.join(',') !== shape.join(',')) {
+      throw new Error(`${where(name)}: tensor '${name}' has shape [${t.shape}], config implies [${shape}]`);
+    }
+  }
+  if (opts.partial) return;
+  for (const name of expected.keys()) {
+    if (!tensors[name] && name !== valueHeadName) throw new Error(`${where(name)}: missing tensor '${name}'`);
+  }
+}
+
+/** The clear error for a sequence longer than the model's positions (forward, prefill, decode). */
+export function checkSequenceLength(config: LlamaConfig, tokens: number): void {
+  if (tokens > config.max_position_embeddings) {
+    throw new Error(`sequence of ${tokens} tokens exceeds max_position_embeddings ${config.max_position_embeddings}`);
+  }
+}
+
 /**
  * The causal LM. Create with {@link CausalLM.init} (random) or `loadModel` (from disk).
  *
@@ -112,11 +159,11 @@ export class CausalLM {
     const maxPos = config.max_position_embeddings;
     const cos = new Float32Array(maxPos * hd);
     const sin = new Float32Array(maxPos * hd);
+    const invFreq = ropeInvFreq(config);
     for (let p = 0; p < maxPos; p++) {
       for (let i = 0; i < half; i++) {
         // HF computes inv_freq in float32 then the outer product; do the same rounding.
-        const invFreq = Math.fround(1 / Math.pow(config.rope_theta, (2 * i) / hd));
-        const a = Math.fround(p * invFreq);
+        const a = Math.fround(p * invFreq[i]!);
         cos[p * hd + i] = cos[p * hd + i + half] = Math.cos(a);
         sin[p * hd + i] = sin[p * hd + i + half] = Math.sin(a);
       }
@@ -158,31 +205,26 @@ export class CausalLM {
   }
 
   /**
-   * A model from named tensors (HF names). Tied models ignore a stored `lm_head.weight`; missing
-   * or misshapen tensors are an error. A value head is kept when present.
+   * A model from named tensors (HF names), under the rule of {@link checkTensors}: every tensor
+   * the config implies must be there with its shape, and nothing else may be. A value head is
+   * kept when present (or added, zero, with `valueHead`).
+   *
+   * @param opts.source names the file each tensor came from, for errors
    */
-  static fromTensors(config: LlamaConfig, tensors: NamedTensors, opts: { valueHead?: boolean } = {}): CausalLM {
-    const params = new Map<string, tf.Variable>();
-    const serial = ++modelSerial;
+  static fromTensors(
+    config: LlamaConfig,
+    tensors: NamedTensors,
+    opts: { valueHead?: boolean; source?: TensorSource } = {},
+  ): CausalLM {
     const shapes = parameterShapes(config);
     if (opts.valueHead || tensors[valueHeadName]) shapes.push([valueHeadName, [1, config.hidden_size]]);
+    checkTensors(config, new Map(shapes), tensors, { source: opts.source, partial: false });
+    const params = new Map<string, tf.Variable>();
+    const serial = ++modelSerial;
     for (const [name, shape] of shapes) {
       const t = tensors[name];
-      let v: tf.Tensor;
-      if (!t) {
-        if (name !== valueHeadName) {
-          params.forEach((p) => p.dispose());
-          throw new Error(`checkpoint has no tensor '${name}'`);
-        }
-        // A fresh head is zero; kept in the stored ([in, out]) layout like every linear weight.
-        v = tf.tidy(() => toStored(name, tf.zeros(shape)));
-      } else {
-        if (t.shape.join(',') !== shape.join(',')) {
-          params.forEach((p) => p.dispose());
-          throw new Error(`tensor '${name}' has shape [${t.shape}], config implies [${shape}]`);
-        }
-        v = tf.tidy(() => toStored(name, tf.tensor(t.data, shape, 'float32')));
-      }
+      // A fresh value head is zero; kept in the stored ([in, out]) layout like every linear weight.
+      const v = tf.tidy(() => toStored(name, t ? tf.tensor(t.data, shape, 'float32') : tf.zeros(shape)));
       params.set(name, tf.variable(v, true, variableName(name, serial)));
       v.dispose();
     }
@@ -222,6 +264,17 @@ export class CausalLM {
     return tf.mul(tf.mul(x, tf.rsqrt(tf.add(variance, this.config.rms_norm_eps))), this.p(name));
   }
 
+  /**
+   * Qwen3's per-head RMSNorm of queries or keys (`q_norm` / `k_norm`, over `head_dim`), applied
+   * to the projections `[N, heads * head_dim]` before RoPE; values and other families pass through.
+   */
+  private headNorm(x: tf.Tensor, attn: string, proj: string): tf.Tensor {
+    if (!this.config.qk_norm || proj === 'v') return x;
+    const shape = x.shape;
+    const normed = this.rmsNorm(tf.reshape(x, [-1, this.config.head_dim]), `${attn}${proj}_norm.weight`);
+    return tf.reshape(normed, shape);
+  }
+
   private rope(x: tf.Tensor4D, cos: tf.Tensor, sin: tf.Tensor): tf.Tensor4D {
     const hd = this.config.head_dim;
     const rotated = tf.reshape(this.mm(tf.reshape(x, [-1, hd]), this.rot), x.shape);
@@ -253,9 +306,7 @@ export class CausalLM {
     const past = opts.past;
     const Tp = past?.[0]?.k.shape[2] ?? 0;
     const Tk = Tp + T;
-    if (!opts.positions && Tk > c.max_position_embeddings) {
-      throw new Error(`sequence of ${Tk} tokens exceeds max_position_embeddings ${c.max_position_embeddings}`);
-    }
+    if (!opts.positions) checkSequenceLength(c, Tk);
     const positions =
       opts.positions ?? (tf.tile(tf.reshape(tf.range(Tp, Tk, 1, 'int32'), [1, T]), [B, 1]) as tf.Tensor2D);
     // Without a cache to read (training, scoring, prefill), attention runs as one fused op.
@@ -282,7 +333,7 @@ export class CausalLM {
       let attn: tf.Tensor;
       if (fused) {
         const proj = (name: string, width: number): tf.Tensor3D =>
-          tf.reshape(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), [B, T, width]) as tf.Tensor3D;
+          tf.reshape(this.headNorm(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), a, name), [B, T, width]) as tf.Tensor3D;
         const [q, k, v] = [proj('q', H * hd), proj('k', KV * hd), proj('v', KV * hd)];
         const [cos3, sin3, bias3] = [cos as tf.Tensor3D, sin as tf.Tensor3D, bias as tf.Tensor3D];
         if (opts.returnPresent) {
@@ -295,7 +346,7 @@ export class CausalLM {
         // Separate q, k, v products: splitting one fused product costs more on wasm. For one new
         // token per row (decoding) the head transpose is a reshape.
         const heads = (name: string, n: number): tf.Tensor4D => {
-          const t = tf.reshape(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), [B, T, n, hd]);
+          const t = tf.reshape(this.headNorm(this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`), a, name), [B, T, n, hd]);
           return (T === 1 ? tf.reshape(t, [B, n, 1, hd]) : tf.transpose(t, [0, 2, 1, 3])) as tf.Tensor4D;
         };
         const q = this.rope(heads('q', H), cos, sin);
@@ -318,7 +369,7 @@ export class CausalLM {
         const ctx = tf.reshape(this.mm(probs, v), [B, H, T, hd]);
         attn = tf.reshape(T === 1 ? ctx : tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
       }
-      h = tf.add(h, this.linear(attn, `${pre}self_attn.o_proj.weight`));
+      h = tf.add(h, this.linear(attn, `${a}o_proj.weight`, `${a}o_proj.bias`));
       const y = tf.reshape(this.rmsNorm(h, `${pre}post_attention_layernorm.weight`), [-1, c.hidden_size]);
       // Gate and up as two products: splitting one fused product's output costs more on wasm.
       const gate = this.mm(y, this.p(`${pre}mlp.gate_proj.weight`));
@@ -361,29 +412,15 @@ export class CausalLM {
   }
 
   /**
-   * Loads weights in place. Every tensor named must exist here with the same shape; with
-   * `strict` (default) every parameter must be given. Unknown names are an error, except a stored
-   * `lm_head.weight` for a tied model and a value head for a model without one.
+   * Loads weights in place, under the rule of {@link checkTensors}. With `strict` (default) every
+   * parameter must be given; without it a subset may be (a partial update). A value head sent to
+   * a model without one is ignored (a critic's weights may reach a policy's engine).
    */
-  importWeights(tensors: NamedTensors, opts: { strict?: boolean } = {}): void {
-    const strict = opts.strict ?? true;
-    for (const [name, t] of Object.entries(tensors)) {
-      const v = this.params.get(name);
-      if (!v) {
-        if (name === 'lm_head.weight' && this.config.tie_word_embeddings) continue;
-        if (name === valueHeadName) continue;
-        throw new Error(`importWeights: unknown tensor '${name}'`);
-      }
-      const hfShape = isStoredTransposed(name) ? [...v.shape].reverse() : v.shape;
-      if (t.shape.join(',') !== hfShape.join(',')) {
-        throw new Error(`importWeights: '${name}' has shape [${t.shape}], model has [${hfShape}]`);
-      }
-    }
-    if (strict) {
-      for (const name of this.params.keys()) {
-        if (!tensors[name] && name !== valueHeadName) throw new Error(`importWeights: missing tensor '${name}'`);
-      }
-    }
+  importWeights(tensors: NamedTensors, opts: { strict?: boolean; source?: TensorSource } = {}): void {
+    const expected = new Map<string, number[]>();
+    for (const [name, v] of this.params) expected.set(name, isStoredTransposed(name) ? [...v.shape].reverse() : v.shape);
+    if (!expected.has(valueHeadName)) expected.set(valueHeadName, [1, this.config.hidden_size]);
+    checkTensors(this.config, expected, tensors, { source: opts.source, partial: !(opts.strict ?? true) });
     tf.tidy(() => {
       for (const [name, t] of Object.entries(tensors)) {
         const v = this.params.get(name);

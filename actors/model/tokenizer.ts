@@ -11,10 +11,24 @@ import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
 
-/** A chat message as chat templates expect it. */
+/** A tool call of an assistant message, in the OpenAI / HF chat-template shape. */
+export interface ChatToolCall {
+  type?: 'function';
+  id?: string;
+  function: { name: string; arguments: string | Record<string, unknown> };
+}
+
+/** A chat message as HF chat templates expect it. */
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant' | 'tool' | string;
   content: string;
+  /** Assistant tool calls (rendered by templates that know tools, e.g. Qwen3's `<tool_call>`). */
+  tool_calls?: ChatToolCall[];
+  /** Assistant reasoning kept apart from `content` (Qwen3's `<think>` block). */
+  reasoning_content?: string;
+  /** Tool messages: the call answered and the tool's name. */
+  tool_call_id?: string;
+  name?: string;
 }
 
 /** Options of {@link ChatTokenizer.applyChatTemplate}. */
@@ -23,8 +37,17 @@ export interface ChatTemplateOptions {
   addGenerationPrompt?: boolean;
   /** Which named template (when the config has a list). @default 'default' */
   templateName?: string;
-  /** Tool definitions passed to the template as `tools`. */
+  /**
+   * Tool definitions passed to the template as `tools`, as HF's `apply_chat_template(tools=...)`
+   * takes them: JSON schemas, usually `{ type: 'function', function: { name, description,
+   * parameters } }`.
+   */
   tools?: unknown[];
+  /**
+   * `enable_thinking` for templates that read it (Qwen3: `false` closes an empty `<think>`
+   * block after the generation prompt). Unset leaves it undefined, as HF does.
+   */
+  enableThinking?: boolean;
   /** Extra variables for the template. */
   extra?: Record<string, unknown>;
 }
@@ -88,7 +111,9 @@ export class ChatTokenizer {
     return this.tokenizer.encode(text, { add_special_tokens: opts.addSpecialTokens ?? false }).ids;
   }
 
+  /** Text of `ids`; no ids is the empty string, as in HF. */
   decode(ids: number[], opts: { skipSpecialTokens?: boolean } = {}): string {
+    if (ids.length === 0) return '';
     return this.tokenizer.decode(ids, { skip_special_tokens: opts.skipSpecialTokens ?? false });
   }
 
@@ -97,7 +122,11 @@ export class ChatTokenizer {
     return [...this.templates.keys()];
   }
 
-  /** Renders `messages` with the chat template (no tokenisation). */
+  /**
+   * Renders `messages` with the chat template (no tokenisation), with the variables HF's
+   * `apply_chat_template` passes: `messages`, `tools`, `add_generation_prompt`, the special
+   * tokens, and any extra ones.
+   */
   applyChatTemplate(messages: ChatMessage[], opts: ChatTemplateOptions = {}): string {
     const name = opts.templateName ?? 'default';
     const template = this.templates.get(name) ?? (opts.templateName ? undefined : this.templates.values().next().value);
@@ -108,7 +137,9 @@ export class ChatTokenizer {
       bos_token: this.bosToken ?? '',
       eos_token: this.eosToken ?? '',
       pad_token: this.padToken ?? '',
+      unk_token: tokenString(this.config.unk_token) ?? '',
       tools: opts.tools,
+      ...(opts.enableThinking === undefined ? {} : { enable_thinking: opts.enableThinking }),
       ...opts.extra,
     });
   }

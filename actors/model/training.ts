@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { tf } from './backend.ts';
-import { saveModel, readWeights, type SaveModelOptions } from './checkpoint.ts';
+import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from '../engines/types.ts';
@@ -219,6 +219,24 @@ export class ModelTrainer {
     return loss;
   }
 
+  /**
+   * Hands the accumulated gradients of every trainable parameter (zeros where a micro-batch left
+   * one untouched, so every data-parallel rank hands over the same set) to `reduce`, which may
+   * change them in place (an all-reduce), and accumulates the result instead.
+   */
+  async reduceGradients(reduce: (grads: Record<string, Float32Array>) => Promise<void>): Promise<void> {
+    const grads: Record<string, Float32Array> = {};
+    for (const n of this.names) {
+      const g = this.acc.get(n);
+      grads[n] = g ? (g.dataSync() as Float32Array).slice() : new Float32Array(this.model.params.get(n)!.size);
+    }
+    await reduce(grads);
+    for (const n of this.names) {
+      this.acc.get(n)?.dispose();
+      this.acc.set(n, tf.tensor(grads[n]!, this.model.params.get(n)!.shape, 'float32'));
+    }
+  }
+
   /** Drops accumulated gradients without stepping. */
   zeroGrad(): void {
     this.acc.forEach((g) => g.dispose());
@@ -308,7 +326,8 @@ export class ModelTrainer {
 
   /** Restores weights, optimizer state and step from {@link saveCheckpoint}; returns the state JSON. */
   loadCheckpoint(dir: string): Record<string, unknown> {
-    this.model.importWeights(readWeights(dir), { strict: false });
+    const { tensors, sourceOf } = readCheckpointWeights(dir);
+    this.model.importWeights(tensors, { strict: false, source: sourceOf });
     const optPath = join(dir, 'optimizer.safetensors');
     if (existsSync(optPath)) this.importOptimizerState(parseSafetensors(readFileSync(optPath), optPath).tensors);
     const state = JSON.parse(readFileSync(join(dir, 'trainer_state.json'), 'utf8')) as Record<string, unknown>;

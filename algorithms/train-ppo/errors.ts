@@ -3,6 +3,7 @@
  *
  * @module
  */
+import { RtjobError } from '../../runtime/errors.ts';
 
 /** Which role a placed actor plays. */
 export type RoleName = 'rollout' | 'trainer' | 'reference' | 'critic';
@@ -12,16 +13,14 @@ export type RoleName = 'rollout' | 'trainer' | 'reference' | 'critic';
  * surface this; the trainer, reference and critic hold state the run cannot rebuild, so the run
  * fails with this error and `hint` tells how to resume.
  */
-export class RoleDiedError extends Error {
-  readonly code = 'TRAIN_PPO_ROLE_DIED';
+export class RoleDiedError extends RtjobError<'TRAIN_PPO_ROLE_DIED'> {
   constructor(
     readonly role: RoleName,
     readonly detail: string,
     hint = '',
     options?: { cause?: unknown },
   ) {
-    super(`the ${role} died: ${detail}${hint ? `; ${hint}` : ''}`, options);
-    this.name = 'RoleDiedError';
+    super('TRAIN_PPO_ROLE_DIED', `the ${role} died: ${detail}${hint ? `; ${hint}` : ''}`, options);
   }
 
   /** The same death, with advice on how to resume appended. */
@@ -32,5 +31,7 @@ export class RoleDiedError extends Error {
 
 /** True for a {@link RoleDiedError}, also across module copies. */
 export function isRoleDied(e: unknown): e is RoleDiedError {
-  return typeof e === 'object' && e !== null && (e as { code?: unknown }).code === 'TRAIN_PPO_ROLE_DIED';
+  return (
+    typeof e === 'object' && e !== null && (e as { code?: unknown }).code === 'TRAIN_PPO_ROLE_DIED'
+  );
 }

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
 
 import { klDefaults, type KlEstimator } from '../kl.ts';
 import { experienceDefaults } from '../experience.ts';
@@ -71,6 +72,7 @@ export interface TrainPpoOptions {
   dynamicFilteringRewardRange: [number, number];
   seed: number;
   savePath: string;
+  saveDtype: 'float32' | 'bfloat16';
   saveSteps: number;
   ckptPath: string;
   loadCheckpoint: boolean;
@@ -87,6 +89,8 @@ export interface TrainPpoOptions {
   criticNumGpusPerNode: number;
   rolloutNumGpusPerEngine: number;
   colocateAllModels: boolean;
+  actorNumReplicas: number;
+  criticNumReplicas: number;
   asyncTrain: boolean;
   asyncQueueSize: number;
   asyncNumTasks: number;
@@ -102,25 +106,15 @@ export interface TrainPpoOptions {
   inProcess: boolean;
 }
 
-type Kind = 'int' | 'float' | 'bool' | 'string' | 'pair';
 /** Where a flag is listed in `--help`; `algorithm` flags are the ones `algorithms/README.md` documents. */
 export type FlagSection = 'run' | 'data' | 'rollout' | 'algorithm' | 'optimizer' | 'async' | 'eval' | 'engines';
 /** One row of the flag table. */
-export interface Flag {
-  key: keyof TrainPpoOptions;
+export interface Flag extends FlagSpec<keyof TrainPpoOptions> {
   section: FlagSection;
-  kind: Kind;
-  help: string;
-  choices?: readonly string[];
-  min?: number;
-  /** Other names (kebab), e.g. OpenRLHF's older spellings. */
-  aliases?: string[];
-  /** Environment variable read when the flag is absent. */
-  env?: string;
 }
 
 let section: FlagSection = 'run';
-const F = (key: keyof TrainPpoOptions, kind: Kind, help: string, extra: Partial<Flag> = {}): Flag => ({
+const F = (key: keyof TrainPpoOptions, kind: Flag['kind'], help: string, extra: Partial<Flag> = {}): Flag => ({
   key,
   section,
   kind,
@@ -202,6 +196,7 @@ export const flagTable: readonly Flag[] = [
   F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', { min: 1 }),
   ...under('eval'),
   F('savePath', 'string', 'where the final HF-format policy is written'),
+  F('saveDtype', 'string', 'tensor dtype of the saved policy', { choices: ['float32', 'bfloat16'] }),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
   F('ckptPath', 'string', 'checkpoint directory'),
   F('loadCheckpoint', 'bool', 'resume from the latest checkpoint in --ckpt-path'),
@@ -219,6 +214,8 @@ export const flagTable: readonly Flag[] = [
   F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
   F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', { min: 0, aliases: ['vllm-tensor-parallel-size'] }),
   F('colocateAllModels', 'bool', 'one placement group for every role; the engine sleeps while training'),
+  F('actorNumReplicas', 'int', 'data-parallel trainer ranks (each trains 1/N of the micro-batches; gradients all-reduced)', { min: 1 }),
+  F('criticNumReplicas', 'int', 'data-parallel critic ranks', { min: 1 }),
 ];
 
 /** Section titles of `--help`. */
@@ -284,6 +281,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
   savePath: './ckpt/ppo',
+  saveDtype: 'float32',
   saveSteps: -1,
   ckptPath: './ckpt/checkpoints_ppo',
   loadCheckpoint: false,
@@ -300,6 +298,8 @@ export const trainPpoDefaults: TrainPpoOptions = {
   criticNumGpusPerNode: 0,
   rolloutNumGpusPerEngine: 0,
   colocateAllModels: false,
+  actorNumReplicas: 1,
+  criticNumReplicas: 1,
   asyncTrain: false,
   asyncQueueSize: 1,
   asyncNumTasks: 128,
@@ -315,24 +315,12 @@ export const trainPpoDefaults: TrainPpoOptions = {
   inProcess: false,
 };
 
-/** A bad flag or flag combination; `flag` names it. */
-export class FlagError extends Error {
-  override readonly name = 'FlagError';
-  readonly code = 'TRAIN_PPO_FLAG';
-  constructor(
-    readonly flag: string,
-    message: string,
-  ) {
-    super(message);
-  }
-}
+export { FlagError };
 
-const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
-const byName = new Map<string, Flag>();
-for (const f of flagTable) {
-  byName.set(kebab(f.key), f);
-  for (const a of f.aliases ?? []) byName.set(a, f);
-}
+const parser = flagParser('train_ppo', flagTable, trainPpoDefaults, {
+  sectionTitles,
+  note: 'snake_case spellings are accepted too',
+});
 
 /**
  * Parses `argv` (without the program name) and the environment into validated options.
@@ -344,110 +332,9 @@ export function parseTrainPpoFlags(
   argv: readonly string[],
   env: Record<string, string | undefined> = {},
 ): TrainPpoOptions {
-  const o: TrainPpoOptions = structuredClone(trainPpoDefaults);
-  const given = new Set<keyof TrainPpoOptions>();
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (!arg.startsWith('--')) throw new FlagError(arg, `unexpected argument '${arg}' (flags start with --)`);
-    const eq = arg.indexOf('=');
-    let name = (eq >= 0 ? arg.slice(2, eq) : arg.slice(2)).replace(/_/g, '-').replace(/\./g, '-');
-    let value: string | undefined = eq >= 0 ? arg.slice(eq + 1) : undefined;
-    let negated = false;
-    if (!byName.has(name) && name.startsWith('no-') && byName.get(name.slice(3))?.kind === 'bool') {
-      name = name.slice(3);
-      negated = true;
-    }
-    const flag = byName.get(name);
-    if (!flag) throw new FlagError(`--${name}`, `unknown flag --${name}${suggest(name)}`);
-    const shown = `--${kebab(flag.key)}`;
-    if (flag.kind === 'bool') {
-      if (value === undefined && !negated && /^(true|false)$/.test(argv[i + 1] ?? '')) value = argv[++i];
-      const v = value === undefined ? true : parseBool(shown, value);
-      (o as unknown as Record<string, unknown>)[flag.key] = negated ? !v : v;
-    } else {
-      if (value === undefined) {
-        value = argv[++i];
-        if (value === undefined || (value.startsWith('--') && flag.kind !== 'float' && flag.kind !== 'int')) {
-          throw new FlagError(shown, `${shown} needs a value`);
-        }
-      }
-      if (flag.kind === 'pair' && eq < 0 && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--')) {
-        value = `${value} ${argv[++i]}`;
-      }
-      (o as unknown as Record<string, unknown>)[flag.key] = parseValue(flag, shown, value);
-    }
-    given.add(flag.key);
-  }
-  for (const f of flagTable) {
-    if (f.env === undefined || given.has(f.key)) continue;
-    const raw = env[f.env];
-    if (raw === undefined || raw === '') continue;
-    (o as unknown as Record<string, unknown>)[f.key] = parseValue(f, f.env, raw);
-  }
-  validate(o, given);
-  return o;
-}
-
-function parseBool(flag: string, v: string): boolean {
-  if (/^(1|true|yes)$/i.test(v)) return true;
-  if (/^(0|false|no)$/i.test(v)) return false;
-  throw new FlagError(flag, `${flag}: expected true or false, got '${v}'`);
-}
-
-function parseValue(f: Flag, shown: string, raw: string): unknown {
-  const v = raw.trim();
-  switch (f.kind) {
-    case 'string':
-      if (f.choices && !f.choices.includes(v)) {
-        throw new FlagError(shown, `${shown}: '${v}' is not one of ${f.choices.join(', ')}`);
-      }
-      return v;
-    case 'int': {
-      if (!/^-?\d+$/.test(v)) throw new FlagError(shown, `${shown}: expected an integer, got '${raw}'`);
-      const n = Number(v);
-      if (f.min !== undefined && n < f.min) throw new FlagError(shown, `${shown}: must be an integer >= ${f.min}, got ${n}`);
-      return n;
-    }
-    case 'float': {
-      const n = Number(v);
-      if (v === '' || !Number.isFinite(n)) throw new FlagError(shown, `${shown}: expected a number, got '${raw}'`);
-      if (f.min !== undefined && n < f.min) throw new FlagError(shown, `${shown}: must be >= ${f.min}, got ${n}`);
-      return n;
-    }
-    case 'pair': {
-      const parts = v.split(/[\s,]+/).map(Number);
-      if (parts.length !== 2 || parts.some((x) => !Number.isFinite(x))) {
-        throw new FlagError(shown, `${shown}: expected two numbers, got '${raw}'`);
-      }
-      return parts;
-    }
-    default:
-      throw new FlagError(shown, `${shown}: unsupported`);
-  }
-}
-
-function suggest(name: string): string {
-  let best = '';
-  let bestD = 4;
-  for (const k of byName.keys()) {
-    const d = distance(name, k);
-    if (d < bestD) [best, bestD] = [k, d];
-  }
-  return best ? ` (did you mean --${best}?)` : '';
-}
-
-function distance(a: string, b: string): number {
-  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let prev = row[0]!;
-    row[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const cur = row[j]!;
-      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
-      prev = cur;
-    }
-  }
-  return row[b.length]!;
+  const { options, given } = parser.parse(argv, env);
+  validate(options, given);
+  return options;
 }
 
 function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
@@ -493,6 +380,9 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
     fail('--temperature', '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1');
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+  for (const [flag, n] of [['--actor-num-replicas', o.actorNumReplicas], ['--critic-num-replicas', o.criticNumReplicas]] as const) {
+    if (n > 1 && o.inProcess) fail(flag, `${flag} ${n} needs the cluster: data-parallel ranks are separate processes (drop --in-process)`);
+  }
 }
 
 /** The servers of `--engine-url`, in order. */
@@ -502,17 +392,5 @@ export function engineUrls(o: Pick<TrainPpoOptions, 'engineUrl'>): string[] {
 
 /** The `--help` text. */
 export function trainPpoHelp(): string {
-  const lines = ['usage: train_ppo [flags]   (snake_case spellings are accepted too)'];
-  let current: FlagSection | undefined;
-  for (const f of flagTable) {
-    if (f.section !== current) {
-      current = f.section;
-      lines.push('', `${sectionTitles[current]}:`);
-    }
-    const d = trainPpoDefaults[f.key];
-    const shownDefault = d === undefined || d === '' ? '' : ` (default ${Array.isArray(d) ? d.join(' ') : String(d)})`;
-    const env = f.env ? ` [env ${f.env}]` : '';
-    lines.push(`  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + env);
-  }
-  return lines.join('\n');
+  return parser.help();
 }

@@ -25,7 +25,8 @@ export interface RunPlacement {
   /** Bundles of the shared group (STRICT_PACK); empty when not colocated. */
   bundles: ResourceMap[];
   rollout(i: number): RolePlacement;
-  role(name: Exclude<RoleName, 'rollout'>): RolePlacement;
+  /** Placement of a role's data-parallel `rank` (0 for roles with one rank). */
+  role(name: Exclude<RoleName, 'rollout'>, rank?: number): RolePlacement;
 }
 
 type PlacementFlags = Pick<
@@ -38,6 +39,8 @@ type PlacementFlags = Pick<
   | 'criticNumGpusPerNode'
   | 'initKlCoef'
   | 'advantageEstimator'
+  | 'actorNumReplicas'
+  | 'criticNumReplicas'
 >;
 
 /** Decides each role's resources from the flags. */
@@ -55,14 +58,18 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
     };
   }
   const gpu = o.rolloutNumGpusPerEngine > 0 || o.actorNumGpusPerNode > 0 || o.refNumGpusPerNode > 0 || o.criticNumGpusPerNode > 0;
-  const n = o.rolloutNumEngines;
+  // As many bundles as the widest role needs: rollout i and every role's rank i share bundle i,
+  // so with 2 engines and 2 trainer ranks both devices (cores) work in both phases.
+  const critics = o.advantageEstimator === 'gae' ? o.criticNumReplicas : 0;
+  const n = Math.max(o.rolloutNumEngines, o.actorNumReplicas, critics);
   const bundles = Array.from({ length: n }, (): ResourceMap => (gpu ? { CPU: 1, GPU: 1 } : { CPU: 1 }));
-  const onZero = 1 + 1 + (o.initKlCoef > 0 ? 1 : 0) + (o.advantageEstimator === 'gae' ? 1 : 0);
+  const on = (b: number): number =>
+    (b < o.rolloutNumEngines ? 1 : 0) + (b < o.actorNumReplicas ? 1 : 0) + (b === 0 && o.initKlCoef > 0 ? 1 : 0) + (b < critics ? 1 : 0);
   // Shares rounded down so they never add up to more than the bundle.
   const share = (k: number): number => Math.floor(10000 / k) / 10000;
   const at = (bundle: number): RolePlacement => {
-    const s = share(bundle === 0 ? onZero : 1);
+    const s = share(on(bundle));
     return { numCpus: s, numGpus: gpu ? s : 0, bundleIndex: bundle };
   };
-  return { bundles, rollout: (i) => at(i), role: () => at(0) };
+  return { bundles, rollout: (i) => at(i), role: (_name, rank = 0) => at(rank) };
 }

@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { randomUUID } from 'node:crypto';
 import { defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import type { ActorHandle, RemoteMethod } from '../../runtime/handles.ts';
@@ -14,7 +15,7 @@ import type { Trainer } from '../../actors/trainer.ts';
 import type { TrainPpoOptions } from './flags.ts';
 import { RoleDiedError, type RoleName } from './errors.ts';
 import { placeRoles, type RolePlacement } from './placement.ts';
-import { roleInits, type Remote, type Roles } from './roles.ts';
+import { everyRank, replicated, roleInits, type Remote, type Roles } from './roles.ts';
 
 const actorsDir = new URL('../../actors/', import.meta.url);
 const RolloutActor = defineActor<typeof Rollout>(new URL('rollout.ts', actorsDir), 'Rollout');
@@ -71,9 +72,15 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     handles.push(h);
     return remote(h, 'rollout');
   });
-  const t = TrainerActor.options({ ...place(placement.role('trainer')), maxConcurrency: 1, env }).remote(inits.trainer);
-  handles.push(t);
-  const trainer = remote(t, 'trainer');
+  // Data-parallel ranks meet in a collective group named for this run.
+  const run = randomUUID().slice(0, 8);
+  const dp = (role: string, rank: number, worldSize: number) => (worldSize > 1 ? { dataParallel: { group: `${role}-${run}`, rank, worldSize } } : {});
+  const trainerRanks = Array.from({ length: o.actorNumReplicas }, (_, rank) => {
+    const h = TrainerActor.options({ ...place(placement.role('trainer', rank)), maxConcurrency: 1, env }).remote({ ...inits.trainer, ...dp('trainer', rank, o.actorNumReplicas) });
+    handles.push(h);
+    return remote(h, 'trainer');
+  });
+  const trainer = replicated(trainerRanks, everyRank.trainer);
   let reference: Remote<Reference> | undefined;
   if (o.initKlCoef > 0) {
     const h = ReferenceActor.options({ ...place(placement.role('reference')), env }).remote(inits.reference);
@@ -82,9 +89,12 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   }
   let critic: Remote<Critic> | undefined;
   if (o.advantageEstimator === 'gae') {
-    const h = CriticActor.options({ ...place(placement.role('critic')), env }).remote(inits.critic);
-    handles.push(h);
-    critic = remote(h, 'critic');
+    const ranks = Array.from({ length: o.criticNumReplicas }, (_, rank) => {
+      const h = CriticActor.options({ ...place(placement.role('critic', rank)), env }).remote({ ...inits.critic, ...dp('critic', rank, o.criticNumReplicas) });
+      handles.push(h);
+      return remote(h, 'critic');
+    });
+    critic = replicated(ranks, everyRank.critic);
   }
   await Promise.all([...rollouts.map((r) => r.ready()), trainer.ready(), reference?.ready(), critic?.ready()]);
   return {

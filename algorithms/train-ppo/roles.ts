@@ -41,6 +41,29 @@ export function local<T extends object>(obj: T): Remote<T> {
   }) as unknown as Remote<T>;
 }
 
+/**
+ * N data-parallel ranks of one role seen as one: `all` methods run on every rank at once (they
+ * meet in collectives, or must change every rank's state) and answer with rank 0's result; the
+ * rest (weights, checkpoints, logprobs) run on rank 0 alone, whose state every rank shares.
+ */
+export function replicated<T>(ranks: Remote<T>[], all: readonly (keyof Remote<T>)[]): Remote<T> {
+  if (ranks.length === 1) return ranks[0]!;
+  const call = (rank: Remote<T>, prop: keyof Remote<T>, args: unknown[]): Promise<unknown> =>
+    (rank[prop] as (...a: unknown[]) => Promise<unknown>)(...args);
+  return new Proxy({} as Remote<T>, {
+    get: (_t, prop) => {
+      if (typeof prop !== 'string' || prop === 'then') return undefined;
+      const key = prop as keyof Remote<T>;
+      return all.includes(key)
+        ? async (...args: unknown[]) => (await Promise.all(ranks.map((r) => call(r, key, args))))[0]
+        : (...args: unknown[]) => call(ranks[0]!, key, args);
+    },
+  });
+}
+
+/** Methods every data-parallel trainer or critic rank must run. */
+export const everyRank = { trainer: ['ready', 'train', 'loadCheckpoint'], critic: ['ready', 'train', 'loadCheckpoint'] } as const;
+
 /** Constructor arguments of each role, from the flags. */
 export function roleInits(o: TrainPpoOptions, totalSteps: number) {
   return {
@@ -70,6 +93,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
     }),
     trainer: {
       pretrain: o.pretrain,
+      saveDtype: o.saveDtype,
       learningRate: o.actorLearningRate,
       maxNorm: o.maxNorm,
       trainBatchSize: o.trainBatchSize,

@@ -8,8 +8,10 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:f
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { api, CliError, requireEndpoint } from '../client.ts';
-import { type ClusterFile, pidAlive, readClusterFile, removeClusterFile, rtjobHome, writeClusterFile } from '../cluster-file.ts';
+import { CliError, headApi, requireEndpoint } from '../client.ts';
+import { type ClusterFile, clusterFilePath, readClusterFile, removeClusterFile, rtjobHome, writeClusterFile } from '../../runtime/cluster-file.ts';
+import { readEnv } from '../../runtime/env.ts';
+import { pidAlive } from '../../runtime/pid.ts';
 import { bytes } from '../../runtime/format.ts';
 import { table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
@@ -112,6 +114,12 @@ export async function startCommand(o: StartOptions): Promise<void> {
   // A head that died (kill -9, OOM) while its node agent lives on: start only the head, on the
   // same session, and the node agent, its workers and the drivers reconnect to it.
   const recovering = Boolean(o.head && existing?.role === 'head' && headPid !== undefined && !pidAlive(headPid) && existing.pids.some(pidAlive));
+  // The head lives but its node agent died (kill -9, OOM): start a node agent in its place; the
+  // actors waiting RESTARTING for a node are placed on it.
+  const nodeOnly = Boolean(
+    o.head && existing?.role === 'head' && headPid !== undefined && pidAlive(headPid) && !existing.pids.some((p) => p !== headPid && pidAlive(p)),
+  );
+  if (nodeOnly) return replaceNodeAgent(existing!, headPid!, nodeResources(o), o.host);
   if (existing && existing.pids.some(pidAlive) && !recovering) {
     throw new CliError(`a cluster is already running here (${existing.dashboardUrl ?? existing.address}); run \`rtjob stop\` first`, 1);
   }
@@ -170,16 +178,35 @@ export async function startCommand(o: StartOptions): Promise<void> {
   console.log(`rtjob head ${recovering ? 'restarted' : 'started'} (pid ${ready.pid}, node agent pid ${nodePids.join(', ')}); session ${sessionDir}`);
   console.log(`  runtime address  ${ready.address}`);
   console.log(`  dashboard        ${login}`);
-  console.log(`  connection info  ${join(rtjobHome(), 'cluster.json')} (mode 0600)`);
+  console.log(`  connection info  ${clusterFilePath()} (mode 0600)`);
   console.log('');
   console.log('Submit a job:        rtjob submit -- train_ppo --agent-func ./agent.ts');
   console.log(`Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`);
   console.log('Stop everything:     rtjob stop');
 }
 
+/** `rtjob start --head` with the head alive and its node agent dead: a new node agent only. */
+async function replaceNodeAgent(
+  existing: ClusterFile,
+  headPid: number,
+  res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>,
+  host: string | undefined,
+): Promise<void> {
+  const { sessionDir, token, address } = existing;
+  const node = await spawnDaemon(
+    nodeDaemonPath,
+    { headAddress: address, token, sessionDir, host, ...res } satisfies NodeDaemonOptions,
+    join(sessionDir, 'logs', 'node.log'),
+    join(sessionDir, 'node.json'),
+    'node agent',
+  );
+  writeClusterFile({ ...existing, pids: [headPid, node.pid], startedAt: existing.startedAt });
+  console.log(`rtjob node agent replaced (pid ${node.pid}, node ${String(node.nodeId)}); the head (pid ${headPid}) kept running`);
+}
+
 /** `rtjob start --address HOST:PORT --token T`: a node agent on this machine joins that head. */
 async function joinCommand(o: StartOptions, res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>): Promise<void> {
-  const token = o.token ?? process.env.RTJOB_TOKEN;
+  const token = o.token ?? readEnv('RTJOB_TOKEN');
   if (!token) throw new CliError('joining needs the cluster token: --token T (or RTJOB_TOKEN)', 2);
   const address = o.address!.replace(/^wss?:\/\//, '');
   if (!/^[^\s/]+:\d+$/.test(address)) throw new CliError(`--address must be HOST:PORT, got ${o.address}`, 2);
@@ -237,19 +264,10 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
   console.log(alive.length ? `stopped the cluster (${alive.length} process${alive.length > 1 ? 'es' : ''})` : 'the cluster was not running; cleaned up');
 }
 
-interface StatusReply {
-  headAddress: string | null;
-  dashboardUrl: string;
-  nodes: { nodeId: string; hostname: string; state: string; isHead: boolean; resourcesTotal: Record<string, number>; resourcesAvailable: Record<string, number>; memoryTotalBytes: number; memoryUsedBytes: number; workers: number }[];
-  resources: { total: Record<string, number>; used: Record<string, number> };
-  actorsByState: Record<string, number>;
-  jobsByStatus: Record<string, number>;
-}
-
 /** `rtjob status [--json]`. */
 export async function statusCommand(o: { address?: string; token?: string; json?: boolean }): Promise<void> {
   const ep = requireEndpoint(o);
-  const s = await api<StatusReply>(ep, 'GET', '/api/cluster');
+  const s = await headApi(ep).call('GET /api/cluster');
   if (o.json) {
     console.log(JSON.stringify(s, null, 2));
     return;

@@ -7,14 +7,13 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline/promises';
 
-import type { JobInfo } from '../../runtime/head/jobs/ops-store.ts';
 import { packDir, PackageTooLargeError, defaultMaxPackageBytes } from '../../runtime/head/jobs/working-dir.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
-import { api, CliError, type Endpoint, findEndpoint, requireEndpoint, tailJobLogs } from '../client.ts';
-import { rtjobHome } from '../cluster-file.ts';
+import { CliError, type Endpoint, findEndpoint, headApi, requireEndpoint, tailJobLogs } from '../client.ts';
+import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
-import { startLocalCluster } from '../local-cluster.ts';
+import { startClusterHead } from '../../runtime/local-cluster.ts';
 
 /**
  * Variables of the caller's environment that describe this machine or shell, not the job; every
@@ -77,10 +76,11 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
     if (err instanceof PackageTooLargeError) throw new CliError(err.message, 2, err.code);
     throw new CliError(`cannot read --working-dir ${dir}: ${(err as Error).message}`, 2);
   }
-  const path = `/api/packages/${packed.hash}`;
-  const have = await fetch(`${ep.url}${path}`, { headers: { authorization: `Bearer ${ep.token}` } }).catch(() => undefined);
-  if (have?.status !== 200) {
-    await api(ep, 'PUT', path, undefined, { body: packed.archive, contentType: 'application/octet-stream' });
+  const api = headApi(ep);
+  const params = { hash: packed.hash };
+  const have = await api.call('GET /api/packages/:hash', { params }).catch(() => undefined);
+  if (!have?.exists) {
+    await api.call('PUT /api/packages/:hash', { params, body: packed.archive });
     process.stderr.write(`uploaded working dir ${dir} (${packed.files} files, ${packed.archive.length} bytes)\n`);
   }
   return `pkg://${packed.hash}`;
@@ -111,22 +111,20 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   };
 
   let ep = findEndpoint(o);
-  let ephemeral: Awaited<ReturnType<typeof startLocalCluster>> | undefined;
+  let ephemeral: Awaited<ReturnType<typeof startClusterHead>> | undefined;
   if (!ep) {
     // No cluster: run this one job on a private local cluster and stop it afterwards.
     const sessionDir = join(rtjobHome(), 'runs', `${Date.now()}-${process.pid}`);
     mkdirSync(sessionDir, { recursive: true, mode: 0o700 });
-    ephemeral = await startLocalCluster({ sessionDir, port: 0, dashboardPort: 0, stopGraceMs: 3000 });
+    ephemeral = await startClusterHead({ sessionDir, port: 0, dashboardPort: 0, stopGraceMs: 3000 });
     ep = { url: ephemeral.dashboardUrl, token: ephemeral.token };
     process.stderr.write(`no cluster running: started a local one for this job (session ${sessionDir})\n`);
   }
   try {
     const workingDir = o.workingDir ? await uploadWorkingDir(ep, o.workingDir) : undefined;
     const local = isLoopback(new URL(ep.url).hostname);
-    const { job } = await api<{ job: JobInfo }>(ep, 'POST', '/api/jobs', {
-      ...request,
-      workingDir,
-      ...(workingDir || !local ? {} : { cwd: process.cwd() }),
+    const { job } = await headApi(ep).call('POST /api/jobs', {
+      body: { ...request, workingDir, ...(workingDir || !local ? {} : { cwd: process.cwd() }) },
     });
     if (!o.wait && !ephemeral) {
       console.log(job.jobId);
@@ -173,7 +171,9 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
     }
     if (stop) {
       process.stderr.write(`stopping ${jobId}...\n`);
-      await api(ep, 'POST', `/api/jobs/${encodeURIComponent(jobId)}/stop`).catch(() => undefined);
+      await headApi(ep)
+        .call('POST /api/jobs/:jobId/stop', { params: { jobId } })
+        .catch(() => undefined);
     } else {
       detached = true;
       process.stderr.write(`detached; ${jobId} keeps running (rtjob logs -f ${jobId})\n`);
@@ -187,7 +187,7 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
     process.off('SIGINT', onSigint);
   }
   if (detached) return 130;
-  const job = await api<JobInfo>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}`);
+  const job = await headApi(ep).call('GET /api/jobs/:jobId', { params: { jobId } });
   const took = job.startedAt && job.endedAt ? ` in ${duration(job.endedAt - job.startedAt)}` : '';
   if (job.status === 'SUCCEEDED') {
     process.stderr.write(`job ${jobId} SUCCEEDED${took}\n`);
@@ -201,7 +201,7 @@ async function followToEnd(ep: Endpoint, jobId: string, canDetach: boolean): Pro
 /** `rtjob list [--json]`. */
 export async function listCommand(o: { address?: string; token?: string; json?: boolean }): Promise<void> {
   const ep = requireEndpoint(o);
-  const { jobs } = await api<{ jobs: JobInfo[] }>(ep, 'GET', '/api/jobs');
+  const { jobs } = await headApi(ep).call('GET /api/jobs');
   if (o.json) {
     console.log(JSON.stringify(jobs, null, 2));
     return;
@@ -229,16 +229,14 @@ export async function listCommand(o: { address?: string; token?: string; json?: 
 /** `rtjob logs JOB [-f] [--actor ID]`. */
 export async function logsCommand(jobId: string, o: { address?: string; token?: string; follow?: boolean; actor?: string }): Promise<void> {
   const ep = requireEndpoint(o);
+  const api = headApi(ep);
   if (o.actor) {
+    const actorId = o.actor;
     // The cursor holds an offset per file: stdout and stderr of every incarnation of the actor.
     let cursor = '';
     let deadSeen = false;
     for (;;) {
-      const r = await api<{ logs: string; cursor: string; state: string }>(
-        ep,
-        'GET',
-        `/api/actors/${encodeURIComponent(o.actor)}/logs?cursor=${encodeURIComponent(cursor)}`,
-      );
+      const r = await api.call('GET /api/actors/:actorId/logs', { params: { actorId }, query: { cursor } });
       process.stdout.write(r.logs);
       cursor = r.cursor;
       if (r.logs.length > 0) continue;
@@ -252,13 +250,13 @@ export async function logsCommand(jobId: string, o: { address?: string; token?: 
     }
   }
   if (o.follow) {
-    await api(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}`);
+    await api.call('GET /api/jobs/:jobId', { params: { jobId } });
     await tailJobLogs(ep, jobId, (s) => process.stdout.write(s));
     return;
   }
   let offset = 0;
   for (;;) {
-    const r = await api<{ logs: string; nextOffset: number; size: number }>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/logs?offset=${offset}`);
+    const r = await api.call('GET /api/jobs/:jobId/logs', { params: { jobId }, query: { offset } });
     process.stdout.write(r.logs);
     if (r.nextOffset >= r.size || r.logs.length === 0) return;
     offset = r.nextOffset;
@@ -268,31 +266,39 @@ export async function logsCommand(jobId: string, o: { address?: string; token?: 
 /** `rtjob stop-job JOB`. */
 export async function stopJobCommand(jobId: string, o: { address?: string; token?: string }): Promise<void> {
   const ep = requireEndpoint(o);
-  const r = await api<{ stopped: boolean; job: JobInfo }>(ep, 'POST', `/api/jobs/${encodeURIComponent(jobId)}/stop`);
+  const r = await headApi(ep).call('POST /api/jobs/:jobId/stop', { params: { jobId } });
   console.log(r.stopped ? `job ${jobId} ${r.job.status}` : `job ${jobId} had already ended (${r.job.status})`);
 }
 
 /** `rtjob delete-job JOB`. */
 export async function deleteJobCommand(jobId: string, o: { address?: string; token?: string }): Promise<void> {
   const ep = requireEndpoint(o);
-  await api(ep, 'DELETE', `/api/jobs/${encodeURIComponent(jobId)}`);
+  await headApi(ep).call('DELETE /api/jobs/:jobId', { params: { jobId } });
   console.log(`deleted job ${jobId} (its log file is kept)`);
 }
 
 /** A job's metrics, a row per step, as CSV. */
 function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
-  return api<string>(ep, 'GET', `/api/jobs/${encodeURIComponent(jobId)}/metrics?format=csv`);
+  return headApi(ep).call('GET /api/jobs/:jobId/metrics.csv', { params: { jobId } });
 }
 
 /** `rtjob metrics JOB [--csv] [--json]`. */
 export async function metricsCommand(jobId: string, o: { address?: string; token?: string; csv?: boolean; json?: boolean; last?: string }): Promise<void> {
   const ep = requireEndpoint(o);
-  const path = `/api/jobs/${encodeURIComponent(jobId)}/metrics`;
   if (o.csv) {
     process.stdout.write(await metricsCsv(ep, jobId));
     return;
   }
-  const t = await api<{ columns: string[]; rows: (number | null)[][] }>(ep, 'GET', path);
+  const api = headApi(ep);
+  const params = { jobId };
+  // Every page (the API pages long runs); later pages name a subset of the first's metrics.
+  const t = await api.call('GET /api/jobs/:jobId/metrics', { params });
+  for (let next = t.nextSinceStep; next !== null; ) {
+    const page = await api.call('GET /api/jobs/:jobId/metrics', { params, query: { sinceStep: next } });
+    const at = t.columns.map((c) => page.columns.indexOf(c));
+    t.rows.push(...page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null)))));
+    next = page.rows.length === 0 ? null : page.nextSinceStep;
+  }
   if (o.json) {
     console.log(JSON.stringify(t));
     return;

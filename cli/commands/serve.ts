@@ -7,6 +7,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { serveModel } from '../../actors/gateway/serve.ts';
+import { readEnv } from '../../runtime/env.ts';
 import { CliError } from '../client.ts';
 
 /** Flags of `rtjob serve`, as commander hands them over. */
@@ -40,8 +41,8 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
       host: f.host,
       port,
       toolCallParser: f.toolCallParser,
-      ...((f.apiKey ?? process.env.RTJOB_SERVE_API_KEY)
-        ? { apiKey: f.apiKey ?? process.env.RTJOB_SERVE_API_KEY }
+      ...((f.apiKey ?? readEnv('RTJOB_SERVE_API_KEY'))
+        ? { apiKey: f.apiKey ?? readEnv('RTJOB_SERVE_API_KEY') }
         : {}),
       ...(f.model ? { model: f.model } : {}),
       ...(maxTokens !== undefined ? { maxTokens } : {}),

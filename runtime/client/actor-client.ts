@@ -9,6 +9,7 @@
 import {
   ActorDiedError,
   ActorLoadError,
+  ObjectLostError,
   type RtjobError,
   fromWire,
   isRtjobError,
@@ -17,6 +18,7 @@ import type { ActorLocation, DeathCause } from '../protocol.ts';
 import type { Connection } from '../transport.ts';
 import { ObjectRef } from './object-ref.ts';
 import type { Runtime } from './runtime.ts';
+import { ShmValue, readShm } from './shm.ts';
 
 interface QueuedCall {
   method: string;
@@ -72,10 +74,14 @@ export class ActorClient {
     }
     const c = { method, args, ref, retriesLeft: retries };
     const conn = this.conn;
-    if (conn !== undefined && this.queue.length === 0 && this.retries.length === 0 && !conn.closed) {
+    if (
+      conn !== undefined &&
+      this.queue.length === 0 &&
+      this.retries.length === 0 &&
+      !conn.closed
+    ) {
       this.send(conn, c);
-    }
-    else {
+    } else {
       this.queue.push(c);
       this.ensureConnected();
     }
@@ -98,8 +104,22 @@ export class ActorClient {
     }
     conn.requestCb({ type: 'call', method: c.method, args: c.args }, (err, v) => {
       if (err) this.onCallFailed(conn, c, err);
+      else if (v instanceof ShmValue) this.readShared(c, v);
       else c.ref._resolve(v);
     });
+  }
+
+  /** A large result the worker handed over through shared memory (we are on its machine). */
+  private readShared(c: QueuedCall, v: ShmValue): void {
+    readShm(v).then(
+      (value) => c.ref._resolve(value),
+      (e) =>
+        c.ref._reject(
+          new ObjectLostError(`the result of '${c.method}' could not be read from shared memory: ${(e as Error).message}`, {
+            context: { actorId: this.actorId, method: c.method },
+          }),
+        ),
+    );
   }
 
   private onCallFailed(conn: Connection, c: QueuedCall, e: unknown): void {
@@ -120,15 +140,33 @@ export class ActorClient {
         if (loc.state === 'DEAD') this.markDead(loc);
         c.ref._reject(loc.state === 'DEAD' ? this.dead : this.diedError(loc.lastDeath, c.method));
       },
-      (err) => c.ref._reject(err),
+      (err) => c.ref._reject(this.headGone(err) ?? err),
     );
+  }
+
+  /**
+   * Waits (without holding the process) for the head to say `incarnation` ended, then drops the
+   * connection to it: calls in flight fail over at once instead of when the socket times out.
+   */
+  private watch(conn: Connection, incarnation: number): void {
+    this.rt
+      .headRequest(
+        { type: 'waitActor', actorId: this.actorId, afterIncarnation: incarnation, untilAlive: false },
+        { holdProcess: false },
+      )
+      .then(
+        () => {
+          if (!conn.closed) conn.close(`the head ended incarnation ${incarnation} of actor ${this.actorId}`);
+        },
+        () => {},
+      );
   }
 
   /** Asks the head what happened to the incarnation behind `conn` (once per connection). */
   private whyLost(conn: Connection): Promise<ActorLocation> {
     let p = this.lost.get(conn);
     if (!p) {
-      p = this.rt.head.request<ActorLocation>({
+      p = this.rt.headRequest({
         type: 'waitActor',
         actorId: this.actorId,
         afterIncarnation: this.incarnation,
@@ -145,7 +183,8 @@ export class ActorClient {
     this.connecting = true;
     void this.connectLoop().finally(() => {
       this.connecting = false;
-      if (this.queue.length + this.retries.length > 0 && !this.dead && !this.stopped) this.ensureConnected();
+      if (this.queue.length + this.retries.length > 0 && !this.dead && !this.stopped)
+        this.ensureConnected();
     });
   }
 
@@ -156,7 +195,7 @@ export class ActorClient {
         this.created = undefined;
       }
       for (;;) {
-        const loc = await this.rt.head.request<ActorLocation>({
+        const loc = await this.rt.headRequest({
           type: 'waitActor',
           actorId: this.actorId,
           afterIncarnation: this.incarnation,
@@ -176,6 +215,10 @@ export class ActorClient {
         }
         this.incarnation = loc.incarnation;
         this.conn = conn;
+        // Fencing: the worker checks it is this incarnation before any call below runs, and the
+        // head tells us when the incarnation ends (a node declared dead) so calls fail over then.
+        conn.requestCb({ type: 'ping', actorId: this.actorId, incarnation: loc.incarnation }, () => {});
+        this.watch(conn, loc.incarnation);
         const q = [...this.retries, ...this.queue];
         this.retries = [];
         this.queue = [];
@@ -183,10 +226,23 @@ export class ActorClient {
         return;
       }
     } catch (e) {
-      this.dead = e as RtjobError;
+      this.dead = this.headGone(e) ?? (e as RtjobError);
     }
     const err = this.dead!;
     for (const c of [...this.retries.splice(0), ...this.queue.splice(0)]) c.ref._reject(err);
+  }
+
+  /**
+   * When `e` says this process lost the head for good: the error its calls fail with. The head
+   * kills the non-detached actors of an owner it lost (`owner-died`), and this process can no
+   * longer find any actor.
+   */
+  private headGone(e: unknown): RtjobError | undefined {
+    if (!isRtjobError(e, 'CONNECTION') || !this.rt.headLostForGood) return undefined;
+    return new ActorDiedError(`actor ${this.actorId} is out of reach: ${(e as Error).message}`, {
+      context: { actorId: this.actorId, reason: 'owner-died' },
+      cause: e,
+    });
   }
 
   private markDead(loc: ActorLocation): void {
@@ -200,9 +256,12 @@ export class ActorClient {
       });
       return;
     }
-    this.dead = new ActorDiedError(`actor ${this.actorId} is dead: ${cause?.message ?? 'unknown cause'}`, {
-      context: this.causeContext(cause),
-    });
+    this.dead = new ActorDiedError(
+      `actor ${this.actorId} is dead: ${cause?.message ?? 'unknown cause'}`,
+      {
+        context: this.causeContext(cause),
+      },
+    );
   }
 
   private diedError(cause: DeathCause | undefined, method: string): ActorDiedError {

@@ -9,6 +9,7 @@ import { ActorHandleCore, kCore, makeHandle } from '../handles.ts';
 import { registerWireClass } from '../protocol.ts';
 import { ObjectRef } from './object-ref.ts';
 import { currentRuntime } from './runtime.ts';
+import { installShmCodec } from './shm.ts';
 import { NotInitializedError } from '../errors.ts';
 
 let installed = false;
@@ -17,6 +18,7 @@ let installed = false;
 export function installCodec(): void {
   if (installed) return;
   installed = true;
+  installShmCodec();
   registerWireClass<ObjectRef<unknown>, [string, string]>({
     type: 1,
     Class: ObjectRef,

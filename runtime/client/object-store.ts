@@ -9,6 +9,8 @@
  */
 import { ObjectLostError } from '../errors.ts';
 import { ObjectRef } from './object-ref.ts';
+import { largeBytes } from '../out-of-band.ts';
+import { ShmValue, removeShm, shmMinBytes, writeShm } from './shm.ts';
 
 /** Options for the store. */
 export interface ObjectStoreOptions {
@@ -23,6 +25,8 @@ interface Entry {
   borrowers: number;
   holdUntilMs: number;
   bytes: number;
+  /** The value in shared memory, written on the first same-machine fetch (then reused). */
+  shm?: Promise<unknown>;
 }
 
 interface Borrowed {
@@ -125,6 +129,27 @@ export class ObjectStore {
     return new Promise((resolve, reject) => h._onSettled((r) => { try { resolve(r._take()); } catch (err) { reject(err); } }));
   }
 
+  /**
+   * Serves a fetch from a process on this machine: a large value goes through shared memory,
+   * written once per object however many processes of the machine fetch it.
+   */
+  fetchShared(id: string): Promise<unknown> | unknown {
+    const e = this.entries.get(id);
+    if (!e) return this.fetch(id);
+    if (e.shm) return e.shm;
+    const h = e.holder;
+    if (!h.isSettled) {
+      return new Promise((resolve) => h._onSettled(() => resolve(this.fetchShared(id))));
+    }
+    const value = h._take();
+    if (largeBytes(value) < shmMinBytes) return value;
+    e.shm = writeShm(value, id, false).then(
+      (s) => s ?? value,
+      () => value,
+    );
+    return e.shm;
+  }
+
   addBorrower(id: string): void {
     const e = this.entries.get(id);
     if (e) e.borrowers++;
@@ -151,6 +176,7 @@ export class ObjectStore {
 
   close(): void {
     if (this.timer) clearInterval(this.timer);
+    for (const e of this.entries.values()) dropShm(e);
     this.entries.clear();
     this.borrowed.clear();
   }
@@ -191,6 +217,7 @@ export class ObjectStore {
       return;
     }
     this.entries.delete(id);
+    dropShm(e);
   }
 
   /** Frees held objects once their hold has passed. */
@@ -201,7 +228,10 @@ export class ObjectStore {
       let held = 0;
       for (const [id, e] of this.entries) {
         if (e.holdUntilMs > now) held++;
-        else if (e.local === 0 && e.borrowers === 0) this.entries.delete(id);
+        else if (e.local === 0 && e.borrowers === 0) {
+          this.entries.delete(id);
+          dropShm(e);
+        }
       }
       if (held === 0 && this.timer) {
         clearInterval(this.timer);
@@ -210,6 +240,10 @@ export class ObjectStore {
     }, Math.max(50, Math.min(1000, this.holdMs / 2)));
     this.timer.unref();
   }
+}
+
+function dropShm(e: Entry): void {
+  void e.shm?.then((v) => (v instanceof ShmValue ? removeShm(v.name) : undefined));
 }
 
 function settleFrom(target: ObjectRef<unknown>, source: ObjectRef<unknown>): void {

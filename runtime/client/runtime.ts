@@ -8,11 +8,27 @@
 import { randomBytes } from 'node:crypto';
 import { ConnectionError, ObjectLostError, OwnerDiedError, isRtjobError } from '../errors.ts';
 import { logger } from '../log.ts';
-import { type ActorInfo, type Call, type Message, acceptedBy } from '../protocol.ts';
-import { type Connection, type Server, connect, holdProcessWhile, listen } from '../transport.ts';
+import {
+  type ActorInfo,
+  type AnyRequestBody,
+  type Call,
+  type Message,
+  type ReplyOf,
+  acceptedBy,
+} from '../protocol.ts';
+import {
+  type Connection,
+  type RequestOptions,
+  type Server,
+  connect,
+  holdProcessWhile,
+  listen,
+} from '../transport.ts';
 import { ActorClient } from './actor-client.ts';
-import { ObjectRef, setRefFetcher } from './object-ref.ts';
+import { type ObjectRef, setRefFetcher } from './object-ref.ts';
 import { ObjectStore } from './object-store.ts';
+import { largeBytes } from '../out-of-band.ts';
+import { ShmValue, machineId, readShm, shmMinBytes, writeShm } from './shm.ts';
 
 const log = logger('client');
 
@@ -30,12 +46,20 @@ export interface RuntimeOptions {
   objectTransferHoldMs?: number;
   /**
    * After losing the head, keep trying to reconnect (and resume this client id) this long, for a
-   * head that restarts on the same session. 0 gives up at once. @default 0
+   * head that restarts on the same session. 0 gives up at once. @default 60000 for a driver
+   * (`driverReconnectDefaultMs`), 0 for a worker (its node agent sets it when it outlives a head)
    */
   reconnectMs?: number;
 }
 
 const dataAccepts = acceptedBy('data');
+
+/**
+ * How long a driver keeps reconnecting to a head that went away: longer than a head restart
+ * takes, so that the restarted head still finds the driver within its recovery window and the
+ * driver keeps its actors.
+ */
+export const driverReconnectDefaultMs = 60_000;
 
 let current: Runtime | undefined;
 
@@ -43,6 +67,21 @@ let current: Runtime | undefined;
 export function currentRuntime(): Runtime | undefined {
   return current;
 }
+
+/** Head requests that may be sent twice without harm (see `Runtime.headRequest`). */
+type IdempotentRequest = Extract<
+  AnyRequestBody,
+  {
+    type:
+      | 'waitActor'
+      | 'getActorInfo'
+      | 'getActorByName'
+      | 'listActors'
+      | 'listNodes'
+      | 'waitPlacementGroup'
+      | 'kvGet';
+  }
+>;
 
 /** One process's view of the cluster. */
 export class Runtime {
@@ -61,6 +100,15 @@ export class Runtime {
   private closed = false;
   private readonly closeHooks: (() => Promise<void> | void)[] = [];
   private readonly headLostHooks: ((reason: string) => void)[] = [];
+  /**
+   * True while the head connection is down because the head went silent (a cut link, not a head
+   * that closed or crashed): this process may be the one cut off. Read by a worker's lease.
+   */
+  headSilent = false;
+  /** Set once the head is gone for good (reconnecting gave up, or was not allowed). */
+  private headLostError: ConnectionError | undefined;
+  /** Callers of `headReady` waiting for a reconnect. */
+  private headWaiters: { resolve(c: Connection): void; reject(e: Error): void }[] = [];
 
   private constructor(readonly opts: RuntimeOptions) {
     this.jobId = opts.jobId;
@@ -114,7 +162,7 @@ export class Runtime {
       },
     });
     try {
-      const reg = await conn.request<{ clientId: string; sessionDir?: string }>({
+      const reg = await conn.request({
         type: 'registerClient',
         kind: opts.kind,
         actorId: opts.actorId,
@@ -132,15 +180,21 @@ export class Runtime {
     return conn;
   }
 
+  /** How long this process keeps reconnecting to a lost head (see `RuntimeOptions.reconnectMs`). */
+  get reconnectMs(): number {
+    return this.opts.reconnectMs ?? (this.opts.kind === 'driver' ? driverReconnectDefaultMs : 0);
+  }
+
   /** On losing the head: reconnect for up to `reconnectMs`, else report it lost for good. */
   private watchHead(): void {
     const conn = this.head;
     conn.onClose((reason) => {
       if (this.closed || this.head !== conn) return;
-      const ms = this.opts.reconnectMs ?? 0;
+      this.headSilent = reason.startsWith('heartbeat timeout');
+      const ms = this.reconnectMs;
       if (ms <= 0) {
         log.warn(`lost the head: ${reason}`);
-        for (const fn of this.headLostHooks) fn(reason);
+        this.lostForGood(reason);
         return;
       }
       log.warn(`lost the head: ${reason}; reconnecting for up to ${ms} ms`);
@@ -157,8 +211,10 @@ export class Runtime {
           this.head.close('client shutting down');
           return;
         }
+        this.headSilent = false;
         log.info(`reconnected to the head at ${this.opts.headAddress} as ${this.clientId}`);
         this.watchHead();
+        for (const w of this.headWaiters.splice(0)) w.resolve(this.head);
         return;
       } catch {
         // Unref'd: a process with nothing else to do may exit rather than wait for the head.
@@ -166,7 +222,47 @@ export class Runtime {
         delayMs = Math.min(delayMs * 2, 1000);
       }
     }
-    if (!this.closed) for (const fn of this.headLostHooks) fn(`${reason}; reconnecting gave up`);
+    if (!this.closed)
+      this.lostForGood(`${reason}; reconnecting for ${this.reconnectMs} ms gave up`);
+  }
+
+  private lostForGood(reason: string): void {
+    this.headLostError = new ConnectionError(
+      `lost the head at ${this.opts.headAddress} for good: ${reason}`,
+    );
+    for (const w of this.headWaiters.splice(0)) w.reject(this.headLostError);
+    for (const fn of this.headLostHooks) fn(reason);
+  }
+
+  /** True once the head is gone and this process stopped reconnecting. */
+  get headLostForGood(): boolean {
+    return this.headLostError !== undefined;
+  }
+
+  /**
+   * The head connection once it is up: now, or after the reconnect in progress; rejects with a
+   * `ConnectionError` once the head is lost for good.
+   */
+  headReady(): Promise<Connection> {
+    if (this.headLostError) return Promise.reject(this.headLostError);
+    if (this.closed) return Promise.reject(new ConnectionError('the runtime is shut down'));
+    if (!this.head.closed) return Promise.resolve(this.head);
+    return new Promise((resolve, reject) => this.headWaiters.push({ resolve, reject }));
+  }
+
+  /**
+   * Sends a request that is safe to repeat (a lookup or a wait) to the head, sending it again
+   * after a reconnect when the connection drops before the answer.
+   */
+  async headRequest<B extends IdempotentRequest>(body: B, opts?: RequestOptions): Promise<ReplyOf<B['type']>> {
+    for (;;) {
+      const conn = await this.headReady();
+      try {
+        return await conn.request(body, opts);
+      } catch (e) {
+        if (!isRtjobError(e, 'CONNECTION') || !conn.closed || this.closed) throw e;
+      }
+    }
   }
 
   /** Called once the head is gone for good (at once without `reconnectMs`). */
@@ -194,9 +290,17 @@ export class Runtime {
     return c;
   }
 
+  /**
+   * Sends a request that must not be repeated (it changes head state) once the head is up: after
+   * a reconnect when one is in progress, never twice.
+   */
+  async headOnce<B extends AnyRequestBody>(body: B): Promise<ReplyOf<B['type']>> {
+    return (await this.headReady()).request(body);
+  }
+
   /** Looks up an actor's info at the head. */
   actorInfo(actorId: string): Promise<ActorInfo> {
-    return this.head.request<ActorInfo>({ type: 'getActorInfo', actorId });
+    return this.headRequest({ type: 'getActorInfo', actorId });
   }
 
   /** A shared connection to another process's endpoint. */
@@ -208,6 +312,11 @@ export class Runtime {
         maxFrameBytes: 16 * 1024 * 1024,
         connectTimeoutMs: 5000,
         holdProcess: this.opts.kind !== 'driver',
+      }).then((c) => {
+        // Lets a peer on this machine hand large values over through shared memory.
+        const machine = machineId();
+        if (machine) c.send({ type: 'hello', machine });
+        return c;
       });
       this.peers.set(address, p);
       p.then(
@@ -230,9 +339,15 @@ export class Runtime {
   private async closeNow(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    const down = new ConnectionError('the runtime is shut down');
+    for (const w of this.headWaiters.splice(0)) w.reject(down);
     for (const c of this.actorClients.values()) c.shutdown();
     this.head?.close('client shutting down');
-    for (const p of this.peers.values()) p.then((c) => c.close('client shutting down'), () => {});
+    for (const p of this.peers.values())
+      p.then(
+        (c) => c.close('client shutting down'),
+        () => {},
+      );
     await this.server.close();
     this.objects.close();
     if (current === this) current = undefined;
@@ -251,7 +366,14 @@ export class Runtime {
       });
     }
     try {
-      return await conn.request({ type: 'fetch', objectId: ref.id });
+      const v = await conn.request({ type: 'fetch', objectId: ref.id });
+      if (!(v instanceof ShmValue)) return v;
+      try {
+        return await readShm(v);
+      } catch (e) {
+        log.warn(`reading object ${ref.id} from shared memory failed (${(e as Error).message}); fetching it over the socket`);
+        return await conn.request({ type: 'fetch', objectId: ref.id, inline: true });
+      }
     } catch (e) {
       if (isRtjobError(e, 'CONNECTION')) {
         throw new OwnerDiedError(`the owner of object ${ref.id} at ${ref.owner} died`, {
@@ -265,18 +387,30 @@ export class Runtime {
 
   private sendBorrow(owner: string, objectId: string, borrow: boolean): void {
     this.peer(owner).then(
-      (c) => (borrow ? c.request({ type: 'borrow', objectId }).catch(() => {}) : c.send({ type: 'unborrow', objectId })),
+      (c) =>
+        borrow
+          ? c.request({ type: 'borrow', objectId }).catch(() => {})
+          : c.send({ type: 'unborrow', objectId }),
       () => {},
     );
   }
 
   private serve(m: Message, conn: Connection): unknown {
     switch (m.type) {
-      case 'call':
+      case 'call': {
         if (!this.callHandler) throw new ConnectionError('this process hosts no actor');
-        return this.callHandler(m, conn);
+        const r = this.callHandler(m, conn);
+        if (conn.meta.machine === undefined || conn.meta.machine !== machineId()) return r;
+        return isThenable(r) ? r.then(shareResult) : shareResult(r);
+      }
       case 'fetch':
+        if (!m.inline && conn.meta.machine !== undefined && conn.meta.machine === machineId()) {
+          return this.objects.fetchShared(m.objectId);
+        }
         return this.objects.fetch(m.objectId);
+      case 'hello':
+        conn.meta.machine = m.machine;
+        return undefined;
       case 'borrow': {
         // Borrows are remembered per connection so a borrower that dies releases them.
         let held = conn.meta.borrows as Map<string, number> | undefined;
@@ -301,9 +435,28 @@ export class Runtime {
         return undefined;
       }
       case 'ping':
+        // A caller that meant another actor, or an incarnation this process is not, must not
+        // get its calls run here (a reused port, or a replaced incarnation).
+        if (m.actorId !== undefined && (m.actorId !== this.opts.actorId || m.incarnation !== this.opts.incarnation)) {
+          conn.close(`this process is not actor ${m.actorId} incarnation ${m.incarnation}`, 1008);
+          return undefined;
+        }
         return 'pong';
       default:
         throw new ObjectLostError('unreachable');
     }
   }
+}
+
+/** A large call result for a caller on this machine goes through shared memory, read once. */
+function shareResult(v: unknown): unknown {
+  if (largeBytes(v) < shmMinBytes) return v;
+  return writeShm(v, 'result', true).then(
+    (s) => s ?? v,
+    () => v,
+  );
+}
+
+function isThenable(v: unknown): v is PromiseLike<unknown> {
+  return v !== null && typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function';
 }

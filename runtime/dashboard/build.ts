@@ -16,7 +16,9 @@ const here = fileURLToPath(new URL('.', import.meta.url));
 const srcDir = join(here, 'src');
 const distDir = join(here, 'dist');
 /** Modules outside `src/` that the bundle imports (pure, shared with the CLI). */
-const sharedSources = [fileURLToPath(new URL('../format.ts', import.meta.url))];
+const sharedSources = ['../format.ts', '../errors.ts', '../head/http/contract.ts'].map((f) =>
+  fileURLToPath(new URL(f, import.meta.url)),
+);
 
 function newestMtime(dir: string): number {
   let newest = 0;

@@ -54,7 +54,8 @@ export class ResourcePool {
     const gpu = req.GPU ?? 0;
     const gpuIds = this.pickGpus(gpu, false);
     if (gpuIds === undefined) return undefined;
-    for (const [k, v] of Object.entries(req)) if (v > 0) this.available[k] = round(this.available[k]! - v);
+    for (const [k, v] of Object.entries(req))
+      if (v > 0) this.available[k] = round(this.available[k]! - v);
     const share = gpu >= 1 ? 1 : gpu;
     for (const id of gpuIds) this.gpuFree.set(id, round(this.gpuFree.get(id)! - share));
     return { resources: { ...req }, gpuIds, gpuShare: share };
@@ -65,7 +66,8 @@ export class ResourcePool {
    * head re-attaching it). Never refuses: the process exists whether or not it fits.
    */
   takeExact(req: ResourceMap, gpuIds: readonly number[]): Allocation {
-    for (const [k, v] of Object.entries(req)) if (v > 0) this.available[k] = round((this.available[k] ?? 0) - v);
+    for (const [k, v] of Object.entries(req))
+      if (v > 0) this.available[k] = round((this.available[k] ?? 0) - v);
     const gpu = req.GPU ?? 0;
     const share = gpu >= 1 ? 1 : gpu;
     const ids = gpuIds.filter((id) => this.gpuFree.has(id));
@@ -75,7 +77,8 @@ export class ResourcePool {
 
   give(a: Allocation): void {
     for (const [k, v] of Object.entries(a.resources)) {
-      if (v > 0) this.available[k] = round(Math.min(this.total[k] ?? 0, (this.available[k] ?? 0) + v));
+      if (v > 0)
+        this.available[k] = round(Math.min(this.total[k] ?? 0, (this.available[k] ?? 0) + v));
     }
     for (const id of a.gpuIds) {
       const cur = this.gpuFree.get(id);

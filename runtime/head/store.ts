@@ -80,6 +80,7 @@ export class HeadStore {
           'ON CONFLICT(pg_id) DO UPDATE SET state = excluded.state, info = excluded.info, updated_at_ms = excluded.updated_at_ms',
       ),
       ctorArgs: this.db.prepare('SELECT ctor_args FROM actors WHERE actor_id = ?'),
+      deleteActor: this.db.prepare('DELETE FROM actors WHERE actor_id = ?'),
       actors: this.db.prepare('SELECT info FROM actors ORDER BY rowid'),
       nodes: this.db.prepare('SELECT info FROM nodes ORDER BY rowid'),
       pgs: this.db.prepare('SELECT info FROM placement_groups ORDER BY rowid'),
@@ -108,6 +109,11 @@ export class HeadStore {
       ctorArgs ? Buffer.from(ctorArgs.buffer, ctorArgs.byteOffset, ctorArgs.byteLength) : null,
       Date.now(),
     );
+  }
+
+  /** Forgets an actor (a dead one past its retention). */
+  deleteActor(actorId: string): void {
+    this.stmts.deleteActor.run(actorId);
   }
 
   putPlacementGroup(pg: PlacementGroupInfo): void {

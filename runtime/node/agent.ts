@@ -23,6 +23,8 @@ import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defaultMaxPackageBytes, isPackageHash, packagesDir, unpackArchive } from '../head/jobs/working-dir.ts';
+import { removeShmFilesOf } from '../client/shm.ts';
+import { readEnv } from '../env.ts';
 import { logger } from '../log.ts';
 import { type Message, type ResourceMap, type StartWorker, type WorkerExited, acceptedBy } from '../protocol.ts';
 import { type Connection, connect } from '../transport.ts';
@@ -231,8 +233,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   }
 
   private workerArgv(): string[] {
-    const env = process.env.RTJOB_WORKER_LOADER;
-    const kind = this.opts.workerLoader ?? (env === 'tsx' || env === 'cached' ? env : 'cached');
+    const kind = this.opts.workerLoader ?? readEnv('RTJOB_WORKER_LOADER') ?? 'cached';
     return ['--import', loaders[kind], workerMain];
   }
 
@@ -269,7 +270,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       holdProcess: this.opts.holdProcess ?? true,
     });
     try {
-      const { nodeId } = await conn.request<{ nodeId: string }>({
+      const { nodeId } = await conn.request({
         type: 'registerNode',
         ...(this.nodeId ? { nodeId: this.nodeId } : {}),
         hostname: hostname(),
@@ -401,7 +402,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       p = (async () => {
         const dir = packagesDir(this.sessionDir, hash);
         if (existsSync(dir)) return dir;
-        const archive = await this.conn.request<Uint8Array>({ type: 'fetchPackage', hash });
+        const archive = await this.conn.request({ type: 'fetchPackage', hash });
         unpackArchive(Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength), hash, dir, defaultMaxPackageBytes * 4);
         log.info(`unpacked working dir ${hash.slice(0, 12)} (${archive.byteLength} bytes) into ${dir}`);
         return dir;
@@ -454,7 +455,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       const delta: Record<string, string> = {};
       for (const [k, v] of Object.entries(env)) if (v !== undefined && process.env[k] !== v) delta[k] = v;
       if (this.opts.holdProcess !== false) warm.ref();
-      warm.send({ type: 'assign', env: delta, unset: ['RTJOB_WARM', ...(process.env.RTJOB_ADDRESS ? ['RTJOB_ADDRESS'] : [])] });
+      warm.send({ type: 'assign', env: delta, unset: ['RTJOB_WARM', ...(readEnv('RTJOB_ADDRESS') !== undefined ? ['RTJOB_ADDRESS'] : [])] });
     }
     const out = createWriteStream(logFiles.stdout, { flags: 'a' });
     const err = createWriteStream(logFiles.stderr, { flags: 'a' });
@@ -494,6 +495,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       }
     }
     child.on('close', (code, signal) => {
+      // Shared-memory objects of a worker that could not clean up (killed) are freed now.
+      if (child.pid !== undefined) removeShmFilesOf(child.pid);
       // Ship the last bytes once both log files are flushed.
       if (this.opts.shipLogs) {
         let open = 2;

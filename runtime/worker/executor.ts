@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { RtjobError, TaskError } from '../errors.ts';
+import { isRuntimeError, toTaskError } from '../errors.ts';
 import { ObjectRef } from '../client/object-ref.ts';
 import type { Call } from '../protocol.ts';
 
@@ -28,6 +28,8 @@ export class Executor {
   private running = 0;
   private queue: Entry[] = [];
   private head = 0;
+  /** While paused (fenced: the head may have replaced this incarnation) no call starts. */
+  private paused = false;
 
   constructor(
     private readonly lookup: MethodLookup,
@@ -45,7 +47,7 @@ export class Executor {
         break;
       }
     }
-    if (!refs && this.running < this.maxConcurrency && this.head === this.queue.length) {
+    if (!refs && !this.paused && this.running < this.maxConcurrency && this.head === this.queue.length) {
       return this.run(msg.method, args);
     }
     return new Promise((resolve, reject) => {
@@ -68,8 +70,19 @@ export class Executor {
     });
   }
 
+  /** Starts no call until `resume` (calls keep queueing in arrival order). */
+  pause(): void {
+    this.paused = true;
+  }
+
+  /** Starts the calls that queued while paused, in order. */
+  resume(): void {
+    this.paused = false;
+    this.pump();
+  }
+
   private pump(): void {
-    while (this.running < this.maxConcurrency && this.head < this.queue.length) {
+    while (!this.paused && this.running < this.maxConcurrency && this.head < this.queue.length) {
       const e = this.queue[this.head]!;
       if (e.argsReady) return;
       this.queue[this.head++] = undefined as unknown as Entry;
@@ -123,13 +136,9 @@ export class Executor {
   }
 
   private wrap(e: unknown, method: string): unknown {
-    if (e instanceof RtjobError) return e;
-    const err = e instanceof Error ? e : new Error(String(e));
-    return new TaskError(err.name, err.message, {
-      context: { actorId: this.actorId, method },
-      remoteStack: err.stack,
-      cause: err.cause,
-    });
+    // A runtime error from a nested call (the actor called a dead actor) passes through as it is.
+    if (isRuntimeError(e)) return e;
+    return toTaskError(e, { actorId: this.actorId, method });
   }
 }
 

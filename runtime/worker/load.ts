@@ -6,6 +6,7 @@
  * @module
  */
 import { pathToFileURL } from 'node:url';
+import { readEnv } from '../env.ts';
 import { ActorLoadError, TaskError } from '../errors.ts';
 import { ObjectRef } from '../client/object-ref.ts';
 import { unpack, type WorkerAssignment } from '../protocol.ts';
@@ -16,8 +17,8 @@ import type { MethodLookup } from './executor.ts';
  * created the actor (the head, or another node), at this node's own copy of the package.
  */
 export function localModuleUrl(url: string, env: NodeJS.ProcessEnv = process.env): string {
-  const hash = env.RTJOB_PACKAGE;
-  const dir = env.RTJOB_WORKING_DIR;
+  const hash = readEnv('RTJOB_PACKAGE', env);
+  const dir = readEnv('RTJOB_WORKING_DIR', env);
   if (!hash || !dir || !url.startsWith('file:')) return url;
   const marker = `/packages/${hash}/`;
   const at = url.indexOf(marker);
@@ -35,7 +36,7 @@ async function importModule(url: string, actorId: string): Promise<Record<string
   }
 }
 
-function exportOf(mod: Record<string, unknown>, url: string, name: string, actorId: string): Function {
+function exportOf(mod: Record<string, unknown>, url: string, name: string, actorId: string): unknown {
   const v = mod[name];
   if (typeof v !== 'function') {
     const names = Object.keys(mod).join(', ') || 'nothing';
@@ -44,7 +45,8 @@ function exportOf(mod: Record<string, unknown>, url: string, name: string, actor
       { context: { actorId, moduleUrl: url, exportName: name } },
     );
   }
-  return v as Function;
+  // A function, typed `unknown` because the caller decides whether it is a class or a task.
+  return v;
 }
 
 /** Imports and constructs the actor; returns how to find its methods. */

@@ -8,10 +8,12 @@
 import { existsSync } from 'node:fs';
 import { installCodec } from '../client/codec.ts';
 import { Runtime } from '../client/runtime.ts';
+import { readEnv } from '../env.ts';
 import { ActorLoadError, toWire } from '../errors.ts';
 import { logger } from '../log.ts';
-import type { Call, WorkerAssignment } from '../protocol.ts';
+import type { Call } from '../protocol.ts';
 import { Executor } from './executor.ts';
+import { Lease } from './lease.ts';
 import { loadActor, taskRunner } from './load.ts';
 
 const log = logger('worker');
@@ -20,7 +22,7 @@ const env = process.env;
 // The node agent holds the other end of the IPC channel; when it goes, so do we.
 process.on('disconnect', () => process.exit(0));
 
-if (env.RTJOB_WARM === '1') {
+if (readEnv('RTJOB_WARM')) {
   // Booted ahead of time: wait for the node agent to say which actor this process becomes.
   const msg = await new Promise<{ env: Record<string, string>; unset: string[] }>((resolve) => {
     const onMessage = (m: { type?: string; env: Record<string, string>; unset: string[] }) => {
@@ -35,40 +37,44 @@ if (env.RTJOB_WARM === '1') {
   for (const k of msg.unset) delete env[k];
   Object.assign(env, msg.env);
 }
-const actorId = env.RTJOB_ACTOR_ID ?? '';
-const incarnation = Number(env.RTJOB_INCARNATION ?? 0);
+const actorId = readEnv('RTJOB_ACTOR_ID') ?? '';
+const incarnation = readEnv('RTJOB_INCARNATION') ?? 0;
 // A job's actors run in the job's working dir (set by the job supervisor), so relative paths
 // such as `--agent-func ./agent.ts` mean the same in every actor as in the driver.
-if (env.RTJOB_WORKING_DIR && existsSync(env.RTJOB_WORKING_DIR)) process.chdir(env.RTJOB_WORKING_DIR);
+const workingDir = readEnv('RTJOB_WORKING_DIR');
+if (workingDir && existsSync(workingDir)) process.chdir(workingDir);
 
 installCodec();
 const rt = await Runtime.start({
-  headAddress: env.RTJOB_HEAD_ADDRESS ?? '',
-  token: env.RTJOB_TOKEN ?? '',
+  headAddress: readEnv('RTJOB_HEAD_ADDRESS') ?? '',
+  token: readEnv('RTJOB_TOKEN') ?? '',
   kind: 'worker',
   actorId,
   incarnation,
-  host: env.RTJOB_WORKER_HOST,
+  host: readEnv('RTJOB_WORKER_HOST'),
   // Set by a node agent that outlives a head restart: the worker (and its state) waits for it.
-  reconnectMs: Number(env.RTJOB_HEAD_RECONNECT_MS ?? 0) || 0,
+  reconnectMs: readEnv('RTJOB_HEAD_RECONNECT_MS') ?? 0,
 });
 rt.onHeadLost(() => process.exit(0));
 
-const assignment = await rt.head.request<WorkerAssignment>({ type: 'workerHello', actorId, incarnation });
+const assignment = await rt.head.request({ type: 'workerHello', actorId, incarnation });
 // Actors this actor creates belong to the same job and inherit its env (api.ts reads these two).
 if (assignment.options.jobId) env.RTJOB_JOB_ID = assignment.options.jobId;
 env.RTJOB_JOB_ENV ??= JSON.stringify(assignment.options.env ?? {});
 
 let handle: (m: Call) => unknown;
+let exec: Executor;
 try {
   if (assignment.spec.kind === 'tasks') {
     const runner = taskRunner(actorId);
-    const exec = new Executor(runner, assignment.options.maxConcurrency, actorId);
-    handle = (m) => runner.prepare(m.method).then(() => exec.handle(m));
+    const tasks = new Executor(runner, assignment.options.maxConcurrency, actorId);
+    handle = (m) => runner.prepare(m.method).then(() => tasks.handle(m));
+    exec = tasks;
   } else {
     const lookup = await loadActor(assignment, actorId);
-    const exec = new Executor(lookup, assignment.options.maxConcurrency, actorId);
-    handle = (m) => exec.handle(m);
+    const actor = new Executor(lookup, assignment.options.maxConcurrency, actorId);
+    handle = (m) => actor.handle(m);
+    exec = actor;
   }
 } catch (e) {
   const err = e instanceof ActorLoadError ? e : new ActorLoadError(String((e as Error).message ?? e), { cause: e });
@@ -81,8 +87,10 @@ try {
 // Calls served are reported to the head every few seconds (Prometheus `rtjob_actor_calls_total`).
 let calls = 0;
 let reported = 0;
+let lease: Lease | undefined;
 rt.callHandler = (m) => {
   calls++;
+  lease?.check();
   return handle(m);
 };
 setInterval(() => {
@@ -91,4 +99,8 @@ setInterval(() => {
   reported = calls;
 }, 2000).unref();
 await rt.head.request({ type: 'actorReady', actorId, incarnation, address: rt.address, pid: process.pid });
+lease = new Lease(rt, actorId, incarnation, exec, (why) => {
+  log.warn(`${why}; exiting without running the calls held meanwhile`);
+  process.exit(1);
+});
 process.send?.({ type: 'ready' });

@@ -109,7 +109,7 @@ function packageType(dir) {
   let type = 'commonjs';
   try {
     type = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).type === 'module' ? 'module' : 'commonjs';
-  } catch (e) {
+  } catch {
     const parent = dirname(dir);
     if (parent !== dir) type = packageType(parent);
   }

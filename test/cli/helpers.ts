@@ -76,14 +76,7 @@ export class Sandbox {
   }
 }
 
-export function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+export { pidAlive } from '../../runtime/pid.ts';
 
 /** Polls `check` until it returns a value other than undefined, or throws after `timeoutMs`. */
 export async function until<T>(what: string, check: () => T | undefined | Promise<T | undefined>, timeoutMs = 20_000): Promise<T> {

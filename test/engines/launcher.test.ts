@@ -5,6 +5,7 @@ import * as assert from 'uvu/assert';
 
 import { launchServer, type LaunchedServer, type ServerLaunchError } from '../../actors/engines/launcher.ts';
 import { SglangEngine } from '../../actors/engines/sglang/index.ts';
+import { pidAlive } from '../../runtime/pid.ts';
 
 const fakeSglang = fileURLToPath(new URL('../fakes/sglang-server.ts', import.meta.url));
 const fixture = fileURLToPath(new URL('./fixtures/launch-then-wait.ts', import.meta.url));
@@ -12,15 +13,6 @@ const fixture = fileURLToPath(new URL('./fixtures/launch-then-wait.ts', import.m
 function groupAlive(pgid: number): boolean {
   try {
     process.kill(-pgid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
     return true;
   } catch {
     return false;

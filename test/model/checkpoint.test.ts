@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -8,7 +8,8 @@ import { loadModel, saveModel } from '../../actors/model/checkpoint.ts';
 import { parseSafetensors, SafetensorsError, serializeSafetensors } from '../../actors/model/safetensors.ts';
 import { maskedNllLoss, ModelTrainer, padBatch } from '../../actors/model/training.ts';
 import { builtinTokenizerFiles } from '../../actors/model/builtin.ts';
-import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
+import { resolveConfig } from '../../actors/model/config.ts';
+import { maxAbsDiff, randomModel, tinyFamilyConfigs, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 const dirs: string[] = [];
 const tmp = (): string => {
@@ -59,6 +60,49 @@ test('sharded checkpoints load through model.safetensors.index.json', async () =
   writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: {}, weight_map: weightMap }));
   const loaded = await loadModel(dir);
   assert.is(maxAbsDiff(logitsOf(loaded.model), logitsOf(m)), 0);
+  loaded.model.dispose();
+  m.dispose();
+});
+
+test('above maxShardBytes the weights are written as HF shards with model.safetensors.index.json', async () => {
+  await initBackend('wasm');
+  const m = randomModel(tinyLlamaConfig(), 25);
+  const dir = tmp();
+  saveModel(dir, m); // an earlier single-file save in the same directory
+  saveModel(dir, m, { maxShardBytes: 5000 });
+  const files = readdirSync(dir).filter((f) => f.endsWith('.safetensors')).sort();
+  assert.ok(files.length >= 3, files.join(' '));
+  assert.ok(files.every((f, i) => f === `model-0000${i + 1}-of-0000${files.length}.safetensors`), files.join(' '));
+  const index = JSON.parse(readFileSync(join(dir, 'model.safetensors.index.json'), 'utf8'));
+  const weights = m.exportWeights();
+  assert.equal(Object.keys(index.weight_map).sort(), Object.keys(weights).sort());
+  assert.is(index.metadata.total_size, Object.values(weights).reduce((a, t) => a + t.data.length * 4, 0));
+  for (const f of files) {
+    const names = Object.keys(parseSafetensors(readFileSync(join(dir, f))).tensors);
+    const bytes = names.reduce((a, n) => a + weights[n]!.data.length * 4, 0);
+    assert.ok(bytes <= 5000 || names.length === 1, `${f}: ${bytes} bytes`);
+    assert.ok(names.every((n) => index.weight_map[n] === f));
+  }
+  const loaded = await loadModel(dir);
+  assert.is(maxAbsDiff(logitsOf(loaded.model), logitsOf(m)), 0);
+  loaded.model.dispose();
+  // Saving small again leaves one unambiguous layout.
+  saveModel(dir, m);
+  assert.equal(readdirSync(dir).filter((f) => f.includes('safetensors')), ['model.safetensors']);
+  m.dispose();
+});
+
+test('save -> load -> save keeps config.json exactly (v5 Qwen3 layout), BF16 changes only dtype', async () => {
+  await initBackend('wasm');
+  const raw = Object.values(tinyFamilyConfigs())[5]!;
+  const m = randomModel(resolveConfig(raw), 26);
+  const a = tmp();
+  saveModel(a, m);
+  assert.equal(JSON.parse(readFileSync(join(a, 'config.json'), 'utf8')), raw);
+  const loaded = await loadModel(a);
+  const b = tmp();
+  saveModel(b, loaded.model, { dtype: 'bfloat16' });
+  assert.equal(JSON.parse(readFileSync(join(b, 'config.json'), 'utf8')), { ...raw, dtype: 'bfloat16' });
   loaded.model.dispose();
   m.dispose();
 });

@@ -140,7 +140,7 @@ test('stop token ids, stop strings, minNewTokens and generateN seeds', async () 
   assert.is(n1.length, 4);
   assert.equal(n1.map((x) => x.outputTokens), n2.map((x) => x.outputTokens));
   assert.ok(new Set(n1.map((x) => x.outputTokens.join())).size > 1, 'different samples per index');
-  await assert.not.ok(await engine.generate({ inputIds: [1], gconfig: { n: 2 } }).then(() => true, () => false));
+  assert.not.ok(await engine.generate({ inputIds: [1], gconfig: { n: 2 } }).then(() => true, () => false));
   await engine.close();
   m.dispose();
 

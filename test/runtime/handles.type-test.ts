@@ -42,7 +42,7 @@ export async function checks(): Promise<void> {
   const s: ObjectRef<string> = c.incr.remote(1);
   void s;
   // @ts-expect-error a handle is not thenable
-  c.then;
+  void c.then;
   // @ts-expect-error unknown option
   C.options({ numCPUs: 1 });
 

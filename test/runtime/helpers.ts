@@ -27,12 +27,4 @@ export async function rejection(p: PromiseLike<unknown>): Promise<Error & { code
   throw new Error('expected a rejection');
 }
 
-/** True when a process with this pid exists. */
-export function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+export { pidAlive as alive } from '../../runtime/pid.ts';

@@ -23,6 +23,7 @@ test.after(() => rmSync(root, { recursive: true, force: true }));
 const flags = {
   colocateAllModels: true, rolloutNumEngines: 2, rolloutNumGpusPerEngine: 1, actorNumGpusPerNode: 1,
   refNumGpusPerNode: 1, criticNumGpusPerNode: 1, initKlCoef: 0.01, advantageEstimator: 'gae' as const,
+  actorNumReplicas: 1, criticNumReplicas: 1,
 };
 
 test('colocated roles share GPU bundles by fractions that never exceed a bundle', () => {
@@ -38,6 +39,18 @@ test('colocated roles share GPU bundles by fractions that never exceed a bundle'
   const apart = placeRoles({ ...flags, colocateAllModels: false });
   assert.equal(apart.bundles, []);
   assert.equal(apart.role('trainer'), { numCpus: 0, numGpus: 1 });
+});
+
+test('data-parallel ranks spread over the bundles: rank i beside rollout i', () => {
+  const p = placeRoles({ ...flags, rolloutNumGpusPerEngine: 0, actorNumGpusPerNode: 0, refNumGpusPerNode: 0, criticNumGpusPerNode: 0, actorNumReplicas: 2, criticNumReplicas: 2 });
+  assert.equal(p.bundles, [{ CPU: 1 }, { CPU: 1 }]);
+  assert.equal([p.role('trainer', 0).bundleIndex, p.role('trainer', 1).bundleIndex, p.role('critic', 1).bundleIndex], [0, 1, 1]);
+  // Bundle 1 holds rollout 1, trainer rank 1 and critic rank 1; bundle 0 the reference too.
+  assert.is(p.role('trainer', 1).numCpus, 0.3333);
+  assert.is(p.rollout(0).numCpus, 0.25);
+  const three = placeRoles({ ...flags, rolloutNumEngines: 1, actorNumReplicas: 3, advantageEstimator: 'group_norm' as const, initKlCoef: 0 });
+  assert.is(three.bundles.length, 3);
+  assert.is(three.role('trainer', 2).numCpus, 1);
 });
 
 test('--colocate-all-models places every role in one placement group and trains', async () => {

@@ -37,8 +37,8 @@ test('ASYNC_NUM_TASKS and ASYNC_QUEUE_SIZE come from the environment; flags win'
 });
 
 test('non-integer or out-of-range queue settings are clear errors', () => {
-  fails([], /ASYNC_QUEUE_SIZE: expected an integer, got '1.5'/, { ASYNC_QUEUE_SIZE: '1.5' });
-  fails([], /ASYNC_NUM_TASKS: must be an integer >= 1, got 0/, { ASYNC_NUM_TASKS: '0' });
+  fails([], /ASYNC_QUEUE_SIZE: expected an integer >= 1, got '1.5'/, { ASYNC_QUEUE_SIZE: '1.5' });
+  fails([], /ASYNC_NUM_TASKS: expected an integer >= 1, got '0'/, { ASYNC_NUM_TASKS: '0' });
   fails(['--async-num-tasks', 'many'], /--async-num-tasks: expected an integer, got 'many'/);
 });
 
@@ -66,7 +66,7 @@ test('--help lists every flag with its default', () => {
 
 test('--help prints the flags in sections', () => {
   const h = trainPpoHelp();
-  assert.match(h, /\nAlgorithm \(formulas: algorithms\/README.md\):\n  --advantage-estimator/);
+  assert.match(h, /\nAlgorithm \(formulas: algorithms\/README.md\):\n {2}--advantage-estimator/);
   assert.match(h, /--loss-agg-mode\s+how token losses are averaged \(default token-mean\)/);
 });
 

@@ -9,7 +9,7 @@
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { initBackend } from '../../model/backend.ts';
 import { loadModel, readWeights } from '../../model/checkpoint.ts';
-import { BatchKVCache, decodeStep, prefill } from '../../model/kv-cache.ts';
+import { type BatchKVCache, decodeStep, prefill } from '../../model/kv-cache.ts';
 import { CausalLM } from '../../model/llama.ts';
 import { sampleToken, seededRandom, type SamplingParams } from '../../model/sampling.ts';
 import type { ChatTokenizer } from '../../model/tokenizer.ts';

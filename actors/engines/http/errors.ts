@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { RtjobError, TaskError } from '../../../runtime/errors.ts';
 
 /** Why an engine call failed. */
 export type EngineErrorCode =
@@ -29,9 +30,7 @@ export type EngineErrorCode =
   | 'unsupported';
 
 /** An error from an HTTP engine, with the server it concerns and the HTTP status if any. */
-export class EngineError extends Error {
-  override readonly name = 'EngineError';
-  readonly code: EngineErrorCode;
+export class EngineError extends RtjobError<EngineErrorCode> {
   readonly url: string | undefined;
   readonly status: number | undefined;
   /** How long the server asked to be left alone (`Retry-After` on a 429 or 503). */
@@ -42,8 +41,7 @@ export class EngineError extends Error {
     message: string,
     opts: { url?: string; status?: number; retryAfterMs?: number; cause?: unknown } = {},
   ) {
-    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
-    this.code = code;
+    super(code, message, { cause: opts.cause });
     this.url = opts.url;
     this.status = opts.status;
     this.retryAfterMs = opts.retryAfterMs;
@@ -65,12 +63,12 @@ export class EngineError extends Error {
   }
 }
 
-/** Whether `e` is an {@link EngineError}, checked by name and code so it works across realms. */
+/**
+ * Whether `e` is an {@link EngineError}, checked by name and code so it works across module
+ * copies and for one that came over the wire (a `TaskError` whose `remoteName` is `EngineError`;
+ * its `url` and `status` fields come with it, `retryable` does not).
+ */
 export function isEngineError(e: unknown): e is EngineError {
-  return (
-    typeof e === 'object' &&
-    e !== null &&
-    (e as { name?: unknown }).name === 'EngineError' &&
-    typeof (e as { code?: unknown }).code === 'string'
-  );
+  if (!(e instanceof Error) || typeof (e as { code?: unknown }).code !== 'string') return false;
+  return e.name === 'EngineError' || (e instanceof TaskError && e.remoteName === 'EngineError');
 }

@@ -11,6 +11,7 @@
 import http from 'node:http';
 import https from 'node:https';
 
+import { RtjobError } from '../../../runtime/errors.ts';
 import { EngineError, isEngineError } from './errors.ts';
 
 /** Options of one HTTP call. */
@@ -83,7 +84,11 @@ interface Answer {
 }
 
 /** The reused connection was already closed by the server; see {@link httpCall}. */
-class StaleConnection extends Error {}
+class StaleConnection extends RtjobError<'STALE_CONNECTION'> {
+  constructor(message: string) {
+    super('STALE_CONNECTION', message);
+  }
+}
 
 function exchange(
   url: string,

@@ -1,103 +1,29 @@
 /**
- * The dashboard's calls to the head: JSON over `/api/` (the login cookie carries the token) and
+ * The dashboard's calls to the head: the typed REST contract (`runtime/head/http/contract.ts`,
+ * the same one the server implements and the CLI calls) over `fetch` with the login cookie, and
  * one EventSource for live updates.
  *
  * @module
  */
+import { eventsPath, fetchTransport, restClient } from '../../head/http/contract.ts';
 
-export interface NodeView {
-  nodeId: string;
-  hostname: string;
-  address: string;
-  state: string;
-  isHead: boolean;
-  resourcesTotal: Record<string, number>;
-  resourcesAvailable: Record<string, number>;
-  memoryTotalBytes: number;
-  memoryUsedBytes: number;
-  workers: number;
-  startedAt: number;
-}
+export type {
+  ActorPage,
+  ActorPageQuery,
+  ActorSortKey,
+  ActorView,
+  ClusterStatus,
+  JobInfo,
+  MetricsTable,
+  NodeView,
+} from '../../head/http/contract.ts';
+export { logTailPath, RestError } from '../../head/http/contract.ts';
 
-export interface ActorView {
-  actorId: string;
-  className: string;
-  name: string | null;
-  state: string;
-  nodeId: string | null;
-  pid: number | null;
-  jobId: string | null;
-  restarts: number;
-  detached: boolean;
-  startedAt: number | null;
-  endedAt: number | null;
-  deathCause: string | null;
-}
-
-export interface JobInfo {
-  jobId: string;
-  status: string;
-  entrypoint: string[];
-  workingDir: string | null;
-  env: Record<string, string>;
-  inheritedEnvCount?: number;
-  metadata: Record<string, string>;
-  entrypointNumCpus: number;
-  entrypointNumGpus: number;
-  submittedAt: number;
-  startedAt: number | null;
-  endedAt: number | null;
-  exitCode: number | null;
-  message: string;
-}
-
-export interface ActorPage {
-  total: number;
-  offset: number;
-  limit: number;
-  rows: ActorView[];
-  states: Record<string, number>;
-}
-
-export interface ClusterStatus {
-  headAddress: string | null;
-  nodes: NodeView[];
-  resources: { total: Record<string, number>; used: Record<string, number> };
-  actorsByState: Record<string, number>;
-  jobsByStatus: Record<string, number>;
-}
-
-export interface MetricsTable {
-  columns: string[];
-  rows: (number | null)[][];
-}
-
-/** Thrown for a non-2xx answer, with the API's message. */
-export class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
-
-export async function get<T>(path: string): Promise<T> {
-  const res = await fetch(path, { credentials: 'same-origin' });
-  if (!res.ok) throw new ApiError(res.status, ((await res.json().catch(() => ({}))) as { message?: string }).message ?? res.statusText);
-  return (await res.json()) as T;
-}
-
-export async function post<T>(path: string, body: unknown = {}): Promise<T> {
-  const res = await fetch(path, {
-    method: 'POST',
-    credentials: 'same-origin',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  if (!res.ok) throw new ApiError(res.status, ((await res.json().catch(() => ({}))) as { message?: string }).message ?? res.statusText);
-  return (await res.json()) as T;
-}
+/**
+ * The head's API: `await api.call('GET /api/jobs/:jobId', { params: { jobId } })`. A non-2xx
+ * answer throws `RestError` with the API's message and code.
+ */
+export const api = restClient(fetchTransport('', {}, { credentials: 'same-origin' }));
 
 type Listener = (event: string, data: unknown) => void;
 const listeners = new Set<Listener>();
@@ -110,7 +36,7 @@ export function onLive(fn: Listener): () => void {
 
 /** Opens the event stream; `status` reports connected/reconnecting for the header. */
 export function connectLive(status: (connected: boolean) => void): void {
-  const es = new EventSource('/api/events');
+  const es = new EventSource(eventsPath);
   es.onopen = () => status(true);
   es.onerror = () => status(false);
   for (const name of ['job', 'metrics', 'cluster']) {

@@ -5,15 +5,14 @@
  * @module
  */
 import {
-  type ActorPage,
+  type ActorPageQuery,
+  type ActorSortKey,
   type ActorView,
-  type ClusterStatus,
+  api,
   connectLive,
-  get,
   type JobInfo,
-  type MetricsTable,
+  logTailPath,
   onLive,
-  post,
 } from './api.ts';
 import { MetricCharts } from './charts.ts';
 import { bytes, duration } from '../../format.ts';
@@ -67,7 +66,10 @@ async function clusterView(): Promise<void> {
   const section = h('section', { 'aria-labelledby': 'cluster-h' });
   main.append(h('h1', { id: 'cluster-h' }, 'Cluster'), section);
   const load = async () => {
-    const [s, jobs] = await Promise.all([get<ClusterStatus>('/api/cluster'), get<{ jobs: JobInfo[] }>('/api/jobs?limit=8')]);
+    const [s, jobs] = await Promise.all([
+      api.call('GET /api/cluster'),
+      api.call('GET /api/jobs', { query: { limit: 8 } }),
+    ]);
     const count = (m: Record<string, number>) => Object.entries(m).map(([k, v]) => `${v} ${k.toLowerCase()}`).join(' · ') || 'none';
     section.replaceChildren(
       h('div', { class: 'cards' },
@@ -122,7 +124,7 @@ async function jobsView(): Promise<void> {
   const section = h('section', {});
   main.append(h('h1', {}, 'Jobs'), section);
   const load = async () => {
-    const { jobs } = await get<{ jobs: JobInfo[] }>('/api/jobs');
+    const { jobs } = await api.call('GET /api/jobs');
     section.replaceChildren(jobsTable(jobs));
   };
   await load();
@@ -157,7 +159,9 @@ async function jobView(jobId: string): Promise<void> {
     stop.addEventListener('click', async () => {
       if (!(await confirmAction(`Stop job ${j.jobId}? Its driver gets SIGTERM, then SIGKILL; its actors are killed.`))) return;
       stop.setAttribute('disabled', '');
-      await post(`/api/jobs/${encodeURIComponent(j.jobId)}/stop?wait=0`).catch((e: Error) => toast(e.message));
+      await api
+        .call('POST /api/jobs/:jobId/stop', { params: { jobId: j.jobId }, query: { wait: 0 } })
+        .catch((e: Error) => toast(e.message));
     });
     header.replaceChildren(
       h('h1', {}, j.jobId, ' ', h('span', { id: 'job-status' }, badge(j.status))),
@@ -175,19 +179,24 @@ async function jobView(jobId: string): Promise<void> {
       ),
     );
   };
-  const job = await get<JobInfo>(`/api/jobs/${encodeURIComponent(jobId)}`);
+  const getJob = () => api.call('GET /api/jobs/:jobId', { params: { jobId } });
+  const job = await getJob();
   renderHeader(job);
-  refreshOn(['job'], async () => renderHeader(await get<JobInfo>(`/api/jobs/${encodeURIComponent(jobId)}`)), (d) => (d as JobInfo).jobId === jobId, 200);
+  refreshOn(['job'], async () => renderHeader(await getJob()), (d) => (d as JobInfo).jobId === jobId, 200);
 
   // Charts, with incremental fetches on each metrics event.
   const charts = new MetricCharts(chartsBox);
   teardown.push(() => charts.destroy());
   let compared: string | null = null;
   const fetchInto = async (index: number, id: string) => {
-    const since = charts.lastStep(index);
-    const q = Number.isFinite(since) ? `?sinceStep=${since}` : '';
-    const t = await get<MetricsTable>(`/api/jobs/${encodeURIComponent(id)}/metrics${q}`);
-    if (t.rows.length > 0 || !Number.isFinite(since)) charts.append(index, t);
+    // The API pages long runs; read pages until the last (each appends to the charts).
+    for (let page = 0; page < 10_000; page++) {
+      const since = charts.lastStep(index);
+      const query = Number.isFinite(since) ? { sinceStep: since } : {};
+      const t = await api.call('GET /api/jobs/:jobId/metrics', { params: { jobId: id }, query });
+      if (t.rows.length > 0 || !Number.isFinite(since)) charts.append(index, t);
+      if (t.nextSinceStep === null || t.rows.length === 0) return;
+    }
   };
   const setJobs = async () => {
     charts.setJobs(compared ? [jobId, compared] : [jobId]);
@@ -195,7 +204,7 @@ async function jobView(jobId: string): Promise<void> {
     if (compared) await fetchInto(1, compared);
   };
   await setJobs();
-  const { jobs } = await get<{ jobs: JobInfo[] }>('/api/jobs');
+  const { jobs } = await api.call('GET /api/jobs');
   compareSel.append(h('option', { value: '' }, '(none)'), ...jobs.filter((j) => j.jobId !== jobId).map((j) => h('option', { value: j.jobId }, `${j.jobId} (${j.status})`)));
   compareSel.addEventListener('change', () => {
     compared = compareSel.value || null;
@@ -211,7 +220,7 @@ async function jobView(jobId: string): Promise<void> {
 
   // Live log over the WebSocket tail; the server closes it when the job ends.
   const maxLogChars = 400_000;
-  const ws = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/api/jobs/${encodeURIComponent(jobId)}/logs/tail`);
+  const ws = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}${logTailPath(jobId)}`);
   ws.onmessage = (e) => {
     let text = (logPre.textContent ?? '') + String(e.data);
     if (text.length > maxLogChars) text = '…\n' + text.slice(-maxLogChars);
@@ -222,7 +231,10 @@ async function jobView(jobId: string): Promise<void> {
 
   // Actors of the job grouped by class (its role).
   const loadActors = async () => {
-    const page = await get<ActorPage>(`/api/jobs/${encodeURIComponent(jobId)}/actors?limit=1000&sort=className&order=asc`);
+    const page = await api.call('GET /api/jobs/:jobId/actors', {
+      params: { jobId },
+      query: { limit: 1000, sort: 'className', order: 'asc' },
+    });
     if (page.rows.length === 0) {
       actorsBox.replaceChildren(h('p', { class: 'muted' }, 'No actors.'));
       return;
@@ -242,7 +254,8 @@ async function jobView(jobId: string): Promise<void> {
 
 // ---- actors ----------------------------------------------------------------------------------
 
-const actorColumns: [keyof ActorView, string][] = [
+/** The actor table's columns; each sorts on the server by its key. */
+const actorColumns: [ActorSortKey, string][] = [
   ['actorId', 'Actor'],
   ['className', 'Class'],
   ['name', 'Name'],
@@ -255,7 +268,8 @@ const actorColumns: [keyof ActorView, string][] = [
 ];
 
 async function actorsView(): Promise<void> {
-  const q = { offset: 0, limit: 50, sort: 'startedAt', order: 'desc', state: '', q: '' };
+  const q: Required<Pick<ActorPageQuery, 'offset' | 'limit' | 'sort' | 'order'>> & { state: string; q: string } =
+    { offset: 0, limit: 50, sort: 'startedAt', order: 'desc', state: '', q: '' };
   const search = h('input', { type: 'search', id: 'actor-q', placeholder: 'id, class or name', 'aria-label': 'Filter actors' });
   const stateSel = h('select', { id: 'actor-state', 'aria-label': 'State' },
     ...['', 'PENDING', 'ALIVE', 'RESTARTING', 'DEAD'].map((s) => h('option', { value: s }, s || 'any state')));
@@ -263,10 +277,9 @@ async function actorsView(): Promise<void> {
   const pager = h('div', { class: 'pager' });
   main.append(h('h1', {}, 'Actors'), h('div', { class: 'toolbar' }, search, stateSel), body, pager);
   const load = async () => {
-    const params = new URLSearchParams({ offset: String(q.offset), limit: String(q.limit), sort: q.sort, order: q.order });
-    if (q.state) params.set('state', q.state);
-    if (q.q) params.set('q', q.q);
-    const page = await get<ActorPage>(`/api/actors?${params}`);
+    const page = await api.call('GET /api/actors', {
+      query: { ...q, state: (q.state || undefined) as ActorPageQuery['state'], q: q.q || undefined },
+    });
     const now = Date.now();
     const head = h('tr', {}, actorColumns.map(([key, label]) => {
       const sorted = q.sort === key;
@@ -314,13 +327,17 @@ function actorActions(a: ActorView, after: () => Promise<void>): HTMLElement {
   const kill = h('button', { class: 'danger small', disabled: a.state === 'DEAD' }, 'Kill');
   kill.addEventListener('click', async () => {
     if (!(await confirmAction(`Kill actor ${a.name ?? a.actorId} (${a.className})? It will not be restarted.`))) return;
-    await post(`/api/actors/${encodeURIComponent(a.actorId)}/kill`, { noRestart: true }).catch((e: Error) => toast(e.message));
+    await api
+      .call('POST /api/actors/:actorId/kill', { params: { actorId: a.actorId }, body: { noRestart: true } })
+      .catch((e: Error) => toast(e.message));
     await after();
   });
   const restart = h('button', { class: 'small', disabled: a.state === 'DEAD' }, 'Restart');
   restart.addEventListener('click', async () => {
     if (!(await confirmAction(`Restart actor ${a.name ?? a.actorId}? Its process is killed and its constructor runs again.`))) return;
-    await post(`/api/actors/${encodeURIComponent(a.actorId)}/restart`).catch((e: Error) => toast(e.message));
+    await api
+      .call('POST /api/actors/:actorId/restart', { params: { actorId: a.actorId } })
+      .catch((e: Error) => toast(e.message));
     await after();
   });
   return h('span', { class: 'actions' }, kill, ' ', restart);
@@ -331,7 +348,7 @@ async function actorView(actorId: string): Promise<void> {
   const logPre = h('pre', { class: 'log', tabindex: 0, 'aria-label': 'Actor log' });
   main.append(h('p', {}, h('a', { href: '#/actors' }, '← Actors')), info, h('h2', {}, 'Logs'), logPre);
   const load = async () => {
-    const a = await get<ActorView>(`/api/actors/${encodeURIComponent(actorId)}`);
+    const a = await api.call('GET /api/actors/:actorId', { params: { actorId } });
     info.replaceChildren(
       h('h1', {}, a.name ?? a.actorId, ' ', badge(a.state)),
       h('dl', {},
@@ -350,7 +367,7 @@ async function actorView(actorId: string): Promise<void> {
   let cursor = '';
   const maxLogChars = 400_000;
   const poll = async () => {
-    const r = await get<{ logs: string; cursor: string }>(`/api/actors/${encodeURIComponent(actorId)}/logs?cursor=${encodeURIComponent(cursor)}`);
+    const r = await api.call('GET /api/actors/:actorId/logs', { params: { actorId }, query: { cursor } });
     if (r.logs) {
       let text = (logPre.textContent ?? '') + r.logs;
       if (text.length > maxLogChars) text = '…\n' + text.slice(-maxLogChars);

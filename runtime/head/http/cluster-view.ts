@@ -106,6 +106,16 @@ export const actorSortKeys = [
 ] as const;
 export type ActorSortKey = (typeof actorSortKeys)[number];
 
+/** A page of actors. */
+export interface ActorPage {
+  total: number;
+  offset: number;
+  limit: number;
+  rows: ActorView[];
+  /** Actors per state, over the filter without the state filter (the tabs' counts). */
+  states: Record<string, number>;
+}
+
 /** A page request against the actor table. */
 export interface ActorQuery {
   offset?: number;
@@ -122,10 +132,7 @@ export interface ActorQuery {
 }
 
 /** Filters, sorts and pages actors on the server, so the page stays small at any cluster size. */
-export function queryActors(
-  all: readonly ActorView[],
-  q: ActorQuery,
-): { total: number; offset: number; limit: number; rows: ActorView[]; states: Record<string, number> } {
+export function queryActors(all: readonly ActorView[], q: ActorQuery): ActorPage {
   const needle = q.q?.toLowerCase();
   const states: Record<string, number> = {};
   const rows = all.filter((a) => {

@@ -1,11 +1,13 @@
 /**
  * Small HTTP helpers shared by the head's server and its routes: JSON/text answers, bounded
- * request bodies, query numbers, CSV.
+ * request bodies, CSV.
  *
  * @module
  */
+import { closeSync, openSync, writeSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
+import type { Schema } from '../../schema.ts';
 import { OpsError } from '../jobs/errors.ts';
 
 /** Largest JSON request body. */
@@ -21,31 +23,61 @@ export function send(res: ServerResponse, status: number, body: unknown, headers
   res.end(text);
 }
 
-export function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer> {
+/**
+ * Reads a request body of at most `maxBytes`. A larger one (declared or actual) is read to its
+ * end and thrown away, then refused with `PACKAGE_TOO_LARGE` (413), so the client gets the 413
+ * instead of a reset connection; a client that keeps sending past 4× the limit is cut off.
+ * With `toFile`, the body streams to that file instead of memory.
+ */
+export function readBody(req: IncomingMessage, maxBytes: number): Promise<Buffer>;
+export function readBody(req: IncomingMessage, maxBytes: number, toFile: string): Promise<number>;
+export function readBody(req: IncomingMessage, maxBytes: number, toFile?: string): Promise<Buffer | number> {
   return new Promise((resolve, reject) => {
     const declared = Number(req.headers['content-length'] ?? 0);
-    if (declared > maxBytes) {
-      reject(new OpsError('PACKAGE_TOO_LARGE', `request body of ${declared} bytes is over the ${maxBytes}-byte limit`));
-      req.resume();
-      return;
-    }
+    let over = declared > maxBytes;
     const parts: Buffer[] = [];
+    const out = toFile === undefined ? undefined : openSync(toFile, 'w', 0o600);
     let size = 0;
+    const tooLarge = () =>
+      new OpsError('PACKAGE_TOO_LARGE', `request body of ${over && declared > maxBytes ? declared : size} bytes is over the ${maxBytes}-byte limit`);
+    const done = () => {
+      if (out !== undefined) closeSync(out);
+    };
     req.on('data', (d: Buffer) => {
       size += d.length;
-      if (size > maxBytes) {
-        reject(new OpsError('PACKAGE_TOO_LARGE', `request body is over the ${maxBytes}-byte limit`));
-        req.destroy();
+      if (size > maxBytes) over = true;
+      if (over) {
+        if (size > 4 * maxBytes) {
+          done();
+          reject(tooLarge());
+          req.destroy();
+        }
         return;
       }
-      parts.push(d);
+      if (out !== undefined) writeSync(out, d);
+      else parts.push(d);
     });
-    req.on('end', () => resolve(Buffer.concat(parts)));
-    req.on('error', reject);
+    req.on('end', () => {
+      done();
+      if (over) reject(tooLarge());
+      else resolve(out !== undefined ? size : Buffer.concat(parts));
+    });
+    req.on('error', (e) => {
+      done();
+      reject(e);
+    });
   });
 }
 
-export async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+/** Reads a JSON body and checks it against `schema` (400 naming the first bad field). */
+export async function readJson<T>(req: IncomingMessage, schema: Schema<T>): Promise<T> {
+  const v = await readJsonObject(req);
+  const bad = schema.check(v, 'body');
+  if (bad !== undefined) throw new OpsError('BAD_REQUEST', `invalid request: ${bad}`);
+  return v as T;
+}
+
+async function readJsonObject(req: IncomingMessage): Promise<Record<string, unknown>> {
   const body = await readBody(req, maxJsonBytes);
   let v: unknown;
   try {
@@ -55,14 +87,6 @@ export async function readJson(req: IncomingMessage): Promise<Record<string, unk
   }
   if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new OpsError('BAD_REQUEST', 'request body must be a JSON object');
   return v as Record<string, unknown>;
-}
-
-export function intParam(u: URL, name: string): number | undefined {
-  const v = u.searchParams.get(name);
-  if (v === null || v === '') return undefined;
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new OpsError('BAD_REQUEST', `${name} must be a number`);
-  return n;
 }
 
 export function toCsv(columns: string[], rows: (number | null)[][]): string {

@@ -1,21 +1,40 @@
 /**
- * The REST API under `/api/` (and Prometheus text at `/metrics`): jobs, packages, metrics,
- * actors, nodes and cluster status. The server authenticates every request before it gets here.
+ * The REST API under `/api/` (and Prometheus text at `/metrics`): one handler per route of the
+ * contract (`contract.ts`), so the compiler checks that every route is served and that each
+ * reply has the contract's shape. The server authenticates every request before it gets here.
  *
  * @module
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
 import { type OpsStore, terminalJobStatuses } from '../jobs/ops-store.ts';
-import type { JobSubmitRequest, JobSupervisor } from '../jobs/supervisor.ts';
-import { isPackageHash, keepArchive, PackageTooLargeError, unpackArchive } from '../jobs/working-dir.ts';
+import type { JobSupervisor } from '../jobs/supervisor.ts';
+import {
+  isPackageHash,
+  keepArchive,
+  PackageTooLargeError,
+  unpackArchive,
+} from '../jobs/working-dir.ts';
 import { readLogRange } from '../logs/log-file.ts';
 import { readActorLogs } from '../logs/worker-logs.ts';
-import { type ActorQuery, actorSortKeys, type ActorState, type ClusterView, queryActors } from './cluster-view.ts';
+import { actorSortKeys, type ClusterView, queryActors } from './cluster-view.ts';
+import {
+  type ActorPageQuery,
+  type BodyOf,
+  type ClusterStatus,
+  eventsPath,
+  matchRoute,
+  type PathParams,
+  type QueryOf,
+  type ReplyOf,
+  type RouteKey,
+} from './contract.ts';
 import { renderPrometheus } from './prometheus.ts';
-import { intParam, readBody, readJson, send, toCsv } from './respond.ts';
+import type { Schema } from '../../schema.ts';
+import { bodySchemas } from './rest-schemas.ts';
+import { readBody, readJson, send, toCsv } from './respond.ts';
 
 const version = '0.1.0';
 
@@ -36,14 +55,239 @@ export interface RouteContext {
   serveStatic(res: ServerResponse, pathname: string): void;
 }
 
-/** The request handler of the API. */
-export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: ServerResponse, u: URL) => Promise<void> {
-  const { store, jobs, cluster, maxPackageBytes } = ctx;
-  const route = async (req: IncomingMessage, res: ServerResponse, u: URL): Promise<void> => {
-    const method = req.method ?? 'GET';
-    const parts = u.pathname.split('/').filter(Boolean).map(decodeURIComponent);
-    const [a, b, c, d] = parts;
+/** Reads the query of route `K` by the contract's names, so a renamed parameter fails to compile. */
+interface QueryReader<Q> {
+  str(name: keyof Q & string): string | undefined;
+  int(name: keyof Q & string): number | undefined;
+}
 
+/** One request, as a handler of route `K` sees it. */
+interface Request<K extends RouteKey> {
+  params: PathParams<K>;
+  query: QueryReader<NonNullable<QueryOf<K>>>;
+  /** The JSON body, checked against the route's schema (`rest-schemas.ts`); none for an upload. */
+  body: BodyOf<K> extends Uint8Array ? undefined : BodyOf<K>;
+  /** The request itself, for a body the handler streams (an upload). */
+  http: IncomingMessage;
+}
+
+/** A text reply may come page by page, written as it is produced. */
+type HandlerReply<K extends RouteKey> = ReplyOf<K> extends string ? Iterable<string> : ReplyOf<K>;
+
+type Handlers = {
+  [K in RouteKey]: (req: Request<K>) => Promise<HandlerReply<K>> | HandlerReply<K>;
+};
+
+/** Working-dir uploads the head takes at once; more are refused with 429 (`BUSY`). */
+const maxConcurrentUploads = 2;
+let uploadsInProgress = 0;
+let uploadSeq = 0;
+
+/** The request handler of the API. */
+export function apiRoutes(
+  ctx: RouteContext,
+): (req: IncomingMessage, res: ServerResponse, u: URL) => Promise<void> {
+  const { store, jobs, cluster, maxPackageBytes } = ctx;
+
+  const actor = (actorId: string) => {
+    const a = cluster.actors().find((x) => x.actorId === actorId);
+    if (!a) throw new OpsError('UNKNOWN_ACTOR', `no actor with id ${actorId}`);
+    return a;
+  };
+
+  const actorQuery = (q: QueryReader<ActorPageQuery>) => {
+    const sort = q.str('sort');
+    if (sort !== undefined && !(actorSortKeys as readonly string[]).includes(sort)) {
+      throw new OpsError('BAD_REQUEST', `sort must be one of ${actorSortKeys.join(', ')}`);
+    }
+    return {
+      offset: q.int('offset'),
+      limit: q.int('limit'),
+      sort: sort as ActorPageQuery['sort'],
+      order: q.str('order') === 'asc' ? ('asc' as const) : ('desc' as const),
+      state: q.str('state') as ActorPageQuery['state'],
+      jobId: q.str('jobId'),
+      className: q.str('className'),
+      nodeId: q.str('nodeId'),
+      q: q.str('q'),
+    };
+  };
+
+  const clusterStatus = (): ClusterStatus => {
+    const nodes = cluster.nodes();
+    const total: Record<string, number> = {};
+    const used: Record<string, number> = {};
+    for (const n of nodes.filter((x) => x.state === 'ALIVE')) {
+      for (const [k, v] of Object.entries(n.resourcesTotal)) {
+        total[k] = (total[k] ?? 0) + v;
+        used[k] = (used[k] ?? 0) + v - (n.resourcesAvailable[k] ?? v);
+      }
+    }
+    const actorsByState: Record<string, number> = {};
+    for (const x of cluster.actors()) actorsByState[x.state] = (actorsByState[x.state] ?? 0) + 1;
+    const jobsByStatus: Record<string, number> = {};
+    for (const j of store.listJobs()) jobsByStatus[j.status] = (jobsByStatus[j.status] ?? 0) + 1;
+    return {
+      headAddress: ctx.headAddress ?? null,
+      dashboardUrl: ctx.url(),
+      nodes,
+      resources: { total, used },
+      actorsByState,
+      jobsByStatus,
+    };
+  };
+
+  const handlers: Handlers = {
+    'GET /api/version': () => ({ version }),
+    'GET /api/cluster': () => clusterStatus(),
+    'GET /api/nodes': () => ({ nodes: cluster.nodes() }),
+    'GET /api/placement-groups': () => ({ placementGroups: cluster.placementGroups?.() ?? [] }),
+    'GET /api/placement-groups/:pgId': ({ params }) => {
+      const pg = (cluster.placementGroups?.() ?? []).find((p) => p.pgId === params.pgId);
+      if (!pg) throw new OpsError('UNKNOWN_PLACEMENT_GROUP', `no placement group ${params.pgId}`);
+      return pg;
+    },
+    'GET /api/cluster-events': ({ query }) => ({
+      events: store.listEvents({ subject: query.str('subject'), limit: query.int('limit') }),
+    }),
+    'GET /api/packages/:hash': ({ params }) => {
+      if (!existsSync(packageDir(params.hash))) {
+        throw new OpsError('UNKNOWN_PACKAGE', `no package ${params.hash} on this head`);
+      }
+      return { exists: true };
+    },
+    'PUT /api/packages/:hash': async ({ params, http }) => {
+      const dir = packageDir(params.hash);
+      // Streamed to disk, a few at a time: memory does not grow with concurrent uploads.
+      if (uploadsInProgress >= maxConcurrentUploads) {
+        throw new OpsError(
+          'BUSY',
+          `${maxConcurrentUploads} uploads are in progress; try again shortly`,
+        );
+      }
+      uploadsInProgress++;
+      const tmp = `${dir}.upload-${process.pid}-${++uploadSeq}`;
+      try {
+        await readBody(http, maxPackageBytes, tmp);
+        const body = readFileSync(tmp);
+        if (!existsSync(dir)) {
+          try {
+            unpackArchive(body, params.hash, dir, maxPackageBytes * 4);
+          } catch (err) {
+            if (err instanceof PackageTooLargeError)
+              throw new OpsError('PACKAGE_TOO_LARGE', err.message);
+            throw new OpsError('BAD_REQUEST', `bad package: ${(err as Error).message}`);
+          }
+        }
+        // Kept as uploaded for nodes that run the job's actors and fetch it from the head.
+        keepArchive(dir, body);
+      } finally {
+        uploadsInProgress--;
+        rmSync(tmp, { force: true });
+      }
+      return { uri: `pkg://${params.hash}` };
+    },
+    'GET /api/jobs': ({ query }) => ({ jobs: store.listJobs({ limit: query.int('limit') }) }),
+    'POST /api/jobs': ({ body }) => {
+      const job = jobs.submit(body);
+      return { jobId: job.jobId, job };
+    },
+    'GET /api/jobs/:jobId': ({ params }) => jobs.get(params.jobId),
+    'DELETE /api/jobs/:jobId': ({ params }) => {
+      jobs.delete(params.jobId);
+      return { deleted: true };
+    },
+    'POST /api/jobs/:jobId/stop': async ({ params, query }) => {
+      const before = jobs.get(params.jobId);
+      const done = jobs.stop(params.jobId);
+      const job = query.int('wait') === 0 ? jobs.get(params.jobId) : await done;
+      return { stopped: !terminalJobStatuses.has(before.status), job };
+    },
+    'GET /api/jobs/:jobId/logs': ({ params, query }) => {
+      const job = jobs.get(params.jobId);
+      const { data, nextOffset, size } = readLogRange(job.logPath, query.int('offset') ?? 0);
+      return { logs: data.toString('utf8'), nextOffset, size, status: job.status };
+    },
+    'GET /api/jobs/:jobId/metrics': ({ params, query }) => {
+      jobs.get(params.jobId);
+      return store.metricsTable(params.jobId, query.int('sinceStep'), query.int('limit'));
+    },
+    'GET /api/jobs/:jobId/metrics.csv': ({ params, query }) => {
+      jobs.get(params.jobId);
+      return metricsCsv(params.jobId, query.int('sinceStep'));
+    },
+    'POST /api/jobs/:jobId/metrics': ({ params, body }) => {
+      jobs.get(params.jobId);
+      const clean = body.rows.map((row) => ({
+        step: row.step,
+        values: row.values,
+        time: row.time ?? Date.now(),
+      }));
+      store.addMetrics(params.jobId, clean);
+      ctx.metricsChanged(params.jobId);
+      return { stored: clean.length };
+    },
+    'GET /api/jobs/:jobId/actors': ({ params, query }) => {
+      jobs.get(params.jobId);
+      return queryActors(cluster.actors(), { ...actorQuery(query), jobId: params.jobId });
+    },
+    'GET /api/actors': ({ query }) => queryActors(cluster.actors(), actorQuery(query)),
+    'GET /api/actors/:actorId': ({ params }) => actor(params.actorId),
+    'POST /api/actors/:actorId/kill': async ({ params, body }) => {
+      actor(params.actorId);
+      await cluster.killActor(params.actorId, { noRestart: body.noRestart !== false });
+      return { killed: true };
+    },
+    'POST /api/actors/:actorId/restart': async ({ params }) => {
+      actor(params.actorId);
+      if (!cluster.restartActor)
+        throw new OpsError('UNSUPPORTED', 'this head cannot restart actors');
+      await cluster.restartActor(params.actorId);
+      return { restarting: true };
+    },
+    'GET /api/actors/:actorId/logs': ({ params, query }) => {
+      const a = actor(params.actorId);
+      const files = store.findLogFiles({ actorId: params.actorId });
+      const live = a.state === 'DEAD' ? undefined : a.incarnation;
+      const page = readActorLogs(files, query.str('cursor'), { liveIncarnation: live });
+      return { ...page, state: a.state };
+    },
+  };
+  const routeKeys = Object.keys(handlers) as RouteKey[];
+
+  /** Every page of a job's metrics as CSV, produced as it is read: memory stays one page. */
+  function* metricsCsv(jobId: string, sinceStep: number | undefined): Iterable<string> {
+    let page = store.metricsTable(jobId, sinceStep);
+    yield toCsv(page.columns, page.rows);
+    const columns = page.columns;
+    while (page.nextSinceStep !== null) {
+      // Later pages name a subset of the first page's metrics: keep the first's columns.
+      page = store.metricsTable(jobId, page.nextSinceStep);
+      const at = columns.map((c) => page.columns.indexOf(c));
+      const rows = page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null))));
+      yield toCsv(columns, rows).replace(/^[^\n]*\n/, '');
+    }
+  }
+
+  const packageDir = (hash: string): string => {
+    if (!isPackageHash(hash))
+      throw new OpsError('BAD_REQUEST', 'package id must be a sha256 hex digest');
+    return jobs.packagePath(hash);
+  };
+
+  const reader = (u: URL): QueryReader<Record<string, unknown>> => ({
+    str: (name) => u.searchParams.get(name) || undefined,
+    int: (name) => {
+      const v = u.searchParams.get(name);
+      if (v === null || v === '') return undefined;
+      const n = Number(v);
+      if (!Number.isFinite(n)) throw new OpsError('BAD_REQUEST', `${name} must be a number`);
+      return n;
+    },
+  });
+
+  return async (req, res, u) => {
+    const method = req.method ?? 'GET';
     if (u.pathname === '/metrics' && method === 'GET') {
       const running = store.listJobs({ status: ['RUNNING'] }).map((j) => j.jobId);
       const text = renderPrometheus({
@@ -56,171 +300,24 @@ export function apiRoutes(ctx: RouteContext): (req: IncomingMessage, res: Server
       send(res, 200, text, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
       return;
     }
-    if (a !== 'api') return ctx.serveStatic(res, u.pathname);
+    if (!u.pathname.startsWith('/api/') && u.pathname !== '/api')
+      return ctx.serveStatic(res, u.pathname);
+    if (u.pathname === eventsPath && method === 'GET') return ctx.subscribe(req, res);
 
-    if (b === 'version') return send(res, 200, { version });
-    if (b === 'events' && method === 'GET') {
-      ctx.subscribe(req, res);
-      return;
-    }
-    if (b === 'cluster' && method === 'GET') return send(res, 200, clusterStatus());
-    if (b === 'nodes' && method === 'GET') return send(res, 200, { nodes: cluster.nodes() });
-    if (b === 'placement-groups' && method === 'GET') {
-      const all = cluster.placementGroups?.() ?? [];
-      if (!c) return send(res, 200, { placementGroups: all });
-      const pg = all.find((p) => p.pgId === c);
-      if (!pg) throw new OpsError('UNKNOWN_PLACEMENT_GROUP', `no placement group ${c}`);
-      return send(res, 200, pg);
-    }
-    if (b === 'cluster-events' && method === 'GET') {
-      return send(res, 200, { events: store.listEvents({ subject: u.searchParams.get('subject') ?? undefined, limit: intParam(u, 'limit') }) });
-    }
-
-    if (b === 'packages' && c) {
-      if (!isPackageHash(c)) throw new OpsError('BAD_REQUEST', 'package id must be a sha256 hex digest');
-      const dir = jobs.packagePath(c);
-      if (method === 'GET' || method === 'HEAD') {
-        return existsSync(dir) ? send(res, 200, { exists: true }) : send(res, 404, { exists: false });
-      }
-      if (method === 'PUT') {
-        const body = await readBody(req, maxPackageBytes);
-        if (!existsSync(dir)) {
-          try {
-            unpackArchive(body, c, dir, maxPackageBytes * 4);
-          } catch (err) {
-            if (err instanceof PackageTooLargeError) throw new OpsError('PACKAGE_TOO_LARGE', err.message);
-            throw new OpsError('BAD_REQUEST', `bad package: ${(err as Error).message}`);
-          }
-        }
-        // Kept as uploaded for nodes that run the job's actors and fetch it from the head.
-        keepArchive(dir, body);
-        return send(res, 200, { uri: `pkg://${c}` });
-      }
-    }
-
-    if (b === 'jobs') {
-      if (!c) {
-        if (method === 'GET') return send(res, 200, { jobs: store.listJobs({ limit: intParam(u, 'limit') }) });
-        if (method === 'POST') {
-          const body = await readJson(req);
-          const job = jobs.submit(body as unknown as JobSubmitRequest);
-          return send(res, 200, { jobId: job.jobId, job });
-        }
-      } else {
-        const jobId = c;
-        if (!d) {
-          if (method === 'GET') return send(res, 200, jobs.get(jobId));
-          if (method === 'DELETE') {
-            jobs.delete(jobId);
-            return send(res, 200, { deleted: true });
-          }
-        }
-        if (d === 'stop' && method === 'POST') {
-          const before = jobs.get(jobId);
-          const wait = u.searchParams.get('wait') !== '0';
-          const done = jobs.stop(jobId);
-          const job = wait ? await done : jobs.get(jobId);
-          return send(res, 200, { stopped: !terminalJobStatuses.has(before.status), job });
-        }
-        if (d === 'logs' && method === 'GET' && parts.length === 4) {
-          const job = jobs.get(jobId);
-          const { data, nextOffset, size } = readLogRange(job.logPath, intParam(u, 'offset') ?? 0);
-          return send(res, 200, { logs: data.toString('utf8'), nextOffset, size, status: job.status });
-        }
-        if (d === 'metrics') {
-          if (method === 'POST') {
-            jobs.get(jobId);
-            const body = await readJson(req);
-            const rows = body.rows;
-            if (!Array.isArray(rows)) throw new OpsError('BAD_REQUEST', 'rows must be an array of {step, values}');
-            const clean = rows.map((r: unknown) => {
-              const row = r as { step?: unknown; values?: unknown; time?: unknown };
-              if (typeof row.step !== 'number' || !Number.isInteger(row.step) || typeof row.values !== 'object' || row.values === null) {
-                throw new OpsError('BAD_REQUEST', 'each row needs an integer step and an object of numeric values');
-              }
-              return { step: row.step, values: row.values as Record<string, number>, time: typeof row.time === 'number' ? row.time : Date.now() };
-            });
-            store.addMetrics(jobId, clean);
-            ctx.metricsChanged(jobId);
-            return send(res, 200, { stored: clean.length });
-          }
-          if (method === 'GET') {
-            jobs.get(jobId);
-            const table = store.metricsTable(jobId, intParam(u, 'sinceStep'));
-            if (u.searchParams.get('format') === 'csv') {
-              return send(res, 200, toCsv(table.columns, table.rows), { 'content-type': 'text/csv; charset=utf-8' });
-            }
-            return send(res, 200, table);
-          }
-        }
-        if (d === 'actors' && method === 'GET') {
-          jobs.get(jobId);
-          return send(res, 200, queryActors(cluster.actors(), { ...actorQuery(u), jobId }));
-        }
-      }
-    }
-
-    if (b === 'actors') {
-      if (!c && method === 'GET') return send(res, 200, queryActors(cluster.actors(), actorQuery(u)));
-      if (c) {
-        const actor = cluster.actors().find((x) => x.actorId === c);
-        if (!actor) throw new OpsError('UNKNOWN_ACTOR', `no actor with id ${c}`);
-        if (!d && method === 'GET') return send(res, 200, actor);
-        if (d === 'kill' && method === 'POST') {
-          const body = await readJson(req);
-          await cluster.killActor(c, { noRestart: body.noRestart !== false });
-          return send(res, 200, { killed: true });
-        }
-        if (d === 'restart' && method === 'POST') {
-          if (!cluster.restartActor) throw new OpsError('UNSUPPORTED', 'this head cannot restart actors');
-          await cluster.restartActor(c);
-          return send(res, 200, { restarting: true });
-        }
-        if (d === 'logs' && method === 'GET') {
-          const files = store.findLogFiles({ actorId: c });
-          const live = actor.state === 'DEAD' ? undefined : actor.incarnation;
-          const page = readActorLogs(files, u.searchParams.get('cursor') ?? undefined, { liveIncarnation: live });
-          return send(res, 200, { ...page, state: actor.state });
-        }
-      }
-    }
-    send(res, 404, { error: 'NOT_FOUND', message: `no route ${method} ${u.pathname}` });
+    const hit = matchRoute(routeKeys, method, u.pathname);
+    if (!hit) throw new OpsError('NOT_FOUND', `no route ${method} ${u.pathname}`);
+    const schema = bodySchemas[hit.key as keyof typeof bodySchemas] as Schema<unknown> | undefined;
+    const body = schema ? await readJson(req, schema) : undefined;
+    const handler = handlers[hit.key] as (r: Request<RouteKey>) => unknown;
+    const request = { params: hit.params, query: reader(u), body, http: req };
+    const reply = await handler(request as unknown as Request<RouteKey>);
+    if (typeof reply === 'object' && reply !== null && Symbol.iterator in reply) {
+      res.writeHead(200, {
+        'content-type': 'text/csv; charset=utf-8',
+        'cache-control': 'no-store',
+      });
+      for (const chunk of reply as Iterable<string>) res.write(chunk);
+      res.end();
+    } else send(res, 200, reply);
   };
-
-  const actorQuery = (u: URL): ActorQuery => {
-    const sort = u.searchParams.get('sort') ?? undefined;
-    if (sort !== undefined && !(actorSortKeys as readonly string[]).includes(sort)) {
-      throw new OpsError('BAD_REQUEST', `sort must be one of ${actorSortKeys.join(', ')}`);
-    }
-    return {
-      offset: intParam(u, 'offset'),
-      limit: intParam(u, 'limit'),
-      sort: sort as ActorQuery['sort'],
-      order: u.searchParams.get('order') === 'asc' ? 'asc' : 'desc',
-      state: (u.searchParams.get('state') || undefined) as ActorState | undefined,
-      jobId: u.searchParams.get('jobId') || undefined,
-      className: u.searchParams.get('className') || undefined,
-      nodeId: u.searchParams.get('nodeId') || undefined,
-      q: u.searchParams.get('q') || undefined,
-    };
-  };
-
-  const clusterStatus = () => {
-    const nodes = cluster.nodes();
-    const actors = cluster.actors();
-    const total: Record<string, number> = {};
-    const used: Record<string, number> = {};
-    for (const n of nodes.filter((x) => x.state === 'ALIVE')) {
-      for (const [k, v] of Object.entries(n.resourcesTotal)) {
-        total[k] = (total[k] ?? 0) + v;
-        used[k] = (used[k] ?? 0) + v - (n.resourcesAvailable[k] ?? v);
-      }
-    }
-    const actorsByState: Record<string, number> = {};
-    for (const x of actors) actorsByState[x.state] = (actorsByState[x.state] ?? 0) + 1;
-    const jobsByStatus: Record<string, number> = {};
-    for (const j of store.listJobs()) jobsByStatus[j.status] = (jobsByStatus[j.status] ?? 0) + 1;
-    return { headAddress: ctx.headAddress ?? null, dashboardUrl: ctx.url(), nodes, resources: { total, used }, actorsByState, jobsByStatus };
-  };
-  return route;
 }

@@ -4,7 +4,9 @@
  *
  * @module
  */
+import { RtjobError } from '../../errors.ts';
 
+/** Stable codes of the job API's errors. */
 export type JobErrorCode =
   | 'BAD_REQUEST'
   | 'JOB_ID_TAKEN'
@@ -13,9 +15,13 @@ export type JobErrorCode =
   | 'UNKNOWN_PLACEMENT_GROUP'
   | 'ENTRYPOINT_NOT_FOUND'
   | 'PACKAGE_NOT_FOUND'
+  | 'UNKNOWN_PACKAGE'
+  | 'NOT_FOUND'
   | 'PACKAGE_TOO_LARGE'
   | 'JOB_NOT_TERMINAL'
-  | 'UNSUPPORTED';
+  | 'UNSUPPORTED'
+  | 'INFEASIBLE'
+  | 'BUSY';
 
 const httpStatus: Record<JobErrorCode, number> = {
   BAD_REQUEST: 400,
@@ -25,20 +31,20 @@ const httpStatus: Record<JobErrorCode, number> = {
   UNKNOWN_PLACEMENT_GROUP: 404,
   ENTRYPOINT_NOT_FOUND: 400,
   PACKAGE_NOT_FOUND: 400,
+  UNKNOWN_PACKAGE: 404,
+  NOT_FOUND: 404,
   PACKAGE_TOO_LARGE: 413,
   JOB_NOT_TERMINAL: 409,
   UNSUPPORTED: 501,
+  INFEASIBLE: 400,
+  BUSY: 429,
 };
 
 /** A request the operations API refuses; `status` is the HTTP status it maps to. */
-export class OpsError extends Error {
-  override readonly name = 'OpsError';
+export class OpsError extends RtjobError<JobErrorCode> {
   readonly status: number;
-  constructor(
-    readonly code: JobErrorCode,
-    message: string,
-  ) {
-    super(message);
+  constructor(code: JobErrorCode, message: string) {
+    super(code, message);
     this.status = httpStatus[code];
   }
 }

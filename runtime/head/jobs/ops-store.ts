@@ -6,9 +6,16 @@
  * @module
  */
 import Database from 'better-sqlite3';
+import type { MetricsTable } from '../http/contract.ts';
+import { OpsError } from './errors.ts';
 
 /** A job's lifecycle; the last three are terminal and never change again. */
 export type JobStatus = 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED' | 'STOPPED';
+
+/** Most distinct metric names one job may log. */
+export const maxMetricNames = 1000;
+/** Most cells (steps × names) one page of a metrics table holds. */
+export const metricsPageCells = 1_000_000;
 
 export const terminalJobStatuses: ReadonlySet<JobStatus> = new Set(['SUCCEEDED', 'FAILED', 'STOPPED']);
 
@@ -44,7 +51,8 @@ export interface JobInfo {
 export interface MetricRow {
   step: number;
   time: number;
-  values: Record<string, number>;
+  /** `null` (a NaN or infinity sent as JSON) is not stored. */
+  values: Record<string, number | null>;
 }
 
 /** A cluster event: job state changes, actor deaths, node joins, head restarts. */
@@ -95,6 +103,7 @@ CREATE TABLE IF NOT EXISTS ops_job_metrics (
   time INTEGER NOT NULL,
   PRIMARY KEY (job_id, name, step)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ops_job_metrics_step ON ops_job_metrics(job_id, step);
 CREATE TABLE IF NOT EXISTS ops_events (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   time INTEGER NOT NULL,
@@ -283,7 +292,24 @@ export class OpsStore {
   }
 
   /** Stores metric rows in one transaction; a repeated (step, name) overwrites the old value. */
+  /**
+   * Stores metric rows. A job may log at most `maxMetricNames` distinct names: rows that would
+   * add more are refused whole (`BAD_REQUEST`), so one job cannot make its table unbounded.
+   */
   addMetrics(jobId: string, rows: readonly MetricRow[]): void {
+    const fresh = new Set<string>();
+    for (const row of rows) for (const name of Object.keys(row.values)) fresh.add(name);
+    if (fresh.size > 0) {
+      const known = this.db.prepare('SELECT 1 FROM ops_job_metrics WHERE job_id = ? AND name = ? LIMIT 1');
+      for (const name of [...fresh]) if (known.get(jobId, name)) fresh.delete(name);
+      const total = fresh.size === 0 ? 0 : this.metricNameCount(jobId) + fresh.size;
+      if (total > maxMetricNames) {
+        throw new OpsError(
+          'BAD_REQUEST',
+          `job ${jobId} would log ${total} distinct metric names; the limit is ${maxMetricNames}`,
+        );
+      }
+    }
     this.db.transaction(() => {
       for (const row of rows) {
         for (const [name, value] of Object.entries(row.values)) {
@@ -295,21 +321,37 @@ export class OpsStore {
   }
 
   /**
-   * A job's metrics as a table: one row per step, one column per metric name (sorted), `null`
-   * where a step did not log that name. `sinceStep` returns only later steps (live charts).
+   * One page of a job's metrics as a table: one row per step, one column per metric name the job
+   * logged after `sinceStep` (sorted; the same on every page of one read), `null` where a step
+   * did not log that name. A page holds at most `maxSteps` steps and `metricsPageCells` cells,
+   * so a job with many names gets shorter pages, never a huge matrix; `nextSinceStep` is where
+   * the next page starts (`null` on the last).
    */
-  metricsTable(jobId: string, sinceStep = -Infinity): { columns: string[]; rows: (number | null)[][] } {
+  metricsTable(
+    jobId: string,
+    sinceStep = -Infinity,
+    maxSteps = 10_000,
+  ): MetricsTable {
+    const since = Number.isFinite(sinceStep) ? sinceStep : -9007199254740991;
+    const names = (
+      this.db
+        .prepare('SELECT DISTINCT name FROM ops_job_metrics WHERE job_id = ? AND step > ? ORDER BY name')
+        .all(jobId, since) as { name: string }[]
+    ).map((r) => r.name);
+    const perPage = Math.max(1, Math.min(maxSteps, Math.floor(metricsPageCells / Math.max(1, names.length))));
+    const steps = (
+      this.db
+        .prepare('SELECT DISTINCT step FROM ops_job_metrics WHERE job_id = ? AND step > ? ORDER BY step LIMIT ?')
+        .all(jobId, since, perPage + 1) as { step: number }[]
+    ).map((r) => r.step);
+    const more = steps.length > perPage;
+    const last = steps[Math.min(steps.length, perPage) - 1];
+    if (last === undefined) return { columns: ['step', 'time', ...names], rows: [], nextSinceStep: null };
     const data = this.db
       .prepare(
-        'SELECT step, name, value, time FROM ops_job_metrics WHERE job_id = ? AND step > ? ORDER BY step',
+        'SELECT step, name, value, time FROM ops_job_metrics WHERE job_id = ? AND step > ? AND step <= ? ORDER BY step',
       )
-      .all(jobId, Number.isFinite(sinceStep) ? sinceStep : -9007199254740991) as {
-      step: number;
-      name: string;
-      value: number | null;
-      time: number;
-    }[];
-    const names = [...new Set(data.map((d) => d.name))].sort();
+      .all(jobId, since, last) as { step: number; name: string; value: number | null; time: number }[];
     const col = new Map(names.map((n, i) => [n, i + 2]));
     const byStep = new Map<number, (number | null)[]>();
     for (const d of data) {
@@ -318,10 +360,20 @@ export class OpsStore {
         row = [d.step, d.time, ...names.map(() => null)];
         byStep.set(d.step, row);
       }
-      row[col.get(d.name)!] = d.value;
+      const i = col.get(d.name);
+      if (i !== undefined) row[i] = d.value;
       if (d.time > (row[1] ?? 0)) row[1] = d.time;
     }
-    return { columns: ['step', 'time', ...names], rows: [...byStep.values()] };
+    return { columns: ['step', 'time', ...names], rows: [...byStep.values()], nextSinceStep: more ? last : null };
+  }
+
+  /** How many distinct metric names a job has logged. */
+  metricNameCount(jobId: string): number {
+    return (
+      this.db.prepare('SELECT COUNT(DISTINCT name) AS n FROM ops_job_metrics WHERE job_id = ?').get(jobId) as {
+        n: number;
+      }
+    ).n;
   }
 
   /** The most recent value of every metric of every job that is still running (for /metrics). */

@@ -18,6 +18,7 @@ import { builtinEntrypoints, resolveEntrypoint } from './entrypoint.ts';
 import { OpsError } from './errors.ts';
 import { type JobInfo, type JobStatus, type OpsStore, terminalJobStatuses } from './ops-store.ts';
 import { isPackageHash } from './working-dir.ts';
+import { pidAlive } from '../../pid.ts';
 
 /** A job as submitted over the API or by the CLI. */
 export interface JobSubmitRequest {
@@ -67,15 +68,6 @@ function newJobId(): string {
   const p = (n: number) => String(n).padStart(2, '0');
   const stamp = `${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}_${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`;
   return `job_${stamp}_${randomBytes(3).toString('hex')}`;
-}
-
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 function killGroup(pid: number, signal: NodeJS.Signals): void {
@@ -175,6 +167,14 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     const gpus = req.entrypointNumGpus ?? 0;
     if (typeof cpus !== 'number' || typeof gpus !== 'number' || !(cpus >= 0) || !(gpus >= 0)) {
       throw new OpsError('BAD_REQUEST', 'entrypoint resources must be non-negative numbers');
+    }
+    // A request no machine of this cluster could run fails now instead of waiting forever.
+    const cap = this.#opts.capacity();
+    if (cap.cpus > 0 && (cpus > cap.cpus || gpus > cap.gpus)) {
+      throw new OpsError(
+        'INFEASIBLE',
+        `the entrypoint asks for ${cpus} CPUs and ${gpus} GPUs; the head's machine has ${cap.cpus} and ${cap.gpus}`,
+      );
     }
     const cwd = this.#cwdFor(req);
     // Fails here, not later, so the submitter sees a missing entrypoint at once.
@@ -455,10 +455,10 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
         }
       };
       const pid = job.driverPid;
-      if (pid !== null && isAlive(pid) && ownsPid(pid, exitFile)) {
+      if (pid !== null && pidAlive(pid) && ownsPid(pid, exitFile)) {
         const run = this.#track(job.jobId, pid, exitFile);
         run.poll = setInterval(() => {
-          if (!isAlive(pid) || !ownsPid(pid, exitFile)) this.#onDriverExit(job.jobId, run, readExit());
+          if (!pidAlive(pid) || !ownsPid(pid, exitFile)) this.#onDriverExit(job.jobId, run, readExit());
         }, 250);
         this.#opts.store.addEvent('job', job.jobId, `re-adopted driver pid ${pid} after a head restart`);
       } else {
@@ -478,12 +478,12 @@ export async function stopOrphanDrivers(store: OpsStore, sessionDir: string, gra
   const groups: number[] = [];
   for (const job of store.listJobs({ status: ['RUNNING'] })) {
     const exitFile = join(sessionDir, 'logs', `job-${job.jobId}.exit`);
-    if (job.driverPid !== null && isAlive(job.driverPid) && ownsPid(job.driverPid, exitFile)) groups.push(job.driverPid);
+    if (job.driverPid !== null && pidAlive(job.driverPid) && ownsPid(job.driverPid, exitFile)) groups.push(job.driverPid);
   }
   for (const pid of groups) killGroup(pid, 'SIGTERM');
   const deadline = Date.now() + graceMs;
-  while (groups.some(isAlive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  for (const pid of groups.filter(isAlive)) killGroup(pid, 'SIGKILL');
+  while (groups.some(pidAlive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  for (const pid of groups.filter(pidAlive)) killGroup(pid, 'SIGKILL');
   return groups.length;
 }
 

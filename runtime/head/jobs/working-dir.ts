@@ -1,16 +1,18 @@
 /**
  * Working-dir packages: the client packs a directory (without `node_modules`, `.git` and the
- * patterns in `.rtjobignore`) into one gzip'd archive named by the sha256 of its contents; the
- * head stores it once per hash and unpacks it once per hash for every job that uses it.
+ * patterns of its `.rtjobignore`, gitignore syntax via the `ignore` package) into a gzip'd tar
+ * archive named by the sha256 of the uncompressed tar; the head stores it once per hash and
+ * unpacks it once per hash for every job that uses it, and nodes fetch and unpack it the same way.
  *
- * Archive layout (before gzip), entries sorted by path so equal trees hash equal:
- * `[u32 pathLen][path utf8][u32 mode][u32 size][bytes]...`
+ * The tar is reproducible so that equal trees hash equal: regular files only, sorted by path,
+ * no mtime, no owner (`portable`), permission bits as they are. Unpacking restores those bits
+ * exactly, so packing an unpacked package again gives the same hash (the head relies on it to
+ * serve a package whose archive it no longer has).
  *
  * @module
  */
 import { createHash } from 'node:crypto';
 import {
-  chmodSync,
   existsSync,
   lstatSync,
   mkdirSync,
@@ -20,8 +22,11 @@ import {
   rmSync,
   writeFileSync,
 } from 'node:fs';
-import { dirname, join, relative, resolve, sep } from 'node:path';
+import { join, relative, resolve, sep } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
+import ignore from 'ignore';
+import * as tar from 'tar';
+import { RtjobError } from '../../errors.ts';
 
 /** Largest package the head accepts, compressed. @default 100 MiB */
 export const defaultMaxPackageBytes = 100 * 1024 * 1024;
@@ -30,46 +35,17 @@ export const defaultMaxPackageBytes = 100 * 1024 * 1024;
 const alwaysIgnored = new Set(['node_modules', '.git']);
 
 /** Thrown when a directory is larger than allowed; `code` for checks across boundaries. */
-export class PackageTooLargeError extends Error {
-  override readonly name = 'PackageTooLargeError';
-  readonly code = 'PACKAGE_TOO_LARGE';
-  constructor(readonly bytes: number, readonly maxBytes: number) {
+export class PackageTooLargeError extends RtjobError<'PACKAGE_TOO_LARGE'> {
+  constructor(
+    readonly bytes: number,
+    readonly maxBytes: number,
+  ) {
     super(
+      'PACKAGE_TOO_LARGE',
       `working dir is ${(bytes / 1048576).toFixed(1)} MiB, over the ${(maxBytes / 1048576).toFixed(0)} MiB limit; ` +
         'exclude large files with a .rtjobignore file (one pattern per line)',
     );
   }
-}
-
-/** Turns a `.rtjobignore` glob (`*.ckpt`, `data/`, `/out`) into a test on a relative path. */
-function ignoreMatcher(patterns: string[]): (rel: string, isDir: boolean) => boolean {
-  const tests = patterns
-    .map((p) => p.trim())
-    .filter((p) => p && !p.startsWith('#'))
-    .map((p) => {
-      const dirOnly = p.endsWith('/');
-      const anchored = p.startsWith('/') || p.slice(0, -1).includes('/');
-      const body = p.replace(/^\//, '').replace(/\/$/, '');
-      const re = new RegExp(
-        '^' +
-          body
-            .split('**')
-            .map((part) =>
-              part
-                .replace(/[.+^${}()|[\]\\]/g, '\\$&')
-                .replace(/\*/g, '[^/]*')
-                .replace(/\?/g, '[^/]'),
-            )
-            .join('.*') +
-          '$',
-      );
-      return (rel: string, isDir: boolean) => {
-        if (dirOnly && !isDir) return false;
-        if (anchored) return re.test(rel);
-        return re.test(rel.slice(rel.lastIndexOf('/') + 1));
-      };
-    });
-  return (rel, isDir) => tests.some((t) => t(rel, isDir));
 }
 
 /** A packed directory, ready to upload. */
@@ -87,8 +63,8 @@ export interface PackedDir {
 export function packDir(dir: string, maxBytes = defaultMaxPackageBytes): PackedDir {
   const root = resolve(dir);
   const ignoreFile = join(root, '.rtjobignore');
-  const ignored = ignoreMatcher(existsSync(ignoreFile) ? readFileSync(ignoreFile, 'utf8').split('\n') : []);
-  const entries: { rel: string; abs: string; mode: number; size: number }[] = [];
+  const ignored = ignore().add(existsSync(ignoreFile) ? readFileSync(ignoreFile, 'utf8') : '');
+  const files: string[] = [];
   let total = 0;
   const walk = (abs: string) => {
     for (const name of readdirSync(abs)) {
@@ -97,30 +73,28 @@ export function packDir(dir: string, maxBytes = defaultMaxPackageBytes): PackedD
       const rel = relative(root, child).split(sep).join('/');
       const st = lstatSync(child);
       if (st.isSymbolicLink()) continue;
-      if (ignored(rel, st.isDirectory())) continue;
+      if (ignored.ignores(st.isDirectory() ? `${rel}/` : rel)) continue;
       if (st.isDirectory()) walk(child);
       else if (st.isFile()) {
         total += st.size;
         if (total > maxBytes) throw new PackageTooLargeError(total, maxBytes);
-        entries.push({ rel, abs: child, mode: st.mode & 0o777, size: st.size });
+        files.push(rel);
       }
     }
   };
   walk(root);
-  entries.sort((a, b) => (a.rel < b.rel ? -1 : a.rel > b.rel ? 1 : 0));
-  const parts: Buffer[] = [];
-  for (const e of entries) {
-    const path = Buffer.from(e.rel, 'utf8');
-    const data = readFileSync(e.abs);
-    const head = Buffer.allocUnsafe(12);
-    head.writeUInt32LE(path.length, 0);
-    head.writeUInt32LE(e.mode, 4);
-    head.writeUInt32LE(data.length, 8);
-    parts.push(head.subarray(0, 4), path, head.subarray(4, 12), data);
-  }
-  const raw = Buffer.concat(parts);
+  files.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  const chunks: Buffer[] = [];
+  // sync: the archive is complete when create() returns; noMtime and portable keep it reproducible.
+  tar
+    .create(
+      { cwd: root, sync: true, portable: true, noMtime: true, noDirRecurse: true, strict: true },
+      files,
+    )
+    .on('data', (c: Buffer) => chunks.push(c));
+  const raw = Buffer.concat(chunks);
   const hash = createHash('sha256').update(raw).digest('hex');
-  return { hash, archive: gzipSync(raw, { level: 6 }), files: entries.length, rawBytes: raw.length };
+  return { hash, archive: gzipSync(raw, { level: 6 }), files: files.length, rawBytes: raw.length };
 }
 
 /** Where a head with session dir `sessionDir` unpacks package `hash` (a node, likewise). */
@@ -149,31 +123,49 @@ export function isPackageHash(s: string): boolean {
 
 /**
  * Verifies and unpacks an uploaded archive into `destDir` (atomically: a temp dir renamed into
- * place). Rejects archives whose content hash differs from `hash` or whose paths escape.
+ * place). Rejects archives whose content hash differs from `hash`, and any entry that is not a
+ * plain file or directory or whose path escapes `destDir`.
  */
-export function unpackArchive(archive: Buffer, hash: string, destDir: string, maxBytes = defaultMaxPackageBytes): void {
-  const raw = gunzipSync(archive, { maxOutputLength: maxBytes + 1 });
-  if (raw.length > maxBytes) throw new PackageTooLargeError(raw.length, maxBytes);
+export function unpackArchive(
+  archive: Buffer,
+  hash: string,
+  destDir: string,
+  maxBytes = defaultMaxPackageBytes,
+): void {
+  let raw: Buffer;
+  try {
+    raw = gunzipSync(archive, { maxOutputLength: maxBytes });
+  } catch (e) {
+    // zlib stops at the limit rather than inflating a bomb; report how far it got.
+    if ((e as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE')
+      throw new PackageTooLargeError(maxBytes + 1, maxBytes);
+    throw e;
+  }
   const actual = createHash('sha256').update(raw).digest('hex');
   if (actual !== hash) throw new Error(`package content hash is ${actual}, expected ${hash}`);
   const tmp = `${destDir}.tmp-${process.pid}-${Date.now()}`;
   mkdirSync(tmp, { recursive: true });
   try {
-    let at = 0;
-    while (at < raw.length) {
-      const pathLen = raw.readUInt32LE(at);
-      const rel = raw.subarray(at + 4, at + 4 + pathLen).toString('utf8');
-      at += 4 + pathLen;
-      const mode = raw.readUInt32LE(at);
-      const size = raw.readUInt32LE(at + 4);
-      at += 8;
-      const out = resolve(tmp, rel);
-      if (!out.startsWith(tmp + sep)) throw new Error(`package path escapes its root: ${rel}`);
-      mkdirSync(dirname(out), { recursive: true });
-      writeFileSync(out, raw.subarray(at, at + size));
-      chmodSync(out, mode & 0o777);
-      at += size;
-    }
+    let refused: string | undefined;
+    const unpack = new tar.UnpackSync({
+      cwd: tmp,
+      strict: true,
+      // Exactly the packed permission bits, whatever this process's umask, so a re-pack hashes equal.
+      chmod: true,
+      processUmask: 0,
+      filter: (path, entry) => {
+        const type = 'type' in entry ? entry.type : undefined;
+        const ok =
+          (type === 'File' || type === 'Directory') &&
+          !path.split('/').includes('..') &&
+          !path.startsWith('/');
+        if (!ok) refused ??= `${type ?? 'entry'} ${path}`;
+        return ok;
+      },
+    });
+    unpack.end(raw);
+    if (refused !== undefined)
+      throw new Error(`package holds an entry rtjob does not unpack: ${refused}`);
     if (existsSync(destDir)) rmSync(tmp, { recursive: true, force: true });
     else renameSync(tmp, destDir);
   } catch (err) {

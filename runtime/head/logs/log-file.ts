@@ -40,7 +40,7 @@ export function readLogRange(
 
 /** The last `lines` lines of a file (reads at most the last 64 KiB). */
 export function tailLines(path: string, lines: number): string {
-  let size = 0;
+  let size: number;
   try {
     size = statSync(path).size;
   } catch {

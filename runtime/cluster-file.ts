@@ -1,12 +1,23 @@
 /**
  * `~/.rtjob/cluster.json`: how this machine reaches the cluster that `rtjob start` started (or
- * joined). Written with mode 0600 because it holds the cluster token.
+ * joined). Written with mode 0600 because it holds the cluster token. The one reader and writer
+ * of that file: `init()`, the metrics logger and the CLI all come here.
  *
  * @module
  */
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { readEnv } from './env.ts';
+import { pidAlive } from './pid.ts';
 
 /** What `rtjob start` records. */
 export interface ClusterFile {
@@ -26,21 +37,32 @@ export interface ClusterFile {
 
 /** `$RTJOB_HOME`, else `~/.rtjob`. */
 export function rtjobHome(): string {
-  return process.env.RTJOB_HOME ?? join(homedir(), '.rtjob');
+  return readEnv('RTJOB_HOME') ?? join(homedir(), '.rtjob');
 }
 
+/** Where `cluster.json` is. */
 export function clusterFilePath(): string {
   return join(rtjobHome(), 'cluster.json');
 }
 
-export function readClusterFile(): ClusterFile | undefined {
+/**
+ * The cluster file, or undefined when there is none (or it does not parse).
+ *
+ * @param opts.live only when a process it records is still running (a head that died leaves a
+ *   stale file behind until `rtjob stop` or the next `rtjob start`)
+ */
+export function readClusterFile(opts: { live?: boolean } = {}): ClusterFile | undefined {
+  let info: ClusterFile;
   try {
-    return JSON.parse(readFileSync(clusterFilePath(), 'utf8')) as ClusterFile;
+    info = JSON.parse(readFileSync(clusterFilePath(), 'utf8')) as ClusterFile;
   } catch {
     return undefined;
   }
+  if (opts.live && !(info.pids ?? []).some(pidAlive)) return undefined;
+  return info;
 }
 
+/** Writes the file atomically, mode 0600 (it holds the token). */
 export function writeClusterFile(info: ClusterFile): void {
   mkdirSync(rtjobHome(), { recursive: true, mode: 0o700 });
   const tmp = `${clusterFilePath()}.${process.pid}.tmp`;
@@ -49,16 +71,7 @@ export function writeClusterFile(info: ClusterFile): void {
   renameSync(tmp, clusterFilePath());
 }
 
+/** Deletes the file (after `rtjob stop`). */
 export function removeClusterFile(): void {
   if (existsSync(clusterFilePath())) rmSync(clusterFilePath(), { force: true });
-}
-
-/** True when a process with this pid exists. */
-export function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }

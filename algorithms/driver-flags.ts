@@ -1,0 +1,291 @@
+/**
+ * The one command-line parser of the drivers (`train_ppo`, `train_sft`, `eval_arith`): a table of
+ * flags, each with a kind, a help line and optionally choices, a minimum, aliases and an
+ * environment variable. Kebab and snake case are both accepted (`--n-samples-per-prompt`,
+ * `--n_samples_per_prompt=8`), `--no-x` negates a boolean, and every bad value fails with one
+ * line that names the flag (`--lr: expected a number, got 'abc'`). Hand-written rather than a
+ * CLI library because the same table also drives `--help`, the environment fallbacks and the
+ * test that keeps `algorithms/README.md` and the flags in agreement.
+ *
+ * @module
+ */
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { type EnvName, readEnv } from '../runtime/env.ts';
+import { RtjobError } from '../runtime/errors.ts';
+
+/** How a flag's value is read. `pair` takes two numbers (`--x 0.8 1.2` or `--x=0.8,1.2`). */
+export type FlagKind = 'int' | 'float' | 'bool' | 'string' | 'pair';
+
+/** One row of a flag table; `K` is the options key it sets. */
+export interface FlagSpec<K extends string = string> {
+  key: K;
+  kind: FlagKind;
+  help: string;
+  /** Group heading in `--help`; a change of section starts a new group. */
+  section?: string;
+  choices?: readonly string[];
+  min?: number;
+  /** Other names (kebab), e.g. OpenRLHF's older spellings. */
+  aliases?: string[];
+  /** Environment variable read when the flag is absent. */
+  env?: EnvName;
+  /** The run cannot start without it. */
+  required?: boolean;
+}
+
+/** A bad flag or flag combination; `flag` names it. Drivers exit 2 on it, printing one line. */
+export class FlagError extends RtjobError<'BAD_FLAG'> {
+  constructor(
+    readonly flag: string,
+    message: string,
+  ) {
+    super('BAD_FLAG', message);
+  }
+}
+
+/** What a parse returns: the options, the keys the command line set, and the positionals. */
+export interface ParsedFlags<O> {
+  options: O;
+  given: Set<keyof O>;
+  positionals: string[];
+}
+
+/** A parser built from a flag table by {@link flagParser}. */
+export interface FlagParser<O> {
+  /** Parses `argv` (without the program name); `env` supplies the flags' environment variables. */
+  parse(
+    argv: readonly string[],
+    env?: Readonly<Record<string, string | undefined>>,
+  ): ParsedFlags<O>;
+  /** The `--help` text. */
+  help(): string;
+  /** `--name` for an options key. */
+  flagName(key: keyof O & string): string;
+}
+
+/** `nSamplesPerPrompt` → `n-samples-per-prompt`. */
+export const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+
+/**
+ * Builds the parser of one driver.
+ *
+ * @param program the driver's name, for `--help`
+ * @param table every flag, in the order `--help` lists them
+ * @param defaults the options when no flag is given (a fresh copy per parse)
+ * @example
+ * const p = flagParser('eval_arith', [{ key: 'prompts', kind: 'int', help: 'problems', min: 1 }], { prompts: 500 },
+ *   { positionals: '<model-dir>' });
+ * const { options, positionals } = p.parse(process.argv.slice(2));
+ */
+export function flagParser<O extends object>(
+  program: string,
+  table: readonly FlagSpec<keyof O & string>[],
+  defaults: O,
+  opts: {
+    positionals?: string;
+    sectionTitles?: Readonly<Record<string, string>>;
+    note?: string;
+  } = {},
+): FlagParser<O> {
+  const byName = new Map<string, FlagSpec<keyof O & string>>();
+  for (const f of table) {
+    byName.set(kebab(f.key), f);
+    for (const a of f.aliases ?? []) byName.set(a, f);
+  }
+
+  const suggest = (name: string): string => {
+    let best = '';
+    let bestD = 4;
+    for (const k of byName.keys()) {
+      const d = distance(name, k);
+      if (d < bestD) [best, bestD] = [k, d];
+    }
+    return best ? ` (did you mean --${best}?)` : '';
+  };
+
+  const parse: FlagParser<O>['parse'] = (argv, env = {}) => {
+    const o = structuredClone(defaults) as O & Record<string, unknown>;
+    const given = new Set<keyof O>();
+    const positionals: string[] = [];
+    for (let i = 0; i < argv.length; i++) {
+      const arg = argv[i]!;
+      if (!arg.startsWith('--')) {
+        if (opts.positionals === undefined) {
+          throw new FlagError(arg, `unexpected argument '${arg}' (flags start with --)`);
+        }
+        positionals.push(arg);
+        continue;
+      }
+      const eq = arg.indexOf('=');
+      let name = (eq >= 0 ? arg.slice(2, eq) : arg.slice(2)).replace(/[_.]/g, '-');
+      let value: string | undefined = eq >= 0 ? arg.slice(eq + 1) : undefined;
+      let negated = false;
+      if (
+        !byName.has(name) &&
+        name.startsWith('no-') &&
+        byName.get(name.slice(3))?.kind === 'bool'
+      ) {
+        name = name.slice(3);
+        negated = true;
+      }
+      const flag = byName.get(name);
+      if (!flag) throw new FlagError(`--${name}`, `unknown flag --${name}${suggest(name)}`);
+      const shown = `--${kebab(flag.key)}`;
+      if (flag.kind === 'bool') {
+        if (value === undefined && !negated && /^(true|false)$/.test(argv[i + 1] ?? '')) {
+          value = argv[++i];
+        }
+        const v = value === undefined ? true : parseBool(shown, value);
+        o[flag.key] = (negated ? !v : v) as never;
+      } else {
+        if (value === undefined) {
+          value = argv[++i];
+          const numeric = flag.kind === 'float' || flag.kind === 'int' || flag.kind === 'pair';
+          if (value === undefined || (value.startsWith('--') && !numeric)) {
+            throw new FlagError(shown, `${shown} needs a value`);
+          }
+        }
+        if (
+          flag.kind === 'pair' &&
+          eq < 0 &&
+          argv[i + 1] !== undefined &&
+          !argv[i + 1]!.startsWith('--')
+        ) {
+          value = `${value} ${argv[++i]}`;
+        }
+        o[flag.key] = parseValue(flag, shown, value) as never;
+      }
+      given.add(flag.key);
+    }
+    for (const f of table) {
+      if (f.env === undefined || given.has(f.key)) continue;
+      let value: unknown;
+      try {
+        value = readEnv(f.env, env);
+      } catch (e) {
+        throw new FlagError(f.env, (e as Error).message);
+      }
+      if (value !== undefined) o[f.key] = value as never;
+    }
+    for (const f of table) {
+      if (f.required && o[f.key] === undefined) {
+        throw new FlagError(`--${kebab(f.key)}`, `--${kebab(f.key)} is required`);
+      }
+    }
+    return { options: o, given, positionals };
+  };
+
+  const help = (): string => {
+    const usage = `usage: ${program} [flags]${opts.positionals ? ` ${opts.positionals}` : ''}`;
+    const lines = [usage + (opts.note ? `   (${opts.note})` : '')];
+    let current: string | undefined;
+    for (const f of table) {
+      if (f.section !== undefined && f.section !== current) {
+        current = f.section;
+        lines.push('', `${opts.sectionTitles?.[current] ?? current}:`);
+      }
+      const d = (defaults as Record<string, unknown>)[f.key];
+      const shownDefault =
+        d === undefined || d === ''
+          ? ''
+          : ` (default ${Array.isArray(d) ? d.join(' ') : String(d)})`;
+      const env = f.env ? ` [env ${f.env}]` : '';
+      const required = f.required ? ' (required)' : '';
+      lines.push(`  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + required + env);
+    }
+    return lines.join('\n');
+  };
+
+  return { parse, help, flagName: (key) => `--${kebab(key)}` };
+}
+
+function parseBool(flag: string, v: string): boolean {
+  if (/^(1|true|yes)$/i.test(v)) return true;
+  if (/^(0|false|no)$/i.test(v)) return false;
+  throw new FlagError(flag, `${flag}: expected true or false, got '${v}'`);
+}
+
+function parseValue(f: FlagSpec, shown: string, raw: string): unknown {
+  const v = raw.trim();
+  switch (f.kind) {
+    case 'string':
+      if (f.choices && !f.choices.includes(v)) {
+        throw new FlagError(shown, `${shown}: '${v}' is not one of ${f.choices.join(', ')}`);
+      }
+      return v;
+    case 'int': {
+      if (!/^-?\d+$/.test(v))
+        throw new FlagError(shown, `${shown}: expected an integer, got '${raw}'`);
+      const n = Number(v);
+      if (f.min !== undefined && n < f.min) {
+        throw new FlagError(shown, `${shown}: must be an integer >= ${f.min}, got ${n}`);
+      }
+      return n;
+    }
+    case 'float': {
+      const n = Number(v);
+      if (v === '' || !Number.isFinite(n)) {
+        throw new FlagError(shown, `${shown}: expected a number, got '${raw}'`);
+      }
+      if (f.min !== undefined && n < f.min)
+        throw new FlagError(shown, `${shown}: must be >= ${f.min}, got ${n}`);
+      return n;
+    }
+    case 'pair': {
+      const parts = v.split(/[\s,]+/).map(Number);
+      if (parts.length !== 2 || parts.some((x) => !Number.isFinite(x))) {
+        throw new FlagError(shown, `${shown}: expected two numbers, got '${raw}'`);
+      }
+      return parts;
+    }
+    default:
+      throw new FlagError(shown, `${shown}: unsupported`);
+  }
+}
+
+function distance(a: string, b: string): number {
+  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = row[0]!;
+    row[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const cur = row[j]!;
+      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = cur;
+    }
+  }
+  return row[b.length]!;
+}
+
+/**
+ * Runs `main` when `moduleUrl` is the script node was started with: `--help` prints `help`, a
+ * {@link FlagError} prints one line and exits 2, any other error its stack and exits 1.
+ *
+ * @example
+ * runIfMain(import.meta.url, 'train_sft', main, () => sftFlags.help());
+ */
+export function runIfMain(
+  moduleUrl: string,
+  program: string,
+  main: (argv: string[]) => Promise<unknown>,
+  help: () => string,
+): void {
+  const script = process.argv[1];
+  if (script === undefined || pathToFileURL(resolve(script)).href !== moduleUrl) return;
+  const argv = process.argv.slice(2);
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(help() + '\n');
+    process.exit(0);
+  }
+  main(argv).then(
+    () => process.exit(0),
+    (err: unknown) => {
+      const flagError = err instanceof FlagError;
+      const text =
+        err instanceof Error ? (flagError ? err.message : (err.stack ?? err.message)) : String(err);
+      process.stderr.write(`${program}: ${text}\n`);
+      process.exit(flagError ? 2 : 1);
+    },
+  );
+}

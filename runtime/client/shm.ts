@@ -1,0 +1,299 @@
+/**
+ * Same-machine object transfer through shared memory: a value whose typed arrays add up to at
+ * least `shmMinBytes` is written once to a file in `/dev/shm/rtjob-<uid>/` (tmpfs: memory, not
+ * disk) and the peer gets only the file's name; it reads the file in one go and its typed arrays
+ * are views into what it read. Each array is copied twice in all (into tmpfs, out of it), against
+ * the socket path's msgpack, fragment, frame and reassembly copies.
+ *
+ * A file holds the value in the layout of `runtime/out-of-band.ts`: a small packed skeleton, then
+ * each large typed array's bytes, aligned.
+ *
+ * Only a peer on the same machine (the same `/dev/shm` mount, see `machineId`) is offered a file;
+ * the directory is private to the user (0700); names are checked so a peer cannot point a reader
+ * outside it. A worker's files are removed by its node agent when it exits, and files of any
+ * other process that died by the next process to use the directory.
+ *
+ * @module
+ */
+import { lstatSync, mkdirSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
+import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
+import { hostname, userInfo } from 'node:os';
+import { join } from 'node:path';
+import { readEnv } from '../env.ts';
+import { pidAlive } from '../pid.ts';
+import { logger } from '../log.ts';
+import { decodeOutOfBand, encodeOutOfBand, installOutOfBandCodec } from '../out-of-band.ts';
+import { registerWireClass } from '../protocol.ts';
+
+const log = logger('shm');
+
+/** Values with fewer typed-array bytes than this go over the socket. */
+export const shmMinBytes = 1 << 20;
+
+/** A value written to shared memory, as it travels on the wire: the file's name and size. */
+export class ShmValue {
+  constructor(
+    readonly name: string,
+    readonly bytes: number,
+    /** Read exactly once (a call result): the reader hands the file back for the writer to reuse. */
+    readonly oneShot: boolean,
+  ) {}
+}
+
+let registered = false;
+/** Registers the codec extensions this module needs; called once per process. */
+export function installShmCodec(): void {
+  if (registered) return;
+  registered = true;
+  registerWireClass<ShmValue, [string, number, boolean]>({
+    type: 3,
+    Class: ShmValue,
+    write: (v) => [v.name, v.bytes, v.oneShot],
+    read: ([name, bytes, oneShot]) => new ShmValue(String(name), Number(bytes), oneShot === true),
+  });
+  installOutOfBandCodec();
+}
+
+let machine: string | undefined | null = null;
+/**
+ * Identifies this machine's `/dev/shm`: host name, boot id and the mount's device and inode, so
+ * two containers on one host with separate `/dev/shm` mounts do not match. Undefined where there
+ * is no usable `/dev/shm` or `RTJOB_OBJECT_SHM=0`.
+ */
+export function machineId(): string | undefined {
+  if (machine !== null) return machine;
+  machine = undefined;
+  if (readEnv('RTJOB_OBJECT_SHM') === false) return machine;
+  try {
+    const st = statSync('/dev/shm');
+    if (!st.isDirectory()) return machine;
+    let boot = '';
+    try {
+      boot = readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    } catch {
+      // Not Linux: host name and mount identify the machine well enough.
+    }
+    if (!dir()) return machine;
+    machine = `${hostname()}|${boot}|${st.dev}|${st.ino}`;
+  } catch {
+    machine = undefined;
+  }
+  return machine;
+}
+
+let dirPath: string | undefined | null = null;
+function dir(): string | undefined {
+  if (dirPath !== null) return dirPath;
+  dirPath = undefined;
+  const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().uid;
+  const p = `/dev/shm/rtjob-${uid}`;
+  try {
+    mkdirSync(p, { mode: 0o700, recursive: true });
+    const st = lstatSync(p);
+    if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o077) !== 0) {
+      log.warn(`${p} is not a private directory of this user; objects go over sockets`);
+      return dirPath;
+    }
+    dirPath = p;
+    sweep(p);
+  } catch (e) {
+    log.warn(`cannot use ${p} (${(e as Error).message}); objects go over sockets`);
+  }
+  return dirPath;
+}
+
+/** Removes files left by processes that are gone (named `<pid>-...`). */
+function sweep(p: string): void {
+  for (const name of readdirSync(p)) {
+    const pid = Number(name.slice(0, name.indexOf('-')));
+    if (!Number.isInteger(pid) || pid <= 0 || pidAlive(pid)) continue;
+    try {
+      unlinkSync(join(p, name));
+    } catch {
+      // Another process swept it first.
+    }
+  }
+}
+
+/** Removes the files a process (now gone) left behind; the node agent calls it as a worker ends. */
+export function removeShmFilesOf(pid: number): void {
+  const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().uid;
+  const p = `/dev/shm/rtjob-${uid}`;
+  let names: string[];
+  try {
+    names = readdirSync(p);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!name.startsWith(`${pid}-`)) continue;
+    try {
+      unlinkSync(join(p, name));
+    } catch {
+      // Already gone.
+    }
+  }
+}
+
+const own = new Set<string>();
+let exitHook = false;
+function track(path: string): void {
+  own.add(path);
+  if (exitHook) return;
+  exitHook = true;
+  process.on('exit', () => {
+    for (const f of own) {
+      for (const p of [f, `${f}_done`]) {
+        try {
+          unlinkSync(p);
+        } catch {
+          // Already gone.
+        }
+      }
+    }
+  });
+}
+
+const validName = /^[0-9]+-[A-Za-z0-9_]+$/;
+let seq = 0;
+
+/**
+ * Writes `value` to a new shared-memory file named after `id`; resolves with its wire form, or
+ * undefined when shared memory is unavailable. The caller removes it with `removeShm`.
+ */
+export async function writeShm(
+  value: unknown,
+  id: string,
+  oneShot: boolean,
+): Promise<ShmValue | undefined> {
+  const d = dir();
+  if (!d) return undefined;
+  const name = `${process.pid}-${id.replace(/[^A-Za-z0-9_]/g, '_')}${oneShot ? `_${seq++}` : ''}`;
+  const { parts, total } = encodeOutOfBand(value);
+  const path = join(d, name);
+  const fh = await openForWrite(path);
+  track(path);
+  try {
+    await writeAll(fh, parts);
+    await fh.truncate(total);
+  } catch (e) {
+    await fh.close().catch(() => {});
+    await removeShm(name);
+    throw e;
+  }
+  await fh.close();
+  if (oneShot) {
+    handedOut.push(path);
+    if (handedOut.length > maxPooled * 4) handedOut.shift();
+  }
+  return new ShmValue(name, total, oneShot);
+}
+
+/**
+ * Files this process wrote and no longer needs, kept for reuse: overwriting a file's existing
+ * tmpfs pages costs a fraction of allocating (and zeroing) new ones.
+ */
+const pool: string[] = [];
+const maxPooled = 2;
+/** One-shot files handed to readers, who rename them to `<name>_done` when they are done. */
+const handedOut: string[] = [];
+
+/** Opens `path` for writing, renaming a pooled or returned file to it when there is one. */
+async function openForWrite(path: string): Promise<FileHandle> {
+  for (let i = handedOut.length - 1; i >= 0; i--) {
+    const done = `${handedOut[i]}_done`;
+    try {
+      await rename(done, path);
+      own.delete(handedOut[i]!);
+      handedOut.splice(i, 1);
+      return await open(path, 'r+');
+    } catch {
+      // Not returned yet.
+    }
+  }
+  const reuse = pool.pop();
+  if (reuse) {
+    try {
+      await rename(reuse, path);
+      own.delete(reuse);
+      return await open(path, 'r+');
+    } catch {
+      // Gone; make a new one.
+    }
+  }
+  return open(path, 'wx', 0o600);
+}
+
+/** Writes `parts` back to back from position 0: `writev` in batches, finishing short writes. */
+async function writeAll(fh: FileHandle, parts: Uint8Array[]): Promise<void> {
+  let pos = 0;
+  for (let i = 0; i < parts.length; i += 256) {
+    const batch = parts.slice(i, i + 256);
+    const want = batch.reduce((n, p) => n + p.byteLength, 0);
+    let done = (await fh.writev(batch, pos)).bytesWritten;
+    let at = 0;
+    for (const p of batch) {
+      const skip = Math.max(0, Math.min(p.byteLength, done - at));
+      at += p.byteLength;
+      let o = skip;
+      while (o < p.byteLength) {
+        const r = await fh.write(p, o, p.byteLength - o, pos + at - p.byteLength + o);
+        o += r.bytesWritten;
+      }
+    }
+    done = want;
+    pos += done;
+  }
+}
+
+/** Reads a shared-memory value (removing the file when it is a one-shot). */
+export async function readShm(v: ShmValue): Promise<unknown> {
+  const d = dir();
+  if (!d || !validName.test(v.name))
+    throw new Error(`not a shared-memory object name: '${v.name.slice(0, 80)}'`);
+  const path = join(d, v.name);
+  const fh = await open(path, 'r');
+  let file: Buffer;
+  try {
+    const size = (await fh.stat()).size;
+    file = Buffer.allocUnsafeSlow(size);
+    let got = 0;
+    while (got < size) {
+      const r = await fh.read(file, got, size - got, got);
+      if (r.bytesRead === 0) break;
+      got += r.bytesRead;
+    }
+    if (got !== size || size !== v.bytes)
+      throw new Error(`shared-memory object ${v.name} is truncated`);
+  } finally {
+    await fh.close();
+    // A one-shot goes back to its writer for reuse (or is removed with it).
+    if (v.oneShot) await rename(path, `${path}_done`).catch(() => {});
+  }
+  try {
+    return decodeOutOfBand(file);
+  } catch (e) {
+    throw new Error(`shared-memory object ${v.name}: ${(e as Error).message}`, { cause: e });
+  }
+}
+
+/** Gives up a file this process wrote: kept for reuse while the pool has room, else removed. */
+export async function removeShm(name: string): Promise<void> {
+  const d = dir();
+  if (!d) return;
+  const path = join(d, name);
+  if (pool.length < maxPooled) {
+    const spare = join(d, `${process.pid}-spare_${seq++}`);
+    try {
+      await rename(path, spare);
+      own.delete(path);
+      track(spare);
+      pool.push(spare);
+      return;
+    } catch {
+      // Fall through to removing it.
+    }
+  }
+  own.delete(path);
+  await unlink(path).catch(() => {});
+}

@@ -1,0 +1,40 @@
+/**
+ * `npm run chaos`: every scenario of the chaos suite at full length, a table of counts in the
+ * bench README's style, and exit 1 on any loss, hang, zombie execution, reordering, duplicate
+ * at-most-once call, or a scenario that could not run here (a missing capability is a failure,
+ * never a pass). `CHAOS_SECONDS` scales the run (default 30 per scenario).
+ */
+import {
+  type ChaosResult,
+  emptyResult,
+  headRestarts,
+  linkCut,
+  nodeKills,
+  report,
+  violations,
+  workerKills,
+} from './harness.ts';
+
+const seconds = Number(process.env.CHAOS_SECONDS ?? 30);
+const scenarios: [string, () => Promise<ChaosResult>][] = [
+  ['worker kill -9', () => workerKills(seconds, 1000, 6)],
+  ['node agent kill -9', () => nodeKills(seconds)],
+  ['head restart', () => headRestarts(seconds)],
+  ['link cut 20s (netns)', () => linkCut(Math.max(seconds, 60), 20)],
+];
+const results: ChaosResult[] = [];
+for (const [name, run] of scenarios) {
+  // A scenario that throws is a failed scenario with its reason, and the others still run.
+  results.push(
+    await run().catch((e: unknown) => ({
+      ...emptyResult(name),
+      error: (e as Error).message.slice(0, 300),
+    })),
+  );
+}
+console.log(report(results));
+const bad = results.filter((r) => violations(r).length > 0);
+console.log(
+  bad.length === 0 ? 'chaos: every scenario held' : `chaos: ${bad.length} scenario(s) failed`,
+);
+process.exit(bad.length === 0 ? 0 : 1);

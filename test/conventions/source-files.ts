@@ -1,0 +1,56 @@
+/** The project's own source files, read once, for the suites that check a convention by grep. */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** Repository root. */
+export const root = fileURLToPath(new URL('../../', import.meta.url));
+
+const skipDirs = new Set([
+  'node_modules',
+  'dist',
+  'static',
+  'results',
+  'pretrained',
+  'ckpt',
+  'tmp',
+]);
+
+function walk(dir: string, out: string[]): string[] {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    if (e.name.startsWith('.') || skipDirs.has(e.name)) continue;
+    const p = join(dir, e.name);
+    if (e.isDirectory()) walk(p, out);
+    else if (/\.(ts|mts|mjs|js)$/.test(e.name)) out.push(relative(root, p));
+  }
+  return out;
+}
+
+/** A source file: its path from the root and its text. */
+export interface SourceFile {
+  path: string;
+  text: string;
+}
+
+/**
+ * Every `.ts`/`.mjs`/`.js` file of the project, fixtures included unless `withFixtures` is false
+ * (fixtures model user code, which follows its own conventions).
+ */
+export function sourceFiles(opts: { withFixtures?: boolean } = {}): SourceFile[] {
+  const dirs = ['runtime', 'actors', 'algorithms', 'cli', 'examples', 'bench', 'scripts', 'test'];
+  const files = dirs.flatMap((d) => walk(join(root, d), []));
+  return files
+    .filter((f) => opts.withFixtures !== false || !/(^|\/)fixtures\//.test(f))
+    .map((path) => ({ path, text: readFileSync(join(root, path), 'utf8') }));
+}
+
+/** `path:line: text` for every line of `files` that matches `re`. */
+export function grep(files: SourceFile[], re: RegExp): string[] {
+  const hits: string[] = [];
+  for (const f of files) {
+    f.text.split('\n').forEach((line, i) => {
+      if (re.test(line)) hits.push(`${f.path}:${i + 1}: ${line.trim()}`);
+    });
+  }
+  return hits;
+}

@@ -1,0 +1,79 @@
+import { readdirSync } from 'node:fs';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { defineActor, get, init, kill, put, release, shutdown } from '../../runtime/index.ts';
+import type { Consumer } from '../fixtures/runtime/weights.ts';
+import { fixture, until } from './helpers.ts';
+
+const ConsumerActor = defineActor<typeof Consumer>(fixture('weights.ts'), 'Consumer');
+const shmDir = `/dev/shm/rtjob-${process.getuid!()}`;
+/** Shared-memory files written by process `pid`. */
+const filesOf = (pid: number) => readdirSync(shmDir).filter((n) => n.startsWith(`${pid}-`));
+
+test.before(async () => {
+  await init({ address: 'local', local: { node: { numCpus: 4 } }, objectTransferHoldMs: 200 });
+});
+test.after(async () => {
+  await shutdown();
+});
+
+const n = 1 << 20; // 4 MiB of float32: above the 1 MiB shared-memory threshold
+const weights = {
+  w: Float32Array.from({ length: n }, (_, i) => i % 3),
+  bytes: Buffer.alloc(200_000, 1),
+  b: new Float32Array([1, 2, 3]),
+  version: 5,
+};
+const want: Record<string, [string, number]> = {
+  w: ['Float32Array', 0],
+  bytes: ['Buffer', 200_000],
+  b: ['Float32Array', 6],
+  version: ['number', 5],
+};
+
+test('a large put reaches consumers on the machine through one shared-memory file', async () => {
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += i % 3;
+  want.w = ['Float32Array', sum];
+  const before = filesOf(process.pid).length;
+  const ref = put(weights);
+  const consumers = Array.from({ length: 3 }, () => ConsumerActor.remote());
+  const seen = await get(consumers.map((c) => c.describe.remote(ref)));
+  for (const s of seen) assert.equal(s, want);
+  assert.is(filesOf(process.pid).length, before + 1, 'written once for three readers');
+  release(ref);
+  await Promise.all(consumers.map((c) => kill(c)));
+});
+
+test('a large call result comes back through shared memory; a killed worker leaves no file', async () => {
+  const c = ConsumerActor.remote();
+  const pid = await c.pid.remote();
+  const got = await c.makeWeights.remote(n);
+  assert.is(got.step, 7);
+  assert.ok(got.w instanceof Float32Array);
+  assert.is(got.w.length, n);
+  assert.is(got.w[n - 1], n - 1);
+  assert.is(filesOf(pid).length, 1, 'the worker keeps the file it wrote for its next result');
+  await kill(c);
+  await until(
+    () => filesOf(pid).length === 0,
+    10_000,
+    'the node agent to remove the killed worker’s files',
+  );
+});
+
+test('RTJOB_OBJECT_SHM=0 sends the same values over the socket', async () => {
+  const c = ConsumerActor.options({ env: { RTJOB_OBJECT_SHM: '0' } }).remote();
+  const pid = await c.pid.remote();
+  const before = filesOf(process.pid).length;
+  const ref = put(weights);
+  assert.equal(await c.describe.remote(ref), want);
+  assert.is(filesOf(process.pid).length, before, 'no file for a peer without shared memory');
+  const got = await c.makeWeights.remote(n);
+  assert.is(got.w[n - 1], n - 1);
+  assert.is(filesOf(pid).length, 0);
+  release(ref);
+  await kill(c);
+});
+
+test.run();
