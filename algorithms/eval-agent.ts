@@ -28,7 +28,7 @@ import { FlagError, flagParser, runIfMain } from './driver-flags.ts';
 import { infoMetrics } from './trajectory.ts';
 
 /** One evaluated episode. */
-interface AgentEvalEpisode {
+export interface AgentEvalEpisode {
   index: number;
   reward: number;
   info: Record<string, number | string | boolean>;
@@ -39,11 +39,11 @@ interface AgentEvalEpisode {
   error?: string;
 }
 
-/** What {@link evaluateAgent} measures. */
-interface AgentEvalResult {
+/** What one evaluation pass measures. */
+export interface AgentEvalResult {
   correct: number;
   total: number;
-  /** Episodes that threw or timed out (counted as wrong). */
+  /** Episodes that threw (counted as wrong). */
   failed: number;
   /** `info_<key>` means over the episodes that finished. */
   info: Record<string, number>;
@@ -60,11 +60,10 @@ async function evaluateAgent(
   agent: { file: string; agent: AgentFunction },
   gateway: Gateway,
   samples: Sample[],
-  o: { timeoutMs?: number } = {},
 ): Promise<AgentEvalResult> {
   const episodes = await Promise.all(
     samples.map(async (sample): Promise<AgentEvalEpisode> => {
-      const signal = o.timeoutMs ? AbortSignal.timeout(o.timeoutMs) : new AbortController().signal;
+      const signal = new AbortController().signal;
       try {
         const [t] = await runGatewayEpisode(sample, {
           file: agent.file,
