@@ -115,6 +115,33 @@ test("a rank that dies makes the other rank's step fail with a typed error, not 
   }
 });
 
+/** A tiny gae run of the parity agent writing to one place, so a later run can resume it. */
+const tinyGae = (extra: string[]): string[] => [
+  '--pretrain',
+  model,
+  '--agent-func',
+  fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url)),
+  '--rollout-batch-size',
+  '4',
+  '--n-samples-per-prompt',
+  '2',
+  '--train-batch-size',
+  '8',
+  '--micro-train-batch-size',
+  '2',
+  '--generate-max-len',
+  '6',
+  '--eval-dataset',
+  '',
+  '--advantage-estimator',
+  'gae',
+  '--save-path',
+  join(root, 'ppo-out'),
+  '--ckpt-path',
+  join(root, 'ppo-ckpt'),
+  ...extra,
+];
+
 test('train_ppo with 2 trainer and 2 critic ranks trains (gae), and resumes with 1 rank', async () => {
   const rows: Record<string, number>[] = [];
   const log = {
@@ -122,27 +149,7 @@ test('train_ppo with 2 trainer and 2 critic ranks trains (gae), and resumes with
     metric: (_s: number, v: Record<string, number>) => void rows.push(v),
   };
   const s = await trainPpo(
-    [
-      '--pretrain',
-      model,
-      '--agent-func',
-      fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url)),
-      '--rollout-batch-size',
-      '4',
-      '--n-samples-per-prompt',
-      '2',
-      '--train-batch-size',
-      '8',
-      '--micro-train-batch-size',
-      '2',
-      '--generate-max-len',
-      '6',
-      '--max-steps',
-      '2',
-      '--eval-dataset',
-      '',
-      '--advantage-estimator',
-      'gae',
+    tinyGae([
       '--actor-num-replicas',
       '2',
       '--critic-num-replicas',
@@ -150,13 +157,11 @@ test('train_ppo with 2 trainer and 2 critic ranks trains (gae), and resumes with
       '--rollout-num-engines',
       '2',
       '--colocate-all-models',
-      '--save-path',
-      join(root, 'ppo-out'),
-      '--ckpt-path',
-      join(root, 'ppo-ckpt'),
+      '--max-steps',
+      '2',
       '--save-steps',
       '1',
-    ],
+    ]),
     {},
     { log },
   );
@@ -166,34 +171,7 @@ test('train_ppo with 2 trainer and 2 critic ranks trains (gae), and resumes with
   assert.ok(steps.every((r) => Number.isFinite(r.policy_loss!) && Number.isFinite(r.value_loss!)));
   // Every rank holds the same state, so a checkpoint of 2 ranks resumes on 1.
   const resumed = await trainPpo(
-    [
-      '--in-process',
-      '--pretrain',
-      model,
-      '--agent-func',
-      fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url)),
-      '--rollout-batch-size',
-      '4',
-      '--n-samples-per-prompt',
-      '2',
-      '--train-batch-size',
-      '8',
-      '--micro-train-batch-size',
-      '2',
-      '--generate-max-len',
-      '6',
-      '--max-steps',
-      '3',
-      '--eval-dataset',
-      '',
-      '--advantage-estimator',
-      'gae',
-      '--load-checkpoint',
-      '--save-path',
-      join(root, 'ppo-out'),
-      '--ckpt-path',
-      join(root, 'ppo-ckpt'),
-    ],
+    tinyGae(['--in-process', '--max-steps', '3', '--load-checkpoint']),
     {},
     { log: { line: () => {}, metric: () => {} } },
   );
