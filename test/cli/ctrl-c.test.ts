@@ -26,7 +26,9 @@ test('a second Ctrl-C at the stop prompt stops the job', async () => {
   ]
     .map((a) => `'${a}'`)
     .join(' ');
-  const child = spawn('script', ['-qfec', cmd, '/dev/null'], {
+  // `exec`: the shell `script` starts ($SHELL, dash when unset) must not stay in the terminal's
+  // process group, or the Ctrl-C kills it too and the exit code is the shell's 130.
+  const child = spawn('script', ['-qfec', `exec ${cmd}`, '/dev/null'], {
     env: { ...process.env, HOME: sb.home, RTJOB_HOME: join(sb.home, '.rtjob') },
     stdio: ['pipe', 'pipe', 'pipe'],
   });
