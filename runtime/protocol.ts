@@ -84,6 +84,12 @@ export interface ActorInfo {
 
 export type NodeState = 'ALIVE' | 'DEAD';
 
+/** What a node's machine and processes use, as its agent last sampled it (`nodeStats`). */
+export type NodeUsage = Omit<NodeStats, 'type'> & {
+  /** When the head received the sample. */
+  readonly sampledAtMs: number;
+};
+
 export interface NodeInfo {
   readonly nodeId: string;
   readonly hostname: string;
@@ -94,6 +100,8 @@ export interface NodeInfo {
   readonly available: ResourceMap;
   readonly sessionDir: string;
   readonly startedAtMs: number;
+  /** Live usage, absent until the node's first `nodeStats` (never stored). */
+  readonly usage?: NodeUsage;
 }
 
 /** `RESCHEDULING`: a node holding some bundles died; those bundles wait for a new node. */
@@ -179,6 +187,33 @@ export interface WorkerLog {
 export interface WorkerStats {
   readonly type: 'workerStats';
   readonly calls: number;
+}
+
+/** CPU (100 = one core) and resident memory of one process, as a node agent sampled it. */
+export interface ProcessUsage {
+  readonly pid: number;
+  /** `null` on a process's first sample (CPU is a rate) or where `/proc` is missing. */
+  readonly cpuPercent: number | null;
+  readonly rssBytes: number | null;
+}
+
+/**
+ * node agent → head, every few seconds (one-way): the machine's CPU and memory in use, and each
+ * worker's and the agent's own, so the dashboard and `rtjob status` show live utilisation next
+ * to what actors reserved. The head keeps only the latest.
+ */
+export interface NodeStats {
+  readonly type: 'nodeStats';
+  /** Busy share of all the machine's cores since the previous sample, 0–100. */
+  readonly cpuPercent: number | null;
+  readonly cpuCount: number;
+  readonly memoryUsedBytes: number;
+  readonly memoryTotalBytes: number;
+  readonly agent: ProcessUsage;
+  readonly workers: readonly (ProcessUsage & {
+    readonly actorId: string;
+    readonly incarnation: number;
+  })[];
 }
 
 // head → node agent
@@ -428,6 +463,7 @@ export interface Replies {
   workerExited: void;
   workerLog: void;
   workerStats: void;
+  nodeStats: void;
   fetchPackage: Uint8Array;
   workerHello: WorkerAssignment;
   actorReady: boolean;
@@ -468,6 +504,7 @@ export type Message =
   | WorkerExited
   | WorkerLog
   | WorkerStats
+  | NodeStats
   | StartWorker
   | StopWorker
   | DataRequest
@@ -503,6 +540,7 @@ export const messageRoutes = {
   registerClient: { to: ['head'], from: ['unregistered'] },
   workerExited: { to: ['head'], from: ['node'] },
   workerLog: { to: ['head'], from: ['node'] },
+  nodeStats: { to: ['head'], from: ['node'] },
   fetchPackage: { to: ['head'], from: ['node'] },
   workerStats: { to: ['head'], from: ['worker'] },
   workerHello: { to: ['head'], from: clients },

@@ -50,6 +50,8 @@ export const wireLimits = {
   kvValueBytes: 16 * 1024 * 1024,
   ctorArgsBytes: 256 * 1024 * 1024,
   callArgs: 1024,
+  /** CPU percent of one process (100 = one core), so at most this many cores' worth. */
+  processCpuPercentMax: 100 * 4096,
   /** Bytes of one fragment (the transport sends 1 MiB). */
   fragmentBytes: 64 * 1024 * 1024,
 } as const;
@@ -61,6 +63,12 @@ const incarnation = int({ max: 2 ** 31 });
 const pid = int({ max: 2 ** 31 });
 const resources = record(num({ min: 0, max: L.resourceMax }), L.resourceKeys);
 const env = record(str({ max: L.envValueChars }), L.envKeys);
+const bytesAmount = int({ max: L.resourceMax });
+const processUsage = {
+  pid,
+  cpuPercent: nullable(num({ min: 0, max: L.processCpuPercentMax })),
+  rssBytes: nullable(bytesAmount),
+};
 
 /**
  * An error in wire form: name, code and message as strings (context is the sender's). A runtime
@@ -144,6 +152,15 @@ export const messageSchemas = {
     data: bytes(L.fragmentBytes),
   }),
   workerStats: obj({ type: lit('workerStats'), calls: int() }),
+  nodeStats: obj({
+    type: lit('nodeStats'),
+    cpuPercent: nullable(num({ min: 0, max: 100 })),
+    cpuCount: int({ min: 1, max: 1 << 20 }),
+    memoryUsedBytes: bytesAmount,
+    memoryTotalBytes: bytesAmount,
+    agent: obj(processUsage),
+    workers: arr(obj({ ...processUsage, actorId: id, incarnation }), L.workersPerNode),
+  }),
   startWorker: obj({
     type: lit('startWorker'),
     actorId: id,

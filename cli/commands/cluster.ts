@@ -412,11 +412,25 @@ export async function statusCommand(o: {
   console.log('');
   console.log(
     table(
-      // Reservations (what actors asked for) and the machine's memory in use are different things.
-      ['NODE', 'HOST', 'STATE', 'CPU RESERVED', 'GPU RESERVED', 'MEMORY IN USE', 'WORKERS'],
+      // What the machine really uses (sampled by its agent) and what actors reserved are
+      // different things, so both are shown.
+      [
+        'NODE',
+        'HOST',
+        'STATE',
+        'CPU IN USE',
+        'MEMORY IN USE',
+        'CPU RESERVED',
+        'GPU RESERVED',
+        'WORKERS',
+      ],
       s.nodes.map((n) => {
         const used = (k: string) =>
           `${+((n.resourcesTotal[k] ?? 0) - (n.resourcesAvailable[k] ?? 0)).toFixed(2)}/${n.resourcesTotal[k] ?? 0}`;
+        const cpu =
+          n.cpuPercent === null
+            ? '-'
+            : `${Math.round(n.cpuPercent)}%` + (n.cpuCount ? ` of ${n.cpuCount} cores` : '');
         const mem = n.memoryTotalBytes
           ? `${bytes(n.memoryUsedBytes)} of ${bytes(n.memoryTotalBytes)} (${Math.round((100 * n.memoryUsedBytes) / n.memoryTotalBytes)}%)`
           : '-';
@@ -424,9 +438,10 @@ export async function statusCommand(o: {
           n.nodeId + (n.isHead ? ' (head)' : ''),
           n.hostname,
           n.state,
+          cpu,
+          mem,
           used('CPU'),
           used('GPU'),
-          mem,
           n.workers,
         ];
       }),

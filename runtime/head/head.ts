@@ -216,6 +216,7 @@ export class Head extends EventEmitter<HeadEvents> {
       if (typeof msg.calls === 'number' && Number.isFinite(msg.calls) && msg.calls > 0)
         this.callsServed += msg.calls;
     },
+    nodeStats: (msg, conn) => this.nodes.stats(msg, conn),
     fetchPackage: (msg) => this.nodes.packageArchive(msg.hash),
     workerHello: (msg) => this.actors.workerHello(msg.actorId, msg.incarnation),
     actorReady: (msg) => this.actors.actorReady(msg.actorId, msg.incarnation, msg.address, msg.pid),

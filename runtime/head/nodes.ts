@@ -1,14 +1,14 @@
 /**
  * Node agents at the head: registration (fresh, or again after a head restart with the workers
  * the node still runs), a node's death (its bundles and actors move elsewhere), and the node's
- * own requests (worker exits, shipped logs, working-dir archives).
+ * own requests (worker exits, shipped logs, working-dir archives, usage samples).
  *
  * @module
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { InvalidArgumentError, NotFoundError } from '../errors.ts';
 import { logger } from '../log.ts';
-import type { NodeInfo, RegisterNode } from '../protocol.ts';
+import type { NodeInfo, NodeStats, RegisterNode } from '../protocol.ts';
 import type { Connection } from '../transport.ts';
 import type { ActorTable } from './actors.ts';
 import { archivePath, isPackageHash, packDir, packagesDir } from './jobs/working-dir.ts';
@@ -33,7 +33,16 @@ export class NodeRegistry {
     return [...this.ctx.nodes.values()].map((n) => ({
       ...n.info,
       available: { ...n.sched.pool.available },
+      ...(n.usage && n.info.state === 'ALIVE' ? { usage: n.usage } : {}),
     }));
+  }
+
+  /** Keeps a node's latest usage sample (`nodeStats`) for the API to show. */
+  stats(msg: NodeStats, conn: Connection): void {
+    const node = this.ctx.nodes.get(conn.meta.nodeId as string);
+    if (!node || node.conn !== conn) return;
+    const { type: _, ...usage } = msg;
+    node.usage = { ...usage, sampledAtMs: Date.now() };
   }
 
   register(msg: RegisterNode, conn: Connection): { nodeId: string } {

@@ -12,6 +12,7 @@ import type {
   ActorLocation,
   DeathCause,
   NodeInfo,
+  NodeUsage,
   PlacementGroupInfo,
   WorkerLog,
 } from '../protocol.ts';
@@ -72,6 +73,8 @@ export interface NodeRec {
   info: Mutable<NodeInfo>;
   conn: Connection;
   sched: SchedNode;
+  /** The node's latest `nodeStats`; live only, never stored. */
+  usage?: NodeUsage;
 }
 
 export interface PgRec {

@@ -39,6 +39,7 @@ import {
   acceptedBy,
 } from '../protocol.ts';
 import { type Connection, connect } from '../transport.ts';
+import { UsageSampler } from './usage.ts';
 
 const log = logger('node');
 
@@ -102,6 +103,11 @@ export interface NodeAgentOptions {
   shipLogs?: boolean;
   /** How often new log bytes are shipped. @default 500 */
   shipLogsIntervalMs?: number;
+  /**
+   * How often the machine's and each worker's CPU and memory use go to the head (`nodeStats`,
+   * for the dashboard and `rtjob status`); 0 sends none. @default 2000
+   */
+  statsIntervalMs?: number;
 }
 
 /** One running worker. */
@@ -162,6 +168,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     }
   >();
   private shipTimer: NodeJS.Timeout | undefined;
+  private statsTimer: NodeJS.Timeout | undefined;
+  private readonly usage = new UsageSampler();
   /** Working-dir packages on this node, by content hash. */
   private readonly packages = new Map<string, Promise<string>>();
   /** Workers (`actorId:incarnation`) waiting for their package. */
@@ -199,6 +207,18 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       this.shipTimer = setInterval(() => this.shipLogs(), this.opts.shipLogsIntervalMs ?? 500);
       this.shipTimer.unref();
     }
+    const statsMs = this.opts.statsIntervalMs ?? 2000;
+    if (statsMs > 0) {
+      this.sendStats();
+      this.statsTimer = setInterval(() => this.sendStats(), statsMs);
+      this.statsTimer.unref();
+    }
+  }
+
+  /** Samples this machine and its workers and tells the head; skipped while it is unreachable. */
+  private sendStats(): void {
+    if (this.conn.closed) return;
+    this.conn.send({ type: 'nodeStats', ...this.usage.sample(this.workers) });
   }
 
   /**
@@ -373,6 +393,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   async close(): Promise<void> {
     this.closing = true;
     if (this.shipTimer) clearInterval(this.shipTimer);
+    if (this.statsTimer) clearInterval(this.statsTimer);
     for (const c of this.warm.splice(0)) c.kill('SIGKILL');
     const exits = [...this.running.values()].map(
       (r) =>

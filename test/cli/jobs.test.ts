@@ -35,9 +35,13 @@ test('start --head writes cluster.json (0600) and status shows the node', async 
   const s = JSON.parse(r.stdout);
   assert.ok(s.nodes.length >= 1);
   assert.ok(s.resources.total.CPU > 0);
-  // The text form: reservations and memory in use, labelled, in human units.
-  const text = await sb.run(['status']);
-  assert.match(text.stdout, /CPU RESERVED\s+GPU RESERVED\s+MEMORY IN USE/);
+  // The text form: CPU and memory in use (sampled by the node agent) next to reservations,
+  // labelled, in human units. CPU is a rate: it shows from the agent's second sample on.
+  const text = await until('status to show the CPU in use', async () => {
+    const t = await sb.run(['status']);
+    return /\d+% of \d+ cores/.test(t.stdout) ? t : undefined;
+  });
+  assert.match(text.stdout, /CPU IN USE\s+MEMORY IN USE\s+CPU RESERVED\s+GPU RESERVED/);
   assert.match(text.stdout, /\d+(\.\d)? [KMGT]?i?B of \d+(\.\d)? [KMGT]?i?B \(\d+%\)/);
   assert.match(text.stdout, /reserved: +CPU [\d.]+\/\d+/);
   const again = await sb.run(['start', '--head', '--port', '0', '--dashboard-port', '0']);

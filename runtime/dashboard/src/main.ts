@@ -11,6 +11,7 @@ import {
   connectLive,
   type JobInfo,
   logTailPath,
+  type NodeView,
   onLive,
 } from './api.ts';
 import { MetricCharts, type XAxis } from './charts.ts';
@@ -142,7 +143,8 @@ async function clusterView(): Promise<void> {
               {},
               h('th', {}, 'Node'),
               h('th', {}, 'State'),
-              h('th', {}, 'Resources'),
+              h('th', { title: 'What the machine uses now, sampled by its node agent' }, 'In use'),
+              h('th', { title: 'What actors reserved' }, 'Reserved'),
               h('th', {}, 'Workers'),
             ),
           ),
@@ -153,16 +155,30 @@ async function clusterView(): Promise<void> {
               const resources = Object.keys(n.resourcesTotal).map((k) => {
                 const total = n.resourcesTotal[k] ?? 0;
                 const used = total - (n.resourcesAvailable[k] ?? total);
-                return bar(k, used, total, `${+used.toFixed(2)} / ${total}`);
+                const text =
+                  k === 'memory'
+                    ? `${bytes(used)} / ${bytes(total)}`
+                    : `${+used.toFixed(2)} / ${total}`;
+                return bar(k, used, total, text);
               });
-              resources.push(
+              const usage = [
+                bar(
+                  'CPU',
+                  n.cpuPercent ?? 0,
+                  100,
+                  n.cpuPercent === null
+                    ? '–'
+                    : `${n.cpuPercent.toFixed(0)}%` + (n.cpuCount ? ` of ${n.cpuCount} cores` : ''),
+                ),
                 bar(
                   'Memory',
                   n.memoryUsedBytes,
                   n.memoryTotalBytes,
-                  `${bytes(n.memoryUsedBytes)} / ${bytes(n.memoryTotalBytes)}`,
+                  n.memoryTotalBytes
+                    ? `${bytes(n.memoryUsedBytes)} / ${bytes(n.memoryTotalBytes)}`
+                    : '–',
                 ),
-              );
+              ];
               return h(
                 'tr',
                 { 'data-node': n.nodeId },
@@ -175,6 +191,7 @@ async function clusterView(): Promise<void> {
                   n.isHead ? h('span', { class: 'tag' }, 'head') : null,
                 ),
                 h('td', {}, badge(n.state)),
+                h('td', { class: 'resources usage' }, usage),
                 h('td', { class: 'resources' }, resources),
                 h('td', {}, n.workers),
               );
@@ -182,6 +199,7 @@ async function clusterView(): Promise<void> {
           ),
         ),
       ),
+      processesTable(s.nodes),
       h('h2', {}, 'Recent jobs'),
       jobsTable(jobs.jobs),
     );
@@ -190,6 +208,80 @@ async function clusterView(): Promise<void> {
   refreshOn(['cluster', 'job'], load, () => true, 1000);
   const timer = setInterval(() => void load().catch(() => undefined), 5000);
   teardown.push(() => clearInterval(timer));
+}
+
+/** CPU (100% = one core) and resident memory of every agent and worker process, per node. */
+function processesTable(nodes: NodeView[]): HTMLElement {
+  const rows = nodes.flatMap((n) => n.processes.map((p) => ({ n, p })));
+  const heading = h('h2', { id: 'processes-h' }, 'Processes');
+  if (rows.length === 0)
+    return h(
+      'section',
+      { 'aria-labelledby': 'processes-h' },
+      heading,
+      h('p', { class: 'muted' }, 'No usage sampled yet.'),
+    );
+  const pct = (x: number | null) => (x === null ? '–' : `${x.toFixed(1)}%`);
+  return h(
+    'section',
+    { 'aria-labelledby': 'processes-h' },
+    heading,
+    h(
+      'div',
+      { class: 'scroll' },
+      h(
+        'table',
+        { class: 'processes' },
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            // What matters most first, so a narrow screen shows it without scrolling.
+            h('th', {}, 'Actor'),
+            h('th', { class: 'num', title: '100% = one core busy' }, 'CPU'),
+            h('th', { class: 'num', title: 'Resident memory' }, 'Memory'),
+            h('th', {}, 'PID'),
+            h('th', {}, 'Job'),
+            h('th', {}, 'Node'),
+          ),
+        ),
+        h(
+          'tbody',
+          {},
+          rows.map(({ n, p }) =>
+            h(
+              'tr',
+              {
+                'data-pid': p.pid,
+                'data-kind': p.kind,
+                ...(p.actorId ? { 'data-actor': p.actorId } : {}),
+              },
+              h(
+                'td',
+                {},
+                p.kind === 'agent'
+                  ? h('span', { class: 'muted' }, 'node agent')
+                  : p.actorId
+                    ? h(
+                        'a',
+                        { href: `#/actors/${encodeURIComponent(p.actorId)}` },
+                        p.name ? `${p.name} (${p.className ?? '?'})` : (p.className ?? p.actorId),
+                      )
+                    : '–',
+              ),
+              h('td', { class: 'num cpu' }, pct(p.cpuPercent)),
+              h('td', { class: 'num rss' }, p.rssBytes === null ? '–' : bytes(p.rssBytes)),
+              h('td', {}, p.pid),
+              h('td', {}, p.jobId ? jobLink(p.jobId) : '–'),
+              h('td', {}, h('code', {}, n.nodeId)),
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
 }
 
 // ---- jobs ------------------------------------------------------------------------------------

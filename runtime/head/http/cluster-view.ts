@@ -8,7 +8,26 @@
 import { cpus, freemem, hostname, totalmem } from 'node:os';
 import type { PlacementGroupInfo } from '../../protocol.ts';
 
-/** One node as the dashboard shows it. Resources are logical (`CPU`, `GPU`, custom). */
+/** One process on a node and what it uses, as the node's agent last sampled it. */
+export interface ProcessView {
+  pid: number;
+  /** `agent`: the node agent itself; `worker`: the worker hosting `actorId`. */
+  kind: 'agent' | 'worker';
+  actorId: string | null;
+  className: string | null;
+  name: string | null;
+  jobId: string | null;
+  /** 100 = one core busy; null until the process's second sample. */
+  cpuPercent: number | null;
+  /** Resident memory; null where the node cannot read it. */
+  rssBytes: number | null;
+}
+
+/**
+ * One node as the dashboard shows it. Resources are logical (`CPU`, `GPU`, custom): what actors
+ * reserved. Utilisation (`cpuPercent`, memory, `processes`) is what the machine really uses,
+ * sampled by the node's agent every few seconds.
+ */
 export interface NodeView {
   nodeId: string;
   hostname: string;
@@ -17,10 +36,19 @@ export interface NodeView {
   isHead: boolean;
   resourcesTotal: Record<string, number>;
   resourcesAvailable: Record<string, number>;
+  /** 0 when not known (a node that never reported, or a finished session). */
   memoryTotalBytes: number;
   memoryUsedBytes: number;
+  /** Busy share of all the machine's cores, 0–100; null when not known. */
+  cpuPercent: number | null;
+  /** Cores of the machine (not the logical `CPU` resource); null when not known. */
+  cpuCount: number | null;
+  /** When the usage figures were sampled; null when never. */
+  usageSampledAt: number | null;
   /** Worker processes running on the node. */
   workers: number;
+  /** The agent and each worker process, with their CPU and memory (empty when not known). */
+  processes: ProcessView[];
   startedAt: number;
 }
 
@@ -81,7 +109,11 @@ export function localClusterView(): ClusterView {
           resourcesAvailable: { CPU: n },
           memoryTotalBytes: totalmem(),
           memoryUsedBytes: totalmem() - freemem(),
+          cpuPercent: null,
+          cpuCount: cpus().length,
+          usageSampledAt: null,
           workers: 0,
+          processes: [],
           startedAt,
         },
       ];

@@ -34,6 +34,7 @@ import type {
   ActorState,
   ActorView,
   NodeView,
+  ProcessView,
 } from './cluster-view.ts';
 
 export type {
@@ -54,6 +55,7 @@ export type {
   MetricRow,
   NodeView,
   PlacementGroupInfo,
+  ProcessView,
 };
 
 /** `GET /api/cluster`. */

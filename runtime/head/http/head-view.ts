@@ -7,11 +7,11 @@
  */
 import { freemem, totalmem } from 'node:os';
 
-import type { ActorInfo } from '../../protocol.ts';
+import type { ActorInfo, NodeUsage } from '../../protocol.ts';
 import type { Head, WorkerLogEvent } from '../head.ts';
 import type { OpsStore } from '../jobs/ops-store.ts';
 import { indexWorkerLogs, shippedLogDir, writeShippedLog } from '../logs/worker-logs.ts';
-import type { ActorView, ClusterView, NodeView } from './cluster-view.ts';
+import type { ActorView, ClusterView, NodeView, ProcessView } from './cluster-view.ts';
 
 /** An actor as the API shows it. */
 export function actorView(a: ActorInfo): ActorView {
@@ -78,33 +78,75 @@ export function indexHeadWorkerLogs(head: Head, store: OpsStore): () => void {
   };
 }
 
+/** The agent and each worker of a node's usage sample, with the actor each worker hosts. */
+function processViews(u: NodeUsage, actors: ReadonlyMap<string, ActorInfo>): ProcessView[] {
+  const agent: ProcessView = {
+    ...u.agent,
+    kind: 'agent',
+    actorId: null,
+    className: null,
+    name: null,
+    jobId: null,
+  };
+  return [
+    agent,
+    ...u.workers.map((w): ProcessView => {
+      const a = actors.get(w.actorId);
+      const view = a ? actorView(a) : undefined;
+      return {
+        pid: w.pid,
+        kind: 'worker',
+        actorId: w.actorId,
+        className: view?.className ?? null,
+        name: view?.name ?? null,
+        jobId: view?.jobId ?? null,
+        cpuPercent: w.cpuPercent,
+        rssBytes: w.rssBytes,
+      };
+    }),
+  ];
+}
+
+/** The runtime head as the HTTP API and dashboard read it. */
 export function headClusterView(head: Head): ClusterView {
   const actors = (): ActorView[] => head.listActors().map(actorView);
   return {
     nodes: (): NodeView[] => {
       const all = head.listNodes();
       const workers = new Map<string, number>();
-      for (const a of head.listActors())
+      const byId = new Map<string, ActorInfo>();
+      for (const a of head.listActors()) {
+        byId.set(a.actorId, a);
         if (a.nodeId && a.state === 'ALIVE')
           workers.set(a.nodeId, (workers.get(a.nodeId) ?? 0) + 1);
+      }
       // The head's own node agent shares its session dir; fall back to the first node.
       const headIdx = Math.max(
         0,
         all.findIndex((n) => n.sessionDir === head.sessionDir),
       );
-      return all.map((n, i) => ({
-        nodeId: n.nodeId,
-        hostname: n.hostname,
-        address: n.host,
-        state: n.state,
-        isHead: i === headIdx,
-        resourcesTotal: { ...n.total } as Record<string, number>,
-        resourcesAvailable: { ...n.available } as Record<string, number>,
-        memoryTotalBytes: totalmem(),
-        memoryUsedBytes: totalmem() - freemem(),
-        workers: workers.get(n.nodeId) ?? 0,
-        startedAt: n.startedAtMs,
-      }));
+      return all.map((n, i) => {
+        const u = n.usage;
+        // Until its agent's first sample the head's own node is this machine; another is unknown.
+        const here = i === headIdx && !u;
+        return {
+          nodeId: n.nodeId,
+          hostname: n.hostname,
+          address: n.host,
+          state: n.state,
+          isHead: i === headIdx,
+          resourcesTotal: { ...n.total } as Record<string, number>,
+          resourcesAvailable: { ...n.available } as Record<string, number>,
+          memoryTotalBytes: u?.memoryTotalBytes ?? (here ? totalmem() : 0),
+          memoryUsedBytes: u?.memoryUsedBytes ?? (here ? totalmem() - freemem() : 0),
+          cpuPercent: u?.cpuPercent ?? null,
+          cpuCount: u?.cpuCount ?? null,
+          usageSampledAt: u?.sampledAtMs ?? null,
+          workers: workers.get(n.nodeId) ?? 0,
+          processes: u ? processViews(u, byId) : [],
+          startedAt: n.startedAtMs,
+        };
+      });
     },
     actors,
     killActor: async (id, o) => head.killActor(id, { noRestart: o.noRestart }),

@@ -62,6 +62,10 @@ export function renderPrometheus(input: PrometheusInput): string {
   family('rtjob_node_memory_used_bytes', 'gauge', 'Memory in use on a node.');
   for (const n of input.nodes)
     sample('rtjob_node_memory_used_bytes', { node_id: n.nodeId }, n.memoryUsedBytes);
+  family('rtjob_node_cpu_percent', 'gauge', "Busy share of a node machine's cores, 0-100.");
+  for (const n of input.nodes)
+    if (n.cpuPercent !== null)
+      sample('rtjob_node_cpu_percent', { node_id: n.nodeId }, n.cpuPercent);
   family('rtjob_node_workers', 'gauge', 'Worker processes on a node.');
   for (const n of input.nodes) sample('rtjob_node_workers', { node_id: n.nodeId }, n.workers);
 
