@@ -67,6 +67,8 @@ export interface RunState {
   groupsRerun: number;
   /** Running reward statistics of `--normalize-reward`. */
   rewardStats?: { count: number; mean: number; m2: number };
+  /** Tokens generated so far by successful episodes (absent in older checkpoints). */
+  tokensTotal?: number;
 }
 
 /** Everything a loop needs. */

@@ -237,8 +237,9 @@ export function sampleEpisodes(
 }
 
 /**
- * Per-step episode metrics every RL dashboard shows: reward spread, the fraction of groups whose
- * episodes all scored the same (they teach group-baseline methods nothing), response lengths, the
+ * Per-step episode metrics every RL dashboard shows: generated tokens, reward spread, the fraction
+ * of groups whose episodes all scored the same (they teach group-baseline methods nothing),
+ * response lengths, the
  * fraction cut by the length cap, and each numeric or boolean `extraInfo` field averaged
  * (`info/<name>`).
  */
@@ -254,6 +255,7 @@ export function episodeMetrics(groups: readonly GroupResult[]): Record<string, n
   ).length;
   const lengths = ts.map((t) => t.lossMask.reduce((a, b) => a + b, 0));
   const out: Record<string, number> = {
+    tokens: lengths.reduce((a, b) => a + b, 0),
     reward_std: std,
     zero_std_groups: flat / ok.length,
     response_length_max: Math.max(...lengths),
@@ -286,12 +288,15 @@ export function recordEpisodes(
 ): void {
   const { o, state, log } = ctx;
   const m = episodeMetrics(groups);
+  // Cumulative, so a chart can put tokens on its x axis (compute-fair comparisons of runs).
+  state.tokensTotal = (state.tokensTotal ?? 0) + (m.tokens ?? 0);
   const failedEpisodes = groups.reduce(
     (a, g) => a + (g.status === 'failed' ? g.errors.length : 0),
     0,
   );
   log.metric(state.step, {
     ...m,
+    tokens_total: state.tokensTotal,
     episodes: groups.reduce((a, g) => a + g.episodes, 0),
     episodes_failed_step: failedEpisodes,
   });

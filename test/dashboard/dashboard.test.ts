@@ -83,6 +83,10 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.waitForFunction(() =>
     (document.querySelector('pre.log')?.textContent ?? '').includes('step 10'),
   );
+  // This job logs no generated tokens: the tokens axis is off, and says why.
+  const tokensOption = page.locator('#x-axis option[value="tokens"]');
+  assert.ok(await tokensOption.isDisabled());
+  assert.match((await tokensOption.getAttribute('title')) ?? '', /logs no tokens_total/);
   // The step time split is one chart with a line per phase.
   await page.waitForSelector('figure.chart[data-metric="step_time_split"] canvas');
   // Its actors, grouped by role, and its config with only the env worth showing, each a tab.

@@ -1,5 +1,6 @@
-// Inspecting real train_ppo runs in Debian's Chromium: a live job's page (progress, samples as
-// they arrive), then, with the cluster stopped, the finished session served read-only by
+// Inspecting real train_ppo runs in Debian's Chromium: a live job's page (progress, charts on a
+// tokens axis, samples as they arrive) and the cluster view with its workers busy, then, with
+// the cluster stopped, the finished session served read-only by
 // `rtjob dashboard`: jobs list with progress and headline, a job's summary, Samples (step slider,
 // reward filter, one prompt over time), Config (defaults marked), compare with a config diff,
 // the controls disabled, and tables that scroll inside a 420 px viewport. Screenshots go to
@@ -64,6 +65,55 @@ async function login(url: string, width = 1400): Promise<{ page: Page; errors: s
   return { page, errors };
 }
 
+/**
+ * With the x axis on generated tokens, the reward chart's points sit at the jobs' logged
+ * `tokens_total` (read from the API), not at their steps; then the axis goes back to steps.
+ */
+async function checkTokensAxis(page: Page, jobIds: string[]): Promise<void> {
+  await page.selectOption('#x-axis', 'tokens');
+  const fig = page.locator('figure.chart[data-metric="reward_mean"]');
+  await fig.locator('canvas').waitFor();
+  const xRow = fig.locator('.u-legend tr.u-series').first();
+  assert.is((await xRow.locator('.u-label').innerText()).trim(), 'tokens');
+  await fig.scrollIntoViewIfNeeded();
+  const box = (await fig.locator('.u-over').boundingBox())!;
+  await page.mouse.move(box.x + box.width - 1, box.y + box.height / 2);
+  await page.waitForFunction(
+    (el) => /\d/.test(el?.textContent ?? ''),
+    await xRow.locator('.u-value').elementHandle(),
+  );
+  const shown = Number((await xRow.locator('.u-value').innerText()).replace(/[^\d.]/g, ''));
+  const perJob = await page.evaluate(async (ids) => {
+    const out: number[][] = [];
+    for (const id of ids) {
+      const t = (await (await fetch(`/api/jobs/${id}/metrics`)).json()) as {
+        columns: string[];
+        rows: (number | null)[][];
+      };
+      const i = t.columns.indexOf('tokens_total');
+      out.push(t.rows.map((r) => r[i]).filter((v): v is number => v !== null && v !== undefined));
+    }
+    return out;
+  }, jobIds);
+  for (const totals of perJob) {
+    assert.ok(totals.length > 0, 'train_ppo logs tokens_total');
+    assert.ok(
+      totals.every((v, k) => k === 0 || v > totals[k - 1]!),
+      `tokens_total grows every step: ${totals}`,
+    );
+  }
+  const all = perJob.flat();
+  assert.ok(all.includes(shown), `the hovered x ${shown} is one of ${all}`);
+  assert.ok(shown > 16, 'x is in tokens, not steps');
+  await page.selectOption('#x-axis', 'step');
+  await page.waitForFunction(
+    () =>
+      document
+        .querySelector('figure.chart[data-metric="reward_mean"] .u-legend tr.u-series .u-label')
+        ?.textContent?.trim() === 'step',
+  );
+}
+
 test('a live run: its page shows progress and samples as steps arrive', async () => {
   await sb.startHead();
   const r = await sb.run(['submit', '--no-wait', '--job-id', 'ppo-a', '--', ...ppo('a')]);
@@ -76,6 +126,34 @@ test('a live run: its page shows progress and samples as steps arrive', async ()
     undefined,
     { timeout: 120_000 },
   );
+  // The cluster view while it trains: the job's workers, each with its CPU and memory, and at
+  // least one of them busy.
+  await page.click('nav a[href="#/"]');
+  await page.waitForSelector('table.processes tr[data-kind="worker"] a[href="#/jobs/ppo-a"]');
+  await page.waitForFunction(
+    () =>
+      Array.from(document.querySelectorAll('table.processes tr[data-kind="worker"]')).some(
+        (tr) =>
+          tr.querySelector('a[href="#/jobs/ppo-a"]') &&
+          parseFloat(tr.querySelector('td.cpu')?.textContent ?? '') > 0 &&
+          /\d (MiB|GiB)$/.test(tr.querySelector('td.rss')?.textContent ?? ''),
+      ),
+    undefined,
+    { timeout: 60_000 },
+  );
+  assert.match(
+    await page.locator('table.processes').innerText(),
+    /(Trainer|Rollout)[\s\S]*%/,
+    'rows name the role each worker hosts',
+  );
+  await page.screenshot({ path: `${shots}cluster-training.png`, fullPage: true });
+  await page.locator('table.processes a[href="#/jobs/ppo-a"]').first().click();
+  // Rows logged late for a step the page already has (a step's update metrics come after its
+  // episode metrics) reach the live charts too.
+  await page.waitForSelector('figure.chart[data-metric="reward_mean"] canvas', {
+    timeout: 60_000,
+  });
+  await checkTokensAxis(page, ['ppo-a']);
   await page.click('#tab-samples');
   await page.waitForSelector('article.sample', { timeout: 120_000 });
   await page.waitForFunction(
@@ -237,6 +315,7 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     );
     await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend >> text=ppo-b');
     await page.screenshot({ path: `${shots}compare.png`, fullPage: true });
+    await checkTokensAxis(page, ['ppo-a', 'ppo-b']);
 
     // Actors: Restart and Kill are off, and say why.
     await page.click('nav a[href="#/actors"]');

@@ -99,7 +99,7 @@ test('episodeTurns splits by the loss mask: assistant turns, tool results after 
   assert.equal(turns[0]!.toolCalls, [{ name: 'calc', arguments: '{"x":2}' }]);
 });
 
-test('episodeMetrics: reward std, groups with no spread, lengths, length-capped fraction, extraInfo means', () => {
+test('episodeMetrics: generated tokens, reward std, groups with no spread, lengths, length-capped fraction, extraInfo means', () => {
   const g = (rewards: number[], truncated = false, info?: Trajectory['info']): GroupResult => ({
     index: 0,
     groupId: 'g',
@@ -123,6 +123,7 @@ test('episodeMetrics: reward std, groups with no spread, lengths, length-capped 
     g([0, 1], true, { solved: false, turns: 4 }),
     failed,
   ]);
+  assert.is(m.tokens, 3 + 1 + 3 + 1, 'generated tokens of the episodes that finished');
   assert.is(m.reward_std, Math.sqrt(0.1875));
   assert.is(m.zero_std_groups, 0.5);
   assert.is(m.response_length_max, 3);

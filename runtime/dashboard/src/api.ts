@@ -18,6 +18,7 @@ export type {
   ConfigRow,
   JobProgress,
   JobReport,
+  MetricsEvent,
   MetricsTable,
   NodeView,
   SamplesPage,

@@ -2,7 +2,8 @@
  * Training charts: one small uPlot chart per metric, in groups (reward, policy, timing, system)
  * with the key ones first, and a second line when a job is compared. Drag to zoom a range,
  * double-click to reset; hovering shows every line's value at that step. Integer step ticks,
- * single points drawn, an EMA smoothing control, and an x axis in steps or wall time. Metrics
+ * single points drawn, an EMA smoothing control, and an x axis in steps, wall time or generated
+ * tokens (so runs that generate at different lengths compare by compute). Metrics
  * that never change (KL with coefficient 0, staleness in sync mode) are folded into one line
  * instead of flat charts. Data arrives incrementally (`append`), so a job that logs a row every
  * step for hours only ever sends the new rows.
@@ -77,8 +78,24 @@ const inMulti = new Map(
 const colors = ['#3b82f6', '#f97316', '#10b981', '#a855f7'];
 const groupColors = ['#3b82f6', '#a855f7', '#f97316', '#10b981', '#ef4444', '#eab308', '#64748b'];
 
-/** The x axis: training step, or seconds since the job's first row. */
-export type XAxis = 'step' | 'wall';
+/** The x axis: training step, seconds since the job's first row, or generated tokens so far. */
+export type XAxis = 'step' | 'wall' | 'tokens';
+
+/** The metric that carries generated tokens so far (train_ppo logs it every step). */
+export const tokensMetric = 'tokens_total';
+
+const xLabels: Record<XAxis, { axis: string; legend: string }> = {
+  step: { axis: 'step', legend: 'step' },
+  wall: { axis: 'wall time (s)', legend: 's' },
+  tokens: { axis: 'generated tokens', legend: 'tokens' },
+};
+
+/** 1.2M, 350k, 900: token counts fit a narrow axis. */
+function compact(v: number): string {
+  if (Math.abs(v) >= 1e6) return `${+(v / 1e6).toFixed(2)}M`;
+  if (Math.abs(v) >= 1e3) return `${+(v / 1e3).toFixed(1)}k`;
+  return String(+v.toFixed(0));
+}
 
 /** Rows of one job keyed by step, one map per metric, and each step's time. */
 class Series {
@@ -89,6 +106,7 @@ class Series {
   add(t: MetricsTable): void {
     const stepIdx = t.columns.indexOf('step');
     const timeIdx = t.columns.indexOf('time');
+    this.#tokens = undefined;
     for (const row of t.rows) {
       const step = row[stepIdx] as number;
       if (step > this.lastStep) this.lastStep = step;
@@ -100,6 +118,31 @@ class Series {
         m.set(step, row[i] ?? null);
       });
     }
+  }
+
+  /** `tokensMetric` by step, ascending; rebuilt after rows arrive. */
+  #tokens: [number, number][] | undefined;
+
+  /**
+   * Generated tokens at `step`: the latest `tokensMetric` at or before it (a row logged between
+   * steps, like an evaluation, sits where the tokens were), 0 before the first; null when the
+   * job never logged the metric.
+   */
+  tokensAt(step: number): number | null {
+    this.#tokens ??= this.values(tokensMetric);
+    const t = this.#tokens;
+    if (t.length === 0) return null;
+    let lo = 0;
+    let hi = t.length - 1;
+    let at = -1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (t[mid]![0] <= step) {
+        at = mid;
+        lo = mid + 1;
+      } else hi = mid - 1;
+    }
+    return at < 0 ? 0 : t[at]![1];
   }
 
   /** The metric's values in step order, gaps dropped. */
@@ -249,10 +292,16 @@ export class MetricCharts {
     return (multi[name]?.members ?? []).filter((m) => first?.has(m));
   }
 
-  /** x of a step of job `i`: the step, or seconds since the job's first row. */
+  /** Whether job `index` logged generated tokens (so the tokens axis can show it). */
+  hasTokens(index: number): boolean {
+    return (this.#series[index]?.data.byMetric.get(tokensMetric)?.size ?? 0) > 0;
+  }
+
+  /** x of a step of job `i`: the step, seconds since the job's first row, or tokens so far. */
   #xOf(i: number, step: number): number | null {
     if (this.#x === 'step') return step;
     const d = this.#series[i]!.data;
+    if (this.#x === 'tokens') return d.tokensAt(step);
     const t = d.timeOf.get(step);
     const t0 = Math.min(...d.timeOf.values());
     return t === undefined ? null : (t - t0) / 1000;
@@ -308,7 +357,7 @@ export class MetricCharts {
     };
     const xAxis: uPlot.Axis = {
       ...axis,
-      label: this.#x === 'step' ? 'step' : 'wall time (s)',
+      label: xLabels[this.#x].axis,
       labelSize: 16,
       // Steps are whole numbers: no 2.5 ticks, and no repeated labels when zoomed in.
       ...(this.#x === 'step'
@@ -317,7 +366,9 @@ export class MetricCharts {
             values: (_u: uPlot, splits: number[]) =>
               splits.map((v) => (Number.isInteger(v) ? String(v) : '')),
           }
-        : {}),
+        : this.#x === 'tokens'
+          ? { values: (_u: uPlot, splits: number[]) => splits.map(compact) }
+          : {}),
     };
     // A line with one or two points is drawn as points, so a first step is visible.
     const fewPoints = (u: uPlot, si: number) =>
@@ -354,7 +405,7 @@ export class MetricCharts {
             cursor: { drag: { x: true, y: false } },
             legend: { show: true, live: true },
             series: [
-              { label: this.#x === 'step' ? 'step' : 's' },
+              { label: xLabels[this.#x].legend },
               ...(m
                 ? this.#members(name).map((mm, i) => ({
                     label: mm,

@@ -11,10 +11,11 @@ import {
   connectLive,
   type JobInfo,
   logTailPath,
+  type MetricsEvent,
   type NodeView,
   onLive,
 } from './api.ts';
-import { MetricCharts, type XAxis } from './charts.ts';
+import { MetricCharts, tokensMetric, type XAxis } from './charts.ts';
 import { configTable, diffTable, jobSummary } from './job-summary.ts';
 import { samplesView } from './samples-view.ts';
 import { bytes, duration } from '../../format.ts';
@@ -409,6 +410,11 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
     { id: 'x-axis', 'aria-label': 'x axis' },
     h('option', { value: 'step' }, 'x: step'),
     h('option', { value: 'wall' }, 'x: wall time'),
+    h(
+      'option',
+      { value: 'tokens', title: `generated tokens so far (the ${tokensMetric} metric)` },
+      'x: tokens',
+    ),
   );
   const smoothing = h('input', {
     type: 'range',
@@ -602,11 +608,17 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
 
   // Charts, with incremental fetches on each metrics event.
   const compared: string[] = [];
+  /** Per job, the smallest step that got rows after the charts read it (`metrics` events). */
+  const stale = new Map<string, number>();
   const fetchInto = async (index: number, id: string) => {
     // The API pages long runs: the first read of a run comes downsampled by the server, later
-    // reads are the new rows only, page by page (each appends to the charts).
+    // reads are the new rows only, page by page (each appends to the charts), from the first
+    // step that got rows late (a step's update metrics come after its episode metrics).
+    const from = stale.get(id);
+    stale.delete(id);
     for (let page = 0; page < 10_000; page++) {
-      const since = charts.lastStep(index);
+      const last = charts.lastStep(index);
+      const since = page === 0 && from !== undefined ? Math.min(last, from - 1) : last;
       const query = Number.isFinite(since) ? { sinceStep: since } : { maxPoints: 2000 };
       const t = await api.call('GET /api/jobs/:jobId/metrics', { params: { jobId: id }, query });
       if (t.rows.length > 0 || !Number.isFinite(since)) charts.append(index, t);
@@ -638,6 +650,10 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
     await renderCompare();
   };
   await setJobs();
+  // A job that logs no generated tokens has nothing to put on a tokens axis.
+  const tokensOption = xSel.querySelector('option[value="tokens"]') as HTMLOptionElement;
+  tokensOption.disabled = !charts.hasTokens(0);
+  if (tokensOption.disabled) tokensOption.title = `this job logs no ${tokensMetric} metric`;
   renderSummary();
   const { jobs } = await api.call('GET /api/jobs');
   compareSel.append(
@@ -671,7 +687,13 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
       await reloadJob();
       await reloadSamples();
     },
-    (d) => [jobId, ...compared].includes((d as { jobId: string }).jobId),
+    (d) => {
+      const e = d as MetricsEvent;
+      if (![jobId, ...compared].includes(e.jobId)) return false;
+      if (e.fromStep !== undefined)
+        stale.set(e.jobId, Math.min(stale.get(e.jobId) ?? Infinity, e.fromStep));
+      return true;
+    },
     500,
   );
   const onResize = () => charts.resize();

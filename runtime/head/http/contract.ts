@@ -368,6 +368,13 @@ export function fetchTransport(
 /** The live events stream (server-sent events `job`, `metrics`, `cluster`). */
 export const eventsPath = '/api/events';
 
+/** Data of a `metrics` event: a job stored metric rows, samples or its report. */
+export interface MetricsEvent {
+  jobId: string;
+  /** The smallest step of the metric rows stored since the previous event (re-read from it). */
+  fromStep?: number;
+}
+
 /** The WebSocket that follows a job's log from `offset`, closed when the job ends. */
 export function logTailPath(jobId: string, offset?: number): string {
   const q = offset === undefined ? '' : `?offset=${offset}`;

@@ -73,8 +73,11 @@ export interface RouteContext {
   url(): string;
   /** Keeps `res` open as a server-sent-events stream. */
   subscribe(req: IncomingMessage, res: ServerResponse): void;
-  /** A job logged metrics (live subscribers hear of it, throttled). */
-  metricsChanged(jobId: string): void;
+  /**
+   * A job logged metrics, samples or its report (live subscribers hear of it, throttled);
+   * `fromStep` is the smallest step of the metric rows stored.
+   */
+  metricsChanged(jobId: string, fromStep?: number): void;
   /** Anything outside `/api/` and `/metrics`: the dashboard's files. */
   serveStatic(res: ServerResponse, pathname: string): void;
 }
@@ -265,7 +268,10 @@ export function apiRoutes(
         time: row.time ?? Date.now(),
       }));
       store.addMetrics(params.jobId, clean);
-      ctx.metricsChanged(params.jobId);
+      // A row may land on a step the page already has (train_ppo logs a step's episode metrics,
+      // then its update metrics), so the event says which steps to read again.
+      if (clean.length > 0) ctx.metricsChanged(params.jobId, Math.min(...clean.map((r) => r.step)));
+      else ctx.metricsChanged(params.jobId);
       return { stored: clean.length };
     },
     'GET /api/jobs/:jobId/samples': ({ params, query }) => {

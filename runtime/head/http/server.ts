@@ -17,6 +17,7 @@ import { defaultMaxPackageBytes } from '../jobs/working-dir.ts';
 import { followLog } from '../logs/log-file.ts';
 import { authenticate, isLoopback, loginCookie, sameOrigin } from './auth.ts';
 import type { ClusterView } from './cluster-view.ts';
+import type { MetricsEvent } from './contract.ts';
 import { send } from './respond.ts';
 import { apiRoutes, type JobsApi, type ReadOnlySession } from './routes.ts';
 
@@ -98,21 +99,27 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
       sse.add(res);
       req.on('close', () => sse.delete(res));
     },
-    metricsChanged: (jobId) => metricsChanged(jobId),
+    metricsChanged: (jobId, fromStep) => metricsChanged(jobId, fromStep),
     serveStatic: (res, pathname) => serveStatic(res, pathname),
   });
 
-  // Metric rows can arrive every few ms; subscribers hear about each job at most 4 times a second.
-  const pendingMetrics = new Map<string, NodeJS.Timeout>();
-  const metricsChanged = (jobId: string) => {
-    if (pendingMetrics.has(jobId)) return;
-    pendingMetrics.set(
-      jobId,
-      setTimeout(() => {
-        pendingMetrics.delete(jobId);
-        broadcast('metrics', { jobId });
-      }, 250),
-    );
+  // Metric rows can arrive every few ms; subscribers hear about each job at most 4 times a second,
+  // with the smallest step stored since the previous event.
+  const pendingMetrics = new Map<string, { timer: NodeJS.Timeout; fromStep?: number }>();
+  const metricsChanged = (jobId: string, fromStep?: number) => {
+    const pending = pendingMetrics.get(jobId);
+    if (pending) {
+      if (fromStep !== undefined)
+        pending.fromStep = Math.min(pending.fromStep ?? Infinity, fromStep);
+      return;
+    }
+    const timer = setTimeout(() => {
+      const from = pendingMetrics.get(jobId)?.fromStep;
+      pendingMetrics.delete(jobId);
+      const event: MetricsEvent = { jobId, ...(from !== undefined ? { fromStep: from } : {}) };
+      broadcast('metrics', event);
+    }, 250);
+    pendingMetrics.set(jobId, { timer, ...(fromStep !== undefined ? { fromStep } : {}) });
   };
   let clusterTimer: NodeJS.Timeout | undefined;
   const unsubscribe = cluster.onChange?.(() => {
@@ -247,7 +254,7 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
       unsubscribe?.();
       clearInterval(keepAlive);
       if (clusterTimer) clearTimeout(clusterTimer);
-      for (const t of pendingMetrics.values()) clearTimeout(t);
+      for (const p of pendingMetrics.values()) clearTimeout(p.timer);
       for (const res of sse) res.end();
       for (const ws of wss.clients) ws.terminate();
       wss.close();
