@@ -1,10 +1,10 @@
-// Inspecting real train_ppo runs in Debian's Chromium: a live job's page (progress, charts on a
-// tokens axis, samples as they arrive) and the cluster view with its workers busy, then, with
-// the cluster stopped, the finished session served read-only by
-// `rtjob dashboard`: jobs list with progress and headline, a job's summary, Samples (step slider,
-// reward filter, one prompt over time), Config (defaults marked), compare with a config diff,
-// the controls disabled, and tables that scroll inside a 420 px viewport. Screenshots go to
-// test/dashboard/screenshots/.
+// Inspecting real train_ppo runs in Debian's Chromium: a live job's page (progress, charts that
+// follow every step, on a tokens axis too, samples as they arrive, config) and the cluster view
+// with its workers busy, then, with the cluster stopped, the finished session served read-only
+// by `rtjob dashboard`: jobs list with progress and headline, a job's summary, Samples (step
+// slider, reward filter, one prompt over time), Config (defaults marked), compare with a config
+// diff, the tokens axis, the controls disabled, and tables that scroll inside a 420 px viewport.
+// Screenshots go to test/dashboard/screenshots/.
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
@@ -66,23 +66,40 @@ async function login(url: string, width = 1400): Promise<{ page: Page; errors: s
 }
 
 /**
+ * Hovers the right end of a metric's chart and reads the x legend (label and value), or
+ * `undefined` when the chart is being rebuilt (live charts are, when a new metric arrives).
+ */
+async function hoverLastX(
+  page: Page,
+  metric: string,
+): Promise<{ label: string; value: string } | undefined> {
+  const fig = page.locator(`figure.chart[data-metric="${metric}"]`);
+  const xRow = fig.locator('.u-legend tr.u-series').first();
+  try {
+    await fig.scrollIntoViewIfNeeded({ timeout: 1000 });
+    const box = await fig.locator('.u-over').boundingBox({ timeout: 1000 });
+    if (!box) return undefined;
+    await page.mouse.move(box.x + box.width - 1, box.y + box.height / 2);
+    return {
+      label: (await xRow.locator('.u-label').innerText({ timeout: 1000 })).trim(),
+      value: (await xRow.locator('.u-value').innerText({ timeout: 1000 })).trim(),
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * With the x axis on generated tokens, the reward chart's points sit at the jobs' logged
  * `tokens_total` (read from the API), not at their steps; then the axis goes back to steps.
  */
 async function checkTokensAxis(page: Page, jobIds: string[]): Promise<void> {
   await page.selectOption('#x-axis', 'tokens');
-  const fig = page.locator('figure.chart[data-metric="reward_mean"]');
-  await fig.locator('canvas').waitFor();
-  const xRow = fig.locator('.u-legend tr.u-series').first();
-  assert.is((await xRow.locator('.u-label').innerText()).trim(), 'tokens');
-  await fig.scrollIntoViewIfNeeded();
-  const box = (await fig.locator('.u-over').boundingBox())!;
-  await page.mouse.move(box.x + box.width - 1, box.y + box.height / 2);
-  await page.waitForFunction(
-    (el) => /\d/.test(el?.textContent ?? ''),
-    await xRow.locator('.u-value').elementHandle(),
-  );
-  const shown = Number((await xRow.locator('.u-value').innerText()).replace(/[^\d.]/g, ''));
+  const x = await until('the reward chart on a tokens axis', async () => {
+    const got = await hoverLastX(page, 'reward_mean');
+    return got?.label === 'tokens' && /\d/.test(got.value) ? got : undefined;
+  });
+  const shown = Number(x.value.replace(/[^\d.]/g, ''));
   const perJob = await page.evaluate(async (ids) => {
     const out: number[][] = [];
     for (const id of ids) {
@@ -164,6 +181,15 @@ test('a live run: its page shows progress and samples as steps arrive', async ()
   await page.waitForFunction(() =>
     /step 3 \/ 3/.test(document.querySelector('#sum-progress')?.textContent ?? ''),
   );
+  // The live charts got every step's update metrics, up to the last: hovering the right end of
+  // the reward chart shows step 3.
+  await page.click('#tab-charts');
+  await until('the live reward chart to reach step 3', async () =>
+    (await hoverLastX(page, 'reward_mean'))?.value === '3' ? true : undefined,
+  );
+  // Its config while it runs.
+  await page.click('#tab-config');
+  await page.waitForSelector('tr[data-setting="--max-steps"][data-source="flag"]');
   assert.equal(errors, []);
   await page.context().close();
   // A second run with other settings, to compare with; then the cluster goes away.
