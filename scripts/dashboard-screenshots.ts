@@ -1,47 +1,87 @@
 /**
- * Takes the README's dashboard screenshots from a real run: serves a finished session read-only
- * (as `rtjob dashboard` does) and photographs a job's page, its Samples tab and its Config tab in
- * Debian's Chromium.
+ * Takes the README's dashboard screenshots from a real run, in Debian's Chromium.
+ *
+ * A finished run: serves its session read-only (as `rtjob dashboard` does) and photographs the
+ * job's page, its Samples tab and its Config tab:
  *
  *   node --import tsx scripts/dashboard-screenshots.ts SESSION_DIR JOB_ID [OUT_DIR=docs]
+ *
+ * A running one: logs in to the running cluster's dashboard (`~/.rtjob/cluster.json`) and
+ * photographs the cluster view once a worker of the job shows CPU in use:
+ *
+ *   node --import tsx scripts/dashboard-screenshots.ts --cluster JOB_ID [OUT_DIR=docs]
  *
  * @module
  */
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { chromium } from 'playwright-core';
+import { type Browser, chromium } from 'playwright-core';
 
+import { readClusterFile } from '../runtime/cluster-file.ts';
 import { serveSession } from '../runtime/head/http/session-server.ts';
 
-const [sessionDir, jobId, outDir = 'docs'] = process.argv.slice(2);
-if (!sessionDir || !jobId) {
-  process.stderr.write('usage: dashboard-screenshots.ts SESSION_DIR JOB_ID [OUT_DIR]\n');
+const args = process.argv.slice(2);
+const cluster = args[0] === '--cluster';
+const [first, jobId, outDir = 'docs'] = cluster ? args : ['', ...args];
+const sessionDir = cluster ? undefined : args[0];
+if (!jobId || (!cluster && !sessionDir) || (cluster && first !== '--cluster')) {
+  process.stderr.write(
+    'usage: dashboard-screenshots.ts SESSION_DIR JOB_ID [OUT_DIR]\n' +
+      '       dashboard-screenshots.ts --cluster JOB_ID [OUT_DIR]\n',
+  );
   process.exit(2);
 }
 mkdirSync(outDir, { recursive: true });
-const server = await serveSession({ sessionDir });
 const browser = await chromium.launch({
   executablePath: '/usr/bin/chromium',
   args: ['--headless', '--no-sandbox', '--disable-gpu'],
 });
 try {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1150 } });
-  await page.goto(`${server.url}/login?token=${encodeURIComponent(server.token)}`);
-  // The banner says "read-only"; the pictures show the run, so it is left out.
-  await page.addStyleTag({ content: '#read-only { display: none }' });
-  const job = `#/jobs/${encodeURIComponent(jobId)}`;
-  await page.goto(`${server.url}/${job}`);
-  await page.waitForSelector('figure.chart[data-metric="reward_mean"] canvas');
-  await page.addStyleTag({ content: '#read-only { display: none }' });
-  await page.screenshot({ path: join(outDir, 'dashboard-job.png') });
-  await page.click('#tab-samples');
-  await page.waitForSelector('article.sample');
-  await page.screenshot({ path: join(outDir, 'dashboard-samples.png') });
-  process.stdout.write(
-    `wrote ${outDir}/dashboard-job.png and dashboard-samples.png from ${sessionDir}\n`,
-  );
+  if (cluster) await clusterShot(browser, jobId);
+  else await finishedShots(browser, sessionDir!, jobId);
 } finally {
   await browser.close();
-  await server.close();
+}
+
+async function finishedShots(b: Browser, dir: string, job: string): Promise<void> {
+  const server = await serveSession({ sessionDir: dir });
+  try {
+    const page = await b.newPage({ viewport: { width: 1400, height: 1150 } });
+    await page.goto(`${server.url}/login?token=${encodeURIComponent(server.token)}`);
+    // The banner says "read-only"; the pictures show the run, so it is left out.
+    await page.addStyleTag({ content: '#read-only { display: none }' });
+    await page.goto(`${server.url}/#/jobs/${encodeURIComponent(job)}`);
+    await page.waitForSelector('figure.chart[data-metric="reward_mean"] canvas');
+    await page.addStyleTag({ content: '#read-only { display: none }' });
+    await page.screenshot({ path: join(outDir, 'dashboard-job.png') });
+    await page.click('#tab-samples');
+    await page.waitForSelector('article.sample');
+    await page.screenshot({ path: join(outDir, 'dashboard-samples.png') });
+    process.stdout.write(
+      `wrote ${outDir}/dashboard-job.png and dashboard-samples.png from ${dir}\n`,
+    );
+  } finally {
+    await server.close();
+  }
+}
+
+async function clusterShot(b: Browser, job: string): Promise<void> {
+  const info = readClusterFile({ live: true });
+  if (!info?.dashboardUrl) throw new Error('no cluster with a dashboard is running');
+  const page = await b.newPage({ viewport: { width: 1400, height: 760 } });
+  await page.goto(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
+  // A worker of the job with CPU in use (the table refreshes every few seconds).
+  await page.waitForFunction(
+    (id) =>
+      Array.from(document.querySelectorAll('table.processes tr[data-kind="worker"]')).some(
+        (tr) =>
+          tr.querySelector(`a[href="#/jobs/${id}"]`) &&
+          parseFloat(tr.querySelector('td.cpu')?.textContent ?? '') > 1,
+      ),
+    encodeURIComponent(job),
+    { timeout: 300_000 },
+  );
+  await page.screenshot({ path: join(outDir, 'dashboard-cluster.png') });
+  process.stdout.write(`wrote ${outDir}/dashboard-cluster.png while job ${job} ran\n`);
 }
