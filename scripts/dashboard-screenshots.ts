@@ -23,9 +23,9 @@ import { serveSession } from '../runtime/head/http/session-server.ts';
 
 const args = process.argv.slice(2);
 const cluster = args[0] === '--cluster';
-const [first, jobId, outDir = 'docs'] = cluster ? args : ['', ...args];
-const sessionDir = cluster ? undefined : args[0];
-if (!jobId || (!cluster && !sessionDir) || (cluster && first !== '--cluster')) {
+// `--cluster JOB [OUT]` or `SESSION_DIR JOB [OUT]`: the job and the folder are at the same places.
+const [sessionDir, jobId, outDir = 'docs'] = args;
+if (!sessionDir || !jobId) {
   process.stderr.write(
     'usage: dashboard-screenshots.ts SESSION_DIR JOB_ID [OUT_DIR]\n' +
       '       dashboard-screenshots.ts --cluster JOB_ID [OUT_DIR]\n',
@@ -39,7 +39,7 @@ const browser = await chromium.launch({
 });
 try {
   if (cluster) await clusterShot(browser, jobId);
-  else await finishedShots(browser, sessionDir!, jobId);
+  else await finishedShots(browser, sessionDir, jobId);
 } finally {
   await browser.close();
 }
