@@ -69,6 +69,15 @@ test('the head lists each node with its machine, agent and workers as sampled', 
   assert.ok(u.cpuPercent !== null && u.cpuPercent > 0 && u.cpuPercent <= 100);
   assert.is(u.cpuCount, cpus().length);
   assert.ok(u.memoryUsedBytes > 0 && u.memoryUsedBytes <= u.memoryTotalBytes);
+  // A second node reports its own sample (the head keeps one per node).
+  const second = await cluster.addNode({ numCpus: 1, statsIntervalMs: 200 });
+  const other = (await until(
+    () => head.listNodes().find((n) => n.nodeId === second.nodeId)?.usage,
+    10_000,
+    'the second node to report',
+  ))!;
+  assert.is(other.workers.length, 0);
+  assert.ok(other.memoryTotalBytes > 0);
   await spinning;
   await kill(c);
   await until(
