@@ -103,7 +103,9 @@ test('checkpoint and resume continue the data position exactly', async () => {
     {},
     { log },
   );
+  const firstFrom = rows.length;
   const first = await trainPpo(tiny([...base, '--max-steps', '1']), {}, { log });
+  const resumedFrom = rows.length;
   assert.ok(existsSync(join(ck, 'global_step_1', 'optimizer.safetensors')));
   assert.is(readFileSync(join(ck, 'latest'), 'utf8').trim(), 'global_step_1');
   const resumed = await trainPpo(
@@ -114,6 +116,15 @@ test('checkpoint and resume continue the data position exactly', async () => {
   assert.is(resumed.steps, 3);
   assert.equal(first.trainedPrompts, full.trainedPrompts.slice(0, first.trainedPrompts.length));
   assert.equal(resumed.trainedPrompts, full.trainedPrompts, 'no prompt lost or repeated');
+  // Generated tokens so far carry over the resume.
+  const value = (from: number, to: number, step: number, key: string) =>
+    rows.slice(from, to).find((r) => r.step === step && r.values[key] !== undefined)?.values[key];
+  const before = value(firstFrom, resumedFrom, 1, 'tokens_total');
+  assert.ok(before !== undefined && before > 0, `step 1 logged tokens_total ${before}`);
+  assert.is(
+    value(resumedFrom, rows.length, 2, 'tokens_total'),
+    before + value(resumedFrom, rows.length, 2, 'tokens')!,
+  );
 });
 
 test('an agent past its error budget fails the run with the cause', async () => {
