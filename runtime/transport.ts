@@ -28,9 +28,17 @@ import {
   unpackFrame,
 } from './protocol.ts';
 import { Reassembly } from './fragments.ts';
+import {
+  decodeOutOfBand,
+  installOutOfBandCodec,
+  isOutOfBand,
+  largeBytes,
+  packOutOfBand,
+} from './out-of-band.ts';
 import { invalidFields } from './wire-schemas.ts';
 
 const log = logger('transport');
+installOutOfBandCodec();
 
 /** Connection limits and timers. */
 export interface TransportOptions {
@@ -142,6 +150,8 @@ export class Connection {
   private nextFid = 1;
   private flushScheduled = false;
   private readonly reassembly: Reassembly;
+  /** A fragment header whose raw bytes are the next frame. */
+  private fragmentHeader: Fragment | undefined;
   /** Whether the peer may send fragments yet (a head allows them once the peer registered). */
   private fragmentsAllowed: boolean;
   private lastSeenMs = Date.now();
@@ -197,11 +207,17 @@ export class Connection {
     return this.label;
   }
 
-  /** Sends a one-way message. Dropped silently when the connection is closed. */
+  /**
+   * Sends a one-way message. Dropped silently when the connection is closed. A message whose
+   * typed arrays are large is laid out out of band (`out-of-band.ts`: arrays copied once, raw,
+   * and decoded into views of the received bytes); any message over `chunkBytes` goes as
+   * fragments whose bytes are sent from that one buffer.
+   */
   send(msg: Message): void {
     if (this.closed) return;
-    const bytes = pack(msg);
-    if (bytes.length > this.opts.chunkBytes) {
+    const oob = largeBytes(msg) >= this.opts.chunkBytes;
+    const bytes = oob ? packOutOfBand(msg) : pack(msg);
+    if (oob || bytes.length > this.opts.chunkBytes) {
       const job = { fid: this.nextFid++, bytes, offset: 0 };
       if (this.large.length < maxConcurrentLarge) this.large.push(job);
       else this.largeWaiting.push(job);
@@ -354,14 +370,18 @@ export class Connection {
         fid: job.fid,
         total: job.bytes.length,
         offset: job.offset,
-        data: job.bytes.subarray(job.offset, end),
+        bytes: end - job.offset,
       };
+      const data = job.bytes.subarray(job.offset, end);
       job.offset = end;
       // Round-robin: concurrent large messages share the link fragment by fragment.
       if (end < job.bytes.length) this.large.push(job);
       else if (this.largeWaiting.length > 0) this.large.push(this.largeWaiting.shift()!);
       this.fragmentsInFlight++;
-      this.ws.send(pack(frag), () => {
+      // The header ends its frame; the piece follows as the next frame, straight from the
+      // message's buffer (ws copies nothing: server frames are unmasked, ours have a zero mask).
+      this.ws.send(pack(frag));
+      this.ws.send(data, () => {
         this.fragmentsInFlight--;
         if (this.large.length > 0) this.scheduleFlush();
       });
@@ -373,15 +393,21 @@ export class Connection {
     if (this.closed) return;
     if (!isBinary)
       return this.close('text frame received; only binary msgpack frames are allowed', 1003);
+    const header = this.fragmentHeader;
+    if (header) {
+      this.fragmentHeader = undefined;
+      return this.onFragment(header, data);
+    }
     let msgs: unknown[];
     try {
       msgs = unpackFrame(data);
     } catch (e) {
       return this.close(`malformed frame: ${(e as Error).message}`, 1007);
     }
-    for (const m of msgs) {
+    for (let i = 0; i < msgs.length; i++) {
       if (this.closed) return;
-      this.dispatch(m);
+      if (this.fragmentHeader) return this.close('a fragment header must end its frame', 1008);
+      this.dispatch(msgs[i]);
     }
   }
 
@@ -418,7 +444,11 @@ export class Connection {
       );
       return;
     }
-    if (msg.type === 'fragment') return this.onFragment(msg);
+    if (msg.type === 'fragment') {
+      if (!this.fragmentsAllowed) return this.close('fragment before registering', 1008);
+      this.fragmentHeader = msg;
+      return;
+    }
     const rid = (msg as { rid?: number }).rid;
     let result: unknown;
     try {
@@ -446,14 +476,13 @@ export class Connection {
     }
   }
 
-  private onFragment(f: Fragment): void {
-    if (!this.fragmentsAllowed) return this.close('fragment before registering', 1008);
-    const out = this.reassembly.accept(f);
+  private onFragment(f: Fragment, data: Buffer): void {
+    const out = this.reassembly.accept(f, data);
     if (out === undefined) return;
     if ('error' in out) return this.close(out.error, 1008);
     let inner: unknown;
     try {
-      inner = unpack(out.done);
+      inner = isOutOfBand(out.done) ? decodeOutOfBand(out.done) : unpack(out.done);
     } catch (e) {
       return this.close(`malformed fragmented message: ${(e as Error).message}`, 1007);
     }
