@@ -8,7 +8,7 @@ import * as assert from 'uvu/assert';
 import { WebSocket } from 'ws';
 import { type Head, startHead } from '../../runtime/head/head.ts';
 import { setLogSink } from '../../runtime/log.ts';
-import { type Message, pack, unpack } from '../../runtime/protocol.ts';
+import { pack, unpack } from '../../runtime/protocol.ts';
 import {
   type Connection,
   connect,
@@ -27,8 +27,6 @@ test.before(async () => {
 test.after(async () => {
   await head.close();
 });
-
-const raw = (m: Record<string, unknown>) => m as unknown as Message;
 
 async function driver(): Promise<Connection> {
   const conn = await connect(head.address, { token: head.token, handler: () => undefined });
