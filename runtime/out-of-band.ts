@@ -130,11 +130,14 @@ export function encodeOutOfBand(value: unknown): { parts: Uint8Array[]; total: n
 
 /**
  * `value` in the out-of-band layout as one buffer: each array copied once, so the sender may
- * change its arrays as soon as this returns.
+ * change its arrays as soon as this returns. `alloc` gives the buffer (the transport reuses one).
  */
-export function packOutOfBand(value: unknown): Buffer {
+export function packOutOfBand(
+  value: unknown,
+  alloc: (bytes: number) => Buffer = Buffer.allocUnsafeSlow,
+): Buffer {
   const { parts, total } = encodeOutOfBand(value);
-  const out = Buffer.allocUnsafeSlow(total);
+  const out = alloc(total);
   let at = 0;
   for (const p of parts) {
     out.set(p, at);

@@ -121,6 +121,30 @@ interface OutgoingLarge {
   fid: number;
   bytes: Buffer;
   offset: number;
+  /** The reusable buffer `bytes` lies in, given back once the last fragment is written. */
+  spare?: Buffer;
+}
+
+/**
+ * One buffer this process reuses for out-of-band messages it sends: a fresh 64 MiB buffer costs
+ * 16,384 page faults, several times the copy into it (measured 40-75 ms against 7-15 ms under
+ * load). Taken by one message at a time; dropped after a few idle seconds.
+ */
+let spareSendBuffer: Buffer | undefined;
+let spareTimer: NodeJS.Timeout | undefined;
+function takeSpare(bytes: number): Buffer | undefined {
+  const b = spareSendBuffer;
+  // Not for much smaller messages: the buffer would be held for their whole send.
+  if (!b || b.length < bytes || b.length > 4 * bytes) return undefined;
+  spareSendBuffer = undefined;
+  return b;
+}
+function giveSpare(b: Buffer): void {
+  if (spareSendBuffer && spareSendBuffer.length >= b.length) return;
+  spareSendBuffer = b;
+  clearTimeout(spareTimer);
+  spareTimer = setTimeout(() => (spareSendBuffer = undefined), 5000);
+  spareTimer.unref();
 }
 const maxFragmentsInFlight = 4;
 /** Large messages one connection sends interleaved; the rest wait their turn. */
@@ -216,9 +240,15 @@ export class Connection {
   send(msg: Message): void {
     if (this.closed) return;
     const oob = largeBytes(msg) >= this.opts.chunkBytes;
-    const bytes = oob ? packOutOfBand(msg) : pack(msg);
+    let spare: Buffer | undefined;
+    const bytes = oob
+      ? packOutOfBand(msg, (n) => {
+          spare = takeSpare(n) ?? Buffer.allocUnsafeSlow(n);
+          return spare.subarray(0, n);
+        })
+      : pack(msg);
     if (oob || bytes.length > this.opts.chunkBytes) {
-      const job = { fid: this.nextFid++, bytes, offset: 0 };
+      const job: OutgoingLarge = { fid: this.nextFid++, bytes, offset: 0, spare };
       if (this.large.length < maxConcurrentLarge) this.large.push(job);
       else this.largeWaiting.push(job);
     } else {
@@ -375,13 +405,16 @@ export class Connection {
       const data = job.bytes.subarray(job.offset, end);
       job.offset = end;
       // Round-robin: concurrent large messages share the link fragment by fragment.
-      if (end < job.bytes.length) this.large.push(job);
+      const last = end === job.bytes.length;
+      if (!last) this.large.push(job);
       else if (this.largeWaiting.length > 0) this.large.push(this.largeWaiting.shift()!);
       this.fragmentsInFlight++;
       // The header ends its frame; the piece follows as the next frame, straight from the
       // message's buffer (ws copies nothing: server frames are unmasked, ours have a zero mask).
       this.ws.send(pack(frag));
-      this.ws.send(data, () => {
+      this.ws.send(data, (err) => {
+        // Written in order, so the last fragment written means the whole buffer is.
+        if (last && !err && job.spare) giveSpare(job.spare);
         this.fragmentsInFlight--;
         if (this.large.length > 0) this.scheduleFlush();
       });
