@@ -18,7 +18,7 @@ import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/tra
 import type { PolicyWeights } from './engines/types.ts';
 import { weightsDigest } from './model/digest.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
-import { lossWeights, microBatches, padRows } from '../algorithms/packing.ts';
+import { lossWeights, padRows } from '../algorithms/packing.ts';
 import {
   policyLossStats,
   ppoActorLoss,
@@ -161,7 +161,7 @@ export class Trainer {
    * micro-batch boundaries do not change it. Micro-batches are cut from the step's samples sorted
    * by length (less padding), and the event loop gets a turn between micro-batches, so a long step
    * never starves the worker's heartbeats. With data parallelism every rank gets the same
-   * `samples`, runs every N-th micro-batch and the ranks sum gradients before each optimizer
+   * `samples`, runs its share of equal padded cost and the ranks sum gradients before each optimizer
    * step. Bumps the version.
    */
   async train(samples: TrainSample[]): Promise<TrainStats> {
@@ -181,7 +181,7 @@ export class Trainer {
         );
         const stepTokens = step.reduce((n, x) => n + countActions(x.actionMask), 0);
         if (stepTokens === 0) continue;
-        const cuts = microBatches(
+        const cuts = this.dp.microBatches(
           step.map((x) => x.inputIds.length),
           {
             maxSamples: microTrainBatchSize,
@@ -192,8 +192,7 @@ export class Trainer {
         );
         const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
         const c0 = performance.now();
-        for (const [k, cut] of cuts.entries()) {
-          if (!this.dp.owns(k)) continue;
+        for (const cut of cuts) {
           const micro = cut.indices.map((i) => step[i]!);
           const w = cut.indices.map((i) => weights[i]!);
           local.loss += this.opt.accumulate(() => this.microBatchLoss(micro, w, local));
