@@ -11,7 +11,7 @@
  *    data and seed: samples/s, wall time to a held-out accuracy target, final accuracy; both
  *    reward curves in docs/learning-curve-sync-vs-async.png.
  *
- * 3. `dp`: sync with 2 engines + 2 data-parallel trainer ranks vs 1 + 1 (not in the default set:
+ * 3. `dp`: sync with 2 engines + 2 data-parallel trainer ranks vs 1 + 1, or the `RL_BENCH_MODES` given (not in the default set:
  *    `RL_BENCH=dp`).
  *
  * `RL_BENCH=overhead` (or `sync-async`, `dp`) runs one part; `RL_BENCH_EPISODES`, `RL_BENCH_STEPS` size them;
