@@ -29,6 +29,7 @@ import { afterStep, recordUpdate, type RunContext } from './context.ts';
 import { recordEpisodes } from './episodes.ts';
 import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
+import { loadPolicy, type PolicyUpdate } from './weight-sync.ts';
 
 /** What the producer attaches to each batch of the buffer besides its trajectories. */
 interface BatchMeta {
@@ -76,15 +77,12 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   let trainedHere = 0;
 
   /** Pushes `w` to every engine once no batch or evaluation holds their weights. */
-  const publishBeside = async (
-    w: Awaited<ReturnType<typeof roles.trainer.weights>>,
-    step: number,
-  ): Promise<void> => {
+  const publishBeside = async (w: PolicyUpdate, step: number): Promise<void> => {
     const p0 = performance.now();
     await gate.write();
     const p1 = performance.now();
     try {
-      await Promise.all(roles.rollouts.map((r) => r.updateWeights(w)));
+      await loadPolicy(roles, w);
     } finally {
       gate.done();
     }
@@ -185,7 +183,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       stopping.signal.throwIfAborted();
       // A snapshot now (the trainer is idle), pushed once the engines may change version: the
       // trainer trains the next batch meanwhile instead of waiting for the batch in generation.
-      const snapshot = await roles.trainer.weights();
+      const snapshot = await roles.policy();
       const step = state.step;
       publishing = publishBeside(snapshot, step).catch(fail);
       const busy = performance.now() - t0;
@@ -196,6 +194,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         buffer_fill: fill,
         generate_s: batch.generateMs / 1000,
         weight_sync_s: lastPublish.syncMs / 1000,
+        weight_sync_share: lastPublish.syncMs / Math.max(1, busy + waitMs),
         publish_wait_s: lastPublish.waitMs / 1000,
         previous_publish_wait_s: previousPublishWaitMs / 1000,
         trainer_wait_s: waitMs / 1000,
