@@ -143,6 +143,8 @@ export class Rollout {
   private busySince = 0;
   /** This engine's copy of the weights, shared with the other engines of its node. */
   private relayed: ObjectRef<PolicyWeights> | undefined;
+  /** Weights fetched ahead of their load ({@link stageWeights}). */
+  private staged: PolicyWeights | undefined;
 
   constructor(private readonly init: RolloutInit) {
     this.gconfig = {
@@ -326,12 +328,37 @@ export class Rollout {
   }
 
   /**
-   * Loads `w` as {@link updateWeights} does and shares this copy: the other engines of this node
+   * Keeps `w` for {@link loadStaged}, without loading it. Passed the trainer's ref, this worker
+   * fetches the bytes before the call runs: the async loop stages each version while the trainer
+   * is idle, since a trainer busy with the next batch answers fetches only between its calls.
+   */
+  stageWeights(w: PolicyWeights): void {
+    this.staged = w;
+  }
+
+  /**
+   * Loads the weights {@link stageWeights} kept, if they are `version`; false when they are not
+   * here (this process restarted since), and the caller loads them another way.
+   */
+  async loadStaged(version: number): Promise<boolean> {
+    const w = this.staged;
+    if (w?.version !== version) return false;
+    this.staged = undefined;
+    await this.updateWeights(w);
+    return true;
+  }
+
+  /**
+   * Loads `w` as {@link updateWeights} does (or stages it: `load` 'staged') and shares this copy: the other engines of this node
    * fetch the returned ref from here (one shared-memory file), so the weights cross to the node
    * once. The previous version's ref is released.
    */
-  async relayWeights(w: PolicyWeights): Promise<{ weights: ObjectRef<PolicyWeights> }> {
-    await this.updateWeights(w);
+  async relayWeights(
+    w: PolicyWeights,
+    load: 'now' | 'staged' = 'now',
+  ): Promise<{ weights: ObjectRef<PolicyWeights> }> {
+    if (load === 'now') await this.updateWeights(w);
+    else this.stageWeights(w);
     if (this.relayed) release(this.relayed);
     this.relayed = put(w);
     // Wrapped: a bare ref as a result would be awaited (fetched) by the caller as a thenable.

@@ -65,6 +65,41 @@ export async function loadPolicy(
 }
 
 /**
+ * Has rollouts `which` (default: all) fetch `p` along {@link weightRoutes} without loading it
+ * yet ({@link applyPolicy} loads it). The async loop stages each version as soon as it is trained,
+ * while the trainer is idle: a trainer busy with the next batch would answer the fetches only when
+ * that call ends, and the publish would hold the engines' version gate that long.
+ */
+export async function stagePolicy(
+  roles: Roles,
+  p: PolicyUpdate,
+  which: readonly number[] = roles.rollouts.map((_, i) => i),
+): Promise<void> {
+  const routes = weightRoutes(roles.nodes?.trainer, roles.nodes?.rollouts ?? [], which);
+  await Promise.all([
+    ...routes.direct.map((i) => roles.rollouts[i]!.stageWeights(p.weights)),
+    ...routes.relays.map(async ({ via, to }) => {
+      const { weights } = await roles.rollouts[via]!.relayWeights(p.weights, 'staged');
+      await Promise.all(to.map((i) => roles.rollouts[i]!.stageWeights(weights)));
+    }),
+  ]);
+}
+
+/**
+ * Loads the staged `p` on every rollout; one that lost it (restarted since) loads `p` itself,
+ * fetching from the trainer.
+ */
+export async function applyPolicy(roles: Roles, p: PolicyUpdate): Promise<void> {
+  const missed: number[] = [];
+  await Promise.all(
+    roles.rollouts.map(async (r, i) => {
+      if (!(await r.loadStaged(p.version))) missed.push(i);
+    }),
+  );
+  if (missed.length > 0) await loadPolicy(roles, p, missed);
+}
+
+/**
  * Sends the trainer's current weights to every engine; returns the new version and the time
  * taken (the trainer's export and `put`, the engines' fetch and load).
  */

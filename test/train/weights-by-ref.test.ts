@@ -13,8 +13,10 @@ import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
 import { remoteRoles } from '../../algorithms/train-ppo/remote-roles.ts';
 import type { Roles } from '../../algorithms/train-ppo/roles.ts';
 import {
+  applyPolicy,
   loadPolicy,
   publishWeights,
+  stagePolicy,
   weightRoutes,
 } from '../../algorithms/train-ppo/weight-sync.ts';
 import { init, listActors, ObjectRef, put } from '../../runtime/index.ts';
@@ -106,6 +108,19 @@ test('every engine loads the trained weights bit-identically; the driver only ho
   for (const [i, rollout] of r.rollouts.entries()) {
     assert.equal(await rollout.weightsDigest(), now, `engine ${i} holds version 2's bits`);
   }
+
+  // Async: a version is staged while the trainer is idle and loaded later; an engine that lost
+  // its stage (here: never given it) fetches the version itself.
+  await r.trainer.train(samples.slice(0, 4));
+  const v3 = await r.policy();
+  const d3 = await r.trainer.weightsDigest();
+  await stagePolicy(r, v3, [0]);
+  assert.equal(await r.rollouts[0]!.weightsDigest(), now, 'staged is not loaded');
+  await applyPolicy(r, v3);
+  for (const [i, rollout] of r.rollouts.entries()) {
+    assert.equal(await rollout.weightsDigest(), d3, `engine ${i} holds version 3's bits`);
+  }
+  assert.not.ok(await r.rollouts[0]!.loadStaged(v3.version), 'a stage is loaded once');
 });
 
 test.run();
