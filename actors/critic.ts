@@ -11,7 +11,7 @@ import { loadModel } from './model/checkpoint.ts';
 import type { CausalLM } from './model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/training.ts';
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
-import { lossWeights, microBatches, padRows } from '../algorithms/packing.ts';
+import { lossWeights, padRows } from '../algorithms/packing.ts';
 import { valueLoss } from '../algorithms/value-loss.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
 
@@ -98,7 +98,7 @@ export class Critic {
           step.map((x) => x.actionMask),
           agg,
         );
-        const cuts = microBatches(
+        const cuts = this.dp.microBatches(
           step.map((x) => x.inputIds.length),
           {
             maxSamples: this.init.microTrainBatchSize,
@@ -108,8 +108,7 @@ export class Critic {
           },
         );
         let local = 0;
-        for (const [k, cut] of cuts.entries()) {
-          if (!this.dp.owns(k)) continue;
+        for (const cut of cuts) {
           const micro = cut.indices.map((i) => step[i]!);
           local += this.opt.accumulate(() => {
             const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));

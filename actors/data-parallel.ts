@@ -1,7 +1,7 @@
 /**
  * Data parallelism for the trainer and the critic (`--actor-num-replicas`, `--critic-num-replicas`):
  * N ranks each get the whole optimizer step, compute the loss weights over all of it, run only
- * their share of its micro-batches (every N-th), then sum gradients and loss statistics with one
+ * their share of its samples (shares of about equal padded cost), then sum gradients and loss statistics with one
  * all-reduce over the runtime's collective group and step identically. The reduction is
  * deterministic and the same on every rank, so the weights stay bit-identical across ranks.
  *
@@ -9,6 +9,11 @@
  */
 import { initCollectiveGroup, type CollectiveGroup } from '../runtime/collective/group.ts';
 import type { ModelTrainer } from './model/training.ts';
+import {
+  rankMicroBatches,
+  type MicroBatch,
+  type MicroBatchOptions,
+} from '../algorithms/packing.ts';
 
 /** Where a rank sits; absent (or worldSize 1) trains alone. */
 export interface DataParallelInit {
@@ -40,9 +45,13 @@ export class DataParallelRank {
     return new DataParallelRank(init.rank, init.worldSize, group);
   }
 
-  /** Whether micro-batch `index` of a step is this rank's. */
-  owns(index: number): boolean {
-    return index % this.worldSize === this.rank;
+  /**
+   * This rank's micro-batches of an optimizer step whose samples have `lengths`: a share of about
+   * equal padded cost to every other rank's (`rankMicroBatches`), so the ranks reach the
+   * all-reduce at about the same time.
+   */
+  microBatches(lengths: readonly number[], opts: MicroBatchOptions): MicroBatch[] {
+    return rankMicroBatches(lengths, { ...opts, rank: this.rank, worldSize: this.worldSize });
   }
 
   /**

@@ -17,6 +17,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { put, release, type ObjectRef } from '../runtime/api.ts';
 import { readEnv } from '../runtime/env.ts';
 import { runGatewayEvaluation } from './agent/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
@@ -31,7 +32,9 @@ import type {
   InferenceEngine,
   NamedTensors,
   PauseOptions,
+  PolicyWeights,
 } from './engines/types.ts';
+import { weightsDigest } from './model/digest.ts';
 import { serializeSafetensors } from './model/safetensors.ts';
 import { seededRandom } from './model/sampling.ts';
 import { loadTokenizer, type ChatTokenizer } from './model/tokenizer.ts';
@@ -138,6 +141,10 @@ export class Rollout {
   private readonly counters = { done: 0, failed: 0, tokens: 0, busyMs: 0 };
   private active = 0;
   private busySince = 0;
+  /** This engine's copy of the weights, shared with the other engines of its node. */
+  private relayed: ObjectRef<PolicyWeights> | undefined;
+  /** Weights fetched ahead of their load ({@link stageWeights}). */
+  private staged: PolicyWeights | undefined;
 
   constructor(private readonly init: RolloutInit) {
     this.gconfig = {
@@ -311,10 +318,65 @@ export class Rollout {
     return { correct: outs.filter((x) => x === 1).length, total: items.length };
   }
 
-  /** Loads new weights; later tokens carry `version`. */
-  async updateWeights(w: { version: number; tensors: NamedTensors }): Promise<void> {
+  /**
+   * Loads new weights; later tokens carry `w.version`. The driver passes a ref the trainer owns
+   * (`Trainer.shareWeights`), which this worker fetches from the trainer before the call runs.
+   */
+  async updateWeights(w: PolicyWeights): Promise<void> {
     await this.ready();
     await this.engine.updateWeights({ kind: 'tensors', tensors: w.tensors }, w.version);
+  }
+
+  /**
+   * Keeps `w` for {@link loadStaged}, without loading it. Passed the trainer's ref, this worker
+   * fetches the bytes before the call runs: the async loop stages each version while the trainer
+   * is idle, since a trainer busy with the next batch answers fetches only between its calls.
+   */
+  stageWeights(w: PolicyWeights): void {
+    this.staged = w;
+  }
+
+  /**
+   * Loads the weights {@link stageWeights} kept, if they are `version`; false when they are not
+   * here (this process restarted since), and the caller loads them another way.
+   */
+  async loadStaged(version: number): Promise<boolean> {
+    const w = this.staged;
+    if (w?.version !== version) return false;
+    this.staged = undefined;
+    await this.updateWeights(w);
+    return true;
+  }
+
+  /**
+   * Loads `w` as {@link updateWeights} does (or stages it: `load` 'staged') and shares this copy: the other engines of this node
+   * fetch the returned ref from here (one shared-memory file), so the weights cross to the node
+   * once. The previous version's ref is released.
+   */
+  async relayWeights(
+    w: PolicyWeights,
+    load: 'now' | 'staged' = 'now',
+  ): Promise<{ weights: ObjectRef<PolicyWeights> }> {
+    if (load === 'now') await this.updateWeights(w);
+    else this.stageWeights(w);
+    if (this.relayed) release(this.relayed);
+    this.relayed = put(w);
+    // Wrapped: a bare ref as a result would be awaited (fetched) by the caller as a thenable.
+    return { weights: this.relayed };
+  }
+
+  /**
+   * The version and a SHA-256 of the weights the engine serves (builtin engine only), to check
+   * engines against the trainer (`Trainer.weightsDigest`) without moving the weights.
+   */
+  async weightsDigest(): Promise<{ version: number; sha256: string }> {
+    await this.ready();
+    if (!(this.engine instanceof BuiltinEngine))
+      throw new Error(`weightsDigest: the ${this.engine.kind} engine does not export its weights`);
+    return {
+      version: this.engine.getVersion(),
+      sha256: weightsDigest(this.engine.exportWeights()),
+    };
   }
 
   async getVersion(): Promise<number> {

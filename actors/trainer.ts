@@ -15,8 +15,10 @@ import { loadModel, saveModel } from './model/checkpoint.ts';
 import type { SaveDtype } from './model/config.ts';
 import type { CausalLM } from './model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/training.ts';
-import type { NamedTensors } from './engines/types.ts';
-import { lossWeights, microBatches, padRows } from '../algorithms/packing.ts';
+import type { PolicyWeights } from './engines/types.ts';
+import { weightsDigest } from './model/digest.ts';
+import { put, release, type ObjectRef } from '../runtime/api.ts';
+import { lossWeights, padRows } from '../algorithms/packing.ts';
 import {
   policyLossStats,
   ppoActorLoss,
@@ -85,6 +87,24 @@ export interface TrainStats {
   optimizerSteps: number;
   tokens: number;
   lr: number;
+  /** Where this call's time went, in milliseconds, summed over its optimizer steps. */
+  timing: TrainTiming;
+}
+
+/**
+ * Where a {@link Trainer.train} call spent its time. With data parallelism `computeMs` is the
+ * slowest rank's, `imbalanceMs` how long the fastest waited for it, and `allreduceMs` the rest of
+ * the all-reduce (moving and summing gradients), as rank 0 saw it.
+ */
+export interface TrainTiming {
+  /** Forward and backward passes over the micro-batches (the slowest rank's). */
+  computeMs: number;
+  /** Slowest minus fastest rank's compute: what the faster rank waits before the all-reduce. */
+  imbalanceMs: number;
+  /** The gradient all-reduce beyond waiting for the slowest rank. */
+  allreduceMs: number;
+  /** Optimizer steps (clip and AdamW). */
+  optimizerMs: number;
 }
 
 /** The policy trainer. Call {@link Trainer.ready} once before anything else. */
@@ -95,6 +115,8 @@ export class Trainer {
   private readonly init: TrainerInit;
   private readonly loss: ResolvedPpoLossOptions;
   private loaded: Promise<void> | undefined;
+  /** The weights last shared with the engines ({@link shareWeights}). */
+  private shared: { version: number; weights: ObjectRef<PolicyWeights> } | undefined;
   /** Weight version: 0 for the initial policy, +1 per {@link train} call. */
   version = 0;
 
@@ -139,13 +161,15 @@ export class Trainer {
    * micro-batch boundaries do not change it. Micro-batches are cut from the step's samples sorted
    * by length (less padding), and the event loop gets a turn between micro-batches, so a long step
    * never starves the worker's heartbeats. With data parallelism every rank gets the same
-   * `samples`, runs every N-th micro-batch and the ranks sum gradients before each optimizer
+   * `samples`, runs its share of equal padded cost and the ranks sum gradients before each optimizer
    * step. Bumps the version.
    */
   async train(samples: TrainSample[]): Promise<TrainStats> {
     const { trainBatchSize, microTrainBatchSize } = this.init;
     const epochs = this.init.maxEpochs ?? 1;
     const acc = { loss: 0, clip: 0, kl: 0, ent: 0, tokens: 0, gradNorm: 0, steps: 0, lr: 0 };
+    const timing: TrainTiming = { computeMs: 0, imbalanceMs: 0, allreduceMs: 0, optimizerMs: 0 };
+    const { rank, worldSize } = this.dp;
     for (let epoch = 0; epoch < epochs; epoch++) {
       const order = samples.map((_, i) => i);
       if (epoch > 0) shuffle(order, (this.init.seed ?? 0) + 7919 * this.version + epoch);
@@ -157,7 +181,7 @@ export class Trainer {
         );
         const stepTokens = step.reduce((n, x) => n + countActions(x.actionMask), 0);
         if (stepTokens === 0) continue;
-        const cuts = microBatches(
+        const cuts = this.dp.microBatches(
           step.map((x) => x.inputIds.length),
           {
             maxSamples: microTrainBatchSize,
@@ -167,24 +191,35 @@ export class Trainer {
           },
         );
         const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
-        for (const [k, cut] of cuts.entries()) {
-          if (!this.dp.owns(k)) continue;
+        const c0 = performance.now();
+        for (const cut of cuts) {
           const micro = cut.indices.map((i) => step[i]!);
           const w = cut.indices.map((i) => weights[i]!);
           local.loss += this.opt.accumulate(() => this.microBatchLoss(micro, w, local));
           await setImmediate(); // timers and socket messages (heartbeats) run here
         }
-        const [loss = 0, clip = 0, kl = 0, ent = 0] = await this.dp.reduce(this.opt, [
+        const c1 = performance.now();
+        // Each rank's compute time rides along in its own slot, so every rank learns all of them.
+        const computeByRank = new Array<number>(worldSize).fill(0);
+        computeByRank[rank] = c1 - c0;
+        const [loss = 0, clip = 0, kl = 0, ent = 0, ...computed] = await this.dp.reduce(this.opt, [
           local.loss,
           local.clip,
           local.kl,
           local.ent,
+          ...computeByRank,
         ]);
+        const c2 = performance.now();
+        const slowest = Math.max(...computed);
+        timing.computeMs += slowest;
+        timing.imbalanceMs += slowest - Math.min(...computed);
+        timing.allreduceMs += Math.max(0, c2 - c1 - (slowest - (c1 - c0)));
         acc.loss += loss;
         acc.clip += clip;
         acc.kl += kl;
         acc.ent += ent;
         const st = this.opt.step({ scale: 1 });
+        timing.optimizerMs += performance.now() - c2;
         acc.tokens += stepTokens;
         acc.gradNorm += st.gradNorm;
         acc.lr = st.lr;
@@ -203,6 +238,7 @@ export class Trainer {
       optimizerSteps: acc.steps,
       tokens: acc.tokens / epochs,
       lr: acc.lr,
+      timing,
     };
   }
 
@@ -253,9 +289,30 @@ export class Trainer {
     return this.version;
   }
 
-  /** The current weights, for engines. */
-  weights(): { version: number; tensors: NamedTensors } {
+  /** The current weights, as a value (in-process engines; inside a cluster see {@link shareWeights}). */
+  weights(): PolicyWeights {
     return { version: this.version, tensors: this.model.exportWeights() };
+  }
+
+  /**
+   * The current weights as an object this trainer owns (`put` once per version): the driver
+   * passes the ref on and each engine fetches the bytes from here, so they never pass through the
+   * driver, and the engines of one node share one shared-memory copy. The ref of the version
+   * before is released (its engines have loaded it by the time the next version is trained).
+   * Needs the runtime (an actor, or a process that called `init`).
+   */
+  shareWeights(): { version: number; weights: ObjectRef<PolicyWeights> } {
+    if (this.shared?.version !== this.version) {
+      if (this.shared) release(this.shared.weights);
+      this.shared = { version: this.version, weights: put(this.weights()) };
+    }
+    // Wrapped: a bare ref as a result would be awaited (fetched) by the caller as a thenable.
+    return { ...this.shared };
+  }
+
+  /** The version and a SHA-256 of the current weights (`actors/model/digest.ts`). */
+  weightsDigest(): { version: number; sha256: string } {
+    return { version: this.version, sha256: weightsDigest(this.model.exportWeights()) };
   }
 
   /** Saves weights, optimizer state and `extra` (data position, RNG, ...) under `dir`. */
@@ -280,6 +337,8 @@ export class Trainer {
   }
 
   dispose(): void {
+    if (this.shared) release(this.shared.weights);
+    this.shared = undefined;
     this.dp?.leave();
     this.opt?.dispose();
     this.model?.dispose();

@@ -133,6 +133,82 @@ export function microBatches(lengths: readonly number[], opts: MicroBatchOptions
   return out;
 }
 
+/** Options of {@link rankMicroBatches}: the micro-batch limits, and which data-parallel rank. */
+export interface RankMicroBatchOptions extends MicroBatchOptions {
+  rank: number;
+  worldSize: number;
+}
+
+/**
+ * One data-parallel rank's micro-batches of an optimizer step. The step's samples, sorted by
+ * length, are split into `worldSize` contiguous shares of about equal padded cost (rows × longest
+ * row, summed over the share's micro-batches of at most `maxSamples`), so no rank idles long at
+ * the all-reduce waiting for the one that got the long samples; its share is then cut by
+ * {@link microBatches}. Every rank computes the same split, and every index of `lengths` lands in
+ * exactly one rank's micro-batches (a rank may get none when there are few samples).
+ *
+ * @example
+ * // the two longest samples cost as much as the four shortest
+ * rankMicroBatches([2, 2, 2, 2, 4, 4], { maxSamples: 4, rank: 1, worldSize: 2 }) // indices [[4, 5]]
+ */
+export function rankMicroBatches(
+  lengths: readonly number[],
+  opts: RankMicroBatchOptions,
+): MicroBatch[] {
+  const { rank, worldSize, ...cut } = opts;
+  if (worldSize <= 1) return microBatches(lengths, cut);
+  const order = lengths
+    .map((_, i) => i)
+    .sort((a, b) => (lengths[a] as number) - (lengths[b] as number));
+  const len = (k: number) => lengths[order[k]!] as number;
+  const m = Math.max(1, cut.maxSamples);
+  // Starts of contiguous shares of the sorted order, each of padded cost at most `cap`. Lengths
+  // ascend, so a micro-batch's longest row is its last and the cost grows in O(1) per sample.
+  const split = (cap: number): number[] => {
+    const starts = [0];
+    let cost = 0;
+    let rows = 0; // in the share's last micro-batch
+    for (let k = 0; k < order.length; k++) {
+      const opens = rows === 0 || rows === m;
+      const add = opens ? len(k) : (rows + 1) * len(k) - rows * len(k - 1);
+      if (cost + add > cap && rows > 0) {
+        starts.push(k);
+        cost = len(k);
+        rows = 1;
+      } else {
+        cost += add;
+        rows = opens ? 1 : rows + 1;
+      }
+    }
+    return starts;
+  };
+  let lo = order.length ? len(order.length - 1) : 0;
+  let hi = costOf(order.map(len), m);
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (split(mid).length <= worldSize) hi = mid;
+    else lo = mid + 1;
+  }
+  const starts = split(lo);
+  const from = starts[rank];
+  if (from === undefined) return [];
+  const share = order.slice(from, starts[rank + 1] ?? order.length);
+  return microBatches(
+    share.map((i) => lengths[i] as number),
+    cut,
+  ).map((b) => ({ indices: b.indices.map((j) => share[j]!), tokens: b.tokens }));
+}
+
+/** Padded cost of ascending `sorted` lengths cut every `m`: rows × longest row, summed. */
+function costOf(sorted: readonly number[], m: number): number {
+  let c = 0;
+  for (let k = 0; k < sorted.length; k += m) {
+    const end = Math.min(sorted.length, k + m);
+    c += (end - k) * (sorted[end - 1] as number);
+  }
+  return c;
+}
+
 /** Rows of one micro-batch, right-padded into a dense `[rows, width]` Float32Array. */
 export function padRows(
   rows: readonly Numbers[],

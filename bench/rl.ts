@@ -11,7 +11,7 @@
  *    data and seed: samples/s, wall time to a held-out accuracy target, final accuracy; both
  *    reward curves in docs/learning-curve-sync-vs-async.png.
  *
- * 3. `dp`: sync with 2 engines + 2 data-parallel trainer ranks vs 1 + 1 (not in the default set:
+ * 3. `dp`: sync with 2 engines + 2 data-parallel trainer ranks vs 1 + 1, or the `RL_BENCH_MODES` given (not in the default set:
  *    `RL_BENCH=dp`).
  *
  * `RL_BENCH=overhead` (or `sync-async`, `dp`) runs one part; `RL_BENCH_EPISODES`, `RL_BENCH_STEPS` size them;
@@ -184,6 +184,11 @@ const modeFlags = {
   async: ['--async-train', '--async-queue-size', '1'],
   'sync 1+1': ['--colocate-all-models'],
   'sync 2+2': ['--colocate-all-models', '--rollout-num-engines', '2', '--actor-num-replicas', '2'],
+  'async 1+1': ['--async-train', '--async-queue-size', '1'],
+  'async 2+2': [
+    ...['--async-train', '--async-queue-size', '1'],
+    ...['--rollout-num-engines', '2', '--actor-num-replicas', '2'],
+  ],
 } satisfies Record<string, string[]>;
 type Mode = keyof typeof modeFlags;
 
@@ -249,6 +254,11 @@ async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
     'experience_s',
     'train_s',
     'weight_sync_s',
+    'weight_sync_share',
+    'train_compute_s',
+    'train_imbalance_s',
+    'allreduce_s',
+    'optimizer_s',
     'publish_wait_s',
     'previous_publish_wait_s',
     'trainer_wait_s',
@@ -439,46 +449,81 @@ async function syncVsAsync(): Promise<void> {
 
 /**
  * 3. `dp`: sync with 2 engines and 2 data-parallel trainer ranks against 1 + 1, both colocated
- *    (engines sleep while the trainers train), same data and seed: steady samples/s and accuracy.
+ *    (engines sleep while the trainers train), same data and seed: steady samples/s, accuracy and
+ *    where each step's time goes. `RL_BENCH_MODES` picks other configurations of the same
+ *    command (`sync 1+1`, `sync 2+2`, `async 1+1`, `async 2+2`); ratios are against the first.
  */
 async function dataParallel(): Promise<void> {
   const steps = Number(process.env.RL_BENCH_STEPS ?? 20);
+  const modes = (process.env.RL_BENCH_MODES ?? 'sync 1+1,sync 2+2').split(',').map((m) => {
+    if (!(m in modeFlags)) throw new Error(`RL_BENCH_MODES: unknown mode '${m}'`);
+    return m as Mode;
+  });
   const home = mkdtempSync(join(tmpdir(), 'rtjob-bench-rl-'));
   process.env.HOME = home;
   delete process.env.RTJOB_ADDRESS;
   try {
     const repeats = Number(process.env.RL_BENCH_REPEATS ?? 1);
     const runs: RunResult[] = [];
+    // Alternating order (A B, B A, ...) so a drift in the shared machine's load weighs alike.
     for (let i = 0; i < repeats; i++) {
-      for (const mode of i % 2 === 0
-        ? (['sync 1+1', 'sync 2+2'] as const)
-        : (['sync 2+2', 'sync 1+1'] as const))
+      for (const mode of i % 2 === 0 ? modes : [...modes].reverse())
         runs.push(await trainRun(mode, steps));
     }
     const pct = (x: number): string => `${(x * 100).toFixed(1)}%`;
     for (const r of runs) {
-      const t = r.timeline;
-      const f = (k: string): string => (t[k] === undefined ? '-' : t[k]!.toFixed(2));
       rows.push({
         name: `${r.mode}: steady samples/s`,
         value: r.steadySamplesPerS.toFixed(2),
-        note: `${steps} steps in ${r.minutes.toFixed(1)} min; accuracy ${pct(r.evalBefore)} → ${pct(r.evalAfter)}; per step ${f('step_s')} s: generate ${f('generate_s')}, experience ${f('experience_s')}, train ${f('train_s')}, publish ${f('weight_sync_s')}; ${r.cores.toFixed(2)} cores used at load ${r.load.toFixed(1)}`,
+        note: `${steps} steps in ${r.minutes.toFixed(1)} min; accuracy ${pct(r.evalBefore)} → ${pct(r.evalAfter)}; ${r.cores.toFixed(2)} cores used at load ${r.load.toFixed(1)}, parallel headroom ${r.headroom.toFixed(2)}×`,
       });
     }
     const by = (m: Mode) => runs.filter((r) => r.mode === m);
-    const ratio = (get: (r: RunResult) => number): string =>
-      `${(mean(by('sync 2+2'), get) / mean(by('sync 1+1'), get)).toFixed(2)}×`;
-    rows.push({
-      name: '2+2 / 1+1 steady samples/s',
-      value: ratio((r) => r.steadySamplesPerS),
-      note: `goal ≥ 1.7× at equal accuracy${repeats > 1 ? ` (means of ${repeats} runs each)` : ''}`,
-    });
-    rows.push({
-      name: '2+2 / 1+1 generate s per step',
-      value: ratio((r) => r.timeline.generate_s ?? 0),
-    });
-    rows.push({ name: '2+2 / 1+1 train s per step', value: ratio((r) => r.timeline.train_s ?? 0) });
-    json.dataParallel = { steps, repeats, runs };
+    const median = (xs: number[]): number => {
+      const s = [...xs].sort((a, b) => a - b);
+      const k = s.length >> 1;
+      return s.length % 2 ? s[k]! : (s[k - 1]! + s[k]!) / 2;
+    };
+    const med = (m: Mode, get: (r: RunResult) => number): number => median(by(m).map(get));
+    // Per-phase seconds per step (medians over runs): what the driver waits on in turn, and
+    // inside train, what rank 0 saw; "other" is the step less the phases (wake/sleep, calls).
+    for (const m of modes) {
+      const t = (k: string) => med(m, (r) => r.timeline[k] ?? 0);
+      const step = t('step_s');
+      const known = t('generate_s') + t('experience_s') + t('train_s') + t('weight_sync_s');
+      const f = (x: number): string => x.toFixed(2);
+      rows.push({
+        name: `${m}: per step (s)`,
+        value: f(step),
+        note:
+          `generate ${f(t('generate_s'))}, experience (reference/critic) ${f(t('experience_s'))}, ` +
+          `train ${f(t('train_s'))} [compute ${f(t('train_compute_s'))}, rank imbalance ${f(t('train_imbalance_s'))}, all-reduce ${f(t('allreduce_s'))}, optimizer ${f(t('optimizer_s'))}], ` +
+          `weight sync ${f(t('weight_sync_s'))} (${pct(t('weight_sync_share'))} of the step), other ${f(Math.max(0, step - known))}` +
+          (m.startsWith('async')
+            ? `; trainer waits for data ${f(t('trainer_wait_s'))}, busy: rollout ${f(t('rollout_busy_fraction'))}, trainer ${f(t('trainer_busy_fraction'))}`
+            : ''),
+      });
+    }
+    const base = modes[0]!;
+    const over = repeats > 1 ? ` (medians of ${repeats} runs each)` : '';
+    for (const m of modes.slice(1)) {
+      const ratio = (get: (r: RunResult) => number): string =>
+        `${(med(m, get) / med(base, get)).toFixed(2)}×`;
+      rows.push({
+        name: `${m} / ${base} steady samples/s`,
+        value: ratio((r) => r.steadySamplesPerS),
+        note: `${m === 'sync 2+2' && base === 'sync 1+1' ? 'goal ≥ 1.7× at equal accuracy' : ''}${over}`,
+      });
+      rows.push({
+        name: `${m} / ${base} generate s per step`,
+        value: ratio((r) => r.timeline.generate_s ?? 0),
+      });
+      rows.push({
+        name: `${m} / ${base} train s per step`,
+        value: ratio((r) => r.timeline.train_s ?? 0),
+      });
+    }
+    json.dataParallel = { steps, repeats, modes, runs };
   } finally {
     rmSync(home, { recursive: true, force: true });
   }

@@ -6,6 +6,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { largePageMallocEnv } from '../runtime/client/shm.ts';
 
 const all = ['runtime', 'model', 'rl', 'gateway'];
 const names = process.argv.slice(2).filter((a) => !a.startsWith('-'));
@@ -18,7 +19,13 @@ for (const name of names.length ? names : all) {
     continue;
   }
   console.log(`\n## ${name}\n`);
-  const r = spawnSync(process.execPath, ['--import', 'tsx', file], { stdio: 'inherit' });
+  // The runtime benchmark's driver gets what rtjob gives the drivers and workers it starts:
+  // large allocations backed by huge pages (runtime/client/shm.ts, largePageMallocEnv).
+  const env =
+    name === 'runtime'
+      ? { ...process.env, GLIBC_TUNABLES: largePageMallocEnv(process.env.GLIBC_TUNABLES) }
+      : process.env;
+  const r = spawnSync(process.execPath, ['--import', 'tsx', file], { stdio: 'inherit', env });
   if (r.status !== 0) failed++;
 }
 process.exit(failed ? 1 : 0);

@@ -254,6 +254,9 @@ async function main(): Promise<void> {
     'Member',
   );
   const rows: Row[] = [];
+  // RUNTIME_BENCH=calls,transfers,actors (any subset) runs only those parts; baselines always run.
+  const parts = (process.env.RUNTIME_BENCH ?? 'calls,transfers,actors').split(',');
+  const want = (part: string) => parts.includes(part);
 
   const loadBefore = loadavg()[0]!;
   console.log('measuring baselines...');
@@ -281,276 +284,295 @@ async function main(): Promise<void> {
   const vsSync = (v: number) => ({ baseline: 'raw sync', ratio: v / raw.sync });
   const vsPipe = (v: number) => ({ baseline: 'raw pipelined', ratio: v / raw.pipelined });
 
-  console.log('actor calls...');
   const a = Echo.remote();
   await a.noop.remote();
-  const sync = await rate(200, async () => {
-    for (let i = 0; i < 200; i++) await a.noop.remote();
-  });
-  rows.push({ name: '1_1_actor_calls_sync', value: sync, unit: 'ops/s', ...vsSync(sync) });
-  // The shape of an independent test: 3,000 sequential calls through the public API, windows of
-  // 300 alternating with the raw echo's, medians compared.
-  const [rawMedian, syncMedian] = await paired(
-    10,
-    {
-      ops: 300,
-      fn: async () => {
-        for (let i = 0; i < 300; i++) await raw.call(1);
-      },
-    },
-    {
-      ops: 300,
-      fn: async () => {
-        for (let i = 0; i < 300; i++) await get(a.echo.remote(1));
-      },
-    },
-  );
-  raw.close();
-  rows.push({
-    name: 'baseline: raw ws+msgpackr echo, sync, median of 300-call windows',
-    value: rawMedian,
-    unit: 'ops/s',
-  });
-  rows.push({
-    name: '`await get(actor.echo.remote(1))`, 3,000 calls, median of 300-call windows',
-    value: syncMedian,
-    unit: 'ops/s',
-    baseline: 'raw sync median',
-    ratio: syncMedian / rawMedian,
-  });
-  const asyncRate = await rate(1000, async () => {
-    const refs = [];
-    for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
-    await get(refs);
-  });
-  rows.push({
-    name: '1_1_actor_calls_async',
-    value: asyncRate,
-    unit: 'ops/s',
-    ...vsPipe(asyncRate),
-  });
-  const conc = Echo.options({ maxConcurrency: 16 }).remote();
-  await conc.noop.remote();
-  const concRate = await rate(1000, async () => {
-    const refs = [];
-    for (let i = 0; i < 1000; i++) refs.push(conc.asyncNoop.remote());
-    await get(refs);
-  });
-  rows.push({
-    name: '1_1_actor_calls_concurrent',
-    value: concRate,
-    unit: 'ops/s',
-    ...vsPipe(concRate),
-    note: 'maxConcurrency 16',
-  });
-
-  const n = 4;
-  const targets = Array.from({ length: n }, () => Echo.remote());
-  await get(targets.map((t) => t.noop.remote()));
-  const client = Echo.remote();
-  await client.noop.remote();
-  const oneN = await rate(4000, async () => void (await client.callMany.remote(targets, 4000)));
-  rows.push({
-    name: '1_n_actor_calls_async',
-    value: oneN,
-    unit: 'ops/s',
-    ...vsPipe(oneN),
-    note: `1 client actor → ${n} actors`,
-  });
-  const clients = Array.from({ length: 2 }, () => Echo.remote());
-  await get(clients.map((c) => c.noop.remote()));
-  const nn = await rate(
-    8000,
-    async () => void (await get(clients.map((c) => c.callMany.remote(targets, 4000)))),
-  );
-  rows.push({
-    name: 'n_n_actor_calls_async',
-    value: nn,
-    unit: 'ops/s',
-    ...vsPipe(nn),
-    note: `2 client actors → ${n} actors`,
-  });
-
-  console.log('tasks, put, get, wait...');
-  await noopTask.remote();
-  const tSync = await rate(100, async () => {
-    for (let i = 0; i < 100; i++) await noopTask.remote();
-  });
-  rows.push({ name: 'single_client_tasks_sync', value: tSync, unit: 'ops/s', ...vsSync(tSync) });
-  const tAsync = await rate(1000, async () => {
-    const refs = [];
-    for (let i = 0; i < 1000; i++) refs.push(noopTask.remote());
-    await get(refs);
-  });
-  rows.push({ name: 'single_client_tasks_async', value: tAsync, unit: 'ops/s', ...vsPipe(tAsync) });
-  const small = new Float32Array(16);
-  const putRate = await rate(1000, async () => {
-    for (let i = 0; i < 1000; i++) put(small);
-  });
-  rows.push({
-    name: 'single_client_put_calls',
-    value: putRate,
-    unit: 'ops/s',
-    note: 'owner-local store',
-  });
-  const ref = put(small);
-  const getRate = await rate(1000, async () => {
-    for (let i = 0; i < 1000; i++) await get(ref);
-  });
-  rows.push({
-    name: 'single_client_get_calls',
-    value: getRate,
-    unit: 'ops/s',
-    note: 'owner-local store',
-  });
-  const waitRate = await rate(1, async () => {
-    const refs = [];
-    for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
-    await wait(refs, { numReturns: 1000 });
-  });
-  rows.push({ name: 'single_client_wait_1k_refs', value: waitRate, unit: 'ops/s' });
-
-  console.log('64 MiB transfers...');
-  // Each transfer alternates with one 64 MiB message over raw TCP; rows compare the medians.
-  const tcpRates: number[] = [];
-  const vsTcp = async (name: string, fn: () => Promise<unknown>, note?: string, bytes = 1) => {
-    const [t, v] = await paired(5, { ops: MB64, fn: tcp.send }, { ops: MB64 * bytes, fn });
-    tcpRates.push(t);
-    rows.push({
-      name,
-      value: v,
-      unit: 'MB/s',
-      baseline: 'raw TCP',
-      ratio: v / t,
-      ...(note ? { note } : {}),
+  if (want('calls')) {
+    console.log('actor calls...');
+    const sync = await rate(200, async () => {
+      for (let i = 0; i < 200; i++) await a.noop.remote();
     });
-  };
-  // Same node: shared memory. Socket: an actor told not to use it (RTJOB_OBJECT_SHM=0), the path
-  // a transfer between two machines takes.
-  const viaSocket = Echo.options({ env: { RTJOB_OBJECT_SHM: '0' } }).remote();
-  await viaSocket.noop.remote();
-  const big = new Float32Array(16 << 20);
-  for (const [how, actor] of [
-    ['shared memory', a],
-    ['socket', viaSocket],
-  ] as const) {
-    await vsTcp(`put 64 MiB, fetched by an actor (${how})`, async () => {
-      const r = put(big);
-      await actor.byteLength.remote(r);
-      api.release(r);
-    });
-    await vsTcp(`get 64 MiB result from an actor (${how})`, () =>
-      get(actor.makeArray.remote(16 << 20)),
-    );
-  }
-  // One producer, several consumers on the node: the object is written to shared memory once.
-  const consumers = [a, Echo.remote(), Echo.remote(), Echo.remote()];
-  await get(consumers.map((c) => c.noop.remote()));
-  await vsTcp(
-    'put 64 MiB, fetched by 4 actors at once (shared memory)',
-    async () => {
-      const r = put(big);
-      await get(consumers.map((c) => c.byteLength.remote(r)));
-      api.release(r);
-    },
-    'bytes delivered, all consumers',
-    consumers.length,
-  );
-
-  console.log('collective all-reduce...');
-  const elements = 4 << 20; // 16 MiB of float32
-  for (const n of [2, 4]) {
-    const members = Array.from({ length: n }, (_, r) => Member.remote(`bench${n}`, r, n));
-    await get(members.map((m) => m.join.remote()));
-    // Bus bandwidth: each link carries 2(N-1)/N of the data, so the ring's bound is raw TCP.
-    const busBytes = (elements * 4 * 2 * (n - 1)) / n / 1e6;
-    let perOp = 0;
-    const [t, bus] = await paired(
-      5,
-      { ops: MB64, fn: tcp.send },
+    rows.push({ name: '1_1_actor_calls_sync', value: sync, unit: 'ops/s', ...vsSync(sync) });
+    // The shape of an independent test: 3,000 sequential calls through the public API, windows of
+    // 300 alternating with the raw echo's, medians compared.
+    const [rawMedian, syncMedian] = await paired(
+      10,
       {
-        ops: busBytes * 3,
+        ops: 300,
         fn: async () => {
-          const secs = Math.max(
-            ...(await get(members.map((m) => m.timeAllreduce.remote(elements, 3)))),
-          );
-          perOp = secs;
+          for (let i = 0; i < 300; i++) await raw.call(1);
+        },
+      },
+      {
+        ops: 300,
+        fn: async () => {
+          for (let i = 0; i < 300; i++) await get(a.echo.remote(1));
         },
       },
     );
-    tcpRates.push(t);
     rows.push({
-      name: `allreduce 16 MiB float32, ${n} members (bus bandwidth)`,
-      value: bus,
-      unit: 'MB/s',
-      baseline: 'raw TCP',
-      ratio: bus / t,
-      note: `${(perOp * 1000).toFixed(0)} ms per all-reduce in the last window`,
+      name: 'baseline: raw ws+msgpackr echo, sync, median of 300-call windows',
+      value: rawMedian,
+      unit: 'ops/s',
     });
-    await get(members.map((m) => m.destroy.remote()));
-    await Promise.all(members.map((m) => api.kill(m)));
+    rows.push({
+      name: '`await get(actor.echo.remote(1))`, 3,000 calls, median of 300-call windows',
+      value: syncMedian,
+      unit: 'ops/s',
+      baseline: 'raw sync median',
+      ratio: syncMedian / rawMedian,
+    });
+    const asyncRate = await rate(1000, async () => {
+      const refs = [];
+      for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
+      await get(refs);
+    });
+    rows.push({
+      name: '1_1_actor_calls_async',
+      value: asyncRate,
+      unit: 'ops/s',
+      ...vsPipe(asyncRate),
+    });
+    const conc = Echo.options({ maxConcurrency: 16 }).remote();
+    await conc.noop.remote();
+    const concRate = await rate(1000, async () => {
+      const refs = [];
+      for (let i = 0; i < 1000; i++) refs.push(conc.asyncNoop.remote());
+      await get(refs);
+    });
+    rows.push({
+      name: '1_1_actor_calls_concurrent',
+      value: concRate,
+      unit: 'ops/s',
+      ...vsPipe(concRate),
+      note: 'maxConcurrency 16',
+    });
+
+    const n = 4;
+    const targets = Array.from({ length: n }, () => Echo.remote());
+    await get(targets.map((t) => t.noop.remote()));
+    const client = Echo.remote();
+    await client.noop.remote();
+    const oneN = await rate(4000, async () => void (await client.callMany.remote(targets, 4000)));
+    rows.push({
+      name: '1_n_actor_calls_async',
+      value: oneN,
+      unit: 'ops/s',
+      ...vsPipe(oneN),
+      note: `1 client actor → ${n} actors`,
+    });
+    const clients = Array.from({ length: 2 }, () => Echo.remote());
+    await get(clients.map((c) => c.noop.remote()));
+    const nn = await rate(
+      8000,
+      async () => void (await get(clients.map((c) => c.callMany.remote(targets, 4000)))),
+    );
+    rows.push({
+      name: 'n_n_actor_calls_async',
+      value: nn,
+      unit: 'ops/s',
+      ...vsPipe(nn),
+      note: `2 client actors → ${n} actors`,
+    });
+
+    console.log('tasks, put, get, wait...');
+    await noopTask.remote();
+    const tSync = await rate(100, async () => {
+      for (let i = 0; i < 100; i++) await noopTask.remote();
+    });
+    rows.push({ name: 'single_client_tasks_sync', value: tSync, unit: 'ops/s', ...vsSync(tSync) });
+    const tAsync = await rate(1000, async () => {
+      const refs = [];
+      for (let i = 0; i < 1000; i++) refs.push(noopTask.remote());
+      await get(refs);
+    });
+    rows.push({
+      name: 'single_client_tasks_async',
+      value: tAsync,
+      unit: 'ops/s',
+      ...vsPipe(tAsync),
+    });
+    const small = new Float32Array(16);
+    const putRate = await rate(1000, async () => {
+      for (let i = 0; i < 1000; i++) put(small);
+    });
+    rows.push({
+      name: 'single_client_put_calls',
+      value: putRate,
+      unit: 'ops/s',
+      note: 'owner-local store',
+    });
+    const ref = put(small);
+    const getRate = await rate(1000, async () => {
+      for (let i = 0; i < 1000; i++) await get(ref);
+    });
+    rows.push({
+      name: 'single_client_get_calls',
+      value: getRate,
+      unit: 'ops/s',
+      note: 'owner-local store',
+    });
+    const waitRate = await rate(1, async () => {
+      const refs = [];
+      for (let i = 0; i < 1000; i++) refs.push(a.noop.remote());
+      await wait(refs, { numReturns: 1000 });
+    });
+    rows.push({ name: 'single_client_wait_1k_refs', value: waitRate, unit: 'ops/s' });
+  }
+  raw.close();
+
+  const tcpRates: number[] = [];
+  if (want('transfers')) {
+    console.log('64 MiB transfers...');
+    // Each transfer alternates with one 64 MiB message over raw TCP; rows compare the medians.
+    const vsTcp = async (name: string, fn: () => Promise<unknown>, note?: string, bytes = 1) => {
+      const [t, v] = await paired(5, { ops: MB64, fn: tcp.send }, { ops: MB64 * bytes, fn });
+      tcpRates.push(t);
+      rows.push({
+        name,
+        value: v,
+        unit: 'MB/s',
+        baseline: 'raw TCP',
+        ratio: v / t,
+        ...(note ? { note } : {}),
+      });
+    };
+    // Same node: shared memory. Socket: an actor told not to use it (RTJOB_OBJECT_SHM=0), the path
+    // a transfer between two machines takes.
+    const viaSocket = Echo.options({ env: { RTJOB_OBJECT_SHM: '0' } }).remote();
+    await viaSocket.noop.remote();
+    const big = new Float32Array(16 << 20);
+    for (const [how, actor] of [
+      ['shared memory', a],
+      ['socket', viaSocket],
+    ] as const) {
+      await vsTcp(`put 64 MiB, fetched by an actor (${how})`, async () => {
+        const r = put(big);
+        await actor.byteLength.remote(r);
+        api.release(r);
+      });
+      // A get alone: the object is in shared memory already (written by its first fetch), so the
+      // actor's get is one read into a fresh buffer. Each call decodes a new ref and fetches again.
+      const kept = put(big);
+      await vsTcp(`get 64 MiB object fetched before, by an actor (${how})`, () =>
+        get(actor.byteLength.remote(kept)),
+      );
+      api.release(kept);
+      await vsTcp(`get 64 MiB result from an actor (${how})`, () =>
+        get(actor.makeArray.remote(16 << 20)),
+      );
+    }
+    // One producer, several consumers on the node: the object is written to shared memory once.
+    const consumers = [a, Echo.remote(), Echo.remote(), Echo.remote()];
+    await get(consumers.map((c) => c.noop.remote()));
+    await vsTcp(
+      'put 64 MiB, fetched by 4 actors at once (shared memory)',
+      async () => {
+        const r = put(big);
+        await get(consumers.map((c) => c.byteLength.remote(r)));
+        api.release(r);
+      },
+      'bytes delivered, all consumers',
+      consumers.length,
+    );
+
+    console.log('collective all-reduce...');
+    const elements = 4 << 20; // 16 MiB of float32
+    for (const n of [2, 4]) {
+      const members = Array.from({ length: n }, (_, r) => Member.remote(`bench${n}`, r, n));
+      await get(members.map((m) => m.join.remote()));
+      // Bus bandwidth: each link carries 2(N-1)/N of the data, so the ring's bound is raw TCP.
+      const busBytes = (elements * 4 * 2 * (n - 1)) / n / 1e6;
+      let perOp = 0;
+      const [t, bus] = await paired(
+        5,
+        { ops: MB64, fn: tcp.send },
+        {
+          ops: busBytes * 3,
+          fn: async () => {
+            const secs = Math.max(
+              ...(await get(members.map((m) => m.timeAllreduce.remote(elements, 3)))),
+            );
+            perOp = secs;
+          },
+        },
+      );
+      tcpRates.push(t);
+      rows.push({
+        name: `allreduce 16 MiB float32, ${n} members (bus bandwidth)`,
+        value: bus,
+        unit: 'MB/s',
+        baseline: 'raw TCP',
+        ratio: bus / t,
+        note: `${(perOp * 1000).toFixed(0)} ms per all-reduce in the last window`,
+      });
+      await get(members.map((m) => m.destroy.remote()));
+      await Promise.all(members.map((m) => api.kill(m)));
+    }
   }
   tcp.close();
   tcpRates.sort((p, q) => p - q);
-  rows.splice(
-    rows.findIndex((r) => r.name === 'baseline: memcpy 64 MiB'),
-    0,
-    {
-      name: 'baseline: raw TCP loopback stream, 64 MiB messages',
-      value: tcpRates[Math.floor(tcpRates.length / 2)]!,
-      unit: 'MB/s',
-      note: `median over the transfer rows' windows (${tcpRates[0]!.toFixed(0)}–${tcpRates.at(-1)!.toFixed(0)})`,
-    },
-  );
+  if (tcpRates.length)
+    rows.splice(
+      rows.findIndex((r) => r.name === 'baseline: memcpy 64 MiB'),
+      0,
+      {
+        name: 'baseline: raw TCP loopback stream, 64 MiB messages',
+        value: tcpRates[Math.floor(tcpRates.length / 2)]!,
+        unit: 'MB/s',
+        note: `median over the transfer rows' windows (${tcpRates[0]!.toFixed(0)}–${tcpRates.at(-1)!.toFixed(0)})`,
+      },
+    );
 
-  console.log('placement groups, many actors...');
-  const pgRate = await rate(20, async () => {
-    for (let i = 0; i < 20; i++) {
-      const pg = placementGroup([{ CPU: 1 }]);
-      await pg.ready();
-      await pg.remove();
-    }
-  });
-  rows.push({ name: 'placement_group_create/removal', value: pgRate, unit: 'ops/s' });
-  // The burst twice in this run: workers loading TypeScript through tsx (how every worker started
-  // before the cached loader) as the baseline, then the default. CPU per actor counts the worker
-  // processes' own CPU (reaped children), which a loaded machine does not distort.
-  const burst = async (loader: 'tsx' | 'cached') => {
-    process.env.RTJOB_WORKER_LOADER = loader;
-    const before = childCount();
-    const cpu0 = childCpuSeconds();
-    const t0 = performance.now();
-    const many = Array.from({ length: 100 }, () => Echo.remote());
-    await get(many.map((h) => h.noop.remote()));
-    const actorsPerSec = 100 / ((performance.now() - t0) / 1000);
-    const rssMiB = process.memoryUsage().rss / 2 ** 20;
-    await Promise.all(many.map((h) => api.kill(h)));
-    // Until the killed workers are reaped (their CPU is then counted) and out of the next burst's way.
-    const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline && childCount() > before)
-      await new Promise((r) => setTimeout(r, 100));
-    const cpuPerActor = cpu0 === undefined ? undefined : (childCpuSeconds()! - cpu0) / 100;
-    return { actorsPerSec, rssMiB, cpuPerActor };
-  };
-  const tsxBurst = await burst('tsx');
-  const cachedBurst = await burst('cached');
-  delete process.env.RTJOB_WORKER_LOADER;
-  const cpuNote = (b: { cpuPerActor?: number }) =>
-    b.cpuPerActor === undefined ? '' : `, ${b.cpuPerActor.toFixed(2)} CPU-s per actor`;
-  rows.push({
-    name: 'baseline: create and call 100 actors, workers on tsx',
-    value: tsxBurst.actorsPerSec,
-    unit: 'actors/s',
-    note: `driver+head RSS ${tsxBurst.rssMiB.toFixed(0)} MiB${cpuNote(tsxBurst)}`,
-  });
-  rows.push({
-    name: 'create and call 100 actors',
-    value: cachedBurst.actorsPerSec,
-    unit: 'actors/s',
-    baseline: 'tsx workers',
-    ratio: cachedBurst.actorsPerSec / tsxBurst.actorsPerSec,
-    note: `driver+head RSS ${cachedBurst.rssMiB.toFixed(0)} MiB${cpuNote(cachedBurst)}`,
-  });
+  if (want('actors')) {
+    console.log('placement groups, many actors...');
+    const pgRate = await rate(20, async () => {
+      for (let i = 0; i < 20; i++) {
+        const pg = placementGroup([{ CPU: 1 }]);
+        await pg.ready();
+        await pg.remove();
+      }
+    });
+    rows.push({ name: 'placement_group_create/removal', value: pgRate, unit: 'ops/s' });
+    // The burst twice in this run: workers loading TypeScript through tsx (how every worker started
+    // before the cached loader) as the baseline, then the default. CPU per actor counts the worker
+    // processes' own CPU (reaped children), which a loaded machine does not distort.
+    const burst = async (loader: 'tsx' | 'cached') => {
+      process.env.RTJOB_WORKER_LOADER = loader;
+      const before = childCount();
+      const cpu0 = childCpuSeconds();
+      const t0 = performance.now();
+      const many = Array.from({ length: 100 }, () => Echo.remote());
+      await get(many.map((h) => h.noop.remote()));
+      const actorsPerSec = 100 / ((performance.now() - t0) / 1000);
+      const rssMiB = process.memoryUsage().rss / 2 ** 20;
+      await Promise.all(many.map((h) => api.kill(h)));
+      // Until the killed workers are reaped (their CPU is then counted) and out of the next burst's way.
+      const deadline = Date.now() + 30_000;
+      while (Date.now() < deadline && childCount() > before)
+        await new Promise((r) => setTimeout(r, 100));
+      const cpuPerActor = cpu0 === undefined ? undefined : (childCpuSeconds()! - cpu0) / 100;
+      return { actorsPerSec, rssMiB, cpuPerActor };
+    };
+    const tsxBurst = await burst('tsx');
+    const cachedBurst = await burst('cached');
+    delete process.env.RTJOB_WORKER_LOADER;
+    const cpuNote = (b: { cpuPerActor?: number }) =>
+      b.cpuPerActor === undefined ? '' : `, ${b.cpuPerActor.toFixed(2)} CPU-s per actor`;
+    rows.push({
+      name: 'baseline: create and call 100 actors, workers on tsx',
+      value: tsxBurst.actorsPerSec,
+      unit: 'actors/s',
+      note: `driver+head RSS ${tsxBurst.rssMiB.toFixed(0)} MiB${cpuNote(tsxBurst)}`,
+    });
+    rows.push({
+      name: 'create and call 100 actors',
+      value: cachedBurst.actorsPerSec,
+      unit: 'actors/s',
+      baseline: 'tsx workers',
+      ratio: cachedBurst.actorsPerSec / tsxBurst.actorsPerSec,
+      note: `driver+head RSS ${cachedBurst.rssMiB.toFixed(0)} MiB${cpuNote(cachedBurst)}`,
+    });
+  }
   await shutdown();
 
   const machine = `${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}, load average ${loadBefore.toFixed(1)} → ${loadavg()[0]!.toFixed(1)}`;

@@ -83,7 +83,9 @@ try {
     }));
     // 3. One trainer step, then 4. the new weights to the engine.
     const stats = await trainer.train.remote(train);
-    await rollout.updateWeights.remote(await trainer.weights.remote());
+    // By reference: the trainer puts the weights once and the engine fetches them from it.
+    const { weights } = await trainer.shareWeights.remote();
+    await rollout.updateWeights.remote(weights);
     const reward =
       trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length);
     console.log(

@@ -44,9 +44,10 @@ export class Reassembly {
     private readonly maxBytesInFlight: number,
   ) {}
 
-  /** Takes one fragment. */
-  accept(f: Fragment): FragmentOutcome {
-    if (f.total > this.maxMessageBytes || f.offset + f.data.length > f.total)
+  /** Takes one fragment: its header and the raw frame that followed it. */
+  accept(f: Fragment, data: Buffer): FragmentOutcome {
+    if (data.length !== f.bytes) return { error: 'fragment data does not match its header' };
+    if (f.total > this.maxMessageBytes || f.offset + data.length > f.total)
       return { error: 'malformed fragment' };
     let a = this.assemblies.get(f.fid);
     if (!a) {
@@ -58,7 +59,7 @@ export class Reassembly {
     } else if (a.total !== f.total || f.offset !== a.received) {
       return { error: 'fragment does not continue its message' };
     }
-    const n = f.data.length;
+    const n = data.length;
     if (this.bytes + n > this.maxBytesInFlight) {
       return { error: `fragments in flight over this connection's ${this.maxBytesInFlight} bytes` };
     }
@@ -67,7 +68,7 @@ export class Reassembly {
     }
     this.bytes += n;
     processBytesInFlight += n;
-    a.chunks.push(Buffer.from(f.data.buffer, f.data.byteOffset, n));
+    a.chunks.push(data);
     a.received += n;
     if (a.received < a.total) return undefined;
     this.assemblies.delete(f.fid);

@@ -5,9 +5,9 @@
  * arrays' own memory, for a writer to hand to `writev` or a socket. Decoding a buffer the caller
  * owns copies nothing either: the arrays come back as views into it.
  *
- * Shared-memory transfers (`client/shm.ts`) write their files in this layout. The same layout
- * suits large messages on a socket (send the parts as fragments, receive them into one buffer,
- * decode), which would drop the whole-message pack and the copies msgpack makes of typed arrays.
+ * Shared-memory transfers (`client/shm.ts`) write their files in this layout, and the transport
+ * sends messages with large arrays in it (`packOutOfBand`): one copy of each array on the way out
+ * (msgpack would copy them into a growing buffer, and decode them into copies again).
  *
  * Layout: `'RTS1'`, the skeleton's length (u32 LE), the skeleton, padding to 64, the arrays.
  *
@@ -126,6 +126,36 @@ export function encodeOutOfBand(value: unknown): { parts: Uint8Array[]; total: n
     if (pad) parts.push(new Uint8Array(pad));
   }
   return { parts, total: base + end };
+}
+
+/**
+ * `value` in the out-of-band layout as one buffer: each array copied once, so the sender may
+ * change its arrays as soon as this returns. `alloc` gives the buffer (the transport reuses one).
+ */
+export function packOutOfBand(
+  value: unknown,
+  alloc: (bytes: number) => Buffer = Buffer.allocUnsafeSlow,
+): Buffer {
+  const { parts, total } = encodeOutOfBand(value);
+  const out = alloc(total);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.byteLength;
+  }
+  return out;
+}
+
+/** Whether `bytes` starts like an out-of-band value (a msgpack message never does). */
+export function isOutOfBand(bytes: Uint8Array): boolean {
+  // 'RTS1': a msgpack message is a map, whose first byte is never 'R'.
+  return (
+    bytes.length >= 8 &&
+    bytes[0] === 0x52 &&
+    bytes[1] === 0x54 &&
+    bytes[2] === 0x53 &&
+    bytes[3] === 0x31
+  );
 }
 
 /**

@@ -132,13 +132,17 @@ export interface Reply {
   readonly error?: WireError;
 }
 
-/** A piece of a message too large to send in one go. */
+/**
+ * A piece of a message too large to send in one go: this header ends its frame, and the next
+ * frame on the connection is the piece's `bytes` raw bytes (sent from the message's own memory,
+ * never re-encoded).
+ */
 export interface Fragment {
   readonly type: 'fragment';
   readonly fid: number;
   readonly total: number;
   readonly offset: number;
-  readonly data: Uint8Array;
+  readonly bytes: number;
 }
 
 // node agent → head

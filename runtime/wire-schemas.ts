@@ -122,7 +122,7 @@ export const messageSchemas = {
     fid: int(),
     total: int({ min: 1 }),
     offset: int(),
-    data: bytes(L.fragmentBytes),
+    bytes: int({ min: 1, max: L.fragmentBytes }),
   }),
   registerNode: obj({
     type: lit('registerNode'),

@@ -59,6 +59,12 @@ export interface GenerateResult {
 /** Named tensors in HF naming, row-major float32, as shipped over the wire. */
 export type NamedTensors = Record<string, { shape: number[]; data: Float32Array }>;
 
+/** A policy's weights and their version, as the trainer publishes them to the engines. */
+export interface PolicyWeights {
+  version: number;
+  tensors: NamedTensors;
+}
+
 /** How new weights reach an engine: in memory, or as an HF checkpoint directory on disk. */
 export type WeightUpdate =
   | { kind: 'tensors'; tensors: NamedTensors }

@@ -29,6 +29,7 @@ import { afterStep, recordUpdate, type RunContext } from './context.ts';
 import { recordEpisodes } from './episodes.ts';
 import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
+import { applyPolicy, stagePolicy, type PolicyUpdate } from './weight-sync.ts';
 
 /** What the producer attaches to each batch of the buffer besides its trajectories. */
 interface BatchMeta {
@@ -75,21 +76,18 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
   });
   let trainedHere = 0;
 
-  /** Pushes `w` to every engine once no batch or evaluation holds their weights. */
-  const publishBeside = async (
-    w: Awaited<ReturnType<typeof roles.trainer.weights>>,
-    step: number,
-  ): Promise<void> => {
+  /** Loads the staged `w` on every engine once no batch or evaluation holds their weights. */
+  const publishBeside = async (w: PolicyUpdate, step: number, stageMs: number): Promise<void> => {
     const p0 = performance.now();
     await gate.write();
     const p1 = performance.now();
     try {
-      await Promise.all(roles.rollouts.map((r) => r.updateWeights(w)));
+      await applyPolicy(roles, w);
     } finally {
       gate.done();
     }
     version = w.version;
-    lastPublish = { waitMs: p1 - p0, syncMs: performance.now() - p1 };
+    lastPublish = { waitMs: p1 - p0, syncMs: stageMs + performance.now() - p1 };
     throttle.setVersion(++trainedHere);
     if (
       o.evalSteps > 0 &&
@@ -185,9 +183,13 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       stopping.signal.throwIfAborted();
       // A snapshot now (the trainer is idle), pushed once the engines may change version: the
       // trainer trains the next batch meanwhile instead of waiting for the batch in generation.
-      const snapshot = await roles.trainer.weights();
+      const s0 = performance.now();
+      const snapshot = await roles.policy();
+      // The engines fetch it now, while the trainer is idle (weight-sync.ts: stagePolicy).
+      await stagePolicy(roles, snapshot);
+      const stageMs = performance.now() - s0;
       const step = state.step;
-      publishing = publishBeside(snapshot, step).catch(fail);
+      publishing = publishBeside(snapshot, step, stageMs).catch(fail);
       const busy = performance.now() - t0;
       timing.trainerBusyMs += busy;
       const wall = performance.now() - ctx.started;
@@ -196,6 +198,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         buffer_fill: fill,
         generate_s: batch.generateMs / 1000,
         weight_sync_s: lastPublish.syncMs / 1000,
+        weight_sync_share: lastPublish.syncMs / Math.max(1, busy + waitMs),
         publish_wait_s: lastPublish.waitMs / 1000,
         previous_publish_wait_s: previousPublishWaitMs / 1000,
         trainer_wait_s: waitMs / 1000,

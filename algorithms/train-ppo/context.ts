@@ -19,7 +19,8 @@ import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './d
 import type { TrainPpoOptions } from './flags.ts';
 import type { Roles } from './roles.ts';
 import { klOptions } from './options.ts';
-import { publishWeights, type UpdateState, type UpdateStats } from './step.ts';
+import type { UpdateState, UpdateStats } from './step.ts';
+import { publishWeights } from './weight-sync.ts';
 
 /** Where a run's numbers go: the head's metrics API, and lines on the terminal. */
 export interface RunLog {
@@ -182,6 +183,11 @@ export function recordUpdate(
     staleness_max: u.staleMax,
     experience_s: u.experienceMs / 1000,
     train_s: u.trainMs / 1000,
+    // Inside train_s, as the trainer (rank 0) saw it; the rest is calls and moving samples.
+    train_compute_s: u.timing.computeMs / 1000,
+    train_imbalance_s: u.timing.imbalanceMs / 1000,
+    allreduce_s: u.timing.allreduceMs / 1000,
+    optimizer_s: u.timing.optimizerMs / 1000,
     samples: u.samples,
     episodes_failed: state.failed,
     groups_dropped: state.groupsDropped ?? 0,

@@ -5,7 +5,7 @@
  * @module
  */
 import { randomUUID } from 'node:crypto';
-import { defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
+import { actorInfo, defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import type { ActorHandle, RemoteMethod } from '../../runtime/handles.ts';
 import type { Critic } from '../../actors/critic.ts';
@@ -16,6 +16,7 @@ import type { TrainPpoOptions } from './flags.ts';
 import { RoleDiedError, type RoleName } from './errors.ts';
 import { placeRoles, type RolePlacement } from './placement.ts';
 import { everyRank, replicated, roleInits, type Remote, type Roles } from './roles.ts';
+import { loadPolicy } from './weight-sync.ts';
 
 const actorsDir = new URL('../../actors/', import.meta.url);
 const RolloutActor = defineActor<typeof Rollout>(new URL('rollout.ts', actorsDir), 'Rollout');
@@ -113,6 +114,8 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     return remote(h, 'trainer');
   });
   const trainer = replicated(trainerRanks, everyRank.trainer);
+  // Rank 0 (created right after the rollouts) owns the weights the engines fetch.
+  const trainerHandle = handles[rollouts.length]!;
   let reference: Remote<Reference> | undefined;
   if (o.initKlCoef > 0) {
     const h = ReferenceActor.options({ ...place(placement.role('reference')), env }).remote(
@@ -139,17 +142,25 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     reference?.ready(),
     critic?.ready(),
   ]);
-  return {
+  const nodeOf = async (h: ActorHandle<unknown>) => (await actorInfo(h)).nodeId;
+  const nodes = {
+    trainer: await nodeOf(trainerHandle),
+    rollouts: await Promise.all(handles.slice(0, rollouts.length).map(nodeOf)),
+  };
+  const roles: Roles = {
     rollouts,
     trainer,
     ...(reference ? { reference } : {}),
     ...(critic ? { critic } : {}),
+    // Rank 0 puts the weights once; engines fetch them from it (weight-sync.ts).
+    policy: () => trainer.shareWeights(),
+    nodes,
     // The runtime restarts the process (maxRestarts); the handle reconnects to the new one, which
     // then needs its engine loaded and the trainer's current weights before it runs episodes.
     restartRollout: async (i: number) => {
-      const r = rollouts[i]!;
-      await r.ready();
-      await r.updateWeights(await trainer.weights());
+      await rollouts[i]!.ready();
+      nodes.rollouts[i] = await nodeOf(handles[i]!);
+      await loadPolicy(roles, await trainer.shareWeights(), [i]);
     },
     close: async () => {
       await Promise.allSettled(handles.map((h) => kill(h, { noRestart: true })));
@@ -157,4 +168,5 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
       await shutdown();
     },
   };
+  return roles;
 }

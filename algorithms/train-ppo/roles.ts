@@ -9,15 +9,21 @@ import { Reference } from '../../actors/reference.ts';
 import { Rollout } from '../../actors/rollout.ts';
 import { Trainer } from '../../actors/trainer.ts';
 import { join, resolve } from 'node:path';
+import { get, ObjectRef } from '../../runtime/api.ts';
+import type { RefOr } from '../../runtime/handles.ts';
 import { engineUrls, type TrainPpoOptions } from './flags.ts';
 import { policyLossOptions, valueLossOptions } from './options.ts';
+import type { PolicyUpdate } from './weight-sync.ts';
 
-/** `T` with every method returning a promise. */
+/**
+ * `T` with every method returning a promise; each argument may also be a ref to its value, which
+ * is resolved before the method runs (where the role runs, for actors).
+ */
 export type Remote<T> = {
   [K in keyof T as T[K] extends (...a: never[]) => unknown ? K : never]: T[K] extends (
     ...a: infer A
   ) => infer R
-    ? (...a: A) => Promise<Awaited<R>>
+    ? (...a: { [I in keyof A]: RefOr<A[I]> }) => Promise<Awaited<R>>
     : never;
 };
 
@@ -27,6 +33,13 @@ export interface Roles {
   trainer: Remote<Trainer>;
   reference?: Remote<Reference>;
   critic?: Remote<Critic>;
+  /** The trainer's current weights as the engines take them (`weight-sync.ts`). */
+  policy(): Promise<PolicyUpdate>;
+  /**
+   * The node each role runs on (remote roles), so weights cross to each node once; absent
+   * in-process (one process, one node).
+   */
+  nodes?: { trainer: string | undefined; rollouts: (string | undefined)[] };
   /** Restarts a dead rollout (remote roles only); resolves when it is ready again. */
   restartRollout?: (i: number) => Promise<void>;
   close(): Promise<void>;
@@ -38,7 +51,11 @@ export function local<T extends object>(obj: T): Remote<T> {
     get(target, prop) {
       const v = (target as Record<string | symbol, unknown>)[prop];
       if (typeof v !== 'function') return undefined;
-      return async (...args: unknown[]) => (v as (...a: unknown[]) => unknown).apply(target, args);
+      return async (...args: unknown[]) => {
+        // Top-level refs are resolved before the call, as the runtime does for an actor.
+        const resolved = await Promise.all(args.map((a) => (a instanceof ObjectRef ? get(a) : a)));
+        return (v as (...a: unknown[]) => unknown).apply(target, resolved);
+      };
     },
   }) as unknown as Remote<T>;
 }
@@ -149,6 +166,10 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
     trainer: local(trainer),
     ...(reference ? { reference: local(reference) } : {}),
     ...(critic ? { critic: local(critic) } : {}),
+    policy: async () => {
+      const w = trainer.weights();
+      return { version: w.version, weights: w };
+    },
     close: async () => {
       await Promise.all(rollouts.map((r) => r.close()));
       trainer.dispose();

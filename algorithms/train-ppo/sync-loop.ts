@@ -9,7 +9,8 @@
 import { afterStep, recordUpdate, type RunContext } from './context.ts';
 import { recordEpisodes } from './episodes.ts';
 import { account, generate } from './generate.ts';
-import { filterGroups, publishWeights, trainOn } from './step.ts';
+import { filterGroups, trainOn } from './step.ts';
+import { publishWeights } from './weight-sync.ts';
 
 /** The synchronous (on-policy, hybrid) loop. */
 export async function syncLoop(ctx: RunContext): Promise<void> {
@@ -55,6 +56,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       ...recordUpdate(ctx, kept, u, passRate),
       generate_s: genMs / 1000,
       weight_sync_s: sync.syncMs / 1000,
+      weight_sync_share: sync.syncMs / stepMs,
       step_s: stepMs / 1000,
       samples_per_s: (u.samples * 1000) / stepMs,
       tokens_per_s: (u.tokens * 1000) / stepMs,

@@ -28,7 +28,7 @@ import {
   packagesDir,
   unpackArchive,
 } from '../head/jobs/working-dir.ts';
-import { removeShmFilesOf } from '../client/shm.ts';
+import { largePageMallocEnv, removeShmFilesOf } from '../client/shm.ts';
 import { readEnv } from '../env.ts';
 import { logger } from '../log.ts';
 import {
@@ -262,7 +262,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     if (this.closing || this.warm.length >= want || this.starting > 0 || this.startQueue.length > 0)
       return;
     const child = spawn(process.execPath, this.workerArgv(), {
-      env: { ...process.env, ...this.opts.env, RTJOB_WARM: '1' },
+      env: this.withLargePages({ ...process.env, ...this.opts.env, RTJOB_WARM: '1' }),
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     });
     this.warm.push(child);
@@ -280,6 +280,14 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     child.once('close', drop);
     child.once('error', drop);
     child.unref();
+  }
+
+  /**
+   * A worker's environment with glibc backing large allocations by huge pages (see
+   * `largePageMallocEnv`): a worker's fetched objects and results land in fresh buffers.
+   */
+  private withLargePages(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+    return { ...env, GLIBC_TUNABLES: largePageMallocEnv(env.GLIBC_TUNABLES) };
   }
 
   private workerArgv(): string[] {
@@ -546,7 +554,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     const child =
       warm ??
       spawn(process.execPath, this.workerArgv(), {
-        env,
+        env: this.withLargePages(env),
         stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       });
     this.release(child);

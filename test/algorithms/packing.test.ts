@@ -2,7 +2,13 @@ import * as tf from '@tensorflow/tfjs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { aggregateLoss, type LossAggregation } from '../../algorithms/loss-aggregation.ts';
-import { lossWeights, microBatches, packMicroBatches, padRows } from '../../algorithms/packing.ts';
+import {
+  lossWeights,
+  microBatches,
+  packMicroBatches,
+  padRows,
+  rankMicroBatches,
+} from '../../algorithms/packing.ts';
 import { ppoActorLoss } from '../../algorithms/policy-loss.ts';
 import { near, throwsCode } from './helpers.ts';
 
@@ -166,6 +172,43 @@ test('microBatches with a token budget packs first-fit decreasing, capped by cou
     ],
   );
   assert.throws(() => microBatches([1], { maxSamples: 0 }), /--micro-train-batch-size/);
+});
+
+/** Rows × longest row, summed over micro-batches. */
+const paddedCost = (lengths: number[], cuts: { indices: number[] }[]) =>
+  cuts.reduce((c, b) => c + b.indices.length * Math.max(...b.indices.map((i) => lengths[i]!)), 0);
+
+test('rankMicroBatches gives each data-parallel rank a share of about equal padded cost', () => {
+  // 32 lengths from 30 to 84, shuffled: cut by count, one rank would get all the long ones.
+  const lengths = Array.from(
+    { length: 32 },
+    (_, i) => 30 + Math.round((54 * ((i * 13) % 32)) / 31),
+  );
+  const opts = { maxSamples: 16 };
+  const byCount = microBatches(lengths, opts).map((b) => paddedCost(lengths, [b]));
+  const shares = [0, 1].map((rank) => rankMicroBatches(lengths, { ...opts, rank, worldSize: 2 }));
+  const costs = shares.map((s) => paddedCost(lengths, s));
+  assert.ok(Math.max(...costs) < 0.85 * Math.max(...byCount), `${costs} vs ${byCount}`);
+  assert.ok(Math.abs(costs[0]! - costs[1]!) <= 84, `balanced to within one sample: ${costs}`);
+  assert.ok(shares.flat().every((b) => b.indices.length <= 16));
+  const all = shares.flat().flatMap((b) => b.indices);
+  assert.equal(
+    [...all].sort((a, b) => a - b),
+    lengths.map((_, i) => i),
+    'each sample once',
+  );
+  // One rank is the plain cut; more ranks than samples leave some without work.
+  assert.equal(
+    rankMicroBatches(lengths, { ...opts, rank: 0, worldSize: 1 }),
+    microBatches(lengths, opts),
+  );
+  const few = [0, 1, 2].map((rank) =>
+    rankMicroBatches([5, 7], { maxSamples: 4, rank, worldSize: 3 }),
+  );
+  assert.equal(
+    few.map((s) => s.flatMap((b) => b.indices)),
+    [[0], [1], []],
+  );
 });
 
 test.run();

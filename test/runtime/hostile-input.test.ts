@@ -8,7 +8,7 @@ import * as assert from 'uvu/assert';
 import { WebSocket } from 'ws';
 import { type Head, startHead } from '../../runtime/head/head.ts';
 import { setLogSink } from '../../runtime/log.ts';
-import { type Message, pack } from '../../runtime/protocol.ts';
+import { pack, unpack } from '../../runtime/protocol.ts';
 import {
   type Connection,
   connect,
@@ -27,8 +27,6 @@ test.before(async () => {
 test.after(async () => {
   await head.close();
 });
-
-const raw = (m: Record<string, unknown>) => m as unknown as Message;
 
 async function driver(): Promise<Connection> {
   const conn = await connect(head.address, { token: head.token, handler: () => undefined });
@@ -93,20 +91,52 @@ test('D13: type-confused kvPut / kvGet / registerNode fields get InvalidArgument
   d.close('test');
 });
 
-test('D2: fragments before registering close the connection; declared sizes reserve nothing', async () => {
-  const early = await connect(head.address, { token: head.token, handler: () => undefined });
-  const why = new Promise<string>((resolve) => early.onClose(resolve));
-  early.send(
-    raw({ type: 'fragment', fid: 1, total: 2 ** 31 - 2, offset: 0, data: new Uint8Array(16) }),
+/**
+ * A peer on a plain ws socket, for frames a well-behaved `Connection` never sends: a fragment is
+ * a header message followed by a frame of raw bytes.
+ */
+async function rawPeer(address: string, token: string) {
+  const ws = new WebSocket(`ws://${address}`, { headers: { authorization: `Bearer ${token}` } });
+  await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
+  const gone = new Promise<string>((resolve) =>
+    ws.once('close', (_code, why: Buffer) => resolve(why.toString())),
   );
-  assert.match(await why, /fragment before registering/);
+  let rid = 1;
+  return {
+    gone,
+    /** Sends a request and resolves with the reply's value. */
+    request(m: Record<string, unknown>): Promise<unknown> {
+      const mine = rid++;
+      ws.send(pack({ ...m, rid: mine }));
+      return new Promise((resolve) => {
+        const on = (data: Buffer) => {
+          const r = unpack(data) as { rid?: number; value?: unknown };
+          if (r.rid !== mine) return;
+          ws.off('message', on);
+          resolve(r.value);
+        };
+        ws.on('message', on);
+      });
+    },
+    fragment(h: { fid: number; total: number; offset: number }, data: Uint8Array): void {
+      ws.send(pack({ type: 'fragment', ...h, bytes: data.length }));
+      ws.send(data);
+    },
+    /** Sends one frame of raw bytes. */
+    frame: (bytes: Uint8Array) => ws.send(bytes),
+  };
+}
 
-  const d = await driver();
+test('D2: fragments before registering close the connection; declared sizes reserve nothing', async () => {
+  const early = await rawPeer(head.address, head.token);
+  early.fragment({ fid: 1, total: 2 ** 31 - 2, offset: 0 }, new Uint8Array(16));
+  assert.match(await early.gone, /fragment before registering/);
+
+  const d = await rawPeer(head.address, head.token);
+  await d.request({ type: 'registerClient', kind: 'driver', pid: process.pid });
   const before = fragmentBytesInFlight();
   for (let fid = 1; fid <= 60; fid++) {
-    d.send(
-      raw({ type: 'fragment', fid, total: 200 * 1024 * 1024, offset: 0, data: new Uint8Array(16) }),
-    );
+    d.fragment({ fid, total: 200 * 1024 * 1024, offset: 0 }, new Uint8Array(16));
   }
   const t0 = Date.now();
   assert.is(await d.request({ type: 'kvGet', key: 'x' }), null);
@@ -116,30 +146,33 @@ test('D2: fragments before registering close the connection; declared sizes rese
     `holds only what arrived (${fragmentBytesInFlight()})`,
   );
   // More concurrent assemblies than a sender ever uses: the connection goes, its bytes are freed.
-  const gone = new Promise<string>((resolve) => d.onClose(resolve));
   for (let fid = 61; fid <= 70; fid++) {
-    d.send(raw({ type: 'fragment', fid, total: 1024, offset: 0, data: new Uint8Array(16) }));
+    d.fragment({ fid, total: 1024, offset: 0 }, new Uint8Array(16));
   }
-  assert.match(await gone, /fragmented messages at once/);
+  assert.match(await d.gone, /fragmented messages at once/);
   await until(() => fragmentBytesInFlight() === before, 2000, 'bytes released');
 });
 
 test('fragments in flight are bounded per connection', async () => {
   const server = await listen({ token: 't', handler: () => 'ok', maxBytesInFlight: 1024 * 1024 });
-  const c = await connect(server.address, { token: 't', handler: () => undefined });
-  const gone = new Promise<string>((resolve) => c.onClose(resolve));
+  const c = await rawPeer(server.address, 't');
   for (let fid = 1; fid <= 3; fid++) {
-    c.send(
-      raw({
-        type: 'fragment',
-        fid,
-        total: 10 * 1024 * 1024,
-        offset: 0,
-        data: new Uint8Array(512 * 1024),
-      }),
-    );
+    c.fragment({ fid, total: 10 * 1024 * 1024, offset: 0 }, new Uint8Array(512 * 1024));
   }
-  assert.match(await gone, /fragments in flight over this connection's 1048576 bytes/);
+  assert.match(await c.gone, /fragments in flight over this connection's 1048576 bytes/);
+  await server.close();
+});
+
+test('a fragment header must end its frame and be followed by exactly its bytes', async () => {
+  const server = await listen({ token: 't', handler: () => 'ok' });
+  const header = { type: 'fragment', fid: 1, total: 100, offset: 0, bytes: 20 };
+  const lying = await rawPeer(server.address, 't');
+  lying.frame(pack(header));
+  lying.frame(new Uint8Array(10)); // 20 announced
+  assert.match(await lying.gone, /fragment data does not match its header/);
+  const crowded = await rawPeer(server.address, 't');
+  crowded.frame(Buffer.concat([pack(header), pack({ type: 'ping', rid: 1 })]));
+  assert.match(await crowded.gone, /a fragment header must end its frame/);
   await server.close();
 });
 

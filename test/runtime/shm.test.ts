@@ -1,4 +1,5 @@
-import { readdirSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { defineActor, get, init, kill, put, release, shutdown } from '../../runtime/index.ts';
@@ -74,6 +75,50 @@ test('RTJOB_OBJECT_SHM=0 sends the same values over the socket', async () => {
   assert.is(filesOf(pid).length, 0);
   release(ref);
   await kill(c);
+});
+
+test('a freed object takes its file with it; repeated transfers keep a bounded set of files', async () => {
+  const before = filesOf(process.pid).length;
+  for (let i = 0; i < 4; i++) {
+    const c = ConsumerActor.remote();
+    const ref = put(weights);
+    assert.equal(await c.describe.remote(ref), want);
+    const mine = () => filesOf(process.pid).filter((f) => f.includes(ref.id.replace(/\W/g, '_')));
+    assert.is(mine().length, 1, 'the object has its file while it lives');
+    release(ref);
+    // The consumer's borrow ends with it; the object is freed once the hold after the transfer
+    // (200 ms here) has passed.
+    await kill(c);
+    await until(() => mine().length === 0, 5000, 'the freed object’s file to go');
+  }
+  // Freed files are kept as spares for the next object (at most two), never accumulated.
+  assert.ok(filesOf(process.pid).length <= before + 2, `${filesOf(process.pid).length} files`);
+});
+
+test('workers start with large allocations backed by huge pages (glibc tunable)', async () => {
+  const c = ConsumerActor.remote();
+  assert.match(String(await c.env.remote('GLIBC_TUNABLES')), /glibc\.malloc\.hugetlb=1/);
+  await kill(c);
+});
+
+test('files of a process killed with SIGKILL are removed by the next process to use the directory', () => {
+  const shm = new URL('../../runtime/client/shm.ts', import.meta.url).href;
+  const run = (code: string) =>
+    spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
+      encoding: 'utf8',
+    });
+  // A process writes an object's file and dies without its exit hook.
+  const writer = run(
+    `const { writeShm, installShmCodec } = await import('${shm}'); installShmCodec();` +
+      `const v = await writeShm(new Float32Array(1 << 18), 'orphan', false);` +
+      `console.log(v.name); process.kill(process.pid, 'SIGKILL');`,
+  );
+  const name = writer.stdout.trim();
+  assert.ok(name.startsWith(`${writer.pid}-`), `a file name (${writer.stderr})`);
+  assert.ok(existsSync(`${shmDir}/${name}`), 'left behind by the killed process');
+  const sweeper = run(`const { machineId } = await import('${shm}'); machineId();`);
+  assert.is(sweeper.status, 0, sweeper.stderr);
+  assert.not.ok(existsSync(`${shmDir}/${name}`), 'swept');
 });
 
 test.run();

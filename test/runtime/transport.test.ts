@@ -89,6 +89,40 @@ test('a large message is fragmented and does not hold up small ones', async () =
   c.close();
 });
 
+test('large arrays travel out of band: every kind intact, a snapshot at send, views on arrival', async () => {
+  const c = await connect(server.address, { token, chunkBytes: 256 * 1024 });
+  const value = {
+    f32: Float32Array.from({ length: 300_000 }, (_, i) => i / 2),
+    f64: Float64Array.from({ length: 70_000 }, (_, i) => -i),
+    buf: Buffer.alloc(100_000, 9),
+    i8: new Int8Array(90_000).fill(-3),
+    small: new Uint16Array([1, 2, 3]),
+    nested: [{ name: 'w', big: new Uint32Array(40_000).fill(5) }],
+    meta: { step: 3, tag: 'x' },
+  };
+  const reply = c.request({ type: 'call', method: 'echo', args: [value] });
+  // The message was copied when it was sent: changing the arrays now does not reach the peer.
+  value.f32.fill(0);
+  value.nested[0]!.big.fill(0);
+  const back = (await reply) as typeof value;
+  assert.ok(back.f32 instanceof Float32Array);
+  assert.is(back.f32[299_999], 299_999 / 2);
+  assert.ok(back.f64 instanceof Float64Array);
+  assert.is(back.f64[69_999], -69_999);
+  assert.ok(Buffer.isBuffer(back.buf));
+  assert.is(back.buf.length, 100_000);
+  assert.is(back.buf[99_999], 9);
+  assert.ok(back.i8 instanceof Int8Array);
+  assert.is(back.i8[5], -3);
+  assert.equal([...back.small], [1, 2, 3]);
+  assert.is(back.nested[0]!.name, 'w');
+  assert.is(back.nested[0]!.big[39_999], 5);
+  assert.equal(back.meta, { step: 3, tag: 'x' });
+  // Views into the one buffer the message arrived in, not copies of each array.
+  assert.is(back.f32.buffer, back.f64.buffer);
+  c.close();
+});
+
 test('malformed, oversized, text and unknown frames close only that connection', async () => {
   const cases: [string, (ws: WebSocket) => void, RegExp][] = [
     ['garbage', (ws) => ws.send(Buffer.from([0xc1, 0xff, 0x00])), /no string type|not an object/],
@@ -107,8 +141,10 @@ test('malformed, oversized, text and unknown frames close only that connection',
     ['oversized', (ws) => ws.send(Buffer.alloc(5 * 1024 * 1024)), /socket error|Max payload/i],
     [
       'bad fragment',
-      (ws) =>
-        ws.send(pack({ type: 'fragment', fid: 1, total: 10, offset: 5, data: Buffer.alloc(2) })),
+      (ws) => {
+        ws.send(pack({ type: 'fragment', fid: 1, total: 10, offset: 5, bytes: 2 }));
+        ws.send(Buffer.alloc(2));
+      },
       /fragment/,
     ],
   ];

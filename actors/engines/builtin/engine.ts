@@ -17,6 +17,7 @@ import type {
   GenerateRequest,
   GenerateResult,
   InferenceEngine,
+  NamedTensors,
   PauseOptions,
   StopReason,
   WeightUpdate,
@@ -332,6 +333,13 @@ export class BuiltinEngine implements InferenceEngine {
     if (this.offloaded) this.offloaded = { ...this.offloaded, ...tensors };
     else this.model!.importWeights(tensors, { strict: false });
     this.version = version;
+  }
+
+  /** The weights it serves now (HF names and shapes), asleep or awake. */
+  exportWeights(): NamedTensors {
+    if (this.offloaded) return this.offloaded;
+    if (!this.model) throw new Error('BuiltinEngine is closed');
+    return this.model.exportWeights();
   }
 
   /** Aborts running requests, frees the KV cache and (for a model it loaded) offloads the weights. */

@@ -19,6 +19,7 @@ import { OpsError } from './errors.ts';
 import { type JobInfo, type JobStatus, type OpsStore, terminalJobStatuses } from './ops-store.ts';
 import { isPackageHash } from './working-dir.ts';
 import { pidAlive } from '../../pid.ts';
+import { largePageMallocEnv } from '../../client/shm.ts';
 
 /** A job as submitted over the API or by the CLI. */
 export interface JobSubmitRequest {
@@ -380,7 +381,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     // RTJOB_WORKING_DIR travels in the job env to every worker, which runs in it too.
     // RTJOB_PACKAGE lets a node without the head's copy fetch the package and run in its own.
     const pkg = /^pkg:\/\/([0-9a-f]{64})$/.exec(job.workingDir ?? '')?.[1];
-    const jobEnv = {
+    const jobEnv: Record<string, string> = {
       ...this.#opts.store.inheritedEnv(job.jobId),
       ...job.env,
       RTJOB_WORKING_DIR: cwd,
@@ -404,6 +405,8 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
             ...process.env,
             ...this.#opts.clusterEnv(),
             ...jobEnv,
+            // Objects the driver gets land in fresh buffers: back them with huge pages.
+            GLIBC_TUNABLES: largePageMallocEnv(jobEnv.GLIBC_TUNABLES ?? process.env.GLIBC_TUNABLES),
             RTJOB_JOB_ID: job.jobId,
             RTJOB_JOB_ENV: JSON.stringify(jobEnv),
           },
