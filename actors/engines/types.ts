@@ -29,6 +29,15 @@ export interface GenerationConfig {
   seed?: number;
 }
 
+/** New tokens of one sample, as {@link GenerateRequest.onTokens} is told of them. */
+export interface TokenDelta {
+  /** Which sample: 0 for `generate`, i for the i-th of `generateN`. */
+  sample: number;
+  tokens: number[];
+  /** Logprob of each token, as in {@link GenerateResult.outputLogprobs}. */
+  logprobs: number[];
+}
+
 /** One generation request. */
 export interface GenerateRequest {
   /** Request id; requests with the same id are routed to the same server (prefix cache). */
@@ -36,6 +45,13 @@ export interface GenerateRequest {
   /** Prompt token ids (for a continued request: prompt + partial output so far). */
   inputIds: number[];
   gconfig?: GenerationConfig;
+  /**
+   * Told of each sample's new tokens in order, before the call resolves, so a caller can stream
+   * them: the builtin engine at every decode step, the HTTP engines once per answered request
+   * (the whole output, or each segment of an interrupted one). Every output token is told exactly
+   * once. Stays in the calling process (never sent to a server or another actor).
+   */
+  onTokens?: (delta: TokenDelta) => void;
 }
 
 /**

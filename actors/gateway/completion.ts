@@ -5,13 +5,18 @@
  *
  * @module
  */
-import { randomBytes } from 'node:crypto';
-import type { GenerateResult, GenerationConfig, InferenceEngine } from '../engines/types.ts';
+import type {
+  GenerateResult,
+  GenerationConfig,
+  InferenceEngine,
+  TokenDelta,
+} from '../engines/types.ts';
 import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
 import type { CompletionRequest } from './chat-request.ts';
+import { ChoiceStream, type StreamSink, toolCallId } from './choice-stream.ts';
 import { GatewayError } from './errors.ts';
 import type { TokenSession } from './token-session.ts';
-import type { ToolCallParser } from './tool-parsers.ts';
+import { parseCompletion, type ToolCallParser } from './tool-parsers.ts';
 
 /** The engine calls a gateway makes. */
 export type GatewayEngine = Pick<InferenceEngine, 'generate' | 'generateN' | 'getVersion'>;
@@ -60,13 +65,15 @@ export interface CompletionResult {
 
 /**
  * Renders, generates, records and parses one request. `abandoned` tells whether the client went
- * away meanwhile (aborted its request): a completion the agent never saw is not trained on.
+ * away meanwhile (aborted its request): a completion the agent never saw is not trained on. With
+ * a `sink`, each choice's content and tool calls are sent to it as they are generated.
  */
 export async function complete(
   ctx: CompletionContext,
   req: CompletionRequest,
   session?: TokenSession,
   abandoned: () => boolean = () => false,
+  sink?: StreamSink,
 ): Promise<CompletionResult> {
   const promptIds = renderPrompt(ctx.tokenizer, req);
   const room = ctx.contextLength - promptIds.length;
@@ -88,11 +95,28 @@ export async function complete(
     ...(s.stop.length ? { stop: s.stop } : {}),
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
   };
+  const maxStopChars = Math.max(0, ...s.stop.map((x) => x.length));
+  const streams = sink
+    ? Array.from(
+        { length: s.n },
+        (_, i) =>
+          new ChoiceStream(
+            i,
+            ctx.tokenizer,
+            req.parseTools ? ctx.parser : undefined,
+            sink,
+            maxStopChars,
+          ),
+      )
+    : undefined;
+  const onTokens = streams
+    ? (d: TokenDelta) => streams[d.sample]?.push(d.tokens, d.logprobs)
+    : undefined;
   const claim = session?.begin(promptIds);
   const t0 = performance.now();
   let outputs: GenerateResult[];
   try {
-    outputs = await generate(ctx.engine, promptIds, gconfig, s.n);
+    outputs = await generate(ctx.engine, promptIds, gconfig, s.n, onTokens);
   } catch (err) {
     if (claim) session!.release(claim);
     const why = err instanceof Error ? err.message : String(err);
@@ -102,6 +126,7 @@ export async function complete(
   if (claim && abandoned()) session!.release(claim);
   else if (claim) session!.record(claim, outputs);
   const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index));
+  streams?.forEach((st, i) => st.finish(choices[i]!));
   return {
     promptTokens: promptIds.length,
     completionTokens: outputs.reduce((n, o) => n + o.outputTokens.length, 0),
@@ -143,18 +168,21 @@ async function generate(
   promptIds: number[],
   gconfig: GenerationConfig,
   n: number,
+  onTokens: ((d: TokenDelta) => void) | undefined,
 ): Promise<GenerateResult[]> {
+  const tell = onTokens ? { onTokens } : {};
   const first =
     n === 1
-      ? [await engine.generate({ inputIds: promptIds, gconfig })]
-      : await engine.generateN({ inputIds: promptIds, gconfig: { ...gconfig, n } });
+      ? [await engine.generate({ inputIds: promptIds, gconfig, ...tell })]
+      : await engine.generateN({ inputIds: promptIds, gconfig: { ...gconfig, n }, ...tell });
   return Promise.all(
-    first.map(async (out) => {
+    first.map(async (out, sample) => {
       const budget = gconfig.maxNewTokens ?? 256;
       while (out.stopReason === 'abort' && out.outputTokens.length < budget) {
         const more = await engine.generate({
           inputIds: [...promptIds, ...out.outputTokens],
           gconfig: { ...gconfig, maxNewTokens: budget - out.outputTokens.length },
+          ...(onTokens ? { onTokens: (d: TokenDelta) => onTokens({ ...d, sample }) } : {}),
         });
         out = {
           outputTokens: [...out.outputTokens, ...more.outputTokens],
@@ -186,12 +214,9 @@ function choiceOf(
   const stop = req.sampling.stop.find((st) => text.endsWith(st));
   if (out.stopReason === 'stop' && stop !== undefined) text = text.slice(0, -stop.length);
   const parsed = req.parseTools
-    ? ctx.parser.parse(text)
+    ? parseCompletion(ctx.parser, text)
     : { content: text === '' ? null : text, toolCalls: [] };
-  const toolCalls = parsed.toolCalls.map((c) => ({
-    id: `call_${randomBytes(12).toString('hex')}`,
-    ...c,
-  }));
+  const toolCalls = parsed.toolCalls.map((c) => ({ id: toolCallId(), ...c }));
   const finishReason =
     toolCalls.length > 0 ? 'tool_calls' : out.stopReason === 'length' ? 'length' : 'stop';
   return {

@@ -48,6 +48,9 @@ const idleTurnMs = 0.05;
 const maxTurnsBetweenSteps = 32;
 
 interface Active {
+  /** Sample index told to `onTokens`. */
+  sample: number;
+  onTokens: GenerateRequest['onTokens'];
   prompt: number[];
   tokens: number[];
   logprobs: number[];
@@ -63,6 +66,15 @@ interface Active {
   reject: (e: Error) => void;
   /** Next-token logits of this row (after prefill or the last decode step). */
   logits?: Float32Array;
+}
+
+// A listener's error must not stop the decode loop every other request shares.
+function tell(a: Active, token: number, logprob: number): void {
+  try {
+    a.onTokens!({ sample: a.sample, tokens: [token], logprobs: [logprob] });
+  } catch {
+    a.onTokens = undefined;
+  }
 }
 
 /**
@@ -134,7 +146,7 @@ export class BuiltinEngine implements InferenceEngine {
   generate(req: GenerateRequest): Promise<GenerateResult> {
     if ((req.gconfig?.n ?? 1) !== 1)
       return Promise.reject(new Error('generate: gconfig.n must be 1; use generateN'));
-    return this.submit(req, req.gconfig?.seed);
+    return this.submit(req, req.gconfig?.seed, 0);
   }
 
   async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
@@ -142,12 +154,16 @@ export class BuiltinEngine implements InferenceEngine {
     const seed = req.gconfig?.seed;
     return Promise.all(
       Array.from({ length: n }, (_, i) =>
-        this.submit(req, seed === undefined ? undefined : seed + i),
+        this.submit(req, seed === undefined ? undefined : seed + i, i),
       ),
     );
   }
 
-  private submit(req: GenerateRequest, seed: number | undefined): Promise<GenerateResult> {
+  private submit(
+    req: GenerateRequest,
+    seed: number | undefined,
+    sample: number,
+  ): Promise<GenerateResult> {
     if (this.closed) return Promise.reject(new Error('BuiltinEngine is closed'));
     const g = req.gconfig ?? {};
     if (!req.inputIds.length) return Promise.reject(new Error('generate: inputIds is empty'));
@@ -167,6 +183,8 @@ export class BuiltinEngine implements InferenceEngine {
       return Promise.reject(new Error('generate: stop strings need a tokenizer'));
     return new Promise<GenerateResult>((resolve, reject) => {
       this.pending.push({
+        sample,
+        onTokens: req.onTokens,
         prompt: [...req.inputIds],
         tokens: [],
         logprobs: [],
@@ -255,6 +273,7 @@ export class BuiltinEngine implements InferenceEngine {
           a.logprobs.push(logprob);
           a.versions.push(this.version);
           this.stats.generatedTokens++;
+          if (a.onTokens) tell(a, token, logprob);
           const reason = this.stopReason(a, token);
           if (reason) this.finish(a, reason);
           else {
