@@ -27,6 +27,18 @@ export interface GenerationConfig {
   n?: number;
   /** Seed for this request's sampler; unset means the engine's stream. */
   seed?: number;
+  /**
+   * Also return, for every generated token, this many most likely tokens with their logprobs
+   * (same tempered distribution as `outputLogprobs`). Only engines whose `maxTopLogprobs` is at
+   * least this take it; the others refuse it. @default 0
+   */
+  topLogprobs?: number;
+}
+
+/** The most likely tokens at one position, most likely first. */
+export interface TopLogprobs {
+  ids: number[];
+  logprobs: number[];
 }
 
 /** New tokens of one sample, as {@link GenerateRequest.onTokens} is told of them. */
@@ -36,6 +48,8 @@ export interface TokenDelta {
   tokens: number[];
   /** Logprob of each token, as in {@link GenerateResult.outputLogprobs}. */
   logprobs: number[];
+  /** With `gconfig.topLogprobs`: the alternatives at each token's position. */
+  top?: TopLogprobs[];
 }
 
 /** One generation request. */
@@ -67,6 +81,8 @@ export interface GenerateResult {
   outputLogprobs: number[];
   /** Policy version that produced each token. */
   outputVersions: number[];
+  /** With `gconfig.topLogprobs`: the most likely tokens at each position. */
+  outputTopLogprobs?: TopLogprobs[];
   stopReason: StopReason;
   /** Wall time of the request in milliseconds. */
   latencyMs?: number;
@@ -90,6 +106,8 @@ export interface PauseOptions {
 export interface InferenceEngine {
   /** `builtin`, `sglang` or `vllm`. */
   readonly kind: string;
+  /** The largest `gconfig.topLogprobs` the engine takes; unset: it returns no alternatives. */
+  readonly maxTopLogprobs?: number;
   /** One sample (`gconfig.n` must be 1 or unset). */
   generate(req: GenerateRequest): Promise<GenerateResult>;
   /** `gconfig.n` samples of the same prompt. */

@@ -7,6 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
+import type { TopLogprobs } from '../engines/types.ts';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
 import type { ChatRequest } from './chat-request.ts';
 import type { ChoiceStream, StreamSink } from './choice-stream.ts';
@@ -30,18 +31,23 @@ function toolCallsOf(c: CompletionChoice) {
   }));
 }
 
-function logprobsOf(tok: ChatTokenizer, ids: number[], logprobs: number[]) {
+/** OpenAI's `logprobs.content`: each token, its logprob, and the alternatives when asked. */
+function logprobsOf(
+  tok: ChatTokenizer,
+  ids: number[],
+  logprobs: number[],
+  top: TopLogprobs[] | undefined,
+) {
+  const entry = (id: number, logprob: number) => {
+    const token = tok.decode([id], { skipSpecialTokens: false });
+    return { token, logprob, bytes: [...Buffer.from(token)] };
+  };
   return {
-    content: ids.map((id, i) => {
-      const token = tok.decode([id], { skipSpecialTokens: false });
-      // Only the sampled token is known; engines do not return alternatives.
-      return {
-        token,
-        logprob: logprobs[i] ?? 0,
-        bytes: [...Buffer.from(token)],
-        top_logprobs: [],
-      };
-    }),
+    content: ids.map((id, i) => ({
+      ...entry(id, logprobs[i] ?? 0),
+      top_logprobs: (top?.[i]?.ids ?? []).map((t, j) => entry(t, top![i]!.logprobs[j]!)),
+    })),
+    refusal: null,
   };
 }
 
@@ -66,7 +72,7 @@ export function chatCompletionBody(
         refusal: null,
         ...(c.toolCalls.length ? { tool_calls: toolCallsOf(c) } : {}),
       },
-      logprobs: req.sampling.logprobs ? logprobsOf(tok, c.ids, c.logprobs) : null,
+      logprobs: req.sampling.logprobs ? logprobsOf(tok, c.ids, c.logprobs, c.top) : null,
       finish_reason: c.finishReason,
     })),
     usage: chatUsage(r),
@@ -143,7 +149,7 @@ export class ChatCompletionStream implements StreamSink {
     this.start();
     const lp = this.req.sampling.logprobs ? choice.takeUnreported() : undefined;
     this.send(choice.index, delta, {
-      ...(lp?.ids.length ? { logprobs: logprobsOf(this.tok, lp.ids, lp.logprobs) } : {}),
+      ...(lp?.ids.length ? { logprobs: logprobsOf(this.tok, lp.ids, lp.logprobs, lp.top) } : {}),
       ...extra,
     });
   }

@@ -75,12 +75,14 @@ export function parseChatRequest(body: unknown): ChatRequest {
   const streamOptions = v.optional(b['stream_options'], (x) => v.object(x, 'stream_options'));
   const topLogprobs =
     v.optional(b['top_logprobs'], (x) => v.integer(x, 'top_logprobs', 0, 20)) ?? 0;
+  const logprobs = v.optional(b['logprobs'], (x) => v.boolean(x, 'logprobs')) ?? false;
+  if (topLogprobs > 0 && !logprobs) throw badField('top_logprobs', 'needs logprobs: true');
   const sampling: SamplingRequest = {
     ...optionalSampling(b),
     ...(maxTokens !== undefined ? { maxTokens } : {}),
     stop: stopList(b['stop']),
     n: v.optional(b['n'], (x) => v.integer(x, 'n', 1, 16)) ?? 1,
-    logprobs: v.optional(b['logprobs'], (x) => v.boolean(x, 'logprobs')) ?? false,
+    logprobs,
     topLogprobs,
   };
   return {

@@ -11,6 +11,7 @@
  * @module
  */
 import { randomBytes } from 'node:crypto';
+import type { TopLogprobs } from '../engines/types.ts';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
 import type { CompletionChoice, ToolCallOut } from './completion.ts';
 import type { ToolCallParser } from './tool-parsers.ts';
@@ -34,6 +35,7 @@ export function toolCallId(): string {
 export class ChoiceStream {
   private readonly ids: number[] = [];
   private readonly logprobs: number[] = [];
+  private readonly top: TopLogprobs[] = [];
   private text = '';
   /** Tokens decoded into `text` so far. */
   private decoded = 0;
@@ -51,9 +53,10 @@ export class ChoiceStream {
   ) {}
 
   /** Takes new tokens and sends what they settle. */
-  push(tokens: number[], logprobs: number[]): void {
+  push(tokens: number[], logprobs: number[], top?: TopLogprobs[]): void {
     this.ids.push(...tokens);
     this.logprobs.push(...logprobs);
+    if (top) this.top.push(...top);
     // The last token may be the end token, which is not content: decode it when another follows.
     const last = this.ids[this.ids.length - 1]!;
     const upTo = this.isSpecial(last) ? this.ids.length - 1 : this.ids.length;
@@ -82,10 +85,14 @@ export class ChoiceStream {
   }
 
   /** Ids and logprobs of the tokens no chunk has carried yet (chat `logprobs` per chunk). */
-  takeUnreported(): { ids: number[]; logprobs: number[] } {
+  takeUnreported(): { ids: number[]; logprobs: number[]; top: TopLogprobs[] } {
     const from = this.reported;
     this.reported = this.ids.length;
-    return { ids: this.ids.slice(from), logprobs: this.logprobs.slice(from) };
+    return {
+      ids: this.ids.slice(from),
+      logprobs: this.logprobs.slice(from),
+      top: this.top.slice(from),
+    };
   }
 
   private isSpecial(id: number): boolean {

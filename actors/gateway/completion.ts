@@ -10,6 +10,7 @@ import type {
   GenerationConfig,
   InferenceEngine,
   TokenDelta,
+  TopLogprobs,
 } from '../engines/types.ts';
 import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
 import type { CompletionRequest } from './chat-request.ts';
@@ -19,7 +20,11 @@ import type { TokenSession } from './token-session.ts';
 import { parseCompletion, type ToolCallParser } from './tool-parsers.ts';
 
 /** The engine calls a gateway makes. */
-export type GatewayEngine = Pick<InferenceEngine, 'generate' | 'generateN' | 'getVersion'>;
+export type GatewayEngine = Pick<
+  InferenceEngine,
+  'generate' | 'generateN' | 'getVersion' | 'maxTopLogprobs'
+> &
+  Partial<Pick<InferenceEngine, 'kind'>>;
 
 /** What completions are generated with. */
 export interface CompletionContext {
@@ -49,6 +54,8 @@ export interface CompletionChoice {
   index: number;
   ids: number[];
   logprobs: number[];
+  /** With `top_logprobs`: the most likely tokens at each position. */
+  top: TopLogprobs[] | undefined;
   content: string | null;
   toolCalls: ToolCallOut[];
   finishReason: 'stop' | 'length' | 'tool_calls';
@@ -86,6 +93,17 @@ export async function complete(
     );
   }
   const s = req.sampling;
+  if (s.topLogprobs > 0 && s.topLogprobs > (ctx.engine.maxTopLogprobs ?? 0)) {
+    const kind = ctx.engine.kind ?? 'inference';
+    throw new GatewayError(
+      400,
+      'invalid_request',
+      ctx.engine.maxTopLogprobs
+        ? `top_logprobs: the ${kind} engine returns at most ${ctx.engine.maxTopLogprobs} alternatives`
+        : `top_logprobs: the ${kind} engine returns no alternatives to the sampled token; omit top_logprobs (logprobs alone works)`,
+      'top_logprobs',
+    );
+  }
   const temperature = ctx.fixedSampling?.temperature ?? s.temperature ?? 1;
   const gconfig: GenerationConfig = {
     maxNewTokens: Math.min(s.maxTokens ?? ctx.maxNewTokens, ctx.maxNewTokens, room),
@@ -94,6 +112,7 @@ export async function complete(
     ...(temperature === 0 ? { greedy: true } : {}),
     ...(s.stop.length ? { stop: s.stop } : {}),
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
+    ...(s.topLogprobs > 0 ? { topLogprobs: s.topLogprobs } : {}),
   };
   const maxStopChars = Math.max(0, ...s.stop.map((x) => x.length));
   const streams = sink
@@ -110,7 +129,7 @@ export async function complete(
       )
     : undefined;
   const onTokens = streams
-    ? (d: TokenDelta) => streams[d.sample]?.push(d.tokens, d.logprobs)
+    ? (d: TokenDelta) => streams[d.sample]?.push(d.tokens, d.logprobs, d.top)
     : undefined;
   const claim = session?.begin(promptIds);
   const t0 = performance.now();
@@ -188,6 +207,9 @@ async function generate(
           outputTokens: [...out.outputTokens, ...more.outputTokens],
           outputLogprobs: [...out.outputLogprobs, ...more.outputLogprobs],
           outputVersions: [...out.outputVersions, ...more.outputVersions],
+          ...(out.outputTopLogprobs
+            ? { outputTopLogprobs: [...out.outputTopLogprobs, ...(more.outputTopLogprobs ?? [])] }
+            : {}),
           stopReason: more.stopReason,
         };
       }
@@ -223,6 +245,7 @@ function choiceOf(
     index,
     ids,
     logprobs: out.outputLogprobs,
+    top: out.outputTopLogprobs,
     content: parsed.content,
     toolCalls,
     finishReason,

@@ -11,7 +11,12 @@ import { initBackend } from '../../model/backend.ts';
 import { loadModel, readWeights } from '../../model/checkpoint.ts';
 import { type BatchKVCache, decodeStep, prefill } from '../../model/kv-cache.ts';
 import { CausalLM } from '../../model/llama.ts';
-import { sampleToken, seededRandom, type SamplingParams } from '../../model/sampling.ts';
+import {
+  sampleToken,
+  seededRandom,
+  topLogprobs,
+  type SamplingParams,
+} from '../../model/sampling.ts';
 import type { ChatTokenizer } from '../../model/tokenizer.ts';
 import type {
   GenerateRequest,
@@ -19,6 +24,7 @@ import type {
   InferenceEngine,
   PauseOptions,
   StopReason,
+  TopLogprobs,
   WeightUpdate,
 } from '../types.ts';
 
@@ -55,6 +61,9 @@ interface Active {
   tokens: number[];
   logprobs: number[];
   versions: number[];
+  /** Alternatives asked for per token (0: none) and those found. */
+  topN: number;
+  tops: TopLogprobs[];
   sampling: SamplingParams;
   maxNew: number;
   minNew: number;
@@ -71,7 +80,8 @@ interface Active {
 // A listener's error must not stop the decode loop every other request shares.
 function tell(a: Active, token: number, logprob: number): void {
   try {
-    a.onTokens!({ sample: a.sample, tokens: [token], logprobs: [logprob] });
+    const top = a.topN > 0 ? { top: [a.tops[a.tops.length - 1]!] } : {};
+    a.onTokens!({ sample: a.sample, tokens: [token], logprobs: [logprob], ...top });
   } catch {
     a.onTokens = undefined;
   }
@@ -84,6 +94,7 @@ function tell(a: Active, token: number, logprob: number): void {
  */
 export class BuiltinEngine implements InferenceEngine {
   readonly kind = 'builtin';
+  readonly maxTopLogprobs = 20;
   readonly tokenizer: ChatTokenizer | undefined;
   private model: CausalLM | undefined;
   private readonly ownsModel: boolean;
@@ -181,6 +192,12 @@ export class BuiltinEngine implements InferenceEngine {
     }
     if (g.stop?.length && !this.tokenizer)
       return Promise.reject(new Error('generate: stop strings need a tokenizer'));
+    const topN = g.topLogprobs ?? 0;
+    if (!Number.isInteger(topN) || topN < 0 || topN > this.maxTopLogprobs) {
+      return Promise.reject(
+        new Error(`generate: topLogprobs must be an integer in [0, ${this.maxTopLogprobs}]`),
+      );
+    }
     return new Promise<GenerateResult>((resolve, reject) => {
       this.pending.push({
         sample,
@@ -189,6 +206,8 @@ export class BuiltinEngine implements InferenceEngine {
         tokens: [],
         logprobs: [],
         versions: [],
+        topN,
+        tops: [],
         sampling: {
           temperature: g.temperature ?? 1,
           topK: g.topK ?? 0,
@@ -223,6 +242,7 @@ export class BuiltinEngine implements InferenceEngine {
       outputTokens: a.tokens,
       outputLogprobs: a.logprobs,
       outputVersions: a.versions,
+      ...(a.topN > 0 ? { outputTopLogprobs: a.tops } : {}),
       stopReason: reason,
       latencyMs: performance.now() - a.startMs,
     });
@@ -272,6 +292,7 @@ export class BuiltinEngine implements InferenceEngine {
           a.tokens.push(token);
           a.logprobs.push(logprob);
           a.versions.push(this.version);
+          if (a.topN > 0) a.tops.push(topLogprobs(a.logits!, 0, V, a.sampling.temperature, a.topN));
           this.stats.generatedTokens++;
           if (a.onTokens) tell(a, token, logprob);
           const reason = this.stopReason(a, token);

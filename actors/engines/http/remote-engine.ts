@@ -165,6 +165,12 @@ export function resolveGenerationConfig(g: GenerationConfig = {}): ResolvedGener
     throw new EngineError('config', `n must be ≥ 1, got ${r.n}`);
   if (!(r.temperature >= 0)) throw new EngineError('config', `temperature must be ≥ 0`);
   if (!(r.topP > 0 && r.topP <= 1)) throw new EngineError('config', `topP must be in (0, 1]`);
+  if ((g.topLogprobs ?? 0) > 0) {
+    throw new EngineError(
+      'unsupported',
+      'topLogprobs: the HTTP engines do not ask their servers for alternatives',
+    );
+  }
   return r;
 }
 
