@@ -50,7 +50,11 @@ export class ChoiceStream {
     private readonly parser: ToolCallParser | undefined,
     private readonly sink: StreamSink,
     private readonly maxStopChars: number,
-  ) {}
+    /** Text the answer starts with that the prompt supplied (a forced call's opening). */
+    opening = '',
+  ) {
+    this.text = opening;
+  }
 
   /** Takes new tokens and sends what they settle. */
   push(tokens: number[], logprobs: number[], top?: TopLogprobs[]): void {

@@ -17,6 +17,7 @@ import type { CompletionRequest } from './chat-request.ts';
 import { ChoiceStream, type StreamSink, toolCallId } from './choice-stream.ts';
 import { GatewayError } from './errors.ts';
 import type { TokenSession } from './token-session.ts';
+import { forcedOpening } from './tool-choice.ts';
 import { parseCompletion, type ToolCallParser } from './tool-parsers.ts';
 
 /** The engine calls a gateway makes. */
@@ -82,7 +83,8 @@ export async function complete(
   abandoned: () => boolean = () => false,
   sink?: StreamSink,
 ): Promise<CompletionResult> {
-  const promptIds = renderPrompt(ctx.tokenizer, req);
+  const opening = forcedOpening(ctx.tokenizer, ctx.parser, req.tools, req.toolChoice);
+  const promptIds = renderPrompt(ctx.tokenizer, req, opening);
   const room = ctx.contextLength - promptIds.length;
   if (room <= 0) {
     throw new GatewayError(
@@ -122,9 +124,10 @@ export async function complete(
           new ChoiceStream(
             i,
             ctx.tokenizer,
-            req.parseTools ? ctx.parser : undefined,
+            req.toolChoice === 'none' ? undefined : ctx.parser,
             sink,
             maxStopChars,
+            opening,
           ),
       )
     : undefined;
@@ -144,7 +147,7 @@ export async function complete(
   const engineMs = performance.now() - t0;
   if (claim && abandoned()) session!.release(claim);
   else if (claim) session!.record(claim, outputs);
-  const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index));
+  const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index, opening));
   streams?.forEach((st, i) => st.finish(choices[i]!));
   return {
     promptTokens: promptIds.length,
@@ -154,16 +157,21 @@ export async function complete(
   };
 }
 
-/** The prompt's token ids: the chat template with `tools`, then the policy's tokenizer. */
+/**
+ * The prompt's token ids: the chat template with `tools` (none for `tool_choice: "none"`), then
+ * the forced `opening` of a call (`tool-choice.ts`), tokenized together by the policy's tokenizer.
+ */
 export function renderPrompt(
   tokenizer: ChatTokenizer,
-  req: Pick<CompletionRequest, 'messages' | 'tools'>,
+  req: Pick<CompletionRequest, 'messages' | 'tools' | 'toolChoice'>,
+  opening = '',
 ): number[] {
   let text: string;
+  const tools = req.toolChoice === 'none' ? undefined : req.tools;
   try {
     text = tokenizer.applyChatTemplate(req.messages as unknown as ChatMessage[], {
       addGenerationPrompt: true,
-      ...(req.tools?.length ? { tools: req.tools } : {}),
+      ...(tools?.length ? { tools } : {}),
     });
   } catch (err) {
     // A template's raise_exception (roles must alternate, ...) is the request's fault.
@@ -175,7 +183,7 @@ export function renderPrompt(
       'messages',
     );
   }
-  return tokenizer.encode(text);
+  return tokenizer.encode(text + opening);
 }
 
 /**
@@ -223,6 +231,7 @@ function choiceOf(
   req: CompletionRequest,
   out: GenerateResult,
   index: number,
+  opening: string,
 ): CompletionChoice {
   const ids = out.outputTokens;
   // The closing special token (eos) is not part of the message; other text is kept verbatim so a
@@ -232,12 +241,14 @@ function choiceOf(
     last !== undefined && ctx.tokenizer.decode([last], { skipSpecialTokens: true }) === ''
       ? ids.slice(0, -1)
       : ids;
-  let text = ctx.tokenizer.decode(body, { skipSpecialTokens: false });
+  // A forced call's opening came with the prompt but belongs to the message the parser reads.
+  let text = opening + ctx.tokenizer.decode(body, { skipSpecialTokens: false });
   const stop = req.sampling.stop.find((st) => text.endsWith(st));
   if (out.stopReason === 'stop' && stop !== undefined) text = text.slice(0, -stop.length);
-  const parsed = req.parseTools
-    ? parseCompletion(ctx.parser, text)
-    : { content: text === '' ? null : text, toolCalls: [] };
+  const parsed =
+    req.toolChoice !== 'none'
+      ? parseCompletion(ctx.parser, text)
+      : { content: text === '' ? null : text, toolCalls: [] };
   const toolCalls = parsed.toolCalls.map((c) => ({ id: toolCallId(), ...c }));
   const finishReason =
     toolCalls.length > 0 ? 'tool_calls' : out.stopReason === 'length' ? 'length' : 'stop';

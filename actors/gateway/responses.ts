@@ -26,6 +26,7 @@ import {
 } from './completion.ts';
 import { badField, GatewayError } from './errors.ts';
 import { sendSse, startSse } from './sse.ts';
+import { parseToolChoice } from './tool-choice.ts';
 import type { TokenSession } from './token-session.ts';
 import * as v from './validate.ts';
 
@@ -53,12 +54,11 @@ export async function handleResponses(
   if (messages.length === 0) throw badField('input', 'must hold at least one message');
   const tools = v.optional(b['tools'], (x) => responseTools(x));
   const maxTokens = v.optional(b['max_output_tokens'], (x) => v.integer(x, 'max_output_tokens', 1));
-  const choice = b['tool_choice'];
   const req: CompletionRequest = {
     model,
     messages,
     ...(tools?.length ? { tools } : {}),
-    parseTools: choice !== 'none',
+    toolChoice: parseToolChoice(b['tool_choice'], tools),
     sampling: {
       ...optionalSampling(b),
       ...(maxTokens !== undefined ? { maxTokens } : {}),

@@ -32,6 +32,13 @@ export interface ToolCallParser {
    * that much): the text before an unclosed or partly generated opening marker.
    */
   settled(text: string): number;
+  /** The text every call starts with (`<tool_call>`); unset when calls cannot be forced. */
+  readonly marker?: string;
+  /**
+   * A call's opening up to where the model continues: up to the name, or with `name` through
+   * the arguments' key. Used when the chat template shows no call to copy the spelling from.
+   */
+  opening?(name?: string): string;
 }
 
 /**
@@ -57,6 +64,9 @@ const close = '</tool_call>';
  */
 const hermes: ToolCallParser = {
   name: 'hermes',
+  marker: open,
+  opening: (name) =>
+    name === undefined ? `${open}\n{"name": "` : `${open}\n{"name": "${name}", "arguments": `,
   pieces(text) {
     const out: ParsedPiece[] = [];
     let last = 0;
