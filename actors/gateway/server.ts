@@ -188,7 +188,7 @@ export class Gateway {
         const r = await handleResponses(
           res,
           body,
-          this.ctx,
+          entry.ctx ?? this.ctx,
           this.o.model,
           entry.session,
           abandoned,
