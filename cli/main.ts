@@ -211,7 +211,15 @@ program
     'hermes',
   )
   .option('--max-tokens <n>', 'completion cap and default max_tokens (default: the context length)')
-  .addHelpText('after', '\nExample:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000')
+  .option('--engine <name>', 'what generates: builtin, sglang, vllm', 'builtin')
+  .option(
+    '--engine-url <urls>',
+    'comma-separated SGLang/vLLM servers already serving --pretrain (for --engine sglang|vllm)',
+  )
+  .addHelpText(
+    'after',
+    '\nExamples:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000\n  rtjob serve --pretrain /shared/policy --engine sglang --engine-url http://gpu-host:30000',
+  )
   .action((o) => serveCommand(o));
 
 try {

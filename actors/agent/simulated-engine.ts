@@ -74,6 +74,8 @@ export class SimulatedEngine implements InferenceEngine {
       await new Promise<void>((r) => setImmediate(r));
     }
     this.tokens += produced.length;
+    // Told one token at a time, as a decoding engine would.
+    produced.forEach((t) => req.onTokens?.({ sample: 0, tokens: [t], logprobs: [this.o.logprob] }));
     return {
       outputTokens: produced,
       outputLogprobs: produced.map(() => this.o.logprob),
@@ -86,7 +88,13 @@ export class SimulatedEngine implements InferenceEngine {
   async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
     const n = req.gconfig?.n ?? 1;
     return Promise.all(
-      Array.from({ length: n }, () => this.generate({ ...req, gconfig: { ...req.gconfig, n: 1 } })),
+      Array.from({ length: n }, (_, i) =>
+        this.generate({
+          ...req,
+          gconfig: { ...req.gconfig, n: 1 },
+          ...(req.onTokens ? { onTokens: (d) => req.onTokens!({ ...d, sample: i }) } : {}),
+        }),
+      ),
     );
   }
 

@@ -27,6 +27,29 @@ export interface GenerationConfig {
   n?: number;
   /** Seed for this request's sampler; unset means the engine's stream. */
   seed?: number;
+  /**
+   * Also return, for every generated token, this many most likely tokens with their logprobs
+   * (same tempered distribution as `outputLogprobs`). Only engines whose `maxTopLogprobs` is at
+   * least this take it; the others refuse it. @default 0
+   */
+  topLogprobs?: number;
+}
+
+/** The most likely tokens at one position, most likely first. */
+export interface TopLogprobs {
+  ids: number[];
+  logprobs: number[];
+}
+
+/** New tokens of one sample, as {@link GenerateRequest.onTokens} is told of them. */
+export interface TokenDelta {
+  /** Which sample: 0 for `generate`, i for the i-th of `generateN`. */
+  sample: number;
+  tokens: number[];
+  /** Logprob of each token, as in {@link GenerateResult.outputLogprobs}. */
+  logprobs: number[];
+  /** With `gconfig.topLogprobs`: the alternatives at each token's position. */
+  top?: TopLogprobs[];
 }
 
 /** One generation request. */
@@ -36,6 +59,13 @@ export interface GenerateRequest {
   /** Prompt token ids (for a continued request: prompt + partial output so far). */
   inputIds: number[];
   gconfig?: GenerationConfig;
+  /**
+   * Told of each sample's new tokens in order, before the call resolves, so a caller can stream
+   * them: the builtin engine at every decode step, the HTTP engines once per answered request
+   * (the whole output, or each segment of an interrupted one). Every output token is told exactly
+   * once. Stays in the calling process (never sent to a server or another actor).
+   */
+  onTokens?: (delta: TokenDelta) => void;
 }
 
 /**
@@ -51,6 +81,8 @@ export interface GenerateResult {
   outputLogprobs: number[];
   /** Policy version that produced each token. */
   outputVersions: number[];
+  /** With `gconfig.topLogprobs`: the most likely tokens at each position. */
+  outputTopLogprobs?: TopLogprobs[];
   stopReason: StopReason;
   /** Wall time of the request in milliseconds. */
   latencyMs?: number;
@@ -80,6 +112,8 @@ export interface PauseOptions {
 export interface InferenceEngine {
   /** `builtin`, `sglang` or `vllm`. */
   readonly kind: string;
+  /** The largest `gconfig.topLogprobs` the engine takes; unset: it returns no alternatives. */
+  readonly maxTopLogprobs?: number;
   /** One sample (`gconfig.n` must be 1 or unset). */
   generate(req: GenerateRequest): Promise<GenerateResult>;
   /** `gconfig.n` samples of the same prompt. */

@@ -7,6 +7,7 @@
  * @module
  */
 import { badField } from './errors.ts';
+import { parseToolChoice, type ToolChoice } from './tool-choice.ts';
 import * as v from './validate.ts';
 
 /** A tool call inside an assistant message, as HF chat templates read it. */
@@ -49,8 +50,8 @@ export interface CompletionRequest {
   model: string;
   messages: TemplateMessage[];
   tools?: ToolSpec[];
-  /** False for `tool_choice: "none"`: generated text is returned as content, never as calls. */
-  parseTools: boolean;
+  /** `none`: no tools in the prompt, no calls parsed; `required` or a name: a call is forced. */
+  toolChoice: ToolChoice;
   sampling: SamplingRequest;
 }
 
@@ -68,26 +69,28 @@ export function parseChatRequest(body: unknown): ChatRequest {
   if (rawMessages.length === 0) throw badField('messages', 'must hold at least one message');
   const messages = chatMessages(rawMessages);
   const tools = v.optional(b['tools'], (t) => parseTools(t, 'tools'));
-  const parseToolCalls = toolChoice(b['tool_choice'], tools);
+  const toolChoice = parseToolChoice(b['tool_choice'], tools);
   const maxTokens =
     v.optional(b['max_completion_tokens'], (x) => v.integer(x, 'max_completion_tokens', 1)) ??
     v.optional(b['max_tokens'], (x) => v.integer(x, 'max_tokens', 1));
   const streamOptions = v.optional(b['stream_options'], (x) => v.object(x, 'stream_options'));
   const topLogprobs =
     v.optional(b['top_logprobs'], (x) => v.integer(x, 'top_logprobs', 0, 20)) ?? 0;
+  const logprobs = v.optional(b['logprobs'], (x) => v.boolean(x, 'logprobs')) ?? false;
+  if (topLogprobs > 0 && !logprobs) throw badField('top_logprobs', 'needs logprobs: true');
   const sampling: SamplingRequest = {
     ...optionalSampling(b),
     ...(maxTokens !== undefined ? { maxTokens } : {}),
     stop: stopList(b['stop']),
     n: v.optional(b['n'], (x) => v.integer(x, 'n', 1, 16)) ?? 1,
-    logprobs: v.optional(b['logprobs'], (x) => v.boolean(x, 'logprobs')) ?? false,
+    logprobs,
     topLogprobs,
   };
   return {
     model,
     messages,
     ...(tools ? { tools } : {}),
-    parseTools: parseToolCalls,
+    toolChoice,
     sampling,
     stream: v.optional(b['stream'], (x) => v.boolean(x, 'stream')) ?? false,
     includeUsage:
@@ -117,19 +120,6 @@ function stopList(raw: unknown): string[] {
   const list = v.array(raw, 'stop');
   if (list.length > 4) throw badField('stop', `at most 4 sequences, got ${list.length}`);
   return list.map((s, i) => v.string(s, `stop[${i}]`)).filter((s) => s !== '');
-}
-
-/** Whether generated tool calls are parsed; checks a named function exists. */
-function toolChoice(raw: unknown, tools: ToolSpec[] | undefined): boolean {
-  if (raw === undefined || raw === null || raw === 'auto' || raw === 'required') return true;
-  if (raw === 'none') return false;
-  const c = v.object(raw, 'tool_choice');
-  const fn = v.object(c['function'], 'tool_choice.function');
-  const name = v.string(fn['name'], 'tool_choice.function.name');
-  if (!tools?.some((t) => t.function.name === name)) {
-    throw badField('tool_choice.function.name', `no tool named '${name}' in tools`);
-  }
-  return true;
 }
 
 /** Parses OpenAI chat tools (`{ type: 'function', function: { name, parameters } }`). */

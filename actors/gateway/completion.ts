@@ -5,16 +5,27 @@
  *
  * @module
  */
-import { randomBytes } from 'node:crypto';
-import type { GenerateResult, GenerationConfig, InferenceEngine } from '../engines/types.ts';
+import type {
+  GenerateResult,
+  GenerationConfig,
+  InferenceEngine,
+  TokenDelta,
+  TopLogprobs,
+} from '../engines/types.ts';
 import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
 import type { CompletionRequest } from './chat-request.ts';
+import { ChoiceStream, type StreamSink, toolCallId } from './choice-stream.ts';
 import { GatewayError } from './errors.ts';
 import type { TokenSession } from './token-session.ts';
-import type { ToolCallParser } from './tool-parsers.ts';
+import { forcedOpening } from './tool-choice.ts';
+import { parseCompletion, type ToolCallParser } from './tool-parsers.ts';
 
 /** The engine calls a gateway makes. */
-export type GatewayEngine = Pick<InferenceEngine, 'generate' | 'generateN' | 'getVersion'>;
+export type GatewayEngine = Pick<
+  InferenceEngine,
+  'generate' | 'generateN' | 'getVersion' | 'maxTopLogprobs'
+> &
+  Partial<Pick<InferenceEngine, 'kind'>>;
 
 /** What completions are generated with. */
 export interface CompletionContext {
@@ -44,6 +55,8 @@ export interface CompletionChoice {
   index: number;
   ids: number[];
   logprobs: number[];
+  /** With `top_logprobs`: the most likely tokens at each position. */
+  top: TopLogprobs[] | undefined;
   content: string | null;
   toolCalls: ToolCallOut[];
   finishReason: 'stop' | 'length' | 'tool_calls';
@@ -60,15 +73,18 @@ export interface CompletionResult {
 
 /**
  * Renders, generates, records and parses one request. `abandoned` tells whether the client went
- * away meanwhile (aborted its request): a completion the agent never saw is not trained on.
+ * away meanwhile (aborted its request): a completion the agent never saw is not trained on. With
+ * a `sink`, each choice's content and tool calls are sent to it as they are generated.
  */
 export async function complete(
   ctx: CompletionContext,
   req: CompletionRequest,
   session?: TokenSession,
   abandoned: () => boolean = () => false,
+  sink?: StreamSink,
 ): Promise<CompletionResult> {
-  const promptIds = renderPrompt(ctx.tokenizer, req);
+  const opening = forcedOpening(ctx.tokenizer, ctx.parser, req.tools, req.toolChoice);
+  const promptIds = renderPrompt(ctx.tokenizer, req, opening);
   const room = ctx.contextLength - promptIds.length;
   if (room <= 0) {
     throw new GatewayError(
@@ -79,6 +95,17 @@ export async function complete(
     );
   }
   const s = req.sampling;
+  if (s.topLogprobs > 0 && s.topLogprobs > (ctx.engine.maxTopLogprobs ?? 0)) {
+    const kind = ctx.engine.kind ?? 'inference';
+    throw new GatewayError(
+      400,
+      'invalid_request',
+      ctx.engine.maxTopLogprobs
+        ? `top_logprobs: the ${kind} engine returns at most ${ctx.engine.maxTopLogprobs} alternatives`
+        : `top_logprobs: the ${kind} engine returns no alternatives to the sampled token; omit top_logprobs (logprobs alone works)`,
+      'top_logprobs',
+    );
+  }
   const temperature = ctx.fixedSampling?.temperature ?? s.temperature ?? 1;
   const gconfig: GenerationConfig = {
     maxNewTokens: Math.min(s.maxTokens ?? ctx.maxNewTokens, ctx.maxNewTokens, room),
@@ -87,12 +114,31 @@ export async function complete(
     ...(temperature === 0 ? { greedy: true } : {}),
     ...(s.stop.length ? { stop: s.stop } : {}),
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
+    ...(s.topLogprobs > 0 ? { topLogprobs: s.topLogprobs } : {}),
   };
+  const maxStopChars = Math.max(0, ...s.stop.map((x) => x.length));
+  const streams = sink
+    ? Array.from(
+        { length: s.n },
+        (_, i) =>
+          new ChoiceStream(
+            i,
+            ctx.tokenizer,
+            req.toolChoice === 'none' ? undefined : ctx.parser,
+            sink,
+            maxStopChars,
+            opening,
+          ),
+      )
+    : undefined;
+  const onTokens = streams
+    ? (d: TokenDelta) => streams[d.sample]?.push(d.tokens, d.logprobs, d.top)
+    : undefined;
   const claim = session?.begin(promptIds);
   const t0 = performance.now();
   let outputs: GenerateResult[];
   try {
-    outputs = await generate(ctx.engine, promptIds, gconfig, s.n);
+    outputs = await generate(ctx.engine, promptIds, gconfig, s.n, onTokens);
   } catch (err) {
     if (claim) session!.release(claim);
     const why = err instanceof Error ? err.message : String(err);
@@ -101,7 +147,8 @@ export async function complete(
   const engineMs = performance.now() - t0;
   if (claim && abandoned()) session!.release(claim);
   else if (claim) session!.record(claim, outputs);
-  const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index));
+  const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index, opening));
+  streams?.forEach((st, i) => st.finish(choices[i]!));
   return {
     promptTokens: promptIds.length,
     completionTokens: outputs.reduce((n, o) => n + o.outputTokens.length, 0),
@@ -110,16 +157,21 @@ export async function complete(
   };
 }
 
-/** The prompt's token ids: the chat template with `tools`, then the policy's tokenizer. */
+/**
+ * The prompt's token ids: the chat template with `tools` (none for `tool_choice: "none"`), then
+ * the forced `opening` of a call (`tool-choice.ts`), tokenized together by the policy's tokenizer.
+ */
 export function renderPrompt(
   tokenizer: ChatTokenizer,
-  req: Pick<CompletionRequest, 'messages' | 'tools'>,
+  req: Pick<CompletionRequest, 'messages' | 'tools' | 'toolChoice'>,
+  opening = '',
 ): number[] {
   let text: string;
+  const tools = req.toolChoice === 'none' ? undefined : req.tools;
   try {
     text = tokenizer.applyChatTemplate(req.messages as unknown as ChatMessage[], {
       addGenerationPrompt: true,
-      ...(req.tools?.length ? { tools: req.tools } : {}),
+      ...(tools?.length ? { tools } : {}),
     });
   } catch (err) {
     // A template's raise_exception (roles must alternate, ...) is the request's fault.
@@ -131,7 +183,7 @@ export function renderPrompt(
       'messages',
     );
   }
-  return tokenizer.encode(text);
+  return tokenizer.encode(text + opening);
 }
 
 /**
@@ -143,23 +195,29 @@ async function generate(
   promptIds: number[],
   gconfig: GenerationConfig,
   n: number,
+  onTokens: ((d: TokenDelta) => void) | undefined,
 ): Promise<GenerateResult[]> {
+  const tell = onTokens ? { onTokens } : {};
   const first =
     n === 1
-      ? [await engine.generate({ inputIds: promptIds, gconfig })]
-      : await engine.generateN({ inputIds: promptIds, gconfig: { ...gconfig, n } });
+      ? [await engine.generate({ inputIds: promptIds, gconfig, ...tell })]
+      : await engine.generateN({ inputIds: promptIds, gconfig: { ...gconfig, n }, ...tell });
   return Promise.all(
-    first.map(async (out) => {
+    first.map(async (out, sample) => {
       const budget = gconfig.maxNewTokens ?? 256;
       while (out.stopReason === 'abort' && out.outputTokens.length < budget) {
         const more = await engine.generate({
           inputIds: [...promptIds, ...out.outputTokens],
           gconfig: { ...gconfig, maxNewTokens: budget - out.outputTokens.length },
+          ...(onTokens ? { onTokens: (d: TokenDelta) => onTokens({ ...d, sample }) } : {}),
         });
         out = {
           outputTokens: [...out.outputTokens, ...more.outputTokens],
           outputLogprobs: [...out.outputLogprobs, ...more.outputLogprobs],
           outputVersions: [...out.outputVersions, ...more.outputVersions],
+          ...(out.outputTopLogprobs
+            ? { outputTopLogprobs: [...out.outputTopLogprobs, ...(more.outputTopLogprobs ?? [])] }
+            : {}),
           stopReason: more.stopReason,
         };
       }
@@ -173,6 +231,7 @@ function choiceOf(
   req: CompletionRequest,
   out: GenerateResult,
   index: number,
+  opening: string,
 ): CompletionChoice {
   const ids = out.outputTokens;
   // The closing special token (eos) is not part of the message; other text is kept verbatim so a
@@ -182,22 +241,22 @@ function choiceOf(
     last !== undefined && ctx.tokenizer.decode([last], { skipSpecialTokens: true }) === ''
       ? ids.slice(0, -1)
       : ids;
-  let text = ctx.tokenizer.decode(body, { skipSpecialTokens: false });
+  // A forced call's opening came with the prompt but belongs to the message the parser reads.
+  let text = opening + ctx.tokenizer.decode(body, { skipSpecialTokens: false });
   const stop = req.sampling.stop.find((st) => text.endsWith(st));
   if (out.stopReason === 'stop' && stop !== undefined) text = text.slice(0, -stop.length);
-  const parsed = req.parseTools
-    ? ctx.parser.parse(text)
-    : { content: text === '' ? null : text, toolCalls: [] };
-  const toolCalls = parsed.toolCalls.map((c) => ({
-    id: `call_${randomBytes(12).toString('hex')}`,
-    ...c,
-  }));
+  const parsed =
+    req.toolChoice !== 'none'
+      ? parseCompletion(ctx.parser, text)
+      : { content: text === '' ? null : text, toolCalls: [] };
+  const toolCalls = parsed.toolCalls.map((c) => ({ id: toolCallId(), ...c }));
   const finishReason =
     toolCalls.length > 0 ? 'tool_calls' : out.stopReason === 'length' ? 'length' : 'stop';
   return {
     index,
     ids,
     logprobs: out.outputLogprobs,
+    top: out.outputTopLogprobs,
     content: parsed.content,
     toolCalls,
     finishReason,

@@ -17,9 +17,16 @@ import {
   type TemplateMessage,
   type ToolSpec,
 } from './chat-request.ts';
-import { complete, type CompletionContext, type CompletionResult } from './completion.ts';
-import { badField } from './errors.ts';
+import type { ChoiceStream, StreamSink } from './choice-stream.ts';
+import {
+  complete,
+  type CompletionContext,
+  type CompletionResult,
+  type ToolCallOut,
+} from './completion.ts';
+import { badField, GatewayError } from './errors.ts';
 import { sendSse, startSse } from './sse.ts';
+import { parseToolChoice } from './tool-choice.ts';
 import type { TokenSession } from './token-session.ts';
 import * as v from './validate.ts';
 
@@ -47,12 +54,11 @@ export async function handleResponses(
   if (messages.length === 0) throw badField('input', 'must hold at least one message');
   const tools = v.optional(b['tools'], (x) => responseTools(x));
   const maxTokens = v.optional(b['max_output_tokens'], (x) => v.integer(x, 'max_output_tokens', 1));
-  const choice = b['tool_choice'];
   const req: CompletionRequest = {
     model,
     messages,
     ...(tools?.length ? { tools } : {}),
-    parseTools: choice !== 'none',
+    toolChoice: parseToolChoice(b['tool_choice'], tools),
     sampling: {
       ...optionalSampling(b),
       ...(maxTokens !== undefined ? { maxTokens } : {}),
@@ -63,18 +69,25 @@ export async function handleResponses(
     },
   };
   const stream = v.optional(b['stream'], (x) => v.boolean(x, 'stream')) ?? false;
-  const result = await complete(ctx, req, session, abandoned);
-  const response = responseObject(b, model, result, tools ?? []);
-  if (!stream) {
-    const text = JSON.stringify(response);
-    res.writeHead(200, {
-      'content-type': 'application/json',
-      'content-length': Buffer.byteLength(text),
-    });
-    res.end(text);
+  const sink = stream ? new ResponsesStream(res, b, model, tools ?? []) : undefined;
+  let result: CompletionResult;
+  try {
+    result = await complete(ctx, req, session, abandoned, sink);
+  } catch (err) {
+    // A stream already under way ends with an error event, which the client raises.
+    if (sink?.fail(err)) return { promptTokens: 0, completionTokens: 0, choices: [], engineMs: 0 };
+    throw err;
+  }
+  if (sink) {
+    sink.end(result);
     return result;
   }
-  streamResponse(res, response);
+  const text = JSON.stringify(responseObject(b, model, result, tools ?? [], outputItems(result)));
+  res.writeHead(200, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+  });
+  res.end(text);
   return result;
 }
 
@@ -158,29 +171,48 @@ function responseTools(raw: unknown): ToolSpec[] {
 
 type Item = Record<string, unknown> & { type: string; id: string };
 
-function responseObject(b: v.Json, model: string, r: CompletionResult, tools: ToolSpec[]) {
+function messageItem(text: string, status: 'in_progress' | 'completed'): Item {
+  return {
+    type: 'message',
+    id: `msg_${randomBytes(12).toString('hex')}`,
+    status,
+    role: 'assistant',
+    content: status === 'completed' ? [outputText(text)] : [],
+  };
+}
+
+function outputText(text: string) {
+  return { type: 'output_text', text, annotations: [], logprobs: [] };
+}
+
+function callItem(t: ToolCallOut): Item {
+  return {
+    type: 'function_call',
+    id: `fc_${randomBytes(12).toString('hex')}`,
+    call_id: t.id,
+    name: t.name,
+    arguments: t.arguments,
+    status: 'completed',
+  };
+}
+
+/** The output items of a whole answer: the message (when there is content), then the calls. */
+function outputItems(r: CompletionResult): Item[] {
   const c = r.choices[0]!;
-  const output: Item[] = [];
-  if (c.content !== null) {
-    output.push({
-      type: 'message',
-      id: `msg_${randomBytes(12).toString('hex')}`,
-      status: 'completed',
-      role: 'assistant',
-      content: [{ type: 'output_text', text: c.content, annotations: [], logprobs: [] }],
-    });
-  }
-  for (const t of c.toolCalls) {
-    output.push({
-      type: 'function_call',
-      id: `fc_${randomBytes(12).toString('hex')}`,
-      call_id: t.id,
-      name: t.name,
-      arguments: t.arguments,
-      status: 'completed',
-    });
-  }
-  const incomplete = c.finishReason === 'length';
+  return [
+    ...(c.content !== null ? [messageItem(c.content, 'completed')] : []),
+    ...c.toolCalls.map(callItem),
+  ];
+}
+
+function responseObject(
+  b: v.Json,
+  model: string,
+  r: CompletionResult,
+  tools: ToolSpec[],
+  output: Item[],
+) {
+  const incomplete = r.choices[0]?.finishReason === 'length';
   return {
     id: `resp_${randomBytes(12).toString('hex')}`,
     object: 'response',
@@ -213,56 +245,127 @@ function responseObject(b: v.Json, model: string, r: CompletionResult, tools: To
   };
 }
 
-function streamResponse(res: ServerResponse, response: ReturnType<typeof responseObject>): void {
-  let seq = 0;
-  const send = (type: string, data: Record<string, unknown>) =>
-    sendSse(res, { type, sequence_number: seq++, ...data }, type);
-  startSse(res);
-  const pending = {
-    ...response,
-    status: 'in_progress',
-    output: [],
-    usage: null,
-    incomplete_details: null,
-  };
-  send('response.created', { response: pending });
-  send('response.in_progress', { response: pending });
-  response.output.forEach((item, output_index) => {
-    if (item.type === 'message') {
-      const part = (item['content'] as { text: string }[])[0]!;
-      const at = { item_id: item.id, output_index, content_index: 0 };
-      send('response.output_item.added', {
-        output_index,
-        item: { ...item, status: 'in_progress', content: [] },
-      });
-      send('response.content_part.added', {
-        ...at,
-        part: { type: 'output_text', text: '', annotations: [], logprobs: [] },
-      });
-      send('response.output_text.delta', { ...at, delta: part.text, logprobs: [] });
-      send('response.output_text.done', { ...at, text: part.text, logprobs: [] });
-      send('response.content_part.done', { ...at, part });
-    } else {
-      send('response.output_item.added', {
-        output_index,
-        item: { ...item, status: 'in_progress', arguments: '' },
-      });
-      send('response.function_call_arguments.delta', {
-        item_id: item.id,
-        output_index,
-        delta: item['arguments'],
-      });
-      send('response.function_call_arguments.done', {
-        item_id: item.id,
-        output_index,
-        arguments: item['arguments'],
-        name: item['name'],
-      });
+/**
+ * Responses streaming events, sent as the answer is generated: `response.created` and
+ * `response.in_progress` at the first, then per output item `response.output_item.added`, text
+ * deltas (`response.output_text.delta`) or a call's arguments, `…done` events, and
+ * `response.completed` (`response.incomplete` at the token cap) with the whole response. Text
+ * that follows a tool call opens a new message item.
+ */
+class ResponsesStream implements StreamSink {
+  private seq = 0;
+  private started = false;
+  private readonly items: Item[] = [];
+  private open: { item: Item; text: string } | undefined;
+  private readonly skeleton;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly b: v.Json,
+    private readonly model: string,
+    private readonly tools: ToolSpec[],
+  ) {
+    const empty = { promptTokens: 0, completionTokens: 0, choices: [], engineMs: 0 };
+    this.skeleton = {
+      ...responseObject(b, model, empty, tools, []),
+      status: 'in_progress',
+      usage: null,
+    };
+  }
+
+  text(_choice: ChoiceStream, delta: string): void {
+    this.start();
+    if (!this.open) {
+      const item = messageItem('', 'in_progress');
+      this.open = { item, text: '' };
+      this.items.push(item);
+      this.send('response.output_item.added', { output_index: this.at(item), item });
+      this.send('response.content_part.added', { ...this.partOf(item), part: outputText('') });
     }
-    send('response.output_item.done', { output_index, item });
-  });
-  send(response.status === 'incomplete' ? 'response.incomplete' : 'response.completed', {
-    response,
-  });
-  res.end();
+    this.open.text += delta;
+    this.send('response.output_text.delta', {
+      ...this.partOf(this.open.item),
+      delta,
+      logprobs: [],
+    });
+  }
+
+  toolCall(_choice: ChoiceStream, _k: number, call: ToolCallOut): void {
+    this.start();
+    this.closeMessage();
+    const item = callItem(call);
+    this.items.push(item);
+    const output_index = this.at(item);
+    this.send('response.output_item.added', {
+      output_index,
+      item: { ...item, status: 'in_progress', arguments: '' },
+    });
+    this.send('response.function_call_arguments.delta', {
+      item_id: item.id,
+      output_index,
+      delta: call.arguments,
+    });
+    this.send('response.function_call_arguments.done', {
+      item_id: item.id,
+      output_index,
+      arguments: call.arguments,
+      name: call.name,
+    });
+    this.send('response.output_item.done', { output_index, item });
+  }
+
+  done(): void {
+    this.closeMessage();
+  }
+
+  /** Sends `response.completed` (or `response.incomplete`) and ends the stream. */
+  end(r: CompletionResult): void {
+    this.start();
+    const response = responseObject(this.b, this.model, r, this.tools, this.items);
+    const type = response.status === 'incomplete' ? 'response.incomplete' : 'response.completed';
+    this.send(type, { response });
+    this.res.end();
+  }
+
+  /** Ends a started stream with an `error` event; false when nothing was sent yet. */
+  fail(err: unknown): boolean {
+    if (!this.started) return false;
+    const message = err instanceof Error ? err.message : String(err);
+    const code = err instanceof GatewayError ? err.code : 'engine_error';
+    this.send('error', { code, message, param: null });
+    this.res.end();
+    return true;
+  }
+
+  private start(): void {
+    if (this.started) return;
+    this.started = true;
+    startSse(this.res);
+    this.send('response.created', { response: this.skeleton });
+    this.send('response.in_progress', { response: this.skeleton });
+  }
+
+  private closeMessage(): void {
+    const m = this.open;
+    if (!m) return;
+    this.open = undefined;
+    const at = this.partOf(m.item);
+    this.send('response.output_text.done', { ...at, text: m.text, logprobs: [] });
+    this.send('response.content_part.done', { ...at, part: outputText(m.text) });
+    Object.assign(m.item, { status: 'completed', content: [outputText(m.text)] });
+    this.send('response.output_item.done', { output_index: at.output_index, item: m.item });
+  }
+
+  private at(item: Item): number {
+    return this.items.indexOf(item);
+  }
+
+  private partOf(item: Item) {
+    return { item_id: item.id, output_index: this.at(item), content_index: 0 };
+  }
+
+  private send(type: string, data: Record<string, unknown>): void {
+    if (this.res.destroyed) return;
+    sendSse(this.res, { type, sequence_number: this.seq++, ...data }, type);
+  }
 }

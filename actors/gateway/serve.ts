@@ -1,6 +1,8 @@
 /**
  * The gateway as a standalone OpenAI-compatible server for any checkpoint (`rtjob serve`): the
- * builtin engine loads the model, one key (given or generated) opens it, nothing is recorded.
+ * builtin engine loads the model, or SGLang / vLLM servers that already serve it generate (the
+ * directory still gives the tokenizer, chat template and context length); one key (given or
+ * generated) opens it, nothing is recorded.
  *
  * @module
  */
@@ -8,6 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import type { InferenceEngine } from '../engines/types.ts';
 import { loadTokenizer } from '../model/tokenizer.ts';
 import { modelCard } from './model-card.ts';
 import { Gateway } from './server.ts';
@@ -28,8 +31,12 @@ export interface ServeOptions {
   toolCallParser?: string;
   /** Completion cap and default `max_tokens`. @default the context length */
   maxTokens?: number;
-  /** Seed of the sampling stream. @default 0 */
+  /** Seed of the sampling stream (builtin). @default 0 */
   seed?: number;
+  /** What generates: the builtin engine, or the servers of `engineUrls`. @default 'builtin' */
+  engine?: 'builtin' | 'sglang' | 'vllm';
+  /** SGLang or vLLM servers serving the model in `pretrain` (their own checkpoint of it). */
+  engineUrls?: string[];
 }
 
 /** A running server. */
@@ -39,7 +46,24 @@ export interface Served {
   close(): Promise<void>;
 }
 
-/** Loads `pretrain` on the builtin engine and serves it. */
+async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
+  const kind = o.engine ?? 'builtin';
+  if (kind === 'builtin') {
+    if (o.engineUrls?.length) throw new RangeError('--engine-url needs --engine sglang or vllm');
+    return BuiltinEngine.create({ modelPath: o.pretrain, seed: o.seed ?? 0 });
+  }
+  const urls = o.engineUrls ?? [];
+  if (urls.length === 0) throw new RangeError(`--engine ${kind} needs --engine-url`);
+  // Nothing is trained here: no weight updates, so no checkpoint writer.
+  if (kind === 'sglang') {
+    const { SglangEngine } = await import('../engines/sglang/index.ts');
+    return new SglangEngine({ urls });
+  }
+  const { VllmEngine } = await import('../engines/vllm/index.ts');
+  return new VllmEngine({ urls });
+}
+
+/** Serves `pretrain` on the builtin engine, or through the SGLang / vLLM servers given. */
 export async function serveModel(o: ServeOptions): Promise<Served> {
   if (!existsSync(join(o.pretrain, 'config.json'))) {
     throw new RangeError(`--pretrain: no model directory (config.json) at ${o.pretrain}`);
@@ -48,7 +72,7 @@ export async function serveModel(o: ServeOptions): Promise<Served> {
     throw new RangeError('--api-key: use at least 8 characters');
   const card = modelCard(o.pretrain);
   const tokenizer = loadTokenizer(o.pretrain);
-  const engine = await BuiltinEngine.create({ modelPath: o.pretrain, seed: o.seed ?? 0 });
+  const engine = await serveEngine(o);
   const contextLength = card.contextLength ?? 2048;
   let gateway: Gateway;
   try {

@@ -10,7 +10,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
-import { chatCompletionBody, streamChatCompletion } from './chat-completions.ts';
+import { ChatCompletionStream, chatCompletionBody } from './chat-completions.ts';
 import { parseChatRequest } from './chat-request.ts';
 import { complete, type CompletionContext, type GatewayEngine } from './completion.ts';
 import { GatewayError } from './errors.ts';
@@ -165,6 +165,7 @@ export class Gateway {
     let gone = false;
     res.once('close', () => (gone = !res.writableFinished));
     const abandoned = (): boolean => gone;
+    let stream: ChatCompletionStream | undefined;
     res.once('finish', () => {
       if (engineMs === undefined) return;
       if (this.overhead.push(performance.now() - t0 - engineMs) > overheadWindow)
@@ -187,7 +188,7 @@ export class Gateway {
         const r = await handleResponses(
           res,
           body,
-          this.ctx,
+          entry.ctx ?? this.ctx,
           this.o.model,
           entry.session,
           abandoned,
@@ -196,16 +197,18 @@ export class Gateway {
         return;
       }
       const chat = parseChatRequest(body);
-      const result = await complete(entry.ctx ?? this.ctx, chat, entry.session, abandoned);
+      if (chat.stream) stream = new ChatCompletionStream(res, chat, this.o.tokenizer, this.o.model);
+      const result = await complete(entry.ctx ?? this.ctx, chat, entry.session, abandoned, stream);
       engineMs = result.engineMs;
-      if (chat.stream)
-        return streamChatCompletion(res, chat, result, this.o.tokenizer, this.o.model);
+      if (stream) return stream.end(result);
       sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model));
     } catch (err) {
       const e =
         err instanceof GatewayError
           ? err
           : new GatewayError(500, 'engine_error', err instanceof Error ? err.message : String(err));
+      // A stream already under way ends with an error event, which the client raises.
+      if (stream?.fail(e.toBody())) return;
       if (res.headersSent) res.end();
       else sendJson(res, e.status, e.toBody());
     }

@@ -19,11 +19,42 @@ export interface ParsedCompletion {
   toolCalls: ParsedToolCall[];
 }
 
+/** A piece of generated text: plain text, or one parsed tool call. */
+export type ParsedPiece = { text: string } | { call: ParsedToolCall };
+
 /** A named parser of generated text. */
 export interface ToolCallParser {
   readonly name: string;
-  parse(text: string): ParsedCompletion;
+  /** The text in order as plain text and calls; {@link parseCompletion} joins them. */
+  pieces(text: string): ParsedPiece[];
+  /**
+   * Length of the prefix of `text` whose pieces no continuation can change (streaming sends
+   * that much): the text before an unclosed or partly generated opening marker.
+   */
+  settled(text: string): number;
+  /** The text every call starts with (`<tool_call>`); unset when calls cannot be forced. */
+  readonly marker?: string;
+  /**
+   * A call's opening up to where the model continues: up to the name, or with `name` through
+   * the arguments' key. Used when the chat template shows no call to copy the spelling from.
+   */
+  opening?(name?: string): string;
 }
+
+/**
+ * The assistant message `text` becomes: the plain text (trimmed when there are calls; null when
+ * nothing is left) and the calls.
+ */
+export function parseCompletion(parser: ToolCallParser, text: string): ParsedCompletion {
+  const pieces = parser.pieces(text);
+  const toolCalls = pieces.flatMap((p) => ('call' in p ? [p.call] : []));
+  let content = pieces.map((p) => ('text' in p ? p.text : '')).join('');
+  if (toolCalls.length > 0) content = content.trim();
+  return { content: content === '' ? null : content, toolCalls };
+}
+
+const open = '<tool_call>';
+const close = '</tool_call>';
 
 /**
  * Hermes / Qwen 2.5+ convention: each call is `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
@@ -33,22 +64,37 @@ export interface ToolCallParser {
  */
 const hermes: ToolCallParser = {
   name: 'hermes',
-  parse(text) {
-    const toolCalls: ParsedToolCall[] = [];
-    const kept: string[] = [];
-    const re = /<tool_call>([\s\S]*?)<\/tool_call>/g;
+  marker: open,
+  opening: (name) =>
+    name === undefined ? `${open}\n{"name": "` : `${open}\n{"name": "${name}", "arguments": `,
+  pieces(text) {
+    const out: ParsedPiece[] = [];
     let last = 0;
-    for (let m = re.exec(text); m !== null; m = re.exec(text)) {
-      const call = callOf(m[1]!);
-      if (call === undefined) continue;
-      kept.push(text.slice(last, m.index));
-      toolCalls.push(call);
-      last = m.index + m[0].length;
+    for (let at = text.indexOf(open); at >= 0; ) {
+      const end = text.indexOf(close, at + open.length);
+      if (end < 0) break;
+      const call = callOf(text.slice(at + open.length, end));
+      if (call !== undefined) {
+        if (at > last) out.push({ text: text.slice(last, at) });
+        out.push({ call });
+        last = end + close.length;
+      }
+      at = text.indexOf(open, end + close.length);
     }
-    if (toolCalls.length === 0) return { content: text === '' ? null : text, toolCalls };
-    kept.push(text.slice(last));
-    const content = kept.join('').trim();
-    return { content: content === '' ? null : content, toolCalls };
+    if (last < text.length) out.push({ text: text.slice(last) });
+    return out;
+  },
+  settled(text) {
+    let from = 0;
+    for (let at = text.indexOf(open); at >= 0; at = text.indexOf(open, from)) {
+      const end = text.indexOf(close, at + open.length);
+      if (end < 0) return at;
+      from = end + close.length;
+    }
+    // The text may end in the first characters of an opening marker.
+    for (let k = Math.min(open.length - 1, text.length - from); k > 0; k--)
+      if (text.endsWith(open.slice(0, k))) return text.length - k;
+    return text.length;
   },
 };
 
@@ -69,7 +115,8 @@ function callOf(body: string): ParsedToolCall | undefined {
 /** No tool calls: everything generated is content. */
 const none: ToolCallParser = {
   name: 'none',
-  parse: (text) => ({ content: text === '' ? null : text, toolCalls: [] }),
+  pieces: (text) => (text === '' ? [] : [{ text }]),
+  settled: (text) => text.length,
 };
 
 /** Every parser by name; `qwen` is the Hermes format Qwen's templates use. */

@@ -65,5 +65,36 @@ export function sampleToken(
   return { token: arg, logprob: logprobOf(arg) };
 }
 
+/**
+ * The `k` most likely tokens of `logits[offset .. offset + vocab)` and their logprobs under the
+ * same tempered distribution {@link sampleToken} reports (temperature 0 counts as 1, as there),
+ * most likely first.
+ */
+export function topLogprobs(
+  logits: Float32Array,
+  offset: number,
+  vocab: number,
+  temperature: number,
+  k: number,
+): { ids: number[]; logprobs: number[] } {
+  const t = temperature > 0 ? temperature : 1;
+  let max = -Infinity;
+  for (let i = 0; i < vocab; i++) max = Math.max(max, logits[offset + i]!);
+  let z = 0;
+  for (let i = 0; i < vocab; i++) z += Math.exp((logits[offset + i]! - max) / t);
+  const logZ = Math.log(z);
+  // Insertion into a short sorted list: k is at most 20.
+  const ids: number[] = [];
+  for (let i = 0; i < vocab; i++) {
+    const x = logits[offset + i]!;
+    if (ids.length === k && x <= logits[offset + ids[k - 1]!]!) continue;
+    let j = Math.min(ids.length, k - 1);
+    while (j > 0 && logits[offset + ids[j - 1]!]! < x) j--;
+    ids.splice(j, 0, i);
+    if (ids.length > k) ids.pop();
+  }
+  return { ids, logprobs: ids.map((i) => (logits[offset + i]! - max) / t - logZ) };
+}
+
 /** Re-exported from `prng.ts` (dependency-free) for existing importers. */
 export { seededRandom } from './prng.ts';

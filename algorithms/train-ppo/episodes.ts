@@ -8,7 +8,11 @@
  * @module
  */
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
-import { type ParsedToolCall, toolCallParser } from '../../actors/gateway/tool-parsers.ts';
+import {
+  parseCompletion,
+  type ParsedToolCall,
+  toolCallParser,
+} from '../../actors/gateway/tool-parsers.ts';
 import { seededRandom } from '../../actors/model/sampling.ts';
 import { loadTokenizer } from '../../actors/model/tokenizer.ts';
 import type { Trajectory } from '../trajectory.ts';
@@ -130,7 +134,7 @@ export function episodeTurns(
     const text = o.decode(ids);
     if (generated) {
       responseTokens += ids.length;
-      const calls = parser.parse(text).toolCalls;
+      const calls = parseCompletion(parser, text).toolCalls;
       turns.push({
         role: 'assistant',
         text: clip(text),

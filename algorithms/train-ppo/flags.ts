@@ -516,7 +516,7 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
     if (o.engine === 'builtin')
       fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
     const urls = engineUrls(o);
-    const bad = urls.find((u) => !/^https?:\/\/[^/\s]+/.test(u));
+    const bad = badEngineUrl(urls);
     if (bad !== undefined) fail('--engine-url', `--engine-url: '${bad}' is not an http(s) URL`);
     if (o.rolloutNumEngines > urls.length) {
       fail(
@@ -549,11 +549,16 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
 }
 
 /** The servers of `--engine-url`, in order. */
-export function engineUrls(o: Pick<TrainPpoOptions, 'engineUrl'>): string[] {
+export function engineUrls(o: { engineUrl?: string | undefined }): string[] {
   return (o.engineUrl ?? '')
     .split(',')
     .map((u) => u.trim().replace(/\/+$/, ''))
     .filter(Boolean);
+}
+
+/** The first of `urls` that is not an http(s) URL, if any (`--engine-url` of train_ppo and serve). */
+export function badEngineUrl(urls: string[]): string | undefined {
+  return urls.find((u) => !/^https?:\/\/[^/\s]+/.test(u));
 }
 
 /** One effective setting of a run, for the job page's config table. */

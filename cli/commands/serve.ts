@@ -7,6 +7,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { serveModel } from '../../actors/gateway/serve.ts';
+import { badEngineUrl, engineUrls } from '../../algorithms/train-ppo/flags.ts';
 import { readEnv } from '../../runtime/env.ts';
 import { CliError } from '../client.ts';
 
@@ -19,6 +20,8 @@ export interface ServeFlags {
   model?: string;
   toolCallParser: string;
   maxTokens?: string;
+  engine: string;
+  engineUrl?: string;
 }
 
 const shipped = fileURLToPath(
@@ -34,6 +37,12 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
   if (maxTokens !== undefined && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
     throw new CliError(`--max-tokens: expected an integer >= 1, got '${f.maxTokens}'`, 2);
   }
+  if (!['builtin', 'sglang', 'vllm'].includes(f.engine))
+    throw new CliError(`--engine: expected builtin, sglang or vllm, got '${f.engine}'`, 2);
+  const engine = f.engine as 'builtin' | 'sglang' | 'vllm';
+  const urls = engineUrls(f);
+  const bad = badEngineUrl(urls);
+  if (bad !== undefined) throw new CliError(`--engine-url: '${bad}' is not an http(s) URL`, 2);
   let served;
   try {
     served = await serveModel({
@@ -41,6 +50,8 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
       host: f.host,
       port,
       toolCallParser: f.toolCallParser,
+      engine,
+      ...(urls.length ? { engineUrls: urls } : {}),
       ...((f.apiKey ?? readEnv('RTJOB_SERVE_API_KEY'))
         ? { apiKey: f.apiKey ?? readEnv('RTJOB_SERVE_API_KEY') }
         : {}),

@@ -6,6 +6,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { FakeSglangServer } from '../fakes/sglang-server.ts';
+import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import { binPath, Sandbox } from './helpers.ts';
 
 // `rtjob serve --pretrain DIR` as a user runs it: a real process, a printed URL and key, the
@@ -69,6 +71,74 @@ test('rtjob serve answers the openai client with its own key on loopback, and st
     );
     child.kill('SIGTERM');
     assert.is(await exited, 0);
+  }
+});
+
+for (const [kind, Fake] of [
+  ['sglang', FakeSglangServer],
+  ['vllm', FakeVllmServer],
+] as const) {
+  test(`rtjob serve --engine ${kind}: the gateway generates on the ${kind} server, whole and streamed`, async () => {
+    const fake = await Fake.start();
+    const { child, ready } = serve([
+      '--pretrain',
+      model,
+      '--port',
+      '0',
+      '--max-tokens',
+      '8',
+      '--engine',
+      kind,
+      '--engine-url',
+      fake.url,
+    ]);
+    try {
+      const { baseURL, apiKey } = await ready;
+      const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+      const messages = [{ role: 'user' as const, content: 'What is 2+3?' }];
+      const r = await client.chat.completions.create({ model: 'model', messages, seed: 1 });
+      assert.ok(r.usage!.completion_tokens >= 1 && r.usage!.completion_tokens <= 8);
+      assert.is(fake.stats.generateRequests, 1, 'the server generated the answer');
+      const stream = await client.chat.completions.create({
+        model: 'model',
+        messages,
+        seed: 1,
+        stream: true,
+      });
+      let content = '';
+      for await (const ch of stream) content += ch.choices[0]?.delta.content ?? '';
+      assert.is(content, r.choices[0]!.message.content ?? '');
+      assert.is(fake.stats.generateRequests, 2);
+    } finally {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      await exited;
+      await fake.close();
+    }
+  });
+}
+
+test('rtjob serve: --engine sglang without servers, or servers for the builtin engine, fail with one line', async () => {
+  const sb = new Sandbox();
+  try {
+    for (const [args, line] of [
+      [['--engine', 'sglang'], /^rtjob: --engine sglang needs --engine-url$/],
+      [
+        ['--engine-url', 'http://127.0.0.1:9'],
+        /^rtjob: --engine-url needs --engine sglang or vllm$/,
+      ],
+      [
+        ['--engine', 'vllm', '--engine-url', 'ftp://x'],
+        /^rtjob: --engine-url: 'ftp:\/\/x' is not an http\(s\) URL$/,
+      ],
+      [['--engine', 'tgi'], /^rtjob: --engine: expected builtin, sglang or vllm, got 'tgi'$/],
+    ] as const) {
+      const r = await sb.run(['serve', '--pretrain', model, '--port', '0', ...args]);
+      assert.is(r.code, 2);
+      assert.match(r.stderr.trim(), line);
+    }
+  } finally {
+    await sb.cleanup();
   }
 });
 

@@ -117,6 +117,37 @@ export function registerConformance(
   );
 
   suite(
+    'onTokens tells every output token once, in order, before the call resolves',
+    withEngine(async (e) => {
+      const told: number[] = [];
+      let resolved = false;
+      const r = await e
+        .generate({
+          inputIds: prompt,
+          gconfig: { maxNewTokens: 10 },
+          onTokens: (d) => {
+            assert.is(d.sample, 0);
+            assert.is(resolved, false, 'told before the call resolved');
+            assert.is(d.logprobs.length, d.tokens.length);
+            told.push(...d.tokens);
+          },
+        })
+        .then((x) => ((resolved = true), x));
+      assert.equal(told, r.outputTokens);
+      const bySample: number[][] = [[], [], []];
+      const rs = await e.generateN({
+        inputIds: prompt,
+        gconfig: { maxNewTokens: 6, n: 3 },
+        onTokens: (d) => bySample[d.sample]!.push(...d.tokens),
+      });
+      assert.equal(
+        bySample,
+        rs.map((x) => x.outputTokens),
+      );
+    }),
+  );
+
+  suite(
     'many concurrent requests all complete',
     withEngine(async (e) => {
       const rs = await Promise.all(

@@ -27,10 +27,12 @@ setTracingDisabled(true);
 const tok = tokenizerWith(compactToolTemplate);
 let gw: Gateway;
 const prompts: string[] = [];
+const greedy: boolean[] = [];
 
 test.before(async () => {
-  const engine = scriptedEngine(tok, (prompt) => {
+  const engine = scriptedEngine(tok, (prompt, req) => {
     prompts.push(prompt);
+    greedy.push(req.gconfig?.greedy ?? false);
     const result = /<tool_response>([^<]*)<\/tool_response><\|assistant\|>$/.exec(prompt);
     if (result) return `The answer is ${result[1]}.`;
     return hermesCall('add', { a: 2, b: 3 });
@@ -107,6 +109,18 @@ test('openai responses API: function tools, function_call items, function_call_o
   assert.is(s.trajectories(), 2);
   assert.is(s.completions(), 3);
   s.close();
+});
+
+test('responses API: an evaluation session decodes greedily whatever the request says', async () => {
+  const s = gw.openSession({ fixedSampling: { temperature: 0, topP: 1 } });
+  try {
+    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    greedy.length = 0;
+    await client.responses.create({ model: 'tiny', input: 'What is 2+3?', temperature: 1 });
+    assert.equal(greedy, [true]);
+  } finally {
+    s.close();
+  }
 });
 
 test('responses API bad input names the field', async () => {

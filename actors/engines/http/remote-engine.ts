@@ -165,6 +165,12 @@ export function resolveGenerationConfig(g: GenerationConfig = {}): ResolvedGener
     throw new EngineError('config', `n must be ≥ 1, got ${r.n}`);
   if (!(r.temperature >= 0)) throw new EngineError('config', `temperature must be ≥ 0`);
   if (!(r.topP > 0 && r.topP <= 1)) throw new EngineError('config', `topP must be in (0, 1]`);
+  if ((g.topLogprobs ?? 0) > 0) {
+    throw new EngineError(
+      'unsupported',
+      'topLogprobs: the HTTP engines do not ask their servers for alternatives',
+    );
+  }
   return r;
 }
 
@@ -172,6 +178,21 @@ interface Accumulated {
   tokens: number[];
   logprobs: number[];
   versions: number[];
+}
+
+/** `req.onTokens` for sample `sample`; a listener's error does not fail the request. */
+function teller(
+  req: GenerateRequest,
+  sample: number,
+): (tokens: number[], logprobs: number[]) => void {
+  let listener = req.onTokens;
+  return (tokens, logprobs) => {
+    try {
+      listener?.({ sample, tokens, logprobs });
+    } catch {
+      listener = undefined;
+    }
+  };
 }
 
 /** Consecutive aborts with no new token after which a request is given up. */
@@ -243,7 +264,14 @@ export class RemoteEngine implements InferenceEngine {
     this.protocol.checkConfig(g);
     const started = Date.now();
     const acc: Accumulated = { tokens: [], logprobs: [], versions: [] };
-    const stop = await this.continueSample(req.rid ?? randomUUID(), req.inputIds, g, acc, null);
+    const stop = await this.continueSample(
+      req.rid ?? randomUUID(),
+      req.inputIds,
+      g,
+      acc,
+      null,
+      teller(req, 0),
+    );
     return {
       outputTokens: acc.tokens,
       outputLogprobs: acc.logprobs,
@@ -263,9 +291,16 @@ export class RemoteEngine implements InferenceEngine {
     // weight update cut short continues on its own.
     const { outs, version } = await this.send(rid, req.inputIds, g, g.n);
     return Promise.all(
-      outs.map(async (first) => {
+      outs.map(async (first, i) => {
         const acc: Accumulated = { tokens: [], logprobs: [], versions: [] };
-        const stop = await this.continueSample(rid, req.inputIds, g, acc, { out: first, version });
+        const stop = await this.continueSample(
+          rid,
+          req.inputIds,
+          g,
+          acc,
+          { out: first, version },
+          teller(req, i),
+        );
         return {
           outputTokens: acc.tokens,
           outputLogprobs: acc.logprobs,
@@ -361,6 +396,7 @@ export class RemoteEngine implements InferenceEngine {
     g: ResolvedGenerationConfig,
     acc: Accumulated,
     first: { out: SampleOutput; version: number } | null,
+    tell: (tokens: number[], logprobs: number[]) => void,
   ): Promise<StopReason> {
     let emptyAborts = 0;
     let pending = first;
@@ -390,6 +426,7 @@ export class RemoteEngine implements InferenceEngine {
         acc.logprobs.push(out.logprobs[i]!);
         acc.versions.push(version);
       }
+      if (take > 0) tell(out.tokens.slice(0, take), out.logprobs.slice(0, take));
       if (out.finish !== 'abort') return out.tokens.length > left ? 'length' : out.finish;
       if (this.userPause === 'abort' || this.closed) return 'abort';
       if (acc.tokens.length >= g.maxNewTokens) return 'length';

@@ -1,0 +1,115 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import OpenAI from 'openai';
+import { BuiltinEngine } from '../../actors/engines/builtin/engine.ts';
+import type { Gateway } from '../../actors/gateway/server.ts';
+import { tinyMathModelDir } from '../../actors/model/index.ts';
+import { topLogprobs } from '../../actors/model/sampling.ts';
+import { loadTokenizer } from '../../actors/model/tokenizer.ts';
+import { compactToolTemplate, scriptedEngine, startGateway, tokenizerWith } from './helpers.ts';
+
+// `logprobs: true, top_logprobs: k` through the `openai` client: real alternatives from the
+// builtin engine (whole and streamed), and a 400 naming the field where the engine has none.
+let builtin: BuiltinEngine;
+let gw: Gateway;
+let client: OpenAI;
+const messages = [{ role: 'user' as const, content: 'What is 7 + 8?' }];
+
+test.before(async () => {
+  builtin = await BuiltinEngine.create({ modelPath: tinyMathModelDir, seed: 5 });
+  gw = await startGateway({
+    engine: builtin,
+    tokenizer: loadTokenizer(tinyMathModelDir),
+    contextLength: 256,
+  });
+  client = new OpenAI({ baseURL: gw.baseURL, apiKey: gw.openSession().apiKey, maxRetries: 0 });
+});
+test.after(async () => {
+  await gw.close();
+  await builtin.close();
+});
+
+test('topLogprobs picks the k largest of a row under the tempered distribution', () => {
+  const logits = Float32Array.from([0.5, 3, -1, 3.5, 2, 0, 1.25]);
+  const t = 0.7;
+  const r = topLogprobs(logits, 0, logits.length, t, 3);
+  assert.equal(r.ids, [3, 1, 4]);
+  const logZ = Math.log([...logits].reduce((z, x) => z + Math.exp(x / t), 0));
+  r.ids.forEach((id, j) => assert.ok(Math.abs(r.logprobs[j]! - (logits[id]! / t - logZ)) < 1e-9));
+});
+
+test('greedy: each token has k alternatives, most likely first, the first being the token', async () => {
+  const r = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 16,
+    temperature: 0,
+    logprobs: true,
+    top_logprobs: 4,
+  });
+  const content = r.choices[0]!.logprobs!.content!;
+  assert.is(content.length, r.usage!.completion_tokens);
+  for (const e of content) {
+    assert.is(e.top_logprobs.length, 4);
+    assert.is(e.top_logprobs[0]!.token, e.token);
+    assert.ok(Math.abs(e.top_logprobs[0]!.logprob - e.logprob) < 1e-6);
+    const lps = e.top_logprobs.map((x) => x.logprob);
+    assert.ok(
+      lps.every((x, i) => i === 0 || x <= lps[i - 1]!),
+      'sorted',
+    );
+    assert.ok(lps.reduce((s, x) => s + Math.exp(x), 0) <= 1 + 1e-6, 'a distribution');
+  }
+});
+
+test('sampled and streamed: every chunk carries its tokens with their alternatives', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 16,
+    temperature: 1,
+    seed: 11,
+    logprobs: true,
+    top_logprobs: 2,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  const entries: OpenAI.ChatCompletionTokenLogprob[] = [];
+  let usage: OpenAI.CompletionUsage | undefined;
+  for await (const ch of stream) {
+    entries.push(...(ch.choices[0]?.logprobs?.content ?? []));
+    usage = ch.usage ?? usage;
+  }
+  assert.is(entries.length, usage!.completion_tokens);
+  for (const e of entries) {
+    assert.is(e.top_logprobs.length, 2);
+    assert.ok(e.logprob <= e.top_logprobs[0]!.logprob + 1e-6);
+    // A sampled token among the top two has the same logprob there.
+    const same = e.top_logprobs.find((x) => x.token === e.token);
+    if (same) assert.ok(Math.abs(same.logprob - e.logprob) < 1e-6);
+  }
+});
+
+test('an engine without alternatives, or top_logprobs without logprobs: 400 naming top_logprobs', async () => {
+  const tok = tokenizerWith(compactToolTemplate);
+  const g = await startGateway({ engine: scriptedEngine(tok, () => 'hi'), tokenizer: tok });
+  try {
+    const c = new OpenAI({ baseURL: g.baseURL, apiKey: g.openSession().apiKey, maxRetries: 0 });
+    for (const body of [{ logprobs: true, top_logprobs: 2 }, { top_logprobs: 2 }]) {
+      const err = await c.chat.completions
+        .create({ model: 'tiny', messages, ...body })
+        .then(() => undefined)
+        .catch((e: unknown) => e);
+      assert.instance(err, OpenAI.BadRequestError);
+      assert.is((err as InstanceType<typeof OpenAI.BadRequestError>).param, 'top_logprobs');
+      assert.match((err as Error).message, /top_logprobs/);
+    }
+    // logprobs alone still works there.
+    const r = await c.chat.completions.create({ model: 'tiny', messages, logprobs: true });
+    assert.ok(r.choices[0]!.logprobs!.content!.every((e) => e.top_logprobs.length === 0));
+  } finally {
+    await g.close();
+  }
+});
+
+test.run();
