@@ -18,6 +18,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { readEnv } from '../runtime/env.ts';
+import { RtjobError } from '../runtime/errors.ts';
 import { runGatewayEvaluation } from './agent/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
@@ -109,6 +110,29 @@ export function simulatedEngine(o: SimulatedLengths): SimulatedEngine {
       return Array.from({ length: n }, (_, i) => 5 + (i % 10));
     },
   });
+}
+
+/**
+ * The rollout's engine holds older weights than the caller expects: its process was restarted
+ * (outside any call) and came back with the pretrained weights. The driver re-initialises it
+ * (pushes the current weights) and sends the call again. Checked by `code`.
+ */
+export class StaleRolloutError extends RtjobError<'ROLLOUT_STALE'> {
+  constructor(
+    readonly version: number,
+    readonly expected: number,
+  ) {
+    super(
+      'ROLLOUT_STALE',
+      `the rollout's engine holds weights version ${version}, the run is at version ${expected}`,
+    );
+  }
+}
+
+/** What the driver expects of the rollout a call reaches. */
+export interface RolloutExpect {
+  /** The weights version the engine must hold at least; older fails with {@link StaleRolloutError}. */
+  minVersion?: number;
 }
 
 /** Counters a Rollout reports. */
@@ -240,9 +264,13 @@ export class Rollout {
     };
   }
 
-  /** Runs one prompt's group of episodes. Contract errors (agent bugs) reject. */
-  async runGroup(item: PromptItem): Promise<GroupResult> {
+  /**
+   * Runs one prompt's group of episodes. Contract errors (agent bugs) reject; so does an engine
+   * older than `expect.minVersion` ({@link StaleRolloutError}), before any episode starts.
+   */
+  async runGroup(item: PromptItem, expect: RolloutExpect = {}): Promise<GroupResult> {
     await this.ready();
+    this.check(expect);
     if (this.active++ === 0) this.busySince = performance.now();
     try {
       const g = await this.runner.runGroup(this.engine, this.sample(item));
@@ -267,8 +295,12 @@ export class Rollout {
    * agent (`agent(sample, env)`), its own episode with greedy decoding, correct when it returns
    * reward 1 (an episode that fails or runs past the timeout counts as wrong).
    */
-  async evaluate(items: PromptItem[]): Promise<{ correct: number; total: number }> {
+  async evaluate(
+    items: PromptItem[],
+    expect: RolloutExpect = {},
+  ): Promise<{ correct: number; total: number }> {
     await this.ready();
+    this.check(expect);
     if (this.agent.kind === 'agent') return this.evaluateAgent(this.agent, items);
     const outs = await Promise.all(
       items.map(async (it) => {
@@ -281,6 +313,12 @@ export class Rollout {
       }),
     );
     return { correct: outs.filter((x) => x === 1).length, total: items.length };
+  }
+
+  private check(expect: RolloutExpect): void {
+    const v = this.engine.getVersion();
+    if (expect.minVersion !== undefined && v < expect.minVersion)
+      throw new StaleRolloutError(v, expect.minVersion);
   }
 
   private async evaluateAgent(

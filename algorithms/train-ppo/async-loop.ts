@@ -27,7 +27,7 @@ import { TrajectoryBuffer } from '../trajectory-buffer.ts';
 import type { DataPosition } from './data.ts';
 import { afterStep, recordUpdate, type RunContext } from './context.ts';
 import { recordEpisodes } from './episodes.ts';
-import { account, evaluate, generate } from './generate.ts';
+import { account, evaluate, generate, pushWeights } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 
 /** What the producer attaches to each batch of the buffer besides its trajectories. */
@@ -84,7 +84,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
     await gate.write();
     const p1 = performance.now();
     try {
-      await Promise.all(roles.rollouts.map((r) => r.updateWeights(w)));
+      await pushWeights(ctx, w);
     } finally {
       gate.done();
     }

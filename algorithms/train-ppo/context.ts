@@ -8,18 +8,19 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
+import type { NamedTensors } from '../../actors/engines/types.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
 import { createKlController } from '../kl.ts';
 import { RewardNormalizer } from '../reward-normalizer.ts';
 import { infoMetrics } from '../trajectory.ts';
 import type { JobReport } from '../../runtime/metrics.ts';
 import type { EpisodeSample } from './episodes.ts';
-import { evaluate } from './generate.ts';
+import { evaluate, publishWeights } from './generate.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
 import type { TrainPpoOptions } from './flags.ts';
 import type { Roles } from './roles.ts';
 import { klOptions } from './options.ts';
-import { publishWeights, type UpdateState, type UpdateStats } from './step.ts';
+import type { UpdateState, UpdateStats } from './step.ts';
 
 /** Where a run's numbers go: the head's metrics API, and lines on the terminal. */
 export interface RunLog {
@@ -69,6 +70,12 @@ export interface RunState {
   rewardStats?: { count: number; mean: number; m2: number };
 }
 
+/** A version of the policy's weights as the trainer hands them out. */
+export interface Weights {
+  version: number;
+  tensors: NamedTensors;
+}
+
 /** Everything a loop needs. */
 export interface RunContext extends UpdateState {
   o: TrainPpoOptions;
@@ -83,6 +90,11 @@ export interface RunContext extends UpdateState {
   /** Restarts so far per rollout, and the restart in progress per rollout. */
   restarts: number[];
   restarting: Map<number, Promise<void>>;
+  /**
+   * The weights every engine holds (last pushed to all); a restarted rollout gets them. Unset
+   * until the first publish: the engines then hold the pretrained weights, version 0.
+   */
+  published?: Weights;
   /** The policy tokenizer's decoder, loaded on the first step that logs samples. */
   decode?: (ids: number[]) => string;
 }
@@ -252,7 +264,7 @@ async function resume(ctx: RunContext): Promise<void> {
   ctx.sampler.seek(saved.driver.position);
   ctx.kl = createKlController(klOptions(ctx.o, saved.driver.klCoef));
   if (ctx.rewardNormalizer) ctx.rewardNormalizer = new RewardNormalizer(saved.driver.rewardStats);
-  await publishWeights(ctx.roles);
+  await publishWeights(ctx);
   ctx.log.line(
     `ckpt  resumed from ${dir} at step ${ctx.state.step} (epoch ${ctx.state.position.epoch}, offset ${ctx.state.position.offset})`,
   );

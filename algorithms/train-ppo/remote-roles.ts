@@ -145,11 +145,9 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     ...(reference ? { reference } : {}),
     ...(critic ? { critic } : {}),
     // The runtime restarts the process (maxRestarts); the handle reconnects to the new one, which
-    // then needs its engine loaded and the trainer's current weights before it runs episodes.
+    // loads its engine here. The driver then pushes the current weights (generate.ts).
     restartRollout: async (i: number) => {
-      const r = rollouts[i]!;
-      await r.ready();
-      await r.updateWeights(await trainer.weights());
+      await rollouts[i]!.ready();
     },
     close: async () => {
       await Promise.allSettled(handles.map((h) => kill(h, { noRestart: true })));

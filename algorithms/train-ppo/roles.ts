@@ -27,7 +27,10 @@ export interface Roles {
   trainer: Remote<Trainer>;
   reference?: Remote<Reference>;
   critic?: Remote<Critic>;
-  /** Restarts a dead rollout (remote roles only); resolves when it is ready again. */
+  /**
+   * Waits for a dead rollout's restart (remote roles only) and loads its engine; the caller then
+   * gives it the current weights.
+   */
   restartRollout?: (i: number) => Promise<void>;
   close(): Promise<void>;
 }

@@ -1,7 +1,7 @@
 /**
  * The parts of one training step that sync and async share: trajectories → experience
- * (reference logprobs, values, rewards, KL, advantages) → critic and policy updates → weights to
- * every engine.
+ * (reference logprobs, values, rewards, KL, advantages) → critic and policy updates (the weights
+ * reach the engines through `generate.ts`'s `publishWeights`).
  *
  * @module
  */
@@ -155,12 +155,4 @@ export async function trainOn(
     experienceMs: t1 - t0,
     trainMs: t2 - t1,
   };
-}
-
-/** Sends the trainer's weights to every engine; returns the new version and the time taken. */
-export async function publishWeights(roles: Roles): Promise<{ version: number; syncMs: number }> {
-  const t0 = performance.now();
-  const w = await roles.trainer.weights();
-  await Promise.all(roles.rollouts.map((r) => r.updateWeights(w)));
-  return { version: w.version, syncMs: performance.now() - t0 };
 }
