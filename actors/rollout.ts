@@ -74,6 +74,8 @@ export interface RolloutInit {
   asyncNumTasks?: number;
   /** @default 0 (none) */
   episodeTimeoutMs?: number;
+  /** Limit on one weight update of an `sglang` / `vllm` engine. @default 600_000 */
+  weightSyncTimeoutMs?: number;
   /** Seed of the engine's sampling stream. @default 0 */
   seed?: number;
   /** Tool-call format of the gateway agents talk to (`--tool-call-parser`). @default 'hermes' */
@@ -234,6 +236,9 @@ export class Rollout {
     );
     const options = {
       urls,
+      ...(this.init.weightSyncTimeoutMs
+        ? { weightSyncTimeoutMs: this.init.weightSyncTimeoutMs }
+        : {}),
       writeCheckpoint: (t: NamedTensors, v: number) =>
         writeEngineCheckpoint(weightsDir, pretrain, t, v),
     };
@@ -378,6 +383,17 @@ export class Rollout {
   async wakeUp(): Promise<void> {
     await this.ready();
     return this.engine.wakeUp();
+  }
+
+  /**
+   * Answers at once, loaded or not (a health probe: the driver restarts a rollout that does not
+   * answer in time): the engine's version (-1 before it is loaded) and the episodes running.
+   */
+  health(): { version: number; episodesRunning: number } {
+    return {
+      version: this.engine ? this.engine.getVersion() : -1,
+      episodesRunning: this.runner ? this.runner.running : 0,
+    };
   }
 
   async stats(): Promise<RolloutStats> {

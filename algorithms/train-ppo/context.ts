@@ -15,6 +15,7 @@ import { RewardNormalizer } from '../reward-normalizer.ts';
 import { infoMetrics } from '../trajectory.ts';
 import type { JobReport } from '../../runtime/metrics.ts';
 import type { EpisodeSample } from './episodes.ts';
+import type { Watchdog } from './health.ts';
 import { evaluate, publishWeights } from './generate.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
 import type { TrainPpoOptions } from './flags.ts';
@@ -95,6 +96,9 @@ export interface RunContext extends UpdateState {
    * until the first publish: the engines then hold the pretrained weights, version 0.
    */
   published?: Weights;
+  /** Rollout incarnations killed for not answering (`i:incarnation`), and their watchdogs. */
+  hung?: Set<string>;
+  watching?: Map<number, Watchdog>;
   /** The policy tokenizer's decoder, loaded on the first step that logs samples. */
   decode?: (ids: number[]) => string;
 }

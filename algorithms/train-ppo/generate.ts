@@ -11,7 +11,9 @@ import { ErrorBudgetExceededError } from '../../actors/agent/errors.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import type { RunContext, Weights } from './context.ts';
-import { isRoleDied } from './errors.ts';
+import { isEngineError } from '../../actors/engines/http/errors.ts';
+import { isRoleDied, WeightSyncError, type WeightSyncPhase } from './errors.ts';
+import { answers, describeEngine, killHung, watch, withDeadline } from './health.ts';
 import type { Roles } from './roles.ts';
 
 /** Greedy accuracy on the held-out prompts, split across engines. */
@@ -47,10 +49,44 @@ export async function generate(ctx: RunContext, items: PromptItem[]): Promise<Gr
 
 /**
  * Sends `w` to every engine and records it as the run's current weights (what a restarted
- * rollout is given). A rollout that dies during the push is restarted and given `w` again.
+ * rollout is given). A rollout that does not answer a health probe first is restarted (then
+ * given `w`); one that dies during the push is restarted and given `w` again. Each push has a
+ * deadline: a rollout that does not answer it is restarted the same way, and an engine that
+ * failed a step on every server fails the sync; either way a {@link WeightSyncError} names the
+ * rollout, its engine and the phase, and nothing waits forever.
  */
 export async function pushWeights(ctx: RunContext, w: Weights): Promise<void> {
-  await Promise.all(ctx.roles.rollouts.map((_, i) => onRollout(ctx, i, (r) => r.updateWeights(w))));
+  const ms = ctx.o.weightSyncTimeoutMs + ctx.o.engineHealthTimeoutMs;
+  await Promise.all(
+    ctx.roles.rollouts.map(async (_, i) => {
+      const incarnation = ctx.restarts[i] ?? 0;
+      if (ctx.roles.killRollout && !(await answers(ctx, i))) {
+        const why = `did not answer a health probe within ${ctx.o.engineHealthTimeoutMs} ms before the weight publish of version ${w.version}`;
+        await killHung(ctx, i, incarnation, why);
+        await restartRollout(ctx, i, incarnation, new Error(`it ${why}`), true);
+      }
+      await onRollout(ctx, i, (r) =>
+        withDeadline(
+          r.updateWeights(w).catch((err: unknown) => {
+            if (!isEngineError(err) || !(err as { phase?: string }).phase) throw err;
+            const phase = (err as unknown as { phase: WeightSyncPhase }).phase;
+            throw new WeightSyncError(w.version, i, describeEngine(ctx, i), phase, err.message, {
+              cause: err,
+            });
+          }),
+          ms,
+          () =>
+            new WeightSyncError(
+              w.version,
+              i,
+              describeEngine(ctx, i),
+              'push',
+              `the rollout did not answer within ${ms} ms`,
+            ),
+        ),
+      );
+    }),
+  );
   ctx.published = w;
 }
 
@@ -59,7 +95,18 @@ export async function publishWeights(
   ctx: RunContext,
 ): Promise<{ version: number; syncMs: number }> {
   const t0 = performance.now();
-  const w = await ctx.roles.trainer.weights();
+  const w = await withDeadline(
+    ctx.roles.trainer.weights(),
+    ctx.o.weightSyncTimeoutMs,
+    () =>
+      new WeightSyncError(
+        -1,
+        -1,
+        'trainer',
+        'fetch',
+        `the trainer did not hand out its weights within ${ctx.o.weightSyncTimeoutMs} ms`,
+      ),
+  );
   await pushWeights(ctx, w);
   return { version: w.version, syncMs: performance.now() - t0 };
 }
@@ -84,13 +131,20 @@ export async function onRollout<T>(
 ): Promise<T> {
   for (;;) {
     const incarnation = ctx.restarts[i] ?? 0;
+    const release = watch(ctx, i);
     try {
       return await call(ctx.roles.rollouts[i]!, ctx.published?.version ?? 0);
     } catch (err) {
-      const died = isRoleDied(err);
+      // A push the rollout did not answer: it hangs; killed, it dies like any other.
+      const hung =
+        isRtjobError(err, 'TRAIN_PPO_WEIGHT_SYNC') && (err as WeightSyncError).phase === 'push';
+      if (hung && ctx.roles.killRollout) await killHung(ctx, i, incarnation, err.message);
+      const died = isRoleDied(err) || hung;
       if (!(died || isRtjobError(err, 'ROLLOUT_STALE')) || !ctx.roles.restartRollout) throw err;
       ctx.state.groupsRerun++;
       await restartRollout(ctx, i, incarnation, err as Error, died);
+    } finally {
+      release();
     }
   }
 }
@@ -106,6 +160,8 @@ function restartRollout(
   if ((ctx.restarts[i] ?? 0) !== incarnation) return ctx.restarting.get(i) ?? Promise.resolve();
   ctx.restarts[i] = incarnation + 1;
   if (incarnation + 1 > maxRolloutRestarts) {
+    // A sync that could not finish is the error the user acts on: it names the engine and phase.
+    if (isRtjobError(err, 'TRAIN_PPO_WEIGHT_SYNC')) return Promise.reject(err);
     return Promise.reject(
       new Error(
         `rollout ${i} died ${incarnation + 1} times, more than the ${maxRolloutRestarts} restarts allowed; last: ${err.message}`,

@@ -32,6 +32,8 @@ export interface Roles {
    * gives it the current weights.
    */
   restartRollout?: (i: number) => Promise<void>;
+  /** Kills rollout `i`'s process so that the runtime restarts it (remote roles only). */
+  killRollout?: (i: number) => Promise<void>;
   close(): Promise<void>;
 }
 
@@ -89,6 +91,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
           }
         : {}),
       ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
+      weightSyncTimeoutMs: o.weightSyncTimeoutMs,
       temperature: o.temperature,
       topP: o.topP,
       generateMaxLen: o.generateMaxLen,

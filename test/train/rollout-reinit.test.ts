@@ -31,15 +31,18 @@ test.before(async () => {
 });
 test.after(() => rmSync(root, { recursive: true, force: true }));
 
-/** SIGKILLs the (only) rollout's worker and waits until the runtime has a new one ALIVE. */
+/** The (only) rollout's live actor record. */
+async function liveRollout() {
+  return (await listActors()).find((a) => a.spec.exportName === 'Rollout' && a.state === 'ALIVE');
+}
+
+/** SIGKILLs the rollout's worker and waits until the runtime has a new one ALIVE. */
 async function killRolloutAndAwaitRestart(): Promise<void> {
-  const find = async () =>
-    (await listActors()).find((a) => a.spec.exportName === 'Rollout' && a.state === 'ALIVE');
-  const old = await find();
+  const old = await liveRollout();
   process.kill(old!.pid!, 'SIGKILL');
   await until(
     async () => {
-      const a = await find();
+      const a = await liveRollout();
       return a && a.pid !== old!.pid;
     },
     60_000,
@@ -47,12 +50,34 @@ async function killRolloutAndAwaitRestart(): Promise<void> {
   );
 }
 
+/** Pids this suite stopped, resumed at the end whatever happened (so no stopped process is left). */
+const stopped: number[] = [];
+test.after.each(() => {
+  for (const pid of stopped.splice(0)) {
+    try {
+      process.kill(pid, 'SIGCONT');
+    } catch {
+      // gone
+    }
+  }
+});
+
+/** SIGSTOPs the rollout's worker: it stops answering, as a hung engine does. */
+async function stopRollout(): Promise<void> {
+  const a = await liveRollout();
+  stopped.push(a!.pid!);
+  process.kill(a!.pid!, 'SIGSTOP');
+}
+
 /**
- * The run's roles as actors, with the rollout killed (and restarted by the runtime) right after
- * it has taken weights version `atVersion`: the next call it gets is the next step's episodes.
+ * The run's roles as actors, with `faults[v]` done to the rollout around the push of weights
+ * version `v`: `after` it returned (the next call it gets is the next step's episodes) or
+ * `before` it is sent.
  */
-function killAfterPublish(atVersion: number) {
-  const state = { killed: false };
+function withFaults(
+  faults: Record<number, { when: 'before' | 'after'; fault: () => Promise<void> }>,
+) {
+  const done = new Set<number>();
   const place = async (...args: Parameters<typeof remoteRoles>): Promise<Roles> => {
     const roles = await remoteRoles(...args);
     const real = roles.rollouts[0]!;
@@ -60,17 +85,30 @@ function killAfterPublish(atVersion: number) {
       get: (t, prop) =>
         prop === 'updateWeights'
           ? async (w: Parameters<typeof real.updateWeights>[0]) => {
+              const f = done.has(w.version) ? undefined : faults[w.version];
+              if (f) done.add(w.version);
+              if (f?.when === 'before') await f.fault();
               await real.updateWeights(w);
-              if (w.version === atVersion && !state.killed) {
-                state.killed = true;
-                await killRolloutAndAwaitRestart();
-              }
+              if (f?.when === 'after') await f.fault();
             }
           : (t as unknown as Record<string | symbol, unknown>)[prop],
     });
     return { ...roles, rollouts: [wrapped] };
   };
-  return { place, state };
+  return { place, done };
+}
+
+/** `p`, or a failure once `ms` pass: a hang must fail the test, not stall the suite. */
+async function within<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const hung = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the run still hangs after ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([p, hung]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 const flags = (extra: string[]): string[] => [
@@ -100,7 +138,9 @@ const flags = (extra: string[]): string[] => [
 
 for (const mode of ['sync', 'async'] as const) {
   test(`${mode}: a rollout killed between steps is re-initialised with the current weights before its next episode`, async () => {
-    const { place, state } = killAfterPublish(1);
+    const { place, done } = withFaults({
+      1: { when: 'after', fault: killRolloutAndAwaitRestart },
+    });
     const lines: string[] = [];
     const rows: Record<string, number>[] = [];
     const s = await trainPpo(
@@ -111,7 +151,7 @@ for (const mode of ['sync', 'async'] as const) {
         log: { line: (t) => void lines.push(t), metric: (_s, v) => void rows.push(v) },
       },
     );
-    assert.ok(state.killed, 'the kill happened');
+    assert.ok(done.has(1), 'the kill happened');
     assert.is(s.steps, 3);
     assert.is(s.rolloutRestarts, 1, lines.join('\n'));
     assert.ok(
@@ -133,5 +173,42 @@ for (const mode of ['sync', 'async'] as const) {
       );
   });
 }
+
+test('a rollout that stops answering, between steps and during a weight push, is killed, restarted and re-initialised', async () => {
+  const { place, done } = withFaults({
+    1: { when: 'after', fault: stopRollout },
+    2: { when: 'before', fault: stopRollout },
+  });
+  const lines: string[] = [];
+  const rows: Record<string, number>[] = [];
+  const s = await within(
+    trainPpo(
+      flags(['--engine-health-timeout-ms', '1500', '--weight-sync-timeout-ms', '2000']),
+      {},
+      {
+        roles: place,
+        log: { line: (t) => void lines.push(t), metric: (_s, v) => void rows.push(v) },
+      },
+    ),
+    150_000,
+  );
+  assert.ok(done.has(1) && done.has(2), 'both faults happened');
+  assert.is(s.steps, 3);
+  assert.is(s.rolloutRestarts, 2, lines.join('\n'));
+  assert.ok(
+    lines.some((l) => /rollout 0 \(builtin\) did not answer a health probe within 1500 ms/.test(l)),
+    lines.join('\n'),
+  );
+  assert.equal(
+    [...s.trainedPrompts].sort((a, b) => a - b),
+    records.map((_, i) => i),
+    'each prompt of the epoch exactly once',
+  );
+  const trained = rows.filter((r) => r.reward_mean !== undefined);
+  assert.equal(
+    trained.map((r) => r.staleness_max),
+    [0, 0, 0],
+  );
+});
 
 test.run();
