@@ -49,6 +49,8 @@ export interface ChaosResult {
   recoveryS: number;
   /** Set when the scenario could not run (a missing capability): counts as a failure. */
   error?: string;
+  /** What the system under test said about its faults (its warnings), shown with a violation. */
+  note?: string;
 }
 
 /** A result with nothing counted yet. */
@@ -87,7 +89,10 @@ export function report(results: ChaosResult[]): string {
     (r) =>
       `| ${r.scenario} | ${r.faults} | ${r.calls} | ${r.failed} | ${r.lost} | ${r.duplicated} | ${r.hung} | ${r.zombie} | ${r.reordered} | ${r.recoveryS.toFixed(1)} | ${violations(r).join('; ') || 'ok'} |`,
   );
-  return [head, '|---|---|---|---|---|---|---|---|---|---|---|', ...rows].join('\n');
+  const notes = results.flatMap((r) =>
+    r.note && violations(r).length ? [`${r.scenario}: ${r.note}`] : [],
+  );
+  return [head, '|---|---|---|---|---|---|---|---|---|---|---|', ...rows, ...notes].join('\n');
 }
 
 interface Caller {
