@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { setTimeout as delay } from 'node:timers/promises';
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { ErrorBudgetExceededError } from '../../actors/agent/errors.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
@@ -67,13 +68,7 @@ export async function pushWeights(ctx: RunContext, w: Weights): Promise<void> {
       }
       await onRollout(ctx, i, (r) =>
         withDeadline(
-          r.updateWeights(w).catch((err: unknown) => {
-            if (!isEngineError(err) || !(err as { phase?: string }).phase) throw err;
-            const phase = (err as unknown as { phase: WeightSyncPhase }).phase;
-            throw new WeightSyncError(w.version, i, describeEngine(ctx, i), phase, err.message, {
-              cause: err,
-            });
-          }),
+          pushTo(ctx, i, r, w),
           ms,
           () =>
             new WeightSyncError(
@@ -88,6 +83,39 @@ export async function pushWeights(ctx: RunContext, w: Weights): Promise<void> {
     }),
   );
   ctx.published = w;
+}
+
+/** Engine errors of servers that died or were taken out: the update can land once one rejoins. */
+const serverGone = new Set(['network', 'server-down', 'no-server']);
+
+/**
+ * Pushes `w` to rollout `r`. Where every server of its engine died during the update, the servers
+ * are out of routing and the next attempt records the version for them to load when they rejoin
+ * (a probe reloads them), so it is sent again a few times; any other failure of the engine fails
+ * the sync with a {@link WeightSyncError} naming the phase.
+ */
+async function pushTo(
+  ctx: RunContext,
+  i: number,
+  r: Roles['rollouts'][number],
+  w: Weights,
+): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await r.updateWeights(w);
+    } catch (err) {
+      const phase = isEngineError(err) ? (err as { phase?: WeightSyncPhase }).phase : undefined;
+      if (!isEngineError(err) || !phase) throw err;
+      if (attempt < 3 && serverGone.has(err.code)) {
+        ctx.log.line(`warn  rollout ${i}: ${err.message}; sending version ${w.version} again`);
+        await delay(250 * attempt);
+        continue;
+      }
+      throw new WeightSyncError(w.version, i, describeEngine(ctx, i), phase, err.message, {
+        cause: err,
+      });
+    }
+  }
 }
 
 /** Sends the trainer's weights to every engine; returns the new version and the time taken. */

@@ -51,6 +51,8 @@ export interface ChaosResult {
   error?: string;
   /** What the system under test said about its faults (its warnings), shown with a violation. */
   note?: string;
+  /** RL: on-policy (sync) steps that trained tokens of older weights than the trainer's. */
+  stale?: number;
 }
 
 /** A result with nothing counted yet. */
@@ -78,6 +80,7 @@ export function violations(r: ChaosResult): string[] {
   if (r.zombie) v.push(`${r.zombie} zombie executions`);
   if (r.reordered) v.push(`${r.reordered} reordered`);
   if (r.duplicated) v.push(`${r.duplicated} duplicated at-most-once calls`);
+  if (r.stale) v.push(`${r.stale} on-policy steps trained on stale weights`);
   return v;
 }
 
