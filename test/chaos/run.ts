@@ -3,8 +3,8 @@
  * bench README's style, and exit 1 on any loss, hang, zombie execution, reordering, duplicate
  * at-most-once call, stale on-policy step, or a scenario that could not run here (a missing
  * capability is a failure, never a pass). `CHAOS_SECONDS` scales the runtime scenarios (default
- * 30 each), `CHAOS_STEPS` the RL ones (default 12 train_ppo steps), `CHAOS_ONLY=rollout` runs
- * the scenarios whose name contains that text, `CHAOS_SEED` fixes the RL faults' timing.
+ * 30 each), `CHAOS_STEPS` the RL ones (default 12 train_ppo steps), `CHAOS_ONLY=rollout,trainer`
+ * runs the scenarios whose name contains one of those texts, `CHAOS_SEED` fixes the RL faults' timing.
  */
 import {
   type ChaosResult,
@@ -32,8 +32,8 @@ const all: [string, () => Promise<ChaosResult>][] = [
   ['engine server kill -9', () => engineServerKills(steps, 3)],
   ['engine server SIGSTOP', () => engineServerHangs(steps, 1, 20)],
 ];
-const only = process.env.CHAOS_ONLY;
-const scenarios = only ? all.filter(([name]) => name.includes(only)) : all;
+const only = process.env.CHAOS_ONLY?.split(',').filter(Boolean);
+const scenarios = only ? all.filter(([name]) => only.some((o) => name.includes(o))) : all;
 const results: ChaosResult[] = [];
 for (const [name, run] of scenarios) {
   // A scenario that throws is a failed scenario with its reason, and the others still run.
