@@ -29,30 +29,37 @@ import { type ChaosResult, emptyResult } from './harness.ts';
 const root = new URL('../../', import.meta.url).pathname;
 const prompts = 16;
 const batch = 4;
+/** The prompt data of every scenario: small sums the tiny model answers with its 4 tokens. */
+const records = () =>
+  Array.from({ length: prompts }, (_, i) => ({
+    prompt: `What is ${i}+1?`,
+    solution: `#### ${i + 1}`,
+  }));
 
 /** A run's workspace: the tiny model, the prompts, a private RTJOB_HOME (no cluster of anyone else is joined). */
 class RlBench {
   readonly dir = mkdtempSync(join(tmpdir(), 'rtjob-rl-chaos-'));
   model = '';
   data = '';
-  private readonly saved = {
-    home: process.env.RTJOB_HOME,
-    address: process.env.RTJOB_ADDRESS,
-    quiet: process.env.RTJOB_QUIET_BACKEND,
-  };
+  /** The variables a run reads, as they were before: restored by `close`. */
+  private readonly saved = new Map(
+    ['RTJOB_HOME', 'RTJOB_ADDRESS', 'RTJOB_QUIET_BACKEND'].map((k) => [k, process.env[k]]),
+  );
 
   async start(): Promise<void> {
-    process.env.RTJOB_HOME = join(this.dir, 'home');
+    const home = join(this.dir, 'home');
+    mkdirSync(home, { recursive: true });
+    process.env.RTJOB_HOME = home;
     process.env.RTJOB_QUIET_BACKEND = '1';
     delete process.env.RTJOB_ADDRESS;
-    mkdirSync(process.env.RTJOB_HOME, { recursive: true });
     this.model = await writeTinyModel(this.dir);
     this.data = join(this.dir, 'prompts.jsonl');
-    const records = Array.from({ length: prompts }, (_, i) => ({
-      prompt: `What is ${i}+1?`,
-      solution: `#### ${i + 1}`,
-    }));
-    writeFileSync(this.data, records.map((r) => JSON.stringify(r)).join('\n'));
+    writeFileSync(
+      this.data,
+      records()
+        .map((r) => JSON.stringify(r))
+        .join('\n'),
+    );
   }
 
   flags(steps: number, extra: string[]): string[] {
@@ -86,20 +93,12 @@ class RlBench {
 
   /** The prompts the sampler hands out over `steps` steps, in order: what must be trained. */
   expected(steps: number): number[] {
-    const records = Array.from({ length: prompts }, (_, i) => ({
-      prompt: `What is ${i}+1?`,
-      solution: `#### ${i + 1}`,
-    }));
-    const s = new PromptSampler(records, { input: 'prompt', label: 'solution' }, 42);
+    const s = new PromptSampler(records(), { input: 'prompt', label: 'solution' }, 42);
     return Array.from({ length: steps }, () => s.next(batch).map((x) => x.index)).flat();
   }
 
   close(): void {
-    for (const [k, v] of [
-      ['RTJOB_HOME', this.saved.home],
-      ['RTJOB_ADDRESS', this.saved.address],
-      ['RTJOB_QUIET_BACKEND', this.saved.quiet],
-    ] as const) {
+    for (const [k, v] of this.saved) {
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;
     }
