@@ -295,8 +295,13 @@ export async function rolloutKills(
       kills,
       1500,
       async (rand) => {
-        const victims = (await live('Rollout')).filter((a) => (killed.get(a.actorId) ?? 0) < 2);
-        const v = victims[Math.floor(rand() * victims.length)];
+        // Both may be restarting from an earlier kill: the fault waits (bounded) for one that runs.
+        let v: { actorId: string; pid: number } | undefined;
+        for (const end = Date.now() + 15_000; !v && Date.now() < end; ) {
+          const victims = (await live('Rollout')).filter((a) => (killed.get(a.actorId) ?? 0) < 2);
+          v = victims[Math.floor(rand() * victims.length)];
+          if (!v) await delay(100);
+        }
         if (!v) return false;
         try {
           process.kill(v.pid, 'SIGKILL');
