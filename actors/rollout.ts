@@ -19,6 +19,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
 import { readEnv } from '../runtime/env.ts';
+import { RtjobError } from '../runtime/errors.ts';
 import { runGatewayEvaluation } from './agent/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from './agent/episode-runner.ts';
 import { loadAgent } from './agent/load.ts';
@@ -76,6 +77,8 @@ export interface RolloutInit {
   asyncNumTasks?: number;
   /** @default 0 (none) */
   episodeTimeoutMs?: number;
+  /** Limit on one weight update of an `sglang` / `vllm` engine. @default 600_000 */
+  weightSyncTimeoutMs?: number;
   /** Seed of the engine's sampling stream. @default 0 */
   seed?: number;
   /** Tool-call format of the gateway agents talk to (`--tool-call-parser`). @default 'hermes' */
@@ -112,6 +115,29 @@ export function simulatedEngine(o: SimulatedLengths): SimulatedEngine {
       return Array.from({ length: n }, (_, i) => 5 + (i % 10));
     },
   });
+}
+
+/**
+ * The rollout's engine holds older weights than the caller expects: its process was restarted
+ * (outside any call) and came back with the pretrained weights. The driver re-initialises it
+ * (pushes the current weights) and sends the call again. Checked by `code`.
+ */
+export class StaleRolloutError extends RtjobError<'ROLLOUT_STALE'> {
+  constructor(
+    readonly version: number,
+    readonly expected: number,
+  ) {
+    super(
+      'ROLLOUT_STALE',
+      `the rollout's engine holds weights version ${version}, the run is at version ${expected}`,
+    );
+  }
+}
+
+/** What the driver expects of the rollout a call reaches. */
+export interface RolloutExpect {
+  /** The weights version the engine must hold at least; older fails with {@link StaleRolloutError}. */
+  minVersion?: number;
 }
 
 /** Counters a Rollout reports. */
@@ -217,6 +243,9 @@ export class Rollout {
     );
     const options = {
       urls,
+      ...(this.init.weightSyncTimeoutMs
+        ? { weightSyncTimeoutMs: this.init.weightSyncTimeoutMs }
+        : {}),
       writeCheckpoint: (t: NamedTensors, v: number) =>
         writeEngineCheckpoint(weightsDir, pretrain, t, v),
     };
@@ -247,9 +276,13 @@ export class Rollout {
     };
   }
 
-  /** Runs one prompt's group of episodes. Contract errors (agent bugs) reject. */
-  async runGroup(item: PromptItem): Promise<GroupResult> {
+  /**
+   * Runs one prompt's group of episodes. Contract errors (agent bugs) reject; so does an engine
+   * older than `expect.minVersion` ({@link StaleRolloutError}), before any episode starts.
+   */
+  async runGroup(item: PromptItem, expect: RolloutExpect = {}): Promise<GroupResult> {
     await this.ready();
+    this.check(expect);
     if (this.active++ === 0) this.busySince = performance.now();
     try {
       const g = await this.runner.runGroup(this.engine, this.sample(item));
@@ -274,8 +307,12 @@ export class Rollout {
    * agent (`agent(sample, env)`), its own episode with greedy decoding, correct when it returns
    * reward 1 (an episode that fails or runs past the timeout counts as wrong).
    */
-  async evaluate(items: PromptItem[]): Promise<{ correct: number; total: number }> {
+  async evaluate(
+    items: PromptItem[],
+    expect: RolloutExpect = {},
+  ): Promise<{ correct: number; total: number }> {
     await this.ready();
+    this.check(expect);
     if (this.agent.kind === 'agent') return this.evaluateAgent(this.agent, items);
     const outs = await Promise.all(
       items.map(async (it) => {
@@ -288,6 +325,12 @@ export class Rollout {
       }),
     );
     return { correct: outs.filter((x) => x === 1).length, total: items.length };
+  }
+
+  private check(expect: RolloutExpect): void {
+    const v = this.engine.getVersion();
+    if (expect.minVersion !== undefined && v < expect.minVersion)
+      throw new StaleRolloutError(v, expect.minVersion);
   }
 
   private async evaluateAgent(
@@ -343,8 +386,8 @@ export class Rollout {
   async loadStaged(version: number): Promise<boolean> {
     const w = this.staged;
     if (w?.version !== version) return false;
-    this.staged = undefined;
     await this.updateWeights(w);
+    this.staged = undefined;
     return true;
   }
 
@@ -402,6 +445,17 @@ export class Rollout {
   async wakeUp(): Promise<void> {
     await this.ready();
     return this.engine.wakeUp();
+  }
+
+  /**
+   * Answers at once, loaded or not (a health probe: the driver restarts a rollout that does not
+   * answer in time): the engine's version (-1 before it is loaded) and the episodes running.
+   */
+  health(): { version: number; episodesRunning: number } {
+    return {
+      version: this.engine ? this.engine.getVersion() : -1,
+      episodesRunning: this.runner ? this.runner.running : 0,
+    };
   }
 
   async stats(): Promise<RolloutStats> {

@@ -117,6 +117,7 @@ export class Trainer {
   private loaded: Promise<void> | undefined;
   /** The weights last shared with the engines ({@link shareWeights}). */
   private shared: { version: number; weights: ObjectRef<PolicyWeights> } | undefined;
+  private sharedBefore: { version: number; weights: ObjectRef<PolicyWeights> } | undefined;
   /** Weight version: 0 for the initial policy, +1 per {@link train} call. */
   version = 0;
 
@@ -297,13 +298,16 @@ export class Trainer {
   /**
    * The current weights as an object this trainer owns (`put` once per version): the driver
    * passes the ref on and each engine fetches the bytes from here, so they never pass through the
-   * driver, and the engines of one node share one shared-memory copy. The ref of the version
-   * before is released (its engines have loaded it by the time the next version is trained).
+   * driver, and the engines of one node share one shared-memory copy. Two versions are kept: the
+   * one before is released when a third is shared.
    * Needs the runtime (an actor, or a process that called `init`).
    */
   shareWeights(): { version: number; weights: ObjectRef<PolicyWeights> } {
     if (this.shared?.version !== this.version) {
-      if (this.shared) release(this.shared.weights);
+      // The version before stays: async engines (and a rollout restarted meanwhile) still load
+      // it while this one is staged.
+      if (this.sharedBefore) release(this.sharedBefore.weights);
+      this.sharedBefore = this.shared;
       this.shared = { version: this.version, weights: put(this.weights()) };
     }
     // Wrapped: a bare ref as a result would be awaited (fetched) by the caller as a thenable.

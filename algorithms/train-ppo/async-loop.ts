@@ -29,7 +29,7 @@ import { afterStep, recordUpdate, type RunContext } from './context.ts';
 import { recordEpisodes } from './episodes.ts';
 import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
-import { applyPolicy, stagePolicy, type PolicyUpdate } from './weight-sync.ts';
+import { syncWeights, trainerWeights, type PolicyUpdate } from './weight-sync.ts';
 
 /** What the producer attaches to each batch of the buffer besides its trajectories. */
 interface BatchMeta {
@@ -82,7 +82,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
     await gate.write();
     const p1 = performance.now();
     try {
-      await applyPolicy(roles, w);
+      await syncWeights(ctx, w, 'apply');
     } finally {
       gate.done();
     }
@@ -184,9 +184,9 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       // A snapshot now (the trainer is idle), pushed once the engines may change version: the
       // trainer trains the next batch meanwhile instead of waiting for the batch in generation.
       const s0 = performance.now();
-      const snapshot = await roles.policy();
+      const snapshot = await trainerWeights(ctx);
       // The engines fetch it now, while the trainer is idle (weight-sync.ts: stagePolicy).
-      await stagePolicy(roles, snapshot);
+      await syncWeights(ctx, snapshot, 'stage');
       const stageMs = performance.now() - s0;
       const step = state.step;
       publishing = publishBeside(snapshot, step, stageMs).catch(fail);

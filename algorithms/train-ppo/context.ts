@@ -14,13 +14,14 @@ import { RewardNormalizer } from '../reward-normalizer.ts';
 import { infoMetrics } from '../trajectory.ts';
 import type { JobReport } from '../../runtime/metrics.ts';
 import type { EpisodeSample } from './episodes.ts';
+import type { Watchdog } from './health.ts';
 import { evaluate } from './generate.ts';
 import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
 import type { TrainPpoOptions } from './flags.ts';
 import type { Roles } from './roles.ts';
 import { klOptions } from './options.ts';
 import type { UpdateState, UpdateStats } from './step.ts';
-import { publishWeights } from './weight-sync.ts';
+import { publishWeights, type PolicyUpdate } from './weight-sync.ts';
 
 /** Where a run's numbers go: the head's metrics API, and lines on the terminal. */
 export interface RunLog {
@@ -86,6 +87,14 @@ export interface RunContext extends UpdateState {
   /** Restarts so far per rollout, and the restart in progress per rollout. */
   restarts: number[];
   restarting: Map<number, Promise<void>>;
+  /**
+   * The weights every engine holds (last pushed to all); a restarted rollout gets them. Unset
+   * until the first publish: the engines then hold the pretrained weights, version 0.
+   */
+  published?: PolicyUpdate;
+  /** Rollout incarnations killed for not answering (`i:incarnation`), and their watchdogs. */
+  hung?: Set<string>;
+  watching?: Map<number, Watchdog>;
   /** The policy tokenizer's decoder, loaded on the first step that logs samples. */
   decode?: (ids: number[]) => string;
 }
@@ -260,7 +269,7 @@ async function resume(ctx: RunContext): Promise<void> {
   ctx.sampler.seek(saved.driver.position);
   ctx.kl = createKlController(klOptions(ctx.o, saved.driver.klCoef));
   if (ctx.rewardNormalizer) ctx.rewardNormalizer = new RewardNormalizer(saved.driver.rewardStats);
-  await publishWeights(ctx.roles);
+  await publishWeights(ctx);
   ctx.log.line(
     `ckpt  resumed from ${dir} at step ${ctx.state.step} (epoch ${ctx.state.position.epoch}, offset ${ctx.state.position.offset})`,
   );

@@ -1,5 +1,6 @@
 /**
- * Errors of a `train_ppo` run that a user acts on: a role's process died. Checked by `code`.
+ * Errors of a `train_ppo` run that a user acts on: a role's process died, a weight sync did not
+ * finish. Checked by `code`.
  *
  * @module
  */
@@ -34,4 +35,37 @@ export function isRoleDied(e: unknown): e is RoleDiedError {
   return (
     typeof e === 'object' && e !== null && (e as { code?: unknown }).code === 'TRAIN_PPO_ROLE_DIED'
   );
+}
+
+/** The step of a weight sync that failed: the trainer's snapshot, the push to a rollout, or a step inside its engine. */
+export type WeightSyncPhase =
+  | 'fetch'
+  | 'push'
+  | 'pause'
+  | 'reload'
+  | 'continue'
+  | 'catch-up reload';
+
+/**
+ * A weight sync did not finish: the trainer did not hand out its weights, a rollout did not
+ * answer the push within `--weight-sync-timeout-ms` (plus a health probe's time), or its engine
+ * failed a step (`phase`) on every server. Names the rollout, its engine and the phase.
+ */
+export class WeightSyncError extends RtjobError<'TRAIN_PPO_WEIGHT_SYNC'> {
+  constructor(
+    readonly version: number,
+    /** The rollout's index; -1 for the trainer (phase `fetch`). */
+    readonly rollout: number,
+    /** What the weights went to, e.g. `builtin` or `sglang http://gpu1:30000`. */
+    readonly engine: string,
+    readonly phase: WeightSyncPhase,
+    detail: string,
+    options?: { cause?: unknown },
+  ) {
+    super(
+      'TRAIN_PPO_WEIGHT_SYNC',
+      `weight sync of version ${version} ${rollout < 0 ? 'from the trainer' : `to rollout ${rollout} (${engine})`} failed in phase '${phase}': ${detail}`,
+      options,
+    );
+  }
 }

@@ -104,6 +104,10 @@ export interface TrainPpoOptions {
   engine: 'builtin' | 'sglang' | 'vllm';
   engineUrl: string | undefined;
   engineWeightsPath: string;
+  /** A rollout that does not answer a health probe in this time is restarted. */
+  engineHealthTimeoutMs: number;
+  /** Limit on one weight sync (trainer snapshot, push, the engine's reload). */
+  weightSyncTimeoutMs: number;
   actorNumGpusPerNode: number;
   refNumGpusPerNode: number;
   criticNumGpusPerNode: number;
@@ -328,6 +332,18 @@ export const flagTable: readonly Flag[] = [
     'string',
     'where weights for sglang|vllm servers are written (a path the servers can read); default <ckpt-path>/engine_weights',
   ),
+  F(
+    'engineHealthTimeoutMs',
+    'int',
+    'a rollout that does not answer a health probe (sent while it has calls, and before each weight publish) in this time is killed and restarted',
+    { min: 1 },
+  ),
+  F(
+    'weightSyncTimeoutMs',
+    'int',
+    "limit on one weight sync (trainer snapshot, push to each rollout, the servers' reload); past it the sync fails naming the rollout, engine and phase",
+    { min: 1 },
+  ),
   F('actorNumGpusPerNode', 'float', 'GPUs of the trainer', { min: 0 }),
   F('refNumGpusPerNode', 'float', 'GPUs of the reference model', { min: 0 }),
   F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
@@ -426,6 +442,8 @@ export const trainPpoDefaults: TrainPpoOptions = {
   engine: 'builtin',
   engineUrl: undefined,
   engineWeightsPath: '',
+  engineHealthTimeoutMs: 60_000,
+  weightSyncTimeoutMs: 600_000,
   actorNumGpusPerNode: 0,
   refNumGpusPerNode: 0,
   criticNumGpusPerNode: 0,

@@ -1,14 +1,18 @@
 /**
- * Episodes on the rollouts: groups spread round-robin over the engines (a dead rollout's
- * in-flight groups re-run on its restarted process), held-out evaluation, and the error budget.
+ * Calls to the rollouts: groups spread round-robin over the engines, held-out evaluation, and the
+ * error budget (weight publishes are in `weight-sync.ts`). Every call goes through {@link onRollout}: a rollout that died
+ * (during the call, or before it, outside any call) is restarted, given the current weights, and
+ * called again, so a group lost with it re-runs once and no episode runs on stale weights.
  *
  * @module
  */
 import type { GroupResult } from '../../actors/agent/episode-runner.ts';
 import { ErrorBudgetExceededError } from '../../actors/agent/errors.ts';
 import type { PromptItem } from '../../actors/rollout.ts';
+import { isRtjobError } from '../../runtime/errors.ts';
 import type { RunContext } from './context.ts';
-import { isRoleDied } from './errors.ts';
+import { isRoleDied, type WeightSyncError } from './errors.ts';
+import { killHung, watch } from './health.ts';
 import type { Roles } from './roles.ts';
 
 /** Greedy accuracy on the held-out prompts, split across engines. */
@@ -16,7 +20,9 @@ export async function evaluate(ctx: RunContext): Promise<number> {
   const { rollouts } = ctx.roles;
   const parts = rollouts.map((_, i) => ctx.evalItems.filter((__, k) => k % rollouts.length === i));
   const res = await Promise.all(
-    rollouts.map((_, i) => onRollout(ctx, i, (r) => r.evaluate(parts[i]!))),
+    rollouts.map((_, i) =>
+      onRollout(ctx, i, (r, minVersion) => r.evaluate(parts[i]!, { minVersion })),
+    ),
   );
   const correct = res.reduce((a, r) => a + r.correct, 0);
   return correct / Math.max(1, ctx.evalItems.length);
@@ -28,46 +34,69 @@ export const maxRolloutRestarts = 3;
 /**
  * Runs groups for `items` across the engines, round-robin, one call per group, so a rollout that
  * dies loses only its in-flight groups: they are re-run on its restarted process (with the
- * trainer's current weights), and results already returned are kept. Each prompt therefore
+ * weights of the current version), and results already returned are kept. Each prompt therefore
  * yields exactly one group result.
  */
 export async function generate(ctx: RunContext, items: PromptItem[]): Promise<GroupResult[]> {
   const n = ctx.roles.rollouts.length;
-  return Promise.all(items.map((item, k) => runGroupOn(ctx, k % n, item)));
+  return Promise.all(
+    items.map((item, k) =>
+      onRollout(ctx, k % n, (r, minVersion) => r.runGroup(item, { minVersion })),
+    ),
+  );
 }
 
-function runGroupOn(ctx: RunContext, i: number, item: PromptItem): Promise<GroupResult> {
-  return onRollout(ctx, i, (r) => r.runGroup(item));
+/** Runs `call` on every rollout (sleep, wake-up), restarting the ones that die meanwhile. */
+export async function onEveryRollout(
+  ctx: RunContext,
+  call: (r: Roles['rollouts'][number]) => Promise<void>,
+): Promise<void> {
+  await Promise.all(ctx.roles.rollouts.map((_, i) => onRollout(ctx, i, call)));
 }
 
-/** Calls rollout `i`; when it dies, waits for its restart and calls again. */
+/**
+ * Calls rollout `i` with the weights version its engine must hold. When the rollout died during
+ * the call, or was restarted before it (its engine is behind that version), waits for its
+ * restart, pushes it the current weights, and calls again.
+ */
 export async function onRollout<T>(
   ctx: RunContext,
   i: number,
-  call: (r: Roles['rollouts'][number]) => Promise<T>,
+  call: (r: Roles['rollouts'][number], minVersion: number) => Promise<T>,
 ): Promise<T> {
   for (;;) {
     const incarnation = ctx.restarts[i] ?? 0;
+    const release = watch(ctx, i);
     try {
-      return await call(ctx.roles.rollouts[i]!);
+      return await call(ctx.roles.rollouts[i]!, ctx.published?.version ?? 0);
     } catch (err) {
-      if (!isRoleDied(err) || !ctx.roles.restartRollout) throw err;
+      // A push the rollout did not answer: it hangs; killed, it dies like any other.
+      const hung =
+        isRtjobError(err, 'TRAIN_PPO_WEIGHT_SYNC') && (err as WeightSyncError).phase === 'push';
+      if (hung && ctx.roles.killRollout) await killHung(ctx, i, incarnation, err.message);
+      const died = isRoleDied(err) || hung;
+      if (!(died || isRtjobError(err, 'ROLLOUT_STALE')) || !ctx.roles.restartRollout) throw err;
       ctx.state.groupsRerun++;
-      await restartRollout(ctx, i, incarnation, err);
+      await restartRollout(ctx, i, incarnation, err as Error, died);
+    } finally {
+      release();
     }
   }
 }
 
 /** One restart per death, however many of its calls failed with it. */
-function restartRollout(
+export function restartRollout(
   ctx: RunContext,
   i: number,
   incarnation: number,
   err: Error,
+  died: boolean,
 ): Promise<void> {
   if ((ctx.restarts[i] ?? 0) !== incarnation) return ctx.restarting.get(i) ?? Promise.resolve();
   ctx.restarts[i] = incarnation + 1;
   if (incarnation + 1 > maxRolloutRestarts) {
+    // A sync that could not finish is the error the user acts on: it names the engine and phase.
+    if (isRtjobError(err, 'TRAIN_PPO_WEIGHT_SYNC')) return Promise.reject(err);
     return Promise.reject(
       new Error(
         `rollout ${i} died ${incarnation + 1} times, more than the ${maxRolloutRestarts} restarts allowed; last: ${err.message}`,
@@ -77,11 +106,23 @@ function restartRollout(
   }
   ctx.state.rolloutRestarts++;
   ctx.log.line(
-    `warn  rollout ${i}: ${err.message}; restarting it and re-running its in-flight groups`,
+    died
+      ? `warn  rollout ${i}: ${err.message}; restarting it and re-running its in-flight groups`
+      : `warn  rollout ${i} was restarted outside any call (${err.message}); re-initialising it`,
   );
-  const p = ctx.roles.restartRollout!(i).then(() =>
-    ctx.log.line(`info  rollout ${i} is back (restart ${incarnation + 1})`),
-  );
+  const p = (async () => {
+    await ctx.roles.restartRollout!(i);
+    // The current weights, not the trainer's: in async training the trainer may be a version
+    // ahead of the engines, and a batch in generation must not mix versions.
+    const w = ctx.published;
+    if (w) await ctx.roles.rollouts[i]!.updateWeights(w.weights);
+    ctx.log.line(
+      `info  rollout ${i} is back (restart ${incarnation + 1}, weights version ${w?.version ?? 0})`,
+    );
+  })().catch((e: unknown) => {
+    // Died again while being re-initialised: the next call finds out and restarts it again.
+    if (!isRoleDied(e)) throw e;
+  });
   ctx.restarting.set(i, p);
   return p;
 }

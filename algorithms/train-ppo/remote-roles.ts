@@ -5,6 +5,7 @@
  * @module
  */
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { actorInfo, defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import type { ActorHandle, RemoteMethod } from '../../runtime/handles.ts';
@@ -16,7 +17,6 @@ import type { TrainPpoOptions } from './flags.ts';
 import { RoleDiedError, type RoleName } from './errors.ts';
 import { placeRoles, type RolePlacement } from './placement.ts';
 import { everyRank, replicated, roleInits, type Remote, type Roles } from './roles.ts';
-import { loadPolicy } from './weight-sync.ts';
 
 const actorsDir = new URL('../../actors/', import.meta.url);
 const RolloutActor = defineActor<typeof Rollout>(new URL('rollout.ts', actorsDir), 'Rollout');
@@ -68,6 +68,9 @@ function remote<T>(handle: ActorHandle<T>, role: RoleName): Remote<T> {
   ) as Remote<T>;
 }
 
+/** How long a dead rollout may take to come back (the runtime starts a new worker). */
+const restartWaitMs = 120_000;
+
 /** The roles as actors on the cluster (a local one is started when none runs). */
 export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
   await init();
@@ -90,6 +93,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
       : {}),
   });
   const handles: ActorHandle<unknown>[] = [];
+  const rolloutHandles: ActorHandle<Rollout>[] = [];
   const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) => {
     const h = RolloutActor.options({
       ...place(placement.rollout(i)),
@@ -98,6 +102,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
       env,
     }).remote(inits.rollout(i));
     handles.push(h);
+    rolloutHandles.push(h);
     return remote(h, 'rollout');
   });
   // Data-parallel ranks meet in a collective group named for this run.
@@ -147,7 +152,11 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     trainer: await nodeOf(trainerHandle),
     rollouts: await Promise.all(handles.slice(0, rollouts.length).map(nodeOf)),
   };
-  const roles: Roles = {
+  // The incarnation each rollout's driver view was last made ready on.
+  const ready = await Promise.all(
+    rolloutHandles.map(async (h) => (await actorInfo(h)).incarnation),
+  );
+  return {
     rollouts,
     trainer,
     ...(reference ? { reference } : {}),
@@ -155,18 +164,37 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     // Rank 0 puts the weights once; engines fetch them from it (weight-sync.ts).
     policy: () => trainer.shareWeights(),
     nodes,
-    // The runtime restarts the process (maxRestarts); the handle reconnects to the new one, which
-    // then needs its engine loaded and the trainer's current weights before it runs episodes.
+    // The runtime restarts the process (maxRestarts); once the head has a newer incarnation up,
+    // the handle reaches it and it loads its engine here. The driver then pushes the current
+    // weights (generate.ts).
     restartRollout: async (i: number) => {
+      const h = rolloutHandles[i]!;
+      const end = Date.now() + restartWaitMs;
+      for (;;) {
+        const info = await actorInfo(h);
+        if (info.state === 'DEAD') {
+          throw new RoleDiedError(
+            'rollout',
+            `it was not restarted (${info.deathCause?.message ?? 'dead'})`,
+          );
+        }
+        if (info.state === 'ALIVE' && info.incarnation > ready[i]!) {
+          ready[i] = info.incarnation;
+          nodes.rollouts[i] = info.nodeId;
+          break;
+        }
+        if (Date.now() > end)
+          throw new Error(`rollout ${i} was not restarted within ${restartWaitMs / 1000} s`);
+        // The head tells of a restart only when asked; a short poll is what waiting costs here.
+        await delay(100);
+      }
       await rollouts[i]!.ready();
-      nodes.rollouts[i] = await nodeOf(handles[i]!);
-      await loadPolicy(roles, await trainer.shareWeights(), [i]);
     },
+    killRollout: (i: number) => kill(rolloutHandles[i]!, { noRestart: false }),
     close: async () => {
       await Promise.allSettled(handles.map((h) => kill(h, { noRestart: true })));
       await pg?.remove();
       await shutdown();
     },
   };
-  return roles;
 }

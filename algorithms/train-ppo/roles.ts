@@ -40,8 +40,13 @@ export interface Roles {
    * in-process (one process, one node).
    */
   nodes?: { trainer: string | undefined; rollouts: (string | undefined)[] };
-  /** Restarts a dead rollout (remote roles only); resolves when it is ready again. */
+  /**
+   * Waits for a dead rollout's restart (remote roles only) and loads its engine; the caller then
+   * gives it the current weights.
+   */
   restartRollout?: (i: number) => Promise<void>;
+  /** Kills rollout `i`'s process so that the runtime restarts it (remote roles only). */
+  killRollout?: (i: number) => Promise<void>;
   close(): Promise<void>;
 }
 
@@ -103,6 +108,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
           }
         : {}),
       ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
+      weightSyncTimeoutMs: o.weightSyncTimeoutMs,
       temperature: o.temperature,
       topP: o.topP,
       generateMaxLen: o.generateMaxLen,

@@ -6,10 +6,21 @@
  * and re-shares its copy (`Rollout.relayWeights`), and the node's other engines fetch that, so
  * the weights cross to each node once, not once per engine.
  *
+ * In a run every call of a sync is guarded ({@link guarded}): a health probe first, a deadline,
+ * a restart of a rollout that dies or hangs (generate.ts), a resend where an engine lost its
+ * servers mid-update; a sync that cannot finish fails with a {@link WeightSyncError} naming the
+ * rollout, its engine and the phase.
+ *
  * @module
  */
+import { setTimeout as delay } from 'node:timers/promises';
+import { isEngineError } from '../../actors/engines/http/errors.ts';
 import type { PolicyWeights } from '../../actors/engines/types.ts';
 import type { ObjectRef } from '../../runtime/api.ts';
+import type { RunContext } from './context.ts';
+import { WeightSyncError, type WeightSyncPhase } from './errors.ts';
+import { onRollout, restartRollout } from './generate.ts';
+import { answers, describeEngine, killHung, withDeadline } from './health.ts';
 import type { Roles } from './roles.ts';
 
 /** A version of the policy as the engines take it: a ref the trainer owns, or (in-process) the value. */
@@ -48,64 +59,192 @@ export function weightRoutes(
   return { direct: direct.sort((a, b) => a - b), relays };
 }
 
-/** Loads `p` on rollouts `which` (default: all) along {@link weightRoutes}. */
-export async function loadPolicy(
+/** How a sync calls rollout `i`: plainly, or in a run {@link guarded}. */
+export type RolloutCall = (
+  i: number,
+  call: (r: Roles['rollouts'][number]) => Promise<void>,
+) => Promise<void>;
+
+const plain =
+  (roles: Roles): RolloutCall =>
+  (i, call) =>
+    call(roles.rollouts[i]!);
+
+const everyRollout = (roles: Roles): number[] => roles.rollouts.map((_, i) => i);
+
+/**
+ * Delivers `p` to rollouts `which` along {@link weightRoutes}: loaded now, or (`stage`) fetched
+ * and kept for {@link applyPolicy}.
+ */
+async function deliver(
   roles: Roles,
   p: PolicyUpdate,
-  which: readonly number[] = roles.rollouts.map((_, i) => i),
+  which: readonly number[],
+  mode: 'load' | 'stage',
+  each: RolloutCall,
 ): Promise<void> {
+  const take = (i: number, w: PolicyUpdate['weights']) =>
+    each(i, (r) => (mode === 'load' ? r.updateWeights(w) : r.stageWeights(w)));
   const routes = weightRoutes(roles.nodes?.trainer, roles.nodes?.rollouts ?? [], which);
   await Promise.all([
-    ...routes.direct.map((i) => roles.rollouts[i]!.updateWeights(p.weights)),
+    ...routes.direct.map((i) => take(i, p.weights)),
     ...routes.relays.map(async ({ via, to }) => {
-      const { weights } = await roles.rollouts[via]!.relayWeights(p.weights);
-      await Promise.all(to.map((i) => roles.rollouts[i]!.updateWeights(weights)));
+      let relayed: PolicyUpdate['weights'] = p.weights;
+      await each(via, async (r) => {
+        relayed = (await r.relayWeights(p.weights, mode === 'load' ? 'now' : 'staged')).weights;
+      });
+      await Promise.all(to.map((i) => take(i, relayed)));
     }),
   ]);
 }
 
-/**
- * Has rollouts `which` (default: all) fetch `p` along {@link weightRoutes} without loading it
- * yet ({@link applyPolicy} loads it). The async loop stages each version as soon as it is trained,
- * while the trainer is idle: a trainer busy with the next batch would answer the fetches only when
- * that call ends, and the publish would hold the engines' version gate that long.
- */
-export async function stagePolicy(
+/** Loads `p` on rollouts `which` (default: all). */
+export function loadPolicy(
   roles: Roles,
   p: PolicyUpdate,
-  which: readonly number[] = roles.rollouts.map((_, i) => i),
+  which: readonly number[] = everyRollout(roles),
+  each: RolloutCall = plain(roles),
 ): Promise<void> {
-  const routes = weightRoutes(roles.nodes?.trainer, roles.nodes?.rollouts ?? [], which);
-  await Promise.all([
-    ...routes.direct.map((i) => roles.rollouts[i]!.stageWeights(p.weights)),
-    ...routes.relays.map(async ({ via, to }) => {
-      const { weights } = await roles.rollouts[via]!.relayWeights(p.weights, 'staged');
-      await Promise.all(to.map((i) => roles.rollouts[i]!.stageWeights(weights)));
-    }),
-  ]);
+  return deliver(roles, p, which, 'load', each);
+}
+
+/**
+ * Has rollouts `which` (default: all) fetch `p` without loading it yet ({@link applyPolicy} loads
+ * it). The async loop stages each version as soon as it is trained, while the trainer is idle: a
+ * trainer busy with the next batch would answer the fetches only when that call ends, and the
+ * publish would hold the engines' version gate that long.
+ */
+export function stagePolicy(
+  roles: Roles,
+  p: PolicyUpdate,
+  which: readonly number[] = everyRollout(roles),
+  each: RolloutCall = plain(roles),
+): Promise<void> {
+  return deliver(roles, p, which, 'stage', each);
 }
 
 /**
  * Loads the staged `p` on every rollout; one that lost it (restarted since) loads `p` itself,
  * fetching from the trainer.
  */
-export async function applyPolicy(roles: Roles, p: PolicyUpdate): Promise<void> {
-  const missed: number[] = [];
+export async function applyPolicy(
+  roles: Roles,
+  p: PolicyUpdate,
+  each: RolloutCall = plain(roles),
+): Promise<void> {
+  const missed = new Set<number>();
   await Promise.all(
-    roles.rollouts.map(async (r, i) => {
-      if (!(await r.loadStaged(p.version))) missed.push(i);
-    }),
+    everyRollout(roles).map((i) =>
+      each(i, async (r) => {
+        if (!(await r.loadStaged(p.version))) missed.add(i);
+      }),
+    ),
   );
-  if (missed.length > 0) await loadPolicy(roles, p, missed);
+  if (missed.size > 0) await loadPolicy(roles, p, [...missed], each);
 }
 
 /**
- * Sends the trainer's current weights to every engine; returns the new version and the time
- * taken (the trainer's export and `put`, the engines' fetch and load).
+ * One step of a weight sync of `version` in a run, on every rollout: `load` (push and load),
+ * `stage` (fetch only, async) or `apply` (load what was staged). `load` and `apply` record `p` as
+ * the run's current weights, what a restarted rollout is given.
  */
-export async function publishWeights(roles: Roles): Promise<{ version: number; syncMs: number }> {
+export async function syncWeights(
+  ctx: RunContext,
+  p: PolicyUpdate,
+  step: 'load' | 'stage' | 'apply',
+): Promise<void> {
+  const each = guarded(ctx, p.version);
+  if (step === 'stage') return stagePolicy(ctx.roles, p, everyRollout(ctx.roles), each);
+  if (step === 'load') await loadPolicy(ctx.roles, p, everyRollout(ctx.roles), each);
+  else await applyPolicy(ctx.roles, p, each);
+  ctx.published = p;
+}
+
+/** Sends the trainer's weights to every engine; returns the new version and the time taken. */
+export async function publishWeights(
+  ctx: RunContext,
+): Promise<{ version: number; syncMs: number }> {
   const t0 = performance.now();
-  const p = await roles.policy();
-  await loadPolicy(roles, p);
+  const p = await trainerWeights(ctx);
+  await syncWeights(ctx, p, 'load');
   return { version: p.version, syncMs: performance.now() - t0 };
+}
+
+/** The trainer's current weights (a ref, in a cluster), within `--weight-sync-timeout-ms`. */
+export function trainerWeights(ctx: RunContext): Promise<PolicyUpdate> {
+  const ms = ctx.o.weightSyncTimeoutMs;
+  return withDeadline(
+    ctx.roles.policy(),
+    ms,
+    () =>
+      new WeightSyncError(
+        -1,
+        -1,
+        'trainer',
+        'fetch',
+        `the trainer did not hand out its weights within ${ms} ms`,
+      ),
+  );
+}
+
+/** Engine errors of servers that died or were taken out: the update can land once one rejoins. */
+const serverGone = new Set(['network', 'server-down', 'no-server']);
+
+/**
+ * Calls of a sync of `version` in a run. A rollout that does not answer a health probe first is
+ * killed and restarted (then given the current weights); every call goes through `onRollout` (a
+ * rollout that dies during it is restarted and called again) under a deadline, and a rollout that
+ * does not answer by then is restarted the same way. Where every server of a rollout's engine
+ * died during the update, the call is sent again a few times (the servers load the version when
+ * they rejoin); any other failure of the engine fails the sync with a {@link WeightSyncError}
+ * naming the phase.
+ */
+export function guarded(ctx: RunContext, version: number): RolloutCall {
+  const ms = ctx.o.weightSyncTimeoutMs + ctx.o.engineHealthTimeoutMs;
+  return async (i, call) => {
+    const incarnation = ctx.restarts[i] ?? 0;
+    if (ctx.roles.killRollout && !(await answers(ctx, i))) {
+      const why = `did not answer a health probe within ${ctx.o.engineHealthTimeoutMs} ms before the weight sync of version ${version}`;
+      await killHung(ctx, i, incarnation, why);
+      await restartRollout(ctx, i, incarnation, new Error(`it ${why}`), true);
+    }
+    await onRollout(ctx, i, (r) =>
+      withDeadline(
+        resending(ctx, i, version, () => call(r)),
+        ms,
+        () =>
+          new WeightSyncError(
+            version,
+            i,
+            describeEngine(ctx, i),
+            'push',
+            `the rollout did not answer within ${ms} ms`,
+          ),
+      ),
+    );
+  };
+}
+
+async function resending(
+  ctx: RunContext,
+  i: number,
+  version: number,
+  call: () => Promise<void>,
+): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await call();
+    } catch (err) {
+      const phase = isEngineError(err) ? (err as { phase?: WeightSyncPhase }).phase : undefined;
+      if (!isEngineError(err) || !phase) throw err;
+      if (attempt < 3 && serverGone.has(err.code)) {
+        ctx.log.line(`warn  rollout ${i}: ${err.message}; sending version ${version} again`);
+        await delay(250 * attempt);
+        continue;
+      }
+      throw new WeightSyncError(version, i, describeEngine(ctx, i), phase, err.message, {
+        cause: err,
+      });
+    }
+  }
 }

@@ -49,6 +49,10 @@ export interface ChaosResult {
   recoveryS: number;
   /** Set when the scenario could not run (a missing capability): counts as a failure. */
   error?: string;
+  /** What the system under test said about its faults (its warnings), shown with a violation. */
+  note?: string;
+  /** RL: on-policy (sync) steps that trained tokens of older weights than the trainer's. */
+  stale?: number;
 }
 
 /** A result with nothing counted yet. */
@@ -76,6 +80,7 @@ export function violations(r: ChaosResult): string[] {
   if (r.zombie) v.push(`${r.zombie} zombie executions`);
   if (r.reordered) v.push(`${r.reordered} reordered`);
   if (r.duplicated) v.push(`${r.duplicated} duplicated at-most-once calls`);
+  if (r.stale) v.push(`${r.stale} on-policy steps trained on stale weights`);
   return v;
 }
 
@@ -87,7 +92,10 @@ export function report(results: ChaosResult[]): string {
     (r) =>
       `| ${r.scenario} | ${r.faults} | ${r.calls} | ${r.failed} | ${r.lost} | ${r.duplicated} | ${r.hung} | ${r.zombie} | ${r.reordered} | ${r.recoveryS.toFixed(1)} | ${violations(r).join('; ') || 'ok'} |`,
   );
-  return [head, '|---|---|---|---|---|---|---|---|---|---|---|', ...rows].join('\n');
+  const notes = results.flatMap((r) =>
+    r.note && violations(r).length ? [`${r.scenario}: ${r.note}`] : [],
+  );
+  return [head, '|---|---|---|---|---|---|---|---|---|---|---|', ...rows, ...notes].join('\n');
 }
 
 interface Caller {

@@ -1,8 +1,10 @@
 /**
  * `npm run chaos`: every scenario of the chaos suite at full length, a table of counts in the
  * bench README's style, and exit 1 on any loss, hang, zombie execution, reordering, duplicate
- * at-most-once call, or a scenario that could not run here (a missing capability is a failure,
- * never a pass). `CHAOS_SECONDS` scales the run (default 30 per scenario).
+ * at-most-once call, stale on-policy step, or a scenario that could not run here (a missing
+ * capability is a failure, never a pass). `CHAOS_SECONDS` scales the runtime scenarios (default
+ * 30 each), `CHAOS_STEPS` the RL ones (default 12 train_ppo steps), `CHAOS_ONLY=rollout,trainer`
+ * runs the scenarios whose name contains one of those texts, `CHAOS_SEED` fixes the RL faults' timing.
  */
 import {
   type ChaosResult,
@@ -14,14 +16,24 @@ import {
   violations,
   workerKills,
 } from './harness.ts';
+import { engineServerHangs, engineServerKills, rolloutKills, trainerKill } from './rl.ts';
 
 const seconds = Number(process.env.CHAOS_SECONDS ?? 30);
-const scenarios: [string, () => Promise<ChaosResult>][] = [
+const steps = Number(process.env.CHAOS_STEPS ?? 12);
+const all: [string, () => Promise<ChaosResult>][] = [
   ['worker kill -9', () => workerKills(seconds, 1000, 6)],
   ['node agent kill -9', () => nodeKills(seconds)],
   ['head restart', () => headRestarts(seconds)],
   ['link cut 20s (netns)', () => linkCut(Math.max(seconds, 60), 20)],
+  ['rollout kill -9 (sync)', () => rolloutKills(steps, 4)],
+  ['rollout kill -9 (async)', () => rolloutKills(steps, 4, { async: true })],
+  ['trainer kill -9 + resume (sync)', () => trainerKill(steps)],
+  ['trainer kill -9 + resume (async)', () => trainerKill(steps, { async: true })],
+  ['engine server kill -9', () => engineServerKills(steps, 3)],
+  ['engine server SIGSTOP', () => engineServerHangs(steps, 1, 20)],
 ];
+const only = process.env.CHAOS_ONLY?.split(',').filter(Boolean);
+const scenarios = only ? all.filter(([name]) => only.some((o) => name.includes(o))) : all;
 const results: ChaosResult[] = [];
 for (const [name, run] of scenarios) {
   // A scenario that throws is a failed scenario with its reason, and the others still run.

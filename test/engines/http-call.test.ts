@@ -45,6 +45,29 @@ test('a kept-alive connection the server dropped is retried once on a fresh one'
   }
 });
 
+test('when every kept-alive connection is stale (the server restarted), the retry opens a fresh one', async () => {
+  const perSocket = new WeakMap<object, number>();
+  const s = await serve((req, res) => {
+    // Every connection answers its first request only: a server that died and came back drops
+    // whatever was kept alive from before.
+    const n = (perSocket.get(req.socket) ?? 0) + 1;
+    perSocket.set(req.socket, n);
+    if (n > 1) return req.socket.destroy();
+    res.setHeader('content-type', 'application/json');
+    res.end(JSON.stringify({ ok: true }));
+  });
+  try {
+    // Two requests at once leave two kept-alive connections in the pool.
+    await Promise.all([1, 2].map(() => httpCall(`${s.url}/a`, {}, { timeoutMs: 5000 })));
+    assert.is(s.stats().connections, 2);
+    const out = await httpCall(`${s.url}/a`, {}, { timeoutMs: 5000 }).catch((e: unknown) => e);
+    assert.equal(out, { ok: true }, String(out));
+    assert.is(s.stats().connections, 3);
+  } finally {
+    await s.close();
+  }
+});
+
 test('a fresh connection dropped before the answer is a network error, not retried', async () => {
   const s = await serve((req) => req.socket.destroy());
   try {

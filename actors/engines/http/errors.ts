@@ -35,16 +35,25 @@ export class EngineError extends RtjobError<EngineErrorCode> {
   readonly status: number | undefined;
   /** How long the server asked to be left alone (`Retry-After` on a 429 or 503). */
   readonly retryAfterMs: number | undefined;
+  /** The step of a weight update that failed (`pause`, `reload`, `continue`, ...), if one did. */
+  readonly phase: string | undefined;
 
   constructor(
     code: EngineErrorCode,
     message: string,
-    opts: { url?: string; status?: number; retryAfterMs?: number; cause?: unknown } = {},
+    opts: {
+      url?: string;
+      status?: number;
+      retryAfterMs?: number;
+      phase?: string;
+      cause?: unknown;
+    } = {},
   ) {
     super(code, message, { cause: opts.cause });
     this.url = opts.url;
     this.status = opts.status;
     this.retryAfterMs = opts.retryAfterMs;
+    this.phase = opts.phase;
   }
 
   /** Whether sending the same request again (possibly to another server) may succeed. */

@@ -57,9 +57,10 @@ export async function httpCall(
     answer = await exchange(url, method, payload, opts);
   } catch (e) {
     // A kept-alive connection the server closed while idle fails at once, before the request
-    // reached it: that request is safe to send again on a fresh connection.
+    // reached it: that request is safe to send again. On a new connection, not the next pooled
+    // one: a server that restarted dropped every connection kept from before.
     if (!(e instanceof StaleConnection)) throw e;
-    answer = await exchange(url, method, payload, opts);
+    answer = await exchange(url, method, payload, opts, true);
   }
   const parsed = parseBody(answer.text);
   if (answer.status < 200 || answer.status >= 300) {
@@ -99,6 +100,7 @@ function exchange(
   method: 'GET' | 'POST',
   payload: Buffer | undefined,
   opts: HttpCallOptions,
+  fresh = false,
 ): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const target = new URL(url);
@@ -130,7 +132,8 @@ function exchange(
 
     const req = transport.request(target, {
       method,
-      agent,
+      // `false`: a connection of its own, closed after the answer.
+      agent: fresh ? false : agent,
       headers: payload
         ? { 'content-type': 'application/json', 'content-length': payload.length }
         : {},

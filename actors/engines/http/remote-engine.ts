@@ -100,6 +100,13 @@ export interface RemoteEngineOptions {
   requestTimeoutMs?: number;
   /** Limit on control requests (pause, weight reload, sleep). @default 600_000 */
   controlTimeoutMs?: number;
+  /**
+   * Limit on a whole weight update (pause, drain, reload on every server). A server that has not
+   * reloaded by then is taken out of routing (it rejoins through its health probes, reloaded);
+   * when none has, the update fails with an `EngineError('timeout')` naming the server and the
+   * phase. @default 600_000
+   */
+  weightSyncTimeoutMs?: number;
   /** Retries of a failed request (timeouts, connection errors, 5xx, 429). @default 3 */
   maxRetries?: number;
   /** First retry delay; doubles each retry. @default 250 */
@@ -134,6 +141,7 @@ export interface RemoteEngineOptions {
 export const remoteEngineDefaults = {
   requestTimeoutMs: 3_600_000,
   controlTimeoutMs: 600_000,
+  weightSyncTimeoutMs: 600_000,
   maxRetries: 3,
   retryBaseDelayMs: 250,
   retryMaxDelayMs: 5000,
@@ -193,6 +201,28 @@ function teller(
       listener = undefined;
     }
   };
+}
+
+/** The steps of a weight update, as a timed-out one names them. */
+export type WeightSyncPhase = 'pause' | 'reload' | 'continue' | 'catch-up reload';
+
+/** The version a weight update installs and when it must be done (`Date.now()` ms). */
+interface SyncDeadline {
+  version: number;
+  deadline: number;
+}
+
+/** Whether every promise of `ps` settles before `deadline` (`Date.now()` ms). */
+async function settledBy(ps: Promise<unknown>[], deadline: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>(
+    (r) => (timer = setTimeout(() => r(false), deadline - Date.now())),
+  );
+  try {
+    return await Promise.race([Promise.allSettled(ps).then(() => true as const), late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Consecutive aborts with no new token after which a request is given up. */
@@ -499,16 +529,36 @@ export class RemoteEngine implements InferenceEngine {
 
   private async applyUpdate(path: string, version: number): Promise<void> {
     this.assertOpen();
+    const deadline = Date.now() + this.opts.weightSyncTimeoutMs;
+    const sync = { version, deadline };
     this.gate.close('updating');
     try {
-      if (this.userPause === null) await this.abortServers();
-      await Promise.allSettled([...this.httpInFlight]);
+      if (this.userPause === null) await this.abortServers(sync);
+      // Requests a server did not abort are cancelled here at the deadline: they are re-sent
+      // after the update (as an interrupted sample) instead of holding it.
+      const inFlight = [...this.httpInFlight];
+      if (!(await settledBy(inFlight, deadline))) {
+        this.cancel.abort(new EngineError('aborted', 'cancelled by a weight update'));
+        this.cancel = new AbortController();
+        await Promise.allSettled(inFlight);
+      }
       const urls = this.pool.upUrls();
       const results = await Promise.allSettled(
-        urls.map((url) => this.protocol.reloadWeights(this.callOn(url), path, version)),
+        urls.map((url) =>
+          this.protocol.reloadWeights(
+            this.callOn(url, { ...sync, phase: 'reload' }),
+            path,
+            version,
+          ),
+        ),
       );
       const failed = results.flatMap((r, i) =>
         r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : [],
+      );
+      // A reload abandoned at the deadline may still land on the server: it serves nothing until
+      // a probe has reloaded it with known weights.
+      const abandoned = failed.filter(
+        (f) => isEngineError(f.err) && f.err.code === 'timeout' && f.err.phase === 'reload',
       );
       urls.forEach((url, i) => {
         if (results[i]!.status === 'fulfilled') this.withoutWeights.delete(url);
@@ -521,16 +571,23 @@ export class RemoteEngine implements InferenceEngine {
         if (!this.protocol.atomicReload) {
           after =
             'the servers may have lost their weights and are out of service until an update succeeds';
-          for (const f of failed)
+        }
+        for (const f of failed) {
+          if (!this.protocol.atomicReload || abandoned.includes(f))
             this.pool.markDownUrl(f.url, `weight update failed part way: ${f.err.message}`);
         }
         const codes = new Set(failed.map((f) => (isEngineError(f.err) ? f.err.code : 'http')));
         const code = codes.size === 1 ? [...codes][0]! : 'http';
         const why = failed.map((f) => f.err.message).join('; ');
+        const first = failed[0]!.err;
         throw new EngineError(
           code,
           `weight update to version ${version} failed on every server (${after}): ${why}`,
-          { cause: failed[0]!.err },
+          {
+            cause: first,
+            url: failed[0]!.url,
+            phase: isEngineError(first) ? (first.phase ?? 'reload') : 'reload',
+          },
         );
       }
       // A server left on old weights must not serve new-version requests; it rejoins after a
@@ -541,20 +598,34 @@ export class RemoteEngine implements InferenceEngine {
       this.lastUpdate = { path, version };
     } finally {
       if (this.userPause === null && !this.closed) {
-        await this.onUpServers('continue', (call) => this.protocol.continueServer(call)).catch(
-          () => undefined,
-        );
+        // Past the deadline a server still gets a health probe's time to continue; one that
+        // does not is taken out (onUpServers).
+        const cont = {
+          version,
+          deadline: Math.max(deadline, Date.now() + this.opts.healthTimeoutMs),
+        };
+        await this.onUpServers('continue', (call) => this.protocol.continueServer(call), {
+          ...cont,
+          phase: 'continue',
+        }).catch(() => undefined);
       }
       this.gate.open('updating');
     }
   }
 
-  /** Pauses every up server with abort; where a server has no such route, cancels our requests. */
-  private async abortServers(): Promise<void> {
+  /**
+   * Pauses every up server with abort; where a server has no such route (or does not answer
+   * within the weight sync's deadline), cancels our requests.
+   */
+  private async abortServers(sync?: SyncDeadline): Promise<void> {
     const supported = await Promise.all(
       this.pool
         .upUrls()
-        .map((url) => this.protocol.pauseServer(this.callOn(url)).catch(() => false)),
+        .map((url) =>
+          this.protocol
+            .pauseServer(this.callOn(url, sync && { ...sync, phase: 'pause' }))
+            .catch(() => false),
+        ),
     );
     if (supported.some((s) => !s)) {
       this.cancel.abort(new EngineError('aborted', 'cancelled by pause'));
@@ -569,7 +640,11 @@ export class RemoteEngine implements InferenceEngine {
     // While the engine sleeps nothing is served; the server rejoins after wakeUp.
     if (this.gate.has('asleep'))
       throw new EngineError('unsupported', 'the engine is asleep', { url });
-    const call = this.callOn(url);
+    const call = this.callOn(url, {
+      version: this.lastUpdate?.version ?? this.version,
+      deadline: Date.now() + this.opts.weightSyncTimeoutMs,
+      phase: 'catch-up reload',
+    });
     if (this.asleep.has(url)) {
       // Left asleep when it was taken out; a restarted server is awake and may refuse this.
       await this.protocol.wakeUp(call).catch(() => undefined);
@@ -598,9 +673,10 @@ export class RemoteEngine implements InferenceEngine {
   private async onUpServers(
     what: string,
     fn: (call: ServerCall, url: string) => Promise<unknown>,
+    sync?: SyncDeadline & { phase: WeightSyncPhase },
   ): Promise<void> {
     const urls = this.pool.upUrls();
-    const results = await Promise.allSettled(urls.map((url) => fn(this.callOn(url), url)));
+    const results = await Promise.allSettled(urls.map((url) => fn(this.callOn(url, sync), url)));
     const failed = results.flatMap((r, i) =>
       r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as unknown }] : [],
     );
@@ -614,15 +690,30 @@ export class RemoteEngine implements InferenceEngine {
     if (unreachable.length > 0 && unreachable.length === urls.length) throw unreachable[0]!.err;
   }
 
-  private callOn(url: string): ServerCall {
+  /**
+   * Calls routes on `url` under the control time limit; within a weight sync, under what is left
+   * of its deadline too, and a call cut by that deadline fails with an `EngineError('timeout')`
+   * that names the sync's version, the phase and the server.
+   */
+  private callOn(url: string, sync?: SyncDeadline & { phase: WeightSyncPhase }): ServerCall {
     return async (path, body, o) => {
       const watch = this.pool.watch(url);
+      const left = sync ? Math.max(1, sync.deadline - Date.now()) : Infinity;
+      const byDeadline = left < this.opts.controlTimeoutMs;
       try {
         return await httpCall(url + path, body, {
           method: o?.method,
-          timeoutMs: this.opts.controlTimeoutMs,
+          timeoutMs: Math.min(this.opts.controlTimeoutMs, left),
           signal: watch.signal,
         });
+      } catch (e) {
+        if (!sync || !isEngineError(e) || e.code !== 'timeout') throw e;
+        const ms = byDeadline ? this.opts.weightSyncTimeoutMs : this.opts.controlTimeoutMs;
+        throw new EngineError(
+          'timeout',
+          `weight update to version ${sync.version}: ${sync.phase} on ${url} timed out after ${ms} ms`,
+          { url, phase: sync.phase, cause: e },
+        );
       } finally {
         watch.release();
       }
