@@ -80,9 +80,15 @@ async function train(): Promise<Record<string, number | string>> {
   const { loadModel } = await import('../actors/model/checkpoint.ts');
   const { maskedNllLoss, ModelTrainer, padBatch } = await import('../actors/model/training.ts');
   const backend = await initBackend((process.env.BENCH_TRAIN_BACKEND ?? 'cpu') as 'cpu' | 'wasm');
+  const mark = (what: string): void =>
+    void process.stderr.write(
+      `  train ${what}: rss ${mib(process.memoryUsage().rss).toFixed(0)} MiB, tensors ${mib(tf.memory().numBytes).toFixed(0)} MiB\n`,
+    );
   const { model } = await loadModel(dir);
   const rssLoaded = process.memoryUsage().rss;
+  mark('loaded');
   const trainer = new ModelTrainer(model, { lr: 1e-5 });
+  mark('AdamW moments allocated');
   const T = 16;
   const batch = padBatch([
     Array.from({ length: T }, (_, t) => (t * 104729) % model.config.vocab_size),
@@ -90,22 +96,30 @@ async function train(): Promise<Record<string, number | string>> {
   const mask = tf.onesLike(batch.ids).toFloat();
   const t0 = performance.now();
   trainer.accumulate(() => maskedNllLoss(model, batch.ids, mask));
+  const t1 = performance.now();
+  const peakBackward = peakRssBytes();
+  mark('forward + backward');
   const { gradNorm } = trainer.step();
-  const stepS = (performance.now() - t0) / 1000;
+  const t2 = performance.now();
   const params = model.numParameters;
   const peak = peakRssBytes();
   return {
     backend,
     params,
+    layers: model.config.num_hidden_layers,
     tokens: T,
-    stepSeconds: stepS,
+    stepSeconds: (t2 - t0) / 1000,
+    forwardBackwardSeconds: (t1 - t0) / 1000,
+    adamwSeconds: (t2 - t1) / 1000,
     gradNorm,
     rssAfterLoadMiB: mib(rssLoaded),
+    peakRssForwardBackwardMiB: mib(peakBackward),
     peakRssMiB: mib(peak),
     // weights, gradients and AdamW's m and v, float32 each
     neededMiB: mib(16 * params),
     overheadMiB: mib(peak - 16 * params),
-    tensorsMiB: mib(tf.memory().numBytes),
+    // after the step: weights and both moments (the gradients are freed)
+    tensorsAfterStepMiB: mib(tf.memory().numBytes),
   };
 }
 
