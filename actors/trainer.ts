@@ -18,8 +18,8 @@ import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from './model/tra
 import type { NamedTensors } from './engines/types.ts';
 import { lossWeights, microBatches, padRows } from '../algorithms/packing.ts';
 import {
-  policyLossStats,
-  ppoActorLoss,
+  ppoActorLossWithStats,
+  readPolicyLossStats,
   resolvePpoLossOptions,
   type PolicyLossInputs,
   type PpoLossOptions,
@@ -167,12 +167,24 @@ export class Trainer {
           },
         );
         const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
-        for (const [k, cut] of cuts.entries()) {
-          if (!this.dp.owns(k)) continue;
-          const micro = cut.indices.map((i) => step[i]!);
-          const w = cut.indices.map((i) => weights[i]!);
-          local.loss += this.opt.accumulate(() => this.microBatchLoss(micro, w, local));
-          await setImmediate(); // timers and socket messages (heartbeats) run here
+        try {
+          for (const [k, cut] of cuts.entries()) {
+            if (!this.dp.owns(k)) continue;
+            const micro = cut.indices.map((i) => step[i]!);
+            const w = cut.indices.map((i) => weights[i]!);
+            // Loss, statistics and input checks come back in one sync per micro-batch.
+            const r = this.opt.accumulate(() => this.microBatchLoss(micro, w), readPolicyLossStats);
+            local.loss += r.loss;
+            local.clip += r.extras.clipFraction * r.extras.tokens;
+            local.kl += r.extras.approxKl * r.extras.tokens;
+            local.ent += r.extras.entropy * r.extras.tokens;
+            await setImmediate(); // timers and socket messages (heartbeats) run here
+          }
+        } catch (e) {
+          // A refused micro-batch (non-finite inputs) must not leave the earlier ones' gradients
+          // to be applied by the next step.
+          this.opt.zeroGrad();
+          throw e;
         }
         const [loss = 0, clip = 0, kl = 0, ent = 0] = await this.dp.reduce(this.opt, [
           local.loss,
@@ -208,14 +220,13 @@ export class Trainer {
 
   /**
    * One micro-batch's share of the step's loss: the library's PPO loss with per-token weights
-   * from the whole step (`lossWeights`), so the micro-batch split does not change the gradient.
-   * Adds the diagnostics' token sums to `acc`.
+   * from the whole step (`lossWeights`), so the micro-batch split does not change the gradient;
+   * with the sums of its statistics from the same forward as `extras`.
    */
   private microBatchLoss(
     micro: TrainSample[],
     weights: Float32Array[],
-    acc: { clip: number; kl: number; ent: number },
-  ): tf.Scalar {
+  ): { loss: tf.Scalar; extras: tf.Tensor } {
     const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
     const rows = (get: (x: TrainSample, i: number) => ArrayLike<number> | undefined): tf.Tensor2D =>
       tf.tensor2d(
@@ -241,11 +252,8 @@ export class Trainer {
         : {}),
       ...(micro[0]?.refLogprobs ? { refLogprobs: rows((x) => x.refLogprobs) } : {}),
     };
-    const stats = policyLossStats(inputs, this.loss);
-    acc.clip += stats.clipFraction * stats.tokens;
-    acc.kl += stats.approxKl * stats.tokens;
-    acc.ent += stats.entropy * stats.tokens;
-    return ppoActorLoss(inputs, this.loss);
+    const { loss, sums } = ppoActorLossWithStats(inputs, this.loss);
+    return { loss, extras: sums };
   }
 
   /** The weight version, without the weights (what the driver needs to measure staleness). */

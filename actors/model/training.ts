@@ -235,15 +235,48 @@ export class ModelTrainer {
 
   /**
    * Computes the gradients of `lossFn` (a scalar built from the model's forward pass) and adds
-   * them to the accumulator. Returns the loss value (and any extra scalars `lossFn` reports).
+   * them to the accumulator; returns the loss value.
+   *
+   * With `read`, `lossFn` also returns `extras`, a tensor of statistics from the same forward
+   * (e.g. `ppoActorLossWithStats`'s sums): loss and extras are read back in one sync, and `read`
+   * turns the extras into its result before the gradients join the accumulator, so a `read` that
+   * throws (non-finite inputs) leaves the accumulator as it was.
    */
-  accumulate(lossFn: () => tf.Scalar): number {
+  accumulate(lossFn: () => tf.Scalar): number;
+  accumulate<T>(
+    lossFn: () => { loss: tf.Scalar; extras: tf.Tensor },
+    read: (extras: Float32Array) => T,
+  ): { loss: number; extras: T };
+  accumulate<T>(
+    lossFn: (() => tf.Scalar) | (() => { loss: tf.Scalar; extras: tf.Tensor }),
+    read?: (extras: Float32Array) => T,
+  ): number | { loss: number; extras: T } {
     const vars = this.names.map((n) => this.model.params.get(n)!);
-    const { value, grads } = tf.variableGrads(lossFn, vars);
-    const loss = value.dataSync()[0]!;
-    value.dispose();
+    let extras: tf.Tensor | undefined;
+    const { value, grads } = tf.variableGrads(() => {
+      const r = lossFn();
+      if (r instanceof tf.Tensor) return r;
+      extras = tf.keep(r.extras);
+      return r.loss;
+    }, vars);
     // Gradients are keyed by variable name, which carries a per-model suffix (see llama.ts).
     const byVar = new Map(Object.entries(grads));
+    let out: number | { loss: number; extras: T };
+    try {
+      if (read && extras) {
+        const e = extras;
+        const all = tf.tidy(() => tf.concat([tf.reshape(value, [1]), tf.reshape(e, [-1])]));
+        const values = all.dataSync() as Float32Array;
+        all.dispose();
+        out = { loss: values[0]!, extras: read(values.subarray(1)) };
+      } else out = value.dataSync()[0]!;
+    } catch (e) {
+      byVar.forEach((g) => g.dispose());
+      throw e;
+    } finally {
+      value.dispose();
+      extras?.dispose();
+    }
     for (const n of this.names) {
       const key = this.model.params.get(n)!.name;
       const g = byVar.get(key);
@@ -258,7 +291,7 @@ export class ModelTrainer {
     }
     byVar.forEach((g) => g.dispose());
     this.accCount++;
-    return loss;
+    return out;
   }
 
   /**
