@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { tf } from './backend.ts';
+import { assertBackendRoom, tf } from './backend.ts';
 import { isIgnorableTensor, parameterShapes, ropeInvFreq, type LlamaConfig } from './config.ts';
 import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
@@ -259,6 +259,8 @@ export class CausalLM {
     if (opts.valueHead || tensors[valueHeadName])
       shapes.push([valueHeadName, [1, config.hidden_size]]);
     checkTensors(config, new Map(shapes), tensors, { source: opts.source, partial: false });
+    const count = shapes.reduce((n, [, shape]) => n + shape.reduce((a, b) => a * b, 1), 0);
+    assertBackendRoom(4 * count, `a model of ${(count / 1e6).toFixed(0)}M parameters`);
     const params = new Map<string, tf.Variable>();
     const serial = ++modelSerial;
     for (const [name, shape] of shapes) {

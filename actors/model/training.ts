@@ -9,7 +9,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { tf } from './backend.ts';
+import { assertBackendRoom, tf } from './backend.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
@@ -219,6 +219,12 @@ export class ModelTrainer {
     this.model = model;
     this.options = options;
     this.names = [...model.params.keys()].filter((n) => options.trainable?.(n) ?? true);
+    const trained = this.names.reduce((a, n) => a + model.params.get(n)!.size, 0);
+    // Two moments now and the gradients at the first step, float32 each.
+    assertBackendRoom(
+      12 * trained,
+      `training ${(trained / 1e6).toFixed(0)}M parameters with AdamW`,
+    );
     for (const n of this.names) {
       const p = model.params.get(n)!;
       // In a tidy: the zeros tensor would otherwise keep its buffer after the first step.
