@@ -7,13 +7,15 @@
  * - **infer** (`BENCH_INFER_BACKEND`, default `cpu`): load time, RSS after load, prefill tokens/s
  *   (batch 1 and 4 × 16-token prompts), KV-cache decode tokens/s (batch 1 and 4, 4 steps);
  * - **train** (`BENCH_TRAIN_BACKEND`, default `cpu`): one step of forward + backward + AdamW on
- *   1 × 16 tokens, its time and the process's peak RSS, against the 16 bytes per parameter that
- *   weights, gradients and the two AdamW moments need in float32.
+ *   1 × 16 tokens, both parts timed, and the process's peak RSS against the 16 bytes per
+ *   parameter that weights, gradients and the two AdamW moments need in float32. A full-depth
+ *   0.6B step needs ~12.5 GB; `random-checkpoint.ts --layers 1` writes the same shapes with one
+ *   decoder layer, whose step fits in ~6 GB.
  *
  * The default is `cpu` because a 0.6B model does not fit the wasm backend: its memory is capped at
  * 4 GiB, and XNNPACK keeps a packed copy of every weight matrix it multiplies by, so the 2.4 GB
- * of float32 weights need ~4.8 GB there (measured: the heap hits 4096 MiB in the first forward
- * pass). Set `BENCH_INFER_BACKEND=wasm` for models up to ~0.4B parameters.
+ * of float32 weights need ~4.2 GB there (measured: the heap hits 4096 MiB in the first forward
+ * pass). Set `BENCH_INFER_BACKEND=wasm` for smaller models.
  *
  * Writes bench/results/model-large.json.
  */
