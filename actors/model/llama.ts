@@ -3,7 +3,11 @@
  * Qwen3 models: RMSNorm, rotary embeddings in the `rotate_half` convention (default, linear or
  * Llama 3 frequencies), grouped-query attention, SwiGLU MLP, optional tied embeddings, q/k/v and
  * o_proj biases, Qwen3's per-head q/k RMSNorm, and an optional scalar value head for the critic.
- * Weights are TF.js variables keyed by their HF names, in HF layout (`[out, in]`).
+ * Weights are TF.js variables keyed by their HF names; linear weights are kept as `[in, out]`
+ * (see {@link isStoredTransposed}) and read and written in HF layout (`[out, in]`).
+ *
+ * Longer than ~500 lines on purpose: the forward pass, the weight layout and the loaders' one
+ * checking rule are one concept (STYLE.md lets the model grow large).
  *
  * @module
  */
