@@ -20,8 +20,8 @@ import { weightsDigest } from './model/digest.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
 import { lossWeights, padRows } from '../algorithms/packing.ts';
 import {
-  policyLossStats,
-  ppoActorLoss,
+  ppoActorLossWithStats,
+  readPolicyLossStats,
   resolvePpoLossOptions,
   type PolicyLossInputs,
   type PpoLossOptions,
@@ -193,11 +193,23 @@ export class Trainer {
         );
         const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
         const c0 = performance.now();
-        for (const cut of cuts) {
-          const micro = cut.indices.map((i) => step[i]!);
-          const w = cut.indices.map((i) => weights[i]!);
-          local.loss += this.opt.accumulate(() => this.microBatchLoss(micro, w, local));
-          await setImmediate(); // timers and socket messages (heartbeats) run here
+        try {
+          for (const cut of cuts) {
+            const micro = cut.indices.map((i) => step[i]!);
+            const w = cut.indices.map((i) => weights[i]!);
+            // Loss, statistics and input checks come back in one sync per micro-batch.
+            const r = this.opt.accumulate(() => this.microBatchLoss(micro, w), readPolicyLossStats);
+            local.loss += r.loss;
+            local.clip += r.extras.clipFraction * r.extras.tokens;
+            local.kl += r.extras.approxKl * r.extras.tokens;
+            local.ent += r.extras.entropy * r.extras.tokens;
+            await setImmediate(); // timers and socket messages (heartbeats) run here
+          }
+        } catch (e) {
+          // A refused micro-batch (non-finite inputs) must not leave the earlier ones' gradients
+          // to be applied by the next step.
+          this.opt.zeroGrad();
+          throw e;
         }
         const c1 = performance.now();
         // Each rank's compute time rides along in its own slot, so every rank learns all of them.
@@ -245,14 +257,13 @@ export class Trainer {
 
   /**
    * One micro-batch's share of the step's loss: the library's PPO loss with per-token weights
-   * from the whole step (`lossWeights`), so the micro-batch split does not change the gradient.
-   * Adds the diagnostics' token sums to `acc`.
+   * from the whole step (`lossWeights`), so the micro-batch split does not change the gradient;
+   * with the sums of its statistics from the same forward as `extras`.
    */
   private microBatchLoss(
     micro: TrainSample[],
     weights: Float32Array[],
-    acc: { clip: number; kl: number; ent: number },
-  ): tf.Scalar {
+  ): { loss: tf.Scalar; extras: tf.Tensor } {
     const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
     const rows = (get: (x: TrainSample, i: number) => ArrayLike<number> | undefined): tf.Tensor2D =>
       tf.tensor2d(
@@ -278,11 +289,8 @@ export class Trainer {
         : {}),
       ...(micro[0]?.refLogprobs ? { refLogprobs: rows((x) => x.refLogprobs) } : {}),
     };
-    const stats = policyLossStats(inputs, this.loss);
-    acc.clip += stats.clipFraction * stats.tokens;
-    acc.kl += stats.approxKl * stats.tokens;
-    acc.ent += stats.entropy * stats.tokens;
-    return ppoActorLoss(inputs, this.loss);
+    const { loss, sums } = ppoActorLossWithStats(inputs, this.loss);
+    return { loss, extras: sums };
   }
 
   /** The weight version, without the weights (what the driver needs to measure staleness). */

@@ -26,6 +26,7 @@ export type { KlController, KlEstimator, KlOptions, ResolvedKlOptions } from './
 export type { AggregationOptions, LossAggregation } from './loss-aggregation.ts';
 export type { MicroBatch, PackOptions } from './packing.ts';
 export type {
+  PolicyLossEvaluation,
   PolicyLossInputs,
   PolicyLossStats,
   PpoLossOptions,
@@ -82,7 +83,9 @@ export {
   klTensor,
   policyLossStats,
   ppoActorLoss,
+  ppoActorLossWithStats,
   ppoLossDefaults,
+  readPolicyLossStats,
   resolvePpoLossOptions,
 } from './policy-loss.ts';
 export { RewardNormalizer } from './reward-normalizer.ts';

@@ -139,6 +139,34 @@ export interface PolicyLossInputs {
   weights?: tf.Tensor;
 }
 
+/** The per-token terms of the clipped surrogate, shared by the loss and its statistics. */
+interface SurrogateTerms {
+  /** `clamp(logπ − logπ_old, ±logRatioClamp)`. */
+  logRatio: tf.Tensor;
+  /** `r·A`. */
+  surr1: tf.Tensor;
+  /** `clip(r, 1−ε_lo, 1+ε_hi)·A`. */
+  surr2: tf.Tensor;
+  /** The per-token loss (see {@link clippedSurrogate}). */
+  loss: tf.Tensor;
+}
+
+function surrogateTerms(
+  logprobs: tf.Tensor,
+  oldLogprobs: tf.Tensor,
+  advantages: tf.Tensor,
+  o: ResolvedPpoLossOptions,
+): SurrogateTerms {
+  const logRatio = tf.clipByValue(tf.sub(logprobs, oldLogprobs), -o.logRatioClamp, o.logRatioClamp);
+  const ratio = tf.exp(logRatio);
+  const surr1 = tf.mul(ratio, advantages);
+  const surr2 = tf.mul(tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh), advantages);
+  const clip1 = tf.minimum(surr1, surr2);
+  if (o.dualClip === undefined) return { logRatio, surr1, surr2, loss: tf.neg(clip1) };
+  const clip2 = tf.maximum(clip1, tf.mul(advantages, o.dualClip));
+  return { logRatio, surr1, surr2, loss: tf.neg(tf.where(tf.less(advantages, 0), clip2, clip1)) };
+}
+
 /**
  * Per-token clipped surrogate loss: `−min(r·A, clip(r, 1−ε_lo, 1+ε_hi)·A)` with `r =
  * exp(clamp(logπ − logπ_old, ±20))`; with dual clip, tokens with A < 0 use
@@ -151,17 +179,7 @@ export function clippedSurrogate(
   opts: PpoLossOptions = {},
 ): tf.Tensor {
   const o = resolvePpoLossOptions(opts);
-  return tf.tidy(() => {
-    const ratio = tf.exp(
-      tf.clipByValue(tf.sub(logprobs, oldLogprobs), -o.logRatioClamp, o.logRatioClamp),
-    );
-    const surr1 = tf.mul(ratio, advantages);
-    const surr2 = tf.mul(tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh), advantages);
-    const clip1 = tf.minimum(surr1, surr2);
-    if (o.dualClip === undefined) return tf.neg(clip1);
-    const clip2 = tf.maximum(clip1, tf.mul(advantages, o.dualClip));
-    return tf.neg(tf.where(tf.less(advantages, 0), clip2, clip1));
-  });
+  return tf.tidy(() => surrogateTerms(logprobs, oldLogprobs, advantages, o).loss);
 }
 
 /**
@@ -226,12 +244,65 @@ export function entropyFromLogits(logits: tf.Tensor): tf.Tensor {
 export function ppoActorLoss(inputs: PolicyLossInputs, opts: PpoLossOptions = {}): tf.Scalar {
   const o = resolvePpoLossOptions(opts);
   if (o.checkFinite) {
-    assertFiniteTensor(inputs.oldLogprobs, 'oldLogprobs');
-    assertFiniteTensor(inputs.advantages, 'advantages');
-    assertFiniteTensor(inputs.mask, 'mask');
-    if (inputs.behaviourLogprobs) assertFiniteTensor(inputs.behaviourLogprobs, 'behaviourLogprobs');
-    if (inputs.refLogprobs) assertFiniteTensor(inputs.refLogprobs, 'refLogprobs');
+    for (const field of finiteChecked) {
+      const t = inputs[field];
+      if (t) assertFiniteTensor(t, field);
+    }
   }
+  return tf.tidy(() => actorLoss(inputs, o, false).loss);
+}
+
+/** The loss of {@link ppoActorLoss} with the sums behind its {@link PolicyLossStats}. */
+export interface PolicyLossEvaluation {
+  loss: tf.Scalar;
+  /**
+   * Token sums of the statistics and, with `checkFinite`, one value per checked input that is
+   * NaN when the input holds NaN or Infinity: read it with {@link readPolicyLossStats} in the
+   * same sync as the loss.
+   */
+  sums: tf.Tensor1D;
+}
+
+/**
+ * {@link ppoActorLoss} and its statistics from one forward: the ratio and surrogate terms are
+ * computed once, and the finiteness checks become values in `sums` instead of a sync each, so a
+ * caller reads loss, statistics and checks with one sync (a GPU or wasm round trip) per
+ * micro-batch.
+ *
+ * @example
+ * const { value, grads } = tf.variableGrads(() => {
+ *   const ev = ppoActorLossWithStats(inputs, opts);
+ *   sums = tf.keep(ev.sums);
+ *   return ev.loss;
+ * });
+ * const stats = readPolicyLossStats(sums.dataSync()); // throws on non-finite inputs
+ */
+export function ppoActorLossWithStats(
+  inputs: PolicyLossInputs,
+  opts: PpoLossOptions = {},
+): PolicyLossEvaluation {
+  const o = resolvePpoLossOptions(opts);
+  return tf.tidy(() => {
+    const r = actorLoss(inputs, o, true);
+    return { loss: r.loss, sums: r.sums! };
+  });
+}
+
+/** Inputs whose NaN/Inf `checkFinite` refuses, in the order of their counts in `sums`. */
+const finiteChecked = [
+  'oldLogprobs',
+  'advantages',
+  'mask',
+  'behaviourLogprobs',
+  'refLogprobs',
+] as const;
+const statSums = 8;
+
+function actorLoss(
+  inputs: PolicyLossInputs,
+  o: ResolvedPpoLossOptions,
+  withSums: boolean,
+): { loss: tf.Scalar; sums?: tf.Tensor1D } {
   if (o.klLossCoef > 0 && !inputs.refLogprobs) {
     throw new AlgorithmError('SHAPE_MISMATCH', '--use-kl-loss needs refLogprobs', {
       field: 'refLogprobs',
@@ -244,28 +315,55 @@ export function ppoActorLoss(inputs: PolicyLossInputs, opts: PpoLossOptions = {}
       flag: '--entropy-loss-coef',
     });
   }
-  return tf.tidy(() => {
-    const agg = {
-      lossAggMode: o.lossAggMode,
-      ...(o.lossNormConstant !== undefined ? { lossNormConstant: o.lossNormConstant } : {}),
-      ...(inputs.weights ? { weights: inputs.weights } : {}),
-    };
-    let pg = clippedSurrogate(inputs.logprobs, inputs.oldLogprobs, inputs.advantages, o);
-    const w = behaviourWeights(inputs, o);
-    if (w) pg = tf.mul(pg, w);
-    let loss = aggregateLoss(pg, inputs.mask, agg);
-    if (o.klLossCoef > 0) {
-      const kl = klTensor(inputs.logprobs, inputs.refLogprobs as tf.Tensor, o.klEstimator);
-      loss = tf.add(loss, tf.mul(aggregateLoss(kl, inputs.mask, agg), o.klLossCoef));
-    }
-    if (o.entropyLossCoef > 0) {
-      loss = tf.sub(
-        loss,
-        tf.mul(aggregateLoss(inputs.entropy as tf.Tensor, inputs.mask, agg), o.entropyLossCoef),
-      );
-    }
-    return loss as tf.Scalar;
-  });
+  const agg = {
+    lossAggMode: o.lossAggMode,
+    ...(o.lossNormConstant !== undefined ? { lossNormConstant: o.lossNormConstant } : {}),
+    ...(inputs.weights ? { weights: inputs.weights } : {}),
+  };
+  const terms = surrogateTerms(inputs.logprobs, inputs.oldLogprobs, inputs.advantages, o);
+  const w = behaviourWeights(inputs, o);
+  let loss = aggregateLoss(w ? tf.mul(terms.loss, w) : terms.loss, inputs.mask, agg);
+  if (o.klLossCoef > 0) {
+    const kl = klTensor(inputs.logprobs, inputs.refLogprobs as tf.Tensor, o.klEstimator);
+    loss = tf.add(loss, tf.mul(aggregateLoss(kl, inputs.mask, agg), o.klLossCoef));
+  }
+  if (o.entropyLossCoef > 0) {
+    loss = tf.sub(
+      loss,
+      tf.mul(aggregateLoss(inputs.entropy as tf.Tensor, inputs.mask, agg), o.entropyLossCoef),
+    );
+  }
+  if (!withSums) return { loss: loss as tf.Scalar };
+  // Statistics: computed beside the loss, never part of it, so no gradient reaches them. Terms
+  // that are constant under the options (no dual clip, no behaviour weight) are not computed.
+  const m = inputs.mask;
+  const a = inputs.advantages;
+  const zero = tf.scalar(0);
+  const sum = (t: tf.Tensor): tf.Scalar => tf.sum(tf.mul(t, m));
+  const n = tf.sum(m);
+  let dual = zero;
+  let negs = zero;
+  if (o.dualClip !== undefined) {
+    const neg = tf.cast(tf.less(a, 0), 'float32');
+    const bound = tf.less(tf.minimum(terms.surr1, terms.surr2), tf.mul(a, o.dualClip));
+    dual = sum(tf.mul(tf.cast(bound, 'float32'), neg));
+    negs = sum(neg);
+  }
+  // Σ t·0 is 0 when every value is finite and NaN otherwise: a finiteness check in two kernels.
+  const nonFinite = (t: tf.Tensor | undefined): tf.Scalar =>
+    o.checkFinite && t ? tf.sum(tf.mul(t, 0)) : zero;
+  const sums = tf.stack([
+    n,
+    sum(tf.cast(tf.less(terms.surr2, terms.surr1), 'float32')),
+    dual,
+    negs,
+    sum(tf.neg(terms.logRatio)),
+    w ? sum(w) : n,
+    w ? sum(tf.cast(tf.equal(w, 0), 'float32')) : zero,
+    inputs.entropy ? sum(inputs.entropy) : zero,
+    ...finiteChecked.map((f) => nonFinite(inputs[f])),
+  ]) as tf.Tensor1D;
+  return { loss: loss as tf.Scalar, sums };
 }
 
 /** Diagnostics of one policy-loss evaluation, over action tokens. */
@@ -286,47 +384,24 @@ export interface PolicyLossStats {
   tokens: number;
 }
 
-/** Computes {@link PolicyLossStats} with one sync; not differentiable, for logging. */
-export function policyLossStats(
-  inputs: PolicyLossInputs,
-  opts: PpoLossOptions = {},
-): PolicyLossStats {
-  const o = resolvePpoLossOptions({ ...opts, checkFinite: false });
-  const values = tf.tidy(() => {
-    const m = inputs.mask;
-    const logRatio = tf.clipByValue(
-      tf.sub(inputs.logprobs, inputs.oldLogprobs),
-      -o.logRatioClamp,
-      o.logRatioClamp,
-    );
-    const ratio = tf.exp(logRatio);
-    const a = inputs.advantages;
-    const surr1 = tf.mul(ratio, a);
-    const surr2 = tf.mul(tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh), a);
-    const clipped = tf.cast(tf.less(surr2, surr1), 'float32');
-    const neg = tf.cast(tf.less(a, 0), 'float32');
-    const dual =
-      o.dualClip === undefined
-        ? tf.zerosLike(a)
-        : tf.cast(tf.less(tf.minimum(surr1, surr2), tf.mul(a, o.dualClip)), 'float32');
-    const w = behaviourWeights(inputs, o) ?? tf.onesLike(a);
-    const zero = tf.cast(tf.equal(w, 0), 'float32');
-    const sum = (t: tf.Tensor) => tf.sum(tf.mul(t, m));
-    return tf
-      .stack([
-        sum(tf.ones(m.shape)),
-        sum(clipped),
-        sum(tf.mul(dual, neg)),
-        sum(neg),
-        sum(tf.neg(logRatio)),
-        sum(w),
-        sum(zero),
-        inputs.entropy ? sum(inputs.entropy) : tf.scalar(0),
-      ])
-      .dataSync();
+/**
+ * {@link PolicyLossStats} from the `sums` of {@link ppoActorLossWithStats}, read back.
+ *
+ * @throws AlgorithmError `NON_FINITE_INPUT` naming the first input that held NaN or Infinity
+ */
+export function readPolicyLossStats(sums: ArrayLike<number>): PolicyLossStats {
+  finiteChecked.forEach((field, i) => {
+    if (!Number.isFinite(sums[statSums + i] ?? 0)) {
+      throw new AlgorithmError(
+        'NON_FINITE_INPUT',
+        `${field} holds NaN or Infinity; every value must be finite`,
+        { field },
+      );
+    }
   });
-  const [n = 0, clip = 0, dual = 0, negs = 0, kl = 0, w = 0, zero = 0, ent = 0] =
-    Array.from(values);
+  const [n = 0, clip = 0, dual = 0, negs = 0, kl = 0, w = 0, zero = 0, ent = 0] = Array.from(
+    sums,
+  ).slice(0, statSums);
   const d = Math.max(n, 1);
   return {
     clipFraction: clip / d,
@@ -337,4 +412,13 @@ export function policyLossStats(
     entropy: ent / d,
     tokens: n,
   };
+}
+
+/** Computes {@link PolicyLossStats} with one sync; not differentiable, for logging. */
+export function policyLossStats(
+  inputs: PolicyLossInputs,
+  opts: PpoLossOptions = {},
+): PolicyLossStats {
+  const o = { ...opts, checkFinite: false, klLossCoef: 0, entropyLossCoef: 0 };
+  return readPolicyLossStats(tf.tidy(() => ppoActorLossWithStats(inputs, o).sums.dataSync()));
 }

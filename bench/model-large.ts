@@ -7,13 +7,15 @@
  * - **infer** (`BENCH_INFER_BACKEND`, default `cpu`): load time, RSS after load, prefill tokens/s
  *   (batch 1 and 4 × 16-token prompts), KV-cache decode tokens/s (batch 1 and 4, 4 steps);
  * - **train** (`BENCH_TRAIN_BACKEND`, default `cpu`): one step of forward + backward + AdamW on
- *   1 × 16 tokens, its time and the process's peak RSS, against the 16 bytes per parameter that
- *   weights, gradients and the two AdamW moments need in float32.
+ *   1 × 16 tokens, both parts timed, and the process's peak RSS against the 16 bytes per
+ *   parameter that weights, gradients and the two AdamW moments need in float32. A full-depth
+ *   0.6B step needs ~12.5 GB; `random-checkpoint.ts --layers 1` writes the same shapes with one
+ *   decoder layer, whose step fits in ~6 GB.
  *
  * The default is `cpu` because a 0.6B model does not fit the wasm backend: its memory is capped at
  * 4 GiB, and XNNPACK keeps a packed copy of every weight matrix it multiplies by, so the 2.4 GB
- * of float32 weights need ~4.8 GB there (measured: the heap hits 4096 MiB in the first forward
- * pass). Set `BENCH_INFER_BACKEND=wasm` for models up to ~0.4B parameters.
+ * of float32 weights need ~4.2 GB there (measured: the heap hits 4096 MiB in the first forward
+ * pass). Set `BENCH_INFER_BACKEND=wasm` for smaller models.
  *
  * Writes bench/results/model-large.json.
  */
@@ -80,9 +82,15 @@ async function train(): Promise<Record<string, number | string>> {
   const { loadModel } = await import('../actors/model/checkpoint.ts');
   const { maskedNllLoss, ModelTrainer, padBatch } = await import('../actors/model/training.ts');
   const backend = await initBackend((process.env.BENCH_TRAIN_BACKEND ?? 'cpu') as 'cpu' | 'wasm');
+  const mark = (what: string): void =>
+    void process.stderr.write(
+      `  train ${what}: rss ${mib(process.memoryUsage().rss).toFixed(0)} MiB, tensors ${mib(tf.memory().numBytes).toFixed(0)} MiB\n`,
+    );
   const { model } = await loadModel(dir);
   const rssLoaded = process.memoryUsage().rss;
+  mark('loaded');
   const trainer = new ModelTrainer(model, { lr: 1e-5 });
+  mark('AdamW moments allocated');
   const T = 16;
   const batch = padBatch([
     Array.from({ length: T }, (_, t) => (t * 104729) % model.config.vocab_size),
@@ -90,22 +98,30 @@ async function train(): Promise<Record<string, number | string>> {
   const mask = tf.onesLike(batch.ids).toFloat();
   const t0 = performance.now();
   trainer.accumulate(() => maskedNllLoss(model, batch.ids, mask));
+  const t1 = performance.now();
+  const peakBackward = peakRssBytes();
+  mark('forward + backward');
   const { gradNorm } = trainer.step();
-  const stepS = (performance.now() - t0) / 1000;
+  const t2 = performance.now();
   const params = model.numParameters;
   const peak = peakRssBytes();
   return {
     backend,
     params,
+    layers: model.config.num_hidden_layers,
     tokens: T,
-    stepSeconds: stepS,
+    stepSeconds: (t2 - t0) / 1000,
+    forwardBackwardSeconds: (t1 - t0) / 1000,
+    adamwSeconds: (t2 - t1) / 1000,
     gradNorm,
     rssAfterLoadMiB: mib(rssLoaded),
+    peakRssForwardBackwardMiB: mib(peakBackward),
     peakRssMiB: mib(peak),
     // weights, gradients and AdamW's m and v, float32 each
     neededMiB: mib(16 * params),
     overheadMiB: mib(peak - 16 * params),
-    tensorsMiB: mib(tf.memory().numBytes),
+    // after the step: weights and both moments (the gradients are freed)
+    tensorsAfterStepMiB: mib(tf.memory().numBytes),
   };
 }
 

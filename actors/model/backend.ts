@@ -64,4 +64,25 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
   return current;
 }
 
+/** The wasm backend's heap limit: 32-bit addresses (Emscripten's `getHeapMax`). */
+export const wasmHeapMaxBytes = 4294901760;
+
+/**
+ * Throws a one-line error when `bytes` more of tensors cannot fit the backend, before they are
+ * allocated: past its 4 GiB heap the wasm backend does not throw but aborts the process with a
+ * wasm trap (`memory access out of bounds`, `Aborted()`). Other backends are not checked.
+ *
+ * @param what what needs the memory, for the message (e.g. "a model of 596M parameters")
+ */
+export function assertBackendRoom(bytes: number, what: string): void {
+  if (tf.getBackend() !== 'wasm') return;
+  const used = tf.memory().numBytes;
+  if (used + bytes <= wasmHeapMaxBytes) return;
+  const gib = (b: number): string => (b / 2 ** 30).toFixed(2);
+  throw new Error(
+    `${what} needs ${gib(bytes)} GiB of float32 tensors, but the wasm backend holds at most 4 GiB ` +
+      `(${gib(used)} GiB in use): use RTJOB_TF_BACKEND=cpu or a smaller model`,
+  );
+}
+
 export { tf };

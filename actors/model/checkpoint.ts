@@ -108,7 +108,7 @@ export async function loadModel(
   await initBackend();
   const config = readConfig(dir);
   const { tensors, sourceOf } = readCheckpointWeights(dir);
-  const model = CausalLM.fromTensors(config, tensors, { ...opts, source: sourceOf });
+  const model = CausalLM.fromTensors(config, tensors, { ...opts, source: sourceOf, consume: true });
   const tokenizer = existsSync(join(dir, 'tokenizer.json')) ? loadTokenizer(dir) : undefined;
   const gcPath = join(dir, 'generation_config.json');
   const generationConfig = existsSync(gcPath)

@@ -3,11 +3,15 @@
  * Qwen3 models: RMSNorm, rotary embeddings in the `rotate_half` convention (default, linear or
  * Llama 3 frequencies), grouped-query attention, SwiGLU MLP, optional tied embeddings, q/k/v and
  * o_proj biases, Qwen3's per-head q/k RMSNorm, and an optional scalar value head for the critic.
- * Weights are TF.js variables keyed by their HF names, in HF layout (`[out, in]`).
+ * Weights are TF.js variables keyed by their HF names; linear weights are kept as `[in, out]`
+ * (see {@link isStoredTransposed}) and read and written in HF layout (`[out, in]`).
+ *
+ * Longer than ~500 lines on purpose: the forward pass, the weight layout and the loaders' one
+ * checking rule are one concept (STYLE.md lets the model grow large).
  *
  * @module
  */
-import { tf } from './backend.ts';
+import { assertBackendRoom, tf } from './backend.ts';
 import { isIgnorableTensor, parameterShapes, ropeInvFreq, type LlamaConfig } from './config.ts';
 import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
@@ -71,6 +75,34 @@ export function isStoredTransposed(name: string): boolean {
 
 function toStored(name: string, t: tf.Tensor): tf.Tensor {
   return isStoredTransposed(name) ? tf.transpose(t) : t;
+}
+
+/**
+ * A row-major `[rows, cols]` array as `[cols, rows]`, in cache-sized blocks. Loading and exporting
+ * transpose in JS rather than with `tf.transpose`, which the cpu backend runs at ~5M elements/s
+ * (100 s for a 0.6B model's linear weights) and which would hold a second backend copy.
+ */
+function transposeArray(a: Float32Array, rows: number, cols: number): Float32Array {
+  const out = new Float32Array(a.length);
+  const block = 64;
+  for (let i0 = 0; i0 < rows; i0 += block) {
+    const i1 = Math.min(i0 + block, rows);
+    for (let j0 = 0; j0 < cols; j0 += block) {
+      const j1 = Math.min(j0 + block, cols);
+      for (let i = i0; i < i1; i++) {
+        const src = i * cols;
+        for (let j = j0; j < j1; j++) out[j * rows + i] = a[src + j]!;
+      }
+    }
+  }
+  return out;
+}
+
+/** An HF-layout tensor as a backend tensor in the stored layout (see {@link isStoredTransposed}). */
+function storedTensor(name: string, t: { shape: number[]; data: Float32Array }): tf.Tensor {
+  if (!isStoredTransposed(name)) return tf.tensor(t.data, t.shape, 'float32');
+  const [rows = 0, cols = 0] = t.shape;
+  return tf.tensor(transposeArray(t.data, rows, cols), [cols, rows], 'float32');
 }
 
 /** Embedding lookup whose gradient is a ScatterNd: the wasm backend lacks UnsortedSegmentSum. */
@@ -218,26 +250,30 @@ export class CausalLM {
    * kept when present (or added, zero, with `valueHead`).
    *
    * @param opts.source names the file each tensor came from, for errors
+   * @param opts.consume delete each entry from `tensors` once it is on the backend, so its array
+   *   can be collected while the next one uploads: a loader then never holds the weights twice
+   *   (for a 0.6B model, 2.4 GB of float32 arrays beside the backend's own copy)
    */
   static fromTensors(
     config: LlamaConfig,
     tensors: NamedTensors,
-    opts: { valueHead?: boolean; source?: TensorSource } = {},
+    opts: { valueHead?: boolean; source?: TensorSource; consume?: boolean } = {},
   ): CausalLM {
     const shapes = parameterShapes(config);
     if (opts.valueHead || tensors[valueHeadName])
       shapes.push([valueHeadName, [1, config.hidden_size]]);
     checkTensors(config, new Map(shapes), tensors, { source: opts.source, partial: false });
+    const count = shapes.reduce((n, [, shape]) => n + shape.reduce((a, b) => a * b, 1), 0);
+    assertBackendRoom(4 * count, `a model of ${(count / 1e6).toFixed(0)}M parameters`);
     const params = new Map<string, tf.Variable>();
     const serial = ++modelSerial;
     for (const [name, shape] of shapes) {
       const t = tensors[name];
       // A fresh value head is zero; kept in the stored ([in, out]) layout like every linear weight.
-      const v = tf.tidy(() =>
-        toStored(name, t ? tf.tensor(t.data, shape, 'float32') : tf.zeros(shape)),
-      );
+      const v = tf.tidy(() => (t ? storedTensor(name, t) : toStored(name, tf.zeros(shape))));
       params.set(name, tf.variable(v, true, variableName(name, serial)));
       v.dispose();
+      if (opts.consume) delete tensors[name];
     }
     return new CausalLM(config, params);
   }
@@ -452,9 +488,11 @@ export class CausalLM {
   exportWeights(): NamedTensors {
     const out: NamedTensors = {};
     this.params.forEach((v, name) => {
-      const t = isStoredTransposed(name) ? tf.transpose(v) : v;
-      out[name] = { shape: [...t.shape], data: t.dataSync() as Float32Array };
-      if (t !== v) t.dispose();
+      const data = v.dataSync() as Float32Array;
+      const [rows = 0, cols = 0] = v.shape;
+      out[name] = isStoredTransposed(name)
+        ? { shape: [cols, rows], data: transposeArray(data, rows, cols) }
+        : { shape: [...v.shape], data };
     });
     return out;
   }
@@ -476,12 +514,12 @@ export class CausalLM {
       source: opts.source,
       partial: !(opts.strict ?? true),
     });
-    tf.tidy(() => {
-      for (const [name, t] of Object.entries(tensors)) {
-        const v = this.params.get(name);
-        if (v) v.assign(toStored(name, tf.tensor(t.data, t.shape, 'float32')));
-      }
-    });
+    for (const [name, t] of Object.entries(tensors)) {
+      const v = this.params.get(name);
+      // One tidy per tensor: a tidy around the loop would keep every replaced value alive until
+      // the end, the weights twice on the backend.
+      if (v) tf.tidy(() => v.assign(storedTensor(name, t)));
+    }
   }
 
   /** Copies weights from another model of the same config (e.g. policy → reference). */

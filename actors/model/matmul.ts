@@ -1,7 +1,7 @@
 /**
  * Matrix products that avoid the transposed-operand paths of the wasm backend, which run about
  * 8x slower than plain products there (measured: 2.4 vs 19 GFLOP/s for [2048,96]x[96,256]).
- * Unbatched products transpose explicitly (a cheap op) so that they reach XNNPACK, and the
+ * On wasm, unbatched products transpose explicitly (a cheap op) so that they reach XNNPACK, and the
  * `BatchMatMul` gradient is re-registered with the same equations as TF.js's own but through
  * this function, so backward products take the fast path too. Batched products keep their flags:
  * `wasm-kernels.ts` runs them, transposed or not, at the same speed. (A custom-gradient wrapper would do the same but copies every
@@ -27,8 +27,11 @@ export function matMul(
   transposeA = false,
   transposeB = false,
 ): tf.Tensor {
-  // Batched products (attention) run in the wasm-kernels.ts kernel, which takes the flags as is.
-  if (a.rank > 2 || b.rank > 2) return tf.matMul(a, b, transposeA, transposeB);
+  // Batched products (attention) run in the wasm-kernels.ts kernel, which takes the flags as is;
+  // other backends read transposed operands by stride, where an explicit transpose would only
+  // copy (for a tied head, the whole embedding on every forward).
+  if (a.rank > 2 || b.rank > 2 || tf.getBackend() !== 'wasm')
+    return tf.matMul(a, b, transposeA, transposeB);
   return tf.matMul(transposeA ? swapLast(a) : a, transposeB ? swapLast(b) : b);
 }
 

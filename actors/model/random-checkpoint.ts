@@ -5,8 +5,14 @@
  *
  * ```sh
  * node --import tsx actors/model/random-checkpoint.ts --config test/fixtures/model/configs/qwen3-0.6b.json \
- *   --out /tmp/qwen3-0.6b-random [--tokenizer DIR] [--dtype bfloat16] [--seed 1]
+ *   --out /tmp/qwen3-0.6b-random [--tokenizer DIR] [--dtype bfloat16] [--seed 1] \
+ *   [--max-shard-size 5e9] [--layers N]
  * ```
+ *
+ * `--max-shard-size` (bytes) shards as transformers' `save_pretrained(max_shard_size=...)` does
+ * (`model-0000i-of-0000n.safetensors` + `model.safetensors.index.json`); `--layers` keeps the
+ * config's shapes but only its first N decoder layers, to measure a step whose full-depth state
+ * would not fit in memory.
  *
  * @module
  */
@@ -14,6 +20,7 @@ import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
+import { gunzipSync } from 'node:zlib';
 import { saveTensors } from './checkpoint.ts';
 import { configJson, parameterShapes, resolveConfig, type SaveDtype } from './config.ts';
 import { seededRandom } from './prng.ts';
@@ -25,8 +32,10 @@ export interface RandomCheckpointOptions {
   seed?: number;
   /** @default 'bfloat16' (what released checkpoints use) */
   dtype?: SaveDtype;
-  /** Copy tokenizer files from this directory. */
+  /** Copy tokenizer files (`tokenizer.json` or `tokenizer.json.gz`) from this directory. */
   tokenizerFrom?: string;
+  /** Shard above this many bytes (see `saveTensors`). @default 5 GB, transformers' default */
+  maxShardBytes?: number;
 }
 
 /**
@@ -61,10 +70,13 @@ export function writeRandomCheckpoint(
   }
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'config.json'), configJson(config, dtype));
-  saveTensors(dir, tensors, { dtype });
+  saveTensors(dir, tensors, { dtype, maxShardBytes: opts.maxShardBytes });
   for (const f of ['tokenizer.json', 'tokenizer_config.json']) {
-    if (opts.tokenizerFrom && existsSync(join(opts.tokenizerFrom, f)))
-      copyFileSync(join(opts.tokenizerFrom, f), join(dir, f));
+    const from = opts.tokenizerFrom;
+    if (from && existsSync(join(from, f))) copyFileSync(join(from, f), join(dir, f));
+    // The test fixture (test/fixtures/model/qwen3-tokenizer) keeps tokenizer.json gzipped.
+    else if (from && existsSync(join(from, `${f}.gz`)))
+      writeFileSync(join(dir, f), gunzipSync(readFileSync(join(from, `${f}.gz`))));
   }
   return n;
 }
@@ -77,22 +89,39 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
       tokenizer: { type: 'string' },
       dtype: { type: 'string', default: 'bfloat16' },
       seed: { type: 'string', default: '1' },
+      'max-shard-size': { type: 'string' },
+      layers: { type: 'string' },
     },
   });
   if (!values.config || !values.out) {
     process.stderr.write(
-      'usage: random-checkpoint.ts --config config.json --out DIR [--tokenizer DIR] [--dtype bfloat16|float32] [--seed N]\n',
+      'usage: random-checkpoint.ts --config config.json --out DIR [--tokenizer DIR] [--dtype bfloat16|float32] [--seed N] [--max-shard-size BYTES] [--layers N]\n',
     );
     process.exit(2);
   }
   if (values.dtype !== 'bfloat16' && values.dtype !== 'float32')
     throw new Error(`--dtype: '${values.dtype}' is not bfloat16 or float32`);
+  const positive = (flag: string, v: string | undefined): number | undefined => {
+    if (v === undefined) return undefined;
+    const n = Number(v);
+    if (!(Number.isInteger(n) && n > 0))
+      throw new Error(`--${flag}: '${v}' is not a positive integer`);
+    return n;
+  };
+  const maxShardBytes = positive('max-shard-size', values['max-shard-size']);
+  const layers = positive('layers', values.layers);
   const t0 = performance.now();
   const raw = JSON.parse(readFileSync(resolve(values.config), 'utf8')) as Record<string, unknown>;
+  if (layers !== undefined) {
+    raw['num_hidden_layers'] = layers;
+    if (typeof raw['max_window_layers'] === 'number')
+      raw['max_window_layers'] = Math.min(raw['max_window_layers'], layers);
+  }
   const n = writeRandomCheckpoint(resolve(values.out), raw, {
     dtype: values.dtype,
     seed: Number(values.seed),
     tokenizerFrom: values.tokenizer,
+    maxShardBytes,
   });
   process.stdout.write(
     `wrote ${(n / 1e6).toFixed(1)}M parameters to ${values.out} in ${((performance.now() - t0) / 1000).toFixed(1)} s\n`,

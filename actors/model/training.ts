@@ -9,7 +9,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { tf } from './backend.ts';
+import { assertBackendRoom, tf } from './backend.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
@@ -179,6 +179,23 @@ export interface StepStats {
   microBatches: number;
 }
 
+/** `ops` applied to `x` in turn, each intermediate freed as soon as the next exists. */
+function chain(x: tf.Tensor, ...ops: ((t: tf.Tensor) => tf.Tensor)[]): tf.Tensor {
+  let cur = x;
+  for (const op of ops) {
+    const next = op(cur);
+    if (cur !== x) cur.dispose();
+    cur = next;
+  }
+  return cur;
+}
+
+/** `dst.assign(t)`, then frees `t`'s own handle (the variable keeps the data). */
+function assignFree(dst: tf.Variable, t: tf.Tensor): void {
+  dst.assign(t);
+  t.dispose();
+}
+
 /**
  * AdamW over a model's variables with gradient accumulation and clipping.
  *
@@ -202,24 +219,70 @@ export class ModelTrainer {
     this.model = model;
     this.options = options;
     this.names = [...model.params.keys()].filter((n) => options.trainable?.(n) ?? true);
+    const trained = this.names.reduce((a, n) => a + model.params.get(n)!.size, 0);
+    // Two moments now and the gradients at the first step, float32 each.
+    assertBackendRoom(
+      12 * trained,
+      `training ${(trained / 1e6).toFixed(0)}M parameters with AdamW`,
+    );
     for (const n of this.names) {
       const p = model.params.get(n)!;
-      this.m.set(n, tf.variable(tf.zerosLike(p), false, `adam.m.${p.name}`));
-      this.v.set(n, tf.variable(tf.zerosLike(p), false, `adam.v.${p.name}`));
+      // In a tidy: the zeros tensor would otherwise keep its buffer after the first step.
+      this.m.set(
+        n,
+        tf.tidy(() => tf.variable(tf.zerosLike(p), false, `adam.m.${p.name}`)),
+      );
+      this.v.set(
+        n,
+        tf.tidy(() => tf.variable(tf.zerosLike(p), false, `adam.v.${p.name}`)),
+      );
     }
   }
 
   /**
    * Computes the gradients of `lossFn` (a scalar built from the model's forward pass) and adds
-   * them to the accumulator. Returns the loss value (and any extra scalars `lossFn` reports).
+   * them to the accumulator; returns the loss value.
+   *
+   * With `read`, `lossFn` also returns `extras`, a tensor of statistics from the same forward
+   * (e.g. `ppoActorLossWithStats`'s sums): loss and extras are read back in one sync, and `read`
+   * turns the extras into its result before the gradients join the accumulator, so a `read` that
+   * throws (non-finite inputs) leaves the accumulator as it was.
    */
-  accumulate(lossFn: () => tf.Scalar): number {
+  accumulate(lossFn: () => tf.Scalar): number;
+  accumulate<T>(
+    lossFn: () => { loss: tf.Scalar; extras: tf.Tensor },
+    read: (extras: Float32Array) => T,
+  ): { loss: number; extras: T };
+  accumulate<T>(
+    lossFn: (() => tf.Scalar) | (() => { loss: tf.Scalar; extras: tf.Tensor }),
+    read?: (extras: Float32Array) => T,
+  ): number | { loss: number; extras: T } {
     const vars = this.names.map((n) => this.model.params.get(n)!);
-    const { value, grads } = tf.variableGrads(lossFn, vars);
-    const loss = value.dataSync()[0]!;
-    value.dispose();
+    let extras: tf.Tensor | undefined;
+    const { value, grads } = tf.variableGrads(() => {
+      const r = lossFn();
+      if (r instanceof tf.Tensor) return r;
+      extras = tf.keep(r.extras);
+      return r.loss;
+    }, vars);
     // Gradients are keyed by variable name, which carries a per-model suffix (see llama.ts).
     const byVar = new Map(Object.entries(grads));
+    let out: number | { loss: number; extras: T };
+    try {
+      if (read && extras) {
+        const e = extras;
+        const all = tf.tidy(() => tf.concat([tf.reshape(value, [1]), tf.reshape(e, [-1])]));
+        const values = all.dataSync() as Float32Array;
+        all.dispose();
+        out = { loss: values[0]!, extras: read(values.subarray(1)) };
+      } else out = value.dataSync()[0]!;
+    } catch (e) {
+      byVar.forEach((g) => g.dispose());
+      throw e;
+    } finally {
+      value.dispose();
+      extras?.dispose();
+    }
     for (const n of this.names) {
       const key = this.model.params.get(n)!.name;
       const g = byVar.get(key);
@@ -234,7 +297,7 @@ export class ModelTrainer {
     }
     byVar.forEach((g) => g.dispose());
     this.accCount++;
-    return loss;
+    return out;
   }
 
   /**
@@ -283,26 +346,64 @@ export class ModelTrainer {
     const t = this.stepCount + 1;
     const gradNorm = tf.tidy(() => {
       const sq = [...this.acc.values()].map((g) => tf.sum(tf.square(g)));
-      const norm = sq.length ? Math.sqrt(tf.addN(sq).dataSync()[0]!) * scale : 0;
-      const clip = maxNorm > 0 && norm > maxNorm ? maxNorm / (norm + 1e-6) : 1;
-      const gs = scale * clip;
-      const bc1 = 1 - Math.pow(b1, t);
-      const bc2 = 1 - Math.pow(b2, t);
-      for (const n of this.names) {
-        const gRaw = this.acc.get(n);
-        if (!gRaw) continue;
-        const p = this.model.params.get(n)!;
-        const m = this.m.get(n)!;
-        const v = this.v.get(n)!;
-        const g = tf.mul(gRaw, gs);
-        m.assign(tf.add(tf.mul(m, b1), tf.mul(g, 1 - b1)));
-        v.assign(tf.add(tf.mul(v, b2), tf.mul(tf.square(g), 1 - b2)));
-        const update = tf.div(tf.div(m, bc1), tf.add(tf.sqrt(tf.div(v, bc2)), eps));
-        const decayed = wd > 0 && p.rank >= 2 ? tf.mul(p, 1 - lr * wd) : p;
-        p.assign(tf.sub(decayed, tf.mul(update, lr)));
-      }
-      return norm;
+      return sq.length ? Math.sqrt(tf.addN(sq).dataSync()[0]!) * scale : 0;
     });
+    const clip = maxNorm > 0 && gradNorm > maxNorm ? maxNorm / (gradNorm + 1e-6) : 1;
+    const gs = scale * clip;
+    const bc1 = 1 - Math.pow(b1, t);
+    const bc2 = 1 - Math.pow(b2, t);
+    for (const n of this.names) {
+      const gRaw = this.acc.get(n);
+      if (!gRaw) continue;
+      const p = this.model.params.get(n)!;
+      const m = this.m.get(n)!;
+      const v = this.v.get(n)!;
+      // AdamW as chains that free each intermediate as soon as the next exists: a tidy keeps a
+      // dozen parameter-sized temporaries alive at once, which for a 0.6B model's embedding
+      // (622 MB) alone is more than the weights, gradients and moments of the whole model.
+      const g = tf.mul(gRaw, gs);
+      const gm = tf.mul(g, 1 - b1);
+      assignFree(
+        m,
+        chain(
+          m,
+          (x) => tf.mul(x, b1),
+          (x) => tf.add(x, gm),
+        ),
+      );
+      gm.dispose();
+      const gv = chain(g, tf.square, (x) => tf.mul(x, 1 - b2));
+      g.dispose();
+      assignFree(
+        v,
+        chain(
+          v,
+          (x) => tf.mul(x, b2),
+          (x) => tf.add(x, gv),
+        ),
+      );
+      gv.dispose();
+      const denom = chain(
+        v,
+        (x) => tf.div(x, bc2),
+        tf.sqrt,
+        (x) => tf.add(x, eps),
+      );
+      const update = chain(
+        m,
+        (x) => tf.div(x, bc1),
+        (x) => tf.div(x, denom),
+        (x) => tf.mul(x, lr),
+      );
+      denom.dispose();
+      const decayed = wd > 0 && p.rank >= 2 ? tf.mul(p, 1 - lr * wd) : p;
+      assignFree(p, tf.sub(decayed, update));
+      update.dispose();
+      if (decayed !== p) decayed.dispose();
+      // The gradient is spent: free it now rather than with the rest in zeroGrad.
+      gRaw.dispose();
+      this.acc.delete(n);
+    }
     this.zeroGrad();
     this.stepCount++;
     return { step: this.stepCount, lr, gradNorm, microBatches: micro };

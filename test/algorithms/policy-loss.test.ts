@@ -5,6 +5,8 @@ import {
   entropyFromLogits,
   policyLossStats,
   ppoActorLoss,
+  ppoActorLossWithStats,
+  readPolicyLossStats,
   resolvePpoLossOptions,
   type PolicyLossInputs,
   type PpoLossOptions,
@@ -180,6 +182,52 @@ test('statistics: clip fraction and approx KL', () => {
   const s = policyLossStats({ ...b, logprobs: t(b.logprobs) });
   near([s.clipFraction, s.tokens], [0.75, 4]);
   near([s.approxKl], [-(Math.log(1.5) + Math.log(0.5) + Math.log(1.1) + Math.log(0.7)) / 4]);
+});
+
+test('loss with statistics: the same loss and gradient as ppoActorLoss, the same statistics as policyLossStats, from one forward', () => {
+  const b = base();
+  const inp = {
+    ...b,
+    behaviourLogprobs: t([0.1, -0.2, 0, 0.3]),
+    refLogprobs: t([-0.1, 0, 0.2, 0]),
+    entropy: t([1, 2, 3, 4]),
+  };
+  const opts: PpoLossOptions = {
+    dualClip: 3,
+    useDecoupledLoss: true,
+    klLossCoef: 0.1,
+    klEstimator: 'k3',
+    entropyLossCoef: 0.01,
+  };
+  const lp = t(b.logprobs);
+  let sums: tf.Tensor | undefined;
+  const withStats = tf.valueAndGrad((x: tf.Tensor) => {
+    const ev = ppoActorLossWithStats({ ...inp, logprobs: x }, opts);
+    sums = tf.keep(ev.sums);
+    return ev.loss;
+  })(lp);
+  const plain = tf.valueAndGrad((x: tf.Tensor) => ppoActorLoss({ ...inp, logprobs: x }, opts))(lp);
+  assert.is(withStats.value.dataSync()[0], plain.value.dataSync()[0]);
+  assert.equal(Array.from(withStats.grad.dataSync()), Array.from(plain.grad.dataSync()));
+  assert.equal(
+    readPolicyLossStats(sums!.dataSync()),
+    policyLossStats({ ...inp, logprobs: lp }, opts),
+  );
+});
+
+test('loss with statistics: non-finite inputs show in the sums, and reading them throws naming the input', () => {
+  const b = base();
+  const ev = ppoActorLossWithStats({
+    ...b,
+    logprobs: t(b.logprobs),
+    refLogprobs: t([0, NaN, 0, 0]),
+  });
+  throwsCode(() => readPolicyLossStats(ev.sums.dataSync()), 'NON_FINITE_INPUT', 'refLogprobs');
+  const off = ppoActorLossWithStats(
+    { ...b, logprobs: t(b.logprobs), advantages: t([1, Infinity, 1, 1]) },
+    { checkFinite: false },
+  );
+  assert.is(readPolicyLossStats(off.sums.dataSync()).tokens, 4, 'unchecked with checkFinite off');
 });
 
 test('NaN/Inf inputs and bad options are rejected', () => {

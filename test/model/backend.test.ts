@@ -38,4 +38,17 @@ test('RTJOB_TF_BACKEND selects cpu; an unknown or unavailable backend is a clear
   assert.match(native.err, /tfjs-node is not installed/);
 });
 
+test('tensors that would not fit the 4 GiB wasm heap are refused with a clear error before allocation', async () => {
+  const { assertBackendRoom, initBackend, tf } = await import('../../actors/model/backend.ts');
+  await initBackend('wasm');
+  assertBackendRoom(2 ** 30, 'a model of 268M parameters');
+  assert.throws(
+    () => assertBackendRoom(2.4e9 * 2, 'a model of 1192M parameters'),
+    /^a model of 1192M parameters needs 4\.47 GiB of float32 tensors, but the wasm backend holds at most 4 GiB \(0\.00 GiB in use\): use RTJOB_TF_BACKEND=cpu or a smaller model$/,
+  );
+  await initBackend('cpu');
+  assertBackendRoom(2 ** 33, 'the cpu backend is not checked');
+  assert.is(tf.getBackend(), 'cpu');
+});
+
 test.run();

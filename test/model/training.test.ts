@@ -70,6 +70,45 @@ test('clipping by global norm caps the update; AdamW first step moves each weigh
   m.dispose();
 });
 
+test('AdamW with weight decay matches the textbook update over 2 steps and holds no memory beyond weights and moments', async () => {
+  await initBackend('wasm');
+  const m = randomModel(tinyLlamaConfig({ num_hidden_layers: 1 }), 45);
+  const o = { lr: 1e-2, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, maxGradNorm: 0 };
+  const names = ['model.embed_tokens.weight', 'model.norm.weight'];
+  const p0 = m.exportWeights();
+  const t = new ModelTrainer(m, o);
+  const { numBytes, numDataBuffers } = tf.memory();
+  // loss = Σ c·p over two parameters, so each gradient is the constant c of its step
+  const cs = [0.5, -2];
+  for (const c of cs) {
+    t.accumulate(() => tf.addN(names.map((n) => tf.sum(tf.mul(m.params.get(n)!, c)))).asScalar());
+    t.step();
+    // a buffer kept would be a gradient, a temporary, or the moments' initial zeros
+    assert.equal(
+      { numBytes: tf.memory().numBytes, numDataBuffers: tf.memory().numDataBuffers },
+      { numBytes, numDataBuffers },
+    );
+  }
+  const after = m.exportWeights();
+  for (const n of names) {
+    const decays = p0[n]!.shape.length >= 2;
+    const want = Float32Array.from(p0[n]!.data, (x) => {
+      let [p, mo, v] = [x, 0, 0];
+      cs.forEach((g, i) => {
+        mo = o.beta1 * mo + (1 - o.beta1) * g;
+        v = o.beta2 * v + (1 - o.beta2) * g * g;
+        const upd =
+          mo / (1 - o.beta1 ** (i + 1)) / (Math.sqrt(v / (1 - o.beta2 ** (i + 1))) + o.eps);
+        p = (decays ? p * (1 - o.lr * o.weightDecay) : p) - o.lr * upd;
+      });
+      return p;
+    });
+    assert.ok(maxAbsDiff(after[n]!.data, want) < 1e-6, n);
+  }
+  t.dispose();
+  m.dispose();
+});
+
 test('forwardLogprobs aligns with trajectories and matches tokenStats; entropy and values', async () => {
   await initBackend('wasm');
   const m = randomModel(tinyLlamaConfig(), 43, { valueHead: true });

@@ -50,4 +50,29 @@ test('timers run while a step of many micro-batches trains, and the step still t
   }
 });
 
+test('a batch with a NaN advantage is refused naming the input, and leaves no gradient behind', async () => {
+  const init = { pretrain: model, learningRate: 1e-2, trainBatchSize: 4, microTrainBatchSize: 2 };
+  const [a, b] = [new Trainer(init), new Trainer(init)];
+  try {
+    await Promise.all([a.ready(), b.ready()]);
+    const good = Array.from({ length: 4 }, (_, i) => sample(6 + i, i));
+    const bad = good.map((x, i) =>
+      i === 3 ? { ...x, advantages: Array.from(x.actionMask, (_, j) => (j === 2 ? NaN : 1)) } : x,
+    );
+    // the bad sample sits in the second micro-batch: the first one's gradient is already in
+    const err = await a.train(bad).then(
+      () => undefined,
+      (e: Error & { code?: string }) => e,
+    );
+    assert.is(err?.code, 'NON_FINITE_INPUT');
+    assert.match(err!.message, /advantages holds NaN or Infinity/);
+    const [sa, sb] = [await a.train(good), await b.train(good)];
+    assert.is(sa.policyLoss, sb.policyLoss);
+    assert.is(sa.gradNorm, sb.gradNorm, 'the refused step left nothing in the accumulator');
+  } finally {
+    a.dispose();
+    b.dispose();
+  }
+});
+
 test.run();
