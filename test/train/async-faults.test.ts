@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { PromptSampler } from '../../algorithms/train-ppo/data.ts';
 import { runWithTrainerKilled } from '../fixtures/agents/kill-trainer.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // A real cluster: the trainer is an actor in its own worker process, killed as a crash would be,
 // while the async producer has batches generated ahead of it that were never trained on.
@@ -35,38 +35,15 @@ test('async: a killed trainer fails the job with the cause; --load-checkpoint re
   const data = join(root, 'plain.jsonl');
   writeFileSync(data, records.map((r) => JSON.stringify(r)).join('\n'));
   const ckpt = join(root, 'ckpt');
-  const flags = [
-    '--async-train',
-    '--async-queue-size',
-    '2',
-    '--pretrain',
-    model,
-    '--rollout-batch-size',
-    '4',
-    '--n-samples-per-prompt',
-    '2',
-    '--train-batch-size',
-    '8',
-    '--micro-train-batch-size',
-    '8',
-    '--generate-max-len',
-    '4',
-    '--eval-dataset',
-    '',
-    '--overwrite',
-    '--save-path',
-    join(root, 'out'),
-    '--prompt-data',
-    data,
-    '--save-steps',
-    '1',
-    '--ckpt-path',
-    ckpt,
-    '--num-episodes',
-    '2',
-    '--max-steps',
-    '5',
-  ];
+  const flags = tinyRunArgs(model, join(root, 'out'), {
+    'async-train': true,
+    'async-queue-size': 2,
+    'prompt-data': data,
+    'save-steps': 1,
+    'ckpt-path': ckpt,
+    'num-episodes': 2,
+    'max-steps': 5,
+  });
   const saved = await runWithTrainerKilled(flags, ckpt);
 
   const lines: string[] = [];

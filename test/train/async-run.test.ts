@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { inProcessRoles } from '../../algorithms/train-ppo/roles.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-async-'));
@@ -19,29 +19,13 @@ const log = {
   metric: (_s: number, v: Record<string, number>) => void rows.push(v),
 };
 const tiny = (extra: string[]): string[] => [
-  '--in-process',
-  '--async-train',
-  '--pretrain',
-  model,
-  '--rollout-batch-size',
-  '4',
-  '--n-samples-per-prompt',
-  '2',
-  '--train-batch-size',
-  '8',
-  '--micro-train-batch-size',
-  '8',
-  '--generate-max-len',
-  '6',
-  '--max-steps',
-  '4',
-  '--eval-dataset',
-  '',
-  '--overwrite',
-  '--save-path',
-  join(root, 'out'),
-  '--agent-func',
-  fixture('multi-turn-step.ts'),
+  ...tinyRunArgs(model, join(root, 'out'), {
+    'in-process': true,
+    'async-train': true,
+    'generate-max-len': 6,
+    'max-steps': 4,
+    'agent-func': fixture('multi-turn-step.ts'),
+  }),
   ...extra,
 ];
 

@@ -8,7 +8,7 @@ import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { placeRoles } from '../../algorithms/train-ppo/placement.ts';
 import { listActors } from '../../runtime/api.ts';
 import type { ActorInfo } from '../../runtime/protocol.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 delete process.env.RTJOB_ADDRESS;
@@ -94,32 +94,17 @@ test('data-parallel ranks spread over the bundles: rank i beside rollout i', () 
 test('--colocate-all-models places every role in one placement group and trains', async () => {
   let seen: ActorInfo[] = [];
   const s = await trainPpo(
-    [
-      '--colocate-all-models',
-      '--pretrain',
-      model,
-      '--agent-func',
-      fileURLToPath(new URL('../fixtures/agents/multi-turn-step.ts', import.meta.url)),
-      '--rollout-batch-size',
-      '2',
-      '--n-samples-per-prompt',
-      '2',
-      '--train-batch-size',
-      '4',
-      '--micro-train-batch-size',
-      '4',
-      '--generate-max-len',
-      '4',
-      '--max-steps',
-      '2',
-      '--eval-dataset',
-      '',
-      '--init-kl-coef',
-      '0.01',
-      '--overwrite',
-      '--save-path',
-      join(root, 'out'),
-    ],
+    tinyRunArgs(model, join(root, 'out'), {
+      'colocate-all-models': true,
+      'agent-func': fileURLToPath(
+        new URL('../fixtures/agents/multi-turn-step.ts', import.meta.url),
+      ),
+      'rollout-batch-size': 2,
+      'train-batch-size': 4,
+      'micro-train-batch-size': 4,
+      'max-steps': 2,
+      'init-kl-coef': 0.01,
+    }),
     {},
     {
       log: {

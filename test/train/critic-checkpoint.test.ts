@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Critic, type CriticSample } from '../../actors/critic.ts';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-critic-ckpt-'));
@@ -56,34 +56,16 @@ test('a critic restored from its checkpoint gives the same values and keeps trai
 // The fixture rejects odd prompts, so some steps train on nothing: those still checkpoint.
 test('train_ppo with gae checkpoints the critic and resumes it', async () => {
   const ck = join(root, 'ckpt');
-  const flags = [
-    '--in-process',
-    '--pretrain',
-    model,
-    '--agent-func',
-    fileURLToPath(new URL('../fixtures/agents/group-workflow.ts', import.meta.url)),
-    '--advantage-estimator',
-    'gae',
-    '--rollout-batch-size',
-    '2',
-    '--n-samples-per-prompt',
-    '2',
-    '--train-batch-size',
-    '4',
-    '--micro-train-batch-size',
-    '4',
-    '--generate-max-len',
-    '4',
-    '--eval-dataset',
-    '',
-    '--save-steps',
-    '1',
-    '--ckpt-path',
-    ck,
-    '--overwrite',
-    '--save-path',
-    join(root, 'out'),
-  ];
+  const flags = tinyRunArgs(model, join(root, 'out'), {
+    'in-process': true,
+    'agent-func': fileURLToPath(new URL('../fixtures/agents/group-workflow.ts', import.meta.url)),
+    'advantage-estimator': 'gae',
+    'rollout-batch-size': 2,
+    'train-batch-size': 4,
+    'micro-train-batch-size': 4,
+    'save-steps': 1,
+    'ckpt-path': ck,
+  });
   const log = { line: () => undefined, metric: () => undefined };
   await trainPpo([...flags, '--max-steps', '1'], {}, { log });
   assert.ok(

@@ -20,7 +20,7 @@ import {
   sampleEpisodes,
 } from '../../algorithms/train-ppo/episodes.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel, type FlagValue } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-episodes-'));
@@ -226,29 +226,17 @@ test('sampleEpisodes describes each kept episode and adds failed ones with their
   );
 });
 
-const tiny = (extra: string[]): string[] => [
-  '--in-process',
-  '--pretrain',
-  model,
-  '--rollout-batch-size',
-  '2',
-  '--n-samples-per-prompt',
-  '2',
-  '--train-batch-size',
-  '4',
-  '--micro-train-batch-size',
-  '4',
-  '--generate-max-len',
-  '6',
-  '--max-steps',
-  '2',
-  '--eval-dataset',
-  '',
-  '--overwrite',
-  '--save-path',
-  join(root, 'out'),
-  '--ckpt-path',
-  join(root, 'ckpt'),
+const tiny = (extra: string[], flags: Record<string, FlagValue> = {}): string[] => [
+  ...tinyRunArgs(model, join(root, 'out'), {
+    'in-process': true,
+    'rollout-batch-size': 2,
+    'train-batch-size': 4,
+    'micro-train-batch-size': 4,
+    'generate-max-len': 6,
+    'max-steps': 2,
+    'ckpt-path': join(root, 'ckpt'),
+    ...flags,
+  }),
   ...extra,
 ];
 
@@ -349,16 +337,10 @@ test('each run writes to its own folder by default, and never over another run w
   );
   assert.match(runName({}, new Date(2026, 10, 23, 20, 5, 9)), /^run-20261123-200509$/);
   const out = join(root, 'mine');
-  const argv = tiny([
-    '--agent-func',
-    fixture('multi-turn-step.ts'),
-    '--max-steps',
-    '1',
-    '--save-steps',
-    '1',
-  ]).filter((a) => a !== '--overwrite');
-  const at = argv.indexOf('--save-path');
-  argv.splice(at, 4, '--save-path', out, '--ckpt-path', join(out, 'ck'));
+  const argv = tiny(
+    ['--agent-func', fixture('multi-turn-step.ts'), '--max-steps', '1', '--save-steps', '1'],
+    { overwrite: false, 'save-path': out, 'ckpt-path': join(out, 'ck') },
+  );
   await run(argv);
   const again = await run(argv).then(
     () => null,

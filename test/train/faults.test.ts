@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { PromptSampler } from '../../algorithms/train-ppo/data.ts';
 import { runWithTrainerKilled } from '../fixtures/agents/kill-trainer.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // Real clusters: every role is an actor in its own worker process, killed as a crash would.
 process.env.RTJOB_QUIET_BACKEND = '1';
@@ -34,26 +34,7 @@ function expectedOrder(steps: number, batch: number, seed = 42): number[] {
   return Array.from({ length: steps }, () => s.next(batch).map((x) => x.index)).flat();
 }
 
-const base = (extra: string[]): string[] => [
-  '--pretrain',
-  model,
-  '--rollout-batch-size',
-  '4',
-  '--n-samples-per-prompt',
-  '2',
-  '--train-batch-size',
-  '8',
-  '--micro-train-batch-size',
-  '8',
-  '--generate-max-len',
-  '4',
-  '--eval-dataset',
-  '',
-  '--overwrite',
-  '--save-path',
-  join(root, 'out'),
-  ...extra,
-];
+const base = (extra: string[]): string[] => [...tinyRunArgs(model, join(root, 'out')), ...extra];
 
 test.before(async () => {
   model = await writeTinyModel(root);

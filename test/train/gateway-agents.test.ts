@@ -9,7 +9,7 @@ import { loadTokenizer } from '../../actors/model/tokenizer.ts';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { EngineGenerator } from '../fakes/token-generator.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // Black-box agents written with the `openai` client, the Vercel AI SDK and the OpenAI Agents SDK,
 // trained unmodified by train_ppo through the rollout's gateway: sync and async, on the builtin
@@ -25,30 +25,18 @@ test.before(async () => {
 });
 test.after(() => rmSync(root, { recursive: true, force: true }));
 
-const tiny = (agent: string, out: string): string[] => [
-  '--in-process',
-  '--pretrain',
-  model,
-  '--agent-func',
-  fixture(agent),
-  '--rollout-batch-size',
-  '2',
-  '--n-samples-per-prompt',
-  '2',
-  '--train-batch-size',
-  '4',
-  '--micro-train-batch-size',
-  '4',
-  '--generate-max-len',
-  '8',
-  '--max-steps',
-  '2',
-  '--eval-prompts',
-  '2',
-  '--overwrite',
-  '--save-path',
-  join(root, out),
-];
+const tiny = (agent: string, out: string): string[] =>
+  tinyRunArgs(model, join(root, out), {
+    'in-process': true,
+    'agent-func': fixture(agent),
+    'rollout-batch-size': 2,
+    'train-batch-size': 4,
+    'micro-train-batch-size': 4,
+    'generate-max-len': 8,
+    'max-steps': 2,
+    'eval-dataset': false,
+    'eval-prompts': 2,
+  });
 
 /** Runs train_ppo in this process; `agentEnv` is set in process.env for the agent file while it runs. */
 async function run(argv: string[], agentEnv: Record<string, string> = {}) {

@@ -11,7 +11,7 @@ import type { FakeServer } from '../fakes/fake-server.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { EngineGenerator } from '../fakes/token-generator.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // train_ppo with --engine sglang|vllm against protocol-faithful fake servers that generate with
 // the builtin TF.js model, so weight reloads from disk change what they generate.
@@ -49,36 +49,20 @@ for (const kind of ['sglang', 'vllm'] as const) {
     const weights = join(root, `${kind}-weights`);
     try {
       const s = await trainPpo(
-        [
-          '--in-process',
-          '--engine',
-          kind,
-          '--engine-url',
-          server.url,
-          '--engine-weights-path',
-          weights,
-          '--pretrain',
-          model,
-          '--agent-func',
-          fixture('multi-turn-step.ts'),
-          '--rollout-batch-size',
-          '2',
-          '--n-samples-per-prompt',
-          '2',
-          '--train-batch-size',
-          '4',
-          '--micro-train-batch-size',
-          '4',
-          '--generate-max-len',
-          '6',
-          '--max-steps',
-          '2',
-          '--eval-prompts',
-          '2',
-          '--overwrite',
-          '--save-path',
-          join(root, `${kind}-out`),
-        ],
+        tinyRunArgs(model, join(root, `${kind}-out`), {
+          'in-process': true,
+          engine: kind,
+          'engine-url': server.url,
+          'engine-weights-path': weights,
+          'agent-func': fixture('multi-turn-step.ts'),
+          'rollout-batch-size': 2,
+          'train-batch-size': 4,
+          'micro-train-batch-size': 4,
+          'generate-max-len': 6,
+          'max-steps': 2,
+          'eval-dataset': false,
+          'eval-prompts': 2,
+        }),
         {},
         { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
       );

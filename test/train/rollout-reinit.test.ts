@@ -11,7 +11,7 @@ import { remoteRoles } from '../../algorithms/train-ppo/remote-roles.ts';
 import type { Roles } from '../../algorithms/train-ppo/roles.ts';
 import { listActors } from '../../runtime/api.ts';
 import { until } from '../runtime/helpers.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 delete process.env.RTJOB_ADDRESS;
@@ -125,27 +125,7 @@ async function within<T>(p: Promise<T>, ms: number): Promise<T> {
 }
 
 const flags = (extra: string[]): string[] => [
-  '--pretrain',
-  model,
-  '--prompt-data',
-  data,
-  '--rollout-batch-size',
-  '4',
-  '--n-samples-per-prompt',
-  '2',
-  '--train-batch-size',
-  '8',
-  '--micro-train-batch-size',
-  '8',
-  '--generate-max-len',
-  '4',
-  '--eval-dataset',
-  '',
-  '--overwrite',
-  '--save-path',
-  join(root, 'out'),
-  '--max-steps',
-  '3',
+  ...tinyRunArgs(model, join(root, 'out'), { 'prompt-data': data, 'max-steps': 3 }),
   ...extra,
 ];
 

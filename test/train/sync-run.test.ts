@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-sync-'));
@@ -20,28 +20,15 @@ const log = {
 };
 
 const tiny = (extra: string[]): string[] => [
-  '--in-process',
-  '--pretrain',
-  model,
-  '--rollout-batch-size',
-  '4',
-  '--n-samples-per-prompt',
-  '2',
-  '--train-batch-size',
-  '8',
-  '--micro-train-batch-size',
-  '4',
-  '--generate-max-len',
-  '6',
-  '--max-steps',
-  '2',
-  '--eval-prompts',
-  '4',
-  '--overwrite',
-  '--save-path',
-  join(root, 'out'),
-  '--ckpt-path',
-  join(root, 'ckpt'),
+  ...tinyRunArgs(model, join(root, 'out'), {
+    'in-process': true,
+    'micro-train-batch-size': 4,
+    'generate-max-len': 6,
+    'max-steps': 2,
+    'eval-dataset': false,
+    'eval-prompts': 4,
+    'ckpt-path': join(root, 'ckpt'),
+  }),
   ...extra,
 ];
 

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { DeterministicGenerator } from '../fakes/token-generator.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-weight-sync-'));
@@ -44,27 +44,13 @@ const flags = (extra: string[]): string[] => [
   server.url,
   '--engine-weights-path',
   join(root, 'weights'),
-  '--pretrain',
-  model,
-  '--prompt-data',
-  data,
-  '--rollout-batch-size',
-  '2',
-  '--n-samples-per-prompt',
-  '2',
-  '--train-batch-size',
-  '4',
-  '--micro-train-batch-size',
-  '4',
-  '--generate-max-len',
-  '4',
-  '--max-steps',
-  '2',
-  '--eval-dataset',
-  '',
-  '--overwrite',
-  '--save-path',
-  join(root, 'out'),
+  ...tinyRunArgs(model, join(root, 'out'), {
+    'prompt-data': data,
+    'rollout-batch-size': 2,
+    'train-batch-size': 4,
+    'micro-train-batch-size': 4,
+    'max-steps': 2,
+  }),
   ...extra,
 ];
 
