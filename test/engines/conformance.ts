@@ -117,10 +117,11 @@ export function registerConformance(
   );
 
   suite(
-    'onTokens tells every output token once, in order, before the call resolves',
+    'onTokens tells every output token once, in order, as it comes, before the call resolves',
     withEngine(async (e) => {
       const told: number[] = [];
       let resolved = false;
+      let calls = 0;
       const r = await e
         .generate({
           inputIds: prompt,
@@ -129,11 +130,14 @@ export function registerConformance(
             assert.is(d.sample, 0);
             assert.is(resolved, false, 'told before the call resolved');
             assert.is(d.logprobs.length, d.tokens.length);
+            calls++;
             told.push(...d.tokens);
           },
         })
         .then((x) => ((resolved = true), x));
       assert.equal(told, r.outputTokens);
+      // Streamed, not told in one burst at the end (HTTP engines: one call per server event).
+      assert.ok(calls > 1, `onTokens called ${calls} times for ${told.length} tokens`);
       const bySample: number[][] = [[], [], []];
       const rs = await e.generateN({
         inputIds: prompt,

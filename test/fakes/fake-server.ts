@@ -72,8 +72,18 @@ export interface RouteRequest {
   query: URLSearchParams;
 }
 
-/** What a route answers: JSON, text, or nothing (200 with an empty body). */
-export type RouteAnswer = { status?: number; json?: unknown; text?: string } | undefined;
+/**
+ * What a route answers: JSON, text, nothing (200 with an empty body), or server-sent events:
+ * `sse` runs after the 200 went out and sends each event's data (JSON, or a string as is).
+ */
+export type RouteAnswer =
+  | {
+      status?: number;
+      json?: unknown;
+      text?: string;
+      sse?: (send: (data: unknown) => void) => Promise<void>;
+    }
+  | undefined;
 
 /** A failure a fake answers one request with, as a real server or the network between might. */
 export type Fault =
@@ -263,11 +273,18 @@ export abstract class FakeServer extends EventEmitter {
   }
 
   /** Runs `n` samples of one request; sample `i` is seeded `seed + i` when a seed is given. */
-  protected sampleAll(n: number, p: SampleParams): Promise<GeneratedSequence[]> {
+  protected sampleAll(
+    n: number,
+    p: SampleParams,
+    onToken?: (sample: number, soFar: Readonly<GeneratedSequence>) => void,
+  ): Promise<GeneratedSequence[]> {
     return Promise.all(
       Array.from({ length: n }, (_, i) => {
         const { seed, ...rest } = p;
-        return this.runSample(seed === undefined ? rest : { ...rest, seed: seed + i });
+        return this.runSample(
+          seed === undefined ? rest : { ...rest, seed: seed + i },
+          onToken && ((s) => onToken(i, s)),
+        );
       }),
     );
   }
@@ -275,6 +292,7 @@ export abstract class FakeServer extends EventEmitter {
   /** Runs one sample under the server's abort and pause rules. */
   private async runSample(
     req: Omit<SamplingRequest, 'signal' | 'hold' | 'onToken'>,
+    onToken?: (soFar: Readonly<GeneratedSequence>) => void,
   ): Promise<GeneratedSequence> {
     const running: Running = { controller: new AbortController(), started: false };
     this.running.add(running);
@@ -285,9 +303,10 @@ export abstract class FakeServer extends EventEmitter {
         ...req,
         signal: running.controller.signal,
         hold: () => this.whilePaused(running.controller.signal),
-        onToken: () => {
+        onToken: (soFar) => {
           running.started = true;
           this.stats.tokensGenerated += 1;
+          onToken?.(soFar);
           this.changed();
         },
       });
@@ -381,6 +400,21 @@ export abstract class FakeServer extends EventEmitter {
       answer = { status: 500, json: { object: 'error', message: (e as Error).message, code: 500 } };
     }
     if (res.destroyed) return;
+    if (answer?.sse) {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      const send = (d: unknown): void => {
+        if (!res.destroyed) res.write(`data: ${typeof d === 'string' ? d : JSON.stringify(d)}\n\n`);
+      };
+      try {
+        await answer.sse(send);
+      } catch (e) {
+        // After the 200, a failure can only be told as an event (what SGLang and vLLM do).
+        send({ error: { message: (e as Error).message, code: 500 } });
+      }
+      send('[DONE]');
+      res.end();
+      return;
+    }
     res.statusCode = answer?.status ?? 200;
     if (answer?.json !== undefined) {
       res.setHeader('content-type', 'application/json');

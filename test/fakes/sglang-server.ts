@@ -2,7 +2,9 @@
  * A fake SGLang server that follows SGLang's native HTTP API as documented in
  * shared/reference/areal-verl-engines.md §3a: `/generate` (token-id input, `sampling_params`,
  * `return_logprob`, `meta_info.output_token_logprobs` as `[logprob, token_id, null]`,
- * `finish_reason` stop/length/abort, a JSON array when `n > 1`), `/health`,
+ * `finish_reason` stop/length/abort, a JSON array when `n > 1`; with `"stream": true` one SSE
+ * event per generated token with the output so far, then each sample's finished one and
+ * `[DONE]`), `/health`,
  * `/pause_generation` (abort mode returns running requests with their partial output and holds
  * new ones), `/continue_generation`, `/update_weights_from_disk`, `/release_memory_occupation`,
  * `/resume_memory_occupation`, `/get_model_info`, `/flush_cache`, `/abort_request`.
@@ -116,7 +118,6 @@ export class FakeSglangServer extends FakeServer {
         `The input (${ids.length} tokens) is longer than the model's context length (${this.contextLength} tokens).`,
       );
     }
-    if (body.stream) return bad('this fake server does not stream');
     if (this.asleep)
       return {
         status: 500,
@@ -138,9 +139,7 @@ export class FakeSglangServer extends FakeServer {
       minNewTokens: sp.min_new_tokens ?? 0,
       ...(sp.sampling_seed === undefined ? {} : { seed: sp.sampling_seed }),
     });
-    const samples = await this.sampleAll(n, params);
-    await this.delayAnswer();
-    const outs = samples.map((s) =>
+    const output = (s: Readonly<GeneratedSequence>, running = false) =>
       this.output(
         s,
         ids.length,
@@ -149,19 +148,38 @@ export class FakeSglangServer extends FakeServer {
         body.return_logprob === true,
         params.temperature,
         sp.no_stop_trim === true,
-      ),
-    );
+        running,
+      );
+    if (body.stream) {
+      // An event per generated token with the sample's output so far (cumulative text, ids and
+      // logprobs; `index` names the sample when n > 1), then each sample's last one with its
+      // finish_reason.
+      const indexed = (i: number, o: object) => (n > 1 ? { ...o, index: i } : o);
+      return {
+        sse: async (send) => {
+          const samples = await this.sampleAll(n, params, (i, s) =>
+            send(indexed(i, output(s, true))),
+          );
+          await this.delayAnswer();
+          samples.forEach((s, i) => send(indexed(i, output(s))));
+        },
+      };
+    }
+    const samples = await this.sampleAll(n, params);
+    await this.delayAnswer();
+    const outs = samples.map((s) => output(s));
     return { json: n === 1 ? outs[0] : outs };
   }
 
   private output(
-    s: GeneratedSequence,
+    s: Readonly<GeneratedSequence>,
     promptTokens: number,
     cached: number,
     started: number,
     withLogprob: boolean,
     temperature: number,
     noStopTrim: boolean,
+    running = false,
   ) {
     const useRaw = this.returnOriginalLogprob && temperature !== 0 && temperature !== 1;
     if (useRaw && !s.rawLogprobs)
@@ -170,8 +188,9 @@ export class FakeSglangServer extends FakeServer {
     let text = this.generator.decode(s.tokens);
     if (s.finish === 'stop' && typeof s.matched === 'string' && !noStopTrim)
       text = text.slice(0, text.length - s.matched.length);
-    const finishReason =
-      s.finish === 'stop'
+    const finishReason = running
+      ? null
+      : s.finish === 'stop'
         ? { type: 'stop', matched: s.matched ?? null }
         : s.finish === 'length'
           ? { type: 'length', length: s.tokens.length }

@@ -31,8 +31,8 @@ export interface SamplingRequest {
   signal: AbortSignal;
   /** Awaited before every token; a server paused in place holds it. */
   hold: () => Promise<void>;
-  /** Called after every token (tests wait on progress through it). */
-  onToken: () => void;
+  /** Called after every token with the sample so far (streamed answers, progress tests wait on). */
+  onToken: (soFar: Readonly<GeneratedSequence>) => void;
 }
 
 /** One generated sample. `logprobs` are after temperature; `rawLogprobs` before it, when known. */
@@ -150,7 +150,7 @@ export class DeterministicGenerator implements TokenGenerator {
       out.logprobs.push(tempered[tok]!);
       out.rawLogprobs!.push(raw[tok]!);
       context.push(tok);
-      req.onToken();
+      req.onToken(out);
       if (ends.has(tok)) return { ...out, finish: 'stop', matched: tok };
       const text = this.decode(out.tokens);
       const s = req.stop.find((x) => x.length > 0 && text.endsWith(x));
@@ -197,7 +197,14 @@ export class EngineGenerator implements TokenGenerator {
       ...(req.seed === undefined ? {} : { seed: req.seed }),
     };
     const r = await this.engine.generate({ inputIds: req.inputIds, gconfig });
-    for (let i = 0; i < r.outputTokens.length; i++) req.onToken();
+    // The engine answers whole: its tokens are told (and streamed) in one go after it.
+    for (let i = 1; i <= r.outputTokens.length; i++) {
+      req.onToken({
+        tokens: r.outputTokens.slice(0, i),
+        logprobs: r.outputLogprobs.slice(0, i),
+        finish: 'length',
+      });
+    }
     const last = r.outputTokens.at(-1);
     return {
       tokens: r.outputTokens,

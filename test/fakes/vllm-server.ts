@@ -2,7 +2,8 @@
  * A fake vLLM OpenAI-compatible server following shared/reference/areal-verl-engines.md §3b:
  * `/v1/completions` with a token-id `prompt` (`logprobs`, `return_tokens_as_token_ids` giving
  * `token_id:N` tokens, `token_logprobs`, `top_logprobs`, `text_offset`, `finish_reason`,
- * `stop_reason`, `usage`), `/health`, `/v1/models`, and the dev-mode routes
+ * `stop_reason`, `usage`; with `stream: true` completion chunks, one per generated token, then
+ * one per choice with its `finish_reason`, and `[DONE]`), `/health`, `/v1/models`, and the dev-mode routes
  * (`VLLM_SERVER_DEV_MODE=1`): `/sleep?level=`, `/wake_up?tags=`, `/is_sleeping`,
  * `/collective_rpc`, `/reset_prefix_cache`, `/pause?mode=`, `/resume`, `/is_paused`, and AReaL's
  * `/areal_update_weights`. Logprobs are raw (before temperature) unless started with
@@ -150,7 +151,6 @@ export class FakeVllmServer extends FakeServer {
     const prompt = body?.prompt;
     if (!Array.isArray(prompt) || !prompt.every((t) => Number.isInteger(t)))
       return err(400, 'this fake server takes a token-id prompt (int[])');
-    if (body.stream) return err(400, 'this fake server does not stream');
     const maxTokens = body.max_tokens ?? this.contextLength - prompt.length;
     if (prompt.length + maxTokens > this.contextLength) {
       return err(
@@ -168,13 +168,44 @@ export class FakeVllmServer extends FakeServer {
       minNewTokens: body.min_tokens ?? 0,
       ...(body.seed === undefined ? {} : { seed: body.seed }),
     });
+    const id = `cmpl-${randomBytes(16).toString('hex')}`;
+    if (body.stream) {
+      // OpenAI completion chunks: one per generated token with that token alone (its text,
+      // logprob and token id), then one per choice with its finish_reason and no new token.
+      const chunk = (choices: unknown[]) => ({
+        id,
+        object: 'text_completion',
+        created: Math.floor(Date.now() / 1000),
+        model: this.servedName,
+        choices,
+      });
+      const from = (s: Readonly<GeneratedSequence>, k: number): GeneratedSequence => ({
+        ...s,
+        tokens: s.tokens.slice(k),
+        logprobs: s.logprobs.slice(k),
+        ...(s.rawLogprobs ? { rawLogprobs: s.rawLogprobs.slice(k) } : {}),
+      });
+      return {
+        sse: async (send) => {
+          const samples = await this.sampleAll(n, params, (i, s) => {
+            const c = this.choice(from(s, s.tokens.length - 1), i, body, params.temperature);
+            send(chunk([{ ...c, finish_reason: null, stop_reason: null }]));
+          });
+          await this.delayAnswer();
+          samples.forEach((s, i) => {
+            const c = this.choice(from(s, s.tokens.length), i, body, params.temperature);
+            send(chunk([{ ...c, text: '' }]));
+          });
+        },
+      };
+    }
     const samples = await this.sampleAll(n, params);
     await this.delayAnswer();
     const choices = samples.map((s, i) => this.choice(s, i, body, params.temperature));
     const completion = samples.reduce((a, s) => a + s.tokens.length, 0);
     return {
       json: {
-        id: `cmpl-${randomBytes(16).toString('hex')}`,
+        id,
         object: 'text_completion',
         created: Math.floor(Date.now() / 1000),
         model: this.servedName,

@@ -10,6 +10,7 @@
  */
 import http from 'node:http';
 import https from 'node:https';
+import { StringDecoder } from 'node:string_decoder';
 
 import { RtjobError } from '../../../runtime/errors.ts';
 import { EngineError, isEngineError } from './errors.ts';
@@ -27,6 +28,44 @@ export interface HttpCallOptions {
    * the body) instead of being returned as text. @default false
    */
   expectJson?: boolean;
+}
+
+/**
+ * Sends `body` as JSON to `url` and hands each server-sent event's `data` to `onEvent` as it
+ * arrives (`text/event-stream`, as SGLang and vLLM stream generations), up to `data: [DONE]` or
+ * the end of the answer. Fails like {@link httpCall}: a non-2xx answer with code `http`, a
+ * connection lost part way with code `network`, the time limit (on the whole stream) with
+ * `timeout`.
+ *
+ * @example
+ * await httpStream(url + '/generate', { input_ids: [1], stream: true }, { timeoutMs: 60_000 }, (d) => console.log(d));
+ */
+export async function httpStream(
+  url: string,
+  body: unknown,
+  opts: Omit<HttpCallOptions, 'expectJson' | 'method'>,
+  onEvent: (data: string) => void,
+): Promise<void> {
+  const decoder = new StringDecoder('utf8');
+  let pending = '';
+  let done = false;
+  const onBody = (c: Buffer): void => {
+    pending += decoder.write(c);
+    // Events end with a blank line; only `data:` fields matter here (SSE, WHATWG HTML §9.2).
+    let end: number;
+    while (!done && (end = pending.search(/\r?\n\r?\n/)) >= 0) {
+      const event = pending.slice(0, end);
+      pending = pending.slice(end).replace(/^\r?\n\r?\n/, '');
+      const data = event
+        .split(/\r?\n/)
+        .filter((l) => l.startsWith('data:'))
+        .map((l) => l.slice(5).replace(/^ /, ''))
+        .join('\n');
+      if (data === '[DONE]') done = true;
+      else if (data.length > 0) onEvent(data);
+    }
+  };
+  await httpCall(url, body, { ...opts, onBody });
 }
 
 /** Connections are kept open between requests, as a client of an inference server should. */
@@ -48,7 +87,7 @@ const maxTimerMs = 2 ** 31 - 1;
 export async function httpCall(
   url: string,
   body: unknown,
-  opts: HttpCallOptions,
+  opts: HttpCallOptions & { onBody?: (chunk: Buffer) => void },
 ): Promise<unknown> {
   const method = opts.method ?? (body === undefined ? 'GET' : 'POST');
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
@@ -99,7 +138,7 @@ function exchange(
   url: string,
   method: 'GET' | 'POST',
   payload: Buffer | undefined,
-  opts: HttpCallOptions,
+  opts: HttpCallOptions & { onBody?: (chunk: Buffer) => void },
   fresh = false,
 ): Promise<Answer> {
   return new Promise((resolve, reject) => {
@@ -141,7 +180,25 @@ function exchange(
     req.on('response', (res) => {
       gotAnswer = true;
       const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
+      let streamed = 0;
+      // A 2xx answer goes to `onBody` as it comes; an error answer is read whole for its message.
+      const ok = (res.statusCode ?? 0) >= 200 && (res.statusCode ?? 0) < 300;
+      res.on('data', (c: Buffer) => {
+        if (!ok || !opts.onBody) return void chunks.push(c);
+        streamed += c.length;
+        try {
+          opts.onBody(c);
+        } catch (e) {
+          fail(
+            isEngineError(e)
+              ? e
+              : new EngineError('protocol', `${method} ${url}: ${(e as Error).message}`, {
+                  url,
+                  cause: e,
+                }),
+          );
+        }
+      });
       res.on('end', () =>
         settle(() =>
           resolve({
@@ -154,7 +211,7 @@ function exchange(
       // Without 'end', the connection went away part way through the answer.
       res.on('close', () => {
         if (res.complete) return;
-        const read = chunks.reduce((a, c) => a + c.length, 0);
+        const read = chunks.reduce((a, c) => a + c.length, streamed);
         fail(
           new EngineError(
             'network',

@@ -11,7 +11,9 @@
  * - requests are routed to the least loaded server, and every request with the same `rid` (an
  *   episode's turns) to the same server while it is up;
  * - transient failures are retried with exponential backoff; a request on a server that goes
- *   down is re-sent to another one.
+ *   down is re-sent to another one;
+ * - a request with `onTokens` is streamed by the server and told per event; one that fails
+ *   after tokens came continues from them like an interrupted sample, never from scratch.
  *
  * @module
  */
@@ -30,7 +32,7 @@ import type {
 import { backoffDelayMs, delay } from './backoff.ts';
 import { EngineError, isEngineError } from './errors.ts';
 import { Gate } from './gate.ts';
-import { httpCall } from './http-call.ts';
+import { httpCall, httpStream } from './http-call.ts';
 import { ServerPool, type ServerEvent, type ServerStatus } from './server-pool.ts';
 
 /** A generation config with every field decided. */
@@ -56,6 +58,21 @@ export interface SampleOutput {
   abortMessage?: string;
 }
 
+/** New tokens of one sample in a streamed answer. */
+export interface StreamedTokens {
+  sample: number;
+  tokens: number[];
+  logprobs: number[];
+}
+
+/** The state of one streamed generation answer; see {@link EngineProtocol.streamReader}. */
+export interface StreamReader {
+  /** Takes one event's parsed `data`; returns the tokens it adds. */
+  read(json: unknown): StreamedTokens[];
+  /** Every sample as a whole once the stream ended; `EngineError('protocol')` if one never finished. */
+  end(): SampleOutput[];
+}
+
 /** Calls a route on one server: JSON body → JSON answer (`GET` when `body` is undefined). */
 export type ServerCall = (
   path: string,
@@ -68,14 +85,20 @@ export interface EngineProtocol {
   readonly kind: string;
   /** Throws `EngineError('config')` when the server's logprobs would not mean what the contract says. */
   checkConfig(g: ResolvedGenerationConfig): void;
-  /** The generation request for `n` samples of `inputIds` with at most `g.maxNewTokens` new tokens. */
+  /**
+   * The generation request for `n` samples of `inputIds` with at most `g.maxNewTokens` new
+   * tokens; with `stream`, one the server answers as server-sent events.
+   */
   generateRequest(
     inputIds: number[],
     g: ResolvedGenerationConfig,
     n: number,
+    stream: boolean,
   ): { path: string; body: unknown };
   /** The `n` samples in a generation answer, in order. */
   parseGenerate(json: unknown, n: number, url: string): SampleOutput[];
+  /** Reads one streamed generation answer of `n` samples, event by event. */
+  streamReader(n: number, url: string): StreamReader;
   /** Aborts in-flight requests and holds new ones; `false` when the server has no such route. */
   pauseServer(call: ServerCall): Promise<boolean>;
   continueServer(call: ServerCall): Promise<void>;
@@ -203,6 +226,48 @@ function teller(
   };
 }
 
+/**
+ * Tells each sample's streamed tokens to its listener, none past `limit` per sample (the
+ * non-streamed path drops tokens past the budget the same way).
+ */
+function tellUpTo(
+  tells: Array<(tokens: number[], logprobs: number[]) => void>,
+  limit: number,
+): (t: StreamedTokens) => void {
+  const told = tells.map(() => 0);
+  return (t) => {
+    const take = Math.min(t.tokens.length, Math.max(0, limit - told[t.sample]!));
+    if (take === 0) return;
+    told[t.sample]! += take;
+    tells[t.sample]!(t.tokens.slice(0, take), t.logprobs.slice(0, take));
+  };
+}
+
+/**
+ * One streamed event's data as JSON; an error event (`{"error": {...}}`, how SGLang and vLLM
+ * report a failure after the 200 went out) as the `EngineError('http')` a failed answer gives.
+ */
+function parseEvent(data: string, url: string): unknown {
+  let json: unknown;
+  try {
+    json = JSON.parse(data);
+  } catch {
+    throw new EngineError('protocol', `unexpected event from ${url}: ${data.slice(0, 200)}`, {
+      url,
+    });
+  }
+  const err = (json as { error?: { message?: unknown; code?: unknown } } | null)?.error;
+  if (err !== undefined && err !== null) {
+    const status = typeof err.code === 'number' ? err.code : undefined;
+    throw new EngineError(
+      'http',
+      `${url} failed part way through a streamed answer: ${typeof err.message === 'string' ? err.message : JSON.stringify(err)}`,
+      { url, ...(status === undefined ? {} : { status }) },
+    );
+  }
+  return json;
+}
+
 /** The steps of a weight update, as a timed-out one names them. */
 export type WeightSyncPhase = 'pause' | 'reload' | 'continue' | 'catch-up reload';
 
@@ -301,6 +366,7 @@ export class RemoteEngine implements InferenceEngine {
       acc,
       null,
       teller(req, 0),
+      req.onTokens !== undefined,
     );
     return {
       outputTokens: acc.tokens,
@@ -319,7 +385,16 @@ export class RemoteEngine implements InferenceEngine {
     await this.gate.pass();
     // One request for all n samples (the server shares the prompt's prefill), then any sample a
     // weight update cut short continues on its own.
-    const { outs, version } = await this.send(rid, req.inputIds, g, g.n);
+    // With a listener the server streams and each sample is told of its tokens as they come.
+    const tells = Array.from({ length: g.n }, (_, i) => teller(req, i));
+    const stream = req.onTokens !== undefined;
+    const { outs, version, streamed } = await this.send(
+      rid,
+      req.inputIds,
+      g,
+      g.n,
+      stream ? tellUpTo(tells, g.maxNewTokens) : undefined,
+    );
     return Promise.all(
       outs.map(async (first, i) => {
         const acc: Accumulated = { tokens: [], logprobs: [], versions: [] };
@@ -328,8 +403,9 @@ export class RemoteEngine implements InferenceEngine {
           req.inputIds,
           g,
           acc,
-          { out: first, version },
-          teller(req, i),
+          { out: first, version, streamed },
+          tells[i]!,
+          stream,
         );
         return {
           outputTokens: acc.tokens,
@@ -425,8 +501,9 @@ export class RemoteEngine implements InferenceEngine {
     prompt: number[],
     g: ResolvedGenerationConfig,
     acc: Accumulated,
-    first: { out: SampleOutput; version: number } | null,
+    first: { out: SampleOutput; version: number; streamed: boolean } | null,
     tell: (tokens: number[], logprobs: number[]) => void,
+    stream: boolean,
   ): Promise<StopReason> {
     let emptyAborts = 0;
     let pending = first;
@@ -440,15 +517,16 @@ export class RemoteEngine implements InferenceEngine {
           maxNewTokens: left,
           minNewTokens: Math.max(0, g.minNewTokens - acc.tokens.length),
         };
-        const { outs, version } = await this.send(
+        const { outs, version, streamed } = await this.send(
           rid,
           acc.tokens.length ? prompt.concat(acc.tokens) : prompt,
           seg,
           1,
+          stream ? tellUpTo([tell], left) : undefined,
         );
-        pending = { out: outs[0]!, version };
+        pending = { out: outs[0]!, version, streamed };
       }
-      const { out, version } = pending;
+      const { out, version, streamed } = pending;
       pending = null;
       const take = Math.min(out.tokens.length, Math.max(0, left));
       for (let i = 0; i < take; i++) {
@@ -456,7 +534,8 @@ export class RemoteEngine implements InferenceEngine {
         acc.logprobs.push(out.logprobs[i]!);
         acc.versions.push(version);
       }
-      if (take > 0) tell(out.tokens.slice(0, take), out.logprobs.slice(0, take));
+      // A streamed segment told its tokens as they came.
+      if (take > 0 && !streamed) tell(out.tokens.slice(0, take), out.logprobs.slice(0, take));
       if (out.finish !== 'abort') return out.tokens.length > left ? 'length' : out.finish;
       if (this.userPause === 'abort' || this.closed) return 'abort';
       if (acc.tokens.length >= g.maxNewTokens) return 'length';
@@ -473,30 +552,65 @@ export class RemoteEngine implements InferenceEngine {
     }
   }
 
-  /** One generation request with retries and failover; returns the samples and the version sent under. */
+  /**
+   * One generation request with retries and failover; returns the samples, the version sent
+   * under, and whether they were streamed. With `onStream` the server streams and `onStream` is
+   * told of each event's tokens; a stream that fails after some tokens came is not sent again
+   * from scratch: its samples return as interrupted (finish `abort`) with the tokens so far,
+   * and the caller continues them like samples a weight update cut short.
+   */
   private async send(
     rid: string,
     inputIds: number[],
     g: ResolvedGenerationConfig,
     n: number,
-  ): Promise<{ outs: SampleOutput[]; version: number }> {
-    const { path, body } = this.protocol.generateRequest(inputIds, g, n);
+    onStream?: (t: StreamedTokens) => void,
+  ): Promise<{ outs: SampleOutput[]; version: number; streamed: boolean }> {
+    const streamed = onStream !== undefined;
+    const { path, body } = this.protocol.generateRequest(inputIds, g, n, streamed);
     let attempt = 0;
     let failovers = 0;
     for (;;) {
       const lease = await this.pool.acquire(rid, this.opts.noServerWaitMs);
       const version = this.version;
-      const call = httpCall(lease.url + path, body, {
+      const opts = {
         timeoutMs: this.opts.requestTimeoutMs,
         signal: AbortSignal.any([lease.signal, this.cancel.signal]),
-        expectJson: true,
-      });
+      };
+      const reader = onStream && this.protocol.streamReader(n, lease.url);
+      const got: SampleOutput[] = Array.from({ length: n }, () => ({
+        tokens: [],
+        logprobs: [],
+        finish: 'abort' as const,
+      }));
+      const call = reader
+        ? httpStream(lease.url + path, body, opts, (data) => {
+            for (const t of reader.read(parseEvent(data, lease.url))) {
+              const s = got[t.sample]!;
+              s.tokens.push(...t.tokens);
+              s.logprobs.push(...t.logprobs);
+              onStream!(t);
+            }
+          })
+        : httpCall(lease.url + path, body, { ...opts, expectJson: true });
       this.httpInFlight.add(call);
       try {
         const json = await call;
-        return { outs: this.protocol.parseGenerate(json, n, lease.url), version };
+        const outs = reader ? reader.end() : this.protocol.parseGenerate(json, n, lease.url);
+        return { outs, version, streamed };
       } catch (e) {
         if (!isEngineError(e)) throw e;
+        if (got.some((s) => s.tokens.length > 0)) {
+          // Tokens were told already: continue from them rather than start over.
+          if (e.code === 'network' || e.code === 'timeout')
+            this.pool.reportFailure(lease.url, e.message);
+          if (e.code !== 'aborted' && !e.retryable) throw e;
+          return {
+            outs: got.map((s) => ({ ...s, abortMessage: e.message })),
+            version,
+            streamed,
+          };
+        }
         if (e.code === 'aborted') {
           return {
             outs: Array.from({ length: n }, () => ({
@@ -506,6 +620,7 @@ export class RemoteEngine implements InferenceEngine {
               abortMessage: e.message,
             })),
             version,
+            streamed,
           };
         }
         if (e.code === 'server-down' && failovers++ < this.pool.urls.length) continue;

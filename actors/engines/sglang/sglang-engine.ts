@@ -57,14 +57,14 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
         'unset SGLANG_RETURN_ORIGINAL_LOGPROB on the server and returnOriginalLogprob here',
       );
     },
-    generateRequest(inputIds, g, n) {
+    generateRequest(inputIds, g, n, stream) {
       return {
         path: '/generate',
         body: {
           input_ids: inputIds,
           sampling_params: samplingParams(g, n, opts.extraSamplingParams),
           return_logprob: true,
-          stream: false,
+          stream,
         },
       };
     },
@@ -72,6 +72,38 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
       const items = Array.isArray(json) ? json : [json];
       expectShape(items.length === n, url, `expected ${n} outputs, got ${items.length}`);
       return items.map((item) => parseOutput(item as SglangOutput, url));
+    },
+    streamReader(n, url) {
+      // Each event carries one sample's output so far (`index` says which when n > 1): its
+      // output_token_logprobs are cumulative, so what is new is what follows the last event's.
+      const seen = Array.from({ length: n }, () => 0);
+      const done: Array<SampleOutput | undefined> = Array.from({ length: n });
+      return {
+        read(json) {
+          const item = json as SglangOutput & { index?: number };
+          const i = item?.index ?? 0;
+          expectShape(Number.isInteger(i) && i >= 0 && i < n, url, `event for sample ${i} of ${n}`);
+          const out = item.meta_info?.finish_reason
+            ? parseOutput(item, url)
+            : { ...parseLogprobs(item, url), finish: 'length' as const };
+          expectShape(out.tokens.length >= seen[i]!, url, 'a streamed output shrank');
+          const from = seen[i]!;
+          seen[i] = out.tokens.length;
+          if (item.meta_info?.finish_reason) done[i] = out;
+          if (out.tokens.length === from) return [];
+          return [
+            { sample: i, tokens: out.tokens.slice(from), logprobs: out.logprobs.slice(from) },
+          ];
+        },
+        end() {
+          expectShape(
+            done.every((d) => d !== undefined),
+            url,
+            'the stream ended before every sample finished',
+          );
+          return done as SampleOutput[];
+        },
+      };
     },
     // A failed update_weights_from_disk reloads the previous weights before answering.
     atomicReload: true,
@@ -121,6 +153,23 @@ export function samplingParams(
 }
 
 function parseOutput(o: SglangOutput, url: string): SampleOutput {
+  const { tokens, logprobs } = parseLogprobs(o, url);
+  const fr = o.meta_info!.finish_reason;
+  let finish: StopReason;
+  if (!fr || fr.type === 'length') finish = 'length';
+  else if (fr.type === 'stop') finish = 'stop';
+  else if (fr.type === 'abort') finish = 'abort';
+  else
+    throw new EngineError('protocol', `unknown finish_reason ${JSON.stringify(fr)} from ${url}`, {
+      url,
+    });
+  return fr?.type === 'abort'
+    ? { tokens, logprobs, finish, abortMessage: fr.message ?? '' }
+    : { tokens, logprobs, finish };
+}
+
+/** The tokens and logprobs of one output, from `meta_info.output_token_logprobs`. */
+function parseLogprobs(o: SglangOutput, url: string): { tokens: number[]; logprobs: number[] } {
   const meta = o?.meta_info;
   expectShape(
     meta && Array.isArray(meta.output_token_logprobs),
@@ -138,18 +187,7 @@ function parseOutput(o: SglangOutput, url: string): SampleOutput {
     logprobs.push(entry[0]);
     tokens.push(entry[1]);
   }
-  const fr = meta.finish_reason;
-  let finish: StopReason;
-  if (!fr || fr.type === 'length') finish = 'length';
-  else if (fr.type === 'stop') finish = 'stop';
-  else if (fr.type === 'abort') finish = 'abort';
-  else
-    throw new EngineError('protocol', `unknown finish_reason ${JSON.stringify(fr)} from ${url}`, {
-      url,
-    });
-  return fr?.type === 'abort'
-    ? { tokens, logprobs, finish, abortMessage: fr.message ?? '' }
-    : { tokens, logprobs, finish };
+  return { tokens, logprobs };
 }
 
 /**

@@ -78,8 +78,50 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
         "start vLLM with --logprobs-mode processed_logprobs and set logprobsMode: 'processed_logprobs'",
       );
     },
-    generateRequest(inputIds, g, n) {
-      return { path: '/v1/completions', body: completionBody(inputIds, g, n, opts) };
+    generateRequest(inputIds, g, n, stream) {
+      return { path: '/v1/completions', body: completionBody(inputIds, g, n, opts, stream) };
+    },
+    streamReader(n, url) {
+      // Each chunk's choices carry their new tokens only (OpenAI completion chunks); the one
+      // that ends a choice has its finish_reason.
+      const outs = Array.from({ length: n }, () => ({
+        tokens: [] as number[],
+        logprobs: [] as number[],
+        finish: undefined as StopReason | undefined,
+      }));
+      return {
+        read(json) {
+          const choices = (json as { choices?: VllmChoice[] } | null)?.choices;
+          expectShape(Array.isArray(choices), url, 'a streamed chunk has no choices');
+          const told = [];
+          for (const c of choices) {
+            const i = c.index ?? 0;
+            expectShape(Number.isInteger(i) && i >= 0 && i < n, url, `choice ${i} of ${n}`);
+            const finished = c.finish_reason !== null && c.finish_reason !== undefined;
+            const { tokens, logprobs } =
+              c.logprobs || !finished ? choiceTokens(c, url) : { tokens: [], logprobs: [] };
+            const o = outs[i]!;
+            o.tokens.push(...tokens);
+            o.logprobs.push(...logprobs);
+            if (finished) o.finish = finishOf(c);
+            if (tokens.length > 0) told.push({ sample: i, tokens, logprobs });
+          }
+          return told;
+        },
+        end() {
+          return outs.map((o) => {
+            expectShape(o.finish, url, 'the stream ended before every choice finished');
+            return o.finish === 'abort'
+              ? {
+                  tokens: o.tokens,
+                  logprobs: o.logprobs,
+                  finish: o.finish,
+                  abortMessage: abortMessage,
+                }
+              : { tokens: o.tokens, logprobs: o.logprobs, finish: o.finish };
+          });
+        },
+      };
     },
     parseGenerate(json, n, url) {
       const choices = (json as { choices?: VllmChoice[] } | null)?.choices;
@@ -133,6 +175,7 @@ export function completionBody(
   g: ResolvedGenerationConfig,
   n: number,
   opts: Pick<VllmEngineOptions, 'model' | 'extraBody'> = {},
+  stream = false,
 ): Record<string, unknown> {
   const b: Record<string, unknown> = {
     prompt: inputIds,
@@ -142,7 +185,7 @@ export function completionBody(
     logprobs: 0,
     return_tokens_as_token_ids: true,
     n,
-    stream: false,
+    stream,
     ...opts.extraBody,
   };
   if (opts.model !== undefined) b.model = opts.model;
@@ -159,7 +202,26 @@ function stripSlash(p: string): string {
   return p.replace(/\/+$/, '');
 }
 
+const abortMessage = 'aborted by the server';
+
 function parseChoice(c: VllmChoice, url: string): SampleOutput {
+  const { tokens, logprobs } =
+    c.logprobs || c.finish_reason !== 'abort' ? choiceTokens(c, url) : { tokens: [], logprobs: [] };
+  const finish = finishOf(c);
+  return finish === 'abort'
+    ? { tokens, logprobs, finish, abortMessage }
+    : { tokens, logprobs, finish };
+}
+
+function finishOf(c: VllmChoice): StopReason {
+  if (c.finish_reason === 'length') return 'length';
+  if (c.finish_reason === 'abort') return 'abort';
+  if (c.finish_reason === null || c.finish_reason === undefined) return 'length';
+  return 'stop';
+}
+
+/** A choice's tokens and logprobs, from `logprobs` with `token_id:N` tokens. */
+function choiceTokens(c: VllmChoice, url: string): { tokens: number[]; logprobs: number[] } {
   const lp = c.logprobs;
   const tokens: number[] = [];
   const logprobs: number[] = [];
@@ -185,16 +247,9 @@ function parseChoice(c: VllmChoice, url: string): SampleOutput {
       logprobs.push(l);
     }
   } else {
-    expectShape(c.finish_reason === 'abort', url, 'choice has no logprobs (was logprobs: 0 sent?)');
+    expectShape(false, url, 'choice has no logprobs (was logprobs: 0 sent?)');
   }
-  let finish: StopReason;
-  if (c.finish_reason === 'length') finish = 'length';
-  else if (c.finish_reason === 'abort') finish = 'abort';
-  else if (c.finish_reason === null || c.finish_reason === undefined) finish = 'length';
-  else finish = 'stop';
-  return finish === 'abort'
-    ? { tokens, logprobs, finish, abortMessage: 'aborted by the server' }
-    : { tokens, logprobs, finish };
+  return { tokens, logprobs };
 }
 
 /**
