@@ -5,7 +5,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { isEngineError } from '../../actors/engines/http/errors.ts';
-import { httpCall } from '../../actors/engines/http/http-call.ts';
+import { httpCall, httpStream } from '../../actors/engines/http/http-call.ts';
 
 /** A loopback server answering with `handle`; counts requests and connections. */
 async function serve(handle: (req: IncomingMessage, res: ServerResponse, n: number) => void) {
@@ -116,6 +116,56 @@ test('an unbounded time limit does not fire at once; a cancelled call says so', 
     const err = await p;
     assert.ok(isEngineError(err));
     assert.is(err.code, 'aborted');
+  } finally {
+    await s.close();
+  }
+});
+
+test('httpStream hands over each event as it comes, however the bytes are split', async () => {
+  let release!: () => void;
+  const held = new Promise<void>((r) => (release = r));
+  const s = await serve((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    // An event split across writes, CRLF line ends, a comment and a two-line data field.
+    res.write('data: {"a"');
+    res.write(':1}\r\n\r\n: keep-alive\n\ndata: x\ndata: y\n\n');
+    void held.then(() => res.end('data: [DONE]\n\ndata: after-done\n\n'));
+  });
+  try {
+    const events: string[] = [];
+    await httpStream(`${s.url}/g`, {}, { timeoutMs: 5000 }, (d) => {
+      events.push(d);
+      // The end is only written once both events arrived: they came before the answer ended.
+      if (events.length === 2) release();
+    });
+    assert.equal(events, ['{"a":1}', 'x\ny']);
+  } finally {
+    await s.close();
+  }
+});
+
+test('httpStream: an error status and a connection lost part way fail as httpCall does', async () => {
+  const s = await serve((req, res) => {
+    if (req.url === '/bad') {
+      res.statusCode = 400;
+      res.setHeader('content-type', 'application/json');
+      return res.end(JSON.stringify({ message: 'prompt too long' }));
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('data: {"a":1}\n\n', () => res.destroy());
+  });
+  try {
+    const bad = await httpStream(`${s.url}/bad`, {}, { timeoutMs: 5000 }, () => undefined).catch(
+      (e: unknown) => e,
+    );
+    assert.ok(isEngineError(bad) && bad.code === 'http' && bad.status === 400, String(bad));
+    assert.match((bad as Error).message, 'prompt too long');
+    const events: string[] = [];
+    const cut = await httpStream(`${s.url}/cut`, {}, { timeoutMs: 5000 }, (d) =>
+      events.push(d),
+    ).catch((e: unknown) => e);
+    assert.ok(isEngineError(cut) && cut.code === 'network', String(cut));
+    assert.equal(events, ['{"a":1}']);
   } finally {
     await s.close();
   }
