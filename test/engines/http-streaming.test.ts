@@ -84,6 +84,13 @@ const servers: Array<{
     streamed: (b) => (b as { stream?: unknown }).stream,
   },
   {
+    name: 'sglang --incremental-streaming-output',
+    start: (generator) => FakeSglangServer.start({ generator, incrementalStreamingOutput: true }),
+    engine: (url) =>
+      new SglangEngine({ urls: [url], retryBaseDelayMs: 1, incrementalStreamingOutput: true }),
+    streamed: (b) => (b as { stream?: unknown }).stream,
+  },
+  {
     name: 'vllm',
     start: (generator) => FakeVllmServer.start({ generator }),
     engine: (url) => new VllmEngine({ urls: [url], retryBaseDelayMs: 1 }),

@@ -32,6 +32,8 @@ import { DeterministicGenerator, type GeneratedSequence } from './token-generato
 export interface FakeSglangOptions extends FakeServerOptions {
   /** Like `SGLANG_RETURN_ORIGINAL_LOGPROB=1`: logprobs before temperature. @default false */
   returnOriginalLogprob?: boolean;
+  /** Like `--incremental-streaming-output`: streamed events carry only what is new. @default false */
+  incrementalStreamingOutput?: boolean;
   /** Like `--enable-memory-saver` (needed by the memory routes). @default true */
   enableMemorySaver?: boolean;
 }
@@ -56,6 +58,7 @@ interface GenerateBody {
 export class FakeSglangServer extends FakeServer {
   private readonly returnOriginalLogprob: boolean;
   private readonly memorySaver: boolean;
+  private readonly incremental: boolean;
 
   /** Starts one on an ephemeral port. */
   static start(opts: FakeSglangOptions = {}): Promise<FakeSglangServer> {
@@ -66,6 +69,7 @@ export class FakeSglangServer extends FakeServer {
     super(opts);
     this.returnOriginalLogprob = opts.returnOriginalLogprob ?? false;
     this.memorySaver = opts.enableMemorySaver ?? true;
+    this.incremental = opts.incrementalStreamingOutput ?? false;
     this.route('POST', '/generate', (r) => this.generate(r.body as GenerateBody));
     this.route('GET', '/health_generate', () =>
       this.healthMode === 'ok' && !this.asleep ? undefined : { status: 503, text: '' },
@@ -152,16 +156,26 @@ export class FakeSglangServer extends FakeServer {
       );
     if (body.stream) {
       // An event per generated token with the sample's output so far (cumulative text, ids and
-      // logprobs; `index` names the sample when n > 1), then each sample's last one with its
-      // finish_reason.
-      const indexed = (i: number, o: object) => (n > 1 ? { ...o, index: i } : o);
+      // logprobs; with incrementalStreamingOutput only what is new since the last event; `index`
+      // names the sample when n > 1), then each sample's last one with its finish_reason.
+      const sent = Array.from({ length: n }, () => 0);
+      const event = (i: number, s: Readonly<GeneratedSequence>, running: boolean) => {
+        const from = this.incremental ? sent[i]! : 0;
+        sent[i] = s.tokens.length;
+        const part = {
+          ...s,
+          tokens: s.tokens.slice(from),
+          logprobs: s.logprobs.slice(from),
+          ...(s.rawLogprobs ? { rawLogprobs: s.rawLogprobs.slice(from) } : {}),
+        };
+        const o = output(part, running);
+        return n > 1 ? { ...o, index: i } : o;
+      };
       return {
         sse: async (send) => {
-          const samples = await this.sampleAll(n, params, (i, s) =>
-            send(indexed(i, output(s, true))),
-          );
+          const samples = await this.sampleAll(n, params, (i, s) => send(event(i, s, true)));
           await this.delayAnswer();
-          samples.forEach((s, i) => send(indexed(i, output(s))));
+          samples.forEach((s, i) => send(event(i, s, false)));
         },
       };
     }

@@ -28,6 +28,11 @@ import type { StopReason } from '../types.ts';
 export interface SglangEngineOptions extends RemoteEngineOptions {
   /** The servers run with `SGLANG_RETURN_ORIGINAL_LOGPROB=1` (logprobs before temperature). @default false */
   returnOriginalLogprob?: boolean;
+  /**
+   * The servers run with `--incremental-streaming-output` (a streamed event carries only its new
+   * tokens' logprobs, not the whole output's). @default false
+   */
+  incrementalStreamingOutput?: boolean;
   /** What `sleep()` releases (`/release_memory_occupation` tags); unset releases everything. */
   sleepTags?: string[];
   /** Extra `sampling_params` sent with every request, e.g. `{ skip_special_tokens: false }`. @default {} */
@@ -47,6 +52,7 @@ interface SglangOutput {
 /** The request and response mapping for SGLang's native server. */
 export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): EngineProtocol {
   const raw = opts.returnOriginalLogprob ?? false;
+  const incremental = opts.incrementalStreamingOutput ?? false;
   return {
     kind: 'sglang',
     checkConfig(g) {
@@ -74,34 +80,36 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
       return items.map((item) => parseOutput(item as SglangOutput, url));
     },
     streamReader(n, url) {
-      // Each event carries one sample's output so far (`index` says which when n > 1): its
-      // output_token_logprobs are cumulative, so what is new is what follows the last event's.
-      const seen = Array.from({ length: n }, () => 0);
-      const done: Array<SampleOutput | undefined> = Array.from({ length: n });
+      // Each event carries one sample's output (`index` says which when n > 1). By default its
+      // output_token_logprobs are the whole output so far, so what is new follows the previous
+      // event's; a server run with --incremental-streaming-output sends only the new ones.
+      const outs = Array.from({ length: n }, () => ({
+        tokens: [] as number[],
+        logprobs: [] as number[],
+        finish: undefined as SampleOutput | undefined,
+      }));
       return {
         read(json) {
           const item = json as SglangOutput & { index?: number };
           const i = item?.index ?? 0;
           expectShape(Number.isInteger(i) && i >= 0 && i < n, url, `event for sample ${i} of ${n}`);
-          const out = item.meta_info?.finish_reason
-            ? parseOutput(item, url)
-            : { ...parseLogprobs(item, url), finish: 'length' as const };
-          expectShape(out.tokens.length >= seen[i]!, url, 'a streamed output shrank');
-          const from = seen[i]!;
-          seen[i] = out.tokens.length;
-          if (item.meta_info?.finish_reason) done[i] = out;
-          if (out.tokens.length === from) return [];
-          return [
-            { sample: i, tokens: out.tokens.slice(from), logprobs: out.logprobs.slice(from) },
-          ];
+          const o = outs[i]!;
+          const ended = item.meta_info?.finish_reason ? parseOutput(item, url) : undefined;
+          const got = ended ?? parseLogprobs(item, url);
+          const from = incremental ? 0 : o.tokens.length;
+          expectShape(got.tokens.length >= from, url, 'a streamed output shrank');
+          const tokens = got.tokens.slice(from);
+          const logprobs = got.logprobs.slice(from);
+          o.tokens.push(...tokens);
+          o.logprobs.push(...logprobs);
+          o.finish = ended;
+          return tokens.length > 0 ? [{ sample: i, tokens, logprobs }] : [];
         },
         end() {
-          expectShape(
-            done.every((d) => d !== undefined),
-            url,
-            'the stream ended before every sample finished',
-          );
-          return done as SampleOutput[];
+          return outs.map((o) => {
+            expectShape(o.finish, url, 'the stream ended before every sample finished');
+            return { ...o.finish, tokens: o.tokens, logprobs: o.logprobs };
+          });
         },
       };
     },
