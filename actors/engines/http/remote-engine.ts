@@ -256,8 +256,11 @@ function parseEvent(data: string, url: string): unknown {
       url,
     });
   }
-  const err = (json as { error?: { message?: unknown; code?: unknown } } | null)?.error;
-  if (err !== undefined && err !== null) {
+  // `{"error": {...}}`, or the older `{"object": "error", "message": ...}` of vLLM.
+  type ErrorBody = { message?: unknown; code?: unknown };
+  const j = json as (ErrorBody & { error?: ErrorBody; object?: unknown }) | null;
+  const err: ErrorBody | undefined = j?.object === 'error' ? j : (j?.error ?? undefined);
+  if (err) {
     const status = typeof err.code === 'number' ? err.code : undefined;
     throw new EngineError(
       'http',
