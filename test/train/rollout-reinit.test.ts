@@ -187,7 +187,8 @@ test('a rollout that stops answering, between steps and during a weight push, is
   );
   assert.ok(done.has(1) && done.has(2), 'both faults happened');
   assert.is(s.steps, 3);
-  assert.is(s.rolloutRestarts, 2, lines.join('\n'));
+  // At least the two stops; a loaded machine may stall a healthy rollout past a 1.5 s probe too.
+  assert.ok(s.rolloutRestarts >= 2, lines.join('\n'));
   assert.ok(
     lines.some((l) => /rollout 0 \(builtin\) did not answer a health probe within 1500 ms/.test(l)),
     lines.join('\n'),
