@@ -14,6 +14,7 @@ import {
   defaultMaxPackageBytes,
 } from '../../runtime/head/jobs/working-dir.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
+import type { SampleView } from '../../runtime/head/http/contract.ts';
 import { builtinEntrypoints, tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import {
   CliError,
@@ -502,30 +503,6 @@ async function showMetrics(
     ),
   );
   if (t.rows.length > last) console.log(`(last ${last} of ${t.rows.length} steps; --csv for all)`);
-}
-
-/** One stored sample as `GET /api/jobs/:id/samples` returns it (train_ppo's episode fields). */
-interface SampleView {
-  step: number;
-  key?: string;
-  pick?: string;
-  reward?: number;
-  prompt?: string;
-  label?: string;
-  turns?: {
-    role: string;
-    text: string;
-    tokens: number;
-    toolCalls?: { name: string; arguments: string }[];
-  }[];
-  extraInfo?: Record<string, unknown>;
-  versionMin?: number;
-  versionMax?: number;
-  staleness?: number;
-  stopReason?: string;
-  promptTokens?: number;
-  responseTokens?: number;
-  error?: string;
 }
 
 /** `rtjob samples JOB [--step N] [--prompt KEY] [--min-reward R] [--max-reward R] [--full] [--json]`. */

@@ -8,6 +8,7 @@
 import { eventsPath, fetchTransport, restClient } from '../../head/http/contract.ts';
 
 import type { JobInfo as JobRecord, JobProgress, JobReport } from '../../head/http/contract.ts';
+export type { SampleView } from '../../head/http/contract.ts';
 
 export type {
   ActorPage,
@@ -27,31 +28,6 @@ export type {
 /** A job as the list (with its progress) or its own page (also with its report) shows it. */
 export type JobInfo = JobRecord & { progress?: JobProgress; report?: JobReport };
 
-/** One kept sample with train_ppo's episode fields (other jobs may send any fields). */
-export interface SampleView {
-  step: number;
-  seq: number;
-  key?: string;
-  pick?: string;
-  reward?: number;
-  prompt?: string;
-  label?: string;
-  turns?: {
-    role: string;
-    text: string;
-    tokens: number;
-    toolCalls?: { name: string; arguments: string }[];
-  }[];
-  extraInfo?: Record<string, string | number | boolean>;
-  versionMin?: number;
-  versionMax?: number;
-  staleness?: number;
-  stopReason?: string;
-  promptTokens?: number;
-  responseTokens?: number;
-  groupRewardMean?: number;
-  error?: string;
-}
 export { logTailPath, RestError } from '../../head/http/contract.ts';
 
 /**

@@ -90,6 +90,35 @@ export interface SamplesPage {
   samples: StoredSample[];
 }
 
+/**
+ * One kept sample with train_ppo's episode fields, as the dashboard and `rtjob samples` read a
+ * {@link StoredSample} (other jobs may send any fields).
+ */
+export interface SampleView {
+  step: number;
+  seq: number;
+  key?: string;
+  pick?: string;
+  reward?: number;
+  prompt?: string;
+  label?: string;
+  turns?: {
+    role: string;
+    text: string;
+    tokens: number;
+    toolCalls?: { name: string; arguments: string }[];
+  }[];
+  extraInfo?: Record<string, string | number | boolean>;
+  versionMin?: number;
+  versionMax?: number;
+  staleness?: number;
+  stopReason?: string;
+  promptTokens?: number;
+  responseTokens?: number;
+  groupRewardMean?: number;
+  error?: string;
+}
+
 /** A finished session served read-only (`rtjob dashboard` with no cluster running). */
 export interface ReadOnlySession {
   sessionDir: string;
