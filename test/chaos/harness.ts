@@ -347,11 +347,16 @@ export class ChaosCluster {
 
 // ---- scenarios -------------------------------------------------------------------------------
 
-/** kill -9 of a random actor's worker every `everyMs` while calls run for `seconds`. */
-export async function workerKills(
+/**
+ * Runs `fault` every `everyMs` on a fresh 2-node cluster with `actors` actors while calls run for
+ * `seconds`; `fault` says whether it did one (false: nothing to do this time; 'stop': no more).
+ */
+async function periodicFaults(
+  scenario: string,
   seconds: number,
-  everyMs = 1500,
-  actors = 4,
+  everyMs: number,
+  actors: number,
+  fault: (c: ChaosCluster) => Promise<boolean | 'stop'>,
 ): Promise<ChaosResult> {
   const c = new ChaosCluster({ nodes: 2 });
   try {
@@ -362,66 +367,49 @@ export async function workerKills(
     const load = c.load(until);
     while (Date.now() < until - everyMs) {
       await sleep(everyMs);
-      const pids = await c.workerPids();
-      const pid = pids[Math.floor(Math.random() * pids.length)];
-      if (pid === undefined) continue;
-      try {
-        process.kill(pid, 'SIGKILL');
-        faults++;
-      } catch {
-        // already gone
-      }
+      const did = await fault(c);
+      if (did === 'stop') break;
+      if (did) faults++;
     }
     await load;
-    return c.verdict('worker kill -9', faults);
+    return c.verdict(scenario, faults);
   } finally {
     await c.close();
   }
+}
+
+/** kill -9 of a random actor's worker every `everyMs` while calls run for `seconds`. */
+export function workerKills(seconds: number, everyMs = 1500, actors = 4): Promise<ChaosResult> {
+  return periodicFaults('worker kill -9', seconds, everyMs, actors, async (c) => {
+    const pids = await c.workerPids();
+    const pid = pids[Math.floor(Math.random() * pids.length)];
+    if (pid === undefined) return false;
+    try {
+      process.kill(pid, 'SIGKILL');
+      return true;
+    } catch {
+      return false; // already gone
+    }
+  });
 }
 
 /** kill -9 of a node agent (its workers go with it) and a fresh one in its place. */
-export async function nodeKills(seconds: number, everyMs = 4000): Promise<ChaosResult> {
-  const c = new ChaosCluster({ nodes: 2 });
-  try {
-    await c.start();
-    await c.actors(4);
-    const until = Date.now() + seconds * 1000;
-    let faults = 0;
-    const load = c.load(until);
-    while (Date.now() < until - everyMs) {
-      await sleep(everyMs);
-      const victim = c.nodes.filter((n) => n.exitCode === null && n.signalCode === null)[0];
-      if (!victim) break;
-      victim.kill('SIGKILL');
-      faults++;
-      await c.addNode();
-    }
-    await load;
-    return c.verdict('node agent kill -9', faults);
-  } finally {
-    await c.close();
-  }
+export function nodeKills(seconds: number, everyMs = 4000): Promise<ChaosResult> {
+  return periodicFaults('node agent kill -9', seconds, everyMs, 4, async (c) => {
+    const victim = c.nodes.filter((n) => n.exitCode === null && n.signalCode === null)[0];
+    if (!victim) return 'stop';
+    victim.kill('SIGKILL');
+    await c.addNode();
+    return true;
+  });
 }
 
 /** The head restarts (on its session and port) while calls run. */
-export async function headRestarts(seconds: number, everyMs = 4000): Promise<ChaosResult> {
-  const c = new ChaosCluster({ nodes: 2 });
-  try {
-    await c.start();
-    await c.actors(4);
-    const until = Date.now() + seconds * 1000;
-    let faults = 0;
-    const load = c.load(until);
-    while (Date.now() < until - everyMs) {
-      await sleep(everyMs);
-      await c.restartHead();
-      faults++;
-    }
-    await load;
-    return c.verdict('head restart', faults);
-  } finally {
-    await c.close();
-  }
+export function headRestarts(seconds: number, everyMs = 4000): Promise<ChaosResult> {
+  return periodicFaults('head restart', seconds, everyMs, 4, async (c) => {
+    await c.restartHead();
+    return true;
+  });
 }
 
 /**
