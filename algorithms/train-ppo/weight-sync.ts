@@ -153,7 +153,9 @@ export async function syncWeights(
   p: PolicyUpdate,
   step: 'load' | 'stage' | 'apply',
 ): Promise<void> {
-  const each = guarded(ctx, p.version);
+  // A fetch ahead of the load needs no probe of its own: the load (`apply`) is probed, and the
+  // fetch has its deadline.
+  const each = guarded(ctx, p.version, step !== 'stage');
   if (step === 'stage') return stagePolicy(ctx.roles, p, everyRollout(ctx.roles), each);
   if (step === 'load') await loadPolicy(ctx.roles, p, everyRollout(ctx.roles), each);
   else await applyPolicy(ctx.roles, p, each);
@@ -191,19 +193,19 @@ export function trainerWeights(ctx: RunContext): Promise<PolicyUpdate> {
 const serverGone = new Set(['network', 'server-down', 'no-server']);
 
 /**
- * Calls of a sync of `version` in a run. A rollout that does not answer a health probe first is
- * killed and restarted (then given the current weights); every call goes through `onRollout` (a
+ * Calls of a sync of `version` in a run. A rollout that does not answer a health probe first
+ * (unless `probe` is false) is killed and restarted (then given the current weights); every call goes through `onRollout` (a
  * rollout that dies during it is restarted and called again) under a deadline, and a rollout that
  * does not answer by then is restarted the same way. Where every server of a rollout's engine
  * died during the update, the call is sent again a few times (the servers load the version when
  * they rejoin); any other failure of the engine fails the sync with a {@link WeightSyncError}
  * naming the phase.
  */
-export function guarded(ctx: RunContext, version: number): RolloutCall {
+export function guarded(ctx: RunContext, version: number, probe = true): RolloutCall {
   const ms = ctx.o.weightSyncTimeoutMs + ctx.o.engineHealthTimeoutMs;
   return async (i, call) => {
     const incarnation = ctx.restarts[i] ?? 0;
-    if (ctx.roles.killRollout && !(await answers(ctx, i))) {
+    if (probe && ctx.roles.killRollout && !(await answers(ctx, i))) {
       const why = `did not answer a health probe within ${ctx.o.engineHealthTimeoutMs} ms before the weight sync of version ${version}`;
       await killHung(ctx, i, incarnation, why);
       await restartRollout(ctx, i, incarnation, new Error(`it ${why}`), true);
