@@ -14,23 +14,17 @@ import {
   testGenerator,
   writeFakeCheckpoint,
 } from './fake-fixtures.ts';
+import { withDeadline } from '../../algorithms/train-ppo/health.ts';
 
 const dir = tempDir();
 test.after(() => dir.cleanup());
 const own = closedAfterEach(test);
 
-/** `p`'s outcome, or a failure once `ms` pass: what this suite checks is that nothing hangs. */
-async function within<T>(p: Promise<T>, ms: number): Promise<T | Error> {
-  let timer: NodeJS.Timeout | undefined;
-  const hung = new Promise<Error>(
-    (r) => (timer = setTimeout(() => r(new Error(`still waiting after ${ms} ms`)), ms)),
+/** `p`'s outcome, or a failure once `ms` pass: a hang must fail the test, not stall the suite. */
+const within = <T>(p: Promise<T>, ms: number): Promise<T | Error> =>
+  withDeadline(p, ms, () => new Error(`still waiting after ${ms} ms`)).catch(
+    (e: unknown) => e as Error,
   );
-  try {
-    return await Promise.race([p.catch((e: unknown) => e as Error), hung]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 test('a reload that never answers fails the update with a timeout naming the server and the phase', async () => {
   const a = own(await FakeSglangServer.start({ generator: testGenerator(0) }));

@@ -12,6 +12,7 @@ import type { Roles } from '../../algorithms/train-ppo/roles.ts';
 import { listActors } from '../../runtime/api.ts';
 import { until } from '../runtime/helpers.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { withDeadline } from '../../algorithms/train-ppo/health.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 delete process.env.RTJOB_ADDRESS;
@@ -112,17 +113,8 @@ function withFaults(
 }
 
 /** `p`, or a failure once `ms` pass: a hang must fail the test, not stall the suite. */
-async function within<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const hung = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the run still hangs after ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([p, hung]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+const within = <T>(p: Promise<T>, ms: number): Promise<T> =>
+  withDeadline(p, ms, () => new Error(`the run still hangs after ${ms} ms`));
 
 const flags = (extra: string[]): string[] => [
   ...tinyRunArgs(model, join(root, 'out'), { 'prompt-data': data, 'max-steps': 3 }),

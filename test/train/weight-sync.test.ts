@@ -10,6 +10,7 @@ import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { DeterministicGenerator } from '../fakes/token-generator.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { withDeadline } from '../../algorithms/train-ppo/health.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-weight-sync-'));
@@ -55,17 +56,10 @@ const flags = (extra: string[]): string[] => [
 ];
 
 /** `p`'s outcome, or a failure once `ms` pass: a hang must fail the test, not stall the suite. */
-async function within<T>(p: Promise<T>, ms: number): Promise<T | Error> {
-  let timer: NodeJS.Timeout | undefined;
-  const hung = new Promise<Error>(
-    (r) => (timer = setTimeout(() => r(new Error(`still waiting after ${ms} ms`)), ms)),
+const within = <T>(p: Promise<T>, ms: number): Promise<T | Error> =>
+  withDeadline(p, ms, () => new Error(`still waiting after ${ms} ms`)).catch(
+    (e: unknown) => e as Error,
   );
-  try {
-    return await Promise.race([p.catch((e: unknown) => e as Error), hung]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 test('a reload the only server dropped is sent again; the run goes on', async () => {
   server.injectFault('/update_weights_from_disk', { kind: 'reset' });
