@@ -225,6 +225,43 @@ for (const api of ['chat', 'responses'] as const) {
   });
 }
 
+test('with tool_choice required the forced opening counts toward the first call; a first block that does not parse ends the turn as text', async () => {
+  const forced = scriptedEngine(tok, (prompt) =>
+    prompt.endsWith('{"name": "')
+      ? `${first.slice(first.indexOf('add'))}${second}`
+      : `<tool_call>{"name": oops}</tool_call>${first}`,
+  );
+  const gw = await startGateway({ engine: forced, tokenizer: tok });
+  try {
+    sessionOf = gw.openSession();
+    const c = new OpenAI({ baseURL: gw.baseURL, apiKey: sessionOf.apiKey, maxRetries: 0 });
+    const r = await c.chat.completions.create({
+      model: 'tiny',
+      messages: user,
+      tools,
+      tool_choice: 'required',
+      parallel_tool_calls: false,
+    });
+    assert.equal(names(r.choices[0]!.message), ['add']);
+    // The opening came with the prompt: only the rest of the one call is trained.
+    assert.equal(trained(), [first.slice(first.indexOf('add'))]);
+
+    sessionOf = gw.openSession();
+    const c2 = new OpenAI({ baseURL: gw.baseURL, apiKey: sessionOf.apiKey, maxRetries: 0 });
+    const bad = await c2.chat.completions.create({
+      model: 'tiny',
+      messages: user,
+      tools,
+      parallel_tool_calls: false,
+    });
+    assert.is(bad.choices[0]!.finish_reason, 'stop');
+    assert.is(bad.choices[0]!.message.content, '<tool_call>{"name": oops}</tool_call>');
+    assert.equal(trained(), ['<tool_call>{"name": oops}</tool_call>']);
+  } finally {
+    await gw.close();
+  }
+});
+
 test('parallel_tool_calls that is not a boolean: 400 naming it', async () => {
   const err = await clientOf('honours')
     .chat.completions.create({
