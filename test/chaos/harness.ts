@@ -124,6 +124,18 @@ export interface ChaosClusterOptions {
   extraNode?: { prefix: string[]; host: string };
 }
 
+/** One node agent process of a {@link ChaosCluster}. */
+export interface NodeProcessOptions {
+  /** Command prefix the agent starts through, e.g. `ip netns exec NS`. */
+  prefix?: string[];
+  /** Interface its workers serve on. @default '127.0.0.1' */
+  host?: string;
+  /** GPUs it reports (none need exist: a resource that places roles on this node). */
+  numGpus?: number;
+  /** Extra env of the agent and so of its workers, e.g. `RTJOB_OBJECT_SHM: '0'`. */
+  env?: Record<string, string>;
+}
+
 /** A cluster for chaos: head here, node agents as processes, a driver runtime here. */
 export class ChaosCluster {
   readonly dir = mkdtempSync(join(tmpdir(), 'rtjob-chaos-'));
@@ -140,8 +152,7 @@ export class ChaosCluster {
     this.head = await this.startOurHead(0);
     this.port = this.head.port;
     for (let i = 0; i < (this.opts.nodes ?? 2); i++) await this.addNode();
-    if (this.opts.extraNode)
-      await this.addNode(this.opts.extraNode.prefix, this.opts.extraNode.host);
+    if (this.opts.extraNode) await this.addNode(this.opts.extraNode);
     await init({ address: this.head.address, token: this.token });
   }
 
@@ -157,7 +168,8 @@ export class ChaosCluster {
   }
 
   /** Starts a node agent process (through `prefix`, e.g. a network namespace). */
-  async addNode(prefix: string[] = [], host = '127.0.0.1'): Promise<ChildProcess> {
+  async addNode(node: NodeProcessOptions = {}): Promise<ChildProcess> {
+    const { prefix = [], host = '127.0.0.1' } = node;
     const sessionDir = join(this.dir, `node-${this.nodes.length}`);
     mkdirSync(sessionDir, { recursive: true });
     const opts = {
@@ -166,6 +178,7 @@ export class ChaosCluster {
       sessionDir,
       host,
       numCpus: this.opts.cpusPerNode ?? 2,
+      ...(node.numGpus !== undefined ? { numGpus: node.numGpus } : {}),
       warmWorkers: 0,
     };
     const argv = [
@@ -177,7 +190,11 @@ export class ChaosCluster {
     ];
     const cmd = [...prefix, ...argv];
     const log = openSync(join(sessionDir, 'agent.log'), 'a');
-    const child = spawn(cmd[0]!, cmd.slice(1), { cwd: root, stdio: ['ignore', log, log] });
+    const child = spawn(cmd[0]!, cmd.slice(1), {
+      cwd: root,
+      stdio: ['ignore', log, log],
+      env: { ...process.env, ...node.env },
+    });
     closeSync(log);
     this.nodes.push(child);
     const end = Date.now() + 30_000;
