@@ -89,7 +89,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   };
   const placement = placeRoles(o);
   const pg = placement.bundles.length
-    ? placementGroup(placement.bundles, { strategy: 'STRICT_PACK' })
+    ? placementGroup(placement.bundles, { strategy: placement.strategy })
     : undefined;
   if (pg) await pg.ready();
   const place = (p: RolePlacement) => ({
