@@ -65,7 +65,7 @@ test('a process group is sampled as one: CPU and memory summed over its members'
   try {
     const sampler = new ProcessSampler();
     assert.is(sampler.sample([leader], [leader]).groups[0]!.cpuPercent, null, 'a rate needs two');
-    const s = await until(
+    const s = (await until(
       async () => {
         await new Promise((r) => setTimeout(r, 300));
         const now = sampler.sample([leader], [leader]);
@@ -74,7 +74,7 @@ test('a process group is sampled as one: CPU and memory summed over its members'
       },
       15_000,
       'the group to show its child’s CPU',
-    );
+    ))!;
     const [wrapper] = s.processes;
     assert.ok((wrapper!.cpuPercent ?? 0) < 5, `the wrapper alone idles: ${wrapper!.cpuPercent}%`);
     assert.ok(s.groups[0]!.rssBytes! > wrapper!.rssBytes!, 'memory is summed over the members');
