@@ -200,7 +200,8 @@ test('the head, a job’s driver and the job’s actors show their CPU and memor
   assert.match(await driverRow.locator('td.rss').innerText(), /^[\d.]+ [KMG]iB$/);
   await page.screenshot({ path: `${shots}cluster-head-driver.png`, fullPage: true });
 
-  // The job's Actors tab: the spinner's CPU and memory, refreshed while the tab is open.
+  // The job's Actors tab: the driver's and the spinner's CPU and memory, refreshed while the tab
+  // is open.
   await page.goto(`${dashboardUrl}/#/jobs/${jobId}/actors`);
   const row = page.locator(`table.role-actors tr[data-actor="${spinner.actorId}"]`);
   await row.waitFor();
@@ -217,6 +218,11 @@ test('the head, a job’s driver and the job’s actors show their CPU and memor
   const cpuCell = `table.role-actors tr[data-actor="${spinner.actorId}"] td.cpu`;
   const first = await (await cpuOf(cpuCell)).jsonValue();
   assert.match(await row.locator('td.rss').innerText(), /^[\d.]+ [KMG]iB$/);
+  // The job's driver heads the tab with its own figures.
+  assert.match(
+    await page.locator('#job-driver').innerText(),
+    /^Driver [\d.]+% CPU, [\d.]+ [KMG]iB/,
+  );
   await page.waitForFunction(
     ([s, was]) => document.querySelector(s!)?.textContent !== was,
     [cpuCell, first],

@@ -460,6 +460,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   const chartsBox = h('div', { class: 'charts' });
   const samplesBox = h('div', {});
   const actorsBox = h('section', { 'aria-label': 'Actors' });
+  const driverBox = h('div', {});
   const logPre = h('pre', {
     class: 'log',
     tabindex: 0,
@@ -497,7 +498,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
       h('h2', {}, 'Job'),
       config,
     ),
-    actors: h('div', {}, h('h2', {}, 'Actors by role'), actorsBox),
+    actors: h('div', {}, driverBox, h('h2', {}, 'Actors by role'), actorsBox),
   };
   const tabBar = h(
     'div',
@@ -744,12 +745,32 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   };
   teardown.push(() => ws.close());
 
-  // Actors of the job grouped by class (its role), each with what its worker uses now.
+  // Actors of the job grouped by class (its role), each with what its worker uses now, under the
+  // job's driver: a sync job's driver does real work too (it gathers episodes, builds batches).
   const loadActors = async () => {
-    const page = await api.call('GET /api/jobs/:jobId/actors', {
-      params: { jobId },
-      query: { limit: 1000, sort: 'className', order: 'asc' },
-    });
+    const [page, { nodes }] = await Promise.all([
+      api.call('GET /api/jobs/:jobId/actors', {
+        params: { jobId },
+        query: { limit: 1000, sort: 'className', order: 'asc' },
+      }),
+      api.call('GET /api/nodes'),
+    ]);
+    const driver = nodes
+      .flatMap((n) => n.processes)
+      .find((p) => p.kind === 'driver' && p.jobId === jobId);
+    driverBox.replaceChildren(
+      ...(driver
+        ? [
+            h(
+              'p',
+              { id: 'job-driver' },
+              h('strong', {}, 'Driver '),
+              `${cpuText(driver.cpuPercent)} CPU, ${rssText(driver.rssBytes)} `,
+              h('span', { class: 'muted' }, `(pid ${driver.pid}, with what it started)`),
+            ),
+          ]
+        : []),
+    );
     if (page.rows.length === 0) {
       actorsBox.replaceChildren(h('p', { class: 'muted' }, 'No actors.'));
       return;
