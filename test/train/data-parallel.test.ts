@@ -56,10 +56,14 @@ test('two ranks split the micro-batches, stay bit-identical, and match one train
     await Promise.all(ranks.map((r) => r.ready.remote()));
     const stats = await Promise.all(ranks.map((r) => r.train.remote(samples)));
     const again = await Promise.all(ranks.map((r) => r.train.remote(samples.slice(0, 8))));
+    // From the third step on, each rank cuts its share with the cost model learnt from the
+    // timings of the first two: every rank must still cut alike (same shares, same weights).
+    const third = await Promise.all(ranks.map((r) => r.train.remote(samples)));
     // Timings are each rank's own; everything else is all-reduced.
     const reduced = ({ timing: _, ...rest }: TrainStats) => rest;
     assert.equal(reduced(stats[0]!), reduced(stats[1]!), 'both ranks report the same statistics');
     assert.equal(reduced(again[0]!), reduced(again[1]!));
+    assert.equal(reduced(third[0]!), reduced(third[1]!));
     assert.is(stats[0]!.timing.computeMs, stats[1]!.timing.computeMs, 'the slowest rank, on both');
     assert.ok(stats[0]!.timing.imbalanceMs >= 0 && stats[0]!.timing.allreduceMs >= 0);
     const ws = await Promise.all(ranks.map((r) => r.weights.remote()));
