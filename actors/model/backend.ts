@@ -29,6 +29,30 @@ async function tryNative(): Promise<boolean> {
   return false;
 }
 
+type ProcessEvent = 'uncaughtException' | 'unhandledRejection';
+const processEvents: ProcessEvent[] = ['uncaughtException', 'unhandledRejection'];
+
+function processListeners(): Map<ProcessEvent, Set<unknown>> {
+  return new Map(processEvents.map((e) => [e, new Set<unknown>(process.listeners(e))]));
+}
+
+/**
+ * Removes the `uncaughtException` / `unhandledRejection` listeners the wasm backend's Emscripten
+ * module adds when it starts. They only re-throw, and a throw from inside such a listener makes
+ * Node print the source line it came from: the module's one 38 KB minified line, before the real
+ * error, in every process (driver, trainer, rollout and the user's agent code in it) that then
+ * fails on an unexpected error. Without them Node reports the error itself, as it would anyway.
+ */
+function dropRethrowingListeners(before: Map<ProcessEvent, Set<unknown>>): void {
+  for (const e of processEvents) {
+    for (const l of process.listeners(e)) {
+      // Emscripten's own: added while the backend started, and all they do is throw.
+      if (!before.get(e)!.has(l) && /\bthrow\b/.test(String(l)))
+        process.removeListener(e, l as (...args: unknown[]) => void);
+    }
+  }
+}
+
 /**
  * Initialises TF.js once per process and returns the backend in use.
  *
@@ -39,6 +63,7 @@ async function tryNative(): Promise<boolean> {
 export function initBackend(preferred?: BackendName): Promise<BackendName> {
   const want = preferred ?? readEnv('RTJOB_TF_BACKEND');
   if (current && (!want || tf.getBackend() === want)) return current;
+  const before = processListeners();
   current = (async (): Promise<BackendName> => {
     let chosen: BackendName;
     if (want === 'cpu' || want === 'wasm') {
@@ -56,6 +81,7 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
       throw new Error(`unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu or tensorflow)`);
     }
     await tf.ready();
+    dropRethrowingListeners(before);
     if (readEnv('RTJOB_QUIET_BACKEND') !== true) {
       process.stderr.write(`rtjob model: TF.js backend '${chosen}'\n`);
     }

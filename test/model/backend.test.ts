@@ -51,4 +51,27 @@ test('tensors that would not fit the 4 GiB wasm heap are refused with a clear er
   assert.is(tf.getBackend(), 'cpu');
 });
 
+test('an unhandled error after the wasm backend started is reported by Node, without the module source', () => {
+  const r = spawnSync(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      '-e',
+      "import('./actors/model/backend.ts').then(async (b) => { await b.initBackend('wasm'); void Promise.reject(new Error('boom from user code')); })",
+    ],
+    {
+      cwd: root,
+      env: { ...process.env, RTJOB_QUIET_BACKEND: '1' },
+      encoding: 'utf8',
+      timeout: 60_000,
+    },
+  );
+  assert.is.not(r.status, 0);
+  assert.match(r.stderr, /Error: boom from user code/);
+  // Emscripten's re-throwing listeners made Node print the module's 38 KB minified line first.
+  assert.ok(r.stderr.length < 4000, `stderr is ${r.stderr.length} characters`);
+  assert.not.match(r.stderr, /WasmBackendModule/);
+});
+
 test.run();
