@@ -71,7 +71,7 @@ test('a wrong or missing token is refused with a logged reason', async () => {
 });
 
 test('a large message is fragmented and does not hold up small ones', async () => {
-  const c = await connect(server.address, { token, chunkBytes: 256 * 1024 });
+  const c = await connect(server.address, { token, bulkMinBytes: 256 * 1024 });
   const big = new Float32Array(3 * 1024 * 1024); // 12 MiB, 3x the frame limit
   big[big.length - 1] = 7;
   const order: string[] = [];
@@ -90,7 +90,7 @@ test('a large message is fragmented and does not hold up small ones', async () =
 });
 
 test('large arrays travel out of band: every kind intact, a snapshot at send, views on arrival', async () => {
-  const c = await connect(server.address, { token, chunkBytes: 256 * 1024 });
+  const c = await connect(server.address, { token, bulkMinBytes: 256 * 1024 });
   const value = {
     f32: Float32Array.from({ length: 300_000 }, (_, i) => i / 2),
     f64: Float64Array.from({ length: 70_000 }, (_, i) => -i),
