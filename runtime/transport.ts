@@ -27,13 +27,7 @@ import {
   unpack,
   unpackFrame,
 } from './protocol.ts';
-import {
-  BulkReader,
-  bulkHeader,
-  bulkProtocol,
-  bulkTicketHeader,
-  openBulkLink,
-} from './bulk.ts';
+import { BulkReader, bulkHeader, bulkProtocol, bulkTicketHeader, openBulkLink } from './bulk.ts';
 import {
   decodeOutOfBand,
   installOutOfBandCodec,
@@ -236,6 +230,11 @@ export class Connection {
   /** Replaces the message handler (a role is known only after registration). */
   setHandler(h: Handler): void {
     this.handler = h;
+  }
+
+  /** Whether this connection's bulk link is open (it opens with the first large message). */
+  get bulkLinked(): boolean {
+    return this.bulkState === 'open' && this.bulk !== undefined;
   }
 
   /** Peer address as `host:port`, for logs. */
@@ -456,9 +455,12 @@ export class Connection {
     if (this.closed) return 'the connection is closed';
     if (this.bulkState === 'open') return 'a second bulk link';
     // A head lets a peer send large messages only once it registered, unless it asked itself.
-    if (!this.bulkAllowed && this.bulkState !== 'opening') return 'large message before registering';
+    if (!this.bulkAllowed && this.bulkState !== 'opening')
+      return 'large message before registering';
     sock.setNoDelay(true);
-    sock.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${bulkProtocol}\r\nConnection: Upgrade\r\n\r\n`);
+    sock.write(
+      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${bulkProtocol}\r\nConnection: Upgrade\r\n\r\n`,
+    );
     this.attachBulk(sock);
     sock.on('data', (d: Buffer) => this.bulkReader.feed(d));
     if (head.length > 0) this.bulkReader.feed(head);
