@@ -199,7 +199,11 @@ export function openBulkLink(
       noDelay: true,
       onread: {
         buffer: () => (open ? reader.nextBuffer() : answer.subarray(answerGot)),
-        callback: (n: number) => (open ? reader.advance(n) : onHandshake(n), true),
+        callback: (n: number) => {
+          if (open) reader.advance(n);
+          else onHandshake(n);
+          return true;
+        },
       },
     });
     sock.once('error', (e) => fail(`cannot connect to ${address}: ${e.message}`));

@@ -375,9 +375,12 @@ export class Connection {
     this.bulkReader.clear();
     const bulk = this.bulk;
     if (bulk) {
-      // What was written still goes out; a peer that stops reading does not keep it.
-      bulk.end();
-      setTimeout(() => bulk.destroy(), 2000).unref();
+      // Ended once the WebSocket is closed, so the peer learns why from its close frame rather
+      // than from the link going first; what was written still goes out, and a peer that stops
+      // reading does not keep the socket.
+      if (this.ws.readyState === WebSocket.CLOSED) bulk.end();
+      else this.ws.once('close', () => bulk.end());
+      setTimeout(() => bulk.destroy(), 4000).unref();
     }
     const err = new ConnectionError(`connection to ${this.label} closed: ${this.closeReason}`);
     const pending = [...this.pending.values()];
