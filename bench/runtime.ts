@@ -433,7 +433,7 @@ async function main(): Promise<void> {
     const vsTcp = async (
       name: string,
       fn: () => Promise<unknown>,
-      opts: { note?: string; bytes?: number; actor?: { cpuMs: { remote(): unknown } } } = {},
+      opts: { note?: string; bytes?: number; actor?: typeof a } = {},
     ) => {
       const { bytes = 1, actor } = opts;
       const [t, v] = await paired(5, { ops: MB64, fn: tcp.send }, { ops: MB64 * bytes, fn });
@@ -442,7 +442,7 @@ async function main(): Promise<void> {
       if (actor) {
         const driverMs: number[] = [];
         const actorMs: number[] = [];
-        const actorCpu = () => get(actor.cpuMs.remote() as Promise<number>);
+        const actorCpu = () => get(actor.cpuMs.remote());
         for (let i = 0; i < 5; i++) {
           const a0 = await actorCpu();
           const c0 = process.cpuUsage();
