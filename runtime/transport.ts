@@ -95,7 +95,7 @@ function unrefSocket(ws: WebSocket): void {
   (ws as unknown as { _socket?: { unref?(): void } })._socket?.unref?.();
 }
 
-/** Called for every message that is not a reply or transport framing (`bulkOpen`); a returned value answers `rid`. */
+/** Called for every message but replies and `bulkOpen`; a returned value answers `rid`. */
 export type Handler = (msg: Message, conn: Connection) => unknown;
 
 /** Per-request options. */
