@@ -437,7 +437,7 @@ export class Connection {
       this.small.push(pack({ type: 'bulkOpen' }));
       this.scheduleFlush();
       this.bulkTimer = setTimeout(
-        () => this.close(`the peer did not open its bulk link within ${bulkOpenTimeoutMs} ms`),
+        () => this.close(`the peer did not open its bulk link in ${bulkOpenTimeoutMs} ms`, 1011),
         bulkOpenTimeoutMs,
       );
       this.bulkTimer.unref();
