@@ -19,6 +19,7 @@
  * @module
  */
 import { type Socket, connect as tcpConnect } from 'node:net';
+import { splitAddress } from './address.ts';
 
 /** The `Upgrade` token of a bulk link. */
 export const bulkProtocol = 'rtjob-bulk';
@@ -162,9 +163,7 @@ export function openBulkLink(
   reader: BulkReader,
   timeoutMs: number,
 ): Promise<Socket> {
-  const i = address.lastIndexOf(':');
-  const host = address.slice(0, i).replace(/^\[|\]$/g, '');
-  const port = Number(address.slice(i + 1));
+  const [host, port] = splitAddress(address);
   const answer = Buffer.alloc(maxHandshakeBytes);
   let answerGot = 0;
   let open = false;
