@@ -451,7 +451,8 @@ async function main(): Promise<void> {
           actorMs.push((await actorCpu()) - a0);
           driverMs.push((c.user + c.system) / 1000);
         }
-        note = `CPU per transfer: driver ${median(driverMs).toFixed(0)} ms, actor ${median(actorMs).toFixed(0)} ms`;
+        const [d, w] = [median(driverMs), median(actorMs)];
+        note = `CPU per transfer: driver ${d.toFixed(0)} ms, actor ${w.toFixed(0)} ms`;
       }
       rows.push({
         name,

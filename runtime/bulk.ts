@@ -209,7 +209,8 @@ export function openBulkLink(
     sock.once('close', () => fail(`${address} closed the link during its upgrade`));
     sock.once('connect', () =>
       sock!.write(
-        `GET / HTTP/1.1\r\nHost: ${address}\r\nConnection: Upgrade\r\nUpgrade: ${bulkProtocol}\r\n` +
+        `GET / HTTP/1.1\r\nHost: ${address}\r\n` +
+          `Connection: Upgrade\r\nUpgrade: ${bulkProtocol}\r\n` +
           `Authorization: Bearer ${token}\r\n${bulkTicketHeader}: ${ticket}\r\n\r\n`,
       ),
     );

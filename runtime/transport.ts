@@ -44,9 +44,12 @@ installOutOfBandCodec();
 export interface TransportOptions {
   /** Largest WebSocket frame accepted. @default 64 MiB */
   maxFrameBytes?: number;
-  /** Largest message accepted over the bulk link; a larger announced size closes it. @default 2 GiB */
+  /** Largest message the bulk link accepts; a larger announced size closes it. @default 2 GiB */
   maxMessageBytes?: number;
-  /** Messages larger than this (or with this much in large typed arrays) go over the bulk link. @default 1 MiB */
+  /**
+   * Messages larger than this, or with this many bytes in large typed arrays, go over the bulk
+   * link. @default 1 MiB
+   */
   bulkMinBytes?: number;
   /** How often each side pings. @default 1000 */
   heartbeatIntervalMs?: number;

@@ -147,7 +147,7 @@ function announce(bytes: number): Buffer {
   return h;
 }
 
-test('D2: a bulk link before registering closes the connection; a size over the limit holds nothing', async () => {
+test('D2: no bulk link before registering; a size over the limit holds nothing', async () => {
   const early = await rawPeer(head.address, head.token);
   assert.match((await early.link()).status, / 409 /);
   assert.match(await early.gone, /large message before registering/);
@@ -166,7 +166,7 @@ test('D2: a bulk link before registering closes the connection; a size over the 
   other.close('test');
 });
 
-test('a peer that dies in the middle of a large message gives back what the head held for it', async () => {
+test('a peer dying mid-message gives back what the head held for it', async () => {
   const before = bulkBytesInFlight();
   const d = await rawPeer(head.address, head.token);
   await d.request({ type: 'registerClient', kind: 'driver', pid: process.pid });
@@ -182,7 +182,7 @@ test('a peer that dies in the middle of a large message gives back what the head
   await until(() => bulkBytesInFlight() === before, 2000, 'the partial message to be freed');
 });
 
-test('a bulk link needs the token and a live ticket, and a connection has one at most', async () => {
+test('a bulk link needs the token and a live ticket; one per connection', async () => {
   const server = await listen({ token: 't', handler: () => 'ok' });
   const c = await rawPeer(server.address, 't');
   assert.match((await c.link({ [bulkTicketHeader]: 'x' })).status, / 401 /);

@@ -77,7 +77,7 @@ test('RTJOB_OBJECT_SHM=0 sends the same values over the socket', async () => {
   await kill(c);
 });
 
-test('over the socket, a 64 MiB result is bit-exact; a worker that dies while sending it fails the get with ActorDiedError', async () => {
+test('socket: a 64 MiB result is bit-exact; a worker dying mid-send fails the get (ACTOR_DIED)', async () => {
   const c = ConsumerActor.options({ env: { RTJOB_OBJECT_SHM: '0' }, maxRestarts: 0 }).remote();
   const big = 16 << 20; // 64 MiB of float32
   const got = await c.makeWeights.remote(big);
