@@ -127,7 +127,7 @@ export class Critic {
           });
           await setImmediate(); // heartbeats run between micro-batches
         }
-        loss += (await this.dp.reduce(this.opt, [local]))[0]!;
+        loss += (await this.dp.reduce(this.opt, [local])).stats[0]!;
         this.opt.step({ scale: 1 });
         steps++;
       }

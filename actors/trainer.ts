@@ -162,7 +162,7 @@ export class Trainer {
    * micro-batch boundaries do not change it. Micro-batches are cut from the step's samples sorted
    * by length (less padding), and the event loop gets a turn between micro-batches, so a long step
    * never starves the worker's heartbeats. With data parallelism every rank gets the same
-   * `samples`, runs its share of equal padded cost and the ranks sum gradients before each optimizer
+   * `samples`, runs its share of about equal cost and the ranks sum gradients before each optimizer
    * step. Bumps the version.
    */
   async train(samples: TrainSample[]): Promise<TrainStats> {
@@ -170,7 +170,6 @@ export class Trainer {
     const epochs = this.init.maxEpochs ?? 1;
     const acc = { loss: 0, clip: 0, kl: 0, ent: 0, tokens: 0, gradNorm: 0, steps: 0, lr: 0 };
     const timing: TrainTiming = { computeMs: 0, imbalanceMs: 0, allreduceMs: 0, optimizerMs: 0 };
-    const { rank, worldSize } = this.dp;
     for (let epoch = 0; epoch < epochs; epoch++) {
       const order = samples.map((_, i) => i);
       if (epoch > 0) shuffle(order, (this.init.seed ?? 0) + 7919 * this.version + epoch);
@@ -212,20 +211,17 @@ export class Trainer {
           throw e;
         }
         const c1 = performance.now();
-        // Each rank's compute time rides along in its own slot, so every rank learns all of them.
-        const computeByRank = new Array<number>(worldSize).fill(0);
-        computeByRank[rank] = c1 - c0;
-        const [loss = 0, clip = 0, kl = 0, ent = 0, ...computed] = await this.dp.reduce(this.opt, [
+        const { stats, computeMs } = await this.dp.reduce(this.opt, [
           local.loss,
           local.clip,
           local.kl,
           local.ent,
-          ...computeByRank,
         ]);
+        const [loss = 0, clip = 0, kl = 0, ent = 0] = stats;
         const c2 = performance.now();
-        const slowest = Math.max(...computed);
+        const slowest = Math.max(...computeMs);
         timing.computeMs += slowest;
-        timing.imbalanceMs += slowest - Math.min(...computed);
+        timing.imbalanceMs += slowest - Math.min(...computeMs);
         timing.allreduceMs += Math.max(0, c2 - c1 - (slowest - (c1 - c0)));
         acc.loss += loss;
         acc.clip += clip;

@@ -137,15 +137,22 @@ export function microBatches(lengths: readonly number[], opts: MicroBatchOptions
 export interface RankMicroBatchOptions extends MicroBatchOptions {
   rank: number;
   worldSize: number;
+  /**
+   * The row length at which attention (quadratic in the length) costs as much as the rest of a
+   * row's forward and backward (linear): a row of length T costs T × (1 + T / attentionLength).
+   * Every rank must pass the same value. Unset: cost is linear in the padded tokens.
+   */
+  attentionLength?: number;
 }
 
 /**
  * One data-parallel rank's micro-batches of an optimizer step. The step's samples, sorted by
- * length, are split into `worldSize` contiguous shares of about equal padded cost (rows × longest
- * row, summed over the share's micro-batches of at most `maxSamples`), so no rank idles long at
- * the all-reduce waiting for the one that got the long samples; its share is then cut by
- * {@link microBatches}. Every rank computes the same split, and every index of `lengths` lands in
- * exactly one rank's micro-batches (a rank may get none when there are few samples).
+ * length, are split into `worldSize` contiguous shares of about equal padded cost (rows × the
+ * cost of the longest row, summed over the share's micro-batches of at most `maxSamples`), so no
+ * rank idles long at the all-reduce waiting for the one that got the long samples; its share is
+ * then cut by {@link microBatches}. Every rank computes the same split, and every index of
+ * `lengths` lands in exactly one rank's micro-batches (a rank may get none when there are few
+ * samples).
  *
  * @example
  * // the two longest samples cost as much as the four shortest
@@ -155,12 +162,17 @@ export function rankMicroBatches(
   lengths: readonly number[],
   opts: RankMicroBatchOptions,
 ): MicroBatch[] {
-  const { rank, worldSize, ...cut } = opts;
+  const { rank, worldSize, attentionLength, ...cut } = opts;
   if (worldSize <= 1) return microBatches(lengths, cut);
   const order = lengths
     .map((_, i) => i)
     .sort((a, b) => (lengths[a] as number) - (lengths[b] as number));
-  const len = (k: number) => lengths[order[k]!] as number;
+  const q = attentionLength && attentionLength > 0 ? 1 / attentionLength : 0;
+  const rowCost = order.map((i) => {
+    const t = lengths[i] as number;
+    return t * (1 + t * q);
+  });
+  const w = (k: number) => rowCost[k] as number;
   const m = Math.max(1, cut.maxSamples);
   // Starts of contiguous shares of the sorted order, each of padded cost at most `cap`. Lengths
   // ascend, so a micro-batch's longest row is its last and the cost grows in O(1) per sample.
@@ -170,10 +182,10 @@ export function rankMicroBatches(
     let rows = 0; // in the share's last micro-batch
     for (let k = 0; k < order.length; k++) {
       const opens = rows === 0 || rows === m;
-      const add = opens ? len(k) : (rows + 1) * len(k) - rows * len(k - 1);
+      const add = opens ? w(k) : (rows + 1) * w(k) - rows * w(k - 1);
       if (cost + add > cap && rows > 0) {
         starts.push(k);
-        cost = len(k);
+        cost = w(k);
         rows = 1;
       } else {
         cost += add;
@@ -182,14 +194,16 @@ export function rankMicroBatches(
     }
     return starts;
   };
-  let lo = order.length ? len(order.length - 1) : 0;
-  let hi = costOf(order.map(len), m);
-  while (lo < hi) {
-    const mid = Math.floor((lo + hi) / 2);
+  // The smallest cap that needs at most `worldSize` shares; costs are not integers, so bisect
+  // to a fraction of one row's cost (a fixed number of halvings: every rank finds the same cap).
+  let lo = order.length ? w(order.length - 1) : 0;
+  let hi = costOf(rowCost, m);
+  for (let i = 0; i < 64 && hi - lo > 1e-6 * hi; i++) {
+    const mid = (lo + hi) / 2;
     if (split(mid).length <= worldSize) hi = mid;
-    else lo = mid + 1;
+    else lo = mid;
   }
-  const starts = split(lo);
+  const starts = split(hi);
   const from = starts[rank];
   if (from === undefined) return [];
   const share = order.slice(from, starts[rank + 1] ?? order.length);
@@ -199,7 +213,7 @@ export function rankMicroBatches(
   ).map((b) => ({ indices: b.indices.map((j) => share[j]!), tokens: b.tokens }));
 }
 
-/** Padded cost of ascending `sorted` lengths cut every `m`: rows × longest row, summed. */
+/** Padded cost of ascending row costs `sorted` cut every `m`: rows × costliest row, summed. */
 function costOf(sorted: readonly number[], m: number): number {
   let c = 0;
   for (let k = 0; k < sorted.length; k += m) {

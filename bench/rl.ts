@@ -251,6 +251,7 @@ async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
   sampler.unref();
   const phases = [
     'generate_s',
+    'generate_imbalance_s',
     'experience_s',
     'train_s',
     'weight_sync_s',
@@ -496,7 +497,7 @@ async function dataParallel(): Promise<void> {
         name: `${m}: per step (s)`,
         value: f(step),
         note:
-          `generate ${f(t('generate_s'))}, experience (reference/critic) ${f(t('experience_s'))}, ` +
+          `generate ${f(t('generate_s'))} [engine imbalance ${f(t('generate_imbalance_s'))}], experience (reference/critic) ${f(t('experience_s'))}, ` +
           `train ${f(t('train_s'))} [compute ${f(t('train_compute_s'))}, rank imbalance ${f(t('train_imbalance_s'))}, all-reduce ${f(t('allreduce_s'))}, optimizer ${f(t('optimizer_s'))}], ` +
           `weight sync ${f(t('weight_sync_s'))} (${pct(t('weight_sync_share'))} of the step), other ${f(Math.max(0, step - known))}` +
           (m.startsWith('async')

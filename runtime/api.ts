@@ -41,6 +41,7 @@ import {
   type ActorOptionsWire,
   type ActorSpecWire,
   type NodeInfo,
+  type ObjectStoreStats,
   type ResourceMap,
   pack,
 } from './protocol.ts';
@@ -476,6 +477,18 @@ export function actorReady(handle: ActorHandle<unknown>): Promise<void> {
 /** Drops this ref's claim on its object now rather than at garbage collection. */
 export function release(ref: ObjectRef<unknown>): void {
   state().rt.objects.release(ref);
+}
+
+/**
+ * What the object store of the process at `address` (an `ObjectRef`'s `owner`, an actor's
+ * `ActorInfo.address`; this process's own when omitted) holds, and the fetches of its objects it
+ * has served, per fetching node and by path (socket or shared memory). A debug surface: it shows,
+ * for one, that a value crossed to each node once.
+ */
+export async function objectStats(address?: string): Promise<ObjectStoreStats> {
+  const rt = state().rt;
+  if (address === undefined || address === rt.server.address) return rt.objects.stats();
+  return (await rt.peer(address)).request({ type: 'objectStats' });
 }
 
 /** Nodes known to the head. */

@@ -392,11 +392,41 @@ export interface Unborrow {
 }
 /**
  * First message on a data-plane connection: the connecting process's `machineId` (its
- * `/dev/shm`), so large values it fetches or gets back from calls can go through shared memory.
+ * `/dev/shm`), so large values it fetches or gets back from calls can go through shared memory,
+ * and its node (a worker's), so the fetches it is served are counted per node
+ * ({@link ObjectStoreStats}).
  */
 export interface Hello {
   readonly type: 'hello';
-  readonly machine: string;
+  /** Absent where shared memory is off (`RTJOB_OBJECT_SHM=0`) or missing. */
+  readonly machine?: string;
+  /** Absent for a driver (it runs on no node). */
+  readonly node?: string;
+}
+/** Asks any process for its {@link ObjectStoreStats}. */
+export interface ObjectStats {
+  readonly type: 'objectStats';
+  readonly rid: number;
+}
+
+/** Object fetches a process has served to one node, by the path the bytes took. */
+export interface FetchesServed {
+  /** Node id of the fetching process, or `''` for one on no node (a driver). */
+  readonly node: string;
+  /** Fetches answered over the socket (another machine, a small value, or shared memory off). */
+  readonly socket: number;
+  /** Fetches answered with a file in `/dev/shm` (a large value, same machine). */
+  readonly sharedMemory: number;
+}
+
+/** What one process's object store holds and has served since it started. */
+export interface ObjectStoreStats {
+  /** Objects owned here and still alive. */
+  readonly owned: number;
+  /** Objects of other processes this one holds refs to. */
+  readonly borrowed: number;
+  /** Fetches of objects owned here, per fetching node. */
+  readonly fetchesServed: readonly FetchesServed[];
 }
 /**
  * Data-plane handshake: tells a worker which actor incarnation the caller meant to reach; a
@@ -442,7 +472,7 @@ export type HeadRequest =
   | KvGet
   | FetchPackage;
 
-export type DataRequest = Call | Fetch | Borrow | Ping;
+export type DataRequest = Call | Fetch | Borrow | Ping | ObjectStats;
 
 /** Reply value of `registerClient`. */
 export interface ClientRegistration {
@@ -487,6 +517,7 @@ export interface Replies {
   unborrow: void;
   hello: void;
   ping: 'pong';
+  objectStats: ObjectStoreStats;
 }
 
 /** The reply value of a request of type `T`. */
@@ -566,6 +597,7 @@ export const messageRoutes = {
   unborrow: { to: ['data'] },
   ping: { to: ['data'] },
   hello: { to: ['data'] },
+  objectStats: { to: ['data'] },
 } as const satisfies {
   readonly [T in MessageType]: {
     readonly to: readonly Endpoint[];

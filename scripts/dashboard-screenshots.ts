@@ -7,7 +7,7 @@
  *   node --import tsx scripts/dashboard-screenshots.ts SESSION_DIR JOB_ID [OUT_DIR=docs]
  *
  * A running one: logs in to the running cluster's dashboard (`~/.rtjob/cluster.json`) and
- * photographs the cluster view once a worker of the job shows CPU in use:
+ * photographs the cluster view once a worker of the job shows CPU in use and its driver a figure:
  *
  *   node --import tsx scripts/dashboard-screenshots.ts --cluster JOB_ID [OUT_DIR=docs]
  *
@@ -71,13 +71,18 @@ async function clusterShot(b: Browser, job: string): Promise<void> {
   if (!info?.dashboardUrl) throw new Error('no cluster with a dashboard is running');
   const page = await b.newPage({ viewport: { width: 1400, height: 760 } });
   await page.goto(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
-  // A worker of the job with CPU in use (the table refreshes every few seconds).
+  // A worker of the job with CPU in use, and the job's driver with a CPU figure (the table
+  // refreshes every few seconds).
   await page.waitForFunction(
+    // No named helpers inside: tsx wraps those in a `__name` call the page does not have.
     (id) =>
-      Array.from(document.querySelectorAll('table.processes tr[data-kind="worker"]')).some(
-        (tr) =>
-          tr.querySelector(`a[href="#/jobs/${id}"]`) &&
-          parseFloat(tr.querySelector('td.cpu')?.textContent ?? '') > 1,
+      ['worker', 'driver'].every((kind) =>
+        Array.from(document.querySelectorAll(`table.processes tr[data-kind="${kind}"]`)).some(
+          (tr) =>
+            tr.querySelector(`a[href="#/jobs/${id}"]`) &&
+            parseFloat(tr.querySelector('td.cpu')?.textContent ?? '') >
+              (kind === 'worker' ? 1 : -1),
+        ),
       ),
     encodeURIComponent(job),
     { timeout: 300_000 },

@@ -52,6 +52,8 @@ export interface CompletionRequest {
   tools?: ToolSpec[];
   /** `none`: no tools in the prompt, no calls parsed; `required` or a name: a call is forced. */
   toolChoice: ToolChoice;
+  /** `parallel_tool_calls`: false ends the answer after its first call. */
+  parallelToolCalls: boolean;
   sampling: SamplingRequest;
 }
 
@@ -91,6 +93,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
     messages,
     ...(tools ? { tools } : {}),
     toolChoice,
+    parallelToolCalls: parallelToolCalls(b),
     sampling,
     stream: v.optional(b['stream'], (x) => v.boolean(x, 'stream')) ?? false,
     includeUsage:
@@ -112,6 +115,11 @@ export function optionalSampling(
     ...(topP !== undefined ? { topP } : {}),
     ...(seed !== undefined ? { seed } : {}),
   };
+}
+
+/** `parallel_tool_calls`, true unless the body says false (both endpoints name it so). */
+export function parallelToolCalls(b: v.Json): boolean {
+  return v.optional(b['parallel_tool_calls'], (x) => v.boolean(x, 'parallel_tool_calls')) ?? true;
 }
 
 function stopList(raw: unknown): string[] {

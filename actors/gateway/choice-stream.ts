@@ -14,6 +14,7 @@ import { randomBytes } from 'node:crypto';
 import type { TopLogprobs } from '../engines/types.ts';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
 import type { CompletionChoice, ToolCallOut } from './completion.ts';
+import { firstCallEnd } from './tool-choice.ts';
 import type { ToolCallParser } from './tool-parsers.ts';
 
 /** Where streamed choices go (chat-completion chunks or Responses events). */
@@ -43,6 +44,8 @@ export class ChoiceStream {
   private readonly sentCalls: ToolCallOut[] = [];
   /** Tokens whose logprobs no chunk has carried yet start here. */
   private reported = 0;
+  /** With one call per turn: the first call is complete and later tokens are dropped. */
+  private cut = false;
 
   constructor(
     readonly index: number,
@@ -51,13 +54,16 @@ export class ChoiceStream {
     private readonly sink: StreamSink,
     private readonly maxStopChars: number,
     /** Text the answer starts with that the prompt supplied (a forced call's opening). */
-    opening = '',
+    private readonly opening = '',
+    /** `parallel_tool_calls: false`: nothing after the first call is sent. */
+    private readonly oneCall = false,
   ) {
     this.text = opening;
   }
 
   /** Takes new tokens and sends what they settle. */
   push(tokens: number[], logprobs: number[], top?: TopLogprobs[]): void {
+    if (this.cut) return;
     this.ids.push(...tokens);
     this.logprobs.push(...logprobs);
     if (top) this.top.push(...top);
@@ -65,6 +71,8 @@ export class ChoiceStream {
     const last = this.ids[this.ids.length - 1]!;
     const upTo = this.isSpecial(last) ? this.ids.length - 1 : this.ids.length;
     this.decodeTo(upTo);
+    if (this.oneCall && this.parser?.pieces(this.text).some((p) => 'call' in p))
+      this.cutAfterCall();
     const settled = Math.min(
       this.parser ? this.parser.settled(this.text) : this.text.length,
       this.text.length - this.maxStopChars,
@@ -97,6 +105,21 @@ export class ChoiceStream {
       logprobs: this.logprobs.slice(from),
       top: this.top.slice(from),
     };
+  }
+
+  /**
+   * Drops the tokens past the first call, as the whole answer is cut (`firstCallOnly`), so no
+   * chunk sends their text or logprobs.
+   */
+  private cutAfterCall(): void {
+    const k = firstCallEnd(this.tokenizer, this.parser!, this.opening, this.ids) ?? this.ids.length;
+    this.cut = true;
+    this.ids.length = Math.min(this.ids.length, k);
+    this.logprobs.length = Math.min(this.logprobs.length, k);
+    this.top.length = Math.min(this.top.length, k);
+    this.reported = Math.min(this.reported, k);
+    this.text = this.opening + this.tokenizer.decode(this.ids, { skipSpecialTokens: false });
+    this.decoded = this.ids.length;
   }
 
   private isSpecial(id: number): boolean {

@@ -17,7 +17,7 @@ import type { CompletionRequest } from './chat-request.ts';
 import { ChoiceStream, type StreamSink, toolCallId } from './choice-stream.ts';
 import { GatewayError } from './errors.ts';
 import type { TokenSession } from './token-session.ts';
-import { forcedOpening } from './tool-choice.ts';
+import { firstCallOnly, forcedOpening, oneCallStop } from './tool-choice.ts';
 import { parseCompletion, type ToolCallParser } from './tool-parsers.ts';
 
 /** The engine calls a gateway makes. */
@@ -107,12 +107,16 @@ export async function complete(
     );
   }
   const temperature = ctx.fixedSampling?.temperature ?? s.temperature ?? 1;
+  // One call per turn: the engine stops at the first call's closing marker; the client's own stop
+  // strings stay apart, since only theirs are cut from the answer.
+  const callStop = oneCallStop(ctx.parser, req);
+  const stop = callStop !== undefined ? [...s.stop, callStop] : s.stop;
   const gconfig: GenerationConfig = {
     maxNewTokens: Math.min(s.maxTokens ?? ctx.maxNewTokens, ctx.maxNewTokens, room),
     temperature,
     topP: ctx.fixedSampling?.topP ?? s.topP ?? 1,
     ...(temperature === 0 ? { greedy: true } : {}),
-    ...(s.stop.length ? { stop: s.stop } : {}),
+    ...(stop.length ? { stop } : {}),
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
     ...(s.topLogprobs > 0 ? { topLogprobs: s.topLogprobs } : {}),
   };
@@ -128,6 +132,7 @@ export async function complete(
             sink,
             maxStopChars,
             opening,
+            callStop !== undefined,
           ),
       )
     : undefined;
@@ -145,6 +150,10 @@ export async function complete(
     throw new GatewayError(500, 'engine_error', `generation failed: ${why}`);
   }
   const engineMs = performance.now() - t0;
+  // An engine may generate past the stop (one that spans a re-sent segment): cut it here, before
+  // anything is recorded, so the trajectory holds exactly the one call the client sees.
+  if (callStop !== undefined)
+    outputs = outputs.map((o) => firstCallOnly(ctx.tokenizer, ctx.parser, opening, o));
   if (claim && abandoned()) session!.release(claim);
   else if (claim) session!.record(claim, outputs);
   const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index, opening));

@@ -10,6 +10,7 @@ import { randomBytes } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import {
   optionalSampling,
+  parallelToolCalls,
   templateToolCall,
   textContent,
   toolSpec,
@@ -59,6 +60,7 @@ export async function handleResponses(
     messages,
     ...(tools?.length ? { tools } : {}),
     toolChoice: parseToolChoice(b['tool_choice'], tools),
+    parallelToolCalls: parallelToolCalls(b),
     sampling: {
       ...optionalSampling(b),
       ...(maxTokens !== undefined ? { maxTokens } : {}),

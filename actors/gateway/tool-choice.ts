@@ -1,14 +1,17 @@
 /**
- * `tool_choice` enforced. `none` leaves the tools out of the prompt and parses no calls; `auto`
- * lets the model choose; `required` and a named function make the model call by starting its
- * answer for it: the opening of a call in the chat template's own spelling (`<tool_call>\n{"name":
- * "` for any call, through `"arguments": ` for a named one) is appended to the prompt, so the
- * policy generates only the rest. Those tokens are prompt tokens: recorded masked out of the loss,
- * never trained on; the next turn's prompt (the template rendering the call) still extends the
- * trajectory token for token.
+ * `tool_choice` and `parallel_tool_calls` enforced. `none` leaves the tools out of the prompt and
+ * parses no calls; `auto` lets the model choose; `required` and a named function make the model
+ * call by starting its answer for it: the opening of a call in the chat template's own spelling
+ * (`<tool_call>\n{"name": "` for any call, through `"arguments": ` for a named one) is appended to
+ * the prompt, so the policy generates only the rest. Those tokens are prompt tokens: recorded
+ * masked out of the loss, never trained on; the next turn's prompt (the template rendering the
+ * call) still extends the trajectory token for token. `parallel_tool_calls: false` ends the answer
+ * with its first call: generation stops at the call's closing marker, and whatever an engine
+ * generated past it is cut before it is recorded or answered.
  *
  * @module
  */
+import type { GenerateResult } from '../engines/types.ts';
 import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
 import type { ToolSpec } from './chat-request.ts';
 import { badField } from './errors.ts';
@@ -92,4 +95,64 @@ export function forcedOpening(
   if (!args) return fallback;
   const end = at + probe.length + args.index + args[0].length;
   return text.slice(start, at) + name + text.slice(at + probe.length, end);
+}
+
+/**
+ * The stop string that ends an answer after its first call, when the request allows one call per
+ * turn (`parallel_tool_calls: false`) and calls can be made; undefined otherwise.
+ */
+export function oneCallStop(
+  parser: ToolCallParser,
+  req: { tools?: ToolSpec[] | undefined; toolChoice: ToolChoice; parallelToolCalls: boolean },
+): string | undefined {
+  if (req.parallelToolCalls || req.toolChoice === 'none' || !req.tools?.length) return undefined;
+  return parser.closer;
+}
+
+/**
+ * How many leading tokens of `ids` hold the answer's first complete call (the answer being
+ * `opening` followed by their text), or undefined when it has none. A prefix that holds a call
+ * holds it in every longer prefix too, so a binary search finds the shortest.
+ */
+export function firstCallEnd(
+  tokenizer: ChatTokenizer,
+  parser: ToolCallParser,
+  opening: string,
+  ids: number[],
+): number | undefined {
+  const hasCall = (k: number): boolean =>
+    parser
+      .pieces(opening + tokenizer.decode(ids.slice(0, k), { skipSpecialTokens: false }))
+      .some((p) => 'call' in p);
+  if (!hasCall(ids.length)) return undefined;
+  let [lo, hi] = [0, ids.length];
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >> 1;
+    if (hasCall(mid)) hi = mid;
+    else lo = mid;
+  }
+  return hi;
+}
+
+/**
+ * `out` ended after its first call's tokens: what an engine generated past them (a second call,
+ * when it did not see the stop string) is dropped, so the trajectory records exactly what the
+ * client is answered and never trains on tokens the agent did not see.
+ */
+export function firstCallOnly(
+  tokenizer: ChatTokenizer,
+  parser: ToolCallParser,
+  opening: string,
+  out: GenerateResult,
+): GenerateResult {
+  const k = firstCallEnd(tokenizer, parser, opening, out.outputTokens);
+  if (k === undefined || k === out.outputTokens.length) return out;
+  return {
+    ...out,
+    outputTokens: out.outputTokens.slice(0, k),
+    outputLogprobs: out.outputLogprobs.slice(0, k),
+    outputVersions: out.outputVersions.slice(0, k),
+    ...(out.outputTopLogprobs ? { outputTopLogprobs: out.outputTopLogprobs.slice(0, k) } : {}),
+    stopReason: 'stop',
+  };
 }

@@ -35,6 +35,11 @@ export interface ToolCallParser {
   /** The text every call starts with (`<tool_call>`); unset when calls cannot be forced. */
   readonly marker?: string;
   /**
+   * The text every call ends with (`</tool_call>`): a stop string that ends the answer after its
+   * first call (`parallel_tool_calls: false`); unset when the parser has no calls.
+   */
+  readonly closer?: string;
+  /**
    * A call's opening up to where the model continues: up to the name, or with `name` through
    * the arguments' key. Used when the chat template shows no call to copy the spelling from.
    */
@@ -65,6 +70,7 @@ const close = '</tool_call>';
 const hermes: ToolCallParser = {
   name: 'hermes',
   marker: open,
+  closer: close,
   opening: (name) =>
     name === undefined ? `${open}\n{"name": "` : `${open}\n{"name": "${name}", "arguments": `,
   pieces(text) {

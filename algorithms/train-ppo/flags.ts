@@ -108,8 +108,11 @@ export interface TrainPpoOptions {
   engineHealthTimeoutMs: number;
   /** Limit on one weight sync (trainer snapshot, push, the engine's reload). */
   weightSyncTimeoutMs: number;
+  /** Nodes of the trainer's ranks: with `actorNumGpusPerNode` >= 1, nodes × GPUs ranks of one GPU each. */
+  actorNumNodes: number;
   actorNumGpusPerNode: number;
   refNumGpusPerNode: number;
+  criticNumNodes: number;
   criticNumGpusPerNode: number;
   rolloutNumGpusPerEngine: number;
   colocateAllModels: boolean;
@@ -344,9 +347,23 @@ export const flagTable: readonly Flag[] = [
     "limit on one weight sync (trainer snapshot, push to each rollout, the servers' reload); past it the sync fails naming the rollout, engine and phase",
     { min: 1 },
   ),
-  F('actorNumGpusPerNode', 'float', 'GPUs of the trainer', { min: 0 }),
+  F(
+    'actorNumNodes',
+    'int',
+    'nodes of the trainer: with --actor-num-gpus-per-node G >= 1, nodes x G data-parallel ranks of one GPU each (as in OpenRLHF)',
+    { min: 1 },
+  ),
+  F(
+    'actorNumGpusPerNode',
+    'float',
+    'GPUs of the trainer per node: a whole number G gives G ranks of one GPU on each node; below 1, one rank with that share of a GPU',
+    { min: 0 },
+  ),
   F('refNumGpusPerNode', 'float', 'GPUs of the reference model', { min: 0 }),
-  F('criticNumGpusPerNode', 'float', 'GPUs of the critic', { min: 0 }),
+  F('criticNumNodes', 'int', 'nodes of the critic (as --actor-num-nodes)', { min: 1 }),
+  F('criticNumGpusPerNode', 'float', 'GPUs of the critic per node (as --actor-num-gpus-per-node)', {
+    min: 0,
+  }),
   F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', {
     min: 0,
     aliases: ['vllm-tensor-parallel-size'],
@@ -444,8 +461,10 @@ export const trainPpoDefaults: TrainPpoOptions = {
   engineWeightsPath: '',
   engineHealthTimeoutMs: 60_000,
   weightSyncTimeoutMs: 600_000,
+  actorNumNodes: 1,
   actorNumGpusPerNode: 0,
   refNumGpusPerNode: 0,
+  criticNumNodes: 1,
   criticNumGpusPerNode: 0,
   rolloutNumGpusPerEngine: 0,
   colocateAllModels: false,
@@ -554,6 +573,8 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
     );
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+  resolveRanks(o, given, 'actor');
+  resolveRanks(o, given, 'critic');
   for (const [flag, n] of [
     ['--actor-num-replicas', o.actorNumReplicas],
     ['--critic-num-replicas', o.criticNumReplicas],
@@ -564,6 +585,43 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
         `${flag} ${n} needs the cluster: data-parallel ranks are separate processes (drop --in-process)`,
       );
   }
+}
+
+/**
+ * OpenRLHF's spelling of a data-parallel role: `--actor-num-nodes M --actor-num-gpus-per-node G`
+ * (G a whole number) is M × G ranks of one GPU each, so it sets `--actor-num-replicas` (which
+ * says the same on a machine without GPUs). A share of a GPU (G < 1) is one rank per node.
+ */
+function resolveRanks(
+  o: TrainPpoOptions,
+  given: Set<keyof TrainPpoOptions>,
+  role: 'actor' | 'critic',
+): void {
+  const nodes = role === 'actor' ? o.actorNumNodes : o.criticNumNodes;
+  const perNode = role === 'actor' ? o.actorNumGpusPerNode : o.criticNumGpusPerNode;
+  const replicas: keyof TrainPpoOptions =
+    role === 'actor' ? 'actorNumReplicas' : 'criticNumReplicas';
+  const flag = (what: string) => `--${role}-${what}`;
+  if (perNode >= 1 && !Number.isInteger(perNode)) {
+    throw new FlagError(
+      flag('num-gpus-per-node'),
+      `${flag('num-gpus-per-node')} ${perNode}: give whole GPUs (one rank each), or a share below 1`,
+    );
+  }
+  if (perNode < 1 && nodes > 1) {
+    throw new FlagError(
+      flag('num-nodes'),
+      `${flag('num-nodes')} ${nodes} places ranks of one GPU on each node: set ${flag('num-gpus-per-node')} >= 1 (without GPUs, use ${flag('num-replicas')})`,
+    );
+  }
+  const ranks = perNode >= 1 ? nodes * perNode : o[replicas];
+  if (given.has(replicas) && o[replicas] !== ranks) {
+    throw new FlagError(
+      flag('num-replicas'),
+      `${flag('num-replicas')} ${o[replicas]} disagrees with ${flag('num-nodes')} × ${flag('num-gpus-per-node')} = ${ranks}; give one or the other`,
+    );
+  }
+  o[replicas] = ranks;
 }
 
 /** The servers of `--engine-url`, in order. */

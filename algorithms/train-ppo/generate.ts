@@ -35,15 +35,25 @@ export const maxRolloutRestarts = 3;
  * Runs groups for `items` across the engines, round-robin, one call per group, so a rollout that
  * dies loses only its in-flight groups: they are re-run on its restarted process (with the
  * weights of the current version), and results already returned are kept. Each prompt therefore
- * yields exactly one group result.
+ * yields exactly one group result. With `timing`, `imbalanceMs` is how long the engine that
+ * finished its groups first then waited for the last one (0 with one engine).
  */
-export async function generate(ctx: RunContext, items: PromptItem[]): Promise<GroupResult[]> {
+export async function generate(
+  ctx: RunContext,
+  items: PromptItem[],
+  timing?: { imbalanceMs: number },
+): Promise<GroupResult[]> {
   const n = ctx.roles.rollouts.length;
-  return Promise.all(
-    items.map((item, k) =>
-      onRollout(ctx, k % n, (r, minVersion) => r.runGroup(item, { minVersion })),
-    ),
+  const doneAt = new Array<number>(Math.min(n, items.length)).fill(0);
+  const groups = await Promise.all(
+    items.map(async (item, k) => {
+      const g = await onRollout(ctx, k % n, (r, minVersion) => r.runGroup(item, { minVersion }));
+      doneAt[k % n] = performance.now();
+      return g;
+    }),
   );
+  if (timing) timing.imbalanceMs = doneAt.length ? Math.max(...doneAt) - Math.min(...doneAt) : 0;
+  return groups;
 }
 
 /** Runs `call` on every rollout (sleep, wake-up), restarting the ones that die meanwhile. */

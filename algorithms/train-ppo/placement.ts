@@ -1,7 +1,8 @@
 /**
  * Where the roles of a run go. Without `--colocate-all-models` each role asks for its own
- * resources (`--actor-num-gpus-per-node` etc.). With it, every role lands in one placement group
- * (STRICT_PACK: one machine), as in OpenRLHF's hybrid engine: one bundle per rollout engine, each
+ * resources (`--actor-num-gpus-per-node` etc.: whole GPUs per node are ranks of one GPU each).
+ * With it, every role lands in one placement group (STRICT_PACK: one machine; PACK when a role
+ * spans nodes with `--actor-num-nodes`), as in OpenRLHF's hybrid engine: one bundle per rollout engine, each
  * of one GPU (or one CPU on a machine without GPUs), shared by fractions between the roles on it —
  * rollout i on bundle i, the trainer, reference and critic on bundle 0 — so the runtime reserves
  * the GPUs once and the engine sleeps while the trainer uses the same device.
@@ -22,8 +23,10 @@ export interface RolePlacement {
 
 /** The placement of a run. */
 export interface RunPlacement {
-  /** Bundles of the shared group (STRICT_PACK); empty when not colocated. */
+  /** Bundles of the shared group; empty when not colocated. */
   bundles: ResourceMap[];
+  /** STRICT_PACK (one machine), or PACK when a role spans nodes (`--actor-num-nodes` > 1). */
+  strategy: 'STRICT_PACK' | 'PACK';
   rollout(i: number): RolePlacement;
   /** Placement of a role's data-parallel `rank` (0 for roles with one rank). */
   role(name: Exclude<RoleName, 'rollout'>, rank?: number): RolePlacement;
@@ -34,8 +37,10 @@ type PlacementFlags = Pick<
   | 'colocateAllModels'
   | 'rolloutNumEngines'
   | 'rolloutNumGpusPerEngine'
+  | 'actorNumNodes'
   | 'actorNumGpusPerNode'
   | 'refNumGpusPerNode'
+  | 'criticNumNodes'
   | 'criticNumGpusPerNode'
   | 'initKlCoef'
   | 'advantageEstimator'
@@ -45,14 +50,20 @@ type PlacementFlags = Pick<
 
 /** Decides each role's resources from the flags. */
 export function placeRoles(o: PlacementFlags): RunPlacement {
+  // Whole GPUs per node are ranks of one GPU each (`resolveRanks` in flags.ts counted them).
+  const perRank = (g: number): number => (g >= 1 ? 1 : g);
   const own: Record<Exclude<RoleName, 'rollout'>, number> = {
-    trainer: o.actorNumGpusPerNode,
+    trainer: perRank(o.actorNumGpusPerNode),
     reference: o.refNumGpusPerNode,
-    critic: o.criticNumGpusPerNode,
+    critic: perRank(o.criticNumGpusPerNode),
   };
+  const critics = o.advantageEstimator === 'gae' ? o.criticNumReplicas : 0;
+  const strategy =
+    o.actorNumNodes > 1 || (critics > 0 && o.criticNumNodes > 1) ? 'PACK' : 'STRICT_PACK';
   if (!o.colocateAllModels) {
     return {
       bundles: [],
+      strategy,
       rollout: () => ({ numCpus: 0, numGpus: o.rolloutNumGpusPerEngine }),
       role: (name) => ({ numCpus: 0, numGpus: own[name] }),
     };
@@ -64,7 +75,6 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
     o.criticNumGpusPerNode > 0;
   // As many bundles as the widest role needs: rollout i and every role's rank i share bundle i,
   // so with 2 engines and 2 trainer ranks both devices (cores) work in both phases.
-  const critics = o.advantageEstimator === 'gae' ? o.criticNumReplicas : 0;
   const n = Math.max(o.rolloutNumEngines, o.actorNumReplicas, critics);
   const bundles = Array.from(
     { length: n },
@@ -81,5 +91,5 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
     const s = share(on(bundle));
     return { numCpus: s, numGpus: gpu ? s : 0, bundleIndex: bundle };
   };
-  return { bundles, rollout: (i) => at(i), role: (_name, rank = 0) => at(rank) };
+  return { bundles, strategy, rollout: (i) => at(i), role: (_name, rank = 0) => at(rank) };
 }

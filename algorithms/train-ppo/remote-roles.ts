@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { actorInfo, defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
-import type { ActorHandle, RemoteMethod } from '../../runtime/handles.ts';
+import type { ActorHandle, CallOptions, RemoteMethod } from '../../runtime/handles.ts';
 import type { Critic } from '../../actors/critic.ts';
 import type { Reference } from '../../actors/reference.ts';
 import type { Rollout } from '../../actors/rollout.ts';
@@ -28,14 +28,19 @@ const ReferenceActor = defineActor<typeof Reference>(
 const CriticActor = defineActor<typeof Critic>(new URL('critic.ts', actorsDir), 'Critic');
 
 /**
- * Turns an actor handle into the loops' promise-returning view: `h.m(...)` → `h.m.remote(...)`.
- * A call that fails because the actor died rejects with a {@link RoleDiedError} naming the role.
- * The handle's and the view's method types both derive from `T`, so the driver stays typed end
- * to end; only this adapter indexes the handle by a runtime method name.
+ * Turns an actor handle into the loops' promise-returning view: `h.m(...)` → `h.m.remote(...)`
+ * (with `callOptions`, if given). A call that fails because the actor died rejects with a
+ * {@link RoleDiedError} naming the role. The handle's and the view's method types both derive
+ * from `T`, so the driver stays typed end to end; only this adapter indexes the handle by a
+ * runtime method name.
  */
-function remote<T>(handle: ActorHandle<T>, role: RoleName): Remote<T> {
-  const method = (prop: string): RemoteMethod<unknown[], unknown> | undefined =>
-    (handle as unknown as Partial<Record<string, RemoteMethod<unknown[], unknown>>>)[prop];
+function remote<T>(handle: ActorHandle<T>, role: RoleName, callOptions?: CallOptions): Remote<T> {
+  const method = (prop: string): RemoteMethod<unknown[], unknown> | undefined => {
+    const m = (handle as unknown as Partial<Record<string, RemoteMethod<unknown[], unknown>>>)[
+      prop
+    ];
+    return callOptions ? m?.options(callOptions) : m;
+  };
   return new Proxy(
     {},
     {
@@ -70,6 +75,8 @@ function remote<T>(handle: ActorHandle<T>, role: RoleName): Remote<T> {
 
 /** How long a dead rollout may take to come back (the runtime starts a new worker). */
 const restartWaitMs = 120_000;
+/** Restarts the runtime gives a rollout's process (`maxRestarts`). */
+const rolloutMaxRestarts = 3;
 
 /** The roles as actors on the cluster (a local one is started when none runs). */
 export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
@@ -82,7 +89,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   };
   const placement = placeRoles(o);
   const pg = placement.bundles.length
-    ? placementGroup(placement.bundles, { strategy: 'STRICT_PACK' })
+    ? placementGroup(placement.bundles, { strategy: placement.strategy })
     : undefined;
   if (pg) await pg.ready();
   const place = (p: RolePlacement) => ({
@@ -98,7 +105,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     const h = RolloutActor.options({
       ...place(placement.rollout(i)),
       maxConcurrency: 100000,
-      maxRestarts: 3,
+      maxRestarts: rolloutMaxRestarts,
       env,
     }).remote(inits.rollout(i));
     handles.push(h);
@@ -142,7 +149,11 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     critic = replicated(ranks, everyRank.critic);
   }
   await Promise.all([
-    ...rollouts.map((r) => r.ready()),
+    // A rollout that dies while it first loads (engine, tokenizer, agent file) is restarted by
+    // the runtime; its `ready` (idempotent) runs again there instead of failing the run.
+    ...rolloutHandles.map((h) =>
+      remote(h, 'rollout', { maxTaskRetries: rolloutMaxRestarts }).ready(),
+    ),
     trainer.ready(),
     reference?.ready(),
     critic?.ready(),

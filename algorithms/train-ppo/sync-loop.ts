@@ -19,7 +19,8 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     const tStep = performance.now();
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.wakeUp());
     const items = ctx.sampler.next(o.rolloutBatchSize);
-    const groups = await generate(ctx, items);
+    const genTiming = { imbalanceMs: 0 };
+    const groups = await generate(ctx, items, genTiming);
     const genMs = performance.now() - tStep;
     account(ctx, groups);
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.sleep());
@@ -55,6 +56,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     await afterStep(ctx, {
       ...recordUpdate(ctx, kept, u, passRate),
       generate_s: genMs / 1000,
+      generate_imbalance_s: genTiming.imbalanceMs / 1000,
       weight_sync_s: sync.syncMs / 1000,
       weight_sync_share: sync.syncMs / stepMs,
       step_s: stepMs / 1000,

@@ -27,6 +27,7 @@ import { tailLines } from '../../runtime/head/logs/log-file.ts';
 import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
 import { stopOrphanDrivers } from '../../runtime/head/jobs/supervisor.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
+import type { ProcessView } from '../../runtime/head/http/contract.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 
 const daemonPath = fileURLToPath(new URL('../daemon.ts', import.meta.url));
@@ -460,6 +461,14 @@ export async function statusCommand(o: {
       .join(', ') || 'none';
   console.log(`actors:    ${fmt(s.actorsByState)}`);
   console.log(`jobs:      ${fmt(s.jobsByStatus)}`);
+  // The head and each job's driver as the head samples them; workers are on the dashboard.
+  const use = (p: ProcessView) =>
+    `${p.cpuPercent === null ? '-' : `${p.cpuPercent.toFixed(1)}%`} CPU, ` +
+    `${p.rssBytes === null ? '-' : bytes(p.rssBytes)} (pid ${p.pid})`;
+  for (const p of s.nodes.flatMap((n) => n.processes)) {
+    if (p.kind === 'head') console.log(`head:      ${use(p)}`);
+    if (p.kind === 'driver') console.log(`driver:    ${p.jobId} ${use(p)}`);
+  }
 }
 
 /**

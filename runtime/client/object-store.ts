@@ -8,8 +8,9 @@
  * @module
  */
 import { ObjectLostError } from '../errors.ts';
-import { ObjectRef } from './object-ref.ts';
 import { largeBytes } from '../out-of-band.ts';
+import type { FetchesServed, ObjectStoreStats } from '../protocol.ts';
+import { ObjectRef } from './object-ref.ts';
 import { ShmValue, removeShm, shmMinBytes, writeShm } from './shm.ts';
 
 /** Options for the store. */
@@ -47,6 +48,8 @@ export class ObjectStore {
   private readonly borrowRegistry = new FinalizationRegistry<string>((id) => this.dropBorrow(id));
   private readonly released = new WeakSet<ObjectRef<unknown>>();
   private timer: NodeJS.Timeout | undefined;
+  /** Fetches served, by fetching node. */
+  private readonly served = new Map<string, { socket: number; sharedMemory: number }>();
 
   constructor(
     readonly address: string,
@@ -56,9 +59,26 @@ export class ObjectStore {
     this.holdMs = opts.transferHoldMs ?? 30_000;
   }
 
-  /** Objects owned here and their total size in bytes (approximate for non-array values). */
-  stats(): { owned: number; borrowed: number } {
-    return { owned: this.entries.size, borrowed: this.borrowed.size };
+  /** What this store holds and the fetches it has served (what `objectStats` answers). */
+  stats(): ObjectStoreStats {
+    const fetchesServed: FetchesServed[] = [...this.served].map(([node, n]) => ({ node, ...n }));
+    return { owned: this.entries.size, borrowed: this.borrowed.size, fetchesServed };
+  }
+
+  /**
+   * Serves a fetch from a process on `node` (`''`: on none), through shared memory when `shared`
+   * (a peer on this machine), and counts it once the value is there.
+   */
+  serve(id: string, node: string, shared: boolean): Promise<unknown> | unknown {
+    const v = shared ? this.fetchShared(id) : this.fetch(id);
+    const count = (value: unknown) => {
+      let n = this.served.get(node);
+      if (!n) this.served.set(node, (n = { socket: 0, sharedMemory: 0 }));
+      if (value instanceof ShmValue) n.sharedMemory++;
+      else n.socket++;
+      return value;
+    };
+    return v instanceof Promise ? v.then(count) : count(v);
   }
 
   /** True while the object is stored here. */

@@ -44,6 +44,8 @@ export interface RuntimeOptions {
   host?: string;
   /** @default 30000 */
   objectTransferHoldMs?: number;
+  /** The node a worker runs on (`RTJOB_NODE_ID`), told to the peers it fetches from. */
+  nodeId?: string;
   /**
    * After losing the head, keep trying to reconnect (and resume this client id) this long, for a
    * head that restarts on the same session. 0 gives up at once. @default 60000 for a driver
@@ -316,9 +318,12 @@ export class Runtime {
         connectTimeoutMs: 5000,
         holdProcess: this.opts.kind !== 'driver',
       }).then((c) => {
-        // Lets a peer on this machine hand large values over through shared memory.
+        // Lets a peer on this machine hand large values over through shared memory, and count
+        // what it serves per node.
         const machine = machineId();
-        if (machine) c.send({ type: 'hello', machine });
+        const node = this.opts.nodeId;
+        if (machine || node)
+          c.send({ type: 'hello', ...(machine ? { machine } : {}), ...(node ? { node } : {}) });
         return c;
       });
       this.peers.set(address, p);
@@ -408,14 +413,17 @@ export class Runtime {
         if (conn.meta.machine === undefined || conn.meta.machine !== machineId()) return r;
         return isThenable(r) ? r.then(shareResult) : shareResult(r);
       }
-      case 'fetch':
-        if (!m.inline && conn.meta.machine !== undefined && conn.meta.machine === machineId()) {
-          return this.objects.fetchShared(m.objectId);
-        }
-        return this.objects.fetch(m.objectId);
+      case 'fetch': {
+        const sameMachine = conn.meta.machine !== undefined && conn.meta.machine === machineId();
+        const node = (conn.meta.node as string | undefined) ?? '';
+        return this.objects.serve(m.objectId, node, !m.inline && sameMachine);
+      }
       case 'hello':
         conn.meta.machine = m.machine;
+        conn.meta.node = m.node;
         return undefined;
+      case 'objectStats':
+        return this.objects.stats();
       case 'borrow': {
         // Borrows are remembered per connection so a borrower that dies releases them.
         let held = conn.meta.borrows as Map<string, number> | undefined;

@@ -52,6 +52,7 @@ const rt = await Runtime.start({
   actorId,
   incarnation,
   host: readEnv('RTJOB_WORKER_HOST'),
+  nodeId: readEnv('RTJOB_NODE_ID'),
   // Set by a node agent that outlives a head restart: the worker (and its state) waits for it.
   reconnectMs: readEnv('RTJOB_HEAD_RECONNECT_MS') ?? 0,
 });

@@ -211,4 +211,34 @@ test('rankMicroBatches gives each data-parallel rank a share of about equal padd
   );
 });
 
+test('rankMicroBatches with an attention length balances a cost that grows with the square of the length', () => {
+  const lengths = Array.from({ length: 32 }, (_, i) => 30 + ((i * 37) % 131)); // 30..160
+  const K = 120;
+  const rowCost = (t: number) => t * (1 + t / K);
+  const cost = (cuts: { indices: number[] }[]) =>
+    cuts.reduce(
+      (c, b) => c + b.indices.length * Math.max(...b.indices.map((i) => rowCost(lengths[i]!))),
+      0,
+    );
+  const opts = { maxSamples: 16, worldSize: 2 };
+  const linear = [0, 1].map((rank) => rankMicroBatches(lengths, { ...opts, rank }));
+  const quad = [0, 1].map((rank) =>
+    rankMicroBatches(lengths, { ...opts, rank, attentionLength: K }),
+  );
+  const gap = (s: { indices: number[] }[][]) => Math.abs(cost(s[0]!) - cost(s[1]!));
+  // Cut for linear cost, the rank with the long rows gets too many of them.
+  assert.ok(gap(quad) < gap(linear) / 2, `${gap(quad)} vs ${gap(linear)}`);
+  assert.ok(gap(quad) <= rowCost(160), `within one row: ${gap(quad)}`);
+  const rows = (s: { indices: number[] }[]) => s.flatMap((b) => b.indices).length;
+  assert.ok(rows(quad[1]!) < rows(linear[1]!), 'fewer long rows on the long rank');
+  assert.equal(
+    quad
+      .flat()
+      .flatMap((b) => b.indices)
+      .sort((a, b) => a - b),
+    lengths.map((_, i) => i),
+    'each sample once',
+  );
+});
+
 test.run();

@@ -124,6 +124,18 @@ export interface ChaosClusterOptions {
   extraNode?: { prefix: string[]; host: string };
 }
 
+/** One node agent process of a {@link ChaosCluster}. */
+export interface NodeProcessOptions {
+  /** Command prefix the agent starts through, e.g. `ip netns exec NS`. */
+  prefix?: string[];
+  /** Interface its workers serve on. @default '127.0.0.1' */
+  host?: string;
+  /** GPUs it reports (none need exist: a resource that places roles on this node). */
+  numGpus?: number;
+  /** Extra env of the agent and so of its workers, e.g. `RTJOB_OBJECT_SHM: '0'`. */
+  env?: Record<string, string>;
+}
+
 /** A cluster for chaos: head here, node agents as processes, a driver runtime here. */
 export class ChaosCluster {
   readonly dir = mkdtempSync(join(tmpdir(), 'rtjob-chaos-'));
@@ -140,8 +152,7 @@ export class ChaosCluster {
     this.head = await this.startOurHead(0);
     this.port = this.head.port;
     for (let i = 0; i < (this.opts.nodes ?? 2); i++) await this.addNode();
-    if (this.opts.extraNode)
-      await this.addNode(this.opts.extraNode.prefix, this.opts.extraNode.host);
+    if (this.opts.extraNode) await this.addNode(this.opts.extraNode);
     await init({ address: this.head.address, token: this.token });
   }
 
@@ -157,7 +168,8 @@ export class ChaosCluster {
   }
 
   /** Starts a node agent process (through `prefix`, e.g. a network namespace). */
-  async addNode(prefix: string[] = [], host = '127.0.0.1'): Promise<ChildProcess> {
+  async addNode(node: NodeProcessOptions = {}): Promise<ChildProcess> {
+    const { prefix = [], host = '127.0.0.1' } = node;
     const sessionDir = join(this.dir, `node-${this.nodes.length}`);
     mkdirSync(sessionDir, { recursive: true });
     const opts = {
@@ -166,6 +178,7 @@ export class ChaosCluster {
       sessionDir,
       host,
       numCpus: this.opts.cpusPerNode ?? 2,
+      ...(node.numGpus !== undefined ? { numGpus: node.numGpus } : {}),
       warmWorkers: 0,
     };
     const argv = [
@@ -177,7 +190,11 @@ export class ChaosCluster {
     ];
     const cmd = [...prefix, ...argv];
     const log = openSync(join(sessionDir, 'agent.log'), 'a');
-    const child = spawn(cmd[0]!, cmd.slice(1), { cwd: root, stdio: ['ignore', log, log] });
+    const child = spawn(cmd[0]!, cmd.slice(1), {
+      cwd: root,
+      stdio: ['ignore', log, log],
+      env: { ...process.env, ...node.env },
+    });
     closeSync(log);
     this.nodes.push(child);
     const end = Date.now() + 30_000;
@@ -412,13 +429,25 @@ export function headRestarts(seconds: number, everyMs = 4000): Promise<ChaosResu
   });
 }
 
+/** A network namespace joined to this one by a veth pair: a node agent in it is another host. */
+export interface Netns {
+  /** Command prefix that runs a process in the namespace (for {@link NodeProcessOptions}). */
+  prefix: string[];
+  /** This side's address (the head and the nodes outside listen on it). */
+  hostIp: string;
+  /** The namespace's address (its node's workers serve on it). */
+  nsIp: string;
+  /** Takes this side of the link down (`false`) or up again. */
+  link(up: boolean): void;
+  /** Removes the link and the namespace. */
+  remove(): void;
+}
+
 /**
- * A node in its own network namespace, joined by a veth pair this creates; its link is cut for
- * `cutS` seconds under load, twice. Needs root and `ip`: without them the result says so (and
- * counts as failed).
+ * Builds a network namespace and its veth pair. Needs root and `ip`: without them it throws
+ * `cannot build a network namespace here: <why>`.
  */
-export async function linkCut(seconds: number, cutS: number): Promise<ChaosResult> {
-  const scenario = `link cut ${cutS}s (netns)`;
+export function netns(): Netns {
   const id = `${process.pid % 10000}`;
   const ns = `rtjc${id}`;
   const hostIf = `rtjc${id}a`;
@@ -427,6 +456,18 @@ export async function linkCut(seconds: number, cutS: number): Promise<ChaosResul
   const hostIp = `10.213.${subnet}.1`;
   const nsIp = `10.213.${subnet}.2`;
   const ip = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
+  const remove = () => {
+    for (const args of [
+      ['link', 'del', hostIf],
+      ['netns', 'del', ns],
+    ]) {
+      try {
+        ip(...args);
+      } catch {
+        // not created
+      }
+    }
+  };
   try {
     if (process.getuid?.() !== 0) throw new Error('needs root');
     ip('netns', 'add', ns);
@@ -438,26 +479,35 @@ export async function linkCut(seconds: number, cutS: number): Promise<ChaosResul
     ip('netns', 'exec', ns, 'ip', 'link', 'set', nsIf, 'up');
     ip('netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up');
   } catch (e) {
-    cleanupNetns(ns, hostIf);
+    remove();
     const why = (e as { stderr?: Buffer }).stderr?.toString().trim() || (e as Error).message;
-    return {
-      scenario,
-      faults: 0,
-      calls: 0,
-      failed: 0,
-      lost: 0,
-      duplicated: 0,
-      hung: 0,
-      zombie: 0,
-      reordered: 0,
-      recoveryS: 0,
-      error: `cannot build a network namespace here: ${why}`,
-    };
+    throw new Error(`cannot build a network namespace here: ${why}`, { cause: e });
+  }
+  return {
+    prefix: ['ip', 'netns', 'exec', ns],
+    hostIp,
+    nsIp,
+    link: (up) => void ip('link', 'set', hostIf, up ? 'up' : 'down'),
+    remove,
+  };
+}
+
+/**
+ * A node in its own network namespace ({@link netns}); its link is cut for `cutS` seconds under
+ * load, twice. Without root and `ip` the result says so (and counts as failed).
+ */
+export async function linkCut(seconds: number, cutS: number): Promise<ChaosResult> {
+  const scenario = `link cut ${cutS}s (netns)`;
+  let net: Netns;
+  try {
+    net = netns();
+  } catch (e) {
+    return { ...emptyResult(scenario), error: (e as Error).message };
   }
   const c = new ChaosCluster({
     nodes: 1,
-    host: hostIp,
-    extraNode: { prefix: ['ip', 'netns', 'exec', ns], host: nsIp },
+    host: net.hostIp,
+    extraNode: { prefix: net.prefix, host: net.nsIp },
   });
   try {
     await c.start();
@@ -467,28 +517,15 @@ export async function linkCut(seconds: number, cutS: number): Promise<ChaosResul
     const load = c.load(until, Math.max(45_000, cutS * 3000));
     for (let i = 0; i < 2 && Date.now() < until - (cutS + 2) * 1000; i++) {
       await sleep(1000);
-      ip('link', 'set', hostIf, 'down');
+      net.link(false);
       faults++;
       await sleep(cutS * 1000);
-      ip('link', 'set', hostIf, 'up');
+      net.link(true);
     }
     await load;
     return c.verdict(scenario, faults);
   } finally {
     await c.close();
-    cleanupNetns(ns, hostIf);
-  }
-}
-
-function cleanupNetns(ns: string, hostIf: string): void {
-  for (const args of [
-    ['link', 'del', hostIf],
-    ['netns', 'del', ns],
-  ]) {
-    try {
-      execFileSync('ip', args, { stdio: 'pipe' });
-    } catch {
-      // not created
-    }
+    net.remove();
   }
 }

@@ -1,7 +1,8 @@
 /**
  * `npm run chaos`: every scenario of the chaos suite at full length, a table of counts in the
  * bench README's style, and exit 1 on any loss, hang, zombie execution, reordering, duplicate
- * at-most-once call, stale on-policy step, or a scenario that could not run here (a missing
+ * at-most-once call, stale on-policy step, weights that crossed to a node other than once or
+ * landed with other bits than the trainer's, or a scenario that could not run here (a missing
  * capability is a failure, never a pass). `CHAOS_SECONDS` scales the runtime scenarios (default
  * 30 each), `CHAOS_STEPS` the RL ones (default 12 train_ppo steps), `CHAOS_ONLY=rollout,trainer`
  * runs the scenarios whose name contains one of those texts, `CHAOS_SEED` fixes the RL faults' timing.
@@ -17,6 +18,7 @@ import {
   workerKills,
 } from './harness.ts';
 import { engineServerHangs, engineServerKills, rolloutKills, trainerKill } from './rl.ts';
+import { weightsOverNetns } from './weights.ts';
 
 const seconds = Number(process.env.CHAOS_SECONDS ?? 30);
 const steps = Number(process.env.CHAOS_STEPS ?? 12);
@@ -25,6 +27,7 @@ const all: [string, () => Promise<ChaosResult>][] = [
   ['node agent kill -9', () => nodeKills(seconds)],
   ['head restart', () => headRestarts(seconds)],
   ['link cut 20s (netns)', () => linkCut(Math.max(seconds, 60), 20)],
+  ['weights by ref (netns)', () => weightsOverNetns()],
   ['rollout kill -9 (sync)', () => rolloutKills(steps, 4)],
   ['rollout kill -9 (async)', () => rolloutKills(steps, 4, { async: true })],
   ['trainer kill -9 + resume (sync)', () => trainerKill(steps)],

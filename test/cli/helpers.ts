@@ -62,6 +62,8 @@ export class Sandbox {
     token: string;
     sessionDir: string;
     pids: number[];
+    /** The head daemon's. */
+    headPid?: number;
   } {
     return JSON.parse(readFileSync(join(this.home, '.rtjob', 'cluster.json'), 'utf8'));
   }

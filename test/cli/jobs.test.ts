@@ -36,10 +36,12 @@ test('start --head writes cluster.json (0600) and status shows the node', async 
   assert.ok(s.nodes.length >= 1);
   assert.ok(s.resources.total.CPU > 0);
   // The text form: CPU and memory in use (sampled by the node agent) next to reservations,
-  // labelled, in human units. CPU is a rate: it shows from the agent's second sample on.
+  // labelled, in human units, and the head process as the head samples itself. CPU is a rate: it
+  // shows from the second sample on.
+  const headLine = new RegExp(`head: +[\\d.]+% CPU, [\\d.]+ [KMG]iB \\(pid ${info.headPid}\\)`);
   const text = await until('status to show the CPU in use', async () => {
     const t = await sb.run(['status']);
-    return /\d+% of \d+ cores/.test(t.stdout) ? t : undefined;
+    return /\d+% of \d+ cores/.test(t.stdout) && headLine.test(t.stdout) ? t : undefined;
   });
   assert.match(text.stdout, /CPU IN USE\s+MEMORY IN USE\s+CPU RESERVED\s+GPU RESERVED/);
   assert.match(text.stdout, /\d+(\.\d)? [KMGT]?i?B of \d+(\.\d)? [KMGT]?i?B \(\d+%\)/);
@@ -234,6 +236,12 @@ test('stop leaves no processes behind', async () => {
       return undefined;
     }
   });
+  // `status` lists the running job's driver (its process group) with its CPU and memory.
+  const listed = await until('status to list the driver', async () => {
+    const t = await sb.run(['status']);
+    return /driver: +orphan [\d.]+% CPU, [\d.]+ [KMG]iB \(pid \d+\)/.test(t.stdout) ? t : undefined;
+  });
+  assert.match(listed.stdout, /head: /);
   const { pids } = sb.clusterFile();
   const r = await sb.run(['stop']);
   assert.is(r.code, 0, r.stderr);

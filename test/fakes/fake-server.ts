@@ -39,7 +39,7 @@ export interface WireSamplingFields {
  */
 export function sampleParams(
   w: WireSamplingFields,
-  own: Pick<SampleParams, 'inputIds' | 'maxNewTokens' | 'minNewTokens' | 'seed'>,
+  own: Pick<SampleParams, 'inputIds' | 'maxNewTokens' | 'minNewTokens' | 'seed' | 'topLogprobs'>,
 ): SampleParams {
   return {
     temperature: w.temperature ?? 1,
@@ -49,6 +49,21 @@ export function sampleParams(
     stop: typeof w.stop === 'string' ? [w.stop] : (w.stop ?? []),
     ignoreEos: w.ignore_eos ?? false,
     ...own,
+  };
+}
+
+/** Tokens `[from, to)` of a sample, with everything reported per token. */
+export function sliceSequence(
+  s: Readonly<GeneratedSequence>,
+  from: number,
+  to?: number,
+): GeneratedSequence {
+  return {
+    ...s,
+    tokens: s.tokens.slice(from, to),
+    logprobs: s.logprobs.slice(from, to),
+    ...(s.rawLogprobs ? { rawLogprobs: s.rawLogprobs.slice(from, to) } : {}),
+    ...(s.top ? { top: s.top.slice(from, to) } : {}),
   };
 }
 

@@ -1,7 +1,9 @@
 /**
  * A fake SGLang server that follows SGLang's native HTTP API as documented in
  * shared/reference/areal-verl-engines.md §3a: `/generate` (token-id input, `sampling_params`,
- * `return_logprob`, `meta_info.output_token_logprobs` as `[logprob, token_id, null]`,
+ * `return_logprob`, `meta_info.output_token_logprobs` as `[logprob, token_id, null]`, with
+ * `top_logprobs_num: k` `meta_info.output_top_logprobs` (per position the k most likely as
+ * `[logprob, token_id, null]`, most likely first),
  * `finish_reason` stop/length/abort, a JSON array when `n > 1`; with `"stream": true` one SSE
  * event per generated token with the output so far, then each sample's finished one and
  * `[DONE]`), `/health`,
@@ -22,6 +24,7 @@ import {
   parseFakeArgs,
   runStandalone,
   sampleParams,
+  sliceSequence,
   type FakeServerOptions,
   type RouteAnswer,
   type WireSamplingFields,
@@ -50,6 +53,7 @@ interface GenerateBody {
   text?: unknown;
   sampling_params?: SamplingParams;
   return_logprob?: boolean;
+  top_logprobs_num?: number;
   stream?: boolean;
   rid?: string;
 }
@@ -142,6 +146,9 @@ export class FakeSglangServer extends FakeServer {
       maxNewTokens: maxNew,
       minNewTokens: sp.min_new_tokens ?? 0,
       ...(sp.sampling_seed === undefined ? {} : { seed: sp.sampling_seed }),
+      ...(body.return_logprob && body.top_logprobs_num
+        ? { topLogprobs: body.top_logprobs_num }
+        : {}),
     });
     const output = (s: Readonly<GeneratedSequence>, running = false) =>
       this.output(
@@ -162,13 +169,7 @@ export class FakeSglangServer extends FakeServer {
       const event = (i: number, s: Readonly<GeneratedSequence>, running: boolean) => {
         const from = this.incremental ? sent[i]! : 0;
         sent[i] = s.tokens.length;
-        const part = {
-          ...s,
-          tokens: s.tokens.slice(from),
-          logprobs: s.logprobs.slice(from),
-          ...(s.rawLogprobs ? { rawLogprobs: s.rawLogprobs.slice(from) } : {}),
-        };
-        const o = output(part, running);
+        const o = output(sliceSequence(s, from), running);
         return n > 1 ? { ...o, index: i } : o;
       };
       return {
@@ -199,6 +200,10 @@ export class FakeSglangServer extends FakeServer {
     if (useRaw && !s.rawLogprobs)
       throw new Error('the generator cannot report logprobs before temperature');
     const lps = useRaw ? s.rawLogprobs! : s.logprobs;
+    const top = s.top?.map((a) => {
+      const l = useRaw ? a.rawLogprobs! : a.logprobs;
+      return a.ids.map((id, j) => [l[j], id, null]);
+    });
     let text = this.generator.decode(s.tokens);
     if (s.finish === 'stop' && typeof s.matched === 'string' && !noStopTrim)
       text = text.slice(0, text.length - s.matched.length);
@@ -226,6 +231,7 @@ export class FakeSglangServer extends FakeServer {
           ? {
               output_token_logprobs: s.tokens.map((t, i) => [lps[i], t, null]),
               input_token_logprobs: [],
+              ...(top ? { output_top_logprobs: top, input_top_logprobs: [] } : {}),
             }
           : {}),
         e2e_latency: (Date.now() - started) / 1000,

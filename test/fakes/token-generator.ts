@@ -27,6 +27,8 @@ export interface SamplingRequest {
   stop: string[];
   ignoreEos: boolean;
   seed?: number;
+  /** Also report this many most likely tokens at each position (SGLang `top_logprobs_num`, vLLM `logprobs`). */
+  topLogprobs?: number;
   /** Aborting it ends the sample now with finish `abort` and the tokens so far. */
   signal: AbortSignal;
   /** Awaited before every token; a server paused in place holds it. */
@@ -35,11 +37,20 @@ export interface SamplingRequest {
   onToken: (soFar: Readonly<GeneratedSequence>) => void;
 }
 
+/** The most likely tokens at one position, most likely first; logprobs as in {@link GeneratedSequence}. */
+export interface Alternatives {
+  ids: number[];
+  logprobs: number[];
+  rawLogprobs?: number[];
+}
+
 /** One generated sample. `logprobs` are after temperature; `rawLogprobs` before it, when known. */
 export interface GeneratedSequence {
   tokens: number[];
   logprobs: number[];
   rawLogprobs?: number[];
+  /** With `topLogprobs`: the alternatives at each position. */
+  top?: Alternatives[];
   finish: 'stop' | 'length' | 'abort';
   /** The stop token id or stop string that ended it. */
   matched?: number | string;
@@ -131,7 +142,13 @@ export class DeterministicGenerator implements TokenGenerator {
   async generate(req: SamplingRequest): Promise<GeneratedSequence> {
     const rand = req.seed === undefined ? this.stream : seededRandom(req.seed);
     const context = req.inputIds.slice();
-    const out: GeneratedSequence = { tokens: [], logprobs: [], rawLogprobs: [], finish: 'length' };
+    const out: GeneratedSequence = {
+      tokens: [],
+      logprobs: [],
+      rawLogprobs: [],
+      ...(req.topLogprobs ? { top: [] } : {}),
+      finish: 'length',
+    };
     const ends = new Set(req.stopTokenIds);
     if (!req.ignoreEos) ends.add(this.eosTokenId);
     while (out.tokens.length < req.maxNewTokens) {
@@ -149,6 +166,17 @@ export class DeterministicGenerator implements TokenGenerator {
       out.tokens.push(tok);
       out.logprobs.push(tempered[tok]!);
       out.rawLogprobs!.push(raw[tok]!);
+      if (out.top) {
+        // Temperature keeps the order, so the raw and the tempered top-k are the same tokens.
+        const ids = Array.from(raw.keys())
+          .sort((x, y) => raw[y]! - raw[x]!)
+          .slice(0, req.topLogprobs);
+        out.top.push({
+          ids,
+          logprobs: ids.map((i) => tempered[i]!),
+          rawLogprobs: ids.map((i) => raw[i]!),
+        });
+      }
       context.push(tok);
       req.onToken(out);
       if (ends.has(tok)) return { ...out, finish: 'stop', matched: tok };
@@ -195,13 +223,16 @@ export class EngineGenerator implements TokenGenerator {
       stopTokenIds: req.stopTokenIds,
       stop: req.stop,
       ...(req.seed === undefined ? {} : { seed: req.seed }),
+      ...(req.topLogprobs ? { topLogprobs: req.topLogprobs } : {}),
     };
     const r = await this.engine.generate({ inputIds: req.inputIds, gconfig });
+    const top = r.outputTopLogprobs?.map((t) => ({ ids: t.ids, logprobs: t.logprobs }));
     // The engine answers whole: its tokens are told (and streamed) in one go after it.
     for (let i = 1; i <= r.outputTokens.length; i++) {
       req.onToken({
         tokens: r.outputTokens.slice(0, i),
         logprobs: r.outputLogprobs.slice(0, i),
+        ...(top ? { top: top.slice(0, i) } : {}),
         finish: 'length',
       });
     }
@@ -209,6 +240,7 @@ export class EngineGenerator implements TokenGenerator {
     return {
       tokens: r.outputTokens,
       logprobs: r.outputLogprobs,
+      ...(top ? { top } : {}),
       finish: r.stopReason,
       ...(r.stopReason === 'stop' && last !== undefined ? { matched: last } : {}),
     };

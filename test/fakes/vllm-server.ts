@@ -1,7 +1,8 @@
 /**
  * A fake vLLM OpenAI-compatible server following shared/reference/areal-verl-engines.md §3b:
  * `/v1/completions` with a token-id `prompt` (`logprobs`, `return_tokens_as_token_ids` giving
- * `token_id:N` tokens, `token_logprobs`, `top_logprobs`, `text_offset`, `finish_reason`,
+ * `token_id:N` tokens, `token_logprobs`, `top_logprobs` (per position the sampled token, then
+ * the `logprobs` most likely: up to `logprobs + 1` entries), `text_offset`, `finish_reason`,
  * `stop_reason`, `usage`; with `stream: true` completion chunks, one per generated token, then
  * one per choice with its `finish_reason`, and `[DONE]`), `/health`, `/v1/models`, and the dev-mode routes
  * (`VLLM_SERVER_DEV_MODE=1`): `/sleep?level=`, `/wake_up?tags=`, `/is_sleeping`,
@@ -21,6 +22,7 @@ import {
   parseFakeArgs,
   runStandalone,
   sampleParams,
+  sliceSequence,
   type FakeServerOptions,
   type RouteAnswer,
   type WireSamplingFields,
@@ -35,6 +37,8 @@ export interface FakeVllmOptions extends FakeServerOptions {
   devMode?: boolean;
   /** The name in `/v1/models` and the `model` field. @default the model path */
   servedModelName?: string;
+  /** Like `--max-logprobs`: the largest `logprobs` a request may ask. @default 20 */
+  maxLogprobs?: number;
 }
 
 interface CompletionBody extends WireSamplingFields {
@@ -53,6 +57,7 @@ interface CompletionBody extends WireSamplingFields {
 export class FakeVllmServer extends FakeServer {
   private readonly processed: boolean;
   private readonly servedName: string;
+  private readonly maxLogprobs: number;
   private sleepLevel = 0;
   private weightsAsleep = false;
   private kvAsleep = false;
@@ -67,6 +72,7 @@ export class FakeVllmServer extends FakeServer {
     super(opts);
     this.processed = opts.logprobsMode === 'processed_logprobs';
     this.servedName = opts.servedModelName ?? this.modelPath;
+    this.maxLogprobs = opts.maxLogprobs ?? 20;
     this.route('POST', '/v1/completions', (r) => this.complete(r.body as CompletionBody));
     this.route('GET', '/v1/models', () => ({
       json: {
@@ -158,6 +164,11 @@ export class FakeVllmServer extends FakeServer {
         `This model's maximum context length is ${this.contextLength} tokens. However, you requested ${prompt.length + maxTokens} tokens (${prompt.length} in the messages, ${maxTokens} in the completion). Please reduce the length of the messages or completion.`,
       );
     }
+    if ((body.logprobs ?? 0) > this.maxLogprobs)
+      return err(
+        400,
+        `Requested sample logprobs of ${body.logprobs}, which is greater than max allowed: ${this.maxLogprobs}`,
+      );
     if (this.sleeping) return err(500, 'the engine is sleeping; call /wake_up');
     await this.whilePaused();
     const n = body.n ?? 1;
@@ -167,6 +178,7 @@ export class FakeVllmServer extends FakeServer {
       maxNewTokens: maxTokens,
       minNewTokens: body.min_tokens ?? 0,
       ...(body.seed === undefined ? {} : { seed: body.seed }),
+      ...(body.logprobs ? { topLogprobs: body.logprobs } : {}),
     });
     const id = `cmpl-${randomBytes(16).toString('hex')}`;
     if (body.stream) {
@@ -179,21 +191,16 @@ export class FakeVllmServer extends FakeServer {
         model: this.servedName,
         choices,
       });
-      const from = (s: Readonly<GeneratedSequence>, k: number): GeneratedSequence => ({
-        ...s,
-        tokens: s.tokens.slice(k),
-        logprobs: s.logprobs.slice(k),
-        ...(s.rawLogprobs ? { rawLogprobs: s.rawLogprobs.slice(k) } : {}),
-      });
       return {
         sse: async (send) => {
           const samples = await this.sampleAll(n, params, (i, s) => {
-            const c = this.choice(from(s, s.tokens.length - 1), i, body, params.temperature);
+            const last = sliceSequence(s, s.tokens.length - 1);
+            const c = this.choice(last, i, body, params.temperature);
             send(chunk([{ ...c, finish_reason: null, stop_reason: null }]));
           });
           await this.delayAnswer();
           samples.forEach((s, i) => {
-            const c = this.choice(from(s, s.tokens.length), i, body, params.temperature);
+            const c = this.choice(sliceSequence(s, s.tokens.length), i, body, params.temperature);
             send(chunk([{ ...c, text: '' }]));
           });
         },
@@ -223,7 +230,8 @@ export class FakeVllmServer extends FakeServer {
   private choice(s: GeneratedSequence, index: number, body: CompletionBody, temperature: number) {
     const useRaw = !this.processed && temperature !== 0 && temperature !== 1;
     if (useRaw && !s.rawLogprobs) throw new Error('the generator cannot report raw logprobs');
-    const lps = (useRaw ? s.rawLogprobs! : s.logprobs).map((l) => Math.max(l, -9999));
+    const clamp = (l: number) => Math.max(l, -9999);
+    const lps = (useRaw ? s.rawLogprobs! : s.logprobs).map(clamp);
     const asIds = body.return_tokens_as_token_ids === true;
     const tokenStrings = s.tokens.map((t) =>
       asIds ? `token_id:${t}` : this.generator.decode([t]),
@@ -249,7 +257,16 @@ export class FakeVllmServer extends FakeServer {
               text_offset: textOffset,
               token_logprobs: lps,
               tokens: tokenStrings,
-              top_logprobs: tokenStrings.map((t, i) => ({ [t]: lps[i] })),
+              // The sampled token first, then the most likely ones (it may be among them).
+              top_logprobs: tokenStrings.map((t, i) => {
+                const row: Record<string, number> = { [t]: lps[i]! };
+                const a = s.top?.[i];
+                a?.ids.forEach((id, j) => {
+                  const key = asIds ? `token_id:${id}` : this.generator.decode([id]);
+                  row[key] ??= clamp(useRaw ? a.rawLogprobs![j]! : a.logprobs[j]!);
+                });
+                return row;
+              }),
             },
       finish_reason: s.finish,
       stop_reason: s.finish === 'stop' && !eos ? (s.matched ?? null) : null,

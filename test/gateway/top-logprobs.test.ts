@@ -2,29 +2,58 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import OpenAI from 'openai';
 import { BuiltinEngine } from '../../actors/engines/builtin/engine.ts';
+import type { RemoteEngine } from '../../actors/engines/http/remote-engine.ts';
+import { SglangEngine } from '../../actors/engines/sglang/index.ts';
+import { VllmEngine } from '../../actors/engines/vllm/index.ts';
 import type { Gateway } from '../../actors/gateway/server.ts';
 import { tinyMathModelDir } from '../../actors/model/index.ts';
 import { topLogprobs } from '../../actors/model/sampling.ts';
 import { loadTokenizer } from '../../actors/model/tokenizer.ts';
+import type { FakeServer } from '../fakes/fake-server.ts';
+import { FakeSglangServer } from '../fakes/sglang-server.ts';
+import { EngineGenerator } from '../fakes/token-generator.ts';
+import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import { compactToolTemplate, scriptedEngine, startGateway, tokenizerWith } from './helpers.ts';
 
 // `logprobs: true, top_logprobs: k` through the `openai` client: real alternatives from the
-// builtin engine (whole and streamed), and a 400 naming the field where the engine has none.
+// builtin engine (whole and streamed), the same through the SGLang and vLLM engines in front of
+// fake servers that generate with that builtin model (SGLang `top_logprobs_num`, vLLM
+// `logprobs: k`), and a 400 naming the field where the engine has none.
 let builtin: BuiltinEngine;
 let gw: Gateway;
 let client: OpenAI;
 const messages = [{ role: 'user' as const, content: 'What is 7 + 8?' }];
+const tokenizer = loadTokenizer(tinyMathModelDir);
+const http: Array<{ name: string; fake: FakeServer; engine: RemoteEngine; gw: Gateway }> = [];
 
 test.before(async () => {
   builtin = await BuiltinEngine.create({ modelPath: tinyMathModelDir, seed: 5 });
-  gw = await startGateway({
-    engine: builtin,
-    tokenizer: loadTokenizer(tinyMathModelDir),
-    contextLength: 256,
-  });
+  gw = await startGateway({ engine: builtin, tokenizer, contextLength: 256 });
   client = new OpenAI({ baseURL: gw.baseURL, apiKey: gw.openSession().apiKey, maxRetries: 0 });
+  const generator = new EngineGenerator(builtin, {
+    eosTokenId: tokenizer.eosTokenId!,
+    decode: (ids) => tokenizer.decode(ids, { skipSpecialTokens: false }),
+  });
+  const sglang = await FakeSglangServer.start({ generator });
+  const vllm = await FakeVllmServer.start({ generator, logprobsMode: 'processed_logprobs' });
+  for (const [name, fake, engine] of [
+    ['sglang', sglang, new SglangEngine({ urls: [sglang.url] })],
+    ['vllm', vllm, new VllmEngine({ urls: [vllm.url], logprobsMode: 'processed_logprobs' })],
+  ] as const) {
+    http.push({
+      name,
+      fake,
+      engine,
+      gw: await startGateway({ engine, tokenizer, contextLength: 256 }),
+    });
+  }
 });
 test.after(async () => {
+  for (const h of http) {
+    await h.gw.close();
+    await h.engine.close();
+    await h.fake.close();
+  }
   await gw.close();
   await builtin.close();
 });
@@ -89,6 +118,64 @@ test('sampled and streamed: every chunk carries its tokens with their alternativ
     if (same) assert.ok(Math.abs(same.logprob - e.logprob) < 1e-6);
   }
 });
+
+/** A greedy completion with `k` alternatives per token through `c`. */
+function greedyTop(c: OpenAI, k: number) {
+  return c.chat.completions.create({
+    model: 'tiny',
+    messages,
+    max_tokens: 16,
+    temperature: 0,
+    logprobs: true,
+    top_logprobs: k,
+  });
+}
+
+for (const name of ['sglang', 'vllm']) {
+  test(`${name} engine: the alternatives the builtin model gives, whole and streamed`, async () => {
+    const h = http.find((x) => x.name === name)!;
+    const c = new OpenAI({
+      baseURL: h.gw.baseURL,
+      apiKey: h.gw.openSession().apiKey,
+      maxRetries: 0,
+    });
+    const before = h.fake.stats.generateRequests;
+    const direct = await greedyTop(client, 4);
+    const viaServer = await greedyTop(c, 4);
+    assert.is(h.fake.stats.generateRequests - before, 1, 'the server generated the answer');
+    const want = direct.choices[0]!.logprobs!.content!;
+    const got = viaServer.choices[0]!.logprobs!.content!;
+    assert.is(got.length, want.length);
+    got.forEach((e, i) => {
+      assert.is(e.token, want[i]!.token);
+      assert.equal(
+        e.top_logprobs.map((x) => x.token),
+        want[i]!.top_logprobs.map((x) => x.token),
+        `position ${i}`,
+      );
+      e.top_logprobs.forEach((x, j) =>
+        assert.ok(Math.abs(x.logprob - want[i]!.top_logprobs[j]!.logprob) < 1e-6),
+      );
+    });
+
+    // Streamed: the engine asks the server to stream, every chunk carries its alternatives.
+    const stream = await c.chat.completions.create({
+      model: 'tiny',
+      messages,
+      max_tokens: 16,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 4,
+      stream: true,
+    });
+    const entries: OpenAI.ChatCompletionTokenLogprob[] = [];
+    for await (const ch of stream) entries.push(...(ch.choices[0]?.logprobs?.content ?? []));
+    assert.equal(
+      entries.map((e) => e.top_logprobs.map((x) => x.token)),
+      want.map((e) => e.top_logprobs.map((x) => x.token)),
+    );
+  });
+}
 
 test('an engine without alternatives, or top_logprobs without logprobs: 400 naming top_logprobs', async () => {
   const tok = tokenizerWith(compactToolTemplate);

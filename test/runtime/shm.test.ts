@@ -2,7 +2,17 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { defineActor, get, init, kill, put, release, shutdown } from '../../runtime/index.ts';
+import {
+  actorInfo,
+  defineActor,
+  get,
+  init,
+  kill,
+  objectStats,
+  put,
+  release,
+  shutdown,
+} from '../../runtime/index.ts';
 import type { Consumer } from '../fixtures/runtime/weights.ts';
 import { fixture, rejection, until } from './helpers.ts';
 
@@ -10,6 +20,13 @@ const ConsumerActor = defineActor<typeof Consumer>(fixture('weights.ts'), 'Consu
 const shmDir = `/dev/shm/rtjob-${process.getuid!()}`;
 /** Shared-memory files written by process `pid`. */
 const filesOf = (pid: number) => readdirSync(shmDir).filter((n) => n.startsWith(`${pid}-`));
+/** Fetches this process has served to `node`, as its object store counts them. */
+const servedTo = async (node: string) =>
+  (await objectStats()).fetchesServed.find((s) => s.node === node) ?? {
+    node,
+    socket: 0,
+    sharedMemory: 0,
+  };
 
 test.before(async () => {
   await init({ address: 'local', local: { node: { numCpus: 4 } }, objectTransferHoldMs: 200 });
@@ -39,9 +56,12 @@ test('a large put reaches consumers on the machine through one shared-memory fil
   const before = filesOf(process.pid).length;
   const ref = put(weights);
   const consumers = Array.from({ length: 3 }, () => ConsumerActor.remote());
+  const node = (await actorInfo(consumers[0]!)).nodeId!;
+  const served = await servedTo(node);
   const seen = await get(consumers.map((c) => c.describe.remote(ref)));
   for (const s of seen) assert.equal(s, want);
   assert.is(filesOf(process.pid).length, before + 1, 'written once for three readers');
+  assert.equal(await servedTo(node), { ...served, sharedMemory: served.sharedMemory + 3 });
   release(ref);
   await Promise.all(consumers.map((c) => kill(c)));
 });
@@ -67,9 +87,12 @@ test('RTJOB_OBJECT_SHM=0 sends the same values over the socket', async () => {
   const c = ConsumerActor.options({ env: { RTJOB_OBJECT_SHM: '0' } }).remote();
   const pid = await c.pid.remote();
   const before = filesOf(process.pid).length;
+  const node = (await actorInfo(c)).nodeId!;
+  const served = await servedTo(node);
   const ref = put(weights);
   assert.equal(await c.describe.remote(ref), want);
   assert.is(filesOf(process.pid).length, before, 'no file for a peer without shared memory');
+  assert.equal(await servedTo(node), { ...served, socket: served.socket + 1 }, 'counted per path');
   const got = await c.makeWeights.remote(n);
   assert.is(got.w[n - 1], n - 1);
   assert.is(filesOf(pid).length, 0);

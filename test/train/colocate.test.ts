@@ -5,7 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
 import { placeRoles } from '../../algorithms/train-ppo/placement.ts';
+import type { FlagError } from '../../algorithms/driver-flags.ts';
 import { listActors } from '../../runtime/api.ts';
 import type { ActorInfo } from '../../runtime/protocol.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
@@ -24,8 +26,10 @@ const flags = {
   colocateAllModels: true,
   rolloutNumEngines: 2,
   rolloutNumGpusPerEngine: 1,
+  actorNumNodes: 1,
   actorNumGpusPerNode: 1,
   refNumGpusPerNode: 1,
+  criticNumNodes: 1,
   criticNumGpusPerNode: 1,
   initKlCoef: 0.01,
   advantageEstimator: 'gae' as const,
@@ -89,6 +93,50 @@ test('data-parallel ranks spread over the bundles: rank i beside rollout i', () 
   });
   assert.is(three.bundles.length, 3);
   assert.is(three.role('trainer', 2).numCpus, 1);
+});
+
+test("OpenRLHF's --actor-num-nodes × --actor-num-gpus-per-node: ranks of one GPU each", () => {
+  const o = parseTrainPpoFlags([
+    '--actor-num-nodes',
+    '2',
+    '--actor-num-gpus-per-node',
+    '4',
+    '--advantage-estimator',
+    'gae',
+    '--critic-num-gpus-per-node',
+    '2',
+    '--colocate-all-models',
+    '--rollout-num-engines',
+    '8',
+  ]);
+  assert.is(o.actorNumReplicas, 8);
+  assert.is(o.criticNumReplicas, 2);
+  const p = placeRoles(o);
+  assert.is(p.strategy, 'PACK', 'spans nodes');
+  assert.is(p.bundles.length, 8);
+  assert.equal(p.role('trainer', 7).bundleIndex, 7);
+  const apart = placeRoles({ ...o, colocateAllModels: false });
+  assert.is(apart.role('trainer', 3).numGpus, 1, 'one GPU per rank');
+  assert.is(apart.role('critic', 1).numGpus, 1);
+  assert.is(placeRoles(parseTrainPpoFlags([])).strategy, 'STRICT_PACK');
+  const shared = parseTrainPpoFlags(['--actor-num-gpus-per-node', '0.5']);
+  assert.is(shared.actorNumReplicas, 1, 'a share of a GPU is one rank');
+  const refused = (argv: string[], flag: string, text: RegExp) => {
+    try {
+      parseTrainPpoFlags(argv);
+      assert.unreachable(`${argv.join(' ')} was accepted`);
+    } catch (e) {
+      assert.is((e as FlagError).flag, flag);
+      assert.match((e as Error).message, text);
+    }
+  };
+  refused(['--actor-num-nodes', '2'], '--actor-num-nodes', /--actor-num-replicas/);
+  refused(['--actor-num-gpus-per-node', '1.5'], '--actor-num-gpus-per-node', /whole GPUs/);
+  refused(
+    ['--actor-num-gpus-per-node', '2', '--actor-num-replicas', '3'],
+    '--actor-num-replicas',
+    /disagrees with --actor-num-nodes × --actor-num-gpus-per-node = 2/,
+  );
 });
 
 test('--colocate-all-models places every role in one placement group and trains', async () => {

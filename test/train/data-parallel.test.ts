@@ -12,7 +12,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Trainer, type TrainSample, type TrainStats } from '../../actors/trainer.ts';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
-import { defineActor, init, kill, shutdown } from '../../runtime/index.ts';
+import { defineActor, init, kill, listActors, shutdown } from '../../runtime/index.ts';
+import type { ActorInfo } from '../../runtime/protocol.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
@@ -26,7 +27,9 @@ const TrainerActor = defineActor<typeof Trainer>(
 
 test.before(async () => {
   model = await writeTinyModel(root);
-  await init({ address: 'local', local: { node: { numCpus: 4 } } });
+  // Two GPUs in the node's resources only (the ranks train on the CPU backend): enough to place
+  // OpenRLHF's `--actor-num-gpus-per-node 2` as two ranks of one GPU each.
+  await init({ address: 'local', local: { node: { numCpus: 4, numGpus: 2 } } });
 });
 test.after(async () => {
   await shutdown();
@@ -56,10 +59,14 @@ test('two ranks split the micro-batches, stay bit-identical, and match one train
     await Promise.all(ranks.map((r) => r.ready.remote()));
     const stats = await Promise.all(ranks.map((r) => r.train.remote(samples)));
     const again = await Promise.all(ranks.map((r) => r.train.remote(samples.slice(0, 8))));
+    // From the third step on, each rank cuts its share with the cost model learnt from the
+    // timings of the first two: every rank must still cut alike (same shares, same weights).
+    const third = await Promise.all(ranks.map((r) => r.train.remote(samples)));
     // Timings are each rank's own; everything else is all-reduced.
     const reduced = ({ timing: _, ...rest }: TrainStats) => rest;
     assert.equal(reduced(stats[0]!), reduced(stats[1]!), 'both ranks report the same statistics');
     assert.equal(reduced(again[0]!), reduced(again[1]!));
+    assert.equal(reduced(third[0]!), reduced(third[1]!));
     assert.is(stats[0]!.timing.computeMs, stats[1]!.timing.computeMs, 'the slowest rank, on both');
     assert.ok(stats[0]!.timing.imbalanceMs >= 0 && stats[0]!.timing.allreduceMs >= 0);
     const ws = await Promise.all(ranks.map((r) => r.weights.remote()));
@@ -148,15 +155,28 @@ const tinyGae = (extra: string[]): string[] => [
 
 test('train_ppo with 2 trainer and 2 critic ranks trains (gae), and resumes with 1 rank', async () => {
   const rows: Record<string, number>[] = [];
+  let ranks: ActorInfo[] = [];
   const log = {
     line: () => {},
-    metric: (_s: number, v: Record<string, number>) => void rows.push(v),
+    metric: (step: number, v: Record<string, number>) => {
+      rows.push(v);
+      if (step === 1 && !ranks.length)
+        void listActors().then(
+          (a) =>
+            (ranks = a.filter(
+              (x) => x.state === 'ALIVE' && ['Trainer', 'Critic'].includes(x.spec.exportName),
+            )),
+        );
+    },
   };
   const s = await trainPpo(
     tinyGae([
-      '--actor-num-replicas',
+      // OpenRLHF's spelling: one node × 2 GPUs is two ranks of one GPU (--actor-num-replicas 2).
+      '--actor-num-nodes',
+      '1',
+      '--actor-num-gpus-per-node',
       '2',
-      '--critic-num-replicas',
+      '--critic-num-gpus-per-node',
       '2',
       '--rollout-num-engines',
       '2',
@@ -170,6 +190,14 @@ test('train_ppo with 2 trainer and 2 critic ranks trains (gae), and resumes with
     { log },
   );
   assert.is(s.steps, 2);
+  assert.equal(ranks.map((a) => a.spec.exportName).sort(), [
+    'Critic',
+    'Critic',
+    'Trainer',
+    'Trainer',
+  ]);
+  // Colocated: rank i shares GPU i's bundle with rollout i and the other role's rank i.
+  assert.ok(ranks.every((a) => (a.options.resources.GPU ?? 0) > 0 && a.options.bundleIndex! < 2));
   const steps = rows.filter((r) => r.policy_loss !== undefined);
   assert.is(steps.length, 2);
   assert.ok(steps.every((r) => Number.isFinite(r.policy_loss!) && Number.isFinite(r.value_loss!)));

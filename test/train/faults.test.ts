@@ -85,6 +85,33 @@ test('a rollout worker killed mid-run restarts, its in-flight groups re-run, eve
   assert.is(rows.filter((r) => r.reward_mean !== undefined).at(-1)!.rollout_restarts, 1);
 });
 
+test('a rollout that dies while the roles first start is restarted and the run goes on', async () => {
+  const marker = join(root, 'crashed-on-load');
+  process.env.CRASH_ON_LOAD_MARKER = marker;
+  const lines: string[] = [];
+  try {
+    const s = await trainPpo(
+      base([
+        '--rollout-num-engines',
+        '1',
+        '--prompt-data',
+        dataset('load-crash.jsonl'),
+        '--max-steps',
+        '1',
+        '--agent-func',
+        fixture('crash-on-load-step.ts'),
+      ]),
+      {},
+      { log: { line: (t) => void lines.push(t), metric: () => undefined } },
+    );
+    assert.ok(existsSync(marker), 'the rollout died while loading its agent');
+    assert.is(s.steps, 1, lines.join('\n'));
+    assert.is(s.episodesFailed, 0);
+  } finally {
+    delete process.env.CRASH_ON_LOAD_MARKER;
+  }
+});
+
 test('a killed trainer fails the job with the cause; --load-checkpoint resumes with no prompt lost or repeated', async () => {
   const data = dataset('plain.jsonl');
   const ckpt = join(root, 'ckpt');

@@ -4,6 +4,7 @@
  * @module
  */
 import { EngineError, isEngineError } from './errors.ts';
+import type { TopLogprobs } from '../types.ts';
 import type { ResolvedGenerationConfig, ServerCall } from './remote-engine.ts';
 
 /** Calls a route, returning `false` instead of failing when the server does not have it (404). */
@@ -61,4 +62,16 @@ export function sharedSamplingFields(g: ResolvedGenerationConfig): Record<string
     stop_token_ids: g.stopTokenIds,
     ignore_eos: false,
   };
+}
+
+/**
+ * `[token id, logprob]` pairs as the `k` most likely, most likely first (the order the contract
+ * promises; vLLM puts the sampled token first and may add it as a `k + 1`-th entry).
+ */
+export function mostLikelyFirst(
+  pairs: ReadonlyArray<readonly [number, number]>,
+  k = pairs.length,
+): TopLogprobs {
+  const kept = [...pairs].sort((a, b) => b[1] - a[1]).slice(0, k);
+  return { ids: kept.map((p) => p[0]), logprobs: kept.map((p) => p[1]) };
 }

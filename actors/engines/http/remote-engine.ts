@@ -27,6 +27,7 @@ import type {
   NamedTensors,
   PauseOptions,
   StopReason,
+  TopLogprobs,
   WeightUpdate,
 } from '../types.ts';
 import { backoffDelayMs, delay } from './backoff.ts';
@@ -47,22 +48,37 @@ export interface ResolvedGenerationConfig {
   stop: string[];
   n: number;
   seed: number | undefined;
+  /** Alternatives asked at each position; 0: none. */
+  topLogprobs: number;
+}
+
+/** Tokens of one sample with their logprobs, and their alternatives when asked. */
+export interface SampleTokens {
+  tokens: number[];
+  logprobs: number[];
+  /** With `topLogprobs`: one entry per token, most likely first. */
+  top?: TopLogprobs[];
 }
 
 /** One sample as a server returned it. */
-export interface SampleOutput {
-  tokens: number[];
-  logprobs: number[];
+export interface SampleOutput extends SampleTokens {
   finish: StopReason;
   /** The server's message when `finish` is `abort`. */
   abortMessage?: string;
 }
 
 /** New tokens of one sample in a streamed answer. */
-export interface StreamedTokens {
+export interface StreamedTokens extends SampleTokens {
   sample: number;
-  tokens: number[];
-  logprobs: number[];
+}
+
+/** Tokens `[from, to)` of `t`, alternatives included when it has them. */
+export function sliceTokens(t: SampleTokens, from: number, to?: number): SampleTokens {
+  return {
+    tokens: t.tokens.slice(from, to),
+    logprobs: t.logprobs.slice(from, to),
+    ...(t.top ? { top: t.top.slice(from, to) } : {}),
+  };
 }
 
 /** The state of one streamed generation answer; see {@link EngineProtocol.streamReader}. */
@@ -95,10 +111,10 @@ export interface EngineProtocol {
     n: number,
     stream: boolean,
   ): { path: string; body: unknown };
-  /** The `n` samples in a generation answer, in order. */
-  parseGenerate(json: unknown, n: number, url: string): SampleOutput[];
+  /** The `n` samples in a generation answer, in order, with `top` alternatives per token when asked. */
+  parseGenerate(json: unknown, n: number, url: string, top: number): SampleOutput[];
   /** Reads one streamed generation answer of `n` samples, event by event. */
-  streamReader(n: number, url: string): StreamReader;
+  streamReader(n: number, url: string, top: number): StreamReader;
   /** Aborts in-flight requests and holds new ones; `false` when the server has no such route. */
   pauseServer(call: ServerCall): Promise<boolean>;
   continueServer(call: ServerCall): Promise<void>;
@@ -158,6 +174,11 @@ export interface RemoteEngineOptions {
   writeCheckpoint?: (tensors: NamedTensors, version: number) => Promise<string>;
   /** Told when a server goes down (its requests are re-sent elsewhere) or comes back. */
   onServerEvent?: (e: ServerEvent) => void;
+  /**
+   * The most alternatives per token a request may ask (`gconfig.topLogprobs`); vLLM refuses
+   * more than its `--max-logprobs` (default 20). @default 20
+   */
+  maxTopLogprobs?: number;
 }
 
 /** Defaults of {@link RemoteEngineOptions}. */
@@ -170,6 +191,7 @@ export const remoteEngineDefaults = {
   retryMaxDelayMs: 5000,
   retryAfterMaxMs: 60_000,
   noServerWaitMs: 30_000,
+  maxTopLogprobs: 20,
 } as const;
 
 /** Fills a request's generation config with the contract's defaults. */
@@ -185,6 +207,7 @@ export function resolveGenerationConfig(g: GenerationConfig = {}): ResolvedGener
     stop: g.stop ?? [],
     n: g.n ?? 1,
     seed: g.seed,
+    topLogprobs: g.topLogprobs ?? 0,
   };
   if (!Number.isInteger(r.maxNewTokens) || r.maxNewTokens < 0) {
     throw new EngineError(
@@ -196,12 +219,8 @@ export function resolveGenerationConfig(g: GenerationConfig = {}): ResolvedGener
     throw new EngineError('config', `n must be ≥ 1, got ${r.n}`);
   if (!(r.temperature >= 0)) throw new EngineError('config', `temperature must be ≥ 0`);
   if (!(r.topP > 0 && r.topP <= 1)) throw new EngineError('config', `topP must be in (0, 1]`);
-  if ((g.topLogprobs ?? 0) > 0) {
-    throw new EngineError(
-      'unsupported',
-      'topLogprobs: the HTTP engines do not ask their servers for alternatives',
-    );
-  }
+  if (!Number.isInteger(r.topLogprobs) || r.topLogprobs < 0)
+    throw new EngineError('config', `topLogprobs must be a non-negative integer`);
   return r;
 }
 
@@ -209,17 +228,32 @@ interface Accumulated {
   tokens: number[];
   logprobs: number[];
   versions: number[];
+  /** Set when alternatives were asked. */
+  top: TopLogprobs[] | undefined;
+}
+
+function accumulated(g: ResolvedGenerationConfig): Accumulated {
+  return { tokens: [], logprobs: [], versions: [], top: g.topLogprobs > 0 ? [] : undefined };
+}
+
+/** The request's result from what a sample accumulated. */
+function resultOf(acc: Accumulated, stopReason: StopReason, started: number): GenerateResult {
+  return {
+    outputTokens: acc.tokens,
+    outputLogprobs: acc.logprobs,
+    outputVersions: acc.versions,
+    ...(acc.top ? { outputTopLogprobs: acc.top } : {}),
+    stopReason,
+    latencyMs: Date.now() - started,
+  };
 }
 
 /** `req.onTokens` for sample `sample`; a listener's error does not fail the request. */
-function teller(
-  req: GenerateRequest,
-  sample: number,
-): (tokens: number[], logprobs: number[]) => void {
+function teller(req: GenerateRequest, sample: number): (t: SampleTokens) => void {
   let listener = req.onTokens;
-  return (tokens, logprobs) => {
+  return (t) => {
     try {
-      listener?.({ sample, tokens, logprobs });
+      listener?.({ sample, ...t });
     } catch {
       listener = undefined;
     }
@@ -231,7 +265,7 @@ function teller(
  * non-streamed path drops tokens past the budget the same way).
  */
 function tellUpTo(
-  tells: Array<(tokens: number[], logprobs: number[]) => void>,
+  tells: Array<(t: SampleTokens) => void>,
   limit: number,
 ): (t: StreamedTokens) => void {
   const told = tells.map(() => 0);
@@ -239,7 +273,7 @@ function tellUpTo(
     const take = Math.min(t.tokens.length, Math.max(0, limit - told[t.sample]!));
     if (take === 0) return;
     told[t.sample]! += take;
-    tells[t.sample]!(t.tokens.slice(0, take), t.logprobs.slice(0, take));
+    tells[t.sample]!(sliceTokens(t, 0, take));
   };
 }
 
@@ -299,6 +333,7 @@ const maxEmptyAborts = 50;
 /** An {@link InferenceEngine} over HTTP inference servers; see the module comment. */
 export class RemoteEngine implements InferenceEngine {
   readonly kind: string;
+  readonly maxTopLogprobs: number;
   private readonly protocol: EngineProtocol;
   private readonly opts: Required<Omit<RemoteEngineOptions, 'writeCheckpoint' | 'onServerEvent'>> &
     Pick<RemoteEngineOptions, 'writeCheckpoint'>;
@@ -329,6 +364,7 @@ export class RemoteEngine implements InferenceEngine {
       healthFailureThreshold: 2,
       ...options,
     };
+    this.maxTopLogprobs = this.opts.maxTopLogprobs;
     this.pool = new ServerPool({
       urls: options.urls,
       healthPath: this.opts.healthPath,
@@ -351,6 +387,20 @@ export class RemoteEngine implements InferenceEngine {
     return this.pool.snapshot();
   }
 
+  /**
+   * The protocol's logprob checks, and the alternatives asked within what the servers return
+   * (SGLang `top_logprobs_num`, vLLM `logprobs: k`).
+   */
+  private checkConfig(g: ResolvedGenerationConfig): void {
+    this.protocol.checkConfig(g);
+    if (g.topLogprobs > this.maxTopLogprobs) {
+      throw new EngineError(
+        'config',
+        `topLogprobs ${g.topLogprobs} is over this engine's maxTopLogprobs (${this.maxTopLogprobs})`,
+      );
+    }
+  }
+
   getVersion(): number {
     return this.version;
   }
@@ -359,9 +409,9 @@ export class RemoteEngine implements InferenceEngine {
     const g = resolveGenerationConfig(req.gconfig);
     if (g.n !== 1)
       throw new EngineError('config', `generate takes n = 1 (got ${g.n}); use generateN`);
-    this.protocol.checkConfig(g);
+    this.checkConfig(g);
     const started = Date.now();
-    const acc: Accumulated = { tokens: [], logprobs: [], versions: [] };
+    const acc = accumulated(g);
     const stop = await this.continueSample(
       req.rid ?? randomUUID(),
       req.inputIds,
@@ -371,18 +421,12 @@ export class RemoteEngine implements InferenceEngine {
       teller(req, 0),
       req.onTokens !== undefined,
     );
-    return {
-      outputTokens: acc.tokens,
-      outputLogprobs: acc.logprobs,
-      outputVersions: acc.versions,
-      stopReason: stop,
-      latencyMs: Date.now() - started,
-    };
+    return resultOf(acc, stop, started);
   }
 
   async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
     const g = resolveGenerationConfig(req.gconfig);
-    this.protocol.checkConfig(g);
+    this.checkConfig(g);
     const started = Date.now();
     const rid = req.rid ?? randomUUID();
     await this.gate.pass();
@@ -400,7 +444,7 @@ export class RemoteEngine implements InferenceEngine {
     );
     return Promise.all(
       outs.map(async (first, i) => {
-        const acc: Accumulated = { tokens: [], logprobs: [], versions: [] };
+        const acc = accumulated(g);
         const stop = await this.continueSample(
           rid,
           req.inputIds,
@@ -410,13 +454,7 @@ export class RemoteEngine implements InferenceEngine {
           tells[i]!,
           stream,
         );
-        return {
-          outputTokens: acc.tokens,
-          outputLogprobs: acc.logprobs,
-          outputVersions: acc.versions,
-          stopReason: stop,
-          latencyMs: Date.now() - started,
-        };
+        return resultOf(acc, stop, started);
       }),
     );
   }
@@ -505,7 +543,7 @@ export class RemoteEngine implements InferenceEngine {
     g: ResolvedGenerationConfig,
     acc: Accumulated,
     first: { out: SampleOutput; version: number; streamed: boolean } | null,
-    tell: (tokens: number[], logprobs: number[]) => void,
+    tell: (t: SampleTokens) => void,
     stream: boolean,
   ): Promise<StopReason> {
     let emptyAborts = 0;
@@ -536,9 +574,10 @@ export class RemoteEngine implements InferenceEngine {
         acc.tokens.push(out.tokens[i]!);
         acc.logprobs.push(out.logprobs[i]!);
         acc.versions.push(version);
+        acc.top?.push(out.top?.[i] ?? { ids: [], logprobs: [] });
       }
       // A streamed segment told its tokens as they came.
-      if (take > 0 && !streamed) tell(out.tokens.slice(0, take), out.logprobs.slice(0, take));
+      if (take > 0 && !streamed) tell(sliceTokens(out, 0, take));
       if (out.finish !== 'abort') return out.tokens.length > left ? 'length' : out.finish;
       if (this.userPause === 'abort' || this.closed) return 'abort';
       if (acc.tokens.length >= g.maxNewTokens) return 'length';
@@ -580,10 +619,11 @@ export class RemoteEngine implements InferenceEngine {
         timeoutMs: this.opts.requestTimeoutMs,
         signal: AbortSignal.any([lease.signal, this.cancel.signal]),
       };
-      const reader = onStream && this.protocol.streamReader(n, lease.url);
+      const reader = onStream && this.protocol.streamReader(n, lease.url, g.topLogprobs);
       const got: SampleOutput[] = Array.from({ length: n }, () => ({
         tokens: [],
         logprobs: [],
+        ...(g.topLogprobs > 0 ? { top: [] } : {}),
         finish: 'abort' as const,
       }));
       const call = reader
@@ -592,6 +632,7 @@ export class RemoteEngine implements InferenceEngine {
               const s = got[t.sample]!;
               s.tokens.push(...t.tokens);
               s.logprobs.push(...t.logprobs);
+              s.top?.push(...(t.top ?? []));
               onStream!(t);
             }
           })
@@ -599,7 +640,9 @@ export class RemoteEngine implements InferenceEngine {
       this.httpInFlight.add(call);
       try {
         const json = await call;
-        const outs = reader ? reader.end() : this.protocol.parseGenerate(json, n, lease.url);
+        const outs = reader
+          ? reader.end()
+          : this.protocol.parseGenerate(json, n, lease.url, g.topLogprobs);
         return { outs, version, streamed };
       } catch (e) {
         if (!isEngineError(e)) throw e;

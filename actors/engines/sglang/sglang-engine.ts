@@ -1,5 +1,8 @@
 /**
  * The SGLang proxy engine: speaks SGLang's native HTTP API (`POST /generate` with `input_ids`).
+ * Alternatives (`gconfig.topLogprobs: k`) are asked with `top_logprobs_num: k` and read from
+ * `meta_info.output_top_logprobs` (per position, `[logprob, token_id, text|null]` entries, most
+ * likely first; same temperature convention as the sampled token's).
  *
  * Logprob convention: SGLang reports logprobs after temperature scaling (before top-p/top-k
  * truncation), which is what the engine contract asks for, so they are passed through. A server
@@ -12,6 +15,7 @@ import { EngineError } from '../http/errors.ts';
 import {
   callOptional,
   expectShape,
+  mostLikelyFirst,
   requireTemperedOrUnitTemperature,
   sharedSamplingFields,
 } from '../http/protocol-util.ts';
@@ -19,10 +23,12 @@ import {
   RemoteEngine,
   type EngineProtocol,
   type RemoteEngineOptions,
+  sliceTokens,
   type ResolvedGenerationConfig,
   type SampleOutput,
+  type SampleTokens,
 } from '../http/remote-engine.ts';
-import type { StopReason } from '../types.ts';
+import type { StopReason, TopLogprobs } from '../types.ts';
 
 /** Options of {@link SglangEngine}. */
 export interface SglangEngineOptions extends RemoteEngineOptions {
@@ -45,6 +51,8 @@ interface SglangOutput {
   meta_info?: {
     finish_reason?: { type?: string; message?: string; matched?: unknown; length?: number } | null;
     output_token_logprobs?: Array<[number, number, string | null]>;
+    /** With `top_logprobs_num`: per position, the most likely tokens (null where none). */
+    output_top_logprobs?: Array<Array<[number, number, string | null]> | null>;
     weight_version?: string;
   };
 }
@@ -70,22 +78,25 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
           input_ids: inputIds,
           sampling_params: samplingParams(g, n, opts.extraSamplingParams),
           return_logprob: true,
+          ...(g.topLogprobs > 0 ? { top_logprobs_num: g.topLogprobs } : {}),
           stream,
         },
       };
     },
-    parseGenerate(json, n, url) {
+    parseGenerate(json, n, url, top) {
       const items = Array.isArray(json) ? json : [json];
       expectShape(items.length === n, url, `expected ${n} outputs, got ${items.length}`);
-      return items.map((item) => parseOutput(item as SglangOutput, url));
+      return items.map((item) => parseOutput(item as SglangOutput, url, top));
     },
-    streamReader(n, url) {
+    streamReader(n, url, top) {
       // Each event carries one sample's output (`index` says which when n > 1). By default its
-      // output_token_logprobs are the whole output so far, so what is new follows the previous
-      // event's; a server run with --incremental-streaming-output sends only the new ones.
+      // output_token_logprobs (and output_top_logprobs) are the whole output so far, so what is
+      // new follows the previous event's; a server run with --incremental-streaming-output sends
+      // only the new ones.
       const outs = Array.from({ length: n }, () => ({
         tokens: [] as number[],
         logprobs: [] as number[],
+        ...(top > 0 ? { top: [] as TopLogprobs[] } : {}),
         finish: undefined as SampleOutput | undefined,
       }));
       return {
@@ -94,21 +105,21 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
           const i = item?.index ?? 0;
           expectShape(Number.isInteger(i) && i >= 0 && i < n, url, `event for sample ${i} of ${n}`);
           const o = outs[i]!;
-          const ended = item.meta_info?.finish_reason ? parseOutput(item, url) : undefined;
-          const got = ended ?? parseLogprobs(item, url);
+          const ended = item.meta_info?.finish_reason ? parseOutput(item, url, top) : undefined;
+          const got = ended ?? parseLogprobs(item, url, top);
           const from = incremental ? 0 : o.tokens.length;
           expectShape(got.tokens.length >= from, url, 'a streamed output shrank');
-          const tokens = got.tokens.slice(from);
-          const logprobs = got.logprobs.slice(from);
-          o.tokens.push(...tokens);
-          o.logprobs.push(...logprobs);
+          const fresh = sliceTokens(got, from);
+          o.tokens.push(...fresh.tokens);
+          o.logprobs.push(...fresh.logprobs);
+          o.top?.push(...(fresh.top ?? []));
           o.finish = ended;
-          return tokens.length > 0 ? [{ sample: i, tokens, logprobs }] : [];
+          return fresh.tokens.length > 0 ? [{ sample: i, ...fresh }] : [];
         },
         end() {
-          return outs.map((o) => {
-            expectShape(o.finish, url, 'the stream ended before every sample finished');
-            return { ...o.finish, tokens: o.tokens, logprobs: o.logprobs };
+          return outs.map(({ finish, ...sofar }) => {
+            expectShape(finish, url, 'the stream ended before every sample finished');
+            return { ...finish, ...sofar };
           });
         },
       };
@@ -160,8 +171,8 @@ export function samplingParams(
   return p;
 }
 
-function parseOutput(o: SglangOutput, url: string): SampleOutput {
-  const { tokens, logprobs } = parseLogprobs(o, url);
+function parseOutput(o: SglangOutput, url: string, top: number): SampleOutput {
+  const got = parseLogprobs(o, url, top);
   const fr = o.meta_info!.finish_reason;
   let finish: StopReason;
   if (!fr || fr.type === 'length') finish = 'length';
@@ -172,12 +183,15 @@ function parseOutput(o: SglangOutput, url: string): SampleOutput {
       url,
     });
   return fr?.type === 'abort'
-    ? { tokens, logprobs, finish, abortMessage: fr.message ?? '' }
-    : { tokens, logprobs, finish };
+    ? { ...got, finish, abortMessage: fr.message ?? '' }
+    : { ...got, finish };
 }
 
-/** The tokens and logprobs of one output, from `meta_info.output_token_logprobs`. */
-function parseLogprobs(o: SglangOutput, url: string): { tokens: number[]; logprobs: number[] } {
+/**
+ * The tokens and logprobs of one output, from `meta_info.output_token_logprobs`, and with `top`
+ * their alternatives from `meta_info.output_top_logprobs`.
+ */
+function parseLogprobs(o: SglangOutput, url: string, top: number): SampleTokens {
   const meta = o?.meta_info;
   expectShape(
     meta && Array.isArray(meta.output_token_logprobs),
@@ -195,7 +209,29 @@ function parseLogprobs(o: SglangOutput, url: string): { tokens: number[]; logpro
     logprobs.push(entry[0]);
     tokens.push(entry[1]);
   }
-  return { tokens, logprobs };
+  if (top === 0) return { tokens, logprobs };
+  const rows = meta.output_top_logprobs;
+  expectShape(
+    Array.isArray(rows) && rows.length === tokens.length,
+    url,
+    'meta_info.output_top_logprobs is missing or not one entry per token (was top_logprobs_num sent?)',
+  );
+  return { tokens, logprobs, top: rows.map((row) => alternatives(row, url)) };
+}
+
+/** One position's `[logprob, token_id, text]` entries (null: none) as the most likely first. */
+function alternatives(row: unknown, url: string): TopLogprobs {
+  if (row === null) return { ids: [], logprobs: [] };
+  expectShape(Array.isArray(row), url, `bad output_top_logprobs entry ${JSON.stringify(row)}`);
+  const pairs = row.map((e: unknown) => {
+    expectShape(
+      Array.isArray(e) && typeof e[0] === 'number' && Number.isInteger(e[1]),
+      url,
+      `bad output_top_logprobs entry ${JSON.stringify(e)}`,
+    );
+    return [e[1] as number, e[0] as number] as const;
+  });
+  return mostLikelyFirst(pairs);
 }
 
 /**

@@ -3,6 +3,11 @@
  * token-id prompt, `logprobs: 0`, `return_tokens_as_token_ids: true`) plus its dev-mode routes
  * (`VLLM_SERVER_DEV_MODE=1`): `/pause`, `/resume`, `/sleep`, `/wake_up`, `/collective_rpc`.
  *
+ * Alternatives (`gconfig.topLogprobs: k`) are asked with `logprobs: k` and read from
+ * `logprobs.top_logprobs` (per position, `{"token_id:N": logprob}` with the sampled token and the
+ * k most likely, so up to k + 1 entries; sorted here and cut to k). The server's `--max-logprobs`
+ * (default 20) bounds k.
+ *
  * Logprob convention: vLLM V1 reports logprobs before temperature by default
  * (`--logprobs-mode raw_logprobs`), which are not the behaviour logprobs the trainer needs unless
  * the temperature is 1. Start the server with `--logprobs-mode processed_logprobs` and set
@@ -15,6 +20,7 @@ import { EngineError } from '../http/errors.ts';
 import {
   callOptional,
   expectShape,
+  mostLikelyFirst,
   requireTemperedOrUnitTemperature,
   sharedSamplingFields,
 } from '../http/protocol-util.ts';
@@ -24,9 +30,10 @@ import {
   type RemoteEngineOptions,
   type ResolvedGenerationConfig,
   type SampleOutput,
+  type SampleTokens,
   type ServerCall,
 } from '../http/remote-engine.ts';
-import type { StopReason } from '../types.ts';
+import type { StopReason, TopLogprobs } from '../types.ts';
 
 /** How `updateWeights` makes a vLLM server load a checkpoint. */
 export type VllmReload =
@@ -61,7 +68,11 @@ export interface VllmEngineOptions extends RemoteEngineOptions {
 interface VllmChoice {
   index?: number;
   finish_reason?: string | null;
-  logprobs?: { tokens?: string[]; token_logprobs?: Array<number | null> } | null;
+  logprobs?: {
+    tokens?: string[];
+    token_logprobs?: Array<number | null>;
+    top_logprobs?: Array<Record<string, number> | null>;
+  } | null;
 }
 
 /** The request and response mapping for vLLM's OpenAI-compatible server. */
@@ -81,12 +92,13 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
     generateRequest(inputIds, g, n, stream) {
       return { path: '/v1/completions', body: completionBody(inputIds, g, n, opts, stream) };
     },
-    streamReader(n, url) {
+    streamReader(n, url, top) {
       // Each chunk's choices carry their new tokens only (OpenAI completion chunks); the one
       // that ends a choice has its finish_reason.
       const outs = Array.from({ length: n }, () => ({
         tokens: [] as number[],
         logprobs: [] as number[],
+        ...(top > 0 ? { top: [] as TopLogprobs[] } : {}),
         finish: undefined as StopReason | undefined,
       }));
       return {
@@ -98,37 +110,30 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
             const i = c.index ?? 0;
             expectShape(Number.isInteger(i) && i >= 0 && i < n, url, `choice ${i} of ${n}`);
             const finished = c.finish_reason !== null && c.finish_reason !== undefined;
-            const { tokens, logprobs } =
-              c.logprobs || !finished ? choiceTokens(c, url) : { tokens: [], logprobs: [] };
+            const got = c.logprobs || !finished ? choiceTokens(c, url, top) : noTokens(top);
             const o = outs[i]!;
-            o.tokens.push(...tokens);
-            o.logprobs.push(...logprobs);
+            o.tokens.push(...got.tokens);
+            o.logprobs.push(...got.logprobs);
+            o.top?.push(...(got.top ?? []));
             if (finished) o.finish = finishOf(c);
-            if (tokens.length > 0) told.push({ sample: i, tokens, logprobs });
+            if (got.tokens.length > 0) told.push({ sample: i, ...got });
           }
           return told;
         },
         end() {
-          return outs.map((o) => {
-            expectShape(o.finish, url, 'the stream ended before every choice finished');
-            return o.finish === 'abort'
-              ? {
-                  tokens: o.tokens,
-                  logprobs: o.logprobs,
-                  finish: o.finish,
-                  abortMessage: abortMessage,
-                }
-              : { tokens: o.tokens, logprobs: o.logprobs, finish: o.finish };
+          return outs.map(({ finish, ...got }) => {
+            expectShape(finish, url, 'the stream ended before every choice finished');
+            return finish === 'abort' ? { ...got, finish, abortMessage } : { ...got, finish };
           });
         },
       };
     },
-    parseGenerate(json, n, url) {
+    parseGenerate(json, n, url, top) {
       const choices = (json as { choices?: VllmChoice[] } | null)?.choices;
       expectShape(Array.isArray(choices) && choices.length === n, url, `expected ${n} choices`);
       return [...choices]
         .sort((a, b) => (a.index ?? 0) - (b.index ?? 0))
-        .map((c) => parseChoice(c, url));
+        .map((c) => parseChoice(c, url, top));
     },
     // sleep level 2 discards the weights, and reload_weights may fail half loaded.
     atomicReload: false,
@@ -182,7 +187,7 @@ export function completionBody(
     max_tokens: g.maxNewTokens,
     min_tokens: g.minNewTokens,
     ...sharedSamplingFields(g),
-    logprobs: 0,
+    logprobs: g.topLogprobs,
     return_tokens_as_token_ids: true,
     n,
     stream,
@@ -204,13 +209,14 @@ function stripSlash(p: string): string {
 
 const abortMessage = 'aborted by the server';
 
-function parseChoice(c: VllmChoice, url: string): SampleOutput {
-  const { tokens, logprobs } =
-    c.logprobs || c.finish_reason !== 'abort' ? choiceTokens(c, url) : { tokens: [], logprobs: [] };
+function parseChoice(c: VllmChoice, url: string, top: number): SampleOutput {
+  const got = c.logprobs || c.finish_reason !== 'abort' ? choiceTokens(c, url, top) : noTokens(top);
   const finish = finishOf(c);
-  return finish === 'abort'
-    ? { tokens, logprobs, finish, abortMessage }
-    : { tokens, logprobs, finish };
+  return finish === 'abort' ? { ...got, finish, abortMessage } : { ...got, finish };
+}
+
+function noTokens(top: number): SampleTokens {
+  return { tokens: [], logprobs: [], ...(top > 0 ? { top: [] } : {}) };
 }
 
 function finishOf(c: VllmChoice): StopReason {
@@ -220,8 +226,11 @@ function finishOf(c: VllmChoice): StopReason {
   return 'stop';
 }
 
-/** A choice's tokens and logprobs, from `logprobs` with `token_id:N` tokens. */
-function choiceTokens(c: VllmChoice, url: string): { tokens: number[]; logprobs: number[] } {
+/**
+ * A choice's tokens and logprobs, from `logprobs` with `token_id:N` tokens, and with `top` their
+ * `top` most likely alternatives from `logprobs.top_logprobs`.
+ */
+function choiceTokens(c: VllmChoice, url: string, top: number): SampleTokens {
   const lp = c.logprobs;
   const tokens: number[] = [];
   const logprobs: number[] = [];
@@ -249,7 +258,26 @@ function choiceTokens(c: VllmChoice, url: string): { tokens: number[]; logprobs:
   } else {
     expectShape(false, url, 'choice has no logprobs (was logprobs: 0 sent?)');
   }
-  return { tokens, logprobs };
+  if (top === 0) return { tokens, logprobs };
+  const rows = lp.top_logprobs;
+  expectShape(
+    Array.isArray(rows) && rows.length === tokens.length,
+    url,
+    'logprobs.top_logprobs is missing or not one entry per token',
+  );
+  return { tokens, logprobs, top: rows.map((row) => alternatives(row, top, url)) };
+}
+
+/** One position's `{"token_id:N": logprob}` (null: none) as the `k` most likely, most likely first. */
+function alternatives(row: unknown, k: number, url: string): TopLogprobs {
+  if (row === null) return { ids: [], logprobs: [] };
+  expectShape(typeof row === 'object', url, `bad top_logprobs entry ${JSON.stringify(row)}`);
+  const pairs = Object.entries(row as Record<string, unknown>).map(([t, l]) => {
+    const m = /^token_id:(-?\d+)$/.exec(t);
+    expectShape(m && typeof l === 'number', url, `bad top_logprobs entry ${JSON.stringify(row)}`);
+    return [Number(m[1]), l] as const;
+  });
+  return mostLikelyFirst(pairs, k);
 }
 
 /**

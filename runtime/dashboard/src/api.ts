@@ -22,6 +22,7 @@ export type {
   MetricsEvent,
   MetricsTable,
   NodeView,
+  ProcessView,
   SamplesPage,
 } from '../../head/http/contract.ts';
 

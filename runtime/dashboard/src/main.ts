@@ -14,6 +14,7 @@ import {
   type MetricsEvent,
   type NodeView,
   onLive,
+  type ProcessView,
 } from './api.ts';
 import { MetricCharts, tokensMetric, type XAxis } from './charts.ts';
 import { configTable, diffTable, jobSummary } from './job-summary.ts';
@@ -211,7 +212,50 @@ async function clusterView(): Promise<void> {
   teardown.push(() => clearInterval(timer));
 }
 
-/** CPU (100% = one core) and resident memory of every agent and worker process, per node. */
+/** A process's sampled CPU (100% = one core), or a dash before its second sample. */
+function cpuText(x: number | null): string {
+  return x === null ? '–' : `${x.toFixed(1)}%`;
+}
+
+/** A process's sampled resident memory, or a dash where it is not known. */
+function rssText(x: number | null): string {
+  return x === null ? '–' : bytes(x);
+}
+
+/** What a row of the Processes table is: the head, a node agent, a job's driver or an actor. */
+function processLabel(n: NodeView, p: ProcessView): HTMLElement | string {
+  switch (p.kind) {
+    case 'head':
+      // A head running its node agent in its own process lists that process once.
+      return h(
+        'strong',
+        {},
+        n.processes.some((x) => x.kind === 'agent') ? 'head' : 'head + node agent',
+      );
+    case 'agent':
+      return h('span', { class: 'muted' }, 'node agent');
+    case 'driver':
+      return h(
+        'span',
+        { title: 'the job’s driver process and whatever it started (its process group)' },
+        'driver of ',
+        p.jobId ? jobLink(p.jobId) : '?',
+      );
+    case 'worker':
+      return p.actorId
+        ? h(
+            'a',
+            { href: `#/actors/${encodeURIComponent(p.actorId)}` },
+            p.name ? `${p.name} (${p.className ?? '?'})` : (p.className ?? p.actorId),
+          )
+        : '–';
+  }
+}
+
+/**
+ * CPU (100% = one core) and resident memory of every process of the cluster, per node: the head,
+ * job drivers, node agents and workers.
+ */
 function processesTable(nodes: NodeView[]): HTMLElement {
   const rows = nodes.flatMap((n) => n.processes.map((p) => ({ n, p })));
   const heading = h('h2', { id: 'processes-h' }, 'Processes');
@@ -222,7 +266,6 @@ function processesTable(nodes: NodeView[]): HTMLElement {
       heading,
       h('p', { class: 'muted' }, 'No usage sampled yet.'),
     );
-  const pct = (x: number | null) => (x === null ? '–' : `${x.toFixed(1)}%`);
   return h(
     'section',
     { 'aria-labelledby': 'processes-h' },
@@ -259,21 +302,9 @@ function processesTable(nodes: NodeView[]): HTMLElement {
                 'data-kind': p.kind,
                 ...(p.actorId ? { 'data-actor': p.actorId } : {}),
               },
-              h(
-                'td',
-                {},
-                p.kind === 'agent'
-                  ? h('span', { class: 'muted' }, 'node agent')
-                  : p.actorId
-                    ? h(
-                        'a',
-                        { href: `#/actors/${encodeURIComponent(p.actorId)}` },
-                        p.name ? `${p.name} (${p.className ?? '?'})` : (p.className ?? p.actorId),
-                      )
-                    : '–',
-              ),
-              h('td', { class: 'num cpu' }, pct(p.cpuPercent)),
-              h('td', { class: 'num rss' }, p.rssBytes === null ? '–' : bytes(p.rssBytes)),
+              h('td', {}, processLabel(n, p)),
+              h('td', { class: 'num cpu' }, cpuText(p.cpuPercent)),
+              h('td', { class: 'num rss' }, rssText(p.rssBytes)),
               h('td', {}, p.pid),
               h('td', {}, p.jobId ? jobLink(p.jobId) : '–'),
               h('td', {}, h('code', {}, n.nodeId)),
@@ -429,6 +460,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   const chartsBox = h('div', { class: 'charts' });
   const samplesBox = h('div', {});
   const actorsBox = h('section', { 'aria-label': 'Actors' });
+  const driverBox = h('div', {});
   const logPre = h('pre', {
     class: 'log',
     tabindex: 0,
@@ -466,7 +498,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
       h('h2', {}, 'Job'),
       config,
     ),
-    actors: h('div', {}, h('h2', {}, 'Actors by role'), actorsBox),
+    actors: h('div', {}, driverBox, h('h2', {}, 'Actors by role'), actorsBox),
   };
   const tabBar = h(
     'div',
@@ -713,12 +745,32 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   };
   teardown.push(() => ws.close());
 
-  // Actors of the job grouped by class (its role).
+  // Actors of the job grouped by class (its role), each with what its worker uses now, under the
+  // job's driver: a sync job's driver does real work too (it gathers episodes, builds batches).
   const loadActors = async () => {
-    const page = await api.call('GET /api/jobs/:jobId/actors', {
-      params: { jobId },
-      query: { limit: 1000, sort: 'className', order: 'asc' },
-    });
+    const [page, { nodes }] = await Promise.all([
+      api.call('GET /api/jobs/:jobId/actors', {
+        params: { jobId },
+        query: { limit: 1000, sort: 'className', order: 'asc' },
+      }),
+      api.call('GET /api/nodes'),
+    ]);
+    const driver = nodes
+      .flatMap((n) => n.processes)
+      .find((p) => p.kind === 'driver' && p.jobId === jobId);
+    driverBox.replaceChildren(
+      ...(driver
+        ? [
+            h(
+              'p',
+              { id: 'job-driver' },
+              h('strong', {}, 'Driver '),
+              `${cpuText(driver.cpuPercent)} CPU, ${rssText(driver.rssBytes)} `,
+              h('span', { class: 'muted' }, `(pid ${driver.pid}, with what it started)`),
+            ),
+          ]
+        : []),
+    );
     if (page.rows.length === 0) {
       actorsBox.replaceChildren(h('p', { class: 'muted' }, 'No actors.'));
       return;
@@ -727,29 +779,65 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
     for (const a of page.rows) roles.set(a.className, [...(roles.get(a.className) ?? []), a]);
     actorsBox.replaceChildren(
       ...[...roles].map(([role, list]) =>
-        h(
-          'details',
-          { open: true },
-          h('summary', {}, `${role} (${list.length})`),
-          h(
-            'ul',
-            {},
-            list.map((a) =>
-              h(
-                'li',
-                {},
-                h('a', { href: `#/actors/${encodeURIComponent(a.actorId)}` }, a.name ?? a.actorId),
-                ' ',
-                badge(a.state),
-              ),
-            ),
-          ),
-        ),
+        h('details', { open: true }, h('summary', {}, `${role} (${list.length})`), roleTable(list)),
       ),
     );
   };
   await loadActors();
   refreshOn(['cluster'], loadActors, () => true, 1000);
+  // Node agents sample every 2 s and a sample raises no event: poll while the tab is shown.
+  const usageTimer = setInterval(() => {
+    if (jobPage?.jobId === jobId && !document.getElementById('panel-actors')?.hidden)
+      void loadActors().catch(() => undefined);
+  }, 2000);
+  teardown.push(() => clearInterval(usageTimer));
+}
+
+/** A role's actors on the job page: state and the CPU and memory of each one's worker. */
+function roleTable(list: ActorView[]): HTMLElement {
+  return h(
+    'div',
+    { class: 'scroll' },
+    h(
+      'table',
+      { class: 'role-actors' },
+      h(
+        'thead',
+        {},
+        h(
+          'tr',
+          {},
+          // What matters most first, so a narrow screen shows it without scrolling.
+          h('th', {}, 'Actor'),
+          h('th', {}, 'State'),
+          h('th', { class: 'num', title: 'Its worker’s CPU; 100% = one core busy' }, 'CPU'),
+          h('th', { class: 'num', title: 'Its worker’s resident memory' }, 'Memory'),
+          h('th', {}, 'PID'),
+          h('th', {}, 'Node'),
+        ),
+      ),
+      h(
+        'tbody',
+        {},
+        list.map((a) =>
+          h(
+            'tr',
+            { 'data-actor': a.actorId },
+            h(
+              'td',
+              {},
+              h('a', { href: `#/actors/${encodeURIComponent(a.actorId)}` }, a.name ?? a.actorId),
+            ),
+            h('td', {}, badge(a.state)),
+            h('td', { class: 'num cpu' }, cpuText(a.cpuPercent)),
+            h('td', { class: 'num rss' }, rssText(a.rssBytes)),
+            h('td', {}, a.pid ?? '–'),
+            h('td', {}, a.nodeId ? h('code', {}, a.nodeId) : '–'),
+          ),
+        ),
+      ),
+    ),
+  );
 }
 
 // ---- actors ----------------------------------------------------------------------------------

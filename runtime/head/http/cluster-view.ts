@@ -8,11 +8,19 @@
 import { cpus, freemem, hostname, totalmem } from 'node:os';
 import type { PlacementGroupInfo } from '../../protocol.ts';
 
-/** One process on a node and what it uses, as the node's agent last sampled it. */
+/**
+ * One process on a node and what it uses, as last sampled: workers and the agent by the node's
+ * agent, the head and job drivers by the head (on the head's node).
+ */
 export interface ProcessView {
+  /** For a `driver`, its `sh` wrapper's: the leader of the driver's process group. */
   pid: number;
-  /** `agent`: the node agent itself; `worker`: the worker hosting `actorId`. */
-  kind: 'agent' | 'worker';
+  /**
+   * `head`: the head process (when it runs the node agent too, as `rtjob submit`'s private
+   * cluster does, the node has no `agent` row); `agent`: the node agent; `driver`: the driver of
+   * job `jobId`, summed over its process group; `worker`: the worker hosting `actorId`.
+   */
+  kind: 'head' | 'agent' | 'driver' | 'worker';
   actorId: string | null;
   className: string | null;
   name: string | null;
@@ -47,7 +55,10 @@ export interface NodeView {
   usageSampledAt: number | null;
   /** Worker processes running on the node. */
   workers: number;
-  /** The agent and each worker process, with their CPU and memory (empty when not known). */
+  /**
+   * The agent and each worker process, with their CPU and memory, and on the head's node the head
+   * and each job driver (empty when not known).
+   */
   processes: ProcessView[];
   startedAt: number;
 }
@@ -73,6 +84,13 @@ export interface ActorView {
   startedAt: number | null;
   endedAt: number | null;
   deathCause: string | null;
+  /**
+   * CPU (100 = one core) of the worker hosting the actor, as its node's agent last sampled it;
+   * null when not sampled (not alive, a first sample, a finished session).
+   */
+  cpuPercent: number | null;
+  /** Resident memory of the worker hosting the actor; null when not sampled. */
+  rssBytes: number | null;
 }
 
 /** The runtime head as the operations layer sees it. */

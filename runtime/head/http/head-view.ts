@@ -13,8 +13,15 @@ import type { OpsStore } from '../jobs/ops-store.ts';
 import { indexWorkerLogs, shippedLogDir, writeShippedLog } from '../logs/worker-logs.ts';
 import type { ActorView, ClusterView, NodeView, ProcessView } from './cluster-view.ts';
 
-/** An actor as the API shows it. */
-export function actorView(a: ActorInfo): ActorView {
+/** What a worker used at its node's latest sample. */
+type WorkerUsage = Pick<ProcessView, 'cpuPercent' | 'rssBytes'>;
+
+/**
+ * An actor as the API shows it; `usage`: the latest sample of each worker, by
+ * `actorId:incarnation`, so a restarted actor never shows its dead predecessor's figures.
+ */
+export function actorView(a: ActorInfo, usage?: ReadonlyMap<string, WorkerUsage>): ActorView {
+  const u = a.state === 'ALIVE' ? usage?.get(`${a.actorId}:${a.incarnation}`) : undefined;
   return {
     actorId: a.actorId,
     className: a.spec.kind === 'tasks' ? '(task worker)' : a.spec.exportName,
@@ -30,7 +37,17 @@ export function actorView(a: ActorInfo): ActorView {
     startedAt: a.createdAtMs,
     endedAt: null,
     deathCause: a.deathCause ? a.deathCause.message : null,
+    cpuPercent: u?.cpuPercent ?? null,
+    rssBytes: u?.rssBytes ?? null,
   };
+}
+
+/** Each live node's latest worker figures, by `actorId:incarnation`. */
+function workerUsage(head: Head): Map<string, WorkerUsage> {
+  const out = new Map<string, WorkerUsage>();
+  for (const n of head.listNodes())
+    for (const w of n.usage?.workers ?? []) out.set(`${w.actorId}:${w.incarnation}`, w);
+  return out;
 }
 
 /**
@@ -109,7 +126,10 @@ function processViews(u: NodeUsage, actors: ReadonlyMap<string, ActorInfo>): Pro
 
 /** The runtime head as the HTTP API and dashboard read it. */
 export function headClusterView(head: Head): ClusterView {
-  const actors = (): ActorView[] => head.listActors().map(actorView);
+  const actors = (): ActorView[] => {
+    const usage = workerUsage(head);
+    return head.listActors().map((a) => actorView(a, usage));
+  };
   return {
     nodes: (): NodeView[] => {
       const all = head.listNodes();

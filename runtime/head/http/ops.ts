@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { OpsStore } from '../jobs/ops-store.ts';
 import { JobSupervisor } from '../jobs/supervisor.ts';
 import { type ClusterView, localClusterView } from './cluster-view.ts';
+import { withHeadProcesses } from './head-processes.ts';
 import { type HttpServer, startHttpServer } from './server.ts';
 
 /** Options of {@link startOps}. */
@@ -47,6 +48,7 @@ export interface Ops {
   store: OpsStore;
   jobs: JobSupervisor;
   http: HttpServer;
+  /** The cluster as the API shows it: the head's node lists the head and job drivers too. */
   cluster: ClusterView;
   /** `stopJobs`: stop every driver (a clean cluster stop) rather than leave them to a new head. */
   close(opts?: { stopJobs?: boolean }): Promise<void>;
@@ -80,6 +82,7 @@ export async function startOps(opts: OpsOptions): Promise<Ops> {
     const { buildDashboard } = await import('../../dashboard/build.ts');
     dashboardDir = await buildDashboard();
   }
+  const sampled = withHeadProcesses(cluster, () => jobs.drivers());
   let http: HttpServer;
   try {
     http = await startHttpServer({
@@ -88,13 +91,14 @@ export async function startOps(opts: OpsOptions): Promise<Ops> {
       port: opts.dashboardPort,
       store,
       jobs,
-      cluster,
+      cluster: sampled.cluster,
       dashboardDir,
       maxPackageBytes: opts.maxPackageBytes,
       headAddress: opts.headAddress,
       warn: opts.warn,
     });
   } catch (err) {
+    sampled.close();
     await jobs.close();
     store.close();
     throw err;
@@ -105,8 +109,9 @@ export async function startOps(opts: OpsOptions): Promise<Ops> {
     store,
     jobs,
     http,
-    cluster,
+    cluster: sampled.cluster,
     close: async (o = {}) => {
+      sampled.close();
       await jobs.close(o);
       await http.close();
       store.close();

@@ -98,7 +98,7 @@ export async function serveSession(opts: SessionServerOptions): Promise<SessionS
           startedAt: n.startedAtMs,
         }),
       ),
-    actors: () => head.listActors().map(actorView),
+    actors: () => head.listActors().map((a) => actorView(a)),
     killActor: refuse,
     killJobActors: refuse,
     placementGroups: () => head.listPlacementGroups(),

@@ -268,6 +268,14 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     return this.#opts.store.listJobs();
   }
 
+  /**
+   * The drivers running now, each by its `sh` wrapper's pid: the leader of the process group
+   * that holds the driver and whatever it started (the group goes when the driver ends).
+   */
+  drivers(): { jobId: string; pid: number }[] {
+    return [...this.#running].map(([jobId, run]) => ({ jobId, pid: run.pid }));
+  }
+
   /** Resolves once the job is in a terminal state. */
   waitFor(jobId: string): Promise<JobInfo> {
     return new Promise((resolve, reject) => {
