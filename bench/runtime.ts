@@ -113,8 +113,12 @@ async function paired(
       out.push(x.ops / ((performance.now() - t0) / 1000));
     }
   }
-  const median = (v: number[]) => v.sort((p, q) => p - q)[Math.floor(v.length / 2)]!;
   return [median(ra), median(rb)];
+}
+
+/** The median of `v` (sorts it). */
+function median(v: number[]): number {
+  return v.sort((p, q) => p - q)[Math.floor(v.length / 2)]!;
 }
 
 /**
@@ -424,9 +428,32 @@ async function main(): Promise<void> {
   if (want('transfers')) {
     console.log('64 MiB transfers...');
     // Each transfer alternates with one 64 MiB message over raw TCP; rows compare the medians.
-    const vsTcp = async (name: string, fn: () => Promise<unknown>, note?: string, bytes = 1) => {
+    // With `actor`, also the CPU time of one transfer on each side (medians of 5 more), which a
+    // loaded machine distorts much less than the wall clock.
+    const vsTcp = async (
+      name: string,
+      fn: () => Promise<unknown>,
+      opts: { note?: string; bytes?: number; actor?: typeof a } = {},
+    ) => {
+      const { bytes = 1, actor } = opts;
       const [t, v] = await paired(5, { ops: MB64, fn: tcp.send }, { ops: MB64 * bytes, fn });
       tcpRates.push(t);
+      let note = opts.note;
+      if (actor) {
+        const driverMs: number[] = [];
+        const actorMs: number[] = [];
+        const actorCpu = () => get(actor.cpuMs.remote());
+        for (let i = 0; i < 5; i++) {
+          const a0 = await actorCpu();
+          const c0 = process.cpuUsage();
+          await fn();
+          const c = process.cpuUsage(c0);
+          actorMs.push((await actorCpu()) - a0);
+          driverMs.push((c.user + c.system) / 1000);
+        }
+        const [d, w] = [median(driverMs), median(actorMs)];
+        note = `CPU per transfer: driver ${d.toFixed(0)} ms, actor ${w.toFixed(0)} ms`;
+      }
       rows.push({
         name,
         value: v,
@@ -445,20 +472,28 @@ async function main(): Promise<void> {
       ['shared memory', a],
       ['socket', viaSocket],
     ] as const) {
-      await vsTcp(`put 64 MiB, fetched by an actor (${how})`, async () => {
-        const r = put(big);
-        await actor.byteLength.remote(r);
-        api.release(r);
-      });
+      await vsTcp(
+        `put 64 MiB, fetched by an actor (${how})`,
+        async () => {
+          const r = put(big);
+          await actor.byteLength.remote(r);
+          api.release(r);
+        },
+        { actor },
+      );
       // A get alone: the object is in shared memory already (written by its first fetch), so the
       // actor's get is one read into a fresh buffer. Each call decodes a new ref and fetches again.
       const kept = put(big);
-      await vsTcp(`get 64 MiB object fetched before, by an actor (${how})`, () =>
-        get(actor.byteLength.remote(kept)),
+      await vsTcp(
+        `get 64 MiB object fetched before, by an actor (${how})`,
+        () => get(actor.byteLength.remote(kept)),
+        { actor },
       );
       api.release(kept);
-      await vsTcp(`get 64 MiB result from an actor (${how})`, () =>
-        get(actor.makeArray.remote(16 << 20)),
+      await vsTcp(
+        `get 64 MiB result from an actor (${how})`,
+        () => get(actor.makeArray.remote(16 << 20)),
+        { actor },
       );
     }
     // One producer, several consumers on the node: the object is written to shared memory once.
@@ -471,8 +506,7 @@ async function main(): Promise<void> {
         await get(consumers.map((c) => c.byteLength.remote(r)));
         api.release(r);
       },
-      'bytes delivered, all consumers',
-      consumers.length,
+      { note: 'bytes delivered, all consumers', bytes: consumers.length },
     );
 
     console.log('collective all-reduce...');

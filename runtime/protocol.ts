@@ -5,8 +5,8 @@
  * (no base64, no JSON), object refs and actor handles as their own extensions.
  *
  * A WebSocket frame holds one or more packed messages back to back; requests carry `rid` and are
- * answered by a `reply` with the same `rid`. Messages larger than the transport's chunk size are
- * split into `fragment` messages so they never hold up other traffic on the connection.
+ * answered by a `reply` with the same `rid`. Messages larger than the transport's bulk threshold go
+ * over the connection's bulk link (`bulk.ts`), so they never hold up other traffic on it.
  *
  * Over 500 lines on purpose: every message of every process in one place, so a frame read from
  * a socket explains itself (STYLE.md). Each message's schema is in `wire-schemas.ts`.
@@ -133,16 +133,11 @@ export interface Reply {
 }
 
 /**
- * A piece of a message too large to send in one go: this header ends its frame, and the next
- * frame on the connection is the piece's `bytes` raw bytes (sent from the message's own memory,
- * never re-encoded).
+ * Server to client: open this connection's bulk link (`bulk.ts`), the server has a large message
+ * for it. A client opens the link itself when it has one first.
  */
-export interface Fragment {
-  readonly type: 'fragment';
-  readonly fid: number;
-  readonly total: number;
-  readonly offset: number;
-  readonly bytes: number;
+export interface BulkOpen {
+  readonly type: 'bulkOpen';
 }
 
 // node agent → head
@@ -534,7 +529,7 @@ export type AnyRequestBody = RequestBody<HeadRequest | DataRequest>;
 /** Every message. */
 export type Message =
   | Reply
-  | Fragment
+  | BulkOpen
   | HeadRequest
   | WorkerExited
   | WorkerLog
@@ -570,7 +565,7 @@ const clients = ['driver', 'worker'] as const;
  */
 export const messageRoutes = {
   reply: { to: ['any'] },
-  fragment: { to: ['any'] },
+  bulkOpen: { to: ['any'] },
   registerNode: { to: ['head'], from: ['unregistered'] },
   registerClient: { to: ['head'], from: ['unregistered'] },
   workerExited: { to: ['head'], from: ['node'] },

@@ -1,24 +1,24 @@
 /**
  * Authenticated WebSocket connections shared by every rtjob process: token check at the upgrade,
  * request/response by `rid`, heartbeats, a frame size limit, batched writes, and large messages
- * split into fragments that interleave with other traffic. A peer that sends something malformed,
- * oversized or unexpected has its connection closed with a logged reason; the process carries on.
+ * sent over the connection's bulk link (`bulk.ts`), a second socket opened on first use, so they
+ * never hold up other traffic. A peer that sends something malformed, oversized or unexpected has
+ * its connection closed with a logged reason; the process carries on.
  *
  * Over 500 lines on purpose: one concept (a connection's framing, requests, heartbeats and
- * flow control) and the two ways to open one, which share its options. Reassembly of fragments
- * is in `fragments.ts`, message checks in `wire-schemas.ts`.
+ * flow control) and the two ways to open one, which share its options. The bulk link's stream is
+ * in `bulk.ts`, message checks in `wire-schemas.ts`.
  *
  * @module
  */
-import { timingSafeEqual } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { type IncomingMessage, STATUS_CODES, createServer } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
 import { WebSocket, WebSocketServer } from 'ws';
 import { AuthError, ConnectionError, InvalidArgumentError, fromWire, toWire } from './errors.ts';
 import { guarded, logger } from './log.ts';
 import {
   type AnyRequestBody,
-  type Fragment,
   type ReplyOf,
   type Message,
   type MessageType,
@@ -27,7 +27,7 @@ import {
   unpack,
   unpackFrame,
 } from './protocol.ts';
-import { Reassembly } from './fragments.ts';
+import { BulkReader, bulkHeader, bulkProtocol, bulkTicketHeader, openBulkLink } from './bulk.ts';
 import {
   decodeOutOfBand,
   installOutOfBandCodec,
@@ -44,15 +44,13 @@ installOutOfBandCodec();
 export interface TransportOptions {
   /** Largest WebSocket frame accepted. @default 64 MiB */
   maxFrameBytes?: number;
-  /** Largest message accepted after reassembling fragments. @default 2 GiB */
+  /** Largest message the bulk link accepts; a larger announced size closes it. @default 2 GiB */
   maxMessageBytes?: number;
   /**
-   * Bytes of partly received fragmented messages one connection may hold; more closes it.
-   * Memory is taken as fragments arrive, never for a declared size. @default 2 GiB
+   * Messages larger than this, or with this many bytes in large typed arrays, go over the bulk
+   * link. @default 1 MiB
    */
-  maxBytesInFlight?: number;
-  /** Messages larger than this are sent as fragments of this size. @default 1 MiB */
-  chunkBytes?: number;
+  bulkMinBytes?: number;
   /** How often each side pings. @default 1000 */
   heartbeatIntervalMs?: number;
   /** Silence after which the connection is declared dead and closed. @default 30000 */
@@ -67,8 +65,7 @@ export interface TransportOptions {
 export const transportDefaults: Required<TransportOptions> = {
   maxFrameBytes: 64 * 1024 * 1024,
   maxMessageBytes: 2 * 1024 * 1024 * 1024 - 1,
-  maxBytesInFlight: 2 * 1024 * 1024 * 1024 - 1,
-  chunkBytes: 1024 * 1024,
+  bulkMinBytes: 1024 * 1024,
   heartbeatIntervalMs: 1000,
   heartbeatTimeoutMs: 30_000,
   holdProcess: true,
@@ -101,7 +98,7 @@ function unrefSocket(ws: WebSocket): void {
   (ws as unknown as { _socket?: { unref?(): void } })._socket?.unref?.();
 }
 
-/** Called for every message that is not a reply or fragment; a returned value answers `rid`. */
+/** Called for every message but replies and `bulkOpen`; a returned value answers `rid`. */
 export type Handler = (msg: Message, conn: Connection) => unknown;
 
 /** Per-request options. */
@@ -118,12 +115,18 @@ export interface RequestOptions {
 export type ReplyCallback = (err: Error | undefined, value?: unknown) => void;
 
 interface OutgoingLarge {
-  fid: number;
   bytes: Buffer;
-  offset: number;
-  /** The reusable buffer `bytes` lies in, given back once the last fragment is written. */
+  /** The reusable buffer `bytes` lies in, given back once it is written. */
   spare?: Buffer;
 }
+
+/**
+ * How a connection gets its bulk link: the WebSocket's client opens it with the ticket the server
+ * gave in the handshake; the server, when it has a large message first, asks the client to.
+ */
+type BulkSide =
+  | { readonly role: 'client'; readonly address: string; readonly token: string; ticket?: string }
+  | { readonly role: 'server' };
 
 /**
  * One buffer this process reuses for out-of-band messages it sends: a fresh 64 MiB buffer costs
@@ -146,12 +149,11 @@ function giveSpare(b: Buffer): void {
   spareTimer = setTimeout(() => (spareSendBuffer = undefined), 5000);
   spareTimer.unref();
 }
-const maxFragmentsInFlight = 4;
-/** Large messages one connection sends interleaved; the rest wait their turn. */
-const maxConcurrentLarge = 16;
+/** How long a bulk link may take to open (connect, upgrade) before the connection is closed. */
+const bulkOpenTimeoutMs = 10_000;
 let nextConnId = 1;
 
-export { fragmentBytesInFlight, setProcessFragmentBudget } from './fragments.ts';
+export { bulkBytesInFlight, setProcessBulkBudget } from './bulk.ts';
 
 /** One authenticated connection, either side. */
 export class Connection {
@@ -168,16 +170,15 @@ export class Connection {
   private readonly pending = new Map<number, ReplyCallback>();
   private nextRid = 1;
   private small: Buffer[] = [];
-  private large: OutgoingLarge[] = [];
-  private largeWaiting: OutgoingLarge[] = [];
-  private fragmentsInFlight = 0;
-  private nextFid = 1;
   private flushScheduled = false;
-  private readonly reassembly: Reassembly;
-  /** A fragment header whose raw bytes are the next frame. */
-  private fragmentHeader: Fragment | undefined;
-  /** Whether the peer may send fragments yet (a head allows them once the peer registered). */
-  private fragmentsAllowed: boolean;
+  /** The bulk link, once open; large messages wait in `bulkWaiting` until it is. */
+  private bulk: Socket | undefined;
+  private bulkState: 'none' | 'opening' | 'open' = 'none';
+  private bulkWaiting: OutgoingLarge[] = [];
+  private bulkTimer: NodeJS.Timeout | undefined;
+  private readonly bulkReader: BulkReader;
+  /** Whether the peer may open a bulk link yet (a head allows it once the peer registered). */
+  private bulkAllowed: boolean;
   private lastSeenMs = Date.now();
   private lastBeatMs = Date.now();
   private heartbeatTimeoutMs: number;
@@ -190,10 +191,15 @@ export class Connection {
     private readonly accepts: ReadonlySet<MessageType> | undefined,
     opts: Required<TransportOptions>,
     label: string,
-    fragmentsAllowed = true,
+    private readonly bulkSide: BulkSide,
+    bulkAllowed = true,
   ) {
-    this.fragmentsAllowed = fragmentsAllowed;
-    this.reassembly = new Reassembly(opts.maxMessageBytes, opts.maxBytesInFlight);
+    this.bulkAllowed = bulkAllowed;
+    this.bulkReader = new BulkReader(
+      opts.maxMessageBytes,
+      (bytes) => guarded(log, `large message from ${label}`, () => this.onBulkMessage(bytes)),
+      (reason) => this.close(reason, 1008),
+    );
     this.ws = ws;
     this.opts = opts;
     this.label = label;
@@ -209,21 +215,29 @@ export class Connection {
       this.close(`socket error: ${err.message}`, 1002, err.code?.startsWith('WS_ERR') ?? false),
     );
     ws.on('close', (code: number, reason: Buffer) =>
-      this.onClosed(this.closeReason || `closed by peer (${code} ${reason.toString()})`.trim()),
+      this.onClosed(
+        this.closeReason || `closed by peer (${code} ${reason.toString()})`.trim(),
+        true,
+      ),
     );
     this.heartbeat = setInterval(() => this.beat(), opts.heartbeatIntervalMs);
     this.heartbeat.unref();
     if (!opts.holdProcess) unrefSocket(ws);
   }
 
-  /** Lets the peer send fragmented messages (called once it has registered). */
-  allowFragments(): void {
-    this.fragmentsAllowed = true;
+  /** Lets the peer open a bulk link for large messages (called once it has registered). */
+  allowBulk(): void {
+    this.bulkAllowed = true;
   }
 
   /** Replaces the message handler (a role is known only after registration). */
   setHandler(h: Handler): void {
     this.handler = h;
+  }
+
+  /** Whether this connection's bulk link is open (it opens with the first large message). */
+  get bulkLinked(): boolean {
+    return this.bulkState === 'open' && this.bulk !== undefined;
   }
 
   /** Peer address as `host:port`, for logs. */
@@ -234,12 +248,12 @@ export class Connection {
   /**
    * Sends a one-way message. Dropped silently when the connection is closed. A message whose
    * typed arrays are large is laid out out of band (`out-of-band.ts`: arrays copied once, raw,
-   * and decoded into views of the received bytes); any message over `chunkBytes` goes as
-   * fragments whose bytes are sent from that one buffer.
+   * and decoded into views of the received bytes); it, and any message over `bulkMinBytes`, goes
+   * over the bulk link, written from that one buffer.
    */
   send(msg: Message): void {
     if (this.closed) return;
-    const oob = largeBytes(msg) >= this.opts.chunkBytes;
+    const oob = largeBytes(msg) >= this.opts.bulkMinBytes;
     let spare: Buffer | undefined;
     const bytes = oob
       ? packOutOfBand(msg, (n) => {
@@ -247,13 +261,15 @@ export class Connection {
           return spare.subarray(0, n);
         })
       : pack(msg);
-    if (oob || bytes.length > this.opts.chunkBytes) {
-      const job: OutgoingLarge = { fid: this.nextFid++, bytes, offset: 0, spare };
-      if (this.large.length < maxConcurrentLarge) this.large.push(job);
-      else this.largeWaiting.push(job);
-    } else {
-      this.small.push(bytes);
+    if (oob || bytes.length > this.opts.bulkMinBytes) {
+      if (this.bulkState === 'open') this.writeBulk({ bytes, spare });
+      else {
+        this.bulkWaiting.push({ bytes, spare });
+        this.openBulk();
+      }
+      return;
     }
+    this.small.push(bytes);
     this.scheduleFlush();
   }
 
@@ -336,16 +352,39 @@ export class Connection {
     this.onClosed(reason);
   }
 
-  private onClosed(reason: string): void {
+  /**
+   * The end of the connection: `byPeer` when its WebSocket closed from the other side. A large
+   * message the peer sent before closing may still be arriving on the bulk link (a second
+   * socket, so the close can overtake it): the connection then ends once that message is in or
+   * the link closes, and its reply still reaches the caller.
+   */
+  private onClosed(reason: string, byPeer = false): void {
+    if (this.finished) return;
+    const waitForBulk = byPeer && !this.closed && this.bulk !== undefined && this.bulkReader.busy;
+    this.closed = true;
+    this.closeReason ||= reason;
+    if (!waitForBulk) return this.finish();
+    const bulk = this.bulk!;
+    setTimeout(() => bulk.destroy(), this.heartbeatTimeoutMs).unref();
+  }
+
+  private finish(): void {
     if (this.finished) return;
     this.finished = true;
     clearInterval(this.heartbeat);
-    this.closed = true;
-    this.closeReason ||= reason;
+    clearTimeout(this.bulkTimer);
     this.small = [];
-    this.large = [];
-    this.largeWaiting = [];
-    this.reassembly.clear();
+    this.bulkWaiting = [];
+    this.bulkReader.clear();
+    const bulk = this.bulk;
+    if (bulk) {
+      // Ended once the WebSocket is closed, so the peer learns why from its close frame rather
+      // than from the link going first; what was written still goes out, and a peer that stops
+      // reading does not keep the socket.
+      if (this.ws.readyState === WebSocket.CLOSED) bulk.end();
+      else this.ws.once('close', () => bulk.end());
+      setTimeout(() => bulk.destroy(), 4000).unref();
+    }
     const err = new ConnectionError(`connection to ${this.label} closed: ${this.closeReason}`);
     const pending = [...this.pending.values()];
     this.pending.clear();
@@ -386,39 +425,99 @@ export class Connection {
 
   private flush(): void {
     this.flushScheduled = false;
-    if (this.closed) return;
-    if (this.small.length > 0) {
-      const batch = this.small.length === 1 ? this.small[0]! : Buffer.concat(this.small);
-      this.small = [];
-      this.ws.send(batch);
+    if (this.closed || this.small.length === 0) return;
+    const batch = this.small.length === 1 ? this.small[0]! : Buffer.concat(this.small);
+    this.small = [];
+    this.ws.send(batch);
+  }
+
+  /** Opens the bulk link (client), or asks the peer to (server); once per connection. */
+  private openBulk(): void {
+    if (this.bulkState !== 'none') return;
+    this.bulkState = 'opening';
+    const side = this.bulkSide;
+    if (side.role === 'server') {
+      this.small.push(pack({ type: 'bulkOpen' }));
+      this.scheduleFlush();
+      this.bulkTimer = setTimeout(
+        () => this.close(`the peer did not open its bulk link in ${bulkOpenTimeoutMs} ms`, 1011),
+        bulkOpenTimeoutMs,
+      );
+      this.bulkTimer.unref();
+      return;
     }
-    while (this.large.length > 0 && this.fragmentsInFlight < maxFragmentsInFlight) {
-      const job = this.large.shift()!;
-      const end = Math.min(job.offset + this.opts.chunkBytes, job.bytes.length);
-      const frag: Fragment = {
-        type: 'fragment',
-        fid: job.fid,
-        total: job.bytes.length,
-        offset: job.offset,
-        bytes: end - job.offset,
-      };
-      const data = job.bytes.subarray(job.offset, end);
-      job.offset = end;
-      // Round-robin: concurrent large messages share the link fragment by fragment.
-      const last = end === job.bytes.length;
-      if (!last) this.large.push(job);
-      else if (this.largeWaiting.length > 0) this.large.push(this.largeWaiting.shift()!);
-      this.fragmentsInFlight++;
-      // The header ends its frame; the piece follows as the next frame, straight from the
-      // message's buffer (ws copies nothing: server frames are unmasked, ours have a zero mask).
-      this.ws.send(pack(frag));
-      this.ws.send(data, (err) => {
-        // Written in order, so the last fragment written means the whole buffer is.
-        if (last && !err && job.spare) giveSpare(job.spare);
-        this.fragmentsInFlight--;
-        if (this.large.length > 0) this.scheduleFlush();
-      });
+    if (side.ticket === undefined) return this.close('the peer gave no bulk ticket', 1002);
+    openBulkLink(side.address, side.token, side.ticket, this.bulkReader, bulkOpenTimeoutMs).then(
+      (sock) => this.attachBulk(sock),
+      (e: Error) => this.close(`cannot open the bulk link: ${e.message}`, 1011),
+    );
+  }
+
+  /**
+   * The server's side of a bulk upgrade naming this connection: answers it and takes the socket,
+   * or returns why not (the caller refuses the upgrade).
+   */
+  acceptBulk(sock: Socket, head: Buffer): string | undefined {
+    if (this.closed) return 'the connection is closed';
+    if (this.bulkState === 'open') return 'a second bulk link';
+    // A head lets a peer send large messages only once it registered, unless it asked itself.
+    if (!this.bulkAllowed && this.bulkState !== 'opening')
+      return 'large message before registering';
+    sock.setNoDelay(true);
+    sock.write(
+      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${bulkProtocol}\r\nConnection: Upgrade\r\n\r\n`,
+    );
+    this.attachBulk(sock);
+    sock.on('data', (d: Buffer) => this.bulkReader.feed(d));
+    if (head.length > 0) this.bulkReader.feed(head);
+    return undefined;
+  }
+
+  private attachBulk(sock: Socket): void {
+    if (this.closed) {
+      sock.destroy();
+      return;
     }
+    this.bulk = sock;
+    this.bulkState = 'open';
+    clearTimeout(this.bulkTimer);
+    if (!this.opts.holdProcess) sock.unref();
+    sock.on('error', () => {}); // 'close' follows
+    sock.on('end', () => sock.end());
+    sock.on('close', () => this.onBulkClosed());
+    for (const job of this.bulkWaiting.splice(0)) this.writeBulk(job);
+  }
+
+  private writeBulk(job: OutgoingLarge): void {
+    const sock = this.bulk!;
+    sock.cork();
+    sock.write(bulkHeader(job.bytes.length));
+    sock.write(job.bytes, (err) => {
+      if (!err && job.spare) giveSpare(job.spare);
+    });
+    sock.uncork();
+  }
+
+  private onBulkClosed(): void {
+    const midMessage = this.bulkReader.busy;
+    this.bulkReader.clear();
+    this.bulk = undefined;
+    if (this.closed) return this.finish();
+    this.close(`bulk link closed${midMessage ? ' in the middle of a message' : ''}`, 1011);
+  }
+
+  private onBulkMessage(bytes: Buffer): void {
+    if (this.finished) return;
+    let msg: unknown;
+    try {
+      msg = isOutOfBand(bytes) ? decodeOutOfBand(bytes) : unpack(bytes);
+    } catch (e) {
+      return this.close(`malformed large message: ${(e as Error).message}`, 1007);
+    }
+    if (!this.closed) return this.dispatch(msg);
+    // The peer closed after sending this: only a reply still has someone waiting for it.
+    if ((msg as { type?: unknown } | null)?.type === 'reply') this.dispatch(msg);
+    this.finish();
   }
 
   private onFrame(data: Buffer, isBinary: boolean): void {
@@ -426,11 +525,6 @@ export class Connection {
     if (this.closed) return;
     if (!isBinary)
       return this.close('text frame received; only binary msgpack frames are allowed', 1003);
-    const header = this.fragmentHeader;
-    if (header) {
-      this.fragmentHeader = undefined;
-      return this.onFragment(header, data);
-    }
     let msgs: unknown[];
     try {
       msgs = unpackFrame(data);
@@ -439,7 +533,6 @@ export class Connection {
     }
     for (let i = 0; i < msgs.length; i++) {
       if (this.closed) return;
-      if (this.fragmentHeader) return this.close('a fragment header must end its frame', 1008);
       this.dispatch(msgs[i]);
     }
   }
@@ -450,7 +543,7 @@ export class Connection {
     const msg = m as Message;
     if (
       msg.type !== 'reply' &&
-      msg.type !== 'fragment' &&
+      msg.type !== 'bulkOpen' &&
       this.accepts &&
       !this.accepts.has(msg.type)
     ) {
@@ -477,10 +570,9 @@ export class Connection {
       );
       return;
     }
-    if (msg.type === 'fragment') {
-      if (!this.fragmentsAllowed) return this.close('fragment before registering', 1008);
-      this.fragmentHeader = msg;
-      return;
+    if (msg.type === 'bulkOpen') {
+      if (this.bulkSide.role === 'server') return this.close('bulkOpen from a client', 1008);
+      return this.openBulk();
     }
     const rid = (msg as { rid?: number }).rid;
     let result: unknown;
@@ -508,22 +600,6 @@ export class Connection {
       this.reply(rid, result);
     }
   }
-
-  private onFragment(f: Fragment, data: Buffer): void {
-    const out = this.reassembly.accept(f, data);
-    if (out === undefined) return;
-    if ('error' in out) return this.close(out.error, 1008);
-    let inner: unknown;
-    try {
-      inner = isOutOfBand(out.done) ? decodeOutOfBand(out.done) : unpack(out.done);
-    } catch (e) {
-      return this.close(`malformed fragmented message: ${(e as Error).message}`, 1007);
-    }
-    if ((inner as { type?: unknown } | null)?.type === 'fragment') {
-      return this.close('nested fragment', 1008);
-    }
-    this.dispatch(inner);
-  }
 }
 
 function isThenable(v: unknown): v is PromiseLike<unknown> {
@@ -549,10 +625,11 @@ export interface ListenOptions extends TransportOptions {
   /** Called for each authenticated connection. */
   onConnection?: (conn: Connection) => void;
   /**
-   * Refuse fragments until the handler calls `conn.allowFragments()` (the head does once a peer
-   * registers), so an unregistered peer cannot make this process hold large messages. @default false
+   * Refuse a peer's bulk link until the handler calls `conn.allowBulk()` (the head does once a
+   * peer registers), so an unregistered peer cannot make this process hold large messages.
+   * @default false
    */
-  fragmentsAfterRegistration?: boolean;
+  bulkAfterRegistration?: boolean;
 }
 
 /** A listening endpoint. */
@@ -599,24 +676,61 @@ function bearer(req: IncomingMessage): string | undefined {
   return undefined;
 }
 
-/** Starts an authenticated WebSocket endpoint. */
+/** Answers an upgrade request with an HTTP error and closes its socket. */
+function refuseUpgrade(socket: Socket, status: number, why: string): void {
+  socket.once('finish', () => socket.destroy());
+  socket.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\n` +
+      `Content-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(why)}\r\n\r\n${why}`,
+  );
+}
+
+/**
+ * Starts an authenticated WebSocket endpoint. The token is checked at every upgrade on its port:
+ * to a WebSocket, or to a connection's bulk link (`bulk.ts`).
+ */
 export function listen(options: ListenOptions): Promise<Server> {
   const opts = { ...transportDefaults, ...stripUndefined(options) };
   const host = options.host ?? '127.0.0.1';
   const connections = new Set<Connection>();
+  const bulkSockets = new Set<Socket>();
+  /** Each connection's bulk ticket, given in its WebSocket handshake and named by its link. */
+  const tickets = new Map<string, Connection>();
+  const ticketOf = new WeakMap<IncomingMessage, string>();
+  const http = createServer((_req, res) => res.writeHead(426).end('Upgrade Required'));
   const wss = new WebSocketServer({
-    host,
-    port: options.port ?? 0,
+    noServer: true,
     maxPayload: opts.maxFrameBytes,
     perMessageDeflate: false,
     skipUTF8Validation: true,
-    verifyClient: (info, cb) => {
-      if (tokenMatches(bearer(info.req), options.token)) return cb(true);
-      refusals.note(info.req.socket.remoteAddress ?? '?');
-      cb(false, 401, 'bad or missing token');
-    },
   });
-  wss.on('connection', (ws, req) => {
+  wss.on('headers', (headers, req) => {
+    const ticket = randomBytes(16).toString('hex');
+    ticketOf.set(req, ticket);
+    headers.push(`${bulkTicketHeader}: ${ticket}`);
+  });
+  http.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+    socket.on('error', () => {}); // a peer that resets mid-handshake; the socket closes
+    if (!tokenMatches(bearer(req), options.token)) {
+      refusals.note(req.socket.remoteAddress ?? '?');
+      return refuseUpgrade(socket, 401, 'bad or missing token');
+    }
+    const protocol = String(req.headers.upgrade ?? '').toLowerCase();
+    if (protocol === 'websocket') {
+      return wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
+    }
+    if (protocol !== bulkProtocol) return refuseUpgrade(socket, 400, 'unknown upgrade');
+    const conn = tickets.get(String(req.headers[bulkTicketHeader]));
+    if (!conn) return refuseUpgrade(socket, 403, 'unknown bulk ticket');
+    const refused = conn.acceptBulk(socket, head);
+    if (refused !== undefined) {
+      refuseUpgrade(socket, 409, refused);
+      return conn.close(refused, 1008);
+    }
+    bulkSockets.add(socket);
+    socket.once('close', () => bulkSockets.delete(socket));
+  });
+  wss.on('connection', (ws, req: IncomingMessage) => {
     const label = `${req.socket.remoteAddress}:${req.socket.remotePort}`;
     const conn = new Connection(
       ws,
@@ -624,19 +738,26 @@ export function listen(options: ListenOptions): Promise<Server> {
       options.accepts,
       opts,
       label,
-      !options.fragmentsAfterRegistration,
+      { role: 'server' },
+      !options.bulkAfterRegistration,
     );
+    const ticket = ticketOf.get(req)!;
+    tickets.set(ticket, conn);
     connections.add(conn);
-    conn.onClose(() => connections.delete(conn));
+    conn.onClose(() => {
+      connections.delete(conn);
+      tickets.delete(ticket);
+    });
     options.onConnection?.(conn);
   });
   wss.on('error', (e) => log.error(`server error: ${e.message}`));
+  http.on('error', (e) => log.error(`server error: ${e.message}`));
   return new Promise((resolve, reject) => {
-    wss.once('error', reject);
-    wss.once('listening', () => {
-      wss.off('error', reject);
-      if (!opts.holdProcess) (wss as unknown as { _server?: { unref(): void } })._server?.unref();
-      const port = (wss.address() as AddressInfo).port;
+    http.once('error', reject);
+    http.listen(options.port ?? 0, host, () => {
+      http.off('error', reject);
+      if (!opts.holdProcess) http.unref();
+      const port = (http.address() as AddressInfo).port;
       resolve({
         host,
         port,
@@ -646,7 +767,10 @@ export function listen(options: ListenOptions): Promise<Server> {
           new Promise<void>((done) => {
             for (const c of connections) c.close('server shutting down');
             for (const ws of wss.clients) ws.terminate();
-            wss.close(() => done());
+            for (const b of bulkSockets) b.destroy();
+            wss.close();
+            http.close(() => done());
+            http.closeAllConnections();
           }),
       });
     });
@@ -674,6 +798,11 @@ export function connect(address: string, options: ConnectOptions): Promise<Conne
     // browsers' intermediaries against cache poisoning; these peers are authenticated processes.
     generateMask: zeroMask,
   });
+  const bulk: BulkSide = { role: 'client', address, token: options.token };
+  ws.once('upgrade', (res) => {
+    const ticket = res.headers[bulkTicketHeader];
+    if (typeof ticket === 'string') bulk.ticket = ticket;
+  });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       ws.terminate();
@@ -696,7 +825,7 @@ export function connect(address: string, options: ConnectOptions): Promise<Conne
       const handler: Handler =
         options.handler ??
         ((m, c) => c.close(`unexpected message type '${m.type}' for this endpoint`, 1008));
-      resolve(new Connection(ws, handler, options.accepts, opts, address));
+      resolve(new Connection(ws, handler, options.accepts, opts, address, bulk));
     });
   });
 }

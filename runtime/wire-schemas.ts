@@ -52,8 +52,8 @@ export const wireLimits = {
   callArgs: 1024,
   /** CPU percent of one process (100 = one core), so at most this many cores' worth. */
   processCpuPercentMax: 100 * 4096,
-  /** Bytes of one fragment (the transport sends 1 MiB). */
-  fragmentBytes: 64 * 1024 * 1024,
+  /** Bytes of one piece of a worker's log. */
+  logDataBytes: 64 * 1024 * 1024,
 } as const;
 
 const L = wireLimits;
@@ -117,13 +117,7 @@ const actorOptions = obj({
 /** Every message's schema, keyed by type. */
 export const messageSchemas = {
   reply: obj({ type: lit('reply'), rid, value: opt(any()), error: opt(wireError) }),
-  fragment: obj({
-    type: lit('fragment'),
-    fid: int(),
-    total: int({ min: 1 }),
-    offset: int(),
-    bytes: int({ min: 1, max: L.fragmentBytes }),
-  }),
+  bulkOpen: obj({ type: lit('bulkOpen') }),
   registerNode: obj({
     type: lit('registerNode'),
     rid,
@@ -149,7 +143,7 @@ export const messageSchemas = {
     incarnation,
     stream: lit('stdout', 'stderr'),
     offset: int(),
-    data: bytes(L.fragmentBytes),
+    data: bytes(L.logDataBytes),
   }),
   workerStats: obj({ type: lit('workerStats'), calls: int() }),
   nodeStats: obj({

@@ -27,6 +27,12 @@ export class Echo {
     return new Float32Array(n);
   }
 
+  /** CPU milliseconds this worker process has used (user + system). */
+  cpuMs(): number {
+    const { user, system } = process.cpuUsage();
+    return (user + system) / 1000;
+  }
+
   /** Calls `noop` on each target `n` times, pipelined; returns the number of calls made. */
   async callMany(targets: ActorHandle<Echo>[], n: number): Promise<number> {
     const refs = [];

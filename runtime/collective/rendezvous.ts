@@ -13,6 +13,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import { type Server, type Socket, connect, createServer } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { splitAddress } from '../address.ts';
 import { RtjobError } from '../errors.ts';
 
 /** The head's KV, as the runtime reaches it. */
@@ -279,9 +280,4 @@ function readFrame(sock: Socket, timeoutMs: number): Promise<Buffer> {
     sock.on('error', onEnd);
     sock.on('close', onEnd);
   });
-}
-
-function splitAddress(address: string): [string, number] {
-  const i = address.lastIndexOf(':');
-  return [address.slice(0, i).replace(/^\[|\]$/g, ''), Number(address.slice(i + 1))];
 }

@@ -150,8 +150,7 @@ export class Head extends EventEmitter<HeadEvents> {
       holdProcess: this.opts.holdProcess ?? true,
       // Control messages are small; constructor arguments are the largest thing sent here.
       maxMessageBytes: wireLimits.ctorArgsBytes + 1024 * 1024,
-      maxBytesInFlight: wireLimits.ctorArgsBytes + 1024 * 1024,
-      fragmentsAfterRegistration: true,
+      bulkAfterRegistration: true,
       onConnection: (conn) => {
         // A peer that authenticates but never registers does not get to hold a connection.
         const ms = this.opts.registerTimeoutMs;
@@ -277,7 +276,7 @@ export class Head extends EventEmitter<HeadEvents> {
           ? msg.clientId!
           : newId('driver_');
     conn.meta = { role: 'client', clientId, kind: msg.kind, jobId: msg.jobId };
-    conn.allowFragments();
+    conn.allowBulk();
     ctx.clients.set(clientId, conn);
     conn.onClose(() => ctx.clients.get(clientId) === conn && ctx.clients.delete(clientId));
     if (msg.kind === 'worker') {

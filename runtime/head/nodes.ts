@@ -68,7 +68,7 @@ export class NodeRegistry {
     this.ctx.store.putNode(info);
     this.ctx.nodes.set(nodeId, { info, conn, sched });
     conn.meta = { role: 'node', nodeId };
-    conn.allowFragments();
+    conn.allowBulk();
     conn.setHeartbeatTimeout(this.ctx.opts.nodeHeartbeatTimeoutMs);
     conn.onClose((reason) => this.gone(nodeId, reason));
     this.recovery.restoreBundles(nodeId);

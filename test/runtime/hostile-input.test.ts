@@ -1,20 +1,18 @@
 /**
  * Authenticated peers that send nonsense: every field is checked against its message's schema
- * before it touches head state, fragments cost memory only as bytes arrive and only after a peer
- * registers, and nothing a peer does can throw out of an event handler.
+ * before it touches head state, a large message's announced size is checked before anything is
+ * allocated and only a registered peer may send one, and nothing a peer does can throw out of an
+ * event handler.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { type Socket, connect as tcpConnect } from 'node:net';
 import { WebSocket } from 'ws';
+import { bulkTicketHeader } from '../../runtime/bulk.ts';
 import { type Head, startHead } from '../../runtime/head/head.ts';
 import { setLogSink } from '../../runtime/log.ts';
 import { pack, unpack } from '../../runtime/protocol.ts';
-import {
-  type Connection,
-  connect,
-  fragmentBytesInFlight,
-  listen,
-} from '../../runtime/transport.ts';
+import { type Connection, bulkBytesInFlight, connect, listen } from '../../runtime/transport.ts';
 import { until } from './helpers.ts';
 
 let head: Head;
@@ -92,17 +90,20 @@ test('D13: type-confused kvPut / kvGet / registerNode fields get InvalidArgument
 });
 
 /**
- * A peer on a plain ws socket, for frames a well-behaved `Connection` never sends: a fragment is
- * a header message followed by a frame of raw bytes.
+ * A peer on a plain ws socket, for what a well-behaved `Connection` never sends; `link` opens a
+ * bulk link by hand (the ws handshake gave its ticket) and answers the server's status line.
  */
 async function rawPeer(address: string, token: string) {
   const ws = new WebSocket(`ws://${address}`, { headers: { authorization: `Bearer ${token}` } });
+  let ticket = '';
+  ws.once('upgrade', (res) => (ticket = String(res.headers[bulkTicketHeader])));
   await new Promise((resolve, reject) => ws.once('open', resolve).once('error', reject));
   const gone = new Promise<string>((resolve) =>
     ws.once('close', (_code, why: Buffer) => resolve(why.toString())),
   );
   let rid = 1;
   return {
+    ws,
     gone,
     /** Sends a request and resolves with the reply's value. */
     request(m: Record<string, unknown>): Promise<unknown> {
@@ -118,61 +119,80 @@ async function rawPeer(address: string, token: string) {
         ws.on('message', on);
       });
     },
-    fragment(h: { fid: number; total: number; offset: number }, data: Uint8Array): void {
-      ws.send(pack({ type: 'fragment', ...h, bytes: data.length }));
-      ws.send(data);
+    /** Opens a bulk link with these headers (by default the token and this peer's ticket). */
+    async link(
+      headers: Record<string, string> = {
+        authorization: `Bearer ${token}`,
+        [bulkTicketHeader]: ticket,
+      },
+    ): Promise<{ status: string; sock: Socket }> {
+      const [host, port] = address.split(':') as [string, string];
+      const sock = tcpConnect({ host, port: Number(port) });
+      await new Promise((r) => sock.once('connect', r));
+      const lines = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`);
+      sock.write(
+        `GET / HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: rtjob-bulk\r\n${lines.join('')}\r\n`,
+      );
+      const answer = await new Promise<Buffer>((r) => sock.once('data', r));
+      return { status: answer.toString('latin1').split('\r\n')[0]!, sock };
     },
-    /** Sends one frame of raw bytes. */
-    frame: (bytes: Uint8Array) => ws.send(bytes),
   };
 }
 
-test('D2: fragments before registering close the connection; declared sizes reserve nothing', async () => {
-  const early = await rawPeer(head.address, head.token);
-  early.fragment({ fid: 1, total: 2 ** 31 - 2, offset: 0 }, new Uint8Array(16));
-  assert.match(await early.gone, /fragment before registering/);
+/** A bulk link message header: 'RTB1' and a length. */
+function announce(bytes: number): Buffer {
+  const h = Buffer.alloc(8);
+  h.write('RTB1', 0, 'latin1');
+  h.writeUInt32LE(bytes, 4);
+  return h;
+}
 
+test('D2: no bulk link before registering; a size over the limit holds nothing', async () => {
+  const early = await rawPeer(head.address, head.token);
+  assert.match((await early.link()).status, / 409 /);
+  assert.match(await early.gone, /large message before registering/);
+
+  const before = bulkBytesInFlight();
   const d = await rawPeer(head.address, head.token);
   await d.request({ type: 'registerClient', kind: 'driver', pid: process.pid });
-  const before = fragmentBytesInFlight();
-  for (let fid = 1; fid <= 60; fid++) {
-    d.fragment({ fid, total: 200 * 1024 * 1024, offset: 0 }, new Uint8Array(16));
-  }
-  const t0 = Date.now();
-  assert.is(await d.request({ type: 'kvGet', key: 'x' }), null);
-  assert.ok(Date.now() - t0 < 2000, 'the head answers at once');
-  assert.ok(
-    fragmentBytesInFlight() - before <= 60 * 16,
-    `holds only what arrived (${fragmentBytesInFlight()})`,
+  const { status, sock } = await d.link();
+  assert.match(status, / 101 /);
+  // The head takes constructor arguments up to 256 MiB and no more.
+  sock.write(announce(300 * 1024 * 1024));
+  assert.match(await d.gone, /bulk message of 314572800 bytes over the limit of 269484032/);
+  assert.is(bulkBytesInFlight(), before, 'nothing allocated for it');
+  const other = await driver();
+  assert.is(await other.request({ type: 'kvGet', key: 'x' }), null, 'the head still answers');
+  other.close('test');
+});
+
+test('a peer dying mid-message gives back what the head held for it', async () => {
+  const before = bulkBytesInFlight();
+  const d = await rawPeer(head.address, head.token);
+  await d.request({ type: 'registerClient', kind: 'driver', pid: process.pid });
+  const { sock } = await d.link();
+  sock.write(Buffer.concat([announce(100 * 1024 * 1024), Buffer.alloc(1024 * 1024)]));
+  await until(
+    () => bulkBytesInFlight() === before + 100 * 1024 * 1024,
+    2000,
+    'the message to begin',
   );
-  // More concurrent assemblies than a sender ever uses: the connection goes, its bytes are freed.
-  for (let fid = 61; fid <= 70; fid++) {
-    d.fragment({ fid, total: 1024, offset: 0 }, new Uint8Array(16));
-  }
-  assert.match(await d.gone, /fragmented messages at once/);
-  await until(() => fragmentBytesInFlight() === before, 2000, 'bytes released');
+  sock.destroy();
+  d.ws.terminate();
+  await until(() => bulkBytesInFlight() === before, 2000, 'the partial message to be freed');
 });
 
-test('fragments in flight are bounded per connection', async () => {
-  const server = await listen({ token: 't', handler: () => 'ok', maxBytesInFlight: 1024 * 1024 });
-  const c = await rawPeer(server.address, 't');
-  for (let fid = 1; fid <= 3; fid++) {
-    c.fragment({ fid, total: 10 * 1024 * 1024, offset: 0 }, new Uint8Array(512 * 1024));
-  }
-  assert.match(await c.gone, /fragments in flight over this connection's 1048576 bytes/);
-  await server.close();
-});
-
-test('a fragment header must end its frame and be followed by exactly its bytes', async () => {
+test('a bulk link needs the token and a live ticket; one per connection', async () => {
   const server = await listen({ token: 't', handler: () => 'ok' });
-  const header = { type: 'fragment', fid: 1, total: 100, offset: 0, bytes: 20 };
-  const lying = await rawPeer(server.address, 't');
-  lying.frame(pack(header));
-  lying.frame(new Uint8Array(10)); // 20 announced
-  assert.match(await lying.gone, /fragment data does not match its header/);
-  const crowded = await rawPeer(server.address, 't');
-  crowded.frame(Buffer.concat([pack(header), pack({ type: 'ping', rid: 1 })]));
-  assert.match(await crowded.gone, /a fragment header must end its frame/);
+  const c = await rawPeer(server.address, 't');
+  assert.match((await c.link({ [bulkTicketHeader]: 'x' })).status, / 401 /);
+  assert.match(
+    (await c.link({ authorization: 'Bearer t', [bulkTicketHeader]: 'x' })).status,
+    / 403 /,
+  );
+  assert.match((await c.link()).status, / 101 /);
+  assert.match((await c.link()).status, / 409 /);
+  assert.match(await c.gone, /a second bulk link/);
   await server.close();
 });
 

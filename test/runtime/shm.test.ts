@@ -14,7 +14,7 @@ import {
   shutdown,
 } from '../../runtime/index.ts';
 import type { Consumer } from '../fixtures/runtime/weights.ts';
-import { fixture, until } from './helpers.ts';
+import { fixture, rejection, until } from './helpers.ts';
 
 const ConsumerActor = defineActor<typeof Consumer>(fixture('weights.ts'), 'Consumer');
 const shmDir = `/dev/shm/rtjob-${process.getuid!()}`;
@@ -98,6 +98,17 @@ test('RTJOB_OBJECT_SHM=0 sends the same values over the socket', async () => {
   assert.is(filesOf(pid).length, 0);
   release(ref);
   await kill(c);
+});
+
+test('socket: a 64 MiB result is bit-exact; a worker dying mid-send fails the get (ACTOR_DIED)', async () => {
+  const c = ConsumerActor.options({ env: { RTJOB_OBJECT_SHM: '0' }, maxRestarts: 0 }).remote();
+  const big = 16 << 20; // 64 MiB of float32
+  const got = await c.makeWeights.remote(big);
+  let wrong = -1;
+  for (let i = 0; i < big && wrong < 0; i++) if (got.w[i] !== i) wrong = i;
+  assert.is(wrong, -1, 'every element as sent');
+  const e = await rejection(c.makeWeightsAndDie.remote(big));
+  assert.is(e.code, 'ACTOR_DIED', e.message);
 });
 
 test('a freed object takes its file with it; repeated transfers keep a bounded set of files', async () => {

@@ -1,9 +1,18 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { WebSocket } from 'ws';
+import { createServer } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { WebSocket, WebSocketServer } from 'ws';
+import { bulkTicketHeader } from '../../runtime/bulk.ts';
 import { setLogSink } from '../../runtime/log.ts';
 import { pack } from '../../runtime/protocol.ts';
-import { type Connection, type Server, connect, listen } from '../../runtime/transport.ts';
+import {
+  type Connection,
+  type Server,
+  bulkBytesInFlight,
+  connect,
+  listen,
+} from '../../runtime/transport.ts';
 import { rejection, until } from './helpers.ts';
 
 const token = 'test-token-123';
@@ -70,27 +79,37 @@ test('a wrong or missing token is refused with a logged reason', async () => {
   assert.ok(logs.some((l) => l.includes('bad or missing token')));
 });
 
-test('a large message is fragmented and does not hold up small ones', async () => {
-  const c = await connect(server.address, { token, chunkBytes: 256 * 1024 });
-  const big = new Float32Array(3 * 1024 * 1024); // 12 MiB, 3x the frame limit
-  big[big.length - 1] = 7;
+test('64 MiB crosses the bulk link bit-exact both ways; small messages overtake it', async () => {
+  const c = await connect(server.address, { token, heartbeatTimeoutMs: 60_000 });
+  // Bytes no two places alike, so a piece landing at the wrong offset shows.
+  const big = new Uint32Array(16 << 20).map((_, i) => Math.imul(i, 2654435761) >>> 0);
   const order: string[] = [];
   const pBig = c.request({ type: 'call', method: 'echo', args: [big] }).then((v) => {
     order.push('big');
-    return v;
+    return v as Uint32Array;
   });
   const pSmall = c
     .request({ type: 'call', method: 'echo', args: ['small'] })
     .then(() => order.push('small'));
-  const [back] = (await Promise.all([pBig, pSmall])) as [Float32Array, unknown];
-  assert.is(back.length, big.length);
-  assert.is(back[back.length - 1], 7);
+  const [back] = await Promise.all([pBig, pSmall]);
   assert.equal(order, ['small', 'big']);
+  assert.ok(back instanceof Uint32Array && back.length === big.length);
+  assert.is(
+    Buffer.compare(
+      Buffer.from(back.buffer, back.byteOffset, back.byteLength),
+      Buffer.from(big.buffer),
+    ),
+    0,
+  );
+  // The bytes came over the bulk link, into one buffer of the message's size (its skeleton and
+  // the array), not through WebSocket frames.
+  assert.ok(c.bulkLinked, 'the client opened its bulk link');
+  assert.ok(back.buffer.byteLength < big.byteLength + 4096, `${back.buffer.byteLength} bytes`);
   c.close();
 });
 
 test('large arrays travel out of band: every kind intact, a snapshot at send, views on arrival', async () => {
-  const c = await connect(server.address, { token, chunkBytes: 256 * 1024 });
+  const c = await connect(server.address, { token, bulkMinBytes: 256 * 1024 });
   const value = {
     f32: Float32Array.from({ length: 300_000 }, (_, i) => i / 2),
     f64: Float64Array.from({ length: 70_000 }, (_, i) => -i),
@@ -140,12 +159,9 @@ test('malformed, oversized, text and unknown frames close only that connection',
     ],
     ['oversized', (ws) => ws.send(Buffer.alloc(5 * 1024 * 1024)), /socket error|Max payload/i],
     [
-      'bad fragment',
-      (ws) => {
-        ws.send(pack({ type: 'fragment', fid: 1, total: 10, offset: 5, bytes: 2 }));
-        ws.send(Buffer.alloc(2));
-      },
-      /fragment/,
+      'a client asking for a bulk link',
+      (ws) => ws.send(pack({ type: 'bulkOpen' })),
+      /bulkOpen from a client/,
     ],
   ];
   for (const [name, send, why] of cases) {
@@ -160,6 +176,99 @@ test('malformed, oversized, text and unknown frames close only that connection',
   const c = await connect(server.address, { token });
   assert.is(await c.request({ type: 'ping' }), 'pong', 'the server still serves');
   c.close();
+});
+
+/**
+ * A server written by hand that answers any request by asking for the bulk link and then does
+ * `onLink` with it: a peer that dies mid-message, or one that sends nonsense.
+ */
+async function handMadeServer(
+  onLink: (sock: Socket) => void,
+): Promise<{ address: string; close(): void }> {
+  const http = createServer();
+  const wss = new WebSocketServer({ noServer: true });
+  const links = new Set<Socket>();
+  wss.on('headers', (headers) => headers.push(`${bulkTicketHeader}: t1`));
+  http.on('upgrade', (req, sock: Socket, head) => {
+    if (req.headers.upgrade === 'websocket') {
+      return wss.handleUpgrade(req, sock, head, (ws) =>
+        ws.on('message', () => ws.send(pack({ type: 'bulkOpen' }))),
+      );
+    }
+    assert.is(req.headers[bulkTicketHeader], 't1', 'the link names its ticket');
+    assert.is(req.headers.authorization, `Bearer ${token}`, 'and carries the token');
+    sock.write(
+      'HTTP/1.1 101 Switching Protocols\r\nUpgrade: rtjob-bulk\r\nConnection: Upgrade\r\n\r\n',
+    );
+    links.add(sock);
+    onLink(sock);
+  });
+  await new Promise<void>((r) => http.listen(0, '127.0.0.1', r));
+  return {
+    address: `127.0.0.1:${(http.address() as AddressInfo).port}`,
+    close: () => {
+      for (const ws of wss.clients) ws.terminate();
+      for (const l of links) l.destroy();
+      http.closeAllConnections();
+      http.close();
+    },
+  };
+}
+
+/** A bulk link header: magic and length as given. */
+function linkHeader(magic: number, bytes: number): Buffer {
+  const h = Buffer.alloc(8);
+  h.writeUInt32LE(magic, 0);
+  h.writeUInt32LE(bytes, 4);
+  return h;
+}
+const RTB1 = 0x31425452;
+
+test('a peer dying mid-message fails the request and gives its bytes back', async () => {
+  const before = bulkBytesInFlight();
+  let sent: () => void;
+  const halfway = new Promise<void>((r) => (sent = r));
+  const peer = await handMadeServer((sock) => {
+    sock.write(linkHeader(RTB1, 64 << 20));
+    // Half of the 64 MiB announced, then the process "dies": both sockets go at once.
+    sock.write(Buffer.alloc(32 << 20, 1), () => sent());
+  });
+  const c = await connect(peer.address, { token });
+  const reply = rejection(c.request({ type: 'ping' }));
+  await halfway;
+  assert.ok(
+    bulkBytesInFlight() - before === 64 << 20,
+    'the announced size is held while it arrives',
+  );
+  peer.close();
+  const e = await reply;
+  assert.is(e.code, 'CONNECTION');
+  assert.match(e.message, /closed/);
+  await until(() => bulkBytesInFlight() === before, 2000, 'the partial message to be freed');
+});
+
+test('a bad bulk header closes the connection with a one-line reason', async () => {
+  const cases: [string, Buffer, RegExp][] = [
+    ['bad magic', linkHeader(0x12345678, 100), /bad bulk message header/],
+    ['empty', linkHeader(RTB1, 0), /empty bulk message/],
+    ['over the limit', linkHeader(RTB1, 2 ** 32 - 1), /over the limit of 2147483647/],
+    [
+      'not a message',
+      Buffer.concat([linkHeader(RTB1, 4), Buffer.from('junk')]),
+      /malformed large message/,
+    ],
+  ];
+  const before = bulkBytesInFlight();
+  for (const [name, bytes, why] of cases) {
+    const peer = await handMadeServer((sock) => sock.write(bytes));
+    const c = await connect(peer.address, { token });
+    const e = await rejection(c.request({ type: 'ping' }));
+    assert.is(e.code, 'CONNECTION', name);
+    assert.match(e.message, why, name);
+    assert.not.match(e.message, /\n/, `${name}: one line`);
+    peer.close();
+  }
+  assert.is(bulkBytesInFlight(), before, 'nothing held');
 });
 
 test('a silent peer is closed by the heartbeat', async () => {
