@@ -31,9 +31,13 @@ async function tryNative(): Promise<boolean> {
 
 type ProcessEvent = 'uncaughtException' | 'unhandledRejection';
 const processEvents: ProcessEvent[] = ['uncaughtException', 'unhandledRejection'];
+type Listener = (...args: unknown[]) => void;
+// `process.listeners` is overloaded per event name; both of these take a plain listener.
+const listenersOf = (e: ProcessEvent): Listener[] =>
+  (process.listeners as (e: string) => Listener[])(e);
 
-function processListeners(): Map<ProcessEvent, Set<unknown>> {
-  return new Map(processEvents.map((e) => [e, new Set<unknown>(process.listeners(e))]));
+function processListeners(): Map<ProcessEvent, Set<Listener>> {
+  return new Map(processEvents.map((e) => [e, new Set(listenersOf(e))]));
 }
 
 /**
@@ -43,12 +47,11 @@ function processListeners(): Map<ProcessEvent, Set<unknown>> {
  * error, in every process (driver, trainer, rollout and the user's agent code in it) that then
  * fails on an unexpected error. Without them Node reports the error itself, as it would anyway.
  */
-function dropRethrowingListeners(before: Map<ProcessEvent, Set<unknown>>): void {
+function dropRethrowingListeners(before: Map<ProcessEvent, Set<Listener>>): void {
   for (const e of processEvents) {
-    for (const l of process.listeners(e)) {
+    for (const l of listenersOf(e)) {
       // Emscripten's own: added while the backend started, and all they do is throw.
-      if (!before.get(e)!.has(l) && /\bthrow\b/.test(String(l)))
-        process.removeListener(e, l as (...args: unknown[]) => void);
+      if (!before.get(e)!.has(l) && /\bthrow\b/.test(String(l))) process.removeListener(e, l);
     }
   }
 }
