@@ -18,7 +18,6 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { TrainSample } from '../../actors/trainer.ts';
 import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
 import { remoteRoles } from '../../algorithms/train-ppo/remote-roles.ts';
 import type { Roles } from '../../algorithms/train-ppo/roles.ts';
@@ -29,22 +28,12 @@ import {
   stagePolicy,
 } from '../../algorithms/train-ppo/weight-sync.ts';
 import { listActors, ObjectRef, objectStats } from '../../runtime/index.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyTrainSample, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 import { type ChaosResult, ChaosCluster, emptyResult, type Netns, netns } from './harness.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 
-const sample = (len: number, seed: number): TrainSample => {
-  const inputIds = Array.from({ length: len }, (_, i) => 3 + ((i * 7 + seed) % 20));
-  const actionMask = Array.from({ length: len - 1 }, (_, i) => (i >= 2 ? 1 : 0));
-  return {
-    inputIds,
-    actionMask,
-    advantages: actionMask.map((m, i) => m * (((seed + i) % 3) - 1)),
-    oldLogprobs: actionMask.map(() => -3.2),
-  };
-};
-const samples = Array.from({ length: 8 }, (_, i) => sample(6 + (i % 4), i));
+const samples = Array.from({ length: 8 }, (_, i) => tinyTrainSample(6 + (i % 4), i));
 
 /** Fetches served, by fetching node. */
 export type Served = Record<string, { socket: number; sharedMemory: number }>;

@@ -10,12 +10,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Trainer, type TrainSample, type TrainStats } from '../../actors/trainer.ts';
+import { Trainer, type TrainStats } from '../../actors/trainer.ts';
 import { trainPpo } from '../../algorithms/train-ppo.ts';
 import { defineActor, init, kill, listActors, shutdown } from '../../runtime/index.ts';
 import type { ActorInfo } from '../../runtime/protocol.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyTrainSample, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-dp-'));
@@ -36,17 +36,7 @@ test.after(async () => {
   rmSync(root, { recursive: true, force: true });
 });
 
-const sample = (len: number, seed: number): TrainSample => {
-  const inputIds = Array.from({ length: len }, (_, i) => 3 + ((i * 7 + seed) % 20));
-  const actionMask = Array.from({ length: len - 1 }, (_, i) => (i >= 2 ? 1 : 0));
-  return {
-    inputIds,
-    actionMask,
-    advantages: actionMask.map((m, i) => m * (((seed + i) % 3) - 1)),
-    oldLogprobs: actionMask.map(() => -3.2),
-  };
-};
-const samples = Array.from({ length: 12 }, (_, i) => sample(6 + (i % 5), i));
+const samples = Array.from({ length: 12 }, (_, i) => tinyTrainSample(6 + (i % 5), i));
 const init0 = { learningRate: 1e-2, trainBatchSize: 12, microTrainBatchSize: 2 };
 const bits = (a: Float32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
 

@@ -8,7 +8,6 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { TrainSample } from '../../actors/trainer.ts';
 import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
 import { remoteRoles } from '../../algorithms/train-ppo/remote-roles.ts';
 import type { Roles } from '../../algorithms/train-ppo/roles.ts';
@@ -19,7 +18,7 @@ import {
   weightRoutes,
 } from '../../algorithms/train-ppo/weight-sync.ts';
 import { init, listActors, ObjectRef, put } from '../../runtime/index.ts';
-import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { tinyTrainSample, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-wref-'));
@@ -40,17 +39,7 @@ test('routes: engines on the trainer node fetch from it; elsewhere one engine pe
   assert.equal(weightRoutes(undefined, [], [0, 1]), { direct: [0, 1], relays: [] });
 });
 
-const sample = (len: number, seed: number): TrainSample => {
-  const inputIds = Array.from({ length: len }, (_, i) => 3 + ((i * 7 + seed) % 20));
-  const actionMask = Array.from({ length: len - 1 }, (_, i) => (i >= 2 ? 1 : 0));
-  return {
-    inputIds,
-    actionMask,
-    advantages: actionMask.map((m, i) => m * (((seed + i) % 3) - 1)),
-    oldLogprobs: actionMask.map(() => -3.2),
-  };
-};
-const samples = Array.from({ length: 8 }, (_, i) => sample(6 + (i % 4), i));
+const samples = Array.from({ length: 8 }, (_, i) => tinyTrainSample(6 + (i % 4), i));
 
 test('every engine loads the trained weights bit-identically; the driver only holds a ref', async () => {
   const model = await writeTinyModel(root);
