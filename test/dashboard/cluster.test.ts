@@ -5,7 +5,8 @@
 // At 420 px neither page scrolls sideways. Screenshots go to test/dashboard/screenshots/.
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { type Browser, chromium } from 'playwright-core';
+import type { Browser } from 'playwright-core';
+import { launchChromium } from './browser.ts';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
@@ -27,10 +28,7 @@ test.before(async () => {
   await sb.startHead();
   const { address, token } = sb.clusterFile();
   await init({ address, token });
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
+  browser = await launchChromium();
 });
 test.after(async () => {
   await browser?.close();

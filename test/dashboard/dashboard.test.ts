@@ -2,7 +2,8 @@
 // and stopping a job from its page changes its state. Screenshots go to test/dashboard/screenshots/.
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { type Browser, chromium } from 'playwright-core';
+import type { Browser } from 'playwright-core';
+import { launchChromium } from './browser.ts';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
@@ -16,10 +17,7 @@ let browser: Browser;
 test.before(async () => {
   mkdirSync(shots, { recursive: true });
   await sb.startHead();
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
+  browser = await launchChromium();
 });
 test.after(async () => {
   await browser?.close();

@@ -9,7 +9,8 @@ import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
+import { launchChromium } from './browser.ts';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
@@ -46,10 +47,7 @@ const ppo = (out: string, extra: string[] = []) => [
 
 test.before(async () => {
   mkdirSync(shots, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
+  browser = await launchChromium();
 });
 test.after(async () => {
   await browser?.close();
