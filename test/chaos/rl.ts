@@ -481,6 +481,18 @@ class ServerSlot {
   }
 }
 
+/** train_ppo's flags for the SGLang fakes at `servers`. */
+function sglangFlags(b: RlBench, servers: readonly { url: string }[]): string[] {
+  return [
+    '--engine',
+    'sglang',
+    '--engine-url',
+    servers.map((x) => x.url).join(','),
+    '--engine-weights-path',
+    join(b.dir, 'weights'),
+  ];
+}
+
 /**
  * kill -9 of a random engine server process (a fake SGLang server the rollout reaches over HTTP)
  * at random moments while `train_ppo --engine sglang` trains on 2 servers; each killed server is
@@ -493,14 +505,7 @@ export async function engineServerKills(steps: number, kills: number): Promise<C
   try {
     await b.start();
     servers.push(await ServerSlot.start(b.model), await ServerSlot.start(b.model));
-    const flags = [
-      '--engine',
-      'sglang',
-      '--engine-url',
-      servers.map((x) => x.url).join(','),
-      '--engine-weights-path',
-      join(b.dir, 'weights'),
-    ];
+    const flags = sglangFlags(b, servers);
     return await runWithFaults(
       `engine server kill -9 (sglang fake, seed ${s})`,
       b,
@@ -540,14 +545,7 @@ export async function engineServerHangs(
   try {
     await b.start();
     servers.push(await ServerProcess.start(b.model), await ServerProcess.start(b.model));
-    const flags = [
-      '--engine',
-      'sglang',
-      '--engine-url',
-      servers.map((x) => x.url).join(','),
-      '--engine-weights-path',
-      join(b.dir, 'weights'),
-    ];
+    const flags = sglangFlags(b, servers);
     const stopped = new Set<ServerProcess>();
     return await runWithFaults(
       `engine server SIGSTOP ${holdS}s (sglang fake, seed ${s})`,
