@@ -1,7 +1,7 @@
 /**
  * The cost of a real-sized model on this machine's CPU: `BENCH_MODEL_PRETRAIN=<dir> npm run bench
  * -- model` (bench/model.ts hands over to this file). Write a random Qwen3-0.6B-shaped checkpoint
- * first with actors/model/random-checkpoint.ts. Two phases, each in a fresh process so their peak
+ * first with model/random-checkpoint.ts. Two phases, each in a fresh process so their peak
  * RSS is their own:
  *
  * - **infer** (`BENCH_INFER_BACKEND`, default `cpu`): load time, RSS after load, prefill tokens/s
@@ -30,9 +30,9 @@ const mib = (b: number): number => b / 2 ** 20;
 const peakRssBytes = (): number => process.resourceUsage().maxRSS * 1024;
 
 async function infer(): Promise<Record<string, number | string>> {
-  const { initBackend } = await import('../actors/model/backend.ts');
-  const { loadModel } = await import('../actors/model/checkpoint.ts');
-  const { decodeStep, prefill } = await import('../actors/model/kv-cache.ts');
+  const { initBackend } = await import('../model/backend.ts');
+  const { loadModel } = await import('../model/checkpoint.ts');
+  const { decodeStep, prefill } = await import('../model/kv-cache.ts');
   const backend = await initBackend((process.env.BENCH_INFER_BACKEND ?? 'cpu') as 'cpu' | 'wasm');
   const t0 = performance.now();
   const { model } = await loadModel(dir);
@@ -78,9 +78,9 @@ async function infer(): Promise<Record<string, number | string>> {
 }
 
 async function train(): Promise<Record<string, number | string>> {
-  const { initBackend, tf } = await import('../actors/model/backend.ts');
-  const { loadModel } = await import('../actors/model/checkpoint.ts');
-  const { maskedNllLoss, ModelTrainer, padBatch } = await import('../actors/model/training.ts');
+  const { initBackend, tf } = await import('../model/backend.ts');
+  const { loadModel } = await import('../model/checkpoint.ts');
+  const { maskedNllLoss, ModelTrainer, padBatch } = await import('../model/training.ts');
   const backend = await initBackend((process.env.BENCH_TRAIN_BACKEND ?? 'cpu') as 'cpu' | 'wasm');
   const mark = (what: string): void =>
     void process.stderr.write(

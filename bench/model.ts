@@ -12,14 +12,14 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { BuiltinEngine } from '../actors/engines/builtin/engine.ts';
-import { initBackend, tf } from '../actors/model/backend.ts';
-import { tinyMathConfig } from '../actors/model/builtin.ts';
-import { resolveConfig } from '../actors/model/config.ts';
-import { recomputeLastLogits } from '../actors/model/kv-cache.ts';
-import { CausalLM } from '../actors/model/llama.ts';
-import { maskedNllLoss, ModelTrainer, padBatch } from '../actors/model/training.ts';
-import { useWasmKernelOverrides } from '../actors/model/wasm-kernels.ts';
+import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { initBackend, tf } from '../model/backend.ts';
+import { tinyMathConfig } from '../model/builtin.ts';
+import { resolveConfig } from '../model/config.ts';
+import { recomputeLastLogits } from '../model/kv-cache.ts';
+import { CausalLM } from '../model/llama.ts';
+import { maskedNllLoss, ModelTrainer, padBatch } from '../model/training.ts';
+import { useWasmKernelOverrides } from '../model/wasm-kernels.ts';
 
 if (process.env.BENCH_MODEL_PRETRAIN) {
   // A real-sized checkpoint: its own benchmark (load, prefill, decode, a training step, memory).
@@ -211,7 +211,7 @@ await engine.close();
 // this tree's, so both see the same load on a shared machine; the medians are compared.
 const baselineDir = process.env.BENCH_MODEL_BASELINE;
 if (baselineDir) {
-  const url = pathToFileURL(resolve(baselineDir, 'actors/model/llama.ts')).href;
+  const url = pathToFileURL(resolve(baselineDir, 'model/llama.ts')).href;
   const Base = ((await import(url)) as { CausalLM: typeof CausalLM }).CausalLM;
   // Both trees number their models' TF.js variables from 1; skip names this process already holds.
   let base: CausalLM | undefined;

@@ -24,16 +24,14 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { GroupResult } from '../actors/agent/episode-runner.ts';
-import type { PromptItem, Rollout } from '../actors/rollout.ts';
-import { renderCurves, toPng, type Series } from '../algorithms/train-ppo/curves.ts';
+import type { GroupResult } from '../agents/episode-runner.ts';
+import type { PromptItem, Rollout } from '../roles/rollout.ts';
+import { renderCurves, toPng, type Series } from '../train/ppo/curves.ts';
 import { defineActor, init, kill, shutdown } from '../runtime/api.ts';
 
 const resultsDir = fileURLToPath(new URL('./results/', import.meta.url));
 const docsDir = fileURLToPath(new URL('../docs/', import.meta.url));
-const shipped = fileURLToPath(
-  new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url),
-);
+const shipped = fileURLToPath(new URL('../model/pretrained/rtjob-tiny-math', import.meta.url));
 const parts = (process.env.RL_BENCH ?? 'overhead,sync-async').split(',');
 
 interface Row {
@@ -75,7 +73,7 @@ async function overhead(): Promise<void> {
   const model = await writeTinyModel(home);
   await init();
   const RolloutActor = defineActor<typeof Rollout>(
-    new URL('../actors/rollout.ts', import.meta.url),
+    new URL('../roles/rollout.ts', import.meta.url),
     'Rollout',
   );
   const handles = Array.from({ length: engines }, (_, i) =>
@@ -234,7 +232,7 @@ async function parallelHeadroom(ms = 3000): Promise<number> {
 
 async function trainRun(mode: Mode, steps: number): Promise<RunResult> {
   const headroom = await parallelHeadroom();
-  const { trainPpo } = await import('../algorithms/train-ppo.ts');
+  const { trainPpo } = await import('../train/ppo/main.ts');
   const out = mkdtempSync(join(tmpdir(), `rtjob-bench-${mode.replace(/\W+/g, '-')}-`));
   const reward: [number, number][] = [];
   const accuracy: [number, number][] = [];

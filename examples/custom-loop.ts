@@ -7,11 +7,11 @@
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import type { Rollout } from '../actors/rollout.ts';
-import type { TrainSample, Trainer } from '../actors/trainer.ts';
+import type { Rollout } from '../roles/rollout.ts';
+import type { TrainSample, Trainer } from '../roles/trainer.ts';
 import { computeReturns, makeExperience } from 'rtjob/algorithms';
-import { PromptSampler } from '../algorithms/train-ppo/data.ts';
-import { builtinDataset } from '../algorithms/datasets/arith.ts';
+import { PromptSampler } from '../train/ppo/data.ts';
+import { builtinDataset } from '../train/data/arith.ts';
 import { defineActor, init, kill, shutdown } from 'rtjob';
 
 const { values: args } = parseArgs({
@@ -19,9 +19,7 @@ const { values: args } = parseArgs({
     steps: { type: 'string', default: '10' },
     pretrain: {
       type: 'string',
-      default: fileURLToPath(
-        new URL('../actors/model/pretrained/rtjob-tiny-math', import.meta.url),
-      ),
+      default: fileURLToPath(new URL('../model/pretrained/rtjob-tiny-math', import.meta.url)),
     },
     prompts: { type: 'string', default: '16' },
     samples: { type: 'string', default: '4' },
@@ -35,11 +33,11 @@ const maxNewTokens = Number(args['max-new-tokens']);
 
 await init();
 const RolloutActor = defineActor<typeof Rollout>(
-  new URL('../actors/rollout.ts', import.meta.url),
+  new URL('../roles/rollout.ts', import.meta.url),
   'Rollout',
 );
 const TrainerActor = defineActor<typeof Trainer>(
-  new URL('../actors/trainer.ts', import.meta.url),
+  new URL('../roles/trainer.ts', import.meta.url),
   'Trainer',
 );
 

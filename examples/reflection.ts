@@ -7,7 +7,7 @@
  *   npx rtjob submit -- train_ppo --agent-func ./examples/reflection.ts --advantage-estimator group_norm
  */
 import { gsm8kReward } from 'rtjob/rewards';
-import type { Sample, WorkflowEngine, WorkflowInit } from '../actors/agent/types.ts';
+import type { Sample, WorkflowEngine, WorkflowInit } from '../agents/types.ts';
 import type { Trajectory } from '../algorithms/trajectory.ts';
 
 export class Workflow {

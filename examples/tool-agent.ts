@@ -4,7 +4,7 @@
  * makes and sends their results back. It knows nothing of training: `train_ppo` points `baseURL`
  * at its gateway, which records the exact tokens of every turn.
  *
- *   npx rtjob submit -- train_ppo --agent-func ./examples/tool-agent.ts --pretrain actors/model/pretrained/rtjob-tiny-tool
+ *   npx rtjob submit -- train_ppo --agent-func ./examples/tool-agent.ts --pretrain model/pretrained/rtjob-tiny-tool
  *
  * The shipped tool model knows the call format but answers directly almost always; calling the
  * calculator is right far more often, and RL finds that out (README, "A tool-use run").

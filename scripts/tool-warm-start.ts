@@ -12,7 +12,7 @@
  *   rarely chooses it.
  *
  * @example
- * node --import tsx scripts/tool-warm-start.ts init --from actors/model/pretrained/rtjob-tiny-math --out /tmp/base
+ * node --import tsx scripts/tool-warm-start.ts init --from model/pretrained/rtjob-tiny-math --out /tmp/base
  * node --import tsx scripts/tool-warm-start.ts data --out /tmp/tool-sft.jsonl --tool-fraction 0.2
  *
  * @module
@@ -21,9 +21,9 @@ import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Command } from 'commander';
-import { seededRandom } from '../actors/model/prng.ts';
-import { parseSafetensors, serializeSafetensors } from '../actors/model/safetensors.ts';
-import { arithDataset, type ArithRecord } from '../algorithms/datasets/arith.ts';
+import { seededRandom } from '../model/prng.ts';
+import { parseSafetensors, serializeSafetensors } from '../model/safetensors.ts';
+import { arithDataset, type ArithRecord } from '../train/data/arith.ts';
 
 /** The calculator as the agent offers it (OpenAI function-tool shape); the template shows its name. */
 export const calculatorTool = {

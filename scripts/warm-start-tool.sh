@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Rebuilds the shipped tool warm start actors/model/pretrained/rtjob-tiny-tool from the math warm
-# start (actors/model/pretrained/rtjob-tiny-math, or FROM=...):
+# Rebuilds the shipped tool warm start model/pretrained/rtjob-tiny-tool from the math warm
+# start (model/pretrained/rtjob-tiny-math, or FROM=...):
 #   npm run warm-start:tool       (about 9 min on a shared 2-core machine; resumable)
 # 1. init: the math model's weights and tokenizer, extended with the tool role, the <tool_call>
 #    tags and JSON pieces as added tokens (new embedding rows), and the tool chat template.
@@ -17,7 +17,7 @@ WORK=${WORK:-/tmp/rtjob-warm-start-tool}
 OUT=${OUT:-actors/model/pretrained/rtjob-tiny-tool}
 FROM=${FROM:-actors/model/pretrained/rtjob-tiny-math}
 tool() { node --import tsx scripts/tool-warm-start.ts "$@"; }
-sft() { node --import tsx algorithms/train-sft.ts --batch-size 32 --warmup-steps 10 --max-steps 100 --eval-steps 0 --seed 7 "$@"; }
+sft() { node --import tsx train/sft.ts --batch-size 32 --warmup-steps 10 --max-steps 100 --eval-steps 0 --seed 7 "$@"; }
 mkdir -p "$WORK"
 echo "== 1/4: extend $FROM with tool tokens and the tool chat template"
 tool init --from "$FROM" --out "$WORK/base"
@@ -28,5 +28,5 @@ sft --pretrain "$WORK/base" --dataset "$WORK/tool.jsonl" --save-path "$WORK/tool
 echo "== 3/4: 80% direct answers, 100 steps"
 sft --pretrain "$WORK/tool" --dataset "$WORK/mix.jsonl" --save-path "$OUT" --ckpt-path "$WORK/mix-ckpt" --lr 1e-3
 echo "== 4/4: held-out accuracy of examples/tool-agent.ts"
-node --import tsx algorithms/eval-agent.ts "$OUT" --agent-func examples/tool-agent.ts --prompts 500 --samples 2 --split-by used_tool
+node --import tsx train/eval-agent.ts "$OUT" --agent-func examples/tool-agent.ts --prompts 500 --samples 2 --split-by used_tool
 echo "tool warm start written to $OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Rebuilds the shipped warm-start model actors/model/pretrained/rtjob-tiny-math from nothing:
+# Rebuilds the shipped warm-start model model/pretrained/rtjob-tiny-math from nothing:
 #   npm run warm-start            (about 25 min on a 2-core machine; resumable: rerun after a stop)
 # Phase 1+2 teach the worked answer ("47+38=85. The answer is 85."): 600 steps, then a warm restart
 # of the cosine schedule that stops at the first evaluation reaching 30% held-out greedy accuracy.
@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${WORK:-/tmp/rtjob-warm-start}
 OUT=${OUT:-actors/model/pretrained/rtjob-tiny-math}
-sft() { node --import tsx algorithms/train-sft.ts --dataset arith --batch-size 32 --eval-steps 50 --eval-size 200 "$@"; }
+sft() { node --import tsx train/sft.ts --dataset arith --batch-size 32 --eval-steps 50 --eval-size 200 "$@"; }
 mkdir -p "$WORK"
 echo "== phase 1/3: worked answers, 600 steps"
 sft --init-builtin --save-path "$WORK/worked" --ckpt-path "$WORK/worked-ckpt" \

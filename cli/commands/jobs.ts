@@ -262,7 +262,7 @@ async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Pro
     const file = join(sessionDir, `${jobId}.metrics.csv`);
     writeFileSync(file, csv);
     process.stderr.write(
-      `metrics of ${jobId}: ${file} (curves: node --import tsx algorithms/train-ppo/curves.ts ${file} curve.png)\n`,
+      `metrics of ${jobId}: ${file} (curves: node --import tsx train/ppo/curves.ts ${file} curve.png)\n`,
     );
   } catch (err) {
     process.stderr.write(`could not keep the metrics of ${jobId}: ${(err as Error).message}\n`);

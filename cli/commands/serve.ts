@@ -6,8 +6,8 @@
  * @module
  */
 import { fileURLToPath } from 'node:url';
-import { serveModel } from '../../actors/gateway/serve.ts';
-import { badEngineUrl, engineUrls } from '../../algorithms/train-ppo/flags.ts';
+import { serveModel } from '../../gateway/serve.ts';
+import { badEngineUrl, engineUrls } from '../../train/ppo/flags.ts';
 import { readEnv } from '../../runtime/env.ts';
 import { CliError } from '../client.ts';
 
@@ -24,9 +24,7 @@ export interface ServeFlags {
   engineUrl?: string;
 }
 
-const shipped = fileURLToPath(
-  new URL('../../actors/model/pretrained/rtjob-tiny-math', import.meta.url),
-);
+const shipped = fileURLToPath(new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url));
 
 /** Serves until SIGINT or SIGTERM. */
 export async function serveCommand(f: ServeFlags): Promise<void> {

@@ -19,9 +19,9 @@ import { join } from 'node:path';
 import { type AddressInfo, type Server, type Socket, connect, createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { setTimeout as delay } from 'node:timers/promises';
-import { trainPpo, type RunSummary } from '../../algorithms/train-ppo.ts';
-import { PromptSampler } from '../../algorithms/train-ppo/data.ts';
-import { seededRandom } from '../../actors/model/prng.ts';
+import { trainPpo, type RunSummary } from '../../train/ppo/main.ts';
+import { PromptSampler } from '../../train/ppo/data.ts';
+import { seededRandom } from '../../model/prng.ts';
 import { listActors, shutdown } from '../../runtime/api.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 import { type ChaosResult, emptyResult } from './harness.ts';
@@ -321,7 +321,7 @@ export async function rolloutKills(
 /**
  * kill -9 of the trainer at a random step: the documented outcome is a failed job naming the
  * trainer's death and the checkpoint, and `--load-checkpoint` resuming with no prompt lost or
- * repeated (`algorithms/train-ppo/README.md`, Faults). The ledger is the resumed run's.
+ * repeated (`train/ppo/README.md`, Faults). The ledger is the resumed run's.
  */
 export async function trainerKill(
   steps: number,

@@ -18,15 +18,15 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
-import { remoteRoles } from '../../algorithms/train-ppo/remote-roles.ts';
-import type { Roles } from '../../algorithms/train-ppo/roles.ts';
+import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
+import { remoteRoles } from '../../train/ppo/remote-roles.ts';
+import type { Roles } from '../../train/ppo/roles.ts';
 import {
   applyPolicy,
   loadPolicy,
   type PolicyUpdate,
   stagePolicy,
-} from '../../algorithms/train-ppo/weight-sync.ts';
+} from '../../train/ppo/weight-sync.ts';
 import { listActors, ObjectRef, objectStats } from '../../runtime/index.ts';
 import { tinyTrainSample, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 import { type ChaosResult, ChaosCluster, emptyResult, type Netns, netns } from './harness.ts';

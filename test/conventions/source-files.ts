@@ -37,7 +37,22 @@ export interface SourceFile {
  * (fixtures model user code, which follows its own conventions).
  */
 export function sourceFiles(opts: { withFixtures?: boolean } = {}): SourceFile[] {
-  const dirs = ['runtime', 'actors', 'algorithms', 'cli', 'examples', 'bench', 'scripts', 'test'];
+  const dirs = [
+    'runtime',
+    'model',
+    'engines',
+    'algorithms',
+    'rewards',
+    'gateway',
+    'agents',
+    'roles',
+    'train',
+    'cli',
+    'examples',
+    'bench',
+    'scripts',
+    'test',
+  ];
   const files = dirs.flatMap((d) => walk(join(root, d), []));
   return files
     .filter((f) => opts.withFixtures !== false || !/(^|\/)fixtures\//.test(f))

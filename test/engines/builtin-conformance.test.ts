@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 
-import type { BuiltinEngine } from '../../actors/engines/builtin/index.ts';
+import type { BuiltinEngine } from '../../engines/builtin/index.ts';
 import {
   builtinGenerating,
   builtinPrompt,

@@ -9,10 +9,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setImmediate as tick } from 'node:timers/promises';
 
-import { BuiltinEngine } from '../../actors/engines/builtin/index.ts';
-import type { WeightUpdate } from '../../actors/engines/types.ts';
-import { initBackend } from '../../actors/model/backend.ts';
-import { saveModel } from '../../actors/model/checkpoint.ts';
+import { BuiltinEngine } from '../../engines/builtin/index.ts';
+import type { WeightUpdate } from '../../engines/types.ts';
+import { initBackend } from '../../model/backend.ts';
+import { saveModel } from '../../model/checkpoint.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 export const builtinVocabSize = 40;

@@ -12,7 +12,7 @@
 import type { Test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import type { GenerateResult, InferenceEngine, WeightUpdate } from '../../actors/engines/types.ts';
+import type { GenerateResult, InferenceEngine, WeightUpdate } from '../../engines/types.ts';
 
 /** What the suite needs to know about the engine under test. */
 export interface ConformanceOptions {

@@ -10,8 +10,8 @@ import { join } from 'node:path';
 
 import type { Test } from 'uvu';
 
-import type { RemoteEngine } from '../../actors/engines/http/remote-engine.ts';
-import type { ServerEvent } from '../../actors/engines/http/server-pool.ts';
+import type { RemoteEngine } from '../../engines/http/remote-engine.ts';
+import type { ServerEvent } from '../../engines/http/server-pool.ts';
 import type { FakeServer } from '../fakes/fake-server.ts';
 import { DeterministicGenerator } from '../fakes/token-generator.ts';
 

@@ -3,8 +3,8 @@
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import type { BuiltinEngine } from '../../actors/engines/builtin/index.ts';
-import { SglangEngine } from '../../actors/engines/sglang/index.ts';
+import type { BuiltinEngine } from '../../engines/builtin/index.ts';
+import { SglangEngine } from '../../engines/sglang/index.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { EngineGenerator } from '../fakes/token-generator.ts';
 import {

@@ -1,11 +1,11 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { isEngineError } from '../../actors/engines/http/errors.ts';
-import { parseRetryAfter } from '../../actors/engines/http/http-call.ts';
-import type { RemoteEngine } from '../../actors/engines/http/remote-engine.ts';
-import { SglangEngine } from '../../actors/engines/sglang/index.ts';
-import { VllmEngine } from '../../actors/engines/vllm/index.ts';
+import { isEngineError } from '../../engines/http/errors.ts';
+import { parseRetryAfter } from '../../engines/http/http-call.ts';
+import type { RemoteEngine } from '../../engines/http/remote-engine.ts';
+import { SglangEngine } from '../../engines/sglang/index.ts';
+import { VllmEngine } from '../../engines/vllm/index.ts';
 import type { FakeServer } from '../fakes/fake-server.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';

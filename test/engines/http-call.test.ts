@@ -4,8 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { isEngineError } from '../../actors/engines/http/errors.ts';
-import { httpCall, httpStream } from '../../actors/engines/http/http-call.ts';
+import { isEngineError } from '../../engines/http/errors.ts';
+import { httpCall, httpStream } from '../../engines/http/http-call.ts';
 
 /** A loopback server answering with `handle`; counts requests and connections. */
 async function serve(handle: (req: IncomingMessage, res: ServerResponse, n: number) => void) {

@@ -7,8 +7,8 @@ import {
   launchServer,
   type LaunchedServer,
   type ServerLaunchError,
-} from '../../actors/engines/launcher.ts';
-import { SglangEngine } from '../../actors/engines/sglang/index.ts';
+} from '../../engines/launcher.ts';
+import { SglangEngine } from '../../engines/sglang/index.ts';
 import { pidAlive } from '../../runtime/pid.ts';
 
 const fakeSglang = fileURLToPath(new URL('../fakes/sglang-server.ts', import.meta.url));

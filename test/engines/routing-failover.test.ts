@@ -1,8 +1,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { isEngineError } from '../../actors/engines/http/errors.ts';
-import { SglangEngine } from '../../actors/engines/sglang/index.ts';
+import { isEngineError } from '../../engines/http/errors.ts';
+import { SglangEngine } from '../../engines/sglang/index.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import {
   closedAfterEach,

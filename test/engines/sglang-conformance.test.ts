@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 
-import { SglangEngine } from '../../actors/engines/sglang/index.ts';
+import { SglangEngine } from '../../engines/sglang/index.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { registerConformance } from './conformance.ts';
 import {

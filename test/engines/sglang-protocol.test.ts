@@ -1,9 +1,9 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { isEngineError } from '../../actors/engines/http/errors.ts';
-import { httpCall } from '../../actors/engines/http/http-call.ts';
-import { SglangEngine } from '../../actors/engines/sglang/index.ts';
+import { isEngineError } from '../../engines/http/errors.ts';
+import { httpCall } from '../../engines/http/http-call.ts';
+import { SglangEngine } from '../../engines/sglang/index.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import {
   prompt,

@@ -1,6 +1,6 @@
 import { suite } from 'uvu';
 
-import { VllmEngine } from '../../actors/engines/vllm/index.ts';
+import { VllmEngine } from '../../engines/vllm/index.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import { registerConformance } from './conformance.ts';
 import {

@@ -1,8 +1,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { isEngineError } from '../../actors/engines/http/errors.ts';
-import { VllmEngine } from '../../actors/engines/vllm/index.ts';
+import { isEngineError } from '../../engines/http/errors.ts';
+import { VllmEngine } from '../../engines/vllm/index.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import {
   prompt,

@@ -4,8 +4,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { isEngineError } from '../../actors/engines/http/errors.ts';
-import { SglangEngine } from '../../actors/engines/sglang/index.ts';
+import { isEngineError } from '../../engines/http/errors.ts';
+import { SglangEngine } from '../../engines/sglang/index.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import {
   closedAfterEach,
@@ -14,7 +14,7 @@ import {
   testGenerator,
   writeFakeCheckpoint,
 } from './fake-fixtures.ts';
-import { withDeadline } from '../../algorithms/train-ppo/health.ts';
+import { withDeadline } from '../../train/ppo/health.ts';
 
 const dir = tempDir();
 test.after(() => dir.cleanup());

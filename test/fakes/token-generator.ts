@@ -9,9 +9,9 @@
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { seededRandom } from '../../actors/model/prng.ts';
+import { seededRandom } from '../../model/prng.ts';
 
-import type { GenerationConfig, InferenceEngine } from '../../actors/engines/types.ts';
+import type { GenerationConfig, InferenceEngine } from '../../engines/types.ts';
 
 /** What a fake server asks a generator for: one sample. */
 export interface SamplingRequest {

@@ -1,10 +1,10 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { fileURLToPath } from 'node:url';
-import { EpisodeRunner } from '../../actors/agent/episode-runner.ts';
-import { loadAgent } from '../../actors/agent/load.ts';
-import type { Sample } from '../../actors/agent/types.ts';
-import { agentTokenizer } from '../../actors/rollout.ts';
+import { EpisodeRunner } from '../../agents/episode-runner.ts';
+import { loadAgent } from '../../agents/load.ts';
+import type { Sample } from '../../agents/types.ts';
+import { agentTokenizer } from '../../roles/rollout.ts';
 import { compactToolTemplate, scriptedEngine, startGateway, tokenizerWith } from './helpers.ts';
 
 // The third agent API as the rollout runs it: episodes of `agent(sample, env)` against a gateway,

@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import OpenAI from 'openai';
-import type { Gateway } from '../../actors/gateway/server.ts';
+import type { Gateway } from '../../gateway/server.ts';
 import {
   compactToolTemplate,
   hermesCall,

@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import OpenAI from 'openai';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
-import type { ChatTokenizer } from '../../actors/model/tokenizer.ts';
+import type { ChatTokenizer } from '../../model/tokenizer.ts';
 import {
   compactToolTemplate,
   hermesCall,
@@ -184,7 +184,7 @@ test("the model's own ids are kept even when re-tokenizing its text would give o
   const tok = tokenizerWith(compactToolTemplate);
   // The model spells '<|user|>' out of single characters; the tokenizer would read it as one special token.
   const spelled = [...'<|user|>'].map((c) => tok.encode(c)[0]!);
-  const { SimulatedEngine } = await import('../../actors/agent/simulated-engine.ts');
+  const { SimulatedEngine } = await import('../../engines/simulated/simulated-engine.ts');
   const engine = new SimulatedEngine({ respond: () => [...spelled, tok.eosTokenId!] });
   const gw = await startGateway({ engine, tokenizer: tok, checkDrift: true });
   try {
@@ -259,7 +259,7 @@ test('parallel calls within one episode: each its own trajectory, continued by w
 
 test('a completion interrupted by a weight update (partial rollout) continues on the new weights; each token keeps its version', async () => {
   const tok = tokenizerWith(compactToolTemplate);
-  const { SimulatedEngine } = await import('../../actors/agent/simulated-engine.ts');
+  const { SimulatedEngine } = await import('../../engines/simulated/simulated-engine.ts');
   const answer = tok.encode('forty-two');
   let calls = 0;
   const engine: InstanceType<typeof SimulatedEngine> = new SimulatedEngine({

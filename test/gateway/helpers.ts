@@ -4,11 +4,11 @@
  * drops earlier reasoning), the built-in char-level tokenizer with any of them, and a scripted
  * engine that answers with chosen text so tool calls are deterministic.
  */
-import { SimulatedEngine } from '../../actors/agent/simulated-engine.ts';
-import type { GenerateRequest } from '../../actors/engines/types.ts';
-import { Gateway, type GatewayOptions } from '../../actors/gateway/server.ts';
-import { builtinTokenizerFiles } from '../../actors/model/builtin.ts';
-import { ChatTokenizer } from '../../actors/model/tokenizer.ts';
+import { SimulatedEngine } from '../../engines/simulated/simulated-engine.ts';
+import type { GenerateRequest } from '../../engines/types.ts';
+import { Gateway, type GatewayOptions } from '../../gateway/server.ts';
+import { builtinTokenizerFiles } from '../../model/builtin.ts';
+import { ChatTokenizer } from '../../model/tokenizer.ts';
 
 /** Compact Hermes-style template: tools in the system turn, calls as `<tool_call>{json}</tool_call>`. */
 export const compactToolTemplate = [

@@ -7,9 +7,9 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 import OpenAI from 'openai';
 
-import type { RemoteEngine } from '../../actors/engines/http/remote-engine.ts';
-import { SglangEngine } from '../../actors/engines/sglang/index.ts';
-import { VllmEngine } from '../../actors/engines/vllm/index.ts';
+import type { RemoteEngine } from '../../engines/http/remote-engine.ts';
+import { SglangEngine } from '../../engines/sglang/index.ts';
+import { VllmEngine } from '../../engines/vllm/index.ts';
 import type { FakeServer } from '../fakes/fake-server.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import type {

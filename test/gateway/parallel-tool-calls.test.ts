@@ -4,8 +4,8 @@ import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, tool as aiTool } from 'ai';
 import { z } from 'zod';
-import { SimulatedEngine } from '../../actors/agent/simulated-engine.ts';
-import type { Gateway } from '../../actors/gateway/server.ts';
+import { SimulatedEngine } from '../../engines/simulated/simulated-engine.ts';
+import type { Gateway } from '../../gateway/server.ts';
 import {
   compactToolTemplate,
   hermesCall,

@@ -11,7 +11,7 @@ import {
   tool as agentTool,
 } from '@openai/agents';
 import { z } from 'zod';
-import type { Gateway } from '../../actors/gateway/server.ts';
+import type { Gateway } from '../../gateway/server.ts';
 import {
   compactToolTemplate,
   hermesCall,

@@ -3,15 +3,11 @@ import * as assert from 'uvu/assert';
 import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { streamText } from 'ai';
-import type {
-  GenerateRequest,
-  GenerateResult,
-  InferenceEngine,
-} from '../../actors/engines/types.ts';
-import { BuiltinEngine } from '../../actors/engines/builtin/engine.ts';
-import type { Gateway } from '../../actors/gateway/server.ts';
-import { tinyMathModelDir } from '../../actors/model/index.ts';
-import { loadTokenizer } from '../../actors/model/tokenizer.ts';
+import type { GenerateRequest, GenerateResult, InferenceEngine } from '../../engines/types.ts';
+import { BuiltinEngine } from '../../engines/builtin/engine.ts';
+import type { Gateway } from '../../gateway/server.ts';
+import { tinyMathModelDir } from '../../model/index.ts';
+import { loadTokenizer } from '../../model/tokenizer.ts';
 import { compactToolTemplate, hermesCall, startGateway, tokenizerWith } from './helpers.ts';
 
 // Streaming streams: chunks leave the gateway as the engine produces tokens. A stepped engine

@@ -4,8 +4,8 @@ import OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, tool as aiTool } from 'ai';
 import { z } from 'zod';
-import type { Gateway } from '../../actors/gateway/server.ts';
-import type { ChatTokenizer } from '../../actors/model/tokenizer.ts';
+import type { Gateway } from '../../gateway/server.ts';
+import type { ChatTokenizer } from '../../model/tokenizer.ts';
 import {
   compactToolTemplate,
   qwenStyleTemplate,

@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { fusedAttention, fusedAttentionWithCache } from '../../actors/model/attention.ts';
-import { initBackend, tf } from '../../actors/model/backend.ts';
+import { fusedAttention, fusedAttentionWithCache } from '../../model/attention.ts';
+import { initBackend, tf } from '../../model/backend.ts';
 
 const [B, T, H, KV, hd] = [2, 5, 4, 2, 6];
 const values = (n: number, s: number): Float32Array =>

@@ -5,7 +5,7 @@ import * as assert from 'uvu/assert';
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 const script =
-  "import('./actors/model/backend.ts').then(async (b) => { console.log('using', await b.initBackend()); }).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })";
+  "import('./model/backend.ts').then(async (b) => { console.log('using', await b.initBackend()); }).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })";
 
 function run(env: Record<string, string | undefined>): {
   out: string;
@@ -39,7 +39,7 @@ test('RTJOB_TF_BACKEND selects cpu; an unknown or unavailable backend is a clear
 });
 
 test('tensors that would not fit the 4 GiB wasm heap are refused with a clear error before allocation', async () => {
-  const { assertBackendRoom, initBackend, tf } = await import('../../actors/model/backend.ts');
+  const { assertBackendRoom, initBackend, tf } = await import('../../model/backend.ts');
   await initBackend('wasm');
   assertBackendRoom(2 ** 30, 'a model of 268M parameters');
   assert.throws(
@@ -58,7 +58,7 @@ test('an unhandled error after the wasm backend started is reported by Node, wit
       '--import',
       'tsx',
       '-e',
-      "import('./actors/model/backend.ts').then(async (b) => { await b.initBackend('wasm'); void Promise.reject(new Error('boom from user code')); })",
+      "import('./model/backend.ts').then(async (b) => { await b.initBackend('wasm'); void Promise.reject(new Error('boom from user code')); })",
     ],
     {
       cwd: root,

@@ -3,16 +3,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { initBackend, tf } from '../../actors/model/backend.ts';
-import { loadModel, saveModel } from '../../actors/model/checkpoint.ts';
+import { initBackend, tf } from '../../model/backend.ts';
+import { loadModel, saveModel } from '../../model/checkpoint.ts';
 import {
   parseSafetensors,
   SafetensorsError,
   serializeSafetensors,
-} from '../../actors/model/safetensors.ts';
-import { maskedNllLoss, ModelTrainer, padBatch } from '../../actors/model/training.ts';
-import { builtinTokenizerFiles } from '../../actors/model/builtin.ts';
-import { resolveConfig } from '../../actors/model/config.ts';
+} from '../../model/safetensors.ts';
+import { maskedNllLoss, ModelTrainer, padBatch } from '../../model/training.ts';
+import { builtinTokenizerFiles } from '../../model/builtin.ts';
+import { resolveConfig } from '../../model/config.ts';
 import {
   maxAbsDiff,
   randomModel,

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { ConfigError, configJson, resolveConfig } from '../../actors/model/config.ts';
+import { ConfigError, configJson, resolveConfig } from '../../model/config.ts';
 
 const configs = fileURLToPath(new URL('../fixtures/model/configs/', import.meta.url));
 const read = (name: string): Record<string, unknown> =>

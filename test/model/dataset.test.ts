@@ -5,7 +5,7 @@ import {
   arithReward,
   builtinDataset,
   extractAnswer,
-} from '../../algorithms/datasets/arith.ts';
+} from '../../train/data/arith.ts';
 
 test('arith: seeded and reproducible; different seeds differ', () => {
   assert.equal(arithDataset({ size: 50 }), arithDataset({ size: 50 }));

@@ -4,14 +4,14 @@ import { join } from 'node:path';
 import { setImmediate as tick } from 'node:timers/promises';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { BuiltinEngine } from '../../actors/engines/builtin/engine.ts';
-import { initBackend, tf } from '../../actors/model/backend.ts';
-import { builtinTokenizerFiles } from '../../actors/model/builtin.ts';
-import { saveModel } from '../../actors/model/checkpoint.ts';
-import { recomputeLastLogits } from '../../actors/model/kv-cache.ts';
-import { forwardLogprobs } from '../../actors/model/training.ts';
+import { BuiltinEngine } from '../../engines/builtin/engine.ts';
+import { initBackend, tf } from '../../model/backend.ts';
+import { builtinTokenizerFiles } from '../../model/builtin.ts';
+import { saveModel } from '../../model/checkpoint.ts';
+import { recomputeLastLogits } from '../../model/kv-cache.ts';
+import { forwardLogprobs } from '../../model/training.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
-import type { CausalLM } from '../../actors/model/llama.ts';
+import type { CausalLM } from '../../model/llama.ts';
 
 const dirs: string[] = [];
 test.after(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -186,7 +186,7 @@ test('stop token ids, stop strings, minNewTokens and generateN seeds', async () 
 
   // stop strings need a tokenizer: use the built-in one with a model of its vocabulary size
   const files = builtinTokenizerFiles();
-  const { ChatTokenizer } = await import('../../actors/model/tokenizer.ts');
+  const { ChatTokenizer } = await import('../../model/tokenizer.ts');
   const tok = new ChatTokenizer(files.tokenizerJson, files.tokenizerConfig);
   const m2 = randomModel(
     tinyLlamaConfig({ vocab_size: tok.vocabSize, max_position_embeddings: 128 }),

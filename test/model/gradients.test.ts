@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { initBackend, tf } from '../../actors/model/backend.ts';
-import { maskedNllLoss } from '../../actors/model/training.ts';
+import { initBackend, tf } from '../../model/backend.ts';
+import { maskedNllLoss } from '../../model/training.ts';
 import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 const ids = [
@@ -74,7 +74,7 @@ test('wasm gradients (embedding via ScatterNd) equal cpu gradients', async () =>
   const cpu = gradsOn(m);
   m.dispose();
   await initBackend('wasm');
-  const { CausalLM } = await import('../../actors/model/llama.ts');
+  const { CausalLM } = await import('../../model/llama.ts');
   const m2 = CausalLM.fromTensors(tinyLlamaConfig(), w);
   const wasm = gradsOn(m2);
   for (const k of Object.keys(cpu)) assert.ok(maxAbsDiff(cpu[k]!, wasm[k]!) < 1e-5, k);

@@ -1,12 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { initBackend, tf } from '../../actors/model/backend.ts';
-import {
-  BatchKVCache,
-  decodeStep,
-  prefill,
-  recomputeLastLogits,
-} from '../../actors/model/kv-cache.ts';
+import { initBackend, tf } from '../../model/backend.ts';
+import { BatchKVCache, decodeStep, prefill, recomputeLastLogits } from '../../model/kv-cache.ts';
 import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 test('incremental decoding with the KV cache equals recomputing the prefix, with rows joining and leaving', async () => {

@@ -5,7 +5,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { loadTokenizer, type ChatTokenizer } from '../../actors/model/tokenizer.ts';
+import { loadTokenizer, type ChatTokenizer } from '../../model/tokenizer.ts';
 import { qwen3ChatCases, qwen3TokenizerDir } from '../fixtures/model/qwen3.ts';
 
 let tok: ChatTokenizer;

@@ -10,14 +10,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { initBackend, tf } from '../../actors/model/backend.ts';
-import { loadModel, saveModel } from '../../actors/model/checkpoint.ts';
-import { resolveConfig } from '../../actors/model/config.ts';
-import { decodeStep, prefill } from '../../actors/model/kv-cache.ts';
-import { CausalLM } from '../../actors/model/llama.ts';
+import { initBackend, tf } from '../../model/backend.ts';
+import { loadModel, saveModel } from '../../model/checkpoint.ts';
+import { resolveConfig } from '../../model/config.ts';
+import { decodeStep, prefill } from '../../model/kv-cache.ts';
+import { CausalLM } from '../../model/llama.ts';
 import { referenceLogits } from '../fixtures/model/reference-hf.ts';
 import { maxAbsDiff, randomModel, tinyFamilyConfigs } from '../fixtures/model/tiny.ts';
-import type { NamedTensors } from '../../actors/engines/types.ts';
+import type { NamedTensors } from '../../model/tensors.ts';
 
 const tol = 1e-4;
 const seqs = [

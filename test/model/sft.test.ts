@@ -3,19 +3,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { BuiltinEngine } from '../../actors/engines/builtin/engine.ts';
-import { initBackend } from '../../actors/model/backend.ts';
-import { builtinTokenizerFiles } from '../../actors/model/builtin.ts';
-import { loadModel, saveModel } from '../../actors/model/checkpoint.ts';
-import { tinyMathModelDir } from '../../actors/model/index.ts';
-import { ChatTokenizer } from '../../actors/model/tokenizer.ts';
-import { arithDataset } from '../../algorithms/datasets/arith.ts';
-import {
-  encodeConversation,
-  evalArith,
-  sftConversations,
-  trainSft,
-} from '../../algorithms/train-sft.ts';
+import { BuiltinEngine } from '../../engines/builtin/engine.ts';
+import { initBackend } from '../../model/backend.ts';
+import { builtinTokenizerFiles } from '../../model/builtin.ts';
+import { loadModel, saveModel } from '../../model/checkpoint.ts';
+import { tinyMathModelDir } from '../../model/index.ts';
+import { ChatTokenizer } from '../../model/tokenizer.ts';
+import { arithDataset } from '../../train/data/arith.ts';
+import { encodeConversation, evalArith, sftConversations, trainSft } from '../../train/sft.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 const dirs: string[] = [];

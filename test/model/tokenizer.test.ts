@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { builtinTokenizerFiles, builtinVocabSize } from '../../actors/model/builtin.ts';
-import { ChatTokenizer, loadTokenizer } from '../../actors/model/tokenizer.ts';
+import { builtinTokenizerFiles, builtinVocabSize } from '../../model/builtin.ts';
+import { ChatTokenizer, loadTokenizer } from '../../model/tokenizer.ts';
 
 const bpeDir = fileURLToPath(new URL('../fixtures/model/bpe/', import.meta.url));
 const builtin = (): ChatTokenizer => {

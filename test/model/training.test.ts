@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { initBackend, tf } from '../../actors/model/backend.ts';
-import { BuiltinEngine } from '../../actors/engines/builtin/engine.ts';
+import { initBackend, tf } from '../../model/backend.ts';
+import { BuiltinEngine } from '../../engines/builtin/engine.ts';
 import {
   forwardLogprobs,
   learningRate,
@@ -9,7 +9,7 @@ import {
   ModelTrainer,
   padBatch,
   tokenStats,
-} from '../../actors/model/training.ts';
+} from '../../model/training.ts';
 import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 const seqs = [

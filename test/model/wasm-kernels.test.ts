@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { initBackend, tf } from '../../actors/model/backend.ts';
-import { useWasmKernelOverrides } from '../../actors/model/wasm-kernels.ts';
+import { initBackend, tf } from '../../model/backend.ts';
+import { useWasmKernelOverrides } from '../../model/wasm-kernels.ts';
 
 function product(
   aShape: number[],

@@ -9,9 +9,9 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { trainPpo } from '../../algorithms/train-ppo.ts';
-import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
-import { roleInits } from '../../algorithms/train-ppo/roles.ts';
+import { trainPpo } from '../../train/ppo/main.ts';
+import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
+import { roleInits } from '../../train/ppo/roles.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';

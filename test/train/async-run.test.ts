@@ -4,8 +4,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { trainPpo } from '../../algorithms/train-ppo.ts';
-import { inProcessRoles } from '../../algorithms/train-ppo/roles.ts';
+import { trainPpo } from '../../train/ppo/main.ts';
+import { inProcessRoles } from '../../train/ppo/roles.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';

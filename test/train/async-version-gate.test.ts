@@ -1,6 +1,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { VersionGate } from '../../algorithms/train-ppo/async-loop.ts';
+import { VersionGate } from '../../train/ppo/async-loop.ts';
 
 /** Settles pending promise callbacks without timers. */
 const flush = async (): Promise<void> => {

@@ -8,9 +8,9 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import type { GroupResult } from '../../actors/agent/episode-runner.ts';
-import { resolveOptions, runName, trainPpo } from '../../algorithms/train-ppo.ts';
-import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
+import type { GroupResult } from '../../agents/episode-runner.ts';
+import { resolveOptions, runName, trainPpo } from '../../train/ppo/main.ts';
+import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
 import {
   episodeMetrics,
   episodeTurns,
@@ -18,7 +18,7 @@ import {
   logprobMismatch,
   pickSamples,
   sampleEpisodes,
-} from '../../algorithms/train-ppo/episodes.ts';
+} from '../../train/ppo/episodes.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
 import { tinyRunArgs, writeTinyModel, type FlagValue } from '../fixtures/agents/tiny-model.ts';
 

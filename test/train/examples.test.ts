@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { trainPpo } from '../../train/ppo/main.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';

@@ -4,8 +4,8 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { trainPpo } from '../../algorithms/train-ppo.ts';
-import { PromptSampler } from '../../algorithms/train-ppo/data.ts';
+import { trainPpo } from '../../train/ppo/main.ts';
+import { PromptSampler } from '../../train/ppo/data.ts';
 import { runWithTrainerKilled } from '../fixtures/agents/kill-trainer.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 

@@ -6,7 +6,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { readFileSync } from 'node:fs';
-import { flagTable, parseTrainPpoFlags, trainPpoHelp } from '../../algorithms/train-ppo/flags.ts';
+import { flagTable, parseTrainPpoFlags, trainPpoHelp } from '../../train/ppo/flags.ts';
 
 const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
 const tableFlags = new Set(flagTable.map((f) => `--${kebab(f.key)}`));

@@ -6,7 +6,7 @@ import {
   parseTrainPpoFlags,
   trainPpoDefaults,
   trainPpoHelp,
-} from '../../algorithms/train-ppo/flags.ts';
+} from '../../train/ppo/flags.ts';
 
 const fails = (argv: string[], re: RegExp, env: Record<string, string> = {}): void => {
   let err: (Error & { flag?: string }) | undefined;

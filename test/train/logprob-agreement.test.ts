@@ -4,8 +4,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Rollout } from '../../actors/rollout.ts';
-import { Trainer } from '../../actors/trainer.ts';
+import { Rollout } from '../../roles/rollout.ts';
+import { Trainer } from '../../roles/trainer.ts';
 import { makeExperience } from '../../algorithms/experience.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 

@@ -4,22 +4,20 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { runGatewayEpisode } from '../../actors/agent/agent-executor.ts';
-import { loadTokenizer } from '../../actors/model/tokenizer.ts';
-import { trainPpo } from '../../algorithms/train-ppo.ts';
-import { encodeConversation, sftConversations } from '../../algorithms/train-sft.ts';
+import { runGatewayEpisode } from '../../agents/agent-executor.ts';
+import { loadTokenizer } from '../../model/tokenizer.ts';
+import { trainPpo } from '../../train/ppo/main.ts';
+import { encodeConversation, sftConversations } from '../../train/sft.ts';
 import { agent, evaluate, runCalculator } from '../../examples/tool-agent.ts';
 import { expressionOf, toolConversation } from '../../scripts/tool-warm-start.ts';
-import { arithDataset } from '../../algorithms/datasets/arith.ts';
+import { arithDataset } from '../../train/data/arith.ts';
 import { scriptedEngine, startGateway } from '../gateway/helpers.ts';
 
 // examples/tool-agent.ts (the openai client, a calculator tool) on the shipped tool model: its
 // calculator, one episode through the gateway with the model's own chat template, and a
 // train_ppo run with tiny settings.
 process.env.RTJOB_QUIET_BACKEND = '1';
-const toolModel = fileURLToPath(
-  new URL('../../actors/model/pretrained/rtjob-tiny-tool', import.meta.url),
-);
+const toolModel = fileURLToPath(new URL('../../model/pretrained/rtjob-tiny-tool', import.meta.url));
 const agentFile = fileURLToPath(new URL('../../examples/tool-agent.ts', import.meta.url));
 const root = mkdtempSync(join(tmpdir(), 'rtjob-tool-agent-'));
 test.after(() => rmSync(root, { recursive: true, force: true }));

@@ -6,11 +6,11 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { trainPpo } from '../../algorithms/train-ppo.ts';
+import { trainPpo } from '../../train/ppo/main.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { DeterministicGenerator } from '../fakes/token-generator.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
-import { withDeadline } from '../../algorithms/train-ppo/health.ts';
+import { withDeadline } from '../../train/ppo/health.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-weight-sync-'));

@@ -8,15 +8,10 @@ import * as assert from 'uvu/assert';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseTrainPpoFlags } from '../../algorithms/train-ppo/flags.ts';
-import { remoteRoles } from '../../algorithms/train-ppo/remote-roles.ts';
-import type { Roles } from '../../algorithms/train-ppo/roles.ts';
-import {
-  applyPolicy,
-  loadPolicy,
-  stagePolicy,
-  weightRoutes,
-} from '../../algorithms/train-ppo/weight-sync.ts';
+import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
+import { remoteRoles } from '../../train/ppo/remote-roles.ts';
+import type { Roles } from '../../train/ppo/roles.ts';
+import { applyPolicy, loadPolicy, stagePolicy, weightRoutes } from '../../train/ppo/weight-sync.ts';
 import { init, listActors, ObjectRef, put } from '../../runtime/index.ts';
 import { tinyTrainSample, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 

@@ -20,8 +20,8 @@ const packageRoot = fileURLToPath(new URL('../../../', import.meta.url));
 
 /** Built-in entrypoints and the driver file each runs. */
 export const builtinEntrypoints: Readonly<Record<string, string>> = {
-  train_ppo: join(packageRoot, 'algorithms', 'train-ppo.ts'),
-  train_sft: join(packageRoot, 'algorithms', 'train-sft.ts'),
+  train_ppo: join(packageRoot, 'train', 'ppo', 'main.ts'),
+  train_sft: join(packageRoot, 'train', 'sft.ts'),
 };
 
 /**

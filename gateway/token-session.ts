@@ -1,0 +1,210 @@
+/**
+ * Exact tokens across turns. A session (one agent episode) keeps the token history of every
+ * completion it made: prompt ids, generated ids with their behaviour logprobs and policy versions.
+ * When a request's rendered prompt extends a recorded trajectory token for token, the new turn is
+ * appended to it (the tokens between, tool results and template glue, masked out of the loss), so
+ * a 5-turn tool conversation trains as one sequence with the model's own tokens, never
+ * re-tokenized. When no trajectory is extended (the agent edited its history, the template drops
+ * earlier reasoning, or renders the model's output differently from how it was generated), a new
+ * trajectory starts with the whole prompt masked; every trajectory of the episode shares its reward.
+ *
+ * @module
+ */
+import type { GenerateResult } from '../engines/types.ts';
+import type { Trajectory } from '../algorithms/trajectory.ts';
+
+/** Where a request's prompt stopped matching the closest recorded trajectory (debug switch). */
+export interface Drift {
+  /** Completion number (0-based) of the request that diverged. */
+  completion: number;
+  /** Token position of the first difference. */
+  at: number;
+  /** `generated`: the template re-renders the model's own output differently; `prompt`: earlier prompt or environment text changed. */
+  kind: 'generated' | 'prompt';
+  /** Recorded text around the difference. */
+  recorded: string;
+  /** Re-rendered text around the difference. */
+  rendered: string;
+}
+
+interface Segment {
+  ids: number[];
+  lossMask: number[];
+  logprobs: number[];
+  versions: number[];
+  truncated: boolean;
+  /** A request extending this segment is generating; a parallel one must not extend it too. */
+  claimed: boolean;
+  /** Sequence number of the last completion appended (orders trajectories for discounting). */
+  lastCompletion: number;
+}
+
+/** A request's hold on the trajectory it extends (or none: it starts a new one). */
+export interface Claim {
+  segment: Segment | undefined;
+  promptIds: number[];
+}
+
+/** Counters of one session. */
+export interface SessionStats {
+  completions: number;
+  /** Turns appended to an existing trajectory. */
+  appended: number;
+  trajectories: number;
+  drift: Drift[];
+}
+
+/** The token history of one agent episode. */
+export class TokenSession {
+  private readonly segments: Segment[] = [];
+  private completions = 0;
+  private appended = 0;
+  private readonly drift: Drift[] = [];
+  private closed = false;
+
+  /** @param decode renders ids as text for drift reports (special tokens kept). */
+  constructor(private readonly decode?: (ids: number[]) => string) {}
+
+  /**
+   * Finds the longest unclaimed trajectory that `promptIds` extends and claims it until
+   * {@link record} (or {@link release}). With the debug switch on, a prompt that extends none is
+   * compared with the closest one and the difference kept in {@link stats}.
+   */
+  begin(promptIds: number[]): Claim {
+    let best: Segment | undefined;
+    for (const s of this.segments) {
+      if (s.claimed || s.ids.length > promptIds.length) continue;
+      if ((best === undefined || s.ids.length > best.ids.length) && isPrefix(s.ids, promptIds))
+        best = s;
+    }
+    if (best) best.claimed = true;
+    else if (this.decode && this.segments.length > 0) this.noteDrift(promptIds);
+    return { segment: best, promptIds };
+  }
+
+  /** Gives up a claim without recording (the request failed). */
+  release(claim: Claim): void {
+    if (claim.segment) claim.segment.claimed = false;
+  }
+
+  /**
+   * Records the outputs of a claimed request: the first extends the claimed trajectory, the others
+   * (n > 1) and any unclaimed request start new trajectories from the prompt.
+   */
+  record(claim: Claim, outputs: GenerateResult[]): void {
+    // A request that outlived its episode (timeout) must not change what was already handed on.
+    if (this.closed) return;
+    outputs.forEach((out, i) => {
+      const seq = this.completions++;
+      let s = i === 0 ? claim.segment : undefined;
+      if (s) {
+        this.appended++;
+        pushMasked(s, claim.promptIds.slice(s.ids.length));
+      } else {
+        s = {
+          ids: [],
+          lossMask: [],
+          logprobs: [],
+          versions: [],
+          truncated: false,
+          claimed: false,
+          lastCompletion: seq,
+        };
+        pushMasked(s, claim.promptIds);
+        this.segments.push(s);
+      }
+      s.ids.push(...out.outputTokens);
+      for (let k = 0; k < out.outputTokens.length; k++) {
+        s.lossMask.push(1);
+        s.logprobs.push(out.outputLogprobs[k] ?? 0);
+        s.versions.push(out.outputVersions[k] ?? -1);
+      }
+      s.truncated = out.stopReason === 'length';
+      s.lastCompletion = seq;
+    });
+    this.release(claim);
+  }
+
+  /** Ends recording: later completions of this session are dropped. */
+  close(): void {
+    this.closed = true;
+  }
+
+  /** Counters so far. */
+  get stats(): SessionStats {
+    return {
+      completions: this.completions,
+      appended: this.appended,
+      trajectories: this.segments.filter((s) => s.lossMask.includes(1)).length,
+      drift: [...this.drift],
+    };
+  }
+
+  /**
+   * The episode's trajectories, each with the episode `reward`; with `discount` < 1 a trajectory
+   * whose last completion came k completions before the episode's last gets `reward · discount^k`.
+   */
+  trajectories(
+    reward: number,
+    meta: {
+      groupId: string;
+      promptIndex: number;
+      info?: Record<string, number | string | boolean>;
+    },
+    discount = 1,
+  ): Trajectory[] {
+    const last = this.completions - 1;
+    return this.segments
+      .filter((s) => s.lossMask.includes(1))
+      .map((s) => ({
+        inputIds: [...s.ids],
+        lossMask: [...s.lossMask],
+        logprobs: [...s.logprobs],
+        versions: [...s.versions],
+        reward: discount === 1 ? reward : reward * discount ** (last - s.lastCompletion),
+        groupId: meta.groupId,
+        promptIndex: meta.promptIndex,
+        truncated: s.truncated,
+        ...(meta.info ? { info: meta.info } : {}),
+      }));
+  }
+
+  private noteDrift(promptIds: number[]): void {
+    let closest: Segment | undefined;
+    let at = -1;
+    for (const s of this.segments) {
+      const n = commonPrefix(s.ids, promptIds);
+      if (n > at) [closest, at] = [s, n];
+    }
+    if (!closest || !this.decode) return;
+    const from = Math.max(0, at - 8);
+    this.drift.push({
+      completion: this.completions,
+      at,
+      kind: closest.lossMask[at] === 1 ? 'generated' : 'prompt',
+      recorded: this.decode(closest.ids.slice(from, at + 16)),
+      rendered: this.decode(promptIds.slice(from, at + 16)),
+    });
+  }
+}
+
+function pushMasked(s: Segment, ids: number[]): void {
+  for (const t of ids) {
+    s.ids.push(t);
+    s.lossMask.push(0);
+    s.logprobs.push(0);
+    s.versions.push(-1);
+  }
+}
+
+function isPrefix(a: number[], b: number[]): boolean {
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+function commonPrefix(a: number[], b: number[]): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}

@@ -1,0 +1,499 @@
+/**
+ * Training building blocks: per-token logprobs and entropy (in-graph for losses, or as plain
+ * arrays), AdamW with decoupled weight decay, gradient clipping by global norm, learning-rate
+ * warmup + decay, gradient accumulation over micro-batches, and checkpoint save/resume of
+ * weights + optimizer state + step. Every step runs inside `tf.tidy`, so `tf.memory().numTensors`
+ * stays flat.
+ *
+ * @module
+ */
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { assertBackendRoom, tf } from './backend.ts';
+import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
+import type { CausalLM } from './llama.ts';
+import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
+import type { NamedTensors } from './tensors.ts';
+
+/** Right-padded batch of token sequences. */
+export interface PaddedBatch {
+  ids: tf.Tensor2D;
+  /** Real length of each row. */
+  lengths: number[];
+  /** Padded length T. */
+  T: number;
+}
+
+/** Right-pads sequences into an int32 `[B, T]` tensor (T = longest, or `padTo`). */
+export function padBatch(seqs: number[][], padId = 0, padTo?: number): PaddedBatch {
+  const T = Math.max(padTo ?? 0, ...seqs.map((s) => s.length));
+  const data = new Int32Array(seqs.length * T).fill(padId);
+  seqs.forEach((s, b) => data.set(s, b * T));
+  return {
+    ids: tf.tensor2d(data, [seqs.length, T], 'int32'),
+    lengths: seqs.map((s) => s.length),
+    T,
+  };
+}
+
+/** In-graph per-token quantities; position t describes token t+1 (the next-token prediction). */
+export interface TokenStats {
+  /** `[B, T-1]`: log p(token t+1 | tokens ≤ t) under softmax(logits / temperature). */
+  logprobs: tf.Tensor2D;
+  /** `[B, T-1]`: entropy of that tempered distribution (when asked). */
+  entropy?: tf.Tensor2D;
+  /** `[B, T-1]`: critic values at position t (value-head models, when asked). */
+  values?: tf.Tensor2D;
+}
+
+/**
+ * Logprobs of each next token under the tempered distribution, differentiable: use inside a loss.
+ * The engine samples from the same softmax(logits / temperature), so with equal weights the two
+ * agree (tested within 1e-4).
+ */
+export function tokenStats(
+  model: CausalLM,
+  ids: tf.Tensor2D,
+  opts: { temperature?: number; entropy?: boolean; values?: boolean; grad?: boolean } = {},
+): TokenStats {
+  const [B, T] = ids.shape;
+  const V = model.config.vocab_size;
+  const out = model.forward(tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D, { grad: opts.grad });
+  const temperature = opts.temperature ?? 1;
+  const scaled = temperature === 1 ? out.logits! : tf.div(out.logits!, temperature);
+  const logp = tf.logSoftmax(scaled);
+  const targets = tf.slice(ids, [0, 1], [B, T - 1]);
+  // A one-hot product instead of a gather keeps the gradient on kernels every backend has.
+  const logprobs = tf.sum(tf.mul(logp, tf.oneHot(targets, V)), -1) as tf.Tensor2D;
+  const stats: TokenStats = { logprobs };
+  if (opts.entropy) stats.entropy = tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), -1)) as tf.Tensor2D;
+  if (opts.values) stats.values = model.values(out.hidden);
+  return stats;
+}
+
+/** Plain-array result of {@link forwardLogprobs}; index i describes token i (0 at i = 0). */
+export interface SequenceLogprobs {
+  logprobs: number[][];
+  entropy?: number[][];
+  values?: number[][];
+}
+
+/**
+ * Logprobs (and optionally entropy / values) of given sequences, without gradients, aligned with
+ * `Trajectory`: entry i is log p(token i | tokens < i); entry 0 is 0. Sequences are processed in
+ * micro-batches of `microBatchSize` rows.
+ */
+export function forwardLogprobs(
+  model: CausalLM,
+  seqs: number[][],
+  opts: {
+    temperature?: number;
+    entropy?: boolean;
+    values?: boolean;
+    microBatchSize?: number;
+    padId?: number;
+  } = {},
+): SequenceLogprobs {
+  const mb = opts.microBatchSize ?? 16;
+  const res: SequenceLogprobs = { logprobs: [] };
+  if (opts.entropy) res.entropy = [];
+  if (opts.values) res.values = [];
+  for (let i = 0; i < seqs.length; i += mb) {
+    const chunk = seqs.slice(i, i + mb);
+    const arrays = tf.tidy(() => {
+      const { ids, T } = padBatch(
+        chunk.map((s) => (s.length < 2 ? [...s, opts.padId ?? 0] : s)),
+        opts.padId ?? 0,
+      );
+      const st = tokenStats(model, ids, { ...opts, grad: false });
+      return {
+        T,
+        lp: st.logprobs.dataSync(),
+        ent: st.entropy?.dataSync(),
+        val: st.values?.dataSync(),
+      };
+    });
+    chunk.forEach((s, b) => {
+      const row = (a: ArrayLike<number>, shift: boolean): number[] => {
+        const o = new Array<number>(s.length).fill(0);
+        for (let t = 0; t < s.length - 1; t++) o[shift ? t + 1 : t] = a[b * (arrays.T - 1) + t]!;
+        return o;
+      };
+      res.logprobs.push(row(arrays.lp, true));
+      if (arrays.ent) res.entropy!.push(row(arrays.ent, true));
+      if (arrays.val) res.values!.push(row(arrays.val, false));
+    });
+  }
+  return res;
+}
+
+/** Learning-rate schedule settings. */
+export interface LrScheduleOptions {
+  /** Peak learning rate. */
+  lr: number;
+  /** Linear warmup steps from 0. @default 0 */
+  warmupSteps?: number;
+  /** Total steps (for decay); 0 means constant after warmup. @default 0 */
+  totalSteps?: number;
+  /** `cosine`, `linear` or `constant` after warmup. @default 'cosine' */
+  decay?: 'cosine' | 'linear' | 'constant';
+  /** Floor as a fraction of `lr`. @default 0.1 */
+  minLrRatio?: number;
+}
+
+/** The learning rate at optimizer step `step` (0-based). */
+export function learningRate(o: LrScheduleOptions, step: number): number {
+  const warm = o.warmupSteps ?? 0;
+  if (step < warm) return (o.lr * (step + 1)) / warm;
+  const total = o.totalSteps ?? 0;
+  const decay = o.decay ?? 'cosine';
+  if (!total || decay === 'constant' || total <= warm) return o.lr;
+  const minLr = o.lr * (o.minLrRatio ?? 0.1);
+  const frac = Math.min(1, (step - warm) / (total - warm));
+  const shape = decay === 'cosine' ? 0.5 * (1 + Math.cos(Math.PI * frac)) : 1 - frac;
+  return minLr + (o.lr - minLr) * shape;
+}
+
+/** Options of {@link ModelTrainer}. */
+export interface TrainerOptions extends LrScheduleOptions {
+  /** @default 0.9 */
+  beta1?: number;
+  /** @default 0.95 */
+  beta2?: number;
+  /** @default 1e-8 */
+  eps?: number;
+  /** Decoupled weight decay (not applied to norms and biases). @default 0.0 */
+  weightDecay?: number;
+  /** Clip the global gradient norm to this; 0 disables. @default 1.0 */
+  maxGradNorm?: number;
+  /** Train only parameters whose name passes this filter. */
+  trainable?: (name: string) => boolean;
+}
+
+/** What {@link ModelTrainer.step} reports. */
+export interface StepStats {
+  step: number;
+  lr: number;
+  /** Global gradient norm before clipping. */
+  gradNorm: number;
+  microBatches: number;
+}
+
+/** `ops` applied to `x` in turn, each intermediate freed as soon as the next exists. */
+function chain(x: tf.Tensor, ...ops: ((t: tf.Tensor) => tf.Tensor)[]): tf.Tensor {
+  let cur = x;
+  for (const op of ops) {
+    const next = op(cur);
+    if (cur !== x) cur.dispose();
+    cur = next;
+  }
+  return cur;
+}
+
+/** `dst.assign(t)`, then frees `t`'s own handle (the variable keeps the data). */
+function assignFree(dst: tf.Variable, t: tf.Tensor): void {
+  dst.assign(t);
+  t.dispose();
+}
+
+/**
+ * AdamW over a model's variables with gradient accumulation and clipping.
+ *
+ * @example
+ * const trainer = new ModelTrainer(model, { lr: 1e-3, warmupSteps: 10, totalSteps: 1000 });
+ * for (const mb of microBatches) trainer.accumulate(() => lossOf(mb));
+ * trainer.step();   // averages the micro-batch gradients, clips, applies AdamW
+ */
+export class ModelTrainer {
+  readonly model: CausalLM;
+  readonly options: TrainerOptions;
+  /** Optimizer steps taken. */
+  stepCount = 0;
+  private readonly names: string[];
+  private readonly m = new Map<string, tf.Variable>();
+  private readonly v = new Map<string, tf.Variable>();
+  private acc = new Map<string, tf.Tensor>();
+  private accCount = 0;
+
+  constructor(model: CausalLM, options: TrainerOptions) {
+    this.model = model;
+    this.options = options;
+    this.names = [...model.params.keys()].filter((n) => options.trainable?.(n) ?? true);
+    const trained = this.names.reduce((a, n) => a + model.params.get(n)!.size, 0);
+    // Two moments now and the gradients at the first step, float32 each.
+    assertBackendRoom(
+      12 * trained,
+      `training ${(trained / 1e6).toFixed(0)}M parameters with AdamW`,
+    );
+    for (const n of this.names) {
+      const p = model.params.get(n)!;
+      // In a tidy: the zeros tensor would otherwise keep its buffer after the first step.
+      this.m.set(
+        n,
+        tf.tidy(() => tf.variable(tf.zerosLike(p), false, `adam.m.${p.name}`)),
+      );
+      this.v.set(
+        n,
+        tf.tidy(() => tf.variable(tf.zerosLike(p), false, `adam.v.${p.name}`)),
+      );
+    }
+  }
+
+  /**
+   * Computes the gradients of `lossFn` (a scalar built from the model's forward pass) and adds
+   * them to the accumulator; returns the loss value.
+   *
+   * With `read`, `lossFn` also returns `extras`, a tensor of statistics from the same forward
+   * (e.g. `ppoActorLossWithStats`'s sums): loss and extras are read back in one sync, and `read`
+   * turns the extras into its result before the gradients join the accumulator, so a `read` that
+   * throws (non-finite inputs) leaves the accumulator as it was.
+   */
+  accumulate(lossFn: () => tf.Scalar): number;
+  accumulate<T>(
+    lossFn: () => { loss: tf.Scalar; extras: tf.Tensor },
+    read: (extras: Float32Array) => T,
+  ): { loss: number; extras: T };
+  accumulate<T>(
+    lossFn: (() => tf.Scalar) | (() => { loss: tf.Scalar; extras: tf.Tensor }),
+    read?: (extras: Float32Array) => T,
+  ): number | { loss: number; extras: T } {
+    const vars = this.names.map((n) => this.model.params.get(n)!);
+    let extras: tf.Tensor | undefined;
+    const { value, grads } = tf.variableGrads(() => {
+      const r = lossFn();
+      if (r instanceof tf.Tensor) return r;
+      extras = tf.keep(r.extras);
+      return r.loss;
+    }, vars);
+    // Gradients are keyed by variable name, which carries a per-model suffix (see llama.ts).
+    const byVar = new Map(Object.entries(grads));
+    let out: number | { loss: number; extras: T };
+    try {
+      if (read && extras) {
+        const e = extras;
+        const all = tf.tidy(() => tf.concat([tf.reshape(value, [1]), tf.reshape(e, [-1])]));
+        const values = all.dataSync() as Float32Array;
+        all.dispose();
+        out = { loss: values[0]!, extras: read(values.subarray(1)) };
+      } else out = value.dataSync()[0]!;
+    } catch (e) {
+      byVar.forEach((g) => g.dispose());
+      throw e;
+    } finally {
+      value.dispose();
+      extras?.dispose();
+    }
+    for (const n of this.names) {
+      const key = this.model.params.get(n)!.name;
+      const g = byVar.get(key);
+      byVar.delete(key);
+      if (!g) continue;
+      const prev = this.acc.get(n);
+      if (prev) {
+        this.acc.set(n, tf.add(prev, g));
+        prev.dispose();
+        g.dispose();
+      } else this.acc.set(n, g);
+    }
+    byVar.forEach((g) => g.dispose());
+    this.accCount++;
+    return out;
+  }
+
+  /**
+   * Hands the accumulated gradients of every trainable parameter (zeros where a micro-batch left
+   * one untouched, so every data-parallel rank hands over the same set) to `reduce`, which may
+   * change them in place (an all-reduce), and accumulates the result instead.
+   */
+  async reduceGradients(
+    reduce: (grads: Record<string, Float32Array>) => Promise<void>,
+  ): Promise<void> {
+    const grads: Record<string, Float32Array> = {};
+    for (const n of this.names) {
+      const g = this.acc.get(n);
+      grads[n] = g
+        ? (g.dataSync() as Float32Array).slice()
+        : new Float32Array(this.model.params.get(n)!.size);
+    }
+    await reduce(grads);
+    for (const n of this.names) {
+      this.acc.get(n)?.dispose();
+      this.acc.set(n, tf.tensor(grads[n]!, this.model.params.get(n)!.shape, 'float32'));
+    }
+  }
+
+  /** Drops accumulated gradients without stepping. */
+  zeroGrad(): void {
+    this.acc.forEach((g) => g.dispose());
+    this.acc.clear();
+    this.accCount = 0;
+  }
+
+  /**
+   * Applies one AdamW step with the accumulated gradients, scaled by `scale` (default: the mean
+   * over accumulated micro-batches), clipped by global norm.
+   */
+  step(opts: { scale?: number } = {}): StepStats {
+    const o = this.options;
+    const lr = learningRate(o, this.stepCount);
+    const b1 = o.beta1 ?? 0.9;
+    const b2 = o.beta2 ?? 0.95;
+    const eps = o.eps ?? 1e-8;
+    const wd = o.weightDecay ?? 0;
+    const maxNorm = o.maxGradNorm ?? 1.0;
+    const scale = opts.scale ?? (this.accCount ? 1 / this.accCount : 1);
+    const micro = this.accCount;
+    const t = this.stepCount + 1;
+    const gradNorm = tf.tidy(() => {
+      const sq = [...this.acc.values()].map((g) => tf.sum(tf.square(g)));
+      return sq.length ? Math.sqrt(tf.addN(sq).dataSync()[0]!) * scale : 0;
+    });
+    const clip = maxNorm > 0 && gradNorm > maxNorm ? maxNorm / (gradNorm + 1e-6) : 1;
+    const gs = scale * clip;
+    const bc1 = 1 - Math.pow(b1, t);
+    const bc2 = 1 - Math.pow(b2, t);
+    for (const n of this.names) {
+      const gRaw = this.acc.get(n);
+      if (!gRaw) continue;
+      const p = this.model.params.get(n)!;
+      const m = this.m.get(n)!;
+      const v = this.v.get(n)!;
+      // AdamW as chains that free each intermediate as soon as the next exists: a tidy keeps a
+      // dozen parameter-sized temporaries alive at once, which for a 0.6B model's embedding
+      // (622 MB) alone is more than the weights, gradients and moments of the whole model.
+      const g = tf.mul(gRaw, gs);
+      const gm = tf.mul(g, 1 - b1);
+      assignFree(
+        m,
+        chain(
+          m,
+          (x) => tf.mul(x, b1),
+          (x) => tf.add(x, gm),
+        ),
+      );
+      gm.dispose();
+      const gv = chain(g, tf.square, (x) => tf.mul(x, 1 - b2));
+      g.dispose();
+      assignFree(
+        v,
+        chain(
+          v,
+          (x) => tf.mul(x, b2),
+          (x) => tf.add(x, gv),
+        ),
+      );
+      gv.dispose();
+      const denom = chain(
+        v,
+        (x) => tf.div(x, bc2),
+        tf.sqrt,
+        (x) => tf.add(x, eps),
+      );
+      const update = chain(
+        m,
+        (x) => tf.div(x, bc1),
+        (x) => tf.div(x, denom),
+        (x) => tf.mul(x, lr),
+      );
+      denom.dispose();
+      const decayed = wd > 0 && p.rank >= 2 ? tf.mul(p, 1 - lr * wd) : p;
+      assignFree(p, tf.sub(decayed, update));
+      update.dispose();
+      if (decayed !== p) decayed.dispose();
+      // The gradient is spent: free it now rather than with the rest in zeroGrad.
+      gRaw.dispose();
+      this.acc.delete(n);
+    }
+    this.zeroGrad();
+    this.stepCount++;
+    return { step: this.stepCount, lr, gradNorm, microBatches: micro };
+  }
+
+  /** Optimizer moments as named tensors (`adam.m.<name>`, `adam.v.<name>`). */
+  exportOptimizerState(): NamedTensors {
+    const out: NamedTensors = {};
+    for (const [map, prefix] of [
+      [this.m, 'adam.m.'],
+      [this.v, 'adam.v.'],
+    ] as const) {
+      map.forEach(
+        (t, n) => (out[prefix + n] = { shape: [...t.shape], data: t.dataSync() as Float32Array }),
+      );
+    }
+    return out;
+  }
+
+  importOptimizerState(state: NamedTensors): void {
+    tf.tidy(() => {
+      for (const [map, prefix] of [
+        [this.m, 'adam.m.'],
+        [this.v, 'adam.v.'],
+      ] as const) {
+        map.forEach((t, n) => {
+          const s = state[prefix + n];
+          if (!s) throw new Error(`optimizer state has no '${prefix + n}'`);
+          t.assign(tf.tensor(s.data, s.shape, 'float32'));
+        });
+      }
+    });
+  }
+
+  /**
+   * Saves an HF model directory plus `optimizer.safetensors` and `trainer_state.json`
+   * (`{ step, ...extra }`), replacing `dir` atomically.
+   */
+  saveCheckpoint(
+    dir: string,
+    extra: Record<string, unknown> = {},
+    modelOpts: SaveModelOptions = {},
+  ): void {
+    const tmp = `${dir}.tmp-${process.pid}`;
+    rmSync(tmp, { recursive: true, force: true });
+    mkdirSync(tmp, { recursive: true });
+    saveModel(tmp, this.model, modelOpts);
+    writeFileSync(
+      join(tmp, 'optimizer.safetensors'),
+      serializeSafetensors(this.exportOptimizerState()),
+    );
+    writeFileSync(
+      join(tmp, 'trainer_state.json'),
+      JSON.stringify({ ...extra, step: this.stepCount }, null, 2) + '\n',
+    );
+    const old = `${dir}.old-${process.pid}`;
+    if (existsSync(dir)) renameSync(dir, old);
+    renameSync(tmp, dir);
+    rmSync(old, { recursive: true, force: true });
+  }
+
+  /** Restores weights, optimizer state and step from {@link saveCheckpoint}; returns the state JSON. */
+  loadCheckpoint(dir: string): Record<string, unknown> {
+    const { tensors, sourceOf } = readCheckpointWeights(dir);
+    this.model.importWeights(tensors, { strict: false, source: sourceOf });
+    const optPath = join(dir, 'optimizer.safetensors');
+    if (existsSync(optPath))
+      this.importOptimizerState(parseSafetensors(readFileSync(optPath), optPath).tensors);
+    const state = JSON.parse(readFileSync(join(dir, 'trainer_state.json'), 'utf8')) as Record<
+      string,
+      unknown
+    >;
+    this.stepCount = Number(state.step ?? 0);
+    return state;
+  }
+
+  dispose(): void {
+    this.zeroGrad();
+    this.m.forEach((t) => t.dispose());
+    this.v.forEach((t) => t.dispose());
+  }
+}
+
+/**
+ * Masked next-token cross-entropy (mean over masked tokens) for SFT: `lossMask[b][t]` = 1 where
+ * token t is trained on. Differentiable; use inside {@link ModelTrainer.accumulate}.
+ */
+export function maskedNllLoss(model: CausalLM, ids: tf.Tensor2D, lossMask: tf.Tensor2D): tf.Scalar {
+  const [B, T] = ids.shape;
+  const { logprobs } = tokenStats(model, ids);
+  const mask = tf.slice(lossMask, [0, 1], [B, T - 1]);
+  return tf.div(tf.neg(tf.sum(tf.mul(logprobs, mask))), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
+}

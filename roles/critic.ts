@@ -1,0 +1,153 @@
+/**
+ * The Critic role (only with `--advantage-estimator gae`): the policy's trunk plus a scalar value
+ * head, trained on the clipped value loss. Values are rows aligned to next-token logprobs (as in
+ * `algorithms/experience.ts`): row position i is the value of the state before token i+1.
+ *
+ * @module
+ */
+import { setImmediate } from 'node:timers/promises';
+import { tf } from '../model/backend.ts';
+import { loadModel } from '../model/checkpoint.ts';
+import type { CausalLM } from '../model/llama.ts';
+import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/training.ts';
+import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
+import { lossWeights, padRows } from '../algorithms/packing.ts';
+import { valueLoss } from '../algorithms/value-loss.ts';
+import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+
+/** How the Critic is built. */
+export interface CriticInit {
+  /** HF model directory; the value head starts at zero when it has none. */
+  pretrain: string;
+  learningRate: number;
+  trainBatchSize: number;
+  microTrainBatchSize: number;
+  /** @default 1 */
+  maxEpochs?: number;
+  /** Value clip range (`--value-clip`). @default 0.5 */
+  valueClip?: number;
+  /** How token losses are averaged (`--loss-agg-mode`). @default 'token-mean' */
+  lossAggMode?: LossAggregation;
+  /** C of `seq-mean-token-sum-norm` (the generation limit). */
+  lossNormConstant?: number;
+  /** Token budget per micro-batch (`--train-max-tokens-per-gpu`); unset cuts by sample count. */
+  trainMaxTokensPerGpu?: number;
+  /** @default 1 */
+  maxNorm?: number;
+  /** This critic's data-parallel rank (`--critic-num-replicas`); absent trains alone. */
+  dataParallel?: DataParallelInit;
+}
+
+/** One critic training sample. */
+export interface CriticSample {
+  inputIds: ArrayLike<number>;
+  actionMask: ArrayLike<number>;
+  /** Values at experience time. */
+  oldValues: ArrayLike<number>;
+  returns: ArrayLike<number>;
+}
+
+/** Value model. Call {@link Critic.ready} once first. */
+export class Critic {
+  private model!: CausalLM;
+  private opt!: ModelTrainer;
+  private dp!: DataParallelRank;
+  private loaded: Promise<void> | undefined;
+  constructor(private readonly init: CriticInit) {}
+
+  async ready(): Promise<{ numParameters: number }> {
+    this.loaded ??= (async () => {
+      const { model } = await loadModel(this.init.pretrain, { valueHead: true });
+      this.model = model;
+      this.opt = new ModelTrainer(model, {
+        lr: this.init.learningRate,
+        maxGradNorm: this.init.maxNorm ?? 1,
+      });
+      this.dp = await DataParallelRank.join(this.init.dataParallel);
+    })();
+    await this.loaded;
+    return { numParameters: this.model.numParameters };
+  }
+
+  /** Value rows (length L−1): position i is the state before token i+1. */
+  values(seqs: number[][], microBatchSize = 16): number[][] {
+    const raw = forwardLogprobs(this.model, seqs, { values: true, microBatchSize }).values!;
+    return raw.map((r) => r.slice(0, r.length - 1));
+  }
+
+  /**
+   * Trains on the library's clipped value loss, one optimizer step per `trainBatchSize` samples,
+   * with per-token weights from the whole step so micro-batches add up to the step's loss.
+   * Returns the mean loss per optimizer step.
+   */
+  async train(samples: CriticSample[]): Promise<{ valueLoss: number; optimizerSteps: number }> {
+    const agg = {
+      lossAggMode: this.init.lossAggMode ?? 'token-mean',
+      ...(this.init.lossNormConstant !== undefined
+        ? { lossNormConstant: this.init.lossNormConstant }
+        : {}),
+    };
+    let loss = 0;
+    let steps = 0;
+    for (let epoch = 0; epoch < (this.init.maxEpochs ?? 1); epoch++) {
+      for (let s = 0; s < samples.length; s += this.init.trainBatchSize) {
+        const step = samples.slice(s, s + this.init.trainBatchSize);
+        if (!step.some((x) => Array.prototype.some.call(x.actionMask, (m: number) => m > 0)))
+          continue;
+        const weights = lossWeights(
+          step.map((x) => x.actionMask),
+          agg,
+        );
+        const cuts = this.dp.microBatches(
+          step.map((x) => x.inputIds.length),
+          {
+            maxSamples: this.init.microTrainBatchSize,
+            ...(this.init.trainMaxTokensPerGpu
+              ? { maxTokens: this.init.trainMaxTokensPerGpu }
+              : {}),
+          },
+        );
+        let local = 0;
+        for (const cut of cuts) {
+          const micro = cut.indices.map((i) => step[i]!);
+          local += this.opt.accumulate(() => {
+            const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
+            const rows = (get: (x: CriticSample, i: number) => ArrayLike<number>): tf.Tensor2D =>
+              tf.tensor2d(padRows(micro.map(get), T - 1).data, [micro.length, T - 1]);
+            return valueLoss(
+              {
+                values: tokenStats(this.model, ids, { values: true }).values!,
+                oldValues: rows((x) => x.oldValues),
+                returns: rows((x) => x.returns),
+                mask: rows((x) => x.actionMask),
+                weights: rows((_, i) => weights[cut.indices[i]!]!),
+              },
+              { ...agg, valueClip: this.init.valueClip ?? 0.5 },
+            );
+          });
+          await setImmediate(); // heartbeats run between micro-batches
+        }
+        loss += (await this.dp.reduce(this.opt, [local])).stats[0]!;
+        this.opt.step({ scale: 1 });
+        steps++;
+      }
+    }
+    return { valueLoss: loss / Math.max(1, steps), optimizerSteps: steps };
+  }
+
+  /** Saves the value model and its optimizer state under `dir` (an HF directory with a value head). */
+  saveCheckpoint(dir: string): void {
+    this.opt.saveCheckpoint(dir, { role: 'critic' }, { tokenizerFrom: this.init.pretrain });
+  }
+
+  /** Restores a {@link saveCheckpoint}. */
+  loadCheckpoint(dir: string): void {
+    this.opt.loadCheckpoint(dir);
+  }
+
+  dispose(): void {
+    this.dp?.leave();
+    this.opt?.dispose();
+    this.model?.dispose();
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * The Reference role: the frozen initial policy, which gives the logprobs of the KL term. Created
+ * only when `--init-kl-coef` > 0.
+ *
+ * @module
+ */
+import { loadModel } from '../model/checkpoint.ts';
+import type { CausalLM } from '../model/llama.ts';
+import { forwardLogprobs } from '../model/training.ts';
+
+/** How the Reference is built. */
+export interface ReferenceInit {
+  /** HF model directory (the initial policy). */
+  pretrain: string;
+  /** Sampling temperature, so logprobs are of the same tempered distribution. @default 1 */
+  temperature?: number;
+}
+
+/** Frozen-policy logprobs. Call {@link Reference.ready} once first. */
+export class Reference {
+  private model!: CausalLM;
+  private loaded: Promise<void> | undefined;
+  constructor(private readonly init: ReferenceInit) {}
+
+  async ready(): Promise<{ numParameters: number }> {
+    this.loaded ??= loadModel(this.init.pretrain).then(({ model }) => void (this.model = model));
+    await this.loaded;
+    return { numParameters: this.model.numParameters };
+  }
+
+  /** Next-token logprob rows (length L−1), aligned like `algorithms/experience.ts`. */
+  logprobs(seqs: number[][], microBatchSize = 16): number[][] {
+    const out = forwardLogprobs(this.model, seqs, {
+      temperature: this.init.temperature ?? 1,
+      microBatchSize,
+    });
+    return out.logprobs.map((r) => r.slice(1));
+  }
+
+  dispose(): void {
+    this.model?.dispose();
+  }
+}

@@ -1,0 +1,518 @@
+/**
+ * The Rollout role: wraps one inference engine, loads the user's agent file inside its worker, and
+ * runs agent episodes against the engine with at most ASYNC_NUM_TASKS at once. Every generated
+ * token carries its behaviour logprob and the version of the weights that produced it. Also runs
+ * the held-out evaluation (greedy, single turn, math reward).
+ *
+ * @module
+ */
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { put, release, type ObjectRef } from '../runtime/api.ts';
+import { readEnv } from '../runtime/env.ts';
+import { RtjobError } from '../runtime/errors.ts';
+import { runGatewayEvaluation } from '../agents/agent-executor.ts';
+import { EpisodeRunner, type GroupResult } from '../agents/episode-runner.ts';
+import { loadAgent } from '../agents/load.ts';
+import { SimulatedEngine } from '../engines/simulated/simulated-engine.ts';
+import type { Agent, AgentTokenizer, Sample } from '../agents/types.ts';
+import type { NamedTensors } from '../model/tensors.ts';
+import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { Gateway } from '../gateway/server.ts';
+import { modelCard } from '../gateway/model-card.ts';
+import type {
+  GenerationConfig,
+  InferenceEngine,
+  PauseOptions,
+  PolicyWeights,
+} from '../engines/types.ts';
+import { weightsDigest } from '../model/digest.ts';
+import { serializeSafetensors } from '../model/safetensors.ts';
+import { seededRandom } from '../model/sampling.ts';
+import { loadTokenizer, type ChatTokenizer } from '../model/tokenizer.ts';
+import { defaultAgent, mathReward } from './reward.ts';
+
+/** One prompt as the driver sends it; the rollout tokenizes it. */
+export interface PromptItem {
+  index: number;
+  prompt: string;
+  label?: string;
+  groupId: string;
+  record?: Record<string, unknown>;
+}
+
+/** How a Rollout is built. */
+export interface RolloutInit {
+  /** HF model directory (weights for the builtin engine, tokenizer for all). */
+  pretrain: string;
+  /** Agent file; the built-in single-turn math reward when unset. */
+  agentFunc?: string;
+  /** @default 'builtin' */
+  engine?: 'builtin' | 'simulated' | 'sglang' | 'vllm';
+  /** Server URLs of an `sglang` / `vllm` engine (requests are routed across them by load). */
+  engineUrls?: string[];
+  /**
+   * Where weights for `sglang` / `vllm` servers are written (an HF directory per version, read by
+   * the servers' reload endpoint, so it must be on a filesystem they see).
+   */
+  weightsDir?: string;
+  /** Lengths and speed of the `simulated` engine (benchmarks of the orchestration). */
+  simulated?: SimulatedLengths;
+  temperature?: number;
+  topP?: number;
+  generateMaxLen: number;
+  promptMaxLen: number;
+  applyChatTemplate?: boolean;
+  nSamplesPerPrompt: number;
+  /** Episodes at once; @default ASYNC_NUM_TASKS from the environment, else 128 */
+  asyncNumTasks?: number;
+  /** @default 0 (none) */
+  episodeTimeoutMs?: number;
+  /** Limit on one weight update of an `sglang` / `vllm` engine. @default 600_000 */
+  weightSyncTimeoutMs?: number;
+  /** Seed of the engine's sampling stream. @default 0 */
+  seed?: number;
+  /** Tool-call format of the gateway agents talk to (`--tool-call-parser`). @default 'hermes' */
+  toolCallParser?: string;
+  /** Check every gateway turn against the re-rendered prompt and report drift. @default false */
+  gatewayCheckDrift?: boolean;
+  /** Reward factor per completion before a gateway episode's last. @default 1 */
+  agentTurnDiscount?: number;
+}
+
+/**
+ * A long-tailed response length distribution for the simulated engine: lognormal around
+ * `medianTokens` with spread `sigma`, capped by the generation limit, at `tokenLatencyMs` per token.
+ */
+export interface SimulatedLengths {
+  tokenLatencyMs: number;
+  medianTokens: number;
+  /** @default 1 */
+  sigma?: number;
+  /** @default 0 */
+  seed?: number;
+}
+
+/** A simulated engine answering with lengths drawn from `o` (seeded; token ids are filler). */
+export function simulatedEngine(o: SimulatedLengths): SimulatedEngine {
+  const rand = seededRandom(o.seed ?? 0);
+  const sigma = o.sigma ?? 1;
+  return new SimulatedEngine({
+    tokenLatencyMs: o.tokenLatencyMs,
+    respond: () => {
+      // Box–Muller normal → lognormal length.
+      const z = Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
+      const n = Math.max(1, Math.round(o.medianTokens * Math.exp(sigma * z)));
+      return Array.from({ length: n }, (_, i) => 5 + (i % 10));
+    },
+  });
+}
+
+/**
+ * The rollout's engine holds older weights than the caller expects: its process was restarted
+ * (outside any call) and came back with the pretrained weights. The driver re-initialises it
+ * (pushes the current weights) and sends the call again. Checked by `code`.
+ */
+export class StaleRolloutError extends RtjobError<'ROLLOUT_STALE'> {
+  constructor(
+    readonly version: number,
+    readonly expected: number,
+  ) {
+    super(
+      'ROLLOUT_STALE',
+      `the rollout's engine holds weights version ${version}, the run is at version ${expected}`,
+    );
+  }
+}
+
+/** What the driver expects of the rollout a call reaches. */
+export interface RolloutExpect {
+  /** The weights version the engine must hold at least; older fails with {@link StaleRolloutError}. */
+  minVersion?: number;
+}
+
+/** Counters a Rollout reports. */
+export interface RolloutStats {
+  version: number;
+  episodesRunning: number;
+  episodesDone: number;
+  episodesFailed: number;
+  generatedTokens: number;
+  /** Milliseconds with at least one episode running. */
+  busyMs: number;
+}
+
+/**
+ * Runs agent episodes on one engine. {@link Rollout.ready} loads it; every method that needs the
+ * engine loads it first too, so an incarnation the runtime restarted (a crash outside any call)
+ * serves its first call — often a weight push — instead of failing on a missing engine.
+ */
+export class Rollout {
+  private engine!: InferenceEngine;
+  private tokenizer!: AgentTokenizer;
+  private runner!: EpisodeRunner;
+  private agent!: Agent;
+  private gateway: Gateway | undefined;
+  private loaded: Promise<void> | undefined;
+  private readonly gconfig: GenerationConfig;
+  private readonly counters = { done: 0, failed: 0, tokens: 0, busyMs: 0 };
+  private active = 0;
+  private busySince = 0;
+  /** This engine's copy of the weights, shared with the other engines of its node. */
+  private relayed: ObjectRef<PolicyWeights> | undefined;
+  /** Weights fetched ahead of their load ({@link stageWeights}). */
+  private staged: PolicyWeights | undefined;
+
+  constructor(private readonly init: RolloutInit) {
+    this.gconfig = {
+      maxNewTokens: init.generateMaxLen,
+      temperature: init.temperature ?? 1,
+      topP: init.topP ?? 1,
+    };
+  }
+
+  /** Loads the engine, the tokenizer and the agent file. */
+  async ready(): Promise<{ agent: string; kind: Agent['kind']; maxConcurrent: number }> {
+    const maxConcurrent = this.init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
+    this.loaded ??= (async () => {
+      const chat = loadTokenizer(this.init.pretrain);
+      this.tokenizer = agentTokenizer(chat);
+      this.engine = await this.createEngine();
+      const maxLength = this.init.promptMaxLen + this.init.generateMaxLen * 4;
+      const agent = (this.agent = this.init.agentFunc
+        ? await loadAgent(this.init.agentFunc, {
+            tokenizer: this.tokenizer,
+            gconfig: this.gconfig,
+            nSamples: this.init.nSamplesPerPrompt,
+            maxLength,
+          })
+        : defaultAgent);
+      if (agent.kind === 'agent') {
+        // Black-box agents reach the engine through an OpenAI-compatible gateway in this worker.
+        const card = modelCard(this.init.pretrain);
+        this.gateway = await Gateway.start({
+          engine: this.engine,
+          tokenizer: chat,
+          model: card.name,
+          contextLength: Math.min(card.contextLength ?? maxLength, maxLength),
+          maxNewTokens: this.init.generateMaxLen,
+          fixedSampling: {
+            temperature: this.gconfig.temperature ?? 1,
+            topP: this.gconfig.topP ?? 1,
+          },
+          toolCallParser: this.init.toolCallParser ?? 'hermes',
+          checkDrift: this.init.gatewayCheckDrift ?? false,
+        });
+      }
+      this.runner = new EpisodeRunner({
+        agent,
+        tokenizer: this.tokenizer,
+        gconfig: this.gconfig,
+        maxLength,
+        maxConcurrent,
+        episodeTimeoutMs: this.init.episodeTimeoutMs ?? 0,
+        ...(this.gateway
+          ? { gateway: this.gateway, turnDiscount: this.init.agentTurnDiscount ?? 1 }
+          : {}),
+      });
+    })();
+    await this.loaded;
+    return { agent: this.agent.file, kind: this.agent.kind, maxConcurrent };
+  }
+
+  private async createEngine(): Promise<InferenceEngine> {
+    const { engine = 'builtin', pretrain } = this.init;
+    if (engine === 'simulated')
+      return this.init.simulated ? simulatedEngine(this.init.simulated) : new SimulatedEngine();
+    if (engine === 'builtin')
+      return BuiltinEngine.create({ modelPath: pretrain, seed: this.init.seed ?? 0 });
+    const urls = this.init.engineUrls ?? [];
+    if (urls.length === 0)
+      throw new RangeError(`engine ${engine} needs server URLs (--engine-url)`);
+    const weightsDir = resolve(
+      this.init.weightsDir ?? join(tmpdir(), `rtjob-engine-weights-${process.pid}`),
+    );
+    const options = {
+      urls,
+      ...(this.init.weightSyncTimeoutMs
+        ? { weightSyncTimeoutMs: this.init.weightSyncTimeoutMs }
+        : {}),
+      writeCheckpoint: (t: NamedTensors, v: number) =>
+        writeEngineCheckpoint(weightsDir, pretrain, t, v),
+    };
+    if (engine === 'sglang') {
+      const { SglangEngine } = await import('../engines/sglang/index.ts');
+      return new SglangEngine(options);
+    }
+    const { VllmEngine } = await import('../engines/vllm/index.ts');
+    return new VllmEngine(options);
+  }
+
+  /** The prompt as the agent sees it: tokenized (chat template when asked), tail-truncated. */
+  sample(item: PromptItem): Sample {
+    const ids =
+      this.init.applyChatTemplate === false
+        ? this.tokenizer.encode(item.prompt)
+        : this.tokenizer.applyChatTemplate([{ role: 'user', content: item.prompt }]);
+    const promptIds =
+      ids.length > this.init.promptMaxLen ? ids.slice(ids.length - this.init.promptMaxLen) : ids;
+    return {
+      index: item.index,
+      prompt: item.prompt,
+      ...(item.label !== undefined ? { label: item.label } : {}),
+      promptIds,
+      nSamples: this.init.nSamplesPerPrompt,
+      groupId: item.groupId,
+      record: item.record ?? {},
+    };
+  }
+
+  /**
+   * Runs one prompt's group of episodes. Contract errors (agent bugs) reject; so does an engine
+   * older than `expect.minVersion` ({@link StaleRolloutError}), before any episode starts.
+   */
+  async runGroup(item: PromptItem, expect: RolloutExpect = {}): Promise<GroupResult> {
+    await this.ready();
+    this.check(expect);
+    if (this.active++ === 0) this.busySince = performance.now();
+    try {
+      const g = await this.runner.runGroup(this.engine, this.sample(item));
+      // Episodes that threw or timed out; the rest of a failed group ran to the end.
+      const failed = g.status === 'failed' ? Math.max(1, g.errors.length) : 0;
+      this.counters.failed += failed;
+      this.counters.done += g.episodes - failed;
+      for (const t of g.trajectories) this.counters.tokens += t.lossMask.reduce((a, b) => a + b, 0);
+      return g;
+    } finally {
+      if (--this.active === 0) this.counters.busyMs += performance.now() - this.busySince;
+    }
+  }
+
+  /** Runs many groups at once (bounded by ASYNC_NUM_TASKS inside). */
+  runGroups(items: PromptItem[]): Promise<GroupResult[]> {
+    return Promise.all(items.map((it) => this.runGroup(it)));
+  }
+
+  /**
+   * Greedy accuracy on held-out prompts: single-turn, scored by the math reward; for a black-box
+   * agent (`agent(sample, env)`), its own episode with greedy decoding, correct when it returns
+   * reward 1 (an episode that fails or runs past the timeout counts as wrong).
+   */
+  async evaluate(
+    items: PromptItem[],
+    expect: RolloutExpect = {},
+  ): Promise<{ correct: number; total: number }> {
+    await this.ready();
+    this.check(expect);
+    if (this.agent.kind === 'agent') return this.evaluateAgent(this.agent, items);
+    const outs = await Promise.all(
+      items.map(async (it) => {
+        const s = this.sample(it);
+        const r = await this.engine.generate({
+          inputIds: s.promptIds,
+          gconfig: { maxNewTokens: this.init.generateMaxLen, greedy: true },
+        });
+        return mathReward(this.tokenizer.decode(r.outputTokens), it.label);
+      }),
+    );
+    return { correct: outs.filter((x) => x === 1).length, total: items.length };
+  }
+
+  private check(expect: RolloutExpect): void {
+    const v = this.engine.getVersion();
+    if (expect.minVersion !== undefined && v < expect.minVersion)
+      throw new StaleRolloutError(v, expect.minVersion);
+  }
+
+  private async evaluateAgent(
+    agent: Extract<Agent, { kind: 'agent' }>,
+    items: PromptItem[],
+  ): Promise<{ correct: number; total: number }> {
+    const timeoutMs = this.init.episodeTimeoutMs ?? 0;
+    const outs = await Promise.all(
+      items.map((it) =>
+        this.runner.slots.with(() => {
+          const signal =
+            timeoutMs > 0 ? AbortSignal.timeout(timeoutMs) : new AbortController().signal;
+          const sample = { ...this.sample(it), nSamples: 1 };
+          const run = runGatewayEvaluation(sample, {
+            file: agent.file,
+            agent: agent.agent,
+            gateway: this.gateway!,
+            signal,
+          });
+          // A hung evaluation episode is abandoned at the timeout, as in training.
+          const timedOut = new Promise<Error>((resolve) =>
+            signal.addEventListener('abort', () => resolve(new Error('timeout'))),
+          );
+          return timeoutMs > 0 ? Promise.race([run, timedOut]) : run;
+        }),
+      ),
+    );
+    return { correct: outs.filter((x) => x === 1).length, total: items.length };
+  }
+
+  /**
+   * Loads new weights; later tokens carry `w.version`. The driver passes a ref the trainer owns
+   * (`Trainer.shareWeights`), which this worker fetches from the trainer before the call runs.
+   */
+  async updateWeights(w: PolicyWeights): Promise<void> {
+    await this.ready();
+    await this.engine.updateWeights({ kind: 'tensors', tensors: w.tensors }, w.version);
+  }
+
+  /**
+   * Keeps `w` for {@link loadStaged}, without loading it. Passed the trainer's ref, this worker
+   * fetches the bytes before the call runs: the async loop stages each version while the trainer
+   * is idle, since a trainer busy with the next batch answers fetches only between its calls.
+   */
+  stageWeights(w: PolicyWeights): void {
+    this.staged = w;
+  }
+
+  /**
+   * Loads the weights {@link stageWeights} kept, if they are `version`; false when they are not
+   * here (this process restarted since), and the caller loads them another way.
+   */
+  async loadStaged(version: number): Promise<boolean> {
+    const w = this.staged;
+    if (w?.version !== version) return false;
+    await this.updateWeights(w);
+    this.staged = undefined;
+    return true;
+  }
+
+  /**
+   * Loads `w` as {@link updateWeights} does (or stages it: `load` 'staged') and shares this copy: the other engines of this node
+   * fetch the returned ref from here (one shared-memory file), so the weights cross to the node
+   * once. The previous version's ref is released.
+   */
+  async relayWeights(
+    w: PolicyWeights,
+    load: 'now' | 'staged' = 'now',
+  ): Promise<{ weights: ObjectRef<PolicyWeights> }> {
+    if (load === 'now') await this.updateWeights(w);
+    else this.stageWeights(w);
+    if (this.relayed) release(this.relayed);
+    this.relayed = put(w);
+    // Wrapped: a bare ref as a result would be awaited (fetched) by the caller as a thenable.
+    return { weights: this.relayed };
+  }
+
+  /**
+   * The version and a SHA-256 of the weights the engine serves (builtin engine only), to check
+   * engines against the trainer (`Trainer.weightsDigest`) without moving the weights.
+   */
+  async weightsDigest(): Promise<{ version: number; sha256: string }> {
+    await this.ready();
+    if (!(this.engine instanceof BuiltinEngine))
+      throw new Error(`weightsDigest: the ${this.engine.kind} engine does not export its weights`);
+    return {
+      version: this.engine.getVersion(),
+      sha256: weightsDigest(this.engine.exportWeights()),
+    };
+  }
+
+  async getVersion(): Promise<number> {
+    await this.ready();
+    return this.engine.getVersion();
+  }
+
+  async pause(opts?: PauseOptions): Promise<void> {
+    await this.ready();
+    return this.engine.pause(opts);
+  }
+
+  async resume(): Promise<void> {
+    await this.ready();
+    return this.engine.resume();
+  }
+
+  async sleep(): Promise<void> {
+    await this.ready();
+    return this.engine.sleep();
+  }
+
+  async wakeUp(): Promise<void> {
+    await this.ready();
+    return this.engine.wakeUp();
+  }
+
+  /**
+   * Answers at once, loaded or not (a health probe: the driver restarts a rollout that does not
+   * answer in time): the engine's version (-1 before it is loaded) and the episodes running.
+   */
+  health(): { version: number; episodesRunning: number } {
+    return {
+      version: this.engine ? this.engine.getVersion() : -1,
+      episodesRunning: this.runner ? this.runner.running : 0,
+    };
+  }
+
+  async stats(): Promise<RolloutStats> {
+    await this.ready();
+    const busy = this.counters.busyMs + (this.active > 0 ? performance.now() - this.busySince : 0);
+    return {
+      version: this.engine.getVersion(),
+      episodesRunning: this.runner.running,
+      episodesDone: this.counters.done,
+      episodesFailed: this.counters.failed,
+      generatedTokens: this.counters.tokens,
+      busyMs: busy,
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.gateway?.close();
+    await this.engine?.close();
+  }
+}
+
+/**
+ * Writes `tensors` as an HF model directory `dir/v<version>` (config and tokenizer from `pretrain`)
+ * for a server to load, removes versions older than the previous one, and returns the path.
+ */
+export async function writeEngineCheckpoint(
+  dir: string,
+  pretrain: string,
+  tensors: NamedTensors,
+  version: number,
+): Promise<string> {
+  const out = join(dir, `v${version}`);
+  mkdirSync(out, { recursive: true });
+  for (const f of [
+    'config.json',
+    'generation_config.json',
+    'tokenizer.json',
+    'tokenizer_config.json',
+  ]) {
+    if (existsSync(join(pretrain, f))) copyFileSync(join(pretrain, f), join(out, f));
+  }
+  writeFileSync(join(out, 'model.safetensors.tmp'), serializeSafetensors(tensors));
+  renameSync(join(out, 'model.safetensors.tmp'), join(out, 'model.safetensors'));
+  for (const name of readdirSync(dir)) {
+    const v = /^v(\d+)$/.exec(name);
+    if (v && Number(v[1]) < version - 1) rmSync(join(dir, name), { recursive: true, force: true });
+  }
+  return out;
+}
+
+/** The agent-facing view of a chat tokenizer (template rendered, then encoded). */
+export function agentTokenizer(chat: ChatTokenizer): AgentTokenizer {
+  const eos = chat.eosTokenId;
+  return {
+    ...(eos !== undefined ? { eosTokenId: eos } : {}),
+    encode: (text, opts) => chat.encode(text, opts),
+    decode: (ids, opts) => chat.decode(ids, { skipSpecialTokens: opts?.skipSpecialTokens ?? true }),
+    applyChatTemplate: (messages, opts) => chat.encode(chat.applyChatTemplate(messages, opts)),
+  };
+}

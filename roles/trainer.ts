@@ -1,0 +1,360 @@
+/**
+ * The Trainer role: holds the policy, computes the PPO loss over micro-batches, steps the
+ * optimizer, and publishes weights with a version number. A plain class: the driver places it
+ * through the runtime as an actor, and tests use it in-process.
+ *
+ * Per-token arrays in a {@link TrainSample} are rows aligned to next-token logprobs, as
+ * `algorithms/experience.ts` makes them: row position i describes token i+1, so a sequence of L
+ * tokens has rows of length L−1.
+ *
+ * @module
+ */
+import { setImmediate } from 'node:timers/promises';
+import { tf } from '../model/backend.ts';
+import { loadModel, saveModel } from '../model/checkpoint.ts';
+import type { SaveDtype } from '../model/config.ts';
+import type { CausalLM } from '../model/llama.ts';
+import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/training.ts';
+import type { PolicyWeights } from '../engines/types.ts';
+import { weightsDigest } from '../model/digest.ts';
+import { put, release, type ObjectRef } from '../runtime/api.ts';
+import { lossWeights, padRows } from '../algorithms/packing.ts';
+import {
+  ppoActorLossWithStats,
+  readPolicyLossStats,
+  resolvePpoLossOptions,
+  type PolicyLossInputs,
+  type PpoLossOptions,
+  type ResolvedPpoLossOptions,
+} from '../algorithms/policy-loss.ts';
+import { shuffle } from '../algorithms/shuffle.ts';
+import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+
+/** One training sample (a trajectory after experience making). */
+export interface TrainSample {
+  inputIds: ArrayLike<number>;
+  /** 1 where token i+1 is an action. */
+  actionMask: ArrayLike<number>;
+  advantages: ArrayLike<number>;
+  /**
+   * The PPO ratio's anchor: the policy's logprobs before this update (the behaviour logprobs when
+   * the engine ran the current weights), or the proximal policy's under decoupled PPO.
+   */
+  oldLogprobs: ArrayLike<number>;
+  /** Logprobs of the policy that generated the tokens; needed by decoupled PPO and IS correction. */
+  behaviourLogprobs?: ArrayLike<number>;
+  /** Reference logprobs for the KL loss. */
+  refLogprobs?: ArrayLike<number>;
+}
+
+/** How the Trainer is built. */
+export interface TrainerInit {
+  /** HF model directory of the initial policy. */
+  pretrain: string;
+  learningRate: number;
+  /** Global gradient clip. @default 1 */
+  maxNorm?: number;
+  /** Samples per optimizer step. */
+  trainBatchSize: number;
+  /** Samples per micro-batch. */
+  microTrainBatchSize: number;
+  /** Passes over each batch. @default 1 */
+  maxEpochs?: number;
+  /** The policy loss, as `train_ppo`'s flags set it (`algorithms/policy-loss.ts`). */
+  loss?: PpoLossOptions;
+  /** Token budget per micro-batch (`--train-max-tokens-per-gpu`); unset cuts by sample count. */
+  trainMaxTokensPerGpu?: number;
+  /** Sampling temperature, so recomputed logprobs match the engine's. @default 1 */
+  temperature?: number;
+  /** Total optimizer steps, for the LR schedule; 0 keeps it constant. @default 0 */
+  totalSteps?: number;
+  /** Shuffles micro-batch order across epochs. @default 0 */
+  seed?: number;
+  /** Tensor dtype of the HF policy `saveHf` writes (checkpoints stay float32). @default 'float32' */
+  saveDtype?: SaveDtype;
+  /** This trainer's data-parallel rank (`--actor-num-replicas`); absent trains alone. */
+  dataParallel?: DataParallelInit;
+}
+
+/** What {@link Trainer.train} reports. */
+export interface TrainStats {
+  version: number;
+  policyLoss: number;
+  clipFraction: number;
+  approxKl: number;
+  entropy: number;
+  gradNorm: number;
+  optimizerSteps: number;
+  tokens: number;
+  lr: number;
+  /** Where this call's time went, in milliseconds, summed over its optimizer steps. */
+  timing: TrainTiming;
+}
+
+/**
+ * Where a {@link Trainer.train} call spent its time. With data parallelism `computeMs` is the
+ * slowest rank's, `imbalanceMs` how long the fastest waited for it, and `allreduceMs` the rest of
+ * the all-reduce (moving and summing gradients), as rank 0 saw it.
+ */
+export interface TrainTiming {
+  /** Forward and backward passes over the micro-batches (the slowest rank's). */
+  computeMs: number;
+  /** Slowest minus fastest rank's compute: what the faster rank waits before the all-reduce. */
+  imbalanceMs: number;
+  /** The gradient all-reduce beyond waiting for the slowest rank. */
+  allreduceMs: number;
+  /** Optimizer steps (clip and AdamW). */
+  optimizerMs: number;
+}
+
+/** The policy trainer. Call {@link Trainer.ready} once before anything else. */
+export class Trainer {
+  private model!: CausalLM;
+  private opt!: ModelTrainer;
+  private dp!: DataParallelRank;
+  private readonly init: TrainerInit;
+  private readonly loss: ResolvedPpoLossOptions;
+  private loaded: Promise<void> | undefined;
+  /** The weights last shared with the engines ({@link shareWeights}). */
+  private shared: { version: number; weights: ObjectRef<PolicyWeights> } | undefined;
+  private sharedBefore: { version: number; weights: ObjectRef<PolicyWeights> } | undefined;
+  /** Weight version: 0 for the initial policy, +1 per {@link train} call. */
+  version = 0;
+
+  constructor(init: TrainerInit) {
+    this.init = init;
+    this.loss = resolvePpoLossOptions(init.loss);
+  }
+
+  /**
+   * Loads the policy and the optimizer and, with data parallelism, joins the other ranks (every
+   * rank must call it); returns the parameter count.
+   */
+  async ready(): Promise<{ numParameters: number }> {
+    this.loaded ??= (async () => {
+      const { model } = await loadModel(this.init.pretrain);
+      this.dp = await DataParallelRank.join(this.init.dataParallel);
+      this.model = model;
+      this.opt = new ModelTrainer(model, {
+        lr: this.init.learningRate,
+        maxGradNorm: this.init.maxNorm ?? 1,
+        totalSteps: this.init.totalSteps ?? 0,
+        decay: this.init.totalSteps ? 'cosine' : 'constant',
+        weightDecay: 0,
+      });
+    })();
+    await this.loaded;
+    return { numParameters: this.model.numParameters };
+  }
+
+  /** Next-token logprob rows of each sequence under the current policy (length L−1). */
+  logprobs(seqs: number[][], microBatchSize = 16): number[][] {
+    const out = forwardLogprobs(this.model, seqs, {
+      temperature: this.init.temperature ?? 1,
+      microBatchSize,
+    });
+    return out.logprobs.map((r) => r.slice(1));
+  }
+
+  /**
+   * Trains on `samples` for `maxEpochs`, one optimizer step per `trainBatchSize` samples, each
+   * accumulated over micro-batches; the loss is a token mean over the whole optimizer step, so
+   * micro-batch boundaries do not change it. Micro-batches are cut from the step's samples sorted
+   * by length (less padding), and the event loop gets a turn between micro-batches, so a long step
+   * never starves the worker's heartbeats. With data parallelism every rank gets the same
+   * `samples`, runs its share of about equal cost and the ranks sum gradients before each optimizer
+   * step. Bumps the version.
+   */
+  async train(samples: TrainSample[]): Promise<TrainStats> {
+    const { trainBatchSize, microTrainBatchSize } = this.init;
+    const epochs = this.init.maxEpochs ?? 1;
+    const acc = { loss: 0, clip: 0, kl: 0, ent: 0, tokens: 0, gradNorm: 0, steps: 0, lr: 0 };
+    const timing: TrainTiming = { computeMs: 0, imbalanceMs: 0, allreduceMs: 0, optimizerMs: 0 };
+    for (let epoch = 0; epoch < epochs; epoch++) {
+      const order = samples.map((_, i) => i);
+      if (epoch > 0) shuffle(order, (this.init.seed ?? 0) + 7919 * this.version + epoch);
+      for (let s = 0; s < order.length; s += trainBatchSize) {
+        const step = order.slice(s, s + trainBatchSize).map((i) => samples[i]!);
+        const weights = lossWeights(
+          step.map((x) => x.actionMask),
+          this.loss,
+        );
+        const stepTokens = step.reduce((n, x) => n + countActions(x.actionMask), 0);
+        if (stepTokens === 0) continue;
+        const cuts = this.dp.microBatches(
+          step.map((x) => x.inputIds.length),
+          {
+            maxSamples: microTrainBatchSize,
+            ...(this.init.trainMaxTokensPerGpu
+              ? { maxTokens: this.init.trainMaxTokensPerGpu }
+              : {}),
+          },
+        );
+        const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
+        const c0 = performance.now();
+        try {
+          for (const cut of cuts) {
+            const micro = cut.indices.map((i) => step[i]!);
+            const w = cut.indices.map((i) => weights[i]!);
+            // Loss, statistics and input checks come back in one sync per micro-batch.
+            const r = this.opt.accumulate(() => this.microBatchLoss(micro, w), readPolicyLossStats);
+            local.loss += r.loss;
+            local.clip += r.extras.clipFraction * r.extras.tokens;
+            local.kl += r.extras.approxKl * r.extras.tokens;
+            local.ent += r.extras.entropy * r.extras.tokens;
+            await setImmediate(); // timers and socket messages (heartbeats) run here
+          }
+        } catch (e) {
+          // A refused micro-batch (non-finite inputs) must not leave the earlier ones' gradients
+          // to be applied by the next step.
+          this.opt.zeroGrad();
+          throw e;
+        }
+        const c1 = performance.now();
+        const { stats, computeMs } = await this.dp.reduce(this.opt, [
+          local.loss,
+          local.clip,
+          local.kl,
+          local.ent,
+        ]);
+        const [loss = 0, clip = 0, kl = 0, ent = 0] = stats;
+        const c2 = performance.now();
+        const slowest = Math.max(...computeMs);
+        timing.computeMs += slowest;
+        timing.imbalanceMs += slowest - Math.min(...computeMs);
+        timing.allreduceMs += Math.max(0, c2 - c1 - (slowest - (c1 - c0)));
+        acc.loss += loss;
+        acc.clip += clip;
+        acc.kl += kl;
+        acc.ent += ent;
+        const st = this.opt.step({ scale: 1 });
+        timing.optimizerMs += performance.now() - c2;
+        acc.tokens += stepTokens;
+        acc.gradNorm += st.gradNorm;
+        acc.lr = st.lr;
+        acc.steps++;
+      }
+    }
+    this.version++;
+    const tok = Math.max(1, acc.tokens);
+    return {
+      version: this.version,
+      policyLoss: acc.loss / Math.max(1, acc.steps),
+      clipFraction: acc.clip / tok,
+      approxKl: acc.kl / tok,
+      entropy: acc.ent / tok,
+      gradNorm: acc.gradNorm / Math.max(1, acc.steps),
+      optimizerSteps: acc.steps,
+      tokens: acc.tokens / epochs,
+      lr: acc.lr,
+      timing,
+    };
+  }
+
+  /**
+   * One micro-batch's share of the step's loss: the library's PPO loss with per-token weights
+   * from the whole step (`lossWeights`), so the micro-batch split does not change the gradient;
+   * with the sums of its statistics from the same forward as `extras`.
+   */
+  private microBatchLoss(
+    micro: TrainSample[],
+    weights: Float32Array[],
+  ): { loss: tf.Scalar; extras: tf.Tensor } {
+    const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
+    const rows = (get: (x: TrainSample, i: number) => ArrayLike<number> | undefined): tf.Tensor2D =>
+      tf.tensor2d(
+        padRows(
+          micro.map((x, i) => (get(x, i) ?? []) as ArrayLike<number>),
+          T - 1,
+        ).data,
+        [micro.length, T - 1],
+      );
+    const st = tokenStats(this.model, ids, {
+      temperature: this.init.temperature ?? 1,
+      entropy: true,
+    });
+    const inputs: PolicyLossInputs = {
+      logprobs: st.logprobs,
+      oldLogprobs: rows((x) => x.oldLogprobs),
+      advantages: rows((x) => x.advantages),
+      mask: rows((x) => x.actionMask),
+      weights: rows((_, i) => weights[i]),
+      ...(st.entropy ? { entropy: st.entropy } : {}),
+      ...(micro[0]?.behaviourLogprobs
+        ? { behaviourLogprobs: rows((x) => x.behaviourLogprobs) }
+        : {}),
+      ...(micro[0]?.refLogprobs ? { refLogprobs: rows((x) => x.refLogprobs) } : {}),
+    };
+    const { loss, sums } = ppoActorLossWithStats(inputs, this.loss);
+    return { loss, extras: sums };
+  }
+
+  /** The weight version, without the weights (what the driver needs to measure staleness). */
+  getVersion(): number {
+    return this.version;
+  }
+
+  /** The current weights, as a value (in-process engines; inside a cluster see {@link shareWeights}). */
+  weights(): PolicyWeights {
+    return { version: this.version, tensors: this.model.exportWeights() };
+  }
+
+  /**
+   * The current weights as an object this trainer owns (`put` once per version): the driver
+   * passes the ref on and each engine fetches the bytes from here, so they never pass through the
+   * driver, and the engines of one node share one shared-memory copy. Two versions are kept: the
+   * one before is released when a third is shared.
+   * Needs the runtime (an actor, or a process that called `init`).
+   */
+  shareWeights(): { version: number; weights: ObjectRef<PolicyWeights> } {
+    if (this.shared?.version !== this.version) {
+      // The version before stays: async engines (and a rollout restarted meanwhile) still load
+      // it while this one is staged.
+      if (this.sharedBefore) release(this.sharedBefore.weights);
+      this.sharedBefore = this.shared;
+      this.shared = { version: this.version, weights: put(this.weights()) };
+    }
+    // Wrapped: a bare ref as a result would be awaited (fetched) by the caller as a thenable.
+    return { ...this.shared };
+  }
+
+  /** The version and a SHA-256 of the current weights (`model/digest.ts`). */
+  weightsDigest(): { version: number; sha256: string } {
+    return { version: this.version, sha256: weightsDigest(this.model.exportWeights()) };
+  }
+
+  /** Saves weights, optimizer state and `extra` (data position, RNG, ...) under `dir`. */
+  saveCheckpoint(dir: string, extra: Record<string, unknown>): void {
+    this.opt.saveCheckpoint(
+      dir,
+      { ...extra, version: this.version },
+      { tokenizerFrom: this.init.pretrain },
+    );
+  }
+
+  /** Restores a {@link saveCheckpoint}; returns its `extra`. */
+  loadCheckpoint(dir: string): Record<string, unknown> {
+    const state = this.opt.loadCheckpoint(dir);
+    this.version = Number(state['version'] ?? 0);
+    return state;
+  }
+
+  /** Writes the policy as an HF model directory. */
+  saveHf(dir: string): void {
+    saveModel(dir, this.model, { tokenizerFrom: this.init.pretrain, dtype: this.init.saveDtype });
+  }
+
+  dispose(): void {
+    if (this.shared) release(this.shared.weights);
+    this.shared = undefined;
+    this.dp?.leave();
+    this.opt?.dispose();
+    this.model?.dispose();
+  }
+}
+
+function countActions(mask: ArrayLike<number>): number {
+  let n = 0;
+  for (let i = 0; i < mask.length; i++) n += mask[i]!;
+  return n;
+}

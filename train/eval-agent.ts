@@ -1,0 +1,284 @@
+/**
+ * `eval_agent`: held-out accuracy of a black-box agent (`export async function agent(sample,
+ * env)`) on an HF model directory and the built-in `arith` task, exactly as `train_ppo` evaluates
+ * it (the agent runs itself, every turn greedy, right when its reward is 1), plus sampled
+ * episodes (temperature 1) split by what the agent reports: with `--split-by used_tool`, how often
+ * sampling calls the tool and how often it is right with and without it. This is how the tool
+ * warm start's numbers in model/README.md are measured.
+ *
+ * @example
+ * node --import tsx train/eval-agent.ts model/pretrained/rtjob-tiny-tool \
+ *   --agent-func examples/tool-agent.ts --prompts 500 --samples 2 --split-by used_tool
+ *
+ * @module
+ */
+import { resolve } from 'node:path';
+import { runGatewayEpisode } from '../agents/agent-executor.ts';
+import { loadAgent } from '../agents/load.ts';
+import type { AgentFunction, Sample } from '../agents/types.ts';
+import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { Gateway } from '../gateway/server.ts';
+import { modelCard } from '../gateway/model-card.ts';
+import { initBackend } from '../model/backend.ts';
+import { loadModel } from '../model/checkpoint.ts';
+import { loadTokenizer, type ChatTokenizer } from '../model/tokenizer.ts';
+import { agentTokenizer } from '../roles/rollout.ts';
+import { arithDataset } from './data/arith.ts';
+import { FlagError, flagParser, runIfMain } from './driver-flags.ts';
+import { infoMetrics } from '../algorithms/trajectory.ts';
+
+/** One evaluated episode. */
+export interface AgentEvalEpisode {
+  index: number;
+  reward: number;
+  info: Record<string, number | string | boolean>;
+  /** The episode's tokens (its first trajectory) and which of them the model generated. */
+  inputIds: number[];
+  lossMask: number[];
+  /** Why the episode failed (it then counts as wrong). */
+  error?: string;
+}
+
+/** What one evaluation pass measures. */
+export interface AgentEvalResult {
+  correct: number;
+  total: number;
+  /** Episodes that threw (counted as wrong). */
+  failed: number;
+  /** `info_<key>` means over the episodes that finished. */
+  info: Record<string, number>;
+  episodes: AgentEvalEpisode[];
+}
+
+/**
+ * Runs `agent` once per sample through `gateway` with the training executor, so every episode's
+ * tokens and extraInfo are kept (the gateway's `fixedSampling` decides greedy or sampled), and
+ * counts the episodes whose reward is 1, as `train_ppo`'s evaluation does. Failed episodes count
+ * as wrong, never abort the evaluation.
+ */
+async function evaluateAgent(
+  agent: { file: string; agent: AgentFunction },
+  gateway: Gateway,
+  samples: Sample[],
+): Promise<AgentEvalResult> {
+  const episodes = await Promise.all(
+    samples.map(async (sample): Promise<AgentEvalEpisode> => {
+      const signal = new AbortController().signal;
+      try {
+        const [t] = await runGatewayEpisode(sample, {
+          file: agent.file,
+          agent: agent.agent,
+          gateway,
+          signal,
+        });
+        return {
+          index: sample.index,
+          reward: t?.reward ?? 0,
+          info: t?.info ?? {},
+          inputIds: t?.inputIds ?? [],
+          lossMask: t?.lossMask ?? [],
+        };
+      } catch (err) {
+        return {
+          index: sample.index,
+          reward: 0,
+          info: {},
+          inputIds: [],
+          lossMask: [],
+          error: err instanceof Error ? err.message : String(err),
+        };
+      }
+    }),
+  );
+  const ok = episodes.filter((e) => e.error === undefined);
+  return {
+    correct: episodes.filter((e) => e.reward === 1).length,
+    total: episodes.length,
+    failed: episodes.length - ok.length,
+    info: infoMetrics(ok),
+    episodes,
+  };
+}
+
+/** Options of {@link evalAgentModel}. */
+export interface EvalAgentOptions {
+  /** Held-out problems (the first n of `arith:test`). @default 500 */
+  prompts?: number;
+  /** Sampled episodes per problem at temperature 1. @default 0 */
+  samples?: number;
+  /** New tokens per completion. @default 48 */
+  maxNewTokens?: number;
+  /** Context cap (prompt + completion) of each completion. @default the model's */
+  contextLength?: number;
+}
+
+/** What {@link evalAgentModel} measures. */
+export interface EvalAgentReport {
+  greedy: AgentEvalResult;
+  sampled?: AgentEvalResult;
+}
+
+/** Evaluates the agent in `agentFile` on the model in `dir`. */
+export async function evalAgentModel(
+  dir: string,
+  agentFile: string,
+  o: EvalAgentOptions = {},
+): Promise<EvalAgentReport> {
+  await initBackend();
+  const { model, tokenizer } = await loadModel(dir);
+  if (!tokenizer) throw new Error(`eval_agent: ${dir} has no tokenizer.json`);
+  const maxNewTokens = o.maxNewTokens ?? 48;
+  const agent = await loadAgent(resolve(agentFile), {
+    tokenizer: agentTokenizer(tokenizer),
+    gconfig: { maxNewTokens },
+    nSamples: 1,
+    maxLength: 256,
+  });
+  if (agent.kind !== 'agent')
+    throw new Error(`eval_agent: ${agentFile} exports no agent(sample, env) function`);
+  const engine = await BuiltinEngine.create({ model, tokenizer, maxBatchSize: 256, seed: 1 });
+  const card = modelCard(dir);
+  const gateway = (temperature: number): Promise<Gateway> =>
+    Gateway.start({
+      engine,
+      tokenizer,
+      model: card.name,
+      contextLength: o.contextLength ?? card.contextLength ?? 256,
+      maxNewTokens,
+      fixedSampling: { temperature, topP: 1 },
+    });
+  const [greedyGw, sampledGw] = await Promise.all([gateway(0), gateway(1)]);
+  try {
+    const records = arithDataset({ split: 'test', size: o.prompts ?? 500 });
+    const samples = (rep: number): Sample[] =>
+      records.map((r, i) => ({
+        index: i,
+        prompt: r.prompt,
+        label: r.solution,
+        promptIds: [],
+        nSamples: 1,
+        groupId: `eval-${rep}-${i}`,
+        record: { ...r },
+      }));
+    const greedy = await evaluateAgent(agent, greedyGw, samples(0));
+    const n = o.samples ?? 0;
+    if (n === 0) return { greedy };
+    const runs = await Promise.all(
+      Array.from({ length: n }, (_, k) => evaluateAgent(agent, sampledGw, samples(k + 1))),
+    );
+    const episodes = runs.flatMap((r) => r.episodes);
+    const info: Record<string, number> = {};
+    for (const k of new Set(runs.flatMap((r) => Object.keys(r.info))))
+      info[k] = runs.reduce((s, r) => s + (r.info[k] ?? 0), 0) / runs.length;
+    return {
+      greedy,
+      sampled: {
+        correct: episodes.filter((e) => e.reward === 1).length,
+        total: episodes.length,
+        failed: runs.reduce((s, r) => s + r.failed, 0),
+        info,
+        episodes,
+      },
+    };
+  } finally {
+    await Promise.all([greedyGw.close(), sampledGw.close()]);
+    await engine.close();
+    model.dispose();
+  }
+}
+
+/** The episode's text with the generated runs of tokens in ⟪ ⟫. */
+function transcript(tok: ChatTokenizer, e: AgentEvalEpisode): string {
+  let out = '';
+  for (let i = 0; i < e.inputIds.length; ) {
+    let j = i;
+    while (j < e.inputIds.length && e.lossMask[j] === e.lossMask[i]) j++;
+    const text = tok.decode(e.inputIds.slice(i, j), { skipSpecialTokens: false });
+    out += e.lossMask[i] ? `⟪${text}⟫` : text;
+    i = j;
+  }
+  return out;
+}
+
+const pct = (a: number, b: number): string => (b ? `${((a / b) * 100).toFixed(1)}%` : '  -  ');
+
+function describe(name: string, r: AgentEvalResult, splitBy: string | undefined): string[] {
+  const lines = [
+    `${name.padEnd(8)} ${pct(r.correct, r.total)} right on ${r.total} episodes${r.failed ? ` (${r.failed} failed)` : ''}`,
+  ];
+  const info = Object.entries(r.info).map(([k, v]) => `${k.replace(/^info_/, '')} ${v.toFixed(3)}`);
+  if (info.length) lines.push(`         mean ${info.join(', ')}`);
+  if (splitBy) {
+    for (const v of [
+      ...new Set(r.episodes.map((e) => e.info[splitBy]).filter((x) => x !== undefined)),
+    ].sort()) {
+      const part = r.episodes.filter((e) => e.info[splitBy] === v);
+      lines.push(
+        `         ${splitBy}=${String(v)}: ${part.length} episodes (${pct(part.length, r.total)}), ${pct(part.filter((e) => e.reward === 1).length, part.length)} right`,
+      );
+    }
+  }
+  return lines;
+}
+
+const evalAgentFlags = flagParser<{
+  agentFunc?: string;
+  prompts: number;
+  samples: number;
+  maxNewTokens: number;
+  splitBy?: string;
+  show: number;
+  json: boolean;
+}>(
+  'eval_agent',
+  [
+    { key: 'agentFunc', kind: 'string', help: 'the agent file', required: true },
+    { key: 'prompts', kind: 'int', help: 'held-out problems (at most 500 are distinct)', min: 1 },
+    { key: 'samples', kind: 'int', help: 'sampled episodes per problem at temperature 1', min: 0 },
+    { key: 'maxNewTokens', kind: 'int', help: 'new tokens per completion', min: 1 },
+    {
+      key: 'splitBy',
+      kind: 'string',
+      help: "split episodes by this extraInfo key's values (e.g. used_tool)",
+    },
+    {
+      key: 'show',
+      kind: 'int',
+      help: 'print the first n greedy episodes token for token, generated parts in ⟪ ⟫',
+      min: 0,
+    },
+    { key: 'json', kind: 'bool', help: 'print the report as JSON' },
+  ],
+  { prompts: 500, samples: 0, maxNewTokens: 48, show: 0, json: false },
+  { positionals: '<model-dir>' },
+);
+
+/** Parses `eval_agent` arguments, evaluates and prints a report (`--json` for machine output). */
+export async function main(argv: string[]): Promise<void> {
+  const { options: o, positionals } = evalAgentFlags.parse(argv);
+  if (positionals.length !== 1) {
+    throw new FlagError(
+      '<model-dir>',
+      'give one HF model directory, e.g. eval_agent ./ckpt/ppo --agent-func ./agent.ts',
+    );
+  }
+  const modelDir = resolve(positionals[0]!);
+  const r = await evalAgentModel(modelDir, o.agentFunc!, {
+    prompts: o.prompts,
+    samples: o.samples,
+    maxNewTokens: o.maxNewTokens,
+  });
+  if (o.json) {
+    console.log(JSON.stringify(r, null, 2));
+    return;
+  }
+  for (const l of describe('greedy', r.greedy, o.splitBy)) console.log(l);
+  if (o.show > 0) {
+    const tok = loadTokenizer(modelDir);
+    for (const e of r.greedy.episodes.slice(0, o.show))
+      console.log(`episode ${e.index}, reward ${e.reward}: ${transcript(tok, e)}`);
+  }
+  if (r.sampled) for (const l of describe('sampled', r.sampled, o.splitBy)) console.log(l);
+}
+
+runIfMain(import.meta.url, 'eval_agent', main, () => evalAgentFlags.help());

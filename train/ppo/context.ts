@@ -1,0 +1,299 @@
+/**
+ * The context of one `train_ppo` run, shared by the sync and async loops: its state (what a
+ * checkpoint stores), preparation (data, resume, the first evaluation), what happens after each
+ * step (metrics, progress line, evaluation, checkpoint) and the end of the run.
+ *
+ * @module
+ */
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { GroupResult } from '../../agents/episode-runner.ts';
+import type { PromptItem } from '../../roles/rollout.ts';
+import { createKlController } from '../../algorithms/kl.ts';
+import { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
+import { infoMetrics } from '../../algorithms/trajectory.ts';
+import type { JobReport } from '../../runtime/metrics.ts';
+import type { EpisodeSample } from './episodes.ts';
+import type { Watchdog } from './health.ts';
+import { evaluate } from './generate.ts';
+import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
+import type { TrainPpoOptions } from './flags.ts';
+import type { Roles } from './roles.ts';
+import { klOptions } from './options.ts';
+import type { UpdateState, UpdateStats } from './step.ts';
+import { publishWeights, type PolicyUpdate } from './weight-sync.ts';
+
+/** Where a run's numbers go: the head's metrics API, and lines on the terminal. */
+export interface RunLog {
+  metric(step: number, values: Record<string, number>): void;
+  line(text: string): void;
+  /** A step's sample episodes (`--log-samples`); not kept when absent. */
+  samples?(step: number, samples: EpisodeSample[]): void;
+  /** What the run says about itself (total steps, config table, outputs) for the job page. */
+  report?(fields: JobReport): void;
+}
+
+/** What a finished run reports. */
+export interface RunSummary {
+  steps: number;
+  minutes: number;
+  evalBefore?: number;
+  evalAfter?: number;
+  rewardFirst?: number;
+  rewardLast?: number;
+  /** Episodes that threw or timed out. */
+  episodesFailed: number;
+  /** Groups not trained on because one of their episodes failed. */
+  groupsDropped: number;
+  /** Prompt indices trained on, in order (exactly-once accounting). */
+  trainedPrompts: number[];
+  /** Rollout processes that died and were restarted. */
+  rolloutRestarts: number;
+  savePath: string;
+}
+
+/** Mutable state of a run; what a checkpoint stores besides the weights. */
+export interface RunState {
+  step: number;
+  position: DataPosition;
+  klCoef: number;
+  episodes: number;
+  /** Episodes that threw or timed out. */
+  failed: number;
+  /** Groups dropped because an episode of theirs failed (absent in older checkpoints). */
+  groupsDropped?: number;
+  trainedPrompts: number[];
+  /** Rollout processes restarted after dying. */
+  rolloutRestarts: number;
+  /** Group runs lost with a dead rollout and run again. */
+  groupsRerun: number;
+  /** Running reward statistics of `--normalize-reward`. */
+  rewardStats?: { count: number; mean: number; m2: number };
+  /** Tokens generated so far by successful episodes (absent in older checkpoints). */
+  tokensTotal?: number;
+}
+
+/** Everything a loop needs. */
+export interface RunContext extends UpdateState {
+  o: TrainPpoOptions;
+  roles: Roles;
+  log: RunLog;
+  sampler: PromptSampler;
+  evalItems: PromptItem[];
+  state: RunState;
+  totalSteps: number;
+  started: number;
+  summary: RunSummary;
+  /** Restarts so far per rollout, and the restart in progress per rollout. */
+  restarts: number[];
+  restarting: Map<number, Promise<void>>;
+  /**
+   * The weights every engine holds (last pushed to all); a restarted rollout gets them. Unset
+   * until the first publish: the engines then hold the pretrained weights, version 0.
+   */
+  published?: PolicyUpdate;
+  /** Rollout incarnations killed for not answering (`i:incarnation`), and their watchdogs. */
+  hung?: Set<string>;
+  watching?: Map<number, Watchdog>;
+  /** The policy tokenizer's decoder, loaded on the first step that logs samples. */
+  decode?: (ids: number[]) => string;
+}
+
+/** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
+export async function prepareRun(
+  o: TrainPpoOptions,
+  roles: Roles,
+  log: RunLog,
+): Promise<RunContext> {
+  const records = loadPromptData(o.promptData, '--prompt-data');
+  checkKeys(records, o.inputKey, o.labelKey, '--prompt-data');
+  const keys = { input: o.inputKey, label: o.labelKey };
+  let evalItems: PromptItem[] = [];
+  if (o.evalDataset) {
+    const ev = loadPromptData(o.evalDataset, '--eval-dataset', { size: o.evalPrompts });
+    checkKeys(ev, o.inputKey, o.labelKey, '--eval-dataset');
+    const s = new PromptSampler(ev, keys, 0);
+    evalItems = ev.slice(0, o.evalPrompts).map((_, i) => s.item(i, `eval-${i}`));
+  }
+  const perEpoch = Math.floor(records.length / o.rolloutBatchSize) * o.numEpisodes;
+  const totalSteps = o.maxSteps > 0 ? o.maxSteps : Math.max(1, perEpoch);
+  const state: RunState = {
+    step: 0,
+    position: { epoch: 0, offset: 0 },
+    klCoef: o.initKlCoef,
+    episodes: 0,
+    failed: 0,
+    trainedPrompts: [],
+    rolloutRestarts: 0,
+    groupsRerun: 0,
+  };
+  const ctx: RunContext = {
+    o,
+    roles,
+    log,
+    sampler: new PromptSampler(records, keys, o.seed),
+    evalItems,
+    kl: createKlController(klOptions(o)),
+    ...(o.normalizeReward ? { rewardNormalizer: new RewardNormalizer() } : {}),
+    state,
+    totalSteps,
+    started: performance.now(),
+    summary: {
+      steps: 0,
+      minutes: 0,
+      episodesFailed: 0,
+      groupsDropped: 0,
+      trainedPrompts: state.trainedPrompts,
+      rolloutRestarts: 0,
+      savePath: resolve(o.savePath),
+    },
+    restarts: [],
+    restarting: new Map(),
+  };
+  if (o.loadCheckpoint) await resume(ctx);
+  if (evalItems.length) {
+    const acc = await evaluate(ctx);
+    ctx.summary.evalBefore = acc;
+    log.metric(state.step, { eval_accuracy: acc });
+    log.line(
+      `eval  step ${state.step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${evalItems.length} prompts, greedy)`,
+    );
+  }
+  return ctx;
+}
+
+/**
+ * Books a trained update into the run state (prompts trained, β, reward statistics, summary) and
+ * returns the metrics both loops log for it; each loop adds its own timings.
+ */
+export function recordUpdate(
+  ctx: RunContext,
+  kept: GroupResult[],
+  u: UpdateStats,
+  passRate: number,
+): Record<string, number> {
+  const { state } = ctx;
+  for (const g of kept) state.trainedPrompts.push(g.index);
+  state.klCoef = ctx.kl.value;
+  if (ctx.rewardNormalizer) state.rewardStats = ctx.rewardNormalizer.state();
+  ctx.summary.rewardFirst ??= u.rewardMean;
+  ctx.summary.rewardLast = u.rewardMean;
+  return {
+    reward_mean: u.rewardMean,
+    kl: u.kl,
+    kl_coef: u.klCoef,
+    policy_loss: u.policyLoss,
+    clip_fraction: u.clipFraction,
+    entropy: u.entropy,
+    grad_norm: u.gradNorm,
+    response_length: u.responseLength,
+    pass_rate: passRate,
+    staleness_mean: u.staleMean,
+    staleness_max: u.staleMax,
+    experience_s: u.experienceMs / 1000,
+    train_s: u.trainMs / 1000,
+    // Inside train_s, as the trainer (rank 0) saw it; the rest is calls and moving samples.
+    train_compute_s: u.timing.computeMs / 1000,
+    train_imbalance_s: u.timing.imbalanceMs / 1000,
+    allreduce_s: u.timing.allreduceMs / 1000,
+    optimizer_s: u.timing.optimizerMs / 1000,
+    samples: u.samples,
+    episodes_failed: state.failed,
+    groups_dropped: state.groupsDropped ?? 0,
+    rollout_restarts: state.rolloutRestarts,
+    ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+    ...infoMetrics(kept.flatMap((g) => g.trajectories)),
+    ...u.mismatch,
+  };
+}
+
+/** Logging, evaluation and checkpointing after a step. */
+export async function afterStep(ctx: RunContext, values: Record<string, number>): Promise<void> {
+  const { o, state, log } = ctx;
+  if (
+    o.evalSteps > 0 &&
+    state.step % o.evalSteps === 0 &&
+    state.step < ctx.totalSteps &&
+    ctx.evalItems.length
+  ) {
+    values.eval_accuracy = await evaluate(ctx);
+  }
+  log.metric(state.step, values);
+  if (state.step % o.loggingSteps === 0 || state.step === ctx.totalSteps) {
+    const f = (k: string, d = 3): string => (values[k] === undefined ? '-' : values[k]!.toFixed(d));
+    log.line(
+      `step ${state.step}/${ctx.totalSteps}  reward ${f('reward_mean')}  kl ${f('kl', 4)}  loss ${f('policy_loss', 4)}` +
+        `  len ${f('response_length', 1)}  gen ${f('generate_s', 1)}s  train ${f('train_s', 1)}s  sync ${f('weight_sync_s', 2)}s` +
+        (values.eval_accuracy !== undefined
+          ? `  eval ${(values.eval_accuracy * 100).toFixed(1)}%`
+          : '') +
+        (values.buffer_fill !== undefined
+          ? `  buffer ${f('buffer_fill', 0)}  stale ${f('staleness_mean', 2)}/${f('staleness_max', 0)}`
+          : ''),
+    );
+  }
+  if (o.saveSteps > 0 && state.step % o.saveSteps === 0) await saveCheckpoint(ctx);
+}
+
+/** Writes `ckpt_path/global_step_N` (weights, optimizer, data position, step, KL coef) and `latest`. */
+export async function saveCheckpoint(ctx: RunContext): Promise<string> {
+  const dir = join(resolve(ctx.o.ckptPath), `global_step_${ctx.state.step}`);
+  mkdirSync(resolve(ctx.o.ckptPath), { recursive: true });
+  await ctx.roles.trainer.saveCheckpoint(dir, { driver: ctx.state });
+  // After the trainer, which replaces `dir` whole.
+  if (ctx.roles.critic) await ctx.roles.critic.saveCheckpoint(join(dir, 'critic'));
+  writeFileSync(join(resolve(ctx.o.ckptPath), 'latest'), `global_step_${ctx.state.step}\n`);
+  ctx.log.line(`ckpt  step ${ctx.state.step} -> ${dir}`);
+  return dir;
+}
+
+async function resume(ctx: RunContext): Promise<void> {
+  const root = resolve(ctx.o.ckptPath);
+  const latest = join(root, 'latest');
+  if (!existsSync(latest)) {
+    ctx.log.line(`ckpt  --load-checkpoint: nothing in ${root}; starting fresh`);
+    return;
+  }
+  const dir = join(root, readFileSync(latest, 'utf8').trim());
+  const saved = (await ctx.roles.trainer.loadCheckpoint(dir)) as { driver?: RunState };
+  if (!saved.driver) throw new Error(`checkpoint ${dir} has no driver state`);
+  if (ctx.roles.critic) {
+    if (!existsSync(join(dir, 'critic')))
+      throw new Error(
+        `checkpoint ${dir} has no critic state (saved without --advantage-estimator gae?)`,
+      );
+    await ctx.roles.critic.loadCheckpoint(join(dir, 'critic'));
+  }
+  Object.assign(ctx.state, saved.driver);
+  ctx.summary.trainedPrompts = ctx.state.trainedPrompts;
+  ctx.sampler.seek(saved.driver.position);
+  ctx.kl = createKlController(klOptions(ctx.o, saved.driver.klCoef));
+  if (ctx.rewardNormalizer) ctx.rewardNormalizer = new RewardNormalizer(saved.driver.rewardStats);
+  await publishWeights(ctx);
+  ctx.log.line(
+    `ckpt  resumed from ${dir} at step ${ctx.state.step} (epoch ${ctx.state.position.epoch}, offset ${ctx.state.position.offset})`,
+  );
+}
+
+/** Saves the final policy and returns the summary. */
+export async function finishRun(ctx: RunContext): Promise<RunSummary> {
+  const { o, log } = ctx;
+  if (ctx.evalItems.length) {
+    const acc = await evaluate(ctx);
+    ctx.summary.evalAfter = acc;
+    log.metric(ctx.state.step, { eval_accuracy: acc });
+  }
+  if (o.saveSteps > 0 && ctx.state.step % o.saveSteps !== 0) await saveCheckpoint(ctx);
+  await ctx.roles.trainer.saveHf(resolve(o.savePath));
+  ctx.summary.steps = ctx.state.step;
+  ctx.summary.rolloutRestarts = ctx.state.rolloutRestarts;
+  ctx.summary.minutes = (performance.now() - ctx.started) / 60000;
+  const s = ctx.summary;
+  const pct = (x: number | undefined): string =>
+    x === undefined ? '-' : `${(x * 100).toFixed(1)}%`;
+  log.line(
+    `done  ${s.steps} steps in ${s.minutes.toFixed(1)} min; held-out accuracy ${pct(s.evalBefore)} -> ${pct(s.evalAfter)}; ` +
+      `reward ${s.rewardFirst?.toFixed(3) ?? '-'} -> ${s.rewardLast?.toFixed(3) ?? '-'}; ${s.episodesFailed} episodes failed (${s.groupsDropped} groups dropped); policy saved to ${s.savePath}`,
+  );
+  return s;
+}

@@ -1,0 +1,678 @@
+/**
+ * `train_ppo` flags: OpenRLHF's names in kebab case (snake_case spellings accepted), parsed and
+ * validated before anything starts, so a bad combination fails in a second with a message that
+ * names the flag. `ASYNC_NUM_TASKS` and `ASYNC_QUEUE_SIZE` are read from the environment when the
+ * flags are not given.
+ *
+ * Longer than most files on purpose: it is the one table of every flag (section, kind, help,
+ * default) and the cross-flag validation, which `--help`, the docs test and the job config
+ * table all read; split, a flag's pieces would live in several places.
+ *
+ * @module
+ */
+import { FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
+
+import { klDefaults, type KlEstimator } from '../../algorithms/kl.ts';
+import { experienceDefaults } from '../../algorithms/experience.ts';
+import { LOSS_AGGREGATIONS, type LossAggregation } from '../../algorithms/loss-aggregation.ts';
+import {
+  IS_CORRECTIONS,
+  ppoLossDefaults,
+  type IsCorrection,
+} from '../../algorithms/policy-loss.ts';
+import { valueLossDefaults } from '../../algorithms/value-loss.ts';
+import { checkLibraryOptions } from './options.ts';
+
+/** Advantage estimators (OpenRLHF `--advantage-estimator`). */
+export const advantageEstimators = [
+  'gae',
+  'reinforce',
+  'reinforce_baseline',
+  'rloo',
+  'group_norm',
+  'dr_grpo',
+] as const;
+export type AdvantageEstimatorName = (typeof advantageEstimators)[number];
+/** Estimators whose baseline is the group: they need more than one sample per prompt. */
+export const groupEstimators: readonly AdvantageEstimatorName[] = [
+  'rloo',
+  'reinforce_baseline',
+  'group_norm',
+  'dr_grpo',
+];
+
+/** Resolved options of a `train_ppo` run. */
+export interface TrainPpoOptions {
+  pretrain: string;
+  agentFunc: string | undefined;
+  promptData: string;
+  inputKey: string;
+  labelKey: string;
+  applyChatTemplate: boolean;
+  nSamplesPerPrompt: number;
+  rolloutBatchSize: number;
+  microRolloutBatchSize: number;
+  trainBatchSize: number;
+  microTrainBatchSize: number;
+  maxEpochs: number;
+  numEpisodes: number;
+  maxSteps: number;
+  promptMaxLen: number;
+  generateMaxLen: number;
+  temperature: number;
+  topP: number;
+  advantageEstimator: AdvantageEstimatorName;
+  noAdvantageStdNorm: boolean;
+  initKlCoef: number;
+  useKlLoss: boolean;
+  klEstimator: KlEstimator;
+  klTarget: number | undefined;
+  klHorizon: number;
+  epsClip: number;
+  epsClipHigh: number | undefined;
+  dualClip: number | undefined;
+  isCorrection: IsCorrection;
+  isThreshold: [number, number];
+  lossAggMode: LossAggregation;
+  valueClip: number;
+  normalizeReward: boolean;
+  rewardScale: number;
+  rewardBias: number;
+  rewardClipRange: [number, number];
+  overlongBufferLen: number | undefined;
+  overlongPenaltyFactor: number;
+  trainMaxTokensPerGpu: number | undefined;
+  gamma: number;
+  lambd: number;
+  entropyLossCoef: number;
+  actorLearningRate: number;
+  criticLearningRate: number;
+  maxNorm: number;
+  dynamicFiltering: boolean;
+  dynamicFilteringRewardRange: [number, number];
+  seed: number;
+  savePath: string;
+  saveDtype: 'float32' | 'bfloat16';
+  saveSteps: number;
+  ckptPath: string;
+  /** Replace what a previous run left in the save and checkpoint paths. */
+  overwrite: boolean;
+  loadCheckpoint: boolean;
+  evalDataset: string;
+  evalSteps: number;
+  evalPrompts: number;
+  loggingSteps: number;
+  /** Sample episodes kept per step (best, worst, random); 0 keeps none. */
+  logSamples: number;
+  rolloutNumEngines: number;
+  engine: 'builtin' | 'sglang' | 'vllm';
+  engineUrl: string | undefined;
+  engineWeightsPath: string;
+  /** A rollout that does not answer a health probe in this time is restarted. */
+  engineHealthTimeoutMs: number;
+  /** Limit on one weight sync (trainer snapshot, push, the engine's reload). */
+  weightSyncTimeoutMs: number;
+  /** Nodes of the trainer's ranks: with `actorNumGpusPerNode` >= 1, nodes × GPUs ranks of one GPU each. */
+  actorNumNodes: number;
+  actorNumGpusPerNode: number;
+  refNumGpusPerNode: number;
+  criticNumNodes: number;
+  criticNumGpusPerNode: number;
+  rolloutNumGpusPerEngine: number;
+  colocateAllModels: boolean;
+  actorNumReplicas: number;
+  criticNumReplicas: number;
+  asyncTrain: boolean;
+  asyncQueueSize: number;
+  asyncNumTasks: number;
+  maxHeadOffpolicyness: number | undefined;
+  partialRollout: boolean;
+  useDecoupledLoss: boolean;
+  behavImpWeightCap: number;
+  episodeTimeoutMs: number;
+  agentErrorBudget: number;
+  toolCallParser: string;
+  gatewayCheckDrift: boolean;
+  agentTurnDiscount: number;
+  inProcess: boolean;
+}
+
+/** Where a flag is listed in `--help`; `algorithm` flags are the ones `algorithms/README.md` documents. */
+export type FlagSection =
+  | 'run'
+  | 'data'
+  | 'rollout'
+  | 'algorithm'
+  | 'optimizer'
+  | 'async'
+  | 'eval'
+  | 'engines';
+/** One row of the flag table. */
+export interface Flag extends FlagSpec<keyof TrainPpoOptions> {
+  section: FlagSection;
+}
+
+let section: FlagSection = 'run';
+const F = (
+  key: keyof TrainPpoOptions,
+  kind: Flag['kind'],
+  help: string,
+  extra: Partial<Flag> = {},
+): Flag => ({
+  key,
+  section,
+  kind,
+  help,
+  ...extra,
+});
+
+/** Sets the section of the flags that follow (keeps the table below one readable list). */
+const under = (next: FlagSection): [] => ((section = next), []);
+
+/** Every flag, in the order `--help` prints them. */
+export const flagTable: readonly Flag[] = [
+  ...under('run'),
+  F(
+    'pretrain',
+    'string',
+    'policy model directory (HF format); default: the shipped warm-start model',
+  ),
+  F(
+    'agentFunc',
+    'string',
+    'agent file: a step function, a Workflow class, or agent(sample, env) for any OpenAI client',
+    { aliases: ['agent-func-path'] },
+  ),
+  F('maxSteps', 'int', 'stop after this many steps; -1: from the data size', { min: -1 }),
+  F('seed', 'int', 'random seed', { min: 0 }),
+  F(
+    'inProcess',
+    'bool',
+    'run every role in the driver process (no cluster; for tests and debugging)',
+  ),
+  ...under('data'),
+  F('promptData', 'string', 'JSONL file or built-in dataset name', { aliases: ['prompt-dataset'] }),
+  F('inputKey', 'string', 'record field holding the prompt'),
+  F('labelKey', 'string', 'record field handed to the agent as the label'),
+  F('applyChatTemplate', 'bool', "render prompts with the tokenizer's chat template"),
+  F('numEpisodes', 'int', 'passes over the prompt data', { min: 1 }),
+  F('promptMaxLen', 'int', 'prompt tokens kept (the tail)', { min: 1 }),
+  ...under('rollout'),
+  F('nSamplesPerPrompt', 'int', 'samples per prompt (group size)', { min: 1 }),
+  F('rolloutBatchSize', 'int', 'prompts per step', { min: 1 }),
+  F('microRolloutBatchSize', 'int', 'samples per forward chunk in experience making', { min: 1 }),
+  F('generateMaxLen', 'int', 'new tokens per generation', { min: 1, aliases: ['max-new-tokens'] }),
+  F('temperature', 'float', 'sampling temperature', { min: 0 }),
+  F('topP', 'float', 'nucleus sampling mass', { min: 0 }),
+  F('episodeTimeoutMs', 'int', 'per-episode timeout in ms; 0 none', {
+    min: 0,
+    aliases: ['episode-timeout-ms', 'agent-timeout', 'agent-timeout-ms'],
+  }),
+  F('agentErrorBudget', 'float', 'fraction of episodes allowed to fail before the job fails', {
+    min: 0,
+  }),
+  F(
+    'toolCallParser',
+    'string',
+    'how the gateway finds tool calls in generated text (agent(sample, env) files)',
+    { choices: ['hermes', 'qwen', 'none'] },
+  ),
+  F(
+    'gatewayCheckDrift',
+    'bool',
+    'gateway debug: compare every turn with the recorded tokens and report drift',
+  ),
+  F(
+    'agentTurnDiscount',
+    'float',
+    'gateway agents: reward factor per completion before the last (1 = all share the reward)',
+    { min: 0 },
+  ),
+  ...under('algorithm'),
+  F('advantageEstimator', 'string', 'advantage estimator', { choices: advantageEstimators }),
+  F('noAdvantageStdNorm', 'bool', 'subtract the mean but do not divide by the std'),
+  F('gamma', 'float', 'discount', { min: 0 }),
+  F('lambd', 'float', 'GAE lambda', { min: 0 }),
+  F('initKlCoef', 'float', 'KL coefficient; 0 runs no reference model', { min: 0 }),
+  F('useKlLoss', 'bool', 'KL as a loss term instead of a reward penalty'),
+  F('klEstimator', 'string', 'KL estimator', { choices: ['k1', 'k2', 'k3'] }),
+  F(
+    'klTarget',
+    'float',
+    'target KL of the adaptive controller; unset keeps the coefficient fixed',
+    { min: 0 },
+  ),
+  F('klHorizon', 'float', 'horizon of the adaptive KL controller, in samples', { min: 0 }),
+  F('epsClip', 'float', 'PPO clip range', { min: 0 }),
+  F('epsClipHigh', 'float', 'upper clip range (clip-higher); default --eps-clip', { min: 0 }),
+  F('dualClip', 'float', 'dual-clip constant c > 1'),
+  F('isCorrection', 'string', 'importance-sampling correction of the engine/trainer mismatch', {
+    choices: IS_CORRECTIONS,
+  }),
+  F('isThreshold', 'pair', 'low and high bound of --is-correction, e.g. "0.5 5"'),
+  F('lossAggMode', 'string', 'how token losses are averaged', { choices: LOSS_AGGREGATIONS }),
+  F('entropyLossCoef', 'float', 'entropy bonus coefficient', { min: 0 }),
+  F('valueClip', 'float', 'value clip range', { min: 0 }),
+  F('normalizeReward', 'bool', 'normalise scores by their running mean and std'),
+  F('rewardScale', 'float', 'score = (reward + bias) * scale'),
+  F('rewardBias', 'float', 'added to the reward before --reward-scale'),
+  F('rewardClipRange', 'pair', 'scores are clipped to this range, e.g. "-10 10"'),
+  F(
+    'overlongBufferLen',
+    'int',
+    'DAPO overlong penalty over the last N tokens of --generate-max-len',
+    { min: 1 },
+  ),
+  F('overlongPenaltyFactor', 'float', 'DAPO overlong penalty at the length limit'),
+  F('dynamicFiltering', 'bool', 'keep a group only if its mean reward lies inside the range'),
+  F('dynamicFilteringRewardRange', 'pair', 'open range for --dynamic-filtering, e.g. "0 1"'),
+  F(
+    'trainMaxTokensPerGpu',
+    'int',
+    'token budget per micro-batch (packs samples); default: cut by --micro-train-batch-size',
+    { min: 1 },
+  ),
+  ...under('optimizer'),
+  F('trainBatchSize', 'int', 'samples per optimizer step', { min: 1 }),
+  F('microTrainBatchSize', 'int', 'samples per micro-batch (gradient accumulation)', { min: 1 }),
+  F('maxEpochs', 'int', 'passes over each rollout batch', { min: 1 }),
+  F('actorLearningRate', 'float', 'policy learning rate', { min: 0 }),
+  F('criticLearningRate', 'float', 'critic learning rate', { min: 0 }),
+  F('maxNorm', 'float', 'gradient clip by global norm', { min: 0 }),
+  ...under('async'),
+  F('asyncTrain', 'bool', 'asynchronous off-policy training'),
+  F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', {
+    min: 1,
+    env: 'ASYNC_QUEUE_SIZE',
+  }),
+  F('asyncNumTasks', 'int', 'agent episodes at once per engine', {
+    min: 1,
+    env: 'ASYNC_NUM_TASKS',
+  }),
+  F('maxHeadOffpolicyness', 'int', 'AReaL staleness throttle eta', { min: 0 }),
+  F(
+    'partialRollout',
+    'bool',
+    'interrupt generation for weight updates and continue on new weights',
+  ),
+  F('useDecoupledLoss', 'bool', 'decoupled PPO with proximal logprobs'),
+  F('behavImpWeightCap', 'float', 'mask tokens whose behaviour importance weight exceeds this', {
+    min: 1,
+  }),
+  ...under('eval'),
+  F(
+    'savePath',
+    'string',
+    'where the final HF-format policy is written (default ./ckpt/<job id>: each run its own)',
+  ),
+  F('saveDtype', 'string', 'tensor dtype of the saved policy', {
+    choices: ['float32', 'bfloat16'],
+  }),
+  F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
+  F('ckptPath', 'string', 'checkpoint directory (default <save-path>/checkpoints)'),
+  F(
+    'overwrite',
+    'bool',
+    'replace a policy or checkpoints a previous run left in --save-path / --ckpt-path',
+  ),
+  F('loadCheckpoint', 'bool', 'resume from the latest checkpoint in --ckpt-path'),
+  F('evalDataset', 'string', 'held-out prompts (JSONL or built-in name); "" disables'),
+  F('evalSteps', 'int', 'evaluate every N steps; -1 only at start and end', { min: -1 }),
+  F('evalPrompts', 'int', 'held-out prompts evaluated (greedy)', { min: 1 }),
+  F('loggingSteps', 'int', 'log every N steps', { min: 1 }),
+  F(
+    'logSamples',
+    'int',
+    'sample episodes kept per step for the Samples view and rtjob samples (best, worst, random; at most 250); 0 none',
+    { min: 0 },
+  ),
+  ...under('engines'),
+  F('rolloutNumEngines', 'int', 'rollout engines', { min: 1, aliases: ['vllm-num-engines'] }),
+  F('engine', 'string', 'inference engine', { choices: ['builtin', 'sglang', 'vllm'] }),
+  F(
+    'engineUrl',
+    'string',
+    'comma-separated server URLs for --engine sglang|vllm; split across the rollouts',
+  ),
+  F(
+    'engineWeightsPath',
+    'string',
+    'where weights for sglang|vllm servers are written (a path the servers can read); default <ckpt-path>/engine_weights',
+  ),
+  F(
+    'engineHealthTimeoutMs',
+    'int',
+    'a rollout that does not answer a health probe (sent while it has calls, and before each weight publish) in this time is killed and restarted',
+    { min: 1 },
+  ),
+  F(
+    'weightSyncTimeoutMs',
+    'int',
+    "limit on one weight sync (trainer snapshot, push to each rollout, the servers' reload); past it the sync fails naming the rollout, engine and phase",
+    { min: 1 },
+  ),
+  F(
+    'actorNumNodes',
+    'int',
+    'nodes of the trainer: with --actor-num-gpus-per-node G >= 1, nodes x G data-parallel ranks of one GPU each (as in OpenRLHF)',
+    { min: 1 },
+  ),
+  F(
+    'actorNumGpusPerNode',
+    'float',
+    'GPUs of the trainer per node: a whole number G gives G ranks of one GPU on each node; below 1, one rank with that share of a GPU',
+    { min: 0 },
+  ),
+  F('refNumGpusPerNode', 'float', 'GPUs of the reference model', { min: 0 }),
+  F('criticNumNodes', 'int', 'nodes of the critic (as --actor-num-nodes)', { min: 1 }),
+  F('criticNumGpusPerNode', 'float', 'GPUs of the critic per node (as --actor-num-gpus-per-node)', {
+    min: 0,
+  }),
+  F('rolloutNumGpusPerEngine', 'float', 'GPUs per rollout engine', {
+    min: 0,
+    aliases: ['vllm-tensor-parallel-size'],
+  }),
+  F(
+    'colocateAllModels',
+    'bool',
+    'one placement group for every role; the engine sleeps while training',
+  ),
+  F(
+    'actorNumReplicas',
+    'int',
+    'data-parallel trainer ranks (each trains 1/N of the micro-batches; gradients all-reduced)',
+    { min: 1 },
+  ),
+  F('criticNumReplicas', 'int', 'data-parallel critic ranks', { min: 1 }),
+];
+
+/** Section titles of `--help`. */
+const sectionTitles: Record<FlagSection, string> = {
+  run: 'Run',
+  data: 'Prompt data',
+  rollout: 'Rollout',
+  algorithm: 'Algorithm (formulas: algorithms/README.md)',
+  optimizer: 'Optimizer',
+  async: 'Async training',
+  eval: 'Evaluation and checkpoints',
+  engines: 'Engines and placement',
+};
+
+/** Defaults, chosen so the README command learns on a 2-core machine within minutes. */
+export const trainPpoDefaults: TrainPpoOptions = {
+  pretrain: '',
+  agentFunc: undefined,
+  promptData: 'arith',
+  inputKey: 'prompt',
+  labelKey: 'solution',
+  applyChatTemplate: true,
+  nSamplesPerPrompt: 8,
+  rolloutBatchSize: 8,
+  microRolloutBatchSize: 16,
+  trainBatchSize: 32,
+  microTrainBatchSize: 16,
+  maxEpochs: 1,
+  numEpisodes: 1,
+  maxSteps: 30,
+  promptMaxLen: 64,
+  generateMaxLen: 48,
+  temperature: 1,
+  topP: 1,
+  advantageEstimator: 'group_norm',
+  noAdvantageStdNorm: true,
+  initKlCoef: 0,
+  useKlLoss: klDefaults.useKlLoss,
+  klEstimator: klDefaults.klEstimator,
+  klTarget: klDefaults.klTarget,
+  klHorizon: klDefaults.klHorizon,
+  epsClip: ppoLossDefaults.epsClip,
+  epsClipHigh: ppoLossDefaults.epsClipHigh,
+  dualClip: ppoLossDefaults.dualClip,
+  isCorrection: ppoLossDefaults.isCorrection,
+  isThreshold: [...ppoLossDefaults.isThreshold],
+  lossAggMode: ppoLossDefaults.lossAggMode,
+  valueClip: valueLossDefaults.valueClip ?? 0.5,
+  normalizeReward: false,
+  rewardScale: experienceDefaults.rewardScale,
+  rewardBias: experienceDefaults.rewardBias,
+  rewardClipRange: [...experienceDefaults.rewardClipRange],
+  overlongBufferLen: experienceDefaults.overlongBufferLen,
+  overlongPenaltyFactor: experienceDefaults.overlongPenaltyFactor,
+  trainMaxTokensPerGpu: undefined,
+  gamma: 1,
+  lambd: 1,
+  entropyLossCoef: 0,
+  actorLearningRate: 1e-4,
+  criticLearningRate: 5e-4,
+  maxNorm: 1,
+  dynamicFiltering: false,
+  dynamicFilteringRewardRange: [0, 1],
+  seed: 42,
+  savePath: '',
+  saveDtype: 'float32',
+  saveSteps: -1,
+  ckptPath: '',
+  overwrite: false,
+  loadCheckpoint: false,
+  evalDataset: 'arith:test',
+  evalSteps: 5,
+  evalPrompts: 500,
+  loggingSteps: 1,
+  logSamples: 16,
+  rolloutNumEngines: 1,
+  engine: 'builtin',
+  engineUrl: undefined,
+  engineWeightsPath: '',
+  engineHealthTimeoutMs: 60_000,
+  weightSyncTimeoutMs: 600_000,
+  actorNumNodes: 1,
+  actorNumGpusPerNode: 0,
+  refNumGpusPerNode: 0,
+  criticNumNodes: 1,
+  criticNumGpusPerNode: 0,
+  rolloutNumGpusPerEngine: 0,
+  colocateAllModels: false,
+  actorNumReplicas: 1,
+  criticNumReplicas: 1,
+  asyncTrain: false,
+  asyncQueueSize: 1,
+  asyncNumTasks: 128,
+  maxHeadOffpolicyness: undefined,
+  partialRollout: false,
+  useDecoupledLoss: false,
+  behavImpWeightCap: ppoLossDefaults.behavImpWeightCap,
+  episodeTimeoutMs: 0,
+  agentErrorBudget: 0.1,
+  toolCallParser: 'hermes',
+  gatewayCheckDrift: false,
+  agentTurnDiscount: 1,
+  inProcess: false,
+};
+
+export { FlagError };
+
+const parser = flagParser('train_ppo', flagTable, trainPpoDefaults, {
+  sectionTitles,
+  note: 'snake_case spellings are accepted too',
+});
+
+/**
+ * Parses `argv` (without the program name) and the environment into validated options.
+ *
+ * @example
+ * parseTrainPpoFlags(['--agent-func', './examples/agent.ts', '--n_samples_per_prompt=8'], process.env)
+ */
+export function parseTrainPpoFlags(
+  argv: readonly string[],
+  env: Record<string, string | undefined> = {},
+): TrainPpoOptions {
+  const { options, given } = parser.parse(argv, env);
+  validate(options, given);
+  return options;
+}
+
+function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
+  const fail = (flag: string, msg: string): never => {
+    throw new FlagError(flag, msg);
+  };
+  if (groupEstimators.includes(o.advantageEstimator) && o.nSamplesPerPrompt < 2) {
+    fail(
+      '--advantage-estimator',
+      `--advantage-estimator ${o.advantageEstimator} needs a group: set --n-samples-per-prompt > 1 (got ${o.nSamplesPerPrompt})`,
+    );
+  }
+  const samples = o.rolloutBatchSize * o.nSamplesPerPrompt;
+  if (o.trainBatchSize > samples && !o.asyncTrain) {
+    fail(
+      '--train-batch-size',
+      `--train-batch-size ${o.trainBatchSize} exceeds the ${samples} samples a step makes (--rollout-batch-size × --n-samples-per-prompt)`,
+    );
+  }
+  if (o.microTrainBatchSize > o.trainBatchSize) {
+    fail(
+      '--micro-train-batch-size',
+      `--micro-train-batch-size ${o.microTrainBatchSize} exceeds --train-batch-size ${o.trainBatchSize}`,
+    );
+  }
+  const bad = checkLibraryOptions(o);
+  if (bad) fail(bad.flag, bad.message);
+  const [lo, hi] = o.dynamicFilteringRewardRange;
+  if (lo >= hi)
+    fail(
+      '--dynamic-filtering-reward-range',
+      `--dynamic-filtering-reward-range: low ${lo} must be below high ${hi}`,
+    );
+  if (o.useKlLoss && o.initKlCoef === 0)
+    fail('--use-kl-loss', '--use-kl-loss needs --init-kl-coef > 0');
+  if (o.partialRollout && !o.asyncTrain)
+    fail('--partial-rollout', '--partial-rollout applies to --async-train only');
+  if (o.maxHeadOffpolicyness !== undefined && !o.asyncTrain) {
+    fail('--max-head-offpolicyness', '--max-head-offpolicyness applies to --async-train only');
+  }
+  if (o.useDecoupledLoss && !o.asyncTrain)
+    fail('--use-decoupled-loss', '--use-decoupled-loss applies to --async-train only');
+  if (o.engine !== 'builtin' && !o.engineUrl)
+    fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
+  if (o.engineUrl !== undefined) {
+    if (o.engine === 'builtin')
+      fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
+    const urls = engineUrls(o);
+    const bad = badEngineUrl(urls);
+    if (bad !== undefined) fail('--engine-url', `--engine-url: '${bad}' is not an http(s) URL`);
+    if (o.rolloutNumEngines > urls.length) {
+      fail(
+        '--rollout-num-engines',
+        `--rollout-num-engines ${o.rolloutNumEngines} exceeds the ${urls.length} server(s) in --engine-url (each rollout needs at least one)`,
+      );
+    }
+  }
+  if (o.agentTurnDiscount > 1)
+    fail('--agent-turn-discount', '--agent-turn-discount is a factor in [0, 1]');
+  if (o.agentErrorBudget > 1)
+    fail('--agent-error-budget', '--agent-error-budget is a fraction in [0, 1]');
+  if (o.temperature === 0 && o.nSamplesPerPrompt > 1 && given.has('temperature')) {
+    fail(
+      '--temperature',
+      '--temperature 0 makes every sample of a group identical; use > 0 with --n-samples-per-prompt > 1',
+    );
+  }
+  if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+  resolveRanks(o, given, 'actor');
+  resolveRanks(o, given, 'critic');
+  for (const [flag, n] of [
+    ['--actor-num-replicas', o.actorNumReplicas],
+    ['--critic-num-replicas', o.criticNumReplicas],
+  ] as const) {
+    if (n > 1 && o.inProcess)
+      fail(
+        flag,
+        `${flag} ${n} needs the cluster: data-parallel ranks are separate processes (drop --in-process)`,
+      );
+  }
+}
+
+/**
+ * OpenRLHF's spelling of a data-parallel role: `--actor-num-nodes M --actor-num-gpus-per-node G`
+ * (G a whole number) is M × G ranks of one GPU each, so it sets `--actor-num-replicas` (which
+ * says the same on a machine without GPUs). A share of a GPU (G < 1) is one rank per node.
+ */
+function resolveRanks(
+  o: TrainPpoOptions,
+  given: Set<keyof TrainPpoOptions>,
+  role: 'actor' | 'critic',
+): void {
+  const nodes = role === 'actor' ? o.actorNumNodes : o.criticNumNodes;
+  const perNode = role === 'actor' ? o.actorNumGpusPerNode : o.criticNumGpusPerNode;
+  const replicas: keyof TrainPpoOptions =
+    role === 'actor' ? 'actorNumReplicas' : 'criticNumReplicas';
+  const flag = (what: string) => `--${role}-${what}`;
+  if (perNode >= 1 && !Number.isInteger(perNode)) {
+    throw new FlagError(
+      flag('num-gpus-per-node'),
+      `${flag('num-gpus-per-node')} ${perNode}: give whole GPUs (one rank each), or a share below 1`,
+    );
+  }
+  if (perNode < 1 && nodes > 1) {
+    throw new FlagError(
+      flag('num-nodes'),
+      `${flag('num-nodes')} ${nodes} places ranks of one GPU on each node: set ${flag('num-gpus-per-node')} >= 1 (without GPUs, use ${flag('num-replicas')})`,
+    );
+  }
+  const ranks = perNode >= 1 ? nodes * perNode : o[replicas];
+  if (given.has(replicas) && o[replicas] !== ranks) {
+    throw new FlagError(
+      flag('num-replicas'),
+      `${flag('num-replicas')} ${o[replicas]} disagrees with ${flag('num-nodes')} × ${flag('num-gpus-per-node')} = ${ranks}; give one or the other`,
+    );
+  }
+  o[replicas] = ranks;
+}
+
+/** The servers of `--engine-url`, in order. */
+export function engineUrls(o: { engineUrl?: string | undefined }): string[] {
+  return (o.engineUrl ?? '')
+    .split(',')
+    .map((u) => u.trim().replace(/\/+$/, ''))
+    .filter(Boolean);
+}
+
+/** The first of `urls` that is not an http(s) URL, if any (`--engine-url` of train_ppo and serve). */
+export function badEngineUrl(urls: string[]): string | undefined {
+  return urls.find((u) => !/^https?:\/\/[^/\s]+/.test(u));
+}
+
+/** One effective setting of a run, for the job page's config table. */
+export interface FlagConfigRow {
+  name: string;
+  value: string;
+  default: string;
+  /** `flag`: given on the command line; `env`: read from its environment variable; else the default. */
+  source: 'flag' | 'env' | 'default';
+  section: FlagSection;
+  help: string;
+}
+
+/** Every flag's effective value in `o` (after defaults resolved), where it came from, and its default. */
+export function flagConfig(
+  o: TrainPpoOptions,
+  argv: readonly string[],
+  env: Record<string, string | undefined> = {},
+): FlagConfigRow[] {
+  // The same parse the run made tells which keys its command line set.
+  const { given } = parser.parse(argv, env);
+  const show = (v: unknown): string =>
+    v === undefined ? '' : Array.isArray(v) ? v.join(' ') : String(v);
+  return flagTable.map((f) => ({
+    name: parser.flagName(f.key),
+    value: show(o[f.key]),
+    default: show(trainPpoDefaults[f.key]),
+    source: given.has(f.key) ? 'flag' : f.env && env[f.env] ? 'env' : 'default',
+    section: f.section ?? 'run',
+    help: f.help + (f.env ? ` [env ${f.env}]` : ''),
+  }));
+}
+
+/** The `--help` text. */
+export function trainPpoHelp(): string {
+  return parser.help();
+}

@@ -1,0 +1,167 @@
+/**
+ * `train_ppo`: the driver of an RL run. `rtjob submit -- train_ppo --agent-func ./agent.ts` runs
+ * this file as the job's driver; `node --import tsx train/ppo/main.ts ...` runs it directly.
+ *
+ * It parses and validates the flags (before anything starts), places the roles (rollout engines,
+ * trainer, and reference / critic when the algorithm needs them), then runs the synchronous
+ * on-policy loop or, with `--async-train`, the asynchronous off-policy one.
+ *
+ * @module
+ */
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { readEnv } from '../../runtime/env.ts';
+import { metrics } from '../../runtime/metrics.ts';
+import { asyncLoop } from './async-loop.ts';
+import { isRoleDied } from './errors.ts';
+import { runIfMain } from '../driver-flags.ts';
+import {
+  FlagError,
+  flagConfig,
+  parseTrainPpoFlags,
+  trainPpoHelp,
+  type TrainPpoOptions,
+} from './flags.ts';
+import { inProcessRoles, type Roles } from './roles.ts';
+import { finishRun, prepareRun, type RunLog, type RunSummary } from './context.ts';
+import { syncLoop } from './sync-loop.ts';
+
+export { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp, FlagError } from './flags.ts';
+export type { TrainPpoOptions } from './flags.ts';
+export type { RunSummary } from './context.ts';
+export { RoleDiedError, isRoleDied } from './errors.ts';
+
+/** The shipped warm-start model. */
+export const defaultPretrain = fileURLToPath(
+  new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url),
+);
+
+/** Options of {@link trainPpo} beyond the flags. */
+export interface TrainPpoRunOptions {
+  /** Where progress and metrics go. @default stdout lines + the head's metrics API */
+  log?: RunLog;
+  /** Places the roles; @default through the runtime, or in this process with `--in-process` */
+  roles?: (o: TrainPpoOptions, totalSteps: number) => Promise<Roles>;
+}
+
+/**
+ * The name of this run's own output folder: the job id under a cluster, else the start time
+ * (`run-20261123-203512`), so no run writes over another's policy by default.
+ */
+export function runName(
+  env: Record<string, string | undefined> = process.env,
+  now = new Date(),
+): string {
+  const job = readEnv('RTJOB_JOB_ID', env);
+  if (job && /^[\w.-]+$/.test(job)) return job;
+  const p = (n: number) => String(n).padStart(2, '0');
+  return `run-${now.getFullYear()}${p(now.getMonth() + 1)}${p(now.getDate())}-${p(now.getHours())}${p(now.getMinutes())}${p(now.getSeconds())}`;
+}
+
+/** Resolves defaults that depend on the machine and checks paths, before anything starts. */
+export function resolveOptions(
+  o: TrainPpoOptions,
+  env: Record<string, string | undefined> = process.env,
+): TrainPpoOptions {
+  const savePath = o.savePath || join('ckpt', runName(env));
+  const r = {
+    ...o,
+    pretrain: o.pretrain || defaultPretrain,
+    savePath,
+    ckptPath: o.ckptPath || join(savePath, 'checkpoints'),
+  };
+  if (!r.overwrite && !r.loadCheckpoint) {
+    if (existsSync(join(r.savePath, 'model.safetensors'))) {
+      throw new FlagError(
+        '--save-path',
+        `--save-path ${r.savePath} already holds a policy from another run; pass --overwrite to replace it, or choose another --save-path`,
+      );
+    }
+    if (existsSync(join(r.ckptPath, 'latest'))) {
+      throw new FlagError(
+        '--ckpt-path',
+        `--ckpt-path ${r.ckptPath} holds another run's checkpoints; --load-checkpoint resumes from them, --overwrite replaces them`,
+      );
+    }
+  }
+  if (r.agentFunc && !existsSync(r.agentFunc)) {
+    throw new FlagError('--agent-func', `--agent-func: no such file ${r.agentFunc}`);
+  }
+  if (!existsSync(r.pretrain)) {
+    throw new FlagError('--pretrain', `--pretrain: no model directory at ${r.pretrain}`);
+  }
+  return r;
+}
+
+const defaultLog: RunLog = {
+  metric: (step, values) => metrics.log(step, values),
+  samples: (step, samples) => metrics.samples(step, samples),
+  report: (fields) => metrics.report(fields),
+  line: (text) => process.stdout.write(`[train_ppo] ${text}\n`),
+};
+
+/**
+ * Runs `train_ppo` with command-line flags; resolves with the summary.
+ *
+ * @example
+ * const summary = await trainPpo(['--agent-func', './examples/agent.ts', '--max-steps', '20']);
+ */
+export async function trainPpo(
+  argv: readonly string[],
+  env: Record<string, string | undefined> = process.env,
+  run: TrainPpoRunOptions = {},
+): Promise<RunSummary> {
+  const o = resolveOptions(parseTrainPpoFlags(argv, env), env);
+  // A new run in the place of an old one: the old checkpoints go, so `latest` is never the old run's.
+  if (o.overwrite && !o.loadCheckpoint)
+    rmSync(resolve(o.ckptPath), { recursive: true, force: true });
+  const log = run.log ?? defaultLog;
+  const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
+  const mode = o.asyncTrain
+    ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)`
+    : 'sync';
+  log.line(
+    `${mode}; ${o.rolloutNumEngines} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
+      `agent ${o.agentFunc ?? '<built-in math reward>'}`,
+  );
+  log.report?.({
+    config: flagConfig(o, argv, env),
+    headline: o.evalDataset ? 'eval_accuracy' : 'reward_mean',
+    outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
+  });
+  const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;
+  const roles = await place(o, perEpoch);
+  try {
+    const ctx = await prepareRun(o, roles, log);
+    log.report?.({ totalSteps: ctx.totalSteps });
+    if (o.asyncTrain) await asyncLoop(ctx);
+    else await syncLoop(ctx);
+    return await finishRun(ctx);
+  } catch (err) {
+    if (isRoleDied(err)) throw err.withHint(resumeHint(o));
+    throw err;
+  } finally {
+    await roles.close();
+    await metrics.flush();
+  }
+}
+
+/** How to go on after a role died: the latest checkpoint and the flag that resumes from it. */
+export function resumeHint(o: TrainPpoOptions): string {
+  const latest = join(resolve(o.ckptPath), 'latest');
+  if (!existsSync(latest)) {
+    return `no checkpoint was saved (use --save-steps N to checkpoint every N steps), so the run cannot resume`;
+  }
+  const dir = join(resolve(o.ckptPath), readFileSync(latest, 'utf8').trim());
+  return `the last checkpoint is ${dir}; run the same command with --load-checkpoint to resume from it`;
+}
+
+async function remotePlacement(): Promise<
+  (o: TrainPpoOptions, totalSteps: number) => Promise<Roles>
+> {
+  const { remoteRoles } = await import('./remote-roles.ts');
+  return remoteRoles;
+}
+
+runIfMain(import.meta.url, 'train_ppo', (argv) => trainPpo(argv), trainPpoHelp);

@@ -1,0 +1,186 @@
+/**
+ * The RL roles as the training loops see them: every method returns a promise, whether the role
+ * is a plain object in the driver (`--in-process`, tests) or an actor placed through the runtime.
+ *
+ * @module
+ */
+import { Critic } from '../../roles/critic.ts';
+import { Reference } from '../../roles/reference.ts';
+import { Rollout } from '../../roles/rollout.ts';
+import { Trainer } from '../../roles/trainer.ts';
+import { join, resolve } from 'node:path';
+import { get, ObjectRef } from '../../runtime/api.ts';
+import type { RefOr } from '../../runtime/handles.ts';
+import { engineUrls, type TrainPpoOptions } from './flags.ts';
+import { policyLossOptions, valueLossOptions } from './options.ts';
+import type { PolicyUpdate } from './weight-sync.ts';
+
+/**
+ * `T` with every method returning a promise; each argument may also be a ref to its value, which
+ * is resolved before the method runs (where the role runs, for actors).
+ */
+export type Remote<T> = {
+  [K in keyof T as T[K] extends (...a: never[]) => unknown ? K : never]: T[K] extends (
+    ...a: infer A
+  ) => infer R
+    ? (...a: { [I in keyof A]: RefOr<A[I]> }) => Promise<Awaited<R>>
+    : never;
+};
+
+/** The roles of one run. */
+export interface Roles {
+  rollouts: Remote<Rollout>[];
+  trainer: Remote<Trainer>;
+  reference?: Remote<Reference>;
+  critic?: Remote<Critic>;
+  /** The trainer's current weights as the engines take them (`weight-sync.ts`). */
+  policy(): Promise<PolicyUpdate>;
+  /**
+   * The node each role runs on (remote roles), so weights cross to each node once; absent
+   * in-process (one process, one node).
+   */
+  nodes?: { trainer: string | undefined; rollouts: (string | undefined)[] };
+  /**
+   * Waits for a dead rollout's restart (remote roles only) and loads its engine; the caller then
+   * gives it the current weights.
+   */
+  restartRollout?: (i: number) => Promise<void>;
+  /** Kills rollout `i`'s process so that the runtime restarts it (remote roles only). */
+  killRollout?: (i: number) => Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Wraps a plain object so each method call returns a promise. */
+export function local<T extends object>(obj: T): Remote<T> {
+  return new Proxy(obj, {
+    get(target, prop) {
+      const v = (target as Record<string | symbol, unknown>)[prop];
+      if (typeof v !== 'function') return undefined;
+      return async (...args: unknown[]) => {
+        // Top-level refs are resolved before the call, as the runtime does for an actor.
+        const resolved = await Promise.all(args.map((a) => (a instanceof ObjectRef ? get(a) : a)));
+        return (v as (...a: unknown[]) => unknown).apply(target, resolved);
+      };
+    },
+  }) as unknown as Remote<T>;
+}
+
+/**
+ * N data-parallel ranks of one role seen as one: `all` methods run on every rank at once (they
+ * meet in collectives, or must change every rank's state) and answer with rank 0's result; the
+ * rest (weights, checkpoints, logprobs) run on rank 0 alone, whose state every rank shares.
+ */
+export function replicated<T>(ranks: Remote<T>[], all: readonly (keyof Remote<T>)[]): Remote<T> {
+  if (ranks.length === 1) return ranks[0]!;
+  const call = (rank: Remote<T>, prop: keyof Remote<T>, args: unknown[]): Promise<unknown> =>
+    (rank[prop] as (...a: unknown[]) => Promise<unknown>)(...args);
+  return new Proxy({} as Remote<T>, {
+    get: (_t, prop) => {
+      if (typeof prop !== 'string' || prop === 'then') return undefined;
+      const key = prop as keyof Remote<T>;
+      return all.includes(key)
+        ? async (...args: unknown[]) => (await Promise.all(ranks.map((r) => call(r, key, args))))[0]
+        : (...args: unknown[]) => call(ranks[0]!, key, args);
+    },
+  });
+}
+
+/** Methods every data-parallel trainer or critic rank must run. */
+export const everyRank = {
+  trainer: ['ready', 'train', 'loadCheckpoint'],
+  critic: ['ready', 'train', 'loadCheckpoint'],
+} as const;
+
+/** Constructor arguments of each role, from the flags. */
+export function roleInits(o: TrainPpoOptions, totalSteps: number) {
+  return {
+    rollout: (i: number) => ({
+      pretrain: o.pretrain,
+      ...(o.engine !== 'builtin'
+        ? {
+            engine: o.engine,
+            // Each rollout owns a share of the servers, so a weight update reaches each server once.
+            engineUrls: engineUrls(o).filter((_, k) => k % o.rolloutNumEngines === i),
+            weightsDir: resolve(
+              o.engineWeightsPath || join(o.ckptPath, 'engine_weights'),
+              `rollout_${i}`,
+            ),
+          }
+        : {}),
+      ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
+      weightSyncTimeoutMs: o.weightSyncTimeoutMs,
+      temperature: o.temperature,
+      topP: o.topP,
+      generateMaxLen: o.generateMaxLen,
+      promptMaxLen: o.promptMaxLen,
+      applyChatTemplate: o.applyChatTemplate,
+      nSamplesPerPrompt: o.nSamplesPerPrompt,
+      asyncNumTasks: o.asyncNumTasks,
+      episodeTimeoutMs: o.episodeTimeoutMs,
+      seed: o.seed * 7 + i,
+      toolCallParser: o.toolCallParser,
+      gatewayCheckDrift: o.gatewayCheckDrift,
+      agentTurnDiscount: o.agentTurnDiscount,
+    }),
+    trainer: {
+      pretrain: o.pretrain,
+      saveDtype: o.saveDtype,
+      learningRate: o.actorLearningRate,
+      maxNorm: o.maxNorm,
+      trainBatchSize: o.trainBatchSize,
+      microTrainBatchSize: o.microTrainBatchSize,
+      maxEpochs: o.maxEpochs,
+      temperature: o.temperature,
+      totalSteps,
+      seed: o.seed,
+      loss: policyLossOptions(o),
+      ...(o.trainMaxTokensPerGpu !== undefined
+        ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
+        : {}),
+    },
+    reference: { pretrain: o.pretrain, temperature: o.temperature },
+    critic: {
+      pretrain: o.pretrain,
+      learningRate: o.criticLearningRate,
+      trainBatchSize: o.trainBatchSize,
+      microTrainBatchSize: o.microTrainBatchSize,
+      maxEpochs: o.maxEpochs,
+      maxNorm: o.maxNorm,
+      ...valueLossOptions(o),
+    },
+  };
+}
+
+/** Every role as a plain object in this process. */
+export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
+  const init = roleInits(o, totalSteps);
+  const rollouts = Array.from(
+    { length: o.rolloutNumEngines },
+    (_, i) => new Rollout(init.rollout(i)),
+  );
+  const trainer = new Trainer(init.trainer);
+  const reference = o.initKlCoef > 0 ? new Reference(init.reference) : undefined;
+  const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
+  await Promise.all([
+    ...rollouts.map((r) => r.ready()),
+    trainer.ready(),
+    reference?.ready(),
+    critic?.ready(),
+  ]);
+  return {
+    rollouts: rollouts.map(local),
+    trainer: local(trainer),
+    ...(reference ? { reference: local(reference) } : {}),
+    ...(critic ? { critic: local(critic) } : {}),
+    policy: async () => {
+      const w = trainer.weights();
+      return { version: w.version, weights: w };
+    },
+    close: async () => {
+      await Promise.all(rollouts.map((r) => r.close()));
+      trainer.dispose();
+      reference?.dispose();
+      critic?.dispose();
+    },
+  };
+}

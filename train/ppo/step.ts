@@ -1,0 +1,158 @@
+/**
+ * The parts of one training step that sync and async share: trajectories → experience
+ * (reference logprobs, values, rewards, KL, advantages) → critic and policy updates (weights
+ * reach the engines through `weight-sync.ts`).
+ *
+ * @module
+ */
+import type { GroupResult } from '../../agents/episode-runner.ts';
+import type { CriticSample } from '../../roles/critic.ts';
+import type { TrainSample, TrainStats } from '../../roles/trainer.ts';
+import { dynamicFilter } from '../../algorithms/dynamic-filter.ts';
+import { computeReturns, makeExperience } from '../../algorithms/experience.ts';
+import type { KlController } from '../../algorithms/kl.ts';
+import type { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
+import type { Trajectory } from '../../algorithms/trajectory.ts';
+import type { TrainPpoOptions } from './flags.ts';
+import { logprobMismatch } from './episodes.ts';
+import { advantageOptions, experienceOptions } from './options.ts';
+import type { Roles } from './roles.ts';
+
+/**
+ * The groups that ran to completion, and of those, with `--dynamic-filtering`, the ones whose
+ * mean reward lies inside the range (`algorithms/dynamic-filter.ts`).
+ */
+export function filterGroups(
+  groups: GroupResult[],
+  o: TrainPpoOptions,
+): { kept: GroupResult[]; passRate: number } {
+  const ok = groups.filter((g) => g.status === 'ok');
+  if (!o.dynamicFiltering) return { kept: ok, passRate: 1 };
+  const items = ok.flatMap((g, k) =>
+    g.trajectories.map((t) => ({ groupId: String(k), reward: t.reward })),
+  );
+  const res = dynamicFilter(items, { rewardRange: o.dynamicFilteringRewardRange });
+  const rejected = new Set(res.rejectedGroups);
+  return {
+    kept: ok.filter((_, k) => !rejected.has(String(k))),
+    passRate: ok.length ? res.passRate : 0,
+  };
+}
+
+/** What carries over from one update to the next besides the weights. */
+export interface UpdateState {
+  kl: KlController;
+  /** Running reward statistics (`--normalize-reward`). */
+  rewardNormalizer?: RewardNormalizer;
+}
+
+/** What one policy update reports. */
+export interface UpdateStats extends TrainStats {
+  rewardMean: number;
+  kl: number;
+  klCoef: number;
+  valueLoss?: number;
+  responseLength: number;
+  staleMean: number;
+  staleMax: number;
+  samples: number;
+  experienceMs: number;
+  trainMs: number;
+  /** Train–inference mismatch (`logprob_gap`, `is_ratio_*`), when the trainer's logprobs were computed. */
+  mismatch?: Record<string, number>;
+}
+
+/**
+ * Makes experience from `trajectories` and trains the critic and the policy on it. The policy's
+ * version before the update is `trainerVersion`; staleness per token is measured against it.
+ */
+export async function trainOn(
+  trajectories: Trajectory[],
+  roles: Roles,
+  o: TrainPpoOptions,
+  state: UpdateState,
+  trainerVersion: number,
+): Promise<UpdateStats> {
+  const t0 = performance.now();
+  const { kl, rewardNormalizer } = state;
+  const samples = makeExperience(trajectories, experienceOptions(o));
+  if (rewardNormalizer) {
+    const scores = samples.map((s) => s.score);
+    rewardNormalizer.update(scores);
+    rewardNormalizer.normalize(scores).forEach((v, i) => (samples[i]!.score = v));
+  }
+  const seqs = samples.map((s) => Array.from(s.inputIds));
+  // The trainer's own logprobs before this update: decoupled PPO's proximal policy, or the
+  // "old" policy the IS correction compares with the engine's behaviour logprobs.
+  const recompute = o.useDecoupledLoss || o.isCorrection !== 'none';
+  const [ref, values, old] = await Promise.all([
+    roles.reference ? roles.reference.logprobs(seqs) : undefined,
+    roles.critic ? roles.critic.values(seqs) : undefined,
+    recompute ? roles.trainer.logprobs(seqs) : undefined,
+  ]);
+  const batch = computeReturns(
+    samples,
+    { ...(ref ? { refLogprobs: ref } : {}), ...(values ? { values } : {}) },
+    {
+      advantage: advantageOptions(o),
+      klCoef: kl.value,
+      klEstimator: o.klEstimator,
+      useKlLoss: o.useKlLoss,
+      rewardClipRange: o.rewardClipRange,
+    },
+  );
+  const trainSamples: TrainSample[] = samples.map((s, i) => ({
+    inputIds: s.inputIds,
+    actionMask: s.actionMask,
+    advantages: batch.advantages[i]!,
+    // Without a recompute the engine ran the weights being trained (sync), so its behaviour
+    // logprobs are the old policy's.
+    oldLogprobs: old ? old[i]! : s.behaviourLogprobs,
+    ...(old ? { behaviourLogprobs: s.behaviourLogprobs } : {}),
+    ...(ref ? { refLogprobs: ref[i]! } : {}),
+  }));
+  const t1 = performance.now();
+  const criticSamples: CriticSample[] | undefined = values
+    ? samples.map((s, i) => ({
+        inputIds: s.inputIds,
+        actionMask: s.actionMask,
+        oldValues: values[i]!,
+        returns: batch.returns[i]!,
+      }))
+    : undefined;
+  const [stats, critic] = await Promise.all([
+    roles.trainer.train(trainSamples),
+    criticSamples && roles.critic ? roles.critic.train(criticSamples) : undefined,
+  ]);
+  const t2 = performance.now();
+  const klCoef = kl.value;
+  kl.update(batch.meanKl, samples.length);
+  let staleSum = 0;
+  let staleN = 0;
+  let staleMax = 0;
+  let respLen = 0;
+  for (const s of samples) {
+    respLen += s.responseLength;
+    for (let i = 0; i < s.versions.length; i++) {
+      if (!s.actionMask[i]) continue;
+      const lag = trainerVersion - s.versions[i]!;
+      staleSum += lag;
+      staleN++;
+      if (lag > staleMax) staleMax = lag;
+    }
+  }
+  return {
+    ...stats,
+    ...(old ? { mismatch: logprobMismatch(samples, old) } : {}),
+    rewardMean: trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length),
+    kl: batch.meanKl,
+    klCoef,
+    ...(critic ? { valueLoss: critic.valueLoss } : {}),
+    responseLength: respLen / Math.max(1, samples.length),
+    staleMean: staleN ? staleSum / staleN : 0,
+    staleMax,
+    samples: samples.length,
+    experienceMs: t1 - t0,
+    trainMs: t2 - t1,
+  };
+}

@@ -1,0 +1,461 @@
+/**
+ * `train_sft`: supervised fine-tuning with the loss on response tokens only. Trains on JSONL
+ * (`{messages}` or `{prompt, response}` per line) or a built-in dataset (`arith`), logs loss and
+ * tokens/s, evaluates greedy accuracy on a held-out split, checkpoints and resumes, and writes an
+ * HF model directory. `--init-builtin` starts from a fresh built-in tiny model; this is how the
+ * shipped warm-start checkpoint is made (model/README.md has the exact command).
+ *
+ * @example
+ * node --import tsx train/sft.ts --init-builtin --dataset arith --save-path /tmp/m
+ *
+ * @module
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { initBackend, tf } from '../model/backend.ts';
+import { builtinTokenizerFiles, tinyMathConfig } from '../model/builtin.ts';
+import { loadModel, saveModel } from '../model/checkpoint.ts';
+import { resolveConfig, type SaveDtype } from '../model/config.ts';
+import { CausalLM } from '../model/llama.ts';
+import { seededRandom } from '../model/sampling.ts';
+import { ChatTokenizer, type ChatMessage } from '../model/tokenizer.ts';
+import { ModelTrainer, maskedNllLoss, padBatch } from '../model/training.ts';
+import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { arithReward, builtinDataset, type ArithRecord } from './data/arith.ts';
+import { flagParser, runIfMain } from './driver-flags.ts';
+
+/** Options of {@link trainSft}. */
+export interface SftOptions {
+  /** HF model directory to start from (or `initBuiltin`). */
+  pretrain?: string;
+  /** Start from a fresh built-in tiny model with the built-in tokenizer. @default false */
+  initBuiltin?: boolean;
+  /** A built-in dataset name (`arith`) or a JSONL path. @default 'arith' */
+  dataset?: string;
+  /** Number of built-in training records. @default 20000 */
+  datasetSize?: number;
+  /**
+   * Built-in dataset only: the fraction of records whose response is the direct answer
+   * (`The answer is 85.`) instead of the worked one (`47+38=85. The answer is 85.`), drawn per
+   * record from `seed`. A warm start trained on a mix knows both strategies. @default 0
+   */
+  directFraction?: number;
+  /** Where the final HF model directory goes. */
+  savePath: string;
+  /** Tensor dtype of the saved model (checkpoints stay float32). @default 'float32' */
+  saveDtype?: SaveDtype;
+  /** Checkpoint directory (weights + optimizer + step); resumed from when it exists. */
+  ckptPath?: string;
+  /** Save a checkpoint every this many steps. @default 100 */
+  saveSteps?: number;
+  /** Sequences per optimizer step. @default 32 */
+  batchSize?: number;
+  /** Sequences per forward/backward pass. @default 32 */
+  microBatchSize?: number;
+  /** @default 3e-3 */
+  lr?: number;
+  /** @default 50 */
+  warmupSteps?: number;
+  /** @default 2000 */
+  maxSteps?: number;
+  /** @default 0.01 */
+  weightDecay?: number;
+  /** @default 1.0 */
+  maxGradNorm?: number;
+  /** Longest training sequence in tokens (longer ones are dropped). @default 160 */
+  maxLen?: number;
+  /** @default 42 */
+  seed?: number;
+  /** @default 10 */
+  logSteps?: number;
+  /** Evaluate greedy held-out accuracy every this many steps (built-in dataset only); 0 = never. @default 100 */
+  evalSteps?: number;
+  /** Held-out problems per evaluation. @default 200 */
+  evalSize?: number;
+  /** Stop once held-out accuracy reaches this (0..1). @default unset */
+  stopAtAccuracy?: number;
+  /** Print progress lines. @default true */
+  verbose?: boolean;
+  /** Stop after the current step (checkpoint and final model are still written). */
+  signal?: AbortSignal;
+}
+
+/** What {@link trainSft} returns. */
+export interface SftResult {
+  steps: number;
+  finalLoss: number;
+  evalAccuracy?: number;
+  trainSeconds: number;
+  tokensPerSecond: number;
+}
+
+interface Example {
+  ids: number[];
+  mask: number[];
+}
+
+/**
+ * Tokenises a conversation; the loss mask is 1 on assistant turns (including their end token).
+ * `tools` (OpenAI function-tool definitions) reach the chat template as `tools`, as at inference.
+ */
+export function encodeConversation(
+  tok: ChatTokenizer,
+  messages: ChatMessage[],
+  tools?: unknown[],
+): Example {
+  const t = tools ? { tools } : {};
+  const ids = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: false, ...t }));
+  const mask = new Array<number>(ids.length).fill(0);
+  messages.forEach((m, i) => {
+    if (m.role !== 'assistant') return;
+    const start = tok.encode(
+      tok.applyChatTemplate(messages.slice(0, i), { addGenerationPrompt: true, ...t }),
+    ).length;
+    const end = tok.encode(
+      tok.applyChatTemplate(messages.slice(0, i + 1), { addGenerationPrompt: false, ...t }),
+    ).length;
+    for (let t = start; t < Math.min(end, ids.length); t++) mask[t] = 1;
+  });
+  return { ids, mask };
+}
+
+/**
+ * The conversations `train_sft` trains on: a built-in dataset (with `directFraction` of its records
+ * answered directly, chosen per record from `seed`) or a JSONL file (`{messages, tools?}` or
+ * `{prompt, response}` per line; messages may carry `tool_calls`, and `tool` turns are context).
+ */
+export function sftConversations(
+  dataset: string,
+  size: number,
+  directFraction = 0,
+  seed = 42,
+): { messages: ChatMessage[]; tools?: unknown[] }[] {
+  if (!(directFraction >= 0 && directFraction <= 1))
+    throw new Error(`train_sft: --direct-fraction must be in [0, 1], got ${directFraction}`);
+  const builtin = builtinDataset(dataset, { size });
+  if (builtin) {
+    const r = seededRandom(seed * 31 + 17);
+    return builtin.map((rec) => {
+      const content = r() < directFraction ? rec.direct : rec.response;
+      return {
+        messages: [
+          { role: 'user', content: rec.prompt },
+          { role: 'assistant', content },
+        ],
+      };
+    });
+  }
+  if (directFraction)
+    throw new Error('train_sft: --direct-fraction applies to built-in datasets only');
+  if (!existsSync(dataset))
+    throw new Error(`train_sft: dataset '${dataset}' is neither built-in nor a file`);
+  return readFileSync(dataset, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim())
+    .map((l, i) => {
+      const o = JSON.parse(l) as {
+        messages?: ChatMessage[];
+        tools?: unknown;
+        prompt?: string;
+        response?: string;
+      };
+      if (o.tools !== undefined && !Array.isArray(o.tools))
+        throw new Error(`${dataset}:${i + 1}: 'tools' must be a list`);
+      if (o.messages)
+        return { messages: o.messages, ...(o.tools ? { tools: o.tools as unknown[] } : {}) };
+      if (typeof o.prompt === 'string' && typeof o.response === 'string') {
+        return {
+          messages: [
+            { role: 'user', content: o.prompt },
+            { role: 'assistant', content: o.response },
+          ],
+        };
+      }
+      throw new Error(`${dataset}:${i + 1}: need 'messages' or 'prompt' and 'response'`);
+    });
+}
+
+/**
+ * Accuracy of `engine` on built-in records (answers parsed from `The answer is N`), one answer per
+ * record: greedy unless `greedy: false` (then sampled at `temperature`, default 1).
+ */
+export async function evalArith(
+  engine: BuiltinEngine,
+  tok: ChatTokenizer,
+  records: ArithRecord[],
+  opts: { greedy?: boolean; temperature?: number; maxNewTokens?: number } = {},
+): Promise<{
+  accuracy: number;
+  samples: { prompt: string; kind: string; output: string; reward: number }[];
+}> {
+  const gconfig = {
+    greedy: opts.greedy ?? true,
+    temperature: opts.temperature ?? 1,
+    maxNewTokens: opts.maxNewTokens ?? 48,
+  };
+  const outs = await Promise.all(
+    records.map((r) =>
+      engine.generate({
+        inputIds: tok.encode(tok.applyChatTemplate([{ role: 'user', content: r.prompt }])),
+        gconfig,
+      }),
+    ),
+  );
+  const samples = outs.map((o, i) => {
+    const output = tok.decode(o.outputTokens, { skipSpecialTokens: true });
+    return {
+      prompt: records[i]!.prompt,
+      kind: records[i]!.kind,
+      output,
+      reward: arithReward(output, records[i]!.solution),
+    };
+  });
+  return {
+    accuracy: samples.reduce((s, x) => s + x.reward, 0) / Math.max(1, samples.length),
+    samples,
+  };
+}
+
+/** Runs SFT; see {@link SftOptions}. */
+export async function trainSft(o: SftOptions): Promise<SftResult> {
+  const log = (s: string): void => {
+    if (o.verbose !== false) console.log(s);
+  };
+  await initBackend();
+  const seed = o.seed ?? 42;
+  let model: CausalLM;
+  let tok: ChatTokenizer;
+  let tokFiles: ReturnType<typeof builtinTokenizerFiles> | undefined;
+  if (o.initBuiltin) {
+    tokFiles = builtinTokenizerFiles();
+    tok = new ChatTokenizer(tokFiles.tokenizerJson, tokFiles.tokenizerConfig);
+    model = CausalLM.init(resolveConfig(tinyMathConfig()), { seed });
+  } else {
+    if (!o.pretrain) throw new Error('train_sft: --pretrain <dir> or --init-builtin is required');
+    const loaded = await loadModel(o.pretrain);
+    if (!loaded.tokenizer) throw new Error(`train_sft: ${o.pretrain} has no tokenizer.json`);
+    model = loaded.model;
+    tok = loaded.tokenizer;
+  }
+  log(`train_sft: ${model.numParameters} parameters, backend ${tf.getBackend()}`);
+  const maxLen = Math.min(o.maxLen ?? 160, model.config.max_position_embeddings);
+  const dataset = o.dataset ?? 'arith';
+  const examples = sftConversations(dataset, o.datasetSize ?? 20000, o.directFraction ?? 0, seed)
+    .map((r) => encodeConversation(tok, r.messages, r.tools))
+    .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
+  if (!examples.length) throw new Error('train_sft: no usable training examples');
+  log(`train_sft: ${examples.length} examples from ${dataset}`);
+
+  const maxSteps = o.maxSteps ?? 2000;
+  const trainer = new ModelTrainer(model, {
+    lr: o.lr ?? 3e-3,
+    warmupSteps: o.warmupSteps ?? 50,
+    totalSteps: maxSteps,
+    decay: 'cosine',
+    weightDecay: o.weightDecay ?? 0.01,
+    maxGradNorm: o.maxGradNorm ?? 1.0,
+  });
+  if (o.ckptPath && existsSync(join(o.ckptPath, 'trainer_state.json'))) {
+    const st = trainer.loadCheckpoint(o.ckptPath);
+    log(`train_sft: resumed from ${o.ckptPath} at step ${String(st.step)}`);
+  }
+  const batchSize = o.batchSize ?? 32;
+  const micro = Math.min(o.microBatchSize ?? 32, batchSize);
+  const stepsPerEpoch = Math.floor(examples.length / batchSize);
+  const orderFor = (epoch: number): number[] => {
+    const r = seededRandom(seed * 7919 + epoch);
+    const idx = examples.map((_, i) => i);
+    for (let i = idx.length - 1; i > 0; i--) {
+      const j = Math.floor(r() * (i + 1));
+      [idx[i], idx[j]] = [idx[j]!, idx[i]!];
+    }
+    return idx;
+  };
+  const evalRecords = dataset.startsWith('arith')
+    ? builtinDataset('arith:test', { size: o.evalSize ?? 200 })!
+    : [];
+  const evalSteps = evalRecords.length ? (o.evalSteps ?? 100) : 0;
+  const engine = evalSteps
+    ? await BuiltinEngine.create({ model, tokenizer: tok, maxBatchSize: 256 })
+    : undefined;
+  const started = performance.now();
+  let tokens = 0;
+  let windowTokens = 0;
+  let windowStart = performance.now();
+  let lastLoss = NaN;
+  let evalAccuracy: number | undefined;
+  let order = orderFor(Math.floor(trainer.stepCount / stepsPerEpoch));
+  while (trainer.stepCount < maxSteps) {
+    const step = trainer.stepCount;
+    const epoch = Math.floor(step / stepsPerEpoch);
+    if (step % stepsPerEpoch === 0) order = orderFor(epoch);
+    const base = (step % stepsPerEpoch) * batchSize;
+    const batch = order.slice(base, base + batchSize).map((i) => examples[i]!);
+    // Micro-batches of similar length waste less compute on padding.
+    if (micro < batch.length) batch.sort((a, b) => a.ids.length - b.ids.length);
+    let lossSum = 0;
+    for (let m = 0; m < batch.length; m += micro) {
+      const mb = batch.slice(m, m + micro);
+      lossSum += trainer.accumulate(() => {
+        const { ids } = padBatch(
+          mb.map((e) => e.ids),
+          model.config.pad_token_id ?? 0,
+        );
+        const mask = padBatch(
+          mb.map((e) => e.mask),
+          0,
+        ).ids.toFloat() as tf.Tensor2D;
+        return maskedNllLoss(model, ids, mask);
+      });
+      const n = mb.reduce((s, e) => s + e.ids.length, 0);
+      tokens += n;
+      windowTokens += n;
+    }
+    const st = trainer.step();
+    lastLoss = lossSum / Math.ceil(batch.length / micro);
+    if (st.step % (o.logSteps ?? 10) === 0 || st.step === 1) {
+      const now = performance.now();
+      log(
+        `step ${st.step}/${maxSteps} loss ${lastLoss.toFixed(4)} lr ${st.lr.toExponential(2)} ` +
+          `gnorm ${st.gradNorm.toFixed(3)} tok/s ${((windowTokens * 1000) / (now - windowStart)).toFixed(0)} ` +
+          `elapsed ${((now - started) / 1000).toFixed(0)}s`,
+      );
+      windowTokens = 0;
+      windowStart = now;
+    }
+    const last = st.step === maxSteps;
+    if (evalSteps && engine && (st.step % evalSteps === 0 || last)) {
+      const t0 = performance.now();
+      const ev = await evalArith(engine, tok, evalRecords);
+      evalAccuracy = ev.accuracy;
+      log(
+        `eval step ${st.step} held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${((performance.now() - t0) / 1000).toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
+      );
+    }
+    if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last)) {
+      trainer.saveCheckpoint(
+        o.ckptPath,
+        { dataset },
+        tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain },
+      );
+    }
+    if (o.signal?.aborted) {
+      log(`train_sft: stopping at step ${st.step} on request`);
+      if (o.ckptPath)
+        trainer.saveCheckpoint(
+          o.ckptPath,
+          { dataset },
+          tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain },
+        );
+      break;
+    }
+    if (
+      o.stopAtAccuracy !== undefined &&
+      evalAccuracy !== undefined &&
+      evalAccuracy >= o.stopAtAccuracy &&
+      st.step % evalSteps === 0
+    ) {
+      log(
+        `train_sft: held-out accuracy ${(evalAccuracy * 100).toFixed(1)}% reached the target ${(o.stopAtAccuracy * 100).toFixed(1)}%; stopping`,
+      );
+      break;
+    }
+  }
+  const trainSeconds = (performance.now() - started) / 1000;
+  saveModel(o.savePath, model, {
+    ...(tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain }),
+    generationConfig: {
+      eos_token_id: model.config.eos_token_id,
+      pad_token_id: model.config.pad_token_id,
+      do_sample: true,
+      temperature: 1.0,
+      max_new_tokens: 48,
+    },
+    dtype: o.saveDtype,
+  });
+  const result: SftResult = {
+    steps: trainer.stepCount,
+    finalLoss: lastLoss,
+    evalAccuracy,
+    trainSeconds,
+    tokensPerSecond: tokens / trainSeconds,
+  };
+  writeFileSync(
+    join(o.savePath, 'training_summary.json'),
+    JSON.stringify(
+      { ...result, options: { ...o, savePath: undefined, ckptPath: undefined, signal: undefined } },
+      null,
+      2,
+    ) + '\n',
+  );
+  log(`train_sft: saved ${o.savePath} after ${result.steps} steps in ${trainSeconds.toFixed(0)}s`);
+  await engine?.close();
+  trainer.dispose();
+  model.dispose();
+  return result;
+}
+
+type SftFlagOptions = Omit<SftOptions, 'verbose' | 'signal' | 'savePath'> & { savePath?: string };
+
+/** The flags of `train_sft`; defaults are {@link trainSft}'s. */
+const sftFlags = flagParser<SftFlagOptions>(
+  'train_sft',
+  [
+    { key: 'pretrain', kind: 'string', help: 'HF model directory to start from' },
+    { key: 'initBuiltin', kind: 'bool', help: 'start from a fresh built-in tiny model' },
+    { key: 'dataset', kind: 'string', help: "built-in dataset ('arith') or JSONL file" },
+    { key: 'datasetSize', kind: 'int', help: 'built-in training records', min: 1 },
+    {
+      key: 'directFraction',
+      kind: 'float',
+      help: 'built-in only: fraction of records answered directly, without the worked equation',
+    },
+    { key: 'savePath', kind: 'string', help: 'output HF model directory', required: true },
+    {
+      key: 'saveDtype',
+      kind: 'string',
+      help: 'tensor dtype of the saved model',
+      choices: ['float32', 'bfloat16'],
+    },
+    { key: 'ckptPath', kind: 'string', help: 'checkpoint directory (resumed from when present)' },
+    { key: 'saveSteps', kind: 'int', help: 'checkpoint interval', min: 1 },
+    { key: 'batchSize', kind: 'int', help: 'sequences per step', min: 1 },
+    { key: 'microBatchSize', kind: 'int', help: 'sequences per forward/backward', min: 1 },
+    { key: 'lr', kind: 'float', help: 'peak learning rate', min: 0 },
+    { key: 'warmupSteps', kind: 'int', help: 'warmup steps', min: 0 },
+    { key: 'maxSteps', kind: 'int', help: 'optimizer steps', min: 1 },
+    { key: 'weightDecay', kind: 'float', help: 'AdamW weight decay', min: 0 },
+    { key: 'maxGradNorm', kind: 'float', help: 'clip threshold', min: 0 },
+    { key: 'maxLen', kind: 'int', help: 'longest sequence in tokens', min: 1 },
+    { key: 'seed', kind: 'int', help: 'seed', min: 0 },
+    { key: 'logSteps', kind: 'int', help: 'log interval', min: 1 },
+    { key: 'evalSteps', kind: 'int', help: 'held-out eval interval (0 = never)', min: 0 },
+    { key: 'evalSize', kind: 'int', help: 'held-out problems per eval', min: 1 },
+    {
+      key: 'stopAtAccuracy',
+      kind: 'float',
+      help: 'stop once held-out accuracy reaches x (0..1)',
+      min: 0,
+    },
+  ],
+  { dataset: 'arith' },
+);
+
+/** Parses `train_sft` command-line arguments and runs it. */
+export async function main(argv: string[]): Promise<void> {
+  const opts = sftFlags.parse(argv).options;
+  if (opts.pretrain) opts.pretrain = resolve(opts.pretrain);
+  // SIGINT/SIGTERM end the run after the current step, with the checkpoint and model written.
+  const stop = new AbortController();
+  const onSignal = (): void => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    await trainSft({ ...opts, savePath: resolve(opts.savePath!), signal: stop.signal });
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+runIfMain(import.meta.url, 'train_sft', main, () => sftFlags.help());
