@@ -1,33 +1,119 @@
 /**
- * TF.js backend selection. The order is: `RTJOB_TF_BACKEND` when set (`wasm`, `cpu`,
- * `tensorflow`), else `@tensorflow/tfjs-node-gpu`, else `@tensorflow/tfjs-node` (both register the
- * native `tensorflow` backend when installed), else the wasm backend. The pure-JS `cpu` backend is
- * the test oracle. The chosen backend is announced once on stderr.
+ * TF.js backend selection. `RTJOB_TF_BACKEND` (or {@link initBackend}'s argument) names one of
+ * `webgpu`, `wasm`, `cpu`; without it the automatic order is webgpu on a hardware GPU adapter,
+ * else wasm. A software adapter (SwiftShader) is never chosen automatically. The pure-JS `cpu`
+ * backend is the test oracle. The chosen backend is announced once per process on stderr.
+ *
+ * Each backend is one {@link BackendDriver}: how it starts, whether the automatic choice takes it,
+ * how much memory it holds, and whether the project's JS-loop kernels run on it.
  *
  * @module
  */
 import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
-import { readEnv } from '../runtime/env.ts';
+import { RtjobError } from '../runtime/errors.ts';
+import { readEnv, tfBackendNames } from '../runtime/env.ts';
+import { probeWebGpu, registerWebGpu, webGpuUnavailable } from './backends/webgpu/dawn.ts';
 import './wasm-kernels.ts';
 
-export type BackendName = 'wasm' | 'cpu' | 'tensorflow';
+/** A backend `RTJOB_TF_BACKEND` may name. */
+export type BackendName = (typeof tfBackendNames)[number];
+
+/** Why a backend could not start, or why tensors would not fit it. */
+export class BackendError extends RtjobError<'BACKEND_UNAVAILABLE' | 'BACKEND_MEMORY'> {}
+
+/** How much a backend holds; undefined where it is bounded only by the host or not reported. */
+export interface BackendMemory {
+  /** All tensors together, in bytes. */
+  readonly totalBytes?: number;
+  /** One tensor, in bytes (a GPU buffer binding). */
+  readonly tensorBytes?: number;
+  /** What holds them, for messages: "the wasm heap", "the GPU's buffers". */
+  readonly where: string;
+}
+
+/** One backend: how it starts and what the rest of the model needs to know about it. */
+export interface BackendDriver {
+  /**
+   * Makes it TF.js's current backend. Resolves to a short description of the device for the
+   * announcement ('' when there is nothing to add); rejects with a one-line {@link BackendError}.
+   */
+  start(): Promise<string>;
+  /** Whether the automatic choice takes it here (only where it is fast: a GPU). */
+  auto(): Promise<boolean>;
+  /** The memory limits once started. */
+  memory(): BackendMemory;
+  /**
+   * Whether tensors live in host memory, where the JS-loop kernels (`attention.ts`) read them
+   * without a copy; elsewhere the model composes those ops from TF.js kernels.
+   */
+  readonly onHost: boolean;
+}
+
+/** The wasm backend's heap limit: 32-bit addresses (Emscripten's `getHeapMax`). */
+export const wasmHeapMaxBytes = 4294901760;
+
+async function setBackend(name: string): Promise<void> {
+  let ok = false;
+  let cause: unknown;
+  try {
+    ok = await tf.setBackend(name);
+  } catch (e) {
+    cause = e;
+  }
+  if (!ok)
+    throw new BackendError('BACKEND_UNAVAILABLE', `TF.js backend '${name}' failed to start`, {
+      cause,
+    });
+}
+
+let webgpuTensorBytes: number | undefined;
+
+/** The backends, in the order the automatic choice tries those whose `auto()` may be true. */
+export const backendDrivers: Record<BackendName, BackendDriver> = {
+  webgpu: {
+    async start() {
+      const why = (await registerWebGpu()) ? undefined : await webGpuUnavailable();
+      if (why) throw new BackendError('BACKEND_UNAVAILABLE', `TF.js backend 'webgpu': ${why}`);
+      await setBackend('webgpu');
+      const a = await probeWebGpu();
+      webgpuTensorBytes = a?.maxTensorBytes;
+      return a ? `${a.description}${a.hardware ? '' : ', software'}` : '';
+    },
+    async auto() {
+      return (await probeWebGpu({ quiet: true }))?.hardware === true;
+    },
+    memory: () => ({
+      ...(webgpuTensorBytes ? { tensorBytes: webgpuTensorBytes } : {}),
+      where: "the GPU's buffers",
+    }),
+    onHost: false,
+  },
+  wasm: {
+    async start() {
+      await setBackend('wasm');
+      return '';
+    },
+    auto: async () => true,
+    memory: () => ({ totalBytes: wasmHeapMaxBytes, where: 'the wasm heap' }),
+    onHost: true,
+  },
+  cpu: {
+    async start() {
+      await setBackend('cpu');
+      return '';
+    },
+    auto: async () => false,
+    memory: () => ({ where: 'host memory' }),
+    onHost: true,
+  },
+};
+
+/** The automatic choice, fastest first; the last one always starts. */
+const automaticOrder: BackendName[] = ['webgpu', 'wasm'];
 
 let current: Promise<BackendName> | undefined;
-
-async function tryNative(): Promise<boolean> {
-  for (const name of ['@tensorflow/tfjs-node-gpu', '@tensorflow/tfjs-node']) {
-    try {
-      // A variable specifier keeps the type checker and bundlers from requiring the package.
-      const spec: string = name;
-      await import(spec);
-      if (await tf.setBackend('tensorflow')) return true;
-    } catch {
-      // not installed (the normal case here): fall through to the next option
-    }
-  }
-  return false;
-}
+const announced = new Set<BackendName>();
 
 type ProcessEvent = 'uncaughtException' | 'unhandledRejection';
 const processEvents: ProcessEvent[] = ['uncaughtException', 'unhandledRejection'];
@@ -56,62 +142,100 @@ function dropRethrowingListeners(before: Map<ProcessEvent, Set<Listener>>): void
   }
 }
 
+function checkName(want: string): BackendName {
+  if ((tfBackendNames as readonly string[]).includes(want)) return want as BackendName;
+  throw new BackendError(
+    'BACKEND_UNAVAILABLE',
+    `unknown TF.js backend '${want}': expected one of ${tfBackendNames.join(', ')}`,
+  );
+}
+
+async function chooseAndStart(want: BackendName | undefined): Promise<[BackendName, string]> {
+  if (want) return [want, await backendDrivers[want].start()];
+  for (const name of automaticOrder) {
+    const last = name === automaticOrder[automaticOrder.length - 1];
+    if (!last && !(await backendDrivers[name].auto())) continue;
+    try {
+      return [name, await backendDrivers[name].start()];
+    } catch (e) {
+      // An adapter that was found but does not start leaves the choice to the next backend.
+      if (last) throw e;
+    }
+  }
+  throw new BackendError('BACKEND_UNAVAILABLE', 'no TF.js backend started');
+}
+
 /**
  * Initialises TF.js once per process and returns the backend in use.
  *
  * @param preferred a backend to use instead of the automatic choice (also `RTJOB_TF_BACKEND`)
  * @example
- * const backend = await initBackend();        // 'wasm' on a machine without tfjs-node
+ * const backend = await initBackend();        // 'wasm' on a machine without a GPU
  */
 export function initBackend(preferred?: BackendName): Promise<BackendName> {
-  const want = preferred ?? readEnv('RTJOB_TF_BACKEND');
-  if (current && (!want || tf.getBackend() === want)) return current;
+  const raw = preferred ?? readEnv('RTJOB_TF_BACKEND');
+  if (current && (!raw || tf.getBackend() === raw)) return current;
   const before = processListeners();
   current = (async (): Promise<BackendName> => {
-    let chosen: BackendName;
-    if (want === 'cpu' || want === 'wasm') {
-      if (!(await tf.setBackend(want))) throw new Error(`TF.js backend '${want}' failed to start`);
-      chosen = want;
-    } else if (want === 'tensorflow' || want === undefined) {
-      if (await tryNative()) chosen = 'tensorflow';
-      else if (want === 'tensorflow')
-        throw new Error('RTJOB_TF_BACKEND=tensorflow but tfjs-node is not installed');
-      else {
-        if (!(await tf.setBackend('wasm'))) throw new Error("TF.js backend 'wasm' failed to start");
-        chosen = 'wasm';
-      }
-    } else {
-      throw new Error(`unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu or tensorflow)`);
-    }
+    const want = raw === undefined ? undefined : checkName(raw);
+    const [chosen, detail] = await chooseAndStart(want);
     await tf.ready();
     dropRethrowingListeners(before);
-    if (readEnv('RTJOB_QUIET_BACKEND') !== true) {
-      process.stderr.write(`rtjob model: TF.js backend '${chosen}'\n`);
+    if (readEnv('RTJOB_QUIET_BACKEND') !== true && !announced.has(chosen)) {
+      process.stderr.write(
+        `rtjob model: TF.js backend '${chosen}'${detail ? ` (${detail})` : ''}${want ? '' : ' (automatic)'}\n`,
+      );
     }
+    announced.add(chosen);
     return chosen;
   })();
   return current;
 }
 
-/** The wasm backend's heap limit: 32-bit addresses (Emscripten's `getHeapMax`). */
-export const wasmHeapMaxBytes = 4294901760;
+/** The driver of the backend TF.js runs on now (undefined before {@link initBackend}). */
+export function currentDriver(): BackendDriver | undefined {
+  const name = tf.getBackend();
+  return (tfBackendNames as readonly string[]).includes(name)
+    ? backendDrivers[name as BackendName]
+    : undefined;
+}
+
+/** Whether the current backend keeps tensors in host memory (see {@link BackendDriver.onHost}). */
+export function backendOnHost(): boolean {
+  return currentDriver()?.onHost ?? true;
+}
+
+const gib = (b: number): string => (b / 2 ** 30).toFixed(2);
 
 /**
- * Throws a one-line error when `bytes` more of tensors cannot fit the backend, before they are
- * allocated: past its 4 GiB heap the wasm backend does not throw but aborts the process with a
- * wasm trap (`memory access out of bounds`, `Aborted()`). Other backends are not checked.
+ * Throws a one-line error when `bytes` more of tensors cannot fit the current backend, before
+ * they are allocated: past its 4 GiB heap the wasm backend does not throw but aborts the process
+ * with a wasm trap (`memory access out of bounds`, `Aborted()`); a GPU backend fails a buffer
+ * larger than its binding limit. Backends without a reported limit are not checked.
  *
  * @param what what needs the memory, for the message (e.g. "a model of 596M parameters")
+ * @param largestBytes the largest single tensor among them, checked against a per-tensor limit
  */
-export function assertBackendRoom(bytes: number, what: string): void {
-  if (tf.getBackend() !== 'wasm') return;
+export function assertBackendRoom(bytes: number, what: string, largestBytes = 0): void {
+  const name = tf.getBackend();
+  const mem = currentDriver()?.memory();
+  if (!mem) return;
   const used = tf.memory().numBytes;
-  if (used + bytes <= wasmHeapMaxBytes) return;
-  const gib = (b: number): string => (b / 2 ** 30).toFixed(2);
-  throw new Error(
-    `${what} needs ${gib(bytes)} GiB of float32 tensors, but the wasm backend holds at most 4 GiB ` +
-      `(${gib(used)} GiB in use): use RTJOB_TF_BACKEND=cpu or a smaller model`,
-  );
+  if (mem.totalBytes !== undefined && used + bytes > mem.totalBytes) {
+    throw new BackendError(
+      'BACKEND_MEMORY',
+      `${what} needs ${gib(bytes)} GiB of float32 tensors, but the ${name} backend holds at most ` +
+        `${name === 'wasm' ? '4' : gib(mem.totalBytes)} GiB (${gib(used)} GiB in use): use ` +
+        `RTJOB_TF_BACKEND=cpu or a smaller model`,
+    );
+  }
+  if (mem.tensorBytes !== undefined && largestBytes > mem.tensorBytes) {
+    throw new BackendError(
+      'BACKEND_MEMORY',
+      `${what} has a tensor of ${gib(largestBytes)} GiB, but one tensor on the ${name} backend ` +
+        `holds at most ${gib(mem.tensorBytes)} GiB (${mem.where}): use another backend`,
+    );
+  }
 }
 
 export { tf };

@@ -11,7 +11,7 @@
  *
  * @module
  */
-import { assertBackendRoom, tf } from './backend.ts';
+import { assertBackendRoom, backendOnHost, tf } from './backend.ts';
 import { isIgnorableTensor, parameterShapes, ropeInvFreq, type LlamaConfig } from './config.ts';
 import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
@@ -263,8 +263,13 @@ export class CausalLM {
     if (opts.valueHead || tensors[valueHeadName])
       shapes.push([valueHeadName, [1, config.hidden_size]]);
     checkTensors(config, new Map(shapes), tensors, { source: opts.source, partial: false });
-    const count = shapes.reduce((n, [, shape]) => n + shape.reduce((a, b) => a * b, 1), 0);
-    assertBackendRoom(4 * count, `a model of ${(count / 1e6).toFixed(0)}M parameters`);
+    const sizes = shapes.map(([, shape]) => shape.reduce((a, b) => a * b, 1));
+    const count = sizes.reduce((n, s) => n + s, 0);
+    assertBackendRoom(
+      4 * count,
+      `a model of ${(count / 1e6).toFixed(0)}M parameters`,
+      4 * Math.max(0, ...sizes),
+    );
     const params = new Map<string, tf.Variable>();
     const serial = ++modelSerial;
     for (const [name, shape] of shapes) {
@@ -360,8 +365,9 @@ export class CausalLM {
     const positions =
       opts.positions ??
       (tf.tile(tf.reshape(tf.range(Tp, Tk, 1, 'int32'), [1, T]), [B, 1]) as tf.Tensor2D);
-    // Without a cache to read (training, scoring, prefill), attention runs as one fused op.
-    const fused = !past;
+    // Without a cache to read (training, scoring, prefill), attention runs as one fused op in JS
+    // loops where tensors live in host memory; on a GPU it is composed from the backend's kernels.
+    const fused = !past && backendOnHost();
     const flatPos = tf.reshape(positions, [-1]);
     const cosShape = fused ? [B, T, hd] : [B, 1, T, hd];
     const cos = tf.reshape(tf.gather(this.cos, flatPos), cosShape);

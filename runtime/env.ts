@@ -70,6 +70,9 @@ const envJson = (raw: string, name: string): Record<string, string> => {
   return v as Record<string, string>;
 };
 
+/** The TF.js backends `RTJOB_TF_BACKEND` may name (`model/backend.ts` starts them). */
+export const tfBackendNames = ['webgpu', 'wasm', 'cpu'] as const;
+
 const v = <T>(parse: EnvVar<T>['parse'], doc: string, internal?: true): EnvVar<T> =>
   internal ? { parse, doc, internal } : { parse, doc };
 
@@ -109,8 +112,8 @@ export const envVars = {
     "workers' TypeScript transform cache (default `$TMPDIR/rtjob-ts-cache-<uid>`)",
   ),
   RTJOB_TF_BACKEND: v(
-    oneOf('wasm', 'cpu', 'tensorflow'),
-    'TF.js backend (default: tfjs-node when installed, else wasm)',
+    oneOf(...tfBackendNames),
+    'TF.js backend for every process of a job: `webgpu`, `wasm` or `cpu` (default: webgpu on a hardware GPU adapter, else wasm)',
   ),
   RTJOB_QUIET_BACKEND: v(flag, '`1`: do not print which TF.js backend started'),
   RTJOB_DEBUG: v(flag, '`1`: the CLI prints stack traces with its errors (as `--verbose` does)'),
