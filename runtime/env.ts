@@ -113,7 +113,7 @@ export const envVars = {
   ),
   RTJOB_TF_BACKEND: v(
     oneOf(...tfBackendNames),
-    'TF.js backend for every process of a job: `webgpu`, `wasm` or `cpu` (default: webgpu on a hardware GPU adapter, else wasm)',
+    'TF.js backend for every process of a job: `webgpu`, `wasm` or `cpu` (default: wasm)',
   ),
   RTJOB_QUIET_BACKEND: v(flag, '`1`: do not print which TF.js backend started'),
   RTJOB_DEBUG: v(flag, '`1`: the CLI prints stack traces with its errors (as `--verbose` does)'),

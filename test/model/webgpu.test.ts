@@ -1,0 +1,94 @@
+/**
+ * The `webgpu` backend on SwiftShader, the software Vulkan driver of Debian's chromium package
+ * (`.ci/run` installs it): it starts when named, is never chosen automatically, fails a
+ * synchronous read clearly, and runs the tiny checkpoint as the cpu backend does. Each case runs
+ * in a child process, since the Vulkan loader's path must be set when a process starts.
+ */
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { swiftShaderEnv } from '../../model/backends/webgpu/dawn.ts';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+const swiftShader = swiftShaderEnv();
+
+function node(
+  args: string[],
+  env: Record<string, string | undefined>,
+  timeoutMs = 120_000,
+): { out: string; err: string; status: number | null } {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', ...args], {
+    cwd: root,
+    env: { ...process.env, RTJOB_QUIET_BACKEND: undefined, RTJOB_TF_BACKEND: undefined, ...env },
+    encoding: 'utf8',
+    timeout: timeoutMs,
+  });
+  return { out: r.stdout, err: r.stderr, status: r.status };
+}
+
+const onWebGpu = `
+import('./model/backend.ts').then(async ({ initBackend, tf }) => {
+  console.log('using', await initBackend());
+  const x = tf.tensor2d([[1, 2], [3, 4]]);
+  const y = tf.matMul(x, x);
+  console.log('data', Array.from(await y.data()).join(','));
+  try { y.dataSync(); } catch (e) { console.log('sync', e.code); }
+  console.log('uploaded', Array.from(tf.tensor1d([1, 2, 3, 4]).dataSync()).join(','));
+}).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })`;
+
+test('webgpu named where Dawn finds no adapter is a one-line error saying how to get one', () => {
+  const r = node(['-e', onWebGpu], {
+    RTJOB_TF_BACKEND: 'webgpu',
+    VK_ICD_FILENAMES: undefined,
+    LD_LIBRARY_PATH: undefined,
+  });
+  assert.is(r.status, 3, r.err);
+  assert.match(r.err, /^ERR TF\.js backend 'webgpu': Dawn found no GPU adapter \(.*SwiftShader/m);
+});
+
+test('on SwiftShader: webgpu starts when named, reads asynchronously, refuses sync reads of GPU data', () => {
+  if (!swiftShader) return console.log('  skipped: no SwiftShader (apt-get install chromium)');
+  const r = node(['-e', onWebGpu], { ...swiftShader, RTJOB_TF_BACKEND: 'webgpu' });
+  assert.is(r.status, 0, r.err);
+  assert.match(r.out, /using webgpu/);
+  assert.match(r.err, /rtjob model: TF\.js backend 'webgpu' \(SwiftShader.*, software\)\n/);
+  assert.match(r.out, /data 7,10,15,22/);
+  assert.match(r.out, /sync WEBGPU_SYNC_READ/);
+  assert.match(r.out, /uploaded 1,2,3,4/);
+});
+
+test('on SwiftShader: the software adapter is never chosen automatically', () => {
+  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  const probe =
+    "import('./model/backends/webgpu/dawn.ts').then(async (d) => { console.log(JSON.stringify(await d.probeWebGpu())); const b = await import('./model/backend.ts'); console.log('auto', await b.backendDrivers.webgpu.auto(), await b.initBackend()); })";
+  const r = node(['-e', probe], swiftShader);
+  assert.is(r.status, 0, r.err);
+  const adapter = JSON.parse(r.out.split('\n')[0]!) as { hardware: boolean; maxTensorBytes: number };
+  assert.is(adapter.hardware, false);
+  assert.ok(adapter.maxTensorBytes >= 2 ** 27, r.out);
+  assert.match(r.out, /auto false wasm/);
+});
+
+test('on SwiftShader: the tiny checkpoint computes on webgpu as on cpu (logits, KV-cache decode, loss, gradients)', () => {
+  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  const r = node(
+    ['test/fixtures/model/backend-parity.ts', 'cpu', 'webgpu'],
+    { ...swiftShader, RTJOB_QUIET_BACKEND: '1' },
+    300_000,
+  );
+  assert.is(r.status, 0, r.err);
+  const p = JSON.parse(r.out.trim().split('\n').pop()!) as {
+    logits: { maxAbsDiff: number; scale: number };
+    decode: { maxAbsDiff: number; scale: number };
+    loss: [number, number];
+    grads: { maxAbsDiff: number; scale: number };
+  };
+  // float32 on both sides; the cpu side runs the fused JS attention, webgpu the composed one.
+  assert.ok(p.logits.scale > 1 && p.logits.maxAbsDiff < 1e-4, JSON.stringify(p));
+  assert.ok(p.decode.scale > 1 && p.decode.maxAbsDiff < 1e-4, JSON.stringify(p));
+  assert.ok(Math.abs(p.loss[0] - p.loss[1]) < 1e-5 * Math.abs(p.loss[0]), JSON.stringify(p));
+  assert.ok(p.grads.scale > 0.1 && p.grads.maxAbsDiff < 1e-4, JSON.stringify(p));
+});
+
+test.run();
