@@ -33,7 +33,7 @@ import('./model/backend.ts').then(async ({ initBackend, tf }) => {
   const x = tf.tensor2d([[1, 2], [3, 4]]);
   const y = tf.matMul(x, x);
   console.log('data', Array.from(await y.data()).join(','));
-  try { y.dataSync(); } catch (e) { console.log('sync', e.code); }
+  try { tf.add(y, 1).dataSync(); } catch (e) { console.log('sync', e.code); }
   console.log('uploaded', Array.from(tf.tensor1d([1, 2, 3, 4]).dataSync()).join(','));
 }).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })`;
 
