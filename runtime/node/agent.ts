@@ -1,7 +1,7 @@
 /**
  * The node agent: one per machine. It registers the machine's resources with the head, starts
- * one worker process per actor the head places here (with rtjob's cached TypeScript loader, the job's env and
- * `CUDA_VISIBLE_DEVICES` for exactly its GPUs), writes each worker's stdout/stderr to log files in
+ * one worker process per actor the head places here (with rtjob's cached TypeScript loader, the job's env and,
+ * on a node that declares GPUs, `CUDA_VISIBLE_DEVICES` for exactly its GPUs), writes each worker's stdout/stderr to log files in
  * the session dir, and reports every exit with its code, signal and last stderr lines.
  *
  * @module
@@ -544,7 +544,9 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       RTJOB_NODE_ID: this.nodeId,
       RTJOB_SESSION_DIR: this.sessionDir,
       RTJOB_WORKER_HOST: this.opts.host ?? '127.0.0.1',
-      CUDA_VISIBLE_DEVICES: m.gpuIds.join(','),
+      // A node that declares GPUs gives each worker exactly its own (none: an empty list); a node
+      // that declares none manages none, and its workers see what the agent sees.
+      ...((this.resources.GPU ?? 0) > 0 ? { CUDA_VISIBLE_DEVICES: m.gpuIds.join(',') } : {}),
       ...((this.opts.reconnectMs ?? 0) > 0
         ? { RTJOB_HEAD_RECONNECT_MS: String(this.opts.reconnectMs) }
         : {}),

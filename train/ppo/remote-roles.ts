@@ -1,12 +1,14 @@
 /**
  * Places the roles through the runtime: each role is an actor in its own worker process, with the
- * resources its flags ask for, and ASYNC_NUM_TASKS / ASYNC_QUEUE_SIZE in every worker's env.
+ * resources its flags ask for, and ASYNC_NUM_TASKS / ASYNC_QUEUE_SIZE (and the driver's
+ * RTJOB_TF_BACKEND) in every worker's env.
  *
  * @module
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { actorInfo, defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
+import { readEnv } from '../../runtime/env.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import type { ActorHandle, CallOptions, RemoteMethod } from '../../runtime/handles.ts';
 import type { Critic } from '../../roles/critic.ts';
@@ -82,10 +84,13 @@ const rolloutMaxRestarts = 3;
 export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
   await init();
   const inits = roleInits(o, totalSteps);
+  const backend = readEnv('RTJOB_TF_BACKEND');
   const env = {
     ASYNC_NUM_TASKS: String(o.asyncNumTasks),
     ASYNC_QUEUE_SIZE: String(o.asyncQueueSize),
     RTJOB_QUIET_BACKEND: '1',
+    // The driver's choice holds for every role, also on nodes that did not start from its shell.
+    ...(backend ? { RTJOB_TF_BACKEND: backend } : {}),
   };
   const placement = placeRoles(o);
   const pg = placement.bundles.length
