@@ -35,7 +35,10 @@ test('RTJOB_TF_BACKEND selects cpu; an unknown value is a one-line error naming 
   assert.match(cpu.err, /rtjob model: TF\.js backend 'cpu'\n/);
   const bad = run({ RTJOB_TF_BACKEND: 'tensorflow' });
   assert.is(bad.status, 3);
-  assert.match(bad.err, /^ERR RTJOB_TF_BACKEND: expected one of webgpu, wasm, cpu, got 'tensorflow'$/m);
+  assert.match(
+    bad.err,
+    /^ERR RTJOB_TF_BACKEND: expected one of webgpu, wasm, cpu, got 'tensorflow'$/m,
+  );
 });
 
 test('tensors that would not fit the 4 GiB wasm heap are refused with a clear error before allocation', async () => {

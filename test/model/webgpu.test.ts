@@ -64,7 +64,10 @@ test('on SwiftShader: the software adapter is never chosen automatically', () =>
     "import('./model/backends/webgpu/dawn.ts').then(async (d) => { console.log(JSON.stringify(await d.probeWebGpu())); const b = await import('./model/backend.ts'); console.log('auto', await b.backendDrivers.webgpu.auto(), await b.initBackend()); })";
   const r = node(['-e', probe], swiftShader);
   assert.is(r.status, 0, r.err);
-  const adapter = JSON.parse(r.out.split('\n')[0]!) as { hardware: boolean; maxTensorBytes: number };
+  const adapter = JSON.parse(r.out.split('\n')[0]!) as {
+    hardware: boolean;
+    maxTensorBytes: number;
+  };
   assert.is(adapter.hardware, false);
   assert.ok(adapter.maxTensorBytes >= 2 ** 27, r.out);
   assert.match(r.out, /auto false wasm/);

@@ -117,7 +117,8 @@ function dawn(): Promise<{ gpu: Gpu; adapter: Adapter | null } | undefined> {
     Object.assign(globalThis, mod.globals);
     const g = mod.create([]);
     const nav = (globalThis as { navigator?: { gpu?: unknown } }).navigator;
-    if (!nav) Object.defineProperty(globalThis, 'navigator', { value: { gpu: g }, configurable: true });
+    if (!nav)
+      Object.defineProperty(globalThis, 'navigator', { value: { gpu: g }, configurable: true });
     else if (!nav.gpu) Object.defineProperty(nav, 'gpu', { value: g, configurable: true });
     return { gpu: g, adapter: await g.requestAdapter({ powerPreference: 'high-performance' }) };
   })();
@@ -146,7 +147,9 @@ function describe(adapter: Adapter): WebGpuAdapter {
  *
  * @param opts.quiet skip the probe where no Vulkan loader is installed (the automatic choice)
  */
-export async function probeWebGpu(opts: { quiet?: boolean } = {}): Promise<WebGpuAdapter | undefined> {
+export async function probeWebGpu(
+  opts: { quiet?: boolean } = {},
+): Promise<WebGpuAdapter | undefined> {
   if (opts.quiet && !vulkanLoaderPresent()) return undefined;
   const d = await dawn();
   return d?.adapter ? describe(d.adapter) : undefined;
@@ -223,7 +226,8 @@ export async function registerWebGpu(): Promise<boolean> {
   if (!pkg || !adapter) return false;
   tf.registerBackend('webgpu', async () => {
     const requiredLimits: Record<string, number> = {};
-    for (const k of raisedLimits) if (adapter.limits[k] !== undefined) requiredLimits[k] = adapter.limits[k];
+    for (const k of raisedLimits)
+      if (adapter.limits[k] !== undefined) requiredLimits[k] = adapter.limits[k];
     const requiredFeatures = ['timestamp-query'].filter((f) => adapter.features.has(f));
     const device = await adapter.requestDevice({ requiredFeatures, requiredLimits });
     return new (nodeBackend(pkg.WebGPUBackend))(device, adapter.info);
