@@ -257,6 +257,52 @@ export class ModelTrainer {
     lossFn: (() => tf.Scalar) | (() => { loss: tf.Scalar; extras: tf.Tensor }),
     read?: (extras: Float32Array) => T,
   ): number | { loss: number; extras: T } {
+    const pass = this.backward(lossFn);
+    let out: number | { loss: number; extras: T };
+    try {
+      if (read && pass.extras) {
+        const e = pass.extras;
+        const all = tf.tidy(() => tf.concat([tf.reshape(pass.value, [1]), tf.reshape(e, [-1])]));
+        const values = all.dataSync() as Float32Array;
+        all.dispose();
+        out = { loss: values[0]!, extras: read(values.subarray(1)) };
+      } else out = pass.value.dataSync()[0]!;
+    } catch (e) {
+      pass.grads.forEach((g) => g.dispose());
+      throw e;
+    } finally {
+      pass.value.dispose();
+      pass.extras?.dispose();
+    }
+    this.addGrads(pass.grads);
+    return out;
+  }
+
+  /**
+   * {@link accumulate} that reads the loss asynchronously: the only way on a backend that cannot
+   * read a GPU tensor synchronously (webgpu in Node).
+   */
+  async accumulateAsync(lossFn: () => tf.Scalar): Promise<number> {
+    const pass = this.backward(lossFn);
+    let loss: number;
+    try {
+      loss = ((await pass.value.data()) as Float32Array)[0]!;
+    } catch (e) {
+      pass.grads.forEach((g) => g.dispose());
+      throw e;
+    } finally {
+      pass.value.dispose();
+    }
+    this.addGrads(pass.grads);
+    return loss;
+  }
+
+  /** The loss, its extras and the gradients of `lossFn`, nothing read back yet. */
+  private backward(lossFn: (() => tf.Scalar) | (() => { loss: tf.Scalar; extras: tf.Tensor })): {
+    value: tf.Scalar;
+    extras?: tf.Tensor;
+    grads: Map<string, tf.Tensor>;
+  } {
     const vars = this.names.map((n) => this.model.params.get(n)!);
     let extras: tf.Tensor | undefined;
     const { value, grads } = tf.variableGrads(() => {
@@ -266,23 +312,11 @@ export class ModelTrainer {
       return r.loss;
     }, vars);
     // Gradients are keyed by variable name, which carries a per-model suffix (see llama.ts).
-    const byVar = new Map(Object.entries(grads));
-    let out: number | { loss: number; extras: T };
-    try {
-      if (read && extras) {
-        const e = extras;
-        const all = tf.tidy(() => tf.concat([tf.reshape(value, [1]), tf.reshape(e, [-1])]));
-        const values = all.dataSync() as Float32Array;
-        all.dispose();
-        out = { loss: values[0]!, extras: read(values.subarray(1)) };
-      } else out = value.dataSync()[0]!;
-    } catch (e) {
-      byVar.forEach((g) => g.dispose());
-      throw e;
-    } finally {
-      value.dispose();
-      extras?.dispose();
-    }
+    return { value, grads: new Map(Object.entries(grads)), ...(extras ? { extras } : {}) };
+  }
+
+  /** Adds one pass's gradients (keyed by variable name) to the accumulator. */
+  private addGrads(byVar: Map<string, tf.Tensor>): void {
     for (const n of this.names) {
       const key = this.model.params.get(n)!.name;
       const g = byVar.get(key);
@@ -297,7 +331,6 @@ export class ModelTrainer {
     }
     byVar.forEach((g) => g.dispose());
     this.accCount++;
-    return out;
   }
 
   /**
@@ -334,6 +367,30 @@ export class ModelTrainer {
    * over accumulated micro-batches), clipped by global norm.
    */
   step(opts: { scale?: number } = {}): StepStats {
+    const sq = this.squaredGradNorm();
+    const sum = sq ? sq.dataSync()[0]! : 0;
+    sq?.dispose();
+    return this.update(Math.sqrt(sum), opts.scale);
+  }
+
+  /** {@link step} that reads the gradient norm asynchronously (see {@link accumulateAsync}). */
+  async stepAsync(opts: { scale?: number } = {}): Promise<StepStats> {
+    const sq = this.squaredGradNorm();
+    const sum = sq ? ((await sq.data()) as Float32Array)[0]! : 0;
+    sq?.dispose();
+    return this.update(Math.sqrt(sum), opts.scale);
+  }
+
+  /** The sum of squares of the accumulated gradients (unscaled), or undefined when none. */
+  private squaredGradNorm(): tf.Scalar | undefined {
+    if (!this.acc.size) return undefined;
+    return tf.tidy(() =>
+      tf.addN([...this.acc.values()].map((g) => tf.sum(tf.square(g)))),
+    ) as tf.Scalar;
+  }
+
+  /** The AdamW update, given the norm of the accumulated (unscaled) gradients. */
+  private update(rawNorm: number, scaleOpt: number | undefined): StepStats {
     const o = this.options;
     const lr = learningRate(o, this.stepCount);
     const b1 = o.beta1 ?? 0.9;
@@ -341,13 +398,10 @@ export class ModelTrainer {
     const eps = o.eps ?? 1e-8;
     const wd = o.weightDecay ?? 0;
     const maxNorm = o.maxGradNorm ?? 1.0;
-    const scale = opts.scale ?? (this.accCount ? 1 / this.accCount : 1);
+    const scale = scaleOpt ?? (this.accCount ? 1 / this.accCount : 1);
     const micro = this.accCount;
     const t = this.stepCount + 1;
-    const gradNorm = tf.tidy(() => {
-      const sq = [...this.acc.values()].map((g) => tf.sum(tf.square(g)));
-      return sq.length ? Math.sqrt(tf.addN(sq).dataSync()[0]!) * scale : 0;
-    });
+    const gradNorm = rawNorm * scale;
     const clip = maxNorm > 0 && gradNorm > maxNorm ? maxNorm / (gradNorm + 1e-6) : 1;
     const gs = scale * clip;
     const bc1 = 1 - Math.pow(b1, t);

@@ -18,6 +18,7 @@ import { existsSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { RtjobError } from '../../../runtime/errors.ts';
+import { installWebGpuKernelFixes } from './kernels.ts';
 
 /** The few parts of the WebGPU API used here (the full types live in `@webgpu/types`). */
 interface AdapterInfo {
@@ -210,6 +211,7 @@ const raisedLimits = [
   'maxComputeWorkgroupsPerDimension',
   'maxComputeWorkgroupSizeX',
   'maxComputeInvocationsPerWorkgroup',
+  'maxStorageBuffersPerShaderStage',
 ];
 
 /**
@@ -224,6 +226,7 @@ export async function registerWebGpu(): Promise<boolean> {
   const d = await dawn();
   const adapter = d?.adapter;
   if (!pkg || !adapter) return false;
+  installWebGpuKernelFixes();
   tf.registerBackend('webgpu', async () => {
     const requiredLimits: Record<string, number> = {};
     for (const k of raisedLimits)
