@@ -42,7 +42,12 @@ test('RTJOB_TF_BACKEND selects cpu; an unknown value is a one-line error naming 
 });
 
 test('tensors that would not fit the 4 GiB wasm heap are refused with a clear error before allocation', async () => {
-  const { assertBackendRoom, initBackend, tf } = await import('../../model/backend.ts');
+  const { assertBackendRoom, backendDrivers, initBackend, tf, wasmHeapMaxBytes } = await import(
+    '../../model/backend.ts'
+  );
+  // One memory report per backend: wasm's heap, none for cpu (host memory is not checked).
+  assert.is(backendDrivers.wasm.memory().totalBytes, wasmHeapMaxBytes);
+  assert.is(backendDrivers.cpu.memory().totalBytes, undefined);
   await initBackend('wasm');
   assertBackendRoom(2 ** 30, 'a model of 268M parameters');
   assert.throws(

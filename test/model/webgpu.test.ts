@@ -28,7 +28,7 @@ function node(
 }
 
 const onWebGpu = `
-import('./model/backend.ts').then(async ({ initBackend, tf }) => {
+import('./model/backend.ts').then(async ({ assertBackendRoom, initBackend, tf }) => {
   console.log('using', await initBackend());
   const x = tf.tensor2d([[1, 2], [3, 4]]);
   const y = tf.matMul(x, x);
@@ -37,6 +37,8 @@ import('./model/backend.ts').then(async ({ initBackend, tf }) => {
   console.log('uploaded', Array.from(tf.tensor1d([1, 2, 3, 4]).dataSync()).join(','));
   const many = Array.from({ length: 40 }, (_, i) => tf.scalar(i + 1));
   console.log('addN', (await tf.addN(many).data())[0]);
+  assertBackendRoom(2 ** 40, 'no total limit is reported', 2 ** 20);
+  try { assertBackendRoom(2 ** 34, 'a model of 4295M parameters', 2 ** 34); } catch (e) { console.log('room', e.code, e.message); }
 }).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })`;
 
 test('webgpu named where Dawn finds no adapter is a one-line error saying how to get one', () => {
@@ -60,6 +62,11 @@ test('on SwiftShader: webgpu starts when named, reads asynchronously, refuses sy
   assert.match(r.out, /uploaded 1,2,3,4/);
   // More inputs than storage buffers one shader may bind: summed in groups (kernels.ts).
   assert.match(r.out, /addN 820\n/);
+  // WebGPU reports no total memory, but one tensor must fit one storage-buffer binding.
+  assert.match(
+    r.out,
+    /room BACKEND_MEMORY a model of 4295M parameters has a tensor of 16\.00 GiB, but one tensor on the webgpu backend holds at most \d+\.\d\d GiB/,
+  );
 });
 
 test('on SwiftShader: the software adapter is never chosen automatically', () => {
