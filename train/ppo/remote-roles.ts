@@ -80,18 +80,29 @@ const restartWaitMs = 120_000;
 /** Restarts the runtime gives a rollout's process (`maxRestarts`). */
 const rolloutMaxRestarts = 3;
 
+/**
+ * The variables every role's worker gets: the async knobs, a quiet backend announcement, and the
+ * driver's `RTJOB_TF_BACKEND`, so that its choice holds for every role, also on nodes that did
+ * not start from the driver's shell.
+ */
+export function roleEnv(
+  o: Pick<TrainPpoOptions, 'asyncNumTasks' | 'asyncQueueSize'>,
+  source: Readonly<Record<string, string | undefined>> = process.env,
+): Record<string, string> {
+  const backend = readEnv('RTJOB_TF_BACKEND', source);
+  return {
+    ASYNC_NUM_TASKS: String(o.asyncNumTasks),
+    ASYNC_QUEUE_SIZE: String(o.asyncQueueSize),
+    RTJOB_QUIET_BACKEND: '1',
+    ...(backend ? { RTJOB_TF_BACKEND: backend } : {}),
+  };
+}
+
 /** The roles as actors on the cluster (a local one is started when none runs). */
 export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
   await init();
   const inits = roleInits(o, totalSteps);
-  const backend = readEnv('RTJOB_TF_BACKEND');
-  const env = {
-    ASYNC_NUM_TASKS: String(o.asyncNumTasks),
-    ASYNC_QUEUE_SIZE: String(o.asyncQueueSize),
-    RTJOB_QUIET_BACKEND: '1',
-    // The driver's choice holds for every role, also on nodes that did not start from its shell.
-    ...(backend ? { RTJOB_TF_BACKEND: backend } : {}),
-  };
+  const env = roleEnv(o);
   const placement = placeRoles(o);
   const pg = placement.bundles.length
     ? placementGroup(placement.bundles, { strategy: placement.strategy })
