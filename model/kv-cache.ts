@@ -108,6 +108,36 @@ export function prefill(
   model: CausalLM,
   prompts: number[][],
 ): { cache: BatchKVCache; logits: Float32Array } {
+  const { cache, logits } = prefillPass(model, prompts);
+  try {
+    return { cache, logits: readSync(logits) };
+  } catch (e) {
+    cache.dispose();
+    throw e;
+  }
+}
+
+/**
+ * {@link prefill} that reads the logits asynchronously: the only way on a backend that cannot
+ * read a GPU tensor synchronously (webgpu in Node; see `backendOnHost`).
+ */
+export async function prefillAsync(
+  model: CausalLM,
+  prompts: number[][],
+): Promise<{ cache: BatchKVCache; logits: Float32Array }> {
+  const { cache, logits } = prefillPass(model, prompts);
+  try {
+    return { cache, logits: await read(logits) };
+  } catch (e) {
+    cache.dispose();
+    throw e;
+  }
+}
+
+function prefillPass(
+  model: CausalLM,
+  prompts: number[][],
+): { cache: BatchKVCache; logits: tf.Tensor } {
   const B = prompts.length;
   const T = Math.max(...prompts.map((p) => p.length));
   if (prompts.some((p) => p.length === 0)) throw new Error('prefill: empty prompt');
@@ -123,7 +153,7 @@ export function prefill(
       for (let j = 0; j < T; j++) if (j < padN || j > t) bias[(b * T + t) * T + j] = maskValue;
     }
   });
-  let logits: Float32Array = new Float32Array(0);
+  let logits: tf.Tensor | undefined;
   const layers = tidyLayers(() => {
     const out = model.forward(tf.tensor2d(ids, [B, T], 'int32'), {
       positions: tf.tensor2d(pos, [B, T], 'int32'),
@@ -133,7 +163,7 @@ export function prefill(
       grad: false,
     });
     const last = tf.slice(out.hidden, [0, T - 1, 0], [B, 1, -1]);
-    logits = lmHead(model, last).dataSync() as Float32Array;
+    logits = tf.keep(lmHead(model, last));
     return out.present!;
   });
   return {
@@ -141,8 +171,26 @@ export function prefill(
       layers,
       prompts.map((p) => p.length),
     ),
-    logits,
+    logits: logits!,
   };
+}
+
+/** A tensor's values, read synchronously; the tensor is freed. */
+function readSync(t: tf.Tensor): Float32Array {
+  try {
+    return t.dataSync() as Float32Array;
+  } finally {
+    t.dispose();
+  }
+}
+
+/** A tensor's values, read asynchronously; the tensor is freed. */
+async function read(t: tf.Tensor): Promise<Float32Array> {
+  try {
+    return (await t.data()) as Float32Array;
+  } finally {
+    t.dispose();
+  }
 }
 
 /** `tf.tidy` for a function returning per-layer caches (kept; everything else is freed). */
@@ -159,6 +207,19 @@ function lmHead(model: CausalLM, hidden: tf.Tensor): tf.Tensor {
  * by one column.
  */
 export function decodeStep(model: CausalLM, cache: BatchKVCache, tokens: number[]): Float32Array {
+  return readSync(decodePass(model, cache, tokens));
+}
+
+/** {@link decodeStep} that reads the logits asynchronously (see {@link prefillAsync}). */
+export function decodeStepAsync(
+  model: CausalLM,
+  cache: BatchKVCache,
+  tokens: number[],
+): Promise<Float32Array> {
+  return read(decodePass(model, cache, tokens));
+}
+
+function decodePass(model: CausalLM, cache: BatchKVCache, tokens: number[]): tf.Tensor {
   const B = cache.batchSize;
   if (tokens.length !== B) throw new Error(`decodeStep: ${tokens.length} tokens for ${B} rows`);
   checkSequenceLength(model.config, Math.max(...cache.lens) + 1);
@@ -167,7 +228,7 @@ export function decodeStep(model: CausalLM, cache: BatchKVCache, tokens: number[
   cache.lens.forEach((len, b) => {
     for (let j = 0; j < W - (len + 1); j++) bias[b * W + j] = maskValue;
   });
-  let logits: Float32Array = new Float32Array(0);
+  let logits: tf.Tensor | undefined;
   const layers = tidyLayers(() => {
     const out = model.forward(tf.tensor2d(tokens, [B, 1], 'int32'), {
       positions: tf.tensor2d(cache.lens, [B, 1], 'int32'),
@@ -177,7 +238,7 @@ export function decodeStep(model: CausalLM, cache: BatchKVCache, tokens: number[
       logits: false,
       grad: false,
     });
-    logits = lmHead(model, out.hidden).dataSync() as Float32Array;
+    logits = tf.keep(lmHead(model, out.hidden));
     return out.present!;
   });
   for (const l of cache.layers) {
@@ -186,7 +247,7 @@ export function decodeStep(model: CausalLM, cache: BatchKVCache, tokens: number[
   }
   cache.layers = layers;
   cache.lens = cache.lens.map((l) => l + 1);
-  return logits;
+  return logits!;
 }
 
 /** Logits of the last position of each sequence by recomputing the whole prefix (no cache). */

@@ -7,9 +7,15 @@
  * @module
  */
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
-import { initBackend } from '../../model/backend.ts';
+import { backendOnHost, initBackend } from '../../model/backend.ts';
 import { loadModel, readWeights } from '../../model/checkpoint.ts';
-import { type BatchKVCache, decodeStep, prefill } from '../../model/kv-cache.ts';
+import {
+  type BatchKVCache,
+  decodeStep,
+  decodeStepAsync,
+  prefill,
+  prefillAsync,
+} from '../../model/kv-cache.ts';
 import { CausalLM } from '../../model/llama.ts';
 import {
   sampleToken,
@@ -269,10 +275,11 @@ export class BuiltinEngine implements InferenceEngine {
           const take = Math.min(this.maxPrefill, this.maxBatch - this.running.length);
           const joining = this.pending.splice(0, take);
           try {
-            const { cache, logits } = prefill(
-              model,
-              joining.map((a) => a.prompt),
-            );
+            const prompts = joining.map((a) => a.prompt);
+            // Where tensors live on a GPU (webgpu) they can only be read asynchronously.
+            const { cache, logits } = backendOnHost()
+              ? prefill(model, prompts)
+              : await prefillAsync(model, prompts);
             const V = this.config.vocab_size;
             joining.forEach((a, i) => (a.logits = logits.slice(i * V, (i + 1) * V)));
             if (this.cache) this.cache.append(cache);
@@ -309,7 +316,9 @@ export class BuiltinEngine implements InferenceEngine {
         } else {
           try {
             this.cache!.select(keep);
-            const logits = decodeStep(model, this.cache!, next);
+            const logits = backendOnHost()
+              ? decodeStep(model, this.cache!, next)
+              : await decodeStepAsync(model, this.cache!, next);
             this.running.forEach((a, i) => (a.logits = logits.slice(i * V, (i + 1) * V)));
             this.stats.decodeSteps++;
           } catch (e) {

@@ -1,7 +1,8 @@
 /**
  * The `webgpu` backend on SwiftShader, the software Vulkan driver of Debian's chromium package
  * (`.ci/run` installs it): it starts when named, is never chosen automatically, fails a
- * synchronous read clearly, and runs the tiny checkpoint as the cpu backend does. Each case runs
+ * synchronous read clearly, runs the tiny checkpoint as the cpu backend does, and the builtin
+ * engine generates on it (reading logits asynchronously). Each case runs
  * in a child process, since the Vulkan loader's path must be set when a process starts.
  */
 import { spawnSync } from 'node:child_process';
@@ -109,6 +110,21 @@ test('on SwiftShader: the tiny checkpoint computes on webgpu as on cpu (logits, 
   // A first AdamW step moves a weight by about lr * g / (|g| + eps): where a gradient is near
   // zero, its float32 difference between backends can move that weight by up to lr (1e-3).
   assert.ok(p.paramsAfterAdamW < 1e-3, JSON.stringify(p));
+});
+
+test('on SwiftShader: the builtin engine generates on webgpu the tokens it generates on cpu', () => {
+  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  const r = node(
+    ['test/fixtures/model/engine-parity.ts', 'cpu', 'webgpu'],
+    { ...swiftShader, RTJOB_QUIET_BACKEND: '1' },
+    300_000,
+  );
+  assert.is(r.status, 0, r.err);
+  type Out = { tokens: number[][]; logprobs: number[][] };
+  const p = JSON.parse(r.out.trim().split('\n').pop()!) as { cpu: Out; webgpu: Out };
+  assert.equal(p.webgpu.tokens, p.cpu.tokens);
+  const lp = (o: Out): number[] => o.logprobs.flat();
+  lp(p.cpu).forEach((v, i) => assert.ok(Math.abs(v - lp(p.webgpu)[i]!) < 1e-4, `logprob ${i}`));
 });
 
 test.run();
