@@ -345,7 +345,7 @@ export class ModelTrainer {
     for (const n of this.names) {
       const g = this.acc.get(n);
       grads[n] = g
-        ? (g.dataSync() as Float32Array).slice()
+        ? ((await g.data()) as Float32Array).slice()
         : new Float32Array(this.model.params.get(n)!.size);
     }
     await reduce(grads);
