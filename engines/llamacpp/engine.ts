@@ -85,6 +85,14 @@ export interface LlamaCppEngineOptions {
   weightSync?: LlamaCppWeightSync;
   /** Seed of the engine's sampling stream (requests without their own seed). @default 0 */
   seed?: number;
+  /**
+   * Plain temperature sampling (no top-k/top-p, no top logprobs, not greedy) is done by
+   * llama.cpp's own sampler, which returns the token and its probability under the tempered
+   * distribution (the same quantity as the builtin sampler's logprob) without sending the whole
+   * distribution to JavaScript; seeded, but a different stream from the builtin engine's.
+   * `false`: every request samples with the builtin sampler. @default true
+   */
+  nativeSampling?: boolean;
   /** Version of the initial weights. @default 0 */
   version?: number;
   /** Tokens that always end generation; defaults to the config's eos ids. */
@@ -106,6 +114,12 @@ interface Active {
   stopIds: Set<number>;
   stop: string[];
   rand: () => number;
+  /**
+   * Set: llama.cpp samples natively with this seed (plain temperature sampling, no top-k/top-p,
+   * no alternatives asked): the distribution stays in C++, only the token and its probability
+   * come back. Unset: the full distribution comes back and the builtin sampler draws from it.
+   */
+  native?: number;
   startMs: number;
   done: boolean;
   resolve: (r: GenerateResult) => void;
@@ -205,6 +219,7 @@ export class LlamaCppEngine implements InferenceEngine {
   private readonly maxSequences: number;
   private readonly eos: number[];
   private readonly rand: () => number;
+  private readonly nativeSampling: boolean;
   private readonly ownedDir: string | undefined;
   private readonly gate = new Gate();
   private version: number;
@@ -242,6 +257,7 @@ export class LlamaCppEngine implements InferenceEngine {
     this.opts = opts;
     this.maxSequences = opts.maxSequences ?? 16;
     this.rand = seededRandom(opts.seed ?? 0);
+    this.nativeSampling = opts.nativeSampling ?? true;
     this.version = opts.version ?? 0;
     const eos = opts.eosTokenIds ?? init.config.eos_token_id ?? [];
     this.eos = Array.isArray(eos) ? eos : [eos];
@@ -338,6 +354,20 @@ export class LlamaCppEngine implements InferenceEngine {
     const topN = g.topLogprobs ?? 0;
     if (!Number.isInteger(topN) || topN < 0 || topN > this.maxTopLogprobs)
       return invalid(`generate: topLogprobs must be an integer in [0, ${this.maxTopLogprobs}]`);
+    const sampling: SamplingParams = {
+      temperature: g.temperature ?? 1,
+      topK: g.topK ?? 0,
+      topP: g.topP ?? 1,
+      greedy: g.greedy ?? false,
+    };
+    const plain =
+      this.nativeSampling &&
+      !sampling.greedy &&
+      sampling.temperature > 0 &&
+      (sampling.topK <= 0 || sampling.topK >= this.config.vocab_size) &&
+      sampling.topP >= 1 &&
+      topN === 0;
+    const rand = seed === undefined ? this.rand : seededRandom(seed);
     return new Promise<GenerateResult>((resolve, reject) => {
       const a: Active = {
         sample,
@@ -348,17 +378,13 @@ export class LlamaCppEngine implements InferenceEngine {
         versions: [],
         topN,
         tops: [],
-        sampling: {
-          temperature: g.temperature ?? 1,
-          topK: g.topK ?? 0,
-          topP: g.topP ?? 1,
-          greedy: g.greedy ?? false,
-        },
+        sampling,
         maxNew: Math.min(g.maxNewTokens ?? 256, this.contextSize - req.inputIds.length),
         minNew: g.minNewTokens ?? 0,
         stopIds: new Set([...this.eos, ...(g.stopTokenIds ?? [])]),
         stop: g.stop ?? [],
-        rand: seed === undefined ? this.rand : seededRandom(seed),
+        rand,
+        ...(plain ? { native: Math.floor(rand() * 0x7fffffff) } : {}),
         startMs: performance.now(),
         done: false,
         resolve,
@@ -394,40 +420,62 @@ export class LlamaCppEngine implements InferenceEngine {
     let seqEpoch = -1;
     /** Tokens of prompt + output already in `seq`. */
     let evaluated = 0;
+    let gen: AsyncGenerator<{ token: Token; confidence: number }, void, void> | undefined;
     try {
       while (!a.done) {
         await this.gate.enter();
-        let out: Awaited<ReturnType<LlamaContextSequence['controlledEvaluate']>>;
+        let next: { token: number; logprob: number } | Map<number, number> | undefined;
         try {
           if (a.done) break;
           if (!seq || seqEpoch !== this.epoch) {
             seq = await this.acquireSequence();
             seqEpoch = this.epoch;
             evaluated = 0;
+            gen = undefined;
           }
           // node-llama-cpp brands token ids; rtjob's are plain numbers in [0, vocab).
           const all = a.prompt.concat(a.tokens) as unknown as Token[];
-          const input: ControlledEvaluateInputItem[] = all.slice(evaluated, -1);
-          input.push([
-            all[all.length - 1]!,
-            {
-              generateNext: {
-                probabilities: true,
-                options: { temperature: 1, topK: 0, topP: 1, minP: 0 },
+          if (a.native !== undefined) {
+            // One sampler for the whole generation (its seeded stream goes on from token to token).
+            gen ??= seq.evaluateWithMetadata(
+              all.slice(evaluated),
+              { confidence: true },
+              {
+                temperature: a.sampling.temperature,
+                topK: 0,
+                topP: 1,
+                minP: 0,
+                seed: a.native + a.tokens.length,
+                yieldEogToken: true,
               },
-            },
-          ]);
-          out = await seq.controlledEvaluate(input);
-          evaluated = all.length;
+            );
+            const r = await gen.next();
+            if (r.done) gen = undefined;
+            else next = { token: r.value.token, logprob: Math.log(r.value.confidence) };
+          } else {
+            const input: ControlledEvaluateInputItem[] = all.slice(evaluated, -1);
+            input.push([
+              all[all.length - 1]!,
+              {
+                generateNext: {
+                  probabilities: true,
+                  options: { temperature: 1, topK: 0, topP: 1, minP: 0 },
+                },
+              },
+            ]);
+            const out = await seq.controlledEvaluate(input);
+            next = out[out.length - 1]?.next.probabilities;
+            if (!next)
+              throw new LlamaCppError('LLAMACPP_INVALID', 'llama.cpp returned no distribution');
+          }
+          if (next) evaluated = all.length;
         } finally {
           this.gate.leave();
         }
-        if (a.done) break;
-        const probs = out[out.length - 1]?.next.probabilities;
-        if (!probs)
-          throw new LlamaCppError('LLAMACPP_INVALID', 'llama.cpp returned no distribution');
+        if (a.done || !next) continue;
         this.stats.decodeSteps++;
-        this.step(a, probs);
+        if (next instanceof Map) this.step(a, next);
+        else this.record(a, next.token, next.logprob);
       }
     } catch (e) {
       if (!a.done) {
@@ -435,6 +483,7 @@ export class LlamaCppEngine implements InferenceEngine {
         a.reject(e as Error);
       }
     } finally {
+      if (gen) void gen.return().catch(() => undefined);
       this.running.delete(a);
       // A disposed sequence's id comes back to node-llama-cpp later; keep it for the next request.
       if (seq && seqEpoch === this.epoch && !seq.disposed) this.freeSequences.push(seq);
@@ -458,15 +507,25 @@ export class LlamaCppEngine implements InferenceEngine {
     const logp = new Float32Array(V).fill(-Infinity);
     for (const [t, p] of probs) if (t < V) logp[t] = Math.log(p);
     const { token, logprob } = sampleToken(logp, 0, V, a.sampling, a.rand);
+    const top = a.topN > 0 ? topLogprobs(logp, 0, V, a.sampling.temperature, a.topN) : undefined;
+    this.record(a, token, logprob, top);
+  }
+
+  /** Appends a generated token, tells the listener, and finishes the request when it stops. */
+  private record(a: Active, token: number, logprob: number, top?: TopLogprobs): void {
     a.tokens.push(token);
     a.logprobs.push(logprob);
     a.versions.push(this.version);
-    if (a.topN > 0) a.tops.push(topLogprobs(logp, 0, V, a.sampling.temperature, a.topN));
+    if (top) a.tops.push(top);
     this.stats.generatedTokens++;
     if (a.onTokens) {
       try {
-        const top = a.topN > 0 ? { top: [a.tops[a.tops.length - 1]!] } : {};
-        a.onTokens({ sample: a.sample, tokens: [token], logprobs: [logprob], ...top });
+        a.onTokens({
+          sample: a.sample,
+          tokens: [token],
+          logprobs: [logprob],
+          ...(top ? { top: [top] } : {}),
+        });
       } catch {
         a.onTokens = undefined;
       }

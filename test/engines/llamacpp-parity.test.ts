@@ -10,7 +10,7 @@ import * as assert from 'uvu/assert';
 import { BuiltinEngine } from '../../engines/builtin/index.ts';
 import type { LlamaCppEngine, LlamaCppEngineOptions } from '../../engines/llamacpp/index.ts';
 import type { GenerateRequest, InferenceEngine } from '../../engines/types.ts';
-import { initBackend } from '../../model/backend.ts';
+import { initBackend, tf } from '../../model/backend.ts';
 import { loadModel } from '../../model/checkpoint.ts';
 import { CausalLM } from '../../model/llama.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
@@ -76,6 +76,39 @@ if (missing) {
         assert.equal(t.ids, rb.outputTopLogprobs![i]!.ids);
         assert.ok(maxDiff(t.logprobs, rb.outputTopLogprobs![i]!.logprobs) < 1e-4);
       });
+    }));
+
+  test("plain temperature sampling (llama.cpp's sampler): logprobs of the tempered distribution", () =>
+    both(async (_b, l) => {
+      const T = 0.7;
+      const rs = await Promise.all(
+        [1, 2, 3].map((seed) =>
+          l.generate({ inputIds: prompt, gconfig: { maxNewTokens: 24, temperature: T, seed } }),
+        ),
+      );
+      const again = await l.generate({
+        inputIds: prompt,
+        gconfig: { maxNewTokens: 24, temperature: T, seed: 1 },
+      });
+      assert.equal(again.outputTokens, rs[0]!.outputTokens, 'seeded');
+      assert.not.equal(rs[1]!.outputTokens, rs[0]!.outputTokens);
+      const model = randomModel(config(), 11);
+      try {
+        for (const r of rs) {
+          const ids = prompt.concat(r.outputTokens);
+          const expected = tf.tidy(() => {
+            const logits = model.forward(tf.tensor2d([ids], [1, ids.length], 'int32'), {
+              grad: false,
+            }).logits!;
+            const lp = tf.logSoftmax(tf.div(logits, T)).arraySync() as number[][][];
+            return r.outputTokens.map((t, i) => lp[0]![prompt.length - 1 + i]![t]!);
+          });
+          const d = maxDiff(r.outputLogprobs, expected);
+          assert.ok(d < 1e-4, `max |Δ logprob| ${d}`);
+        }
+      } finally {
+        model.dispose();
+      }
     }));
 
   test('concurrent requests give what each gives alone', () =>
