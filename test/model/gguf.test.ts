@@ -15,6 +15,8 @@ import { resolveConfig, type LlamaConfig } from '../../model/config.ts';
 import {
   GgufError,
   rewriteGgufTensors,
+  toF16,
+  toQ8_0,
   writeGguf,
   type GgufDtype,
   type GgufLayout,
@@ -119,6 +121,46 @@ async function parity(
     m.dispose();
   }
 }
+
+test('f16 encoding rounds to nearest even, keeps signs, infinities, NaN and subnormals', () => {
+  const xs = new Float32Array([
+    0,
+    -0,
+    1,
+    -2.5,
+    65504,
+    65520,
+    1e-8,
+    5.960464477539063e-8,
+    Infinity,
+    NaN,
+    1.0009765625,
+    1.00048828125,
+    1.00146484375,
+  ]);
+  assert.equal(
+    Array.from(toF16(xs)),
+    [
+      0x0000, 0x8000, 0x3c00, 0xc100, 0x7bff, 0x7c00, 0x0000, 0x0001, 0x7c00, 0x7e00, 0x3c01,
+      0x3c00, 0x3c02,
+    ],
+  );
+});
+
+test('q8_0 blocks: an f16 scale max|x|/127 and 32 rounded int8, within half a step of x', () => {
+  const x = new Float32Array(64).map((_, i) => Math.sin(i * 1.7) * (i < 32 ? 0.01 : 3));
+  const q = toQ8_0(x);
+  assert.is(q.length, 2 * 34);
+  const view = new DataView(q.buffer);
+  for (let b = 0; b < 2; b++) {
+    const h = view.getUint16(b * 34, true);
+    const d = (1 + (h & 0x3ff) / 1024) * 2 ** (((h >> 10) & 0x1f) - 15);
+    for (let j = 0; j < 32; j++) {
+      const v = x[b * 32 + j]!;
+      assert.ok(Math.abs(view.getInt8(b * 34 + 2 + j) * d - v) <= d * 0.51 + Math.abs(v) * 1e-3);
+    }
+  }
+});
 
 if (missing) {
   test(`skipped: node-llama-cpp does not load (${missing})`, () => {});
