@@ -73,8 +73,13 @@ export interface LlamaCppEngineOptions {
   dtype?: GgufDtype;
   /** Where to write the GGUF; by default a temporary directory removed by `close`. */
   ggufPath?: string;
-  /** Sequences decoded together (requests beyond wait for one). @default 16 */
+  /**
+   * Sequences decoded together (requests beyond wait for one); lowered so that their KV cache
+   * (`contextSize` tokens each, allocated up front) fits `kvCacheBytes`. @default 16
+   */
   maxSequences?: number;
+  /** Most bytes the KV cache of all sequences may take. @default 4 GiB */
+  kvCacheBytes?: number;
   /** Tokens per sequence (prompt + output). @default min(max_position_embeddings, 4096) */
   contextSize?: number;
   /** CPU threads of llama.cpp; one per owned core is fastest on a loaded machine. @default 1 */
@@ -216,7 +221,8 @@ export class LlamaCppEngine implements InferenceEngine {
   private readonly config: LlamaConfig;
   private readonly opts: LlamaCppEngineOptions;
   private readonly contextSize: number;
-  private readonly maxSequences: number;
+  /** Sequences decoded together (after the KV-cache budget). */
+  readonly maxSequences: number;
   private readonly eos: number[];
   private readonly rand: () => number;
   private readonly nativeSampling: boolean;
@@ -285,6 +291,11 @@ export class LlamaCppEngine implements InferenceEngine {
         opts.contextSize ?? Math.min(config.max_position_embeddings, 4096),
         config.max_position_embeddings,
       );
+      // f32 keys and values (exactness): 2 × layers × kv heads × head_dim × 4 bytes per token.
+      const perToken =
+        2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4;
+      const fit = Math.floor((opts.kvCacheBytes ?? 4 * 2 ** 30) / (perToken * contextSize));
+      opts = { ...opts, maxSequences: Math.max(1, Math.min(opts.maxSequences ?? 16, fit)) };
       const weightSync =
         opts.weightSync ??
         ((opts.gpu ?? false) === false && dtype !== 'q8_0' ? 'inplace' : 'reload');
