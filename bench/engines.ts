@@ -83,6 +83,14 @@ async function bench(name: string, e: InferenceEngine): Promise<Row> {
 }
 
 const rows: Row[] = [];
+const missing = await import('node-llama-cpp').then(
+  () => undefined,
+  (e: unknown) => String(e).split('\n')[0],
+);
+if (missing) {
+  console.log(`engines: skipped, node-llama-cpp does not load (${missing})`);
+  process.exit(0);
+}
 if (withBuiltin) {
   const b = await BuiltinEngine.create({ modelPath: pretrain, eosTokenIds: [] });
   rows.push(await bench(`builtin (${backend})`, b));
