@@ -6,8 +6,9 @@
  * weight sync takes (the trainer's tensors into the engine). llama.cpp runs one thread
  * (`BENCH_ENGINES_THREADS`) and serves f32, bf16 and q8_0 GGUFs. The shipped tiny model by
  * default; `BENCH_ENGINES_PRETRAIN=<dir>` measures that checkpoint (e.g. a Qwen3-0.6B-shaped one
- * from model/random-checkpoint.ts), with `BENCH_ENGINES_REQUESTS` requests (default 64) and the
- * builtin engine skipped when `BENCH_ENGINES_BUILTIN=0`. Writes bench/results/engines.json.
+ * from model/random-checkpoint.ts), with `BENCH_ENGINES_REQUESTS` requests (default 64) of
+ * `BENCH_ENGINES_NEW_TOKENS` (48), the GGUF dtypes of `BENCH_ENGINES_DTYPES` (f32,bf16,q8_0), and
+ * the builtin engine skipped when `BENCH_ENGINES_BUILTIN=0`. Writes bench/results/engines.json.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -25,7 +26,7 @@ const requests = Number(process.env.BENCH_ENGINES_REQUESTS ?? 64);
 const threads = Number(process.env.BENCH_ENGINES_THREADS ?? 1);
 const withBuiltin = process.env.BENCH_ENGINES_BUILTIN !== '0';
 const reps = process.env.BENCH_QUICK === '1' ? 1 : 2;
-const newTokens = 48;
+const newTokens = Number(process.env.BENCH_ENGINES_NEW_TOKENS ?? 48);
 const promptLen = 20;
 const backend = await initBackend();
 const config = readConfig(pretrain);
@@ -62,7 +63,7 @@ interface Row {
 }
 
 async function bench(name: string, e: InferenceEngine): Promise<Row> {
-  await generateAll(e, Math.min(4, requests)); // warm-up
+  await e.generate({ inputIds: prompts[0]!, gconfig: { maxNewTokens: 4 } }); // warm-up
   let best: Row | undefined;
   const weights = readWeights(pretrain);
   for (let r = 0; r < reps; r++) {
@@ -96,7 +97,9 @@ if (withBuiltin) {
   rows.push(await bench(`builtin (${backend})`, b));
   await b.close();
 }
-for (const dtype of ['f32', 'bf16', 'q8_0'] as GgufDtype[]) {
+for (const dtype of (process.env.BENCH_ENGINES_DTYPES ?? 'f32,bf16,q8_0').split(
+  ',',
+) as GgufDtype[]) {
   const l = await LlamaCppEngine.create({
     modelPath: pretrain,
     dtype,
@@ -129,7 +132,7 @@ for (const r of rows) {
 const out = fileURLToPath(new URL('./results/', import.meta.url));
 mkdirSync(out, { recursive: true });
 writeFileSync(
-  `${out}engines.json`,
+  `${out}${process.env.BENCH_ENGINES_PRETRAIN ? 'engines-pretrain' : 'engines'}.json`,
   JSON.stringify({ pretrain, requests, newTokens, promptLen, threads, backend, rows }, null, 2) +
     '\n',
 );
