@@ -432,6 +432,7 @@ export class LlamaCppEngine implements InferenceEngine {
     /** Tokens of prompt + output already in `seq`. */
     let evaluated = 0;
     let gen: AsyncGenerator<{ token: Token; confidence: number }, void, void> | undefined;
+    let ended = false;
     try {
       while (!a.done) {
         await this.gate.enter();
@@ -461,8 +462,15 @@ export class LlamaCppEngine implements InferenceEngine {
               },
             );
             const r = await gen.next();
-            if (r.done) gen = undefined;
-            else next = { token: r.value.token, logprob: Math.log(r.value.confidence) };
+            if (!r.done) next = { token: r.value.token, logprob: Math.log(r.value.confidence) };
+            else if (ended) {
+              // Ended twice with no token between (the context is full): nothing more comes.
+              this.finish(a, 'length');
+            } else {
+              // node-llama-cpp may end a generation after an end-of-generation token; go on.
+              gen = undefined;
+              ended = true;
+            }
           } else {
             const input: ControlledEvaluateInputItem[] = all.slice(evaluated, -1);
             input.push([
@@ -484,6 +492,7 @@ export class LlamaCppEngine implements InferenceEngine {
           this.gate.leave();
         }
         if (a.done || !next) continue;
+        ended = false;
         this.stats.decodeSteps++;
         if (next instanceof Map) this.step(a, next);
         else this.record(a, next.token, next.logprob);
