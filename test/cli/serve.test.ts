@@ -160,7 +160,10 @@ test('rtjob serve: --engine sglang without servers, or servers for the builtin e
         ['--engine', 'vllm', '--engine-url', 'ftp://x'],
         /^rtjob: --engine-url: 'ftp:\/\/x' is not an http\(s\) URL$/,
       ],
-      [['--engine', 'tgi'], /^rtjob: --engine: expected builtin, llamacpp, sglang or vllm, got 'tgi'$/],
+      [
+        ['--engine', 'tgi'],
+        /^rtjob: --engine: expected builtin, llamacpp, sglang or vllm, got 'tgi'$/,
+      ],
     ] as const) {
       const r = await sb.run(['serve', '--pretrain', model, '--port', '0', ...args]);
       assert.is(r.code, 2);
