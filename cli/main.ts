@@ -211,14 +211,19 @@ program
     'hermes',
   )
   .option('--max-tokens <n>', 'completion cap and default max_tokens (default: the context length)')
-  .option('--engine <name>', 'what generates: builtin, sglang, vllm', 'builtin')
+  .option('--engine <name>', 'what generates: builtin, llamacpp, sglang, vllm', 'builtin')
+  .option(
+    '--rollout-dtype <type>',
+    'GGUF element type for --engine llamacpp: f32, f16, bf16, q8_0',
+    'f32',
+  )
   .option(
     '--engine-url <urls>',
     'comma-separated SGLang/vLLM servers already serving --pretrain (for --engine sglang|vllm)',
   )
   .addHelpText(
     'after',
-    '\nExamples:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000\n  rtjob serve --pretrain /shared/policy --engine sglang --engine-url http://gpu-host:30000',
+    '\nExamples:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000\n  rtjob serve --pretrain ./ckpt/JOB --engine llamacpp --rollout-dtype bf16\n  rtjob serve --pretrain /shared/policy --engine sglang --engine-url http://gpu-host:30000',
   )
   .action((o) => serveCommand(o));
 

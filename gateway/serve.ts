@@ -34,7 +34,9 @@ export interface ServeOptions {
   /** Seed of the sampling stream (builtin). @default 0 */
   seed?: number;
   /** What generates: the builtin engine, or the servers of `engineUrls`. @default 'builtin' */
-  engine?: 'builtin' | 'sglang' | 'vllm';
+  engine?: 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
+  /** GGUF element type of the `llamacpp` engine. @default 'f32' */
+  rolloutDtype?: 'f32' | 'f16' | 'bf16' | 'q8_0';
   /** SGLang or vLLM servers serving the model in `pretrain` (their own checkpoint of it). */
   engineUrls?: string[];
 }
@@ -51,6 +53,15 @@ async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
   if (kind === 'builtin') {
     if (o.engineUrls?.length) throw new RangeError('--engine-url needs --engine sglang or vllm');
     return BuiltinEngine.create({ modelPath: o.pretrain, seed: o.seed ?? 0 });
+  }
+  if (kind === 'llamacpp') {
+    if (o.engineUrls?.length) throw new RangeError('--engine-url needs --engine sglang or vllm');
+    const { LlamaCppEngine } = await import('../engines/llamacpp/index.ts');
+    return LlamaCppEngine.create({
+      modelPath: o.pretrain,
+      seed: o.seed ?? 0,
+      dtype: o.rolloutDtype ?? 'f32',
+    });
   }
   const urls = o.engineUrls ?? [];
   if (urls.length === 0) throw new RangeError(`--engine ${kind} needs --engine-url`);

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import type { GgufDtype } from '../model/gguf/index.ts';
 import {
   copyFileSync,
   existsSync,
@@ -57,7 +58,9 @@ export interface RolloutInit {
   /** Agent file; the built-in single-turn math reward when unset. */
   agentFunc?: string;
   /** @default 'builtin' */
-  engine?: 'builtin' | 'simulated' | 'sglang' | 'vllm';
+  engine?: 'builtin' | 'simulated' | 'sglang' | 'vllm' | 'llamacpp';
+  /** Element type of the `llamacpp` engine's GGUF (f32 reproduces the trainer's tokens). @default 'f32' */
+  rolloutDtype?: GgufDtype;
   /** Server URLs of an `sglang` / `vllm` engine (requests are routed across them by load). */
   engineUrls?: string[];
   /**
@@ -235,6 +238,18 @@ export class Rollout {
       return this.init.simulated ? simulatedEngine(this.init.simulated) : new SimulatedEngine();
     if (engine === 'builtin')
       return BuiltinEngine.create({ modelPath: pretrain, seed: this.init.seed ?? 0 });
+    if (engine === 'llamacpp') {
+      const { LlamaCppEngine } = await import('../engines/llamacpp/index.ts');
+      const maxConcurrent = this.init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
+      return LlamaCppEngine.create({
+        modelPath: pretrain,
+        seed: this.init.seed ?? 0,
+        dtype: this.init.rolloutDtype ?? 'f32',
+        // One llama.cpp sequence per episode in flight, each as long as an episode may grow.
+        maxSequences: Math.min(maxConcurrent, 64),
+        contextSize: this.init.promptMaxLen + this.init.generateMaxLen * 4,
+      });
+    }
     const urls = this.init.engineUrls ?? [];
     if (urls.length === 0)
       throw new RangeError(`engine ${engine} needs server URLs (--engine-url)`);

@@ -22,6 +22,7 @@ export interface ServeFlags {
   maxTokens?: string;
   engine: string;
   engineUrl?: string;
+  rolloutDtype?: string;
 }
 
 const shipped = fileURLToPath(new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url));
@@ -35,9 +36,19 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
   if (maxTokens !== undefined && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
     throw new CliError(`--max-tokens: expected an integer >= 1, got '${f.maxTokens}'`, 2);
   }
-  if (!['builtin', 'sglang', 'vllm'].includes(f.engine))
-    throw new CliError(`--engine: expected builtin, sglang or vllm, got '${f.engine}'`, 2);
-  const engine = f.engine as 'builtin' | 'sglang' | 'vllm';
+  if (!['builtin', 'sglang', 'vllm', 'llamacpp'].includes(f.engine)) {
+    throw new CliError(
+      `--engine: expected builtin, llamacpp, sglang or vllm, got '${f.engine}'`,
+      2,
+    );
+  }
+  const engine = f.engine as 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
+  const rolloutDtype = f.rolloutDtype ?? 'f32';
+  if (!['f32', 'f16', 'bf16', 'q8_0'].includes(rolloutDtype))
+    throw new CliError(
+      `--rollout-dtype: expected f32, f16, bf16 or q8_0, got '${rolloutDtype}'`,
+      2,
+    );
   const urls = engineUrls(f);
   const bad = badEngineUrl(urls);
   if (bad !== undefined) throw new CliError(`--engine-url: '${bad}' is not an http(s) URL`, 2);
@@ -49,6 +60,9 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
       port,
       toolCallParser: f.toolCallParser,
       engine,
+      ...(engine === 'llamacpp'
+        ? { rolloutDtype: rolloutDtype as 'f32' | 'f16' | 'bf16' | 'q8_0' }
+        : {}),
       ...(urls.length ? { engineUrls: urls } : {}),
       ...((f.apiKey ?? readEnv('RTJOB_SERVE_API_KEY'))
         ? { apiKey: f.apiKey ?? readEnv('RTJOB_SERVE_API_KEY') }

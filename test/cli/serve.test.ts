@@ -74,6 +74,35 @@ test('rtjob serve answers the openai client with its own key on loopback, and st
   }
 });
 
+test("rtjob serve --engine llamacpp answers the openai client with the builtin engine's greedy text", async () => {
+  const missing = await import('node-llama-cpp').then(
+    () => undefined,
+    (e: unknown) => String(e),
+  );
+  if (missing) return console.log(`  skipped: node-llama-cpp does not load (${missing})`);
+  const ask = async (engine: string): Promise<string> => {
+    const { child, ready } = serve(['--pretrain', model, '--port', '0', '--engine', engine]);
+    try {
+      const { baseURL, apiKey } = await ready;
+      const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+      const r = await client.chat.completions.create({
+        model: 'model',
+        messages: [{ role: 'user', content: 'What is 2+3?' }],
+        temperature: 0,
+        max_tokens: 16,
+      });
+      return r.choices[0]!.message.content ?? '';
+    } finally {
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.kill('SIGTERM');
+      await exited;
+    }
+  };
+  const [builtin, llamacpp] = [await ask('builtin'), await ask('llamacpp')];
+  assert.ok(llamacpp.length > 0);
+  assert.is(llamacpp, builtin);
+});
+
 for (const [kind, Fake] of [
   ['sglang', FakeSglangServer],
   ['vllm', FakeVllmServer],
@@ -131,7 +160,10 @@ test('rtjob serve: --engine sglang without servers, or servers for the builtin e
         ['--engine', 'vllm', '--engine-url', 'ftp://x'],
         /^rtjob: --engine-url: 'ftp:\/\/x' is not an http\(s\) URL$/,
       ],
-      [['--engine', 'tgi'], /^rtjob: --engine: expected builtin, sglang or vllm, got 'tgi'$/],
+      [
+        ['--engine', 'tgi'],
+        /^rtjob: --engine: expected builtin, llamacpp, sglang or vllm, got 'tgi'$/,
+      ],
     ] as const) {
       const r = await sb.run(['serve', '--pretrain', model, '--port', '0', ...args]);
       assert.is(r.code, 2);

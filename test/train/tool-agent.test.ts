@@ -11,6 +11,7 @@ import { encodeConversation, sftConversations } from '../../train/sft.ts';
 import { agent, evaluate, runCalculator } from '../../examples/tool-agent.ts';
 import { expressionOf, toolConversation } from '../../scripts/tool-warm-start.ts';
 import { arithDataset } from '../../train/data/arith.ts';
+import { llamaCppMissing } from '../engines/llamacpp-fixture.ts';
 import { scriptedEngine, startGateway } from '../gateway/helpers.ts';
 
 // examples/tool-agent.ts (the openai client, a calculator tool) on the shipped tool model: its
@@ -142,45 +143,56 @@ test('one episode: the model calls the calculator, reads 85, answers; one exact-
   }
 });
 
-test('train_ppo runs examples/tool-agent.ts on the shipped tool model and logs the tool-use rate', async () => {
-  const rows: Record<string, number>[] = [];
-  const summary = await trainPpo(
-    [
-      '--in-process',
-      '--pretrain',
-      toolModel,
-      '--agent-func',
-      agentFile,
-      '--rollout-batch-size',
-      '2',
-      '--n-samples-per-prompt',
-      '4',
-      '--train-batch-size',
-      '8',
-      '--micro-train-batch-size',
-      '8',
-      '--max-steps',
-      '2',
-      '--eval-prompts',
-      '4',
-      '--save-path',
-      join(root, 'out'),
-    ],
-    {},
-    { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
-  );
-  assert.is(summary.steps, 2);
-  const steps = rows.filter((r) => r.reward_mean !== undefined);
-  assert.is(steps.length, 2);
-  for (const r of steps) {
-    assert.ok(r.info_used_tool! >= 0 && r.info_used_tool! <= 1, 'tool-use rate logged each step');
-    assert.ok(r.info_turns! >= 1);
-  }
-  assert.ok(
-    summary.evalBefore !== undefined && summary.evalAfter !== undefined,
-    'held-out evaluation ran the agent',
-  );
-  assert.is(summary.episodesFailed, 0);
-});
+const evalBefore: Record<string, number | undefined> = {};
+for (const engine of ['builtin', 'llamacpp']) {
+  test(`train_ppo --engine ${engine} runs examples/tool-agent.ts on the shipped tool model and logs the tool-use rate`, async () => {
+    if (engine === 'llamacpp' && (await llamaCppMissing()))
+      return console.log('  skipped: node-llama-cpp does not load');
+    const rows: Record<string, number>[] = [];
+    const summary = await trainPpo(
+      [
+        '--in-process',
+        '--engine',
+        engine,
+        '--pretrain',
+        toolModel,
+        '--agent-func',
+        agentFile,
+        '--rollout-batch-size',
+        '2',
+        '--n-samples-per-prompt',
+        '4',
+        '--train-batch-size',
+        '8',
+        '--micro-train-batch-size',
+        '8',
+        '--max-steps',
+        '2',
+        '--eval-prompts',
+        '4',
+        '--save-path',
+        join(root, `out-${engine}`),
+      ],
+      {},
+      { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
+    );
+    assert.is(summary.steps, 2);
+    const steps = rows.filter((r) => r.reward_mean !== undefined);
+    assert.is(steps.length, 2);
+    for (const r of steps) {
+      assert.ok(r.info_used_tool! >= 0 && r.info_used_tool! <= 1, 'tool-use rate logged each step');
+      assert.ok(r.info_turns! >= 1);
+    }
+    assert.ok(
+      summary.evalBefore !== undefined && summary.evalAfter !== undefined,
+      'held-out evaluation ran the agent',
+    );
+    assert.is(summary.episodesFailed, 0);
+    // Held-out evaluation decodes greedily: an f32 GGUF gives the builtin engine's episodes.
+    evalBefore[engine] = summary.evalBefore;
+    if (engine === 'llamacpp' && 'builtin' in evalBefore)
+      assert.is(summary.evalBefore, evalBefore.builtin);
+  });
+}
 
 test.run();

@@ -105,7 +105,9 @@ export interface TrainPpoOptions {
   /** Sample episodes kept per step (best, worst, random); 0 keeps none. */
   logSamples: number;
   rolloutNumEngines: number;
-  engine: 'builtin' | 'sglang' | 'vllm';
+  engine: 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
+  /** GGUF element type of `--engine llamacpp`. */
+  rolloutDtype: 'f32' | 'f16' | 'bf16' | 'q8_0';
   engineUrl: string | undefined;
   engineWeightsPath: string;
   /** A rollout that does not answer a health probe in this time is restarted. */
@@ -328,7 +330,13 @@ export const flagTable: readonly Flag[] = [
   ),
   ...under('engines'),
   F('rolloutNumEngines', 'int', 'rollout engines', { min: 1, aliases: ['vllm-num-engines'] }),
-  F('engine', 'string', 'inference engine', { choices: ['builtin', 'sglang', 'vllm'] }),
+  F('engine', 'string', 'inference engine', { choices: ['builtin', 'sglang', 'vllm', 'llamacpp'] }),
+  F(
+    'rolloutDtype',
+    'string',
+    "GGUF element type of --engine llamacpp (f32 gives the trainer's tokens; lower ones are faster)",
+    { choices: ['f32', 'f16', 'bf16', 'q8_0'] },
+  ),
   F(
     'engineUrl',
     'string',
@@ -461,6 +469,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   logSamples: 16,
   rolloutNumEngines: 1,
   engine: 'builtin',
+  rolloutDtype: 'f32',
   engineUrl: undefined,
   engineWeightsPath: '',
   engineHealthTimeoutMs: 60_000,
@@ -551,11 +560,12 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
   }
   if (o.useDecoupledLoss && !o.asyncTrain)
     fail('--use-decoupled-loss', '--use-decoupled-loss applies to --async-train only');
-  if (o.engine !== 'builtin' && !o.engineUrl)
-    fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
+  const local = o.engine === 'builtin' || o.engine === 'llamacpp';
+  if (!local && !o.engineUrl) fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
+  if (o.rolloutDtype !== 'f32' && o.engine !== 'llamacpp')
+    fail('--rollout-dtype', '--rollout-dtype applies to --engine llamacpp only');
   if (o.engineUrl !== undefined) {
-    if (o.engine === 'builtin')
-      fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
+    if (local) fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
     const urls = engineUrls(o);
     const bad = badEngineUrl(urls);
     if (bad !== undefined) fail('--engine-url', `--engine-url: '${bad}' is not an http(s) URL`);

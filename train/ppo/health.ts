@@ -14,7 +14,7 @@ import type { RunContext } from './context.ts';
 /** What rollout `i`'s weights go to, for messages: `builtin`, or the kind and its servers. */
 export function describeEngine(ctx: RunContext, i: number): string {
   const { o } = ctx;
-  if (o.engine === 'builtin') return 'builtin';
+  if (o.engine === 'builtin' || o.engine === 'llamacpp') return o.engine;
   const urls = engineUrls(o).filter((_, k) => k % o.rolloutNumEngines === i);
   return `${o.engine} ${urls.join(',')}`;
 }

@@ -96,7 +96,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
   return {
     rollout: (i: number) => ({
       pretrain: o.pretrain,
-      ...(o.engine !== 'builtin'
+      ...(o.engine === 'llamacpp' ? { engine: o.engine, rolloutDtype: o.rolloutDtype } : {}),
+      ...(o.engine !== 'builtin' && o.engine !== 'llamacpp'
         ? {
             engine: o.engine,
             // Each rollout owns a share of the servers, so a weight update reaches each server once.

@@ -1,0 +1,717 @@
+/**
+ * The llama.cpp inference engine: an HF checkpoint converted to GGUF (`model/gguf`) and run by
+ * `node-llama-cpp` (an optional dependency; its prebuilt CPU build, or a GPU build when asked).
+ *
+ * Every request holds one sequence of a shared llama.cpp context; the sequences' evaluations
+ * issued in the same event-loop turn go into one `llama_decode` (node-llama-cpp batches them), so
+ * concurrent requests are decoded together and a request that arrives joins at the next step.
+ * llama.cpp returns, per step, the full next-token distribution at temperature 1 (flash attention
+ * off and an f32 KV cache, so an f32 GGUF reproduces the TF.js model's logprobs to ~1e-6); the
+ * token is sampled from it here with the same sampler as the builtin engine (`model/sampling.ts`),
+ * so temperature, top-k/top-p, greedy, seeds, logprobs and top logprobs mean exactly what they
+ * mean there.
+ *
+ * New weights are written into the mapped GGUF in place (CPU, f32/f16/bf16: llama.cpp maps the
+ * file shared and computes from the mapping) between decode steps, or the model is reloaded from
+ * the rewritten file (`weightSync: 'reload'`), after which running requests re-evaluate their
+ * tokens on fresh sequences and go on.
+ *
+ * @module
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
+import type {
+  Llama,
+  LlamaContext,
+  LlamaContextSequence,
+  LlamaModel,
+  ControlledEvaluateInputItem,
+  Token,
+} from 'node-llama-cpp';
+import { readConfig, readWeights } from '../../model/checkpoint.ts';
+import type { LlamaConfig } from '../../model/config.ts';
+import {
+  rewriteGgufTensors,
+  writeGguf,
+  type GgufDtype,
+  type GgufLayout,
+} from '../../model/gguf/index.ts';
+import type { CausalLM } from '../../model/llama.ts';
+import {
+  sampleToken,
+  seededRandom,
+  topLogprobs,
+  type SamplingParams,
+} from '../../model/sampling.ts';
+import type { NamedTensors } from '../../model/tensors.ts';
+import { loadTokenizer, type ChatTokenizer } from '../../model/tokenizer.ts';
+import type {
+  GenerateRequest,
+  GenerateResult,
+  InferenceEngine,
+  PauseOptions,
+  StopReason,
+  TopLogprobs,
+  WeightUpdate,
+} from '../types.ts';
+import { LlamaCppError } from './errors.ts';
+
+/** How new weights reach the loaded model. */
+export type LlamaCppWeightSync = 'inplace' | 'reload';
+
+/** Options of {@link LlamaCppEngine.create}. */
+export interface LlamaCppEngineOptions {
+  /** HF model directory (config, safetensors, tokenizer); or pass `model`. */
+  modelPath?: string;
+  /** An already loaded TF.js model whose weights and config to serve (tests, benchmarks). */
+  model?: CausalLM;
+  /** Needed for stop strings; loaded from `modelPath` when present there. */
+  tokenizer?: ChatTokenizer;
+  /** Element type of the GGUF's matrices. f32 reproduces the TF.js model's tokens. @default 'f32' */
+  dtype?: GgufDtype;
+  /** Where to write the GGUF; by default a temporary directory removed by `close`. */
+  ggufPath?: string;
+  /**
+   * Sequences decoded together (requests beyond wait for one); lowered so that their KV cache
+   * (`contextSize` tokens each, allocated up front) fits `kvCacheBytes`. @default 16
+   */
+  maxSequences?: number;
+  /** Most bytes the KV cache of all sequences may take. @default 4 GiB */
+  kvCacheBytes?: number;
+  /** Tokens per sequence (prompt + output). @default min(max_position_embeddings, 4096) */
+  contextSize?: number;
+  /** CPU threads of llama.cpp; one per owned core is fastest on a loaded machine. @default 1 */
+  threads?: number;
+  /** `false`: the CPU build; `'auto'`, `'cuda'`, `'vulkan'`: a GPU build (weights then reload). @default false */
+  gpu?: false | 'auto' | 'cuda' | 'vulkan';
+  /** @default 'inplace' on the CPU with f32/f16/bf16, else 'reload' */
+  weightSync?: LlamaCppWeightSync;
+  /** Seed of the engine's sampling stream (requests without their own seed). @default 0 */
+  seed?: number;
+  /**
+   * Plain temperature sampling (no top-k/top-p, no top logprobs, not greedy) is done by
+   * llama.cpp's own sampler, which returns the token and its probability under the tempered
+   * distribution (the same quantity as the builtin sampler's logprob) without sending the whole
+   * distribution to JavaScript; seeded, but a different stream from the builtin engine's.
+   * `false`: every request samples with the builtin sampler. @default true
+   */
+  nativeSampling?: boolean;
+  /** Version of the initial weights. @default 0 */
+  version?: number;
+  /** Tokens that always end generation; defaults to the config's eos ids. */
+  eosTokenIds?: number[];
+}
+
+interface Active {
+  sample: number;
+  onTokens: GenerateRequest['onTokens'];
+  prompt: number[];
+  tokens: number[];
+  logprobs: number[];
+  versions: number[];
+  topN: number;
+  tops: TopLogprobs[];
+  sampling: SamplingParams;
+  maxNew: number;
+  minNew: number;
+  stopIds: Set<number>;
+  stop: string[];
+  rand: () => number;
+  /**
+   * Set: llama.cpp samples natively with this seed (plain temperature sampling, no top-k/top-p,
+   * no alternatives asked): the distribution stays in C++, only the token and its probability
+   * come back. Unset: the full distribution comes back and the builtin sampler draws from it.
+   */
+  native?: number;
+  startMs: number;
+  done: boolean;
+  resolve: (r: GenerateResult) => void;
+  reject: (e: Error) => void;
+}
+
+type NodeLlamaCpp = typeof import('node-llama-cpp');
+
+let llamaModule: Promise<NodeLlamaCpp> | undefined;
+const llamas = new Map<string, Promise<Llama>>();
+
+/** Loads `node-llama-cpp`, failing with one line that says how to install it. */
+async function nodeLlamaCpp(): Promise<NodeLlamaCpp> {
+  llamaModule ??= import('node-llama-cpp').catch((e: unknown) => {
+    llamaModule = undefined;
+    throw new LlamaCppError(
+      'LLAMACPP_UNAVAILABLE',
+      'the llamacpp engine needs node-llama-cpp: NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install node-llama-cpp@3.21.1',
+      { cause: e },
+    );
+  });
+  return llamaModule;
+}
+
+async function getLlamaFor(gpu: LlamaCppEngineOptions['gpu']): Promise<Llama> {
+  const key = String(gpu ?? false);
+  let p = llamas.get(key);
+  if (!p) {
+    p = nodeLlamaCpp().then((m) =>
+      m.getLlama({
+        build: 'never',
+        gpu: gpu ?? false,
+        logLevel: m.LlamaLogLevel.error,
+        progressLogs: false,
+      }),
+    );
+    p.catch(() => llamas.delete(key));
+    llamas.set(key, p);
+  }
+  return p;
+}
+
+/** Mid-flight work the engine waits on before it changes weights: evaluations in llama.cpp. */
+class Gate {
+  private inflight = 0;
+  private closedFor: Promise<void> | undefined;
+  private openGate: (() => void) | undefined;
+  private drained: (() => void) | undefined;
+
+  /** Waits while closed, then counts one evaluation in. */
+  async enter(): Promise<void> {
+    while (this.closedFor) await this.closedFor;
+    this.inflight++;
+  }
+  leave(): void {
+    if (--this.inflight === 0) this.drained?.();
+  }
+  /** Stops new evaluations and waits for those in flight; `open` admits them again. */
+  async close(): Promise<void> {
+    while (this.closedFor) await this.closedFor;
+    this.closedFor = new Promise<void>((r) => (this.openGate = r));
+    if (this.inflight > 0) await new Promise<void>((r) => (this.drained = r));
+    this.drained = undefined;
+  }
+  open(): void {
+    const r = this.openGate;
+    this.closedFor = undefined;
+    this.openGate = undefined;
+    r?.();
+  }
+}
+
+/**
+ * @example
+ * const engine = await LlamaCppEngine.create({ modelPath: 'model/pretrained/rtjob-tiny-math' });
+ * const r = await engine.generate({ inputIds, gconfig: { maxNewTokens: 32, temperature: 1 } });
+ */
+export class LlamaCppEngine implements InferenceEngine {
+  readonly kind = 'llamacpp';
+  readonly maxTopLogprobs = 20;
+  readonly tokenizer: ChatTokenizer | undefined;
+  /** Where the served GGUF is and how to rewrite it. */
+  readonly layout: GgufLayout;
+  readonly weightSync: LlamaCppWeightSync;
+  /** Counters for benchmarks and tests; `lastSyncMs`: the last weight update's time. */
+  readonly stats = { generatedTokens: 0, decodeSteps: 0, syncs: 0, lastSyncMs: 0 };
+  private readonly llama: Llama;
+  private model: LlamaModel | undefined;
+  private context: LlamaContext | undefined;
+  /** Bumped when the context is replaced (reload, sleep): sequences of older ones are gone. */
+  private epoch = 0;
+  /** Sequences of the current context that no request holds. */
+  private freeSequences: LlamaContextSequence[] = [];
+  private readonly config: LlamaConfig;
+  private readonly opts: LlamaCppEngineOptions;
+  private readonly contextSize: number;
+  /** Sequences decoded together (after the KV-cache budget). */
+  readonly maxSequences: number;
+  private readonly eos: number[];
+  private readonly rand: () => number;
+  private readonly nativeSampling: boolean;
+  private readonly ownedDir: string | undefined;
+  private readonly gate = new Gate();
+  private version: number;
+  private running = new Set<Active>();
+  private slotWaiters: (() => void)[] = [];
+  private heldWaiters: (() => void)[] = [];
+  private idleWaiters: (() => void)[] = [];
+  private paused = false;
+  private sleeping = false;
+  private closed = false;
+
+  private constructor(
+    llama: Llama,
+    model: LlamaModel,
+    context: LlamaContext,
+    init: {
+      config: LlamaConfig;
+      layout: GgufLayout;
+      tokenizer: ChatTokenizer | undefined;
+      ownedDir: string | undefined;
+      contextSize: number;
+      weightSync: LlamaCppWeightSync;
+    },
+    opts: LlamaCppEngineOptions,
+  ) {
+    this.llama = llama;
+    this.model = model;
+    this.context = context;
+    this.config = init.config;
+    this.layout = init.layout;
+    this.tokenizer = init.tokenizer;
+    this.ownedDir = init.ownedDir;
+    this.contextSize = init.contextSize;
+    this.weightSync = init.weightSync;
+    this.opts = opts;
+    this.maxSequences = opts.maxSequences ?? 16;
+    this.rand = seededRandom(opts.seed ?? 0);
+    this.nativeSampling = opts.nativeSampling ?? true;
+    this.version = opts.version ?? 0;
+    const eos = opts.eosTokenIds ?? init.config.eos_token_id ?? [];
+    this.eos = Array.isArray(eos) ? eos : [eos];
+  }
+
+  /** Converts the checkpoint to GGUF, loads it into llama.cpp and returns a ready engine. */
+  static async create(opts: LlamaCppEngineOptions): Promise<LlamaCppEngine> {
+    const llama = await getLlamaFor(opts.gpu);
+    let config: LlamaConfig;
+    let weights: NamedTensors;
+    if (opts.model) {
+      config = opts.model.config;
+      weights = opts.model.exportWeights();
+    } else if (opts.modelPath) {
+      config = readConfig(opts.modelPath);
+      weights = readWeights(opts.modelPath);
+    } else
+      throw new LlamaCppError('LLAMACPP_INVALID', 'LlamaCppEngine: modelPath or model is required');
+    const ownedDir = opts.ggufPath ? undefined : mkdtempSync(join(tmpdir(), 'rtjob-gguf-'));
+    const path = opts.ggufPath ?? join(ownedDir!, 'model.gguf');
+    const dtype = opts.dtype ?? 'f32';
+    try {
+      const layout = writeGguf(path, config, weights, { dtype, tokenizerDir: opts.modelPath });
+      const contextSize = Math.min(
+        opts.contextSize ?? Math.min(config.max_position_embeddings, 4096),
+        config.max_position_embeddings,
+      );
+      // f32 keys and values (exactness): 2 × layers × kv heads × head_dim × 4 bytes per token.
+      const perToken =
+        2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4;
+      const fit = Math.floor((opts.kvCacheBytes ?? 4 * 2 ** 30) / (perToken * contextSize));
+      opts = { ...opts, maxSequences: Math.max(1, Math.min(opts.maxSequences ?? 16, fit)) };
+      const weightSync =
+        opts.weightSync ??
+        ((opts.gpu ?? false) === false && dtype !== 'q8_0' ? 'inplace' : 'reload');
+      const tokenizer =
+        opts.tokenizer ?? (opts.modelPath ? tryTokenizer(opts.modelPath) : undefined);
+      const model = await loadModel(llama, path, opts);
+      const context = await createContext(model, contextSize, opts);
+      return new LlamaCppEngine(
+        llama,
+        model,
+        context,
+        { config, layout, tokenizer, ownedDir, contextSize, weightSync },
+        opts,
+      );
+    } catch (e) {
+      if (ownedDir) rmSync(ownedDir, { recursive: true, force: true });
+      throw e;
+    }
+  }
+
+  getVersion(): number {
+    return this.version;
+  }
+
+  /** Requests generating plus those waiting for a sequence. */
+  get load(): { running: number; pending: number } {
+    return { running: this.running.size, pending: this.slotWaiters.length };
+  }
+
+  generate(req: GenerateRequest): Promise<GenerateResult> {
+    if ((req.gconfig?.n ?? 1) !== 1)
+      return Promise.reject(
+        new LlamaCppError('LLAMACPP_INVALID', 'generate: gconfig.n must be 1; use generateN'),
+      );
+    return this.submit(req, req.gconfig?.seed, 0);
+  }
+
+  async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
+    const n = req.gconfig?.n ?? 1;
+    const seed = req.gconfig?.seed;
+    return Promise.all(
+      Array.from({ length: n }, (_, i) =>
+        this.submit(req, seed === undefined ? undefined : seed + i, i),
+      ),
+    );
+  }
+
+  private submit(
+    req: GenerateRequest,
+    seed: number | undefined,
+    sample: number,
+  ): Promise<GenerateResult> {
+    const invalid = (m: string) => Promise.reject(new LlamaCppError('LLAMACPP_INVALID', m));
+    if (this.closed)
+      return Promise.reject(new LlamaCppError('LLAMACPP_CLOSED', 'LlamaCppEngine is closed'));
+    const g = req.gconfig ?? {};
+    if (!req.inputIds.length) return invalid('generate: inputIds is empty');
+    if (req.inputIds.length >= this.contextSize)
+      return invalid(
+        `generate: prompt of ${req.inputIds.length} tokens leaves no room (context ${this.contextSize})`,
+      );
+    const V = this.config.vocab_size;
+    if (req.inputIds.some((t) => !Number.isInteger(t) || t < 0 || t >= V))
+      return invalid(`generate: inputIds must be integers in [0, ${V})`);
+    if (g.stop?.length && !this.tokenizer)
+      return invalid('generate: stop strings need a tokenizer');
+    const topN = g.topLogprobs ?? 0;
+    if (!Number.isInteger(topN) || topN < 0 || topN > this.maxTopLogprobs)
+      return invalid(`generate: topLogprobs must be an integer in [0, ${this.maxTopLogprobs}]`);
+    const sampling: SamplingParams = {
+      temperature: g.temperature ?? 1,
+      topK: g.topK ?? 0,
+      topP: g.topP ?? 1,
+      greedy: g.greedy ?? false,
+    };
+    const plain =
+      this.nativeSampling &&
+      !sampling.greedy &&
+      sampling.temperature > 0 &&
+      (sampling.topK <= 0 || sampling.topK >= this.config.vocab_size) &&
+      sampling.topP >= 1 &&
+      topN === 0;
+    const rand = seed === undefined ? this.rand : seededRandom(seed);
+    return new Promise<GenerateResult>((resolve, reject) => {
+      const a: Active = {
+        sample,
+        onTokens: req.onTokens,
+        prompt: [...req.inputIds],
+        tokens: [],
+        logprobs: [],
+        versions: [],
+        topN,
+        tops: [],
+        sampling,
+        maxNew: Math.min(g.maxNewTokens ?? 256, this.contextSize - req.inputIds.length),
+        minNew: g.minNewTokens ?? 0,
+        stopIds: new Set([...this.eos, ...(g.stopTokenIds ?? [])]),
+        stop: g.stop ?? [],
+        rand,
+        ...(plain ? { native: Math.floor(rand() * 0x7fffffff) } : {}),
+        startMs: performance.now(),
+        done: false,
+        resolve,
+        reject,
+      };
+      void this.run(a);
+    });
+  }
+
+  /** Waits until `a` may start (not paused, not asleep, a sequence free) and counts it running. */
+  private async admit(a: Active): Promise<void> {
+    for (;;) {
+      if (this.closed) throw new LlamaCppError('LLAMACPP_CLOSED', 'LlamaCppEngine closed');
+      if (this.paused || this.sleeping) await new Promise<void>((r) => this.heldWaiters.push(r));
+      else if (this.running.size >= this.maxSequences)
+        await new Promise<void>((r) => this.slotWaiters.push(r));
+      else {
+        // Taken in the same turn as the check, so requests submitted together cannot overbook.
+        this.running.add(a);
+        return;
+      }
+    }
+  }
+
+  private async run(a: Active): Promise<void> {
+    try {
+      await this.admit(a);
+    } catch (e) {
+      a.reject(e as Error);
+      return;
+    }
+    let seq: LlamaContextSequence | undefined;
+    let seqEpoch = -1;
+    /** Tokens of prompt + output already in `seq`. */
+    let evaluated = 0;
+    let gen: AsyncGenerator<{ token: Token; confidence: number }, void, void> | undefined;
+    let ended = false;
+    try {
+      while (!a.done) {
+        await this.gate.enter();
+        let next: { token: number; logprob: number } | Map<number, number> | undefined;
+        try {
+          if (a.done) break;
+          if (!seq || seqEpoch !== this.epoch) {
+            seq = await this.acquireSequence();
+            seqEpoch = this.epoch;
+            evaluated = 0;
+            gen = undefined;
+          }
+          // node-llama-cpp brands token ids; rtjob's are plain numbers in [0, vocab).
+          const all = a.prompt.concat(a.tokens) as unknown as Token[];
+          if (a.native !== undefined) {
+            // One sampler for the whole generation (its seeded stream goes on from token to token).
+            gen ??= seq.evaluateWithMetadata(
+              all.slice(evaluated),
+              { confidence: true },
+              {
+                temperature: a.sampling.temperature,
+                topK: 0,
+                topP: 1,
+                minP: 0,
+                seed: a.native + a.tokens.length,
+                yieldEogToken: true,
+              },
+            );
+            const r = await gen.next();
+            if (!r.done) next = { token: r.value.token, logprob: Math.log(r.value.confidence) };
+            else if (ended) {
+              // Ended twice with no token between (the context is full): nothing more comes.
+              this.finish(a, 'length');
+            } else {
+              // node-llama-cpp may end a generation after an end-of-generation token; go on.
+              gen = undefined;
+              ended = true;
+            }
+          } else {
+            const input: ControlledEvaluateInputItem[] = all.slice(evaluated, -1);
+            input.push([
+              all[all.length - 1]!,
+              {
+                generateNext: {
+                  probabilities: true,
+                  options: { temperature: 1, topK: 0, topP: 1, minP: 0 },
+                },
+              },
+            ]);
+            const out = await seq.controlledEvaluate(input);
+            next = out[out.length - 1]?.next.probabilities;
+            if (!next)
+              throw new LlamaCppError('LLAMACPP_INVALID', 'llama.cpp returned no distribution');
+          }
+          if (next) evaluated = all.length;
+        } finally {
+          this.gate.leave();
+        }
+        if (a.done || !next) continue;
+        ended = false;
+        this.stats.decodeSteps++;
+        if (next instanceof Map) this.step(a, next);
+        else this.record(a, next.token, next.logprob);
+      }
+    } catch (e) {
+      if (!a.done) {
+        a.done = true;
+        a.reject(e as Error);
+      }
+    } finally {
+      if (gen) void gen.return().catch(() => undefined);
+      this.running.delete(a);
+      // A disposed sequence's id comes back to node-llama-cpp later; keep it for the next request.
+      if (seq && seqEpoch === this.epoch && !seq.disposed) this.freeSequences.push(seq);
+      this.slotWaiters.shift()?.();
+      if (!this.running.size) this.idleWaiters.splice(0).forEach((f) => f());
+    }
+  }
+
+  /** A sequence of the current context with an empty history. */
+  private async acquireSequence(): Promise<LlamaContextSequence> {
+    const reused = this.freeSequences.pop();
+    if (!reused) return this.context!.getSequence();
+    await reused.clearHistory();
+    return reused;
+  }
+
+  /** Samples one token from llama.cpp's temperature-1 distribution and records it. */
+  private step(a: Active, probs: Map<number, number>): void {
+    const V = this.config.vocab_size;
+    // log p is the logits up to a constant, so softmax(log p / T) is the tempered distribution.
+    const logp = new Float32Array(V).fill(-Infinity);
+    for (const [t, p] of probs) if (t < V) logp[t] = Math.log(p);
+    const { token, logprob } = sampleToken(logp, 0, V, a.sampling, a.rand);
+    const top = a.topN > 0 ? topLogprobs(logp, 0, V, a.sampling.temperature, a.topN) : undefined;
+    this.record(a, token, logprob, top);
+  }
+
+  /** Appends a generated token, tells the listener, and finishes the request when it stops. */
+  private record(a: Active, token: number, logprob: number, top?: TopLogprobs): void {
+    a.tokens.push(token);
+    a.logprobs.push(logprob);
+    a.versions.push(this.version);
+    if (top) a.tops.push(top);
+    this.stats.generatedTokens++;
+    if (a.onTokens) {
+      try {
+        a.onTokens({
+          sample: a.sample,
+          tokens: [token],
+          logprobs: [logprob],
+          ...(top ? { top: [top] } : {}),
+        });
+      } catch {
+        a.onTokens = undefined;
+      }
+    }
+    const reason = this.stopReason(a, token);
+    if (reason) this.finish(a, reason);
+  }
+
+  private stopReason(a: Active, token: number): StopReason | undefined {
+    const n = a.tokens.length;
+    if (n >= a.minNew && a.stopIds.has(token)) return 'stop';
+    if (n >= a.minNew && a.stop.length) {
+      const text = this.tokenizer!.decode(a.tokens.slice(-64));
+      if (a.stop.some((s) => text.endsWith(s))) return 'stop';
+    }
+    if (n >= a.maxNew) return 'length';
+    return undefined;
+  }
+
+  private finish(a: Active, reason: StopReason): void {
+    if (a.done) return;
+    a.done = true;
+    a.resolve({
+      outputTokens: a.tokens,
+      outputLogprobs: a.logprobs,
+      outputVersions: a.versions,
+      ...(a.topN > 0 ? { outputTopLogprobs: a.tops } : {}),
+      stopReason: reason,
+      latencyMs: performance.now() - a.startMs,
+    });
+  }
+
+  private abortRunning(): void {
+    for (const a of this.running) this.finish(a, 'abort');
+  }
+
+  /** Waits until no request is generating. */
+  private async idle(): Promise<void> {
+    while (this.running.size) await new Promise<void>((r) => this.idleWaiters.push(r));
+  }
+
+  /**
+   * Stops decoding. `abort` (default) returns running requests now with their partial output and
+   * stop reason `abort`; `wait` lets them finish first. New requests wait for `resume`.
+   */
+  async pause(opts: PauseOptions = {}): Promise<void> {
+    this.paused = true;
+    if ((opts.mode ?? 'abort') === 'wait') {
+      // Requests already admitted finish; only new ones are held.
+      await this.idle();
+    } else this.abortRunning();
+  }
+
+  async resume(): Promise<void> {
+    this.paused = false;
+    this.heldWaiters.splice(0).forEach((f) => f());
+  }
+
+  /**
+   * Writes new weights into the served GGUF between decode steps and tags later tokens with
+   * `version`. In place, the loaded model computes with them at once; with `reload`, the model is
+   * loaded again and running requests re-evaluate their tokens on new sequences. Running
+   * requests keep their KV cache from the old weights (as the builtin engine's rows do).
+   */
+  async updateWeights(update: WeightUpdate, version: number): Promise<void> {
+    if (this.closed) throw new LlamaCppError('LLAMACPP_CLOSED', 'LlamaCppEngine is closed');
+    const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
+    await this.gate.close();
+    const t0 = performance.now();
+    try {
+      rewriteGgufTensors(this.layout, tensors);
+      if (this.weightSync === 'reload' && this.model) await this.reload();
+      this.version = version;
+    } finally {
+      this.stats.syncs++;
+      this.stats.lastSyncMs = performance.now() - t0;
+      this.gate.open();
+    }
+  }
+
+  private async reload(): Promise<void> {
+    await this.context?.dispose();
+    await this.model?.dispose();
+    this.epoch++;
+    this.freeSequences = [];
+    this.context = undefined;
+    this.model = await loadModel(this.llama, this.layout.path, this.opts);
+    this.context = await createContext(this.model, this.contextSize, this.opts);
+  }
+
+  /** Aborts running requests and frees the KV cache; the weights stay mapped. */
+  async sleep(): Promise<void> {
+    if (this.sleeping) return;
+    this.sleeping = true;
+    this.abortRunning();
+    await this.gate.close();
+    try {
+      await this.context?.dispose();
+      this.context = undefined;
+      this.freeSequences = [];
+      this.epoch++;
+    } finally {
+      this.gate.open();
+    }
+  }
+
+  async wakeUp(): Promise<void> {
+    if (!this.sleeping) return;
+    this.context = await createContext(this.model!, this.contextSize, this.opts);
+    this.sleeping = false;
+    this.heldWaiters.splice(0).forEach((f) => f());
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.abortRunning();
+    this.heldWaiters.splice(0).forEach((f) => f());
+    this.slotWaiters.splice(0).forEach((f) => f());
+    await this.gate.close();
+    try {
+      await this.context?.dispose();
+      await this.model?.dispose();
+    } finally {
+      this.context = undefined;
+      this.model = undefined;
+      this.gate.open();
+      if (this.ownedDir) rmSync(this.ownedDir, { recursive: true, force: true });
+    }
+    await yieldToEventLoop();
+  }
+}
+
+function tryTokenizer(dir: string): ChatTokenizer | undefined {
+  try {
+    return loadTokenizer(dir);
+  } catch {
+    return undefined;
+  }
+}
+
+async function loadModel(
+  llama: Llama,
+  path: string,
+  opts: LlamaCppEngineOptions,
+): Promise<LlamaModel> {
+  // CPU: keep the weights in the shared mapping of the file, which in-place updates rewrite.
+  return llama.loadModel({
+    modelPath: path,
+    gpuLayers: (opts.gpu ?? false) === false ? 0 : 'max',
+    useMmap: true,
+  });
+}
+
+async function createContext(
+  model: LlamaModel,
+  contextSize: number,
+  opts: LlamaCppEngineOptions,
+): Promise<LlamaContext> {
+  return model.createContext({
+    contextSize,
+    sequences: opts.maxSequences ?? 16,
+    threads: opts.threads ?? 1,
+    // Exactness: flash attention and an f16 KV cache each move logprobs by ~1e-3 on random models.
+    flashAttention: false,
+    experimentalKvCacheKeyType: 'F32',
+    experimentalKvCacheValueType: 'F32',
+  });
+}

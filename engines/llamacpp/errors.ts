@@ -1,0 +1,22 @@
+/**
+ * Errors of the llama.cpp engine.
+ *
+ * @module
+ */
+import { RtjobError } from '../../runtime/errors.ts';
+
+/** Why the llama.cpp engine failed. */
+export type LlamaCppErrorCode =
+  /** `node-llama-cpp` (an optional dependency) is not installed or its binary does not load. */
+  | 'LLAMACPP_UNAVAILABLE'
+  /** A request or option the engine cannot serve. */
+  | 'LLAMACPP_INVALID'
+  /** The engine was closed. */
+  | 'LLAMACPP_CLOSED';
+
+/** An error of the llama.cpp engine. */
+export class LlamaCppError extends RtjobError<LlamaCppErrorCode> {
+  constructor(code: LlamaCppErrorCode, message: string, opts: { cause?: unknown } = {}) {
+    super(code, message, opts);
+  }
+}

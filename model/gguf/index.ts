@@ -1,0 +1,11 @@
+/** HF → GGUF for llama.cpp. */
+export type { GgufDtype, GgufTensorInfo, GgufValue } from './format.ts';
+export { GgufError, ggufDtypes, encodeTensor, toF16, toQ8_0 } from './format.ts';
+export type { GgufLayout, GgufPlacement, GgufWriteOptions } from './convert.ts';
+export {
+  convertHfToGguf,
+  ggufTensorName,
+  permuteRotary,
+  rewriteGgufTensors,
+  writeGguf,
+} from './convert.ts';

@@ -1,0 +1,26 @@
+import { suite } from 'uvu';
+
+import type { LlamaCppEngine } from '../../engines/llamacpp/index.ts';
+import { builtinPrompt, builtinVocabSize, checkpoints } from './builtin-fixture.ts';
+import { registerConformance } from './conformance.ts';
+import { llamaCppGenerating, llamaCppMissing, tinyLlamaCppEngine } from './llamacpp-fixture.ts';
+
+const test = suite('llamacpp engine conformance');
+const missing = await llamaCppMissing();
+const ckpts = checkpoints();
+let current: LlamaCppEngine | undefined;
+test.after(() => ckpts.cleanup());
+
+if (missing) {
+  test(`skipped: node-llama-cpp does not load (${missing})`, () => {});
+} else {
+  registerConformance(test, async () => (current = await tinyLlamaCppEngine()), {
+    prompt: builtinPrompt,
+    vocabSize: builtinVocabSize,
+    longMaxNewTokens: 150,
+    weightUpdate: ckpts.update,
+    whenGenerating: () => llamaCppGenerating(() => current),
+  });
+}
+
+test.run();

@@ -1,0 +1,209 @@
+/**
+ * The llama.cpp engine against the builtin engine on the same weights: greedy tokens and their
+ * logprobs, seeded samples (both sample with model/sampling.ts from the same distribution), top
+ * logprobs, stop strings; and weights that reach it after a training step, in place and by
+ * reload, in every dtype.
+ */
+import { suite } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { BuiltinEngine } from '../../engines/builtin/index.ts';
+import type { LlamaCppEngine, LlamaCppEngineOptions } from '../../engines/llamacpp/index.ts';
+import type { GenerateRequest, InferenceEngine } from '../../engines/types.ts';
+import { initBackend, tf } from '../../model/backend.ts';
+import { loadModel } from '../../model/checkpoint.ts';
+import { CausalLM } from '../../model/llama.ts';
+import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
+import { llamaCppMissing, tinyLlamaCppEngine } from './llamacpp-fixture.ts';
+
+const test = suite('llamacpp engine vs builtin');
+const missing = await llamaCppMissing();
+const prompt = [3, 5, 7, 9];
+const config = () => tinyLlamaConfig({ max_position_embeddings: 256 });
+
+async function both<T>(
+  fn: (builtin: InferenceEngine, llamacpp: LlamaCppEngine) => Promise<T>,
+  opts: Partial<LlamaCppEngineOptions> = {},
+): Promise<T> {
+  await initBackend('wasm');
+  const model = randomModel(config(), 11);
+  const b = await BuiltinEngine.create({ model, eosTokenIds: [], seed: 3 });
+  const l = await tinyLlamaCppEngine(opts);
+  try {
+    return await fn(b, l);
+  } finally {
+    await b.close();
+    await l.close();
+    model.dispose();
+  }
+}
+
+const maxDiff = (a: number[], b: number[]) => Math.max(0, ...a.map((x, i) => Math.abs(x - b[i]!)));
+
+if (missing) {
+  test(`skipped: node-llama-cpp does not load (${missing})`, () => {});
+} else {
+  test('greedy: f32 GGUF gives the builtin engine tokens, logprobs within 1e-4', () =>
+    both(async (b, l) => {
+      const req: GenerateRequest = {
+        inputIds: prompt,
+        gconfig: { maxNewTokens: 40, greedy: true },
+      };
+      const [rb, rl] = [await b.generate(req), await l.generate(req)];
+      assert.equal(rl.outputTokens, rb.outputTokens);
+      const d = maxDiff(rl.outputLogprobs, rb.outputLogprobs);
+      assert.ok(d < 1e-4, `max |Δ logprob| ${d}`);
+    }));
+
+  test('seeded sampling at temperature 0.8 with top-k/top-p and top logprobs: the builtin samples', () =>
+    both(async (b, l) => {
+      const req: GenerateRequest = {
+        inputIds: prompt,
+        gconfig: {
+          maxNewTokens: 24,
+          temperature: 0.8,
+          topK: 20,
+          topP: 0.95,
+          seed: 77,
+          topLogprobs: 5,
+        },
+      };
+      const [rb, rl] = [await b.generate(req), await l.generate(req)];
+      assert.equal(rl.outputTokens, rb.outputTokens);
+      assert.ok(maxDiff(rl.outputLogprobs, rb.outputLogprobs) < 1e-4);
+      assert.is(rl.outputTopLogprobs!.length, rl.outputTokens.length);
+      rl.outputTopLogprobs!.forEach((t, i) => {
+        assert.equal(t.ids, rb.outputTopLogprobs![i]!.ids);
+        assert.ok(maxDiff(t.logprobs, rb.outputTopLogprobs![i]!.logprobs) < 1e-4);
+      });
+    }));
+
+  test("plain temperature sampling (llama.cpp's sampler): logprobs of the tempered distribution", () =>
+    both(async (_b, l) => {
+      const T = 0.7;
+      const rs = await Promise.all(
+        [1, 2, 3].map((seed) =>
+          l.generate({ inputIds: prompt, gconfig: { maxNewTokens: 24, temperature: T, seed } }),
+        ),
+      );
+      const again = await l.generate({
+        inputIds: prompt,
+        gconfig: { maxNewTokens: 24, temperature: T, seed: 1 },
+      });
+      assert.equal(again.outputTokens, rs[0]!.outputTokens, 'seeded');
+      assert.not.equal(rs[1]!.outputTokens, rs[0]!.outputTokens);
+      const model = randomModel(config(), 11);
+      try {
+        for (const r of rs) {
+          const ids = prompt.concat(r.outputTokens);
+          const expected = tf.tidy(() => {
+            const logits = model.forward(tf.tensor2d([ids], [1, ids.length], 'int32'), {
+              grad: false,
+            }).logits!;
+            const lp = tf.logSoftmax(tf.div(logits, T)).arraySync() as number[][][];
+            return r.outputTokens.map((t, i) => lp[0]![prompt.length - 1 + i]![t]!);
+          });
+          const d = maxDiff(r.outputLogprobs, expected);
+          assert.ok(d < 1e-4, `max |Δ logprob| ${d}`);
+        }
+      } finally {
+        model.dispose();
+      }
+    }));
+
+  test('concurrent requests give what each gives alone', () =>
+    both(async (_b, l) => {
+      const reqs = Array.from({ length: 12 }, (_, i) => ({
+        inputIds: prompt.concat([i]),
+        gconfig: { maxNewTokens: 16, seed: 100 + i },
+      }));
+      const together = await Promise.all(reqs.map((r) => l.generate(r)));
+      for (const [i, r] of reqs.entries()) {
+        const alone = await l.generate(r);
+        assert.equal(together[i]!.outputTokens, alone.outputTokens);
+        assert.ok(maxDiff(together[i]!.outputLogprobs, alone.outputLogprobs) < 1e-4);
+      }
+    }));
+
+  test('stop strings end generation with the shipped tokenizer', async () => {
+    const { LlamaCppEngine } = await import('../../engines/llamacpp/index.ts');
+    const dir = 'model/pretrained/rtjob-tiny-math';
+    const l = await LlamaCppEngine.create({ modelPath: dir, threads: 1 });
+    const { model, tokenizer } = await loadModel(dir);
+    const b = await BuiltinEngine.create({ model, tokenizer });
+    try {
+      const ids = tokenizer!.encode(
+        tokenizer!.applyChatTemplate([{ role: 'user', content: 'What is 2+3?' }]),
+      );
+      const g = { maxNewTokens: 24, greedy: true };
+      const free = await b.generate({ inputIds: ids, gconfig: g });
+      assert.equal(
+        (await l.generate({ inputIds: ids, gconfig: g })).outputTokens,
+        free.outputTokens,
+      );
+      const text = tokenizer!.decode(free.outputTokens);
+      assert.ok(text.length >= 2, text);
+      const stop = text.slice(0, 2);
+      const [rb, rl] = await Promise.all([
+        b.generate({ inputIds: ids, gconfig: { ...g, stop: [stop] } }),
+        l.generate({ inputIds: ids, gconfig: { ...g, stop: [stop] } }),
+      ]);
+      assert.is(rl.stopReason, 'stop');
+      assert.equal(rl.outputTokens, rb.outputTokens);
+    } finally {
+      await l.close();
+      await b.close();
+      model.dispose();
+    }
+  });
+
+  for (const [dtype, weightSync] of [
+    ['f32', 'inplace'],
+    ['f32', 'reload'],
+    ['bf16', 'inplace'],
+    ['q8_0', 'reload'],
+  ] as const) {
+    test(`weights after a step reach a ${dtype} engine (${weightSync}) as a fresh engine on them`, async () => {
+      await initBackend('wasm');
+      const next = randomModel(config(), 12);
+      const tensors = next.exportWeights();
+      const l = await tinyLlamaCppEngine({ dtype, weightSync });
+      const fresh = await tinyLlamaCppEngine({ dtype }, 12);
+      try {
+        const req: GenerateRequest = {
+          inputIds: prompt,
+          gconfig: { maxNewTokens: 20, greedy: true },
+        };
+        const before = await l.generate(req);
+        await l.updateWeights({ kind: 'tensors', tensors }, 1);
+        const after = await l.generate(req);
+        const expect = await fresh.generate(req);
+        assert.is(l.weightSync, weightSync);
+        assert.equal(after.outputTokens, expect.outputTokens);
+        assert.equal(after.outputLogprobs, expect.outputLogprobs);
+        assert.ok(after.outputVersions.every((v) => v === 1));
+        assert.not.equal(before.outputLogprobs, after.outputLogprobs);
+        console.log(`  ${dtype} ${weightSync}: ${l.stats.lastSyncMs.toFixed(1)} ms per sync`);
+      } finally {
+        await l.close();
+        await fresh.close();
+        next.dispose();
+      }
+    });
+  }
+
+  test('a model from CausalLM.init (no tokenizer) serves; close removes its GGUF', async () => {
+    await initBackend('wasm');
+    const m = CausalLM.init(config(), { seed: 1 });
+    const { LlamaCppEngine } = await import('../../engines/llamacpp/index.ts');
+    const { existsSync } = await import('node:fs');
+    const l = await LlamaCppEngine.create({ model: m });
+    m.dispose();
+    assert.ok(existsSync(l.layout.path));
+    await l.generate({ inputIds: prompt, gconfig: { maxNewTokens: 3 } });
+    await l.close();
+    assert.not.ok(existsSync(l.layout.path));
+  });
+}
+
+test.run();
