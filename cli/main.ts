@@ -6,10 +6,12 @@
  * @module
  */
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 
 import { Command, Option } from 'commander';
 
 import { readEnv } from '../runtime/env.ts';
+import { packageRoot } from '../runtime/own-files.ts';
 import { CliError } from './client.ts';
 import { dashboardCommand, startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
 import {
@@ -31,9 +33,9 @@ for (const stream of [process.stdout, process.stderr]) {
     stream.write = (() => true) as typeof stream.write;
   });
 }
-const { version } = JSON.parse(
-  readFileSync(new URL('../package.json', import.meta.url), 'utf8'),
-) as { version: string };
+const { version } = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as {
+  version: string;
+};
 
 const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')

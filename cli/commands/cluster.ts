@@ -7,7 +7,6 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { CliError, headApi, requireEndpoint } from '../client.ts';
 import {
@@ -23,6 +22,7 @@ import { pidAlive } from '../../runtime/pid.ts';
 import { bytes } from '../../runtime/format.ts';
 import { parsePort, table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
 import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
 import { stopOrphanDrivers } from '../../runtime/head/jobs/supervisor.ts';
@@ -30,8 +30,8 @@ import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { ProcessView } from '../../runtime/head/http/contract.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 
-const daemonPath = fileURLToPath(new URL('../daemon.ts', import.meta.url));
-const nodeDaemonPath = fileURLToPath(new URL('../node-daemon.ts', import.meta.url));
+const daemonPath = ownModulePath('../daemon.ts', import.meta.url);
+const nodeDaemonPath = ownModulePath('../node-daemon.ts', import.meta.url);
 
 /** Options of `rtjob start`. */
 export interface StartOptions {
@@ -93,11 +93,15 @@ async function spawnDaemon(
 ): Promise<{ pid: number } & Record<string, unknown>> {
   // The ready file may be a dead head's (its ports are reused); only our child's pid counts.
   const out = openSync(logFile, 'a');
-  const child = spawn(process.execPath, ['--import', tsxImport, script, JSON.stringify(arg)], {
-    detached: true,
-    stdio: ['ignore', out, out],
-    env: process.env,
-  });
+  const child = spawn(
+    process.execPath,
+    [...ownModuleNodeFlags(tsxImport), script, JSON.stringify(arg)],
+    {
+      detached: true,
+      stdio: ['ignore', out, out],
+      env: process.env,
+    },
+  );
   closeSync(out);
   let exited: string | undefined;
   child.on('exit', (code, signal) => {

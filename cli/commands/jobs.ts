@@ -16,6 +16,7 @@ import {
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { SampleView } from '../../runtime/head/http/contract.ts';
 import { builtinEntrypoints, tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
 import {
   CliError,
   type Endpoint,
@@ -171,7 +172,7 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   // `submit -- train_ppo --help` asks for the driver's help, not for a job.
   const builtin = builtinEntrypoints[entrypoint[0]!];
   if (builtin && entrypoint.slice(1).some((a) => a === '--help' || a === '-h')) {
-    const r = spawnSync(process.execPath, ['--import', tsxImport, builtin, '--help'], {
+    const r = spawnSync(process.execPath, [...ownModuleNodeFlags(tsxImport), builtin, '--help'], {
       stdio: 'inherit',
     });
     return r.status ?? 1;

@@ -21,13 +21,13 @@ import {
 } from 'node:fs';
 import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import {
   defaultMaxPackageBytes,
   isPackageHash,
   packagesDir,
   unpackArchive,
 } from '../head/jobs/working-dir.ts';
+import { checkoutNodeFlags, ownModulePath } from '../own-files.ts';
 import { largePageMallocEnv, removeShmFilesOf } from '../client/shm.ts';
 import { readEnv } from '../env.ts';
 import { logger } from '../log.ts';
@@ -135,7 +135,7 @@ interface Running {
   partial: string;
 }
 
-const workerMain = fileURLToPath(new URL('../worker/main.ts', import.meta.url));
+const workerMain = ownModulePath('../worker/main.ts', import.meta.url);
 const loaders = {
   cached: new URL('../worker/ts-loader.mjs', import.meta.url).href,
   tsx: import.meta.resolve('tsx'),
@@ -292,7 +292,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
 
   private workerArgv(): string[] {
     const kind = this.opts.workerLoader ?? readEnv('RTJOB_WORKER_LOADER') ?? 'cached';
-    return ['--import', loaders[kind], workerMain];
+    return [...checkoutNodeFlags, '--import', loaders[kind], workerMain];
   }
 
   /** With `holdProcess: false`, a worker's handles must not keep this process alive. */
