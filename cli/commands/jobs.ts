@@ -3,8 +3,8 @@
  *
  * @module
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline/promises';
 
@@ -219,6 +219,10 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   try {
     const workingDir = o.workingDir ? await uploadWorkingDir(ep, o.workingDir) : undefined;
     const local = isLoopback(new URL(ep.url).hostname);
+    // The upload leaves node_modules out; a machine that has this one links it (package-deps.ts).
+    const nodeModules = o.workingDir ? resolve(o.workingDir, 'node_modules') : undefined;
+    if (nodeModules && existsSync(nodeModules))
+      request.env = { ...request.env, RTJOB_WORKING_DIR_NODE_MODULES: nodeModules };
     const { job } = await headApi(ep).call('POST /api/jobs', {
       body: { ...request, workingDir, ...(workingDir || !local ? {} : { cwd: process.cwd() }) },
     });
