@@ -100,21 +100,26 @@ export async function openReadTarget(opts: {
     '../runtime/head/http/session-server.ts'
   );
   let dir = opts.session;
+  let older: string[] = [];
   if (!dir) {
     const ep = findEndpoint(opts);
     if (ep) return { ep, close: async () => undefined };
-    dir = listSessions(rtjobHome())[0];
+    [dir, ...older] = listSessions(rtjobHome());
     if (!dir) {
       throw new CliError(
         'no cluster is running and no finished session is on this machine: run a job with `rtjob submit -- train_ppo`, or pass --address or --session DIR',
         3,
       );
     }
-    process.stderr.write(`(no cluster running: reading the finished session ${dir})\n`);
+    process.stderr.write(
+      older.length
+        ? `(no cluster running: reading the run history, ${older.length + 1} finished sessions under ${rtjobHome()})\n`
+        : `(no cluster running: reading the finished session ${dir})\n`,
+    );
   }
   if (!isSessionDir(dir))
     throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
-  const s = await serveSession({ sessionDir: dir, dashboard: false });
+  const s = await serveSession({ sessionDir: dir, dashboard: false, olderSessionDirs: older });
   return { ep: { url: s.url, token: s.token }, session: dir, close: () => s.close() };
 }
 

@@ -491,7 +491,7 @@ export async function dashboardCommand(
   const { isSessionDir, listSessions, serveSession } = await import(
     '../../runtime/head/http/session-server.ts'
   );
-  const dir = o.session ?? listSessions(rtjobHome())[0];
+  const [dir, ...older] = o.session ? [o.session] : listSessions(rtjobHome());
   if (!dir)
     throw new CliError(
       'no cluster is running and no finished session is on this machine: start one with `rtjob start --head`, or run a job with `rtjob submit`',
@@ -505,15 +505,20 @@ export async function dashboardCommand(
   } catch (err) {
     throw new CliError((err as Error).message, 2);
   }
-  const s = await serveSession({ sessionDir: dir, port, host: o.host ?? '127.0.0.1' }).catch(
-    (err: NodeJS.ErrnoException) => {
-      if (err.code === 'EADDRINUSE')
-        throw new CliError(`port ${port} is in use: pass --port N (0 picks a free one)`, 2);
-      throw err;
-    },
-  );
+  const s = await serveSession({
+    sessionDir: dir,
+    port,
+    host: o.host ?? '127.0.0.1',
+    olderSessionDirs: older,
+  }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'EADDRINUSE')
+      throw new CliError(`port ${port} is in use: pass --port N (0 picks a free one)`, 2);
+    throw err;
+  });
   process.stderr.write(
-    `serving the finished session ${dir} read-only (no cluster running); Ctrl-C to stop\n`,
+    older.length
+      ? `serving the run history (${older.length + 1} finished sessions under ${rtjobHome()}) read-only (no cluster running); Ctrl-C to stop\n`
+      : `serving the finished session ${dir} read-only (no cluster running); Ctrl-C to stop\n`,
   );
   console.log(`${s.url}/login?token=${encodeURIComponent(s.token)}`);
   await new Promise<void>((resolve) => {

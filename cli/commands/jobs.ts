@@ -17,6 +17,7 @@ import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { SampleView } from '../../runtime/head/http/contract.ts';
 import { builtinEntrypoints, tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
+import { isRtjobError } from '../../runtime/errors.ts';
 import {
   CliError,
   type Endpoint,
@@ -162,6 +163,17 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
   return `pkg://${packed.hash}`;
 }
 
+/** Parses train_ppo's flags here as its driver will, and fails the way it would (exit 2). */
+async function checkTrainPpoFlags(argv: string[], env: Record<string, string>): Promise<void> {
+  const { parseTrainPpoFlags } = await import('../../train/ppo/flags.ts');
+  try {
+    parseTrainPpoFlags(argv, { ...process.env, ...env });
+  } catch (err) {
+    if (isRtjobError(err, 'BAD_FLAG')) throw new CliError(`train_ppo: ${err.message}`, 2, err.code);
+    throw err;
+  }
+}
+
 /** `rtjob submit ... -- ENTRYPOINT...`; resolves to the process exit code. */
 export async function submitCommand(entrypoint: string[], o: SubmitOptions): Promise<number> {
   if (entrypoint.length === 0)
@@ -201,6 +213,9 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
 
   let ep = findEndpoint(o);
   let ephemeral: Awaited<ReturnType<typeof startClusterHead>> | undefined;
+  // A typo should not cost a private cluster (and a session in the run history) to report.
+  if (!ep && entrypoint[0] === 'train_ppo')
+    await checkTrainPpoFlags(entrypoint.slice(1), request.env);
   if (!ep) {
     // No cluster: run this one job on a private local cluster and stop it afterwards.
     const sessionDir = join(rtjobHome(), 'runs', `${Date.now()}-${process.pid}`);
