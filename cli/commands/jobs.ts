@@ -16,7 +16,7 @@ import {
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { SampleView } from '../../runtime/head/http/contract.ts';
 import { builtinEntrypoints, tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
-import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
+import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import {
   CliError,
@@ -282,7 +282,7 @@ async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Pro
     const file = join(sessionDir, `${jobId}.metrics.csv`);
     writeFileSync(file, csv);
     process.stderr.write(
-      `metrics of ${jobId}: ${file} (curves: node --import tsx train/ppo/curves.ts ${file} curve.png)\n`,
+      `metrics of ${jobId}: ${file} (curves: node ${[...ownModuleNodeFlags(tsxImport), ownModulePath('../../train/ppo/curves.ts', import.meta.url)].join(' ')} ${file} curve.png)\n`,
     );
   } catch (err) {
     process.stderr.write(`could not keep the metrics of ${jobId}: ${(err as Error).message}\n`);
