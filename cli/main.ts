@@ -41,7 +41,7 @@ const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
   .version(version, '-V, --version', 'print the version')
   .option('--verbose', 'print stack traces with errors (also RTJOB_DEBUG=1)')
-  .showHelpAfterError()
+  .showHelpAfterError('(rtjob --help lists the commands; rtjob COMMAND --help its options)')
   .addHelpText(
     'after',
     `
@@ -50,7 +50,7 @@ Examples:
   rtjob submit -- train_ppo --agent-func ./agent.ts
   ASYNC_NUM_TASKS=64 rtjob submit --working-dir . -- train_ppo --async-train
   rtjob list; rtjob logs -f JOB; rtjob metrics JOB --csv; rtjob stop-job JOB
-  rtjob stop                                      stop everything start started`,
+  rtjob stop                                      stop what \`rtjob start\` started here`,
   );
 
 const addressOptions = (c: Command) =>
@@ -99,7 +99,7 @@ addressOptions(
 program
   .command('dashboard')
   .description(
-    "print the running dashboard's login link; with no cluster running, serve the latest finished session read-only",
+    "print the running dashboard's login link; with no cluster running, serve the run history (every finished session) read-only",
   )
   .option('--session <dir>', 'serve this finished session dir read-only')
   .option('--port <port>', 'port for a finished session; 0 picks a free one', '8265')
@@ -126,7 +126,10 @@ addressOptions(
     .option('--metadata <json>', 'string labels shown with the job')
     .addHelpText(
       'after',
-      '\nExamples:\n  rtjob submit -- train_ppo --agent-func ./agent.ts\n  rtjob submit --working-dir . --env ASYNC_NUM_TASKS=64 --no-wait -- node train.ts',
+      "\nExamples:\n  rtjob submit -- train_ppo --agent-func ./agent.ts\n  rtjob submit --working-dir . --env ASYNC_NUM_TASKS=64 --no-wait -- node train.ts\n\n--working-dir brings the dir's npm dependencies: its own node_modules on this machine, npm install of its package.json elsewhere.",
+    )
+    .showHelpAfterError(
+      "(the entrypoint's own flags go after --: rtjob submit -- train_ppo --agent-func ./agent.ts)",
     ),
 ).action(async (entrypoint: string[], o) => {
   process.exitCode = await submitCommand(entrypoint, o);
@@ -136,7 +139,7 @@ addressOptions(
 const sessionOption = (c: Command) =>
   addressOptions(c).option(
     '--session <dir>',
-    'read this finished session dir from disk (default, when no cluster runs: the latest one)',
+    'read this finished session dir from disk (default, when no cluster runs: every session under ~/.rtjob)',
   );
 
 sessionOption(

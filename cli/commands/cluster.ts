@@ -203,6 +203,13 @@ export async function startCommand(o: StartOptions): Promise<void> {
   }
   const res = nodeResources(o);
   if (o.address) return joinCommand(o, res);
+  const port = (flag: string, v: string): number => {
+    try {
+      return parsePort(flag, v);
+    } catch (err) {
+      throw new CliError((err as Error).message, 2);
+    }
+  };
 
   const sessionDir = recovering
     ? existing!.sessionDir
@@ -212,8 +219,8 @@ export async function startCommand(o: StartOptions): Promise<void> {
     sessionDir,
     token: o.token,
     host: o.host,
-    port: num('--port', o.port),
-    dashboardPort: num('--dashboard-port', o.dashboardPort),
+    port: port('--port', o.port),
+    dashboardPort: port('--dashboard-port', o.dashboardPort),
   };
   // A taken port is named here in one line, before a daemon starts and fails with its stack.
   for (const [flag, port] of [

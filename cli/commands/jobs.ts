@@ -243,9 +243,15 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
     });
     if (!o.wait && !ephemeral) {
       console.log(job.jobId);
-      process.stderr.write(`submitted ${job.jobId}; follow it with: rtjob logs -f ${job.jobId}\n`);
+      process.stderr.write(
+        `submitted ${job.jobId}; follow it with: rtjob logs -f ${job.jobId}\ndashboard: ${ep.url}/#/jobs/${encodeURIComponent(job.jobId)} (login link: rtjob dashboard)\n`,
+      );
       return 0;
     }
+    if (!o.wait)
+      process.stderr.write(
+        '--no-wait: no cluster is running, and the private one started for this job lives only as long as this command, so it waits (`rtjob start --head` first to submit and return)\n',
+      );
     process.stderr.write(
       `job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop${ephemeral ? '' : ' or detach'})\n`,
     );
@@ -435,6 +441,9 @@ async function showLogs(
   if (o.follow) {
     await api.call('GET /api/jobs/:jobId', { params: { jobId } });
     await tailJobLogs(ep, jobId, (s) => process.stdout.write(s));
+    const job = await api.call('GET /api/jobs/:jobId', { params: { jobId } });
+    const took = job.startedAt && job.endedAt ? ` in ${duration(job.endedAt - job.startedAt)}` : '';
+    process.stderr.write(`job ${jobId} ${job.status}${took}\n`);
     return;
   }
   let offset = 0;
