@@ -387,17 +387,38 @@ async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
     return;
   }
   const now = Date.now();
+  const cut = (s: string, n: number) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+  const num = (v: number | null) => (v === null ? '-' : +v.toFixed(3));
   console.log(
     table(
-      ['JOB', 'STATUS', 'SUBMITTED', 'DURATION', 'EXIT', 'ENTRYPOINT'],
-      jobs.map((j) => [
-        j.jobId,
-        j.status,
-        localTime(j.submittedAt),
-        j.startedAt ? duration((j.endedAt ?? now) - j.startedAt) : '-',
-        j.exitCode ?? '-',
-        j.entrypoint.join(' ').slice(0, 60),
-      ]),
+      [
+        'JOB',
+        'STATUS',
+        'SUBMITTED',
+        'DURATION',
+        'PROGRESS',
+        'HEADLINE',
+        'ENTRYPOINT / WHY IT FAILED',
+      ],
+      jobs.map((j) => {
+        const p = j.progress;
+        const h = p?.headline;
+        // As the dashboard's jobs list: a failed job shows the last line of its message.
+        const why = j.message
+          .split('\n')
+          .map((l) => l.trim())
+          .filter(Boolean)
+          .at(-1);
+        return [
+          j.jobId,
+          j.status,
+          localTime(j.submittedAt),
+          j.startedAt ? duration((j.endedAt ?? now) - j.startedAt) : '-',
+          p && p.step !== null ? `${p.step}${p.totalSteps ? `/${p.totalSteps}` : ''}` : '-',
+          h && h.last !== null ? `${h.name} ${num(h.first)} → ${num(h.last)}` : '-',
+          cut(j.status === 'FAILED' && why ? why : j.entrypoint.join(' '), 70),
+        ];
+      }),
     ),
   );
 }
