@@ -179,7 +179,11 @@ sessionOption(
     .argument('<job>', 'job id')
     .option('--csv', 'every step as CSV')
     .option('--json', 'columns and rows as JSON')
-    .addOption(new Option('--last <n>', 'steps to show in the table').default('20')),
+    .addOption(new Option('--last <n>', 'steps to show in the table').default('20'))
+    .option(
+      '--keys <names>',
+      'table columns: comma-separated names or prefixes, e.g. reward_mean,kl,info/ (default: the key metrics first, as many as fit)',
+    ),
 ).action((job: string, o) => metricsCommand(job, o));
 
 sessionOption(

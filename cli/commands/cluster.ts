@@ -297,7 +297,9 @@ export async function startCommand(o: StartOptions): Promise<void> {
     'Submit a job:        rtjob submit -- train_ppo   (--agent-func FILE.ts for your own agent)',
   );
   console.log(
-    `Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`,
+    isLoopback(o.host)
+      ? `Join another machine: this head listens on ${o.host} only; start it with --host <this machine's address> so that others can join`
+      : `Join another machine: rtjob start --address ${ready.address} --token <the "token" in ${clusterFilePath()}>`,
   );
   console.log('Stop everything:     rtjob stop');
 }

@@ -506,15 +506,27 @@ function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
 /** `rtjob metrics JOB [--csv] [--json]`. */
 export async function metricsCommand(
   jobId: string,
-  o: ReadOptions & { csv?: boolean; json?: boolean; last?: string },
+  o: ReadOptions & { csv?: boolean; json?: boolean; last?: string; keys?: string },
 ): Promise<void> {
   await reading(o, (ep) => showMetrics(ep, jobId, o));
 }
 
+/** Columns a reader looks for first, in this order (when logged). */
+const keyMetrics = [
+  'step',
+  'reward_mean',
+  'eval_accuracy',
+  'kl',
+  'policy_loss',
+  'value_loss',
+  'response_length',
+  'episodes_failed',
+];
+
 async function showMetrics(
   ep: Endpoint,
   jobId: string,
-  o: { csv?: boolean; json?: boolean; last?: string },
+  o: { csv?: boolean; json?: boolean; last?: string; keys?: string },
 ): Promise<void> {
   if (o.csv) {
     process.stdout.write(await metricsCsv(ep, jobId));
@@ -542,16 +554,44 @@ async function showMetrics(
     return;
   }
   const last = Number(o.last ?? 20);
-  const cols = t.columns.filter((c) => c !== 'time');
-  const idx = cols.map((c) => t.columns.indexOf(c));
   const fmt = (v: number | null | undefined) =>
     v === null || v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toPrecision(5);
+  const logged = t.columns.filter((c) => c !== 'time');
+  // --keys: names or prefixes (`info/`); else the key metrics first, then as many as fit.
+  const wanted = o.keys
+    ?.split(',')
+    .map((k) => k.trim())
+    .filter(Boolean);
+  let cols = wanted
+    ? ['step', ...logged.filter((c) => c !== 'step' && wanted.some((k) => c.startsWith(k)))]
+    : [
+        ...keyMetrics.filter((c) => logged.includes(c)),
+        ...logged.filter((c) => !keyMetrics.includes(c)),
+      ];
+  const rows = t.rows.slice(-last);
+  let hidden = 0;
+  if (!wanted) {
+    const room = process.stdout.columns || 160;
+    let width = 0;
+    const fits = cols.filter((c) => {
+      const i = t.columns.indexOf(c);
+      width += Math.max(c.length, ...rows.map((r) => fmt(r[i]).length)) + 2;
+      return width <= room || c === 'step';
+    });
+    hidden = cols.length - fits.length;
+    cols = fits;
+  }
+  const idx = cols.map((c) => t.columns.indexOf(c));
   console.log(
     table(
       cols,
-      t.rows.slice(-last).map((r) => idx.map((i) => fmt(r[i]))),
+      rows.map((r) => idx.map((i) => fmt(r[i]))),
     ),
   );
+  if (hidden > 0)
+    console.log(
+      `(${hidden} more metrics: --keys name,prefix/ picks columns, --csv or --json gives all)`,
+    );
   if (t.rows.length > last) console.log(`(last ${last} of ${t.rows.length} steps; --csv for all)`);
 }
 

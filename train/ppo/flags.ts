@@ -229,7 +229,10 @@ export const flagTable: readonly Flag[] = [
     { min: 0 },
   ),
   ...under('algorithm'),
-  F('advantageEstimator', 'string', 'advantage estimator', { choices: advantageEstimators }),
+  F('advantageEstimator', 'string', 'advantage estimator (grpo = group_norm)', {
+    choices: advantageEstimators,
+    choiceAliases: { grpo: 'group_norm' },
+  }),
   F('noAdvantageStdNorm', 'bool', 'subtract the mean but do not divide by the std'),
   F('gamma', 'float', 'discount', { min: 0 }),
   F('lambd', 'float', 'GAE lambda', { min: 0 }),
