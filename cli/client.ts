@@ -139,7 +139,10 @@ export function headApi(ep: Endpoint): RestClient {
     } catch (err) {
       if (!(err instanceof RestError)) {
         const why = (err as Error & { cause?: Error }).cause?.message ?? (err as Error).message;
-        throw new CliError(`cannot reach the head at ${ep.url}: ${why}`, 3);
+        const hint = /ECONNREFUSED/.test(why)
+          ? ' (no head listens there: on its machine, `rtjob start --head` starts it again and recovers its state)'
+          : '';
+        throw new CliError(`cannot reach the head at ${ep.url}: ${why}${hint}`, 3);
       }
       if (err.status === 401)
         throw new CliError(
