@@ -201,7 +201,7 @@ export function flagParser<O extends object>(
         f.choices && !f.choices.every((c) => f.help.includes(c)) ? ` {${f.choices.join('|')}}` : '';
       const required = f.required ? ' (required)' : '';
       lines.push(
-        `  --${kebab(f.key)}`.padEnd(36) + f.help + choices + shownDefault + required + env,
+        `  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + required + env + choices,
       );
     }
     return lines.join('\n');
