@@ -93,13 +93,18 @@ async function spawnDaemon(
 ): Promise<{ pid: number } & Record<string, unknown>> {
   // The ready file may be a dead head's (its ports are reused); only our child's pid counts.
   const out = openSync(logFile, 'a');
+  // The token goes by environment (readable by this user only), not in argv, which `ps` shows all.
+  const { token, ...rest } = arg as { token?: string };
+  const env = { ...process.env };
+  delete env.RTJOB_TOKEN;
+  if (token) env.RTJOB_TOKEN = token;
   const child = spawn(
     process.execPath,
-    [...ownModuleNodeFlags(tsxImport), script, JSON.stringify(arg)],
+    [...ownModuleNodeFlags(tsxImport), script, JSON.stringify(rest)],
     {
       detached: true,
       stdio: ['ignore', out, out],
-      env: process.env,
+      env,
     },
   );
   closeSync(out);
