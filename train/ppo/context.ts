@@ -289,8 +289,12 @@ export async function finishRun(ctx: RunContext): Promise<RunSummary> {
   const s = ctx.summary;
   const pct = (x: number | undefined): string =>
     x === undefined ? '-' : `${(x * 100).toFixed(1)}%`;
+  const heldOut =
+    s.evalBefore === undefined && s.evalAfter === undefined
+      ? 'no held-out eval'
+      : `held-out accuracy ${pct(s.evalBefore)} -> ${pct(s.evalAfter)}`;
   log.line(
-    `done  ${s.steps} steps in ${s.minutes.toFixed(1)} min; held-out accuracy ${pct(s.evalBefore)} -> ${pct(s.evalAfter)}; ` +
+    `done  ${s.steps} steps in ${s.minutes.toFixed(1)} min; ${heldOut}; ` +
       `reward ${s.rewardFirst?.toFixed(3) ?? '-'} -> ${s.rewardLast?.toFixed(3) ?? '-'}; ${s.episodesFailed} episodes failed (${s.groupsDropped} groups dropped); policy saved to ${s.savePath}`,
   );
   return s;
