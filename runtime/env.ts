@@ -116,7 +116,7 @@ export const envVars = {
   RTJOB_DEBUG: v(flag, '`1`: the CLI prints stack traces with its errors (as `--verbose` does)'),
   RTJOB_WORKING_DIR: v(text, "the job's working dir; workers run in it", true),
   RTJOB_PACKAGE: v(text, "hash of the job's working-dir package, for nodes to fetch it", true),
-  RTJOB_WORKING_DIR_NODE_MODULES: v(
+  RTJOB_SUBMITTER_MODULES: v(
     text,
     "the submitter's `node_modules` for an uploaded working dir: linked on its machine",
     true,

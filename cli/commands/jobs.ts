@@ -237,7 +237,7 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
     // The upload leaves node_modules out; a machine that has this one links it (package-deps.ts).
     const nodeModules = o.workingDir ? resolve(o.workingDir, 'node_modules') : undefined;
     if (nodeModules && existsSync(nodeModules))
-      request.env = { ...request.env, RTJOB_WORKING_DIR_NODE_MODULES: nodeModules };
+      request.env = { ...request.env, RTJOB_SUBMITTER_MODULES: nodeModules };
     const { job } = await headApi(ep).call('POST /api/jobs', {
       body: { ...request, workingDir, ...(workingDir || !local ? {} : { cwd: process.cwd() }) },
     });

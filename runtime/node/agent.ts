@@ -470,7 +470,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     }
     const key = `${m.actorId}:${m.incarnation}`;
     this.fetching.add(key);
-    this.localPackage(hash, m.env.RTJOB_WORKING_DIR_NODE_MODULES).then(
+    this.localPackage(hash, m.env.RTJOB_SUBMITTER_MODULES).then(
       (dir) => {
         if (!this.fetching.delete(key)) return this.startFailed(m, null, 'SIGKILL', []); // stopped meanwhile
         this.spawnWorker({ ...m, env: { ...m.env, RTJOB_WORKING_DIR: dir } });

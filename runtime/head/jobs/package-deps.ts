@@ -7,7 +7,7 @@
  * 1. nothing to do when the package has no `package.json` dependencies, or already has
  *    `node_modules` (an earlier job with the same content);
  * 2. on the submitter's machine, `node_modules` links to the submitter's own (the exact tree the
- *    user ran with; `submit` passes its path as `RTJOB_WORKING_DIR_NODE_MODULES`);
+ *    user ran with; `submit` passes its path as `RTJOB_SUBMITTER_MODULES`);
  * 3. elsewhere, `npm install --omit=dev --prefer-offline` of the `package.json` dependencies, from
  *    the registry that machine reaches (npm's cache first), with its output in the job's log.
  *

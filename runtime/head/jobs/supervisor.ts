@@ -388,7 +388,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
           argv,
           cwd,
           ownModuleNodeFlags(tsxImport),
-          job.env.RTJOB_WORKING_DIR_NODE_MODULES,
+          job.env.RTJOB_SUBMITTER_MODULES,
         );
     } catch (err) {
       this.#finish(job.jobId, 'FAILED', null, `could not start: ${(err as Error).message}`);
