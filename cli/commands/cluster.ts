@@ -408,10 +408,12 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
     }
   }
   removeClusterFile();
+  const what =
+    info.role === 'node' ? `this machine's node agent (joined to ${info.address})` : 'the cluster';
   console.log(
     alive.length
-      ? `stopped the cluster (${alive.length} process${alive.length > 1 ? 'es' : ''})`
-      : 'the cluster was not running; cleaned up',
+      ? `stopped ${what} (${alive.length} process${alive.length > 1 ? 'es' : ''})`
+      : `${what} was not running; cleaned up`,
   );
 }
 
