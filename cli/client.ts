@@ -65,6 +65,12 @@ export function findEndpoint(opts: { address?: string; token?: string }): Endpoi
   }
   const file = readClusterFile({ live: true });
   if (file?.dashboardUrl) return { url: file.dashboardUrl, token: opts.token ?? file.token };
+  // A machine that joined knows the head's runtime address: its HTTP API is on the same host, on
+  // the default dashboard port unless the head was started with another (then pass --address).
+  if (file?.role === 'node') {
+    const host = file.address.replace(/:\d+$/, '');
+    return { url: httpUrl(`${host}:8265`), token: opts.token ?? file.token };
+  }
   return undefined;
 }
 
