@@ -10,6 +10,7 @@ export default tseslint.config(
     ignores: [
       'node_modules/**',
       'runtime/dashboard/dist/**',
+      'dist/**',
       'runtime/dashboard/static/**',
       'bench/results/**',
       'ckpt/**',

@@ -26,6 +26,12 @@ export const defaultMaxTurns = 64;
  */
 export async function loadAgent(file: string, init: WorkflowInit): Promise<Agent> {
   const path = isAbsolute(file) ? file : resolve(process.cwd(), file);
+  if (existsSync(path) && statSync(path).isDirectory()) {
+    throw new AgentLoadError(
+      file,
+      'is a directory: give the agent module itself, e.g. DIR/agent.ts',
+    );
+  }
   if (!existsSync(path) || !statSync(path).isFile()) {
     throw new AgentLoadError(file, 'no such file');
   }
@@ -92,8 +98,15 @@ function pickWorkflow(
     }
     return instance as Workflow;
   }
-  const cls =
-    mod['Workflow'] ?? (typeof mod['default'] === 'function' ? mod['default'] : undefined);
+  const def = mod['default'];
+  // A default-exported function that is no class (async or arrow functions have no prototype).
+  if (mod['Workflow'] === undefined && typeof def === 'function' && def.prototype === undefined) {
+    throw new AgentLoadError(
+      file,
+      'has a default export, which is not how rtjob finds an agent: name it, `export async function agent(sample, env)` (black box), `export async function step(...)`, or `export class Workflow`',
+    );
+  }
+  const cls = mod['Workflow'] ?? (typeof def === 'function' ? def : undefined);
   if (cls === undefined) return undefined;
   if (typeof cls !== 'function') {
     throw new AgentLoadError(file, `\`Workflow\` is a ${typeof cls}, expected a class`);

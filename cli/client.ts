@@ -65,6 +65,12 @@ export function findEndpoint(opts: { address?: string; token?: string }): Endpoi
   }
   const file = readClusterFile({ live: true });
   if (file?.dashboardUrl) return { url: file.dashboardUrl, token: opts.token ?? file.token };
+  // A machine that joined knows the head's runtime address: its HTTP API is on the same host, on
+  // the default dashboard port unless the head was started with another (then pass --address).
+  if (file?.role === 'node') {
+    const host = file.address.replace(/:\d+$/, '');
+    return { url: httpUrl(`${host}:8265`), token: opts.token ?? file.token };
+  }
   return undefined;
 }
 
@@ -100,21 +106,26 @@ export async function openReadTarget(opts: {
     '../runtime/head/http/session-server.ts'
   );
   let dir = opts.session;
+  let older: string[] = [];
   if (!dir) {
     const ep = findEndpoint(opts);
     if (ep) return { ep, close: async () => undefined };
-    dir = listSessions(rtjobHome())[0];
+    [dir, ...older] = listSessions(rtjobHome());
     if (!dir) {
       throw new CliError(
         'no cluster is running and no finished session is on this machine: run a job with `rtjob submit -- train_ppo`, or pass --address or --session DIR',
         3,
       );
     }
-    process.stderr.write(`(no cluster running: reading the finished session ${dir})\n`);
+    process.stderr.write(
+      older.length
+        ? `(no cluster running: reading the run history, ${older.length + 1} finished sessions under ${rtjobHome()})\n`
+        : `(no cluster running: reading the finished session ${dir})\n`,
+    );
   }
   if (!isSessionDir(dir))
     throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
-  const s = await serveSession({ sessionDir: dir, dashboard: false });
+  const s = await serveSession({ sessionDir: dir, dashboard: false, olderSessionDirs: older });
   return { ep: { url: s.url, token: s.token }, session: dir, close: () => s.close() };
 }
 
@@ -134,7 +145,10 @@ export function headApi(ep: Endpoint): RestClient {
     } catch (err) {
       if (!(err instanceof RestError)) {
         const why = (err as Error & { cause?: Error }).cause?.message ?? (err as Error).message;
-        throw new CliError(`cannot reach the head at ${ep.url}: ${why}`, 3);
+        const hint = /ECONNREFUSED/.test(why)
+          ? ' (no head listens there: on its machine, `rtjob start --head` starts it again and recovers its state)'
+          : '';
+        throw new CliError(`cannot reach the head at ${ep.url}: ${why}${hint}`, 3);
       }
       if (err.status === 401)
         throw new CliError(

@@ -19,6 +19,8 @@ import { type ClusterHeadOptions, startClusterHead } from '../runtime/local-clus
 export const headReconnectMs = 10 * 60_000;
 
 const opts = JSON.parse(process.argv[2] ?? '{}') as ClusterHeadOptions;
+// `rtjob start` passes the token by environment, out of `ps`'s sight.
+opts.token ??= readEnv('RTJOB_TOKEN');
 const readyFile = join(opts.sessionDir, 'head.json');
 
 // A head that died without cleaning up left its ports here: take them again so node agents,

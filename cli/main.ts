@@ -6,10 +6,12 @@
  * @module
  */
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 
 import { Command, Option } from 'commander';
 
 import { readEnv } from '../runtime/env.ts';
+import { packageRoot } from '../runtime/own-files.ts';
 import { CliError } from './client.ts';
 import { dashboardCommand, startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
 import {
@@ -31,15 +33,15 @@ for (const stream of [process.stdout, process.stderr]) {
     stream.write = (() => true) as typeof stream.write;
   });
 }
-const { version } = JSON.parse(
-  readFileSync(new URL('../package.json', import.meta.url), 'utf8'),
-) as { version: string };
+const { version } = JSON.parse(readFileSync(join(packageRoot, 'package.json'), 'utf8')) as {
+  version: string;
+};
 
 const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
   .version(version, '-V, --version', 'print the version')
   .option('--verbose', 'print stack traces with errors (also RTJOB_DEBUG=1)')
-  .showHelpAfterError()
+  .showHelpAfterError('(rtjob --help lists the commands; rtjob COMMAND --help its options)')
   .addHelpText(
     'after',
     `
@@ -48,7 +50,7 @@ Examples:
   rtjob submit -- train_ppo --agent-func ./agent.ts
   ASYNC_NUM_TASKS=64 rtjob submit --working-dir . -- train_ppo --async-train
   rtjob list; rtjob logs -f JOB; rtjob metrics JOB --csv; rtjob stop-job JOB
-  rtjob stop                                      stop everything start started`,
+  rtjob stop                                      stop what \`rtjob start\` started here`,
   );
 
 const addressOptions = (c: Command) =>
@@ -97,7 +99,7 @@ addressOptions(
 program
   .command('dashboard')
   .description(
-    "print the running dashboard's login link; with no cluster running, serve the latest finished session read-only",
+    "print the running dashboard's login link; with no cluster running, serve the run history (every finished session) read-only",
   )
   .option('--session <dir>', 'serve this finished session dir read-only')
   .option('--port <port>', 'port for a finished session; 0 picks a free one', '8265')
@@ -124,7 +126,10 @@ addressOptions(
     .option('--metadata <json>', 'string labels shown with the job')
     .addHelpText(
       'after',
-      '\nExamples:\n  rtjob submit -- train_ppo --agent-func ./agent.ts\n  rtjob submit --working-dir . --env ASYNC_NUM_TASKS=64 --no-wait -- node train.ts',
+      "\nExamples:\n  rtjob submit -- train_ppo --agent-func ./agent.ts\n  rtjob submit --working-dir . --env ASYNC_NUM_TASKS=64 --no-wait -- node train.ts\n\n--working-dir brings the dir's npm dependencies: its own node_modules on this machine, npm install of its package.json elsewhere.",
+    )
+    .showHelpAfterError(
+      "(the entrypoint's own flags go after --: rtjob submit -- train_ppo --agent-func ./agent.ts)",
     ),
 ).action(async (entrypoint: string[], o) => {
   process.exitCode = await submitCommand(entrypoint, o);
@@ -134,7 +139,7 @@ addressOptions(
 const sessionOption = (c: Command) =>
   addressOptions(c).option(
     '--session <dir>',
-    'read this finished session dir from disk (default, when no cluster runs: the latest one)',
+    'read this finished session dir from disk (default, when no cluster runs: every session under ~/.rtjob)',
   );
 
 sessionOption(
@@ -174,7 +179,11 @@ sessionOption(
     .argument('<job>', 'job id')
     .option('--csv', 'every step as CSV')
     .option('--json', 'columns and rows as JSON')
-    .addOption(new Option('--last <n>', 'steps to show in the table').default('20')),
+    .addOption(new Option('--last <n>', 'steps to show in the table').default('20'))
+    .option(
+      '--keys <names>',
+      'table columns: comma-separated names or prefixes, e.g. reward_mean,kl,info/ (default: the key metrics first, as many as fit)',
+    ),
 ).action((job: string, o) => metricsCommand(job, o));
 
 sessionOption(

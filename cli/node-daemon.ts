@@ -11,6 +11,7 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
+import { readEnv } from '../runtime/env.ts';
 import { startNodeAgent } from '../runtime/node/agent.ts';
 
 /** What `rtjob start` passes. */
@@ -37,7 +38,7 @@ rmSync(readyFile, { force: true });
 
 const agent = await startNodeAgent({
   headAddress: opts.headAddress,
-  token: opts.token,
+  token: opts.token ?? readEnv('RTJOB_TOKEN') ?? '',
   sessionDir: opts.sessionDir,
   host: opts.host,
   numCpus: opts.numCpus,

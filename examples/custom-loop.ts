@@ -3,7 +3,7 @@
  * Trainer as actors on the cluster, then per step rollout batch → experience → trainer step →
  * weight update. Change any line to try another algorithm (here: GRPO-style group advantages).
  *
- *   node --import tsx examples/custom-loop.ts [--steps 10] [--pretrain DIR]
+ *   node -C rtjob-source --import tsx examples/custom-loop.ts [--steps 10] [--pretrain DIR]
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';

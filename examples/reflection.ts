@@ -7,8 +7,7 @@
  *   npx rtjob submit -- train_ppo --agent-func ./examples/reflection.ts --advantage-estimator group_norm
  */
 import { gsm8kReward } from 'rtjob/rewards';
-import type { Sample, WorkflowEngine, WorkflowInit } from '../agents/types.ts';
-import type { Trajectory } from '../algorithms/trajectory.ts';
+import type { Sample, Trajectory, WorkflowEngine, WorkflowInit } from 'rtjob/agent';
 
 export class Workflow {
   readonly maxTurns = 2;

@@ -6,8 +6,7 @@
  *   npx rtjob submit -- train_ppo --agent-func ./examples/remax.ts --advantage-estimator reinforce --n-samples-per-prompt 1
  */
 import { gsm8kReward } from 'rtjob/rewards';
-import type { Sample, WorkflowEngine, WorkflowInit } from '../agents/types.ts';
-import type { Trajectory } from '../algorithms/trajectory.ts';
+import type { Sample, Trajectory, WorkflowEngine, WorkflowInit } from 'rtjob/agent';
 
 export class Workflow {
   constructor(private readonly init: WorkflowInit) {}

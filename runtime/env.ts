@@ -119,6 +119,11 @@ export const envVars = {
   RTJOB_DEBUG: v(flag, '`1`: the CLI prints stack traces with its errors (as `--verbose` does)'),
   RTJOB_WORKING_DIR: v(text, "the job's working dir; workers run in it", true),
   RTJOB_PACKAGE: v(text, "hash of the job's working-dir package, for nodes to fetch it", true),
+  RTJOB_SUBMITTER_MODULES: v(
+    text,
+    "the submitter's `node_modules` for an uploaded working dir: linked on its machine",
+    true,
+  ),
   RTJOB_WARM: v(flag, '`1`: a pre-booted worker waiting for its actor', true),
   RTJOB_ACTOR_ID: v(text, "the worker's actor", true),
   RTJOB_INCARNATION: v(int(0), "the worker's restart count", true),

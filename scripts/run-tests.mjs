@@ -47,7 +47,12 @@ if (filters.length === 0 && process.env.TEST_NO_TYPECHECK !== '1') {
   });
 }
 for (const f of files)
-  jobs.push({ name: f, cmd: [process.execPath, '--import', 'tsx', f], kind: 'uvu' });
+  jobs.push({
+    name: f,
+    // `rtjob-source`: `from 'rtjob/…'` resolves to the sources, not dist/ (package.json exports).
+    cmd: [process.execPath, '--conditions=rtjob-source', '--import', 'tsx', f],
+    kind: 'uvu',
+  });
 
 let passed = 0;
 let failed = 0;

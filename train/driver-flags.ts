@@ -25,6 +25,8 @@ export interface FlagSpec<K extends string = string> {
   /** Group heading in `--help`; a change of section starts a new group. */
   section?: string;
   choices?: readonly string[];
+  /** Other names of choices, accepted and mapped, e.g. `{ grpo: 'group_norm' }`. */
+  choiceAliases?: Readonly<Record<string, string>>;
   min?: number;
   /** Other names (kebab), e.g. OpenRLHF's older spellings. */
   aliases?: string[];
@@ -130,7 +132,11 @@ export function flagParser<O extends object>(
         negated = true;
       }
       const flag = byName.get(name);
-      if (!flag) throw new FlagError(`--${name}`, `unknown flag --${name}${suggest(name)}`);
+      if (!flag)
+        throw new FlagError(
+          `--${name}`,
+          `unknown flag --${name}${suggest(name)}${elsewhere(name)}`,
+        );
       const shown = `--${kebab(flag.key)}`;
       if (flag.kind === 'bool') {
         if (value === undefined && !negated && /^(true|false)$/.test(argv[i + 1] ?? '')) {
@@ -191,8 +197,12 @@ export function flagParser<O extends object>(
           ? ''
           : ` (default ${Array.isArray(d) ? d.join(' ') : String(d)})`;
       const env = f.env ? ` [env ${f.env}]` : '';
+      const choices =
+        f.choices && !f.choices.every((c) => f.help.includes(c)) ? ` {${f.choices.join('|')}}` : '';
       const required = f.required ? ' (required)' : '';
-      lines.push(`  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + required + env);
+      lines.push(
+        `  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + required + env + choices,
+      );
     }
     return lines.join('\n');
   };
@@ -206,10 +216,18 @@ function parseBool(flag: string, v: string): boolean {
   throw new FlagError(flag, `${flag}: expected true or false, got '${v}'`);
 }
 
+/** Where the feature of a well-known flag from elsewhere is in rtjob (W&B, TensorBoard). */
+function elsewhere(name: string): string {
+  if (/^(use-)?(wandb|tensorboard)(-|$)/.test(name))
+    return '; rtjob logs every metric to its head instead: the dashboard charts and compares runs, `rtjob metrics JOB --csv` exports them';
+  return '';
+}
+
 function parseValue(f: FlagSpec, shown: string, raw: string): unknown {
   const v = raw.trim();
   switch (f.kind) {
     case 'string':
+      if (f.choiceAliases?.[v] !== undefined) return f.choiceAliases[v];
       if (f.choices && !f.choices.includes(v)) {
         throw new FlagError(shown, `${shown}: '${v}' is not one of ${f.choices.join(', ')}`);
       }

@@ -7,7 +7,6 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { CliError, headApi, requireEndpoint } from '../client.ts';
 import {
@@ -23,6 +22,7 @@ import { pidAlive } from '../../runtime/pid.ts';
 import { bytes } from '../../runtime/format.ts';
 import { parsePort, table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
 import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
 import { stopOrphanDrivers } from '../../runtime/head/jobs/supervisor.ts';
@@ -30,8 +30,8 @@ import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { ProcessView } from '../../runtime/head/http/contract.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 
-const daemonPath = fileURLToPath(new URL('../daemon.ts', import.meta.url));
-const nodeDaemonPath = fileURLToPath(new URL('../node-daemon.ts', import.meta.url));
+const daemonPath = ownModulePath('../daemon.ts', import.meta.url);
+const nodeDaemonPath = ownModulePath('../node-daemon.ts', import.meta.url);
 
 /** Options of `rtjob start`. */
 export interface StartOptions {
@@ -93,11 +93,20 @@ async function spawnDaemon(
 ): Promise<{ pid: number } & Record<string, unknown>> {
   // The ready file may be a dead head's (its ports are reused); only our child's pid counts.
   const out = openSync(logFile, 'a');
-  const child = spawn(process.execPath, ['--import', tsxImport, script, JSON.stringify(arg)], {
-    detached: true,
-    stdio: ['ignore', out, out],
-    env: process.env,
-  });
+  // The token goes by environment (readable by this user only), not in argv, which `ps` shows all.
+  const { token, ...rest } = arg as { token?: string };
+  const env = { ...process.env };
+  delete env.RTJOB_TOKEN;
+  if (token) env.RTJOB_TOKEN = token;
+  const child = spawn(
+    process.execPath,
+    [...ownModuleNodeFlags(tsxImport), script, JSON.stringify(rest)],
+    {
+      detached: true,
+      stdio: ['ignore', out, out],
+      env,
+    },
+  );
   closeSync(out);
   let exited: string | undefined;
   child.on('exit', (code, signal) => {
@@ -199,6 +208,13 @@ export async function startCommand(o: StartOptions): Promise<void> {
   }
   const res = nodeResources(o);
   if (o.address) return joinCommand(o, res);
+  const port = (flag: string, v: string): number => {
+    try {
+      return parsePort(flag, v);
+    } catch (err) {
+      throw new CliError((err as Error).message, 2);
+    }
+  };
 
   const sessionDir = recovering
     ? existing!.sessionDir
@@ -208,8 +224,8 @@ export async function startCommand(o: StartOptions): Promise<void> {
     sessionDir,
     token: o.token,
     host: o.host,
-    port: num('--port', o.port),
-    dashboardPort: num('--dashboard-port', o.dashboardPort),
+    port: port('--port', o.port),
+    dashboardPort: port('--dashboard-port', o.dashboardPort),
   };
   // A taken port is named here in one line, before a daemon starts and fails with its stack.
   for (const [flag, port] of [
@@ -286,7 +302,9 @@ export async function startCommand(o: StartOptions): Promise<void> {
     'Submit a job:        rtjob submit -- train_ppo   (--agent-func FILE.ts for your own agent)',
   );
   console.log(
-    `Join another machine: rtjob start --address ${ready.address} --token <token from cluster.json>`,
+    isLoopback(o.host)
+      ? `Join another machine: this head listens on ${o.host} only; start it with --host <this machine's address> so that others can join`
+      : `Join another machine: rtjob start --address ${ready.address} --token <the "token" in ${clusterFilePath()}>`,
   );
   console.log('Stop everything:     rtjob stop');
 }
@@ -390,10 +408,12 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
     }
   }
   removeClusterFile();
+  const what =
+    info.role === 'node' ? `this machine's node agent (joined to ${info.address})` : 'the cluster';
   console.log(
     alive.length
-      ? `stopped the cluster (${alive.length} process${alive.length > 1 ? 'es' : ''})`
-      : 'the cluster was not running; cleaned up',
+      ? `stopped ${what} (${alive.length} process${alive.length > 1 ? 'es' : ''})`
+      : `${what} was not running; cleaned up`,
   );
 }
 
@@ -487,7 +507,7 @@ export async function dashboardCommand(
   const { isSessionDir, listSessions, serveSession } = await import(
     '../../runtime/head/http/session-server.ts'
   );
-  const dir = o.session ?? listSessions(rtjobHome())[0];
+  const [dir, ...older] = o.session ? [o.session] : listSessions(rtjobHome());
   if (!dir)
     throw new CliError(
       'no cluster is running and no finished session is on this machine: start one with `rtjob start --head`, or run a job with `rtjob submit`',
@@ -501,15 +521,20 @@ export async function dashboardCommand(
   } catch (err) {
     throw new CliError((err as Error).message, 2);
   }
-  const s = await serveSession({ sessionDir: dir, port, host: o.host ?? '127.0.0.1' }).catch(
-    (err: NodeJS.ErrnoException) => {
-      if (err.code === 'EADDRINUSE')
-        throw new CliError(`port ${port} is in use: pass --port N (0 picks a free one)`, 2);
-      throw err;
-    },
-  );
+  const s = await serveSession({
+    sessionDir: dir,
+    port,
+    host: o.host ?? '127.0.0.1',
+    olderSessionDirs: older,
+  }).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'EADDRINUSE')
+      throw new CliError(`port ${port} is in use: pass --port N (0 picks a free one)`, 2);
+    throw err;
+  });
   process.stderr.write(
-    `serving the finished session ${dir} read-only (no cluster running); Ctrl-C to stop\n`,
+    older.length
+      ? `serving the run history (${older.length + 1} finished sessions under ${rtjobHome()}) read-only (no cluster running); Ctrl-C to stop\n`
+      : `serving the finished session ${dir} read-only (no cluster running); Ctrl-C to stop\n`,
   );
   console.log(`${s.url}/login?token=${encodeURIComponent(s.token)}`);
   await new Promise<void>((resolve) => {

@@ -3,8 +3,8 @@
  *
  * @module
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline/promises';
 
@@ -16,6 +16,8 @@ import {
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { SampleView } from '../../runtime/head/http/contract.ts';
 import { builtinEntrypoints, tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
+import { isRtjobError } from '../../runtime/errors.ts';
 import {
   CliError,
   type Endpoint,
@@ -161,6 +163,17 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
   return `pkg://${packed.hash}`;
 }
 
+/** Parses train_ppo's flags here as its driver will, and fails the way it would (exit 2). */
+async function checkTrainPpoFlags(argv: string[], env: Record<string, string>): Promise<void> {
+  const { parseTrainPpoFlags } = await import('../../train/ppo/flags.ts');
+  try {
+    parseTrainPpoFlags(argv, { ...process.env, ...env });
+  } catch (err) {
+    if (isRtjobError(err, 'BAD_FLAG')) throw new CliError(`train_ppo: ${err.message}`, 2, err.code);
+    throw err;
+  }
+}
+
 /** `rtjob submit ... -- ENTRYPOINT...`; resolves to the process exit code. */
 export async function submitCommand(entrypoint: string[], o: SubmitOptions): Promise<number> {
   if (entrypoint.length === 0)
@@ -171,7 +184,7 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   // `submit -- train_ppo --help` asks for the driver's help, not for a job.
   const builtin = builtinEntrypoints[entrypoint[0]!];
   if (builtin && entrypoint.slice(1).some((a) => a === '--help' || a === '-h')) {
-    const r = spawnSync(process.execPath, ['--import', tsxImport, builtin, '--help'], {
+    const r = spawnSync(process.execPath, [...ownModuleNodeFlags(tsxImport), builtin, '--help'], {
       stdio: 'inherit',
     });
     return r.status ?? 1;
@@ -200,6 +213,9 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
 
   let ep = findEndpoint(o);
   let ephemeral: Awaited<ReturnType<typeof startClusterHead>> | undefined;
+  // A typo should not cost a private cluster (and a session in the run history) to report.
+  if (!ep && entrypoint[0] === 'train_ppo')
+    await checkTrainPpoFlags(entrypoint.slice(1), request.env);
   if (!ep) {
     // No cluster: run this one job on a private local cluster and stop it afterwards.
     const sessionDir = join(rtjobHome(), 'runs', `${Date.now()}-${process.pid}`);
@@ -218,14 +234,24 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   try {
     const workingDir = o.workingDir ? await uploadWorkingDir(ep, o.workingDir) : undefined;
     const local = isLoopback(new URL(ep.url).hostname);
+    // The upload leaves node_modules out; a machine that has this one links it (package-deps.ts).
+    const nodeModules = o.workingDir ? resolve(o.workingDir, 'node_modules') : undefined;
+    if (nodeModules && existsSync(nodeModules))
+      request.env = { ...request.env, RTJOB_SUBMITTER_MODULES: nodeModules };
     const { job } = await headApi(ep).call('POST /api/jobs', {
       body: { ...request, workingDir, ...(workingDir || !local ? {} : { cwd: process.cwd() }) },
     });
     if (!o.wait && !ephemeral) {
       console.log(job.jobId);
-      process.stderr.write(`submitted ${job.jobId}; follow it with: rtjob logs -f ${job.jobId}\n`);
+      process.stderr.write(
+        `submitted ${job.jobId}; follow it with: rtjob logs -f ${job.jobId}\ndashboard: ${ep.url}/#/jobs/${encodeURIComponent(job.jobId)} (login link: rtjob dashboard)\n`,
+      );
       return 0;
     }
+    if (!o.wait)
+      process.stderr.write(
+        '--no-wait: no cluster is running, and the private one started for this job lives only as long as this command, so it waits (`rtjob start --head` first to submit and return)\n',
+      );
     process.stderr.write(
       `job ${job.jobId} submitted; streaming its logs (Ctrl-C to stop${ephemeral ? '' : ' or detach'})\n`,
     );
@@ -262,7 +288,7 @@ async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Pro
     const file = join(sessionDir, `${jobId}.metrics.csv`);
     writeFileSync(file, csv);
     process.stderr.write(
-      `metrics of ${jobId}: ${file} (curves: node --import tsx train/ppo/curves.ts ${file} curve.png)\n`,
+      `metrics of ${jobId}: ${file} (curves: node ${[...ownModuleNodeFlags(tsxImport), ownModulePath('../../train/ppo/curves.ts', import.meta.url)].join(' ')} ${file} curve.png)\n`,
     );
   } catch (err) {
     process.stderr.write(`could not keep the metrics of ${jobId}: ${(err as Error).message}\n`);
@@ -361,17 +387,38 @@ async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
     return;
   }
   const now = Date.now();
+  const cut = (s: string, n: number) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
+  const num = (v: number | null) => (v === null ? '-' : +v.toFixed(3));
   console.log(
     table(
-      ['JOB', 'STATUS', 'SUBMITTED', 'DURATION', 'EXIT', 'ENTRYPOINT'],
-      jobs.map((j) => [
-        j.jobId,
-        j.status,
-        localTime(j.submittedAt),
-        j.startedAt ? duration((j.endedAt ?? now) - j.startedAt) : '-',
-        j.exitCode ?? '-',
-        j.entrypoint.join(' ').slice(0, 60),
-      ]),
+      [
+        'JOB',
+        'STATUS',
+        'SUBMITTED',
+        'DURATION',
+        'PROGRESS',
+        'HEADLINE',
+        'ENTRYPOINT / WHY IT FAILED',
+      ],
+      jobs.map((j) => {
+        const p = j.progress;
+        const h = p?.headline;
+        // As the dashboard's jobs list: a failed job shows the last line of its message.
+        const why = j.message
+          .split('\n')
+          .map((l) => l.trim())
+          .filter(Boolean)
+          .at(-1);
+        return [
+          j.jobId,
+          j.status,
+          localTime(j.submittedAt),
+          j.startedAt ? duration((j.endedAt ?? now) - j.startedAt) : '-',
+          p && p.step !== null ? `${p.step}${p.totalSteps ? `/${p.totalSteps}` : ''}` : '-',
+          h && h.last !== null ? `${h.name} ${num(h.first)} → ${num(h.last)}` : '-',
+          cut(j.status === 'FAILED' && why ? why : j.entrypoint.join(' '), 70),
+        ];
+      }),
     ),
   );
 }
@@ -415,6 +462,9 @@ async function showLogs(
   if (o.follow) {
     await api.call('GET /api/jobs/:jobId', { params: { jobId } });
     await tailJobLogs(ep, jobId, (s) => process.stdout.write(s));
+    const job = await api.call('GET /api/jobs/:jobId', { params: { jobId } });
+    const took = job.startedAt && job.endedAt ? ` in ${duration(job.endedAt - job.startedAt)}` : '';
+    process.stderr.write(`job ${jobId} ${job.status}${took}\n`);
     return;
   }
   let offset = 0;
@@ -456,15 +506,27 @@ function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
 /** `rtjob metrics JOB [--csv] [--json]`. */
 export async function metricsCommand(
   jobId: string,
-  o: ReadOptions & { csv?: boolean; json?: boolean; last?: string },
+  o: ReadOptions & { csv?: boolean; json?: boolean; last?: string; keys?: string },
 ): Promise<void> {
   await reading(o, (ep) => showMetrics(ep, jobId, o));
 }
 
+/** Columns a reader looks for first, in this order (when logged). */
+const keyMetrics = [
+  'step',
+  'reward_mean',
+  'eval_accuracy',
+  'kl',
+  'policy_loss',
+  'value_loss',
+  'response_length',
+  'episodes_failed',
+];
+
 async function showMetrics(
   ep: Endpoint,
   jobId: string,
-  o: { csv?: boolean; json?: boolean; last?: string },
+  o: { csv?: boolean; json?: boolean; last?: string; keys?: string },
 ): Promise<void> {
   if (o.csv) {
     process.stdout.write(await metricsCsv(ep, jobId));
@@ -492,16 +554,44 @@ async function showMetrics(
     return;
   }
   const last = Number(o.last ?? 20);
-  const cols = t.columns.filter((c) => c !== 'time');
-  const idx = cols.map((c) => t.columns.indexOf(c));
   const fmt = (v: number | null | undefined) =>
     v === null || v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toPrecision(5);
+  const logged = t.columns.filter((c) => c !== 'time');
+  // --keys: names or prefixes (`info/`); else the key metrics first, then as many as fit.
+  const wanted = o.keys
+    ?.split(',')
+    .map((k) => k.trim())
+    .filter(Boolean);
+  let cols = wanted
+    ? ['step', ...logged.filter((c) => c !== 'step' && wanted.some((k) => c.startsWith(k)))]
+    : [
+        ...keyMetrics.filter((c) => logged.includes(c)),
+        ...logged.filter((c) => !keyMetrics.includes(c)),
+      ];
+  const rows = t.rows.slice(-last);
+  let hidden = 0;
+  if (!wanted) {
+    const room = process.stdout.columns || 160;
+    let width = 0;
+    const fits = cols.filter((c) => {
+      const i = t.columns.indexOf(c);
+      width += Math.max(c.length, ...rows.map((r) => fmt(r[i]).length)) + 2;
+      return width <= room || c === 'step';
+    });
+    hidden = cols.length - fits.length;
+    cols = fits;
+  }
+  const idx = cols.map((c) => t.columns.indexOf(c));
   console.log(
     table(
       cols,
-      t.rows.slice(-last).map((r) => idx.map((i) => fmt(r[i]))),
+      rows.map((r) => idx.map((i) => fmt(r[i]))),
     ),
   );
+  if (hidden > 0)
+    console.log(
+      `(${hidden} more metrics: --keys name,prefix/ picks columns, --csv or --json gives all)`,
+    );
   if (t.rows.length > last) console.log(`(last ${last} of ${t.rows.length} steps; --csv for all)`);
 }
 

@@ -1,9 +1,10 @@
 /**
- * The runtime quick start: `node --import tsx examples/actors/main.ts`. Starts an in-process
- * cluster (or joins RTJOB_ADDRESS), creates a counter actor in its own process, calls it, passes
- * it an object by reference, and shuts down.
+ * The runtime quick start: `node --import tsx main.ts` in a project that depends on rtjob (in the
+ * checkout: `node -C rtjob-source --import tsx examples/actors/main.ts`, so that `'rtjob'` is the
+ * sources). Starts an in-process cluster (or joins RTJOB_ADDRESS), creates a counter actor in its
+ * own process, calls it, passes it an object by reference, and shuts down.
  */
-import { defineActor, get, init, put, shutdown } from '../../runtime/index.ts';
+import { defineActor, get, init, put, shutdown } from 'rtjob';
 import type { Counter } from './counter.ts';
 
 await init();

@@ -41,6 +41,8 @@ function newestMtime(dir: string): number {
 /** Builds when needed and returns the folder to serve. */
 export async function buildDashboard(opts: { force?: boolean } = {}): Promise<string> {
   const stamp = join(distDir, 'app.js');
+  // The installed package ships the bundle `npm run build` made, and no sources to rebuild from.
+  if (!existsSync(srcDir) && existsSync(stamp)) return distDir;
   if (
     !opts.force &&
     existsSync(stamp) &&

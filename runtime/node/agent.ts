@@ -21,13 +21,15 @@ import {
 } from 'node:fs';
 import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import {
   defaultMaxPackageBytes,
   isPackageHash,
   packagesDir,
   unpackArchive,
 } from '../head/jobs/working-dir.ts';
+import { checkoutNodeFlags, ownModulePath } from '../own-files.ts';
+import { needsDependencies, provideDependencies } from '../head/jobs/package-deps.ts';
+import { isRtjobError } from '../errors.ts';
 import { largePageMallocEnv, removeShmFilesOf } from '../client/shm.ts';
 import { readEnv } from '../env.ts';
 import { logger } from '../log.ts';
@@ -135,7 +137,7 @@ interface Running {
   partial: string;
 }
 
-const workerMain = fileURLToPath(new URL('../worker/main.ts', import.meta.url));
+const workerMain = ownModulePath('../worker/main.ts', import.meta.url);
 const loaders = {
   cached: new URL('../worker/ts-loader.mjs', import.meta.url).href,
   tsx: import.meta.resolve('tsx'),
@@ -292,7 +294,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
 
   private workerArgv(): string[] {
     const kind = this.opts.workerLoader ?? readEnv('RTJOB_WORKER_LOADER') ?? 'cached';
-    return ['--import', loaders[kind], workerMain];
+    return [...checkoutNodeFlags, '--import', loaders[kind], workerMain];
   }
 
   /** With `holdProcess: false`, a worker's handles must not keep this process alive. */
@@ -468,43 +470,54 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     }
     const key = `${m.actorId}:${m.incarnation}`;
     this.fetching.add(key);
-    this.localPackage(hash).then(
+    this.localPackage(hash, m.env.RTJOB_SUBMITTER_MODULES).then(
       (dir) => {
         if (!this.fetching.delete(key)) return this.startFailed(m, null, 'SIGKILL', []); // stopped meanwhile
         this.spawnWorker({ ...m, env: { ...m.env, RTJOB_WORKING_DIR: dir } });
       },
       (e: Error) => {
         this.fetching.delete(key);
-        const why = `cannot get the job's working dir (package ${hash.slice(0, 12)}) from the head: ${e.message}`;
+        const why = isRtjobError(e, 'DEPENDENCY_INSTALL')
+          ? e.message
+          : `cannot get the job's working dir (package ${hash.slice(0, 12)}) from the head: ${e.message}`;
         log.error(`worker for ${m.actorId}: ${why}`);
         this.startFailed(m, 1, null, [why]);
       },
     );
   }
 
-  /** This node's copy of a working-dir package, fetched and unpacked once. */
-  private localPackage(hash: string): Promise<string> {
+  /**
+   * This node's copy of a working-dir package, fetched and unpacked once, with its npm
+   * dependencies (`package-deps.ts`).
+   */
+  private localPackage(hash: string, submitterNodeModules: string | undefined): Promise<string> {
     let p = this.packages.get(hash);
     if (!p) {
       p = (async () => {
         const dir = packagesDir(this.sessionDir, hash);
-        if (existsSync(dir)) return dir;
-        const archive = await this.conn.request({ type: 'fetchPackage', hash });
-        unpackArchive(
-          Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength),
-          hash,
-          dir,
-          defaultMaxPackageBytes * 4,
-        );
-        log.info(
-          `unpacked working dir ${hash.slice(0, 12)} (${archive.byteLength} bytes) into ${dir}`,
-        );
+        if (!existsSync(dir)) await this.fetchPackage(hash, dir);
+        if (needsDependencies(dir))
+          await provideDependencies(dir, {
+            ...(submitterNodeModules ? { submitterNodeModules } : {}),
+            log: (line) => log.info(line),
+          });
         return dir;
       })();
       this.packages.set(hash, p);
       p.catch(() => this.packages.delete(hash));
     }
     return p;
+  }
+
+  private async fetchPackage(hash: string, dir: string): Promise<void> {
+    const archive = await this.conn.request({ type: 'fetchPackage', hash });
+    unpackArchive(
+      Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength),
+      hash,
+      dir,
+      defaultMaxPackageBytes * 4,
+    );
+    log.info(`unpacked working dir ${hash.slice(0, 12)} (${archive.byteLength} bytes) into ${dir}`);
   }
 
   /** A worker that never started: the head hears of it as of any exit. */

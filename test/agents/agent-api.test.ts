@@ -125,6 +125,8 @@ test('broken agent files fail with errors that name the file and the problem', a
     ['no-export.ts', /no-export\.ts: exports none of `step`.*notAnAgent/],
     ['broken-syntax.mjs', /broken-syntax\.mjs: failed to import: SyntaxError/],
     ['does-not-exist.ts', /does-not-exist\.ts: no such file/],
+    ['.', /is a directory: give the agent module itself/],
+    ['default-export.ts', /default-export\.ts: has a default export.*export async function agent/],
   ];
   for (const [name, re] of cases) {
     const err = await loadAgent(fixture(name), init).then(

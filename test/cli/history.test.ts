@@ -161,4 +161,29 @@ test('rtjob dashboard serves the finished session read-only until Ctrl-C', async
   assert.is(await exited, 0, 'Ctrl-C ends it cleanly');
 });
 
+test('every embedded run stays in one history: a later failed run hides nothing', async () => {
+  const r = await sb.run(['submit', '--job-id', 'hist2', '--', join(fixtures, 'fail.ts')]);
+  assert.is.not(r.code, 0);
+  const list = await sb.run(['list', '--json']);
+  assert.match(list.stderr, /reading the run history, 2 finished sessions/);
+  const ids = (JSON.parse(list.stdout) as { jobId: string }[]).map((j) => j.jobId);
+  assert.equal(ids, ['hist2', 'hist1'], 'newest first, both sessions');
+  const samples = await sb.run(['samples', 'hist1', '--json']);
+  assert.is(samples.code, 0, samples.stderr);
+  assert.equal(JSON.parse(samples.stdout).steps, [1, 2, 3]);
+  const metrics = await sb.run(['metrics', 'hist1', '--csv']);
+  assert.is(metrics.stdout.trim().split('\n').length, 4, metrics.stdout);
+  const logs = await sb.run(['logs', 'hist2']);
+  assert.is(logs.code, 0, logs.stderr);
+});
+
+test('a train_ppo flag typo fails before any cluster starts, and leaves no session', async () => {
+  const r = await sb.run(['submit', '--', 'train_ppo', '--agent-fucn', './agent.ts']);
+  assert.is(r.code, 2);
+  assert.match(r.stderr, /train_ppo: unknown flag --agent-fucn \(did you mean --agent-func\?\)/);
+  assert.not.match(r.stderr, /started a local one/);
+  const list = await sb.run(['list']);
+  assert.match(list.stderr, /2 finished sessions/);
+});
+
 test.run();

@@ -168,7 +168,13 @@ test('metrics.log rows are readable with rtjob metrics --csv', async () => {
   assert.is(lines.length, 6);
   assert.match(lines[5]!, /^4,\d+,0\.04,0\.19999999999999996,0\.4$/);
   const table = await sb.run(['metrics', 'm1']);
-  assert.match(table.stdout, /reward_mean/);
+  assert.match(
+    table.stdout.split('\n')[0]!,
+    /^step\s+reward_mean\s+kl\s+loss\s*$/,
+    'key ones first',
+  );
+  const keys = await sb.run(['metrics', 'm1', '--keys', 'kl']);
+  assert.match(keys.stdout.split('\n')[0]!, /^step\s+kl\s*$/);
 });
 
 test('--working-dir uploads the directory and runs the entrypoint inside it', async () => {

@@ -17,10 +17,15 @@ test('the runtime quick start example runs end to end', async () => {
   delete env.RTJOB_HOME;
   let stdout: string;
   try {
-    ({ stdout } = await promisify(execFile)(process.execPath, ['--import', 'tsx', main], {
-      env,
-      timeout: 60_000,
-    }));
+    ({ stdout } = await promisify(execFile)(
+      process.execPath,
+      // The example imports 'rtjob' by name: the checkout's sources, not dist/.
+      ['--conditions=rtjob-source', '--import', 'tsx', main],
+      {
+        env,
+        timeout: 60_000,
+      },
+    ));
   } finally {
     rmSync(home, { recursive: true, force: true });
   }

@@ -90,6 +90,7 @@ test('examples/custom-loop.ts (a hand-written loop on actors) trains and exits',
   const r = spawnSync(
     process.execPath,
     [
+      '--conditions=rtjob-source',
       '--import',
       'tsx',
       example('custom-loop.ts'),

@@ -179,10 +179,14 @@ for (const engine of ['builtin', 'llamacpp']) {
     assert.is(summary.steps, 2);
     const steps = rows.filter((r) => r.reward_mean !== undefined);
     assert.is(steps.length, 2);
-    for (const r of steps) {
-      assert.ok(r.info_used_tool! >= 0 && r.info_used_tool! <= 1, 'tool-use rate logged each step');
-      assert.ok(r.info_turns! >= 1);
+    // extraInfo is logged once, as info/<key>, with the step's episode metrics.
+    const infos = rows.filter((r) => r['info/used_tool'] !== undefined);
+    assert.is(infos.length, 2);
+    for (const r of infos) {
+      assert.ok(r['info/used_tool']! >= 0 && r['info/used_tool']! <= 1, 'tool-use rate each step');
+      assert.ok(r['info/turns']! >= 1);
     }
+    assert.ok(!rows.some((r) => Object.keys(r).some((k) => k.startsWith('info_'))), 'one name');
     assert.ok(
       summary.evalBefore !== undefined && summary.evalAfter !== undefined,
       'held-out evaluation ran the agent',

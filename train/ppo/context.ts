@@ -11,7 +11,6 @@ import type { GroupResult } from '../../agents/episode-runner.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { createKlController } from '../../algorithms/kl.ts';
 import { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
-import { infoMetrics } from '../../algorithms/trajectory.ts';
 import type { JobReport } from '../../runtime/metrics.ts';
 import type { EpisodeSample } from './episodes.ts';
 import type { Watchdog } from './health.ts';
@@ -202,7 +201,6 @@ export function recordUpdate(
     groups_dropped: state.groupsDropped ?? 0,
     rollout_restarts: state.rolloutRestarts,
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
-    ...infoMetrics(kept.flatMap((g) => g.trajectories)),
     ...u.mismatch,
   };
 }
@@ -291,8 +289,12 @@ export async function finishRun(ctx: RunContext): Promise<RunSummary> {
   const s = ctx.summary;
   const pct = (x: number | undefined): string =>
     x === undefined ? '-' : `${(x * 100).toFixed(1)}%`;
+  const heldOut =
+    s.evalBefore === undefined && s.evalAfter === undefined
+      ? 'no held-out eval'
+      : `held-out accuracy ${pct(s.evalBefore)} -> ${pct(s.evalAfter)}`;
   log.line(
-    `done  ${s.steps} steps in ${s.minutes.toFixed(1)} min; held-out accuracy ${pct(s.evalBefore)} -> ${pct(s.evalAfter)}; ` +
+    `done  ${s.steps} steps in ${s.minutes.toFixed(1)} min; ${heldOut}; ` +
       `reward ${s.rewardFirst?.toFixed(3) ?? '-'} -> ${s.rewardLast?.toFixed(3) ?? '-'}; ${s.episodesFailed} episodes failed (${s.groupsDropped} groups dropped); policy saved to ${s.savePath}`,
   );
   return s;

@@ -231,8 +231,15 @@ export const flagTable: readonly Flag[] = [
     { min: 0 },
   ),
   ...under('algorithm'),
-  F('advantageEstimator', 'string', 'advantage estimator', { choices: advantageEstimators }),
-  F('noAdvantageStdNorm', 'bool', 'subtract the mean but do not divide by the std'),
+  F('advantageEstimator', 'string', 'advantage estimator (grpo = group_norm)', {
+    choices: advantageEstimators,
+    choiceAliases: { grpo: 'group_norm' },
+  }),
+  F(
+    'noAdvantageStdNorm',
+    'bool',
+    'advantages have the mean subtracted but are not divided by the std (`false`: divide)',
+  ),
   F('gamma', 'float', 'discount', { min: 0 }),
   F('lambd', 'float', 'GAE lambda', { min: 0 }),
   F('initKlCoef', 'float', 'KL coefficient; 0 runs no reference model', { min: 0 }),

@@ -37,6 +37,15 @@ export const defaultPretrain = fileURLToPath(
   new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url),
 );
 
+/** The checkpoints the package ships, by the short name `--pretrain` accepts. */
+export const shippedModels = ['rtjob-tiny-math', 'rtjob-tiny-tool'] as const;
+
+/** `--pretrain` as given: a directory, or the short name of a shipped model. */
+function pretrainDir(p: string): string {
+  if (existsSync(p) || !(shippedModels as readonly string[]).includes(p)) return p;
+  return fileURLToPath(new URL(`../../model/pretrained/${p}`, import.meta.url));
+}
+
 /** Options of {@link trainPpo} beyond the flags. */
 export interface TrainPpoRunOptions {
   /** Where progress and metrics go. @default stdout lines + the head's metrics API */
@@ -67,7 +76,7 @@ export function resolveOptions(
   const savePath = o.savePath || join('ckpt', runName(env));
   const r = {
     ...o,
-    pretrain: o.pretrain || defaultPretrain,
+    pretrain: o.pretrain ? pretrainDir(o.pretrain) : defaultPretrain,
     savePath,
     ckptPath: o.ckptPath || join(savePath, 'checkpoints'),
   };
@@ -89,7 +98,10 @@ export function resolveOptions(
     throw new FlagError('--agent-func', `--agent-func: no such file ${r.agentFunc}`);
   }
   if (!existsSync(r.pretrain)) {
-    throw new FlagError('--pretrain', `--pretrain: no model directory at ${r.pretrain}`);
+    throw new FlagError(
+      '--pretrain',
+      `--pretrain: no model directory at ${r.pretrain} (a local HF-format directory: hub ids are not downloaded; shipped: ${shippedModels.join(', ')})`,
+    );
   }
   return r;
 }

@@ -10,6 +10,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { actorInfo, defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
 import { readEnv } from '../../runtime/env.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
+import { ownModule } from '../../runtime/own-files.ts';
 import type { ActorHandle, CallOptions, RemoteMethod } from '../../runtime/handles.ts';
 import type { Critic } from '../../roles/critic.ts';
 import type { Reference } from '../../roles/reference.ts';
@@ -20,14 +21,11 @@ import { RoleDiedError, type RoleName } from './errors.ts';
 import { placeRoles, type RolePlacement } from './placement.ts';
 import { everyRank, replicated, roleInits, type Remote, type Roles } from './roles.ts';
 
-const rolesDir = new URL('../../roles/', import.meta.url);
-const RolloutActor = defineActor<typeof Rollout>(new URL('rollout.ts', rolesDir), 'Rollout');
-const TrainerActor = defineActor<typeof Trainer>(new URL('trainer.ts', rolesDir), 'Trainer');
-const ReferenceActor = defineActor<typeof Reference>(
-  new URL('reference.ts', rolesDir),
-  'Reference',
-);
-const CriticActor = defineActor<typeof Critic>(new URL('critic.ts', rolesDir), 'Critic');
+const role = (file: string): URL => ownModule(`../../roles/${file}`, import.meta.url);
+const RolloutActor = defineActor<typeof Rollout>(role('rollout.ts'), 'Rollout');
+const TrainerActor = defineActor<typeof Trainer>(role('trainer.ts'), 'Trainer');
+const ReferenceActor = defineActor<typeof Reference>(role('reference.ts'), 'Reference');
+const CriticActor = defineActor<typeof Critic>(role('critic.ts'), 'Critic');
 
 /**
  * Turns an actor handle into the loops' promise-returning view: `h.m(...)` → `h.m.remote(...)`

@@ -11,6 +11,7 @@ import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 import { OpsError } from '../jobs/errors.ts';
+import { historyStore } from '../jobs/history-store.ts';
 import { OpsStore } from '../jobs/ops-store.ts';
 import { HeadStore } from '../store.ts';
 import type { ClusterView, NodeView } from './cluster-view.ts';
@@ -28,6 +29,11 @@ export interface SessionServerOptions {
   token?: string;
   /** Serve the dashboard's files. @default true */
   dashboard?: boolean;
+  /**
+   * Older sessions read with it as one run history (`history-store.ts`): their jobs are listed,
+   * inspectable and comparable beside `sessionDir`'s. @default []
+   */
+  olderSessionDirs?: readonly string[];
 }
 
 /** A running read-only server of a session. */
@@ -75,7 +81,14 @@ export async function serveSession(opts: SessionServerOptions): Promise<SessionS
     throw new OpsError('BAD_REQUEST', `${opts.sessionDir} is not a session dir (no head.sqlite)`);
   }
   const head = new HeadStore({ sessionDir: opts.sessionDir });
-  const store = new OpsStore(head.db);
+  const older = (opts.olderSessionDirs ?? [])
+    .filter((d) => d !== opts.sessionDir && isSessionDir(d))
+    .map((sessionDir) => new HeadStore({ sessionDir }));
+  const heads = [head, ...older];
+  const store = historyStore(heads.map((h) => new OpsStore(h.db)));
+  const closeAll = () => {
+    for (const h of heads) h.close();
+  };
   const cluster: ClusterView = {
     // Nothing runs any more: every node is shown as it was, but DEAD.
     nodes: () =>
@@ -98,7 +111,7 @@ export async function serveSession(opts: SessionServerOptions): Promise<SessionS
           startedAt: n.startedAtMs,
         }),
       ),
-    actors: () => head.listActors().map((a) => actorView(a)),
+    actors: () => heads.flatMap((h) => h.listActors().map((a) => actorView(a))),
     killActor: refuse,
     killJobActors: refuse,
     placementGroups: () => head.listPlacementGroups(),
@@ -123,7 +136,7 @@ export async function serveSession(opts: SessionServerOptions): Promise<SessionS
       readOnly: { sessionDir: opts.sessionDir },
     });
   } catch (err) {
-    head.close();
+    closeAll();
     throw err;
   }
   return {
@@ -133,7 +146,7 @@ export async function serveSession(opts: SessionServerOptions): Promise<SessionS
     http,
     close: async () => {
       await http.close();
-      head.close();
+      closeAll();
     },
   };
 }

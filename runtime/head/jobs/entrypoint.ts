@@ -12,16 +12,13 @@
  */
 import { accessSync, constants, existsSync, statSync } from 'node:fs';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
 import { OpsError } from './errors.ts';
-
-const packageRoot = fileURLToPath(new URL('../../../', import.meta.url));
+import { checkoutNodeFlags, ownModulePath } from '../../own-files.ts';
 
 /** Built-in entrypoints and the driver file each runs. */
 export const builtinEntrypoints: Readonly<Record<string, string>> = {
-  train_ppo: join(packageRoot, 'train', 'ppo', 'main.ts'),
-  train_sft: join(packageRoot, 'train', 'sft.ts'),
+  train_ppo: ownModulePath('../../../train/ppo/main.ts', import.meta.url),
+  train_sft: ownModulePath('../../../train/sft.ts', import.meta.url),
 };
 
 /**
@@ -31,7 +28,12 @@ export const builtinEntrypoints: Readonly<Record<string, string>> = {
 export const tsxImport: string = import.meta.resolve('tsx');
 
 /** argv prefix that runs a script with this Node and tsx. */
-export const nodeWithTsx: readonly string[] = [process.execPath, '--import', tsxImport];
+export const nodeWithTsx: readonly string[] = [
+  process.execPath,
+  ...checkoutNodeFlags,
+  '--import',
+  tsxImport,
+];
 
 const scriptExt = /\.(ts|mts|cts|js|mjs|cjs)$/;
 

@@ -14,10 +14,12 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync } fr
 import { join } from 'node:path';
 
 import { tailLines } from '../logs/log-file.ts';
-import { builtinEntrypoints, resolveEntrypoint } from './entrypoint.ts';
+import { builtinEntrypoints, resolveEntrypoint, tsxImport } from './entrypoint.ts';
 import { OpsError } from './errors.ts';
 import { type JobInfo, type JobStatus, type OpsStore, terminalJobStatuses } from './ops-store.ts';
+import { needsDependencies, withDependencies } from './package-deps.ts';
 import { isPackageHash } from './working-dir.ts';
+import { ownModuleNodeFlags } from '../../own-files.ts';
 import { pidAlive } from '../../pid.ts';
 import { largePageMallocEnv } from '../../client/shm.ts';
 
@@ -380,6 +382,14 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
         job.env.PATH ?? process.env.PATH,
         this.#opts.builtins,
       );
+      // An uploaded working dir gets its npm dependencies before the driver starts in it.
+      if (job.workingDir && needsDependencies(cwd))
+        argv = withDependencies(
+          argv,
+          cwd,
+          ownModuleNodeFlags(tsxImport),
+          job.env.RTJOB_SUBMITTER_MODULES,
+        );
     } catch (err) {
       this.#finish(job.jobId, 'FAILED', null, `could not start: ${(err as Error).message}`);
       return;
