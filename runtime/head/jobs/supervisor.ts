@@ -14,7 +14,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync } fr
 import { join } from 'node:path';
 
 import { tailLines } from '../logs/log-file.ts';
-import { builtinEntrypoints, resolveEntrypoint } from './entrypoint.ts';
+import { resolveEntrypoint } from './entrypoint.ts';
 import { OpsError } from './errors.ts';
 import { type JobInfo, type JobStatus, type OpsStore, terminalJobStatuses } from './ops-store.ts';
 import { isPackageHash } from './working-dir.ts';
@@ -59,6 +59,10 @@ export interface JobSupervisorOptions {
   stopGraceMs?: number;
   /** Lines of driver output put into a failed job's message. @default 20 */
   messageTailLines?: number;
+  /**
+   * Entrypoint names that run a script (`train_ppo` → its driver file); the CLI passes the
+   * package's drivers. @default none
+   */
   builtins?: Readonly<Record<string, string>>;
 }
 
@@ -122,7 +126,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       capacity: () => ({ cpus: Number.POSITIVE_INFINITY, gpus: 0 }),
       stopGraceMs: 3000,
       messageTailLines: 20,
-      builtins: builtinEntrypoints,
+      builtins: {},
       // An option passed as undefined keeps its default (an undefined grace meant SIGKILL at once).
       ...(Object.fromEntries(
         Object.entries(opts).filter(([, v]) => v !== undefined),
