@@ -7,7 +7,7 @@
  */
 import { gsm8kReward } from 'rtjob/rewards';
 import type { Sample, WorkflowEngine, WorkflowInit } from '../agents/types.ts';
-import type { Trajectory } from '../algorithms/trajectory.ts';
+import type { Trajectory } from 'rtjob/algorithms';
 
 export class Workflow {
   constructor(private readonly init: WorkflowInit) {}

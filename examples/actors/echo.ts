@@ -2,7 +2,7 @@
  * A minimal actor and task module: the runtime benchmark drives it, and it shows the shape of
  * an actor module (a plain exported class; methods may be sync or async).
  */
-import { get, type ActorHandle } from '../../runtime/index.ts';
+import { get, type ActorHandle } from 'rtjob';
 
 export class Echo {
   calls = 0;

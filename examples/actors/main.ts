@@ -3,7 +3,7 @@
  * cluster (or joins RTJOB_ADDRESS), creates a counter actor in its own process, calls it, passes
  * it an object by reference, and shuts down.
  */
-import { defineActor, get, init, put, shutdown } from '../../runtime/index.ts';
+import { defineActor, get, init, put, shutdown } from 'rtjob';
 import type { Counter } from './counter.ts';
 
 await init();
