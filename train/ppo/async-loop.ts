@@ -25,11 +25,13 @@ import type { GroupResult } from '../../agents/episode-runner.ts';
 import { StalenessThrottle } from '../../algorithms/staleness.ts';
 import { TrajectoryBuffer } from '../../algorithms/trajectory-buffer.ts';
 import type { DataPosition } from './data.ts';
-import { afterStep, recordUpdate, type RunContext } from './context.ts';
+import { afterStep, recordUpdate } from './context.ts';
+import type { PolicyUpdate } from './roles.ts';
+import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
 import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
-import { syncWeights, trainerWeights, type PolicyUpdate } from './weight-sync.ts';
+import { syncWeights, trainerWeights } from './weight-sync.ts';
 
 /** What the producer attaches to each batch of the buffer besides its trajectories. */
 interface BatchMeta {

@@ -13,7 +13,7 @@ import type { Critic } from '../../roles/critic.ts';
 import type { Reference } from '../../roles/reference.ts';
 import type { Rollout } from '../../roles/rollout.ts';
 import type { Trainer } from '../../roles/trainer.ts';
-import type { TrainPpoOptions } from './flags.ts';
+import type { TrainPpoOptions } from './options.ts';
 import { RoleDiedError, type RoleName } from './errors.ts';
 import { placeRoles, type RolePlacement } from './placement.ts';
 import { everyRank, replicated, roleInits, type Remote, type Roles } from './roles.ts';

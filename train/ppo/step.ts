@@ -10,13 +10,12 @@ import type { CriticSample } from '../../roles/critic.ts';
 import type { TrainSample, TrainStats } from '../../roles/trainer.ts';
 import { dynamicFilter } from '../../algorithms/dynamic-filter.ts';
 import { computeReturns, makeExperience } from '../../algorithms/experience.ts';
-import type { KlController } from '../../algorithms/kl.ts';
-import type { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
-import type { TrainPpoOptions } from './flags.ts';
+import type { TrainPpoOptions } from './options.ts';
 import { logprobMismatch } from './episodes.ts';
 import { advantageOptions, experienceOptions } from './options.ts';
 import type { Roles } from './roles.ts';
+import type { UpdateState } from './run-state.ts';
 
 /**
  * The groups that ran to completion, and of those, with `--dynamic-filtering`, the ones whose
@@ -37,13 +36,6 @@ export function filterGroups(
     kept: ok.filter((_, k) => !rejected.has(String(k))),
     passRate: ok.length ? res.passRate : 0,
   };
-}
-
-/** What carries over from one update to the next besides the weights. */
-export interface UpdateState {
-  kl: KlController;
-  /** Running reward statistics (`--normalize-reward`). */
-  rewardNormalizer?: RewardNormalizer;
 }
 
 /** What one policy update reports. */
