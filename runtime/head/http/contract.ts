@@ -23,6 +23,7 @@ import type {
   JobSample,
   JobStatus,
   MetricRow,
+  MetricsTable,
   StoredSample,
 } from '../jobs/ops-store.ts';
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
@@ -53,6 +54,7 @@ export type {
   JobStatus,
   JobSubmitRequest,
   MetricRow,
+  MetricsTable,
   NodeView,
   PlacementGroupInfo,
   ProcessView,
@@ -66,14 +68,6 @@ export interface ClusterStatus {
   resources: { total: Record<string, number>; used: Record<string, number> };
   actorsByState: Record<string, number>;
   jobsByStatus: Record<string, number>;
-}
-
-/** A job's metrics as a table: one row per step, one column per metric (`step` first). */
-export interface MetricsTable {
-  columns: string[];
-  rows: (number | null)[][];
-  /** Where the next page starts (`sinceStep`), null on the last page. */
-  nextSinceStep: number | null;
 }
 
 /** A job in the list: with how far it is. */

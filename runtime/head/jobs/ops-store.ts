@@ -6,7 +6,6 @@
  * @module
  */
 import Database from 'better-sqlite3';
-import type { MetricsTable } from '../http/contract.ts';
 import { OpsError } from './errors.ts';
 
 /** A job's lifecycle; the last three are terminal and never change again. */
@@ -57,6 +56,14 @@ export interface MetricRow {
   time: number;
   /** `null` (a NaN or infinity sent as JSON) is not stored. */
   values: Record<string, number | null>;
+}
+
+/** A job's metrics as a table: one row per step, one column per metric (`step` first). */
+export interface MetricsTable {
+  columns: string[];
+  rows: (number | null)[][];
+  /** Where the next page starts (`sinceStep`), null on the last page. */
+  nextSinceStep: number | null;
 }
 
 /**
