@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { readEnv } from '../../runtime/env.ts';
 import { metrics } from '../../runtime/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
+import { trainPpoCharts } from './charts.ts';
 import { isRoleDied } from './errors.ts';
 import { runIfMain } from '../driver-flags.ts';
 import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp } from './flags.ts';
@@ -124,6 +125,7 @@ export async function trainPpo(
   log.report?.({
     config: flagConfig(o, argv, env),
     headline: o.evalDataset ? 'eval_accuracy' : 'reward_mean',
+    charts: trainPpoCharts,
     outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
   });
   const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;

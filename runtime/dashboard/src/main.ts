@@ -549,6 +549,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   const getJob = (id: string): Promise<JobInfo> =>
     api.call('GET /api/jobs/:jobId', { params: { jobId: id } });
   let job = await getJob(jobId);
+  charts.setLayout(job.report?.charts);
   const renderSummary = () =>
     summary.replaceChildren(jobSummary(job, (name) => charts.ends(0, name)));
   const renderSettings = () =>
@@ -634,6 +635,7 @@ async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   renderHeader(job);
   const reloadJob = async () => {
     job = await getJob(jobId);
+    charts.setLayout(job.report?.charts);
     renderHeader(job);
   };
   refreshOn(['job'], reloadJob, (d) => (d as JobInfo).jobId === jobId, 200);

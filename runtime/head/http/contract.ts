@@ -15,6 +15,7 @@
 import { RtjobError } from '../../errors.ts';
 import type { PlacementGroupInfo } from '../../protocol.ts';
 import type {
+  ChartLayout,
   ClusterEvent,
   ConfigRow,
   JobInfo,
@@ -39,6 +40,7 @@ import type {
 } from './cluster-view.ts';
 
 export type {
+  ChartLayout,
   ConfigRow,
   JobProgress,
   JobReport,

@@ -98,15 +98,32 @@ export const sampleLimits = {
 /**
  * What a job's driver says about itself (`metrics.info`): any JSON fields, merged by name. The
  * head and the dashboard read `totalSteps` (progress and ETA), `headline` (the metric the jobs
- * list shows, e.g. `eval_accuracy`), `config` (a table of every effective setting) and
- * `outputs` (paths the run writes, by label).
+ * list shows, e.g. `eval_accuracy`), `charts` (how the job page lays out its metrics), `config`
+ * (a table of every effective setting) and `outputs` (paths the run writes, by label).
  */
 export interface JobReport {
   totalSteps?: number;
   headline?: string;
+  charts?: ChartLayout;
   config?: ConfigRow[];
   outputs?: Record<string, string>;
   [field: string]: unknown;
+}
+
+/**
+ * How the job page lays out a job's metric charts. Without one, every metric is a chart of one
+ * group, in name order.
+ */
+export interface ChartLayout {
+  /**
+   * Groups in page order. A metric goes to the first group that lists it in `first` or whose
+   * `match` (a regular expression's source) matches its name; the rest go to the last group.
+   */
+  groups: { title: string; first?: string[]; match?: string }[];
+  /** Charts that draw several metrics, one line each, by chart name. */
+  multi?: Record<string, { title: string; members: string[] }>;
+  /** Metrics charted even when they never change (a flat headline is news, not noise). */
+  neverFolded?: string[];
 }
 
 /** One effective setting of a job. */
@@ -128,7 +145,7 @@ export interface JobProgress {
   totalSteps: number | null;
   /** Estimated time to the last step, from the pace so far (running jobs only). */
   etaMs: number | null;
-  /** The job's headline metric (its report's `headline`, else reward_mean), first and last value. */
+  /** The job's headline metric (its report's `headline`), first and last value. */
   headline: { name: string; first: number | null; last: number | null } | null;
 }
 
@@ -638,13 +655,19 @@ export class OpsStore {
       ) {
         etaMs = Math.max(0, ((r.t1 - r.t0) / (r.last - r.first)) * (total - r.last));
       }
-      const name = typeof report.headline === 'string' ? report.headline : 'reward_mean';
-      const e = ends.get({ job: jobId, name }) as { first: number | null; last: number | null };
+      const name = typeof report.headline === 'string' ? report.headline : undefined;
+      const e =
+        name === undefined
+          ? undefined
+          : (ends.get({ job: jobId, name }) as { first: number | null; last: number | null });
       out.set(jobId, {
         step: r.last,
         totalSteps: total,
         etaMs,
-        headline: e.last === null ? null : { name, first: e.first, last: e.last },
+        headline:
+          name === undefined || !e || e.last === null
+            ? null
+            : { name, first: e.first, last: e.last },
       });
     }
     return out;
