@@ -45,7 +45,7 @@ export interface AgentEvalResult {
   total: number;
   /** Episodes that threw (counted as wrong). */
   failed: number;
-  /** `info_<key>` means over the episodes that finished. */
+  /** `info/<key>` means over the episodes that finished. */
   info: Record<string, number>;
   episodes: AgentEvalEpisode[];
 }
@@ -206,7 +206,9 @@ function describe(name: string, r: AgentEvalResult, splitBy: string | undefined)
   const lines = [
     `${name.padEnd(8)} ${pct(r.correct, r.total)} right on ${r.total} episodes${r.failed ? ` (${r.failed} failed)` : ''}`,
   ];
-  const info = Object.entries(r.info).map(([k, v]) => `${k.replace(/^info_/, '')} ${v.toFixed(3)}`);
+  const info = Object.entries(r.info).map(
+    ([k, v]) => `${k.replace(/^info\//, '')} ${v.toFixed(3)}`,
+  );
   if (info.length) lines.push(`         mean ${info.join(', ')}`);
   if (splitBy) {
     for (const v of [

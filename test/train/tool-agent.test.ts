@@ -173,8 +173,11 @@ test('train_ppo runs examples/tool-agent.ts on the shipped tool model and logs t
   const steps = rows.filter((r) => r.reward_mean !== undefined);
   assert.is(steps.length, 2);
   for (const r of steps) {
-    assert.ok(r.info_used_tool! >= 0 && r.info_used_tool! <= 1, 'tool-use rate logged each step');
-    assert.ok(r.info_turns! >= 1);
+    assert.ok(
+      r['info/used_tool']! >= 0 && r['info/used_tool']! <= 1,
+      'tool-use rate logged each step',
+    );
+    assert.ok(r['info/turns']! >= 1);
   }
   assert.ok(
     summary.evalBefore !== undefined && summary.evalAfter !== undefined,

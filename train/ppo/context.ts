@@ -11,7 +11,6 @@ import type { GroupResult } from '../../agents/episode-runner.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { createKlController } from '../../algorithms/kl.ts';
 import { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
-import { infoMetrics } from '../../algorithms/trajectory.ts';
 import { evaluate } from './generate.ts';
 import { checkKeys, loadPromptData, PromptSampler } from './data.ts';
 import type { TrainPpoOptions } from './options.ts';
@@ -124,7 +123,6 @@ export function recordUpdate(
     groups_dropped: state.groupsDropped ?? 0,
     rollout_restarts: state.rolloutRestarts,
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
-    ...infoMetrics(kept.flatMap((g) => g.trajectories)),
     ...u.mismatch,
   };
 }

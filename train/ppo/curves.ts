@@ -6,7 +6,7 @@
  *   rtjob metrics JOB --csv > run.csv
  *   node --import tsx train/ppo/curves.ts run.csv docs/learning-curve.png "title" [metric...]
  *
- * Extra metric names (e.g. `info_used_tool`, an agent's extraInfo mean; `name=label` to title
+ * Extra metric names (e.g. `info/used_tool`, an agent's extraInfo mean; `name=label` to title
  * the line) are drawn as more lines.
  *
  * @module

@@ -11,7 +11,7 @@ import type { GroupResult } from '../../agents/episode-runner.ts';
 import { parseCompletion, toolCallParser } from '../../gateway/tool-parsers.ts';
 import { seededRandom } from '../../model/sampling.ts';
 import { loadTokenizer } from '../../model/tokenizer.ts';
-import type { Trajectory } from '../../algorithms/trajectory.ts';
+import { infoMetrics, type Trajectory } from '../../algorithms/trajectory.ts';
 import type { EpisodeSample, SampleTurn } from './episode-sample.ts';
 import type { RunContext } from './run-state.ts';
 
@@ -204,8 +204,8 @@ export function sampleEpisodes(
  * Per-step episode metrics every RL dashboard shows: generated tokens, reward spread, the fraction
  * of groups whose episodes all scored the same (they teach group-baseline methods nothing),
  * response lengths, the
- * fraction cut by the length cap, and each numeric or boolean `extraInfo` field averaged
- * (`info/<name>`).
+ * fraction cut by the length cap, and each numeric or boolean `extraInfo` field averaged over the
+ * step's finished episodes (`info/<name>`, the library's `infoMetrics`).
  */
 export function episodeMetrics(groups: readonly GroupResult[]): Record<string, number> {
   const ok = groups.filter((g) => g.status === 'ok' && g.trajectories.length > 0);
@@ -225,20 +225,7 @@ export function episodeMetrics(groups: readonly GroupResult[]): Record<string, n
     response_length_max: Math.max(...lengths),
     response_clip_ratio: ts.filter((t) => t.truncated).length / ts.length,
   };
-  const sums = new Map<string, { sum: number; n: number }>();
-  for (const t of ts) {
-    for (const [k, v] of Object.entries(t.info ?? {})) {
-      if (typeof v !== 'number' && typeof v !== 'boolean') continue;
-      const x = typeof v === 'boolean' ? Number(v) : v;
-      if (!Number.isFinite(x)) continue;
-      const s = sums.get(k) ?? { sum: 0, n: 0 };
-      s.sum += x;
-      s.n++;
-      sums.set(k, s);
-    }
-  }
-  for (const [k, s] of sums) out[`info/${k}`] = s.sum / s.n;
-  return out;
+  return { ...out, ...infoMetrics(ts) };
 }
 
 /**
