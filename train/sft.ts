@@ -21,6 +21,7 @@ import { seededRandom } from '../model/sampling.ts';
 import { ChatTokenizer, type ChatMessage } from '../model/tokenizer.ts';
 import { ModelTrainer, maskedNllLoss, padBatch } from '../model/training.ts';
 import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { shuffle } from '../algorithms/shuffle.ts';
 import { arithReward, builtinDataset, type ArithRecord } from './data/arith.ts';
 import { flagParser, runIfMain } from './driver-flags.ts';
 
@@ -262,15 +263,11 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   const batchSize = o.batchSize ?? 32;
   const micro = Math.min(o.microBatchSize ?? 32, batchSize);
   const stepsPerEpoch = Math.floor(examples.length / batchSize);
-  const orderFor = (epoch: number): number[] => {
-    const r = seededRandom(seed * 7919 + epoch);
-    const idx = examples.map((_, i) => i);
-    for (let i = idx.length - 1; i > 0; i--) {
-      const j = Math.floor(r() * (i + 1));
-      [idx[i], idx[j]] = [idx[j]!, idx[i]!];
-    }
-    return idx;
-  };
+  const orderFor = (epoch: number): number[] =>
+    shuffle(
+      examples.map((_, i) => i),
+      seed * 7919 + epoch,
+    );
   const evalRecords = dataset.startsWith('arith')
     ? builtinDataset('arith:test', { size: o.evalSize ?? 200 })!
     : [];
