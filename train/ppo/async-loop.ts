@@ -129,7 +129,8 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       }
       const ms = performance.now() - g0;
       timing.producerBusyMs += ms;
-      slot.add(...groups.filter((g) => g.status === 'ok').flatMap((g) => g.trajectories));
+      // The batch travels once, as its groups (the filter and the accounting need them whole);
+      // the buffer bounds how many batches run ahead of the trainer, it stages no second copy.
       slot.commit({ groups, version: batchVersion, generateMs: ms, position });
     }
   })().catch((err: unknown) => {
