@@ -10,6 +10,7 @@ import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
 import { readEnv } from '../runtime/env.ts';
 import './wasm-kernels.ts';
+import { ModelError } from './errors.ts';
 
 export type BackendName = 'wasm' | 'cpu' | 'tensorflow';
 
@@ -70,18 +71,26 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
   current = (async (): Promise<BackendName> => {
     let chosen: BackendName;
     if (want === 'cpu' || want === 'wasm') {
-      if (!(await tf.setBackend(want))) throw new Error(`TF.js backend '${want}' failed to start`);
+      if (!(await tf.setBackend(want)))
+        throw new ModelError('MODEL_BACKEND', `TF.js backend '${want}' failed to start`);
       chosen = want;
     } else if (want === 'tensorflow' || want === undefined) {
       if (await tryNative()) chosen = 'tensorflow';
       else if (want === 'tensorflow')
-        throw new Error('RTJOB_TF_BACKEND=tensorflow but tfjs-node is not installed');
+        throw new ModelError(
+          'MODEL_BACKEND',
+          'RTJOB_TF_BACKEND=tensorflow but tfjs-node is not installed',
+        );
       else {
-        if (!(await tf.setBackend('wasm'))) throw new Error("TF.js backend 'wasm' failed to start");
+        if (!(await tf.setBackend('wasm')))
+          throw new ModelError('MODEL_BACKEND', "TF.js backend 'wasm' failed to start");
         chosen = 'wasm';
       }
     } else {
-      throw new Error(`unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu or tensorflow)`);
+      throw new ModelError(
+        'MODEL_BACKEND',
+        `unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu or tensorflow)`,
+      );
     }
     await tf.ready();
     dropRethrowingListeners(before);
@@ -108,7 +117,8 @@ export function assertBackendRoom(bytes: number, what: string): void {
   const used = tf.memory().numBytes;
   if (used + bytes <= wasmHeapMaxBytes) return;
   const gib = (b: number): string => (b / 2 ** 30).toFixed(2);
-  throw new Error(
+  throw new ModelError(
+    'MODEL_BACKEND',
     `${what} needs ${gib(bytes)} GiB of float32 tensors, but the wasm backend holds at most 4 GiB ` +
       `(${gib(used)} GiB in use): use RTJOB_TF_BACKEND=cpu or a smaller model`,
   );

@@ -26,6 +26,7 @@ import { agentTokenizer } from '../roles/rollout.ts';
 import { arithDataset } from './data/arith.ts';
 import { FlagError, flagParser, runIfMain } from './driver-flags.ts';
 import { infoMetrics } from '../algorithms/trajectory.ts';
+import { InvalidArgumentError } from '../runtime/errors.ts';
 
 /** One evaluated episode. */
 export interface AgentEvalEpisode {
@@ -126,7 +127,7 @@ export async function evalAgentModel(
 ): Promise<EvalAgentReport> {
   await initBackend();
   const { model, tokenizer } = await loadModel(dir);
-  if (!tokenizer) throw new Error(`eval_agent: ${dir} has no tokenizer.json`);
+  if (!tokenizer) throw new InvalidArgumentError(`eval_agent: ${dir} has no tokenizer.json`);
   const maxNewTokens = o.maxNewTokens ?? 48;
   const agent = await loadAgent(resolve(agentFile), {
     tokenizer: agentTokenizer(tokenizer),
@@ -135,7 +136,9 @@ export async function evalAgentModel(
     maxLength: 256,
   });
   if (agent.kind !== 'agent')
-    throw new Error(`eval_agent: ${agentFile} exports no agent(sample, env) function`);
+    throw new InvalidArgumentError(
+      `eval_agent: ${agentFile} exports no agent(sample, env) function`,
+    );
   const engine = await BuiltinEngine.create({ model, tokenizer, maxBatchSize: 256, seed: 1 });
   const card = modelCard(dir);
   const gateway = (temperature: number): Promise<Gateway> =>

@@ -32,6 +32,7 @@ import { recordEpisodes } from './episodes.ts';
 import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 import { syncWeights, trainerWeights } from './weight-sync.ts';
+import { TrainPpoError } from './errors.ts';
 
 /** What the producer attaches to each batch of the buffer besides its trajectories. */
 interface BatchMeta {
@@ -142,7 +143,11 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
     while (state.step < ctx.totalSteps) {
       const w0 = performance.now();
       const lease = await buffer.take({ signal: stopping.signal });
-      if (!lease) throw new Error('the trajectory buffer closed before the run ended');
+      if (!lease)
+        throw new TrainPpoError(
+          'TRAIN_PPO_ASYNC',
+          'the trajectory buffer closed before the run ended',
+        );
       const waitMs = performance.now() - w0;
       const fill = buffer.stats().queued + 1;
       const batch = lease.batch.meta;
@@ -173,7 +178,8 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       );
       lease.ack();
       if (u.staleMax > bound.value) {
-        throw new Error(
+        throw new TrainPpoError(
+          'TRAIN_PPO_ASYNC',
           `staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`,
         );
       }

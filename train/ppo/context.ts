@@ -19,6 +19,7 @@ import { klOptions } from './options.ts';
 import type { RunContext, RunLog, RunState, RunSummary } from './run-state.ts';
 import type { UpdateStats } from './step.ts';
 import { publishWeights } from './weight-sync.ts';
+import { TrainPpoError } from './errors.ts';
 
 /** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
 export async function prepareRun(
@@ -176,10 +177,12 @@ async function resume(ctx: RunContext): Promise<void> {
   }
   const dir = join(root, readFileSync(latest, 'utf8').trim());
   const saved = (await ctx.roles.trainer.loadCheckpoint(dir)) as { driver?: RunState };
-  if (!saved.driver) throw new Error(`checkpoint ${dir} has no driver state`);
+  if (!saved.driver)
+    throw new TrainPpoError('TRAIN_PPO_CHECKPOINT', `checkpoint ${dir} has no driver state`);
   if (ctx.roles.critic) {
     if (!existsSync(join(dir, 'critic')))
-      throw new Error(
+      throw new TrainPpoError(
+        'TRAIN_PPO_CHECKPOINT',
         `checkpoint ${dir} has no critic state (saved without --advantage-estimator gae?)`,
       );
     await ctx.roles.critic.loadCheckpoint(join(dir, 'critic'));

@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { RtjobError } from '../../errors.ts';
+import { RtjobError, InvalidArgumentError } from '../../errors.ts';
 import type { PlacementGroupInfo } from '../../protocol.ts';
 import type {
   ChartLayout,
@@ -260,7 +260,7 @@ export function routePath<K extends RouteKey>(key: K, args: Partial<CallArgs<K>>
   const params = (args.params ?? {}) as Record<string, string>;
   const path = splitRoute(key).pattern.replace(/:(\w+)/g, (_, name: string) => {
     const v = params[name];
-    if (v === undefined) throw new TypeError(`${key}: missing path parameter ${name}`);
+    if (v === undefined) throw new InvalidArgumentError(`${key}: missing path parameter ${name}`);
     return encodeURIComponent(v);
   });
   const q = new URLSearchParams();
@@ -299,6 +299,10 @@ export function matchRoute(
 
 /** A non-2xx answer of the API, with its stable `code` and the HTTP status. */
 export class RestError extends RtjobError {
+  override get name(): string {
+    return 'RestError';
+  }
+
   constructor(
     readonly status: number,
     code: string,

@@ -542,19 +542,21 @@ export class OpsStore {
 
   /**
    * Stores the samples of one step, replacing what that step had; then drops the oldest steps
-   * (never the first) while the job holds more than {@link sampleLimits}`.maxPerJob`. Throws a
-   * RangeError when the step has too many samples or one is too large.
+   * (never the first) while the job holds more than {@link sampleLimits}`.maxPerJob`. Throws an
+   * `OpsError` `BAD_REQUEST` when the step has too many samples or one is too large.
    */
   addSamples(jobId: string, step: number, samples: readonly JobSample[]): void {
     if (samples.length > sampleLimits.maxPerStep) {
-      throw new RangeError(
+      throw new OpsError(
+        'BAD_REQUEST',
         `at most ${sampleLimits.maxPerStep} samples per step (got ${samples.length})`,
       );
     }
     const rows = samples.map((sample, seq) => {
       const data = JSON.stringify(sample);
       if (Buffer.byteLength(data) > sampleLimits.maxSampleBytes) {
-        throw new RangeError(
+        throw new OpsError(
+          'BAD_REQUEST',
           `sample ${seq} of step ${step} is over ${sampleLimits.maxSampleBytes} bytes of JSON; shorten its text`,
         );
       }

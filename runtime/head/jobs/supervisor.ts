@@ -424,7 +424,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
           },
         },
       );
-      if (child.pid === undefined) throw new Error('spawn failed');
+      if (child.pid === undefined) throw new OpsError('ENTRYPOINT_NOT_FOUND', 'spawn failed');
       pid = child.pid;
       child.on('error', () => undefined);
       const run = this.#track(job.jobId, pid, exitFile);
