@@ -143,7 +143,8 @@ test('one episode: the model calls the calculator, reads 85, answers; one exact-
 });
 
 test('train_ppo runs examples/tool-agent.ts on the shipped tool model and logs the tool-use rate', async () => {
-  const rows: Record<string, number>[] = [];
+  // A step's metrics arrive in more than one call (episodes, then the update): merged by step.
+  const byStep = new Map<number, Record<string, number>>();
   const summary = await trainPpo(
     [
       '--in-process',
@@ -167,10 +168,15 @@ test('train_ppo runs examples/tool-agent.ts on the shipped tool model and logs t
       join(root, 'out'),
     ],
     {},
-    { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
+    {
+      log: {
+        line: () => undefined,
+        metric: (s, v) => void byStep.set(s, { ...byStep.get(s), ...v }),
+      },
+    },
   );
   assert.is(summary.steps, 2);
-  const steps = rows.filter((r) => r.reward_mean !== undefined);
+  const steps = [...byStep.values()].filter((r) => r.reward_mean !== undefined);
   assert.is(steps.length, 2);
   for (const r of steps) {
     assert.ok(
