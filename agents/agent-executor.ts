@@ -8,7 +8,7 @@
  */
 import type { Trajectory } from '../algorithms/trajectory.ts';
 import type { Gateway } from '../gateway/server.ts';
-import { AgentContractError } from './errors.ts';
+import { AgentContractError, AgentNoModelCallError } from './errors.ts';
 import type { AgentFunction, Sample } from './types.ts';
 
 /** Settings of one gateway-agent episode. */
@@ -42,7 +42,8 @@ export async function runGatewayEpisode(
     s.close();
     const stats = s.session.stats;
     if (stats.completions === 0) {
-      throw new Error(
+      throw new AgentNoModelCallError(
+        o.file,
         'the agent made no model call through the gateway (use env.baseURL and env.apiKey)',
       );
     }

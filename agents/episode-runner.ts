@@ -15,6 +15,7 @@ import { Semaphore } from './semaphore.ts';
 import { runStepEpisode } from './step-executor.ts';
 import type { Agent, AgentTokenizer, Sample } from './types.ts';
 import { runWorkflowEpisode } from './workflow-executor.ts';
+import { InvalidArgumentError } from '../runtime/errors.ts';
 
 /** Settings of an `EpisodeRunner`. */
 export interface EpisodeRunnerOptions {
@@ -56,7 +57,7 @@ export class EpisodeRunner {
   constructor(o: EpisodeRunnerOptions) {
     this.o = { maxConcurrent: 128, episodeTimeoutMs: 0, turnDiscount: 1, ...o };
     if (o.agent.kind === 'agent' && !o.gateway)
-      throw new RangeError('an agent(sample, env) file needs a gateway');
+      throw new InvalidArgumentError('an agent(sample, env) file needs a gateway');
     this.slots = new Semaphore(this.o.maxConcurrent);
   }
 

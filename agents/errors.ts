@@ -13,10 +13,15 @@ export type AgentErrorCode =
   | 'AGENT_CONTRACT'
   | 'AGENT_EPISODE_FAILED'
   | 'AGENT_EPISODE_TIMEOUT'
-  | 'AGENT_ERROR_BUDGET';
+  | 'AGENT_ERROR_BUDGET'
+  | 'AGENT_NO_MODEL_CALL';
 
 /** Base class: `code` plus the agent file. */
 export class AgentError extends RtjobError<AgentErrorCode> {
+  override get name(): string {
+    return 'AgentError';
+  }
+
   readonly file: string;
   constructor(code: AgentErrorCode, file: string, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
@@ -26,6 +31,10 @@ export class AgentError extends RtjobError<AgentErrorCode> {
 
 /** The file could not be imported, or exports neither `step` nor a workflow. */
 export class AgentLoadError extends AgentError {
+  override get name(): string {
+    return 'AgentLoadError';
+  }
+
   constructor(file: string, problem: string, options?: { cause?: unknown }) {
     super('AGENT_LOAD_FAILED', file, `agent ${file}: ${problem}`, options);
   }
@@ -33,6 +42,10 @@ export class AgentLoadError extends AgentError {
 
 /** The agent returned a value of the wrong shape: a bug in the agent, fatal at once. */
 export class AgentContractError extends AgentError {
+  override get name(): string {
+    return 'AgentContractError';
+  }
+
   constructor(file: string, problem: string) {
     super('AGENT_CONTRACT', file, `agent ${file}: ${problem}`);
   }
@@ -40,6 +53,10 @@ export class AgentContractError extends AgentError {
 
 /** One episode threw; counted against the error budget. */
 export class EpisodeError extends AgentError {
+  override get name(): string {
+    return 'EpisodeError';
+  }
+
   readonly promptIndex: number;
   constructor(file: string, promptIndex: number, cause: unknown) {
     const why = cause instanceof Error ? `${cause.name}: ${cause.message}` : String(cause);
@@ -57,6 +74,10 @@ export class EpisodeError extends AgentError {
 
 /** One episode ran past `--episode-timeout`. */
 export class EpisodeTimeoutError extends AgentError {
+  override get name(): string {
+    return 'EpisodeTimeoutError';
+  }
+
   constructor(file: string, promptIndex: number, timeoutMs: number) {
     super(
       'AGENT_EPISODE_TIMEOUT',
@@ -68,6 +89,10 @@ export class EpisodeTimeoutError extends AgentError {
 
 /** More episodes failed than the error budget allows. */
 export class ErrorBudgetExceededError extends AgentError {
+  override get name(): string {
+    return 'ErrorBudgetExceededError';
+  }
+
   constructor(file: string, failed: number, total: number, last: string, groupsDropped?: number) {
     const dropped = groupsDropped
       ? ` (${groupsDropped} group${groupsDropped === 1 ? '' : 's'} dropped with them)`
@@ -77,5 +102,16 @@ export class ErrorBudgetExceededError extends AgentError {
       file,
       `agent ${file}: ${failed} of ${total} episodes failed${dropped}, past the error budget; last: ${last}`,
     );
+  }
+}
+
+/** A gateway agent finished its episode without calling the model once; the episode fails. */
+export class AgentNoModelCallError extends AgentError {
+  override get name(): string {
+    return 'AgentNoModelCallError';
+  }
+
+  constructor(file: string, message: string) {
+    super('AGENT_NO_MODEL_CALL', file, message);
   }
 }

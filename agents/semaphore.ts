@@ -1,11 +1,12 @@
 /** A counting semaphore: at most `permits` holders at once, waiters served in FIFO order. */
+import { InvalidArgumentError } from '../runtime/errors.ts';
 export class Semaphore {
   private free: number;
   private readonly waiters: (() => void)[] = [];
 
   constructor(permits: number) {
     if (!Number.isInteger(permits) || permits < 1)
-      throw new RangeError(`permits must be an integer >= 1, got ${permits}`);
+      throw new InvalidArgumentError(`permits must be an integer >= 1, got ${permits}`);
     this.free = permits;
   }
 

@@ -36,6 +36,10 @@ export interface AlgorithmErrorContext {
  * catch (e) { if ((e as AlgorithmError).code === 'INVALID_OPTION') console.error(e.message); }
  */
 export class AlgorithmError extends RtjobError<AlgorithmErrorCode> {
+  override get name(): string {
+    return 'AlgorithmError';
+  }
+
   declare readonly context: AlgorithmErrorContext;
 
   constructor(

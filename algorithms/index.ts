@@ -70,6 +70,7 @@ export {
   createKlController,
   FixedKlController,
   KL_CLAMP,
+  KL_ESTIMATORS,
   klDefaults,
   klEstimate,
   klPerToken,

@@ -9,6 +9,8 @@ import { assertFinite, assertLength, stripUndefined, type Numbers } from './vali
 
 /** `k1 = x`, `k2 = x²/2`, `k3 = e^{−x} − 1 + x`, with `x = logπ − logπ_ref`. */
 export type KlEstimator = 'k1' | 'k2' | 'k3';
+/** Every estimator name, for CLI choices. */
+export const KL_ESTIMATORS: readonly KlEstimator[] = ['k1', 'k2', 'k3'];
 
 /** Every estimate is clamped to ±KL_CLAMP, as the reference does. */
 export const KL_CLAMP = 10;
@@ -51,10 +53,10 @@ export function resolveKlOptions(opts: KlOptions = {}): ResolvedKlOptions {
   if (!(Number.isFinite(r.klHorizon) && r.klHorizon > 0)) {
     throw invalidOption('--kl-horizon', `must be a finite number > 0 (got ${r.klHorizon})`);
   }
-  if (r.klEstimator !== 'k1' && r.klEstimator !== 'k2' && r.klEstimator !== 'k3') {
+  if (!KL_ESTIMATORS.includes(r.klEstimator)) {
     throw invalidOption(
       '--kl-estimator',
-      `must be one of k1, k2, k3 (got ${String(r.klEstimator)})`,
+      `must be one of ${KL_ESTIMATORS.join(', ')} (got ${String(r.klEstimator)})`,
     );
   }
   return r;

@@ -6,7 +6,6 @@
  * @module
  */
 import { AlgorithmError, invalidOption } from './errors.ts';
-import type { Trajectory } from './trajectory.ts';
 
 /** Per-token staleness of a batch: `currentVersion − version` over generated tokens. */
 export interface StalenessStats {
@@ -21,13 +20,14 @@ export interface StalenessStats {
 }
 
 /**
- * Staleness of every generated (loss-masked) token against the trainer's `currentVersion`.
+ * Staleness of every generated (loss-masked) token against the trainer's `currentVersion`: of
+ * trajectories, or of experience rows (`{ lossMask: actionMask, versions }`).
  *
  * @example
  * stalenessStats([{ ...t, lossMask: [0, 1, 1], versions: [-1, 2, 3] }], 4) // mean 1.5, max 2
  */
 export function stalenessStats(
-  trajectories: readonly Pick<Trajectory, 'lossMask' | 'versions'>[],
+  trajectories: readonly { lossMask: ArrayLike<number>; versions: ArrayLike<number> }[],
   currentVersion: number,
 ): StalenessStats {
   let tokens = 0;

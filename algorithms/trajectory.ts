@@ -39,11 +39,11 @@ export interface Trajectory {
 
 /**
  * The step's means of what agents report in `info` (a step function's or a black-box agent's
- * `extraInfo`): each numeric or boolean key becomes `info_<key>`, averaged over the trajectories
+ * `extraInfo`): each numeric or boolean key becomes `info/<key>`, averaged over the trajectories
  * that carry it. Strings are not averaged.
  *
  * @example
- * infoMetrics([{ info: { used_tool: 1 } }, { info: { used_tool: 0 } }])   // { info_used_tool: 0.5 }
+ * infoMetrics([{ info: { used_tool: 1 } }, { info: { used_tool: 0 } }])   // { 'info/used_tool': 0.5 }
  */
 export function infoMetrics(
   trajectories: readonly Pick<Trajectory, 'info'>[],
@@ -60,5 +60,5 @@ export function infoMetrics(
       sums.set(k, s);
     }
   }
-  return Object.fromEntries([...sums].map(([k, s]) => [`info_${k}`, s.sum / s.n]));
+  return Object.fromEntries([...sums].map(([k, s]) => [`info/${k}`, s.sum / s.n]));
 }

@@ -31,6 +31,10 @@ const codeOfExit: Record<number, string> = {
  * refused the request (`UNKNOWN_JOB`), else `CLI_FAILED`, `CLI_USAGE` or `CLI_UNREACHABLE`.
  */
 export class CliError extends RtjobError {
+  override get name(): string {
+    return 'CliError';
+  }
+
   constructor(
     message: string,
     readonly exitCode = 1,

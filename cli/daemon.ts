@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { readEnv } from '../runtime/env.ts';
 
 import { type ClusterHeadOptions, startClusterHead } from '../runtime/local-cluster.ts';
+import { builtinEntrypoints } from './entrypoints.ts';
 
 /** How long drivers and workers wait for a restarted head. */
 export const headReconnectMs = 10 * 60_000;
@@ -44,6 +45,7 @@ const cluster = await startClusterHead({
   ...opts,
   previousPorts,
   inProcessNode: false,
+  builtins: builtinEntrypoints,
   driverReconnectMs: headReconnectMs,
   // Tests shorten the node timeout (and with it the head-restart recovery window).
   nodeHeartbeatTimeoutMs: readEnv('RTJOB_NODE_TIMEOUT_MS'),

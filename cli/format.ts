@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { InvalidArgumentError } from '../runtime/errors.ts';
 
 /** Pads columns to their widest cell. */
 export function table(header: string[], rows: (string | number)[][]): string {
@@ -26,7 +27,8 @@ export function parseEnvPairs(pairs: readonly string[]): Record<string, string> 
   const env: Record<string, string> = {};
   for (const p of pairs) {
     const eq = p.indexOf('=');
-    if (eq <= 0) throw new Error(`--env expects KEY=VALUE, got ${JSON.stringify(p)}`);
+    if (eq <= 0)
+      throw new InvalidArgumentError(`--env expects KEY=VALUE, got ${JSON.stringify(p)}`);
     env[p.slice(0, eq)] = p.slice(eq + 1);
   }
   return env;
@@ -39,6 +41,6 @@ export function parseEnvPairs(pairs: readonly string[]): Record<string, string> 
 export function parsePort(flag: string, v: string): number {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0 || n > 65535)
-    throw new Error(`${flag} must be a port number 0-65535, got ${v}`);
+    throw new InvalidArgumentError(`${flag} must be a port number 0-65535, got ${v}`);
   return n;
 }

@@ -86,6 +86,10 @@ export interface LaunchedServer {
 
 /** A server that exited before it was healthy, or was not healthy in time. */
 export class ServerLaunchError extends RtjobError<'exited' | 'not-ready'> {
+  override get name(): string {
+    return 'ServerLaunchError';
+  }
+
   readonly logTail: string[];
 
   constructor(code: 'exited' | 'not-ready', message: string, logTail: string[]) {

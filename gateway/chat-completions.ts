@@ -11,7 +11,8 @@ import type { TopLogprobs } from '../engines/types.ts';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
 import type { ChatRequest } from './chat-request.ts';
 import type { ChoiceStream, StreamSink } from './choice-stream.ts';
-import type { CompletionChoice, CompletionResult, ToolCallOut } from './completion.ts';
+import type { CompletionChoice, ToolCallOut } from './choice-stream.ts';
+import type { CompletionResult } from './completion.ts';
 import { endSse, sendSse, startSse } from './sse.ts';
 
 /** OpenAI's `usage` of a chat completion. */

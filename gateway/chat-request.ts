@@ -7,7 +7,7 @@
  * @module
  */
 import { badField } from './errors.ts';
-import { parseToolChoice, type ToolChoice } from './tool-choice.ts';
+import { parseToolChoice, type ToolChoice, type ToolSpec } from './tool-choice.ts';
 import * as v from './validate.ts';
 
 /** A tool call inside an assistant message, as HF chat templates read it. */
@@ -25,12 +25,6 @@ export interface TemplateMessage {
   tool_call_id?: string;
   /** For `tool` turns: the called function's name (some templates print it). */
   name?: string;
-}
-
-/** A function tool in OpenAI's chat form, which is also the HF template convention. */
-export interface ToolSpec {
-  type: 'function';
-  function: { name: string; description?: string; parameters?: Record<string, unknown> };
 }
 
 /** Sampling settings of one request. */

@@ -13,9 +13,27 @@
 import { randomBytes } from 'node:crypto';
 import type { TopLogprobs } from '../engines/types.ts';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
-import type { CompletionChoice, ToolCallOut } from './completion.ts';
 import { firstCallEnd } from './tool-choice.ts';
 import type { ToolCallParser } from './tool-parsers.ts';
+
+/** A tool call as answered to the client. */
+export interface ToolCallOut {
+  id: string;
+  name: string;
+  arguments: string;
+}
+
+/** One generated choice. */
+export interface CompletionChoice {
+  index: number;
+  ids: number[];
+  logprobs: number[];
+  /** With `top_logprobs`: the most likely tokens at each position. */
+  top: TopLogprobs[] | undefined;
+  content: string | null;
+  toolCalls: ToolCallOut[];
+  finishReason: 'stop' | 'length' | 'tool_calls';
+}
 
 /** Where streamed choices go (chat-completion chunks or Responses events). */
 export interface StreamSink {

@@ -10,11 +10,15 @@ import type {
   GenerationConfig,
   InferenceEngine,
   TokenDelta,
-  TopLogprobs,
 } from '../engines/types.ts';
 import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
 import type { CompletionRequest } from './chat-request.ts';
-import { ChoiceStream, type StreamSink, toolCallId } from './choice-stream.ts';
+import {
+  ChoiceStream,
+  type CompletionChoice,
+  type StreamSink,
+  toolCallId,
+} from './choice-stream.ts';
 import { GatewayError } from './errors.ts';
 import type { TokenSession } from './token-session.ts';
 import { firstCallOnly, forcedOpening, oneCallStop } from './tool-choice.ts';
@@ -41,25 +45,6 @@ export interface CompletionContext {
    * recorded behaviour logprobs are of the distribution the trainer scores).
    */
   fixedSampling?: { temperature: number; topP: number };
-}
-
-/** A tool call as answered to the client. */
-export interface ToolCallOut {
-  id: string;
-  name: string;
-  arguments: string;
-}
-
-/** One generated choice. */
-export interface CompletionChoice {
-  index: number;
-  ids: number[];
-  logprobs: number[];
-  /** With `top_logprobs`: the most likely tokens at each position. */
-  top: TopLogprobs[] | undefined;
-  content: string | null;
-  toolCalls: ToolCallOut[];
-  finishReason: 'stop' | 'length' | 'tool_calls';
 }
 
 /** The outcome of one request. */

@@ -29,6 +29,10 @@ type OpenAiErrorType =
 
 /** An error answered as `status` with OpenAI's error body; `param` names the offending field. */
 export class GatewayError extends RtjobError<GatewayErrorCode> {
+  override get name(): string {
+    return 'GatewayError';
+  }
+
   constructor(
     readonly status: number,
     code: GatewayErrorCode,

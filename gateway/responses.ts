@@ -16,18 +16,12 @@ import {
   toolSpec,
   type CompletionRequest,
   type TemplateMessage,
-  type ToolSpec,
 } from './chat-request.ts';
-import type { ChoiceStream, StreamSink } from './choice-stream.ts';
-import {
-  complete,
-  type CompletionContext,
-  type CompletionResult,
-  type ToolCallOut,
-} from './completion.ts';
+import type { ChoiceStream, StreamSink, ToolCallOut } from './choice-stream.ts';
+import { complete, type CompletionContext, type CompletionResult } from './completion.ts';
 import { badField, GatewayError } from './errors.ts';
 import { sendSse, startSse } from './sse.ts';
-import { parseToolChoice } from './tool-choice.ts';
+import { parseToolChoice, type ToolSpec } from './tool-choice.ts';
 import type { TokenSession } from './token-session.ts';
 import * as v from './validate.ts';
 

@@ -14,6 +14,7 @@ import type { InferenceEngine } from '../engines/types.ts';
 import { loadTokenizer } from '../model/tokenizer.ts';
 import { modelCard } from './model-card.ts';
 import { Gateway } from './server.ts';
+import { InvalidArgumentError } from '../runtime/errors.ts';
 
 /** Options of {@link serveModel}. */
 export interface ServeOptions {
@@ -51,7 +52,8 @@ export interface Served {
 async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
   const kind = o.engine ?? 'builtin';
   if (kind === 'builtin') {
-    if (o.engineUrls?.length) throw new RangeError('--engine-url needs --engine sglang or vllm');
+    if (o.engineUrls?.length)
+      throw new InvalidArgumentError('--engine-url needs --engine sglang or vllm');
     return BuiltinEngine.create({ modelPath: o.pretrain, seed: o.seed ?? 0 });
   }
   if (kind === 'llamacpp') {
@@ -64,7 +66,7 @@ async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
     });
   }
   const urls = o.engineUrls ?? [];
-  if (urls.length === 0) throw new RangeError(`--engine ${kind} needs --engine-url`);
+  if (urls.length === 0) throw new InvalidArgumentError(`--engine ${kind} needs --engine-url`);
   // Nothing is trained here: no weight updates, so no checkpoint writer.
   if (kind === 'sglang') {
     const { SglangEngine } = await import('../engines/sglang/index.ts');
@@ -77,10 +79,10 @@ async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
 /** Serves `pretrain` on the builtin engine, or through the SGLang / vLLM servers given. */
 export async function serveModel(o: ServeOptions): Promise<Served> {
   if (!existsSync(join(o.pretrain, 'config.json'))) {
-    throw new RangeError(`--pretrain: no model directory (config.json) at ${o.pretrain}`);
+    throw new InvalidArgumentError(`--pretrain: no model directory (config.json) at ${o.pretrain}`);
   }
   if (o.apiKey !== undefined && o.apiKey.length < 8)
-    throw new RangeError('--api-key: use at least 8 characters');
+    throw new InvalidArgumentError('--api-key: use at least 8 characters');
   const card = modelCard(o.pretrain);
   const tokenizer = loadTokenizer(o.pretrain);
   const engine = await serveEngine(o);

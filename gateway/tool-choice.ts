@@ -13,10 +13,15 @@
  */
 import type { GenerateResult } from '../engines/types.ts';
 import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
-import type { ToolSpec } from './chat-request.ts';
 import { badField } from './errors.ts';
 import type { ToolCallParser } from './tool-parsers.ts';
 import * as v from './validate.ts';
+
+/** A function tool in OpenAI's chat form, which is also the HF template convention. */
+export interface ToolSpec {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: Record<string, unknown> };
+}
 
 /** What the request asked: the three modes, or one named function. */
 export type ToolChoice = 'auto' | 'none' | 'required' | { name: string };

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { InvalidArgumentError } from '../runtime/errors.ts';
 
 /** One tool call as parsed from generated text; `arguments` is JSON text (OpenAI's form). */
 export interface ParsedToolCall {
@@ -132,11 +133,11 @@ export const toolCallParsers: Readonly<Record<string, ToolCallParser>> = {
   none,
 };
 
-/** The parser called `name`, or a RangeError listing the known names. */
+/** The parser called `name`, or an InvalidArgumentError listing the known names. */
 export function toolCallParser(name: string): ToolCallParser {
   const p = toolCallParsers[name];
   if (!p) {
-    throw new RangeError(
+    throw new InvalidArgumentError(
       `unknown tool-call parser '${name}' (known: ${Object.keys(toolCallParsers).join(', ')})`,
     );
   }

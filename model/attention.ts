@@ -9,6 +9,9 @@
  * The equations are HF's: `q' = q cos + rotate_half(q) sin` (likewise k), query head h reads
  * key/value head `floor(h / nRep)`, `p = softmax(q'·k'/sqrt(hd) + bias)`, `out = p v`.
  *
+ * Over 600 lines on purpose: the forward and backward kernels are unrolled by hand (the model is
+ * one of the three places allowed to grow), and split apart they would share every index helper.
+ *
  * @module
  */
 import { tf } from './backend.ts';

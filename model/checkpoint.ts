@@ -21,6 +21,7 @@ import { CausalLM } from './llama.ts';
 import { readSafetensorsFile, serializeSafetensors } from './safetensors.ts';
 import { loadTokenizer, type ChatTokenizer } from './tokenizer.ts';
 import type { NamedTensors } from './tensors.ts';
+import { ModelError } from './errors.ts';
 
 /** A loaded model directory. */
 export interface LoadedModel {
@@ -42,7 +43,7 @@ const tokenizerFiles = [
 /** Reads config.json from an HF model directory (strictly: see `resolveConfig`). */
 export function readConfig(dir: string): LlamaConfig {
   const p = join(dir, 'config.json');
-  if (!existsSync(p)) throw new Error(`no config.json in ${dir}`);
+  if (!existsSync(p)) throw new ModelError('MODEL_FILE_MISSING', `no config.json in ${dir}`);
   return resolveConfig(JSON.parse(readFileSync(p, 'utf8')), p);
 }
 
@@ -61,27 +62,32 @@ export function readCheckpointWeights(dir: string): CheckpointWeights {
   const p = join(dir, 'model.safetensors');
   if (existsSync(p)) return { tensors: readSafetensorsFile(p).tensors, sourceOf: () => p };
   const indexPath = join(dir, 'model.safetensors.index.json');
-  if (!existsSync(indexPath)) throw new Error(`no model.safetensors (or its index) in ${dir}`);
+  if (!existsSync(indexPath))
+    throw new ModelError('MODEL_FILE_MISSING', `no model.safetensors (or its index) in ${dir}`);
   const index = JSON.parse(readFileSync(indexPath, 'utf8')) as {
     weight_map?: Record<string, string>;
   };
   const weightMap = index.weight_map ?? {};
   const shards = [...new Set(Object.values(weightMap))];
-  if (!shards.length) throw new Error(`${indexPath} lists no shards`);
+  if (!shards.length) throw new ModelError('MODEL_CHECKPOINT', `${indexPath} lists no shards`);
   const tensors: NamedTensors = {};
   const fileOf = new Map<string, string>();
   for (const shard of shards) {
     const file = join(dir, shard);
     for (const [name, t] of Object.entries(readSafetensorsFile(file).tensors)) {
       if (weightMap[name] !== shard)
-        throw new Error(`${file}: tensor '${name}' is not listed for this shard in ${indexPath}`);
+        throw new ModelError(
+          'MODEL_CHECKPOINT',
+          `${file}: tensor '${name}' is not listed for this shard in ${indexPath}`,
+        );
       tensors[name] = t;
       fileOf.set(name, file);
     }
   }
   for (const name of Object.keys(weightMap)) {
     if (!tensors[name])
-      throw new Error(
+      throw new ModelError(
+        'MODEL_CHECKPOINT',
         `${indexPath}: tensor '${name}' is listed in ${weightMap[name]} but not there`,
       );
   }

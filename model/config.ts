@@ -74,6 +74,10 @@ export interface LlamaConfig {
 
 /** A config that this implementation refuses; the message names the field and the file. */
 export class ConfigError extends RtjobError<'MODEL_CONFIG_UNSUPPORTED'> {
+  override get name(): string {
+    return 'ConfigError';
+  }
+
   constructor(message: string) {
     super('MODEL_CONFIG_UNSUPPORTED', message);
   }

@@ -8,6 +8,7 @@
  */
 import { tf } from './backend.ts';
 import { checkSequenceLength, type CausalLM, type LayerKV } from './llama.ts';
+import { ModelError } from './errors.ts';
 
 const maskValue = -1e9;
 
@@ -140,7 +141,8 @@ function prefillPass(
 ): { cache: BatchKVCache; logits: tf.Tensor } {
   const B = prompts.length;
   const T = Math.max(...prompts.map((p) => p.length));
-  if (prompts.some((p) => p.length === 0)) throw new Error('prefill: empty prompt');
+  if (prompts.some((p) => p.length === 0))
+    throw new ModelError('MODEL_INPUT', 'prefill: empty prompt');
   checkSequenceLength(model.config, T);
   const ids = new Int32Array(B * T);
   const pos = new Int32Array(B * T);
@@ -221,7 +223,8 @@ export function decodeStepAsync(
 
 function decodePass(model: CausalLM, cache: BatchKVCache, tokens: number[]): tf.Tensor {
   const B = cache.batchSize;
-  if (tokens.length !== B) throw new Error(`decodeStep: ${tokens.length} tokens for ${B} rows`);
+  if (tokens.length !== B)
+    throw new ModelError('MODEL_INPUT', `decodeStep: ${tokens.length} tokens for ${B} rows`);
   checkSequenceLength(model.config, Math.max(...cache.lens) + 1);
   const W = cache.width + 1;
   const bias = new Float32Array(B * W);

@@ -16,6 +16,7 @@ import { isIgnorableTensor, parameterShapes, ropeInvFreq, type LlamaConfig } fro
 import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
 import type { NamedTensors } from './tensors.ts';
+import { ModelError } from './errors.ts';
 
 /** Per-layer attention keys and values, `[B, numKeyValueHeads, T, headDim]`, RoPE applied. */
 export interface LayerKV {
@@ -147,14 +148,16 @@ export function checkTensors(
     const shape = expected.get(name);
     if (!shape) {
       if (isIgnorableTensor(config, name)) continue;
-      throw new Error(
+      throw new ModelError(
+        'MODEL_CHECKPOINT',
         `${where(name)}: tensor '${name}' is not used by this ${config.model_type} model (config: ` +
           `qkv_bias ${config.qkv_bias}, o_bias ${config.o_bias}, qk_norm ${config.qk_norm}, ` +
           `tie_word_embeddings ${config.tie_word_embeddings}, ${config.num_hidden_layers} layers); refusing to drop it`,
       );
     }
     if (t.shape.join(',') !== shape.join(',')) {
-      throw new Error(
+      throw new ModelError(
+        'MODEL_CHECKPOINT',
         `${where(name)}: tensor '${name}' has shape [${t.shape}], config implies [${shape}]`,
       );
     }
@@ -162,14 +165,15 @@ export function checkTensors(
   if (opts.partial) return;
   for (const name of expected.keys()) {
     if (!tensors[name] && name !== valueHeadName)
-      throw new Error(`${where(name)}: missing tensor '${name}'`);
+      throw new ModelError('MODEL_CHECKPOINT', `${where(name)}: missing tensor '${name}'`);
   }
 }
 
 /** The clear error for a sequence longer than the model's positions (forward, prefill, decode). */
 export function checkSequenceLength(config: LlamaConfig, tokens: number): void {
   if (tokens > config.max_position_embeddings) {
-    throw new Error(
+    throw new ModelError(
+      'MODEL_CHECKPOINT',
       `sequence of ${tokens} tokens exceeds max_position_embeddings ${config.max_position_embeddings}`,
     );
   }
@@ -296,7 +300,7 @@ export class CausalLM {
 
   private p(name: string): tf.Variable {
     const v = this.params.get(name);
-    if (!v) throw new Error(`model has no parameter '${name}'`);
+    if (!v) throw new ModelError('MODEL_INPUT', `model has no parameter '${name}'`);
     return v;
   }
 
@@ -351,7 +355,7 @@ export class CausalLM {
   }
 
   private forwardImpl(ids: tf.Tensor2D, opts: ForwardOptions): ForwardOutput {
-    if (this.disposed) throw new Error('model is disposed');
+    if (this.disposed) throw new ModelError('MODEL_DISPOSED', 'model is disposed');
     const c = this.config;
     const [B, T] = ids.shape;
     const H = c.num_attention_heads;

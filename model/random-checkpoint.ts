@@ -25,6 +25,7 @@ import { saveTensors } from './checkpoint.ts';
 import { configJson, parameterShapes, resolveConfig, type SaveDtype } from './config.ts';
 import { seededRandom } from './prng.ts';
 import type { NamedTensors } from './tensors.ts';
+import { ModelError } from './errors.ts';
 
 /** Options of {@link writeRandomCheckpoint}. */
 export interface RandomCheckpointOptions {
@@ -100,12 +101,12 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     process.exit(2);
   }
   if (values.dtype !== 'bfloat16' && values.dtype !== 'float32')
-    throw new Error(`--dtype: '${values.dtype}' is not bfloat16 or float32`);
+    throw new ModelError('MODEL_INPUT', `--dtype: '${values.dtype}' is not bfloat16 or float32`);
   const positive = (flag: string, v: string | undefined): number | undefined => {
     if (v === undefined) return undefined;
     const n = Number(v);
     if (!(Number.isInteger(n) && n > 0))
-      throw new Error(`--${flag}: '${v}' is not a positive integer`);
+      throw new ModelError('MODEL_INPUT', `--${flag}: '${v}' is not a positive integer`);
     return n;
   };
   const maxShardBytes = positive('max-shard-size', values['max-shard-size']);

@@ -9,9 +9,14 @@
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { RtjobError } from '../runtime/errors.ts';
 import type { NamedTensors } from './tensors.ts';
+import { ModelError } from './errors.ts';
 
 /** Thrown for a file that is not valid safetensors. */
 export class SafetensorsError extends RtjobError<'SAFETENSORS_INVALID'> {
+  override get name(): string {
+    return 'SafetensorsError';
+  }
+
   constructor(message: string) {
     super('SAFETENSORS_INVALID', message);
   }
@@ -228,7 +233,10 @@ export function serializeSafetensors(
     const t = tensors[name]!;
     const numel = t.shape.reduce((a, b) => a * b, 1);
     if (numel !== t.data.length)
-      throw new Error(`tensor '${name}': shape ${t.shape} does not match ${t.data.length} values`);
+      throw new ModelError(
+        'MODEL_CHECKPOINT',
+        `tensor '${name}': shape ${t.shape} does not match ${t.data.length} values`,
+      );
     header[name] = { dtype, shape: t.shape, data_offsets: [offset, offset + numel * size] };
     offset += numel * size;
   }

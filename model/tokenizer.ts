@@ -10,6 +10,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Template } from '@huggingface/jinja';
 import { Tokenizer } from '@huggingface/tokenizers';
+import { ModelError } from './errors.ts';
 
 /** A tool call of an assistant message, in the OpenAI / HF chat-template shape. */
 export interface ChatToolCall {
@@ -139,7 +140,8 @@ export class ChatTokenizer {
       this.templates.get(name) ??
       (opts.templateName ? undefined : this.templates.values().next().value);
     if (!template)
-      throw new Error(
+      throw new ModelError(
+        'MODEL_CHECKPOINT',
         `tokenizer has no chat template '${name}' (has: ${this.templateNames.join(', ') || 'none'})`,
       );
     return template.render({
@@ -159,7 +161,8 @@ export class ChatTokenizer {
 /** Loads `tokenizer.json`, `tokenizer_config.json` and, when present, `chat_template.jinja`. */
 export function loadTokenizer(dir: string): ChatTokenizer {
   const tokPath = join(dir, 'tokenizer.json');
-  if (!existsSync(tokPath)) throw new Error(`no tokenizer.json in ${dir}`);
+  if (!existsSync(tokPath))
+    throw new ModelError('MODEL_FILE_MISSING', `no tokenizer.json in ${dir}`);
   const json = JSON.parse(readFileSync(tokPath, 'utf8'));
   const cfgPath = join(dir, 'tokenizer_config.json');
   const cfg = existsSync(cfgPath)

@@ -14,6 +14,7 @@ import { readCheckpointWeights, saveModel, type SaveModelOptions } from './check
 import type { CausalLM } from './llama.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
+import { ModelError } from './errors.ts';
 
 /** Right-padded batch of token sequences. */
 export interface PaddedBatch {
@@ -485,7 +486,8 @@ export class ModelTrainer {
       ] as const) {
         map.forEach((t, n) => {
           const s = state[prefix + n];
-          if (!s) throw new Error(`optimizer state has no '${prefix + n}'`);
+          if (!s)
+            throw new ModelError('MODEL_CHECKPOINT', `optimizer state has no '${prefix + n}'`);
           t.assign(tf.tensor(s.data, s.shape, 'float32'));
         });
       }

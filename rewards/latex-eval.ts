@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { RewardParseError } from './errors.ts';
 
 type Tok = { k: 'num'; v: number } | { k: 'op'; v: string } | { k: 'cmd'; v: string };
 
@@ -53,7 +54,7 @@ class Parser {
     return t !== undefined && t.k === 'op' && t.v === v;
   }
   private expect(v: string): void {
-    if (!this.isOp(v)) throw new Error(`expected ${v}`);
+    if (!this.isOp(v)) throw new RewardParseError(`expected ${v}`);
     this.i++;
   }
   expr(): number {
@@ -116,7 +117,7 @@ class Parser {
   }
   private primary(): number {
     const t = this.peek();
-    if (!t) throw new Error('unexpected end');
+    if (!t) throw new RewardParseError('unexpected end');
     if (t.k === 'num') {
       this.i++;
       return t.v;
@@ -141,10 +142,10 @@ class Parser {
         case 'infty':
           return Infinity;
         default:
-          throw new Error(`unknown command ${t.v}`);
+          throw new RewardParseError(`unknown command ${t.v}`);
       }
     }
-    throw new Error(`unexpected ${t.v}`);
+    throw new RewardParseError(`unexpected ${t.v}`);
   }
 }
 

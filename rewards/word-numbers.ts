@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { RewardParseError } from './errors.ts';
 
 const SMALL: Record<string, number> = {
   zero: 0,
@@ -59,7 +60,7 @@ function isNumberWord(w: string): boolean {
 
 function formation(words: string[]): number {
   const n = words.map((w) => SMALL[w] as number);
-  if (n.length === 0) throw new Error('empty number group');
+  if (n.length === 0) throw new RewardParseError('empty number group');
   if (n.length === 4)
     return (n[0] as number) * (n[1] as number) + (n[2] as number) + (n[3] as number);
   if (n.length === 3) return (n[0] as number) * (n[1] as number) + (n[2] as number);
@@ -75,10 +76,10 @@ function wordToNum(sentence: string): string {
   const s = sentence.replace(/-/g, ' ').toLowerCase();
   if (/^\p{Nd}+$/u.test(s)) return String(Number(s));
   const clean = s.trim().split(/\s+/).filter(isNumberWord);
-  if (clean.length === 0) throw new Error('no number words');
+  if (clean.length === 0) throw new RewardParseError('no number words');
   const count = (w: string) => clean.filter((x) => x === w).length;
   if (count('thousand') > 1 || count('million') > 1 || count('billion') > 1 || count('point') > 1)
-    throw new Error('redundant');
+    throw new RewardParseError('redundant');
   let words = clean;
   let decimals: string[] = [];
   const p = clean.indexOf('point');
@@ -89,7 +90,8 @@ function wordToNum(sentence: string): string {
   const bi = words.indexOf('billion');
   const mi = words.indexOf('million');
   const th = words.indexOf('thousand');
-  if ((th > -1 && (th < mi || th < bi)) || (mi > -1 && mi < bi)) throw new Error('malformed');
+  if ((th > -1 && (th < mi || th < bi)) || (mi > -1 && mi < bi))
+    throw new RewardParseError('malformed');
   let total = 0;
   if (words.length === 1) total += SMALL[words[0] as string] as number;
   else if (words.length > 1) {

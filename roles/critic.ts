@@ -5,15 +5,15 @@
  *
  * @module
  */
-import { setImmediate } from 'node:timers/promises';
 import { tf } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/training.ts';
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
-import { lossWeights, padRows } from '../algorithms/packing.ts';
+import { padRows } from '../algorithms/packing.ts';
 import { valueLoss } from '../algorithms/value-loss.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
 
 /** How the Critic is built. */
 export interface CriticInit {
@@ -89,48 +89,38 @@ export class Critic {
     };
     let loss = 0;
     let steps = 0;
-    for (let epoch = 0; epoch < (this.init.maxEpochs ?? 1); epoch++) {
-      for (let s = 0; s < samples.length; s += this.init.trainBatchSize) {
-        const step = samples.slice(s, s + this.init.trainBatchSize);
-        if (!step.some((x) => Array.prototype.some.call(x.actionMask, (m: number) => m > 0)))
-          continue;
-        const weights = lossWeights(
-          step.map((x) => x.actionMask),
-          agg,
-        );
-        const cuts = this.dp.microBatches(
-          step.map((x) => x.inputIds.length),
-          {
-            maxSamples: this.init.microTrainBatchSize,
-            ...(this.init.trainMaxTokensPerGpu
-              ? { maxTokens: this.init.trainMaxTokensPerGpu }
-              : {}),
-          },
-        );
-        let local = 0;
-        for (const cut of cuts) {
-          const micro = cut.indices.map((i) => step[i]!);
-          local += this.opt.accumulate(() => {
-            const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
-            const rows = (get: (x: CriticSample, i: number) => ArrayLike<number>): tf.Tensor2D =>
-              tf.tensor2d(padRows(micro.map(get), T - 1).data, [micro.length, T - 1]);
-            return valueLoss(
-              {
-                values: tokenStats(this.model, ids, { values: true }).values!,
-                oldValues: rows((x) => x.oldValues),
-                returns: rows((x) => x.returns),
-                mask: rows((x) => x.actionMask),
-                weights: rows((_, i) => weights[cut.indices[i]!]!),
-              },
-              { ...agg, valueClip: this.init.valueClip ?? 0.5 },
-            );
-          });
-          await setImmediate(); // heartbeats run between micro-batches
-        }
-        loss += (await this.dp.reduce(this.opt, [local])).stats[0]!;
-        this.opt.step({ scale: 1 });
-        steps++;
-      }
+    const batches = optimizerSteps(samples, {
+      epochs: this.init.maxEpochs ?? 1,
+      trainBatchSize: this.init.trainBatchSize,
+      agg,
+      microBatches: (lengths) =>
+        this.dp.microBatches(lengths, {
+          maxSamples: this.init.microTrainBatchSize,
+          ...(this.init.trainMaxTokensPerGpu ? { maxTokens: this.init.trainMaxTokensPerGpu } : {}),
+        }),
+    });
+    for (const step of batches) {
+      let local = 0;
+      await accumulateMicroBatches(this.opt, step, (micro, weights) => {
+        local += this.opt.accumulate(() => {
+          const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
+          const rows = (get: (x: CriticSample, i: number) => ArrayLike<number>): tf.Tensor2D =>
+            tf.tensor2d(padRows(micro.map(get), T - 1).data, [micro.length, T - 1]);
+          return valueLoss(
+            {
+              values: tokenStats(this.model, ids, { values: true }).values!,
+              oldValues: rows((x) => x.oldValues),
+              returns: rows((x) => x.returns),
+              mask: rows((x) => x.actionMask),
+              weights: rows((_, i) => weights[i]!),
+            },
+            { ...agg, valueClip: this.init.valueClip ?? 0.5 },
+          );
+        });
+      });
+      loss += (await this.dp.reduce(this.opt, [local])).stats[0]!;
+      this.opt.step({ scale: 1 });
+      steps++;
     }
     return { valueLoss: loss / Math.max(1, steps), optimizerSteps: steps };
   }

@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
 import { readEnv } from '../runtime/env.ts';
-import { RtjobError } from '../runtime/errors.ts';
+import { RtjobError, InvalidArgumentError } from '../runtime/errors.ts';
 import { runGatewayEvaluation } from '../agents/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from '../agents/episode-runner.ts';
 import { loadAgent } from '../agents/load.ts';
@@ -41,6 +41,7 @@ import { serializeSafetensors } from '../model/safetensors.ts';
 import { seededRandom } from '../model/sampling.ts';
 import { loadTokenizer, type ChatTokenizer } from '../model/tokenizer.ts';
 import { defaultAgent, mathReward } from './reward.ts';
+import { EngineError } from '../engines/http/errors.ts';
 
 /** One prompt as the driver sends it; the rollout tokenizes it. */
 export interface PromptItem {
@@ -126,6 +127,10 @@ export function simulatedEngine(o: SimulatedLengths): SimulatedEngine {
  * (pushes the current weights) and sends the call again. Checked by `code`.
  */
 export class StaleRolloutError extends RtjobError<'ROLLOUT_STALE'> {
+  override get name(): string {
+    return 'StaleRolloutError';
+  }
+
   constructor(
     readonly version: number,
     readonly expected: number,
@@ -252,7 +257,7 @@ export class Rollout {
     }
     const urls = this.init.engineUrls ?? [];
     if (urls.length === 0)
-      throw new RangeError(`engine ${engine} needs server URLs (--engine-url)`);
+      throw new InvalidArgumentError(`engine ${engine} needs server URLs (--engine-url)`);
     const weightsDir = resolve(
       this.init.weightsDir ?? join(tmpdir(), `rtjob-engine-weights-${process.pid}`),
     );
@@ -430,7 +435,10 @@ export class Rollout {
   async weightsDigest(): Promise<{ version: number; sha256: string }> {
     await this.ready();
     if (!(this.engine instanceof BuiltinEngine))
-      throw new Error(`weightsDigest: the ${this.engine.kind} engine does not export its weights`);
+      throw new EngineError(
+        'unsupported',
+        `weightsDigest: the ${this.engine.kind} engine does not export its weights`,
+      );
     return {
       version: this.engine.getVersion(),
       sha256: weightsDigest(this.engine.exportWeights()),

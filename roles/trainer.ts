@@ -9,7 +9,6 @@
  *
  * @module
  */
-import { setImmediate } from 'node:timers/promises';
 import { tf } from '../model/backend.ts';
 import { loadModel, saveModel } from '../model/checkpoint.ts';
 import type { SaveDtype } from '../model/config.ts';
@@ -18,7 +17,7 @@ import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/tr
 import type { PolicyWeights } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
-import { lossWeights, padRows } from '../algorithms/packing.ts';
+import { padRows } from '../algorithms/packing.ts';
 import {
   ppoActorLossWithStats,
   readPolicyLossStats,
@@ -27,8 +26,8 @@ import {
   type PpoLossOptions,
   type ResolvedPpoLossOptions,
 } from '../algorithms/policy-loss.ts';
-import { shuffle } from '../algorithms/shuffle.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
 
 /** One training sample (a trajectory after experience making). */
 export interface TrainSample {
@@ -170,70 +169,51 @@ export class Trainer {
     const epochs = this.init.maxEpochs ?? 1;
     const acc = { loss: 0, clip: 0, kl: 0, ent: 0, tokens: 0, gradNorm: 0, steps: 0, lr: 0 };
     const timing: TrainTiming = { computeMs: 0, imbalanceMs: 0, allreduceMs: 0, optimizerMs: 0 };
-    for (let epoch = 0; epoch < epochs; epoch++) {
-      const order = samples.map((_, i) => i);
-      if (epoch > 0) shuffle(order, (this.init.seed ?? 0) + 7919 * this.version + epoch);
-      for (let s = 0; s < order.length; s += trainBatchSize) {
-        const step = order.slice(s, s + trainBatchSize).map((i) => samples[i]!);
-        const weights = lossWeights(
-          step.map((x) => x.actionMask),
-          this.loss,
-        );
-        const stepTokens = step.reduce((n, x) => n + countActions(x.actionMask), 0);
-        if (stepTokens === 0) continue;
-        const cuts = this.dp.microBatches(
-          step.map((x) => x.inputIds.length),
-          {
-            maxSamples: microTrainBatchSize,
-            ...(this.init.trainMaxTokensPerGpu
-              ? { maxTokens: this.init.trainMaxTokensPerGpu }
-              : {}),
-          },
-        );
-        const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
-        const c0 = performance.now();
-        try {
-          for (const cut of cuts) {
-            const micro = cut.indices.map((i) => step[i]!);
-            const w = cut.indices.map((i) => weights[i]!);
-            // Loss, statistics and input checks come back in one sync per micro-batch.
-            const r = this.opt.accumulate(() => this.microBatchLoss(micro, w), readPolicyLossStats);
-            local.loss += r.loss;
-            local.clip += r.extras.clipFraction * r.extras.tokens;
-            local.kl += r.extras.approxKl * r.extras.tokens;
-            local.ent += r.extras.entropy * r.extras.tokens;
-            await setImmediate(); // timers and socket messages (heartbeats) run here
-          }
-        } catch (e) {
-          // A refused micro-batch (non-finite inputs) must not leave the earlier ones' gradients
-          // to be applied by the next step.
-          this.opt.zeroGrad();
-          throw e;
-        }
-        const c1 = performance.now();
-        const { stats, computeMs } = await this.dp.reduce(this.opt, [
-          local.loss,
-          local.clip,
-          local.kl,
-          local.ent,
-        ]);
-        const [loss = 0, clip = 0, kl = 0, ent = 0] = stats;
-        const c2 = performance.now();
-        const slowest = Math.max(...computeMs);
-        timing.computeMs += slowest;
-        timing.imbalanceMs += slowest - Math.min(...computeMs);
-        timing.allreduceMs += Math.max(0, c2 - c1 - (slowest - (c1 - c0)));
-        acc.loss += loss;
-        acc.clip += clip;
-        acc.kl += kl;
-        acc.ent += ent;
-        const st = this.opt.step({ scale: 1 });
-        timing.optimizerMs += performance.now() - c2;
-        acc.tokens += stepTokens;
-        acc.gradNorm += st.gradNorm;
-        acc.lr = st.lr;
-        acc.steps++;
-      }
+    const steps = optimizerSteps(samples, {
+      epochs,
+      trainBatchSize,
+      agg: this.loss,
+      microBatches: (lengths) =>
+        this.dp.microBatches(lengths, {
+          maxSamples: microTrainBatchSize,
+          ...(this.init.trainMaxTokensPerGpu ? { maxTokens: this.init.trainMaxTokensPerGpu } : {}),
+        }),
+      shuffleSeed: (epoch) => (this.init.seed ?? 0) + 7919 * this.version + epoch,
+    });
+    for (const step of steps) {
+      const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
+      const c0 = performance.now();
+      await accumulateMicroBatches(this.opt, step, (micro, w) => {
+        // Loss, statistics and input checks come back in one sync per micro-batch.
+        const r = this.opt.accumulate(() => this.microBatchLoss(micro, w), readPolicyLossStats);
+        local.loss += r.loss;
+        local.clip += r.extras.clipFraction * r.extras.tokens;
+        local.kl += r.extras.approxKl * r.extras.tokens;
+        local.ent += r.extras.entropy * r.extras.tokens;
+      });
+      const c1 = performance.now();
+      const { stats, computeMs } = await this.dp.reduce(this.opt, [
+        local.loss,
+        local.clip,
+        local.kl,
+        local.ent,
+      ]);
+      const [loss = 0, clip = 0, kl = 0, ent = 0] = stats;
+      const c2 = performance.now();
+      const slowest = Math.max(...computeMs);
+      timing.computeMs += slowest;
+      timing.imbalanceMs += slowest - Math.min(...computeMs);
+      timing.allreduceMs += Math.max(0, c2 - c1 - (slowest - (c1 - c0)));
+      acc.loss += loss;
+      acc.clip += clip;
+      acc.kl += kl;
+      acc.ent += ent;
+      const st = this.opt.step({ scale: 1 });
+      timing.optimizerMs += performance.now() - c2;
+      acc.tokens += step.tokens;
+      acc.gradNorm += st.gradNorm;
+      acc.lr = st.lr;
+      acc.steps++;
     }
     this.version++;
     const tok = Math.max(1, acc.tokens);
@@ -351,10 +331,4 @@ export class Trainer {
     this.opt?.dispose();
     this.model?.dispose();
   }
-}
-
-function countActions(mask: ArrayLike<number>): number {
-  let n = 0;
-  for (let i = 0; i < mask.length; i++) n += mask[i]!;
-  return n;
 }

@@ -67,7 +67,8 @@ export interface RtjobErrorOptions {
 /**
  * Base of every error in rtjob, in the runtime and in the layers above it (agents, engines,
  * algorithms, the job API, the CLI). Each subclass fixes its `code` to a string union, so a
- * check by `code` is typed; `name` is the class name.
+ * check by `code` is typed, and returns its class name as a literal `name` (a bundler may rename
+ * classes); a subclass outside the tree that does not falls back to its constructor's name.
  *
  * @example
  * export class EngineError extends RtjobError<EngineErrorCode> { ... }
@@ -93,6 +94,10 @@ export class RtjobError<Code extends string = string> extends Error {
 
 /** The actor's process died (or it was killed) while the call was in flight, or it is DEAD. */
 export class ActorDiedError extends RtjobError<'ACTOR_DIED'> {
+  override get name(): string {
+    return 'ActorDiedError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('ACTOR_DIED', message, opts);
   }
@@ -100,6 +105,10 @@ export class ActorDiedError extends RtjobError<'ACTOR_DIED'> {
 
 /** The actor could not be reached but is not known to be dead. */
 export class ActorUnavailableError extends RtjobError<'ACTOR_UNAVAILABLE'> {
+  override get name(): string {
+    return 'ActorUnavailableError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('ACTOR_UNAVAILABLE', message, opts);
   }
@@ -107,6 +116,10 @@ export class ActorUnavailableError extends RtjobError<'ACTOR_UNAVAILABLE'> {
 
 /** The actor's module failed to import, lacks the export, or its constructor threw. */
 export class ActorLoadError extends RtjobError<'ACTOR_LOAD'> {
+  override get name(): string {
+    return 'ActorLoadError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('ACTOR_LOAD', message, opts);
   }
@@ -120,6 +133,10 @@ export class ActorLoadError extends RtjobError<'ACTOR_LOAD'> {
  * so a check written for the original class (`e.code === 'X' && e.promptIndex`) works here.
  */
 export class TaskError extends RtjobError {
+  override get name(): string {
+    return 'TaskError';
+  }
+
   readonly remoteName: string;
   /** The names of the fields that came with the thrown error. */
   readonly fieldNames: readonly string[];
@@ -140,6 +157,10 @@ export class TaskError extends RtjobError {
 
 /** No node in the cluster could ever satisfy the resource request. */
 export class InfeasibleError extends RtjobError<'INFEASIBLE'> {
+  override get name(): string {
+    return 'InfeasibleError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('INFEASIBLE', message, opts);
   }
@@ -147,6 +168,10 @@ export class InfeasibleError extends RtjobError<'INFEASIBLE'> {
 
 /** `get`/`wait` ran past `timeoutMs`. */
 export class GetTimeoutError extends RtjobError<'GET_TIMEOUT'> {
+  override get name(): string {
+    return 'GetTimeoutError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('GET_TIMEOUT', message, opts);
   }
@@ -154,6 +179,10 @@ export class GetTimeoutError extends RtjobError<'GET_TIMEOUT'> {
 
 /** The object was freed or never existed at its owner. */
 export class ObjectLostError extends RtjobError<'OBJECT_LOST'> {
+  override get name(): string {
+    return 'ObjectLostError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('OBJECT_LOST', message, opts);
   }
@@ -161,6 +190,10 @@ export class ObjectLostError extends RtjobError<'OBJECT_LOST'> {
 
 /** The process that owned the object is gone, so the object is gone too. */
 export class OwnerDiedError extends RtjobError<'OWNER_DIED'> {
+  override get name(): string {
+    return 'OwnerDiedError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('OWNER_DIED', message, opts);
   }
@@ -168,6 +201,10 @@ export class OwnerDiedError extends RtjobError<'OWNER_DIED'> {
 
 /** A named actor with this name already exists. */
 export class NameTakenError extends RtjobError<'NAME_TAKEN'> {
+  override get name(): string {
+    return 'NameTakenError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('NAME_TAKEN', message, opts);
   }
@@ -175,6 +212,10 @@ export class NameTakenError extends RtjobError<'NAME_TAKEN'> {
 
 /** A lookup (named actor, placement group, node) found nothing. */
 export class NotFoundError extends RtjobError<'NOT_FOUND'> {
+  override get name(): string {
+    return 'NotFoundError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('NOT_FOUND', message, opts);
   }
@@ -182,6 +223,10 @@ export class NotFoundError extends RtjobError<'NOT_FOUND'> {
 
 /** A peer sent something the protocol does not allow. */
 export class ProtocolError extends RtjobError<'PROTOCOL'> {
+  override get name(): string {
+    return 'ProtocolError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('PROTOCOL', message, opts);
   }
@@ -189,6 +234,10 @@ export class ProtocolError extends RtjobError<'PROTOCOL'> {
 
 /** The connection was refused for a bad or missing token. */
 export class AuthError extends RtjobError<'AUTH'> {
+  override get name(): string {
+    return 'AuthError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('AUTH', message, opts);
   }
@@ -196,6 +245,10 @@ export class AuthError extends RtjobError<'AUTH'> {
 
 /** A connection failed or closed before the reply came. */
 export class ConnectionError extends RtjobError<'CONNECTION'> {
+  override get name(): string {
+    return 'ConnectionError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('CONNECTION', message, opts);
   }
@@ -203,6 +256,10 @@ export class ConnectionError extends RtjobError<'CONNECTION'> {
 
 /** A placement group was removed, or could not be created. */
 export class PlacementGroupError extends RtjobError<'PLACEMENT_GROUP'> {
+  override get name(): string {
+    return 'PlacementGroupError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('PLACEMENT_GROUP', message, opts);
   }
@@ -210,6 +267,10 @@ export class PlacementGroupError extends RtjobError<'PLACEMENT_GROUP'> {
 
 /** An API was used before `init()`. */
 export class NotInitializedError extends RtjobError<'NOT_INITIALIZED'> {
+  override get name(): string {
+    return 'NotInitializedError';
+  }
+
   constructor(message = 'rtjob is not initialised: call init() first') {
     super('NOT_INITIALIZED', message);
   }
@@ -217,6 +278,10 @@ export class NotInitializedError extends RtjobError<'NOT_INITIALIZED'> {
 
 /** A caller passed an option or argument the runtime cannot use. */
 export class InvalidArgumentError extends RtjobError<'INVALID_ARGUMENT'> {
+  override get name(): string {
+    return 'InvalidArgumentError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('INVALID_ARGUMENT', message, opts);
   }
@@ -229,6 +294,10 @@ export class InvalidArgumentError extends RtjobError<'INVALID_ARGUMENT'> {
  * (`'destroyed'`). A group that failed once stays failed: every later call rejects at once.
  */
 export class CollectiveError extends RtjobError<'COLLECTIVE'> {
+  override get name(): string {
+    return 'CollectiveError';
+  }
+
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('COLLECTIVE', message, opts);
   }

@@ -98,6 +98,8 @@ export interface ClusterHeadOptions {
   stopGraceMs?: number;
   /** A node silent this long is dead; also the head-restart recovery window. @default 10000 */
   nodeHeartbeatTimeoutMs?: number;
+  /** Entrypoint names that run a script (`train_ppo` → its driver); the CLI passes them. */
+  builtins?: Readonly<Record<string, string>>;
   warn?: (msg: string) => void;
 }
 
@@ -196,6 +198,7 @@ export async function startClusterHead(opts: ClusterHeadOptions): Promise<Cluste
             ? { RTJOB_HEAD_RECONNECT_MS: String(opts.driverReconnectMs) }
             : {},
           stopGraceMs: opts.stopGraceMs,
+          builtins: opts.builtins,
           warn: opts.warn,
         }),
     );

@@ -28,6 +28,7 @@ import {
   RestError,
   restClient,
 } from './head/http/contract.ts';
+import { InvalidArgumentError } from './errors.ts';
 
 /** Numeric values by name; non-finite values are stored as gaps. */
 export type MetricValues = Record<string, number>;
@@ -162,7 +163,7 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
   return {
     log(step, values) {
       if (!Number.isInteger(step))
-        throw new TypeError(`metrics.log: step must be an integer, got ${step}`);
+        throw new InvalidArgumentError(`metrics.log: step must be an integer, got ${step}`);
       const clean: MetricValues = {};
       for (const [k, v] of Object.entries(values)) {
         if (typeof v === 'number') {
@@ -182,7 +183,7 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
     },
     samples(step, records) {
       if (!Number.isInteger(step))
-        throw new TypeError(`metrics.samples: step must be an integer, got ${step}`);
+        throw new InvalidArgumentError(`metrics.samples: step must be an integer, got ${step}`);
       if (!resolveEndpoint()) return;
       void flushNow();
       const p: Post = { what: 'samples', step, samples: records as unknown as JobSample[] };

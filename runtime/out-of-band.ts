@@ -14,6 +14,7 @@
  * @module
  */
 import { pack, registerWireClass, unpack } from './protocol.ts';
+import { ProtocolError } from './errors.ts';
 
 /** Typed arrays smaller than this stay inside the skeleton. */
 const segmentMinBytes = 64 << 10;
@@ -62,10 +63,10 @@ export function installOutOfBandCodec(): void {
 
 function viewOf(kind: number, offset: number, length: number): unknown {
   const file = decoding;
-  if (!file) throw new Error('an out-of-band segment outside an out-of-band value');
+  if (!file) throw new ProtocolError('an out-of-band segment outside an out-of-band value');
   const C = kind === bufferKind ? Uint8Array : kinds[kind];
   if (!C || offset < 0 || offset + length * C.BYTES_PER_ELEMENT > file.length) {
-    throw new Error('malformed out-of-band segment');
+    throw new ProtocolError('malformed out-of-band segment');
   }
   const at = file.byteOffset + offset;
   if (kind === bufferKind) return Buffer.from(file.buffer, at, length);
@@ -164,9 +165,9 @@ export function isOutOfBand(bytes: Uint8Array): boolean {
  */
 export function decodeOutOfBand(bytes: Buffer): unknown {
   if (bytes.length < 8 || bytes.readUInt32LE(0) !== MAGIC)
-    throw new Error('not an out-of-band value');
+    throw new ProtocolError('not an out-of-band value');
   const len = bytes.readUInt32LE(4);
-  if (8 + len > bytes.length) throw new Error('out-of-band value is truncated');
+  if (8 + len > bytes.length) throw new ProtocolError('out-of-band value is truncated');
   const base = Math.ceil((8 + len) / align) * align;
   decoding = bytes.subarray(Math.min(base, bytes.length));
   try {

@@ -38,6 +38,10 @@ export interface FlagSpec<K extends string = string> {
 
 /** A bad flag or flag combination; `flag` names it. Drivers exit 2 on it, printing one line. */
 export class FlagError extends RtjobError<'BAD_FLAG'> {
+  override get name(): string {
+    return 'FlagError';
+  }
+
   constructor(
     readonly flag: string,
     message: string,

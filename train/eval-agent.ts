@@ -26,6 +26,7 @@ import { agentTokenizer } from '../roles/rollout.ts';
 import { arithDataset } from './data/arith.ts';
 import { FlagError, flagParser, runIfMain } from './driver-flags.ts';
 import { infoMetrics } from '../algorithms/trajectory.ts';
+import { InvalidArgumentError } from '../runtime/errors.ts';
 
 /** One evaluated episode. */
 export interface AgentEvalEpisode {
@@ -45,7 +46,7 @@ export interface AgentEvalResult {
   total: number;
   /** Episodes that threw (counted as wrong). */
   failed: number;
-  /** `info_<key>` means over the episodes that finished. */
+  /** `info/<key>` means over the episodes that finished. */
   info: Record<string, number>;
   episodes: AgentEvalEpisode[];
 }
@@ -126,7 +127,7 @@ export async function evalAgentModel(
 ): Promise<EvalAgentReport> {
   await initBackend();
   const { model, tokenizer } = await loadModel(dir);
-  if (!tokenizer) throw new Error(`eval_agent: ${dir} has no tokenizer.json`);
+  if (!tokenizer) throw new InvalidArgumentError(`eval_agent: ${dir} has no tokenizer.json`);
   const maxNewTokens = o.maxNewTokens ?? 48;
   const agent = await loadAgent(resolve(agentFile), {
     tokenizer: agentTokenizer(tokenizer),
@@ -135,7 +136,9 @@ export async function evalAgentModel(
     maxLength: 256,
   });
   if (agent.kind !== 'agent')
-    throw new Error(`eval_agent: ${agentFile} exports no agent(sample, env) function`);
+    throw new InvalidArgumentError(
+      `eval_agent: ${agentFile} exports no agent(sample, env) function`,
+    );
   const engine = await BuiltinEngine.create({ model, tokenizer, maxBatchSize: 256, seed: 1 });
   const card = modelCard(dir);
   const gateway = (temperature: number): Promise<Gateway> =>
@@ -206,7 +209,9 @@ function describe(name: string, r: AgentEvalResult, splitBy: string | undefined)
   const lines = [
     `${name.padEnd(8)} ${pct(r.correct, r.total)} right on ${r.total} episodes${r.failed ? ` (${r.failed} failed)` : ''}`,
   ];
-  const info = Object.entries(r.info).map(([k, v]) => `${k.replace(/^info_/, '')} ${v.toFixed(3)}`);
+  const info = Object.entries(r.info).map(
+    ([k, v]) => `${k.replace(/^info\//, '')} ${v.toFixed(3)}`,
+  );
   if (info.length) lines.push(`         mean ${info.join(', ')}`);
   if (splitBy) {
     for (const v of [

@@ -16,6 +16,7 @@ import { loadModel } from '../model/checkpoint.ts';
 import { arithDataset } from './data/arith.ts';
 import { FlagError, flagParser, runIfMain } from './driver-flags.ts';
 import { evalArith } from './sft.ts';
+import { InvalidArgumentError } from '../runtime/errors.ts';
 
 /** One answer of the evaluation. */
 interface Answer {
@@ -50,7 +51,7 @@ export async function evalArithModel(
 ): Promise<ArithEvalReport> {
   await initBackend();
   const { model, tokenizer } = await loadModel(dir);
-  if (!tokenizer) throw new Error(`eval_arith: ${dir} has no tokenizer.json`);
+  if (!tokenizer) throw new InvalidArgumentError(`eval_arith: ${dir} has no tokenizer.json`);
   const engine = await BuiltinEngine.create({ model, tokenizer, maxBatchSize: 256 });
   try {
     const records = arithDataset({ split: 'test', size: prompts });

@@ -21,8 +21,9 @@ import { seededRandom } from '../model/sampling.ts';
 import { ChatTokenizer, type ChatMessage } from '../model/tokenizer.ts';
 import { ModelTrainer, maskedNllLoss, padBatch } from '../model/training.ts';
 import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { shuffle } from '../algorithms/shuffle.ts';
 import { arithReward, builtinDataset, type ArithRecord } from './data/arith.ts';
-import { flagParser, runIfMain } from './driver-flags.ts';
+import { flagParser, runIfMain, FlagError } from './driver-flags.ts';
 
 /** Options of {@link trainSft}. */
 export interface SftOptions {
@@ -131,7 +132,10 @@ export function sftConversations(
   seed = 42,
 ): { messages: ChatMessage[]; tools?: unknown[] }[] {
   if (!(directFraction >= 0 && directFraction <= 1))
-    throw new Error(`train_sft: --direct-fraction must be in [0, 1], got ${directFraction}`);
+    throw new FlagError(
+      '--direct-fraction',
+      `train_sft: --direct-fraction must be in [0, 1], got ${directFraction}`,
+    );
   const builtin = builtinDataset(dataset, { size });
   if (builtin) {
     const r = seededRandom(seed * 31 + 17);
@@ -146,9 +150,15 @@ export function sftConversations(
     });
   }
   if (directFraction)
-    throw new Error('train_sft: --direct-fraction applies to built-in datasets only');
+    throw new FlagError(
+      '--direct-fraction',
+      'train_sft: --direct-fraction applies to built-in datasets only',
+    );
   if (!existsSync(dataset))
-    throw new Error(`train_sft: dataset '${dataset}' is neither built-in nor a file`);
+    throw new FlagError(
+      '--dataset',
+      `train_sft: dataset '${dataset}' is neither built-in nor a file`,
+    );
   return readFileSync(dataset, 'utf8')
     .split('\n')
     .filter((l) => l.trim())
@@ -160,7 +170,7 @@ export function sftConversations(
         response?: string;
       };
       if (o.tools !== undefined && !Array.isArray(o.tools))
-        throw new Error(`${dataset}:${i + 1}: 'tools' must be a list`);
+        throw new FlagError('--dataset', `${dataset}:${i + 1}: 'tools' must be a list`);
       if (o.messages)
         return { messages: o.messages, ...(o.tools ? { tools: o.tools as unknown[] } : {}) };
       if (typeof o.prompt === 'string' && typeof o.response === 'string') {
@@ -171,7 +181,10 @@ export function sftConversations(
           ],
         };
       }
-      throw new Error(`${dataset}:${i + 1}: need 'messages' or 'prompt' and 'response'`);
+      throw new FlagError(
+        '--dataset',
+        `${dataset}:${i + 1}: need 'messages' or 'prompt' and 'response'`,
+      );
     });
 }
 
@@ -231,9 +244,14 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     tok = new ChatTokenizer(tokFiles.tokenizerJson, tokFiles.tokenizerConfig);
     model = CausalLM.init(resolveConfig(tinyMathConfig()), { seed });
   } else {
-    if (!o.pretrain) throw new Error('train_sft: --pretrain <dir> or --init-builtin is required');
+    if (!o.pretrain)
+      throw new FlagError(
+        '--pretrain',
+        'train_sft: --pretrain <dir> or --init-builtin is required',
+      );
     const loaded = await loadModel(o.pretrain);
-    if (!loaded.tokenizer) throw new Error(`train_sft: ${o.pretrain} has no tokenizer.json`);
+    if (!loaded.tokenizer)
+      throw new FlagError('--pretrain', `train_sft: ${o.pretrain} has no tokenizer.json`);
     model = loaded.model;
     tok = loaded.tokenizer;
   }
@@ -243,7 +261,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   const examples = sftConversations(dataset, o.datasetSize ?? 20000, o.directFraction ?? 0, seed)
     .map((r) => encodeConversation(tok, r.messages, r.tools))
     .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
-  if (!examples.length) throw new Error('train_sft: no usable training examples');
+  if (!examples.length) throw new FlagError('--dataset', 'train_sft: no usable training examples');
   log(`train_sft: ${examples.length} examples from ${dataset}`);
 
   const maxSteps = o.maxSteps ?? 2000;
@@ -262,15 +280,11 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   const batchSize = o.batchSize ?? 32;
   const micro = Math.min(o.microBatchSize ?? 32, batchSize);
   const stepsPerEpoch = Math.floor(examples.length / batchSize);
-  const orderFor = (epoch: number): number[] => {
-    const r = seededRandom(seed * 7919 + epoch);
-    const idx = examples.map((_, i) => i);
-    for (let i = idx.length - 1; i > 0; i--) {
-      const j = Math.floor(r() * (i + 1));
-      [idx[i], idx[j]] = [idx[j]!, idx[i]!];
-    }
-    return idx;
-  };
+  const orderFor = (epoch: number): number[] =>
+    shuffle(
+      examples.map((_, i) => i),
+      seed * 7919 + epoch,
+    );
   const evalRecords = dataset.startsWith('arith')
     ? builtinDataset('arith:test', { size: o.evalSize ?? 200 })!
     : [];

@@ -15,7 +15,7 @@ import {
 } from '../../runtime/head/jobs/working-dir.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { SampleView } from '../../runtime/head/http/contract.ts';
-import { builtinEntrypoints, tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import {
@@ -30,6 +30,7 @@ import {
 import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
+import { builtinEntrypoints } from '../entrypoints.ts';
 import { startClusterHead } from '../../runtime/local-cluster.ts';
 
 /**
@@ -225,6 +226,7 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
       port: 0,
       dashboardPort: 0,
       stopGraceMs: 3000,
+      builtins: builtinEntrypoints,
     });
     ep = { url: ephemeral.dashboardUrl, token: ephemeral.token };
     process.stderr.write(

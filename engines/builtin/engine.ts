@@ -34,6 +34,7 @@ import type {
   WeightUpdate,
 } from '../types.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
+import { EngineError } from '../http/errors.ts';
 
 /** Options of {@link BuiltinEngine.create}. */
 export interface BuiltinEngineOptions {
@@ -147,7 +148,8 @@ export class BuiltinEngine implements InferenceEngine {
   static async create(opts: BuiltinEngineOptions): Promise<BuiltinEngine> {
     await initBackend();
     if (opts.model) return new BuiltinEngine(opts.model, false, opts, opts.tokenizer);
-    if (!opts.modelPath) throw new Error('BuiltinEngine: modelPath or model is required');
+    if (!opts.modelPath)
+      throw new EngineError('config', 'BuiltinEngine: modelPath or model is required');
     const loaded = await loadModel(opts.modelPath);
     return new BuiltinEngine(loaded.model, true, opts, opts.tokenizer ?? loaded.tokenizer);
   }
@@ -399,7 +401,7 @@ export class BuiltinEngine implements InferenceEngine {
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
-    if (this.closed) throw new Error('BuiltinEngine is closed');
+    if (this.closed) throw new EngineError('closed', 'BuiltinEngine is closed');
     // While asleep with offloaded weights, the update lands in the host copy restored by wakeUp.
     if (this.offloaded) this.offloaded = { ...this.offloaded, ...tensors };
     else this.model!.importWeights(tensors, { strict: false });
@@ -409,7 +411,7 @@ export class BuiltinEngine implements InferenceEngine {
   /** The weights it serves now (HF names and shapes), asleep or awake. */
   exportWeights(): NamedTensors {
     if (this.offloaded) return this.offloaded;
-    if (!this.model) throw new Error('BuiltinEngine is closed');
+    if (!this.model) throw new EngineError('closed', 'BuiltinEngine is closed');
     return this.model.exportWeights();
   }
 

@@ -31,6 +31,10 @@ export type EngineErrorCode =
 
 /** An error from an HTTP engine, with the server it concerns and the HTTP status if any. */
 export class EngineError extends RtjobError<EngineErrorCode> {
+  override get name(): string {
+    return 'EngineError';
+  }
+
   readonly url: string | undefined;
   readonly status: number | undefined;
   /** How long the server asked to be left alone (`Retry-After` on a 429 or 503). */

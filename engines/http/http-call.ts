@@ -129,6 +129,10 @@ interface Answer {
 
 /** The reused connection was already closed by the server; see {@link httpCall}. */
 class StaleConnection extends RtjobError<'STALE_CONNECTION'> {
+  override get name(): string {
+    return 'StaleConnection';
+  }
+
   constructor(message: string) {
     super('STALE_CONNECTION', message);
   }

@@ -15,6 +15,11 @@
  * - a request with `onTokens` is streamed by the server and told per event; one that fails
  *   after tokens came continues from them like an interrupted sample, never from scratch.
  *
+ * Longer than most files on purpose: these behaviours share one piece of state (the servers,
+ * their load, the in-flight requests and the version each holds), and each of them — routing,
+ * continuation, pause, weight update — reads and changes it; split by behaviour, every file
+ * would reach into the same private fields.
+ *
  * @module
  */
 import { randomUUID } from 'node:crypto';

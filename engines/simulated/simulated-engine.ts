@@ -13,6 +13,7 @@ import type {
   PauseOptions,
   WeightUpdate,
 } from '../types.ts';
+import { InvalidArgumentError } from '../../runtime/errors.ts';
 
 /** Settings of a `SimulatedEngine`. */
 export interface SimulatedEngineOptions {
@@ -42,7 +43,8 @@ export class SimulatedEngine implements InferenceEngine {
   }
 
   async generate(req: GenerateRequest): Promise<GenerateResult> {
-    if ((req.gconfig?.n ?? 1) !== 1) throw new RangeError('generate takes n = 1; use generateN');
+    if ((req.gconfig?.n ?? 1) !== 1)
+      throw new InvalidArgumentError('generate takes n = 1; use generateN');
     const started = Date.now();
     while (this.paused) await new Promise<void>((r) => this.resumeWaiters.push(r));
     this.requests++;

@@ -14,11 +14,27 @@ import {
   fromWire,
   isRtjobError,
 } from '../errors.ts';
-import type { ActorLocation, DeathCause } from '../protocol.ts';
-import type { Connection } from '../transport.ts';
+import type { ActorLocation, AnyRequestBody, DeathCause, ReplyOf } from '../protocol.ts';
+import type { Connection, RequestOptions } from '../transport.ts';
 import { ObjectRef } from './object-ref.ts';
-import type { Runtime } from './runtime.ts';
 import { ShmValue, readShm } from './shm.ts';
+
+/**
+ * What an actor client asks of its process's runtime (`Runtime` in `runtime.ts`, which creates
+ * the clients): ids, the head, and connections to other workers.
+ */
+export interface ActorClientRuntime {
+  /** This process's address, the owner of the refs it creates. */
+  readonly address: string;
+  /** The head is gone and will not come back. */
+  readonly headLostForGood: boolean;
+  newId(): string;
+  peer(address: string): Promise<Connection>;
+  headRequest(
+    body: Extract<AnyRequestBody, { type: 'waitActor' }>,
+    opts?: RequestOptions,
+  ): Promise<ReplyOf<'waitActor'>>;
+}
 
 interface QueuedCall {
   method: string;
@@ -40,7 +56,7 @@ export class ActorClient {
   private stopped = false;
 
   constructor(
-    private readonly rt: Runtime,
+    private readonly rt: ActorClientRuntime,
     readonly actorId: string,
     private created: Promise<unknown> | undefined,
     readonly maxTaskRetries: number,

@@ -30,6 +30,7 @@ import { pidAlive } from '../pid.ts';
 import { logger } from '../log.ts';
 import { decodeOutOfBand, encodeOutOfBand, installOutOfBandCodec } from '../out-of-band.ts';
 import { registerWireClass } from '../protocol.ts';
+import { ProtocolError } from '../errors.ts';
 
 const log = logger('shm');
 
@@ -271,7 +272,7 @@ async function writeAll(fh: FileHandle, parts: Uint8Array[]): Promise<void> {
 export async function readShm(v: ShmValue): Promise<unknown> {
   const d = dir();
   if (!d || !validName.test(v.name))
-    throw new Error(`not a shared-memory object name: '${v.name.slice(0, 80)}'`);
+    throw new ProtocolError(`not a shared-memory object name: '${v.name.slice(0, 80)}'`);
   const path = join(d, v.name);
   const fh = await open(path, 'r');
   const file = Buffer.allocUnsafeSlow(v.bytes);
@@ -279,7 +280,7 @@ export async function readShm(v: ShmValue): Promise<unknown> {
     let got = 0;
     while (got < v.bytes) {
       const r = await fh.read(file, got, v.bytes - got, got);
-      if (r.bytesRead === 0) throw new Error(`shared-memory object ${v.name} is truncated`);
+      if (r.bytesRead === 0) throw new ProtocolError(`shared-memory object ${v.name} is truncated`);
       got += r.bytesRead;
     }
   } finally {
@@ -290,7 +291,9 @@ export async function readShm(v: ShmValue): Promise<unknown> {
   try {
     return decodeOutOfBand(file);
   } catch (e) {
-    throw new Error(`shared-memory object ${v.name}: ${(e as Error).message}`, { cause: e });
+    throw new ProtocolError(`shared-memory object ${v.name}: ${(e as Error).message}`, {
+      cause: e,
+    });
   }
 }
 

@@ -43,6 +43,10 @@ export interface RingLinks {
 
 /** What went wrong while forming the ring, in words (the group wraps it in a `CollectiveError`). */
 export class RendezvousError extends RtjobError<'RENDEZVOUS'> {
+  override get name(): string {
+    return 'RendezvousError';
+  }
+
   constructor(
     message: string,
     readonly reason: 'timeout' | 'mismatch',

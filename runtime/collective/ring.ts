@@ -62,6 +62,10 @@ export function chunkRange(count: number, n: number, i: number): [number, number
 
 /** How an operation failed inside the stream (the group turns it into a `CollectiveError`). */
 export class RingMismatch extends RtjobError<'RING_MISMATCH'> {
+  override get name(): string {
+    return 'RingMismatch';
+  }
+
   constructor(message: string) {
     super('RING_MISMATCH', message);
   }

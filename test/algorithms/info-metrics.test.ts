@@ -9,7 +9,7 @@ test('numbers and booleans are averaged over the trajectories that carry them; s
     { info: { used_tool: 1 } },
     {},
   ]);
-  assert.equal(m, { info_used_tool: 2 / 3, info_turns: 2, info_ok: 0.5 });
+  assert.equal(m, { 'info/used_tool': 2 / 3, 'info/turns': 2, 'info/ok': 0.5 });
 });
 
 test('no info, no metrics', () => {

@@ -20,13 +20,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
 import { remoteRoles } from '../../train/ppo/remote-roles.ts';
-import type { Roles } from '../../train/ppo/roles.ts';
-import {
-  applyPolicy,
-  loadPolicy,
-  type PolicyUpdate,
-  stagePolicy,
-} from '../../train/ppo/weight-sync.ts';
+import type { PolicyUpdate, Roles } from '../../train/ppo/roles.ts';
+import { applyPolicy, loadPolicy, stagePolicy } from '../../train/ppo/weight-sync.ts';
 import { listActors, ObjectRef, objectStats } from '../../runtime/index.ts';
 import { tinyTrainSample, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 import { type ChaosResult, ChaosCluster, emptyResult, type Netns, netns } from './harness.ts';

@@ -10,4 +10,32 @@ test('no error class but RtjobError extends Error directly', () => {
   assert.equal(hits, [], `extend RtjobError from runtime/errors.ts instead:\n${hits.join('\n')}`);
 });
 
+// …and every error thrown in the product is one of them, with a code: a bare `new Error` thrown
+// inside an actor reaches its caller as a code-less `TASK`. Tests, fixtures, benchmarks, scripts
+// and examples model user code and may throw what they like.
+test('no bare Error, RangeError or TypeError is thrown in source', () => {
+  const product = /^(runtime|model|engines|algorithms|rewards|gateway|agents|roles|train|cli)\//;
+  const files = sourceFiles({ withFixtures: false }).filter((f) => product.test(f.path));
+  const hits = grep(files, /\bthrow\s+new\s+(Error|RangeError|TypeError)\s*\(/);
+  assert.equal(hits, [], `throw an RtjobError subclass with a code instead:\n${hits.join('\n')}`);
+});
+
+// A literal `name` per class, not `constructor.name`, which a bundler may rename.
+test('every error class in source names itself literally', () => {
+  const product = /^(runtime|model|engines|algorithms|rewards|gateway|agents|roles|train|cli)\//;
+  const missing: string[] = [];
+  for (const f of sourceFiles({ withFixtures: false }).filter((x) => product.test(x.path))) {
+    for (const m of f.text.matchAll(
+      /^(?:export )?(?:abstract )?class (\w+)(?:<.*>)? extends \w*Error\b.*\{$/gm,
+    )) {
+      const name = m[1]!;
+      if (name === 'RtjobError') continue;
+      const body = f.text.slice(m.index + m[0].length, m.index + m[0].length + 200);
+      if (!body.includes(`override get name(): string {\n    return '${name}';`))
+        missing.push(`${f.path}: ${name}`);
+    }
+  }
+  assert.equal(missing, [], `give these a literal name getter:\n${missing.join('\n')}`);
+});
+
 test.run();

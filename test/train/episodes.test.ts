@@ -10,11 +10,11 @@ import * as assert from 'uvu/assert';
 
 import type { GroupResult } from '../../agents/episode-runner.ts';
 import { resolveOptions, runName, trainPpo } from '../../train/ppo/main.ts';
+import type { EpisodeSample } from '../../train/ppo/episode-sample.ts';
 import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
 import {
   episodeMetrics,
   episodeTurns,
-  type EpisodeSample,
   logprobMismatch,
   pickSamples,
   sampleEpisodes,

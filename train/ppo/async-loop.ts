@@ -25,11 +25,14 @@ import type { GroupResult } from '../../agents/episode-runner.ts';
 import { StalenessThrottle } from '../../algorithms/staleness.ts';
 import { TrajectoryBuffer } from '../../algorithms/trajectory-buffer.ts';
 import type { DataPosition } from './data.ts';
-import { afterStep, recordUpdate, type RunContext } from './context.ts';
+import { afterStep, recordUpdate } from './context.ts';
+import type { PolicyUpdate } from './roles.ts';
+import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
 import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
-import { syncWeights, trainerWeights, type PolicyUpdate } from './weight-sync.ts';
+import { syncWeights, trainerWeights } from './weight-sync.ts';
+import { TrainPpoError } from './errors.ts';
 
 /** What the producer attaches to each batch of the buffer besides its trajectories. */
 interface BatchMeta {
@@ -127,7 +130,8 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       }
       const ms = performance.now() - g0;
       timing.producerBusyMs += ms;
-      slot.add(...groups.filter((g) => g.status === 'ok').flatMap((g) => g.trajectories));
+      // The batch travels once, as its groups (the filter and the accounting need them whole);
+      // the buffer bounds how many batches run ahead of the trainer, it stages no second copy.
       slot.commit({ groups, version: batchVersion, generateMs: ms, position });
     }
   })().catch((err: unknown) => {
@@ -139,7 +143,11 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
     while (state.step < ctx.totalSteps) {
       const w0 = performance.now();
       const lease = await buffer.take({ signal: stopping.signal });
-      if (!lease) throw new Error('the trajectory buffer closed before the run ended');
+      if (!lease)
+        throw new TrainPpoError(
+          'TRAIN_PPO_ASYNC',
+          'the trajectory buffer closed before the run ended',
+        );
       const waitMs = performance.now() - w0;
       const fill = buffer.stats().queued + 1;
       const batch = lease.batch.meta;
@@ -170,7 +178,8 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       );
       lease.ack();
       if (u.staleMax > bound.value) {
-        throw new Error(
+        throw new TrainPpoError(
+          'TRAIN_PPO_ASYNC',
           `staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`,
         );
       }

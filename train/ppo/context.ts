@@ -1,7 +1,7 @@
 /**
- * The context of one `train_ppo` run, shared by the sync and async loops: its state (what a
- * checkpoint stores), preparation (data, resume, the first evaluation), what happens after each
- * step (metrics, progress line, evaluation, checkpoint) and the end of the run.
+ * The life of one `train_ppo` run's context, shared by the sync and async loops: preparation
+ * (data, resume, the first evaluation), what happens after each step (metrics, progress line,
+ * evaluation, checkpoint) and the end of the run. Its types are in `run-state.ts`.
  *
  * @module
  */
@@ -11,92 +11,15 @@ import type { GroupResult } from '../../agents/episode-runner.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { createKlController } from '../../algorithms/kl.ts';
 import { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
-import type { JobReport } from '../../runtime/metrics.ts';
-import type { EpisodeSample } from './episodes.ts';
-import type { Watchdog } from './health.ts';
 import { evaluate } from './generate.ts';
-import { checkKeys, loadPromptData, PromptSampler, type DataPosition } from './data.ts';
-import type { TrainPpoOptions } from './flags.ts';
+import { checkKeys, loadPromptData, PromptSampler } from './data.ts';
+import type { TrainPpoOptions } from './options.ts';
 import type { Roles } from './roles.ts';
 import { klOptions } from './options.ts';
-import type { UpdateState, UpdateStats } from './step.ts';
-import { publishWeights, type PolicyUpdate } from './weight-sync.ts';
-
-/** Where a run's numbers go: the head's metrics API, and lines on the terminal. */
-export interface RunLog {
-  metric(step: number, values: Record<string, number>): void;
-  line(text: string): void;
-  /** A step's sample episodes (`--log-samples`); not kept when absent. */
-  samples?(step: number, samples: EpisodeSample[]): void;
-  /** What the run says about itself (total steps, config table, outputs) for the job page. */
-  report?(fields: JobReport): void;
-}
-
-/** What a finished run reports. */
-export interface RunSummary {
-  steps: number;
-  minutes: number;
-  evalBefore?: number;
-  evalAfter?: number;
-  rewardFirst?: number;
-  rewardLast?: number;
-  /** Episodes that threw or timed out. */
-  episodesFailed: number;
-  /** Groups not trained on because one of their episodes failed. */
-  groupsDropped: number;
-  /** Prompt indices trained on, in order (exactly-once accounting). */
-  trainedPrompts: number[];
-  /** Rollout processes that died and were restarted. */
-  rolloutRestarts: number;
-  savePath: string;
-}
-
-/** Mutable state of a run; what a checkpoint stores besides the weights. */
-export interface RunState {
-  step: number;
-  position: DataPosition;
-  klCoef: number;
-  episodes: number;
-  /** Episodes that threw or timed out. */
-  failed: number;
-  /** Groups dropped because an episode of theirs failed (absent in older checkpoints). */
-  groupsDropped?: number;
-  trainedPrompts: number[];
-  /** Rollout processes restarted after dying. */
-  rolloutRestarts: number;
-  /** Group runs lost with a dead rollout and run again. */
-  groupsRerun: number;
-  /** Running reward statistics of `--normalize-reward`. */
-  rewardStats?: { count: number; mean: number; m2: number };
-  /** Tokens generated so far by successful episodes (absent in older checkpoints). */
-  tokensTotal?: number;
-}
-
-/** Everything a loop needs. */
-export interface RunContext extends UpdateState {
-  o: TrainPpoOptions;
-  roles: Roles;
-  log: RunLog;
-  sampler: PromptSampler;
-  evalItems: PromptItem[];
-  state: RunState;
-  totalSteps: number;
-  started: number;
-  summary: RunSummary;
-  /** Restarts so far per rollout, and the restart in progress per rollout. */
-  restarts: number[];
-  restarting: Map<number, Promise<void>>;
-  /**
-   * The weights every engine holds (last pushed to all); a restarted rollout gets them. Unset
-   * until the first publish: the engines then hold the pretrained weights, version 0.
-   */
-  published?: PolicyUpdate;
-  /** Rollout incarnations killed for not answering (`i:incarnation`), and their watchdogs. */
-  hung?: Set<string>;
-  watching?: Map<number, Watchdog>;
-  /** The policy tokenizer's decoder, loaded on the first step that logs samples. */
-  decode?: (ids: number[]) => string;
-}
+import type { RunContext, RunLog, RunState, RunSummary } from './run-state.ts';
+import type { UpdateStats } from './step.ts';
+import { publishWeights } from './weight-sync.ts';
+import { TrainPpoError } from './errors.ts';
 
 /** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
 export async function prepareRun(
@@ -254,10 +177,12 @@ async function resume(ctx: RunContext): Promise<void> {
   }
   const dir = join(root, readFileSync(latest, 'utf8').trim());
   const saved = (await ctx.roles.trainer.loadCheckpoint(dir)) as { driver?: RunState };
-  if (!saved.driver) throw new Error(`checkpoint ${dir} has no driver state`);
+  if (!saved.driver)
+    throw new TrainPpoError('TRAIN_PPO_CHECKPOINT', `checkpoint ${dir} has no driver state`);
   if (ctx.roles.critic) {
     if (!existsSync(join(dir, 'critic')))
-      throw new Error(
+      throw new TrainPpoError(
+        'TRAIN_PPO_CHECKPOINT',
         `checkpoint ${dir} has no critic state (saved without --advantage-estimator gae?)`,
       );
     await ctx.roles.critic.loadCheckpoint(join(dir, 'critic'));

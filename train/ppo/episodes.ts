@@ -8,52 +8,12 @@
  * @module
  */
 import type { GroupResult } from '../../agents/episode-runner.ts';
-import {
-  parseCompletion,
-  type ParsedToolCall,
-  toolCallParser,
-} from '../../gateway/tool-parsers.ts';
+import { parseCompletion, toolCallParser } from '../../gateway/tool-parsers.ts';
 import { seededRandom } from '../../model/sampling.ts';
 import { loadTokenizer } from '../../model/tokenizer.ts';
-import type { Trajectory } from '../../algorithms/trajectory.ts';
-import type { RunContext } from './context.ts';
-
-/** One turn of a sample episode. */
-export interface SampleTurn {
-  /** `assistant`: generated (trained on); `tool`: the result of the assistant's tool calls; `environment`: other feedback. */
-  role: 'assistant' | 'tool' | 'environment';
-  text: string;
-  tokens: number;
-  /** Tool calls parsed from an assistant turn (`--tool-call-parser`). */
-  toolCalls?: ParsedToolCall[];
-}
-
-/** One sample episode as stored with the job (`GET /api/jobs/:id/samples`). */
-export interface EpisodeSample {
-  /** The prompt's dataset index: the same prompt across steps. */
-  key: string;
-  /** Why this episode was kept. */
-  pick: 'best' | 'worst' | 'random' | 'failed';
-  reward?: number;
-  prompt: string;
-  label?: string;
-  turns: SampleTurn[];
-  extraInfo?: Record<string, number | string | boolean>;
-  /** Policy versions that generated its tokens. */
-  versionMin?: number;
-  versionMax?: number;
-  /** Trainer version at training minus the oldest token's version (0 on-policy). */
-  staleness?: number;
-  /** `length`: the length cap ended it; `tool_calls`: it ended on a tool call; else `stop`. */
-  stopReason?: 'stop' | 'length' | 'tool_calls';
-  promptTokens?: number;
-  responseTokens?: number;
-  groupId: string;
-  /** Mean reward of its group (the baseline it was compared with). */
-  groupRewardMean?: number;
-  /** A failed episode's error. */
-  error?: string;
-}
+import { infoMetrics, type Trajectory } from '../../algorithms/trajectory.ts';
+import type { EpisodeSample, SampleTurn } from './episode-sample.ts';
+import type { RunContext } from './run-state.ts';
 
 /** Longest text kept per turn; the middle of a longer one is cut. */
 export const maxTurnChars = 4000;
@@ -244,8 +204,8 @@ export function sampleEpisodes(
  * Per-step episode metrics every RL dashboard shows: generated tokens, reward spread, the fraction
  * of groups whose episodes all scored the same (they teach group-baseline methods nothing),
  * response lengths, the
- * fraction cut by the length cap, and each numeric or boolean `extraInfo` field averaged
- * (`info/<name>`).
+ * fraction cut by the length cap, and each numeric or boolean `extraInfo` field averaged over the
+ * step's finished episodes (`info/<name>`, the library's `infoMetrics`).
  */
 export function episodeMetrics(groups: readonly GroupResult[]): Record<string, number> {
   const ok = groups.filter((g) => g.status === 'ok' && g.trajectories.length > 0);
@@ -265,20 +225,7 @@ export function episodeMetrics(groups: readonly GroupResult[]): Record<string, n
     response_length_max: Math.max(...lengths),
     response_clip_ratio: ts.filter((t) => t.truncated).length / ts.length,
   };
-  const sums = new Map<string, { sum: number; n: number }>();
-  for (const t of ts) {
-    for (const [k, v] of Object.entries(t.info ?? {})) {
-      if (typeof v !== 'number' && typeof v !== 'boolean') continue;
-      const x = typeof v === 'boolean' ? Number(v) : v;
-      if (!Number.isFinite(x)) continue;
-      const s = sums.get(k) ?? { sum: 0, n: 0 };
-      s.sum += x;
-      s.n++;
-      sums.set(k, s);
-    }
-  }
-  for (const [k, s] of sums) out[`info/${k}`] = s.sum / s.n;
-  return out;
+  return { ...out, ...infoMetrics(ts) };
 }
 
 /**

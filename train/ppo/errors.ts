@@ -15,6 +15,10 @@ export type RoleName = 'rollout' | 'trainer' | 'reference' | 'critic';
  * fails with this error and `hint` tells how to resume.
  */
 export class RoleDiedError extends RtjobError<'TRAIN_PPO_ROLE_DIED'> {
+  override get name(): string {
+    return 'RoleDiedError';
+  }
+
   constructor(
     readonly role: RoleName,
     readonly detail: string,
@@ -52,6 +56,10 @@ export type WeightSyncPhase =
  * failed a step (`phase`) on every server. Names the rollout, its engine and the phase.
  */
 export class WeightSyncError extends RtjobError<'TRAIN_PPO_WEIGHT_SYNC'> {
+  override get name(): string {
+    return 'WeightSyncError';
+  }
+
   constructor(
     readonly version: number,
     /** The rollout's index; -1 for the trainer (phase `fetch`). */
@@ -67,5 +75,25 @@ export class WeightSyncError extends RtjobError<'TRAIN_PPO_WEIGHT_SYNC'> {
       `weight sync of version ${version} ${rollout < 0 ? 'from the trainer' : `to rollout ${rollout} (${engine})`} failed in phase '${phase}': ${detail}`,
       options,
     );
+  }
+}
+
+/** Stable codes of {@link TrainPpoError}. */
+export type TrainPpoErrorCode =
+  /** The checkpoint to resume from lacks the driver's state, or was written for other flags. */
+  | 'TRAIN_PPO_CHECKPOINT'
+  /** The async loop could not go on: its buffer closed early, or staleness broke its bound. */
+  | 'TRAIN_PPO_ASYNC'
+  /** A dead rollout was not restarted in time. */
+  | 'TRAIN_PPO_ROLLOUT_RESTART';
+
+/** A `train_ppo` run cannot go on for a reason other than a dead role or a weight sync. */
+export class TrainPpoError extends RtjobError<TrainPpoErrorCode> {
+  override get name(): string {
+    return 'TrainPpoError';
+  }
+
+  constructor(code: TrainPpoErrorCode, message: string, opts: { cause?: unknown } = {}) {
+    super(code, message, opts);
   }
 }

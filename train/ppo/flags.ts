@@ -12,132 +12,13 @@
  */
 import { FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
 
-import { klDefaults, type KlEstimator } from '../../algorithms/kl.ts';
+import { ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS } from '../../algorithms/advantages.ts';
+import { klDefaults, KL_ESTIMATORS } from '../../algorithms/kl.ts';
 import { experienceDefaults } from '../../algorithms/experience.ts';
-import { LOSS_AGGREGATIONS, type LossAggregation } from '../../algorithms/loss-aggregation.ts';
-import {
-  IS_CORRECTIONS,
-  ppoLossDefaults,
-  type IsCorrection,
-} from '../../algorithms/policy-loss.ts';
+import { LOSS_AGGREGATIONS } from '../../algorithms/loss-aggregation.ts';
+import { IS_CORRECTIONS, ppoLossDefaults } from '../../algorithms/policy-loss.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
-import { checkLibraryOptions } from './options.ts';
-
-/** Advantage estimators (OpenRLHF `--advantage-estimator`). */
-export const advantageEstimators = [
-  'gae',
-  'reinforce',
-  'reinforce_baseline',
-  'rloo',
-  'group_norm',
-  'dr_grpo',
-] as const;
-export type AdvantageEstimatorName = (typeof advantageEstimators)[number];
-/** Estimators whose baseline is the group: they need more than one sample per prompt. */
-export const groupEstimators: readonly AdvantageEstimatorName[] = [
-  'rloo',
-  'reinforce_baseline',
-  'group_norm',
-  'dr_grpo',
-];
-
-/** Resolved options of a `train_ppo` run. */
-export interface TrainPpoOptions {
-  pretrain: string;
-  agentFunc: string | undefined;
-  promptData: string;
-  inputKey: string;
-  labelKey: string;
-  applyChatTemplate: boolean;
-  nSamplesPerPrompt: number;
-  rolloutBatchSize: number;
-  microRolloutBatchSize: number;
-  trainBatchSize: number;
-  microTrainBatchSize: number;
-  maxEpochs: number;
-  numEpisodes: number;
-  maxSteps: number;
-  promptMaxLen: number;
-  generateMaxLen: number;
-  temperature: number;
-  topP: number;
-  advantageEstimator: AdvantageEstimatorName;
-  noAdvantageStdNorm: boolean;
-  initKlCoef: number;
-  useKlLoss: boolean;
-  klEstimator: KlEstimator;
-  klTarget: number | undefined;
-  klHorizon: number;
-  epsClip: number;
-  epsClipHigh: number | undefined;
-  dualClip: number | undefined;
-  isCorrection: IsCorrection;
-  isThreshold: [number, number];
-  lossAggMode: LossAggregation;
-  valueClip: number;
-  normalizeReward: boolean;
-  rewardScale: number;
-  rewardBias: number;
-  rewardClipRange: [number, number];
-  overlongBufferLen: number | undefined;
-  overlongPenaltyFactor: number;
-  trainMaxTokensPerGpu: number | undefined;
-  gamma: number;
-  lambd: number;
-  entropyLossCoef: number;
-  actorLearningRate: number;
-  criticLearningRate: number;
-  maxNorm: number;
-  dynamicFiltering: boolean;
-  dynamicFilteringRewardRange: [number, number];
-  seed: number;
-  savePath: string;
-  saveDtype: 'float32' | 'bfloat16';
-  saveSteps: number;
-  ckptPath: string;
-  /** Replace what a previous run left in the save and checkpoint paths. */
-  overwrite: boolean;
-  loadCheckpoint: boolean;
-  evalDataset: string;
-  evalSteps: number;
-  evalPrompts: number;
-  loggingSteps: number;
-  /** Sample episodes kept per step (best, worst, random); 0 keeps none. */
-  logSamples: number;
-  rolloutNumEngines: number;
-  engine: 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
-  /** GGUF element type of `--engine llamacpp`. */
-  rolloutDtype: 'f32' | 'f16' | 'bf16' | 'q8_0';
-  engineUrl: string | undefined;
-  engineWeightsPath: string;
-  /** A rollout that does not answer a health probe in this time is restarted. */
-  engineHealthTimeoutMs: number;
-  /** Limit on one weight sync (trainer snapshot, push, the engine's reload). */
-  weightSyncTimeoutMs: number;
-  /** Nodes of the trainer's ranks: with `actorNumGpusPerNode` >= 1, nodes × GPUs ranks of one GPU each. */
-  actorNumNodes: number;
-  actorNumGpusPerNode: number;
-  refNumGpusPerNode: number;
-  criticNumNodes: number;
-  criticNumGpusPerNode: number;
-  rolloutNumGpusPerEngine: number;
-  colocateAllModels: boolean;
-  actorNumReplicas: number;
-  criticNumReplicas: number;
-  asyncTrain: boolean;
-  asyncQueueSize: number;
-  asyncNumTasks: number;
-  maxHeadOffpolicyness: number | undefined;
-  partialRollout: boolean;
-  useDecoupledLoss: boolean;
-  behavImpWeightCap: number;
-  episodeTimeoutMs: number;
-  agentErrorBudget: number;
-  toolCallParser: string;
-  gatewayCheckDrift: boolean;
-  agentTurnDiscount: number;
-  inProcess: boolean;
-}
+import { checkLibraryOptions, type TrainPpoOptions } from './options.ts';
 
 /** Where a flag is listed in `--help`; `algorithm` flags are the ones `algorithms/README.md` documents. */
 export type FlagSection =
@@ -232,7 +113,7 @@ export const flagTable: readonly Flag[] = [
   ),
   ...under('algorithm'),
   F('advantageEstimator', 'string', 'advantage estimator (grpo = group_norm)', {
-    choices: advantageEstimators,
+    choices: ADVANTAGE_ESTIMATORS,
     choiceAliases: { grpo: 'group_norm' },
   }),
   F(
@@ -244,7 +125,7 @@ export const flagTable: readonly Flag[] = [
   F('lambd', 'float', 'GAE lambda', { min: 0 }),
   F('initKlCoef', 'float', 'KL coefficient; 0 runs no reference model', { min: 0 }),
   F('useKlLoss', 'bool', 'KL as a loss term instead of a reward penalty'),
-  F('klEstimator', 'string', 'KL estimator', { choices: ['k1', 'k2', 'k3'] }),
+  F('klEstimator', 'string', 'KL estimator', { choices: KL_ESTIMATORS }),
   F(
     'klTarget',
     'float',
@@ -531,7 +412,7 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
   const fail = (flag: string, msg: string): never => {
     throw new FlagError(flag, msg);
   };
-  if (groupEstimators.includes(o.advantageEstimator) && o.nSamplesPerPrompt < 2) {
+  if (GROUP_ESTIMATORS.includes(o.advantageEstimator) && o.nSamplesPerPrompt < 2) {
     fail(
       '--advantage-estimator',
       `--advantage-estimator ${o.advantageEstimator} needs a group: set --n-samples-per-prompt > 1 (got ${o.nSamplesPerPrompt})`,

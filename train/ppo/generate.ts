@@ -10,7 +10,7 @@ import type { GroupResult } from '../../agents/episode-runner.ts';
 import { ErrorBudgetExceededError } from '../../agents/errors.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
-import type { RunContext } from './context.ts';
+import type { RunContext } from './run-state.ts';
 import { isRoleDied, type WeightSyncError } from './errors.ts';
 import { killHung, watch } from './health.ts';
 import type { Roles } from './roles.ts';

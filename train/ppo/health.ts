@@ -9,7 +9,7 @@
  * @module
  */
 import { engineUrls } from './flags.ts';
-import type { RunContext } from './context.ts';
+import type { RunContext, Watchdog } from './run-state.ts';
 
 /** What rollout `i`'s weights go to, for messages: `builtin`, or the kind and its servers. */
 export function describeEngine(ctx: RunContext, i: number): string {
@@ -85,12 +85,6 @@ export function watch(ctx: RunContext, i: number): () => void {
       w.timer = undefined;
     }
   };
-}
-
-/** A rollout's watchdog: how many calls hold it and its next probe. */
-export interface Watchdog {
-  holders: number;
-  timer: NodeJS.Timeout | undefined;
 }
 
 function schedule(ctx: RunContext, i: number, w: Watchdog): void {

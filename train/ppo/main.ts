@@ -14,22 +14,19 @@ import { fileURLToPath } from 'node:url';
 import { readEnv } from '../../runtime/env.ts';
 import { metrics } from '../../runtime/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
+import { trainPpoCharts } from './charts.ts';
 import { isRoleDied } from './errors.ts';
 import { runIfMain } from '../driver-flags.ts';
-import {
-  FlagError,
-  flagConfig,
-  parseTrainPpoFlags,
-  trainPpoHelp,
-  type TrainPpoOptions,
-} from './flags.ts';
+import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp } from './flags.ts';
+import type { TrainPpoOptions } from './options.ts';
 import { inProcessRoles, type Roles } from './roles.ts';
-import { finishRun, prepareRun, type RunLog, type RunSummary } from './context.ts';
+import { finishRun, prepareRun } from './context.ts';
+import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 
 export { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp, FlagError } from './flags.ts';
-export type { TrainPpoOptions } from './flags.ts';
-export type { RunSummary } from './context.ts';
+export type { TrainPpoOptions } from './options.ts';
+export type { RunSummary } from './run-state.ts';
 export { RoleDiedError, isRoleDied } from './errors.ts';
 
 /** The shipped warm-start model. */
@@ -140,6 +137,7 @@ export async function trainPpo(
   log.report?.({
     config: flagConfig(o, argv, env),
     headline: o.evalDataset ? 'eval_accuracy' : 'reward_mean',
+    charts: trainPpoCharts,
     outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
   });
   const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;

@@ -2,17 +2,121 @@
  * From `train_ppo`'s flags to the library's option objects. Each setting keeps its flag's name
  * all the way to the function that uses it (`--loss-agg-mode` → `lossAggMode`), and its default
  * lives in the library module that defines it (`trainPpoDefaults` reads them from there).
+ * {@link TrainPpoOptions}, the resolved form of the flags, is declared here, beside the mapping;
+ * `flags.ts` parses argv into it.
  *
  * @module
  */
 import type { CriticInit } from '../../roles/critic.ts';
-import type { AdvantageOptions } from '../../algorithms/advantages.ts';
+import type { AdvantageEstimator, AdvantageOptions } from '../../algorithms/advantages.ts';
 import { AlgorithmError } from '../../algorithms/errors.ts';
 import { resolveExperienceOptions, type ExperienceOptions } from '../../algorithms/experience.ts';
-import { resolveKlOptions, type KlOptions } from '../../algorithms/kl.ts';
-import { resolvePpoLossOptions, type PpoLossOptions } from '../../algorithms/policy-loss.ts';
+import { resolveKlOptions, type KlEstimator, type KlOptions } from '../../algorithms/kl.ts';
+import type { LossAggregation } from '../../algorithms/loss-aggregation.ts';
+import {
+  resolvePpoLossOptions,
+  type IsCorrection,
+  type PpoLossOptions,
+} from '../../algorithms/policy-loss.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
-import type { TrainPpoOptions } from './flags.ts';
+
+/** Resolved options of a `train_ppo` run. */
+export interface TrainPpoOptions {
+  pretrain: string;
+  agentFunc: string | undefined;
+  promptData: string;
+  inputKey: string;
+  labelKey: string;
+  applyChatTemplate: boolean;
+  nSamplesPerPrompt: number;
+  rolloutBatchSize: number;
+  microRolloutBatchSize: number;
+  trainBatchSize: number;
+  microTrainBatchSize: number;
+  maxEpochs: number;
+  numEpisodes: number;
+  maxSteps: number;
+  promptMaxLen: number;
+  generateMaxLen: number;
+  temperature: number;
+  topP: number;
+  advantageEstimator: AdvantageEstimator;
+  noAdvantageStdNorm: boolean;
+  initKlCoef: number;
+  useKlLoss: boolean;
+  klEstimator: KlEstimator;
+  klTarget: number | undefined;
+  klHorizon: number;
+  epsClip: number;
+  epsClipHigh: number | undefined;
+  dualClip: number | undefined;
+  isCorrection: IsCorrection;
+  isThreshold: [number, number];
+  lossAggMode: LossAggregation;
+  valueClip: number;
+  normalizeReward: boolean;
+  rewardScale: number;
+  rewardBias: number;
+  rewardClipRange: [number, number];
+  overlongBufferLen: number | undefined;
+  overlongPenaltyFactor: number;
+  trainMaxTokensPerGpu: number | undefined;
+  gamma: number;
+  lambd: number;
+  entropyLossCoef: number;
+  actorLearningRate: number;
+  criticLearningRate: number;
+  maxNorm: number;
+  dynamicFiltering: boolean;
+  dynamicFilteringRewardRange: [number, number];
+  seed: number;
+  savePath: string;
+  saveDtype: 'float32' | 'bfloat16';
+  saveSteps: number;
+  ckptPath: string;
+  /** Replace what a previous run left in the save and checkpoint paths. */
+  overwrite: boolean;
+  loadCheckpoint: boolean;
+  evalDataset: string;
+  evalSteps: number;
+  evalPrompts: number;
+  loggingSteps: number;
+  /** Sample episodes kept per step (best, worst, random); 0 keeps none. */
+  logSamples: number;
+  rolloutNumEngines: number;
+  engine: 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
+  /** GGUF element type of `--engine llamacpp`. */
+  rolloutDtype: 'f32' | 'f16' | 'bf16' | 'q8_0';
+  engineUrl: string | undefined;
+  engineWeightsPath: string;
+  /** A rollout that does not answer a health probe in this time is restarted. */
+  engineHealthTimeoutMs: number;
+  /** Limit on one weight sync (trainer snapshot, push, the engine's reload). */
+  weightSyncTimeoutMs: number;
+  /** Nodes of the trainer's ranks: with `actorNumGpusPerNode` >= 1, nodes × GPUs ranks of one GPU each. */
+  actorNumNodes: number;
+  actorNumGpusPerNode: number;
+  refNumGpusPerNode: number;
+  criticNumNodes: number;
+  criticNumGpusPerNode: number;
+  rolloutNumGpusPerEngine: number;
+  colocateAllModels: boolean;
+  actorNumReplicas: number;
+  criticNumReplicas: number;
+  asyncTrain: boolean;
+  asyncQueueSize: number;
+  asyncNumTasks: number;
+  maxHeadOffpolicyness: number | undefined;
+  partialRollout: boolean;
+  useDecoupledLoss: boolean;
+  behavImpWeightCap: number;
+  episodeTimeoutMs: number;
+  agentErrorBudget: number;
+  toolCallParser: string;
+  gatewayCheckDrift: boolean;
+  agentTurnDiscount: number;
+  inProcess: boolean;
+}
 
 /** The policy loss of the trainer. */
 export function policyLossOptions(o: TrainPpoOptions): PpoLossOptions {

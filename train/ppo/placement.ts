@@ -10,7 +10,7 @@
  * @module
  */
 import type { ResourceMap } from '../../runtime/protocol.ts';
-import type { TrainPpoOptions } from './flags.ts';
+import type { TrainPpoOptions } from './options.ts';
 import type { RoleName } from './errors.ts';
 
 /** Resources of one role's actor. */

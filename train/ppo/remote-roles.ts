@@ -16,8 +16,8 @@ import type { Critic } from '../../roles/critic.ts';
 import type { Reference } from '../../roles/reference.ts';
 import type { Rollout } from '../../roles/rollout.ts';
 import type { Trainer } from '../../roles/trainer.ts';
-import type { TrainPpoOptions } from './flags.ts';
-import { RoleDiedError, type RoleName } from './errors.ts';
+import type { TrainPpoOptions } from './options.ts';
+import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
 import { placeRoles, type RolePlacement } from './placement.ts';
 import { everyRank, replicated, roleInits, type Remote, type Roles } from './roles.ts';
 
@@ -209,7 +209,10 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
           break;
         }
         if (Date.now() > end)
-          throw new Error(`rollout ${i} was not restarted within ${restartWaitMs / 1000} s`);
+          throw new TrainPpoError(
+            'TRAIN_PPO_ROLLOUT_RESTART',
+            `rollout ${i} was not restarted within ${restartWaitMs / 1000} s`,
+          );
         // The head tells of a restart only when asked; a short poll is what waiting costs here.
         await delay(100);
       }

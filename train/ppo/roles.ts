@@ -11,9 +11,15 @@ import { Trainer } from '../../roles/trainer.ts';
 import { join, resolve } from 'node:path';
 import { get, ObjectRef } from '../../runtime/api.ts';
 import type { RefOr } from '../../runtime/handles.ts';
-import { engineUrls, type TrainPpoOptions } from './flags.ts';
-import { policyLossOptions, valueLossOptions } from './options.ts';
-import type { PolicyUpdate } from './weight-sync.ts';
+import { engineUrls } from './flags.ts';
+import { policyLossOptions, type TrainPpoOptions, valueLossOptions } from './options.ts';
+import type { PolicyWeights } from '../../engines/types.ts';
+
+/** A version of the policy as the engines take it: a ref the trainer owns, or (in-process) the value. */
+export interface PolicyUpdate {
+  version: number;
+  weights: PolicyWeights | ObjectRef<PolicyWeights>;
+}
 
 /**
  * `T` with every method returning a promise; each argument may also be a ref to its value, which

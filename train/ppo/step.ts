@@ -10,13 +10,13 @@ import type { CriticSample } from '../../roles/critic.ts';
 import type { TrainSample, TrainStats } from '../../roles/trainer.ts';
 import { dynamicFilter } from '../../algorithms/dynamic-filter.ts';
 import { computeReturns, makeExperience } from '../../algorithms/experience.ts';
-import type { KlController } from '../../algorithms/kl.ts';
-import type { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
+import { stalenessStats } from '../../algorithms/staleness.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
-import type { TrainPpoOptions } from './flags.ts';
+import type { TrainPpoOptions } from './options.ts';
 import { logprobMismatch } from './episodes.ts';
 import { advantageOptions, experienceOptions } from './options.ts';
 import type { Roles } from './roles.ts';
+import type { UpdateState } from './run-state.ts';
 
 /**
  * The groups that ran to completion, and of those, with `--dynamic-filtering`, the ones whose
@@ -37,13 +37,6 @@ export function filterGroups(
     kept: ok.filter((_, k) => !rejected.has(String(k))),
     passRate: ok.length ? res.passRate : 0,
   };
-}
-
-/** What carries over from one update to the next besides the weights. */
-export interface UpdateState {
-  kl: KlController;
-  /** Running reward statistics (`--normalize-reward`). */
-  rewardNormalizer?: RewardNormalizer;
 }
 
 /** What one policy update reports. */
@@ -127,20 +120,11 @@ export async function trainOn(
   const t2 = performance.now();
   const klCoef = kl.value;
   kl.update(batch.meanKl, samples.length);
-  let staleSum = 0;
-  let staleN = 0;
-  let staleMax = 0;
-  let respLen = 0;
-  for (const s of samples) {
-    respLen += s.responseLength;
-    for (let i = 0; i < s.versions.length; i++) {
-      if (!s.actionMask[i]) continue;
-      const lag = trainerVersion - s.versions[i]!;
-      staleSum += lag;
-      staleN++;
-      if (lag > staleMax) staleMax = lag;
-    }
-  }
+  const respLen = samples.reduce((a, s) => a + s.responseLength, 0);
+  const stale = stalenessStats(
+    samples.map((s) => ({ lossMask: s.actionMask, versions: s.versions })),
+    trainerVersion,
+  );
   return {
     ...stats,
     ...(old ? { mismatch: logprobMismatch(samples, old) } : {}),
@@ -149,8 +133,8 @@ export async function trainOn(
     klCoef,
     ...(critic ? { valueLoss: critic.valueLoss } : {}),
     responseLength: respLen / Math.max(1, samples.length),
-    staleMean: staleN ? staleSum / staleN : 0,
-    staleMax,
+    staleMean: stale.mean,
+    staleMax: stale.max,
     samples: samples.length,
     experienceMs: t1 - t0,
     trainMs: t2 - t1,

@@ -6,7 +6,8 @@
  *
  * @module
  */
-import { afterStep, recordUpdate, type RunContext } from './context.ts';
+import { afterStep, recordUpdate } from './context.ts';
+import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
 import { account, generate, onEveryRollout } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';

@@ -15,19 +15,11 @@
  */
 import { setTimeout as delay } from 'node:timers/promises';
 import { isEngineError } from '../../engines/http/errors.ts';
-import type { PolicyWeights } from '../../engines/types.ts';
-import type { ObjectRef } from '../../runtime/api.ts';
-import type { RunContext } from './context.ts';
+import type { RunContext } from './run-state.ts';
 import { WeightSyncError, type WeightSyncPhase } from './errors.ts';
 import { onRollout, restartRollout } from './generate.ts';
 import { answers, describeEngine, killHung, withDeadline } from './health.ts';
-import type { Roles } from './roles.ts';
-
-/** A version of the policy as the engines take it: a ref the trainer owns, or (in-process) the value. */
-export interface PolicyUpdate {
-  version: number;
-  weights: PolicyWeights | ObjectRef<PolicyWeights>;
-}
+import type { PolicyUpdate, Roles } from './roles.ts';
 
 /** Which rollouts fetch from the trainer, and which load through a relay on their own node. */
 export interface WeightRoutes {

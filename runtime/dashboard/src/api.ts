@@ -15,6 +15,7 @@ export type {
   ActorPageQuery,
   ActorSortKey,
   ActorView,
+  ChartLayout,
   ClusterStatus,
   ConfigRow,
   JobProgress,

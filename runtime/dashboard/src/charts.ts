@@ -1,6 +1,7 @@
 /**
- * Training charts: one small uPlot chart per metric, in groups (reward, policy, timing, system)
- * with the key ones first, and a second line when a job is compared. Drag to zoom a range,
+ * Training charts: one small uPlot chart per metric, in the groups and order the job reported
+ * (`report.charts`: for train_ppo reward, policy, timing, system, the key ones first), and a
+ * second line when a job is compared. Drag to zoom a range,
  * double-click to reset; hovering shows every line's value at that step. Integer step ticks,
  * single points drawn, an EMA smoothing control, and an x axis in steps, wall time or generated
  * tokens (so runs that generate at different lengths compare by compute). Metrics
@@ -12,68 +13,42 @@
  */
 import uPlot from 'uplot';
 
-import type { MetricsTable } from './api.ts';
+import type { ChartLayout, MetricsTable } from './api.ts';
 import { h } from './dom.ts';
 
-/** Chart groups in page order; a metric's group is the first whose test matches. */
-const chartGroups: { title: string; first: string[]; match: (name: string) => boolean }[] = [
-  {
-    title: 'Reward',
-    first: ['reward_mean', 'eval_accuracy', 'reward_std', 'zero_std_groups', 'pass_rate'],
-    match: (n) => /^(reward|eval_|pass_rate|zero_std|info\/)/.test(n),
-  },
-  {
-    title: 'Policy',
-    first: [
-      'kl',
-      'policy_loss',
-      'entropy',
-      'clip_fraction',
-      'grad_norm',
-      'response_length',
-      'response_length_max',
-      'response_clip_ratio',
-      'value_loss',
-    ],
-    match: (n) =>
-      /^(kl|policy_|value_|entropy|clip|grad|response_|staleness|loss|is_|importance|logprob)/.test(
-        n,
-      ),
-  },
-  {
-    title: 'Timing',
-    first: ['step_time_split', 'step_s', 'tokens_per_s', 'samples_per_s', 'episodes_per_s'],
-    match: (n) => /(_s|_per_s|_fraction)$|^step_time_split$/.test(n),
-  },
-  {
-    title: 'System',
-    first: ['buffer_fill', 'version', 'samples', 'episodes', 'episodes_failed', 'groups_dropped'],
-    match: () => true,
-  },
-];
+/** A job's chart layout, resolved: group tests as functions, multi-line members by metric. */
+interface Layout {
+  groups: { title: string; first: string[]; match: (name: string) => boolean }[];
+  multi: Record<string, { title: string; members: string[] }>;
+  neverFolded: Set<string>;
+  /** Metric → the multi-line chart it is drawn in. */
+  inMulti: Map<string, string>;
+}
 
 /**
- * Metrics drawn together on one chart of the page's job (one line each), instead of one chart
- * per metric: the step time split into its phases.
+ * Resolves the layout a job reported (`report.charts`); without one, every metric is a chart of
+ * one group. The last group takes every metric no other group took.
  */
-const multi: Record<string, { title: string; members: string[] }> = {
-  step_time_split: {
-    title: 'step time split (s): generate / experience / train / sync',
-    members: [
-      'generate_s',
-      'experience_s',
-      'train_s',
-      'weight_sync_s',
-      'time_generate',
-      'time_train',
-      'time_sync',
-    ],
-  },
-};
-const neverFolded = new Set(['reward_mean', 'eval_accuracy']);
-const inMulti = new Map(
-  Object.entries(multi).flatMap(([name, g]) => g.members.map((m) => [m, name] as const)),
-);
+function resolveLayout(l: ChartLayout | undefined): Layout {
+  const groups = (l?.groups.length ? l.groups : [{ title: 'Metrics' }]).map((g, i, all) => {
+    const re = g.match === undefined ? undefined : new RegExp(g.match);
+    const last = i === all.length - 1;
+    return {
+      title: g.title,
+      first: g.first ?? [],
+      match: (n: string) => last || (re?.test(n) ?? false),
+    };
+  });
+  const multi = l?.multi ?? {};
+  return {
+    groups,
+    multi,
+    neverFolded: new Set(l?.neverFolded ?? []),
+    inMulti: new Map(
+      Object.entries(multi).flatMap(([name, g]) => g.members.map((m) => [m, name] as const)),
+    ),
+  };
+}
 
 const colors = ['#3b82f6', '#f97316', '#10b981', '#a855f7'];
 const groupColors = ['#3b82f6', '#a855f7', '#f97316', '#10b981', '#ef4444', '#eab308', '#64748b'];
@@ -171,9 +146,20 @@ export class MetricCharts {
   readonly #plots = new Map<string, uPlot>();
   #smoothing = 0;
   #x: XAxis = 'step';
+  #layoutOf = resolveLayout(undefined);
+  #layoutKey = '';
 
   constructor(root: HTMLElement) {
     this.#root = root;
+  }
+
+  /** Lays the charts out as the page's job reported (`report.charts`). */
+  setLayout(layout: ChartLayout | undefined): void {
+    const key = JSON.stringify(layout ?? null);
+    if (key === this.#layoutKey) return;
+    this.#layoutKey = key;
+    this.#layoutOf = resolveLayout(layout);
+    this.#reset();
   }
 
   /** Sets the jobs shown (first = the page's job, then the compared ones). */
@@ -231,7 +217,7 @@ export class MetricCharts {
    * headline metrics are always charted (a flat reward early in a run is news, not noise).
    */
   #constant(name: string): number | undefined {
-    if (neverFolded.has(name)) return undefined;
+    if (this.#layoutOf.neverFolded.has(name)) return undefined;
     let value: number | undefined;
     let n = 0;
     for (const s of this.#series) {
@@ -250,6 +236,7 @@ export class MetricCharts {
     const constant: [string, number][] = [];
     for (const s of this.#series) for (const k of s.data.byMetric.keys()) all.add(k);
     const charts = new Set<string>();
+    const { inMulti } = this.#layoutOf;
     for (const k of [...all].sort()) {
       // A phase of a multi-line chart stays in it even when it never changes.
       const c = inMulti.has(k) ? undefined : this.#constant(k);
@@ -263,7 +250,7 @@ export class MetricCharts {
   #grouped(): { title: string; names: string[] }[] {
     const { charts } = this.#names();
     const taken = new Set<string>();
-    return chartGroups
+    return this.#layoutOf.groups
       .map((g) => {
         const names = charts.filter((n) => !taken.has(n) && (g.first.includes(n) || g.match(n)));
         names.sort((a, b) => {
@@ -281,7 +268,9 @@ export class MetricCharts {
   #layout(): string {
     const { constant } = this.#names();
     const groups = this.#grouped().map((g) =>
-      g.names.map((n) => (multi[n] ? `${n}(${this.#members(n).join(',')})` : n)).join(' '),
+      g.names
+        .map((n) => (this.#layoutOf.multi[n] ? `${n}(${this.#members(n).join(',')})` : n))
+        .join(' '),
     );
     return `${groups.join('|')}#${constant.map(([k, v]) => `${k}=${v}`).join(',')}`;
   }
@@ -289,7 +278,7 @@ export class MetricCharts {
   /** Members of a multi-line chart that the page's job logged (and that vary). */
   #members(name: string): string[] {
     const first = this.#series[0]?.data.byMetric;
-    return (multi[name]?.members ?? []).filter((m) => first?.has(m));
+    return (this.#layoutOf.multi[name]?.members ?? []).filter((m) => first?.has(m));
   }
 
   /** Whether job `index` logged generated tokens (so the tokens axis can show it). */
@@ -309,7 +298,7 @@ export class MetricCharts {
 
   #dataFor(name: string): uPlot.AlignedData {
     // One x array shared by every line: each line's points sit at their own x, null elsewhere.
-    const lines: { i: number; metric: string }[] = multi[name]
+    const lines: { i: number; metric: string }[] = this.#layoutOf.multi[name]
       ? this.#members(name).map((m) => ({ i: 0, metric: m }))
       : this.#series.map((_, i) => ({ i, metric: name }));
     const points = lines.map(({ i, metric }) =>
@@ -382,7 +371,7 @@ export class MetricCharts {
       const box = h('div', { class: 'chart-group', 'data-group': group.title });
       this.#root.append(h('h3', {}, group.title), box);
       for (const name of group.names) {
-        const m = multi[name];
+        const m = this.#layoutOf.multi[name];
         const fig = h(
           'figure',
           { class: 'chart', 'data-metric': name },

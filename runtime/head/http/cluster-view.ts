@@ -7,6 +7,7 @@
  */
 import { cpus, freemem, hostname, totalmem } from 'node:os';
 import type { PlacementGroupInfo } from '../../protocol.ts';
+import { OpsError } from '../jobs/errors.ts';
 
 /**
  * One process on a node and what it uses, as last sampled: workers and the agent by the node's
@@ -138,7 +139,7 @@ export function localClusterView(): ClusterView {
     },
     actors: () => [],
     killActor: async (id) => {
-      throw new Error(`no actor ${id}`);
+      throw new OpsError('UNKNOWN_ACTOR', `no actor ${id}`);
     },
     killJobActors: async () => undefined,
   };

@@ -12,9 +12,10 @@
  *
  * @module
  */
-import { RtjobError } from '../../errors.ts';
+import { RtjobError, InvalidArgumentError } from '../../errors.ts';
 import type { PlacementGroupInfo } from '../../protocol.ts';
 import type {
+  ChartLayout,
   ClusterEvent,
   ConfigRow,
   JobInfo,
@@ -23,6 +24,7 @@ import type {
   JobSample,
   JobStatus,
   MetricRow,
+  MetricsTable,
   StoredSample,
 } from '../jobs/ops-store.ts';
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
@@ -38,6 +40,7 @@ import type {
 } from './cluster-view.ts';
 
 export type {
+  ChartLayout,
   ConfigRow,
   JobProgress,
   JobReport,
@@ -53,6 +56,7 @@ export type {
   JobStatus,
   JobSubmitRequest,
   MetricRow,
+  MetricsTable,
   NodeView,
   PlacementGroupInfo,
   ProcessView,
@@ -66,14 +70,6 @@ export interface ClusterStatus {
   resources: { total: Record<string, number>; used: Record<string, number> };
   actorsByState: Record<string, number>;
   jobsByStatus: Record<string, number>;
-}
-
-/** A job's metrics as a table: one row per step, one column per metric (`step` first). */
-export interface MetricsTable {
-  columns: string[];
-  rows: (number | null)[][];
-  /** Where the next page starts (`sinceStep`), null on the last page. */
-  nextSinceStep: number | null;
 }
 
 /** A job in the list: with how far it is. */
@@ -264,7 +260,7 @@ export function routePath<K extends RouteKey>(key: K, args: Partial<CallArgs<K>>
   const params = (args.params ?? {}) as Record<string, string>;
   const path = splitRoute(key).pattern.replace(/:(\w+)/g, (_, name: string) => {
     const v = params[name];
-    if (v === undefined) throw new TypeError(`${key}: missing path parameter ${name}`);
+    if (v === undefined) throw new InvalidArgumentError(`${key}: missing path parameter ${name}`);
     return encodeURIComponent(v);
   });
   const q = new URLSearchParams();
@@ -303,6 +299,10 @@ export function matchRoute(
 
 /** A non-2xx answer of the API, with its stable `code` and the HTTP status. */
 export class RestError extends RtjobError {
+  override get name(): string {
+    return 'RestError';
+  }
+
   constructor(
     readonly status: number,
     code: string,

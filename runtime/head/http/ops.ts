@@ -40,6 +40,8 @@ export interface OpsOptions {
   /** SIGTERM→SIGKILL grace when stopping a driver. @default 3000 */
   stopGraceMs?: number;
   maxPackageBytes?: number;
+  /** Entrypoint names that run a script, for the job supervisor. @default none */
+  builtins?: Readonly<Record<string, string>>;
   warn?: (msg: string) => void;
 }
 
@@ -64,6 +66,7 @@ export async function startOps(opts: OpsOptions): Promise<Ops> {
     store,
     sessionDir: opts.sessionDir,
     stopGraceMs: opts.stopGraceMs,
+    builtins: opts.builtins,
     clusterEnv: () => ({
       ...opts.driverEnv,
       ...(opts.headAddress ? { RTJOB_ADDRESS: opts.headAddress } : {}),

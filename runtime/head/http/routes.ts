@@ -295,12 +295,7 @@ export function apiRoutes(
       jobs.get(params.jobId);
       // The body schema (rest-schemas.ts) has checked the shape; the store checks the sizes.
       const { step, samples } = body as { step: number; samples: JobSample[] };
-      try {
-        store.addSamples(params.jobId, step, samples);
-      } catch (err) {
-        if (err instanceof RangeError) throw new OpsError('BAD_REQUEST', err.message);
-        throw err;
-      }
+      store.addSamples(params.jobId, step, samples);
       ctx.metricsChanged(params.jobId);
       return { stored: samples.length };
     },

@@ -2,7 +2,8 @@
  * Turns a job's entrypoint as the user wrote it into the argv the head runs, and checks that it
  * exists before the job is accepted.
  *
- * - `train_ppo …`, `train_sft …`: the package's own drivers, run with the head's Node + tsx;
+ * - a built-in name (`builtins`, handed in by whoever starts the head: the CLI passes `train_ppo`
+ *   and `train_sft`): the driver file it names, run with the head's Node + tsx;
  * - `./script.ts …`, `x.mjs …`: a script file, run with the head's Node + tsx;
  * - `node script.ts …`: the head's Node (+ tsx for TypeScript);
  * - anything else: a command looked up on PATH (or a path to an executable);
@@ -12,14 +13,9 @@
  */
 import { accessSync, constants, existsSync, statSync } from 'node:fs';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
-import { OpsError } from './errors.ts';
-import { checkoutNodeFlags, ownModulePath } from '../../own-files.ts';
 
-/** Built-in entrypoints and the driver file each runs. */
-export const builtinEntrypoints: Readonly<Record<string, string>> = {
-  train_ppo: ownModulePath('../../../train/ppo/main.ts', import.meta.url),
-  train_sft: ownModulePath('../../../train/sft.ts', import.meta.url),
-};
+import { OpsError } from './errors.ts';
+import { checkoutNodeFlags } from '../../own-files.ts';
 
 /**
  * `--import` value that makes a Node process run TypeScript: tsx by absolute URL, so it resolves
@@ -53,12 +49,15 @@ function onPath(cmd: string, envPath: string): string | undefined {
   return undefined;
 }
 
-/** Resolves the argv to spawn, or throws `ENTRYPOINT_NOT_FOUND` with what was missing. */
+/**
+ * Resolves the argv to spawn, or throws `ENTRYPOINT_NOT_FOUND` with what was missing. `builtins`
+ * maps a name to the script it runs; the runtime has none of its own.
+ */
 export function resolveEntrypoint(
   entrypoint: readonly string[] | string,
   cwd: string,
   envPath = process.env.PATH ?? '',
-  builtins: Readonly<Record<string, string>> = builtinEntrypoints,
+  builtins: Readonly<Record<string, string>> = {},
 ): string[] {
   if (typeof entrypoint === 'string') {
     if (!entrypoint.trim()) throw new OpsError('BAD_REQUEST', 'entrypoint is empty');
@@ -111,8 +110,13 @@ export function resolveEntrypoint(
   if (!found) {
     throw new OpsError(
       'ENTRYPOINT_NOT_FOUND',
-      `entrypoint command not found: ${first} (not a built-in — ${Object.keys(builtins).join(', ')} — nor on PATH)`,
+      `entrypoint command not found: ${first} (${builtinList(builtins)}not on PATH)`,
     );
   }
   return [found, ...rest];
+}
+
+function builtinList(builtins: Readonly<Record<string, string>>): string {
+  const names = Object.keys(builtins);
+  return names.length ? `not a built-in — ${names.join(', ')} — and ` : '';
 }

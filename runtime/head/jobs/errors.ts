@@ -44,6 +44,10 @@ const httpStatus: Record<JobErrorCode, number> = {
 
 /** A request the operations API refuses; `status` is the HTTP status it maps to. */
 export class OpsError extends RtjobError<JobErrorCode> {
+  override get name(): string {
+    return 'OpsError';
+  }
+
   readonly status: number;
   constructor(code: JobErrorCode, message: string) {
     super(code, message);

@@ -6,7 +6,6 @@
  * @module
  */
 import Database from 'better-sqlite3';
-import type { MetricsTable } from '../http/contract.ts';
 import { OpsError } from './errors.ts';
 
 /** A job's lifecycle; the last three are terminal and never change again. */
@@ -59,6 +58,14 @@ export interface MetricRow {
   values: Record<string, number | null>;
 }
 
+/** A job's metrics as a table: one row per step, one column per metric (`step` first). */
+export interface MetricsTable {
+  columns: string[];
+  rows: (number | null)[][];
+  /** Where the next page starts (`sinceStep`), null on the last page. */
+  nextSinceStep: number | null;
+}
+
 /**
  * One sample a job logged for a step (for `train_ppo`, an episode: prompt, turns, reward, …).
  * The head indexes `key` (the same prompt across steps) and `reward`; every other field is kept
@@ -91,15 +98,32 @@ export const sampleLimits = {
 /**
  * What a job's driver says about itself (`metrics.info`): any JSON fields, merged by name. The
  * head and the dashboard read `totalSteps` (progress and ETA), `headline` (the metric the jobs
- * list shows, e.g. `eval_accuracy`), `config` (a table of every effective setting) and
- * `outputs` (paths the run writes, by label).
+ * list shows, e.g. `eval_accuracy`), `charts` (how the job page lays out its metrics), `config`
+ * (a table of every effective setting) and `outputs` (paths the run writes, by label).
  */
 export interface JobReport {
   totalSteps?: number;
   headline?: string;
+  charts?: ChartLayout;
   config?: ConfigRow[];
   outputs?: Record<string, string>;
   [field: string]: unknown;
+}
+
+/**
+ * How the job page lays out a job's metric charts. Without one, every metric is a chart of one
+ * group, in name order.
+ */
+export interface ChartLayout {
+  /**
+   * Groups in page order. A metric goes to the first group that lists it in `first` or whose
+   * `match` (a regular expression's source) matches its name; the rest go to the last group.
+   */
+  groups: { title: string; first?: string[]; match?: string }[];
+  /** Charts that draw several metrics, one line each, by chart name. */
+  multi?: Record<string, { title: string; members: string[] }>;
+  /** Metrics charted even when they never change (a flat headline is news, not noise). */
+  neverFolded?: string[];
 }
 
 /** One effective setting of a job. */
@@ -121,7 +145,7 @@ export interface JobProgress {
   totalSteps: number | null;
   /** Estimated time to the last step, from the pace so far (running jobs only). */
   etaMs: number | null;
-  /** The job's headline metric (its report's `headline`, else reward_mean), first and last value. */
+  /** The job's headline metric (its report's `headline`), first and last value. */
   headline: { name: string; first: number | null; last: number | null } | null;
 }
 
@@ -518,19 +542,21 @@ export class OpsStore {
 
   /**
    * Stores the samples of one step, replacing what that step had; then drops the oldest steps
-   * (never the first) while the job holds more than {@link sampleLimits}`.maxPerJob`. Throws a
-   * RangeError when the step has too many samples or one is too large.
+   * (never the first) while the job holds more than {@link sampleLimits}`.maxPerJob`. Throws an
+   * `OpsError` `BAD_REQUEST` when the step has too many samples or one is too large.
    */
   addSamples(jobId: string, step: number, samples: readonly JobSample[]): void {
     if (samples.length > sampleLimits.maxPerStep) {
-      throw new RangeError(
+      throw new OpsError(
+        'BAD_REQUEST',
         `at most ${sampleLimits.maxPerStep} samples per step (got ${samples.length})`,
       );
     }
     const rows = samples.map((sample, seq) => {
       const data = JSON.stringify(sample);
       if (Buffer.byteLength(data) > sampleLimits.maxSampleBytes) {
-        throw new RangeError(
+        throw new OpsError(
+          'BAD_REQUEST',
           `sample ${seq} of step ${step} is over ${sampleLimits.maxSampleBytes} bytes of JSON; shorten its text`,
         );
       }
@@ -631,13 +657,19 @@ export class OpsStore {
       ) {
         etaMs = Math.max(0, ((r.t1 - r.t0) / (r.last - r.first)) * (total - r.last));
       }
-      const name = typeof report.headline === 'string' ? report.headline : 'reward_mean';
-      const e = ends.get({ job: jobId, name }) as { first: number | null; last: number | null };
+      const name = typeof report.headline === 'string' ? report.headline : undefined;
+      const e =
+        name === undefined
+          ? undefined
+          : (ends.get({ job: jobId, name }) as { first: number | null; last: number | null });
       out.set(jobId, {
         step: r.last,
         totalSteps: total,
         etaMs,
-        headline: e.last === null ? null : { name, first: e.first, last: e.last },
+        headline:
+          name === undefined || !e || e.last === null
+            ? null
+            : { name, first: e.first, last: e.last },
       });
     }
     return out;

@@ -14,7 +14,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync, statSync } fr
 import { join } from 'node:path';
 
 import { tailLines } from '../logs/log-file.ts';
-import { builtinEntrypoints, resolveEntrypoint, tsxImport } from './entrypoint.ts';
+import { resolveEntrypoint, tsxImport } from './entrypoint.ts';
 import { OpsError } from './errors.ts';
 import { type JobInfo, type JobStatus, type OpsStore, terminalJobStatuses } from './ops-store.ts';
 import { needsDependencies, withDependencies } from './package-deps.ts';
@@ -61,6 +61,10 @@ export interface JobSupervisorOptions {
   stopGraceMs?: number;
   /** Lines of driver output put into a failed job's message. @default 20 */
   messageTailLines?: number;
+  /**
+   * Entrypoint names that run a script (`train_ppo` → its driver file); the CLI passes the
+   * package's drivers. @default none
+   */
   builtins?: Readonly<Record<string, string>>;
 }
 
@@ -124,7 +128,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
       capacity: () => ({ cpus: Number.POSITIVE_INFINITY, gpus: 0 }),
       stopGraceMs: 3000,
       messageTailLines: 20,
-      builtins: builtinEntrypoints,
+      builtins: {},
       // An option passed as undefined keeps its default (an undefined grace meant SIGKILL at once).
       ...(Object.fromEntries(
         Object.entries(opts).filter(([, v]) => v !== undefined),
@@ -430,7 +434,7 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
           },
         },
       );
-      if (child.pid === undefined) throw new Error('spawn failed');
+      if (child.pid === undefined) throw new OpsError('ENTRYPOINT_NOT_FOUND', 'spawn failed');
       pid = child.pid;
       child.on('error', () => undefined);
       const run = this.#track(job.jobId, pid, exitFile);

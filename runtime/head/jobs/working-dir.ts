@@ -27,6 +27,7 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import ignore from 'ignore';
 import * as tar from 'tar';
 import { RtjobError } from '../../errors.ts';
+import { OpsError } from './errors.ts';
 
 /** Largest package the head accepts, compressed. @default 100 MiB */
 export const defaultMaxPackageBytes = 100 * 1024 * 1024;
@@ -36,6 +37,10 @@ const alwaysIgnored = new Set(['node_modules', '.git']);
 
 /** Thrown when a directory is larger than allowed; `code` for checks across boundaries. */
 export class PackageTooLargeError extends RtjobError<'PACKAGE_TOO_LARGE'> {
+  override get name(): string {
+    return 'PackageTooLargeError';
+  }
+
   constructor(
     readonly bytes: number,
     readonly maxBytes: number,
@@ -142,7 +147,8 @@ export function unpackArchive(
     throw e;
   }
   const actual = createHash('sha256').update(raw).digest('hex');
-  if (actual !== hash) throw new Error(`package content hash is ${actual}, expected ${hash}`);
+  if (actual !== hash)
+    throw new OpsError('BAD_REQUEST', `package content hash is ${actual}, expected ${hash}`);
   const tmp = `${destDir}.tmp-${process.pid}-${Date.now()}`;
   mkdirSync(tmp, { recursive: true });
   try {
@@ -165,7 +171,7 @@ export function unpackArchive(
     });
     unpack.end(raw);
     if (refused !== undefined)
-      throw new Error(`package holds an entry rtjob does not unpack: ${refused}`);
+      throw new OpsError('BAD_REQUEST', `package holds an entry rtjob does not unpack: ${refused}`);
     if (existsSync(destDir)) rmSync(tmp, { recursive: true, force: true });
     else renameSync(tmp, destDir);
   } catch (err) {
