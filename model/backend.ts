@@ -16,7 +16,6 @@ import { RtjobError } from '../runtime/errors.ts';
 import { readEnv, tfBackendNames } from '../runtime/env.ts';
 import { probeWebGpu, registerWebGpu, webGpuUnavailable } from './backends/webgpu/dawn.ts';
 import './wasm-kernels.ts';
-import { ModelError } from './errors.ts';
 
 /** A backend `RTJOB_TF_BACKEND` may name. */
 export type BackendName = (typeof tfBackendNames)[number];

@@ -79,7 +79,7 @@ test("rtjob serve --engine llamacpp answers the openai client with the builtin e
     () => undefined,
     (e: unknown) => String(e),
   );
-  if (missing) return console.log(`  skipped: node-llama-cpp does not load (${missing})`);
+  if (missing) assert.unreachable(`node-llama-cpp does not load (${missing})`);
   const ask = async (engine: string): Promise<string> => {
     const { child, ready } = serve(['--pretrain', model, '--port', '0', '--engine', engine]);
     try {

@@ -11,7 +11,6 @@ import { encodeConversation, sftConversations } from '../../train/sft.ts';
 import { agent, evaluate, runCalculator } from '../../examples/tool-agent.ts';
 import { expressionOf, toolConversation } from '../../scripts/tool-warm-start.ts';
 import { arithDataset } from '../../train/data/arith.ts';
-import { llamaCppMissing } from '../engines/llamacpp-fixture.ts';
 import { scriptedEngine, startGateway } from '../gateway/helpers.ts';
 
 // examples/tool-agent.ts (the openai client, a calculator tool) on the shipped tool model: its
