@@ -57,7 +57,8 @@ async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
     return BuiltinEngine.create({ modelPath: o.pretrain, seed: o.seed ?? 0 });
   }
   if (kind === 'llamacpp') {
-    if (o.engineUrls?.length) throw new RangeError('--engine-url needs --engine sglang or vllm');
+    if (o.engineUrls?.length)
+      throw new InvalidArgumentError('--engine-url needs --engine sglang or vllm');
     const { LlamaCppEngine } = await import('../engines/llamacpp/index.ts');
     return LlamaCppEngine.create({
       modelPath: o.pretrain,

@@ -21,7 +21,11 @@ import './wasm-kernels.ts';
 export type BackendName = (typeof tfBackendNames)[number];
 
 /** Why a backend could not start, or why tensors would not fit it. */
-export class BackendError extends RtjobError<'BACKEND_UNAVAILABLE' | 'BACKEND_MEMORY'> {}
+export class BackendError extends RtjobError<'BACKEND_UNAVAILABLE' | 'BACKEND_MEMORY'> {
+  override get name(): string {
+    return 'BackendError';
+  }
+}
 
 /** How much a backend holds; undefined where it is bounded only by the host or not reported. */
 export interface BackendMemory {

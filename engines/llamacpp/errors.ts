@@ -16,6 +16,9 @@ export type LlamaCppErrorCode =
 
 /** An error of the llama.cpp engine. */
 export class LlamaCppError extends RtjobError<LlamaCppErrorCode> {
+  override get name(): string {
+    return 'LlamaCppError';
+  }
   constructor(code: LlamaCppErrorCode, message: string, opts: { cause?: unknown } = {}) {
     super(code, message, opts);
   }

@@ -11,6 +11,9 @@ import { RtjobError } from '../../runtime/errors.ts';
 
 /** A model this writer cannot express as GGUF, or a GGUF it cannot use. */
 export class GgufError extends RtjobError<'GGUF_UNSUPPORTED'> {
+  override get name(): string {
+    return 'GgufError';
+  }
   constructor(message: string) {
     super('GGUF_UNSUPPORTED', message);
   }

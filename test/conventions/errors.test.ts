@@ -26,7 +26,7 @@ test('every error class in source names itself literally', () => {
   const missing: string[] = [];
   for (const f of sourceFiles({ withFixtures: false }).filter((x) => product.test(x.path))) {
     for (const m of f.text.matchAll(
-      /^(?:export )?(?:abstract )?class (\w+)(?:<.*>)? extends \w*Error\b.*\{$/gm,
+      /^(?:export )?(?:abstract )?class (\w+)(?:<.*>)? extends \w*Error\b.*\{\}?$/gm,
     )) {
       const name = m[1]!;
       if (name === 'RtjobError') continue;

@@ -177,6 +177,9 @@ export async function webGpuUnavailable(): Promise<string | undefined> {
  * `OffscreenCanvas`) does not exist in Node.
  */
 export class WebGpuSyncReadError extends RtjobError<'WEBGPU_SYNC_READ'> {
+  override get name(): string {
+    return 'WebGpuSyncReadError';
+  }
   constructor() {
     super(
       'WEBGPU_SYNC_READ',

@@ -8,6 +8,7 @@
  * @module
  */
 import type { ClusterEvent, JobInfo, JobProgress, LogFile, OpsStore } from './ops-store.ts';
+import { OpsError } from './errors.ts';
 
 /** Methods whose first argument is a job id: answered by the session that holds that job. */
 const perJob = new Set<PropertyKey>(['getJob', 'metricsTable', 'report', 'sampleSteps', 'samples']);
@@ -18,7 +19,7 @@ const perJob = new Set<PropertyKey>(['getJob', 'metricsTable', 'report', 'sample
  */
 export function historyStore(stores: readonly OpsStore[]): OpsStore {
   const [newest] = stores;
-  if (!newest) throw new Error('historyStore needs at least one store');
+  if (!newest) throw new OpsError('BAD_REQUEST', 'historyStore needs at least one store');
   if (stores.length === 1) return newest;
   const owner = (jobId: string): OpsStore =>
     stores.find((s) => s.getJob(jobId) !== undefined) ?? newest;

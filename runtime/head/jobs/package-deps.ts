@@ -32,6 +32,9 @@ import { ownModulePath, packageRoot } from '../../own-files.ts';
 
 /** A working dir's dependencies could not be installed; the message names the package. */
 export class DependencyInstallError extends RtjobError<'DEPENDENCY_INSTALL'> {
+  override get name(): string {
+    return 'DependencyInstallError';
+  }
   constructor(
     message: string,
     readonly packageName?: string,
