@@ -11,12 +11,15 @@ import {
   ActorLoadError,
   ObjectLostError,
   type RtjobError,
+  TaskCancelledError,
   fromWire,
   isRtjobError,
 } from '../errors.ts';
+import type { CallOptions } from '../handles.ts';
 import type { ActorLocation, DeathCause } from '../protocol.ts';
 import type { Connection } from '../transport.ts';
 import { ObjectRef } from './object-ref.ts';
+import { ObjectRefGenerator } from './ref-generator.ts';
 import type { Runtime } from './runtime.ts';
 import { ShmValue, readShm } from './shm.ts';
 
@@ -25,6 +28,21 @@ interface QueuedCall {
   args: unknown[];
   ref: ObjectRef<unknown>;
   retriesLeft: number;
+  /** The actor's concurrency group, when not the default. */
+  group?: string;
+  /** A streaming call's generator (its `ref` settles with the item count). */
+  stream?: ObjectRefGenerator<unknown>;
+  backpressure?: number;
+}
+
+/** How `ActorClient.call` runs one call. */
+export interface CallSettings {
+  /** Re-sends after the worker died (-1: always). @default the actor's `maxTaskRetries` */
+  retries?: number;
+  /** The actor's concurrency group. @default the default group */
+  group?: string;
+  /** Streaming (see `ObjectRefGenerator`), with this many unconsumed items at most (0: no limit). */
+  stream?: { backpressure: number };
 }
 
 /** Calls to one actor from this process. */
@@ -38,6 +56,8 @@ export class ActorClient {
   private dead: RtjobError | undefined;
   private lost = new Map<Connection, Promise<ActorLocation>>();
   private stopped = false;
+  /** Calls sent and not answered yet, by call id (for `cancel`). */
+  private readonly inFlight = new Map<string, { conn: Connection; c: QueuedCall }>();
 
   constructor(
     private readonly rt: Runtime,
@@ -67,12 +87,77 @@ export class ActorClient {
 
   /** Sends `method(...args)`; the returned ref settles with the result. */
   call(method: string, args: unknown[], retries = this.maxTaskRetries): ObjectRef<unknown> {
+    return this.start(method, args, { retries }).ref;
+  }
+
+  /**
+   * Sends a streaming call of generator method `method`: items arrive on the returned generator.
+   * Never re-sent (a restarted actor would start the stream over): a worker that dies fails the
+   * next item with `ActorDiedError`.
+   */
+  stream(
+    method: string,
+    args: unknown[],
+    settings: Omit<CallSettings, 'retries' | 'stream'> & { backpressure?: number },
+  ): ObjectRefGenerator<unknown> {
+    const c = this.start(method, args, {
+      group: settings.group,
+      retries: 0,
+      stream: { backpressure: settings.backpressure ?? 0 },
+    });
+    return c.stream!;
+  }
+
+  /** Sends a call with `settings`. */
+  callWith(method: string, args: unknown[], settings: CallSettings): ObjectRef<unknown> {
+    return this.start(method, args, settings).ref;
+  }
+
+  private start(method: string, args: unknown[], settings: CallSettings): QueuedCall {
     const ref = new ObjectRef<unknown>(this.rt.newId(), this.rt.address);
+    const c: QueuedCall = {
+      method,
+      args,
+      ref,
+      retriesLeft: settings.retries ?? this.maxTaskRetries,
+    };
+    if (settings.group !== undefined) c.group = settings.group;
+    if (settings.stream) {
+      const gen = new ObjectRefGenerator<unknown>(
+        ref.id,
+        () => new ObjectRef<unknown>(this.rt.newId(), this.rt.address),
+      );
+      c.stream = gen;
+      c.backpressure = settings.stream.backpressure;
+      // Items may arrive after the reply (large ones take the bulk link): the route stays until
+      // every item came or the consumer left.
+      const streams = this.rt.streams;
+      streams.set(ref.id, (m) => {
+        gen._item(
+          m.index,
+          m.value,
+          m.error ? fromWire(m.error, { actorId: this.actorId, method }) : undefined,
+        );
+        if (gen._complete) streams.delete(ref.id);
+      });
+      gen._cancel = () => {
+        streams.delete(ref.id);
+        this.cancel(ref.id);
+      };
+      ref._onSettled((r) => {
+        try {
+          gen._end(r._take() as number);
+          if (gen._complete) streams.delete(ref.id);
+        } catch (e) {
+          streams.delete(ref.id);
+          gen._fail(e);
+        }
+      });
+    }
     if (this.dead) {
       ref._reject(this.dead);
-      return ref;
+      return c;
     }
-    const c = { method, args, ref, retriesLeft: retries };
     const conn = this.conn;
     if (
       conn !== undefined &&
@@ -85,7 +170,32 @@ export class ActorClient {
       this.queue.push(c);
       this.ensureConnected();
     }
-    return ref;
+    return c;
+  }
+
+  /**
+   * Cancels call `callId` if it is this client's and not answered yet: a queued one is dropped, a
+   * sent one is told to stop (the worker aborts its signal, or never starts it). The caller sees
+   * `TaskCancelledError` at once. False when the call is not (or no longer) here.
+   */
+  cancel(callId: string): boolean {
+    const err = new TaskCancelledError(`call ${callId} to actor ${this.actorId} was cancelled`, {
+      context: { actorId: this.actorId },
+    });
+    for (const list of [this.retries, this.queue]) {
+      const i = list.findIndex((q) => q.ref.id === callId);
+      if (i >= 0) {
+        const [c] = list.splice(i, 1);
+        c!.ref._reject(withMethod(err, c!.method));
+        return true;
+      }
+    }
+    const sent = this.inFlight.get(callId);
+    if (!sent) return false;
+    this.inFlight.delete(callId);
+    if (!sent.conn.closed) sent.conn.send({ type: 'cancelCall', callId });
+    sent.c.ref._reject(withMethod(err, sent.c.method));
+    return true;
   }
 
   /** Fails everything queued (process shutting down). */
@@ -102,11 +212,35 @@ export class ActorClient {
       c.ref._resolve(undefined); // a readiness probe
       return;
     }
-    conn.requestCb({ type: 'call', method: c.method, args: c.args }, (err, v) => {
-      if (err) this.onCallFailed(conn, c, err);
-      else if (v instanceof ShmValue) this.readShared(c, v);
-      else c.ref._resolve(v);
-    });
+    const callId = c.ref.id;
+    const stream = c.stream;
+    if (stream && c.backpressure) {
+      let acked = 0;
+      const every = Math.max(1, c.backpressure >> 1);
+      stream._ack = (consumed) => {
+        // Acks are batched (half the window), so a consumer that keeps up sends few of them.
+        if (consumed - acked < every || conn.closed) return;
+        acked = consumed;
+        conn.send({ type: 'streamAck', callId, consumed });
+      };
+    }
+    this.inFlight.set(callId, { conn, c });
+    conn.requestCb(
+      {
+        type: 'call',
+        method: c.method,
+        args: c.args,
+        callId,
+        ...(c.group !== undefined ? { group: c.group } : {}),
+        ...(stream ? { stream: true, backpressure: c.backpressure ?? 0 } : {}),
+      },
+      (err, v) => {
+        this.inFlight.delete(callId);
+        if (err) this.onCallFailed(conn, c, err);
+        else if (v instanceof ShmValue) this.readShared(c, v);
+        else c.ref._resolve(v);
+      },
+    );
   }
 
   /** A large result the worker handed over through shared memory (we are on its machine). */
@@ -292,4 +426,28 @@ export class ActorClient {
       stderrTail: cause?.stderrTail,
     };
   }
+}
+
+function withMethod(e: TaskCancelledError, method: string): TaskCancelledError {
+  return new TaskCancelledError(e.message, { context: { ...e.context, method } });
+}
+
+/**
+ * A handle's call with its per-call options (`handle.m.options(o).remote(...)`): a ref, or an
+ * `ObjectRefGenerator` for a streaming call.
+ */
+export function callWithOptions(
+  client: ActorClient,
+  method: string,
+  args: unknown[],
+  o: CallOptions | undefined,
+): ObjectRef<unknown> | ObjectRefGenerator<unknown> {
+  if (o === undefined) return client.call(method, args);
+  if (o.numReturns === 'streaming') {
+    return client.stream(method, args, {
+      group: o.concurrencyGroup,
+      backpressure: o.generatorBackpressure ?? 0,
+    });
+  }
+  return client.callWith(method, args, { retries: o.maxTaskRetries, group: o.concurrencyGroup });
 }
