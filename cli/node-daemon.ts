@@ -25,6 +25,8 @@ export interface NodeDaemonOptions {
   resources?: Record<string, number>;
   /** Idle workers kept booted for new actors. @default 1 */
   warmWorkers?: number;
+  /** Memory share past which the node kills its newest worker (1: never). @default 0.95 */
+  memoryUsageThreshold?: number;
   /** @default 600000 */
   reconnectMs?: number;
   /** Ship worker logs to the head (a node that joined from another machine). @default false */
@@ -44,6 +46,7 @@ const agent = await startNodeAgent({
   numGpus: opts.numGpus,
   resources: opts.resources,
   warmWorkers: opts.warmWorkers,
+  memoryUsageThreshold: opts.memoryUsageThreshold,
   reconnectMs: opts.reconnectMs ?? 10 * 60_000,
   shipLogs: opts.shipLogs,
 });

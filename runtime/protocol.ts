@@ -57,12 +57,34 @@ export type ActorState = 'PENDING' | 'ALIVE' | 'RESTARTING' | 'DEAD';
 
 /** Why an actor's process ended. */
 export interface DeathCause {
-  readonly reason: 'exited' | 'killed' | 'node-died' | 'owner-died' | 'load-failed' | 'infeasible';
+  readonly reason:
+    | 'exited'
+    | 'killed'
+    | 'node-died'
+    | 'owner-died'
+    | 'load-failed'
+    | 'infeasible'
+    | 'out-of-memory';
   readonly message: string;
+  /** `out-of-memory`: what the node's memory monitor saw when it killed the worker. */
+  readonly memory?: MemoryKill;
   readonly exitCode?: number | null;
   readonly signal?: string | null;
   readonly stderrTail?: string[];
   readonly error?: WireError;
+}
+
+/** A node agent's memory monitor killed a worker: where, why, and whom. */
+export interface MemoryKill {
+  readonly nodeId: string;
+  /** Memory in use (of the agent's cgroup when it has a limit, else of the machine). */
+  readonly usedBytes: number;
+  readonly totalBytes: number;
+  /** The share of `totalBytes` past which the monitor kills. */
+  readonly threshold: number;
+  readonly pid: number;
+  /** The killed worker's resident memory, when it could be read. */
+  readonly rssBytes: number | null;
 }
 
 /** What the head knows about an actor; also what `head.on('actor')` and `listActors` give. */
@@ -169,6 +191,8 @@ export interface WorkerExited {
   readonly exitCode: number | null;
   readonly signal: string | null;
   readonly stderrTail: string[];
+  /** Set when the node's memory monitor killed the worker. */
+  readonly memory?: MemoryKill;
 }
 
 /**

@@ -139,6 +139,16 @@ export const messageSchemas = {
     exitCode: nullable(int({ min: -(2 ** 31), max: 2 ** 31 })),
     signal: nullable(str({ max: 32 })),
     stderrTail: arr(str({ max: L.lineChars }), L.stderrLines),
+    memory: opt(
+      obj({
+        nodeId: id,
+        usedBytes: bytesAmount,
+        totalBytes: bytesAmount,
+        threshold: num({ min: 0, max: 1 }),
+        pid,
+        rssBytes: nullable(bytesAmount),
+      }),
+    ),
   }),
   workerLog: obj({
     type: lit('workerLog'),

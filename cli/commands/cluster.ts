@@ -45,6 +45,7 @@ export interface StartOptions {
   numGpus?: string;
   resources?: string;
   warmWorkers?: string;
+  memoryUsageThreshold?: string;
   sessionDir?: string;
   block?: boolean;
 }
@@ -131,9 +132,13 @@ async function spawnDaemon(
   return ready;
 }
 
-function nodeResources(
-  o: StartOptions,
-): Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'> {
+/** What `rtjob start` tells a node agent about itself. */
+type NodeResourceOptions = Pick<
+  NodeDaemonOptions,
+  'numCpus' | 'numGpus' | 'resources' | 'warmWorkers' | 'memoryUsageThreshold'
+>;
+
+function nodeResources(o: StartOptions): NodeResourceOptions {
   let resources: Record<string, number> | undefined;
   if (o.resources) {
     try {
@@ -155,11 +160,18 @@ function nodeResources(
   const warm = num('--warm-workers', o.warmWorkers);
   if (warm !== undefined && !Number.isInteger(warm))
     throw new CliError(`--warm-workers must be a whole number, got ${o.warmWorkers}`, 2);
+  const threshold = num('--memory-usage-threshold', o.memoryUsageThreshold);
+  if (threshold !== undefined && !(threshold > 0 && threshold <= 1))
+    throw new CliError(
+      `--memory-usage-threshold must be a share of memory in (0, 1], got ${o.memoryUsageThreshold}`,
+      2,
+    );
   return {
     numCpus: num('--num-cpus', o.numCpus),
     numGpus: num('--num-gpus', o.numGpus),
     resources,
     warmWorkers: warm,
+    memoryUsageThreshold: threshold,
   };
 }
 
@@ -295,7 +307,7 @@ export async function startCommand(o: StartOptions): Promise<void> {
 async function replaceNodeAgent(
   existing: ClusterFile,
   headPid: number,
-  res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>,
+  res: NodeResourceOptions,
   host: string | undefined,
 ): Promise<void> {
   const { sessionDir, token, address } = existing;
@@ -313,10 +325,7 @@ async function replaceNodeAgent(
 }
 
 /** `rtjob start --address HOST:PORT --token T`: a node agent on this machine joins that head. */
-async function joinCommand(
-  o: StartOptions,
-  res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>,
-): Promise<void> {
+async function joinCommand(o: StartOptions, res: NodeResourceOptions): Promise<void> {
   const token = o.token ?? readEnv('RTJOB_TOKEN');
   if (!token) throw new CliError('joining needs the cluster token: --token T (or RTJOB_TOKEN)', 2);
   const address = o.address!.replace(/^wss?:\/\//, '');

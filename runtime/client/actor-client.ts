@@ -10,6 +10,7 @@ import {
   ActorDiedError,
   ActorLoadError,
   ObjectLostError,
+  OutOfMemoryError,
   type RtjobError,
   TaskCancelledError,
   fromWire,
@@ -402,15 +403,22 @@ export class ActorClient {
       });
       return;
     }
-    this.dead = new ActorDiedError(
-      `actor ${this.actorId} is dead: ${cause?.message ?? 'unknown cause'}`,
-      {
-        context: this.causeContext(cause),
-      },
-    );
+    const Died = cause?.reason === 'out-of-memory' ? OutOfMemoryError : ActorDiedError;
+    this.dead = new Died(`actor ${this.actorId} is dead: ${cause?.message ?? 'unknown cause'}`, {
+      context: this.causeContext(cause),
+    });
   }
 
-  private diedError(cause: DeathCause | undefined, method: string): ActorDiedError {
+  private diedError(
+    cause: DeathCause | undefined,
+    method: string,
+  ): ActorDiedError | OutOfMemoryError {
+    if (cause?.reason === 'out-of-memory') {
+      return new OutOfMemoryError(
+        `actor ${this.actorId} died while '${method}' was in flight: ${cause.message}`,
+        { context: { ...this.causeContext(cause), method } },
+      );
+    }
     return new ActorDiedError(
       `actor ${this.actorId} died while '${method}' was in flight: ${cause?.message ?? 'unknown cause'}`,
       { context: { ...this.causeContext(cause), method } },
@@ -424,6 +432,8 @@ export class ActorClient {
       exitCode: cause?.exitCode,
       signal: cause?.signal,
       stderrTail: cause?.stderrTail,
+      // out-of-memory: the node, the usage and the process (MemoryKill's fields)
+      ...cause?.memory,
     };
   }
 }

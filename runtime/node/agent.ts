@@ -17,6 +17,7 @@ import {
   mkdirSync,
   mkdtempSync,
   openSync,
+  readFileSync,
   readSync,
 } from 'node:fs';
 import { cpus, hostname, tmpdir, totalmem } from 'node:os';
@@ -32,6 +33,7 @@ import { largePageMallocEnv, removeShmFilesOf } from '../client/shm.ts';
 import { readEnv } from '../env.ts';
 import { logger } from '../log.ts';
 import {
+  type MemoryKill,
   type Message,
   type ResourceMap,
   type StartWorker,
@@ -39,7 +41,8 @@ import {
   acceptedBy,
 } from '../protocol.ts';
 import { type Connection, connect } from '../transport.ts';
-import { UsageSampler } from './usage.ts';
+import { MemoryMonitor, type MemoryReading, memoryMonitorDefaults } from './memory-monitor.ts';
+import { UsageSampler, rssOfStatus } from './usage.ts';
 
 const log = logger('node');
 
@@ -108,6 +111,17 @@ export interface NodeAgentOptions {
    * for the dashboard and `rtjob status`); 0 sends none. @default 2000
    */
   statsIntervalMs?: number;
+  /**
+   * Share of memory in use (of this agent's cgroup when it has a limit, else of the machine)
+   * past which the memory monitor kills the most recently started worker, before the kernel's
+   * OOM killer strikes; its actor's callers get `OutOfMemoryError` (Ray's
+   * `memory_usage_threshold`). 1 turns the monitor off. @default 0.95
+   */
+  memoryUsageThreshold?: number;
+  /** How often the memory monitor reads memory in use; 0 turns it off. @default 250 */
+  memoryMonitorIntervalMs?: number;
+  /** @internal Reads memory in use (tests). @default cgroup or `/proc/meminfo` */
+  readMemory?: () => MemoryReading;
 }
 
 /** One running worker. */
@@ -128,6 +142,10 @@ export interface NodeAgentEvents {
 
 interface Running {
   info: WorkerProcess;
+  /** Start order on this node (the memory monitor kills the newest). */
+  seq: number;
+  /** Set when the memory monitor killed it. */
+  memory?: MemoryKill;
   child: ChildProcess;
   out: WriteStream;
   err: WriteStream;
@@ -170,6 +188,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   private shipTimer: NodeJS.Timeout | undefined;
   private statsTimer: NodeJS.Timeout | undefined;
   private readonly usage = new UsageSampler();
+  private readonly memory: MemoryMonitor;
+  private spawned = 0;
   /** Working-dir packages on this node, by content hash. */
   private readonly packages = new Map<string, Promise<string>>();
   /** Workers (`actorId:incarnation`) waiting for their package. */
@@ -186,6 +206,53 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       memory: opts.memoryBytes ?? Math.floor(totalmem() * 0.7),
       ...opts.resources,
     };
+    const threshold = opts.memoryUsageThreshold ?? memoryMonitorDefaults.memoryUsageThreshold;
+    this.memory = new MemoryMonitor({
+      threshold,
+      intervalMs:
+        threshold >= 1
+          ? 0
+          : (opts.memoryMonitorIntervalMs ?? memoryMonitorDefaults.memoryMonitorIntervalMs),
+      read: opts.readMemory,
+      onOverThreshold: (r) => this.killForMemory(r, threshold),
+    });
+  }
+
+  /**
+   * Memory is past the threshold: kills the most recently started worker (Ray's policy: the
+   * newest has lost the least work), and resolves once it exited; false when none runs.
+   */
+  private killForMemory(reading: MemoryReading, threshold: number): Promise<boolean> {
+    let newest: Running | undefined;
+    for (const r of this.running.values())
+      if (!r.memory && (!newest || r.seq > newest.seq)) newest = r;
+    if (!newest) return Promise.resolve(false);
+    const pid = newest.info.pid;
+    let rssBytes: number | null = null;
+    try {
+      rssBytes = rssOfStatus(readFileSync(`/proc/${pid}/status`, 'utf8')) ?? null;
+    } catch {
+      // gone already, or not Linux
+    }
+    newest.memory = {
+      nodeId: this.nodeId,
+      usedBytes: reading.usedBytes,
+      totalBytes: reading.totalBytes,
+      threshold,
+      pid,
+      rssBytes,
+    };
+    log.warn(
+      `memory in use ${reading.usedBytes} of ${reading.totalBytes} bytes (${reading.source}) is past ${threshold}: killing the newest worker, pid ${pid} (actor ${newest.info.actorId}, rss ${rssBytes ?? '?'} bytes)`,
+    );
+    const child = newest.child;
+    const gone = new Promise<boolean>((resolve) =>
+      child.exitCode !== null || child.signalCode !== null
+        ? resolve(true)
+        : child.once('close', () => resolve(true)),
+    );
+    child.kill('SIGKILL');
+    return gone;
   }
 
   /** Idle booted workers in the pool (`warmWorkers`), waiting for an actor. */
@@ -203,6 +270,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     this.conn = await this.register();
     this.watchHead();
     this.refillWarm();
+    this.memory.start();
     if (this.opts.shipLogs) {
       this.shipTimer = setInterval(() => this.shipLogs(), this.opts.shipLogsIntervalMs ?? 500);
       this.shipTimer.unref();
@@ -402,6 +470,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     this.closing = true;
     if (this.shipTimer) clearInterval(this.shipTimer);
     if (this.statsTimer) clearInterval(this.statsTimer);
+    this.memory.stop();
     for (const c of this.warm.splice(0)) c.kill('SIGKILL');
     const exits = [...this.running.values()].map(
       (r) =>
@@ -579,7 +648,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       pid: child.pid ?? -1,
       logFiles,
     };
-    const r: Running = { info, child, out, err, tail: [], partial: '' };
+    const r: Running = { info, seq: ++this.spawned, child, out, err, tail: [], partial: '' };
     let startingCounted = true;
     const started = () => {
       if (!startingCounted) return;
@@ -650,6 +719,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         exitCode: code,
         signal,
         stderrTail,
+        ...(r.memory ? { memory: r.memory } : {}),
       };
       if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0)
         this.unsent.push(report);
