@@ -10,6 +10,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { freemem, totalmem } from 'node:os';
+import { rssOfStatus } from './usage.ts';
 
 /** Memory in use where the monitor looks. */
 export interface MemoryReading {
@@ -127,6 +128,12 @@ function limitAndUsage(
   if (!Number.isFinite(limit) || !Number.isFinite(used) || limit <= 0 || limit >= machineTotal)
     return undefined;
   return { usedBytes: used, totalBytes: limit, source: 'cgroup' };
+}
+
+/** A process's resident memory, or null when it cannot be read (gone, or not Linux). */
+export function rssOf(pid: number): number | null {
+  const status = readText(`/proc/${pid}/status`);
+  return status === undefined ? null : (rssOfStatus(status) ?? null);
 }
 
 function readText(path: string): string | undefined {
