@@ -11,6 +11,7 @@
  */
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { readDaemonOptions } from './daemon-options.ts';
 import { readEnv } from '../runtime/env.ts';
 
 import { type ClusterHeadOptions, startClusterHead } from '../runtime/local-cluster.ts';
@@ -18,7 +19,7 @@ import { type ClusterHeadOptions, startClusterHead } from '../runtime/local-clus
 /** How long drivers and workers wait for a restarted head. */
 export const headReconnectMs = 10 * 60_000;
 
-const opts = JSON.parse(process.argv[2] ?? '{}') as ClusterHeadOptions;
+const opts = readDaemonOptions<ClusterHeadOptions>();
 const readyFile = join(opts.sessionDir, 'head.json');
 
 // A head that died without cleaning up left its ports here: take them again so node agents,

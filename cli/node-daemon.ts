@@ -10,6 +10,7 @@
  */
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { readDaemonOptions } from './daemon-options.ts';
 
 import { startNodeAgent } from '../runtime/node/agent.ts';
 
@@ -33,7 +34,7 @@ export interface NodeDaemonOptions {
   shipLogs?: boolean;
 }
 
-const opts = JSON.parse(process.argv[2] ?? '{}') as NodeDaemonOptions;
+const opts = readDaemonOptions<NodeDaemonOptions>();
 const readyFile = join(opts.sessionDir, 'node.json');
 rmSync(readyFile, { force: true });
 

@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { CliError, headApi, requireEndpoint } from '../client.ts';
@@ -28,6 +28,7 @@ import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
 import { stopOrphanDrivers } from '../../runtime/head/jobs/supervisor.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { ProcessView } from '../../runtime/head/http/contract.ts';
+import { writeDaemonOptions } from '../daemon-options.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 
 const daemonPath = fileURLToPath(new URL('../daemon.ts', import.meta.url));
@@ -94,7 +95,9 @@ async function spawnDaemon(
 ): Promise<{ pid: number } & Record<string, unknown>> {
   // The ready file may be a dead head's (its ports are reused); only our child's pid counts.
   const out = openSync(logFile, 'a');
-  const child = spawn(process.execPath, ['--import', tsxImport, script, JSON.stringify(arg)], {
+  // The options (the token among them) go by a private file, never on the command line.
+  const optionsFile = writeDaemonOptions(dirname(readyFile), arg);
+  const child = spawn(process.execPath, ['--import', tsxImport, script, optionsFile], {
     detached: true,
     stdio: ['ignore', out, out],
     env: process.env,
