@@ -47,6 +47,7 @@ export interface StartOptions {
   resources?: string;
   warmWorkers?: string;
   memoryUsageThreshold?: string;
+  block?: boolean;
   sessionDir?: string;
   block?: boolean;
 }
@@ -180,6 +181,27 @@ function nodeResources(o: StartOptions): NodeResourceOptions {
 
 /** `rtjob start --head` / `rtjob start --address`. */
 export async function startCommand(o: StartOptions): Promise<void> {
+  await startDaemons(o);
+  if (o.block) await blockUntilStopped();
+}
+
+/**
+ * `--block`: stays in the foreground while the processes started here live (a batch system's job
+ * step, e.g. `srun rtjob start --address … --block`, ends when its process does); SIGTERM or
+ * SIGINT stops them as `rtjob stop` does.
+ */
+async function blockUntilStopped(): Promise<void> {
+  const pids = readClusterFile()?.pids ?? [];
+  console.log(`blocking while pids ${pids.join(', ')} run (SIGTERM or Ctrl-C stops them)`);
+  let stopping: Promise<void> | undefined;
+  const stop = () => (stopping ??= stopCommand());
+  process.once('SIGTERM', () => void stop());
+  process.once('SIGINT', () => void stop());
+  while (pids.some(pidAlive) && !stopping) await new Promise((r) => setTimeout(r, 1000));
+  await (stopping ?? stop());
+}
+
+async function startDaemons(o: StartOptions): Promise<void> {
   if (!o.head && !o.address)
     throw new CliError(
       'say --head to start a cluster, or --address HOST:PORT --token T to join one',
@@ -221,7 +243,8 @@ export async function startCommand(o: StartOptions): Promise<void> {
   mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
   const opts = {
     sessionDir,
-    token: o.token,
+    // From the environment too, so a batch script need not put it on a command line.
+    token: o.token ?? readEnv('RTJOB_TOKEN'),
     host: o.host,
     port: num('--port', o.port),
     dashboardPort: num('--dashboard-port', o.dashboardPort),
