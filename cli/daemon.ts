@@ -5,7 +5,7 @@
  * session finds the workers still running and re-attaches them. It writes `<session>/head.json`
  * once it serves, and on SIGTERM stops every job it started before exiting.
  *
- * Usage (internal): node --import tsx cli/daemon.ts '<ClusterHeadOptions as JSON>'
+ * Usage (internal): node --import tsx cli/daemon.ts <file of ClusterHeadOptions as JSON, 0600; read and removed>
  *
  * @module
  */

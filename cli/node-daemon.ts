@@ -4,7 +4,7 @@
  * running while the head restarts, reconnecting for up to `reconnectMs`. It writes
  * `<session>/node.json` once registered; on SIGTERM it stops its workers and exits.
  *
- * Usage (internal): node --import tsx cli/node-daemon.ts '<NodeDaemonOptions as JSON>'
+ * Usage (internal): node --import tsx cli/node-daemon.ts <file of NodeDaemonOptions as JSON, 0600; read and removed>
  *
  * @module
  */

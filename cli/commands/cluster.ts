@@ -47,7 +47,6 @@ export interface StartOptions {
   resources?: string;
   warmWorkers?: string;
   memoryUsageThreshold?: string;
-  block?: boolean;
   sessionDir?: string;
   block?: boolean;
 }
