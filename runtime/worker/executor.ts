@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { CallContext, callStorage } from '../call-context.ts';
+import { CallContext, runInCall } from '../call-context.ts';
 import { ObjectRef } from '../client/object-ref.ts';
 import { InvalidArgumentError, isRuntimeError, toTaskError } from '../errors.ts';
 import type { Call } from '../protocol.ts';
@@ -191,7 +191,7 @@ export class Executor {
       } else {
         const ctx = new CallContext(callId, method, this.actorId);
         this.running.set(callId, ctx);
-        r = callStorage.run(ctx, () => {
+        r = runInCall(ctx, () => {
           const out = fn.apply(self, msg.args);
           if (!msg.stream) return out;
           if (!sink) throw new InvalidArgumentError('a streaming call needs a connection');

@@ -7,7 +7,7 @@
  *
  * @module
  */
-import type { CallContext } from '../call-context.ts';
+import { type CallContext, runInCall } from '../call-context.ts';
 import { InvalidArgumentError, toWire } from '../errors.ts';
 import type { Connection } from '../transport.ts';
 
@@ -69,13 +69,14 @@ export async function driveStream(out: unknown, o: StreamOptions): Promise<numbe
       while (backpressure > 0 && i - consumed >= backpressure && !ctx.cancelled && !sink.closed)
         await new Promise<void>((r) => (wake = r));
       if (ctx.cancelled || sink.closed) {
-        await it.return?.(undefined);
+        await runInCall(ctx, () => it.return?.(undefined));
         if (ctx.cancelled) throw ctx.error();
         return i;
       }
       let value: unknown;
       try {
-        const step = (await it.next()) as IteratorResult<unknown>;
+        // Each step runs as the call, so the generator's body can read callSignal().
+        const step = (await runInCall(ctx, () => it.next())) as IteratorResult<unknown>;
         if (step.done) return i;
         value = await step.value;
       } catch (e) {
@@ -88,7 +89,7 @@ export async function driveStream(out: unknown, o: StreamOptions): Promise<numbe
       } catch (e) {
         // The item cannot be sent (it does not serialise): it fails there, and the stream ends.
         sink.send({ type: 'streamItem', callId, index: i, error: toWire(o.wrap(e)) });
-        await it.return?.(undefined);
+        await runInCall(ctx, () => it.return?.(undefined));
         return i + 1;
       }
       i++;
