@@ -5,12 +5,13 @@
  * session finds the workers still running and re-attaches them. It writes `<session>/head.json`
  * once it serves, and on SIGTERM stops every job it started before exiting.
  *
- * Usage (internal): node --import tsx cli/daemon.ts '<ClusterHeadOptions as JSON>'
+ * Usage (internal): node --import tsx cli/daemon.ts <file of ClusterHeadOptions as JSON, 0600; read and removed>
  *
  * @module
  */
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { readDaemonOptions } from './daemon-options.ts';
 import { readEnv } from '../runtime/env.ts';
 
 import { type ClusterHeadOptions, startClusterHead } from '../runtime/local-cluster.ts';
@@ -19,9 +20,7 @@ import { builtinEntrypoints } from './entrypoints.ts';
 /** How long drivers and workers wait for a restarted head. */
 export const headReconnectMs = 10 * 60_000;
 
-const opts = JSON.parse(process.argv[2] ?? '{}') as ClusterHeadOptions;
-// `rtjob start` passes the token by environment, out of `ps`'s sight.
-opts.token ??= readEnv('RTJOB_TOKEN');
+const opts = readDaemonOptions<ClusterHeadOptions>();
 const readyFile = join(opts.sessionDir, 'head.json');
 
 // A head that died without cleaning up left its ports here: take them again so node agents,

@@ -74,6 +74,11 @@ program
   .option('--num-gpus <n>', 'GPUs this node offers (default: detected)')
   .option('--resources <json>', 'custom resources, e.g. \'{"TPU": 4}\'')
   .option('--warm-workers <n>', 'idle workers kept booted so new actors start at once (default 1)')
+  .option('--block', 'stay in the foreground while the started processes run (batch job steps)')
+  .option(
+    '--memory-usage-threshold <share>',
+    "memory in use (this node's cgroup, else the machine) past which the newest worker is killed with OutOfMemoryError; 1 turns it off (default 0.95)",
+  )
   .option(
     '--session-dir <dir>',
     'state, logs and packages (default: ~/.rtjob/session); reuse it to recover',

@@ -4,12 +4,13 @@
  * running while the head restarts, reconnecting for up to `reconnectMs`. It writes
  * `<session>/node.json` once registered; on SIGTERM it stops its workers and exits.
  *
- * Usage (internal): node --import tsx cli/node-daemon.ts '<NodeDaemonOptions as JSON>'
+ * Usage (internal): node --import tsx cli/node-daemon.ts <file of NodeDaemonOptions as JSON, 0600; read and removed>
  *
  * @module
  */
 import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { readDaemonOptions } from './daemon-options.ts';
 
 import { readEnv } from '../runtime/env.ts';
 import { startNodeAgent } from '../runtime/node/agent.ts';
@@ -26,13 +27,15 @@ export interface NodeDaemonOptions {
   resources?: Record<string, number>;
   /** Idle workers kept booted for new actors. @default 1 */
   warmWorkers?: number;
+  /** Memory share past which the node kills its newest worker (1: never). @default 0.95 */
+  memoryUsageThreshold?: number;
   /** @default 600000 */
   reconnectMs?: number;
   /** Ship worker logs to the head (a node that joined from another machine). @default false */
   shipLogs?: boolean;
 }
 
-const opts = JSON.parse(process.argv[2] ?? '{}') as NodeDaemonOptions;
+const opts = readDaemonOptions<NodeDaemonOptions>();
 const readyFile = join(opts.sessionDir, 'node.json');
 rmSync(readyFile, { force: true });
 
@@ -45,6 +48,7 @@ const agent = await startNodeAgent({
   numGpus: opts.numGpus,
   resources: opts.resources,
   warmWorkers: opts.warmWorkers,
+  memoryUsageThreshold: opts.memoryUsageThreshold,
   reconnectMs: opts.reconnectMs ?? 10 * 60_000,
   shipLogs: opts.shipLogs,
 });

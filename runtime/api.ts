@@ -19,7 +19,9 @@ import { installCodec } from './client/codec.ts';
 import { type ClusterFile, readClusterFile } from './cluster-file.ts';
 import { readEnv } from './env.ts';
 import { pidAlive } from './pid.ts';
+import { callWithOptions } from './client/actor-client.ts';
 import { ObjectRef } from './client/object-ref.ts';
+import { ObjectRefGenerator } from './client/ref-generator.ts';
 import { Runtime, currentRuntime } from './client/runtime.ts';
 import { GetTimeoutError, InvalidArgumentError, NotInitializedError } from './errors.ts';
 import {
@@ -246,6 +248,12 @@ function resolveOptions(
   if (!Number.isInteger(maxConcurrency) || maxConcurrency < 1) {
     throw new InvalidArgumentError('maxConcurrency must be a whole number ≥ 1');
   }
+  for (const [g, n] of Object.entries(o.concurrencyGroups ?? {})) {
+    if (!Number.isInteger(n) || n < 1)
+      throw new InvalidArgumentError(
+        `concurrency group '${g}' must allow a whole number ≥ 1 of calls`,
+      );
+  }
   const s = o.schedulingStrategy ?? 'DEFAULT';
   return {
     name: o.name,
@@ -254,6 +262,9 @@ function resolveOptions(
     maxRestarts: o.maxRestarts ?? 0,
     maxTaskRetries: o.maxTaskRetries ?? 0,
     maxConcurrency,
+    ...(o.concurrencyGroups && Object.keys(o.concurrencyGroups).length > 0
+      ? { concurrencyGroups: { ...o.concurrencyGroups } }
+      : {}),
     placementGroupId: o.placementGroup?.id,
     bundleIndex: o.bundleIndex ?? -1,
     schedulingStrategy:
@@ -273,7 +284,7 @@ function createActor(spec: ActorSpecWire, o: ActorOptions, args: unknown[]): Act
   created.catch(() => {}); // surfaced by the first call or actorReady()
   const client = d.rt.actor(actorId, created, options.maxTaskRetries);
   return makeHandle(new ActorHandleCore(actorId, options.maxTaskRetries), (m, a, co) =>
-    client.call(m, a, co?.maxTaskRetries),
+    callWithOptions(client, m, a, co),
   );
 }
 
@@ -310,7 +321,7 @@ export function defineTask<F extends (...a: any[]) => any>(
 ): TaskFunction<F> {
   const method = `${moduleUrl(module)}#${exportName}`;
   const make = (opts: TaskOptions): TaskFunction<F> => ({
-    options: (o) => make({ ...opts, ...o }),
+    options: ((o: TaskOptions) => make({ ...opts, ...o })) as TaskFunction<F>['options'],
     remote: ((...args: unknown[]) => {
       const d = state();
       if (d.taskPool.length === 0) {
@@ -325,7 +336,10 @@ export function defineTask<F extends (...a: any[]) => any>(
         }
       }
       const h = d.taskPool[d.taskNext++ % d.taskPool.length]!;
-      return d.rt.actor(h[kActorId]).call(method, args, opts.maxRetries ?? 3);
+      const client = d.rt.actor(h[kActorId]);
+      if (opts.numReturns === 'streaming')
+        return client.stream(method, args, { backpressure: opts.generatorBackpressure ?? 0 });
+      return client.call(method, args, opts.maxRetries ?? 3);
     }) as TaskFunction<F>['remote'],
   });
   return make({});
@@ -439,6 +453,44 @@ export function wait<T>(
   });
 }
 
+/** Options for `cancel`. */
+export interface CancelOptions {
+  /**
+   * Kill the worker running the call (Ray's `force`); the actor restarts if its `maxRestarts`
+   * allows, and its other calls in flight fail or retry as for any death. @default false
+   */
+  force?: boolean;
+  /**
+   * Ray's `recursive` (cancel the calls the cancelled call made). Not supported: calls made
+   * inside a call are not tracked; passing `true` throws `InvalidArgumentError`. @default false
+   */
+  recursive?: boolean;
+}
+
+/**
+ * Cancels an actor call or task (`ref` from `.remote()`, or a streaming call's generator). A
+ * call still queued (in this process, or at the worker) never starts; a running one has its
+ * `AbortSignal` aborted (`callSignal()` inside the method), and a streaming call's generator is
+ * closed. The ref rejects at once with `TaskCancelledError` (a running call that ignores its
+ * signal still finishes on the worker; its result is dropped). A call already answered, or a
+ * ref that is not a call of this process, is left alone (returns false).
+ */
+export async function cancel(
+  ref: ObjectRef<unknown> | ObjectRefGenerator<unknown>,
+  opts: CancelOptions = {},
+): Promise<boolean> {
+  if (opts.recursive) {
+    throw new InvalidArgumentError('cancel: recursive cancellation is not supported');
+  }
+  const rt = state().rt;
+  const client = rt.cancelCall(ref.id);
+  if (!client) return false;
+  if (opts.force) {
+    await rt.headOnce({ type: 'killActor', actorId: client.actorId, noRestart: false });
+  }
+  return true;
+}
+
 /** Kills an actor. With `noRestart: false` it restarts if its `maxRestarts` allows. */
 export async function kill(
   handle: ActorHandle<unknown>,
@@ -460,7 +512,7 @@ export async function getActor<C extends ActorConstructor>(
   const client = d.rt.actor(info.actorId, undefined, info.options.maxTaskRetries);
   return makeHandle<InstanceType<C>>(
     new ActorHandleCore(info.actorId, info.options.maxTaskRetries),
-    (m, a, co) => client.call(m, a, co?.maxTaskRetries),
+    (m, a, co) => callWithOptions(client, m, a, co),
   );
 }
 
@@ -542,4 +594,4 @@ export function placementGroup(
   };
 }
 
-export { ObjectRef, kActorId };
+export { ObjectRef, ObjectRefGenerator, kActorId };

@@ -26,7 +26,9 @@ export type ErrorCode =
   | 'PLACEMENT_GROUP'
   | 'NOT_INITIALIZED'
   | 'INVALID_ARGUMENT'
-  | 'COLLECTIVE';
+  | 'COLLECTIVE'
+  | 'TASK_CANCELLED'
+  | 'OUT_OF_MEMORY';
 
 /** Who and where, attached to an error so the reader knows which actor or node failed. */
 export interface ErrorContext {
@@ -303,6 +305,28 @@ export class CollectiveError extends RtjobError<'COLLECTIVE'> {
   }
 }
 
+/**
+ * The call was cancelled with `cancel(ref)` before it finished: a queued call never started, a
+ * running one had its `AbortSignal` aborted (or its worker killed, with `force`).
+ */
+export class TaskCancelledError extends RtjobError<'TASK_CANCELLED'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
+    super('TASK_CANCELLED', message, opts);
+  }
+}
+
+/**
+ * The node's memory monitor killed the actor's worker: the machine's memory in use passed the
+ * node's threshold and this was the most recently started worker. `context` names the node
+ * (`nodeId`), the usage (`usedBytes`, `totalBytes`, `threshold`) and the process (`pid`,
+ * `rssBytes`).
+ */
+export class OutOfMemoryError extends RtjobError<'OUT_OF_MEMORY'> {
+  constructor(message: string, opts: RtjobErrorOptions = {}) {
+    super('OUT_OF_MEMORY', message, opts);
+  }
+}
+
 type Ctor = new (message: string, opts?: RtjobErrorOptions) => RtjobError;
 const byCode: Record<Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>, Ctor> = {
   ACTOR_DIED: ActorDiedError,
@@ -320,6 +344,8 @@ const byCode: Record<Exclude<ErrorCode, 'TASK' | 'NOT_INITIALIZED'>, Ctor> = {
   PLACEMENT_GROUP: PlacementGroupError,
   INVALID_ARGUMENT: InvalidArgumentError,
   COLLECTIVE: CollectiveError,
+  TASK_CANCELLED: TaskCancelledError,
+  OUT_OF_MEMORY: OutOfMemoryError,
 };
 
 /** True when `code` names one of the runtime's own error classes. */

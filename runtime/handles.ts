@@ -9,6 +9,7 @@
  * @module
  */
 import type { ObjectRef } from './client/object-ref.ts';
+import type { ObjectRefGenerator } from './client/ref-generator.ts';
 import type { PlacementStrategy } from './protocol.ts';
 
 /** Symbol under which a handle exposes its actor id: `handle[kActorId]`. */
@@ -22,14 +23,60 @@ type RefArgs<A extends unknown[]> = { [I in keyof A]: RefOr<A[I]> };
 export interface CallOptions {
   /** Re-run the call on a restarted actor this many times (-1: always). @default the actor's */
   maxTaskRetries?: number;
+  /**
+   * `'streaming'`: the method is a generator (`async function*` or `function*`) and `.remote()`
+   * returns an `ObjectRefGenerator` of its items, each as soon as it is produced.
+   * @default one return value
+   */
+  numReturns?: 'streaming';
+  /**
+   * Streaming: the generator pauses while this many items are produced and not yet taken by the
+   * caller (Ray's `_generator_backpressure_num_objects`). @default 0 (no limit)
+   */
+  generatorBackpressure?: number;
+  /** The actor's concurrency group this call runs in. @default the default group */
+  concurrencyGroup?: string;
+}
+
+/** Options that make a call streaming. */
+export type StreamingCallOptions = Omit<CallOptions, 'numReturns' | 'maxTaskRetries'> & {
+  numReturns: 'streaming';
+};
+
+/** The item type of a generator method's result (`never` for a method that is not one). */
+export type YieldOf<R> =
+  // biome-ignore lint: any return and next types
+  R extends AsyncGenerator<infer Y, any, any>
+    ? Awaited<Y>
+    : // biome-ignore lint: any return and next types
+      R extends Generator<infer Y, any, any>
+      ? Awaited<Y>
+      : never;
+
+/** What `options({ numReturns: 'streaming' })` gives for a method that is not a generator. */
+export interface NotAGenerator {
+  /** Not callable: only a generator method streams. */
+  readonly remote: never;
 }
 
 /** One remote method of a handle. */
 export interface RemoteMethod<A extends unknown[], R> {
   /** Calls the method; the ref settles with its (awaited) result. */
   remote(...args: RefArgs<A>): ObjectRef<Awaited<R>>;
+  /** The method as a streaming call: `.remote()` gives an `ObjectRefGenerator` of its items. */
+  options(
+    o: StreamingCallOptions,
+  ): [YieldOf<R>] extends [never] ? NotAGenerator : StreamingMethod<A, YieldOf<R>>;
   /** The same method with per-call options. */
   options(o: CallOptions): RemoteMethod<A, R>;
+}
+
+/** A generator method called as a stream. */
+export interface StreamingMethod<A extends unknown[], Y> {
+  /** Starts the generator; its items arrive on the returned generator as they are produced. */
+  remote(...args: RefArgs<A>): ObjectRefGenerator<Y>;
+  /** The same streaming method with more per-call options. */
+  options(o: Omit<CallOptions, 'maxTaskRetries'>): StreamingMethod<A, Y>;
 }
 
 // biome-ignore lint: the any in the constraint is what lets every function type match
@@ -72,8 +119,18 @@ export interface ActorOptions {
   maxRestarts?: number;
   /** Re-runs of calls in flight when the process died (-1: unlimited). @default 0 */
   maxTaskRetries?: number;
-  /** Calls that run at once; 1 keeps each caller's calls strictly in order. @default 1 */
+  /**
+   * Calls of the default concurrency group that run at once; 1 keeps each caller's calls
+   * strictly in order. @default 1
+   */
   maxConcurrency?: number;
+  /**
+   * More concurrency groups, each with its own limit, e.g. `{ io: 4, compute: 1 }`; a call picks
+   * one with `.options({ concurrencyGroup: 'io' })`. A full group never holds up another. They
+   * share the worker's one event loop: a method that computes without awaiting holds up every
+   * group (see the runtime README). @default {}
+   */
+  concurrencyGroups?: Record<string, number>;
   /** Reserve from this placement group. */
   placementGroup?: PlacementGroupRef;
   /** Bundle of `placementGroup`; -1 is any. @default -1 */
@@ -92,14 +149,29 @@ export interface ActorClass<C extends ActorConstructor> {
 
 /** Options for one task call. */
 export interface TaskOptions {
-  /** Re-runs when the worker running it dies. @default 3 */
+  /** Re-runs when the worker running it dies. @default 3 (0 for a streaming task) */
   maxRetries?: number;
+  /** `'streaming'`: the task is a generator; see `CallOptions.numReturns`. */
+  numReturns?: 'streaming';
+  /** Streaming: see `CallOptions.generatorBackpressure`. @default 0 (no limit) */
+  generatorBackpressure?: number;
 }
 
 /** A defined task function. */
 export interface TaskFunction<F extends AnyFn> {
   remote(...args: RefArgs<Parameters<F>>): ObjectRef<Awaited<ReturnType<F>>>;
+  /** The task as a streaming call: `.remote()` gives an `ObjectRefGenerator` of its items. */
+  options(
+    o: Omit<TaskOptions, 'numReturns' | 'maxRetries'> & { numReturns: 'streaming' },
+  ): [YieldOf<ReturnType<F>>] extends [never]
+    ? NotAGenerator
+    : StreamingTask<Parameters<F>, YieldOf<ReturnType<F>>>;
   options(o: TaskOptions): TaskFunction<F>;
+}
+
+/** A generator task called as a stream. */
+export interface StreamingTask<A extends unknown[], Y> {
+  remote(...args: RefArgs<A>): ObjectRefGenerator<Y>;
 }
 
 /** Options for `placementGroup`. */
@@ -124,7 +196,11 @@ export class ActorHandleCore {
 /** @internal Builds the proxy for a handle; `call` does the actual remote call. */
 export function makeHandle<T>(
   core: ActorHandleCore,
-  call: (method: string, args: unknown[], opts: CallOptions | undefined) => ObjectRef<unknown>,
+  call: (
+    method: string,
+    args: unknown[],
+    opts: CallOptions | undefined,
+  ) => ObjectRef<unknown> | ObjectRefGenerator<unknown>,
 ): ActorHandle<T> {
   const methods = new Map<string, unknown>();
   const method = (name: string, opts?: CallOptions) => ({

@@ -6,6 +6,7 @@
 export {
   actorInfo,
   actorReady,
+  cancel,
   defineActor,
   defineTask,
   get,
@@ -21,8 +22,17 @@ export {
   shutdown,
   wait,
 } from './api.ts';
-export type { ClusterInfo, GetOptions, InitOptions, PlacementGroup, WaitOptions } from './api.ts';
+export type {
+  CancelOptions,
+  ClusterInfo,
+  GetOptions,
+  InitOptions,
+  PlacementGroup,
+  WaitOptions,
+} from './api.ts';
+export { callSignal } from './call-context.ts';
 export { ObjectRef } from './client/object-ref.ts';
+export { ObjectRefGenerator } from './client/ref-generator.ts';
 export {
   CollectiveGroup,
   collectiveGroupDefaults,
@@ -44,11 +54,16 @@ export type {
   ActorHandle,
   ActorOptions,
   CallOptions,
+  NotAGenerator,
   PlacementGroupOptions,
   RefOr,
   RemoteMethod,
+  StreamingCallOptions,
+  StreamingMethod,
+  StreamingTask,
   TaskFunction,
   TaskOptions,
+  YieldOf,
 } from './handles.ts';
 export type { ClientEvent, Head, HeadEvents, HeadOptions } from './head/head.ts';
 export type { LocalCluster, LocalClusterOptions } from './local-cluster.ts';

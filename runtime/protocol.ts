@@ -44,6 +44,8 @@ export interface ActorOptionsWire {
   readonly maxRestarts: number;
   readonly maxTaskRetries: number;
   readonly maxConcurrency: number;
+  /** Concurrency groups besides the default one (`maxConcurrency`): name → calls at once. */
+  readonly concurrencyGroups?: Readonly<Record<string, number>>;
   readonly placementGroupId?: string;
   readonly bundleIndex: number;
   readonly schedulingStrategy: SchedulingStrategy;
@@ -55,12 +57,34 @@ export type ActorState = 'PENDING' | 'ALIVE' | 'RESTARTING' | 'DEAD';
 
 /** Why an actor's process ended. */
 export interface DeathCause {
-  readonly reason: 'exited' | 'killed' | 'node-died' | 'owner-died' | 'load-failed' | 'infeasible';
+  readonly reason:
+    | 'exited'
+    | 'killed'
+    | 'node-died'
+    | 'owner-died'
+    | 'load-failed'
+    | 'infeasible'
+    | 'out-of-memory';
   readonly message: string;
+  /** `out-of-memory`: what the node's memory monitor saw when it killed the worker. */
+  readonly memory?: MemoryKill;
   readonly exitCode?: number | null;
   readonly signal?: string | null;
   readonly stderrTail?: string[];
   readonly error?: WireError;
+}
+
+/** A node agent's memory monitor killed a worker: where, why, and whom. */
+export interface MemoryKill {
+  readonly nodeId: string;
+  /** Memory in use (of the agent's cgroup when it has a limit, else of the machine). */
+  readonly usedBytes: number;
+  readonly totalBytes: number;
+  /** The share of `totalBytes` past which the monitor kills. */
+  readonly threshold: number;
+  readonly pid: number;
+  /** The killed worker's resident memory, when it could be read. */
+  readonly rssBytes: number | null;
 }
 
 /** What the head knows about an actor; also what `head.on('actor')` and `listActors` give. */
@@ -167,6 +191,8 @@ export interface WorkerExited {
   readonly exitCode: number | null;
   readonly signal: string | null;
   readonly stderrTail: string[];
+  /** Set when the node's memory monitor killed the worker. */
+  readonly memory?: MemoryKill;
 }
 
 /**
@@ -373,6 +399,43 @@ export interface Call {
   readonly rid: number;
   readonly method: string;
   readonly args: unknown[];
+  /** The caller's id for the call (its result ref's id), named by `cancel` and stream messages. */
+  readonly callId?: string;
+  /**
+   * A streaming call: the method is a generator; each item goes back as a `streamItem` as it is
+   * produced and the reply is the number of items (an error item included).
+   */
+  readonly stream?: boolean;
+  /** Streaming: items produced but not yet consumed by the caller before the generator pauses (0: no limit). */
+  readonly backpressure?: number;
+  /** The actor's concurrency group the call runs in. @default the default group */
+  readonly group?: string;
+}
+/**
+ * worker → caller (one-way): item `index` of streaming call `callId`, a value or the error the
+ * generator threw there (the last item then). Large items travel over the bulk link, so items
+ * may arrive out of order and after the call's reply: `index` and the reply's count order them.
+ */
+export interface StreamItem {
+  readonly type: 'streamItem';
+  readonly callId: string;
+  readonly index: number;
+  readonly value?: unknown;
+  readonly error?: WireError;
+}
+/** caller → worker (one-way): the caller has consumed this many items of streaming call `callId`. */
+export interface StreamAck {
+  readonly type: 'streamAck';
+  readonly callId: string;
+  readonly consumed: number;
+}
+/**
+ * caller → worker (one-way): cancel call `callId`. Queued, it never starts; running, its
+ * `AbortSignal` is aborted (and a streaming call's generator is closed).
+ */
+export interface CancelCall {
+  readonly type: 'cancelCall';
+  readonly callId: string;
 }
 export interface Fetch {
   readonly type: 'fetch';
@@ -516,6 +579,8 @@ export interface Replies {
   borrow: boolean;
   unborrow: void;
   hello: void;
+  streamAck: void;
+  cancelCall: void;
   ping: 'pong';
   objectStats: ObjectStoreStats;
 }
@@ -539,7 +604,10 @@ export type Message =
   | StopWorker
   | DataRequest
   | Unborrow
-  | Hello;
+  | Hello
+  | StreamItem
+  | StreamAck
+  | CancelCall;
 
 export type MessageType = Message['type'];
 export type MessageOf<T extends MessageType> = Extract<Message, { type: T }>;
@@ -548,10 +616,11 @@ export type RequestBody<M> = M extends { rid: number } ? Omit<M, 'rid'> : never;
 
 /**
  * The endpoints a process serves, each accepting its own message types: the head's control
- * endpoint, a node agent's link to the head, a worker's link to the head, and any process's data
- * plane (calls and object fetches). `any` is transport framing every endpoint handles.
+ * endpoint, a node agent's link to the head, a worker's link to the head, any process's data
+ * plane (calls and object fetches), and a caller's connection to a peer's data plane (stream
+ * items coming back). `any` is transport framing every endpoint handles.
  */
-export type Endpoint = 'head' | 'node' | 'worker' | 'data' | 'any';
+export type Endpoint = 'head' | 'node' | 'worker' | 'data' | 'caller' | 'any';
 
 /** Who sends a message to the head: a connection not registered yet, a node agent, a driver or a worker. */
 export type Sender = 'unregistered' | 'node' | 'driver' | 'worker';
@@ -598,6 +667,9 @@ export const messageRoutes = {
   ping: { to: ['data'] },
   hello: { to: ['data'] },
   objectStats: { to: ['data'] },
+  streamAck: { to: ['data'] },
+  cancelCall: { to: ['data'] },
+  streamItem: { to: ['caller'] },
 } as const satisfies {
   readonly [T in MessageType]: {
     readonly to: readonly Endpoint[];

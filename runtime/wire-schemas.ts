@@ -50,6 +50,8 @@ export const wireLimits = {
   kvValueBytes: 16 * 1024 * 1024,
   ctorArgsBytes: 256 * 1024 * 1024,
   callArgs: 1024,
+  /** Concurrency groups of one actor. */
+  concurrencyGroups: 64,
   /** CPU percent of one process (100 = one core), so at most this many cores' worth. */
   processCpuPercentMax: 100 * 4096,
   /** Bytes of one piece of a worker's log. */
@@ -107,6 +109,7 @@ const actorOptions = obj({
   maxRestarts: int({ min: -1, max: 2 ** 31 }),
   maxTaskRetries: int({ min: -1, max: 2 ** 31 }),
   maxConcurrency: int({ min: 1, max: 2 ** 20 }),
+  concurrencyGroups: opt(record(int({ min: 1, max: 2 ** 20 }), L.concurrencyGroups)),
   placementGroupId: opt(id),
   bundleIndex: int({ min: -1, max: L.bundles }),
   schedulingStrategy,
@@ -136,6 +139,16 @@ export const messageSchemas = {
     exitCode: nullable(int({ min: -(2 ** 31), max: 2 ** 31 })),
     signal: nullable(str({ max: 32 })),
     stderrTail: arr(str({ max: L.lineChars }), L.stderrLines),
+    memory: opt(
+      obj({
+        nodeId: id,
+        usedBytes: bytesAmount,
+        totalBytes: bytesAmount,
+        threshold: num({ min: 0, max: 1 }),
+        pid,
+        rssBytes: nullable(bytesAmount),
+      }),
+    ),
   }),
   workerLog: obj({
     type: lit('workerLog'),
@@ -234,7 +247,20 @@ export const messageSchemas = {
     rid,
     method: str({ max: L.nameChars }),
     args: arr(any(), L.callArgs),
+    callId: opt(id),
+    stream: opt(bool()),
+    backpressure: opt(int({ max: 2 ** 31 })),
+    group: opt(str({ max: L.nameChars })),
   }),
+  streamItem: obj({
+    type: lit('streamItem'),
+    callId: id,
+    index: int({ max: 2 ** 52 }),
+    value: opt(any()),
+    error: opt(wireError),
+  }),
+  streamAck: obj({ type: lit('streamAck'), callId: id, consumed: int({ max: 2 ** 52 }) }),
+  cancelCall: obj({ type: lit('cancelCall'), callId: id }),
   fetch: obj({ type: lit('fetch'), rid, objectId: id, inline: opt(bool()) }),
   borrow: obj({ type: lit('borrow'), rid, objectId: id }),
   unborrow: obj({ type: lit('unborrow'), objectId: id }),

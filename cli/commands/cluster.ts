@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 import { CliError, headApi, requireEndpoint } from '../client.ts';
 import {
@@ -28,6 +28,7 @@ import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
 import { stopOrphanDrivers } from '../../runtime/head/jobs/supervisor.ts';
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { ProcessView } from '../../runtime/head/http/contract.ts';
+import { writeDaemonOptions } from '../daemon-options.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 
 const daemonPath = ownModulePath('../daemon.ts', import.meta.url);
@@ -45,6 +46,7 @@ export interface StartOptions {
   numGpus?: string;
   resources?: string;
   warmWorkers?: string;
+  memoryUsageThreshold?: string;
   sessionDir?: string;
   block?: boolean;
 }
@@ -93,20 +95,13 @@ async function spawnDaemon(
 ): Promise<{ pid: number } & Record<string, unknown>> {
   // The ready file may be a dead head's (its ports are reused); only our child's pid counts.
   const out = openSync(logFile, 'a');
-  // The token goes by environment (readable by this user only), not in argv, which `ps` shows all.
-  const { token, ...rest } = arg as { token?: string };
-  const env = { ...process.env };
-  delete env.RTJOB_TOKEN;
-  if (token) env.RTJOB_TOKEN = token;
-  const child = spawn(
-    process.execPath,
-    [...ownModuleNodeFlags(tsxImport), script, JSON.stringify(rest)],
-    {
-      detached: true,
-      stdio: ['ignore', out, out],
-      env,
-    },
-  );
+  // The options (the token among them) go by a private file, never on the command line.
+  const optionsFile = writeDaemonOptions(dirname(readyFile), arg);
+  const child = spawn(process.execPath, [...ownModuleNodeFlags(tsxImport), script, optionsFile], {
+    detached: true,
+    stdio: ['ignore', out, out],
+    env: process.env,
+  });
   closeSync(out);
   let exited: string | undefined;
   child.on('exit', (code, signal) => {
@@ -140,9 +135,13 @@ async function spawnDaemon(
   return ready;
 }
 
-function nodeResources(
-  o: StartOptions,
-): Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'> {
+/** What `rtjob start` tells a node agent about itself. */
+type NodeResourceOptions = Pick<
+  NodeDaemonOptions,
+  'numCpus' | 'numGpus' | 'resources' | 'warmWorkers' | 'memoryUsageThreshold'
+>;
+
+function nodeResources(o: StartOptions): NodeResourceOptions {
   let resources: Record<string, number> | undefined;
   if (o.resources) {
     try {
@@ -164,16 +163,44 @@ function nodeResources(
   const warm = num('--warm-workers', o.warmWorkers);
   if (warm !== undefined && !Number.isInteger(warm))
     throw new CliError(`--warm-workers must be a whole number, got ${o.warmWorkers}`, 2);
+  const threshold = num('--memory-usage-threshold', o.memoryUsageThreshold);
+  if (threshold !== undefined && !(threshold > 0 && threshold <= 1))
+    throw new CliError(
+      `--memory-usage-threshold must be a share of memory in (0, 1], got ${o.memoryUsageThreshold}`,
+      2,
+    );
   return {
     numCpus: num('--num-cpus', o.numCpus),
     numGpus: num('--num-gpus', o.numGpus),
     resources,
     warmWorkers: warm,
+    memoryUsageThreshold: threshold,
   };
 }
 
 /** `rtjob start --head` / `rtjob start --address`. */
 export async function startCommand(o: StartOptions): Promise<void> {
+  await startDaemons(o);
+  if (o.block) await blockUntilStopped();
+}
+
+/**
+ * `--block`: stays in the foreground while the processes started here live (a batch system's job
+ * step, e.g. `srun rtjob start --address … --block`, ends when its process does); SIGTERM or
+ * SIGINT stops them as `rtjob stop` does.
+ */
+async function blockUntilStopped(): Promise<void> {
+  const pids = readClusterFile()?.pids ?? [];
+  console.log(`blocking while pids ${pids.join(', ')} run (SIGTERM or Ctrl-C stops them)`);
+  let stopping: Promise<void> | undefined;
+  const stop = () => (stopping ??= stopCommand());
+  process.once('SIGTERM', () => void stop());
+  process.once('SIGINT', () => void stop());
+  while (pids.some(pidAlive) && !stopping) await new Promise((r) => setTimeout(r, 1000));
+  await (stopping ?? stop());
+}
+
+async function startDaemons(o: StartOptions): Promise<void> {
   if (!o.head && !o.address)
     throw new CliError(
       'say --head to start a cluster, or --address HOST:PORT --token T to join one',
@@ -222,7 +249,8 @@ export async function startCommand(o: StartOptions): Promise<void> {
   mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
   const opts = {
     sessionDir,
-    token: o.token,
+    // From the environment too, so a batch script need not put it on a command line.
+    token: o.token ?? readEnv('RTJOB_TOKEN'),
     host: o.host,
     port: port('--port', o.port),
     dashboardPort: port('--dashboard-port', o.dashboardPort),
@@ -313,7 +341,7 @@ export async function startCommand(o: StartOptions): Promise<void> {
 async function replaceNodeAgent(
   existing: ClusterFile,
   headPid: number,
-  res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>,
+  res: NodeResourceOptions,
   host: string | undefined,
 ): Promise<void> {
   const { sessionDir, token, address } = existing;
@@ -331,10 +359,7 @@ async function replaceNodeAgent(
 }
 
 /** `rtjob start --address HOST:PORT --token T`: a node agent on this machine joins that head. */
-async function joinCommand(
-  o: StartOptions,
-  res: Pick<NodeDaemonOptions, 'numCpus' | 'numGpus' | 'resources' | 'warmWorkers'>,
-): Promise<void> {
+async function joinCommand(o: StartOptions, res: NodeResourceOptions): Promise<void> {
   const token = o.token ?? readEnv('RTJOB_TOKEN');
   if (!token) throw new CliError('joining needs the cluster token: --token T (or RTJOB_TOKEN)', 2);
   const address = o.address!.replace(/^wss?:\/\//, '');

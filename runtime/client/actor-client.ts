@@ -10,13 +10,24 @@ import {
   ActorDiedError,
   ActorLoadError,
   ObjectLostError,
+  OutOfMemoryError,
   type RtjobError,
+  TaskCancelledError,
   fromWire,
   isRtjobError,
 } from '../errors.ts';
-import type { ActorLocation, AnyRequestBody, DeathCause, ReplyOf } from '../protocol.ts';
+import type { CallOptions } from '../handles.ts';
+import type {
+  ActorLocation,
+  AnyRequestBody,
+  Call,
+  DeathCause,
+  ReplyOf,
+  StreamItem,
+} from '../protocol.ts';
 import type { Connection, RequestOptions } from '../transport.ts';
 import { ObjectRef } from './object-ref.ts';
+import { ObjectRefGenerator } from './ref-generator.ts';
 import { ShmValue, readShm } from './shm.ts';
 
 /**
@@ -26,6 +37,8 @@ import { ShmValue, readShm } from './shm.ts';
 export interface ActorClientRuntime {
   /** This process's address, the owner of the refs it creates. */
   readonly address: string;
+  /** Where a streaming call's items go as they arrive, by call id. */
+  readonly streams: Map<string, (m: StreamItem) => void>;
   /** The head is gone and will not come back. */
   readonly headLostForGood: boolean;
   newId(): string;
@@ -41,6 +54,23 @@ interface QueuedCall {
   args: unknown[];
   ref: ObjectRef<unknown>;
   retriesLeft: number;
+  /** The actor's concurrency group, when not the default. */
+  group?: string;
+  /** A streaming call's generator (its `ref` settles with the item count). */
+  stream?: ObjectRefGenerator<unknown>;
+  backpressure?: number;
+  /** The connection it was last sent on. */
+  conn?: Connection;
+}
+
+/** How `ActorClient.call` runs one call. */
+export interface CallSettings {
+  /** Re-sends after the worker died (-1: always). @default the actor's `maxTaskRetries` */
+  retries?: number;
+  /** The actor's concurrency group. @default the default group */
+  group?: string;
+  /** Streaming (see `ObjectRefGenerator`), with this many unconsumed items at most (0: no limit). */
+  stream?: { backpressure: number };
 }
 
 /** Calls to one actor from this process. */
@@ -54,6 +84,8 @@ export class ActorClient {
   private dead: RtjobError | undefined;
   private lost = new Map<Connection, Promise<ActorLocation>>();
   private stopped = false;
+  /** Calls sent and not answered yet, by call id (for `cancel`). */
+  private readonly inFlight = new Map<string, QueuedCall>();
 
   constructor(
     private readonly rt: ActorClientRuntime,
@@ -83,12 +115,77 @@ export class ActorClient {
 
   /** Sends `method(...args)`; the returned ref settles with the result. */
   call(method: string, args: unknown[], retries = this.maxTaskRetries): ObjectRef<unknown> {
+    return this.start(method, args, { retries }).ref;
+  }
+
+  /**
+   * Sends a streaming call of generator method `method`: items arrive on the returned generator.
+   * Never re-sent (a restarted actor would start the stream over): a worker that dies fails the
+   * next item with `ActorDiedError`.
+   */
+  stream(
+    method: string,
+    args: unknown[],
+    settings: Omit<CallSettings, 'retries' | 'stream'> & { backpressure?: number },
+  ): ObjectRefGenerator<unknown> {
+    const c = this.start(method, args, {
+      group: settings.group,
+      retries: 0,
+      stream: { backpressure: settings.backpressure ?? 0 },
+    });
+    return c.stream!;
+  }
+
+  /** Sends a call with `settings`. */
+  callWith(method: string, args: unknown[], settings: CallSettings): ObjectRef<unknown> {
+    return this.start(method, args, settings).ref;
+  }
+
+  private start(method: string, args: unknown[], settings: CallSettings): QueuedCall {
     const ref = new ObjectRef<unknown>(this.rt.newId(), this.rt.address);
+    const c: QueuedCall = {
+      method,
+      args,
+      ref,
+      retriesLeft: settings.retries ?? this.maxTaskRetries,
+    };
+    if (settings.group !== undefined) c.group = settings.group;
+    if (settings.stream) {
+      const gen = new ObjectRefGenerator<unknown>(
+        ref.id,
+        () => new ObjectRef<unknown>(this.rt.newId(), this.rt.address),
+      );
+      c.stream = gen;
+      c.backpressure = settings.stream.backpressure;
+      // Items may arrive after the reply (large ones take the bulk link): the route stays until
+      // every item came or the consumer left.
+      const streams = this.rt.streams;
+      streams.set(ref.id, (m) => {
+        gen._item(
+          m.index,
+          m.value,
+          m.error ? fromWire(m.error, { actorId: this.actorId, method }) : undefined,
+        );
+        if (gen._complete) streams.delete(ref.id);
+      });
+      gen._cancel = () => {
+        streams.delete(ref.id);
+        this.cancel(ref.id);
+      };
+      ref._onSettled((r) => {
+        try {
+          gen._end(r._take() as number);
+          if (gen._complete) streams.delete(ref.id);
+        } catch (e) {
+          streams.delete(ref.id);
+          gen._fail(e);
+        }
+      });
+    }
     if (this.dead) {
       ref._reject(this.dead);
-      return ref;
+      return c;
     }
-    const c = { method, args, ref, retriesLeft: retries };
     const conn = this.conn;
     if (
       conn !== undefined &&
@@ -101,7 +198,32 @@ export class ActorClient {
       this.queue.push(c);
       this.ensureConnected();
     }
-    return ref;
+    return c;
+  }
+
+  /**
+   * Cancels call `callId` if it is this client's and not answered yet: a queued one is dropped, a
+   * sent one is told to stop (the worker aborts its signal, or never starts it). The caller sees
+   * `TaskCancelledError` at once. False when the call is not (or no longer) here.
+   */
+  cancel(callId: string): boolean {
+    const err = new TaskCancelledError(`call ${callId} to actor ${this.actorId} was cancelled`, {
+      context: { actorId: this.actorId },
+    });
+    for (const list of [this.retries, this.queue]) {
+      const i = list.findIndex((q) => q.ref.id === callId);
+      if (i >= 0) {
+        const [c] = list.splice(i, 1);
+        c!.ref._reject(withMethod(err, c!.method));
+        return true;
+      }
+    }
+    const sent = this.inFlight.get(callId);
+    if (!sent) return false;
+    this.inFlight.delete(callId);
+    if (sent.conn && !sent.conn.closed) sent.conn.send({ type: 'cancelCall', callId });
+    sent.ref._reject(withMethod(err, sent.method));
+    return true;
   }
 
   /** Fails everything queued (process shutting down). */
@@ -118,7 +240,35 @@ export class ActorClient {
       c.ref._resolve(undefined); // a readiness probe
       return;
     }
-    conn.requestCb({ type: 'call', method: c.method, args: c.args }, (err, v) => {
+    const callId = c.ref.id;
+    const stream = c.stream;
+    if (stream && c.backpressure) {
+      let acked = 0;
+      const every = Math.max(1, c.backpressure >> 1);
+      stream._ack = (consumed) => {
+        // Acks are batched (half the window), so a consumer that keeps up sends few of them.
+        if (consumed - acked < every || conn.closed) return;
+        acked = consumed;
+        conn.send({ type: 'streamAck', callId, consumed });
+      };
+    }
+    c.conn = conn;
+    this.inFlight.set(callId, c);
+    // Built without spreads: this is the hot path of every call.
+    const msg: { -readonly [K in keyof Call]: Call[K] } = {
+      type: 'call',
+      rid: 0,
+      method: c.method,
+      args: c.args,
+      callId,
+    };
+    if (c.group !== undefined) msg.group = c.group;
+    if (stream) {
+      msg.stream = true;
+      msg.backpressure = c.backpressure ?? 0;
+    }
+    conn.requestCb(msg, (err, v) => {
+      this.inFlight.delete(callId);
       if (err) this.onCallFailed(conn, c, err);
       else if (v instanceof ShmValue) this.readShared(c, v);
       else c.ref._resolve(v);
@@ -284,15 +434,22 @@ export class ActorClient {
       });
       return;
     }
-    this.dead = new ActorDiedError(
-      `actor ${this.actorId} is dead: ${cause?.message ?? 'unknown cause'}`,
-      {
-        context: this.causeContext(cause),
-      },
-    );
+    const Died = cause?.reason === 'out-of-memory' ? OutOfMemoryError : ActorDiedError;
+    this.dead = new Died(`actor ${this.actorId} is dead: ${cause?.message ?? 'unknown cause'}`, {
+      context: this.causeContext(cause),
+    });
   }
 
-  private diedError(cause: DeathCause | undefined, method: string): ActorDiedError {
+  private diedError(
+    cause: DeathCause | undefined,
+    method: string,
+  ): ActorDiedError | OutOfMemoryError {
+    if (cause?.reason === 'out-of-memory') {
+      return new OutOfMemoryError(
+        `actor ${this.actorId} died while '${method}' was in flight: ${cause.message}`,
+        { context: { ...this.causeContext(cause), method } },
+      );
+    }
     return new ActorDiedError(
       `actor ${this.actorId} died while '${method}' was in flight: ${cause?.message ?? 'unknown cause'}`,
       { context: { ...this.causeContext(cause), method } },
@@ -306,6 +463,32 @@ export class ActorClient {
       exitCode: cause?.exitCode,
       signal: cause?.signal,
       stderrTail: cause?.stderrTail,
+      // out-of-memory: the node, the usage and the process (MemoryKill's fields)
+      ...cause?.memory,
     };
   }
+}
+
+function withMethod(e: TaskCancelledError, method: string): TaskCancelledError {
+  return new TaskCancelledError(e.message, { context: { ...e.context, method } });
+}
+
+/**
+ * A handle's call with its per-call options (`handle.m.options(o).remote(...)`): a ref, or an
+ * `ObjectRefGenerator` for a streaming call.
+ */
+export function callWithOptions(
+  client: ActorClient,
+  method: string,
+  args: unknown[],
+  o: CallOptions | undefined,
+): ObjectRef<unknown> | ObjectRefGenerator<unknown> {
+  if (o === undefined) return client.call(method, args);
+  if (o.numReturns === 'streaming') {
+    return client.stream(method, args, {
+      group: o.concurrencyGroup,
+      backpressure: o.generatorBackpressure ?? 0,
+    });
+  }
+  return client.callWith(method, args, { retries: o.maxTaskRetries, group: o.concurrencyGroup });
 }

@@ -7,6 +7,7 @@
  */
 import { ActorHandleCore, kCore, makeHandle } from '../handles.ts';
 import { registerWireClass } from '../protocol.ts';
+import { callWithOptions } from './actor-client.ts';
 import { ObjectRef } from './object-ref.ts';
 import { currentRuntime } from './runtime.ts';
 import { installShmCodec } from './shm.ts';
@@ -52,6 +53,6 @@ export function handleFor(actorId: string, maxTaskRetries: number): unknown {
   return makeHandle(core, (method, args, opts) => {
     const rt = currentRuntime();
     if (!rt) throw new NotInitializedError();
-    return rt.actor(actorId, undefined, maxTaskRetries).call(method, args, opts?.maxTaskRetries);
+    return callWithOptions(rt.actor(actorId, undefined, maxTaskRetries), method, args, opts);
   });
 }

@@ -26,7 +26,9 @@ interface Entry {
   borrowers: number;
   holdUntilMs: number;
   bytes: number;
-  /** The value in shared memory, written on the first same-machine fetch (then reused). */
+  /** Nodes of this machine (`''`: a driver) that fetched the value so far. */
+  fetchedBy?: Set<string>;
+  /** The value in shared memory, written on the second same-machine fetch (then reused). */
   shm?: Promise<unknown>;
 }
 
@@ -70,7 +72,7 @@ export class ObjectStore {
    * (a peer on this machine), and counts it once the value is there.
    */
   serve(id: string, node: string, shared: boolean): Promise<unknown> | unknown {
-    const v = shared ? this.fetchShared(id) : this.fetch(id);
+    const v = shared ? this.fetchShared(id, node) : this.fetch(id);
     const count = (value: unknown) => {
       let n = this.served.get(node);
       if (!n) this.served.set(node, (n = { socket: 0, sharedMemory: 0 }));
@@ -163,19 +165,27 @@ export class ObjectStore {
   }
 
   /**
-   * Serves a fetch from a process on this machine: a large value goes through shared memory,
-   * written once per object however many processes of the machine fetch it.
+   * Serves a fetch from a process on this machine, of node `node`. The first from each node gets
+   * a large value over the socket: one copy into a reused buffer and the kernel's, where a file
+   * would cost a copy into fresh tmpfs pages (page allocation is most of it) and another out of
+   * them. A second fetch from a node means the object is shared there: it goes through shared
+   * memory, written once however many more processes of the machine fetch it.
    */
-  fetchShared(id: string): Promise<unknown> | unknown {
+  fetchShared(id: string, node: string): Promise<unknown> | unknown {
     const e = this.entries.get(id);
     if (!e) return this.fetch(id);
     if (e.shm) return e.shm;
     const h = e.holder;
     if (!h.isSettled) {
-      return new Promise((resolve) => h._onSettled(() => resolve(this.fetchShared(id))));
+      return new Promise((resolve) => h._onSettled(() => resolve(this.fetchShared(id, node))));
     }
     const value = h._take();
     if (largeBytes(value) < shmMinBytes) return value;
+    const by = (e.fetchedBy ??= new Set());
+    if (!by.has(node)) {
+      by.add(node);
+      return value;
+    }
     e.shm = writeShm(value, id, false).then(
       (s) => s ?? value,
       () => value,

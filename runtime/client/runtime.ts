@@ -14,6 +14,7 @@ import {
   type Call,
   type Message,
   type ReplyOf,
+  type StreamItem,
   acceptedBy,
 } from '../protocol.ts';
 import {
@@ -55,6 +56,7 @@ export interface RuntimeOptions {
 }
 
 const dataAccepts = acceptedBy('data');
+const callerAccepts = acceptedBy('caller');
 
 /**
  * How long a driver keeps reconnecting to a head that went away: longer than a head restart
@@ -94,6 +96,12 @@ export class Runtime {
   objects!: ObjectStore;
   /** Set by a worker hosting an actor. */
   callHandler: ((msg: Call, conn: Connection) => unknown) | undefined;
+  /** Set by a worker hosting an actor: stream acks and cancellations of the calls it runs. */
+  callControl:
+    | { ack(callId: string, consumed: number): void; cancel(callId: string): void }
+    | undefined;
+  /** This process's streaming calls in progress, by call id: where their items go. */
+  readonly streams = new Map<string, (m: StreamItem) => void>();
   readonly jobId: string | undefined;
   private readonly peers = new Map<string, Promise<Connection>>();
   private readonly actorClients = new Map<string, ActorClient>();
@@ -317,6 +325,11 @@ export class Runtime {
         maxFrameBytes: 16 * 1024 * 1024,
         connectTimeoutMs: 5000,
         holdProcess: this.opts.kind !== 'driver',
+        accepts: callerAccepts,
+        handler: (m) => {
+          // Items of a stream the consumer already left are dropped.
+          if (m.type === 'streamItem') this.streams.get(m.callId)?.(m);
+        },
       }).then((c) => {
         // Lets a peer on this machine hand large values over through shared memory, and count
         // what it serves per node.
@@ -360,6 +373,16 @@ export class Runtime {
     this.objects.close();
     if (current === this) current = undefined;
     for (const fn of this.closeHooks.reverse()) await fn();
+  }
+
+  /**
+   * Cancels the call behind `callId` (a call's result ref id, or a streaming call's generator
+   * id) if this process made it and it is not answered yet; returns the actor's client, or
+   * undefined when no actor client has it.
+   */
+  cancelCall(callId: string): ActorClient | undefined {
+    for (const c of this.actorClients.values()) if (c.cancel(callId)) return c;
+    return undefined;
   }
 
   /** Fetches a remote ref's value from its owner. */
@@ -424,6 +447,12 @@ export class Runtime {
         return undefined;
       case 'objectStats':
         return this.objects.stats();
+      case 'streamAck':
+        this.callControl?.ack(m.callId, m.consumed);
+        return undefined;
+      case 'cancelCall':
+        this.callControl?.cancel(m.callId);
+        return undefined;
       case 'borrow': {
         // Borrows are remembered per connection so a borrower that dies releases them.
         let held = conn.meta.borrows as Map<string, number> | undefined;

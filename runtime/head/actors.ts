@@ -301,6 +301,19 @@ export class ActorTable {
       return;
     }
     const killed = rec.killIntent !== undefined;
+    const mem = msg.memory;
+    if (mem && !killed) {
+      const mib = (n: number) => `${Math.round(n / 2 ** 20)} MiB`;
+      this.processGone(rec, {
+        reason: 'out-of-memory',
+        message: `the memory monitor of node ${mem.nodeId} killed the worker of actor ${rec.info.actorId} (pid ${mem.pid}, ${mem.rssBytes === null ? 'rss unknown' : `rss ${mib(mem.rssBytes)}`}): memory in use ${mib(mem.usedBytes)} of ${mib(mem.totalBytes)} passed the threshold ${mem.threshold}`,
+        exitCode: msg.exitCode,
+        signal: msg.signal,
+        stderrTail: msg.stderrTail,
+        memory: mem,
+      });
+      return;
+    }
     // A worker that exited while the head was down restarts as any crashed worker would.
     this.processGone(rec, {
       reason: killed ? 'killed' : 'exited',

@@ -8,32 +8,15 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
-import {
-  type WriteStream,
-  closeSync,
-  createWriteStream,
-  existsSync,
-  fstatSync,
-  mkdirSync,
-  mkdtempSync,
-  openSync,
-  readSync,
-} from 'node:fs';
+import { type WriteStream, createWriteStream, mkdirSync, mkdtempSync } from 'node:fs';
 import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import {
-  defaultMaxPackageBytes,
-  isPackageHash,
-  packagesDir,
-  unpackArchive,
-} from '../head/jobs/working-dir.ts';
-import { checkoutNodeFlags, ownModulePath } from '../own-files.ts';
-import { needsDependencies, provideDependencies } from '../head/jobs/package-deps.ts';
+import { isPackageHash, packagesDir } from '../head/jobs/working-dir.ts';
 import { isRtjobError } from '../errors.ts';
-import { largePageMallocEnv, removeShmFilesOf } from '../client/shm.ts';
-import { readEnv } from '../env.ts';
+import { removeShmFilesOf } from '../client/shm.ts';
 import { logger } from '../log.ts';
 import {
+  type MemoryKill,
   type Message,
   type ResourceMap,
   type StartWorker,
@@ -41,7 +24,16 @@ import {
   acceptedBy,
 } from '../protocol.ts';
 import { type Connection, connect } from '../transport.ts';
+import {
+  MemoryMonitor,
+  type MemoryReading,
+  memoryMonitorDefaults,
+  rssOf,
+} from './memory-monitor.ts';
+import { LogShipper } from './log-shipper.ts';
+import { NodePackages } from './packages.ts';
 import { UsageSampler } from './usage.ts';
+import { assignMessage, withLargePages, workerArgv, workerEnv } from './worker-env.ts';
 
 const log = logger('node');
 
@@ -110,6 +102,17 @@ export interface NodeAgentOptions {
    * for the dashboard and `rtjob status`); 0 sends none. @default 2000
    */
   statsIntervalMs?: number;
+  /**
+   * Share of memory in use (of this agent's cgroup when it has a limit, else of the machine)
+   * past which the memory monitor kills the most recently started worker, before the kernel's
+   * OOM killer strikes; its actor's callers get `OutOfMemoryError` (Ray's
+   * `memory_usage_threshold`). 1 turns the monitor off. @default 0.95
+   */
+  memoryUsageThreshold?: number;
+  /** How often the memory monitor reads memory in use; 0 turns it off. @default 250 */
+  memoryMonitorIntervalMs?: number;
+  /** @internal Reads memory in use (tests). @default cgroup or `/proc/meminfo` */
+  readMemory?: () => MemoryReading;
 }
 
 /** One running worker. */
@@ -130,6 +133,10 @@ export interface NodeAgentEvents {
 
 interface Running {
   info: WorkerProcess;
+  /** Start order on this node (the memory monitor kills the newest). */
+  seq: number;
+  /** Set when the memory monitor killed it. */
+  memory?: MemoryKill;
   child: ChildProcess;
   out: WriteStream;
   err: WriteStream;
@@ -137,11 +144,6 @@ interface Running {
   partial: string;
 }
 
-const workerMain = ownModulePath('../worker/main.ts', import.meta.url);
-const loaders = {
-  cached: new URL('../worker/ts-loader.mjs', import.meta.url).href,
-  tsx: import.meta.resolve('tsx'),
-} as const;
 const accepts = acceptedBy('node');
 
 /** A node agent connected to a head. */
@@ -158,22 +160,14 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   private startQueue: StartWorker[] = [];
   /** Exit reports that happened while the head was unreachable, sent after reconnecting. */
   private unsent: WorkerExited[] = [];
-  /** Log files being shipped (`shipLogs`), with the offset the head has. */
-  private readonly shipping = new Map<
-    string,
-    {
-      actorId: string;
-      incarnation: number;
-      stream: 'stdout' | 'stderr';
-      offset: number;
-      done: boolean;
-    }
-  >();
-  private shipTimer: NodeJS.Timeout | undefined;
+  /** Ships worker logs to the head (`shipLogs`). */
+  private readonly logs: LogShipper | undefined;
   private statsTimer: NodeJS.Timeout | undefined;
   private readonly usage = new UsageSampler();
-  /** Working-dir packages on this node, by content hash. */
-  private readonly packages = new Map<string, Promise<string>>();
+  private readonly memory: MemoryMonitor;
+  private spawned = 0;
+  /** Working-dir packages on this node. */
+  private readonly packages: NodePackages;
   /** Workers (`actorId:incarnation`) waiting for their package. */
   private readonly fetching = new Set<string>();
 
@@ -188,6 +182,52 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       memory: opts.memoryBytes ?? Math.floor(totalmem() * 0.7),
       ...opts.resources,
     };
+    this.packages = new NodePackages(this.sessionDir, (hash) =>
+      this.conn.request({ type: 'fetchPackage', hash }),
+    );
+    if (opts.shipLogs) this.logs = new LogShipper(() => this.conn, opts.shipLogsIntervalMs ?? 500);
+    const threshold = opts.memoryUsageThreshold ?? memoryMonitorDefaults.memoryUsageThreshold;
+    this.memory = new MemoryMonitor({
+      threshold,
+      intervalMs:
+        threshold >= 1
+          ? 0
+          : (opts.memoryMonitorIntervalMs ?? memoryMonitorDefaults.memoryMonitorIntervalMs),
+      read: opts.readMemory,
+      onOverThreshold: (r) => this.killForMemory(r, threshold),
+    });
+  }
+
+  /**
+   * Memory is past the threshold: kills the most recently started worker (Ray's policy: the
+   * newest has lost the least work), and resolves once it exited; false when none runs.
+   */
+  private killForMemory(reading: MemoryReading, threshold: number): Promise<boolean> {
+    let newest: Running | undefined;
+    for (const r of this.running.values())
+      if (!r.memory && (!newest || r.seq > newest.seq)) newest = r;
+    if (!newest) return Promise.resolve(false);
+    const pid = newest.info.pid;
+    const rssBytes = rssOf(pid);
+    newest.memory = {
+      nodeId: this.nodeId,
+      usedBytes: reading.usedBytes,
+      totalBytes: reading.totalBytes,
+      threshold,
+      pid,
+      rssBytes,
+    };
+    log.warn(
+      `memory in use ${reading.usedBytes} of ${reading.totalBytes} bytes (${reading.source}) is past ${threshold}: killing the newest worker, pid ${pid} (actor ${newest.info.actorId}, rss ${rssBytes ?? '?'} bytes)`,
+    );
+    const child = newest.child;
+    const gone = new Promise<boolean>((resolve) =>
+      child.exitCode !== null || child.signalCode !== null
+        ? resolve(true)
+        : child.once('close', () => resolve(true)),
+    );
+    child.kill('SIGKILL');
+    return gone;
   }
 
   /** Idle booted workers in the pool (`warmWorkers`), waiting for an actor. */
@@ -205,10 +245,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     this.conn = await this.register();
     this.watchHead();
     this.refillWarm();
-    if (this.opts.shipLogs) {
-      this.shipTimer = setInterval(() => this.shipLogs(), this.opts.shipLogsIntervalMs ?? 500);
-      this.shipTimer.unref();
-    }
+    this.memory.start();
+    this.logs?.start();
     const statsMs = this.opts.statsIntervalMs ?? 2000;
     if (statsMs > 0) {
       this.sendStats();
@@ -223,48 +261,13 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     this.conn.send({ type: 'nodeStats', ...this.usage.sample(this.workers) });
   }
 
-  /**
-   * Sends what is new in each shipped file, from the offset the head has; while the head is
-   * unreachable nothing is lost, the offsets simply wait. Finished files are dropped once sent.
-   */
-  private shipLogs(): void {
-    if (this.conn.closed) return;
-    for (const [path, f] of this.shipping) {
-      let fd: number | undefined;
-      try {
-        fd = openSync(path, 'r');
-        const size = fstatSync(fd).size;
-        while (f.offset < size) {
-          const len = Math.min(256 * 1024, size - f.offset);
-          const data = Buffer.allocUnsafe(len);
-          const n = readSync(fd, data, 0, len, f.offset);
-          if (n <= 0) break;
-          this.conn.send({
-            type: 'workerLog',
-            actorId: f.actorId,
-            incarnation: f.incarnation,
-            stream: f.stream,
-            offset: f.offset,
-            data: data.subarray(0, n),
-          });
-          f.offset += n;
-        }
-        if (f.done) this.shipping.delete(path);
-      } catch {
-        if (f.done) this.shipping.delete(path);
-      } finally {
-        if (fd !== undefined) closeSync(fd);
-      }
-    }
-  }
-
   /** Boots idle workers up to `warmWorkers`, one at a time and only when nothing else starts. */
   private refillWarm(): void {
     const want = this.opts.warmWorkers ?? 1;
     if (this.closing || this.warm.length >= want || this.starting > 0 || this.startQueue.length > 0)
       return;
-    const child = spawn(process.execPath, this.workerArgv(), {
-      env: this.withLargePages({ ...process.env, ...this.opts.env, RTJOB_WARM: '1' }),
+    const child = spawn(process.execPath, workerArgv(this.opts), {
+      env: withLargePages({ ...process.env, ...this.opts.env, RTJOB_WARM: '1' }),
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     });
     this.warm.push(child);
@@ -282,19 +285,6 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     child.once('close', drop);
     child.once('error', drop);
     child.unref();
-  }
-
-  /**
-   * A worker's environment with glibc backing large allocations by huge pages (see
-   * `largePageMallocEnv`): a worker's fetched objects and results land in fresh buffers.
-   */
-  private withLargePages(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
-    return { ...env, GLIBC_TUNABLES: largePageMallocEnv(env.GLIBC_TUNABLES) };
-  }
-
-  private workerArgv(): string[] {
-    const kind = this.opts.workerLoader ?? readEnv('RTJOB_WORKER_LOADER') ?? 'cached';
-    return [...checkoutNodeFlags, '--import', loaders[kind], workerMain];
   }
 
   /** With `holdProcess: false`, a worker's handles must not keep this process alive. */
@@ -402,8 +392,9 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
   /** Kills every worker, waits for them to exit, and leaves the cluster. */
   async close(): Promise<void> {
     this.closing = true;
-    if (this.shipTimer) clearInterval(this.shipTimer);
+    this.logs?.stop();
     if (this.statsTimer) clearInterval(this.statsTimer);
+    this.memory.stop();
     for (const c of this.warm.splice(0)) c.kill('SIGKILL');
     const exits = [...this.running.values()].map(
       (r) =>
@@ -470,7 +461,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     }
     const key = `${m.actorId}:${m.incarnation}`;
     this.fetching.add(key);
-    this.localPackage(hash, m.env.RTJOB_SUBMITTER_MODULES).then(
+    this.packages.local(hash, m.env.RTJOB_SUBMITTER_MODULES).then(
       (dir) => {
         if (!this.fetching.delete(key)) return this.startFailed(m, null, 'SIGKILL', []); // stopped meanwhile
         this.spawnWorker({ ...m, env: { ...m.env, RTJOB_WORKING_DIR: dir } });
@@ -484,40 +475,6 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         this.startFailed(m, 1, null, [why]);
       },
     );
-  }
-
-  /**
-   * This node's copy of a working-dir package, fetched and unpacked once, with its npm
-   * dependencies (`package-deps.ts`).
-   */
-  private localPackage(hash: string, submitterNodeModules: string | undefined): Promise<string> {
-    let p = this.packages.get(hash);
-    if (!p) {
-      p = (async () => {
-        const dir = packagesDir(this.sessionDir, hash);
-        if (!existsSync(dir)) await this.fetchPackage(hash, dir);
-        if (needsDependencies(dir))
-          await provideDependencies(dir, {
-            ...(submitterNodeModules ? { submitterNodeModules } : {}),
-            log: (line) => log.info(line),
-          });
-        return dir;
-      })();
-      this.packages.set(hash, p);
-      p.catch(() => this.packages.delete(hash));
-    }
-    return p;
-  }
-
-  private async fetchPackage(hash: string, dir: string): Promise<void> {
-    const archive = await this.conn.request({ type: 'fetchPackage', hash });
-    unpackArchive(
-      Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength),
-      hash,
-      dir,
-      defaultMaxPackageBytes * 4,
-    );
-    log.info(`unpacked working dir ${hash.slice(0, 12)} (${archive.byteLength} bytes) into ${dir}`);
   }
 
   /** A worker that never started: the head hears of it as of any exit. */
@@ -537,54 +494,31 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       signal,
       stderrTail,
     };
-    if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0)
-      this.unsent.push(report);
-    else this.conn.send(report);
+    this.report(report);
+  }
+
+  /** Tells the head a worker ended; kept for after the reconnect while the head is away. */
+  private report(m: WorkerExited): void {
+    if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0) this.unsent.push(m);
+    else this.conn.send(m);
   }
 
   private spawnWorker(m: StartWorker): void {
     if (this.closing) return;
     const base = join(this.sessionDir, 'logs', `worker-${m.actorId}-${m.incarnation}`);
     const logFiles = { stdout: `${base}.out`, stderr: `${base}.err` };
-    const env: NodeJS.ProcessEnv = {
-      ...process.env,
-      ...this.opts.env,
-      ...m.env,
-      RTJOB_HEAD_ADDRESS: this.opts.headAddress,
-      RTJOB_TOKEN: this.opts.token,
-      RTJOB_ACTOR_ID: m.actorId,
-      RTJOB_INCARNATION: String(m.incarnation),
-      RTJOB_NODE_ID: this.nodeId,
-      RTJOB_SESSION_DIR: this.sessionDir,
-      RTJOB_WORKER_HOST: this.opts.host ?? '127.0.0.1',
-      // A node that declares GPUs gives each worker exactly its own (none: an empty list); a node
-      // that declares none manages none, and its workers see what the agent sees.
-      ...((this.resources.GPU ?? 0) > 0 ? { CUDA_VISIBLE_DEVICES: m.gpuIds.join(',') } : {}),
-      ...((this.opts.reconnectMs ?? 0) > 0
-        ? { RTJOB_HEAD_RECONNECT_MS: String(this.opts.reconnectMs) }
-        : {}),
-    };
-    delete env.RTJOB_ADDRESS;
+    const env = workerEnv(this.opts, m, this.nodeId, this.sessionDir);
     const warm = this.takeWarm(m);
     const child =
       warm ??
-      spawn(process.execPath, this.workerArgv(), {
-        env: this.withLargePages(env),
+      spawn(process.execPath, workerArgv(this.opts), {
+        env: withLargePages(env),
         stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       });
     this.release(child);
     if (warm) {
-      // Only what differs from the agent's own environment travels; the worker applies it
-      // before importing any user code (so CUDA_VISIBLE_DEVICES is in place for CUDA).
-      const delta: Record<string, string> = {};
-      for (const [k, v] of Object.entries(env))
-        if (v !== undefined && process.env[k] !== v) delta[k] = v;
       if (this.opts.holdProcess !== false) warm.ref();
-      warm.send({
-        type: 'assign',
-        env: delta,
-        unset: ['RTJOB_WARM', ...(readEnv('RTJOB_ADDRESS') !== undefined ? ['RTJOB_ADDRESS'] : [])],
-      });
+      warm.send(assignMessage(env));
     }
     const out = createWriteStream(logFiles.stdout, { flags: 'a' });
     const err = createWriteStream(logFiles.stderr, { flags: 'a' });
@@ -594,7 +528,7 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       pid: child.pid ?? -1,
       logFiles,
     };
-    const r: Running = { info, child, out, err, tail: [], partial: '' };
+    const r: Running = { info, seq: ++this.spawned, child, out, err, tail: [], partial: '' };
     let startingCounted = true;
     const started = () => {
       if (!startingCounted) return;
@@ -618,39 +552,12 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
       if (r.tail.length > keep) r.tail.splice(0, r.tail.length - keep);
     });
     child.on('error', (e) => log.error(`worker for ${m.actorId} failed to start: ${e.message}`));
-    if (this.opts.shipLogs) {
-      for (const [path, stream] of [
-        [logFiles.stdout, 'stdout'],
-        [logFiles.stderr, 'stderr'],
-      ] as const) {
-        this.shipping.set(path, {
-          actorId: m.actorId,
-          incarnation: m.incarnation,
-          stream,
-          offset: 0,
-          done: false,
-        });
-      }
-    }
+    this.logs?.add(m.actorId, m.incarnation, logFiles);
     child.on('close', (code, signal) => {
       // Shared-memory objects of a worker that could not clean up (killed) are freed now.
       if (child.pid !== undefined) removeShmFilesOf(child.pid);
       // Ship the last bytes once both log files are flushed.
-      if (this.opts.shipLogs) {
-        let open = 2;
-        const finished = () => {
-          if (--open > 0) return;
-          for (const p of [logFiles.stdout, logFiles.stderr]) {
-            const f = this.shipping.get(p);
-            if (f) f.done = true;
-          }
-          this.shipLogs();
-        };
-        for (const w of [out, err]) {
-          if (w.writableFinished) queueMicrotask(finished);
-          else w.once('finish', finished);
-        }
-      }
+      this.logs?.finish(logFiles, out, err);
       started();
       setImmediate(() => this.refillWarm());
       if (r.partial) r.tail.push(r.partial);
@@ -665,10 +572,9 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
         exitCode: code,
         signal,
         stderrTail,
+        ...(r.memory ? { memory: r.memory } : {}),
       };
-      if (this.conn.closed && !this.closing && (this.opts.reconnectMs ?? 0) > 0)
-        this.unsent.push(report);
-      else this.conn.send(report);
+      this.report(report);
     });
     this.running.set(m.actorId, r);
     this.emit('workerStarted', info);

@@ -12,6 +12,7 @@ import { readEnv } from '../env.ts';
 import { ActorLoadError, toWire } from '../errors.ts';
 import { logger } from '../log.ts';
 import type { Call } from '../protocol.ts';
+import type { Connection } from '../transport.ts';
 import { Executor } from './executor.ts';
 import { Lease } from './lease.ts';
 import { loadActor, taskRunner } from './load.ts';
@@ -63,18 +64,23 @@ const assignment = await rt.head.request({ type: 'workerHello', actorId, incarna
 if (assignment.options.jobId) env.RTJOB_JOB_ID = assignment.options.jobId;
 env.RTJOB_JOB_ENV ??= JSON.stringify(assignment.options.env ?? {});
 
-let handle: (m: Call) => unknown;
+let handle: (m: Call, conn: Connection) => unknown;
 let exec: Executor;
 try {
   if (assignment.spec.kind === 'tasks') {
     const runner = taskRunner(actorId);
     const tasks = new Executor(runner, assignment.options.maxConcurrency, actorId);
-    handle = (m) => runner.prepare(m.method).then(() => tasks.handle(m));
+    handle = (m, conn) => runner.prepare(m.method).then(() => tasks.handle(m, conn));
     exec = tasks;
   } else {
     const lookup = await loadActor(assignment, actorId);
-    const actor = new Executor(lookup, assignment.options.maxConcurrency, actorId);
-    handle = (m) => actor.handle(m);
+    const actor = new Executor(
+      lookup,
+      assignment.options.maxConcurrency,
+      actorId,
+      assignment.options.concurrencyGroups,
+    );
+    handle = (m, conn) => actor.handle(m, conn);
     exec = actor;
   }
 } catch (e) {
@@ -92,11 +98,12 @@ try {
 let calls = 0;
 let reported = 0;
 let lease: Lease | undefined;
-rt.callHandler = (m) => {
+rt.callHandler = (m, conn) => {
   calls++;
   lease?.check();
-  return handle(m);
+  return handle(m, conn);
 };
+rt.callControl = exec;
 setInterval(() => {
   if (calls === reported || rt.head.closed) return;
   rt.head.send({ type: 'workerStats', calls: calls - reported });

@@ -22,6 +22,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { writeDaemonOptions } from '../../cli/daemon-options.ts';
 import { type Head, startHead } from '../../runtime/head/head.ts';
 import { type ActorHandle, actorInfo, defineActor, init, shutdown } from '../../runtime/index.ts';
 import { setLogSink } from '../../runtime/log.ts';
@@ -186,7 +187,7 @@ export class ChaosCluster {
       '--import',
       'tsx',
       join(root, 'cli/node-daemon.ts'),
-      JSON.stringify(opts),
+      writeDaemonOptions(sessionDir, opts),
     ];
     const cmd = [...prefix, ...argv];
     const log = openSync(join(sessionDir, 'agent.log'), 'a');

@@ -30,6 +30,11 @@ test('start --head writes cluster.json (0600) and status shows the node', async 
   assert.ok(info.token.length >= 24);
   const mode = statSync(join(sb.home, '.rtjob', 'cluster.json')).mode & 0o777;
   assert.is(mode, 0o600);
+  // The daemons got their options (the token among them) by file: `ps` never shows the token.
+  for (const pid of info.pids) {
+    const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+    assert.not.ok(cmdline.includes(info.token), `pid ${pid}'s command line holds the token`);
+  }
   const r = await sb.run(['status', '--json']);
   assert.is(r.code, 0, r.stderr);
   const s = JSON.parse(r.stdout);

@@ -7,11 +7,12 @@
  * a cut link. `npm run chaos` cuts a real link in a network namespace.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { writeDaemonOptions } from '../../cli/daemon-options.ts';
 import { type Head, startHead } from '../../runtime/head/head.ts';
 import { actorInfo, defineActor, init, shutdown } from '../../runtime/index.ts';
 import { setLogSink } from '../../runtime/log.ts';
@@ -44,9 +45,12 @@ test.before(async () => {
     numCpus: 2,
     warmWorkers: 0,
   };
-  nodeA = spawn(process.execPath, ['--import', 'tsx', 'cli/node-daemon.ts', JSON.stringify(opts)], {
-    stdio: 'ignore',
-  });
+  mkdirSync(opts.sessionDir, { recursive: true });
+  nodeA = spawn(
+    process.execPath,
+    ['--import', 'tsx', 'cli/node-daemon.ts', writeDaemonOptions(opts.sessionDir, opts)],
+    { stdio: 'ignore' },
+  );
   await until(() => existsSync(join(dir, 'a', 'node.json')), 20_000, 'node A');
   nodeB = await startNodeAgent({
     headAddress: head.address,

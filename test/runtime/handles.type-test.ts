@@ -3,6 +3,7 @@
  * `@ts-expect-error` line must fail to compile, so a loosened type breaks the type check.
  */
 import {
+  cancel,
   defineActor,
   defineTask,
   get,
@@ -10,9 +11,11 @@ import {
   put,
   type ActorHandle,
   type ObjectRef,
+  type ObjectRefGenerator,
 } from '../../runtime/index.ts';
 import type { Counter } from '../fixtures/runtime/counter.ts';
-import type { square } from '../fixtures/runtime/tasks.ts';
+import type { Streamer } from '../fixtures/runtime/streamer.ts';
+import type { countTask, square } from '../fixtures/runtime/tasks.ts';
 
 declare const url: URL;
 const C = defineActor<typeof Counter>(url, 'Counter');
@@ -62,4 +65,49 @@ export async function checks(): Promise<void> {
   void q;
   // @ts-expect-error task argument type
   sq.remote('3');
+
+  // Streaming: the item type is inferred from the generator method.
+  const S = defineActor<typeof Streamer>(url, 'Streamer');
+  const st = S.options({ concurrencyGroups: { io: 4, compute: 1 } }).remote();
+  const gen: ObjectRefGenerator<number> = st.count
+    .options({ numReturns: 'streaming', generatorBackpressure: 4 })
+    .remote(3);
+  const letters: ObjectRefGenerator<string> = st.letters
+    .options({ numReturns: 'streaming' })
+    .remote('ab');
+  const step = await gen.next();
+  if (!step.done) {
+    const ref: ObjectRef<number> = step.value;
+    const item: number = await get(ref);
+    void item;
+    // @ts-expect-error the items are numbers
+    const wrong: ObjectRef<string> = step.value;
+    void wrong;
+  }
+  const next = await letters.next();
+  if (!next.done) {
+    const text: string = await next.value;
+    void text;
+  }
+  // @ts-expect-error argument type of a streaming method
+  st.count.options({ numReturns: 'streaming' }).remote('3');
+  // @ts-expect-error a method that is not a generator cannot stream
+  st.plain.options({ numReturns: 'streaming' }).remote(1);
+  // @ts-expect-error only 'streaming' is a numReturns
+  st.count.options({ numReturns: 2 });
+  st.plain.options({ concurrencyGroup: 'io' }).remote(1);
+  // @ts-expect-error a concurrency group is named by a string
+  st.plain.options({ concurrencyGroup: 1 });
+  // @ts-expect-error concurrency group sizes are numbers
+  S.options({ concurrencyGroups: { io: 'four' } });
+  const tgen: ObjectRefGenerator<number> = defineTask<typeof countTask>(url, 'countTask')
+    .options({ numReturns: 'streaming' })
+    .remote(2);
+  // @ts-expect-error a task that is not a generator cannot stream
+  sq.options({ numReturns: 'streaming' }).remote(2);
+  const ok: boolean = await cancel(gen);
+  await cancel(st.plain.remote(1), { force: true });
+  // @ts-expect-error cancel takes a ref or a generator
+  await cancel(st);
+  void [ok, tgen];
 }
