@@ -9,6 +9,8 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
+import { CliError } from './client.ts';
+
 /** Writes `options` for a daemon to a private file in `dir`; returns its path. */
 export function writeDaemonOptions(dir: string, options: unknown): string {
   const path = join(dir, `.daemon-options-${randomBytes(6).toString('hex')}.json`);
@@ -19,7 +21,7 @@ export function writeDaemonOptions(dir: string, options: unknown): string {
 /** In a daemon: reads (and removes) the options file its command line names. */
 export function readDaemonOptions<T>(): T {
   const path = process.argv[2];
-  if (!path) throw new Error('usage: <daemon> <options file>');
+  if (!path) throw new CliError('usage: <daemon> <options file>', 2);
   try {
     return JSON.parse(readFileSync(path, 'utf8')) as T;
   } finally {

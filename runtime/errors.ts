@@ -310,6 +310,9 @@ export class CollectiveError extends RtjobError<'COLLECTIVE'> {
  * running one had its `AbortSignal` aborted (or its worker killed, with `force`).
  */
 export class TaskCancelledError extends RtjobError<'TASK_CANCELLED'> {
+  override get name(): string {
+    return 'TaskCancelledError';
+  }
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('TASK_CANCELLED', message, opts);
   }
@@ -322,6 +325,9 @@ export class TaskCancelledError extends RtjobError<'TASK_CANCELLED'> {
  * `rssBytes`).
  */
 export class OutOfMemoryError extends RtjobError<'OUT_OF_MEMORY'> {
+  override get name(): string {
+    return 'OutOfMemoryError';
+  }
   constructor(message: string, opts: RtjobErrorOptions = {}) {
     super('OUT_OF_MEMORY', message, opts);
   }

@@ -6,7 +6,6 @@
  *
  * @module
  */
-import { fileURLToPath } from 'node:url';
 import { largePageMallocEnv } from '../client/shm.ts';
 import { checkoutNodeFlags, ownModulePath } from '../own-files.ts';
 import { readEnv } from '../env.ts';
