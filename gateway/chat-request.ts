@@ -37,6 +37,8 @@ export interface ToolSpec {
 export interface SamplingRequest {
   temperature?: number;
   topP?: number;
+  /** Anthropic's `top_k` (ignored where the run fixes sampling). */
+  topK?: number;
   maxTokens?: number;
   stop: string[];
   n: number;

@@ -60,6 +60,8 @@ export interface CompletionChoice {
   content: string | null;
   toolCalls: ToolCallOut[];
   finishReason: 'stop' | 'length' | 'tool_calls';
+  /** The request's stop string that ended the answer (cut from it), if one did. */
+  stopSequence: string | null;
 }
 
 /** The outcome of one request. */
@@ -115,6 +117,7 @@ export async function complete(
     maxNewTokens: Math.min(s.maxTokens ?? ctx.maxNewTokens, ctx.maxNewTokens, room),
     temperature,
     topP: ctx.fixedSampling?.topP ?? s.topP ?? 1,
+    ...(s.topK !== undefined && !ctx.fixedSampling ? { topK: s.topK } : {}),
     ...(temperature === 0 ? { greedy: true } : {}),
     ...(stop.length ? { stop } : {}),
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
@@ -252,8 +255,9 @@ function choiceOf(
       : ids;
   // A forced call's opening came with the prompt but belongs to the message the parser reads.
   let text = opening + ctx.tokenizer.decode(body, { skipSpecialTokens: false });
-  const stop = req.sampling.stop.find((st) => text.endsWith(st));
-  if (out.stopReason === 'stop' && stop !== undefined) text = text.slice(0, -stop.length);
+  const found = req.sampling.stop.find((st) => text.endsWith(st));
+  const stop = out.stopReason === 'stop' && found !== undefined ? found : null;
+  if (stop !== null) text = text.slice(0, -stop.length);
   const parsed =
     req.toolChoice !== 'none'
       ? parseCompletion(ctx.parser, text)
@@ -269,5 +273,6 @@ function choiceOf(
     content: parsed.content,
     toolCalls,
     finishReason,
+    stopSequence: stop,
   };
 }

@@ -26,7 +26,7 @@ import {
   type ToolCallOut,
 } from './completion.ts';
 import { badField, GatewayError } from './errors.ts';
-import { sendSse, startSse } from './sse.ts';
+import { sendJson, sendSse, startSse } from './sse.ts';
 import { parseToolChoice } from './tool-choice.ts';
 import type { TokenSession } from './token-session.ts';
 import * as v from './validate.ts';
@@ -84,12 +84,7 @@ export async function handleResponses(
     sink.end(result);
     return result;
   }
-  const text = JSON.stringify(responseObject(b, model, result, tools ?? [], outputItems(result)));
-  res.writeHead(200, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-  });
-  res.end(text);
+  sendJson(res, 200, responseObject(b, model, result, tools ?? [], outputItems(result)));
   return result;
 }
 

@@ -1,6 +1,6 @@
 /**
- * The agent gateway: an OpenAI-compatible HTTP endpoint (`/v1/chat/completions`,
- * `/v1/responses`, `/v1/models`) in front of the run's inference engine. Each agent episode gets
+ * The agent gateway: an OpenAI- and Anthropic-compatible HTTP endpoint (`/v1/chat/completions`,
+ * `/v1/responses`, `/v1/messages`, `/v1/models`) in front of the run's inference engine. Each agent episode gets
  * its own random key, valid only while the episode runs; the key selects the episode's token
  * session, so one episode can never read or extend another's. Bound to loopback by default.
  *
@@ -14,7 +14,9 @@ import { ChatCompletionStream, chatCompletionBody } from './chat-completions.ts'
 import { parseChatRequest } from './chat-request.ts';
 import { complete, type CompletionContext, type GatewayEngine } from './completion.ts';
 import { GatewayError } from './errors.ts';
+import { MessagesStream, parseMessagesRequest, sendMessage } from './messages.ts';
 import { handleResponses } from './responses.ts';
+import { sendJson } from './sse.ts';
 import { TokenSession } from './token-session.ts';
 import { toolCallParser } from './tool-parsers.ts';
 import * as v from './validate.ts';
@@ -166,39 +168,46 @@ export class Gateway {
     res.once('close', () => (gone = !res.writableFinished));
     const abandoned = (): boolean => gone;
     let stream: ChatCompletionStream | undefined;
+    let messagesStream: MessagesStream | undefined;
+    let anthropic = false;
     res.once('finish', () => {
       if (engineMs === undefined) return;
       if (this.overhead.push(performance.now() - t0 - engineMs) > overheadWindow)
         this.overhead.shift();
     });
     try {
-      const path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
+      let path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
+      // `new Anthropic({ baseURL })` with the agent's `…/v1` base asks for `/v1/v1/messages`.
+      if (path === '/v1/v1/messages') path = '/v1/messages';
+      anthropic = path === '/v1/messages';
       const entry = this.authorize(req);
       if (path === '/v1/models' || path.startsWith('/v1/models/')) {
         if (req.method !== 'GET') throw methodNotAllowed(req.method);
         return this.models(res, path);
       }
-      if (path !== '/v1/chat/completions' && path !== '/v1/responses') {
+      if (!['/v1/chat/completions', '/v1/responses', '/v1/messages'].includes(path)) {
         throw new GatewayError(404, 'not_found', `no route ${req.method} ${path}`);
       }
       if (req.method !== 'POST') throw methodNotAllowed(req.method);
       const body = await this.readJson(req);
       this.checkModel(body);
+      const ctx = entry.ctx ?? this.ctx;
       if (path === '/v1/responses') {
-        const r = await handleResponses(
-          res,
-          body,
-          entry.ctx ?? this.ctx,
-          this.o.model,
-          entry.session,
-          abandoned,
-        );
+        const r = await handleResponses(res, body, ctx, this.o.model, entry.session, abandoned);
         engineMs = r.engineMs;
         return;
       }
+      if (anthropic) {
+        const m = parseMessagesRequest(body);
+        if (m.stream) messagesStream = new MessagesStream(res, this.o.model);
+        const result = await complete(ctx, m.req, entry.session, abandoned, messagesStream);
+        engineMs = result.engineMs;
+        if (messagesStream) return messagesStream.end(result);
+        return sendMessage(res, this.o.model, result);
+      }
       const chat = parseChatRequest(body);
       if (chat.stream) stream = new ChatCompletionStream(res, chat, this.o.tokenizer, this.o.model);
-      const result = await complete(entry.ctx ?? this.ctx, chat, entry.session, abandoned, stream);
+      const result = await complete(ctx, chat, entry.session, abandoned, stream);
       engineMs = result.engineMs;
       if (stream) return stream.end(result);
       sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model));
@@ -208,22 +217,25 @@ export class Gateway {
           ? err
           : new GatewayError(500, 'engine_error', err instanceof Error ? err.message : String(err));
       // A stream already under way ends with an error event, which the client raises.
-      if (stream?.fail(e.toBody())) return;
+      if (stream?.fail(e.toBody()) || messagesStream?.fail(e)) return;
       if (res.headersSent) res.end();
-      else sendJson(res, e.status, e.toBody());
+      else sendJson(res, e.status, anthropic ? e.toAnthropicBody() : e.toBody());
     }
   }
 
+  /** The key of `Authorization: Bearer` (OpenAI) or `x-api-key` (Anthropic). */
   private authorize(req: IncomingMessage): KeyEntry {
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
-    if (!m) {
+    const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1];
+    const header = req.headers['x-api-key'];
+    const key = bearer ?? (typeof header === 'string' && header !== '' ? header : undefined);
+    if (key === undefined) {
       throw new GatewayError(
         401,
         'invalid_api_key',
-        'You did not provide an API key: send Authorization: Bearer <key>.',
+        'You did not provide an API key: send Authorization: Bearer <key> or x-api-key: <key>.',
       );
     }
-    const entry = this.keys.get(hashKey(m[1]!));
+    const entry = this.keys.get(hashKey(key));
     if (!entry) {
       throw new GatewayError(
         401,
@@ -290,13 +302,4 @@ function unknownModel(id: string): GatewayError {
 
 function methodNotAllowed(method: string | undefined): GatewayError {
   return new GatewayError(405, 'method_not_allowed', `method ${method ?? '?'} not allowed here`);
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-  });
-  res.end(text);
 }
