@@ -15,6 +15,7 @@ import { parseChatRequest } from './chat-request.ts';
 import { complete, type CompletionContext, type GatewayEngine } from './completion.ts';
 import { GatewayError } from './errors.ts';
 import { MessagesStream, parseMessagesRequest, sendMessage } from './messages.ts';
+import { ResponseStore } from './response-store.ts';
 import { handleResponses } from './responses.ts';
 import { sendJson } from './sse.ts';
 import { TokenSession } from './token-session.ts';
@@ -48,6 +49,8 @@ export interface GatewayOptions {
 /** A key and what it opens: a recording session (agent episodes) or none (`rtjob serve`). */
 interface KeyEntry {
   session: TokenSession | undefined;
+  /** Responses stored with this key (`previous_response_id` finds only these). */
+  responses: ResponseStore;
   /** This key's completions are generated with these settings (evaluation: greedy). */
   ctx?: CompletionContext;
 }
@@ -137,6 +140,7 @@ export class Gateway {
     const h = hashKey(apiKey);
     this.keys.set(h, {
       session,
+      responses: new ResponseStore(),
       ...(o.fixedSampling ? { ctx: { ...this.ctx, fixedSampling: o.fixedSampling } } : {}),
     });
     return {
@@ -151,7 +155,7 @@ export class Gateway {
 
   /** Accepts `apiKey` for requests that record nothing (`rtjob serve`). */
   addStaticKey(apiKey: string): void {
-    this.keys.set(hashKey(apiKey), { session: undefined });
+    this.keys.set(hashKey(apiKey), { session: undefined, responses: new ResponseStore() });
   }
 
   /** Stops listening and drops every key. */
@@ -193,7 +197,15 @@ export class Gateway {
       this.checkModel(body);
       const ctx = entry.ctx ?? this.ctx;
       if (path === '/v1/responses') {
-        const r = await handleResponses(res, body, ctx, this.o.model, entry.session, abandoned);
+        const r = await handleResponses(
+          res,
+          body,
+          ctx,
+          this.o.model,
+          entry.session,
+          abandoned,
+          entry.responses,
+        );
         engineMs = r.engineMs;
         return;
       }
