@@ -13,10 +13,11 @@ import type {
   TopLogprobs,
 } from '../engines/types.ts';
 import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
+import { bridgeIds } from './bridge.ts';
 import type { CompletionRequest } from './chat-request.ts';
 import { ChoiceStream, type StreamSink, toolCallId } from './choice-stream.ts';
 import { GatewayError } from './errors.ts';
-import type { TokenSession } from './token-session.ts';
+import type { Bridge, TokenSession } from './token-session.ts';
 import { firstCallOnly, forcedOpening, oneCallStop } from './tool-choice.ts';
 import { parseCompletion, type ToolCallParser } from './tool-parsers.ts';
 
@@ -41,6 +42,8 @@ export interface CompletionContext {
    * recorded behaviour logprobs are of the distribution the trainer scores).
    */
   fixedSampling?: { temperature: number; topP: number };
+  /** Bridge mode (`bridge.ts`): continue a trajectory the re-rendered prompt no longer extends. @default true */
+  bridge?: boolean;
 }
 
 /** A tool call as answered to the client. */
@@ -86,9 +89,15 @@ export async function complete(
   sink?: StreamSink,
 ): Promise<CompletionResult> {
   const opening = forcedOpening(ctx.tokenizer, ctx.parser, req.tools, req.toolChoice);
-  const promptIds = renderPrompt(ctx.tokenizer, req, opening);
+  const tools = req.toolChoice === 'none' ? undefined : req.tools;
+  const rendered = renderPrompt(ctx.tokenizer, req, opening);
+  const next = { messages: req.messages, tools, opening, enabled: ctx.bridge !== false };
+  const bridge: Bridge = (ids, turn) => bridgeIds(ctx.tokenizer, ids, turn, next);
+  const claim = session?.begin(rendered, bridge);
+  const promptIds = claim?.promptIds ?? rendered;
   const room = ctx.contextLength - promptIds.length;
   if (room <= 0) {
+    if (claim) session!.release(claim);
     throw new GatewayError(
       400,
       'context_length_exceeded',
@@ -98,6 +107,7 @@ export async function complete(
   }
   const s = req.sampling;
   if (s.topLogprobs > 0 && s.topLogprobs > (ctx.engine.maxTopLogprobs ?? 0)) {
+    if (claim) session!.release(claim);
     const kind = ctx.engine.kind ?? 'inference';
     throw new GatewayError(
       400,
@@ -142,7 +152,6 @@ export async function complete(
   const onTokens = streams
     ? (d: TokenDelta) => streams[d.sample]?.push(d.tokens, d.logprobs, d.top)
     : undefined;
-  const claim = session?.begin(promptIds);
   const t0 = performance.now();
   let outputs: GenerateResult[];
   try {
@@ -157,9 +166,18 @@ export async function complete(
   // anything is recorded, so the trajectory holds exactly the one call the client sees.
   if (callStop !== undefined)
     outputs = outputs.map((o) => firstCallOnly(ctx.tokenizer, ctx.parser, opening, o));
-  if (claim && abandoned()) session!.release(claim);
-  else if (claim) session!.record(claim, outputs);
   const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index, opening));
+  if (claim && abandoned()) session!.release(claim);
+  else if (claim) {
+    const first = outputs[0]!;
+    const last = first.outputTokens[first.outputTokens.length - 1];
+    session!.record(claim, outputs, {
+      messages: req.messages,
+      tools,
+      answer: choices[0]!,
+      endsWithEos: first.stopReason === 'stop' && last === ctx.tokenizer.eosTokenId,
+    });
+  }
   streams?.forEach((st, i) => st.finish(choices[i]!));
   return {
     promptTokens: promptIds.length,

@@ -36,6 +36,11 @@ export interface GatewayOptions {
   toolCallParser?: string;
   /** Sampling that overrides the client's (training: the run's settings). */
   fixedSampling?: { temperature: number; topP: number };
+  /**
+   * Bridge mode: a turn whose re-rendered prompt no longer extends its trajectory continues it
+   * where provably safe (`bridge.ts`); off, it starts a new trajectory. @default true
+   */
+  bridge?: boolean;
   /** Compare every turn's rendered prompt with the recorded tokens and keep drift reports. @default false */
   checkDrift?: boolean;
   /** @default '127.0.0.1' */
@@ -83,6 +88,7 @@ export class Gateway {
       parser: toolCallParser(o.toolCallParser ?? 'hermes'),
       contextLength: o.contextLength,
       maxNewTokens: o.maxNewTokens ?? o.contextLength,
+      bridge: o.bridge ?? true,
       ...(o.fixedSampling ? { fixedSampling: o.fixedSampling } : {}),
     };
     this.maxBodyBytes = o.maxBodyBytes ?? 16 << 20;

@@ -4,14 +4,18 @@
  * When a request's rendered prompt extends a recorded trajectory token for token, the new turn is
  * appended to it (the tokens between, tool results and template glue, masked out of the loss), so
  * a 5-turn tool conversation trains as one sequence with the model's own tokens, never
- * re-tokenized. When no trajectory is extended (the agent edited its history, the template drops
- * earlier reasoning, or renders the model's output differently from how it was generated), a new
- * trajectory starts with the whole prompt masked; every trajectory of the episode shares its reward.
+ * re-tokenized. When none is extended (the template drops earlier reasoning, or renders the
+ * model's output differently from how it was generated), bridge mode (`bridge.ts`) appends the
+ * turn anyway where that is provably safe, with the prompt the engine is given built from the
+ * recorded ids; otherwise (the agent edited its history, ...) a new trajectory starts with the
+ * whole prompt masked, and the break and its reason are counted. Every trajectory of the episode
+ * shares its reward.
  *
  * @module
  */
 import type { GenerateResult } from '../engines/types.ts';
 import type { Trajectory } from '../algorithms/trajectory.ts';
+import type { RecordedTurn } from './bridge.ts';
 
 /** Where a request's prompt stopped matching the closest recorded trajectory (debug switch). */
 export interface Drift {
@@ -37,12 +41,28 @@ interface Segment {
   claimed: boolean;
   /** Sequence number of the last completion appended (orders trajectories for discounting). */
   lastCompletion: number;
+  /** The last turn appended, for bridging the next one. */
+  turn: RecordedTurn | undefined;
 }
 
 /** A request's hold on the trajectory it extends (or none: it starts a new one). */
 export interface Claim {
   segment: Segment | undefined;
+  /** The prompt to generate from: the rendered one, or the bridged one. */
   promptIds: number[];
+}
+
+/** Builds a bridged prompt from a trajectory's ids and last turn, or says why it cannot. */
+export type Bridge = (
+  ids: readonly number[],
+  turn: RecordedTurn,
+) => number[] | { reason: string } | undefined;
+
+/** A request that extended no trajectory of its episode although one was there to extend. */
+export interface TrajectoryBreak {
+  /** Completion number (0-based) of the request. */
+  completion: number;
+  reason: string;
 }
 
 /** Counters of one session. */
@@ -50,7 +70,11 @@ export interface SessionStats {
   completions: number;
   /** Turns appended to an existing trajectory. */
   appended: number;
+  /** Of those, appended by bridging (`bridge.ts`). */
+  bridged: number;
   trajectories: number;
+  /** Requests that started a new trajectory where one was there to continue. */
+  breaks: TrajectoryBreak[];
   drift: Drift[];
 }
 
@@ -59,6 +83,8 @@ export class TokenSession {
   private readonly segments: Segment[] = [];
   private completions = 0;
   private appended = 0;
+  private bridged = 0;
+  private readonly breaks: TrajectoryBreak[] = [];
   private readonly drift: Drift[] = [];
   private closed = false;
 
@@ -67,19 +93,39 @@ export class TokenSession {
 
   /**
    * Finds the longest unclaimed trajectory that `promptIds` extends and claims it until
-   * {@link record} (or {@link release}). With the debug switch on, a prompt that extends none is
-   * compared with the closest one and the difference kept in {@link stats}.
+   * {@link record} (or {@link release}). When none is, `bridge` is tried on the unclaimed ones,
+   * latest first, and the first it bridges is claimed with the bridged prompt; when none can be,
+   * the break is kept in {@link stats} with the reason. With the debug switch on, a prompt that
+   * extends none is compared with the closest one and the difference kept too.
    */
-  begin(promptIds: number[]): Claim {
+  begin(promptIds: number[], bridge?: Bridge): Claim {
     let best: Segment | undefined;
     for (const s of this.segments) {
       if (s.claimed || s.ids.length > promptIds.length) continue;
       if ((best === undefined || s.ids.length > best.ids.length) && isPrefix(s.ids, promptIds))
         best = s;
     }
-    if (best) best.claimed = true;
-    else if (this.decode && this.segments.length > 0) this.noteDrift(promptIds);
-    return { segment: best, promptIds };
+    if (best) {
+      best.claimed = true;
+      return { segment: best, promptIds };
+    }
+    if (this.decode && this.segments.length > 0) this.noteDrift(promptIds);
+    const open = this.segments
+      .filter((s) => !s.claimed && s.turn)
+      .sort((a, b) => b.lastCompletion - a.lastCompletion);
+    let reason: string | undefined;
+    for (const s of open) {
+      const r = bridge?.(s.ids, s.turn!);
+      if (r === undefined) continue;
+      if (Array.isArray(r)) {
+        s.claimed = true;
+        this.bridged++;
+        return { segment: s, promptIds: r };
+      }
+      reason ??= r.reason;
+    }
+    if (reason !== undefined) this.breaks.push({ completion: this.completions, reason });
+    return { segment: undefined, promptIds };
   }
 
   /** Gives up a claim without recording (the request failed). */
@@ -89,9 +135,10 @@ export class TokenSession {
 
   /**
    * Records the outputs of a claimed request: the first extends the claimed trajectory, the others
-   * (n > 1) and any unclaimed request start new trajectories from the prompt.
+   * (n > 1) and any unclaimed request start new trajectories from the prompt. `turn` is what the
+   * first output answered, kept for bridging the next turn.
    */
-  record(claim: Claim, outputs: GenerateResult[]): void {
+  record(claim: Claim, outputs: GenerateResult[], turn?: RecordedTurn): void {
     // A request that outlived its episode (timeout) must not change what was already handed on.
     if (this.closed) return;
     outputs.forEach((out, i) => {
@@ -109,6 +156,7 @@ export class TokenSession {
           truncated: false,
           claimed: false,
           lastCompletion: seq,
+          turn: undefined,
         };
         pushMasked(s, claim.promptIds);
         this.segments.push(s);
@@ -121,6 +169,7 @@ export class TokenSession {
       }
       s.truncated = out.stopReason === 'length';
       s.lastCompletion = seq;
+      s.turn = i === 0 ? turn : undefined;
     });
     this.release(claim);
   }
@@ -135,7 +184,9 @@ export class TokenSession {
     return {
       completions: this.completions,
       appended: this.appended,
+      bridged: this.bridged,
       trajectories: this.segments.filter((s) => s.lossMask.includes(1)).length,
+      breaks: [...this.breaks],
       drift: [...this.drift],
     };
   }

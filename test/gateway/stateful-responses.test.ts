@@ -81,7 +81,14 @@ test('previous_response_id continues a stored response: the same prompt, one exa
   assert.is(r3.previous_response_id, r2.id);
   assert.ok(prompts.at(-1)!.endsWith('The answer is 5.<|end|><|user|>And again?<|assistant|>'));
   assert.ok(r3.output.some((o) => o.type === 'function_call'));
-  assert.equal(s.session.stats, { completions: 3, appended: 2, trajectories: 1, drift: [] });
+  assert.equal(s.session.stats, {
+    completions: 3,
+    appended: 2,
+    bridged: 0,
+    trajectories: 1,
+    breaks: [],
+    drift: [],
+  });
   s.close();
 });
 
@@ -156,7 +163,14 @@ test('OpenAI Agents SDK, default mode (Responses), conversation kept by the serv
   assert.ok(second.every((b) => typeof b['previous_response_id'] === 'string'));
   assert.is(JSON.stringify(second[1]!['input']).includes('What is 2+3?'), false);
   // Four completions, one trajectory: every prompt extends the tokens recorded before it.
-  assert.equal(s.session.stats, { completions: 4, appended: 3, trajectories: 1, drift: [] });
+  assert.equal(s.session.stats, {
+    completions: 4,
+    appended: 3,
+    bridged: 0,
+    trajectories: 1,
+    breaks: [],
+    drift: [],
+  });
   s.close();
 });
 
