@@ -77,23 +77,32 @@ export interface CompletionResult {
 }
 
 /**
- * Renders, generates, records and parses one request. `abandoned` tells whether the client went
- * away meanwhile (aborted its request): a completion the agent never saw is not trained on. With
- * a `sink`, each choice's content and tool calls are sent to it as they are generated.
+ * Renders, generates, records and parses one request. `signal` aborts when the client goes away
+ * (a timeout, an abort): its trajectory is released at once, and the completion, which the agent
+ * never saw, is kept as aborted, not trained on. `retry` (an SDK's `x-stainless-retry-count` > 0)
+ * supersedes earlier attempts of the same prompt (`TokenSession.begin`). With a `sink`, each
+ * choice's content and tool calls are sent to it as they are generated.
  */
 export async function complete(
   ctx: CompletionContext,
   req: CompletionRequest,
   session?: TokenSession,
-  abandoned: () => boolean = () => false,
+  signal?: AbortSignal,
   sink?: StreamSink,
+  o: { retry?: boolean } = {},
 ): Promise<CompletionResult> {
   const opening = forcedOpening(ctx.tokenizer, ctx.parser, req.tools, req.toolChoice);
   const tools = req.toolChoice === 'none' ? undefined : req.tools;
   const rendered = renderPrompt(ctx.tokenizer, req, opening);
   const next = { messages: req.messages, tools, opening, enabled: ctx.bridge !== false };
   const bridge: Bridge = (ids, turn) => bridgeIds(ctx.tokenizer, ids, turn, next);
-  const claim = session?.begin(rendered, bridge);
+  const claim = session?.begin(rendered, bridge, o);
+  // The client went away: its trajectory is free for its next request (a retry) at once.
+  const onAbort = (): void => session!.abort(claim!);
+  if (claim) {
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
+  }
   const promptIds = claim?.promptIds ?? rendered;
   const room = ctx.contextLength - promptIds.length;
   if (room <= 0) {
@@ -167,8 +176,8 @@ export async function complete(
   if (callStop !== undefined)
     outputs = outputs.map((o) => firstCallOnly(ctx.tokenizer, ctx.parser, opening, o));
   const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index, opening));
-  if (claim && abandoned()) session!.release(claim);
-  else if (claim) {
+  signal?.removeEventListener('abort', onAbort);
+  if (claim) {
     const first = outputs[0]!;
     const last = first.outputTokens[first.outputTokens.length - 1];
     session!.record(claim, outputs, {

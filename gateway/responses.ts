@@ -41,8 +41,9 @@ export async function handleResponses(
   ctx: CompletionContext,
   model: string,
   session: TokenSession | undefined,
-  abandoned: () => boolean,
+  signal: AbortSignal,
   stored: ResponseStore,
+  retry: boolean,
 ): Promise<CompletionResult> {
   const b = v.object(body, 'body');
   const previous = v.optional(b['previous_response_id'], (x) =>
@@ -89,7 +90,7 @@ export async function handleResponses(
   const sink = stream ? new ResponsesStream(res, b, meta, model, tools ?? []) : undefined;
   let result: CompletionResult;
   try {
-    result = await complete(ctx, req, session, abandoned, sink);
+    result = await complete(ctx, req, session, signal, sink, { retry });
   } catch (err) {
     // A stream already under way ends with an error event, which the client raises.
     if (sink?.fail(err)) return { promptTokens: 0, completionTokens: 0, choices: [], engineMs: 0 };

@@ -174,9 +174,13 @@ export class Gateway {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const t0 = performance.now();
     let engineMs: number | undefined;
-    let gone = false;
-    res.once('close', () => (gone = !res.writableFinished));
-    const abandoned = (): boolean => gone;
+    // Aborted when the client goes away before the answer is complete (a timeout, an abort).
+    const gone = new AbortController();
+    res.once('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    // Stainless SDKs (openai, @anthropic-ai/sdk) number their attempts; > 0 is a retry.
+    const retry = Number(req.headers['x-stainless-retry-count'] ?? 0) > 0;
     let stream: ChatCompletionStream | undefined;
     let messagesStream: MessagesStream | undefined;
     let anthropic = false;
@@ -209,8 +213,9 @@ export class Gateway {
           ctx,
           this.o.model,
           entry.session,
-          abandoned,
+          gone.signal,
           entry.responses,
+          retry,
         );
         engineMs = r.engineMs;
         return;
@@ -218,14 +223,16 @@ export class Gateway {
       if (anthropic) {
         const m = parseMessagesRequest(body);
         if (m.stream) messagesStream = new MessagesStream(res, this.o.model);
-        const result = await complete(ctx, m.req, entry.session, abandoned, messagesStream);
+        const result = await complete(ctx, m.req, entry.session, gone.signal, messagesStream, {
+          retry,
+        });
         engineMs = result.engineMs;
         if (messagesStream) return messagesStream.end(result);
         return sendMessage(res, this.o.model, result);
       }
       const chat = parseChatRequest(body);
       if (chat.stream) stream = new ChatCompletionStream(res, chat, this.o.tokenizer, this.o.model);
-      const result = await complete(ctx, chat, entry.session, abandoned, stream);
+      const result = await complete(ctx, chat, entry.session, gone.signal, stream, { retry });
       engineMs = result.engineMs;
       if (stream) return stream.end(result);
       sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model));

@@ -43,6 +43,8 @@ interface Segment {
   lastCompletion: number;
   /** The last turn appended, for bridging the next one. */
   turn: RecordedTurn | undefined;
+  /** The rendered prompt of the last completion appended, and where that completion starts. */
+  last: { rendered: number[]; at: number } | undefined;
 }
 
 /** A request's hold on the trajectory it extends (or none: it starts a new one). */
@@ -50,6 +52,18 @@ export interface Claim {
   segment: Segment | undefined;
   /** The prompt to generate from: the rendered one, or the bridged one. */
   promptIds: number[];
+  /** The prompt as rendered (a retry of this request renders the same). */
+  rendered: number[];
+  /** The client went away, or retried: the outputs are kept as aborted, not appended. */
+  aborted: boolean;
+}
+
+/** A completion no client saw: kept with its tokens and versions, never trained on. */
+export interface AbortedCompletion {
+  promptIds: number[];
+  outputTokens: number[];
+  logprobs: number[];
+  versions: number[];
 }
 
 /** Builds a bridged prompt from a trajectory's ids and last turn, or says why it cannot. */
@@ -73,6 +87,8 @@ export interface SessionStats {
   /** Of those, appended by bridging (`bridge.ts`). */
   bridged: number;
   trajectories: number;
+  /** Completions whose client went away or retried: recorded apart, not trained on. */
+  aborted: number;
   /** Requests that started a new trajectory where one was there to continue. */
   breaks: TrajectoryBreak[];
   drift: Drift[];
@@ -85,6 +101,8 @@ export class TokenSession {
   private appended = 0;
   private bridged = 0;
   private readonly breaks: TrajectoryBreak[] = [];
+  private readonly abortedCompletions: AbortedCompletion[] = [];
+  private readonly inFlight = new Set<Claim>();
   private readonly drift: Drift[] = [];
   private closed = false;
 
@@ -98,7 +116,26 @@ export class TokenSession {
    * the break is kept in {@link stats} with the reason. With the debug switch on, a prompt that
    * extends none is compared with the closest one and the difference kept too.
    */
-  begin(promptIds: number[], bridge?: Bridge): Claim {
+  begin(promptIds: number[], bridge?: Bridge, o: { retry?: boolean } = {}): Claim {
+    const claim = this.find(promptIds, bridge, o.retry ?? false);
+    this.inFlight.add(claim);
+    return claim;
+  }
+
+  private find(promptIds: number[], bridge: Bridge | undefined, retry: boolean): Claim {
+    const fresh = { rendered: promptIds, aborted: false };
+    // A retry supersedes its earlier attempts: one still generating is aborted, and one already
+    // appended (its answer lost on the way) is taken back out, so the retry continues from the
+    // same point and no completion dangles in the trajectory.
+    if (retry) {
+      for (const c of this.inFlight) if (sameIds(c.rendered, promptIds)) this.abort(c);
+      for (const s of this.segments) {
+        if (s.claimed || !s.last || !sameIds(s.last.rendered, promptIds)) continue;
+        this.takeBack(s);
+        s.claimed = true;
+        return { segment: s, promptIds: [...s.ids], ...fresh };
+      }
+    }
     let best: Segment | undefined;
     for (const s of this.segments) {
       if (s.claimed || s.ids.length > promptIds.length) continue;
@@ -107,7 +144,7 @@ export class TokenSession {
     }
     if (best) {
       best.claimed = true;
-      return { segment: best, promptIds };
+      return { segment: best, promptIds, ...fresh };
     }
     if (this.decode && this.segments.length > 0) this.noteDrift(promptIds);
     const open = this.segments
@@ -120,17 +157,44 @@ export class TokenSession {
       if (Array.isArray(r)) {
         s.claimed = true;
         this.bridged++;
-        return { segment: s, promptIds: r };
+        return { segment: s, promptIds: r, ...fresh };
       }
       reason ??= r.reason;
     }
     if (reason !== undefined) this.breaks.push({ completion: this.completions, reason });
-    return { segment: undefined, promptIds };
+    return { segment: undefined, promptIds, ...fresh };
   }
 
   /** Gives up a claim without recording (the request failed). */
   release(claim: Claim): void {
+    this.inFlight.delete(claim);
+    if (claim.segment && !claim.aborted) claim.segment.claimed = false;
+  }
+
+  /**
+   * The client of `claim` went away (or retried): its trajectory is free for the next request at
+   * once, and its outputs, when they come, are kept as aborted.
+   */
+  abort(claim: Claim): void {
+    if (claim.aborted || !this.inFlight.has(claim)) return;
     if (claim.segment) claim.segment.claimed = false;
+    claim.aborted = true;
+  }
+
+  /** Moves the last completion appended to `s` to the aborted ones (its retry replaces it). */
+  private takeBack(s: Segment): void {
+    const { at } = s.last!;
+    this.abortedCompletions.push({
+      promptIds: s.ids.slice(0, at),
+      outputTokens: s.ids.slice(at),
+      logprobs: s.logprobs.slice(at),
+      versions: s.versions.slice(at),
+    });
+    for (const a of [s.ids, s.lossMask, s.logprobs, s.versions]) a.length = at;
+    // The prompt stays: the retry renders it again and extends it.
+    s.last = undefined;
+    s.turn = undefined;
+    s.truncated = false;
   }
 
   /**
@@ -139,8 +203,20 @@ export class TokenSession {
    * first output answered, kept for bridging the next turn.
    */
   record(claim: Claim, outputs: GenerateResult[], turn?: RecordedTurn): void {
+    this.inFlight.delete(claim);
     // A request that outlived its episode (timeout) must not change what was already handed on.
     if (this.closed) return;
+    if (claim.aborted) {
+      for (const out of outputs) {
+        this.abortedCompletions.push({
+          promptIds: claim.promptIds,
+          outputTokens: out.outputTokens,
+          logprobs: out.outputLogprobs,
+          versions: out.outputVersions,
+        });
+      }
+      return;
+    }
     outputs.forEach((out, i) => {
       const seq = this.completions++;
       let s = i === 0 ? claim.segment : undefined;
@@ -157,10 +233,12 @@ export class TokenSession {
           claimed: false,
           lastCompletion: seq,
           turn: undefined,
+          last: undefined,
         };
         pushMasked(s, claim.promptIds);
         this.segments.push(s);
       }
+      s.last = i === 0 ? { rendered: claim.rendered, at: s.ids.length } : undefined;
       s.ids.push(...out.outputTokens);
       for (let k = 0; k < out.outputTokens.length; k++) {
         s.lossMask.push(1);
@@ -186,9 +264,15 @@ export class TokenSession {
       appended: this.appended,
       bridged: this.bridged,
       trajectories: this.segments.filter((s) => s.lossMask.includes(1)).length,
+      aborted: this.abortedCompletions.length,
       breaks: [...this.breaks],
       drift: [...this.drift],
     };
+  }
+
+  /** The completions no client saw (aborted, or replaced by a retry), kept apart. */
+  get aborted(): readonly AbortedCompletion[] {
+    return this.abortedCompletions;
   }
 
   /**
@@ -246,6 +330,10 @@ function pushMasked(s: Segment, ids: number[]): void {
     s.logprobs.push(0);
     s.versions.push(-1);
   }
+}
+
+function sameIds(a: number[], b: number[]): boolean {
+  return a.length === b.length && isPrefix(a, b);
 }
 
 function isPrefix(a: number[], b: number[]): boolean {

@@ -57,6 +57,7 @@ test('each episode of the group gets its own session; trajectories carry the rew
         gateway_trajectories: 1,
         gateway_trajectory_breaks: 0,
         gateway_bridged: 0,
+        gateway_aborted: 0,
       });
       assert.is(tok.decode(t.inputIds), '<|user|>hello<|assistant|>ok<|end|>');
     }

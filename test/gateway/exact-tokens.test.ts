@@ -86,6 +86,7 @@ for (const [name, template, style] of [
         appended: 4,
         bridged: 0,
         trajectories: 1,
+        aborted: 0,
         breaks: [],
         drift: [],
       });
@@ -252,6 +253,7 @@ test('parallel calls within one episode: each its own trajectory, continued by w
       appended: 2,
       bridged: 0,
       trajectories: 3,
+      aborted: 0,
       breaks: [],
       drift: [],
     });
@@ -264,6 +266,7 @@ test('parallel calls within one episode: each its own trajectory, continued by w
       appended: 0,
       bridged: 0,
       trajectories: 1,
+      aborted: 0,
       breaks: [],
       drift: [],
     });

@@ -86,6 +86,7 @@ test('previous_response_id continues a stored response: the same prompt, one exa
     appended: 2,
     bridged: 0,
     trajectories: 1,
+    aborted: 0,
     breaks: [],
     drift: [],
   });
@@ -168,6 +169,7 @@ test('OpenAI Agents SDK, default mode (Responses), conversation kept by the serv
     appended: 3,
     bridged: 0,
     trajectories: 1,
+    aborted: 0,
     breaks: [],
     drift: [],
   });
