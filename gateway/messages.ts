@@ -3,7 +3,8 @@
  * user and assistant turns of `text`, `tool_use` and `tool_result` blocks, custom `tools` with
  * `input_schema`, `tool_choice` (`auto`, `any`, `tool`, `none`, `disable_parallel_tool_use`),
  * `max_tokens`, `stop_sequences`, `temperature`, `top_p`, `top_k`, and `stream: true` with the
- * documented events. The request becomes the same {@link CompletionRequest} as a chat completion,
+ * documented events; and `POST /v1/messages/count_tokens`, the prompt's length in the policy's
+ * tokens. The request becomes the same {@link CompletionRequest} as a chat completion,
  * so it is rendered, generated and recorded by the one {@link complete}; only the wire shapes
  * differ. Errors are answered in Anthropic's shape by the server (`GatewayError.toAnthropicBody`).
  *
@@ -31,11 +32,14 @@ export interface MessagesRequest {
   stream: boolean;
 }
 
-/** Parses a Messages body, or throws a 400 naming the first bad field. */
-export function parseMessagesRequest(body: unknown): MessagesRequest {
+/**
+ * Parses a Messages body, or throws a 400 naming the first bad field. `countTokens`: a
+ * `count_tokens` body, which has no `max_tokens`.
+ */
+export function parseMessagesRequest(body: unknown, countTokens = false): MessagesRequest {
   const b = v.object(body, 'body');
   const model = v.string(b['model'], 'model');
-  const maxTokens = v.integer(b['max_tokens'], 'max_tokens', 1);
+  const maxTokens = countTokens ? 1 : v.integer(b['max_tokens'], 'max_tokens', 1);
   const raw = v.array(b['messages'], 'messages');
   if (raw.length === 0) throw badField('messages', 'must hold at least one message');
   const system = v.optional(b['system'], (x) => textBlocks(x, 'system'));

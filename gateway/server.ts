@@ -12,13 +12,19 @@ import type { AddressInfo } from 'node:net';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
 import { ChatCompletionStream, chatCompletionBody } from './chat-completions.ts';
 import { parseChatRequest } from './chat-request.ts';
-import { complete, type CompletionContext, type GatewayEngine } from './completion.ts';
+import {
+  complete,
+  renderPrompt,
+  type CompletionContext,
+  type GatewayEngine,
+} from './completion.ts';
 import { GatewayError } from './errors.ts';
 import { MessagesStream, parseMessagesRequest, sendMessage } from './messages.ts';
 import { ResponseStore } from './response-store.ts';
 import { handleResponses } from './responses.ts';
 import { sendJson } from './sse.ts';
 import { TokenSession } from './token-session.ts';
+import { forcedOpening } from './tool-choice.ts';
 import { toolCallParser } from './tool-parsers.ts';
 import * as v from './validate.ts';
 
@@ -67,6 +73,9 @@ export interface GatewaySession {
   /** Revokes the key; requests in flight finish but record nothing more. */
   close(): void;
 }
+
+/** Anthropic's token counting route. */
+const countTokens = '/v1/messages/count_tokens';
 
 /** How many recent requests {@link Gateway.overheadMs} keeps. */
 const overheadWindow = 4096;
@@ -192,14 +201,15 @@ export class Gateway {
     try {
       let path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
       // `new Anthropic({ baseURL })` with the agent's `…/v1` base asks for `/v1/v1/messages`.
-      if (path === '/v1/v1/messages') path = '/v1/messages';
-      anthropic = path === '/v1/messages';
+      path = path.replace(/^\/v1\/v1\/messages/, '/v1/messages');
+      anthropic = path.startsWith('/v1/messages');
       const entry = this.authorize(req);
       if (path === '/v1/models' || path.startsWith('/v1/models/')) {
         if (req.method !== 'GET') throw methodNotAllowed(req.method);
         return this.models(res, path);
       }
-      if (!['/v1/chat/completions', '/v1/responses', '/v1/messages'].includes(path)) {
+      const routes = ['/v1/chat/completions', '/v1/responses', '/v1/messages', countTokens];
+      if (!routes.includes(path)) {
         throw new GatewayError(404, 'not_found', `no route ${req.method} ${path}`);
       }
       if (req.method !== 'POST') throw methodNotAllowed(req.method);
@@ -219,6 +229,12 @@ export class Gateway {
         );
         engineMs = r.engineMs;
         return;
+      }
+      if (path === countTokens) {
+        const { req: r } = parseMessagesRequest(body, true);
+        const opening = forcedOpening(this.o.tokenizer, ctx.parser, r.tools, r.toolChoice);
+        const ids = renderPrompt(this.o.tokenizer, r, opening);
+        return sendJson(res, 200, { input_tokens: ids.length });
       }
       if (anthropic) {
         const m = parseMessagesRequest(body);

@@ -260,6 +260,21 @@ test("errors in Anthropic's shape: the SDK raises its typed errors", async () =>
   assert.is((revoked.error as { error: { type: string } }).error.type, 'authentication_error');
 });
 
+test("count_tokens: the prompt in the policy's tokens", async () => {
+  const s = gw.openSession();
+  const c = client(s.apiKey);
+  const params = {
+    model: 'tiny',
+    system: 'Use tools.',
+    messages: [{ role: 'user' as const, content: 'What is 2+3?' }],
+    tools,
+  };
+  const counted = await c.messages.countTokens(params);
+  const r = await c.messages.create({ ...params, max_tokens: 100 });
+  assert.is(counted.input_tokens, r.usage.input_tokens);
+  s.close();
+});
+
 test('the gateway root works as the base URL too (Anthropic spells the /v1 itself)', async () => {
   const s = gw.openSession();
   const c = new Anthropic({
