@@ -12,9 +12,9 @@ import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // Black-box agents written with the `openai` client, the Vercel AI SDK, the OpenAI Agents SDK,
-// `@anthropic-ai/sdk` and LangChain.js, trained unmodified by train_ppo through the rollout's gateway: sync and
-// async, on the builtin engine and on an HTTP engine (a protocol-faithful vLLM fake generating with
-// the builtin model).
+// `@anthropic-ai/sdk` and LangChain.js, trained unmodified by train_ppo through the rollout's
+// gateway: sync and async, on the builtin engine and on an HTTP engine (a protocol-faithful vLLM
+// fake generating with the builtin model).
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-gateway-train-'));
 let model = '';
