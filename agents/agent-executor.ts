@@ -51,6 +51,11 @@ export async function runGatewayEpisode(
       ...extraInfo,
       gateway_completions: stats.completions,
       gateway_trajectories: stats.trajectories,
+      gateway_trajectory_breaks: stats.breaks.length,
+      gateway_bridged: stats.bridged,
+      gateway_aborted: stats.aborted,
+      // Why the first break happened, shown with the episode's samples.
+      ...(stats.breaks.length ? { gateway_break_reason: stats.breaks[0]!.reason } : {}),
       ...(stats.drift.length ? { gateway_drift: stats.drift.length } : {}),
     };
     return s.session.trajectories(

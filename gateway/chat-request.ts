@@ -31,6 +31,8 @@ export interface TemplateMessage {
 export interface SamplingRequest {
   temperature?: number;
   topP?: number;
+  /** Anthropic's `top_k` (ignored where the run fixes sampling). */
+  topK?: number;
   maxTokens?: number;
   stop: string[];
   n: number;

@@ -33,6 +33,8 @@ export interface CompletionChoice {
   content: string | null;
   toolCalls: ToolCallOut[];
   finishReason: 'stop' | 'length' | 'tool_calls';
+  /** The request's stop string that ended the answer (cut from it), if one did. */
+  stopSequence: string | null;
 }
 
 /** Where streamed choices go (chat-completion chunks or Responses events). */

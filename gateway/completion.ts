@@ -12,6 +12,7 @@ import type {
   TokenDelta,
 } from '../engines/types.ts';
 import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
+import { bridgeIds } from './bridge.ts';
 import type { CompletionRequest } from './chat-request.ts';
 import {
   ChoiceStream,
@@ -20,7 +21,7 @@ import {
   toolCallId,
 } from './choice-stream.ts';
 import { GatewayError } from './errors.ts';
-import type { TokenSession } from './token-session.ts';
+import type { Bridge, TokenSession } from './token-session.ts';
 import { firstCallOnly, forcedOpening, oneCallStop } from './tool-choice.ts';
 import { parseCompletion, type ToolCallParser } from './tool-parsers.ts';
 
@@ -45,6 +46,8 @@ export interface CompletionContext {
    * recorded behaviour logprobs are of the distribution the trainer scores).
    */
   fixedSampling?: { temperature: number; topP: number };
+  /** Bridge mode (`bridge.ts`): continue a trajectory the re-rendered prompt no longer extends. @default true */
+  bridge?: boolean;
 }
 
 /** The outcome of one request. */
@@ -57,21 +60,36 @@ export interface CompletionResult {
 }
 
 /**
- * Renders, generates, records and parses one request. `abandoned` tells whether the client went
- * away meanwhile (aborted its request): a completion the agent never saw is not trained on. With
- * a `sink`, each choice's content and tool calls are sent to it as they are generated.
+ * Renders, generates, records and parses one request. `signal` aborts when the client goes away
+ * (a timeout, an abort): its trajectory is released at once, and the completion, which the agent
+ * never saw, is kept as aborted, not trained on. `retry` (an SDK's `x-stainless-retry-count` > 0)
+ * supersedes earlier attempts of the same prompt (`TokenSession.begin`). With a `sink`, each
+ * choice's content and tool calls are sent to it as they are generated.
  */
 export async function complete(
   ctx: CompletionContext,
   req: CompletionRequest,
   session?: TokenSession,
-  abandoned: () => boolean = () => false,
+  signal?: AbortSignal,
   sink?: StreamSink,
+  o: { retry?: boolean } = {},
 ): Promise<CompletionResult> {
   const opening = forcedOpening(ctx.tokenizer, ctx.parser, req.tools, req.toolChoice);
-  const promptIds = renderPrompt(ctx.tokenizer, req, opening);
+  const tools = req.toolChoice === 'none' ? undefined : req.tools;
+  const rendered = renderPrompt(ctx.tokenizer, req, opening);
+  const next = { messages: req.messages, tools, opening, enabled: ctx.bridge !== false };
+  const bridge: Bridge = (ids, turn) => bridgeIds(ctx.tokenizer, ids, turn, next);
+  const claim = session?.begin(rendered, bridge, o);
+  // The client went away: its trajectory is free for its next request (a retry) at once.
+  const onAbort = (): void => session!.abort(claim!);
+  if (claim) {
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener('abort', onAbort, { once: true });
+  }
+  const promptIds = claim?.promptIds ?? rendered;
   const room = ctx.contextLength - promptIds.length;
   if (room <= 0) {
+    if (claim) session!.release(claim);
     throw new GatewayError(
       400,
       'context_length_exceeded',
@@ -81,6 +99,7 @@ export async function complete(
   }
   const s = req.sampling;
   if (s.topLogprobs > 0 && s.topLogprobs > (ctx.engine.maxTopLogprobs ?? 0)) {
+    if (claim) session!.release(claim);
     const kind = ctx.engine.kind ?? 'inference';
     throw new GatewayError(
       400,
@@ -100,6 +119,7 @@ export async function complete(
     maxNewTokens: Math.min(s.maxTokens ?? ctx.maxNewTokens, ctx.maxNewTokens, room),
     temperature,
     topP: ctx.fixedSampling?.topP ?? s.topP ?? 1,
+    ...(s.topK !== undefined && !ctx.fixedSampling ? { topK: s.topK } : {}),
     ...(temperature === 0 ? { greedy: true } : {}),
     ...(stop.length ? { stop } : {}),
     ...(s.seed !== undefined ? { seed: s.seed } : {}),
@@ -124,7 +144,6 @@ export async function complete(
   const onTokens = streams
     ? (d: TokenDelta) => streams[d.sample]?.push(d.tokens, d.logprobs, d.top)
     : undefined;
-  const claim = session?.begin(promptIds);
   const t0 = performance.now();
   let outputs: GenerateResult[];
   try {
@@ -139,9 +158,18 @@ export async function complete(
   // anything is recorded, so the trajectory holds exactly the one call the client sees.
   if (callStop !== undefined)
     outputs = outputs.map((o) => firstCallOnly(ctx.tokenizer, ctx.parser, opening, o));
-  if (claim && abandoned()) session!.release(claim);
-  else if (claim) session!.record(claim, outputs);
   const choices = outputs.map((out, index) => choiceOf(ctx, req, out, index, opening));
+  signal?.removeEventListener('abort', onAbort);
+  if (claim) {
+    const first = outputs[0]!;
+    const last = first.outputTokens[first.outputTokens.length - 1];
+    session!.record(claim, outputs, {
+      messages: req.messages,
+      tools,
+      answer: choices[0]!,
+      endsWithEos: first.stopReason === 'stop' && last === ctx.tokenizer.eosTokenId,
+    });
+  }
   streams?.forEach((st, i) => st.finish(choices[i]!));
   return {
     promptTokens: promptIds.length,
@@ -237,8 +265,9 @@ function choiceOf(
       : ids;
   // A forced call's opening came with the prompt but belongs to the message the parser reads.
   let text = opening + ctx.tokenizer.decode(body, { skipSpecialTokens: false });
-  const stop = req.sampling.stop.find((st) => text.endsWith(st));
-  if (out.stopReason === 'stop' && stop !== undefined) text = text.slice(0, -stop.length);
+  const found = req.sampling.stop.find((st) => text.endsWith(st));
+  const stop = out.stopReason === 'stop' && found !== undefined ? found : null;
+  if (stop !== null) text = text.slice(0, -stop.length);
   const parsed =
     req.toolChoice !== 'none'
       ? parseCompletion(ctx.parser, text)
@@ -254,5 +283,6 @@ function choiceOf(
     content: parsed.content,
     toolCalls,
     finishReason,
+    stopSequence: stop,
   };
 }

@@ -1,7 +1,9 @@
 /**
  * Errors of the agent gateway, in OpenAI's wire shape: `{ error: { message, type, param, code } }`
  * with the HTTP status the official API uses, so the `openai` client, the AI SDK and the Agents
- * SDK raise their usual typed errors (`BadRequestError`, `AuthenticationError`, ...).
+ * SDK raise their usual typed errors (`BadRequestError`, `AuthenticationError`, ...); on
+ * `/v1/messages` in Anthropic's (`{ type: 'error', error: { type, message } }`), which
+ * `@anthropic-ai/sdk` raises the same way.
  *
  * @module
  */
@@ -48,6 +50,20 @@ export class GatewayError extends RtjobError<GatewayErrorCode> {
     if (this.status === 404) return 'not_found_error';
     if (this.status >= 500) return 'server_error';
     return 'invalid_request_error';
+  }
+
+  /** Anthropic's error `type` for this status. */
+  get anthropicType(): string {
+    if (this.status === 401) return 'authentication_error';
+    if (this.status === 404) return 'not_found_error';
+    if (this.status === 413) return 'request_too_large';
+    if (this.status >= 500) return 'api_error';
+    return 'invalid_request_error';
+  }
+
+  /** The JSON body the Anthropic Messages API answers with (`param` is named in the message). */
+  toAnthropicBody(): { type: 'error'; error: { type: string; message: string } } {
+    return { type: 'error', error: { type: this.anthropicType, message: this.message } };
   }
 
   /** The JSON body OpenAI answers with. */

@@ -1,8 +1,10 @@
 /**
- * `POST /v1/responses`, the stateless subset the OpenAI Agents SDK and the Vercel AI SDK use by
- * default: `input` as a string or items (messages, `function_call`, `function_call_output`;
- * `reasoning` items are skipped), `instructions`, function `tools`, sampling, and `stream: true`
- * with the documented events. Nothing is stored: `previous_response_id` is refused.
+ * `POST /v1/responses`, as the OpenAI Agents SDK and the Vercel AI SDK use it: `input` as a string
+ * or items (messages, `function_call`, `function_call_output`; `reasoning` items are skipped),
+ * `instructions`, function `tools`, sampling, `stream: true` with the documented events, and
+ * `store` (default true) + `previous_response_id`: a stored response's conversation (its input
+ * and output, without its instructions, as OpenAI keeps them) comes before the new input. Stored
+ * responses belong to the key (the episode) that made them (`response-store.ts`).
  *
  * @module
  */
@@ -20,8 +22,9 @@ import {
 import type { ChoiceStream, StreamSink, ToolCallOut } from './choice-stream.ts';
 import { complete, type CompletionContext, type CompletionResult } from './completion.ts';
 import { badField, GatewayError } from './errors.ts';
-import { sendSse, startSse } from './sse.ts';
+import { sendJson, sendSse, startSse } from './sse.ts';
 import { parseToolChoice, type ToolSpec } from './tool-choice.ts';
+import type { ResponseStore } from './response-store.ts';
 import type { TokenSession } from './token-session.ts';
 import * as v from './validate.ts';
 
@@ -32,19 +35,32 @@ export async function handleResponses(
   ctx: CompletionContext,
   model: string,
   session: TokenSession | undefined,
-  abandoned: () => boolean,
+  signal: AbortSignal,
+  stored: ResponseStore,
+  retry: boolean,
 ): Promise<CompletionResult> {
   const b = v.object(body, 'body');
-  if (b['previous_response_id'] !== undefined && b['previous_response_id'] !== null) {
+  const previous = v.optional(b['previous_response_id'], (x) =>
+    v.string(x, 'previous_response_id'),
+  );
+  const prior = previous === undefined ? [] : stored.get(previous);
+  if (prior === undefined) {
     throw badField(
       'previous_response_id',
-      'this gateway stores no responses; send the whole conversation in input',
+      `no stored response '${previous}' in this episode (responses are kept per episode key, when made with store: true)`,
     );
   }
+  const meta: ResponseMeta = {
+    id: `resp_${randomBytes(12).toString('hex')}`,
+    store: v.optional(b['store'], (x) => v.boolean(x, 'store')) ?? true,
+    previousResponseId: previous ?? null,
+  };
   const instructions = v.optional(b['instructions'], (x) => v.string(x, 'instructions'));
+  const input = inputMessages(b['input'], prior);
   const messages = [
     ...(instructions ? [{ role: 'system' as const, content: instructions }] : []),
-    ...inputMessages(b['input']),
+    ...prior,
+    ...input,
   ];
   if (messages.length === 0) throw badField('input', 'must hold at least one message');
   const tools = v.optional(b['tools'], (x) => responseTools(x));
@@ -65,33 +81,50 @@ export async function handleResponses(
     },
   };
   const stream = v.optional(b['stream'], (x) => v.boolean(x, 'stream')) ?? false;
-  const sink = stream ? new ResponsesStream(res, b, model, tools ?? []) : undefined;
+  const sink = stream ? new ResponsesStream(res, b, meta, model, tools ?? []) : undefined;
   let result: CompletionResult;
   try {
-    result = await complete(ctx, req, session, abandoned, sink);
+    result = await complete(ctx, req, session, signal, sink, { retry });
   } catch (err) {
     // A stream already under way ends with an error event, which the client raises.
     if (sink?.fail(err)) return { promptTokens: 0, completionTokens: 0, choices: [], engineMs: 0 };
     throw err;
   }
+  if (meta.store) stored.put(meta.id, [...prior, ...input, assistantMessage(result)]);
   if (sink) {
     sink.end(result);
     return result;
   }
-  const text = JSON.stringify(responseObject(b, model, result, tools ?? [], outputItems(result)));
-  res.writeHead(200, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-  });
-  res.end(text);
+  sendJson(res, 200, responseObject(b, meta, model, result, tools ?? [], outputItems(result)));
   return result;
 }
 
-function inputMessages(raw: unknown): TemplateMessage[] {
+/** What makes a response itself: its id, whether it is stored, what it continues. */
+interface ResponseMeta {
+  id: string;
+  store: boolean;
+  previousResponseId: string | null;
+}
+
+/** The answer as the assistant message a later request's conversation holds. */
+function assistantMessage(r: CompletionResult): TemplateMessage {
+  const c = r.choices[0]!;
+  const calls = c.toolCalls.map((t) => templateToolCall(t.id, t.name, t.arguments, 'output'));
+  return {
+    role: 'assistant',
+    content: c.content ?? '',
+    ...(calls.length ? { tool_calls: calls } : {}),
+  };
+}
+
+/** The input items as template messages; `prior` (a stored conversation) names earlier calls. */
+function inputMessages(raw: unknown, prior: TemplateMessage[]): TemplateMessage[] {
   if (typeof raw === 'string') return [{ role: 'user', content: raw }];
   const items = v.array(raw, 'input');
   const out: TemplateMessage[] = [];
-  const names = new Map<string, string>();
+  const names = new Map<string, string>(
+    prior.flatMap((m) => (m.tool_calls ?? []).map((c) => [c.id, c.function.name] as const)),
+  );
   items.forEach((item, i) => {
     const p = `input[${i}]`;
     const o = v.object(item, p);
@@ -203,6 +236,7 @@ function outputItems(r: CompletionResult): Item[] {
 
 function responseObject(
   b: v.Json,
+  meta: ResponseMeta,
   model: string,
   r: CompletionResult,
   tools: ToolSpec[],
@@ -210,7 +244,7 @@ function responseObject(
 ) {
   const incomplete = r.choices[0]?.finishReason === 'length';
   return {
-    id: `resp_${randomBytes(12).toString('hex')}`,
+    id: meta.id,
     object: 'response',
     created_at: Math.floor(Date.now() / 1000),
     status: incomplete ? 'incomplete' : 'completed',
@@ -225,9 +259,9 @@ function responseObject(
     temperature: b['temperature'] ?? 1,
     top_p: b['top_p'] ?? 1,
     max_output_tokens: b['max_output_tokens'] ?? null,
-    previous_response_id: null,
+    previous_response_id: meta.previousResponseId,
     reasoning: null,
-    store: false,
+    store: meta.store,
     text: { format: { type: 'text' } },
     truncation: 'disabled',
     metadata: b['metadata'] ?? {},
@@ -258,12 +292,13 @@ class ResponsesStream implements StreamSink {
   constructor(
     private readonly res: ServerResponse,
     private readonly b: v.Json,
+    private readonly meta: ResponseMeta,
     private readonly model: string,
     private readonly tools: ToolSpec[],
   ) {
     const empty = { promptTokens: 0, completionTokens: 0, choices: [], engineMs: 0 };
     this.skeleton = {
-      ...responseObject(b, model, empty, tools, []),
+      ...responseObject(b, meta, model, empty, tools, []),
       status: 'in_progress',
       usage: null,
     };
@@ -317,7 +352,7 @@ class ResponsesStream implements StreamSink {
   /** Sends `response.completed` (or `response.incomplete`) and ends the stream. */
   end(r: CompletionResult): void {
     this.start();
-    const response = responseObject(this.b, this.model, r, this.tools, this.items);
+    const response = responseObject(this.b, this.meta, this.model, r, this.tools, this.items);
     const type = response.status === 'incomplete' ? 'response.incomplete' : 'response.completed';
     this.send(type, { response });
     this.res.end();

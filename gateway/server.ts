@@ -1,6 +1,6 @@
 /**
- * The agent gateway: an OpenAI-compatible HTTP endpoint (`/v1/chat/completions`,
- * `/v1/responses`, `/v1/models`) in front of the run's inference engine. Each agent episode gets
+ * The agent gateway: an OpenAI- and Anthropic-compatible HTTP endpoint (`/v1/chat/completions`,
+ * `/v1/responses`, `/v1/messages`, `/v1/models`) in front of the run's inference engine. Each agent episode gets
  * its own random key, valid only while the episode runs; the key selects the episode's token
  * session, so one episode can never read or extend another's. Bound to loopback by default.
  *
@@ -12,10 +12,19 @@ import type { AddressInfo } from 'node:net';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
 import { ChatCompletionStream, chatCompletionBody } from './chat-completions.ts';
 import { parseChatRequest } from './chat-request.ts';
-import { complete, type CompletionContext, type GatewayEngine } from './completion.ts';
+import {
+  complete,
+  renderPrompt,
+  type CompletionContext,
+  type GatewayEngine,
+} from './completion.ts';
 import { GatewayError } from './errors.ts';
+import { MessagesStream, parseMessagesRequest, sendMessage } from './messages.ts';
+import { ResponseStore } from './response-store.ts';
 import { handleResponses } from './responses.ts';
+import { sendJson } from './sse.ts';
 import { TokenSession } from './token-session.ts';
+import { forcedOpening } from './tool-choice.ts';
 import { toolCallParser } from './tool-parsers.ts';
 import * as v from './validate.ts';
 
@@ -33,6 +42,11 @@ export interface GatewayOptions {
   toolCallParser?: string;
   /** Sampling that overrides the client's (training: the run's settings). */
   fixedSampling?: { temperature: number; topP: number };
+  /**
+   * Bridge mode: a turn whose re-rendered prompt no longer extends its trajectory continues it
+   * where provably safe (`bridge.ts`); off, it starts a new trajectory. @default true
+   */
+  bridge?: boolean;
   /** Compare every turn's rendered prompt with the recorded tokens and keep drift reports. @default false */
   checkDrift?: boolean;
   /** @default '127.0.0.1' */
@@ -46,6 +60,8 @@ export interface GatewayOptions {
 /** A key and what it opens: a recording session (agent episodes) or none (`rtjob serve`). */
 interface KeyEntry {
   session: TokenSession | undefined;
+  /** Responses stored with this key (`previous_response_id` finds only these). */
+  responses: ResponseStore;
   /** This key's completions are generated with these settings (evaluation: greedy). */
   ctx?: CompletionContext;
 }
@@ -57,6 +73,9 @@ export interface GatewaySession {
   /** Revokes the key; requests in flight finish but record nothing more. */
   close(): void;
 }
+
+/** Anthropic's token counting route. */
+const countTokens = '/v1/messages/count_tokens';
 
 /** How many recent requests {@link Gateway.overheadMs} keeps. */
 const overheadWindow = 4096;
@@ -78,6 +97,7 @@ export class Gateway {
       parser: toolCallParser(o.toolCallParser ?? 'hermes'),
       contextLength: o.contextLength,
       maxNewTokens: o.maxNewTokens ?? o.contextLength,
+      bridge: o.bridge ?? true,
       ...(o.fixedSampling ? { fixedSampling: o.fixedSampling } : {}),
     };
     this.maxBodyBytes = o.maxBodyBytes ?? 16 << 20;
@@ -135,6 +155,7 @@ export class Gateway {
     const h = hashKey(apiKey);
     this.keys.set(h, {
       session,
+      responses: new ResponseStore(),
       ...(o.fixedSampling ? { ctx: { ...this.ctx, fixedSampling: o.fixedSampling } } : {}),
     });
     return {
@@ -149,7 +170,7 @@ export class Gateway {
 
   /** Accepts `apiKey` for requests that record nothing (`rtjob serve`). */
   addStaticKey(apiKey: string): void {
-    this.keys.set(hashKey(apiKey), { session: undefined });
+    this.keys.set(hashKey(apiKey), { session: undefined, responses: new ResponseStore() });
   }
 
   /** Stops listening and drops every key. */
@@ -162,43 +183,72 @@ export class Gateway {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const t0 = performance.now();
     let engineMs: number | undefined;
-    let gone = false;
-    res.once('close', () => (gone = !res.writableFinished));
-    const abandoned = (): boolean => gone;
+    // Aborted when the client goes away before the answer is complete (a timeout, an abort).
+    const gone = new AbortController();
+    res.once('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    // Stainless SDKs (openai, @anthropic-ai/sdk) number their attempts; > 0 is a retry.
+    const retry = Number(req.headers['x-stainless-retry-count'] ?? 0) > 0;
     let stream: ChatCompletionStream | undefined;
+    let messagesStream: MessagesStream | undefined;
+    let anthropic = false;
     res.once('finish', () => {
       if (engineMs === undefined) return;
       if (this.overhead.push(performance.now() - t0 - engineMs) > overheadWindow)
         this.overhead.shift();
     });
     try {
-      const path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
+      let path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
+      // `new Anthropic({ baseURL })` with the agent's `…/v1` base asks for `/v1/v1/messages`.
+      path = path.replace(/^\/v1\/v1\/messages/, '/v1/messages');
+      anthropic = path.startsWith('/v1/messages');
       const entry = this.authorize(req);
       if (path === '/v1/models' || path.startsWith('/v1/models/')) {
         if (req.method !== 'GET') throw methodNotAllowed(req.method);
         return this.models(res, path);
       }
-      if (path !== '/v1/chat/completions' && path !== '/v1/responses') {
+      const routes = ['/v1/chat/completions', '/v1/responses', '/v1/messages', countTokens];
+      if (!routes.includes(path)) {
         throw new GatewayError(404, 'not_found', `no route ${req.method} ${path}`);
       }
       if (req.method !== 'POST') throw methodNotAllowed(req.method);
       const body = await this.readJson(req);
       this.checkModel(body);
+      const ctx = entry.ctx ?? this.ctx;
       if (path === '/v1/responses') {
         const r = await handleResponses(
           res,
           body,
-          entry.ctx ?? this.ctx,
+          ctx,
           this.o.model,
           entry.session,
-          abandoned,
+          gone.signal,
+          entry.responses,
+          retry,
         );
         engineMs = r.engineMs;
         return;
       }
+      if (path === countTokens) {
+        const { req: r } = parseMessagesRequest(body, true);
+        const opening = forcedOpening(this.o.tokenizer, ctx.parser, r.tools, r.toolChoice);
+        const ids = renderPrompt(this.o.tokenizer, r, opening);
+        return sendJson(res, 200, { input_tokens: ids.length });
+      }
+      if (anthropic) {
+        const m = parseMessagesRequest(body);
+        if (m.stream) messagesStream = new MessagesStream(res, this.o.model);
+        const result = await complete(ctx, m.req, entry.session, gone.signal, messagesStream, {
+          retry,
+        });
+        engineMs = result.engineMs;
+        if (messagesStream) return messagesStream.end(result);
+        return sendMessage(res, this.o.model, result);
+      }
       const chat = parseChatRequest(body);
       if (chat.stream) stream = new ChatCompletionStream(res, chat, this.o.tokenizer, this.o.model);
-      const result = await complete(entry.ctx ?? this.ctx, chat, entry.session, abandoned, stream);
+      const result = await complete(ctx, chat, entry.session, gone.signal, stream, { retry });
       engineMs = result.engineMs;
       if (stream) return stream.end(result);
       sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model));
@@ -208,22 +258,25 @@ export class Gateway {
           ? err
           : new GatewayError(500, 'engine_error', err instanceof Error ? err.message : String(err));
       // A stream already under way ends with an error event, which the client raises.
-      if (stream?.fail(e.toBody())) return;
+      if (stream?.fail(e.toBody()) || messagesStream?.fail(e)) return;
       if (res.headersSent) res.end();
-      else sendJson(res, e.status, e.toBody());
+      else sendJson(res, e.status, anthropic ? e.toAnthropicBody() : e.toBody());
     }
   }
 
+  /** The key of `Authorization: Bearer` (OpenAI) or `x-api-key` (Anthropic). */
   private authorize(req: IncomingMessage): KeyEntry {
-    const m = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '');
-    if (!m) {
+    const bearer = /^Bearer\s+(\S+)\s*$/i.exec(req.headers.authorization ?? '')?.[1];
+    const header = req.headers['x-api-key'];
+    const key = bearer ?? (typeof header === 'string' && header !== '' ? header : undefined);
+    if (key === undefined) {
       throw new GatewayError(
         401,
         'invalid_api_key',
-        'You did not provide an API key: send Authorization: Bearer <key>.',
+        'You did not provide an API key: send Authorization: Bearer <key> or x-api-key: <key>.',
       );
     }
-    const entry = this.keys.get(hashKey(m[1]!));
+    const entry = this.keys.get(hashKey(key));
     if (!entry) {
       throw new GatewayError(
         401,
@@ -290,13 +343,4 @@ function unknownModel(id: string): GatewayError {
 
 function methodNotAllowed(method: string | undefined): GatewayError {
   return new GatewayError(405, 'method_not_allowed', `method ${method ?? '?'} not allowed here`);
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(text),
-  });
-  res.end(text);
 }

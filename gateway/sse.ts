@@ -1,10 +1,21 @@
 /**
- * Server-sent events as OpenAI streams them: `data: {json}` frames (with an `event:` line for the
- * Responses API), ended by `data: [DONE]` on chat completions.
+ * Answers on the wire: whole JSON bodies, and server-sent events as OpenAI and Anthropic stream
+ * them: `data: {json}` frames (with an `event:` line for the Responses and Messages APIs), ended by
+ * `data: [DONE]` on chat completions.
  *
  * @module
  */
 import type { ServerResponse } from 'node:http';
+
+/** Answers `body` as JSON with `status`. */
+export function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+  });
+  res.end(text);
+}
 
 /** Starts an event stream on `res`. */
 export function startSse(res: ServerResponse): void {

@@ -61,6 +61,7 @@ export function optional<T>(v: unknown, check: (v: unknown) => T): T | undefined
 
 function kindOf(v: unknown): string {
   if (v === null) return 'null';
+  if (v === undefined) return 'nothing';
   if (Array.isArray(v)) return 'an array';
   return typeof v === 'object' ? 'an object' : `${typeof v} ${JSON.stringify(v)?.slice(0, 40)}`;
 }

@@ -51,7 +51,14 @@ test('each episode of the group gets its own session; trajectories carry the rew
       assert.is(t.reward, 0.5);
       assert.is(t.groupId, 'g3');
       assert.is(t.promptIndex, 3);
-      assert.equal(t.info, { asked: 'hello', gateway_completions: 1, gateway_trajectories: 1 });
+      assert.equal(t.info, {
+        asked: 'hello',
+        gateway_completions: 1,
+        gateway_trajectories: 1,
+        gateway_trajectory_breaks: 0,
+        gateway_bridged: 0,
+        gateway_aborted: 0,
+      });
       assert.is(tok.decode(t.inputIds), '<|user|>hello<|assistant|>ok<|end|>');
     }
     assert.is(gateway.openSessions, 0, 'sessions are closed with their episodes');

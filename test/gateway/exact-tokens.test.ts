@@ -81,7 +81,15 @@ for (const [name, template, style] of [
       const { messages, answer } = await toolLoop(client, 'Count to four.');
       assert.is(answer, 'Done: 4.');
       assert.is(outputs.length, 5);
-      assert.equal(s.session.stats, { completions: 5, appended: 4, trajectories: 1, drift: [] });
+      assert.equal(s.session.stats, {
+        completions: 5,
+        appended: 4,
+        bridged: 0,
+        trajectories: 1,
+        aborted: 0,
+        breaks: [],
+        drift: [],
+      });
       const [t] = s.session.trajectories(1, meta);
       assert.ok(t);
       // Exactly the engine's ids, in order, are trained on.
@@ -137,12 +145,12 @@ for (const [name, template, style] of [
   });
 }
 
-test('a template that rewrites history starts a new trajectory; both share the reward; drift is reported', async () => {
+test('without bridge mode, a template that rewrites history starts a new trajectory (a break); both share the reward; drift is reported', async () => {
   const tok = tokenizerWith(historyEditingTemplate);
   const engine = scriptedEngine(tok, (p) =>
     p.endsWith('again<|assistant|>') ? '<think>still</think>5' : '<think>2+2</think>4',
   );
-  const gw = await startGateway({ engine, tokenizer: tok, checkDrift: true });
+  const gw = await startGateway({ engine, tokenizer: tok, checkDrift: true, bridge: false });
   try {
     const s = gw.openSession();
     const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
@@ -156,6 +164,7 @@ test('a template that rewrites history starts a new trajectory; both share the r
     const stats = s.session.stats;
     assert.is(stats.trajectories, 2);
     assert.is(stats.appended, 0);
+    assert.equal(stats.breaks, [{ completion: 1, reason: 'bridge mode is off' }]);
     assert.is(stats.drift.length, 1);
     assert.is(stats.drift[0]!.kind, 'generated', 'the template dropped what the model generated');
     assert.match(stats.drift[0]!.recorded, /<think>/);
@@ -180,7 +189,7 @@ test('a template that rewrites history starts a new trajectory; both share the r
   }
 });
 
-test("the model's own ids are kept even when re-tokenizing its text would give others", async () => {
+test("the model's own ids are kept even when re-tokenizing its text would give others (bridged)", async () => {
   const tok = tokenizerWith(compactToolTemplate);
   // The model spells '<|user|>' out of single characters; the tokenizer would read it as one special token.
   const spelled = [...'<|user|>'].map((c) => tok.encode(c)[0]!);
@@ -195,12 +204,14 @@ test("the model's own ids are kept even when re-tokenizing its text would give o
     assert.is(r.choices[0]!.message.content, '<|user|>');
     messages.push({ role: 'assistant', content: '<|user|>' }, { role: 'user', content: 'y' });
     await client.chat.completions.create({ model: 'tiny', messages });
-    const [first, second] = s.session.trajectories(1, meta);
+    const ts = s.session.trajectories(1, meta);
+    // The re-rendered prompt differs in tokens; bridge mode continues from the recorded ones.
+    assert.is(ts.length, 1);
     assert.equal(
-      first!.inputIds.filter((_, i) => first!.lossMask[i] === 1),
-      [...spelled, tok.eosTokenId!],
+      ts[0]!.inputIds.filter((_, i) => ts[0]!.lossMask[i] === 1),
+      [...spelled, tok.eosTokenId!, ...spelled, tok.eosTokenId!],
     );
-    assert.ok(second, 'the re-rendered prompt differs in tokens, so a new trajectory starts');
+    assert.is(s.session.stats.bridged, 1);
     assert.is(s.session.stats.drift[0]!.kind, 'generated');
   } finally {
     await gw.close();
@@ -237,12 +248,28 @@ test('parallel calls within one episode: each its own trajectory, continued by w
     right.push({ role: 'assistant', content: r1 }, { role: 'user', content: 'more' });
     const [l2, r2] = await Promise.all([ask(ca, left), ask(ca, right)]);
     assert.equal([l2, r2], ['L2', 'R2']);
-    assert.equal(a.session.stats, { completions: 5, appended: 2, trajectories: 3, drift: [] });
+    assert.equal(a.session.stats, {
+      completions: 5,
+      appended: 2,
+      bridged: 0,
+      trajectories: 3,
+      aborted: 0,
+      breaks: [],
+      drift: [],
+    });
     const texts = a.session.trajectories(1, meta).map((t) => generated(tok, t));
     assert.equal(texts.sort(), ['L1<|end|>L2<|end|>', 'R1<|end|>', 'R1<|end|>R2<|end|>'].sort());
     // Episode b extends nothing of a's, though its prompt is a's prefix.
     await ask(cb, left);
-    assert.equal(b.session.stats, { completions: 1, appended: 0, trajectories: 1, drift: [] });
+    assert.equal(b.session.stats, {
+      completions: 1,
+      appended: 0,
+      bridged: 0,
+      trajectories: 1,
+      aborted: 0,
+      breaks: [],
+      drift: [],
+    });
     assert.is(a.session.stats.completions, 5);
     // A closed session's key is refused.
     a.close();

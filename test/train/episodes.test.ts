@@ -131,6 +131,27 @@ test('episodeMetrics: generated tokens, reward std, groups with no spread, lengt
   assert.is(m['info/solved'], 0.5);
   assert.is(m['info/turns'], 3);
   assert.is(m['info/note'], undefined, 'strings are not metrics');
+  assert.is(m.trajectory_breaks, undefined, 'no gateway agent, no breaks metric');
+});
+
+test('episodeMetrics: trajectory_breaks counts each gateway episode once, however many trajectories it split into', () => {
+  const episode = (breaks: number, trajectories: number) =>
+    Array.from({ length: trajectories }, () =>
+      traj(1, [0, 1], {
+        info: { gateway_trajectory_breaks: breaks, gateway_trajectories: trajectories },
+      }),
+    );
+  const m = episodeMetrics([
+    {
+      index: 0,
+      groupId: 'g',
+      status: 'ok',
+      errors: [],
+      episodes: 3,
+      trajectories: [...episode(2, 3), ...episode(0, 1), ...episode(1, 2)],
+    },
+  ]);
+  assert.is(m.trajectory_breaks, 3);
 });
 
 test('logprobMismatch: mean |trainer - behaviour| and the importance ratio over generated tokens only', () => {

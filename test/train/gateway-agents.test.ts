@@ -11,9 +11,10 @@ import { EngineGenerator } from '../fakes/token-generator.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
-// Black-box agents written with the `openai` client, the Vercel AI SDK and the OpenAI Agents SDK,
-// trained unmodified by train_ppo through the rollout's gateway: sync and async, on the builtin
-// engine and on an HTTP engine (a protocol-faithful vLLM fake generating with the builtin model).
+// Black-box agents written with the `openai` client, the Vercel AI SDK, the OpenAI Agents SDK,
+// `@anthropic-ai/sdk` and LangChain.js, trained unmodified by train_ppo through the rollout's
+// gateway: sync and async, on the builtin engine and on an HTTP engine (a protocol-faithful vLLM
+// fake generating with the builtin model).
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-gateway-train-'));
 let model = '';
@@ -59,6 +60,8 @@ const agents = [
   ['openai-chat-agent.ts', 'the openai client (two chat turns)'],
   ['ai-sdk-agent.ts', 'the Vercel AI SDK (generateText with a tool)'],
   ['agents-sdk-agent.ts', 'the OpenAI Agents SDK (a function tool)'],
+  ['anthropic-agent.ts', '@anthropic-ai/sdk (the Messages API with a tool)'],
+  ['langchain-agent.ts', 'LangChain.js (ChatOpenAI with a bound tool)'],
 ] as const;
 
 for (const [file, what] of agents) {

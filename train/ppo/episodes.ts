@@ -203,9 +203,10 @@ export function sampleEpisodes(
 /**
  * Per-step episode metrics every RL dashboard shows: generated tokens, reward spread, the fraction
  * of groups whose episodes all scored the same (they teach group-baseline methods nothing),
- * response lengths, the
- * fraction cut by the length cap, and each numeric or boolean `extraInfo` field averaged over the
- * step's finished episodes (`info/<name>`, the library's `infoMetrics`).
+ * response lengths, the fraction cut by the length cap, each numeric or boolean `extraInfo` field
+ * averaged over the step's finished episodes (`info/<name>`, the library's `infoMetrics`), and for
+ * gateway agents `trajectory_breaks`: the step's requests that started a new trajectory where one
+ * was there to continue (`gateway/bridge.ts`).
  */
 export function episodeMetrics(groups: readonly GroupResult[]): Record<string, number> {
   const ok = groups.filter((g) => g.status === 'ok' && g.trajectories.length > 0);
@@ -225,6 +226,14 @@ export function episodeMetrics(groups: readonly GroupResult[]): Record<string, n
     response_length_max: Math.max(...lengths),
     response_clip_ratio: ts.filter((t) => t.truncated).length / ts.length,
   };
+  const breaks = ts.reduce((n, t) => {
+    // Every trajectory of an episode carries the episode's count: each adds its share of it.
+    const b = t.info?.['gateway_trajectory_breaks'];
+    const of = t.info?.['gateway_trajectories'];
+    return typeof b === 'number' && typeof of === 'number' && of > 0 ? n + b / of : n;
+  }, 0);
+  if (ts.some((t) => t.info?.['gateway_trajectory_breaks'] !== undefined))
+    out['trajectory_breaks'] = Math.round(breaks);
   return { ...out, ...infoMetrics(ts) };
 }
 

@@ -1,0 +1,89 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import {
+  HumanMessage,
+  ToolMessage,
+  type AIMessageChunk,
+  type BaseMessage,
+} from '@langchain/core/messages';
+import { tool } from '@langchain/core/tools';
+import { ChatOpenAI } from '@langchain/openai';
+import { z } from 'zod';
+import type { Gateway } from '../../gateway/server.ts';
+import {
+  compactToolTemplate,
+  hermesCall,
+  scriptedEngine,
+  startGateway,
+  tokenizerWith,
+} from './helpers.ts';
+
+// A LangChain.js chat model (`@langchain/openai`'s ChatOpenAI with bound tools), unmodified,
+// against the gateway: a tool loop on chat completions, recorded as one exact-token trajectory.
+const tok = tokenizerWith(compactToolTemplate);
+let gw: Gateway;
+
+test.before(async () => {
+  const engine = scriptedEngine(tok, (prompt) => {
+    const result = /<tool_response>([^<]*)<\/tool_response><\|assistant\|>$/.exec(prompt);
+    if (result) return `The answer is ${result[1]}.`;
+    return hermesCall('add', { a: 2, b: 3 });
+  });
+  gw = await startGateway({ engine, tokenizer: tok });
+});
+test.after(() => gw.close());
+
+const add = tool(async ({ a, b }: { a: number; b: number }) => String(a + b), {
+  name: 'add',
+  description: 'adds two numbers',
+  schema: z.object({ a: z.number(), b: z.number() }),
+});
+
+test('ChatOpenAI with bound tools, a tool loop', async () => {
+  const s = gw.openSession();
+  const model = new ChatOpenAI({
+    model: 'tiny',
+    apiKey: s.apiKey,
+    configuration: { baseURL: gw.baseURL },
+    maxRetries: 0,
+  }).bindTools([add]);
+  const messages: BaseMessage[] = [new HumanMessage('What is 2+3?')];
+  for (let turn = 0; turn < 3; turn++) {
+    const ai = await model.invoke(messages);
+    messages.push(ai);
+    if (!ai.tool_calls?.length) break;
+    for (const call of ai.tool_calls) {
+      const out = await add.invoke(call.args as { a: number; b: number });
+      messages.push(new ToolMessage({ content: out, tool_call_id: call.id! }));
+    }
+  }
+  assert.is(messages.length, 4);
+  assert.is(messages[3]!.content, 'The answer is 5.');
+  const st = s.session.stats;
+  assert.is(st.completions, 2);
+  assert.is(st.trajectories, 1);
+  assert.is(st.appended, 1);
+  s.close();
+});
+
+test('ChatOpenAI .stream(): the tool call arrives in chunks that concatenate to the call', async () => {
+  const s = gw.openSession();
+  const model = new ChatOpenAI({
+    model: 'tiny',
+    apiKey: s.apiKey,
+    configuration: { baseURL: gw.baseURL },
+    maxRetries: 0,
+  }).bindTools([add]);
+  let whole: AIMessageChunk | undefined;
+  for await (const chunk of await model.stream([new HumanMessage('What is 2+3?')]))
+    whole = whole ? whole.concat(chunk) : chunk;
+  assert.equal(
+    whole!.tool_calls?.map((c) => [c.name, c.args]),
+    [['add', { a: 2, b: 3 }]],
+  );
+  assert.ok(whole!.usage_metadata!.input_tokens > 0);
+  assert.is(s.session.stats.trajectories, 1);
+  s.close();
+});
+
+test.run();
