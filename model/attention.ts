@@ -489,6 +489,15 @@ function backwardLoops(
   return { dq, dk, dv };
 }
 
+/**
+ * Backends with their own implementation of the two attention ops (e.g. `backends/torch/`),
+ * by TF.js backend name; the loops below serve every other backend.
+ */
+export const attentionImpls = new Map<
+  string,
+  { fused: typeof fusedAttention; withCache: typeof fusedAttentionWithCache }
+>();
+
 type AttentionFn = (
   q: tf.Tensor,
   k: tf.Tensor,
@@ -516,6 +525,8 @@ export function fusedAttention(
   bias: tf.Tensor3D,
   heads: { H: number; KV: number; hd: number },
 ): tf.Tensor3D {
+  const impl = attentionImpls.get(tf.getBackend());
+  if (impl) return impl.fused(q, k, v, cos, sin, bias, heads);
   const [B, T] = q.shape;
   const d: Dims = { B, T, ...heads, biasRows: bias.shape[0] };
   const scale = 1 / Math.sqrt(heads.hd);
@@ -591,6 +602,8 @@ export function fusedAttentionWithCache(
   bias: tf.Tensor3D,
   heads: { H: number; KV: number; hd: number },
 ): { out: tf.Tensor3D; k: tf.Tensor4D; v: tf.Tensor4D } {
+  const impl = attentionImpls.get(tf.getBackend());
+  if (impl) return impl.withCache(q, k, v, cos, sin, bias, heads);
   const [B, T] = q.shape;
   const d: Dims = { B, T, ...heads, biasRows: bias.shape[0] };
   const cosA = cos.dataSync() as Float32Array;

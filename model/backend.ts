@@ -10,8 +10,10 @@ import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
 import { readEnv } from '../runtime/env.ts';
 import './wasm-kernels.ts';
+// The `torch` backend (libtorch addon): registered here, built and loaded only when selected.
+import { startTorchBackend } from './backends/torch/index.ts';
 
-export type BackendName = 'wasm' | 'cpu' | 'tensorflow';
+export type BackendName = 'wasm' | 'cpu' | 'tensorflow' | 'torch';
 
 let current: Promise<BackendName> | undefined;
 
@@ -69,7 +71,12 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
   const before = processListeners();
   current = (async (): Promise<BackendName> => {
     let chosen: BackendName;
-    if (want === 'cpu' || want === 'wasm') {
+    let detail = '';
+    if (want === 'torch') {
+      const t = await startTorchBackend();
+      chosen = 'torch';
+      detail = ` (libtorch ${t.version}, ${t.device})`;
+    } else if (want === 'cpu' || want === 'wasm') {
       if (!(await tf.setBackend(want))) throw new Error(`TF.js backend '${want}' failed to start`);
       chosen = want;
     } else if (want === 'tensorflow' || want === undefined) {
@@ -81,12 +88,12 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
         chosen = 'wasm';
       }
     } else {
-      throw new Error(`unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu or tensorflow)`);
+      throw new Error(`unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu, torch or tensorflow)`);
     }
     await tf.ready();
     dropRethrowingListeners(before);
     if (readEnv('RTJOB_QUIET_BACKEND') !== true) {
-      process.stderr.write(`rtjob model: TF.js backend '${chosen}'\n`);
+      process.stderr.write(`rtjob model: TF.js backend '${chosen}'${detail}\n`);
     }
     return chosen;
   })();

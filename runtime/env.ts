@@ -109,8 +109,17 @@ export const envVars = {
     "workers' TypeScript transform cache (default `$TMPDIR/rtjob-ts-cache-<uid>`)",
   ),
   RTJOB_TF_BACKEND: v(
-    oneOf('wasm', 'cpu', 'tensorflow'),
+    oneOf('wasm', 'cpu', 'tensorflow', 'torch'),
     'TF.js backend (default: tfjs-node when installed, else wasm)',
+  ),
+  RTJOB_LIBTORCH: v(
+    text,
+    'a libtorch directory (with `include/` and `lib/`) for the `torch` backend, before python3 and Debian',
+  ),
+  RTJOB_TORCH_DEVICE: v(text, '`torch` backend device (`cpu`, `cuda`, `cuda:1`; default cuda when present)'),
+  RTJOB_TORCH_PRECISION: v(
+    oneOf('fp32', 'tf32', 'bf16'),
+    '`torch` backend matmul precision on CUDA (default `tf32`; `bf16`: matmuls and attention in bf16)',
   ),
   RTJOB_QUIET_BACKEND: v(flag, '`1`: do not print which TF.js backend started'),
   RTJOB_DEBUG: v(flag, '`1`: the CLI prints stack traces with its errors (as `--verbose` does)'),
