@@ -20,16 +20,27 @@ const torchFused: typeof fusedAttention = (q, k, v, cos, sin, bias, heads) => {
     cT: tf.Tensor,
     sT: tf.Tensor,
     bT: tf.Tensor,
+    save: tf.GradSaveFunc,
   ) => {
     const inputs = { q: qT, k: kT, v: vT, cos: cT, sin: sT, bias: bT };
     const value = tf.engine().runKernel('RtjobTorchAttention', inputs, attrs) as tf.Tensor;
+    // Intermediate tensors are freed after the forward pass unless saved for the backward one.
+    save([qT, kT, vT, cT, sT, bT]);
     return {
       value,
-      gradFunc: (dy: tf.Tensor) => {
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const [q, k, v, cos, sin, bias] = saved as [
+          tf.Tensor,
+          tf.Tensor,
+          tf.Tensor,
+          tf.Tensor,
+          tf.Tensor,
+          tf.Tensor,
+        ];
         const [dq, dk, dv] = tf
           .engine()
-          .runKernel('RtjobTorchAttentionGrad', { ...inputs, dy }, attrs) as tf.Tensor[];
-        return [dq!, dk!, dv!, tf.zerosLike(cT), tf.zerosLike(sT), tf.zerosLike(bT)];
+          .runKernel('RtjobTorchAttentionGrad', { q, k, v, cos, sin, bias, dy }, attrs) as tf.Tensor[];
+        return [dq!, dk!, dv!, tf.zerosLike(cos), tf.zerosLike(sin), tf.zerosLike(bias)];
       },
     };
   }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (
