@@ -36,7 +36,6 @@ const unary: [string, string, tf.DataType | 'same'][] = [
   ['Floor', 'floor', 'same'],
   ['Ceil', 'ceil', 'same'],
   ['Round', 'round', 'same'],
-  ['Identity', 'identity', 'same'],
   ['ZerosLike', 'zeros_like', 'same'],
   ['OnesLike', 'ones_like', 'same'],
   ['Exp', 'exp', 'float32'],
@@ -103,6 +102,13 @@ for (const [name, op, dt] of binary) {
   );
 }
 
+// Tensors are immutable: a clone shares the data (as the cpu backend does), and TF.js counts a
+// new data id inside a custom gradient's forward pass as a leak.
+def('Identity', ['x'], (b, [x]) => {
+  b.incRef(x!.dataId);
+  return { dataId: x!.dataId, shape: [...x!.shape], dtype: x!.dtype };
+});
+
 def('Cast', ['x'], (b, [x], a) => {
   const dtype = a['dtype'] as tf.DataType;
   return b.run1('cast', [x!], [dtype], dtype);
@@ -125,8 +131,14 @@ const reductions: [string, string, (d: tf.DataType) => tf.DataType][] = [
   ['All', 'all', () => 'bool'],
 ];
 for (const [name, kind, dt] of reductions) {
+  // Max names its axes `reductionIndices`.
   def(name, ['x'], (b, [x], a) =>
-    b.run1('reduce', [x!], [kind, axes(a['axis'], x!.shape), !!a['keepDims']], dt(x!.dtype)),
+    b.run1(
+      'reduce',
+      [x!],
+      [kind, axes(a['axis'] ?? a['reductionIndices'], x!.shape), !!a['keepDims']],
+      dt(x!.dtype),
+    ),
   );
 }
 for (const [name, op] of [
@@ -144,6 +156,10 @@ def('LogSoftmax', ['logits'], (b, [x], a) =>
 
 def('Reshape', ['x'], (b, [x], a) => {
   const shape = tf.util.inferFromImplicitShape(a['shape'] as number[], tf.util.sizeFromShape(x!.shape));
+  if (x!.dtype === 'string') {
+    b.incRef(x!.dataId);
+    return { dataId: x!.dataId, shape, dtype: 'string' };
+  }
   return b.run1('reshape', [x!], [shape]);
 });
 def('Transpose', ['x'], (b, [x], a) => b.run1('transpose', [x!], [a['perm']]));
@@ -172,15 +188,23 @@ def('StridedSlice', ['x'], (b, [x], a) => {
 });
 def('Concat', [], (b, inputs, a) => {
   const axis = axes(a['axis'], inputs[0]!.shape)[0]!;
+  tf.backend_util.assertParamsConsistent(
+    inputs.map((t) => t.shape),
+    axis,
+  );
   const nonEmpty = inputs.filter((t) => tf.util.sizeFromShape(t.shape) > 0);
   const shape = tf.backend_util.computeOutShape(inputs.map((t) => t.shape), axis);
   if (nonEmpty.length === 0) return b.run1('fill', [], [shape, 0, inputs[0]!.dtype]);
   const dtype = inputs.map((t) => t.dtype).reduce(upcast);
   return b.run1('concat', nonEmpty, [axis], dtype);
 });
-def('Pack', [], (b, inputs, a) =>
-  b.run1('stack', inputs, [axes(a['axis'], [...inputs[0]!.shape, 1])[0]!], inputs[0]!.dtype),
-);
+def('Pack', [], (b, inputs, a) => {
+  tf.util.assert(
+    inputs.every((t) => t.dtype === inputs[0]!.dtype),
+    () => 'All tensors passed to stack must have matching dtypes',
+  );
+  return b.run1('stack', inputs, [axes(a['axis'], [...inputs[0]!.shape, 1])[0]!], inputs[0]!.dtype);
+});
 def('Unpack', ['value'], (b, [x], a) => b.run('unstack', [x!], [axes(a['axis'], x!.shape)[0]!]));
 def('SplitV', ['x'], (b, [x], a) => {
   const axis = axes(a['axis'], x!.shape)[0]!;
@@ -200,6 +224,8 @@ def('GatherV2', ['x', 'indices'], (b, [x, idx], a) => {
   const axis = axes(a['axis'], x!.shape)[0]!;
   let bd = (a['batchDims'] as number | undefined) ?? 0;
   if (bd < 0) bd += idx!.shape.length;
+  // Shape checks (and TF.js' messages) only; indices are not read back.
+  tf.backend_util.segment_util.collectGatherOpShapeInfo(x!, idx!, axis, bd);
   return b.run1('gather', [x!, idx!], [axis, bd]);
 });
 def('GatherNd', ['params', 'indices'], (b, [x, idx]) => b.run1('gather_nd', [x!, idx!], []));
@@ -220,18 +246,31 @@ def('OneHot', ['indices'], (b, [idx], a) =>
 def('Select', ['condition', 't', 'e'], (b, [c, t, e]) =>
   b.run1('select', [c!, t!, e!], [], upcast(t!.dtype, e!.dtype)),
 );
-def('BatchMatMul', ['a', 'b'], (b, [x, y], a) =>
-  b.run1('matmul', [x!, y!], [!!a['transposeA'], !!a['transposeB']], 'float32'),
-);
-def('Einsum', [], (b, inputs, a) => b.run1('einsum', inputs, [a['equation']], 'float32'));
+def('BatchMatMul', ['a', 'b'], (b, [x, y], a) => {
+  tf.util.assert(
+    x!.shape.length >= 2 && y!.shape.length >= 2,
+    () => `Error in matMul: inputs must have rank >= 2, got ranks ${x!.shape.length} and ${y!.shape.length}.`,
+  );
+  return b.run1('matmul', [x!, y!], [!!a['transposeA'], !!a['transposeB']], upcast(x!.dtype, y!.dtype));
+});
+def('Einsum', [], (b, inputs, a) => {
+  const equation = a['equation'] as string;
+  const { allDims, idDims } = tf.backend_util.decodeEinsumEquation(equation, inputs.length);
+  tf.backend_util.checkEinsumDimSizes(allDims.length, idDims, inputs as tf.Tensor[]);
+  return b.run1('einsum', inputs, [equation], inputs.map((t) => t.dtype).reduce(upcast));
+});
 def('Fill', [], (b, _i, a) => {
   const dtype = (a['dtype'] as tf.DataType | undefined) ?? 'float32';
   return b.run1('fill', [], [a['shape'], Number(a['value']), dtype], dtype);
 });
 def('Range', [], (b, _i, a) => {
-  const { start, stop, step } = a as { start: number; stop: number; step: number };
+  const { start, stop } = a as { start: number; stop: number };
+  let step = a['step'] as number;
   const dtype = (a['dtype'] as tf.DataType | undefined) ?? 'float32';
-  const n = Math.max(Math.ceil((stop - start) / step), 0);
+  // TF.js' rule: a range going down with step 1 steps by -1; a step against the direction is empty.
+  const empty = start === stop || (start < stop && step < 0) || (stop < start && step > 1);
+  if (stop < start && step === 1) step = -1;
+  const n = empty ? 0 : Math.abs(Math.ceil((stop - start) / step));
   const values = dtype === 'int32' ? new Int32Array(n) : new Float32Array(n);
   for (let i = 0; i < n; i++) values[i] = start + i * step;
   return { dataId: b.write(values, [n], dtype), shape: [n], dtype };

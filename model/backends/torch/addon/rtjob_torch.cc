@@ -314,8 +314,17 @@ void defineOps() {
     }
     return Tensors{x};
   });
-  def("argmax", [](const Tensors& in, const Args& a) { return Tensors{at::argmax(in[0], a.i64(0)).to(at::kInt)}; });
-  def("argmin", [](const Tensors& in, const Args& a) { return Tensors{at::argmin(in[0], a.i64(0)).to(at::kInt)}; });
+  // TF.js skips NaN (torch would pick it); ties go to the lowest index in both.
+  def("argmax", [](const Tensors& in, const Args& a) {
+    auto x = in[0].scalar_type() == at::kBool ? in[0].to(at::kInt) : in[0];
+    if (x.is_floating_point()) x = at::where(at::isnan(x), at::full_like(x, -INFINITY), x);
+    return Tensors{at::argmax(x, a.i64(0)).to(at::kInt)};
+  });
+  def("argmin", [](const Tensors& in, const Args& a) {
+    auto x = in[0].scalar_type() == at::kBool ? in[0].to(at::kInt) : in[0];
+    if (x.is_floating_point()) x = at::where(at::isnan(x), at::full_like(x, INFINITY), x);
+    return Tensors{at::argmin(x, a.i64(0)).to(at::kInt)};
+  });
   def("softmax", [](const Tensors& in, const Args& a) { return Tensors{at::softmax(in[0], a.i64(0))}; });
   def("log_softmax", [](const Tensors& in, const Args& a) { return Tensors{at::log_softmax(in[0], a.i64(0))}; });
   def("reshape", [](const Tensors& in, const Args& a) { return Tensors{in[0].reshape(a.ints(0))}; });
@@ -407,6 +416,7 @@ void defineOps() {
   // inputs: indices, updates; args: shape
   def("scatter_nd", [](const Tensors& in, const Args& a) {
     auto idx = in[0].to(at::kLong);
+    if (idx.dim() == 1) idx = idx.unsqueeze(-1);  // one index per update row
     auto upd = in[1];
     auto shape = a.ints(0);
     int64_t K = idx.size(-1);
@@ -468,8 +478,11 @@ void defineOps() {
   });
   // args: k, sorted
   def("topk", [](const Tensors& in, const Args& a) {
-    auto r = at::topk(in[0], a.i64(0), -1, true, true);
-    return Tensors{std::get<0>(r), std::get<1>(r).to(at::kInt)};
+    // A stable sort: equal values keep index order, as TF.js does.
+    auto r = at::sort(in[0], true, -1, true);
+    int64_t k = a.i64(0);
+    return Tensors{std::get<0>(r).narrow(-1, 0, k).contiguous(),
+                   std::get<1>(r).narrow(-1, 0, k).to(at::kInt)};
   });
   // The model's fused attention (../../attention.ts): args H, KV, hd.
   def("attention", [](const Tensors& in, const Args& a) {
