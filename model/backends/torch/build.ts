@@ -32,6 +32,11 @@ export interface Libtorch {
   cuda: boolean;
   /** `_GLIBCXX_USE_CXX11_ABI` the library was built with. */
   cxx11Abi: 0 | 1;
+  /**
+   * OpenBLAS to link ahead of libtorch (Debian's libtorch calls whatever `libblas.so.3` is; the
+   * reference BLAS runs its matmuls ~15x slower than OpenBLAS).
+   */
+  blas?: string;
 }
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -71,8 +76,12 @@ function fromPython(): Libtorch | undefined {
 function fromDebian(): Libtorch | undefined {
   const lib = '/usr/lib/x86_64-linux-gnu';
   if (!existsSync('/usr/include/ATen/ATen.h') || !existsSync(join(lib, 'libtorch.so'))) return;
+  const blas = ['openblas-pthread', 'openblas-openmp']
+    .map((d) => join(lib, d, 'libopenblas.so.0'))
+    .find((f) => existsSync(f));
   return {
     source: 'debian',
+    ...(blas ? { blas } : {}),
     // /usr/include itself is on the default path (naming it breaks libstdc++'s #include_next).
     includeDirs: ['/usr/include/torch/csrc/api/include'],
     libDir: lib,
@@ -162,6 +171,8 @@ export function buildTorchAddon(opts: { log?: (line: string) => void; force?: bo
     `-Wl,-rpath,${lt.libDir}`,
     // libtorch_cuda registers CUDA kernels when loaded; nothing references it by symbol.
     '-Wl,--no-as-needed',
+    // Loaded before libtorch, so libtorch's BLAS calls bind to OpenBLAS, whatever libblas.so.3 is.
+    ...(lt.blas ? [lt.blas, `-Wl,-rpath,${dirname(lt.blas)}`] : []),
     ...libs,
   ];
   log(`rtjob: building the torch addon against ${lt.source} libtorch (${lt.libDir}) ...`);
