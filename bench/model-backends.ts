@@ -55,7 +55,9 @@ export async function compareBackends(
   );
   const newTokens = opts.quick ? 8 : 32;
   const prompts = (n: number): number[][] =>
-    Array.from({ length: n }, (_, b) => Array.from({ length: 20 }, (_, t) => 5 + ((b + t * 3) % 90)));
+    Array.from({ length: n }, (_, b) =>
+      Array.from({ length: 20 }, (_, t) => 5 + ((b + t * 3) % 90)),
+    );
   const train = (s: Setup): number => {
     const t0 = performance.now();
     // Not in a tidy: the trainer keeps the accumulated gradients until step().
@@ -75,7 +77,9 @@ export async function compareBackends(
     );
     return performance.now() - t0;
   };
-  const ms = new Map(setups.map((s) => [s, { train: [] as number[], g1: [] as number[], g64: [] as number[] }]));
+  const ms = new Map(
+    setups.map((s) => [s, { train: [] as number[], g1: [] as number[], g64: [] as number[] }]),
+  );
   const rounds = opts.quick ? 2 : 4;
   for (let r = 0; r <= rounds; r++) {
     for (const s of setups) {

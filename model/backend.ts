@@ -88,7 +88,9 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
         chosen = 'wasm';
       }
     } else {
-      throw new Error(`unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu, torch or tensorflow)`);
+      throw new Error(
+        `unknown RTJOB_TF_BACKEND '${String(want)}' (wasm, cpu, torch or tensorflow)`,
+      );
     }
     await tf.ready();
     dropRethrowingListeners(before);

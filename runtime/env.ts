@@ -110,13 +110,16 @@ export const envVars = {
   ),
   RTJOB_TF_BACKEND: v(
     oneOf('wasm', 'cpu', 'tensorflow', 'torch'),
-    'TF.js backend (default: tfjs-node when installed, else wasm)',
+    'TF.js backend: wasm, cpu, torch, tensorflow (default: tfjs-node when installed, else wasm)',
   ),
   RTJOB_LIBTORCH: v(
     text,
     'a libtorch directory (with `include/` and `lib/`) for the `torch` backend, before python3 and Debian',
   ),
-  RTJOB_TORCH_DEVICE: v(text, '`torch` backend device (`cpu`, `cuda`, `cuda:1`; default cuda when present)'),
+  RTJOB_TORCH_DEVICE: v(
+    text,
+    '`torch` backend device (`cpu`, `cuda`, `cuda:1`; default cuda when present)',
+  ),
   RTJOB_TORCH_PRECISION: v(
     oneOf('fp32', 'tf32', 'bf16'),
     '`torch` backend matmul precision on CUDA (default `tf32`; `bf16`: matmuls and attention in bf16)',

@@ -14,6 +14,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { initBackend, tf } from '../model/backend.ts';
+import { readEnv } from '../runtime/env.ts';
 import { parameterShapes, resolveConfig, type LlamaConfig } from '../model/config.ts';
 import { decodeStep, prefill } from '../model/kv-cache.ts';
 import { CausalLM } from '../model/llama.ts';
@@ -24,7 +25,9 @@ import { maxAbsDiff, randomModel, tinyFamilyConfigs } from '../test/fixtures/mod
 
 if (process.argv[2] === '--build-only') {
   const { path, libtorch } = buildTorchAddon();
-  console.log(`addon ${path} (libtorch: ${libtorch.source}, ${libtorch.libDir}, cuda ${libtorch.cuda})`);
+  console.log(
+    `addon ${path} (libtorch: ${libtorch.source}, ${libtorch.libDir}, cuda ${libtorch.cuda})`,
+  );
   process.exit(0);
 }
 const out: Record<string, unknown> = { started: new Date().toISOString() };
@@ -71,7 +74,8 @@ for (const [name, raw] of Object.entries(tinyFamilyConfigs())) {
   await initBackend('torch');
   const got = stepOutputs(config, weights);
   let wmax = 0;
-  for (const [k, t] of Object.entries(want.w)) wmax = Math.max(wmax, maxAbsDiff(got.w[k]!.data, t.data));
+  for (const [k, t] of Object.entries(want.w))
+    wmax = Math.max(wmax, maxAbsDiff(got.w[k]!.data, t.data));
   parity[name] = {
     logitsMaxAbsDiff: maxAbsDiff(got.logits, want.logits),
     lossDiff: Math.abs(got.loss - want.loss),
@@ -113,7 +117,7 @@ parameterShapes(config).forEach(([name, shape], i) => {
   };
 });
 await initBackend('torch');
-addon.configure(device, process.env.RTJOB_TORCH_PRECISION ?? 'tf32', 0);
+addon.configure(device, readEnv('RTJOB_TORCH_PRECISION') ?? 'tf32', 0);
 const t0 = performance.now();
 const model = CausalLM.fromTensors(config, tensors, { consume: true });
 out.loadSeconds = (performance.now() - t0) / 1000;
@@ -142,7 +146,7 @@ out.train = {
   params: model.numParameters,
   batch: B,
   seq: T,
-  precision: process.env.RTJOB_TORCH_PRECISION ?? 'tf32',
+  precision: readEnv('RTJOB_TORCH_PRECISION') ?? 'tf32',
   msPerStep: times,
   tokensPerSecond: (B * T * 1000) / ms,
 };
@@ -156,10 +160,23 @@ const prompts = Array.from({ length: DB }, (_, b) =>
 );
 const p = prefill(model, prompts);
 const newTokens = 32;
-decodeStep(model, p.cache, prompts.map(() => 5));
+decodeStep(
+  model,
+  p.cache,
+  prompts.map(() => 5),
+);
 const d0 = performance.now();
-for (let i = 0; i < newTokens; i++) decodeStep(model, p.cache, prompts.map((_, b) => (b + i) % 1000));
-out.decode = { batch: DB, newTokens, tokensPerSecond: (DB * newTokens * 1000) / (performance.now() - d0) };
+for (let i = 0; i < newTokens; i++)
+  decodeStep(
+    model,
+    p.cache,
+    prompts.map((_, b) => (b + i) % 1000),
+  );
+out.decode = {
+  batch: DB,
+  newTokens,
+  tokensPerSecond: (DB * newTokens * 1000) / (performance.now() - d0),
+};
 p.cache.dispose();
 model.dispose();
 out.finished = new Date().toISOString();

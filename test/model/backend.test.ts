@@ -32,7 +32,10 @@ test('RTJOB_TF_BACKEND selects cpu; an unknown or unavailable backend is a clear
   assert.match(run({ RTJOB_TF_BACKEND: 'cpu' }).out, /using cpu/);
   const bad = run({ RTJOB_TF_BACKEND: 'webgpu' });
   assert.is(bad.status, 3);
-  assert.match(bad.err, /RTJOB_TF_BACKEND: expected one of wasm, cpu, tensorflow, torch, got 'webgpu'/);
+  assert.match(
+    bad.err,
+    /RTJOB_TF_BACKEND: expected one of wasm, cpu, tensorflow, torch, got 'webgpu'/,
+  );
   const native = run({ RTJOB_TF_BACKEND: 'tensorflow' });
   assert.is(native.status, 3);
   assert.match(native.err, /tfjs-node is not installed/);

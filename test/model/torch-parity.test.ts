@@ -67,7 +67,10 @@ async function parity(name: string, config: LlamaConfig, weights: NamedTensors):
   assert.is(tf.memory().numTensors, before, `${name}: no tensors leak on torch`);
   const d = (a: ArrayLike<number>, b: ArrayLike<number>): number => maxAbsDiff(a, b);
   assert.ok(d(got.logits, want.logits) < 1e-4, `${name}: logits ${d(got.logits, want.logits)}`);
-  assert.ok(d(got.prefill, want.prefill) < 1e-4, `${name}: prefill ${d(got.prefill, want.prefill)}`);
+  assert.ok(
+    d(got.prefill, want.prefill) < 1e-4,
+    `${name}: prefill ${d(got.prefill, want.prefill)}`,
+  );
   got.decode.forEach((g, i) =>
     assert.ok(d(g, want.decode[i]!) < 1e-4, `${name}: decode step ${i} ${d(g, want.decode[i]!)}`),
   );

@@ -7,7 +7,11 @@
  * @module
  */
 import * as tf from '@tensorflow/tfjs';
-import { attentionImpls, type fusedAttention, type fusedAttentionWithCache } from '../../attention.ts';
+import {
+  attentionImpls,
+  type fusedAttention,
+  type fusedAttentionWithCache,
+} from '../../attention.ts';
 
 type Heads = { H: number; KV: number; hd: number };
 
@@ -39,7 +43,11 @@ const torchFused: typeof fusedAttention = (q, k, v, cos, sin, bias, heads) => {
         ];
         const [dq, dk, dv] = tf
           .engine()
-          .runKernel('RtjobTorchAttentionGrad', { q, k, v, cos, sin, bias, dy }, attrs) as tf.Tensor[];
+          .runKernel(
+            'RtjobTorchAttentionGrad',
+            { q, k, v, cos, sin, bias, dy },
+            attrs,
+          ) as tf.Tensor[];
         return [dq!, dk!, dv!, tf.zerosLike(cos), tf.zerosLike(sin), tf.zerosLike(bias)];
       },
     };
@@ -52,11 +60,9 @@ const torchFused: typeof fusedAttention = (q, k, v, cos, sin, bias, heads) => {
 const torchWithCache: typeof fusedAttentionWithCache = (q, k, v, cos, sin, bias, heads: Heads) => {
   const [out, kc, vc] = tf
     .engine()
-    .runKernel(
-      'RtjobTorchAttentionCache',
-      { q, k, v, cos, sin, bias },
-      { ...heads } as unknown as tf.NamedAttrMap,
-    ) as tf.Tensor[];
+    .runKernel('RtjobTorchAttentionCache', { q, k, v, cos, sin, bias }, {
+      ...heads,
+    } as unknown as tf.NamedAttrMap) as tf.Tensor[];
   return { out: out as tf.Tensor3D, k: kc as tf.Tensor4D, v: vc as tf.Tensor4D };
 };
 

@@ -53,7 +53,6 @@ export function loadTorchAddon(): { addon: TorchAddon; libtorch: Libtorch } {
 
 /** libtorch's intra-op threads: OMP_NUM_THREADS when set, else libtorch's own default. */
 function threadCount(): number {
-  // eslint-disable-next-line no-restricted-syntax -- OMP_NUM_THREADS is libtorch's, not rtjob's
   const n = Number(process.env['OMP_NUM_THREADS']);
   return Number.isInteger(n) && n > 0 ? n : 0;
 }

@@ -11,10 +11,19 @@ import type { TorchBackend } from './backend.ts';
 
 type Info = tf.TensorInfo;
 type Attrs = Record<string, unknown>;
-type Kernel = (b: TorchBackend, inputs: Info[], attrs: Attrs, named: Record<string, Info>) => Info | Info[];
+type Kernel = (
+  b: TorchBackend,
+  inputs: Info[],
+  attrs: Attrs,
+  named: Record<string, Info>,
+) => Info | Info[];
 
 const upcast = (a: tf.DataType, b: tf.DataType): tf.DataType =>
-  a === 'float32' || b === 'float32' ? 'float32' : a === 'int32' || b === 'int32' ? 'int32' : 'bool';
+  a === 'float32' || b === 'float32'
+    ? 'float32'
+    : a === 'int32' || b === 'int32'
+      ? 'int32'
+      : 'bool';
 
 const axes = (axis: unknown, shape: number[]): number[] =>
   tf.util.parseAxisParam(axis as number | number[], shape);
@@ -155,7 +164,10 @@ def('LogSoftmax', ['logits'], (b, [x], a) =>
 );
 
 def('Reshape', ['x'], (b, [x], a) => {
-  const shape = tf.util.inferFromImplicitShape(a['shape'] as number[], tf.util.sizeFromShape(x!.shape));
+  const shape = tf.util.inferFromImplicitShape(
+    a['shape'] as number[],
+    tf.util.sizeFromShape(x!.shape),
+  );
   if (x!.dtype === 'string') {
     b.incRef(x!.dataId);
     return { dataId: x!.dataId, shape, dtype: 'string' };
@@ -193,7 +205,10 @@ def('Concat', [], (b, inputs, a) => {
     axis,
   );
   const nonEmpty = inputs.filter((t) => tf.util.sizeFromShape(t.shape) > 0);
-  const shape = tf.backend_util.computeOutShape(inputs.map((t) => t.shape), axis);
+  const shape = tf.backend_util.computeOutShape(
+    inputs.map((t) => t.shape),
+    axis,
+  );
   if (nonEmpty.length === 0) return b.run1('fill', [], [shape, 0, inputs[0]!.dtype]);
   const dtype = inputs.map((t) => t.dtype).reduce(upcast);
   return b.run1('concat', nonEmpty, [axis], dtype);
@@ -249,9 +264,15 @@ def('Select', ['condition', 't', 'e'], (b, [c, t, e]) =>
 def('BatchMatMul', ['a', 'b'], (b, [x, y], a) => {
   tf.util.assert(
     x!.shape.length >= 2 && y!.shape.length >= 2,
-    () => `Error in matMul: inputs must have rank >= 2, got ranks ${x!.shape.length} and ${y!.shape.length}.`,
+    () =>
+      `Error in matMul: inputs must have rank >= 2, got ranks ${x!.shape.length} and ${y!.shape.length}.`,
   );
-  return b.run1('matmul', [x!, y!], [!!a['transposeA'], !!a['transposeB']], upcast(x!.dtype, y!.dtype));
+  return b.run1(
+    'matmul',
+    [x!, y!],
+    [!!a['transposeA'], !!a['transposeB']],
+    upcast(x!.dtype, y!.dtype),
+  );
 });
 def('Einsum', [], (b, inputs, a) => {
   const equation = a['equation'] as string;
