@@ -9,8 +9,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RtjobError } from '../../../runtime/errors.ts';
 import { readEnv } from '../../../runtime/env.ts';
@@ -166,7 +166,7 @@ export function buildTorchAddon(opts: { log?: (line: string) => void; force?: bo
     ...lt.includeDirs.flatMap((d) => ['-isystem', d]),
     sourceFile,
     '-o',
-    `${out}.tmp`,
+    `${out}.${process.pid}.tmp`,
     `-L${lt.libDir}`,
     `-Wl,-rpath,${lt.libDir}`,
     // libtorch_cuda registers CUDA kernels when loaded; nothing references it by symbol.
@@ -186,7 +186,10 @@ export function buildTorchAddon(opts: { log?: (line: string) => void; force?: bo
       cause: e,
     });
   }
-  renameSync(`${out}.tmp`, out);
+  renameSync(`${out}.${process.pid}.tmp`, out);
+  // Builds for an older source or another libtorch are not used again.
+  for (const d of readdirSync(buildRoot))
+    if (d !== basename(dirname(out))) rmSync(join(buildRoot, d), { recursive: true, force: true });
   log(`rtjob: built ${out} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
   return { path: out, libtorch: lt };
 }
