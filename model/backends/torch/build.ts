@@ -156,7 +156,8 @@ export function buildTorchAddon(opts: { log?: (line: string) => void; force?: bo
   if (lt.cuda) libs.push('-ltorch_cuda', '-lc10_cuda');
   const args = [
     '-O2',
-    '-std=c++17',
+    // Recent PyTorch headers need C++20; Debian's 1.13 is built for C++17.
+    lt.source === 'debian' ? '-std=c++17' : '-std=c++20',
     '-shared',
     '-fPIC',
     `-D_GLIBCXX_USE_CXX11_ABI=${lt.cxx11Abi}`,
