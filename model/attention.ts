@@ -12,6 +12,7 @@
  * @module
  */
 import { tf } from './backend.ts';
+import { attentionImpls } from './backend-ops.ts';
 
 /** Bias at or below this is a masked position (the model uses -1e9). */
 const maskedBelow = -1e8;
@@ -488,15 +489,6 @@ function backwardLoops(
   }
   return { dq, dk, dv };
 }
-
-/**
- * Backends with their own implementation of the two attention ops (e.g. `backends/torch/`),
- * by TF.js backend name; the loops below serve every other backend.
- */
-export const attentionImpls = new Map<
-  string,
-  { fused: typeof fusedAttention; withCache: typeof fusedAttentionWithCache }
->();
 
 type AttentionFn = (
   q: tf.Tensor,

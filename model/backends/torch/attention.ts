@@ -1,21 +1,17 @@
 /**
- * The model's fused attention ops on the `torch` backend: one libtorch kernel each (rotary,
+ * The model's composite ops on the `torch` backend, registered in `../../backend-ops.ts`. The
+ * fused attention: one libtorch kernel each (rotary,
  * grouped-query attention through `at::scaled_dot_product_attention` on libtorch >= 2, composed
  * ops on 1.13), the gradient by libtorch's autograd over a recomputed forward. Same inputs and
- * outputs as {@link fusedAttention} and {@link fusedAttentionWithCache}.
+ * outputs as `fusedAttention` and `fusedAttentionWithCache` in `model/attention.ts`. And the
+ * trainer's AdamW update as one kernel.
  *
  * @module
  */
 import * as tf from '@tensorflow/tfjs';
-import {
-  attentionImpls,
-  type fusedAttention,
-  type fusedAttentionWithCache,
-} from '../../attention.ts';
+import { adamwImpls, attentionImpls, type AttentionOps } from '../../backend-ops.ts';
 
-type Heads = { H: number; KV: number; hd: number };
-
-const torchFused: typeof fusedAttention = (q, k, v, cos, sin, bias, heads) => {
+const torchFused: AttentionOps['fused'] = (q, k, v, cos, sin, bias, heads) => {
   const attrs = { ...heads } as unknown as tf.NamedAttrMap;
   const fn = tf.customGrad(((
     qT: tf.Tensor,
@@ -57,7 +53,7 @@ const torchFused: typeof fusedAttention = (q, k, v, cos, sin, bias, heads) => {
   return fn(q, k, v, cos, sin, bias);
 };
 
-const torchWithCache: typeof fusedAttentionWithCache = (q, k, v, cos, sin, bias, heads: Heads) => {
+const torchWithCache: AttentionOps['withCache'] = (q, k, v, cos, sin, bias, heads) => {
   const [out, kc, vc] = tf
     .engine()
     .runKernel('RtjobTorchAttentionCache', { q, k, v, cos, sin, bias }, {
@@ -67,3 +63,13 @@ const torchWithCache: typeof fusedAttentionWithCache = (q, k, v, cos, sin, bias,
 };
 
 attentionImpls.set('torch', { fused: torchFused, withCache: torchWithCache });
+
+// AdamW for the trainer: one kernel per parameter instead of about twelve (no gradient flows).
+adamwImpls.set('torch', (p, m, v, g, s) => {
+  const [np, nm, nv] = tf
+    .engine()
+    .runKernel('RtjobTorchAdamW', { p, m, v, g }, {
+      ...s,
+    } as unknown as tf.NamedAttrMap) as tf.Tensor[];
+  return [np!, nm!, nv!];
+});

@@ -323,6 +323,15 @@ def('RtjobTorchAttentionGrad', [...attnInputs, 'dy'], (b, inputs, a) =>
   b.run('attention_grad', inputs, heads(a)),
 );
 
+// The trainer's AdamW update in one kernel (../../training.ts, ./adamw.ts).
+def('RtjobTorchAdamW', ['p', 'm', 'v', 'g'], (b, inputs, a) =>
+  b.run(
+    'adamw',
+    inputs,
+    ['lr', 'beta1', 'beta2', 'eps', 'weightDecay', 'bc1', 'bc2', 'gs'].map((k) => a[k]),
+  ),
+);
+
 /** Every TF.js kernel the `torch` backend registers. */
 export const torchKernelNames: readonly string[] = [...kernels.keys()];
 

@@ -484,6 +484,19 @@ void defineOps() {
     return Tensors{std::get<0>(r).narrow(-1, 0, k).contiguous(),
                    std::get<1>(r).narrow(-1, 0, k).to(at::kInt)};
   });
+  // AdamW as the trainer computes it (../../training.ts): inputs p, m, v, raw gradient; args lr,
+  // beta1, beta2, eps, weightDecay, bc1, bc2, gs (the gradient's scale). Returns new p, m, v.
+  def("adamw", [](const Tensors& in, const Args& a) {
+    at::NoGradGuard ng;
+    double lr = a.num(0), b1 = a.num(1), b2 = a.num(2), eps = a.num(3), wd = a.num(4);
+    double bc1 = a.num(5), bc2 = a.num(6), gs = a.num(7);
+    auto g = in[3] * gs;
+    auto m = in[1] * b1 + g * (1 - b1);
+    auto v = in[2] * b2 + g * g * (1 - b2);
+    auto update = (m / bc1) / ((v / bc2).sqrt() + eps) * lr;
+    auto p = wd > 0 ? in[0] * (1 - lr * wd) - update : in[0] - update;
+    return Tensors{p, m, v};
+  });
   // The model's fused attention (../../attention.ts): args H, KV, hd.
   def("attention", [](const Tensors& in, const Args& a) {
     at::NoGradGuard ng;
