@@ -2,16 +2,19 @@
  * The `torch` backend (libtorch on CPU here) computes what the `cpu` oracle computes, on the same
  * weights: logits of a padded batch, KV-cache prefill and decode, and one AdamW step (gradients,
  * global norm, updated weights), for Llama, Mistral, Qwen2 and Qwen3 fixture configs and the
- * shipped tiny checkpoint. Tolerances: logits 1e-4 absolute; AdamW weights 1e-4 absolute (lr 1e-3:
+ * shipped tiny checkpoint; and a checkpoint saved on torch loads on wasm (and back). Tolerances: logits 1e-4 absolute; AdamW weights 1e-4 absolute (lr 1e-3:
  * a tenth of one step; Adam's first step divides by |g|, so near-zero gradients amplify rounding); gradient norm 1e-4 relative.
  *
  * Needs libtorch (CI installs Debian's libtorch-dev); without it this fails, naming what is missing.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../model/backend.ts';
-import { readConfig, readWeights } from '../../model/checkpoint.ts';
+import { readConfig, readWeights, saveModel } from '../../model/checkpoint.ts';
 import { resolveConfig, type LlamaConfig } from '../../model/config.ts';
 import { decodeStep, prefill } from '../../model/kv-cache.ts';
 import { CausalLM } from '../../model/llama.ts';
@@ -108,6 +111,36 @@ for (const [name, raw] of Object.entries(tinyFamilyConfigs())) {
 test('torch matches cpu on the shipped rtjob-tiny-math checkpoint', async () => {
   const dir = fileURLToPath(new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url));
   await parity('rtjob-tiny-math', readConfig(dir), readWeights(dir));
+});
+
+test('a checkpoint saved from torch loads on wasm with the same logits (and back)', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rtjob-torch-ckpt-'));
+  try {
+    const config = resolveConfig(Object.values(tinyFamilyConfigs())[4]!);
+    await initBackend('torch');
+    const m = randomModel(config, 5);
+    const ids = [[3, 1, 4, 1, 5, 9, 2, 6]];
+    const logitsOf = (model: CausalLM): Float32Array =>
+      tf.tidy(() => {
+        const x = tf.tensor2d(ids[0]!, [1, 8], 'int32');
+        return model.forward(x).logits!.dataSync() as Float32Array;
+      });
+    const onTorch = logitsOf(m);
+    saveModel(dir, m);
+    m.dispose();
+    await initBackend('wasm');
+    const w = CausalLM.fromTensors(readConfig(dir), readWeights(dir));
+    const d = maxAbsDiff(logitsOf(w), onTorch);
+    assert.ok(d < 1e-4, `wasm logits of the torch checkpoint differ by ${d}`);
+    saveModel(dir, w);
+    w.dispose();
+    await initBackend('torch');
+    const back = CausalLM.fromTensors(readConfig(dir), readWeights(dir));
+    assert.ok(maxAbsDiff(logitsOf(back), onTorch) < 1e-6, 'torch → wasm → torch');
+    back.dispose();
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test.run();
