@@ -47,17 +47,17 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 
 export RTJOB_QUIET_BACKEND=1
 # Build first (a minute or two), so that the timings below do not include it.
-timeout 300 "$NODE" "$bundle" --build-only
+timeout 200 "$NODE" "$bundle" --build-only
 config=test/fixtures/model/configs/qwen3-0.6b.json
 layers="${GPU_BENCH_LAYERS:-28}"
 args=(--layers "$layers" --batch "${GPU_BENCH_BATCH:-8}" --seq "${GPU_BENCH_SEQ:-512}"
   --steps "${GPU_BENCH_STEPS:-3}" --decode-batch "${GPU_BENCH_DECODE_BATCH:-32}")
 for precision in tf32 bf16; do
   echo "== rtjob torch backend, $precision"
-  RTJOB_TORCH_PRECISION=$precision timeout 200 "$NODE" "$bundle" "$out/rtjob-$precision.json" >/dev/null \
+  RTJOB_TORCH_PRECISION=$precision timeout 150 "$NODE" "$bundle" "$out/rtjob-$precision.json" >/dev/null \
     || echo "rtjob $precision: exit $?"
   echo "== PyTorch eager, $precision"
-  timeout 100 python3 scripts/gpu-torch-reference.py "$config" "${args[@]}" --precision $precision \
+  timeout 80 python3 scripts/gpu-torch-reference.py "$config" "${args[@]}" --precision $precision \
     >"$out/pytorch-$precision.json" || echo "pytorch $precision: exit $?"
 done
 python3 - "$out" <<'PY'

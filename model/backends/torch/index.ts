@@ -18,7 +18,8 @@ export { loadTorchAddon, TorchBackend } from './backend.ts';
 export { torchKernelNames } from './kernels.ts';
 
 registerTorchKernels('torch');
-tf.registerBackend('torch', () => new TorchBackend(loadTorchAddon().addon));
+// Lowest priority: TF.js' own automatic choice (when nothing called setBackend) never builds it.
+tf.registerBackend('torch', () => new TorchBackend(loadTorchAddon().addon), -1);
 
 /**
  * Makes `torch` the active TF.js backend, building the addon first when needed.
