@@ -335,6 +335,51 @@ def('RtjobTorchAdamW', ['p', 'm', 'v', 'g'], (b, inputs, a) =>
 /** Every TF.js kernel the `torch` backend registers. */
 export const torchKernelNames: readonly string[] = [...kernels.keys()];
 
+let cpu: tf.KernelBackend | undefined;
+
+/**
+ * A kernel over string tensors, which stay in JS on this backend: run by the `cpu` backend's own
+ * kernel on copies, outputs written back here (strings stay strings, bools and numbers go to
+ * libtorch).
+ */
+function onCpuNamed(
+  kernelName: string,
+  b: TorchBackend,
+  named: Record<string, Info>,
+  attrs: Attrs,
+): Info | Info[] {
+  const names = Object.keys(named);
+  const inputs = names.map((n) => named[n]!);
+  const kernel = tf.getKernel(kernelName, 'cpu');
+  if (!kernel) throw new Error(`torch backend: no string kernel '${kernelName}'`);
+  cpu ??= tf.findBackendFactory('cpu')!() as tf.KernelBackend;
+  const copies = inputs.map((t) => ({
+    dataId: cpu!.write(b.readSync(t.dataId), t.shape, t.dtype),
+    shape: t.shape,
+    dtype: t.dtype,
+  }));
+  const asArray = Array.isArray(named);
+  const out = kernel.kernelFunc({
+    inputs: (asArray
+      ? copies
+      : Object.fromEntries(names.map((n, i) => [n, copies[i]!]))) as tf.NamedTensorInfoMap,
+    backend: cpu,
+    attrs: attrs as tf.NamedAttrMap,
+  });
+  const back = (o: Info): Info => {
+    const r = {
+      dataId: b.write(cpu!.readSync(o.dataId), o.shape, o.dtype),
+      shape: o.shape,
+      dtype: o.dtype,
+    };
+    cpu!.disposeData(o.dataId, true);
+    return r;
+  };
+  const result = Array.isArray(out) ? out.map(back) : back(out);
+  copies.forEach((c) => cpu!.disposeData(c.dataId, true));
+  return result;
+}
+
 /** Registers every kernel for `backendName` (once per process). */
 export function registerTorchKernels(backendName: string): void {
   for (const [kernelName, { inputs: names, fn }] of kernels) {
@@ -344,6 +389,11 @@ export function registerTorchKernels(backendName: string): void {
       backendName,
       kernelFunc: ({ inputs, backend, attrs }) => {
         const named = inputs as unknown as Record<string, Info>;
+        if (kernelName !== 'Identity' && Object.values(named).some((t) => t.dtype === 'string')) {
+          // Keyed as TF.js passed them, so the cpu kernel finds its inputs by name.
+          const b = backend as TorchBackend;
+          return onCpuNamed(kernelName, b, named, (attrs ?? {}) as Attrs);
+        }
         // Variadic kernels (Concat, AddN, Pack, Einsum) take their inputs in order.
         const list = names.length ? names.map((n) => named[n]!) : Object.values(named);
         return fn(backend as TorchBackend, list, (attrs ?? {}) as Attrs, named);
