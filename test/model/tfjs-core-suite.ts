@@ -102,11 +102,6 @@ export async function runTfjsCoreSuite(
     failures: [],
   };
   const notRegistered = /not registered for backend|not yet implemented|unsupported dtype/;
-  if (process.env['SUITE_DEBUG'])
-    console.log(
-      'suites',
-      (env as unknown as { topSuite(): { children: unknown[] } }).topSuite().children.length,
-    );
   env.configure({
     random: false,
     specFilter: (spec: { getFullName(): string }) =>

@@ -66,10 +66,8 @@ attentionImpls.set('torch', { fused: torchFused, withCache: torchWithCache });
 
 // AdamW for the trainer: one kernel per parameter instead of about twelve (no gradient flows).
 adamwImpls.set('torch', (p, m, v, g, s) => {
-  const [np, nm, nv] = tf
-    .engine()
-    .runKernel('RtjobTorchAdamW', { p, m, v, g }, {
-      ...s,
-    } as unknown as tf.NamedAttrMap) as tf.Tensor[];
+  const [np, nm, nv] = tf.engine().runKernel('RtjobTorchAdamW', { p, m, v, g }, {
+    ...s,
+  } as unknown as tf.NamedAttrMap) as tf.Tensor[];
   return [np!, nm!, nv!];
 });
