@@ -65,3 +65,12 @@ export type AdamWUpdate = (
 
 /** Fused AdamW by backend name. */
 export const adamwImpls = new Map<string, AdamWUpdate>();
+
+/**
+ * `log_softmax(logits)[..., target]` for logits `[B, T, V]` and int32 targets `[B, T]`,
+ * differentiable in the logits, without a `[B, T, V]` one-hot.
+ */
+export type TargetLogprob = (logits: tf.Tensor3D, targets: tf.Tensor2D) => tf.Tensor2D;
+
+/** Target logprobs by backend name. */
+export const targetLogprobImpls = new Map<string, TargetLogprob>();

@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { assertBackendRoom, tf } from './backend.ts';
-import { adamwImpls } from './backend-ops.ts';
+import { adamwImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
@@ -62,8 +62,15 @@ export function tokenStats(
   const out = model.forward(tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D, { grad: opts.grad });
   const temperature = opts.temperature ?? 1;
   const scaled = temperature === 1 ? out.logits! : tf.div(out.logits!, temperature);
+  const targets = tf.slice(ids, [0, 1], [B, T - 1]) as tf.Tensor2D;
+  const fused = opts.entropy ? undefined : targetLogprobImpls.get(tf.getBackend());
+  if (fused) {
+    // One kernel each way where the backend has it: no vocabulary-sized one-hot or log-softmax.
+    const stats: TokenStats = { logprobs: fused(scaled as tf.Tensor3D, targets) };
+    if (opts.values) stats.values = model.values(out.hidden);
+    return stats;
+  }
   const logp = tf.logSoftmax(scaled);
-  const targets = tf.slice(ids, [0, 1], [B, T - 1]);
   // A one-hot product instead of a gather keeps the gradient on kernels every backend has.
   const logprobs = tf.sum(tf.mul(logp, tf.oneHot(targets, V)), -1) as tf.Tensor2D;
   const stats: TokenStats = { logprobs };

@@ -9,7 +9,12 @@
  * @module
  */
 import * as tf from '@tensorflow/tfjs';
-import { adamwImpls, attentionImpls, type AttentionOps } from '../../backend-ops.ts';
+import {
+  adamwImpls,
+  attentionImpls,
+  targetLogprobImpls,
+  type AttentionOps,
+} from '../../backend-ops.ts';
 
 const torchFused: AttentionOps['fused'] = (q, k, v, cos, sin, bias, heads) => {
   const attrs = { ...heads } as unknown as tf.NamedAttrMap;
@@ -70,4 +75,25 @@ adamwImpls.set('torch', (p, m, v, g, s) => {
     ...s,
   } as unknown as tf.NamedAttrMap) as tf.Tensor[];
   return [np!, nm!, nv!];
+});
+
+// The next-token logprob: logits[target] - logsumexp(logits), and its gradient, one kernel each.
+targetLogprobImpls.set('torch', (logits, targets) => {
+  const fn = tf.customGrad(((x: tf.Tensor, t: tf.Tensor, save: tf.GradSaveFunc) => {
+    save([x, t]);
+    const value = tf.engine().runKernel('RtjobTorchTargetLogprob', { x, t }, {}) as tf.Tensor;
+    return {
+      value,
+      gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+        const [xs, ts] = saved as [tf.Tensor, tf.Tensor];
+        const dx = tf
+          .engine()
+          .runKernel('RtjobTorchTargetLogprobGrad', { x: xs, t: ts, dy }, {}) as tf.Tensor;
+        return [dx, tf.zerosLike(ts)];
+      },
+    };
+  }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (
+    ...xs: tf.Tensor[]
+  ) => tf.Tensor2D;
+  return fn(logits, targets);
 });

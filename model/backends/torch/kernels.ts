@@ -332,6 +332,14 @@ def('RtjobTorchAdamW', ['p', 'm', 'v', 'g'], (b, inputs, a) =>
   ),
 );
 
+// The next-token logprob and its gradient (../../training.ts, ./attention.ts).
+def('RtjobTorchTargetLogprob', ['x', 't'], (b, inputs) =>
+  b.run1('target_logprob', inputs, [], 'float32'),
+);
+def('RtjobTorchTargetLogprobGrad', ['x', 't', 'dy'], (b, inputs) =>
+  b.run1('target_logprob_grad', inputs, [], 'float32'),
+);
+
 /** Every TF.js kernel the `torch` backend registers. */
 export const torchKernelNames: readonly string[] = [...kernels.keys()];
 

@@ -497,6 +497,21 @@ void defineOps() {
     auto p = wd > 0 ? in[0] * (1 - lr * wd) - update : in[0] - update;
     return Tensors{p, m, v};
   });
+  // log_softmax(x)[..., t] for x [.., V] and t [..] (../../training.ts), and its gradient
+  // dx = dy * (onehot(t) - softmax(x)).
+  def("target_logprob", [](const Tensors& in, const Args&) {
+    at::NoGradGuard ng;
+    auto t = in[1].to(at::kLong).unsqueeze(-1);
+    return Tensors{(in[0].gather(-1, t).squeeze(-1) - at::logsumexp(in[0], -1))};
+  });
+  def("target_logprob_grad", [](const Tensors& in, const Args&) {
+    at::NoGradGuard ng;
+    auto t = in[1].to(at::kLong).unsqueeze(-1);
+    auto dy = in[2].unsqueeze(-1);
+    auto dx = at::softmax(in[0], -1).mul_(-dy);
+    dx.scatter_add_(-1, t, dy);
+    return Tensors{dx};
+  });
   // The model's fused attention (../../attention.ts): args H, KV, hd.
   def("attention", [](const Tensors& in, const Args& a) {
     at::NoGradGuard ng;
