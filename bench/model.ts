@@ -7,19 +7,21 @@
  * 48 new tokens), and peak RSS. With `BENCH_MODEL_BASELINE=<dir>` (a checkout of an older
  * commit) it also runs that tree's model on the same steps, interleaved, for a before/after
  * measured under the same load. Writes bench/results/model.json. With `BENCH_MODEL_PRETRAIN=<dir>`
- * it measures that checkpoint instead (bench/model-large.ts).
+ * it measures that checkpoint instead (bench/model-large.ts). Last, the backends side by side
+ * (`BENCH_MODEL_BACKENDS`, default `wasm,torch`; bench/model-backends.ts).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { BuiltinEngine } from '../engines/builtin/engine.ts';
-import { initBackend, tf } from '../model/backend.ts';
+import { type BackendName, initBackend, tf } from '../model/backend.ts';
 import { tinyMathConfig } from '../model/builtin.ts';
 import { resolveConfig } from '../model/config.ts';
 import { recomputeLastLogits } from '../model/kv-cache.ts';
 import { CausalLM } from '../model/llama.ts';
 import { maskedNllLoss, ModelTrainer, padBatch } from '../model/training.ts';
 import { useWasmKernelOverrides } from '../model/wasm-kernels.ts';
+import { compareBackends } from './model-backends.ts';
 
 if (process.env.BENCH_MODEL_PRETRAIN) {
   // A real-sized checkpoint: its own benchmark (load, prefill, decode, a training step, memory).
@@ -269,6 +271,14 @@ if (baselineDir) {
   });
   for (const e of engines.values()) await e.close();
   base.dispose();
+}
+
+// 6. the backends side by side (wasm vs torch on CPU here), same weights, interleaved rounds
+{
+  const backends = (process.env.BENCH_MODEL_BACKENDS ?? 'wasm,torch').split(',') as BackendName[];
+  const side = await compareBackends(config, model.exportWeights(), { quick, backends });
+  rows.push(...side.rows);
+  result.backends = side.result;
 }
 
 const peakRssMiB = process.resourceUsage().maxRSS / 1024;

@@ -24,6 +24,7 @@ import {
   submitCommand,
 } from './commands/jobs.ts';
 import { serveCommand } from './commands/serve.ts';
+import { buildCommand } from './commands/build.ts';
 
 // `rtjob start --head | head -1`: a reader that goes away is not an error of ours. Later output
 // is dropped and the command finishes its work (a private cluster is still stopped cleanly).
@@ -240,6 +241,15 @@ program
     '\nExamples:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000\n  rtjob serve --pretrain ./ckpt/JOB --engine llamacpp --rollout-dtype bf16\n  rtjob serve --pretrain /shared/policy --engine sglang --engine-url http://gpu-host:30000',
   )
   .action((o) => serveCommand(o));
+
+program
+  .command('build')
+  .description(
+    "build a native part now instead of at first use: 'torch' (the libtorch TF.js backend addon)",
+  )
+  .argument('<what>', 'torch')
+  .option('--force', 'rebuild even when an up-to-date build exists')
+  .action((what: string, o: { force?: boolean }) => buildCommand(what, o));
 
 try {
   await program.parseAsync();

@@ -15,6 +15,7 @@
  * @module
  */
 import { tf } from './backend.ts';
+import { attentionImpls } from './backend-ops.ts';
 
 /** Bias at or below this is a masked position (the model uses -1e9). */
 const maskedBelow = -1e8;
@@ -519,6 +520,8 @@ export function fusedAttention(
   bias: tf.Tensor3D,
   heads: { H: number; KV: number; hd: number },
 ): tf.Tensor3D {
+  const impl = attentionImpls.get(tf.getBackend());
+  if (impl) return impl.fused(q, k, v, cos, sin, bias, heads);
   const [B, T] = q.shape;
   const d: Dims = { B, T, ...heads, biasRows: bias.shape[0] };
   const scale = 1 / Math.sqrt(heads.hd);
@@ -594,6 +597,8 @@ export function fusedAttentionWithCache(
   bias: tf.Tensor3D,
   heads: { H: number; KV: number; hd: number },
 ): { out: tf.Tensor3D; k: tf.Tensor4D; v: tf.Tensor4D } {
+  const impl = attentionImpls.get(tf.getBackend());
+  if (impl) return impl.withCache(q, k, v, cos, sin, bias, heads);
   const [B, T] = q.shape;
   const d: Dims = { B, T, ...heads, biasRows: bias.shape[0] };
   const cosA = cos.dataSync() as Float32Array;

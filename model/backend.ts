@@ -16,6 +16,8 @@ import { RtjobError } from '../runtime/errors.ts';
 import { readEnv, tfBackendNames } from '../runtime/env.ts';
 import { probeWebGpu, registerWebGpu, webGpuUnavailable } from './backends/webgpu/dawn.ts';
 import './wasm-kernels.ts';
+// The `torch` backend (libtorch addon): registered here, built and loaded only when selected.
+import { startTorchBackend, torchCudaLikely } from './backends/torch/index.ts';
 
 /** A backend `RTJOB_TF_BACKEND` may name. */
 export type BackendName = (typeof tfBackendNames)[number];
@@ -49,8 +51,10 @@ export interface BackendDriver {
   /** The memory limits once started. */
   memory(): BackendMemory;
   /**
-   * Whether tensors live in host memory, where the JS-loop kernels (`attention.ts`) read them
-   * without a copy; elsewhere the model composes those ops from TF.js kernels.
+   * Whether the model's host path runs here: tensors read synchronously, and the fused ops
+   * (`attention.ts`) run as JS loops over host memory or as the backend's own implementation
+   * (`backend-ops.ts`). Where false (webgpu), the model composes those ops from TF.js kernels
+   * and reads asynchronously.
    */
   readonly onHost: boolean;
 }
@@ -76,6 +80,19 @@ let webgpuTensorBytes: number | undefined;
 
 /** The backends, in the order the automatic choice tries those whose `auto()` may be true. */
 export const backendDrivers: Record<BackendName, BackendDriver> = {
+  torch: {
+    async start() {
+      const t = await startTorchBackend();
+      return `libtorch ${t.version}, ${t.device}`;
+    },
+    // Only with CUDA: on CPU, libtorch is faster than wasm but needs a compiler and libtorch
+    // (never assumed); name it with RTJOB_TF_BACKEND=torch.
+    auto: async () => torchCudaLikely(),
+    memory: () => ({ where: "libtorch's device memory" }),
+    // Reads synchronously (the addon copies out on `dataSync`), and the model's fused ops have
+    // torch implementations (`backend-ops.ts`): the host path of the model, on the device.
+    onHost: true,
+  },
   webgpu: {
     async start() {
       const why = (await registerWebGpu()) ? undefined : await webGpuUnavailable();
@@ -115,11 +132,12 @@ export const backendDrivers: Record<BackendName, BackendDriver> = {
 };
 
 /**
- * The automatic choice, fastest first; the last one always starts. `webgpu` is not in it yet,
+ * The automatic choice, fastest first; the last one always starts: torch where libtorch has CUDA
+ * and a GPU is visible, else wasm. `webgpu` is not in it yet,
  * although its `auto()` knows a hardware adapter: decoding and the trainer read tensors
  * synchronously (`dataSync`), which WebGPU cannot do in Node, so it runs only where named.
  */
-const automaticOrder: BackendName[] = ['wasm'];
+const automaticOrder: BackendName[] = ['torch', 'wasm'];
 
 let current: Promise<BackendName> | undefined;
 const announced = new Set<BackendName>();

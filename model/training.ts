@@ -10,6 +10,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { assertBackendRoom, tf } from './backend.ts';
+import { adamwImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
@@ -62,8 +63,15 @@ export function tokenStats(
   const out = model.forward(tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D, { grad: opts.grad });
   const temperature = opts.temperature ?? 1;
   const scaled = temperature === 1 ? out.logits! : tf.div(out.logits!, temperature);
+  const targets = tf.slice(ids, [0, 1], [B, T - 1]) as tf.Tensor2D;
+  const fused = opts.entropy ? undefined : targetLogprobImpls.get(tf.getBackend());
+  if (fused) {
+    // One kernel each way where the backend has it: no vocabulary-sized one-hot or log-softmax.
+    const stats: TokenStats = { logprobs: fused(scaled as tf.Tensor3D, targets) };
+    if (opts.values) stats.values = model.values(out.hidden);
+    return stats;
+  }
   const logp = tf.logSoftmax(scaled);
-  const targets = tf.slice(ids, [0, 1], [B, T - 1]);
   // A one-hot product instead of a gather keeps the gradient on kernels every backend has.
   const logprobs = tf.sum(tf.mul(logp, tf.oneHot(targets, V)), -1) as tf.Tensor2D;
   const stats: TokenStats = { logprobs };
@@ -413,6 +421,19 @@ export class ModelTrainer {
       const p = this.model.params.get(n)!;
       const m = this.m.get(n)!;
       const v = this.v.get(n)!;
+      const fused = adamwImpls.get(tf.getBackend());
+      if (fused) {
+        // One kernel for the whole update where the backend has it (e.g. torch).
+        const decay = wd > 0 && p.rank >= 2 ? wd : 0;
+        const s = { lr, beta1: b1, beta2: b2, eps, weightDecay: decay, bc1, bc2, gs };
+        const [np, nm, nv] = fused(p, m, v, gRaw, s);
+        assignFree(m, nm);
+        assignFree(v, nv);
+        assignFree(p, np);
+        gRaw.dispose();
+        this.acc.delete(n);
+        continue;
+      }
       // AdamW as chains that free each intermediate as soon as the next exists: a tidy keeps a
       // dozen parameter-sized temporaries alive at once, which for a 0.6B model's embedding
       // (622 MB) alone is more than the weights, gradients and moments of the whole model.

@@ -71,7 +71,7 @@ const envJson = (raw: string, name: string): Record<string, string> => {
 };
 
 /** The TF.js backends `RTJOB_TF_BACKEND` may name (`model/backend.ts` starts them). */
-export const tfBackendNames = ['webgpu', 'wasm', 'cpu'] as const;
+export const tfBackendNames = ['torch', 'webgpu', 'wasm', 'cpu'] as const;
 
 const v = <T>(parse: EnvVar<T>['parse'], doc: string, internal?: true): EnvVar<T> =>
   internal ? { parse, doc, internal } : { parse, doc };
@@ -113,7 +113,19 @@ export const envVars = {
   ),
   RTJOB_TF_BACKEND: v(
     oneOf(...tfBackendNames),
-    'TF.js backend for every process of a job: `webgpu`, `wasm` or `cpu` (default: wasm)',
+    'TF.js backend for every process of a job: `torch`, `webgpu`, `wasm` or `cpu` (default: torch where libtorch has CUDA and a GPU is visible, else wasm)',
+  ),
+  RTJOB_LIBTORCH: v(
+    text,
+    'a libtorch directory (with `include/` and `lib/`) for the `torch` backend, before python3 and Debian',
+  ),
+  RTJOB_TORCH_DEVICE: v(
+    text,
+    '`torch` backend device (`cpu`, `cuda`, `cuda:1`; default cuda when present)',
+  ),
+  RTJOB_TORCH_PRECISION: v(
+    oneOf('fp32', 'tf32', 'bf16'),
+    '`torch` backend matmul precision on CUDA (default `tf32`; `bf16`: matmuls and attention in bf16)',
   ),
   RTJOB_QUIET_BACKEND: v(flag, '`1`: do not print which TF.js backend started'),
   RTJOB_DEBUG: v(flag, '`1`: the CLI prints stack traces with its errors (as `--verbose` does)'),

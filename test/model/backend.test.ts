@@ -37,7 +37,7 @@ test('RTJOB_TF_BACKEND selects cpu; an unknown value is a one-line error naming 
   assert.is(bad.status, 3);
   assert.match(
     bad.err,
-    /^ERR RTJOB_TF_BACKEND: expected one of webgpu, wasm, cpu, got 'tensorflow'$/m,
+    /^ERR RTJOB_TF_BACKEND: expected one of torch, webgpu, wasm, cpu, got 'tensorflow'$/m,
   );
 });
 

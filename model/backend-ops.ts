@@ -1,0 +1,76 @@
+/**
+ * Per-backend implementations of the model's own composite ops, by TF.js backend name: a backend
+ * module (e.g. `backends/torch/`) registers here, and `attention.ts` / `training.ts` use an entry
+ * when the backend in use has one, their portable code otherwise. This module imports nothing of
+ * the model, so a backend can register without an import circle.
+ *
+ * @module
+ */
+import type * as tf from '@tensorflow/tfjs';
+
+/** Head counts of the fused attention. */
+export interface AttentionHeads {
+  H: number;
+  KV: number;
+  hd: number;
+}
+
+/** The two attention ops of `attention.ts`, with the same inputs and outputs. */
+export interface AttentionOps {
+  fused(
+    q: tf.Tensor3D,
+    k: tf.Tensor3D,
+    v: tf.Tensor3D,
+    cos: tf.Tensor3D,
+    sin: tf.Tensor3D,
+    bias: tf.Tensor3D,
+    heads: AttentionHeads,
+  ): tf.Tensor3D;
+  withCache(
+    q: tf.Tensor3D,
+    k: tf.Tensor3D,
+    v: tf.Tensor3D,
+    cos: tf.Tensor3D,
+    sin: tf.Tensor3D,
+    bias: tf.Tensor3D,
+    heads: AttentionHeads,
+  ): { out: tf.Tensor3D; k: tf.Tensor4D; v: tf.Tensor4D };
+}
+
+/** Attention by backend name. */
+export const attentionImpls = new Map<string, AttentionOps>();
+
+/** One AdamW update's scalars (`gs` scales the raw gradient: averaging and clipping). */
+export interface AdamWScalars {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  /** Decoupled weight decay for this parameter (0 for norms and biases). */
+  weightDecay: number;
+  /** `1 - beta1^t`, `1 - beta2^t`. */
+  bc1: number;
+  bc2: number;
+  gs: number;
+}
+
+/** A fused AdamW update: new parameter, first and second moments. */
+export type AdamWUpdate = (
+  p: tf.Tensor,
+  m: tf.Tensor,
+  v: tf.Tensor,
+  g: tf.Tensor,
+  s: AdamWScalars,
+) => [tf.Tensor, tf.Tensor, tf.Tensor];
+
+/** Fused AdamW by backend name. */
+export const adamwImpls = new Map<string, AdamWUpdate>();
+
+/**
+ * `log_softmax(logits)[..., target]` for logits `[B, T, V]` and int32 targets `[B, T]`,
+ * differentiable in the logits, without a `[B, T, V]` one-hot.
+ */
+export type TargetLogprob = (logits: tf.Tensor3D, targets: tf.Tensor2D) => tf.Tensor2D;
+
+/** Target logprobs by backend name. */
+export const targetLogprobImpls = new Map<string, TargetLogprob>();

@@ -1,0 +1,196 @@
+/**
+ * Finds a libtorch and builds the `torch` backend's N-API addon against it with g++ (no
+ * node-gyp, nothing downloaded). Where libtorch comes from, in order: `RTJOB_LIBTORCH=DIR`
+ * (a directory with `include/` and `lib/`), the PyTorch that `python3` imports (CUDA when it has
+ * it), Debian's `libtorch-dev` (CPU, 1.13). The built `.node` lands in an ignored folder keyed by
+ * the libtorch and the source, so a rebuild happens only when either changes.
+ *
+ * @module
+ */
+import { execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { RtjobError } from '../../../runtime/errors.ts';
+import { readEnv } from '../../../runtime/env.ts';
+
+/** No libtorch, no compiler, or a failed build: the message says which and what to do. */
+export class TorchBackendError extends RtjobError<'TORCH_BACKEND'> {
+  constructor(message: string, opts: { cause?: unknown } = {}) {
+    super('TORCH_BACKEND', message, opts);
+  }
+}
+
+/** A libtorch to compile and link against. */
+export interface Libtorch {
+  /** Where it was found: `RTJOB_LIBTORCH`, `python3` or `debian`. */
+  source: 'RTJOB_LIBTORCH' | 'python3' | 'debian';
+  includeDirs: string[];
+  libDir: string;
+  /** Has `libtorch_cuda.so` (linked so that CUDA kernels register). */
+  cuda: boolean;
+  /** `_GLIBCXX_USE_CXX11_ABI` the library was built with. */
+  cxx11Abi: 0 | 1;
+  /**
+   * OpenBLAS to link ahead of libtorch (Debian's libtorch calls whatever `libblas.so.3` is; the
+   * reference BLAS runs its matmuls ~15x slower than OpenBLAS).
+   */
+  blas?: string;
+}
+
+const here = dirname(fileURLToPath(import.meta.url));
+const sourceFile = join(here, 'addon', 'rtjob_torch.cc');
+const buildRoot = join(here, 'addon', 'build');
+
+function fromDir(dir: string, source: Libtorch['source'], cxx11Abi: 0 | 1): Libtorch | undefined {
+  const inc = join(dir, 'include');
+  const lib = join(dir, 'lib');
+  if (!existsSync(join(inc, 'ATen', 'ATen.h')) || !existsSync(join(lib, 'libtorch.so'))) return;
+  return {
+    source,
+    includeDirs: [inc, join(inc, 'torch', 'csrc', 'api', 'include')],
+    libDir: lib,
+    cuda: existsSync(join(lib, 'libtorch_cuda.so')),
+    cxx11Abi,
+  };
+}
+
+function fromPython(): Libtorch | undefined {
+  try {
+    const out = execFileSync(
+      'python3',
+      [
+        '-c',
+        'import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch._C._GLIBCXX_USE_CXX11_ABI))',
+      ],
+      { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'], timeout: 60_000 },
+    ).trim();
+    const [dir = '', abi = '1'] = out.split('\n');
+    return fromDir(dir, 'python3', abi.trim() === '0' ? 0 : 1);
+  } catch {
+    return undefined; // no python3, or no torch in it
+  }
+}
+
+function fromDebian(): Libtorch | undefined {
+  const lib = '/usr/lib/x86_64-linux-gnu';
+  if (!existsSync('/usr/include/ATen/ATen.h') || !existsSync(join(lib, 'libtorch.so'))) return;
+  const blas = ['openblas-pthread', 'openblas-openmp']
+    .map((d) => join(lib, d, 'libopenblas.so.0'))
+    .find((f) => existsSync(f));
+  return {
+    source: 'debian',
+    ...(blas ? { blas } : {}),
+    // /usr/include itself is on the default path (naming it breaks libstdc++'s #include_next).
+    includeDirs: ['/usr/include/torch/csrc/api/include'],
+    libDir: lib,
+    cuda: false,
+    cxx11Abi: 1,
+  };
+}
+
+/** The libtorch to use, in the documented order, or undefined when there is none. */
+export function findLibtorch(): Libtorch | undefined {
+  const dir = readEnv('RTJOB_LIBTORCH');
+  if (dir) {
+    const found = fromDir(dir, 'RTJOB_LIBTORCH', 1);
+    if (!found) {
+      throw new TorchBackendError(
+        `RTJOB_LIBTORCH=${dir} has no include/ATen/ATen.h and lib/libtorch.so`,
+      );
+    }
+    return found;
+  }
+  return fromPython() ?? fromDebian();
+}
+
+/** Node's N-API headers: beside the running binary (official builds), else Debian's. */
+function nodeIncludeDir(): string {
+  for (const d of [join(dirname(process.execPath), '..', 'include', 'node'), '/usr/include/node'])
+    if (existsSync(join(d, 'node_api.h'))) return d;
+  throw new TorchBackendError(
+    'torch backend: no node_api.h found (beside the node binary or in /usr/include/node)',
+  );
+}
+
+/** The path the addon for `lt` builds to. */
+function addonPath(lt: Libtorch): string {
+  const key = createHash('sha256')
+    .update(readFileSync(sourceFile))
+    .update(JSON.stringify(lt))
+    .update(process.version)
+    .digest('hex')
+    .slice(0, 16);
+  return join(buildRoot, key, 'rtjob_torch.node');
+}
+
+/**
+ * Builds the addon unless it is already built for this libtorch and source; returns its path.
+ *
+ * @param opts.log where progress lines go (default stderr)
+ * @throws TorchBackendError with a one-line reason when no libtorch or no g++ is found, or the
+ *   compile fails (its last lines in the message)
+ */
+export function buildTorchAddon(opts: { log?: (line: string) => void; force?: boolean } = {}): {
+  path: string;
+  libtorch: Libtorch;
+} {
+  const log = opts.log ?? ((l: string): void => void process.stderr.write(`${l}\n`));
+  const lt = findLibtorch();
+  if (!lt) {
+    throw new TorchBackendError(
+      'torch backend: no libtorch found (set RTJOB_LIBTORCH=DIR, install PyTorch for python3, ' +
+        'or apt-get install libtorch-dev)',
+    );
+  }
+  const out = addonPath(lt);
+  if (existsSync(out) && !opts.force) return { path: out, libtorch: lt };
+  try {
+    execFileSync('g++', ['--version'], { stdio: 'ignore' });
+  } catch {
+    throw new TorchBackendError('torch backend: g++ not found (apt-get install g++)');
+  }
+  mkdirSync(dirname(out), { recursive: true });
+  const libs = ['-ltorch', '-ltorch_cpu', '-lc10'];
+  if (lt.cuda) libs.push('-ltorch_cuda', '-lc10_cuda');
+  const args = [
+    '-O2',
+    // Recent PyTorch headers need C++20; Debian's 1.13 is built for C++17.
+    lt.source === 'debian' ? '-std=c++17' : '-std=c++20',
+    '-shared',
+    '-fPIC',
+    `-D_GLIBCXX_USE_CXX11_ABI=${lt.cxx11Abi}`,
+    ...(lt.cuda ? ['-DRTJOB_WITH_CUDA'] : []),
+    '-I',
+    nodeIncludeDir(),
+    ...lt.includeDirs.flatMap((d) => ['-isystem', d]),
+    sourceFile,
+    '-o',
+    `${out}.${process.pid}.tmp`,
+    `-L${lt.libDir}`,
+    `-Wl,-rpath,${lt.libDir}`,
+    // libtorch_cuda registers CUDA kernels when loaded; nothing references it by symbol.
+    '-Wl,--no-as-needed',
+    // Loaded before libtorch, so libtorch's BLAS calls bind to OpenBLAS, whatever libblas.so.3 is.
+    ...(lt.blas ? [lt.blas, `-Wl,-rpath,${dirname(lt.blas)}`] : []),
+    ...libs,
+  ];
+  log(`rtjob: building the torch addon against ${lt.source} libtorch (${lt.libDir}) ...`);
+  const started = Date.now();
+  try {
+    execFileSync('g++', args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+  } catch (e) {
+    const stderr = String((e as { stderr?: string }).stderr ?? e);
+    const tail = stderr.trim().split('\n').slice(-8).join('\n');
+    throw new TorchBackendError(`torch backend: the addon failed to compile:\n${tail}`, {
+      cause: e,
+    });
+  }
+  renameSync(`${out}.${process.pid}.tmp`, out);
+  // Builds for an older source or another libtorch are not used again.
+  for (const d of readdirSync(buildRoot))
+    if (d !== basename(dirname(out))) rmSync(join(buildRoot, d), { recursive: true, force: true });
+  log(`rtjob: built ${out} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  return { path: out, libtorch: lt };
+}
