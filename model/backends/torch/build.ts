@@ -17,6 +17,9 @@ import { readEnv } from '../../../runtime/env.ts';
 
 /** No libtorch, no compiler, or a failed build: the message says which and what to do. */
 export class TorchBackendError extends RtjobError<'TORCH_BACKEND'> {
+  override get name(): string {
+    return 'TorchBackendError';
+  }
   constructor(message: string, opts: { cause?: unknown } = {}) {
     super('TORCH_BACKEND', message, opts);
   }

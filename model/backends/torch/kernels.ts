@@ -8,6 +8,7 @@
  */
 import * as tf from '@tensorflow/tfjs';
 import type { TorchBackend } from './backend.ts';
+import { TorchBackendError } from './build.ts';
 
 type Info = tf.TensorInfo;
 type Attrs = Record<string, unknown>;
@@ -359,7 +360,7 @@ function onCpuNamed(
   const names = Object.keys(named);
   const inputs = names.map((n) => named[n]!);
   const kernel = tf.getKernel(kernelName, 'cpu');
-  if (!kernel) throw new Error(`torch backend: no string kernel '${kernelName}'`);
+  if (!kernel) throw new TorchBackendError(`torch backend: no string kernel '${kernelName}'`);
   cpu ??= tf.findBackendFactory('cpu')!() as tf.KernelBackend;
   const copies = inputs.map((t) => ({
     dataId: cpu!.write(b.readSync(t.dataId), t.shape, t.dtype),
