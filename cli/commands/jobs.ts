@@ -1,6 +1,9 @@
 /**
  * `rtjob submit`, `list`, `logs`, `stop-job`, `delete-job`, `metrics`: jobs on a cluster.
  *
+ * Over 600 lines on purpose: one command group whose commands share the endpoint lookup, the
+ * working-dir packaging and the env-forwarding table of `submit`; each command is one function.
+ *
  * @module
  */
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';

@@ -16,6 +16,9 @@
  * the rewritten file (`weightSync: 'reload'`), after which running requests re-evaluate their
  * tokens on fresh sequences and go on.
  *
+ * Over 600 lines on purpose: one class whose sequences, decode steps and weight syncs share the
+ * context's state and must be read together (as `engines/http/remote-engine.ts`).
+ *
  * @module
  */
 import { mkdtempSync, rmSync } from 'node:fs';

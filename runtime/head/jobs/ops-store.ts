@@ -3,6 +3,9 @@
  * head's SQLite database next to the runtime's own tables (nodes, actors, placement groups, kv).
  * This module is the only place that touches their SQL.
  *
+ * Over 600 lines on purpose: all the SQL in one place is the rule, and the tables share one
+ * database handle and its prepared statements.
+ *
  * @module
  */
 import Database from 'better-sqlite3';
