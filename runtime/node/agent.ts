@@ -507,7 +507,13 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     if (this.closing) return;
     const base = join(this.sessionDir, 'logs', `worker-${m.actorId}-${m.incarnation}`);
     const logFiles = { stdout: `${base}.out`, stderr: `${base}.err` };
-    const env = workerEnv(this.opts, m, this.nodeId, this.sessionDir);
+    const env = workerEnv(
+      this.opts,
+      m,
+      this.nodeId,
+      this.sessionDir,
+      (this.resources.GPU ?? 0) > 0,
+    );
     const warm = this.takeWarm(m);
     const child =
       warm ??

@@ -41,12 +41,17 @@ export function withLargePages(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
   return { ...env, GLIBC_TUNABLES: largePageMallocEnv(env.GLIBC_TUNABLES) };
 }
 
-/** The environment of the worker `m` asks for, on node `nodeId`. */
+/**
+ * The environment of the worker `m` asks for, on node `nodeId`. A node that declares GPUs gives
+ * each worker exactly its own (none: an empty list); a node that declares none manages none, and
+ * its workers see the `CUDA_VISIBLE_DEVICES` the agent sees.
+ */
 export function workerEnv(
   o: WorkerStartOptions,
   m: StartWorker,
   nodeId: string,
   sessionDir: string,
+  declaresGpus: boolean,
 ): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
@@ -59,7 +64,7 @@ export function workerEnv(
     RTJOB_NODE_ID: nodeId,
     RTJOB_SESSION_DIR: sessionDir,
     RTJOB_WORKER_HOST: o.host ?? '127.0.0.1',
-    CUDA_VISIBLE_DEVICES: m.gpuIds.join(','),
+    ...(declaresGpus ? { CUDA_VISIBLE_DEVICES: m.gpuIds.join(',') } : {}),
     ...((o.reconnectMs ?? 0) > 0 ? { RTJOB_HEAD_RECONNECT_MS: String(o.reconnectMs) } : {}),
   };
   delete env.RTJOB_ADDRESS;

@@ -14,7 +14,7 @@ test("every role gets the driver's RTJOB_TF_BACKEND, and none when the driver ha
   assert.not.ok('RTJOB_TF_BACKEND' in roleEnv(o, {}));
   assert.throws(
     () => roleEnv(o, { RTJOB_TF_BACKEND: 'cuda' }),
-    /expected one of webgpu, wasm, cpu/,
+    /expected one of torch, webgpu, wasm, cpu/,
   );
 });
 
