@@ -1,6 +1,6 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { grep, sourceFiles } from './source-files.ts';
+import { grep, isProduct, sourceFiles } from './source-files.ts';
 
 // One error convention: every error class extends RtjobError (runtime/errors.ts), which carries
 // a stable `code` and keeps it, with the error's fields, across the wire.
@@ -14,17 +14,15 @@ test('no error class but RtjobError extends Error directly', () => {
 // inside an actor reaches its caller as a code-less `TASK`. Tests, fixtures, benchmarks, scripts
 // and examples model user code and may throw what they like.
 test('no bare Error, RangeError or TypeError is thrown in source', () => {
-  const product = /^(runtime|model|engines|algorithms|rewards|gateway|agents|roles|train|cli)\//;
-  const files = sourceFiles({ withFixtures: false }).filter((f) => product.test(f.path));
+  const files = sourceFiles({ withFixtures: false }).filter((f) => isProduct(f.path));
   const hits = grep(files, /\bthrow\s+new\s+(Error|RangeError|TypeError)\s*\(/);
   assert.equal(hits, [], `throw an RtjobError subclass with a code instead:\n${hits.join('\n')}`);
 });
 
 // A literal `name` per class, not `constructor.name`, which a bundler may rename.
 test('every error class in source names itself literally', () => {
-  const product = /^(runtime|model|engines|algorithms|rewards|gateway|agents|roles|train|cli)\//;
   const missing: string[] = [];
-  for (const f of sourceFiles({ withFixtures: false }).filter((x) => product.test(x.path))) {
+  for (const f of sourceFiles({ withFixtures: false }).filter((x) => isProduct(x.path))) {
     for (const m of f.text.matchAll(
       /^(?:export )?(?:abstract )?class (\w+)(?:<.*>)? extends \w*Error\b.*\{\}?$/gm,
     )) {

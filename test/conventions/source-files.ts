@@ -26,6 +26,28 @@ function walk(dir: string, out: string[]): string[] {
   return out;
 }
 
+/**
+ * The product's parts in their one written-down layering (shared/DESIGN.md, Layout): each imports
+ * only the parts before it (`layering.test.ts`).
+ */
+export const parts: readonly string[] = [
+  'runtime',
+  'model',
+  'engines',
+  'algorithms',
+  'rewards',
+  'gateway',
+  'agents',
+  'roles',
+  'train',
+  'cli',
+];
+
+/** Whether `path` is product source (in one of the {@link parts}). */
+export function isProduct(path: string): boolean {
+  return parts.includes(path.split('/')[0]!);
+}
+
 /** A source file: its path from the root and its text. */
 export interface SourceFile {
   path: string;
@@ -37,22 +59,7 @@ export interface SourceFile {
  * (fixtures model user code, which follows its own conventions).
  */
 export function sourceFiles(opts: { withFixtures?: boolean } = {}): SourceFile[] {
-  const dirs = [
-    'runtime',
-    'model',
-    'engines',
-    'algorithms',
-    'rewards',
-    'gateway',
-    'agents',
-    'roles',
-    'train',
-    'cli',
-    'examples',
-    'bench',
-    'scripts',
-    'test',
-  ];
+  const dirs = [...parts, 'examples', 'bench', 'scripts', 'test'];
   const files = dirs.flatMap((d) => walk(join(root, d), []));
   return files
     .filter((f) => opts.withFixtures !== false || !/(^|\/)fixtures\//.test(f))
