@@ -83,6 +83,8 @@ interface Active {
   reject: (e: Error) => void;
   /** Next-token logits of this row (after prefill or the last decode step). */
   logits?: Float32Array;
+  /** The weight version that computed `logits` (and this row's KV cache): its next token's. */
+  logitsVersion?: number;
 }
 
 // A listener's error must not stop the decode loop every other request shares.
@@ -273,17 +275,27 @@ export class BuiltinEngine implements InferenceEngine {
     try {
       while (!this.closed && !this.paused && !this.sleeping) {
         const model = this.model!;
-        if (this.pending.length && !this.draining && this.running.length < this.maxBatch) {
-          const take = Math.min(this.maxPrefill, this.maxBatch - this.running.length);
-          const joining = this.pending.splice(0, take);
+        this.requeueStale();
+        const joining =
+          this.pending.length && this.running.length < this.maxBatch
+            ? this.takeJoining(Math.min(this.maxPrefill, this.maxBatch - this.running.length))
+            : [];
+        if (joining.length) {
           try {
-            const prompts = joining.map((a) => a.prompt);
+            // A row a weight update interrupted is prefilled with its output so far.
+            const prompts = joining.map((a) =>
+              a.tokens.length ? [...a.prompt, ...a.tokens] : a.prompt,
+            );
+            const version = this.version;
             // Where tensors live on a GPU (webgpu) they can only be read asynchronously.
             const { cache, logits } = backendOnHost()
               ? prefill(model, prompts)
               : await prefillAsync(model, prompts);
             const V = this.config.vocab_size;
-            joining.forEach((a, i) => (a.logits = logits.slice(i * V, (i + 1) * V)));
+            joining.forEach((a, i) => {
+              a.logits = logits.slice(i * V, (i + 1) * V);
+              a.logitsVersion = version;
+            });
             if (this.cache) this.cache.append(cache);
             else this.cache = cache;
             this.running.push(...joining);
@@ -293,6 +305,8 @@ export class BuiltinEngine implements InferenceEngine {
           }
         }
         if (!this.running.length) break;
+        // Weights changed while the step computed: its logits are of the old ones; start over.
+        if (this.running.some((a) => a.logitsVersion !== this.version)) continue;
         this.stats.maxRows = Math.max(this.stats.maxRows, this.running.length);
         const V = this.config.vocab_size;
         const keep: number[] = [];
@@ -301,7 +315,7 @@ export class BuiltinEngine implements InferenceEngine {
           const { token, logprob } = sampleToken(a.logits!, 0, V, a.sampling, a.rand);
           a.tokens.push(token);
           a.logprobs.push(logprob);
-          a.versions.push(this.version);
+          a.versions.push(a.logitsVersion!);
           if (a.topN > 0) a.tops.push(topLogprobs(a.logits!, 0, V, a.sampling.temperature, a.topN));
           this.stats.generatedTokens++;
           if (a.onTokens) tell(a, token, logprob);
@@ -318,10 +332,14 @@ export class BuiltinEngine implements InferenceEngine {
         } else {
           try {
             this.cache!.select(keep);
+            const version = this.version;
             const logits = backendOnHost()
               ? decodeStep(model, this.cache!, next)
               : await decodeStepAsync(model, this.cache!, next);
-            this.running.forEach((a, i) => (a.logits = logits.slice(i * V, (i + 1) * V)));
+            this.running.forEach((a, i) => {
+              a.logits = logits.slice(i * V, (i + 1) * V);
+              a.logitsVersion = version;
+            });
             this.stats.decodeSteps++;
           } catch (e) {
             this.running.forEach((a) => a.reject(e as Error));
@@ -362,14 +380,41 @@ export class BuiltinEngine implements InferenceEngine {
     }
   }
 
+  /**
+   * Interruptible generation (AReaL's): rows whose KV cache and logits were computed by weights
+   * older than the engine's now go back to the front of the queue and are prefilled again, prompt
+   * plus output so far, on the new weights. So every token is sampled from one version's
+   * distribution, computed over a cache of that version only, and labelled with it; an update
+   * costs the rows in flight one prefill, never a wait.
+   */
+  private requeueStale(): void {
+    if (!this.running.some((a) => a.logitsVersion !== this.version)) return;
+    this.pending.unshift(...this.running);
+    this.running = [];
+    this.dropCache();
+  }
+
+  /**
+   * The next `n` queued rows to prefill. While `pause({ mode: 'wait' })` drains, only rows a
+   * weight update re-queued rejoin: they are in flight, and the pause waits for them.
+   */
+  private takeJoining(n: number): Active[] {
+    if (!this.draining) return this.pending.splice(0, n);
+    const rows = this.pending.filter((a) => a.tokens.length > 0).slice(0, n);
+    this.pending = this.pending.filter((a) => !rows.includes(a));
+    return rows;
+  }
+
   private dropCache(): void {
     this.cache?.dispose();
     this.cache = undefined;
   }
 
+  /** Returns every request in flight (running, or re-queued by a weight update) as `abort`. */
   private abortRunning(): void {
-    const rows = this.running;
+    const rows = [...this.running, ...this.pending.filter((a) => a.tokens.length > 0)];
     this.running = [];
+    this.pending = this.pending.filter((a) => a.tokens.length === 0);
     this.dropCache();
     rows.forEach((a) => this.finish(a, 'abort'));
   }
@@ -395,9 +440,11 @@ export class BuiltinEngine implements InferenceEngine {
   }
 
   /**
-   * Loads new weights between decode steps and tags later tokens with `version`. Call `pause`
-   * first to keep a sequence from mixing versions; otherwise rows keep their cache from the old
-   * weights and their later tokens carry the new version.
+   * Loads new weights between decode steps and tags later tokens with `version`. Requests in
+   * flight are not waited for: before their next token they are prefilled again (prompt + output
+   * so far) on the new weights ({@link requeueStale}), so their tokens before the update carry the
+   * old version and those after it the new one, each sampled from that version's distribution.
+   * Call `pause` first where a request must not span two versions.
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);

@@ -20,6 +20,7 @@ registerConformance(test, async () => (current = await tinyBuiltinEngine()), {
   vocabSize: builtinVocabSize,
   longMaxNewTokens: 150,
   weightUpdate: ckpts.update,
+  realWeights: true,
   whenGenerating: () => builtinGenerating(() => current),
 });
 

@@ -29,6 +29,13 @@ export interface ConformanceOptions {
   whenGenerating?: () => Promise<void>;
   /** A token budget the engine takes long enough over for mid-flight tests (no natural stop). @default 200 */
   longMaxNewTokens?: number;
+  /**
+   * The engine computes real logits from the weights it was given (not a scripted generator), so
+   * a greedy request across an update must equal the old weights' greedy tokens up to the update
+   * and the new weights' greedy continuation of them after it (interruptible generation: no token
+   * sampled from a cache of the old weights and labelled new).
+   */
+  realWeights?: boolean;
 }
 
 function assertAligned(r: GenerateResult, vocabSize: number): void {
@@ -218,6 +225,32 @@ export function registerConformance(
         assert.ok(nonDecreasing(r.outputVersions));
         assert.is(r.outputVersions[0], 0);
         assert.is(r.outputVersions.at(-1), 1);
+      }),
+    );
+  }
+
+  if (weightUpdate && whenGenerating && opts.realWeights) {
+    suite(
+      'a greedy request across a weight update: old weights up to it, the new weights continuing after it',
+      withEngine(async (e) => {
+        const update = await weightUpdate(1);
+        const greedy = (inputIds: number[], maxNewTokens: number) =>
+          e.generate({ inputIds, gconfig: { greedy: true, maxNewTokens } });
+        const before = await greedy(prompt, long);
+        const p = greedy(prompt, long);
+        await whenGenerating();
+        await e.updateWeights(update, 1);
+        const r = await p;
+        assert.is(r.outputTokens.length, long);
+        const k = r.outputVersions.indexOf(1);
+        assert.ok(k > 0 && k < long, `the update landed mid-request (first new token at ${k})`);
+        assert.equal(r.outputVersions, [...Array(k).fill(0), ...Array(long - k).fill(1)]);
+        assert.equal(r.outputTokens.slice(0, k), before.outputTokens.slice(0, k));
+        const after = await greedy([...prompt, ...r.outputTokens.slice(0, k)], long - k);
+        assert.equal(r.outputTokens.slice(k), after.outputTokens, 'tokens after the update');
+        after.outputLogprobs.forEach((l, i) =>
+          assert.ok(Math.abs(l - r.outputLogprobs[k + i]!) < 1e-4, `logprob ${k + i}`),
+        );
       }),
     );
   }

@@ -58,6 +58,7 @@ registerConformance(test, async () => new SglangEngine({ urls: [fake.url] }), {
   vocabSize: builtinVocabSize,
   longMaxNewTokens: 150,
   weightUpdate: ckpts.update,
+  realWeights: true,
   whenGenerating: () => builtinGenerating(() => builtin),
 });
 
