@@ -327,7 +327,9 @@ export class BuiltinEngine implements InferenceEngine {
           }
         });
         this.running = keep.map((r) => this.running[r]!);
-        if (!this.running.length) {
+        // New weights arrived during sampling (a listener loaded them): a decode step would run
+        // them over the old cache; the next turn prefills these rows again instead.
+        if (!this.running.length || this.running.some((a) => a.logitsVersion !== this.version)) {
           this.dropCache();
         } else {
           try {

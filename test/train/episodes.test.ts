@@ -152,6 +152,24 @@ test('episodeMetrics: trajectory_breaks counts each gateway episode once, howeve
     },
   ]);
   assert.is(m.trajectory_breaks, 3);
+  assert.is(m.version_span_max, 0, 'every trained token of version 3');
+});
+
+test('episodeMetrics: version_span_max is the widest spread of versions within one trained sequence', () => {
+  const withVersions = (versions: number[]) =>
+    traj(1, [0, 1, 1, 0, 1], { versions: [9, ...versions.slice(0, 2), 9, versions[2]!] });
+  const m = episodeMetrics([
+    {
+      index: 0,
+      groupId: 'g',
+      status: 'ok',
+      errors: [],
+      episodes: 2,
+      // Masked positions (prompt, tool results) do not count, whatever version they carry.
+      trajectories: [withVersions([4, 4, 5]), withVersions([2, 4, 4])],
+    },
+  ]);
+  assert.is(m.version_span_max, 2);
 });
 
 test('logprobMismatch: mean |trainer - behaviour| and the importance ratio over generated tokens only', () => {

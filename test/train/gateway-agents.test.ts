@@ -41,16 +41,23 @@ const tiny = (agent: string, out: string): string[] =>
 
 /** Runs train_ppo in this process; `agentEnv` is set in process.env for the agent file while it runs. */
 async function run(argv: string[], agentEnv: Record<string, string> = {}) {
-  const rows: Record<string, number>[] = [];
+  // A step's metrics arrive in several calls (episodes, update, timing): one row per step.
+  const rows = new Map<number, Record<string, number>>();
   const lines: string[] = [];
   Object.assign(process.env, agentEnv);
   try {
     const summary = await trainPpo(
       argv,
       {},
-      { log: { line: (l) => void lines.push(l), metric: (_s, v) => void rows.push(v) } },
+      {
+        log: {
+          line: (l) => void lines.push(l),
+          metric: (s, v) => void rows.set(s, { ...rows.get(s), ...v }),
+        },
+      },
     );
-    return { summary, steps: rows.filter((r) => r.reward_mean !== undefined), lines };
+    const steps = [...rows.values()].filter((r) => r.reward_mean !== undefined);
+    return { summary, steps, lines };
   } finally {
     for (const k of Object.keys(agentEnv)) delete process.env[k];
   }
@@ -84,6 +91,11 @@ for (const [file, what] of agents) {
         steps.map((r) => r.version),
         [1, 2],
       );
+      // Weights change only between batches in both modes: no trained sequence spans versions.
+      assert.equal(
+        steps.map((r) => r.version_span_max),
+        [0, 0],
+      );
     });
   }
 }
@@ -103,6 +115,11 @@ test('async with --partial-rollout and a queue of 2: versions per token, stalene
   assert.ok(
     steps.every((r) => r.staleness_max! <= 3),
     `staleness ${steps.map((r) => r.staleness_max)}`,
+  );
+  // Updates may land mid-episode here: a sequence may span versions, never past the bound.
+  assert.ok(
+    steps.every((r) => r.version_span_max! >= 0 && r.version_span_max! <= 3),
+    `version spans ${steps.map((r) => r.version_span_max)}`,
   );
 });
 

@@ -206,7 +206,10 @@ export function sampleEpisodes(
  * response lengths, the fraction cut by the length cap, each numeric or boolean `extraInfo` field
  * averaged over the step's finished episodes (`info/<name>`, the library's `infoMetrics`), and for
  * gateway agents `trajectory_breaks`: the step's requests that started a new trajectory where one
- * was there to continue (`gateway/bridge.ts`).
+ * was there to continue (`gateway/bridge.ts`). `version_span_max` is the most weight versions one
+ * trained sequence's tokens lie apart: 0 where weights change only between batches (sync, and
+ * async without `--partial-rollout`), up to the staleness bound where an update may land
+ * mid-episode (gateway/README.md, "Weight updates mid-episode").
  */
 export function episodeMetrics(groups: readonly GroupResult[]): Record<string, number> {
   const ok = groups.filter((g) => g.status === 'ok' && g.trajectories.length > 0);
@@ -225,6 +228,7 @@ export function episodeMetrics(groups: readonly GroupResult[]): Record<string, n
     zero_std_groups: flat / ok.length,
     response_length_max: Math.max(...lengths),
     response_clip_ratio: ts.filter((t) => t.truncated).length / ts.length,
+    version_span_max: Math.max(...ts.map(versionSpan)),
   };
   const breaks = ts.reduce((n, t) => {
     // Every trajectory of an episode carries the episode's count: each adds its share of it.
@@ -313,4 +317,16 @@ export function logprobMismatch(
   });
   if (n === 0) return {};
   return { logprob_gap: gap / n, is_ratio_mean: sum / n, is_ratio_min: min, is_ratio_max: max };
+}
+
+/** Newest minus oldest version among a trajectory's trained tokens (0 when it has none). */
+function versionSpan(t: Trajectory): number {
+  let lo = Infinity;
+  let hi = -Infinity;
+  t.versions.forEach((v, i) => {
+    if (t.lossMask[i] !== 1 || v < 0) return;
+    lo = Math.min(lo, v);
+    hi = Math.max(hi, v);
+  });
+  return hi >= lo ? hi - lo : 0;
 }
