@@ -123,6 +123,42 @@ test('async with --partial-rollout and a queue of 2: versions per token, stalene
   );
 });
 
+test('train_ppo trains the OpenAI Agents SDK in its default mode (Responses, previousResponseId), sync and async', async () => {
+  // The shipped tool model ends its answers (a tool call, then the result) well within 48
+  // tokens; an answer cut by the cap is `incomplete`, which the SDK raises as an error.
+  const toolModel = fileURLToPath(
+    new URL('../../model/pretrained/rtjob-tiny-tool', import.meta.url),
+  );
+  for (const mode of ['sync', 'async'] as const) {
+    const { summary, steps } = await run([
+      ...tinyRunArgs(toolModel, join(root, `responses-${mode}`), {
+        'in-process': true,
+        'agent-func': fixture('agents-sdk-responses-agent.ts'),
+        'rollout-batch-size': 2,
+        'train-batch-size': 4,
+        'micro-train-batch-size': 4,
+        'generate-max-len': 48,
+        'max-steps': 2,
+        'eval-dataset': false,
+      }),
+      ...(mode === 'async' ? ['--async-train', '--async-num-tasks', '2'] : []),
+    ]);
+    assert.is(summary.steps, 2, mode);
+    assert.is(summary.episodesFailed, 0, `${mode}: no episode ended incomplete or failed`);
+    assert.equal(
+      steps.map((r) => r.version),
+      [1, 2],
+    );
+    // Each episode is two runs: the second continues the first on the server's stored
+    // conversation, so it extends the same trajectory (4 episodes, 4 sequences, no break).
+    assert.ok(
+      steps.every((r) => r.samples === 4 && r.trajectory_breaks === 0),
+      `${mode}: samples ${steps.map((r) => r.samples)}, breaks ${steps.map((r) => r.trajectory_breaks)}`,
+    );
+    assert.ok(steps.every((r) => Number.isFinite(r.policy_loss!)));
+  }
+});
+
 test('held-out evaluation of a gateway agent runs its own episodes with greedy decoding', async () => {
   const { summary, steps } = await run([
     ...tiny('greedy-probe-agent.ts', 'greedy'),
