@@ -86,4 +86,41 @@ test('ChatOpenAI .stream(): the tool call arrives in chunks that concatenate to 
   s.close();
 });
 
+test('ChatOpenAI with streaming: true: invoke reads the stream to its end, then counts tokens with tiktoken', async () => {
+  // With `streaming: true`, invoke streams and afterwards estimates the token counts with
+  // tiktoken, whose ranks LangChain downloads from tiktoken.pages.dev (retrying for minutes where
+  // there is no network: what looked like a hang of the gateway's stream). That CDN is served
+  // here, in process, from js-tiktoken's own copy of the same file; everything else is real.
+  const cdn = 'https://tiktoken.pages.dev/js/';
+  const asked: string[] = [];
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = (async (input: Parameters<typeof fetch>[0], init?: RequestInit) => {
+    const url = String(input instanceof Request ? input.url : input);
+    if (!url.startsWith(cdn)) return realFetch(input, init);
+    asked.push(url.slice(cdn.length));
+    const { default: ranks } = await import('js-tiktoken/ranks/gpt2');
+    return new Response(JSON.stringify(ranks), { headers: { 'content-type': 'application/json' } });
+  }) as typeof fetch;
+  const s = gw.openSession();
+  try {
+    const model = new ChatOpenAI({
+      model: 'tiny',
+      apiKey: s.apiKey,
+      configuration: { baseURL: gw.baseURL },
+      maxRetries: 0,
+      streaming: true,
+    }).bindTools([add]);
+    const ai = await model.invoke([new HumanMessage('What is 2+3?')]);
+    assert.equal(
+      ai.tool_calls?.map((c) => [c.name, c.args]),
+      [['add', { a: 2, b: 3 }]],
+    );
+    assert.ok(asked.includes('gpt2.json'), `LangChain asked the CDN for ${asked.join(', ')}`);
+    assert.is(s.session.stats.completions, 1);
+  } finally {
+    globalThis.fetch = realFetch;
+    s.close();
+  }
+});
+
 test.run();
