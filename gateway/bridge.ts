@@ -30,6 +30,8 @@ export interface RecordedTurn {
   messages: TemplateMessage[];
   /** The tools rendered into its prompt. */
   tools: ToolSpec[] | undefined;
+  /** The template variables it was rendered with (`chat_template_kwargs`). */
+  templateVars?: Record<string, unknown> | undefined;
   /** The answer as the client got it. */
   answer: { content: string | null; toolCalls: { name: string; arguments: string }[] };
   /** The completion ended with the tokenizer's end token. */
@@ -40,6 +42,7 @@ export interface RecordedTurn {
 export interface NextTurn {
   messages: TemplateMessage[];
   tools: ToolSpec[] | undefined;
+  templateVars?: Record<string, unknown> | undefined;
   opening: string;
   /** Bridge mode is on; off, a continuation is only reported as a break. */
   enabled: boolean;
@@ -73,6 +76,8 @@ export function bridgeIds(
     return { reason: 'assistant text after the answer would be re-rendered, not generated' };
   if (!sameJson(next.tools ?? [], turn.tools ?? []))
     return { reason: 'the tools differ from the recorded turn' };
+  if (!sameJson(next.templateVars ?? {}, turn.templateVars ?? {}))
+    return { reason: 'chat_template_kwargs differ from the recorded turn' };
   const eos = tok.eosTokenId;
   if (!turn.endsWithEos || eos === undefined)
     return {
@@ -88,6 +93,7 @@ export function bridgeIds(
         {
           addGenerationPrompt: true,
           ...(next.tools?.length ? { tools: next.tools } : {}),
+          ...(next.templateVars ? { extra: next.templateVars } : {}),
         },
       );
     } catch {

@@ -51,6 +51,11 @@ export interface CompletionRequest {
   /** `parallel_tool_calls`: false ends the answer after its first call. */
   parallelToolCalls: boolean;
   sampling: SamplingRequest;
+  /**
+   * Extra variables for the chat template (`chat_template_kwargs`, as vLLM and SGLang take them),
+   * e.g. Qwen3's `{ enable_thinking: false }`.
+   */
+  templateVars?: Record<string, unknown>;
 }
 
 /** A parsed chat-completions body plus its streaming settings. */
@@ -84,6 +89,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
     logprobs,
     topLogprobs,
   };
+  const templateVars = v.optional(b['chat_template_kwargs'], templateKwargs);
   return {
     model,
     messages,
@@ -91,6 +97,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
     toolChoice,
     parallelToolCalls: parallelToolCalls(b),
     sampling,
+    ...(templateVars ? { templateVars } : {}),
     stream: v.optional(b['stream'], (x) => v.boolean(x, 'stream')) ?? false,
     includeUsage:
       v.optional(streamOptions?.['include_usage'], (x) =>
@@ -248,4 +255,20 @@ export function textContent(raw: unknown, param: string): string {
       return v.string(o['text'], `${param}[${i}].text`);
     })
     .join('');
+}
+
+/** What the gateway itself hands the template: a request may not set these. */
+const reservedTemplateVars = new Set(['messages', 'tools', 'add_generation_prompt']);
+
+/**
+ * `chat_template_kwargs`: an object of template variables. The ones the gateway renders with
+ * (`messages`, `tools`, `add_generation_prompt`, the special tokens) are refused.
+ */
+function templateKwargs(x: unknown): Record<string, unknown> {
+  const o = v.object(x, 'chat_template_kwargs');
+  for (const k of Object.keys(o)) {
+    if (reservedTemplateVars.has(k) || k.endsWith('_token'))
+      throw badField(`chat_template_kwargs.${k}`, 'is set by the gateway, not the request');
+  }
+  return o;
 }

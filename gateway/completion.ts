@@ -77,7 +77,13 @@ export async function complete(
   const opening = forcedOpening(ctx.tokenizer, ctx.parser, req.tools, req.toolChoice);
   const tools = req.toolChoice === 'none' ? undefined : req.tools;
   const rendered = renderPrompt(ctx.tokenizer, req, opening);
-  const next = { messages: req.messages, tools, opening, enabled: ctx.bridge !== false };
+  const next = {
+    messages: req.messages,
+    tools,
+    templateVars: req.templateVars,
+    opening,
+    enabled: ctx.bridge !== false,
+  };
   const bridge: Bridge = (ids, turn) => bridgeIds(ctx.tokenizer, ids, turn, next);
   const claim = session?.begin(rendered, bridge, o);
   // The client went away: its trajectory is free for its next request (a retry) at once.
@@ -166,6 +172,7 @@ export async function complete(
     session!.record(claim, outputs, {
       messages: req.messages,
       tools,
+      templateVars: req.templateVars,
       answer: choices[0]!,
       endsWithEos: first.stopReason === 'stop' && last === ctx.tokenizer.eosTokenId,
     });
@@ -185,7 +192,7 @@ export async function complete(
  */
 export function renderPrompt(
   tokenizer: ChatTokenizer,
-  req: Pick<CompletionRequest, 'messages' | 'tools' | 'toolChoice'>,
+  req: Pick<CompletionRequest, 'messages' | 'tools' | 'toolChoice' | 'templateVars'>,
   opening = '',
 ): number[] {
   let text: string;
@@ -194,6 +201,7 @@ export function renderPrompt(
     text = tokenizer.applyChatTemplate(req.messages as unknown as ChatMessage[], {
       addGenerationPrompt: true,
       ...(tools?.length ? { tools } : {}),
+      ...(req.templateVars ? { extra: req.templateVars } : {}),
     });
   } catch (err) {
     // A template's raise_exception (roles must alternate, ...) is the request's fault.

@@ -25,13 +25,14 @@ function thinkingModel(prompt: string): string {
   return `<think>\nTurn ${turn}: I should add.\n</think>\n\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>`;
 }
 
-/** Three user turns, each with one tool round: six completions. */
-async function threeTurns(client: OpenAI): Promise<void> {
+/** Three user turns, each with one tool round: six completions; `extra` goes into every body. */
+async function threeTurns(client: OpenAI, extra: Record<string, unknown> = {}): Promise<void> {
   const messages: OpenAI.ChatCompletionMessageParam[] = [];
   for (const q of ['What is 2+3?', 'Are you sure?', 'Once more?']) {
     messages.push({ role: 'user', content: q });
     for (;;) {
-      const r = await client.chat.completions.create({ model: 'tiny', messages, tools });
+      const body = { model: 'tiny', messages, tools, ...extra };
+      const r = await client.chat.completions.create(body);
       const m = r.choices[0]!.message;
       messages.push(m);
       if (!m.tool_calls?.length) break;
@@ -41,8 +42,14 @@ async function threeTurns(client: OpenAI): Promise<void> {
   }
 }
 
-function recordingEngine(seen: number[][]) {
-  const inner = scriptedEngine(qwen, thinkingModel);
+/** Answers without thinking (the template's generation prompt closes an empty `<think>`). */
+function plainModel(prompt: string): string {
+  const asked = prompt.replace(/<think>\n\n<\/think>\n\n$/, '');
+  return thinkingModel(asked).replace(/<think>[\s\S]*<\/think>\n\n/, '');
+}
+
+function recordingEngine(seen: number[][], model = thinkingModel) {
+  const inner = scriptedEngine(qwen, model);
   return {
     generate: (req: GenerateRequest) => (seen.push(req.inputIds), inner.generate(req)),
     generateN: inner.generateN.bind(inner),
@@ -96,6 +103,64 @@ test('Qwen3 template without bridge mode: every new user turn breaks the traject
     assert.equal(
       st.breaks.map((b) => b.reason),
       ['bridge mode is off', 'bridge mode is off'],
+    );
+  } finally {
+    await gw.close();
+  }
+});
+
+test('Qwen3 with chat_template_kwargs enable_thinking false: bridged, one trajectory; without bridging, every request after the first breaks', async () => {
+  // The generation prompt ends with an empty `<think>\n\n</think>\n\n` the re-rendered history
+  // leaves out, so no later prompt extends the recorded tokens (not even within a tool round).
+  const noThinking = { chat_template_kwargs: { enable_thinking: false } };
+  for (const bridge of [true, false]) {
+    const seen: number[][] = [];
+    const gw = await startGateway({
+      engine: recordingEngine(seen, plainModel),
+      tokenizer: qwen,
+      bridge,
+    });
+    try {
+      const s = gw.openSession();
+      await threeTurns(
+        new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 }),
+        noThinking,
+      );
+      assert.ok(
+        qwen.decode(seen[0]!, { skipSpecialTokens: false }).endsWith('<think>\n\n</think>\n\n'),
+        'the kwarg reached the template',
+      );
+      const st = s.session.stats;
+      assert.is(st.completions, 6);
+      if (bridge) {
+        assert.is(st.trajectories, 1);
+        assert.is(st.bridged, 5);
+        assert.equal(st.breaks, []);
+      } else {
+        assert.is(st.trajectories, 6);
+        assert.is(st.breaks.length, 5);
+      }
+    } finally {
+      await gw.close();
+    }
+  }
+});
+
+test('chat_template_kwargs that would set what the gateway renders with is a 400 naming it', async () => {
+  const gw = await startGateway({ engine: recordingEngine([]), tokenizer: qwen });
+  try {
+    const s = gw.openSession();
+    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const body = {
+      model: 'tiny',
+      messages: [{ role: 'user' as const, content: 'hi' }],
+      chat_template_kwargs: { eos_token: '' },
+    };
+    const err = await client.chat.completions.create(body).catch((e: unknown) => e);
+    assert.instance(err, OpenAI.BadRequestError);
+    assert.is(
+      (err as InstanceType<typeof OpenAI.BadRequestError>).param,
+      'chat_template_kwargs.eos_token',
     );
   } finally {
     await gw.close();

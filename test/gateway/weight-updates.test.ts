@@ -162,7 +162,7 @@ test('@anthropic-ai/sdk streaming: the stream is the answer, and its tokens chan
     const stream = client.messages.stream({
       model: 'tiny',
       max_tokens: 24,
-      temperature: 0,
+      top_k: 1, // greedy: the answer runs past the update
       messages: first,
     });
     stream.on('text', (d) => (streamed += d));
@@ -178,7 +178,6 @@ test('@anthropic-ai/sdk streaming: the stream is the answer, and its tokens chan
     const m2 = await client.messages.create({
       model: 'tiny',
       max_tokens: 24,
-      temperature: 0,
       messages: [
         ...first,
         { role: 'assistant', content: text1 },
