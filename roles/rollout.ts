@@ -89,6 +89,8 @@ export interface RolloutInit {
   toolCallParser?: string;
   /** Check every gateway turn against the re-rendered prompt and report drift. @default false */
   gatewayCheckDrift?: boolean;
+  /** Bridge mode of the gateway (`gateway/bridge.ts`). @default true */
+  gatewayBridge?: boolean;
   /** Reward factor per completion before a gateway episode's last. @default 1 */
   agentTurnDiscount?: number;
 }
@@ -219,6 +221,7 @@ export class Rollout {
           },
           toolCallParser: this.init.toolCallParser ?? 'hermes',
           checkDrift: this.init.gatewayCheckDrift ?? false,
+          bridge: this.init.gatewayBridge ?? true,
         });
       }
       this.runner = new EpisodeRunner({

@@ -106,6 +106,11 @@ export const flagTable: readonly Flag[] = [
     'gateway debug: compare every turn with the recorded tokens and report drift',
   ),
   F(
+    'gatewayBridge',
+    'bool',
+    'gateway: continue a trajectory the re-rendered history no longer extends, where provably safe (--no-gateway-bridge: a new trajectory, counted as a break)',
+  ),
+  F(
     'agentTurnDiscount',
     'float',
     'gateway agents: reward factor per completion before the last (1 = all share the reward)',
@@ -382,6 +387,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   agentErrorBudget: 0.1,
   toolCallParser: 'hermes',
   gatewayCheckDrift: false,
+  gatewayBridge: true,
   agentTurnDiscount: 1,
   inProcess: false,
 };

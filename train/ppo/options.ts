@@ -114,6 +114,7 @@ export interface TrainPpoOptions {
   agentErrorBudget: number;
   toolCallParser: string;
   gatewayCheckDrift: boolean;
+  gatewayBridge: boolean;
   agentTurnDiscount: number;
   inProcess: boolean;
 }

@@ -127,6 +127,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       seed: o.seed * 7 + i,
       toolCallParser: o.toolCallParser,
       gatewayCheckDrift: o.gatewayCheckDrift,
+      gatewayBridge: o.gatewayBridge,
       agentTurnDiscount: o.agentTurnDiscount,
     }),
     trainer: {
