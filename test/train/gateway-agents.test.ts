@@ -12,7 +12,7 @@ import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // Black-box agents written with the `openai` client, the Vercel AI SDK, the OpenAI Agents SDK,
-// `@anthropic-ai/sdk` and LangChain.js, trained unmodified by train_ppo through the rollout's
+// `@anthropic-ai/sdk`, LangChain.js and Mastra, trained unmodified by train_ppo through the rollout's
 // gateway: sync and async, on the builtin engine and on an HTTP engine (a protocol-faithful vLLM
 // fake generating with the builtin model).
 process.env.RTJOB_QUIET_BACKEND = '1';
@@ -69,6 +69,7 @@ const agents = [
   ['agents-sdk-agent.ts', 'the OpenAI Agents SDK (a function tool)'],
   ['anthropic-agent.ts', '@anthropic-ai/sdk (the Messages API with a tool)'],
   ['langchain-agent.ts', 'LangChain.js (ChatOpenAI with a bound tool)'],
+  ['mastra-agent.ts', 'Mastra (an Agent with a createTool tool)'],
 ] as const;
 
 for (const [file, what] of agents) {
