@@ -187,7 +187,7 @@ test('the two-turn openai agent trains on one sequence per episode holding both 
   );
 });
 
-test('train_ppo --engine vllm (HTTP fake) trains gateway agents, sync and async', async () => {
+test("train_ppo --engine vllm (HTTP fake) trains every client's agent, sync and async", async () => {
   const engine = await BuiltinEngine.create({ modelPath: model, seed: 1 });
   const tok = loadTokenizer(model);
   const generator = new EngineGenerator(engine, {
@@ -196,10 +196,9 @@ test('train_ppo --engine vllm (HTTP fake) trains gateway agents, sync and async'
   });
   const server = await FakeVllmServer.start({ generator, modelPath: model });
   try {
-    for (const [file, extra] of [
-      ['openai-chat-agent.ts', []],
-      ['agents-sdk-agent.ts', ['--async-train']],
-    ] as const) {
+    // Every client, sync and async by turns.
+    const runs = agents.map(([file], i) => [file, i % 2 ? ['--async-train'] : []] as const);
+    for (const [file, extra] of runs) {
       const { summary } = await run([
         ...tiny(file, `vllm-${file}`),
         '--engine',
@@ -214,10 +213,14 @@ test('train_ppo --engine vllm (HTTP fake) trains gateway agents, sync and async'
       assert.is(summary.episodesFailed, 0);
     }
     assert.ok(
-      server.stats.generateRequests >= 16,
+      server.stats.generateRequests >= 8 * runs.length,
       `${server.stats.generateRequests} token-id requests reached the server`,
     );
-    assert.is(engine.getVersion(), 4, 'each run published two versions the server reloaded');
+    assert.is(
+      engine.getVersion(),
+      2 * runs.length,
+      'each run published two versions the server reloaded',
+    );
   } finally {
     await server.close();
     await engine.close();
