@@ -284,56 +284,6 @@ test('parallel calls within one episode: each its own trajectory, continued by w
   }
 });
 
-test('a completion interrupted by a weight update (partial rollout) continues on the new weights; each token keeps its version', async () => {
-  const tok = tokenizerWith(compactToolTemplate);
-  const { SimulatedEngine } = await import('../../engines/simulated/simulated-engine.ts');
-  const answer = tok.encode('forty-two');
-  let calls = 0;
-  const engine: InstanceType<typeof SimulatedEngine> = new SimulatedEngine({
-    tokenLatencyMs: 20,
-    respond: (ids) => {
-      // The continuation's prompt holds the partial answer: answer only the rest.
-      const prompt = tok.encode('<|user|>q<|assistant|>');
-      const done = ids.length - prompt.length;
-      if (calls++ === 0) {
-        // A weight update lands mid-generation: pause (aborting), load version 1, resume.
-        setTimeout(
-          () =>
-            void engine
-              .pause()
-              .then(() => engine.updateWeights({ kind: 'tensors', tensors: {} }, 1))
-              .then(() => engine.resume()),
-          70,
-        );
-      }
-      return [...answer.slice(done), tok.eosTokenId!];
-    },
-  });
-  const gw = await startGateway({ engine, tokenizer: tok });
-  try {
-    const s = gw.openSession();
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
-    const r = await client.chat.completions.create({
-      model: 'tiny',
-      messages: [{ role: 'user', content: 'q' }],
-    });
-    assert.is(r.choices[0]!.message.content, 'forty-two');
-    assert.is(r.choices[0]!.finish_reason, 'stop');
-    assert.ok(calls >= 2, 'the aborted request was continued');
-    const [t] = s.session.trajectories(1, meta);
-    const versions = t!.versions.filter((_, i) => t!.lossMask[i] === 1);
-    assert.is(versions.length, answer.length + 1);
-    assert.ok(versions.includes(0) && versions.includes(1), `versions ${versions}`);
-    assert.equal(
-      versions,
-      [...versions].sort((a, b) => a - b),
-      'old-weight tokens first, then new',
-    );
-  } finally {
-    await gw.close();
-  }
-});
-
 test('a request the agent aborted is not recorded: a completion it never saw is not trained on', async () => {
   const tok = tokenizerWith(compactToolTemplate);
   const inner = scriptedEngine(tok, () => 'seen');

@@ -197,4 +197,48 @@ test('@anthropic-ai/sdk streaming: the stream is the answer, and its tokens chan
   }
 });
 
+test('an engine paused (abort) for an update mid-answer: the gateway continues the answer on the new weights', async () => {
+  const at = 4;
+  const engine = await BuiltinEngine.create({ modelPath: tinyMathModelDir, seed: 3 });
+  const v1 = weightsOf(engine.exportWeights(), 1);
+  // A run that pauses its engines for the update: the answer in flight returns `abort` with its
+  // tokens so far, and the gateway sends the rest again once the engine resumes. The pause is
+  // taken right after the decode step that told the `at`-th token.
+  const gw = await startGateway({
+    engine: hooked(engine, (request, n) => {
+      if (request !== 1 || n !== at) return;
+      void Promise.resolve()
+        .then(() => engine.pause({ mode: 'abort' }))
+        .then(() => engine.updateWeights({ kind: 'tensors', tensors: v1 }, 1))
+        .then(() => engine.resume());
+    }),
+    tokenizer: tok,
+    contextLength: 256,
+  });
+  try {
+    const s = gw.openSession();
+    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const r = await client.chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'What is 12 + 30?' }],
+      max_tokens: 24,
+      temperature: 0,
+    });
+    const n = r.usage!.completion_tokens;
+    assert.ok(n > at, `the answer (${n} tokens) ran past the pause`);
+    const ts = s.session.trajectories(1, meta);
+    assert.is(ts.length, 1, 'one answer, one trajectory');
+    const g = generated(ts[0]!);
+    assert.equal(g.versions, [...fill(at, 0), ...fill(n - at, 1)]);
+    const prompt = ts[0]!.inputIds.slice(0, g.firstAt);
+    assert.equal(
+      g.ids.slice(at),
+      await continuation(engine, [...prompt, ...g.ids.slice(0, at)], n - at),
+    );
+  } finally {
+    await gw.close();
+    await engine.close();
+  }
+});
+
 test.run();
