@@ -311,7 +311,10 @@ export class BuiltinEngine implements InferenceEngine {
         const V = this.config.vocab_size;
         const keep: number[] = [];
         const next: number[] = [];
-        this.running.forEach((a, row) => {
+        const rows = this.running;
+        rows.forEach((a, row) => {
+          // A listener paused, slept or closed the engine: its rows were returned as they stand.
+          if (this.running !== rows) return;
           const { token, logprob } = sampleToken(a.logits!, 0, V, a.sampling, a.rand);
           a.tokens.push(token);
           a.logprobs.push(logprob);
@@ -319,6 +322,7 @@ export class BuiltinEngine implements InferenceEngine {
           if (a.topN > 0) a.tops.push(topLogprobs(a.logits!, 0, V, a.sampling.temperature, a.topN));
           this.stats.generatedTokens++;
           if (a.onTokens) tell(a, token, logprob);
+          if (this.running !== rows) return;
           const reason = this.stopReason(a, token);
           if (reason) this.finish(a, reason);
           else {
@@ -326,7 +330,8 @@ export class BuiltinEngine implements InferenceEngine {
             next.push(token);
           }
         });
-        this.running = keep.map((r) => this.running[r]!);
+        if (this.running !== rows) continue;
+        this.running = keep.map((r) => rows[r]!);
         // New weights arrived during sampling (a listener loaded them): a decode step would run
         // them over the old cache; the next turn prefills these rows again instead.
         if (!this.running.length || this.running.some((a) => a.logitsVersion !== this.version)) {
