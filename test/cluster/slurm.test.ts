@@ -1,0 +1,162 @@
+// `sbatch examples/slurm/rtjob.sbatch train_ppo …` on a real Slurm (Debian's slurm-wlm: munged,
+// slurmctld, and two slurmd hosts, the second in a network namespace with its own address): the
+// head starts on the allocation's first node, a node agent joins from the other, train_ppo's two
+// data-parallel trainer ranks land one on each host and all-reduce over the link, and the token
+// never shows on a command line (nor in the environment of the processes that got it by file).
+import { readFileSync, readlinkSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { binPath, until } from '../cli/helpers.ts';
+import { freePort, SlurmCluster } from './slurm-cluster.ts';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+
+/** A process seen while the job ran. */
+interface Seen {
+  pid: number;
+  cmdline: string;
+  environ: string;
+  /** Its network namespace, `net:[inode]`. */
+  net: string;
+}
+
+function read(pid: number): Seen | undefined {
+  try {
+    return {
+      pid,
+      cmdline: readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' '),
+      environ: readFileSync(`/proc/${pid}/environ`, 'utf8'),
+      net: readlinkSync(`/proc/${pid}/ns/net`),
+    };
+  } catch {
+    return undefined;
+  }
+}
+
+test('an sbatch job starts a cluster over two Slurm hosts and runs train_ppo across them', async () => {
+  const slurm = await SlurmCluster.start();
+  try {
+    const [n1, n2] = slurm.hosts;
+    const tmp = join(slurm.dir, 'tmp');
+    const model = await writeTinyModel(slurm.dir);
+    const env = {
+      RTJOB: `${process.execPath} ${binPath}`,
+      TMPDIR: tmp,
+      // The two hosts are one machine: each says it has one (accounting-only) GPU, so the two
+      // trainer ranks of one GPU each must go to different hosts.
+      RTJOB_START_ARGS: '--num-gpus 1',
+      RTJOB_PORT: String(await freePort(n1.ip)),
+      RTJOB_DASHBOARD_PORT: String(await freePort(n1.ip)),
+      RTJOB_WAIT_S: '60',
+    };
+    const args = tinyRunArgs(model, join(slurm.dir, 'out'), {
+      'actor-num-nodes': 2,
+      'actor-num-gpus-per-node': 1,
+    });
+    const job = slurm.run(
+      'sbatch',
+      [
+        '--wait',
+        '--parsable',
+        '--nodes=2',
+        `--output=${join(slurm.dir, 'job-%j.out')}`,
+        `--chdir=${root}`,
+        join(root, 'examples/slurm/rtjob.sbatch'),
+        'train_ppo',
+        ...args,
+      ],
+      { env, timeoutMs: 150_000 },
+    );
+    let done = false;
+    void job.finally(() => (done = true));
+
+    // While it runs: every process it started, and the token once the script has made it.
+    const seen = new Map<number, Seen>();
+    let token: string | undefined;
+    while (!done) {
+      for (const pid of slurm.ownProcesses()) {
+        const s = read(pid);
+        if (s && !seen.has(pid)) seen.set(pid, s);
+      }
+      const file = readdirSync(tmp).find((f) => /^rtjob-\d+\.token$/.test(f));
+      if (file && !token) token = readFileSync(join(tmp, file), 'utf8').trim();
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const r = await job;
+    const jobId = r.stdout.trim();
+    const out = readFileSync(join(slurm.dir, `job-${jobId}.out`), 'utf8');
+    assert.is(r.code, 0, `sbatch: ${r.stderr}\n${out}\n${slurm.logs()}`);
+    assert.match(out, /job \S+ SUCCEEDED/);
+
+    // The token: made by the script, on no command line; the daemons and the `rtjob start`
+    // steps read it from the file, so it is not in their environment either.
+    assert.ok(token && token.length >= 32, 'the script made a token file');
+    assert.not.ok(out.includes(token), "the job's output shows the token");
+    const all = [...seen.values()];
+    for (const p of all)
+      assert.not.ok(p.cmdline.includes(token), `pid ${p.pid}'s command line holds the token`);
+    const daemons = all.filter((p) =>
+      /cli\/bin\.js start |cli\/(node-)?daemon\.ts /.test(p.cmdline),
+    );
+    for (const p of daemons)
+      assert.not.ok(p.environ.includes(token), `pid ${p.pid} (${p.cmdline}) has it in its env`);
+
+    // One head and two node agents, the second in the other host's network namespace.
+    const nsNet = `net:[${statSync(`/run/netns/${slurm.net.name}`).ino}]`;
+    const heads = all.filter((p) => p.cmdline.includes('cli/daemon.ts'));
+    const agents = all.filter((p) => p.cmdline.includes('cli/node-daemon.ts'));
+    assert.is(heads.length, 1, 'one head daemon');
+    assert.is.not(heads[0]!.net, nsNet, 'the head runs on the first host');
+    assert.is(agents.length, 2, 'a node agent per host');
+    assert.equal(agents.map((a) => a.net === nsNet).sort(), [false, true]);
+
+    // The head's state: both hosts joined at their own address, and the trainer's two ranks
+    // ran one on each.
+    const session = join(tmp, `rtjob-${jobId}-${n1.name}`, 'session');
+    const db = new Database(join(session, 'head.sqlite'), { readonly: true });
+    try {
+      const nodes = db.prepare('SELECT node_id, info FROM nodes').all() as {
+        node_id: string;
+        info: string;
+      }[];
+      const hostOf = new Map(
+        nodes.map((n) => [n.node_id, (JSON.parse(n.info) as { host: string }).host]),
+      );
+      assert.equal([...hostOf.values()].sort(), [n1.ip, n2.ip].sort());
+      const trainers = (
+        db.prepare('SELECT node_id, info FROM actors').all() as { node_id: string; info: string }[]
+      ).filter(
+        (a) =>
+          (JSON.parse(a.info) as { spec: { exportName: string } }).spec.exportName === 'Trainer',
+      );
+      assert.equal(trainers.map((t) => hostOf.get(t.node_id)).sort(), [n1.ip, n2.ip].sort());
+      const jobs = db.prepare('SELECT status FROM ops_jobs').all() as { status: string }[];
+      assert.equal(jobs, [{ status: 'SUCCEEDED' }]);
+      const steps = db
+        .prepare("SELECT COUNT(DISTINCT step) AS n FROM ops_job_metrics WHERE name = 'reward_mean'")
+        .get() as { n: number };
+      assert.ok(steps.n >= 1, 'train_ppo logged its steps');
+    } finally {
+      db.close();
+    }
+
+    // The script stopped every rtjob process it started (the Slurm daemons remain).
+    await until(
+      'the rtjob processes to exit',
+      () =>
+        slurm.ownProcesses().filter((p) => read(p)?.cmdline.includes('cli/')).length === 0
+          ? true
+          : undefined,
+      20_000,
+    );
+  } finally {
+    await slurm.close();
+  }
+});
+
+test.run();
