@@ -61,13 +61,13 @@ export function httpUrl(address: string): string {
 /** How a command is given the cluster token: `--token T`, or `--token-file PATH`. */
 export interface TokenOptions {
   token?: string;
-  /** A file holding the token, readable by its owner only (mode 0600): a batch system's way. */
+  /** A file holding the token, not readable by every user (0600, or 0440 for a group). */
   tokenFile?: string;
 }
 
 /**
  * The token given on this command: `--token`, else the content of `--token-file` (refused when
- * others may read the file, as ssh refuses a private key); undefined when neither is given.
+ * any user may read the file); undefined when neither is given.
  */
 export function givenToken(o: TokenOptions): string | undefined {
   if (o.tokenFile === undefined) return o.token;
@@ -84,9 +84,10 @@ export function givenToken(o: TokenOptions): string | undefined {
       2,
     );
   }
-  if (mode & 0o077)
+  // Group-readable is allowed: a Kubernetes Secret reaches a non-root container that way.
+  if (mode & 0o007)
     throw new CliError(
-      `--token-file ${o.tokenFile}: others may read it (mode ${(mode & 0o777).toString(8)}); chmod 600 it`,
+      `--token-file ${o.tokenFile}: any user may read it (mode ${(mode & 0o777).toString(8)}); chmod 600 it`,
       2,
     );
   if (!token) throw new CliError(`--token-file ${o.tokenFile}: the file is empty`, 2);

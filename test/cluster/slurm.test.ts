@@ -76,12 +76,13 @@ test('an sbatch job starts a cluster over two Slurm hosts and runs train_ppo acr
     void job.finally(() => (done = true));
 
     // While it runs: every process it started, and the token once the script has made it.
-    const seen = new Map<number, Seen>();
+    // By pid and command line: a step's `bash -c` becomes `rtjob start` by exec, on one pid.
+    const seen = new Map<string, Seen>();
     let token: string | undefined;
     while (!done) {
       for (const pid of slurm.ownProcesses()) {
         const s = read(pid);
-        if (s && !seen.has(pid)) seen.set(pid, s);
+        if (s) seen.set(`${pid} ${s.cmdline}`, s);
       }
       const file = readdirSync(tmp).find((f) => /^rtjob-\d+\.token$/.test(f));
       if (file && !token) token = readFileSync(join(tmp, file), 'utf8').trim();
