@@ -5,7 +5,7 @@
  * (slurmd starts job steps as their user; the namespace needs CAP_NET_ADMIN).
  *
  * Every process it starts, and every process those start (job steps, rtjob daemons, workers),
- * carries `RTJOB_SLURM_TEST=<its dir>` in its environment, so {@link SlurmCluster.close} finds and
+ * carries `TEST_SLURM_CLUSTER=<its dir>` in its environment, so {@link SlurmCluster.close} finds and
  * ends them all, also after a failed test, and never a process it did not start.
  *
  * @module
@@ -45,7 +45,7 @@ export interface CommandResult {
   stderr: string;
 }
 
-const marker = 'RTJOB_SLURM_TEST';
+const marker = 'TEST_SLURM_CLUSTER';
 
 /** A free TCP port on `host` (the OS picks one; the daemon takes it a moment later). */
 export function freePort(host: string): Promise<number> {

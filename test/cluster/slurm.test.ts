@@ -44,20 +44,20 @@ test('an sbatch job starts a cluster over two Slurm hosts and runs train_ppo acr
     const [n1, n2] = slurm.hosts;
     const tmp = join(slurm.dir, 'tmp');
     const model = await writeTinyModel(slurm.dir);
-    const env = {
-      RTJOB: `${process.execPath} ${binPath}`,
-      TMPDIR: tmp,
+    const args = [
+      ['--rtjob', `${process.execPath} ${binPath}`],
+      ['--port', String(await freePort(n1.ip))],
+      ['--dashboard-port', String(await freePort(n1.ip))],
       // The two hosts are one machine: each says it has one (accounting-only) GPU, so the two
       // trainer ranks of one GPU each must go to different hosts.
-      RTJOB_START_ARGS: '--num-gpus 1',
-      RTJOB_PORT: String(await freePort(n1.ip)),
-      RTJOB_DASHBOARD_PORT: String(await freePort(n1.ip)),
-      RTJOB_WAIT_S: '60',
-    };
-    const args = tinyRunArgs(model, join(slurm.dir, 'out'), {
-      'actor-num-nodes': 2,
-      'actor-num-gpus-per-node': 1,
-    });
+      ['--start-opts', '--num-gpus 1'],
+      ['--wait-s', '60'],
+      ['train_ppo'],
+      tinyRunArgs(model, join(slurm.dir, 'out'), {
+        'actor-num-nodes': 2,
+        'actor-num-gpus-per-node': 1,
+      }),
+    ].flat();
     const job = slurm.run(
       'sbatch',
       [
@@ -67,10 +67,9 @@ test('an sbatch job starts a cluster over two Slurm hosts and runs train_ppo acr
         `--output=${join(slurm.dir, 'job-%j.out')}`,
         `--chdir=${root}`,
         join(root, 'examples/slurm/rtjob.sbatch'),
-        'train_ppo',
         ...args,
       ],
-      { env, timeoutMs: 150_000 },
+      { env: { TMPDIR: tmp }, timeoutMs: 150_000 },
     );
     let done = false;
     void job.finally(() => (done = true));
