@@ -95,6 +95,11 @@ export class SlurmCluster {
    * Throws one line naming what is missing when this machine cannot run them.
    */
   static async start(): Promise<SlurmCluster> {
+    // The daemons and `ip` live in /usr/sbin, which a CI's PATH (and so the job's) may lack.
+    const path = (process.env.PATH ?? '').split(':');
+    process.env.PATH = [...path, ...['/usr/sbin', '/sbin'].filter((d) => !path.includes(d))].join(
+      ':',
+    );
     const missing = ['munged', 'slurmctld', 'slurmd', 'sbatch', 'sbcast', 'nsenter', 'ip'].filter(
       (b) => {
         try {
