@@ -5,6 +5,8 @@
  *
  * @module
  */
+import { readFileSync, statSync } from 'node:fs';
+
 import WebSocket from 'ws';
 
 import { RtjobError } from '../runtime/errors.ts';
@@ -56,29 +58,66 @@ export function httpUrl(address: string): string {
   return withScheme.replace(/\/+$/, '');
 }
 
+/** How a command is given the cluster token: `--token T`, or `--token-file PATH`. */
+export interface TokenOptions {
+  token?: string;
+  /** A file holding the token, not readable by every user (0600, or 0440 for a group). */
+  tokenFile?: string;
+}
+
 /**
- * The endpoint from `--address`/`--token`, `RTJOB_HTTP_ADDRESS`/`RTJOB_TOKEN`, or
- * `~/.rtjob/cluster.json`; undefined when none is configured or the recorded head is gone.
+ * The token given on this command: `--token`, else the content of `--token-file` (refused when
+ * any user may read the file); undefined when neither is given.
  */
-export function findEndpoint(opts: { address?: string; token?: string }): Endpoint | undefined {
+export function givenToken(o: TokenOptions): string | undefined {
+  if (o.tokenFile === undefined) return o.token;
+  if (o.token !== undefined)
+    throw new CliError('give the token by --token or by --token-file, not both', 2);
+  let mode: number;
+  let token: string;
+  try {
+    mode = statSync(o.tokenFile).mode;
+    token = readFileSync(o.tokenFile, 'utf8').trim();
+  } catch (err) {
+    throw new CliError(
+      `--token-file ${o.tokenFile}: cannot read it (${(err as NodeJS.ErrnoException).code ?? String(err)})`,
+      2,
+    );
+  }
+  // Group-readable is allowed: a Kubernetes Secret reaches a non-root container that way.
+  if (mode & 0o007)
+    throw new CliError(
+      `--token-file ${o.tokenFile}: any user may read it (mode ${(mode & 0o777).toString(8)}); chmod 600 it`,
+      2,
+    );
+  if (!token) throw new CliError(`--token-file ${o.tokenFile}: the file is empty`, 2);
+  return token;
+}
+
+/**
+ * The endpoint from `--address` and `--token`/`--token-file`, `RTJOB_HTTP_ADDRESS`/`RTJOB_TOKEN`,
+ * or `~/.rtjob/cluster.json`; undefined when none is configured or the recorded head is gone.
+ */
+export function findEndpoint(opts: { address?: string } & TokenOptions): Endpoint | undefined {
+  const given = givenToken(opts);
   const address = opts.address ?? readEnv('RTJOB_HTTP_ADDRESS');
   if (address) {
-    const token = opts.token ?? readEnv('RTJOB_TOKEN') ?? readClusterFile()?.token;
+    const token = given ?? readEnv('RTJOB_TOKEN') ?? readClusterFile()?.token;
     if (!token) throw new CliError('no token: pass --token or set RTJOB_TOKEN', 2);
     return { url: httpUrl(address), token };
   }
   const file = readClusterFile({ live: true });
-  if (file?.dashboardUrl) return { url: file.dashboardUrl, token: opts.token ?? file.token };
+  if (file?.dashboardUrl) return { url: file.dashboardUrl, token: given ?? file.token };
   // A machine that joined knows the head's runtime address: its HTTP API is on the same host, on
   // the default dashboard port unless the head was started with another (then pass --address).
   if (file?.role === 'node') {
     const host = file.address.replace(/:\d+$/, '');
-    return { url: httpUrl(`${host}:8265`), token: opts.token ?? file.token };
+    return { url: httpUrl(`${host}:8265`), token: given ?? file.token };
   }
   return undefined;
 }
 
-export function requireEndpoint(opts: { address?: string; token?: string }): Endpoint {
+export function requireEndpoint(opts: { address?: string } & TokenOptions): Endpoint {
   const ep = findEndpoint(opts);
   if (!ep)
     throw new CliError(
@@ -101,11 +140,9 @@ export interface ReadTarget {
  * from disk), else the running cluster, else the latest session on this machine (`~/.rtjob/session`
  * or a private cluster's `~/.rtjob/runs/*`), read from disk.
  */
-export async function openReadTarget(opts: {
-  address?: string;
-  token?: string;
-  session?: string;
-}): Promise<ReadTarget> {
+export async function openReadTarget(
+  opts: { address?: string; session?: string } & TokenOptions,
+): Promise<ReadTarget> {
   const { isSessionDir, listSessions, serveSession } = await import(
     '../runtime/head/http/session-server.ts'
   );

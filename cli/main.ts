@@ -60,7 +60,8 @@ const addressOptions = (c: Command) =>
       '--address <url>',
       "the head's HTTP address (default: RTJOB_HTTP_ADDRESS, else ~/.rtjob/cluster.json)",
     )
-    .option('--token <token>', 'cluster token (default: RTJOB_TOKEN, else ~/.rtjob/cluster.json)');
+    .option('--token <token>', 'cluster token (default: RTJOB_TOKEN, else ~/.rtjob/cluster.json)')
+    .option('--token-file <path>', 'read the cluster token from this file (mode 0600)');
 
 program
   .command('start')
@@ -68,6 +69,10 @@ program
   .option('--head', 'start a head node and a node agent on this machine')
   .option('--address <host:port>', 'join the cluster whose head listens here')
   .option('--token <token>', 'cluster token (to join; or to fix the head token)')
+  .option(
+    '--token-file <path>',
+    'read the token from this file (mode 0600), so it is not on a command line',
+  )
   .option('--port <port>', 'runtime port of the head', '6380')
   .option('--dashboard-port <port>', 'HTTP API and dashboard port', '8265')
   .option('--host <host>', 'interface to bind; other machines need a non-loopback one', '127.0.0.1')

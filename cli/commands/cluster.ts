@@ -8,7 +8,7 @@ import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from 'node:f
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 
-import { CliError, headApi, requireEndpoint } from '../client.ts';
+import { CliError, givenToken, headApi, requireEndpoint, type TokenOptions } from '../client.ts';
 import {
   type ClusterFile,
   clusterFilePath,
@@ -35,10 +35,9 @@ const daemonPath = ownModulePath('../daemon.ts', import.meta.url);
 const nodeDaemonPath = ownModulePath('../node-daemon.ts', import.meta.url);
 
 /** Options of `rtjob start`. */
-export interface StartOptions {
+export interface StartOptions extends TokenOptions {
   head?: boolean;
   address?: string;
-  token?: string;
   port: string;
   dashboardPort: string;
   host: string;
@@ -197,7 +196,8 @@ async function blockUntilStopped(): Promise<void> {
   process.once('SIGTERM', () => void stop());
   process.once('SIGINT', () => void stop());
   while (pids.some(pidAlive) && !stopping) await new Promise((r) => setTimeout(r, 1000));
-  await (stopping ?? stop());
+  // Gone by `rtjob stop` (nothing left to do) or by themselves (clean up after them).
+  await (stopping ?? (readClusterFile() ? stop() : undefined));
 }
 
 async function startDaemons(o: StartOptions): Promise<void> {
@@ -249,8 +249,8 @@ async function startDaemons(o: StartOptions): Promise<void> {
   mkdirSync(join(sessionDir, 'logs'), { recursive: true, mode: 0o700 });
   const opts = {
     sessionDir,
-    // From the environment too, so a batch script need not put it on a command line.
-    token: o.token ?? readEnv('RTJOB_TOKEN'),
+    // From a file or the environment too, so a batch script need not put it on a command line.
+    token: givenToken(o) ?? readEnv('RTJOB_TOKEN'),
     host: o.host,
     port: port('--port', o.port),
     dashboardPort: port('--dashboard-port', o.dashboardPort),
@@ -312,7 +312,10 @@ async function startDaemons(o: StartOptions): Promise<void> {
     startedAt: Date.now(),
   };
   writeClusterFile(info);
-  const login = `${ready.dashboardUrl}/login?token=${encodeURIComponent(token)}`;
+  // A token given by file stays out of the output (a batch job's log may be readable by others).
+  const login = o.tokenFile
+    ? `${ready.dashboardUrl} (log in with the token in ${o.tokenFile})`
+    : `${ready.dashboardUrl}/login?token=${encodeURIComponent(token)}`;
   if (!isLoopback(o.host)) {
     process.stderr.write(
       `warning: the head listens on ${o.host}, reachable from other machines: anyone with the token can run code here; ` +
@@ -360,8 +363,12 @@ async function replaceNodeAgent(
 
 /** `rtjob start --address HOST:PORT --token T`: a node agent on this machine joins that head. */
 async function joinCommand(o: StartOptions, res: NodeResourceOptions): Promise<void> {
-  const token = o.token ?? readEnv('RTJOB_TOKEN');
-  if (!token) throw new CliError('joining needs the cluster token: --token T (or RTJOB_TOKEN)', 2);
+  const token = givenToken(o) ?? readEnv('RTJOB_TOKEN');
+  if (!token)
+    throw new CliError(
+      'joining needs the cluster token: --token-file PATH, --token T or RTJOB_TOKEN',
+      2,
+    );
   const address = o.address!.replace(/^wss?:\/\//, '');
   if (!/^[^\s/]+:\d+$/.test(address))
     throw new CliError(`--address must be HOST:PORT, got ${o.address}`, 2);
@@ -443,11 +450,9 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
 }
 
 /** `rtjob status [--json]`. */
-export async function statusCommand(o: {
-  address?: string;
-  token?: string;
-  json?: boolean;
-}): Promise<void> {
+export async function statusCommand(
+  o: { address?: string; json?: boolean } & TokenOptions,
+): Promise<void> {
   const ep = requireEndpoint(o);
   const s = await headApi(ep).call('GET /api/cluster');
   if (o.json) {

@@ -29,6 +29,7 @@ import {
   openReadTarget,
   requireEndpoint,
   tailJobLogs,
+  type TokenOptions,
 } from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
@@ -134,9 +135,8 @@ export function jobEnv(
 }
 
 /** Options of `rtjob submit`. */
-export interface SubmitOptions {
+export interface SubmitOptions extends TokenOptions {
   address?: string;
-  token?: string;
   workingDir?: string;
   env: string[];
   jobId?: string;
@@ -364,9 +364,8 @@ export async function listCommand(o: ReadOptions & { json?: boolean }): Promise<
 }
 
 /** Options of the commands that read a head or a finished session. */
-export interface ReadOptions {
+export interface ReadOptions extends TokenOptions {
   address?: string;
-  token?: string;
   /** A finished session dir to read from disk. */
   session?: string;
 }
@@ -484,7 +483,7 @@ async function showLogs(
 /** `rtjob stop-job JOB`. */
 export async function stopJobCommand(
   jobId: string,
-  o: { address?: string; token?: string },
+  o: { address?: string } & TokenOptions,
 ): Promise<void> {
   const ep = requireEndpoint(o);
   const r = await headApi(ep).call('POST /api/jobs/:jobId/stop', { params: { jobId } });
@@ -496,7 +495,7 @@ export async function stopJobCommand(
 /** `rtjob delete-job JOB`. */
 export async function deleteJobCommand(
   jobId: string,
-  o: { address?: string; token?: string },
+  o: { address?: string } & TokenOptions,
 ): Promise<void> {
   const ep = requireEndpoint(o);
   await headApi(ep).call('DELETE /api/jobs/:jobId', { params: { jobId } });

@@ -432,6 +432,8 @@ export function headRestarts(seconds: number, everyMs = 4000): Promise<ChaosResu
 
 /** A network namespace joined to this one by a veth pair: a node agent in it is another host. */
 export interface Netns {
+  /** The namespace's name (`/run/netns/<name>`). */
+  name: string;
   /** Command prefix that runs a process in the namespace (for {@link NodeProcessOptions}). */
   prefix: string[];
   /** This side's address (the head and the nodes outside listen on it). */
@@ -485,6 +487,7 @@ export function netns(): Netns {
     throw new Error(`cannot build a network namespace here: ${why}`, { cause: e });
   }
   return {
+    name: ns,
     prefix: ['ip', 'netns', 'exec', ns],
     hostIp,
     nsIp,
