@@ -19,7 +19,7 @@ import { installCodec } from './client/codec.ts';
 import { type ClusterFile, readClusterFile } from './cluster-file.ts';
 import { readEnv } from './env.ts';
 import { pidAlive } from './pid.ts';
-import { callWithOptions } from './client/actor-client.ts';
+import { ActorClient, callWithOptions } from './client/actor-client.ts';
 import { ObjectRef } from './client/object-ref.ts';
 import { ObjectRefGenerator } from './client/ref-generator.ts';
 import { Runtime, currentRuntime } from './client/runtime.ts';
@@ -483,7 +483,7 @@ export async function cancel(
     throw new InvalidArgumentError('cancel: recursive cancellation is not supported');
   }
   const rt = state().rt;
-  const client = rt.cancelCall(ref.id);
+  const client = ActorClient.cancelOf(ref);
   if (!client) return false;
   if (opts.force) {
     await rt.headOnce({ type: 'killActor', actorId: client.actorId, noRestart: false });

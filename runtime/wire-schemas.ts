@@ -260,7 +260,7 @@ export const messageSchemas = {
     error: opt(wireError),
   }),
   streamAck: obj({ type: lit('streamAck'), callId: id, consumed: int({ max: 2 ** 52 }) }),
-  cancelCall: obj({ type: lit('cancelCall'), callId: id }),
+  cancelCall: obj({ type: lit('cancelCall'), callRid: rid }),
   fetch: obj({ type: lit('fetch'), rid, objectId: id, inline: opt(bool()) }),
   borrow: obj({ type: lit('borrow'), rid, objectId: id }),
   unborrow: obj({ type: lit('unborrow'), objectId: id }),
