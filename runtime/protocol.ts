@@ -46,6 +46,8 @@ export interface ActorOptionsWire {
   readonly maxConcurrency: number;
   /** Concurrency groups besides the default one (`maxConcurrency`): name → calls at once. */
   readonly concurrencyGroups?: Readonly<Record<string, number>>;
+  /** The groups of `concurrencyGroups` whose calls run on a thread of their own. */
+  readonly threadGroups?: readonly string[];
   readonly placementGroupId?: string;
   readonly bundleIndex: number;
   readonly schedulingStrategy: SchedulingStrategy;

@@ -110,6 +110,7 @@ const actorOptions = obj({
   maxTaskRetries: int({ min: -1, max: 2 ** 31 }),
   maxConcurrency: int({ min: 1, max: 2 ** 20 }),
   concurrencyGroups: opt(record(int({ min: 1, max: 2 ** 20 }), L.concurrencyGroups)),
+  threadGroups: opt(arr(str({ max: L.nameChars }), L.concurrencyGroups)),
   placementGroupId: opt(id),
   bundleIndex: int({ min: -1, max: L.bundles }),
   schedulingStrategy,

@@ -17,6 +17,7 @@ import { ObjectRef } from '../client/object-ref.ts';
 import { InvalidArgumentError, isRuntimeError, toTaskError } from '../errors.ts';
 import type { Call } from '../protocol.ts';
 import type { Connection } from '../transport.ts';
+import type { GroupThread } from './group-thread.ts';
 import { type StreamState, driveStream } from './stream.ts';
 
 interface Entry {
@@ -38,6 +39,8 @@ class Group {
   constructor(
     readonly name: string,
     readonly limit: number,
+    /** Set when the group runs on a thread of its own. */
+    readonly thread?: GroupThread,
   ) {}
 }
 
@@ -61,11 +64,13 @@ export class Executor {
     maxConcurrency: number,
     private readonly actorId: string,
     concurrencyGroups: Readonly<Record<string, number>> = {},
+    threads: readonly GroupThread[] = [],
   ) {
     this.defaultGroup = new Group(defaultGroupName, maxConcurrency);
     this.groups.set(defaultGroupName, this.defaultGroup);
     for (const [name, limit] of Object.entries(concurrencyGroups)) {
-      if (name !== defaultGroupName) this.groups.set(name, new Group(name, limit));
+      const thread = threads.find((t) => t.group === name);
+      if (name !== defaultGroupName) this.groups.set(name, new Group(name, limit, thread));
     }
   }
 
@@ -183,17 +188,26 @@ export class Executor {
     const ctx = new CallContext(method, this.actorId);
     g.running++;
     let r: unknown;
-    // The method's synchronous part runs as the call (`callSignal()`); no closure, no map: this
-    // is every call's path.
-    const prev = enterCall(ctx);
-    try {
-      r = fn.apply(self, msg.args);
-      if (msg.stream) r = this.stream(r, ctx, msg, sink);
-    } catch (e) {
-      this.finish(g);
-      throw this.wrap(e, method);
-    } finally {
-      exitCall(prev);
+    if (g.thread) {
+      try {
+        r = this.onThread(g.thread, msg, ctx);
+      } catch (e) {
+        this.finish(g);
+        throw this.wrap(e, method);
+      }
+    } else {
+      // The method's synchronous part runs as the call (`callSignal()`); no closure, no map: this
+      // is every call's path.
+      const prev = enterCall(ctx);
+      try {
+        r = fn.apply(self, msg.args);
+        if (msg.stream) r = this.stream(r, ctx, msg, sink);
+      } catch (e) {
+        this.finish(g);
+        throw this.wrap(e, method);
+      } finally {
+        exitCall(prev);
+      }
     }
     if (!isThenable(r)) {
       this.finish(g);
@@ -214,6 +228,19 @@ export class Executor {
         throw this.wrap(e, method);
       },
     );
+  }
+
+  /** Posts the call to its group's thread; a cancel reaches the thread's `callSignal()`. */
+  private onThread(t: GroupThread, msg: Call, ctx: CallContext): Promise<unknown> {
+    if (msg.stream) {
+      throw new InvalidArgumentError(
+        `'${msg.method}': streaming calls do not run in a thread group ('${t.group}')`,
+        { context: { actorId: this.actorId, method: msg.method } },
+      );
+    }
+    const { id, result } = t.call(msg.method, msg.args);
+    ctx.onCancel = () => t.cancel(id);
+    return result;
   }
 
   private stream(out: unknown, ctx: CallContext, msg: Call, sink: Connection | undefined) {
@@ -256,7 +283,8 @@ async function resolveArgs(args: unknown[]): Promise<void> {
   );
 }
 
-function isThenable(v: unknown): v is PromiseLike<unknown> {
+/** True for a promise or any other thenable. */
+export function isThenable(v: unknown): v is PromiseLike<unknown> {
   return (
     v !== null && typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function'
   );
