@@ -78,9 +78,8 @@ export class GroupThread {
           context: { actorId: data.actorId },
           cause,
         });
+        // Later, the process ends with it: its callers see the actor die (ActorDiedError).
         if (!ready) return reject(err);
-        for (const p of t.pending.values()) p.reject(err);
-        t.pending.clear();
         onDeath(err.message);
       };
       worker.on('message', (m: FromThread) => {

@@ -74,6 +74,17 @@ test("cancel reaches a running call's AbortSignal on the group's thread", async 
   await until(() => b.wasAborted.options(compute).remote(), 10_000, 'the thread saw the abort');
 });
 
+test('a thread that dies takes the actor with it; it restarts under its maxRestarts', async () => {
+  const b = BusyActor.options({ concurrencyGroups: groups, maxRestarts: 1 }).remote('a');
+  const compute = { concurrencyGroup: 'compute' };
+  await b.setX.options(compute).remote(1);
+  const e = await rejection(b.exit.options(compute).remote());
+  assert.is(e.code, 'ACTOR_DIED');
+  // The restarted actor has a fresh thread (and instance) in the group.
+  assert.is(await b.getX.options(compute).remote(), undefined);
+  assert.is.not((await b.where.options(compute).remote()).threadId, 0);
+});
+
 test('the default group cannot be a thread group', () => {
   assert.throws(
     () => BusyActor.options({ concurrencyGroups: { default: { thread: true } } }).remote('a'),
