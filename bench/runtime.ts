@@ -116,6 +116,33 @@ async function paired(
   return [median(ra), median(rb)];
 }
 
+/**
+ * Like `paired`, but returns each one's median CPU time of this process per operation, in µs
+ * (`process.cpuUsage`): what a loaded machine distorts much less than the wall clock.
+ */
+async function pairedCpu(
+  rounds: number,
+  a: { ops: number; fn: () => Promise<unknown> },
+  b: { ops: number; fn: () => Promise<unknown> },
+): Promise<[number, number]> {
+  await a.fn();
+  await b.fn();
+  const ra: number[] = [];
+  const rb: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    for (const [x, out] of [
+      [a, ra],
+      [b, rb],
+    ] as const) {
+      const c0 = process.cpuUsage();
+      await x.fn();
+      const c = process.cpuUsage(c0);
+      out.push((c.user + c.system) / x.ops);
+    }
+  }
+  return [median(ra), median(rb)];
+}
+
 /** The median of `v` (sorts it). */
 function median(v: number[]): number {
   return v.sort((p, q) => p - q)[Math.floor(v.length / 2)]!;
@@ -162,6 +189,8 @@ async function rawWsBaseline(): Promise<{
   pipelined: number;
   /** One sync echo of a small value. */
   call(v: unknown): Promise<void>;
+  /** `n` echoes of null in flight at once. */
+  burst(n: number): Promise<void>;
   close(): void;
 }> {
   const child = spawn(process.execPath, ['--import', 'tsx', self, '--raw-echo'], {
@@ -191,12 +220,19 @@ async function rawWsBaseline(): Promise<{
   const sync = await rate(200, async () => {
     for (let i = 0; i < 200; i++) await call(null);
   });
-  const pipelined = await rate(1000, async () => {
+  const burst = async (n: number) => {
     const ps = [];
-    for (let i = 0; i < 1000; i++) ps.push(call(null));
+    for (let i = 0; i < n; i++) ps.push(call(null));
     await Promise.all(ps);
-  });
-  return { sync, pipelined, call: (v) => call(v), close: () => (ws.close(), child.kill()) };
+  };
+  const pipelined = await rate(1000, () => burst(1000));
+  return {
+    sync,
+    pipelined,
+    call: (v) => call(v),
+    burst,
+    close: () => (ws.close(), child.kill()),
+  };
 }
 
 async function ipcBaseline(): Promise<{ sync: number; close(): void }> {
@@ -335,6 +371,32 @@ async function main(): Promise<void> {
       value: asyncRate,
       unit: 'ops/s',
       ...vsPipe(asyncRate),
+    });
+    // The driver's CPU per pipelined call (10,000 in flight), beside the raw echo's per message,
+    // windows alternated; and the worker's CPU per call over the same windows.
+    const burstN = 10_000;
+    const workerUs: number[] = [];
+    const [rawUs, callUs] = await pairedCpu(
+      11,
+      { ops: burstN, fn: () => raw.burst(burstN) },
+      {
+        ops: burstN,
+        fn: async () => {
+          const w0 = await get(a.cpuMs.remote());
+          const refs = [];
+          for (let i = 0; i < burstN; i++) refs.push(a.noop.remote());
+          await get(refs);
+          workerUs.push(((await get(a.cpuMs.remote())) - w0) * (1000 / burstN));
+        },
+      },
+    );
+    rows.push({
+      name: 'driver CPU per pipelined call (10,000 in flight), median of 11 windows',
+      value: callUs,
+      unit: 'µs',
+      baseline: 'raw pipelined echo CPU',
+      ratio: callUs / rawUs,
+      note: `raw echo ${rawUs.toFixed(2)} µs; worker ${median(workerUs).toFixed(2)} µs per call`,
     });
     const conc = Echo.options({ maxConcurrency: 16 }).remote();
     await conc.noop.remote();

@@ -17,9 +17,10 @@ import { isAbsolute, resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { installCodec } from './client/codec.ts';
 import { type ClusterFile, readClusterFile } from './cluster-file.ts';
+import { concurrencyGroupsWire } from './concurrency-groups.ts';
 import { readEnv } from './env.ts';
 import { pidAlive } from './pid.ts';
-import { callWithOptions } from './client/actor-client.ts';
+import { ActorClient, callWithOptions } from './client/actor-client.ts';
 import { ObjectRef } from './client/object-ref.ts';
 import { ObjectRefGenerator } from './client/ref-generator.ts';
 import { Runtime, currentRuntime } from './client/runtime.ts';
@@ -248,12 +249,6 @@ function resolveOptions(
   if (!Number.isInteger(maxConcurrency) || maxConcurrency < 1) {
     throw new InvalidArgumentError('maxConcurrency must be a whole number ≥ 1');
   }
-  for (const [g, n] of Object.entries(o.concurrencyGroups ?? {})) {
-    if (!Number.isInteger(n) || n < 1)
-      throw new InvalidArgumentError(
-        `concurrency group '${g}' must allow a whole number ≥ 1 of calls`,
-      );
-  }
   const s = o.schedulingStrategy ?? 'DEFAULT';
   return {
     name: o.name,
@@ -262,9 +257,7 @@ function resolveOptions(
     maxRestarts: o.maxRestarts ?? 0,
     maxTaskRetries: o.maxTaskRetries ?? 0,
     maxConcurrency,
-    ...(o.concurrencyGroups && Object.keys(o.concurrencyGroups).length > 0
-      ? { concurrencyGroups: { ...o.concurrencyGroups } }
-      : {}),
+    ...concurrencyGroupsWire(o.concurrencyGroups),
     placementGroupId: o.placementGroup?.id,
     bundleIndex: o.bundleIndex ?? -1,
     schedulingStrategy:
@@ -483,7 +476,7 @@ export async function cancel(
     throw new InvalidArgumentError('cancel: recursive cancellation is not supported');
   }
   const rt = state().rt;
-  const client = rt.cancelCall(ref.id);
+  const client = ActorClient.cancelOf(ref);
   if (!client) return false;
   if (opts.force) {
     await rt.headOnce({ type: 'killActor', actorId: client.actorId, noRestart: false });

@@ -18,7 +18,6 @@ export class CallContext {
   onCancel: (() => void) | undefined;
 
   constructor(
-    readonly callId: string,
     readonly method: string,
     readonly actorId: string,
   ) {}
@@ -53,14 +52,28 @@ const key = Symbol.for('rtjob.callContext');
 const g = globalThis as { [key]?: { current: CallContext | undefined } };
 const slot = (g[key] ??= { current: undefined });
 
-/** @internal Runs `fn` (a method's synchronous part, or one generator step) as call `ctx`. */
-export function runInCall<T>(ctx: CallContext, fn: () => T): T {
+/**
+ * @internal Makes `ctx` the running call (a method's synchronous part runs now); returns the one
+ * to restore with `exitCall` when it returns.
+ */
+export function enterCall(ctx: CallContext): CallContext | undefined {
   const prev = slot.current;
   slot.current = ctx;
+  return prev;
+}
+
+/** @internal Restores the running call `enterCall` returned. */
+export function exitCall(prev: CallContext | undefined): void {
+  slot.current = prev;
+}
+
+/** @internal Runs `fn` (a method's synchronous part, or one generator step) as call `ctx`. */
+export function runInCall<T>(ctx: CallContext, fn: () => T): T {
+  const prev = enterCall(ctx);
   try {
     return fn();
   } finally {
-    slot.current = prev;
+    exitCall(prev);
   }
 }
 

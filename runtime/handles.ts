@@ -126,11 +126,12 @@ export interface ActorOptions {
   maxConcurrency?: number;
   /**
    * More concurrency groups, each with its own limit, e.g. `{ io: 4, compute: 1 }`; a call picks
-   * one with `.options({ concurrencyGroup: 'io' })`. A full group never holds up another. They
-   * share the worker's one event loop: a method that computes without awaiting holds up every
-   * group (see the runtime README). @default {}
+   * one with `.options({ concurrencyGroup: 'io' })`. A full group never holds up another. Groups
+   * given as a number share the worker's event loop: a method that computes without awaiting
+   * holds them all up. A group given as `{ maxConcurrency, thread: true }` runs its calls on a
+   * thread of its own, with its own instance of the class (see the runtime README). @default {}
    */
-  concurrencyGroups?: Record<string, number>;
+  concurrencyGroups?: Record<string, number | ConcurrencyGroupOptions>;
   /** Reserve from this placement group. */
   placementGroup?: PlacementGroupRef;
   /** Bundle of `placementGroup`; -1 is any. @default -1 */
@@ -145,6 +146,20 @@ export interface ActorOptions {
 export interface ActorClass<C extends ActorConstructor> {
   options(o: ActorOptions): ActorClass<C>;
   remote(...args: RefArgs<ConstructorParameters<C>>): ActorHandle<InstanceType<C>>;
+}
+
+/** A concurrency group given in full (`ActorOptions.concurrencyGroups`). */
+export interface ConcurrencyGroupOptions {
+  /** Calls of the group that run at once. @default 1 */
+  maxConcurrency?: number;
+  /**
+   * Run the group's calls on a worker thread of their own, so a method that computes for
+   * seconds without awaiting holds up no other group (Ray runs each group on its own thread).
+   * The thread has its own instance of the actor class, built from the same constructor
+   * arguments: the group's methods share state with each other, not with the other groups.
+   * @default false
+   */
+  thread?: boolean;
 }
 
 /** Options for one task call. */

@@ -54,6 +54,7 @@ export type {
   ActorHandle,
   ActorOptions,
   CallOptions,
+  ConcurrencyGroupOptions,
   NotAGenerator,
   PlacementGroupOptions,
   RefOr,

@@ -46,6 +46,8 @@ export interface ActorOptionsWire {
   readonly maxConcurrency: number;
   /** Concurrency groups besides the default one (`maxConcurrency`): name → calls at once. */
   readonly concurrencyGroups?: Readonly<Record<string, number>>;
+  /** The groups of `concurrencyGroups` whose calls run on a thread of their own. */
+  readonly threadGroups?: readonly string[];
   readonly placementGroupId?: string;
   readonly bundleIndex: number;
   readonly schedulingStrategy: SchedulingStrategy;
@@ -399,7 +401,7 @@ export interface Call {
   readonly rid: number;
   readonly method: string;
   readonly args: unknown[];
-  /** The caller's id for the call (its result ref's id), named by `cancel` and stream messages. */
+  /** A streaming call's id (its generator's id), named by its `streamItem`s and `streamAck`s. */
   readonly callId?: string;
   /**
    * A streaming call: the method is a generator; each item goes back as a `streamItem` as it is
@@ -430,12 +432,13 @@ export interface StreamAck {
   readonly consumed: number;
 }
 /**
- * caller → worker (one-way): cancel call `callId`. Queued, it never starts; running, its
- * `AbortSignal` is aborted (and a streaming call's generator is closed).
+ * caller → worker (one-way): cancel the call sent on this connection as request `callRid`.
+ * Queued, it never starts; running, its `AbortSignal` is aborted (and a streaming call's
+ * generator is closed).
  */
 export interface CancelCall {
   readonly type: 'cancelCall';
-  readonly callId: string;
+  readonly callRid: number;
 }
 export interface Fetch {
   readonly type: 'fetch';

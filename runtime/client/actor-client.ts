@@ -54,13 +54,16 @@ interface QueuedCall {
   args: unknown[];
   ref: ObjectRef<unknown>;
   retriesLeft: number;
+  /** The client that sends it (what `cancel` of its ref asks). */
+  client: ActorClient;
   /** The actor's concurrency group, when not the default. */
   group?: string;
   /** A streaming call's generator (its `ref` settles with the item count). */
   stream?: ObjectRefGenerator<unknown>;
   backpressure?: number;
-  /** The connection it was last sent on. */
+  /** The connection it was last sent on, and its request id there (what `cancelCall` names). */
   conn?: Connection;
+  rid?: number;
 }
 
 /** How `ActorClient.call` runs one call. */
@@ -84,8 +87,6 @@ export class ActorClient {
   private dead: RtjobError | undefined;
   private lost = new Map<Connection, Promise<ActorLocation>>();
   private stopped = false;
-  /** Calls sent and not answered yet, by call id (for `cancel`). */
-  private readonly inFlight = new Map<string, QueuedCall>();
 
   constructor(
     private readonly rt: ActorClientRuntime,
@@ -100,7 +101,7 @@ export class ActorClient {
     if (this.conn && !this.conn.closed) return;
     await new Promise<void>((resolve, reject) => {
       const ref = new ObjectRef<unknown>('ready', '');
-      this.queue.push({ method: '', args: [], ref, retriesLeft: 0 });
+      this.queue.push({ method: '', args: [], ref, retriesLeft: 0, client: this });
       ref._onSettled((r) => {
         try {
           r._take();
@@ -148,7 +149,10 @@ export class ActorClient {
       args,
       ref,
       retriesLeft: settings.retries ?? this.maxTaskRetries,
+      client: this,
     };
+    // The ref leads `cancel` to its call (no per-call map: this is every call's path).
+    ref._call = c;
     if (settings.group !== undefined) c.group = settings.group;
     if (settings.stream) {
       const gen = new ObjectRefGenerator<unknown>(
@@ -156,6 +160,7 @@ export class ActorClient {
         () => new ObjectRef<unknown>(this.rt.newId(), this.rt.address),
       );
       c.stream = gen;
+      gen._call = c;
       c.backpressure = settings.stream.backpressure;
       // Items may arrive after the reply (large ones take the bulk link): the route stays until
       // every item came or the consumer left.
@@ -170,7 +175,7 @@ export class ActorClient {
       });
       gen._cancel = () => {
         streams.delete(ref.id);
-        this.cancel(ref.id);
+        this.cancel(c);
       };
       ref._onSettled((r) => {
         try {
@@ -202,28 +207,41 @@ export class ActorClient {
   }
 
   /**
-   * Cancels call `callId` if it is this client's and not answered yet: a queued one is dropped, a
-   * sent one is told to stop (the worker aborts its signal, or never starts it). The caller sees
-   * `TaskCancelledError` at once. False when the call is not (or no longer) here.
+   * Cancels call `c` if it is not answered yet: a queued one is dropped, a sent one is told to
+   * stop (the worker aborts its signal, or never starts it). The caller sees
+   * `TaskCancelledError` at once. False when the call was already answered.
    */
-  cancel(callId: string): boolean {
-    const err = new TaskCancelledError(`call ${callId} to actor ${this.actorId} was cancelled`, {
-      context: { actorId: this.actorId },
-    });
+  private cancel(c: QueuedCall): boolean {
+    if (c.ref.isSettled) return false;
+    const err = new TaskCancelledError(
+      `call ${c.ref.id} ('${c.method}') to actor ${this.actorId} was cancelled`,
+      { context: { actorId: this.actorId, method: c.method } },
+    );
     for (const list of [this.retries, this.queue]) {
-      const i = list.findIndex((q) => q.ref.id === callId);
+      const i = list.indexOf(c);
       if (i >= 0) {
-        const [c] = list.splice(i, 1);
-        c!.ref._reject(withMethod(err, c!.method));
+        list.splice(i, 1);
+        c.ref._reject(err);
         return true;
       }
     }
-    const sent = this.inFlight.get(callId);
-    if (!sent) return false;
-    this.inFlight.delete(callId);
-    if (sent.conn && !sent.conn.closed) sent.conn.send({ type: 'cancelCall', callId });
-    sent.ref._reject(withMethod(err, sent.method));
+    const conn = c.conn;
+    if (conn && !conn.closed && c.rid !== undefined) {
+      conn.send({ type: 'cancelCall', callRid: c.rid });
+    }
+    c.ref._reject(err);
     return true;
+  }
+
+  /**
+   * Cancels the unanswered call behind `target` (a call's ref or a streaming call's generator)
+   * made by this process; returns its actor's client, or undefined when there is no such call.
+   */
+  static cancelOf(
+    target: ObjectRef<unknown> | ObjectRefGenerator<unknown>,
+  ): ActorClient | undefined {
+    const c = target._call as QueuedCall | undefined;
+    return c?.client.cancel(c) ? c.client : undefined;
   }
 
   /** Fails everything queued (process shutting down). */
@@ -253,26 +271,26 @@ export class ActorClient {
       };
     }
     c.conn = conn;
-    this.inFlight.set(callId, c);
-    // Built without spreads: this is the hot path of every call.
+    // Built without spreads: this is the hot path of every call. A call is named by its request
+    // id on the connection (`cancelCall`); only a stream's items need the call id.
     const msg: { -readonly [K in keyof Call]: Call[K] } = {
       type: 'call',
       rid: 0,
       method: c.method,
       args: c.args,
-      callId,
     };
     if (c.group !== undefined) msg.group = c.group;
     if (stream) {
+      msg.callId = callId;
       msg.stream = true;
       msg.backpressure = c.backpressure ?? 0;
     }
     conn.requestCb(msg, (err, v) => {
-      this.inFlight.delete(callId);
       if (err) this.onCallFailed(conn, c, err);
       else if (v instanceof ShmValue) this.readShared(c, v);
       else c.ref._resolve(v);
     });
+    c.rid = msg.rid; // requestCb numbered it
   }
 
   /** A large result the worker handed over through shared memory (we are on its machine). */
@@ -467,10 +485,6 @@ export class ActorClient {
       ...cause?.memory,
     };
   }
-}
-
-function withMethod(e: TaskCancelledError, method: string): TaskCancelledError {
-  return new TaskCancelledError(e.message, { context: { ...e.context, method } });
 }
 
 /**

@@ -40,6 +40,8 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
   /** @internal */ _waiters: ((ref: never) => void)[] | undefined;
   /** @internal */ _fetching: Promise<unknown> | undefined;
   /** @internal */ _released = false;
+  /** @internal The unanswered call that produces this ref (for `cancel`); cleared once settled. */
+  _call: unknown;
 
   /** @internal */
   constructor(id: string, owner: string, remote = false) {
@@ -49,6 +51,7 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
     this._value = undefined;
     this._waiters = undefined;
     this._fetching = undefined;
+    this._call = undefined;
   }
 
   /** @internal A ref that already holds its value. */
@@ -69,6 +72,7 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
     if (this._state === OK || this._state === FAILED) return;
     this._state = OK;
     this._value = v;
+    this._call = undefined;
     this.wake();
   }
 
@@ -77,6 +81,7 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
     if (this._state === OK || this._state === FAILED) return;
     this._state = FAILED;
     this._value = e;
+    this._call = undefined;
     this.wake();
   }
 

@@ -32,6 +32,8 @@ export class ObjectRefGenerator<T = unknown> implements AsyncIterableIterator<Ob
   _ack: ((consumed: number) => void) | undefined;
   /** @internal Stops the call on the worker (the consumer left early). */
   _cancel: (() => void) | undefined;
+  /** @internal The call behind the stream (for `cancel`). */
+  _call: unknown;
 
   /** @internal */
   constructor(

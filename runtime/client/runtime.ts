@@ -98,7 +98,7 @@ export class Runtime {
   callHandler: ((msg: Call, conn: Connection) => unknown) | undefined;
   /** Set by a worker hosting an actor: stream acks and cancellations of the calls it runs. */
   callControl:
-    | { ack(callId: string, consumed: number): void; cancel(callId: string): void }
+    | { ack(callId: string, consumed: number): void; cancel(conn: Connection, rid: number): void }
     | undefined;
   /** This process's streaming calls in progress, by call id: where their items go. */
   readonly streams = new Map<string, (m: StreamItem) => void>();
@@ -375,16 +375,6 @@ export class Runtime {
     for (const fn of this.closeHooks.reverse()) await fn();
   }
 
-  /**
-   * Cancels the call behind `callId` (a call's result ref id, or a streaming call's generator
-   * id) if this process made it and it is not answered yet; returns the actor's client, or
-   * undefined when no actor client has it.
-   */
-  cancelCall(callId: string): ActorClient | undefined {
-    for (const c of this.actorClients.values()) if (c.cancel(callId)) return c;
-    return undefined;
-  }
-
   /** Fetches a remote ref's value from its owner. */
   async fetch(ref: ObjectRef<unknown>): Promise<unknown> {
     let conn: Connection;
@@ -451,7 +441,7 @@ export class Runtime {
         this.callControl?.ack(m.callId, m.consumed);
         return undefined;
       case 'cancelCall':
-        this.callControl?.cancel(m.callId);
+        this.callControl?.cancel(conn, m.callRid);
         return undefined;
       case 'borrow': {
         // Borrows are remembered per connection so a borrower that dies releases them.

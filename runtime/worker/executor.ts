@@ -12,11 +12,12 @@
  *
  * @module
  */
-import { CallContext, runInCall } from '../call-context.ts';
+import { CallContext, enterCall, exitCall } from '../call-context.ts';
 import { ObjectRef } from '../client/object-ref.ts';
 import { InvalidArgumentError, isRuntimeError, toTaskError } from '../errors.ts';
 import type { Call } from '../protocol.ts';
 import type { Connection } from '../transport.ts';
+import type { GroupThread } from './group-thread.ts';
 import { type StreamState, driveStream } from './stream.ts';
 
 interface Entry {
@@ -38,6 +39,8 @@ class Group {
   constructor(
     readonly name: string,
     readonly limit: number,
+    /** Set when the group runs on a thread of its own. */
+    readonly thread?: GroupThread,
   ) {}
 }
 
@@ -51,10 +54,6 @@ export const defaultGroupName = 'default';
 export class Executor {
   private readonly groups = new Map<string, Group>();
   private readonly defaultGroup: Group;
-  /** Calls queued (not started), by call id, for `cancel`. */
-  private readonly queued = new Map<string, Entry>();
-  /** Calls running, by call id, for `cancel`. */
-  private readonly running = new Map<string, CallContext>();
   /** Streaming calls running, by call id, for the consumer's acks. */
   private readonly streams = new Map<string, StreamState>();
   /** While paused (fenced: the head may have replaced this incarnation) no call starts. */
@@ -65,11 +64,13 @@ export class Executor {
     maxConcurrency: number,
     private readonly actorId: string,
     concurrencyGroups: Readonly<Record<string, number>> = {},
+    threads: readonly GroupThread[] = [],
   ) {
     this.defaultGroup = new Group(defaultGroupName, maxConcurrency);
     this.groups.set(defaultGroupName, this.defaultGroup);
     for (const [name, limit] of Object.entries(concurrencyGroups)) {
-      if (name !== defaultGroupName) this.groups.set(name, new Group(name, limit));
+      const thread = threads.find((t) => t.group === name);
+      if (name !== defaultGroupName) this.groups.set(name, new Group(name, limit, thread));
     }
   }
 
@@ -117,22 +118,24 @@ export class Executor {
           },
         );
       }
-      if (msg.callId !== undefined) this.queued.set(msg.callId, e);
+      if (sink) callsOf(sink).set(msg.rid, e);
       group.queue.push(e);
       this.pump(group);
     });
   }
 
-  /** The caller cancelled call `callId`: a queued one never starts, a running one is aborted. */
-  cancel(callId: string): void {
-    const q = this.queued.get(callId);
-    if (q) {
-      this.queued.delete(callId);
-      q.cancelled = true;
-      q.reject(new CallContext(callId, q.msg.method, this.actorId).error());
-      return;
-    }
-    this.running.get(callId)?.cancel();
+  /**
+   * The caller cancelled the call it sent on `conn` as request `rid`: a queued one never starts,
+   * a running one is aborted. (A synchronous method is over before the cancel is read.)
+   */
+  cancel(conn: Connection, rid: number): void {
+    const calls = conn.meta.calls as Map<number, Entry | CallContext> | undefined;
+    const c = calls?.get(rid);
+    if (!c) return;
+    if (c instanceof CallContext) return c.cancel();
+    calls!.delete(rid);
+    c.cancelled = true;
+    c.reject(new CallContext(c.msg.method, this.actorId).error());
   }
 
   /** The consumer of streaming call `callId` has taken `consumed` items. */
@@ -164,7 +167,7 @@ export class Executor {
         g.queue = g.queue.slice(g.head);
         g.head = 0;
       }
-      if (e.msg.callId !== undefined) this.queued.delete(e.msg.callId);
+      if (e.sink) callsOf(e.sink).delete(e.msg.rid);
       if (e.argsError !== undefined) {
         e.reject(e.argsError);
         continue;
@@ -182,51 +185,80 @@ export class Executor {
   private run(g: Group, msg: Call, sink: Connection | undefined): unknown {
     const method = msg.method;
     const { fn, self } = this.lookup(method);
-    const callId = msg.callId;
+    const ctx = new CallContext(method, this.actorId);
     g.running++;
     let r: unknown;
-    try {
-      if (callId === undefined) {
-        r = fn.apply(self, msg.args);
-      } else {
-        const ctx = new CallContext(callId, method, this.actorId);
-        this.running.set(callId, ctx);
-        r = runInCall(ctx, () => {
-          const out = fn.apply(self, msg.args);
-          if (!msg.stream) return out;
-          if (!sink) throw new InvalidArgumentError('a streaming call needs a connection');
-          return driveStream(out, {
-            ctx,
-            sink,
-            backpressure: msg.backpressure ?? 0,
-            streams: this.streams,
-            wrap: (e) => this.wrap(e, method),
-          });
-        });
+    if (g.thread) {
+      try {
+        r = this.onThread(g.thread, msg, ctx);
+      } catch (e) {
+        this.finish(g);
+        throw this.wrap(e, method);
       }
-    } catch (e) {
-      this.finish(g, callId);
-      throw this.wrap(e, method);
+    } else {
+      // The method's synchronous part runs as the call (`callSignal()`); no closure, no map: this
+      // is every call's path.
+      const prev = enterCall(ctx);
+      try {
+        r = fn.apply(self, msg.args);
+        if (msg.stream) r = this.stream(r, ctx, msg, sink);
+      } catch (e) {
+        this.finish(g);
+        throw this.wrap(e, method);
+      } finally {
+        exitCall(prev);
+      }
     }
     if (!isThenable(r)) {
-      this.finish(g, callId);
+      this.finish(g);
       return r;
     }
+    // Still running: `cancel` finds it by its request id on the caller's connection.
+    const calls = sink && callsOf(sink);
+    calls?.set(msg.rid, ctx);
     return Promise.resolve(r).then(
       (v) => {
-        this.finish(g, callId);
+        calls?.delete(msg.rid);
+        this.finish(g);
         return v;
       },
       (e) => {
-        this.finish(g, callId);
+        calls?.delete(msg.rid);
+        this.finish(g);
         throw this.wrap(e, method);
       },
     );
   }
 
-  private finish(g: Group, callId: string | undefined): void {
+  /** Posts the call to its group's thread; a cancel reaches the thread's `callSignal()`. */
+  private onThread(t: GroupThread, msg: Call, ctx: CallContext): Promise<unknown> {
+    if (msg.stream) {
+      throw new InvalidArgumentError(
+        `'${msg.method}': streaming calls do not run in a thread group ('${t.group}')`,
+        { context: { actorId: this.actorId, method: msg.method } },
+      );
+    }
+    const { id, result } = t.call(msg.method, msg.args);
+    ctx.onCancel = () => t.cancel(id);
+    return result;
+  }
+
+  private stream(out: unknown, ctx: CallContext, msg: Call, sink: Connection | undefined) {
+    if (!sink || msg.callId === undefined) {
+      throw new InvalidArgumentError('a streaming call needs a connection and a call id');
+    }
+    return driveStream(out, {
+      ctx,
+      callId: msg.callId,
+      sink,
+      backpressure: msg.backpressure ?? 0,
+      streams: this.streams,
+      wrap: (e) => this.wrap(e, msg.method),
+    });
+  }
+
+  private finish(g: Group): void {
     g.running--;
-    if (callId !== undefined) this.running.delete(callId);
     if (g.head < g.queue.length) queueMicrotask(() => this.pump(g));
   }
 
@@ -235,6 +267,11 @@ export class Executor {
     if (isRuntimeError(e)) return e;
     return toTaskError(e, { actorId: this.actorId, method });
   }
+}
+
+/** The calls from `conn` that can still be cancelled (queued, or running), by request id. */
+function callsOf(conn: Connection): Map<number, Entry | CallContext> {
+  return ((conn.meta.calls as Map<number, Entry | CallContext> | undefined) ??= new Map());
 }
 
 /** Fetches every top-level ref argument and puts the values in place. */
@@ -246,7 +283,8 @@ async function resolveArgs(args: unknown[]): Promise<void> {
   );
 }
 
-function isThenable(v: unknown): v is PromiseLike<unknown> {
+/** True for a promise or any other thenable. */
+export function isThenable(v: unknown): v is PromiseLike<unknown> {
   return (
     v !== null && typeof v === 'object' && typeof (v as { then?: unknown }).then === 'function'
   );

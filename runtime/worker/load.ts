@@ -54,12 +54,24 @@ function exportOf(
   return v;
 }
 
-/** Imports and constructs the actor; returns how to find its methods. */
-export async function loadActor(a: WorkerAssignment, actorId: string): Promise<MethodLookup> {
-  const { moduleUrl, exportName } = a.spec;
-  const Cls = exportOf(await importModule(moduleUrl, actorId), moduleUrl, exportName, actorId);
+/** The actor's constructor arguments, top-level refs resolved. */
+export async function constructorArgs(a: WorkerAssignment): Promise<unknown[]> {
   const args = unpack(a.ctorArgs) as unknown[];
   for (let i = 0; i < args.length; i++) if (args[i] instanceof ObjectRef) args[i] = await args[i];
+  return args;
+}
+
+/**
+ * Imports `spec`'s module and constructs its class with `args` (also on a concurrency group's
+ * own thread); returns how to find the instance's methods.
+ */
+export async function constructActor(
+  spec: { moduleUrl: string; exportName: string },
+  args: unknown[],
+  actorId: string,
+): Promise<MethodLookup> {
+  const { moduleUrl, exportName } = spec;
+  const Cls = exportOf(await importModule(moduleUrl, actorId), moduleUrl, exportName, actorId);
   let instance: Record<string, unknown>;
   try {
     instance = new (Cls as new (...x: unknown[]) => Record<string, unknown>)(...args);

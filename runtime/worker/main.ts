@@ -15,7 +15,8 @@ import type { Call } from '../protocol.ts';
 import type { Connection } from '../transport.ts';
 import { Executor } from './executor.ts';
 import { Lease } from './lease.ts';
-import { loadActor, taskRunner } from './load.ts';
+import { GroupThread } from './group-thread.ts';
+import { constructActor, constructorArgs, taskRunner } from './load.ts';
 
 const log = logger('worker');
 const env = process.env;
@@ -73,12 +74,23 @@ try {
     handle = (m, conn) => runner.prepare(m.method).then(() => tasks.handle(m, conn));
     exec = tasks;
   } else {
-    const lookup = await loadActor(assignment, actorId);
+    const args = await constructorArgs(assignment);
+    const lookup = await constructActor(assignment.spec, args, actorId);
+    // Groups on threads of their own, each with its own instance built from the same arguments.
+    const threads = await Promise.all(
+      (assignment.options.threadGroups ?? []).map((group) =>
+        GroupThread.start({ spec: assignment.spec, args, actorId, group }, (why) => {
+          log.error(`${why}; the actor exits`);
+          process.exit(1);
+        }),
+      ),
+    );
     const actor = new Executor(
       lookup,
       assignment.options.maxConcurrency,
       actorId,
       assignment.options.concurrencyGroups,
+      threads,
     );
     handle = (m, conn) => actor.handle(m, conn);
     exec = actor;

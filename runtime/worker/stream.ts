@@ -19,6 +19,8 @@ export interface StreamState {
 /** What `driveStream` needs from the executor. */
 export interface StreamOptions {
   ctx: CallContext;
+  /** The call's id, which its items name. */
+  callId: string;
   /** The caller's connection: where items go. */
   sink: Connection;
   /** Items produced and not consumed before the generator waits (0: no limit). */
@@ -47,7 +49,7 @@ export async function driveStream(out: unknown, o: StreamOptions): Promise<numbe
       { context: { actorId: ctx.actorId, method: ctx.method } },
     );
   }
-  const callId = ctx.callId;
+  const callId = o.callId;
   let consumed = 0;
   let wake: (() => void) | undefined;
   const resume = () => {

@@ -3,8 +3,8 @@ import * as assert from 'uvu/assert';
 import { CallContext, callSignal, runInCall } from '../../runtime/call-context.ts';
 
 test('callSignal is the running call’s, taken before its first await; outside a call it never aborts', async () => {
-  const a = new CallContext('a', 'm', 'actor');
-  const b = new CallContext('b', 'm', 'actor');
+  const a = new CallContext('m', 'actor');
+  const b = new CallContext('m', 'actor');
   const method = async () => {
     const signal = callSignal();
     await Promise.resolve();
@@ -21,7 +21,7 @@ test('callSignal is the running call’s, taken before its first await; outside 
 });
 
 test('a signal asked for after the cancel is already aborted', () => {
-  const c = new CallContext('c', 'm', 'actor');
+  const c = new CallContext('m', 'actor');
   c.cancel();
   assert.is(
     runInCall(c, () => callSignal().aborted),

@@ -98,6 +98,9 @@ test('cancel of an answered call, or with recursive, does nothing', async () => 
   assert.is(await ref, 2);
   assert.is(await cancel(ref), false);
   assert.is(await get(ref), 2);
+  // The ref led `cancel` to its call while unanswered; answered, it lets go of it (and its
+  // arguments), so a ref kept for long retains nothing of the call.
+  assert.is(ref._call, undefined);
   assert.match(
     (await rejection(cancel(s.plain.remote(1), { recursive: true }))).message,
     /recursive/,

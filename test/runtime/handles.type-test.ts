@@ -100,6 +100,9 @@ export async function checks(): Promise<void> {
   st.plain.options({ concurrencyGroup: 1 });
   // @ts-expect-error concurrency group sizes are numbers
   S.options({ concurrencyGroups: { io: 'four' } });
+  S.options({ concurrencyGroups: { io: 4, compute: { maxConcurrency: 1, thread: true } } });
+  // @ts-expect-error a group's thread option is a boolean
+  S.options({ concurrencyGroups: { compute: { thread: 'yes' } } });
   const tgen: ObjectRefGenerator<number> = defineTask<typeof countTask>(url, 'countTask')
     .options({ numReturns: 'streaming' })
     .remote(2);

@@ -13,6 +13,12 @@ import type { ResourceMap } from '../../runtime/protocol.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { RoleName } from './errors.ts';
 
+/**
+ * The cores of one colocated bundle: rollout i and every role's rank i take turns on it, so each
+ * of their processes computes on this many threads (`roleEnv`).
+ */
+export const bundleCpus = 1;
+
 /** Resources of one role's actor. */
 export interface RolePlacement {
   numCpus: number;
@@ -78,7 +84,7 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
   const n = Math.max(o.rolloutNumEngines, o.actorNumReplicas, critics);
   const bundles = Array.from(
     { length: n },
-    (): ResourceMap => (gpu ? { CPU: 1, GPU: 1 } : { CPU: 1 }),
+    (): ResourceMap => (gpu ? { CPU: bundleCpus, GPU: 1 } : { CPU: bundleCpus }),
   );
   const on = (b: number): number =>
     (b < o.rolloutNumEngines ? 1 : 0) +

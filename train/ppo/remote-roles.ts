@@ -18,7 +18,7 @@ import type { Rollout } from '../../roles/rollout.ts';
 import type { Trainer } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
 import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
-import { placeRoles, type RolePlacement } from './placement.ts';
+import { bundleCpus, placeRoles, type RolePlacement } from './placement.ts';
 import { everyRank, replicated, roleInits, type Remote, type Roles } from './roles.ts';
 
 const role = (file: string): URL => ownModule(`../../roles/${file}`, import.meta.url);
@@ -81,18 +81,24 @@ const rolloutMaxRestarts = 3;
 /**
  * The variables every role's worker gets: the async knobs, a quiet backend announcement, and the
  * driver's `RTJOB_TF_BACKEND`, so that its choice holds for every role, also on nodes that did
- * not start from the driver's shell.
+ * not start from the driver's shell. Colocated, each role computes on its bundle's cores
+ * (`OMP_NUM_THREADS`, libtorch's intra-op threads), as Ray sets it from an actor's CPUs: left to
+ * itself every libtorch process would start a thread per core of the machine, and two engines
+ * (or two trainer ranks) on two cores would run four spinning threads. The driver's own
+ * `OMP_NUM_THREADS` wins.
  */
 export function roleEnv(
-  o: Pick<TrainPpoOptions, 'asyncNumTasks' | 'asyncQueueSize'>,
+  o: Pick<TrainPpoOptions, 'asyncNumTasks' | 'asyncQueueSize' | 'colocateAllModels'>,
   source: Readonly<Record<string, string | undefined>> = process.env,
 ): Record<string, string> {
   const backend = readEnv('RTJOB_TF_BACKEND', source);
+  const threads = source.OMP_NUM_THREADS ?? (o.colocateAllModels ? String(bundleCpus) : undefined);
   return {
     ASYNC_NUM_TASKS: String(o.asyncNumTasks),
     ASYNC_QUEUE_SIZE: String(o.asyncQueueSize),
     RTJOB_QUIET_BACKEND: '1',
     ...(backend ? { RTJOB_TF_BACKEND: backend } : {}),
+    ...(threads ? { OMP_NUM_THREADS: threads } : {}),
   };
 }
 
