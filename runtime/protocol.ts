@@ -490,6 +490,17 @@ export interface ObjectStoreStats {
   readonly borrowed: number;
   /** Fetches of objects owned here, per fetching node. */
   readonly fetchesServed: readonly FetchesServed[];
+  /** Bytes of large values (typed arrays of 64 KiB or more) of owned objects held in memory. */
+  readonly memoryBytes: number;
+  /** The cap on `memoryBytes` past which objects spill to disk. */
+  readonly memoryCapBytes: number;
+  /** Owned objects whose value is on disk (some may be in memory too, restored by a get). */
+  readonly spilledObjects: number;
+  /** Bytes of their files. */
+  readonly spilledBytes: number;
+  /** Values written to disk so far, and read back. */
+  readonly spills: number;
+  readonly restores: number;
 }
 /**
  * Data-plane handshake: tells a worker which actor incarnation the caller meant to reach; a

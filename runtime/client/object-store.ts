@@ -5,18 +5,44 @@
  * process (so the receiver's borrow always lands before the owner could free it). Other
  * processes count their own borrowed refs the same way and tell the owner when they are done.
  *
+ * Large values (typed arrays, see `largeBytes`) count against the store's memory cap; past it the
+ * least recently used are spilled to disk (`spill.ts`) and come back on the next get or fetch.
+ *
  * @module
  */
+import { totalmem } from 'node:os';
+import { readEnv } from '../env.ts';
 import { ObjectLostError } from '../errors.ts';
+import { logger } from '../log.ts';
 import { largeBytes } from '../out-of-band.ts';
 import type { FetchesServed, ObjectStoreStats } from '../protocol.ts';
 import { ObjectRef } from './object-ref.ts';
-import { ShmValue, removeShm, shmMinBytes, writeShm } from './shm.ts';
+import { ShmValue, removeShm, removeShmFilesOf, shmMinBytes, writeShm } from './shm.ts';
+import { type SpillFile, readSpill, removeSpill, removeSpillFilesOf, writeSpill } from './spill.ts';
+
+const log = logger('objects');
 
 /** Options for the store. */
 export interface ObjectStoreOptions {
   /** How long an object is kept after being sent to another process. @default 30000 */
   transferHoldMs?: number;
+  /**
+   * Bytes of large values (typed arrays of 64 KiB or more) kept in memory; past it the least
+   * recently used objects are spilled to disk and restored on their next get.
+   * @default RTJOB_OBJECT_STORE_MEMORY, else 30% of the machine's memory
+   */
+  memoryBytes?: number;
+}
+
+/** Removes the shared-memory and spill files of process `pid`, which died without doing so. */
+export function removeObjectFilesOf(pid: number): void {
+  removeShmFilesOf(pid);
+  removeSpillFilesOf(pid);
+}
+
+/** The default cap of a store: 30% of the machine's memory (Ray's default object store size). */
+export function defaultObjectStoreMemory(): number {
+  return Math.floor(totalmem() * 0.3);
 }
 
 interface Entry {
@@ -30,6 +56,14 @@ interface Entry {
   fetchedBy?: Set<string>;
   /** The value in shared memory, written on the second same-machine fetch (then reused). */
   shm?: Promise<unknown>;
+  /** When the value was last put, got or served (for spilling the least recently used). */
+  usedMs: number;
+  /** Refs of this process that hold the value, to drop it from when it is spilled. */
+  refs?: Set<WeakRef<ObjectRef<unknown>>>;
+  /** The value's file once spilled (kept until the object is freed: the value never changes). */
+  spill?: SpillFile;
+  /** A restore from disk under way. */
+  restoring?: Promise<unknown>;
 }
 
 interface Borrowed {
@@ -52,6 +86,11 @@ export class ObjectStore {
   private timer: NodeJS.Timeout | undefined;
   /** Fetches served, by fetching node. */
   private readonly served = new Map<string, { socket: number; sharedMemory: number }>();
+  private readonly capBytes: number;
+  /** Bytes of large values in memory (entries whose value is not spilled). */
+  private residentBytes = 0;
+  private spills = 0;
+  private restores = 0;
 
   constructor(
     readonly address: string,
@@ -59,12 +98,31 @@ export class ObjectStore {
     opts: ObjectStoreOptions = {},
   ) {
     this.holdMs = opts.transferHoldMs ?? 30_000;
+    this.capBytes =
+      opts.memoryBytes ?? readEnv('RTJOB_OBJECT_STORE_MEMORY') ?? defaultObjectStoreMemory();
   }
 
   /** What this store holds and the fetches it has served (what `objectStats` answers). */
   stats(): ObjectStoreStats {
     const fetchesServed: FetchesServed[] = [...this.served].map(([node, n]) => ({ node, ...n }));
-    return { owned: this.entries.size, borrowed: this.borrowed.size, fetchesServed };
+    let spilledObjects = 0;
+    let spilledBytes = 0;
+    for (const e of this.entries.values()) {
+      if (!e.spill) continue;
+      spilledObjects++;
+      spilledBytes += e.spill.bytes;
+    }
+    return {
+      owned: this.entries.size,
+      borrowed: this.borrowed.size,
+      fetchesServed,
+      memoryBytes: this.residentBytes,
+      memoryCapBytes: this.capBytes,
+      spilledObjects,
+      spilledBytes,
+      spills: this.spills,
+      restores: this.restores,
+    };
   }
 
   /**
@@ -91,9 +149,11 @@ export class ObjectStore {
   /** Stores a value owned by this process and returns the user's ref to it. */
   put<T>(id: string, value: T): ObjectRef<T> {
     const holder = ObjectRef.resolved(id, this.address, value);
-    this.entries.set(id, { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: sizeOf(value) });
+    const e: Entry = { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: 0, usedMs: 0 };
+    this.entries.set(id, e);
     const ref = ObjectRef.resolved(id, this.address, value);
     this.trackLocal(ref);
+    this.account(id, e, value, ref as ObjectRef<unknown>);
     return ref;
   }
 
@@ -109,8 +169,13 @@ export class ObjectStore {
       if (ref._released) return;
       // A call result first sent somewhere: its ref becomes the entry's holder of the value.
       const holder = new ObjectRef<unknown>(ref.id, this.address);
-      ref._onSettled((r) => (r.isSettled ? settleFrom(holder, r) : undefined));
-      e = { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: 0 };
+      const entry: Entry = { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: 0, usedMs: 0 };
+      ref._onSettled((r) => {
+        if (!r.isSettled) return;
+        settleFrom(holder, r);
+        if (this.entries.get(r.id) === entry && !r._spilled) this.account(r.id, entry, r._value, r);
+      });
+      e = entry;
       this.entries.set(ref.id, e);
       this.trackLocal(ref);
     }
@@ -129,7 +194,9 @@ export class ObjectStore {
         );
         return ref;
       }
-      e.holder._onSettled((h) => settleFrom(ref, h));
+      if (e.holder._spilled) ref._spill(() => this.restore(id));
+      else e.holder._onSettled((h) => settleFrom(ref, h));
+      e.refs?.add(new WeakRef(ref));
       this.trackLocal(ref);
       return ref;
     }
@@ -151,6 +218,7 @@ export class ObjectStore {
       throw new ObjectLostError(`object ${id} is not stored at ${this.address}`, {
         context: { objectId: id },
       });
+    e.usedMs = Date.now();
     const h = e.holder;
     if (h.isSettled) return h._take();
     return new Promise((resolve, reject) =>
@@ -174,6 +242,7 @@ export class ObjectStore {
   fetchShared(id: string, node: string): Promise<unknown> | unknown {
     const e = this.entries.get(id);
     if (!e) return this.fetch(id);
+    e.usedMs = Date.now();
     if (e.shm) return e.shm;
     const h = e.holder;
     if (!h.isSettled) {
@@ -219,7 +288,7 @@ export class ObjectStore {
 
   close(): void {
     if (this.timer) clearInterval(this.timer);
-    for (const e of this.entries.values()) dropShm(e);
+    for (const e of this.entries.values()) this.dropFiles(e);
     this.entries.clear();
     this.borrowed.clear();
   }
@@ -260,7 +329,99 @@ export class ObjectStore {
       return;
     }
     this.entries.delete(id);
+    this.dropFiles(e);
+  }
+
+  /**
+   * Counts a new value of entry `id` against the cap (when it has large arrays), with `ref`
+   * holding it, and spills what the cap no longer has room for.
+   */
+  private account(id: string, e: Entry, value: unknown, ref: ObjectRef<unknown>): void {
+    const bytes = largeBytes(value);
+    if (bytes === 0) return;
+    e.bytes = bytes;
+    e.usedMs = Date.now();
+    e.refs = new Set([new WeakRef(ref)]);
+    this.residentBytes += bytes;
+    this.enforceCap();
+  }
+
+  /** Spills the least recently used values until the large values in memory fit the cap. */
+  private enforceCap(): void {
+    if (this.residentBytes <= this.capBytes) return;
+    const inMemory = [...this.entries].filter(([, e]) => e.bytes > 0 && e.holder.isSettled);
+    inMemory.sort(([, a], [, b]) => a.usedMs - b.usedMs);
+    for (const [id, e] of inMemory) {
+      if (this.residentBytes <= this.capBytes) return;
+      this.spill(id, e);
+    }
+  }
+
+  /** Writes entry `id`'s value to disk (once) and drops it from every ref of this process. */
+  private spill(id: string, e: Entry): void {
+    let value: unknown;
+    try {
+      value = e.holder._take();
+    } catch {
+      return; // a failed result holds an error, not a value
+    }
+    if (!e.spill) {
+      try {
+        const f = writeSpill(value, id);
+        if (!f) return;
+        e.spill = f;
+        this.spills++;
+      } catch (err) {
+        log.warn(`cannot spill object ${id}: ${(err as Error).message}; it stays in memory`);
+        return;
+      }
+    }
+    const restore = () => this.restore(id);
+    e.holder._spill(restore);
+    for (const w of e.refs ?? []) {
+      const r = w.deref();
+      if (r) r._spill(restore);
+      else e.refs!.delete(w);
+    }
+    this.residentBytes -= e.bytes;
+  }
+
+  /** Reads entry `id`'s spilled value back into memory; what every spilled ref of it waits on. */
+  private restore(id: string): Promise<unknown> {
+    const e = this.entries.get(id);
+    if (!e?.spill) {
+      return Promise.reject(
+        new ObjectLostError(`object ${id} was freed by its owner`, { context: { objectId: id } }),
+      );
+    }
+    if (!e.holder._spilled) return Promise.resolve(e.holder._take());
+    e.restoring ??= readSpill(e.spill).then(
+      (value) => {
+        e.restoring = undefined;
+        if (this.entries.get(id) !== e) return value;
+        this.restores++;
+        e.holder._resolve(value);
+        e.usedMs = Date.now();
+        this.residentBytes += e.bytes;
+        this.enforceCap();
+        return value;
+      },
+      (err: unknown) => {
+        e.restoring = undefined;
+        throw new ObjectLostError(`object ${id} could not be read back from disk`, {
+          context: { objectId: id },
+          cause: err,
+        });
+      },
+    );
+    return e.restoring;
+  }
+
+  /** Gives back what a freed entry held: its memory, its shared-memory and spill files. */
+  private dropFiles(e: Entry): void {
+    if (e.bytes > 0 && !e.holder._spilled) this.residentBytes -= e.bytes;
     dropShm(e);
+    if (e.spill) removeSpill(e.spill.path);
   }
 
   /** Frees held objects once their hold has passed. */
@@ -274,7 +435,7 @@ export class ObjectStore {
           if (e.holdUntilMs > now) held++;
           else if (e.local === 0 && e.borrowers === 0) {
             this.entries.delete(id);
-            dropShm(e);
+            this.dropFiles(e);
           }
         }
         if (held === 0 && this.timer) {
@@ -298,10 +459,4 @@ function settleFrom(target: ObjectRef<unknown>, source: ObjectRef<unknown>): voi
   } catch (e) {
     target._reject(e);
   }
-}
-
-function sizeOf(v: unknown): number {
-  if (ArrayBuffer.isView(v)) return v.byteLength;
-  if (v instanceof ArrayBuffer) return v.byteLength;
-  return 0;
 }
