@@ -14,7 +14,7 @@ import { totalmem } from 'node:os';
 import { readEnv } from '../env.ts';
 import { ObjectLostError } from '../errors.ts';
 import { logger } from '../log.ts';
-import { largeBytes } from '../out-of-band.ts';
+import { Immutable, largeBytes } from '../out-of-band.ts';
 import type { FetchesServed, ObjectStoreStats } from '../protocol.ts';
 import { ObjectRef } from './object-ref.ts';
 import { ShmValue, removeShm, removeShmFilesOf, shmMinBytes, writeShm } from './shm.ts';
@@ -127,16 +127,20 @@ export class ObjectStore {
 
   /**
    * Serves a fetch from a process on `node` (`''`: on none), through shared memory when `shared`
-   * (a peer on this machine), and counts it once the value is there.
+   * (a peer on this machine), and counts it once the value is there. A value goes back as
+   * `Immutable`: an object never changes once stored, so its arrays go to the socket uncopied.
    */
   serve(id: string, node: string, shared: boolean): Promise<unknown> | unknown {
     const v = shared ? this.fetchShared(id, node) : this.fetch(id);
     const count = (value: unknown) => {
       let n = this.served.get(node);
       if (!n) this.served.set(node, (n = { socket: 0, sharedMemory: 0 }));
-      if (value instanceof ShmValue) n.sharedMemory++;
-      else n.socket++;
-      return value;
+      if (value instanceof ShmValue) {
+        n.sharedMemory++;
+        return value;
+      }
+      n.socket++;
+      return new Immutable(value);
     };
     return v instanceof Promise ? v.then(count) : count(v);
   }
