@@ -18,7 +18,14 @@ import { Immutable, largeBytes } from '../out-of-band.ts';
 import type { FetchesServed, ObjectStoreStats } from '../protocol.ts';
 import { ObjectRef } from './object-ref.ts';
 import { ShmValue, removeShm, removeShmFilesOf, shmMinBytes, writeShm } from './shm.ts';
-import { type SpillFile, readSpill, removeSpill, removeSpillFilesOf, writeSpill } from './spill.ts';
+import {
+  type SpillFile,
+  openSpillDir,
+  readSpill,
+  removeSpill,
+  removeSpillFilesOf,
+  writeSpill,
+} from './spill.ts';
 
 const log = logger('objects');
 
@@ -100,6 +107,8 @@ export class ObjectStore {
     this.holdMs = opts.transferHoldMs ?? 30_000;
     this.capBytes =
       opts.memoryBytes ?? readEnv('RTJOB_OBJECT_STORE_MEMORY') ?? defaultObjectStoreMemory();
+    // Sweeps what processes that are gone spilled (a killed driver, a restarted node's workers).
+    openSpillDir();
   }
 
   /** What this store holds and the fetches it has served (what `objectStats` answers). */

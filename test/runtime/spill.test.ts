@@ -103,9 +103,10 @@ test('a worker killed with spilled objects leaves no file behind (its node agent
   await until(() => filesOf(pid).length === 0, 10_000, 'the node agent to remove the files');
 });
 
-test('spill files of a process killed with SIGKILL are removed by the next process to open the directory', () => {
+test('spill files of a process killed with SIGKILL are removed by the next process to open its object store', () => {
   const spill = new URL('../../runtime/client/spill.ts', import.meta.url).href;
   const oob = new URL('../../runtime/out-of-band.ts', import.meta.url).href;
+  const store = new URL('../../runtime/client/object-store.ts', import.meta.url).href;
   const run = (code: string) =>
     spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], {
       encoding: 'utf8',
@@ -119,7 +120,9 @@ test('spill files of a process killed with SIGKILL are removed by the next proce
   const path = writer.stdout.trim();
   assert.ok(path.includes(`/${writer.pid}-`), `a file path (${writer.stderr})`);
   assert.ok(existsSync(path), 'left behind by the killed process');
-  const sweeper = run(`const { openSpillDir } = await import('${spill}'); openSpillDir();`);
+  const sweeper = run(
+    `const { ObjectStore } = await import('${store}'); new ObjectStore('x', () => {});`,
+  );
   assert.is(sweeper.status, 0, sweeper.stderr);
   assert.not.ok(existsSync(path), 'swept');
 });
