@@ -490,8 +490,13 @@ export interface ObjectStoreStats {
   readonly borrowed: number;
   /** Fetches of objects owned here, per fetching node. */
   readonly fetchesServed: readonly FetchesServed[];
-  /** Bytes of large values (typed arrays of 64 KiB or more) of owned objects held in memory. */
+  /**
+   * Bytes of large values (typed arrays of 64 KiB or more) in memory of owned objects that have a
+   * ref or a borrower: what the cap bounds.
+   */
   readonly memoryBytes: number;
+  /** Bytes of large values kept only for the hold after a transfer (freed within it; not capped). */
+  readonly heldBytes: number;
   /** The cap on `memoryBytes` past which objects spill to disk. */
   readonly memoryCapBytes: number;
   /** Owned objects whose value is on disk (some may be in memory too, restored by a get). */

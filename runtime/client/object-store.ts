@@ -94,8 +94,6 @@ export class ObjectStore {
   /** Fetches served, by fetching node. */
   private readonly served = new Map<string, { socket: number; sharedMemory: number }>();
   private readonly capBytes: number;
-  /** Bytes of large values in memory (entries whose value is not spilled). */
-  private residentBytes = 0;
   private spills = 0;
   private restores = 0;
 
@@ -116,16 +114,20 @@ export class ObjectStore {
     const fetchesServed: FetchesServed[] = [...this.served].map(([node, n]) => ({ node, ...n }));
     let spilledObjects = 0;
     let spilledBytes = 0;
+    let heldBytes = 0;
     for (const e of this.entries.values()) {
-      if (!e.spill) continue;
-      spilledObjects++;
-      spilledBytes += e.spill.bytes;
+      if (e.spill) {
+        spilledObjects++;
+        spilledBytes += e.spill.bytes;
+      }
+      if (!isLive(e) && e.holder.isSettled) heldBytes += e.bytes;
     }
     return {
       owned: this.entries.size,
       borrowed: this.borrowed.size,
       fetchesServed,
-      memoryBytes: this.residentBytes,
+      memoryBytes: bytesOf(this.inMemory()),
+      heldBytes,
       memoryCapBytes: this.capBytes,
       spilledObjects,
       spilledBytes,
@@ -355,38 +357,54 @@ export class ObjectStore {
     e.bytes = bytes;
     e.usedMs = Date.now();
     e.refs = new Set([new WeakRef(ref)]);
-    this.residentBytes += bytes;
     this.enforceCap();
+  }
+
+  /**
+   * Live objects whose large values are in memory: what the cap bounds. An object kept only for
+   * the hold after a transfer (no ref, no borrower) is left out: it goes within the hold.
+   */
+  private inMemory(): [string, Entry][] {
+    const out: [string, Entry][] = [];
+    for (const kv of this.entries) {
+      const e = kv[1];
+      if (e.bytes > 0 && e.holder.isSettled && isLive(e)) out.push(kv);
+    }
+    return out;
   }
 
   /** Spills the least recently used values until the large values in memory fit the cap. */
   private enforceCap(): void {
-    if (this.residentBytes <= this.capBytes) return;
-    const inMemory = [...this.entries].filter(([, e]) => e.bytes > 0 && e.holder.isSettled);
-    inMemory.sort(([, a], [, b]) => a.usedMs - b.usedMs);
-    for (const [id, e] of inMemory) {
-      if (this.residentBytes <= this.capBytes) return;
-      this.spill(id, e);
+    const live = this.inMemory();
+    let bytes = bytesOf(live);
+    if (bytes <= this.capBytes) return;
+    live.sort(([, a], [, b]) => a.usedMs - b.usedMs);
+    for (const [id, e] of live) {
+      if (bytes <= this.capBytes) return;
+      if (this.spill(id, e)) bytes -= e.bytes;
     }
   }
 
-  /** Writes entry `id`'s value to disk (once) and drops it from every ref of this process. */
-  private spill(id: string, e: Entry): void {
+  /**
+   * Writes entry `id`'s value to disk (once) and drops it from every ref of this process; false
+   * when it stays in memory (a failed result, no spill directory, a failed write).
+   */
+  private spill(id: string, e: Entry): boolean {
     let value: unknown;
     try {
       value = e.holder._take();
     } catch {
-      return; // a failed result holds an error, not a value
+      return false; // a failed result holds an error, not a value
     }
     if (!e.spill) {
       try {
         const f = writeSpill(value, id);
-        if (!f) return;
+        if (!f) return false;
         e.spill = f;
         this.spills++;
       } catch (err) {
         log.warn(`cannot spill object ${id}: ${(err as Error).message}; it stays in memory`);
-        return;
+        return false;
       }
     }
     const restore = () => this.restore(id);
@@ -396,7 +414,7 @@ export class ObjectStore {
       if (r) r._spill(restore);
       else e.refs!.delete(w);
     }
-    this.residentBytes -= e.bytes;
+    return true;
   }
 
   /** Reads entry `id`'s spilled value back into memory; what every spilled ref of it waits on. */
@@ -415,7 +433,6 @@ export class ObjectStore {
         this.restores++;
         e.holder._resolve(value);
         e.usedMs = Date.now();
-        this.residentBytes += e.bytes;
         this.enforceCap();
         return value;
       },
@@ -430,9 +447,8 @@ export class ObjectStore {
     return e.restoring;
   }
 
-  /** Gives back what a freed entry held: its memory, its shared-memory and spill files. */
+  /** Gives back a freed entry's files: shared memory and spilled. */
   private dropFiles(e: Entry): void {
-    if (e.bytes > 0 && !e.holder._spilled) this.residentBytes -= e.bytes;
     dropShm(e);
     if (e.spill) removeSpill(e.spill.path);
   }
@@ -460,6 +476,17 @@ export class ObjectStore {
     );
     this.timer.unref();
   }
+}
+
+/** Whether an object has a ref or a borrower (not only the hold after a transfer). */
+function isLive(e: Entry): boolean {
+  return e.local > 0 || e.borrowers > 0;
+}
+
+function bytesOf(entries: [string, Entry][]): number {
+  let n = 0;
+  for (const [, e] of entries) n += e.bytes;
+  return n;
 }
 
 function dropShm(e: Entry): void {

@@ -15,6 +15,7 @@ import {
   release,
   shutdown,
 } from '../../runtime/index.ts';
+import { ObjectStore } from '../../runtime/client/object-store.ts';
 import { spillDirPath } from '../../runtime/client/spill.ts';
 import type { Consumer } from '../fixtures/runtime/weights.ts';
 import { fixture, until } from './helpers.ts';
@@ -90,6 +91,37 @@ test('a spilled object is fetched by an actor with the right bytes', async () =>
   await kill(c);
   // The actor's borrow ended with it; the object goes once the transfer hold (200 ms) passed.
   await until(() => filesOf(process.pid).length === 0, 5000, 'the spill files to be removed');
+});
+
+test('objects kept only for the hold after a transfer are neither counted nor spilled', async () => {
+  const store = new ObjectStore('127.0.0.1:1', () => {}, {
+    transferHoldMs: 60_000,
+    memoryBytes: cap,
+  });
+  try {
+    // Three objects sent away, then released: kept for the hold, out of the cap.
+    for (let i = 0; i < 3; i++) {
+      const r = store.put(`sent${i}`, make(i));
+      store.onSend(r);
+      store.release(r);
+    }
+    const kept = Array.from({ length: 4 }, (_, i) => store.put(`kept${i}`, make(10 + i)));
+    let s = store.stats();
+    assert.is(s.owned, 7);
+    assert.is(s.heldBytes, 12 * MiB);
+    assert.is(s.memoryBytes, 16 * MiB, 'the live objects fill the cap exactly');
+    assert.is(s.spills, 0, 'nothing spilled for the held ones');
+    // One more live object: the least recently used live one goes to disk, not a held one.
+    const more = store.put('more', make(20));
+    s = store.stats();
+    assert.is(s.spills, 1);
+    assert.is(s.memoryBytes, 16 * MiB);
+    assert.ok(kept[0]!._spilled, 'the oldest live object was spilled');
+    assert.ok(isMade(await kept[0]!, 10), 'and reads back exact');
+    for (const r of [...kept, more]) store.release(r);
+  } finally {
+    store.close();
+  }
 });
 
 test('a worker killed with spilled objects leaves no file behind (its node agent removes them)', async () => {
