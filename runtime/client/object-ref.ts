@@ -81,8 +81,9 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
    * @internal Drops the value, which the object store wrote to disk: the next wait for it calls
    * `loader`. A ref without its value (pending, failed, spilled already) is left as it is.
    */
-  _spill(loader: () => Promise<unknown>): void {
-    if (this._state !== OK) return;
+  _spill(loader: () => Promise<unknown>, fresh = false): void {
+    // `fresh`: a ref just made for a spilled object (nothing waits on it yet).
+    if (this._state !== OK && !(fresh && this._state === PENDING && !this._waiters)) return;
     this._state = SPILLED;
     this._value = undefined;
     this._fetching = undefined;

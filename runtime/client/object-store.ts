@@ -209,7 +209,7 @@ export class ObjectStore {
         );
         return ref;
       }
-      if (e.holder._spilled) ref._spill(() => this.restore(id));
+      if (e.holder._spilled) ref._spill(() => this.restore(id), true);
       else e.holder._onSettled((h) => settleFrom(ref, h));
       e.refs?.add(new WeakRef(ref));
       this.trackLocal(ref);

@@ -118,6 +118,11 @@ test('objects kept only for the hold after a transfer are neither counted nor sp
     assert.is(s.memoryBytes, 16 * MiB);
     assert.ok(kept[0]!._spilled, 'the oldest live object was spilled');
     assert.ok(isMade(await kept[0]!, 10), 'and reads back exact');
+    // A ref to a spilled object that comes back to its owner (decoded from a message) reads it too.
+    assert.ok(kept[1]!._spilled);
+    const back = store.adopt('kept1', '127.0.0.1:1') as ObjectRef<Float32Array>;
+    assert.ok(isMade(await back, 11), 'a returning ref restores the value');
+    store.release(back);
     for (const r of [...kept, more]) store.release(r);
   } finally {
     store.close();
