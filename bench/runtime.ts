@@ -60,9 +60,10 @@ if (process.argv.includes('--raw-echo')) {
 } else if (process.argv.includes('--node-agent')) {
   // A second node (as on another machine): joins RTJOB_ADDRESS, prints its node id.
   const { startNodeAgent } = await import('../runtime/index.ts');
+  const { readEnv } = await import('../runtime/env.ts');
   const agent = await startNodeAgent({
-    headAddress: process.env.RTJOB_ADDRESS!,
-    token: process.env.RTJOB_TOKEN!,
+    headAddress: readEnv('RTJOB_ADDRESS')!,
+    token: readEnv('RTJOB_TOKEN')!,
     numCpus: 8,
   });
   agent.on('headLost', () => process.exit(0));
