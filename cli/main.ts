@@ -86,6 +86,10 @@ program
     "memory in use (this node's cgroup, else the machine) past which the newest worker is killed with OutOfMemoryError; 1 turns it off (default 0.95)",
   )
   .option(
+    '--object-store-memory <size>',
+    "memory for large objects in each of this node's workers before they spill to disk, e.g. 2GiB (default 30% of RAM)",
+  )
+  .option(
     '--session-dir <dir>',
     'state, logs and packages (default: ~/.rtjob/session); reuse it to recover',
   )

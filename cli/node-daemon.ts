@@ -29,6 +29,8 @@ export interface NodeDaemonOptions {
   warmWorkers?: number;
   /** Memory share past which the node kills its newest worker (1: never). @default 0.95 */
   memoryUsageThreshold?: number;
+  /** Object store cap of each worker (`RTJOB_OBJECT_STORE_MEMORY`). @default 30% of RAM */
+  objectStoreMemoryBytes?: number;
   /** @default 600000 */
   reconnectMs?: number;
   /** Ship worker logs to the head (a node that joined from another machine). @default false */
@@ -49,6 +51,9 @@ const agent = await startNodeAgent({
   resources: opts.resources,
   warmWorkers: opts.warmWorkers,
   memoryUsageThreshold: opts.memoryUsageThreshold,
+  ...(opts.objectStoreMemoryBytes === undefined
+    ? {}
+    : { env: { RTJOB_OBJECT_STORE_MEMORY: String(opts.objectStoreMemoryBytes) } }),
   reconnectMs: opts.reconnectMs ?? 10 * 60_000,
   shipLogs: opts.shipLogs,
 });

@@ -70,6 +70,8 @@ export interface InitOptions {
   taskPoolSize?: number;
   /** How long an object stays after being sent to another process. @default 30000 */
   objectTransferHoldMs?: number;
+  /** Memory for objects before they spill to disk. @default RTJOB_OBJECT_STORE_MEMORY, else 30% of RAM */
+  objectStoreMemoryBytes?: number;
   /**
    * How long to keep reconnecting to a head that went away (a restart on the same session): the
    * driver resumes its client id and keeps its actors; calls that need the head wait meanwhile.
@@ -158,6 +160,7 @@ async function doInit(opts: InitOptions): Promise<ClusterInfo> {
     kind: 'driver',
     jobId: opts.jobId ?? readEnv('RTJOB_JOB_ID'),
     objectTransferHoldMs: opts.objectTransferHoldMs,
+    objectStoreMemoryBytes: opts.objectStoreMemoryBytes,
     // A driver reconnects to a head that restarts, and keeps its actors across it.
     reconnectMs: opts.headReconnectMs ?? readEnv('RTJOB_HEAD_RECONNECT_MS'),
   }).catch(async (e) => {

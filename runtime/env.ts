@@ -144,6 +144,14 @@ export const envVars = {
   RTJOB_HEAD_ADDRESS: v(text, 'head WebSocket address a worker connects to', true),
   RTJOB_WORKER_HOST: v(text, "interface a worker's own endpoint binds to", true),
   RTJOB_OBJECT_SHM: v(flag, '`0`: objects never go through `/dev/shm` between local processes'),
+  RTJOB_OBJECT_STORE_MEMORY: v(
+    int(0),
+    "bytes of large values a process's object store keeps in memory before it spills to disk (default 30% of the machine's memory)",
+  ),
+  RTJOB_OBJECT_SPILL_DIR: v(
+    text,
+    'where object stores spill (default `$TMPDIR/rtjob-spill-<uid>`)',
+  ),
   RTJOB_SERVE_API_KEY: v(text, 'API key `rtjob serve` requires of its clients (or `--api-key`)'),
   ASYNC_NUM_TASKS: v(int(1), 'agent episodes at once per engine (`--async-num-tasks`)'),
   ASYNC_QUEUE_SIZE: v(int(1), 'batches waiting between rollout and trainer (`--async-queue-size`)'),

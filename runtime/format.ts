@@ -37,3 +37,34 @@ export function bytes(n: number): string {
   }
   return `${n.toFixed(i === 0 ? 0 : 1)} ${units[i]}`;
 }
+
+const byteUnits: Record<string, number> = {
+  '': 1,
+  b: 1,
+  k: 1e3,
+  kb: 1e3,
+  kib: 2 ** 10,
+  m: 1e6,
+  mb: 1e6,
+  mib: 2 ** 20,
+  g: 1e9,
+  gb: 1e9,
+  gib: 2 ** 30,
+  t: 1e12,
+  tb: 1e12,
+  tib: 2 ** 40,
+};
+
+/**
+ * A byte size a person wrote (`2GiB`, `512MB`, `1.5G`, `1000000`), as a whole number of bytes;
+ * undefined when it is not one. Decimal units are powers of 1000, binary (`KiB`…) of 1024.
+ *
+ * @example
+ * parseBytes('2GiB'); // 2147483648
+ */
+export function parseBytes(text: string): number | undefined {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(text);
+  const unit = m ? byteUnits[m[2]!.toLowerCase()] : undefined;
+  if (!m || unit === undefined) return undefined;
+  return Math.floor(Number(m[1]) * unit);
+}

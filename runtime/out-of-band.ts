@@ -74,6 +74,16 @@ function viewOf(kind: number, offset: number, length: number): unknown {
   return new C(file.buffer.slice(at, at + length * C.BYTES_PER_ELEMENT) as ArrayBuffer);
 }
 
+/**
+ * A reply value whose typed arrays stay unchanged until it has been sent: an object served from
+ * an object store (immutable once put, as in Ray). The transport writes its arrays to the socket
+ * from their own memory instead of copying them into a send buffer first; other values are
+ * copied at send, so the sender may change them at once.
+ */
+export class Immutable {
+  constructor(readonly value: unknown) {}
+}
+
 /** Bytes of large typed arrays in `v` (a typed array, or plain objects and arrays of them). */
 export function largeBytes(v: unknown, depth = 0): number {
   if (v === null || typeof v !== 'object') return 0;

@@ -493,6 +493,22 @@ export interface ObjectStoreStats {
   readonly borrowed: number;
   /** Fetches of objects owned here, per fetching node. */
   readonly fetchesServed: readonly FetchesServed[];
+  /**
+   * Bytes of large values (typed arrays of 64 KiB or more) in memory of owned objects that have a
+   * ref or a borrower: what the cap bounds.
+   */
+  readonly memoryBytes: number;
+  /** Bytes of large values kept only for the hold after a transfer (freed within it; not capped). */
+  readonly heldBytes: number;
+  /** The cap on `memoryBytes` past which objects spill to disk. */
+  readonly memoryCapBytes: number;
+  /** Owned objects whose value is on disk (some may be in memory too, restored by a get). */
+  readonly spilledObjects: number;
+  /** Bytes of their files. */
+  readonly spilledBytes: number;
+  /** Values written to disk so far, and read back. */
+  readonly spills: number;
+  readonly restores: number;
 }
 /**
  * Data-plane handshake: tells a worker which actor incarnation the caller meant to reach; a

@@ -29,7 +29,9 @@ import {
 } from './protocol.ts';
 import { BulkReader, bulkHeader, bulkProtocol, bulkTicketHeader, openBulkLink } from './bulk.ts';
 import {
+  Immutable,
   decodeOutOfBand,
+  encodeOutOfBand,
   installOutOfBandCodec,
   isOutOfBand,
   largeBytes,
@@ -115,8 +117,10 @@ export interface RequestOptions {
 export type ReplyCallback = (err: Error | undefined, value?: unknown) => void;
 
 interface OutgoingLarge {
-  bytes: Buffer;
-  /** The reusable buffer `bytes` lies in, given back once it is written. */
+  /** The message's bytes: one packed buffer, or an out-of-band value's parts in place. */
+  parts: Uint8Array[];
+  length: number;
+  /** The reusable buffer the bytes lie in, given back once they are written. */
   spare?: Buffer;
 }
 
@@ -249,28 +253,37 @@ export class Connection {
    * Sends a one-way message. Dropped silently when the connection is closed. A message whose
    * typed arrays are large is laid out out of band (`out-of-band.ts`: arrays copied once, raw,
    * and decoded into views of the received bytes); it, and any message over `bulkMinBytes`, goes
-   * over the bulk link, written from that one buffer.
+   * over the bulk link, written from that one buffer. `inPlace`: the message's arrays stay
+   * unchanged until it is written (an `Immutable` reply), so they are written from their own
+   * memory, with no copy.
    */
-  send(msg: Message): void {
+  send(msg: Message, inPlace = false): void {
     if (this.closed) return;
-    const oob = largeBytes(msg) >= this.opts.bulkMinBytes;
-    let spare: Buffer | undefined;
-    const bytes = oob
-      ? packOutOfBand(msg, (n) => {
-          spare = takeSpare(n) ?? Buffer.allocUnsafeSlow(n);
-          return spare.subarray(0, n);
-        })
-      : pack(msg);
-    if (oob || bytes.length > this.opts.bulkMinBytes) {
-      if (this.bulkState === 'open') this.writeBulk({ bytes, spare });
-      else {
-        this.bulkWaiting.push({ bytes, spare });
-        this.openBulk();
+    let job: OutgoingLarge;
+    if (largeBytes(msg) < this.opts.bulkMinBytes) {
+      const bytes = pack(msg);
+      if (bytes.length <= this.opts.bulkMinBytes) {
+        this.small.push(bytes);
+        this.scheduleFlush();
+        return;
       }
-      return;
+      job = { parts: [bytes], length: bytes.length };
+    } else if (inPlace) {
+      const { parts, total } = encodeOutOfBand(msg);
+      job = { parts, length: total };
+    } else {
+      let spare: Buffer | undefined;
+      const bytes = packOutOfBand(msg, (n) => {
+        spare = takeSpare(n) ?? Buffer.allocUnsafeSlow(n);
+        return spare.subarray(0, n);
+      });
+      job = { parts: [bytes], length: bytes.length, spare };
     }
-    this.small.push(bytes);
-    this.scheduleFlush();
+    if (this.bulkState === 'open') this.writeBulk(job);
+    else {
+      this.bulkWaiting.push(job);
+      this.openBulk();
+    }
   }
 
   /**
@@ -316,10 +329,14 @@ export class Connection {
     }
   }
 
-  /** Answers request `rid` with a value. */
+  /**
+   * Answers request `rid` with a value; an `Immutable` one's arrays are written from their own
+   * memory (see `out-of-band.ts`).
+   */
   reply(rid: number, value: unknown): void {
     try {
-      this.send({ type: 'reply', rid, value });
+      if (value instanceof Immutable) this.send({ type: 'reply', rid, value: value.value }, true);
+      else this.send({ type: 'reply', rid, value });
     } catch (e) {
       this.send({ type: 'reply', rid, error: toWire(e) });
     }
@@ -491,8 +508,10 @@ export class Connection {
   private writeBulk(job: OutgoingLarge): void {
     const sock = this.bulk!;
     sock.cork();
-    sock.write(bulkHeader(job.bytes.length));
-    sock.write(job.bytes, (err) => {
+    sock.write(bulkHeader(job.length));
+    const last = job.parts.length - 1;
+    for (let i = 0; i < last; i++) sock.write(job.parts[i]!);
+    sock.write(job.parts[last]!, (err) => {
       if (!err && job.spare) giveSpare(job.spare);
     });
     sock.uncork();

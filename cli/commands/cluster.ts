@@ -19,7 +19,7 @@ import {
 } from '../../runtime/cluster-file.ts';
 import { readEnv } from '../../runtime/env.ts';
 import { pidAlive } from '../../runtime/pid.ts';
-import { bytes } from '../../runtime/format.ts';
+import { bytes, parseBytes } from '../../runtime/format.ts';
 import { parsePort, table } from '../format.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
@@ -46,6 +46,7 @@ export interface StartOptions extends TokenOptions {
   resources?: string;
   warmWorkers?: string;
   memoryUsageThreshold?: string;
+  objectStoreMemory?: string;
   sessionDir?: string;
   block?: boolean;
 }
@@ -137,7 +138,12 @@ async function spawnDaemon(
 /** What `rtjob start` tells a node agent about itself. */
 type NodeResourceOptions = Pick<
   NodeDaemonOptions,
-  'numCpus' | 'numGpus' | 'resources' | 'warmWorkers' | 'memoryUsageThreshold'
+  | 'numCpus'
+  | 'numGpus'
+  | 'resources'
+  | 'warmWorkers'
+  | 'memoryUsageThreshold'
+  | 'objectStoreMemoryBytes'
 >;
 
 function nodeResources(o: StartOptions): NodeResourceOptions {
@@ -168,12 +174,20 @@ function nodeResources(o: StartOptions): NodeResourceOptions {
       `--memory-usage-threshold must be a share of memory in (0, 1], got ${o.memoryUsageThreshold}`,
       2,
     );
+  const objectStoreMemoryBytes =
+    o.objectStoreMemory === undefined ? undefined : parseBytes(o.objectStoreMemory);
+  if (o.objectStoreMemory !== undefined && objectStoreMemoryBytes === undefined)
+    throw new CliError(
+      `--object-store-memory must be a size like 2GiB or 500MB, got ${o.objectStoreMemory}`,
+      2,
+    );
   return {
     numCpus: num('--num-cpus', o.numCpus),
     numGpus: num('--num-gpus', o.numGpus),
     resources,
     warmWorkers: warm,
     memoryUsageThreshold: threshold,
+    objectStoreMemoryBytes,
   };
 }
 

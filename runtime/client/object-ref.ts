@@ -21,6 +21,8 @@ const PENDING = 0;
 const OK = 1;
 const FAILED = 2;
 const REMOTE = 3;
+/** Owned, its value spilled to disk by the object store: `_loader` brings it back. */
+const SPILLED = 4;
 
 /**
  * A reference to a value owned by some process. Use `await ref` or `get(ref)`.
@@ -42,6 +44,8 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
   /** @internal */ _released = false;
   /** @internal The unanswered call that produces this ref (for `cancel`); cleared once settled. */
   _call: unknown;
+  /** @internal Restores a spilled value (set by the object store while the ref is spilled). */
+  _loader: (() => Promise<unknown>) | undefined;
 
   /** @internal */
   constructor(id: string, owner: string, remote = false) {
@@ -52,6 +56,7 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
     this._waiters = undefined;
     this._fetching = undefined;
     this._call = undefined;
+    this._loader = undefined;
   }
 
   /** @internal A ref that already holds its value. */
@@ -76,6 +81,24 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
     this.wake();
   }
 
+  /**
+   * @internal Drops the value, which the object store wrote to disk: the next wait for it calls
+   * `loader`. A ref without its value (pending, failed, spilled already) is left as it is.
+   */
+  _spill(loader: () => Promise<unknown>, fresh = false): void {
+    // `fresh`: a ref just made for a spilled object (nothing waits on it yet).
+    if (this._state !== OK && !(fresh && this._state === PENDING && !this._waiters)) return;
+    this._state = SPILLED;
+    this._value = undefined;
+    this._fetching = undefined;
+    this._loader = loader;
+  }
+
+  /** @internal True while the value is on disk (spilled by the object store). */
+  get _spilled(): boolean {
+    return this._state === SPILLED;
+  }
+
   /** @internal */
   _reject(e: unknown): void {
     if (this._state === OK || this._state === FAILED) return;
@@ -93,8 +116,10 @@ export class ObjectRef<T = unknown> implements PromiseLike<T> {
       return;
     }
     (this._waiters ??= []).push(fn);
-    if (this._state === REMOTE && !this._fetching) {
-      this._fetching = fetcher(this as ObjectRef<unknown>).then(
+    if ((this._state === REMOTE || this._state === SPILLED) && !this._fetching) {
+      const load =
+        this._state === SPILLED ? this._loader! : () => fetcher(this as ObjectRef<unknown>);
+      this._fetching = load().then(
         (v) => this._resolve(v),
         (e) => this._reject(e),
       );

@@ -5,18 +5,51 @@
  * process (so the receiver's borrow always lands before the owner could free it). Other
  * processes count their own borrowed refs the same way and tell the owner when they are done.
  *
+ * Large values (typed arrays, see `largeBytes`) count against the store's memory cap; past it the
+ * least recently used are spilled to disk (`spill.ts`) and come back on the next get or fetch.
+ *
  * @module
  */
+import { totalmem } from 'node:os';
+import { readEnv } from '../env.ts';
 import { ObjectLostError } from '../errors.ts';
-import { largeBytes } from '../out-of-band.ts';
+import { logger } from '../log.ts';
+import { Immutable, largeBytes } from '../out-of-band.ts';
 import type { FetchesServed, ObjectStoreStats } from '../protocol.ts';
 import { ObjectRef } from './object-ref.ts';
-import { ShmValue, removeShm, shmMinBytes, writeShm } from './shm.ts';
+import { ShmValue, removeShm, removeShmFilesOf, shmMinBytes, writeShm } from './shm.ts';
+import {
+  type SpillFile,
+  openSpillDir,
+  readSpill,
+  removeSpill,
+  removeSpillFilesOf,
+  writeSpill,
+} from './spill.ts';
+
+const log = logger('objects');
 
 /** Options for the store. */
 export interface ObjectStoreOptions {
   /** How long an object is kept after being sent to another process. @default 30000 */
   transferHoldMs?: number;
+  /**
+   * Bytes of large values (typed arrays of 64 KiB or more) kept in memory; past it the least
+   * recently used objects are spilled to disk and restored on their next get.
+   * @default RTJOB_OBJECT_STORE_MEMORY, else 30% of the machine's memory
+   */
+  memoryBytes?: number;
+}
+
+/** Removes the shared-memory and spill files of process `pid`, which died without doing so. */
+export function removeObjectFilesOf(pid: number): void {
+  removeShmFilesOf(pid);
+  removeSpillFilesOf(pid);
+}
+
+/** The default cap of a store: 30% of the machine's memory (Ray's default object store size). */
+export function defaultObjectStoreMemory(): number {
+  return Math.floor(totalmem() * 0.3);
 }
 
 interface Entry {
@@ -30,6 +63,14 @@ interface Entry {
   fetchedBy?: Set<string>;
   /** The value in shared memory, written on the second same-machine fetch (then reused). */
   shm?: Promise<unknown>;
+  /** When the value was last put, got or served (for spilling the least recently used). */
+  usedMs: number;
+  /** Refs of this process that hold the value, to drop it from when it is spilled. */
+  refs?: Set<WeakRef<ObjectRef<unknown>>>;
+  /** The value's file once spilled (kept until the object is freed: the value never changes). */
+  spill?: SpillFile;
+  /** A restore from disk under way. */
+  restoring?: Promise<unknown>;
 }
 
 interface Borrowed {
@@ -52,6 +93,9 @@ export class ObjectStore {
   private timer: NodeJS.Timeout | undefined;
   /** Fetches served, by fetching node. */
   private readonly served = new Map<string, { socket: number; sharedMemory: number }>();
+  private readonly capBytes: number;
+  private spills = 0;
+  private restores = 0;
 
   constructor(
     readonly address: string,
@@ -59,26 +103,55 @@ export class ObjectStore {
     opts: ObjectStoreOptions = {},
   ) {
     this.holdMs = opts.transferHoldMs ?? 30_000;
+    this.capBytes =
+      opts.memoryBytes ?? readEnv('RTJOB_OBJECT_STORE_MEMORY') ?? defaultObjectStoreMemory();
+    // Sweeps what processes that are gone spilled (a killed driver, a restarted node's workers).
+    openSpillDir();
   }
 
   /** What this store holds and the fetches it has served (what `objectStats` answers). */
   stats(): ObjectStoreStats {
     const fetchesServed: FetchesServed[] = [...this.served].map(([node, n]) => ({ node, ...n }));
-    return { owned: this.entries.size, borrowed: this.borrowed.size, fetchesServed };
+    let spilledObjects = 0;
+    let spilledBytes = 0;
+    let heldBytes = 0;
+    for (const e of this.entries.values()) {
+      if (e.spill) {
+        spilledObjects++;
+        spilledBytes += e.spill.bytes;
+      }
+      if (!isLive(e) && e.holder.isSettled) heldBytes += e.bytes;
+    }
+    return {
+      owned: this.entries.size,
+      borrowed: this.borrowed.size,
+      fetchesServed,
+      memoryBytes: bytesOf(this.inMemory()),
+      heldBytes,
+      memoryCapBytes: this.capBytes,
+      spilledObjects,
+      spilledBytes,
+      spills: this.spills,
+      restores: this.restores,
+    };
   }
 
   /**
    * Serves a fetch from a process on `node` (`''`: on none), through shared memory when `shared`
-   * (a peer on this machine), and counts it once the value is there.
+   * (a peer on this machine), and counts it once the value is there. A value goes back as
+   * `Immutable`: an object never changes once stored, so its arrays go to the socket uncopied.
    */
   serve(id: string, node: string, shared: boolean): Promise<unknown> | unknown {
     const v = shared ? this.fetchShared(id, node) : this.fetch(id);
     const count = (value: unknown) => {
       let n = this.served.get(node);
       if (!n) this.served.set(node, (n = { socket: 0, sharedMemory: 0 }));
-      if (value instanceof ShmValue) n.sharedMemory++;
-      else n.socket++;
-      return value;
+      if (value instanceof ShmValue) {
+        n.sharedMemory++;
+        return value;
+      }
+      n.socket++;
+      return new Immutable(value);
     };
     return v instanceof Promise ? v.then(count) : count(v);
   }
@@ -91,9 +164,11 @@ export class ObjectStore {
   /** Stores a value owned by this process and returns the user's ref to it. */
   put<T>(id: string, value: T): ObjectRef<T> {
     const holder = ObjectRef.resolved(id, this.address, value);
-    this.entries.set(id, { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: sizeOf(value) });
+    const e: Entry = { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: 0, usedMs: 0 };
+    this.entries.set(id, e);
     const ref = ObjectRef.resolved(id, this.address, value);
     this.trackLocal(ref);
+    this.account(id, e, value, ref as ObjectRef<unknown>);
     return ref;
   }
 
@@ -109,8 +184,13 @@ export class ObjectStore {
       if (ref._released) return;
       // A call result first sent somewhere: its ref becomes the entry's holder of the value.
       const holder = new ObjectRef<unknown>(ref.id, this.address);
-      ref._onSettled((r) => (r.isSettled ? settleFrom(holder, r) : undefined));
-      e = { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: 0 };
+      const entry: Entry = { holder, local: 0, borrowers: 0, holdUntilMs: 0, bytes: 0, usedMs: 0 };
+      ref._onSettled((r) => {
+        if (!r.isSettled) return;
+        settleFrom(holder, r);
+        if (this.entries.get(r.id) === entry && !r._spilled) this.account(r.id, entry, r._value, r);
+      });
+      e = entry;
       this.entries.set(ref.id, e);
       this.trackLocal(ref);
     }
@@ -129,7 +209,9 @@ export class ObjectStore {
         );
         return ref;
       }
-      e.holder._onSettled((h) => settleFrom(ref, h));
+      if (e.holder._spilled) ref._spill(() => this.restore(id), true);
+      else e.holder._onSettled((h) => settleFrom(ref, h));
+      e.refs?.add(new WeakRef(ref));
       this.trackLocal(ref);
       return ref;
     }
@@ -151,6 +233,7 @@ export class ObjectStore {
       throw new ObjectLostError(`object ${id} is not stored at ${this.address}`, {
         context: { objectId: id },
       });
+    e.usedMs = Date.now();
     const h = e.holder;
     if (h.isSettled) return h._take();
     return new Promise((resolve, reject) =>
@@ -174,6 +257,7 @@ export class ObjectStore {
   fetchShared(id: string, node: string): Promise<unknown> | unknown {
     const e = this.entries.get(id);
     if (!e) return this.fetch(id);
+    e.usedMs = Date.now();
     if (e.shm) return e.shm;
     const h = e.holder;
     if (!h.isSettled) {
@@ -219,7 +303,7 @@ export class ObjectStore {
 
   close(): void {
     if (this.timer) clearInterval(this.timer);
-    for (const e of this.entries.values()) dropShm(e);
+    for (const e of this.entries.values()) this.dropFiles(e);
     this.entries.clear();
     this.borrowed.clear();
   }
@@ -260,7 +344,113 @@ export class ObjectStore {
       return;
     }
     this.entries.delete(id);
+    this.dropFiles(e);
+  }
+
+  /**
+   * Counts a new value of entry `id` against the cap (when it has large arrays), with `ref`
+   * holding it, and spills what the cap no longer has room for.
+   */
+  private account(id: string, e: Entry, value: unknown, ref: ObjectRef<unknown>): void {
+    const bytes = largeBytes(value);
+    if (bytes === 0) return;
+    e.bytes = bytes;
+    e.usedMs = Date.now();
+    e.refs = new Set([new WeakRef(ref)]);
+    this.enforceCap();
+  }
+
+  /**
+   * Live objects whose large values are in memory: what the cap bounds. An object kept only for
+   * the hold after a transfer (no ref, no borrower) is left out: it goes within the hold.
+   */
+  private inMemory(): [string, Entry][] {
+    const out: [string, Entry][] = [];
+    for (const kv of this.entries) {
+      const e = kv[1];
+      if (e.bytes > 0 && e.holder.isSettled && isLive(e)) out.push(kv);
+    }
+    return out;
+  }
+
+  /** Spills the least recently used values until the large values in memory fit the cap. */
+  private enforceCap(): void {
+    const live = this.inMemory();
+    let bytes = bytesOf(live);
+    if (bytes <= this.capBytes) return;
+    live.sort(([, a], [, b]) => a.usedMs - b.usedMs);
+    for (const [id, e] of live) {
+      if (bytes <= this.capBytes) return;
+      if (this.spill(id, e)) bytes -= e.bytes;
+    }
+  }
+
+  /**
+   * Writes entry `id`'s value to disk (once) and drops it from every ref of this process; false
+   * when it stays in memory (a failed result, no spill directory, a failed write).
+   */
+  private spill(id: string, e: Entry): boolean {
+    let value: unknown;
+    try {
+      value = e.holder._take();
+    } catch {
+      return false; // a failed result holds an error, not a value
+    }
+    if (!e.spill) {
+      try {
+        const f = writeSpill(value, id);
+        if (!f) return false;
+        e.spill = f;
+        this.spills++;
+      } catch (err) {
+        log.warn(`cannot spill object ${id}: ${(err as Error).message}; it stays in memory`);
+        return false;
+      }
+    }
+    const restore = () => this.restore(id);
+    e.holder._spill(restore);
+    for (const w of e.refs ?? []) {
+      const r = w.deref();
+      if (r) r._spill(restore);
+      else e.refs!.delete(w);
+    }
+    return true;
+  }
+
+  /** Reads entry `id`'s spilled value back into memory; what every spilled ref of it waits on. */
+  private restore(id: string): Promise<unknown> {
+    const e = this.entries.get(id);
+    if (!e?.spill) {
+      return Promise.reject(
+        new ObjectLostError(`object ${id} was freed by its owner`, { context: { objectId: id } }),
+      );
+    }
+    if (!e.holder._spilled) return Promise.resolve(e.holder._take());
+    e.restoring ??= readSpill(e.spill).then(
+      (value) => {
+        e.restoring = undefined;
+        if (this.entries.get(id) !== e) return value;
+        this.restores++;
+        e.holder._resolve(value);
+        e.usedMs = Date.now();
+        this.enforceCap();
+        return value;
+      },
+      (err: unknown) => {
+        e.restoring = undefined;
+        throw new ObjectLostError(`object ${id} could not be read back from disk`, {
+          context: { objectId: id },
+          cause: err,
+        });
+      },
+    );
+    return e.restoring;
+  }
+
+  /** Gives back a freed entry's files: shared memory and spilled. */
+  private dropFiles(e: Entry): void {
     dropShm(e);
+    if (e.spill) removeSpill(e.spill.path);
   }
 
   /** Frees held objects once their hold has passed. */
@@ -274,7 +464,7 @@ export class ObjectStore {
           if (e.holdUntilMs > now) held++;
           else if (e.local === 0 && e.borrowers === 0) {
             this.entries.delete(id);
-            dropShm(e);
+            this.dropFiles(e);
           }
         }
         if (held === 0 && this.timer) {
@@ -288,6 +478,17 @@ export class ObjectStore {
   }
 }
 
+/** Whether an object has a ref or a borrower (not only the hold after a transfer). */
+function isLive(e: Entry): boolean {
+  return e.local > 0 || e.borrowers > 0;
+}
+
+function bytesOf(entries: [string, Entry][]): number {
+  let n = 0;
+  for (const [, e] of entries) n += e.bytes;
+  return n;
+}
+
 function dropShm(e: Entry): void {
   void e.shm?.then((v) => (v instanceof ShmValue ? removeShm(v.name) : undefined));
 }
@@ -298,10 +499,4 @@ function settleFrom(target: ObjectRef<unknown>, source: ObjectRef<unknown>): voi
   } catch (e) {
     target._reject(e);
   }
-}
-
-function sizeOf(v: unknown): number {
-  if (ArrayBuffer.isView(v)) return v.byteLength;
-  if (v instanceof ArrayBuffer) return v.byteLength;
-  return 0;
 }

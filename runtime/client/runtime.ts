@@ -45,6 +45,8 @@ export interface RuntimeOptions {
   host?: string;
   /** @default 30000 */
   objectTransferHoldMs?: number;
+  /** Cap of this process's object store before it spills (`ObjectStoreOptions.memoryBytes`). */
+  objectStoreMemoryBytes?: number;
   /** The node a worker runs on (`RTJOB_NODE_ID`), told to the peers it fetches from. */
   nodeId?: string;
   /**
@@ -140,7 +142,7 @@ export class Runtime {
     rt.objects = new ObjectStore(
       rt.server.address,
       (owner, id, borrow) => rt.sendBorrow(owner, id, borrow),
-      { transferHoldMs: opts.objectTransferHoldMs },
+      { transferHoldMs: opts.objectTransferHoldMs, memoryBytes: opts.objectStoreMemoryBytes },
     );
     try {
       rt.head = await rt.connectHead();

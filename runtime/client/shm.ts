@@ -21,18 +21,15 @@
  *
  * @module
  */
-import { lstatSync, mkdirSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs';
+import { readFileSync, statSync, unlinkSync } from 'node:fs';
 import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
-import { hostname, userInfo } from 'node:os';
+import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { readEnv } from '../env.ts';
-import { pidAlive } from '../pid.ts';
-import { logger } from '../log.ts';
 import { decodeOutOfBand, encodeOutOfBand, installOutOfBandCodec } from '../out-of-band.ts';
 import { registerWireClass } from '../protocol.ts';
 import { ProtocolError } from '../errors.ts';
-
-const log = logger('shm');
+import { privateDir, readExactly, removeFilesOf, uid } from './object-files.ts';
 
 /** Values with fewer typed-array bytes than this go over the socket. */
 export const shmMinBytes = 1 << 20;
@@ -101,57 +98,20 @@ export function machineId(): string | undefined {
 }
 
 let dirPath: string | undefined | null = null;
+/** `/dev/shm/rtjob-<uid>`, private to this user, or undefined where it cannot be used. */
 function dir(): string | undefined {
-  if (dirPath !== null) return dirPath;
-  dirPath = undefined;
-  const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().uid;
-  const p = `/dev/shm/rtjob-${uid}`;
-  try {
-    mkdirSync(p, { mode: 0o700, recursive: true });
-    const st = lstatSync(p);
-    if (!st.isDirectory() || st.uid !== uid || (st.mode & 0o077) !== 0) {
-      log.warn(`${p} is not a private directory of this user; objects go over sockets`);
-      return dirPath;
-    }
-    dirPath = p;
-    sweep(p);
-  } catch (e) {
-    log.warn(`cannot use ${p} (${(e as Error).message}); objects go over sockets`);
-  }
+  if (dirPath === null) dirPath = privateDir(shmDirOf(), 'objects go over sockets');
   return dirPath;
 }
 
-/** Removes files left by processes that are gone (named `<pid>-...`). */
-function sweep(p: string): void {
-  for (const name of readdirSync(p)) {
-    const pid = Number(name.slice(0, name.indexOf('-')));
-    if (!Number.isInteger(pid) || pid <= 0 || pidAlive(pid)) continue;
-    try {
-      unlinkSync(join(p, name));
-    } catch {
-      // Another process swept it first.
-    }
-  }
+/** Where this user's shared-memory files live. */
+function shmDirOf(): string {
+  return `/dev/shm/rtjob-${uid()}`;
 }
 
 /** Removes the files a process (now gone) left behind; the node agent calls it as a worker ends. */
 export function removeShmFilesOf(pid: number): void {
-  const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().uid;
-  const p = `/dev/shm/rtjob-${uid}`;
-  let names: string[];
-  try {
-    names = readdirSync(p);
-  } catch {
-    return;
-  }
-  for (const name of names) {
-    if (!name.startsWith(`${pid}-`)) continue;
-    try {
-      unlinkSync(join(p, name));
-    } catch {
-      // Already gone.
-    }
-  }
+  removeFilesOf(shmDirOf(), pid);
 }
 
 const own = new Set<string>();
@@ -274,17 +234,10 @@ export async function readShm(v: ShmValue): Promise<unknown> {
   if (!d || !validName.test(v.name))
     throw new ProtocolError(`not a shared-memory object name: '${v.name.slice(0, 80)}'`);
   const path = join(d, v.name);
-  const fh = await open(path, 'r');
-  const file = Buffer.allocUnsafeSlow(v.bytes);
+  let file: Buffer;
   try {
-    let got = 0;
-    while (got < v.bytes) {
-      const r = await fh.read(file, got, v.bytes - got, got);
-      if (r.bytesRead === 0) throw new ProtocolError(`shared-memory object ${v.name} is truncated`);
-      got += r.bytesRead;
-    }
+    file = await readExactly(path, v.bytes, `shared-memory object ${v.name}`);
   } finally {
-    await fh.close();
     // A one-shot goes back to its writer for reuse (or is removed with it).
     if (v.oneShot) await rename(path, `${path}_done`).catch(() => {});
   }

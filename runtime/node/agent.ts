@@ -13,7 +13,7 @@ import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { isPackageHash, packagesDir } from '../head/jobs/working-dir.ts';
 import { isRtjobError } from '../errors.ts';
-import { removeShmFilesOf } from '../client/shm.ts';
+import { removeObjectFilesOf } from '../client/object-store.ts';
 import { logger } from '../log.ts';
 import {
   type MemoryKill,
@@ -560,8 +560,8 @@ export class NodeAgent extends EventEmitter<NodeAgentEvents> {
     child.on('error', (e) => log.error(`worker for ${m.actorId} failed to start: ${e.message}`));
     this.logs?.add(m.actorId, m.incarnation, logFiles);
     child.on('close', (code, signal) => {
-      // Shared-memory objects of a worker that could not clean up (killed) are freed now.
-      if (child.pid !== undefined) removeShmFilesOf(child.pid);
+      // Shared-memory and spilled objects of a worker that could not clean up (killed) go now.
+      if (child.pid !== undefined) removeObjectFilesOf(child.pid);
       // Ship the last bytes once both log files are flushed.
       this.logs?.finish(logFiles, out, err);
       started();

@@ -2,7 +2,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { bytes, duration } from '../../runtime/format.ts';
+import { bytes, duration, parseBytes } from '../../runtime/format.ts';
 
 test('durations: tenths of seconds under a minute, then minutes and seconds, then hours', () => {
   assert.is(duration(0), '0.0s');
@@ -18,6 +18,16 @@ test('bytes: binary units with one decimal', () => {
   assert.is(bytes(1536), '1.5 KiB');
   assert.is(bytes(3 * 2 ** 30), '3.0 GiB');
   assert.is(bytes(2 ** 50), '1024.0 TiB');
+});
+
+test('byte sizes as people write them: decimal and binary units, or none', () => {
+  assert.is(parseBytes('2GiB'), 2 * 2 ** 30);
+  assert.is(parseBytes('512 MB'), 512e6);
+  assert.is(parseBytes('1.5g'), 1.5e9);
+  assert.is(parseBytes('1000000'), 1e6);
+  assert.is(parseBytes('64KiB'), 65536);
+  for (const bad of ['', 'lots', '-1GiB', '2 GiBs', '1e9'])
+    assert.is(parseBytes(bad), undefined, bad);
 });
 
 test('the shared module stays free of Node imports (the dashboard bundles it for the browser)', async () => {

@@ -5,6 +5,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { WebSocket, WebSocketServer } from 'ws';
 import { bulkTicketHeader } from '../../runtime/bulk.ts';
 import { setLogSink } from '../../runtime/log.ts';
+import { Immutable } from '../../runtime/out-of-band.ts';
 import { pack } from '../../runtime/protocol.ts';
 import {
   type Connection,
@@ -33,6 +34,7 @@ test.before(async () => {
     handler: (m) => {
       if (m.type === 'ping') return 'pong';
       if (m.type === 'call' && m.method === 'echo') return m.args[0];
+      if (m.type === 'call' && m.method === 'echoInPlace') return new Immutable(m.args[0]);
       if (m.type === 'call' && m.method === 'slow')
         return new Promise((r) => setTimeout(() => r('slow'), 100));
       throw new Error(`no ${m.type}`);
@@ -139,6 +141,28 @@ test('large arrays travel out of band: every kind intact, a snapshot at send, vi
   assert.equal(back.meta, { step: 3, tag: 'x' });
   // Views into the one buffer the message arrived in, not copies of each array.
   assert.is(back.f32.buffer, back.f64.buffer);
+  c.close();
+});
+
+test('an Immutable reply (written from its own arrays, no send buffer) arrives intact', async () => {
+  const c = await connect(server.address, { token, bulkMinBytes: 256 * 1024 });
+  // Odd lengths, so the parts between arrays carry padding.
+  const value = {
+    a: Float32Array.from({ length: 300_001 }, (_, i) => i),
+    b: Buffer.alloc(100_003, 7),
+    c: [new Int16Array(70_001).fill(-2)],
+    step: 9,
+  };
+  const back = (await c.request({
+    type: 'call',
+    method: 'echoInPlace',
+    args: [value],
+  })) as typeof value;
+  assert.ok(back.a.every((x, i) => x === i));
+  assert.ok(Buffer.isBuffer(back.b) && back.b.length === 100_003 && back.b.every((x) => x === 7));
+  assert.ok(back.c[0] instanceof Int16Array && back.c[0].length === 70_001);
+  assert.ok(back.c[0].every((x) => x === -2));
+  assert.is(back.step, 9);
   c.close();
 });
 

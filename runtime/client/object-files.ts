@@ -1,0 +1,98 @@
+/**
+ * Files that hold objects outside a process's heap: shared-memory files (`shm.ts`) and spilled
+ * objects (`spill.ts`). Both live in a directory private to the user (0700), are named
+ * `<pid>-<object>` after the process that wrote them, and are read back whole into one buffer of
+ * the size the writer announced, whose typed arrays then view it (`out-of-band.ts`).
+ *
+ * A writer removes its files when the object is freed and when it exits; files of a process that
+ * died without doing so are removed by its node agent (`removeFilesOf`) and by the next process
+ * that opens the directory (`privateDir` sweeps the files of processes that are gone).
+ *
+ * @module
+ */
+import { lstatSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { userInfo } from 'node:os';
+import { join } from 'node:path';
+import { ProtocolError } from '../errors.ts';
+import { logger } from '../log.ts';
+import { pidAlive } from '../pid.ts';
+
+const log = logger('objects');
+
+/** This user's id (the directories are per user). */
+export function uid(): number {
+  return typeof process.getuid === 'function' ? process.getuid() : userInfo().uid;
+}
+
+/**
+ * Creates `path` (0700) when missing and checks that it is a directory of this user that nobody
+ * else may enter; then removes the files of processes that are gone. Undefined, with one warning
+ * naming `what` goes elsewhere, when it cannot be used.
+ */
+export function privateDir(path: string, what: string): string | undefined {
+  try {
+    mkdirSync(path, { mode: 0o700, recursive: true });
+    const st = lstatSync(path);
+    if (!st.isDirectory() || st.uid !== uid() || (st.mode & 0o077) !== 0) {
+      log.warn(`${path} is not a private directory of this user; ${what}`);
+      return undefined;
+    }
+    sweep(path);
+    return path;
+  } catch (e) {
+    log.warn(`cannot use ${path} (${(e as Error).message}); ${what}`);
+    return undefined;
+  }
+}
+
+/** Removes files left by processes that are gone (named `<pid>-...`). */
+function sweep(dir: string): void {
+  for (const name of readdirSync(dir)) {
+    const pid = Number(name.slice(0, name.indexOf('-')));
+    if (!Number.isInteger(pid) || pid <= 0 || pidAlive(pid)) continue;
+    try {
+      unlinkSync(join(dir, name));
+    } catch {
+      // Another process swept it first.
+    }
+  }
+}
+
+/** Removes the files that process `pid` (now gone) left in `dir`. */
+export function removeFilesOf(dir: string, pid: number): void {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch {
+    return;
+  }
+  for (const name of names) {
+    if (!name.startsWith(`${pid}-`)) continue;
+    try {
+      unlinkSync(join(dir, name));
+    } catch {
+      // Already gone.
+    }
+  }
+}
+
+/**
+ * Reads the file at `path` into a new buffer of exactly `bytes` bytes (one read per chunk the
+ * kernel hands back); fails when the file is shorter. `what` names the file in errors.
+ */
+export async function readExactly(path: string, bytes: number, what: string): Promise<Buffer> {
+  const fh = await open(path, 'r');
+  const file = Buffer.allocUnsafeSlow(bytes);
+  try {
+    let got = 0;
+    while (got < bytes) {
+      const r = await fh.read(file, got, bytes - got, got);
+      if (r.bytesRead === 0) throw new ProtocolError(`${what} is truncated`);
+      got += r.bytesRead;
+    }
+  } finally {
+    await fh.close();
+  }
+  return file;
+}
