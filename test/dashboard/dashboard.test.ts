@@ -124,7 +124,37 @@ test('views show real data; a job is stopped from its page', async () => {
     (await trainerRestart.getAttribute('title')) ?? '',
     /allows no restarts \(maxRestarts 0\): a restart would kill it for good/,
   );
+  // Killing the trainer would end the job: the dialog says what the job leaves to resume from,
+  // and Cancel has the focus, so an Enter out of habit keeps it alive.
+  const dialogText = async () => {
+    await row('trainer').locator('button', { hasText: 'Kill' }).click();
+    await page.waitForSelector('#confirm[open]');
+    return page.locator('#confirm-text').innerText();
+  };
+  assert.match(
+    await dialogText(),
+    /It is the Trainer of running job train1: calls in flight to it fail; train_ppo cannot go on without its trainer: the job fails; no checkpoint: the \d+ steps done are lost\.$/,
+  );
+  assert.is(await page.evaluate(() => document.activeElement?.id), 'confirm-cancel');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#confirm:not([open])', { state: 'attached' });
+  // Once the driver reports a checkpoint, the dialog gives the flags that resume from it.
+  const reported = await apiCall(sb, 'POST', '/api/jobs/train1/report', {
+    checkpoint: { step: 12, resumeFlags: '--ckpt-path /data/ckpt --load-checkpoint' },
+  });
+  assert.is(reported.status, 200);
+  assert.match(
+    await dialogText(),
+    /the job fails; the last checkpoint is at step 12 \(steps 13–\d+ are lost\): run the same command with --ckpt-path \/data\/ckpt --load-checkpoint to resume from it\.$/,
+  );
+  await page.keyboard.press('Escape');
+  await page.waitForSelector('#confirm:not([open])', { state: 'attached' });
+  assert.is(
+    (await apiCall(sb, 'POST', '/api/jobs/train1/report', { checkpoint: { step: 'x' } })).status,
+    400,
+  );
   await row('rollout-1').locator('button', { hasText: 'Kill' }).click();
+  await page.waitForSelector('#confirm[open]');
   // The dialog says what happens to the running job the actor belongs to.
   assert.match(
     await page.locator('#confirm-text').innerText(),
@@ -136,11 +166,25 @@ test('views show real data; a job is stopped from its page', async () => {
       (tr) => /rollout-1/.test(tr.textContent ?? '') && /DEAD/.test(tr.textContent ?? ''),
     ),
   );
+  const causeOf = async (name: string) => {
+    const { body } = await apiCall<{ rows: { name: string; deathCause: string | null }[] }>(
+      sb,
+      'GET',
+      '/api/jobs/train1/actors',
+    );
+    return body.rows.find((x) => x.name === name)?.deathCause ?? '';
+  };
+  assert.match(await causeOf('rollout-1'), /: killed from the dashboard$/);
   await page.goBack();
   await page.waitForSelector('#stop-job');
 
   // Stop from the page, with confirmation.
   await page.click('#stop-job');
+  await page.waitForSelector('#confirm[open]');
+  assert.match(
+    await page.locator('#confirm-text').innerText(),
+    /cannot be resumed from here; the last checkpoint is at step 12 \(steps 13–\d+ are lost\): run the same command with --ckpt-path \/data\/ckpt --load-checkpoint to resume from it\.$/,
+  );
   await page.click('#confirm-ok');
   await page.waitForFunction(
     () => document.querySelector('#job-status')?.textContent === 'STOPPED',
@@ -159,6 +203,9 @@ test('views show real data; a job is stopped from its page', async () => {
     undefined,
     { timeout: 15000 },
   );
+
+  // Ended with its job, the trainer reads otherwise than the rollout killed from the dashboard.
+  assert.match(await causeOf('trainer'), /: (its job ended|its owner \S+ exited)$/);
 
   // Actors view: the job's rows in the paged table.
   await page.click('nav a[href="#/actors"]');
@@ -187,6 +234,35 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.keyboard.press('Enter');
   await page.waitForFunction(() => location.hash === '#/');
   assert.equal(errors, []);
+  await context.close();
+});
+
+test('a failed job shows the error line first, then its last output', async () => {
+  const r = await sb.run(['submit', '--job-id', 'died', '--', `${fixtures}throws.ts`]);
+  assert.is(r.code, 1);
+  const { dashboardUrl, token } = sb.clusterFile();
+  const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await context.newPage();
+  await page.goto(`${dashboardUrl}/login?token=${encodeURIComponent(token)}`);
+  // The jobs list names the error, not the Node.js version line the log ends with.
+  await page.click('nav a[href="#/jobs"]');
+  const why = 'RoleDiedError: the trainer died: killed from the dashboard';
+  assert.is(await page.locator('tr[data-job="died"] .reason').innerText(), why);
+  // The job page: the error line above the box of the last output, whose end is in view.
+  await page.click('tr[data-job="died"] a');
+  await page.waitForSelector('#job-reason');
+  assert.is(await page.locator('#job-reason').innerText(), why);
+  const reason = (await page.locator('#job-reason').boundingBox())!;
+  const box = (await page.locator('#job-message').boundingBox())!;
+  assert.ok(reason.y < box.y, 'the error line comes before the output');
+  assert.match(await page.locator('#job-message').innerText(), /step 29\/300/);
+  assert.ok(
+    await page
+      .locator('#job-message')
+      .evaluate((el) => el.scrollHeight > el.clientHeight && el.scrollTop > 0),
+    'the output box is scrolled to its end',
+  );
+  await page.screenshot({ path: `${shots}failed-job.png` });
   await context.close();
 });
 

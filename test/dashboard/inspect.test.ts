@@ -345,6 +345,11 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     await page.click('nav a[href="#/actors"]');
     await page.waitForSelector('tr[data-actor]');
     assert.ok(await page.locator('tr[data-actor] button:has-text("Restart")').first().isDisabled());
+    // train_ppo's actors are named for their roles, and say that their own driver ended them.
+    const ofA = page.locator('tr[data-actor]:has(a[href="#/jobs/ppo-a"])');
+    assert.equal((await ofA.locator('td.name').allInnerTexts()).sort(), ['rollout-0', 'trainer']);
+    for (const cause of await ofA.locator('td.cause').allInnerTexts())
+      assert.match(cause, /: killed by its owner's kill\(\) call$/);
 
     // 420 px: the page never scrolls sideways; wide tables scroll inside their box.
     await page.setViewportSize({ width: 420, height: 900 });

@@ -313,6 +313,29 @@ export function apiRoutes(
       }
       if (body.config !== undefined && !Array.isArray(body.config))
         throw new OpsError('BAD_REQUEST', 'config must be an array of rows');
+      const c = body.checkpoint as { step?: unknown; resumeFlags?: unknown } | undefined;
+      if (
+        c !== undefined &&
+        (typeof c !== 'object' ||
+          c === null ||
+          typeof c.step !== 'number' ||
+          !(c.step >= 0) ||
+          typeof c.resumeFlags !== 'string')
+      ) {
+        throw new OpsError(
+          'BAD_REQUEST',
+          'checkpoint must be { step: a non-negative number, resumeFlags: a string }',
+        );
+      }
+      const roles = body.roles as Record<string, { fate?: unknown }> | undefined;
+      if (
+        roles !== undefined &&
+        (typeof roles !== 'object' ||
+          roles === null ||
+          Object.values(roles).some((r) => typeof r?.fate !== 'string'))
+      ) {
+        throw new OpsError('BAD_REQUEST', 'roles must map class names to { fate: a string }');
+      }
       const report = store.mergeReport(params.jobId, body as JobReport);
       ctx.metricsChanged(params.jobId);
       return report;

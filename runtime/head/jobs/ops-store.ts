@@ -110,7 +110,21 @@ export interface JobReport {
   charts?: ChartLayout;
   config?: ConfigRow[];
   outputs?: Record<string, string>;
+  /**
+   * What losing one of the job's actors does to the job, by the actor's class name: the
+   * dashboard says it before a kill or restart. `fatal`: the job fails without it.
+   */
+  roles?: Record<string, { fate: string; fatal?: boolean }>;
+  /** The job's latest checkpoint (see {@link JobCheckpoint}). */
+  checkpoint?: JobCheckpoint;
   [field: string]: unknown;
+}
+
+/** A job's latest checkpoint: its step, and the flags that make a new run resume from it. */
+export interface JobCheckpoint {
+  step: number;
+  /** Added to the job's command, e.g. `--ckpt-path /abs/ckpt --load-checkpoint`. */
+  resumeFlags: string;
 }
 
 /**
