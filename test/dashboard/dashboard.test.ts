@@ -1,6 +1,8 @@
 // The dashboard in Debian's Chromium: each view shows the cluster's real data, charts have points,
 // and stopping a job from its page changes its state. Screenshots go to test/dashboard/screenshots/.
 import { mkdirSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
+import { gunzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import type { Browser } from 'playwright-core';
 import { launchChromium } from './browser.ts';
@@ -32,6 +34,32 @@ test('without the token the dashboard answers 401', async () => {
   await page.close();
 });
 
+test('text files are gzipped for a client that accepts it, and only then', async () => {
+  const { dashboardUrl, token } = sb.clusterFile();
+  const get = (encoding: string) =>
+    new Promise<{ headers: Record<string, unknown>; body: Buffer }>((resolve, reject) => {
+      httpGet(
+        `${dashboardUrl}/app.js`,
+        { headers: { authorization: `Bearer ${token}`, 'accept-encoding': encoding } },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ headers: res.headers, body: Buffer.concat(chunks) }));
+        },
+      ).on('error', reject);
+    });
+  const plain = await get('identity');
+  const zipped = await get('gzip, deflate, br');
+  assert.is(plain.headers['content-encoding'], undefined);
+  assert.is(zipped.headers['content-encoding'], 'gzip');
+  assert.is(zipped.headers.vary, 'accept-encoding');
+  assert.ok(
+    zipped.body.length * 2 < plain.body.length,
+    `${zipped.body.length} of ${plain.body.length}`,
+  );
+  assert.ok(gunzipSync(zipped.body).equals(plain.body));
+});
+
 test('views show real data; a job is stopped from its page', async () => {
   const done = await sb.run([
     'submit',
@@ -60,7 +88,18 @@ test('views show real data; a job is stopped from its page', async () => {
   const page = await context.newPage();
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  // Every resource the page loads exists (a missing favicon used to log a 404), and the bundle
+  // comes gzipped.
+  const failed: string[] = [];
+  page.on('response', (res) => {
+    if (res.status() >= 400) failed.push(`${res.status()} ${res.url()}`);
+  });
+  page.on('console', (m) => {
+    if (m.type() === 'error') failed.push(`${m.text()} ${m.location().url}`);
+  });
+  const bundle = page.waitForResponse((res) => new URL(res.url()).pathname === '/app.js');
   await page.goto(`${dashboardUrl}/login?token=${encodeURIComponent(token)}`);
+  assert.is(await (await bundle).headerValue('content-encoding'), 'gzip');
 
   // Cluster: the node with resource bars.
   await page.waitForSelector('table.nodes tbody tr[data-node]');
@@ -234,6 +273,7 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.keyboard.press('Enter');
   await page.waitForFunction(() => location.hash === '#/');
   assert.equal(errors, []);
+  assert.equal(failed, []);
   await context.close();
 });
 

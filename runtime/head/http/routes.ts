@@ -78,8 +78,8 @@ export interface RouteContext {
    * `fromStep` is the smallest step of the metric rows stored.
    */
   metricsChanged(jobId: string, fromStep?: number): void;
-  /** Anything outside `/api/` and `/metrics`: the dashboard's files. */
-  serveStatic(res: ServerResponse, pathname: string): void;
+  /** Anything outside `/api/` and `/metrics`: the dashboard's files (gzipped when accepted). */
+  serveStatic(req: IncomingMessage, res: ServerResponse, pathname: string): void;
 }
 
 /** Reads the query of route `K` by the contract's names, so a renamed parameter fails to compile. */
@@ -428,7 +428,7 @@ export function apiRoutes(
       return;
     }
     if (!u.pathname.startsWith('/api/') && u.pathname !== '/api')
-      return ctx.serveStatic(res, u.pathname);
+      return ctx.serveStatic(req, res, u.pathname);
     if (u.pathname === eventsPath && method === 'GET') return ctx.subscribe(req, res);
 
     if (ctx.readOnly && method !== 'GET' && method !== 'HEAD') {
