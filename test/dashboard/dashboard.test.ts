@@ -137,8 +137,20 @@ test('views show real data; a job is stopped from its page', async () => {
   assert.match(await page.locator('#env-rest').innerText(), /more inherited variables/);
   await page.click('#tab-charts');
   // Live: the chart's x range grows as steps arrive, without a reload.
+  // `version` (the step again) is logged but not charted; an all-zero eval_accuracy sits on 0–1.
+  assert.is(await page.locator('figure.chart[data-metric="version"]').count(), 0);
+  assert.is(
+    await page.locator('figure.chart[data-metric="eval_accuracy"]').getAttribute('data-y-range'),
+    '0 1',
+  );
   await page.selectOption('#compare', 'finished');
   await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
+  // The jobs are named once, above the charts, not in a legend row of every chart.
+  assert.equal(await page.locator('#chart-legend .key').allInnerTexts(), ['train1', 'finished']);
+  assert.not.match(
+    await page.locator('figure.chart[data-metric="reward_mean"] .u-legend').innerText(),
+    /train1|finished/,
+  );
   await page.screenshot({ path: `${shots}job.png`, fullPage: true });
 
   // Actor actions, with confirmation: restart rollout-0 (it may restart once), kill rollout-1.

@@ -39,7 +39,7 @@ export const trainPpoCharts: NonNullable<JobReport['charts']> = {
     },
     {
       title: 'System',
-      first: ['buffer_fill', 'version', 'samples', 'episodes', 'episodes_failed', 'groups_dropped'],
+      first: ['buffer_fill', 'samples', 'episodes', 'episodes_failed', 'groups_dropped'],
     },
   ],
   multi: {
@@ -49,6 +49,9 @@ export const trainPpoCharts: NonNullable<JobReport['charts']> = {
     },
   },
   neverFolded: ['reward_mean', 'eval_accuracy'],
+  // The weights' version is the step again (sync), or the step less the staleness (async), which
+  // has charts of its own.
+  hidden: ['version'],
 };
 
 /** What losing each train_ppo role does to the run (`report.roles`, by actor class). */

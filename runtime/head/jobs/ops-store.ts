@@ -141,6 +141,8 @@ export interface ChartLayout {
   multi?: Record<string, { title: string; members: string[] }>;
   /** Metrics charted even when they never change (a flat headline is news, not noise). */
   neverFolded?: string[];
+  /** Metrics logged for export but never charted (a counter that is the step again). */
+  hidden?: string[];
 }
 
 /** One effective setting of a job. */
