@@ -337,7 +337,8 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
       0,
       'equal settings are not in the diff',
     );
-    await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend >> text=ppo-b');
+    await page.waitForSelector('#chart-legend .key[data-job="ppo-b"]');
+    await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
     await page.screenshot({ path: `${shots}compare.png`, fullPage: true });
     await checkTokensAxis(page, ['ppo-a', 'ppo-b']);
 
@@ -351,14 +352,19 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     for (const cause of await ofA.locator('td.cause').allInnerTexts())
       assert.match(cause, /: killed by its owner's kill\(\) call$/);
 
-    // 420 px: the page never scrolls sideways; wide tables scroll inside their box.
+    // 420 px: the page never scrolls sideways (sample turns wrap); wide tables scroll inside
+    // their box; the job summary is compact enough to leave the tabs on the first screen.
     await page.setViewportSize({ width: 420, height: 900 });
-    for (const view of ['#/', '#/jobs', '#/actors', '#/jobs/ppo-a/config']) {
+    const samples = '#/jobs/ppo-a/samples';
+    for (const view of ['#/', '#/jobs', '#/actors', '#/jobs/ppo-a/config', samples]) {
       await page.goto(`${new URL(link).origin}/${view}`);
-      await page.waitForSelector('main table, main .cards');
+      await page.waitForSelector(view === samples ? 'article.sample' : 'main table, main .cards');
       const wide = await page.evaluate(() => document.documentElement.scrollWidth);
       assert.ok(wide <= 420, `${view} is ${wide} px wide`);
+      if (view === samples) await page.screenshot({ path: `${shots}samples-420.png` });
     }
+    const tabs = (await page.locator('#tab-charts').boundingBox())!;
+    assert.ok(tabs.y + tabs.height < 600, `the tabs are at ${tabs.y} px`);
     await page.screenshot({ path: `${shots}narrow.png`, fullPage: false });
     assert.equal(errors, []);
     await page.context().close();
