@@ -363,8 +363,11 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
       assert.ok(wide <= 420, `${view} is ${wide} px wide`);
       if (view === samples) await page.screenshot({ path: `${shots}samples-420.png` });
     }
+    // Two compact columns of cards (one card per row, ~500 px, before).
+    const summary = (await page.locator('#job-summary').boundingBox())!;
+    assert.ok(summary.height < 260, `the summary is ${summary.height} px high`);
     const tabs = (await page.locator('#tab-charts').boundingBox())!;
-    assert.ok(tabs.y + tabs.height < 600, `the tabs are at ${tabs.y} px`);
+    assert.ok(tabs.y + tabs.height < 900, `the tabs are at ${tabs.y} px`);
     await page.screenshot({ path: `${shots}narrow.png`, fullPage: false });
     assert.equal(errors, []);
     await page.context().close();
