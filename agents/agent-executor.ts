@@ -38,7 +38,12 @@ export async function runGatewayEpisode(
       model: o.gateway.model,
       signal: o.signal,
     };
-    const { reward, extraInfo } = checkAgentResult(o.file, await o.agent(sample, env));
+    const result = await Promise.resolve()
+      .then(() => o.agent(sample, env))
+      .catch((err: unknown) => {
+        throw withGatewayHint(o.file, err, s.session.stats.completions);
+      });
+    const { reward, extraInfo } = checkAgentResult(o.file, result);
     s.close();
     const stats = s.session.stats;
     if (stats.completions === 0) {
@@ -67,6 +72,24 @@ export async function runGatewayEpisode(
     o.signal.removeEventListener('abort', onAbort);
     s.close();
   }
+}
+
+/** An error that says the agent's client is not the one the episode handed it. */
+const notOurClient = /api.?key|credential|\b401\b|\b404\b|model_not_found|does not exist/i;
+
+/**
+ * An episode's error, with the way out when the agent failed before its first model call for
+ * want of the episode's client settings (a hard-coded model name, OPENAI_API_KEY from the env).
+ */
+function withGatewayHint(file: string, err: unknown, completions: number): unknown {
+  const message = err instanceof Error ? err.message : String(err);
+  // The gateway's own 401 and 404 already say it.
+  if (completions > 0 || !notOurClient.test(message) || /env\.\w/.test(message)) return err;
+  return new AgentNoModelCallError(
+    file,
+    `${message} (an agent calls the model through the gateway: build its client from env.baseURL and env.apiKey, and pass env.model as the model)`,
+    { cause: err },
+  );
 }
 
 /**

@@ -105,13 +105,17 @@ export class ErrorBudgetExceededError extends AgentError {
   }
 }
 
-/** A gateway agent finished its episode without calling the model once; the episode fails. */
+/**
+ * A gateway agent finished its episode without calling the model once, or failed before its first
+ * call for want of the episode's client settings (`env.baseURL`, `env.apiKey`, `env.model`); the
+ * episode fails.
+ */
 export class AgentNoModelCallError extends AgentError {
   override get name(): string {
     return 'AgentNoModelCallError';
   }
 
-  constructor(file: string, message: string) {
-    super('AGENT_NO_MODEL_CALL', file, message);
+  constructor(file: string, message: string, options?: { cause?: unknown }) {
+    super('AGENT_NO_MODEL_CALL', file, message, options);
   }
 }

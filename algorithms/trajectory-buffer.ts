@@ -4,13 +4,10 @@
  * than drops when the trainer falls behind; the slot is returned when the trainer takes the
  * batch, so generation of the next batch overlaps training of this one.
  *
- * Nothing is lost or duplicated on failure: a batch enters the queue atomically on `commit`;
- * a producer that fails calls `abort` (or uses {@link TrajectoryBuffer.produce}), which returns
- * its slot and hands back the trajectories it had staged; a trainer that fails before `ack`
- * calls `nack` (or uses {@link TrajectoryBuffer.consume}) and the batch goes back to the head of
- * the queue for the next `take`, once. A redelivered batch does not take a slot again (its slot
- * went back when it was first taken), so the queue may exceed `queueSize` by the number of failed
- * consumers; producers are never blocked by a trainer's failure.
+ * Nothing is lost or duplicated when a producer fails: a batch enters the queue atomically on
+ * `commit`; a producer that fails calls `abort`, which returns its slot and hands back the
+ * trajectories it had staged. A trainer that fails ends the run (`train_ppo` resumes from a
+ * checkpoint), so a taken batch is not given back: `ack` settles it.
  *
  * @module
  */
@@ -31,19 +28,15 @@ export interface BufferBatch<M = Readonly<Record<string, unknown>>> {
   readonly trajectories: readonly Trajectory[];
   /** What the producer attached (the groups it ran, dataloader position, timings). */
   readonly meta: M;
-  /** How many times this batch was handed to a consumer before (0 on first delivery). */
-  readonly redeliveries: number;
 }
 
-/** A batch handed to a consumer; exactly one of `ack` / `nack` must follow. */
+/** A batch handed to a consumer; `ack` follows once it was trained on. */
 export interface BatchLease<M = Readonly<Record<string, unknown>>> {
   readonly batch: BufferBatch<M>;
   /** Per-token staleness against the `currentVersion` given to `take`, if any. */
   readonly staleness?: StalenessStats;
   /** The batch was trained on; it is gone. */
   ack(): void;
-  /** Training failed; the batch returns to the head of the queue. */
-  nack(): void;
 }
 
 /** Counters for logs and the dashboard. */
@@ -60,7 +53,6 @@ export interface BufferStats {
   committed: number;
   acked: number;
   aborted: number;
-  redelivered: number;
   /** Staleness over every token taken with a `currentVersion`: count, mean and max. */
   staleTokens: number;
   staleMean: number;
@@ -87,10 +79,6 @@ export class BufferSlot<M = Readonly<Record<string, unknown>>> {
   /** Trajectories staged so far. */
   get staged(): readonly Trajectory[] {
     return this.#staged;
-  }
-  /** Whether commit or abort already happened. */
-  get settled(): boolean {
-    return this.#state !== 'open';
   }
   /** Stages trajectories for this slot's batch. */
   add(...items: Trajectory[]): void {
@@ -127,14 +115,17 @@ export class BufferSlot<M = Readonly<Record<string, unknown>>> {
 
 /**
  * The bounded trajectory buffer. One instance lives in the driver; rollout loops produce into
- * it and the trainer consumes from it.
+ * it and the trainer consumes from it (`train/ppo/async-loop.ts`).
  *
  * @example
  * const buf = new TrajectoryBuffer({ queueSize: 2 });
  * // rollout loop
- * await buf.produce(async (slot) => { slot.add(...await generateBatch()); }, { step });
+ * const slot = await buf.acquire();
+ * try { slot.add(...(await generateBatch())); } catch (e) { slot.abort(); throw e; }
+ * slot.commit({ step });
  * // trainer loop
- * await buf.consume(async (batch) => train(batch.trajectories), { currentVersion });
+ * const lease = await buf.take({ currentVersion });
+ * if (lease) { await train(lease.batch.trajectories); lease.ack(); }
  */
 export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
   readonly queueSize: number;
@@ -146,13 +137,10 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
   #nextId = 1;
   #producing = 0;
   #leased = 0;
-  /** Batches that hold a slot: fresh commits do, redeliveries do not (their slot went back on the first take). */
-  #holdsSlot = new WeakSet<BufferBatch<M>>();
   #counts = {
     committed: 0,
     acked: 0,
     aborted: 0,
-    redelivered: 0,
     staleTokens: 0,
     staleSum: 0,
     staleMax: 0,
@@ -190,39 +178,6 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
     );
   }
 
-  /** Acquire a slot, run `fn` to fill it, commit; on a throw, abort (the staged items are dropped with the error). */
-  async produce(
-    fn: (slot: BufferSlot<M>) => Promise<void>,
-    meta: M,
-    signal?: AbortSignal,
-  ): Promise<void> {
-    const slot = await this.acquire(signal);
-    try {
-      await fn(slot);
-    } catch (e) {
-      slot.abort();
-      throw e;
-    }
-    if (!slot.settled) slot.commit(meta);
-  }
-
-  /** Take a batch, run `fn`, ack; on a throw, nack and rethrow. Returns false when closed and drained. */
-  async consume(
-    fn: (batch: BufferBatch<M>, lease: BatchLease<M>) => Promise<void>,
-    opts: { currentVersion?: number; signal?: AbortSignal } = {},
-  ): Promise<boolean> {
-    const lease = await this.take(opts);
-    if (!lease) return false;
-    try {
-      await fn(lease.batch, lease);
-    } catch (e) {
-      lease.nack();
-      throw e;
-    }
-    lease.ack();
-    return true;
-  }
-
   /** No more producers: waiting `acquire`s reject; consumers drain what is queued, then get `null`. */
   close(): void {
     if (this.#closed) return;
@@ -251,16 +206,15 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
       committed: c.committed,
       acked: c.acked,
       aborted: c.aborted,
-      redelivered: c.redelivered,
       staleTokens: c.staleTokens,
       staleMean: c.staleTokens ? c.staleSum / c.staleTokens : 0,
       staleMax: c.staleMax,
     };
   }
 
-  /** Closed, nothing queued, and no lease out that could still be nacked back. */
+  /** Closed and nothing queued. */
   #drained(): boolean {
-    return this.#closed && this.#queue.length === 0 && this.#leased === 0;
+    return this.#closed && this.#queue.length === 0;
   }
 
   #endConsumersIfDrained(): void {
@@ -278,14 +232,7 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
       (items, meta) => {
         this.#producing--;
         this.#counts.committed++;
-        const batch: BufferBatch<M> = {
-          id: this.#nextId++,
-          trajectories: items,
-          meta,
-          redeliveries: 0,
-        };
-        this.#holdsSlot.add(batch);
-        this.#enqueue(batch, false);
+        this.#enqueue({ id: this.#nextId++, trajectories: items, meta });
       },
       () => {
         this.#producing--;
@@ -304,9 +251,8 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
     }
   }
 
-  #enqueue(batch: BufferBatch<M>, front: boolean): void {
-    if (front) this.#queue.unshift(batch);
-    else this.#queue.push(batch);
+  #enqueue(batch: BufferBatch<M>): void {
+    this.#queue.push(batch);
     while (this.#queue.length > 0 && this.#consumers.length > 0) {
       const w = this.#consumers.shift() as Waiter<BatchLease<M> | null>;
       w.cleanup();
@@ -317,7 +263,7 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
   #lease(currentVersion: number | undefined): BatchLease<M> {
     const batch = this.#queue.shift() as BufferBatch<M>;
     this.#leased++;
-    if (this.#holdsSlot.delete(batch)) this.#releaseSlot();
+    this.#releaseSlot();
     let done = false;
     const settle = (op: string) => {
       if (done)
@@ -332,12 +278,6 @@ export class TrajectoryBuffer<M = Readonly<Record<string, unknown>>> {
       ack: () => {
         settle('ack');
         this.#counts.acked++;
-        this.#endConsumersIfDrained();
-      },
-      nack: () => {
-        settle('nack');
-        this.#counts.redelivered++;
-        this.#enqueue({ ...batch, redeliveries: batch.redeliveries + 1 }, true);
       },
     };
     return this.#withStaleness(lease, currentVersion);

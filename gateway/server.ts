@@ -83,6 +83,8 @@ const overheadWindow = 4096;
 /** The OpenAI-compatible endpoint; start it with {@link Gateway.start}. */
 export class Gateway {
   private readonly keys = new Map<string, KeyEntry>();
+  /** A server of fixed keys (`rtjob serve`) rather than of agent episodes: errors say so. */
+  private serving = false;
   private readonly overhead: number[] = [];
 
   private readonly ctx: CompletionContext;
@@ -170,6 +172,7 @@ export class Gateway {
 
   /** Accepts `apiKey` for requests that record nothing (`rtjob serve`). */
   addStaticKey(apiKey: string): void {
+    this.serving = true;
     this.keys.set(hashKey(apiKey), { session: undefined, responses: new ResponseStore() });
   }
 
@@ -281,7 +284,9 @@ export class Gateway {
       throw new GatewayError(
         401,
         'invalid_api_key',
-        'Incorrect API key provided (keys are valid only while their episode runs).',
+        this.serving
+          ? 'Incorrect API key provided: use the key the server printed when it started (--api-key or RTJOB_SERVE_API_KEY sets one).'
+          : "Incorrect API key provided: an agent's key is env.apiKey, valid only while its episode runs (build the client from env.baseURL and env.apiKey, not from OPENAI_API_KEY).",
       );
     }
     return entry;
@@ -291,13 +296,23 @@ export class Gateway {
     const card = { id: this.o.model, object: 'model', created: 0, owned_by: 'rtjob' };
     if (path === '/v1/models') return sendJson(res, 200, { object: 'list', data: [card] });
     const id = decodeURIComponent(path.slice('/v1/models/'.length));
-    if (id !== this.o.model) throw unknownModel(id);
+    if (id !== this.o.model) throw this.unknownModel(id);
     sendJson(res, 200, card);
   }
 
   private checkModel(body: unknown): void {
     const model = v.string(v.object(body, 'body')['model'], 'model');
-    if (model !== this.o.model) throw unknownModel(model);
+    if (model !== this.o.model) throw this.unknownModel(model);
+  }
+
+  private unknownModel(id: string): GatewayError {
+    return new GatewayError(
+      404,
+      'model_not_found',
+      `The model '${id}' does not exist; this gateway serves one model, '${this.o.model}'` +
+        (this.serving ? ' (see GET /v1/models).' : ': pass env.model as the model.'),
+      'model',
+    );
   }
 
   private async readJson(req: IncomingMessage): Promise<unknown> {
@@ -330,15 +345,6 @@ export class Gateway {
 // Keys are kept hashed: a lookup never compares secrets character by character.
 function hashKey(key: string): string {
   return createHash('sha256').update(key).digest('hex');
-}
-
-function unknownModel(id: string): GatewayError {
-  return new GatewayError(
-    404,
-    'model_not_found',
-    `The model '${id}' does not exist; this gateway serves one model (see GET /v1/models).`,
-    'model',
-  );
 }
 
 function methodNotAllowed(method: string | undefined): GatewayError {

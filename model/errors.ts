@@ -24,8 +24,4 @@ export class ModelError extends RtjobError<ModelErrorCode> {
   override get name(): string {
     return 'ModelError';
   }
-
-  constructor(code: ModelErrorCode, message: string, opts: { cause?: unknown } = {}) {
-    super(code, message, opts);
-  }
 }

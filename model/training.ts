@@ -136,6 +136,19 @@ export function forwardLogprobs(
   return res;
 }
 
+/**
+ * Next-token logprob rows of each sequence (length L−1: entry i is log p(token i+1 | tokens ≤ i)),
+ * without gradients, aligned like `algorithms/experience.ts`: what the trainer and the reference
+ * roles answer.
+ */
+export function nextTokenLogprobs(
+  model: CausalLM,
+  seqs: number[][],
+  opts: { temperature?: number; microBatchSize?: number } = {},
+): number[][] {
+  return forwardLogprobs(model, seqs, opts).logprobs.map((r) => r.slice(1));
+}
+
 /** Learning-rate schedule settings. */
 export interface LrScheduleOptions {
   /** Peak learning rate. */

@@ -6,7 +6,7 @@
  */
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
-import { forwardLogprobs } from '../model/training.ts';
+import { nextTokenLogprobs } from '../model/training.ts';
 
 /** How the Reference is built. */
 export interface ReferenceInit {
@@ -30,11 +30,10 @@ export class Reference {
 
   /** Next-token logprob rows (length L−1), aligned like `algorithms/experience.ts`. */
   logprobs(seqs: number[][], microBatchSize = 16): number[][] {
-    const out = forwardLogprobs(this.model, seqs, {
+    return nextTokenLogprobs(this.model, seqs, {
       temperature: this.init.temperature ?? 1,
       microBatchSize,
     });
-    return out.logprobs.map((r) => r.slice(1));
   }
 
   dispose(): void {

@@ -13,7 +13,7 @@ import { tf } from '../model/backend.ts';
 import { loadModel, saveModel } from '../model/checkpoint.ts';
 import type { SaveDtype } from '../model/config.ts';
 import type { CausalLM } from '../model/llama.ts';
-import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/training.ts';
+import { ModelTrainer, nextTokenLogprobs, padBatch, tokenStats } from '../model/training.ts';
 import type { PolicyWeights } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
@@ -148,11 +148,10 @@ export class Trainer {
 
   /** Next-token logprob rows of each sequence under the current policy (length L−1). */
   logprobs(seqs: number[][], microBatchSize = 16): number[][] {
-    const out = forwardLogprobs(this.model, seqs, {
+    return nextTokenLogprobs(this.model, seqs, {
       temperature: this.init.temperature ?? 1,
       microBatchSize,
     });
-    return out.logprobs.map((r) => r.slice(1));
   }
 
   /**

@@ -1,6 +1,7 @@
 /**
- * Human units for people reading rtjob's output: durations and byte sizes. Pure (no Node or DOM
- * imports): the CLI imports it, and so does the dashboard's browser bundle.
+ * Human units for people reading rtjob's output: durations, byte sizes, and the line of a failed
+ * job's message that says why. Pure (no Node or DOM imports): the CLI imports it, and so does the
+ * dashboard's browser bundle.
  *
  * @module
  */
@@ -67,4 +68,48 @@ export function parseBytes(text: string): number | undefined {
   const unit = m ? byteUnits[m[2]!.toLowerCase()] : undefined;
   if (!m || unit === undefined) return undefined;
   return Math.floor(Number(m[1]) * unit);
+}
+
+/**
+ * What a job that ends now leaves to resume from: its checkpoint and the exact flags, or, with
+ * none, that the steps done are lost. `stepsDone` is the last step that finished.
+ *
+ * @example
+ * resumeAdvice(undefined, 22); // 'no checkpoint: the 22 steps done are lost'
+ */
+export function resumeAdvice(
+  checkpoint: { step: number; resumeFlags: string } | undefined,
+  stepsDone: number | null,
+): string {
+  if (!checkpoint)
+    return stepsDone ? `no checkpoint: the ${stepsDone} steps done are lost` : 'no checkpoint';
+  const after = (stepsDone ?? 0) - checkpoint.step;
+  const lost =
+    after > 1
+      ? ` (steps ${checkpoint.step + 1}–${stepsDone} are lost)`
+      : after === 1
+        ? ` (step ${stepsDone} is lost)`
+        : '';
+  return `the last checkpoint is at step ${checkpoint.step}${lost}: run the same command with ${checkpoint.resumeFlags} to resume from it`;
+}
+
+/** A line that starts with an error's name, after an optional `program: ` (`train_ppo: RoleDiedError: …`). */
+const errorStart = /^(\S+: )?[A-Z]\w*(Error|Exception)\b/;
+/** Lines around an error that say nothing about it: stack frames and Node's version footer. */
+const noise = /^\s+at |^Node\.js v\d/;
+
+/**
+ * The line of a failed job's message (`driver exited with code 1; last output:` and its last log
+ * lines) that says why: the last line that starts with an error's name, else the last line that is
+ * no stack frame, else the message's first line.
+ *
+ * @example
+ * failureReason('driver exited with code 1; last output:\n[train_ppo] step 6/300\ntrain_ppo: RoleDiedError: the trainer died\n    at main (main.ts:3)');
+ * // 'train_ppo: RoleDiedError: the trainer died'
+ */
+export function failureReason(message: string): string {
+  const lines = message.split('\n').filter((l) => l.trim() !== '');
+  const named = lines.findLast((l) => errorStart.test(l));
+  const line = named ?? lines.findLast((l) => !noise.test(l)) ?? lines[0] ?? '';
+  return line.trim().replace(/; last output:$/, '');
 }

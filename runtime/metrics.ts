@@ -23,6 +23,7 @@ import { readClusterFile } from './cluster-file.ts';
 import { readEnv } from './env.ts';
 import {
   fetchTransport,
+  type JobCheckpoint,
   type JobReport,
   type JobSample,
   RestError,
@@ -48,7 +49,7 @@ export interface SampleRecord {
   reward?: number;
 }
 
-export type { JobReport };
+export type { JobCheckpoint, JobReport };
 
 /** Options of {@link createMetricsLogger}. */
 export interface MetricsLoggerOptions {

@@ -5,7 +5,12 @@
  */
 import { EngineError, isEngineError } from './errors.ts';
 import type { TopLogprobs } from '../types.ts';
-import type { ResolvedGenerationConfig, ServerCall } from './remote-engine.ts';
+import type {
+  ResolvedGenerationConfig,
+  SampleTokens,
+  ServerCall,
+  StreamedTokens,
+} from './remote-engine.ts';
 
 /** Calls a route, returning `false` instead of failing when the server does not have it (404). */
 export async function callOptional(
@@ -74,4 +79,37 @@ export function mostLikelyFirst(
 ): TopLogprobs {
   const kept = [...pairs].sort((a, b) => b[1] - a[1]).slice(0, k);
   return { ids: kept.map((p) => p[0]), logprobs: kept.map((p) => p[1]) };
+}
+
+/**
+ * What a stream reader has of each of `n` samples so far: tokens, logprobs, alternatives when
+ * `top` > 0, and how the sample ended (`F`: the protocol's own form of it) once it did.
+ */
+export function streamedSamples<F>(n: number, top: number) {
+  const outs = Array.from({ length: n }, () => ({
+    tokens: [] as number[],
+    logprobs: [] as number[],
+    ...(top > 0 ? { top: [] as TopLogprobs[] } : {}),
+    finish: undefined as F | undefined,
+  }));
+  return {
+    /** How many tokens sample `i` has so far. */
+    length: (i: number): number => outs[i]!.tokens.length,
+    /** Appends new tokens to sample `i` (and its end, once known); returns them as an event. */
+    add(i: number, fresh: SampleTokens, finish?: F): StreamedTokens[] {
+      const o = outs[i]!;
+      o.tokens.push(...fresh.tokens);
+      o.logprobs.push(...fresh.logprobs);
+      o.top?.push(...(fresh.top ?? []));
+      if (finish !== undefined) o.finish = finish;
+      return fresh.tokens.length > 0 ? [{ sample: i, ...fresh }] : [];
+    },
+    /** Every sample with its end; `EngineError('protocol')` when the stream ended before one. */
+    end(url: string, what: string): (SampleTokens & { finish: F })[] {
+      return outs.map(({ finish, ...sofar }) => {
+        expectShape(finish !== undefined, url, what);
+        return { ...sofar, finish };
+      });
+    },
+  };
 }

@@ -18,6 +18,7 @@ import {
   mostLikelyFirst,
   requireTemperedOrUnitTemperature,
   sharedSamplingFields,
+  streamedSamples,
 } from '../http/protocol-util.ts';
 import {
   RemoteEngine,
@@ -93,34 +94,22 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
       // output_token_logprobs (and output_top_logprobs) are the whole output so far, so what is
       // new follows the previous event's; a server run with --incremental-streaming-output sends
       // only the new ones.
-      const outs = Array.from({ length: n }, () => ({
-        tokens: [] as number[],
-        logprobs: [] as number[],
-        ...(top > 0 ? { top: [] as TopLogprobs[] } : {}),
-        finish: undefined as SampleOutput | undefined,
-      }));
+      const outs = streamedSamples<SampleOutput>(n, top);
       return {
         read(json) {
           const item = json as SglangOutput & { index?: number };
           const i = item?.index ?? 0;
           expectShape(Number.isInteger(i) && i >= 0 && i < n, url, `event for sample ${i} of ${n}`);
-          const o = outs[i]!;
           const ended = item.meta_info?.finish_reason ? parseOutput(item, url, top) : undefined;
           const got = ended ?? parseLogprobs(item, url, top);
-          const from = incremental ? 0 : o.tokens.length;
+          const from = incremental ? 0 : outs.length(i);
           expectShape(got.tokens.length >= from, url, 'a streamed output shrank');
-          const fresh = sliceTokens(got, from);
-          o.tokens.push(...fresh.tokens);
-          o.logprobs.push(...fresh.logprobs);
-          o.top?.push(...(fresh.top ?? []));
-          o.finish = ended;
-          return fresh.tokens.length > 0 ? [{ sample: i, ...fresh }] : [];
+          return outs.add(i, sliceTokens(got, from), ended);
         },
         end() {
-          return outs.map(({ finish, ...sofar }) => {
-            expectShape(finish, url, 'the stream ended before every sample finished');
-            return { ...finish, ...sofar };
-          });
+          return outs
+            .end(url, 'the stream ended before every sample finished')
+            .map(({ finish, ...sofar }) => ({ ...finish, ...sofar }));
         },
       };
     },

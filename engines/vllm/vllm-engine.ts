@@ -23,6 +23,7 @@ import {
   mostLikelyFirst,
   requireTemperedOrUnitTemperature,
   sharedSamplingFields,
+  streamedSamples,
 } from '../http/protocol-util.ts';
 import {
   RemoteEngine,
@@ -95,12 +96,7 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
     streamReader(n, url, top) {
       // Each chunk's choices carry their new tokens only (OpenAI completion chunks); the one
       // that ends a choice has its finish_reason.
-      const outs = Array.from({ length: n }, () => ({
-        tokens: [] as number[],
-        logprobs: [] as number[],
-        ...(top > 0 ? { top: [] as TopLogprobs[] } : {}),
-        finish: undefined as StopReason | undefined,
-      }));
+      const outs = streamedSamples<StopReason>(n, top);
       return {
         read(json) {
           const choices = (json as { choices?: VllmChoice[] } | null)?.choices;
@@ -111,20 +107,14 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
             expectShape(Number.isInteger(i) && i >= 0 && i < n, url, `choice ${i} of ${n}`);
             const finished = c.finish_reason !== null && c.finish_reason !== undefined;
             const got = c.logprobs || !finished ? choiceTokens(c, url, top) : noTokens(top);
-            const o = outs[i]!;
-            o.tokens.push(...got.tokens);
-            o.logprobs.push(...got.logprobs);
-            o.top?.push(...(got.top ?? []));
-            if (finished) o.finish = finishOf(c);
-            if (got.tokens.length > 0) told.push({ sample: i, ...got });
+            told.push(...outs.add(i, got, finished ? finishOf(c) : undefined));
           }
           return told;
         },
         end() {
-          return outs.map(({ finish, ...got }) => {
-            expectShape(finish, url, 'the stream ended before every choice finished');
-            return finish === 'abort' ? { ...got, finish, abortMessage } : { ...got, finish };
-          });
+          return outs
+            .end(url, 'the stream ended before every choice finished')
+            .map((got) => (got.finish === 'abort' ? { ...got, abortMessage } : got));
         },
       };
     },

@@ -66,6 +66,8 @@ export async function buildDashboard(opts: { force?: boolean } = {}): Promise<st
     });
     copyFileSync(join(srcDir, 'index.html'), join(tmp, 'index.html'));
     copyFileSync(join(srcDir, 'style.css'), join(tmp, 'style.css'));
+    // Linked from the page, so the browser never asks for a missing /favicon.ico.
+    copyFileSync(join(srcDir, 'favicon.svg'), join(tmp, 'favicon.svg'));
     const uplotCss = createRequire(import.meta.url).resolve('uplot/dist/uPlot.min.css');
     copyFileSync(uplotCss, join(tmp, 'uplot.css'));
     const old = `${distDir}.old-${process.pid}-${Date.now()}`;

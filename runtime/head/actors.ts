@@ -347,11 +347,21 @@ export class ActorTable {
     this.schedule(rec);
   }
 
-  /** Kills an actor by id; with `noRestart: false` it restarts if its `maxRestarts` allows. */
-  killById(actorId: string, noRestart: boolean): void {
+  /**
+   * Kills an actor by id; with `noRestart: false` it restarts if its `maxRestarts` allows. `why`
+   * becomes its death cause (`killed from the dashboard`, `its job ended`); a kill() call from a
+   * client says whether the actor's owner made it.
+   */
+  killById(actorId: string, noRestart: boolean, why: string | { byClient: string }): void {
     const rec = this.ctx.actors.get(actorId);
     if (!rec) throw new NotFoundError(`no actor ${actorId}`, { context: { actorId } });
-    this.kill(rec, noRestart, 'killed by request');
+    const cause =
+      typeof why === 'string'
+        ? why
+        : why.byClient === rec.info.ownerId
+          ? "killed by its owner's kill() call"
+          : `killed by a kill() call from client ${why.byClient}`;
+    this.kill(rec, noRestart, cause);
   }
 
   kill(

@@ -185,9 +185,12 @@ export class Head extends EventEmitter<HeadEvents> {
     return [...this.ctx.pgs.values()].map((p) => ({ ...p.info }));
   }
 
-  /** Kills an actor; with `noRestart: false` it restarts if its `maxRestarts` allows. */
-  killActor(actorId: string, opts: { noRestart?: boolean } = {}): void {
-    this.actors.killById(actorId, opts.noRestart ?? true);
+  /**
+   * Kills an actor; with `noRestart: false` it restarts if its `maxRestarts` allows. `why` is its
+   * death cause, as actor lists show it.
+   */
+  killActor(actorId: string, opts: { noRestart?: boolean; why?: string } = {}): void {
+    this.actors.killById(actorId, opts.noRestart ?? true, opts.why ?? 'killed by request');
   }
 
   /** Stops serving; nodes and clients see the connection close. */
@@ -223,7 +226,10 @@ export class Head extends EventEmitter<HeadEvents> {
     actorLoadFailed: (msg) => this.actors.actorLoadFailed(msg.actorId, msg.incarnation, msg.error),
     createActor: (msg, conn) => this.actors.create(msg, conn.meta.clientId as string),
     waitActor: (msg) => this.actors.wait(msg),
-    killActor: (msg) => this.actors.killById(msg.actorId, msg.noRestart ?? true),
+    killActor: (msg, conn) =>
+      this.actors.killById(msg.actorId, msg.noRestart ?? true, {
+        byClient: conn.meta.clientId as string,
+      }),
     getActorByName: (msg) => this.actors.byName(msg.name),
     getActorInfo: (msg) => this.actors.info(msg.actorId),
     listActors: () => this.actors.list(),

@@ -350,7 +350,7 @@ export async function trainerKill(
     });
     const failed = await bounded(trainPpo(flags, {}, { log: first.log }), 120_000);
     const documented =
-      /the trainer died: its process ended \(signal SIGKILL\).*the last checkpoint is .*global_step_\d+; run the same command with --load-checkpoint/;
+      /the trainer died: its process ended \(signal SIGKILL\).*the last checkpoint is at step \d+.*: run the same command with --ckpt-path \S+ --load-checkpoint to resume from it/;
     if (failed === 'hung') return verdict(scenario, clock, 'hung', [], first.lines);
     if (!(failed instanceof Error) || !documented.test(failed.message)) {
       return {

@@ -65,6 +65,23 @@ test('rtjob serve answers the openai client with its own key on loopback, and st
       (e: unknown) => e,
     );
     assert.ok(err instanceof OpenAI.AuthenticationError);
+    // In serve's own words: there are no episodes here.
+    assert.match(
+      err.message,
+      /Incorrect API key provided: use the key the server printed when it started/,
+    );
+    assert.not.match(err.message, /episode/);
+    const other = await client.chat.completions
+      .create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] })
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
+    assert.ok(other instanceof OpenAI.NotFoundError);
+    assert.match(
+      other.message,
+      /The model 'gpt-4o' does not exist; this gateway serves one model, 'model' \(see GET \/v1\/models\)\./,
+    );
   } finally {
     const exited = new Promise<number | null>((resolve) =>
       child.once('exit', (code) => resolve(code)),

@@ -16,14 +16,22 @@ const skipDirs = new Set([
   'tmp',
 ]);
 
-function walk(dir: string, out: string[]): string[] {
+function walk(base: string, dir: string, out: string[]): string[] {
   for (const e of readdirSync(dir, { withFileTypes: true })) {
     if (e.name.startsWith('.') || skipDirs.has(e.name)) continue;
     const p = join(dir, e.name);
-    if (e.isDirectory()) walk(p, out);
-    else if (/\.(ts|mts|mjs|js)$/.test(e.name)) out.push(relative(root, p));
+    if (e.isDirectory()) walk(base, p, out);
+    else if (/\.(ts|mts|mjs|js)$/.test(e.name)) out.push(relative(base, p));
   }
   return out;
+}
+
+/** The top-level folders of `base` (dependencies, build outputs and dot-folders aside). */
+export function topFolders(base = root): string[] {
+  return readdirSync(base, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && !e.name.startsWith('.') && !skipDirs.has(e.name))
+    .map((e) => e.name)
+    .sort();
 }
 
 /**
@@ -43,6 +51,20 @@ export const parts: readonly string[] = [
   'cli',
 ];
 
+/** Folders outside the product: examples a user copies, and tools that may import any part. */
+export const outsideParts: readonly string[] = ['examples', 'bench', 'scripts', 'test'];
+
+/**
+ * Top-level folders of `base` that hold TypeScript but are neither a part nor outside the
+ * product: code no layering rule covers (`layering.test.ts`).
+ */
+export function unlistedFolders(base = root): string[] {
+  const listed = new Set([...parts, ...outsideParts]);
+  return topFolders(base).filter(
+    (d) => !listed.has(d) && walk(base, join(base, d), []).some((f) => /\.m?ts$/.test(f)),
+  );
+}
+
 /** Whether `path` is product source (in one of the {@link parts}). */
 export function isProduct(path: string): boolean {
   return parts.includes(path.split('/')[0]!);
@@ -55,12 +77,11 @@ export interface SourceFile {
 }
 
 /**
- * Every `.ts`/`.mjs`/`.js` file of the project, fixtures included unless `withFixtures` is false
- * (fixtures model user code, which follows its own conventions).
+ * Every `.ts`/`.mjs`/`.js` file in the project's folders, listed or not, fixtures included unless
+ * `withFixtures` is false (fixtures model user code, which follows its own conventions).
  */
 export function sourceFiles(opts: { withFixtures?: boolean } = {}): SourceFile[] {
-  const dirs = [...parts, 'examples', 'bench', 'scripts', 'test'];
-  const files = dirs.flatMap((d) => walk(join(root, d), []));
+  const files = topFolders().flatMap((d) => walk(root, join(root, d), []));
   return files
     .filter((f) => opts.withFixtures !== false || !/(^|\/)fixtures\//.test(f))
     .map((path) => ({ path, text: readFileSync(join(root, path), 'utf8') }));

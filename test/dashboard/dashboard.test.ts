@@ -1,6 +1,8 @@
 // The dashboard in Debian's Chromium: each view shows the cluster's real data, charts have points,
 // and stopping a job from its page changes its state. Screenshots go to test/dashboard/screenshots/.
 import { mkdirSync } from 'node:fs';
+import { get as httpGet } from 'node:http';
+import { gunzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import type { Browser } from 'playwright-core';
 import { launchChromium } from './browser.ts';
@@ -32,6 +34,32 @@ test('without the token the dashboard answers 401', async () => {
   await page.close();
 });
 
+test('text files are gzipped for a client that accepts it, and only then', async () => {
+  const { dashboardUrl, token } = sb.clusterFile();
+  const get = (encoding: string) =>
+    new Promise<{ headers: Record<string, unknown>; body: Buffer }>((resolve, reject) => {
+      httpGet(
+        `${dashboardUrl}/app.js`,
+        { headers: { authorization: `Bearer ${token}`, 'accept-encoding': encoding } },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ headers: res.headers, body: Buffer.concat(chunks) }));
+        },
+      ).on('error', reject);
+    });
+  const plain = await get('identity');
+  const zipped = await get('gzip, deflate, br');
+  assert.is(plain.headers['content-encoding'], undefined);
+  assert.is(zipped.headers['content-encoding'], 'gzip');
+  assert.is(zipped.headers.vary, 'accept-encoding');
+  assert.ok(
+    zipped.body.length * 2 < plain.body.length,
+    `${zipped.body.length} of ${plain.body.length}`,
+  );
+  assert.ok(gunzipSync(zipped.body).equals(plain.body));
+});
+
 test('views show real data; a job is stopped from its page', async () => {
   const done = await sb.run([
     'submit',
@@ -60,7 +88,18 @@ test('views show real data; a job is stopped from its page', async () => {
   const page = await context.newPage();
   const errors: string[] = [];
   page.on('pageerror', (e) => errors.push(e.message));
+  // Every resource the page loads exists (a missing favicon used to log a 404), and the bundle
+  // comes gzipped.
+  const failed: string[] = [];
+  page.on('response', (res) => {
+    if (res.status() >= 400) failed.push(`${res.status()} ${res.url()}`);
+  });
+  page.on('console', (m) => {
+    if (m.type() === 'error') failed.push(`${m.text()} ${m.location().url}`);
+  });
+  const bundle = page.waitForResponse((res) => new URL(res.url()).pathname === '/app.js');
   await page.goto(`${dashboardUrl}/login?token=${encodeURIComponent(token)}`);
+  assert.is(await (await bundle).headerValue('content-encoding'), 'gzip');
 
   // Cluster: the node with resource bars.
   await page.waitForSelector('table.nodes tbody tr[data-node]');
@@ -98,8 +137,20 @@ test('views show real data; a job is stopped from its page', async () => {
   assert.match(await page.locator('#env-rest').innerText(), /more inherited variables/);
   await page.click('#tab-charts');
   // Live: the chart's x range grows as steps arrive, without a reload.
+  // `version` (the step again) is logged but not charted; an all-zero eval_accuracy sits on 0–1.
+  assert.is(await page.locator('figure.chart[data-metric="version"]').count(), 0);
+  assert.is(
+    await page.locator('figure.chart[data-metric="eval_accuracy"]').getAttribute('data-y-range'),
+    '0 1',
+  );
   await page.selectOption('#compare', 'finished');
   await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
+  // The jobs are named once, above the charts, not in a legend row of every chart.
+  assert.equal(await page.locator('#chart-legend .key').allInnerTexts(), ['train1', 'finished']);
+  assert.not.match(
+    await page.locator('figure.chart[data-metric="reward_mean"] .u-legend').innerText(),
+    /train1|finished/,
+  );
   await page.screenshot({ path: `${shots}job.png`, fullPage: true });
 
   // Actor actions, with confirmation: restart rollout-0 (it may restart once), kill rollout-1.
@@ -124,7 +175,37 @@ test('views show real data; a job is stopped from its page', async () => {
     (await trainerRestart.getAttribute('title')) ?? '',
     /allows no restarts \(maxRestarts 0\): a restart would kill it for good/,
   );
+  // Killing the trainer would end the job: the dialog says what the job leaves to resume from,
+  // and Cancel has the focus, so an Enter out of habit keeps it alive.
+  const dialogText = async () => {
+    await row('trainer').locator('button', { hasText: 'Kill' }).click();
+    await page.waitForSelector('#confirm[open]');
+    return page.locator('#confirm-text').innerText();
+  };
+  assert.match(
+    await dialogText(),
+    /It is the Trainer of running job train1: calls in flight to it fail; train_ppo cannot go on without its trainer: the job fails; no checkpoint: the \d+ steps done are lost\.$/,
+  );
+  assert.is(await page.evaluate(() => document.activeElement?.id), 'confirm-cancel');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#confirm:not([open])', { state: 'attached' });
+  // Once the driver reports a checkpoint, the dialog gives the flags that resume from it.
+  const reported = await apiCall(sb, 'POST', '/api/jobs/train1/report', {
+    checkpoint: { step: 12, resumeFlags: '--ckpt-path /data/ckpt --load-checkpoint' },
+  });
+  assert.is(reported.status, 200);
+  assert.match(
+    await dialogText(),
+    /the job fails; the last checkpoint is at step 12 \(steps 13–\d+ are lost\): run the same command with --ckpt-path \/data\/ckpt --load-checkpoint to resume from it\.$/,
+  );
+  await page.keyboard.press('Escape');
+  await page.waitForSelector('#confirm:not([open])', { state: 'attached' });
+  assert.is(
+    (await apiCall(sb, 'POST', '/api/jobs/train1/report', { checkpoint: { step: 'x' } })).status,
+    400,
+  );
   await row('rollout-1').locator('button', { hasText: 'Kill' }).click();
+  await page.waitForSelector('#confirm[open]');
   // The dialog says what happens to the running job the actor belongs to.
   assert.match(
     await page.locator('#confirm-text').innerText(),
@@ -136,11 +217,25 @@ test('views show real data; a job is stopped from its page', async () => {
       (tr) => /rollout-1/.test(tr.textContent ?? '') && /DEAD/.test(tr.textContent ?? ''),
     ),
   );
+  const causeOf = async (name: string) => {
+    const { body } = await apiCall<{ rows: { name: string; deathCause: string | null }[] }>(
+      sb,
+      'GET',
+      '/api/jobs/train1/actors',
+    );
+    return body.rows.find((x) => x.name === name)?.deathCause ?? '';
+  };
+  assert.match(await causeOf('rollout-1'), /: killed from the dashboard$/);
   await page.goBack();
   await page.waitForSelector('#stop-job');
 
   // Stop from the page, with confirmation.
   await page.click('#stop-job');
+  await page.waitForSelector('#confirm[open]');
+  assert.match(
+    await page.locator('#confirm-text').innerText(),
+    /cannot be resumed from here; the last checkpoint is at step 12 \(steps 13–\d+ are lost\): run the same command with --ckpt-path \/data\/ckpt --load-checkpoint to resume from it\.$/,
+  );
   await page.click('#confirm-ok');
   await page.waitForFunction(
     () => document.querySelector('#job-status')?.textContent === 'STOPPED',
@@ -159,6 +254,9 @@ test('views show real data; a job is stopped from its page', async () => {
     undefined,
     { timeout: 15000 },
   );
+
+  // Ended with its job, the trainer reads otherwise than the rollout killed from the dashboard.
+  assert.match(await causeOf('trainer'), /: (its job ended|its owner \S+ exited)$/);
 
   // Actors view: the job's rows in the paged table.
   await page.click('nav a[href="#/actors"]');
@@ -187,6 +285,36 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.keyboard.press('Enter');
   await page.waitForFunction(() => location.hash === '#/');
   assert.equal(errors, []);
+  assert.equal(failed, []);
+  await context.close();
+});
+
+test('a failed job shows the error line first, then its last output', async () => {
+  const r = await sb.run(['submit', '--job-id', 'died', '--', `${fixtures}throws.ts`]);
+  assert.is(r.code, 1);
+  const { dashboardUrl, token } = sb.clusterFile();
+  const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await context.newPage();
+  await page.goto(`${dashboardUrl}/login?token=${encodeURIComponent(token)}`);
+  // The jobs list names the error, not the Node.js version line the log ends with.
+  await page.click('nav a[href="#/jobs"]');
+  const why = 'RoleDiedError: the trainer died: killed from the dashboard';
+  assert.is(await page.locator('tr[data-job="died"] .reason').innerText(), why);
+  // The job page: the error line above the box of the last output, whose end is in view.
+  await page.click('tr[data-job="died"] a');
+  await page.waitForSelector('#job-reason');
+  assert.is(await page.locator('#job-reason').innerText(), why);
+  const reason = (await page.locator('#job-reason').boundingBox())!;
+  const box = (await page.locator('#job-message').boundingBox())!;
+  assert.ok(reason.y < box.y, 'the error line comes before the output');
+  assert.match(await page.locator('#job-message').innerText(), /step 29\/300/);
+  assert.ok(
+    await page
+      .locator('#job-message')
+      .evaluate((el) => el.scrollHeight > el.clientHeight && el.scrollTop > 0),
+    'the output box is scrolled to its end',
+  );
+  await page.screenshot({ path: `${shots}failed-job.png` });
   await context.close();
 });
 

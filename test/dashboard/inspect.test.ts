@@ -337,7 +337,8 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
       0,
       'equal settings are not in the diff',
     );
-    await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend >> text=ppo-b');
+    await page.waitForSelector('#chart-legend .key[data-job="ppo-b"]');
+    await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
     await page.screenshot({ path: `${shots}compare.png`, fullPage: true });
     await checkTokensAxis(page, ['ppo-a', 'ppo-b']);
 
@@ -345,15 +346,28 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     await page.click('nav a[href="#/actors"]');
     await page.waitForSelector('tr[data-actor]');
     assert.ok(await page.locator('tr[data-actor] button:has-text("Restart")').first().isDisabled());
+    // train_ppo's actors are named for their roles, and say that their own driver ended them.
+    const ofA = page.locator('tr[data-actor]:has(a[href="#/jobs/ppo-a"])');
+    assert.equal((await ofA.locator('td.name').allInnerTexts()).sort(), ['rollout-0', 'trainer']);
+    for (const cause of await ofA.locator('td.cause').allInnerTexts())
+      assert.match(cause, /: killed by its owner's kill\(\) call$/);
 
-    // 420 px: the page never scrolls sideways; wide tables scroll inside their box.
+    // 420 px: the page never scrolls sideways (sample turns wrap); wide tables scroll inside
+    // their box; the job summary is compact enough to leave the tabs on the first screen.
     await page.setViewportSize({ width: 420, height: 900 });
-    for (const view of ['#/', '#/jobs', '#/actors', '#/jobs/ppo-a/config']) {
+    const samples = '#/jobs/ppo-a/samples';
+    for (const view of ['#/', '#/jobs', '#/actors', '#/jobs/ppo-a/config', samples]) {
       await page.goto(`${new URL(link).origin}/${view}`);
-      await page.waitForSelector('main table, main .cards');
+      await page.waitForSelector(view === samples ? 'article.sample' : 'main table, main .cards');
       const wide = await page.evaluate(() => document.documentElement.scrollWidth);
       assert.ok(wide <= 420, `${view} is ${wide} px wide`);
+      if (view === samples) await page.screenshot({ path: `${shots}samples-420.png` });
     }
+    // Two compact columns of cards (one card per row, ~500 px, before).
+    const summary = (await page.locator('#job-summary').boundingBox())!;
+    assert.ok(summary.height < 260, `the summary is ${summary.height} px high`);
+    const tabs = (await page.locator('#tab-charts').boundingBox())!;
+    assert.ok(tabs.y + tabs.height < 900, `the tabs are at ${tabs.y} px`);
     await page.screenshot({ path: `${shots}narrow.png`, fullPage: false });
     assert.equal(errors, []);
     await page.context().close();

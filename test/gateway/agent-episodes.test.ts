@@ -106,6 +106,34 @@ test('a bad return value is a contract error; an agent that never calls the mode
   }
 });
 
+test('an agent that builds its client wrongly fails with the env.* settings it should use', async () => {
+  // The openai client falls back to OPENAI_API_KEY; without one it refuses to start.
+  delete process.env.OPENAI_API_KEY;
+  const { gateway, runner: r } = await setup();
+  try {
+    const errorOf = async (prompt: string) => {
+      const g = await r.runGroup(engine, sample(7, prompt, 1));
+      assert.is(g.status, 'failed');
+      return g.errors[0]!;
+    };
+    assert.match(
+      await errorOf('gpt-4o'),
+      /The model 'gpt-4o' does not exist; this gateway serves one model, '[^']+': pass env\.model as the model/,
+    );
+    assert.match(
+      await errorOf('own-key'),
+      /Incorrect API key provided: an agent's key is env\.apiKey, valid only while its episode runs \(build the client from env\.baseURL and env\.apiKey, not from OPENAI_API_KEY\)/,
+    );
+    assert.match(
+      await errorOf('env-key'),
+      /OPENAI_API_KEY[\s\S]*\(an agent calls the model through the gateway: build its client from env\.baseURL and env\.apiKey, and pass env\.model as the model\)/,
+    );
+    assert.is(gateway.openSessions, 0);
+  } finally {
+    await gateway.close();
+  }
+});
+
 test('an agent file exporting agent and step is refused; a non-function agent too', async () => {
   const { mkdtempSync, writeFileSync } = await import('node:fs');
   const { join } = await import('node:path');

@@ -27,6 +27,7 @@ test('tfjs-core kernel suite: every applicable spec passes on torch (CPU)', asyn
       `torch backend unavailable: ${(e as Error).message} — install libtorch-dev (Debian) or set RTJOB_LIBTORCH`,
     );
   }
+  // The suite's child registers torch itself; this check names a missing libtorch first.
   const r = await runTfjsCoreSuite('torch');
   console.log(
     `tfjs-core suite on torch: ${r.passed} passed, ${r.failed} failed, ${r.notApplicable} not applicable`,

@@ -3,16 +3,12 @@
  * whose op runs a kernel the backend registers (112 files, ~1,970 specs; ~90 s here). The specs
  * that fail are known and listed with their reason, so a new failure, or a fixed one, fails here.
  */
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-webgpu';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { swiftShaderEnv } from '../../model/backends/webgpu/dawn.ts';
-import { buildKernelSuite, selectOpTests } from '../fixtures/model/tfjs-kernel-suite.ts';
+import { runTfjsCoreSuite } from './tfjs-core-suite.ts';
 
 /** Specs (full names without the environment part) that fail on SwiftShader, by reason. */
 const knownFailures: Record<string, string[]> = {
@@ -48,32 +44,16 @@ const knownFailures: Record<string, string[]> = {
 const swiftShader = swiftShaderEnv();
 
 test("tfjs-core's op suite passes on webgpu (SwiftShader) but for the known failures", async () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader (apt-get install chromium)');
-  const registered = new Set(tf.getKernelsForBackend('webgpu').map((k) => k.kernelName));
-  const files = selectOpTests(registered);
-  assert.ok(files.length >= 100, `${files.length} test files`);
-  const dir = mkdtempSync(join(tmpdir(), 'rtjob-tfjs-suite-'));
-  try {
-    const bundle = await buildKernelSuite(
-      files.map((f) => f.file),
-      dir,
-    );
-    const r = spawnSync(process.execPath, [bundle], {
-      env: { ...process.env, ...swiftShader },
-      encoding: 'utf8',
-      timeout: 600_000,
-      maxBuffer: 64 * 2 ** 20,
-    });
-    const line = r.stdout.split('\n').find((l) => l.startsWith('SUITE '));
-    assert.ok(line, `no summary (status ${r.status}): ${r.stderr.slice(-2000)}`);
-    const s = JSON.parse(line.slice(6)) as { passed: number; failed: number; failures: string[] };
-    console.log(`  ${files.length} files: ${s.passed} passed, ${s.failed} failed`);
-    const failed = s.failures.map((f) => f.split(' :: ')[0]!.replace(/ webgpu \{[^}]*\}/, ''));
-    assert.equal(failed.sort(), Object.values(knownFailures).flat().sort());
-    assert.ok(s.passed >= 1900, `${s.passed} passed`);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
+  const kernels = new Set(tf.getKernelsForBackend('webgpu').map((k) => k.kernelName));
+  const s = await runTfjsCoreSuite('webgpu', { kernels, env: swiftShader });
+  console.log(
+    `  ${s.files} files: ${s.passed} passed, ${s.failed} failed, ${s.notApplicable} not applicable`,
+  );
+  assert.ok(s.files >= 100, `${s.files} test files`);
+  const failed = s.failures.map((f) => f.name.replace(/ webgpu \{[^}]*\}/, ''));
+  assert.equal(failed.sort(), Object.values(knownFailures).flat().sort());
+  assert.ok(s.passed >= 1900, `${s.passed} passed`);
 });
 
 test.run();

@@ -5,12 +5,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Rollout } from '../../roles/rollout.ts';
+import { Reference } from '../../roles/reference.ts';
 import { Trainer } from '../../roles/trainer.ts';
 import { makeExperience } from '../../algorithms/experience.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // Sync train_ppo takes the engine's behaviour logprobs as PPO's old logprobs instead of
-// recomputing them; that is sound only if they match the trainer's own forward pass.
+// recomputing them; that is sound only if they match the trainer's own forward pass. The
+// reference of the same checkpoint, before any update, answers the trainer's rows exactly.
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-lp-'));
 let model = '';
@@ -37,8 +39,9 @@ for (const temperature of [1, 0.7]) {
       microTrainBatchSize: 4,
       temperature,
     });
+    const reference = new Reference({ pretrain: model, temperature });
     try {
-      await Promise.all([rollout.ready(), trainer.ready()]);
+      await Promise.all([rollout.ready(), trainer.ready(), reference.ready()]);
       const items = [0, 1, 2].map((i) => ({
         index: i,
         prompt: `What is ${i}+2?`,
@@ -62,9 +65,13 @@ for (const temperature of [1, 0.7]) {
       });
       assert.ok(checked > 50, `compared ${checked} tokens`);
       assert.ok(worst < 1e-4, `max |engine − trainer| = ${worst}`);
+      const seqs = samples.map((s) => Array.from(s.inputIds));
+      assert.equal(reference.logprobs(seqs), recomputed, 'rows of L−1, as the trainer');
+      assert.is(recomputed[0]!.length, seqs[0]!.length - 1);
     } finally {
       await rollout.close();
       trainer.dispose();
+      reference.dispose();
     }
   });
 }

@@ -1,7 +1,8 @@
 /**
- * How the job page lays out train_ppo's metrics, sent with the run's report: reward first, then
- * the policy, timing and system groups, the key charts of each first, the step time split as one
- * chart with a line per phase. The dashboard knows no metric by name; this table does.
+ * How the dashboard presents a train_ppo job, sent with the run's report. Its metrics: reward
+ * first, then the policy, timing and system groups, the key charts of each first, the step time
+ * split as one chart with a line per phase. Its roles: what losing each one does to the run. The
+ * dashboard knows no metric or role by name; these tables do.
  *
  * @module
  */
@@ -38,7 +39,7 @@ export const trainPpoCharts: NonNullable<JobReport['charts']> = {
     },
     {
       title: 'System',
-      first: ['buffer_fill', 'version', 'samples', 'episodes', 'episodes_failed', 'groups_dropped'],
+      first: ['buffer_fill', 'samples', 'episodes', 'episodes_failed', 'groups_dropped'],
     },
   ],
   multi: {
@@ -48,4 +49,17 @@ export const trainPpoCharts: NonNullable<JobReport['charts']> = {
     },
   },
   neverFolded: ['reward_mean', 'eval_accuracy'],
+  // The weights' version is the step again (sync), or the step less the staleness (async), which
+  // has charts of its own.
+  hidden: ['version'],
+};
+
+/** What losing each train_ppo role does to the run (`report.roles`, by actor class). */
+export const trainPpoRoles: NonNullable<JobReport['roles']> = {
+  Rollout: {
+    fate: 'train_ppo restarts a rollout that dies (up to 3 times) and re-runs its in-flight groups, so the job goes on',
+  },
+  Trainer: { fate: 'train_ppo cannot go on without its trainer', fatal: true },
+  Reference: { fate: 'train_ppo cannot go on without its reference model', fatal: true },
+  Critic: { fate: 'train_ppo cannot go on without its critic', fatal: true },
 };

@@ -8,6 +8,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { GroupResult } from '../../agents/episode-runner.ts';
+import type { JobCheckpoint } from '../../runtime/metrics.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { createKlController } from '../../algorithms/kl.ts';
 import { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
@@ -156,6 +157,15 @@ export async function afterStep(ctx: RunContext, values: Record<string, number>)
   if (o.saveSteps > 0 && state.step % o.saveSteps === 0) await saveCheckpoint(ctx);
 }
 
+/** The checkpoint `ckptPath/latest` names, and the flags that resume from it; none without one. */
+export function latestCheckpoint(ckptPath: string): JobCheckpoint | undefined {
+  const latest = join(resolve(ckptPath), 'latest');
+  if (!existsSync(latest)) return undefined;
+  const step = Number(/^global_step_(\d+)$/.exec(readFileSync(latest, 'utf8').trim())?.[1]);
+  if (!Number.isInteger(step)) return undefined;
+  return { step, resumeFlags: `--ckpt-path ${resolve(ckptPath)} --load-checkpoint` };
+}
+
 /** Writes `ckpt_path/global_step_N` (weights, optimizer, data position, step, KL coef) and `latest`. */
 export async function saveCheckpoint(ctx: RunContext): Promise<string> {
   const dir = join(resolve(ctx.o.ckptPath), `global_step_${ctx.state.step}`);
@@ -165,6 +175,7 @@ export async function saveCheckpoint(ctx: RunContext): Promise<string> {
   if (ctx.roles.critic) await ctx.roles.critic.saveCheckpoint(join(dir, 'critic'));
   writeFileSync(join(resolve(ctx.o.ckptPath), 'latest'), `global_step_${ctx.state.step}\n`);
   ctx.log.line(`ckpt  step ${ctx.state.step} -> ${dir}`);
+  ctx.log.report?.({ checkpoint: latestCheckpoint(ctx.o.ckptPath) });
   return dir;
 }
 

@@ -92,8 +92,4 @@ export class TrainPpoError extends RtjobError<TrainPpoErrorCode> {
   override get name(): string {
     return 'TrainPpoError';
   }
-
-  constructor(code: TrainPpoErrorCode, message: string, opts: { cause?: unknown } = {}) {
-    super(code, message, opts);
-  }
 }

@@ -8,19 +8,20 @@
  *
  * @module
  */
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readEnv } from '../../runtime/env.ts';
+import { resumeAdvice } from '../../runtime/format.ts';
 import { metrics } from '../../runtime/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
-import { trainPpoCharts } from './charts.ts';
+import { trainPpoCharts, trainPpoRoles } from './charts.ts';
 import { isRoleDied } from './errors.ts';
 import { runIfMain } from '../driver-flags.ts';
 import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
 import { inProcessRoles, type Roles } from './roles.ts';
-import { finishRun, prepareRun } from './context.ts';
+import { finishRun, latestCheckpoint, prepareRun } from './context.ts';
 import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 
@@ -138,18 +139,21 @@ export async function trainPpo(
     config: flagConfig(o, argv, env),
     headline: o.evalDataset ? 'eval_accuracy' : 'reward_mean',
     charts: trainPpoCharts,
+    roles: trainPpoRoles,
     outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
   });
   const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;
   const roles = await place(o, perEpoch);
+  let stepsDone = 0;
   try {
     const ctx = await prepareRun(o, roles, log);
+    stepsDone = ctx.state.step;
     log.report?.({ totalSteps: ctx.totalSteps });
-    if (o.asyncTrain) await asyncLoop(ctx);
-    else await syncLoop(ctx);
+    const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
+    await done.finally(() => (stepsDone = ctx.state.step));
     return await finishRun(ctx);
   } catch (err) {
-    if (isRoleDied(err)) throw err.withHint(resumeHint(o));
+    if (isRoleDied(err)) throw err.withHint(resumeHint(o, stepsDone));
     throw err;
   } finally {
     await roles.close();
@@ -157,14 +161,14 @@ export async function trainPpo(
   }
 }
 
-/** How to go on after a role died: the latest checkpoint and the flag that resumes from it. */
-export function resumeHint(o: TrainPpoOptions): string {
-  const latest = join(resolve(o.ckptPath), 'latest');
-  if (!existsSync(latest)) {
-    return `no checkpoint was saved (use --save-steps N to checkpoint every N steps), so the run cannot resume`;
-  }
-  const dir = join(resolve(o.ckptPath), readFileSync(latest, 'utf8').trim());
-  return `the last checkpoint is ${dir}; run the same command with --load-checkpoint to resume from it`;
+/**
+ * How to go on after a role died, from what is on disk: the latest checkpoint and the exact flags
+ * that resume a new run from it, or, with none, how many steps are lost.
+ */
+export function resumeHint(o: TrainPpoOptions, stepsDone: number): string {
+  const checkpoint = latestCheckpoint(o.ckptPath);
+  const advice = resumeAdvice(checkpoint, stepsDone);
+  return checkpoint ? advice : `${advice} (--save-steps N saves a checkpoint every N steps)`;
 }
 
 async function remotePlacement(): Promise<

@@ -119,10 +119,17 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
       ? { placementGroup: pg, bundleIndex: p.bundleIndex }
       : {}),
   });
+  // Each actor is named for its role, under the job's id (names are unique in a cluster, and two
+  // runs may share one): `job_…/rollout-0`, `job_…/trainer`; the dashboard shows the role part.
+  const run = randomUUID().slice(0, 8);
+  const scope = readEnv('RTJOB_JOB_ID') ?? `train_ppo-${run}`;
+  const named = (role: string, rank: number, of: number) =>
+    `${scope}/${role}${of > 1 || role === 'rollout' ? `-${rank}` : ''}`;
   const handles: ActorHandle<unknown>[] = [];
   const rolloutHandles: ActorHandle<Rollout>[] = [];
   const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) => {
     const h = RolloutActor.options({
+      name: named('rollout', i, o.rolloutNumEngines),
       ...place(placement.rollout(i)),
       maxConcurrency: 100000,
       maxRestarts: rolloutMaxRestarts,
@@ -133,11 +140,11 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     return remote(h, 'rollout');
   });
   // Data-parallel ranks meet in a collective group named for this run.
-  const run = randomUUID().slice(0, 8);
   const dp = (role: string, rank: number, worldSize: number) =>
     worldSize > 1 ? { dataParallel: { group: `${role}-${run}`, rank, worldSize } } : {};
   const trainerRanks = Array.from({ length: o.actorNumReplicas }, (_, rank) => {
     const h = TrainerActor.options({
+      name: named('trainer', rank, o.actorNumReplicas),
       ...place(placement.role('trainer', rank)),
       maxConcurrency: 1,
       env,
@@ -150,16 +157,22 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   const trainerHandle = handles[rollouts.length]!;
   let reference: Remote<Reference> | undefined;
   if (o.initKlCoef > 0) {
-    const h = ReferenceActor.options({ ...place(placement.role('reference')), env }).remote(
-      inits.reference,
-    );
+    const h = ReferenceActor.options({
+      name: named('reference', 0, 1),
+      ...place(placement.role('reference')),
+      env,
+    }).remote(inits.reference);
     handles.push(h);
     reference = remote(h, 'reference');
   }
   let critic: Remote<Critic> | undefined;
   if (o.advantageEstimator === 'gae') {
     const ranks = Array.from({ length: o.criticNumReplicas }, (_, rank) => {
-      const h = CriticActor.options({ ...place(placement.role('critic', rank)), env }).remote({
+      const h = CriticActor.options({
+        name: named('critic', rank, o.criticNumReplicas),
+        ...place(placement.role('critic', rank)),
+        env,
+      }).remote({
         ...inits.critic,
         ...dp('critic', rank, o.criticNumReplicas),
       });

@@ -6,7 +6,7 @@
 import { api } from './api.ts';
 import { badge, h, time } from './dom.ts';
 import { main, page, refreshOn, jobLink } from './page.ts';
-import { actorActions, runningJobs } from './actors-view.ts';
+import { actorActions, actorName, runningJobs } from './actors-view.ts';
 
 export async function actorView(actorId: string): Promise<void> {
   const info = h('section', {});
@@ -23,7 +23,7 @@ export async function actorView(actorId: string): Promise<void> {
       runningJobs(),
     ]);
     info.replaceChildren(
-      h('h1', {}, a.name ?? a.actorId, ' ', badge(a.state)),
+      h('h1', {}, actorName(a) ?? a.actorId, ' ', badge(a.state)),
       h(
         'dl',
         {},

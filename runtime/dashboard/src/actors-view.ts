@@ -5,9 +5,18 @@
  * @module
  */
 import { type ActorPageQuery, type ActorView, api, type JobInfo } from './api.ts';
-import { duration } from '../../format.ts';
+import { duration, resumeAdvice } from '../../format.ts';
 import { badge, confirmAction, h, toast } from './dom.ts';
 import { main, page, readOnlyWhy, refreshOn, jobLink } from './page.ts';
+
+/**
+ * An actor's name as a table shows it: without its job's id in front (drivers scope names by job,
+ * `job_…/trainer`, as names are unique in a cluster), so the role reads first.
+ */
+export function actorName(a: ActorView): string | null {
+  if (a.name === null || a.name === undefined) return null;
+  return a.jobId && a.name.startsWith(`${a.jobId}/`) ? a.name.slice(a.jobId.length + 1) : a.name;
+}
 
 const actorColumns: [keyof ActorView, string][] = [
   ['actorId', 'Actor'],
@@ -103,7 +112,7 @@ export async function actorsView(): Promise<void> {
                   ),
                 ),
                 h('td', {}, a.className),
-                h('td', {}, a.name ?? ''),
+                h('td', { class: 'name', title: a.name ?? '' }, actorName(a) ?? ''),
                 h('td', {}, badge(a.state)),
                 h('td', {}, a.nodeId ?? ''),
                 h('td', {}, a.pid ?? ''),
@@ -157,25 +166,25 @@ export async function actorsView(): Promise<void> {
   refreshOn(['cluster'], load, () => true, 1000);
 }
 
-/** train_ppo's roles, and what losing one does to its running job. */
-const roleFate: Record<string, string> = {
-  Rollout:
-    'train_ppo restarts a rollout that dies (up to 3 times) and re-runs its in-flight groups, so the job goes on',
-  Trainer:
-    'train_ppo cannot go on without its trainer: the job fails (resume it from its last checkpoint with --load-checkpoint)',
-  Reference: 'train_ppo cannot go on without its reference model: the job fails',
-  Critic:
-    'train_ppo cannot go on without its critic: the job fails (resume it from its last checkpoint with --load-checkpoint)',
-};
-
-/** What killing or restarting `a` does to the job it belongs to, when that job is running. */
-function jobConsequence(a: ActorView, running: ReadonlyMap<string, JobInfo>): string {
-  const job = a.jobId ? running.get(a.jobId) : undefined;
-  if (!job) return '';
-  const trainPpo = job.entrypoint[0] === 'train_ppo';
-  const fate =
-    (trainPpo ? roleFate[a.className] : undefined) ??
-    "whether the job goes on depends on its driver handling the actor's death";
+/**
+ * What killing or restarting `a` does to the job it belongs to, when that job is running: the fate
+ * its driver reported for the actor's class (`report.roles`), and for a fatal one what the job
+ * leaves to resume from, read now (a checkpoint may have been written since the page loaded).
+ */
+async function jobConsequence(
+  a: ActorView,
+  running: ReadonlyMap<string, JobInfo>,
+): Promise<string> {
+  if (!a.jobId || !running.has(a.jobId)) return '';
+  const job = await api
+    .call('GET /api/jobs/:jobId', { params: { jobId: a.jobId } })
+    .catch(() => running.get(a.jobId!)!);
+  const role = job.report?.roles?.[a.className];
+  const fate = !role
+    ? "whether the job goes on depends on its driver handling the actor's death"
+    : role.fatal
+      ? `${role.fate}: the job fails; ${resumeAdvice(job.report?.checkpoint, job.progress?.step ?? null)}`
+      : role.fate;
   return ` It is the ${a.className} of running job ${a.jobId}: calls in flight to it fail; ${fate}.`;
 }
 
@@ -196,7 +205,7 @@ export function actorActions(
   after: () => Promise<void>,
   running: ReadonlyMap<string, JobInfo> = new Map(),
 ): HTMLElement {
-  const name = `${a.name ?? a.actorId} (${a.className})`;
+  const name = `${actorName(a) ?? a.actorId} (${a.className})`;
   const kill = h(
     'button',
     {
@@ -209,7 +218,7 @@ export function actorActions(
   kill.addEventListener('click', async () => {
     if (
       !(await confirmAction(
-        `Kill ${name}? Its process is killed and it is not restarted.${jobConsequence(a, running)}`,
+        `Kill ${name}? Its process is killed and it is not restarted.${await jobConsequence(a, running)}`,
       ))
     )
       return;
@@ -236,7 +245,7 @@ export function actorActions(
       a.maxRestarts === undefined || a.maxRestarts < 0
         ? ''
         : ` (restart ${a.restarts + 1} of the ${a.maxRestarts} it allows)`;
-    const text = `Restart ${name}? Its process is killed and the runtime starts a new one${left}: its constructor runs again and its in-memory state is lost.${jobConsequence(a, running)}`;
+    const text = `Restart ${name}? Its process is killed and the runtime starts a new one${left}: its constructor runs again and its in-memory state is lost.${await jobConsequence(a, running)}`;
     if (!(await confirmAction(text))) return;
     await api
       .call('POST /api/actors/:actorId/restart', { params: { actorId: a.actorId } })

@@ -1,7 +1,9 @@
 /**
  * Training charts: one small uPlot chart per metric, in the groups and order the job reported
  * (`report.charts`: for train_ppo reward, policy, timing, system, the key ones first), and a
- * second line when a job is compared. Drag to zoom a range,
+ * second line when a job is compared, named once in a legend above the charts (each chart's own
+ * legend shows only the hovered values). Metrics the job reported as `hidden` are not charted.
+ * Drag to zoom a range,
  * double-click to reset; hovering shows every line's value at that step. Integer step ticks,
  * single points drawn, an EMA smoothing control, and an x axis in steps, wall time or generated
  * tokens (so runs that generate at different lengths compare by compute). Metrics
@@ -21,6 +23,7 @@ interface Layout {
   groups: { title: string; first: string[]; match: (name: string) => boolean }[];
   multi: Record<string, { title: string; members: string[] }>;
   neverFolded: Set<string>;
+  hidden: Set<string>;
   /** Metric → the multi-line chart it is drawn in. */
   inMulti: Map<string, string>;
 }
@@ -44,6 +47,7 @@ function resolveLayout(l: ChartLayout | undefined): Layout {
     groups,
     multi,
     neverFolded: new Set(l?.neverFolded ?? []),
+    hidden: new Set(l?.hidden ?? []),
     inMulti: new Map(
       Object.entries(multi).flatMap(([name, g]) => g.members.map((m) => [m, name] as const)),
     ),
@@ -234,7 +238,9 @@ export class MetricCharts {
   #names(): { charts: string[]; constant: [string, number][] } {
     const all = new Set<string>();
     const constant: [string, number][] = [];
-    for (const s of this.#series) for (const k of s.data.byMetric.keys()) all.add(k);
+    const { hidden } = this.#layoutOf;
+    for (const s of this.#series)
+      for (const k of s.data.byMetric.keys()) if (!hidden.has(k)) all.add(k);
     const charts = new Set<string>();
     const { inMulti } = this.#layoutOf;
     for (const k of [...all].sort()) {
@@ -362,11 +368,38 @@ export class MetricCharts {
     // A line with one or two points is drawn as points, so a first step is visible.
     const fewPoints = (u: uPlot, si: number) =>
       (u.data[si] as (number | null)[]).filter((v) => v !== null).length <= 2;
+    // A flat line sits on a small range around its value (a zero one on 0–1, not −1–1); a metric
+    // that is never negative keeps 0 as its floor.
+    const yRange = (_u: uPlot, min: number, max: number): uPlot.Range.MinMax => {
+      if (min === max) {
+        const pad = Math.abs(min) * 0.1 || 1;
+        return [min >= 0 ? Math.max(0, min - pad) : min - pad, max + pad];
+      }
+      const [lo, hi] = uPlot.rangeNum(min, max, 0.1, true);
+      return [min >= 0 ? Math.max(0, lo!) : lo, hi];
+    };
     const yValues = (_u: uPlot, splits: number[]) => {
       const span = Math.max(...splits) - Math.min(...splits);
       const digits = span === 0 ? 2 : Math.max(0, Math.min(6, 2 - Math.floor(Math.log10(span))));
       return splits.map((v) => (Math.abs(v) >= 1e4 ? v.toExponential(1) : v.toFixed(digits)));
     };
+    // One legend for the jobs, when there are several: each chart's legend then shows only values.
+    if (this.#series.length > 1) {
+      this.#root.append(
+        h(
+          'p',
+          { class: 'chart-legend', id: 'chart-legend' },
+          this.#series.map((s, i) =>
+            h(
+              'span',
+              { class: 'key', 'data-job': s.label },
+              h('i', { style: `background:${colors[i % colors.length]}` }),
+              s.label,
+            ),
+          ),
+        ),
+      );
+    }
     for (const group of groups) {
       const box = h('div', { class: 'chart-group', 'data-group': group.title });
       this.#root.append(h('h3', {}, group.title), box);
@@ -374,7 +407,7 @@ export class MetricCharts {
         const m = this.#layoutOf.multi[name];
         const fig = h(
           'figure',
-          { class: 'chart', 'data-metric': name },
+          { class: m ? 'chart' : 'chart by-job', 'data-metric': name },
           h('figcaption', {}, m ? m.title : name),
         );
         box.append(fig);
@@ -382,13 +415,14 @@ export class MetricCharts {
           {
             width: this.#width(),
             height: 180,
-            // A flat series gets a small range around its value, not 0–100.
-            scales: {
-              x: { time: false },
-              y: {
-                range: (_u, min, max) =>
-                  min === max ? [min - 1, max + 1] : uPlot.rangeNum(min, max, 0.1, true),
-              },
+            scales: { x: { time: false }, y: { range: yRange } },
+            // The y range shown, on the figure (for a reader of the page without the canvas).
+            hooks: {
+              setScale: [
+                (u, key) => {
+                  if (key === 'y') fig.dataset.yRange = `${u.scales.y!.min} ${u.scales.y!.max}`;
+                },
+              ],
             },
             axes: [xAxis, { ...axis, size: 64, values: yValues }],
             cursor: { drag: { x: true, y: false } },

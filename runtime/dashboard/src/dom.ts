@@ -59,7 +59,10 @@ export function bar(label: string, used: number, total: number, text: string): H
   );
 }
 
-/** Asks for confirmation in the page's modal dialog; resolves true on Confirm. */
+/**
+ * Asks for confirmation in the page's modal dialog; resolves true on Confirm. Cancel has the
+ * focus, so an Enter pressed out of habit does nothing destructive.
+ */
 export function confirmAction(text: string): Promise<boolean> {
   const dialog = document.getElementById('confirm') as HTMLDialogElement;
   (document.getElementById('confirm-text') as HTMLElement).textContent = text;
@@ -67,7 +70,7 @@ export function confirmAction(text: string): Promise<boolean> {
     dialog.addEventListener('close', () => resolve(dialog.returnValue === 'ok'), { once: true });
     dialog.returnValue = 'cancel';
     dialog.showModal();
-    (document.getElementById('confirm-ok') as HTMLButtonElement).focus();
+    (document.getElementById('confirm-cancel') as HTMLButtonElement).focus();
   });
 }
 

@@ -8,7 +8,9 @@ import { type ActorView, api, type JobInfo, logTailPath, type MetricsEvent } fro
 import { MetricCharts, tokensMetric, type XAxis } from './charts.ts';
 import { configTable, diffTable, jobSummary } from './job-summary.ts';
 import { samplesView } from './samples-view.ts';
+import { actorName } from './actors-view.ts';
 import { cpuText, rssText } from './cluster-view.ts';
+import { failureReason, resumeAdvice } from '../../format.ts';
 import { badge, confirmAction, h, time, toast } from './dom.ts';
 import { main, page, readOnlyWhy, refreshOn, jobDuration } from './page.ts';
 
@@ -167,9 +169,15 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
       'Stop job',
     );
     stop.addEventListener('click', async () => {
+      // What it leaves to resume from, read now: a checkpoint may have been written since.
+      const now = await getJob(j.jobId).catch(() => j);
+      const left =
+        now.report?.checkpoint || now.progress?.step
+          ? `; ${resumeAdvice(now.report?.checkpoint, now.progress?.step ?? null)}`
+          : '';
       if (
         !(await confirmAction(
-          `Stop job ${j.jobId}? Its driver gets SIGTERM, then SIGKILL after a grace period; every actor it created is killed. The job ends STOPPED and cannot be resumed from here (train_ppo resumes from its last checkpoint with --load-checkpoint).`,
+          `Stop job ${j.jobId}? Its driver gets SIGTERM, then SIGKILL after a grace period; every actor it created is killed. The job ends STOPPED and cannot be resumed from here${left}.`,
         ))
       )
         return;
@@ -187,6 +195,10 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
         ` · submitted ${time(j.submittedAt)} · ran ${jobDuration(j)}`,
         j.exitCode !== null ? ` · exit code ${j.exitCode}` : '',
       ),
+      // A failure's own line first (the error, not the top of the log), then the last output.
+      j.status === 'FAILED' && j.message
+        ? h('p', { class: 'error failure', id: 'job-reason' }, failureReason(j.message))
+        : '',
       j.message
         ? h(
             'pre',
@@ -195,6 +207,9 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
           )
         : '',
     );
+    // The log's end is nearest the failure: show it, not its top.
+    const pre = header.querySelector('#job-message');
+    if (pre && j.status === 'FAILED') pre.scrollTop = pre.scrollHeight;
     config.replaceChildren(
       h(
         'dl',
@@ -427,7 +442,11 @@ function roleTable(list: ActorView[]): HTMLElement {
             h(
               'td',
               {},
-              h('a', { href: `#/actors/${encodeURIComponent(a.actorId)}` }, a.name ?? a.actorId),
+              h(
+                'a',
+                { href: `#/actors/${encodeURIComponent(a.actorId)}` },
+                actorName(a) ?? a.actorId,
+              ),
             ),
             h('td', {}, badge(a.state)),
             h('td', { class: 'num cpu' }, cpuText(a.cpuPercent)),

@@ -5,18 +5,13 @@
  * @module
  */
 import { api, type JobInfo } from './api.ts';
-import { duration } from '../../format.ts';
+import { duration, failureReason } from '../../format.ts';
 import { badge, h, time } from './dom.ts';
 import { main, refreshOn, jobLink, jobDuration } from './page.ts';
 
-/** The line of a failed job's message that says why (the last non-empty one). */
-function failureReason(j: JobInfo): string {
-  const line =
-    j.message
-      .split('\n')
-      .map((l) => l.trim())
-      .filter(Boolean)
-      .at(-1) ?? '';
+/** The line of a failed job's message that says why, cut to fit a table cell. */
+function reasonCell(j: JobInfo): string {
+  const line = failureReason(j.message);
   return line.length > 140 ? `${line.slice(0, 140)}…` : line;
 }
 
@@ -78,7 +73,7 @@ export function jobsTable(jobs: JobInfo[]): HTMLElement {
               {},
               badge(j.status),
               j.status === 'FAILED' && j.message
-                ? h('div', { class: 'reason error', title: j.message }, failureReason(j))
+                ? h('div', { class: 'reason error', title: j.message }, reasonCell(j))
                 : null,
             ),
             h('td', {}, progressCell(j)),

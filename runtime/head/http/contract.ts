@@ -20,6 +20,7 @@ import type {
   ConfigRow,
   JobInfo,
   JobProgress,
+  JobCheckpoint,
   JobReport,
   JobSample,
   JobStatus,
@@ -42,6 +43,7 @@ import type {
 export type {
   ChartLayout,
   ConfigRow,
+  JobCheckpoint,
   JobProgress,
   JobReport,
   JobSample,

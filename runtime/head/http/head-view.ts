@@ -169,14 +169,16 @@ export function headClusterView(head: Head): ClusterView {
       });
     },
     actors,
-    killActor: async (id, o) => head.killActor(id, { noRestart: o.noRestart }),
-    restartActor: async (id) => head.killActor(id, { noRestart: false }),
+    killActor: async (id, o) =>
+      head.killActor(id, { noRestart: o.noRestart, why: 'killed from the dashboard' }),
+    restartActor: async (id) =>
+      head.killActor(id, { noRestart: false, why: 'restarted from the dashboard' }),
     callsTotal: () => head.callsTotal,
     placementGroups: () => head.listPlacementGroups(),
     killJobActors: async (jobId) => {
       for (const a of actors())
         if (a.jobId === jobId && !a.detached && a.state !== 'DEAD')
-          head.killActor(a.actorId, { noRestart: true });
+          head.killActor(a.actorId, { noRestart: true, why: 'its job ended' });
     },
     onChange: (listener) => {
       const onActor = () => listener('actor');

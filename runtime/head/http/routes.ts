@@ -78,8 +78,8 @@ export interface RouteContext {
    * `fromStep` is the smallest step of the metric rows stored.
    */
   metricsChanged(jobId: string, fromStep?: number): void;
-  /** Anything outside `/api/` and `/metrics`: the dashboard's files. */
-  serveStatic(res: ServerResponse, pathname: string): void;
+  /** Anything outside `/api/` and `/metrics`: the dashboard's files (gzipped when accepted). */
+  serveStatic(req: IncomingMessage, res: ServerResponse, pathname: string): void;
 }
 
 /** Reads the query of route `K` by the contract's names, so a renamed parameter fails to compile. */
@@ -313,6 +313,29 @@ export function apiRoutes(
       }
       if (body.config !== undefined && !Array.isArray(body.config))
         throw new OpsError('BAD_REQUEST', 'config must be an array of rows');
+      const c = body.checkpoint as { step?: unknown; resumeFlags?: unknown } | undefined;
+      if (
+        c !== undefined &&
+        (typeof c !== 'object' ||
+          c === null ||
+          typeof c.step !== 'number' ||
+          !(c.step >= 0) ||
+          typeof c.resumeFlags !== 'string')
+      ) {
+        throw new OpsError(
+          'BAD_REQUEST',
+          'checkpoint must be { step: a non-negative number, resumeFlags: a string }',
+        );
+      }
+      const roles = body.roles as Record<string, { fate?: unknown }> | undefined;
+      if (
+        roles !== undefined &&
+        (typeof roles !== 'object' ||
+          roles === null ||
+          Object.values(roles).some((r) => typeof r?.fate !== 'string'))
+      ) {
+        throw new OpsError('BAD_REQUEST', 'roles must map class names to { fate: a string }');
+      }
       const report = store.mergeReport(params.jobId, body as JobReport);
       ctx.metricsChanged(params.jobId);
       return report;
@@ -405,7 +428,7 @@ export function apiRoutes(
       return;
     }
     if (!u.pathname.startsWith('/api/') && u.pathname !== '/api')
-      return ctx.serveStatic(res, u.pathname);
+      return ctx.serveStatic(req, res, u.pathname);
     if (u.pathname === eventsPath && method === 'GET') return ctx.subscribe(req, res);
 
     if (ctx.readOnly && method !== 'GET' && method !== 'HEAD') {

@@ -6,6 +6,7 @@
  * @module
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { extname, join, normalize, sep } from 'node:path';
@@ -100,7 +101,7 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
       req.on('close', () => sse.delete(res));
     },
     metricsChanged: (jobId, fromStep) => metricsChanged(jobId, fromStep),
-    serveStatic: (res, pathname) => serveStatic(res, pathname),
+    serveStatic: (req, res, pathname) => serveStatic(req, res, pathname),
   });
 
   // Metric rows can arrive every few ms; subscribers hear about each job at most 4 times a second,
@@ -129,7 +130,16 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
     }, 500);
   });
 
-  const serveStatic = (res: ServerResponse, pathname: string) => {
+  // Text files gzipped once per build (app.js is ~5× smaller), keyed by path and mtime.
+  const gzipped = new Map<string, { mtimeMs: number; body: Buffer }>();
+  const gzipOf = (file: string, mtimeMs: number): Buffer => {
+    const hit = gzipped.get(file);
+    if (hit?.mtimeMs === mtimeMs) return hit.body;
+    const body = gzipSync(readFileSync(file));
+    gzipped.set(file, { mtimeMs, body });
+    return body;
+  };
+  const serveStatic = (req: IncomingMessage, res: ServerResponse, pathname: string) => {
     const dir = opts.dashboardDir;
     if (!dir) return send(res, 404, { error: 'NOT_FOUND', message: 'no dashboard in this build' });
     // Client-side routes (#/jobs/x) all load index.html; only real files have an extension.
@@ -138,14 +148,20 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
     if (!file.startsWith(dir + sep) || !existsSync(file) || !statSync(file).isFile()) {
       return send(res, 404, { error: 'NOT_FOUND', message: `no file ${pathname}` });
     }
+    const type = mime[extname(file)] ?? 'application/octet-stream';
+    const gzip =
+      /^text\/|^application\/json|^image\/svg/.test(type) &&
+      /\bgzip\b/.test(String(req.headers['accept-encoding'] ?? ''));
     res.writeHead(200, {
-      'content-type': mime[extname(file)] ?? 'application/octet-stream',
+      'content-type': type,
       'cache-control': 'no-cache',
+      vary: 'accept-encoding',
+      ...(gzip ? { 'content-encoding': 'gzip' } : {}),
       'x-content-type-options': 'nosniff',
       'content-security-policy':
         "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:",
     });
-    res.end(readFileSync(file));
+    res.end(gzip ? gzipOf(file, statSync(file).mtimeMs) : readFileSync(file));
   };
 
   const server = createServer((req, res) => {

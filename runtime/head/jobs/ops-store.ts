@@ -110,7 +110,21 @@ export interface JobReport {
   charts?: ChartLayout;
   config?: ConfigRow[];
   outputs?: Record<string, string>;
+  /**
+   * What losing one of the job's actors does to the job, by the actor's class name: the
+   * dashboard says it before a kill or restart. `fatal`: the job fails without it.
+   */
+  roles?: Record<string, { fate: string; fatal?: boolean }>;
+  /** The job's latest checkpoint (see {@link JobCheckpoint}). */
+  checkpoint?: JobCheckpoint;
   [field: string]: unknown;
+}
+
+/** A job's latest checkpoint: its step, and the flags that make a new run resume from it. */
+export interface JobCheckpoint {
+  step: number;
+  /** Added to the job's command, e.g. `--ckpt-path /abs/ckpt --load-checkpoint`. */
+  resumeFlags: string;
 }
 
 /**
@@ -127,6 +141,8 @@ export interface ChartLayout {
   multi?: Record<string, { title: string; members: string[] }>;
   /** Metrics charted even when they never change (a flat headline is news, not noise). */
   neverFolded?: string[];
+  /** Metrics logged for export but never charted (a counter that is the step again). */
+  hidden?: string[];
 }
 
 /** One effective setting of a job. */
