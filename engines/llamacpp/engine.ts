@@ -703,12 +703,62 @@ async function loadModel(
   });
 }
 
+/** The part of node-llama-cpp's native context that decodes a batch and samples from it. */
+interface NativeContext {
+  decodeBatch(): Promise<void>;
+  sampleToken(...args: unknown[]): Promise<unknown>;
+}
+
+/**
+ * Lets the first sampling after each decode run alone. llama.cpp hands a batch's outputs back
+ * in its own order when sequences have separate KV streams and records the swaps that restore
+ * the caller's order; the first read of the logits applies them, in place and without a lock
+ * (`llama_context::output_reorder`). node-llama-cpp samples every sequence of a batch on its own
+ * worker thread, so two first reads could apply the swaps at once and some sequences then sampled
+ * from another sequence's logits (measured: 12–39 of 64 requests in about one decode step in
+ * five went wrong, the trainer seeing log-probabilities off by up to 15). Later reads only
+ * read, so they run in parallel once the first is done.
+ */
+function serializeFirstSampling(context: LlamaContext): void {
+  // node-llama-cpp@3.21.1's native context (`LlamaContext._ctx`, not public API).
+  const native = (context as unknown as { _ctx?: NativeContext })._ctx;
+  if (
+    !native ||
+    typeof native.decodeBatch !== 'function' ||
+    typeof native.sampleToken !== 'function'
+  )
+    throw new LlamaCppError(
+      'LLAMACPP_UNAVAILABLE',
+      'node-llama-cpp: its native context has no decodeBatch/sampleToken (version other than 3.21.1?)',
+    );
+  const decodeBatch = native.decodeBatch.bind(native);
+  const sampleToken = native.sampleToken.bind(native);
+  /** Undefined: no sampling yet since the last decode; else the first one, settled or not. */
+  let first: Promise<unknown> | undefined;
+  // The native methods are read-only on the prototype: shadow them on this instance.
+  Object.defineProperty(native, 'decodeBatch', {
+    value: async () => {
+      first = undefined;
+      await decodeBatch();
+      first = undefined;
+    },
+  });
+  Object.defineProperty(native, 'sampleToken', {
+    value: (...args: unknown[]) => {
+      if (first) return first.then(() => sampleToken(...args));
+      const p = sampleToken(...args);
+      first = p.catch(() => undefined);
+      return p;
+    },
+  });
+}
+
 async function createContext(
   model: LlamaModel,
   contextSize: number,
   opts: LlamaCppEngineOptions,
 ): Promise<LlamaContext> {
-  return model.createContext({
+  const context = await model.createContext({
     contextSize,
     sequences: opts.maxSequences ?? 16,
     threads: opts.threads ?? 1,
@@ -717,4 +767,6 @@ async function createContext(
     experimentalKvCacheKeyType: 'F32',
     experimentalKvCacheValueType: 'F32',
   });
+  serializeFirstSampling(context);
+  return context;
 }
