@@ -17,24 +17,28 @@ import {
   prefillAsync,
 } from '../../model/kv-cache.ts';
 import { CausalLM } from '../../model/llama.ts';
-import {
-  sampleToken,
-  seededRandom,
-  topLogprobs,
-  type SamplingParams,
-} from '../../model/sampling.ts';
+import { sampleToken, seededRandom, topLogprobs } from '../../model/sampling.ts';
 import type { ChatTokenizer } from '../../model/tokenizer.ts';
 import type {
   GenerateRequest,
   GenerateResult,
   InferenceEngine,
   PauseOptions,
-  StopReason,
-  TopLogprobs,
   WeightUpdate,
 } from '../types.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
 import { EngineError } from '../http/errors.ts';
+import {
+  appendToken,
+  generateEach,
+  generateOne,
+  newLocalSample,
+  resolveSample,
+  type LocalSample,
+} from '../local-sample.ts';
+
+/** The builtin engine's error for a request it cannot serve. */
+const invalidRequest = (message: string) => new EngineError('config', message);
 
 /** Options of {@link BuiltinEngine.create}. */
 export interface BuiltinEngineOptions {
@@ -61,40 +65,11 @@ const idleTurnMs = 0.05;
 /** Bounds the turns between two decode steps, so a flood of I/O cannot stall decoding. */
 const maxTurnsBetweenSteps = 32;
 
-interface Active {
-  /** Sample index told to `onTokens`. */
-  sample: number;
-  onTokens: GenerateRequest['onTokens'];
-  prompt: number[];
-  tokens: number[];
-  logprobs: number[];
-  versions: number[];
-  /** Alternatives asked for per token (0: none) and those found. */
-  topN: number;
-  tops: TopLogprobs[];
-  sampling: SamplingParams;
-  maxNew: number;
-  minNew: number;
-  stopIds: Set<number>;
-  stop: string[];
-  rand: () => number;
-  startMs: number;
-  resolve: (r: GenerateResult) => void;
-  reject: (e: Error) => void;
+interface Active extends LocalSample {
   /** Next-token logits of this row (after prefill or the last decode step). */
   logits?: Float32Array;
   /** The weight version that computed `logits` (and this row's KV cache): its next token's. */
   logitsVersion?: number;
-}
-
-// A listener's error must not stop the decode loop every other request shares.
-function tell(a: Active, token: number, logprob: number): void {
-  try {
-    const top = a.topN > 0 ? { top: [a.tops[a.tops.length - 1]!] } : {};
-    a.onTokens!({ sample: a.sample, tokens: [token], logprobs: [logprob], ...top });
-  } catch {
-    a.onTokens = undefined;
-  }
 }
 
 /**
@@ -166,19 +141,11 @@ export class BuiltinEngine implements InferenceEngine {
   }
 
   generate(req: GenerateRequest): Promise<GenerateResult> {
-    if ((req.gconfig?.n ?? 1) !== 1)
-      return Promise.reject(new Error('generate: gconfig.n must be 1; use generateN'));
-    return this.submit(req, req.gconfig?.seed, 0);
+    return generateOne(req, (r, seed, i) => this.submit(r, seed, i), invalidRequest);
   }
 
-  async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
-    const n = req.gconfig?.n ?? 1;
-    const seed = req.gconfig?.seed;
-    return Promise.all(
-      Array.from({ length: n }, (_, i) =>
-        this.submit(req, seed === undefined ? undefined : seed + i, i),
-      ),
-    );
+  generateN(req: GenerateRequest): Promise<GenerateResult[]> {
+    return generateEach(req, (r, seed, i) => this.submit(r, seed, i));
   }
 
   private submit(
@@ -186,54 +153,24 @@ export class BuiltinEngine implements InferenceEngine {
     seed: number | undefined,
     sample: number,
   ): Promise<GenerateResult> {
-    if (this.closed) return Promise.reject(new Error('BuiltinEngine is closed'));
-    const g = req.gconfig ?? {};
-    if (!req.inputIds.length) return Promise.reject(new Error('generate: inputIds is empty'));
-    const maxPos = this.config.max_position_embeddings;
-    if (req.inputIds.length >= maxPos) {
-      return Promise.reject(
-        new Error(
-          `generate: prompt of ${req.inputIds.length} tokens leaves no room (max ${maxPos})`,
-        ),
-      );
-    }
-    const V = this.config.vocab_size;
-    if (req.inputIds.some((t) => !Number.isInteger(t) || t < 0 || t >= V)) {
-      return Promise.reject(new Error(`generate: inputIds must be integers in [0, ${V})`));
-    }
-    if (g.stop?.length && !this.tokenizer)
-      return Promise.reject(new Error('generate: stop strings need a tokenizer'));
-    const topN = g.topLogprobs ?? 0;
-    if (!Number.isInteger(topN) || topN < 0 || topN > this.maxTopLogprobs) {
-      return Promise.reject(
-        new Error(`generate: topLogprobs must be an integer in [0, ${this.maxTopLogprobs}]`),
-      );
-    }
+    if (this.closed) return Promise.reject(new EngineError('closed', 'BuiltinEngine is closed'));
     return new Promise<GenerateResult>((resolve, reject) => {
-      this.pending.push({
+      const a = newLocalSample(
+        req,
+        seed,
         sample,
-        onTokens: req.onTokens,
-        prompt: [...req.inputIds],
-        tokens: [],
-        logprobs: [],
-        versions: [],
-        topN,
-        tops: [],
-        sampling: {
-          temperature: g.temperature ?? 1,
-          topK: g.topK ?? 0,
-          topP: g.topP ?? 1,
-          greedy: g.greedy ?? false,
+        {
+          vocabSize: this.config.vocab_size,
+          maxTokens: this.config.max_position_embeddings,
+          maxTopLogprobs: this.maxTopLogprobs,
+          tokenizer: this.tokenizer,
+          eos: this.eos,
+          rand: this.rand,
         },
-        maxNew: Math.min(g.maxNewTokens ?? 256, maxPos - req.inputIds.length),
-        minNew: g.minNewTokens ?? 0,
-        stopIds: new Set([...this.eos, ...(g.stopTokenIds ?? [])]),
-        stop: g.stop ?? [],
-        rand: seed === undefined ? this.rand : seededRandom(seed),
-        startMs: performance.now(),
-        resolve,
-        reject,
-      });
+        { resolve, reject },
+      );
+      if (typeof a === 'string') return reject(invalidRequest(a));
+      this.pending.push(a);
       this.kick();
     });
   }
@@ -246,28 +183,6 @@ export class BuiltinEngine implements InferenceEngine {
       this.kickQueued = false;
       if (!this.looping && !this.paused && !this.sleeping && !this.closed) void this.loop();
     });
-  }
-
-  private finish(a: Active, reason: StopReason): void {
-    a.resolve({
-      outputTokens: a.tokens,
-      outputLogprobs: a.logprobs,
-      outputVersions: a.versions,
-      ...(a.topN > 0 ? { outputTopLogprobs: a.tops } : {}),
-      stopReason: reason,
-      latencyMs: performance.now() - a.startMs,
-    });
-  }
-
-  private stopReason(a: Active, token: number): StopReason | undefined {
-    const n = a.tokens.length;
-    if (n >= a.minNew && a.stopIds.has(token)) return 'stop';
-    if (n >= a.minNew && a.stop.length) {
-      const text = this.tokenizer!.decode(a.tokens.slice(-64));
-      if (a.stop.some((s) => text.endsWith(s))) return 'stop';
-    }
-    if (n >= a.maxNew) return 'length';
-    return undefined;
   }
 
   private async loop(): Promise<void> {
@@ -316,15 +231,13 @@ export class BuiltinEngine implements InferenceEngine {
           // A listener paused, slept or closed the engine: its rows were returned as they stand.
           if (this.running !== rows) return;
           const { token, logprob } = sampleToken(a.logits!, 0, V, a.sampling, a.rand);
-          a.tokens.push(token);
-          a.logprobs.push(logprob);
-          a.versions.push(a.logitsVersion!);
-          if (a.topN > 0) a.tops.push(topLogprobs(a.logits!, 0, V, a.sampling.temperature, a.topN));
+          const top =
+            a.topN > 0 ? topLogprobs(a.logits!, 0, V, a.sampling.temperature, a.topN) : undefined;
           this.stats.generatedTokens++;
-          if (a.onTokens) tell(a, token, logprob);
+          // The token's version is the one whose weights computed its distribution.
+          const reason = appendToken(a, token, logprob, a.logitsVersion!, this.tokenizer, top);
           if (this.running !== rows) return;
-          const reason = this.stopReason(a, token);
-          if (reason) this.finish(a, reason);
+          if (reason) resolveSample(a, reason);
           else {
             keep.push(row);
             next.push(token);
@@ -423,7 +336,7 @@ export class BuiltinEngine implements InferenceEngine {
     this.running = [];
     this.pending = this.pending.filter((a) => a.tokens.length === 0);
     this.dropCache();
-    rows.forEach((a) => this.finish(a, 'abort'));
+    rows.forEach((a) => resolveSample(a, 'abort'));
   }
 
   /**
@@ -493,7 +406,7 @@ export class BuiltinEngine implements InferenceEngine {
   async close(): Promise<void> {
     if (this.closed) return;
     this.abortRunning();
-    const err = new Error('BuiltinEngine closed');
+    const err = new EngineError('closed', 'BuiltinEngine closed');
     this.pending.splice(0).forEach((a) => a.reject(err));
     this.closed = true;
     if (this.ownsModel) this.model?.dispose();

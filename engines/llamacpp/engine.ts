@@ -42,12 +42,7 @@ import {
   type GgufLayout,
 } from '../../model/gguf/index.ts';
 import type { CausalLM } from '../../model/llama.ts';
-import {
-  sampleToken,
-  seededRandom,
-  topLogprobs,
-  type SamplingParams,
-} from '../../model/sampling.ts';
+import { sampleToken, seededRandom, topLogprobs } from '../../model/sampling.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
 import { loadTokenizer, type ChatTokenizer } from '../../model/tokenizer.ts';
 import type {
@@ -59,7 +54,18 @@ import type {
   TopLogprobs,
   WeightUpdate,
 } from '../types.ts';
+import {
+  appendToken,
+  generateEach,
+  generateOne,
+  newLocalSample,
+  resolveSample,
+  type LocalSample,
+} from '../local-sample.ts';
 import { LlamaCppError } from './errors.ts';
+
+/** The llama.cpp engine's error for a request it cannot serve. */
+const invalidRequest = (message: string) => new LlamaCppError('LLAMACPP_INVALID', message);
 
 /** How new weights reach the loaded model. */
 export type LlamaCppWeightSync = 'inplace' | 'reload';
@@ -107,31 +113,14 @@ export interface LlamaCppEngineOptions {
   eosTokenIds?: number[];
 }
 
-interface Active {
-  sample: number;
-  onTokens: GenerateRequest['onTokens'];
-  prompt: number[];
-  tokens: number[];
-  logprobs: number[];
-  versions: number[];
-  topN: number;
-  tops: TopLogprobs[];
-  sampling: SamplingParams;
-  maxNew: number;
-  minNew: number;
-  stopIds: Set<number>;
-  stop: string[];
-  rand: () => number;
+interface Active extends LocalSample {
   /**
    * Set: llama.cpp samples natively with this seed (plain temperature sampling, no top-k/top-p,
    * no alternatives asked): the distribution stays in C++, only the token and its probability
    * come back. Unset: the full distribution comes back and the builtin sampler draws from it.
    */
   native?: number;
-  startMs: number;
   done: boolean;
-  resolve: (r: GenerateResult) => void;
-  reject: (e: Error) => void;
 }
 
 type NodeLlamaCpp = typeof import('node-llama-cpp');
@@ -329,21 +318,11 @@ export class LlamaCppEngine implements InferenceEngine {
   }
 
   generate(req: GenerateRequest): Promise<GenerateResult> {
-    if ((req.gconfig?.n ?? 1) !== 1)
-      return Promise.reject(
-        new LlamaCppError('LLAMACPP_INVALID', 'generate: gconfig.n must be 1; use generateN'),
-      );
-    return this.submit(req, req.gconfig?.seed, 0);
+    return generateOne(req, (r, seed, i) => this.submit(r, seed, i), invalidRequest);
   }
 
-  async generateN(req: GenerateRequest): Promise<GenerateResult[]> {
-    const n = req.gconfig?.n ?? 1;
-    const seed = req.gconfig?.seed;
-    return Promise.all(
-      Array.from({ length: n }, (_, i) =>
-        this.submit(req, seed === undefined ? undefined : seed + i, i),
-      ),
-    );
+  generateN(req: GenerateRequest): Promise<GenerateResult[]> {
+    return generateEach(req, (r, seed, i) => this.submit(r, seed, i));
   }
 
   private submit(
@@ -351,58 +330,36 @@ export class LlamaCppEngine implements InferenceEngine {
     seed: number | undefined,
     sample: number,
   ): Promise<GenerateResult> {
-    const invalid = (m: string) => Promise.reject(new LlamaCppError('LLAMACPP_INVALID', m));
     if (this.closed)
       return Promise.reject(new LlamaCppError('LLAMACPP_CLOSED', 'LlamaCppEngine is closed'));
-    const g = req.gconfig ?? {};
-    if (!req.inputIds.length) return invalid('generate: inputIds is empty');
-    if (req.inputIds.length >= this.contextSize)
-      return invalid(
-        `generate: prompt of ${req.inputIds.length} tokens leaves no room (context ${this.contextSize})`,
-      );
-    const V = this.config.vocab_size;
-    if (req.inputIds.some((t) => !Number.isInteger(t) || t < 0 || t >= V))
-      return invalid(`generate: inputIds must be integers in [0, ${V})`);
-    if (g.stop?.length && !this.tokenizer)
-      return invalid('generate: stop strings need a tokenizer');
-    const topN = g.topLogprobs ?? 0;
-    if (!Number.isInteger(topN) || topN < 0 || topN > this.maxTopLogprobs)
-      return invalid(`generate: topLogprobs must be an integer in [0, ${this.maxTopLogprobs}]`);
-    const sampling: SamplingParams = {
-      temperature: g.temperature ?? 1,
-      topK: g.topK ?? 0,
-      topP: g.topP ?? 1,
-      greedy: g.greedy ?? false,
-    };
-    const plain =
-      this.nativeSampling &&
-      !sampling.greedy &&
-      sampling.temperature > 0 &&
-      (sampling.topK <= 0 || sampling.topK >= this.config.vocab_size) &&
-      sampling.topP >= 1 &&
-      topN === 0;
-    const rand = seed === undefined ? this.rand : seededRandom(seed);
     return new Promise<GenerateResult>((resolve, reject) => {
-      const a: Active = {
+      const s = newLocalSample(
+        req,
+        seed,
         sample,
-        onTokens: req.onTokens,
-        prompt: [...req.inputIds],
-        tokens: [],
-        logprobs: [],
-        versions: [],
-        topN,
-        tops: [],
-        sampling,
-        maxNew: Math.min(g.maxNewTokens ?? 256, this.contextSize - req.inputIds.length),
-        minNew: g.minNewTokens ?? 0,
-        stopIds: new Set([...this.eos, ...(g.stopTokenIds ?? [])]),
-        stop: g.stop ?? [],
-        rand,
-        ...(plain ? { native: Math.floor(rand() * 0x7fffffff) } : {}),
-        startMs: performance.now(),
+        {
+          vocabSize: this.config.vocab_size,
+          maxTokens: this.contextSize,
+          maxTopLogprobs: this.maxTopLogprobs,
+          tokenizer: this.tokenizer,
+          eos: this.eos,
+          rand: this.rand,
+        },
+        { resolve, reject },
+      );
+      if (typeof s === 'string') return reject(invalidRequest(s));
+      const { sampling, topN } = s;
+      const plain =
+        this.nativeSampling &&
+        !sampling.greedy &&
+        sampling.temperature > 0 &&
+        (sampling.topK <= 0 || sampling.topK >= this.config.vocab_size) &&
+        sampling.topP >= 1 &&
+        topN === 0;
+      const a: Active = {
+        ...s,
+        ...(plain ? { native: Math.floor(s.rand() * 0x7fffffff) } : {}),
         done: false,
-        resolve,
-        reject,
       };
       void this.run(a);
     });
@@ -534,51 +491,17 @@ export class LlamaCppEngine implements InferenceEngine {
     this.record(a, token, logprob, top);
   }
 
-  /** Appends a generated token, tells the listener, and finishes the request when it stops. */
+  /** Appends a generated token and finishes the request when it stops. */
   private record(a: Active, token: number, logprob: number, top?: TopLogprobs): void {
-    a.tokens.push(token);
-    a.logprobs.push(logprob);
-    a.versions.push(this.version);
-    if (top) a.tops.push(top);
     this.stats.generatedTokens++;
-    if (a.onTokens) {
-      try {
-        a.onTokens({
-          sample: a.sample,
-          tokens: [token],
-          logprobs: [logprob],
-          ...(top ? { top: [top] } : {}),
-        });
-      } catch {
-        a.onTokens = undefined;
-      }
-    }
-    const reason = this.stopReason(a, token);
+    const reason = appendToken(a, token, logprob, this.version, this.tokenizer, top);
     if (reason) this.finish(a, reason);
-  }
-
-  private stopReason(a: Active, token: number): StopReason | undefined {
-    const n = a.tokens.length;
-    if (n >= a.minNew && a.stopIds.has(token)) return 'stop';
-    if (n >= a.minNew && a.stop.length) {
-      const text = this.tokenizer!.decode(a.tokens.slice(-64));
-      if (a.stop.some((s) => text.endsWith(s))) return 'stop';
-    }
-    if (n >= a.maxNew) return 'length';
-    return undefined;
   }
 
   private finish(a: Active, reason: StopReason): void {
     if (a.done) return;
     a.done = true;
-    a.resolve({
-      outputTokens: a.tokens,
-      outputLogprobs: a.logprobs,
-      outputVersions: a.versions,
-      ...(a.topN > 0 ? { outputTopLogprobs: a.tops } : {}),
-      stopReason: reason,
-      latencyMs: performance.now() - a.startMs,
-    });
+    resolveSample(a, reason);
   }
 
   private abortRunning(): void {
@@ -703,12 +626,62 @@ async function loadModel(
   });
 }
 
+/** The part of node-llama-cpp's native context that decodes a batch and samples from it. */
+interface NativeContext {
+  decodeBatch(): Promise<void>;
+  sampleToken(...args: unknown[]): Promise<unknown>;
+}
+
+/**
+ * Lets the first sampling after each decode run alone. llama.cpp hands a batch's outputs back
+ * in its own order when sequences have separate KV streams and records the swaps that restore
+ * the caller's order; the first read of the logits applies them, in place and without a lock
+ * (`llama_context::output_reorder`). node-llama-cpp samples every sequence of a batch on its own
+ * worker thread, so two first reads could apply the swaps at once and some sequences then sampled
+ * from another sequence's logits (measured: 12–39 of 64 requests in about one decode step in
+ * five went wrong, the trainer seeing log-probabilities off by up to 15). Later reads only
+ * read, so they run in parallel once the first is done.
+ */
+function serializeFirstSampling(context: LlamaContext): void {
+  // node-llama-cpp@3.21.1's native context (`LlamaContext._ctx`, not public API).
+  const native = (context as unknown as { _ctx?: NativeContext })._ctx;
+  if (
+    !native ||
+    typeof native.decodeBatch !== 'function' ||
+    typeof native.sampleToken !== 'function'
+  )
+    throw new LlamaCppError(
+      'LLAMACPP_UNAVAILABLE',
+      'node-llama-cpp: its native context has no decodeBatch/sampleToken (version other than 3.21.1?)',
+    );
+  const decodeBatch = native.decodeBatch.bind(native);
+  const sampleToken = native.sampleToken.bind(native);
+  /** Undefined: no sampling yet since the last decode; else the first one, settled or not. */
+  let first: Promise<unknown> | undefined;
+  // The native methods are read-only on the prototype: shadow them on this instance.
+  Object.defineProperty(native, 'decodeBatch', {
+    value: async () => {
+      first = undefined;
+      await decodeBatch();
+      first = undefined;
+    },
+  });
+  Object.defineProperty(native, 'sampleToken', {
+    value: (...args: unknown[]) => {
+      if (first) return first.then(() => sampleToken(...args));
+      const p = sampleToken(...args);
+      first = p.catch(() => undefined);
+      return p;
+    },
+  });
+}
+
 async function createContext(
   model: LlamaModel,
   contextSize: number,
   opts: LlamaCppEngineOptions,
 ): Promise<LlamaContext> {
-  return model.createContext({
+  const context = await model.createContext({
     contextSize,
     sequences: opts.maxSequences ?? 16,
     threads: opts.threads ?? 1,
@@ -717,4 +690,6 @@ async function createContext(
     experimentalKvCacheKeyType: 'F32',
     experimentalKvCacheValueType: 'F32',
   });
+  serializeFirstSampling(context);
+  return context;
 }

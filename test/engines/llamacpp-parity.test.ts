@@ -126,6 +126,50 @@ if (missing) {
       }
     }));
 
+  test('64 requests decoded together: every sampled token comes with its own logprob (no sequence samples from another one)', async () => {
+    // One llama_decode per step hands outputs back reordered; without the first sampling of each
+    // step running alone, about one round in five mixed up sequences here (12–39 of 64 off).
+    const { LlamaCppEngine } = await import('../../engines/llamacpp/index.ts');
+    const dir = 'model/pretrained/rtjob-tiny-math';
+    const { model, tokenizer } = await loadModel(dir);
+    const l = await LlamaCppEngine.create({ modelPath: dir, seed: 1, maxSequences: 64 });
+    try {
+      for (let round = 0; round < 12; round++) {
+        const prompts = Array.from({ length: 64 }, (_, i) =>
+          tokenizer!.encode(
+            tokenizer!.applyChatTemplate([
+              { role: 'user', content: `${(i * 7 + round) % 50} + ${(i * 13) % 50} =` },
+            ]),
+          ),
+        );
+        const rs = await Promise.all(
+          prompts.map((inputIds, i) =>
+            l.generate({
+              inputIds,
+              gconfig: { maxNewTokens: 48, temperature: 1, seed: 64 * round + i },
+            }),
+          ),
+        );
+        for (const [i, r] of rs.entries()) {
+          const ids = prompts[i]!.concat(r.outputTokens);
+          const P = prompts[i]!.length;
+          const expected = tf.tidy(() => {
+            const logits = model.forward(tf.tensor2d([ids], [1, ids.length], 'int32'), {
+              grad: false,
+            }).logits!;
+            const lp = tf.logSoftmax(logits).arraySync() as number[][][];
+            return r.outputTokens.map((t, k) => lp[0]![P - 1 + k]![t]!);
+          });
+          const d = maxDiff(r.outputLogprobs, expected);
+          assert.ok(d < 1e-4, `round ${round}, request ${i}: max |Δ logprob| ${d}`);
+        }
+      }
+    } finally {
+      await l.close();
+      model.dispose();
+    }
+  });
+
   test('stop strings end generation with the shipped tokenizer', async () => {
     const { LlamaCppEngine } = await import('../../engines/llamacpp/index.ts');
     const dir = 'model/pretrained/rtjob-tiny-math';
