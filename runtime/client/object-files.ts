@@ -20,6 +20,38 @@ import { pidAlive } from '../pid.ts';
 
 const log = logger('objects');
 
+/**
+ * The files a process removes when it exits: `add` when one is written, `delete` when it is
+ * removed or handed on. `related` names the files that go with each (a marker beside it).
+ */
+export class ExitRemovals {
+  private readonly paths = new Set<string>();
+  private hooked = false;
+
+  constructor(private readonly related: (path: string) => string[] = (p) => [p]) {}
+
+  add(path: string): void {
+    this.paths.add(path);
+    if (this.hooked) return;
+    this.hooked = true;
+    process.on('exit', () => {
+      for (const f of this.paths) {
+        for (const p of this.related(f)) {
+          try {
+            unlinkSync(p);
+          } catch {
+            // Already gone.
+          }
+        }
+      }
+    });
+  }
+
+  delete(path: string): void {
+    this.paths.delete(path);
+  }
+}
+
 /** This user's id (the directories are per user). */
 export function uid(): number {
   return typeof process.getuid === 'function' ? process.getuid() : userInfo().uid;

@@ -21,7 +21,7 @@
  *
  * @module
  */
-import { readFileSync, statSync, unlinkSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
@@ -29,7 +29,7 @@ import { readEnv } from '../env.ts';
 import { decodeOutOfBand, encodeOutOfBand, installOutOfBandCodec } from '../out-of-band.ts';
 import { registerWireClass } from '../protocol.ts';
 import { ProtocolError } from '../errors.ts';
-import { privateDir, readExactly, removeFilesOf, uid } from './object-files.ts';
+import { ExitRemovals, privateDir, readExactly, removeFilesOf, uid } from './object-files.ts';
 
 /** Values with fewer typed-array bytes than this go over the socket. */
 export const shmMinBytes = 1 << 20;
@@ -114,24 +114,7 @@ export function removeShmFilesOf(pid: number): void {
   removeFilesOf(shmDirOf(), pid);
 }
 
-const own = new Set<string>();
-let exitHook = false;
-function track(path: string): void {
-  own.add(path);
-  if (exitHook) return;
-  exitHook = true;
-  process.on('exit', () => {
-    for (const f of own) {
-      for (const p of [f, `${f}_done`]) {
-        try {
-          unlinkSync(p);
-        } catch {
-          // Already gone.
-        }
-      }
-    }
-  });
-}
+const own = new ExitRemovals((f) => [f, `${f}_done`]);
 
 const validName = /^[0-9]+-[A-Za-z0-9_]+$/;
 let seq = 0;
@@ -151,7 +134,7 @@ export async function writeShm(
   const { parts, total } = encodeOutOfBand(value);
   const path = join(d, name);
   const fh = await openForWrite(path);
-  track(path);
+  own.add(path);
   try {
     await writeAll(fh, parts);
     await fh.truncate(total);
@@ -260,7 +243,7 @@ export async function removeShm(name: string): Promise<void> {
     try {
       await rename(path, spare);
       own.delete(path);
-      track(spare);
+      own.add(spare);
       pool.push(spare);
       return;
     } catch {

@@ -11,13 +11,13 @@
  *
  * @module
  */
-import { closeSync, openSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, openSync, writeSync } from 'node:fs';
 import { unlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { readEnv } from '../env.ts';
 import { decodeOutOfBand, encodeOutOfBand } from '../out-of-band.ts';
-import { privateDir, readExactly, removeFilesOf, uid } from './object-files.ts';
+import { ExitRemovals, privateDir, readExactly, removeFilesOf, uid } from './object-files.ts';
 
 /** Where this user's spilled objects go. */
 export function spillDirPath(): string {
@@ -36,22 +36,7 @@ export interface SpillFile {
   readonly bytes: number;
 }
 
-const own = new Set<string>();
-let exitHook = false;
-function track(path: string): void {
-  own.add(path);
-  if (exitHook) return;
-  exitHook = true;
-  process.on('exit', () => {
-    for (const p of own) {
-      try {
-        unlinkSync(p);
-      } catch {
-        // Already gone.
-      }
-    }
-  });
-}
+const own = new ExitRemovals();
 
 /**
  * Writes `value` (the object `id`) to a new spill file, synchronously: a put that goes over the
@@ -64,7 +49,7 @@ export function writeSpill(value: unknown, id: string): SpillFile | undefined {
   const path = join(d, `${process.pid}-${id.replace(/[^A-Za-z0-9_]/g, '_')}`);
   const { parts, total } = encodeOutOfBand(value);
   const fd = openSync(path, 'wx', 0o600);
-  track(path);
+  own.add(path);
   try {
     let pos = 0;
     for (const p of parts) {
