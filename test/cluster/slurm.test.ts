@@ -21,6 +21,8 @@ const root = fileURLToPath(new URL('../../', import.meta.url));
 /** A process seen while the job ran. */
 interface Seen {
   pid: number;
+  /** Its parent's pid. */
+  ppid: number;
   cmdline: string;
   environ: string;
   /** Its network namespace, `net:[inode]`. */
@@ -29,8 +31,10 @@ interface Seen {
 
 function read(pid: number): Seen | undefined {
   try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     return {
       pid,
+      ppid: Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]),
       cmdline: readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' '),
       environ: readFileSync(`/proc/${pid}/environ`, 'utf8'),
       net: readlinkSync(`/proc/${pid}/ns/net`),
@@ -136,8 +140,15 @@ test('an sbatch job starts a cluster over two Slurm hosts and runs train_ppo acr
 
   // One head and two node agents, the second in the other host's network namespace.
   const nsNet = `net:[${statSync(`/run/netns/${slurm.net.name}`).ino}]`;
-  const heads = all.filter((p) => p.cmdline.includes('cli/daemon.ts'));
-  const agents = all.filter((p) => p.cmdline.includes('cli/node-daemon.ts'));
+  // A worker read between its fork and its exec still shows its daemon's command line: it is
+  // told apart by its parent, that daemon.
+  const daemonOf = (file: string): Seen[] => {
+    const found = all.filter((p) => p.cmdline.includes(file));
+    const pids = new Set(found.map((p) => p.pid));
+    return found.filter((p) => !pids.has(p.ppid));
+  };
+  const heads = daemonOf('cli/daemon.ts');
+  const agents = daemonOf('cli/node-daemon.ts');
   assert.is(heads.length, 1, 'one head daemon');
   assert.is.not(heads[0]!.net, nsNet, 'the head runs on the first host');
   assert.is(agents.length, 2, 'a node agent per host');
