@@ -1,9 +1,11 @@
 // The CLI's small promises: --version, help that never starts a job, an error printed once as one
 // line with a hint (the stack only with --verbose or RTJOB_DEBUG=1), and a taken port named with
 // the flag that moves it.
+import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
@@ -72,6 +74,21 @@ test('start --head on a taken port says so in one line, naming the flag', async 
   } finally {
     srv.close();
   }
+});
+
+test("npx rtjob in the checkout, as the README's quick start runs it, is the CLI", async () => {
+  // npm links the package's bin (dist/cli/bin.js, built by `prepare` at npm install) into its
+  // npx cache; it was missing on a fresh clone when only prepack built dist/.
+  const root = fileURLToPath(new URL('../../', import.meta.url));
+  const { version } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+  const r = spawnSync('npx', ['rtjob', '--version'], {
+    cwd: root,
+    encoding: 'utf8',
+    env: { ...process.env, npm_config_offline: 'true', npm_config_update_notifier: 'false' },
+    timeout: 120_000,
+  });
+  assert.is(r.status, 0, `npx rtjob --version: ${r.stderr}`);
+  assert.is(r.stdout.trim(), version);
 });
 
 test.run();
