@@ -131,8 +131,9 @@ export async function trainPpo(
   const mode = o.asyncTrain
     ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)`
     : 'sync';
+  const engine = o.engine === 'llamacpp' ? `llamacpp ${o.rolloutDtype}` : o.engine;
   log.line(
-    `${mode}; ${o.rolloutNumEngines} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
+    `${mode}; ${o.rolloutNumEngines} ${engine} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
       `agent ${o.agentFunc ?? '<built-in math reward>'}`,
   );
   log.report?.({
