@@ -194,6 +194,10 @@ sessionOption(
     .argument('<job>', 'job id')
     .option('--csv', 'every step as CSV')
     .option('--json', 'columns and rows as JSON')
+    .option(
+      '--plot <file>',
+      'draw reward and held-out accuracy per step (and the --keys metrics) to an .svg, or a .png with ImageMagick',
+    )
     .addOption(new Option('--last <n>', 'steps to show in the table').default('20'))
     .option(
       '--keys <names>',

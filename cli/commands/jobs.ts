@@ -19,7 +19,8 @@ import {
 import { isLoopback } from '../../runtime/head/http/auth.ts';
 import type { SampleView } from '../../runtime/head/http/contract.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
-import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
+import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
+import { writeCurves } from '../../train/ppo/curves.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import {
   CliError,
@@ -293,7 +294,7 @@ async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Pro
     const file = join(sessionDir, `${jobId}.metrics.csv`);
     writeFileSync(file, csv);
     process.stderr.write(
-      `metrics of ${jobId}: ${file} (curves: node ${[...ownModuleNodeFlags(tsxImport), ownModulePath('../../train/ppo/curves.ts', import.meta.url)].join(' ')} ${file} curve.png)\n`,
+      `metrics of ${jobId}: ${file} (curves: rtjob metrics ${jobId} --plot curve.svg)\n`,
     );
   } catch (err) {
     process.stderr.write(`could not keep the metrics of ${jobId}: ${(err as Error).message}\n`);
@@ -510,7 +511,13 @@ function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
 /** `rtjob metrics JOB [--csv] [--json]`. */
 export async function metricsCommand(
   jobId: string,
-  o: ReadOptions & { csv?: boolean; json?: boolean; last?: string; keys?: string },
+  o: ReadOptions & {
+    csv?: boolean;
+    json?: boolean;
+    last?: string;
+    keys?: string;
+    plot?: string;
+  },
 ): Promise<void> {
   await reading(o, (ep) => showMetrics(ep, jobId, o));
 }
@@ -530,10 +537,21 @@ const keyMetrics = [
 async function showMetrics(
   ep: Endpoint,
   jobId: string,
-  o: { csv?: boolean; json?: boolean; last?: string; keys?: string },
+  o: { csv?: boolean; json?: boolean; last?: string; keys?: string; plot?: string },
 ): Promise<void> {
   if (o.csv) {
     process.stdout.write(await metricsCsv(ep, jobId));
+    return;
+  }
+  if (o.plot) {
+    const csv = await metricsCsv(ep, jobId);
+    if (csv.trim().split('\n').length < 2) throw new CliError(`job ${jobId} logged no metrics`);
+    // --keys names or prefixes (as for the table) add lines: `info/` draws every extraInfo mean.
+    const cols = csv.slice(0, csv.indexOf('\n')).split(',');
+    const extra = (o.keys?.split(',').filter(Boolean) ?? []).flatMap((k) =>
+      cols.includes(k) ? [k] : cols.filter((c) => c.startsWith(k)),
+    );
+    console.log(writeCurves(csv, o.plot, jobId, extra));
     return;
   }
   const api = headApi(ep);

@@ -180,6 +180,17 @@ test('metrics.log rows are readable with rtjob metrics --csv', async () => {
   );
   const keys = await sb.run(['metrics', 'm1', '--keys', 'kl']);
   assert.match(keys.stdout.split('\n')[0]!, /^step\s+kl\s*$/);
+  // --plot draws the logged reward per step, and --keys adds lines.
+  const svg = join(sb.home, 'm1.svg');
+  const plot = await sb.run(['metrics', 'm1', '--plot', svg, '--keys', 'k']);
+  assert.is(plot.code, 0, plot.stderr);
+  assert.is(plot.stdout.trim(), `wrote ${svg}`);
+  const drawn = readFileSync(svg, 'utf8');
+  assert.match(drawn, /<text[^>]*>reward \(mean per step\)<\/text>/);
+  assert.match(drawn, /<text[^>]*>kl<\/text>/);
+  assert.is(drawn.match(/<circle /g)?.length, 15, 'five steps of reward, its running mean, kl');
+  const none = await sb.run(['metrics', 'no-such-job', '--plot', svg]);
+  assert.is.not(none.code, 0);
 });
 
 test('--working-dir uploads the directory and runs the entrypoint inside it', async () => {

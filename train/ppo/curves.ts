@@ -3,6 +3,7 @@
  * installed): reward and held-out accuracy per step. Reads the CSV that `rtjob metrics JOB --csv`
  * prints, so the picture in the README is made from what the job logged.
  *
+ *   rtjob metrics JOB --plot curve.svg          (the same, from the CLI)
  *   rtjob metrics JOB --csv > run.csv
  *   node --import tsx train/ppo/curves.ts run.csv docs/learning-curve.png "title" [metric...]
  *
@@ -152,6 +153,31 @@ export function learningSeries(rows: Record<string, number>[], extra: string[] =
   ];
 }
 
+/**
+ * Draws the learning curves of a metrics CSV to `file` (`.svg`, or `.png` through ImageMagick,
+ * the SVG kept beside it when `convert` is missing); returns what it wrote, as one line.
+ */
+export function writeCurves(
+  csv: string,
+  file: string,
+  title: string,
+  extra: string[] = [],
+): string {
+  const svg = renderCurves({
+    title,
+    xLabel: 'step',
+    yLabel: 'reward / accuracy',
+    series: learningSeries(parseMetricsCsv(csv), extra),
+  });
+  if (!file.endsWith('.png')) {
+    writeFileSync(file, svg);
+    return `wrote ${file}`;
+  }
+  return toPng(svg, file)
+    ? `wrote ${file}`
+    : `wrote ${file.replace(/\.png$/, '.svg')} (no ImageMagick for the PNG)`;
+}
+
 const isMain = process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1];
 if (isMain) {
   const [csv, png, title, ...extra] = process.argv.slice(2);
@@ -159,17 +185,7 @@ if (isMain) {
     process.stderr.write('usage: curves.ts METRICS.csv OUT.png [title] [metric...]\n');
     process.exit(2);
   }
-  const series = learningSeries(parseMetricsCsv(readFileSync(csv, 'utf8')), extra);
-  const ok = toPng(
-    renderCurves({
-      title: title ?? 'train_ppo',
-      xLabel: 'step',
-      yLabel: 'reward / accuracy',
-      series,
-    }),
-    png,
-  );
   process.stdout.write(
-    ok ? `wrote ${png}\n` : `wrote ${png.replace(/\.png$/, '.svg')} (no ImageMagick for the PNG)\n`,
+    `${writeCurves(readFileSync(csv, 'utf8'), png, title ?? 'train_ppo', extra)}\n`,
   );
 }
