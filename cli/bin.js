@@ -6,15 +6,16 @@
 // Node 20 cannot run TypeScript by itself, so it registers tsx's loader in this process (child
 // processes get it through `--import tsx`).
 import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 
-const source = [
-  new URL('./main.ts', import.meta.url),
-  new URL('../../cli/main.ts', import.meta.url),
-].find((url) => existsSync(url));
+const here = dirname(fileURLToPath(import.meta.url));
+// cli/main.ts beside this file, or, from the checkout's dist/cli/, two folders up.
+const source = [join(here, 'main.ts'), join(here, '..', '..', 'cli', 'main.ts')].find(existsSync);
 if (source) {
   const { register } = await import('tsx/esm/api');
   register();
-  await import(source.href);
+  await import(pathToFileURL(source).href);
 } else {
   await import('./main.js');
 }
