@@ -246,6 +246,11 @@ program
     'f32',
   )
   .option(
+    '--llamacpp-gpu <device>',
+    'device of --engine llamacpp: off (the CPU build), auto (CUDA, else Vulkan), cuda, vulkan',
+    'off',
+  )
+  .option(
     '--engine-url <urls>',
     'comma-separated SGLang/vLLM servers already serving --pretrain (for --engine sglang|vllm)',
   )

@@ -38,6 +38,8 @@ export interface ServeOptions {
   engine?: 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
   /** GGUF element type of the `llamacpp` engine. @default 'f32' */
   rolloutDtype?: 'f32' | 'f16' | 'bf16' | 'q8_0';
+  /** The `llamacpp` engine's GPU build (`false`: the CPU build). @default false */
+  llamacppGpu?: 'auto' | 'cuda' | 'vulkan' | false;
   /** SGLang or vLLM servers serving the model in `pretrain` (their own checkpoint of it). */
   engineUrls?: string[];
 }
@@ -64,6 +66,7 @@ async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
       modelPath: o.pretrain,
       seed: o.seed ?? 0,
       dtype: o.rolloutDtype ?? 'f32',
+      gpu: o.llamacppGpu ?? false,
     });
   }
   const urls = o.engineUrls ?? [];

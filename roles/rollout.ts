@@ -62,6 +62,8 @@ export interface RolloutInit {
   engine?: 'builtin' | 'simulated' | 'sglang' | 'vllm' | 'llamacpp';
   /** Element type of the `llamacpp` engine's GGUF (f32 reproduces the trainer's tokens). @default 'f32' */
   rolloutDtype?: GgufDtype;
+  /** The `llamacpp` engine's GPU build (`false`: the CPU build). @default false */
+  llamacppGpu?: 'auto' | 'cuda' | 'vulkan' | false;
   /** Server URLs of an `sglang` / `vllm` engine (requests are routed across them by load). */
   engineUrls?: string[];
   /**
@@ -253,6 +255,7 @@ export class Rollout {
         modelPath: pretrain,
         seed: this.init.seed ?? 0,
         dtype: this.init.rolloutDtype ?? 'f32',
+        gpu: this.init.llamacppGpu ?? false,
         // One llama.cpp sequence per episode in flight, each as long as an episode may grow.
         maxSequences: Math.min(maxConcurrent, 64),
         contextSize: this.init.promptMaxLen + this.init.generateMaxLen * 4,

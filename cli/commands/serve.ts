@@ -23,6 +23,7 @@ export interface ServeFlags {
   engine: string;
   engineUrl?: string;
   rolloutDtype?: string;
+  llamacppGpu?: string;
 }
 
 const shipped = fileURLToPath(new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url));
@@ -49,6 +50,11 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
       `--rollout-dtype: expected f32, f16, bf16 or q8_0, got '${rolloutDtype}'`,
       2,
     );
+  const gpu = f.llamacppGpu ?? 'off';
+  if (!['off', 'auto', 'cuda', 'vulkan'].includes(gpu))
+    throw new CliError(`--llamacpp-gpu: expected off, auto, cuda or vulkan, got '${gpu}'`, 2);
+  if (gpu !== 'off' && engine !== 'llamacpp')
+    throw new CliError('--llamacpp-gpu applies to --engine llamacpp only', 2);
   const urls = engineUrls(f);
   const bad = badEngineUrl(urls);
   if (bad !== undefined) throw new CliError(`--engine-url: '${bad}' is not an http(s) URL`, 2);
@@ -61,7 +67,10 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
       toolCallParser: f.toolCallParser,
       engine,
       ...(engine === 'llamacpp'
-        ? { rolloutDtype: rolloutDtype as 'f32' | 'f16' | 'bf16' | 'q8_0' }
+        ? {
+            rolloutDtype: rolloutDtype as 'f32' | 'f16' | 'bf16' | 'q8_0',
+            llamacppGpu: gpu === 'off' ? false : (gpu as 'auto' | 'cuda' | 'vulkan'),
+          }
         : {}),
       ...(urls.length ? { engineUrls: urls } : {}),
       ...((f.apiKey ?? readEnv('RTJOB_SERVE_API_KEY'))

@@ -141,17 +141,32 @@ async function nodeLlamaCpp(): Promise<NodeLlamaCpp> {
   return llamaModule;
 }
 
+/** What a GPU build needs, for the one-line error when none runs here. */
+const gpuBuilds =
+  "node-llama-cpp's CUDA build (@node-llama-cpp/linux-x64-cuda, which npm installs with it) needs " +
+  'libcudart.so.13 and libcublas.so.13 on LD_LIBRARY_PATH (a CUDA 13 PyTorch has them under ' +
+  "its venv's site-packages/nvidia/); its Vulkan build needs a Vulkan GPU driver (software Vulkan such as " +
+  'SwiftShader lacks the 16-bit storage llama.cpp needs)';
+
 async function getLlamaFor(gpu: LlamaCppEngineOptions['gpu']): Promise<Llama> {
   const key = String(gpu ?? false);
   let p = llamas.get(key);
   if (!p) {
     p = nodeLlamaCpp().then((m) =>
-      m.getLlama({
-        build: 'never',
-        gpu: gpu ?? false,
-        logLevel: m.LlamaLogLevel.error,
-        progressLogs: false,
-      }),
+      m
+        .getLlama({
+          build: 'never',
+          gpu: gpu ?? false,
+          logLevel: m.LlamaLogLevel.error,
+          progressLogs: false,
+        })
+        .catch((e: unknown) => {
+          if (gpu === 'cuda' || gpu === 'vulkan')
+            throw new LlamaCppError('LLAMACPP_NO_GPU', `no ${gpu} build loads here: ${gpuBuilds}`, {
+              cause: e,
+            });
+          throw e;
+        }),
     );
     p.catch(() => llamas.delete(key));
     llamas.set(key, p);
@@ -294,6 +309,20 @@ export class LlamaCppEngine implements InferenceEngine {
       const tokenizer =
         opts.tokenizer ?? (opts.modelPath ? tryTokenizer(opts.modelPath) : undefined);
       const model = await loadModel(llama, path, opts);
+      if (opts.gpu && model.gpuLayers === 0) {
+        // `gpu: 'auto'` falls back to the CPU build, and a Vulkan build with no usable device
+        // offloads nothing: asked for a GPU, the engine would silently run on the CPU.
+        await model.dispose();
+        const devices = llama.gpu === false ? [] : await llama.getGpuDeviceNames();
+        const found =
+          llama.gpu === false
+            ? 'only the CPU build loads'
+            : `the ${llama.gpu} build found ${devices.length ? devices.join(', ') : 'no device'} and offloaded no layer`;
+        throw new LlamaCppError(
+          'LLAMACPP_NO_GPU',
+          `gpu '${opts.gpu}': ${found} here; ${gpuBuilds}`,
+        );
+      }
       const context = await createContext(model, contextSize, opts);
       return new LlamaCppEngine(
         llama,

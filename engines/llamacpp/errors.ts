@@ -9,6 +9,8 @@ import { RtjobError } from '../../runtime/errors.ts';
 export type LlamaCppErrorCode =
   /** `node-llama-cpp` (an optional dependency) is not installed or its binary does not load. */
   | 'LLAMACPP_UNAVAILABLE'
+  /** A GPU was asked for and no GPU build of node-llama-cpp runs a layer on a GPU here. */
+  | 'LLAMACPP_NO_GPU'
   /** A request or option the engine cannot serve. */
   | 'LLAMACPP_INVALID'
   /** The engine was closed. */

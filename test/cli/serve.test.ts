@@ -181,8 +181,21 @@ test('rtjob serve: --engine sglang without servers, or servers for the builtin e
         ['--engine', 'tgi'],
         /^rtjob: --engine: expected builtin, llamacpp, sglang or vllm, got 'tgi'$/,
       ],
+      [['--llamacpp-gpu', 'cuda'], /^rtjob: --llamacpp-gpu applies to --engine llamacpp only$/],
+      [
+        ['--engine', 'llamacpp', '--llamacpp-gpu', 'tpu'],
+        /^rtjob: --llamacpp-gpu: expected off, auto, cuda or vulkan, got 'tpu'$/,
+      ],
+      // Asked for a GPU where none is visible (hidden from CUDA and Vulkan, so on any machine):
+      // one line naming what a GPU build needs, never a silent fall back to the CPU.
+      [
+        ['--engine', 'llamacpp', '--llamacpp-gpu', 'auto'],
+        /^rtjob: gpu 'auto': .* here; node-llama-cpp's CUDA build .* needs libcudart\.so\.13 .* Vulkan GPU driver/,
+      ],
     ] as const) {
-      const r = await sb.run(['serve', '--pretrain', model, '--port', '0', ...args]);
+      const r = await sb.run(['serve', '--pretrain', model, '--port', '0', ...args], {
+        env: { CUDA_VISIBLE_DEVICES: '', VK_ICD_FILENAMES: join(sb.home, 'no-vulkan-driver.json') },
+      });
       assert.is(r.code, 2);
       assert.match(r.stderr.trim(), line);
     }

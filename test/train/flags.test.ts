@@ -7,6 +7,7 @@ import {
   trainPpoDefaults,
   trainPpoHelp,
 } from '../../train/ppo/flags.ts';
+import { llamacppGpu } from '../../train/ppo/roles.ts';
 
 const fails = (argv: string[], re: RegExp, env: Record<string, string> = {}): void => {
   let err: (Error & { flag?: string }) | undefined;
@@ -108,11 +109,26 @@ test('invalid combinations name the flag', () => {
   fails(['--train-batch-size', '1000'], /--train-batch-size 1000 exceeds the 64 samples/);
   fails(['--use-kl-loss'], /--use-kl-loss needs --init-kl-coef > 0/);
   fails(['--engine', 'sglang'], /--engine sglang needs --engine-url/);
+  fails(['--llamacpp-gpu', 'auto'], /--llamacpp-gpu applies to --engine llamacpp only/);
+  fails(
+    ['--engine', 'llamacpp', '--llamacpp-gpu', 'metal'],
+    /--llamacpp-gpu: 'metal' is not one of/,
+  );
   fails(
     ['--rollout-batch-sise', '3'],
     /unknown flag --rollout-batch-sise \(did you mean --rollout-batch-size\?\)/,
   );
   fails(['--seed'], /--seed needs a value/);
+});
+
+test("--engine llamacpp's device: the CPU build, a GPU build when the rollouts get GPUs, or as asked", () => {
+  const gpu = (...argv: string[]) =>
+    llamacppGpu(parseTrainPpoFlags(['--engine', 'llamacpp', ...argv]));
+  assert.is(gpu(), false);
+  assert.is(gpu('--rollout-num-gpus-per-engine', '1'), 'auto');
+  assert.is(gpu('--rollout-num-gpus-per-engine', '1', '--llamacpp-gpu', 'cuda'), 'cuda');
+  assert.is(gpu('--rollout-num-gpus-per-engine', '1', '--llamacpp-gpu', 'off'), false);
+  assert.is(gpu('--llamacpp-gpu', 'vulkan'), 'vulkan');
 });
 
 test('--help lists every flag with its default', () => {

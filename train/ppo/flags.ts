@@ -231,6 +231,12 @@ export const flagTable: readonly Flag[] = [
     { choices: ['f32', 'f16', 'bf16', 'q8_0'] },
   ),
   F(
+    'llamacppGpu',
+    'string',
+    'device of --engine llamacpp: off (the CPU build), auto (CUDA, else Vulkan), cuda or vulkan; default: auto when --rollout-num-gpus-per-engine > 0, else off',
+    { choices: ['off', 'auto', 'cuda', 'vulkan'] },
+  ),
+  F(
     'engineUrl',
     'string',
     'comma-separated server URLs for --engine sglang|vllm; split across the rollouts',
@@ -363,6 +369,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   rolloutNumEngines: 1,
   engine: 'builtin',
   rolloutDtype: 'f32',
+  llamacppGpu: undefined,
   engineUrl: undefined,
   engineWeightsPath: '',
   engineHealthTimeoutMs: 60_000,
@@ -458,6 +465,8 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
   if (!local && !o.engineUrl) fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
   if (o.rolloutDtype !== 'f32' && o.engine !== 'llamacpp')
     fail('--rollout-dtype', '--rollout-dtype applies to --engine llamacpp only');
+  if (o.llamacppGpu !== undefined && o.engine !== 'llamacpp')
+    fail('--llamacpp-gpu', '--llamacpp-gpu applies to --engine llamacpp only');
   if (o.engineUrl !== undefined) {
     if (local) fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
     const urls = engineUrls(o);

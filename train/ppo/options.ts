@@ -87,6 +87,8 @@ export interface TrainPpoOptions {
   engine: 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
   /** GGUF element type of `--engine llamacpp`. */
   rolloutDtype: 'f32' | 'f16' | 'bf16' | 'q8_0';
+  /** Device of `--engine llamacpp`; unset: `auto` when the rollout engines get GPUs, else `off`. */
+  llamacppGpu: 'off' | 'auto' | 'cuda' | 'vulkan' | undefined;
   engineUrl: string | undefined;
   engineWeightsPath: string;
   /** A rollout that does not answer a health probe in this time is restarted. */

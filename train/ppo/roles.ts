@@ -97,12 +97,20 @@ export const everyRank = {
   critic: ['ready', 'train', 'loadCheckpoint'],
 } as const;
 
+/** The llama.cpp engine's GPU build: as asked, else `auto` when the rollouts are given GPUs. */
+export function llamacppGpu(o: TrainPpoOptions): 'auto' | 'cuda' | 'vulkan' | false {
+  const asked = o.llamacppGpu ?? (o.rolloutNumGpusPerEngine > 0 ? 'auto' : 'off');
+  return asked === 'off' ? false : asked;
+}
+
 /** Constructor arguments of each role, from the flags. */
 export function roleInits(o: TrainPpoOptions, totalSteps: number) {
   return {
     rollout: (i: number) => ({
       pretrain: o.pretrain,
-      ...(o.engine === 'llamacpp' ? { engine: o.engine, rolloutDtype: o.rolloutDtype } : {}),
+      ...(o.engine === 'llamacpp'
+        ? { engine: o.engine, rolloutDtype: o.rolloutDtype, llamacppGpu: llamacppGpu(o) }
+        : {}),
       ...(o.engine !== 'builtin' && o.engine !== 'llamacpp'
         ? {
             engine: o.engine,
