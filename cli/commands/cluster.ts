@@ -21,6 +21,7 @@ import { readEnv } from '../../runtime/env.ts';
 import { pidAlive } from '../../runtime/pid.ts';
 import { bytes, parseBytes } from '../../runtime/format.ts';
 import { parsePort, table } from '../format.ts';
+import { onLauncherExit } from '../launcher-exit.ts';
 import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
 import { tailLines } from '../../runtime/head/logs/log-file.ts';
@@ -200,7 +201,7 @@ export async function startCommand(o: StartOptions): Promise<void> {
 /**
  * `--block`: stays in the foreground while the processes started here live (a batch system's job
  * step, e.g. `srun rtjob start --address … --block`, ends when its process does); SIGTERM or
- * SIGINT stops them as `rtjob stop` does.
+ * SIGINT stops them as `rtjob stop` does, and so does the end of `npx` when it started this.
  */
 async function blockUntilStopped(): Promise<void> {
   const pids = readClusterFile()?.pids ?? [];
@@ -209,7 +210,9 @@ async function blockUntilStopped(): Promise<void> {
   const stop = () => (stopping ??= stopCommand());
   process.once('SIGTERM', () => void stop());
   process.once('SIGINT', () => void stop());
+  const cancel = onLauncherExit(() => void stop());
   while (pids.some(pidAlive) && !stopping) await new Promise((r) => setTimeout(r, 1000));
+  cancel();
   // Gone by `rtjob stop` (nothing left to do) or by themselves (clean up after them).
   await (stopping ?? (readClusterFile() ? stop() : undefined));
 }

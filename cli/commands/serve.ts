@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { serveModel } from '../../gateway/serve.ts';
 import { badEngineUrl, engineUrls } from '../../train/ppo/flags.ts';
 import { readEnv } from '../../runtime/env.ts';
+import { onLauncherExit } from '../launcher-exit.ts';
 import { CliError } from '../client.ts';
 
 /** Flags of `rtjob serve`, as commander hands them over. */
@@ -88,9 +89,12 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
       `api key: ${apiKey}\n` +
       `  new OpenAI({ baseURL: '${gateway.baseURL}', apiKey: '<key>' }).chat.completions.create({ model: '${gateway.model}', messages })\n`,
   );
+  let cancel = () => {};
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
     process.once('SIGTERM', resolve);
+    cancel = onLauncherExit(resolve);
   });
+  cancel();
   await served.close();
 }

@@ -1,14 +1,14 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
-import { binPath, Sandbox } from './helpers.ts';
+import { binPath, Sandbox, until } from './helpers.ts';
 
 // `rtjob serve --pretrain DIR` as a user runs it: a real process, a printed URL and key, the
 // `openai` client talking to it, SIGTERM to stop.
@@ -118,6 +118,61 @@ test("rtjob serve --engine llamacpp answers the openai client with the builtin e
   const [builtin, llamacpp] = [await ask('builtin'), await ask('llamacpp')];
   assert.ok(llamacpp.length > 0);
   assert.is(llamacpp, builtin);
+});
+
+/** Whether `pid` runs (a zombie, exited but not yet reaped, does not). */
+function running(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+test('rtjob serve started by npx stops when npx goes (its shell never forwards the SIGTERM), and only then', async () => {
+  // npm exec runs `sh -c "rtjob serve …"`; SIGKILL of that shell leaves rtjob without its parent.
+  const start = (env: Record<string, string>) => {
+    const sh = spawn(
+      'sh',
+      ['-c', `"${process.execPath}" "${binPath}" serve --pretrain "${model}" --port 0; true`],
+      {
+        env: { ...process.env, RTJOB_HOME: join(root, '.rtjob'), RTJOB_QUIET_BACKEND: '1', ...env },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    let out = '';
+    sh.stdout!.on('data', (d) => (out += d));
+    return until(
+      'serve to print its URL',
+      () => (/api key: \S+\n/.test(out) ? sh : undefined),
+      60_000,
+    );
+  };
+  const serverOf = (sh: ChildProcess): number =>
+    Number(readFileSync(`/proc/${sh.pid}/task/${sh.pid}/children`, 'utf8').trim().split(' ')[0]);
+
+  const servers: number[] = [];
+  try {
+    const npx = await start({ npm_command: 'exec' });
+    const server = serverOf(npx);
+    servers.push(server);
+    npx.kill('SIGKILL');
+    await until('the orphaned server to exit', () => (running(server) ? undefined : true), 20_000);
+
+    // Started otherwise (`nohup rtjob serve &` from a shell that exits), it keeps serving.
+    const shell = await start({ npm_command: '' });
+    const kept = serverOf(shell);
+    servers.push(kept);
+    shell.kill('SIGKILL');
+    await new Promise((r) => setTimeout(r, 1500)); // three of the watch's 500 ms checks
+    assert.ok(running(kept), 'a server not started by npx outlives its shell');
+    process.kill(kept, 'SIGTERM');
+    await until('the server to stop on SIGTERM', () => (running(kept) ? undefined : true), 20_000);
+  } finally {
+    // An orphan left by a failure would hold this process's pipes open.
+    for (const pid of servers.filter(running)) process.kill(pid, 'SIGKILL');
+  }
 });
 
 for (const [kind, Fake] of [
