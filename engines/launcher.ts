@@ -84,15 +84,22 @@ export interface LaunchedServer {
   stop(): Promise<ServerExit>;
 }
 
+/** Why a server launch failed. */
+export type ServerLaunchErrorCode =
+  /** The server exited before it answered its health check. */
+  | 'SERVER_EXITED'
+  /** The server did not answer its health check within `readyTimeoutMs` (it was stopped). */
+  | 'SERVER_NOT_READY';
+
 /** A server that exited before it was healthy, or was not healthy in time. */
-export class ServerLaunchError extends RtjobError<'exited' | 'not-ready'> {
+export class ServerLaunchError extends RtjobError<ServerLaunchErrorCode> {
   override get name(): string {
     return 'ServerLaunchError';
   }
 
   readonly logTail: string[];
 
-  constructor(code: 'exited' | 'not-ready', message: string, logTail: string[]) {
+  constructor(code: ServerLaunchErrorCode, message: string, logTail: string[]) {
     super(code, `${message}\n--- last output ---\n${logTail.join('\n')}`);
     this.logTail = logTail;
   }
@@ -206,7 +213,7 @@ export async function launchServer(options: LaunchServerOptions): Promise<Launch
     if (hasExited) {
       const e = await exited;
       throw new ServerLaunchError(
-        'exited',
+        'SERVER_EXITED',
         `${opts.command} exited (code ${e.code}, signal ${e.signal}) before it was healthy`,
         [...tail],
       );
@@ -214,7 +221,7 @@ export async function launchServer(options: LaunchServerOptions): Promise<Launch
     if (Date.now() > deadline) {
       await stop();
       throw new ServerLaunchError(
-        'not-ready',
+        'SERVER_NOT_READY',
         `${opts.command} was not healthy within ${opts.readyTimeoutMs} ms`,
         [...tail],
       );

@@ -78,7 +78,7 @@ test('a server that exits before it is healthy fails the launch with its last ou
     (): never => assert.unreachable('launch should fail') as never,
     (e: unknown) => e as ServerLaunchError,
   );
-  assert.is(err.code, 'exited');
+  assert.is(err.code, 'SERVER_EXITED');
   assert.ok(err.logTail.includes('RuntimeError: CUDA out of memory'));
 });
 
@@ -94,7 +94,7 @@ test('a server not healthy in time is stopped and the launch fails', async () =>
     (): never => assert.unreachable('launch should fail') as never,
     (e: unknown) => e as ServerLaunchError,
   );
-  assert.is(err.code, 'not-ready');
+  assert.is(err.code, 'SERVER_NOT_READY');
 });
 
 test('when the launching process is killed, the guard takes the server down (no orphans)', async () => {
