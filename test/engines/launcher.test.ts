@@ -5,10 +5,12 @@ import * as assert from 'uvu/assert';
 
 import {
   launchServer,
+  launchServerCommand,
   type LaunchedServer,
   type ServerLaunchError,
 } from '../../engines/launcher.ts';
 import { SglangEngine } from '../../engines/sglang/index.ts';
+import type { RtjobError } from '../../runtime/errors.ts';
 import { pidAlive } from '../../runtime/pid.ts';
 
 const fakeSglang = fileURLToPath(new URL('../fakes/sglang-server.ts', import.meta.url));
@@ -95,6 +97,31 @@ test('a server not healthy in time is stopped and the launch fails', async () =>
     (e: unknown) => e as ServerLaunchError,
   );
   assert.is(err.code, 'SERVER_NOT_READY');
+});
+
+test('a command line gets a free {port} and the quoted {model}; one without {port} is refused', async () => {
+  const model = "/tmp/my model's dir";
+  const server = await launchServerCommand(
+    `exec '${process.execPath}' --import tsx '${fakeSglang}' --port {port} --model-path {model}`,
+    { model, pollIntervalMs: 100, readyTimeoutMs: 60_000 },
+  );
+  try {
+    assert.match(server.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    const info = (await (await fetch(`${server.url}/get_model_info`)).json()) as {
+      model_path: string;
+    };
+    assert.is(info.model_path, model);
+  } finally {
+    await server.stop();
+  }
+  const refused = await launchServerCommand('serve --port 8000', { model }).then(
+    () => 'launched',
+    (e: RtjobError) => `${e.code}: ${e.message}`,
+  );
+  assert.is(
+    refused,
+    'INVALID_ARGUMENT: the server command must say where it listens with {port}: serve --port 8000',
+  );
 });
 
 test('when the launching process is killed, the guard takes the server down (no orphans)', async () => {

@@ -88,6 +88,8 @@ export interface TrainPpoOptions {
   /** GGUF element type of `--engine llamacpp`. */
   rolloutDtype: 'f32' | 'f16' | 'bf16' | 'q8_0';
   engineUrl: string | undefined;
+  /** The command that starts each rollout's own server (`{port}`, `{model}` filled in). */
+  engineLaunch: string | undefined;
   engineWeightsPath: string;
   /** A rollout that does not answer a health probe in this time is restarted. */
   engineHealthTimeoutMs: number;
