@@ -17,18 +17,24 @@
  * ...
  * await server.stop();
  *
+ * {@link launchServerCommand} does the same from one command line with `{port}` and `{model}` in
+ * it (train_ppo's `--engine-launch`).
+ *
  * @module
  */
 import { spawn } from 'node:child_process';
+import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 
-import { RtjobError } from '../runtime/errors.ts';
+import { InvalidArgumentError, RtjobError } from '../runtime/errors.ts';
 import { httpCall } from './http/http-call.ts';
 
 /** Options of {@link launchServer}. */
 export interface LaunchServerOptions {
   /** The executable, e.g. `python` or `vllm`. */
   command: string;
+  /** How errors name the server. @default the command */
+  name?: string;
   /** @default [] */
   args?: string[];
   /** Added to the launching process's environment. */
@@ -84,15 +90,22 @@ export interface LaunchedServer {
   stop(): Promise<ServerExit>;
 }
 
+/** Why a server launch failed. */
+export type ServerLaunchErrorCode =
+  /** The server exited before it answered its health check. */
+  | 'SERVER_EXITED'
+  /** The server did not answer its health check within `readyTimeoutMs` (it was stopped). */
+  | 'SERVER_NOT_READY';
+
 /** A server that exited before it was healthy, or was not healthy in time. */
-export class ServerLaunchError extends RtjobError<'exited' | 'not-ready'> {
+export class ServerLaunchError extends RtjobError<ServerLaunchErrorCode> {
   override get name(): string {
     return 'ServerLaunchError';
   }
 
   readonly logTail: string[];
 
-  constructor(code: 'exited' | 'not-ready', message: string, logTail: string[]) {
+  constructor(code: ServerLaunchErrorCode, message: string, logTail: string[]) {
     super(code, `${message}\n--- last output ---\n${logTail.join('\n')}`);
     this.logTail = logTail;
   }
@@ -206,16 +219,16 @@ export async function launchServer(options: LaunchServerOptions): Promise<Launch
     if (hasExited) {
       const e = await exited;
       throw new ServerLaunchError(
-        'exited',
-        `${opts.command} exited (code ${e.code}, signal ${e.signal}) before it was healthy`,
+        'SERVER_EXITED',
+        `${opts.name ?? opts.command} exited (code ${e.code}, signal ${e.signal}) before it was healthy`,
         [...tail],
       );
     }
     if (Date.now() > deadline) {
       await stop();
       throw new ServerLaunchError(
-        'not-ready',
-        `${opts.command} was not healthy within ${opts.readyTimeoutMs} ms`,
+        'SERVER_NOT_READY',
+        `${opts.name ?? opts.command} was not healthy within ${opts.readyTimeoutMs} ms`,
         [...tail],
       );
     }
@@ -232,4 +245,54 @@ export async function launchServer(options: LaunchServerOptions): Promise<Launch
   }
   const readyUrl = url!;
   return { url: readyUrl, pid, exited, logTail: () => [...tail], stop };
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/** Quotes `s` for a POSIX shell. */
+function shellQuote(s: string): string {
+  return `'${s.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * Starts the server a shell command line describes (run by `sh -c`, in its own process group as
+ * {@link launchServer} does), after filling in `{port}` with a free port on 127.0.0.1 and
+ * `{model}` with `model`, quoted; resolves once `http://127.0.0.1:{port}` answers its health route.
+ *
+ * @example
+ * const server = await launchServerCommand(
+ *   'python -m sglang.launch_server --model-path {model} --port {port} --enable-memory-saver',
+ *   { model: '/shared/policy' },
+ * );
+ */
+export async function launchServerCommand(
+  commandLine: string,
+  o: { model: string } & Omit<LaunchServerOptions, 'command' | 'args' | 'url'>,
+): Promise<LaunchedServer> {
+  if (!commandLine.includes('{port}'))
+    throw new InvalidArgumentError(
+      `the server command must say where it listens with {port}: ${commandLine}`,
+    );
+  const { model, ...rest } = o;
+  const port = await freePort();
+  return launchServer({
+    name: `'${commandLine}'`,
+    ...rest,
+    command: 'sh',
+    args: [
+      '-c',
+      commandLine.replaceAll('{port}', String(port)).replaceAll('{model}', shellQuote(model)),
+    ],
+    url: `http://127.0.0.1:${port}`,
+  });
 }

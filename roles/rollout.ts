@@ -42,6 +42,7 @@ import { seededRandom } from '../model/sampling.ts';
 import { loadTokenizer, type ChatTokenizer } from '../model/tokenizer.ts';
 import { defaultAgent, mathReward } from './reward.ts';
 import { EngineError } from '../engines/http/errors.ts';
+import { launchServerCommand, type LaunchedServer } from '../engines/launcher.ts';
 
 /** One prompt as the driver sends it; the rollout tokenizes it. */
 export interface PromptItem {
@@ -66,6 +67,12 @@ export interface RolloutInit {
   llamacppGpu?: 'auto' | 'cuda' | 'vulkan' | false;
   /** Server URLs of an `sglang` / `vllm` engine (requests are routed across them by load). */
   engineUrls?: string[];
+  /**
+   * Instead of `engineUrls`: the command that starts this rollout's own `sglang` / `vllm` server
+   * (`{port}`, `{model}` filled in; `launchServerCommand`), on the GPUs of this rollout's
+   * process, stopped by `close()`.
+   */
+  engineLaunch?: string;
   /**
    * Where weights for `sglang` / `vllm` servers are written (an HF directory per version, read by
    * the servers' reload endpoint, so it must be on a filesystem they see).
@@ -184,6 +191,9 @@ export class Rollout {
   /** Weights fetched ahead of their load ({@link stageWeights}). */
   private staged: PolicyWeights | undefined;
 
+  /** The server this rollout started (`engineLaunch`). */
+  private server: LaunchedServer | undefined;
+
   constructor(private readonly init: RolloutInit) {
     this.gconfig = {
       maxNewTokens: init.generateMaxLen,
@@ -261,9 +271,19 @@ export class Rollout {
         contextSize: this.init.promptMaxLen + this.init.generateMaxLen * 4,
       });
     }
-    const urls = this.init.engineUrls ?? [];
+    if (this.init.engineLaunch !== undefined) {
+      this.server = await launchServerCommand(this.init.engineLaunch, {
+        model: pretrain,
+        name: `${engine} server`,
+        // Its output goes to this rollout's log.
+        logSink: (line) => process.stdout.write(`[${engine}] ${line}\n`),
+      });
+    }
+    const urls = this.server ? [this.server.url] : (this.init.engineUrls ?? []);
     if (urls.length === 0)
-      throw new InvalidArgumentError(`engine ${engine} needs server URLs (--engine-url)`);
+      throw new InvalidArgumentError(
+        `engine ${engine} needs server URLs (--engine-url) or a command (--engine-launch)`,
+      );
     const weightsDir = resolve(
       this.init.weightsDir ?? join(tmpdir(), `rtjob-engine-weights-${process.pid}`),
     );
@@ -503,6 +523,7 @@ export class Rollout {
   async close(): Promise<void> {
     await this.gateway?.close();
     await this.engine?.close();
+    await this.server?.stop();
   }
 }
 

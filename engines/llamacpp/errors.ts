@@ -21,7 +21,4 @@ export class LlamaCppError extends RtjobError<LlamaCppErrorCode> {
   override get name(): string {
     return 'LlamaCppError';
   }
-  constructor(code: LlamaCppErrorCode, message: string, opts: { cause?: unknown } = {}) {
-    super(code, message, opts);
-  }
 }

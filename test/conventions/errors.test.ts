@@ -36,4 +36,27 @@ test('every error class in source names itself literally', () => {
   assert.equal(missing, [], `give these a literal name getter:\n${missing.join('\n')}`);
 });
 
+// Codes read alike, UPPER_SNAKE ('ACTOR_DIED', 'SERVER_EXITED'): callers in other processes
+// match a code as a string, so one spelling keeps them guessable. Two known exceptions:
+// GatewayError's codes are OpenAI's wire codes ('model_not_found'), which clients match; and
+// EngineError's ('http', 'timeout', …) predate the rule and are matched by name in engines, roles
+// and train, to be renamed together with those callers.
+const wireOrLegacyCodes = new Set(['GatewayErrorCode', 'EngineErrorCode']);
+test('error codes are UPPER_SNAKE', () => {
+  const lower: string[] = [];
+  for (const f of sourceFiles({ withFixtures: false }).filter((x) => isProduct(x.path))) {
+    const text = f.text.replace(/\/\*[\s\S]*?\*\//g, '');
+    const unions = [
+      ...text.matchAll(/^export type (\w+ErrorCode) =([^;]*);/gm),
+      ...text.matchAll(/class (\w+) extends RtjobError<([^>]*)>/g),
+    ];
+    for (const [, name, union] of unions) {
+      if (wireOrLegacyCodes.has(name!)) continue;
+      for (const [, code] of union!.matchAll(/'([^']*)'/g))
+        if (!/^[A-Z][A-Z0-9_]*$/.test(code!)) lower.push(`${f.path}: ${name} '${code}'`);
+    }
+  }
+  assert.equal(lower, [], `spell these codes UPPER_SNAKE:\n${lower.join('\n')}`);
+});
+
 test.run();

@@ -9,6 +9,7 @@ import { launchChromium } from './browser.ts';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
+import { flagConfig, parseTrainPpoFlags } from '../../train/ppo/flags.ts';
 import { apiCall, Sandbox, until } from '../cli/helpers.ts';
 
 const fixtures = fileURLToPath(new URL('../ops/fixtures/', import.meta.url));
@@ -143,6 +144,24 @@ test('views show real data; a job is stopped from its page', async () => {
     await page.locator('figure.chart[data-metric="eval_accuracy"]').getAttribute('data-y-range'),
     '0 1',
   );
+  // A metric that has not changed is folded into one line while the job runs, and gets its chart
+  // when it first changes: charts only appear, never vanish mid-run.
+  const passRate = (step: number, value: number) =>
+    apiCall(sb, 'POST', '/api/jobs/train1/metrics', {
+      rows: [{ step, values: { pass_rate: value } }],
+    });
+  for (const step of [1, 2, 3]) assert.is((await passRate(step, 1)).status, 200);
+  await page.waitForSelector('#constant-metrics code[data-metric="pass_rate"]', {
+    state: 'attached',
+  });
+  assert.match(
+    await page.locator('#constant-metrics summary').innerText(),
+    /unchanged so far \(each is charted once it changes\)$/,
+  );
+  assert.is(await page.locator('figure.chart[data-metric="pass_rate"]').count(), 0);
+  await passRate(4, 0.5);
+  await page.waitForSelector('figure.chart[data-metric="pass_rate"] canvas');
+  assert.is(await page.locator('#constant-metrics code[data-metric="pass_rate"]').count(), 0);
   await page.selectOption('#compare', 'finished');
   await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
   // The jobs are named once, above the charts, not in a legend row of every chart.
@@ -289,6 +308,73 @@ test('views show real data; a job is stopped from its page', async () => {
   await context.close();
 });
 
+test('at 420 px the Config tab reads one setting per block and actor rows stay one line', async () => {
+  // train_ppo's own config rows, as its driver reports them, on the finished job.
+  const argv = ['--agent-func', './examples/agent.ts', '--max-steps', '4', '--temperature', '0.7'];
+  const config = flagConfig(parseTrainPpoFlags(argv), argv);
+  assert.is((await apiCall(sb, 'POST', '/api/jobs/finished/report', { config })).status, 200);
+  const { dashboardUrl, token } = sb.clusterFile();
+  const context = await browser.newContext({ viewport: { width: 420, height: 900 } });
+  const page = await context.newPage();
+  await page.goto(`${dashboardUrl}/login?token=${encodeURIComponent(token)}`);
+  await page.goto(`${dashboardUrl}/#/jobs/finished/config`);
+  await page.waitForSelector('tr[data-setting="--micro-rollout-batch-size"]');
+  assert.ok(
+    (await page.evaluate(() => document.documentElement.scrollWidth)) <= 420,
+    'the Config tab is no wider than the window',
+  );
+  // Each flag name on one line (never broken at its hyphens), its value, default and source in
+  // the window: a short value shares the name's line, so a default row is one line high.
+  const rows = await page.locator('table.config tr[data-setting]').evaluateAll((trs) =>
+    trs.map((tr) => {
+      const [name, value, dflt, from] = Array.from(tr.querySelectorAll('td')).map((td) => ({
+        box: td.getBoundingClientRect(),
+        shown: getComputedStyle(td).display !== 'none',
+      }));
+      return {
+        setting: tr.getAttribute('data-setting')!,
+        source: tr.getAttribute('data-source')!,
+        height: tr.getBoundingClientRect().height,
+        nameHeight: name!.box.height,
+        right: Math.max(...[value!, dflt!, from!].filter((c) => c.shown).map((c) => c.box.right)),
+      };
+    }),
+  );
+  assert.ok(rows.length > 40, `${rows.length} settings`);
+  for (const r of rows) {
+    assert.ok(r.nameHeight < 24, `${r.setting}'s name is ${r.nameHeight} px high`);
+    assert.ok(r.right <= 420, `${r.setting} reaches ${r.right} px`);
+  }
+  const micro = rows.find((r) => r.setting === '--micro-rollout-batch-size')!;
+  assert.ok(micro.height < 32, `--micro-rollout-batch-size is ${micro.height} px high`);
+  // The default of a changed setting is labelled, since the header is hidden.
+  const temperature = page.locator('tr[data-setting="--temperature"]');
+  assert.match(await temperature.innerText(), /^--temperature\s+0\.7\s+1\s+flag$/);
+  assert.is(
+    await temperature
+      .locator('td')
+      .nth(2)
+      .evaluate((td) => getComputedStyle(td, '::before').content),
+    '"default "',
+  );
+  await page.screenshot({ path: `${shots}config-420.png`, fullPage: true });
+
+  // Actors: one line per actor (the table scrolls inside its box), the cause cut, in full on hover.
+  await page.goto(`${dashboardUrl}/#/actors`);
+  await page.waitForSelector('tr[data-actor] >> text=trainer');
+  assert.ok((await page.evaluate(() => document.documentElement.scrollWidth)) <= 420);
+  const heights = await page
+    .locator('table.actors tbody tr')
+    .evaluateAll((trs) => trs.map((tr) => tr.getBoundingClientRect().height));
+  assert.ok(heights.length >= 3 && heights.every((y) => y < 40), `rows ${heights.join(', ')} px`);
+  const cause = page
+    .locator('tr[data-actor]', { has: page.locator('td.name:text-is("trainer")') })
+    .locator('td.cause');
+  assert.is(await cause.getAttribute('title'), await cause.innerText());
+  await page.screenshot({ path: `${shots}actors-420.png`, fullPage: true });
+  await context.close();
+});
+
 test('a failed job shows the error line first, then its last output', async () => {
   const r = await sb.run(['submit', '--job-id', 'died', '--', `${fixtures}throws.ts`]);
   assert.is(r.code, 1);
@@ -314,6 +400,17 @@ test('a failed job shows the error line first, then its last output', async () =
       .evaluate((el) => el.scrollHeight > el.clientHeight && el.scrollTop > 0),
     'the output box is scrolled to its end',
   );
+  // Its Charts tab says that it failed before it logged metrics, not how to log them.
+  assert.is(
+    await page.locator('#charts-empty').innerText(),
+    `The job failed before it logged any metrics: ${why}. Its logs show the rest.`,
+  );
+  await page.click('#charts-empty a');
+  await page.waitForFunction(() =>
+    /step 29\/300/.test(document.querySelector('pre.log')?.textContent ?? ''),
+  );
+  assert.is(await page.evaluate(() => location.hash), '#/jobs/died/logs');
+  await page.click('#tab-charts');
   await page.screenshot({ path: `${shots}failed-job.png` });
   await context.close();
 });

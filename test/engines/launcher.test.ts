@@ -5,10 +5,12 @@ import * as assert from 'uvu/assert';
 
 import {
   launchServer,
+  launchServerCommand,
   type LaunchedServer,
   type ServerLaunchError,
 } from '../../engines/launcher.ts';
 import { SglangEngine } from '../../engines/sglang/index.ts';
+import type { RtjobError } from '../../runtime/errors.ts';
 import { pidAlive } from '../../runtime/pid.ts';
 
 const fakeSglang = fileURLToPath(new URL('../fakes/sglang-server.ts', import.meta.url));
@@ -78,7 +80,7 @@ test('a server that exits before it is healthy fails the launch with its last ou
     (): never => assert.unreachable('launch should fail') as never,
     (e: unknown) => e as ServerLaunchError,
   );
-  assert.is(err.code, 'exited');
+  assert.is(err.code, 'SERVER_EXITED');
   assert.ok(err.logTail.includes('RuntimeError: CUDA out of memory'));
 });
 
@@ -94,7 +96,32 @@ test('a server not healthy in time is stopped and the launch fails', async () =>
     (): never => assert.unreachable('launch should fail') as never,
     (e: unknown) => e as ServerLaunchError,
   );
-  assert.is(err.code, 'not-ready');
+  assert.is(err.code, 'SERVER_NOT_READY');
+});
+
+test('a command line gets a free {port} and the quoted {model}; one without {port} is refused', async () => {
+  const model = "/tmp/my model's dir";
+  const server = await launchServerCommand(
+    `exec '${process.execPath}' --import tsx '${fakeSglang}' --port {port} --model-path {model}`,
+    { model, pollIntervalMs: 100, readyTimeoutMs: 60_000 },
+  );
+  try {
+    assert.match(server.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    const info = (await (await fetch(`${server.url}/get_model_info`)).json()) as {
+      model_path: string;
+    };
+    assert.is(info.model_path, model);
+  } finally {
+    await server.stop();
+  }
+  const refused = await launchServerCommand('serve --port 8000', { model }).then(
+    () => 'launched',
+    (e: RtjobError) => `${e.code}: ${e.message}`,
+  );
+  assert.is(
+    refused,
+    'INVALID_ARGUMENT: the server command must say where it listens with {port}: serve --port 8000',
+  );
 });
 
 test('when the launching process is killed, the guard takes the server down (no orphans)', async () => {

@@ -1,12 +1,11 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import Anthropic from '@anthropic-ai/sdk';
-import type { Gateway } from '../../gateway/server.ts';
 import {
+  addToolModel,
   compactToolTemplate,
   hermesCall,
-  scriptedEngine,
-  startGateway,
+  suiteGateway,
   tokenizerWith,
 } from './helpers.ts';
 
@@ -14,25 +13,16 @@ import {
 // agent's own `baseURL` (ending in /v1) and key. The scripted model calls `add(2, 3)` once, then
 // answers with the tool's result; a prompt that asks for "stop" answers past a stop sequence.
 const tok = tokenizerWith(compactToolTemplate);
-let gw: Gateway;
-const prompts: string[] = [];
-const temps: (number | undefined)[] = [];
-
-test.before(async () => {
-  const engine = scriptedEngine(tok, (prompt, req) => {
-    prompts.push(prompt);
-    temps.push(req.gconfig?.temperature);
-    const result = /<tool_response>([^<]*)<\/tool_response><\|assistant\|>$/.exec(prompt);
-    if (result) return `The answer is ${result[1]}.`;
+const { engine, prompts, requests } = addToolModel(tok, {
+  reply: (prompt) => {
     if (prompt.endsWith('<tool_call>{"name": "'))
       return 'add", "arguments": {"a": 2, "b": 3}}</tool_call>';
     if (prompt.includes('say stop')) return 'one two STOP three';
     if (prompt.includes('chat only')) return 'Hello there.';
-    return hermesCall('add', { a: 2, b: 3 });
-  });
-  gw = await startGateway({ engine, tokenizer: tok });
+    return undefined;
+  },
 });
-test.after(() => gw.close());
+const gateway = suiteGateway(test, { engine, tokenizer: tok });
 
 const tools: Anthropic.Tool[] = [
   {
@@ -46,11 +36,11 @@ const tools: Anthropic.Tool[] = [
 ];
 
 function client(apiKey: string): Anthropic {
-  return new Anthropic({ baseURL: gw.baseURL, apiKey, maxRetries: 0 });
+  return new Anthropic({ baseURL: gateway.gw.baseURL, apiKey, maxRetries: 0 });
 }
 
 test('messages with tools: tool_use, tool_result, the answer; one exact-token trajectory', async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const c = client(s.apiKey);
   const messages: Anthropic.MessageParam[] = [{ role: 'user', content: 'What is 2+3?' }];
   const r1 = await c.messages.create({
@@ -104,7 +94,7 @@ test('messages with tools: tool_use, tool_result, the answer; one exact-token tr
 });
 
 test('streaming: message_start, content blocks with text and input_json deltas, message_delta, message_stop', async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const c = client(s.apiKey);
   const events: string[] = [];
   const stream = c.messages.stream({
@@ -158,7 +148,7 @@ test('streaming: message_start, content blocks with text and input_json deltas, 
 });
 
 test('stop_sequences, temperature, tool_choice any and none', async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const c = client(s.apiKey);
   const r = await c.messages.create({
     model: 'tiny',
@@ -171,7 +161,7 @@ test('stop_sequences, temperature, tool_choice any and none', async () => {
   assert.is(r.stop_reason, 'stop_sequence');
   assert.is(r.stop_sequence, 'STOP');
   assert.equal(r.content, [{ type: 'text', text: 'one two ' }]);
-  assert.is(temps.at(-1), 0.5);
+  assert.is(requests.at(-1)!.gconfig?.temperature, 0.5);
 
   // `any` forces a call: the prompt ends with the opening of one, in the template's spelling.
   const forced = await c.messages.create({
@@ -196,7 +186,7 @@ test('stop_sequences, temperature, tool_choice any and none', async () => {
 });
 
 test('max_tokens: the answer is cut and says max_tokens', async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const r = await client(s.apiKey).messages.create({
     model: 'tiny',
     max_tokens: 3,
@@ -208,7 +198,7 @@ test('max_tokens: the answer is cut and says max_tokens', async () => {
 });
 
 test("errors in Anthropic's shape: the SDK raises its typed errors", async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const c = client(s.apiKey);
   const missing = await c.messages
     .create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }] } as never)
@@ -261,7 +251,7 @@ test("errors in Anthropic's shape: the SDK raises its typed errors", async () =>
 });
 
 test("count_tokens: the prompt in the policy's tokens", async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const c = client(s.apiKey);
   const params = {
     model: 'tiny',
@@ -276,9 +266,9 @@ test("count_tokens: the prompt in the policy's tokens", async () => {
 });
 
 test('the gateway root works as the base URL too (Anthropic spells the /v1 itself)', async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const c = new Anthropic({
-    baseURL: gw.baseURL.replace(/\/v1$/, ''),
+    baseURL: gateway.gw.baseURL.replace(/\/v1$/, ''),
     apiKey: s.apiKey,
     maxRetries: 0,
   });

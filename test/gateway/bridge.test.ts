@@ -4,7 +4,13 @@ import OpenAI from 'openai';
 import type { GenerateRequest } from '../../engines/types.ts';
 import { loadTokenizer } from '../../model/tokenizer.ts';
 import { qwen3TokenizerDir } from '../fixtures/model/qwen3.ts';
-import { historyEditingTemplate, scriptedEngine, startGateway, tokenizerWith } from './helpers.ts';
+import {
+  historyEditingTemplate,
+  openaiClient,
+  scriptedEngine,
+  startGateway,
+  tokenizerWith,
+} from './helpers.ts';
 
 // Bridge mode: Qwen3's own chat template drops the thinking of assistant turns before the last
 // user query, so each new user turn re-renders history that no longer extends the recorded
@@ -62,7 +68,7 @@ test('Qwen3 template that drops past thinking: bridged, three user turns are one
   const gw = await startGateway({ engine: recordingEngine(seen), tokenizer: qwen });
   try {
     const s = gw.openSession();
-    await threeTurns(new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 }));
+    await threeTurns(openaiClient(gw, s.apiKey));
     const st = s.session.stats;
     assert.is(st.completions, 6);
     assert.is(st.trajectories, 1);
@@ -97,7 +103,7 @@ test('Qwen3 template without bridge mode: every new user turn breaks the traject
   const gw = await startGateway({ engine: recordingEngine([]), tokenizer: qwen, bridge: false });
   try {
     const s = gw.openSession();
-    await threeTurns(new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 }));
+    await threeTurns(openaiClient(gw, s.apiKey));
     const st = s.session.stats;
     assert.is(st.trajectories, 3);
     assert.equal(
@@ -122,10 +128,7 @@ test('Qwen3 with chat_template_kwargs enable_thinking false: bridged, one trajec
     });
     try {
       const s = gw.openSession();
-      await threeTurns(
-        new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 }),
-        noThinking,
-      );
+      await threeTurns(openaiClient(gw, s.apiKey), noThinking);
       assert.ok(
         qwen.decode(seen[0]!, { skipSpecialTokens: false }).endsWith('<think>\n\n</think>\n\n'),
         'the kwarg reached the template',
@@ -150,7 +153,7 @@ test('chat_template_kwargs that would set what the gateway renders with is a 400
   const gw = await startGateway({ engine: recordingEngine([]), tokenizer: qwen });
   try {
     const s = gw.openSession();
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const client = openaiClient(gw, s.apiKey);
     const body = {
       model: 'tiny',
       messages: [{ role: 'user' as const, content: 'hi' }],
@@ -174,7 +177,7 @@ test('an agent that edits history or rewrites an answer is not bridged: a break,
   const gw = await startGateway({ engine, tokenizer: tok });
   try {
     const s = gw.openSession();
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const client = openaiClient(gw, s.apiKey);
     const ask = (messages: OpenAI.ChatCompletionMessageParam[], stop?: string) =>
       client.chat.completions
         .create({ model: 'tiny', messages, ...(stop ? { stop } : {}) })

@@ -1,12 +1,12 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import OpenAI from 'openai';
-import type { Gateway } from '../../gateway/server.ts';
 import {
   compactToolTemplate,
   hermesCall,
+  openaiClient,
   scriptedEngine,
-  startGateway,
+  suiteGateway,
   tokenizerWith,
 } from './helpers.ts';
 
@@ -23,24 +23,21 @@ const tools: OpenAI.ChatCompletionTool[] = [
     },
   },
 ];
-let gw: Gateway;
 let client: OpenAI;
 let prompts: string[] = [];
 
-test.before(async () => {
-  const engine = scriptedEngine(tok, (prompt) => {
-    prompts.push(prompt);
-    if (prompt.includes('<tool_response>5</tool_response>')) return 'The sum is 5.';
-    if (prompt.includes('use a tool'))
-      return `Let me add.${hermesCall('add', { a: 2, b: 3 })}${hermesCall('add', { a: 1, b: 1 })}`;
-    if (prompt.includes('ramble')) return 'x'.repeat(100);
-    return 'Hello there. Bye.';
-  });
-  gw = await startGateway({ engine, tokenizer: tok, contextLength: 400 });
-  const s = gw.openSession();
-  client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+const engine = scriptedEngine(tok, (prompt) => {
+  prompts.push(prompt);
+  if (prompt.includes('<tool_response>5</tool_response>')) return 'The sum is 5.';
+  if (prompt.includes('use a tool'))
+    return `Let me add.${hermesCall('add', { a: 2, b: 3 })}${hermesCall('add', { a: 1, b: 1 })}`;
+  if (prompt.includes('ramble')) return 'x'.repeat(100);
+  return 'Hello there. Bye.';
 });
-test.after(() => gw.close());
+const gateway = suiteGateway(test, { engine, tokenizer: tok, contextLength: 400 });
+test.before(() => {
+  client = openaiClient(gateway.gw, gateway.gw.openSession().apiKey);
+});
 test.before.each(() => {
   prompts = [];
 });
@@ -250,7 +247,7 @@ test('bad input: OpenAI error shapes and statuses, naming the field', async () =
   );
   assert.ok(model instanceof OpenAI.NotFoundError);
   assert.is(model.code, 'model_not_found');
-  const wrongKey = new OpenAI({ baseURL: gw.baseURL, apiKey: 'rtj-guessed', maxRetries: 0 });
+  const wrongKey = openaiClient(gateway.gw, 'rtj-guessed');
   const auth = await failure(
     wrongKey.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }] }),
   );
@@ -260,7 +257,7 @@ test('bad input: OpenAI error shapes and statuses, naming the field', async () =
 
 test('raw HTTP: malformed JSON, a missing key, unknown routes', async () => {
   const post = (body: string, headers: Record<string, string> = {}) =>
-    fetch(`${gw.baseURL}/chat/completions`, {
+    fetch(`${gateway.gw.baseURL}/chat/completions`, {
       method: 'POST',
       body,
       headers: {
@@ -276,13 +273,13 @@ test('raw HTTP: malformed JSON, a missing key, unknown routes', async () => {
     [body.error.type, body.error.code, body.error.param],
     ['invalid_request_error', 'invalid_json', 'body'],
   );
-  const noKey = await fetch(`${gw.baseURL}/models`);
+  const noKey = await fetch(`${gateway.gw.baseURL}/models`);
   assert.is(noKey.status, 401);
   assert.is(
     ((await noKey.json()) as { error: { type: string } }).error.type,
     'authentication_error',
   );
-  const missing = await fetch(`${gw.baseURL}/embeddings`, {
+  const missing = await fetch(`${gateway.gw.baseURL}/embeddings`, {
     method: 'POST',
     headers: { authorization: `Bearer ${client.apiKey}` },
   });

@@ -7,6 +7,7 @@ import {
   compactToolTemplate,
   hermesCall,
   historyEditingTemplate,
+  openaiClient,
   qwenStyleTemplate,
   scriptedEngine,
   startGateway,
@@ -77,7 +78,7 @@ for (const [name, template, style] of [
     const gw = await startGateway({ engine, tokenizer: tok, checkDrift: true });
     try {
       const s = gw.openSession();
-      const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+      const client = openaiClient(gw, s.apiKey);
       const { messages, answer } = await toolLoop(client, 'Count to four.');
       assert.is(answer, 'Done: 4.');
       assert.is(outputs.length, 5);
@@ -153,7 +154,7 @@ test('without bridge mode, a template that rewrites history starts a new traject
   const gw = await startGateway({ engine, tokenizer: tok, checkDrift: true, bridge: false });
   try {
     const s = gw.openSession();
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const client = openaiClient(gw, s.apiKey);
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: '2+2?' }];
     const r1 = await client.chat.completions.create({ model: 'tiny', messages });
     messages.push(
@@ -198,7 +199,7 @@ test("the model's own ids are kept even when re-tokenizing its text would give o
   const gw = await startGateway({ engine, tokenizer: tok, checkDrift: true });
   try {
     const s = gw.openSession();
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const client = openaiClient(gw, s.apiKey);
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'x' }];
     const r = await client.chat.completions.create({ model: 'tiny', messages });
     assert.is(r.choices[0]!.message.content, '<|user|>');
@@ -228,8 +229,8 @@ test('parallel calls within one episode: each its own trajectory, continued by w
   try {
     const a = gw.openSession();
     const b = gw.openSession();
-    const ca = new OpenAI({ baseURL: gw.baseURL, apiKey: a.apiKey, maxRetries: 0 });
-    const cb = new OpenAI({ baseURL: gw.baseURL, apiKey: b.apiKey, maxRetries: 0 });
+    const ca = openaiClient(gw, a.apiKey);
+    const cb = openaiClient(gw, b.apiKey);
     const ask = (c: OpenAI, messages: OpenAI.ChatCompletionMessageParam[]) =>
       c.chat.completions
         .create({ model: 'tiny', messages })
@@ -306,7 +307,7 @@ test('a request the agent aborted is not recorded: a completion it never saw is 
   const gw = await startGateway({ engine, tokenizer: tok });
   try {
     const s = gw.openSession();
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const client = openaiClient(gw, s.apiKey);
     const ac = new AbortController();
     const first = client.chat.completions.create(
       { model: 'tiny', messages: [{ role: 'user', content: 'a' }] },

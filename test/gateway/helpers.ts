@@ -1,9 +1,13 @@
 /**
  * Shared pieces of the gateway tests: chat templates in the HF tools convention (a compact one
  * like the shipped tool model's, a Qwen-style one with a newline after each end token, one that
- * drops earlier reasoning), the built-in char-level tokenizer with any of them, and a scripted
- * engine that answers with chosen text so tool calls are deterministic.
+ * drops earlier reasoning), the built-in char-level tokenizer with any of them, a scripted
+ * engine that answers with chosen text so tool calls are deterministic, the `add(2, 3)` tool
+ * model most client tests talk to, a gateway per suite, and an `openai` client on a session.
  */
+import OpenAI from 'openai';
+import type { Test } from 'uvu';
+
 import { SimulatedEngine } from '../../engines/simulated/simulated-engine.ts';
 import type { GenerateRequest } from '../../engines/types.ts';
 import { Gateway, type GatewayOptions } from '../../gateway/server.ts';
@@ -115,11 +119,62 @@ export function scriptedEngine(
   });
 }
 
+/**
+ * The tool model of the client tests, on `tok`: it calls `add(2, 3)` in the compact template's
+ * spelling and, once the tool's result ends the prompt, answers `answer(result)` (default
+ * `The answer is <result>.`). `reply` answers the prompts a suite adds (a stop word, a chat-only
+ * turn) where it returns text. Every prompt and request is recorded, in order.
+ */
+export function addToolModel(
+  tok: ChatTokenizer,
+  o: {
+    answer?: (result: string) => string;
+    reply?: (prompt: string, req: GenerateRequest) => string | undefined;
+  } = {},
+): { engine: SimulatedEngine; prompts: string[]; requests: GenerateRequest[] } {
+  const prompts: string[] = [];
+  const requests: GenerateRequest[] = [];
+  const engine = scriptedEngine(tok, (prompt, req) => {
+    prompts.push(prompt);
+    requests.push(req);
+    const result = /<tool_response>([^<]*)<\/tool_response><\|assistant\|>$/.exec(prompt)?.[1];
+    if (result !== undefined) return o.answer?.(result) ?? `The answer is ${result}.`;
+    return o.reply?.(prompt, req) ?? hermesCall('add', { a: 2, b: 3 });
+  });
+  return { engine, prompts, requests };
+}
+
 /** A gateway on loopback with test defaults. */
 export function startGateway(
   o: Partial<GatewayOptions> & Pick<GatewayOptions, 'engine' | 'tokenizer'>,
 ): Promise<Gateway> {
   return Gateway.start({ model: 'tiny', contextLength: 4096, maxNewTokens: 512, ...o });
+}
+
+/**
+ * A gateway for a whole uvu suite: started (with {@link startGateway}'s defaults) before its
+ * first test, closed after its last. Read `gw` inside tests.
+ */
+export function suiteGateway(
+  suite: Test,
+  o: Partial<GatewayOptions> & Pick<GatewayOptions, 'engine' | 'tokenizer'>,
+): { readonly gw: Gateway } {
+  let gw: Gateway | undefined;
+  suite.before(async () => {
+    gw = await startGateway(o);
+  });
+  suite.after(() => gw?.close());
+  return {
+    get gw(): Gateway {
+      if (!gw) throw new Error('the suite gateway starts in the suite’s before hook');
+      return gw;
+    },
+  };
+}
+
+/** The `openai` client an agent builds on a session's key: no retries, so a failure shows once. */
+export function openaiClient(gw: { baseURL: string }, apiKey: string): OpenAI {
+  return new OpenAI({ baseURL: gw.baseURL, apiKey, maxRetries: 0 });
 }
 
 /** A tool call in the compact template's spelling (Python-style JSON spacing, as `tojson` writes it). */

@@ -5,7 +5,6 @@
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import OpenAI from 'openai';
 
 import type { RemoteEngine } from '../../engines/http/remote-engine.ts';
 import { SglangEngine } from '../../engines/sglang/index.ts';
@@ -18,7 +17,7 @@ import type {
   TokenGenerator,
 } from '../fakes/token-generator.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
-import { compactToolTemplate, startGateway, tokenizerWith } from './helpers.ts';
+import { compactToolTemplate, openaiClient, startGateway, tokenizerWith } from './helpers.ts';
 
 const tok = tokenizerWith(compactToolTemplate);
 const first = 'Hello world.';
@@ -94,11 +93,7 @@ for (const k of kinds) {
     const engine = k.engine(fake.url);
     const gw = await startGateway({ engine, tokenizer: tok });
     try {
-      const client = new OpenAI({
-        baseURL: gw.baseURL,
-        apiKey: gw.openSession().apiKey,
-        maxRetries: 0,
-      });
+      const client = openaiClient(gw, gw.openSession().apiKey);
       const stream = await client.chat.completions.create({
         model: 'tiny',
         messages: [{ role: 'user', content: 'say hello' }],

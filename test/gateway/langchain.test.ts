@@ -9,29 +9,12 @@ import {
 import { tool } from '@langchain/core/tools';
 import { ChatOpenAI } from '@langchain/openai';
 import { z } from 'zod';
-import type { Gateway } from '../../gateway/server.ts';
-import {
-  compactToolTemplate,
-  hermesCall,
-  scriptedEngine,
-  startGateway,
-  tokenizerWith,
-} from './helpers.ts';
+import { addToolModel, compactToolTemplate, suiteGateway, tokenizerWith } from './helpers.ts';
 
 // A LangChain.js chat model (`@langchain/openai`'s ChatOpenAI with bound tools), unmodified,
 // against the gateway: a tool loop on chat completions, recorded as one exact-token trajectory.
 const tok = tokenizerWith(compactToolTemplate);
-let gw: Gateway;
-
-test.before(async () => {
-  const engine = scriptedEngine(tok, (prompt) => {
-    const result = /<tool_response>([^<]*)<\/tool_response><\|assistant\|>$/.exec(prompt);
-    if (result) return `The answer is ${result[1]}.`;
-    return hermesCall('add', { a: 2, b: 3 });
-  });
-  gw = await startGateway({ engine, tokenizer: tok });
-});
-test.after(() => gw.close());
+const gateway = suiteGateway(test, { engine: addToolModel(tok).engine, tokenizer: tok });
 
 const add = tool(async ({ a, b }: { a: number; b: number }) => String(a + b), {
   name: 'add',
@@ -40,11 +23,11 @@ const add = tool(async ({ a, b }: { a: number; b: number }) => String(a + b), {
 });
 
 test('ChatOpenAI with bound tools, a tool loop', async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const model = new ChatOpenAI({
     model: 'tiny',
     apiKey: s.apiKey,
-    configuration: { baseURL: gw.baseURL },
+    configuration: { baseURL: gateway.gw.baseURL },
     maxRetries: 0,
   }).bindTools([add]);
   const messages: BaseMessage[] = [new HumanMessage('What is 2+3?')];
@@ -67,11 +50,11 @@ test('ChatOpenAI with bound tools, a tool loop', async () => {
 });
 
 test('ChatOpenAI .stream(): the tool call arrives in chunks that concatenate to the call', async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const model = new ChatOpenAI({
     model: 'tiny',
     apiKey: s.apiKey,
-    configuration: { baseURL: gw.baseURL },
+    configuration: { baseURL: gateway.gw.baseURL },
     maxRetries: 0,
   }).bindTools([add]);
   let whole: AIMessageChunk | undefined;
@@ -101,12 +84,12 @@ test('ChatOpenAI with streaming: true: invoke reads the stream to its end, then 
     const { default: ranks } = await import('js-tiktoken/ranks/gpt2');
     return new Response(JSON.stringify(ranks), { headers: { 'content-type': 'application/json' } });
   }) as typeof fetch;
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   try {
     const model = new ChatOpenAI({
       model: 'tiny',
       apiKey: s.apiKey,
-      configuration: { baseURL: gw.baseURL },
+      configuration: { baseURL: gateway.gw.baseURL },
       maxRetries: 0,
       streaming: true,
     }).bindTools([add]);

@@ -9,6 +9,7 @@ import type { Gateway } from '../../gateway/server.ts';
 import {
   compactToolTemplate,
   hermesCall,
+  openaiClient,
   scriptedEngine,
   startGateway,
   tokenizerWith,
@@ -66,7 +67,7 @@ test.before.each(() => {
 
 function clientOf(engine: 'honours' | 'ignores'): OpenAI {
   sessionOf = gateways[engine].openSession();
-  return new OpenAI({ baseURL: gateways[engine].baseURL, apiKey: sessionOf.apiKey, maxRetries: 0 });
+  return openaiClient(gateways[engine], sessionOf.apiKey);
 }
 
 /** The text of the episode's trained (unmasked) tokens, one string per trajectory. */
@@ -234,7 +235,7 @@ test('with tool_choice required the forced opening counts toward the first call;
   const gw = await startGateway({ engine: forced, tokenizer: tok });
   try {
     sessionOf = gw.openSession();
-    const c = new OpenAI({ baseURL: gw.baseURL, apiKey: sessionOf.apiKey, maxRetries: 0 });
+    const c = openaiClient(gw, sessionOf.apiKey);
     const r = await c.chat.completions.create({
       model: 'tiny',
       messages: user,
@@ -247,7 +248,7 @@ test('with tool_choice required the forced opening counts toward the first call;
     assert.equal(trained(), [first.slice(first.indexOf('add'))]);
 
     sessionOf = gw.openSession();
-    const c2 = new OpenAI({ baseURL: gw.baseURL, apiKey: sessionOf.apiKey, maxRetries: 0 });
+    const c2 = openaiClient(gw, sessionOf.apiKey);
     const bad = await c2.chat.completions.create({
       model: 'tiny',
       messages: user,

@@ -3,7 +3,13 @@ import * as assert from 'uvu/assert';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import type { GenerateRequest } from '../../engines/types.ts';
-import { compactToolTemplate, scriptedEngine, startGateway, tokenizerWith } from './helpers.ts';
+import {
+  compactToolTemplate,
+  openaiClient,
+  scriptedEngine,
+  startGateway,
+  tokenizerWith,
+} from './helpers.ts';
 
 // Retries and aborts never leave a dangling completion in a trajectory. The official SDKs retry a
 // timed-out request (`x-stainless-retry-count` > 0); the engine here stalls a chosen attempt until
@@ -131,7 +137,7 @@ test('a retry of a turn whose answer was recorded but lost on the way replaces i
   const gw = await startGateway({ engine, tokenizer: tok });
   try {
     const s = gw.openSession();
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const client = openaiClient(gw, s.apiKey);
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: 'user', content: 'one' }];
     const r1 = await client.chat.completions.create({ model: 'tiny', messages });
     messages.push(

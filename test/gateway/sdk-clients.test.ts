@@ -11,12 +11,11 @@ import {
   tool as agentTool,
 } from '@openai/agents';
 import { z } from 'zod';
-import type { Gateway } from '../../gateway/server.ts';
 import {
+  addToolModel,
   compactToolTemplate,
-  hermesCall,
-  scriptedEngine,
-  startGateway,
+  openaiClient,
+  suiteGateway,
   tokenizerWith,
 } from './helpers.ts';
 
@@ -25,21 +24,8 @@ import {
 // (both APIs). The scripted model calls `add(2, 3)` once, then answers with the tool's result.
 setTracingDisabled(true);
 const tok = tokenizerWith(compactToolTemplate);
-let gw: Gateway;
-const prompts: string[] = [];
-const greedy: boolean[] = [];
-
-test.before(async () => {
-  const engine = scriptedEngine(tok, (prompt, req) => {
-    prompts.push(prompt);
-    greedy.push(req.gconfig?.greedy ?? false);
-    const result = /<tool_response>([^<]*)<\/tool_response><\|assistant\|>$/.exec(prompt);
-    if (result) return `The answer is ${result[1]}.`;
-    return hermesCall('add', { a: 2, b: 3 });
-  });
-  gw = await startGateway({ engine, tokenizer: tok });
-});
-test.after(() => gw.close());
+const model = addToolModel(tok);
+const gateway = suiteGateway(test, { engine: model.engine, tokenizer: tok });
 
 function session(): {
   apiKey: string;
@@ -47,7 +33,7 @@ function session(): {
   completions(): number;
   trajectories(): number;
 } {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   return {
     apiKey: s.apiKey,
     close: s.close,
@@ -58,7 +44,7 @@ function session(): {
 
 test('openai responses API: function tools, function_call items, function_call_output, streaming events', async () => {
   const s = session();
-  const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+  const client = openaiClient(gateway.gw, s.apiKey);
   const tools: OpenAI.Responses.Tool[] = [
     {
       type: 'function',
@@ -112,12 +98,15 @@ test('openai responses API: function tools, function_call items, function_call_o
 });
 
 test('responses API: an evaluation session decodes greedily whatever the request says', async () => {
-  const s = gw.openSession({ fixedSampling: { temperature: 0, topP: 1 } });
+  const s = gateway.gw.openSession({ fixedSampling: { temperature: 0, topP: 1 } });
   try {
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
-    greedy.length = 0;
+    const client = openaiClient(gateway.gw, s.apiKey);
+    model.requests.length = 0;
     await client.responses.create({ model: 'tiny', input: 'What is 2+3?', temperature: 1 });
-    assert.equal(greedy, [true]);
+    assert.equal(
+      model.requests.map((r) => r.gconfig?.greedy ?? false),
+      [true],
+    );
   } finally {
     s.close();
   }
@@ -125,7 +114,7 @@ test('responses API: an evaluation session decodes greedily whatever the request
 
 test('responses API bad input names the field', async () => {
   const s = session();
-  const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+  const client = openaiClient(gateway.gw, s.apiKey);
   const err = await client.responses
     .create({ model: 'tiny', input: [{ type: 'function_call_output', output: '5' } as never] })
     .then(
@@ -142,7 +131,7 @@ const addSchema = z.object({ a: z.number(), b: z.number() });
 for (const api of ['chat', 'responses'] as const) {
   test(`Vercel AI SDK generateText with tools (${api} model)`, async () => {
     const s = session();
-    const provider = createOpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey });
+    const provider = createOpenAI({ baseURL: gateway.gw.baseURL, apiKey: s.apiKey });
     const model = api === 'chat' ? provider.chat('tiny') : provider.responses('tiny');
     const calls: unknown[] = [];
     const r = await generateText({
@@ -168,7 +157,7 @@ for (const api of ['chat', 'responses'] as const) {
 
 test('Vercel AI SDK streamText (chat model) streams the tool call and the answer', async () => {
   const s = session();
-  const provider = createOpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey });
+  const provider = createOpenAI({ baseURL: gateway.gw.baseURL, apiKey: s.apiKey });
   const r = streamText({
     model: provider.chat('tiny'),
     prompt: 'What is 2+3?',
@@ -185,7 +174,11 @@ test('Vercel AI SDK streamText (chat model) streams the tool call and the answer
 for (const useResponses of [false, true]) {
   test(`OpenAI Agents SDK with a function tool (${useResponses ? 'responses' : 'chat completions'})`, async () => {
     const s = session();
-    const provider = new OpenAIProvider({ baseURL: gw.baseURL, apiKey: s.apiKey, useResponses });
+    const provider = new OpenAIProvider({
+      baseURL: gateway.gw.baseURL,
+      apiKey: s.apiKey,
+      useResponses,
+    });
     const runner = new Runner({ modelProvider: provider, tracingDisabled: true });
     const add = agentTool({
       name: 'add',

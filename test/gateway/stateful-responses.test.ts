@@ -3,12 +3,12 @@ import * as assert from 'uvu/assert';
 import OpenAI from 'openai';
 import { Agent, OpenAIProvider, Runner, setTracingDisabled, tool } from '@openai/agents';
 import { z } from 'zod';
-import type { Gateway } from '../../gateway/server.ts';
 import {
+  addToolModel,
   compactToolTemplate,
   hermesCall,
-  scriptedEngine,
-  startGateway,
+  openaiClient,
+  suiteGateway,
   tokenizerWith,
 } from './helpers.ts';
 
@@ -18,19 +18,8 @@ import {
 // then answers with the tool's result.
 setTracingDisabled(true);
 const tok = tokenizerWith(compactToolTemplate);
-let gw: Gateway;
-const prompts: string[] = [];
-
-test.before(async () => {
-  const engine = scriptedEngine(tok, (prompt) => {
-    prompts.push(prompt);
-    const result = /<tool_response>([^<]*)<\/tool_response><\|assistant\|>$/.exec(prompt);
-    if (result) return `The answer is ${result[1]}.`;
-    return hermesCall('add', { a: 2, b: 3 });
-  });
-  gw = await startGateway({ engine, tokenizer: tok });
-});
-test.after(() => gw.close());
+const { engine, prompts } = addToolModel(tok);
+const gateway = suiteGateway(test, { engine, tokenizer: tok });
 
 const tools: OpenAI.Responses.Tool[] = [
   { type: 'function', name: 'add', parameters: { type: 'object', properties: {} }, strict: false },
@@ -44,8 +33,8 @@ async function refusal(p: Promise<unknown>): Promise<unknown> {
 }
 
 test('previous_response_id continues a stored response: the same prompt, one exact-token trajectory', async () => {
-  const s = gw.openSession();
-  const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+  const s = gateway.gw.openSession();
+  const client = openaiClient(gateway.gw, s.apiKey);
   const r1 = await client.responses.create({
     model: 'tiny',
     instructions: 'Use tools.',
@@ -94,10 +83,10 @@ test('previous_response_id continues a stored response: the same prompt, one exa
 });
 
 test('store: false keeps nothing; another episode cannot continue this one', async () => {
-  const a = gw.openSession();
-  const b = gw.openSession();
-  const ca = new OpenAI({ baseURL: gw.baseURL, apiKey: a.apiKey, maxRetries: 0 });
-  const cb = new OpenAI({ baseURL: gw.baseURL, apiKey: b.apiKey, maxRetries: 0 });
+  const a = gateway.gw.openSession();
+  const b = gateway.gw.openSession();
+  const ca = openaiClient(gateway.gw, a.apiKey);
+  const cb = openaiClient(gateway.gw, b.apiKey);
   const unstored = await ca.responses.create({
     model: 'tiny',
     input: 'What is 2+3?',
@@ -126,7 +115,7 @@ test('store: false keeps nothing; another episode cannot continue this one', asy
 });
 
 test('OpenAI Agents SDK, default mode (Responses), conversation kept by the server across runs', async () => {
-  const s = gw.openSession();
+  const s = gateway.gw.openSession();
   const bodies: Record<string, unknown>[] = [];
   // What the Agents SDK sends, seen on the way out (its OpenAI client takes the global fetch).
   const realFetch = globalThis.fetch;
@@ -135,7 +124,7 @@ test('OpenAI Agents SDK, default mode (Responses), conversation kept by the serv
       bodies.push(JSON.parse(init.body) as Record<string, unknown>);
     return realFetch(url, init);
   };
-  const provider = new OpenAIProvider({ baseURL: gw.baseURL, apiKey: s.apiKey });
+  const provider = new OpenAIProvider({ baseURL: gateway.gw.baseURL, apiKey: s.apiKey });
   const runner = new Runner({ modelProvider: provider, tracingDisabled: true });
   const add = tool({
     name: 'add',

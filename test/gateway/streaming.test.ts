@@ -1,14 +1,20 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { createOpenAI } from '@ai-sdk/openai';
 import { streamText } from 'ai';
 import type { GenerateRequest, GenerateResult, InferenceEngine } from '../../engines/types.ts';
 import { BuiltinEngine } from '../../engines/builtin/engine.ts';
-import type { Gateway } from '../../gateway/server.ts';
 import { tinyMathModelDir } from '../../model/index.ts';
 import { loadTokenizer } from '../../model/tokenizer.ts';
-import { compactToolTemplate, hermesCall, startGateway, tokenizerWith } from './helpers.ts';
+import {
+  compactToolTemplate,
+  hermesCall,
+  openaiClient,
+  startGateway,
+  suiteGateway,
+  tokenizerWith,
+} from './helpers.ts';
 
 // Streaming streams: chunks leave the gateway as the engine produces tokens. A stepped engine
 // produces its answer in bursts and waits for the test before each next one, so the test sees
@@ -64,16 +70,12 @@ class SteppedEngine implements Pick<InferenceEngine, 'generate' | 'generateN' | 
 const tools: OpenAI.ChatCompletionTool[] = [
   { type: 'function', function: { name: 'add', parameters: { type: 'object', properties: {} } } },
 ];
-let engine: SteppedEngine;
-let gw: Gateway;
+const engine = new SteppedEngine();
+const gateway = suiteGateway(test, { engine, tokenizer: tok });
 let client: OpenAI;
-
-test.before(async () => {
-  engine = new SteppedEngine();
-  gw = await startGateway({ engine, tokenizer: tok });
-  client = new OpenAI({ baseURL: gw.baseURL, apiKey: gw.openSession().apiKey, maxRetries: 0 });
+test.before(() => {
+  client = openaiClient(gateway.gw, gateway.gw.openSession().apiKey);
 });
-test.after(() => gw.close());
 
 test('chat completions: content and tool-call deltas arrive while the engine is generating', async () => {
   const stream = await client.chat.completions.create({
@@ -154,7 +156,10 @@ test('responses API: text deltas and the function call arrive while the engine i
 });
 
 test('Vercel AI SDK streamText: the first text part arrives before generation ends', async () => {
-  const provider = createOpenAI({ baseURL: gw.baseURL, apiKey: gw.openSession().apiKey });
+  const provider = createOpenAI({
+    baseURL: gateway.gw.baseURL,
+    apiKey: gateway.gw.openSession().apiKey,
+  });
   const r = streamText({ model: provider.chat('tiny'), prompt: 'hi' });
   let text = '';
   let first = true;
@@ -180,7 +185,7 @@ test('builtin engine: the stream is the non-streamed answer, in one chunk per se
   };
   const g = await startGateway({ engine: counted, tokenizer: chat, contextLength: 256 });
   try {
-    const c = new OpenAI({ baseURL: g.baseURL, apiKey: g.openSession().apiKey, maxRetries: 0 });
+    const c = openaiClient(g, g.openSession().apiKey);
     const body = {
       model: 'tiny',
       messages: [{ role: 'user' as const, content: 'What is 12 + 30?' }],

@@ -8,9 +8,11 @@ import type { Gateway } from '../../gateway/server.ts';
 import type { ChatTokenizer } from '../../model/tokenizer.ts';
 import {
   compactToolTemplate,
+  openaiClient,
   qwenStyleTemplate,
   scriptedEngine,
   startGateway,
+  suiteGateway,
   tokenizerWith,
 } from './helpers.ts';
 
@@ -35,20 +37,15 @@ function model(tok: ChatTokenizer, prompts: string[], newline: boolean) {
   });
 }
 
-let gw: Gateway;
 let client: OpenAI;
 const prompts: string[] = [];
 let sessionOf: ReturnType<Gateway['openSession']>;
 const tok = tokenizerWith(compactToolTemplate);
-
-test.before(async () => {
-  gw = await startGateway({ engine: model(tok, prompts, false), tokenizer: tok });
-});
-test.after(() => gw.close());
+const gateway = suiteGateway(test, { engine: model(tok, prompts, false), tokenizer: tok });
 test.before.each(() => {
   prompts.length = 0;
-  sessionOf = gw.openSession();
-  client = new OpenAI({ baseURL: gw.baseURL, apiKey: sessionOf.apiKey, maxRetries: 0 });
+  sessionOf = gateway.gw.openSession();
+  client = openaiClient(gateway.gw, sessionOf.apiKey);
 });
 test.after.each(() => sessionOf.close());
 
@@ -113,7 +110,7 @@ test('the opening follows the template: Qwen style puts the call on its own line
   const seen: string[] = [];
   const g = await startGateway({ engine: model(qtok, seen, true), tokenizer: qtok });
   try {
-    const c = new OpenAI({ baseURL: g.baseURL, apiKey: g.openSession().apiKey, maxRetries: 0 });
+    const c = openaiClient(g, g.openSession().apiKey);
     const r = await c.chat.completions.create({
       model: 'tiny',
       messages: user,
@@ -185,7 +182,7 @@ test('responses API: a named function and required', async () => {
 });
 
 test('Vercel AI SDK: toolChoice names the tool and it is called', async () => {
-  const provider = createOpenAI({ baseURL: gw.baseURL, apiKey: sessionOf.apiKey });
+  const provider = createOpenAI({ baseURL: gateway.gw.baseURL, apiKey: sessionOf.apiKey });
   const calls: unknown[] = [];
   const r = await generateText({
     model: provider.chat('tiny'),

@@ -13,7 +13,13 @@ import type { FakeServer } from '../fakes/fake-server.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
 import { EngineGenerator } from '../fakes/token-generator.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
-import { compactToolTemplate, scriptedEngine, startGateway, tokenizerWith } from './helpers.ts';
+import {
+  compactToolTemplate,
+  openaiClient,
+  scriptedEngine,
+  startGateway,
+  tokenizerWith,
+} from './helpers.ts';
 
 // `logprobs: true, top_logprobs: k` through the `openai` client: real alternatives from the
 // builtin engine (whole and streamed), the same through the SGLang and vLLM engines in front of
@@ -29,7 +35,7 @@ const http: Array<{ name: string; fake: FakeServer; engine: RemoteEngine; gw: Ga
 test.before(async () => {
   builtin = await BuiltinEngine.create({ modelPath: tinyMathModelDir, seed: 5 });
   gw = await startGateway({ engine: builtin, tokenizer, contextLength: 256 });
-  client = new OpenAI({ baseURL: gw.baseURL, apiKey: gw.openSession().apiKey, maxRetries: 0 });
+  client = openaiClient(gw, gw.openSession().apiKey);
   const generator = new EngineGenerator(builtin, {
     eosTokenId: tokenizer.eosTokenId!,
     decode: (ids) => tokenizer.decode(ids, { skipSpecialTokens: false }),
@@ -134,11 +140,7 @@ function greedyTop(c: OpenAI, k: number) {
 for (const name of ['sglang', 'vllm']) {
   test(`${name} engine: the alternatives the builtin model gives, whole and streamed`, async () => {
     const h = http.find((x) => x.name === name)!;
-    const c = new OpenAI({
-      baseURL: h.gw.baseURL,
-      apiKey: h.gw.openSession().apiKey,
-      maxRetries: 0,
-    });
+    const c = openaiClient(h.gw, h.gw.openSession().apiKey);
     const before = h.fake.stats.generateRequests;
     const direct = await greedyTop(client, 4);
     const viaServer = await greedyTop(c, 4);
@@ -181,7 +183,7 @@ test('an engine without alternatives, or top_logprobs without logprobs: 400 nami
   const tok = tokenizerWith(compactToolTemplate);
   const g = await startGateway({ engine: scriptedEngine(tok, () => 'hi'), tokenizer: tok });
   try {
-    const c = new OpenAI({ baseURL: g.baseURL, apiKey: g.openSession().apiKey, maxRetries: 0 });
+    const c = openaiClient(g, g.openSession().apiKey);
     for (const body of [{ logprobs: true, top_logprobs: 2 }, { top_logprobs: 2 }]) {
       const err = await c.chat.completions
         .create({ model: 'tiny', messages, ...body })

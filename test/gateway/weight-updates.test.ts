@@ -6,7 +6,6 @@
 // continuation (interruptible generation: the rows in flight are prefilled again on the new
 // weights, no token comes from a cache of the old ones).
 import Anthropic from '@anthropic-ai/sdk';
-import OpenAI from 'openai';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
@@ -17,7 +16,7 @@ import { tinyMathModelDir } from '../../model/index.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
 import { loadTokenizer } from '../../model/tokenizer.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
-import { startGateway } from './helpers.ts';
+import { openaiClient, startGateway } from './helpers.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const tok = loadTokenizer(tinyMathModelDir);
@@ -108,7 +107,7 @@ test('openai chat: an update mid-answer and one between turns; each token keeps 
   const { engine, gw, load, updates } = await setup(at);
   try {
     const s = gw.openSession();
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const client = openaiClient(gw, s.apiKey);
     const first = [{ role: 'user' as const, content: 'What is 12 + 30?' }];
     const r1 = await client.chat.completions.create({
       model: 'tiny',
@@ -217,7 +216,7 @@ test('an engine paused (abort) for an update mid-answer: the gateway continues t
   });
   try {
     const s = gw.openSession();
-    const client = new OpenAI({ baseURL: gw.baseURL, apiKey: s.apiKey, maxRetries: 0 });
+    const client = openaiClient(gw, s.apiKey);
     const r = await client.chat.completions.create({
       model: 'tiny',
       messages: [{ role: 'user', content: 'What is 12 + 30?' }],

@@ -1,11 +1,12 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BuiltinEngine } from '../../engines/builtin/engine.ts';
 import { loadTokenizer } from '../../model/tokenizer.ts';
+import { pidAlive } from '../../runtime/pid.ts';
 import { trainPpo } from '../../train/ppo/main.ts';
 import type { FakeServer } from '../fakes/fake-server.ts';
 import { FakeSglangServer } from '../fakes/sglang-server.ts';
@@ -14,7 +15,8 @@ import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 // train_ppo with --engine sglang|vllm against protocol-faithful fake servers that generate with
-// the builtin TF.js model, so weight reloads from disk change what they generate.
+// the builtin TF.js model, so weight reloads from disk change what they generate; and with
+// --engine-launch, which starts a fake server process per rollout and stops it with the run.
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-http-train-'));
 let model = '';
@@ -92,13 +94,69 @@ for (const kind of ['sglang', 'vllm'] as const) {
   });
 }
 
+test('train_ppo --engine sglang --engine-launch starts a server per rollout and stops it with the run', async () => {
+  // The fake SGLang server as a process, started through the flag: each start appends its pid.
+  const pids = join(root, 'launched.pids');
+  const fake = fileURLToPath(new URL('../fakes/sglang-server.ts', import.meta.url));
+  const command = `echo $$ >> '${pids}'; exec '${process.execPath}' --import tsx '${fake}' --port {port} --model-path {model}`;
+  const weights = join(root, 'launch-weights');
+  const rows: Record<string, number>[] = [];
+  const s = await trainPpo(
+    tinyRunArgs(model, join(root, 'launch-out'), {
+      'in-process': true,
+      engine: 'sglang',
+      'engine-launch': command,
+      'rollout-num-engines': 2,
+      'engine-weights-path': weights,
+      'agent-func': fixture('multi-turn-step.ts'),
+      'rollout-batch-size': 2,
+      'train-batch-size': 4,
+      'micro-train-batch-size': 4,
+      'generate-max-len': 6,
+      'max-steps': 2,
+      'eval-dataset': false,
+    }),
+    {},
+    { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
+  );
+  assert.is(s.steps, 2);
+  assert.equal(
+    rows.filter((r) => r.reward_mean !== undefined).map((r) => r.version),
+    [1, 2],
+    'both servers loaded each published version',
+  );
+  for (const i of [0, 1]) assert.ok(existsSync(join(weights, `rollout_${i}`, 'v2')));
+  const launched = readFileSync(pids, 'utf8').trim().split('\n').map(Number);
+  assert.is(new Set(launched).size, 2, 'one server per rollout');
+  assert.equal(
+    launched.filter((pid) => pidAlive(pid)),
+    [],
+    'the servers are stopped with the run',
+  );
+});
+
 test('--engine-url is checked before anything starts', async () => {
   const err = (argv: string[]): Promise<string> =>
     trainPpo(argv, {}, {}).then(
       () => '',
       (e: Error) => e.message,
     );
-  assert.match(await err(['--engine', 'sglang']), /--engine sglang needs --engine-url/);
+  assert.match(
+    await err(['--engine', 'sglang']),
+    /--engine sglang needs --engine-url or --engine-launch/,
+  );
+  assert.match(
+    await err(['--engine', 'sglang', '--engine-launch', 'serve --port 1']),
+    /--engine-launch: the command must listen on \{port\}/,
+  );
+  assert.match(
+    await err(['--engine-launch', 'serve --port {port}']),
+    /--engine-launch needs --engine sglang or --engine vllm/,
+  );
+  assert.match(
+    await err(['--engine', 'vllm', '--engine-url', 'http://a:1', '--engine-launch', 'x {port}']),
+    /--engine-launch starts the servers: drop --engine-url/,
+  );
   assert.match(
     await err(['--engine', 'vllm', '--engine-url', 'localhost:8000']),
     /'localhost:8000' is not an http\(s\) URL/,

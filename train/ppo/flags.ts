@@ -242,6 +242,11 @@ export const flagTable: readonly Flag[] = [
     'comma-separated server URLs for --engine sglang|vllm; split across the rollouts',
   ),
   F(
+    'engineLaunch',
+    'string',
+    "instead of --engine-url: the command that starts each rollout's own sglang|vllm server, on the GPUs the runtime gives that rollout (--rollout-num-gpus-per-engine); {port} is a free port, {model} the --pretrain path; stopped with the rollout",
+  ),
+  F(
     'engineWeightsPath',
     'string',
     'where weights for sglang|vllm servers are written (a path the servers can read); default <ckpt-path>/engine_weights',
@@ -371,6 +376,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   rolloutDtype: 'f32',
   llamacppGpu: undefined,
   engineUrl: undefined,
+  engineLaunch: undefined,
   engineWeightsPath: '',
   engineHealthTimeoutMs: 60_000,
   weightSyncTimeoutMs: 600_000,
@@ -462,7 +468,15 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
   if (o.useDecoupledLoss && !o.asyncTrain)
     fail('--use-decoupled-loss', '--use-decoupled-loss applies to --async-train only');
   const local = o.engine === 'builtin' || o.engine === 'llamacpp';
-  if (!local && !o.engineUrl) fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
+  if (!local && !o.engineUrl && !o.engineLaunch)
+    fail('--engine-url', `--engine ${o.engine} needs --engine-url or --engine-launch`);
+  if (o.engineLaunch !== undefined) {
+    if (local) fail('--engine-launch', '--engine-launch needs --engine sglang or --engine vllm');
+    if (o.engineUrl !== undefined)
+      fail('--engine-launch', '--engine-launch starts the servers: drop --engine-url');
+    if (!o.engineLaunch.includes('{port}'))
+      fail('--engine-launch', '--engine-launch: the command must listen on {port}');
+  }
   if (o.rolloutDtype !== 'f32' && o.engine !== 'llamacpp')
     fail('--rollout-dtype', '--rollout-dtype applies to --engine llamacpp only');
   if (o.llamacppGpu !== undefined && o.engine !== 'llamacpp')

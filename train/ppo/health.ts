@@ -15,6 +15,7 @@ import type { RunContext, Watchdog } from './run-state.ts';
 export function describeEngine(ctx: RunContext, i: number): string {
   const { o } = ctx;
   if (o.engine === 'builtin' || o.engine === 'llamacpp') return o.engine;
+  if (o.engineLaunch !== undefined) return `${o.engine} (launched by rollout ${i})`;
   const urls = engineUrls(o).filter((_, k) => k % o.rolloutNumEngines === i);
   return `${o.engine} ${urls.join(',')}`;
 }

@@ -90,6 +90,8 @@ export interface TrainPpoOptions {
   /** Device of `--engine llamacpp`; unset: `auto` when the rollout engines get GPUs, else `off`. */
   llamacppGpu: 'off' | 'auto' | 'cuda' | 'vulkan' | undefined;
   engineUrl: string | undefined;
+  /** The command that starts each rollout's own server (`{port}`, `{model}` filled in). */
+  engineLaunch: string | undefined;
   engineWeightsPath: string;
   /** A rollout that does not answer a health probe in this time is restarted. */
   engineHealthTimeoutMs: number;

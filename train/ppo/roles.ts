@@ -114,8 +114,11 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       ...(o.engine !== 'builtin' && o.engine !== 'llamacpp'
         ? {
             engine: o.engine,
-            // Each rollout owns a share of the servers, so a weight update reaches each server once.
-            engineUrls: engineUrls(o).filter((_, k) => k % o.rolloutNumEngines === i),
+            // Each rollout owns a share of the servers, so a weight update reaches each server once;
+            // or starts its own.
+            ...(o.engineLaunch !== undefined
+              ? { engineLaunch: o.engineLaunch }
+              : { engineUrls: engineUrls(o).filter((_, k) => k % o.rolloutNumEngines === i) }),
             weightsDir: resolve(
               o.engineWeightsPath || join(o.ckptPath, 'engine_weights'),
               `rollout_${i}`,

@@ -119,7 +119,7 @@ export async function actorsView(): Promise<void> {
                 h('td', {}, a.jobId ? jobLink(a.jobId) : ''),
                 h('td', {}, a.restarts),
                 h('td', {}, a.startedAt && a.state !== 'DEAD' ? duration(now - a.startedAt) : '–'),
-                h('td', { class: 'cause' }, a.deathCause ?? ''),
+                h('td', { class: 'cause', title: a.deathCause ?? '' }, a.deathCause ?? ''),
                 h('td', {}, actorActions(a, load, running)),
               ),
             ),

@@ -7,8 +7,9 @@
  * double-click to reset; hovering shows every line's value at that step. Integer step ticks,
  * single points drawn, an EMA smoothing control, and an x axis in steps, wall time or generated
  * tokens (so runs that generate at different lengths compare by compute). Metrics
- * that never change (KL with coefficient 0, staleness in sync mode) are folded into one line
- * instead of flat charts. Data arrives incrementally (`append`), so a job that logs a row every
+ * that have not changed (KL with coefficient 0, staleness in sync mode, a pass rate still at 1)
+ * are folded into one line instead of flat charts; a live one gets its chart once it changes, so
+ * charts only ever appear while a job runs. Data arrives incrementally (`append`), so a job that logs a row every
  * step for hours only ever sends the new rows.
  *
  * @module
@@ -74,6 +75,15 @@ function compact(v: number): string {
   if (Math.abs(v) >= 1e6) return `${+(v / 1e6).toFixed(2)}M`;
   if (Math.abs(v) >= 1e3) return `${+(v / 1e3).toFixed(1)}k`;
   return String(+v.toFixed(0));
+}
+
+/**
+ * What the page's job is doing, for the words around the charts: whether it may still log, and
+ * why it failed, with a link to its output.
+ */
+export interface ChartsJobState {
+  live: boolean;
+  failure?: { reason: string; logsHref: string };
 }
 
 /** Rows of one job keyed by step, one map per metric, and each step's time. */
@@ -152,6 +162,7 @@ export class MetricCharts {
   #x: XAxis = 'step';
   #layoutOf = resolveLayout(undefined);
   #layoutKey = '';
+  #state: ChartsJobState = { live: true };
 
   constructor(root: HTMLElement) {
     this.#root = root;
@@ -163,6 +174,13 @@ export class MetricCharts {
     if (key === this.#layoutKey) return;
     this.#layoutKey = key;
     this.#layoutOf = resolveLayout(layout);
+    this.#reset();
+  }
+
+  /** Says what the page's job is doing (the empty and folded lines read after it). */
+  setJobState(state: ChartsJobState): void {
+    if (JSON.stringify(state) === JSON.stringify(this.#state)) return;
+    this.#state = state;
     this.#reset();
   }
 
@@ -217,21 +235,21 @@ export class MetricCharts {
   }
 
   /**
-   * A metric is constant when every job shows one value for it over at least three steps; the
-   * headline metrics are always charted (a flat reward early in a run is news, not noise).
+   * A metric is constant while every job shows one value for it, from its first point: a chart of
+   * one value says nothing its folded line does not, and a live chart appears when the value
+   * first changes instead of showing for a few steps and then vanishing. The headline metrics are
+   * always charted (a flat reward early in a run is news, not noise).
    */
   #constant(name: string): number | undefined {
     if (this.#layoutOf.neverFolded.has(name)) return undefined;
     let value: number | undefined;
-    let n = 0;
     for (const s of this.#series) {
       for (const [, v] of s.data.values(name)) {
         if (value !== undefined && v !== value) return undefined;
         value = v;
-        n++;
       }
     }
-    return n >= 3 ? value : undefined;
+    return value;
   }
 
   /** Chart names (metrics, multi-line charts), and the constant metrics folded away. */
@@ -323,6 +341,31 @@ export class MetricCharts {
     return [xs, ...ys] as uPlot.AlignedData;
   }
 
+  /** The line shown in place of charts: why there are none, and what to do. */
+  #empty(): HTMLElement {
+    const { live, failure } = this.#state;
+    const howTo = h('code', {}, 'metrics.log(step, { reward_mean, kl, … })');
+    if (failure)
+      return h(
+        'p',
+        { class: 'empty', id: 'charts-empty' },
+        'The job failed before it logged any metrics: ',
+        h('span', { class: 'error' }, failure.reason),
+        '. ',
+        h('a', { href: failure.logsHref }, 'Its logs'),
+        ' show the rest.',
+      );
+    return h(
+      'p',
+      { class: 'muted empty', id: 'charts-empty' },
+      live
+        ? 'No metrics yet. Log them from the driver with '
+        : 'This job logged no metrics. Log them from the driver with ',
+      howTo,
+      '.',
+    );
+  }
+
   #width(): number {
     const w = this.#root.clientWidth || 900;
     const cols = w > 1100 ? 3 : w > 700 ? 2 : 1;
@@ -335,13 +378,7 @@ export class MetricCharts {
     const groups = this.#grouped();
     const { constant } = this.#names();
     if (groups.length === 0 && constant.length === 0) {
-      this.#root.append(
-        h(
-          'p',
-          { class: 'muted' },
-          'No metrics yet. Log them from the driver with metrics.log(step, { reward_mean, kl, … }).',
-        ),
-      );
+      this.#root.append(this.#empty());
       return;
     }
     const dark = matchMedia('(prefers-color-scheme: dark)').matches;
@@ -460,7 +497,11 @@ export class MetricCharts {
           h(
             'summary',
             {},
-            `${constant.length} metric${constant.length === 1 ? '' : 's'} never changed (not charted)`,
+            `${constant.length} metric${constant.length === 1 ? '' : 's'} ${
+              this.#state.live
+                ? 'unchanged so far (each is charted once it changes)'
+                : 'never changed (not charted)'
+            }`,
           ),
           h(
             'p',

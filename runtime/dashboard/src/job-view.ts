@@ -158,6 +158,17 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
   onlyChanged.addEventListener('change', renderSettings);
   const renderHeader = (j: JobInfo) => {
     const active = ['PENDING', 'RUNNING'].includes(j.status);
+    charts.setJobState({
+      live: active,
+      ...(j.status === 'FAILED'
+        ? {
+            failure: {
+              reason: failureReason(j.message) || `exit code ${j.exitCode ?? '?'}`,
+              logsHref: `#/jobs/${encodeURIComponent(j.jobId)}/logs`,
+            },
+          }
+        : {}),
+    });
     const stop = h(
       'button',
       {
