@@ -13,8 +13,10 @@
  *
  * New weights are written into the mapped GGUF in place (CPU, f32/f16/bf16: llama.cpp maps the
  * file shared and computes from the mapping) between decode steps, or the model is reloaded from
- * the rewritten file (`weightSync: 'reload'`), after which running requests re-evaluate their
- * tokens on fresh sequences and go on.
+ * the rewritten file (`weightSync: 'reload'`). Either way running requests then evaluate prompt +
+ * output again on the new weights before their next token (in place: on their own sequence, its
+ * KV cache erased; by reload: on fresh sequences), as the builtin engine's rows are prefilled
+ * again, and each token is labelled with the version whose weights computed its distribution.
  *
  * Over 600 lines on purpose: one class whose sequences, decode steps and weight syncs share the
  * context's state and must be read together (as `engines/http/remote-engine.ts`).
@@ -60,6 +62,7 @@ import {
   generateOne,
   newLocalSample,
   resolveSample,
+  sampleContext,
   type LocalSample,
 } from '../local-sample.ts';
 import { LlamaCppError } from './errors.ts';
@@ -202,12 +205,14 @@ export class LlamaCppEngine implements InferenceEngine {
   readonly layout: GgufLayout;
   readonly weightSync: LlamaCppWeightSync;
   /** Counters for benchmarks and tests; `lastSyncMs`: the last weight update's time. */
-  readonly stats = { generatedTokens: 0, decodeSteps: 0, syncs: 0, lastSyncMs: 0 };
+  readonly stats = { generatedTokens: 0, decodeSteps: 0, syncs: 0, lastSyncMs: 0, reprefills: 0 };
   private readonly llama: Llama;
   private model: LlamaModel | undefined;
   private context: LlamaContext | undefined;
   /** Bumped when the context is replaced (reload, sleep): sequences of older ones are gone. */
   private epoch = 0;
+  /** Bumped by every weight update: a sequence's KV cache computed before it is stale. */
+  private weightsGeneration = 0;
   /** Sequences of the current context that no request holds. */
   private freeSequences: LlamaContextSequence[] = [];
   private readonly config: LlamaConfig;
@@ -389,6 +394,8 @@ export class LlamaCppEngine implements InferenceEngine {
     }
     let seq: LlamaContextSequence | undefined;
     let seqEpoch = -1;
+    /** The weights that computed `seq`'s KV cache. */
+    let seqWeights = -1;
     /** Tokens of prompt + output already in `seq`. */
     let evaluated = 0;
     let gen: AsyncGenerator<{ token: Token; confidence: number }, void, void> | undefined;
@@ -397,16 +404,27 @@ export class LlamaCppEngine implements InferenceEngine {
       while (!a.done) {
         await this.gate.enter();
         let next: { token: number; logprob: number } | Map<number, number> | undefined;
+        /** The version of the weights this step computes with, which labels its token. */
+        const version = this.version;
         try {
           if (a.done) break;
           if (!seq || seqEpoch !== this.epoch) {
             seq = await this.acquireSequence();
             seqEpoch = this.epoch;
+            seqWeights = this.weightsGeneration;
             evaluated = 0;
             gen = undefined;
+          } else if (seqWeights !== this.weightsGeneration) {
+            // Weights rewritten in place since this KV cache was computed: prefill again.
+            await gen?.return();
+            gen = undefined;
+            await seq.clearHistory();
+            seqWeights = this.weightsGeneration;
+            evaluated = 0;
+            this.stats.reprefills++;
           }
           // node-llama-cpp brands token ids; rtjob's are plain numbers in [0, vocab).
-          const all = a.prompt.concat(a.tokens) as unknown as Token[];
+          const all = sampleContext(a) as Token[];
           if (a.native !== undefined) {
             // One sampler for the whole generation (its seeded stream goes on from token to token).
             gen ??= seq.evaluateWithMetadata(
@@ -454,8 +472,8 @@ export class LlamaCppEngine implements InferenceEngine {
         if (a.done || !next) continue;
         ended = false;
         this.stats.decodeSteps++;
-        if (next instanceof Map) this.step(a, next);
-        else this.record(a, next.token, next.logprob);
+        if (next instanceof Map) this.step(a, next, version);
+        else this.record(a, next.token, next.logprob, version);
       }
     } catch (e) {
       if (!a.done) {
@@ -481,20 +499,26 @@ export class LlamaCppEngine implements InferenceEngine {
   }
 
   /** Samples one token from llama.cpp's temperature-1 distribution and records it. */
-  private step(a: Active, probs: Map<number, number>): void {
+  private step(a: Active, probs: Map<number, number>, version: number): void {
     const V = this.config.vocab_size;
     // log p is the logits up to a constant, so softmax(log p / T) is the tempered distribution.
     const logp = new Float32Array(V).fill(-Infinity);
     for (const [t, p] of probs) if (t < V) logp[t] = Math.log(p);
     const { token, logprob } = sampleToken(logp, 0, V, a.sampling, a.rand);
     const top = a.topN > 0 ? topLogprobs(logp, 0, V, a.sampling.temperature, a.topN) : undefined;
-    this.record(a, token, logprob, top);
+    this.record(a, token, logprob, version, top);
   }
 
-  /** Appends a generated token and finishes the request when it stops. */
-  private record(a: Active, token: number, logprob: number, top?: TopLogprobs): void {
+  /** Appends a token the weights of `version` computed and finishes the request when it stops. */
+  private record(
+    a: Active,
+    token: number,
+    logprob: number,
+    version: number,
+    top?: TopLogprobs,
+  ): void {
     this.stats.generatedTokens++;
-    const reason = appendToken(a, token, logprob, this.version, this.tokenizer, top);
+    const reason = appendToken(a, token, logprob, version, this.tokenizer, top);
     if (reason) this.finish(a, reason);
   }
 
@@ -533,8 +557,11 @@ export class LlamaCppEngine implements InferenceEngine {
   /**
    * Writes new weights into the served GGUF between decode steps and tags later tokens with
    * `version`. In place, the loaded model computes with them at once; with `reload`, the model is
-   * loaded again and running requests re-evaluate their tokens on new sequences. Running
-   * requests keep their KV cache from the old weights (as the builtin engine's rows do).
+   * loaded again. Requests in flight are not waited for: before their next token they evaluate
+   * prompt + output so far again on the new weights (their KV cache of the old weights erased),
+   * so tokens before the update carry the old version and those after it the new one, each
+   * sampled from that version's distribution. Call `pause` first where a request must not span
+   * two versions.
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     if (this.closed) throw new LlamaCppError('LLAMACPP_CLOSED', 'LlamaCppEngine is closed');
@@ -543,6 +570,7 @@ export class LlamaCppEngine implements InferenceEngine {
     const t0 = performance.now();
     try {
       rewriteGgufTensors(this.layout, tensors);
+      this.weightsGeneration++;
       if (this.weightSync === 'reload' && this.model) await this.reload();
       this.version = version;
     } finally {

@@ -14,7 +14,7 @@ import { initBackend, tf } from '../../model/backend.ts';
 import { loadModel } from '../../model/checkpoint.ts';
 import { CausalLM } from '../../model/llama.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
-import { llamaCppMissing, tinyLlamaCppEngine } from './llamacpp-fixture.ts';
+import { llamaCppGenerating, llamaCppMissing, tinyLlamaCppEngine } from './llamacpp-fixture.ts';
 
 const test = suite('llamacpp engine vs builtin');
 const missing = await llamaCppMissing();
@@ -236,6 +236,49 @@ if (missing) {
       }
     });
   }
+
+  test("an update in place mid-request: llama.cpp's sampler draws each token from the weights its version names", async () => {
+    await initBackend('wasm');
+    const T = 0.9;
+    const models = [randomModel(config(), 11), randomModel(config(), 12)];
+    const l = await tinyLlamaCppEngine();
+    try {
+      const long = 120;
+      const ps = [1, 2, 3, 4].map((seed) =>
+        l.generate({
+          inputIds: prompt.concat([seed]),
+          gconfig: { maxNewTokens: long, temperature: T, seed },
+        }),
+      );
+      await llamaCppGenerating(() => l);
+      await l.updateWeights({ kind: 'tensors', tensors: models[1]!.exportWeights() }, 1);
+      const rs = await Promise.all(ps);
+      for (const [i, r] of rs.entries()) {
+        const k = r.outputVersions.indexOf(1);
+        assert.ok(k > 0 && k < long, `request ${i}: the update landed mid-request (at ${k})`);
+        assert.equal(r.outputVersions, [...Array(k).fill(0), ...Array(long - k).fill(1)]);
+        const inputIds = prompt.concat([i + 1]);
+        const ids = inputIds.concat(r.outputTokens);
+        const lps = models.map((model) =>
+          tf.tidy(() => {
+            const logits = model.forward(tf.tensor2d([ids], [1, ids.length], 'int32'), {
+              grad: false,
+            }).logits!;
+            return tf.logSoftmax(tf.div(logits, T)).arraySync() as number[][][];
+          }),
+        );
+        const expected = r.outputTokens.map(
+          (t, j) => lps[r.outputVersions[j]!]![0]![inputIds.length - 1 + j]![t]!,
+        );
+        const d = maxDiff(r.outputLogprobs, expected);
+        assert.ok(d < 1e-4, `request ${i}: max |Δ logprob| ${d}`);
+      }
+      assert.is(l.stats.reprefills, 4, 'each request in flight was prefilled again, once');
+    } finally {
+      await l.close();
+      models.forEach((m) => m.dispose());
+    }
+  });
 
   test('a model from CausalLM.init (no tokenizer) serves; close removes its GGUF', async () => {
     await initBackend('wasm');
