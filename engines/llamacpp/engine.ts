@@ -11,8 +11,9 @@
  * so temperature, top-k/top-p, greedy, seeds, logprobs and top logprobs mean exactly what they
  * mean there.
  *
- * New weights are written into the mapped GGUF in place (CPU, f32/f16/bf16: llama.cpp maps the
- * file shared and computes from the mapping) between decode steps, or the model is reloaded from
+ * New weights are written into the mapped GGUF in place (the CPU build: llama.cpp maps the file
+ * shared and computes from the mapping; q8_0 and f16 only on x86-64, see `inPlaceBlocker`)
+ * between decode steps, or the model is reloaded from
  * the rewritten file (`weightSync: 'reload'`). Either way running requests then evaluate prompt +
  * output again on the new weights before their next token (in place: on their own sequence, its
  * KV cache erased; by reload: on fresh sequences), as the builtin engine's rows are prefilled
@@ -98,7 +99,11 @@ export interface LlamaCppEngineOptions {
   threads?: number;
   /** `false`: the CPU build; `'auto'`, `'cuda'`, `'vulkan'`: a GPU build (weights then reload). @default false */
   gpu?: false | 'auto' | 'cuda' | 'vulkan';
-  /** @default 'inplace' on the CPU with f32/f16/bf16, else 'reload' */
+  /**
+   * `inplace` is refused where the mapped bytes are not what llama.cpp computes with (see
+   * {@link inPlaceBlocker}). @default 'inplace' where it works (the CPU build; on x86-64 every
+   * dtype, elsewhere f32 and bf16), else 'reload'
+   */
   weightSync?: LlamaCppWeightSync;
   /** Seed of the engine's sampling stream (requests without their own seed). @default 0 */
   seed?: number;
@@ -268,6 +273,11 @@ export class LlamaCppEngine implements InferenceEngine {
 
   /** Converts the checkpoint to GGUF, loads it into llama.cpp and returns a ready engine. */
   static async create(opts: LlamaCppEngineOptions): Promise<LlamaCppEngine> {
+    const dtype = opts.dtype ?? 'f32';
+    const blocker = inPlaceBlocker(dtype, opts.gpu);
+    if (opts.weightSync === 'inplace' && blocker)
+      throw new LlamaCppError('LLAMACPP_INVALID', `weightSync 'inplace': ${blocker}`);
+    const weightSync = opts.weightSync ?? (blocker ? 'reload' : 'inplace');
     const llama = await getLlamaFor(opts.gpu);
     let config: LlamaConfig;
     let weights: NamedTensors;
@@ -281,7 +291,6 @@ export class LlamaCppEngine implements InferenceEngine {
       throw new LlamaCppError('LLAMACPP_INVALID', 'LlamaCppEngine: modelPath or model is required');
     const ownedDir = opts.ggufPath ? undefined : mkdtempSync(join(tmpdir(), 'rtjob-gguf-'));
     const path = opts.ggufPath ?? join(ownedDir!, 'model.gguf');
-    const dtype = opts.dtype ?? 'f32';
     try {
       const layout = writeGguf(path, config, weights, { dtype, tokenizerDir: opts.modelPath });
       const contextSize = Math.min(
@@ -293,9 +302,6 @@ export class LlamaCppEngine implements InferenceEngine {
         2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4;
       const fit = Math.floor((opts.kvCacheBytes ?? 4 * 2 ** 30) / (perToken * contextSize));
       opts = { ...opts, maxSequences: Math.max(1, Math.min(opts.maxSequences ?? 16, fit)) };
-      const weightSync =
-        opts.weightSync ??
-        ((opts.gpu ?? false) === false && dtype !== 'q8_0' ? 'inplace' : 'reload');
       const tokenizer =
         opts.tokenizer ?? (opts.modelPath ? tryTokenizer(opts.modelPath) : undefined);
       const model = await loadModel(llama, path, opts);
@@ -631,6 +637,24 @@ export class LlamaCppEngine implements InferenceEngine {
     }
     await yieldToEventLoop();
   }
+}
+
+/**
+ * Why bytes written into the mapped GGUF would not reach what llama.cpp computes with, or
+ * undefined when they do. A GPU build copies the weights to the device at load. The CPU backend
+ * computes from the file's shared mapping except for tensors an "extra" buffer type claims and
+ * repacks into memory of its own at load (llama.cpp as bundled with node-llama-cpp 3.21.1):
+ * `ggml-cpu/repack.cpp` claims Q8_0 only with ARM NEON dot product or int8 matmul, or RISC-V
+ * vectors, and never F32/F16/BF16; KleidiAI (ARM builds) claims Q8_0 and F16; AMX (x86) claims
+ * Q8_0 but none of the prebuilt x64 CPU variants carries it. So on x86-64 every dtype computes
+ * from the mapping (llama.cpp logs one `CPU_Mapped model buffer size` for a q8_0 GGUF here), and
+ * elsewhere q8_0 and f16 may not.
+ */
+function inPlaceBlocker(dtype: GgufDtype, gpu: LlamaCppEngineOptions['gpu']): string | undefined {
+  if ((gpu ?? false) !== false) return 'a GPU build copies the weights to the device at load';
+  if (process.arch !== 'x64' && (dtype === 'q8_0' || dtype === 'f16'))
+    return `llama.cpp's CPU backend may repack ${dtype} weights at load on ${process.arch}`;
+  return undefined;
 }
 
 function tryTokenizer(dir: string): ChatTokenizer | undefined {
