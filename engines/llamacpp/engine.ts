@@ -11,13 +11,13 @@
  * so temperature, top-k/top-p, greedy, seeds, logprobs and top logprobs mean exactly what they
  * mean there.
  *
- * New weights are written into the mapped GGUF in place (the CPU build: llama.cpp maps the file
- * shared and computes from the mapping; q8_0 and f16 only on x86-64, see `inPlaceBlocker`)
- * between decode steps, or the model is reloaded from
- * the rewritten file (`weightSync: 'reload'`). Either way running requests then evaluate prompt +
- * output again on the new weights before their next token (in place: on their own sequence, its
- * KV cache erased; by reload: on fresh sequences), as the builtin engine's rows are prefilled
- * again, and each token is labelled with the version whose weights computed its distribution.
+ * New weights are written into the mapped GGUF between decode steps, in place (the CPU build:
+ * llama.cpp maps the file shared and computes from the mapping; q8_0 and f16 only on x86-64, see
+ * `inPlaceBlocker`), or the model is reloaded from the rewritten file (`weightSync: 'reload'`).
+ * Either way running requests then evaluate prompt + output again on the new weights before
+ * their next token (in place: on their own sequence, its KV cache erased; by reload: on fresh
+ * sequences), as the builtin engine's rows are prefilled again, and each token is labelled with
+ * the version whose weights computed its distribution.
  *
  * Over 600 lines on purpose: one class whose sequences, decode steps and weight syncs share the
  * context's state and must be read together (as `engines/http/remote-engine.ts`).
@@ -575,8 +575,9 @@ export class LlamaCppEngine implements InferenceEngine {
     await this.gate.close();
     const t0 = performance.now();
     try {
-      rewriteGgufTensors(this.layout, tensors);
+      // Before the rewrite: one that fails part way has still changed some bytes.
       this.weightsGeneration++;
+      rewriteGgufTensors(this.layout, tensors);
       if (this.weightSync === 'reload' && this.model) await this.reload();
       this.version = version;
     } finally {
