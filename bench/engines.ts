@@ -12,7 +12,8 @@
  * The shipped tiny model by default; `BENCH_ENGINES_PRETRAIN=<dir>` measures that checkpoint
  * (e.g. a Qwen3-0.6B-shaped one from model/random-checkpoint.ts), with `BENCH_ENGINES_REQUESTS`
  * requests (default 64) of `BENCH_ENGINES_NEW_TOKENS` (48), the GGUF dtypes of
- * `BENCH_ENGINES_DTYPES` (f32,bf16,q8_0), and the builtin engine skipped when
+ * `BENCH_ENGINES_DTYPES` (f32,bf16,q8_0; `dtype:reload` or `dtype:inplace` picks the weight
+ * sync, e.g. `q8_0,q8_0:reload` compares both), and the builtin engine skipped when
  * `BENCH_ENGINES_BUILTIN=0`. On a real-sized checkpoint pick a shape the builtin engine finishes
  * (4 × 8) and the torch backend (`RTJOB_TF_BACKEND=torch`). Writes bench/results/engines.json
  * (engines-pretrain.json with a checkpoint of your own).
@@ -20,7 +21,11 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { BuiltinEngine } from '../engines/builtin/engine.ts';
-import { LlamaCppEngine, type LlamaCppEngineOptions } from '../engines/llamacpp/index.ts';
+import {
+  LlamaCppEngine,
+  type LlamaCppEngineOptions,
+  type LlamaCppWeightSync,
+} from '../engines/llamacpp/index.ts';
 import type { InferenceEngine } from '../engines/types.ts';
 import { initBackend } from '../model/backend.ts';
 import { readConfig, readWeights } from '../model/checkpoint.ts';
@@ -34,7 +39,11 @@ const threads = Number(process.env.BENCH_ENGINES_THREADS ?? 1);
 const withBuiltin = process.env.BENCH_ENGINES_BUILTIN !== '0';
 const reps = process.env.BENCH_QUICK === '1' ? 1 : 2;
 const newTokens = Number(process.env.BENCH_ENGINES_NEW_TOKENS ?? 48);
-const dtypes = (process.env.BENCH_ENGINES_DTYPES ?? 'f32,bf16,q8_0').split(',') as GgufDtype[];
+const engineKinds = (process.env.BENCH_ENGINES_DTYPES ?? 'f32,bf16,q8_0').split(',').map((d) => {
+  const [dtype, sync] = d.split(':') as [GgufDtype, LlamaCppWeightSync | undefined];
+  return { dtype, sync };
+});
+const dtypes = engineKinds.map((k) => k.dtype);
 const layouts = (process.env.BENCH_ENGINES_LAYOUTS ?? '1x2,2x1')
   .split(',')
   .filter(Boolean)
@@ -125,8 +134,11 @@ if (withBuiltin) {
   rows.push(await bench(`builtin (${backend})`, [b]));
   await b.close();
 }
-for (const dtype of dtypes) {
-  const l = await LlamaCppEngine.create(llamaOptions(dtype, threads, requests));
+for (const { dtype, sync } of engineKinds) {
+  const l = await LlamaCppEngine.create({
+    ...llamaOptions(dtype, threads, requests),
+    ...(sync ? { weightSync: sync } : {}),
+  });
   rows.push(await bench(`llamacpp ${dtype} (${l.weightSync}, ${threads} thread)`, [l]));
   await l.close();
 }

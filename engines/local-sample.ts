@@ -169,6 +169,16 @@ export function appendToken(
   return undefined;
 }
 
+/**
+ * Prompt plus output so far: what a sample's KV cache holds, and what it is prefilled with again
+ * when a weight update made that cache stale (interruptible generation: the next token is then
+ * computed by the new weights over a cache of the new weights only, and labelled with their
+ * version).
+ */
+export function sampleContext(a: LocalSample): number[] {
+  return a.tokens.length ? a.prompt.concat(a.tokens) : a.prompt;
+}
+
 /** Resolves `a` with what it generated and why it stopped. */
 export function resolveSample(a: LocalSample, reason: StopReason): void {
   a.resolve({

@@ -34,6 +34,7 @@ import {
   generateOne,
   newLocalSample,
   resolveSample,
+  sampleContext,
   type LocalSample,
 } from '../local-sample.ts';
 
@@ -198,9 +199,7 @@ export class BuiltinEngine implements InferenceEngine {
         if (joining.length) {
           try {
             // A row a weight update interrupted is prefilled with its output so far.
-            const prompts = joining.map((a) =>
-              a.tokens.length ? [...a.prompt, ...a.tokens] : a.prompt,
-            );
+            const prompts = joining.map(sampleContext);
             const version = this.version;
             // Where tensors live on a GPU (webgpu) they can only be read asynchronously.
             const { cache, logits } = backendOnHost()

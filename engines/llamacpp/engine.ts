@@ -11,10 +11,13 @@
  * so temperature, top-k/top-p, greedy, seeds, logprobs and top logprobs mean exactly what they
  * mean there.
  *
- * New weights are written into the mapped GGUF in place (CPU, f32/f16/bf16: llama.cpp maps the
- * file shared and computes from the mapping) between decode steps, or the model is reloaded from
- * the rewritten file (`weightSync: 'reload'`), after which running requests re-evaluate their
- * tokens on fresh sequences and go on.
+ * New weights are written into the mapped GGUF between decode steps, in place (the CPU build:
+ * llama.cpp maps the file shared and computes from the mapping; q8_0 and f16 only on x86-64, see
+ * `inPlaceBlocker`), or the model is reloaded from the rewritten file (`weightSync: 'reload'`).
+ * Either way running requests then evaluate prompt + output again on the new weights before
+ * their next token (in place: on their own sequence, its KV cache erased; by reload: on fresh
+ * sequences), as the builtin engine's rows are prefilled again, and each token is labelled with
+ * the version whose weights computed its distribution.
  *
  * Over 600 lines on purpose: one class whose sequences, decode steps and weight syncs share the
  * context's state and must be read together (as `engines/http/remote-engine.ts`).
@@ -60,6 +63,7 @@ import {
   generateOne,
   newLocalSample,
   resolveSample,
+  sampleContext,
   type LocalSample,
 } from '../local-sample.ts';
 import { LlamaCppError } from './errors.ts';
@@ -95,7 +99,11 @@ export interface LlamaCppEngineOptions {
   threads?: number;
   /** `false`: the CPU build; `'auto'`, `'cuda'`, `'vulkan'`: a GPU build (weights then reload). @default false */
   gpu?: false | 'auto' | 'cuda' | 'vulkan';
-  /** @default 'inplace' on the CPU with f32/f16/bf16, else 'reload' */
+  /**
+   * `inplace` is refused where the mapped bytes are not what llama.cpp computes with (see
+   * {@link inPlaceBlocker}). @default 'inplace' where it works (the CPU build; on x86-64 every
+   * dtype, elsewhere f32 and bf16), else 'reload'
+   */
   weightSync?: LlamaCppWeightSync;
   /** Seed of the engine's sampling stream (requests without their own seed). @default 0 */
   seed?: number;
@@ -217,12 +225,14 @@ export class LlamaCppEngine implements InferenceEngine {
   readonly layout: GgufLayout;
   readonly weightSync: LlamaCppWeightSync;
   /** Counters for benchmarks and tests; `lastSyncMs`: the last weight update's time. */
-  readonly stats = { generatedTokens: 0, decodeSteps: 0, syncs: 0, lastSyncMs: 0 };
+  readonly stats = { generatedTokens: 0, decodeSteps: 0, syncs: 0, lastSyncMs: 0, reprefills: 0 };
   private readonly llama: Llama;
   private model: LlamaModel | undefined;
   private context: LlamaContext | undefined;
   /** Bumped when the context is replaced (reload, sleep): sequences of older ones are gone. */
   private epoch = 0;
+  /** Bumped by every weight update: a sequence's KV cache computed before it is stale. */
+  private weightsGeneration = 0;
   /** Sequences of the current context that no request holds. */
   private freeSequences: LlamaContextSequence[] = [];
   private readonly config: LlamaConfig;
@@ -278,6 +288,11 @@ export class LlamaCppEngine implements InferenceEngine {
 
   /** Converts the checkpoint to GGUF, loads it into llama.cpp and returns a ready engine. */
   static async create(opts: LlamaCppEngineOptions): Promise<LlamaCppEngine> {
+    const dtype = opts.dtype ?? 'f32';
+    const blocker = inPlaceBlocker(dtype, opts.gpu);
+    if (opts.weightSync === 'inplace' && blocker)
+      throw new LlamaCppError('LLAMACPP_INVALID', `weightSync 'inplace': ${blocker}`);
+    const weightSync = opts.weightSync ?? (blocker ? 'reload' : 'inplace');
     const llama = await getLlamaFor(opts.gpu);
     let config: LlamaConfig;
     let weights: NamedTensors;
@@ -291,7 +306,6 @@ export class LlamaCppEngine implements InferenceEngine {
       throw new LlamaCppError('LLAMACPP_INVALID', 'LlamaCppEngine: modelPath or model is required');
     const ownedDir = opts.ggufPath ? undefined : mkdtempSync(join(tmpdir(), 'rtjob-gguf-'));
     const path = opts.ggufPath ?? join(ownedDir!, 'model.gguf');
-    const dtype = opts.dtype ?? 'f32';
     try {
       const layout = writeGguf(path, config, weights, { dtype, tokenizerDir: opts.modelPath });
       const contextSize = Math.min(
@@ -303,9 +317,6 @@ export class LlamaCppEngine implements InferenceEngine {
         2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 4;
       const fit = Math.floor((opts.kvCacheBytes ?? 4 * 2 ** 30) / (perToken * contextSize));
       opts = { ...opts, maxSequences: Math.max(1, Math.min(opts.maxSequences ?? 16, fit)) };
-      const weightSync =
-        opts.weightSync ??
-        ((opts.gpu ?? false) === false && dtype !== 'q8_0' ? 'inplace' : 'reload');
       const tokenizer =
         opts.tokenizer ?? (opts.modelPath ? tryTokenizer(opts.modelPath) : undefined);
       const model = await loadModel(llama, path, opts);
@@ -418,6 +429,8 @@ export class LlamaCppEngine implements InferenceEngine {
     }
     let seq: LlamaContextSequence | undefined;
     let seqEpoch = -1;
+    /** The weights that computed `seq`'s KV cache. */
+    let seqWeights = -1;
     /** Tokens of prompt + output already in `seq`. */
     let evaluated = 0;
     let gen: AsyncGenerator<{ token: Token; confidence: number }, void, void> | undefined;
@@ -426,16 +439,27 @@ export class LlamaCppEngine implements InferenceEngine {
       while (!a.done) {
         await this.gate.enter();
         let next: { token: number; logprob: number } | Map<number, number> | undefined;
+        /** The version of the weights this step computes with, which labels its token. */
+        const version = this.version;
         try {
           if (a.done) break;
           if (!seq || seqEpoch !== this.epoch) {
             seq = await this.acquireSequence();
             seqEpoch = this.epoch;
+            seqWeights = this.weightsGeneration;
             evaluated = 0;
             gen = undefined;
+          } else if (seqWeights !== this.weightsGeneration) {
+            // Weights rewritten in place since this KV cache was computed: prefill again.
+            await gen?.return();
+            gen = undefined;
+            await seq.clearHistory();
+            seqWeights = this.weightsGeneration;
+            evaluated = 0;
+            this.stats.reprefills++;
           }
           // node-llama-cpp brands token ids; rtjob's are plain numbers in [0, vocab).
-          const all = a.prompt.concat(a.tokens) as unknown as Token[];
+          const all = sampleContext(a) as Token[];
           if (a.native !== undefined) {
             // One sampler for the whole generation (its seeded stream goes on from token to token).
             gen ??= seq.evaluateWithMetadata(
@@ -483,8 +507,8 @@ export class LlamaCppEngine implements InferenceEngine {
         if (a.done || !next) continue;
         ended = false;
         this.stats.decodeSteps++;
-        if (next instanceof Map) this.step(a, next);
-        else this.record(a, next.token, next.logprob);
+        if (next instanceof Map) this.step(a, next, version);
+        else this.record(a, next.token, next.logprob, version);
       }
     } catch (e) {
       if (!a.done) {
@@ -510,20 +534,26 @@ export class LlamaCppEngine implements InferenceEngine {
   }
 
   /** Samples one token from llama.cpp's temperature-1 distribution and records it. */
-  private step(a: Active, probs: Map<number, number>): void {
+  private step(a: Active, probs: Map<number, number>, version: number): void {
     const V = this.config.vocab_size;
     // log p is the logits up to a constant, so softmax(log p / T) is the tempered distribution.
     const logp = new Float32Array(V).fill(-Infinity);
     for (const [t, p] of probs) if (t < V) logp[t] = Math.log(p);
     const { token, logprob } = sampleToken(logp, 0, V, a.sampling, a.rand);
     const top = a.topN > 0 ? topLogprobs(logp, 0, V, a.sampling.temperature, a.topN) : undefined;
-    this.record(a, token, logprob, top);
+    this.record(a, token, logprob, version, top);
   }
 
-  /** Appends a generated token and finishes the request when it stops. */
-  private record(a: Active, token: number, logprob: number, top?: TopLogprobs): void {
+  /** Appends a token the weights of `version` computed and finishes the request when it stops. */
+  private record(
+    a: Active,
+    token: number,
+    logprob: number,
+    version: number,
+    top?: TopLogprobs,
+  ): void {
     this.stats.generatedTokens++;
-    const reason = appendToken(a, token, logprob, this.version, this.tokenizer, top);
+    const reason = appendToken(a, token, logprob, version, this.tokenizer, top);
     if (reason) this.finish(a, reason);
   }
 
@@ -562,8 +592,11 @@ export class LlamaCppEngine implements InferenceEngine {
   /**
    * Writes new weights into the served GGUF between decode steps and tags later tokens with
    * `version`. In place, the loaded model computes with them at once; with `reload`, the model is
-   * loaded again and running requests re-evaluate their tokens on new sequences. Running
-   * requests keep their KV cache from the old weights (as the builtin engine's rows do).
+   * loaded again. Requests in flight are not waited for: before their next token they evaluate
+   * prompt + output so far again on the new weights (their KV cache of the old weights erased),
+   * so tokens before the update carry the old version and those after it the new one, each
+   * sampled from that version's distribution. Call `pause` first where a request must not span
+   * two versions.
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     if (this.closed) throw new LlamaCppError('LLAMACPP_CLOSED', 'LlamaCppEngine is closed');
@@ -571,6 +604,8 @@ export class LlamaCppEngine implements InferenceEngine {
     await this.gate.close();
     const t0 = performance.now();
     try {
+      // Before the rewrite: one that fails part way has still changed some bytes.
+      this.weightsGeneration++;
       rewriteGgufTensors(this.layout, tensors);
       if (this.weightSync === 'reload' && this.model) await this.reload();
       this.version = version;
@@ -632,6 +667,24 @@ export class LlamaCppEngine implements InferenceEngine {
     }
     await yieldToEventLoop();
   }
+}
+
+/**
+ * Why bytes written into the mapped GGUF would not reach what llama.cpp computes with, or
+ * undefined when they do. A GPU build copies the weights to the device at load. The CPU backend
+ * computes from the file's shared mapping except for tensors an "extra" buffer type claims and
+ * repacks into memory of its own at load (llama.cpp as bundled with node-llama-cpp 3.21.1):
+ * `ggml-cpu/repack.cpp` claims Q8_0 only with ARM NEON dot product or int8 matmul, or RISC-V
+ * vectors, and never F32/F16/BF16; KleidiAI (ARM builds) claims Q8_0 and F16; AMX (x86) claims
+ * Q8_0 but none of the prebuilt x64 CPU variants carries it. So on x86-64 every dtype computes
+ * from the mapping (llama.cpp logs one `CPU_Mapped model buffer size` for a q8_0 GGUF here), and
+ * elsewhere q8_0 and f16 may not.
+ */
+function inPlaceBlocker(dtype: GgufDtype, gpu: LlamaCppEngineOptions['gpu']): string | undefined {
+  if ((gpu ?? false) !== false) return 'a GPU build copies the weights to the device at load';
+  if (process.arch !== 'x64' && (dtype === 'q8_0' || dtype === 'f16'))
+    return `llama.cpp's CPU backend may repack ${dtype} weights at load on ${process.arch}`;
+  return undefined;
 }
 
 function tryTokenizer(dir: string): ChatTokenizer | undefined {

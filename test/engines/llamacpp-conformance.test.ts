@@ -21,6 +21,7 @@ if (missing) {
     vocabSize: builtinVocabSize,
     longMaxNewTokens: 150,
     weightUpdate: ckpts.update,
+    realWeights: true,
     whenGenerating: () => llamaCppGenerating(() => current),
   });
 }

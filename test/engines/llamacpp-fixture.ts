@@ -21,13 +21,17 @@ export async function llamaCppMissing(): Promise<string | undefined> {
   }
 }
 
-/** A fresh engine on the builtin fixture's random tiny model (seed 11), with no eos. */
+/**
+ * A fresh engine on the builtin fixture's random tiny model (seed 11), with no eos; `shape`
+ * overrides its config (e.g. 32-aligned sizes, so that q8_0 applies to every matrix).
+ */
 export async function tinyLlamaCppEngine(
   opts: Partial<LlamaCppEngineOptions> = {},
   seed = 11,
+  shape: Record<string, unknown> = {},
 ): Promise<LlamaCppEngine> {
   await initBackend('wasm');
-  const model = randomModel(tinyLlamaConfig({ max_position_embeddings: 256 }), seed);
+  const model = randomModel(tinyLlamaConfig({ max_position_embeddings: 256, ...shape }), seed);
   try {
     return await LlamaCppEngine.create({
       model,

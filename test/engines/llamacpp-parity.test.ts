@@ -8,18 +8,23 @@ import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { BuiltinEngine } from '../../engines/builtin/index.ts';
-import type { LlamaCppEngine, LlamaCppEngineOptions } from '../../engines/llamacpp/index.ts';
+import type {
+  LlamaCppEngine,
+  LlamaCppEngineOptions,
+  LlamaCppError,
+} from '../../engines/llamacpp/index.ts';
 import type { GenerateRequest, InferenceEngine } from '../../engines/types.ts';
 import { initBackend, tf } from '../../model/backend.ts';
 import { loadModel } from '../../model/checkpoint.ts';
 import { CausalLM } from '../../model/llama.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
-import { llamaCppMissing, tinyLlamaCppEngine } from './llamacpp-fixture.ts';
+import { llamaCppGenerating, llamaCppMissing, tinyLlamaCppEngine } from './llamacpp-fixture.ts';
 
 const test = suite('llamacpp engine vs builtin');
 const missing = await llamaCppMissing();
 const prompt = [3, 5, 7, 9];
-const config = () => tinyLlamaConfig({ max_position_embeddings: 256 });
+const config = (shape: Record<string, unknown> = {}) =>
+  tinyLlamaConfig({ max_position_embeddings: 256, ...shape });
 
 async function both<T>(
   fn: (builtin: InferenceEngine, llamacpp: LlamaCppEngine) => Promise<T>,
@@ -202,19 +207,27 @@ if (missing) {
     }
   });
 
+  // 32-aligned sizes: the tiny fixture's 16 and 24 would leave every matrix f32 under q8_0.
+  const aligned = { hidden_size: 64, intermediate_size: 128 };
   for (const [dtype, weightSync] of [
     ['f32', 'inplace'],
     ['f32', 'reload'],
     ['bf16', 'inplace'],
+    ['q8_0', 'inplace'],
     ['q8_0', 'reload'],
   ] as const) {
     test(`weights after a step reach a ${dtype} engine (${weightSync}) as a fresh engine on them`, async () => {
       await initBackend('wasm');
-      const next = randomModel(config(), 12);
+      const next = randomModel(config(aligned), 12);
       const tensors = next.exportWeights();
-      const l = await tinyLlamaCppEngine({ dtype, weightSync });
-      const fresh = await tinyLlamaCppEngine({ dtype }, 12);
+      const l = await tinyLlamaCppEngine({ dtype, weightSync }, 11, aligned);
+      const fresh = await tinyLlamaCppEngine({ dtype }, 12, aligned);
       try {
+        const matrices = [...l.layout.tensors.values()].filter((p) => p.info.shape.length === 2);
+        assert.ok(
+          matrices.every((p) => p.info.dtype === dtype),
+          `every matrix is ${dtype}`,
+        );
         const req: GenerateRequest = {
           inputIds: prompt,
           gconfig: { maxNewTokens: 20, greedy: true },
@@ -236,6 +249,61 @@ if (missing) {
       }
     });
   }
+
+  test("weightSync 'inplace' is refused where the mapped bytes are not what llama.cpp computes with", async () => {
+    const { LlamaCppEngine } = await import('../../engines/llamacpp/index.ts');
+    const err = await LlamaCppEngine.create({
+      modelPath: 'model/pretrained/rtjob-tiny-math',
+      gpu: 'cuda',
+      weightSync: 'inplace',
+    }).catch((e: unknown) => e as LlamaCppError);
+    assert.instance(err, Error);
+    assert.is((err as LlamaCppError).code, 'LLAMACPP_INVALID');
+    assert.match((err as Error).message, "weightSync 'inplace': a GPU build copies the weights");
+  });
+
+  test("an update in place mid-request: llama.cpp's sampler draws each token from the weights its version names", async () => {
+    await initBackend('wasm');
+    const T = 0.9;
+    const models = [randomModel(config(), 11), randomModel(config(), 12)];
+    const l = await tinyLlamaCppEngine();
+    try {
+      const long = 120;
+      const ps = [1, 2, 3, 4].map((seed) =>
+        l.generate({
+          inputIds: prompt.concat([seed]),
+          gconfig: { maxNewTokens: long, temperature: T, seed },
+        }),
+      );
+      await llamaCppGenerating(() => l);
+      await l.updateWeights({ kind: 'tensors', tensors: models[1]!.exportWeights() }, 1);
+      const rs = await Promise.all(ps);
+      for (const [i, r] of rs.entries()) {
+        const k = r.outputVersions.indexOf(1);
+        assert.ok(k > 0 && k < long, `request ${i}: the update landed mid-request (at ${k})`);
+        assert.equal(r.outputVersions, [...Array(k).fill(0), ...Array(long - k).fill(1)]);
+        const inputIds = prompt.concat([i + 1]);
+        const ids = inputIds.concat(r.outputTokens);
+        const lps = models.map((model) =>
+          tf.tidy(() => {
+            const logits = model.forward(tf.tensor2d([ids], [1, ids.length], 'int32'), {
+              grad: false,
+            }).logits!;
+            return tf.logSoftmax(tf.div(logits, T)).arraySync() as number[][][];
+          }),
+        );
+        const expected = r.outputTokens.map(
+          (t, j) => lps[r.outputVersions[j]!]![0]![inputIds.length - 1 + j]![t]!,
+        );
+        const d = maxDiff(r.outputLogprobs, expected);
+        assert.ok(d < 1e-4, `request ${i}: max |Δ logprob| ${d}`);
+      }
+      assert.is(l.stats.reprefills, 4, 'each request in flight was prefilled again, once');
+    } finally {
+      await l.close();
+      models.forEach((m) => m.dispose());
+    }
+  });
 
   test('a model from CausalLM.init (no tokenizer) serves; close removes its GGUF', async () => {
     await initBackend('wasm');

@@ -162,6 +162,16 @@ test('q8_0 blocks: an f16 scale max|x|/127 and 32 rounded int8, within half a st
   }
 });
 
+test('q8_0 rounds as roundf (ties away from zero) and writes a zero block as zeros', () => {
+  // max |x| = 127 gives d = 1 (f16 0x3c00), so the quants are x rounded.
+  const x = new Float32Array(64);
+  x.set([127, -127, 2.5, -2.5, 0.5, -0.5, 1.49, -1.51, 0.25, 126.5]);
+  const q = toQ8_0(x);
+  assert.equal([...q.subarray(0, 2)], [0x00, 0x3c]);
+  assert.equal([...new Int8Array(q.buffer, 2, 10)], [127, -127, 3, -3, 1, -1, 1, -2, 0, 127]);
+  assert.equal([...q.subarray(34)], new Array(34).fill(0));
+});
+
 if (missing) {
   // node-llama-cpp is an optional dependency that `npm install` brings: missing is a failure.
   test('node-llama-cpp loads', () => assert.unreachable(missing));
