@@ -17,7 +17,7 @@ import { logger } from '../log.ts';
 import { Immutable, largeBytes } from '../out-of-band.ts';
 import type { FetchesServed, ObjectStoreStats } from '../protocol.ts';
 import { ObjectRef } from './object-ref.ts';
-import { ShmValue, removeShm, removeShmFilesOf, shmMinBytes, writeShm } from './shm.ts';
+import { ShmValue, removeShm, removeShmFilesOf, shmMinBytes, shmReads, writeShm } from './shm.ts';
 import {
   type SpillFile,
   openSpillDir,
@@ -61,8 +61,13 @@ interface Entry {
   bytes: number;
   /** Nodes of this machine (`''`: a driver) that fetched the value so far. */
   fetchedBy?: Set<string>;
-  /** The value in shared memory, written on the second same-machine fetch (then reused). */
+  /**
+   * The value in shared memory, written at the first same-machine fetch by a process that maps
+   * such files, else at the second from a node (then shared by every later reader).
+   */
   shm?: Promise<unknown>;
+  /** A reader that maps was handed the file: it is removed when freed, never reused. */
+  shmMapped?: boolean;
   /** When the value was last put, got or served (for spilling the least recently used). */
   usedMs: number;
   /** Refs of this process that hold the value, to drop it from when it is spilled. */
@@ -133,16 +138,18 @@ export class ObjectStore {
       spilledBytes,
       spills: this.spills,
       restores: this.restores,
+      sharedMemoryReads: shmReads(),
     };
   }
 
   /**
    * Serves a fetch from a process on `node` (`''`: on none), through shared memory when `shared`
-   * (a peer on this machine), and counts it once the value is there. A value goes back as
-   * `Immutable`: an object never changes once stored, so its arrays go to the socket uncopied.
+   * (a peer on this machine, which `maps` the files it is given or reads them), and counts it
+   * once the value is there. A value goes back as `Immutable`: an object never changes once
+   * stored, so its arrays go to the socket uncopied.
    */
-  serve(id: string, node: string, shared: boolean): Promise<unknown> | unknown {
-    const v = shared ? this.fetchShared(id, node) : this.fetch(id);
+  serve(id: string, node: string, shared: boolean, maps = false): Promise<unknown> | unknown {
+    const v = shared ? this.fetchShared(id, node, maps) : this.fetch(id);
     const count = (value: unknown) => {
       let n = this.served.get(node);
       if (!n) this.served.set(node, (n = { socket: 0, sharedMemory: 0 }));
@@ -248,25 +255,30 @@ export class ObjectStore {
   }
 
   /**
-   * Serves a fetch from a process on this machine, of node `node`. The first from each node gets
-   * a large value over the socket: one copy into a reused buffer and the kernel's, where a file
-   * would cost a copy into fresh tmpfs pages (page allocation is most of it) and another out of
-   * them. A second fetch from a node means the object is shared there: it goes through shared
-   * memory, written once however many more processes of the machine fetch it.
+   * Serves a fetch from a process on this machine, of node `node`. A process that `maps` shared
+   * memory gets a large value through it at once: this side copies the value into a file once
+   * (for every later reader of the machine too) and the reader maps it, copying nothing. A
+   * process that reads the files instead gets its node's first fetch over the socket: one copy
+   * into a reused buffer and the kernel's, where a file would cost a copy into fresh tmpfs pages
+   * (page allocation is most of it) and another out of them; a second fetch from a node means
+   * the object is shared there, and goes through shared memory.
    */
-  fetchShared(id: string, node: string): Promise<unknown> | unknown {
+  fetchShared(id: string, node: string, maps: boolean): Promise<unknown> | unknown {
     const e = this.entries.get(id);
     if (!e) return this.fetch(id);
     e.usedMs = Date.now();
+    if (maps) e.shmMapped = true;
     if (e.shm) return e.shm;
     const h = e.holder;
     if (!h.isSettled) {
-      return new Promise((resolve) => h._onSettled(() => resolve(this.fetchShared(id, node))));
+      return new Promise((resolve) =>
+        h._onSettled(() => resolve(this.fetchShared(id, node, maps))),
+      );
     }
     const value = h._take();
     if (largeBytes(value) < shmMinBytes) return value;
     const by = (e.fetchedBy ??= new Set());
-    if (!by.has(node)) {
+    if (!maps && !by.has(node)) {
       by.add(node);
       return value;
     }
@@ -490,7 +502,7 @@ function bytesOf(entries: [string, Entry][]): number {
 }
 
 function dropShm(e: Entry): void {
-  void e.shm?.then((v) => (v instanceof ShmValue ? removeShm(v.name) : undefined));
+  void e.shm?.then((v) => (v instanceof ShmValue ? removeShm(v.name, !e.shmMapped) : undefined));
 }
 
 function settleFrom(target: ObjectRef<unknown>, source: ObjectRef<unknown>): void {

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, unlinkSync, writeFileSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import {
@@ -13,10 +13,14 @@ import {
   release,
   shutdown,
 } from '../../runtime/index.ts';
+import { ShmValue, readShm } from '../../runtime/client/shm.ts';
+import { mapFile, mapUnavailableReason } from '../../runtime/client/shm-map.ts';
 import type { Consumer } from '../fixtures/runtime/weights.ts';
 import { fixture, rejection, until } from './helpers.ts';
 
 const ConsumerActor = defineActor<typeof Consumer>(fixture('weights.ts'), 'Consumer');
+/** A consumer that reads shared-memory files into a buffer instead of mapping them. */
+const CopyingConsumer = ConsumerActor.options({ env: { RTJOB_OBJECT_MMAP: '0' } });
 const shmDir = `/dev/shm/rtjob-${process.getuid!()}`;
 /** Shared-memory files written by process `pid`. */
 const filesOf = (pid: number) => readdirSync(shmDir).filter((n) => n.startsWith(`${pid}-`));
@@ -49,13 +53,78 @@ const want: Record<string, [string, number]> = {
   version: ['number', 5],
 };
 
-test('a large put reaches the first consumer of a node over the socket, the others through one shared-memory file', async () => {
-  let sum = 0;
-  for (let i = 0; i < n; i++) sum += i % 3;
-  want.w = ['Float32Array', sum];
+let sum = 0;
+for (let i = 0; i < n; i++) sum += i % 3;
+want.w = ['Float32Array', sum];
+
+// The mapper is built with the machine's gcc at first use; CI has gcc (for the torch addon too),
+// so a machine where it does not build fails here instead of silently testing the fallback.
+test('this machine maps shared-memory files (the mapper builds)', () => {
+  assert.is(mapUnavailableReason(), '');
+});
+
+test('the mapper refuses a file shorter than asked; a reader refuses a name outside its directory', async () => {
+  const path = `${shmDir}/${process.pid}-short_test`;
+  writeFileSync(path, Buffer.alloc(100, 1), { mode: 0o600 });
+  try {
+    assert.throws(() => mapFile(path, 4096), /shorter than the object/);
+    assert.equal([...mapFile(path, 100)!], Array(100).fill(1));
+  } finally {
+    unlinkSync(path);
+  }
+  const e = await rejection(readShm(new ShmValue('../../etc/passwd', 10, false)));
+  assert.is(e.code, 'PROTOCOL', e.message);
+});
+
+test('a large put reaches a mapping consumer through shared memory from its first fetch, mapped, byte for byte', async () => {
   const before = filesOf(process.pid).length;
   const ref = put(weights);
-  const consumers = Array.from({ length: 3 }, () => ConsumerActor.remote());
+  const consumers = [ConsumerActor.remote(), ConsumerActor.remote()];
+  const node = (await actorInfo(consumers[0]!)).nodeId!;
+  const served = await servedTo(node);
+  const reads = await get(consumers.map((c) => c.shmReads.remote()));
+  const seen = await get(consumers.map((c) => c.describe.remote(ref)));
+  for (const s of seen) assert.equal(s, want);
+  assert.is(filesOf(process.pid).length, before + 1, 'one file for both readers');
+  assert.equal(await servedTo(node), { ...served, sharedMemory: served.sharedMemory + 2 });
+  const after = await get(consumers.map((c) => c.shmReads.remote()));
+  for (let i = 0; i < consumers.length; i++)
+    assert.equal(after[i], { mapped: reads[i]!.mapped + 1, copied: reads[i]!.copied });
+  release(ref);
+  await Promise.all(consumers.map((c) => kill(c)));
+});
+
+test('a reader writing to a mapped value changes neither another reader’s value nor the owner’s', async () => {
+  const ref = put(weights);
+  const [a, b] = [ConsumerActor.remote(), ConsumerActor.remote()];
+  const scribbled = await a.scribble.remote(ref);
+  assert.equal(scribbled.w, ['Float32Array', sum + n], 'the writer sees its own writes');
+  assert.equal(await b.describe.remote(ref), want, 'another reader of the same file does not');
+  assert.equal(await a.describe.remote(ref), want, 'nor does the writer’s next fetch');
+  assert.is(weights.w[n - 1], (n - 1) % 3, 'nor the owner');
+  release(ref);
+  await Promise.all([kill(a), kill(b)]);
+});
+
+test('a mapped value stays intact when its file is removed (as freeing the object does)', async () => {
+  const ref = put(weights);
+  const a = ConsumerActor.remote();
+  assert.equal(await a.hold.remote(ref), want);
+  const file = filesOf(process.pid).find((f) => f.includes(ref.id.replace(/\W/g, '_')));
+  assert.ok(file, 'the object has a file');
+  unlinkSync(`${shmDir}/${file}`);
+  assert.equal(await a.describeHeld.remote(), want, 'the mapping keeps the file’s pages');
+  // A later reader finds no file: it falls back to the socket and still gets the value.
+  const b = ConsumerActor.remote();
+  assert.equal(await b.describe.remote(ref), want);
+  release(ref);
+  await Promise.all([kill(a), kill(b)]);
+});
+
+test('a large put reaches the first copying consumer of a node over the socket, the others through one shared-memory file', async () => {
+  const before = filesOf(process.pid).length;
+  const ref = put(weights);
+  const consumers = Array.from({ length: 3 }, () => CopyingConsumer.remote());
   const node = (await actorInfo(consumers[0]!)).nodeId!;
   const served = await servedTo(node);
   const seen = await get(consumers.map((c) => c.describe.remote(ref)));
@@ -66,19 +135,37 @@ test('a large put reaches the first consumer of a node over the socket, the othe
     socket: served.socket + 1,
     sharedMemory: served.sharedMemory + 2,
   });
+  const reads = await get(consumers.map((c) => c.shmReads.remote()));
+  assert.equal(
+    reads.map((r) => r.mapped),
+    [0, 0, 0],
+  );
+  assert.is(reads[0]!.copied + reads[1]!.copied + reads[2]!.copied, 2, 'copied, not mapped');
   release(ref);
   await Promise.all(consumers.map((c) => kill(c)));
 });
 
-test('a large call result comes back through shared memory; a killed worker leaves no file', async () => {
+test('a large call result comes back through shared memory, mapped and removed by its reader', async () => {
   const c = ConsumerActor.remote();
   const pid = await c.pid.remote();
+  const mapped = (await objectStats()).sharedMemoryReads.mapped;
   const got = await c.makeWeights.remote(n);
   assert.is(got.step, 7);
   assert.ok(got.w instanceof Float32Array);
   assert.is(got.w.length, n);
   assert.is(got.w[n - 1], n - 1);
-  assert.is(filesOf(pid).length, 1, 'the worker keeps the file it wrote for its next result');
+  assert.is((await objectStats()).sharedMemoryReads.mapped, mapped + 1, 'this process mapped it');
+  assert.is(filesOf(pid).length, 0, 'a mapped file is never reused: its reader removed it');
+  await kill(c);
+});
+
+test('an object a killed worker owned leaves no file (its node agent removes it)', async () => {
+  const c = ConsumerActor.remote();
+  const pid = await c.pid.remote();
+  const box = await c.putWeights.remote(n);
+  const got = await box.ref;
+  assert.is(got.w[n - 1], n - 1);
+  assert.is(filesOf(pid).length, 1, 'the worker keeps its object’s file while the object lives');
   await kill(c);
   await until(
     () => filesOf(pid).length === 0,
@@ -118,8 +205,8 @@ test('socket: a 64 MiB result is bit-exact; a worker dying mid-send fails the ge
 test('a freed object takes its file with it; repeated transfers keep a bounded set of files', async () => {
   const before = filesOf(process.pid).length;
   for (let i = 0; i < 4; i++) {
-    // Two consumers on the node: the second fetch writes the file.
-    const cs = [ConsumerActor.remote(), ConsumerActor.remote()];
+    // Two consumers on the node, one mapping (the first fetch writes the file), one copying.
+    const cs = [ConsumerActor.remote(), CopyingConsumer.remote()];
     const ref = put(weights);
     for (const c of cs) assert.equal(await c.describe.remote(ref), want);
     const mine = () => filesOf(process.pid).filter((f) => f.includes(ref.id.replace(/\W/g, '_')));
