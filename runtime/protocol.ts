@@ -513,6 +513,8 @@ export interface ObjectStoreStats {
   readonly spilledBytes: number;
   /** Values written to disk so far, and read back. */
   readonly spills: number;
+  /** Values being written to disk now (still in memory until their file is complete). */
+  readonly spillsInFlight: number;
   readonly restores: number;
   /**
    * Values this process got through shared memory: `mapped` (copy-on-write, no copy) or `copied`

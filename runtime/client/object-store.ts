@@ -25,6 +25,7 @@ import {
   removeSpill,
   removeSpillFilesOf,
   writeSpill,
+  writeSpillSync,
 } from './spill.ts';
 
 const log = logger('objects');
@@ -74,6 +75,8 @@ interface Entry {
   refs?: Set<WeakRef<ObjectRef<unknown>>>;
   /** The value's file once spilled (kept until the object is freed: the value never changes). */
   spill?: SpillFile;
+  /** A write of the value to disk under way (the value stays in memory until it is done). */
+  spilling?: Promise<void>;
   /** A restore from disk under way. */
   restoring?: Promise<unknown>;
 }
@@ -101,6 +104,8 @@ export class ObjectStore {
   private readonly capBytes: number;
   private spills = 0;
   private restores = 0;
+  /** Spill writes under way, freed objects' included. */
+  private readonly writes = new Set<Promise<void>>();
 
   constructor(
     readonly address: string,
@@ -120,11 +125,13 @@ export class ObjectStore {
     let spilledObjects = 0;
     let spilledBytes = 0;
     let heldBytes = 0;
+    let spillsInFlight = 0;
     for (const e of this.entries.values()) {
       if (e.spill) {
         spilledObjects++;
         spilledBytes += e.spill.bytes;
       }
+      if (e.spilling) spillsInFlight++;
       if (!isLive(e) && e.holder.isSettled) heldBytes += e.bytes;
     }
     return {
@@ -137,6 +144,7 @@ export class ObjectStore {
       spilledObjects,
       spilledBytes,
       spills: this.spills,
+      spillsInFlight,
       restores: this.restores,
       sharedMemoryReads: shmReads(),
     };
@@ -385,23 +393,39 @@ export class ObjectStore {
     return out;
   }
 
-  /** Spills the least recently used values until the large values in memory fit the cap. */
+  /**
+   * Spills the least recently used values until the large values in memory fit the cap, counting
+   * those being written as gone: each is dropped from memory once its file is complete (and this
+   * runs again then). Writes go off the caller's thread, but for one that would take the bytes
+   * in flight past the cap: that one is written before the put returns, so a producer faster
+   * than the disk holds at most about twice the cap.
+   */
   private enforceCap(): void {
     const live = this.inMemory();
     let bytes = bytesOf(live);
     if (bytes <= this.capBytes) return;
+    let inFlight = 0;
+    for (const [, e] of live) if (e.spilling) inFlight += e.bytes;
     live.sort(([, a], [, b]) => a.usedMs - b.usedMs);
     for (const [id, e] of live) {
       if (bytes <= this.capBytes) return;
-      if (this.spill(id, e)) bytes -= e.bytes;
+      if (e.spilling) {
+        bytes -= e.bytes;
+        continue;
+      }
+      const wait = !e.spill && inFlight + e.bytes > this.capBytes;
+      if (!this.spill(id, e, wait)) continue;
+      bytes -= e.bytes;
+      if (e.spilling) inFlight += e.bytes;
     }
   }
 
   /**
-   * Writes entry `id`'s value to disk (once) and drops it from every ref of this process; false
-   * when it stays in memory (a failed result, no spill directory, a failed write).
+   * Drops entry `id`'s value from every ref of this process once it is on disk: at once when its
+   * file exists (written before, or now when `wait`), else after a write this starts. False when
+   * it stays in memory (a failed result, no spill directory, a failed write).
    */
-  private spill(id: string, e: Entry): boolean {
+  private spill(id: string, e: Entry, wait: boolean): boolean {
     let value: unknown;
     try {
       value = e.holder._take();
@@ -409,8 +433,19 @@ export class ObjectStore {
       return false; // a failed result holds an error, not a value
     }
     if (!e.spill) {
+      if (!openSpillDir()) return false;
+      if (!wait) {
+        const w = writeSpill(value, id).then(
+          (f) => this.spilled(id, e, f),
+          (err: unknown) => this.spilled(id, e, undefined, err),
+        );
+        e.spilling = w;
+        this.writes.add(w);
+        void w.finally(() => this.writes.delete(w));
+        return true;
+      }
       try {
-        const f = writeSpill(value, id);
+        const f = writeSpillSync(value, id);
         if (!f) return false;
         e.spill = f;
         this.spills++;
@@ -426,7 +461,40 @@ export class ObjectStore {
       if (r) r._spill(restore);
       else e.refs!.delete(w);
     }
+    if (e.shm) {
+      // Shared memory is memory too. Removed, never reused: a reader may be reading it now (and
+      // keeps its pages, as does one that mapped it); the next fetch writes it again.
+      void e.shm.then((v) => (v instanceof ShmValue ? removeShm(v.name, false) : undefined));
+      e.shm = undefined;
+    }
     return true;
+  }
+
+  /** A write `spill` started is done: `f` is the file, or `err` why there is none. */
+  private async spilled(
+    id: string,
+    e: Entry,
+    f: SpillFile | undefined,
+    err?: unknown,
+  ): Promise<void> {
+    e.spilling = undefined;
+    if (err !== undefined) {
+      log.warn(`cannot spill object ${id}: ${(err as Error).message}; it stays in memory`);
+      return;
+    }
+    if (!f) return;
+    if (this.entries.get(id) !== e) {
+      await removeSpill(f.path); // freed (or the store closed) while it was written
+      return;
+    }
+    e.spill = f;
+    this.spills++;
+    this.enforceCap();
+  }
+
+  /** Resolves once no spill write is under way, nor started by one that ended (tests). */
+  async spillsSettled(): Promise<void> {
+    while (this.writes.size) await Promise.all(this.writes);
   }
 
   /** Reads entry `id`'s spilled value back into memory; what every spilled ref of it waits on. */
@@ -462,7 +530,7 @@ export class ObjectStore {
   /** Gives back a freed entry's files: shared memory and spilled. */
   private dropFiles(e: Entry): void {
     dropShm(e);
-    if (e.spill) removeSpill(e.spill.path);
+    if (e.spill) void removeSpill(e.spill.path);
   }
 
   /** Frees held objects once their hold has passed. */

@@ -31,7 +31,14 @@ import { decodeOutOfBand, encodeOutOfBand, installOutOfBandCodec } from '../out-
 import { registerWireClass } from '../protocol.ts';
 import { ProtocolError } from '../errors.ts';
 import { logger } from '../log.ts';
-import { ExitRemovals, privateDir, readExactly, removeFilesOf, uid } from './object-files.ts';
+import {
+  ExitRemovals,
+  privateDir,
+  readExactly,
+  removeFilesOf,
+  uid,
+  writeAll,
+} from './object-files.ts';
 import { mapFile } from './shm-map.ts';
 
 const log = logger('objects');
@@ -200,28 +207,6 @@ async function openForWrite(path: string): Promise<FileHandle> {
     }
   }
   return open(path, 'wx', 0o600);
-}
-
-/** Writes `parts` back to back from position 0: `writev` in batches, finishing short writes. */
-async function writeAll(fh: FileHandle, parts: Uint8Array[]): Promise<void> {
-  let pos = 0;
-  for (let i = 0; i < parts.length; i += 256) {
-    const batch = parts.slice(i, i + 256);
-    const want = batch.reduce((n, p) => n + p.byteLength, 0);
-    let done = (await fh.writev(batch, pos)).bytesWritten;
-    let at = 0;
-    for (const p of batch) {
-      const skip = Math.max(0, Math.min(p.byteLength, done - at));
-      at += p.byteLength;
-      let o = skip;
-      while (o < p.byteLength) {
-        const r = await fh.write(p, o, p.byteLength - o, pos + at - p.byteLength + o);
-        o += r.bytesWritten;
-      }
-    }
-    done = want;
-    pos += done;
-  }
 }
 
 /** How this process got the shared-memory values it read: mapped, or copied into a buffer. */
