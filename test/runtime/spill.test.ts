@@ -16,6 +16,7 @@ import {
   shutdown,
 } from '../../runtime/index.ts';
 import { ObjectStore } from '../../runtime/client/object-store.ts';
+import { ShmValue } from '../../runtime/client/shm.ts';
 import { spillDirPath } from '../../runtime/client/spill.ts';
 import type { Consumer } from '../fixtures/runtime/weights.ts';
 import { fixture, until } from './helpers.ts';
@@ -174,6 +175,24 @@ test('an object freed while it is being spilled leaves no file', async () => {
     assert.not.ok(existsSync(`${spillDir}/${process.pid}-f0`), 'removed once written');
     assert.is(store.stats().spilledObjects, 0);
     for (const r of refs.slice(1)) store.release(r);
+  } finally {
+    store.close();
+  }
+});
+
+test('spilling an object removes its shared-memory file too (tmpfs is memory)', async () => {
+  const store = new ObjectStore('127.0.0.1:1', () => {}, { memoryBytes: cap });
+  try {
+    const first = store.put('s0', make(0));
+    const v = (await store.serve('s0', 'n1', true, true)) as ShmValue;
+    assert.ok(v instanceof ShmValue, 'served through shared memory to a reader that maps');
+    const file = `/dev/shm/rtjob-${process.getuid!()}/${v.name}`;
+    assert.ok(existsSync(file));
+    const more = Array.from({ length: 4 }, (_, i) => store.put(`s${i + 1}`, make(i + 1)));
+    await store.spillsSettled();
+    assert.ok(first._spilled, 'the oldest went to disk');
+    await until(() => !existsSync(file), 5000, 'its shared-memory file to go');
+    for (const r of [first, ...more]) store.release(r);
   } finally {
     store.close();
   }
