@@ -600,42 +600,43 @@ async function main(): Promise<void> {
         ...(note ? { note } : {}),
       });
     };
-    // Same node: an actor that maps shared memory gets a put through it from its first fetch
-    // (the driver writes the file, the actor maps it); one that copies (RTJOB_OBJECT_MMAP=0, or
-    // no mapper) gets a node's first fetch over the socket, later ones by one read of the file.
-    // Another node: a node agent in its own process whose workers have no shared memory with
-    // this one (RTJOB_OBJECT_SHM=0, as on another machine), joined over loopback.
+    // Same node: the first fetch of an object from a node takes the socket, later ones shared
+    // memory, which an actor maps (or, with RTJOB_OBJECT_MMAP=0 or no mapper, reads into a fresh
+    // buffer: the `copying` actor). Another node: a node agent in its own process whose workers
+    // have no shared memory with this one (RTJOB_OBJECT_SHM=0, as on another machine), joined
+    // over loopback.
     const nodeTwo = await startSecondNode(cluster.address, cluster.token);
     const remote = Echo.options({ schedulingStrategy: { nodeId: nodeTwo.nodeId } }).remote();
     const copying = Echo.options({ env: { RTJOB_OBJECT_MMAP: '0' } }).remote();
     await get([remote.noop.remote(), copying.noop.remote()]);
     const big = new Float32Array(16 << 20);
-    const putFetched = (actor: typeof a) => async () => {
-      const r = put(big);
-      await actor.byteLength.remote(r);
-      api.release(r);
-    };
     for (const [where, actor] of [
       ['same node', a],
       ['another node', remote],
     ] as const) {
-      await vsTcp(`put 64 MiB, fetched by an actor (${where})`, putFetched(actor), { actor });
-      if (actor === a) {
-        await vsTcp(
-          'put 64 MiB, fetched by an actor that copies (same node, RTJOB_OBJECT_MMAP=0)',
-          putFetched(copying),
-          { actor: copying },
-        );
-      }
-      // A get alone: the object was fetched before (on the same node it is in shared memory
-      // then: the actor maps it again, or reads it into a fresh buffer). Each call decodes a new
-      // ref and fetches again.
-      const kept = put(big);
       await vsTcp(
-        `get 64 MiB object fetched before, by an actor (${where})`,
-        () => get(actor.byteLength.remote(kept)),
+        `put 64 MiB, fetched by an actor (${where})`,
+        async () => {
+          const r = put(big);
+          await actor.byteLength.remote(r);
+          api.release(r);
+        },
         { actor },
       );
+      // A get alone: the object was fetched before (on the same node it is in shared memory
+      // then: the actor maps it, or the copying one reads it into a fresh buffer). Each call
+      // decodes a new ref and fetches again.
+      const kept = put(big);
+      const readers = actor === a ? [a, copying] : [actor];
+      for (const reader of readers) {
+        await vsTcp(
+          reader === copying
+            ? 'get 64 MiB object fetched before, by an actor that copies (same node, RTJOB_OBJECT_MMAP=0)'
+            : `get 64 MiB object fetched before, by an actor (${where})`,
+          () => get(reader.byteLength.remote(kept)),
+          { actor: reader },
+        );
+      }
       api.release(kept);
       await vsTcp(
         `get 64 MiB result from an actor (${where})`,

@@ -62,12 +62,9 @@ interface Entry {
   bytes: number;
   /** Nodes of this machine (`''`: a driver) that fetched the value so far. */
   fetchedBy?: Set<string>;
-  /**
-   * The value in shared memory, written at the first same-machine fetch by a process that maps
-   * such files, else at the second from a node (then shared by every later reader).
-   */
+  /** The value in shared memory, written on the second same-machine fetch (then reused). */
   shm?: Promise<unknown>;
-  /** A reader that maps was handed the file: it is removed when freed, never reused. */
+  /** A reader that maps fetched it (and may map the file): the file is never reused. */
   shmMapped?: boolean;
   /** When the value was last put, got or served (for spilling the least recently used). */
   usedMs: number;
@@ -263,13 +260,12 @@ export class ObjectStore {
   }
 
   /**
-   * Serves a fetch from a process on this machine, of node `node`. A process that `maps` shared
-   * memory gets a large value through it at once: this side copies the value into a file once
-   * (for every later reader of the machine too) and the reader maps it, copying nothing. A
-   * process that reads the files instead gets its node's first fetch over the socket: one copy
-   * into a reused buffer and the kernel's, where a file would cost a copy into fresh tmpfs pages
-   * (page allocation is most of it) and another out of them; a second fetch from a node means
-   * the object is shared there, and goes through shared memory.
+   * Serves a fetch from a process on this machine, of node `node` (which `maps` the files it is
+   * given, or copies them). The first from each node gets a large value over the socket: one
+   * copy into a reused buffer and the kernel's, where a file costs a copy into fresh tmpfs pages
+   * (their allocation and release are half of it) before any reader saves anything. A second
+   * fetch from a node means the object is shared there: it goes through shared memory, written
+   * once however many more processes of the machine fetch it, and mapped by those that map.
    */
   fetchShared(id: string, node: string, maps: boolean): Promise<unknown> | unknown {
     const e = this.entries.get(id);
@@ -286,7 +282,7 @@ export class ObjectStore {
     const value = h._take();
     if (largeBytes(value) < shmMinBytes) return value;
     const by = (e.fetchedBy ??= new Set());
-    if (!maps && !by.has(node)) {
+    if (!by.has(node)) {
       by.add(node);
       return value;
     }

@@ -3,6 +3,7 @@ import { existsSync, readdirSync, unlinkSync, writeFileSync } from 'node:fs';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import {
+  type ObjectRef,
   actorInfo,
   defineActor,
   get,
@@ -76,28 +77,48 @@ test('the mapper refuses a file shorter than asked; a reader refuses a name outs
   assert.is(e.code, 'PROTOCOL', e.message);
 });
 
-test('a large put reaches a mapping consumer through shared memory from its first fetch, mapped, byte for byte', async () => {
+test('a large put reaches the first consumer of a node over the socket; the others map one shared-memory file, byte for byte', async () => {
   const before = filesOf(process.pid).length;
   const ref = put(weights);
-  const consumers = [ConsumerActor.remote(), ConsumerActor.remote()];
+  const consumers = Array.from({ length: 3 }, () => ConsumerActor.remote());
   const node = (await actorInfo(consumers[0]!)).nodeId!;
   const served = await servedTo(node);
   const reads = await get(consumers.map((c) => c.shmReads.remote()));
-  const seen = await get(consumers.map((c) => c.describe.remote(ref)));
-  for (const s of seen) assert.equal(s, want);
-  assert.is(filesOf(process.pid).length, before + 1, 'one file for both readers');
-  assert.equal(await servedTo(node), { ...served, sharedMemory: served.sharedMemory + 2 });
+  for (const c of consumers) assert.equal(await c.describe.remote(ref), want);
+  assert.is(filesOf(process.pid).length, before + 1, 'written once for the later two readers');
+  assert.equal(await servedTo(node), {
+    ...served,
+    socket: served.socket + 1,
+    sharedMemory: served.sharedMemory + 2,
+  });
   const after = await get(consumers.map((c) => c.shmReads.remote()));
-  for (let i = 0; i < consumers.length; i++)
-    assert.equal(after[i], { mapped: reads[i]!.mapped + 1, copied: reads[i]!.copied });
+  assert.equal(
+    after.map((r, i) => [r.mapped - reads[i]!.mapped, r.copied - reads[i]!.copied]),
+    [
+      [0, 0],
+      [1, 0],
+      [1, 0],
+    ],
+    'the first over the socket, the others mapped',
+  );
   release(ref);
   await Promise.all(consumers.map((c) => kill(c)));
 });
 
+/** `ref` fetched once on the node (over the socket), so that later fetches go through its file. */
+async function shared(ref: ObjectRef<Record<string, unknown>>): Promise<void> {
+  const first = ConsumerActor.remote();
+  assert.equal(await first.describe.remote(ref), want);
+  await kill(first);
+}
+
 test('a reader writing to a mapped value changes neither another reader’s value nor the owner’s', async () => {
   const ref = put(weights);
+  await shared(ref);
   const [a, b] = [ConsumerActor.remote(), ConsumerActor.remote()];
+  const mapped = (await a.shmReads.remote()).mapped;
   const scribbled = await a.scribble.remote(ref);
+  assert.is((await a.shmReads.remote()).mapped, mapped + 1, 'the writer mapped it');
   assert.equal(scribbled.w, ['Float32Array', sum + n], 'the writer sees its own writes');
   assert.equal(await b.describe.remote(ref), want, 'another reader of the same file does not');
   assert.equal(await a.describe.remote(ref), want, 'nor does the writer’s next fetch');
@@ -108,8 +129,10 @@ test('a reader writing to a mapped value changes neither another reader’s valu
 
 test('a mapped value stays intact when its file is removed (as freeing the object does)', async () => {
   const ref = put(weights);
+  await shared(ref);
   const a = ConsumerActor.remote();
   assert.equal(await a.hold.remote(ref), want);
+  assert.ok((await a.shmReads.remote()).mapped > 0, 'mapped');
   const file = filesOf(process.pid).find((f) => f.includes(ref.id.replace(/\W/g, '_')));
   assert.ok(file, 'the object has a file');
   unlinkSync(`${shmDir}/${file}`);
@@ -163,9 +186,14 @@ test('an object a killed worker owned leaves no file (its node agent removes it)
   const c = ConsumerActor.remote();
   const pid = await c.pid.remote();
   const box = await c.putWeights.remote(n);
-  const got = await box.ref;
-  assert.is(got.w[n - 1], n - 1);
+  // Two readers on a node: the second fetch makes the worker write the object's file.
+  const readers = [ConsumerActor.remote(), ConsumerActor.remote()];
+  for (const r of readers) {
+    const got = await r.describe.remote(box.ref);
+    assert.equal(got.step, ['number', 7]);
+  }
   assert.is(filesOf(pid).length, 1, 'the worker keeps its object’s file while the object lives');
+  await Promise.all(readers.map((r) => kill(r)));
   await kill(c);
   await until(
     () => filesOf(pid).length === 0,
@@ -205,8 +233,8 @@ test('socket: a 64 MiB result is bit-exact; a worker dying mid-send fails the ge
 test('a freed object takes its file with it; repeated transfers keep a bounded set of files', async () => {
   const before = filesOf(process.pid).length;
   for (let i = 0; i < 4; i++) {
-    // Two consumers on the node, one mapping (the first fetch writes the file), one copying.
-    const cs = [ConsumerActor.remote(), CopyingConsumer.remote()];
+    // Two consumers on the node (the second fetch writes the file), one copying, one mapping.
+    const cs = [CopyingConsumer.remote(), ConsumerActor.remote()];
     const ref = put(weights);
     for (const c of cs) assert.equal(await c.describe.remote(ref), want);
     const mine = () => filesOf(process.pid).filter((f) => f.includes(ref.id.replace(/\W/g, '_')));

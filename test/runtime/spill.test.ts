@@ -184,8 +184,9 @@ test('spilling an object removes its shared-memory file too (tmpfs is memory)', 
   const store = new ObjectStore('127.0.0.1:1', () => {}, { memoryBytes: cap });
   try {
     const first = store.put('s0', make(0));
+    await store.serve('s0', 'n1', true, true); // a node's first fetch goes over the socket
     const v = (await store.serve('s0', 'n1', true, true)) as ShmValue;
-    assert.ok(v instanceof ShmValue, 'served through shared memory to a reader that maps');
+    assert.ok(v instanceof ShmValue, 'the second through shared memory');
     const file = `/dev/shm/rtjob-${process.getuid!()}/${v.name}`;
     assert.ok(existsSync(file));
     const more = Array.from({ length: 4 }, (_, i) => store.put(`s${i + 1}`, make(i + 1)));
