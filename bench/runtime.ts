@@ -104,57 +104,45 @@ async function rate(ops: number, fn: () => Promise<void>, ms = 3000, warmup = 1)
   return best;
 }
 
+/** One window's sample of `fn` (which does `ops` operations). */
+type Measure = (ops: number, fn: () => Promise<unknown>) => Promise<number>;
+
+/** Operations per second of the wall clock. */
+async function wallRate(ops: number, fn: () => Promise<unknown>): Promise<number> {
+  const t0 = performance.now();
+  await fn();
+  return ops / ((performance.now() - t0) / 1000);
+}
+
+/** CPU time of this process per operation, in µs (`process.cpuUsage`). */
+async function cpuPerOp(ops: number, fn: () => Promise<unknown>): Promise<number> {
+  const c0 = process.cpuUsage();
+  await fn();
+  const c = process.cpuUsage(c0);
+  return (c.user + c.system) / ops;
+}
+
 /**
  * Alternates windows of `a` and `b` (`rounds` of each, each window `ops` operations run by one
- * call of `fn`) and returns each one's median rate in operations per second. A baseline and the
- * thing it bounds are thus measured side by side, so a load that drifts during the run weighs on
- * both alike, and the median is the shape of an independent test, not the run's best moment.
+ * call of `fn`) and returns each one's median sample: by default its rate in operations per
+ * second, with `cpuPerOp` this process's CPU µs per operation (what a loaded machine distorts
+ * much less than the wall clock). A baseline and the thing it bounds are thus measured side by
+ * side, so a load that drifts during the run weighs on both alike, and the median is the shape of
+ * an independent test, not the run's best moment.
  */
 async function paired(
   rounds: number,
   a: { ops: number; fn: () => Promise<unknown> },
   b: { ops: number; fn: () => Promise<unknown> },
+  measure: Measure = wallRate,
 ): Promise<[number, number]> {
   await a.fn();
   await b.fn();
   const ra: number[] = [];
   const rb: number[] = [];
   for (let i = 0; i < rounds; i++) {
-    for (const [x, out] of [
-      [a, ra],
-      [b, rb],
-    ] as const) {
-      const t0 = performance.now();
-      await x.fn();
-      out.push(x.ops / ((performance.now() - t0) / 1000));
-    }
-  }
-  return [median(ra), median(rb)];
-}
-
-/**
- * Like `paired`, but returns each one's median CPU time of this process per operation, in µs
- * (`process.cpuUsage`): what a loaded machine distorts much less than the wall clock.
- */
-async function pairedCpu(
-  rounds: number,
-  a: { ops: number; fn: () => Promise<unknown> },
-  b: { ops: number; fn: () => Promise<unknown> },
-): Promise<[number, number]> {
-  await a.fn();
-  await b.fn();
-  const ra: number[] = [];
-  const rb: number[] = [];
-  for (let i = 0; i < rounds; i++) {
-    for (const [x, out] of [
-      [a, ra],
-      [b, rb],
-    ] as const) {
-      const c0 = process.cpuUsage();
-      await x.fn();
-      const c = process.cpuUsage(c0);
-      out.push((c.user + c.system) / x.ops);
-    }
+    ra.push(await measure(a.ops, a.fn));
+    rb.push(await measure(b.ops, b.fn));
   }
   return [median(ra), median(rb)];
 }
@@ -203,11 +191,13 @@ function transferGoals(rows: Row[], memcpy: number): string[] {
     const r = rows.find((x) => x.name === `put 64 MiB, fetched by an actor (${where})`);
     if (!r || r.ratio === undefined) return undefined;
     const met = r.value >= minMBps && r.ratio >= minShare;
+    const path = /path: ([^;]+)/.exec(r.note ?? '')?.[1];
     const want = `${minMBps ? `≥ ${minMBps.toLocaleString('en-US')} MB/s and ` : ''}≥ ${minShare * 100}% of raw TCP`;
     return (
       `- ${where}: ${Math.round(r.value).toLocaleString('en-US')} MB/s, ` +
       `${(r.ratio * 100).toFixed(0)}% of raw TCP (${Math.round(r.value / r.ratio).toLocaleString('en-US')} MB/s), ` +
-      `${((r.value / memcpy) * 100).toFixed(0)}% of memcpy; goal ${want}: ${met ? 'met' : 'NOT met'}`
+      `${((r.value / memcpy) * 100).toFixed(0)}% of memcpy${path ? ` (${path})` : ''}; ` +
+      `goal ${want}: ${met ? 'met' : 'NOT met'}`
     );
   };
   const out = [goal('same node', 1500, 0.4), goal('another node', 0, 0.5)].filter(
@@ -443,7 +433,7 @@ async function main(): Promise<void> {
     // windows alternated; and the worker's CPU per call over the same windows.
     const burstN = 10_000;
     const workerUs: number[] = [];
-    const [rawUs, callUs] = await pairedCpu(
+    const [rawUs, callUs] = await paired(
       11,
       { ops: burstN, fn: () => raw.burst(burstN) },
       {
@@ -456,6 +446,7 @@ async function main(): Promise<void> {
           workerUs.push(((await get(a.cpuMs.remote())) - w0) * (1000 / burstN));
         },
       },
+      cpuPerOp,
     );
     rows.push({
       name: 'driver CPU per pipelined call (10,000 in flight), median of 11 windows',
@@ -559,16 +550,23 @@ async function main(): Promise<void> {
     // Each transfer alternates with one 64 MiB message over raw TCP; rows compare the medians.
     // With `actor`, also the CPU time of one transfer on each side (medians of 5 more), which a
     // loaded machine distorts much less than the wall clock.
+    // With `actor`, the note also says which path the bytes took: the receiver's (the actor's, or
+    // with `resultToDriver` this process's) count of shared-memory values mapped or copied;
+    // neither: the socket.
+    const readsOf = async (actor?: typeof a) =>
+      (await api.objectStats(actor && (await api.actorInfo(actor)).address)).sharedMemoryReads;
     const vsTcp = async (
       name: string,
       fn: () => Promise<unknown>,
-      opts: { note?: string; bytes?: number; actor?: typeof a } = {},
+      opts: { note?: string; bytes?: number; actor?: typeof a; resultToDriver?: boolean } = {},
     ) => {
       const { bytes = 1, actor } = opts;
+      const receiver = opts.resultToDriver ? undefined : actor;
+      const reads0 = actor && (await readsOf(receiver));
       const [t, v] = await paired(5, { ops: MB64, fn: tcp.send }, { ops: MB64 * bytes, fn });
       tcpRates.push(t);
       let note = opts.note;
-      if (actor) {
+      if (actor && reads0) {
         const driverMs: number[] = [];
         const actorMs: number[] = [];
         const actorCpu = () => get(actor.cpuMs.remote());
@@ -581,7 +579,17 @@ async function main(): Promise<void> {
           driverMs.push((c.user + c.system) / 1000);
         }
         const [d, w] = [median(driverMs), median(actorMs)];
-        note = `CPU per transfer: driver ${d.toFixed(0)} ms, actor ${w.toFixed(0)} ms`;
+        const reads = await readsOf(receiver);
+        const [mapped, copied] = [reads.mapped - reads0.mapped, reads.copied - reads0.copied];
+        const path =
+          mapped && !copied
+            ? 'mapped'
+            : copied && !mapped
+              ? 'copied from shared memory'
+              : mapped || copied
+                ? `mapped ${mapped}, copied ${copied}`
+                : 'socket';
+        note = `path: ${path}; CPU per transfer: driver ${d.toFixed(0)} ms, actor ${w.toFixed(0)} ms`;
       }
       rows.push({
         name,
@@ -593,11 +601,14 @@ async function main(): Promise<void> {
       });
     };
     // Same node: the first fetch of an object from a node takes the socket, later ones shared
-    // memory. Another node: a node agent in its own process whose workers have no shared memory
-    // with this one (RTJOB_OBJECT_SHM=0, as on another machine), joined over loopback.
+    // memory, which an actor maps (or, with RTJOB_OBJECT_MMAP=0 or no mapper, reads into a fresh
+    // buffer: the `copying` actor). Another node: a node agent in its own process whose workers
+    // have no shared memory with this one (RTJOB_OBJECT_SHM=0, as on another machine), joined
+    // over loopback.
     const nodeTwo = await startSecondNode(cluster.address, cluster.token);
     const remote = Echo.options({ schedulingStrategy: { nodeId: nodeTwo.nodeId } }).remote();
-    await remote.noop.remote();
+    const copying = Echo.options({ env: { RTJOB_OBJECT_MMAP: '0' } }).remote();
+    await get([remote.noop.remote(), copying.noop.remote()]);
     const big = new Float32Array(16 << 20);
     for (const [where, actor] of [
       ['same node', a],
@@ -613,21 +624,27 @@ async function main(): Promise<void> {
         { actor },
       );
       // A get alone: the object was fetched before (on the same node it is in shared memory
-      // then, so the actor's get is one read into a fresh buffer). Each call decodes a new ref
-      // and fetches again.
+      // then: the actor maps it, or the copying one reads it into a fresh buffer). Each call
+      // decodes a new ref and fetches again.
       const kept = put(big);
-      await vsTcp(
-        `get 64 MiB object fetched before, by an actor (${where})`,
-        () => get(actor.byteLength.remote(kept)),
-        { actor },
-      );
+      const readers = actor === a ? [a, copying] : [actor];
+      for (const reader of readers) {
+        await vsTcp(
+          reader === copying
+            ? 'get 64 MiB object fetched before, by an actor that copies (same node, RTJOB_OBJECT_MMAP=0)'
+            : `get 64 MiB object fetched before, by an actor (${where})`,
+          () => get(reader.byteLength.remote(kept)),
+          { actor: reader },
+        );
+      }
       api.release(kept);
       await vsTcp(
         `get 64 MiB result from an actor (${where})`,
         () => get(actor.makeArray.remote(16 << 20)),
-        { actor },
+        { actor, resultToDriver: true },
       );
     }
+    await api.kill(copying);
     await api.kill(remote);
     nodeTwo.close();
     // One producer, several consumers on the node: the object is written to shared memory once.

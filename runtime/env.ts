@@ -144,6 +144,10 @@ export const envVars = {
   RTJOB_HEAD_ADDRESS: v(text, 'head WebSocket address a worker connects to', true),
   RTJOB_WORKER_HOST: v(text, "interface a worker's own endpoint binds to", true),
   RTJOB_OBJECT_SHM: v(flag, '`0`: objects never go through `/dev/shm` between local processes'),
+  RTJOB_OBJECT_MMAP: v(
+    flag,
+    '`0`: shared-memory objects are read into a buffer instead of mapped (no native addon is built)',
+  ),
   RTJOB_OBJECT_STORE_MEMORY: v(
     int(0),
     "bytes of large values a process's object store keeps in memory before it spills to disk (default 30% of the machine's memory)",

@@ -468,6 +468,11 @@ export interface Hello {
   readonly machine?: string;
   /** Absent for a driver (it runs on no node). */
   readonly node?: string;
+  /**
+   * The process maps the shared-memory files it is given (`client/shm-map.ts`) instead of
+   * reading them: they are never rewritten for reuse.
+   */
+  readonly map?: boolean;
 }
 /** Asks any process for its {@link ObjectStoreStats}. */
 export interface ObjectStats {
@@ -508,7 +513,14 @@ export interface ObjectStoreStats {
   readonly spilledBytes: number;
   /** Values written to disk so far, and read back. */
   readonly spills: number;
+  /** Values being written to disk now (still in memory until their file is complete). */
+  readonly spillsInFlight: number;
   readonly restores: number;
+  /**
+   * Values this process got through shared memory: `mapped` (copy-on-write, no copy) or `copied`
+   * into a buffer (where the mapper is off or cannot be built, `client/shm-map.ts`).
+   */
+  readonly sharedMemoryReads: { readonly mapped: number; readonly copied: number };
 }
 /**
  * Data-plane handshake: tells a worker which actor incarnation the caller meant to reach; a

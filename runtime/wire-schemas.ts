@@ -265,7 +265,12 @@ export const messageSchemas = {
   fetch: obj({ type: lit('fetch'), rid, objectId: id, inline: opt(bool()) }),
   borrow: obj({ type: lit('borrow'), rid, objectId: id }),
   unborrow: obj({ type: lit('unborrow'), objectId: id }),
-  hello: obj({ type: lit('hello'), machine: opt(str({ max: L.pathChars })), node: opt(id) }),
+  hello: obj({
+    type: lit('hello'),
+    machine: opt(str({ max: L.pathChars })),
+    node: opt(id),
+    map: opt(bool()),
+  }),
   objectStats: obj({ type: lit('objectStats'), rid }),
   ping: obj({ type: lit('ping'), rid, actorId: opt(id), incarnation: opt(incarnation) }),
 } satisfies { [T in MessageType]: Schema<unknown> };

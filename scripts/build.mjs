@@ -2,7 +2,8 @@
 // `npm run build` (and `prepack`): compiles the package into dist/ — JS, .d.ts and source maps
 // from tsc (tsconfig.build.json; `.ts` import specifiers become `.js`) — and copies beside the
 // compiled code the files it loads by path: the worker's TypeScript loader (for users' agent
-// files), the shipped checkpoints and the prebuilt dashboard bundle.
+// files), the shared-memory mapper's C source (built at first use), the shipped checkpoints and
+// the prebuilt dashboard bundle.
 import { spawnSync } from 'node:child_process';
 import { cpSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -21,6 +22,10 @@ run([join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.bui
 for (const f of readdirSync(join(root, 'runtime', 'worker')).filter((f) => f.endsWith('.mjs')))
   cpSync(join(root, 'runtime', 'worker', f), join(dist, 'runtime', 'worker', f));
 cpSync(join(root, 'cli', 'bin.js'), join(dist, 'cli', 'bin.js'));
+cpSync(
+  join(root, 'runtime', 'client', 'addon', 'rtjob_mmap.c'),
+  join(dist, 'runtime', 'client', 'addon', 'rtjob_mmap.c'),
+);
 cpSync(join(root, 'model', 'pretrained'), join(dist, 'model', 'pretrained'), { recursive: true });
 run([
   '--import',

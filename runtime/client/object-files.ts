@@ -11,7 +11,7 @@
  * @module
  */
 import { lstatSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { type FileHandle, open } from 'node:fs/promises';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { ProtocolError } from '../errors.ts';
@@ -127,4 +127,26 @@ export async function readExactly(path: string, bytes: number, what: string): Pr
     await fh.close();
   }
   return file;
+}
+
+/** Writes `parts` back to back from position 0: `writev` in batches, finishing short writes. */
+export async function writeAll(fh: FileHandle, parts: Uint8Array[]): Promise<void> {
+  let pos = 0;
+  for (let i = 0; i < parts.length; i += 256) {
+    const batch = parts.slice(i, i + 256);
+    const want = batch.reduce((n, p) => n + p.byteLength, 0);
+    let done = (await fh.writev(batch, pos)).bytesWritten;
+    let at = 0;
+    for (const p of batch) {
+      const skip = Math.max(0, Math.min(p.byteLength, done - at));
+      at += p.byteLength;
+      let o = skip;
+      while (o < p.byteLength) {
+        const r = await fh.write(p, o, p.byteLength - o, pos + at - p.byteLength + o);
+        o += r.bytesWritten;
+      }
+    }
+    done = want;
+    pos += done;
+  }
 }

@@ -17,7 +17,7 @@ import { logger } from '../log.ts';
 import { Immutable, largeBytes } from '../out-of-band.ts';
 import type { FetchesServed, ObjectStoreStats } from '../protocol.ts';
 import { ObjectRef } from './object-ref.ts';
-import { ShmValue, removeShm, removeShmFilesOf, shmMinBytes, writeShm } from './shm.ts';
+import { ShmValue, removeShm, removeShmFilesOf, shmMinBytes, shmReads, writeShm } from './shm.ts';
 import {
   type SpillFile,
   openSpillDir,
@@ -25,6 +25,7 @@ import {
   removeSpill,
   removeSpillFilesOf,
   writeSpill,
+  writeSpillSync,
 } from './spill.ts';
 
 const log = logger('objects');
@@ -63,12 +64,16 @@ interface Entry {
   fetchedBy?: Set<string>;
   /** The value in shared memory, written on the second same-machine fetch (then reused). */
   shm?: Promise<unknown>;
+  /** A reader that maps fetched it (and may map the file): the file is never reused. */
+  shmMapped?: boolean;
   /** When the value was last put, got or served (for spilling the least recently used). */
   usedMs: number;
   /** Refs of this process that hold the value, to drop it from when it is spilled. */
   refs?: Set<WeakRef<ObjectRef<unknown>>>;
   /** The value's file once spilled (kept until the object is freed: the value never changes). */
   spill?: SpillFile;
+  /** A write of the value to disk under way (the value stays in memory until it is done). */
+  spilling?: Promise<void>;
   /** A restore from disk under way. */
   restoring?: Promise<unknown>;
 }
@@ -96,6 +101,8 @@ export class ObjectStore {
   private readonly capBytes: number;
   private spills = 0;
   private restores = 0;
+  /** Spill writes under way, freed objects' included. */
+  private readonly writes = new Set<Promise<void>>();
 
   constructor(
     readonly address: string,
@@ -115,11 +122,13 @@ export class ObjectStore {
     let spilledObjects = 0;
     let spilledBytes = 0;
     let heldBytes = 0;
+    let spillsInFlight = 0;
     for (const e of this.entries.values()) {
       if (e.spill) {
         spilledObjects++;
         spilledBytes += e.spill.bytes;
       }
+      if (e.spilling) spillsInFlight++;
       if (!isLive(e) && e.holder.isSettled) heldBytes += e.bytes;
     }
     return {
@@ -132,17 +141,20 @@ export class ObjectStore {
       spilledObjects,
       spilledBytes,
       spills: this.spills,
+      spillsInFlight,
       restores: this.restores,
+      sharedMemoryReads: shmReads(),
     };
   }
 
   /**
    * Serves a fetch from a process on `node` (`''`: on none), through shared memory when `shared`
-   * (a peer on this machine), and counts it once the value is there. A value goes back as
-   * `Immutable`: an object never changes once stored, so its arrays go to the socket uncopied.
+   * (a peer on this machine, which `maps` the files it is given or reads them), and counts it
+   * once the value is there. A value goes back as `Immutable`: an object never changes once
+   * stored, so its arrays go to the socket uncopied.
    */
-  serve(id: string, node: string, shared: boolean): Promise<unknown> | unknown {
-    const v = shared ? this.fetchShared(id, node) : this.fetch(id);
+  serve(id: string, node: string, shared: boolean, maps = false): Promise<unknown> | unknown {
+    const v = shared ? this.fetchShared(id, node, maps) : this.fetch(id);
     const count = (value: unknown) => {
       let n = this.served.get(node);
       if (!n) this.served.set(node, (n = { socket: 0, sharedMemory: 0 }));
@@ -248,20 +260,24 @@ export class ObjectStore {
   }
 
   /**
-   * Serves a fetch from a process on this machine, of node `node`. The first from each node gets
-   * a large value over the socket: one copy into a reused buffer and the kernel's, where a file
-   * would cost a copy into fresh tmpfs pages (page allocation is most of it) and another out of
-   * them. A second fetch from a node means the object is shared there: it goes through shared
-   * memory, written once however many more processes of the machine fetch it.
+   * Serves a fetch from a process on this machine, of node `node` (which `maps` the files it is
+   * given, or copies them). The first from each node gets a large value over the socket: one
+   * copy into a reused buffer and the kernel's, where a file costs a copy into fresh tmpfs pages
+   * (their allocation and release are half of it) before any reader saves anything. A second
+   * fetch from a node means the object is shared there: it goes through shared memory, written
+   * once however many more processes of the machine fetch it, and mapped by those that map.
    */
-  fetchShared(id: string, node: string): Promise<unknown> | unknown {
+  fetchShared(id: string, node: string, maps: boolean): Promise<unknown> | unknown {
     const e = this.entries.get(id);
     if (!e) return this.fetch(id);
     e.usedMs = Date.now();
+    if (maps) e.shmMapped = true;
     if (e.shm) return e.shm;
     const h = e.holder;
     if (!h.isSettled) {
-      return new Promise((resolve) => h._onSettled(() => resolve(this.fetchShared(id, node))));
+      return new Promise((resolve) =>
+        h._onSettled(() => resolve(this.fetchShared(id, node, maps))),
+      );
     }
     const value = h._take();
     if (largeBytes(value) < shmMinBytes) return value;
@@ -373,23 +389,39 @@ export class ObjectStore {
     return out;
   }
 
-  /** Spills the least recently used values until the large values in memory fit the cap. */
+  /**
+   * Spills the least recently used values until the large values in memory fit the cap, counting
+   * those being written as gone: each is dropped from memory once its file is complete (and this
+   * runs again then). Writes go off the caller's thread, but for one that would take the bytes
+   * in flight past the cap: that one is written before the put returns, so a producer faster
+   * than the disk holds at most about twice the cap.
+   */
   private enforceCap(): void {
     const live = this.inMemory();
     let bytes = bytesOf(live);
     if (bytes <= this.capBytes) return;
+    let inFlight = 0;
+    for (const [, e] of live) if (e.spilling) inFlight += e.bytes;
     live.sort(([, a], [, b]) => a.usedMs - b.usedMs);
     for (const [id, e] of live) {
       if (bytes <= this.capBytes) return;
-      if (this.spill(id, e)) bytes -= e.bytes;
+      if (e.spilling) {
+        bytes -= e.bytes;
+        continue;
+      }
+      const wait = !e.spill && inFlight + e.bytes > this.capBytes;
+      if (!this.spill(id, e, wait)) continue;
+      bytes -= e.bytes;
+      if (e.spilling) inFlight += e.bytes;
     }
   }
 
   /**
-   * Writes entry `id`'s value to disk (once) and drops it from every ref of this process; false
-   * when it stays in memory (a failed result, no spill directory, a failed write).
+   * Drops entry `id`'s value from every ref of this process once it is on disk: at once when its
+   * file exists (written before, or now when `wait`), else after a write this starts. False when
+   * it stays in memory (a failed result, no spill directory, a failed write).
    */
-  private spill(id: string, e: Entry): boolean {
+  private spill(id: string, e: Entry, wait: boolean): boolean {
     let value: unknown;
     try {
       value = e.holder._take();
@@ -397,8 +429,19 @@ export class ObjectStore {
       return false; // a failed result holds an error, not a value
     }
     if (!e.spill) {
+      if (!openSpillDir()) return false;
+      if (!wait) {
+        const w = writeSpill(value, id).then(
+          (f) => this.spilled(id, e, f),
+          (err: unknown) => this.spilled(id, e, undefined, err),
+        );
+        e.spilling = w;
+        this.writes.add(w);
+        void w.finally(() => this.writes.delete(w));
+        return true;
+      }
       try {
-        const f = writeSpill(value, id);
+        const f = writeSpillSync(value, id);
         if (!f) return false;
         e.spill = f;
         this.spills++;
@@ -414,7 +457,40 @@ export class ObjectStore {
       if (r) r._spill(restore);
       else e.refs!.delete(w);
     }
+    if (e.shm) {
+      // Shared memory is memory too. Removed, never reused: a reader may be reading it now (and
+      // keeps its pages, as does one that mapped it); the next fetch writes it again.
+      void e.shm.then((v) => (v instanceof ShmValue ? removeShm(v.name, false) : undefined));
+      e.shm = undefined;
+    }
     return true;
+  }
+
+  /** A write `spill` started is done: `f` is the file, or `err` why there is none. */
+  private async spilled(
+    id: string,
+    e: Entry,
+    f: SpillFile | undefined,
+    err?: unknown,
+  ): Promise<void> {
+    e.spilling = undefined;
+    if (err !== undefined) {
+      log.warn(`cannot spill object ${id}: ${(err as Error).message}; it stays in memory`);
+      return;
+    }
+    if (!f) return;
+    if (this.entries.get(id) !== e) {
+      await removeSpill(f.path); // freed (or the store closed) while it was written
+      return;
+    }
+    e.spill = f;
+    this.spills++;
+    this.enforceCap();
+  }
+
+  /** Resolves once no spill write is under way, nor started by one that ended (tests). */
+  async spillsSettled(): Promise<void> {
+    while (this.writes.size) await Promise.all(this.writes);
   }
 
   /** Reads entry `id`'s spilled value back into memory; what every spilled ref of it waits on. */
@@ -450,7 +526,7 @@ export class ObjectStore {
   /** Gives back a freed entry's files: shared memory and spilled. */
   private dropFiles(e: Entry): void {
     dropShm(e);
-    if (e.spill) removeSpill(e.spill.path);
+    if (e.spill) void removeSpill(e.spill.path);
   }
 
   /** Frees held objects once their hold has passed. */
@@ -490,7 +566,7 @@ function bytesOf(entries: [string, Entry][]): number {
 }
 
 function dropShm(e: Entry): void {
-  void e.shm?.then((v) => (v instanceof ShmValue ? removeShm(v.name) : undefined));
+  void e.shm?.then((v) => (v instanceof ShmValue ? removeShm(v.name, !e.shmMapped) : undefined));
 }
 
 function settleFrom(target: ObjectRef<unknown>, source: ObjectRef<unknown>): void {

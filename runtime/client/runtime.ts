@@ -30,6 +30,7 @@ import { type ObjectRef, setRefFetcher } from './object-ref.ts';
 import { ObjectStore } from './object-store.ts';
 import { largeBytes } from '../out-of-band.ts';
 import { ShmValue, machineId, readShm, shmMinBytes, writeShm } from './shm.ts';
+import { mapsSharedMemory } from './shm-map.ts';
 
 const log = logger('client');
 
@@ -337,8 +338,14 @@ export class Runtime {
         // what it serves per node.
         const machine = machineId();
         const node = this.opts.nodeId;
-        if (machine || node)
-          c.send({ type: 'hello', ...(machine ? { machine } : {}), ...(node ? { node } : {}) });
+        if (machine || node) {
+          c.send({
+            type: 'hello',
+            ...(machine ? { machine } : {}),
+            ...(node ? { node } : {}),
+            ...(machine && mapsSharedMemory() ? { map: true } : {}),
+          });
+        }
         return c;
       });
       this.peers.set(address, p);
@@ -426,16 +433,23 @@ export class Runtime {
         if (!this.callHandler) throw new ConnectionError('this process hosts no actor');
         const r = this.callHandler(m, conn);
         if (conn.meta.machine === undefined || conn.meta.machine !== machineId()) return r;
-        return isThenable(r) ? r.then(shareResult) : shareResult(r);
+        const share = (v: unknown) => shareResult(v, conn.meta.map !== true);
+        return isThenable(r) ? r.then(share) : share(r);
       }
       case 'fetch': {
         const sameMachine = conn.meta.machine !== undefined && conn.meta.machine === machineId();
         const node = (conn.meta.node as string | undefined) ?? '';
-        return this.objects.serve(m.objectId, node, !m.inline && sameMachine);
+        return this.objects.serve(
+          m.objectId,
+          node,
+          !m.inline && sameMachine,
+          conn.meta.map === true,
+        );
       }
       case 'hello':
         conn.meta.machine = m.machine;
         conn.meta.node = m.node;
+        conn.meta.map = m.map;
         return undefined;
       case 'objectStats':
         return this.objects.stats();
@@ -485,10 +499,13 @@ export class Runtime {
   }
 }
 
-/** A large call result for a caller on this machine goes through shared memory, read once. */
-function shareResult(v: unknown): unknown {
+/**
+ * A large call result for a caller on this machine goes through shared memory, read once; the
+ * file comes back for reuse (`handBack`) from a caller that copies it, not one that maps it.
+ */
+function shareResult(v: unknown, handBack: boolean): unknown {
   if (largeBytes(v) < shmMinBytes) return v;
-  return writeShm(v, 'result', true).then(
+  return writeShm(v, 'result', true, handBack).then(
     (s) => s ?? v,
     () => v,
   );

@@ -1,15 +1,16 @@
 /**
  * Same-machine object transfer through shared memory: a value whose typed arrays add up to at
  * least `shmMinBytes` is written once to a file in `/dev/shm/rtjob-<uid>/` (tmpfs: memory, not
- * disk) and the peer gets only the file's name and size over the socket; it reads the file with
- * one read into a buffer of exactly that size, and its typed arrays are views into that buffer.
- * A get is thus one copy (out of tmpfs); the object is copied into tmpfs once per object, however
- * many processes of the machine read it. Node cannot map a file, so one copy is the floor.
+ * disk) and the peer gets only the file's name and size over the socket. A reader maps the file
+ * copy-on-write (`shm-map.ts`): no copy, the pages shared by every reader of the machine; where
+ * the mapper is unavailable it reads the file with one read into a buffer of exactly that size.
+ * Either way its typed arrays are views into the file's bytes.
  *
- * What bounds a get is fresh memory, not the copy: the reader's buffer is new, and touching
- * 64 MiB of new 4 KiB pages costs 16,384 page faults (3-5x the copy on this project's VMs).
- * `largePageMallocEnv` asks glibc to back large allocations with transparent huge pages; node
- * agents start workers with it, the job supervisor starts drivers with it.
+ * A file a reader may have mapped is never rewritten (the reader would see the change, or fault
+ * on a shorter file): a freed object's file is removed, and a call result read by a mapping
+ * reader is removed by that reader. Only a file every reader of which copied it is reused (a
+ * reader that reads hands a call result back, renamed `<name>_done`), since overwriting a file's
+ * existing tmpfs pages costs a fraction of allocating new ones.
  *
  * A file holds the value in the layout of `runtime/out-of-band.ts`: a small packed skeleton, then
  * each large typed array's bytes, aligned.
@@ -29,7 +30,18 @@ import { readEnv } from '../env.ts';
 import { decodeOutOfBand, encodeOutOfBand, installOutOfBandCodec } from '../out-of-band.ts';
 import { registerWireClass } from '../protocol.ts';
 import { ProtocolError } from '../errors.ts';
-import { ExitRemovals, privateDir, readExactly, removeFilesOf, uid } from './object-files.ts';
+import { logger } from '../log.ts';
+import {
+  ExitRemovals,
+  privateDir,
+  readExactly,
+  removeFilesOf,
+  uid,
+  writeAll,
+} from './object-files.ts';
+import { mapFile } from './shm-map.ts';
+
+const log = logger('objects');
 
 /** Values with fewer typed-array bytes than this go over the socket. */
 export const shmMinBytes = 1 << 20;
@@ -39,8 +51,12 @@ export class ShmValue {
   constructor(
     readonly name: string,
     readonly bytes: number,
-    /** Read exactly once (a call result): the reader hands the file back for the writer to reuse. */
+    /**
+     * Read exactly once (a call result): the reader removes the file, or hands it back for the
+     * writer to reuse (renamed `<name>_done`) when `handBack` and it copied the file.
+     */
     readonly oneShot: boolean,
+    readonly handBack = false,
   ) {}
 }
 
@@ -61,11 +77,12 @@ let registered = false;
 export function installShmCodec(): void {
   if (registered) return;
   registered = true;
-  registerWireClass<ShmValue, [string, number, boolean]>({
+  registerWireClass<ShmValue, [string, number, boolean, boolean]>({
     type: 3,
     Class: ShmValue,
-    write: (v) => [v.name, v.bytes, v.oneShot],
-    read: ([name, bytes, oneShot]) => new ShmValue(String(name), Number(bytes), oneShot === true),
+    write: (v) => [v.name, v.bytes, v.oneShot, v.handBack],
+    read: ([name, bytes, oneShot, handBack]) =>
+      new ShmValue(String(name), Number(bytes), oneShot === true, handBack === true),
   });
   installOutOfBandCodec();
 }
@@ -121,12 +138,15 @@ let seq = 0;
 
 /**
  * Writes `value` to a new shared-memory file named after `id`; resolves with its wire form, or
- * undefined when shared memory is unavailable. The caller removes it with `removeShm`.
+ * undefined when shared memory is unavailable. The caller removes it with `removeShm`, but for a
+ * one-shot (a call result), which its reader removes, or hands back for reuse when `handBack`
+ * (a reader that copies, never one that maps).
  */
 export async function writeShm(
   value: unknown,
   id: string,
   oneShot: boolean,
+  handBack = false,
 ): Promise<ShmValue | undefined> {
   const d = dir();
   if (!d) return undefined;
@@ -140,15 +160,18 @@ export async function writeShm(
     await fh.truncate(total);
   } catch (e) {
     await fh.close().catch(() => {});
-    await removeShm(name);
+    await removeShm(name, true);
     throw e;
   }
   await fh.close();
-  if (oneShot) {
+  if (oneShot && handBack) {
     handedOut.push(path);
-    if (handedOut.length > maxPooled * 4) handedOut.shift();
+    // One not handed back by now is left to its reader (or to the sweep of this process's files).
+    if (handedOut.length > maxPooled * 4) own.delete(handedOut.shift()!);
+  } else if (oneShot) {
+    own.delete(path); // the reader removes it
   }
-  return new ShmValue(name, total, oneShot);
+  return new ShmValue(name, total, oneShot, oneShot && handBack);
 }
 
 /**
@@ -186,43 +209,43 @@ async function openForWrite(path: string): Promise<FileHandle> {
   return open(path, 'wx', 0o600);
 }
 
-/** Writes `parts` back to back from position 0: `writev` in batches, finishing short writes. */
-async function writeAll(fh: FileHandle, parts: Uint8Array[]): Promise<void> {
-  let pos = 0;
-  for (let i = 0; i < parts.length; i += 256) {
-    const batch = parts.slice(i, i + 256);
-    const want = batch.reduce((n, p) => n + p.byteLength, 0);
-    let done = (await fh.writev(batch, pos)).bytesWritten;
-    let at = 0;
-    for (const p of batch) {
-      const skip = Math.max(0, Math.min(p.byteLength, done - at));
-      at += p.byteLength;
-      let o = skip;
-      while (o < p.byteLength) {
-        const r = await fh.write(p, o, p.byteLength - o, pos + at - p.byteLength + o);
-        o += r.bytesWritten;
-      }
-    }
-    done = want;
-    pos += done;
-  }
+/** How this process got the shared-memory values it read: mapped, or copied into a buffer. */
+const reads = { mapped: 0, copied: 0 };
+
+/** Counts of the shared-memory values this process mapped and copied (tests, benchmarks). */
+export function shmReads(): { mapped: number; copied: number } {
+  return { ...reads };
 }
 
 /**
- * Reads a shared-memory value (handing a one-shot back to its writer): one read of the size the
- * writer announced into a buffer of exactly that size; the value's arrays are views into it.
+ * Reads a shared-memory value: maps the file (copy-on-write, `shm-map.ts`) where the mapper is
+ * available, else one read of the size the writer announced into a buffer of exactly that size;
+ * the value's arrays are views into it. A one-shot is then removed, or handed back to its writer
+ * for reuse when it asked and the file was copied (a mapped file is never rewritten).
  */
 export async function readShm(v: ShmValue): Promise<unknown> {
   const d = dir();
   if (!d || !validName.test(v.name))
     throw new ProtocolError(`not a shared-memory object name: '${v.name.slice(0, 80)}'`);
   const path = join(d, v.name);
-  let file: Buffer;
+  const handBack = v.oneShot && v.handBack;
+  let file: Buffer | undefined;
   try {
-    file = await readExactly(path, v.bytes, `shared-memory object ${v.name}`);
+    if (!handBack) {
+      try {
+        file = mapFile(path, v.bytes);
+      } catch (e) {
+        log.debug(`mapping ${v.name} failed (${(e as Error).message}); reading it`);
+      }
+    }
+    if (file) reads.mapped++;
+    else {
+      file = await readExactly(path, v.bytes, `shared-memory object ${v.name}`);
+      reads.copied++;
+    }
   } finally {
-    // A one-shot goes back to its writer for reuse (or is removed with it).
-    if (v.oneShot) await rename(path, `${path}_done`).catch(() => {});
+    if (handBack) await rename(path, `${path}_done`).catch(() => {});
+    else if (v.oneShot) await unlink(path).catch(() => {});
   }
   try {
     return decodeOutOfBand(file);
@@ -233,12 +256,15 @@ export async function readShm(v: ShmValue): Promise<unknown> {
   }
 }
 
-/** Gives up a file this process wrote: kept for reuse while the pool has room, else removed. */
-export async function removeShm(name: string): Promise<void> {
+/**
+ * Gives up a file this process wrote: removed, or, when `reuse` (no reader mapped it), kept for
+ * reuse while the pool has room.
+ */
+export async function removeShm(name: string, reuse: boolean): Promise<void> {
   const d = dir();
   if (!d) return;
   const path = join(d, name);
-  if (pool.length < maxPooled) {
+  if (reuse && pool.length < maxPooled) {
     const spare = join(d, `${process.pid}-spare_${seq++}`);
     try {
       await rename(path, spare);

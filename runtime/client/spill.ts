@@ -1,7 +1,7 @@
 /**
  * Spilled objects: when a process's object store holds more than its cap, it writes the
- * least recently used large values to files on disk and drops them from memory; a get reads a
- * file back (`readSpill`). Files hold a value in the layout of `runtime/out-of-band.ts`, so a
+ * least recently used large values to files on disk, off the caller's thread, and drops them
+ * from memory once written; a get reads a file back (`readSpill`). Files hold a value in the layout of `runtime/out-of-band.ts`, so a
  * restore is one read into one buffer that the value's typed arrays then view.
  *
  * The directory is `RTJOB_OBJECT_SPILL_DIR`, else `$TMPDIR/rtjob-spill-<uid>`, private to the
@@ -12,12 +12,19 @@
  * @module
  */
 import { closeSync, openSync, writeSync } from 'node:fs';
-import { unlink } from 'node:fs/promises';
+import { open, unlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { readEnv } from '../env.ts';
 import { decodeOutOfBand, encodeOutOfBand } from '../out-of-band.ts';
-import { ExitRemovals, privateDir, readExactly, removeFilesOf, uid } from './object-files.ts';
+import {
+  ExitRemovals,
+  privateDir,
+  readExactly,
+  removeFilesOf,
+  uid,
+  writeAll,
+} from './object-files.ts';
 
 /** Where this user's spilled objects go. */
 export function spillDirPath(): string {
@@ -38,21 +45,50 @@ export interface SpillFile {
 
 const own = new ExitRemovals();
 
-/**
- * Writes `value` (the object `id`) to a new spill file, synchronously: a put that goes over the
- * cap returns once the memory is given back. Undefined when there is no usable directory; throws
- * when the write fails (a full disk), leaving no file.
- */
-export function writeSpill(value: unknown, id: string): SpillFile | undefined {
+/** A new spill file's path for object `id` and the value's parts; undefined without a directory. */
+function prepare(
+  value: unknown,
+  id: string,
+): { path: string; parts: Uint8Array[]; total: number } | undefined {
   const d = dir();
   if (!d) return undefined;
   const path = join(d, `${process.pid}-${id.replace(/[^A-Za-z0-9_]/g, '_')}`);
-  const { parts, total } = encodeOutOfBand(value);
-  const fd = openSync(path, 'wx', 0o600);
-  own.add(path);
+  return { path, ...encodeOutOfBand(value) };
+}
+
+/**
+ * Writes `value` (the object `id`) to a new spill file off the caller's thread (libuv's pool);
+ * the caller keeps the value, which must not change, until this resolves. Undefined when there
+ * is no usable directory; rejects when the write fails (a full disk), leaving no file.
+ */
+export async function writeSpill(value: unknown, id: string): Promise<SpillFile | undefined> {
+  const f = prepare(value, id);
+  if (!f) return undefined;
+  const fh = await open(f.path, 'wx', 0o600);
+  own.add(f.path);
+  try {
+    await writeAll(fh, f.parts);
+  } catch (e) {
+    await fh.close().catch(() => {});
+    await removeSpill(f.path);
+    throw e;
+  }
+  await fh.close();
+  return { path: f.path, bytes: f.total };
+}
+
+/**
+ * `writeSpill`, on the caller's thread: for a store whose writes in flight already hold as much
+ * as its cap, so that a producer faster than the disk waits instead of growing without bound.
+ */
+export function writeSpillSync(value: unknown, id: string): SpillFile | undefined {
+  const f = prepare(value, id);
+  if (!f) return undefined;
+  const fd = openSync(f.path, 'wx', 0o600);
+  own.add(f.path);
   try {
     let pos = 0;
-    for (const p of parts) {
+    for (const p of f.parts) {
       for (let o = 0; o < p.byteLength; ) {
         const n = writeSync(fd, p, o, p.byteLength - o, pos);
         o += n;
@@ -61,11 +97,11 @@ export function writeSpill(value: unknown, id: string): SpillFile | undefined {
     }
   } catch (e) {
     closeSync(fd);
-    removeSpill(path);
+    void removeSpill(f.path);
     throw e;
   }
   closeSync(fd);
-  return { path, bytes: total };
+  return { path: f.path, bytes: f.total };
 }
 
 /** Reads a spilled value back: one read into a buffer of its size, arrays viewing it. */
@@ -73,10 +109,10 @@ export async function readSpill(f: SpillFile): Promise<unknown> {
   return decodeOutOfBand(await readExactly(f.path, f.bytes, `spilled object ${f.path}`));
 }
 
-/** Removes a spill file (the object was freed). */
-export function removeSpill(path: string): void {
+/** Removes a spill file (the object was freed); resolves once it is gone. */
+export function removeSpill(path: string): Promise<void> {
   own.delete(path);
-  void unlink(path).catch(() => {});
+  return unlink(path).catch(() => {});
 }
 
 /** Removes the spill files a process (now gone) left; the node agent calls it as a worker ends. */

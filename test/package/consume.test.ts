@@ -89,6 +89,7 @@ test('npm pack builds dist/ and ships it without tests, fixtures or bench', () =
     'dist/agents/index.d.ts',
     'dist/cli/bin.js',
     'dist/runtime/worker/ts-loader.mjs',
+    'dist/runtime/client/addon/rtjob_mmap.c',
     'dist/runtime/dashboard/dist/app.js',
     'dist/model/pretrained/rtjob-tiny-math/model.safetensors',
     'dist/model/pretrained/rtjob-tiny-tool/model.safetensors',

@@ -2,18 +2,18 @@
  * Finds a libtorch and builds the `torch` backend's N-API addon against it with g++ (no
  * node-gyp, nothing downloaded). Where libtorch comes from, in order: `RTJOB_LIBTORCH=DIR`
  * (a directory with `include/` and `lib/`), the PyTorch that `python3` imports (CUDA when it has
- * it), Debian's `libtorch-dev` (CPU, 1.13). The built `.node` lands in an ignored folder keyed by
- * the libtorch and the source, so a rebuild happens only when either changes.
+ * it), Debian's `libtorch-dev` (CPU, 1.13). `runtime/native-addon.ts` builds it into an ignored
+ * folder keyed by the libtorch and the source, so a rebuild happens only when either changes.
  *
  * @module
  */
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { RtjobError } from '../../../runtime/errors.ts';
 import { readEnv } from '../../../runtime/env.ts';
+import { type AddonSource, buildAddon } from '../../../runtime/native-addon.ts';
 
 /** No libtorch, no compiler, or a failed build: the message says which and what to do. */
 export class TorchBackendError extends RtjobError<'TORCH_BACKEND'> {
@@ -108,26 +108,6 @@ export function findLibtorch(): Libtorch | undefined {
   return fromPython() ?? fromDebian();
 }
 
-/** Node's N-API headers: beside the running binary (official builds), else Debian's. */
-function nodeIncludeDir(): string {
-  for (const d of [join(dirname(process.execPath), '..', 'include', 'node'), '/usr/include/node'])
-    if (existsSync(join(d, 'node_api.h'))) return d;
-  throw new TorchBackendError(
-    'torch backend: no node_api.h found (beside the node binary or in /usr/include/node)',
-  );
-}
-
-/** The path the addon for `lt` builds to. */
-function addonPath(lt: Libtorch): string {
-  const key = createHash('sha256')
-    .update(readFileSync(sourceFile))
-    .update(JSON.stringify(lt))
-    .update(process.version)
-    .digest('hex')
-    .slice(0, 16);
-  return join(buildRoot, key, 'rtjob_torch.node');
-}
-
 /**
  * Builds the addon unless it is already built for this libtorch and source; returns its path.
  *
@@ -139,7 +119,6 @@ export function buildTorchAddon(opts: { log?: (line: string) => void; force?: bo
   path: string;
   libtorch: Libtorch;
 } {
-  const log = opts.log ?? ((l: string): void => void process.stderr.write(`${l}\n`));
   const lt = findLibtorch();
   if (!lt) {
     throw new TorchBackendError(
@@ -147,53 +126,37 @@ export function buildTorchAddon(opts: { log?: (line: string) => void; force?: bo
         'or apt-get install libtorch-dev)',
     );
   }
-  const out = addonPath(lt);
-  if (existsSync(out) && !opts.force) return { path: out, libtorch: lt };
-  try {
-    execFileSync('g++', ['--version'], { stdio: 'ignore' });
-  } catch {
-    throw new TorchBackendError('torch backend: g++ not found (apt-get install g++)');
-  }
-  mkdirSync(dirname(out), { recursive: true });
   const libs = ['-ltorch', '-ltorch_cpu', '-lc10'];
   if (lt.cuda) libs.push('-ltorch_cuda', '-lc10_cuda');
-  const args = [
-    '-O2',
-    // Recent PyTorch headers need C++20; Debian's 1.13 is built for C++17.
-    lt.source === 'debian' ? '-std=c++17' : '-std=c++20',
-    '-shared',
-    '-fPIC',
-    `-D_GLIBCXX_USE_CXX11_ABI=${lt.cxx11Abi}`,
-    ...(lt.cuda ? ['-DRTJOB_WITH_CUDA'] : []),
-    '-I',
-    nodeIncludeDir(),
-    ...lt.includeDirs.flatMap((d) => ['-isystem', d]),
-    sourceFile,
-    '-o',
-    `${out}.${process.pid}.tmp`,
-    `-L${lt.libDir}`,
-    `-Wl,-rpath,${lt.libDir}`,
-    // libtorch_cuda registers CUDA kernels when loaded; nothing references it by symbol.
-    '-Wl,--no-as-needed',
-    // Loaded before libtorch, so libtorch's BLAS calls bind to OpenBLAS, whatever libblas.so.3 is.
-    ...(lt.blas ? [lt.blas, `-Wl,-rpath,${dirname(lt.blas)}`] : []),
-    ...libs,
-  ];
-  log(`rtjob: building the torch addon against ${lt.source} libtorch (${lt.libDir}) ...`);
-  const started = Date.now();
+  const addon: AddonSource = {
+    what: `the torch addon against ${lt.source} libtorch (${lt.libDir})`,
+    source: sourceFile,
+    buildRoot,
+    compiler: 'g++',
+    key: JSON.stringify(lt),
+    flags: [
+      '-O2',
+      // Recent PyTorch headers need C++20; Debian's 1.13 is built for C++17.
+      lt.source === 'debian' ? '-std=c++17' : '-std=c++20',
+      `-D_GLIBCXX_USE_CXX11_ABI=${lt.cxx11Abi}`,
+      ...(lt.cuda ? ['-DRTJOB_WITH_CUDA'] : []),
+      ...lt.includeDirs.flatMap((d) => ['-isystem', d]),
+    ],
+    link: [
+      `-L${lt.libDir}`,
+      `-Wl,-rpath,${lt.libDir}`,
+      // libtorch_cuda registers CUDA kernels when loaded; nothing references it by symbol.
+      '-Wl,--no-as-needed',
+      // Loaded before libtorch, so libtorch's BLAS calls bind to OpenBLAS, whatever libblas.so.3 is.
+      ...(lt.blas ? [lt.blas, `-Wl,-rpath,${dirname(lt.blas)}`] : []),
+      ...libs,
+    ],
+  };
+  let out: string;
   try {
-    execFileSync('g++', args, { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+    out = buildAddon(addon, opts);
   } catch (e) {
-    const stderr = String((e as { stderr?: string }).stderr ?? e);
-    const tail = stderr.trim().split('\n').slice(-8).join('\n');
-    throw new TorchBackendError(`torch backend: the addon failed to compile:\n${tail}`, {
-      cause: e,
-    });
+    throw new TorchBackendError(`torch backend: ${(e as Error).message}`, { cause: e });
   }
-  renameSync(`${out}.${process.pid}.tmp`, out);
-  // Builds for an older source or another libtorch are not used again.
-  for (const d of readdirSync(buildRoot))
-    if (d !== basename(dirname(out))) rmSync(join(buildRoot, d), { recursive: true, force: true });
-  log(`rtjob: built ${out} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
   return { path: out, libtorch: lt };
 }
