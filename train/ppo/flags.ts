@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
+import { checkRolloutDtype, FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
 
 import { ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS } from '../../algorithms/advantages.ts';
 import { klDefaults, KL_ESTIMATORS } from '../../algorithms/kl.ts';
@@ -456,8 +456,7 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
     fail('--use-decoupled-loss', '--use-decoupled-loss applies to --async-train only');
   const local = o.engine === 'builtin' || o.engine === 'llamacpp';
   if (!local && !o.engineUrl) fail('--engine-url', `--engine ${o.engine} needs --engine-url`);
-  if (o.rolloutDtype !== 'f32' && o.engine !== 'llamacpp')
-    fail('--rollout-dtype', '--rollout-dtype applies to --engine llamacpp only');
+  checkRolloutDtype(o);
   if (o.engineUrl !== undefined) {
     if (local) fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
     const urls = engineUrls(o);
