@@ -8,7 +8,7 @@
  * instead of the builtin engine.
  *
  * @example
- * node --import tsx train/eval-agent.ts model/pretrained/rtjob-tiny-tool \
+ * node --conditions=rtjob-source --import tsx train/eval-agent.ts model/pretrained/rtjob-tiny-tool \
  *   --agent-func examples/tool-agent.ts --prompts 500 --samples 2 --split-by used_tool
  *
  * @module
