@@ -9,7 +9,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { createLocalEngine } from '../engines/local.ts';
 import type { InferenceEngine } from '../engines/types.ts';
 import { loadTokenizer } from '../model/tokenizer.ts';
 import { modelCard } from './model-card.ts';
@@ -53,19 +53,14 @@ export interface Served {
 
 async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
   const kind = o.engine ?? 'builtin';
-  if (kind === 'builtin') {
+  if (kind === 'builtin' || kind === 'llamacpp') {
     if (o.engineUrls?.length)
       throw new InvalidArgumentError('--engine-url needs --engine sglang or vllm');
-    return BuiltinEngine.create({ modelPath: o.pretrain, seed: o.seed ?? 0 });
-  }
-  if (kind === 'llamacpp') {
-    if (o.engineUrls?.length)
-      throw new InvalidArgumentError('--engine-url needs --engine sglang or vllm');
-    const { LlamaCppEngine } = await import('../engines/llamacpp/index.ts');
-    return LlamaCppEngine.create({
+    return createLocalEngine({
+      engine: kind,
       modelPath: o.pretrain,
       seed: o.seed ?? 0,
-      dtype: o.rolloutDtype ?? 'f32',
+      dtype: o.rolloutDtype,
       gpu: o.llamacppGpu ?? false,
     });
   }

@@ -28,6 +28,7 @@ import { SimulatedEngine } from '../engines/simulated/simulated-engine.ts';
 import type { Agent, AgentTokenizer, Sample } from '../agents/types.ts';
 import type { NamedTensors } from '../model/tensors.ts';
 import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { createLocalEngine } from '../engines/local.ts';
 import { Gateway } from '../gateway/server.ts';
 import { modelCard } from '../gateway/model-card.ts';
 import type {
@@ -256,17 +257,15 @@ export class Rollout {
     const { engine = 'builtin', pretrain } = this.init;
     if (engine === 'simulated')
       return this.init.simulated ? simulatedEngine(this.init.simulated) : new SimulatedEngine();
-    if (engine === 'builtin')
-      return BuiltinEngine.create({ modelPath: pretrain, seed: this.init.seed ?? 0 });
-    if (engine === 'llamacpp') {
-      const { LlamaCppEngine } = await import('../engines/llamacpp/index.ts');
+    if (engine === 'builtin' || engine === 'llamacpp') {
       const maxConcurrent = this.init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
-      return LlamaCppEngine.create({
+      return createLocalEngine({
+        engine,
         modelPath: pretrain,
         seed: this.init.seed ?? 0,
-        dtype: this.init.rolloutDtype ?? 'f32',
+        dtype: this.init.rolloutDtype,
         gpu: this.init.llamacppGpu ?? false,
-        // One llama.cpp sequence per episode in flight, each as long as an episode may grow.
+        // llama.cpp: one sequence per episode in flight, each as long as an episode may grow.
         maxSequences: Math.min(maxConcurrent, 64),
         contextSize: this.init.promptMaxLen + this.init.generateMaxLen * 4,
       });

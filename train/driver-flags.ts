@@ -11,6 +11,8 @@
  */
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { localEngineKinds } from '../engines/local.ts';
+import { ggufDtypes } from '../model/gguf/index.ts';
 import { type EnvName, readEnv } from '../runtime/env.ts';
 import { RtjobError } from '../runtime/errors.ts';
 
@@ -48,6 +50,29 @@ export class FlagError extends RtjobError<'BAD_FLAG'> {
   ) {
     super('BAD_FLAG', message);
   }
+}
+
+/**
+ * `--engine builtin|llamacpp` and `--rollout-dtype` of the commands that generate on an
+ * in-process engine (train_sft's evaluation, eval_arith, eval_agent); `what` says what the
+ * engine does there. Check the pair with {@link checkRolloutDtype}.
+ */
+export function localEngineFlags(what: string): FlagSpec<'engine' | 'rolloutDtype'>[] {
+  return [
+    { key: 'engine', kind: 'string', help: what, choices: localEngineKinds },
+    {
+      key: 'rolloutDtype',
+      kind: 'string',
+      help: "GGUF element type of --engine llamacpp (f32 gives the builtin engine's tokens)",
+      choices: ggufDtypes,
+    },
+  ];
+}
+
+/** Refuses a `--rollout-dtype` other than f32 without `--engine llamacpp` (nothing would use it). */
+export function checkRolloutDtype(o: { engine?: string; rolloutDtype?: string }): void {
+  if ((o.rolloutDtype ?? 'f32') !== 'f32' && o.engine !== 'llamacpp')
+    throw new FlagError('--rollout-dtype', '--rollout-dtype applies to --engine llamacpp only');
 }
 
 /** What a parse returns: the options, the keys the command line set, and the positionals. */

@@ -4,10 +4,11 @@
  * it (the agent runs itself, every turn greedy, right when its reward is 1), plus sampled
  * episodes (temperature 1) split by what the agent reports: with `--split-by used_tool`, how often
  * sampling calls the tool and how often it is right with and without it. This is how the tool
- * warm start's numbers in model/README.md are measured.
+ * warm start's numbers in model/README.md are measured. `--engine llamacpp` generates in llama.cpp
+ * instead of the builtin engine.
  *
  * @example
- * node --import tsx train/eval-agent.ts model/pretrained/rtjob-tiny-tool \
+ * node --conditions=rtjob-source --import tsx train/eval-agent.ts model/pretrained/rtjob-tiny-tool \
  *   --agent-func examples/tool-agent.ts --prompts 500 --samples 2 --split-by used_tool
  *
  * @module
@@ -16,15 +17,22 @@ import { resolve } from 'node:path';
 import { runGatewayEpisode } from '../agents/agent-executor.ts';
 import { loadAgent } from '../agents/load.ts';
 import type { AgentFunction, Sample } from '../agents/types.ts';
-import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
 import { Gateway } from '../gateway/server.ts';
 import { modelCard } from '../gateway/model-card.ts';
 import { initBackend } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
+import type { GgufDtype } from '../model/gguf/index.ts';
 import { loadTokenizer, type ChatTokenizer } from '../model/tokenizer.ts';
 import { agentTokenizer } from '../roles/rollout.ts';
 import { arithDataset } from './data/arith.ts';
-import { FlagError, flagParser, runIfMain } from './driver-flags.ts';
+import {
+  checkRolloutDtype,
+  FlagError,
+  flagParser,
+  localEngineFlags,
+  runIfMain,
+} from './driver-flags.ts';
 import { infoMetrics } from '../algorithms/trajectory.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
 
@@ -111,6 +119,10 @@ export interface EvalAgentOptions {
   maxNewTokens?: number;
   /** Context cap (prompt + completion) of each completion. @default the model's */
   contextLength?: number;
+  /** Engine behind the gateway. @default 'builtin' */
+  engine?: LocalEngineKind;
+  /** GGUF element type of `engine: 'llamacpp'`. @default 'f32' */
+  rolloutDtype?: GgufDtype;
 }
 
 /** What {@link evalAgentModel} measures. */
@@ -139,14 +151,24 @@ export async function evalAgentModel(
     throw new InvalidArgumentError(
       `eval_agent: ${agentFile} exports no agent(sample, env) function`,
     );
-  const engine = await BuiltinEngine.create({ model, tokenizer, maxBatchSize: 256, seed: 1 });
   const card = modelCard(dir);
+  const contextLength = o.contextLength ?? card.contextLength ?? 256;
+  const engine = await createLocalEngine({
+    engine: o.engine,
+    model,
+    tokenizer,
+    seed: 1,
+    dtype: o.rolloutDtype,
+    maxBatchSize: 256,
+    maxSequences: 64,
+    contextSize: contextLength,
+  });
   const gateway = (temperature: number): Promise<Gateway> =>
     Gateway.start({
       engine,
       tokenizer,
       model: card.name,
-      contextLength: o.contextLength ?? card.contextLength ?? 256,
+      contextLength,
       maxNewTokens,
       fixedSampling: { temperature, topP: 1 },
     });
@@ -231,6 +253,8 @@ const evalAgentFlags = flagParser<{
   prompts: number;
   samples: number;
   maxNewTokens: number;
+  engine: LocalEngineKind;
+  rolloutDtype: GgufDtype;
   splitBy?: string;
   show: number;
   json: boolean;
@@ -241,6 +265,7 @@ const evalAgentFlags = flagParser<{
     { key: 'prompts', kind: 'int', help: 'held-out problems (at most 500 are distinct)', min: 1 },
     { key: 'samples', kind: 'int', help: 'sampled episodes per problem at temperature 1', min: 0 },
     { key: 'maxNewTokens', kind: 'int', help: 'new tokens per completion', min: 1 },
+    ...localEngineFlags('engine behind the gateway'),
     {
       key: 'splitBy',
       kind: 'string',
@@ -254,7 +279,15 @@ const evalAgentFlags = flagParser<{
     },
     { key: 'json', kind: 'bool', help: 'print the report as JSON' },
   ],
-  { prompts: 500, samples: 0, maxNewTokens: 48, show: 0, json: false },
+  {
+    prompts: 500,
+    samples: 0,
+    maxNewTokens: 48,
+    engine: 'builtin',
+    rolloutDtype: 'f32',
+    show: 0,
+    json: false,
+  },
   { positionals: '<model-dir>' },
 );
 
@@ -267,11 +300,14 @@ export async function main(argv: string[]): Promise<void> {
       'give one HF model directory, e.g. eval_agent ./ckpt/ppo --agent-func ./agent.ts',
     );
   }
+  checkRolloutDtype(o);
   const modelDir = resolve(positionals[0]!);
   const r = await evalAgentModel(modelDir, o.agentFunc!, {
     prompts: o.prompts,
     samples: o.samples,
     maxNewTokens: o.maxNewTokens,
+    engine: o.engine,
+    rolloutDtype: o.rolloutDtype,
   });
   if (o.json) {
     console.log(JSON.stringify(r, null, 2));

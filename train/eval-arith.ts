@@ -2,19 +2,27 @@
  * `eval_arith`: held-out accuracy of an HF model directory on the built-in `arith` task, greedy and
  * sampled, split by answer strategy (worked: the equation first; direct: the answer at once) and by
  * problem family. This is how the numbers in model/README.md and the README's "Learning"
- * section are measured.
+ * section are measured. `--engine llamacpp` generates the answers in llama.cpp instead.
  *
  * @example
  * node --import tsx train/eval-arith.ts ./ckpt/JOB --prompts 500 --samples 2
+ * node --import tsx train/eval-arith.ts ./ckpt/JOB --engine llamacpp --rollout-dtype f32
  *
  * @module
  */
 import { resolve } from 'node:path';
-import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
 import { initBackend } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
+import type { GgufDtype } from '../model/gguf/index.ts';
 import { arithDataset } from './data/arith.ts';
-import { FlagError, flagParser, runIfMain } from './driver-flags.ts';
+import {
+  checkRolloutDtype,
+  FlagError,
+  flagParser,
+  localEngineFlags,
+  runIfMain,
+} from './driver-flags.ts';
 import { evalArith } from './sft.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
 
@@ -42,17 +50,37 @@ export interface ArithEvalReport {
 const mean = (xs: Answer[]): number =>
   xs.length ? xs.reduce((s, x) => s + x.reward, 0) / xs.length : NaN;
 
-/** Evaluates `dir` on the first `prompts` held-out problems; `samples` answers per problem at temperature 1. */
+/** Options of {@link evalArithModel}. */
+export interface ArithEvalOptions {
+  /** Held-out problems (the first n of `arith:test`). @default 500 */
+  prompts?: number;
+  /** Sampled answers per problem at temperature 1. @default 2 */
+  samples?: number;
+  /** @default 48 */
+  maxNewTokens?: number;
+  /** Engine that generates the answers. @default 'builtin' */
+  engine?: LocalEngineKind;
+  /** GGUF element type of `engine: 'llamacpp'`. @default 'f32' */
+  rolloutDtype?: GgufDtype;
+}
+
+/** Evaluates `dir` on held-out problems: greedy, and `samples` answers per problem at temperature 1. */
 export async function evalArithModel(
   dir: string,
-  prompts = 500,
-  samples = 2,
-  maxNewTokens = 48,
+  o: ArithEvalOptions = {},
 ): Promise<ArithEvalReport> {
+  const { prompts = 500, samples = 2, maxNewTokens = 48 } = o;
   await initBackend();
   const { model, tokenizer } = await loadModel(dir);
   if (!tokenizer) throw new InvalidArgumentError(`eval_arith: ${dir} has no tokenizer.json`);
-  const engine = await BuiltinEngine.create({ model, tokenizer, maxBatchSize: 256 });
+  const engine = await createLocalEngine({
+    engine: o.engine,
+    model,
+    tokenizer,
+    dtype: o.rolloutDtype,
+    maxBatchSize: 256,
+    maxSequences: 64,
+  });
   try {
     const records = arithDataset({ split: 'test', size: prompts });
     const run = async (greedy: boolean): Promise<Answer[]> =>
@@ -95,14 +123,21 @@ export async function evalArithModel(
 
 const pct = (x: number): string => (Number.isNaN(x) ? '  -  ' : `${(x * 100).toFixed(1)}%`);
 
-const evalFlags = flagParser<{ prompts: number; samples: number; json: boolean }>(
+const evalFlags = flagParser<{
+  prompts: number;
+  samples: number;
+  engine: LocalEngineKind;
+  rolloutDtype: GgufDtype;
+  json: boolean;
+}>(
   'eval_arith',
   [
     { key: 'prompts', kind: 'int', help: 'held-out problems (at most 500 are distinct)', min: 1 },
     { key: 'samples', kind: 'int', help: 'sampled answers per problem at temperature 1', min: 0 },
+    ...localEngineFlags('engine that answers'),
     { key: 'json', kind: 'bool', help: 'print the report as JSON' },
   ],
-  { prompts: 500, samples: 2, json: false },
+  { prompts: 500, samples: 2, engine: 'builtin', rolloutDtype: 'f32', json: false },
   { positionals: '<model-dir>' },
 );
 
@@ -112,7 +147,8 @@ export async function main(argv: string[]): Promise<void> {
   if (positionals.length !== 1) {
     throw new FlagError('<model-dir>', 'give one HF model directory, e.g. eval_arith ./ckpt/JOB');
   }
-  const r = await evalArithModel(resolve(positionals[0]!), o.prompts, o.samples);
+  checkRolloutDtype(o);
+  const r = await evalArithModel(resolve(positionals[0]!), o);
   if (o.json) {
     console.log(JSON.stringify(r, null, 2));
     return;

@@ -3,7 +3,9 @@
  * (`{messages}` or `{prompt, response}` per line) or a built-in dataset (`arith`), logs loss and
  * tokens/s, evaluates greedy accuracy on a held-out split, checkpoints and resumes, and writes an
  * HF model directory. `--init-builtin` starts from a fresh built-in tiny model; this is how the
- * shipped warm-start checkpoint is made (model/README.md has the exact command).
+ * shipped warm-start checkpoint is made (model/README.md has the exact command). The evaluation
+ * generates on `--engine builtin` (the trained model itself) or `llamacpp` (a GGUF of it, sent the
+ * current weights before every evaluation).
  *
  * @example
  * node --import tsx train/sft.ts --init-builtin --dataset arith --save-path /tmp/m
@@ -20,10 +22,18 @@ import { CausalLM } from '../model/llama.ts';
 import { seededRandom } from '../model/sampling.ts';
 import { ChatTokenizer, type ChatMessage } from '../model/tokenizer.ts';
 import { ModelTrainer, maskedNllLoss, padBatch } from '../model/training.ts';
-import { BuiltinEngine } from '../engines/builtin/engine.ts';
+import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
+import type { InferenceEngine } from '../engines/types.ts';
+import type { GgufDtype } from '../model/gguf/index.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
 import { arithReward, builtinDataset, type ArithRecord } from './data/arith.ts';
-import { flagParser, runIfMain, FlagError } from './driver-flags.ts';
+import {
+  checkRolloutDtype,
+  flagParser,
+  localEngineFlags,
+  runIfMain,
+  FlagError,
+} from './driver-flags.ts';
 
 /** Options of {@link trainSft}. */
 export interface SftOptions {
@@ -75,10 +85,16 @@ export interface SftOptions {
   evalSize?: number;
   /** Stop once held-out accuracy reaches this (0..1). @default unset */
   stopAtAccuracy?: number;
+  /** Engine that generates the evaluation's answers. @default 'builtin' */
+  engine?: LocalEngineKind;
+  /** GGUF element type of `engine: 'llamacpp'` (f32 gives the builtin engine's tokens). @default 'f32' */
+  rolloutDtype?: GgufDtype;
   /** Print progress lines. @default true */
   verbose?: boolean;
   /** Stop after the current step (checkpoint and final model are still written). */
   signal?: AbortSignal;
+  /** Told of every held-out evaluation: the step and its accuracy and answers. */
+  onEval?: (step: number, ev: ArithEval) => void;
 }
 
 /** What {@link trainSft} returns. */
@@ -188,19 +204,22 @@ export function sftConversations(
     });
 }
 
+/** One evaluation by {@link evalArith}: the accuracy and every answer. */
+export interface ArithEval {
+  accuracy: number;
+  samples: { prompt: string; kind: string; output: string; reward: number }[];
+}
+
 /**
  * Accuracy of `engine` on built-in records (answers parsed from `The answer is N`), one answer per
  * record: greedy unless `greedy: false` (then sampled at `temperature`, default 1).
  */
 export async function evalArith(
-  engine: BuiltinEngine,
+  engine: InferenceEngine,
   tok: ChatTokenizer,
   records: ArithRecord[],
   opts: { greedy?: boolean; temperature?: number; maxNewTokens?: number } = {},
-): Promise<{
-  accuracy: number;
-  samples: { prompt: string; kind: string; output: string; reward: number }[];
-}> {
+): Promise<ArithEval> {
   const gconfig = {
     greedy: opts.greedy ?? true,
     temperature: opts.temperature ?? 1,
@@ -234,6 +253,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   const log = (s: string): void => {
     if (o.verbose !== false) console.log(s);
   };
+  checkRolloutDtype(o);
   await initBackend();
   const seed = o.seed ?? 42;
   let model: CausalLM;
@@ -290,7 +310,16 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     : [];
   const evalSteps = evalRecords.length ? (o.evalSteps ?? 100) : 0;
   const engine = evalSteps
-    ? await BuiltinEngine.create({ model, tokenizer: tok, maxBatchSize: 256 })
+    ? await createLocalEngine({
+        engine: o.engine,
+        model,
+        tokenizer: tok,
+        dtype: o.rolloutDtype,
+        maxBatchSize: 256,
+        // Every held-out problem at once, up to llama.cpp's cap; a problem and its answer fit maxLen.
+        maxSequences: 64,
+        contextSize: maxLen,
+      })
     : undefined;
   const started = performance.now();
   let tokens = 0;
@@ -340,10 +369,14 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     const last = st.step === maxSteps;
     if (evalSteps && engine && (st.step % evalSteps === 0 || last)) {
       const t0 = performance.now();
+      // The in-place update path of every engine: the builtin engine computes with `model` already,
+      // llama.cpp gets the tensors written into its GGUF.
+      await engine.updateWeights({ kind: 'tensors', tensors: model.exportWeights() }, st.step);
       const ev = await evalArith(engine, tok, evalRecords);
       evalAccuracy = ev.accuracy;
+      o.onEval?.(st.step, ev);
       log(
-        `eval step ${st.step} held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${((performance.now() - t0) / 1000).toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
+        `eval step ${st.step} (${engine.kind}) held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${((performance.now() - t0) / 1000).toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
       );
     }
     if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last)) {
@@ -397,7 +430,16 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   writeFileSync(
     join(o.savePath, 'training_summary.json'),
     JSON.stringify(
-      { ...result, options: { ...o, savePath: undefined, ckptPath: undefined, signal: undefined } },
+      {
+        ...result,
+        options: {
+          ...o,
+          savePath: undefined,
+          ckptPath: undefined,
+          signal: undefined,
+          onEval: undefined,
+        },
+      },
       null,
       2,
     ) + '\n',
@@ -409,7 +451,9 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   return result;
 }
 
-type SftFlagOptions = Omit<SftOptions, 'verbose' | 'signal' | 'savePath'> & { savePath?: string };
+type SftFlagOptions = Omit<SftOptions, 'verbose' | 'signal' | 'savePath' | 'onEval'> & {
+  savePath?: string;
+};
 
 /** The flags of `train_sft`; defaults are {@link trainSft}'s. */
 const sftFlags = flagParser<SftFlagOptions>(
@@ -451,6 +495,7 @@ const sftFlags = flagParser<SftFlagOptions>(
       help: 'stop once held-out accuracy reaches x (0..1)',
       min: 0,
     },
+    ...localEngineFlags('engine of the held-out evaluation'),
   ],
   { dataset: 'arith' },
 );

@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
+import { checkRolloutDtype, FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
 
 import { ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS } from '../../algorithms/advantages.ts';
 import { klDefaults, KL_ESTIMATORS } from '../../algorithms/kl.ts';
@@ -477,8 +477,7 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
     if (!o.engineLaunch.includes('{port}'))
       fail('--engine-launch', '--engine-launch: the command must listen on {port}');
   }
-  if (o.rolloutDtype !== 'f32' && o.engine !== 'llamacpp')
-    fail('--rollout-dtype', '--rollout-dtype applies to --engine llamacpp only');
+  checkRolloutDtype(o);
   if (o.llamacppGpu !== undefined && o.engine !== 'llamacpp')
     fail('--llamacpp-gpu', '--llamacpp-gpu applies to --engine llamacpp only');
   if (o.engineUrl !== undefined) {
