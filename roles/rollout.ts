@@ -461,7 +461,7 @@ export class Rollout {
     await this.ready();
     if (!(this.engine instanceof BuiltinEngine))
       throw new EngineError(
-        'unsupported',
+        'UNSUPPORTED',
         `weightsDigest: the ${this.engine.kind} engine does not export its weights`,
       );
     return {

@@ -39,7 +39,7 @@ import {
 } from '../local-sample.ts';
 
 /** The builtin engine's error for a request it cannot serve. */
-const invalidRequest = (message: string) => new EngineError('config', message);
+const invalidRequest = (message: string) => new EngineError('CONFIG', message);
 
 /** Options of {@link BuiltinEngine.create}. */
 export interface BuiltinEngineOptions {
@@ -127,7 +127,7 @@ export class BuiltinEngine implements InferenceEngine {
     await initBackend();
     if (opts.model) return new BuiltinEngine(opts.model, false, opts, opts.tokenizer);
     if (!opts.modelPath)
-      throw new EngineError('config', 'BuiltinEngine: modelPath or model is required');
+      throw new EngineError('CONFIG', 'BuiltinEngine: modelPath or model is required');
     const loaded = await loadModel(opts.modelPath);
     return new BuiltinEngine(loaded.model, true, opts, opts.tokenizer ?? loaded.tokenizer);
   }
@@ -154,7 +154,7 @@ export class BuiltinEngine implements InferenceEngine {
     seed: number | undefined,
     sample: number,
   ): Promise<GenerateResult> {
-    if (this.closed) return Promise.reject(new EngineError('closed', 'BuiltinEngine is closed'));
+    if (this.closed) return Promise.reject(new EngineError('CLOSED', 'BuiltinEngine is closed'));
     return new Promise<GenerateResult>((resolve, reject) => {
       const a = newLocalSample(
         req,
@@ -367,7 +367,7 @@ export class BuiltinEngine implements InferenceEngine {
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
-    if (this.closed) throw new EngineError('closed', 'BuiltinEngine is closed');
+    if (this.closed) throw new EngineError('CLOSED', 'BuiltinEngine is closed');
     // While asleep with offloaded weights, the update lands in the host copy restored by wakeUp.
     if (this.offloaded) this.offloaded = { ...this.offloaded, ...tensors };
     else this.model!.importWeights(tensors, { strict: false });
@@ -377,7 +377,7 @@ export class BuiltinEngine implements InferenceEngine {
   /** The weights it serves now (HF names and shapes), asleep or awake. */
   exportWeights(): NamedTensors {
     if (this.offloaded) return this.offloaded;
-    if (!this.model) throw new EngineError('closed', 'BuiltinEngine is closed');
+    if (!this.model) throw new EngineError('CLOSED', 'BuiltinEngine is closed');
     return this.model.exportWeights();
   }
 
@@ -405,7 +405,7 @@ export class BuiltinEngine implements InferenceEngine {
   async close(): Promise<void> {
     if (this.closed) return;
     this.abortRunning();
-    const err = new EngineError('closed', 'BuiltinEngine closed');
+    const err = new EngineError('CLOSED', 'BuiltinEngine closed');
     this.pending.splice(0).forEach((a) => a.reject(err));
     this.closed = true;
     if (this.ownsModel) this.model?.dispose();

@@ -9,25 +9,25 @@ import { RtjobError, TaskError } from '../../runtime/errors.ts';
 /** Why an engine call failed. */
 export type EngineErrorCode =
   /** The server answered with a non-2xx status. */
-  | 'http'
+  | 'HTTP_STATUS'
   /** No answer within the request's time limit. */
-  | 'timeout'
+  | 'TIMEOUT'
   /** Connection refused, reset or closed before an answer. */
-  | 'network'
+  | 'NETWORK'
   /** The server was marked down by health checks while the request was in flight. */
-  | 'server-down'
+  | 'SERVER_DOWN'
   /** No server is up to take the request. */
-  | 'no-server'
+  | 'NO_SERVER'
   /** The request was cancelled on purpose (pause without a server-side abort route). */
-  | 'aborted'
+  | 'ABORTED'
   /** The engine was closed. */
-  | 'closed'
+  | 'CLOSED'
   /** The server's answer does not have the documented shape. */
-  | 'protocol'
+  | 'PROTOCOL'
   /** The request or the engine's configuration cannot be served correctly. */
-  | 'config'
+  | 'CONFIG'
   /** The operation is not available on this engine. */
-  | 'unsupported';
+  | 'UNSUPPORTED';
 
 /** An error from an HTTP engine, with the server it concerns and the HTTP status if any. */
 export class EngineError extends RtjobError<EngineErrorCode> {
@@ -63,12 +63,12 @@ export class EngineError extends RtjobError<EngineErrorCode> {
   /** Whether sending the same request again (possibly to another server) may succeed. */
   get retryable(): boolean {
     switch (this.code) {
-      case 'timeout':
-      case 'network':
-      case 'server-down':
-      case 'no-server':
+      case 'TIMEOUT':
+      case 'NETWORK':
+      case 'SERVER_DOWN':
+      case 'NO_SERVER':
         return true;
-      case 'http':
+      case 'HTTP_STATUS':
         return this.status === undefined || this.status >= 500 || this.status === 429;
       default:
         return false;

@@ -105,7 +105,7 @@ export async function httpCall(
   if (answer.status < 200 || answer.status >= 300) {
     const retryAfterMs = parseRetryAfter(answer.retryAfter);
     throw new EngineError(
-      'http',
+      'HTTP_STATUS',
       `${method} ${url} answered ${answer.status}: ${errorMessage(parsed, answer.text)}` +
         (retryAfterMs === undefined ? '' : ` (retry after ${retryAfterMs} ms)`),
       { url, status: answer.status, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) },
@@ -113,7 +113,7 @@ export async function httpCall(
   }
   if (opts.expectJson && (parsed === null || typeof parsed === 'string')) {
     throw new EngineError(
-      'protocol',
+      'PROTOCOL',
       `${method} ${url} answered ${answer.status} with a body that is not JSON: ${JSON.stringify(answer.text.slice(0, 200))}`,
       { url, status: answer.status },
     );
@@ -168,7 +168,7 @@ function exchange(
       fail(
         isEngineError(reason)
           ? reason
-          : new EngineError('aborted', `${method} ${url} was cancelled`, { url, cause: reason }),
+          : new EngineError('ABORTED', `${method} ${url} was cancelled`, { url, cause: reason }),
       );
     };
     if (opts.signal?.aborted) return onAbort();
@@ -196,7 +196,7 @@ function exchange(
           fail(
             isEngineError(e)
               ? e
-              : new EngineError('protocol', `${method} ${url}: ${(e as Error).message}`, {
+              : new EngineError('PROTOCOL', `${method} ${url}: ${(e as Error).message}`, {
                   url,
                   cause: e,
                 }),
@@ -218,7 +218,7 @@ function exchange(
         const read = chunks.reduce((a, c) => a + c.length, streamed);
         fail(
           new EngineError(
-            'network',
+            'NETWORK',
             `${method} ${url}: the connection closed after ${read} bytes of a ${res.statusCode} answer`,
             { url },
           ),
@@ -231,7 +231,7 @@ function exchange(
       }
       const what = gotAnswer ? 'lost the connection mid-answer' : 'failed';
       fail(
-        new EngineError('network', `${method} ${url} ${what}: ${e.code ?? e.message}`, {
+        new EngineError('NETWORK', `${method} ${url} ${what}: ${e.code ?? e.message}`, {
           url,
           cause: e,
         }),
@@ -241,7 +241,7 @@ function exchange(
       timer = setTimeout(
         () => {
           fail(
-            new EngineError('timeout', `${method} ${url} got no answer in ${opts.timeoutMs} ms`, {
+            new EngineError('TIMEOUT', `${method} ${url} got no answer in ${opts.timeoutMs} ms`, {
               url,
             }),
           );

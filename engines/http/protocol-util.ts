@@ -22,15 +22,15 @@ export async function callOptional(
     await call(path, body, { method: 'POST' });
     return true;
   } catch (e) {
-    if (isEngineError(e) && e.code === 'http' && (e.status === 404 || e.status === 405))
+    if (isEngineError(e) && e.code === 'HTTP_STATUS' && (e.status === 404 || e.status === 405))
       return false;
     throw e;
   }
 }
 
-/** Throws `EngineError('protocol')` unless `cond` holds. */
+/** Throws `EngineError('PROTOCOL')` unless `cond` holds. */
 export function expectShape(cond: unknown, url: string, what: string): asserts cond {
-  if (!cond) throw new EngineError('protocol', `unexpected answer from ${url}: ${what}`, { url });
+  if (!cond) throw new EngineError('PROTOCOL', `unexpected answer from ${url}: ${what}`, { url });
 }
 
 /**
@@ -47,7 +47,7 @@ export function requireTemperedOrUnitTemperature(
 ): void {
   if (raw && !greedy && temperature !== 1 && temperature !== 0) {
     throw new EngineError(
-      'config',
+      'CONFIG',
       `the server reports logprobs before temperature scaling, so temperature ${temperature} would give ` +
         `behaviour logprobs of the wrong distribution; ${fix}`,
     );
@@ -104,7 +104,7 @@ export function streamedSamples<F>(n: number, top: number) {
       if (finish !== undefined) o.finish = finish;
       return fresh.tokens.length > 0 ? [{ sample: i, ...fresh }] : [];
     },
-    /** Every sample with its end; `EngineError('protocol')` when the stream ended before one. */
+    /** Every sample with its end; `EngineError('PROTOCOL')` when the stream ended before one. */
     end(url: string, what: string): (SampleTokens & { finish: F })[] {
       return outs.map(({ finish, ...sofar }) => {
         expectShape(finish !== undefined, url, what);

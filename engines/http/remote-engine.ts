@@ -90,7 +90,7 @@ export function sliceTokens(t: SampleTokens, from: number, to?: number): SampleT
 export interface StreamReader {
   /** Takes one event's parsed `data`; returns the tokens it adds. */
   read(json: unknown): StreamedTokens[];
-  /** Every sample as a whole once the stream ended; `EngineError('protocol')` if one never finished. */
+  /** Every sample as a whole once the stream ended; `EngineError('PROTOCOL')` if one never finished. */
   end(): SampleOutput[];
 }
 
@@ -104,7 +104,7 @@ export type ServerCall = (
 /** What one kind of server speaks. */
 export interface EngineProtocol {
   readonly kind: string;
-  /** Throws `EngineError('config')` when the server's logprobs would not mean what the contract says. */
+  /** Throws `EngineError('CONFIG')` when the server's logprobs would not mean what the contract says. */
   checkConfig(g: ResolvedGenerationConfig): void;
   /**
    * The generation request for `n` samples of `inputIds` with at most `g.maxNewTokens` new
@@ -123,7 +123,7 @@ export interface EngineProtocol {
   /** Aborts in-flight requests and holds new ones; `false` when the server has no such route. */
   pauseServer(call: ServerCall): Promise<boolean>;
   continueServer(call: ServerCall): Promise<void>;
-  /** Throws `EngineError('config')`, before anything is paused, when `path` cannot be loaded this way. */
+  /** Throws `EngineError('CONFIG')`, before anything is paused, when `path` cannot be loaded this way. */
   validateUpdate?(path: string): void;
   /** Loads the HF checkpoint at `path` and tags it `version`. */
   reloadWeights(call: ServerCall, path: string, version: number): Promise<void>;
@@ -147,7 +147,7 @@ export interface RemoteEngineOptions {
   /**
    * Limit on a whole weight update (pause, drain, reload on every server). A server that has not
    * reloaded by then is taken out of routing (it rejoins through its health probes, reloaded);
-   * when none has, the update fails with an `EngineError('timeout')` naming the server and the
+   * when none has, the update fails with an `EngineError('TIMEOUT')` naming the server and the
    * phase. @default 600_000
    */
   weightSyncTimeoutMs?: number;
@@ -216,16 +216,16 @@ export function resolveGenerationConfig(g: GenerationConfig = {}): ResolvedGener
   };
   if (!Number.isInteger(r.maxNewTokens) || r.maxNewTokens < 0) {
     throw new EngineError(
-      'config',
+      'CONFIG',
       `maxNewTokens must be a non-negative integer, got ${r.maxNewTokens}`,
     );
   }
   if (!Number.isInteger(r.n) || r.n < 1)
-    throw new EngineError('config', `n must be ≥ 1, got ${r.n}`);
-  if (!(r.temperature >= 0)) throw new EngineError('config', `temperature must be ≥ 0`);
-  if (!(r.topP > 0 && r.topP <= 1)) throw new EngineError('config', `topP must be in (0, 1]`);
+    throw new EngineError('CONFIG', `n must be ≥ 1, got ${r.n}`);
+  if (!(r.temperature >= 0)) throw new EngineError('CONFIG', `temperature must be ≥ 0`);
+  if (!(r.topP > 0 && r.topP <= 1)) throw new EngineError('CONFIG', `topP must be in (0, 1]`);
   if (!Number.isInteger(r.topLogprobs) || r.topLogprobs < 0)
-    throw new EngineError('config', `topLogprobs must be a non-negative integer`);
+    throw new EngineError('CONFIG', `topLogprobs must be a non-negative integer`);
   return r;
 }
 
@@ -284,14 +284,14 @@ function tellUpTo(
 
 /**
  * One streamed event's data as JSON; an error event (`{"error": {...}}`, how SGLang and vLLM
- * report a failure after the 200 went out) as the `EngineError('http')` a failed answer gives.
+ * report a failure after the 200 went out) as the `EngineError('HTTP_STATUS')` a failed answer gives.
  */
 function parseEvent(data: string, url: string): unknown {
   let json: unknown;
   try {
     json = JSON.parse(data);
   } catch {
-    throw new EngineError('protocol', `unexpected event from ${url}: ${data.slice(0, 200)}`, {
+    throw new EngineError('PROTOCOL', `unexpected event from ${url}: ${data.slice(0, 200)}`, {
       url,
     });
   }
@@ -302,7 +302,7 @@ function parseEvent(data: string, url: string): unknown {
   if (err) {
     const status = typeof err.code === 'number' ? err.code : undefined;
     throw new EngineError(
-      'http',
+      'HTTP_STATUS',
       `${url} failed part way through a streamed answer: ${typeof err.message === 'string' ? err.message : JSON.stringify(err)}`,
       { url, ...(status === undefined ? {} : { status }) },
     );
@@ -400,7 +400,7 @@ export class RemoteEngine implements InferenceEngine {
     this.protocol.checkConfig(g);
     if (g.topLogprobs > this.maxTopLogprobs) {
       throw new EngineError(
-        'config',
+        'CONFIG',
         `topLogprobs ${g.topLogprobs} is over this engine's maxTopLogprobs (${this.maxTopLogprobs})`,
       );
     }
@@ -413,7 +413,7 @@ export class RemoteEngine implements InferenceEngine {
   async generate(req: GenerateRequest): Promise<GenerateResult> {
     const g = resolveGenerationConfig(req.gconfig);
     if (g.n !== 1)
-      throw new EngineError('config', `generate takes n = 1 (got ${g.n}); use generateN`);
+      throw new EngineError('CONFIG', `generate takes n = 1 (got ${g.n}); use generateN`);
     this.checkConfig(g);
     const started = Date.now();
     const acc = accumulated(g);
@@ -472,7 +472,7 @@ export class RemoteEngine implements InferenceEngine {
       path = await this.opts.writeCheckpoint(update.tensors, version);
     else {
       throw new EngineError(
-        'unsupported',
+        'UNSUPPORTED',
         `${this.kind} servers load weights from disk: pass { kind: 'disk', path } or set writeCheckpoint`,
       );
     }
@@ -530,7 +530,7 @@ export class RemoteEngine implements InferenceEngine {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    const err = new EngineError('closed', 'the engine is closed');
+    const err = new EngineError('CLOSED', 'the engine is closed');
     this.gate.fail(err);
     this.cancel.abort(err);
     this.closing.abort(err);
@@ -589,7 +589,7 @@ export class RemoteEngine implements InferenceEngine {
       emptyAborts = take === 0 ? emptyAborts + 1 : 0;
       if (emptyAborts > maxEmptyAborts) {
         throw new EngineError(
-          'protocol',
+          'PROTOCOL',
           `request aborted ${emptyAborts} times without progress: ${out.abortMessage ?? ''}`,
         );
       }
@@ -653,16 +653,16 @@ export class RemoteEngine implements InferenceEngine {
         if (!isEngineError(e)) throw e;
         if (got.some((s) => s.tokens.length > 0)) {
           // Tokens were told already: continue from them rather than start over.
-          if (e.code === 'network' || e.code === 'timeout')
+          if (e.code === 'NETWORK' || e.code === 'TIMEOUT')
             this.pool.reportFailure(lease.url, e.message);
-          if (e.code !== 'aborted' && !e.retryable) throw e;
+          if (e.code !== 'ABORTED' && !e.retryable) throw e;
           return {
             outs: got.map((s) => ({ ...s, abortMessage: e.message })),
             version,
             streamed,
           };
         }
-        if (e.code === 'aborted') {
+        if (e.code === 'ABORTED') {
           return {
             outs: Array.from({ length: n }, () => ({
               tokens: [],
@@ -674,9 +674,9 @@ export class RemoteEngine implements InferenceEngine {
             streamed,
           };
         }
-        if (e.code === 'server-down' && failovers++ < this.pool.urls.length) continue;
+        if (e.code === 'SERVER_DOWN' && failovers++ < this.pool.urls.length) continue;
         if (!e.retryable || attempt >= this.opts.maxRetries) throw e;
-        if (e.code === 'network' || e.code === 'timeout')
+        if (e.code === 'NETWORK' || e.code === 'TIMEOUT')
           this.pool.reportFailure(lease.url, e.message);
         const backoff = backoffDelayMs(attempt++, {
           baseDelayMs: this.opts.retryBaseDelayMs,
@@ -704,7 +704,7 @@ export class RemoteEngine implements InferenceEngine {
       // after the update (as an interrupted sample) instead of holding it.
       const inFlight = [...this.httpInFlight];
       if (!(await settledBy(inFlight, deadline))) {
-        this.cancel.abort(new EngineError('aborted', 'cancelled by a weight update'));
+        this.cancel.abort(new EngineError('ABORTED', 'cancelled by a weight update'));
         this.cancel = new AbortController();
         await Promise.allSettled(inFlight);
       }
@@ -724,7 +724,7 @@ export class RemoteEngine implements InferenceEngine {
       // A reload abandoned at the deadline may still land on the server: it serves nothing until
       // a probe has reloaded it with known weights.
       const abandoned = failed.filter(
-        (f) => isEngineError(f.err) && f.err.code === 'timeout' && f.err.phase === 'reload',
+        (f) => isEngineError(f.err) && f.err.code === 'TIMEOUT' && f.err.phase === 'reload',
       );
       urls.forEach((url, i) => {
         if (results[i]!.status === 'fulfilled') this.withoutWeights.delete(url);
@@ -742,8 +742,10 @@ export class RemoteEngine implements InferenceEngine {
           if (!this.protocol.atomicReload || abandoned.includes(f))
             this.pool.markDownUrl(f.url, `weight update failed part way: ${f.err.message}`);
         }
-        const codes = new Set(failed.map((f) => (isEngineError(f.err) ? f.err.code : 'http')));
-        const code = codes.size === 1 ? [...codes][0]! : 'http';
+        const codes = new Set(
+          failed.map((f) => (isEngineError(f.err) ? f.err.code : 'HTTP_STATUS')),
+        );
+        const code = codes.size === 1 ? [...codes][0]! : 'HTTP_STATUS';
         const why = failed.map((f) => f.err.message).join('; ');
         const first = failed[0]!.err;
         throw new EngineError(
@@ -794,7 +796,7 @@ export class RemoteEngine implements InferenceEngine {
         ),
     );
     if (supported.some((s) => !s)) {
-      this.cancel.abort(new EngineError('aborted', 'cancelled by pause'));
+      this.cancel.abort(new EngineError('ABORTED', 'cancelled by pause'));
       this.cancel = new AbortController();
     }
   }
@@ -805,7 +807,7 @@ export class RemoteEngine implements InferenceEngine {
     await this.updateChain;
     // While the engine sleeps nothing is served; the server rejoins after wakeUp.
     if (this.gate.has('asleep'))
-      throw new EngineError('unsupported', 'the engine is asleep', { url });
+      throw new EngineError('UNSUPPORTED', 'the engine is asleep', { url });
     const call = this.callOn(url, {
       version: this.lastUpdate?.version ?? this.version,
       deadline: Date.now() + this.opts.weightSyncTimeoutMs,
@@ -820,7 +822,7 @@ export class RemoteEngine implements InferenceEngine {
     if (last) await this.protocol.reloadWeights(call, last.path, last.version);
     else if (this.withoutWeights.has(url)) {
       throw new EngineError(
-        'unsupported',
+        'UNSUPPORTED',
         `${url} lost its weights in a failed update; it rejoins after the next successful one`,
         { url },
       );
@@ -847,7 +849,7 @@ export class RemoteEngine implements InferenceEngine {
       r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as unknown }] : [],
     );
     const unreachable = failed.filter(
-      (f) => isEngineError(f.err) && ['network', 'timeout', 'server-down'].includes(f.err.code),
+      (f) => isEngineError(f.err) && ['NETWORK', 'TIMEOUT', 'SERVER_DOWN'].includes(f.err.code),
     );
     for (const f of unreachable)
       this.pool.markDownUrl(f.url, `${what} failed: ${(f.err as Error).message}`);
@@ -858,7 +860,7 @@ export class RemoteEngine implements InferenceEngine {
 
   /**
    * Calls routes on `url` under the control time limit; within a weight sync, under what is left
-   * of its deadline too, and a call cut by that deadline fails with an `EngineError('timeout')`
+   * of its deadline too, and a call cut by that deadline fails with an `EngineError('TIMEOUT')`
    * that names the sync's version, the phase and the server.
    */
   private callOn(url: string, sync?: SyncDeadline & { phase: WeightSyncPhase }): ServerCall {
@@ -873,10 +875,10 @@ export class RemoteEngine implements InferenceEngine {
           signal: watch.signal,
         });
       } catch (e) {
-        if (!sync || !isEngineError(e) || e.code !== 'timeout') throw e;
+        if (!sync || !isEngineError(e) || e.code !== 'TIMEOUT') throw e;
         const ms = byDeadline ? this.opts.weightSyncTimeoutMs : this.opts.controlTimeoutMs;
         throw new EngineError(
-          'timeout',
+          'TIMEOUT',
           `weight update to version ${sync.version}: ${sync.phase} on ${url} timed out after ${ms} ms`,
           { url, phase: sync.phase, cause: e },
         );
@@ -887,6 +889,6 @@ export class RemoteEngine implements InferenceEngine {
   }
 
   private assertOpen(): void {
-    if (this.closed) throw new EngineError('closed', 'the engine is closed');
+    if (this.closed) throw new EngineError('CLOSED', 'the engine is closed');
   }
 }

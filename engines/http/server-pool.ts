@@ -74,7 +74,7 @@ interface Server {
 /** A lease on a server for one request; call `release` when the request settles. */
 export interface ServerLease {
   url: string;
-  /** Aborted with an `EngineError('server-down')` if the server is marked down meanwhile. */
+  /** Aborted with an `EngineError('SERVER_DOWN')` if the server is marked down meanwhile. */
   signal: AbortSignal;
   release(): void;
 }
@@ -92,7 +92,7 @@ export class ServerPool {
   private closed = false;
 
   constructor(options: ServerPoolOptions) {
-    if (options.urls.length === 0) throw new EngineError('config', 'no server URLs given');
+    if (options.urls.length === 0) throw new EngineError('CONFIG', 'no server URLs given');
     this.opts = { ...serverPoolDefaults, ...options };
     this.servers = [...new Set(options.urls.map((u) => u.replace(/\/+$/, '')))].map((url) => ({
       url,
@@ -138,12 +138,12 @@ export class ServerPool {
   async acquire(rid: string | undefined, waitMs: number): Promise<ServerLease> {
     const deadline = Date.now() + waitMs;
     for (;;) {
-      if (this.closed) throw new EngineError('closed', 'the engine is closed');
+      if (this.closed) throw new EngineError('CLOSED', 'the engine is closed');
       const server = this.pick(rid);
       if (server) return this.lease(server);
       const left = deadline - Date.now();
       if (left <= 0) {
-        throw new EngineError('no-server', `no server is up among ${this.urls.join(', ')}`);
+        throw new EngineError('NO_SERVER', `no server is up among ${this.urls.join(', ')}`);
       }
       for (const s of this.servers) void this.probe(s);
       await this.waitForUp(Math.min(left, this.opts.healthIntervalMs));
@@ -152,7 +152,7 @@ export class ServerPool {
 
   /**
    * A signal for a control call to `url` (weight reload, pause, sleep) that aborts with an
-   * `EngineError('server-down')` if the server is marked down meanwhile, so a call to a server
+   * `EngineError('SERVER_DOWN')` if the server is marked down meanwhile, so a call to a server
    * that stopped answering ends with its health checks rather than at its own time limit.
    */
   watch(url: string): { signal: AbortSignal; release(): void } {
@@ -199,7 +199,7 @@ export class ServerPool {
     this.closed = true;
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    const err = new EngineError('closed', 'the engine is closed');
+    const err = new EngineError('CLOSED', 'the engine is closed');
     for (const s of this.servers) for (const c of [...s.inFlight, ...s.watched]) c.abort(err);
     for (const w of this.upWaiters) w();
   }
@@ -302,7 +302,7 @@ export class ServerPool {
 
   private markDown(s: Server, reason: string): void {
     s.state = 'down';
-    const err = new EngineError('server-down', `server ${s.url} is down: ${reason}`, {
+    const err = new EngineError('SERVER_DOWN', `server ${s.url} is down: ${reason}`, {
       url: s.url,
     });
     for (const c of [...s.inFlight, ...s.watched]) c.abort(err);

@@ -128,7 +128,7 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
       })) as { success?: boolean; message?: string } | null;
       if (!res || res.success !== true) {
         throw new EngineError(
-          'http',
+          'HTTP_STATUS',
           `update_weights_from_disk failed: ${res?.message ?? 'no answer'}`,
         );
       }
@@ -168,7 +168,7 @@ function parseOutput(o: SglangOutput, url: string, top: number): SampleOutput {
   else if (fr.type === 'stop') finish = 'stop';
   else if (fr.type === 'abort') finish = 'abort';
   else
-    throw new EngineError('protocol', `unknown finish_reason ${JSON.stringify(fr)} from ${url}`, {
+    throw new EngineError('PROTOCOL', `unknown finish_reason ${JSON.stringify(fr)} from ${url}`, {
       url,
     });
   return fr?.type === 'abort'

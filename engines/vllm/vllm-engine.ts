@@ -136,7 +136,7 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
         return;
       if (stripSlash(opts.servedModelPath) !== stripSlash(path)) {
         throw new EngineError(
-          'config',
+          'CONFIG',
           `vLLM reload_weights reloads from the served model directory ${opts.servedModelPath}, not ${path}: write the checkpoint there or use reload 'areal' or a custom route`,
         );
       }

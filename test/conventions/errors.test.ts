@@ -37,11 +37,9 @@ test('every error class in source names itself literally', () => {
 });
 
 // Codes read alike, UPPER_SNAKE ('ACTOR_DIED', 'SERVER_EXITED'): callers in other processes
-// match a code as a string, so one spelling keeps them guessable. Two known exceptions:
-// GatewayError's codes are OpenAI's wire codes ('model_not_found'), which clients match; and
-// EngineError's ('http', 'timeout', …) predate the rule and are matched by name in engines, roles
-// and train, to be renamed together with those callers.
-const wireOrLegacyCodes = new Set(['GatewayErrorCode', 'EngineErrorCode']);
+// match a code as a string, so one spelling keeps them guessable. One known exception:
+// GatewayError's codes are OpenAI's wire codes ('model_not_found'), which clients match.
+const wireOrLegacyCodes = new Set(['GatewayErrorCode']);
 test('error codes are UPPER_SNAKE', () => {
   const lower: string[] = [];
   for (const f of sourceFiles({ withFixtures: false }).filter((x) => isProduct(x.path))) {

@@ -70,7 +70,7 @@ test('a Retry-After longer than retryAfterMaxMs waits only that long; the final 
   const err = await e.generate(small).catch((x: unknown) => x);
   assert.ok(Date.now() - started < 3000);
   assert.ok(isEngineError(err));
-  assert.is(err.code, 'http');
+  assert.is(err.code, 'HTTP_STATUS');
   assert.is(err.status, 503);
   assert.is(err.retryAfterMs, 3_600_000);
   assert.match(err.message, /answered 503: injected failure/);
@@ -87,7 +87,7 @@ test('close() ends a request waiting out a Retry-After at once', async () => {
   const err = await p;
   assert.ok(Date.now() - started < 2000);
   assert.ok(isEngineError(err));
-  assert.is(err.code, 'closed');
+  assert.is(err.code, 'CLOSED');
 });
 
 for (const [name, start, path] of [
@@ -114,7 +114,7 @@ for (const [name, start, path] of [
     fake.injectFault(path, { kind: 'reset' });
     const err = await strict.generate(small).catch((x: unknown) => x);
     assert.ok(isEngineError(err));
-    assert.is(err.code, 'network');
+    assert.is(err.code, 'NETWORK');
     assert.match(err.message, /connection closed after \d+ bytes of a 200 answer/);
   });
 
@@ -129,7 +129,7 @@ for (const [name, start, path] of [
     fake.injectFault(path, { kind: 'malformed' });
     const err = await e.generate(small).catch((x: unknown) => x);
     assert.ok(isEngineError(err));
-    assert.is(err.code, 'protocol');
+    assert.is(err.code, 'PROTOCOL');
     assert.not.ok(err.retryable);
     assert.match(err.message, /not JSON: "\{\\"text\\":\\"the answer was cut off/);
     assert.is(fake.stats.faults, 1);
@@ -187,7 +187,7 @@ test('with its only server hung, a request fails within the health and no-server
   const started = Date.now();
   const err = await e.generate(small).catch((x: unknown) => x);
   assert.ok(isEngineError(err));
-  assert.ok(['server-down', 'no-server'].includes(err.code), err.code);
+  assert.ok(['SERVER_DOWN', 'NO_SERVER'].includes(err.code), err.code);
   assert.ok(err.retryable);
   assert.ok(Date.now() - started < 5000);
 });
@@ -202,7 +202,7 @@ test('SGLang: the only server dies during a weight update: a clear error, the ol
     .updateWeights({ kind: 'disk', path: writeFakeCheckpoint(dir.path, 2) }, 2)
     .catch((x: unknown) => x);
   assert.ok(isEngineError(err));
-  assert.is(err.code, 'network');
+  assert.is(err.code, 'NETWORK');
   assert.match(
     err.message,
     /weight update to version 2 failed on every server \(the servers keep version 0\): POST http:\/\/127\.0\.0\.1:\d+\/update_weights_from_disk/,
@@ -280,7 +280,7 @@ test('vLLM: a server that dies in the middle of the sleep-reload sequence fails 
   fake.injectFault('/collective_rpc', { kind: 'die' });
   const err = await e.updateWeights({ kind: 'disk', path: dir.path }, 1).catch((x: unknown) => x);
   assert.ok(isEngineError(err));
-  assert.is(err.code, 'network');
+  assert.is(err.code, 'NETWORK');
   assert.match(err.message, /\/collective_rpc/);
   assert.is(e.getVersion(), 0);
 });
@@ -308,7 +308,7 @@ test('vLLM: a reload that fails after sleep level 2 takes the server out until a
   await fake.waitFor(() => fake.stats.healthChecks >= probes + 3);
   assert.is(e.servers()[0]!.state, 'down');
   const refused = await e.generate(small).catch((x: unknown) => x);
-  assert.ok(isEngineError(refused) && refused.code === 'no-server');
+  assert.ok(isEngineError(refused) && refused.code === 'NO_SERVER');
 
   const up = nextEvent(e, 'server-up');
   await e.updateWeights({ kind: 'disk', path: dir.path }, 2);
@@ -344,9 +344,9 @@ test('with its only server dead, resume throws, and requests fail with no-server
   await e.pause({ mode: 'abort' });
   await fake.close();
   const err = await e.resume().catch((x: unknown) => x);
-  assert.ok(isEngineError(err) && err.code === 'network', String(err));
+  assert.ok(isEngineError(err) && err.code === 'NETWORK', String(err));
   const refused = await e.generate(small).catch((x: unknown) => x);
-  assert.ok(isEngineError(refused) && refused.code === 'no-server', String(refused));
+  assert.ok(isEngineError(refused) && refused.code === 'NO_SERVER', String(refused));
 });
 
 test('a server that dies while the engine sleeps is taken out at wakeUp; the others serve', async () => {

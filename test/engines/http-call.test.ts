@@ -75,7 +75,7 @@ test('a fresh connection dropped before the answer is a network error, not retri
       (e: unknown) => e,
     );
     assert.ok(isEngineError(err));
-    assert.is(err.code, 'network');
+    assert.is(err.code, 'NETWORK');
     assert.ok(err.retryable);
     assert.is(s.stats().requests, 1);
   } finally {
@@ -93,7 +93,7 @@ test('text answers come back as text unless JSON is expected', async () => {
       { timeoutMs: 5000, expectJson: true },
     ).catch((e: unknown) => e);
     assert.ok(isEngineError(err));
-    assert.is(err.code, 'protocol');
+    assert.is(err.code, 'PROTOCOL');
     assert.match(err.message, /not JSON: "Cache flushed\."/);
   } finally {
     await s.close();
@@ -115,7 +115,7 @@ test('an unbounded time limit does not fire at once; a cancelled call says so', 
     controller.abort(new Error('stop'));
     const err = await p;
     assert.ok(isEngineError(err));
-    assert.is(err.code, 'aborted');
+    assert.is(err.code, 'ABORTED');
   } finally {
     await s.close();
   }
@@ -158,13 +158,13 @@ test('httpStream: an error status and a connection lost part way fail as httpCal
     const bad = await httpStream(`${s.url}/bad`, {}, { timeoutMs: 5000 }, () => undefined).catch(
       (e: unknown) => e,
     );
-    assert.ok(isEngineError(bad) && bad.code === 'http' && bad.status === 400, String(bad));
+    assert.ok(isEngineError(bad) && bad.code === 'HTTP_STATUS' && bad.status === 400, String(bad));
     assert.match((bad as Error).message, 'prompt too long');
     const events: string[] = [];
     const cut = await httpStream(`${s.url}/cut`, {}, { timeoutMs: 5000 }, (d) =>
       events.push(d),
     ).catch((e: unknown) => e);
-    assert.ok(isEngineError(cut) && cut.code === 'network', String(cut));
+    assert.ok(isEngineError(cut) && cut.code === 'NETWORK', String(cut));
     assert.equal(events, ['{"a":1}']);
   } finally {
     await s.close();

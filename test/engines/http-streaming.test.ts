@@ -210,7 +210,7 @@ for (const s of servers) {
     );
     for (const e of errs) {
       assert.ok(isEngineError(e), String(e));
-      assert.is(e.code, 'http');
+      assert.is(e.code, 'HTTP_STATUS');
       assert.is(e.status, 400);
     }
   });

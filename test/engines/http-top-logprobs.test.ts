@@ -140,7 +140,7 @@ test('more alternatives than allowed: the engine refuses, and so does a vLLM ser
         .then(() => undefined)
         .catch((err: unknown) => err);
     const a = await tooMany(strict, 21);
-    assert.ok(isEngineError(a) && a.code === 'config', String(a));
+    assert.ok(isEngineError(a) && a.code === 'CONFIG', String(a));
     assert.match((a as Error).message, /topLogprobs 21/);
     const b = await tooMany(lax, 6);
     assert.ok(isEngineError(b) && b.status === 400, String(b));

@@ -1,7 +1,7 @@
 /**
  * What the builtin and llama.cpp engines share (engines/local-sample.ts), run through both: a
  * request they cannot serve fails with the engine's typed error and a one-line reason, sample i
- * of `generateN` is `generate` with seed + i, and a closed engine refuses with `closed`.
+ * of `generateN` is `generate` with seed + i, and a closed engine refuses with `CLOSED`.
  */
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -20,7 +20,7 @@ const engines: [
 ][] = [
   [
     'builtin',
-    { name: 'EngineError', invalid: 'config', closed: 'closed' },
+    { name: 'EngineError', invalid: 'CONFIG', closed: 'CLOSED' },
     () => tinyBuiltinEngine(),
   ],
   [

@@ -113,7 +113,7 @@ test('a hanging health check counts as a failure', async () => {
   assert.is((await nextEvent(engine, 'server-down')).url, b.url);
 });
 
-test('with every server down a request fails with no-server after noServerWaitMs', async () => {
+test('with every server down a request fails with NO_SERVER after noServerWaitMs', async () => {
   const a = await FakeSglangServer.start({ generator: testGenerator(0) });
   const url = a.url;
   await a.close();
@@ -132,7 +132,7 @@ test('with every server down a request fails with no-server after noServerWaitMs
     .generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })
     .catch((e: unknown) => e);
   assert.ok(isEngineError(err));
-  assert.ok(['no-server', 'network'].includes(err.code), err.code);
+  assert.ok(['NO_SERVER', 'NETWORK'].includes(err.code), err.code);
   assert.ok(Date.now() - started < 5000);
 });
 

@@ -127,7 +127,7 @@ test('5xx answers are retried with backoff; past maxRetries the error has code a
     .catch((e: unknown) => e);
   await strict.close();
   assert.ok(isEngineError(err));
-  assert.is(err.code, 'http');
+  assert.is(err.code, 'HTTP_STATUS');
   assert.is(err.status, 503);
 });
 
@@ -145,7 +145,7 @@ test('a slow answer past requestTimeoutMs fails with code timeout', async () => 
   fake.responseDelayMs = 0;
   await impatient.close();
   assert.ok(isEngineError(err));
-  assert.is(err.code, 'timeout');
+  assert.is(err.code, 'TIMEOUT');
 });
 
 test('a 4xx answer is not retried', async () => {
@@ -164,7 +164,7 @@ test('with SGLANG_RETURN_ORIGINAL_LOGPROB the engine refuses temperatures other 
     .generate({ inputIds: prompt, gconfig: { temperature: 0.7 } })
     .catch((e: unknown) => e);
   assert.ok(isEngineError(err));
-  assert.is(err.code, 'config');
+  assert.is(err.code, 'CONFIG');
   assert.is(
     (await raw.generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })).outputTokens.length,
     2,
@@ -189,7 +189,7 @@ test('updateWeights calls update_weights_from_disk with the version; a failed lo
   const unsupported = await engine
     .updateWeights({ kind: 'tensors', tensors: {} }, 6)
     .catch((e: unknown) => e);
-  assert.ok(isEngineError(unsupported) && unsupported.code === 'unsupported');
+  assert.ok(isEngineError(unsupported) && unsupported.code === 'UNSUPPORTED');
 });
 
 test('sleep releases memory; requests wait for wakeUp', async () => {

@@ -100,7 +100,7 @@ test('raw logprobs (the vLLM default): temperatures other than 1 are refused wit
     const err = await e
       .generate({ inputIds: prompt, gconfig: { temperature: 0.5 } })
       .catch((x: unknown) => x);
-    assert.ok(isEngineError(err) && err.code === 'config');
+    assert.ok(isEngineError(err) && err.code === 'CONFIG');
     assert.match(err.message, /processed_logprobs/);
     assert.is(
       (await e.generate({ inputIds: prompt, gconfig: { maxNewTokens: 3, greedy: true } }))
@@ -132,7 +132,7 @@ test('a server that ignores return_tokens_as_token_ids is a protocol error', () 
       const err = await e
         .generate({ inputIds: prompt, gconfig: { maxNewTokens: 2 } })
         .catch((x: unknown) => x);
-      assert.ok(isEngineError(err) && err.code === 'protocol');
+      assert.ok(isEngineError(err) && err.code === 'PROTOCOL');
     },
   ));
 
@@ -149,7 +149,7 @@ test('default reload: sleep level 2, wake weights, collective_rpc reload_weights
     const err = await e
       .updateWeights({ kind: 'disk', path: '/elsewhere' }, 3)
       .catch((x: unknown) => x);
-    assert.ok(isEngineError(err) && err.code === 'config');
+    assert.ok(isEngineError(err) && err.code === 'CONFIG');
     assert.is(e.getVersion(), 2);
   }));
 

@@ -37,7 +37,7 @@ test('a reload that never answers fails the update with a timeout naming the ser
     15_000,
   );
   assert.ok(isEngineError(err), String(err));
-  assert.is(err.code, 'timeout');
+  assert.is(err.code, 'TIMEOUT');
   assert.is((err as { phase?: string }).phase, 'reload');
   assert.match(err.message, /weight update to version 1/);
   assert.match(err.message, new RegExp(`reload on ${a.url} timed out after 400 ms`));

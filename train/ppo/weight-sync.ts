@@ -182,7 +182,7 @@ export function trainerWeights(ctx: RunContext): Promise<PolicyUpdate> {
 }
 
 /** Engine errors of servers that died or were taken out: the update can land once one rejoins. */
-const serverGone = new Set(['network', 'server-down', 'no-server']);
+const serverGone = new Set(['NETWORK', 'SERVER_DOWN', 'NO_SERVER']);
 
 /**
  * Calls of a sync of `version` in a run. A rollout that does not answer a health probe first
