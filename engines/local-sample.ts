@@ -47,6 +47,13 @@ export interface LocalLimits {
   rand: () => number;
 }
 
+/** Starts one sample of a request with its seed and its index among the request's samples. */
+export type SubmitSample = (
+  req: GenerateRequest,
+  seed: number | undefined,
+  sample: number,
+) => Promise<GenerateResult>;
+
 /**
  * `generate` of an in-process engine: one sample, `gconfig.n` must be 1.
  *
@@ -55,11 +62,7 @@ export interface LocalLimits {
  */
 export function generateOne(
   req: GenerateRequest,
-  submit: (
-    req: GenerateRequest,
-    seed: number | undefined,
-    sample: number,
-  ) => Promise<GenerateResult>,
+  submit: SubmitSample,
   invalid: (message: string) => Error,
 ): Promise<GenerateResult> {
   if ((req.gconfig?.n ?? 1) !== 1)
@@ -70,11 +73,7 @@ export function generateOne(
 /** `generateN`: `gconfig.n` samples decoded together, sample i seeded with `seed + i`. */
 export function generateEach(
   req: GenerateRequest,
-  submit: (
-    req: GenerateRequest,
-    seed: number | undefined,
-    sample: number,
-  ) => Promise<GenerateResult>,
+  submit: SubmitSample,
 ): Promise<GenerateResult[]> {
   const n = req.gconfig?.n ?? 1;
   const seed = req.gconfig?.seed;

@@ -290,7 +290,7 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
 async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Promise<void> {
   try {
     const csv = await metricsCsv(ep, jobId);
-    if (csv.trim().split('\n').length < 2) return;
+    if (!hasRows(csv)) return;
     const file = join(sessionDir, `${jobId}.metrics.csv`);
     writeFileSync(file, csv);
     process.stderr.write(
@@ -508,6 +508,11 @@ function metricsCsv(ep: Endpoint, jobId: string): Promise<string> {
   return headApi(ep).call('GET /api/jobs/:jobId/metrics.csv', { params: { jobId } });
 }
 
+/** Whether a metrics CSV has a row under its header. */
+function hasRows(csv: string): boolean {
+  return csv.trim().includes('\n');
+}
+
 /** `rtjob metrics JOB [--csv] [--json]`. */
 export async function metricsCommand(
   jobId: string,
@@ -545,7 +550,7 @@ async function showMetrics(
   }
   if (o.plot) {
     const csv = await metricsCsv(ep, jobId);
-    if (csv.trim().split('\n').length < 2) throw new CliError(`job ${jobId} logged no metrics`);
+    if (!hasRows(csv)) throw new CliError(`job ${jobId} logged no metrics`);
     // --keys names or prefixes (as for the table) add lines: `info/` draws every extraInfo mean.
     const cols = csv.slice(0, csv.indexOf('\n')).split(',');
     const extra = (o.keys?.split(',').filter(Boolean) ?? []).flatMap((k) =>

@@ -23,6 +23,17 @@ let model = '';
 const fixture = (name: string): string =>
   fileURLToPath(new URL(`../fixtures/agents/${name}`, import.meta.url));
 
+/** Two short steps of a multi-turn agent: the run every test here makes against its servers. */
+const twoShortSteps = {
+  'agent-func': fixture('multi-turn-step.ts'),
+  'rollout-batch-size': 2,
+  'train-batch-size': 4,
+  'micro-train-batch-size': 4,
+  'generate-max-len': 6,
+  'max-steps': 2,
+  'eval-dataset': false,
+};
+
 test.before(async () => {
   model = await writeTinyModel(root);
 });
@@ -56,13 +67,7 @@ for (const kind of ['sglang', 'vllm'] as const) {
           engine: kind,
           'engine-url': server.url,
           'engine-weights-path': weights,
-          'agent-func': fixture('multi-turn-step.ts'),
-          'rollout-batch-size': 2,
-          'train-batch-size': 4,
-          'micro-train-batch-size': 4,
-          'generate-max-len': 6,
-          'max-steps': 2,
-          'eval-dataset': false,
+          ...twoShortSteps,
           'eval-prompts': 2,
         }),
         {},
@@ -108,13 +113,7 @@ test('train_ppo --engine sglang --engine-launch starts a server per rollout and 
       'engine-launch': command,
       'rollout-num-engines': 2,
       'engine-weights-path': weights,
-      'agent-func': fixture('multi-turn-step.ts'),
-      'rollout-batch-size': 2,
-      'train-batch-size': 4,
-      'micro-train-batch-size': 4,
-      'generate-max-len': 6,
-      'max-steps': 2,
-      'eval-dataset': false,
+      ...twoShortSteps,
     }),
     {},
     { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
