@@ -9,7 +9,8 @@
  * off and an f32 KV cache, so an f32 GGUF reproduces the TF.js model's logprobs to ~1e-6); the
  * token is sampled from it here with the same sampler as the builtin engine (`model/sampling.ts`),
  * so temperature, top-k/top-p, greedy, seeds, logprobs and top logprobs mean exactly what they
- * mean there.
+ * mean there; plain temperature sampling is left to llama.cpp's own sampler, which returns the
+ * token and its logprob under the same distribution (`nativeSampling`).
  *
  * New weights are written into the mapped GGUF between decode steps, in place (the CPU build:
  * llama.cpp maps the file shared and computes from the mapping; q8_0 and f16 only on x86-64, see
