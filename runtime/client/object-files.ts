@@ -6,11 +6,12 @@
  *
  * A writer removes its files when the object is freed and when it exits; files of a process that
  * died without doing so are removed by its node agent (`removeFilesOf`) and by the next process
- * that opens the directory (`privateDir` sweeps the files of processes that are gone).
+ * that opens the directory (`privateDir` sweeps the files of processes that are gone, and those
+ * of an earlier process that had this one's pid).
  *
  * @module
  */
-import { lstatSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
+import { lstatSync, mkdirSync, readdirSync, statSync, unlinkSync } from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -78,13 +79,20 @@ export function privateDir(path: string, what: string): string | undefined {
   }
 }
 
-/** Removes files left by processes that are gone (named `<pid>-...`). */
+/**
+ * Removes files left by processes that are gone (named `<pid>-...`). A file named with this
+ * process's own pid but older than this process was left by an earlier process that had the same
+ * pid (pids are reused): it goes too, or this process's write of that name would find it there.
+ */
 function sweep(dir: string): void {
+  const started = Date.now() - process.uptime() * 1000;
   for (const name of readdirSync(dir)) {
     const pid = Number(name.slice(0, name.indexOf('-')));
-    if (!Number.isInteger(pid) || pid <= 0 || pidAlive(pid)) continue;
+    if (!Number.isInteger(pid) || pid <= 0) continue;
+    const path = join(dir, name);
     try {
-      unlinkSync(join(dir, name));
+      if (pid === process.pid ? statSync(path).mtimeMs >= started : pidAlive(pid)) continue;
+      unlinkSync(path);
     } catch {
       // Another process swept it first.
     }
