@@ -4,6 +4,7 @@
  *
  * @module
  */
+import type { LoraAdapter } from '../model/lora-adapter.ts';
 import type { NamedTensors } from '../model/tensors.ts';
 
 /** Sampling settings for one request. Field names follow AReaL's `GenerationHyperparameters`. */
@@ -95,10 +96,14 @@ export interface PolicyWeights {
   tensors: NamedTensors;
 }
 
-/** How new weights reach an engine: in memory, or as an HF checkpoint directory on disk. */
+/**
+ * How new weights reach an engine: in memory, as an HF checkpoint directory on disk, or (a LoRA
+ * policy) as the adapter alone, applied over the base the engine was started with.
+ */
 export type WeightUpdate =
   | { kind: 'tensors'; tensors: NamedTensors }
-  | { kind: 'disk'; path: string };
+  | { kind: 'disk'; path: string }
+  | { kind: 'lora'; adapter: LoraAdapter };
 
 /** What `pause` does with requests in flight. */
 export interface PauseOptions {

@@ -366,6 +366,11 @@ export class BuiltinEngine implements InferenceEngine {
    * Call `pause` first where a request must not span two versions.
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
+    if (update.kind === 'lora')
+      throw new EngineError(
+        'UNSUPPORTED',
+        'BuiltinEngine: LoRA weight updates are not supported yet',
+      );
     const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
     if (this.closed) throw new EngineError('CLOSED', 'BuiltinEngine is closed');
     // While asleep with offloaded weights, the update lands in the host copy restored by wakeUp.

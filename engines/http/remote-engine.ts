@@ -467,6 +467,11 @@ export class RemoteEngine implements InferenceEngine {
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     this.assertOpen();
     let path: string;
+    if (update.kind === 'lora')
+      throw new EngineError(
+        'UNSUPPORTED',
+        `${this.kind}: LoRA weight updates are not supported yet`,
+      );
     if (update.kind === 'disk') path = update.path;
     else if (this.opts.writeCheckpoint)
       path = await this.opts.writeCheckpoint(update.tensors, version);

@@ -601,6 +601,8 @@ export class LlamaCppEngine implements InferenceEngine {
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     if (this.closed) throw new LlamaCppError('LLAMACPP_CLOSED', 'LlamaCppEngine is closed');
+    if (update.kind === 'lora')
+      throw new LlamaCppError('LLAMACPP_INVALID', 'LoRA weight updates are not supported yet');
     const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
     await this.gate.close();
     const t0 = performance.now();
