@@ -17,7 +17,7 @@ import {
   restClient,
   type RestClient,
   type RouteKey,
-} from '../runtime/head/http/contract.ts';
+} from '../ops/http/contract.ts';
 import { readClusterFile, rtjobHome } from '../runtime/cluster-file.ts';
 import { readEnv } from '../runtime/env.ts';
 
@@ -144,7 +144,7 @@ export async function openReadTarget(
   opts: { address?: string; session?: string } & TokenOptions,
 ): Promise<ReadTarget> {
   const { isSessionDir, listSessions, serveSession } = await import(
-    '../runtime/head/http/session-server.ts'
+    '../ops/http/session-server.ts'
   );
   let dir = opts.session;
   let older: string[] = [];

@@ -45,8 +45,13 @@ export type {
   CollectiveStats,
   Tensors,
 } from './collective/group.ts';
-export { createMetricsLogger, metrics } from './metrics.ts';
-export type { MetricsLogger, MetricsLoggerOptions, MetricValues, SampleRecord } from './metrics.ts';
+export { createMetricsLogger, metrics } from '../ops/metrics.ts';
+export type {
+  MetricsLogger,
+  MetricsLoggerOptions,
+  MetricValues,
+  SampleRecord,
+} from '../ops/metrics.ts';
 export * from './errors.ts';
 export { kActorId } from './handles.ts';
 export type {

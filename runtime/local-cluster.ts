@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Head, type HeadOptions, startHead } from './head/head.ts';
-import type { Ops } from './head/http/ops.ts';
+import type { Ops } from '../ops/http/ops.ts';
 import { type NodeAgent, type NodeAgentOptions, startNodeAgent } from './node/agent.ts';
 
 /** Options for `startLocalCluster`. */
@@ -159,8 +159,8 @@ export async function startClusterHead(opts: ClusterHeadOptions): Promise<Cluste
   const token = sessionToken(opts.sessionDir, opts.token);
   const host = opts.host ?? '127.0.0.1';
   const port = opts.port ?? 6380;
-  const { startOps } = await import('./head/http/ops.ts');
-  const { headClusterView, indexHeadWorkerLogs } = await import('./head/http/head-view.ts');
+  const { startOps } = await import('../ops/http/ops.ts');
+  const { headClusterView, indexHeadWorkerLogs } = await import('../ops/http/head-view.ts');
   const core = await onPort(port === 0 ? opts.previousPorts?.port : undefined, port, (p) =>
     startLocalCluster({
       sessionDir: opts.sessionDir,

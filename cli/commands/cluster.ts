@@ -22,13 +22,13 @@ import { pidAlive } from '../../runtime/pid.ts';
 import { bytes, parseBytes } from '../../runtime/format.ts';
 import { parsePort, table } from '../format.ts';
 import { onLauncherExit } from '../launcher-exit.ts';
-import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+import { tsxImport } from '../../ops/jobs/entrypoint.ts';
 import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
-import { tailLines } from '../../runtime/head/logs/log-file.ts';
-import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
-import { stopOrphanDrivers } from '../../runtime/head/jobs/supervisor.ts';
-import { isLoopback } from '../../runtime/head/http/auth.ts';
-import type { ProcessView } from '../../runtime/head/http/contract.ts';
+import { tailLines } from '../../ops/logs/log-file.ts';
+import { OpsStore } from '../../ops/jobs/ops-store.ts';
+import { stopOrphanDrivers } from '../../ops/jobs/supervisor.ts';
+import { isLoopback } from '../../ops/http/auth.ts';
+import type { ProcessView } from '../../ops/http/contract.ts';
 import { writeDaemonOptions } from '../daemon-options.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 
@@ -552,7 +552,7 @@ export async function dashboardCommand(
     return;
   }
   const { isSessionDir, listSessions, serveSession } = await import(
-    '../../runtime/head/http/session-server.ts'
+    '../../ops/http/session-server.ts'
   );
   const [dir, ...older] = o.session ? [o.session] : listSessions(rtjobHome());
   if (!dir)

@@ -15,10 +15,10 @@ import {
   packDir,
   PackageTooLargeError,
   defaultMaxPackageBytes,
-} from '../../runtime/head/jobs/working-dir.ts';
-import { isLoopback } from '../../runtime/head/http/auth.ts';
-import type { SampleView } from '../../runtime/head/http/contract.ts';
-import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+} from '../../runtime/packages/working-dir.ts';
+import { isLoopback } from '../../ops/http/auth.ts';
+import type { SampleView } from '../../ops/http/contract.ts';
+import { tsxImport } from '../../ops/jobs/entrypoint.ts';
 import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
 import { writeCurves } from '../../train/ppo/curves.ts';
 import { isRtjobError } from '../../runtime/errors.ts';

@@ -6,8 +6,8 @@
  * @module
  */
 import { existsSync } from 'node:fs';
-import { defaultMaxPackageBytes, packagesDir, unpackArchive } from '../head/jobs/working-dir.ts';
-import { needsDependencies, provideDependencies } from '../head/jobs/package-deps.ts';
+import { defaultMaxPackageBytes, packagesDir, unpackArchive } from '../packages/working-dir.ts';
+import { needsDependencies, provideDependencies } from '../packages/package-deps.ts';
 import { logger } from '../log.ts';
 
 const log = logger('node');

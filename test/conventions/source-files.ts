@@ -47,6 +47,7 @@ export const parts: readonly string[] = [
   'gateway',
   'agents',
   'roles',
+  'ops',
   'train',
   'cli',
 ];

@@ -15,9 +15,9 @@ import {
   type RestClient,
   type RouteKey,
   routePath,
-} from '../../runtime/head/http/contract.ts';
-import { type Ops, startOps } from '../../runtime/head/http/ops.ts';
-import { packDir } from '../../runtime/head/jobs/working-dir.ts';
+} from '../../ops/http/contract.ts';
+import { type Ops, startOps } from '../../ops/http/ops.ts';
+import { packDir } from '../../runtime/packages/working-dir.ts';
 
 const token = 'contract-token-0123456789abcdef';
 const dir = mkdtempSync(join(tmpdir(), 'rtjob-contract-'));

@@ -21,7 +21,7 @@ import {
   PackageTooLargeError,
   packDir,
   unpackArchive,
-} from '../../runtime/head/jobs/working-dir.ts';
+} from '../../runtime/packages/working-dir.ts';
 
 const base = mkdtempSync(join(tmpdir(), 'rtjob-wd-'));
 let n = 0;

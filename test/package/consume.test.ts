@@ -90,7 +90,7 @@ test('npm pack builds dist/ and ships it without tests, fixtures or bench', () =
     'dist/cli/bin.js',
     'dist/runtime/worker/ts-loader.mjs',
     'dist/runtime/client/addon/rtjob_mmap.c',
-    'dist/runtime/dashboard/dist/app.js',
+    'dist/ops/dashboard/dist/app.js',
     'dist/model/pretrained/rtjob-tiny-math/model.safetensors',
     'dist/model/pretrained/rtjob-tiny-tool/model.safetensors',
   ])

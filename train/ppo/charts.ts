@@ -6,7 +6,7 @@
  *
  * @module
  */
-import type { JobReport } from '../../runtime/metrics.ts';
+import type { JobReport } from '../../ops/metrics.ts';
 
 /** train_ppo's chart layout (`report.charts`). */
 export const trainPpoCharts: NonNullable<JobReport['charts']> = {

@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readEnv } from '../../runtime/env.ts';
 import { resumeAdvice } from '../../runtime/format.ts';
-import { metrics } from '../../runtime/metrics.ts';
+import { metrics } from '../../ops/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
 import { trainPpoCharts, trainPpoRoles } from './charts.ts';
 import { isRoleDied } from './errors.ts';

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { duration } from '../../format.ts';
+import { duration } from '../../../runtime/format.ts';
 import type { ConfigRow, JobInfo } from './api.ts';
 import { bar, h } from './dom.ts';
 

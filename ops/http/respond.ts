@@ -7,7 +7,7 @@
 import { closeSync, openSync, writeSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
-import type { Schema } from '../../schema.ts';
+import type { Schema } from '../../runtime/schema.ts';
 import { OpsError } from '../jobs/errors.ts';
 
 /** Largest JSON request body. */

@@ -5,7 +5,7 @@
  * @module
  */
 import { api, type NodeView, type ProcessView } from './api.ts';
-import { bytes } from '../../format.ts';
+import { bytes } from '../../../runtime/format.ts';
 import { badge, bar, h } from './dom.ts';
 import { jobsTable } from './jobs-view.ts';
 import { main, page, refreshOn, jobLink } from './page.ts';

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { OpsError } from '../jobs/errors.ts';
 import { historyStore } from '../jobs/history-store.ts';
 import { OpsStore } from '../jobs/ops-store.ts';
-import { HeadStore } from '../store.ts';
+import { HeadStore } from '../../runtime/head/store.ts';
 import type { ClusterView, NodeView } from './cluster-view.ts';
 import { actorView } from './head-view.ts';
 import { type HttpServer, startHttpServer } from './server.ts';
@@ -119,7 +119,7 @@ export async function serveSession(opts: SessionServerOptions): Promise<SessionS
   const jobs = readOnlyJobs(store);
   let dashboardDir: string | undefined;
   if (opts.dashboard !== false) {
-    const { buildDashboard } = await import('../../dashboard/build.ts');
+    const { buildDashboard } = await import('../dashboard/build.ts');
     dashboardDir = await buildDashboard();
   }
   const token = opts.token ?? randomBytes(24).toString('base64url');

@@ -5,7 +5,7 @@
  * @module
  */
 import { type JobInfo, onLive } from './api.ts';
-import { duration } from '../../format.ts';
+import { duration } from '../../../runtime/format.ts';
 import { h } from './dom.ts';
 
 /** Where a view renders. */

@@ -23,7 +23,7 @@ import {
   keepArchive,
   PackageTooLargeError,
   unpackArchive,
-} from '../jobs/working-dir.ts';
+} from '../../runtime/packages/working-dir.ts';
 import { readLogRange } from '../logs/log-file.ts';
 import { readActorLogs } from '../logs/worker-logs.ts';
 import { actorSortKeys, type ClusterView, queryActors } from './cluster-view.ts';
@@ -41,7 +41,7 @@ import {
   type RouteKey,
 } from './contract.ts';
 import { renderPrometheus } from './prometheus.ts';
-import type { Schema } from '../../schema.ts';
+import type { Schema } from '../../runtime/schema.ts';
 import { bodySchemas } from './rest-schemas.ts';
 import { readBody, readJson, send, toCsv } from './respond.ts';
 

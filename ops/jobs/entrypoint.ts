@@ -15,7 +15,7 @@ import { accessSync, constants, existsSync, statSync } from 'node:fs';
 import { delimiter, isAbsolute, join, resolve } from 'node:path';
 
 import { OpsError } from './errors.ts';
-import { checkoutNodeFlags } from '../../own-files.ts';
+import { checkoutNodeFlags } from '../../runtime/own-files.ts';
 
 /**
  * `--import` value that makes a Node process run TypeScript: tsx by absolute URL, so it resolves

@@ -5,7 +5,7 @@
  * @module
  */
 import { type ActorPageQuery, type ActorView, api, type JobInfo } from './api.ts';
-import { duration, resumeAdvice } from '../../format.ts';
+import { duration, resumeAdvice } from '../../../runtime/format.ts';
 import { badge, confirmAction, h, toast } from './dom.ts';
 import { main, page, readOnlyWhy, refreshOn, jobLink } from './page.ts';
 

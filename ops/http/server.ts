@@ -14,7 +14,7 @@ import { WebSocketServer, type WebSocket } from 'ws';
 
 import { OpsError } from '../jobs/errors.ts';
 import { type OpsStore, terminalJobStatuses } from '../jobs/ops-store.ts';
-import { defaultMaxPackageBytes } from '../jobs/working-dir.ts';
+import { defaultMaxPackageBytes } from '../../runtime/packages/working-dir.ts';
 import { followLog } from '../logs/log-file.ts';
 import { authenticate, isLoopback, loginCookie, sameOrigin } from './auth.ts';
 import type { ClusterView } from './cluster-view.ts';

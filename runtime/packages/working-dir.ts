@@ -26,8 +26,8 @@ import { join, relative, resolve, sep } from 'node:path';
 import { gunzipSync, gzipSync } from 'node:zlib';
 import ignore from 'ignore';
 import * as tar from 'tar';
-import { RtjobError } from '../../errors.ts';
-import { OpsError } from './errors.ts';
+import { RtjobError } from '../errors.ts';
+import { OpsError } from '../../ops/jobs/errors.ts';
 
 /** Largest package the head accepts, compressed. @default 100 MiB */
 export const defaultMaxPackageBytes = 100 * 1024 * 1024;

@@ -5,7 +5,7 @@
  * @module
  */
 import { api, type JobInfo } from './api.ts';
-import { duration, failureReason } from '../../format.ts';
+import { duration, failureReason } from '../../../runtime/format.ts';
 import { badge, h, time } from './dom.ts';
 import { main, refreshOn, jobLink, jobDuration } from './page.ts';
 

@@ -19,8 +19,8 @@
  *
  * @module
  */
-import { readClusterFile } from './cluster-file.ts';
-import { readEnv } from './env.ts';
+import { readClusterFile } from '../runtime/cluster-file.ts';
+import { readEnv } from '../runtime/env.ts';
 import {
   fetchTransport,
   type JobCheckpoint,
@@ -28,8 +28,8 @@ import {
   type JobSample,
   RestError,
   restClient,
-} from './head/http/contract.ts';
-import { InvalidArgumentError } from './errors.ts';
+} from './http/contract.ts';
+import { InvalidArgumentError } from '../runtime/errors.ts';
 
 /** Numeric values by name; non-finite values are stored as gaps. */
 export type MetricValues = Record<string, number>;

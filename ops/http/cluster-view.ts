@@ -6,7 +6,7 @@
  * @module
  */
 import { cpus, freemem, hostname, totalmem } from 'node:os';
-import type { PlacementGroupInfo } from '../../protocol.ts';
+import type { PlacementGroupInfo } from '../../runtime/protocol.ts';
 import { OpsError } from '../jobs/errors.ts';
 
 /**

@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { ProcessSampler } from '../../node/usage.ts';
+import { ProcessSampler } from '../../runtime/node/usage.ts';
 import type { ClusterView, NodeView, ProcessView } from './cluster-view.ts';
 
 /**

@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { RtjobError } from '../../errors.ts';
+import { RtjobError } from '../../runtime/errors.ts';
 
 /** Stable codes of the job API's errors. */
 export type JobErrorCode =

@@ -17,11 +17,11 @@ import { tailLines } from '../logs/log-file.ts';
 import { resolveEntrypoint, tsxImport } from './entrypoint.ts';
 import { OpsError } from './errors.ts';
 import { type JobInfo, type JobStatus, type OpsStore, terminalJobStatuses } from './ops-store.ts';
-import { needsDependencies, withDependencies } from './package-deps.ts';
-import { isPackageHash } from './working-dir.ts';
-import { ownModuleNodeFlags } from '../../own-files.ts';
-import { pidAlive } from '../../pid.ts';
-import { largePageMallocEnv } from '../../client/shm.ts';
+import { needsDependencies, withDependencies } from '../../runtime/packages/package-deps.ts';
+import { isPackageHash } from '../../runtime/packages/working-dir.ts';
+import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
+import { pidAlive } from '../../runtime/pid.ts';
+import { largePageMallocEnv } from '../../runtime/client/shm.ts';
 
 /** A job as submitted over the API or by the CLI. */
 export interface JobSubmitRequest {

@@ -12,8 +12,8 @@
  *
  * @module
  */
-import { RtjobError, InvalidArgumentError } from '../../errors.ts';
-import type { PlacementGroupInfo } from '../../protocol.ts';
+import { RtjobError, InvalidArgumentError } from '../../runtime/errors.ts';
+import type { PlacementGroupInfo } from '../../runtime/protocol.ts';
 import type {
   ChartLayout,
   ClusterEvent,

@@ -7,8 +7,8 @@
  */
 import { freemem, totalmem } from 'node:os';
 
-import type { ActorInfo, NodeUsage } from '../../protocol.ts';
-import type { Head, WorkerLogEvent } from '../head.ts';
+import type { ActorInfo, NodeUsage } from '../../runtime/protocol.ts';
+import type { Head, WorkerLogEvent } from '../../runtime/head/head.ts';
 import type { OpsStore } from '../jobs/ops-store.ts';
 import { indexWorkerLogs, shippedLogDir, writeShippedLog } from '../logs/worker-logs.ts';
 import type { ActorView, ClusterView, NodeView, ProcessView } from './cluster-view.ts';

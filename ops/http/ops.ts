@@ -82,7 +82,7 @@ export async function startOps(opts: OpsOptions): Promise<Ops> {
   });
   let dashboardDir: string | undefined;
   if (opts.dashboard !== false) {
-    const { buildDashboard } = await import('../../dashboard/build.ts');
+    const { buildDashboard } = await import('../dashboard/build.ts');
     dashboardDir = await buildDashboard();
   }
   const sampled = withHeadProcesses(cluster, () => jobs.drivers());

@@ -5,10 +5,10 @@
  *
  * @module
  */
-import { eventsPath, fetchTransport, restClient } from '../../head/http/contract.ts';
+import { eventsPath, fetchTransport, restClient } from '../../http/contract.ts';
 
-import type { JobInfo as JobRecord, JobProgress, JobReport } from '../../head/http/contract.ts';
-export type { SampleView } from '../../head/http/contract.ts';
+import type { JobInfo as JobRecord, JobProgress, JobReport } from '../../http/contract.ts';
+export type { SampleView } from '../../http/contract.ts';
 
 export type {
   ActorPage,
@@ -25,12 +25,12 @@ export type {
   NodeView,
   ProcessView,
   SamplesPage,
-} from '../../head/http/contract.ts';
+} from '../../http/contract.ts';
 
 /** A job as the list (with its progress) or its own page (also with its report) shows it. */
 export type JobInfo = JobRecord & { progress?: JobProgress; report?: JobReport };
 
-export { logTailPath, RestError } from '../../head/http/contract.ts';
+export { logTailPath, RestError } from '../../http/contract.ts';
 
 /**
  * The head's API: `await api.call('GET /api/jobs/:jobId', { params: { jobId } })`. A non-2xx

@@ -10,7 +10,7 @@ import { configTable, diffTable, jobSummary } from './job-summary.ts';
 import { samplesView } from './samples-view.ts';
 import { actorName } from './actors-view.ts';
 import { cpuText, rssText } from './cluster-view.ts';
-import { failureReason, resumeAdvice } from '../../format.ts';
+import { failureReason, resumeAdvice } from '../../../runtime/format.ts';
 import { badge, confirmAction, h, time, toast } from './dom.ts';
 import { main, page, readOnlyWhy, refreshOn, jobDuration } from './page.ts';
 

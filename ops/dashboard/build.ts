@@ -24,9 +24,11 @@ const here = fileURLToPath(new URL('.', import.meta.url));
 const srcDir = join(here, 'src');
 const distDir = join(here, 'dist');
 /** Modules outside `src/` that the bundle imports (pure, shared with the CLI). */
-const sharedSources = ['../format.ts', '../errors.ts', '../head/http/contract.ts'].map((f) =>
-  fileURLToPath(new URL(f, import.meta.url)),
-);
+const sharedSources = [
+  '../../runtime/format.ts',
+  '../../runtime/errors.ts',
+  '../http/contract.ts',
+].map((f) => fileURLToPath(new URL(f, import.meta.url)));
 
 function newestMtime(dir: string): number {
   let newest = 0;

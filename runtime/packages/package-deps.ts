@@ -27,8 +27,8 @@ import {
 } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 
-import { RtjobError } from '../../errors.ts';
-import { ownModulePath, packageRoot } from '../../own-files.ts';
+import { RtjobError } from '../errors.ts';
+import { ownModulePath, packageRoot } from '../own-files.ts';
 
 /** A working dir's dependencies could not be installed; the message names the package. */
 export class DependencyInstallError extends RtjobError<'DEPENDENCY_INSTALL'> {

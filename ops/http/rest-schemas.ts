@@ -22,7 +22,7 @@ import {
   opt,
   record,
   str,
-} from '../../schema.ts';
+} from '../../runtime/schema.ts';
 
 const arg = str({ max: 64 * 1024 });
 const env = record(str({ max: 128 * 1024 }), 4096);
