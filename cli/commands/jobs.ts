@@ -36,7 +36,7 @@ import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
 import { builtinEntrypoints } from '../entrypoints.ts';
-import { startClusterHead } from '../../runtime/local-cluster.ts';
+import { startClusterHead } from '../../ops/cluster-head.ts';
 
 /**
  * Variables of the caller's environment that describe this machine or shell, not the job; every

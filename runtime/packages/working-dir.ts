@@ -27,7 +27,6 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import ignore from 'ignore';
 import * as tar from 'tar';
 import { RtjobError } from '../errors.ts';
-import { OpsError } from '../../ops/jobs/errors.ts';
 
 /** Largest package the head accepts, compressed. @default 100 MiB */
 export const defaultMaxPackageBytes = 100 * 1024 * 1024;
@@ -50,6 +49,17 @@ export class PackageTooLargeError extends RtjobError<'PACKAGE_TOO_LARGE'> {
       `working dir is ${(bytes / 1048576).toFixed(1)} MiB, over the ${(maxBytes / 1048576).toFixed(0)} MiB limit; ` +
         'exclude large files with a .rtjobignore file (one pattern per line)',
     );
+  }
+}
+
+/** An archive that is not the package it claims to be: another hash, or an entry rtjob refuses. */
+export class BadPackageError extends RtjobError<'BAD_PACKAGE'> {
+  override get name(): string {
+    return 'BadPackageError';
+  }
+
+  constructor(message: string) {
+    super('BAD_PACKAGE', message);
   }
 }
 
@@ -148,7 +158,7 @@ export function unpackArchive(
   }
   const actual = createHash('sha256').update(raw).digest('hex');
   if (actual !== hash)
-    throw new OpsError('BAD_REQUEST', `package content hash is ${actual}, expected ${hash}`);
+    throw new BadPackageError(`package content hash is ${actual}, expected ${hash}`);
   const tmp = `${destDir}.tmp-${process.pid}-${Date.now()}`;
   mkdirSync(tmp, { recursive: true });
   try {
@@ -171,7 +181,7 @@ export function unpackArchive(
     });
     unpack.end(raw);
     if (refused !== undefined)
-      throw new OpsError('BAD_REQUEST', `package holds an entry rtjob does not unpack: ${refused}`);
+      throw new BadPackageError(`package holds an entry rtjob does not unpack: ${refused}`);
     if (existsSync(destDir)) rmSync(tmp, { recursive: true, force: true });
     else renameSync(tmp, destDir);
   } catch (err) {

@@ -84,8 +84,9 @@ test('npm pack builds dist/ and ships it without tests, fixtures or bench', () =
   tarball = join(work, info!.filename);
   const paths = info!.files.map((f) => f.path);
   for (const p of [
+    'dist/index.js',
+    'dist/index.d.ts',
     'dist/runtime/index.js',
-    'dist/runtime/index.d.ts',
     'dist/agents/index.d.ts',
     'dist/cli/bin.js',
     'dist/runtime/worker/ts-loader.mjs',
