@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { OpsError } from '../jobs/errors.ts';
@@ -196,10 +196,9 @@ export function apiRoutes(
       const tmp = `${dir}.upload-${process.pid}-${++uploadSeq}`;
       try {
         await readBody(http, maxPackageBytes, tmp);
-        const body = readFileSync(tmp);
         if (!existsSync(dir)) {
           try {
-            unpackArchive(body, params.hash, dir, maxPackageBytes * 4);
+            await unpackArchive(tmp, params.hash, dir, maxPackageBytes * 4);
           } catch (err) {
             if (err instanceof PackageTooLargeError)
               throw new OpsError('PACKAGE_TOO_LARGE', err.message);
@@ -207,7 +206,7 @@ export function apiRoutes(
           }
         }
         // Kept as uploaded for nodes that run the job's actors and fetch it from the head.
-        keepArchive(dir, body);
+        keepArchive(dir, tmp);
       } finally {
         uploadsInProgress--;
         rmSync(tmp, { force: true });

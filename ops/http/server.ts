@@ -19,7 +19,7 @@ import { followLog } from '../logs/log-file.ts';
 import { authenticate, isLoopback, loginCookie, sameOrigin } from './auth.ts';
 import type { ClusterView } from './cluster-view.ts';
 import type { MetricsEvent } from './contract.ts';
-import { send } from './respond.ts';
+import { bodyUnread, send, sendAndDropBody } from './respond.ts';
 import { apiRoutes, type JobsApi, type ReadOnlySession } from './routes.ts';
 
 /** Options of {@link startHttpServer}. */
@@ -200,8 +200,13 @@ export async function startHttpServer(opts: HttpServerOptions): Promise<HttpServ
         res.destroy();
         return;
       }
-      if (err instanceof OpsError) send(res, err.status, { error: err.code, message: err.message });
-      else send(res, 500, { error: 'INTERNAL', message: (err as Error).message ?? String(err) });
+      const [status, body] =
+        err instanceof OpsError
+          ? [err.status, { error: err.code, message: err.message }]
+          : [500, { error: 'INTERNAL', message: (err as Error).message ?? String(err) }];
+      // A body refused part way: the answer closes the connection, and the rest is dropped.
+      if (bodyUnread(req)) sendAndDropBody(req, res, status, body);
+      else send(res, status, body);
     });
   });
 

@@ -22,7 +22,8 @@ export type JobErrorCode =
   | 'UNSUPPORTED'
   | 'INFEASIBLE'
   | 'BUSY'
-  | 'READ_ONLY';
+  | 'READ_ONLY'
+  | 'UNSUPPORTED_MEDIA_TYPE';
 
 const httpStatus: Record<JobErrorCode, number> = {
   BAD_REQUEST: 400,
@@ -40,6 +41,7 @@ const httpStatus: Record<JobErrorCode, number> = {
   INFEASIBLE: 400,
   BUSY: 429,
   READ_ONLY: 405,
+  UNSUPPORTED_MEDIA_TYPE: 415,
 };
 
 /** A request the operations API refuses; `status` is the HTTP status it maps to. */

@@ -47,7 +47,7 @@ export class NodePackages {
 
   private async unpack(hash: string, dir: string): Promise<void> {
     const archive = await this.fetch(hash);
-    unpackArchive(
+    await unpackArchive(
       Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength),
       hash,
       dir,

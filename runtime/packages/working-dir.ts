@@ -12,7 +12,9 @@
  * @module
  */
 import { createHash } from 'node:crypto';
+import { once } from 'node:events';
 import {
+  createReadStream,
   existsSync,
   lstatSync,
   mkdirSync,
@@ -23,7 +25,9 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join, relative, resolve, sep } from 'node:path';
-import { gunzipSync, gzipSync } from 'node:zlib';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { createGunzip, gzipSync } from 'node:zlib';
 import ignore from 'ignore';
 import * as tar from 'tar';
 import { RtjobError } from '../errors.ts';
@@ -122,10 +126,14 @@ export function archivePath(packageDir: string): string {
   return `${packageDir}.tgz`;
 }
 
-/** Writes `archive` beside the unpacked `packageDir` once (atomically), unless already there. */
-export function keepArchive(packageDir: string, archive: Uint8Array): void {
+/**
+ * Keeps `archive` (the bytes, or a file that is moved) beside the unpacked `packageDir` once
+ * (atomically), unless already there.
+ */
+export function keepArchive(packageDir: string, archive: Uint8Array | string): void {
   const file = archivePath(packageDir);
   if (existsSync(file)) return;
+  if (typeof archive === 'string') return renameSync(archive, file);
   const tmp = `${file}.tmp-${process.pid}-${Date.now()}`;
   writeFileSync(tmp, archive);
   renameSync(tmp, file);
@@ -137,33 +145,24 @@ export function isPackageHash(s: string): boolean {
 }
 
 /**
- * Verifies and unpacks an uploaded archive into `destDir` (atomically: a temp dir renamed into
- * place). Rejects archives whose content hash differs from `hash`, and any entry that is not a
- * plain file or directory or whose path escapes `destDir`.
+ * Verifies and unpacks an uploaded archive (a file path or the bytes) into `destDir` (atomically:
+ * a temp dir renamed into place). The archive is inflated as a stream straight into the tar
+ * reader, so memory stays a few chunks whatever the archive holds; past `maxBytes` inflated bytes
+ * it stops at once with {@link PackageTooLargeError} (a gzip bomb costs the chunks read so far,
+ * not its size). Rejects archives whose content hash differs from `hash`, and any entry that is
+ * not a plain file or directory or whose path escapes `destDir` ({@link BadPackageError}).
  */
-export function unpackArchive(
-  archive: Buffer,
+export async function unpackArchive(
+  archive: string | Uint8Array,
   hash: string,
   destDir: string,
   maxBytes = defaultMaxPackageBytes,
-): void {
-  let raw: Buffer;
-  try {
-    raw = gunzipSync(archive, { maxOutputLength: maxBytes });
-  } catch (e) {
-    // zlib stops at the limit rather than inflating a bomb; report how far it got.
-    if ((e as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE')
-      throw new PackageTooLargeError(maxBytes + 1, maxBytes);
-    throw e;
-  }
-  const actual = createHash('sha256').update(raw).digest('hex');
-  if (actual !== hash)
-    throw new BadPackageError(`package content hash is ${actual}, expected ${hash}`);
+): Promise<void> {
   const tmp = `${destDir}.tmp-${process.pid}-${Date.now()}`;
   mkdirSync(tmp, { recursive: true });
   try {
     let refused: string | undefined;
-    const unpack = new tar.UnpackSync({
+    const unpack = new tar.Unpack({
       cwd: tmp,
       strict: true,
       // Exactly the packed permission bits, whatever this process's umask, so a re-pack hashes equal.
@@ -179,7 +178,40 @@ export function unpackArchive(
         return ok;
       },
     });
-    unpack.end(raw);
+    const unpacked = new Promise<void>((res, rej) => {
+      unpack.once('end', res);
+      unpack.once('error', rej);
+    });
+    unpacked.catch(() => {}); // awaited below; a failure before then is not unhandled
+    let sawEnd = false;
+    unpack.once('eof', () => (sawEnd = true));
+    const sha = createHash('sha256');
+    let inflated = 0;
+    const source =
+      typeof archive === 'string' ? createReadStream(archive) : Readable.from([archive]);
+    let tooLarge: PackageTooLargeError | undefined;
+    await pipeline(source, createGunzip(), async (raw: AsyncIterable<Buffer>) => {
+      for await (const chunk of raw) {
+        inflated += chunk.length;
+        if (inflated > maxBytes) {
+          tooLarge = new PackageTooLargeError(inflated, maxBytes);
+          unpack.abort(tooLarge);
+          throw tooLarge;
+        }
+        sha.update(chunk);
+        // Past the archive's end the reader would only buffer: what follows is hashed, not read.
+        if (sawEnd) continue;
+        // An aborted or finished reader never drains: its outcome ends the wait then.
+        if (!unpack.write(chunk)) await Promise.race([once(unpack, 'drain'), unpacked]);
+      }
+      unpack.end();
+    }).catch((e: unknown) => {
+      throw tooLarge ?? e; // not the AbortError the pipeline's teardown reports
+    });
+    await unpacked;
+    const actual = sha.digest('hex');
+    if (actual !== hash)
+      throw new BadPackageError(`package content hash is ${actual}, expected ${hash}`);
     if (refused !== undefined)
       throw new BadPackageError(`package holds an entry rtjob does not unpack: ${refused}`);
     if (existsSync(destDir)) rmSync(tmp, { recursive: true, force: true });
