@@ -72,15 +72,10 @@ test('the package face at the root imports only the runtime and the operator pla
   assert.ok(crossings().some((c) => c.from === 'index.ts' && c.to === 'ops/metrics.ts'));
 });
 
-/**
- * Example imports of the tree that wait for a package export: the agent types for `rtjob/agent`
- * (the package issue adds it), and the hand-written loop, which builds on the roles, the prompt
- * sampler and the shipped model, none of which the package exports.
- */
+/** Example imports of the tree that wait for a package export: the agent types for `rtjob/agent`. */
 const pendingExports: readonly { file: string; target: RegExp }[] = [
   { file: 'examples/reflection.ts', target: /^agents\/types\.ts$/ },
   { file: 'examples/remax.ts', target: /^agents\/types\.ts$/ },
-  { file: 'examples/custom-loop.ts', target: /^(roles|train|model)\// },
 ];
 
 test('examples import the package by its name, never a path into the tree', () => {

@@ -88,6 +88,9 @@ test('npm pack builds dist/ and ships it without tests, fixtures or bench', () =
     'dist/index.d.ts',
     'dist/runtime/index.js',
     'dist/agents/index.d.ts',
+    'dist/roles/index.js',
+    'dist/roles/index.d.ts',
+    'dist/train/index.js',
     'dist/cli/bin.js',
     'dist/runtime/worker/ts-loader.mjs',
     'dist/runtime/client/addon/rtjob_mmap.c',
@@ -154,9 +157,11 @@ test('npm install <tarball> into a fresh project', () => {
   );
 });
 
-test('plain Node ESM imports rtjob, rtjob/agent, rtjob/algorithms and rtjob/rewards', () => {
+test('plain Node ESM imports rtjob, rtjob/agent, rtjob/algorithms, rtjob/rewards, rtjob/roles and rtjob/train', () => {
   const out = run(node, ['plain.mjs']);
   assert.match(out, /imports ok function function function function function 0/);
+  // The roles as actors, the prompt sampler and the shipped model: a custom loop's needs.
+  assert.match(out, /loop faces function function function true 2/);
 });
 
 test('a `tsc --init` project type-checks against the package with zero errors, and runs', () => {
