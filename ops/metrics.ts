@@ -6,7 +6,7 @@
  *
  * `metrics.samples(step, records)` keeps a few example records of a step (for `train_ppo`, the
  * episodes: prompt, turns, reward); they show in the dashboard's Samples view and
- * `rtjob samples JOB`, bounded per job by the head (`sampleLimits` in `runtime/head/jobs/ops-store.ts`).
+ * `rtjob samples JOB`, bounded per job by the head (`sampleLimits` in `ops/jobs/ops-store.ts`).
  * `metrics.report(fields)` tells the job page about the run (total steps, config table, outputs).
  *
  * Outside a job (no `RTJOB_JOB_ID`), `log` only keeps the last values in memory (`latest()`) and

@@ -16,9 +16,7 @@ import {
   PackageTooLargeError,
   defaultMaxPackageBytes,
 } from '../../runtime/packages/working-dir.ts';
-import { isLoopback } from '../../ops/http/auth.ts';
-import type { SampleView } from '../../ops/http/contract.ts';
-import { tsxImport } from '../../ops/jobs/entrypoint.ts';
+import { isLoopback, type SampleView, startClusterHead, tsxImport } from '../../ops/index.ts';
 import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
 import { writeCurves } from '../../train/ppo/curves.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
@@ -36,7 +34,6 @@ import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
 import { builtinEntrypoints } from '../entrypoints.ts';
-import { startClusterHead } from '../../ops/cluster-head.ts';
 
 /**
  * Variables of the caller's environment that describe this machine or shell, not the job; every

@@ -1,7 +1,7 @@
 /**
  * The head's REST contract: every route under `/api/` with its path parameters, query, body and
  * reply, in one table that the server (`routes.ts`), the CLI (`cli/client.ts`) and the dashboard
- * (`runtime/dashboard/src/api.ts`) all compile against. The server implements the table as a
+ * (`ops/dashboard/src/api.ts`) all compile against. The server implements the table as a
  * handler per key (a missing route or a reply of the wrong shape is a compile error), and the
  * clients call it through {@link restClient}, so a renamed field breaks every caller's build.
  * Pure: no Node imports, so the dashboard bundle can include it.

@@ -63,6 +63,13 @@ test('the operator plane builds on the runtime alone, and the runtime knows noth
   assert.equal(bad, [], `imports across the planes:\n${bad.join('\n')}`);
 });
 
+test('the CLI reaches the operator plane through its face, ops/index.ts', () => {
+  const bad = crossings()
+    .filter((c) => c.from.startsWith('cli/') && c.to.startsWith('ops/') && c.to !== 'ops/index.ts')
+    .map((c) => `${c.from} -> ${c.to}`);
+  assert.equal(bad, [], bad.join('\n'));
+});
+
 test('the package face at the root imports only the runtime and the operator plane', () => {
   const bad = crossings()
     .filter((c) => packageFaces.includes(c.from))

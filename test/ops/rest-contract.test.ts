@@ -1,4 +1,4 @@
-// The REST contract (runtime/head/http/contract.ts) against a real head's HTTP server: every
+// The REST contract (ops/http/contract.ts) against a real head's HTTP server: every
 // route the clients use answers through the typed client, errors arrive with their code, and
 // the server serves exactly the contract's routes.
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';

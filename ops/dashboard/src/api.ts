@@ -1,5 +1,5 @@
 /**
- * The dashboard's calls to the head: the typed REST contract (`runtime/head/http/contract.ts`,
+ * The dashboard's calls to the head: the typed REST contract (`ops/http/contract.ts`,
  * the same one the server implements and the CLI calls) over `fetch` with the login cookie, and
  * one EventSource for live updates.
  *
