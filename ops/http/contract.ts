@@ -27,6 +27,7 @@ import type {
   MetricRow,
   MetricsTable,
   StoredSample,
+  SummaryCard,
 } from '../jobs/ops-store.ts';
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import type { ActorLogPage } from '../logs/worker-logs.ts';
@@ -48,6 +49,7 @@ export type {
   JobReport,
   JobSample,
   StoredSample,
+  SummaryCard,
   ActorLogPage,
   ActorPage,
   ActorSortKey,

@@ -117,7 +117,24 @@ export interface JobReport {
   roles?: Record<string, { fate: string; fatal?: boolean }>;
   /** The job's latest checkpoint (see {@link JobCheckpoint}). */
   checkpoint?: JobCheckpoint;
+  /** The job page's summary cards after its progress, in order (see {@link SummaryCard}). */
+  summary?: SummaryCard[];
   [field: string]: unknown;
+}
+
+/**
+ * A summary card of a job page, named by the job: the dashboard knows no metric by name. With
+ * `metric`, the metric's first → last value (`percent`: a fraction shown as %); with `counts`, the
+ * last value of each counter with its noun (`3 episodes failed · 1 group dropped`), shown once
+ * the first counter is logged and marked when it is not 0.
+ */
+export interface SummaryCard {
+  /** The card's element id is `sum-<id>`. */
+  id: string;
+  title: string;
+  metric?: string;
+  format?: 'percent' | 'number';
+  counts?: { metric: string; one: string; many: string }[];
 }
 
 /** A job's latest checkpoint: its step, and the flags that make a new run resume from it. */
@@ -143,6 +160,8 @@ export interface ChartLayout {
   neverFolded?: string[];
   /** Metrics logged for export but never charted (a counter that is the step again). */
   hidden?: string[];
+  /** The metric that counts generated tokens so far: the page offers it as an x axis. */
+  tokens?: string;
 }
 
 /** One effective setting of a job. */

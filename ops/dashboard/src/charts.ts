@@ -27,6 +27,8 @@ interface Layout {
   hidden: Set<string>;
   /** Metric → the multi-line chart it is drawn in. */
   inMulti: Map<string, string>;
+  /** The metric of generated tokens so far (the tokens x axis), if the job names one. */
+  tokens: string | undefined;
 }
 
 /**
@@ -52,6 +54,7 @@ function resolveLayout(l: ChartLayout | undefined): Layout {
     inMulti: new Map(
       Object.entries(multi).flatMap(([name, g]) => g.members.map((m) => [m, name] as const)),
     ),
+    tokens: l?.tokens,
   };
 }
 
@@ -60,9 +63,6 @@ const groupColors = ['#3b82f6', '#a855f7', '#f97316', '#10b981', '#ef4444', '#ea
 
 /** The x axis: training step, seconds since the job's first row, or generated tokens so far. */
 export type XAxis = 'step' | 'wall' | 'tokens';
-
-/** The metric that carries generated tokens so far (train_ppo logs it every step). */
-export const tokensMetric = 'tokens_total';
 
 const xLabels: Record<XAxis, { axis: string; legend: string }> = {
   step: { axis: 'step', legend: 'step' },
@@ -109,16 +109,16 @@ class Series {
     }
   }
 
-  /** `tokensMetric` by step, ascending; rebuilt after rows arrive. */
+  /** The tokens metric by step, ascending; rebuilt after rows arrive. */
   #tokens: [number, number][] | undefined;
 
   /**
-   * Generated tokens at `step`: the latest `tokensMetric` at or before it (a row logged between
-   * steps, like an evaluation, sits where the tokens were), 0 before the first; null when the
-   * job never logged the metric.
+   * Generated tokens at `step`: the latest value of `metric` (the layout's `tokens`) at or before
+   * it (a row logged between steps, like an evaluation, sits where the tokens were), 0 before
+   * the first; null when the job never logged it.
    */
-  tokensAt(step: number): number | null {
-    this.#tokens ??= this.values(tokensMetric);
+  tokensAt(step: number, metric: string): number | null {
+    this.#tokens ??= this.values(metric);
     const t = this.#tokens;
     if (t.length === 0) return null;
     let lo = 0;
@@ -307,14 +307,20 @@ export class MetricCharts {
 
   /** Whether job `index` logged generated tokens (so the tokens axis can show it). */
   hasTokens(index: number): boolean {
-    return (this.#series[index]?.data.byMetric.get(tokensMetric)?.size ?? 0) > 0;
+    const metric = this.#layoutOf.tokens;
+    return metric !== undefined && (this.#series[index]?.data.byMetric.get(metric)?.size ?? 0) > 0;
+  }
+
+  /** The metric the tokens axis reads (the job's `charts.tokens`), if any. */
+  get tokensMetric(): string | undefined {
+    return this.#layoutOf.tokens;
   }
 
   /** x of a step of job `i`: the step, seconds since the job's first row, or tokens so far. */
   #xOf(i: number, step: number): number | null {
     if (this.#x === 'step') return step;
     const d = this.#series[i]!.data;
-    if (this.#x === 'tokens') return d.tokensAt(step);
+    if (this.#x === 'tokens') return d.tokensAt(step, this.#layoutOf.tokens ?? '');
     const t = d.timeOf.get(step);
     const t0 = Math.min(...d.timeOf.values());
     return t === undefined ? null : (t - t0) / 1000;

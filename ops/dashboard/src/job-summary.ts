@@ -1,7 +1,7 @@
 /**
- * The top of a job page, read at a glance: progress (step k/N, ETA), held-out accuracy and
- * reward first → last, failures, where the run writes; and the Config tab's table of every
- * effective setting with the defaults marked.
+ * The top of a job page, read at a glance: progress (step k/N, ETA), the cards the job's report
+ * declares (a metric's first → last value, counters of what went wrong), where the run writes; and
+ * the Config tab's table of every effective setting with the defaults marked.
  *
  * @module
  */
@@ -38,28 +38,21 @@ export function jobSummary(j: JobInfo, ends: MetricEnds): HTMLElement {
       h('p', { class: 'muted' }, when),
     );
   }
-  const acc = ends('eval_accuracy');
-  if (acc)
-    card(
-      'sum-eval',
-      'Held-out accuracy',
-      h('p', { class: 'big' }, `${pct(acc.first)} → ${pct(acc.last)}`),
-    );
-  const reward = ends('reward_mean');
-  if (reward)
-    card(
-      'sum-reward',
-      'Reward (mean)',
-      h('p', { class: 'big' }, `${num(reward.first)} → ${num(reward.last)}`),
-    );
-  const failed = ends('episodes_failed')?.last;
-  const dropped = ends('groups_dropped')?.last;
-  const restarts = ends('rollout_restarts')?.last;
-  if (failed !== undefined) {
-    const parts = [`${failed} episode${failed === 1 ? '' : 's'} failed`];
-    if (dropped) parts.push(`${dropped} group${dropped === 1 ? '' : 's'} dropped`);
-    if (restarts) parts.push(`${restarts} rollout restart${restarts === 1 ? '' : 's'}`);
-    card('sum-failures', 'Failures', h('p', { class: failed ? 'error' : '' }, parts.join(' · ')));
+  for (const c of j.report?.summary ?? []) {
+    const id = `sum-${c.id}`;
+    const ends1 = c.metric === undefined ? undefined : ends(c.metric);
+    if (ends1) {
+      const f = c.format === 'percent' ? pct : num;
+      card(id, c.title, h('p', { class: 'big' }, `${f(ends1.first)} → ${f(ends1.last)}`));
+    }
+    const counts = (c.counts ?? []).map((k) => ({ ...k, n: ends(k.metric)?.last }));
+    const first = counts[0]?.n;
+    if (first !== undefined) {
+      const parts = counts
+        .filter((k, i) => k.n !== undefined && (i === 0 || k.n !== 0))
+        .map((k) => `${k.n} ${k.n === 1 ? k.one : k.many}`);
+      card(id, c.title, h('p', { class: first ? 'error' : '' }, parts.join(' · ')));
+    }
   }
   const outputs = Object.entries(j.report?.outputs ?? {});
   if (outputs.length) {

@@ -5,7 +5,7 @@
  * @module
  */
 import { type ActorView, api, type JobInfo, logTailPath, type MetricsEvent } from './api.ts';
-import { MetricCharts, tokensMetric, type XAxis } from './charts.ts';
+import { MetricCharts, type XAxis } from './charts.ts';
 import { configTable, diffTable, jobSummary } from './job-summary.ts';
 import { samplesView } from './samples-view.ts';
 import { actorName } from './actors-view.ts';
@@ -44,7 +44,7 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
     h('option', { value: 'wall' }, 'x: wall time'),
     h(
       'option',
-      { value: 'tokens', title: `generated tokens so far (the ${tokensMetric} metric)` },
+      { value: 'tokens', title: 'generated tokens so far (the metric the job names for it)' },
       'x: tokens',
     ),
   );
@@ -312,7 +312,11 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
   // A job that logs no generated tokens has nothing to put on a tokens axis.
   const tokensOption = xSel.querySelector('option[value="tokens"]') as HTMLOptionElement;
   tokensOption.disabled = !charts.hasTokens(0);
-  if (tokensOption.disabled) tokensOption.title = `this job logs no ${tokensMetric} metric`;
+  tokensOption.title = charts.tokensMetric
+    ? `generated tokens so far (the ${charts.tokensMetric} metric)`
+    : 'this job names no metric of generated tokens';
+  if (tokensOption.disabled && charts.tokensMetric)
+    tokensOption.title = `this job logs no ${charts.tokensMetric} metric`;
   renderSummary();
   const { jobs } = await api.call('GET /api/jobs');
   compareSel.append(
