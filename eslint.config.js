@@ -9,9 +9,9 @@ export default tseslint.config(
   {
     ignores: [
       'node_modules/**',
-      'runtime/dashboard/dist/**',
+      'ops/dashboard/dist/**',
       'dist/**',
-      'runtime/dashboard/static/**',
+      'ops/dashboard/static/**',
       'bench/results/**',
       'ckpt/**',
       'tmp/**',

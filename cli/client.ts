@@ -1,6 +1,6 @@
 /**
  * The CLI's HTTP client for the head's `/api/` (the typed REST contract of
- * `runtime/head/http/contract.ts`), with the token on every request and the API's errors turned
+ * `ops/http/contract.ts`), with the token on every request and the API's errors turned
  * into {@link CliError}s that carry an exit code.
  *
  * @module
@@ -17,7 +17,8 @@ import {
   restClient,
   type RestClient,
   type RouteKey,
-} from '../runtime/head/http/contract.ts';
+  sessionServer,
+} from '../ops/index.ts';
 import { readClusterFile, rtjobHome } from '../runtime/cluster-file.ts';
 import { readEnv } from '../runtime/env.ts';
 
@@ -143,9 +144,7 @@ export interface ReadTarget {
 export async function openReadTarget(
   opts: { address?: string; session?: string } & TokenOptions,
 ): Promise<ReadTarget> {
-  const { isSessionDir, listSessions, serveSession } = await import(
-    '../runtime/head/http/session-server.ts'
-  );
+  const { isSessionDir, listSessions, serveSession } = await sessionServer();
   let dir = opts.session;
   let older: string[] = [];
   if (!dir) {
@@ -171,7 +170,7 @@ export async function openReadTarget(
 }
 
 /**
- * The typed client of the head's REST API (`runtime/head/http/contract.ts`) at `ep`: the token on
+ * The typed client of the head's REST API (`ops/http/contract.ts`) at `ep`: the token on
  * every request, and failures as {@link CliError}s — 3 when the head cannot be reached, 2 for a
  * bad request (400, 413), 1 for any other refusal — carrying the API's error code.
  *

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { readDaemonOptions } from './daemon-options.ts';
 import { readEnv } from '../runtime/env.ts';
 
-import { type ClusterHeadOptions, startClusterHead } from '../runtime/local-cluster.ts';
+import { type ClusterHeadOptions, startClusterHead } from '../ops/index.ts';
 import { builtinEntrypoints } from './entrypoints.ts';
 
 /** How long drivers and workers wait for a restarted head. */

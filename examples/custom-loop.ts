@@ -7,19 +7,17 @@
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import type { Rollout } from '../roles/rollout.ts';
-import type { TrainSample, Trainer } from '../roles/trainer.ts';
+import { init, kill, shutdown } from 'rtjob';
 import { computeReturns, makeExperience } from 'rtjob/algorithms';
-import { PromptSampler } from '../train/ppo/data.ts';
-import { builtinDataset } from '../train/data/arith.ts';
-import { defineActor, init, kill, shutdown } from 'rtjob';
+import { RolloutActor, tinyMathModelDir, type TrainSample, TrainerActor } from 'rtjob/roles';
+import { builtinDataset, PromptSampler } from 'rtjob/train';
 
 const { values: args } = parseArgs({
   options: {
     steps: { type: 'string', default: '10' },
     pretrain: {
       type: 'string',
-      default: fileURLToPath(new URL('../model/pretrained/rtjob-tiny-math', import.meta.url)),
+      default: tinyMathModelDir,
     },
     prompts: { type: 'string', default: '16' },
     samples: { type: 'string', default: '4' },
@@ -32,14 +30,6 @@ const nSamples = Number(args.samples);
 const maxNewTokens = Number(args['max-new-tokens']);
 
 await init();
-const RolloutActor = defineActor<typeof Rollout>(
-  new URL('../roles/rollout.ts', import.meta.url),
-  'Rollout',
-);
-const TrainerActor = defineActor<typeof Trainer>(
-  new URL('../roles/trainer.ts', import.meta.url),
-  'Trainer',
-);
 
 const rollout = RolloutActor.options({ maxConcurrency: 1000 }).remote({
   pretrain: args.pretrain,

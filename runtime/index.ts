@@ -1,5 +1,6 @@
 /**
- * rtjob: a Ray-style actor runtime. The public API; see `runtime/README.md`.
+ * The actor runtime's public API (see `runtime/README.md`); the package's `rtjob` face
+ * (`index.ts` at the root) re-exports it with the operator plane's metrics logger.
  *
  * @module
  */
@@ -45,8 +46,6 @@ export type {
   CollectiveStats,
   Tensors,
 } from './collective/group.ts';
-export { createMetricsLogger, metrics } from './metrics.ts';
-export type { MetricsLogger, MetricsLoggerOptions, MetricValues, SampleRecord } from './metrics.ts';
 export * from './errors.ts';
 export { kActorId } from './handles.ts';
 export type {

@@ -32,9 +32,9 @@ run([
   'tsx',
   '--input-type=module',
   '-e',
-  "await (await import('./runtime/dashboard/build.ts')).buildDashboard({ force: true })",
+  "await (await import('./ops/dashboard/build.ts')).buildDashboard({ force: true })",
 ]);
-cpSync(join(root, 'runtime', 'dashboard', 'dist'), join(dist, 'runtime', 'dashboard', 'dist'), {
+cpSync(join(root, 'ops', 'dashboard', 'dist'), join(dist, 'ops', 'dashboard', 'dist'), {
   recursive: true,
 });
 console.log('built dist/');

@@ -19,7 +19,7 @@ import { join } from 'node:path';
 import { type Browser, chromium } from 'playwright-core';
 
 import { readClusterFile } from '../runtime/cluster-file.ts';
-import { serveSession } from '../runtime/head/http/session-server.ts';
+import { serveSession } from '../ops/http/session-server.ts';
 
 const args = process.argv.slice(2);
 const cluster = args[0] === '--cluster';

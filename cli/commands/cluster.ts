@@ -22,13 +22,16 @@ import { pidAlive } from '../../runtime/pid.ts';
 import { bytes, parseBytes } from '../../runtime/format.ts';
 import { parsePort, table } from '../format.ts';
 import { onLauncherExit } from '../launcher-exit.ts';
-import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
 import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
-import { tailLines } from '../../runtime/head/logs/log-file.ts';
-import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
-import { stopOrphanDrivers } from '../../runtime/head/jobs/supervisor.ts';
-import { isLoopback } from '../../runtime/head/http/auth.ts';
-import type { ProcessView } from '../../runtime/head/http/contract.ts';
+import {
+  isLoopback,
+  OpsStore,
+  type ProcessView,
+  sessionServer,
+  stopOrphanDrivers,
+  tailLines,
+  tsxImport,
+} from '../../ops/index.ts';
 import { writeDaemonOptions } from '../daemon-options.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 
@@ -551,9 +554,7 @@ export async function dashboardCommand(
     console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
     return;
   }
-  const { isSessionDir, listSessions, serveSession } = await import(
-    '../../runtime/head/http/session-server.ts'
-  );
+  const { isSessionDir, listSessions, serveSession } = await sessionServer();
   const [dir, ...older] = o.session ? [o.session] : listSessions(rtjobHome());
   if (!dir)
     throw new CliError(

@@ -15,10 +15,8 @@ import {
   packDir,
   PackageTooLargeError,
   defaultMaxPackageBytes,
-} from '../../runtime/head/jobs/working-dir.ts';
-import { isLoopback } from '../../runtime/head/http/auth.ts';
-import type { SampleView } from '../../runtime/head/http/contract.ts';
-import { tsxImport } from '../../runtime/head/jobs/entrypoint.ts';
+} from '../../runtime/packages/working-dir.ts';
+import { isLoopback, type SampleView, startClusterHead, tsxImport } from '../../ops/index.ts';
 import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
 import { writeCurves } from '../../train/ppo/curves.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
@@ -36,7 +34,6 @@ import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { duration } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
 import { builtinEntrypoints } from '../entrypoints.ts';
-import { startClusterHead } from '../../runtime/local-cluster.ts';
 
 /**
  * Variables of the caller's environment that describe this machine or shell, not the job; every

@@ -11,7 +11,7 @@ import { logger } from '../log.ts';
 import type { NodeInfo, NodeStats, RegisterNode } from '../protocol.ts';
 import type { Connection } from '../transport.ts';
 import type { ActorTable } from './actors.ts';
-import { archivePath, isPackageHash, packDir, packagesDir } from './jobs/working-dir.ts';
+import { archivePath, isPackageHash, packDir, packagesDir } from '../packages/working-dir.ts';
 import type { PlacementGroups } from './placement-groups.ts';
 import type { Recovery } from './recovery.ts';
 import { ResourcePool } from './resources.ts';

@@ -1,7 +1,7 @@
 /**
  * The head's durable state in SQLite (better-sqlite3, WAL): nodes, actors, placement groups and a
  * key-value table. This is the only module that writes SQL; other head modules call its methods.
- * Other parts may add their own tables through `db` (see `runtime/head/README.md`).
+ * Other parts may add their own tables through `db` (see `ops/README.md`).
  *
  * @module
  */

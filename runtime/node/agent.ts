@@ -11,7 +11,7 @@ import { EventEmitter } from 'node:events';
 import { type WriteStream, createWriteStream, mkdirSync, mkdtempSync } from 'node:fs';
 import { cpus, hostname, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { isPackageHash, packagesDir } from '../head/jobs/working-dir.ts';
+import { isPackageHash, packagesDir } from '../packages/working-dir.ts';
 import { isRtjobError } from '../errors.ts';
 import { removeObjectFilesOf } from '../client/object-store.ts';
 import { logger } from '../log.ts';

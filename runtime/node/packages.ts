@@ -6,8 +6,8 @@
  * @module
  */
 import { existsSync } from 'node:fs';
-import { defaultMaxPackageBytes, packagesDir, unpackArchive } from '../head/jobs/working-dir.ts';
-import { needsDependencies, provideDependencies } from '../head/jobs/package-deps.ts';
+import { defaultMaxPackageBytes, packagesDir, unpackArchive } from '../packages/working-dir.ts';
+import { needsDependencies, provideDependencies } from '../packages/package-deps.ts';
 import { logger } from '../log.ts';
 
 const log = logger('node');
@@ -47,7 +47,7 @@ export class NodePackages {
 
   private async unpack(hash: string, dir: string): Promise<void> {
     const archive = await this.fetch(hash);
-    unpackArchive(
+    await unpackArchive(
       Buffer.from(archive.buffer, archive.byteOffset, archive.byteLength),
       hash,
       dir,

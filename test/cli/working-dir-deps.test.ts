@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { provideDependencies } from '../../runtime/head/jobs/package-deps.ts';
+import { provideDependencies } from '../../runtime/packages/package-deps.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import { Sandbox } from './helpers.ts';
 

@@ -27,7 +27,7 @@ test('no process.env read of an RTJOB_/ASYNC_ variable outside runtime/env.ts', 
 });
 
 test('every RTJOB_/ASYNC_ variable named in code or docs is in the table', () => {
-  const docs = ['README.md', 'runtime/README.md', 'runtime/head/README.md', 'algorithms/README.md']
+  const docs = ['README.md', 'runtime/README.md', 'ops/README.md', 'algorithms/README.md']
     .concat(['train/ppo/README.md', 'bench/README.md', 'cli/README.md'])
     .flatMap((p) => {
       try {

@@ -1,6 +1,8 @@
 // The folders are the parts, in one order: a folder imports only the folders before it (and
 // itself). Relative imports, dynamic imports and `new URL(…, import.meta.url)` module paths all
-// count. Examples import the package by its name, never a path into the tree.
+// count. Examples import the package by its name, never a path into the tree. Two planes: the
+// actor core (`runtime/`) imports nothing of the operator plane (`ops/`), which builds on the core
+// alone; the package face at the root (`index.ts`) joins the two.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, posix } from 'node:path';
@@ -10,6 +12,7 @@ import * as assert from 'uvu/assert';
 import {
   parts as layers,
   outsideParts,
+  packageFaces,
   sourceFiles,
   topFolders,
   unlistedFolders,
@@ -39,7 +42,7 @@ test('no part imports a part after it', () => {
   for (const c of crossings()) {
     const a = c.from.split('/')[0]!;
     const b = c.to.split('/')[0]!;
-    if (tools.has(a) || a === 'examples') continue;
+    if (tools.has(a) || a === 'examples' || packageFaces.includes(a)) continue;
     const ia = layers.indexOf(a);
     const ib = layers.indexOf(b);
     if (b === 'package.json' && a === 'cli') continue; // the version the CLI prints
@@ -48,15 +51,38 @@ test('no part imports a part after it', () => {
   assert.equal(bad, [], `imports against the layering:\n${bad.join('\n')}`);
 });
 
-/**
- * Example imports of the tree that wait for a package export: the agent types for `rtjob/agent`
- * (the package issue adds it), and the hand-written loop, which builds on the roles, the prompt
- * sampler and the shipped model, none of which the package exports.
- */
+test('the operator plane builds on the runtime alone, and the runtime knows nothing of it', () => {
+  const bad = crossings()
+    .filter((c) => {
+      const a = c.from.split('/')[0]!;
+      const b = c.to.split('/')[0]!;
+      if (a === 'ops') return b !== 'runtime';
+      return a === 'runtime' && b === 'ops';
+    })
+    .map((c) => `${c.from} -> ${c.to}`);
+  assert.equal(bad, [], `imports across the planes:\n${bad.join('\n')}`);
+});
+
+test('the CLI reaches the operator plane through its face, ops/index.ts', () => {
+  const bad = crossings()
+    .filter((c) => c.from.startsWith('cli/') && c.to.startsWith('ops/') && c.to !== 'ops/index.ts')
+    .map((c) => `${c.from} -> ${c.to}`);
+  assert.equal(bad, [], bad.join('\n'));
+});
+
+test('the package face at the root imports only the runtime and the operator plane', () => {
+  const bad = crossings()
+    .filter((c) => packageFaces.includes(c.from))
+    .filter((c) => !['runtime', 'ops'].includes(c.to.split('/')[0]!))
+    .map((c) => `${c.from} -> ${c.to}`);
+  assert.equal(bad, [], bad.join('\n'));
+  assert.ok(crossings().some((c) => c.from === 'index.ts' && c.to === 'ops/metrics.ts'));
+});
+
+/** Example imports of the tree that wait for a package export: the agent types for `rtjob/agent`. */
 const pendingExports: readonly { file: string; target: RegExp }[] = [
   { file: 'examples/reflection.ts', target: /^agents\/types\.ts$/ },
   { file: 'examples/remax.ts', target: /^agents\/types\.ts$/ },
-  { file: 'examples/custom-loop.ts', target: /^(roles|train|model)\// },
 ];
 
 test('examples import the package by its name, never a path into the tree', () => {

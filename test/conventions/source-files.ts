@@ -47,9 +47,13 @@ export const parts: readonly string[] = [
   'gateway',
   'agents',
   'roles',
+  'ops',
   'train',
   'cli',
 ];
+
+/** Files at the root: the package's `rtjob` face, over the runtime and the operator plane. */
+export const packageFaces: readonly string[] = ['index.ts'];
 
 /** Folders outside the product: examples a user copies, and tools that may import any part. */
 export const outsideParts: readonly string[] = ['examples', 'bench', 'scripts', 'test'];
@@ -81,7 +85,7 @@ export interface SourceFile {
  * `withFixtures` is false (fixtures model user code, which follows its own conventions).
  */
 export function sourceFiles(opts: { withFixtures?: boolean } = {}): SourceFile[] {
-  const files = topFolders().flatMap((d) => walk(root, join(root, d), []));
+  const files = [...packageFaces, ...topFolders().flatMap((d) => walk(root, join(root, d), []))];
   return files
     .filter((f) => opts.withFixtures !== false || !/(^|\/)fixtures\//.test(f))
     .map((path) => ({ path, text: readFileSync(join(root, path), 'utf8') }));

@@ -7,8 +7,8 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import type { Head } from '../../runtime/head/head.ts';
-import { headClusterView } from '../../runtime/head/http/head-view.ts';
-import { type Ops, startOps } from '../../runtime/head/http/ops.ts';
+import { headClusterView } from '../../ops/http/head-view.ts';
+import { type Ops, startOps } from '../../ops/http/ops.ts';
 import type { ActorInfo, ActorState } from '../../runtime/protocol.ts';
 
 const token = 'table-token-0123456789';

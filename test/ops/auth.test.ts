@@ -9,7 +9,7 @@ import * as assert from 'uvu/assert';
 import WebSocket from 'ws';
 
 import { startHead } from '../../runtime/head/head.ts';
-import { type Ops, startOps } from '../../runtime/head/http/ops.ts';
+import { type Ops, startOps } from '../../ops/http/ops.ts';
 import { connect } from '../../runtime/transport.ts';
 
 const token = 'the-right-token-0123456789abcdef';

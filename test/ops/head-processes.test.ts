@@ -8,8 +8,8 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { fetchTransport, restClient } from '../../runtime/head/http/contract.ts';
-import { type ClusterHead, startClusterHead } from '../../runtime/local-cluster.ts';
+import { fetchTransport, restClient } from '../../ops/http/contract.ts';
+import { type ClusterHead, startClusterHead } from '../../ops/cluster-head.ts';
 import { until } from '../cli/helpers.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'rtjob-head-procs-'));

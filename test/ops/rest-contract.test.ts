@@ -1,4 +1,4 @@
-// The REST contract (runtime/head/http/contract.ts) against a real head's HTTP server: every
+// The REST contract (ops/http/contract.ts) against a real head's HTTP server: every
 // route the clients use answers through the typed client, errors arrive with their code, and
 // the server serves exactly the contract's routes.
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -15,9 +15,9 @@ import {
   type RestClient,
   type RouteKey,
   routePath,
-} from '../../runtime/head/http/contract.ts';
-import { type Ops, startOps } from '../../runtime/head/http/ops.ts';
-import { packDir } from '../../runtime/head/jobs/working-dir.ts';
+} from '../../ops/http/contract.ts';
+import { type Ops, startOps } from '../../ops/http/ops.ts';
+import { packDir } from '../../runtime/packages/working-dir.ts';
 
 const token = 'contract-token-0123456789abcdef';
 const dir = mkdtempSync(join(tmpdir(), 'rtjob-contract-'));

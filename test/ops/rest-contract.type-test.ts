@@ -1,7 +1,7 @@
 // Compile-time checks of the REST contract: `tsc --noEmit` fails when an expected error below
 // stops being one, so a caller that disagrees with the contract cannot build. Never run, only
 // type-checked.
-import type { RestClient } from '../../runtime/head/http/contract.ts';
+import type { RestClient } from '../../ops/http/contract.ts';
 
 export async function callers(api: RestClient): Promise<void> {
   const job = await api.call('GET /api/jobs/:jobId', { params: { jobId: 'j' } });

@@ -7,9 +7,9 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { type Ops, startOps } from '../../runtime/head/http/ops.ts';
-import { type RouteKey, splitRoute } from '../../runtime/head/http/contract.ts';
-import { bodySchemas } from '../../runtime/head/http/rest-schemas.ts';
+import { type Ops, startOps } from '../../ops/http/ops.ts';
+import { type RouteKey, splitRoute } from '../../ops/http/contract.ts';
+import { bodySchemas } from '../../ops/http/rest-schemas.ts';
 import type { Schema } from '../../runtime/schema.ts';
 import { mutate, sample, seeded } from '../runtime/schema-fuzz.ts';
 

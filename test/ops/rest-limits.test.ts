@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { type Ops, startOps } from '../../runtime/head/http/ops.ts';
+import { type Ops, startOps } from '../../ops/http/ops.ts';
 
 const token = 'rest-limits-token-0123456789abcdef';
 const dir = mkdtempSync(join(tmpdir(), 'rtjob-rest-'));

@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { sampleLimits } from '../../runtime/head/jobs/ops-store.ts';
-import { type Ops, startOps } from '../../runtime/head/http/ops.ts';
-import { createMetricsLogger } from '../../runtime/metrics.ts';
+import { sampleLimits } from '../../ops/jobs/ops-store.ts';
+import { type Ops, startOps } from '../../ops/http/ops.ts';
+import { createMetricsLogger } from '../../ops/metrics.ts';
 
 const token = 'samples-test-token-0123456789abcdef';
 const dir = mkdtempSync(join(tmpdir(), 'rtjob-samples-'));
@@ -164,7 +164,7 @@ test('?maxPoints downsamples a long run on the server: first and last steps kept
   );
   const t = await (await fetch(`${ops.http.url}/api/jobs/j1/metrics`, { headers: auth })).json();
   assert.ok(t.rows.length > 0);
-  const { OpsStore } = await import('../../runtime/head/jobs/ops-store.ts');
+  const { OpsStore } = await import('../../ops/jobs/ops-store.ts');
   const d = OpsStore.downsample(ops.store.metricsTable('j4'), 12);
   assert.is(d.rows.length, 12);
   assert.equal(d.rows[0], [0, 0, 0, 0]);

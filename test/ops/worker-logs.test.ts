@@ -13,14 +13,14 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { OpsStore } from '../../runtime/head/jobs/ops-store.ts';
+import { OpsStore } from '../../ops/jobs/ops-store.ts';
 import {
   indexWorkerLogs,
   readActorLogs,
   shippedLogDir,
   workerLogPaths,
   writeShippedLog,
-} from '../../runtime/head/logs/worker-logs.ts';
+} from '../../ops/logs/worker-logs.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'rtjob-wlogs-'));
 const store = new OpsStore(join(dir, 'ops.db'));

@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import {
   chmodSync,
+  existsSync,
   mkdirSync,
   mkdtempSync,
   readFileSync,
@@ -21,7 +22,7 @@ import {
   PackageTooLargeError,
   packDir,
   unpackArchive,
-} from '../../runtime/head/jobs/working-dir.ts';
+} from '../../runtime/packages/working-dir.ts';
 
 const base = mkdtempSync(join(tmpdir(), 'rtjob-wd-'));
 let n = 0;
@@ -76,19 +77,19 @@ test('packs a reproducible tar.gz with .rtjobignore (gitignore syntax) applied',
   assert.is.not(packDir(d).hash, p.hash, 'content does');
 });
 
-test('unpacks with the same permission bits, and a re-pack hashes the same', () => {
+test('unpacks with the same permission bits, and a re-pack hashes the same', async () => {
   const p = packDir(tree());
   const out = fresh();
-  unpackArchive(p.archive, p.hash, out);
+  await unpackArchive(p.archive, p.hash, out);
   assert.is(readFileSync(join(out, 'main.ts'), 'utf8'), 'console.log(1)\n');
   assert.is(statSync(join(out, 'bin/run.sh')).mode & 0o777, 0o755);
   assert.is(statSync(join(out, 'keys/secret.key')).mode & 0o777, 0o600);
   assert.is(packDir(out).hash, p.hash);
-  unpackArchive(p.archive, p.hash, out); // a second unpack of the same hash leaves the first
+  await unpackArchive(p.archive, p.hash, out); // a second unpack of the same hash leaves the first
   assert.is(packDir(out).hash, p.hash);
 });
 
-test('the size limit holds when packing and when unpacking', () => {
+test('the size limit holds when packing and when unpacking', async () => {
   const d = fresh();
   mkdirSync(d);
   writeFileSync(join(d, 'a'), Buffer.alloc(4096));
@@ -98,15 +99,33 @@ test('the size limit holds when packing and when unpacking', () => {
     (e: Error) => e instanceof PackageTooLargeError && e.code === 'PACKAGE_TOO_LARGE',
   );
   const p = packDir(d);
-  assert.throws(
-    () => unpackArchive(p.archive, p.hash, fresh(), 6000),
-    (e: Error) => e instanceof PackageTooLargeError,
-  );
+  const dest = fresh();
+  const err = await unpackArchive(p.archive, p.hash, dest, 6000).catch((e: unknown) => e);
+  assert.ok(err instanceof PackageTooLargeError, String(err));
+  assert.not.ok(existsSync(dest), 'nothing is left behind');
 });
 
-test('a wrong hash, a symlink or a path out of the root is refused', () => {
+test('a gzip bomb stops at the limit, as it inflates (the head’s memory: input-limits.test.ts)', async () => {
+  const bomb = gzipSync(Buffer.alloc(64 * 1024 * 1024), { level: 9 });
+  const dest = fresh();
+  const err = await unpackArchive(bomb, '0'.repeat(64), dest, 4 * 1024 * 1024).catch(
+    (e: unknown) => e,
+  );
+  assert.ok(err instanceof PackageTooLargeError, String(err));
+  assert.ok((err as PackageTooLargeError).bytes <= 4 * 1024 * 1024 + 64 * 1024, 'stopped at once');
+  assert.not.ok(existsSync(dest), 'nothing is left behind');
+});
+
+test('a wrong hash, a symlink or a path out of the root is refused', async () => {
   const p = packDir(tree());
-  assert.throws(() => unpackArchive(p.archive, '0'.repeat(64), fresh()), /content hash/);
+  const refused = async (...a: Parameters<typeof unpackArchive>) =>
+    String(
+      await unpackArchive(...a).then(
+        () => 'unpacked',
+        (e: unknown) => e,
+      ),
+    );
+  assert.match(await refused(p.archive, '0'.repeat(64), fresh()), /content hash/);
   const evil = fresh();
   mkdirSync(evil);
   symlinkSync('/etc', join(evil, 'etc-link'));
@@ -117,7 +136,7 @@ test('a wrong hash, a symlink or a path out of the root is refused', () => {
   const raw = Buffer.concat(chunks);
   const hash = createHash('sha256').update(raw).digest('hex');
   const dest = fresh();
-  assert.throws(() => unpackArchive(gzipSync(raw), hash, dest), /SymbolicLink etc-link/);
+  assert.match(await refused(gzipSync(raw), hash, dest), /SymbolicLink etc-link/);
   assert.not.ok(spawnSync('test', ['-e', dest]).status === 0, 'nothing is left behind');
 });
 

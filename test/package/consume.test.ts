@@ -84,13 +84,17 @@ test('npm pack builds dist/ and ships it without tests, fixtures or bench', () =
   tarball = join(work, info!.filename);
   const paths = info!.files.map((f) => f.path);
   for (const p of [
+    'dist/index.js',
+    'dist/index.d.ts',
     'dist/runtime/index.js',
-    'dist/runtime/index.d.ts',
     'dist/agents/index.d.ts',
+    'dist/roles/index.js',
+    'dist/roles/index.d.ts',
+    'dist/train/index.js',
     'dist/cli/bin.js',
     'dist/runtime/worker/ts-loader.mjs',
     'dist/runtime/client/addon/rtjob_mmap.c',
-    'dist/runtime/dashboard/dist/app.js',
+    'dist/ops/dashboard/dist/app.js',
     'dist/model/pretrained/rtjob-tiny-math/model.safetensors',
     'dist/model/pretrained/rtjob-tiny-tool/model.safetensors',
   ])
@@ -153,9 +157,11 @@ test('npm install <tarball> into a fresh project', () => {
   );
 });
 
-test('plain Node ESM imports rtjob, rtjob/agent, rtjob/algorithms and rtjob/rewards', () => {
+test('plain Node ESM imports rtjob, rtjob/agent, rtjob/algorithms, rtjob/rewards, rtjob/roles and rtjob/train', () => {
   const out = run(node, ['plain.mjs']);
   assert.match(out, /imports ok function function function function function 0/);
+  // The roles as actors, the prompt sampler and the shipped model: a custom loop's needs.
+  assert.match(out, /loop faces function function function true 2/);
 });
 
 test('a `tsc --init` project type-checks against the package with zero errors, and runs', () => {

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import type { JobReport } from '../../runtime/metrics.ts';
+import type { JobReport } from '../../ops/metrics.ts';
 
 /** train_ppo's chart layout (`report.charts`). */
 export const trainPpoCharts: NonNullable<JobReport['charts']> = {
@@ -52,7 +52,24 @@ export const trainPpoCharts: NonNullable<JobReport['charts']> = {
   // The weights' version is the step again (sync), or the step less the staleness (async), which
   // has charts of its own.
   hidden: ['version'],
+  // Generated tokens so far: the page's tokens x axis.
+  tokens: 'tokens_total',
 };
+
+/** train_ppo's summary cards (`report.summary`): held-out accuracy, reward, failures. */
+export const trainPpoSummary: NonNullable<JobReport['summary']> = [
+  { id: 'eval', title: 'Held-out accuracy', metric: 'eval_accuracy', format: 'percent' },
+  { id: 'reward', title: 'Reward (mean)', metric: 'reward_mean' },
+  {
+    id: 'failures',
+    title: 'Failures',
+    counts: [
+      { metric: 'episodes_failed', one: 'episode failed', many: 'episodes failed' },
+      { metric: 'groups_dropped', one: 'group dropped', many: 'groups dropped' },
+      { metric: 'rollout_restarts', one: 'rollout restart', many: 'rollout restarts' },
+    ],
+  },
+];
 
 /** What losing each train_ppo role does to the run (`report.roles`, by actor class). */
 export const trainPpoRoles: NonNullable<JobReport['roles']> = {

@@ -8,7 +8,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { GroupResult } from '../../agents/episode-runner.ts';
-import type { JobCheckpoint } from '../../runtime/metrics.ts';
+import type { JobCheckpoint } from '../../ops/metrics.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { createKlController } from '../../algorithms/kl.ts';
 import { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';

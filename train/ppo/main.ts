@@ -13,9 +13,9 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readEnv } from '../../runtime/env.ts';
 import { resumeAdvice } from '../../runtime/format.ts';
-import { metrics } from '../../runtime/metrics.ts';
+import { metrics } from '../../ops/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
-import { trainPpoCharts, trainPpoRoles } from './charts.ts';
+import { trainPpoCharts, trainPpoRoles, trainPpoSummary } from './charts.ts';
 import { isRoleDied } from './errors.ts';
 import { runIfMain } from '../driver-flags.ts';
 import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp } from './flags.ts';
@@ -140,6 +140,7 @@ export async function trainPpo(
     config: flagConfig(o, argv, env),
     headline: o.evalDataset ? 'eval_accuracy' : 'reward_mean',
     charts: trainPpoCharts,
+    summary: trainPpoSummary,
     roles: trainPpoRoles,
     outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
   });

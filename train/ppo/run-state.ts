@@ -9,7 +9,7 @@
 import type { KlController } from '../../algorithms/kl.ts';
 import type { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
-import type { JobReport } from '../../runtime/metrics.ts';
+import type { JobReport } from '../../ops/metrics.ts';
 import type { DataPosition, PromptSampler } from './data.ts';
 import type { EpisodeSample } from './episode-sample.ts';
 import type { TrainPpoOptions } from './options.ts';
