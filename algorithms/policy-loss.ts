@@ -1,6 +1,6 @@
 /**
  * The actor's loss in TF.js, differentiable in the current logprobs: PPO clip (symmetric,
- * clip-higher, dual clip), AReaL's decoupled PPO (behaviour / proximal / current logprobs with an
+ * clip-higher, dual clip) or GSPO, CISPO, SAPO (`policy-loss-types.ts`), AReaL's decoupled PPO (behaviour / proximal / current logprobs with an
  * importance-weight cap), OpenRLHF's truncated importance-sampling correction, the KL loss term
  * and the entropy bonus.
  *
@@ -15,6 +15,12 @@ import {
   checkAggregation,
   type LossAggregation,
 } from './loss-aggregation.ts';
+import {
+  POLICY_LOSS_TYPES,
+  surrogateTerms,
+  type PolicyLossType,
+  type SurrogateTerms,
+} from './policy-loss-types.ts';
 import { stripUndefined } from './validate.ts';
 
 /** Importance-sampling corrections of the engine/trainer mismatch (`--is-correction`). */
@@ -23,6 +29,16 @@ export type IsCorrection = (typeof IS_CORRECTIONS)[number];
 
 /** Options of {@link ppoActorLoss}; flags are `train_ppo`'s. */
 export interface PpoLossOptions {
+  /**
+   * The surrogate (`--policy-loss-type`): `ppo`, `gspo`, `cispo` or `sapo`; see
+   * `policy-loss-types.ts`. `gspo` and `sapo` aggregate per sequence (`seq-mean-token-mean`)
+   * unless `lossAggMode` is given. @default 'ppo'
+   */
+  policyLossType?: PolicyLossType;
+  /** SAPO's gate temperature for tokens with A > 0 (`--sapo-tau-pos`). @default 1 */
+  sapoTauPos?: number;
+  /** SAPO's gate temperature for tokens with A ≤ 0 (`--sapo-tau-neg`). @default 1.05 */
+  sapoTauNeg?: number;
   /** Lower clip ε_lo, and ε_hi unless `epsClipHigh` is set (`--eps-clip`). @default 0.2 */
   epsClip?: number;
   /** Upper clip ε_hi for clip-higher (`--eps-clip-high`). @default epsClip */
@@ -62,6 +78,9 @@ export interface PpoLossOptions {
 
 /** Defaults for {@link PpoLossOptions}. */
 export const ppoLossDefaults = {
+  policyLossType: 'ppo' as PolicyLossType,
+  sapoTauPos: 1,
+  sapoTauNeg: 1.05,
   epsClip: 0.2,
   epsClipHigh: undefined as number | undefined,
   dualClip: undefined as number | undefined,
@@ -87,6 +106,28 @@ export type ResolvedPpoLossOptions = Omit<typeof ppoLossDefaults, 'epsClipHigh'>
 export function resolvePpoLossOptions(opts: PpoLossOptions = {}): ResolvedPpoLossOptions {
   const m = { ...ppoLossDefaults, ...stripUndefined(opts) };
   const r: ResolvedPpoLossOptions = { ...m, epsClipHigh: m.epsClipHigh ?? m.epsClip };
+  if ((m.policyLossType as string) === 'vanilla') r.policyLossType = 'ppo';
+  if (!POLICY_LOSS_TYPES.includes(r.policyLossType)) {
+    throw invalidOption(
+      '--policy-loss-type',
+      `must be one of ${POLICY_LOSS_TYPES.join(', ')} (got ${String(r.policyLossType)})`,
+    );
+  }
+  // GSPO's and SAPO's objectives average each sequence's tokens, then the sequences (verl).
+  if (opts.lossAggMode === undefined && ['gspo', 'sapo'].includes(r.policyLossType))
+    r.lossAggMode = 'seq-mean-token-mean';
+  if (r.dualClip !== undefined && (r.policyLossType === 'cispo' || r.policyLossType === 'sapo')) {
+    throw invalidOption(
+      '--dual-clip',
+      `applies to --policy-loss-type ppo and gspo (got ${r.policyLossType})`,
+    );
+  }
+  for (const [flag, v] of [
+    ['--sapo-tau-pos', r.sapoTauPos],
+    ['--sapo-tau-neg', r.sapoTauNeg],
+  ] as const) {
+    if (!(v > 0 && Number.isFinite(v))) throw invalidOption(flag, `must be > 0 (got ${v})`);
+  }
   if (!(r.epsClip >= 0 && r.epsClip < 1))
     throw invalidOption('--eps-clip', `must be in [0, 1) (got ${r.epsClip})`);
   if (!(r.epsClipHigh >= 0 && Number.isFinite(r.epsClipHigh))) {
@@ -139,38 +180,11 @@ export interface PolicyLossInputs {
   weights?: tf.Tensor;
 }
 
-/** The per-token terms of the clipped surrogate, shared by the loss and its statistics. */
-interface SurrogateTerms {
-  /** `clamp(logπ − logπ_old, ±logRatioClamp)`. */
-  logRatio: tf.Tensor;
-  /** `r·A`. */
-  surr1: tf.Tensor;
-  /** `clip(r, 1−ε_lo, 1+ε_hi)·A`. */
-  surr2: tf.Tensor;
-  /** The per-token loss (see {@link clippedSurrogate}). */
-  loss: tf.Tensor;
-}
-
-function surrogateTerms(
-  logprobs: tf.Tensor,
-  oldLogprobs: tf.Tensor,
-  advantages: tf.Tensor,
-  o: ResolvedPpoLossOptions,
-): SurrogateTerms {
-  const logRatio = tf.clipByValue(tf.sub(logprobs, oldLogprobs), -o.logRatioClamp, o.logRatioClamp);
-  const ratio = tf.exp(logRatio);
-  const surr1 = tf.mul(ratio, advantages);
-  const surr2 = tf.mul(tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh), advantages);
-  const clip1 = tf.minimum(surr1, surr2);
-  if (o.dualClip === undefined) return { logRatio, surr1, surr2, loss: tf.neg(clip1) };
-  const clip2 = tf.maximum(clip1, tf.mul(advantages, o.dualClip));
-  return { logRatio, surr1, surr2, loss: tf.neg(tf.where(tf.less(advantages, 0), clip2, clip1)) };
-}
-
 /**
  * Per-token clipped surrogate loss: `−min(r·A, clip(r, 1−ε_lo, 1+ε_hi)·A)` with `r =
  * exp(clamp(logπ − logπ_old, ±20))`; with dual clip, tokens with A < 0 use
- * `−max(min(r·A, clip(r)·A), c·A)`.
+ * `−max(min(r·A, clip(r)·A), c·A)`. With `policyLossType` set, that loss's per-token term
+ * instead, every token counted as an action (GSPO's sequence is the last axis).
  */
 export function clippedSurrogate(
   logprobs: tf.Tensor,
@@ -179,7 +193,9 @@ export function clippedSurrogate(
   opts: PpoLossOptions = {},
 ): tf.Tensor {
   const o = resolvePpoLossOptions(opts);
-  return tf.tidy(() => surrogateTerms(logprobs, oldLogprobs, advantages, o).loss);
+  return tf.tidy(
+    () => surrogateTerms(logprobs, oldLogprobs, advantages, tf.onesLike(advantages), o).loss,
+  );
 }
 
 /**
@@ -320,7 +336,13 @@ function actorLoss(
     ...(o.lossNormConstant !== undefined ? { lossNormConstant: o.lossNormConstant } : {}),
     ...(inputs.weights ? { weights: inputs.weights } : {}),
   };
-  const terms = surrogateTerms(inputs.logprobs, inputs.oldLogprobs, inputs.advantages, o);
+  const terms: SurrogateTerms = surrogateTerms(
+    inputs.logprobs,
+    inputs.oldLogprobs,
+    inputs.advantages,
+    inputs.mask,
+    o,
+  );
   const w = behaviourWeights(inputs, o);
   let loss = aggregateLoss(w ? tf.mul(terms.loss, w) : terms.loss, inputs.mask, agg);
   if (o.klLossCoef > 0) {
@@ -343,18 +365,16 @@ function actorLoss(
   const n = tf.sum(m);
   let dual = zero;
   let negs = zero;
-  if (o.dualClip !== undefined) {
-    const neg = tf.cast(tf.less(a, 0), 'float32');
-    const bound = tf.less(tf.minimum(terms.surr1, terms.surr2), tf.mul(a, o.dualClip));
-    dual = sum(tf.mul(tf.cast(bound, 'float32'), neg));
-    negs = sum(neg);
+  if (terms.dualBound) {
+    dual = sum(terms.dualBound);
+    negs = sum(tf.cast(tf.less(a, 0), 'float32'));
   }
   // Σ t·0 is 0 when every value is finite and NaN otherwise: a finiteness check in two kernels.
   const nonFinite = (t: tf.Tensor | undefined): tf.Scalar =>
     o.checkFinite && t ? tf.sum(tf.mul(t, 0)) : zero;
   const sums = tf.stack([
     n,
-    sum(tf.cast(tf.less(terms.surr2, terms.surr1), 'float32')),
+    sum(terms.clipped),
     dual,
     negs,
     sum(tf.neg(terms.logRatio)),
@@ -368,7 +388,10 @@ function actorLoss(
 
 /** Diagnostics of one policy-loss evaluation, over action tokens. */
 export interface PolicyLossStats {
-  /** Share of tokens where the clipped term was the active one. */
+  /**
+   * Share of tokens whose gradient was cut or damped: the clipped term was the active one
+   * (ppo, gspo), the IS weight was clipped (cispo), the soft gate passed under half (sapo).
+   */
   clipFraction: number;
   /** Share of A < 0 tokens where the dual clip bound applied. */
   dualClipFraction: number;
