@@ -17,6 +17,7 @@ import { klDefaults, KL_ESTIMATORS } from '../../algorithms/kl.ts';
 import { experienceDefaults } from '../../algorithms/experience.ts';
 import { LOSS_AGGREGATIONS } from '../../algorithms/loss-aggregation.ts';
 import { IS_CORRECTIONS, ppoLossDefaults } from '../../algorithms/policy-loss.ts';
+import { POLICY_LOSS_TYPES } from '../../algorithms/policy-loss-types.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
 import { checkLibraryOptions, type TrainPpoOptions } from './options.ts';
 
@@ -141,6 +142,14 @@ export const flagTable: readonly Flag[] = [
   F('epsClip', 'float', 'PPO clip range', { min: 0 }),
   F('epsClipHigh', 'float', 'upper clip range (clip-higher); default --eps-clip', { min: 0 }),
   F('dualClip', 'float', 'dual-clip constant c > 1'),
+  F(
+    'policyLossType',
+    'string',
+    "policy loss (OpenRLHF's flag; cispo, sapo are verl's loss_mode names, vanilla = ppo): ppo clip, gspo sequence ratio, cispo clipped stop-gradient IS weight, sapo soft gate; gspo and sapo default --loss-agg-mode to seq-mean-token-mean",
+    { choices: POLICY_LOSS_TYPES, choiceAliases: { vanilla: 'ppo' } },
+  ),
+  F('sapoTauPos', 'float', 'SAPO gate temperature for tokens with advantage > 0', { min: 0 }),
+  F('sapoTauNeg', 'float', 'SAPO gate temperature for tokens with advantage <= 0', { min: 0 }),
   F('isCorrection', 'string', 'importance-sampling correction of the engine/trainer mismatch', {
     choices: IS_CORRECTIONS,
   }),
@@ -340,6 +349,9 @@ export const trainPpoDefaults: TrainPpoOptions = {
   epsClip: ppoLossDefaults.epsClip,
   epsClipHigh: ppoLossDefaults.epsClipHigh,
   dualClip: ppoLossDefaults.dualClip,
+  policyLossType: ppoLossDefaults.policyLossType,
+  sapoTauPos: ppoLossDefaults.sapoTauPos,
+  sapoTauNeg: ppoLossDefaults.sapoTauNeg,
   isCorrection: ppoLossDefaults.isCorrection,
   isThreshold: [...ppoLossDefaults.isThreshold],
   lossAggMode: ppoLossDefaults.lossAggMode,
@@ -450,6 +462,9 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
       `--micro-train-batch-size ${o.microTrainBatchSize} exceeds --train-batch-size ${o.trainBatchSize}`,
     );
   }
+  // GSPO's and SAPO's objectives average per sequence (verl); a given --loss-agg-mode is kept.
+  if (['gspo', 'sapo'].includes(o.policyLossType) && !given.has('lossAggMode'))
+    o.lossAggMode = 'seq-mean-token-mean';
   const bad = checkLibraryOptions(o);
   if (bad) fail(bad.flag, bad.message);
   const [lo, hi] = o.dynamicFilteringRewardRange;

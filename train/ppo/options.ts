@@ -18,6 +18,7 @@ import {
   type IsCorrection,
   type PpoLossOptions,
 } from '../../algorithms/policy-loss.ts';
+import type { PolicyLossType } from '../../algorithms/policy-loss-types.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
 
 /** Resolved options of a `train_ppo` run. */
@@ -50,6 +51,9 @@ export interface TrainPpoOptions {
   epsClip: number;
   epsClipHigh: number | undefined;
   dualClip: number | undefined;
+  policyLossType: PolicyLossType;
+  sapoTauPos: number;
+  sapoTauNeg: number;
   isCorrection: IsCorrection;
   isThreshold: [number, number];
   lossAggMode: LossAggregation;
@@ -130,6 +134,9 @@ export function policyLossOptions(o: TrainPpoOptions): PpoLossOptions {
     epsClip: o.epsClip,
     epsClipHigh: o.epsClipHigh,
     dualClip: o.dualClip,
+    policyLossType: o.policyLossType,
+    sapoTauPos: o.sapoTauPos,
+    sapoTauNeg: o.sapoTauNeg,
     useDecoupledLoss: o.useDecoupledLoss,
     behavImpWeightCap: o.behavImpWeightCap,
     isCorrection: o.isCorrection,
