@@ -21,11 +21,14 @@ import {
   type PolicyLossType,
   type SurrogateTerms,
 } from './policy-loss-types.ts';
+import {
+  resolveRolloutCorrection,
+  rolloutCorrection,
+  rolloutCorrectionDefaults,
+} from './rollout-correction.ts';
 import { stripUndefined } from './validate.ts';
 
-/** Importance-sampling corrections of the engine/trainer mismatch (`--is-correction`). */
-export const IS_CORRECTIONS = ['none', 'tis', 'icepop'] as const;
-export type IsCorrection = (typeof IS_CORRECTIONS)[number];
+export { IS_CORRECTIONS, type IsCorrection } from './rollout-correction.ts';
 
 /** Options of {@link ppoActorLoss}; flags are `train_ppo`'s. */
 export interface PpoLossOptions {
@@ -55,13 +58,19 @@ export interface PpoLossOptions {
   /** Tokens whose `π_prox/π_behav` exceeds this get weight 0 (`--behav-imp-weight-cap`). @default 5 */
   behavImpWeightCap?: number;
   /**
-   * Importance-sampling correction for the engine/trainer mismatch when not decoupled
-   * (`--is-correction`): `tis` multiplies by `clamp(π_old/π_behav, lo, hi)`, `icepop` zeroes tokens
-   * whose ratio is outside [lo, hi]. Needs `behaviourLogprobs`. @default 'none'
+   * Rollout correction of the engine/trainer mismatch when not decoupled (`--is-correction`):
+   * `tis` multiplies by `clamp(π_old/π_behav, lo, hi)`, `icepop` zeroes tokens whose ratio is
+   * outside [lo, hi]; `seq-tis`, `seq-mis`, `geo-rs` weigh or reject whole sequences
+   * (`rollout-correction.ts`). Needs `behaviourLogprobs`. @default 'none'
    */
   isCorrection?: IsCorrection;
-  /** [lo, hi] of the IS correction (`--is-threshold`). @default [0.5, 5] */
+  /** [lo, hi] of the token ratio for `tis`, `icepop` (`--is-threshold`). @default [0.5, 5] */
   isThreshold?: readonly [number, number];
+  /**
+   * [lo, hi] of the sequence statistic for `seq-tis`, `seq-mis`, `geo-rs` (`--is-seq-threshold`).
+   * @default the preset's: [0.5, 2], or [0.999, 1.001] for geo-rs
+   */
+  isSeqThreshold?: readonly [number, number];
   /** β of the KL loss term when `--use-kl-loss` is on; 0 leaves it out. Needs `refLogprobs`. @default 0 */
   klLossCoef?: number;
   /** Estimator for the KL loss term (`--kl-estimator`). @default 'k1' */
@@ -87,8 +96,9 @@ export const ppoLossDefaults = {
   logRatioClamp: 20,
   useDecoupledLoss: false as boolean,
   behavImpWeightCap: 5,
-  isCorrection: 'none' as IsCorrection,
-  isThreshold: [0.5, 5] as readonly [number, number],
+  isCorrection: rolloutCorrectionDefaults.isCorrection,
+  isThreshold: rolloutCorrectionDefaults.isThreshold,
+  isSeqThreshold: undefined as readonly [number, number] | undefined,
   klLossCoef: 0,
   klEstimator: 'k1' as KlEstimator,
   entropyLossCoef: 0,
@@ -97,15 +107,23 @@ export const ppoLossDefaults = {
   checkFinite: true as boolean,
 };
 
-/** {@link PpoLossOptions} resolved: `epsClipHigh` is always a number. */
-export type ResolvedPpoLossOptions = Omit<typeof ppoLossDefaults, 'epsClipHigh'> & {
+/** {@link PpoLossOptions} resolved: `epsClipHigh` and `isSeqThreshold` are always set. */
+export type ResolvedPpoLossOptions = Omit<
+  typeof ppoLossDefaults,
+  'epsClipHigh' | 'isSeqThreshold'
+> & {
   epsClipHigh: number;
+  isSeqThreshold: readonly [number, number];
 };
 
 /** Fills defaults and validates; errors name the flag. */
 export function resolvePpoLossOptions(opts: PpoLossOptions = {}): ResolvedPpoLossOptions {
   const m = { ...ppoLossDefaults, ...stripUndefined(opts) };
-  const r: ResolvedPpoLossOptions = { ...m, epsClipHigh: m.epsClipHigh ?? m.epsClip };
+  const r: ResolvedPpoLossOptions = {
+    ...m,
+    ...resolveRolloutCorrection(m),
+    epsClipHigh: m.epsClipHigh ?? m.epsClip,
+  };
   if ((m.policyLossType as string) === 'vanilla') r.policyLossType = 'ppo';
   if (!POLICY_LOSS_TYPES.includes(r.policyLossType)) {
     throw invalidOption(
@@ -138,21 +156,12 @@ export function resolvePpoLossOptions(opts: PpoLossOptions = {}): ResolvedPpoLos
   }
   if (!(r.behavImpWeightCap > 1))
     throw invalidOption('--behav-imp-weight-cap', `must be > 1 (got ${r.behavImpWeightCap})`);
-  if (!IS_CORRECTIONS.includes(r.isCorrection)) {
-    throw invalidOption(
-      '--is-correction',
-      `must be none, tis or icepop (got ${String(r.isCorrection)})`,
-    );
-  }
   if (r.useDecoupledLoss && r.isCorrection !== 'none') {
     throw invalidOption(
       '--is-correction',
       'cannot be combined with --use-decoupled-loss, which already weights by π_prox/π_behav',
     );
   }
-  const [lo, hi] = r.isThreshold;
-  if (!(lo > 0 && lo <= hi))
-    throw invalidOption('--is-threshold', `needs 0 < low <= high (got ${lo}, ${hi})`);
   if (!(r.klLossCoef >= 0))
     throw invalidOption('--init-kl-coef', `must be >= 0 (got ${r.klLossCoef})`);
   if (!(r.entropyLossCoef >= 0))
@@ -200,7 +209,8 @@ export function clippedSurrogate(
 
 /**
  * Constant per-token weight on the surrogate: decoupled PPO's `π_prox/π_behav` (0 above the cap),
- * `tis`/`icepop` correction, or 1. Returns undefined when no weight applies.
+ * or the rollout correction of `--is-correction` (`rollout-correction.ts`). Returns undefined
+ * when no weight applies.
  */
 export function behaviourWeights(
   inputs: PolicyLossInputs,
@@ -215,13 +225,11 @@ export function behaviourWeights(
       flag,
     });
   }
+  if (!o.useDecoupledLoss)
+    return rolloutCorrection(inputs.oldLogprobs, behav, inputs.mask, o).weights;
   return tf.tidy(() => {
     const w = tf.exp(tf.sub(inputs.oldLogprobs, behav));
-    const [lo, hi] = o.isThreshold;
-    if (o.useDecoupledLoss)
-      return tf.where(tf.lessEqual(w, o.behavImpWeightCap), w, tf.zerosLike(w));
-    if (o.isCorrection === 'tis') return tf.clipByValue(w, lo, hi);
-    return tf.where(tf.logicalAnd(tf.greaterEqual(w, lo), tf.lessEqual(w, hi)), w, tf.zerosLike(w));
+    return tf.where(tf.lessEqual(w, o.behavImpWeightCap), w, tf.zerosLike(w));
   });
 }
 

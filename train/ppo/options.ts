@@ -56,6 +56,7 @@ export interface TrainPpoOptions {
   sapoTauNeg: number;
   isCorrection: IsCorrection;
   isThreshold: [number, number];
+  isSeqThreshold: [number, number] | undefined;
   lossAggMode: LossAggregation;
   valueClip: number;
   normalizeReward: boolean;
@@ -141,6 +142,7 @@ export function policyLossOptions(o: TrainPpoOptions): PpoLossOptions {
     behavImpWeightCap: o.behavImpWeightCap,
     isCorrection: o.isCorrection,
     isThreshold: o.isThreshold,
+    isSeqThreshold: o.isSeqThreshold,
     klLossCoef: o.useKlLoss ? o.initKlCoef : 0,
     klEstimator: o.klEstimator,
     entropyLossCoef: o.entropyLossCoef,

@@ -10,11 +10,11 @@ import type { CriticSample } from '../../roles/critic.ts';
 import type { TrainSample, TrainStats } from '../../roles/trainer.ts';
 import { dynamicFilter } from '../../algorithms/dynamic-filter.ts';
 import { computeReturns, makeExperience } from '../../algorithms/experience.ts';
+import { rolloutCorrectionStats } from '../../algorithms/rollout-correction.ts';
 import { stalenessStats } from '../../algorithms/staleness.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
 import type { TrainPpoOptions } from './options.ts';
-import { logprobMismatch } from './episodes.ts';
-import { advantageOptions, experienceOptions } from './options.ts';
+import { advantageOptions, experienceOptions, policyLossOptions } from './options.ts';
 import type { Roles } from './roles.ts';
 import type { UpdateState } from './run-state.ts';
 
@@ -51,7 +51,10 @@ export interface UpdateStats extends TrainStats {
   samples: number;
   experienceMs: number;
   trainMs: number;
-  /** Train–inference mismatch (`logprob_gap`, `is_ratio_*`), when the trainer's logprobs were computed. */
+  /**
+   * Train–inference mismatch and what the rollout correction did with it (`logprob_gap`,
+   * `is_ratio_*`, `is_*_outside`, `is_rejected_*`), when the trainer's logprobs were computed.
+   */
   mismatch?: Record<string, number>;
 }
 
@@ -127,7 +130,7 @@ export async function trainOn(
   );
   return {
     ...stats,
-    ...(old ? { mismatch: logprobMismatch(samples, old) } : {}),
+    ...(old ? { mismatch: rolloutCorrectionStats(samples, old, policyLossOptions(o)) } : {}),
     rewardMean: trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length),
     kl: batch.meanKl,
     klCoef,
