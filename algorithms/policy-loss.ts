@@ -25,6 +25,7 @@ import {
   resolveRolloutCorrection,
   rolloutCorrection,
   rolloutCorrectionDefaults,
+  type IsCorrection,
 } from './rollout-correction.ts';
 import { stripUndefined } from './validate.ts';
 
