@@ -18,6 +18,7 @@ import { experienceDefaults } from '../../algorithms/experience.ts';
 import { LOSS_AGGREGATIONS } from '../../algorithms/loss-aggregation.ts';
 import { IS_CORRECTIONS, ppoLossDefaults } from '../../algorithms/policy-loss.ts';
 import { POLICY_LOSS_TYPES } from '../../algorithms/policy-loss-types.ts';
+import { distillDefaults } from '../../algorithms/distillation.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
 import { checkLibraryOptions, type TrainPpoOptions } from './options.ts';
 
@@ -155,6 +156,23 @@ export const flagTable: readonly Flag[] = [
     'string',
     'rollout correction of the engine/trainer mismatch: token tis/icepop (OpenRLHF), sequence seq-tis/seq-mis/geo-rs (verl rollout_corr presets)',
     { choices: IS_CORRECTIONS },
+  ),
+  F(
+    'teacherPretrain',
+    'string',
+    "on-policy distillation: the teacher's model directory (same tokenizer); it scores the student's sampled tokens, placed like the reference",
+  ),
+  F(
+    'teacherKlCoef',
+    'float',
+    'weight of the per-token reverse-KL advantage log π_teacher − log π_student (with --teacher-pretrain)',
+    { min: 0 },
+  ),
+  F(
+    'taskRewardCoef',
+    'float',
+    "weight of the task reward's advantage beside the teacher's; 0 distils alone",
+    { min: 0 },
   ),
   F('isThreshold', 'pair', 'low and high bound of the token ratio for tis/icepop, e.g. "0.5 5"'),
   F(
@@ -363,6 +381,9 @@ export const trainPpoDefaults: TrainPpoOptions = {
   isCorrection: ppoLossDefaults.isCorrection,
   isThreshold: [...ppoLossDefaults.isThreshold],
   isSeqThreshold: undefined,
+  teacherPretrain: '',
+  teacherKlCoef: distillDefaults.teacherKlCoef,
+  taskRewardCoef: distillDefaults.taskRewardCoef,
   lossAggMode: ppoLossDefaults.lossAggMode,
   valueClip: valueLossDefaults.valueClip ?? 0.5,
   normalizeReward: false,
@@ -474,6 +495,9 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
   // GSPO's and SAPO's objectives average per sequence (verl); a given --loss-agg-mode is kept.
   if (['gspo', 'sapo'].includes(o.policyLossType) && !given.has('lossAggMode'))
     o.lossAggMode = 'seq-mean-token-mean';
+  if (!o.teacherPretrain && (given.has('teacherKlCoef') || given.has('taskRewardCoef'))) {
+    fail('--teacher-pretrain', '--teacher-kl-coef and --task-reward-coef need --teacher-pretrain');
+  }
   const bad = checkLibraryOptions(o);
   if (bad) fail(bad.flag, bad.message);
   const [lo, hi] = o.dynamicFilteringRewardRange;

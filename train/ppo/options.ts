@@ -18,6 +18,7 @@ import {
   type IsCorrection,
   type PpoLossOptions,
 } from '../../algorithms/policy-loss.ts';
+import { resolveDistillOptions, type DistillOptions } from '../../algorithms/distillation.ts';
 import type { PolicyLossType } from '../../algorithms/policy-loss-types.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
 
@@ -57,6 +58,10 @@ export interface TrainPpoOptions {
   isCorrection: IsCorrection;
   isThreshold: [number, number];
   isSeqThreshold: [number, number] | undefined;
+  /** On-policy distillation's teacher (HF directory); empty: none. */
+  teacherPretrain: string;
+  teacherKlCoef: number;
+  taskRewardCoef: number;
   lossAggMode: LossAggregation;
   valueClip: number;
   normalizeReward: boolean;
@@ -152,6 +157,11 @@ export function policyLossOptions(o: TrainPpoOptions): PpoLossOptions {
   });
 }
 
+/** On-policy distillation's weights (`algorithms/distillation.ts`). */
+export function distillOptions(o: TrainPpoOptions): DistillOptions {
+  return { teacherKlCoef: o.teacherKlCoef, taskRewardCoef: o.taskRewardCoef };
+}
+
 /** The critic's value loss and micro-batching. */
 export function valueLossOptions(
   o: TrainPpoOptions,
@@ -212,6 +222,7 @@ export function checkLibraryOptions(
     resolvePpoLossOptions(policyLossOptions(o));
     resolveKlOptions(klOptions(o));
     resolveExperienceOptions(experienceOptions(o));
+    resolveDistillOptions(distillOptions(o));
     return undefined;
   } catch (err) {
     if (err instanceof AlgorithmError && err.code === 'INVALID_OPTION')

@@ -165,6 +165,16 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     handles.push(h);
     reference = remote(h, 'reference');
   }
+  let teacher: Remote<Reference> | undefined;
+  if (o.teacherPretrain) {
+    const h = ReferenceActor.options({
+      name: named('teacher', 0, 1),
+      ...place(placement.role('teacher')),
+      env,
+    }).remote(inits.teacher);
+    handles.push(h);
+    teacher = remote(h, 'teacher');
+  }
   let critic: Remote<Critic> | undefined;
   if (o.advantageEstimator === 'gae') {
     const ranks = Array.from({ length: o.criticNumReplicas }, (_, rank) => {
@@ -189,6 +199,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     ),
     trainer.ready(),
     reference?.ready(),
+    teacher?.ready(),
     critic?.ready(),
   ]);
   const nodeOf = async (h: ActorHandle<unknown>) => (await actorInfo(h)).nodeId;
@@ -204,6 +215,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     rollouts,
     trainer,
     ...(reference ? { reference } : {}),
+    ...(teacher ? { teacher } : {}),
     ...(critic ? { critic } : {}),
     // Rank 0 puts the weights once; engines fetch them from it (weight-sync.ts).
     policy: () => trainer.shareWeights(),

@@ -38,6 +38,8 @@ export interface Roles {
   rollouts: Remote<Rollout>[];
   trainer: Remote<Trainer>;
   reference?: Remote<Reference>;
+  /** On-policy distillation's teacher: a frozen model, served by the Reference role's class. */
+  teacher?: Remote<Reference>;
   critic?: Remote<Critic>;
   /** The trainer's current weights as the engines take them (`weight-sync.ts`). */
   policy(): Promise<PolicyUpdate>;
@@ -158,6 +160,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
         : {}),
     },
     reference: { pretrain: o.pretrain, temperature: o.temperature },
+    teacher: { pretrain: o.teacherPretrain, temperature: o.temperature },
     critic: {
       pretrain: o.pretrain,
       learningRate: o.criticLearningRate,
@@ -179,8 +182,10 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
   );
   const trainer = new Trainer(init.trainer);
   const reference = o.initKlCoef > 0 ? new Reference(init.reference) : undefined;
+  const teacher = o.teacherPretrain ? new Reference(init.teacher) : undefined;
   const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
   await Promise.all([
+    teacher?.ready(),
     ...rollouts.map((r) => r.ready()),
     trainer.ready(),
     reference?.ready(),
@@ -190,6 +195,7 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
     rollouts: rollouts.map(local),
     trainer: local(trainer),
     ...(reference ? { reference: local(reference) } : {}),
+    ...(teacher ? { teacher: local(teacher) } : {}),
     ...(critic ? { critic: local(critic) } : {}),
     policy: async () => {
       const w = trainer.weights();
@@ -199,6 +205,7 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
       await Promise.all(rollouts.map((r) => r.close()));
       trainer.dispose();
       reference?.dispose();
+      teacher?.dispose();
       critic?.dispose();
     },
   };
