@@ -19,9 +19,10 @@ import { loadModel, saveModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { seededRandom } from '../model/sampling.ts';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
-import { ModelTrainer, padBatch } from '../model/training.ts';
+import { ModelTrainer } from '../model/training.ts';
 import { bradleyTerryLoss, pairwiseAccuracy } from '../algorithms/reward-model-loss.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
+import { sequenceScores } from '../roles/reward-model.ts';
 import { builtinDataset } from './data/arith.ts';
 import { flagParser, FlagError, runIfMain } from './driver-flags.ts';
 import { defaultPretrain } from './ppo/main.ts';
@@ -100,8 +101,13 @@ function readPairs(path: string): PreferencePair[] {
     .split('\n')
     .filter((l) => l.trim())
     .map((line, i) => {
-      const p = JSON.parse(line) as Partial<PreferencePair>;
-      if (![p.prompt, p.chosen, p.rejected].every((x) => typeof x === 'string'))
+      let p: Partial<PreferencePair>;
+      try {
+        p = JSON.parse(line) as Partial<PreferencePair>;
+      } catch {
+        throw new FlagError('--dataset', `train_rm: ${path} line ${i + 1} is not JSON`);
+      }
+      if (p === null || ![p.prompt, p.chosen, p.rejected].every((x) => typeof x === 'string'))
         throw new FlagError(
           '--dataset',
           `train_rm: ${path} line ${i + 1} needs string prompt, chosen and rejected`,
@@ -121,26 +127,6 @@ export function encodeAnswer(tok: ChatTokenizer, prompt: string, response: strin
       { addGenerationPrompt: false },
     ),
   );
-}
-
-/**
- * The reward model's score of each sequence: the value head at its last token `[N]`
- * (differentiable when `grad`). `rtjob serve --reward-model` and the reward role score the same way.
- */
-export function sequenceScores(model: CausalLM, seqs: number[][], grad = true): tf.Tensor1D {
-  return tf.tidy(() => {
-    const { ids, lengths, T } = padBatch(seqs, model.config.pad_token_id ?? 0);
-    const { hidden } = model.forward(ids, { grad });
-    const values = model.values(hidden);
-    const last = tf.oneHot(
-      tf.tensor1d(
-        lengths.map((l) => l - 1),
-        'int32',
-      ),
-      T,
-    );
-    return tf.sum(tf.mul(values, last), -1) as tf.Tensor1D;
-  });
 }
 
 function accuracy(model: CausalLM, pairs: number[][][], micro: number): number {

@@ -127,6 +127,7 @@ export function recordUpdate(
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
     ...u.mismatch,
     ...(u.opdReverseKl !== undefined ? { opd_reverse_kl: u.opdReverseKl } : {}),
+    ...(u.rmScoreMean !== undefined ? { rm_score_mean: u.rmScoreMean } : {}),
   };
 }
 

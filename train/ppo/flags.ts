@@ -174,6 +174,11 @@ export const flagTable: readonly Flag[] = [
     "weight of the task reward's advantage beside the teacher's; 0 distils alone",
     { min: 0 },
   ),
+  F(
+    'rewardPretrain',
+    'string',
+    "reward model directory (train_rm): its score of each episode's tokens replaces the agent's reward (OpenRLHF's --reward_pretrain); placed like the reference",
+  ),
   F('isThreshold', 'pair', 'low and high bound of the token ratio for tis/icepop, e.g. "0.5 5"'),
   F(
     'isSeqThreshold',
@@ -382,6 +387,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   isThreshold: [...ppoLossDefaults.isThreshold],
   isSeqThreshold: undefined,
   teacherPretrain: '',
+  rewardPretrain: '',
   teacherKlCoef: distillDefaults.teacherKlCoef,
   taskRewardCoef: distillDefaults.taskRewardCoef,
   lossAggMode: ppoLossDefaults.lossAggMode,

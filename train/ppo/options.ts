@@ -62,6 +62,8 @@ export interface TrainPpoOptions {
   teacherPretrain: string;
   teacherKlCoef: number;
   taskRewardCoef: number;
+  /** A `train_rm` reward model whose score replaces each episode's reward; empty: none. */
+  rewardPretrain: string;
   lossAggMode: LossAggregation;
   valueClip: number;
   normalizeReward: boolean;

@@ -53,7 +53,7 @@ type PlacementFlags = Pick<
   | 'actorNumReplicas'
   | 'criticNumReplicas'
 > &
-  Partial<Pick<TrainPpoOptions, 'teacherPretrain'>>;
+  Partial<Pick<TrainPpoOptions, 'teacherPretrain' | 'rewardPretrain'>>;
 
 /** Decides each role's resources from the flags. */
 export function placeRoles(o: PlacementFlags): RunPlacement {
@@ -64,6 +64,7 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
     reference: o.refNumGpusPerNode,
     // The teacher is a frozen model like the reference, and placed like it.
     teacher: o.refNumGpusPerNode,
+    reward: o.refNumGpusPerNode,
     critic: perRank(o.criticNumGpusPerNode),
   };
   const critics = o.advantageEstimator === 'gae' ? o.criticNumReplicas : 0;
@@ -94,6 +95,7 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
     (b < o.actorNumReplicas ? 1 : 0) +
     (b === 0 && o.initKlCoef > 0 ? 1 : 0) +
     (b === 0 && o.teacherPretrain ? 1 : 0) +
+    (b === 0 && o.rewardPretrain ? 1 : 0) +
     (b < critics ? 1 : 0);
   // Shares rounded down so they never add up to more than the bundle.
   const share = (k: number): number => Math.floor(10000 / k) / 10000;

@@ -6,6 +6,7 @@
  */
 import { Critic } from '../../roles/critic.ts';
 import { Reference } from '../../roles/reference.ts';
+import { RewardModel } from '../../roles/reward-model.ts';
 import { Rollout } from '../../roles/rollout.ts';
 import { Trainer } from '../../roles/trainer.ts';
 import { join, resolve } from 'node:path';
@@ -40,6 +41,8 @@ export interface Roles {
   reference?: Remote<Reference>;
   /** On-policy distillation's teacher: a frozen model, served by the Reference role's class. */
   teacher?: Remote<Reference>;
+  /** A trained reward model that scores the episodes (`--reward-pretrain`). */
+  rewardModel?: Remote<RewardModel>;
   critic?: Remote<Critic>;
   /** The trainer's current weights as the engines take them (`weight-sync.ts`). */
   policy(): Promise<PolicyUpdate>;
@@ -161,6 +164,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
     },
     reference: { pretrain: o.pretrain, temperature: o.temperature },
     teacher: { pretrain: o.teacherPretrain, temperature: o.temperature },
+    rewardModel: { pretrain: o.rewardPretrain },
     critic: {
       pretrain: o.pretrain,
       learningRate: o.criticLearningRate,
@@ -183,9 +187,11 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
   const trainer = new Trainer(init.trainer);
   const reference = o.initKlCoef > 0 ? new Reference(init.reference) : undefined;
   const teacher = o.teacherPretrain ? new Reference(init.teacher) : undefined;
+  const rewardModel = o.rewardPretrain ? new RewardModel(init.rewardModel) : undefined;
   const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
   await Promise.all([
     teacher?.ready(),
+    rewardModel?.ready(),
     ...rollouts.map((r) => r.ready()),
     trainer.ready(),
     reference?.ready(),
@@ -196,6 +202,7 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
     trainer: local(trainer),
     ...(reference ? { reference: local(reference) } : {}),
     ...(teacher ? { teacher: local(teacher) } : {}),
+    ...(rewardModel ? { rewardModel: local(rewardModel) } : {}),
     ...(critic ? { critic: local(critic) } : {}),
     policy: async () => {
       const w = trainer.weights();
@@ -206,6 +213,7 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
       trainer.dispose();
       reference?.dispose();
       teacher?.dispose();
+      rewardModel?.dispose();
       critic?.dispose();
     },
   };

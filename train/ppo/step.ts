@@ -64,14 +64,17 @@ export interface UpdateStats extends TrainStats {
   mismatch?: Record<string, number>;
   /** On-policy distillation: mean log π_student − log π_teacher over action tokens. */
   opdReverseKl?: number;
+  /** Mean reward-model score of the batch (`--reward-pretrain`). */
+  rmScoreMean?: number;
 }
 
 /**
- * Makes experience from `trajectories` and trains the critic and the policy on it. The policy's
+ * Makes experience from `episodes` (their rewards replaced by the reward model's scores with
+ * `--reward-pretrain`) and trains the critic and the policy on it. The policy's
  * version before the update is `trainerVersion`; staleness per token is measured against it.
  */
 export async function trainOn(
-  trajectories: Trajectory[],
+  episodes: Trajectory[],
   roles: Roles,
   o: TrainPpoOptions,
   state: UpdateState,
@@ -79,6 +82,13 @@ export async function trainOn(
 ): Promise<UpdateStats> {
   const t0 = performance.now();
   const { kl, rewardNormalizer } = state;
+  // A trained reward model's score replaces the agent's reward (`--reward-pretrain`).
+  const rmScores = roles.rewardModel
+    ? await roles.rewardModel.scores(episodes.map((t) => Array.from(t.inputIds)))
+    : undefined;
+  const trajectories = rmScores
+    ? episodes.map((t, i) => ({ ...t, reward: rmScores[i]! }))
+    : episodes;
   const samples = makeExperience(trajectories, experienceOptions(o));
   if (rewardNormalizer) {
     const scores = samples.map((s) => s.score);
@@ -151,6 +161,7 @@ export async function trainOn(
     ...stats,
     ...(old ? { mismatch: rolloutCorrectionStats(samples, old, policyLossOptions(o)) } : {}),
     ...(opd ? { opdReverseKl: opd.reverseKl } : {}),
+    ...(rmScores ? { rmScoreMean: rmScores.reduce((a, b) => a + b, 0) / rmScores.length } : {}),
     rewardMean: trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length),
     kl: batch.meanKl,
     klCoef,
