@@ -129,10 +129,7 @@ test('options: gspo and sapo default to seq-mean-token-mean; vanilla is ppo; err
     resolvePpoLossOptions({ policyLossType: 'gspo', lossAggMode: 'token-mean' }).lossAggMode,
     'token-mean',
   );
-  assert.is(
-    resolvePpoLossOptions({ policyLossType: 'vanilla' as 'ppo' }).policyLossType,
-    'ppo',
-  );
+  assert.is(resolvePpoLossOptions({ policyLossType: 'vanilla' as 'ppo' }).policyLossType, 'ppo');
   throwsCode(
     () => resolvePpoLossOptions({ policyLossType: 'grpo' as 'ppo' }),
     'INVALID_OPTION',
