@@ -32,6 +32,7 @@ export type {
   PpoLossOptions,
   ResolvedPpoLossOptions,
 } from './policy-loss.ts';
+export type { PolicyLossType } from './policy-loss-types.ts';
 export type { StalenessStats, StalenessThrottleOptions } from './staleness.ts';
 export type { Trajectory } from './trajectory.ts';
 export type {
@@ -78,6 +79,7 @@ export {
 } from './kl.ts';
 export { aggregateLoss, LOSS_AGGREGATIONS } from './loss-aggregation.ts';
 export { lossWeights, packMicroBatches, padRows } from './packing.ts';
+export { POLICY_LOSS_TYPES, stopGradient } from './policy-loss-types.ts';
 export {
   clippedSurrogate,
   entropyFromLogits,

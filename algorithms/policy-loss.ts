@@ -1,6 +1,6 @@
 /**
  * The actor's loss in TF.js, differentiable in the current logprobs: PPO clip (symmetric,
- * clip-higher, dual clip), AReaL's decoupled PPO (behaviour / proximal / current logprobs with an
+ * clip-higher, dual clip) or GSPO, CISPO, SAPO (`policy-loss-types.ts`), AReaL's decoupled PPO (behaviour / proximal / current logprobs with an
  * importance-weight cap), OpenRLHF's truncated importance-sampling correction, the KL loss term
  * and the entropy bonus.
  *
@@ -15,14 +15,34 @@ import {
   checkAggregation,
   type LossAggregation,
 } from './loss-aggregation.ts';
+import {
+  POLICY_LOSS_TYPES,
+  surrogateTerms,
+  type PolicyLossType,
+  type SurrogateTerms,
+} from './policy-loss-types.ts';
+import {
+  resolveRolloutCorrection,
+  rolloutCorrection,
+  rolloutCorrectionDefaults,
+  type IsCorrection,
+} from './rollout-correction.ts';
 import { stripUndefined } from './validate.ts';
 
-/** Importance-sampling corrections of the engine/trainer mismatch (`--is-correction`). */
-export const IS_CORRECTIONS = ['none', 'tis', 'icepop'] as const;
-export type IsCorrection = (typeof IS_CORRECTIONS)[number];
+export { IS_CORRECTIONS, type IsCorrection } from './rollout-correction.ts';
 
 /** Options of {@link ppoActorLoss}; flags are `train_ppo`'s. */
 export interface PpoLossOptions {
+  /**
+   * The surrogate (`--policy-loss-type`): `ppo`, `gspo`, `cispo` or `sapo`; see
+   * `policy-loss-types.ts`. `gspo` and `sapo` aggregate per sequence (`seq-mean-token-mean`)
+   * unless `lossAggMode` is given. @default 'ppo'
+   */
+  policyLossType?: PolicyLossType;
+  /** SAPO's gate temperature for tokens with A > 0 (`--sapo-tau-pos`). @default 1 */
+  sapoTauPos?: number;
+  /** SAPO's gate temperature for tokens with A ≤ 0 (`--sapo-tau-neg`). @default 1.05 */
+  sapoTauNeg?: number;
   /** Lower clip ε_lo, and ε_hi unless `epsClipHigh` is set (`--eps-clip`). @default 0.2 */
   epsClip?: number;
   /** Upper clip ε_hi for clip-higher (`--eps-clip-high`). @default epsClip */
@@ -39,13 +59,19 @@ export interface PpoLossOptions {
   /** Tokens whose `π_prox/π_behav` exceeds this get weight 0 (`--behav-imp-weight-cap`). @default 5 */
   behavImpWeightCap?: number;
   /**
-   * Importance-sampling correction for the engine/trainer mismatch when not decoupled
-   * (`--is-correction`): `tis` multiplies by `clamp(π_old/π_behav, lo, hi)`, `icepop` zeroes tokens
-   * whose ratio is outside [lo, hi]. Needs `behaviourLogprobs`. @default 'none'
+   * Rollout correction of the engine/trainer mismatch when not decoupled (`--is-correction`):
+   * `tis` multiplies by `clamp(π_old/π_behav, lo, hi)`, `icepop` zeroes tokens whose ratio is
+   * outside [lo, hi]; `seq-tis`, `seq-mis`, `geo-rs` weigh or reject whole sequences
+   * (`rollout-correction.ts`). Needs `behaviourLogprobs`. @default 'none'
    */
   isCorrection?: IsCorrection;
-  /** [lo, hi] of the IS correction (`--is-threshold`). @default [0.5, 5] */
+  /** [lo, hi] of the token ratio for `tis`, `icepop` (`--is-threshold`). @default [0.5, 5] */
   isThreshold?: readonly [number, number];
+  /**
+   * [lo, hi] of the sequence statistic for `seq-tis`, `seq-mis`, `geo-rs` (`--is-seq-threshold`).
+   * @default the preset's: [0.5, 2], or [0.999, 1.001] for geo-rs
+   */
+  isSeqThreshold?: readonly [number, number];
   /** β of the KL loss term when `--use-kl-loss` is on; 0 leaves it out. Needs `refLogprobs`. @default 0 */
   klLossCoef?: number;
   /** Estimator for the KL loss term (`--kl-estimator`). @default 'k1' */
@@ -62,14 +88,18 @@ export interface PpoLossOptions {
 
 /** Defaults for {@link PpoLossOptions}. */
 export const ppoLossDefaults = {
+  policyLossType: 'ppo' as PolicyLossType,
+  sapoTauPos: 1,
+  sapoTauNeg: 1.05,
   epsClip: 0.2,
   epsClipHigh: undefined as number | undefined,
   dualClip: undefined as number | undefined,
   logRatioClamp: 20,
   useDecoupledLoss: false as boolean,
   behavImpWeightCap: 5,
-  isCorrection: 'none' as IsCorrection,
-  isThreshold: [0.5, 5] as readonly [number, number],
+  isCorrection: rolloutCorrectionDefaults.isCorrection,
+  isThreshold: rolloutCorrectionDefaults.isThreshold,
+  isSeqThreshold: undefined as readonly [number, number] | undefined,
   klLossCoef: 0,
   klEstimator: 'k1' as KlEstimator,
   entropyLossCoef: 0,
@@ -78,15 +108,45 @@ export const ppoLossDefaults = {
   checkFinite: true as boolean,
 };
 
-/** {@link PpoLossOptions} resolved: `epsClipHigh` is always a number. */
-export type ResolvedPpoLossOptions = Omit<typeof ppoLossDefaults, 'epsClipHigh'> & {
+/** {@link PpoLossOptions} resolved: `epsClipHigh` and `isSeqThreshold` are always set. */
+export type ResolvedPpoLossOptions = Omit<
+  typeof ppoLossDefaults,
+  'epsClipHigh' | 'isSeqThreshold'
+> & {
   epsClipHigh: number;
+  isSeqThreshold: readonly [number, number];
 };
 
 /** Fills defaults and validates; errors name the flag. */
 export function resolvePpoLossOptions(opts: PpoLossOptions = {}): ResolvedPpoLossOptions {
   const m = { ...ppoLossDefaults, ...stripUndefined(opts) };
-  const r: ResolvedPpoLossOptions = { ...m, epsClipHigh: m.epsClipHigh ?? m.epsClip };
+  const r: ResolvedPpoLossOptions = {
+    ...m,
+    ...resolveRolloutCorrection(m),
+    epsClipHigh: m.epsClipHigh ?? m.epsClip,
+  };
+  if ((m.policyLossType as string) === 'vanilla') r.policyLossType = 'ppo';
+  if (!POLICY_LOSS_TYPES.includes(r.policyLossType)) {
+    throw invalidOption(
+      '--policy-loss-type',
+      `must be one of ${POLICY_LOSS_TYPES.join(', ')} (got ${String(r.policyLossType)})`,
+    );
+  }
+  // GSPO's and SAPO's objectives average each sequence's tokens, then the sequences (verl).
+  if (opts.lossAggMode === undefined && ['gspo', 'sapo'].includes(r.policyLossType))
+    r.lossAggMode = 'seq-mean-token-mean';
+  if (r.dualClip !== undefined && (r.policyLossType === 'cispo' || r.policyLossType === 'sapo')) {
+    throw invalidOption(
+      '--dual-clip',
+      `applies to --policy-loss-type ppo and gspo (got ${r.policyLossType})`,
+    );
+  }
+  for (const [flag, v] of [
+    ['--sapo-tau-pos', r.sapoTauPos],
+    ['--sapo-tau-neg', r.sapoTauNeg],
+  ] as const) {
+    if (!(v > 0 && Number.isFinite(v))) throw invalidOption(flag, `must be > 0 (got ${v})`);
+  }
   if (!(r.epsClip >= 0 && r.epsClip < 1))
     throw invalidOption('--eps-clip', `must be in [0, 1) (got ${r.epsClip})`);
   if (!(r.epsClipHigh >= 0 && Number.isFinite(r.epsClipHigh))) {
@@ -97,21 +157,12 @@ export function resolvePpoLossOptions(opts: PpoLossOptions = {}): ResolvedPpoLos
   }
   if (!(r.behavImpWeightCap > 1))
     throw invalidOption('--behav-imp-weight-cap', `must be > 1 (got ${r.behavImpWeightCap})`);
-  if (!IS_CORRECTIONS.includes(r.isCorrection)) {
-    throw invalidOption(
-      '--is-correction',
-      `must be none, tis or icepop (got ${String(r.isCorrection)})`,
-    );
-  }
   if (r.useDecoupledLoss && r.isCorrection !== 'none') {
     throw invalidOption(
       '--is-correction',
       'cannot be combined with --use-decoupled-loss, which already weights by π_prox/π_behav',
     );
   }
-  const [lo, hi] = r.isThreshold;
-  if (!(lo > 0 && lo <= hi))
-    throw invalidOption('--is-threshold', `needs 0 < low <= high (got ${lo}, ${hi})`);
   if (!(r.klLossCoef >= 0))
     throw invalidOption('--init-kl-coef', `must be >= 0 (got ${r.klLossCoef})`);
   if (!(r.entropyLossCoef >= 0))
@@ -139,38 +190,11 @@ export interface PolicyLossInputs {
   weights?: tf.Tensor;
 }
 
-/** The per-token terms of the clipped surrogate, shared by the loss and its statistics. */
-interface SurrogateTerms {
-  /** `clamp(logπ − logπ_old, ±logRatioClamp)`. */
-  logRatio: tf.Tensor;
-  /** `r·A`. */
-  surr1: tf.Tensor;
-  /** `clip(r, 1−ε_lo, 1+ε_hi)·A`. */
-  surr2: tf.Tensor;
-  /** The per-token loss (see {@link clippedSurrogate}). */
-  loss: tf.Tensor;
-}
-
-function surrogateTerms(
-  logprobs: tf.Tensor,
-  oldLogprobs: tf.Tensor,
-  advantages: tf.Tensor,
-  o: ResolvedPpoLossOptions,
-): SurrogateTerms {
-  const logRatio = tf.clipByValue(tf.sub(logprobs, oldLogprobs), -o.logRatioClamp, o.logRatioClamp);
-  const ratio = tf.exp(logRatio);
-  const surr1 = tf.mul(ratio, advantages);
-  const surr2 = tf.mul(tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh), advantages);
-  const clip1 = tf.minimum(surr1, surr2);
-  if (o.dualClip === undefined) return { logRatio, surr1, surr2, loss: tf.neg(clip1) };
-  const clip2 = tf.maximum(clip1, tf.mul(advantages, o.dualClip));
-  return { logRatio, surr1, surr2, loss: tf.neg(tf.where(tf.less(advantages, 0), clip2, clip1)) };
-}
-
 /**
  * Per-token clipped surrogate loss: `−min(r·A, clip(r, 1−ε_lo, 1+ε_hi)·A)` with `r =
  * exp(clamp(logπ − logπ_old, ±20))`; with dual clip, tokens with A < 0 use
- * `−max(min(r·A, clip(r)·A), c·A)`.
+ * `−max(min(r·A, clip(r)·A), c·A)`. With `policyLossType` set, that loss's per-token term
+ * instead, every token counted as an action (GSPO's sequence is the last axis).
  */
 export function clippedSurrogate(
   logprobs: tf.Tensor,
@@ -179,12 +203,15 @@ export function clippedSurrogate(
   opts: PpoLossOptions = {},
 ): tf.Tensor {
   const o = resolvePpoLossOptions(opts);
-  return tf.tidy(() => surrogateTerms(logprobs, oldLogprobs, advantages, o).loss);
+  return tf.tidy(
+    () => surrogateTerms(logprobs, oldLogprobs, advantages, tf.onesLike(advantages), o).loss,
+  );
 }
 
 /**
  * Constant per-token weight on the surrogate: decoupled PPO's `π_prox/π_behav` (0 above the cap),
- * `tis`/`icepop` correction, or 1. Returns undefined when no weight applies.
+ * or the rollout correction of `--is-correction` (`rollout-correction.ts`). Returns undefined
+ * when no weight applies.
  */
 export function behaviourWeights(
   inputs: PolicyLossInputs,
@@ -199,13 +226,11 @@ export function behaviourWeights(
       flag,
     });
   }
+  if (!o.useDecoupledLoss)
+    return rolloutCorrection(inputs.oldLogprobs, behav, inputs.mask, o).weights;
   return tf.tidy(() => {
     const w = tf.exp(tf.sub(inputs.oldLogprobs, behav));
-    const [lo, hi] = o.isThreshold;
-    if (o.useDecoupledLoss)
-      return tf.where(tf.lessEqual(w, o.behavImpWeightCap), w, tf.zerosLike(w));
-    if (o.isCorrection === 'tis') return tf.clipByValue(w, lo, hi);
-    return tf.where(tf.logicalAnd(tf.greaterEqual(w, lo), tf.lessEqual(w, hi)), w, tf.zerosLike(w));
+    return tf.where(tf.lessEqual(w, o.behavImpWeightCap), w, tf.zerosLike(w));
   });
 }
 
@@ -320,7 +345,13 @@ function actorLoss(
     ...(o.lossNormConstant !== undefined ? { lossNormConstant: o.lossNormConstant } : {}),
     ...(inputs.weights ? { weights: inputs.weights } : {}),
   };
-  const terms = surrogateTerms(inputs.logprobs, inputs.oldLogprobs, inputs.advantages, o);
+  const terms: SurrogateTerms = surrogateTerms(
+    inputs.logprobs,
+    inputs.oldLogprobs,
+    inputs.advantages,
+    inputs.mask,
+    o,
+  );
   const w = behaviourWeights(inputs, o);
   let loss = aggregateLoss(w ? tf.mul(terms.loss, w) : terms.loss, inputs.mask, agg);
   if (o.klLossCoef > 0) {
@@ -343,18 +374,16 @@ function actorLoss(
   const n = tf.sum(m);
   let dual = zero;
   let negs = zero;
-  if (o.dualClip !== undefined) {
-    const neg = tf.cast(tf.less(a, 0), 'float32');
-    const bound = tf.less(tf.minimum(terms.surr1, terms.surr2), tf.mul(a, o.dualClip));
-    dual = sum(tf.mul(tf.cast(bound, 'float32'), neg));
-    negs = sum(neg);
+  if (terms.dualBound) {
+    dual = sum(terms.dualBound);
+    negs = sum(tf.cast(tf.less(a, 0), 'float32'));
   }
   // Σ t·0 is 0 when every value is finite and NaN otherwise: a finiteness check in two kernels.
   const nonFinite = (t: tf.Tensor | undefined): tf.Scalar =>
     o.checkFinite && t ? tf.sum(tf.mul(t, 0)) : zero;
   const sums = tf.stack([
     n,
-    sum(tf.cast(tf.less(terms.surr2, terms.surr1), 'float32')),
+    sum(terms.clipped),
     dual,
     negs,
     sum(tf.neg(terms.logRatio)),
@@ -368,7 +397,10 @@ function actorLoss(
 
 /** Diagnostics of one policy-loss evaluation, over action tokens. */
 export interface PolicyLossStats {
-  /** Share of tokens where the clipped term was the active one. */
+  /**
+   * Share of tokens whose gradient was cut or damped: the clipped term was the active one
+   * (ppo, gspo), the IS weight was clipped (cispo), the soft gate passed under half (sapo).
+   */
   clipFraction: number;
   /** Share of A < 0 tokens where the dual clip bound applied. */
   dualClipFraction: number;

@@ -1,6 +1,6 @@
 /**
  * The package's built-in job entrypoints: `rtjob submit -- train_ppo …` runs the PPO driver,
- * `train_sft` the SFT driver. The CLI hands this table to the head it starts; the runtime itself
+ * `train_sft` the SFT driver, `train_rm` the reward-model trainer. The CLI hands this table to the head it starts; the runtime itself
  * knows no entrypoint by name.
  *
  * @module
@@ -11,4 +11,5 @@ import { ownModulePath } from '../runtime/own-files.ts';
 export const builtinEntrypoints: Readonly<Record<string, string>> = {
   train_ppo: ownModulePath('../train/ppo/main.ts', import.meta.url),
   train_sft: ownModulePath('../train/sft.ts', import.meta.url),
+  train_rm: ownModulePath('../train/rm.ts', import.meta.url),
 };

@@ -15,7 +15,6 @@ import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
 import {
   episodeMetrics,
   episodeTurns,
-  logprobMismatch,
   pickSamples,
   sampleEpisodes,
 } from '../../train/ppo/episodes.ts';
@@ -170,24 +169,6 @@ test('episodeMetrics: version_span_max is the widest spread of versions within o
     },
   ]);
   assert.is(m.version_span_max, 2);
-});
-
-test('logprobMismatch: mean |trainer - behaviour| and the importance ratio over generated tokens only', () => {
-  const m = logprobMismatch(
-    [
-      { actionMask: [0, 1, 1], behaviourLogprobs: [9, -1, -2] },
-      { actionMask: [1, 0], behaviourLogprobs: [-1, 5] },
-    ],
-    [
-      [0, -1.5, -2],
-      [-0.5, 0],
-    ],
-  );
-  assert.ok(Math.abs(m.logprob_gap! - 1 / 3) < 1e-12);
-  assert.ok(Math.abs(m.is_ratio_min! - Math.exp(-0.5)) < 1e-12);
-  assert.ok(Math.abs(m.is_ratio_max! - Math.exp(0.5)) < 1e-12);
-  assert.ok(Math.abs(m.is_ratio_mean! - (Math.exp(-0.5) + 1 + Math.exp(0.5)) / 3) < 1e-12);
-  assert.equal(logprobMismatch([], []), {});
 });
 
 test('sampleEpisodes describes each kept episode and adds failed ones with their error', () => {

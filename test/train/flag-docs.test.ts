@@ -68,6 +68,8 @@ test('every documented flag parses (with a value of its kind)', () => {
     )
       argv.push('--async-train');
     if (f.key === 'useKlLoss') argv.push('--init-kl-coef', '0.01');
+    if (f.key === 'teacherKlCoef' || f.key === 'taskRewardCoef')
+      argv.push('--teacher-pretrain', 'teacher');
     if (f.key === 'overlongBufferLen') argv.push('--generate-max-len', '48');
     if (f.key === 'lossAggMode' || f.key === 'advantageEstimator') continue; // choices checked below
     parseTrainPpoFlags(argv);

@@ -126,6 +126,8 @@ export function recordUpdate(
     rollout_restarts: state.rolloutRestarts,
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
     ...u.mismatch,
+    ...(u.opdReverseKl !== undefined ? { opd_reverse_kl: u.opdReverseKl } : {}),
+    ...(u.rmScoreMean !== undefined ? { rm_score_mean: u.rmScoreMean } : {}),
   };
 }
 

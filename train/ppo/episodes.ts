@@ -287,38 +287,6 @@ function decoderOf(pretrain: string): (ids: number[]) => string {
   return (ids) => tok.decode(ids, { skipSpecialTokens: true });
 }
 
-/**
- * The train–inference mismatch of a batch: over generated tokens, the mean absolute gap between
- * the trainer's logprobs and the engine's behaviour logprobs, and the importance ratio
- * exp(trainer − behaviour) min / mean / max. Far from 0 and 1 they say the engine does not sample
- * the policy being trained (numerics, stale weights, a template or tokenizer drift).
- */
-export function logprobMismatch(
-  samples: readonly { actionMask: ArrayLike<number>; behaviourLogprobs: ArrayLike<number> }[],
-  trainer: readonly ArrayLike<number>[],
-): Record<string, number> {
-  let n = 0;
-  let gap = 0;
-  let sum = 0;
-  let min = Infinity;
-  let max = -Infinity;
-  samples.forEach((s, k) => {
-    const t = trainer[k]!;
-    for (let i = 0; i < s.actionMask.length; i++) {
-      if (!s.actionMask[i]) continue;
-      const d = (t[i] as number) - (s.behaviourLogprobs[i] as number);
-      const r = Math.exp(d);
-      n++;
-      gap += Math.abs(d);
-      sum += r;
-      if (r < min) min = r;
-      if (r > max) max = r;
-    }
-  });
-  if (n === 0) return {};
-  return { logprob_gap: gap / n, is_ratio_mean: sum / n, is_ratio_min: min, is_ratio_max: max };
-}
-
 /** Newest minus oldest version among a trajectory's trained tokens (0 when it has none). */
 function versionSpan(t: Trajectory): number {
   let lo = Infinity;

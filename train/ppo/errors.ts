@@ -7,7 +7,7 @@
 import { RtjobError } from '../../runtime/errors.ts';
 
 /** Which role a placed actor plays. */
-export type RoleName = 'rollout' | 'trainer' | 'reference' | 'critic';
+export type RoleName = 'rollout' | 'trainer' | 'reference' | 'teacher' | 'reward' | 'critic';
 
 /**
  * A role's actor died while the run needed it. Rollouts are restarted by the driver and never

@@ -17,6 +17,8 @@ import { klDefaults, KL_ESTIMATORS } from '../../algorithms/kl.ts';
 import { experienceDefaults } from '../../algorithms/experience.ts';
 import { LOSS_AGGREGATIONS } from '../../algorithms/loss-aggregation.ts';
 import { IS_CORRECTIONS, ppoLossDefaults } from '../../algorithms/policy-loss.ts';
+import { POLICY_LOSS_TYPES } from '../../algorithms/policy-loss-types.ts';
+import { distillDefaults } from '../../algorithms/distillation.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
 import { checkLibraryOptions, type TrainPpoOptions } from './options.ts';
 
@@ -141,10 +143,48 @@ export const flagTable: readonly Flag[] = [
   F('epsClip', 'float', 'PPO clip range', { min: 0 }),
   F('epsClipHigh', 'float', 'upper clip range (clip-higher); default --eps-clip', { min: 0 }),
   F('dualClip', 'float', 'dual-clip constant c > 1'),
-  F('isCorrection', 'string', 'importance-sampling correction of the engine/trainer mismatch', {
-    choices: IS_CORRECTIONS,
-  }),
-  F('isThreshold', 'pair', 'low and high bound of --is-correction, e.g. "0.5 5"'),
+  F(
+    'policyLossType',
+    'string',
+    "policy loss (OpenRLHF's flag; cispo, sapo are verl's loss_mode names, vanilla = ppo): ppo clip, gspo sequence ratio, cispo clipped stop-gradient IS weight, sapo soft gate; gspo and sapo default --loss-agg-mode to seq-mean-token-mean",
+    { choices: POLICY_LOSS_TYPES, choiceAliases: { vanilla: 'ppo' } },
+  ),
+  F('sapoTauPos', 'float', 'SAPO gate temperature for tokens with advantage > 0', { min: 0 }),
+  F('sapoTauNeg', 'float', 'SAPO gate temperature for tokens with advantage <= 0', { min: 0 }),
+  F(
+    'isCorrection',
+    'string',
+    'rollout correction of the engine/trainer mismatch: token tis/icepop (OpenRLHF), sequence seq-tis/seq-mis/geo-rs (verl rollout_corr presets)',
+    { choices: IS_CORRECTIONS },
+  ),
+  F(
+    'teacherPretrain',
+    'string',
+    "on-policy distillation: the teacher's model directory (same tokenizer); it scores the student's sampled tokens, placed like the reference",
+  ),
+  F(
+    'teacherKlCoef',
+    'float',
+    'weight of the per-token reverse-KL advantage log π_teacher − log π_student (with --teacher-pretrain)',
+    { min: 0 },
+  ),
+  F(
+    'taskRewardCoef',
+    'float',
+    "weight of the task reward's advantage beside the teacher's; 0 distils alone",
+    { min: 0 },
+  ),
+  F(
+    'rewardPretrain',
+    'string',
+    "reward model directory (train_rm): its score of each episode's tokens replaces the agent's reward (OpenRLHF's --reward_pretrain); placed like the reference",
+  ),
+  F('isThreshold', 'pair', 'low and high bound of the token ratio for tis/icepop, e.g. "0.5 5"'),
+  F(
+    'isSeqThreshold',
+    'pair',
+    "low and high bound of the sequence ratio (seq-tis, seq-mis) or its geometric mean (geo-rs); rtjob's flag; default 0.5 2, geo-rs 0.999 1.001",
+  ),
   F('lossAggMode', 'string', 'how token losses are averaged', { choices: LOSS_AGGREGATIONS }),
   F('entropyLossCoef', 'float', 'entropy bonus coefficient', { min: 0 }),
   F('valueClip', 'float', 'value clip range', { min: 0 }),
@@ -340,8 +380,16 @@ export const trainPpoDefaults: TrainPpoOptions = {
   epsClip: ppoLossDefaults.epsClip,
   epsClipHigh: ppoLossDefaults.epsClipHigh,
   dualClip: ppoLossDefaults.dualClip,
+  policyLossType: ppoLossDefaults.policyLossType,
+  sapoTauPos: ppoLossDefaults.sapoTauPos,
+  sapoTauNeg: ppoLossDefaults.sapoTauNeg,
   isCorrection: ppoLossDefaults.isCorrection,
   isThreshold: [...ppoLossDefaults.isThreshold],
+  isSeqThreshold: undefined,
+  teacherPretrain: '',
+  rewardPretrain: '',
+  teacherKlCoef: distillDefaults.teacherKlCoef,
+  taskRewardCoef: distillDefaults.taskRewardCoef,
   lossAggMode: ppoLossDefaults.lossAggMode,
   valueClip: valueLossDefaults.valueClip ?? 0.5,
   normalizeReward: false,
@@ -449,6 +497,12 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
       '--micro-train-batch-size',
       `--micro-train-batch-size ${o.microTrainBatchSize} exceeds --train-batch-size ${o.trainBatchSize}`,
     );
+  }
+  // GSPO's and SAPO's objectives average per sequence (verl); a given --loss-agg-mode is kept.
+  if (['gspo', 'sapo'].includes(o.policyLossType) && !given.has('lossAggMode'))
+    o.lossAggMode = 'seq-mean-token-mean';
+  if (!o.teacherPretrain && (given.has('teacherKlCoef') || given.has('taskRewardCoef'))) {
+    fail('--teacher-pretrain', '--teacher-kl-coef and --task-reward-coef need --teacher-pretrain');
   }
   const bad = checkLibraryOptions(o);
   if (bad) fail(bad.flag, bad.message);

@@ -18,6 +18,8 @@ import {
   type IsCorrection,
   type PpoLossOptions,
 } from '../../algorithms/policy-loss.ts';
+import { resolveDistillOptions, type DistillOptions } from '../../algorithms/distillation.ts';
+import type { PolicyLossType } from '../../algorithms/policy-loss-types.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
 
 /** Resolved options of a `train_ppo` run. */
@@ -50,8 +52,18 @@ export interface TrainPpoOptions {
   epsClip: number;
   epsClipHigh: number | undefined;
   dualClip: number | undefined;
+  policyLossType: PolicyLossType;
+  sapoTauPos: number;
+  sapoTauNeg: number;
   isCorrection: IsCorrection;
   isThreshold: [number, number];
+  isSeqThreshold: [number, number] | undefined;
+  /** On-policy distillation's teacher (HF directory); empty: none. */
+  teacherPretrain: string;
+  teacherKlCoef: number;
+  taskRewardCoef: number;
+  /** A `train_rm` reward model whose score replaces each episode's reward; empty: none. */
+  rewardPretrain: string;
   lossAggMode: LossAggregation;
   valueClip: number;
   normalizeReward: boolean;
@@ -130,10 +142,14 @@ export function policyLossOptions(o: TrainPpoOptions): PpoLossOptions {
     epsClip: o.epsClip,
     epsClipHigh: o.epsClipHigh,
     dualClip: o.dualClip,
+    policyLossType: o.policyLossType,
+    sapoTauPos: o.sapoTauPos,
+    sapoTauNeg: o.sapoTauNeg,
     useDecoupledLoss: o.useDecoupledLoss,
     behavImpWeightCap: o.behavImpWeightCap,
     isCorrection: o.isCorrection,
     isThreshold: o.isThreshold,
+    isSeqThreshold: o.isSeqThreshold,
     klLossCoef: o.useKlLoss ? o.initKlCoef : 0,
     klEstimator: o.klEstimator,
     entropyLossCoef: o.entropyLossCoef,
@@ -141,6 +157,11 @@ export function policyLossOptions(o: TrainPpoOptions): PpoLossOptions {
     // Dr.GRPO's constant: the longest response a generation may produce.
     lossNormConstant: o.generateMaxLen,
   });
+}
+
+/** On-policy distillation's weights (`algorithms/distillation.ts`). */
+export function distillOptions(o: TrainPpoOptions): DistillOptions {
+  return { teacherKlCoef: o.teacherKlCoef, taskRewardCoef: o.taskRewardCoef };
 }
 
 /** The critic's value loss and micro-batching. */
@@ -203,6 +224,7 @@ export function checkLibraryOptions(
     resolvePpoLossOptions(policyLossOptions(o));
     resolveKlOptions(klOptions(o));
     resolveExperienceOptions(experienceOptions(o));
+    resolveDistillOptions(distillOptions(o));
     return undefined;
   } catch (err) {
     if (err instanceof AlgorithmError && err.code === 'INVALID_OPTION')

@@ -52,7 +52,8 @@ type PlacementFlags = Pick<
   | 'advantageEstimator'
   | 'actorNumReplicas'
   | 'criticNumReplicas'
->;
+> &
+  Partial<Pick<TrainPpoOptions, 'teacherPretrain' | 'rewardPretrain'>>;
 
 /** Decides each role's resources from the flags. */
 export function placeRoles(o: PlacementFlags): RunPlacement {
@@ -61,6 +62,9 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
   const own: Record<Exclude<RoleName, 'rollout'>, number> = {
     trainer: perRank(o.actorNumGpusPerNode),
     reference: o.refNumGpusPerNode,
+    // The teacher is a frozen model like the reference, and placed like it.
+    teacher: o.refNumGpusPerNode,
+    reward: o.refNumGpusPerNode,
     critic: perRank(o.criticNumGpusPerNode),
   };
   const critics = o.advantageEstimator === 'gae' ? o.criticNumReplicas : 0;
@@ -90,6 +94,8 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
     (b < o.rolloutNumEngines ? 1 : 0) +
     (b < o.actorNumReplicas ? 1 : 0) +
     (b === 0 && o.initKlCoef > 0 ? 1 : 0) +
+    (b === 0 && o.teacherPretrain ? 1 : 0) +
+    (b === 0 && o.rewardPretrain ? 1 : 0) +
     (b < critics ? 1 : 0);
   // Shares rounded down so they never add up to more than the bundle.
   const share = (k: number): number => Math.floor(10000 / k) / 10000;

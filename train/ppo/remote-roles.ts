@@ -14,6 +14,7 @@ import { ownModule } from '../../runtime/own-files.ts';
 import type { ActorHandle, CallOptions, RemoteMethod } from '../../runtime/handles.ts';
 import type { Critic } from '../../roles/critic.ts';
 import type { Reference } from '../../roles/reference.ts';
+import type { RewardModel } from '../../roles/reward-model.ts';
 import type { Rollout } from '../../roles/rollout.ts';
 import type { Trainer } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
@@ -25,6 +26,7 @@ const role = (file: string): URL => ownModule(`../../roles/${file}`, import.meta
 const RolloutActor = defineActor<typeof Rollout>(role('rollout.ts'), 'Rollout');
 const TrainerActor = defineActor<typeof Trainer>(role('trainer.ts'), 'Trainer');
 const ReferenceActor = defineActor<typeof Reference>(role('reference.ts'), 'Reference');
+const RewardModelActor = defineActor<typeof RewardModel>(role('reward-model.ts'), 'RewardModel');
 const CriticActor = defineActor<typeof Critic>(role('critic.ts'), 'Critic');
 
 /**
@@ -165,6 +167,26 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     handles.push(h);
     reference = remote(h, 'reference');
   }
+  let teacher: Remote<Reference> | undefined;
+  if (o.teacherPretrain) {
+    const h = ReferenceActor.options({
+      name: named('teacher', 0, 1),
+      ...place(placement.role('teacher')),
+      env,
+    }).remote(inits.teacher);
+    handles.push(h);
+    teacher = remote(h, 'teacher');
+  }
+  let rewardModel: Remote<RewardModel> | undefined;
+  if (o.rewardPretrain) {
+    const h = RewardModelActor.options({
+      name: named('reward', 0, 1),
+      ...place(placement.role('reward')),
+      env,
+    }).remote(inits.rewardModel);
+    handles.push(h);
+    rewardModel = remote(h, 'reward');
+  }
   let critic: Remote<Critic> | undefined;
   if (o.advantageEstimator === 'gae') {
     const ranks = Array.from({ length: o.criticNumReplicas }, (_, rank) => {
@@ -189,6 +211,8 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     ),
     trainer.ready(),
     reference?.ready(),
+    teacher?.ready(),
+    rewardModel?.ready(),
     critic?.ready(),
   ]);
   const nodeOf = async (h: ActorHandle<unknown>) => (await actorInfo(h)).nodeId;
@@ -204,6 +228,8 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     rollouts,
     trainer,
     ...(reference ? { reference } : {}),
+    ...(teacher ? { teacher } : {}),
+    ...(rewardModel ? { rewardModel } : {}),
     ...(critic ? { critic } : {}),
     // Rank 0 puts the weights once; engines fetch them from it (weight-sync.ts).
     policy: () => trainer.shareWeights(),

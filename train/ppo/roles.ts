@@ -6,6 +6,7 @@
  */
 import { Critic } from '../../roles/critic.ts';
 import { Reference } from '../../roles/reference.ts';
+import { RewardModel } from '../../roles/reward-model.ts';
 import { Rollout } from '../../roles/rollout.ts';
 import { Trainer } from '../../roles/trainer.ts';
 import { join, resolve } from 'node:path';
@@ -38,6 +39,10 @@ export interface Roles {
   rollouts: Remote<Rollout>[];
   trainer: Remote<Trainer>;
   reference?: Remote<Reference>;
+  /** On-policy distillation's teacher: a frozen model, served by the Reference role's class. */
+  teacher?: Remote<Reference>;
+  /** A trained reward model that scores the episodes (`--reward-pretrain`). */
+  rewardModel?: Remote<RewardModel>;
   critic?: Remote<Critic>;
   /** The trainer's current weights as the engines take them (`weight-sync.ts`). */
   policy(): Promise<PolicyUpdate>;
@@ -158,6 +163,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
         : {}),
     },
     reference: { pretrain: o.pretrain, temperature: o.temperature },
+    teacher: { pretrain: o.teacherPretrain, temperature: o.temperature },
+    rewardModel: { pretrain: o.rewardPretrain },
     critic: {
       pretrain: o.pretrain,
       learningRate: o.criticLearningRate,
@@ -179,8 +186,12 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
   );
   const trainer = new Trainer(init.trainer);
   const reference = o.initKlCoef > 0 ? new Reference(init.reference) : undefined;
+  const teacher = o.teacherPretrain ? new Reference(init.teacher) : undefined;
+  const rewardModel = o.rewardPretrain ? new RewardModel(init.rewardModel) : undefined;
   const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
   await Promise.all([
+    teacher?.ready(),
+    rewardModel?.ready(),
     ...rollouts.map((r) => r.ready()),
     trainer.ready(),
     reference?.ready(),
@@ -190,6 +201,8 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
     rollouts: rollouts.map(local),
     trainer: local(trainer),
     ...(reference ? { reference: local(reference) } : {}),
+    ...(teacher ? { teacher: local(teacher) } : {}),
+    ...(rewardModel ? { rewardModel: local(rewardModel) } : {}),
     ...(critic ? { critic: local(critic) } : {}),
     policy: async () => {
       const w = trainer.weights();
@@ -199,6 +212,8 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
       await Promise.all(rollouts.map((r) => r.close()));
       trainer.dispose();
       reference?.dispose();
+      teacher?.dispose();
+      rewardModel?.dispose();
       critic?.dispose();
     },
   };

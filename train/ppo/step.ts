@@ -9,12 +9,18 @@ import type { GroupResult } from '../../agents/episode-runner.ts';
 import type { CriticSample } from '../../roles/critic.ts';
 import type { TrainSample, TrainStats } from '../../roles/trainer.ts';
 import { dynamicFilter } from '../../algorithms/dynamic-filter.ts';
+import { distillAdvantages } from '../../algorithms/distillation.ts';
 import { computeReturns, makeExperience } from '../../algorithms/experience.ts';
+import { rolloutCorrectionStats } from '../../algorithms/rollout-correction.ts';
 import { stalenessStats } from '../../algorithms/staleness.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
 import type { TrainPpoOptions } from './options.ts';
-import { logprobMismatch } from './episodes.ts';
-import { advantageOptions, experienceOptions } from './options.ts';
+import {
+  advantageOptions,
+  distillOptions,
+  experienceOptions,
+  policyLossOptions,
+} from './options.ts';
 import type { Roles } from './roles.ts';
 import type { UpdateState } from './run-state.ts';
 
@@ -51,16 +57,24 @@ export interface UpdateStats extends TrainStats {
   samples: number;
   experienceMs: number;
   trainMs: number;
-  /** Train–inference mismatch (`logprob_gap`, `is_ratio_*`), when the trainer's logprobs were computed. */
+  /**
+   * Train–inference mismatch and what the rollout correction did with it (`logprob_gap`,
+   * `is_ratio_*`, `is_*_outside`, `is_rejected_*`), when the trainer's logprobs were computed.
+   */
   mismatch?: Record<string, number>;
+  /** On-policy distillation: mean log π_student − log π_teacher over action tokens. */
+  opdReverseKl?: number;
+  /** Mean reward-model score of the batch (`--reward-pretrain`). */
+  rmScoreMean?: number;
 }
 
 /**
- * Makes experience from `trajectories` and trains the critic and the policy on it. The policy's
+ * Makes experience from `episodes` (their rewards replaced by the reward model's scores with
+ * `--reward-pretrain`) and trains the critic and the policy on it. The policy's
  * version before the update is `trainerVersion`; staleness per token is measured against it.
  */
 export async function trainOn(
-  trajectories: Trajectory[],
+  episodes: Trajectory[],
   roles: Roles,
   o: TrainPpoOptions,
   state: UpdateState,
@@ -68,6 +82,13 @@ export async function trainOn(
 ): Promise<UpdateStats> {
   const t0 = performance.now();
   const { kl, rewardNormalizer } = state;
+  // A trained reward model's score replaces the agent's reward (`--reward-pretrain`).
+  const rmScores = roles.rewardModel
+    ? await roles.rewardModel.scores(episodes.map((t) => Array.from(t.inputIds)))
+    : undefined;
+  const trajectories = rmScores
+    ? episodes.map((t, i) => ({ ...t, reward: rmScores[i]! }))
+    : episodes;
   const samples = makeExperience(trajectories, experienceOptions(o));
   if (rewardNormalizer) {
     const scores = samples.map((s) => s.score);
@@ -78,10 +99,11 @@ export async function trainOn(
   // The trainer's own logprobs before this update: decoupled PPO's proximal policy, or the
   // "old" policy the IS correction compares with the engine's behaviour logprobs.
   const recompute = o.useDecoupledLoss || o.isCorrection !== 'none';
-  const [ref, values, old] = await Promise.all([
+  const [ref, values, old, teacher] = await Promise.all([
     roles.reference ? roles.reference.logprobs(seqs) : undefined,
     roles.critic ? roles.critic.values(seqs) : undefined,
     recompute ? roles.trainer.logprobs(seqs) : undefined,
+    roles.teacher ? roles.teacher.logprobs(seqs) : undefined,
   ]);
   const batch = computeReturns(
     samples,
@@ -94,10 +116,20 @@ export async function trainOn(
       rewardClipRange: o.rewardClipRange,
     },
   );
+  // The teacher scores the tokens the student sampled; its reverse KL joins the advantages.
+  const opd = teacher
+    ? distillAdvantages(
+        batch.advantages,
+        samples.map((s) => s.actionMask),
+        old ?? samples.map((s) => s.behaviourLogprobs),
+        teacher,
+        distillOptions(o),
+      )
+    : undefined;
   const trainSamples: TrainSample[] = samples.map((s, i) => ({
     inputIds: s.inputIds,
     actionMask: s.actionMask,
-    advantages: batch.advantages[i]!,
+    advantages: (opd ?? batch).advantages[i]!,
     // Without a recompute the engine ran the weights being trained (sync), so its behaviour
     // logprobs are the old policy's.
     oldLogprobs: old ? old[i]! : s.behaviourLogprobs,
@@ -127,7 +159,9 @@ export async function trainOn(
   );
   return {
     ...stats,
-    ...(old ? { mismatch: logprobMismatch(samples, old) } : {}),
+    ...(old ? { mismatch: rolloutCorrectionStats(samples, old, policyLossOptions(o)) } : {}),
+    ...(opd ? { opdReverseKl: opd.reverseKl } : {}),
+    ...(rmScores ? { rmScoreMean: rmScores.reduce((a, b) => a + b, 0) / rmScores.length } : {}),
     rewardMean: trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length),
     kl: batch.meanKl,
     klCoef,
