@@ -19,9 +19,10 @@ import {
   type PpoLossOptions,
 } from '../../algorithms/policy-loss.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
+import type { TrackerOptions } from '../trackers/index.ts';
 
-/** Resolved options of a `train_ppo` run. */
-export interface TrainPpoOptions {
+/** Resolved options of a `train_ppo` run (the tracker flags are `train/trackers/`'s). */
+export interface TrainPpoOptions extends TrackerOptions {
   pretrain: string;
   agentFunc: string | undefined;
   promptData: string;
