@@ -113,12 +113,12 @@ export async function trainPpo(
   run: TrainPpoRunOptions = {},
 ): Promise<RunSummary> {
   const o = resolveOptions(parseTrainPpoFlags(argv, env), env);
-  // A new run in the place of an old one: the old checkpoints go, so `latest` is never the old run's.
-  if (o.overwrite && !o.loadCheckpoint)
-    rmSync(resolve(o.ckptPath), { recursive: true, force: true });
+  const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
   const config = flagConfig(o, argv, env);
+  const baseLog = run.log ?? defaultLog;
   const trackers = openTrackers(o, {
     program: 'train_ppo',
+    warn: (line) => baseLog.line(line),
     defaultRunName: runName(env),
     settings: config.map((r) => ({ name: r.name.slice(2), value: r.value })),
     env,
@@ -126,8 +126,10 @@ export async function trainPpo(
       ? { flushIntervalMs: run.trackerFlushIntervalMs }
       : {}),
   });
-  const log = withTrackers(run.log ?? defaultLog, trackers);
-  const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
+  const log = withTrackers(baseLog, trackers);
+  // A new run in the place of an old one: the old checkpoints go, so `latest` is never the old run's.
+  if (o.overwrite && !o.loadCheckpoint)
+    rmSync(resolve(o.ckptPath), { recursive: true, force: true });
   const mode = o.asyncTrain
     ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)`
     : 'sync';
