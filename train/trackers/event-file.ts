@@ -5,8 +5,9 @@
  * names the file version (`brain.Event:2`); the others carry a `Summary` of scalar values
  * (`simple_value`) or a text summary (the text plugin's `DT_STRING` tensor).
  *
- * Only the fields rtjob writes are encoded; the field numbers are those of TensorBoard's
- * `event.proto`, `summary.proto`, `tensor.proto` and `tensor_shape.proto`.
+ * Only the fields rtjob writes are encoded, in field order and without defaults, as a protobuf
+ * library serialises them; the field numbers are those of TensorBoard's `event.proto`,
+ * `summary.proto`, `tensor.proto` and `tensor_shape.proto`.
  *
  * @module
  */
@@ -107,7 +108,9 @@ class Message {
 
 /** `Event { wall_time = 1; step = 2; oneof what { file_version = 3; summary = 5 } }`. */
 function event(wallTime: number, step: number, what: (e: Message) => void): Buffer {
-  const e = new Message().double(1, wallTime).int(2, step);
+  // As proto3 writes it: a zero step is left out, like every default.
+  const e = new Message().double(1, wallTime);
+  if (step !== 0) e.int(2, step);
   what(e);
   return e.end();
 }
@@ -142,14 +145,12 @@ const DT_STRING = 7;
  * Markdown.
  */
 export function textEvent(wallTime: number, step: number, tag: string, markdown: string): Buffer {
-  const metadata = new Message().bytes(
-    1,
-    new Message().bytes(1, 'text').bytes(2, new Uint8Array(0)),
-  );
+  // The plugin's content, TextPluginData with version 0, encodes to no bytes at all.
+  const metadata = new Message().bytes(1, new Message().bytes(1, 'text'));
   const tensor = new Message()
     .int(1, DT_STRING)
     .bytes(2, new Message().bytes(2, new Message().int(1, 1)))
     .bytes(8, markdown);
-  const value = new Message().bytes(1, tag).bytes(9, metadata).bytes(8, tensor);
+  const value = new Message().bytes(1, tag).bytes(8, tensor).bytes(9, metadata);
   return event(wallTime, step, (e) => e.bytes(5, new Message().bytes(1, value)));
 }
