@@ -37,7 +37,7 @@ export interface Diagnosis {
   sides: { rollout: number; trainer: number; weightSync: number; other: number };
   /** The overlap bound: seconds a step would take with the two sides fully overlapped. */
   boundS: number;
-  /** `boundS / stepS`: 1 at the bound. */
+  /** `boundS / stepS` (at most 1): 1 at the bound. */
   attainment: number;
   /** The one setting to change first. */
   change: { flag: string; to: string; why: string };
@@ -204,7 +204,8 @@ export function diagnose(
     steps: steps.length,
     stepS,
     limit,
-    share,
+    // Medians of different series: a side's median may pass the step's; a share is at most all.
+    share: Math.min(1, share),
     sides: {
       rollout: gen,
       trainer: train,
@@ -212,7 +213,7 @@ export function diagnose(
       other: Math.max(0, stepS - (async ? Math.max(gen, train + sync) : gen + train + sync)),
     },
     boundS,
-    attainment: boundS / stepS,
+    attainment: Math.min(1, boundS / stepS),
     change,
     evidence,
   };
