@@ -121,7 +121,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       const items = ctx.sampler.next(o.rolloutBatchSize);
       const position = { ...ctx.sampler.position };
       let groups: GroupResult[];
-      let engines: Record<string, number> = {};
+      let engines: Record<string, number>;
       try {
         const m0 = await readMeters(ctx);
         groups = await generate(ctx, items);
