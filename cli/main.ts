@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { diagnoseCommand } from './commands/diagnose.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -204,6 +205,16 @@ sessionOption(
       'table columns: comma-separated names or prefixes, e.g. reward_mean,kl,info/ (default: the key metrics first, as many as fit)',
     ),
 ).action((job: string, o) => metricsCommand(job, o));
+
+sessionOption(
+  program
+    .command('diagnose')
+    .description(
+      'which side limits a train_ppo run (rollout, trainer, weight sync, the agent, the queue), by how much, and the setting to change first',
+    )
+    .argument('<job>', 'job id')
+    .option('--json', 'the verdict as JSON'),
+).action((job: string, o) => diagnoseCommand(job, o));
 
 sessionOption(
   program

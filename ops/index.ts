@@ -17,6 +17,7 @@ export {
 export {
   fetchTransport,
   logTailPath,
+  type MetricsTable,
   RestError,
   restClient,
   type ProcessView,

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { type EngineMeter, meterEngine } from './engine-meter.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
 import {
   copyFileSync,
@@ -169,6 +170,10 @@ export interface RolloutStats {
   generatedTokens: number;
   /** Milliseconds with at least one episode running. */
   busyMs: number;
+  /** Milliseconds with at least one engine request in flight (`engine-meter.ts`). */
+  engineBusyMs: number;
+  /** Engine request-milliseconds: requests in flight integrated over time. */
+  requestMs: number;
 }
 
 /**
@@ -178,6 +183,7 @@ export interface RolloutStats {
  */
 export class Rollout {
   private engine!: InferenceEngine;
+  private meter: EngineMeter | undefined;
   private tokenizer!: AgentTokenizer;
   private runner!: EpisodeRunner;
   private agent!: Agent;
@@ -210,6 +216,7 @@ export class Rollout {
       const chat = loadTokenizer(this.init.pretrain);
       this.tokenizer = agentTokenizer(chat);
       this.engine = await this.createEngine();
+      this.meter = meterEngine(this.engine);
       const maxLength = this.init.promptMaxLen + this.init.generateMaxLen * 4;
       const agent = (this.agent = this.init.agentFunc
         ? await loadAgent(this.init.agentFunc, {
@@ -516,6 +523,8 @@ export class Rollout {
       episodesFailed: this.counters.failed,
       generatedTokens: this.counters.tokens,
       busyMs: busy,
+      engineBusyMs: this.meter?.busyMs() ?? 0,
+      requestMs: this.meter?.requestMs() ?? 0,
     };
   }
 

@@ -88,6 +88,11 @@ export interface TrainStats {
   lr: number;
   /** Where this call's time went, in milliseconds, summed over its optimizer steps. */
   timing: TrainTiming;
+  /**
+   * Share of the positions this rank computed that were padding (each micro-batch is padded to its
+   * longest sequence): what `--train-max-tokens-per-gpu` packing and length sorting save.
+   */
+  paddingFraction: number;
 }
 
 /**
@@ -167,6 +172,7 @@ export class Trainer {
     const { trainBatchSize, microTrainBatchSize } = this.init;
     const epochs = this.init.maxEpochs ?? 1;
     const acc = { loss: 0, clip: 0, kl: 0, ent: 0, tokens: 0, gradNorm: 0, steps: 0, lr: 0 };
+    const positions = { real: 0, padded: 0 };
     const timing: TrainTiming = { computeMs: 0, imbalanceMs: 0, allreduceMs: 0, optimizerMs: 0 };
     const steps = optimizerSteps(samples, {
       epochs,
@@ -183,6 +189,9 @@ export class Trainer {
       const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
       const c0 = performance.now();
       await accumulateMicroBatches(this.opt, step, (micro, w) => {
+        const lengths = micro.map((x) => x.inputIds.length);
+        positions.real += lengths.reduce((a, b) => a + b, 0);
+        positions.padded += micro.length * Math.max(0, ...lengths);
         // Loss, statistics and input checks come back in one sync per micro-batch.
         const r = this.opt.accumulate(() => this.microBatchLoss(micro, w), readPolicyLossStats);
         local.loss += r.loss;
@@ -227,6 +236,7 @@ export class Trainer {
       tokens: acc.tokens / epochs,
       lr: acc.lr,
       timing,
+      paddingFraction: positions.padded ? 1 - positions.real / positions.padded : 0,
     };
   }
 

@@ -36,6 +36,10 @@ export interface FlagSpec<K extends string = string> {
   env?: EnvName;
   /** The run cannot start without it. */
   required?: boolean;
+  /** The value of a `string` flag given alone (`--use-wandb` as the last or before another flag). */
+  bare?: string;
+  /** A value not to show (an API key): the config table and trackers show `(hidden)`. */
+  secret?: boolean;
 }
 
 /** A bad flag or flag combination; `flag` names it. Drivers exit 2 on it, printing one line. */
@@ -174,6 +178,10 @@ export function flagParser<O extends object>(
         const v = value === undefined ? true : parseBool(shown, value);
         o[flag.key] = (negated ? !v : v) as never;
       } else {
+        const next = argv[i + 1];
+        if (value === undefined && flag.bare !== undefined && (next ?? '--').startsWith('--')) {
+          value = flag.bare;
+        }
         if (value === undefined) {
           value = argv[++i];
           const numeric = flag.kind === 'float' || flag.kind === 'int' || flag.kind === 'pair';
@@ -245,10 +253,10 @@ function parseBool(flag: string, v: string): boolean {
   throw new FlagError(flag, `${flag}: expected true or false, got '${v}'`);
 }
 
-/** Where the feature of a well-known flag from elsewhere is in rtjob (W&B, TensorBoard). */
+/** Where the feature of a well-known flag from elsewhere is in rtjob (W&B, TensorBoard, MLflow). */
 function elsewhere(name: string): string {
-  if (/^(use-)?(wandb|tensorboard)(-|$)/.test(name))
-    return '; rtjob logs every metric to its head instead: the dashboard charts and compares runs, `rtjob metrics JOB --csv` exports them';
+  if (/^(use-)?(wandb|tensorboard|mlflow)(-|$)/.test(name))
+    return '; train_ppo and train_sft log to trackers (--use-tensorboard, --use-wandb, --use-mlflow), and every run to its head: the dashboard charts and compares runs, `rtjob metrics JOB --csv` exports them';
   return '';
 }
 

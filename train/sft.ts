@@ -26,7 +26,15 @@ import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
 import type { InferenceEngine } from '../engines/types.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
+import { metrics } from '../ops/metrics.ts';
 import { arithReward, builtinDataset, type ArithRecord } from './data/arith.ts';
+import { runName } from './run-name.ts';
+import {
+  openTrackers,
+  optionSettings,
+  trackerFlags,
+  type TrackerOptions,
+} from './trackers/index.ts';
 import {
   checkRolloutDtype,
   flagParser,
@@ -35,8 +43,8 @@ import {
   FlagError,
 } from './driver-flags.ts';
 
-/** Options of {@link trainSft}. */
-export interface SftOptions {
+/** Options of {@link trainSft}; the tracker options are `train/trackers/`'s. */
+export interface SftOptions extends TrackerOptions {
   /** HF model directory to start from (or `initBuiltin`). */
   pretrain?: string;
   /** Start from a fresh built-in tiny model with the built-in tokenizer. @default false */
@@ -95,6 +103,10 @@ export interface SftOptions {
   signal?: AbortSignal;
   /** Told of every held-out evaluation: the step and its accuracy and answers. */
   onEval?: (step: number, ev: ArithEval) => void;
+  /** Where each step's metrics go besides the trackers. @default the head's metrics (`metrics.log`) */
+  metric?: (step: number, values: Record<string, number>) => void;
+  /** The environment trackers read (`WANDB_*`, `MLFLOW_*`). @default process.env */
+  env?: Readonly<Record<string, string | undefined>>;
 }
 
 /** What {@link trainSft} returns. */
@@ -254,6 +266,38 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     if (o.verbose !== false) console.log(s);
   };
   checkRolloutDtype(o);
+  const env = o.env ?? process.env;
+  const trackers = openTrackers(o, {
+    program: 'train_sft',
+    defaultRunName: runName(env),
+    settings: optionSettings({ ...o }),
+    env,
+  });
+  for (const t of trackers.list) if (t.where()) log(`train_sft: ${t.kind}: ${t.where()}`);
+  // The one place a step's metrics go: the head's history and every tracker.
+  const metric = o.metric ?? ((step: number, v: Record<string, number>) => metrics.log(step, v));
+  const logStep = (step: number, values: Record<string, number>): void => {
+    metric(step, values);
+    trackers.log(step, values);
+  };
+  let outcome: 'finished' | 'failed' = 'failed';
+  try {
+    const result = await sftRun(o, log, logStep);
+    outcome = 'finished';
+    return result;
+  } finally {
+    await trackers.close(outcome);
+    for (const t of trackers.list)
+      if (t.kind !== 'tensorboard' && t.where()) log(`train_sft: ${t.kind}: ${t.where()}`);
+    await metrics.flush();
+  }
+}
+
+async function sftRun(
+  o: SftOptions,
+  log: (s: string) => void,
+  logStep: (step: number, values: Record<string, number>) => void,
+): Promise<SftResult> {
   await initBackend();
   const seed = o.seed ?? 42;
   let model: CausalLM;
@@ -329,6 +373,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   let evalAccuracy: number | undefined;
   let order = orderFor(Math.floor(trainer.stepCount / stepsPerEpoch));
   while (trainer.stepCount < maxSteps) {
+    const stepStart = performance.now();
     const step = trainer.stepCount;
     const epoch = Math.floor(step / stepsPerEpoch);
     if (step % stepsPerEpoch === 0) order = orderFor(epoch);
@@ -336,6 +381,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     const batch = order.slice(base, base + batchSize).map((i) => examples[i]!);
     // Micro-batches of similar length waste less compute on padding.
     if (micro < batch.length) batch.sort((a, b) => a.ids.length - b.ids.length);
+    const stepTokens = batch.reduce((n, e) => n + e.ids.length, 0);
     let lossSum = 0;
     for (let m = 0; m < batch.length; m += micro) {
       const mb = batch.slice(m, m + micro);
@@ -356,6 +402,15 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     }
     const st = trainer.step();
     lastLoss = lossSum / Math.ceil(batch.length / micro);
+    const stepEnd = performance.now();
+    logStep(st.step, {
+      loss: lastLoss,
+      lr: st.lr,
+      grad_norm: st.gradNorm,
+      tokens: stepTokens,
+      step_s: (stepEnd - stepStart) / 1000,
+      tokens_per_s: (stepTokens * 1000) / (stepEnd - stepStart),
+    });
     if (st.step % (o.logSteps ?? 10) === 0 || st.step === 1) {
       const now = performance.now();
       log(
@@ -374,6 +429,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
       await engine.updateWeights({ kind: 'tensors', tensors: model.exportWeights() }, st.step);
       const ev = await evalArith(engine, tok, evalRecords);
       evalAccuracy = ev.accuracy;
+      logStep(st.step, { eval_accuracy: ev.accuracy, eval_s: (performance.now() - t0) / 1000 });
       o.onEval?.(st.step, ev);
       log(
         `eval step ${st.step} (${engine.kind}) held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${((performance.now() - t0) / 1000).toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
@@ -438,6 +494,9 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
           ckptPath: undefined,
           signal: undefined,
           onEval: undefined,
+          metric: undefined,
+          env: undefined,
+          useWandb: o.useWandb && o.useWandb !== 'true' ? '(hidden)' : o.useWandb,
         },
       },
       null,
@@ -451,7 +510,10 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
   return result;
 }
 
-type SftFlagOptions = Omit<SftOptions, 'verbose' | 'signal' | 'savePath' | 'onEval'> & {
+type SftFlagOptions = Omit<
+  SftOptions,
+  'verbose' | 'signal' | 'savePath' | 'onEval' | 'metric' | 'env'
+> & {
   savePath?: string;
 };
 
@@ -496,6 +558,7 @@ const sftFlags = flagParser<SftFlagOptions>(
       min: 0,
     },
     ...localEngineFlags('engine of the held-out evaluation'),
+    ...trackerFlags,
   ],
   { dataset: 'arith' },
 );

@@ -16,7 +16,13 @@ import {
   PackageTooLargeError,
   defaultMaxPackageBytes,
 } from '../../runtime/packages/working-dir.ts';
-import { isLoopback, type SampleView, startClusterHead, tsxImport } from '../../ops/index.ts';
+import {
+  isLoopback,
+  type MetricsTable,
+  type SampleView,
+  startClusterHead,
+  tsxImport,
+} from '../../ops/index.ts';
 import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
 import { writeCurves } from '../../train/ppo/curves.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
@@ -369,7 +375,7 @@ export interface ReadOptions extends TokenOptions {
 }
 
 /** Runs `fn` against the running cluster or a finished session (see {@link openReadTarget}). */
-async function reading<T>(o: ReadOptions, fn: (ep: Endpoint) => Promise<T>): Promise<T> {
+export async function reading<T>(o: ReadOptions, fn: (ep: Endpoint) => Promise<T>): Promise<T> {
   const target = await openReadTarget(o);
   try {
     return await fn(target.ep);
@@ -524,6 +530,24 @@ export async function metricsCommand(
   await reading(o, (ep) => showMetrics(ep, jobId, o));
 }
 
+/** Every metric row a job logged, all pages (the API pages long runs) under the first's columns. */
+export async function jobMetrics(ep: Endpoint, jobId: string): Promise<MetricsTable> {
+  const api = headApi(ep);
+  const params = { jobId };
+  // Later pages name a subset of the first's metrics.
+  const t = await api.call('GET /api/jobs/:jobId/metrics', { params });
+  for (let next = t.nextSinceStep; next !== null; ) {
+    const page = await api.call('GET /api/jobs/:jobId/metrics', {
+      params,
+      query: { sinceStep: next },
+    });
+    const at = t.columns.map((c) => page.columns.indexOf(c));
+    t.rows.push(...page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null)))));
+    next = page.rows.length === 0 ? null : page.nextSinceStep;
+  }
+  return t;
+}
+
 /** Columns a reader looks for first, in this order (when logged). */
 const keyMetrics = [
   'step',
@@ -556,19 +580,7 @@ async function showMetrics(
     console.log(writeCurves(csv, o.plot, jobId, extra));
     return;
   }
-  const api = headApi(ep);
-  const params = { jobId };
-  // Every page (the API pages long runs); later pages name a subset of the first's metrics.
-  const t = await api.call('GET /api/jobs/:jobId/metrics', { params });
-  for (let next = t.nextSinceStep; next !== null; ) {
-    const page = await api.call('GET /api/jobs/:jobId/metrics', {
-      params,
-      query: { sinceStep: next },
-    });
-    const at = t.columns.map((c) => page.columns.indexOf(c));
-    t.rows.push(...page.rows.map((r) => at.map((i) => (i < 0 ? null : (r[i] ?? null)))));
-    next = page.rows.length === 0 ? null : page.nextSinceStep;
-  }
+  const t = await jobMetrics(ep, jobId);
   if (o.json) {
     console.log(JSON.stringify(t));
     return;

@@ -120,6 +120,7 @@ export function recordUpdate(
     train_imbalance_s: u.timing.imbalanceMs / 1000,
     allreduce_s: u.timing.allreduceMs / 1000,
     optimizer_s: u.timing.optimizerMs / 1000,
+    padding_fraction: u.paddingFraction,
     samples: u.samples,
     episodes_failed: state.failed,
     groups_dropped: state.groupsDropped ?? 0,

@@ -21,6 +21,7 @@ import { POLICY_LOSS_TYPES } from '../../algorithms/policy-loss-types.ts';
 import { distillDefaults } from '../../algorithms/distillation.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
 import { checkLibraryOptions, type TrainPpoOptions } from './options.ts';
+import { trackerFlags } from '../trackers/index.ts';
 
 /** Where a flag is listed in `--help`; `algorithm` flags are the ones `algorithms/README.md` documents. */
 export type FlagSection =
@@ -31,7 +32,8 @@ export type FlagSection =
   | 'optimizer'
   | 'async'
   | 'eval'
-  | 'engines';
+  | 'engines'
+  | 'trackers';
 /** One row of the flag table. */
 export interface Flag extends FlagSpec<keyof TrainPpoOptions> {
   section: FlagSection;
@@ -336,6 +338,8 @@ export const flagTable: readonly Flag[] = [
     { min: 1 },
   ),
   F('criticNumReplicas', 'int', 'data-parallel critic ranks', { min: 1 }),
+  ...under('trackers'),
+  ...trackerFlags.map((f): Flag => ({ ...f, section: 'trackers' })),
 ];
 
 /** Section titles of `--help`. */
@@ -348,6 +352,7 @@ const sectionTitles: Record<FlagSection, string> = {
   async: 'Async training',
   eval: 'Evaluation and checkpoints',
   engines: 'Engines and placement',
+  trackers: 'Experiment trackers (train/trackers/README.md)',
 };
 
 /** Defaults, chosen so the README command learns on a 2-core machine within minutes. */
@@ -644,7 +649,7 @@ export function flagConfig(
     v === undefined ? '' : Array.isArray(v) ? v.join(' ') : String(v);
   return flagTable.map((f) => ({
     name: parser.flagName(f.key),
-    value: show(o[f.key]),
+    value: f.secret && o[f.key] !== undefined && o[f.key] !== f.bare ? '(hidden)' : show(o[f.key]),
     default: show(trainPpoDefaults[f.key]),
     source: given.has(f.key) ? 'flag' : f.env && env[f.env] ? 'env' : 'default',
     section: f.section ?? 'run',

@@ -11,7 +11,6 @@
 import { existsSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { readEnv } from '../../runtime/env.ts';
 import { resumeAdvice } from '../../runtime/format.ts';
 import { metrics } from '../../ops/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
@@ -24,11 +23,14 @@ import { inProcessRoles, type Roles } from './roles.ts';
 import { finishRun, latestCheckpoint, prepareRun } from './context.ts';
 import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
+import { runName } from '../run-name.ts';
+import { openTrackers, type Trackers } from '../trackers/index.ts';
 
 export { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp, FlagError } from './flags.ts';
 export type { TrainPpoOptions } from './options.ts';
 export type { RunSummary } from './run-state.ts';
 export { RoleDiedError, isRoleDied } from './errors.ts';
+export { runName } from '../run-name.ts';
 
 /** The shipped warm-start model. */
 export const defaultPretrain = fileURLToPath(
@@ -50,20 +52,8 @@ export interface TrainPpoRunOptions {
   log?: RunLog;
   /** Places the roles; @default through the runtime, or in this process with `--in-process` */
   roles?: (o: TrainPpoOptions, totalSteps: number) => Promise<Roles>;
-}
-
-/**
- * The name of this run's own output folder: the job id under a cluster, else the start time
- * (`run-20261123-203512`), so no run writes over another's policy by default.
- */
-export function runName(
-  env: Record<string, string | undefined> = process.env,
-  now = new Date(),
-): string {
-  const job = readEnv('RTJOB_JOB_ID', env);
-  if (job && /^[\w.-]+$/.test(job)) return job;
-  const p = (n: number) => String(n).padStart(2, '0');
-  return `run-${now.getFullYear()}${p(now.getMonth() + 1)}${p(now.getDate())}-${p(now.getHours())}${p(now.getMinutes())}${p(now.getSeconds())}`;
+  /** How often W&B and MLflow are sent what was logged. @default 2000 */
+  trackerFlushIntervalMs?: number;
 }
 
 /** Resolves defaults that depend on the machine and checks paths, before anything starts. */
@@ -123,11 +113,23 @@ export async function trainPpo(
   run: TrainPpoRunOptions = {},
 ): Promise<RunSummary> {
   const o = resolveOptions(parseTrainPpoFlags(argv, env), env);
+  const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
+  const config = flagConfig(o, argv, env);
+  const baseLog = run.log ?? defaultLog;
+  const trackers = openTrackers(o, {
+    program: 'train_ppo',
+    warn: (line) => baseLog.line(line),
+    defaultRunName: runName(env),
+    settings: config.map((r) => ({ name: r.name.slice(2), value: r.value })),
+    env,
+    ...(run.trackerFlushIntervalMs !== undefined
+      ? { flushIntervalMs: run.trackerFlushIntervalMs }
+      : {}),
+  });
+  const log = withTrackers(baseLog, trackers);
   // A new run in the place of an old one: the old checkpoints go, so `latest` is never the old run's.
   if (o.overwrite && !o.loadCheckpoint)
     rmSync(resolve(o.ckptPath), { recursive: true, force: true });
-  const log = run.log ?? defaultLog;
-  const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
   const mode = o.asyncTrain
     ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)`
     : 'sync';
@@ -137,7 +139,7 @@ export async function trainPpo(
       `agent ${o.agentFunc ?? '<built-in math reward>'}`,
   );
   log.report?.({
-    config: flagConfig(o, argv, env),
+    config,
     headline: o.evalDataset ? 'eval_accuracy' : 'reward_mean',
     charts: trainPpoCharts,
     summary: trainPpoSummary,
@@ -145,22 +147,44 @@ export async function trainPpo(
     outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
   });
   const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;
-  const roles = await place(o, perEpoch);
+  for (const t of trackers.list) if (t.where()) log.line(`${t.kind}: ${t.where()}`);
+  let outcome: 'finished' | 'failed' = 'failed';
   let stepsDone = 0;
   try {
-    const ctx = await prepareRun(o, roles, log);
-    stepsDone = ctx.state.step;
-    log.report?.({ totalSteps: ctx.totalSteps });
-    const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
-    await done.finally(() => (stepsDone = ctx.state.step));
-    return await finishRun(ctx);
-  } catch (err) {
-    if (isRoleDied(err)) throw err.withHint(resumeHint(o, stepsDone));
-    throw err;
+    const roles = await place(o, perEpoch);
+    try {
+      const ctx = await prepareRun(o, roles, log);
+      stepsDone = ctx.state.step;
+      log.report?.({ totalSteps: ctx.totalSteps });
+      const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
+      await done.finally(() => (stepsDone = ctx.state.step));
+      const summary = await finishRun(ctx);
+      outcome = 'finished';
+      return summary;
+    } catch (err) {
+      if (isRoleDied(err)) throw err.withHint(resumeHint(o, stepsDone));
+      throw err;
+    } finally {
+      await roles.close();
+    }
   } finally {
-    await roles.close();
+    await trackers.close(outcome);
+    for (const t of trackers.list)
+      if (t.kind !== 'tensorboard' && t.where()) log.line(`${t.kind}: ${t.where()}`);
     await metrics.flush();
   }
+}
+
+/** `log` that also sends every step's metrics to the run's trackers. */
+function withTrackers(log: RunLog, trackers: Trackers): RunLog {
+  if (trackers.list.length === 0) return log;
+  return {
+    ...log,
+    metric(step, values) {
+      log.metric(step, values);
+      trackers.log(step, values);
+    },
+  };
 }
 
 /**

@@ -21,9 +21,10 @@ import {
 import { resolveDistillOptions, type DistillOptions } from '../../algorithms/distillation.ts';
 import type { PolicyLossType } from '../../algorithms/policy-loss-types.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
+import type { TrackerOptions } from '../trackers/index.ts';
 
-/** Resolved options of a `train_ppo` run. */
-export interface TrainPpoOptions {
+/** Resolved options of a `train_ppo` run (the tracker flags are `train/trackers/`'s). */
+export interface TrainPpoOptions extends TrackerOptions {
   pretrain: string;
   agentFunc: string | undefined;
   promptData: string;

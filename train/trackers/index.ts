@@ -1,0 +1,186 @@
+/**
+ * Experiment trackers of the drivers (`train_ppo`, `train_sft`): their flags, named as OpenRLHF
+ * names them (`--use-tensorboard DIR`, `--use-wandb [KEY]`, `--wandb-project`, `--wandb-org`,
+ * `--wandb-group`, `--wandb-run-name`) plus `--use-mlflow URI` and `--mlflow-experiment-name`,
+ * and {@link openTrackers}, which opens the ones asked for. A driver sends each step's metrics
+ * to them at the one place it logs its metrics, so every metric the head stores reaches every
+ * tracker.
+ *
+ * @module
+ */
+import { type FlagSpec, kebab } from '../driver-flags.ts';
+import { mlflowUri, openMlflow } from './mlflow.ts';
+import { openTensorBoard } from './tensorboard.ts';
+import type { RunSetting, Tracker } from './tracker.ts';
+import { openWandb, wandbApiKey } from './wandb.ts';
+
+export type { RunSetting, Tracker } from './tracker.ts';
+
+/** The tracker options of a driver. */
+export interface TrackerOptions {
+  /** TensorBoard log root; the run writes `<dir>/<run name>/events.out.tfevents.*`. */
+  useTensorboard?: string | undefined;
+  /** W&B API key (OpenRLHF's meaning), or `'true'` (the flag alone): `WANDB_API_KEY` or `~/.netrc`. */
+  useWandb?: string | undefined;
+  /** W&B entity (user or team). @default WANDB_ENTITY, else the key's default entity */
+  wandbOrg?: string | undefined;
+  /** W&B run group. */
+  wandbGroup?: string | undefined;
+  /** W&B project. @default WANDB_PROJECT, else `rtjob_<program>` */
+  wandbProject?: string | undefined;
+  /** Run name in every tracker. @default the job id, else `run-<date>-<time>` */
+  wandbRunName?: string | undefined;
+  /** MLflow tracking server URL, or `'true'` (the flag alone): `MLFLOW_TRACKING_URI`. */
+  useMlflow?: string | undefined;
+  /** MLflow experiment. @default MLFLOW_EXPERIMENT_NAME, else the W&B project's default */
+  mlflowExperimentName?: string | undefined;
+}
+
+/** The tracker flags, in the order `--help` lists them. */
+export const trackerFlags: readonly FlagSpec<keyof TrackerOptions>[] = [
+  {
+    key: 'useTensorboard',
+    kind: 'string',
+    help: 'write TensorBoard event files (every metric per step, the flags as text) under DIR/<run name>',
+  },
+  {
+    key: 'useWandb',
+    kind: 'string',
+    bare: 'true',
+    secret: true,
+    help: 'log to Weights & Biases; the value is the API key as in OpenRLHF, or give the flag alone to use WANDB_API_KEY (or ~/.netrc); host WANDB_BASE_URL',
+  },
+  {
+    key: 'wandbOrg',
+    kind: 'string',
+    help: "W&B entity (default WANDB_ENTITY, else the key's own)",
+  },
+  { key: 'wandbGroup', kind: 'string', help: 'W&B run group' },
+  {
+    key: 'wandbProject',
+    kind: 'string',
+    help: 'W&B project, also the default MLflow experiment (default WANDB_PROJECT, else rtjob_<program>)',
+  },
+  {
+    key: 'wandbRunName',
+    kind: 'string',
+    help: 'run name in every tracker and the TensorBoard subdirectory (default the job id, else run-<date>-<time>)',
+  },
+  {
+    key: 'useMlflow',
+    kind: 'string',
+    bare: 'true',
+    help: 'log to an MLflow tracking server at this URL (the flag alone: MLFLOW_TRACKING_URI); auth MLFLOW_TRACKING_TOKEN or _USERNAME/_PASSWORD',
+  },
+  {
+    key: 'mlflowExperimentName',
+    kind: 'string',
+    help: 'MLflow experiment (default MLFLOW_EXPERIMENT_NAME, else the W&B project default)',
+  },
+];
+
+/** The trackers a run opened, as one. */
+export interface Trackers {
+  /** The open trackers (none when no flag asked for one). */
+  readonly list: readonly Tracker[];
+  /** Sends one step's values to every tracker; never throws, never waits. */
+  log(step: number, values: Readonly<Record<string, number>>): void;
+  /** Ends every tracker's run, waiting at most `timeoutMs` for each. */
+  close(outcome: 'finished' | 'failed', timeoutMs?: number): Promise<void>;
+}
+
+/** What {@link openTrackers} needs besides the options. */
+export interface OpenTrackersContext {
+  /** `train_ppo` or `train_sft`. */
+  program: string;
+  /** The run's name when `--wandb-run-name` is not given. */
+  defaultRunName: string;
+  /** Every effective setting (secrets hidden). */
+  settings: RunSetting[];
+  /** Where `WANDB_*`, `MLFLOW_*` and `HOME` are read. */
+  env: Readonly<Record<string, string | undefined>>;
+  /** One warning line. @default stderr */
+  warn?: (line: string) => void;
+  /** Send interval of the network trackers. @default 2000 */
+  flushIntervalMs?: number;
+}
+
+/**
+ * Opens every tracker the options ask for. A bad flag (an unwritable TensorBoard directory, no
+ * W&B key, an MLflow URI that is not http) throws a `FlagError` before anything starts; a
+ * service that cannot be reached only warns, once, and the run goes on.
+ *
+ * @example
+ * const trackers = openTrackers(o, { program: 'train_ppo', defaultRunName: 'run-1', settings, env: process.env });
+ * trackers.log(1, { reward_mean: 0.4 });
+ * await trackers.close('finished');
+ */
+export function openTrackers(o: TrackerOptions, ctx: OpenTrackersContext): Trackers {
+  const name = o.wandbRunName || ctx.defaultRunName;
+  const run = {
+    name,
+    program: ctx.program,
+    settings: ctx.settings,
+    ...(ctx.warn ? { warn: ctx.warn } : {}),
+  };
+  const project = o.wandbProject || ctx.env.WANDB_PROJECT || `rtjob_${ctx.program}`;
+  const flush = ctx.flushIntervalMs !== undefined ? { flushIntervalMs: ctx.flushIntervalMs } : {};
+  // Every flag is checked before any tracker starts talking to a service.
+  const wandbBase = (ctx.env.WANDB_BASE_URL || 'https://api.wandb.ai').replace(/\/+$/, '');
+  const wandbKey =
+    o.useWandb !== undefined ? wandbApiKey(o.useWandb, wandbBase, ctx.env) : undefined;
+  const mlflow = o.useMlflow !== undefined ? mlflowUri(o.useMlflow, ctx.env) : undefined;
+  const list: Tracker[] = [];
+  if (o.useTensorboard) list.push(openTensorBoard(o.useTensorboard, run));
+  if (wandbKey !== undefined) {
+    const entity = o.wandbOrg || ctx.env.WANDB_ENTITY;
+    list.push(
+      openWandb(
+        {
+          apiKey: wandbKey,
+          baseUrl: wandbBase,
+          project,
+          ...(entity ? { entity } : {}),
+          ...(o.wandbGroup ? { group: o.wandbGroup } : {}),
+          ...flush,
+        },
+        run,
+      ),
+    );
+  }
+  if (mlflow !== undefined) {
+    const experiment = o.mlflowExperimentName || ctx.env.MLFLOW_EXPERIMENT_NAME || project;
+    list.push(openMlflow({ uri: mlflow, experiment, env: ctx.env, ...flush }, run));
+  }
+  return {
+    list,
+    log(step, values) {
+      for (const t of list) t.log(step, values);
+    },
+    async close(outcome, timeoutMs) {
+      await Promise.all(list.map((t) => t.close(outcome, timeoutMs)));
+    },
+  };
+}
+
+/**
+ * A driver's options as tracker settings: every scalar option by its flag name, `secret` keys
+ * shown as `(hidden)`.
+ */
+export function optionSettings(
+  o: Readonly<Record<string, unknown>>,
+  secret: readonly string[] = ['useWandb'],
+): RunSetting[] {
+  return Object.entries(o)
+    .filter(([, v]) => v !== undefined && (typeof v !== 'object' || Array.isArray(v)))
+    .filter(([, v]) => typeof v !== 'function')
+    .map(([k, v]) => ({
+      name: kebab(k),
+      value:
+        secret.includes(k) && v !== 'true'
+          ? '(hidden)'
+          : Array.isArray(v)
+            ? v.join(' ')
+            : String(v),
+    }));
+}
