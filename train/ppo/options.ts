@@ -41,7 +41,7 @@ export interface TrainPpoOptions {
   temperature: number;
   topP: number;
   advantageEstimator: AdvantageEstimator;
-  noAdvantageStdNorm: boolean;
+  advantageStdNorm: boolean;
   initKlCoef: number;
   useKlLoss: boolean;
   klEstimator: KlEstimator;
@@ -186,7 +186,7 @@ export function advantageOptions(o: TrainPpoOptions): AdvantageOptions {
     estimator: o.advantageEstimator,
     gamma: o.gamma,
     lambd: o.lambd,
-    noStdNorm: o.noAdvantageStdNorm,
+    noStdNorm: !o.advantageStdNorm,
     nSamplesPerPrompt: o.nSamplesPerPrompt,
   };
 }
