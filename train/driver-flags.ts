@@ -15,6 +15,7 @@ import { localEngineKinds } from '../engines/local.ts';
 import { ggufDtypes } from '../model/gguf/index.ts';
 import { type EnvName, readEnv } from '../runtime/env.ts';
 import { RtjobError } from '../runtime/errors.ts';
+import { foreignFlagNote } from './foreign-flags.ts';
 
 /** How a flag's value is read. `pair` takes two numbers (`--x 0.8 1.2` or `--x=0.8,1.2`). */
 export type FlagKind = 'int' | 'float' | 'bool' | 'string' | 'pair';
@@ -139,6 +140,7 @@ export function flagParser<O extends object>(
     const o = structuredClone(defaults) as O & Record<string, unknown>;
     const given = new Set<keyof O>();
     const positionals: string[] = [];
+    const unknown: string[] = [];
     for (let i = 0; i < argv.length; i++) {
       const arg = argv[i]!;
       if (!arg.startsWith('--')) {
@@ -161,11 +163,12 @@ export function flagParser<O extends object>(
         negated = true;
       }
       const flag = byName.get(name);
-      if (!flag)
-        throw new FlagError(
-          `--${name}`,
-          `unknown flag --${name}${suggest(name)}${elsewhere(name)}`,
-        );
+      if (!flag) {
+        // Reported with every other unknown flag after the loop; its value is not a positional.
+        unknown.push(name);
+        if (eq < 0 && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--')) i++;
+        continue;
+      }
       const shown = `--${kebab(flag.key)}`;
       if (flag.kind === 'bool') {
         if (value === undefined && !negated && /^(true|false)$/.test(argv[i + 1] ?? '')) {
@@ -193,6 +196,7 @@ export function flagParser<O extends object>(
       }
       given.add(flag.key);
     }
+    if (unknown.length > 0) throw unknownFlags(program, unknown, suggest);
     for (const f of table) {
       if (f.env === undefined || given.has(f.key)) continue;
       let value: unknown;
@@ -229,8 +233,16 @@ export function flagParser<O extends object>(
       const choices =
         f.choices && !f.choices.every((c) => f.help.includes(c)) ? ` {${f.choices.join('|')}}` : '';
       const required = f.required ? ' (required)' : '';
+      const other = (f.aliases ?? []).filter((a) => a !== kebab(f.key));
+      const aliases = other.length ? ` (also ${other.map((a) => `--${a}`).join(', ')})` : '';
       lines.push(
-        `  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + required + env + choices,
+        `  --${kebab(f.key)}`.padEnd(36) +
+          f.help +
+          shownDefault +
+          required +
+          env +
+          choices +
+          aliases,
       );
     }
     return lines.join('\n');
@@ -243,6 +255,31 @@ function parseBool(flag: string, v: string): boolean {
   if (/^(1|true|yes)$/i.test(v)) return true;
   if (/^(0|false|no)$/i.test(v)) return false;
   throw new FlagError(flag, `${flag}: expected true or false, got '${v}'`);
+}
+
+/**
+ * Every unknown flag of one command line in one error, as argparse reports them, each with a
+ * near flag, or what rtjob does instead of a flag from OpenRLHF's scripts
+ * (`--bf16: … RTJOB_TORCH_PRECISION=bf16 …`). One flag keeps the one-line form.
+ */
+function unknownFlags(
+  program: string,
+  names: string[],
+  suggest: (name: string) => string,
+): FlagError {
+  const why = (name: string): string => {
+    const note = elsewhere(name) || (foreignFlagNote(name) ? `: ${foreignFlagNote(name)}` : '');
+    return note || suggest(name);
+  };
+  if (names.length === 1)
+    return new FlagError(`--${names[0]}`, `unknown flag --${names[0]}${why(names[0]!)}`);
+  const lines = names.map(
+    (n) => `  --${n}${why(n) || `: no such flag (${program} --help lists them)`}`,
+  );
+  return new FlagError(
+    names.map((n) => `--${n}`).join(' '),
+    `${names.length} unknown flags:\n${lines.join('\n')}`,
+  );
 }
 
 /** Where the feature of a well-known flag from elsewhere is in rtjob (W&B, TensorBoard). */
