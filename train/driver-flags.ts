@@ -127,12 +127,7 @@ export function flagParser<O extends object>(
   }
 
   const suggest = (name: string): string => {
-    let best = '';
-    let bestD = 4;
-    for (const k of byName.keys()) {
-      const d = distance(name, k);
-      if (d < bestD) [best, bestD] = [k, d];
-    }
+    const best = closest(name, byName.keys(), 3);
     return best ? ` (did you mean --${best}?)` : '';
   };
 
@@ -328,6 +323,21 @@ function parseValue(f: FlagSpec, shown: string, raw: string): unknown {
   }
 }
 
+/** The name of `names` nearest to `name`, within `maxDistance` edits, or undefined. */
+export function closest(
+  name: string,
+  names: Iterable<string>,
+  maxDistance: number,
+): string | undefined {
+  let best: string | undefined;
+  let bestD = maxDistance + 1;
+  for (const k of names) {
+    const d = distance(name, k);
+    if (d < bestD) [best, bestD] = [k, d];
+  }
+  return best;
+}
+
 function distance(a: string, b: string): number {
   const row = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
@@ -344,7 +354,8 @@ function distance(a: string, b: string): number {
 
 /**
  * Runs `main` when `moduleUrl` is the script node was started with: `--help` prints `help`, a
- * {@link FlagError} prints one line and exits 2, any other error its stack and exits 1.
+ * {@link FlagError} prints its message and exits 2, any other error its name and message (its
+ * stack with `RTJOB_DEBUG=1`, which `rtjob --verbose submit` sets) and exits 1.
  *
  * @example
  * runIfMain(import.meta.url, 'train_sft', main, () => sftFlags.help());
@@ -366,8 +377,15 @@ export function runIfMain(
     () => process.exit(0),
     (err: unknown) => {
       const flagError = err instanceof FlagError;
-      const text =
-        err instanceof Error ? (flagError ? err.message : (err.stack ?? err.message)) : String(err);
+      // The runtime's frames (fromWire, transport …) say nothing to a user: stacks only on request.
+      const debug = readEnv('RTJOB_DEBUG') === true;
+      const text = !(err instanceof Error)
+        ? String(err)
+        : flagError
+          ? err.message
+          : debug
+            ? (err.stack ?? err.message)
+            : `${err.name}: ${err.message}\n(rtjob --verbose submit …, or RTJOB_DEBUG=1, prints the stack)`;
       process.stderr.write(`${program}: ${text}\n`);
       process.exit(flagError ? 2 : 1);
     },

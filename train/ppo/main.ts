@@ -24,25 +24,14 @@ import { inProcessRoles, type Roles } from './roles.ts';
 import { finishRun, latestCheckpoint, prepareRun } from './context.ts';
 import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
+import { checkTrainPpoPaths, defaultPretrain, pretrainDir } from './paths.ts';
 
 export { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp, FlagError } from './flags.ts';
 export type { TrainPpoOptions } from './options.ts';
 export type { RunSummary } from './run-state.ts';
 export { RoleDiedError, isRoleDied } from './errors.ts';
 
-/** The shipped warm-start model. */
-export const defaultPretrain = fileURLToPath(
-  new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url),
-);
-
-/** The checkpoints the package ships, by the short name `--pretrain` accepts. */
-export const shippedModels = ['rtjob-tiny-math', 'rtjob-tiny-tool'] as const;
-
-/** `--pretrain` as given: a directory, or the short name of a shipped model. */
-function pretrainDir(p: string): string {
-  if (existsSync(p) || !(shippedModels as readonly string[]).includes(p)) return p;
-  return fileURLToPath(new URL(`../../model/pretrained/${p}`, import.meta.url));
-}
+export { defaultPretrain, shippedModels } from './paths.ts';
 
 /** Options of {@link trainPpo} beyond the flags. */
 export interface TrainPpoRunOptions {
@@ -92,15 +81,7 @@ export function resolveOptions(
       );
     }
   }
-  if (r.agentFunc && !existsSync(r.agentFunc)) {
-    throw new FlagError('--agent-func', `--agent-func: no such file ${r.agentFunc}`);
-  }
-  if (!existsSync(r.pretrain)) {
-    throw new FlagError(
-      '--pretrain',
-      `--pretrain: no model directory at ${r.pretrain} (a local HF-format directory: hub ids are not downloaded; shipped: ${shippedModels.join(', ')})`,
-    );
-  }
+  checkTrainPpoPaths(r);
   return r;
 }
 
@@ -145,6 +126,8 @@ export async function trainPpo(
   });
   const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;
   const roles = await place(o, perEpoch);
+  // Which backend, device and precision each role computes on, as its ready() reported it.
+  if (roles.backends) log.line(`roles: ${roles.backends}`);
   let stepsDone = 0;
   try {
     const ctx = await prepareRun(o, roles, log);
