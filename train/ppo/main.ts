@@ -10,7 +10,6 @@
  */
 import { existsSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { readEnv } from '../../runtime/env.ts';
 import { resumeAdvice } from '../../runtime/format.ts';
 import { metrics } from '../../runtime/metrics.ts';
