@@ -42,7 +42,14 @@ const { version } = JSON.parse(readFileSync(join(packageRoot, 'package.json'), '
 const program = new Command('rtjob')
   .description('A Ray-style actor runtime and RL trainer: clusters, jobs, logs and metrics')
   .version(version, '-V, --version', 'print the version')
-  .option('--verbose', 'print stack traces with errors (also RTJOB_DEBUG=1)')
+  .option(
+    '--verbose',
+    "print stack traces with errors, also those of a submitted job's driver (also RTJOB_DEBUG=1)",
+  )
+  // A job inherits RTJOB_DEBUG, so its driver prints stacks too.
+  .hook('preAction', (cmd) => {
+    if (cmd.opts().verbose) process.env.RTJOB_DEBUG = '1';
+  })
   .showHelpAfterError('(rtjob --help lists the commands; rtjob COMMAND --help its options)')
   .addHelpText(
     'after',
@@ -290,13 +297,17 @@ try {
 }
 
 /**
- * Prints an error once, as one line (the first line of its message) plus a hint; the stack and
- * the rest only with `--verbose` or `RTJOB_DEBUG=1`. Returns the exit code.
+ * Prints an error once: bad input (a {@link CliError} with exit code 2) as written, any other as
+ * one line (the first line of its message) plus a hint; the stack and the rest only with `--verbose` or `RTJOB_DEBUG=1`.
+ * Returns the exit code.
  */
 function reportError(err: unknown, verbose: boolean): number {
   const e = err instanceof Error ? err : new Error(String(err));
   if (verbose) {
     process.stderr.write(`rtjob: ${e.stack ?? e.message}\n`);
+  } else if (err instanceof CliError && err.exitCode === 2) {
+    // Bad input, written for the user: whole (several unknown flags are a line each).
+    process.stderr.write(`rtjob: ${e.message}\n`);
   } else {
     const [first, ...rest] = e.message.split('\n');
     process.stderr.write(`rtjob: ${first}\n`);

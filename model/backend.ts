@@ -83,7 +83,11 @@ export const backendDrivers: Record<BackendName, BackendDriver> = {
   torch: {
     async start() {
       const t = await startTorchBackend();
-      return `libtorch ${t.version}, ${t.device}`;
+      // RTJOB_TORCH_PRECISION sets the matmul precision on CUDA; on the CPU libtorch is fp32.
+      const precision = t.device.startsWith('cuda')
+        ? (readEnv('RTJOB_TORCH_PRECISION') ?? 'tf32')
+        : 'fp32';
+      return `libtorch ${t.version}, ${t.device}, ${precision}`;
     },
     // Only with CUDA: on CPU, libtorch is faster than wasm but needs a compiler and libtorch
     // (never assumed); name it with RTJOB_TF_BACKEND=torch.
@@ -207,6 +211,7 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
     const want = raw === undefined ? undefined : checkName(raw);
     const [chosen, detail] = await chooseAndStart(want);
     await tf.ready();
+    description = detail ? `${chosen} (${detail})` : chosen;
     dropRethrowingListeners(before);
     if (readEnv('RTJOB_QUIET_BACKEND') !== true && !announced.has(chosen)) {
       process.stderr.write(
@@ -217,6 +222,17 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
     return chosen;
   })();
   return current;
+}
+
+let description = '';
+
+/**
+ * What this process's models compute on, as its announcement says it: `torch (libtorch 1.13.1,
+ * cpu, fp32)`, `wasm`; '' before {@link initBackend}. Roles return it from `ready()`, and the
+ * driver prints each role's in the run's first lines.
+ */
+export function backendDescription(): string {
+  return description;
 }
 
 /** The driver of the backend TF.js runs on now (undefined before {@link initBackend}). */

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { tf } from '../model/backend.ts';
+import { backendDescription, tf } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/training.ts';
@@ -55,7 +55,7 @@ export class Critic {
   private loaded: Promise<void> | undefined;
   constructor(private readonly init: CriticInit) {}
 
-  async ready(): Promise<{ numParameters: number }> {
+  async ready(): Promise<{ numParameters: number; backend: string }> {
     this.loaded ??= (async () => {
       const { model } = await loadModel(this.init.pretrain, { valueHead: true });
       this.model = model;
@@ -66,7 +66,7 @@ export class Critic {
       this.dp = await DataParallelRank.join(this.init.dataParallel);
     })();
     await this.loaded;
-    return { numParameters: this.model.numParameters };
+    return { numParameters: this.model.numParameters, backend: backendDescription() };
   }
 
   /** Value rows (length L−1): position i is the state before token i+1. */

@@ -7,6 +7,7 @@
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { nextTokenLogprobs } from '../model/training.ts';
+import { backendDescription } from '../model/backend.ts';
 
 /** How the Reference is built. */
 export interface ReferenceInit {
@@ -22,10 +23,10 @@ export class Reference {
   private loaded: Promise<void> | undefined;
   constructor(private readonly init: ReferenceInit) {}
 
-  async ready(): Promise<{ numParameters: number }> {
+  async ready(): Promise<{ numParameters: number; backend: string }> {
     this.loaded ??= loadModel(this.init.pretrain).then(({ model }) => void (this.model = model));
     await this.loaded;
-    return { numParameters: this.model.numParameters };
+    return { numParameters: this.model.numParameters, backend: backendDescription() };
   }
 
   /** Next-token logprob rows (length L−1), aligned like `algorithms/experience.ts`. */

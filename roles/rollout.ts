@@ -8,6 +8,7 @@
  */
 import { type EngineMeter, meterEngine } from './engine-meter.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
+import { backendDescription } from '../model/backend.ts';
 import {
   copyFileSync,
   existsSync,
@@ -210,7 +211,13 @@ export class Rollout {
   }
 
   /** Loads the engine, the tokenizer and the agent file. */
-  async ready(): Promise<{ agent: string; kind: Agent['kind']; maxConcurrent: number }> {
+  async ready(): Promise<{
+    agent: string;
+    kind: Agent['kind'];
+    maxConcurrent: number;
+    /** The TF.js backend of the builtin engine ('' where the engine computes elsewhere). */
+    backend: string;
+  }> {
     const maxConcurrent = this.init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
     this.loaded ??= (async () => {
       const chat = loadTokenizer(this.init.pretrain);
@@ -257,7 +264,12 @@ export class Rollout {
       });
     })();
     await this.loaded;
-    return { agent: this.agent.file, kind: this.agent.kind, maxConcurrent };
+    return {
+      agent: this.agent.file,
+      kind: this.agent.kind,
+      maxConcurrent,
+      backend: backendDescription(),
+    };
   }
 
   private async createEngine(): Promise<InferenceEngine> {

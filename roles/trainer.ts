@@ -9,7 +9,7 @@
  *
  * @module
  */
-import { tf } from '../model/backend.ts';
+import { backendDescription, tf } from '../model/backend.ts';
 import { loadModel, saveModel } from '../model/checkpoint.ts';
 import type { SaveDtype } from '../model/config.ts';
 import type { CausalLM } from '../model/llama.ts';
@@ -134,7 +134,7 @@ export class Trainer {
    * Loads the policy and the optimizer and, with data parallelism, joins the other ranks (every
    * rank must call it); returns the parameter count.
    */
-  async ready(): Promise<{ numParameters: number }> {
+  async ready(): Promise<{ numParameters: number; backend: string }> {
     this.loaded ??= (async () => {
       const { model } = await loadModel(this.init.pretrain);
       this.dp = await DataParallelRank.join(this.init.dataParallel);
@@ -148,7 +148,7 @@ export class Trainer {
       });
     })();
     await this.loaded;
-    return { numParameters: this.model.numParameters };
+    return { numParameters: this.model.numParameters, backend: backendDescription() };
   }
 
   /** Next-token logprob rows of each sequence under the current policy (length L−1). */

@@ -24,6 +24,19 @@ export function duration(ms: number): string {
 }
 
 /**
+ * A job's headline metric as the run prints it: accuracies in percent, others to three decimals,
+ * first → last when it moved.
+ *
+ * @example
+ * headlineText({ name: 'eval_accuracy', first: 0.044, last: 0.038 }); // 'eval_accuracy 4.4% → 3.8%'
+ */
+export function headlineText(h: { name: string; first: number | null; last: number }): string {
+  const f = (x: number): string =>
+    h.name.includes('accuracy') ? `${(x * 100).toFixed(1)}%` : x.toFixed(3);
+  return `${h.name} ${h.first !== null && h.first !== h.last ? `${f(h.first)} → ` : ''}${f(h.last)}`;
+}
+
+/**
  * Binary units with one decimal: `512 B`, `1.5 KiB`, `3.2 GiB`.
  *
  * @example

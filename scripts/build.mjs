@@ -2,8 +2,8 @@
 // `npm run build` (and `prepack`): compiles the package into dist/ — JS, .d.ts and source maps
 // from tsc (tsconfig.build.json; `.ts` import specifiers become `.js`) — and copies beside the
 // compiled code the files it loads by path: the worker's TypeScript loader (for users' agent
-// files), the shared-memory mapper's C source (built at first use), the shipped checkpoints and
-// the prebuilt dashboard bundle.
+// files), the native addons' sources (the shared-memory mapper's C and the torch backend's C++,
+// built at first use), the shipped checkpoints and the prebuilt dashboard bundle.
 import { spawnSync } from 'node:child_process';
 import { cpSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -22,10 +22,12 @@ run([join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.bui
 for (const f of readdirSync(join(root, 'runtime', 'worker')).filter((f) => f.endsWith('.mjs')))
   cpSync(join(root, 'runtime', 'worker', f), join(dist, 'runtime', 'worker', f));
 cpSync(join(root, 'cli', 'bin.js'), join(dist, 'cli', 'bin.js'));
-cpSync(
-  join(root, 'runtime', 'client', 'addon', 'rtjob_mmap.c'),
-  join(dist, 'runtime', 'client', 'addon', 'rtjob_mmap.c'),
-);
+// Native addons built from source at first use (or `rtjob build torch`), as better-sqlite3 ships its .cc.
+for (const src of [
+  'runtime/client/addon/rtjob_mmap.c',
+  'model/backends/torch/addon/rtjob_torch.cc',
+])
+  cpSync(join(root, src), join(dist, src));
 cpSync(join(root, 'model', 'pretrained'), join(dist, 'model', 'pretrained'), { recursive: true });
 run([
   '--import',

@@ -15,6 +15,7 @@ import { localEngineKinds } from '../engines/local.ts';
 import { ggufDtypes } from '../model/gguf/index.ts';
 import { type EnvName, readEnv } from '../runtime/env.ts';
 import { RtjobError } from '../runtime/errors.ts';
+import { foreignFlagNote } from './foreign-flags.ts';
 
 /** How a flag's value is read. `pair` takes two numbers (`--x 0.8 1.2` or `--x=0.8,1.2`). */
 export type FlagKind = 'int' | 'float' | 'bool' | 'string' | 'pair';
@@ -130,12 +131,7 @@ export function flagParser<O extends object>(
   }
 
   const suggest = (name: string): string => {
-    let best = '';
-    let bestD = 4;
-    for (const k of byName.keys()) {
-      const d = distance(name, k);
-      if (d < bestD) [best, bestD] = [k, d];
-    }
+    const best = closest(name, byName.keys(), 3);
     return best ? ` (did you mean --${best}?)` : '';
   };
 
@@ -143,6 +139,7 @@ export function flagParser<O extends object>(
     const o = structuredClone(defaults) as O & Record<string, unknown>;
     const given = new Set<keyof O>();
     const positionals: string[] = [];
+    const unknown: string[] = [];
     for (let i = 0; i < argv.length; i++) {
       const arg = argv[i]!;
       if (!arg.startsWith('--')) {
@@ -165,11 +162,12 @@ export function flagParser<O extends object>(
         negated = true;
       }
       const flag = byName.get(name);
-      if (!flag)
-        throw new FlagError(
-          `--${name}`,
-          `unknown flag --${name}${suggest(name)}${elsewhere(name)}`,
-        );
+      if (!flag) {
+        // Reported with every other unknown flag after the loop; its value is not a positional.
+        unknown.push(name);
+        if (eq < 0 && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--')) i++;
+        continue;
+      }
       const shown = `--${kebab(flag.key)}`;
       if (flag.kind === 'bool') {
         if (value === undefined && !negated && /^(true|false)$/.test(argv[i + 1] ?? '')) {
@@ -201,6 +199,7 @@ export function flagParser<O extends object>(
       }
       given.add(flag.key);
     }
+    if (unknown.length > 0) throw unknownFlags(program, unknown, suggest);
     for (const f of table) {
       if (f.env === undefined || given.has(f.key)) continue;
       let value: unknown;
@@ -237,8 +236,16 @@ export function flagParser<O extends object>(
       const choices =
         f.choices && !f.choices.every((c) => f.help.includes(c)) ? ` {${f.choices.join('|')}}` : '';
       const required = f.required ? ' (required)' : '';
+      const other = (f.aliases ?? []).filter((a) => a !== kebab(f.key));
+      const aliases = other.length ? ` (also ${other.map((a) => `--${a}`).join(', ')})` : '';
       lines.push(
-        `  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + required + env + choices,
+        `  --${kebab(f.key)}`.padEnd(36) +
+          f.help +
+          shownDefault +
+          required +
+          env +
+          choices +
+          aliases,
       );
     }
     return lines.join('\n');
@@ -251,6 +258,31 @@ function parseBool(flag: string, v: string): boolean {
   if (/^(1|true|yes)$/i.test(v)) return true;
   if (/^(0|false|no)$/i.test(v)) return false;
   throw new FlagError(flag, `${flag}: expected true or false, got '${v}'`);
+}
+
+/**
+ * Every unknown flag of one command line in one error, as argparse reports them, each with a
+ * near flag, or what rtjob does instead of a flag from OpenRLHF's scripts
+ * (`--bf16: … RTJOB_TORCH_PRECISION=bf16 …`). One flag keeps the one-line form.
+ */
+function unknownFlags(
+  program: string,
+  names: string[],
+  suggest: (name: string) => string,
+): FlagError {
+  const why = (name: string): string => {
+    const note = elsewhere(name) || (foreignFlagNote(name) ? `: ${foreignFlagNote(name)}` : '');
+    return note || suggest(name);
+  };
+  if (names.length === 1)
+    return new FlagError(`--${names[0]}`, `unknown flag --${names[0]}${why(names[0]!)}`);
+  const lines = names.map(
+    (n) => `  --${n}${why(n) || `: no such flag (${program} --help lists them)`}`,
+  );
+  return new FlagError(
+    names.map((n) => `--${n}`).join(' '),
+    `${names.length} unknown flags:\n${lines.join('\n')}`,
+  );
 }
 
 /** Where the feature of a well-known flag from elsewhere is in rtjob (W&B, TensorBoard, MLflow). */
@@ -299,6 +331,21 @@ function parseValue(f: FlagSpec, shown: string, raw: string): unknown {
   }
 }
 
+/** The name of `names` nearest to `name`, within `maxDistance` edits, or undefined. */
+export function closest(
+  name: string,
+  names: Iterable<string>,
+  maxDistance: number,
+): string | undefined {
+  let best: string | undefined;
+  let bestD = maxDistance + 1;
+  for (const k of names) {
+    const d = distance(name, k);
+    if (d < bestD) [best, bestD] = [k, d];
+  }
+  return best;
+}
+
 function distance(a: string, b: string): number {
   const row = Array.from({ length: b.length + 1 }, (_, j) => j);
   for (let i = 1; i <= a.length; i++) {
@@ -315,7 +362,8 @@ function distance(a: string, b: string): number {
 
 /**
  * Runs `main` when `moduleUrl` is the script node was started with: `--help` prints `help`, a
- * {@link FlagError} prints one line and exits 2, any other error its stack and exits 1.
+ * {@link FlagError} prints its message and exits 2, any other error its name and message (its
+ * stack with `RTJOB_DEBUG=1`, which `rtjob --verbose submit` sets) and exits 1.
  *
  * @example
  * runIfMain(import.meta.url, 'train_sft', main, () => sftFlags.help());
@@ -337,8 +385,15 @@ export function runIfMain(
     () => process.exit(0),
     (err: unknown) => {
       const flagError = err instanceof FlagError;
-      const text =
-        err instanceof Error ? (flagError ? err.message : (err.stack ?? err.message)) : String(err);
+      // The runtime's frames (fromWire, transport …) say nothing to a user: stacks only on request.
+      const debug = readEnv('RTJOB_DEBUG') === true;
+      const text = !(err instanceof Error)
+        ? String(err)
+        : flagError
+          ? err.message
+          : debug
+            ? (err.stack ?? err.message)
+            : `${err.name}: ${err.message}\n(rtjob --verbose submit …, or RTJOB_DEBUG=1, prints the stack)`;
       process.stderr.write(`${program}: ${text}\n`);
       process.exit(flagError ? 2 : 1);
     },

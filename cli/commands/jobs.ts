@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline/promises';
@@ -37,7 +37,7 @@ import {
   type TokenOptions,
 } from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
-import { duration } from '../../runtime/format.ts';
+import { duration, failureReason, headlineText } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
 import { builtinEntrypoints } from '../entrypoints.ts';
 
@@ -171,11 +171,20 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
   return `pkg://${packed.hash}`;
 }
 
-/** Parses train_ppo's flags here as its driver will, and fails the way it would (exit 2). */
-async function checkTrainPpoFlags(argv: string[], env: Record<string, string>): Promise<void> {
+/**
+ * Parses train_ppo's flags here as its driver will, and checks its local paths (agent file,
+ * `--pretrain`, datasets) against `cwd`, the directory the job will run in; fails the way the
+ * driver would (exit 2).
+ */
+async function checkTrainPpoFlags(
+  argv: string[],
+  env: Record<string, string>,
+  cwd: string,
+): Promise<void> {
   const { parseTrainPpoFlags } = await import('../../train/ppo/flags.ts');
+  const { checkTrainPpoPaths } = await import('../../train/ppo/paths.ts');
   try {
-    parseTrainPpoFlags(argv, { ...process.env, ...env });
+    checkTrainPpoPaths(parseTrainPpoFlags(argv, { ...process.env, ...env }), cwd);
   } catch (err) {
     if (isRtjobError(err, 'BAD_FLAG')) throw new CliError(`train_ppo: ${err.message}`, 2, err.code);
     throw err;
@@ -221,9 +230,16 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
 
   let ep = findEndpoint(o);
   let ephemeral: Awaited<ReturnType<typeof startClusterHead>> | undefined;
-  // A typo should not cost a private cluster (and a session in the run history) to report.
-  if (!ep && entrypoint[0] === 'train_ppo')
-    await checkTrainPpoFlags(entrypoint.slice(1), request.env);
+  let dropSession = false;
+  // A typo or a missing file should not cost a private cluster (and a session in the run
+  // history) to report. The job runs in the working dir, else here when the head is local.
+  const localHead = !ep || isLoopback(new URL(ep.url).hostname);
+  if (entrypoint[0] === 'train_ppo' && (localHead || o.workingDir))
+    await checkTrainPpoFlags(
+      entrypoint.slice(1),
+      request.env,
+      resolve(o.workingDir ?? process.cwd()),
+    );
   if (!ep) {
     // No cluster: run this one job on a private local cluster and stop it afterwards.
     const sessionDir = join(rtjobHome(), 'runs', `${Date.now()}-${process.pid}`);
@@ -275,32 +291,40 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
     }
     const code = await followToEnd(ep, job.jobId, !ephemeral);
     if (ephemeral) {
-      await keepMetrics(ep, job.jobId, ephemeral.sessionDir);
-      process.stderr.write(
-        `the run is kept in ${ephemeral.sessionDir}: rtjob samples ${job.jobId}, rtjob metrics ${job.jobId}, rtjob dashboard (serves it read-only)\n`,
-      );
+      const kept = await keepMetrics(ep, job.jobId, ephemeral.sessionDir);
+      // A training job that failed before its first step leaves nothing worth a run in the
+      // history (its error was streamed above); any other job keeps its logs.
+      dropSession = !kept && code !== 0 && builtin !== undefined;
+      if (!dropSession)
+        process.stderr.write(
+          `the run is kept in ${ephemeral.sessionDir}: rtjob samples ${job.jobId}, rtjob metrics ${job.jobId}, rtjob dashboard (serves it read-only)\n`,
+        );
     }
     return code;
   } finally {
     await ephemeral?.close({ stopJobs: true });
+    if (ephemeral && dropSession) rmSync(ephemeral.sessionDir, { recursive: true, force: true });
   }
 }
 
 /**
  * A local cluster started for one job goes away with it, and with it `rtjob metrics`: the job's
  * metrics are written beside its session as CSV first (no file when the job logged none).
+ * Returns whether it logged any (or the metrics could not be read).
  */
-async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Promise<void> {
+async function keepMetrics(ep: Endpoint, jobId: string, sessionDir: string): Promise<boolean> {
   try {
     const csv = await metricsCsv(ep, jobId);
-    if (!hasRows(csv)) return;
+    if (!hasRows(csv)) return false;
     const file = join(sessionDir, `${jobId}.metrics.csv`);
     writeFileSync(file, csv);
     process.stderr.write(
       `metrics of ${jobId}: ${file} (curves: rtjob metrics ${jobId} --plot curve.svg)\n`,
     );
+    return true;
   } catch (err) {
     process.stderr.write(`could not keep the metrics of ${jobId}: ${(err as Error).message}\n`);
+    return true; // the session stays, for what it holds
   }
 }
 
@@ -396,7 +420,6 @@ async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
   }
   const now = Date.now();
   const cut = (s: string, n: number) => (s.length > n ? `${s.slice(0, n - 1)}…` : s);
-  const num = (v: number | null) => (v === null ? '-' : +v.toFixed(3));
   console.log(
     table(
       [
@@ -411,19 +434,15 @@ async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
       jobs.map((j) => {
         const p = j.progress;
         const h = p?.headline;
-        // As the dashboard's jobs list: a failed job shows the last line of its message.
-        const why = j.message
-          .split('\n')
-          .map((l) => l.trim())
-          .filter(Boolean)
-          .at(-1);
+        // As the dashboard's jobs list: a failed job shows the line of its message that says why.
+        const why = failureReason(j.message);
         return [
           j.jobId,
           j.status,
           localTime(j.submittedAt),
           j.startedAt ? duration((j.endedAt ?? now) - j.startedAt) : '-',
           p && p.step !== null ? `${p.step}${p.totalSteps ? `/${p.totalSteps}` : ''}` : '-',
-          h && h.last !== null ? `${h.name} ${num(h.first)} → ${num(h.last)}` : '-',
+          h && h.last !== null ? headlineText({ ...h, last: h.last }) : '-',
           cut(j.status === 'FAILED' && why ? why : j.entrypoint.join(' '), 70),
         ];
       }),

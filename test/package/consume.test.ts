@@ -1,8 +1,9 @@
 /**
  * The package as a user gets it: `npm pack` (which builds dist/) → a fresh project →
  * `npm install <tarball>` → plain Node imports every export, a `tsc --init` project type-checks
- * against it, the compiled project runs an actor, and `npx rtjob submit -- train_ppo` trains the
- * project's own agent file. Runs under whichever Node runs this file (`.ci/run` runs it on Node 22
+ * against it, the compiled project runs an actor, `npx rtjob submit -- train_ppo` trains the
+ * project's own agent file, and `npx rtjob build torch` builds the torch backend from the source
+ * the package ships (against Debian's CPU libtorch, as `.ci/run` installs it), for a job on it. Runs under whichever Node runs this file (`.ci/run` runs it on Node 22
  * too).
  *
  * The install is offline-friendly: `--prefer-offline` from npm's cache, and `--ignore-scripts`
@@ -94,6 +95,7 @@ test('npm pack builds dist/ and ships it without tests, fixtures or bench', () =
     'dist/cli/bin.js',
     'dist/runtime/worker/ts-loader.mjs',
     'dist/runtime/client/addon/rtjob_mmap.c',
+    'dist/model/backends/torch/addon/rtjob_torch.cc',
     'dist/ops/dashboard/dist/app.js',
     'dist/model/pretrained/rtjob-tiny-math/model.safetensors',
     'dist/model/pretrained/rtjob-tiny-tool/model.safetensors',
@@ -171,35 +173,49 @@ test('a `tsc --init` project type-checks against the package with zero errors, a
   assert.match(run(node, ['src/main.js']), /incr -> 11 1 function/);
 });
 
+/** `rtjob submit -- train_ppo` on the project's agent file, with the smallest batches. */
+const trainTiny = [
+  'rtjob',
+  'submit',
+  '--',
+  'train_ppo',
+  '--agent-func',
+  './agent.ts',
+  '--rollout-batch-size',
+  '2',
+  '--n-samples-per-prompt',
+  '2',
+  '--train-batch-size',
+  '4',
+  '--micro-train-batch-size',
+  '4',
+  '--generate-max-len',
+  '8',
+];
+
 test('npx rtjob submit -- train_ppo trains the project’s own agent file', () => {
-  const out = run(
-    'npx',
-    [
-      'rtjob',
-      'submit',
-      '--',
-      'train_ppo',
-      '--agent-func',
-      './agent.ts',
-      '--max-steps',
-      '2',
-      '--rollout-batch-size',
-      '2',
-      '--n-samples-per-prompt',
-      '2',
-      '--train-batch-size',
-      '4',
-      '--micro-train-batch-size',
-      '4',
-      '--generate-max-len',
-      '8',
-      '--eval-prompts',
-      '2',
-    ],
-    { timeout: 400_000 },
-  );
+  const out = run('npx', [...trainTiny, '--max-steps', '2', '--eval-prompts', '2'], {
+    timeout: 400_000,
+  });
   assert.match(out, /step 2\/2/);
   assert.match(out, /SUCCEEDED/);
+});
+
+test('the torch backend builds from the package (CPU libtorch) and a job trains on it', () => {
+  const t0 = Date.now();
+  const built = run('npx', ['rtjob', 'build', 'torch'], { timeout: 900_000 });
+  const addon = join('node_modules', 'rtjob', 'dist', 'model', 'backends', 'torch', 'addon');
+  assert.match(built, new RegExp(`torch addon: .*${addon}/build/\\w+/rtjob_torch\\.node`));
+  console.log(`  torch addon built in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+  // In one process (--in-process): one libtorch, the least this test can start.
+  const out = run('npx', [...trainTiny, '--in-process', '--max-steps', '1', '--eval-dataset', ''], {
+    env: { ...env, RTJOB_TF_BACKEND: 'torch' },
+    timeout: 400_000,
+  });
+  assert.match(out, /SUCCEEDED/);
+  // Built once: the job and a second `rtjob build torch` use the same addon.
+  assert.not.match(out, /building the torch addon/);
+  assert.match(run('npx', ['rtjob', 'build', 'torch']), new RegExp(`${addon}/build/`));
 });
 
 test.run();

@@ -83,6 +83,44 @@ test('--help lists every flag with its default, requirement and variable', () =>
   assert.match(h, /--name\s+name \(required\)/);
 });
 
+test('every unknown flag is reported at once, each with a near flag or what rtjob does instead', () => {
+  fails(
+    ['--name', 'a', '--bf16', '--zero_stage', '3', '--stepz', '2', '--frobnicate', '--fast'],
+    new RegExp(
+      [
+        '^4 unknown flags:',
+        '  --bf16: .*RTJOB_TORCH_PRECISION=bf16.*--save-dtype bfloat16',
+        '  --zero-stage: not applicable: rtjob has no DeepSpeed.*',
+        '  --stepz \\(did you mean --steps\\?\\)',
+        '  --frobnicate: no such flag \\(demo --help lists them\\)$',
+      ].join('\n'),
+    ),
+  );
+  // The value of an unknown flag is skipped, not taken for a positional or the next flag.
+  fails(['--name', 'a', '--packing_samples', '--lora_rank', '16'], /^2 unknown flags:\n/);
+  fails(
+    ['--name', 'a', '--packing_samples'],
+    /^unknown flag --packing-samples: .*--train-max-tokens-per-gpu/,
+  );
+});
+
+test('--help lists the other names of each flag', () => {
+  const q = flagParser<{ agentFunc?: string }>(
+    'demo',
+    [
+      {
+        key: 'agentFunc',
+        kind: 'string',
+        help: 'agent',
+        aliases: ['agent-func', 'agent-func-path'],
+      },
+    ],
+    {},
+  );
+  assert.match(q.help(), /--agent-func\s+agent \(also --agent-func-path\)$/m);
+  assert.is(q.parse(['--agent_func_path', 'a.ts']).options.agentFunc, 'a.ts');
+});
+
 test('a driver exits 2 with one line on a bad flag (train_sft as a real process)', () => {
   const script = fileURLToPath(new URL('../../train/sft.ts', import.meta.url));
   const r = spawnSync(

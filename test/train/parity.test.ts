@@ -103,6 +103,8 @@ async function firstSteps(name: string, extra: string[]): Promise<Record<string,
     '--actor-learning-rate',
     '1e-2',
     '--overwrite',
+    // The baseline was recorded when train_ppo's default was the mean-only shaping.
+    '--no-advantage-std-norm',
     '--save-path',
     join(root, name, 'out'),
     '--ckpt-path',

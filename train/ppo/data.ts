@@ -10,6 +10,7 @@ import { builtinDataset } from '../data/arith.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { shuffle } from '../../algorithms/shuffle.ts';
 import { FlagError } from './flags.ts';
+import { datasetProblem } from './paths.ts';
 
 /** A dataset record: any JSON object with the input and label fields. */
 export type PromptRecord = Record<string, unknown>;
@@ -28,7 +29,7 @@ export function loadPromptData(
   } catch {
     throw new FlagError(
       flag,
-      `${flag}: '${spec}' is neither a built-in dataset (arith, arith:test) nor a readable JSONL file`,
+      datasetProblem(spec, flag) ?? `${flag}: ${spec} cannot be read as a JSONL file`,
     );
   }
   const out: PromptRecord[] = [];

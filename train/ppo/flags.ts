@@ -12,7 +12,11 @@
  */
 import { checkRolloutDtype, FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
 
-import { ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS } from '../../algorithms/advantages.ts';
+import {
+  ADVANTAGE_ESTIMATORS,
+  advantageDefaults,
+  GROUP_ESTIMATORS,
+} from '../../algorithms/advantages.ts';
 import { klDefaults, KL_ESTIMATORS } from '../../algorithms/kl.ts';
 import { experienceDefaults } from '../../algorithms/experience.ts';
 import { LOSS_AGGREGATIONS } from '../../algorithms/loss-aggregation.ts';
@@ -121,14 +125,16 @@ export const flagTable: readonly Flag[] = [
     { min: 0 },
   ),
   ...under('algorithm'),
-  F('advantageEstimator', 'string', 'advantage estimator (grpo = group_norm)', {
-    choices: ADVANTAGE_ESTIMATORS,
-    choiceAliases: { grpo: 'group_norm' },
-  }),
   F(
-    'noAdvantageStdNorm',
+    'advantageEstimator',
+    'string',
+    "advantage estimator: group_norm (= grpo, as OpenRLHF's) is (score - group mean) / group std; dr_grpo and reinforce_baseline only subtract the group mean; rloo the mean of the others; gae uses the critic",
+    { choices: ADVANTAGE_ESTIMATORS, choiceAliases: { grpo: 'group_norm' } },
+  ),
+  F(
+    'advantageStdNorm',
     'bool',
-    'advantages have the mean subtracted but are not divided by the std (`false`: divide)',
+    "divide by the std: group_norm's per-group std and the batch whitening of gae, reinforce and reinforce_baseline; --no-advantage-std-norm subtracts the mean only (unlike OpenRLHF, where group_norm always divides)",
   ),
   F('gamma', 'float', 'discount', { min: 0 }),
   F('lambd', 'float', 'GAE lambda', { min: 0 }),
@@ -375,8 +381,9 @@ export const trainPpoDefaults: TrainPpoOptions = {
   generateMaxLen: 48,
   temperature: 1,
   topP: 1,
-  advantageEstimator: 'group_norm',
-  noAdvantageStdNorm: true,
+  // Dr. GRPO: the least harmful setting on the shipped warm start, and what the README's runs used.
+  advantageEstimator: 'dr_grpo',
+  advantageStdNorm: !advantageDefaults.noStdNorm,
   initKlCoef: 0,
   useKlLoss: klDefaults.useKlLoss,
   klEstimator: klDefaults.klEstimator,

@@ -11,6 +11,7 @@
 import { existsSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { readEnv } from '../../runtime/env.ts';
 import { resumeAdvice } from '../../runtime/format.ts';
 import { metrics } from '../../ops/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
@@ -25,6 +26,7 @@ import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 import { runName } from '../run-name.ts';
 import { openTrackers, type Trackers } from '../trackers/index.ts';
+import { checkTrainPpoPaths, defaultPretrain, pretrainDir } from './paths.ts';
 
 export { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp, FlagError } from './flags.ts';
 export type { TrainPpoOptions } from './options.ts';
@@ -32,19 +34,7 @@ export type { RunSummary } from './run-state.ts';
 export { RoleDiedError, isRoleDied } from './errors.ts';
 export { runName } from '../run-name.ts';
 
-/** The shipped warm-start model. */
-export const defaultPretrain = fileURLToPath(
-  new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url),
-);
-
-/** The checkpoints the package ships, by the short name `--pretrain` accepts. */
-export const shippedModels = ['rtjob-tiny-math', 'rtjob-tiny-tool'] as const;
-
-/** `--pretrain` as given: a directory, or the short name of a shipped model. */
-function pretrainDir(p: string): string {
-  if (existsSync(p) || !(shippedModels as readonly string[]).includes(p)) return p;
-  return fileURLToPath(new URL(`../../model/pretrained/${p}`, import.meta.url));
-}
+export { defaultPretrain, shippedModels } from './paths.ts';
 
 /** Options of {@link trainPpo} beyond the flags. */
 export interface TrainPpoRunOptions {
@@ -82,15 +72,7 @@ export function resolveOptions(
       );
     }
   }
-  if (r.agentFunc && !existsSync(r.agentFunc)) {
-    throw new FlagError('--agent-func', `--agent-func: no such file ${r.agentFunc}`);
-  }
-  if (!existsSync(r.pretrain)) {
-    throw new FlagError(
-      '--pretrain',
-      `--pretrain: no model directory at ${r.pretrain} (a local HF-format directory: hub ids are not downloaded; shipped: ${shippedModels.join(', ')})`,
-    );
-  }
+  checkTrainPpoPaths(r);
   return r;
 }
 
@@ -149,6 +131,9 @@ export async function trainPpo(
   const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;
   for (const t of trackers.list) if (t.where()) log.line(`${t.kind}: ${t.where()}`);
   let outcome: 'finished' | 'failed' = 'failed';
+  const roles = await place(o, perEpoch);
+  // Which backend, device and precision each role computes on, as its ready() reported it.
+  if (roles.backends) log.line(`roles: ${roles.backends}`);
   let stepsDone = 0;
   try {
     const roles = await place(o, perEpoch);

@@ -44,7 +44,7 @@ export interface TrainPpoOptions extends TrackerOptions {
   temperature: number;
   topP: number;
   advantageEstimator: AdvantageEstimator;
-  noAdvantageStdNorm: boolean;
+  advantageStdNorm: boolean;
   initKlCoef: number;
   useKlLoss: boolean;
   klEstimator: KlEstimator;
@@ -208,7 +208,7 @@ export function advantageOptions(o: TrainPpoOptions): AdvantageOptions {
     estimator: o.advantageEstimator,
     gamma: o.gamma,
     lambd: o.lambd,
-    noStdNorm: o.noAdvantageStdNorm,
+    noStdNorm: !o.advantageStdNorm,
     nSamplesPerPrompt: o.nSamplesPerPrompt,
   };
 }

@@ -20,7 +20,14 @@ import type { Trainer } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
 import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
 import { bundleCpus, placeRoles, type RolePlacement } from './placement.ts';
-import { everyRank, replicated, roleInits, type Remote, type Roles } from './roles.ts';
+import {
+  everyRank,
+  replicated,
+  roleBackends,
+  roleInits,
+  type Remote,
+  type Roles,
+} from './roles.ts';
 
 const role = (file: string): URL => ownModule(`../../roles/${file}`, import.meta.url);
 const RolloutActor = defineActor<typeof Rollout>(role('rollout.ts'), 'Rollout');
@@ -203,11 +210,13 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     });
     critic = replicated(ranks, everyRank.critic);
   }
-  await Promise.all([
+  const [rolloutsReady, trainerReady, referenceReady, criticReady] = await Promise.all([
     // A rollout that dies while it first loads (engine, tokenizer, agent file) is restarted by
     // the runtime; its `ready` (idempotent) runs again there instead of failing the run.
-    ...rolloutHandles.map((h) =>
-      remote(h, 'rollout', { maxTaskRetries: rolloutMaxRestarts }).ready(),
+    Promise.all(
+      rolloutHandles.map((h) =>
+        remote(h, 'rollout', { maxTaskRetries: rolloutMaxRestarts }).ready(),
+      ),
     ),
     trainer.ready(),
     reference?.ready(),
@@ -227,6 +236,12 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   return {
     rollouts,
     trainer,
+    backends: roleBackends(o.engine, {
+      rollouts: rolloutsReady,
+      trainer: trainerReady,
+      reference: referenceReady,
+      critic: criticReady,
+    }),
     ...(reference ? { reference } : {}),
     ...(teacher ? { teacher } : {}),
     ...(rewardModel ? { rewardModel } : {}),

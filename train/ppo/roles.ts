@@ -56,9 +56,33 @@ export interface Roles {
    * gives it the current weights.
    */
   restartRollout?: (i: number) => Promise<void>;
+  /** What each role computes on, from its `ready()`: see {@link roleBackends}. */
+  backends?: string;
   /** Kills rollout `i`'s process so that the runtime restarts it (remote roles only). */
   killRollout?: (i: number) => Promise<void>;
   close(): Promise<void>;
+}
+
+/**
+ * Each role's backend, device and precision, as their `ready()` report them, for the run's first
+ * lines: `trainer torch (libtorch 1.13.1, cpu, fp32); rollout-0 builtin engine on torch (…)`.
+ */
+export function roleBackends(
+  engine: string,
+  ready: {
+    rollouts: { backend: string }[];
+    trainer: { backend: string };
+    reference?: { backend: string } | undefined;
+    critic?: { backend: string } | undefined;
+  },
+): string {
+  const parts = [`trainer ${ready.trainer.backend}`];
+  if (ready.reference) parts.push(`reference ${ready.reference.backend}`);
+  if (ready.critic) parts.push(`critic ${ready.critic.backend}`);
+  ready.rollouts.forEach((r, i) =>
+    parts.push(`rollout-${i} ${engine} engine${r.backend ? ` on ${r.backend}` : ''}`),
+  );
+  return parts.join('; ');
 }
 
 /** Wraps a plain object so each method call returns a promise. */
@@ -189,15 +213,21 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
   const teacher = o.teacherPretrain ? new Reference(init.teacher) : undefined;
   const rewardModel = o.rewardPretrain ? new RewardModel(init.rewardModel) : undefined;
   const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
-  await Promise.all([
-    teacher?.ready(),
-    rewardModel?.ready(),
-    ...rollouts.map((r) => r.ready()),
+  const [ready, trainerReady, referenceReady, criticReady] = await Promise.all([
+    Promise.all(rollouts.map((r) => r.ready())),
     trainer.ready(),
     reference?.ready(),
     critic?.ready(),
+    teacher?.ready(),
+    rewardModel?.ready(),
   ]);
   return {
+    backends: roleBackends(o.engine, {
+      rollouts: ready,
+      trainer: trainerReady,
+      reference: referenceReady,
+      critic: criticReady,
+    }),
     rollouts: rollouts.map(local),
     trainer: local(trainer),
     ...(reference ? { reference: local(reference) } : {}),
