@@ -22,6 +22,12 @@ import type { UpdateStats } from './step.ts';
 import { publishWeights } from './weight-sync.ts';
 import { TrainPpoError } from './errors.ts';
 
+/** The run's steps: `--max-steps`, or -1: as many full rollout batches as the episodes hold. */
+export function runSteps(o: TrainPpoOptions, prompts: number): number {
+  if (o.maxSteps > 0) return o.maxSteps;
+  return Math.max(1, Math.floor(prompts / o.rolloutBatchSize) * o.numEpisodes);
+}
+
 /** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
 export async function prepareRun(
   o: TrainPpoOptions,
@@ -38,8 +44,7 @@ export async function prepareRun(
     const s = new PromptSampler(ev, keys, 0);
     evalItems = ev.slice(0, o.evalPrompts).map((_, i) => s.item(i, `eval-${i}`));
   }
-  const perEpoch = Math.floor(records.length / o.rolloutBatchSize) * o.numEpisodes;
-  const totalSteps = o.maxSteps > 0 ? o.maxSteps : Math.max(1, perEpoch);
+  const totalSteps = runSteps(o, records.length);
   const state: RunState = {
     step: 0,
     position: { epoch: 0, offset: 0 },
@@ -125,6 +130,9 @@ export function recordUpdate(
     groups_dropped: state.groupsDropped ?? 0,
     rollout_restarts: state.rolloutRestarts,
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+    // The rate of each role's last optimizer step (OpenRLHF's names).
+    actor_lr: u.lr,
+    ...(u.criticLr !== undefined ? { critic_lr: u.criticLr } : {}),
     ...u.mismatch,
   };
 }

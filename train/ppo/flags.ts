@@ -18,6 +18,7 @@ import { experienceDefaults } from '../../algorithms/experience.ts';
 import { LOSS_AGGREGATIONS } from '../../algorithms/loss-aggregation.ts';
 import { IS_CORRECTIONS, ppoLossDefaults } from '../../algorithms/policy-loss.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
+import { LR_SCHEDULERS } from '../../model/lr-schedule.ts';
 import { checkLibraryOptions, type TrainPpoOptions } from './options.ts';
 
 /** Where a flag is listed in `--help`; `algorithm` flags are the ones `algorithms/README.md` documents. */
@@ -171,9 +172,29 @@ export const flagTable: readonly Flag[] = [
   F('trainBatchSize', 'int', 'samples per optimizer step', { min: 1 }),
   F('microTrainBatchSize', 'int', 'samples per micro-batch (gradient accumulation)', { min: 1 }),
   F('maxEpochs', 'int', 'passes over each rollout batch', { min: 1 }),
-  F('actorLearningRate', 'float', 'policy learning rate', { min: 0 }),
-  F('criticLearningRate', 'float', 'critic learning rate', { min: 0 }),
+  F('actorLearningRate', 'float', 'policy learning rate (the peak of --lr-scheduler)', {
+    min: 0,
+  }),
+  F('criticLearningRate', 'float', 'critic learning rate (the peak of --lr-scheduler)', {
+    min: 0,
+  }),
   F('maxNorm', 'float', 'gradient clip by global norm', { min: 0 }),
+  F(
+    'lrScheduler',
+    'string',
+    "learning-rate schedule of the trainer and the critic over the run's optimizer steps, as HF transformers' get_scheduler (cosine_with_min_lr decays to --min-lr-ratio x the rate; linear and cosine to 0; constant ignores warmup)",
+    { choices: LR_SCHEDULERS },
+  ),
+  F(
+    'lrWarmupRatio',
+    'float',
+    'fraction of the optimizer steps spent warming up linearly from 0 (OpenRLHF defaults to 0.03; rtjob to 0, for short runs)',
+    { min: 0 },
+  ),
+  F('minLrRatio', 'float', 'floor of cosine_with_min_lr, as a fraction of the learning rate', {
+    min: 0,
+  }),
+  F('l2', 'float', 'AdamW weight decay (decoupled; not on norms and biases)', { min: 0 }),
   ...under('async'),
   F('asyncTrain', 'bool', 'asynchronous off-policy training'),
   F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', {
@@ -357,6 +378,10 @@ export const trainPpoDefaults: TrainPpoOptions = {
   actorLearningRate: 1e-4,
   criticLearningRate: 5e-4,
   maxNorm: 1,
+  lrScheduler: 'cosine_with_min_lr',
+  lrWarmupRatio: 0,
+  minLrRatio: 0.1,
+  l2: 0,
   dynamicFiltering: false,
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
@@ -503,6 +528,12 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
     );
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+  if (o.lrWarmupRatio > 1) fail('--lr-warmup-ratio', '--lr-warmup-ratio is a fraction in [0, 1]');
+  if (o.lrScheduler === 'constant' && o.lrWarmupRatio > 0 && given.has('lrWarmupRatio'))
+    fail(
+      '--lr-warmup-ratio',
+      '--lr-scheduler constant has no warmup (as in HF transformers): use constant_with_warmup',
+    );
   resolveRanks(o, given, 'actor');
   resolveRanks(o, given, 'critic');
   for (const [flag, n] of [

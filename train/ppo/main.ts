@@ -21,7 +21,8 @@ import { runIfMain } from '../driver-flags.ts';
 import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
 import { inProcessRoles, type Roles } from './roles.ts';
-import { finishRun, latestCheckpoint, prepareRun } from './context.ts';
+import { finishRun, latestCheckpoint, prepareRun, runSteps } from './context.ts';
+import { loadPromptData } from './data.ts';
 import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 
@@ -143,8 +144,9 @@ export async function trainPpo(
     roles: trainPpoRoles,
     outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
   });
-  const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;
-  const roles = await place(o, perEpoch);
+  // The roles' learning-rate schedules span the run, so its length is known before they start.
+  const steps = o.maxSteps > 0 ? o.maxSteps : runSteps(o, loadPromptData(o.promptData, '--prompt-data').length);
+  const roles = await place(o, steps);
   let stepsDone = 0;
   try {
     const ctx = await prepareRun(o, roles, log);

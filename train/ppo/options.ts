@@ -19,6 +19,7 @@ import {
   type PpoLossOptions,
 } from '../../algorithms/policy-loss.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
+import type { LrScheduleOptions, LrScheduler } from '../../model/lr-schedule.ts';
 
 /** Resolved options of a `train_ppo` run. */
 export interface TrainPpoOptions {
@@ -67,6 +68,11 @@ export interface TrainPpoOptions {
   actorLearningRate: number;
   criticLearningRate: number;
   maxNorm: number;
+  /** OpenRLHF's optimizer schedule and weight decay (`lrScheduleOptions`). */
+  lrScheduler: LrScheduler;
+  lrWarmupRatio: number;
+  minLrRatio: number;
+  l2: number;
   dynamicFiltering: boolean;
   dynamicFilteringRewardRange: [number, number];
   seed: number;
@@ -154,6 +160,27 @@ export function valueLossOptions(
     ...(o.trainMaxTokensPerGpu !== undefined
       ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
       : {}),
+  };
+}
+
+/**
+ * The learning-rate schedule of the trainer and the critic (each from its own learning rate),
+ * as OpenRLHF builds it: the length is the run's optimizer steps (`steps` global steps × the
+ * optimizer steps of one: ⌈samples per step / --train-batch-size⌉ × --max-epochs), the warmup
+ * `⌈length × --lr-warmup-ratio⌉` of them.
+ */
+export function lrScheduleOptions(
+  o: TrainPpoOptions,
+  steps: number,
+): Omit<LrScheduleOptions, 'lr'> {
+  const perStep =
+    Math.ceil((o.rolloutBatchSize * o.nSamplesPerPrompt) / o.trainBatchSize) * o.maxEpochs;
+  const totalSteps = steps * perStep;
+  return {
+    scheduler: o.lrScheduler,
+    warmupSteps: Math.ceil(totalSteps * o.lrWarmupRatio),
+    totalSteps,
+    minLrRatio: o.minLrRatio,
   };
 }
 

@@ -12,7 +12,12 @@ import { join, resolve } from 'node:path';
 import { get, ObjectRef } from '../../runtime/api.ts';
 import type { RefOr } from '../../runtime/handles.ts';
 import { engineUrls } from './flags.ts';
-import { policyLossOptions, type TrainPpoOptions, valueLossOptions } from './options.ts';
+import {
+  lrScheduleOptions,
+  policyLossOptions,
+  type TrainPpoOptions,
+  valueLossOptions,
+} from './options.ts';
 import type { PolicyWeights } from '../../engines/types.ts';
 
 /** A version of the policy as the engines take it: a ref the trainer owns, or (in-process) the value. */
@@ -150,7 +155,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       microTrainBatchSize: o.microTrainBatchSize,
       maxEpochs: o.maxEpochs,
       temperature: o.temperature,
-      totalSteps,
+      lrSchedule: lrScheduleOptions(o, totalSteps),
+      weightDecay: o.l2,
       seed: o.seed,
       loss: policyLossOptions(o),
       ...(o.trainMaxTokensPerGpu !== undefined
@@ -165,6 +171,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       microTrainBatchSize: o.microTrainBatchSize,
       maxEpochs: o.maxEpochs,
       maxNorm: o.maxNorm,
+      lrSchedule: lrScheduleOptions(o, totalSteps),
+      weightDecay: o.l2,
       ...valueLossOptions(o),
     },
   };
