@@ -19,6 +19,7 @@ import { LOSS_AGGREGATIONS } from '../../algorithms/loss-aggregation.ts';
 import { IS_CORRECTIONS, ppoLossDefaults } from '../../algorithms/policy-loss.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
 import { LR_SCHEDULERS } from '../../model/lr-schedule.ts';
+import { remoteRewardDefaults } from '../../rewards/remote.ts';
 import { checkLibraryOptions, type TrainPpoOptions } from './options.ts';
 
 /** Where a flag is listed in `--help`; `algorithm` flags are the ones `algorithms/README.md` documents. */
@@ -115,6 +116,26 @@ export const flagTable: readonly Flag[] = [
     'agentTurnDiscount',
     'float',
     'gateway agents: reward factor per completion before the last (1 = all share the reward)',
+    { min: 0 },
+  ),
+  F(
+    'remoteRmUrl',
+    'string',
+    'instead of --agent-func: comma-separated reward services, OpenRLHF\'s protocol (POST {"query", "prompts", "labels"} -> {"rewards"}); one answer per episode; a failed request fails its episodes (--agent-error-budget)',
+  ),
+  F(
+    'remoteRmBatchSize',
+    'int',
+    '--remote-rm-url: answers per request at most, split across the URLs',
+    {
+      min: 1,
+    },
+  ),
+  F('remoteRmTimeoutMs', 'int', '--remote-rm-url: limit on one request in ms', { min: 1 }),
+  F(
+    'remoteRmRetries',
+    'int',
+    '--remote-rm-url: a request that timed out, found no server or got a 5xx/429 is sent again (to the next URL) this many times',
     { min: 0 },
   ),
   ...under('algorithm'),
@@ -427,6 +448,10 @@ export const trainPpoDefaults: TrainPpoOptions = {
   gatewayCheckDrift: false,
   gatewayBridge: true,
   agentTurnDiscount: 1,
+  remoteRmUrl: undefined,
+  remoteRmBatchSize: remoteRewardDefaults.maxBatch,
+  remoteRmTimeoutMs: remoteRewardDefaults.timeoutMs,
+  remoteRmRetries: remoteRewardDefaults.retries,
   inProcess: false,
 };
 
@@ -517,6 +542,20 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
       );
     }
   }
+  if (o.remoteRmUrl !== undefined) {
+    if (o.agentFunc !== undefined)
+      fail(
+        '--remote-rm-url',
+        '--remote-rm-url scores answers without an agent: drop --agent-func, or score in the agent file',
+      );
+    const urls = splitUrls(o.remoteRmUrl);
+    const bad = badEngineUrl(urls);
+    if (urls.length === 0 || bad !== undefined)
+      fail(
+        '--remote-rm-url',
+        `--remote-rm-url: '${bad ?? o.remoteRmUrl}' is not an http(s) URL (a reward function in a file is an --agent-func step function)`,
+      );
+  }
   if (o.agentTurnDiscount > 1)
     fail('--agent-turn-discount', '--agent-turn-discount is a factor in [0, 1]');
   if (o.agentErrorBudget > 1)
@@ -587,7 +626,12 @@ function resolveRanks(
 
 /** The servers of `--engine-url`, in order. */
 export function engineUrls(o: { engineUrl?: string | undefined }): string[] {
-  return (o.engineUrl ?? '')
+  return splitUrls(o.engineUrl ?? '');
+}
+
+/** The URLs of a comma-separated list (`--engine-url`, `--remote-rm-url`), trailing slashes off. */
+export function splitUrls(list: string): string[] {
+  return list
     .split(',')
     .map((u) => u.trim().replace(/\/+$/, ''))
     .filter(Boolean);

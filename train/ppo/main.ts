@@ -135,7 +135,7 @@ export async function trainPpo(
   const engine = o.engine === 'llamacpp' ? `llamacpp ${o.rolloutDtype}` : o.engine;
   log.line(
     `${mode}; ${o.rolloutNumEngines} ${engine} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
-      `agent ${o.agentFunc ?? '<built-in math reward>'}`,
+      `agent ${o.agentFunc ?? (o.remoteRmUrl ? `<remote reward ${o.remoteRmUrl}>` : '<built-in math reward>')}`,
   );
   log.report?.({
     config: flagConfig(o, argv, env),
@@ -145,7 +145,8 @@ export async function trainPpo(
     outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
   });
   // The roles' learning-rate schedules span the run, so its length is known before they start.
-  const steps = o.maxSteps > 0 ? o.maxSteps : runSteps(o, loadPromptData(o.promptData, '--prompt-data').length);
+  const steps =
+    o.maxSteps > 0 ? o.maxSteps : runSteps(o, loadPromptData(o.promptData, '--prompt-data').length);
   const roles = await place(o, steps);
   let stepsDone = 0;
   try {

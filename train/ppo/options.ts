@@ -126,6 +126,11 @@ export interface TrainPpoOptions {
   gatewayCheckDrift: boolean;
   gatewayBridge: boolean;
   agentTurnDiscount: number;
+  /** OpenRLHF's remote reward model: comma-separated URLs scoring every answer (`rewards/remote.ts`). */
+  remoteRmUrl: string | undefined;
+  remoteRmBatchSize: number;
+  remoteRmTimeoutMs: number;
+  remoteRmRetries: number;
   inProcess: boolean;
 }
 

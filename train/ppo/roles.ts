@@ -11,7 +11,7 @@ import { Trainer } from '../../roles/trainer.ts';
 import { join, resolve } from 'node:path';
 import { get, ObjectRef } from '../../runtime/api.ts';
 import type { RefOr } from '../../runtime/handles.ts';
-import { engineUrls } from './flags.ts';
+import { engineUrls, splitUrls } from './flags.ts';
 import {
   lrScheduleOptions,
   policyLossOptions,
@@ -131,6 +131,16 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
           }
         : {}),
       ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
+      ...(o.remoteRmUrl !== undefined
+        ? {
+            remoteReward: {
+              urls: splitUrls(o.remoteRmUrl),
+              maxBatch: o.remoteRmBatchSize,
+              timeoutMs: o.remoteRmTimeoutMs,
+              retries: o.remoteRmRetries,
+            },
+          }
+        : {}),
       weightSyncTimeoutMs: o.weightSyncTimeoutMs,
       temperature: o.temperature,
       topP: o.topP,
