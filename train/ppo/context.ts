@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { GroupResult } from '../../agents/episode-runner.ts';
 import type { JobCheckpoint } from '../../runtime/metrics.ts';
@@ -174,17 +174,39 @@ export function latestCheckpoint(ckptPath: string): JobCheckpoint | undefined {
   return { step, resumeFlags: `--ckpt-path ${resolve(ckptPath)} --load-checkpoint` };
 }
 
-/** Writes `ckpt_path/global_step_N` (weights, optimizer, data position, step, KL coef) and `latest`. */
+/**
+ * Writes `ckpt_path/global_step_N` (weights, optimizer, data position, step, KL coef) and
+ * `latest`, removes the oldest beyond `--max-ckpt-num`, and with `--save-hf-ckpt` writes the
+ * policy as an HF directory `global_step_N_hf` beside it (kept, as in OpenRLHF).
+ */
 export async function saveCheckpoint(ctx: RunContext): Promise<string> {
-  const dir = join(resolve(ctx.o.ckptPath), `global_step_${ctx.state.step}`);
-  mkdirSync(resolve(ctx.o.ckptPath), { recursive: true });
+  const root = resolve(ctx.o.ckptPath);
+  const dir = join(root, `global_step_${ctx.state.step}`);
+  mkdirSync(root, { recursive: true });
   await ctx.roles.trainer.saveCheckpoint(dir, { driver: ctx.state });
   // After the trainer, which replaces `dir` whole.
   if (ctx.roles.critic) await ctx.roles.critic.saveCheckpoint(join(dir, 'critic'));
-  writeFileSync(join(resolve(ctx.o.ckptPath), 'latest'), `global_step_${ctx.state.step}\n`);
+  writeFileSync(join(root, 'latest'), `global_step_${ctx.state.step}\n`);
   ctx.log.line(`ckpt  step ${ctx.state.step} -> ${dir}`);
+  if (ctx.o.saveHfCkpt) {
+    await ctx.roles.trainer.saveHf(`${dir}_hf`);
+    ctx.log.line(`ckpt  step ${ctx.state.step} HF policy -> ${dir}_hf`);
+  }
+  const old = checkpointSteps(root).slice(0, -ctx.o.maxCkptNum);
+  for (const step of old)
+    rmSync(join(root, `global_step_${step}`), { recursive: true, force: true });
   ctx.log.report?.({ checkpoint: latestCheckpoint(ctx.o.ckptPath) });
   return dir;
+}
+
+/** The steps of the resumable checkpoints in `root`, oldest first. */
+export function checkpointSteps(root: string): number[] {
+  if (!existsSync(root)) return [];
+  return readdirSync(root)
+    .map((d) => /^global_step_(\d+)$/.exec(d)?.[1])
+    .filter((m): m is string => m !== undefined)
+    .map(Number)
+    .sort((a, b) => a - b);
 }
 
 async function resume(ctx: RunContext): Promise<void> {

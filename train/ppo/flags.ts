@@ -247,6 +247,12 @@ export const flagTable: readonly Flag[] = [
   }),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
   F('ckptPath', 'string', 'checkpoint directory (default <save-path>/checkpoints)'),
+  F('maxCkptNum', 'int', 'checkpoints kept in --ckpt-path; older ones are removed', { min: 1 }),
+  F(
+    'saveHfCkpt',
+    'bool',
+    'at every --save-steps, also write the policy as an HF model directory <ckpt-path>/global_step_N_hf (never removed)',
+  ),
   F(
     'overwrite',
     'bool',
@@ -410,6 +416,8 @@ export const trainPpoDefaults: TrainPpoOptions = {
   saveDtype: 'float32',
   saveSteps: -1,
   ckptPath: '',
+  maxCkptNum: 3,
+  saveHfCkpt: false,
   overwrite: false,
   loadCheckpoint: false,
   evalDataset: 'arith:test',

@@ -12,7 +12,7 @@ import { existsSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readEnv } from '../../runtime/env.ts';
-import { resumeAdvice } from '../../runtime/format.ts';
+import { resumeAdvice, resumeCommand } from '../../runtime/format.ts';
 import { metrics } from '../../runtime/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
 import { trainPpoCharts, trainPpoRoles } from './charts.ts';
@@ -51,6 +51,11 @@ export interface TrainPpoRunOptions {
   log?: RunLog;
   /** Places the roles; @default through the runtime, or in this process with `--in-process` */
   roles?: (o: TrainPpoOptions, totalSteps: number) => Promise<Roles>;
+  /**
+   * Aborted when the run is being stopped (SIGTERM from `rtjob stop-job`, Ctrl-C): the run's log
+   * then says which step its checkpoint holds and the command that resumes from it.
+   */
+  signal?: AbortSignal;
 }
 
 /**
@@ -149,8 +154,18 @@ export async function trainPpo(
     o.maxSteps > 0 ? o.maxSteps : runSteps(o, loadPromptData(o.promptData, '--prompt-data').length);
   const roles = await place(o, steps);
   let stepsDone = 0;
+  let current: { state: { step: number } } | undefined;
+  const onStop = (): void => {
+    const step = current?.state.step ?? stepsDone;
+    log.line(`stopped at step ${step}; ${resumeHint(o, step)}`);
+    const checkpoint = latestCheckpoint(o.ckptPath);
+    if (checkpoint)
+      log.line(`resume: ${resumeCommand(['train_ppo', ...argv], checkpoint.resumeFlags)}`);
+  };
+  run.signal?.addEventListener('abort', onStop, { once: true });
   try {
     const ctx = await prepareRun(o, roles, log);
+    current = ctx;
     stepsDone = ctx.state.step;
     log.report?.({ totalSteps: ctx.totalSteps });
     const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
@@ -160,8 +175,34 @@ export async function trainPpo(
     if (isRoleDied(err)) throw err.withHint(resumeHint(o, stepsDone));
     throw err;
   } finally {
+    run.signal?.removeEventListener('abort', onStop);
     await roles.close();
     await metrics.flush();
+  }
+}
+
+/**
+ * `train_ppo` as a job's driver: a SIGTERM (`rtjob stop-job`) or Ctrl-C logs where the run can
+ * resume from, sends the metrics still buffered, and ends the process (the runtime stops the
+ * roles).
+ */
+async function main(argv: string[]): Promise<RunSummary> {
+  const stop = new AbortController();
+  const onSignal = (signal: NodeJS.Signals): void => {
+    stop.abort();
+    const code = signal === 'SIGINT' ? 130 : 143;
+    // Within the runtime's grace before its SIGKILL.
+    void Promise.race([metrics.flush(), new Promise((r) => setTimeout(r, 1000))]).finally(() =>
+      process.exit(code),
+    );
+  };
+  process.once('SIGTERM', onSignal);
+  process.once('SIGINT', onSignal);
+  try {
+    return await trainPpo(argv, process.env, { signal: stop.signal });
+  } finally {
+    process.off('SIGTERM', onSignal);
+    process.off('SIGINT', onSignal);
   }
 }
 
@@ -182,4 +223,4 @@ async function remotePlacement(): Promise<
   return remoteRoles;
 }
 
-runIfMain(import.meta.url, 'train_ppo', (argv) => trainPpo(argv), trainPpoHelp);
+runIfMain(import.meta.url, 'train_ppo', main, trainPpoHelp);

@@ -80,6 +80,10 @@ export interface TrainPpoOptions {
   saveDtype: 'float32' | 'bfloat16';
   saveSteps: number;
   ckptPath: string;
+  /** Checkpoints kept in `ckptPath` (the oldest removed), as OpenRLHF's `--max_ckpt_num`. */
+  maxCkptNum: number;
+  /** Also write the policy as an HF directory `ckptPath/global_step_N_hf` at every save. */
+  saveHfCkpt: boolean;
   /** Replace what a previous run left in the save and checkpoint paths. */
   overwrite: boolean;
   loadCheckpoint: boolean;
