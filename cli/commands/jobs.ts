@@ -428,7 +428,7 @@ async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
   );
 }
 
-/** `rtjob logs JOB [-f] [--actor ID]`. */
+/** `rtjob logs JOB [-f] [--actor NAME|ID]`. */
 export async function logsCommand(
   jobId: string,
   o: ReadOptions & { follow?: boolean; actor?: string },
@@ -443,7 +443,12 @@ async function showLogs(
 ): Promise<void> {
   const api = headApi(ep);
   if (o.actor) {
-    const actorId = o.actor;
+    const page = await api.call('GET /api/jobs/:jobId/actors', {
+      params: { jobId },
+      query: { limit: 1000 },
+    });
+    const actorId = pickActor(page.rows, jobId, o.actor);
+    let printed = false;
     // The cursor holds an offset per file: stdout and stderr of every incarnation of the actor.
     let cursor = '';
     let deadSeen = false;
@@ -453,8 +458,11 @@ async function showLogs(
         query: { cursor },
       });
       process.stdout.write(r.logs);
+      printed ||= r.logs.length > 0;
       cursor = r.cursor;
       if (r.logs.length > 0) continue;
+      if (!o.follow && !printed)
+        process.stderr.write(`(empty log: actor ${o.actor} wrote nothing)\n`);
       // One more read after the actor is seen DEAD picks up its last, unterminated line.
       if (!o.follow || deadSeen) return;
       if (r.state === 'DEAD') {
@@ -476,9 +484,38 @@ async function showLogs(
   for (;;) {
     const r = await api.call('GET /api/jobs/:jobId/logs', { params: { jobId }, query: { offset } });
     process.stdout.write(r.logs);
+    if (offset === 0 && r.logs.length === 0) process.stderr.write(`(empty log: job ${jobId})\n`);
     if (r.nextOffset >= r.size || r.logs.length === 0) return;
     offset = r.nextOffset;
   }
+}
+
+/**
+ * The id of the actor `--actor` names among a job's actors: its id, its name, or its name without
+ * the job's prefix as the dashboard shows it (`trainer` for `JOB/trainer`), as Ray's state API
+ * filters by name; the newest when several incarnations share the name. A name that is not there
+ * fails with the job's actors listed.
+ */
+export function pickActor(
+  actors: readonly { actorId: string; name: string | null; startedAt: number | null }[],
+  jobId: string,
+  wanted: string,
+): string {
+  const shown = (name: string | null): string | null =>
+    name?.startsWith(`${jobId}/`) ? name.slice(jobId.length + 1) : name;
+  const hits = actors.filter(
+    (a) => a.actorId === wanted || a.name === wanted || shown(a.name) === wanted,
+  );
+  if (hits.length === 0) {
+    const names = actors.map((a) => shown(a.name) ?? a.actorId);
+    throw new CliError(
+      names.length
+        ? `job ${jobId} has no actor '${wanted}'; its actors: ${[...new Set(names)].sort().join(', ')}`
+        : `job ${jobId} has no actors (its driver's own output is \`rtjob logs ${jobId}\`)`,
+      2,
+    );
+  }
+  return hits.reduce((a, b) => ((b.startedAt ?? 0) > (a.startedAt ?? 0) ? b : a)).actorId;
 }
 
 /** `rtjob stop-job JOB`. */
