@@ -211,7 +211,7 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
     entrypoint,
     jobId: o.jobId,
     ...env,
-    metadata: o.metadata ? (JSON.parse(o.metadata) as Record<string, string>) : undefined,
+    metadata: o.metadata ? parseMetadata(o.metadata) : undefined,
     entrypointNumCpus: num('--entrypoint-num-cpus', o.entrypointNumCpus),
     entrypointNumGpus: num('--entrypoint-num-gpus', o.entrypointNumGpus),
   };
@@ -426,6 +426,29 @@ async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
       }),
     ),
   );
+}
+
+/**
+ * `--metadata`: a JSON object of string labels (Ray's `--metadata-json`), refused in plain words
+ * with an example when it is not one (G24).
+ */
+export function parseMetadata(text: string): Record<string, string> {
+  const example = `e.g. --metadata '{"team": "rl", "run": "7"}'`;
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new CliError(`--metadata must be a JSON object of string labels, ${example}`, 2);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new CliError(`--metadata must be a JSON object of string labels, ${example}`, 2);
+  const bad = Object.entries(value).find(([, v]) => typeof v !== 'string');
+  if (bad)
+    throw new CliError(
+      `--metadata: label '${bad[0]}' is ${JSON.stringify(bad[1])}; labels are strings, ${example}`,
+      2,
+    );
+  return value as Record<string, string>;
 }
 
 /** `rtjob logs JOB [-f] [--actor NAME|ID]`. */
