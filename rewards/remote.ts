@@ -121,9 +121,8 @@ export class RemoteRewardClient {
       prompts: shard.map((p) => p.q.prompt),
       labels: shard.map((p) => p.q.label ?? null),
     };
-    let url = this.o.urls[at]!;
     for (let attempt = 0; ; attempt++) {
-      url = this.o.urls[(at + attempt) % this.o.urls.length]!;
+      const url = this.o.urls[(at + attempt) % this.o.urls.length]!;
       try {
         this.requests++;
         const answer = await httpCall(url, body, { timeoutMs: this.o.timeoutMs, expectJson: true });

@@ -294,9 +294,7 @@ export async function trainSft(o: SftOptions): Promise<SftResult> {
     lr: o.lr ?? 3e-3,
     scheduler: o.lrScheduler ?? 'cosine_with_min_lr',
     warmupSteps:
-      o.lrWarmupRatio !== undefined
-        ? Math.ceil(maxSteps * o.lrWarmupRatio)
-        : (o.warmupSteps ?? 50),
+      o.lrWarmupRatio !== undefined ? Math.ceil(maxSteps * o.lrWarmupRatio) : (o.warmupSteps ?? 50),
     totalSteps: maxSteps,
     weightDecay: o.weightDecay ?? 0.01,
     maxGradNorm: o.maxGradNorm ?? 1.0,
