@@ -150,7 +150,7 @@ test('--actor takes the name the dashboard shows; an unknown one lists the jobâ€
   assert.is(r.code, 2);
   assert.match(
     r.stderr,
-    /job env1 has no actor 'actor_nope'; its actors: .*probe-a, probe-b/,
+    /job env1 has no actor 'actor_nope'; its actors: nested-of-\d+, probe-a$/m,
     r.stderr,
   );
 });
