@@ -7,7 +7,9 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { spawn } from 'node:child_process';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { resumeCommand } from '../../runtime/format.ts';
 import { trainPpo } from '../../train/ppo/main.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
@@ -110,6 +112,45 @@ test('a stopped run logs its checkpoint and the command that resumes it; that co
   const s = await trainPpo(again, {}, { log: quiet });
   assert.is(s.steps, 3);
   assert.is(s.trainedPrompts.length, 12, 'steps 2 and 3 ran after the resume');
+});
+
+test('train_ppo as a driver process: a SIGTERM after a checkpoint logs it and the resume command, exit 143', async () => {
+  const ckpt = join(root, 'sigterm');
+  const argv = tinyRunArgs(model, join(root, 'sigterm-out'), {
+    'in-process': true,
+    'max-steps': 200,
+    'save-steps': 1,
+    'ckpt-path': ckpt,
+  });
+  const main = fileURLToPath(new URL('../../train/ppo/main.ts', import.meta.url));
+  const child = spawn(
+    process.execPath,
+    ['--conditions=rtjob-source', '--import', 'tsx', main, ...argv],
+    { env: { ...process.env, HOME: root, RTJOB_ADDRESS: '' }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let out = '';
+  let err = '';
+  child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  // The stop lands once the first checkpoint is written.
+  await new Promise<void>((resolve) => {
+    child.stdout.on('data', (c: Buffer) => {
+      out += c.toString();
+      if (out.includes(`ckpt  step 1 -> `)) resolve();
+    });
+    void exited.then(() => resolve()); // an early exit fails below instead of hanging
+  });
+  child.kill('SIGTERM');
+  assert.is(await exited, 143, err);
+  const stopped = /stopped at step (\d+); the last checkpoint is at step (\d+)/.exec(out);
+  assert.ok(stopped, out);
+  assert.ok(Number(stopped![2]) >= 1 && Number(stopped![2]) <= Number(stopped![1]), out);
+  assert.ok(
+    out.includes(
+      `[train_ppo] resume: train_ppo ${resumeCommand(argv, `--ckpt-path ${ckpt} --load-checkpoint`)}`,
+    ),
+    out,
+  );
 });
 
 test('the resume command drops the flags it replaces and quotes what a shell would split', () => {
