@@ -81,8 +81,6 @@ export class RemoteRewardClient {
   private timer: NodeJS.Timeout | undefined;
   /** The URL the next batch starts at, so small batches spread over the services. */
   private next = 0;
-  /** Requests sent (retries included), for tests and logs. */
-  requests = 0;
 
   constructor(o: RemoteRewardOptions) {
     if (o.urls.length === 0)
@@ -124,7 +122,6 @@ export class RemoteRewardClient {
     for (let attempt = 0; ; attempt++) {
       const url = this.o.urls[(at + attempt) % this.o.urls.length]!;
       try {
-        this.requests++;
         const answer = await httpCall(url, body, { timeoutMs: this.o.timeoutMs, expectJson: true });
         const rewards = readAnswer(answer, shard.length, url);
         shard.forEach((p, i) => p.resolve(rewards[i]!));
@@ -134,10 +131,13 @@ export class RemoteRewardClient {
         if (!retry) {
           const tries = attempt + 1;
           const why = e instanceof Error ? e.message : String(e);
-          const err = new RemoteRewardError(
-            `remote reward ${url} failed${tries > 1 ? ` after ${tries} tries` : ''}: ${why}`,
-            { url, cause: e },
-          );
+          const err =
+            e instanceof RemoteRewardError
+              ? e
+              : new RemoteRewardError(
+                  `remote reward ${url} failed${tries > 1 ? ` after ${tries} tries` : ''}: ${why}`,
+                  { url, cause: e },
+                );
           shard.forEach((p) => p.reject(err));
           return;
         }
