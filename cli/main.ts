@@ -178,7 +178,10 @@ sessionOption(
     .description("a job's driver log (or an actor's with --actor)")
     .argument('<job>', 'job id')
     .option('-f, --follow', 'keep streaming until the job ends')
-    .option('--actor <id>', "this actor's worker log instead"),
+    .option(
+      '--actor <name>',
+      "this actor's worker log instead: its name as the dashboard shows it (trainer, rollout-0) or its id",
+    ),
 ).action((job: string, o) => logsCommand(job, o));
 
 addressOptions(

@@ -15,8 +15,8 @@ export type { LlamaConfig, ModelFamily, RopeScaling, SaveDtype } from './config.
 export type { ForwardOptions, ForwardOutput, LayerKV, TensorSource } from './llama.ts';
 export type { CheckpointWeights, LoadedModel, SaveModelOptions } from './checkpoint.ts';
 export type { ChatMessage, ChatTemplateOptions, ChatToolCall } from './tokenizer.ts';
+export type { LrScheduleOptions, LrScheduler } from './lr-schedule.ts';
 export type {
-  LrScheduleOptions,
   PaddedBatch,
   SequenceLogprobs,
   StepStats,
@@ -54,14 +54,8 @@ export { ChatTokenizer, loadTokenizer } from './tokenizer.ts';
 export { builtinTokenizerFiles, builtinChatTemplate, tinyMathConfig } from './builtin.ts';
 export { BatchKVCache, decodeStep, prefill, recomputeLastLogits } from './kv-cache.ts';
 export { sampleToken, seededRandom } from './sampling.ts';
-export {
-  forwardLogprobs,
-  learningRate,
-  maskedNllLoss,
-  ModelTrainer,
-  padBatch,
-  tokenStats,
-} from './training.ts';
+export { learningRate, LR_SCHEDULERS } from './lr-schedule.ts';
+export { forwardLogprobs, maskedNllLoss, ModelTrainer, padBatch, tokenStats } from './training.ts';
 /** The shipped warm-start checkpoint (HF format). */
 export const tinyMathModelDir = fileURLToPath(
   new URL('./pretrained/rtjob-tiny-math/', import.meta.url),

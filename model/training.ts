@@ -1,8 +1,8 @@
 /**
  * Training building blocks: per-token logprobs and entropy (in-graph for losses, or as plain
- * arrays), AdamW with decoupled weight decay, gradient clipping by global norm, learning-rate
- * warmup + decay, gradient accumulation over micro-batches, and checkpoint save/resume of
- * weights + optimizer state + step. Every step runs inside `tf.tidy`, so `tf.memory().numTensors`
+ * arrays), AdamW with decoupled weight decay, gradient clipping by global norm, the learning-rate
+ * schedules of `lr-schedule.ts`, gradient accumulation over micro-batches, and checkpoint
+ * save/resume of weights + optimizer state + step. Every step runs inside `tf.tidy`, so `tf.memory().numTensors`
  * stays flat.
  *
  * @module
@@ -16,6 +16,7 @@ import type { CausalLM } from './llama.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
+import { learningRate, type LrScheduleOptions } from './lr-schedule.ts';
 
 /** Right-padded batch of token sequences. */
 export interface PaddedBatch {
@@ -147,33 +148,6 @@ export function nextTokenLogprobs(
   opts: { temperature?: number; microBatchSize?: number } = {},
 ): number[][] {
   return forwardLogprobs(model, seqs, opts).logprobs.map((r) => r.slice(1));
-}
-
-/** Learning-rate schedule settings. */
-export interface LrScheduleOptions {
-  /** Peak learning rate. */
-  lr: number;
-  /** Linear warmup steps from 0. @default 0 */
-  warmupSteps?: number;
-  /** Total steps (for decay); 0 means constant after warmup. @default 0 */
-  totalSteps?: number;
-  /** `cosine`, `linear` or `constant` after warmup. @default 'cosine' */
-  decay?: 'cosine' | 'linear' | 'constant';
-  /** Floor as a fraction of `lr`. @default 0.1 */
-  minLrRatio?: number;
-}
-
-/** The learning rate at optimizer step `step` (0-based). */
-export function learningRate(o: LrScheduleOptions, step: number): number {
-  const warm = o.warmupSteps ?? 0;
-  if (step < warm) return (o.lr * (step + 1)) / warm;
-  const total = o.totalSteps ?? 0;
-  const decay = o.decay ?? 'cosine';
-  if (!total || decay === 'constant' || total <= warm) return o.lr;
-  const minLr = o.lr * (o.minLrRatio ?? 0.1);
-  const frac = Math.min(1, (step - warm) / (total - warm));
-  const shape = decay === 'cosine' ? 0.5 * (1 + Math.cos(Math.PI * frac)) : 1 - frac;
-  return minLr + (o.lr - minLr) * shape;
 }
 
 /** Options of {@link ModelTrainer}. */

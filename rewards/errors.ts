@@ -1,6 +1,6 @@
 /**
- * The error the reward parsers throw on text they cannot read; the reward functions catch it
- * and score the answer as unreadable.
+ * The errors of rewards: what the reward parsers throw on text they cannot read (the reward
+ * functions catch it and score the answer as unreadable), and a remote reward service's failure.
  *
  * @module
  */
@@ -14,5 +14,23 @@ export class RewardParseError extends RtjobError<'REWARD_PARSE'> {
 
   constructor(message: string) {
     super('REWARD_PARSE', message);
+  }
+}
+
+/**
+ * A remote reward service (`--remote-rm-url`) did not score a response: no answer in time after
+ * the retries, an error status, or an answer not in OpenRLHF's shape. The episode fails with it
+ * and counts against `--agent-error-budget`, like an agent that threw.
+ */
+export class RemoteRewardError extends RtjobError<'REMOTE_REWARD'> {
+  override get name(): string {
+    return 'RemoteRewardError';
+  }
+
+  constructor(message: string, opts: { url: string | undefined; cause?: unknown }) {
+    super('REMOTE_REWARD', message, {
+      context: opts.url === undefined ? {} : { url: opts.url },
+      ...(opts.cause === undefined ? {} : { cause: opts.cause }),
+    });
   }
 }

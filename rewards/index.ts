@@ -12,3 +12,6 @@ export { evaluateNumeric } from './latex-eval.ts';
 export { isClose, mathEqual, parseDigits } from './math-equal.ts';
 export { stripString, UNIT_TEXTS } from './strip-string.ts';
 export { convertWordNumber } from './word-numbers.ts';
+export { RemoteRewardClient, remoteRewardDefaults } from './remote.ts';
+export type { RemoteReward, RemoteRewardOptions, RewardQuery } from './remote.ts';
+export { RemoteRewardError } from './errors.ts';

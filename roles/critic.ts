@@ -9,6 +9,7 @@ import { backendDescription, tf } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/training.ts';
+import type { LrScheduleOptions } from '../model/lr-schedule.ts';
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
 import { padRows } from '../algorithms/packing.ts';
 import { valueLoss } from '../algorithms/value-loss.ts';
@@ -34,6 +35,10 @@ export interface CriticInit {
   trainMaxTokensPerGpu?: number;
   /** @default 1 */
   maxNorm?: number;
+  /** The learning rate's schedule over the run's optimizer steps; unset keeps it constant. */
+  lrSchedule?: Omit<LrScheduleOptions, 'lr'>;
+  /** AdamW's decoupled weight decay (`--l2`; not on norms and biases). @default 0 */
+  weightDecay?: number;
   /** This critic's data-parallel rank (`--critic-num-replicas`); absent trains alone. */
   dataParallel?: DataParallelInit;
 }
@@ -62,6 +67,8 @@ export class Critic {
       this.opt = new ModelTrainer(model, {
         lr: this.init.learningRate,
         maxGradNorm: this.init.maxNorm ?? 1,
+        ...(this.init.lrSchedule ?? { scheduler: 'constant' }),
+        weightDecay: this.init.weightDecay ?? 0,
       });
       this.dp = await DataParallelRank.join(this.init.dataParallel);
     })();
@@ -78,9 +85,11 @@ export class Critic {
   /**
    * Trains on the library's clipped value loss, one optimizer step per `trainBatchSize` samples,
    * with per-token weights from the whole step so micro-batches add up to the step's loss.
-   * Returns the mean loss per optimizer step.
+   * Returns the mean loss per optimizer step and the learning rate of the last one.
    */
-  async train(samples: CriticSample[]): Promise<{ valueLoss: number; optimizerSteps: number }> {
+  async train(
+    samples: CriticSample[],
+  ): Promise<{ valueLoss: number; optimizerSteps: number; lr: number }> {
     const agg = {
       lossAggMode: this.init.lossAggMode ?? 'token-mean',
       ...(this.init.lossNormConstant !== undefined
@@ -89,6 +98,7 @@ export class Critic {
     };
     let loss = 0;
     let steps = 0;
+    let lr = 0;
     const batches = optimizerSteps(samples, {
       epochs: this.init.maxEpochs ?? 1,
       trainBatchSize: this.init.trainBatchSize,
@@ -119,10 +129,10 @@ export class Critic {
         });
       });
       loss += (await this.dp.reduce(this.opt, [local])).stats[0]!;
-      this.opt.step({ scale: 1 });
+      lr = this.opt.step({ scale: 1 }).lr;
       steps++;
     }
-    return { valueLoss: loss / Math.max(1, steps), optimizerSteps: steps };
+    return { valueLoss: loss / Math.max(1, steps), optimizerSteps: steps, lr };
   }
 
   /** Saves the value model and its optimizer state under `dir` (an HF directory with a value head). */

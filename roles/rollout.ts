@@ -43,7 +43,8 @@ import { weightsDigest } from '../model/digest.ts';
 import { serializeSafetensors } from '../model/safetensors.ts';
 import { seededRandom } from '../model/sampling.ts';
 import { loadTokenizer, type ChatTokenizer } from '../model/tokenizer.ts';
-import { defaultAgent, mathReward } from './reward.ts';
+import { defaultAgent, mathReward, remoteRewardAgent } from './reward.ts';
+import { RemoteRewardClient, type RemoteRewardOptions } from '../rewards/remote.ts';
 import { EngineError } from '../engines/http/errors.ts';
 import { launchServerCommand, type LaunchedServer } from '../engines/launcher.ts';
 
@@ -62,6 +63,8 @@ export interface RolloutInit {
   pretrain: string;
   /** Agent file; the built-in single-turn math reward when unset. */
   agentFunc?: string;
+  /** Without an agent file: score each answer with these remote reward services instead. */
+  remoteReward?: RemoteRewardOptions;
   /** @default 'builtin' */
   engine?: 'builtin' | 'simulated' | 'sglang' | 'vllm' | 'llamacpp';
   /** Element type of the `llamacpp` engine's GGUF (f32 reproduces the trainer's tokens). @default 'f32' */
@@ -201,6 +204,8 @@ export class Rollout {
 
   /** The server this rollout started (`engineLaunch`). */
   private server: LaunchedServer | undefined;
+  /** The remote reward services' client (`remoteReward`). */
+  private rewardClient: RemoteRewardClient | undefined;
 
   constructor(private readonly init: RolloutInit) {
     this.gconfig = {
@@ -232,7 +237,12 @@ export class Rollout {
             nSamples: this.init.nSamplesPerPrompt,
             maxLength,
           })
-        : defaultAgent);
+        : this.init.remoteReward
+          ? remoteRewardAgent(
+              (this.rewardClient = new RemoteRewardClient(this.init.remoteReward)),
+              this.init.remoteReward.urls,
+            )
+          : defaultAgent);
       if (agent.kind === 'agent') {
         // Black-box agents reach the engine through an OpenAI-compatible gateway in this worker.
         const card = modelCard(this.init.pretrain);
@@ -541,6 +551,7 @@ export class Rollout {
   }
 
   async close(): Promise<void> {
+    this.rewardClient?.close();
     await this.gateway?.close();
     await this.engine?.close();
     await this.server?.stop();

@@ -14,6 +14,7 @@ import { loadModel, saveModel } from '../model/checkpoint.ts';
 import type { SaveDtype } from '../model/config.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { ModelTrainer, nextTokenLogprobs, padBatch, tokenStats } from '../model/training.ts';
+import type { LrScheduleOptions } from '../model/lr-schedule.ts';
 import type { PolicyWeights } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
@@ -65,8 +66,10 @@ export interface TrainerInit {
   trainMaxTokensPerGpu?: number;
   /** Sampling temperature, so recomputed logprobs match the engine's. @default 1 */
   temperature?: number;
-  /** Total optimizer steps, for the LR schedule; 0 keeps it constant. @default 0 */
-  totalSteps?: number;
+  /** The learning rate's schedule over the run's optimizer steps; unset keeps it constant. */
+  lrSchedule?: Omit<LrScheduleOptions, 'lr'>;
+  /** AdamW's decoupled weight decay (`--l2`; not on norms and biases). @default 0 */
+  weightDecay?: number;
   /** Shuffles micro-batch order across epochs. @default 0 */
   seed?: number;
   /** Tensor dtype of the HF policy `saveHf` writes (checkpoints stay float32). @default 'float32' */
@@ -142,9 +145,8 @@ export class Trainer {
       this.opt = new ModelTrainer(model, {
         lr: this.init.learningRate,
         maxGradNorm: this.init.maxNorm ?? 1,
-        totalSteps: this.init.totalSteps ?? 0,
-        decay: this.init.totalSteps ? 'cosine' : 'constant',
-        weightDecay: 0,
+        ...(this.init.lrSchedule ?? { scheduler: 'constant' }),
+        weightDecay: this.init.weightDecay ?? 0,
       });
     })();
     await this.loaded;

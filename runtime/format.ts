@@ -106,6 +106,32 @@ export function resumeAdvice(
   return `the last checkpoint is at step ${checkpoint.step}${lost}: run the same command with ${checkpoint.resumeFlags} to resume from it`;
 }
 
+/**
+ * The command that resumes a run from its checkpoint: the run's own argv without the flags that
+ * chose a checkpoint folder or resumed, then `resumeFlags`, each word quoted for a POSIX shell
+ * where it needs it.
+ *
+ * @example
+ * resumeCommand(['train_ppo', '--max-steps', '5'], '--ckpt-path /c --load-checkpoint');
+ * // 'train_ppo --max-steps 5 --ckpt-path /c --load-checkpoint'
+ */
+export function resumeCommand(argv: readonly string[], resumeFlags: string): string {
+  const kept: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const name = a.split('=')[0]!.replace(/_/g, '-');
+    if (name === '--load-checkpoint') continue;
+    if (name === '--ckpt-path') {
+      if (!a.includes('=')) i++;
+      continue;
+    }
+    kept.push(a);
+  }
+  const quote = (w: string): string =>
+    /^[\w@%+=:,./-]+$/.test(w) ? w : `'${w.replace(/'/g, `'\\''`)}'`;
+  return [...kept.map(quote), resumeFlags].join(' ');
+}
+
 /** A line that starts with an error's name, after an optional `program: ` (`train_ppo: RoleDiedError: …`). */
 const errorStart = /^(\S+: )?[A-Z]\w*(Error|Exception)\b/;
 /** Lines around an error that say nothing about it: stack frames and Node's version footer. */

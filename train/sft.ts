@@ -22,6 +22,7 @@ import { CausalLM } from '../model/llama.ts';
 import { seededRandom } from '../model/sampling.ts';
 import { ChatTokenizer, type ChatMessage } from '../model/tokenizer.ts';
 import { ModelTrainer, maskedNllLoss, padBatch } from '../model/training.ts';
+import { LR_SCHEDULERS, type LrScheduler } from '../model/lr-schedule.ts';
 import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
 import type { InferenceEngine } from '../engines/types.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
@@ -71,13 +72,17 @@ export interface SftOptions extends TrackerOptions {
   batchSize?: number;
   /** Sequences per forward/backward pass. @default 32 */
   microBatchSize?: number;
-  /** @default 3e-3 */
+  /** Peak learning rate (`--learning-rate`). @default 3e-3 */
   lr?: number;
+  /** The schedule's shape (HF transformers' `get_scheduler` names). @default 'cosine_with_min_lr' */
+  lrScheduler?: LrScheduler;
   /** @default 50 */
   warmupSteps?: number;
+  /** Warmup as a fraction of `maxSteps` (OpenRLHF's `--lr_warmup_ratio`); replaces `warmupSteps`. */
+  lrWarmupRatio?: number;
   /** @default 2000 */
   maxSteps?: number;
-  /** @default 0.01 */
+  /** AdamW weight decay (`--l2`). @default 0.01 */
   weightDecay?: number;
   /** @default 1.0 */
   maxGradNorm?: number;
@@ -331,9 +336,10 @@ async function sftRun(
   const maxSteps = o.maxSteps ?? 2000;
   const trainer = new ModelTrainer(model, {
     lr: o.lr ?? 3e-3,
-    warmupSteps: o.warmupSteps ?? 50,
+    scheduler: o.lrScheduler ?? 'cosine_with_min_lr',
+    warmupSteps:
+      o.lrWarmupRatio !== undefined ? Math.ceil(maxSteps * o.lrWarmupRatio) : (o.warmupSteps ?? 50),
     totalSteps: maxSteps,
-    decay: 'cosine',
     weightDecay: o.weightDecay ?? 0.01,
     maxGradNorm: o.maxGradNorm ?? 1.0,
   });
@@ -541,10 +547,34 @@ const sftFlags = flagParser<SftFlagOptions>(
     { key: 'saveSteps', kind: 'int', help: 'checkpoint interval', min: 1 },
     { key: 'batchSize', kind: 'int', help: 'sequences per step', min: 1 },
     { key: 'microBatchSize', kind: 'int', help: 'sequences per forward/backward', min: 1 },
-    { key: 'lr', kind: 'float', help: 'peak learning rate', min: 0 },
+    {
+      key: 'lr',
+      kind: 'float',
+      help: 'peak learning rate',
+      min: 0,
+      aliases: ['learning-rate'],
+    },
+    {
+      key: 'lrScheduler',
+      kind: 'string',
+      help: "learning-rate schedule, as HF transformers' get_scheduler (as train_ppo's)",
+      choices: LR_SCHEDULERS,
+    },
     { key: 'warmupSteps', kind: 'int', help: 'warmup steps', min: 0 },
+    {
+      key: 'lrWarmupRatio',
+      kind: 'float',
+      help: 'warmup as a fraction of --max-steps (replaces --warmup-steps)',
+      min: 0,
+    },
     { key: 'maxSteps', kind: 'int', help: 'optimizer steps', min: 1 },
-    { key: 'weightDecay', kind: 'float', help: 'AdamW weight decay', min: 0 },
+    {
+      key: 'weightDecay',
+      kind: 'float',
+      help: 'AdamW weight decay',
+      min: 0,
+      aliases: ['l2'],
+    },
     { key: 'maxGradNorm', kind: 'float', help: 'clip threshold', min: 0 },
     { key: 'maxLen', kind: 'int', help: 'longest sequence in tokens', min: 1 },
     { key: 'seed', kind: 'int', help: 'seed', min: 0 },

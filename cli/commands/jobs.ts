@@ -37,7 +37,13 @@ import {
   type TokenOptions,
 } from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
-import { duration, failureReason, headlineText } from '../../runtime/format.ts';
+import {
+  duration,
+  failureReason,
+  headlineText,
+  resumeAdvice,
+  resumeCommand,
+} from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
 import { builtinEntrypoints } from '../entrypoints.ts';
 
@@ -223,7 +229,7 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
     entrypoint,
     jobId: o.jobId,
     ...env,
-    metadata: o.metadata ? (JSON.parse(o.metadata) as Record<string, string>) : undefined,
+    metadata: o.metadata ? parseMetadata(o.metadata) : undefined,
     entrypointNumCpus: num('--entrypoint-num-cpus', o.entrypointNumCpus),
     entrypointNumGpus: num('--entrypoint-num-gpus', o.entrypointNumGpus),
   };
@@ -450,7 +456,30 @@ async function listJobs(ep: Endpoint, o: { json?: boolean }): Promise<void> {
   );
 }
 
-/** `rtjob logs JOB [-f] [--actor ID]`. */
+/**
+ * `--metadata`: a JSON object of string labels (Ray's `--metadata-json`), refused in plain words
+ * with an example when it is not one (G24).
+ */
+export function parseMetadata(text: string): Record<string, string> {
+  const example = `e.g. --metadata '{"team": "rl", "run": "7"}'`;
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new CliError(`--metadata must be a JSON object of string labels, ${example}`, 2);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    throw new CliError(`--metadata must be a JSON object of string labels, ${example}`, 2);
+  const bad = Object.entries(value).find(([, v]) => typeof v !== 'string');
+  if (bad)
+    throw new CliError(
+      `--metadata: label '${bad[0]}' is ${JSON.stringify(bad[1])}; labels are strings, ${example}`,
+      2,
+    );
+  return value as Record<string, string>;
+}
+
+/** `rtjob logs JOB [-f] [--actor NAME|ID]`. */
 export async function logsCommand(
   jobId: string,
   o: ReadOptions & { follow?: boolean; actor?: string },
@@ -465,7 +494,12 @@ async function showLogs(
 ): Promise<void> {
   const api = headApi(ep);
   if (o.actor) {
-    const actorId = o.actor;
+    const page = await api.call('GET /api/jobs/:jobId/actors', {
+      params: { jobId },
+      query: { limit: 1000 },
+    });
+    const actorId = pickActor(page.rows, jobId, o.actor);
+    let printed = false;
     // The cursor holds an offset per file: stdout and stderr of every incarnation of the actor.
     let cursor = '';
     let deadSeen = false;
@@ -475,8 +509,11 @@ async function showLogs(
         query: { cursor },
       });
       process.stdout.write(r.logs);
+      printed ||= r.logs.length > 0;
       cursor = r.cursor;
       if (r.logs.length > 0) continue;
+      if (!o.follow && !printed)
+        process.stderr.write(`(empty log: actor ${o.actor} wrote nothing)\n`);
       // One more read after the actor is seen DEAD picks up its last, unterminated line.
       if (!o.follow || deadSeen) return;
       if (r.state === 'DEAD') {
@@ -498,9 +535,38 @@ async function showLogs(
   for (;;) {
     const r = await api.call('GET /api/jobs/:jobId/logs', { params: { jobId }, query: { offset } });
     process.stdout.write(r.logs);
+    if (offset === 0 && r.logs.length === 0) process.stderr.write(`(empty log: job ${jobId})\n`);
     if (r.nextOffset >= r.size || r.logs.length === 0) return;
     offset = r.nextOffset;
   }
+}
+
+/**
+ * The id of the actor `--actor` names among a job's actors: its id, its name, or its name without
+ * the job's prefix as the dashboard shows it (`trainer` for `JOB/trainer`), as Ray's state API
+ * filters by name; the newest when several incarnations share the name. A name that is not there
+ * fails with the job's actors listed.
+ */
+export function pickActor(
+  actors: readonly { actorId: string; name: string | null; startedAt: number | null }[],
+  jobId: string,
+  wanted: string,
+): string {
+  const shown = (name: string | null): string | null =>
+    name?.startsWith(`${jobId}/`) ? name.slice(jobId.length + 1) : name;
+  const hits = actors.filter(
+    (a) => a.actorId === wanted || a.name === wanted || shown(a.name) === wanted,
+  );
+  if (hits.length === 0) {
+    const names = actors.map((a) => shown(a.name) ?? a.actorId);
+    throw new CliError(
+      names.length
+        ? `job ${jobId} has no actor '${wanted}'; its actors: ${[...new Set(names)].sort().join(', ')}`
+        : `job ${jobId} has no actors (its driver's own output is \`rtjob logs ${jobId}\`)`,
+      2,
+    );
+  }
+  return hits.reduce((a, b) => ((b.startedAt ?? 0) > (a.startedAt ?? 0) ? b : a)).actorId;
 }
 
 /** `rtjob stop-job JOB`. */
@@ -509,10 +575,36 @@ export async function stopJobCommand(
   o: { address?: string } & TokenOptions,
 ): Promise<void> {
   const ep = requireEndpoint(o);
-  const r = await headApi(ep).call('POST /api/jobs/:jobId/stop', { params: { jobId } });
+  const api = headApi(ep);
+  const r = await api.call('POST /api/jobs/:jobId/stop', { params: { jobId } });
   console.log(
     r.stopped ? `job ${jobId} ${r.job.status}` : `job ${jobId} had already ended (${r.job.status})`,
   );
+  if (!r.stopped) return;
+  // What the stopped run leaves: its checkpoint and the command that resumes from it.
+  const job = await api.call('GET /api/jobs/:jobId', { params: { jobId } });
+  for (const line of stopAdvice(job)) console.log(line);
+}
+
+/**
+ * What a stopped job leaves to resume from, as lines: the last step it finished and its checkpoint
+ * (`resumeAdvice`), and with one the exact command that resumes it. None for a job that reports
+ * no steps (not a training run).
+ */
+export function stopAdvice(job: {
+  entrypoint: string[];
+  progress?: { step: number | null } | undefined;
+  report: { checkpoint?: { step: number; resumeFlags: string } };
+}): string[] {
+  const step = job.progress?.step ?? null;
+  const checkpoint = job.report.checkpoint;
+  if (step === null && !checkpoint) return [];
+  const lines = [`last finished step ${step ?? 0}; ${resumeAdvice(checkpoint, step)}`];
+  if (checkpoint)
+    lines.push(
+      `resume (with the job's submit options): rtjob submit -- ${resumeCommand(job.entrypoint, checkpoint.resumeFlags)}`,
+    );
+  return lines;
 }
 
 /** `rtjob delete-job JOB`. */

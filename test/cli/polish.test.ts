@@ -2,7 +2,7 @@
 // line with a hint (the stack only with --verbose or RTJOB_DEBUG=1), and a taken port named with
 // the flag that moves it.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,21 +33,33 @@ test('submit -- train_ppo --help prints the help and starts no job', async () =>
 });
 
 test('an unexpected error prints one line and a hint; --verbose and RTJOB_DEBUG=1 add the stack', async () => {
-  const r = await sb.run(['submit', '--metadata', '{bad', '--', 'true']);
+  // A session whose database is not one: SQLite's own error, which the CLI does not foresee.
+  const session = join(sb.home, 'corrupt-session');
+  mkdirSync(session, { recursive: true });
+  writeFileSync(join(session, 'head.sqlite'), 'not a database');
+  const r = await sb.run(['list', '--session', session]);
   assert.is(r.code, 1);
   const lines = r.stderr.trim().split('\n');
   assert.is(lines.length, 2, r.stderr);
-  assert.match(lines[0]!, /^rtjob: .*JSON/);
+  assert.match(lines[0]!, /^rtjob: .*not a database/);
   assert.is(lines[1], '(run with --verbose or RTJOB_DEBUG=1 for details)');
   const runs: { args: string[]; env: Record<string, string> }[] = [
     { args: ['--verbose'], env: {} },
     { args: [], env: { RTJOB_DEBUG: '1' } },
   ];
   for (const extra of runs) {
-    const v = await sb.run([...extra.args, 'submit', '--metadata', '{bad', '--', 'true'], {
-      env: extra.env,
-    });
+    const v = await sb.run([...extra.args, 'list', '--session', session], { env: extra.env });
     assert.match(v.stderr, /\n\s+at /, 'the stack');
+  }
+});
+
+test('--metadata that is not a JSON object of strings is refused in plain words (G24)', async () => {
+  for (const bad of ['{bad', '[1]', '{"n": 3}']) {
+    const r = await sb.run(['submit', '--metadata', bad, '--', 'true']);
+    assert.is(r.code, 2, r.stderr);
+    assert.is(r.stderr.trim().split('\n').length, 1, r.stderr);
+    assert.match(r.stderr, /^rtjob: --metadata.*e\.g\. --metadata '\{"team": "rl", "run": "7"\}'/);
+    assert.not.match(r.stderr, /Unexpected token|not valid JSON/);
   }
 });
 

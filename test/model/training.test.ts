@@ -2,9 +2,9 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../model/backend.ts';
 import { BuiltinEngine } from '../../engines/builtin/engine.ts';
+import { learningRate } from '../../model/lr-schedule.ts';
 import {
   forwardLogprobs,
-  learningRate,
   maskedNllLoss,
   ModelTrainer,
   padBatch,
@@ -19,14 +19,26 @@ const seqs = [
   [20, 19, 18, 17, 16, 15],
 ];
 
-test('learning rate: linear warmup, cosine decay to the floor', () => {
-  const o = { lr: 1, warmupSteps: 10, totalSteps: 110, minLrRatio: 0.1 };
-  assert.is(learningRate(o, 0), 0.1);
-  assert.is(learningRate(o, 9), 1);
-  assert.ok(Math.abs(learningRate(o, 60) - 0.55) < 1e-9);
-  assert.ok(Math.abs(learningRate(o, 110) - 0.1) < 1e-9);
-  assert.is(learningRate({ lr: 2 }, 1000), 2);
-  assert.ok(Math.abs(learningRate({ ...o, decay: 'linear' }, 60) - 0.55) < 1e-9);
+test("learning rate: HF get_scheduler's shapes, warmup from 0, decay over the rest", () => {
+  const o = { lr: 1, warmupSteps: 10, totalSteps: 110 };
+  const near = (a: number, b: number, what: string) =>
+    assert.ok(Math.abs(a - b) < 1e-12, `${what}: ${a} vs ${b}`);
+  // cosine_with_min_lr (the default): half a cosine from lr to 0.1 × lr.
+  assert.is(learningRate(o, 0), 0, 'the first warmup step has rate 0, as a LambdaLR at step 0');
+  near(learningRate(o, 5), 0.5, 'half way through warmup');
+  near(learningRate(o, 10), 1, 'warmup done');
+  near(learningRate(o, 60), 0.55, 'half way down: 0.1 + 0.9 × 0.5');
+  near(learningRate(o, 110), 0.1, 'the floor');
+  near(learningRate(o, 500), 0.1, 'past the end it stays at the floor');
+  near(learningRate({ ...o, minLrRatio: 0.5 }, 110), 0.5, '--min-lr-ratio');
+  near(learningRate({ ...o, scheduler: 'cosine' }, 60), 0.5, 'cosine: to 0');
+  near(learningRate({ ...o, scheduler: 'cosine' }, 110), 0, 'cosine: to 0');
+  near(learningRate({ ...o, scheduler: 'linear' }, 35), 0.75, 'linear: (110 − 35) / 100');
+  near(learningRate({ ...o, scheduler: 'linear' }, 110), 0, 'linear: to 0');
+  near(learningRate({ ...o, scheduler: 'constant_with_warmup' }, 5), 0.5, 'warmup');
+  near(learningRate({ ...o, scheduler: 'constant_with_warmup' }, 100), 1, 'then constant');
+  near(learningRate({ ...o, scheduler: 'constant' }, 0), 1, 'constant ignores warmup, as HF');
+  near(learningRate({ lr: 2 }, 1000), 2, 'no totalSteps: no decay');
 });
 
 test('gradient accumulation over micro-batches equals one full batch (mean of equal-size micro-batch losses)', async () => {

@@ -142,10 +142,17 @@ test("with --working-dir, actors run in the job's directory too", async () => {
   assert.match(r.stdout, /actor read: from the working dir/);
 });
 
-test('unknown actors get a clear error', async () => {
+test('--actor takes the name the dashboard shows; an unknown one lists the job’s actors', async () => {
+  const byName = await sb.run(['logs', 'env1', '--actor', 'probe-a']);
+  assert.is(byName.code, 0, byName.stderr);
+  assert.match(byName.stdout, /out: hello from probe-a/);
   const r = await sb.run(['logs', 'env1', '--actor', 'actor_nope']);
-  assert.is(r.code, 1);
-  assert.match(r.stderr, /no actor with id actor_nope/);
+  assert.is(r.code, 2);
+  assert.match(
+    r.stderr,
+    /job env1 has no actor 'actor_nope'; its actors: nested-of-\d+, probe-a$/m,
+    r.stderr,
+  );
 });
 
 test.run();

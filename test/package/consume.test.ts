@@ -99,10 +99,12 @@ test('npm pack builds dist/ and ships it without tests, fixtures or bench', () =
     'dist/ops/dashboard/dist/app.js',
     'dist/model/pretrained/rtjob-tiny-math/model.safetensors',
     'dist/model/pretrained/rtjob-tiny-tool/model.safetensors',
+    // package.json says Apache-2.0; npm packages ship the license text beside it.
+    'LICENSE',
   ])
     assert.ok(paths.includes(p), `${p} is in the tarball`);
-  const stray = paths.filter((p) => !/^(dist\/|package\.json$|README\.md$)/.test(p));
-  assert.equal(stray, [], 'only dist/, package.json and the README');
+  const stray = paths.filter((p) => !/^(dist\/|package\.json$|README\.md$|LICENSE$)/.test(p));
+  assert.equal(stray, [], 'only dist/, package.json, the README and the LICENSE');
   assert.ok(!paths.some((p) => p.endsWith('.ts') && !p.endsWith('.d.ts')), 'no .ts sources');
   console.log(`  tarball ${(statSync(tarball).size / 1e6).toFixed(1)} MB, ${paths.length} files`);
 });

@@ -161,13 +161,14 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       const { kept, passRate } = filterGroups(batch.groups, o);
       state.step++;
       state.position = batch.position;
-      recordEpisodes(ctx, batch.groups, trainerVersion);
+      const episodes = recordEpisodes(ctx, batch.groups, trainerVersion);
       if (kept.length === 0) {
         lease.ack();
         ctx.log.line(
           `step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`,
         );
         await afterStep(stepCtx, {
+          ...episodes,
           pass_rate: passRate,
           episodes_failed: state.failed,
           generate_s: batch.generateMs / 1000,
@@ -208,6 +209,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       timing.trainerBusyMs += busy;
       const wall = performance.now() - ctx.started;
       await afterStep(stepCtx, {
+        ...episodes,
         ...recordUpdate(ctx, kept, u, passRate),
         buffer_fill: fill,
         generate_s: batch.generateMs / 1000,

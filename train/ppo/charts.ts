@@ -30,7 +30,7 @@ export const trainPpoCharts: NonNullable<JobReport['charts']> = {
         'value_loss',
       ],
       match:
-        '^(kl|policy_|value_|entropy|clip|grad|response_|staleness|version_span|loss|is_|importance|logprob)',
+        '^(kl|policy_|value_|entropy|clip|grad|response_|staleness|version_span|loss|is_|importance|logprob|actor_lr|critic_lr)',
     },
     {
       title: 'Timing',

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { GroupResult } from '../../agents/episode-runner.ts';
 import type { JobCheckpoint } from '../../ops/metrics.ts';
@@ -21,6 +21,12 @@ import type { RunContext, RunLog, RunState, RunSummary } from './run-state.ts';
 import type { UpdateStats } from './step.ts';
 import { publishWeights } from './weight-sync.ts';
 import { TrainPpoError } from './errors.ts';
+
+/** The run's steps: `--max-steps`, or -1: as many full rollout batches as the episodes hold. */
+export function runSteps(o: TrainPpoOptions, prompts: number): number {
+  if (o.maxSteps > 0) return o.maxSteps;
+  return Math.max(1, Math.floor(prompts / o.rolloutBatchSize) * o.numEpisodes);
+}
 
 /** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
 export async function prepareRun(
@@ -38,8 +44,7 @@ export async function prepareRun(
     const s = new PromptSampler(ev, keys, 0);
     evalItems = ev.slice(0, o.evalPrompts).map((_, i) => s.item(i, `eval-${i}`));
   }
-  const perEpoch = Math.floor(records.length / o.rolloutBatchSize) * o.numEpisodes;
-  const totalSteps = o.maxSteps > 0 ? o.maxSteps : Math.max(1, perEpoch);
+  const totalSteps = runSteps(o, records.length);
   const state: RunState = {
     step: 0,
     position: { epoch: 0, offset: 0 },
@@ -126,6 +131,9 @@ export function recordUpdate(
     groups_dropped: state.groupsDropped ?? 0,
     rollout_restarts: state.rolloutRestarts,
     ...(u.valueLoss !== undefined ? { value_loss: u.valueLoss } : {}),
+    // The rate of each role's last optimizer step (OpenRLHF's names).
+    actor_lr: u.lr,
+    ...(u.criticLr !== undefined ? { critic_lr: u.criticLr } : {}),
     ...u.mismatch,
     ...(u.opdReverseKl !== undefined ? { opd_reverse_kl: u.opdReverseKl } : {}),
     ...(u.rmScoreMean !== undefined ? { rm_score_mean: u.rmScoreMean } : {}),
@@ -169,17 +177,39 @@ export function latestCheckpoint(ckptPath: string): JobCheckpoint | undefined {
   return { step, resumeFlags: `--ckpt-path ${resolve(ckptPath)} --load-checkpoint` };
 }
 
-/** Writes `ckpt_path/global_step_N` (weights, optimizer, data position, step, KL coef) and `latest`. */
+/**
+ * Writes `ckpt_path/global_step_N` (weights, optimizer, data position, step, KL coef) and
+ * `latest`, removes the oldest beyond `--max-ckpt-num`, and with `--save-hf-ckpt` writes the
+ * policy as an HF directory `global_step_N_hf` beside it (kept, as in OpenRLHF).
+ */
 export async function saveCheckpoint(ctx: RunContext): Promise<string> {
-  const dir = join(resolve(ctx.o.ckptPath), `global_step_${ctx.state.step}`);
-  mkdirSync(resolve(ctx.o.ckptPath), { recursive: true });
+  const root = resolve(ctx.o.ckptPath);
+  const dir = join(root, `global_step_${ctx.state.step}`);
+  mkdirSync(root, { recursive: true });
   await ctx.roles.trainer.saveCheckpoint(dir, { driver: ctx.state });
   // After the trainer, which replaces `dir` whole.
   if (ctx.roles.critic) await ctx.roles.critic.saveCheckpoint(join(dir, 'critic'));
-  writeFileSync(join(resolve(ctx.o.ckptPath), 'latest'), `global_step_${ctx.state.step}\n`);
+  writeFileSync(join(root, 'latest'), `global_step_${ctx.state.step}\n`);
   ctx.log.line(`ckpt  step ${ctx.state.step} -> ${dir}`);
+  if (ctx.o.saveHfCkpt) {
+    await ctx.roles.trainer.saveHf(`${dir}_hf`);
+    ctx.log.line(`ckpt  step ${ctx.state.step} HF policy -> ${dir}_hf`);
+  }
+  const old = checkpointSteps(root).slice(0, -ctx.o.maxCkptNum);
+  for (const step of old)
+    rmSync(join(root, `global_step_${step}`), { recursive: true, force: true });
   ctx.log.report?.({ checkpoint: latestCheckpoint(ctx.o.ckptPath) });
   return dir;
+}
+
+/** The steps of the resumable checkpoints in `root`, oldest first. */
+export function checkpointSteps(root: string): number[] {
+  if (!existsSync(root)) return [];
+  return readdirSync(root)
+    .map((d) => /^global_step_(\d+)$/.exec(d)?.[1])
+    .filter((m): m is string => m !== undefined)
+    .map(Number)
+    .sort((a, b) => a - b);
 }
 
 async function resume(ctx: RunContext): Promise<void> {

@@ -242,14 +242,15 @@ export function episodeMetrics(groups: readonly GroupResult[]): Record<string, n
 }
 
 /**
- * Logs a step's episode metrics and, with `--log-samples N` (N > 0), its sample episodes, through
- * the run's log (the head's metrics and samples API by default).
+ * Returns a step's episode metrics, for the loop to log with the rest of the step's once the step
+ * is done (a step stopped part way leaves no row), and with `--log-samples N` (N > 0) logs its
+ * sample episodes through the run's log (the head's samples API by default).
  */
 export function recordEpisodes(
   ctx: RunContext,
   groups: readonly GroupResult[],
   trainerVersion?: number,
-): void {
+): Record<string, number> {
   const { o, state, log } = ctx;
   const m = episodeMetrics(groups);
   // Cumulative, so a chart can put tokens on its x axis (compute-fair comparisons of runs).
@@ -258,13 +259,13 @@ export function recordEpisodes(
     (a, g) => a + (g.status === 'failed' ? g.errors.length : 0),
     0,
   );
-  log.metric(state.step, {
+  const metrics = {
     ...m,
     tokens_total: state.tokensTotal,
     episodes: groups.reduce((a, g) => a + g.episodes, 0),
     episodes_failed_step: failedEpisodes,
-  });
-  if (o.logSamples <= 0 || !log.samples) return;
+  };
+  if (o.logSamples <= 0 || !log.samples) return metrics;
   ctx.decode ??= decoderOf(o.pretrain);
   // The head keeps at most 256 a step; two places are left for failed episodes.
   const samples = sampleEpisodes(groups, Math.min(o.logSamples, 250), {
@@ -279,6 +280,7 @@ export function recordEpisodes(
     seed: o.seed * 1000003 + state.step,
   });
   log.samples(state.step, samples);
+  return metrics;
 }
 
 /** Text of token ids by the policy's tokenizer (special tokens dropped), loaded once per run. */

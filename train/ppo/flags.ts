@@ -24,6 +24,8 @@ import { IS_CORRECTIONS, ppoLossDefaults } from '../../algorithms/policy-loss.ts
 import { POLICY_LOSS_TYPES } from '../../algorithms/policy-loss-types.ts';
 import { distillDefaults } from '../../algorithms/distillation.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
+import { LR_SCHEDULERS } from '../../model/lr-schedule.ts';
+import { remoteRewardDefaults } from '../../rewards/remote.ts';
 import { checkLibraryOptions, type TrainPpoOptions } from './options.ts';
 import { trackerFlags } from '../trackers/index.ts';
 
@@ -124,6 +126,26 @@ export const flagTable: readonly Flag[] = [
     'gateway agents: reward factor per completion before the last (1 = all share the reward)',
     { min: 0 },
   ),
+  F(
+    'remoteRmUrl',
+    'string',
+    'instead of --agent-func: comma-separated reward services, OpenRLHF\'s protocol (POST {"query", "prompts", "labels"} -> {"rewards"}); one answer per episode; a failed request fails its episodes (--agent-error-budget)',
+  ),
+  F(
+    'remoteRmBatchSize',
+    'int',
+    '--remote-rm-url: answers per request at most, split across the URLs',
+    {
+      min: 1,
+    },
+  ),
+  F('remoteRmTimeoutMs', 'int', '--remote-rm-url: limit on one request in ms', { min: 1 }),
+  F(
+    'remoteRmRetries',
+    'int',
+    '--remote-rm-url: a request that timed out, found no server or got a 5xx/429 is sent again (to the next URL) this many times',
+    { min: 0 },
+  ),
   ...under('algorithm'),
   F(
     'advantageEstimator',
@@ -219,9 +241,29 @@ export const flagTable: readonly Flag[] = [
   F('trainBatchSize', 'int', 'samples per optimizer step', { min: 1 }),
   F('microTrainBatchSize', 'int', 'samples per micro-batch (gradient accumulation)', { min: 1 }),
   F('maxEpochs', 'int', 'passes over each rollout batch', { min: 1 }),
-  F('actorLearningRate', 'float', 'policy learning rate', { min: 0 }),
-  F('criticLearningRate', 'float', 'critic learning rate', { min: 0 }),
+  F('actorLearningRate', 'float', 'policy learning rate (the peak of --lr-scheduler)', {
+    min: 0,
+  }),
+  F('criticLearningRate', 'float', 'critic learning rate (the peak of --lr-scheduler)', {
+    min: 0,
+  }),
   F('maxNorm', 'float', 'gradient clip by global norm', { min: 0 }),
+  F(
+    'lrScheduler',
+    'string',
+    "learning-rate schedule of the trainer and the critic over the run's optimizer steps, as HF transformers' get_scheduler (cosine_with_min_lr decays to --min-lr-ratio x the rate; linear and cosine to 0; constant ignores warmup)",
+    { choices: LR_SCHEDULERS },
+  ),
+  F(
+    'lrWarmupRatio',
+    'float',
+    'fraction of the optimizer steps spent warming up linearly from 0 (OpenRLHF defaults to 0.03; rtjob to 0, for short runs)',
+    { min: 0 },
+  ),
+  F('minLrRatio', 'float', 'floor of cosine_with_min_lr, as a fraction of the learning rate', {
+    min: 0,
+  }),
+  F('l2', 'float', 'AdamW weight decay (decoupled; not on norms and biases)', { min: 0 }),
   ...under('async'),
   F('asyncTrain', 'bool', 'asynchronous off-policy training'),
   F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', {
@@ -253,6 +295,12 @@ export const flagTable: readonly Flag[] = [
   }),
   F('saveSteps', 'int', 'checkpoint every N steps; -1 never', { min: -1 }),
   F('ckptPath', 'string', 'checkpoint directory (default <save-path>/checkpoints)'),
+  F('maxCkptNum', 'int', 'checkpoints kept in --ckpt-path; older ones are removed', { min: 1 }),
+  F(
+    'saveHfCkpt',
+    'bool',
+    'at every --save-steps, also write the policy as an HF model directory <ckpt-path>/global_step_N_hf (never removed)',
+  ),
   F(
     'overwrite',
     'bool',
@@ -417,6 +465,10 @@ export const trainPpoDefaults: TrainPpoOptions = {
   actorLearningRate: 1e-4,
   criticLearningRate: 5e-4,
   maxNorm: 1,
+  lrScheduler: 'cosine_with_min_lr',
+  lrWarmupRatio: 0,
+  minLrRatio: 0.1,
+  l2: 0,
   dynamicFiltering: false,
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
@@ -424,6 +476,8 @@ export const trainPpoDefaults: TrainPpoOptions = {
   saveDtype: 'float32',
   saveSteps: -1,
   ckptPath: '',
+  maxCkptNum: 3,
+  saveHfCkpt: false,
   overwrite: false,
   loadCheckpoint: false,
   evalDataset: 'arith:test',
@@ -462,6 +516,10 @@ export const trainPpoDefaults: TrainPpoOptions = {
   gatewayCheckDrift: false,
   gatewayBridge: true,
   agentTurnDiscount: 1,
+  remoteRmUrl: undefined,
+  remoteRmBatchSize: remoteRewardDefaults.maxBatch,
+  remoteRmTimeoutMs: remoteRewardDefaults.timeoutMs,
+  remoteRmRetries: remoteRewardDefaults.retries,
   inProcess: false,
 };
 
@@ -558,6 +616,20 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
       );
     }
   }
+  if (o.remoteRmUrl !== undefined) {
+    if (o.agentFunc !== undefined)
+      fail(
+        '--remote-rm-url',
+        '--remote-rm-url scores answers without an agent: drop --agent-func, or score in the agent file',
+      );
+    const urls = splitUrls(o.remoteRmUrl);
+    const bad = badEngineUrl(urls);
+    if (urls.length === 0 || bad !== undefined)
+      fail(
+        '--remote-rm-url',
+        `--remote-rm-url: '${bad ?? o.remoteRmUrl}' is not an http(s) URL (a reward function in a file is an --agent-func step function)`,
+      );
+  }
   if (o.agentTurnDiscount > 1)
     fail('--agent-turn-discount', '--agent-turn-discount is a factor in [0, 1]');
   if (o.agentErrorBudget > 1)
@@ -569,6 +641,12 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
     );
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+  if (o.lrWarmupRatio > 1) fail('--lr-warmup-ratio', '--lr-warmup-ratio is a fraction in [0, 1]');
+  if (o.lrScheduler === 'constant' && o.lrWarmupRatio > 0 && given.has('lrWarmupRatio'))
+    fail(
+      '--lr-warmup-ratio',
+      '--lr-scheduler constant has no warmup (as in HF transformers): use constant_with_warmup',
+    );
   resolveRanks(o, given, 'actor');
   resolveRanks(o, given, 'critic');
   for (const [flag, n] of [
@@ -622,7 +700,12 @@ function resolveRanks(
 
 /** The servers of `--engine-url`, in order. */
 export function engineUrls(o: { engineUrl?: string | undefined }): string[] {
-  return (o.engineUrl ?? '')
+  return splitUrls(o.engineUrl ?? '');
+}
+
+/** The URLs of a comma-separated list (`--engine-url`, `--remote-rm-url`), trailing slashes off. */
+export function splitUrls(list: string): string[] {
+  return list
     .split(',')
     .map((u) => u.trim().replace(/\/+$/, ''))
     .filter(Boolean);

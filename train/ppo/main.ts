@@ -12,7 +12,7 @@ import { existsSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readEnv } from '../../runtime/env.ts';
-import { resumeAdvice } from '../../runtime/format.ts';
+import { resumeAdvice, resumeCommand } from '../../runtime/format.ts';
 import { metrics } from '../../ops/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
 import { trainPpoCharts, trainPpoRoles, trainPpoSummary } from './charts.ts';
@@ -21,7 +21,8 @@ import { runIfMain } from '../driver-flags.ts';
 import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
 import { inProcessRoles, type Roles } from './roles.ts';
-import { finishRun, latestCheckpoint, prepareRun } from './context.ts';
+import { finishRun, latestCheckpoint, prepareRun, runSteps } from './context.ts';
+import { loadPromptData } from './data.ts';
 import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 import { runName } from '../run-name.ts';
@@ -44,6 +45,11 @@ export interface TrainPpoRunOptions {
   roles?: (o: TrainPpoOptions, totalSteps: number) => Promise<Roles>;
   /** How often W&B and MLflow are sent what was logged. @default 2000 */
   trackerFlushIntervalMs?: number;
+  /**
+   * Aborted when the run is being stopped (SIGTERM from `rtjob stop-job`, Ctrl-C): the run's log
+   * then says which step its checkpoint holds and the command that resumes from it.
+   */
+  signal?: AbortSignal;
 }
 
 /** Resolves defaults that depend on the machine and checks paths, before anything starts. */
@@ -118,7 +124,7 @@ export async function trainPpo(
   const engine = o.engine === 'llamacpp' ? `llamacpp ${o.rolloutDtype}` : o.engine;
   log.line(
     `${mode}; ${o.rolloutNumEngines} ${engine} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
-      `agent ${o.agentFunc ?? '<built-in math reward>'}`,
+      `agent ${o.agentFunc ?? (o.remoteRmUrl ? `<remote reward ${o.remoteRmUrl}>` : '<built-in math reward>')}`,
   );
   log.report?.({
     config,
@@ -128,31 +134,43 @@ export async function trainPpo(
     roles: trainPpoRoles,
     outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
   });
-  const perEpoch = o.maxSteps > 0 ? o.maxSteps : 0;
+  // The roles' learning-rate schedules span the run, so its length is known before they start.
+  const steps =
+    o.maxSteps > 0 ? o.maxSteps : runSteps(o, loadPromptData(o.promptData, '--prompt-data').length);
   for (const t of trackers.list) if (t.where()) log.line(`${t.kind}: ${t.where()}`);
   let outcome: 'finished' | 'failed' = 'failed';
-  const roles = await place(o, perEpoch);
+  const roles = await place(o, steps).catch(async (err: unknown) => {
+    await trackers.close(outcome);
+    throw err;
+  });
   // Which backend, device and precision each role computes on, as its ready() reported it.
   if (roles.backends) log.line(`roles: ${roles.backends}`);
   let stepsDone = 0;
+  let current: { state: { step: number } } | undefined;
+  const onStop = (): void => {
+    const step = current?.state.step ?? stepsDone;
+    log.line(`stopped at step ${step}; ${resumeHint(o, step)}`);
+    const checkpoint = latestCheckpoint(o.ckptPath);
+    if (checkpoint)
+      log.line(`resume: ${resumeCommand(['train_ppo', ...argv], checkpoint.resumeFlags)}`);
+  };
+  run.signal?.addEventListener('abort', onStop, { once: true });
   try {
-    const roles = await place(o, perEpoch);
-    try {
-      const ctx = await prepareRun(o, roles, log);
-      stepsDone = ctx.state.step;
-      log.report?.({ totalSteps: ctx.totalSteps });
-      const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
-      await done.finally(() => (stepsDone = ctx.state.step));
-      const summary = await finishRun(ctx);
-      outcome = 'finished';
-      return summary;
-    } catch (err) {
-      if (isRoleDied(err)) throw err.withHint(resumeHint(o, stepsDone));
-      throw err;
-    } finally {
-      await roles.close();
-    }
+    const ctx = await prepareRun(o, roles, log);
+    current = ctx;
+    stepsDone = ctx.state.step;
+    log.report?.({ totalSteps: ctx.totalSteps });
+    const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
+    await done.finally(() => (stepsDone = ctx.state.step));
+    const summary = await finishRun(ctx);
+    outcome = 'finished';
+    return summary;
+  } catch (err) {
+    if (isRoleDied(err)) throw err.withHint(resumeHint(o, stepsDone));
+    throw err;
   } finally {
+    run.signal?.removeEventListener('abort', onStop);
+    await roles.close();
     await trackers.close(outcome);
     for (const t of trackers.list)
       if (t.kind !== 'tensorboard' && t.where()) log.line(`${t.kind}: ${t.where()}`);
@@ -173,6 +191,31 @@ function withTrackers(log: RunLog, trackers: Trackers): RunLog {
 }
 
 /**
+ * `train_ppo` as a job's driver: a SIGTERM (`rtjob stop-job`) or Ctrl-C logs where the run can
+ * resume from, sends the metrics still buffered, and ends the process (the runtime stops the
+ * roles).
+ */
+async function main(argv: string[]): Promise<RunSummary> {
+  const stop = new AbortController();
+  const onSignal = (signal: NodeJS.Signals): void => {
+    stop.abort();
+    const code = signal === 'SIGINT' ? 130 : 143;
+    // Within the runtime's grace before its SIGKILL.
+    void Promise.race([metrics.flush(), new Promise((r) => setTimeout(r, 1000))]).finally(() =>
+      process.exit(code),
+    );
+  };
+  process.once('SIGTERM', onSignal);
+  process.once('SIGINT', onSignal);
+  try {
+    return await trainPpo(argv, process.env, { signal: stop.signal });
+  } finally {
+    process.off('SIGTERM', onSignal);
+    process.off('SIGINT', onSignal);
+  }
+}
+
+/**
  * How to go on after a role died, from what is on disk: the latest checkpoint and the exact flags
  * that resume a new run from it, or, with none, how many steps are lost.
  */
@@ -189,4 +232,4 @@ async function remotePlacement(): Promise<
   return remoteRoles;
 }
 
-runIfMain(import.meta.url, 'train_ppo', (argv) => trainPpo(argv), trainPpoHelp);
+runIfMain(import.meta.url, 'train_ppo', main, trainPpoHelp);

@@ -22,6 +22,7 @@ import { resolveDistillOptions, type DistillOptions } from '../../algorithms/dis
 import type { PolicyLossType } from '../../algorithms/policy-loss-types.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
 import type { TrackerOptions } from '../trackers/index.ts';
+import type { LrScheduleOptions, LrScheduler } from '../../model/lr-schedule.ts';
 
 /** Resolved options of a `train_ppo` run (the tracker flags are `train/trackers/`'s). */
 export interface TrainPpoOptions extends TrackerOptions {
@@ -80,6 +81,11 @@ export interface TrainPpoOptions extends TrackerOptions {
   actorLearningRate: number;
   criticLearningRate: number;
   maxNorm: number;
+  /** OpenRLHF's optimizer schedule and weight decay (`lrScheduleOptions`). */
+  lrScheduler: LrScheduler;
+  lrWarmupRatio: number;
+  minLrRatio: number;
+  l2: number;
   dynamicFiltering: boolean;
   dynamicFilteringRewardRange: [number, number];
   seed: number;
@@ -87,6 +93,10 @@ export interface TrainPpoOptions extends TrackerOptions {
   saveDtype: 'float32' | 'bfloat16';
   saveSteps: number;
   ckptPath: string;
+  /** Checkpoints kept in `ckptPath` (the oldest removed), as OpenRLHF's `--max_ckpt_num`. */
+  maxCkptNum: number;
+  /** Also write the policy as an HF directory `ckptPath/global_step_N_hf` at every save. */
+  saveHfCkpt: boolean;
   /** Replace what a previous run left in the save and checkpoint paths. */
   overwrite: boolean;
   loadCheckpoint: boolean;
@@ -133,6 +143,11 @@ export interface TrainPpoOptions extends TrackerOptions {
   gatewayCheckDrift: boolean;
   gatewayBridge: boolean;
   agentTurnDiscount: number;
+  /** OpenRLHF's remote reward model: comma-separated URLs scoring every answer (`rewards/remote.ts`). */
+  remoteRmUrl: string | undefined;
+  remoteRmBatchSize: number;
+  remoteRmTimeoutMs: number;
+  remoteRmRetries: number;
   inProcess: boolean;
 }
 
@@ -176,6 +191,27 @@ export function valueLossOptions(
     ...(o.trainMaxTokensPerGpu !== undefined
       ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
       : {}),
+  };
+}
+
+/**
+ * The learning-rate schedule of the trainer and the critic (each from its own learning rate),
+ * as OpenRLHF builds it: the length is the run's optimizer steps (`steps` global steps × the
+ * optimizer steps of one: ⌈samples per step / --train-batch-size⌉ × --max-epochs), the warmup
+ * `⌈length × --lr-warmup-ratio⌉` of them.
+ */
+export function lrScheduleOptions(
+  o: TrainPpoOptions,
+  steps: number,
+): Omit<LrScheduleOptions, 'lr'> {
+  const perStep =
+    Math.ceil((o.rolloutBatchSize * o.nSamplesPerPrompt) / o.trainBatchSize) * o.maxEpochs;
+  const totalSteps = steps * perStep;
+  return {
+    scheduler: o.lrScheduler,
+    warmupSteps: Math.ceil(totalSteps * o.lrWarmupRatio),
+    totalSteps,
+    minLrRatio: o.minLrRatio,
   };
 }
 

@@ -12,8 +12,13 @@ import { Trainer } from '../../roles/trainer.ts';
 import { join, resolve } from 'node:path';
 import { get, ObjectRef } from '../../runtime/api.ts';
 import type { RefOr } from '../../runtime/handles.ts';
-import { engineUrls } from './flags.ts';
-import { policyLossOptions, type TrainPpoOptions, valueLossOptions } from './options.ts';
+import { engineUrls, splitUrls } from './flags.ts';
+import {
+  lrScheduleOptions,
+  policyLossOptions,
+  type TrainPpoOptions,
+  valueLossOptions,
+} from './options.ts';
 import type { PolicyWeights } from '../../engines/types.ts';
 
 /** A version of the policy as the engines take it: a ref the trainer owns, or (in-process) the value. */
@@ -155,6 +160,16 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
           }
         : {}),
       ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
+      ...(o.remoteRmUrl !== undefined
+        ? {
+            remoteReward: {
+              urls: splitUrls(o.remoteRmUrl),
+              maxBatch: o.remoteRmBatchSize,
+              timeoutMs: o.remoteRmTimeoutMs,
+              retries: o.remoteRmRetries,
+            },
+          }
+        : {}),
       weightSyncTimeoutMs: o.weightSyncTimeoutMs,
       temperature: o.temperature,
       topP: o.topP,
@@ -179,7 +194,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       microTrainBatchSize: o.microTrainBatchSize,
       maxEpochs: o.maxEpochs,
       temperature: o.temperature,
-      totalSteps,
+      lrSchedule: lrScheduleOptions(o, totalSteps),
+      weightDecay: o.l2,
       seed: o.seed,
       loss: policyLossOptions(o),
       ...(o.trainMaxTokensPerGpu !== undefined
@@ -196,6 +212,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       microTrainBatchSize: o.microTrainBatchSize,
       maxEpochs: o.maxEpochs,
       maxNorm: o.maxNorm,
+      lrSchedule: lrScheduleOptions(o, totalSteps),
+      weightDecay: o.l2,
       ...valueLossOptions(o),
     },
   };

@@ -51,6 +51,8 @@ export interface UpdateStats extends TrainStats {
   kl: number;
   klCoef: number;
   valueLoss?: number;
+  /** The critic's learning rate at its last optimizer step. */
+  criticLr?: number;
   responseLength: number;
   staleMean: number;
   staleMax: number;
@@ -165,7 +167,7 @@ export async function trainOn(
     rewardMean: trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length),
     kl: batch.meanKl,
     klCoef,
-    ...(critic ? { valueLoss: critic.valueLoss } : {}),
+    ...(critic ? { valueLoss: critic.valueLoss, criticLr: critic.lr } : {}),
     responseLength: respLen / Math.max(1, samples.length),
     staleMean: stale.mean,
     staleMax: stale.max,
