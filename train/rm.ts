@@ -182,7 +182,7 @@ export async function trainRm(o: RmOptions): Promise<RmResult> {
     lr: o.lr ?? 1e-3,
     warmupSteps: Math.min(10, Math.floor(maxSteps / 10)),
     totalSteps: maxSteps,
-    decay: 'cosine',
+    scheduler: 'cosine',
     weightDecay: 0,
     maxGradNorm: 1,
   });

@@ -10,8 +10,6 @@
  */
 import { existsSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { readEnv } from '../../runtime/env.ts';
 import { resumeAdvice, resumeCommand } from '../../runtime/format.ts';
 import { metrics } from '../../ops/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
