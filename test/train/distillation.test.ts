@@ -1,6 +1,7 @@
 /**
  * On-policy distillation in train_ppo: `--teacher-pretrain` starts a teacher role placed like the
- * reference, the flags reach the step, and a run logs the student's reverse KL to the teacher.
+ * reference, the flags reach the step, and a run logs the student's reverse KL to the teacher,
+ * in process and with the teacher (and a reward model) as actors of a cluster.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -88,6 +89,38 @@ test('a run distilled from a teacher equal to the initial student starts at reve
   assert.is(kl.length, 2, JSON.stringify(rows));
   assert.ok(Math.abs(kl[0]!) < 1e-4, `same weights: ${kl[0]}`);
   assert.ok(Math.abs(kl[1]!) > 1e-4, `the student moved: ${kl[1]}`);
+});
+
+test('on a cluster the teacher and a reward model run as their own actors', async () => {
+  // Not in process: the roles are actor processes loaded from roles/reference.ts and
+  // roles/reward-model.ts. The tiny model has no value head, so as a reward model it loads with a
+  // zero head and every score is exactly 0.
+  const rows: Record<string, number>[] = [];
+  const agent = fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url));
+  const s = await trainPpo(
+    [
+      '--agent-func',
+      agent,
+      ...tinyRunArgs(model, join(root, 'cluster-out'), {
+        'ckpt-path': join(root, 'cluster-ckpt'),
+        'max-steps': 1,
+        'teacher-pretrain': model,
+        'reward-pretrain': model,
+      }),
+    ],
+    {},
+    {
+      log: { line: () => {}, metric: (_s: number, v: Record<string, number>) => void rows.push(v) },
+    },
+  );
+  assert.is(s.steps, 1);
+  const step = rows.find((r) => r.opd_reverse_kl !== undefined);
+  assert.ok(step, JSON.stringify(rows));
+  assert.ok(
+    Math.abs(step.opd_reverse_kl!) < 1e-4,
+    `teacher = initial student: ${step.opd_reverse_kl}`,
+  );
+  assert.equal([step.rm_score_mean, step.reward_mean], [0, 0]);
 });
 
 test.run();
