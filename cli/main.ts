@@ -244,7 +244,7 @@ sessionOption(
 program
   .command('serve')
   .description(
-    'serve a checkpoint as an OpenAI-compatible endpoint (/v1/chat/completions, /v1/responses)',
+    'serve a checkpoint as an OpenAI- and Anthropic-compatible endpoint (/v1/chat/completions, /v1/responses, /v1/messages)',
   )
   .option('--pretrain <dir>', 'HF model directory (default: the shipped warm-start model)')
   .option('--host <host>', 'interface to bind', '127.0.0.1')

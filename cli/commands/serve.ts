@@ -87,7 +87,9 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
   process.stdout.write(
     `serving ${gateway.model} at ${gateway.baseURL}\n` +
       `api key: ${apiKey}\n` +
-      `  new OpenAI({ baseURL: '${gateway.baseURL}', apiKey: '<key>' }).chat.completions.create({ model: '${gateway.model}', messages })\n`,
+      `  new OpenAI({ baseURL: '${gateway.baseURL}', apiKey: '<key>' }).chat.completions.create({ model: '${gateway.model}', messages })\n` +
+      // Anthropic's SDK appends /v1/messages to its baseURL itself.
+      `  new Anthropic({ baseURL: '${gateway.baseURL.replace(/\/v1$/, '')}', apiKey: '<key>' }).messages.create({ model: '${gateway.model}', max_tokens: 256, messages })\n`,
   );
   let cancel = () => {};
   await new Promise<void>((resolve) => {

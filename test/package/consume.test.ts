@@ -215,6 +215,10 @@ test('the torch backend builds from the package (CPU libtorch) and a job trains 
     timeout: 400_000,
   });
   assert.match(out, /SUCCEEDED/);
+  assert.match(
+    out,
+    /roles: trainer torch \(libtorch [\d.]+, cpu, fp32\); rollout-0 builtin engine on torch/,
+  );
   // Built once: the job and a second `rtjob build torch` use the same addon.
   assert.not.match(out, /building the torch addon/);
   assert.match(run('npx', ['rtjob', 'build', 'torch']), new RegExp(`${addon}/build/`));

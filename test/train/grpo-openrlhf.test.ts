@@ -44,7 +44,11 @@ function openrlhfGroupNorm(group: number[]): number[] {
 /** Per-sample advantages of the driver's estimator; every action token must carry the same value. */
 function advantagesFor(argv: string[]): number[] {
   const o = parseTrainPpoFlags(['--n-samples-per-prompt', '4', ...argv]);
-  const batch = computeReturns(makeExperience(trajectories), {}, { advantage: advantageOptions(o) });
+  const batch = computeReturns(
+    makeExperience(trajectories),
+    {},
+    { advantage: advantageOptions(o) },
+  );
   return batch.advantages.map((row, i) => {
     const mask = batch.samples[i]!.actionMask;
     const values = [...row].filter((_, t) => mask[t] === 1);
