@@ -819,7 +819,8 @@ function loraApi(model: LlamaModel): {
   return {
     load: (path) => m._getOrLoadLora!.call(model, path),
     async free(handle, path) {
-      for (const [k, v] of m._loraAdapters!) if (v === handle || k === path) m._loraAdapters!.delete(k);
+      for (const [k, v] of m._loraAdapters!)
+        if (v === handle || k === path) m._loraAdapters!.delete(k);
       await handle.dispose();
     },
   };

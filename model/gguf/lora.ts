@@ -43,7 +43,10 @@ export function writeGgufLoraAdapter(
   adapter: LoraAdapter,
 ): number {
   const arch = ggufArch(config);
-  const modules = new Map<string, { A?: Float32Array; B?: Float32Array; out: number; in: number }>();
+  const modules = new Map<
+    string,
+    { A?: Float32Array; B?: Float32Array; out: number; in: number }
+  >();
   const r = adapter.config.r;
   for (const [name, t] of Object.entries(adapter.tensors)) {
     const p = parsePeftTensorName(name);
@@ -97,7 +100,8 @@ export function writeGgufLoraAdapter(
       const bytes = encodeTensor('f32', t.data);
       const at = header.length + laid[i]!.offset;
       let done = 0;
-      while (done < bytes.length) done += writeSync(fd, bytes, done, bytes.length - done, at + done);
+      while (done < bytes.length)
+        done += writeSync(fd, bytes, done, bytes.length - done, at + done);
       end = Math.max(end, at + bytes.length);
     });
     const padded = Math.ceil(end / 32) * 32;

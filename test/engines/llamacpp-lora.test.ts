@@ -28,10 +28,18 @@ const prompt = [3, 5, 7, 9];
 const greedy: GenerateRequest = { inputIds: prompt, gconfig: { maxNewTokens: 32, greedy: true } };
 
 /** A rank-`r` adapter on every linear module, A and B random (B nonzero, unlike PEFT's init). */
-export function randomAdapter(base: NamedTensors, r: number, alpha: number, seed: number): LoraAdapter {
+export function randomAdapter(
+  base: NamedTensors,
+  r: number,
+  alpha: number,
+  seed: number,
+): LoraAdapter {
   const rand = seededRandom(seed);
   const normal = (n: number, s: number) =>
-    Float32Array.from({ length: n }, () => s * Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand()));
+    Float32Array.from(
+      { length: n },
+      () => s * Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand()),
+    );
   const tensors: NamedTensors = {};
   for (const [name, w] of Object.entries(base)) {
     const m = /^(model\.layers\.\d+\.(?:self_attn|mlp)\.(\w+))\.weight$/.exec(name);
@@ -133,13 +141,19 @@ if (missing) {
     const served = await engineOn(config, base);
     const merged = await engineOn(config, mergeLoraAdapter(base, adapter));
     try {
-      const long: GenerateRequest = { inputIds: prompt, gconfig: { maxNewTokens: 120, greedy: true } };
+      const long: GenerateRequest = {
+        inputIds: prompt,
+        gconfig: { maxNewTokens: 120, greedy: true },
+      };
       const running = served.generate(long);
       await llamaCppGenerating(() => served);
       await served.updateWeights({ kind: 'lora', adapter }, 7);
       const r = await running;
       const cut = r.outputVersions.indexOf(7);
-      assert.ok(cut > 0 && cut < r.outputTokens.length, `switch at ${cut} of ${r.outputTokens.length}`);
+      assert.ok(
+        cut > 0 && cut < r.outputTokens.length,
+        `switch at ${cut} of ${r.outputTokens.length}`,
+      );
       assert.equal(new Set(r.outputVersions.slice(0, cut)), new Set([0]));
       assert.equal(new Set(r.outputVersions.slice(cut)), new Set([7]));
       // The merged model continuing from prompt + the tokens made before the switch.
