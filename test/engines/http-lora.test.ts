@@ -23,6 +23,7 @@ import { DeterministicGenerator } from '../fakes/token-generator.ts';
 import { FakeVllmServer } from '../fakes/vllm-server.ts';
 import {
   closedAfterEach,
+  nextEvent,
   prompt,
   tempDir,
   testGenerator,
@@ -208,6 +209,30 @@ for (const kind of kinds) {
     const r = await engine.generate(greedy(4));
     assert.is(namedAdapter(kind, fake.generateBodies.at(-1)), undefined);
     assert.equal(r.outputVersions, [0, 0, 0, 0]);
+  });
+
+  test('a server that fails the load is taken out, then rejoins with the current adapter', async () => {
+    const [a, b] = [own(await makeFake(kind)), own(await makeFake(kind))];
+    const engine = own(
+      makeEngine(kind, a.url, { urls: [a.url, b.url], loraDir: dir(), healthIntervalMs: 50 }),
+    );
+    const load = kind === 'sglang' ? '/load_lora_adapter' : '/v1/load_lora_adapter';
+    b.injectFault(load, { kind: 'status', status: 500 });
+    const down = nextEvent(engine, 'server-down');
+    const up = nextEvent(engine, 'server-up');
+    const a1 = adapter(1);
+    await engine.updateWeights({ kind: 'lora', adapter: a1 }, 1);
+    assert.is((await down).url, b.url);
+    assert.equal([...a.adapters.keys()], ['rtjob-v1']);
+    assert.is((await up).url, b.url);
+    assert.equal([...b.adapters.keys()], ['rtjob-v1']);
+    const rs = await Promise.all(
+      Array.from({ length: 4 }, (_, i) => engine.generate({ ...greedy(6), rid: `r${i}` })),
+    );
+    assert.ok(b.generateBodies.length > 0, 'b serves again');
+    for (const body of [...a.generateBodies, ...b.generateBodies].slice(-2))
+      assert.is(namedAdapter(kind, body), 'rtjob-v1');
+    for (const r of rs) assert.equal(r.outputTokens, await expected(a, a1, prompt, 6));
   });
 
   test('without loraDir a LoRA update is refused with one line', async () => {

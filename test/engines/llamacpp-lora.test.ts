@@ -11,48 +11,16 @@ import type { LlamaCppEngine } from '../../engines/llamacpp/index.ts';
 import type { GenerateRequest } from '../../engines/types.ts';
 import { initBackend } from '../../model/backend.ts';
 import type { LlamaConfig } from '../../model/config.ts';
-import {
-  loraTargetModules,
-  mergeLoraAdapter,
-  peftTensorName,
-  type LoraAdapter,
-} from '../../model/lora-adapter.ts';
-import { seededRandom } from '../../model/sampling.ts';
+import { mergeLoraAdapter } from '../../model/lora-adapter.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
 import { randomModel, tinyLlamaConfig, tinyQwenConfig } from '../fixtures/model/tiny.ts';
 import { llamaCppGenerating, llamaCppMissing } from './llamacpp-fixture.ts';
+import { randomAdapter } from './lora-fixture.ts';
 
 const test = suite('llamacpp LoRA sync');
 const missing = await llamaCppMissing();
 const prompt = [3, 5, 7, 9];
 const greedy: GenerateRequest = { inputIds: prompt, gconfig: { maxNewTokens: 32, greedy: true } };
-
-/** A rank-`r` adapter on every linear module, A and B random (B nonzero, unlike PEFT's init). */
-export function randomAdapter(
-  base: NamedTensors,
-  r: number,
-  alpha: number,
-  seed: number,
-): LoraAdapter {
-  const rand = seededRandom(seed);
-  const normal = (n: number, s: number) =>
-    Float32Array.from(
-      { length: n },
-      () => s * Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand()),
-    );
-  const tensors: NamedTensors = {};
-  for (const [name, w] of Object.entries(base)) {
-    const m = /^(model\.layers\.\d+\.(?:self_attn|mlp)\.(\w+))\.weight$/.exec(name);
-    if (!m || !(loraTargetModules as readonly string[]).includes(m[2]!)) continue;
-    const [out, inp] = w.shape as [number, number];
-    tensors[peftTensorName(m[1]!, 'A')] = { shape: [r, inp], data: normal(r * inp, 0.3) };
-    tensors[peftTensorName(m[1]!, 'B')] = { shape: [out, r], data: normal(out * r, 0.3) };
-  }
-  return {
-    config: { r, alpha, targetModules: [...loraTargetModules], dropout: 0, baseModel: 'tiny' },
-    tensors,
-  };
-}
 
 async function engineOn(config: LlamaConfig, weights: NamedTensors): Promise<LlamaCppEngine> {
   await initBackend('wasm');
