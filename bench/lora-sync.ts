@@ -12,7 +12,7 @@
  *
  * The shipped tiny model by default; `BENCH_LORA_PRETRAIN=<dir>` for another checkpoint (e.g. a
  * Qwen3-0.6B-shaped one from model/random-checkpoint.ts), `BENCH_LORA_RANKS` (default 1,16),
- * `BENCH_LORA_DTYPE` (f32). Writes bench/results/lora-sync.json.
+ * `BENCH_LORA_DTYPE` (f32), `BENCH_LORA_DECODE_PAIRS` (3; 0 skips the decode rows). Writes bench/results/lora-sync.json.
  */
 import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -30,6 +30,7 @@ const pretrain =
 const ranks = (process.env.BENCH_LORA_RANKS ?? '1,16').split(',').map(Number);
 const dtype = (process.env.BENCH_LORA_DTYPE ?? 'f32') as GgufDtype;
 const reps = Number(process.env.BENCH_LORA_REPS ?? 5);
+const decodePairs = Number(process.env.BENCH_LORA_DECODE_PAIRS ?? 3);
 const config = readConfig(pretrain);
 const weights = readWeights(pretrain);
 const params = Object.values(weights).reduce((a, t) => a + t.data.length, 0);
@@ -173,7 +174,7 @@ async function decodeRate(): Promise<number> {
 const base: number[] = [];
 const withLora: number[] = [];
 const r = ranks.at(-1)!;
-for (let i = 0; i < Math.max(3, reps); i++) {
+for (let i = 0; i < decodePairs; i++) {
   await engine.updateWeights({ kind: 'tensors', tensors: weights }, ++version);
   base.push(await decodeRate());
   await engine.updateWeights({ kind: 'lora', adapter: adapters.get(r)! }, ++version);
@@ -188,7 +189,9 @@ const table = [
   '| --- | --- | --- | --- | --- |',
   ...rows.map((x) => `| ${x.update} | ${x.moved} | ${x.write} | ${x.held} | ${x.total} |`),
   '',
-  `decode, 4 × 16 tokens at temperature 1: ${median(base).toFixed(0)} tok per CPU-s on the base, ${median(withLora).toFixed(0)} with the r=${r} adapter (${(median(withLora) / median(base)).toFixed(2)}×)`,
+  decodePairs > 0
+    ? `decode, 4 × 16 tokens at temperature 1: ${median(base).toFixed(1)} tok per CPU-s on the base, ${median(withLora).toFixed(1)} with the r=${r} adapter (${(median(withLora) / median(base)).toFixed(2)}×)`
+    : '',
 ];
 console.log(table.join('\n'));
 mkdirSync(fileURLToPath(new URL('./results', import.meta.url)), { recursive: true });

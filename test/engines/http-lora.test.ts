@@ -160,13 +160,13 @@ for (const kind of kinds) {
     const engine = own(makeEngine(kind, fake.url, { loraDir: dir(), loraSlots: 3 }));
     const a1 = adapter(1);
     await engine.updateWeights({ kind: 'lora', adapter: a1 }, 1);
-    const running = engine.generate(greedy(60));
+    const running = engine.generate(greedy(200));
     await whenGenerating(fake)();
     await engine.updateWeights({ kind: 'lora', adapter: adapter(2) }, 2);
     assert.is(fake.adapters.get('rtjob-v1')!.inUse, 1, 'v1 still serving its request');
     const r = await running;
-    assert.equal(r.outputVersions, Array(60).fill(1));
-    assert.equal(r.outputTokens, await expected(fake, a1, prompt, 60));
+    assert.equal(r.outputVersions, Array(200).fill(1));
+    assert.equal(r.outputTokens, await expected(fake, a1, prompt, 200));
     assert.is(r.stopReason, 'length');
   });
 

@@ -111,7 +111,7 @@ if (missing) {
     try {
       const long: GenerateRequest = {
         inputIds: prompt,
-        gconfig: { maxNewTokens: 120, greedy: true },
+        gconfig: { maxNewTokens: 240, greedy: true },
       };
       const running = served.generate(long);
       await llamaCppGenerating(() => served);
