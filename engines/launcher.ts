@@ -264,10 +264,80 @@ function shellQuote(s: string): string {
   return `'${s.replaceAll("'", `'\\''`)}'`;
 }
 
+/** How a LoRA policy's servers must be started (see {@link loraServerArgs}). */
+export interface LoraServerOptions {
+  /** `sglang` or `vllm`. */
+  engine: 'sglang' | 'vllm';
+  /** Adapters a server holds at once: the run's maximum staleness + 2 (the engine's `loraSlots`). */
+  slots: number;
+  /** The adapters' rank `r`. */
+  rank: number;
+  /** The modules the adapters target (`q_proj`, ...; SGLang's `--lora-target-modules`). */
+  targetModules: readonly string[];
+}
+
+/** The ranks vLLM's `--max-lora-rank` takes (its `MaxLoRARanks`). */
+const vllmLoraRanks = [1, 8, 16, 32, 64, 128, 256, 320, 512];
+
+/**
+ * The server flags (and environment) a LoRA policy needs for run-time adapter loading:
+ * vLLM `--enable-lora --max-loras S --max-cpu-loras S --max-lora-rank R'` (R rounded up to a rank
+ * vLLM takes) with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, which enables
+ * `/v1/load_lora_adapter`; SGLang `--enable-lora --max-loras-per-batch S --max-loaded-loras S
+ * --max-lora-rank R --lora-target-modules M...` (rank and modules fix the adapter memory pool,
+ * since no adapter is given at start).
+ *
+ * @example
+ * loraServerArgs({ engine: 'vllm', slots: 3, rank: 16, targetModules: ['q_proj', 'v_proj'] })
+ * // { args: ['--enable-lora', '--max-loras', '3', '--max-cpu-loras', '3', '--max-lora-rank', '16'],
+ * //   env: { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' } }
+ */
+export function loraServerArgs(o: LoraServerOptions): {
+  args: string[];
+  env: Record<string, string>;
+} {
+  if (!Number.isInteger(o.slots) || o.slots < 2)
+    throw new InvalidArgumentError(`LoRA slots must be an integer ≥ 2, got ${o.slots}`);
+  const slots = String(o.slots);
+  if (o.engine === 'vllm') {
+    const rank = vllmLoraRanks.find((r) => r >= o.rank);
+    if (rank === undefined)
+      throw new InvalidArgumentError(`vLLM serves LoRA ranks up to 512, not ${o.rank}`);
+    return {
+      args: [
+        '--enable-lora',
+        '--max-loras',
+        slots,
+        '--max-cpu-loras',
+        slots,
+        '--max-lora-rank',
+        String(rank),
+      ],
+      env: { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' },
+    };
+  }
+  return {
+    args: [
+      '--enable-lora',
+      '--max-loras-per-batch',
+      slots,
+      '--max-loaded-loras',
+      slots,
+      '--max-lora-rank',
+      String(o.rank),
+      '--lora-target-modules',
+      ...o.targetModules,
+    ],
+    env: {},
+  };
+}
+
 /**
  * Starts the server a shell command line describes (run by `sh -c`, in its own process group as
  * {@link launchServer} does), after filling in `{port}` with a free port on 127.0.0.1 and
  * `{model}` with `model`, quoted; resolves once `http://127.0.0.1:{port}` answers its health route.
+ * With `lora`, {@link loraServerArgs}' flags replace `{lora}` in the line (or are appended to
+ * it) and its environment is added.
  *
  * @example
  * const server = await launchServerCommand(
@@ -277,22 +347,33 @@ function shellQuote(s: string): string {
  */
 export async function launchServerCommand(
   commandLine: string,
-  o: { model: string } & Omit<LaunchServerOptions, 'command' | 'args' | 'url'>,
+  o: { model: string; lora?: LoraServerOptions } & Omit<
+    LaunchServerOptions,
+    'command' | 'args' | 'url'
+  >,
 ): Promise<LaunchedServer> {
   if (!commandLine.includes('{port}'))
     throw new InvalidArgumentError(
       `the server command must say where it listens with {port}: ${commandLine}`,
     );
-  const { model, ...rest } = o;
+  const { model, lora, ...rest } = o;
   const port = await freePort();
+  let line = commandLine
+    .replaceAll('{port}', String(port))
+    .replaceAll('{model}', shellQuote(model));
+  let env = rest.env;
+  if (lora) {
+    const l = loraServerArgs(lora);
+    const flags = l.args.map(shellQuote).join(' ');
+    line = line.includes('{lora}') ? line.replaceAll('{lora}', flags) : `${line} ${flags}`;
+    env = { ...l.env, ...env };
+  } else line = line.replaceAll('{lora}', '');
   return launchServer({
     name: `'${commandLine}'`,
     ...rest,
+    ...(env ? { env } : {}),
     command: 'sh',
-    args: [
-      '-c',
-      commandLine.replaceAll('{port}', String(port)).replaceAll('{model}', shellQuote(model)),
-    ],
+    args: ['-c', line],
     url: `http://127.0.0.1:${port}`,
   });
 }

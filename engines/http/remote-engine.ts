@@ -13,7 +13,11 @@
  * - transient failures are retried with exponential backoff; a request on a server that goes
  *   down is re-sent to another one;
  * - a request with `onTokens` is streamed by the server and told per event; one that fails
- *   after tokens came continues from them like an interrupted sample, never from scratch.
+ *   after tokens came continues from them like an interrupted sample, never from scratch;
+ * - a LoRA policy's update loads the adapter under a new name per version on every server
+ *   without pausing them; later segments name it, segments in flight keep the adapter they were
+ *   sent with, and the oldest adapter beyond `loraSlots` is unloaded (its segments still in
+ *   flight are cut and continue on the newest, as interrupted samples).
  *
  * Longer than most files on purpose: these behaviours share one piece of state (the servers,
  * their load, the in-flight requests and the version each holds), and each of them — routing,
@@ -23,6 +27,8 @@
  * @module
  */
 import { randomUUID } from 'node:crypto';
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
 
 import type {
   GenerateRequest,
@@ -34,6 +40,7 @@ import type {
   TopLogprobs,
   WeightUpdate,
 } from '../types.ts';
+import { writeLoraAdapter, type LoraAdapter } from '../../model/lora-adapter.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
 import { backoffDelayMs, delay } from './backoff.ts';
 import { EngineError, isEngineError } from './errors.ts';
@@ -108,13 +115,15 @@ export interface EngineProtocol {
   checkConfig(g: ResolvedGenerationConfig): void;
   /**
    * The generation request for `n` samples of `inputIds` with at most `g.maxNewTokens` new
-   * tokens; with `stream`, one the server answers as server-sent events.
+   * tokens; with `stream`, one the server answers as server-sent events; with `adapter`, under
+   * the LoRA adapter the server loaded by that name.
    */
   generateRequest(
     inputIds: number[],
     g: ResolvedGenerationConfig,
     n: number,
     stream: boolean,
+    adapter?: string,
   ): { path: string; body: unknown };
   /** The `n` samples in a generation answer, in order, with `top` alternatives per token when asked. */
   parseGenerate(json: unknown, n: number, url: string, top: number): SampleOutput[];
@@ -132,6 +141,10 @@ export interface EngineProtocol {
    * back). When not, a server whose reload failed is out of service until a reload succeeds.
    */
   readonly atomicReload: boolean;
+  /** Loads the PEFT adapter directory `path` under `name` (the server's run-time LoRA route). */
+  loadAdapter?(call: ServerCall, name: string, path: string): Promise<void>;
+  /** Unloads the adapter `name`. */
+  unloadAdapter?(call: ServerCall, name: string): Promise<void>;
   sleep(call: ServerCall): Promise<void>;
   wakeUp(call: ServerCall): Promise<void>;
 }
@@ -179,6 +192,19 @@ export interface RemoteEngineOptions {
   writeCheckpoint?: (tensors: NamedTensors, version: number) => Promise<string>;
   /** Told when a server goes down (its requests are re-sent elsewhere) or comes back. */
   onServerEvent?: (e: ServerEvent) => void;
+  /**
+   * Where `updateWeights({ kind: 'lora' })` writes each version's adapter as a PEFT directory
+   * (`<loraDir>/rtjob-v<version>`), which the servers load by path: a filesystem they all see.
+   * Needed for LoRA updates.
+   */
+  loraDir?: string;
+  /**
+   * LoRA adapters a server holds at once: the run's maximum staleness + 2 (segments in flight may
+   * be that many versions behind and keep their adapter until they end, and the new adapter loads
+   * before the oldest unloads). Start the servers with room for as many (`loraServerArgs`).
+   * @default 2
+   */
+  loraSlots?: number;
   /**
    * The most alternatives per token a request may ask (`gconfig.topLogprobs`); vLLM refuses
    * more than its `--max-logprobs` (default 20). @default 20
@@ -310,6 +336,18 @@ function parseEvent(data: string, url: string): unknown {
   return json;
 }
 
+/** A LoRA adapter loaded on the servers, and our segments running under it. */
+interface LiveAdapter {
+  name: string;
+  /** Its PEFT directory (removed once it is unloaded). */
+  path: string;
+  version: number;
+  /** Generation calls in flight under it. */
+  calls: Set<Promise<unknown>>;
+  /** Aborted to cut those calls when it is retired. */
+  cancel: AbortController;
+}
+
 /** The steps of a weight update, as a timed-out one names them. */
 export type WeightSyncPhase = 'pause' | 'reload' | 'continue' | 'catch-up reload';
 
@@ -340,8 +378,10 @@ export class RemoteEngine implements InferenceEngine {
   readonly kind: string;
   readonly maxTopLogprobs: number;
   private readonly protocol: EngineProtocol;
-  private readonly opts: Required<Omit<RemoteEngineOptions, 'writeCheckpoint' | 'onServerEvent'>> &
-    Pick<RemoteEngineOptions, 'writeCheckpoint'>;
+  private readonly opts: Required<
+    Omit<RemoteEngineOptions, 'writeCheckpoint' | 'onServerEvent' | 'loraDir'>
+  > &
+    Pick<RemoteEngineOptions, 'writeCheckpoint' | 'loraDir'>;
   private readonly pool: ServerPool;
   private readonly gate = new Gate();
   private readonly httpInFlight = new Set<Promise<unknown>>();
@@ -357,6 +397,10 @@ export class RemoteEngine implements InferenceEngine {
   private readonly withoutWeights = new Set<string>();
   private updateChain: Promise<void> = Promise.resolve();
   private closed = false;
+  /** The LoRA adapters loaded on the servers, oldest first; the last is the current version's. */
+  private adapters: LiveAdapter[] = [];
+  /** Every adapter name this engine has used: a name is never given to other weights. */
+  private readonly adapterNames = new Set<string>();
 
   constructor(protocol: EngineProtocol, options: RemoteEngineOptions) {
     this.kind = protocol.kind;
@@ -367,8 +411,14 @@ export class RemoteEngine implements InferenceEngine {
       healthIntervalMs: 5000,
       healthTimeoutMs: 5000,
       healthFailureThreshold: 2,
+      loraSlots: 2,
       ...options,
     };
+    if (!Number.isInteger(this.opts.loraSlots) || this.opts.loraSlots < 2)
+      throw new EngineError(
+        'CONFIG',
+        `loraSlots must be an integer ≥ 2 (the maximum staleness + 2), got ${this.opts.loraSlots}`,
+      );
     this.maxTopLogprobs = this.opts.maxTopLogprobs;
     this.pool = new ServerPool({
       urls: options.urls,
@@ -467,11 +517,20 @@ export class RemoteEngine implements InferenceEngine {
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     this.assertOpen();
     let path: string;
-    if (update.kind === 'lora')
-      throw new EngineError(
-        'UNSUPPORTED',
-        `${this.kind}: LoRA weight updates are not supported yet`,
-      );
+    if (update.kind === 'lora') {
+      const dir = this.opts.loraDir;
+      if (!dir || !this.protocol.loadAdapter)
+        throw new EngineError(
+          'UNSUPPORTED',
+          dir
+            ? `${this.kind} servers have no run-time LoRA route here`
+            : `${this.kind}: LoRA updates are written for the servers to load: set loraDir`,
+        );
+      const adapter = update.adapter;
+      const run = this.updateChain.then(() => this.applyAdapter(dir, adapter, version));
+      this.updateChain = run.catch(() => undefined);
+      return run;
+    }
     if (update.kind === 'disk') path = update.path;
     else if (this.opts.writeCheckpoint)
       path = await this.opts.writeCheckpoint(update.tensors, version);
@@ -541,6 +600,80 @@ export class RemoteEngine implements InferenceEngine {
     this.closing.abort(err);
     this.pool.close();
     await Promise.allSettled([...this.httpInFlight]);
+    for (const a of this.adapters) rmSync(a.path, { recursive: true, force: true });
+  }
+
+  /** The LoRA adapter names loaded on the servers now, oldest first (the last is current). */
+  loadedAdapters(): string[] {
+    return this.adapters.map((a) => a.name);
+  }
+
+  /**
+   * A LoRA policy's update: writes the adapter as a PEFT directory under a name no weights had
+   * before (`rtjob-v<version>`: a server's prefix cache is keyed by adapter, so no cached prefix
+   * outlives its weights), loads it on every up server (nothing is paused: segments in flight
+   * keep the adapter they were sent with), then tags later segments with `version` and the new
+   * name, and retires the oldest adapters beyond `loraSlots - 1`. A server that fails the load
+   * is taken out until it has loaded the current adapter (catch-up); when every server fails,
+   * the version stays and the error is thrown.
+   */
+  private async applyAdapter(dir: string, lora: LoraAdapter, version: number): Promise<void> {
+    this.assertOpen();
+    let name = `rtjob-v${version}`;
+    for (let k = 2; this.adapterNames.has(name); k++) name = `rtjob-v${version}-${k}`;
+    this.adapterNames.add(name);
+    const path = join(dir, name);
+    writeLoraAdapter(path, lora);
+    const sync = { version, deadline: Date.now() + this.opts.weightSyncTimeoutMs };
+    const urls = this.pool.upUrls();
+    const results = await Promise.allSettled(
+      urls.map((url) =>
+        this.protocol.loadAdapter!(this.callOn(url, { ...sync, phase: 'reload' }), name, path),
+      ),
+    );
+    const failed = results.flatMap((r, i) =>
+      r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : [],
+    );
+    if (failed.length > 0 && failed.length === urls.length) {
+      rmSync(path, { recursive: true, force: true });
+      const first = failed[0]!.err;
+      throw new EngineError(
+        isEngineError(first) ? first.code : 'HTTP_STATUS',
+        `LoRA update to version ${version} failed on every server (the servers keep version ${this.version}): ${failed.map((f) => f.err.message).join('; ')}`,
+        { cause: first, url: failed[0]!.url, phase: 'reload' },
+      );
+    }
+    for (const f of failed)
+      this.pool.markDownUrl(f.url, `loading LoRA adapter ${name} failed: ${f.err.message}`);
+    this.adapters.push({ name, path, version, calls: new Set(), cancel: new AbortController() });
+    this.version = version;
+    while (this.adapters.length > this.opts.loraSlots - 1)
+      await this.retireAdapter(this.adapters.shift()!, sync);
+  }
+
+  /**
+   * Unloads `a` from every up server once no segment of ours runs under it: segments still in
+   * flight are cut first (they continue on the current adapter as interrupted samples).
+   */
+  private async retireAdapter(a: LiveAdapter, sync?: SyncDeadline): Promise<void> {
+    if (a.calls.size > 0) {
+      a.cancel.abort(
+        new EngineError('ABORTED', `adapter ${a.name} retired: it is past the LoRA slots`),
+      );
+      await Promise.allSettled([...a.calls]);
+    }
+    // An unload that fails leaves a slot taken on that server; the next catch-up clears it.
+    await Promise.allSettled(
+      this.pool
+        .upUrls()
+        .map((url) =>
+          this.protocol.unloadAdapter!(
+            this.callOn(url, sync && { ...sync, phase: 'reload' }),
+            a.name,
+          ),
+        ),
+    );
+    rmSync(a.path, { recursive: true, force: true });
   }
 
   /**
@@ -619,15 +752,21 @@ export class RemoteEngine implements InferenceEngine {
     onStream?: (t: StreamedTokens) => void,
   ): Promise<{ outs: SampleOutput[]; version: number; streamed: boolean }> {
     const streamed = onStream !== undefined;
-    const { path, body } = this.protocol.generateRequest(inputIds, g, n, streamed);
     let attempt = 0;
     let failovers = 0;
     for (;;) {
       const lease = await this.pool.acquire(rid, this.opts.noServerWaitMs);
+      // The version and the adapter that holds its weights, taken together.
       const version = this.version;
+      const adapter = this.adapters.at(-1);
+      const { path, body } = this.protocol.generateRequest(inputIds, g, n, streamed, adapter?.name);
       const opts = {
         timeoutMs: this.opts.requestTimeoutMs,
-        signal: AbortSignal.any([lease.signal, this.cancel.signal]),
+        signal: AbortSignal.any([
+          lease.signal,
+          this.cancel.signal,
+          ...(adapter ? [adapter.cancel.signal] : []),
+        ]),
       };
       const reader = onStream && this.protocol.streamReader(n, lease.url, g.topLogprobs);
       const got: SampleOutput[] = Array.from({ length: n }, () => ({
@@ -648,6 +787,7 @@ export class RemoteEngine implements InferenceEngine {
           })
         : httpCall(lease.url + path, body, { ...opts, expectJson: true });
       this.httpInFlight.add(call);
+      adapter?.calls.add(call);
       try {
         const json = await call;
         const outs = reader
@@ -693,6 +833,7 @@ export class RemoteEngine implements InferenceEngine {
         );
       } finally {
         this.httpInFlight.delete(call);
+        adapter?.calls.delete(call);
         lease.release();
       }
     }
@@ -769,6 +910,10 @@ export class RemoteEngine implements InferenceEngine {
         this.pool.markDownUrl(f.url, `weight update failed: ${f.err.message}`);
       this.version = version;
       this.lastUpdate = { path, version };
+      // Full weights are the whole policy: adapters over the old base no longer apply.
+      const retired = this.adapters;
+      this.adapters = [];
+      for (const a of retired) await this.retireAdapter(a, sync);
     } finally {
       if (this.userPause === null && !this.closed) {
         // Past the deadline a server still gets a health probe's time to continue; one that
@@ -824,13 +969,21 @@ export class RemoteEngine implements InferenceEngine {
       this.asleep.delete(url);
     }
     const last = this.lastUpdate;
+    const current = this.adapters.at(-1);
     if (last) await this.protocol.reloadWeights(call, last.path, last.version);
-    else if (this.withoutWeights.has(url)) {
+    else if (this.withoutWeights.has(url) && !current) {
       throw new EngineError(
         'UNSUPPORTED',
         `${url} lost its weights in a failed update; it rejoins after the next successful one`,
         { url },
       );
+    }
+    if (current) {
+      // Whatever adapters it kept (it may not have restarted) are ours: clear them, then load
+      // the current one; only new segments reach it, and they name the current adapter.
+      for (const a of this.adapters)
+        await this.protocol.unloadAdapter!(call, a.name).catch(() => undefined);
+      await this.protocol.loadAdapter!(call, current.name, current.path);
     }
     this.withoutWeights.delete(url);
     // A server taken out during an update was left paused by it; resume() continues it when

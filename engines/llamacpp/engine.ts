@@ -15,6 +15,9 @@
  * New weights are written into the mapped GGUF between decode steps, in place (the CPU build:
  * llama.cpp maps the file shared and computes from the mapping; q8_0 and f16 only on x86-64, see
  * `inPlaceBlocker`), or the model is reloaded from the rewritten file (`weightSync: 'reload'`).
+ * A LoRA policy's update (`{ kind: 'lora' }`) leaves the base alone: the adapter is written as a
+ * GGUF LoRA adapter (`model/gguf/lora.ts`), loaded by llama.cpp and set on the context in place
+ * of the previous one (`llama_set_adapters_lora`), on CPU and GPU builds alike.
  * Either way running requests then evaluate prompt + output again on the new weights before
  * their next token (in place: on their own sequence, its KV cache erased; by reload: on fresh
  * sequences), as the builtin engine's rows are prefilled again, and each token is labelled with
@@ -42,9 +45,11 @@ import type { LlamaConfig } from '../../model/config.ts';
 import {
   rewriteGgufTensors,
   writeGguf,
+  writeGgufLoraAdapter,
   type GgufDtype,
   type GgufLayout,
 } from '../../model/gguf/index.ts';
+import type { LoraAdapter } from '../../model/lora-adapter.ts';
 import type { CausalLM } from '../../model/llama.ts';
 import { sampleToken, seededRandom, topLogprobs } from '../../model/sampling.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
@@ -225,8 +230,19 @@ export class LlamaCppEngine implements InferenceEngine {
   /** Where the served GGUF is and how to rewrite it. */
   readonly layout: GgufLayout;
   readonly weightSync: LlamaCppWeightSync;
-  /** Counters for benchmarks and tests; `lastSyncMs`: the last weight update's time. */
-  readonly stats = { generatedTokens: 0, decodeSteps: 0, syncs: 0, lastSyncMs: 0, reprefills: 0 };
+  /**
+   * Counters for benchmarks and tests. `lastSyncMs`: how long the last weight update held decoding
+   * (rewrite or reload; for an adapter, its load and swap); `lastAdapterWriteMs`: writing the last
+   * adapter's GGUF, done before decoding is held.
+   */
+  readonly stats = {
+    generatedTokens: 0,
+    decodeSteps: 0,
+    syncs: 0,
+    lastSyncMs: 0,
+    lastAdapterWriteMs: 0,
+    reprefills: 0,
+  };
   private readonly llama: Llama;
   private model: LlamaModel | undefined;
   private context: LlamaContext | undefined;
@@ -247,6 +263,9 @@ export class LlamaCppEngine implements InferenceEngine {
   private readonly ownedDir: string | undefined;
   private readonly gate = new Gate();
   private version: number;
+  /** The LoRA adapter applied over the base GGUF (a LoRA policy), its file and llama.cpp handle. */
+  private lora: { path: string; scale: number; handle: NativeLora } | undefined;
+  private adapterFiles = 0;
   private running = new Set<Active>();
   private slotWaiters: (() => void)[] = [];
   private heldWaiters: (() => void)[] = [];
@@ -601,8 +620,7 @@ export class LlamaCppEngine implements InferenceEngine {
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
     if (this.closed) throw new LlamaCppError('LLAMACPP_CLOSED', 'LlamaCppEngine is closed');
-    if (update.kind === 'lora')
-      throw new LlamaCppError('LLAMACPP_INVALID', 'LoRA weight updates are not supported yet');
+    if (update.kind === 'lora') return this.applyAdapter(update.adapter, version);
     const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
     await this.gate.close();
     const t0 = performance.now();
@@ -610,6 +628,8 @@ export class LlamaCppEngine implements InferenceEngine {
       // Before the rewrite: one that fails part way has still changed some bytes.
       this.weightsGeneration++;
       rewriteGgufTensors(this.layout, tensors);
+      // Full weights are the whole policy: an adapter applied before would add to them.
+      await this.swapAdapter(undefined);
       if (this.weightSync === 'reload' && this.model) await this.reload();
       this.version = version;
     } finally {
@@ -619,6 +639,57 @@ export class LlamaCppEngine implements InferenceEngine {
     }
   }
 
+  /**
+   * A LoRA policy's update: the adapter is written as a GGUF LoRA adapter beside the base GGUF
+   * (before decoding is held), then, between decode steps, loaded by llama.cpp and set on the
+   * context in place of the previous adapter, which is freed. The base stays as it is, mapped or
+   * on the GPU, so this works the same on every build and never reloads the model.
+   */
+  private async applyAdapter(adapter: LoraAdapter, version: number): Promise<void> {
+    const w0 = performance.now();
+    const path = `${this.layout.path}.lora-${++this.adapterFiles}.gguf`;
+    writeGgufLoraAdapter(path, this.config, adapter);
+    this.stats.lastAdapterWriteMs = performance.now() - w0;
+    await this.gate.close();
+    const t0 = performance.now();
+    try {
+      this.weightsGeneration++;
+      // PEFT's alpha 0 is no update; llama.cpp would read it as "scale 1, no alpha".
+      await this.swapAdapter({ path, scale: adapter.config.alpha === 0 ? 0 : 1 });
+      this.version = version;
+    } catch (e) {
+      rmSync(path, { force: true });
+      throw e;
+    } finally {
+      this.stats.syncs++;
+      this.stats.lastSyncMs = performance.now() - t0;
+      this.gate.open();
+    }
+  }
+
+  /**
+   * Loads the adapter file `next` (none: no adapter), sets it on the context, then frees the
+   * adapter it replaces and removes that one's file. The adapter's file is kept while it is
+   * applied: a reload of the model loads it again.
+   */
+  private async swapAdapter(next: { path: string; scale: number } | undefined): Promise<void> {
+    const old = this.lora;
+    if (!next && !old) return;
+    this.lora = next && { ...next, handle: await loraApi(this.model!).load(next.path) };
+    this.setAdapterOnContext();
+    if (old) {
+      await loraApi(this.model!).free(old.handle, old.path);
+      rmSync(old.path, { force: true });
+    }
+  }
+
+  /** Sets the current adapter (or none) on the context, when there is one. */
+  private setAdapterOnContext(): void {
+    if (!this.context) return;
+    const l = this.lora;
+    contextLoras(this.context).setLoras(l ? [l.handle] : [], l ? [l.scale] : []);
+  }
+
   private async reload(): Promise<void> {
     await this.context?.dispose();
     await this.model?.dispose();
@@ -626,7 +697,10 @@ export class LlamaCppEngine implements InferenceEngine {
     this.freeSequences = [];
     this.context = undefined;
     this.model = await loadModel(this.llama, this.layout.path, this.opts);
+    // The model's adapters went with it.
+    if (this.lora) this.lora.handle = await loraApi(this.model).load(this.lora.path);
     this.context = await createContext(this.model, this.contextSize, this.opts);
+    this.setAdapterOnContext();
   }
 
   /** Aborts running requests and frees the KV cache; the weights stay mapped. */
@@ -648,6 +722,7 @@ export class LlamaCppEngine implements InferenceEngine {
   async wakeUp(): Promise<void> {
     if (!this.sleeping) return;
     this.context = await createContext(this.model!, this.contextSize, this.opts);
+    this.setAdapterOnContext();
     this.sleeping = false;
     this.heldWaiters.splice(0).forEach((f) => f());
   }
@@ -666,6 +741,8 @@ export class LlamaCppEngine implements InferenceEngine {
       this.context = undefined;
       this.model = undefined;
       this.gate.open();
+      if (this.lora) rmSync(this.lora.path, { force: true });
+      this.lora = undefined;
       if (this.ownedDir) rmSync(this.ownedDir, { recursive: true, force: true });
     }
     await yieldToEventLoop();
@@ -709,6 +786,57 @@ async function loadModel(
     gpuLayers: (opts.gpu ?? false) === false ? 0 : 'max',
     useMmap: true,
   });
+}
+
+/** A LoRA adapter llama.cpp loaded (node-llama-cpp's `AddonModelLora`). */
+interface NativeLora {
+  dispose(): Promise<void>;
+}
+
+/**
+ * node-llama-cpp@3.21.1 applies adapters only when a context is created (`createContext({ lora:
+ * { adapters: [{ filePath, scale }] } })`) and frees them only with the model; a new context
+ * per weight update would reallocate the KV cache of every sequence and drop them all. So the
+ * engine uses what that option runs underneath: `LlamaModel._getOrLoadLora(path)`
+ * (`llama_adapter_lora_init`, cached per path in `_loraAdapters`) and the native context's
+ * `setLoras(adapters, scales)` (`llama_set_adapters_lora`, which swaps the adapters of a live
+ * context), and frees a replaced adapter (`llama_adapter_lora_free`). Not public API: checked
+ * here, failing with one line on another version.
+ */
+function loraApi(model: LlamaModel): {
+  load(path: string): Promise<NativeLora>;
+  free(handle: NativeLora, path: string): Promise<void>;
+} {
+  const m = model as unknown as {
+    _getOrLoadLora?: (path: string) => Promise<NativeLora>;
+    _loraAdapters?: Map<string, NativeLora>;
+  };
+  if (typeof m._getOrLoadLora !== 'function' || !(m._loraAdapters instanceof Map))
+    throw new LlamaCppError(
+      'LLAMACPP_UNAVAILABLE',
+      'node-llama-cpp: the model has no _getOrLoadLora/_loraAdapters (version other than 3.21.1?)',
+    );
+  return {
+    load: (path) => m._getOrLoadLora!.call(model, path),
+    async free(handle, path) {
+      for (const [k, v] of m._loraAdapters!)
+        if (v === handle || k === path) m._loraAdapters!.delete(k);
+      await handle.dispose();
+    },
+  };
+}
+
+/** The native context's adapter setter (see {@link loraApi}). */
+function contextLoras(context: LlamaContext): {
+  setLoras(adapters: NativeLora[], scales: number[]): void;
+} {
+  const native = (context as unknown as { _ctx?: { setLoras?: unknown } })._ctx;
+  if (!native || typeof native.setLoras !== 'function')
+    throw new LlamaCppError(
+      'LLAMACPP_UNAVAILABLE',
+      'node-llama-cpp: its native context has no setLoras (version other than 3.21.1?)',
+    );
+  return native as { setLoras(adapters: NativeLora[], scales: number[]): void };
 }
 
 /** The part of node-llama-cpp's native context that decodes a batch and samples from it. */

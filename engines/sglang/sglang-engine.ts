@@ -9,6 +9,11 @@
  * started with `SGLANG_RETURN_ORIGINAL_LOGPROB=1` reports them before temperature: set
  * `returnOriginalLogprob: true` and the engine refuses temperatures other than 1.
  *
+ * LoRA (a server started with `--enable-lora`, see `loraServerArgs`): adapters are loaded with
+ * `POST /load_lora_adapter {lora_name, lora_path}` and unloaded with `POST /unload_lora_adapter
+ * {lora_name}` (both answer `{success, error_message}`; an unload waits for the requests under
+ * the adapter), and a request runs under one with `lora_path: <name>` in `/generate`.
+ *
  * @module
  */
 import { EngineError } from '../http/errors.ts';
@@ -28,6 +33,7 @@ import {
   type ResolvedGenerationConfig,
   type SampleOutput,
   type SampleTokens,
+  type ServerCall,
 } from '../http/remote-engine.ts';
 import type { StopReason, TopLogprobs } from '../types.ts';
 
@@ -72,7 +78,7 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
         'unset SGLANG_RETURN_ORIGINAL_LOGPROB on the server and returnOriginalLogprob here',
       );
     },
-    generateRequest(inputIds, g, n, stream) {
+    generateRequest(inputIds, g, n, stream, adapter) {
       return {
         path: '/generate',
         body: {
@@ -80,6 +86,7 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
           sampling_params: samplingParams(g, n, opts.extraSamplingParams),
           return_logprob: true,
           ...(g.topLogprobs > 0 ? { top_logprobs_num: g.topLogprobs } : {}),
+          ...(adapter === undefined ? {} : { lora_path: adapter }),
           stream,
         },
       };
@@ -133,6 +140,12 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
         );
       }
     },
+    async loadAdapter(call, name, path) {
+      await loraUpdate(call, '/load_lora_adapter', { lora_name: name, lora_path: path });
+    },
+    async unloadAdapter(call, name) {
+      await loraUpdate(call, '/unload_lora_adapter', { lora_name: name });
+    },
     async sleep(call) {
       await call('/release_memory_occupation', opts.sleepTags ? { tags: opts.sleepTags } : {});
     },
@@ -140,6 +153,20 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
       await call('/resume_memory_occupation', opts.sleepTags ? { tags: opts.sleepTags } : {});
     },
   };
+}
+
+/** A LoRA route; its `LoRAUpdateOutput` must say `success` (a 400 with the reason otherwise). */
+async function loraUpdate(
+  call: ServerCall,
+  route: string,
+  body: Record<string, string>,
+): Promise<void> {
+  const res = (await call(route, body)) as { success?: boolean; error_message?: string } | null;
+  if (!res || res.success !== true)
+    throw new EngineError(
+      'HTTP_STATUS',
+      `${route.slice(1)} ${body.lora_name}: ${res?.error_message ?? 'no answer'}`,
+    );
 }
 
 /** `GenerationConfig` → SGLang `sampling_params`, field by field. */

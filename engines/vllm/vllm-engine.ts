@@ -14,6 +14,12 @@
  * `logprobsMode: 'processed_logprobs'` to sample at other temperatures; with the default the
  * engine refuses temperatures other than 1 (and greedy).
  *
+ * LoRA (a server started with `--enable-lora --max-loras N --max-lora-rank R` and
+ * `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, see `loraServerArgs`): adapters are loaded with
+ * `POST /v1/load_lora_adapter {lora_name, lora_path}` and unloaded with
+ * `POST /v1/unload_lora_adapter {lora_name}` (a text line on success, `{"error": ...}` with 400 /
+ * 404 otherwise), and a completion runs under one with `model: <name>`.
+ *
  * @module
  */
 import { EngineError } from '../http/errors.ts';
@@ -90,8 +96,10 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
         "start vLLM with --logprobs-mode processed_logprobs and set logprobsMode: 'processed_logprobs'",
       );
     },
-    generateRequest(inputIds, g, n, stream) {
-      return { path: '/v1/completions', body: completionBody(inputIds, g, n, opts, stream) };
+    generateRequest(inputIds, g, n, stream, adapter) {
+      // Under an adapter, `model` names it (vLLM serves each adapter as a model).
+      const o = adapter === undefined ? opts : { ...opts, model: adapter };
+      return { path: '/v1/completions', body: completionBody(inputIds, g, n, o, stream) };
     },
     streamReader(n, url, top) {
       // Each chunk's choices carry their new tokens only (OpenAI completion chunks); the one
@@ -154,6 +162,12 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
       } else {
         await rpc(call, 'reload_weights');
       }
+    },
+    async loadAdapter(call, name, path) {
+      await call('/v1/load_lora_adapter', { lora_name: name, lora_path: path });
+    },
+    async unloadAdapter(call, name) {
+      await call('/v1/unload_lora_adapter', { lora_name: name });
     },
     async sleep(call) {
       await call(`/sleep?level=${opts.sleepLevel ?? 1}`, {});

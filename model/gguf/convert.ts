@@ -58,8 +58,8 @@ export interface GgufWriteOptions {
   name?: string;
 }
 
-/** llama.cpp's architecture name for each HF family. */
-function ggufArch(c: LlamaConfig): 'llama' | 'qwen2' | 'qwen3' {
+/** llama.cpp's architecture name for each HF family (`general.architecture`). */
+export function ggufArch(c: LlamaConfig): 'llama' | 'qwen2' | 'qwen3' {
   if (c.model_type === 'llama' || c.model_type === 'mistral') return 'llama';
   if (c.model_type === 'qwen3' && (c.qkv_bias || c.o_bias)) {
     throw new GgufError(

@@ -4,8 +4,10 @@ export { GgufError, ggufDtypes, encodeTensor, toF16, toQ8_0 } from './format.ts'
 export type { GgufLayout, GgufPlacement, GgufWriteOptions } from './convert.ts';
 export {
   convertHfToGguf,
+  ggufArch,
   ggufTensorName,
   permuteRotary,
   rewriteGgufTensors,
   writeGguf,
 } from './convert.ts';
+export { writeGgufLoraAdapter } from './lora.ts';

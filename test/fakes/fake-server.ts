@@ -2,7 +2,9 @@
  * What the fake SGLang and vLLM servers share: a loopback HTTP server with a route table, the
  * requests in flight (abortable), a pause gate, a prefix cache estimate, fault injection (health
  * failing or hanging, slow answers, and per route: an error status with `Retry-After`, a
- * connection dropped mid-answer, cut-off JSON, no answer, a crash) and events tests can wait on.
+ * connection dropped mid-answer, cut-off JSON, no answer, a crash), LoRA adapters loaded and
+ * unloaded at run time (read from PEFT directories, applied by the generator, counted in use per
+ * request) and events tests can wait on.
  *
  * @module
  */
@@ -10,6 +12,7 @@ import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
+import { readLoraAdapter, type LoraAdapter } from '../../model/lora-adapter.ts';
 import {
   DeterministicGenerator,
   type GeneratedSequence,
@@ -21,6 +24,15 @@ import {
 export type SampleParams = Omit<SamplingRequest, 'signal' | 'hold' | 'onToken' | 'seed'> & {
   seed?: number;
 };
+
+/** A LoRA adapter a fake server loaded. */
+export interface LoadedAdapter {
+  name: string;
+  path: string;
+  lora: LoraAdapter;
+  /** Requests generating under it now. */
+  inUse: number;
+}
 
 /** The sampling fields SGLang's `sampling_params` and vLLM's completion body name alike. */
 export interface WireSamplingFields {
@@ -39,7 +51,10 @@ export interface WireSamplingFields {
  */
 export function sampleParams(
   w: WireSamplingFields,
-  own: Pick<SampleParams, 'inputIds' | 'maxNewTokens' | 'minNewTokens' | 'seed' | 'topLogprobs'>,
+  own: Pick<
+    SampleParams,
+    'inputIds' | 'maxNewTokens' | 'minNewTokens' | 'seed' | 'topLogprobs' | 'adapter'
+  >,
 ): SampleParams {
   return {
     temperature: w.temperature ?? 1,
@@ -79,6 +94,13 @@ export interface FakeServerOptions {
   modelPath?: string;
   /** Prompt + output cap. @default 4096 */
   contextLength?: number;
+  /**
+   * LoRA serving, as a server started with `--enable-lora` (vLLM also with
+   * `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`): the load/unload routes answer and a request may
+   * name a loaded adapter. `maxLoaded`: adapters held at once (SGLang `--max-loaded-loras`
+   * refuses more); `maxRank`: `--max-lora-rank`. Unset: LoRA is off.
+   */
+  lora?: { maxLoaded?: number; maxRank?: number };
 }
 
 /** A parsed request handed to a route. */
@@ -132,6 +154,10 @@ export interface FakeStats {
   healthChecks: number;
   /** Requests answered with an injected {@link Fault}. */
   faults: number;
+  adapterLoads: number;
+  adapterUnloads: number;
+  /** The most adapters loaded at once so far. */
+  maxLoadedAdapters: number;
 }
 
 /** The base of the fake servers; subclasses register routes. */
@@ -146,7 +172,13 @@ export abstract class FakeServer extends EventEmitter {
     weightLoads: 0,
     healthChecks: 0,
     faults: 0,
+    adapterLoads: 0,
+    adapterUnloads: 0,
+    maxLoadedAdapters: 0,
   };
+  /** LoRA adapters loaded now, by name, in load order. */
+  readonly adapters = new Map<string, LoadedAdapter>();
+  protected readonly lora: { maxLoaded: number; maxRank: number } | undefined;
   /** Bodies of the last generation requests, newest last (tests check the field mapping). */
   readonly generateBodies: unknown[] = [];
   healthMode: HealthMode = 'ok';
@@ -176,6 +208,10 @@ export abstract class FakeServer extends EventEmitter {
     this.generator = opts.generator ?? new DeterministicGenerator();
     this.modelPath = opts.modelPath ?? '/fake/model';
     this.contextLength = opts.contextLength ?? 4096;
+    this.lora = opts.lora && {
+      maxLoaded: opts.lora.maxLoaded ?? Infinity,
+      maxRank: opts.lora.maxRank ?? 16,
+    };
     this.host = opts.host ?? '127.0.0.1';
     this.requestedPort = opts.port ?? 0;
     this.server = createServer((req, res) => void this.dispatch(req, res));
@@ -304,12 +340,64 @@ export abstract class FakeServer extends EventEmitter {
     );
   }
 
+  /**
+   * Loads the PEFT adapter directory `path` under `name`; returns why it cannot (the real
+   * servers' reasons: LoRA off, the name taken, too many loaded, rank over `--max-lora-rank`, not
+   * an adapter directory), or undefined once loaded.
+   */
+  protected async loadAdapter(name: string, path: string): Promise<string | undefined> {
+    if (!this.lora) return 'LoRA is not enabled. Please set `--enable-lora` to enable LoRA.';
+    if (!name || !path) return "Both 'lora_name' and 'lora_path' must be provided.";
+    if (this.adapters.has(name)) return `The lora adapter '${name}' has already been loaded.`;
+    if (this.adapters.size >= this.lora.maxLoaded)
+      return `Maximum number of loaded LoRA adapters (${this.lora.maxLoaded}) reached. Unload some adapters first.`;
+    let lora: LoraAdapter;
+    try {
+      lora = readLoraAdapter(path);
+    } catch (e) {
+      return (e as Error).message;
+    }
+    if (lora.config.r > this.lora.maxRank)
+      return `LoRA rank ${lora.config.r} is greater than max_lora_rank ${this.lora.maxRank}.`;
+    await this.generator.loadAdapter?.(name, lora);
+    this.adapters.set(name, { name, path, lora, inUse: 0 });
+    this.stats.adapterLoads += 1;
+    this.stats.maxLoadedAdapters = Math.max(this.stats.maxLoadedAdapters, this.adapters.size);
+    this.changed();
+    return undefined;
+  }
+
+  /**
+   * Unloads the adapter `name`: no new request may name it; requests under it keep it until they
+   * end (with `waitForRequests`, as SGLang does, the answer waits for them). Returns why it
+   * cannot, or undefined.
+   */
+  protected async unloadAdapter(
+    name: string,
+    waitForRequests: boolean,
+  ): Promise<string | undefined> {
+    const a = this.adapters.get(name);
+    if (!a) return `The lora adapter '${name}' cannot be found.`;
+    this.adapters.delete(name);
+    this.changed();
+    const free = this.waitFor(() => a.inUse === 0, 600_000).then(async () => {
+      await this.generator.unloadAdapter?.(name);
+      this.stats.adapterUnloads += 1;
+      this.changed();
+    });
+    if (waitForRequests) await free;
+    else void free.catch(() => undefined);
+    return undefined;
+  }
+
   /** Runs one sample under the server's abort and pause rules. */
   private async runSample(
     req: Omit<SamplingRequest, 'signal' | 'hold' | 'onToken'>,
     onToken?: (soFar: Readonly<GeneratedSequence>) => void,
   ): Promise<GeneratedSequence> {
     const running: Running = { controller: new AbortController(), started: false };
+    const adapter = req.adapter && this.adapters.get(req.adapter.name);
+    if (adapter) adapter.inUse += 1;
     this.running.add(running);
     this.stats.running = this.running.size;
     this.changed();
@@ -326,6 +414,7 @@ export abstract class FakeServer extends EventEmitter {
         },
       });
     } finally {
+      if (adapter) adapter.inUse -= 1;
       this.running.delete(running);
       this.stats.running = this.running.size;
       this.changed();

@@ -9,7 +9,11 @@
  * `[DONE]`), `/health`,
  * `/pause_generation` (abort mode returns running requests with their partial output and holds
  * new ones), `/continue_generation`, `/update_weights_from_disk`, `/release_memory_occupation`,
- * `/resume_memory_occupation`, `/get_model_info`, `/flush_cache`, `/abort_request`.
+ * `/resume_memory_occupation`, `/get_model_info`, `/flush_cache`, `/abort_request`; started with
+ * LoRA (`lora` option, as `--enable-lora`), `/load_lora_adapter {lora_name, lora_path}` and
+ * `/unload_lora_adapter {lora_name}` (answering `{success, error_message, loaded_adapters}`,
+ * 400 when not successful; an unload waits for the requests under the adapter), and `/generate`
+ * with `lora_path: <name>` (an adapter not loaded is a 400).
  *
  * Runnable alone: `node --import tsx test/fakes/sglang-server.ts --port 0` prints
  * `listening on http://127.0.0.1:PORT`.
@@ -56,6 +60,7 @@ interface GenerateBody {
   top_logprobs_num?: number;
   stream?: boolean;
   rid?: string;
+  lora_path?: string | null;
 }
 
 /** A loopback SGLang look-alike; see the module comment. */
@@ -103,6 +108,14 @@ export class FakeSglangServer extends FakeServer {
     );
     this.route('POST', '/release_memory_occupation', () => this.memory(true));
     this.route('POST', '/resume_memory_occupation', () => this.memory(false));
+    this.route('POST', '/load_lora_adapter', async (r) => {
+      const b = r.body as { lora_name?: string; lora_path?: string } | undefined;
+      return this.loraAnswer(await this.loadAdapter(b?.lora_name ?? '', b?.lora_path ?? ''));
+    });
+    this.route('POST', '/unload_lora_adapter', async (r) => {
+      const b = r.body as { lora_name?: string } | undefined;
+      return this.loraAnswer(await this.unloadAdapter(b?.lora_name ?? '', true));
+    });
     this.route('POST', '/abort_request', (r) => {
       const b = r.body as { abort_all?: boolean } | undefined;
       if (b?.abort_all) this.abortAll();
@@ -138,6 +151,12 @@ export class FakeSglangServer extends FakeServer {
     const sp = body.sampling_params ?? {};
     const n = sp.n ?? 1;
     await this.whilePaused();
+    const name = body.lora_path ?? undefined;
+    const adapter = name === undefined ? undefined : this.adapters.get(name);
+    if (name !== undefined && !adapter)
+      return bad(
+        `The following requested LoRA adapters are not loaded: ${name}\nLoaded adapters: ${[...this.adapters.keys()].join(', ')}.`,
+      );
     const started = Date.now();
     const cached = this.cachedTokens(ids as number[]);
     const maxNew = Math.min(sp.max_new_tokens ?? 128, this.contextLength - ids.length);
@@ -149,6 +168,7 @@ export class FakeSglangServer extends FakeServer {
       ...(body.return_logprob && body.top_logprobs_num
         ? { topLogprobs: body.top_logprobs_num }
         : {}),
+      ...(adapter ? { adapter: { name: adapter.name, lora: adapter.lora } } : {}),
     });
     const output = (s: Readonly<GeneratedSequence>, running = false) =>
       this.output(
@@ -276,6 +296,14 @@ export class FakeSglangServer extends FakeServer {
     };
   }
 
+  /** SGLang's `LoRAUpdateOutput`: 200 on success, 400 with the reason otherwise. */
+  private loraAnswer(error: string | undefined): RouteAnswer {
+    const loaded = Object.fromEntries([...this.adapters.values()].map((a) => [a.name, a.path]));
+    return error === undefined
+      ? { json: { success: true, error_message: null, loaded_adapters: loaded } }
+      : { status: 400, json: { success: false, error_message: error, loaded_adapters: loaded } };
+  }
+
   private memory(release: boolean): RouteAnswer {
     if (!this.memorySaver) return bad('memory saver is not enabled (--enable-memory-saver)');
     if (release && this.running.size > 0) {
@@ -320,6 +348,14 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
       port: a.port,
       generator,
       ...(a.modelPath ? { modelPath: a.modelPath } : {}),
+      ...(a.extra.has('enable-lora')
+        ? {
+            lora: {
+              maxLoaded: Number(a.extra.get('max-loaded-loras') ?? Infinity),
+              maxRank: Number(a.extra.get('max-lora-rank') ?? 16),
+            },
+          }
+        : {}),
     }),
   );
 }

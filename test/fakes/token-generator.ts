@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { seededRandom } from '../../model/prng.ts';
 
 import type { GenerationConfig, InferenceEngine } from '../../engines/types.ts';
+import type { LoraAdapter } from '../../model/lora-adapter.ts';
 
 /** What a fake server asks a generator for: one sample. */
 export interface SamplingRequest {
@@ -29,6 +30,8 @@ export interface SamplingRequest {
   seed?: number;
   /** Also report this many most likely tokens at each position (SGLang `top_logprobs_num`, vLLM `logprobs`). */
   topLogprobs?: number;
+  /** The LoRA adapter the request named (SGLang `lora_path`, vLLM `model`), as the server loaded it. */
+  adapter?: { name: string; lora: LoraAdapter };
   /** Aborting it ends the sample now with finish `abort` and the tokens so far. */
   signal: AbortSignal;
   /** Awaited before every token; a server paused in place holds it. */
@@ -63,6 +66,10 @@ export interface TokenGenerator {
   generate(req: SamplingRequest): Promise<GeneratedSequence>;
   /** Loads the checkpoint directory at `path`; throws when it does not exist. */
   loadWeights(path: string, version: number): Promise<void>;
+  /** Prepares generation under the adapter `name` (called when the server loads it). */
+  loadAdapter?(name: string, lora: LoraAdapter): Promise<void>;
+  /** Frees what {@link loadAdapter} prepared (called once no request uses it). */
+  unloadAdapter?(name: string): Promise<void>;
   /** For generators that cannot abort one request alone: abort all in flight and hold new ones. */
   abortAll?(): Promise<void>;
   /** Undo `abortAll`. */
@@ -86,10 +93,27 @@ export interface DeterministicGeneratorOptions {
 }
 
 /**
+ * What a LoRA adapter does to the {@link DeterministicGenerator}'s "weights": its seed is XORed
+ * with this hash of the adapter's alpha, rank and tensors (names and bytes), so every adapter
+ * changes the distribution and a test can compute what a request under it must give.
+ */
+export function adapterSeed(a: LoraAdapter): number {
+  let h = hashString(`${a.config.r}/${a.config.alpha}`);
+  for (const name of Object.keys(a.tensors).sort()) {
+    const t = a.tensors[name]!;
+    h = Math.imul(h ^ hashString(name), 0x01000193);
+    const bytes = new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength);
+    for (const b of bytes) h = Math.imul(h ^ b, 0x01000193);
+  }
+  return fmix32(h);
+}
+
+/**
  * A bigram model with pseudo-random logits fixed by `(previous two tokens, weights seed)`.
  * Sampling follows SGLang/vLLM: temperature, then top-k, then top-p; logprobs are reported both
  * after temperature (before truncation) and raw. Checkpoint directories hold the seed in
  * `fake-weights.json` (`{"seed": 7}`); any other existing directory gets a seed from its path.
+ * A request under a LoRA adapter uses the seed XOR {@link adapterSeed}.
  */
 export class DeterministicGenerator implements TokenGenerator {
   readonly vocabSize: number;
@@ -122,8 +146,13 @@ export class DeterministicGenerator implements TokenGenerator {
       : hashString(path);
   }
 
+  /** The seed a request under `adapter` (none: the base) generates with. */
+  seedFor(adapter?: LoraAdapter): number {
+    return adapter ? this.weightsSeed ^ adapterSeed(adapter) : this.weightsSeed;
+  }
+
   /** Log-softmax of the next-token logits after `context` (exposed for tests). */
-  logits(context: number[]): Float64Array {
+  logits(context: number[], seed = this.weightsSeed): Float64Array {
     const a = context.at(-1) ?? 0;
     const b = context.at(-2) ?? 0;
     const out = new Float64Array(this.vocabSize);
@@ -132,7 +161,7 @@ export class DeterministicGenerator implements TokenGenerator {
         Math.imul(a + 1, 0x9e3779b1) ^
           Math.imul(b + 7, 0x85ebca6b) ^
           Math.imul(j + 13, 0xc2b2ae35) ^
-          this.weightsSeed,
+          seed,
       );
       out[j] = ((h >>> 0) / 0xffffffff) * 2 * this.logitScale - this.logitScale;
     }
@@ -151,12 +180,13 @@ export class DeterministicGenerator implements TokenGenerator {
     };
     const ends = new Set(req.stopTokenIds);
     if (!req.ignoreEos) ends.add(this.eosTokenId);
+    const weights = this.seedFor(req.adapter?.lora);
     while (out.tokens.length < req.maxNewTokens) {
       await req.hold();
       if (this.tokenDelayMs > 0) await sleep(this.tokenDelayMs);
       else if (out.tokens.length % 16 === 15) await new Promise((r) => setImmediate(r));
       if (req.signal.aborted) return { ...out, finish: 'abort' };
-      const logits = this.logits(context);
+      const logits = this.logits(context, weights);
       if (out.tokens.length < req.minNewTokens)
         for (const e of ends) if (e < logits.length) logits[e] = -Infinity;
       const raw = logSoftmax(logits, 1);
@@ -197,14 +227,35 @@ export class EngineGenerator implements TokenGenerator {
   readonly eosTokenId: number;
   private readonly engine: InferenceEngine;
   private readonly decodeFn: (ids: number[]) => string;
+  private readonly adapterEngine?: (lora: LoraAdapter) => Promise<InferenceEngine>;
+  private readonly adapters = new Map<string, InferenceEngine>();
 
+  /**
+   * `adapterEngine` builds the engine a LoRA adapter's requests run on (e.g. one on the base
+   * merged with it, `mergeLoraAdapter`); without it the server cannot serve adapters.
+   */
   constructor(
     engine: InferenceEngine,
-    opts: { eosTokenId: number; decode: (ids: number[]) => string },
+    opts: {
+      eosTokenId: number;
+      decode: (ids: number[]) => string;
+      adapterEngine?: (lora: LoraAdapter) => Promise<InferenceEngine>;
+    },
   ) {
     this.engine = engine;
     this.eosTokenId = opts.eosTokenId;
     this.decodeFn = opts.decode;
+    this.adapterEngine = opts.adapterEngine;
+  }
+
+  async loadAdapter(name: string, lora: LoraAdapter): Promise<void> {
+    if (!this.adapterEngine) throw new Error('this generator serves no LoRA adapters');
+    this.adapters.set(name, await this.adapterEngine(lora));
+  }
+
+  async unloadAdapter(name: string): Promise<void> {
+    await this.adapters.get(name)?.close();
+    this.adapters.delete(name);
   }
 
   decode(ids: number[]): string {
@@ -225,7 +276,9 @@ export class EngineGenerator implements TokenGenerator {
       ...(req.seed === undefined ? {} : { seed: req.seed }),
       ...(req.topLogprobs ? { topLogprobs: req.topLogprobs } : {}),
     };
-    const r = await this.engine.generate({ inputIds: req.inputIds, gconfig });
+    const engine = req.adapter ? this.adapters.get(req.adapter.name) : this.engine;
+    if (!engine) throw new Error(`adapter ${req.adapter?.name} is not loaded`);
+    const r = await engine.generate({ inputIds: req.inputIds, gconfig });
     const top = r.outputTopLogprobs?.map((t) => ({ ids: t.ids, logprobs: t.logprobs }));
     // The engine answers whole: its tokens are told (and streamed) in one go after it.
     for (let i = 1; i <= r.outputTokens.length; i++) {
@@ -251,11 +304,13 @@ export class EngineGenerator implements TokenGenerator {
   }
 
   async abortAll(): Promise<void> {
-    await this.engine.pause({ mode: 'abort' });
+    await Promise.all(
+      [this.engine, ...this.adapters.values()].map((e) => e.pause({ mode: 'abort' })),
+    );
   }
 
   async resumeAll(): Promise<void> {
-    await this.engine.resume();
+    await Promise.all([this.engine, ...this.adapters.values()].map((e) => e.resume()));
   }
 }
 

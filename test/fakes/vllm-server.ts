@@ -8,7 +8,11 @@
  * (`VLLM_SERVER_DEV_MODE=1`): `/sleep?level=`, `/wake_up?tags=`, `/is_sleeping`,
  * `/collective_rpc`, `/reset_prefix_cache`, `/pause?mode=`, `/resume`, `/is_paused`, and AReaL's
  * `/areal_update_weights`. Logprobs are raw (before temperature) unless started with
- * `logprobsMode: 'processed_logprobs'`, as with `--logprobs-mode`.
+ * `logprobsMode: 'processed_logprobs'`, as with `--logprobs-mode`. Started with LoRA (`lora`
+ * option, as `--enable-lora` with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`):
+ * `/v1/load_lora_adapter {lora_name, lora_path}` and `/v1/unload_lora_adapter {lora_name}`
+ * (200 with a text line; a name taken is a 400, an unknown one a 404, as `{"error": ...}`), a
+ * completion whose `model` names a loaded adapter runs under it, and `/v1/models` lists them.
  *
  * Runnable alone: `node --import tsx test/fakes/vllm-server.ts --port 0 [--model DIR]`.
  *
@@ -87,9 +91,34 @@ export class FakeVllmServer extends FakeServer {
             parent: null,
             max_model_len: this.contextLength,
           },
+          ...[...this.adapters.values()].map((a) => ({
+            id: a.name,
+            object: 'model',
+            created: 0,
+            owned_by: 'vllm',
+            root: a.path,
+            parent: this.servedName,
+          })),
         ],
       },
     }));
+    if (opts.lora) {
+      // Only with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; otherwise the routes do not exist.
+      this.route('POST', '/v1/load_lora_adapter', async (r) => {
+        const b = r.body as { lora_name?: string; lora_path?: string } | undefined;
+        const why = await this.loadAdapter(b?.lora_name ?? '', b?.lora_path ?? '');
+        return why === undefined
+          ? { text: `Success: LoRA adapter '${b!.lora_name}' added successfully.` }
+          : err(400, why);
+      });
+      this.route('POST', '/v1/unload_lora_adapter', async (r) => {
+        const b = r.body as { lora_name?: string } | undefined;
+        const why = await this.unloadAdapter(b?.lora_name ?? '', false);
+        return why === undefined
+          ? { text: `Success: LoRA adapter '${b!.lora_name}' removed successfully.` }
+          : err(404, why);
+      });
+    }
     this.route('POST', '/areal_update_weights', (r) =>
       this.arealUpdate(r.body as { model_path?: unknown }),
     );
@@ -141,7 +170,8 @@ export class FakeVllmServer extends FakeServer {
   private async complete(body: CompletionBody): Promise<RouteAnswer> {
     const injected = await this.beforeGenerate(body);
     if (injected) return injected;
-    if (body?.model !== undefined && body.model !== this.servedName) {
+    const adapter = body?.model === undefined ? undefined : this.adapters.get(body.model);
+    if (body?.model !== undefined && body.model !== this.servedName && !adapter) {
       return {
         status: 404,
         json: {
@@ -179,6 +209,7 @@ export class FakeVllmServer extends FakeServer {
       minNewTokens: body.min_tokens ?? 0,
       ...(body.seed === undefined ? {} : { seed: body.seed }),
       ...(body.logprobs ? { topLogprobs: body.logprobs } : {}),
+      ...(adapter ? { adapter: { name: adapter.name, lora: adapter.lora } } : {}),
     });
     const id = `cmpl-${randomBytes(16).toString('hex')}`;
     if (body.stream) {
@@ -306,7 +337,12 @@ function err(status: number, message: string): RouteAnswer {
     json: {
       error: {
         message,
-        type: status === 400 ? 'BadRequestError' : 'InternalServerError',
+        type:
+          status === 400
+            ? 'BadRequestError'
+            : status === 404
+              ? 'NotFoundError'
+              : 'InternalServerError',
         param: null,
         code: status,
       },
@@ -325,6 +361,15 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
       port: a.port,
       generator,
       ...(a.modelPath ? { modelPath: a.modelPath } : {}),
+      ...(a.extra.has('enable-lora') &&
+      /^(1|true)$/i.test(process.env.VLLM_ALLOW_RUNTIME_LORA_UPDATING ?? '')
+        ? {
+            lora: {
+              maxLoaded: Number(a.extra.get('max-cpu-loras') ?? Infinity),
+              maxRank: Number(a.extra.get('max-lora-rank') ?? 16),
+            },
+          }
+        : {}),
     }),
   );
 }
