@@ -12,7 +12,8 @@ import { join } from 'node:path';
 import { assertBackendRoom, tf } from './backend.ts';
 import { adamwImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
-import type { CausalLM } from './llama.ts';
+import { valueHeadName, type CausalLM } from './llama.ts';
+import { isLoraAdapterDir, readLoraAdapter, writeLoraAdapter } from './lora-adapter.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
@@ -232,6 +233,8 @@ export class ModelTrainer {
   /** Optimizer steps taken. */
   stepCount = 0;
   private readonly names: string[];
+  /** The trained variables by name: every weight, or an adapter's matrices (the base frozen). */
+  private readonly vars: Map<string, tf.Variable>;
   private readonly m = new Map<string, tf.Variable>();
   private readonly v = new Map<string, tf.Variable>();
   private acc = new Map<string, tf.Tensor>();
@@ -240,15 +243,18 @@ export class ModelTrainer {
   constructor(model: CausalLM, options: TrainerOptions) {
     this.model = model;
     this.options = options;
-    this.names = [...model.params.keys()].filter((n) => options.trainable?.(n) ?? true);
-    const trained = this.names.reduce((a, n) => a + model.params.get(n)!.size, 0);
+    // With a LoRA adapter only its matrices (and a value head) train: frozen base weights get
+    // no gradient and no optimizer state.
+    this.vars = model.trainableParams();
+    this.names = [...this.vars.keys()].filter((n) => options.trainable?.(n) ?? true);
+    const trained = this.names.reduce((a, n) => a + this.vars.get(n)!.size, 0);
     // Two moments now and the gradients at the first step, float32 each.
     assertBackendRoom(
       12 * trained,
-      `training ${(trained / 1e6).toFixed(0)}M parameters with AdamW`,
+      `training ${(trained / 1e6).toFixed(trained < 1e6 ? 2 : 0)}M parameters with AdamW`,
     );
     for (const n of this.names) {
-      const p = model.params.get(n)!;
+      const p = this.vars.get(n)!;
       // In a tidy: the zeros tensor would otherwise keep its buffer after the first step.
       this.m.set(
         n,
@@ -325,7 +331,7 @@ export class ModelTrainer {
     extras?: tf.Tensor;
     grads: Map<string, tf.Tensor>;
   } {
-    const vars = this.names.map((n) => this.model.params.get(n)!);
+    const vars = this.names.map((n) => this.vars.get(n)!);
     let extras: tf.Tensor | undefined;
     const { value, grads } = tf.variableGrads(() => {
       const r = lossFn();
@@ -340,7 +346,7 @@ export class ModelTrainer {
   /** Adds one pass's gradients (keyed by variable name) to the accumulator. */
   private addGrads(byVar: Map<string, tf.Tensor>): void {
     for (const n of this.names) {
-      const key = this.model.params.get(n)!.name;
+      const key = this.vars.get(n)!.name;
       const g = byVar.get(key);
       byVar.delete(key);
       if (!g) continue;
@@ -368,12 +374,12 @@ export class ModelTrainer {
       const g = this.acc.get(n);
       grads[n] = g
         ? ((await g.data()) as Float32Array).slice()
-        : new Float32Array(this.model.params.get(n)!.size);
+        : new Float32Array(this.vars.get(n)!.size);
     }
     await reduce(grads);
     for (const n of this.names) {
       this.acc.get(n)?.dispose();
-      this.acc.set(n, tf.tensor(grads[n]!, this.model.params.get(n)!.shape, 'float32'));
+      this.acc.set(n, tf.tensor(grads[n]!, this.vars.get(n)!.shape, 'float32'));
     }
   }
 
@@ -431,7 +437,7 @@ export class ModelTrainer {
     for (const n of this.names) {
       const gRaw = this.acc.get(n);
       if (!gRaw) continue;
-      const p = this.model.params.get(n)!;
+      const p = this.vars.get(n)!;
       const m = this.m.get(n)!;
       const v = this.v.get(n)!;
       const fused = adamwImpls.get(tf.getBackend());
@@ -530,7 +536,9 @@ export class ModelTrainer {
 
   /**
    * Saves an HF model directory plus `optimizer.safetensors` and `trainer_state.json`
-   * (`{ step, ...extra }`), replacing `dir` atomically.
+   * (`{ step, ...extra }`), replacing `dir` atomically. A model with a LoRA adapter saves the
+   * adapter alone (a PEFT adapter directory, plus `value_head.safetensors` for a critic) and the
+   * adapter's optimizer state: the base is the checkpoint named in `adapter_config.json`.
    */
   saveCheckpoint(
     dir: string,
@@ -540,7 +548,8 @@ export class ModelTrainer {
     const tmp = `${dir}.tmp-${process.pid}`;
     rmSync(tmp, { recursive: true, force: true });
     mkdirSync(tmp, { recursive: true });
-    saveModel(tmp, this.model, modelOpts);
+    if (this.model.lora) saveLoraCheckpoint(tmp, this.model);
+    else saveModel(tmp, this.model, modelOpts);
     writeFileSync(
       join(tmp, 'optimizer.safetensors'),
       serializeSafetensors(this.exportOptimizerState()),
@@ -557,8 +566,11 @@ export class ModelTrainer {
 
   /** Restores weights, optimizer state and step from {@link saveCheckpoint}; returns the state JSON. */
   loadCheckpoint(dir: string): Record<string, unknown> {
-    const { tensors, sourceOf } = readCheckpointWeights(dir);
-    this.model.importWeights(tensors, { strict: false, source: sourceOf });
+    if (isLoraAdapterDir(dir)) loadLoraCheckpoint(dir, this.model);
+    else {
+      const { tensors, sourceOf } = readCheckpointWeights(dir);
+      this.model.importWeights(tensors, { strict: false, source: sourceOf });
+    }
     const optPath = join(dir, 'optimizer.safetensors');
     if (existsSync(optPath))
       this.importOptimizerState(parseSafetensors(readFileSync(optPath), optPath).tensors);
@@ -575,6 +587,38 @@ export class ModelTrainer {
     this.m.forEach((t) => t.dispose());
     this.v.forEach((t) => t.dispose());
   }
+}
+
+/** The file beside a LoRA checkpoint's adapter that holds a critic's value head (trained in full). */
+const valueHeadFile = 'value_head.safetensors';
+
+/** Writes `model`'s adapter (PEFT's layout) and, for a critic, its value head into `dir`. */
+function saveLoraCheckpoint(dir: string, model: CausalLM): void {
+  writeLoraAdapter(dir, model.lora!.exportAdapter());
+  const head = model.params.get(valueHeadName);
+  if (head)
+    writeFileSync(
+      join(dir, valueHeadFile),
+      serializeSafetensors({
+        [valueHeadName]: { shape: [1, head.shape[0]!], data: head.dataSync() as Float32Array },
+      }),
+    );
+}
+
+/** Restores what {@link saveLoraCheckpoint} wrote into a model with an adapter attached. */
+function loadLoraCheckpoint(dir: string, model: CausalLM): void {
+  if (!model.lora)
+    throw new ModelError(
+      'MODEL_CHECKPOINT',
+      `${dir} holds a LoRA adapter but the model being restored has none (train with --lora-rank)`,
+    );
+  model.loadLora(readLoraAdapter(dir));
+  const headPath = join(dir, valueHeadFile);
+  if (existsSync(headPath))
+    model.importWeights(parseSafetensors(readFileSync(headPath), headPath).tensors, {
+      strict: false,
+      source: headPath,
+    });
 }
 
 /**
