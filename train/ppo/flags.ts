@@ -11,6 +11,7 @@
  * @module
  */
 import { checkRolloutDtype, FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
+import { loraFlagDefaults, loraFlagSpecs, loraSpecOf } from '../lora-flags.ts';
 
 import { ADVANTAGE_ESTIMATORS, GROUP_ESTIMATORS } from '../../algorithms/advantages.ts';
 import { klDefaults, KL_ESTIMATORS } from '../../algorithms/kl.ts';
@@ -174,6 +175,8 @@ export const flagTable: readonly Flag[] = [
   F('actorLearningRate', 'float', 'policy learning rate', { min: 0 }),
   F('criticLearningRate', 'float', 'critic learning rate', { min: 0 }),
   F('maxNorm', 'float', 'gradient clip by global norm', { min: 0 }),
+  // LoRA (train/lora-flags.ts, shared with train_sft): OpenRLHF's names and defaults.
+  ...loraFlagSpecs.map((f): Flag => ({ ...f, section: 'optimizer' })),
   ...under('async'),
   F('asyncTrain', 'bool', 'asynchronous off-policy training'),
   F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', {
@@ -357,6 +360,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   actorLearningRate: 1e-4,
   criticLearningRate: 5e-4,
   maxNorm: 1,
+  ...loraFlagDefaults,
   dynamicFiltering: false,
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
@@ -437,6 +441,8 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
       `--advantage-estimator ${o.advantageEstimator} needs a group: set --n-samples-per-prompt > 1 (got ${o.nSamplesPerPrompt})`,
     );
   }
+  // LoRA flags: an unknown target module, a bad --load-lora or one contradicted by --lora-rank.
+  loraSpecOf(o, o.pretrain, given as Set<string>);
   const samples = o.rolloutBatchSize * o.nSamplesPerPrompt;
   if (o.trainBatchSize > samples && !o.asyncTrain) {
     fail(

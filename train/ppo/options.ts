@@ -19,9 +19,10 @@ import {
   type PpoLossOptions,
 } from '../../algorithms/policy-loss.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
+import type { LoraFlagOptions } from '../lora-flags.ts';
 
-/** Resolved options of a `train_ppo` run. */
-export interface TrainPpoOptions {
+/** Resolved options of a `train_ppo` run (the LoRA flags: `train/lora-flags.ts`). */
+export interface TrainPpoOptions extends LoraFlagOptions {
   pretrain: string;
   agentFunc: string | undefined;
   promptData: string;

@@ -19,7 +19,15 @@ import type { Trainer } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
 import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
 import { bundleCpus, placeRoles, type RolePlacement } from './placement.ts';
-import { everyRank, replicated, roleInits, type Remote, type Roles } from './roles.ts';
+import {
+  baseAsReference,
+  everyRank,
+  referenceRole,
+  replicated,
+  roleInits,
+  type Remote,
+  type Roles,
+} from './roles.ts';
 
 const role = (file: string): URL => ownModule(`../../roles/${file}`, import.meta.url);
 const RolloutActor = defineActor<typeof Rollout>(role('rollout.ts'), 'Rollout');
@@ -156,7 +164,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   // Rank 0 (created right after the rollouts) owns the weights the engines fetch.
   const trainerHandle = handles[rollouts.length]!;
   let reference: Remote<Reference> | undefined;
-  if (o.initKlCoef > 0) {
+  if (referenceRole(o)) {
     const h = ReferenceActor.options({
       name: named('reference', 0, 1),
       ...place(placement.role('reference')),
@@ -204,6 +212,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     rollouts,
     trainer,
     ...(reference ? { reference } : {}),
+    ...(o.initKlCoef > 0 && !reference ? { reference: baseAsReference(trainer) } : {}),
     ...(critic ? { critic } : {}),
     // Rank 0 puts the weights once; engines fetch them from it (weight-sync.ts).
     policy: () => trainer.shareWeights(),

@@ -11,6 +11,7 @@ import { Trainer } from '../../roles/trainer.ts';
 import { join, resolve } from 'node:path';
 import { get, ObjectRef } from '../../runtime/api.ts';
 import type { RefOr } from '../../runtime/handles.ts';
+import { loraSpecOf, policyIsLora } from '../lora-flags.ts';
 import { engineUrls } from './flags.ts';
 import { policyLossOptions, type TrainPpoOptions, valueLossOptions } from './options.ts';
 import type { PolicyWeights } from '../../engines/types.ts';
@@ -37,7 +38,8 @@ export type Remote<T> = {
 export interface Roles {
   rollouts: Remote<Rollout>[];
   trainer: Remote<Trainer>;
-  reference?: Remote<Reference>;
+  /** The reference policy's logprobs: a reference role, or a LoRA policy's base ({@link baseAsReference}). */
+  reference?: Pick<Remote<Reference>, 'logprobs'>;
   critic?: Remote<Critic>;
   /** The trainer's current weights as the engines take them (`weight-sync.ts`). */
   policy(): Promise<PolicyUpdate>;
@@ -105,6 +107,7 @@ export function llamacppGpu(o: TrainPpoOptions): 'auto' | 'cuda' | 'vulkan' | fa
 
 /** Constructor arguments of each role, from the flags. */
 export function roleInits(o: TrainPpoOptions, totalSteps: number) {
+  const lora = loraSpecOf(o, o.pretrain, undefined, o.seed);
   return {
     rollout: (i: number) => ({
       pretrain: o.pretrain,
@@ -153,6 +156,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       totalSteps,
       seed: o.seed,
       loss: policyLossOptions(o),
+      ...(lora ? { lora } : {}),
       ...(o.trainMaxTokensPerGpu !== undefined
         ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
         : {}),
@@ -166,8 +170,24 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       maxEpochs: o.maxEpochs,
       maxNorm: o.maxNorm,
       ...valueLossOptions(o),
+      // The critic's adapter is its own: the policy's rank and targets, freshly initialised.
+      ...(lora ? { lora: { config: lora.config, seed: o.seed + 1 } } : {}),
     },
   };
+}
+
+/**
+ * A reference role is started for the KL term unless the policy is a LoRA adapter: then the base
+ * is the reference, and the trainer computes its logprobs with the adapter left out
+ * ({@link baseAsReference}), so no process holds a second copy of the base weights.
+ */
+export function referenceRole(o: TrainPpoOptions): boolean {
+  return o.initKlCoef > 0 && !policyIsLora(o);
+}
+
+/** The reference of a LoRA policy: the trainer's model with the adapter left out. */
+export function baseAsReference(trainer: Remote<Trainer>): NonNullable<Roles['reference']> {
+  return { logprobs: (seqs, mb) => trainer.referenceLogprobs(seqs, mb) };
 }
 
 /** Every role as a plain object in this process. */
@@ -178,7 +198,7 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
     (_, i) => new Rollout(init.rollout(i)),
   );
   const trainer = new Trainer(init.trainer);
-  const reference = o.initKlCoef > 0 ? new Reference(init.reference) : undefined;
+  const reference = referenceRole(o) ? new Reference(init.reference) : undefined;
   const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
   await Promise.all([
     ...rollouts.map((r) => r.ready()),
@@ -190,6 +210,7 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
     rollouts: rollouts.map(local),
     trainer: local(trainer),
     ...(reference ? { reference: local(reference) } : {}),
+    ...(o.initKlCoef > 0 && !reference ? { reference: baseAsReference(local(trainer)) } : {}),
     ...(critic ? { critic: local(critic) } : {}),
     policy: async () => {
       const w = trainer.weights();
