@@ -12,8 +12,9 @@ import { join } from 'node:path';
 import { assertBackendRoom, tf } from './backend.ts';
 import { adamwImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
-import { valueHeadName, type CausalLM } from './llama.ts';
-import { isLoraAdapterDir, readLoraAdapter, writeLoraAdapter } from './lora-adapter.ts';
+import type { CausalLM } from './llama.ts';
+import { isLoraAdapterDir } from './lora-adapter.ts';
+import { loadLoraCheckpoint, saveLoraCheckpoint } from './lora-spec.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
@@ -233,7 +234,7 @@ export class ModelTrainer {
   /** Optimizer steps taken. */
   stepCount = 0;
   private readonly names: string[];
-  /** The trained variables by name: every weight, or an adapter's matrices (the base frozen). */
+  /** The trained variables: every weight, or with LoRA the adapter alone (the base frozen). */
   private readonly vars: Map<string, tf.Variable>;
   private readonly m = new Map<string, tf.Variable>();
   private readonly v = new Map<string, tf.Variable>();
@@ -243,8 +244,6 @@ export class ModelTrainer {
   constructor(model: CausalLM, options: TrainerOptions) {
     this.model = model;
     this.options = options;
-    // With a LoRA adapter only its matrices (and a value head) train: frozen base weights get
-    // no gradient and no optimizer state.
     this.vars = model.trainableParams();
     this.names = [...this.vars.keys()].filter((n) => options.trainable?.(n) ?? true);
     const trained = this.names.reduce((a, n) => a + this.vars.get(n)!.size, 0);
@@ -587,38 +586,6 @@ export class ModelTrainer {
     this.m.forEach((t) => t.dispose());
     this.v.forEach((t) => t.dispose());
   }
-}
-
-/** The file beside a LoRA checkpoint's adapter that holds a critic's value head (trained in full). */
-const valueHeadFile = 'value_head.safetensors';
-
-/** Writes `model`'s adapter (PEFT's layout) and, for a critic, its value head into `dir`. */
-function saveLoraCheckpoint(dir: string, model: CausalLM): void {
-  writeLoraAdapter(dir, model.lora!.exportAdapter());
-  const head = model.params.get(valueHeadName);
-  if (head)
-    writeFileSync(
-      join(dir, valueHeadFile),
-      serializeSafetensors({
-        [valueHeadName]: { shape: [1, head.shape[0]!], data: head.dataSync() as Float32Array },
-      }),
-    );
-}
-
-/** Restores what {@link saveLoraCheckpoint} wrote into a model with an adapter attached. */
-function loadLoraCheckpoint(dir: string, model: CausalLM): void {
-  if (!model.lora)
-    throw new ModelError(
-      'MODEL_CHECKPOINT',
-      `${dir} holds a LoRA adapter but the model being restored has none (train with --lora-rank)`,
-    );
-  model.loadLora(readLoraAdapter(dir));
-  const headPath = join(dir, valueHeadFile);
-  if (existsSync(headPath))
-    model.importWeights(parseSafetensors(readFileSync(headPath), headPath).tensors, {
-      strict: false,
-      source: headPath,
-    });
 }
 
 /**
