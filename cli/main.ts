@@ -25,6 +25,7 @@ import {
   submitCommand,
 } from './commands/jobs.ts';
 import { serveCommand } from './commands/serve.ts';
+import { mergeLoraCommand, type MergeLoraFlags } from './commands/merge-lora.ts';
 import { buildCommand } from './commands/build.ts';
 
 // `rtjob start --head | head -1`: a reader that goes away is not an error of ours. Later output
@@ -275,11 +276,33 @@ program
     '--engine-url <urls>',
     'comma-separated SGLang/vLLM servers already serving --pretrain (for --engine sglang|vllm)',
   )
+  .option(
+    '--lora <dir>',
+    'a PEFT LoRA adapter directory (e.g. what train_ppo --lora-rank saved) served over --pretrain, its base',
+  )
   .addHelpText(
     'after',
-    '\nExamples:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000\n  rtjob serve --pretrain ./ckpt/JOB --engine llamacpp --rollout-dtype bf16\n  rtjob serve --pretrain /shared/policy --engine sglang --engine-url http://gpu-host:30000',
+    '\nExamples:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000\n  rtjob serve --pretrain model/pretrained/rtjob-tiny-tool --lora ./ckpt/JOB\n  rtjob serve --pretrain ./ckpt/JOB --engine llamacpp --rollout-dtype bf16\n  rtjob serve --pretrain /shared/policy --engine sglang --engine-url http://gpu-host:30000',
   )
   .action((o) => serveCommand(o));
+
+program
+  .command('merge-lora')
+  .description(
+    'merge a PEFT LoRA adapter into its base: writes a full HF model directory with W + (alpha/r)·B·A',
+  )
+  .argument('<adapter>', 'PEFT adapter directory (adapter_config.json, adapter_model.safetensors)')
+  .requiredOption('--save-path <dir>', 'where the merged HF model directory is written')
+  .option(
+    '--pretrain <dir>',
+    "the base model directory (default: the adapter config's base_model_name_or_path)",
+  )
+  .option('--save-dtype <type>', 'tensor dtype of the merged model: float32, bfloat16', 'float32')
+  .addHelpText(
+    'after',
+    '\nExample:\n  rtjob merge-lora ./ckpt/JOB --pretrain model/pretrained/rtjob-tiny-tool --save-path ./merged',
+  )
+  .action((adapter: string, o: MergeLoraFlags) => mergeLoraCommand(adapter, o));
 
 program
   .command('build')

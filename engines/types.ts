@@ -90,10 +90,17 @@ export interface GenerateResult {
   latencyMs?: number;
 }
 
-/** A policy's weights and their version, as the trainer publishes them to the engines. */
-export interface PolicyWeights {
-  version: number;
-  tensors: NamedTensors;
+/**
+ * A policy's weights and their version, as the trainer publishes them to the engines: every
+ * weight, or for a LoRA policy the adapter alone (applied over the base the engine started with).
+ */
+export type PolicyWeights =
+  | { version: number; tensors: NamedTensors; adapter?: undefined }
+  | { version: number; adapter: LoraAdapter; tensors?: undefined };
+
+/** The engine update that loads `w`. */
+export function policyWeightUpdate(w: PolicyWeights): WeightUpdate {
+  return w.adapter ? { kind: 'lora', adapter: w.adapter } : { kind: 'tensors', tensors: w.tensors };
 }
 
 /**

@@ -11,6 +11,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { createLocalEngine } from '../engines/local.ts';
 import type { InferenceEngine } from '../engines/types.ts';
+import { readLoraAdapter } from '../model/lora-adapter.ts';
 import { loadTokenizer } from '../model/tokenizer.ts';
 import { modelCard } from './model-card.ts';
 import { Gateway } from './server.ts';
@@ -42,6 +43,11 @@ export interface ServeOptions {
   llamacppGpu?: 'auto' | 'cuda' | 'vulkan' | false;
   /** SGLang or vLLM servers serving the model in `pretrain` (their own checkpoint of it). */
   engineUrls?: string[];
+  /**
+   * A PEFT LoRA adapter directory served over `pretrain`: handed to the engine as a
+   * `{ kind: 'lora' }` weight update, so every engine that applies adapters serves it.
+   */
+  lora?: string;
 }
 
 /** A running server. */
@@ -85,6 +91,14 @@ export async function serveModel(o: ServeOptions): Promise<Served> {
   const card = modelCard(o.pretrain);
   const tokenizer = loadTokenizer(o.pretrain);
   const engine = await serveEngine(o);
+  if (o.lora !== undefined) {
+    try {
+      await engine.updateWeights({ kind: 'lora', adapter: readLoraAdapter(o.lora) }, 0);
+    } catch (err) {
+      await engine.close();
+      throw new InvalidArgumentError(`--lora: ${(err as Error).message}`);
+    }
+  }
   const contextLength = card.contextLength ?? 2048;
   let gateway: Gateway;
   try {

@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { initBackend } from './backend.ts';
 import { configJson, resolveConfig, type LlamaConfig, type SaveDtype } from './config.ts';
 import { CausalLM } from './llama.ts';
+import { mergeLoraAdapter, readLoraAdapter } from './lora-adapter.ts';
 import { readSafetensorsFile, serializeSafetensors } from './safetensors.ts';
 import { loadTokenizer, type ChatTokenizer } from './tokenizer.ts';
 import type { NamedTensors } from './tensors.ts';
@@ -246,4 +247,38 @@ export function saveTensors(
   stale
     .filter((f) => !written.has(f) && f !== 'model.safetensors.index.json')
     .forEach((f) => rmSync(join(dir, f), { force: true }));
+}
+
+/**
+ * Merges a PEFT LoRA adapter into its base and writes the result as a full HF model directory
+ * (`W + (alpha / r) · B·A` per adapted module, `mergeLoraAdapter`; config, generation config and
+ * tokenizer files copied from the base). The base is `base`, else the adapter config's
+ * `base_model_name_or_path`. Nothing is loaded onto a backend: the merge runs on the arrays.
+ *
+ * @throws ModelError `MODEL_FILE_MISSING` when the base is not a model directory;
+ *   `MODEL_CHECKPOINT` when the adapter does not fit it
+ */
+export function mergeLoraCheckpoint(
+  adapterDir: string,
+  opts: { base?: string; savePath: string; dtype?: SaveDtype },
+): { base: string; modules: number } {
+  const adapter = readLoraAdapter(adapterDir);
+  const base = opts.base ?? adapter.config.baseModel;
+  if (!base || !existsSync(join(base, 'config.json')))
+    throw new ModelError(
+      'MODEL_FILE_MISSING',
+      `LoRA merge: no base model directory${base ? ` at ${base}` : ''} (give the base with --pretrain)`,
+    );
+  const config = readConfig(base);
+  const merged = mergeLoraAdapter(readWeights(base), adapter);
+  const dtype = opts.dtype ?? 'float32';
+  mkdirSync(opts.savePath, { recursive: true });
+  writeAtomic(join(opts.savePath, 'config.json'), configJson(config, dtype));
+  saveTensors(opts.savePath, merged, { dtype });
+  for (const f of [...tokenizerFiles, 'generation_config.json']) {
+    const src = join(base, f);
+    if (existsSync(src) && base !== opts.savePath) copyFileSync(src, join(opts.savePath, f));
+  }
+  const modules = Object.keys(adapter.tensors).filter((n) => n.endsWith('lora_A.weight')).length;
+  return { base, modules };
 }

@@ -17,6 +17,8 @@ import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
+import type { LoraAdapter, LoraConfig } from './lora-adapter.ts';
+import { LoraLayers } from './lora-layers.ts';
 
 /** Per-layer attention keys and values, `[B, numKeyValueHeads, T, headDim]`, RoPE applied. */
 export interface LayerKV {
@@ -190,6 +192,10 @@ export class CausalLM {
   readonly config: LlamaConfig;
   /** Trainable weights by HF name. */
   readonly params: Map<string, tf.Variable>;
+  /** The LoRA adapter over the frozen base, when one is attached ({@link attachLora}). */
+  lora: LoraLayers | undefined;
+  /** The adapter takes part in the forward pass (see {@link withoutLora}). */
+  private loraOn = true;
   private readonly cos: tf.Tensor2D;
   private readonly sin: tf.Tensor2D;
   private readonly rot: tf.Tensor2D;
@@ -287,7 +293,74 @@ export class CausalLM {
     return new CausalLM(config, params);
   }
 
-  /** Number of trainable scalars. */
+  /**
+   * Attaches a new LoRA adapter (PEFT's initialisation, seeded: the model still computes the
+   * base exactly) or, given an adapter, one with its matrices. From then on only the adapter (and
+   * a value head) is trainable ({@link trainableParams}); the base weights stay as they are.
+   *
+   * @throws ModelError `MODEL_INPUT` when an adapter is attached already or the config is invalid;
+   *   `MODEL_CHECKPOINT` for an adapter that does not fit this model
+   */
+  attachLora(config: LoraConfig, opts: { seed?: number; adapter?: LoraAdapter } = {}): LoraLayers {
+    if (this.lora) throw new ModelError('MODEL_INPUT', 'model already has a LoRA adapter');
+    const layers = new LoraLayers(this.config, config, opts);
+    try {
+      if (opts.adapter) layers.importAdapter(opts.adapter);
+    } catch (e) {
+      layers.dispose();
+      throw e;
+    }
+    this.lora = layers;
+    return layers;
+  }
+
+  /**
+   * Makes the model compute base + `adapter`: its matrices are loaded into the attached adapter
+   * when rank and targets agree, otherwise the attached one is replaced (so an engine applies a
+   * new version of the trainer's adapter without allocating anything).
+   */
+  loadLora(adapter: LoraAdapter): void {
+    const cur = this.lora;
+    const same =
+      cur &&
+      cur.config.r === adapter.config.r &&
+      cur.config.targetModules.length === adapter.config.targetModules.length &&
+      cur.config.targetModules.every((m) => adapter.config.targetModules.includes(m));
+    if (same) return cur.importAdapter(adapter);
+    this.detachLora();
+    this.attachLora(adapter.config, { adapter });
+  }
+
+  /** Removes the adapter: the model computes the base again. */
+  detachLora(): void {
+    this.lora?.dispose();
+    this.lora = undefined;
+  }
+
+  /** Runs `fn` with the adapter left out of the forward pass: the base model's outputs. */
+  withoutLora<T>(fn: () => T): T {
+    const was = this.loraOn;
+    this.loraOn = false;
+    try {
+      return fn();
+    } finally {
+      this.loraOn = was;
+    }
+  }
+
+  /**
+   * The variables an optimizer trains: every weight, or with an adapter attached only the
+   * adapter's matrices and a value head (the critic's, trained in full) — the base stays frozen.
+   */
+  trainableParams(): Map<string, tf.Variable> {
+    if (!this.lora) return this.params;
+    const out = new Map(this.lora.vars);
+    const head = this.params.get(valueHeadName);
+    if (head) out.set(valueHeadName, head);
+    return out;
+  }
+
+  /** Number of base weights (an attached adapter's are `lora.numParameters`). */
   get numParameters(): number {
     let n = 0;
     this.params.forEach((p) => (n += p.size));
@@ -307,10 +380,16 @@ export class CausalLM {
   /** The product used by the current forward pass (custom gradient only when training). */
   private mm: (a: tf.Tensor, b: tf.Tensor, tA?: boolean, tB?: boolean) => tf.Tensor = matMul;
 
+  /** The current forward pass is built for differentiation (the adapter's dropout applies). */
+  private training = false;
+
   private linear(x: tf.Tensor, name: string, bias?: string): tf.Tensor {
     const w = this.p(name);
     const shape = x.shape;
-    let y: tf.Tensor = this.mm(tf.reshape(x, [-1, shape[shape.length - 1]!]), w);
+    const flat = tf.reshape(x, [-1, shape[shape.length - 1]!]);
+    let y: tf.Tensor = this.mm(flat, w);
+    const delta = this.loraOn ? this.lora?.delta(flat, name, this.mm, this.training) : undefined;
+    if (delta) y = tf.add(y, delta);
     if (bias && this.params.has(bias)) y = tf.add(y, this.p(bias));
     return tf.reshape(y, [...shape.slice(0, -1), w.shape[1]!]);
   }
@@ -347,10 +426,12 @@ export class CausalLM {
    */
   forward(ids: tf.Tensor2D, opts: ForwardOptions = {}): ForwardOutput {
     this.mm = opts.grad === false ? matMulNoGrad : matMul;
+    this.training = opts.grad !== false;
     try {
       return this.forwardImpl(ids, opts);
     } finally {
       this.mm = matMul;
+      this.training = false;
     }
   }
 
@@ -457,8 +538,8 @@ export class CausalLM {
         c.hidden_size,
       ]);
       // Gate and up as two products: splitting one fused product's output costs more on wasm.
-      const gate = this.mm(y, this.p(`${pre}mlp.gate_proj.weight`));
-      const up = this.mm(y, this.p(`${pre}mlp.up_proj.weight`));
+      const gate = this.linear(y, `${pre}mlp.gate_proj.weight`);
+      const up = this.linear(y, `${pre}mlp.up_proj.weight`);
       const act = tf.reshape(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), [
         B,
         T,
@@ -546,6 +627,7 @@ export class CausalLM {
     if (this.disposed) return;
     this.disposed = true;
     this.params.forEach((p) => p.dispose());
+    this.detachLora();
     this.cos.dispose();
     this.sin.dispose();
     this.rot.dispose();

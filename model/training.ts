@@ -13,6 +13,8 @@ import { assertBackendRoom, tf } from './backend.ts';
 import { adamwImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
+import { isLoraAdapterDir } from './lora-adapter.ts';
+import { loadLoraCheckpoint, saveLoraCheckpoint } from './lora-spec.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
@@ -206,6 +208,8 @@ export class ModelTrainer {
   /** Optimizer steps taken. */
   stepCount = 0;
   private readonly names: string[];
+  /** The trained variables: every weight, or with LoRA the adapter alone (the base frozen). */
+  private readonly vars: Map<string, tf.Variable>;
   private readonly m = new Map<string, tf.Variable>();
   private readonly v = new Map<string, tf.Variable>();
   private acc = new Map<string, tf.Tensor>();
@@ -214,15 +218,16 @@ export class ModelTrainer {
   constructor(model: CausalLM, options: TrainerOptions) {
     this.model = model;
     this.options = options;
-    this.names = [...model.params.keys()].filter((n) => options.trainable?.(n) ?? true);
-    const trained = this.names.reduce((a, n) => a + model.params.get(n)!.size, 0);
+    this.vars = model.trainableParams();
+    this.names = [...this.vars.keys()].filter((n) => options.trainable?.(n) ?? true);
+    const trained = this.names.reduce((a, n) => a + this.vars.get(n)!.size, 0);
     // Two moments now and the gradients at the first step, float32 each.
     assertBackendRoom(
       12 * trained,
-      `training ${(trained / 1e6).toFixed(0)}M parameters with AdamW`,
+      `training ${(trained / 1e6).toFixed(trained < 1e6 ? 2 : 0)}M parameters with AdamW`,
     );
     for (const n of this.names) {
-      const p = model.params.get(n)!;
+      const p = this.vars.get(n)!;
       // In a tidy: the zeros tensor would otherwise keep its buffer after the first step.
       this.m.set(
         n,
@@ -299,7 +304,7 @@ export class ModelTrainer {
     extras?: tf.Tensor;
     grads: Map<string, tf.Tensor>;
   } {
-    const vars = this.names.map((n) => this.model.params.get(n)!);
+    const vars = this.names.map((n) => this.vars.get(n)!);
     let extras: tf.Tensor | undefined;
     const { value, grads } = tf.variableGrads(() => {
       const r = lossFn();
@@ -314,7 +319,7 @@ export class ModelTrainer {
   /** Adds one pass's gradients (keyed by variable name) to the accumulator. */
   private addGrads(byVar: Map<string, tf.Tensor>): void {
     for (const n of this.names) {
-      const key = this.model.params.get(n)!.name;
+      const key = this.vars.get(n)!.name;
       const g = byVar.get(key);
       byVar.delete(key);
       if (!g) continue;
@@ -342,12 +347,12 @@ export class ModelTrainer {
       const g = this.acc.get(n);
       grads[n] = g
         ? ((await g.data()) as Float32Array).slice()
-        : new Float32Array(this.model.params.get(n)!.size);
+        : new Float32Array(this.vars.get(n)!.size);
     }
     await reduce(grads);
     for (const n of this.names) {
       this.acc.get(n)?.dispose();
-      this.acc.set(n, tf.tensor(grads[n]!, this.model.params.get(n)!.shape, 'float32'));
+      this.acc.set(n, tf.tensor(grads[n]!, this.vars.get(n)!.shape, 'float32'));
     }
   }
 
@@ -405,7 +410,7 @@ export class ModelTrainer {
     for (const n of this.names) {
       const gRaw = this.acc.get(n);
       if (!gRaw) continue;
-      const p = this.model.params.get(n)!;
+      const p = this.vars.get(n)!;
       const m = this.m.get(n)!;
       const v = this.v.get(n)!;
       const fused = adamwImpls.get(tf.getBackend());
@@ -504,7 +509,9 @@ export class ModelTrainer {
 
   /**
    * Saves an HF model directory plus `optimizer.safetensors` and `trainer_state.json`
-   * (`{ step, ...extra }`), replacing `dir` atomically.
+   * (`{ step, ...extra }`), replacing `dir` atomically. A model with a LoRA adapter saves the
+   * adapter alone (a PEFT adapter directory, plus `value_head.safetensors` for a critic) and the
+   * adapter's optimizer state: the base is the checkpoint named in `adapter_config.json`.
    */
   saveCheckpoint(
     dir: string,
@@ -514,7 +521,8 @@ export class ModelTrainer {
     const tmp = `${dir}.tmp-${process.pid}`;
     rmSync(tmp, { recursive: true, force: true });
     mkdirSync(tmp, { recursive: true });
-    saveModel(tmp, this.model, modelOpts);
+    if (this.model.lora) saveLoraCheckpoint(tmp, this.model);
+    else saveModel(tmp, this.model, modelOpts);
     writeFileSync(
       join(tmp, 'optimizer.safetensors'),
       serializeSafetensors(this.exportOptimizerState()),
@@ -531,8 +539,11 @@ export class ModelTrainer {
 
   /** Restores weights, optimizer state and step from {@link saveCheckpoint}; returns the state JSON. */
   loadCheckpoint(dir: string): Record<string, unknown> {
-    const { tensors, sourceOf } = readCheckpointWeights(dir);
-    this.model.importWeights(tensors, { strict: false, source: sourceOf });
+    if (isLoraAdapterDir(dir)) loadLoraCheckpoint(dir, this.model);
+    else {
+      const { tensors, sourceOf } = readCheckpointWeights(dir);
+      this.model.importWeights(tensors, { strict: false, source: sourceOf });
+    }
     const optPath = join(dir, 'optimizer.safetensors');
     if (existsSync(optPath))
       this.importOptimizerState(parseSafetensors(readFileSync(optPath), optPath).tensors);

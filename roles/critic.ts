@@ -8,6 +8,7 @@
 import { backendDescription, tf } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
+import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
 import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/training.ts';
 import type { LrScheduleOptions } from '../model/lr-schedule.ts';
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
@@ -41,6 +42,8 @@ export interface CriticInit {
   weightDecay?: number;
   /** This critic's data-parallel rank (`--critic-num-replicas`); absent trains alone. */
   dataParallel?: DataParallelInit;
+  /** Train a LoRA adapter over the frozen trunk; the value head still trains in full. */
+  lora?: LoraSpec;
 }
 
 /** One critic training sample. */
@@ -63,6 +66,7 @@ export class Critic {
   async ready(): Promise<{ numParameters: number; backend: string }> {
     this.loaded ??= (async () => {
       const { model } = await loadModel(this.init.pretrain, { valueHead: true });
+      if (this.init.lora) attachLoraSpec(model, this.init.lora);
       this.model = model;
       this.opt = new ModelTrainer(model, {
         lr: this.init.learningRate,

@@ -39,6 +39,7 @@ import type {
   PauseOptions,
   PolicyWeights,
 } from '../engines/types.ts';
+import { policyWeightUpdate } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
 import { serializeSafetensors } from '../model/safetensors.ts';
 import { seededRandom } from '../model/sampling.ts';
@@ -441,7 +442,7 @@ export class Rollout {
    */
   async updateWeights(w: PolicyWeights): Promise<void> {
     await this.ready();
-    await this.engine.updateWeights({ kind: 'tensors', tensors: w.tensors }, w.version);
+    await this.engine.updateWeights(policyWeightUpdate(w), w.version);
   }
 
   /**
@@ -493,9 +494,11 @@ export class Rollout {
         'UNSUPPORTED',
         `weightsDigest: the ${this.engine.kind} engine does not export its weights`,
       );
+    // A LoRA policy is its adapter (the trainer digests the same, `Trainer.weightsDigest`).
+    const adapter = this.engine.exportAdapter();
     return {
       version: this.engine.getVersion(),
-      sha256: weightsDigest(this.engine.exportWeights()),
+      sha256: weightsDigest(adapter ? adapter.tensors : this.engine.exportWeights()),
     };
   }
 

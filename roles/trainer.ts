@@ -11,6 +11,8 @@
  */
 import { backendDescription, tf } from '../model/backend.ts';
 import { loadModel, saveModel } from '../model/checkpoint.ts';
+import { writeLoraAdapter } from '../model/lora-adapter.ts';
+import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
 import type { SaveDtype } from '../model/config.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { ModelTrainer, nextTokenLogprobs, padBatch, tokenStats } from '../model/training.ts';
@@ -18,6 +20,7 @@ import type { LrScheduleOptions } from '../model/lr-schedule.ts';
 import type { PolicyWeights } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
+import { InvalidArgumentError } from '../runtime/errors.ts';
 import { padRows } from '../algorithms/packing.ts';
 import {
   ppoActorLossWithStats,
@@ -76,6 +79,11 @@ export interface TrainerInit {
   saveDtype?: SaveDtype;
   /** This trainer's data-parallel rank (`--actor-num-replicas`); absent trains alone. */
   dataParallel?: DataParallelInit;
+  /**
+   * Train a LoRA adapter over the frozen base (`--lora-rank`, `--load-lora`): only the adapter
+   * trains, is checkpointed and is published to the engines, and the base is the reference.
+   */
+  lora?: LoraSpec;
 }
 
 /** What {@link Trainer.train} reports. */
@@ -140,6 +148,8 @@ export class Trainer {
   async ready(): Promise<{ numParameters: number; backend: string }> {
     this.loaded ??= (async () => {
       const { model } = await loadModel(this.init.pretrain);
+      // Every rank attaches the same adapter: a new one is seeded alike on every rank.
+      if (this.init.lora) attachLoraSpec(model, this.init.lora);
       this.dp = await DataParallelRank.join(this.init.dataParallel);
       this.model = model;
       this.opt = new ModelTrainer(model, {
@@ -159,6 +169,19 @@ export class Trainer {
       temperature: this.init.temperature ?? 1,
       microBatchSize,
     });
+  }
+
+  /**
+   * The reference policy's logprob rows (length L−1) when the policy is a LoRA adapter: the base
+   * model, i.e. this model with the adapter left out. No reference role, and no second copy of
+   * the weights, is needed then.
+   */
+  referenceLogprobs(seqs: number[][], microBatchSize = 16): number[][] {
+    if (!this.model.lora)
+      throw new InvalidArgumentError(
+        'referenceLogprobs: the policy has no LoRA adapter (the reference role serves full fine-tuning)',
+      );
+    return this.model.withoutLora(() => this.logprobs(seqs, microBatchSize));
   }
 
   /**
@@ -285,8 +308,13 @@ export class Trainer {
     return this.version;
   }
 
-  /** The current weights, as a value (in-process engines; inside a cluster see {@link shareWeights}). */
+  /**
+   * The current weights, as a value (in-process engines; inside a cluster see {@link shareWeights}):
+   * with LoRA the adapter alone (a few MB), which the engines apply over their base.
+   */
   weights(): PolicyWeights {
+    const lora = this.model.lora;
+    if (lora) return { version: this.version, adapter: lora.exportAdapter() };
     return { version: this.version, tensors: this.model.exportWeights() };
   }
 
@@ -311,7 +339,9 @@ export class Trainer {
 
   /** The version and a SHA-256 of the current weights (`model/digest.ts`). */
   weightsDigest(): { version: number; sha256: string } {
-    return { version: this.version, sha256: weightsDigest(this.model.exportWeights()) };
+    const lora = this.model.lora;
+    const tensors = lora ? lora.exportAdapter().tensors : this.model.exportWeights();
+    return { version: this.version, sha256: weightsDigest(tensors) };
   }
 
   /** Saves weights, optimizer state and `extra` (data position, RNG, ...) under `dir`. */
@@ -330,8 +360,13 @@ export class Trainer {
     return state;
   }
 
-  /** Writes the policy as an HF model directory. */
+  /**
+   * Writes the policy as an HF model directory; with LoRA as a PEFT adapter directory (the base,
+   * named in `adapter_config.json`, is never written; `rtjob merge-lora` makes a full model).
+   */
   saveHf(dir: string): void {
+    const lora = this.model.lora;
+    if (lora) return writeLoraAdapter(dir, lora.exportAdapter());
     saveModel(dir, this.model, { tokenizerFrom: this.init.pretrain, dtype: this.init.saveDtype });
   }
 

@@ -23,6 +23,9 @@ import { seededRandom } from '../model/sampling.ts';
 import { ChatTokenizer, type ChatMessage } from '../model/tokenizer.ts';
 import { ModelTrainer, maskedNllLoss, padBatch } from '../model/training.ts';
 import { LR_SCHEDULERS, type LrScheduler } from '../model/lr-schedule.ts';
+import { writeLoraAdapter } from '../model/lora-adapter.ts';
+import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
+import { loraFlagDefaults, loraFlagSpecs, loraSpecOf, type LoraFlagOptions } from './lora-flags.ts';
 import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
 import type { InferenceEngine } from '../engines/types.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
@@ -112,6 +115,11 @@ export interface SftOptions extends TrackerOptions {
   metric?: (step: number, values: Record<string, number>) => void;
   /** The environment trackers read (`WANDB_*`, `MLFLOW_*`). @default process.env */
   env?: Readonly<Record<string, string | undefined>>;
+  /**
+   * Train a LoRA adapter over the frozen model (`--lora-rank` etc., `train/lora-flags.ts`): the
+   * adapter alone trains and is saved (a PEFT adapter directory in `savePath`).
+   */
+  lora?: LoraSpec;
 }
 
 /** What {@link trainSft} returns. */
@@ -324,6 +332,17 @@ async function sftRun(
     model = loaded.model;
     tok = loaded.tokenizer;
   }
+  if (o.lora) {
+    if (o.initBuiltin)
+      throw new FlagError(
+        '--lora-rank',
+        'train_sft: LoRA needs a --pretrain base, not --init-builtin',
+      );
+    const l = attachLoraSpec(model, o.lora);
+    log(
+      `train_sft: LoRA rank ${l.config.r} alpha ${l.config.alpha} on ${l.config.targetModules.join(',')}: ${l.numParameters} trainable of ${model.numParameters}`,
+    );
+  }
   log(`train_sft: ${model.numParameters} parameters, backend ${tf.getBackend()}`);
   const maxLen = Math.min(o.maxLen ?? 160, model.config.max_position_embeddings);
   const dataset = o.dataset ?? 'arith';
@@ -432,7 +451,13 @@ async function sftRun(
       const t0 = performance.now();
       // The in-place update path of every engine: the builtin engine computes with `model` already,
       // llama.cpp gets the tensors written into its GGUF.
-      await engine.updateWeights({ kind: 'tensors', tensors: model.exportWeights() }, st.step);
+      // With LoRA the adapter alone moves (the builtin engine already computes with it).
+      await engine.updateWeights(
+        model.lora
+          ? { kind: 'lora', adapter: model.lora.exportAdapter() }
+          : { kind: 'tensors', tensors: model.exportWeights() },
+        st.step,
+      );
       const ev = await evalArith(engine, tok, evalRecords);
       evalAccuracy = ev.accuracy;
       logStep(st.step, { eval_accuracy: ev.accuracy, eval_s: (performance.now() - t0) / 1000 });
@@ -471,17 +496,19 @@ async function sftRun(
     }
   }
   const trainSeconds = (performance.now() - started) / 1000;
-  saveModel(o.savePath, model, {
-    ...(tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain }),
-    generationConfig: {
-      eos_token_id: model.config.eos_token_id,
-      pad_token_id: model.config.pad_token_id,
-      do_sample: true,
-      temperature: 1.0,
-      max_new_tokens: 48,
-    },
-    dtype: o.saveDtype,
-  });
+  if (model.lora) writeLoraAdapter(o.savePath, model.lora.exportAdapter());
+  else
+    saveModel(o.savePath, model, {
+      ...(tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain }),
+      generationConfig: {
+        eos_token_id: model.config.eos_token_id,
+        pad_token_id: model.config.pad_token_id,
+        do_sample: true,
+        temperature: 1.0,
+        max_new_tokens: 48,
+      },
+      dtype: o.saveDtype,
+    });
   const result: SftResult = {
     steps: trainer.stepCount,
     finalLoss: lastLoss,
@@ -518,10 +545,11 @@ async function sftRun(
 
 type SftFlagOptions = Omit<
   SftOptions,
-  'verbose' | 'signal' | 'savePath' | 'onEval' | 'metric' | 'env'
-> & {
-  savePath?: string;
-};
+  'verbose' | 'signal' | 'savePath' | 'onEval' | 'metric' | 'env' | 'lora'
+> &
+  LoraFlagOptions & {
+    savePath?: string;
+  };
 
 /** The flags of `train_sft`; defaults are {@link trainSft}'s. */
 const sftFlags = flagParser<SftFlagOptions>(
@@ -589,21 +617,28 @@ const sftFlags = flagParser<SftFlagOptions>(
     },
     ...localEngineFlags('engine of the held-out evaluation'),
     ...trackerFlags,
+    ...loraFlagSpecs,
   ],
-  { dataset: 'arith' },
+  { dataset: 'arith', ...loraFlagDefaults },
 );
 
 /** Parses `train_sft` command-line arguments and runs it. */
 export async function main(argv: string[]): Promise<void> {
-  const opts = sftFlags.parse(argv).options;
+  const { options: opts, given } = sftFlags.parse(argv);
   if (opts.pretrain) opts.pretrain = resolve(opts.pretrain);
+  const lora = loraSpecOf(opts, opts.pretrain ?? '', given as Set<string>, opts.seed ?? 42);
   // SIGINT/SIGTERM end the run after the current step, with the checkpoint and model written.
   const stop = new AbortController();
   const onSignal = (): void => stop.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
-    await trainSft({ ...opts, savePath: resolve(opts.savePath!), signal: stop.signal });
+    await trainSft({
+      ...opts,
+      ...(lora ? { lora } : {}),
+      savePath: resolve(opts.savePath!),
+      signal: stop.signal,
+    });
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);

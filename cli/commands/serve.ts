@@ -25,6 +25,7 @@ export interface ServeFlags {
   engineUrl?: string;
   rolloutDtype?: string;
   llamacppGpu?: string;
+  lora?: string;
 }
 
 const shipped = fileURLToPath(new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url));
@@ -78,6 +79,7 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
         ? { apiKey: f.apiKey ?? readEnv('RTJOB_SERVE_API_KEY') }
         : {}),
       ...(f.model ? { model: f.model } : {}),
+      ...(f.lora ? { lora: f.lora } : {}),
       ...(maxTokens !== undefined ? { maxTokens } : {}),
     });
   } catch (err) {

@@ -26,6 +26,7 @@ import type {
   PauseOptions,
   WeightUpdate,
 } from '../types.ts';
+import type { LoraAdapter } from '../../model/lora-adapter.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
 import { EngineError } from '../http/errors.ts';
 import {
@@ -85,6 +86,8 @@ export class BuiltinEngine implements InferenceEngine {
   private model: CausalLM | undefined;
   private readonly ownsModel: boolean;
   private offloaded: ReturnType<CausalLM['exportWeights']> | undefined;
+  /** The adapter of an offloaded model (or one that arrived while asleep). */
+  private offloadedAdapter: LoraAdapter | undefined;
   private readonly config: CausalLM['config'];
   private readonly maxBatch: number;
   private readonly maxPrefill: number;
@@ -364,15 +367,20 @@ export class BuiltinEngine implements InferenceEngine {
    * so far) on the new weights ({@link requeueStale}), so their tokens before the update carry the
    * old version and those after it the new one, each sampled from that version's distribution.
    * Call `pause` first where a request must not span two versions.
+   *
+   * A `lora` update loads the adapter's matrices into the model's LoRA variables (attached on the
+   * first one): the base weights are neither copied nor rewritten, and the same requeue keeps
+   * every token labelled with the version whose adapter computed it.
    */
   async updateWeights(update: WeightUpdate, version: number): Promise<void> {
-    if (update.kind === 'lora')
-      throw new EngineError(
-        'UNSUPPORTED',
-        'BuiltinEngine: LoRA weight updates are not supported yet',
-      );
-    const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
     if (this.closed) throw new EngineError('CLOSED', 'BuiltinEngine is closed');
+    if (update.kind === 'lora') {
+      if (this.offloaded) this.offloadedAdapter = update.adapter;
+      else this.model!.loadLora(update.adapter);
+      this.version = version;
+      return;
+    }
+    const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
     // While asleep with offloaded weights, the update lands in the host copy restored by wakeUp.
     if (this.offloaded) this.offloaded = { ...this.offloaded, ...tensors };
     else this.model!.importWeights(tensors, { strict: false });
@@ -386,6 +394,13 @@ export class BuiltinEngine implements InferenceEngine {
     return this.model.exportWeights();
   }
 
+  /** The LoRA adapter it applies over its base, if any, asleep or awake. */
+  exportAdapter(): LoraAdapter | undefined {
+    if (this.offloaded) return this.offloadedAdapter;
+    if (!this.model) throw new EngineError('CLOSED', 'BuiltinEngine is closed');
+    return this.model.lora?.exportAdapter();
+  }
+
   /** Aborts running requests, frees the KV cache and (for a model it loaded) offloads the weights. */
   async sleep(): Promise<void> {
     if (this.sleeping) return;
@@ -393,6 +408,7 @@ export class BuiltinEngine implements InferenceEngine {
     this.abortRunning();
     if (this.ownsModel && this.model) {
       this.offloaded = this.model.exportWeights();
+      this.offloadedAdapter = this.model.lora?.exportAdapter();
       this.model.dispose();
     }
   }
@@ -401,7 +417,9 @@ export class BuiltinEngine implements InferenceEngine {
     if (!this.sleeping) return;
     if (this.ownsModel && this.offloaded) {
       this.model = CausalLM.fromTensors(this.config, this.offloaded);
+      if (this.offloadedAdapter) this.model.loadLora(this.offloadedAdapter);
       this.offloaded = undefined;
+      this.offloadedAdapter = undefined;
     }
     this.sleeping = false;
     this.kick();

@@ -11,6 +11,7 @@
  * @module
  */
 import { checkRolloutDtype, FlagError, flagParser, type FlagSpec } from '../driver-flags.ts';
+import { loraFlagDefaults, loraFlagSpecs, loraSpecOf } from '../lora-flags.ts';
 
 import {
   ADVANTAGE_ESTIMATORS,
@@ -264,6 +265,8 @@ export const flagTable: readonly Flag[] = [
     min: 0,
   }),
   F('l2', 'float', 'AdamW weight decay (decoupled; not on norms and biases)', { min: 0 }),
+  // LoRA (train/lora-flags.ts, shared with train_sft): OpenRLHF's names and defaults.
+  ...loraFlagSpecs.map((f): Flag => ({ ...f, section: 'optimizer' })),
   ...under('async'),
   F('asyncTrain', 'bool', 'asynchronous off-policy training'),
   F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', {
@@ -469,6 +472,7 @@ export const trainPpoDefaults: TrainPpoOptions = {
   lrWarmupRatio: 0,
   minLrRatio: 0.1,
   l2: 0,
+  ...loraFlagDefaults,
   dynamicFiltering: false,
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,
@@ -555,6 +559,8 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
       `--advantage-estimator ${o.advantageEstimator} needs a group: set --n-samples-per-prompt > 1 (got ${o.nSamplesPerPrompt})`,
     );
   }
+  // LoRA flags: an unknown target module, a bad --load-lora or one contradicted by --lora-rank.
+  loraSpecOf(o, o.pretrain, given as Set<string>);
   const samples = o.rolloutBatchSize * o.nSamplesPerPrompt;
   if (o.trainBatchSize > samples && !o.asyncTrain) {
     fail(

@@ -23,9 +23,13 @@ import type { PolicyLossType } from '../../algorithms/policy-loss-types.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
 import type { TrackerOptions } from '../trackers/index.ts';
 import type { LrScheduleOptions, LrScheduler } from '../../model/lr-schedule.ts';
+import type { LoraFlagOptions } from '../lora-flags.ts';
 
-/** Resolved options of a `train_ppo` run (the tracker flags are `train/trackers/`'s). */
-export interface TrainPpoOptions extends TrackerOptions {
+/**
+ * Resolved options of a `train_ppo` run (the tracker flags are `train/trackers/`'s, the LoRA flags
+ * `train/lora-flags.ts`'s).
+ */
+export interface TrainPpoOptions extends TrackerOptions, LoraFlagOptions {
   pretrain: string;
   agentFunc: string | undefined;
   promptData: string;

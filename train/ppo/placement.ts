@@ -12,6 +12,7 @@
 import type { ResourceMap } from '../../runtime/protocol.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { RoleName } from './errors.ts';
+import { policyIsLora } from '../lora-flags.ts';
 
 /**
  * The cores of one colocated bundle: rollout i and every role's rank i take turns on it, so each
@@ -53,7 +54,7 @@ type PlacementFlags = Pick<
   | 'actorNumReplicas'
   | 'criticNumReplicas'
 > &
-  Partial<Pick<TrainPpoOptions, 'teacherPretrain' | 'rewardPretrain'>>;
+  Partial<Pick<TrainPpoOptions, 'teacherPretrain' | 'rewardPretrain' | 'loraRank' | 'loadLora'>>;
 
 /** Decides each role's resources from the flags. */
 export function placeRoles(o: PlacementFlags): RunPlacement {
@@ -93,7 +94,7 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
   const on = (b: number): number =>
     (b < o.rolloutNumEngines ? 1 : 0) +
     (b < o.actorNumReplicas ? 1 : 0) +
-    (b === 0 && o.initKlCoef > 0 ? 1 : 0) +
+    (b === 0 && o.initKlCoef > 0 && !policyIsLora(o) ? 1 : 0) +
     (b === 0 && o.teacherPretrain ? 1 : 0) +
     (b === 0 && o.rewardPretrain ? 1 : 0) +
     (b < critics ? 1 : 0);

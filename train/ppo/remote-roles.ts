@@ -21,7 +21,9 @@ import type { TrainPpoOptions } from './options.ts';
 import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
 import { bundleCpus, placeRoles, type RolePlacement } from './placement.ts';
 import {
+  baseAsReference,
   everyRank,
+  referenceRole,
   replicated,
   roleBackends,
   roleInits,
@@ -165,7 +167,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   // Rank 0 (created right after the rollouts) owns the weights the engines fetch.
   const trainerHandle = handles[rollouts.length]!;
   let reference: Remote<Reference> | undefined;
-  if (o.initKlCoef > 0) {
+  if (referenceRole(o)) {
     const h = ReferenceActor.options({
       name: named('reference', 0, 1),
       ...place(placement.role('reference')),
@@ -245,6 +247,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     ...(reference ? { reference } : {}),
     ...(teacher ? { teacher } : {}),
     ...(rewardModel ? { rewardModel } : {}),
+    ...(o.initKlCoef > 0 && !reference ? { reference: baseAsReference(trainer) } : {}),
     ...(critic ? { critic } : {}),
     // Rank 0 puts the weights once; engines fetch them from it (weight-sync.ts).
     policy: () => trainer.shareWeights(),

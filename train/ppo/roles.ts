@@ -12,6 +12,7 @@ import { Trainer } from '../../roles/trainer.ts';
 import { join, resolve } from 'node:path';
 import { get, ObjectRef } from '../../runtime/api.ts';
 import type { RefOr } from '../../runtime/handles.ts';
+import { loraSpecOf, policyIsLora } from '../lora-flags.ts';
 import { engineUrls, splitUrls } from './flags.ts';
 import {
   lrScheduleOptions,
@@ -43,7 +44,8 @@ export type Remote<T> = {
 export interface Roles {
   rollouts: Remote<Rollout>[];
   trainer: Remote<Trainer>;
-  reference?: Remote<Reference>;
+  /** The reference policy's logprobs: a reference role, or a LoRA policy's base ({@link baseAsReference}). */
+  reference?: Pick<Remote<Reference>, 'logprobs'>;
   /** On-policy distillation's teacher: a frozen model, served by the Reference role's class. */
   teacher?: Remote<Reference>;
   /** A trained reward model that scores the episodes (`--reward-pretrain`). */
@@ -139,6 +141,7 @@ export function llamacppGpu(o: TrainPpoOptions): 'auto' | 'cuda' | 'vulkan' | fa
 
 /** Constructor arguments of each role, from the flags. */
 export function roleInits(o: TrainPpoOptions, totalSteps: number) {
+  const lora = loraSpecOf(o, o.pretrain, undefined, o.seed);
   return {
     rollout: (i: number) => ({
       pretrain: o.pretrain,
@@ -198,6 +201,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       weightDecay: o.l2,
       seed: o.seed,
       loss: policyLossOptions(o),
+      ...(lora ? { lora } : {}),
       ...(o.trainMaxTokensPerGpu !== undefined
         ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
         : {}),
@@ -215,8 +219,24 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       lrSchedule: lrScheduleOptions(o, totalSteps),
       weightDecay: o.l2,
       ...valueLossOptions(o),
+      // The critic's adapter is its own: the policy's rank and targets, freshly initialised.
+      ...(lora ? { lora: { config: lora.config, seed: o.seed + 1 } } : {}),
     },
   };
+}
+
+/**
+ * A reference role is started for the KL term unless the policy is a LoRA adapter: then the base
+ * is the reference, and the trainer computes its logprobs with the adapter left out
+ * ({@link baseAsReference}), so no process holds a second copy of the base weights.
+ */
+export function referenceRole(o: TrainPpoOptions): boolean {
+  return o.initKlCoef > 0 && !policyIsLora(o);
+}
+
+/** The reference of a LoRA policy: the trainer's model with the adapter left out. */
+export function baseAsReference(trainer: Remote<Trainer>): NonNullable<Roles['reference']> {
+  return { logprobs: (seqs, mb) => trainer.referenceLogprobs(seqs, mb) };
 }
 
 /** Every role as a plain object in this process. */
@@ -227,7 +247,7 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
     (_, i) => new Rollout(init.rollout(i)),
   );
   const trainer = new Trainer(init.trainer);
-  const reference = o.initKlCoef > 0 ? new Reference(init.reference) : undefined;
+  const reference = referenceRole(o) ? new Reference(init.reference) : undefined;
   const teacher = o.teacherPretrain ? new Reference(init.teacher) : undefined;
   const rewardModel = o.rewardPretrain ? new RewardModel(init.rewardModel) : undefined;
   const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
@@ -251,6 +271,7 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
     ...(reference ? { reference: local(reference) } : {}),
     ...(teacher ? { teacher: local(teacher) } : {}),
     ...(rewardModel ? { rewardModel: local(rewardModel) } : {}),
+    ...(o.initKlCoef > 0 && !reference ? { reference: baseAsReference(local(trainer)) } : {}),
     ...(critic ? { critic: local(critic) } : {}),
     policy: async () => {
       const w = trainer.weights();

@@ -1,0 +1,36 @@
+/**
+ * `rtjob merge-lora ADAPTER --save-path DIR [--pretrain BASE]`: a PEFT LoRA adapter (one
+ * `train_ppo --lora-rank` saved, or one HF PEFT wrote) merged into its base as a full HF model
+ * directory, which every engine and tool loads without adapter support.
+ *
+ * @module
+ */
+import { resolve } from 'node:path';
+import { mergeLoraCheckpoint } from '../../model/checkpoint.ts';
+import { CliError } from '../client.ts';
+
+/** Flags of `rtjob merge-lora`, as commander hands them over. */
+export interface MergeLoraFlags {
+  savePath: string;
+  pretrain?: string;
+  saveDtype: string;
+}
+
+/** Runs `rtjob merge-lora`. */
+export function mergeLoraCommand(adapter: string, f: MergeLoraFlags): void {
+  if (f.saveDtype !== 'float32' && f.saveDtype !== 'bfloat16')
+    throw new CliError(`--save-dtype: expected float32 or bfloat16, got '${f.saveDtype}'`, 2);
+  let r;
+  try {
+    r = mergeLoraCheckpoint(resolve(adapter), {
+      ...(f.pretrain ? { base: resolve(f.pretrain) } : {}),
+      savePath: resolve(f.savePath),
+      dtype: f.saveDtype,
+    });
+  } catch (err) {
+    throw new CliError((err as Error).message, 2);
+  }
+  process.stdout.write(
+    `merged ${r.modules} adapted modules of ${resolve(adapter)} into ${r.base} -> ${resolve(f.savePath)}\n`,
+  );
+}
