@@ -62,6 +62,8 @@ export async function runGatewayEpisode(
       // Why the first break happened, shown with the episode's samples.
       ...(stats.breaks.length ? { gateway_break_reason: stats.breaks[0]!.reason } : {}),
       ...(stats.drift.length ? { gateway_drift: stats.drift.length } : {}),
+      // The agent's own OpenTelemetry trace(s), from the W3C traceparent of its model calls.
+      ...(s.session.traceIds.length ? { trace_id: s.session.traceIds.join(',') } : {}),
     };
     return s.session.trajectories(
       reward,

@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { parseTraceparent } from './trace-context.ts';
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -207,6 +208,8 @@ export class Gateway {
       path = path.replace(/^\/v1\/v1\/messages/, '/v1/messages');
       anthropic = path.startsWith('/v1/messages');
       const entry = this.authorize(req);
+      const trace = parseTraceparent(req.headers.traceparent);
+      if (trace) entry.session?.noteTrace(trace.traceId);
       if (path === '/v1/models' || path.startsWith('/v1/models/')) {
         if (req.method !== 'GET') throw methodNotAllowed(req.method);
         return this.models(res, path);

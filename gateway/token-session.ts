@@ -104,6 +104,7 @@ export class TokenSession {
   private readonly abortedCompletions: AbortedCompletion[] = [];
   private readonly inFlight = new Set<Claim>();
   private readonly drift: Drift[] = [];
+  private readonly traces = new Set<string>();
   private closed = false;
 
   /** @param decode renders ids as text for drift reports (special tokens kept). */
@@ -268,6 +269,16 @@ export class TokenSession {
       breaks: [...this.breaks],
       drift: [...this.drift],
     };
+  }
+
+  /** W3C trace ids the episode's requests carried (`traceparent`), in first-seen order. */
+  get traceIds(): string[] {
+    return [...this.traces];
+  }
+
+  /** Notes the trace a request of this episode belongs to (its `traceparent`). */
+  noteTrace(traceId: string): void {
+    this.traces.add(traceId);
   }
 
   /** The completions no client saw (aborted, or replaced by a retry), kept apart. */

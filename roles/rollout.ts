@@ -175,10 +175,6 @@ export interface RolloutStats {
   generatedTokens: number;
   /** Milliseconds with at least one episode running. */
   busyMs: number;
-  /** Milliseconds with at least one engine request in flight (`engine-meter.ts`). */
-  engineBusyMs: number;
-  /** Engine request-milliseconds: requests in flight integrated over time. */
-  requestMs: number;
 }
 
 /**
@@ -359,8 +355,17 @@ export class Rollout {
     await this.ready();
     this.check(expect);
     if (this.active++ === 0) this.busySince = performance.now();
+    const t0 = performance.now();
+    const e0 = this.meter?.busyMs() ?? 0;
+    const r0 = this.meter?.requestMs() ?? 0;
     try {
       const g = await this.runner.runGroup(this.engine, this.sample(item));
+      if (this.meter)
+        g.meters = {
+          busyMs: performance.now() - t0,
+          engineBusyMs: this.meter.busyMs() - e0,
+          requestMs: this.meter.requestMs() - r0,
+        };
       // Episodes that threw or timed out; the rest of a failed group ran to the end.
       const failed = g.status === 'failed' ? Math.max(1, g.errors.length) : 0;
       this.counters.failed += failed;
@@ -548,8 +553,6 @@ export class Rollout {
       episodesFailed: this.counters.failed,
       generatedTokens: this.counters.tokens,
       busyMs: busy,
-      engineBusyMs: this.meter?.busyMs() ?? 0,
-      requestMs: this.meter?.requestMs() ?? 0,
     };
   }
 

@@ -29,7 +29,7 @@ import { afterStep, recordUpdate } from './context.ts';
 import type { PolicyUpdate } from './roles.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
-import { account, evaluate, generate, meterMetrics, readMeters } from './generate.ts';
+import { account, evaluate, generate, meterMetrics } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 import { syncWeights, trainerWeights } from './weight-sync.ts';
 import { TrainPpoError } from './errors.ts';
@@ -41,8 +41,6 @@ interface BatchMeta {
   /** Weight version when generation of this batch started. */
   version: number;
   generateMs: number;
-  /** What the engines did while it was generated (`meterMetrics`). */
-  engines: Record<string, number>;
   /** Data position after this batch's prompts: what a checkpoint after training on it records. */
   position: DataPosition;
 }
@@ -121,11 +119,8 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       const items = ctx.sampler.next(o.rolloutBatchSize);
       const position = { ...ctx.sampler.position };
       let groups: GroupResult[];
-      let engines: Record<string, number>;
       try {
-        const m0 = await readMeters(ctx);
         groups = await generate(ctx, items);
-        engines = meterMetrics(m0, await readMeters(ctx));
       } catch (err) {
         slot.abort();
         throw err;
@@ -137,7 +132,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       timing.producerBusyMs += ms;
       // The batch travels once, as its groups (the filter and the accounting need them whole);
       // the buffer bounds how many batches run ahead of the trainer, it stages no second copy.
-      slot.commit({ groups, version: batchVersion, generateMs: ms, engines, position });
+      slot.commit({ groups, version: batchVersion, generateMs: ms, position });
     }
   })().catch((err: unknown) => {
     // Once the loop is stopping, the producer's wake-up is not a failure.
@@ -213,7 +208,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         ...recordUpdate(ctx, kept, u, passRate),
         buffer_fill: fill,
         generate_s: batch.generateMs / 1000,
-        ...batch.engines,
+        ...meterMetrics(batch.groups),
         weight_sync_s: lastPublish.syncMs / 1000,
         weight_sync_share: lastPublish.syncMs / Math.max(1, busy + waitMs),
         publish_wait_s: lastPublish.waitMs / 1000,

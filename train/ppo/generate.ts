@@ -56,42 +56,23 @@ export async function generate(
   return groups;
 }
 
-/** The rollouts' busy times, summed: episodes running, engine requests in flight, request-ms. */
-export interface RolloutMeters {
-  busyMs: number;
-  engineBusyMs: number;
-  requestMs: number;
-}
-
-/** Reads every rollout's meters; undefined when one cannot answer now (it is being restarted). */
-export async function readMeters(ctx: RunContext): Promise<RolloutMeters | undefined> {
-  try {
-    const all = await Promise.all(ctx.roles.rollouts.map((r) => r.stats()));
-    return {
-      busyMs: all.reduce((a, s) => a + s.busyMs, 0),
-      engineBusyMs: all.reduce((a, s) => a + s.engineBusyMs, 0),
-      requestMs: all.reduce((a, s) => a + s.requestMs, 0),
-    };
-  } catch {
-    return undefined;
-  }
-}
-
 /**
- * What the engines did between two readings: `engine_idle_share`, the share of the time episodes
- * ran with no engine request in flight (the agent's own work: tools, environment, reward), and
- * `requests_in_flight`, the mean number of requests an engine had while it had any. Nothing when
- * a reading is missing or a rollout restarted between them (its counters began again).
+ * What the engines did while a step's groups ran (each group's `meters`, `roles/rollout.ts`):
+ * `engine_idle_share`, the share of the episodes' running time with no engine request in flight
+ * (the agent's own work: tools, environment, reward), and `requests_in_flight`, the mean number of
+ * requests an engine had while it had any. Nothing when no group was metered.
  */
-export function meterMetrics(
-  a: RolloutMeters | undefined,
-  b: RolloutMeters | undefined,
-): Record<string, number> {
-  if (!a || !b) return {};
-  const busy = b.busyMs - a.busyMs;
-  const engine = b.engineBusyMs - a.engineBusyMs;
-  const requests = b.requestMs - a.requestMs;
-  if (busy <= 0 || engine < 0 || requests < 0) return {};
+export function meterMetrics(groups: readonly GroupResult[]): Record<string, number> {
+  let busy = 0;
+  let engine = 0;
+  let requests = 0;
+  for (const g of groups) {
+    if (!g.meters) continue;
+    busy += g.meters.busyMs;
+    engine += g.meters.engineBusyMs;
+    requests += g.meters.requestMs;
+  }
+  if (busy <= 0) return {};
   return {
     engine_idle_share: Math.min(1, Math.max(0, 1 - engine / busy)),
     requests_in_flight: engine > 0 ? requests / engine : 0,

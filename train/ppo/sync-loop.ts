@@ -9,7 +9,7 @@
 import { afterStep, recordUpdate } from './context.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
-import { account, generate, meterMetrics, onEveryRollout, readMeters } from './generate.ts';
+import { account, generate, meterMetrics, onEveryRollout } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 import { publishWeights } from './weight-sync.ts';
 
@@ -21,9 +21,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.wakeUp());
     const items = ctx.sampler.next(o.rolloutBatchSize);
     const genTiming = { imbalanceMs: 0 };
-    const m0 = await readMeters(ctx);
     const groups = await generate(ctx, items, genTiming);
-    const engines = meterMetrics(m0, await readMeters(ctx));
     const genMs = performance.now() - tStep;
     account(ctx, groups);
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.sleep());
@@ -62,7 +60,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       ...recordUpdate(ctx, kept, u, passRate),
       generate_s: genMs / 1000,
       generate_imbalance_s: genTiming.imbalanceMs / 1000,
-      ...engines,
+      ...meterMetrics(groups),
       weight_sync_s: sync.syncMs / 1000,
       weight_sync_share: sync.syncMs / stepMs,
       step_s: stepMs / 1000,
