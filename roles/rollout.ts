@@ -7,30 +7,15 @@
  * @module
  */
 import { type EngineMeter, meterEngine } from './engine-meter.ts';
-import type { GgufDtype } from '../model/gguf/index.ts';
 import { backendDescription } from '../model/backend.ts';
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  renameSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
 import { readEnv } from '../runtime/env.ts';
-import { RtjobError, InvalidArgumentError } from '../runtime/errors.ts';
+import { RtjobError } from '../runtime/errors.ts';
 import { runGatewayEvaluation } from '../agents/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from '../agents/episode-runner.ts';
 import { loadAgent } from '../agents/load.ts';
-import { SimulatedEngine } from '../engines/simulated/simulated-engine.ts';
 import type { Agent, AgentTokenizer, Sample } from '../agents/types.ts';
-import type { NamedTensors } from '../model/tensors.ts';
 import { BuiltinEngine } from '../engines/builtin/engine.ts';
-import { createLocalEngine } from '../engines/local.ts';
 import { Gateway } from '../gateway/server.ts';
 import { modelCard } from '../gateway/model-card.ts';
 import type {
@@ -41,13 +26,12 @@ import type {
 } from '../engines/types.ts';
 import { policyWeightUpdate } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
-import { serializeSafetensors } from '../model/safetensors.ts';
-import { seededRandom } from '../model/sampling.ts';
 import { loadTokenizer, type ChatTokenizer } from '../model/tokenizer.ts';
 import { defaultAgent, mathReward, remoteRewardAgent } from './reward.ts';
 import { RemoteRewardClient, type RemoteRewardOptions } from '../rewards/remote.ts';
 import { EngineError } from '../engines/http/errors.ts';
-import { launchServerCommand, type LaunchedServer } from '../engines/launcher.ts';
+import type { LaunchedServer } from '../engines/launcher.ts';
+import { createRolloutEngine, type RolloutEngineInit } from './rollout-engine.ts';
 
 /** One prompt as the driver sends it; the rollout tokenizes it. */
 export interface PromptItem {
@@ -59,48 +43,17 @@ export interface PromptItem {
 }
 
 /** How a Rollout is built. */
-export interface RolloutInit {
-  /** HF model directory (weights for the builtin engine, tokenizer for all). */
-  pretrain: string;
+export interface RolloutInit extends RolloutEngineInit {
   /** Agent file; the built-in single-turn math reward when unset. */
   agentFunc?: string;
   /** Without an agent file: score each answer with these remote reward services instead. */
   remoteReward?: RemoteRewardOptions;
-  /** @default 'builtin' */
-  engine?: 'builtin' | 'simulated' | 'sglang' | 'vllm' | 'llamacpp';
-  /** Element type of the `llamacpp` engine's GGUF (f32 reproduces the trainer's tokens). @default 'f32' */
-  rolloutDtype?: GgufDtype;
-  /** The `llamacpp` engine's GPU build (`false`: the CPU build). @default false */
-  llamacppGpu?: 'auto' | 'cuda' | 'vulkan' | false;
-  /** Server URLs of an `sglang` / `vllm` engine (requests are routed across them by load). */
-  engineUrls?: string[];
-  /**
-   * Instead of `engineUrls`: the command that starts this rollout's own `sglang` / `vllm` server
-   * (`{port}`, `{model}` filled in; `launchServerCommand`), on the GPUs of this rollout's
-   * process, stopped by `close()`.
-   */
-  engineLaunch?: string;
-  /**
-   * Where weights for `sglang` / `vllm` servers are written (an HF directory per version, read by
-   * the servers' reload endpoint, so it must be on a filesystem they see).
-   */
-  weightsDir?: string;
-  /** Lengths and speed of the `simulated` engine (benchmarks of the orchestration). */
-  simulated?: SimulatedLengths;
   temperature?: number;
   topP?: number;
-  generateMaxLen: number;
-  promptMaxLen: number;
   applyChatTemplate?: boolean;
   nSamplesPerPrompt: number;
-  /** Episodes at once; @default ASYNC_NUM_TASKS from the environment, else 128 */
-  asyncNumTasks?: number;
   /** @default 0 (none) */
   episodeTimeoutMs?: number;
-  /** Limit on one weight update of an `sglang` / `vllm` engine. @default 600_000 */
-  weightSyncTimeoutMs?: number;
-  /** Seed of the engine's sampling stream. @default 0 */
-  seed?: number;
   /** Tool-call format of the gateway agents talk to (`--tool-call-parser`). @default 'hermes' */
   toolCallParser?: string;
   /** Check every gateway turn against the re-rendered prompt and report drift. @default false */
@@ -109,34 +62,6 @@ export interface RolloutInit {
   gatewayBridge?: boolean;
   /** Reward factor per completion before a gateway episode's last. @default 1 */
   agentTurnDiscount?: number;
-}
-
-/**
- * A long-tailed response length distribution for the simulated engine: lognormal around
- * `medianTokens` with spread `sigma`, capped by the generation limit, at `tokenLatencyMs` per token.
- */
-export interface SimulatedLengths {
-  tokenLatencyMs: number;
-  medianTokens: number;
-  /** @default 1 */
-  sigma?: number;
-  /** @default 0 */
-  seed?: number;
-}
-
-/** A simulated engine answering with lengths drawn from `o` (seeded; token ids are filler). */
-export function simulatedEngine(o: SimulatedLengths): SimulatedEngine {
-  const rand = seededRandom(o.seed ?? 0);
-  const sigma = o.sigma ?? 1;
-  return new SimulatedEngine({
-    tokenLatencyMs: o.tokenLatencyMs,
-    respond: () => {
-      // Box–Muller normal → lognormal length.
-      const z = Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
-      const n = Math.max(1, Math.round(o.medianTokens * Math.exp(sigma * z)));
-      return Array.from({ length: n }, (_, i) => 5 + (i % 10));
-    },
-  });
 }
 
 /**
@@ -280,52 +205,9 @@ export class Rollout {
   }
 
   private async createEngine(): Promise<InferenceEngine> {
-    const { engine = 'builtin', pretrain } = this.init;
-    if (engine === 'simulated')
-      return this.init.simulated ? simulatedEngine(this.init.simulated) : new SimulatedEngine();
-    if (engine === 'builtin' || engine === 'llamacpp') {
-      const maxConcurrent = this.init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
-      return createLocalEngine({
-        engine,
-        modelPath: pretrain,
-        seed: this.init.seed ?? 0,
-        dtype: this.init.rolloutDtype,
-        gpu: this.init.llamacppGpu ?? false,
-        // llama.cpp: one sequence per episode in flight, each as long as an episode may grow.
-        maxSequences: Math.min(maxConcurrent, 64),
-        contextSize: this.init.promptMaxLen + this.init.generateMaxLen * 4,
-      });
-    }
-    if (this.init.engineLaunch !== undefined) {
-      this.server = await launchServerCommand(this.init.engineLaunch, {
-        model: pretrain,
-        name: `${engine} server`,
-        // Its output goes to this rollout's log.
-        logSink: (line) => process.stdout.write(`[${engine}] ${line}\n`),
-      });
-    }
-    const urls = this.server ? [this.server.url] : (this.init.engineUrls ?? []);
-    if (urls.length === 0)
-      throw new InvalidArgumentError(
-        `engine ${engine} needs server URLs (--engine-url) or a command (--engine-launch)`,
-      );
-    const weightsDir = resolve(
-      this.init.weightsDir ?? join(tmpdir(), `rtjob-engine-weights-${process.pid}`),
-    );
-    const options = {
-      urls,
-      ...(this.init.weightSyncTimeoutMs
-        ? { weightSyncTimeoutMs: this.init.weightSyncTimeoutMs }
-        : {}),
-      writeCheckpoint: (t: NamedTensors, v: number) =>
-        writeEngineCheckpoint(weightsDir, pretrain, t, v),
-    };
-    if (engine === 'sglang') {
-      const { SglangEngine } = await import('../engines/sglang/index.ts');
-      return new SglangEngine(options);
-    }
-    const { VllmEngine } = await import('../engines/vllm/index.ts');
-    return new VllmEngine(options);
+    const { engine, server } = await createRolloutEngine(this.init);
+    this.server = server;
+    return engine;
   }
 
   /** The prompt as the agent sees it: tokenized (chat template when asked), tail-truncated. */
@@ -562,35 +444,6 @@ export class Rollout {
     await this.engine?.close();
     await this.server?.stop();
   }
-}
-
-/**
- * Writes `tensors` as an HF model directory `dir/v<version>` (config and tokenizer from `pretrain`)
- * for a server to load, removes versions older than the previous one, and returns the path.
- */
-export async function writeEngineCheckpoint(
-  dir: string,
-  pretrain: string,
-  tensors: NamedTensors,
-  version: number,
-): Promise<string> {
-  const out = join(dir, `v${version}`);
-  mkdirSync(out, { recursive: true });
-  for (const f of [
-    'config.json',
-    'generation_config.json',
-    'tokenizer.json',
-    'tokenizer_config.json',
-  ]) {
-    if (existsSync(join(pretrain, f))) copyFileSync(join(pretrain, f), join(out, f));
-  }
-  writeFileSync(join(out, 'model.safetensors.tmp'), serializeSafetensors(tensors));
-  renameSync(join(out, 'model.safetensors.tmp'), join(out, 'model.safetensors'));
-  for (const name of readdirSync(dir)) {
-    const v = /^v(\d+)$/.exec(name);
-    if (v && Number(v[1]) < version - 1) rmSync(join(dir, name), { recursive: true, force: true });
-  }
-  return out;
 }
 
 /** The agent-facing view of a chat tokenizer (template rendered, then encoded). */

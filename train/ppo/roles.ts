@@ -13,6 +13,7 @@ import { join, resolve } from 'node:path';
 import { get, ObjectRef } from '../../runtime/api.ts';
 import type { RefOr } from '../../runtime/handles.ts';
 import { loraSpecOf, policyIsLora } from '../lora-flags.ts';
+import type { RolloutLora } from '../../roles/rollout-engine.ts';
 import { engineUrls, splitUrls } from './flags.ts';
 import {
   lrScheduleOptions,
@@ -141,6 +142,7 @@ export function llamacppGpu(o: TrainPpoOptions): 'auto' | 'cuda' | 'vulkan' | fa
 
 /** Constructor arguments of each role, from the flags. */
 export function roleInits(o: TrainPpoOptions, totalSteps: number) {
+  const servers = serverLora(o);
   const lora = loraSpecOf(o, o.pretrain, undefined, o.seed);
   return {
     rollout: (i: number) => ({
@@ -160,6 +162,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
               o.engineWeightsPath || join(o.ckptPath, 'engine_weights'),
               `rollout_${i}`,
             ),
+            ...(servers ? { lora: servers } : {}),
           }
         : {}),
       ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
@@ -237,6 +240,18 @@ export function referenceRole(o: TrainPpoOptions): boolean {
 /** The reference of a LoRA policy: the trainer's model with the adapter left out. */
 export function baseAsReference(trainer: Remote<Trainer>): NonNullable<Roles['reference']> {
   return { logprobs: (seqs, mb) => trainer.referenceLogprobs(seqs, mb) };
+}
+
+/**
+ * What SGLang / vLLM servers need for a LoRA policy: its rank and modules, and adapter slots for
+ * the most versions in flight at once (the run's staleness bound: 0 in sync runs, the queue or
+ * `--max-head-offpolicyness` in async ones) + 2, since a new adapter loads before the oldest goes.
+ */
+function serverLora(o: TrainPpoOptions): RolloutLora | undefined {
+  const spec = policyIsLora(o) ? loraSpecOf(o, o.pretrain) : undefined;
+  if (!spec) return undefined;
+  const staleness = o.asyncTrain ? (o.maxHeadOffpolicyness ?? o.asyncQueueSize) : 0;
+  return { rank: spec.config.r, targetModules: spec.config.targetModules, slots: staleness + 2 };
 }
 
 /** Every role as a plain object in this process. */
