@@ -13,6 +13,7 @@ import { assertBackendRoom, tf } from './backend.ts';
 import { adamwImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
+import { trainingMemory } from './memory.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
@@ -60,11 +61,29 @@ export function tokenStats(
 ): TokenStats {
   const [B, T] = ids.shape;
   const V = model.config.vocab_size;
+  const fused = opts.entropy ? undefined : targetLogprobImpls.get(tf.getBackend());
+  if (opts.grad !== false) {
+    // Before the pass allocates: what its backward will need (the weights' side is the trainer's).
+    const ckpt = model.gradientCheckpointing;
+    const { activationBytes } = trainingMemory(model.config, {
+      tokens: B * (T - 1),
+      gradientCheckpointing: ckpt,
+      // Composed: tempered logits, log-softmax's temporaries, one-hot, entropy, and gradients.
+      vocabCopies: fused ? 2 : 8,
+    });
+    assertBackendRoom(
+      activationBytes,
+      `a training pass over ${B} × ${T - 1} tokens${ckpt ? ' with gradient checkpointing' : ''}`,
+      0,
+      ckpt
+        ? 'train on fewer tokens per micro-batch (--train-max-tokens-per-gpu, --micro-train-batch-size) or use RTJOB_TF_BACKEND=cpu'
+        : 'add --gradient-checkpointing, train on fewer tokens per micro-batch, or use RTJOB_TF_BACKEND=cpu',
+    );
+  }
   const out = model.forward(tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D, { grad: opts.grad });
   const temperature = opts.temperature ?? 1;
   const scaled = temperature === 1 ? out.logits! : tf.div(out.logits!, temperature);
   const targets = tf.slice(ids, [0, 1], [B, T - 1]) as tf.Tensor2D;
-  const fused = opts.entropy ? undefined : targetLogprobImpls.get(tf.getBackend());
   if (fused) {
     // One kernel each way where the backend has it: no vocabulary-sized one-hot or log-softmax.
     const stats: TokenStats = { logprobs: fused(scaled as tf.Tensor3D, targets) };
@@ -242,9 +261,10 @@ export class ModelTrainer {
     this.options = options;
     this.names = [...model.params.keys()].filter((n) => options.trainable?.(n) ?? true);
     const trained = this.names.reduce((a, n) => a + model.params.get(n)!.size, 0);
-    // Two moments now and the gradients at the first step, float32 each.
+    // Two moments now and the gradients at the first step (activations: `tokenStats`).
+    const mem = trainingMemory(model.config, { tokens: 0, trainableParameters: trained });
     assertBackendRoom(
-      12 * trained,
+      mem.gradientBytes + mem.optimizerBytes,
       `training ${(trained / 1e6).toFixed(0)}M parameters with AdamW`,
     );
     for (const n of this.names) {
