@@ -39,6 +39,52 @@ export function padBatch(seqs: number[][], padId = 0, padTo?: number): PaddedBat
   };
 }
 
+/**
+ * Sequences packed end to end into one row (`--packing-samples`), with what makes the row compute
+ * what each sequence alone would: positions that restart at every sequence, and an attention bias
+ * that lets a token attend only to earlier tokens of its own sequence (block-diagonal causal).
+ * No padding. The next-token prediction at a sequence's last token reads the next sequence's
+ * first token: a loss must give it weight 0 (`packedRows` in `algorithms/packing.ts` lays out
+ * per-token rows that way).
+ */
+export interface PackedBatch {
+  /** `[1, N]` int32, N = the sequences' total length. */
+  ids: tf.Tensor2D;
+  /** `[1, N]` int32: 0, 1, … within each sequence. */
+  positions: tf.Tensor2D;
+  /** `[1, N, N]`: 0 where a token may attend, -1e9 elsewhere. */
+  attnBias: tf.Tensor3D;
+  /** Where each sequence starts in the row. */
+  starts: number[];
+  lengths: number[];
+}
+
+/** Packs sequences into one row; see {@link PackedBatch}. */
+export function packBatch(seqs: number[][]): PackedBatch {
+  const N = seqs.reduce((n, s) => n + s.length, 0);
+  const ids = new Int32Array(N);
+  const positions = new Int32Array(N);
+  const bias = new Float32Array(N * N).fill(-1e9);
+  const starts: number[] = [];
+  let at = 0;
+  for (const s of seqs) {
+    starts.push(at);
+    ids.set(s, at);
+    for (let i = 0; i < s.length; i++) {
+      positions[at + i] = i;
+      bias.fill(0, (at + i) * N + at, (at + i) * N + at + i + 1);
+    }
+    at += s.length;
+  }
+  return {
+    ids: tf.tensor2d(ids, [1, N], 'int32'),
+    positions: tf.tensor2d(positions, [1, N], 'int32'),
+    attnBias: tf.tensor3d(bias, [1, N, N]),
+    starts,
+    lengths: seqs.map((s) => s.length),
+  };
+}
+
 /** In-graph per-token quantities; position t describes token t+1 (the next-token prediction). */
 export interface TokenStats {
   /** `[B, T-1]`: log p(token t+1 | tokens ≤ t) under softmax(logits / temperature). */
@@ -57,7 +103,14 @@ export interface TokenStats {
 export function tokenStats(
   model: CausalLM,
   ids: tf.Tensor2D,
-  opts: { temperature?: number; entropy?: boolean; values?: boolean; grad?: boolean } = {},
+  opts: {
+    temperature?: number;
+    entropy?: boolean;
+    values?: boolean;
+    grad?: boolean;
+    /** A packed row's layout ({@link packBatch}): positions and attention bias of all T tokens. */
+    packed?: Pick<PackedBatch, 'positions' | 'attnBias'>;
+  } = {},
 ): TokenStats {
   const [B, T] = ids.shape;
   const V = model.config.vocab_size;
@@ -80,7 +133,16 @@ export function tokenStats(
         : 'add --gradient-checkpointing, train on fewer tokens per micro-batch, or use RTJOB_TF_BACKEND=cpu',
     );
   }
-  const out = model.forward(tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D, { grad: opts.grad });
+  const input = tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D;
+  const out = model.forward(input, {
+    grad: opts.grad,
+    ...(opts.packed
+      ? {
+          positions: tf.slice(opts.packed.positions, [0, 0], [B, T - 1]) as tf.Tensor2D,
+          attnBias: tf.slice(opts.packed.attnBias, [0, 0, 0], [B, T - 1, T - 1]) as tf.Tensor3D,
+        }
+      : {}),
+  });
   const temperature = opts.temperature ?? 1;
   const scaled = temperature === 1 ? out.logits! : tf.div(out.logits!, temperature);
   const targets = tf.slice(ids, [0, 1], [B, T - 1]) as tf.Tensor2D;
@@ -599,11 +661,18 @@ export class ModelTrainer {
 
 /**
  * Masked next-token cross-entropy (mean over masked tokens) for SFT: `lossMask[b][t]` = 1 where
- * token t is trained on. Differentiable; use inside {@link ModelTrainer.accumulate}.
+ * token t is trained on. Differentiable; use inside {@link ModelTrainer.accumulate}. With
+ * `packed` ({@link packBatch}), `lossMask` must be 0 at each sequence's first token, which the
+ * previous sequence's last token would otherwise be trained to predict.
  */
-export function maskedNllLoss(model: CausalLM, ids: tf.Tensor2D, lossMask: tf.Tensor2D): tf.Scalar {
+export function maskedNllLoss(
+  model: CausalLM,
+  ids: tf.Tensor2D,
+  lossMask: tf.Tensor2D,
+  packed?: Pick<PackedBatch, 'positions' | 'attnBias'>,
+): tf.Scalar {
   const [B, T] = ids.shape;
-  const { logprobs } = tokenStats(model, ids);
+  const { logprobs } = tokenStats(model, ids, packed ? { packed } : {});
   const mask = tf.slice(lossMask, [0, 1], [B, T - 1]);
   return tf.div(tf.neg(tf.sum(tf.mul(logprobs, mask))), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
 }

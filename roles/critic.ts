@@ -5,14 +5,14 @@
  *
  * @module
  */
-import { tf } from '../model/backend.ts';
+import type { tf } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
-import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/training.ts';
+import { forwardLogprobs, ModelTrainer, tokenStats } from '../model/training.ts';
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
-import { padRows } from '../algorithms/packing.ts';
 import { valueLoss } from '../algorithms/value-loss.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import { microBatchLayout } from './micro-batch.ts';
 import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
 
 /** How the Critic is built. */
@@ -36,6 +36,10 @@ export interface CriticInit {
   maxNorm?: number;
   /** This critic's data-parallel rank (`--critic-num-replicas`); absent trains alone. */
   dataParallel?: DataParallelInit;
+  /** Recompute each layer's activations in the backward pass (`--gradient-checkpointing`). */
+  gradientCheckpointing?: boolean;
+  /** Pack each micro-batch's sequences into one row instead of padding (`--packing-samples`). */
+  packingSamples?: boolean;
 }
 
 /** One critic training sample. */
@@ -59,6 +63,7 @@ export class Critic {
     this.loaded ??= (async () => {
       const { model } = await loadModel(this.init.pretrain, { valueHead: true });
       this.model = model;
+      model.gradientCheckpointing = this.init.gradientCheckpointing ?? false;
       this.opt = new ModelTrainer(model, {
         lr: this.init.learningRate,
         maxGradNorm: this.init.maxNorm ?? 1,
@@ -103,12 +108,19 @@ export class Critic {
       let local = 0;
       await accumulateMicroBatches(this.opt, step, (micro, weights) => {
         local += this.opt.accumulate(() => {
-          const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
+          const layout = microBatchLayout(
+            micro.map((x) => Array.from(x.inputIds)),
+            this.init.packingSamples ?? false,
+          );
           const rows = (get: (x: CriticSample, i: number) => ArrayLike<number>): tf.Tensor2D =>
-            tf.tensor2d(padRows(micro.map(get), T - 1).data, [micro.length, T - 1]);
+            layout.rows(micro.map(get));
+          const { packed } = layout;
           return valueLoss(
             {
-              values: tokenStats(this.model, ids, { values: true }).values!,
+              values: tokenStats(this.model, layout.ids, {
+                values: true,
+                ...(packed ? { packed } : {}),
+              }).values!,
               oldValues: rows((x) => x.oldValues),
               returns: rows((x) => x.returns),
               mask: rows((x) => x.actionMask),

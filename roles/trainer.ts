@@ -9,15 +9,14 @@
  *
  * @module
  */
-import { tf } from '../model/backend.ts';
+import type { tf } from '../model/backend.ts';
 import { loadModel, saveModel } from '../model/checkpoint.ts';
 import type { SaveDtype } from '../model/config.ts';
 import type { CausalLM } from '../model/llama.ts';
-import { ModelTrainer, nextTokenLogprobs, padBatch, tokenStats } from '../model/training.ts';
+import { ModelTrainer, nextTokenLogprobs, tokenStats } from '../model/training.ts';
 import type { PolicyWeights } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
-import { padRows } from '../algorithms/packing.ts';
 import {
   ppoActorLossWithStats,
   readPolicyLossStats,
@@ -27,6 +26,7 @@ import {
   type ResolvedPpoLossOptions,
 } from '../algorithms/policy-loss.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import { microBatchLayout } from './micro-batch.ts';
 import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
 
 /** One training sample (a trajectory after experience making). */
@@ -73,6 +73,10 @@ export interface TrainerInit {
   saveDtype?: SaveDtype;
   /** This trainer's data-parallel rank (`--actor-num-replicas`); absent trains alone. */
   dataParallel?: DataParallelInit;
+  /** Recompute each layer's activations in the backward pass (`--gradient-checkpointing`). */
+  gradientCheckpointing?: boolean;
+  /** Pack each micro-batch's sequences into one row instead of padding (`--packing-samples`). */
+  packingSamples?: boolean;
 }
 
 /** What {@link Trainer.train} reports. */
@@ -134,6 +138,7 @@ export class Trainer {
       const { model } = await loadModel(this.init.pretrain);
       this.dp = await DataParallelRank.join(this.init.dataParallel);
       this.model = model;
+      model.gradientCheckpointing = this.init.gradientCheckpointing ?? false;
       this.opt = new ModelTrainer(model, {
         lr: this.init.learningRate,
         maxGradNorm: this.init.maxNorm ?? 1,
@@ -239,18 +244,16 @@ export class Trainer {
     micro: TrainSample[],
     weights: Float32Array[],
   ): { loss: tf.Scalar; extras: tf.Tensor } {
-    const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
+    const layout = microBatchLayout(
+      micro.map((x) => Array.from(x.inputIds)),
+      this.init.packingSamples ?? false,
+    );
     const rows = (get: (x: TrainSample, i: number) => ArrayLike<number> | undefined): tf.Tensor2D =>
-      tf.tensor2d(
-        padRows(
-          micro.map((x, i) => (get(x, i) ?? []) as ArrayLike<number>),
-          T - 1,
-        ).data,
-        [micro.length, T - 1],
-      );
-    const st = tokenStats(this.model, ids, {
+      layout.rows(micro.map((x, i) => get(x, i) ?? []));
+    const st = tokenStats(this.model, layout.ids, {
       temperature: this.init.temperature ?? 1,
       entropy: true,
+      ...(layout.packed ? { packed: layout.packed } : {}),
     });
     const inputs: PolicyLossInputs = {
       logprobs: st.logprobs,

@@ -174,6 +174,16 @@ export const flagTable: readonly Flag[] = [
   F('actorLearningRate', 'float', 'policy learning rate', { min: 0 }),
   F('criticLearningRate', 'float', 'critic learning rate', { min: 0 }),
   F('maxNorm', 'float', 'gradient clip by global norm', { min: 0 }),
+  F(
+    'gradientCheckpointing',
+    'bool',
+    "trainer and critic recompute each decoder layer's activations in the backward pass (less memory, ~1/3 more compute)",
+  ),
+  F(
+    'packingSamples',
+    'bool',
+    "trainer and critic pack each micro-batch's samples into one row (attention within each sample, positions restarting) instead of padding",
+  ),
   ...under('async'),
   F('asyncTrain', 'bool', 'asynchronous off-policy training'),
   F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', {
@@ -357,6 +367,8 @@ export const trainPpoDefaults: TrainPpoOptions = {
   actorLearningRate: 1e-4,
   criticLearningRate: 5e-4,
   maxNorm: 1,
+  gradientCheckpointing: false,
+  packingSamples: false,
   dynamicFiltering: false,
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,

@@ -67,6 +67,10 @@ export interface TrainPpoOptions {
   actorLearningRate: number;
   criticLearningRate: number;
   maxNorm: number;
+  /** `--gradient-checkpointing`: recompute layer activations in the backward pass. */
+  gradientCheckpointing: boolean;
+  /** `--packing-samples`: one packed row per micro-batch instead of padded rows. */
+  packingSamples: boolean;
   dynamicFiltering: boolean;
   dynamicFilteringRewardRange: [number, number];
   seed: number;

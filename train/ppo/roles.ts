@@ -153,6 +153,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       totalSteps,
       seed: o.seed,
       loss: policyLossOptions(o),
+      gradientCheckpointing: o.gradientCheckpointing,
+      packingSamples: o.packingSamples,
       ...(o.trainMaxTokensPerGpu !== undefined
         ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
         : {}),
@@ -165,6 +167,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       microTrainBatchSize: o.microTrainBatchSize,
       maxEpochs: o.maxEpochs,
       maxNorm: o.maxNorm,
+      gradientCheckpointing: o.gradientCheckpointing,
+      packingSamples: o.packingSamples,
       ...valueLossOptions(o),
     },
   };
