@@ -17,6 +17,7 @@
  *
  * @module
  */
+import { assertBackendRoom } from './backend.ts';
 import { parameterShapes, type LlamaConfig } from './config.ts';
 
 /** Options of {@link trainingMemory}. */
@@ -92,4 +93,32 @@ export function trainingMemory(config: LlamaConfig, opts: TrainingMemoryOptions)
     ...m,
     totalBytes: m.weightsBytes + m.gradientBytes + m.optimizerBytes + m.activationBytes,
   };
+}
+
+/**
+ * Throws a one-line `BackendError` (`BACKEND_MEMORY`) when the activations of a training pass over
+ * `[rows, tokens]` cannot fit the current backend, before anything is allocated.
+ *
+ * @param fusedHead the backend's fused next-token logprob runs (else the composed log-softmax,
+ *   one-hot and entropy: 8 vocabulary-sized rows per token)
+ */
+export function assertTrainingPassRoom(
+  config: LlamaConfig,
+  [rows, tokens]: [number, number],
+  gradientCheckpointing: boolean,
+  fusedHead: boolean,
+): void {
+  const { activationBytes } = trainingMemory(config, {
+    tokens: rows * tokens,
+    gradientCheckpointing,
+    vocabCopies: fusedHead ? 2 : 8,
+  });
+  assertBackendRoom(
+    activationBytes,
+    `a training pass over ${rows} × ${tokens} tokens${gradientCheckpointing ? ' with gradient checkpointing' : ''}`,
+    0,
+    gradientCheckpointing
+      ? 'train on fewer tokens per micro-batch (--train-max-tokens-per-gpu, --micro-train-batch-size) or use RTJOB_TF_BACKEND=cpu'
+      : 'add --gradient-checkpointing, train on fewer tokens per micro-batch, or use RTJOB_TF_BACKEND=cpu',
+  );
 }

@@ -13,77 +13,13 @@ import { assertBackendRoom, tf } from './backend.ts';
 import { adamwImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
-import { trainingMemory } from './memory.ts';
+import { assertTrainingPassRoom, trainingMemory } from './memory.ts';
+import { padBatch, type PackedBatch } from './batches.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
 
-/** Right-padded batch of token sequences. */
-export interface PaddedBatch {
-  ids: tf.Tensor2D;
-  /** Real length of each row. */
-  lengths: number[];
-  /** Padded length T. */
-  T: number;
-}
-
-/** Right-pads sequences into an int32 `[B, T]` tensor (T = longest, or `padTo`). */
-export function padBatch(seqs: number[][], padId = 0, padTo?: number): PaddedBatch {
-  const T = Math.max(padTo ?? 0, ...seqs.map((s) => s.length));
-  const data = new Int32Array(seqs.length * T).fill(padId);
-  seqs.forEach((s, b) => data.set(s, b * T));
-  return {
-    ids: tf.tensor2d(data, [seqs.length, T], 'int32'),
-    lengths: seqs.map((s) => s.length),
-    T,
-  };
-}
-
-/**
- * Sequences packed end to end into one row (`--packing-samples`), with what makes the row compute
- * what each sequence alone would: positions that restart at every sequence, and an attention bias
- * that lets a token attend only to earlier tokens of its own sequence (block-diagonal causal).
- * No padding. The next-token prediction at a sequence's last token reads the next sequence's
- * first token: a loss must give it weight 0 (`packedRows` in `algorithms/packing.ts` lays out
- * per-token rows that way).
- */
-export interface PackedBatch {
-  /** `[1, N]` int32, N = the sequences' total length. */
-  ids: tf.Tensor2D;
-  /** `[1, N]` int32: 0, 1, … within each sequence. */
-  positions: tf.Tensor2D;
-  /** `[1, N, N]`: 0 where a token may attend, -1e9 elsewhere. */
-  attnBias: tf.Tensor3D;
-  /** Where each sequence starts in the row. */
-  starts: number[];
-  lengths: number[];
-}
-
-/** Packs sequences into one row; see {@link PackedBatch}. */
-export function packBatch(seqs: number[][]): PackedBatch {
-  const N = seqs.reduce((n, s) => n + s.length, 0);
-  const ids = new Int32Array(N);
-  const positions = new Int32Array(N);
-  const bias = new Float32Array(N * N).fill(-1e9);
-  const starts: number[] = [];
-  let at = 0;
-  for (const s of seqs) {
-    starts.push(at);
-    ids.set(s, at);
-    for (let i = 0; i < s.length; i++) {
-      positions[at + i] = i;
-      bias.fill(0, (at + i) * N + at, (at + i) * N + at + i + 1);
-    }
-    at += s.length;
-  }
-  return {
-    ids: tf.tensor2d(ids, [1, N], 'int32'),
-    positions: tf.tensor2d(positions, [1, N], 'int32'),
-    attnBias: tf.tensor3d(bias, [1, N, N]),
-    starts,
-    lengths: seqs.map((s) => s.length),
-  };
-}
+export { padBatch, type PaddedBatch } from './batches.ts';
 
 /** In-graph per-token quantities; position t describes token t+1 (the next-token prediction). */
 export interface TokenStats {
@@ -108,31 +44,16 @@ export function tokenStats(
     entropy?: boolean;
     values?: boolean;
     grad?: boolean;
-    /** A packed row's layout ({@link packBatch}): positions and attention bias of all T tokens. */
+    /** A packed row's layout (`packBatch`): positions and attention bias of all T tokens. */
     packed?: Pick<PackedBatch, 'positions' | 'attnBias'>;
   } = {},
 ): TokenStats {
   const [B, T] = ids.shape;
   const V = model.config.vocab_size;
   const fused = opts.entropy ? undefined : targetLogprobImpls.get(tf.getBackend());
-  if (opts.grad !== false) {
-    // Before the pass allocates: what its backward will need (the weights' side is the trainer's).
-    const ckpt = model.gradientCheckpointing;
-    const { activationBytes } = trainingMemory(model.config, {
-      tokens: B * (T - 1),
-      gradientCheckpointing: ckpt,
-      // Composed: tempered logits, log-softmax's temporaries, one-hot, entropy, and gradients.
-      vocabCopies: fused ? 2 : 8,
-    });
-    assertBackendRoom(
-      activationBytes,
-      `a training pass over ${B} × ${T - 1} tokens${ckpt ? ' with gradient checkpointing' : ''}`,
-      0,
-      ckpt
-        ? 'train on fewer tokens per micro-batch (--train-max-tokens-per-gpu, --micro-train-batch-size) or use RTJOB_TF_BACKEND=cpu'
-        : 'add --gradient-checkpointing, train on fewer tokens per micro-batch, or use RTJOB_TF_BACKEND=cpu',
-    );
-  }
+  // Before the pass allocates: what its backward will need (the weights' side is the trainer's).
+  if (opts.grad !== false)
+    assertTrainingPassRoom(model.config, [B, T - 1], model.gradientCheckpointing, !!fused);
   const input = tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D;
   const out = model.forward(input, {
     grad: opts.grad,
@@ -662,7 +583,7 @@ export class ModelTrainer {
 /**
  * Masked next-token cross-entropy (mean over masked tokens) for SFT: `lossMask[b][t]` = 1 where
  * token t is trained on. Differentiable; use inside {@link ModelTrainer.accumulate}. With
- * `packed` ({@link packBatch}), `lossMask` must be 0 at each sequence's first token, which the
+ * `packed` (`packBatch`), `lossMask` must be 0 at each sequence's first token, which the
  * previous sequence's last token would otherwise be trained to predict.
  */
 export function maskedNllLoss(

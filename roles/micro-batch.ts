@@ -7,7 +7,8 @@
  * @module
  */
 import { tf } from '../model/backend.ts';
-import { packBatch, padBatch, type PackedBatch } from '../model/training.ts';
+import { padBatch } from '../model/training.ts';
+import { packBatch, type PackedBatch } from '../model/batches.ts';
 import { packedRows, padRows } from '../algorithms/packing.ts';
 
 /** One micro-batch's token layout. */

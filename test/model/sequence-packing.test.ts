@@ -16,7 +16,8 @@ import { packedRows } from '../../algorithms/packing.ts';
 import { initBackend, tf, type BackendName } from '../../model/backend.ts';
 import { resolveConfig, type LlamaConfig } from '../../model/config.ts';
 import type { CausalLM } from '../../model/llama.ts';
-import { maskedNllLoss, packBatch, padBatch } from '../../model/training.ts';
+import { packBatch } from '../../model/batches.ts';
+import { maskedNllLoss, padBatch } from '../../model/training.ts';
 import { maxAbsDiff, randomModel, tinyFamilyConfigs } from '../fixtures/model/tiny.ts';
 
 const configs: Record<string, LlamaConfig> = {
