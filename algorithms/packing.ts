@@ -241,3 +241,33 @@ export function padRows(
   });
   return { data, shape: [rows.length, w] };
 }
+
+/**
+ * Per-token next-token rows of sequences packed end to end into one row (`--packing-samples`),
+ * laid out as the packed row's predictions: sequence i's row (its length minus one entries) at
+ * the sequence's start, and 0 where its last token would predict the next sequence's first, so
+ * a mask or weight laid out here never trains across sequences. Width: total length − 1.
+ *
+ * @example
+ * packedRows([[1, 1], [2]], [3, 2]).data // [1, 1, 0, 2]
+ */
+export function packedRows(
+  rows: readonly Numbers[],
+  lengths: readonly number[],
+): { data: Float32Array; shape: [number, number] } {
+  const total = lengths.reduce((n, l) => n + l, 0);
+  const data = new Float32Array(Math.max(0, total - 1));
+  let at = 0;
+  rows.forEach((r, i) => {
+    const len = lengths[i] as number;
+    if (r.length > len - 1)
+      throw new AlgorithmError(
+        'SHAPE_MISMATCH',
+        `row ${i} has length ${r.length}, more than its sequence's ${len} tokens predict`,
+        { field: 'rows', index: i },
+      );
+    for (let t = 0; t < r.length; t++) data[at + t] = r[t] as number;
+    at += len;
+  });
+  return { data, shape: [1, data.length] };
+}

@@ -258,8 +258,14 @@ const gib = (b: number): string => (b / 2 ** 30).toFixed(2);
  *
  * @param what what needs the memory, for the message (e.g. "a model of 596M parameters")
  * @param largestBytes the largest single tensor among them, checked against a per-tensor limit
+ * @param remedy what to do instead, for the message (default: another backend or a smaller model)
  */
-export function assertBackendRoom(bytes: number, what: string, largestBytes = 0): void {
+export function assertBackendRoom(
+  bytes: number,
+  what: string,
+  largestBytes = 0,
+  remedy = 'use RTJOB_TF_BACKEND=cpu or a smaller model',
+): void {
   const name = tf.getBackend();
   const mem = currentDriver()?.memory();
   if (!mem) return;
@@ -268,8 +274,7 @@ export function assertBackendRoom(bytes: number, what: string, largestBytes = 0)
     throw new BackendError(
       'BACKEND_MEMORY',
       `${what} needs ${gib(bytes)} GiB of float32 tensors, but the ${name} backend holds at most ` +
-        `${name === 'wasm' ? '4' : gib(mem.totalBytes)} GiB (${gib(used)} GiB in use): use ` +
-        `RTJOB_TF_BACKEND=cpu or a smaller model`,
+        `${name === 'wasm' ? '4' : gib(mem.totalBytes)} GiB (${gib(used)} GiB in use): ${remedy}`,
     );
   }
   if (mem.tensorBytes !== undefined && largestBytes > mem.tensorBytes) {

@@ -13,6 +13,8 @@ import { fileURLToPath } from 'node:url';
 export type { BackendName } from './backend.ts';
 export type { LlamaConfig, ModelFamily, RopeScaling, SaveDtype } from './config.ts';
 export type { ForwardOptions, ForwardOutput, LayerKV, TensorSource } from './llama.ts';
+export type { PackedBatch } from './batches.ts';
+export type { TrainingMemory, TrainingMemoryOptions } from './memory.ts';
 export type { CheckpointWeights, LoadedModel, SaveModelOptions } from './checkpoint.ts';
 export type { ChatMessage, ChatTemplateOptions, ChatToolCall } from './tokenizer.ts';
 export type { LrScheduleOptions, LrScheduler } from './lr-schedule.ts';
@@ -56,6 +58,8 @@ export { BatchKVCache, decodeStep, prefill, recomputeLastLogits } from './kv-cac
 export { sampleToken, seededRandom } from './sampling.ts';
 export { learningRate, LR_SCHEDULERS } from './lr-schedule.ts';
 export { forwardLogprobs, maskedNllLoss, ModelTrainer, padBatch, tokenStats } from './training.ts';
+export { packBatch } from './batches.ts';
+export { parameterCount, trainingMemory } from './memory.ts';
 /** The shipped warm-start checkpoint (HF format). */
 export const tinyMathModelDir = fileURLToPath(
   new URL('./pretrained/rtjob-tiny-math/', import.meta.url),

@@ -61,6 +61,41 @@ export interface ForwardOutput {
   present?: LayerKV[];
 }
 
+/** What every decoder layer of one forward pass shares. */
+interface LayerInputs {
+  B: number;
+  T: number;
+  /** Keys per row: past + new. */
+  Tk: number;
+  /** Attention as one fused op (host backends, no cache read). */
+  fused: boolean;
+  /** Rotary tables at each token's position, and the additive attention bias. */
+  cos: tf.Tensor;
+  sin: tf.Tensor;
+  bias: tf.Tensor;
+  past?: LayerKV[];
+  /** Collects each layer's keys and values when asked for. */
+  present?: LayerKV[];
+}
+
+/**
+ * The gradients of `f()` with respect to `xs`, given the gradient `dy` of its output, computed
+ * inside another gradient's backward pass. TF.js keeps one tape per engine: a nested
+ * `gradients` replaces it and clears it when done, so the outer pass's tape is put back.
+ */
+function recomputeGrads(f: () => tf.Tensor, xs: tf.Tensor[], dy: tf.Tensor): tf.Tensor[] {
+  const engine = tf.engine();
+  const outer = engine.state.activeTape;
+  try {
+    return tf.tidy(() => {
+      const { grads } = engine.gradients(f, xs, dy, true);
+      return xs.map((x, i) => grads[i] ?? tf.zerosLike(x));
+    });
+  } finally {
+    engine.state.activeTape = outer;
+  }
+}
+
 /** The name of the critic's scalar head (`[1, hidden]`). */
 export const valueHeadName = 'value_head.weight';
 const maskValue = -1e9;
@@ -200,6 +235,13 @@ export class CausalLM {
   private readonly sin: tf.Tensor2D;
   private readonly rot: tf.Tensor2D;
   private disposed = false;
+  /**
+   * Recompute each decoder layer's activations in the backward pass instead of keeping them
+   * (HF's `gradient_checkpointing_enable()`): training keeps the layers' inputs and one layer's
+   * activations at a time, for about one more forward pass of compute. Applies to passes built
+   * for differentiation (`grad` not false) that neither read nor fill a KV cache. @default false
+   */
+  gradientCheckpointing = false;
 
   private constructor(config: LlamaConfig, params: Map<string, tf.Variable>) {
     this.config = config;
@@ -439,10 +481,7 @@ export class CausalLM {
     if (this.disposed) throw new ModelError('MODEL_DISPOSED', 'model is disposed');
     const c = this.config;
     const [B, T] = ids.shape;
-    const H = c.num_attention_heads;
-    const KV = c.num_key_value_heads;
     const hd = c.head_dim;
-    const nRep = H / KV;
     const past = opts.past;
     const Tp = past?.[0]?.k.shape[2] ?? 0;
     const Tk = Tp + T;
@@ -465,88 +504,16 @@ export class CausalLM {
       bias = tf.tensor(m, [1, T, Tk]);
     }
     if (!fused) bias = tf.reshape(bias, [bias.shape[0]!, 1, 1, T, Tk]);
-    const scale = 1 / Math.sqrt(hd);
     const present: LayerKV[] = [];
+    const ctx: LayerInputs = { B, T, Tk, fused, cos, sin, bias };
+    if (past) ctx.past = past;
+    if (opts.returnPresent) ctx.present = present;
+    // Checkpointing pays only where a backward pass will follow and no cache is read or filled.
+    const checkpoint =
+      this.gradientCheckpointing && opts.grad !== false && !past && !opts.returnPresent;
     let h: tf.Tensor = embedLookup(this.p('model.embed_tokens.weight') as tf.Tensor2D, ids);
-    for (let l = 0; l < c.num_hidden_layers; l++) {
-      const pre = `model.layers.${l}.`;
-      const a = `${pre}self_attn.`;
-      const x = tf.reshape(this.rmsNorm(h, `${pre}input_layernorm.weight`), [-1, c.hidden_size]);
-      let attn: tf.Tensor;
-      if (fused) {
-        const proj = (name: string, width: number): tf.Tensor3D =>
-          tf.reshape(
-            this.headNorm(
-              this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`),
-              a,
-              name,
-            ),
-            [B, T, width],
-          ) as tf.Tensor3D;
-        const [q, k, v] = [proj('q', H * hd), proj('k', KV * hd), proj('v', KV * hd)];
-        const [cos3, sin3, bias3] = [cos as tf.Tensor3D, sin as tf.Tensor3D, bias as tf.Tensor3D];
-        if (opts.returnPresent) {
-          // Filling a cache is inference only: this variant records no gradient.
-          const r = fusedAttentionWithCache(q, k, v, cos3, sin3, bias3, { H, KV, hd });
-          present.push({ k: r.k, v: r.v });
-          attn = r.out;
-        } else attn = fusedAttention(q, k, v, cos3, sin3, bias3, { H, KV, hd });
-      } else {
-        // Separate q, k, v products: splitting one fused product costs more on wasm. For one new
-        // token per row (decoding) the head transpose is a reshape.
-        const heads = (name: string, n: number): tf.Tensor4D => {
-          const t = tf.reshape(
-            this.headNorm(
-              this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`),
-              a,
-              name,
-            ),
-            [B, T, n, hd],
-          );
-          return (
-            T === 1 ? tf.reshape(t, [B, n, 1, hd]) : tf.transpose(t, [0, 2, 1, 3])
-          ) as tf.Tensor4D;
-        };
-        const q = this.rope(heads('q', H), cos, sin);
-        const kNew = this.rope(heads('k', KV), cos, sin);
-        const vNew = heads('v', KV);
-        let k = kNew;
-        let v = vNew;
-        const layerPast = past?.[l];
-        if (layerPast) {
-          k = tf.concat([layerPast.k, k], 2);
-          v = tf.concat([layerPast.v, v], 2);
-        }
-        if (opts.returnPresent) present.push({ k, v });
-        // Grouped-query attention without materialising repeated heads: query head h uses kv head
-        // floor(h / nRep), as HF's repeat_kv does.
-        // Scaling q (T rows) is cheaper than scaling the scores (T x Tk).
-        const qg = tf.mul(tf.reshape(q, [B, KV, nRep * T, hd]), scale);
-        const scores = tf.reshape(this.mm(qg, k, false, true), [B, KV, nRep, T, Tk]);
-        const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [
-          B,
-          KV,
-          nRep * T,
-          Tk,
-        ]);
-        const ctx = tf.reshape(this.mm(probs, v), [B, H, T, hd]);
-        attn = tf.reshape(T === 1 ? ctx : tf.transpose(ctx, [0, 2, 1, 3]), [B, T, H * hd]);
-      }
-      h = tf.add(h, this.linear(attn, `${a}o_proj.weight`, `${a}o_proj.bias`));
-      const y = tf.reshape(this.rmsNorm(h, `${pre}post_attention_layernorm.weight`), [
-        -1,
-        c.hidden_size,
-      ]);
-      // Gate and up as two products: splitting one fused product's output costs more on wasm.
-      const gate = this.linear(y, `${pre}mlp.gate_proj.weight`);
-      const up = this.linear(y, `${pre}mlp.up_proj.weight`);
-      const act = tf.reshape(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), [
-        B,
-        T,
-        c.intermediate_size,
-      ]);
-      h = tf.add(h, this.linear(act, `${pre}mlp.down_proj.weight`));
-    }
+    for (let l = 0; l < c.num_hidden_layers; l++)
+      h = checkpoint ? this.checkpointedLayer(l, h, ctx) : this.decoderLayer(l, h, ctx);
     const hidden = this.rmsNorm(h, 'model.norm.weight') as tf.Tensor3D;
     const out: ForwardOutput = { hidden };
     if (opts.logits !== false) {
@@ -554,6 +521,134 @@ export class CausalLM {
     }
     if (opts.returnPresent) out.present = present;
     return out;
+  }
+
+  /**
+   * One decoder layer: `h + attn(norm(h))`, then `+ mlp(norm(·))`. Reads its weights through
+   * {@link p} (and {@link linear}); with checkpointing, every trainable variable it reads must be
+   * among {@link layerVariables}, or its gradient is lost.
+   */
+  private decoderLayer(l: number, h: tf.Tensor, ctx: LayerInputs): tf.Tensor {
+    const c = this.config;
+    const { B, T, Tk, cos, sin, bias } = ctx;
+    const H = c.num_attention_heads;
+    const KV = c.num_key_value_heads;
+    const hd = c.head_dim;
+    const nRep = H / KV;
+    const scale = 1 / Math.sqrt(hd);
+    const pre = `model.layers.${l}.`;
+    const a = `${pre}self_attn.`;
+    const x = tf.reshape(this.rmsNorm(h, `${pre}input_layernorm.weight`), [-1, c.hidden_size]);
+    let attn: tf.Tensor;
+    if (ctx.fused) {
+      const proj = (name: string, width: number): tf.Tensor3D =>
+        tf.reshape(
+          this.headNorm(
+            this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`),
+            a,
+            name,
+          ),
+          [B, T, width],
+        ) as tf.Tensor3D;
+      const [q, k, v] = [proj('q', H * hd), proj('k', KV * hd), proj('v', KV * hd)];
+      const [cos3, sin3, bias3] = [cos as tf.Tensor3D, sin as tf.Tensor3D, bias as tf.Tensor3D];
+      if (ctx.present) {
+        // Filling a cache is inference only: this variant records no gradient.
+        const r = fusedAttentionWithCache(q, k, v, cos3, sin3, bias3, { H, KV, hd });
+        ctx.present.push({ k: r.k, v: r.v });
+        attn = r.out;
+      } else attn = fusedAttention(q, k, v, cos3, sin3, bias3, { H, KV, hd });
+    } else {
+      // Separate q, k, v products: splitting one fused product costs more on wasm. For one new
+      // token per row (decoding) the head transpose is a reshape.
+      const heads = (name: string, n: number): tf.Tensor4D => {
+        const t = tf.reshape(
+          this.headNorm(
+            this.linear(x, `${a}${name}_proj.weight`, `${a}${name}_proj.bias`),
+            a,
+            name,
+          ),
+          [B, T, n, hd],
+        );
+        return (
+          T === 1 ? tf.reshape(t, [B, n, 1, hd]) : tf.transpose(t, [0, 2, 1, 3])
+        ) as tf.Tensor4D;
+      };
+      const q = this.rope(heads('q', H), cos, sin);
+      const kNew = this.rope(heads('k', KV), cos, sin);
+      const vNew = heads('v', KV);
+      let k = kNew;
+      let v = vNew;
+      const layerPast = ctx.past?.[l];
+      if (layerPast) {
+        k = tf.concat([layerPast.k, k], 2);
+        v = tf.concat([layerPast.v, v], 2);
+      }
+      ctx.present?.push({ k, v });
+      // Grouped-query attention without materialising repeated heads: query head h uses kv head
+      // floor(h / nRep), as HF's repeat_kv does.
+      // Scaling q (T rows) is cheaper than scaling the scores (T x Tk).
+      const qg = tf.mul(tf.reshape(q, [B, KV, nRep * T, hd]), scale);
+      const scores = tf.reshape(this.mm(qg, k, false, true), [B, KV, nRep, T, Tk]);
+      const probs = tf.reshape(tf.softmax(tf.reshape(tf.add(scores, bias), [-1, Tk])), [
+        B,
+        KV,
+        nRep * T,
+        Tk,
+      ]);
+      const mixed = tf.reshape(this.mm(probs, v), [B, H, T, hd]);
+      attn = tf.reshape(T === 1 ? mixed : tf.transpose(mixed, [0, 2, 1, 3]), [B, T, H * hd]);
+    }
+    const r = tf.add(h, this.linear(attn, `${a}o_proj.weight`, `${a}o_proj.bias`));
+    const y = tf.reshape(this.rmsNorm(r, `${pre}post_attention_layernorm.weight`), [
+      -1,
+      c.hidden_size,
+    ]);
+    // Gate and up as two products: splitting one fused product's output costs more on wasm.
+    const gate = this.linear(y, `${pre}mlp.gate_proj.weight`);
+    const up = this.linear(y, `${pre}mlp.up_proj.weight`);
+    const act = tf.reshape(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), [B, T, c.intermediate_size]);
+    return tf.add(r, this.linear(act, `${pre}mlp.down_proj.weight`));
+  }
+
+  /**
+   * The trainable variables decoder layer `l` reads: its weights by HF name prefix, or with a
+   * LoRA adapter its adapter's matrices (PEFT names hold the same prefix). Under checkpointing
+   * they are the layer op's inputs, so their gradients flow out of the recomputed pass; frozen
+   * ones (`trainable: false`, or a base under an adapter) are read as constants.
+   */
+  layerVariables(l: number): tf.Variable[] {
+    const prefix = `model.layers.${l}.`;
+    return [...this.trainableParams()]
+      .filter(([n, v]) => (n.startsWith(prefix) || n.includes(`.${prefix}`)) && v.trainable)
+      .map(([, v]) => v);
+  }
+
+  /**
+   * {@link decoderLayer} as one differentiable op that keeps only its input: the forward runs
+   * with no gradient tape (its activations are freed at once), and the gradient re-runs the layer
+   * from the saved input under a tape of its own, whose saved tensors are freed when that layer's
+   * gradient is done. Gradients equal the plain pass's: the same kernels on the same inputs.
+   */
+  private checkpointedLayer(l: number, h: tf.Tensor, ctx: LayerInputs): tf.Tensor {
+    const vars = this.layerVariables(l);
+    const fn = tf.customGrad(((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const save = args[args.length - 1] as tf.GradSaveFunc;
+      const x = args[0] as tf.Tensor;
+      // Saved tensors share their data with the originals (a clone is a new reference).
+      save([x, ctx.cos, ctx.sin, ctx.bias]);
+      return {
+        value: this.decoderLayer(l, x, ctx),
+        gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+          const [x0, cos, sin, bias] = saved as [tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor];
+          const again: LayerInputs = { ...ctx, cos, sin, bias };
+          return recomputeGrads(() => this.decoderLayer(l, x0, again), [x0, ...vars], dy);
+        },
+      };
+    }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (
+      ...xs: tf.Tensor[]
+    ) => tf.Tensor;
+    return fn(h, ...vars);
   }
 
   /** LM-head logits `[..., vocab]` of hidden states `[..., hidden]`. */

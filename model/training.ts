@@ -15,31 +15,14 @@ import { readCheckpointWeights, saveModel, type SaveModelOptions } from './check
 import type { CausalLM } from './llama.ts';
 import { isLoraAdapterDir } from './lora-adapter.ts';
 import { loadLoraCheckpoint, saveLoraCheckpoint } from './lora-spec.ts';
+import { assertTrainingPassRoom, trainingMemory } from './memory.ts';
+import { padBatch, type PackedBatch } from './batches.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
 import { learningRate, type LrScheduleOptions } from './lr-schedule.ts';
 
-/** Right-padded batch of token sequences. */
-export interface PaddedBatch {
-  ids: tf.Tensor2D;
-  /** Real length of each row. */
-  lengths: number[];
-  /** Padded length T. */
-  T: number;
-}
-
-/** Right-pads sequences into an int32 `[B, T]` tensor (T = longest, or `padTo`). */
-export function padBatch(seqs: number[][], padId = 0, padTo?: number): PaddedBatch {
-  const T = Math.max(padTo ?? 0, ...seqs.map((s) => s.length));
-  const data = new Int32Array(seqs.length * T).fill(padId);
-  seqs.forEach((s, b) => data.set(s, b * T));
-  return {
-    ids: tf.tensor2d(data, [seqs.length, T], 'int32'),
-    lengths: seqs.map((s) => s.length),
-    T,
-  };
-}
+export { padBatch, type PaddedBatch } from './batches.ts';
 
 /** In-graph per-token quantities; position t describes token t+1 (the next-token prediction). */
 export interface TokenStats {
@@ -59,15 +42,34 @@ export interface TokenStats {
 export function tokenStats(
   model: CausalLM,
   ids: tf.Tensor2D,
-  opts: { temperature?: number; entropy?: boolean; values?: boolean; grad?: boolean } = {},
+  opts: {
+    temperature?: number;
+    entropy?: boolean;
+    values?: boolean;
+    grad?: boolean;
+    /** A packed row's layout (`packBatch`): positions and attention bias of all T tokens. */
+    packed?: Pick<PackedBatch, 'positions' | 'attnBias'>;
+  } = {},
 ): TokenStats {
   const [B, T] = ids.shape;
   const V = model.config.vocab_size;
-  const out = model.forward(tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D, { grad: opts.grad });
+  const fused = opts.entropy ? undefined : targetLogprobImpls.get(tf.getBackend());
+  // Before the pass allocates: what its backward will need (the weights' side is the trainer's).
+  if (opts.grad !== false)
+    assertTrainingPassRoom(model.config, [B, T - 1], model.gradientCheckpointing, !!fused);
+  const input = tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D;
+  const out = model.forward(input, {
+    grad: opts.grad,
+    ...(opts.packed
+      ? {
+          positions: tf.slice(opts.packed.positions, [0, 0], [B, T - 1]) as tf.Tensor2D,
+          attnBias: tf.slice(opts.packed.attnBias, [0, 0, 0], [B, T - 1, T - 1]) as tf.Tensor3D,
+        }
+      : {}),
+  });
   const temperature = opts.temperature ?? 1;
   const scaled = temperature === 1 ? out.logits! : tf.div(out.logits!, temperature);
   const targets = tf.slice(ids, [0, 1], [B, T - 1]) as tf.Tensor2D;
-  const fused = opts.entropy ? undefined : targetLogprobImpls.get(tf.getBackend());
   if (fused) {
     // One kernel each way where the backend has it: no vocabulary-sized one-hot or log-softmax.
     const stats: TokenStats = { logprobs: fused(scaled as tf.Tensor3D, targets) };
@@ -221,9 +223,10 @@ export class ModelTrainer {
     this.vars = model.trainableParams();
     this.names = [...this.vars.keys()].filter((n) => options.trainable?.(n) ?? true);
     const trained = this.names.reduce((a, n) => a + this.vars.get(n)!.size, 0);
-    // Two moments now and the gradients at the first step, float32 each.
+    // Two moments now and the gradients at the first step (activations: `tokenStats`).
+    const mem = trainingMemory(model.config, { tokens: 0, trainableParameters: trained });
     assertBackendRoom(
-      12 * trained,
+      mem.gradientBytes + mem.optimizerBytes,
       `training ${(trained / 1e6).toFixed(trained < 1e6 ? 2 : 0)}M parameters with AdamW`,
     );
     for (const n of this.names) {
@@ -564,11 +567,18 @@ export class ModelTrainer {
 
 /**
  * Masked next-token cross-entropy (mean over masked tokens) for SFT: `lossMask[b][t]` = 1 where
- * token t is trained on. Differentiable; use inside {@link ModelTrainer.accumulate}.
+ * token t is trained on. Differentiable; use inside {@link ModelTrainer.accumulate}. With
+ * `packed` (`packBatch`), `lossMask` must be 0 at each sequence's first token, which the
+ * previous sequence's last token would otherwise be trained to predict.
  */
-export function maskedNllLoss(model: CausalLM, ids: tf.Tensor2D, lossMask: tf.Tensor2D): tf.Scalar {
+export function maskedNllLoss(
+  model: CausalLM,
+  ids: tf.Tensor2D,
+  lossMask: tf.Tensor2D,
+  packed?: Pick<PackedBatch, 'positions' | 'attnBias'>,
+): tf.Scalar {
   const [B, T] = ids.shape;
-  const { logprobs } = tokenStats(model, ids);
+  const { logprobs } = tokenStats(model, ids, packed ? { packed } : {});
   const mask = tf.slice(lossMask, [0, 1], [B, T - 1]);
   return tf.div(tf.neg(tf.sum(tf.mul(logprobs, mask))), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
 }

@@ -9,12 +9,12 @@ import { backendDescription, tf } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
-import { forwardLogprobs, ModelTrainer, padBatch, tokenStats } from '../model/training.ts';
+import { forwardLogprobs, ModelTrainer, tokenStats } from '../model/training.ts';
 import type { LrScheduleOptions } from '../model/lr-schedule.ts';
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
-import { padRows } from '../algorithms/packing.ts';
 import { valueLoss } from '../algorithms/value-loss.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import { microBatchLayout } from './micro-batch.ts';
 import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
 
 /** How the Critic is built. */
@@ -44,6 +44,10 @@ export interface CriticInit {
   dataParallel?: DataParallelInit;
   /** Train a LoRA adapter over the frozen trunk; the value head still trains in full. */
   lora?: LoraSpec;
+  /** Recompute each layer's activations in the backward pass (`--gradient-checkpointing`). */
+  gradientCheckpointing?: boolean;
+  /** Pack each micro-batch's sequences into one row instead of padding (`--packing-samples`). */
+  packingSamples?: boolean;
 }
 
 /** One critic training sample. */
@@ -68,6 +72,7 @@ export class Critic {
       const { model } = await loadModel(this.init.pretrain, { valueHead: true });
       if (this.init.lora) attachLoraSpec(model, this.init.lora);
       this.model = model;
+      model.gradientCheckpointing = this.init.gradientCheckpointing ?? false;
       this.opt = new ModelTrainer(model, {
         lr: this.init.learningRate,
         maxGradNorm: this.init.maxNorm ?? 1,
@@ -117,12 +122,19 @@ export class Critic {
       let local = 0;
       await accumulateMicroBatches(this.opt, step, (micro, weights) => {
         local += this.opt.accumulate(() => {
-          const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
+          const layout = microBatchLayout(
+            micro.map((x) => Array.from(x.inputIds)),
+            this.init.packingSamples ?? false,
+          );
           const rows = (get: (x: CriticSample, i: number) => ArrayLike<number>): tf.Tensor2D =>
-            tf.tensor2d(padRows(micro.map(get), T - 1).data, [micro.length, T - 1]);
+            layout.rows(micro.map(get));
+          const { packed } = layout;
           return valueLoss(
             {
-              values: tokenStats(this.model, ids, { values: true }).values!,
+              values: tokenStats(this.model, layout.ids, {
+                values: true,
+                ...(packed ? { packed } : {}),
+              }).values!,
               oldValues: rows((x) => x.oldValues),
               returns: rows((x) => x.returns),
               mask: rows((x) => x.actionMask),

@@ -15,7 +15,7 @@ import { writeLoraAdapter } from '../model/lora-adapter.ts';
 import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
 import type { SaveDtype } from '../model/config.ts';
 import type { CausalLM } from '../model/llama.ts';
-import { ModelTrainer, nextTokenLogprobs, padBatch, tokenStats } from '../model/training.ts';
+import { ModelTrainer, nextTokenLogprobs, tokenStats } from '../model/training.ts';
 import type { LrScheduleOptions } from '../model/lr-schedule.ts';
 import type { PolicyWeights } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
@@ -31,6 +31,7 @@ import {
   type ResolvedPpoLossOptions,
 } from '../algorithms/policy-loss.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import { microBatchLayout } from './micro-batch.ts';
 import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
 
 /** One training sample (a trajectory after experience making). */
@@ -84,6 +85,10 @@ export interface TrainerInit {
    * trains, is checkpointed and is published to the engines, and the base is the reference.
    */
   lora?: LoraSpec;
+  /** Recompute each layer's activations in the backward pass (`--gradient-checkpointing`). */
+  gradientCheckpointing?: boolean;
+  /** Pack each micro-batch's sequences into one row instead of padding (`--packing-samples`). */
+  packingSamples?: boolean;
 }
 
 /** What {@link Trainer.train} reports. */
@@ -152,6 +157,7 @@ export class Trainer {
       if (this.init.lora) attachLoraSpec(model, this.init.lora);
       this.dp = await DataParallelRank.join(this.init.dataParallel);
       this.model = model;
+      model.gradientCheckpointing = this.init.gradientCheckpointing ?? false;
       this.opt = new ModelTrainer(model, {
         lr: this.init.learningRate,
         maxGradNorm: this.init.maxNorm ?? 1,
@@ -274,18 +280,16 @@ export class Trainer {
     micro: TrainSample[],
     weights: Float32Array[],
   ): { loss: tf.Scalar; extras: tf.Tensor } {
-    const { ids, T } = padBatch(micro.map((x) => Array.from(x.inputIds)));
+    const layout = microBatchLayout(
+      micro.map((x) => Array.from(x.inputIds)),
+      this.init.packingSamples ?? false,
+    );
     const rows = (get: (x: TrainSample, i: number) => ArrayLike<number> | undefined): tf.Tensor2D =>
-      tf.tensor2d(
-        padRows(
-          micro.map((x, i) => (get(x, i) ?? []) as ArrayLike<number>),
-          T - 1,
-        ).data,
-        [micro.length, T - 1],
-      );
-    const st = tokenStats(this.model, ids, {
+      layout.rows(micro.map((x, i) => get(x, i) ?? []));
+    const st = tokenStats(this.model, layout.ids, {
       temperature: this.init.temperature ?? 1,
       entropy: true,
+      ...(layout.packed ? { packed: layout.packed } : {}),
     });
     const inputs: PolicyLossInputs = {
       logprobs: st.logprobs,

@@ -6,6 +6,7 @@ import {
   lossWeights,
   microBatches,
   packMicroBatches,
+  packedRows,
   padRows,
   rankMicroBatches,
 } from '../../algorithms/packing.ts';
@@ -239,6 +240,14 @@ test('rankMicroBatches with an attention length balances a cost that grows with 
     lengths.map((_, i) => i),
     'each sample once',
   );
+});
+
+test('packedRows lays each next-token row at its sequence start, 0 across sequences', () => {
+  // sequences of 3, 1 and 2 tokens: rows of 2, 0 and 1 entries; width 6 - 1
+  const { data, shape } = packedRows([[1, 2], [], [5]], [3, 1, 2]);
+  assert.equal(shape, [1, 5]);
+  assert.equal(Array.from(data), [1, 2, 0, 0, 5]);
+  throwsCode(() => packedRows([[1, 2, 3]], [3]), 'SHAPE_MISMATCH');
 });
 
 test.run();

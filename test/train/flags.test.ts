@@ -7,7 +7,7 @@ import {
   trainPpoDefaults,
   trainPpoHelp,
 } from '../../train/ppo/flags.ts';
-import { llamacppGpu } from '../../train/ppo/roles.ts';
+import { llamacppGpu, roleInits } from '../../train/ppo/roles.ts';
 
 const fails = (argv: string[], re: RegExp, env: Record<string, string> = {}): void => {
   let err: (Error & { flag?: string }) | undefined;
@@ -69,6 +69,19 @@ test('flagConfig lists every flag with its effective value, its default and wher
 
 test('defaults are used when nothing is given', () => {
   assert.equal(parseTrainPpoFlags([]), trainPpoDefaults);
+});
+
+test('--gradient-checkpointing and --packing-samples reach the trainer and the critic', () => {
+  const o = parseTrainPpoFlags(['--gradient-checkpointing', '--packing_samples']);
+  assert.is(o.gradientCheckpointing, true);
+  assert.is(o.packingSamples, true);
+  assert.is(trainPpoDefaults.gradientCheckpointing, false);
+  assert.is(trainPpoDefaults.packingSamples, false);
+  const init = roleInits(o, 1);
+  for (const role of [init.trainer, init.critic]) {
+    assert.is(role.gradientCheckpointing, true);
+    assert.is(role.packingSamples, true);
+  }
 });
 
 test('ASYNC_NUM_TASKS and ASYNC_QUEUE_SIZE come from the environment; flags win', () => {

@@ -267,6 +267,16 @@ export const flagTable: readonly Flag[] = [
   F('l2', 'float', 'AdamW weight decay (decoupled; not on norms and biases)', { min: 0 }),
   // LoRA (train/lora-flags.ts, shared with train_sft): OpenRLHF's names and defaults.
   ...loraFlagSpecs.map((f): Flag => ({ ...f, section: 'optimizer' })),
+  F(
+    'gradientCheckpointing',
+    'bool',
+    "trainer and critic recompute each decoder layer's activations in the backward pass (less memory, ~1/3 more compute)",
+  ),
+  F(
+    'packingSamples',
+    'bool',
+    "trainer and critic pack each micro-batch's samples into one row (attention within each sample, positions restarting) instead of padding",
+  ),
   ...under('async'),
   F('asyncTrain', 'bool', 'asynchronous off-policy training'),
   F('asyncQueueSize', 'int', 'batches waiting between rollout and trainer', {
@@ -473,6 +483,8 @@ export const trainPpoDefaults: TrainPpoOptions = {
   minLrRatio: 0.1,
   l2: 0,
   ...loraFlagDefaults,
+  gradientCheckpointing: false,
+  packingSamples: false,
   dynamicFiltering: false,
   dynamicFilteringRewardRange: [0, 1],
   seed: 42,

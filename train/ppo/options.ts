@@ -90,6 +90,10 @@ export interface TrainPpoOptions extends TrackerOptions, LoraFlagOptions {
   lrWarmupRatio: number;
   minLrRatio: number;
   l2: number;
+  /** `--gradient-checkpointing`: recompute layer activations in the backward pass. */
+  gradientCheckpointing: boolean;
+  /** `--packing-samples`: one packed row per micro-batch instead of padded rows. */
+  packingSamples: boolean;
   dynamicFiltering: boolean;
   dynamicFilteringRewardRange: [number, number];
   seed: number;

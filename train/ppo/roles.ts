@@ -205,6 +205,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       seed: o.seed,
       loss: policyLossOptions(o),
       ...(lora ? { lora } : {}),
+      gradientCheckpointing: o.gradientCheckpointing,
+      packingSamples: o.packingSamples,
       ...(o.trainMaxTokensPerGpu !== undefined
         ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
         : {}),
@@ -221,6 +223,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       maxNorm: o.maxNorm,
       lrSchedule: lrScheduleOptions(o, totalSteps),
       weightDecay: o.l2,
+      gradientCheckpointing: o.gradientCheckpointing,
+      packingSamples: o.packingSamples,
       ...valueLossOptions(o),
       // The critic's adapter is its own: the policy's rank and targets, freshly initialised.
       ...(lora ? { lora: { config: lora.config, seed: o.seed + 1 } } : {}),
