@@ -5,7 +5,8 @@
  *
  * @module
  */
-import { backendDescription, tf } from '../model/backend.ts';
+import type { tf } from '../model/backend.ts';
+import { backendDescription } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';

@@ -9,7 +9,8 @@
  *
  * @module
  */
-import { backendDescription, tf } from '../model/backend.ts';
+import type { tf } from '../model/backend.ts';
+import { backendDescription } from '../model/backend.ts';
 import { loadModel, saveModel } from '../model/checkpoint.ts';
 import { writeLoraAdapter } from '../model/lora-adapter.ts';
 import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
@@ -21,7 +22,6 @@ import type { PolicyWeights } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
-import { padRows } from '../algorithms/packing.ts';
 import {
   ppoActorLossWithStats,
   readPolicyLossStats,
