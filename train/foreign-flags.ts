@@ -23,13 +23,10 @@ export const foreignFlagNotes: Readonly<Record<string, string>> = {
   'overlap-comm': noDeepSpeed,
   'ref-reward-offload': noDeepSpeed,
   'grad-accum-dtype': noDeepSpeed,
-  'gradient-checkpointing':
-    'not applicable: activations are kept for the backward pass; to use less memory lower --micro-train-batch-size or set --train-max-tokens-per-gpu',
   'flash-attn':
     "not applicable: attention is the backend's own fused kernel (libtorch's scaled_dot_product_attention with RTJOB_TF_BACKEND=torch)",
   'use-liger-kernel': "not applicable: kernels are the TF.js backend's own (RTJOB_TF_BACKEND)",
   'ring-attn-size': 'not applicable: no sequence parallelism; one rank holds a whole sequence',
-  'packing-samples': 'rtjob packs micro-batches by a token budget: --train-max-tokens-per-gpu N',
   'vllm-gpu-memory-utilization': vllmServerFlag('--gpu-memory-utilization'),
   'enforce-eager': vllmServerFlag('--enforce-eager'),
   'enable-prefix-caching': vllmServerFlag('--enable-prefix-caching'),

@@ -12,15 +12,14 @@
  *
  * @module
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { initBackend, tf } from '../model/backend.ts';
 import { builtinTokenizerFiles, tinyMathConfig } from '../model/builtin.ts';
 import { loadModel, saveModel } from '../model/checkpoint.ts';
 import { resolveConfig, type SaveDtype } from '../model/config.ts';
 import { CausalLM } from '../model/llama.ts';
-import { seededRandom } from '../model/sampling.ts';
-import { ChatTokenizer, type ChatMessage } from '../model/tokenizer.ts';
+import { ChatTokenizer } from '../model/tokenizer.ts';
 import { ModelTrainer, maskedNllLoss, padBatch } from '../model/training.ts';
 import { LR_SCHEDULERS, type LrScheduler } from '../model/lr-schedule.ts';
 import { writeLoraAdapter } from '../model/lora-adapter.ts';
@@ -29,11 +28,10 @@ import { loraFlagDefaults, loraFlagSpecs, loraSpecOf, type LoraFlagOptions } fro
 import { packBatch } from '../model/batches.ts';
 import { packedRows } from '../algorithms/packing.ts';
 import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
-import type { InferenceEngine } from '../engines/types.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
 import { metrics } from '../ops/metrics.ts';
-import { arithReward, builtinDataset, type ArithRecord } from './data/arith.ts';
+import { builtinDataset } from './data/arith.ts';
 import { runName } from './run-name.ts';
 import {
   openTrackers,
@@ -41,6 +39,7 @@ import {
   trackerFlags,
   type TrackerOptions,
 } from './trackers/index.ts';
+import { encodeConversation, evalArith, sftConversations, type ArithEval } from './sft-data.ts';
 import {
   checkRolloutDtype,
   flagParser,
@@ -48,6 +47,8 @@ import {
   runIfMain,
   FlagError,
 } from './driver-flags.ts';
+
+export { encodeConversation, evalArith, sftConversations, type ArithEval } from './sft-data.ts';
 
 /** Options of {@link trainSft}; the tracker options are `train/trackers/`'s. */
 export interface SftOptions extends TrackerOptions {
@@ -135,148 +136,6 @@ export interface SftResult {
   evalAccuracy?: number;
   trainSeconds: number;
   tokensPerSecond: number;
-}
-
-interface Example {
-  ids: number[];
-  mask: number[];
-}
-
-/**
- * Tokenises a conversation; the loss mask is 1 on assistant turns (including their end token).
- * `tools` (OpenAI function-tool definitions) reach the chat template as `tools`, as at inference.
- */
-export function encodeConversation(
-  tok: ChatTokenizer,
-  messages: ChatMessage[],
-  tools?: unknown[],
-): Example {
-  const t = tools ? { tools } : {};
-  const ids = tok.encode(tok.applyChatTemplate(messages, { addGenerationPrompt: false, ...t }));
-  const mask = new Array<number>(ids.length).fill(0);
-  messages.forEach((m, i) => {
-    if (m.role !== 'assistant') return;
-    const start = tok.encode(
-      tok.applyChatTemplate(messages.slice(0, i), { addGenerationPrompt: true, ...t }),
-    ).length;
-    const end = tok.encode(
-      tok.applyChatTemplate(messages.slice(0, i + 1), { addGenerationPrompt: false, ...t }),
-    ).length;
-    for (let t = start; t < Math.min(end, ids.length); t++) mask[t] = 1;
-  });
-  return { ids, mask };
-}
-
-/**
- * The conversations `train_sft` trains on: a built-in dataset (with `directFraction` of its records
- * answered directly, chosen per record from `seed`) or a JSONL file (`{messages, tools?}` or
- * `{prompt, response}` per line; messages may carry `tool_calls`, and `tool` turns are context).
- */
-export function sftConversations(
-  dataset: string,
-  size: number,
-  directFraction = 0,
-  seed = 42,
-): { messages: ChatMessage[]; tools?: unknown[] }[] {
-  if (!(directFraction >= 0 && directFraction <= 1))
-    throw new FlagError(
-      '--direct-fraction',
-      `train_sft: --direct-fraction must be in [0, 1], got ${directFraction}`,
-    );
-  const builtin = builtinDataset(dataset, { size });
-  if (builtin) {
-    const r = seededRandom(seed * 31 + 17);
-    return builtin.map((rec) => {
-      const content = r() < directFraction ? rec.direct : rec.response;
-      return {
-        messages: [
-          { role: 'user', content: rec.prompt },
-          { role: 'assistant', content },
-        ],
-      };
-    });
-  }
-  if (directFraction)
-    throw new FlagError(
-      '--direct-fraction',
-      'train_sft: --direct-fraction applies to built-in datasets only',
-    );
-  if (!existsSync(dataset))
-    throw new FlagError(
-      '--dataset',
-      `train_sft: dataset '${dataset}' is neither built-in nor a file`,
-    );
-  return readFileSync(dataset, 'utf8')
-    .split('\n')
-    .filter((l) => l.trim())
-    .map((l, i) => {
-      const o = JSON.parse(l) as {
-        messages?: ChatMessage[];
-        tools?: unknown;
-        prompt?: string;
-        response?: string;
-      };
-      if (o.tools !== undefined && !Array.isArray(o.tools))
-        throw new FlagError('--dataset', `${dataset}:${i + 1}: 'tools' must be a list`);
-      if (o.messages)
-        return { messages: o.messages, ...(o.tools ? { tools: o.tools as unknown[] } : {}) };
-      if (typeof o.prompt === 'string' && typeof o.response === 'string') {
-        return {
-          messages: [
-            { role: 'user', content: o.prompt },
-            { role: 'assistant', content: o.response },
-          ],
-        };
-      }
-      throw new FlagError(
-        '--dataset',
-        `${dataset}:${i + 1}: need 'messages' or 'prompt' and 'response'`,
-      );
-    });
-}
-
-/** One evaluation by {@link evalArith}: the accuracy and every answer. */
-export interface ArithEval {
-  accuracy: number;
-  samples: { prompt: string; kind: string; output: string; reward: number }[];
-}
-
-/**
- * Accuracy of `engine` on built-in records (answers parsed from `The answer is N`), one answer per
- * record: greedy unless `greedy: false` (then sampled at `temperature`, default 1).
- */
-export async function evalArith(
-  engine: InferenceEngine,
-  tok: ChatTokenizer,
-  records: ArithRecord[],
-  opts: { greedy?: boolean; temperature?: number; maxNewTokens?: number } = {},
-): Promise<ArithEval> {
-  const gconfig = {
-    greedy: opts.greedy ?? true,
-    temperature: opts.temperature ?? 1,
-    maxNewTokens: opts.maxNewTokens ?? 48,
-  };
-  const outs = await Promise.all(
-    records.map((r) =>
-      engine.generate({
-        inputIds: tok.encode(tok.applyChatTemplate([{ role: 'user', content: r.prompt }])),
-        gconfig,
-      }),
-    ),
-  );
-  const samples = outs.map((o, i) => {
-    const output = tok.decode(o.outputTokens, { skipSpecialTokens: true });
-    return {
-      prompt: records[i]!.prompt,
-      kind: records[i]!.kind,
-      output,
-      reward: arithReward(output, records[i]!.solution),
-    };
-  });
-  return {
-    accuracy: samples.reduce((s, x) => s + x.reward, 0) / Math.max(1, samples.length),
-    samples,
-  };
 }
 
 /** Runs SFT; see {@link SftOptions}. */
