@@ -134,6 +134,43 @@ test('train_ppo --engine sglang --engine-launch starts a server per rollout and 
   );
 });
 
+test('a LoRA policy on --engine-launch servers: adapter slots at start, one adapter per version, no full weights', async () => {
+  // The launcher appends the LoRA server flags; without them the fake refuses every adapter load
+  // and the run fails at its first sync.
+  const fake = fileURLToPath(new URL('../fakes/sglang-server.ts', import.meta.url));
+  const command = `exec '${process.execPath}' --import tsx '${fake}' --port {port} --model-path {model}`;
+  const weights = join(root, 'lora-weights');
+  const rows: Record<string, number>[] = [];
+  const s = await trainPpo(
+    tinyRunArgs(model, join(root, 'lora-out'), {
+      'in-process': true,
+      engine: 'sglang',
+      'engine-launch': command,
+      'engine-weights-path': weights,
+      'lora-rank': 4,
+      'lora-alpha': 8,
+      ...twoShortSteps,
+    }),
+    {},
+    { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
+  );
+  assert.is(s.steps, 2);
+  assert.equal(
+    rows.filter((r) => r.reward_mean !== undefined).map((r) => r.version),
+    [1, 2],
+  );
+  // Each version went to the servers as an adapter under lora/ (removed with the engine at the
+  // end); the full-weight path would have left v1/ and v2/ checkpoints beside it.
+  const dir = join(weights, 'rollout_0');
+  assert.equal(readdirSync(dir), ['lora']);
+  assert.equal(readdirSync(join(dir, 'lora')), [], 'the adapters go with the engine');
+  assert.equal(
+    readdirSync(dir).filter((n) => /^v\d+$/.test(n)),
+    [],
+    'no full-weight checkpoint was written for the servers',
+  );
+});
+
 test('--engine-url is checked before anything starts', async () => {
   const err = (argv: string[]): Promise<string> =>
     trainPpo(argv, {}, {}).then(
