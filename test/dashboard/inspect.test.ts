@@ -202,6 +202,19 @@ test('a live run: its page shows progress and samples as steps arrive', async ()
     { timeoutMs: 300_000 },
   );
   assert.is(b.code, 0, b.stderr);
+  // A missing agent file is refused before anything is submitted (bad input, exit 2); an agent
+  // file that is no agent fails inside the job, which keeps its one-line reason.
+  const refused = await sb.run([
+    'submit',
+    '--job-id',
+    'ppo-missing',
+    '--',
+    'train_ppo',
+    '--agent-func',
+    join(sb.home, 'missing.ts'),
+  ]);
+  assert.is(refused.code, 2);
+  assert.match(refused.stderr, /--agent-func: no such file/);
   const failed = await sb.run([
     'submit',
     '--job-id',
@@ -209,7 +222,7 @@ test('a live run: its page shows progress and samples as steps arrive', async ()
     '--',
     'train_ppo',
     '--agent-func',
-    join(sb.home, 'missing.ts'),
+    fileURLToPath(new URL('../fixtures/agents/no-export.ts', import.meta.url)),
   ]);
   assert.is(failed.code, 1);
   assert.is((await sb.run(['stop'])).code, 0);
@@ -242,8 +255,9 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     );
     assert.match(
       await page.locator('tr[data-job="ppo-bad"] .reason').innerText(),
-      /--agent-func: no such file/,
+      /exports none of `step`/,
     );
+    assert.is(await page.locator('tr[data-job="ppo-missing"]').count(), 0, 'never submitted');
     await page.screenshot({ path: `${shots}jobs-finished.png`, fullPage: true });
 
     // The job page: summary, then every tab.
