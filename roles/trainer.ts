@@ -105,8 +105,8 @@ export interface TrainStats {
   /** Where this call's time went, in milliseconds, summed over its optimizer steps. */
   timing: TrainTiming;
   /**
-   * Share of the positions this rank computed that were padding (each micro-batch is padded to its
-   * longest sequence): what `--train-max-tokens-per-gpu` packing and length sorting save.
+   * Share of the positions the ranks computed that were padding (each micro-batch is padded to its
+   * longest sequence, unless `--packing-samples`): what packing and length sorting save.
    */
   paddingFraction: number;
 }
@@ -217,12 +217,15 @@ export class Trainer {
       shuffleSeed: (epoch) => (this.init.seed ?? 0) + 7919 * this.version + epoch,
     });
     for (const step of steps) {
-      const local = { loss: 0, clip: 0, kl: 0, ent: 0 };
+      const local = { loss: 0, clip: 0, kl: 0, ent: 0, real: 0, padded: 0 };
       const c0 = performance.now();
       await accumulateMicroBatches(this.opt, step, (micro, w) => {
         const lengths = micro.map((x) => x.inputIds.length);
-        positions.real += lengths.reduce((a, b) => a + b, 0);
-        positions.padded += micro.length * Math.max(0, ...lengths);
+        local.real += lengths.reduce((a, b) => a + b, 0);
+        // A packed micro-batch is one row of exactly its tokens: no padding.
+        local.padded += this.init.packingSamples
+          ? lengths.reduce((a, b) => a + b, 0)
+          : micro.length * Math.max(0, ...lengths);
         // Loss, statistics and input checks come back in one sync per micro-batch.
         const r = this.opt.accumulate(() => this.microBatchLoss(micro, w), readPolicyLossStats);
         local.loss += r.loss;
@@ -236,8 +239,13 @@ export class Trainer {
         local.clip,
         local.kl,
         local.ent,
+        // Positions over every rank, so each rank reports the step's padding share alike.
+        local.real,
+        local.padded,
       ]);
-      const [loss = 0, clip = 0, kl = 0, ent = 0] = stats;
+      const [loss = 0, clip = 0, kl = 0, ent = 0, real = 0, padded = 0] = stats;
+      positions.real += real;
+      positions.padded += padded;
       const c2 = performance.now();
       const slowest = Math.max(...computeMs);
       timing.computeMs += slowest;
