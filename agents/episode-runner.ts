@@ -45,12 +45,6 @@ export interface GroupResult {
   errors: string[];
   /** Episodes the group ran (or tried). */
   episodes: number;
-  /**
-   * What the engine did while the group ran, set by the rollout (`roles/engine-meter.ts`): the
-   * rollout's busy milliseconds, those with an engine request in flight, and request-milliseconds.
-   * Windows of groups that ran together overlap; sums over a step weigh them alike.
-   */
-  meters?: { busyMs: number; engineBusyMs: number; requestMs: number };
 }
 
 /** Runs groups of episodes for one engine. */

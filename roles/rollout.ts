@@ -6,7 +6,6 @@
  *
  * @module
  */
-import { type EngineMeter, meterEngine } from './engine-meter.ts';
 import { backendDescription } from '../model/backend.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
 import { readEnv } from '../runtime/env.ts';
@@ -109,7 +108,6 @@ export interface RolloutStats {
  */
 export class Rollout {
   private engine!: InferenceEngine;
-  private meter: EngineMeter | undefined;
   private tokenizer!: AgentTokenizer;
   private runner!: EpisodeRunner;
   private agent!: Agent;
@@ -150,7 +148,6 @@ export class Rollout {
       const chat = loadTokenizer(this.init.pretrain);
       this.tokenizer = agentTokenizer(chat);
       this.engine = await this.createEngine();
-      this.meter = meterEngine(this.engine);
       const maxLength = this.init.promptMaxLen + this.init.generateMaxLen * 4;
       const agent = (this.agent = this.init.agentFunc
         ? await loadAgent(this.init.agentFunc, {
@@ -237,17 +234,8 @@ export class Rollout {
     await this.ready();
     this.check(expect);
     if (this.active++ === 0) this.busySince = performance.now();
-    const t0 = performance.now();
-    const e0 = this.meter?.busyMs() ?? 0;
-    const r0 = this.meter?.requestMs() ?? 0;
     try {
       const g = await this.runner.runGroup(this.engine, this.sample(item));
-      if (this.meter)
-        g.meters = {
-          busyMs: performance.now() - t0,
-          engineBusyMs: this.meter.busyMs() - e0,
-          requestMs: this.meter.requestMs() - r0,
-        };
       // Episodes that threw or timed out; the rest of a failed group ran to the end.
       const failed = g.status === 'failed' ? Math.max(1, g.errors.length) : 0;
       this.counters.failed += failed;

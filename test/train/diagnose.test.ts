@@ -215,14 +215,6 @@ test('a tiny real run logs what the verdict reads, and gets one', async () => {
         r.values.padding_fraction! >= 0 && r.values.padding_fraction! < 1,
         'padding_fraction',
       );
-      assert.ok(
-        r.values.engine_idle_share! >= 0 && r.values.engine_idle_share! <= 1,
-        'engine_idle_share',
-      );
-      assert.ok(
-        r.values.requests_in_flight! >= 1,
-        `requests_in_flight ${r.values.requests_in_flight}`,
-      );
     }
     const settings = Object.fromEntries(
       flagConfig(parseTrainPpoFlags(argv), argv).map((c) => [c.name.slice(2), c.value]),

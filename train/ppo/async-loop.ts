@@ -29,7 +29,7 @@ import { afterStep, recordUpdate } from './context.ts';
 import type { PolicyUpdate } from './roles.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
-import { account, evaluate, generate, meterMetrics } from './generate.ts';
+import { account, evaluate, generate } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 import { syncWeights, trainerWeights } from './weight-sync.ts';
 import { TrainPpoError } from './errors.ts';
@@ -208,7 +208,6 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         ...recordUpdate(ctx, kept, u, passRate),
         buffer_fill: fill,
         generate_s: batch.generateMs / 1000,
-        ...meterMetrics(batch.groups),
         weight_sync_s: lastPublish.syncMs / 1000,
         weight_sync_share: lastPublish.syncMs / Math.max(1, busy + waitMs),
         publish_wait_s: lastPublish.waitMs / 1000,

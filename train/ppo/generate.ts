@@ -56,29 +56,6 @@ export async function generate(
   return groups;
 }
 
-/**
- * What the engines did while a step's groups ran (each group's `meters`, `roles/rollout.ts`):
- * `engine_idle_share`, the share of the episodes' running time with no engine request in flight
- * (the agent's own work: tools, environment, reward), and `requests_in_flight`, the mean number of
- * requests an engine had while it had any. Nothing when no group was metered.
- */
-export function meterMetrics(groups: readonly GroupResult[]): Record<string, number> {
-  let busy = 0;
-  let engine = 0;
-  let requests = 0;
-  for (const g of groups) {
-    if (!g.meters) continue;
-    busy += g.meters.busyMs;
-    engine += g.meters.engineBusyMs;
-    requests += g.meters.requestMs;
-  }
-  if (busy <= 0) return {};
-  return {
-    engine_idle_share: Math.min(1, Math.max(0, 1 - engine / busy)),
-    requests_in_flight: engine > 0 ? requests / engine : 0,
-  };
-}
-
 /** Runs `call` on every rollout (sleep, wake-up), restarting the ones that die meanwhile. */
 export async function onEveryRollout(
   ctx: RunContext,

@@ -9,7 +9,7 @@
 import { afterStep, recordUpdate } from './context.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
-import { account, generate, meterMetrics, onEveryRollout } from './generate.ts';
+import { account, generate, onEveryRollout } from './generate.ts';
 import { filterGroups, trainOn } from './step.ts';
 import { publishWeights } from './weight-sync.ts';
 
@@ -60,7 +60,6 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       ...recordUpdate(ctx, kept, u, passRate),
       generate_s: genMs / 1000,
       generate_imbalance_s: genTiming.imbalanceMs / 1000,
-      ...meterMetrics(groups),
       weight_sync_s: sync.syncMs / 1000,
       weight_sync_share: sync.syncMs / stepMs,
       step_s: stepMs / 1000,
