@@ -221,11 +221,10 @@ export class Trainer {
       const c0 = performance.now();
       await accumulateMicroBatches(this.opt, step, (micro, w) => {
         const lengths = micro.map((x) => x.inputIds.length);
-        local.real += lengths.reduce((a, b) => a + b, 0);
+        const real = lengths.reduce((a, b) => a + b, 0);
+        local.real += real;
         // A packed micro-batch is one row of exactly its tokens: no padding.
-        local.padded += this.init.packingSamples
-          ? lengths.reduce((a, b) => a + b, 0)
-          : micro.length * Math.max(0, ...lengths);
+        local.padded += this.init.packingSamples ? real : micro.length * Math.max(0, ...lengths);
         // Loss, statistics and input checks come back in one sync per micro-batch.
         const r = this.opt.accumulate(() => this.microBatchLoss(micro, w), readPolicyLossStats);
         local.loss += r.loss;

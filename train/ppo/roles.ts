@@ -14,6 +14,7 @@ import { get, ObjectRef } from '../../runtime/api.ts';
 import type { RefOr } from '../../runtime/handles.ts';
 import { loraSpecOf, policyIsLora } from '../lora-flags.ts';
 import type { RolloutLora } from '../../roles/rollout-engine.ts';
+import type { LoraSpec } from '../../model/lora-spec.ts';
 import { engineUrls, splitUrls } from './flags.ts';
 import {
   lrScheduleOptions,
@@ -142,8 +143,8 @@ export function llamacppGpu(o: TrainPpoOptions): 'auto' | 'cuda' | 'vulkan' | fa
 
 /** Constructor arguments of each role, from the flags. */
 export function roleInits(o: TrainPpoOptions, totalSteps: number) {
-  const servers = serverLora(o);
   const lora = loraSpecOf(o, o.pretrain, undefined, o.seed);
+  const servers = lora && serverLora(o, lora);
   return {
     rollout: (i: number) => ({
       pretrain: o.pretrain,
@@ -251,9 +252,7 @@ export function baseAsReference(trainer: Remote<Trainer>): NonNullable<Roles['re
  * the most versions in flight at once (the run's staleness bound: 0 in sync runs, the queue or
  * `--max-head-offpolicyness` in async ones) + 2, since a new adapter loads before the oldest goes.
  */
-function serverLora(o: TrainPpoOptions): RolloutLora | undefined {
-  const spec = policyIsLora(o) ? loraSpecOf(o, o.pretrain) : undefined;
-  if (!spec) return undefined;
+function serverLora(o: TrainPpoOptions, spec: LoraSpec): RolloutLora {
   const staleness = o.asyncTrain ? (o.maxHeadOffpolicyness ?? o.asyncQueueSize) : 0;
   return { rank: spec.config.r, targetModules: spec.config.targetModules, slots: staleness + 2 };
 }
