@@ -2,14 +2,16 @@
  * `npm run bench -- train-memory`: peak memory and tokens/s of one training step (forward +
  * backward + AdamW) of a Qwen3-0.6B-shaped model (`test/fixtures/model/configs/qwen3-0.6b.json`,
  * random weights from `CausalLM.init`) on 1 × 2048 tokens, on the `torch` backend (CPU here),
- * for full fine-tuning with and without gradient checkpointing. Each row runs in its own process,
- * one after another, so its peak RSS is its own.
+ * for full fine-tuning and LoRA (r=16, alpha 32, all-linear: the base frozen, only the adapter
+ * trained), each with and without gradient checkpointing. Each row runs in its own process, one
+ * after another, so its peak RSS is its own.
  *
  * `BENCH_MEMORY_LAYERS` (default `28`, the full depth) lists the depths to run; with two or more
  * depths the table also extrapolates each mode to 28 layers from the per-layer slope (peak and
  * step time are linear in depth: the head and embedding are a fixed part). Every row prints the
  * peak RSS beside `trainingMemory`'s prediction (model/memory.ts) for the same step.
- * `BENCH_MEMORY_TOKENS` (default 2048), `BENCH_MEMORY_MODES` (default `full,full+ckpt`).
+ * `BENCH_MEMORY_TOKENS` (default 2048), `BENCH_MEMORY_MODES` (default
+ * `full,full+ckpt,lora,lora+ckpt`).
  *
  * Writes bench/results/train-memory.json.
  */
@@ -32,6 +34,8 @@ interface Row {
   tokensPerSecond: number;
   peakRssMiB: number;
   rssBeforeMiB: number;
+  /** The base weights' float32 bytes: the yardstick of the LoRA goal (peak ≤ 1.5× weights). */
+  weightsMiB: number;
   predictedMiB: number;
 }
 
@@ -41,6 +45,7 @@ async function measure(mode: string, layers: number, tokens: number): Promise<Ro
   const { CausalLM } = await import('../model/llama.ts');
   const { trainingMemory } = await import('../model/memory.ts');
   const { maskedNllLoss, ModelTrainer } = await import('../model/training.ts');
+  const { parseTargetModules } = await import('../model/lora-adapter.ts');
   await initBackend('torch');
   const rssBefore = process.memoryUsage().rss;
   const raw = JSON.parse(readFileSync(configPath, 'utf8')) as Record<string, unknown>;
@@ -48,6 +53,19 @@ async function measure(mode: string, layers: number, tokens: number): Promise<Ro
   const model = CausalLM.init(config, { seed: 1 });
   const ckpt = mode.includes('ckpt');
   model.gradientCheckpointing = ckpt;
+  const lora = mode.startsWith('lora')
+    ? model.attachLora(
+        {
+          r: 16,
+          alpha: 32,
+          targetModules: parseTargetModules('all-linear'),
+          dropout: 0,
+          baseModel: configPath,
+        },
+        { seed: 1 },
+      )
+    : undefined;
+  const trainable = lora ? lora.numParameters : model.numParameters;
   const trainer = new ModelTrainer(model, { lr: 1e-5 });
   const ids = tf.tensor2d(
     Array.from({ length: tokens + 1 }, (_, t) => (t * 104729) % config.vocab_size),
@@ -62,18 +80,23 @@ async function measure(mode: string, layers: number, tokens: number): Promise<Ro
   trainer.accumulate(() => maskedNllLoss(model, ids, mask));
   trainer.step();
   const s = (performance.now() - t0) / 1000;
-  const predicted = trainingMemory(config, { tokens, gradientCheckpointing: ckpt }).totalBytes;
+  const predicted = trainingMemory(config, {
+    tokens,
+    gradientCheckpointing: ckpt,
+    trainableParameters: trainable,
+  }).totalBytes;
   return {
     mode,
     layers,
     tokens,
     params: model.numParameters,
-    trainable: model.numParameters,
+    trainable,
     stepSeconds: s,
     tokensPerSecond: tokens / s,
     peakRssMiB:
       Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) / 1024,
     rssBeforeMiB: mib(rssBefore),
+    weightsMiB: mib(4 * model.numParameters),
     predictedMiB: mib(predicted),
   };
 }
@@ -88,7 +111,7 @@ if (only) {
 
 const tokens = Number(process.env.BENCH_MEMORY_TOKENS ?? 2048);
 const depths = (process.env.BENCH_MEMORY_LAYERS ?? '28').split(',').map(Number);
-const modes = (process.env.BENCH_MEMORY_MODES ?? 'full,full+ckpt').split(',');
+const modes = (process.env.BENCH_MEMORY_MODES ?? 'full,full+ckpt,lora,lora+ckpt').split(',');
 const rows: Row[] = [];
 for (const layers of depths) {
   for (const mode of modes) {
@@ -112,13 +135,13 @@ for (const layers of depths) {
 }
 
 console.log(
-  '| mode | layers | tokens/s | step s | peak RSS MiB | predicted MiB (model/memory.ts) |',
+  '| mode | layers | trainable params | tokens/s | step s | peak RSS MiB | predicted MiB (model/memory.ts) |',
 );
-console.log('|---|---:|---:|---:|---:|---:|');
+console.log('|---|---:|---:|---:|---:|---:|---:|');
 const f = (x: number): string => x.toFixed(x < 10 ? 2 : 0);
 for (const r of rows)
   console.log(
-    `| ${r.mode} | ${r.layers} | ${f(r.tokensPerSecond)} | ${f(r.stepSeconds)} | ${f(r.peakRssMiB)} | ${f(r.predictedMiB)} |`,
+    `| ${r.mode} | ${r.layers} | ${r.trainable} | ${f(r.tokensPerSecond)} | ${f(r.stepSeconds)} | ${f(r.peakRssMiB)} | ${f(r.predictedMiB)} |`,
   );
 const extrapolated: Record<string, unknown> = {};
 for (const mode of modes) {
@@ -136,11 +159,9 @@ for (const mode of modes) {
   };
   extrapolated[mode] = e;
   console.log(
-    `| ${mode}, extrapolated from ${a.layers} and ${b.layers} layers | 28 | ${f(e.tokensPerSecond)} | ${f(e.stepSeconds)} | ${f(e.peakRssMiB)} (${f(e.perLayerPeakMiB)}/layer) | |`,
+    `| ${mode}, extrapolated from ${a.layers} and ${b.layers} layers | 28 | | ${f(e.tokensPerSecond)} | ${f(e.stepSeconds)} | ${f(e.peakRssMiB)} (${f(e.perLayerPeakMiB)}/layer) | |`,
   );
 }
-console.log('| LoRA r=16 all-linear | 28 | (after the LoRA merge) | | | |');
-console.log('| LoRA r=16 all-linear + checkpointing | 28 | (after the LoRA merge) | | | |');
 const out = fileURLToPath(new URL('./results/', import.meta.url));
 mkdirSync(out, { recursive: true });
 writeFileSync(
