@@ -38,7 +38,7 @@ export const loraFlagSpecs: readonly FlagSpec<keyof LoraFlagOptions>[] = [
     key: 'loraRank',
     kind: 'int',
     min: 0,
-    help: 'train a LoRA adapter of this rank over the frozen base (0: train every weight); the adapter alone is saved (PEFT format) and synced to the engines',
+    help: 'train a LoRA adapter of this rank over the frozen base (0: train every weight); the adapter alone is saved (PEFT format) and synced to the engines. LoRA wants ~10x the full fine-tuning learning rate (README, tool-use run: --actor-learning-rate 1e-3 learns as full fine-tuning at 1e-4 does; at 1e-4 the adapter barely moves)',
   },
   { key: 'loraAlpha', kind: 'float', min: 0, help: 'LoRA alpha: the update is (alpha / rank)·B·A' },
   {
