@@ -34,6 +34,8 @@ interface Row {
   tokensPerSecond: number;
   peakRssMiB: number;
   rssBeforeMiB: number;
+  /** RSS when the step starts: the model built, the JS heap of its random init not all returned. */
+  rssAtStepMiB: number;
   /** The base weights' float32 bytes: the yardstick of the LoRA goal (peak ≤ 1.5× weights). */
   weightsMiB: number;
   predictedMiB: number;
@@ -76,6 +78,7 @@ async function measure(mode: string, layers: number, tokens: number): Promise<Ro
   // The step's own peak: reset the kernel's high-water mark after building the model (random init
   // in JS peaks above what the step holds), read it after the step.
   writeFileSync('/proc/self/clear_refs', '5');
+  const rssAtStep = process.memoryUsage().rss;
   const t0 = performance.now();
   trainer.accumulate(() => maskedNllLoss(model, ids, mask));
   trainer.step();
@@ -96,6 +99,7 @@ async function measure(mode: string, layers: number, tokens: number): Promise<Ro
     peakRssMiB:
       Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'))![1]) / 1024,
     rssBeforeMiB: mib(rssBefore),
+    rssAtStepMiB: mib(rssAtStep),
     weightsMiB: mib(4 * model.numParameters),
     predictedMiB: mib(predicted),
   };
