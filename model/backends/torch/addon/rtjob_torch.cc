@@ -10,6 +10,8 @@
 #include <torch/version.h>
 #include <node_api.h>
 
+#include <array>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -26,6 +28,11 @@ struct Handle {
 
 at::Device g_device = at::kCPU;
 bool g_bf16 = false;
+
+// Per-op counters while counting is on (`counters(true)`): calls, nanoseconds inside the op,
+// bytes of its outputs.
+bool g_counting = false;
+std::unordered_map<std::string, std::array<double, 3>> g_counts;
 
 struct JsError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -622,7 +629,14 @@ napi_value jsOp(napi_env env, napi_callback_info info) {
       in.push_back(getHandle(env, e)->t);
     }
     Args args{env, argv[2]};
+    auto t0 = g_counting ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     Tensors out = it->second(in, args);
+    if (g_counting) {
+      auto& c = g_counts[name];
+      c[0] += 1;
+      c[1] += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      for (const auto& t : out) c[2] += static_cast<double>(t.numel() * t.element_size());
+    }
     napi_valuetype vt = napi_undefined;
     if (argc > 3) NAPI(napi_typeof(env, argv[3], &vt));
     if (vt == napi_string) {
@@ -669,6 +683,32 @@ napi_value jsConfigure(napi_env env, napi_callback_info info) {
   });
 }
 
+// counters(on) -> { op: [calls, ns, bytes] } counted since the last call; then counts only if on.
+napi_value jsCounters(napi_env env, napi_callback_info info) {
+  return guarded(env, [&]() -> napi_value {
+    size_t argc = 1;
+    napi_value argv[1];
+    NAPI(napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr));
+    bool on = false;
+    NAPI(napi_get_value_bool(env, argv[0], &on));
+    napi_value o;
+    NAPI(napi_create_object(env, &o));
+    for (const auto& [name, c] : g_counts) {
+      napi_value arr;
+      NAPI(napi_create_array_with_length(env, 3, &arr));
+      for (uint32_t i = 0; i < 3; i++) {
+        napi_value n;
+        NAPI(napi_create_double(env, c[i], &n));
+        NAPI(napi_set_element(env, arr, i, n));
+      }
+      NAPI(napi_set_named_property(env, o, name.c_str(), arr));
+    }
+    g_counts.clear();
+    g_counting = on;
+    return o;
+  });
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -676,6 +716,7 @@ NAPI_MODULE_INIT() {
   const std::pair<const char*, napi_callback> fns[] = {
       {"fromData", jsFromData}, {"toData", jsToData}, {"free", jsFree},
       {"op", jsOp},             {"info", jsInfo},     {"configure", jsConfigure},
+      {"counters", jsCounters},
   };
   for (const auto& [name, fn] : fns) {
     napi_value f;
