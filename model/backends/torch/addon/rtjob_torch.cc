@@ -11,6 +11,7 @@
 #include <node_api.h>
 
 #include <array>
+#include <cmath>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -503,6 +504,42 @@ void defineOps() {
     auto update = (m / bc1) / ((v / bc2).sqrt() + eps) * lr;
     auto p = wd > 0 ? in[0] * (1 - lr * wd) - update : in[0] - update;
     return Tensors{p, m, v};
+  });
+  // The same update in place (inputs p, m, v, g; same args; no outputs): the TS side calls it
+  // only when the variables alone hold p, m and v. On CPU one pass over the four arrays, where
+  // the composed update above makes about ten parameter-sized temporaries.
+  def("adamw_", [](const Tensors& in, const Args& a) {
+    at::NoGradGuard ng;
+    double lr = a.num(0), b1 = a.num(1), b2 = a.num(2), eps = a.num(3), wd = a.num(4);
+    double bc1 = a.num(5), bc2 = a.num(6), gs = a.num(7);
+    auto p = in[0], m = in[1], v = in[2], g = in[3];
+    bool flat = p.device().is_cpu() && p.scalar_type() == at::kFloat && g.scalar_type() == at::kFloat &&
+                p.is_contiguous() && m.is_contiguous() && v.is_contiguous() && g.is_contiguous();
+    if (!flat) {
+      m.mul_(b1).add_(g, (1 - b1) * gs);
+      v.mul_(b2).addcmul_(g, g, (1 - b2) * gs * gs);
+      if (wd > 0) p.mul_(1 - lr * wd);
+      auto denom = (v / bc2).sqrt_().add_(eps);
+      p.addcdiv_(m, denom, -lr / bc1);
+      return Tensors{};
+    }
+    float* P = p.data_ptr<float>();
+    float* M = m.data_ptr<float>();
+    float* Vv = v.data_ptr<float>();
+    const float* G = g.data_ptr<float>();
+    const float fb1 = b1, fb2 = b2, c1 = (1 - b1) * gs, c2 = (1 - b2) * gs * gs;
+    const float decay = 1 - lr * wd, step = lr / bc1, ibc2 = 1 / bc2, feps = eps;
+    at::parallel_for(0, p.numel(), 1 << 16, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; i++) {
+        float gi = G[i];
+        float mi = fb1 * M[i] + c1 * gi;
+        float vi = fb2 * Vv[i] + c2 * gi * gi;
+        M[i] = mi;
+        Vv[i] = vi;
+        P[i] = P[i] * decay - step * mi / (std::sqrt(vi * ibc2) + feps);
+      }
+    });
+    return Tensors{};
   });
   // log_softmax(x)[..., t] for x [.., V] and t [..] (../../training.ts), and its gradient
   // dx = dy * (onehot(t) - softmax(x)).
