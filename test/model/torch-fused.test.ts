@@ -4,16 +4,19 @@
  * updates its variables in place (one pass over p, m, v, g) with the composed update's result to
  * 1e-6 absolute (lr 1e-2, weight decay 0.1, two steps, so that both moments and the decay are
  * exercised; float32 rounding of the same equations in another order), and falls back to new
- * tensors when another tensor shares a variable's data, which then keeps its old values.
+ * tensors when another tensor shares a variable's data, which then keeps its old values. Decoding
+ * with the KV cache runs one attention kernel per layer (rotary, cache append, grouped-query
+ * attention) with the composed attention's logits to 1e-5 absolute.
  *
  * Needs libtorch, as test/model/torch-parity.test.ts does.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../model/backend.ts';
-import { adamwImpls } from '../../model/backend-ops.ts';
+import { adamwImpls, attentionImpls } from '../../model/backend-ops.ts';
 import { loadTorchAddon } from '../../model/backends/torch/index.ts';
 import { resolveConfig } from '../../model/config.ts';
+import { decodeStep, prefill } from '../../model/kv-cache.ts';
 import { CausalLM } from '../../model/llama.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
 import { maskedNllLoss, ModelTrainer, padBatch } from '../../model/training.ts';
@@ -102,6 +105,43 @@ test('AdamW on torch leaves a tensor that shares a variable’s data as it was',
   assert.ok(maxAbsDiff(got.weights[name]!.data, weights[name]!.data) > 0, 'the weight moved');
   // The first step's new tensor is the variable's alone: the second step updates it in place.
   assert.is(got.ops['adamw']?.[0], 1, 'that parameter updated out of place while shared');
+});
+
+test('decoding on torch runs one attention kernel a layer and matches the composed attention', async () => {
+  const weights = await tinyWeights();
+  const { addon } = loadTorchAddon();
+  const decodeAll = (): {
+    logits: Float32Array[];
+    ops: Record<string, [number, number, number]>;
+  } => {
+    const m = CausalLM.fromTensors(config, structuredClone(weights));
+    const p = prefill(m, seqs);
+    addon.counters(true);
+    const logits = [0, 1, 2].map((i) => decodeStep(m, p.cache, [3 + i, 7]));
+    const ops = addon.counters(false);
+    p.cache.dispose();
+    m.dispose();
+    return { logits, ops };
+  };
+  const impls = attentionImpls.get('torch')!;
+  const { withPast, ...rest } = impls;
+  attentionImpls.set('torch', rest);
+  let composed: Float32Array[];
+  try {
+    composed = decodeAll().logits;
+  } finally {
+    attentionImpls.set('torch', { ...rest, withPast });
+  }
+  const got = decodeAll();
+  assert.is(
+    got.ops['attention_past']?.[0],
+    3 * config.num_hidden_layers,
+    'one kernel a layer a step',
+  );
+  got.logits.forEach((l, i) => {
+    const d = maxAbsDiff(l, composed[i]!);
+    assert.ok(d < 1e-5, `decode step ${i}: logits differ by ${d}`);
+  });
 });
 
 test.run();

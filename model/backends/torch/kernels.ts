@@ -320,6 +320,9 @@ def('RtjobTorchAttention', attnInputs, (b, inputs, a) =>
 def('RtjobTorchAttentionCache', attnInputs, (b, inputs, a) =>
   b.run('attention_cache', inputs, heads(a)),
 );
+def('RtjobTorchAttentionPast', [...attnInputs, 'pastK', 'pastV'], (b, inputs, a) =>
+  b.run('attention_past', inputs, heads(a)),
+);
 def('RtjobTorchAttentionGrad', [...attnInputs, 'dy'], (b, inputs, a) =>
   b.run('attention_grad', inputs, heads(a)),
 );

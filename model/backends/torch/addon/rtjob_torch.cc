@@ -164,16 +164,11 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   return x * cos.unsqueeze(2) + rot * sin.unsqueeze(2);
 }
 
-// Rotary + grouped-query attention on token-major projections, HF's equations: q `[B,T,H*hd]`,
-// k/v `[B,T,KV*hd]`, bias `[B or 1, T, Tk]`. Returns `[B,T,H*hd]` and the rotated k and the v in
-// the cache layout `[B,KV,T,hd]`.
-Tensors attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& bias, int64_t H,
-                  int64_t KV, int64_t hd) {
-  int64_t B = q.size(0), T = q.size(1);
-  auto qr = rope(q.view({B, T, H, hd}), cos, sin).permute({0, 2, 1, 3});
-  auto kr = rope(k.view({B, T, KV, hd}), cos, sin).permute({0, 2, 1, 3});
-  auto vh = v.view({B, T, KV, hd}).permute({0, 2, 1, 3});
+// Grouped-query attention of rotated heads: q `[B,H,T,hd]`, k/v `[B,KV,Tk,hd]`, bias
+// `[B or 1, T, Tk]`; returns `[B,T,H*hd]`.
+at::Tensor attentionCore(const at::Tensor& qr, const at::Tensor& kr, const at::Tensor& vh,
+                         const at::Tensor& bias, int64_t H, int64_t KV, int64_t hd) {
+  int64_t B = qr.size(0), T = qr.size(2);
   auto mask = bias.unsqueeze(1);  // [B|1, 1, T, Tk]
   int64_t rep = H / KV;
   auto ke = rep == 1 ? kr : kr.repeat_interleave(rep, 1);
@@ -191,7 +186,26 @@ Tensors attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   auto probs = at::softmax(scores, -1);
   out = at::matmul(cast(probs), cast(ve)).to(at::kFloat);
 #endif
-  out = out.permute({0, 2, 1, 3}).reshape({B, T, H * hd});
+  return out.permute({0, 2, 1, 3}).reshape({B, T, H * hd});
+}
+
+// Rotary + grouped-query attention on token-major projections, HF's equations: q `[B,T,H*hd]`,
+// k/v `[B,T,KV*hd]`, bias `[B or 1, T, Tk]`. Returns `[B,T,H*hd]` and the rotated k and the v in
+// the cache layout `[B,KV,T,hd]`. With a past (`pk`, `pv`: `[B,KV,Tp,hd]`, rotated), the new
+// keys and values follow it (Tk = Tp + T) and the returned k and v are the grown cache.
+Tensors attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& bias, int64_t H,
+                  int64_t KV, int64_t hd, const at::Tensor* pk = nullptr,
+                  const at::Tensor* pv = nullptr) {
+  int64_t B = q.size(0), T = q.size(1);
+  auto qr = rope(q.view({B, T, H, hd}), cos, sin).permute({0, 2, 1, 3});
+  auto kr = rope(k.view({B, T, KV, hd}), cos, sin).permute({0, 2, 1, 3});
+  auto vh = v.view({B, T, KV, hd}).permute({0, 2, 1, 3});
+  if (pk) {
+    kr = at::cat({*pk, kr}, 2);
+    vh = at::cat({*pv, vh}, 2);
+  }
+  auto out = attentionCore(qr, kr, vh, bias, H, KV, hd);
   return {out, kr.contiguous(), vh.contiguous()};
 }
 
@@ -565,6 +579,13 @@ void defineOps() {
   def("attention_cache", [](const Tensors& in, const Args& a) {
     at::NoGradGuard ng;
     return attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2));
+  });
+  // Decoding: inputs 6 and 7 are the cache's keys and values so far; returns the output and the
+  // grown cache (one kernel for what is ~20 TF.js kernels per layer composed).
+  def("attention_past", [](const Tensors& in, const Args& a) {
+    at::NoGradGuard ng;
+    return attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2), &in[6],
+                     &in[7]);
   });
   // Gradients of q, k, v given dOut (input 6): the forward is recomputed under autograd, so the
   // backward is libtorch's own (SDPA's on torch >= 2).
