@@ -91,3 +91,9 @@ export type TargetLogprob = (logits: tf.Tensor3D, targets: tf.Tensor2D) => tf.Te
 
 /** Target logprobs by backend name. */
 export const targetLogprobImpls = new Map<string, TargetLogprob>();
+
+/** The sum of squares of all `tensors` as one scalar (a global gradient norm's square). */
+export type SumOfSquares = (tensors: tf.Tensor[]) => tf.Scalar;
+
+/** Fused sum of squares by backend name (no squared copy of each tensor). */
+export const sumOfSquaresImpls = new Map<string, SumOfSquares>();

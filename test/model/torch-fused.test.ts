@@ -3,7 +3,8 @@
  * (the portable code path that runs when a backend registers no fused op): the trainer's AdamW
  * updates its variables in place (one pass over p, m, v, g) with the composed update's result to
  * 1e-6 absolute (lr 1e-2, weight decay 0.1, two steps, so that both moments and the decay are
- * exercised; float32 rounding of the same equations in another order), and falls back to new
+ * exercised; float32 rounding of the same equations in another order; the global gradient norm
+ * that clips them comes from one sum-of-squares kernel), and falls back to new
  * tensors when another tensor shares a variable's data, which then keeps its old values. Decoding
  * with the KV cache runs one attention kernel per layer (rotary, cache append, grouped-query
  * attention) with the composed attention's logits to 1e-5 absolute.
@@ -86,6 +87,7 @@ test('AdamW on torch updates the variables in place and matches the composed upd
   const params = Object.keys(weights).length;
   assert.is(got.ops['adamw_']?.[0], 2 * params, 'every parameter updated in place, both steps');
   assert.not.ok(got.ops['adamw'], 'no out-of-place update');
+  assert.is(got.ops['sum_squares']?.[0], 2, 'one gradient-norm kernel a step');
   for (const [name, t] of Object.entries(composed)) {
     const d = maxAbsDiff(got.weights[name]!.data, t.data);
     assert.ok(d < 1e-6, `${name} differs by ${d}`);

@@ -13,6 +13,7 @@ import * as tf from '@tensorflow/tfjs';
 import {
   adamwImpls,
   attentionImpls,
+  sumOfSquaresImpls,
   targetLogprobImpls,
   type AttentionOps,
 } from '../../backend-ops.ts';
@@ -100,6 +101,15 @@ adamwImpls.set('torch', (p, m, v, g, s) => {
   } as unknown as tf.NamedAttrMap) as tf.Tensor[];
   return [np!, nm!, nv!];
 });
+
+// The squared global gradient norm: one kernel over every gradient, no squared copies.
+sumOfSquaresImpls.set(
+  'torch',
+  (ts) =>
+    tf
+      .engine()
+      .runKernel('RtjobTorchSumSquares', ts as unknown as tf.NamedTensorMap, {}) as tf.Scalar,
+);
 
 // The next-token logprob: logits[target] - logsumexp(logits), and its gradient, one kernel each.
 targetLogprobImpls.set('torch', (logits, targets) => {

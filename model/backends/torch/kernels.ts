@@ -344,6 +344,9 @@ def('RtjobTorchAdamW', ['p', 'm', 'v', 'g'], (b, inputs, a) => {
   });
 });
 
+// The trainer's squared global gradient norm (../../training.ts): one kernel over all gradients.
+def('RtjobTorchSumSquares', [], (b, inputs) => b.run1('sum_squares', inputs, [], 'float32'));
+
 // The next-token logprob and its gradient (../../training.ts, ./attention.ts).
 def('RtjobTorchTargetLogprob', ['x', 't'], (b, inputs) =>
   b.run1('target_logprob', inputs, [], 'float32'),

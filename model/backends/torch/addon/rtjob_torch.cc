@@ -555,6 +555,17 @@ void defineOps() {
     });
     return Tensors{};
   });
+  // The sum of squares of all inputs (the trainer's global gradient norm, squared): a dot product
+  // of each with itself, no squared copies; accumulated in double.
+  def("sum_squares", [](const Tensors& in, const Args&) {
+    at::NoGradGuard ng;
+    at::Tensor acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(g_device));
+    for (const auto& t : in) {
+      auto f = t.reshape({-1});
+      acc += at::dot(f, f).to(at::kDouble);
+    }
+    return Tensors{acc.to(at::kFloat)};
+  });
   // log_softmax(x)[..., t] for x [.., V] and t [..] (../../training.ts), and its gradient
   // dx = dy * (onehot(t) - softmax(x)).
   def("target_logprob", [](const Tensors& in, const Args&) {
