@@ -16,6 +16,7 @@
  */
 import { tf } from './backend.ts';
 import { attentionImpls } from './backend-ops.ts';
+import { ModelError } from './errors.ts';
 
 /** Bias at or below this is a masked position (the model uses -1e9). */
 const maskedBelow = -1e8;
@@ -615,4 +616,31 @@ export function fusedAttentionWithCache(
     k: tf.tensor4d(toHeadMajor(kr, B, T, d.KV, d.hd), cacheShape),
     v: tf.tensor4d(toHeadMajor(vA, B, T, d.KV, d.hd), cacheShape),
   };
+}
+
+/** Whether the current backend runs decoding's cached attention as one op ({@link fusedAttentionWithPast}). */
+export function hasFusedAttentionWithPast(): boolean {
+  return !!attentionImpls.get(tf.getBackend())?.withPast;
+}
+
+/**
+ * {@link fusedAttentionWithCache} after a cache: `T` new tokens attend to `pastK`/`pastV`
+ * `[B, KV, Tp, hd]` and to themselves under `bias` `[B or 1, T, Tp + T]`; returns the output and
+ * the grown cache. Only where the backend has it ({@link hasFusedAttentionWithPast}).
+ */
+export function fusedAttentionWithPast(
+  q: tf.Tensor3D,
+  k: tf.Tensor3D,
+  v: tf.Tensor3D,
+  cos: tf.Tensor3D,
+  sin: tf.Tensor3D,
+  bias: tf.Tensor3D,
+  pastK: tf.Tensor4D,
+  pastV: tf.Tensor4D,
+  heads: { H: number; KV: number; hd: number },
+): { out: tf.Tensor3D; k: tf.Tensor4D; v: tf.Tensor4D } {
+  const withPast = attentionImpls.get(tf.getBackend())?.withPast;
+  if (!withPast)
+    throw new ModelError('MODEL_BACKEND', `no fused cached attention on ${tf.getBackend()}`);
+  return withPast(q, k, v, cos, sin, bias, pastK, pastV, heads);
 }

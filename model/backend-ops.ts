@@ -35,6 +35,23 @@ export interface AttentionOps {
     bias: tf.Tensor3D,
     heads: AttentionHeads,
   ): { out: tf.Tensor3D; k: tf.Tensor4D; v: tf.Tensor4D };
+  /**
+   * Decoding (optional): {@link withCache} for `T` new tokens after a cache `pastK`/`pastV`
+   * `[B, KV, Tp, hd]` (rotated keys, values); `bias` is `[B or 1, T, Tp + T]` and the returned
+   * `k`/`v` are the grown cache `[B, KV, Tp + T, hd]`. No gradient. Where a backend has it, the
+   * model's cached forward runs it instead of the composed attention.
+   */
+  withPast?(
+    q: tf.Tensor3D,
+    k: tf.Tensor3D,
+    v: tf.Tensor3D,
+    cos: tf.Tensor3D,
+    sin: tf.Tensor3D,
+    bias: tf.Tensor3D,
+    pastK: tf.Tensor4D,
+    pastV: tf.Tensor4D,
+    heads: AttentionHeads,
+  ): { out: tf.Tensor3D; k: tf.Tensor4D; v: tf.Tensor4D };
 }
 
 /** Attention by backend name. */
@@ -74,3 +91,9 @@ export type TargetLogprob = (logits: tf.Tensor3D, targets: tf.Tensor2D) => tf.Te
 
 /** Target logprobs by backend name. */
 export const targetLogprobImpls = new Map<string, TargetLogprob>();
+
+/** The sum of squares of all `tensors` as one scalar (a global gradient norm's square). */
+export type SumOfSquares = (tensors: tf.Tensor[]) => tf.Scalar;
+
+/** Fused sum of squares by backend name (no squared copy of each tensor). */
+export const sumOfSquaresImpls = new Map<string, SumOfSquares>();

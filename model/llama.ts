@@ -13,7 +13,12 @@
  */
 import { assertBackendRoom, backendOnHost, tf } from './backend.ts';
 import { isIgnorableTensor, parameterShapes, ropeInvFreq, type LlamaConfig } from './config.ts';
-import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
+import {
+  fusedAttention,
+  fusedAttentionWithCache,
+  fusedAttentionWithPast,
+  hasFusedAttentionWithPast,
+} from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
@@ -67,7 +72,7 @@ interface LayerInputs {
   T: number;
   /** Keys per row: past + new. */
   Tk: number;
-  /** Attention as one fused op (host backends, no cache read). */
+  /** Attention as one fused op (host backends without a cache read; torch with one too). */
   fused: boolean;
   /** Rotary tables at each token's position, and the additive attention bias. */
   cos: tf.Tensor;
@@ -491,7 +496,8 @@ export class CausalLM {
       (tf.tile(tf.reshape(tf.range(Tp, Tk, 1, 'int32'), [1, T]), [B, 1]) as tf.Tensor2D);
     // Without a cache to read (training, scoring, prefill), attention runs as one fused op in JS
     // loops where tensors live in host memory; on a GPU it is composed from the backend's kernels.
-    const fused = !past && backendOnHost();
+    // Reading a cache, too, where the backend has that fused (torch: decoding in one op a layer).
+    const fused = past ? hasFusedAttentionWithPast() : backendOnHost();
     const flatPos = tf.reshape(positions, [-1]);
     const cosShape = fused ? [B, T, hd] : [B, 1, T, hd];
     const cos = tf.reshape(tf.gather(this.cos, flatPos), cosShape);
@@ -552,7 +558,16 @@ export class CausalLM {
         ) as tf.Tensor3D;
       const [q, k, v] = [proj('q', H * hd), proj('k', KV * hd), proj('v', KV * hd)];
       const [cos3, sin3, bias3] = [cos as tf.Tensor3D, sin as tf.Tensor3D, bias as tf.Tensor3D];
-      if (ctx.present) {
+      const layerPast = ctx.past?.[l];
+      if (layerPast) {
+        const r = fusedAttentionWithPast(q, k, v, cos3, sin3, bias3, layerPast.k, layerPast.v, {
+          H,
+          KV,
+          hd,
+        });
+        ctx.present?.push({ k: r.k, v: r.v });
+        attn = r.out;
+      } else if (ctx.present) {
         // Filling a cache is inference only: this variant records no gradient.
         const r = fusedAttentionWithCache(q, k, v, cos3, sin3, bias3, { H, KV, hd });
         ctx.present.push({ k: r.k, v: r.v });

@@ -10,7 +10,7 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { assertBackendRoom, tf } from './backend.ts';
-import { adamwImpls, targetLogprobImpls } from './backend-ops.ts';
+import { adamwImpls, sumOfSquaresImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
 import { isLoraAdapterDir } from './lora-adapter.ts';
@@ -388,6 +388,8 @@ export class ModelTrainer {
   /** The sum of squares of the accumulated gradients (unscaled), or undefined when none. */
   private squaredGradNorm(): tf.Scalar | undefined {
     if (!this.acc.size) return undefined;
+    const fused = sumOfSquaresImpls.get(tf.getBackend());
+    if (fused) return fused([...this.acc.values()]);
     return tf.tidy(() =>
       tf.addN([...this.acc.values()].map((g) => tf.sum(tf.square(g)))),
     ) as tf.Scalar;

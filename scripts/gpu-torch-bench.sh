@@ -2,8 +2,10 @@
 # The torch backend on a GPU machine with PyTorch + CUDA, in one run of at most ~8 minutes:
 # builds the addon against python3's torch, checks parity (fp32) against the cpu oracle, times a
 # Qwen3-0.6B-shaped training step (8 x 512 tokens, forward + backward + AdamW) and batched decode
-# at TF32 and at bf16, and the same with a PyTorch-eager reference (gpu-torch-reference.py, same
-# shapes, same GPU, same run). Writes $OUT/gpu-torch-bench.json (or ./gpu-torch-bench.json).
+# at TF32 and at bf16, and the same with the PyTorch-eager reference that `npm run bench -- torch`
+# runs on CPU (bench/torch_reference.py, one-shot mode: same model, same shapes, same GPU, same
+# run). Writes $OUT/gpu-torch-bench.json (or ./gpu-torch-bench.json). The rtjob side has the
+# torch backend's fused kernels as the CPU bench does (AdamW in place on the trainer's variables).
 #
 # The GPU machine has no Node.js and no network: first, on a machine with the checkout,
 #   scripts/gpu-torch-bench.sh pack
@@ -57,7 +59,7 @@ for precision in tf32 bf16; do
   RTJOB_TORCH_PRECISION=$precision timeout 150 "$NODE" "$bundle" "$out/rtjob-$precision.json" >/dev/null \
     || echo "rtjob $precision: exit $?"
   echo "== PyTorch eager, $precision"
-  timeout 80 python3 scripts/gpu-torch-reference.py "$config" "${args[@]}" --precision $precision \
+  timeout 80 python3 bench/torch_reference.py "$config" "${args[@]}" --precision $precision \
     >"$out/pytorch-$precision.json" || echo "pytorch $precision: exit $?"
 done
 python3 - "$out" <<'PY'

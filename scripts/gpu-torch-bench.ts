@@ -12,10 +12,11 @@
  *
  * @module
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { initBackend, tf } from '../model/backend.ts';
 import { readEnv } from '../runtime/env.ts';
-import { parameterShapes, resolveConfig, type LlamaConfig } from '../model/config.ts';
+import { resolveConfig, type LlamaConfig } from '../model/config.ts';
+import { qwen3Cut, randomWeights } from '../bench/torch-model.ts';
 import { decodeStep, prefill } from '../model/kv-cache.ts';
 import { CausalLM } from '../model/llama.ts';
 import { buildTorchAddon, loadTorchAddon } from '../model/backends/torch/index.ts';
@@ -88,34 +89,9 @@ out.libtorch = { version: addon.info().version, source: libtorch.source, dir: li
 save();
 
 // 2. a Qwen3-0.6B-shaped training step
-// From the checkout root (this script also runs bundled, from another folder).
-const raw = JSON.parse(readFileSync('test/fixtures/model/configs/qwen3-0.6b.json', 'utf8'));
-const layers = env('GPU_BENCH_LAYERS', raw.num_hidden_layers);
-const config = resolveConfig({ ...raw, num_hidden_layers: layers, max_position_embeddings: 4096 });
-/** Normal-ish values from a xorshift PRNG (sum of 4 uniforms), std ~0.02. */
-function fastRandom(n: number, seed: number, std: number): Float32Array {
-  const a = new Float32Array(n);
-  let s = seed >>> 0 || 1;
-  for (let i = 0; i < n; i++) {
-    let u = 0;
-    for (let j = 0; j < 4; j++) {
-      s ^= s << 13;
-      s ^= s >>> 17;
-      s ^= s << 5;
-      u += (s >>> 0) / 4294967296;
-    }
-    a[i] = (u - 2) * std * 1.732;
-  }
-  return a;
-}
-const tensors: NamedTensors = {};
-parameterShapes(config).forEach(([name, shape], i) => {
-  const n = shape.reduce((x, y) => x * y, 1);
-  tensors[name] = {
-    shape,
-    data: name.endsWith('norm.weight') ? new Float32Array(n).fill(1) : fastRandom(n, i + 1, 0.02),
-  };
-});
+const layers = env('GPU_BENCH_LAYERS', 28);
+const config = qwen3Cut(layers);
+const tensors = randomWeights(config);
 await initBackend('torch');
 addon.configure(device, readEnv('RTJOB_TORCH_PRECISION') ?? 'tf32', 0);
 const t0 = performance.now();

@@ -3,7 +3,8 @@
  * fused attention: one libtorch kernel each (rotary,
  * grouped-query attention through `at::scaled_dot_product_attention` on libtorch >= 2, composed
  * ops on 1.13), the gradient by libtorch's autograd over a recomputed forward. Same inputs and
- * outputs as `fusedAttention` and `fusedAttentionWithCache` in `model/attention.ts`. And the
+ * outputs as `fusedAttention` and `fusedAttentionWithCache` in `model/attention.ts`, and
+ * decoding's attention over the KV cache in one kernel (`withPast`). And the
  * trainer's AdamW update as one kernel.
  *
  * @module
@@ -12,6 +13,7 @@ import * as tf from '@tensorflow/tfjs';
 import {
   adamwImpls,
   attentionImpls,
+  sumOfSquaresImpls,
   targetLogprobImpls,
   type AttentionOps,
 } from '../../backend-ops.ts';
@@ -67,7 +69,30 @@ const torchWithCache: AttentionOps['withCache'] = (q, k, v, cos, sin, bias, head
   return { out: out as tf.Tensor3D, k: kc as tf.Tensor4D, v: vc as tf.Tensor4D };
 };
 
-attentionImpls.set('torch', { fused: torchFused, withCache: torchWithCache });
+const torchWithPast: NonNullable<AttentionOps['withPast']> = (
+  q,
+  k,
+  v,
+  cos,
+  sin,
+  bias,
+  pastK,
+  pastV,
+  heads,
+) => {
+  const [out, kc, vc] = tf
+    .engine()
+    .runKernel('RtjobTorchAttentionPast', { q, k, v, cos, sin, bias, pastK, pastV }, {
+      ...heads,
+    } as unknown as tf.NamedAttrMap) as tf.Tensor[];
+  return { out: out as tf.Tensor3D, k: kc as tf.Tensor4D, v: vc as tf.Tensor4D };
+};
+
+attentionImpls.set('torch', {
+  fused: torchFused,
+  withCache: torchWithCache,
+  withPast: torchWithPast,
+});
 
 // AdamW for the trainer: one kernel per parameter instead of about twelve (no gradient flows).
 adamwImpls.set('torch', (p, m, v, g, s) => {
@@ -76,6 +101,15 @@ adamwImpls.set('torch', (p, m, v, g, s) => {
   } as unknown as tf.NamedAttrMap) as tf.Tensor[];
   return [np!, nm!, nv!];
 });
+
+// The squared global gradient norm: one kernel over every gradient, no squared copies.
+sumOfSquaresImpls.set(
+  'torch',
+  (ts) =>
+    tf
+      .engine()
+      .runKernel('RtjobTorchSumSquares', ts as unknown as tf.NamedTensorMap, {}) as tf.Scalar,
+);
 
 // The next-token logprob: logits[target] - logsumexp(logits), and its gradient, one kernel each.
 targetLogprobImpls.set('torch', (logits, targets) => {

@@ -24,6 +24,11 @@ export interface TorchAddon {
   op(name: string, inputs: Handle[], args: unknown[], outDtype?: tf.DataType): OpOutput[];
   info(): { version: string; cuda: boolean; device: string };
   configure(device: string, precision: string, threads: number): void;
+  /**
+   * The per-op counters since the last call (`op: [calls, nanoseconds inside libtorch, bytes of
+   * outputs]`), then counting on or off (off by default; the bench's profile turns it on).
+   */
+  counters(on: boolean): Record<string, [number, number, number]>;
 }
 
 let loaded: { addon: TorchAddon; libtorch: Libtorch } | undefined;

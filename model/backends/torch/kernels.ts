@@ -320,18 +320,32 @@ def('RtjobTorchAttention', attnInputs, (b, inputs, a) =>
 def('RtjobTorchAttentionCache', attnInputs, (b, inputs, a) =>
   b.run('attention_cache', inputs, heads(a)),
 );
+def('RtjobTorchAttentionPast', [...attnInputs, 'pastK', 'pastV'], (b, inputs, a) =>
+  b.run('attention_past', inputs, heads(a)),
+);
 def('RtjobTorchAttentionGrad', [...attnInputs, 'dy'], (b, inputs, a) =>
   b.run('attention_grad', inputs, heads(a)),
 );
 
-// The trainer's AdamW update in one kernel (../../training.ts, ./adamw.ts).
-def('RtjobTorchAdamW', ['p', 'm', 'v', 'g'], (b, inputs, a) =>
-  b.run(
-    'adamw',
-    inputs,
-    ['lr', 'beta1', 'beta2', 'eps', 'weightDecay', 'bc1', 'bc2', 'gs'].map((k) => a[k]),
-  ),
-);
+// The trainer's AdamW update in one kernel (../../training.ts, ./attention.ts). Where p, m and v
+// are each held by one tensor alone (the trainer's variables), it updates them in place and
+// returns them (as Identity does: the trainer's assign then keeps the same data); otherwise it
+// computes new tensors, as TF.js kernels do.
+def('RtjobTorchAdamW', ['p', 'm', 'v', 'g'], (b, inputs, a) => {
+  const args = ['lr', 'beta1', 'beta2', 'eps', 'weightDecay', 'bc1', 'bc2', 'gs'].map((k) => a[k]);
+  const [p, m, v] = inputs as [Info, Info, Info, Info];
+  const alone = [p, m, v].every((t) => b.refCount(t.dataId) === 1);
+  if (!alone || new Set([p.dataId, m.dataId, v.dataId]).size < 3)
+    return b.run('adamw', inputs, args);
+  b.run('adamw_', inputs, args);
+  return [p, m, v].map((t) => {
+    b.incRef(t.dataId);
+    return { dataId: t.dataId, shape: [...t.shape], dtype: t.dtype };
+  });
+});
+
+// The trainer's squared global gradient norm (../../training.ts): one kernel over all gradients.
+def('RtjobTorchSumSquares', [], (b, inputs) => b.run1('sum_squares', inputs, [], 'float32'));
 
 // The next-token logprob and its gradient (../../training.ts, ./attention.ts).
 def('RtjobTorchTargetLogprob', ['x', 't'], (b, inputs) =>

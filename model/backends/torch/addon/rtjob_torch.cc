@@ -10,6 +10,9 @@
 #include <torch/version.h>
 #include <node_api.h>
 
+#include <array>
+#include <cmath>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <stdexcept>
@@ -26,6 +29,11 @@ struct Handle {
 
 at::Device g_device = at::kCPU;
 bool g_bf16 = false;
+
+// Per-op counters while counting is on (`counters(true)`): calls, nanoseconds inside the op,
+// bytes of its outputs.
+bool g_counting = false;
+std::unordered_map<std::string, std::array<double, 3>> g_counts;
 
 struct JsError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -156,16 +164,11 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   return x * cos.unsqueeze(2) + rot * sin.unsqueeze(2);
 }
 
-// Rotary + grouped-query attention on token-major projections, HF's equations: q `[B,T,H*hd]`,
-// k/v `[B,T,KV*hd]`, bias `[B or 1, T, Tk]`. Returns `[B,T,H*hd]` and the rotated k and the v in
-// the cache layout `[B,KV,T,hd]`.
-Tensors attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& bias, int64_t H,
-                  int64_t KV, int64_t hd) {
-  int64_t B = q.size(0), T = q.size(1);
-  auto qr = rope(q.view({B, T, H, hd}), cos, sin).permute({0, 2, 1, 3});
-  auto kr = rope(k.view({B, T, KV, hd}), cos, sin).permute({0, 2, 1, 3});
-  auto vh = v.view({B, T, KV, hd}).permute({0, 2, 1, 3});
+// Grouped-query attention of rotated heads: q `[B,H,T,hd]`, k/v `[B,KV,Tk,hd]`, bias
+// `[B or 1, T, Tk]`; returns `[B,T,H*hd]`.
+at::Tensor attentionCore(const at::Tensor& qr, const at::Tensor& kr, const at::Tensor& vh,
+                         const at::Tensor& bias, int64_t H, int64_t KV, int64_t hd) {
+  int64_t B = qr.size(0), T = qr.size(2);
   auto mask = bias.unsqueeze(1);  // [B|1, 1, T, Tk]
   int64_t rep = H / KV;
   auto ke = rep == 1 ? kr : kr.repeat_interleave(rep, 1);
@@ -183,7 +186,26 @@ Tensors attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   auto probs = at::softmax(scores, -1);
   out = at::matmul(cast(probs), cast(ve)).to(at::kFloat);
 #endif
-  out = out.permute({0, 2, 1, 3}).reshape({B, T, H * hd});
+  return out.permute({0, 2, 1, 3}).reshape({B, T, H * hd});
+}
+
+// Rotary + grouped-query attention on token-major projections, HF's equations: q `[B,T,H*hd]`,
+// k/v `[B,T,KV*hd]`, bias `[B or 1, T, Tk]`. Returns `[B,T,H*hd]` and the rotated k and the v in
+// the cache layout `[B,KV,T,hd]`. With a past (`pk`, `pv`: `[B,KV,Tp,hd]`, rotated), the new
+// keys and values follow it (Tk = Tp + T) and the returned k and v are the grown cache.
+Tensors attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                  const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& bias, int64_t H,
+                  int64_t KV, int64_t hd, const at::Tensor* pk = nullptr,
+                  const at::Tensor* pv = nullptr) {
+  int64_t B = q.size(0), T = q.size(1);
+  auto qr = rope(q.view({B, T, H, hd}), cos, sin).permute({0, 2, 1, 3});
+  auto kr = rope(k.view({B, T, KV, hd}), cos, sin).permute({0, 2, 1, 3});
+  auto vh = v.view({B, T, KV, hd}).permute({0, 2, 1, 3});
+  if (pk) {
+    kr = at::cat({*pk, kr}, 2);
+    vh = at::cat({*pv, vh}, 2);
+  }
+  auto out = attentionCore(qr, kr, vh, bias, H, KV, hd);
   return {out, kr.contiguous(), vh.contiguous()};
 }
 
@@ -497,6 +519,53 @@ void defineOps() {
     auto p = wd > 0 ? in[0] * (1 - lr * wd) - update : in[0] - update;
     return Tensors{p, m, v};
   });
+  // The same update in place (inputs p, m, v, g; same args; no outputs): the TS side calls it
+  // only when the variables alone hold p, m and v. On CPU one pass over the four arrays, where
+  // the composed update above makes about ten parameter-sized temporaries.
+  def("adamw_", [](const Tensors& in, const Args& a) {
+    at::NoGradGuard ng;
+    double lr = a.num(0), b1 = a.num(1), b2 = a.num(2), eps = a.num(3), wd = a.num(4);
+    double bc1 = a.num(5), bc2 = a.num(6), gs = a.num(7);
+    auto p = in[0], m = in[1], v = in[2], g = in[3];
+    bool flat = p.device().is_cpu() && p.scalar_type() == at::kFloat && g.scalar_type() == at::kFloat &&
+                p.is_contiguous() && m.is_contiguous() && v.is_contiguous() && g.is_contiguous();
+    if (!flat) {
+      m.mul_(b1).add_(g, (1 - b1) * gs);
+      v.mul_(b2).addcmul_(g, g, (1 - b2) * gs * gs);
+      if (wd > 0) p.mul_(1 - lr * wd);
+      auto denom = (v / bc2).sqrt_().add_(eps);
+      p.addcdiv_(m, denom, -lr / bc1);
+      return Tensors{};
+    }
+    float* P = p.data_ptr<float>();
+    float* M = m.data_ptr<float>();
+    float* Vv = v.data_ptr<float>();
+    const float* G = g.data_ptr<float>();
+    const float fb1 = b1, fb2 = b2, c1 = (1 - b1) * gs, c2 = (1 - b2) * gs * gs;
+    const float decay = 1 - lr * wd, step = lr / bc1, ibc2 = 1 / bc2, feps = eps;
+    at::parallel_for(0, p.numel(), 1 << 16, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; i++) {
+        float gi = G[i];
+        float mi = fb1 * M[i] + c1 * gi;
+        float vi = fb2 * Vv[i] + c2 * gi * gi;
+        M[i] = mi;
+        Vv[i] = vi;
+        P[i] = P[i] * decay - step * mi / (std::sqrt(vi * ibc2) + feps);
+      }
+    });
+    return Tensors{};
+  });
+  // The sum of squares of all inputs (the trainer's global gradient norm, squared): a dot product
+  // of each with itself, no squared copies; accumulated in double.
+  def("sum_squares", [](const Tensors& in, const Args&) {
+    at::NoGradGuard ng;
+    at::Tensor acc = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(g_device));
+    for (const auto& t : in) {
+      auto f = t.reshape({-1});
+      acc += at::dot(f, f).to(at::kDouble);
+    }
+    return Tensors{acc.to(at::kFloat)};
+  });
   // log_softmax(x)[..., t] for x [.., V] and t [..] (../../training.ts), and its gradient
   // dx = dy * (onehot(t) - softmax(x)).
   def("target_logprob", [](const Tensors& in, const Args&) {
@@ -521,6 +590,13 @@ void defineOps() {
   def("attention_cache", [](const Tensors& in, const Args& a) {
     at::NoGradGuard ng;
     return attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2));
+  });
+  // Decoding: inputs 6 and 7 are the cache's keys and values so far; returns the output and the
+  // grown cache (one kernel for what is ~20 TF.js kernels per layer composed).
+  def("attention_past", [](const Tensors& in, const Args& a) {
+    at::NoGradGuard ng;
+    return attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2), &in[6],
+                     &in[7]);
   });
   // Gradients of q, k, v given dOut (input 6): the forward is recomputed under autograd, so the
   // backward is libtorch's own (SDPA's on torch >= 2).
@@ -622,7 +698,14 @@ napi_value jsOp(napi_env env, napi_callback_info info) {
       in.push_back(getHandle(env, e)->t);
     }
     Args args{env, argv[2]};
+    auto t0 = g_counting ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     Tensors out = it->second(in, args);
+    if (g_counting) {
+      auto& c = g_counts[name];
+      c[0] += 1;
+      c[1] += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      for (const auto& t : out) c[2] += static_cast<double>(t.numel() * t.element_size());
+    }
     napi_valuetype vt = napi_undefined;
     if (argc > 3) NAPI(napi_typeof(env, argv[3], &vt));
     if (vt == napi_string) {
@@ -669,6 +752,32 @@ napi_value jsConfigure(napi_env env, napi_callback_info info) {
   });
 }
 
+// counters(on) -> { op: [calls, ns, bytes] } counted since the last call; then counts only if on.
+napi_value jsCounters(napi_env env, napi_callback_info info) {
+  return guarded(env, [&]() -> napi_value {
+    size_t argc = 1;
+    napi_value argv[1];
+    NAPI(napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr));
+    bool on = false;
+    NAPI(napi_get_value_bool(env, argv[0], &on));
+    napi_value o;
+    NAPI(napi_create_object(env, &o));
+    for (const auto& [name, c] : g_counts) {
+      napi_value arr;
+      NAPI(napi_create_array_with_length(env, 3, &arr));
+      for (uint32_t i = 0; i < 3; i++) {
+        napi_value n;
+        NAPI(napi_create_double(env, c[i], &n));
+        NAPI(napi_set_element(env, arr, i, n));
+      }
+      NAPI(napi_set_named_property(env, o, name.c_str(), arr));
+    }
+    g_counts.clear();
+    g_counting = on;
+    return o;
+  });
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -676,6 +785,7 @@ NAPI_MODULE_INIT() {
   const std::pair<const char*, napi_callback> fns[] = {
       {"fromData", jsFromData}, {"toData", jsToData}, {"free", jsFree},
       {"op", jsOp},             {"info", jsInfo},     {"configure", jsConfigure},
+      {"counters", jsCounters},
   };
   for (const auto& [name, fn] : fns) {
     napi_value f;
