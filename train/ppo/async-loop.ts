@@ -21,7 +21,7 @@
  *
  * @module
  */
-import type { GroupResult } from '../../agents/episode-runner.ts';
+import type { GroupReport } from '../../roles/episode-report.ts';
 import { StalenessThrottle } from '../../algorithms/staleness.ts';
 import { TrajectoryBuffer } from '../../algorithms/trajectory-buffer.ts';
 import type { DataPosition } from './data.ts';
@@ -30,14 +30,14 @@ import type { PolicyUpdate } from './roles.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
 import { account, evaluate, generate } from './generate.ts';
-import { filterGroups, trainOn } from './step.ts';
+import { filterGroups, releaseBatches, trainOn } from './step.ts';
 import { syncWeights, trainerWeights } from './weight-sync.ts';
 import { TrainPpoError } from './errors.ts';
 
 /** What the producer attaches to each batch of the buffer besides its trajectories. */
 interface BatchMeta {
   /** Every group of the batch, failed ones included (the consumer accounts for them). */
-  groups: GroupResult[];
+  groups: GroupReport[];
   /** Weight version when generation of this batch started. */
   version: number;
   generateMs: number;
@@ -118,7 +118,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       const batchVersion = version;
       const items = ctx.sampler.next(o.rolloutBatchSize);
       const position = { ...ctx.sampler.position };
-      let groups: GroupResult[];
+      let groups: GroupReport[];
       try {
         groups = await generate(ctx, items);
       } catch (err) {
@@ -159,6 +159,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
       const episodes = recordEpisodes(ctx, batch.groups, trainerVersion);
       if (kept.length === 0) {
         lease.ack();
+        releaseBatches(batch.groups);
         ctx.log.line(
           `step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`,
         );
@@ -170,14 +171,9 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
         });
         continue;
       }
-      const u = await trainOn(
-        kept.flatMap((g) => g.trajectories),
-        roles,
-        o,
-        ctx,
-        trainerVersion,
-      );
+      const u = await trainOn(kept, roles, o, ctx);
       lease.ack();
+      releaseBatches(batch.groups);
       if (u.staleMax > bound.value) {
         throw new TrainPpoError(
           'TRAIN_PPO_ASYNC',

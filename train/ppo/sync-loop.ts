@@ -10,7 +10,7 @@ import { afterStep, recordUpdate } from './context.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
 import { account, generate, onEveryRollout } from './generate.ts';
-import { filterGroups, trainOn } from './step.ts';
+import { filterGroups, releaseBatches, trainOn } from './step.ts';
 import { publishWeights } from './weight-sync.ts';
 
 /** The synchronous (on-policy, hybrid) loop. */
@@ -32,6 +32,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     if (kept.length === 0) {
       // Nothing to train on, but the prompts are consumed: the position and checkpoint move on.
       state.position = { ...ctx.sampler.position };
+      releaseBatches(groups);
       ctx.log.line(
         `step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`,
       );
@@ -43,14 +44,8 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       });
       continue;
     }
-    const version = await roles.trainer.getVersion();
-    const u = await trainOn(
-      kept.flatMap((g) => g.trajectories),
-      roles,
-      o,
-      ctx,
-      version,
-    );
+    const u = await trainOn(kept, roles, o, ctx);
+    releaseBatches(groups);
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.wakeUp());
     const sync = await publishWeights(ctx);
     const stepMs = performance.now() - tStep;
