@@ -47,8 +47,11 @@ export interface StepBatch {
   scores?: number[];
   /** With `--normalize-reward`: the statistics before this step (absent: the first step). */
   rewardStats?: RewardStats | null;
-  refLogprobs?: Handoff<number[][]>;
+  /** The reference policy's logprob rows (`Reference.logprobsOf`). */
+  reference?: Handoff<number[][]>;
+  /** The critic's value rows (`Critic.valuesOf`). */
   values?: Handoff<number[][]>;
+  /** The distillation teacher's logprob rows. */
   teacher?: Handoff<number[][]>;
 }
 
@@ -87,7 +90,7 @@ export async function makeExperience(
 ): Promise<Experience> {
   const [parts, refLogprobs, values, teacher] = await Promise.all([
     receiveAll(step.batches),
-    step.refLogprobs && receive(step.refLogprobs),
+    step.reference && receive(step.reference),
     step.values && receive(step.values),
     step.teacher && receive(step.teacher),
   ]);

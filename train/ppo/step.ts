@@ -88,7 +88,7 @@ export async function trainOn(
   const batches = kept.flatMap((g) => (g.batch ? [g.batch] : []));
   // A trained reward model's score replaces the agent's reward (`--reward-pretrain`).
   const scores = roles.rewardModel ? await roles.rewardModel.scoresOf(batches) : undefined;
-  const [refLogprobs, values, teacher] = await Promise.all([
+  const [reference, values, teacher] = await Promise.all([
     roles.reference?.logprobsOf(batches),
     roles.critic?.valuesOf(batches),
     roles.teacher?.logprobsOf(batches),
@@ -100,7 +100,7 @@ export async function trainOn(
     klCoef,
     ...(scores ? { scores } : {}),
     ...(state.rewardNormalizer ? { rewardStats: state.rewardNormalizer.state() } : {}),
-    ...(refLogprobs ? { refLogprobs } : {}),
+    ...(reference ? { reference } : {}),
     ...(values ? { values } : {}),
     ...(teacher ? { teacher } : {}),
   };
@@ -110,7 +110,7 @@ export async function trainOn(
     values && roles.critic ? roles.critic.trainStep(step) : undefined,
   ]);
   const t2 = performance.now();
-  for (const h of [refLogprobs, values, teacher]) if (h) dropHandoff(h as Handoff<unknown>);
+  for (const h of [reference, values, teacher]) if (h) dropHandoff(h as Handoff<unknown>);
   state.kl.update(stats.kl, stats.samples);
   const { rewardStats, ...update } = stats;
   if (rewardStats) state.rewardNormalizer = new RewardNormalizer(rewardStats);
