@@ -13,6 +13,7 @@ import { isRtjobError } from '../../runtime/errors.ts';
 import type { RunContext } from './run-state.ts';
 import { isRoleDied, type WeightSyncError } from './errors.ts';
 import { samplesPerGroup } from './episodes.ts';
+import { releaseBatches, trainOn, type UpdateStats } from './step.ts';
 import { killHung, watch } from './health.ts';
 import type { Roles } from './roles.ts';
 
@@ -61,6 +62,41 @@ export async function generate(
   );
   if (timing) timing.imbalanceMs = doneAt.length ? Math.max(...doneAt) - Math.min(...doneAt) : 0;
   return groups;
+}
+
+/** The batch of a group could not be fetched: the rollout that put it died (or lost it). */
+function batchLost(err: unknown): boolean {
+  return isRtjobError(err, 'OWNER_DIED') || isRtjobError(err, 'OBJECT_LOST');
+}
+
+/**
+ * {@link trainOn} the kept groups. Their trajectories stay with the rollouts that put them until
+ * trained; when one of those rollouts died meanwhile (a batch waiting in the async buffer, or a
+ * rollout killed after it answered), the groups are run again on the current weights, as a group
+ * lost in flight is, and the update is tried again with them. Returns the groups trained on.
+ */
+export async function trainKept(
+  ctx: RunContext,
+  kept: GroupReport[],
+): Promise<{ u: UpdateStats; kept: GroupReport[] }> {
+  for (let tries = 0; ; tries++) {
+    try {
+      return { u: await trainOn(kept, ctx.roles, ctx.o, ctx), kept };
+    } catch (err) {
+      if (!batchLost(err) || tries >= maxRolloutRestarts) throw err;
+      ctx.log.line(
+        `warn  a batch was lost with the rollout that held it (${(err as Error).message}); re-running its ${kept.length} groups`,
+      );
+      releaseBatches(kept);
+      ctx.state.groupsRerun += kept.length;
+      const again = await generate(
+        ctx,
+        kept.map((g) => ctx.sampler.item(g.index, g.groupId)),
+      );
+      account(ctx, again);
+      kept = again.filter((g) => g.status === 'ok');
+    }
+  }
 }
 
 /** Runs `call` on every rollout (sleep, wake-up), restarting the ones that die meanwhile. */
