@@ -24,7 +24,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { GroupResult } from '../agents/episode-runner.ts';
+import type { GroupReport } from '../roles/episode-report.ts';
 import type { PromptItem, Rollout } from '../roles/rollout.ts';
 import { renderCurves, toPng, type Series } from '../train/ppo/curves.ts';
 import { defineActor, init, kill, shutdown } from '../runtime/api.ts';
@@ -102,12 +102,11 @@ async function overhead(): Promise<void> {
     // Warm-up: JIT, connections, tokenizer caches.
     await Promise.all(handles.map((h, e) => h.runGroup.remote(items[e]!)));
     const t0 = performance.now();
-    const results: GroupResult[] = await Promise.all(
+    const results: GroupReport[] = await Promise.all(
       items.map((it, k) => handles[k % engines]!.runGroup.remote(it)),
     );
     const wallMs = performance.now() - t0;
-    const lengths = (g: GroupResult): number[] =>
-      g.trajectories.map((t) => t.lossMask.reduce((a, b) => a + b, 0));
+    const lengths = (g: GroupReport): number[] => g.trajectories.map((t) => t.responseTokens);
     let idealMs = 0;
     let tokens = 0;
     for (let e = 0; e < engines; e++) {

@@ -12,9 +12,13 @@ import type { CausalLM } from '../model/llama.ts';
 import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
 import { forwardLogprobs, ModelTrainer, tokenStats } from '../model/training.ts';
 import type { LrScheduleOptions } from '../model/lr-schedule.ts';
+import { InvalidArgumentError } from '../runtime/errors.ts';
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
 import { valueLoss } from '../algorithms/value-loss.ts';
+import type { Trajectory } from '../algorithms/trajectory.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import { fetchSequences, makeExperience, type StepBatch } from './experience.ts';
+import { handOff, type Handoff } from './handoff.ts';
 import { microBatchLayout } from './micro-batch.ts';
 import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
 
@@ -90,6 +94,32 @@ export class Critic {
   values(seqs: number[][], microBatchSize = 16): number[][] {
     const raw = forwardLogprobs(this.model, seqs, { values: true, microBatchSize }).values!;
     return raw.map((r) => r.slice(0, r.length - 1));
+  }
+
+  /** {@link values} of the sequences of `batches` (fetched from the rollouts), handed off. */
+  async valuesOf(batches: Handoff<Trajectory[]>[]): Promise<Handoff<number[][]>> {
+    return handOff(this.values(await fetchSequences(batches)));
+  }
+
+  /**
+   * One critic update from references: fetches the step's trajectories and the values handed to
+   * it, makes the same experience as the trainer (`experience.ts`) and {@link train}s on its
+   * returns. Every data-parallel rank runs it on the same references.
+   */
+  async trainStep(
+    step: StepBatch,
+  ): Promise<{ valueLoss: number; optimizerSteps: number; lr: number }> {
+    const { samples, batch, values } = await makeExperience(step);
+    if (!values)
+      throw new InvalidArgumentError('Critic.trainStep: the step carries no values (valuesOf)');
+    return this.train(
+      samples.map((s, i) => ({
+        inputIds: s.inputIds,
+        actionMask: s.actionMask,
+        oldValues: values[i]!,
+        returns: batch.returns[i]!,
+      })),
+    );
   }
 
   /**

@@ -8,6 +8,9 @@ import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { nextTokenLogprobs } from '../model/training.ts';
 import { backendDescription } from '../model/backend.ts';
+import type { Trajectory } from '../algorithms/trajectory.ts';
+import { fetchSequences } from './experience.ts';
+import { handOff, type Handoff } from './handoff.ts';
 
 /** How the Reference is built. */
 export interface ReferenceInit {
@@ -35,6 +38,11 @@ export class Reference {
       temperature: this.init.temperature ?? 1,
       microBatchSize,
     });
+  }
+
+  /** {@link logprobs} of the sequences of `batches` (fetched from the rollouts), handed off. */
+  async logprobsOf(batches: Handoff<Trajectory[]>[]): Promise<Handoff<number[][]>> {
+    return handOff(this.logprobs(await fetchSequences(batches)));
   }
 
   dispose(): void {

@@ -9,6 +9,9 @@ import { tf } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { padBatch } from '../model/training.ts';
+import type { Trajectory } from '../algorithms/trajectory.ts';
+import { fetchSequences } from './experience.ts';
+import type { Handoff } from './handoff.ts';
 
 /**
  * The reward model's score of each sequence: the value head at its last token, `[N]`
@@ -58,6 +61,11 @@ export class RewardModel {
       s.dispose();
     }
     return out;
+  }
+
+  /** {@link scores} of the sequences of `batches` (fetched from the rollouts). */
+  async scoresOf(batches: Handoff<Trajectory[]>[]): Promise<number[]> {
+    return this.scores(await fetchSequences(batches));
   }
 
   dispose(): void {

@@ -31,6 +31,8 @@ import { RemoteRewardClient, type RemoteRewardOptions } from '../rewards/remote.
 import { EngineError } from '../engines/http/errors.ts';
 import type { LaunchedServer } from '../engines/launcher.ts';
 import { createRolloutEngine, type RolloutEngineInit } from './rollout-engine.ts';
+import { groupReport, type GroupReport } from './episode-report.ts';
+import { handOff } from './handoff.ts';
 
 /** One prompt as the driver sends it; the rollout tokenizes it. */
 export interface PromptItem {
@@ -88,6 +90,14 @@ export class StaleRolloutError extends RtjobError<'ROLLOUT_STALE'> {
 export interface RolloutExpect {
   /** The weights version the engine must hold at least; older fails with {@link StaleRolloutError}. */
   minVersion?: number;
+}
+
+/** What a {@link Rollout.runGroup} call asks besides the prompt. */
+export interface RunGroupOptions extends RolloutExpect {
+  /** Sample episodes to describe beyond the group's best and worst (`--log-samples`). @default 0 */
+  samples?: number;
+  /** Seeds the random sample candidates. @default 0 */
+  seed?: number;
 }
 
 /** Counters a Rollout reports. */
@@ -227,10 +237,32 @@ export class Rollout {
   }
 
   /**
-   * Runs one prompt's group of episodes. Contract errors (agent bugs) reject; so does an engine
-   * older than `expect.minVersion` ({@link StaleRolloutError}), before any episode starts.
+   * Runs one prompt's group of episodes and reports it: the trajectories are put once in this
+   * worker's object store (or kept as the value without a runtime) and the report carries their
+   * handoff, with a record per episode and the sample episodes asked for, decoded here
+   * (`episode-report.ts`). Contract errors (agent bugs) reject; so does an engine older than
+   * `opts.minVersion` ({@link StaleRolloutError}), before any episode starts.
    */
-  async runGroup(item: PromptItem, expect: RolloutExpect = {}): Promise<GroupResult> {
+  async runGroup(item: PromptItem, opts: RunGroupOptions = {}): Promise<GroupReport> {
+    const g = await this.runEpisodes(item, opts);
+    const report = groupReport(g, {
+      decode: (ids) => this.tokenizer.decode(ids),
+      toolCallParser: this.init.toolCallParser ?? 'hermes',
+      prompt: item.prompt,
+      ...(item.label !== undefined ? { label: item.label } : {}),
+      samples: opts.samples ?? 0,
+      seed: opts.seed ?? 0,
+    });
+    const trained = g.status === 'ok' && g.trajectories.length > 0;
+    return trained ? { ...report, batch: handOff(g.trajectories) } : report;
+  }
+
+  /** Runs many groups at once (bounded by ASYNC_NUM_TASKS inside), returning their trajectories by value. */
+  runGroups(items: PromptItem[]): Promise<GroupResult[]> {
+    return Promise.all(items.map((it) => this.runEpisodes(it)));
+  }
+
+  private async runEpisodes(item: PromptItem, expect: RolloutExpect = {}): Promise<GroupResult> {
     await this.ready();
     this.check(expect);
     if (this.active++ === 0) this.busySince = performance.now();
@@ -245,11 +277,6 @@ export class Rollout {
     } finally {
       if (--this.active === 0) this.counters.busyMs += performance.now() - this.busySince;
     }
-  }
-
-  /** Runs many groups at once (bounded by ASYNC_NUM_TASKS inside). */
-  runGroups(items: PromptItem[]): Promise<GroupResult[]> {
-    return Promise.all(items.map((it) => this.runGroup(it)));
   }
 
   /**

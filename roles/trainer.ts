@@ -30,7 +30,12 @@ import {
   type PpoLossOptions,
   type ResolvedPpoLossOptions,
 } from '../algorithms/policy-loss.ts';
+import { rolloutCorrectionStats } from '../algorithms/rollout-correction.ts';
+import { stalenessStats } from '../algorithms/staleness.ts';
+import type { Trajectory } from '../algorithms/trajectory.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import { fetchSequences, makeExperience, type RewardStats, type StepBatch } from './experience.ts';
+import { handOff, type Handoff } from './handoff.ts';
 import { microBatchLayout } from './micro-batch.ts';
 import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
 
@@ -127,6 +132,28 @@ export interface TrainTiming {
   optimizerMs: number;
 }
 
+/** What {@link Trainer.trainStep} reports: the update's statistics and its batch's, in numbers. */
+export interface StepStats extends TrainStats {
+  /** Mean reward of the batch (the reward model's scores with `--reward-pretrain`). */
+  rewardMean: number;
+  /** Batch mean of each sample's masked-mean KL to the reference: what the KL controller is fed. */
+  kl: number;
+  /** Mean action tokens per sample. */
+  responseLength: number;
+  /** Staleness per token against the version before this update. */
+  staleMean: number;
+  staleMax: number;
+  samples: number;
+  /** Fetching the batch and making its experience, in milliseconds. */
+  experienceMs: number;
+  /** Train–inference mismatch and what the rollout correction did with it, when recomputed. */
+  mismatch?: Record<string, number>;
+  /** On-policy distillation: mean log π_student − log π_teacher over action tokens. */
+  opdReverseKl?: number;
+  /** The reward statistics after this step (`--normalize-reward`). */
+  rewardStats?: RewardStats;
+}
+
 /** The policy trainer. Call {@link Trainer.ready} once before anything else. */
 export class Trainer {
   private model!: CausalLM;
@@ -188,6 +215,59 @@ export class Trainer {
         'referenceLogprobs: the policy has no LoRA adapter (the reference role serves full fine-tuning)',
       );
     return this.model.withoutLora(() => this.logprobs(seqs, microBatchSize));
+  }
+
+  /** {@link logprobs} of the sequences of `batches` (fetched from the rollouts), handed off. */
+  async logprobsOf(batches: Handoff<Trajectory[]>[]): Promise<Handoff<number[][]>> {
+    return handOff(this.logprobs(await fetchSequences(batches)));
+  }
+
+  /** {@link referenceLogprobs} of the sequences of `batches`, handed off. */
+  async referenceLogprobsOf(batches: Handoff<Trajectory[]>[]): Promise<Handoff<number[][]>> {
+    return handOff(this.referenceLogprobs(await fetchSequences(batches)));
+  }
+
+  /**
+   * One policy update from references: fetches the step's trajectories (and the reference
+   * logprobs, values and teacher logprobs handed to it), makes the experience
+   * (`experience.ts`, as the critic does), recomputes its own logprobs when the config asks, and
+   * {@link train}s. Every data-parallel rank runs it on the same references.
+   */
+  async trainStep(step: StepBatch): Promise<StepStats> {
+    const t0 = performance.now();
+    const before = this.version;
+    const x = await makeExperience(step, (seqs) => this.logprobs(seqs));
+    const { samples, batch, old } = x;
+    const train: TrainSample[] = samples.map((s, i) => ({
+      inputIds: s.inputIds,
+      actionMask: s.actionMask,
+      advantages: batch.advantages[i]!,
+      // Without a recompute the engine ran the weights being trained (sync), so its behaviour
+      // logprobs are the old policy's.
+      oldLogprobs: old ? old[i]! : s.behaviourLogprobs,
+      ...(old ? { behaviourLogprobs: s.behaviourLogprobs } : {}),
+      ...(x.refLogprobs ? { refLogprobs: x.refLogprobs[i]! } : {}),
+    }));
+    const t1 = performance.now();
+    const stats = await this.train(train);
+    const stale = stalenessStats(
+      samples.map((s) => ({ lossMask: s.actionMask, versions: s.versions })),
+      before,
+    );
+    const n = Math.max(1, samples.length);
+    return {
+      ...stats,
+      rewardMean: x.trajectories.reduce((a, t) => a + t.reward, 0) / n,
+      kl: batch.meanKl,
+      responseLength: samples.reduce((a, s) => a + s.responseLength, 0) / n,
+      staleMean: stale.mean,
+      staleMax: stale.max,
+      samples: samples.length,
+      experienceMs: t1 - t0,
+      ...(old ? { mismatch: rolloutCorrectionStats(samples, old, this.init.loss) } : {}),
+      ...(x.opdReverseKl !== undefined ? { opdReverseKl: x.opdReverseKl } : {}),
+      ...(x.rewardStats ? { rewardStats: x.rewardStats } : {}),
+    };
   }
 
   /**

@@ -10,14 +10,15 @@ import * as assert from 'uvu/assert';
 
 import type { GroupResult } from '../../agents/episode-runner.ts';
 import { resolveOptions, runName, trainPpo } from '../../train/ppo/main.ts';
-import type { EpisodeSample } from '../../train/ppo/episode-sample.ts';
-import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
 import {
-  episodeMetrics,
   episodeTurns,
+  groupReport,
   pickSamples,
-  sampleEpisodes,
-} from '../../train/ppo/episodes.ts';
+  type EpisodeSample,
+  type GroupReport,
+} from '../../roles/episode-report.ts';
+import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
+import { episodeMetrics, sampleEpisodes } from '../../train/ppo/episodes.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
 import { tinyRunArgs, writeTinyModel, type FlagValue } from '../fixtures/agents/tiny-model.ts';
 
@@ -33,6 +34,15 @@ test.after(() => rmSync(root, { recursive: true, force: true }));
 
 /** Token i decodes to `<i>`, so turn texts show exactly which ids they hold. */
 const decode = (ids: number[]) => ids.map((i) => `<${i}>`).join('');
+
+/** A group as its rollout reports it (samples described with `samples` > 0). */
+const report = (g: GroupResult, samples = 0, d = decode): GroupReport =>
+  groupReport(g, {
+    decode: d,
+    prompt: `prompt ${g.index}`,
+    label: `#### ${g.index}`,
+    samples,
+  });
 
 function traj(reward: number, mask: number[], extra: Partial<Trajectory> = {}): Trajectory {
   return {
@@ -117,11 +127,13 @@ test('episodeMetrics: generated tokens, reward std, groups with no spread, lengt
     episodes: 2,
     trajectories: [],
   };
-  const m = episodeMetrics([
-    g([1, 1], false, { solved: true, turns: 2, note: 'x' }),
-    g([0, 1], true, { solved: false, turns: 4 }),
-    failed,
-  ]);
+  const m = episodeMetrics(
+    [
+      g([1, 1], false, { solved: true, turns: 2, note: 'x' }),
+      g([0, 1], true, { solved: false, turns: 4 }),
+      failed,
+    ].map((x) => report(x)),
+  );
   assert.is(m.tokens, 3 + 1 + 3 + 1, 'generated tokens of the episodes that finished');
   assert.is(m.reward_std, Math.sqrt(0.1875));
   assert.is(m.zero_std_groups, 0.5);
@@ -141,14 +153,14 @@ test('episodeMetrics: trajectory_breaks counts each gateway episode once, howeve
       }),
     );
   const m = episodeMetrics([
-    {
+    report({
       index: 0,
       groupId: 'g',
       status: 'ok',
       errors: [],
       episodes: 3,
       trajectories: [...episode(2, 3), ...episode(0, 1), ...episode(1, 2)],
-    },
+    }),
   ]);
   assert.is(m.trajectory_breaks, 3);
   assert.is(m.version_span_max, 0, 'every trained token of version 3');
@@ -158,7 +170,7 @@ test('episodeMetrics: version_span_max is the widest spread of versions within o
   const withVersions = (versions: number[]) =>
     traj(1, [0, 1, 1, 0, 1], { versions: [9, ...versions.slice(0, 2), 9, versions[2]!] });
   const m = episodeMetrics([
-    {
+    report({
       index: 0,
       groupId: 'g',
       status: 'ok',
@@ -166,7 +178,7 @@ test('episodeMetrics: version_span_max is the widest spread of versions within o
       episodes: 2,
       // Masked positions (prompt, tool results) do not count, whatever version they carry.
       trajectories: [withVersions([4, 4, 5]), withVersions([2, 4, 4])],
-    },
+    }),
   ]);
   assert.is(m.version_span_max, 2);
 });
@@ -191,9 +203,8 @@ test('sampleEpisodes describes each kept episode and adds failed ones with their
     episodes: 2,
     trajectories: [],
   };
-  const s = sampleEpisodes([ok, failed], 16, {
-    decode,
-    prompt: (i) => ({ prompt: `prompt ${i}`, label: `#### ${i}` }),
+  // The rollout describes its group (decoded, tool calls parsed); the driver only picks.
+  const s = sampleEpisodes([report(ok, 16), report(failed, 16)], 16, {
     trainerVersion: 4,
     seed: 0,
   });
@@ -232,13 +243,18 @@ test('sampleEpisodes describes each kept episode and adds failed ones with their
     ['failed', '9', 'agent x: episode threw Error: boom'],
   );
   const long = sampleEpisodes(
-    [{ ...ok, trajectories: [traj(1, [0, 1], { inputIds: [0, 1] })] }],
+    [
+      report({ ...ok, trajectories: [traj(1, [0, 1], { inputIds: [0, 1] })] }, 1, () =>
+        'y'.repeat(10_000),
+      ),
+    ],
     1,
-    {
-      decode: () => 'y'.repeat(10_000),
-      prompt: () => ({ prompt: 'p' }),
-      seed: 0,
-    },
+    { seed: 0 },
+  );
+  assert.equal(
+    sampleEpisodes([report(ok, 0)], 16, { seed: 0 }),
+    [],
+    'a rollout asked for no samples describes none',
   );
   assert.ok(
     long[0]!.turns[0]!.text.length < 4200 && /characters cut/.test(long[0]!.turns[0]!.text),

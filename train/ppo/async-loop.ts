@@ -21,7 +21,7 @@
  *
  * @module
  */
-import type { GroupResult } from '../../agents/episode-runner.ts';
+import type { GroupReport } from '../../roles/episode-report.ts';
 import { StalenessThrottle } from '../../algorithms/staleness.ts';
 import { TrajectoryBuffer } from '../../algorithms/trajectory-buffer.ts';
 import type { DataPosition } from './data.ts';
@@ -29,15 +29,15 @@ import { afterStep, recordUpdate } from './context.ts';
 import type { PolicyUpdate } from './roles.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
-import { account, evaluate, generate } from './generate.ts';
-import { filterGroups, trainOn } from './step.ts';
+import { account, evaluate, generate, trainKept } from './generate.ts';
+import { filterGroups, releaseBatches } from './step.ts';
 import { syncWeights, trainerWeights } from './weight-sync.ts';
 import { TrainPpoError } from './errors.ts';
 
-/** What the producer attaches to each batch of the buffer besides its trajectories. */
+/** What the producer attaches to each batch of the buffer. */
 interface BatchMeta {
   /** Every group of the batch, failed ones included (the consumer accounts for them). */
-  groups: GroupResult[];
+  groups: GroupReport[];
   /** Weight version when generation of this batch started. */
   version: number;
   generateMs: number;
@@ -45,197 +45,261 @@ interface BatchMeta {
   position: DataPosition;
 }
 
+/** What the producer and the consumer share, in one place instead of a closure's locals. */
+interface AsyncState {
+  ctx: RunContext;
+  /** The context `afterStep` gets: evaluation runs beside training here, not after a step. */
+  stepCtx: RunContext;
+  buffer: TrajectoryBuffer<BatchMeta>;
+  /** Readers hold the engines' weights fixed (a batch in generation, an evaluation); a publish writes. */
+  gate: VersionGate;
+  /** AReaL's admission rule: batch n starts only once n − η batches are trained. */
+  throttle: StalenessThrottle;
+  bound: { value: number; by: string };
+  /**
+   * Aborted by the first failure of the producer, an evaluation or a weight publish (they run
+   * beside training), and when the loop ends: it wakes whoever waits on the buffer or throttle.
+   */
+  stopping: AbortController;
+  evals: Promise<void>[];
+  /** The publish in flight (at most one). */
+  publishing: Promise<void>;
+  lastPublish: { waitMs: number; syncMs: number };
+  /** The version on the engines. */
+  version: number;
+  /** The trainer's version (ahead by one while a publish waits). */
+  trainerVersion: number;
+  /** Batches trained by this loop (the throttle's clock). */
+  trained: number;
+  timing: { producerWaitMs: number; producerBusyMs: number; trainerBusyMs: number };
+}
+
 /** Runs `--async-train` until `totalSteps`: a producer and a consumer on a {@link TrajectoryBuffer}. */
 export async function asyncLoop(ctx: RunContext): Promise<void> {
-  const { o, roles, state } = ctx;
-  const buffer = new TrajectoryBuffer<BatchMeta>({ queueSize: o.asyncQueueSize });
-  // Readers hold the engines' weights fixed: a batch being generated (unless --partial-rollout)
-  // and an evaluation; a weight publish is the writer.
-  const gate = new VersionGate();
-  const evals: Promise<void>[] = [];
-  // Aborted by the first failure of the producer, an evaluation or a weight publish (they run
-  // beside training), and when the loop ends: it wakes whoever waits on the buffer or throttle.
-  const stopping = new AbortController();
-  const fail = (err: unknown): void => {
-    if (!stopping.signal.aborted) stopping.abort(err);
-  };
-  let publishing: Promise<void> = Promise.resolve();
-  let lastPublish = { waitMs: 0, syncMs: 0 };
-  // afterStep must not evaluate: here evaluation runs beside training (below).
-  const stepCtx: RunContext = { ...ctx, o: { ...o, evalSteps: 0 } };
-  // The version on the engines, and the trainer's (ahead by one while a publish waits).
-  let version = await roles.trainer.getVersion();
-  let trainerVersion = version;
-  const timing = { producerWaitMs: 0, producerBusyMs: 0, trainerBusyMs: 0 };
-  const toProduce = ctx.totalSteps - state.step;
-  const bound = stalenessBound(o);
-  // The admission rule (AReaL's throttle): batch n may start only once n − η batches are trained,
-  // so no token is more than η versions stale. Without --max-head-offpolicyness, η is the bound
-  // the queue already implies, and the buffer's slots are what binds.
-  const throttle = new StalenessThrottle({
-    consumerBatchSize: 1,
-    maxConcurrentRollouts: o.asyncQueueSize + 1,
-    maxHeadOffpolicyness: bound.value,
-  });
-  let trainedHere = 0;
-
-  /** Loads the staged `w` on every engine once no batch or evaluation holds their weights. */
-  const publishBeside = async (w: PolicyUpdate, step: number, stageMs: number): Promise<void> => {
-    const p0 = performance.now();
-    await gate.write();
-    const p1 = performance.now();
-    try {
-      await syncWeights(ctx, w, 'apply');
-    } finally {
-      gate.done();
-    }
-    version = w.version;
-    lastPublish = { waitMs: p1 - p0, syncMs: stageMs + performance.now() - p1 };
-    throttle.setVersion(++trainedHere);
-    if (
-      o.evalSteps > 0 &&
-      step % o.evalSteps === 0 &&
-      step < ctx.totalSteps &&
-      ctx.evalItems.length
-    ) {
-      evals.push(evaluateBeside(ctx, gate, step).catch(fail));
-    }
-  };
-
-  const producer = (async () => {
-    for (let n = 0; n < toProduce; n++) {
-      const w0 = performance.now();
-      const slot = await buffer.acquire(stopping.signal);
-      try {
-        await throttle.admit(stopping.signal);
-      } catch (err) {
-        slot.abort();
-        throw err;
-      }
-      timing.producerWaitMs += performance.now() - w0;
-      const g0 = performance.now();
-      if (!o.partialRollout) await gate.read();
-      const batchVersion = version;
-      const items = ctx.sampler.next(o.rolloutBatchSize);
-      const position = { ...ctx.sampler.position };
-      let groups: GroupResult[];
-      try {
-        groups = await generate(ctx, items);
-      } catch (err) {
-        slot.abort();
-        throw err;
-      } finally {
-        if (!o.partialRollout) gate.done();
-        throttle.finish(true);
-      }
-      const ms = performance.now() - g0;
-      timing.producerBusyMs += ms;
-      // The batch travels once, as its groups (the filter and the accounting need them whole);
-      // the buffer bounds how many batches run ahead of the trainer, it stages no second copy.
-      slot.commit({ groups, version: batchVersion, generateMs: ms, position });
-    }
-  })().catch((err: unknown) => {
+  const s = await asyncState(ctx);
+  const producer = produce(s, ctx.totalSteps - ctx.state.step).catch((err: unknown) => {
     // Once the loop is stopping, the producer's wake-up is not a failure.
-    if (!stopping.signal.aborted) fail(err);
+    if (!s.stopping.signal.aborted) fail(s, err);
   });
-
   try {
-    while (state.step < ctx.totalSteps) {
-      const w0 = performance.now();
-      const lease = await buffer.take({ signal: stopping.signal });
-      if (!lease)
-        throw new TrainPpoError(
-          'TRAIN_PPO_ASYNC',
-          'the trajectory buffer closed before the run ended',
-        );
-      const waitMs = performance.now() - w0;
-      const fill = buffer.stats().queued + 1;
-      const batch = lease.batch.meta;
-      const t0 = performance.now();
-      account(ctx, batch.groups);
-      const { kept, passRate } = filterGroups(batch.groups, o);
-      state.step++;
-      state.position = batch.position;
-      const episodes = recordEpisodes(ctx, batch.groups, trainerVersion);
-      if (kept.length === 0) {
-        lease.ack();
-        ctx.log.line(
-          `step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`,
-        );
-        await afterStep(stepCtx, {
-          ...episodes,
-          pass_rate: passRate,
-          episodes_failed: state.failed,
-          generate_s: batch.generateMs / 1000,
-        });
-        continue;
-      }
-      const u = await trainOn(
-        kept.flatMap((g) => g.trajectories),
-        roles,
-        o,
-        ctx,
-        trainerVersion,
-      );
-      lease.ack();
-      if (u.staleMax > bound.value) {
-        throw new TrainPpoError(
-          'TRAIN_PPO_ASYNC',
-          `staleness ${u.staleMax} exceeds the bound ${bound.value} set by ${bound.by}`,
-        );
-      }
-      trainerVersion = u.version;
-      // Versions reach the engines in order, and at most one waits: the trainer goes on only once
-      // the previous publish has landed, which keeps the staleness bound of the queue.
-      const p0 = performance.now();
-      await publishing;
-      const previousPublishWaitMs = performance.now() - p0;
-      stopping.signal.throwIfAborted();
-      // A snapshot now (the trainer is idle), pushed once the engines may change version: the
-      // trainer trains the next batch meanwhile instead of waiting for the batch in generation.
-      const s0 = performance.now();
-      const snapshot = await trainerWeights(ctx);
-      // The engines fetch it now, while the trainer is idle (weight-sync.ts: stagePolicy).
-      await syncWeights(ctx, snapshot, 'stage');
-      const stageMs = performance.now() - s0;
-      const step = state.step;
-      publishing = publishBeside(snapshot, step, stageMs).catch(fail);
-      const busy = performance.now() - t0;
-      timing.trainerBusyMs += busy;
-      const wall = performance.now() - ctx.started;
-      await afterStep(stepCtx, {
-        ...episodes,
-        ...recordUpdate(ctx, kept, u, passRate),
-        buffer_fill: fill,
-        generate_s: batch.generateMs / 1000,
-        weight_sync_s: lastPublish.syncMs / 1000,
-        weight_sync_share: lastPublish.syncMs / Math.max(1, busy + waitMs),
-        publish_wait_s: lastPublish.waitMs / 1000,
-        previous_publish_wait_s: previousPublishWaitMs / 1000,
-        trainer_wait_s: waitMs / 1000,
-        producer_wait_s: timing.producerWaitMs / 1000,
-        rollout_busy_fraction: timing.producerBusyMs / wall,
-        trainer_busy_fraction: timing.trainerBusyMs / wall,
-        step_s: (busy + waitMs) / 1000,
-        samples_per_s: (u.samples * 1000) / Math.max(1, busy + waitMs),
-        episodes_per_s:
-          (batch.groups.reduce((n, g) => n + g.episodes, 0) * 1000) / Math.max(1, busy + waitMs),
-        tokens_per_s: (u.tokens * 1000) / Math.max(1, busy + waitMs),
-        version: trainerVersion,
-      });
-    }
-    await publishing;
-    await Promise.all(evals);
-    stopping.signal.throwIfAborted();
+    while (ctx.state.step < ctx.totalSteps) await consume(s);
+    await s.publishing;
+    await Promise.all(s.evals);
+    s.stopping.signal.throwIfAborted();
   } finally {
-    const failed = stopping.signal.aborted;
-    stopping.abort(new Error('async training stopped'));
-    buffer.close();
+    const failed = s.stopping.signal.aborted;
+    s.stopping.abort(new Error('async training stopped'));
+    s.buffer.close();
     await producer;
-    await Promise.all(evals);
+    await Promise.all(s.evals);
     // The first failure is what the caller sees, not the wake-up of a waiting take.
-    if (failed) stopping.signal.throwIfAborted();
+    if (failed) s.stopping.signal.throwIfAborted();
   }
+}
+
+async function asyncState(ctx: RunContext): Promise<AsyncState> {
+  const { o } = ctx;
+  const bound = stalenessBound(o);
+  const version = await ctx.roles.trainer.getVersion();
+  return {
+    ctx,
+    stepCtx: { ...ctx, o: { ...o, evalSteps: 0 } },
+    buffer: new TrajectoryBuffer<BatchMeta>({ queueSize: o.asyncQueueSize }),
+    gate: new VersionGate(),
+    // Without --max-head-offpolicyness, η is the bound the queue already implies, and the
+    // buffer's slots are what binds.
+    throttle: new StalenessThrottle({
+      consumerBatchSize: 1,
+      maxConcurrentRollouts: o.asyncQueueSize + 1,
+      maxHeadOffpolicyness: bound.value,
+    }),
+    bound,
+    stopping: new AbortController(),
+    evals: [],
+    publishing: Promise.resolve(),
+    lastPublish: { waitMs: 0, syncMs: 0 },
+    version,
+    trainerVersion: version,
+    trained: 0,
+    timing: { producerWaitMs: 0, producerBusyMs: 0, trainerBusyMs: 0 },
+  };
+}
+
+function fail(s: AsyncState, err: unknown): void {
+  if (!s.stopping.signal.aborted) s.stopping.abort(err);
+}
+
+/** The producer: `n` batches into the buffer, each once a slot is free and the throttle admits it. */
+async function produce(s: AsyncState, n: number): Promise<void> {
+  for (let k = 0; k < n; k++) {
+    const w0 = performance.now();
+    const slot = await s.buffer.acquire(s.stopping.signal);
+    try {
+      await s.throttle.admit(s.stopping.signal);
+    } catch (err) {
+      slot.abort();
+      throw err;
+    }
+    s.timing.producerWaitMs += performance.now() - w0;
+    let meta: BatchMeta;
+    try {
+      meta = await generateBatch(s);
+    } catch (err) {
+      slot.abort();
+      throw err;
+    }
+    // The batch travels as its group reports; the trajectories stay with the rollouts that put
+    // them, and the buffer bounds how many batches run ahead of the trainer.
+    slot.commit(meta);
+  }
+}
+
+/** One batch of groups, on one weight version unless `--partial-rollout`. */
+async function generateBatch(s: AsyncState): Promise<BatchMeta> {
+  const { ctx } = s;
+  const partial = ctx.o.partialRollout;
+  const g0 = performance.now();
+  if (!partial) await s.gate.read();
+  const version = s.version;
+  const items = ctx.sampler.next(ctx.o.rolloutBatchSize);
+  const position = { ...ctx.sampler.position };
+  try {
+    const groups = await generate(ctx, items);
+    const generateMs = performance.now() - g0;
+    s.timing.producerBusyMs += generateMs;
+    return { groups, version, generateMs, position };
+  } finally {
+    if (!partial) s.gate.done();
+    s.throttle.finish(true);
+  }
+}
+
+/** The consumer: takes one batch, trains on it, starts its publish, and logs the step. */
+async function consume(s: AsyncState): Promise<void> {
+  const { ctx } = s;
+  const { o, state } = ctx;
+  const w0 = performance.now();
+  const lease = await s.buffer.take({ signal: s.stopping.signal });
+  if (!lease)
+    throw new TrainPpoError('TRAIN_PPO_ASYNC', 'the trajectory buffer closed before the run ended');
+  const waitMs = performance.now() - w0;
+  const fill = s.buffer.stats().queued + 1;
+  const batch = lease.batch.meta;
+  const t0 = performance.now();
+  account(ctx, batch.groups);
+  const { kept, passRate } = filterGroups(batch.groups, o);
+  state.step++;
+  state.position = batch.position;
+  const episodes = recordEpisodes(ctx, batch.groups, s.trainerVersion);
+  if (kept.length === 0) {
+    lease.ack();
+    releaseBatches(batch.groups);
+    ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
+    await afterStep(s.stepCtx, {
+      ...episodes,
+      pass_rate: passRate,
+      episodes_failed: state.failed,
+      generate_s: batch.generateMs / 1000,
+    });
+    return;
+  }
+  const trained = await trainKept(ctx, kept);
+  const u = trained.u;
+  lease.ack();
+  releaseBatches([...batch.groups, ...trained.kept]);
+  if (u.staleMax > s.bound.value) {
+    throw new TrainPpoError(
+      'TRAIN_PPO_ASYNC',
+      `staleness ${u.staleMax} exceeds the bound ${s.bound.value} set by ${s.bound.by}`,
+    );
+  }
+  s.trainerVersion = u.version;
+  const previousPublishWaitMs = await startPublish(s, state.step);
+  const busy = performance.now() - t0;
+  s.timing.trainerBusyMs += busy;
+  await afterStep(s.stepCtx, {
+    ...episodes,
+    ...recordUpdate(ctx, trained.kept, u, passRate),
+    ...stepTimes(s, { batch, busy, waitMs, fill, previousPublishWaitMs }),
+    samples_per_s: (u.samples * 1000) / Math.max(1, busy + waitMs),
+    tokens_per_s: (u.tokens * 1000) / Math.max(1, busy + waitMs),
+    version: s.trainerVersion,
+  });
+}
+
+/**
+ * After an update: waits for the previous publish (versions reach the engines in order, at most
+ * one waits, which keeps the queue's staleness bound), snapshots the weights while the trainer is
+ * idle, has the engines fetch them, and starts their load beside training. Returns how long the
+ * previous publish was waited for.
+ */
+async function startPublish(s: AsyncState, step: number): Promise<number> {
+  const p0 = performance.now();
+  await s.publishing;
+  const waited = performance.now() - p0;
+  s.stopping.signal.throwIfAborted();
+  // A snapshot now (the trainer is idle), pushed once the engines may change version: the
+  // trainer trains the next batch meanwhile instead of waiting for the batch in generation.
+  const s0 = performance.now();
+  const snapshot = await trainerWeights(s.ctx);
+  // The engines fetch it now, while the trainer is idle (weight-sync.ts: stagePolicy).
+  await syncWeights(s.ctx, snapshot, 'stage');
+  const stageMs = performance.now() - s0;
+  s.publishing = publishBeside(s, snapshot, step, stageMs).catch((err: unknown) => fail(s, err));
+  return waited;
+}
+
+/** Loads the staged `w` on every engine once no batch or evaluation holds their weights. */
+async function publishBeside(
+  s: AsyncState,
+  w: PolicyUpdate,
+  step: number,
+  stageMs: number,
+): Promise<void> {
+  const { ctx } = s;
+  const p0 = performance.now();
+  await s.gate.write();
+  const p1 = performance.now();
+  try {
+    await syncWeights(ctx, w, 'apply');
+  } finally {
+    s.gate.done();
+  }
+  s.version = w.version;
+  s.lastPublish = { waitMs: p1 - p0, syncMs: stageMs + performance.now() - p1 };
+  s.throttle.setVersion(++s.trained);
+  const { o } = ctx;
+  if (o.evalSteps > 0 && step % o.evalSteps === 0 && step < ctx.totalSteps && ctx.evalItems.length)
+    s.evals.push(evaluateBeside(ctx, s.gate, step).catch((err: unknown) => fail(s, err)));
+}
+
+/** Where both sides spent their time in this step. */
+function stepTimes(
+  s: AsyncState,
+  t: {
+    batch: BatchMeta;
+    busy: number;
+    waitMs: number;
+    fill: number;
+    previousPublishWaitMs: number;
+  },
+): Record<string, number> {
+  const wall = performance.now() - s.ctx.started;
+  const step = Math.max(1, t.busy + t.waitMs);
+  return {
+    buffer_fill: t.fill,
+    generate_s: t.batch.generateMs / 1000,
+    weight_sync_s: s.lastPublish.syncMs / 1000,
+    weight_sync_share: s.lastPublish.syncMs / step,
+    publish_wait_s: s.lastPublish.waitMs / 1000,
+    previous_publish_wait_s: t.previousPublishWaitMs / 1000,
+    trainer_wait_s: t.waitMs / 1000,
+    producer_wait_s: s.timing.producerWaitMs / 1000,
+    rollout_busy_fraction: s.timing.producerBusyMs / wall,
+    trainer_busy_fraction: s.timing.trainerBusyMs / wall,
+    step_s: (t.busy + t.waitMs) / 1000,
+    episodes_per_s: (t.batch.groups.reduce((n, g) => n + g.episodes, 0) * 1000) / step,
+  };
 }
 
 /**

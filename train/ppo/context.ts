@@ -7,7 +7,6 @@
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import type { GroupResult } from '../../agents/episode-runner.ts';
 import type { JobCheckpoint } from '../../ops/metrics.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { createKlController } from '../../algorithms/kl.ts';
@@ -96,7 +95,7 @@ export async function prepareRun(
  */
 export function recordUpdate(
   ctx: RunContext,
-  kept: GroupResult[],
+  kept: readonly { index: number }[],
   u: UpdateStats,
   passRate: number,
 ): Record<string, number> {

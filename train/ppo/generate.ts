@@ -6,12 +6,14 @@
  *
  * @module
  */
-import type { GroupResult } from '../../agents/episode-runner.ts';
 import { ErrorBudgetExceededError } from '../../agents/errors.ts';
+import type { GroupReport } from '../../roles/episode-report.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import type { RunContext } from './run-state.ts';
 import { isRoleDied, type WeightSyncError } from './errors.ts';
+import { samplesPerGroup } from './episodes.ts';
+import { releaseBatches, trainOn, type UpdateStats } from './step.ts';
 import { killHung, watch } from './health.ts';
 import type { Roles } from './roles.ts';
 
@@ -35,25 +37,66 @@ export const maxRolloutRestarts = 3;
  * Runs groups for `items` across the engines, round-robin, one call per group, so a rollout that
  * dies loses only its in-flight groups: they are re-run on its restarted process (with the
  * weights of the current version), and results already returned are kept. Each prompt therefore
- * yields exactly one group result. With `timing`, `imbalanceMs` is how long the engine that
- * finished its groups first then waited for the last one (0 with one engine).
+ * yields exactly one group report, whose trajectories stay with the rollout that put them (the
+ * report holds their reference) and whose sample candidates the rollout already decoded. With
+ * `timing`, `imbalanceMs` is how long the engine that finished its groups first then waited for
+ * the last one (0 with one engine).
  */
 export async function generate(
   ctx: RunContext,
   items: PromptItem[],
   timing?: { imbalanceMs: number },
-): Promise<GroupResult[]> {
+): Promise<GroupReport[]> {
   const n = ctx.roles.rollouts.length;
   const doneAt = new Array<number>(Math.min(n, items.length)).fill(0);
+  const samples = ctx.log.samples ? samplesPerGroup(ctx.o.logSamples, items.length) : 0;
+  const seed = ctx.o.seed * 1000003 + ctx.state.step;
   const groups = await Promise.all(
     items.map(async (item, k) => {
-      const g = await onRollout(ctx, k % n, (r, minVersion) => r.runGroup(item, { minVersion }));
+      const g = await onRollout(ctx, k % n, (r, minVersion) =>
+        r.runGroup(item, { minVersion, samples, seed: seed + item.index }),
+      );
       doneAt[k % n] = performance.now();
       return g;
     }),
   );
   if (timing) timing.imbalanceMs = doneAt.length ? Math.max(...doneAt) - Math.min(...doneAt) : 0;
   return groups;
+}
+
+/** The batch of a group could not be fetched: the rollout that put it died (or lost it). */
+function batchLost(err: unknown): boolean {
+  return isRtjobError(err, 'OWNER_DIED') || isRtjobError(err, 'OBJECT_LOST');
+}
+
+/**
+ * {@link trainOn} the kept groups. Their trajectories stay with the rollouts that put them until
+ * trained; when one of those rollouts died meanwhile (a batch waiting in the async buffer, or a
+ * rollout killed after it answered), the groups are run again on the current weights, as a group
+ * lost in flight is, and the update is tried again with them. Returns the groups trained on.
+ */
+export async function trainKept(
+  ctx: RunContext,
+  kept: GroupReport[],
+): Promise<{ u: UpdateStats; kept: GroupReport[] }> {
+  for (let tries = 0; ; tries++) {
+    try {
+      return { u: await trainOn(kept, ctx.roles, ctx.o, ctx), kept };
+    } catch (err) {
+      if (!batchLost(err) || tries >= maxRolloutRestarts) throw err;
+      ctx.log.line(
+        `warn  a batch was lost with the rollout that held it (${(err as Error).message}); re-running its ${kept.length} groups`,
+      );
+      releaseBatches(kept);
+      ctx.state.groupsRerun += kept.length;
+      const again = await generate(
+        ctx,
+        kept.map((g) => ctx.sampler.item(g.index, g.groupId)),
+      );
+      account(ctx, again);
+      kept = again.filter((g) => g.status === 'ok');
+    }
+  }
 }
 
 /** Runs `call` on every rollout (sleep, wake-up), restarting the ones that die meanwhile. */
@@ -142,7 +185,7 @@ export function restartRollout(
  * the groups dropped with them (a group with one failed episode is not trained on). Throws once
  * failed episodes pass the budget.
  */
-export function account(ctx: RunContext, groups: GroupResult[]): void {
+export function account(ctx: RunContext, groups: GroupReport[]): void {
   const { state, o } = ctx;
   for (const g of groups) {
     state.episodes += g.episodes;

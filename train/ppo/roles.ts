@@ -47,7 +47,7 @@ export interface Roles {
   rollouts: Remote<Rollout>[];
   trainer: Remote<Trainer>;
   /** The reference policy's logprobs: a reference role, or a LoRA policy's base ({@link baseAsReference}). */
-  reference?: Pick<Remote<Reference>, 'logprobs'>;
+  reference?: Pick<Remote<Reference>, 'logprobsOf'>;
   /** On-policy distillation's teacher: a frozen model, served by the Reference role's class. */
   teacher?: Remote<Reference>;
   /** A trained reward model that scores the episodes (`--reward-pretrain`). */
@@ -131,8 +131,8 @@ export function replicated<T>(ranks: Remote<T>[], all: readonly (keyof Remote<T>
 
 /** Methods every data-parallel trainer or critic rank must run. */
 export const everyRank = {
-  trainer: ['ready', 'train', 'loadCheckpoint'],
-  critic: ['ready', 'train', 'loadCheckpoint'],
+  trainer: ['ready', 'train', 'trainStep', 'loadCheckpoint'],
+  critic: ['ready', 'train', 'trainStep', 'loadCheckpoint'],
 } as const;
 
 /** The llama.cpp engine's GPU build: as asked, else `auto` when the rollouts are given GPUs. */
@@ -244,7 +244,7 @@ export function referenceRole(o: TrainPpoOptions): boolean {
 
 /** The reference of a LoRA policy: the trainer's model with the adapter left out. */
 export function baseAsReference(trainer: Remote<Trainer>): NonNullable<Roles['reference']> {
-  return { logprobs: (seqs, mb) => trainer.referenceLogprobs(seqs, mb) };
+  return { logprobsOf: (batches) => trainer.referenceLogprobsOf(batches) };
 }
 
 /**

@@ -11,7 +11,7 @@ import type { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import type { JobReport } from '../../ops/metrics.ts';
 import type { DataPosition, PromptSampler } from './data.ts';
-import type { EpisodeSample } from './episode-sample.ts';
+import type { EpisodeSample } from '../../roles/episode-report.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { PolicyUpdate, Roles } from './roles.ts';
 
@@ -100,6 +100,4 @@ export interface RunContext extends UpdateState {
   /** Rollout incarnations killed for not answering (`i:incarnation`), and their watchdogs. */
   hung?: Set<string>;
   watching?: Map<number, Watchdog>;
-  /** The policy tokenizer's decoder, loaded on the first step that logs samples. */
-  decode?: (ids: number[]) => string;
 }

@@ -9,13 +9,13 @@
 import { afterStep, recordUpdate } from './context.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
-import { account, generate, onEveryRollout } from './generate.ts';
-import { filterGroups, trainOn } from './step.ts';
+import { account, generate, onEveryRollout, trainKept } from './generate.ts';
+import { filterGroups, releaseBatches } from './step.ts';
 import { publishWeights } from './weight-sync.ts';
 
 /** The synchronous (on-policy, hybrid) loop. */
 export async function syncLoop(ctx: RunContext): Promise<void> {
-  const { o, roles, state } = ctx;
+  const { o, state } = ctx;
   while (state.step < ctx.totalSteps) {
     const tStep = performance.now();
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.wakeUp());
@@ -32,6 +32,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     if (kept.length === 0) {
       // Nothing to train on, but the prompts are consumed: the position and checkpoint move on.
       state.position = { ...ctx.sampler.position };
+      releaseBatches(groups);
       ctx.log.line(
         `step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`,
       );
@@ -43,21 +44,16 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
       });
       continue;
     }
-    const version = await roles.trainer.getVersion();
-    const u = await trainOn(
-      kept.flatMap((g) => g.trajectories),
-      roles,
-      o,
-      ctx,
-      version,
-    );
+    const trained = await trainKept(ctx, kept);
+    const u = trained.u;
+    releaseBatches([...groups, ...trained.kept]);
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.wakeUp());
     const sync = await publishWeights(ctx);
     const stepMs = performance.now() - tStep;
     state.position = { ...ctx.sampler.position };
     await afterStep(ctx, {
       ...episodes,
-      ...recordUpdate(ctx, kept, u, passRate),
+      ...recordUpdate(ctx, trained.kept, u, passRate),
       generate_s: genMs / 1000,
       generate_imbalance_s: genTiming.imbalanceMs / 1000,
       weight_sync_s: sync.syncMs / 1000,

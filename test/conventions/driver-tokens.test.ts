@@ -1,0 +1,91 @@
+// The driver passes references, not tokens: the rollout puts each group's trajectories once and
+// reports numbers and decoded samples; the roles that need tokens fetch them (roles/experience.ts).
+// So no file of the train_ppo driver (train/ppo/) reads a token-level field, and none imports the
+// gateway or the tokenizer (it never decodes or parses a tool call again).
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+
+import { sourceFiles, type SourceFile } from './source-files.ts';
+
+/** Per-token fields of trajectories, experience samples and engine outputs. */
+const tokenFields = [
+  'inputIds',
+  'promptIds',
+  'outputTokens',
+  'lossMask',
+  'actionMask',
+  'logprobs',
+  'behaviourLogprobs',
+  'oldLogprobs',
+  'refLogprobs',
+  'versions',
+];
+const field = `(?:${tokenFields.join('|')})`;
+/** A read (`t.inputIds`), a key (`{ lossMask: m }`) or a destructuring (`const { versions } =`). */
+const fieldUse = new RegExp(
+  `\\.${field}\\b(?!\\s*\\()|\\b${field}\\s*:|\\{[^}]*\\b${field}\\b[^}]*\\}\\s*=`,
+);
+/** Decoding or encoding text: the rollout does it, once. */
+const textUse = /\.(decode|encode|applyChatTemplate)\s*\(/;
+
+/** The code of a file with its comments and its quoted texts blanked out (line numbers kept). */
+function code(text: string): string {
+  return text
+    .replace(/\/\*[\s\S]*?\*\//g, (c) => c.replace(/[^\n]/g, ' '))
+    .replace(/(^|[^:'"`\\])\/\/.*$/gm, '$1')
+    .replace(/'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"/g, "''");
+}
+
+/** `path:line: text` for each line of `files` whose code reads tokens or decodes text. */
+function tokenReads(files: SourceFile[]): string[] {
+  const hits: string[] = [];
+  for (const f of files) {
+    code(f.text)
+      .split('\n')
+      .forEach((line, i) => {
+        if (fieldUse.test(line) || textUse.test(line))
+          hits.push(`${f.path}:${i + 1}: ${line.trim()}`);
+      });
+  }
+  return hits;
+}
+
+const driver = (): SourceFile[] => sourceFiles().filter((f) => f.path.startsWith('train/ppo/'));
+
+test('no file under train/ppo/ reads a token-level field or decodes text', () => {
+  assert.ok(driver().length > 10, 'the driver files are found');
+  const hits = tokenReads(driver());
+  assert.equal(
+    hits,
+    [],
+    `the driver reads tokens (hand the roles a reference instead):\n${hits.join('\n')}`,
+  );
+});
+
+test('the check sees field reads, destructuring and decoding, and not comments or method names', () => {
+  const probe = (text: string) => tokenReads([{ path: 'train/ppo/x.ts', text }]).length;
+  assert.is(probe('const n = t.inputIds.length;'), 1);
+  assert.is(probe('const { lossMask } = t;'), 1);
+  assert.is(probe('samples.map((s) => s.behaviourLogprobs)'), 1);
+  assert.is(probe('const o = { refLogprobs: rows };'), 1);
+  assert.is(probe("help('decoupled PPO with proximal logprobs')"), 0, 'help text is no read');
+  assert.is(probe('const s = `stale by ${n} versions`;'), 0, 'prose in a template is no read');
+  assert.is(probe('const text = tok.decode(ids);'), 1);
+  assert.is(probe('// the trainer reads t.inputIds'), 0);
+  assert.is(probe('/** inputIds and\n * lossMask */ const a = 1;'), 0);
+  assert.is(probe('await roles.reference.logprobsOf(batches);'), 0);
+  assert.is(probe('trainer.logprobs(seqs)'), 0, 'a call is a role method, not a field read');
+});
+
+test('train/ppo/ imports nothing from the gateway or the tokenizer', () => {
+  const imports = /(?:from\s+|import\(\s*)['"]([^'"]+)['"]/g;
+  const bad = driver().flatMap((f) =>
+    [...f.text.matchAll(imports)]
+      .map((m) => m[1]!)
+      .filter((p) => /(^|\/)gateway\//.test(p) || /model\/tokenizer(\.ts)?$/.test(p))
+      .map((p) => `${f.path} -> ${p}`),
+  );
+  assert.equal(bad, [], bad.join('\n'));
+});
+
+test.run();
