@@ -43,7 +43,11 @@ const sectionTitles: Record<FlagSection, string> = {
 
 export { FlagError };
 
-const parser = flagParser('train_ppo', flagTable, trainPpoDefaults, {
+/**
+ * The parser the table makes (kinds, choices, minimums, aliases, environment variables, `--help`);
+ * {@link parseTrainPpoArgs} runs it and then the cross-flag checks.
+ */
+export const trainPpoFlagParser = flagParser('train_ppo', flagTable, trainPpoDefaults, {
   sectionTitles,
   note: 'snake_case spellings are accepted too',
 });
@@ -66,7 +70,7 @@ export function parseTrainPpoArgs(
   argv: readonly string[],
   env: Record<string, string | undefined> = {},
 ): ParsedTrainPpoArgs {
-  const { options, given } = parser.parse(argv, env);
+  const { options, given } = trainPpoFlagParser.parse(argv, env);
   validate(options, given);
   return { options, given };
 }
@@ -313,7 +317,7 @@ export function flagConfig(
   const show = (v: unknown): string =>
     v === undefined ? '' : Array.isArray(v) ? v.join(' ') : String(v);
   return flagTable.map((f) => ({
-    name: parser.flagName(f.key),
+    name: trainPpoFlagParser.flagName(f.key),
     value: f.secret && o[f.key] !== undefined && o[f.key] !== f.bare ? '(hidden)' : show(o[f.key]),
     default: show(f.default),
     source: given.has(f.key) ? 'flag' : f.env && env[f.env] ? 'env' : 'default',
@@ -324,5 +328,5 @@ export function flagConfig(
 
 /** The `--help` text. */
 export function trainPpoHelp(): string {
-  return parser.help();
+  return trainPpoFlagParser.help();
 }
