@@ -20,12 +20,9 @@ const allowed: Readonly<Record<string, string>> = {
   // producer and a consumer over explicit state, trainOn with the experience built where the data is.
   'train/ppo/async-loop.ts asyncLoop': 'refs',
   'train/ppo/step.ts trainOn': 'refs',
-  // helper "config" (issue #31, part 3) splits these in the flags, placement and train_sft.
-  'train/driver-flags.ts flagParser': 'config',
-  'train/ppo/flags.ts validate': 'config',
-  'train/ppo/remote-roles.ts remoteRoles': 'config',
-  'train/sft.ts sftRun': 'config',
-  // Not yet taken: the lead assigns them (issue #31, part 3).
+  // Not yet taken: the lead assigns them (issue #31, part 3); remoteRoles after refs has changed
+  // what the roles return.
+  'train/ppo/remote-roles.ts remoteRoles': 'unassigned',
   'train/ppo/diagnose.ts diagnose': 'unassigned',
   'train/trackers/mlflow.ts openMlflow': 'unassigned',
 };

@@ -70,7 +70,7 @@ test('every row set on the command line reaches the parsed options, as given, an
     const { argv, value } = setting(f);
     assert.not.equal(value, f.default, `${argv[0]}: the test's value differs from the default`);
     const { options, given } = trainPpoFlagParser.parse(argv);
-    assert.equal((options as Record<string, unknown>)[f.key], value, `${argv.join(' ')}`);
+    assert.equal(options[f.key], value, `${argv.join(' ')}`);
     assert.equal([...given], [f.key], `${argv[0]} is the one key given`);
     const name = `--${kebab(f.key)}`;
     const row = flagConfig(options, given).find((r) => r.name === name);
@@ -85,7 +85,7 @@ test('every row set on the command line reaches the parsed options, as given, an
 test('the defaults are the rows’ defaults, and every row has its --help line with its default', () => {
   const help = trainPpoHelp().split('\n');
   for (const f of flagTable) {
-    assert.equal((trainPpoDefaults as Record<string, unknown>)[f.key], f.default, f.key);
+    assert.equal(trainPpoDefaults[f.key], f.default, f.key);
     const line = help.find((l) => l.startsWith(`  --${kebab(f.key)} `));
     assert.ok(line, `--${kebab(f.key)} has a --help line`);
     assert.ok(line.includes(f.help), `--${kebab(f.key)}: its help text`);
