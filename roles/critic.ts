@@ -66,6 +66,14 @@ export interface CriticSample {
 
 /** Value model. Call {@link Critic.ready} once first. */
 export class Critic {
+  /** The methods every data-parallel rank runs; the rest run on rank 0 (see `Trainer.everyRank`). */
+  static readonly everyRank = [
+    'ready',
+    'train',
+    'trainStep',
+    'loadCheckpoint',
+  ] as const satisfies readonly (keyof Critic)[];
+
   private model!: CausalLM;
   private opt!: ModelTrainer;
   private dp!: DataParallelRank;

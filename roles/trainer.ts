@@ -156,6 +156,19 @@ export interface StepStats extends TrainStats {
 
 /** The policy trainer. Call {@link Trainer.ready} once before anything else. */
 export class Trainer {
+  /**
+   * The methods every data-parallel rank runs (they meet in collectives, or change every rank's
+   * state); the rest run on rank 0, whose state every rank shares. The driver's view of N ranks
+   * (`replicated` in `train/ppo/roles.ts`) reads this, as verl's `@register` declares dispatch
+   * on the method's class.
+   */
+  static readonly everyRank = [
+    'ready',
+    'train',
+    'trainStep',
+    'loadCheckpoint',
+  ] as const satisfies readonly (keyof Trainer)[];
+
   private model!: CausalLM;
   private opt!: ModelTrainer;
   private dp!: DataParallelRank;

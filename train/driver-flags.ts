@@ -149,54 +149,17 @@ export function flagParser<O extends object>(
         positionals.push(arg);
         continue;
       }
-      const eq = arg.indexOf('=');
-      let name = (eq >= 0 ? arg.slice(2, eq) : arg.slice(2)).replace(/[_.]/g, '-');
-      let value: string | undefined = eq >= 0 ? arg.slice(eq + 1) : undefined;
-      let negated = false;
-      if (
-        !byName.has(name) &&
-        name.startsWith('no-') &&
-        byName.get(name.slice(3))?.kind === 'bool'
-      ) {
-        name = name.slice(3);
-        negated = true;
-      }
-      const flag = byName.get(name);
+      const { flag, name, inline, negated } = lookup(byName, arg);
       if (!flag) {
         // Reported with every other unknown flag after the loop; its value is not a positional.
         unknown.push(name);
-        if (eq < 0 && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--')) i++;
+        if (inline === undefined && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--'))
+          i++;
         continue;
       }
-      const shown = `--${kebab(flag.key)}`;
-      if (flag.kind === 'bool') {
-        if (value === undefined && !negated && /^(true|false)$/.test(argv[i + 1] ?? '')) {
-          value = argv[++i];
-        }
-        const v = value === undefined ? true : parseBool(shown, value);
-        o[flag.key] = (negated ? !v : v) as never;
-      } else {
-        const next = argv[i + 1];
-        if (value === undefined && flag.bare !== undefined && (next ?? '--').startsWith('--')) {
-          value = flag.bare;
-        }
-        if (value === undefined) {
-          value = argv[++i];
-          const numeric = flag.kind === 'float' || flag.kind === 'int' || flag.kind === 'pair';
-          if (value === undefined || (value.startsWith('--') && !numeric)) {
-            throw new FlagError(shown, `${shown} needs a value`);
-          }
-        }
-        if (
-          flag.kind === 'pair' &&
-          eq < 0 &&
-          argv[i + 1] !== undefined &&
-          !argv[i + 1]!.startsWith('--')
-        ) {
-          value = `${value} ${argv[++i]}`;
-        }
-        o[flag.key] = parseValue(flag, shown, value) as never;
-      }
+      const read = readValue(flag, argv, i, inline, negated);
+      i = read.last;
+      o[flag.key] = read.value as never;
       given.add(flag.key);
     }
     if (unknown.length > 0) throw unknownFlags(program, unknown, suggest);
@@ -218,40 +181,98 @@ export function flagParser<O extends object>(
     return { options: o, given, positionals };
   };
 
-  const help = (): string => {
-    const usage = `usage: ${program} [flags]${opts.positionals ? ` ${opts.positionals}` : ''}`;
-    const lines = [usage + (opts.note ? `   (${opts.note})` : '')];
-    let current: string | undefined;
-    for (const f of table) {
-      if (f.section !== undefined && f.section !== current) {
-        current = f.section;
-        lines.push('', `${opts.sectionTitles?.[current] ?? current}:`);
-      }
-      const d = (defaults as Record<string, unknown>)[f.key];
-      const shownDefault =
-        d === undefined || d === ''
-          ? ''
-          : ` (default ${Array.isArray(d) ? d.join(' ') : String(d)})`;
-      const env = f.env ? ` [env ${f.env}]` : '';
-      const choices =
-        f.choices && !f.choices.every((c) => f.help.includes(c)) ? ` {${f.choices.join('|')}}` : '';
-      const required = f.required ? ' (required)' : '';
-      const other = (f.aliases ?? []).filter((a) => a !== kebab(f.key));
-      const aliases = other.length ? ` (also ${other.map((a) => `--${a}`).join(', ')})` : '';
-      lines.push(
-        `  --${kebab(f.key)}`.padEnd(36) +
-          f.help +
-          shownDefault +
-          required +
-          env +
-          choices +
-          aliases,
-      );
-    }
-    return lines.join('\n');
-  };
+  const help = (): string => helpText(program, table, defaults, opts);
 
   return { parse, help, flagName: (key) => `--${kebab(key)}` };
+}
+
+/**
+ * The row `--name[=value]` (or `--no-name`, for a boolean) names, with its kebab name, the value
+ * given after `=`, and whether it was negated; `flag` is undefined for an unknown name.
+ */
+function lookup<F extends FlagSpec>(
+  byName: ReadonlyMap<string, F>,
+  arg: string,
+): { flag: F | undefined; name: string; inline: string | undefined; negated: boolean } {
+  const eq = arg.indexOf('=');
+  const name = (eq >= 0 ? arg.slice(2, eq) : arg.slice(2)).replace(/[_.]/g, '-');
+  const inline = eq >= 0 ? arg.slice(eq + 1) : undefined;
+  if (!byName.has(name) && name.startsWith('no-') && byName.get(name.slice(3))?.kind === 'bool')
+    return { flag: byName.get(name.slice(3)), name: name.slice(3), inline, negated: true };
+  return { flag: byName.get(name), name, inline, negated: false };
+}
+
+/**
+ * The value of flag `f` at `argv[i]`: the `=` value, else the next argument(s) its kind takes (a
+ * boolean alone is true; a `pair` takes two); `last` is the index of the last argument read.
+ */
+function readValue(
+  f: FlagSpec,
+  argv: readonly string[],
+  i: number,
+  inline: string | undefined,
+  negated: boolean,
+): { value: unknown; last: number } {
+  const shown = `--${kebab(f.key)}`;
+  let value = inline;
+  if (f.kind === 'bool') {
+    if (value === undefined && !negated && /^(true|false)$/.test(argv[i + 1] ?? '')) {
+      value = argv[++i];
+    }
+    const v = value === undefined ? true : parseBool(shown, value);
+    return { value: negated ? !v : v, last: i };
+  }
+  const next = argv[i + 1];
+  if (value === undefined && f.bare !== undefined && (next ?? '--').startsWith('--')) {
+    value = f.bare;
+  }
+  if (value === undefined) {
+    value = argv[++i];
+    const numeric = f.kind === 'float' || f.kind === 'int' || f.kind === 'pair';
+    if (value === undefined || (value.startsWith('--') && !numeric)) {
+      throw new FlagError(shown, `${shown} needs a value`);
+    }
+  }
+  if (
+    f.kind === 'pair' &&
+    inline === undefined &&
+    argv[i + 1] !== undefined &&
+    !argv[i + 1]!.startsWith('--')
+  ) {
+    value = `${value} ${argv[++i]}`;
+  }
+  return { value: parseValue(f, shown, value), last: i };
+}
+
+/** The `--help` text of a table: usage, then each flag with its default, variable and choices. */
+function helpText<O extends object>(
+  program: string,
+  table: readonly FlagSpec<keyof O & string>[],
+  defaults: O,
+  opts: { positionals?: string; sectionTitles?: Readonly<Record<string, string>>; note?: string },
+): string {
+  const usage = `usage: ${program} [flags]${opts.positionals ? ` ${opts.positionals}` : ''}`;
+  const lines = [usage + (opts.note ? `   (${opts.note})` : '')];
+  let current: string | undefined;
+  for (const f of table) {
+    if (f.section !== undefined && f.section !== current) {
+      current = f.section;
+      lines.push('', `${opts.sectionTitles?.[current] ?? current}:`);
+    }
+    const d = (defaults as Record<string, unknown>)[f.key];
+    const shownDefault =
+      d === undefined || d === '' ? '' : ` (default ${Array.isArray(d) ? d.join(' ') : String(d)})`;
+    const env = f.env ? ` [env ${f.env}]` : '';
+    const choices =
+      f.choices && !f.choices.every((c) => f.help.includes(c)) ? ` {${f.choices.join('|')}}` : '';
+    const required = f.required ? ' (required)' : '';
+    const other = (f.aliases ?? []).filter((a) => a !== kebab(f.key));
+    const aliases = other.length ? ` (also ${other.map((a) => `--${a}`).join(', ')})` : '';
+    lines.push(
+      `  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + required + env + choices + aliases,
+    );
+  }
+  return lines.join('\n');
 }
 
 function parseBool(flag: string, v: string): boolean {

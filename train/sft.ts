@@ -12,34 +12,39 @@
  *
  * @module
  */
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { initBackend, tf } from '../model/backend.ts';
-import { builtinTokenizerFiles, tinyMathConfig } from '../model/builtin.ts';
-import { loadModel, saveModel } from '../model/checkpoint.ts';
-import { resolveConfig, type SaveDtype } from '../model/config.ts';
-import { CausalLM } from '../model/llama.ts';
-import { ChatTokenizer } from '../model/tokenizer.ts';
+import type { SaveDtype } from '../model/config.ts';
+import type { CausalLM } from '../model/llama.ts';
+import type { ChatTokenizer } from '../model/tokenizer.ts';
 import { ModelTrainer, maskedNllLoss, padBatch } from '../model/training.ts';
 import { LR_SCHEDULERS, type LrScheduler } from '../model/lr-schedule.ts';
-import { writeLoraAdapter } from '../model/lora-adapter.ts';
-import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
+import type { LoraSpec } from '../model/lora-spec.ts';
 import { loraFlagDefaults, loraFlagSpecs, loraSpecOf, type LoraFlagOptions } from './lora-flags.ts';
 import { packBatch } from '../model/batches.ts';
 import { packedRows } from '../algorithms/packing.ts';
 import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
+import type { InferenceEngine } from '../engines/types.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
 import { metrics } from '../ops/metrics.ts';
 import { builtinDataset } from './data/arith.ts';
 import { runName } from './run-name.ts';
+import { loadSftModel, saveSft } from './sft-model.ts';
 import {
   openTrackers,
   optionSettings,
   trackerFlags,
   type TrackerOptions,
 } from './trackers/index.ts';
-import { encodeConversation, evalArith, sftConversations, type ArithEval } from './sft-data.ts';
+import {
+  encodeConversation,
+  evalArith,
+  sftConversations,
+  type ArithEval,
+  type Example,
+} from './sft-data.ts';
 import {
   checkRolloutDtype,
   flagParser,
@@ -178,38 +183,7 @@ async function sftRun(
 ): Promise<SftResult> {
   await initBackend();
   const seed = o.seed ?? 42;
-  let model: CausalLM;
-  let tok: ChatTokenizer;
-  let tokFiles: ReturnType<typeof builtinTokenizerFiles> | undefined;
-  if (o.initBuiltin) {
-    tokFiles = builtinTokenizerFiles();
-    tok = new ChatTokenizer(tokFiles.tokenizerJson, tokFiles.tokenizerConfig);
-    model = CausalLM.init(resolveConfig(tinyMathConfig()), { seed });
-  } else {
-    if (!o.pretrain)
-      throw new FlagError(
-        '--pretrain',
-        'train_sft: --pretrain <dir> or --init-builtin is required',
-      );
-    const loaded = await loadModel(o.pretrain);
-    if (!loaded.tokenizer)
-      throw new FlagError('--pretrain', `train_sft: ${o.pretrain} has no tokenizer.json`);
-    model = loaded.model;
-    tok = loaded.tokenizer;
-  }
-  if (o.lora) {
-    if (o.initBuiltin)
-      throw new FlagError(
-        '--lora-rank',
-        'train_sft: LoRA needs a --pretrain base, not --init-builtin',
-      );
-    const l = attachLoraSpec(model, o.lora);
-    log(
-      `train_sft: LoRA rank ${l.config.r} alpha ${l.config.alpha} on ${l.config.targetModules.join(',')}: ${l.numParameters} trainable of ${model.numParameters}`,
-    );
-  }
-  model.gradientCheckpointing = o.gradientCheckpointing ?? false;
-  log(`train_sft: ${model.numParameters} parameters, backend ${tf.getBackend()}`);
+  const { model, tok, tokFiles } = await loadSftModel(o, seed, log);
   const maxLen = Math.min(o.maxLen ?? 160, model.config.max_position_embeddings);
   const dataset = o.dataset ?? 'arith';
   const examples = sftConversations(dataset, o.datasetSize ?? 20000, o.directFraction ?? 0, seed)
@@ -217,21 +191,9 @@ async function sftRun(
     .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
   if (!examples.length) throw new FlagError('--dataset', 'train_sft: no usable training examples');
   log(`train_sft: ${examples.length} examples from ${dataset}`);
-
+  const saveFrom = tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain };
   const maxSteps = o.maxSteps ?? 2000;
-  const trainer = new ModelTrainer(model, {
-    lr: o.lr ?? 3e-3,
-    scheduler: o.lrScheduler ?? 'cosine_with_min_lr',
-    warmupSteps:
-      o.lrWarmupRatio !== undefined ? Math.ceil(maxSteps * o.lrWarmupRatio) : (o.warmupSteps ?? 50),
-    totalSteps: maxSteps,
-    weightDecay: o.weightDecay ?? 0.01,
-    maxGradNorm: o.maxGradNorm ?? 1.0,
-  });
-  if (o.ckptPath && existsSync(join(o.ckptPath, 'trainer_state.json'))) {
-    const st = trainer.loadCheckpoint(o.ckptPath);
-    log(`train_sft: resumed from ${o.ckptPath} at step ${String(st.step)}`);
-  }
+  const trainer = sftTrainer(o, model, maxSteps, log);
   const batchSize = o.batchSize ?? 32;
   const micro = Math.min(o.microBatchSize ?? 32, batchSize);
   const stepsPerEpoch = Math.floor(examples.length / batchSize);
@@ -240,22 +202,7 @@ async function sftRun(
       examples.map((_, i) => i),
       seed * 7919 + epoch,
     );
-  const evalRecords = dataset.startsWith('arith')
-    ? builtinDataset('arith:test', { size: o.evalSize ?? 200 })!
-    : [];
-  const evalSteps = evalRecords.length ? (o.evalSteps ?? 100) : 0;
-  const engine = evalSteps
-    ? await createLocalEngine({
-        engine: o.engine,
-        model,
-        tokenizer: tok,
-        dtype: o.rolloutDtype,
-        maxBatchSize: 256,
-        // Every held-out problem at once, up to llama.cpp's cap; a problem and its answer fit maxLen.
-        maxSequences: 64,
-        contextSize: maxLen,
-      })
-    : undefined;
+  const { evalRecords, evalSteps, engine } = await sftEvaluation(o, dataset, model, tok, maxLen);
   const started = performance.now();
   let tokens = 0;
   let windowTokens = 0;
@@ -266,40 +213,14 @@ async function sftRun(
   while (trainer.stepCount < maxSteps) {
     const stepStart = performance.now();
     const step = trainer.stepCount;
-    const epoch = Math.floor(step / stepsPerEpoch);
-    if (step % stepsPerEpoch === 0) order = orderFor(epoch);
+    if (step % stepsPerEpoch === 0) order = orderFor(Math.floor(step / stepsPerEpoch));
     const base = (step % stepsPerEpoch) * batchSize;
     const batch = order.slice(base, base + batchSize).map((i) => examples[i]!);
     // Micro-batches of similar length waste less compute on padding.
     if (micro < batch.length) batch.sort((a, b) => a.ids.length - b.ids.length);
     const stepTokens = batch.reduce((n, e) => n + e.ids.length, 0);
-    let lossSum = 0;
-    for (let m = 0; m < batch.length; m += micro) {
-      const mb = batch.slice(m, m + micro);
-      lossSum += trainer.accumulate(() => {
-        if (o.packingSamples) {
-          const p = packBatch(mb.map((e) => e.ids));
-          // Token 0 of each sequence is never a target (the packed row would train it across).
-          const mask = packedRows(
-            mb.map((e) => e.mask.slice(1)),
-            p.lengths,
-          ).data;
-          return maskedNllLoss(model, p.ids, tf.tensor2d([0, ...mask], [1, p.ids.size]), p);
-        }
-        const { ids } = padBatch(
-          mb.map((e) => e.ids),
-          model.config.pad_token_id ?? 0,
-        );
-        const mask = padBatch(
-          mb.map((e) => e.mask),
-          0,
-        ).ids.toFloat() as tf.Tensor2D;
-        return maskedNllLoss(model, ids, mask);
-      });
-      const n = mb.reduce((s, e) => s + e.ids.length, 0);
-      tokens += n;
-      windowTokens += n;
-    }
+    const lossSum = accumulateBatch(trainer, model, batch, micro, o.packingSamples ?? false);
+    [tokens, windowTokens] = [tokens + stepTokens, windowTokens + stepTokens];
     const st = trainer.step();
     lastLoss = lossSum / Math.ceil(batch.length / micro);
     const stepEnd = performance.now();
@@ -323,67 +244,24 @@ async function sftRun(
     }
     const last = st.step === maxSteps;
     if (evalSteps && engine && (st.step % evalSteps === 0 || last)) {
-      const t0 = performance.now();
-      // The in-place update path of every engine: the builtin engine computes with `model` already,
-      // llama.cpp gets the tensors written into its GGUF.
-      // With LoRA the adapter alone moves (the builtin engine already computes with it).
-      await engine.updateWeights(
-        model.lora
-          ? { kind: 'lora', adapter: model.lora.exportAdapter() }
-          : { kind: 'tensors', tensors: model.exportWeights() },
-        st.step,
-      );
-      const ev = await evalArith(engine, tok, evalRecords);
+      const { seconds, ...ev } = await evaluateSft(engine, model, tok, evalRecords, st.step);
       evalAccuracy = ev.accuracy;
-      logStep(st.step, { eval_accuracy: ev.accuracy, eval_s: (performance.now() - t0) / 1000 });
+      logStep(st.step, { eval_accuracy: ev.accuracy, eval_s: seconds });
       o.onEval?.(st.step, ev);
       log(
-        `eval step ${st.step} (${engine.kind}) held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${((performance.now() - t0) / 1000).toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
+        `eval step ${st.step} (${engine.kind}) held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${seconds.toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
       );
     }
-    if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last)) {
-      trainer.saveCheckpoint(
-        o.ckptPath,
-        { dataset },
-        tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain },
-      );
-    }
+    if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last))
+      trainer.saveCheckpoint(o.ckptPath, { dataset }, saveFrom);
     if (o.signal?.aborted) {
       log(`train_sft: stopping at step ${st.step} on request`);
-      if (o.ckptPath)
-        trainer.saveCheckpoint(
-          o.ckptPath,
-          { dataset },
-          tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain },
-        );
+      if (o.ckptPath) trainer.saveCheckpoint(o.ckptPath, { dataset }, saveFrom);
       break;
     }
-    if (
-      o.stopAtAccuracy !== undefined &&
-      evalAccuracy !== undefined &&
-      evalAccuracy >= o.stopAtAccuracy &&
-      st.step % evalSteps === 0
-    ) {
-      log(
-        `train_sft: held-out accuracy ${(evalAccuracy * 100).toFixed(1)}% reached the target ${(o.stopAtAccuracy * 100).toFixed(1)}%; stopping`,
-      );
-      break;
-    }
+    if (st.step % evalSteps === 0 && reachedTarget(o, evalAccuracy, log)) break;
   }
   const trainSeconds = (performance.now() - started) / 1000;
-  if (model.lora) writeLoraAdapter(o.savePath, model.lora.exportAdapter());
-  else
-    saveModel(o.savePath, model, {
-      ...(tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain }),
-      generationConfig: {
-        eos_token_id: model.config.eos_token_id,
-        pad_token_id: model.config.pad_token_id,
-        do_sample: true,
-        temperature: 1.0,
-        max_new_tokens: 48,
-      },
-      dtype: o.saveDtype,
-    });
   const result: SftResult = {
     steps: trainer.stepCount,
     finalLoss: lastLoss,
@@ -391,31 +269,137 @@ async function sftRun(
     trainSeconds,
     tokensPerSecond: tokens / trainSeconds,
   };
-  writeFileSync(
-    join(o.savePath, 'training_summary.json'),
-    JSON.stringify(
-      {
-        ...result,
-        options: {
-          ...o,
-          savePath: undefined,
-          ckptPath: undefined,
-          signal: undefined,
-          onEval: undefined,
-          metric: undefined,
-          env: undefined,
-          useWandb: o.useWandb && o.useWandb !== 'true' ? '(hidden)' : o.useWandb,
-        },
-      },
-      null,
-      2,
-    ) + '\n',
-  );
+  saveSft(o, model, saveFrom, result);
   log(`train_sft: saved ${o.savePath} after ${result.steps} steps in ${trainSeconds.toFixed(0)}s`);
   await engine?.close();
   trainer.dispose();
   model.dispose();
   return result;
+}
+
+/** The optimizer of the run (its schedule from the flags), resumed from `--ckpt-path` if saved there. */
+function sftTrainer(
+  o: SftOptions,
+  model: CausalLM,
+  maxSteps: number,
+  log: (s: string) => void,
+): ModelTrainer {
+  const trainer = new ModelTrainer(model, {
+    lr: o.lr ?? 3e-3,
+    scheduler: o.lrScheduler ?? 'cosine_with_min_lr',
+    warmupSteps:
+      o.lrWarmupRatio !== undefined ? Math.ceil(maxSteps * o.lrWarmupRatio) : (o.warmupSteps ?? 50),
+    totalSteps: maxSteps,
+    weightDecay: o.weightDecay ?? 0.01,
+    maxGradNorm: o.maxGradNorm ?? 1.0,
+  });
+  if (o.ckptPath && existsSync(join(o.ckptPath, 'trainer_state.json'))) {
+    const st = trainer.loadCheckpoint(o.ckptPath);
+    log(`train_sft: resumed from ${o.ckptPath} at step ${String(st.step)}`);
+  }
+  return trainer;
+}
+
+/** The held-out problems (arith datasets only), how often they are evaluated, and the engine. */
+async function sftEvaluation(
+  o: SftOptions,
+  dataset: string,
+  model: CausalLM,
+  tok: ChatTokenizer,
+  maxLen: number,
+): Promise<{
+  evalRecords: Parameters<typeof evalArith>[2];
+  evalSteps: number;
+  engine: InferenceEngine | undefined;
+}> {
+  const evalRecords = dataset.startsWith('arith')
+    ? builtinDataset('arith:test', { size: o.evalSize ?? 200 })!
+    : [];
+  const evalSteps = evalRecords.length ? (o.evalSteps ?? 100) : 0;
+  const engine = evalSteps
+    ? await createLocalEngine({
+        engine: o.engine,
+        model,
+        tokenizer: tok,
+        dtype: o.rolloutDtype,
+        maxBatchSize: 256,
+        // Every held-out problem at once, up to llama.cpp's cap; a problem and its answer fit maxLen.
+        maxSequences: 64,
+        contextSize: maxLen,
+      })
+    : undefined;
+  return { evalRecords, evalSteps, engine };
+}
+
+/** Whether `--stop-at-accuracy` is reached by the last evaluation (said in the log). */
+function reachedTarget(
+  o: SftOptions,
+  accuracy: number | undefined,
+  log: (s: string) => void,
+): boolean {
+  if (o.stopAtAccuracy === undefined || accuracy === undefined || accuracy < o.stopAtAccuracy)
+    return false;
+  log(
+    `train_sft: held-out accuracy ${(accuracy * 100).toFixed(1)}% reached the target ${(o.stopAtAccuracy * 100).toFixed(1)}%; stopping`,
+  );
+  return true;
+}
+
+/** Held-out greedy accuracy of the model as trained so far, on the evaluation engine. */
+async function evaluateSft(
+  engine: InferenceEngine,
+  model: CausalLM,
+  tok: ChatTokenizer,
+  records: Parameters<typeof evalArith>[2],
+  step: number,
+): Promise<Awaited<ReturnType<typeof evalArith>> & { seconds: number }> {
+  const t0 = performance.now();
+  // The in-place update path of every engine: the builtin engine computes with `model` already,
+  // llama.cpp gets the tensors written into its GGUF.
+  // With LoRA the adapter alone moves (the builtin engine already computes with it).
+  await engine.updateWeights(
+    model.lora
+      ? { kind: 'lora', adapter: model.lora.exportAdapter() }
+      : { kind: 'tensors', tensors: model.exportWeights() },
+    step,
+  );
+  const ev = await evalArith(engine, tok, records);
+  return { ...ev, seconds: (performance.now() - t0) / 1000 };
+}
+
+/** One optimizer step's gradients over `batch`, in micro-batches of `micro`; the summed losses. */
+function accumulateBatch(
+  trainer: ModelTrainer,
+  model: CausalLM,
+  batch: readonly Example[],
+  micro: number,
+  packing: boolean,
+): number {
+  let lossSum = 0;
+  for (let m = 0; m < batch.length; m += micro) {
+    const mb = batch.slice(m, m + micro);
+    lossSum += trainer.accumulate(() => {
+      if (packing) {
+        const p = packBatch(mb.map((e) => e.ids));
+        // Token 0 of each sequence is never a target (the packed row would train it across).
+        const mask = packedRows(
+          mb.map((e) => e.mask.slice(1)),
+          p.lengths,
+        ).data;
+        return maskedNllLoss(model, p.ids, tf.tensor2d([0, ...mask], [1, p.ids.size]), p);
+      }
+      const { ids } = padBatch(
+        mb.map((e) => e.ids),
+        model.config.pad_token_id ?? 0,
+      );
+      const mask = padBatch(
+        mb.map((e) => e.mask),
+        0,
+      ).ids.toFloat() as tf.Tensor2D;
+      return maskedNllLoss(model, ids, mask);
+    });
+  }
+  return lossSum;
 }
 
 type SftFlagOptions = Omit<

@@ -6,7 +6,7 @@
  */
 
 /** Waits callers while any reason holds the gate closed. */
-export class Gate {
+export class RequestGate {
   private readonly reasons = new Set<string>();
   private waiters: Array<{ resolve: () => void; reject: (e: unknown) => void }> = [];
   private failure: unknown = null;

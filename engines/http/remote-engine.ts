@@ -44,7 +44,7 @@ import { writeLoraAdapter, type LoraAdapter } from '../../model/lora-adapter.ts'
 import type { NamedTensors } from '../../model/tensors.ts';
 import { backoffDelayMs, delay } from './backoff.ts';
 import { EngineError, isEngineError } from './errors.ts';
-import { Gate } from './gate.ts';
+import { RequestGate } from './gate.ts';
 import { httpCall, httpStream } from './http-call.ts';
 import { ServerPool, type ServerEvent, type ServerStatus } from './server-pool.ts';
 
@@ -383,7 +383,7 @@ export class RemoteEngine implements InferenceEngine {
   > &
     Pick<RemoteEngineOptions, 'writeCheckpoint' | 'loraDir'>;
   private readonly pool: ServerPool;
-  private readonly gate = new Gate();
+  private readonly gate = new RequestGate();
   private readonly httpInFlight = new Set<Promise<unknown>>();
   private cancel = new AbortController();
   /** Aborted by `close`: ends retry waits at once. */

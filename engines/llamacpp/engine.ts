@@ -73,6 +73,7 @@ import {
   type LocalSample,
 } from '../local-sample.ts';
 import { LlamaCppError } from './errors.ts';
+import { WeightsGate } from '../weights-gate.ts';
 
 /** The llama.cpp engine's error for a request it cannot serve. */
 const invalidRequest = (message: string) => new LlamaCppError('LLAMACPP_INVALID', message);
@@ -188,36 +189,6 @@ async function getLlamaFor(gpu: LlamaCppEngineOptions['gpu']): Promise<Llama> {
   return p;
 }
 
-/** Mid-flight work the engine waits on before it changes weights: evaluations in llama.cpp. */
-class Gate {
-  private inflight = 0;
-  private closedFor: Promise<void> | undefined;
-  private openGate: (() => void) | undefined;
-  private drained: (() => void) | undefined;
-
-  /** Waits while closed, then counts one evaluation in. */
-  async enter(): Promise<void> {
-    while (this.closedFor) await this.closedFor;
-    this.inflight++;
-  }
-  leave(): void {
-    if (--this.inflight === 0) this.drained?.();
-  }
-  /** Stops new evaluations and waits for those in flight; `open` admits them again. */
-  async close(): Promise<void> {
-    while (this.closedFor) await this.closedFor;
-    this.closedFor = new Promise<void>((r) => (this.openGate = r));
-    if (this.inflight > 0) await new Promise<void>((r) => (this.drained = r));
-    this.drained = undefined;
-  }
-  open(): void {
-    const r = this.openGate;
-    this.closedFor = undefined;
-    this.openGate = undefined;
-    r?.();
-  }
-}
-
 /**
  * @example
  * const engine = await LlamaCppEngine.create({ modelPath: 'model/pretrained/rtjob-tiny-math' });
@@ -261,7 +232,7 @@ export class LlamaCppEngine implements InferenceEngine {
   private readonly rand: () => number;
   private readonly nativeSampling: boolean;
   private readonly ownedDir: string | undefined;
-  private readonly gate = new Gate();
+  private readonly gate = new WeightsGate();
   private version: number;
   /** The LoRA adapter applied over the base GGUF (a LoRA policy), its file and llama.cpp handle. */
   private lora: { path: string; scale: number; handle: NativeLora } | undefined;
@@ -457,7 +428,7 @@ export class LlamaCppEngine implements InferenceEngine {
     let ended = false;
     try {
       while (!a.done) {
-        await this.gate.enter();
+        await this.gate.read();
         let next: { token: number; logprob: number } | Map<number, number> | undefined;
         /** The version of the weights this step computes with, which labels its token. */
         const version = this.version;
@@ -522,7 +493,7 @@ export class LlamaCppEngine implements InferenceEngine {
           }
           if (next) evaluated = all.length;
         } finally {
-          this.gate.leave();
+          this.gate.done();
         }
         if (a.done || !next) continue;
         ended = false;
@@ -622,7 +593,7 @@ export class LlamaCppEngine implements InferenceEngine {
     if (this.closed) throw new LlamaCppError('LLAMACPP_CLOSED', 'LlamaCppEngine is closed');
     if (update.kind === 'lora') return this.applyAdapter(update.adapter, version);
     const tensors = update.kind === 'tensors' ? update.tensors : readWeights(update.path);
-    await this.gate.close();
+    await this.gate.write();
     const t0 = performance.now();
     try {
       // Before the rewrite: one that fails part way has still changed some bytes.
@@ -635,7 +606,7 @@ export class LlamaCppEngine implements InferenceEngine {
     } finally {
       this.stats.syncs++;
       this.stats.lastSyncMs = performance.now() - t0;
-      this.gate.open();
+      this.gate.done();
     }
   }
 
@@ -650,7 +621,7 @@ export class LlamaCppEngine implements InferenceEngine {
     const path = `${this.layout.path}.lora-${++this.adapterFiles}.gguf`;
     writeGgufLoraAdapter(path, this.config, adapter);
     this.stats.lastAdapterWriteMs = performance.now() - w0;
-    await this.gate.close();
+    await this.gate.write();
     const t0 = performance.now();
     try {
       this.weightsGeneration++;
@@ -663,7 +634,7 @@ export class LlamaCppEngine implements InferenceEngine {
     } finally {
       this.stats.syncs++;
       this.stats.lastSyncMs = performance.now() - t0;
-      this.gate.open();
+      this.gate.done();
     }
   }
 
@@ -708,14 +679,14 @@ export class LlamaCppEngine implements InferenceEngine {
     if (this.sleeping) return;
     this.sleeping = true;
     this.abortRunning();
-    await this.gate.close();
+    await this.gate.write();
     try {
       await this.context?.dispose();
       this.context = undefined;
       this.freeSequences = [];
       this.epoch++;
     } finally {
-      this.gate.open();
+      this.gate.done();
     }
   }
 
@@ -733,14 +704,14 @@ export class LlamaCppEngine implements InferenceEngine {
     this.abortRunning();
     this.heldWaiters.splice(0).forEach((f) => f());
     this.slotWaiters.splice(0).forEach((f) => f());
-    await this.gate.close();
+    await this.gate.write();
     try {
       await this.context?.dispose();
       await this.model?.dispose();
     } finally {
       this.context = undefined;
       this.model = undefined;
-      this.gate.open();
+      this.gate.done();
       if (this.lora) rmSync(this.lora.path, { force: true });
       this.lora = undefined;
       if (this.ownedDir) rmSync(this.ownedDir, { recursive: true, force: true });

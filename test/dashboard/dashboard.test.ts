@@ -9,7 +9,7 @@ import { launchChromium } from './browser.ts';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { flagConfig, parseTrainPpoFlags } from '../../train/ppo/flags.ts';
+import { flagConfig, parseTrainPpoArgs } from '../../train/ppo/flags.ts';
 import { apiCall, Sandbox, until } from '../cli/helpers.ts';
 
 const fixtures = fileURLToPath(new URL('../ops/fixtures/', import.meta.url));
@@ -311,7 +311,8 @@ test('views show real data; a job is stopped from its page', async () => {
 test('at 420 px the Config tab reads one setting per block and actor rows stay one line', async () => {
   // train_ppo's own config rows, as its driver reports them, on the finished job.
   const argv = ['--agent-func', './examples/agent.ts', '--max-steps', '4', '--temperature', '0.7'];
-  const config = flagConfig(parseTrainPpoFlags(argv), argv);
+  const { options, given } = parseTrainPpoArgs(argv);
+  const config = flagConfig(options, given);
   assert.is((await apiCall(sb, 'POST', '/api/jobs/finished/report', { config })).status, 200);
   const { dashboardUrl, token } = sb.clusterFile();
   const context = await browser.newContext({ viewport: { width: 420, height: 900 } });

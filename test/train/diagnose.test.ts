@@ -12,8 +12,8 @@ import {
   type Diagnosis,
   type MetricRow,
 } from '../../train/ppo/diagnose.ts';
-import { flagConfig } from '../../train/ppo/flags.ts';
-import { parseTrainPpoFlags, trainPpo } from '../../train/ppo/main.ts';
+import { flagConfig, parseTrainPpoArgs } from '../../train/ppo/flags.ts';
+import { trainPpo } from '../../train/ppo/main.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 /**
@@ -216,8 +216,9 @@ test('a tiny real run logs what the verdict reads, and gets one', async () => {
         'padding_fraction',
       );
     }
+    const { options, given } = parseTrainPpoArgs(argv);
     const settings = Object.fromEntries(
-      flagConfig(parseTrainPpoFlags(argv), argv).map((c) => [c.name.slice(2), c.value]),
+      flagConfig(options, given).map((c) => [c.name.slice(2), c.value]),
     );
     const d = verdict(rows, settings);
     assert.is(d.steps, 2);

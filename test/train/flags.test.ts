@@ -3,6 +3,7 @@ import * as assert from 'uvu/assert';
 import {
   flagConfig,
   flagTable,
+  parseTrainPpoArgs,
   parseTrainPpoFlags,
   trainPpoDefaults,
   trainPpoHelp,
@@ -45,7 +46,8 @@ test('kebab, snake_case, =value and boolean forms parse to the same options', ()
 test('flagConfig lists every flag with its effective value, its default and where the value came from', () => {
   const argv = ['--n_samples_per_prompt=8', '--no-apply-chat-template', '--eps-clip', '0.3'];
   const env = { ASYNC_NUM_TASKS: '32' };
-  const rows = flagConfig(parseTrainPpoFlags(argv, env), argv, env);
+  const { options, given } = parseTrainPpoArgs(argv, env);
+  const rows = flagConfig(options, given, env);
   assert.is(rows.length, flagTable.length);
   const row = (name: string) => rows.find((r) => r.name === name)!;
   assert.equal(row('--n-samples-per-prompt'), {

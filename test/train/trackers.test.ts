@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { flagConfig } from '../../train/ppo/flags.ts';
+import { flagConfig, parseTrainPpoArgs } from '../../train/ppo/flags.ts';
 import { parseTrainPpoFlags, trainPpo } from '../../train/ppo/main.ts';
 import { trainSft } from '../../train/sft.ts';
 import { openMlflow } from '../../train/trackers/mlflow.ts';
@@ -240,8 +240,13 @@ test('tracker flags: OpenRLHF spellings, a bare --use-wandb, the key hidden, bad
   assert.is(parse(['--use_wandb', key]).useWandb, key);
   assert.is(parse(['--use-wandb']).useWandb, 'true');
   assert.is(parse(['--use-wandb', '--wandb_project', 'p']).wandbProject, 'p');
-  const o = parse(['--use-wandb', key, '--use_tensorboard', '/tmp/tb']);
-  const rows = flagConfig(o, ['--use-wandb', key, '--use_tensorboard', '/tmp/tb']);
+  const { options: o, given } = parseTrainPpoArgs([
+    '--use-wandb',
+    key,
+    '--use_tensorboard',
+    '/tmp/tb',
+  ]);
+  const rows = flagConfig(o, given);
   assert.is(rows.find((r) => r.name === '--use-wandb')!.value, '(hidden)');
   assert.is(rows.find((r) => r.name === '--use-tensorboard')!.value, '/tmp/tb');
   assert.is(rows.find((r) => r.name === '--use-tensorboard')!.section, 'trackers');

@@ -13,7 +13,7 @@
  *
  * Nothing waits that need not. After a batch the trainer snapshots its weights and goes on with
  * the next batch; the snapshot reaches the engines once no batch in generation or evaluation holds
- * their weights (a readers–writer {@link VersionGate}), and the trainer waits only if that publish
+ * their weights (a readers–writer {@link WeightsGate}), and the trainer waits only if that publish
  * has not landed by the end of its next batch, which keeps the staleness bound. A held-out
  * evaluation (`--eval-steps`) runs on the engines beside generation, holding the weights it
  * measures. Each step logs where both sides spent their time (`trainer_wait_s`,
@@ -24,6 +24,7 @@
 import type { GroupReport } from '../../roles/episode-report.ts';
 import { StalenessThrottle } from '../../algorithms/staleness.ts';
 import { TrajectoryBuffer } from '../../algorithms/trajectory-buffer.ts';
+import { WeightsGate } from '../../engines/weights-gate.ts';
 import type { DataPosition } from './data.ts';
 import { afterStep, recordUpdate } from './context.ts';
 import type { PolicyUpdate } from './roles.ts';
@@ -52,7 +53,7 @@ interface AsyncState {
   stepCtx: RunContext;
   buffer: TrajectoryBuffer<BatchMeta>;
   /** Readers hold the engines' weights fixed (a batch in generation, an evaluation); a publish writes. */
-  gate: VersionGate;
+  gate: WeightsGate;
   /** AReaL's admission rule: batch n starts only once n − η batches are trained. */
   throttle: StalenessThrottle;
   bound: { value: number; by: string };
@@ -105,7 +106,7 @@ async function asyncState(ctx: RunContext): Promise<AsyncState> {
     ctx,
     stepCtx: { ...ctx, o: { ...o, evalSteps: 0 } },
     buffer: new TrajectoryBuffer<BatchMeta>({ queueSize: o.asyncQueueSize }),
-    gate: new VersionGate(),
+    gate: new WeightsGate(),
     // Without --max-head-offpolicyness, η is the bound the queue already implies, and the
     // buffer's slots are what binds.
     throttle: new StalenessThrottle({
@@ -306,7 +307,7 @@ function stepTimes(
  * Evaluates the weights of `step` on the engines while training goes on: it holds the gate as a
  * reader, so the next publish waits for it, and generation shares the engines' decode batches.
  */
-async function evaluateBeside(ctx: RunContext, gate: VersionGate, step: number): Promise<void> {
+async function evaluateBeside(ctx: RunContext, gate: WeightsGate, step: number): Promise<void> {
   const t0 = performance.now();
   await gate.read();
   let acc: number;
@@ -320,52 +321,6 @@ async function evaluateBeside(ctx: RunContext, gate: VersionGate, step: number):
   ctx.log.line(
     `eval  step ${step}: held-out accuracy ${(acc * 100).toFixed(1)}% (${ctx.evalItems.length} prompts, greedy, ${s.toFixed(1)}s beside training)`,
   );
-}
-
-/**
- * A readers–writer gate over the engines' weights. Readers (a batch that must not mix versions,
- * an evaluation) run together; the writer (a weight publish) waits for them, and once it waits,
- * new readers queue behind it, so the next batch starts on the new weights.
- */
-export class VersionGate {
-  #readers = 0;
-  #writing = false;
-  #writers: (() => void)[] = [];
-  #queued: (() => void)[] = [];
-
-  /** Waits until no publish is running or waiting, then holds the weights fixed. */
-  async read(): Promise<void> {
-    if (!this.#writing && this.#writers.length === 0) {
-      this.#readers++;
-      return;
-    }
-    await new Promise<void>((r) => this.#queued.push(r));
-  }
-
-  /** Waits until no reader holds the weights, then holds them exclusively. */
-  async write(): Promise<void> {
-    if (!this.#writing && this.#readers === 0) {
-      this.#writing = true;
-      return;
-    }
-    await new Promise<void>((r) => this.#writers.push(r));
-  }
-
-  /** Releases what the caller holds (a read or the write). */
-  done(): void {
-    if (this.#writing) this.#writing = false;
-    else this.#readers--;
-    if (this.#readers > 0 || this.#writing) return;
-    const w = this.#writers.shift();
-    if (w) {
-      this.#writing = true;
-      w();
-      return;
-    }
-    const rs = this.#queued.splice(0);
-    this.#readers += rs.length;
-    rs.forEach((r) => r());
-  }
 }
 
 /**

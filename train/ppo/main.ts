@@ -16,7 +16,7 @@ import { asyncLoop } from './async-loop.ts';
 import { trainPpoCharts, trainPpoRoles, trainPpoSummary } from './charts.ts';
 import { isRoleDied } from './errors.ts';
 import { runIfMain } from '../driver-flags.ts';
-import { FlagError, flagConfig, parseTrainPpoFlags, trainPpoHelp } from './flags.ts';
+import { FlagError, flagConfig, parseTrainPpoArgs, trainPpoHelp } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
 import { inProcessRoles, type Roles } from './roles.ts';
 import { finishRun, latestCheckpoint, prepareRun, runSteps } from './context.ts';
@@ -27,7 +27,13 @@ import { runName } from '../run-name.ts';
 import { openTrackers, type Trackers } from '../trackers/index.ts';
 import { checkTrainPpoPaths, defaultPretrain, pretrainDir } from './paths.ts';
 
-export { parseTrainPpoFlags, trainPpoDefaults, trainPpoHelp, FlagError } from './flags.ts';
+export {
+  parseTrainPpoArgs,
+  parseTrainPpoFlags,
+  trainPpoDefaults,
+  trainPpoHelp,
+  FlagError,
+} from './flags.ts';
 export type { TrainPpoOptions } from './options.ts';
 export type { RunSummary } from './run-state.ts';
 export { RoleDiedError, isRoleDied } from './errors.ts';
@@ -98,9 +104,11 @@ export async function trainPpo(
   env: Record<string, string | undefined> = process.env,
   run: TrainPpoRunOptions = {},
 ): Promise<RunSummary> {
-  const o = resolveOptions(parseTrainPpoFlags(argv, env), env);
+  // The one parse of this process: nothing below parses argv again.
+  const args = parseTrainPpoArgs(argv, env);
+  const o = resolveOptions(args.options, env);
   const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
-  const config = flagConfig(o, argv, env);
+  const config = flagConfig(o, args.given, env);
   const baseLog = run.log ?? defaultLog;
   const trackers = openTrackers(o, {
     program: 'train_ppo',

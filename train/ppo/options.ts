@@ -1,183 +1,39 @@
 /**
  * From `train_ppo`'s flags to the library's option objects. Each setting keeps its flag's name
  * all the way to the function that uses it (`--loss-agg-mode` → `lossAggMode`), and its default
- * lives in the library module that defines it (`trainPpoDefaults` reads them from there).
- * {@link TrainPpoOptions}, the resolved form of the flags, is declared here, beside the mapping;
- * `flags.ts` parses argv into it.
+ * lives in the library module that defines it. A row of `flag-table.ts` declared for a library
+ * object (`lib(['loss'], …)`) is copied into it here by name; only settings that are derived
+ * (`klLossCoef` from `--use-kl-loss` and `--init-kl-coef`) or renamed are written out below.
  *
  * @module
  */
 import type { CriticInit } from '../../roles/critic.ts';
-import type { AdvantageEstimator, AdvantageOptions } from '../../algorithms/advantages.ts';
+import type { AdvantageOptions } from '../../algorithms/advantages.ts';
 import { AlgorithmError } from '../../algorithms/errors.ts';
 import { resolveExperienceOptions, type ExperienceOptions } from '../../algorithms/experience.ts';
-import { resolveKlOptions, type KlEstimator, type KlOptions } from '../../algorithms/kl.ts';
-import type { LossAggregation } from '../../algorithms/loss-aggregation.ts';
-import {
-  resolvePpoLossOptions,
-  type IsCorrection,
-  type PpoLossOptions,
-} from '../../algorithms/policy-loss.ts';
+import { resolveKlOptions, type KlOptions } from '../../algorithms/kl.ts';
+import { resolvePpoLossOptions, type PpoLossOptions } from '../../algorithms/policy-loss.ts';
 import { resolveDistillOptions, type DistillOptions } from '../../algorithms/distillation.ts';
-import type { PolicyLossType } from '../../algorithms/policy-loss-types.ts';
 import { stripUndefined } from '../../algorithms/validate.ts';
-import type { TrackerOptions } from '../trackers/index.ts';
-import type { LrScheduleOptions, LrScheduler } from '../../model/lr-schedule.ts';
-import type { LoraFlagOptions } from '../lora-flags.ts';
+import type { LrScheduleOptions } from '../../model/lr-schedule.ts';
+import { libraryKeys, type LibraryOptions, type TrainPpoOptions } from './flag-table.ts';
+
+export type { TrainPpoOptions } from './flag-table.ts';
 
 /**
- * Resolved options of a `train_ppo` run (the tracker flags are `train/trackers/`'s, the LoRA flags
- * `train/lora-flags.ts`'s).
+ * The settings of `o` whose rows feed the library options `to`, under their own names: a flag
+ * declared with `lib([to], key, …)` reaches that object with no line here.
  */
-export interface TrainPpoOptions extends TrackerOptions, LoraFlagOptions {
-  pretrain: string;
-  agentFunc: string | undefined;
-  promptData: string;
-  inputKey: string;
-  labelKey: string;
-  applyChatTemplate: boolean;
-  nSamplesPerPrompt: number;
-  rolloutBatchSize: number;
-  microRolloutBatchSize: number;
-  trainBatchSize: number;
-  microTrainBatchSize: number;
-  maxEpochs: number;
-  numEpisodes: number;
-  maxSteps: number;
-  promptMaxLen: number;
-  generateMaxLen: number;
-  temperature: number;
-  topP: number;
-  advantageEstimator: AdvantageEstimator;
-  advantageStdNorm: boolean;
-  initKlCoef: number;
-  useKlLoss: boolean;
-  klEstimator: KlEstimator;
-  klTarget: number | undefined;
-  klHorizon: number;
-  epsClip: number;
-  epsClipHigh: number | undefined;
-  dualClip: number | undefined;
-  policyLossType: PolicyLossType;
-  sapoTauPos: number;
-  sapoTauNeg: number;
-  isCorrection: IsCorrection;
-  isThreshold: [number, number];
-  isSeqThreshold: [number, number] | undefined;
-  /** On-policy distillation's teacher (HF directory); empty: none. */
-  teacherPretrain: string;
-  teacherKlCoef: number;
-  taskRewardCoef: number;
-  /** A `train_rm` reward model whose score replaces each episode's reward; empty: none. */
-  rewardPretrain: string;
-  lossAggMode: LossAggregation;
-  valueClip: number;
-  normalizeReward: boolean;
-  rewardScale: number;
-  rewardBias: number;
-  rewardClipRange: [number, number];
-  overlongBufferLen: number | undefined;
-  overlongPenaltyFactor: number;
-  trainMaxTokensPerGpu: number | undefined;
-  gamma: number;
-  lambd: number;
-  entropyLossCoef: number;
-  actorLearningRate: number;
-  criticLearningRate: number;
-  maxNorm: number;
-  /** OpenRLHF's optimizer schedule and weight decay (`lrScheduleOptions`). */
-  lrScheduler: LrScheduler;
-  lrWarmupRatio: number;
-  minLrRatio: number;
-  l2: number;
-  /** `--gradient-checkpointing`: recompute layer activations in the backward pass. */
-  gradientCheckpointing: boolean;
-  /** `--packing-samples`: one packed row per micro-batch instead of padded rows. */
-  packingSamples: boolean;
-  dynamicFiltering: boolean;
-  dynamicFilteringRewardRange: [number, number];
-  seed: number;
-  savePath: string;
-  saveDtype: 'float32' | 'bfloat16';
-  saveSteps: number;
-  ckptPath: string;
-  /** Checkpoints kept in `ckptPath` (the oldest removed), as OpenRLHF's `--max_ckpt_num`. */
-  maxCkptNum: number;
-  /** Also write the policy as an HF directory `ckptPath/global_step_N_hf` at every save. */
-  saveHfCkpt: boolean;
-  /** Replace what a previous run left in the save and checkpoint paths. */
-  overwrite: boolean;
-  loadCheckpoint: boolean;
-  evalDataset: string;
-  evalSteps: number;
-  evalPrompts: number;
-  loggingSteps: number;
-  /** Sample episodes kept per step (best, worst, random); 0 keeps none. */
-  logSamples: number;
-  rolloutNumEngines: number;
-  engine: 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
-  /** GGUF element type of `--engine llamacpp`. */
-  rolloutDtype: 'f32' | 'f16' | 'bf16' | 'q8_0';
-  /** Device of `--engine llamacpp`; unset: `auto` when the rollout engines get GPUs, else `off`. */
-  llamacppGpu: 'off' | 'auto' | 'cuda' | 'vulkan' | undefined;
-  engineUrl: string | undefined;
-  /** The command that starts each rollout's own server (`{port}`, `{model}` filled in). */
-  engineLaunch: string | undefined;
-  engineWeightsPath: string;
-  /** A rollout that does not answer a health probe in this time is restarted. */
-  engineHealthTimeoutMs: number;
-  /** Limit on one weight sync (trainer snapshot, push, the engine's reload). */
-  weightSyncTimeoutMs: number;
-  /** Nodes of the trainer's ranks: with `actorNumGpusPerNode` >= 1, nodes × GPUs ranks of one GPU each. */
-  actorNumNodes: number;
-  actorNumGpusPerNode: number;
-  refNumGpusPerNode: number;
-  criticNumNodes: number;
-  criticNumGpusPerNode: number;
-  rolloutNumGpusPerEngine: number;
-  colocateAllModels: boolean;
-  actorNumReplicas: number;
-  criticNumReplicas: number;
-  asyncTrain: boolean;
-  asyncQueueSize: number;
-  asyncNumTasks: number;
-  maxHeadOffpolicyness: number | undefined;
-  partialRollout: boolean;
-  useDecoupledLoss: boolean;
-  behavImpWeightCap: number;
-  episodeTimeoutMs: number;
-  agentErrorBudget: number;
-  toolCallParser: string;
-  gatewayCheckDrift: boolean;
-  gatewayBridge: boolean;
-  agentTurnDiscount: number;
-  /** OpenRLHF's remote reward model: comma-separated URLs scoring every answer (`rewards/remote.ts`). */
-  remoteRmUrl: string | undefined;
-  remoteRmBatchSize: number;
-  remoteRmTimeoutMs: number;
-  remoteRmRetries: number;
-  inProcess: boolean;
+function libraryPart(o: TrainPpoOptions, to: LibraryOptions): Record<string, unknown> {
+  return Object.fromEntries(libraryKeys(to).map((k) => [k, o[k]]));
 }
 
 /** The policy loss of the trainer. */
 export function policyLossOptions(o: TrainPpoOptions): PpoLossOptions {
   // Unset options are left out, not sent as undefined: role options cross the wire.
   return stripUndefined({
-    epsClip: o.epsClip,
-    epsClipHigh: o.epsClipHigh,
-    dualClip: o.dualClip,
-    policyLossType: o.policyLossType,
-    sapoTauPos: o.sapoTauPos,
-    sapoTauNeg: o.sapoTauNeg,
-    useDecoupledLoss: o.useDecoupledLoss,
-    behavImpWeightCap: o.behavImpWeightCap,
-    isCorrection: o.isCorrection,
-    isThreshold: o.isThreshold,
-    isSeqThreshold: o.isSeqThreshold,
+    ...(libraryPart(o, 'loss') as PpoLossOptions),
     klLossCoef: o.useKlLoss ? o.initKlCoef : 0,
-    klEstimator: o.klEstimator,
-    entropyLossCoef: o.entropyLossCoef,
-    lossAggMode: o.lossAggMode,
     // Dr.GRPO's constant: the longest response a generation may produce.
     lossNormConstant: o.generateMaxLen,
   });
@@ -185,7 +41,7 @@ export function policyLossOptions(o: TrainPpoOptions): PpoLossOptions {
 
 /** On-policy distillation's weights (`algorithms/distillation.ts`). */
 export function distillOptions(o: TrainPpoOptions): DistillOptions {
-  return { teacherKlCoef: o.teacherKlCoef, taskRewardCoef: o.taskRewardCoef };
+  return libraryPart(o, 'distill') as DistillOptions;
 }
 
 /** The critic's value loss and micro-batching. */
@@ -226,24 +82,14 @@ export function lrScheduleOptions(
 /** Reward shaping when trajectories become samples. */
 export function experienceOptions(o: TrainPpoOptions): ExperienceOptions {
   return stripUndefined({
-    rewardClipRange: o.rewardClipRange,
-    rewardBias: o.rewardBias,
-    rewardScale: o.rewardScale,
-    overlongBufferLen: o.overlongBufferLen,
-    overlongPenaltyFactor: o.overlongPenaltyFactor,
+    ...(libraryPart(o, 'experience') as ExperienceOptions),
     maxNewTokens: o.generateMaxLen,
   });
 }
 
 /** The KL coefficient's controller (fixed, or adaptive with `--kl-target`). */
 export function klOptions(o: TrainPpoOptions, initKlCoef = o.initKlCoef): KlOptions {
-  return stripUndefined({
-    initKlCoef,
-    klTarget: o.klTarget,
-    klHorizon: o.klHorizon,
-    useKlLoss: o.useKlLoss,
-    klEstimator: o.klEstimator,
-  });
+  return stripUndefined({ ...(libraryPart(o, 'kl') as KlOptions), initKlCoef });
 }
 
 /** The advantage estimator. */

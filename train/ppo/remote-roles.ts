@@ -12,17 +12,16 @@ import { readEnv } from '../../runtime/env.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import { ownModule } from '../../runtime/own-files.ts';
 import type { ActorHandle, CallOptions, RemoteMethod } from '../../runtime/handles.ts';
-import type { Critic } from '../../roles/critic.ts';
+import { Critic } from '../../roles/critic.ts';
 import type { Reference } from '../../roles/reference.ts';
 import type { RewardModel } from '../../roles/reward-model.ts';
 import type { Rollout } from '../../roles/rollout.ts';
-import type { Trainer } from '../../roles/trainer.ts';
+import { Trainer } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
 import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
 import { bundleCpus, placeRoles, type RolePlacement } from './placement.ts';
 import {
   baseAsReference,
-  everyRank,
   referenceRole,
   replicated,
   roleBackends,
@@ -163,7 +162,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     handles.push(h);
     return remote(h, 'trainer');
   });
-  const trainer = replicated(trainerRanks, everyRank.trainer);
+  const trainer = replicated(trainerRanks, Trainer);
   // Rank 0 (created right after the rollouts) owns the weights the engines fetch.
   const trainerHandle = handles[rollouts.length]!;
   let reference: Remote<Reference> | undefined;
@@ -210,7 +209,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
       handles.push(h);
       return remote(h, 'critic');
     });
-    critic = replicated(ranks, everyRank.critic);
+    critic = replicated(ranks, Critic);
   }
   const [rolloutsReady, trainerReady, referenceReady, criticReady] = await Promise.all([
     // A rollout that dies while it first loads (engine, tokenizer, agent file) is restarted by

@@ -110,12 +110,20 @@ export function local<T extends object>(obj: T): Remote<T> {
 }
 
 /**
- * N data-parallel ranks of one role seen as one: `all` methods run on every rank at once (they
- * meet in collectives, or must change every rank's state) and answer with rank 0's result; the
- * rest (weights, checkpoints, logprobs) run on rank 0 alone, whose state every rank shares.
+ * N data-parallel ranks of one role seen as one: the methods the role's class declares in its
+ * `static everyRank` run on every rank at once (they meet in collectives, or must change every
+ * rank's state) and answer with rank 0's result; the rest (weights, checkpoints, logprobs) run
+ * on rank 0 alone, whose state every rank shares.
+ *
+ * @example
+ * const trainer = replicated(trainerRanks, Trainer);
  */
-export function replicated<T>(ranks: Remote<T>[], all: readonly (keyof Remote<T>)[]): Remote<T> {
+export function replicated<T>(
+  ranks: Remote<T>[],
+  role: { readonly prototype: T; readonly everyRank: readonly (keyof Remote<T>)[] },
+): Remote<T> {
   if (ranks.length === 1) return ranks[0]!;
+  const all: readonly (keyof Remote<T>)[] = role.everyRank;
   const call = (rank: Remote<T>, prop: keyof Remote<T>, args: unknown[]): Promise<unknown> =>
     (rank[prop] as (...a: unknown[]) => Promise<unknown>)(...args);
   return new Proxy({} as Remote<T>, {
@@ -128,12 +136,6 @@ export function replicated<T>(ranks: Remote<T>[], all: readonly (keyof Remote<T>
     },
   });
 }
-
-/** Methods every data-parallel trainer or critic rank must run. */
-export const everyRank = {
-  trainer: ['ready', 'train', 'trainStep', 'loadCheckpoint'],
-  critic: ['ready', 'train', 'trainStep', 'loadCheckpoint'],
-} as const;
 
 /** The llama.cpp engine's GPU build: as asked, else `auto` when the rollouts are given GPUs. */
 export function llamacppGpu(o: TrainPpoOptions): 'auto' | 'cuda' | 'vulkan' | false {
