@@ -16,10 +16,6 @@ const maxLines = 100;
  * longer over the limit fails too, so it is taken off when it is split).
  */
 const allowed: Readonly<Record<string, string>> = {
-  // helper "refs" (issue #31, part 1, rewriting the data path) splits these: asyncLoop into a
-  // producer and a consumer over explicit state, trainOn with the experience built where the data is.
-  'train/ppo/async-loop.ts asyncLoop': 'refs',
-  'train/ppo/step.ts trainOn': 'refs',
   // Not yet taken: the lead assigns them (issue #31, part 3); remoteRoles after refs has changed
   // what the roles return.
   'train/ppo/remote-roles.ts remoteRoles': 'unassigned',
