@@ -14,6 +14,7 @@
  */
 import { RtjobError, InvalidArgumentError } from '../../runtime/errors.ts';
 import type { PlacementGroupInfo } from '../../runtime/protocol.ts';
+import type { AgentTrace } from '../../runtime/agent-trace.ts';
 import type {
   ChartLayout,
   ClusterEvent,
@@ -117,6 +118,8 @@ export interface SampleView {
   responseTokens?: number;
   groupRewardMean?: number;
   error?: string;
+  /** The agent's OpenTelemetry spans joined to its model calls (`runtime/agent-trace.ts`). */
+  trace?: AgentTrace;
 }
 
 /** A finished session served read-only (`rtjob dashboard` with no cluster running). */

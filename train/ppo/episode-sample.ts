@@ -5,6 +5,7 @@
  * @module
  */
 import type { ParsedToolCall } from '../../gateway/tool-parsers.ts';
+import type { AgentTrace } from '../../runtime/agent-trace.ts';
 
 /** One turn of a sample episode. */
 export interface SampleTurn {
@@ -41,4 +42,6 @@ export interface EpisodeSample {
   groupRewardMean?: number;
   /** A failed episode's error. */
   error?: string;
+  /** A gateway agent's own OpenTelemetry spans joined to its model calls (`gateway/README.md`). */
+  trace?: AgentTrace;
 }

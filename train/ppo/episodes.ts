@@ -173,6 +173,7 @@ export function sampleEpisodes(
       ...(p.label !== undefined ? { label: clip(p.label) } : {}),
       turns,
       ...(t.info ? { extraInfo: t.info } : {}),
+      ...(t.trace ? { trace: t.trace } : {}),
       ...(vMin !== undefined ? { versionMin: vMin, versionMax: vMax } : {}),
       staleness:
         c.trainerVersion !== undefined && vMin !== undefined
