@@ -24,15 +24,13 @@ export function traceView(t: AgentTrace): HTMLElement {
     ...t.spans.map((s) => s.startMs + s.durationMs),
     ...t.calls.map((c) => c.startMs + c.durationMs),
   );
-  const bar = (start: number, duration: number, error: boolean) =>
-    h(
-      'span',
-      { class: 'timeline' },
-      h('span', {
-        class: error ? 'bar error' : 'bar',
-        style: `left:${(100 * start) / end}%;width:${Math.max(0.5, (100 * duration) / end)}%`,
-      }),
-    );
+  const bar = (start: number, duration: number, error: boolean) => {
+    const b = h('span', { class: error ? 'bar error' : 'bar' });
+    // Set through the CSSOM: the dashboard's content security policy refuses inline styles.
+    b.style.left = `${(100 * start) / end}%`;
+    b.style.width = `${Math.max(0.5, (100 * duration) / end)}%`;
+    return h('span', { class: 'timeline' }, b);
+  };
   const node = (n: TraceNode): HTMLElement => {
     if (n.kind === 'call') return callRow(n.call, bar(n.call.startMs, n.call.durationMs, false));
     const s = n.span;
@@ -89,17 +87,11 @@ function callRow(c: TracedCall, timeline: HTMLElement): HTMLElement {
         h(
           'span',
           { class: 'tokens' },
-          ...k.shown.map((x) =>
-            h(
-              'span',
-              {
-                class: 'tok',
-                title: `logprob ${x.logprob.toFixed(3)}`,
-                style: `opacity:${(0.35 + 0.65 * Math.exp(x.logprob)).toFixed(2)}`,
-              },
-              x.text,
-            ),
-          ),
+          ...k.shown.map((x) => {
+            const t = h('span', { class: 'tok', title: `logprob ${x.logprob.toFixed(3)}` }, x.text);
+            t.style.opacity = (0.35 + 0.65 * Math.exp(x.logprob)).toFixed(2);
+            return t;
+          }),
           k.tokens > k.shown.length ? h('span', { class: 'muted' }, ' …') : null,
         ),
       ),
