@@ -65,11 +65,14 @@ export async function runGatewayEpisode(
       // The agent's own OpenTelemetry trace(s), from the W3C traceparent of its model calls.
       ...(s.session.traceIds.length ? { trace_id: s.session.traceIds.join(',') } : {}),
     };
-    return s.session.trajectories(
+    const trajectories = s.session.trajectories(
       reward,
       { groupId: sample.groupId, promptIndex: sample.index, info },
       o.turnDiscount ?? 1,
     );
+    // The agent's exported spans joined to its model calls, on each of its trajectories.
+    const trace = s.agentTrace();
+    return trace ? trajectories.map((t) => ({ ...t, trace })) : trajectories;
   } finally {
     o.signal.removeEventListener('abort', onAbort);
     s.close();

@@ -4,6 +4,7 @@
  *
  * @module
  */
+import type { AgentTrace } from '../runtime/agent-trace.ts';
 
 /**
  * One episode's token sequence. `inputIds`, `lossMask`, `logprobs` and `versions` have the same
@@ -35,6 +36,8 @@ export interface Trajectory {
   truncated: boolean;
   /** Free-form scalars the agent reports (logged as metrics). */
   info?: Record<string, number | string | boolean>;
+  /** A gateway agent's own OpenTelemetry trace joined to its model calls (bounded). */
+  trace?: AgentTrace;
 }
 
 /**

@@ -52,15 +52,21 @@ function logprobsOf(
   };
 }
 
+/** A fresh `chat.completion` id. */
+export function chatCompletionId(): string {
+  return `chatcmpl-${randomBytes(12).toString('hex')}`;
+}
+
 /** The whole `chat.completion` object. */
 export function chatCompletionBody(
   req: ChatRequest,
   r: CompletionResult,
   tok: ChatTokenizer,
   model: string,
+  id = chatCompletionId(),
 ): Record<string, unknown> {
   return {
-    id: `chatcmpl-${randomBytes(12).toString('hex')}`,
+    id,
     object: 'chat.completion',
     created: Math.floor(Date.now() / 1000),
     model,
@@ -95,9 +101,10 @@ export class ChatCompletionStream implements StreamSink {
     private readonly req: ChatRequest,
     private readonly tok: ChatTokenizer,
     model: string,
+    id = chatCompletionId(),
   ) {
     this.base = {
-      id: `chatcmpl-${randomBytes(12).toString('hex')}`,
+      id,
       object: 'chat.completion.chunk',
       created: Math.floor(Date.now() / 1000),
       model,

@@ -28,6 +28,8 @@ export interface CompletionChoice {
   index: number;
   ids: number[];
   logprobs: number[];
+  /** The policy version that generated each token. */
+  versions: number[];
   /** With `top_logprobs`: the most likely tokens at each position. */
   top: TopLogprobs[] | undefined;
   content: string | null;

@@ -287,6 +287,7 @@ function choiceOf(
     index,
     ids,
     logprobs: out.outputLogprobs,
+    versions: out.outputVersions,
     top: out.outputTopLogprobs,
     content: parsed.content,
     toolCalls,

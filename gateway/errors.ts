@@ -19,6 +19,7 @@ export type GatewayErrorCode =
   | 'not_found'
   | 'method_not_allowed'
   | 'request_too_large'
+  | 'unsupported_media_type'
   | 'session_closed'
   | 'engine_error';
 

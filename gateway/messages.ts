@@ -245,18 +245,24 @@ function messageObject(id: string, model: string, r: CompletionResult, content: 
   };
 }
 
-function messageId(): string {
+/** A fresh `message` id. */
+export function messageId(): string {
   return `msg_${randomBytes(12).toString('hex')}`;
 }
 
 /** Answers a whole `message` object: a text block (when there is text), then the tool_use blocks. */
-export function sendMessage(res: ServerResponse, model: string, r: CompletionResult): void {
+export function sendMessage(
+  res: ServerResponse,
+  model: string,
+  r: CompletionResult,
+  id = messageId(),
+): void {
   const c = r.choices[0]!;
   const content = [
     ...(c.content !== null ? [{ type: 'text', text: c.content }] : []),
     ...c.toolCalls.map(toolUseBlock),
   ];
-  sendJson(res, 200, messageObject(messageId(), model, r, content));
+  sendJson(res, 200, messageObject(id, model, r, content));
 }
 
 /**
@@ -266,7 +272,6 @@ export function sendMessage(res: ServerResponse, model: string, r: CompletionRes
  * reason, usage) and `message_stop`. Text after a tool call opens a new text block.
  */
 export class MessagesStream implements StreamSink {
-  private readonly id = messageId();
   private started = false;
   private blocks = 0;
   private openText: number | undefined;
@@ -274,6 +279,7 @@ export class MessagesStream implements StreamSink {
   constructor(
     private readonly res: ServerResponse,
     private readonly model: string,
+    private readonly id = messageId(),
   ) {}
 
   text(_choice: ChoiceStream, delta: string): void {

@@ -38,7 +38,7 @@ export async function handleResponses(
   signal: AbortSignal,
   stored: ResponseStore,
   retry: boolean,
-): Promise<CompletionResult> {
+): Promise<CompletionResult & { responseId?: string }> {
   const b = v.object(body, 'body');
   const previous = v.optional(b['previous_response_id'], (x) =>
     v.string(x, 'previous_response_id'),
@@ -93,10 +93,10 @@ export async function handleResponses(
   if (meta.store) stored.put(meta.id, [...prior, ...input, assistantMessage(result)]);
   if (sink) {
     sink.end(result);
-    return result;
+    return { ...result, responseId: meta.id };
   }
   sendJson(res, 200, responseObject(b, meta, model, result, tools ?? [], outputItems(result)));
-  return result;
+  return { ...result, responseId: meta.id };
 }
 
 /** What makes a response itself: its id, whether it is stored, what it continues. */

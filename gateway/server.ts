@@ -6,25 +6,29 @@
  *
  * @module
  */
-import { parseTraceparent } from './trace-context.ts';
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
-import { ChatCompletionStream, chatCompletionBody } from './chat-completions.ts';
+import type { AgentTrace } from '../runtime/agent-trace.ts';
+import { ChatCompletionStream, chatCompletionBody, chatCompletionId } from './chat-completions.ts';
 import { parseChatRequest } from './chat-request.ts';
 import {
   complete,
   renderPrompt,
   type CompletionContext,
+  type CompletionResult,
   type GatewayEngine,
 } from './completion.ts';
+import { EpisodeTrace, traceLimits } from './episode-trace.ts';
 import { GatewayError } from './errors.ts';
-import { MessagesStream, parseMessagesRequest, sendMessage } from './messages.ts';
+import { MessagesStream, messageId, parseMessagesRequest, sendMessage } from './messages.ts';
+import { protobufResponse, spansFromJson, spansFromProtobuf } from './otlp.ts';
 import { ResponseStore } from './response-store.ts';
 import { handleResponses } from './responses.ts';
 import { sendJson } from './sse.ts';
 import { TokenSession } from './token-session.ts';
+import { parseTraceparent, type TraceParent } from './trace-context.ts';
 import { forcedOpening } from './tool-choice.ts';
 import { toolCallParser } from './tool-parsers.ts';
 import * as v from './validate.ts';
@@ -61,6 +65,8 @@ export interface GatewayOptions {
 /** A key and what it opens: a recording session (agent episodes) or none (`rtjob serve`). */
 interface KeyEntry {
   session: TokenSession | undefined;
+  /** The episode's spans and model calls (agent episodes only). */
+  trace?: EpisodeTrace;
   /** Responses stored with this key (`previous_response_id` finds only these). */
   responses: ResponseStore;
   /** This key's completions are generated with these settings (evaluation: greedy). */
@@ -71,6 +77,10 @@ interface KeyEntry {
 export interface GatewaySession {
   apiKey: string;
   session: TokenSession;
+  /** The spans its agent exported (`POST /v1/traces`) and its model calls. */
+  trace: EpisodeTrace;
+  /** The two joined, as a kept sample carries them; undefined when the agent sent no trace. */
+  agentTrace(): AgentTrace | undefined;
   /** Revokes the key; requests in flight finish but record nothing more. */
   close(): void;
 }
@@ -156,14 +166,19 @@ export class Gateway {
         : undefined,
     );
     const h = hashKey(apiKey);
+    const trace = new EpisodeTrace();
     this.keys.set(h, {
       session,
+      trace,
       responses: new ResponseStore(),
       ...(o.fixedSampling ? { ctx: { ...this.ctx, fixedSampling: o.fixedSampling } } : {}),
     });
     return {
       apiKey,
       session,
+      trace,
+      agentTrace: () =>
+        trace.build((id) => this.o.tokenizer.decode([id], { skipSpecialTokens: false })),
       close: () => {
         session.close();
         this.keys.delete(h);
@@ -206,10 +221,19 @@ export class Gateway {
       let path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
       // `new Anthropic({ baseURL })` with the agent's `…/v1` base asks for `/v1/v1/messages`.
       path = path.replace(/^\/v1\/v1\/messages/, '/v1/messages');
+      // An OTLP exporter given the agent's base URL (`…/v1`) as its endpoint appends `/v1/traces`.
+      path = path.replace(/^\/v1\/v1\/traces$/, '/v1/traces');
       anthropic = path.startsWith('/v1/messages');
       const entry = this.authorize(req);
+      if (path === '/v1/traces') {
+        if (req.method !== 'POST') throw methodNotAllowed(req.method);
+        return await this.traces(req, res, entry);
+      }
       const trace = parseTraceparent(req.headers.traceparent);
       if (trace) entry.session?.noteTrace(trace.traceId);
+      const startMs = performance.timeOrigin + t0;
+      const note = (id: string, r: CompletionResult): void =>
+        this.noteCall(entry, trace, id, r, startMs);
       if (path === '/v1/models' || path.startsWith('/v1/models/')) {
         if (req.method !== 'GET') throw methodNotAllowed(req.method);
         return this.models(res, path);
@@ -234,6 +258,7 @@ export class Gateway {
           retry,
         );
         engineMs = r.engineMs;
+        if (r.responseId !== undefined) note(r.responseId, r);
         return;
       }
       if (path === countTokens) {
@@ -244,20 +269,25 @@ export class Gateway {
       }
       if (anthropic) {
         const m = parseMessagesRequest(body);
-        if (m.stream) messagesStream = new MessagesStream(res, this.o.model);
+        const id = messageId();
+        if (m.stream) messagesStream = new MessagesStream(res, this.o.model, id);
         const result = await complete(ctx, m.req, entry.session, gone.signal, messagesStream, {
           retry,
         });
         engineMs = result.engineMs;
+        note(id, result);
         if (messagesStream) return messagesStream.end(result);
-        return sendMessage(res, this.o.model, result);
+        return sendMessage(res, this.o.model, result, id);
       }
       const chat = parseChatRequest(body);
-      if (chat.stream) stream = new ChatCompletionStream(res, chat, this.o.tokenizer, this.o.model);
+      const id = chatCompletionId();
+      if (chat.stream)
+        stream = new ChatCompletionStream(res, chat, this.o.tokenizer, this.o.model, id);
       const result = await complete(ctx, chat, entry.session, gone.signal, stream, { retry });
       engineMs = result.engineMs;
+      note(id, result);
       if (stream) return stream.end(result);
-      sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model));
+      sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model, id));
     } catch (err) {
       const e =
         err instanceof GatewayError
@@ -268,6 +298,58 @@ export class Gateway {
       if (res.headersSent) res.end();
       else sendJson(res, e.status, anthropic ? e.toAnthropicBody() : e.toBody());
     }
+  }
+
+  /** Keeps a model call of an agent episode for its trace (`episode-trace.ts`). */
+  private noteCall(
+    entry: KeyEntry,
+    trace: TraceParent | undefined,
+    responseId: string,
+    r: CompletionResult,
+    startMs: number,
+  ): void {
+    entry.trace?.addCall({
+      responseId,
+      ...(trace ? { traceId: trace.traceId, parentSpanId: trace.parentId } : {}),
+      startMs,
+      endMs: performance.timeOrigin + performance.now(),
+      promptTokens: r.promptTokens,
+      completions: r.choices.map((c) => ({
+        ids: c.ids,
+        logprobs: c.logprobs,
+        versions: c.versions,
+      })),
+    });
+  }
+
+  /**
+   * `POST /v1/traces`: an OTLP/HTTP trace export (JSON or protobuf) from an episode's agent, kept
+   * with the episode's model calls. Spans over the episode's limit are refused in the answer's
+   * `partialSuccess`, as OTLP specifies; a key that opens no episode (`rtjob serve`) keeps nothing.
+   */
+  private async traces(req: IncomingMessage, res: ServerResponse, entry: KeyEntry): Promise<void> {
+    const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+    const protobuf = type === 'application/x-protobuf' || type === 'application/protobuf';
+    if (!protobuf && type !== 'application/json') {
+      throw new GatewayError(
+        415,
+        'unsupported_media_type',
+        `OTLP traces come as application/json or application/x-protobuf, not '${type}'`,
+      );
+    }
+    const raw = await this.readBody(req, traceLimits.maxBodyBytes);
+    let spans;
+    if (protobuf) spans = spansFromProtobuf(raw);
+    else spans = spansFromJson(parseJson(raw));
+    const partial = entry.trace
+      ? entry.trace.addSpans(spans)
+      : { rejectedSpans: spans.length, errorMessage: 'this key opens no agent episode' };
+    if (protobuf) {
+      res.writeHead(200, { 'content-type': 'application/x-protobuf' });
+      res.end(protobufResponse(partial));
+      return;
+    }
+    sendJson(res, 200, partial ? { partialSuccess: partial } : {});
   }
 
   /** The key of `Authorization: Bearer` (OpenAI) or `x-api-key` (Anthropic). */
@@ -319,29 +401,33 @@ export class Gateway {
   }
 
   private async readJson(req: IncomingMessage): Promise<unknown> {
+    return parseJson(await this.readBody(req, this.maxBodyBytes));
+  }
+
+  private async readBody(req: IncomingMessage, max: number): Promise<Buffer> {
     const chunks: Buffer[] = [];
     let size = 0;
     for await (const c of req) {
       size += (c as Buffer).length;
-      if (size > this.maxBodyBytes) {
-        throw new GatewayError(
-          413,
-          'request_too_large',
-          `request body over ${this.maxBodyBytes} bytes`,
-        );
+      if (size > max) {
+        throw new GatewayError(413, 'request_too_large', `request body over ${max} bytes`);
       }
       chunks.push(c as Buffer);
     }
-    try {
-      return JSON.parse(Buffer.concat(chunks).toString('utf8'));
-    } catch (err) {
-      throw new GatewayError(
-        400,
-        'invalid_json',
-        `body is not valid JSON: ${(err as Error).message}`,
-        'body',
-      );
-    }
+    return Buffer.concat(chunks);
+  }
+}
+
+function parseJson(raw: Buffer): unknown {
+  try {
+    return JSON.parse(raw.toString('utf8'));
+  } catch (err) {
+    throw new GatewayError(
+      400,
+      'invalid_json',
+      `body is not valid JSON: ${(err as Error).message}`,
+      'body',
+    );
   }
 }
 

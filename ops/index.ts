@@ -26,6 +26,7 @@ export {
   type SampleView,
 } from './http/contract.ts';
 export { isLoopback } from './http/auth.ts';
+export { type Diagnosis, formatDiagnosis, type NoDiagnosis } from './diagnose.ts';
 export { tsxImport } from './jobs/entrypoint.ts';
 export { OpsStore } from './jobs/ops-store.ts';
 export { stopOrphanDrivers } from './jobs/supervisor.ts';

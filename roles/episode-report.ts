@@ -12,6 +12,7 @@ import type { Trajectory } from '../algorithms/trajectory.ts';
 import { parseCompletion, toolCallParser, type ParsedToolCall } from '../gateway/tool-parsers.ts';
 import { seededRandom } from '../model/sampling.ts';
 import type { Handoff } from './handoff.ts';
+import type { AgentTrace } from '../runtime/agent-trace.ts';
 
 /** Longest text kept per turn; the middle of a longer one is cut. */
 export const maxTurnChars = 4000;
@@ -53,6 +54,8 @@ export interface EpisodeSample {
   groupRewardMean?: number;
   /** A failed episode's error. */
   error?: string;
+  /** A gateway agent's own OpenTelemetry spans joined to its model calls (`gateway/README.md`). */
+  trace?: AgentTrace;
 }
 
 /** One episode (trajectory) of a group, without its tokens. */
@@ -236,6 +239,7 @@ function describe(
     ...(o.label !== undefined ? { label: clipText(o.label) } : {}),
     turns,
     ...(t.info ? { extraInfo: t.info } : {}),
+    ...(t.trace ? { trace: t.trace } : {}),
     ...(stat.versionMin !== undefined
       ? { versionMin: stat.versionMin, versionMax: stat.versionMax }
       : {}),

@@ -1,12 +1,13 @@
 /**
  * `rtjob diagnose JOB`: which side limits a `train_ppo` run, by how much, and the one setting to
- * change first, from the metrics and settings the job logged (`train/ppo/diagnose.ts` judges).
+ * change first, as the head judges it from the metrics and settings the job logged
+ * (`ops/diagnose.ts`; the dashboard's job page shows the same verdict).
  *
  * @module
  */
-import { diagnose, formatDiagnosis, type MetricRow } from '../../train/ppo/diagnose.ts';
+import { formatDiagnosis } from '../../ops/index.ts';
 import { CliError, headApi } from '../client.ts';
-import { jobMetrics, reading, type ReadOptions } from './jobs.ts';
+import { reading, type ReadOptions } from './jobs.ts';
 
 /** `rtjob diagnose JOB [--json]`. */
 export async function diagnoseCommand(
@@ -14,19 +15,7 @@ export async function diagnoseCommand(
   o: ReadOptions & { json?: boolean },
 ): Promise<void> {
   await reading(o, async (ep) => {
-    const [t, report] = await Promise.all([
-      jobMetrics(ep, jobId),
-      headApi(ep).call('GET /api/jobs/:jobId/report', { params: { jobId } }),
-    ]);
-    const step = t.columns.indexOf('step');
-    const rows: MetricRow[] = t.rows.map((r) => ({
-      step: Number(r[step]),
-      values: Object.fromEntries(t.columns.map((c, i) => [c, r[i]])),
-    }));
-    const settings = Object.fromEntries(
-      (report.config ?? []).map((c) => [c.name.replace(/^--/, ''), c.value]),
-    );
-    const d = diagnose(rows, settings);
+    const d = await headApi(ep).call('GET /api/jobs/:jobId/diagnosis', { params: { jobId } });
     if ('reason' in d) throw new CliError(`job ${jobId}: nothing to judge: ${d.reason}`);
     console.log(o.json ? JSON.stringify(d, null, 2) : formatDiagnosis(jobId, d));
   });

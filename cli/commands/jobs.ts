@@ -37,6 +37,7 @@ import {
   type TokenOptions,
 } from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
+import { traceLines } from '../../runtime/agent-trace.ts';
 import {
   duration,
   failureReason,
@@ -816,5 +817,9 @@ export async function samplesCommand(
       );
     }
     if (s.error) console.log(`  error: ${indent(cut(s.error))}`);
+    if (s.trace) {
+      console.log(`  trace ${s.trace.traceIds.join(', ')}:`);
+      for (const line of traceLines(s.trace)) console.log(`    ${line}`);
+    }
   }
 }

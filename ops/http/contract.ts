@@ -14,6 +14,8 @@
  */
 import { RtjobError, InvalidArgumentError } from '../../runtime/errors.ts';
 import type { PlacementGroupInfo } from '../../runtime/protocol.ts';
+import type { AgentTrace } from '../../runtime/agent-trace.ts';
+import type { Diagnosis, NoDiagnosis } from '../diagnose.ts';
 import type {
   ChartLayout,
   ClusterEvent,
@@ -117,6 +119,8 @@ export interface SampleView {
   responseTokens?: number;
   groupRewardMean?: number;
   error?: string;
+  /** The agent's OpenTelemetry spans joined to its model calls (`runtime/agent-trace.ts`). */
+  trace?: AgentTrace;
 }
 
 /** A finished session served read-only (`rtjob dashboard` with no cluster running). */
@@ -199,6 +203,8 @@ export interface RestRoutes {
     reply: { stored: number };
   };
   'GET /api/jobs/:jobId/report': { reply: JobReport };
+  /** Which side limits the run and the setting to change first (`ops/diagnose.ts`). */
+  'GET /api/jobs/:jobId/diagnosis': { reply: Diagnosis | NoDiagnosis };
   /** Merges fields into the job's report (`totalSteps`, `headline`, `config`, `outputs`, …). */
   'POST /api/jobs/:jobId/report': { body: JobReport; reply: JobReport };
   'GET /api/jobs/:jobId/actors': { query: Omit<ActorPageQuery, 'jobId'>; reply: ActorPage };

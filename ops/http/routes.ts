@@ -8,6 +8,7 @@
 import { existsSync, rmSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
+import { diagnoseJob } from '../diagnose.ts';
 import { OpsError } from '../jobs/errors.ts';
 import {
   type JobInfo,
@@ -301,6 +302,13 @@ export function apiRoutes(
     'GET /api/jobs/:jobId/report': ({ params }) => {
       jobs.get(params.jobId);
       return store.report(params.jobId);
+    },
+    'GET /api/jobs/:jobId/diagnosis': ({ params }) => {
+      jobs.get(params.jobId);
+      return diagnoseJob(
+        wholeMetricsTable(params.jobId, undefined),
+        store.report(params.jobId).config ?? [],
+      );
     },
     'POST /api/jobs/:jobId/report': ({ params, body }) => {
       jobs.get(params.jobId);

@@ -19,7 +19,6 @@ const allowed: Readonly<Record<string, string>> = {
   // Not yet taken: the lead assigns them (issue #31, part 3); remoteRoles after refs has changed
   // what the roles return.
   'train/ppo/remote-roles.ts remoteRoles': 'unassigned',
-  'train/ppo/diagnose.ts diagnose': 'unassigned',
   'train/trackers/mlflow.ts openMlflow': 'unassigned',
 };
 

@@ -56,6 +56,7 @@ const fuzzed = [
   ['GET /api/jobs/:jobId/samples', '?step=:q&key=:q&minReward=:q'],
   ['POST /api/jobs/:jobId/samples', ''],
   ['GET /api/jobs/:jobId/report', ''],
+  ['GET /api/jobs/:jobId/diagnosis', ''],
   ['POST /api/jobs/:jobId/report', ''],
   ['GET /api/jobs/:jobId/actors', '?sort=:q&limit=:q'],
   ['GET /api/actors', '?offset=:q&limit=:q&sort=:q&state=:q'],

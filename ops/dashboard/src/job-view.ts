@@ -8,6 +8,7 @@ import { type ActorView, api, type JobInfo, logTailPath, type MetricsEvent } fro
 import { MetricCharts, type XAxis } from './charts.ts';
 import { configTable, diffTable, jobSummary } from './job-summary.ts';
 import { samplesView } from './samples-view.ts';
+import { verdictView } from './verdict-view.ts';
 import { actorName } from './actors-view.ts';
 import { cpuText, rssText } from './cluster-view.ts';
 import { failureReason, resumeAdvice } from '../../../runtime/format.ts';
@@ -31,6 +32,7 @@ type JobTab = (typeof jobTabs)[number][0];
 export async function jobView(jobId: string, tab: string | undefined): Promise<void> {
   const header = h('div', { class: 'job-header' });
   const summary = h('section', { 'aria-label': 'Summary', id: 'job-summary' });
+  const verdict = h('section', { 'aria-label': 'What limits the run', id: 'job-verdict' });
   const config = h('section', { 'aria-label': 'Configuration' });
   const settings = h('div', { id: 'settings' });
   const onlyChanged = h('input', { type: 'checkbox', id: 'only-changed' }) as HTMLInputElement;
@@ -131,6 +133,7 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
     h('p', {}, h('a', { href: '#/jobs' }, '← Jobs')),
     header,
     summary,
+    verdict,
     tabBar,
     ...sections,
   );
@@ -258,10 +261,16 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
     renderSettings();
   };
   renderHeader(job);
+  // What `rtjob diagnose` says, judged by the head from the stored metrics (`ops/diagnose.ts`).
+  const renderVerdict = async () => {
+    const d = await api.call('GET /api/jobs/:jobId/diagnosis', { params: { jobId } });
+    verdict.replaceChildren(...('reason' in d ? [] : [verdictView(d)]));
+  };
   const reloadJob = async () => {
     job = await getJob(jobId);
     charts.setLayout(job.report?.charts);
     renderHeader(job);
+    await renderVerdict();
   };
   refreshOn(['job'], reloadJob, (d) => (d as JobInfo).jobId === jobId, 200);
 
@@ -318,6 +327,7 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
   if (tokensOption.disabled && charts.tokensMetric)
     tokensOption.title = `this job logs no ${charts.tokensMetric} metric`;
   renderSummary();
+  await renderVerdict();
   const { jobs } = await api.call('GET /api/jobs');
   compareSel.append(
     h('option', { value: '' }, '(add a job)'),

@@ -2,12 +2,14 @@
  * The Samples tab of a job: the episodes the job kept per step (`train_ppo --log-samples`), with
  * a step slider, a reward filter, and "this prompt over time" (one prompt's samples across every
  * step). Each sample shows its prompt, its turns (assistant, tool, environment, with tool calls),
- * reward, extraInfo, versions, staleness, stop reason and lengths.
+ * reward, extraInfo, versions, staleness, stop reason and lengths, and a gateway agent's own trace
+ * with its completions in place (`trace-view.ts`).
  *
  * @module
  */
 import { api, type SampleView } from './api.ts';
 import { h } from './dom.ts';
+import { traceView } from './trace-view.ts';
 
 /** Mounts the view in `root`; returns a function that reloads it (new samples arrived). */
 export function samplesView(root: HTMLElement, jobId: string): () => Promise<void> {
@@ -177,5 +179,6 @@ function sampleCard(
         )
       : null,
     s.error ? h('pre', { class: 'error' }, s.error) : null,
+    s.trace ? traceView(s.trace) : null,
   );
 }

@@ -6,12 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import {
-  diagnose,
-  formatDiagnosis,
-  type Diagnosis,
-  type MetricRow,
-} from '../../train/ppo/diagnose.ts';
+import { diagnose, formatDiagnosis, type Diagnosis, type MetricRow } from '../../ops/diagnose.ts';
 import { flagConfig, parseTrainPpoArgs } from '../../train/ppo/flags.ts';
 import { trainPpo } from '../../train/ppo/main.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';

@@ -3,8 +3,9 @@
  * `experience_s`, `train_s`, `weight_sync_s`, `step_s`), the async loop's waits (`trainer_wait_s`,
  * `producer_wait_s`, `previous_publish_wait_s`, `publish_wait_s`), queue occupancy
  * (`buffer_fill`), the engines' meters (`engine_idle_share`, `requests_in_flight`), staleness and
- * padding (`padding_fraction`). Pure: metric rows and the run's settings in, a verdict out; `rtjob
- * diagnose JOB` prints it.
+ * padding (`padding_fraction`). Pure: metric rows and the run's settings in, a verdict out. The
+ * head answers it for a job (`GET /api/jobs/:jobId/diagnosis`, {@link diagnoseJob}): `rtjob
+ * diagnose JOB` prints it and the dashboard's job page shows it, one judgement for both.
  *
  * The verdict names one side (rollout, trainer, weight sync, the agent itself, or the queue), its
  * share of the wall-clock, the overlap bound (a step can take no less than the slower of the two
@@ -314,4 +315,23 @@ export function formatDiagnosis(jobId: string, d: Diagnosis): string {
     'evidence:',
     ...d.evidence.map((e) => `  ${e}`),
   ].join('\n');
+}
+
+/**
+ * Judges a job from its stored metrics table and the config rows its run reported (`--flag` →
+ * value), as the head's `GET /api/jobs/:jobId/diagnosis` answers it.
+ */
+export function diagnoseJob(
+  table: { columns: readonly string[]; rows: ReadonlyArray<ReadonlyArray<number | null>> },
+  config: readonly { name: string; value: string }[],
+): Diagnosis | NoDiagnosis {
+  const step = table.columns.indexOf('step');
+  const rows: MetricRow[] = table.rows.map((r) => ({
+    step: Number(r[step]),
+    values: Object.fromEntries(table.columns.map((c, i) => [c, r[i]])),
+  }));
+  return diagnose(
+    rows,
+    Object.fromEntries(config.map((c) => [c.name.replace(/^--/, ''), c.value])),
+  );
 }

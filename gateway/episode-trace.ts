@@ -1,0 +1,175 @@
+/**
+ * One episode's trace as the gateway collects it: the spans the agent's OpenTelemetry exporter
+ * posts to `POST /v1/traces` with the episode's key, and every model call the gateway answered
+ * for that key (response id, the `traceparent` it carried, its tokens, logprobs and versions).
+ * {@link EpisodeTrace.build} joins them (`runtime/agent-trace.ts`): a call belongs to the span its
+ * `traceparent` names as parent, or else to the innermost span whose `gen_ai.response.id` (or
+ * the AI SDK's `ai.response.id`) is the id the gateway answered with. Bounded: spans past
+ * {@link traceLimits} are refused with OTLP's `partialSuccess`, and what a sample keeps is cut to
+ * fit its size.
+ *
+ * @module
+ */
+import {
+  shownTokens,
+  type AgentTrace,
+  type TraceSpan,
+  type TracedCall,
+} from '../runtime/agent-trace.ts';
+import type { OtlpSpan, OtlpValue, PartialSuccess } from './otlp.ts';
+
+/** How much of an agent's trace the gateway takes and a sample keeps. */
+export const traceLimits = {
+  /** Spans accepted per episode; the rest are refused (`partialSuccess.rejectedSpans`). */
+  maxSpans: 2048,
+  /** Bytes of one `POST /v1/traces` body; more is a 413. */
+  maxBodyBytes: 4 << 20,
+  /** Spans a kept sample carries (the earliest; the rest are counted). */
+  sampleSpans: 120,
+  /** Model calls a kept sample shows with their first tokens (later ones with counts only). */
+  sampleCallsWithTokens: 32,
+  /** Attributes kept per span, and characters per value. */
+  maxAttributes: 8,
+  maxValueChars: 200,
+} as const;
+
+/** A model call as the gateway saw it. */
+export interface CallRecord {
+  responseId: string;
+  /** From the request's `traceparent`. */
+  traceId?: string;
+  parentSpanId?: string;
+  /** Unix time in milliseconds. */
+  startMs: number;
+  endMs: number;
+  promptTokens: number;
+  completions: { ids: number[]; logprobs: number[]; versions: number[] }[];
+}
+
+/** The attributes a sample keeps: the GenAI conventions' and the AI SDK's model, usage, tools. */
+const keptAttribute =
+  /^(gen_ai\.(operation\.name|request\.model|response\.(id|model|finish_reasons)|usage\.|tool\.name|system|provider\.name)|ai\.(model\.id|toolCall\.name|response\.(id|finishReason)|usage\.|operationId)|error\.type|tool\.name)/;
+
+const responseIdKeys = ['gen_ai.response.id', 'ai.response.id'];
+
+/** Spans and calls of one episode, joined on {@link build}. */
+export class EpisodeTrace {
+  private readonly spans: OtlpSpan[] = [];
+  private readonly calls: CallRecord[] = [];
+  private refused = 0;
+
+  /** Takes the spans of one export while under the limit; the rest are refused, counted. */
+  addSpans(spans: OtlpSpan[]): PartialSuccess | undefined {
+    const room = Math.max(0, traceLimits.maxSpans - this.spans.length);
+    this.spans.push(...spans.slice(0, room));
+    const rejected = spans.length - Math.min(room, spans.length);
+    if (rejected === 0) return undefined;
+    this.refused += rejected;
+    return {
+      rejectedSpans: rejected,
+      errorMessage: `rtjob gateway: an episode keeps at most ${traceLimits.maxSpans} spans; ${rejected} refused`,
+    };
+  }
+
+  addCall(c: CallRecord): void {
+    this.calls.push(c);
+  }
+
+  /** Spans received so far. */
+  get spanCount(): number {
+    return this.spans.length;
+  }
+
+  /**
+   * The joined trace, cut to what a sample keeps; `decode` renders one token id as text.
+   * Undefined when the agent exported no span and no call carried a `traceparent`.
+   */
+  build(decode: (id: number) => string): AgentTrace | undefined {
+    if (this.spans.length === 0 && !this.calls.some((c) => c.traceId)) return undefined;
+    const origin = Math.min(
+      ...this.spans.map((s) => s.startMs),
+      ...this.calls.map((c) => c.startMs),
+    );
+    const byId = new Map(this.spans.map((s) => [s.spanId, s]));
+    const kept = [...this.spans]
+      .sort((a, b) => a.startMs - b.startMs)
+      .slice(0, traceLimits.sampleSpans);
+    const keptIds = new Set(kept.map((s) => s.spanId));
+    const traceIds = new Set<string>();
+    for (const s of this.spans) traceIds.add(s.traceId);
+    for (const c of this.calls) if (c.traceId) traceIds.add(c.traceId);
+    const calls = this.calls.map((c, i): TracedCall => {
+      const join = this.join(c, byId);
+      return {
+        responseId: c.responseId,
+        ...(join && keptIds.has(join.spanId) ? join : {}),
+        startMs: c.startMs - origin,
+        durationMs: c.endMs - c.startMs,
+        promptTokens: c.promptTokens,
+        completions: c.completions.map((k) => {
+          const versions = k.versions.filter((v) => v >= 0);
+          const n = i < traceLimits.sampleCallsWithTokens ? shownTokens : 0;
+          return {
+            tokens: k.ids.length,
+            shown: k.ids.slice(0, n).map((id, t) => ({
+              text: decode(id),
+              logprob: round(k.logprobs[t] ?? 0),
+            })),
+            meanLogprob: round(k.logprobs.reduce((a, b) => a + b, 0) / Math.max(1, k.ids.length)),
+            versionMin: versions.length ? Math.min(...versions) : -1,
+            versionMax: versions.length ? Math.max(...versions) : -1,
+          };
+        }),
+      };
+    });
+    return {
+      traceIds: [...traceIds],
+      spans: kept.map((s) => keptSpan(s, origin)),
+      calls,
+      droppedSpans: this.refused + this.spans.length - kept.length,
+    };
+  }
+
+  /** The span a call belongs to, and how that is known. */
+  private join(
+    c: CallRecord,
+    byId: Map<string, OtlpSpan>,
+  ): { spanId: string; joinedBy: 'traceparent' | 'response_id' } | undefined {
+    if (c.parentSpanId !== undefined && byId.has(c.parentSpanId))
+      return { spanId: c.parentSpanId, joinedBy: 'traceparent' };
+    // The AI SDK names the response on its call span and on the enclosing one: take the innermost.
+    let best: OtlpSpan | undefined;
+    for (const s of this.spans) {
+      if (!responseIdKeys.some((k) => s.attributes[k] === c.responseId)) continue;
+      if (!best || s.endMs - s.startMs < best.endMs - best.startMs) best = s;
+    }
+    return best ? { spanId: best.spanId, joinedBy: 'response_id' } : undefined;
+  }
+}
+
+function keptSpan(s: OtlpSpan, origin: number): TraceSpan {
+  const attributes: Record<string, OtlpValue> = {};
+  let n = 0;
+  for (const [k, v] of Object.entries(s.attributes)) {
+    if (!keptAttribute.test(k) || n++ >= traceLimits.maxAttributes) continue;
+    attributes[k] = typeof v === 'string' ? v.slice(0, traceLimits.maxValueChars) : v;
+  }
+  const exception = s.events.find((e) => e.name === 'exception')?.attributes['exception.message'];
+  const error = s.error
+    ? s.statusMessage || (exception !== undefined ? String(exception) : 'error')
+    : undefined;
+  return {
+    spanId: s.spanId,
+    ...(s.parentSpanId ? { parentSpanId: s.parentSpanId } : {}),
+    traceId: s.traceId,
+    name: s.name,
+    startMs: round(s.startMs - origin),
+    durationMs: round(Math.max(0, s.endMs - s.startMs)),
+    ...(error !== undefined ? { error: error.slice(0, traceLimits.maxValueChars) } : {}),
+    ...(n > 0 ? { attributes } : {}),
+  };
+}
+
+function round(x: number): number {
+  return Math.round(x * 1000) / 1000;
+}

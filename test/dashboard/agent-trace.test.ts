@@ -1,0 +1,114 @@
+// A real train_ppo run of an AI SDK agent that exports its OpenTelemetry spans to its gateway:
+// the job's Samples tab, in Debian's Chromium, draws each kept episode's span tree with its model
+// calls in place (tokens, logprobs, version), and `rtjob samples` prints the same tree; the job
+// page shows the verdict `rtjob diagnose` prints. The
+// screenshot is the README's (test/dashboard/screenshots/agent-trace.png).
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Browser } from 'playwright-core';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { Sandbox } from '../cli/helpers.ts';
+import { launchChromium } from './browser.ts';
+
+const shots = fileURLToPath(new URL('./screenshots/', import.meta.url));
+const agent = fileURLToPath(new URL('../fixtures/agents/traced-ai-sdk-agent.ts', import.meta.url));
+const model = fileURLToPath(new URL('../../model/pretrained/rtjob-tiny-tool', import.meta.url));
+const sb = new Sandbox();
+let browser: Browser;
+
+test.before(async () => {
+  mkdirSync(shots, { recursive: true });
+  await sb.startHead();
+  browser = await launchChromium();
+});
+test.after(async () => {
+  await browser?.close();
+  await sb.cleanup();
+});
+
+test('the Samples tab and rtjob samples show the agent’s trace with its completions', async () => {
+  const run = await sb.run(
+    [
+      'submit',
+      '--job-id',
+      'traced',
+      '--',
+      'train_ppo',
+      '--pretrain',
+      model,
+      '--agent-func',
+      agent,
+      '--max-steps',
+      '1',
+      '--rollout-batch-size',
+      '2',
+      '--n-samples-per-prompt',
+      '2',
+      '--train-batch-size',
+      '4',
+      '--micro-train-batch-size',
+      '4',
+      '--generate-max-len',
+      '48',
+      '--eval-dataset',
+      '',
+      '--log-samples',
+      '4',
+      '--save-path',
+      join(sb.home, 'traced'),
+    ],
+    // One step of the tool model through the AI SDK: minutes on a shared 2-core machine.
+    { timeoutMs: 600_000 },
+  );
+  assert.is(run.code, 0, run.stderr);
+
+  const cli = await sb.run(['samples', 'traced']);
+  assert.is(cli.code, 0, cli.stderr);
+  assert.match(cli.stdout, /\n {4}ai\.generateText {2}\d/);
+  assert.match(cli.stdout, /\n {6,}model call chatcmpl-\S+ {2}[\d.]+m?s {2}prompt \d+/);
+  assert.match(cli.stdout, /#0 \d+ tokens {2}v0 {2}mean logprob -\d/);
+
+  const link = (await sb.run(['dashboard'])).stdout.trim();
+  const context = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
+  const page = await context.newPage();
+  const errors: string[] = [];
+  page.on('pageerror', (e) => errors.push(e.message));
+  await page.goto(`${link}#/jobs/traced`);
+  // The job page's verdict is what `rtjob diagnose` says.
+  const diag = await sb.run(['diagnose', 'traced', '--json']);
+  assert.is(diag.code, 0, diag.stderr);
+  const d = JSON.parse(diag.stdout) as { limit: string; change: { flag: string; to: string } };
+  await page.waitForSelector('#job-verdict .verdict');
+  assert.is(await page.getAttribute('#job-verdict .verdict', 'data-limit'), d.limit);
+  assert.is(
+    await page.locator('#job-verdict code.change').innerText(),
+    `${d.change.flag} ${d.change.to}`,
+  );
+  await page.click('#tab-samples');
+  await page.waitForSelector('article.sample details.trace');
+  const first = page.locator('article.sample').first();
+  // The run's span at the root, its steps under it, each model call under its step.
+  const root = first.locator('ul.trace-tree > li.span').first();
+  assert.is(await root.locator(':scope > .row code.name').innerText(), 'ai.generateText');
+  const calls = first.locator('li.span li.call[data-joined="response_id"]');
+  assert.ok((await calls.count()) >= 1);
+  const call = calls.first();
+  assert.match(
+    await call.locator('xpath=../..').locator(':scope > .row').innerText(),
+    /doGenerate/,
+  );
+  assert.match(
+    await call.locator('.completion').first().innerText(),
+    /\d+ tok · v0 · mean logprob/,
+  );
+  const tok = call.locator('.tok').first();
+  assert.match((await tok.getAttribute('title')) ?? '', /^logprob -?\d/);
+  await first.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: `${shots}agent-trace.png`, fullPage: false });
+  assert.equal(errors, []);
+  await context.close();
+});
+
+test.run();

@@ -1,0 +1,332 @@
+// The gateway takes an agent's OpenTelemetry spans at its base URL (`POST /v1/traces`, OTLP/HTTP
+// JSON and protobuf, the episode's key) and each trajectory of the episode carries the agent's
+// span tree joined to the completions: through the AI SDK's own telemetry exported by the
+// OpenTelemetry SDK's real OTLP exporters, by a `traceparent` a call carried, and bounded.
+import { createOpenAI } from '@ai-sdk/openai';
+import { context } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { OTLPTraceExporter as ProtoExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { generateText, stepCountIs, tool as aiTool } from 'ai';
+import OpenAI from 'openai';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { z } from 'zod';
+import { runGatewayEpisode } from '../../agents/agent-executor.ts';
+import type { AgentFunction, Sample } from '../../agents/types.ts';
+import type { Trajectory } from '../../algorithms/trajectory.ts';
+import { traceLimits } from '../../gateway/episode-trace.ts';
+import { spansFromProtobuf } from '../../gateway/otlp.ts';
+import { traceLines, traceTree, type TraceNode } from '../../runtime/agent-trace.ts';
+import { addToolModel, compactToolTemplate, suiteGateway, tokenizerWith } from './helpers.ts';
+
+// As a Node agent's OpenTelemetry setup does (NodeSDK, NodeTracerProvider.register()): spans
+// started inside an active span are its children.
+context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+
+const tok = tokenizerWith(compactToolTemplate);
+const { engine } = addToolModel(tok);
+const gateway = suiteGateway(test, { engine, tokenizer: tok });
+const sample: Sample = {
+  index: 0,
+  prompt: 'What is 2+3?',
+  promptIds: [],
+  nSamples: 1,
+  groupId: 'g0',
+  record: {},
+};
+
+const episode = (agent: AgentFunction): Promise<Trajectory[]> =>
+  runGatewayEpisode(sample, {
+    file: 'traced-agent.ts',
+    agent,
+    gateway: gateway.gw,
+    signal: new AbortController().signal,
+  });
+
+/** An AI SDK agent with telemetry on, exported to the gateway by the OTLP exporter given. */
+const aiSdkAgent =
+  (exporter: 'json' | 'protobuf'): AgentFunction =>
+  async (s, env) => {
+    const options = {
+      url: `${env.baseURL}/traces`,
+      headers: { Authorization: `Bearer ${env.apiKey}` },
+    };
+    const provider = new TracerProvider({
+      spanProcessors: [
+        new SimpleSpanProcessor({
+          exporter: exporter === 'json' ? new JsonExporter(options) : new ProtoExporter(options),
+        }),
+      ],
+    });
+    const openai = createOpenAI({ baseURL: env.baseURL, apiKey: env.apiKey });
+    const r = await generateText({
+      model: openai.chat(env.model),
+      prompt: s.prompt,
+      tools: {
+        add: aiTool({
+          description: 'adds',
+          inputSchema: z.object({ a: z.number(), b: z.number() }),
+          execute: async ({ a, b }) => a + b,
+        }),
+      },
+      stopWhen: stepCountIs(4),
+      maxRetries: 0,
+      experimental_telemetry: { isEnabled: true, tracer: provider.getTracer('agent') },
+    });
+    // Spans are exported as they end; the episode's key is revoked when the agent returns.
+    await provider.forceFlush();
+    await provider.shutdown();
+    return r.text === 'The answer is 5.' ? 1 : 0;
+  };
+
+/** Runs of generated tokens (the completions) of a trajectory, in order. */
+function generatedRuns(t: Trajectory): { n: number; logprobs: number[]; versions: number[] }[] {
+  const out: { n: number; logprobs: number[]; versions: number[] }[] = [];
+  for (let i = 0; i < t.lossMask.length; i++) {
+    if (t.lossMask[i] !== 1) continue;
+    if (i === 0 || t.lossMask[i - 1] !== 1) out.push({ n: 0, logprobs: [], versions: [] });
+    const run = out.at(-1)!;
+    run.n++;
+    run.logprobs.push(t.logprobs[i]!);
+    run.versions.push(t.versions[i]!);
+  }
+  return out;
+}
+
+/** The span nodes of a tree, depth first. */
+function spanNodes(nodes: TraceNode[]): Extract<TraceNode, { kind: 'span' }>[] {
+  return nodes.flatMap((n) => (n.kind === 'span' ? [n, ...spanNodes(n.children)] : []));
+}
+
+for (const exporter of ['json', 'protobuf'] as const) {
+  test(`the AI SDK's spans, exported by the OTLP ${exporter} exporter, join their completions`, async () => {
+    const ts = await episode(aiSdkAgent(exporter));
+    assert.is(ts.length, 1);
+    const t = ts[0]!;
+    assert.is(t.reward, 1);
+    const trace = t.trace;
+    assert.ok(trace, 'the trajectory carries the agent trace');
+    const names = trace.spans.map((s) => s.name);
+    for (const n of ['ai.generateText', 'ai.generateText.doGenerate', 'ai.toolCall'])
+      assert.ok(names.includes(n), `${n} in ${names.join(', ')}`);
+    assert.is(trace.traceIds.length, 1);
+    assert.is(trace.droppedSpans, 0);
+    // Two model calls (the tool call, then the answer), each under its own doGenerate span.
+    assert.is(trace.calls.length, 2);
+    const steps = trace.spans.filter((s) => s.name === 'ai.generateText.doGenerate');
+    assert.is(steps.length, 2);
+    const runs = generatedRuns(t);
+    assert.is(runs.length, 2);
+    for (const [i, c] of trace.calls.entries()) {
+      assert.is(c.joinedBy, 'response_id');
+      assert.is(c.spanId, steps[i]!.spanId, `call ${i} under step ${i}`);
+      assert.is(steps[i]!.attributes?.['ai.response.id'], c.responseId);
+      // The completion's tokens, logprobs and versions are the trajectory's own.
+      const k = c.completions[0]!;
+      assert.is(k.tokens, runs[i]!.n);
+      assert.equal(
+        k.shown.map((x) => x.logprob),
+        runs[i]!.logprobs.slice(0, k.shown.length),
+      );
+      assert.is(k.versionMin, Math.min(...runs[i]!.versions));
+      assert.is(k.versionMax, Math.max(...runs[i]!.versions));
+    }
+    assert.match(trace.calls[0]!.completions[0]!.shown.map((x) => x.text).join(''), '"add"');
+    // Drawn as a tree: the run, its steps under it, each call under its step.
+    const tree = traceTree(trace);
+    assert.is(tree.length, 1);
+    const root = tree[0]! as Extract<TraceNode, { kind: 'span' }>;
+    assert.is(root.span.name, 'ai.generateText');
+    const nested = spanNodes(tree).filter((n) => n.span.name === 'ai.generateText.doGenerate');
+    for (const n of nested)
+      assert.equal(
+        n.children.map((c) => c.kind),
+        ['call'],
+      );
+    const lines = traceLines(trace);
+    assert.ok(lines[0]!.startsWith('ai.generateText '));
+    assert.ok(lines.some((l) => /^ {4}model call chatcmpl-/.test(l)));
+  });
+}
+
+test('a call joins the span its traceparent names; errors and other clients’ keys', async () => {
+  const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const parent = '00f067aa0ba902b7';
+  const ns = (ms: number) => String(BigInt(Date.now() + ms) * 1_000_000n);
+  const ts = await episode(async (_s, env) => {
+    const client = new OpenAI({ baseURL: env.baseURL, apiKey: env.apiKey, maxRetries: 0 });
+    await client.chat.completions.create(
+      { model: env.model, messages: [{ role: 'user', content: 'hi' }] },
+      { headers: { traceparent: `00-${traceId}-${parent}-01` } },
+    );
+    const span = (spanId: string, name: string, extra: object = {}) => ({
+      traceId,
+      spanId,
+      name,
+      startTimeUnixNano: ns(-50),
+      endTimeUnixNano: ns(0),
+      ...extra,
+    });
+    const body = {
+      resourceSpans: [
+        {
+          scopeSpans: [
+            {
+              spans: [
+                span('aaaaaaaaaaaaaaaa', 'agent.run'),
+                span(parent, 'agent.llm', { parentSpanId: 'aaaaaaaaaaaaaaaa' }),
+                span('bbbbbbbbbbbbbbbb', 'tool.lookup', {
+                  parentSpanId: 'aaaaaaaaaaaaaaaa',
+                  status: { code: 2, message: 'lookup failed: no such city' },
+                }),
+              ],
+            },
+          ],
+        },
+      ],
+    };
+    const r = await fetch(`${env.baseURL}/traces`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${env.apiKey}` },
+      body: JSON.stringify(body),
+    });
+    assert.is(r.status, 200);
+    assert.equal(await r.json(), {});
+    // Without the episode's key nothing is taken.
+    const denied = await fetch(`${env.baseURL}/traces`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    assert.is(denied.status, 401);
+    return 1;
+  });
+  const trace = ts[0]!.trace!;
+  assert.is(trace.spans.length, 3);
+  assert.is(trace.calls[0]!.spanId, parent);
+  assert.is(trace.calls[0]!.joinedBy, 'traceparent');
+  assert.is(
+    trace.spans.find((s) => s.name === 'tool.lookup')!.error,
+    'lookup failed: no such city',
+  );
+  assert.match(traceLines(trace).join('\n'), /tool\.lookup .*ERROR lookup failed: no such city/);
+});
+
+test('an episode without a trace carries none', async () => {
+  const ts = await episode(async (_s, env) => {
+    const client = new OpenAI({ baseURL: env.baseURL, apiKey: env.apiKey, maxRetries: 0 });
+    await client.chat.completions.create({
+      model: env.model,
+      messages: [{ role: 'user', content: 'hi' }],
+    });
+    return 1;
+  });
+  assert.is(ts[0]!.trace, undefined);
+});
+
+test('bounded: spans past the limit are refused in partialSuccess; big, malformed and untyped bodies are errors', async () => {
+  const s = gateway.gw.openSession();
+  const url = `${gateway.gw.baseURL}/traces`;
+  const auth = { authorization: `Bearer ${s.apiKey}` };
+  const spans = (n: number, from: number) =>
+    Array.from({ length: n }, (_, i) => ({
+      traceId: '0af7651916cd43dd8448eb211c80319c',
+      spanId: (from + i + 1).toString(16).padStart(16, '0'),
+      name: `s${from + i}`,
+      startTimeUnixNano: '1',
+      endTimeUnixNano: '2',
+    }));
+  const post = (body: unknown, type = 'application/json') =>
+    fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': type, ...auth },
+      body:
+        typeof body === 'string'
+          ? body
+          : body instanceof Uint8Array
+            ? new Uint8Array(body)
+            : JSON.stringify(body),
+    });
+  const wrap = (list: unknown[]) => ({ resourceSpans: [{ scopeSpans: [{ spans: list }] }] });
+  try {
+    const max = traceLimits.maxSpans;
+    let r = await post(wrap(spans(max - 10, 0)));
+    assert.equal(await r.json(), {});
+    r = await post(wrap(spans(25, max)));
+    assert.is(r.status, 200);
+    const answer = (await r.json()) as { partialSuccess: { rejectedSpans: number } };
+    assert.is(answer.partialSuccess.rejectedSpans, 15);
+    assert.match(JSON.stringify(answer), `at most ${max} spans`);
+    assert.is(s.trace.spanCount, max);
+    // Nothing at all for the model calls made: the trace builds, capped for the sample.
+    const built = s.agentTrace()!;
+    assert.is(built.spans.length, traceLimits.sampleSpans);
+    assert.is(built.droppedSpans, max + 15 - traceLimits.sampleSpans);
+
+    r = await post('x'.repeat(traceLimits.maxBodyBytes + 1));
+    assert.is(r.status, 413);
+    r = await post('{"resourceSpans": 3}');
+    assert.is(r.status, 400);
+    assert.match(await r.text(), 'resourceSpans must be an array');
+    r = await post(wrap([{ traceId: 'zz', spanId: '01', name: 'x' }]));
+    assert.is(r.status, 400);
+    r = await post('{}', 'text/plain');
+    assert.is(r.status, 415);
+    r = await post(new Uint8Array([0x0a, 0x05, 0x12]), 'application/x-protobuf');
+    assert.is(r.status, 400);
+    assert.match(await r.text(), 'truncated protobuf');
+  } finally {
+    s.close();
+  }
+});
+
+test('protobuf: 64-bit times, typed attribute values and the error status decode', () => {
+  // A Span built by hand from trace.proto's field numbers.
+  const bytes = (...xs: (number | number[] | Uint8Array)[]): Uint8Array =>
+    Uint8Array.from(xs.flatMap((x) => (typeof x === 'number' ? [x] : [...x])));
+  const varint = (n: number): number[] =>
+    n < 0x80 ? [n] : [(n & 0x7f) | 0x80, ...varint(n >>> 7)];
+  const len = (field: number, body: Uint8Array) =>
+    bytes((field << 3) | 2, varint(body.length), body);
+  const str = (field: number, s: string) => len(field, new TextEncoder().encode(s));
+  const fixed64 = (field: number, v: bigint) => {
+    const b = new Uint8Array(8);
+    new DataView(b.buffer).setBigUint64(0, v, true);
+    return bytes((field << 3) | 1, b);
+  };
+  const kv = (key: string, value: Uint8Array) => len(9, bytes(str(1, key), len(2, value)));
+  const traceId = new Uint8Array(16).fill(0xab);
+  const spanId = new Uint8Array(8).fill(0xcd);
+  const dbl = new Uint8Array(8);
+  new DataView(dbl.buffer).setFloat64(0, 0.5, true);
+  const span = bytes(
+    len(1, traceId),
+    len(2, spanId),
+    str(5, 'step'),
+    fixed64(7, 1_700_000_000_123_456_789n),
+    fixed64(8, 1_700_000_000_223_456_789n),
+    kv('gen_ai.request.model', str(1, 'tiny')),
+    kv('gen_ai.usage.input_tokens', bytes(3 << 3, 42)),
+    kv('ok', bytes(2 << 3, 1)),
+    kv('p', bytes((4 << 3) | 1, dbl)),
+    len(15, bytes(str(2, 'boom'), 3 << 3, 2)),
+  );
+  const req = len(1, len(2, len(2, span)));
+  const [s] = spansFromProtobuf(req);
+  assert.is(s!.traceId, 'ab'.repeat(16));
+  assert.is(s!.spanId, 'cd'.repeat(8));
+  assert.is(s!.name, 'step');
+  assert.is(s!.endMs - s!.startMs, 100);
+  assert.equal(s!.attributes, {
+    'gen_ai.request.model': 'tiny',
+    'gen_ai.usage.input_tokens': 42,
+    ok: true,
+    p: 0.5,
+  });
+  assert.is(s!.error, true);
+  assert.is(s!.statusMessage, 'boom');
+});
+
+test.run();
