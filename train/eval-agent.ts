@@ -337,7 +337,7 @@ export async function main(argv: string[], program = 'eval_agent'): Promise<void
     );
   }
   checkRolloutDtype(o);
-  checkTrainPpoPaths({ agentFunc: o.agentFunc! });
+  checkTrainPpoPaths({ agentFunc: o.agentFunc!, pretrain: '', promptData: '', evalDataset: '' });
   const modelDir = modelDirOf(positionals[0]!);
   const r = await evalAgentModel(modelDir, o.agentFunc!, {
     prompts: o.prompts,

@@ -546,13 +546,32 @@ export async function statusCommand(
  * with no cluster running (or with `--session`), serves the latest finished session (or DIR)
  * read-only here until Ctrl-C.
  */
+/** Why the head at `url` does not answer its version route within 2 s, or undefined when it does. */
+async function headUnreachable(url: string): Promise<string | undefined> {
+  try {
+    const res = await fetch(`${url}/api/version`, { signal: AbortSignal.timeout(2000) });
+    await res.body?.cancel();
+    return undefined;
+  } catch (err) {
+    const e = err as Error & { cause?: Error };
+    return e.cause?.message ?? e.message;
+  }
+}
+
 export async function dashboardCommand(
   o: { session?: string; port?: string; host?: string } = {},
 ): Promise<void> {
   const info = readClusterFile({ live: true });
   if (!o.session && info?.dashboardUrl) {
-    console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
-    return;
+    // A live process of the cluster (a node agent) does not mean its head answers: ask it.
+    const why = await headUnreachable(info.dashboardUrl);
+    if (why === undefined) {
+      console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
+      return;
+    }
+    process.stderr.write(
+      `no head answers at ${info.dashboardUrl} (${why}): on its machine, \`rtjob start --head\` starts it again; serving the run history read-only meanwhile\n`,
+    );
   }
   const { isSessionDir, listSessions, serveSession } = await sessionServer();
   const [dir, ...older] = o.session ? [o.session] : listSessions(rtjobHome());

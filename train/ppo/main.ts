@@ -130,7 +130,11 @@ export async function trainPpo(
     charts: trainPpoCharts,
     summary: trainPpoSummary,
     roles: trainPpoRoles,
-    outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
+    // Checkpoints only where the run writes them (--save-steps N).
+    outputs: {
+      policy: resolve(o.savePath),
+      ...(o.saveSteps > 0 ? { checkpoints: resolve(o.ckptPath) } : {}),
+    },
   });
   // The roles' learning-rate schedules span the run, so its length is known before they start.
   const steps =
@@ -144,9 +148,9 @@ export async function trainPpo(
   // Which backend, device and precision each role computes on, as its ready() reported it.
   if (roles.backends) log.line(`roles: ${roles.backends}`);
   let stepsDone = 0;
-  let current: { state: { step: number } } | undefined;
+  let current: { stepsDone?: number } | undefined;
   const onStop = (): void => {
-    const step = current?.state.step ?? stepsDone;
+    const step = current?.stepsDone ?? stepsDone;
     log.line(`stopped at step ${step}; ${resumeHint(o, step)}`);
     const checkpoint = latestCheckpoint(o.ckptPath);
     if (checkpoint)
@@ -157,6 +161,7 @@ export async function trainPpo(
     const ctx = await prepareRun(o, roles, log);
     current = ctx;
     stepsDone = ctx.state.step;
+    ctx.stepsDone = stepsDone;
     log.report?.({ totalSteps: ctx.totalSteps });
     const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
     await done.finally(() => (stepsDone = ctx.state.step));
