@@ -432,6 +432,12 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
   const alive = info.pids.filter(pidAlive);
   const headPid = info.headPid ?? (info.role === 'head' ? info.pids[0] : undefined);
   const headWasDead = headPid !== undefined && !pidAlive(headPid);
+  // Node agents that joined from elsewhere are not this machine's to stop: ask the head which
+  // run, before it goes, to name them afterwards.
+  const joined =
+    info.role === 'head' && !headWasDead && info.dashboardUrl
+      ? await joinedNodes(info.dashboardUrl, info.token)
+      : [];
   for (const pid of alive) {
     try {
       process.kill(pid, 'SIGTERM');
@@ -467,6 +473,31 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
       ? `stopped ${what} (${alive.length} process${alive.length > 1 ? 'es' : ''})`
       : `${what} was not running; cleaned up`,
   );
+  if (joined.length)
+    console.log(
+      `${joined.length} joined node agent${joined.length > 1 ? 's keep' : ' keeps'} running, waiting for a head at ${info.address}: ${joined.join(', ')}; \`rtjob stop\` on ${joined.length > 1 ? 'their machines' : 'its machine'} stops ${joined.length > 1 ? 'them' : 'it'}`,
+    );
+}
+
+/**
+ * The live node agents that joined the head at `url` from elsewhere (not the head's own), as
+ * `node_… (host)`; none when the head does not answer within 3 s.
+ */
+async function joinedNodes(url: string, token: string): Promise<string[]> {
+  try {
+    let timer: NodeJS.Timeout | undefined;
+    const { nodes } = await Promise.race([
+      headApi({ url, token }).call('GET /api/nodes'),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error('timeout')), 3000);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    return nodes
+      .filter((n) => !n.isHead && n.state === 'ALIVE')
+      .map((n) => `${n.nodeId} (${n.hostname})`);
+  } catch {
+    return [];
+  }
 }
 
 /** `rtjob status [--json]`. */
