@@ -237,9 +237,10 @@ function describe(name: string, r: AgentEvalResult, splitBy: string | undefined)
       ? `held-out accuracy ${pct(r.correct, r.total)} (${r.total} prompts, greedy)${failed}`
       : `${name.padEnd(8)} ${pct(r.correct, r.total)} right on ${r.total} episodes${failed}`,
   ];
-  const info = Object.entries(r.info).map(
-    ([k, v]) => `${k.replace(/^info\//, '')} ${v.toFixed(3)}`,
-  );
+  // The agent's own extraInfo; the gateway's bookkeeping (gateway/…) only in --json.
+  const info = Object.entries(r.info)
+    .filter(([k]) => k.startsWith('info/'))
+    .map(([k, v]) => `${k.slice('info/'.length)} ${v.toFixed(3)}`);
   if (info.length) lines.push(`         mean ${info.join(', ')}`);
   if (splitBy) {
     for (const v of [
