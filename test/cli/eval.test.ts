@@ -37,9 +37,9 @@ test.before(async () => {
   // Where train_ppo saves a job's policy by default: ./ckpt/<job id>.
   cpSync(model, join(project, 'ckpt', 'my-job'), { recursive: true });
 });
-test.after(() => {
+test.after(async () => {
   rmSync(project, { recursive: true, force: true });
-  sb.cleanup();
+  await sb.cleanup();
 });
 
 test("rtjob eval scores a saved policy with a TypeScript agent, printed as train_ppo's eval", async () => {
