@@ -14,7 +14,8 @@ import { Command, Option } from 'commander';
 import { readEnv } from '../runtime/env.ts';
 import { packageRoot } from '../runtime/own-files.ts';
 import { CliError } from './client.ts';
-import { dashboardCommand, startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
+import { startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
+import { dashboardCommand } from './commands/dashboard.ts';
 import {
   deleteJobCommand,
   listCommand,
