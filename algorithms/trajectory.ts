@@ -40,13 +40,19 @@ export interface Trajectory {
   trace?: AgentTrace;
 }
 
+/** The prefix of the `info` keys the gateway adds to an agent's own (`gateway_completions`, …). */
+export const gatewayInfoPrefix = 'gateway_';
+
 /**
  * The step's means of what agents report in `info` (a step function's or a black-box agent's
  * `extraInfo`): each numeric or boolean key becomes `info/<key>`, averaged over the trajectories
- * that carry it. Strings are not averaged.
+ * that carry it. Strings are not averaged. The gateway's own bookkeeping beside them
+ * (`gateway_<name>`, added by the agent executor) goes to `gateway/<name>`, apart from the user's
+ * metrics, as trackers keep system metrics apart.
  *
  * @example
  * infoMetrics([{ info: { used_tool: 1 } }, { info: { used_tool: 0 } }])   // { 'info/used_tool': 0.5 }
+ * infoMetrics([{ info: { gateway_completions: 2 } }])                   // { 'gateway/completions': 2 }
  */
 export function infoMetrics(
   trajectories: readonly Pick<Trajectory, 'info'>[],
@@ -63,5 +69,7 @@ export function infoMetrics(
       sums.set(k, s);
     }
   }
-  return Object.fromEntries([...sums].map(([k, s]) => [`info/${k}`, s.sum / s.n]));
+  const name = (k: string): string =>
+    k.startsWith(gatewayInfoPrefix) ? `gateway/${k.slice(gatewayInfoPrefix.length)}` : `info/${k}`;
+  return Object.fromEntries([...sums].map(([k, s]) => [name(k), s.sum / s.n]));
 }

@@ -14,7 +14,8 @@ import { Command, Option } from 'commander';
 import { readEnv } from '../runtime/env.ts';
 import { packageRoot } from '../runtime/own-files.ts';
 import { CliError } from './client.ts';
-import { dashboardCommand, startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
+import { startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
+import { dashboardCommand } from './commands/dashboard.ts';
 import {
   deleteJobCommand,
   listCommand,
@@ -27,6 +28,7 @@ import {
 import { serveCommand } from './commands/serve.ts';
 import { mergeLoraCommand, type MergeLoraFlags } from './commands/merge-lora.ts';
 import { buildCommand } from './commands/build.ts';
+import { evalCommand } from './commands/eval.ts';
 
 // `rtjob start --head | head -1`: a reader that goes away is not an error of ours. Later output
 // is dropped and the command finishes its work (a private cluster is still stopped cleanly).
@@ -285,6 +287,22 @@ program
     '\nExamples:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000\n  rtjob serve --pretrain model/pretrained/rtjob-tiny-tool --lora ./ckpt/JOB\n  rtjob serve --pretrain ./ckpt/JOB --engine llamacpp --rollout-dtype bf16\n  rtjob serve --pretrain /shared/policy --engine sglang --engine-url http://gpu-host:30000',
   )
   .action((o) => serveCommand(o));
+
+program
+  .command('eval')
+  .description(
+    "held-out accuracy of a saved policy with your agent, greedy, as train_ppo's eval measures it (rtjob eval --help lists its flags)",
+  )
+  .usage(
+    '<model-dir> --agent-func ./agent.ts [--prompts N] [--samples K] [--engine llamacpp] [--json]',
+  )
+  .argument('[args...]')
+  .helpOption(false)
+  .allowUnknownOption()
+  .allowExcessArguments()
+  .action(async (args: string[]) => {
+    process.exitCode = await evalCommand(args);
+  });
 
 program
   .command('merge-lora')

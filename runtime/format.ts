@@ -132,6 +132,28 @@ export function resumeCommand(argv: readonly string[], resumeFlags: string): str
   return [...kept.map(quote), resumeFlags].join(' ');
 }
 
+/**
+ * What a stopped job leaves to resume from, as lines: the last step it finished and its checkpoint
+ * (`resumeAdvice`), and with one the exact command that resumes it (`rtjob stop-job` prints them,
+ * the job page shows them). None for a job that reports
+ * no steps (not a training run).
+ */
+export function stopAdvice(job: {
+  entrypoint: string[];
+  progress?: { step: number | null } | undefined;
+  report?: { checkpoint?: { step: number; resumeFlags: string } } | undefined;
+}): string[] {
+  const step = job.progress?.step ?? null;
+  const checkpoint = job.report?.checkpoint;
+  if (step === null && !checkpoint) return [];
+  const lines = [`last finished step ${step ?? 0}; ${resumeAdvice(checkpoint, step)}`];
+  if (checkpoint)
+    lines.push(
+      `resume (with the job's submit options): rtjob submit -- ${resumeCommand(job.entrypoint, checkpoint.resumeFlags)}`,
+    );
+  return lines;
+}
+
 /** A line that starts with an error's name, after an optional `program: ` (`train_ppo: RoleDiedError: …`). */
 const errorStart = /^(\S+: )?[A-Z]\w*(Error|Exception)\b/;
 /** Lines around an error that say nothing about it: stack frames and Node's version footer. */

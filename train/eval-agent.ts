@@ -13,7 +13,8 @@
  *
  * @module
  */
-import { resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { runGatewayEpisode } from '../agents/agent-executor.ts';
 import { loadAgent } from '../agents/load.ts';
 import type { AgentFunction, Sample } from '../agents/types.ts';
@@ -33,6 +34,7 @@ import {
   localEngineFlags,
   runIfMain,
 } from './driver-flags.ts';
+import { checkTrainPpoPaths, pretrainDir, shippedModels } from './ppo/paths.ts';
 import { infoMetrics } from '../algorithms/trajectory.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
 
@@ -228,12 +230,17 @@ function transcript(tok: ChatTokenizer, e: AgentEvalEpisode): string {
 const pct = (a: number, b: number): string => (b ? `${((a / b) * 100).toFixed(1)}%` : '  -  ');
 
 function describe(name: string, r: AgentEvalResult, splitBy: string | undefined): string[] {
+  const failed = r.failed ? ` (${r.failed} failed)` : '';
   const lines = [
-    `${name.padEnd(8)} ${pct(r.correct, r.total)} right on ${r.total} episodes${r.failed ? ` (${r.failed} failed)` : ''}`,
+    // The greedy line reads as train_ppo's own eval line.
+    name === 'greedy'
+      ? `held-out accuracy ${pct(r.correct, r.total)} (${r.total} prompts, greedy)${failed}`
+      : `${name.padEnd(8)} ${pct(r.correct, r.total)} right on ${r.total} episodes${failed}`,
   ];
-  const info = Object.entries(r.info).map(
-    ([k, v]) => `${k.replace(/^info\//, '')} ${v.toFixed(3)}`,
-  );
+  // The agent's own extraInfo; the gateway's bookkeeping (gateway/…) only in --json.
+  const info = Object.entries(r.info)
+    .filter(([k]) => k.startsWith('info/'))
+    .map(([k, v]) => `${k.slice('info/'.length)} ${v.toFixed(3)}`);
   if (info.length) lines.push(`         mean ${info.join(', ')}`);
   if (splitBy) {
     for (const v of [
@@ -248,60 +255,91 @@ function describe(name: string, r: AgentEvalResult, splitBy: string | undefined)
   return lines;
 }
 
-const evalAgentFlags = flagParser<{
-  agentFunc?: string;
-  prompts: number;
-  samples: number;
-  maxNewTokens: number;
-  engine: LocalEngineKind;
-  rolloutDtype: GgufDtype;
-  splitBy?: string;
-  show: number;
-  json: boolean;
-}>(
-  'eval_agent',
-  [
-    { key: 'agentFunc', kind: 'string', help: 'the agent file', required: true },
-    { key: 'prompts', kind: 'int', help: 'held-out problems (at most 500 are distinct)', min: 1 },
-    { key: 'samples', kind: 'int', help: 'sampled episodes per problem at temperature 1', min: 0 },
-    { key: 'maxNewTokens', kind: 'int', help: 'new tokens per completion', min: 1 },
-    ...localEngineFlags('engine behind the gateway'),
+const evalAgentFlags = (program: string) =>
+  flagParser<{
+    agentFunc?: string;
+    prompts: number;
+    samples: number;
+    maxNewTokens: number;
+    engine: LocalEngineKind;
+    rolloutDtype: GgufDtype;
+    splitBy?: string;
+    show: number;
+    json: boolean;
+  }>(
+    program,
+    [
+      { key: 'agentFunc', kind: 'string', help: 'the agent file', required: true },
+      { key: 'prompts', kind: 'int', help: 'held-out problems (at most 500 are distinct)', min: 1 },
+      {
+        key: 'samples',
+        kind: 'int',
+        help: 'sampled episodes per problem at temperature 1',
+        min: 0,
+      },
+      { key: 'maxNewTokens', kind: 'int', help: 'new tokens per completion', min: 1 },
+      ...localEngineFlags('engine behind the gateway'),
+      {
+        key: 'splitBy',
+        kind: 'string',
+        help: "split episodes by this extraInfo key's values (e.g. used_tool)",
+      },
+      {
+        key: 'show',
+        kind: 'int',
+        help: 'print the first n greedy episodes token for token, generated parts in ⟪ ⟫',
+        min: 0,
+      },
+      { key: 'json', kind: 'bool', help: 'print the report as JSON' },
+    ],
     {
-      key: 'splitBy',
-      kind: 'string',
-      help: "split episodes by this extraInfo key's values (e.g. used_tool)",
+      prompts: 500,
+      samples: 0,
+      maxNewTokens: 48,
+      engine: 'builtin',
+      rolloutDtype: 'f32',
+      show: 0,
+      json: false,
     },
-    {
-      key: 'show',
-      kind: 'int',
-      help: 'print the first n greedy episodes token for token, generated parts in ⟪ ⟫',
-      min: 0,
-    },
-    { key: 'json', kind: 'bool', help: 'print the report as JSON' },
-  ],
-  {
-    prompts: 500,
-    samples: 0,
-    maxNewTokens: 48,
-    engine: 'builtin',
-    rolloutDtype: 'f32',
-    show: 0,
-    json: false,
-  },
-  { positionals: '<model-dir>' },
-);
+    { positionals: '<model-dir>' },
+  );
 
-/** Parses `eval_agent` arguments, evaluates and prints a report (`--json` for machine output). */
-export async function main(argv: string[]): Promise<void> {
-  const { options: o, positionals } = evalAgentFlags.parse(argv);
+/**
+ * The model directory `given` names: a directory with a `config.json`, a job id whose policy
+ * `train_ppo` saved to `./ckpt/<job id>`, or a shipped model's short name (as `--pretrain` takes).
+ */
+function modelDirOf(given: string): string {
+  const dir = pretrainDir(given);
+  for (const d of [dir, join('ckpt', given)])
+    if (existsSync(join(d, 'config.json'))) return resolve(d);
+  throw new FlagError(
+    '<model-dir>',
+    existsSync(dir)
+      ? `${given} holds no config.json: give an HF model directory (the policy train_ppo saved, e.g. ./ckpt/JOB)`
+      : `no model directory at ${given} (the policy train_ppo saved, e.g. ./ckpt/JOB; shipped: ${shippedModels.join(', ')})`,
+  );
+}
+
+/** `eval_agent`'s flag help, headed by the program's name (`eval_agent`, or `rtjob eval`). */
+export function evalAgentHelp(program = 'eval_agent'): string {
+  return evalAgentFlags(program).help();
+}
+
+/**
+ * Parses `eval_agent` arguments, evaluates and prints a report (`--json` for machine output).
+ * `program` names the command in errors (`rtjob eval` runs this too).
+ */
+export async function main(argv: string[], program = 'eval_agent'): Promise<void> {
+  const { options: o, positionals } = evalAgentFlags(program).parse(argv);
   if (positionals.length !== 1) {
     throw new FlagError(
       '<model-dir>',
-      'give one HF model directory, e.g. eval_agent ./ckpt/ppo --agent-func ./agent.ts',
+      `give one HF model directory, e.g. ${program} ./ckpt/JOB --agent-func ./agent.ts`,
     );
   }
   checkRolloutDtype(o);
-  const modelDir = resolve(positionals[0]!);
+  checkTrainPpoPaths({ agentFunc: o.agentFunc!, pretrain: '', promptData: '', evalDataset: '' });
+  const modelDir = modelDirOf(positionals[0]!);
   const r = await evalAgentModel(modelDir, o.agentFunc!, {
     prompts: o.prompts,
     samples: o.samples,
@@ -322,4 +360,4 @@ export async function main(argv: string[]): Promise<void> {
   if (r.sampled) for (const l of describe('sampled', r.sampled, o.splitBy)) console.log(l);
 }
 
-runIfMain(import.meta.url, 'eval_agent', main, () => evalAgentFlags.help());
+runIfMain(import.meta.url, 'eval_agent', main, () => evalAgentHelp());

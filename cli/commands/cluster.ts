@@ -1,5 +1,6 @@
 /**
- * `rtjob start`, `rtjob stop`, `rtjob status`, `rtjob dashboard`: the cluster on this machine.
+ * `rtjob start`, `rtjob stop`, `rtjob status`: the cluster on this machine (`rtjob dashboard`:
+ * `dashboard.ts`).
  *
  * @module
  */
@@ -27,7 +28,6 @@ import {
   isLoopback,
   OpsStore,
   type ProcessView,
-  sessionServer,
   stopOrphanDrivers,
   tailLines,
   tsxImport,
@@ -432,6 +432,12 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
   const alive = info.pids.filter(pidAlive);
   const headPid = info.headPid ?? (info.role === 'head' ? info.pids[0] : undefined);
   const headWasDead = headPid !== undefined && !pidAlive(headPid);
+  // Node agents that joined from elsewhere are not this machine's to stop: ask the head which
+  // run, before it goes, to name them afterwards.
+  const joined =
+    info.role === 'head' && !headWasDead && info.dashboardUrl
+      ? await joinedNodes(info.dashboardUrl, info.token)
+      : [];
   for (const pid of alive) {
     try {
       process.kill(pid, 'SIGTERM');
@@ -467,6 +473,31 @@ export async function stopCommand(o: { graceMs?: number } = {}): Promise<void> {
       ? `stopped ${what} (${alive.length} process${alive.length > 1 ? 'es' : ''})`
       : `${what} was not running; cleaned up`,
   );
+  if (joined.length)
+    console.log(
+      `${joined.length} joined node agent${joined.length > 1 ? 's keep' : ' keeps'} running, waiting for a head at ${info.address}: ${joined.join(', ')}; \`rtjob stop\` on ${joined.length > 1 ? 'their machines' : 'its machine'} stops ${joined.length > 1 ? 'them' : 'it'}`,
+    );
+}
+
+/**
+ * The live node agents that joined the head at `url` from elsewhere (not the head's own), as
+ * `node_… (host)`; none when the head does not answer within 3 s.
+ */
+async function joinedNodes(url: string, token: string): Promise<string[]> {
+  try {
+    let timer: NodeJS.Timeout | undefined;
+    const { nodes } = await Promise.race([
+      headApi({ url, token }).call('GET /api/nodes'),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error('timeout')), 3000);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    return nodes
+      .filter((n) => !n.isHead && n.state === 'ALIVE')
+      .map((n) => `${n.nodeId} (${n.hostname})`);
+  } catch {
+    return [];
+  }
 }
 
 /** `rtjob status [--json]`. */
@@ -539,60 +570,4 @@ export async function statusCommand(
     if (p.kind === 'head') console.log(`head:      ${use(p)}`);
     if (p.kind === 'driver') console.log(`driver:    ${p.jobId} ${use(p)}`);
   }
-}
-
-/**
- * `rtjob dashboard [--session DIR] [--port N]`: the login link of the running cluster's dashboard;
- * with no cluster running (or with `--session`), serves the latest finished session (or DIR)
- * read-only here until Ctrl-C.
- */
-export async function dashboardCommand(
-  o: { session?: string; port?: string; host?: string } = {},
-): Promise<void> {
-  const info = readClusterFile({ live: true });
-  if (!o.session && info?.dashboardUrl) {
-    console.log(`${info.dashboardUrl}/login?token=${encodeURIComponent(info.token)}`);
-    return;
-  }
-  const { isSessionDir, listSessions, serveSession } = await sessionServer();
-  const [dir, ...older] = o.session ? [o.session] : listSessions(rtjobHome());
-  if (!dir)
-    throw new CliError(
-      'no cluster is running and no finished session is on this machine: start one with `rtjob start --head`, or run a job with `rtjob submit`',
-      3,
-    );
-  if (!isSessionDir(dir))
-    throw new CliError(`--session ${dir}: not a session dir (no head.sqlite in it)`, 2);
-  let port: number;
-  try {
-    port = parsePort('--port', o.port ?? '8265');
-  } catch (err) {
-    throw new CliError((err as Error).message, 2);
-  }
-  const s = await serveSession({
-    sessionDir: dir,
-    port,
-    host: o.host ?? '127.0.0.1',
-    olderSessionDirs: older,
-  }).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'EADDRINUSE')
-      throw new CliError(`port ${port} is in use: pass --port N (0 picks a free one)`, 2);
-    throw err;
-  });
-  process.stderr.write(
-    older.length
-      ? `serving the run history (${older.length + 1} finished sessions under ${rtjobHome()}) read-only (no cluster running); Ctrl-C to stop\n`
-      : `serving the finished session ${dir} read-only (no cluster running); Ctrl-C to stop\n`,
-  );
-  console.log(`${s.url}/login?token=${encodeURIComponent(s.token)}`);
-  await new Promise<void>((resolve) => {
-    const stop = () => {
-      process.off('SIGINT', stop);
-      process.off('SIGTERM', stop);
-      resolve();
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-  });
-  await s.close();
 }

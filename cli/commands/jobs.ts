@@ -38,13 +38,7 @@ import {
 } from '../client.ts';
 import { rtjobHome } from '../../runtime/cluster-file.ts';
 import { traceLines } from '../../runtime/agent-trace.ts';
-import {
-  duration,
-  failureReason,
-  headlineText,
-  resumeAdvice,
-  resumeCommand,
-} from '../../runtime/format.ts';
+import { duration, failureReason, headlineText, stopAdvice } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
 import { builtinEntrypoints } from '../entrypoints.ts';
 
@@ -585,27 +579,6 @@ export async function stopJobCommand(
   // What the stopped run leaves: its checkpoint and the command that resumes from it.
   const job = await api.call('GET /api/jobs/:jobId', { params: { jobId } });
   for (const line of stopAdvice(job)) console.log(line);
-}
-
-/**
- * What a stopped job leaves to resume from, as lines: the last step it finished and its checkpoint
- * (`resumeAdvice`), and with one the exact command that resumes it. None for a job that reports
- * no steps (not a training run).
- */
-export function stopAdvice(job: {
-  entrypoint: string[];
-  progress?: { step: number | null } | undefined;
-  report: { checkpoint?: { step: number; resumeFlags: string } };
-}): string[] {
-  const step = job.progress?.step ?? null;
-  const checkpoint = job.report.checkpoint;
-  if (step === null && !checkpoint) return [];
-  const lines = [`last finished step ${step ?? 0}; ${resumeAdvice(checkpoint, step)}`];
-  if (checkpoint)
-    lines.push(
-      `resume (with the job's submit options): rtjob submit -- ${resumeCommand(job.entrypoint, checkpoint.resumeFlags)}`,
-    );
-  return lines;
 }
 
 /** `rtjob delete-job JOB`. */

@@ -125,7 +125,10 @@ export interface SampleView {
 
 /** A finished session served read-only (`rtjob dashboard` with no cluster running). */
 export interface ReadOnlySession {
+  /** The newest session served. */
   sessionDir: string;
+  /** How many sessions the run history served joins (`sessionDir` and the older ones). */
+  sessions: number;
 }
 
 /** Query of the actor table (`GET /api/actors`, `GET /api/jobs/:jobId/actors`). */

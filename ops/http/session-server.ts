@@ -133,7 +133,7 @@ export async function serveSession(opts: SessionServerOptions): Promise<SessionS
       jobs,
       cluster,
       dashboardDir,
-      readOnly: { sessionDir: opts.sessionDir },
+      readOnly: { sessionDir: opts.sessionDir, sessions: heads.length },
     });
   } catch (err) {
     closeAll();

@@ -170,8 +170,11 @@ export interface ConfigRow {
   name: string;
   value: string;
   default?: string;
-  /** Where the value came from. */
-  source: 'flag' | 'env' | 'default';
+  /**
+   * Where the value came from: a flag, the environment, the default, or what the run found as
+   * it started (`run`: e.g. each role's backend, device and precision).
+   */
+  source: 'flag' | 'env' | 'default' | 'run';
   section?: string;
   help?: string;
 }

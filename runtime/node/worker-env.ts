@@ -27,10 +27,18 @@ export interface WorkerStartOptions {
   readonly reconnectMs?: number;
 }
 
+/**
+ * Node's flags that load user TypeScript as a worker does: rtjob's cached loader, or tsx
+ * (`RTJOB_WORKER_LOADER`). `rtjob eval` runs its agent under the same flags.
+ */
+export function typescriptNodeFlags(loader?: 'cached' | 'tsx'): string[] {
+  const kind = loader ?? readEnv('RTJOB_WORKER_LOADER') ?? 'cached';
+  return [...checkoutNodeFlags, '--import', loaders[kind]];
+}
+
 /** Node's arguments for a worker process. */
 export function workerArgv(o: WorkerStartOptions): string[] {
-  const kind = o.workerLoader ?? readEnv('RTJOB_WORKER_LOADER') ?? 'cached';
-  return [...checkoutNodeFlags, '--import', loaders[kind], workerMain];
+  return [...typescriptNodeFlags(o.workerLoader), workerMain];
 }
 
 /**

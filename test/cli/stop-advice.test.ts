@@ -4,7 +4,7 @@
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { stopAdvice } from '../../cli/commands/jobs.ts';
+import { stopAdvice } from '../../runtime/format.ts';
 
 const entrypoint = ['train_ppo', '--agent-func', './agent.ts', '--save-steps', '3'];
 

@@ -163,7 +163,9 @@ test('views show real data; a job is stopped from its page', async () => {
   await page.waitForSelector('figure.chart[data-metric="pass_rate"] canvas');
   assert.is(await page.locator('#constant-metrics code[data-metric="pass_rate"]').count(), 0);
   await page.selectOption('#compare', 'finished');
-  await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
+  await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend', {
+    state: 'attached',
+  });
   // The jobs are named once, above the charts, not in a legend row of every chart.
   assert.equal(await page.locator('#chart-legend .key').allInnerTexts(), ['train1', 'finished']);
   assert.not.match(
@@ -263,6 +265,15 @@ test('views show real data; a job is stopped from its page', async () => {
   );
   const job = await apiCall<{ status: string }>(sb, 'GET', '/api/jobs/train1');
   assert.is(job.body.status, 'STOPPED');
+  // After the stop, the page says which step is saved and the exact command that resumes, and
+  // offers no Stop button any more.
+  await page.waitForSelector('#job-resume');
+  const steps = await apiCall<{ progress: { step: number } }>(sb, 'GET', '/api/jobs/train1');
+  assert.equal((await page.locator('#job-resume').innerText()).split('\n'), [
+    `last finished step ${steps.body.progress.step}; the last checkpoint is at step 12 (steps 13–${steps.body.progress.step} are lost): run the same command with --ckpt-path /data/ckpt --load-checkpoint to resume from it`,
+    `resume (with the job's submit options): rtjob submit -- ${fixtures}train-loop.ts --ckpt-path /data/ckpt --load-checkpoint`,
+  ]);
+  assert.is(await page.locator('#stop-job').count(), 0);
   // Its actors die with it, and the page shows it.
   await page.waitForFunction(
     () =>

@@ -245,6 +245,11 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     );
     const { page, errors } = await login(link);
     await page.waitForSelector('#read-only');
+    // One session here (every job ran on the one head): the banner names it.
+    assert.match(
+      await page.locator('#read-only').innerText(),
+      new RegExp(`^Finished session ${join(sb.home, '.rtjob')}/\\S+, served read-only`),
+    );
 
     // Jobs: progress, headline metric, and the failed job's reason on one line.
     await page.click('nav a[href="#/jobs"]');
@@ -271,9 +276,15 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
       await page.locator('#sum-outputs').innerText(),
       new RegExp(`policy\\s+${join(sb.home, 'a')}`),
     );
-    assert.ok(
-      await page.locator('#stop-job').isDisabled(),
-      'nothing can be stopped in a finished session',
+    assert.not.match(
+      await page.locator('#sum-outputs').innerText(),
+      /checkpoints/,
+      'a run without --save-steps writes no checkpoints',
+    );
+    assert.is(
+      await page.locator('#stop-job').count(),
+      0,
+      'a finished job has no Stop button (nothing can be stopped in a finished session)',
     );
     await page.waitForSelector('figure.chart[data-metric="reward_mean"] canvas');
     assert.match(
@@ -337,8 +348,14 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     assert.is(await page.locator('tr[data-setting="--seed"]').count(), 0);
     await page.screenshot({ path: `${shots}config.png`, fullPage: true });
 
-    // Compare with the second run: both lines, and the settings that differ.
+    // Compare with the second run: both lines, and the settings that differ. The failed job
+    // logged no metrics, so it is not offered.
     await page.click('#tab-charts');
+    await page.waitForSelector('#compare option[value="ppo-b"]', { state: 'attached' });
+    assert.equal(await page.locator('#compare option').allInnerTexts(), [
+      '(add a job)',
+      'ppo-b (SUCCEEDED)',
+    ]);
     await page.selectOption('#compare', 'ppo-b');
     await page.waitForSelector('#config-diff tr[data-setting="--temperature"]');
     assert.match(
@@ -352,9 +369,21 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
       'equal settings are not in the diff',
     );
     await page.waitForSelector('#chart-legend .key[data-job="ppo-b"]');
-    await page.waitForSelector('figure.chart[data-metric="reward_mean"] .u-legend');
+    // Its values float over the chart only while the pointer is on it: no empty legend row.
+    const legend = page.locator('figure.chart[data-metric="reward_mean"] .u-legend');
+    await legend.waitFor({ state: 'attached' });
+    assert.is(await legend.evaluate((e) => getComputedStyle(e).position), 'absolute');
+    assert.ok(await legend.isHidden());
+    await page.locator('figure.chart[data-metric="reward_mean"] .u-over').hover();
+    assert.ok(await legend.isVisible());
     await page.screenshot({ path: `${shots}compare.png`, fullPage: true });
     await checkTokensAxis(page, ['ppo-a', 'ppo-b']);
+
+    // The failed job wrote nothing: no "Writes to", and nothing to stop.
+    await page.goto(`${new URL(link).origin}/#/jobs/ppo-bad`);
+    await page.waitForSelector('#job-reason');
+    assert.is(await page.locator('#sum-outputs').count(), 0);
+    assert.is(await page.locator('#stop-job').count(), 0);
 
     // Actors: Restart and Kill are off, and say why.
     await page.click('nav a[href="#/actors"]');

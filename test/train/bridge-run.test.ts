@@ -75,7 +75,7 @@ async function breaksPerStep(bridge: boolean): Promise<number[]> {
   const steps = [...rows.values()].filter((r) => r.reward_mean !== undefined);
   // Bridged, each episode is one trajectory; broken, two.
   assert.equal(
-    steps.map((r) => r['info/gateway_trajectories']),
+    steps.map((r) => r['gateway/trajectories']),
     bridge ? [1, 1] : [2, 2],
   );
   return steps.map((r) => r.trajectory_breaks!);

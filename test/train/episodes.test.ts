@@ -312,6 +312,15 @@ test("train_ppo logs each step's sample episodes with turns, extraInfo and versi
     { ...report.config.find((r) => r.name === '--log-samples')!, value: '3', source: 'flag' },
   );
   assert.is(report.outputs.policy, join(root, 'out'));
+  assert.is(report.outputs.checkpoints, undefined, 'no --save-steps: no checkpoints written');
+  // Each role's backend, device and precision, as the run's `roles:` line says, in its Config.
+  const roleRows = report.config.filter((r) => r.source === 'run');
+  assert.equal(
+    roleRows.map((r) => r.name),
+    ['trainer', 'rollout-0'],
+  );
+  assert.match(roleRows[0]!.value, /^(wasm|cpu|torch|tensorflow)\b/);
+  assert.match(roleRows[1]!.value, /^builtin engine on /);
   assert.equal(
     samples.map((s) => s.step),
     [1, 2],

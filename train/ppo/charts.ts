@@ -40,6 +40,8 @@ export const trainPpoCharts: NonNullable<JobReport['charts']> = {
     {
       title: 'System',
       first: ['buffer_fill', 'samples', 'episodes', 'episodes_failed', 'groups_dropped'],
+      // The gateway's bookkeeping of agent episodes (completions, trajectories, breaks).
+      match: '^gateway/',
     },
   ],
   multi: {

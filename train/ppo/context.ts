@@ -151,6 +151,7 @@ export async function afterStep(ctx: RunContext, values: Record<string, number>)
     values.eval_accuracy = await evaluate(ctx);
   }
   log.metric(state.step, values);
+  ctx.stepsDone = state.step;
   if (state.step % o.loggingSteps === 0 || state.step === ctx.totalSteps) {
     const f = (k: string, d = 3): string => (values[k] === undefined ? '-' : values[k]!.toFixed(d));
     log.line(

@@ -11,7 +11,7 @@
 import { existsSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { resumeAdvice, resumeCommand } from '../../runtime/format.ts';
-import { metrics } from '../../ops/metrics.ts';
+import { metrics, type JobReport } from '../../ops/metrics.ts';
 import { asyncLoop } from './async-loop.ts';
 import { trainPpoCharts, trainPpoRoles, trainPpoSummary } from './charts.ts';
 import { isRoleDied } from './errors.ts';
@@ -138,7 +138,11 @@ export async function trainPpo(
     charts: trainPpoCharts,
     summary: trainPpoSummary,
     roles: trainPpoRoles,
-    outputs: { policy: resolve(o.savePath), checkpoints: resolve(o.ckptPath) },
+    // Checkpoints only where the run writes them (--save-steps N).
+    outputs: {
+      policy: resolve(o.savePath),
+      ...(o.saveSteps > 0 ? { checkpoints: resolve(o.ckptPath) } : {}),
+    },
   });
   // The roles' learning-rate schedules span the run, so its length is known before they start.
   const steps =
@@ -150,11 +154,15 @@ export async function trainPpo(
     throw err;
   });
   // Which backend, device and precision each role computes on, as its ready() reported it.
-  if (roles.backends) log.line(`roles: ${roles.backends}`);
+  if (roles.backends) {
+    log.line(`roles: ${roles.backends}`);
+    // The same, in the job's Config tab (and its config diff against other runs).
+    log.report?.({ config: [...config, ...roleConfigRows(roles.backends)] });
+  }
   let stepsDone = 0;
-  let current: { state: { step: number } } | undefined;
+  let current: { stepsDone?: number } | undefined;
   const onStop = (): void => {
-    const step = current?.state.step ?? stepsDone;
+    const step = current?.stepsDone ?? stepsDone;
     log.line(`stopped at step ${step}; ${resumeHint(o, step)}`);
     const checkpoint = latestCheckpoint(o.ckptPath);
     if (checkpoint)
@@ -165,6 +173,7 @@ export async function trainPpo(
     const ctx = await prepareRun(o, roles, log);
     current = ctx;
     stepsDone = ctx.state.step;
+    ctx.stepsDone = stepsDone;
     log.report?.({ totalSteps: ctx.totalSteps });
     const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
     await done.finally(() => (stepsDone = ctx.state.step));
@@ -182,6 +191,22 @@ export async function trainPpo(
       if (t.kind !== 'tensorboard' && t.where()) log.line(`${t.kind}: ${t.where()}`);
     await metrics.flush();
   }
+}
+
+/**
+ * The `roles:` line (`trainer wasm (…); rollout-0 builtin engine on wasm (…)`) as Config rows,
+ * one per role, found by the run as it started.
+ */
+export function roleConfigRows(backends: string): NonNullable<JobReport['config']> {
+  return backends.split('; ').map((part) => {
+    const at = part.indexOf(' ');
+    return {
+      name: part.slice(0, at < 0 ? undefined : at),
+      value: at < 0 ? '' : part.slice(at + 1),
+      source: 'run',
+      section: 'Roles: backend, device and precision (as they started)',
+    };
+  });
 }
 
 /** `log` that also sends every step's metrics to the run's trackers. */

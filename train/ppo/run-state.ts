@@ -87,6 +87,11 @@ export interface RunContext extends UpdateState {
   evalItems: PromptItem[];
   state: RunState;
   totalSteps: number;
+  /**
+   * The last step that finished (its metrics logged): `state.step` already counts the step in
+   * progress, so a stop reports this one.
+   */
+  stepsDone?: number;
   started: number;
   summary: RunSummary;
   /** Restarts so far per rollout, and the restart in progress per rollout. */

@@ -162,18 +162,23 @@ export class MetricCharts {
   #x: XAxis = 'step';
   #layoutOf = resolveLayout(undefined);
   #layoutKey = '';
+  #percent = new Set<string>();
   #state: ChartsJobState = { live: true };
 
   constructor(root: HTMLElement) {
     this.#root = root;
   }
 
-  /** Lays the charts out as the page's job reported (`report.charts`). */
-  setLayout(layout: ChartLayout | undefined): void {
-    const key = JSON.stringify(layout ?? null);
+  /**
+   * Lays the charts out as the page's job reported (`report.charts`); `percent`: the metrics its
+   * summary cards show in percent, whose y axes then read in percent too.
+   */
+  setLayout(layout: ChartLayout | undefined, percent: readonly string[] = []): void {
+    const key = JSON.stringify([layout ?? null, percent]);
     if (key === this.#layoutKey) return;
     this.#layoutKey = key;
     this.#layoutOf = resolveLayout(layout);
+    this.#percent = new Set(percent);
     this.#reset();
   }
 
@@ -217,11 +222,14 @@ export class MetricCharts {
     return this.#series[index]?.data.lastStep ?? -Infinity;
   }
 
-  /** First and last logged value of a metric of job `index`. */
-  ends(index: number, name: string): { first: number; last: number } | undefined {
+  /** First and last logged value of a metric of job `index`, how many points and the last step. */
+  ends(
+    index: number,
+    name: string,
+  ): { first: number; last: number; points: number; lastStep: number } | undefined {
     const v = this.#series[index]?.data.values(name);
     if (!v?.length) return undefined;
-    return { first: v[0]![1], last: v.at(-1)![1] };
+    return { first: v[0]![1], last: v.at(-1)![1], points: v.length, lastStep: v.at(-1)![0] };
   }
 
   /** Resizes charts to their container (window resize). */
@@ -426,6 +434,12 @@ export class MetricCharts {
       const digits = span === 0 ? 2 : Math.max(0, Math.min(6, 2 - Math.floor(Math.log10(span))));
       return splits.map((v) => (Math.abs(v) >= 1e4 ? v.toExponential(1) : v.toFixed(digits)));
     };
+    // A fraction its summary card shows in percent reads in percent on its axis too.
+    const percentValues = (u: uPlot, splits: number[]) =>
+      yValues(
+        u,
+        splits.map((v) => v * 100),
+      ).map((t) => `${t}%`);
     // One legend for the jobs, when there are several: each chart's legend then shows only values.
     if (this.#series.length > 1) {
       this.#root.append(
@@ -467,7 +481,10 @@ export class MetricCharts {
                 },
               ],
             },
-            axes: [xAxis, { ...axis, size: 64, values: yValues }],
+            axes: [
+              xAxis,
+              { ...axis, size: 64, values: this.#percent.has(name) ? percentValues : yValues },
+            ],
             cursor: { drag: { x: true, y: false } },
             legend: { show: true, live: true },
             series: [

@@ -9,8 +9,17 @@ import { duration } from '../../../runtime/format.ts';
 import type { ConfigRow, JobInfo } from './api.ts';
 import { bar, h } from './dom.ts';
 
-/** First and last value of each metric, by name (from the charts' data). */
-export type MetricEnds = (name: string) => { first: number; last: number } | undefined;
+/** First and last value of each metric, by name, its points and last step (from the charts' data). */
+export type MetricEnds = (
+  name: string,
+) => { first: number; last: number; points: number; lastStep: number } | undefined;
+
+/** The metrics a job's summary cards show in percent (their charts' axes then read in percent). */
+export function percentMetrics(j: JobInfo): string[] {
+  return (j.report?.summary ?? []).flatMap((c) =>
+    c.format === 'percent' && c.metric !== undefined ? [c.metric] : [],
+  );
+}
 
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
 const num = (x: number) =>
@@ -43,7 +52,20 @@ export function jobSummary(j: JobInfo, ends: MetricEnds): HTMLElement {
     const ends1 = c.metric === undefined ? undefined : ends(c.metric);
     if (ends1) {
       const f = c.format === 'percent' ? pct : num;
-      card(id, c.title, h('p', { class: 'big' }, `${f(ends1.first)} → ${f(ends1.last)}`));
+      // One value (a running job's step-0 eval) is no change: the value and its step.
+      card(
+        id,
+        c.title,
+        ends1.points > 1
+          ? h('p', { class: 'big' }, `${f(ends1.first)} → ${f(ends1.last)}`)
+          : h(
+              'p',
+              { class: 'big' },
+              f(ends1.last),
+              ' ',
+              h('span', { class: 'muted' }, `at step ${ends1.lastStep}`),
+            ),
+      );
     }
     const counts = (c.counts ?? []).map((k) => ({ ...k, n: ends(k.metric)?.last }));
     const first = counts[0]?.n;
@@ -54,11 +76,15 @@ export function jobSummary(j: JobInfo, ends: MetricEnds): HTMLElement {
       card(id, c.title, h('p', { class: first ? 'error' : '' }, parts.join(' · ')));
     }
   }
-  const outputs = Object.entries(j.report?.outputs ?? {});
+  // A run that ended early wrote only what it saved on the way: its checkpoints, if any.
+  const early = j.status === 'FAILED' || j.status === 'STOPPED';
+  const outputs = Object.entries(j.report?.outputs ?? {}).filter(
+    ([k]) => !early || (k === 'checkpoints' && j.report?.checkpoint),
+  );
   if (outputs.length) {
     card(
       'sum-outputs',
-      'Writes to',
+      early ? 'Saved' : 'Writes to',
       h(
         'dl',
         { class: 'compact' },

@@ -6,12 +6,12 @@
  */
 import { type ActorView, api, type JobInfo, logTailPath, type MetricsEvent } from './api.ts';
 import { MetricCharts, type XAxis } from './charts.ts';
-import { configTable, diffTable, jobSummary } from './job-summary.ts';
+import { configTable, diffTable, jobSummary, percentMetrics } from './job-summary.ts';
 import { samplesView } from './samples-view.ts';
 import { verdictView } from './verdict-view.ts';
 import { actorName } from './actors-view.ts';
 import { cpuText, rssText } from './cluster-view.ts';
-import { failureReason, resumeAdvice } from '../../../runtime/format.ts';
+import { failureReason, resumeAdvice, stopAdvice } from '../../../runtime/format.ts';
 import { badge, confirmAction, h, time, toast } from './dom.ts';
 import { main, page, readOnlyWhy, refreshOn, jobDuration } from './page.ts';
 
@@ -153,7 +153,7 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
   const getJob = (id: string): Promise<JobInfo> =>
     api.call('GET /api/jobs/:jobId', { params: { jobId: id } });
   let job = await getJob(jobId);
-  charts.setLayout(job.report?.charts);
+  charts.setLayout(job.report?.charts, percentMetrics(job));
   const renderSummary = () =>
     summary.replaceChildren(jobSummary(job, (name) => charts.ends(0, name)));
   const renderSettings = () =>
@@ -172,13 +172,14 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
           }
         : {}),
     });
+    // Only a job that can still be stopped gets the button.
     const stop = h(
       'button',
       {
         class: 'danger',
         id: 'stop-job',
-        disabled: !active || page.readOnly,
-        title: page.readOnly ? readOnlyWhy : active ? '' : `the job is ${j.status}`,
+        disabled: page.readOnly,
+        title: page.readOnly ? readOnlyWhy : '',
       },
       'Stop job',
     );
@@ -201,7 +202,14 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
         .catch((e: Error) => toast(e.message));
     });
     header.replaceChildren(
-      h('h1', {}, j.jobId, ' ', h('span', { id: 'job-status' }, badge(j.status)), ' ', stop),
+      h(
+        'h1',
+        {},
+        j.jobId,
+        ' ',
+        h('span', { id: 'job-status' }, badge(j.status)),
+        ...(active ? [' ', stop] : []),
+      ),
       h(
         'p',
         {},
@@ -209,6 +217,16 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
         ` · submitted ${time(j.submittedAt)} · ran ${jobDuration(j)}`,
         j.exitCode !== null ? ` · exit code ${j.exitCode}` : '',
       ),
+      // A stopped run: the step it saved and the exact command that resumes from it.
+      j.status === 'STOPPED' && stopAdvice(j).length
+        ? h(
+            'p',
+            { id: 'job-resume' },
+            ...stopAdvice(j).flatMap((line, i): (string | HTMLElement)[] =>
+              i === 0 ? [line] : [h('br', {}), h('code', {}, line)],
+            ),
+          )
+        : '',
       // A failure's own line first (the error, not the top of the log), then the last output.
       j.status === 'FAILED' && j.message
         ? h('p', { class: 'error failure', id: 'job-reason' }, failureReason(j.message))
@@ -268,7 +286,7 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
   };
   const reloadJob = async () => {
     job = await getJob(jobId);
-    charts.setLayout(job.report?.charts);
+    charts.setLayout(job.report?.charts, percentMetrics(job));
     renderHeader(job);
     await renderVerdict();
   };
@@ -331,8 +349,9 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
   const { jobs } = await api.call('GET /api/jobs');
   compareSel.append(
     h('option', { value: '' }, '(add a job)'),
+    // Only jobs with metrics: a job that logged none has nothing to draw beside this one.
     ...jobs
-      .filter((j) => j.jobId !== jobId)
+      .filter((j) => j.jobId !== jobId && (j.progress?.step ?? null) !== null)
       .map((j) => h('option', { value: j.jobId }, `${j.jobId} (${j.status})`)),
   );
   compareSel.addEventListener('change', () => {

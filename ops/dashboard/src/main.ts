@@ -74,7 +74,9 @@ void api
           h(
             'p',
             { class: 'banner', id: 'read-only' },
-            `Finished session ${v.readOnly.sessionDir}, served read-only: no cluster is running, so nothing can be stopped or restarted.`,
+            v.readOnly.sessions > 1
+              ? `The run history (${v.readOnly.sessions} finished sessions, the newest ${v.readOnly.sessionDir}), served read-only: no cluster is running, so nothing can be stopped or restarted.`
+              : `Finished session ${v.readOnly.sessionDir}, served read-only: no cluster is running, so nothing can be stopped or restarted.`,
           ),
         );
     }
