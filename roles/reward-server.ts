@@ -190,7 +190,11 @@ async function readJson(req: IncomingMessage, maxBytes: number): Promise<unknown
   try {
     return JSON.parse(Buffer.concat(chunks).toString('utf8'));
   } catch (err) {
-    throw new GatewayError(400, 'invalid_json', `body is not valid JSON: ${(err as Error).message}`);
+    throw new GatewayError(
+      400,
+      'invalid_json',
+      `body is not valid JSON: ${(err as Error).message}`,
+    );
   }
 }
 

@@ -181,7 +181,9 @@ function exchange(
       agent: fresh ? false : agent,
       headers: {
         ...opts.headers,
-        ...(payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {}),
+        ...(payload
+          ? { 'content-type': 'application/json', 'content-length': payload.length }
+          : {}),
       },
     });
     req.on('response', (res) => {
