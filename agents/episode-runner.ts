@@ -11,7 +11,7 @@ import type { Gateway } from '../gateway/server.ts';
 import type { Trajectory } from '../algorithms/trajectory.ts';
 import { runGatewayEpisode } from './agent-executor.ts';
 import { AgentContractError, EpisodeError, EpisodeTimeoutError } from './errors.ts';
-import { Semaphore } from './semaphore.ts';
+import { Semaphore } from '../runtime/semaphore.ts';
 import { runStepEpisode } from './step-executor.ts';
 import type { Agent, AgentTokenizer, Sample } from './types.ts';
 import { runWorkflowEpisode } from './workflow-executor.ts';

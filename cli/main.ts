@@ -250,6 +250,10 @@ program
     'serve a checkpoint as an OpenAI- and Anthropic-compatible endpoint (/v1/chat/completions, /v1/responses, /v1/messages)',
   )
   .option('--pretrain <dir>', 'HF model directory (default: the shipped warm-start model)')
+  .option(
+    '--reward-model <dir>',
+    "serve a reward model (train_rm's output) instead: POST /get_reward {query: [text]} -> {rewards: [number]}, OpenRLHF's serve_rm protocol, for train_ppo --remote-rm-url",
+  )
   .option('--host <host>', 'interface to bind', '127.0.0.1')
   .option('--port <port>', 'port; 0 picks a free one', '8000')
   .option(
@@ -284,7 +288,7 @@ program
   )
   .addHelpText(
     'after',
-    '\nExamples:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000\n  rtjob serve --pretrain model/pretrained/rtjob-tiny-tool --lora ./ckpt/JOB\n  rtjob serve --pretrain ./ckpt/JOB --engine llamacpp --rollout-dtype bf16\n  rtjob serve --pretrain /shared/policy --engine sglang --engine-url http://gpu-host:30000',
+    '\nExamples:\n  rtjob serve --pretrain ./ckpt/JOB --port 8000\n  rtjob serve --reward-model ./ckpt/rm --port 5000\n  rtjob serve --pretrain model/pretrained/rtjob-tiny-tool --lora ./ckpt/JOB\n  rtjob serve --pretrain ./ckpt/JOB --engine llamacpp --rollout-dtype bf16\n  rtjob serve --pretrain /shared/policy --engine sglang --engine-url http://gpu-host:30000',
   )
   .action((o) => serveCommand(o));
 

@@ -34,3 +34,18 @@ export class RemoteRewardError extends RtjobError<'REMOTE_REWARD'> {
     });
   }
 }
+
+/**
+ * An LLM judge (`rewards/judge.ts`) did not grade an episode: its endpoint failed after the
+ * retries, or its reply held no grade in range. Thrown from an agent, the episode fails and counts
+ * against `--agent-error-budget` rather than getting a made-up reward.
+ */
+export class JudgeError extends RtjobError<'JUDGE'> {
+  override get name(): string {
+    return 'JudgeError';
+  }
+
+  constructor(message: string, model: string, cause?: unknown) {
+    super('JUDGE', message, { context: { model }, ...(cause === undefined ? {} : { cause }) });
+  }
+}

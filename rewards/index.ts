@@ -1,5 +1,6 @@
 /**
- * Math answer checking for agents: `import { gsm8kReward, extractAnswer, mathEqual } from 'rtjob/rewards'`.
+ * Reward helpers for agents: math answer checking (`import { gsm8kReward, extractAnswer, mathEqual } from 'rtjob/rewards'`),
+ * remote reward models and LLM judges (`judge`).
  *
  * @module
  */
@@ -14,4 +15,6 @@ export { stripString, UNIT_TEXTS } from './strip-string.ts';
 export { convertWordNumber } from './word-numbers.ts';
 export { RemoteRewardClient, remoteRewardDefaults } from './remote.ts';
 export type { RemoteReward, RemoteRewardOptions, RewardQuery } from './remote.ts';
-export { RemoteRewardError } from './errors.ts';
+export { JudgeError, RemoteRewardError } from './errors.ts';
+export { Judge, judge, judgeDefaults, parseGrade } from './judge.ts';
+export type { JudgeInput, JudgeOptions, JudgeVerdict } from './judge.ts';

@@ -33,6 +33,11 @@ export interface RemoteRewardOptions {
   retries?: number;
   /** Delay before the first retry, doubling (with jitter) after. @default 1000 */
   retryDelayMs?: number;
+  /**
+   * Sent as `Authorization: Bearer <key>` (`rtjob serve --reward-model` requires one). A key in
+   * a URL's user info (`http://rm:KEY@host/get_reward`) goes as HTTP Basic instead.
+   */
+  apiKey?: string;
 }
 
 /** Defaults of {@link RemoteRewardOptions}. */
@@ -76,7 +81,8 @@ interface Pending {
  * const { reward } = await rm.score({ query: prompt + response, prompt, label });
  */
 export class RemoteRewardClient {
-  private readonly o: Required<RemoteRewardOptions>;
+  private readonly o: Required<Omit<RemoteRewardOptions, 'apiKey'>>;
+  private readonly headers: Record<string, string>;
   private pending: Pending[] = [];
   private timer: NodeJS.Timeout | undefined;
   /** The URL the next batch starts at, so small batches spread over the services. */
@@ -85,7 +91,9 @@ export class RemoteRewardClient {
   constructor(o: RemoteRewardOptions) {
     if (o.urls.length === 0)
       throw new RemoteRewardError('remote reward: no URL given', { url: undefined });
-    this.o = { ...remoteRewardDefaults, ...o };
+    const { apiKey, ...rest } = o;
+    this.o = { ...remoteRewardDefaults, ...rest };
+    this.headers = apiKey === undefined ? {} : { authorization: `Bearer ${apiKey}` };
   }
 
   /** The reward of one response; rejects with a {@link RemoteRewardError} when the service fails. */
@@ -122,7 +130,11 @@ export class RemoteRewardClient {
     for (let attempt = 0; ; attempt++) {
       const url = this.o.urls[(at + attempt) % this.o.urls.length]!;
       try {
-        const answer = await httpCall(url, body, { timeoutMs: this.o.timeoutMs, expectJson: true });
+        const answer = await httpCall(url, body, {
+          timeoutMs: this.o.timeoutMs,
+          expectJson: true,
+          headers: this.headers,
+        });
         const rewards = readAnswer(answer, shard.length, url);
         shard.forEach((p, i) => p.resolve(rewards[i]!));
         return;

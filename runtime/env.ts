@@ -157,6 +157,10 @@ export const envVars = {
     'where object stores spill (default `$TMPDIR/rtjob-spill-<uid>`)',
   ),
   RTJOB_SERVE_API_KEY: v(text, 'API key `rtjob serve` requires of its clients (or `--api-key`)'),
+  RTJOB_REMOTE_RM_API_KEY: v(
+    text,
+    'key `train_ppo --remote-rm-url` sends as `Authorization: Bearer` (the one `rtjob serve --reward-model` printed)',
+  ),
   ASYNC_NUM_TASKS: v(int(1), 'agent episodes at once per engine (`--async-num-tasks`)'),
   ASYNC_QUEUE_SIZE: v(int(1), 'batches waiting between rollout and trainer (`--async-queue-size`)'),
 } as const satisfies Record<string, EnvVar<unknown>>;

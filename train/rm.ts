@@ -19,7 +19,7 @@ import { loadModel, saveModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { seededRandom } from '../model/sampling.ts';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
-import { ModelTrainer } from '../model/training.ts';
+import { forwardLogprobs, ModelTrainer } from '../model/training.ts';
 import { bradleyTerryLoss, pairwiseAccuracy } from '../algorithms/reward-model-loss.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
 import { sequenceScores } from '../roles/reward-model.ts';
@@ -69,6 +69,11 @@ export interface RmResult {
   /** Held-out pairwise accuracy before and after training. */
   evalAccuracyBefore: number;
   evalAccuracy: number;
+  /**
+   * The starting LM's own preference on the held-out pairs: how often it gives the chosen answer
+   * the higher log-likelihood. What the backbone already knows, for comparison with the head's.
+   */
+  lmAccuracy: number;
 }
 
 /**
@@ -146,6 +151,20 @@ function accuracy(model: CausalLM, pairs: number[][][], micro: number): number {
   return pairwiseAccuracy(c, r);
 }
 
+/** How often the LM's log-likelihood of the chosen sequence beats the rejected one's. */
+function likelihoodAccuracy(model: CausalLM, pairs: number[][][], micro: number): number {
+  const total = (s: number[]): number => s.reduce((a, b) => a + b, 0);
+  const lp = forwardLogprobs(
+    model,
+    pairs.flatMap((p) => p),
+    { microBatchSize: 2 * micro },
+  ).logprobs.map(total);
+  return pairwiseAccuracy(
+    pairs.map((_, k) => lp[2 * k]!),
+    pairs.map((_, k) => lp[2 * k + 1]!),
+  );
+}
+
 /** Trains a reward model on preference pairs and saves it; see the module comment. */
 export async function trainRm(o: RmOptions): Promise<RmResult> {
   const log = (s: string): void => {
@@ -187,8 +206,9 @@ export async function trainRm(o: RmOptions): Promise<RmResult> {
     maxGradNorm: 1,
   });
   const before = heldIds.length ? accuracy(model, heldIds, micro) : NaN;
+  const lm = heldIds.length ? likelihoodAccuracy(model, heldIds, micro) : NaN;
   log(
-    `train_rm: ${model.numParameters} parameters, ${trainIds.length} pairs; held-out accuracy ${(before * 100).toFixed(1)}%`,
+    `train_rm: ${model.numParameters} parameters, ${trainIds.length} pairs; held-out accuracy ${(before * 100).toFixed(1)}% (the LM's own likelihood prefers the chosen answer in ${(lm * 100).toFixed(1)}%)`,
   );
   let order = shuffle(
     trainIds.map((_, i) => i),
@@ -229,6 +249,7 @@ export async function trainRm(o: RmOptions): Promise<RmResult> {
     finalLoss: lastLoss,
     evalAccuracyBefore: before,
     evalAccuracy: after,
+    lmAccuracy: lm,
   };
   writeFileSync(join(o.savePath, 'training_summary.json'), JSON.stringify(result, null, 2) + '\n');
   log(

@@ -7,6 +7,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { serveModel } from '../../gateway/serve.ts';
+import { serveRewardModel } from '../../roles/reward-server.ts';
 import { badEngineUrl, engineUrls } from '../../train/ppo/flags.ts';
 import { readEnv } from '../../runtime/env.ts';
 import { onLauncherExit } from '../launcher-exit.ts';
@@ -15,6 +16,7 @@ import { CliError } from '../client.ts';
 /** Flags of `rtjob serve`, as commander hands them over. */
 export interface ServeFlags {
   pretrain?: string;
+  rewardModel?: string;
   host: string;
   port: string;
   apiKey?: string;
@@ -35,6 +37,7 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
   const port = Number(f.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535)
     throw new CliError(`--port: expected 0-65535, got '${f.port}'`, 2);
+  if (f.rewardModel !== undefined) return serveRewardCommand(f, port);
   const maxTokens = f.maxTokens === undefined ? undefined : Number(f.maxTokens);
   if (maxTokens !== undefined && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
     throw new CliError(`--max-tokens: expected an integer >= 1, got '${f.maxTokens}'`, 2);
@@ -93,6 +96,12 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
       // Anthropic's SDK appends /v1/messages to its baseURL itself.
       `  new Anthropic({ baseURL: '${gateway.baseURL.replace(/\/v1$/, '')}', apiKey: '<key>' }).messages.create({ model: '${gateway.model}', max_tokens: 256, messages })\n`,
   );
+  await untilStopped();
+  await served.close();
+}
+
+/** Resolves on SIGINT, SIGTERM or the launcher's exit. */
+async function untilStopped(): Promise<void> {
   let cancel = () => {};
   await new Promise<void>((resolve) => {
     process.once('SIGINT', resolve);
@@ -100,5 +109,39 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
     cancel = onLauncherExit(resolve);
   });
   cancel();
+}
+
+/** `rtjob serve --reward-model DIR`: `roles/reward-server.ts` until SIGINT or SIGTERM. */
+async function serveRewardCommand(f: ServeFlags, port: number): Promise<void> {
+  const generation = ['pretrain', 'lora', 'engineUrl', 'model', 'maxTokens'] as const;
+  const clash = generation.find((k) => f[k] !== undefined);
+  if (clash !== undefined || f.engine !== 'builtin')
+    throw new CliError(
+      `--reward-model serves a reward model, not a policy: drop --${kebab(clash ?? 'engine')}`,
+      2,
+    );
+  const apiKey = f.apiKey ?? readEnv('RTJOB_SERVE_API_KEY');
+  let served;
+  try {
+    served = await serveRewardModel({
+      rewardModel: f.rewardModel!,
+      host: f.host,
+      port,
+      ...(apiKey ? { apiKey } : {}),
+    });
+  } catch (err) {
+    throw new CliError((err as Error).message, 2);
+  }
+  process.stdout.write(
+    `serving reward model ${f.rewardModel} at ${served.url}\n` +
+      `api key: ${served.apiKey}\n` +
+      `  RTJOB_REMOTE_RM_API_KEY=<key> rtjob submit -- train_ppo --remote-rm-url ${served.url}\n` +
+      `  curl -H 'authorization: Bearer <key>' -d '{"query": ["..."]}' ${served.url}\n`,
+  );
+  await untilStopped();
   await served.close();
+}
+
+function kebab(k: string): string {
+  return k.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
 }

@@ -28,6 +28,8 @@ export interface HttpCallOptions {
    * the body) instead of being returned as text. @default false
    */
   expectJson?: boolean;
+  /** Extra request headers (e.g. `authorization`). */
+  headers?: Record<string, string>;
 }
 
 /**
@@ -177,9 +179,12 @@ function exchange(
       method,
       // `false`: a connection of its own, closed after the answer.
       agent: fresh ? false : agent,
-      headers: payload
-        ? { 'content-type': 'application/json', 'content-length': payload.length }
-        : {},
+      headers: {
+        ...opts.headers,
+        ...(payload
+          ? { 'content-type': 'application/json', 'content-length': payload.length }
+          : {}),
+      },
     });
     req.on('response', (res) => {
       gotAnswer = true;

@@ -57,6 +57,8 @@ test('training on a file lowers the loss, beats chance on its held-out pairs, an
     verbose: false,
   });
   assert.ok(r.finalLoss < 0.5, `loss well below ln 2 (chance): ${r.finalLoss}`);
+  // What the starting LM's likelihood prefers, reported beside the head's accuracy.
+  assert.ok(r.lmAccuracy >= 0 && r.lmAccuracy <= 1, `LM preference ${r.lmAccuracy}`);
   assert.ok(
     r.evalAccuracy > 0.9,
     `held-out accuracy ${r.evalAccuracy} (before ${r.evalAccuracyBefore})`,

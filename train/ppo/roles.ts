@@ -11,6 +11,7 @@ import { Rollout } from '../../roles/rollout.ts';
 import { Trainer } from '../../roles/trainer.ts';
 import { join, resolve } from 'node:path';
 import { get, ObjectRef } from '../../runtime/api.ts';
+import { readEnv } from '../../runtime/env.ts';
 import type { RefOr } from '../../runtime/handles.ts';
 import { loraSpecOf, policyIsLora } from '../lora-flags.ts';
 import type { RolloutLora } from '../../roles/rollout-engine.ts';
@@ -176,6 +177,10 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
               maxBatch: o.remoteRmBatchSize,
               timeoutMs: o.remoteRmTimeoutMs,
               retries: o.remoteRmRetries,
+              // `rtjob serve --reward-model` wants its key; OpenRLHF's serve_rm takes none.
+              ...(readEnv('RTJOB_REMOTE_RM_API_KEY') !== undefined
+                ? { apiKey: readEnv('RTJOB_REMOTE_RM_API_KEY')! }
+                : {}),
             },
           }
         : {}),

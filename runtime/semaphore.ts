@@ -1,5 +1,12 @@
-/** A counting semaphore: at most `permits` holders at once, waiters served in FIFO order. */
-import { InvalidArgumentError } from '../runtime/errors.ts';
+/**
+ * A counting semaphore, for bounding work in flight: agent episodes per engine
+ * (`agents/episode-runner.ts`), an LLM judge's requests (`rewards/judge.ts`).
+ *
+ * @module
+ */
+import { InvalidArgumentError } from './errors.ts';
+
+/** At most `permits` holders at once, waiters served in FIFO order. */
 export class Semaphore {
   private free: number;
   private readonly waiters: (() => void)[] = [];
