@@ -248,6 +248,22 @@ export function backendOnHost(): boolean {
   return currentDriver()?.onHost ?? true;
 }
 
+/**
+ * Reads `tensors` into host memory asynchronously, all in one round trip, so that the
+ * synchronous reads that follow (`dataSync` in weight exports and checkpoints) succeed on every
+ * backend: a backend that keeps tensors on a device (webgpu) keeps a host copy of what it read
+ * for as long as the tensor lives (a trained variable becomes a new tensor at each step). Where
+ * tensors are read synchronously anyway ({@link backendOnHost}) it does nothing.
+ *
+ * @example
+ * await readToHost(model.params.values());
+ * const weights = model.exportWeights(); // now also on webgpu
+ */
+export async function readToHost(tensors: Iterable<tf.Tensor>): Promise<void> {
+  if (backendOnHost()) return;
+  await Promise.all(Array.from(tensors, (t) => t.data()));
+}
+
 const gib = (b: number): string => (b / 2 ** 30).toFixed(2);
 
 /**

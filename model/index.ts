@@ -4,7 +4,7 @@
  * @example
  * import { loadModel, forwardLogprobs } from './model/index.ts';
  * const { model, tokenizer } = await loadModel('model/pretrained/rtjob-tiny-math');
- * const { logprobs } = forwardLogprobs(model, [tokenizer!.encode('<|user|>What is 2+3?')]);
+ * const { logprobs } = await forwardLogprobs(model, [tokenizer!.encode('<|user|>What is 2+3?')]);
  *
  * @module
  */

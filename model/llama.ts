@@ -11,7 +11,7 @@
  *
  * @module
  */
-import { assertBackendRoom, backendOnHost, tf } from './backend.ts';
+import { assertBackendRoom, backendOnHost, readToHost, tf } from './backend.ts';
 import { isIgnorableTensor, parameterShapes, ropeInvFreq, type LlamaConfig } from './config.ts';
 import { fusedAttention, fusedAttentionWithCache } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
@@ -668,6 +668,16 @@ export class CausalLM {
   values(hidden: tf.Tensor3D): tf.Tensor2D {
     const [B, T] = hidden.shape;
     return tf.reshape(this.linear(hidden, valueHeadName), [B, T]) as tf.Tensor2D;
+  }
+
+  /**
+   * Reads the tensors the exports copy out (every weight, or with an adapter attached the
+   * adapter and a value head) into host memory asynchronously (`readToHost`), so that
+   * {@link exportWeights}, `lora.exportAdapter()` and checkpoints work on a backend that cannot
+   * read synchronously (webgpu). A no-op where tensors are read synchronously anyway.
+   */
+  async readToHost(): Promise<void> {
+    await readToHost(this.trainableParams().values());
   }
 
   /** Copies every weight out as float32 arrays in HF naming (`lm_head.weight` only when untied). */

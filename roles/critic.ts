@@ -13,7 +13,7 @@ import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
 import { forwardLogprobs, ModelTrainer, tokenStats } from '../model/training.ts';
 import type { LrScheduleOptions } from '../model/lr-schedule.ts';
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
-import { valueLoss } from '../algorithms/value-loss.ts';
+import { readValueLossChecks, valueLoss } from '../algorithms/value-loss.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
 import { microBatchLayout } from './micro-batch.ts';
 import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
@@ -87,8 +87,8 @@ export class Critic {
   }
 
   /** Value rows (length L−1): position i is the state before token i+1. */
-  values(seqs: number[][], microBatchSize = 16): number[][] {
-    const raw = forwardLogprobs(this.model, seqs, { values: true, microBatchSize }).values!;
+  async values(seqs: number[][], microBatchSize = 16): Promise<number[][]> {
+    const raw = (await forwardLogprobs(this.model, seqs, { values: true, microBatchSize })).values!;
     return raw.map((r) => r.slice(0, r.length - 1));
   }
 
@@ -121,8 +121,8 @@ export class Critic {
     });
     for (const step of batches) {
       let local = 0;
-      await accumulateMicroBatches(this.opt, step, (micro, weights) => {
-        local += this.opt.accumulate(() => {
+      await accumulateMicroBatches(this.opt, step, async (micro, weights) => {
+        const r = await this.opt.accumulateAsync(() => {
           const layout = microBatchLayout(
             micro.map((x) => Array.from(x.inputIds)),
             this.init.packingSamples ?? false,
@@ -130,7 +130,7 @@ export class Critic {
           const rows = (get: (x: CriticSample, i: number) => ArrayLike<number>): tf.Tensor2D =>
             layout.rows(micro.map(get));
           const { packed } = layout;
-          return valueLoss(
+          const { loss, checks } = valueLoss(
             {
               values: tokenStats(this.model, layout.ids, {
                 values: true,
@@ -143,17 +143,20 @@ export class Critic {
             },
             { ...agg, valueClip: this.init.valueClip ?? 0.5 },
           );
-        });
+          return { loss, extras: checks };
+        }, readValueLossChecks);
+        local += r.loss;
       });
       loss += (await this.dp.reduce(this.opt, [local])).stats[0]!;
-      lr = this.opt.step({ scale: 1 }).lr;
+      lr = (await this.opt.stepAsync({ scale: 1 })).lr;
       steps++;
     }
     return { valueLoss: loss / Math.max(1, steps), optimizerSteps: steps, lr };
   }
 
   /** Saves the value model and its optimizer state under `dir` (an HF directory with a value head). */
-  saveCheckpoint(dir: string): void {
+  async saveCheckpoint(dir: string): Promise<void> {
+    await this.opt.readToHost();
     this.opt.saveCheckpoint(dir, { role: 'critic' }, { tokenizerFrom: this.init.pretrain });
   }
 

@@ -30,7 +30,7 @@ export class Reference {
   }
 
   /** Next-token logprob rows (length L−1), aligned like `algorithms/experience.ts`. */
-  logprobs(seqs: number[][], microBatchSize = 16): number[][] {
+  logprobs(seqs: number[][], microBatchSize = 16): Promise<number[][]> {
     return nextTokenLogprobs(this.model, seqs, {
       temperature: this.init.temperature ?? 1,
       microBatchSize,

@@ -76,7 +76,7 @@ test('logprobs of sampled tokens agree with the trainer recompute at the same te
       ),
     );
     const seqs = rs.map((r, i) => [...prompts[i]!, ...r.outputTokens]);
-    const { logprobs } = forwardLogprobs(m, seqs, { temperature });
+    const { logprobs } = await forwardLogprobs(m, seqs, { temperature });
     rs.forEach((r, i) => {
       const recomputed = logprobs[i]!.slice(prompts[i]!.length);
       r.outputLogprobs.forEach((lp, t) =>
