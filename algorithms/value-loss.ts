@@ -59,7 +59,10 @@ const finiteChecked = ['oldValues', 'returns'] as const;
  * const { loss, checks } = valueLoss(inputs, { valueClip: 0.5 });
  * readValueLossChecks(await checks.data()); // throws on non-finite inputs
  */
-export function valueLoss(inputs: ValueLossInputs, opts: ValueLossOptions = {}): ValueLossEvaluation {
+export function valueLoss(
+  inputs: ValueLossInputs,
+  opts: ValueLossOptions = {},
+): ValueLossEvaluation {
   const clip = opts.valueClip === undefined ? valueLossDefaults.valueClip : opts.valueClip;
   if (clip !== null && !(clip >= 0 && Number.isFinite(clip)))
     throw invalidOption('--value-clip', `must be a finite number >= 0 (got ${clip})`);

@@ -144,6 +144,8 @@ export const backendDrivers: Record<BackendName, BackendDriver> = {
 const automaticOrder: BackendName[] = ['torch', 'wasm'];
 
 let current: Promise<BackendName> | undefined;
+/** The backend asked for while {@link initBackend} is starting it. */
+let starting: string | undefined;
 const announced = new Set<BackendName>();
 
 type ProcessEvent = 'uncaughtException' | 'unhandledRejection';
@@ -205,8 +207,11 @@ async function chooseAndStart(want: BackendName | undefined): Promise<[BackendNa
  */
 export function initBackend(preferred?: BackendName): Promise<BackendName> {
   const raw = preferred ?? readEnv('RTJOB_TF_BACKEND');
-  if (current && (!raw || tf.getBackend() === raw)) return current;
+  // The roles of an in-process run load their models at once: one start of a backend serves
+  // them all (a second would ask the GPU adapter for a second device).
+  if (current && (!raw || tf.getBackend() === raw || raw === starting)) return current;
   const before = processListeners();
+  starting = raw;
   current = (async (): Promise<BackendName> => {
     const want = raw === undefined ? undefined : checkName(raw);
     const [chosen, detail] = await chooseAndStart(want);
@@ -220,7 +225,7 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
     }
     announced.add(chosen);
     return chosen;
-  })();
+  })().finally(() => (starting = undefined));
   return current;
 }
 

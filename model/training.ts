@@ -542,7 +542,10 @@ export class ModelTrainer {
    * synchronously (webgpu).
    */
   async readToHost(): Promise<void> {
-    await Promise.all([this.model.readToHost(), readToHost([...this.m.values(), ...this.v.values()])]);
+    await Promise.all([
+      this.model.readToHost(),
+      readToHost([...this.m.values(), ...this.v.values()]),
+    ]);
   }
 
   /** Optimizer moments as named tensors (`adam.m.<name>`, `adam.v.<name>`). */

@@ -35,7 +35,11 @@ test('masked tokens are ignored; non-finite inputs are reported by the checks re
   readValueLossChecks(v.checks.dataSync());
   const bad = (field: 'returns' | 'oldValues', x: number) =>
     valueLoss({ ...inputs(), values: tf.tensor([1, 1]), [field]: tf.tensor([x, 1]) }).checks;
-  throwsCode(() => readValueLossChecks(bad('returns', NaN).dataSync()), 'NON_FINITE_INPUT', 'returns');
+  throwsCode(
+    () => readValueLossChecks(bad('returns', NaN).dataSync()),
+    'NON_FINITE_INPUT',
+    'returns',
+  );
   throwsCode(
     () => readValueLossChecks(bad('oldValues', -Infinity).dataSync()),
     'NON_FINITE_INPUT',

@@ -110,7 +110,10 @@ test("a LoRA trainer publishes only its adapter, and the engine that loads it co
   assert.ok(r.outputVersions.every((v) => v === 1));
   // The base is the reference: the adapter left out gives the untrained model's logprobs.
   assert.ok(maxAbsDiff((await trainer.referenceLogprobs([seq]))[0]!, base[0]!) === 0);
-  assert.ok(maxAbsDiff((await trainer.logprobs([seq]))[0]!, base[0]!) > 1e-4, 'the adapter trained');
+  assert.ok(
+    maxAbsDiff((await trainer.logprobs([seq]))[0]!, base[0]!) > 1e-4,
+    'the adapter trained',
+  );
   trainer.dispose();
   await engine.close();
 });
