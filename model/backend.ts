@@ -137,11 +137,11 @@ export const backendDrivers: Record<BackendName, BackendDriver> = {
 
 /**
  * The automatic choice, fastest first; the last one always starts: torch where libtorch has CUDA
- * and a GPU is visible, else wasm. `webgpu` is not in it yet,
- * although its `auto()` knows a hardware adapter: decoding and the trainer read tensors
- * synchronously (`dataSync`), which WebGPU cannot do in Node, so it runs only where named.
+ * and a GPU is visible, else webgpu on a hardware adapter (a Mac's Metal GPU, or any GPU without
+ * CUDA; never a software one such as SwiftShader), else wasm. Every model path a program runs
+ * reads tensors asynchronously, which webgpu needs in Node.
  */
-const automaticOrder: BackendName[] = ['torch', 'wasm'];
+const automaticOrder: BackendName[] = ['torch', 'webgpu', 'wasm'];
 
 let current: Promise<BackendName> | undefined;
 /** The backend asked for while {@link initBackend} is starting it. */

@@ -671,13 +671,18 @@ export class CausalLM {
   }
 
   /**
-   * Reads the tensors the exports copy out (every weight, or with an adapter attached the
-   * adapter and a value head) into host memory asynchronously (`readToHost`), so that
-   * {@link exportWeights}, `lora.exportAdapter()` and checkpoints work on a backend that cannot
-   * read synchronously (webgpu). A no-op where tensors are read synchronously anyway.
+   * Reads tensors into host memory asynchronously (`readToHost`), so that the exports that
+   * follow work on a backend that cannot read synchronously (webgpu): by default the trained
+   * ones ({@link trainableParams}: what a trainer publishes and checkpoints), with `all` every
+   * weight and the adapter ({@link exportWeights} and `lora.exportAdapter()` together). A no-op
+   * where tensors are read synchronously anyway.
    */
-  async readToHost(): Promise<void> {
-    await readToHost(this.trainableParams().values());
+  async readToHost(opts: { all?: boolean } = {}): Promise<void> {
+    await readToHost(
+      opts.all
+        ? [...this.params.values(), ...(this.lora?.vars.values() ?? [])]
+        : this.trainableParams().values(),
+    );
   }
 
   /** Copies every weight out as float32 arrays in HF naming (`lm_head.weight` only when untied). */

@@ -276,7 +276,7 @@ async function sftRun(
     let lossSum = 0;
     for (let m = 0; m < batch.length; m += micro) {
       const mb = batch.slice(m, m + micro);
-      lossSum += trainer.accumulate(() => {
+      lossSum += await trainer.accumulateAsync(() => {
         if (o.packingSamples) {
           const p = packBatch(mb.map((e) => e.ids));
           // Token 0 of each sequence is never a target (the packed row would train it across).
@@ -300,7 +300,7 @@ async function sftRun(
       tokens += n;
       windowTokens += n;
     }
-    const st = trainer.step();
+    const st = await trainer.stepAsync();
     lastLoss = lossSum / Math.ceil(batch.length / micro);
     const stepEnd = performance.now();
     logStep(st.step, {
@@ -327,6 +327,7 @@ async function sftRun(
       // The in-place update path of every engine: the builtin engine computes with `model` already,
       // llama.cpp gets the tensors written into its GGUF.
       // With LoRA the adapter alone moves (the builtin engine already computes with it).
+      await model.readToHost();
       await engine.updateWeights(
         model.lora
           ? { kind: 'lora', adapter: model.lora.exportAdapter() }
@@ -342,6 +343,7 @@ async function sftRun(
       );
     }
     if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last)) {
+      await trainer.readToHost();
       trainer.saveCheckpoint(
         o.ckptPath,
         { dataset },
@@ -350,6 +352,7 @@ async function sftRun(
     }
     if (o.signal?.aborted) {
       log(`train_sft: stopping at step ${st.step} on request`);
+      await trainer.readToHost();
       if (o.ckptPath)
         trainer.saveCheckpoint(
           o.ckptPath,
@@ -371,6 +374,7 @@ async function sftRun(
     }
   }
   const trainSeconds = (performance.now() - started) / 1000;
+  await model.readToHost();
   if (model.lora) writeLoraAdapter(o.savePath, model.lora.exportAdapter());
   else
     saveModel(o.savePath, model, {
