@@ -6,7 +6,7 @@
  */
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
-import { nextTokenLogprobs } from '../model/training.ts';
+import { nextTokenLogprobs } from '../model/sequence-logprobs.ts';
 import { backendDescription } from '../model/backend.ts';
 
 /** How the Reference is built. */

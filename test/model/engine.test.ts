@@ -9,7 +9,7 @@ import { initBackend, tf } from '../../model/backend.ts';
 import { builtinTokenizerFiles } from '../../model/builtin.ts';
 import { saveModel } from '../../model/checkpoint.ts';
 import { recomputeLastLogits } from '../../model/kv-cache.ts';
-import { forwardLogprobs } from '../../model/training.ts';
+import { forwardLogprobs } from '../../model/sequence-logprobs.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 import type { CausalLM } from '../../model/llama.ts';
 

@@ -3,13 +3,8 @@ import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../model/backend.ts';
 import { BuiltinEngine } from '../../engines/builtin/engine.ts';
 import { learningRate } from '../../model/lr-schedule.ts';
-import {
-  forwardLogprobs,
-  maskedNllLoss,
-  ModelTrainer,
-  padBatch,
-  tokenStats,
-} from '../../model/training.ts';
+import { forwardLogprobs } from '../../model/sequence-logprobs.ts';
+import { maskedNllLoss, ModelTrainer, padBatch, tokenStats } from '../../model/training.ts';
 import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 const seqs = [
