@@ -41,7 +41,7 @@ export type {
   BufferStats,
   TrajectoryBufferOptions,
 } from './trajectory-buffer.ts';
-export type { ValueLossInputs, ValueLossOptions } from './value-loss.ts';
+export type { ValueLossEvaluation, ValueLossInputs, ValueLossOptions } from './value-loss.ts';
 
 export {
   ADVANTAGE_ESTIMATORS,
@@ -94,4 +94,4 @@ export {
 export { RewardNormalizer } from './reward-normalizer.ts';
 export { StalenessThrottle, stalenessStats } from './staleness.ts';
 export { BufferSlot, TrajectoryBuffer } from './trajectory-buffer.ts';
-export { valueLoss, valueLossDefaults } from './value-loss.ts';
+export { readValueLossChecks, valueLoss, valueLossDefaults } from './value-loss.ts';

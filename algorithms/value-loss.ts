@@ -1,12 +1,12 @@
 /**
  * The critic's loss in TF.js: `0.5·agg(max((V_old + clip(V − V_old, ±ε_v) − R)², (V − R)²))`, or
- * `0.5·agg((V − R)²)` without value clipping.
+ * `0.5·agg((V − R)²)` without value clipping, with its input checks read back beside the loss.
  *
  * @module
  */
 import * as tf from '@tensorflow/tfjs';
-import { invalidOption } from './errors.ts';
-import { aggregateLoss, assertFiniteTensor, type AggregationOptions } from './loss-aggregation.ts';
+import { AlgorithmError, invalidOption } from './errors.ts';
+import { aggregateLoss, type AggregationOptions } from './loss-aggregation.ts';
 
 /** Options of {@link valueLoss}. */
 export interface ValueLossOptions extends AggregationOptions {
@@ -35,15 +35,38 @@ export interface ValueLossInputs {
   weights?: tf.Tensor;
 }
 
-/** The clipped value loss; differentiable in `values`. */
-export function valueLoss(inputs: ValueLossInputs, opts: ValueLossOptions = {}): tf.Scalar {
+/** {@link valueLoss}'s result: the loss and its input checks, to read back in one sync. */
+export interface ValueLossEvaluation {
+  /** Differentiable in `values`. */
+  loss: tf.Scalar;
+  /**
+   * One value per checked input (`oldValues`, `returns`), NaN where that input holds NaN or
+   * Infinity (0 without `checkFinite`): read it with {@link readValueLossChecks} in the same sync
+   * as the loss.
+   */
+  checks: tf.Tensor1D;
+}
+
+/** Inputs whose NaN/Inf `checkFinite` refuses, in the order of their values in `checks`. */
+const finiteChecked = ['oldValues', 'returns'] as const;
+
+/**
+ * The clipped value loss, with its finiteness checks as values instead of a device sync each (a
+ * backend that keeps tensors on a GPU cannot read them synchronously; elsewhere it saves the
+ * round trips).
+ *
+ * @example
+ * const { loss, checks } = valueLoss(inputs, { valueClip: 0.5 });
+ * readValueLossChecks(await checks.data()); // throws on non-finite inputs
+ */
+export function valueLoss(
+  inputs: ValueLossInputs,
+  opts: ValueLossOptions = {},
+): ValueLossEvaluation {
   const clip = opts.valueClip === undefined ? valueLossDefaults.valueClip : opts.valueClip;
   if (clip !== null && !(clip >= 0 && Number.isFinite(clip)))
     throw invalidOption('--value-clip', `must be a finite number >= 0 (got ${clip})`);
-  if (opts.checkFinite ?? true) {
-    assertFiniteTensor(inputs.oldValues, 'oldValues');
-    assertFiniteTensor(inputs.returns, 'returns');
-  }
+  const check = opts.checkFinite ?? valueLossDefaults.checkFinite;
   return tf.tidy(() => {
     const { values, oldValues, returns } = inputs;
     let perToken = tf.square(tf.sub(values, returns));
@@ -56,6 +79,27 @@ export function valueLoss(inputs: ValueLossInputs, opts: ValueLossOptions = {}):
     };
     if (opts.lossNormConstant !== undefined) agg.lossNormConstant = opts.lossNormConstant;
     if (inputs.weights) agg.weights = inputs.weights;
-    return tf.mul(aggregateLoss(perToken, inputs.mask, agg), 0.5) as tf.Scalar;
+    const loss = tf.mul(aggregateLoss(perToken, inputs.mask, agg), 0.5) as tf.Scalar;
+    // Σ t·0 is 0 when every value is finite and NaN otherwise.
+    const checks = tf.stack(
+      finiteChecked.map((f) => (check ? tf.sum(tf.mul(inputs[f], 0)) : tf.scalar(0))),
+    ) as tf.Tensor1D;
+    return { loss, checks };
+  });
+}
+
+/**
+ * Throws `NON_FINITE_INPUT` naming the first input that held NaN or Infinity, from the `checks`
+ * of {@link valueLoss} read back.
+ */
+export function readValueLossChecks(checks: ArrayLike<number>): void {
+  finiteChecked.forEach((field, i) => {
+    if (!Number.isFinite(checks[i] ?? 0)) {
+      throw new AlgorithmError(
+        'NON_FINITE_INPUT',
+        `${field} holds NaN or Infinity; every value must be finite`,
+        { field },
+      );
+    }
   });
 }

@@ -137,13 +137,15 @@ export const backendDrivers: Record<BackendName, BackendDriver> = {
 
 /**
  * The automatic choice, fastest first; the last one always starts: torch where libtorch has CUDA
- * and a GPU is visible, else wasm. `webgpu` is not in it yet,
- * although its `auto()` knows a hardware adapter: decoding and the trainer read tensors
- * synchronously (`dataSync`), which WebGPU cannot do in Node, so it runs only where named.
+ * and a GPU is visible, else webgpu on a hardware adapter (a Mac's Metal GPU, or any GPU without
+ * CUDA; never a software one such as SwiftShader), else wasm. Every model path a program runs
+ * reads tensors asynchronously, which webgpu needs in Node.
  */
-const automaticOrder: BackendName[] = ['torch', 'wasm'];
+const automaticOrder: BackendName[] = ['torch', 'webgpu', 'wasm'];
 
 let current: Promise<BackendName> | undefined;
+/** The backend asked for while {@link initBackend} is starting it. */
+let starting: string | undefined;
 const announced = new Set<BackendName>();
 
 type ProcessEvent = 'uncaughtException' | 'unhandledRejection';
@@ -205,8 +207,11 @@ async function chooseAndStart(want: BackendName | undefined): Promise<[BackendNa
  */
 export function initBackend(preferred?: BackendName): Promise<BackendName> {
   const raw = preferred ?? readEnv('RTJOB_TF_BACKEND');
-  if (current && (!raw || tf.getBackend() === raw)) return current;
+  // The roles of an in-process run load their models at once: one start of a backend serves
+  // them all (a second would ask the GPU adapter for a second device).
+  if (current && (!raw || tf.getBackend() === raw || raw === starting)) return current;
   const before = processListeners();
+  starting = raw;
   current = (async (): Promise<BackendName> => {
     const want = raw === undefined ? undefined : checkName(raw);
     const [chosen, detail] = await chooseAndStart(want);
@@ -220,7 +225,7 @@ export function initBackend(preferred?: BackendName): Promise<BackendName> {
     }
     announced.add(chosen);
     return chosen;
-  })();
+  })().finally(() => (starting = undefined));
   return current;
 }
 
@@ -246,6 +251,22 @@ export function currentDriver(): BackendDriver | undefined {
 /** Whether the current backend keeps tensors in host memory (see {@link BackendDriver.onHost}). */
 export function backendOnHost(): boolean {
   return currentDriver()?.onHost ?? true;
+}
+
+/**
+ * Reads `tensors` into host memory asynchronously, all in one round trip, so that the
+ * synchronous reads that follow (`dataSync` in weight exports and checkpoints) succeed on every
+ * backend: a backend that keeps tensors on a device (webgpu) keeps a host copy of what it read
+ * for as long as the tensor lives (a trained variable becomes a new tensor at each step). Where
+ * tensors are read synchronously anyway ({@link backendOnHost}) it does nothing.
+ *
+ * @example
+ * await readToHost(model.params.values());
+ * const weights = model.exportWeights(); // now also on webgpu
+ */
+export async function readToHost(tensors: Iterable<tf.Tensor>): Promise<void> {
+  if (backendOnHost()) return;
+  await Promise.all(Array.from(tensors, (t) => t.data()));
 }
 
 const gib = (b: number): string => (b / 2 ** 30).toFixed(2);

@@ -4,7 +4,7 @@
  * @example
  * import { loadModel, forwardLogprobs } from './model/index.ts';
  * const { model, tokenizer } = await loadModel('model/pretrained/rtjob-tiny-math');
- * const { logprobs } = forwardLogprobs(model, [tokenizer!.encode('<|user|>What is 2+3?')]);
+ * const { logprobs } = await forwardLogprobs(model, [tokenizer!.encode('<|user|>What is 2+3?')]);
  *
  * @module
  */
@@ -18,13 +18,8 @@ export type { TrainingMemory, TrainingMemoryOptions } from './memory.ts';
 export type { CheckpointWeights, LoadedModel, SaveModelOptions } from './checkpoint.ts';
 export type { ChatMessage, ChatTemplateOptions, ChatToolCall } from './tokenizer.ts';
 export type { LrScheduleOptions, LrScheduler } from './lr-schedule.ts';
-export type {
-  PaddedBatch,
-  SequenceLogprobs,
-  StepStats,
-  TokenStats,
-  TrainerOptions,
-} from './training.ts';
+export type { SequenceLogprobs } from './sequence-logprobs.ts';
+export type { PaddedBatch, StepStats, TokenStats, TrainerOptions } from './training.ts';
 export type { SamplingParams } from './sampling.ts';
 
 export { initBackend, tf } from './backend.ts';
@@ -57,7 +52,8 @@ export { builtinTokenizerFiles, builtinChatTemplate, tinyMathConfig } from './bu
 export { BatchKVCache, decodeStep, prefill, recomputeLastLogits } from './kv-cache.ts';
 export { sampleToken, seededRandom } from './sampling.ts';
 export { learningRate, LR_SCHEDULERS } from './lr-schedule.ts';
-export { forwardLogprobs, maskedNllLoss, ModelTrainer, padBatch, tokenStats } from './training.ts';
+export { maskedNllLoss, ModelTrainer, padBatch, tokenStats } from './training.ts';
+export { forwardLogprobs } from './sequence-logprobs.ts';
 export { packBatch } from './batches.ts';
 export { parameterCount, trainingMemory } from './memory.ts';
 /** The shipped warm-start checkpoint (HF format). */

@@ -11,7 +11,7 @@
  *
  * @module
  */
-import { assertBackendRoom, backendOnHost, tf } from './backend.ts';
+import { assertBackendRoom, backendOnHost, readToHost, tf } from './backend.ts';
 import { isIgnorableTensor, parameterShapes, ropeInvFreq, type LlamaConfig } from './config.ts';
 import {
   fusedAttention,
@@ -683,6 +683,21 @@ export class CausalLM {
   values(hidden: tf.Tensor3D): tf.Tensor2D {
     const [B, T] = hidden.shape;
     return tf.reshape(this.linear(hidden, valueHeadName), [B, T]) as tf.Tensor2D;
+  }
+
+  /**
+   * Reads tensors into host memory asynchronously (`readToHost`), so that the exports that
+   * follow work on a backend that cannot read synchronously (webgpu): by default the trained
+   * ones ({@link trainableParams}: what a trainer publishes and checkpoints), with `all` every
+   * weight and the adapter ({@link exportWeights} and `lora.exportAdapter()` together). A no-op
+   * where tensors are read synchronously anyway.
+   */
+  async readToHost(opts: { all?: boolean } = {}): Promise<void> {
+    await readToHost(
+      opts.all
+        ? [...this.params.values(), ...(this.lora?.vars.values() ?? [])]
+        : this.trainableParams().values(),
+    );
   }
 
   /** Copies every weight out as float32 arrays in HF naming (`lm_head.weight` only when untied). */

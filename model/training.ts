@@ -9,14 +9,14 @@
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { assertBackendRoom, tf } from './backend.ts';
+import { assertBackendRoom, readToHost, tf } from './backend.ts';
 import { adamwImpls, sumOfSquaresImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
 import { isLoraAdapterDir } from './lora-adapter.ts';
 import { loadLoraCheckpoint, saveLoraCheckpoint } from './lora-spec.ts';
 import { assertTrainingPassRoom, trainingMemory } from './memory.ts';
-import { padBatch, type PackedBatch } from './batches.ts';
+import type { PackedBatch } from './batches.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
@@ -83,75 +83,6 @@ export function tokenStats(
   if (opts.entropy) stats.entropy = tf.neg(tf.sum(tf.mul(tf.exp(logp), logp), -1)) as tf.Tensor2D;
   if (opts.values) stats.values = model.values(out.hidden);
   return stats;
-}
-
-/** Plain-array result of {@link forwardLogprobs}; index i describes token i (0 at i = 0). */
-export interface SequenceLogprobs {
-  logprobs: number[][];
-  entropy?: number[][];
-  values?: number[][];
-}
-
-/**
- * Logprobs (and optionally entropy / values) of given sequences, without gradients, aligned with
- * `Trajectory`: entry i is log p(token i | tokens < i); entry 0 is 0. Sequences are processed in
- * micro-batches of `microBatchSize` rows.
- */
-export function forwardLogprobs(
-  model: CausalLM,
-  seqs: number[][],
-  opts: {
-    temperature?: number;
-    entropy?: boolean;
-    values?: boolean;
-    microBatchSize?: number;
-    padId?: number;
-  } = {},
-): SequenceLogprobs {
-  const mb = opts.microBatchSize ?? 16;
-  const res: SequenceLogprobs = { logprobs: [] };
-  if (opts.entropy) res.entropy = [];
-  if (opts.values) res.values = [];
-  for (let i = 0; i < seqs.length; i += mb) {
-    const chunk = seqs.slice(i, i + mb);
-    const arrays = tf.tidy(() => {
-      const { ids, T } = padBatch(
-        chunk.map((s) => (s.length < 2 ? [...s, opts.padId ?? 0] : s)),
-        opts.padId ?? 0,
-      );
-      const st = tokenStats(model, ids, { ...opts, grad: false });
-      return {
-        T,
-        lp: st.logprobs.dataSync(),
-        ent: st.entropy?.dataSync(),
-        val: st.values?.dataSync(),
-      };
-    });
-    chunk.forEach((s, b) => {
-      const row = (a: ArrayLike<number>, shift: boolean): number[] => {
-        const o = new Array<number>(s.length).fill(0);
-        for (let t = 0; t < s.length - 1; t++) o[shift ? t + 1 : t] = a[b * (arrays.T - 1) + t]!;
-        return o;
-      };
-      res.logprobs.push(row(arrays.lp, true));
-      if (arrays.ent) res.entropy!.push(row(arrays.ent, true));
-      if (arrays.val) res.values!.push(row(arrays.val, false));
-    });
-  }
-  return res;
-}
-
-/**
- * Next-token logprob rows of each sequence (length L−1: entry i is log p(token i+1 | tokens ≤ i)),
- * without gradients, aligned like `algorithms/experience.ts`: what the trainer and the reference
- * roles answer.
- */
-export function nextTokenLogprobs(
-  model: CausalLM,
-  seqs: number[][],
-  opts: { temperature?: number; microBatchSize?: number } = {},
-): number[][] {
-  return forwardLogprobs(model, seqs, opts).logprobs.map((r) => r.slice(1));
 }
 
 /** Options of {@link ModelTrainer}. */
@@ -245,7 +176,8 @@ export class ModelTrainer {
 
   /**
    * Computes the gradients of `lossFn` (a scalar built from the model's forward pass) and adds
-   * them to the accumulator; returns the loss value.
+   * them to the accumulator; returns the loss value. Reads synchronously: on a backend that keeps
+   * tensors on a device (webgpu) use {@link accumulateAsync}.
    *
    * With `read`, `lossFn` also returns `extras`, a tensor of statistics from the same forward
    * (e.g. `ppoActorLossWithStats`'s sums): loss and extras are read back in one sync, and `read`
@@ -262,49 +194,64 @@ export class ModelTrainer {
     read?: (extras: Float32Array) => T,
   ): number | { loss: number; extras: T } {
     const pass = this.backward(lossFn);
+    return this.settle(pass, () => pass.values.dataSync() as Float32Array, read);
+  }
+
+  /**
+   * {@link accumulate} that reads loss and extras back asynchronously, in one round trip: the
+   * only way on a backend that cannot read a GPU tensor synchronously (webgpu in Node), and as
+   * good as a sync read elsewhere.
+   */
+  accumulateAsync(lossFn: () => tf.Scalar): Promise<number>;
+  accumulateAsync<T>(
+    lossFn: () => { loss: tf.Scalar; extras: tf.Tensor },
+    read: (extras: Float32Array) => T,
+  ): Promise<{ loss: number; extras: T }>;
+  async accumulateAsync<T>(
+    lossFn: (() => tf.Scalar) | (() => { loss: tf.Scalar; extras: tf.Tensor }),
+    read?: (extras: Float32Array) => T,
+  ): Promise<number | { loss: number; extras: T }> {
+    const pass = this.backward(lossFn);
+    let values: Float32Array;
+    try {
+      values = (await pass.values.data()) as Float32Array;
+    } catch (e) {
+      pass.values.dispose();
+      pass.grads.forEach((g) => g.dispose());
+      throw e;
+    }
+    return this.settle(pass, () => values, read);
+  }
+
+  /**
+   * Turns a pass's read-back `[loss, ...extras]` into the caller's result and, unless that throws,
+   * adds its gradients to the accumulator; frees the pass's tensors either way.
+   */
+  private settle<T>(
+    pass: { values: tf.Tensor1D; grads: Map<string, tf.Tensor> },
+    values: () => Float32Array,
+    read: ((extras: Float32Array) => T) | undefined,
+  ): number | { loss: number; extras: T } {
     let out: number | { loss: number; extras: T };
     try {
-      if (read && pass.extras) {
-        const e = pass.extras;
-        const all = tf.tidy(() => tf.concat([tf.reshape(pass.value, [1]), tf.reshape(e, [-1])]));
-        const values = all.dataSync() as Float32Array;
-        all.dispose();
-        out = { loss: values[0]!, extras: read(values.subarray(1)) };
-      } else out = pass.value.dataSync()[0]!;
+      const v = values();
+      out = read ? { loss: v[0]!, extras: read(v.subarray(1)) } : v[0]!;
     } catch (e) {
       pass.grads.forEach((g) => g.dispose());
       throw e;
     } finally {
-      pass.value.dispose();
-      pass.extras?.dispose();
+      pass.values.dispose();
     }
     this.addGrads(pass.grads);
     return out;
   }
 
   /**
-   * {@link accumulate} that reads the loss asynchronously: the only way on a backend that cannot
-   * read a GPU tensor synchronously (webgpu in Node).
+   * The gradients of `lossFn` and, in one tensor to read back at once, its loss followed by its
+   * extras (if any); nothing read back yet.
    */
-  async accumulateAsync(lossFn: () => tf.Scalar): Promise<number> {
-    const pass = this.backward(lossFn);
-    let loss: number;
-    try {
-      loss = ((await pass.value.data()) as Float32Array)[0]!;
-    } catch (e) {
-      pass.grads.forEach((g) => g.dispose());
-      throw e;
-    } finally {
-      pass.value.dispose();
-    }
-    this.addGrads(pass.grads);
-    return loss;
-  }
-
-  /** The loss, its extras and the gradients of `lossFn`, nothing read back yet. */
   private backward(lossFn: (() => tf.Scalar) | (() => { loss: tf.Scalar; extras: tf.Tensor })): {
-    value: tf.Scalar;
-    extras?: tf.Tensor;
+    values: tf.Tensor1D;
     grads: Map<string, tf.Tensor>;
   } {
     const vars = this.names.map((n) => this.vars.get(n)!);
@@ -315,8 +262,13 @@ export class ModelTrainer {
       extras = tf.keep(r.extras);
       return r.loss;
     }, vars);
+    const values = tf.tidy(() =>
+      tf.concat([tf.reshape(value, [1]), ...(extras ? [tf.reshape(extras, [-1])] : [])]),
+    ) as tf.Tensor1D;
+    value.dispose();
+    extras?.dispose();
     // Gradients are keyed by variable name, which carries a per-model suffix (see llama.ts).
-    return { value, grads: new Map(Object.entries(grads)), ...(extras ? { extras } : {}) };
+    return { values, grads: new Map(Object.entries(grads)) };
   }
 
   /** Adds one pass's gradients (keyed by variable name) to the accumulator. */
@@ -480,6 +432,18 @@ export class ModelTrainer {
     this.zeroGrad();
     this.stepCount++;
     return { step: this.stepCount, lr, gradNorm, microBatches: micro };
+  }
+
+  /**
+   * Reads what {@link saveCheckpoint} writes (the trained weights and the optimizer's moments)
+   * into host memory asynchronously (`readToHost`): call it first on a backend that cannot read
+   * synchronously (webgpu).
+   */
+  async readToHost(): Promise<void> {
+    await Promise.all([
+      this.model.readToHost(),
+      readToHost([...this.m.values(), ...this.v.values()]),
+    ]);
   }
 
   /** Optimizer moments as named tensors (`adam.m.<name>`, `adam.v.<name>`). */

@@ -10,11 +10,12 @@ import { backendDescription } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
-import { forwardLogprobs, ModelTrainer, tokenStats } from '../model/training.ts';
+import { ModelTrainer, tokenStats } from '../model/training.ts';
+import { forwardLogprobs } from '../model/sequence-logprobs.ts';
 import type { LrScheduleOptions } from '../model/lr-schedule.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
 import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
-import { valueLoss } from '../algorithms/value-loss.ts';
+import { readValueLossChecks, valueLoss } from '../algorithms/value-loss.ts';
 import type { Trajectory } from '../algorithms/trajectory.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
 import { fetchSequences, makeExperience, type StepBatch } from './experience.ts';
@@ -99,14 +100,14 @@ export class Critic {
   }
 
   /** Value rows (length L−1): position i is the state before token i+1. */
-  values(seqs: number[][], microBatchSize = 16): number[][] {
-    const raw = forwardLogprobs(this.model, seqs, { values: true, microBatchSize }).values!;
+  async values(seqs: number[][], microBatchSize = 16): Promise<number[][]> {
+    const raw = (await forwardLogprobs(this.model, seqs, { values: true, microBatchSize })).values!;
     return raw.map((r) => r.slice(0, r.length - 1));
   }
 
   /** {@link values} of the sequences of `batches` (fetched from the rollouts), handed off. */
   async valuesOf(batches: Handoff<Trajectory[]>[]): Promise<Handoff<number[][]>> {
-    return handOff(this.values(await fetchSequences(batches)));
+    return handOff(await this.values(await fetchSequences(batches)));
   }
 
   /**
@@ -159,8 +160,8 @@ export class Critic {
     });
     for (const step of batches) {
       let local = 0;
-      await accumulateMicroBatches(this.opt, step, (micro, weights) => {
-        local += this.opt.accumulate(() => {
+      await accumulateMicroBatches(this.opt, step, async (micro, weights) => {
+        const r = await this.opt.accumulateAsync(() => {
           const layout = microBatchLayout(
             micro.map((x) => Array.from(x.inputIds)),
             this.init.packingSamples ?? false,
@@ -168,7 +169,7 @@ export class Critic {
           const rows = (get: (x: CriticSample, i: number) => ArrayLike<number>): tf.Tensor2D =>
             layout.rows(micro.map(get));
           const { packed } = layout;
-          return valueLoss(
+          const { loss, checks } = valueLoss(
             {
               values: tokenStats(this.model, layout.ids, {
                 values: true,
@@ -181,17 +182,20 @@ export class Critic {
             },
             { ...agg, valueClip: this.init.valueClip ?? 0.5 },
           );
-        });
+          return { loss, extras: checks };
+        }, readValueLossChecks);
+        local += r.loss;
       });
       loss += (await this.dp.reduce(this.opt, [local])).stats[0]!;
-      lr = this.opt.step({ scale: 1 }).lr;
+      lr = (await this.opt.stepAsync({ scale: 1 })).lr;
       steps++;
     }
     return { valueLoss: loss / Math.max(1, steps), optimizerSteps: steps, lr };
   }
 
   /** Saves the value model and its optimizer state under `dir` (an HF directory with a value head). */
-  saveCheckpoint(dir: string): void {
+  async saveCheckpoint(dir: string): Promise<void> {
+    await this.opt.readToHost();
     this.opt.saveCheckpoint(dir, { role: 'critic' }, { tokenizerFrom: this.init.pretrain });
   }
 

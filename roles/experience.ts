@@ -86,7 +86,7 @@ export async function fetchSequences(
  */
 export async function makeExperience(
   step: StepBatch,
-  old?: (seqs: number[][]) => number[][],
+  old?: (seqs: number[][]) => Promise<number[][]>,
 ): Promise<Experience> {
   const [parts, refLogprobs, values, teacher] = await Promise.all([
     receiveAll(step.batches),
@@ -107,7 +107,9 @@ export async function makeExperience(
     rewardStats = norm.state();
   }
   const own =
-    old && step.config.recompute ? old(samples.map((s) => Array.from(s.inputIds))) : undefined;
+    old && step.config.recompute
+      ? await old(samples.map((s) => Array.from(s.inputIds)))
+      : undefined;
   const returns = computeReturns(
     samples,
     { ...(refLogprobs ? { refLogprobs } : {}), ...(values ? { values } : {}) },

@@ -44,8 +44,8 @@ export interface OptimizerStepsOptions {
  *
  * @example
  * for (const step of optimizerSteps(samples, { epochs: 1, trainBatchSize: 8, agg, microBatches })) {
- *   await accumulateMicroBatches(opt, step, (micro, weights) => { ... });
- *   opt.step();
+ *   await accumulateMicroBatches(opt, step, async (micro, weights) => { ... });
+ *   await opt.stepAsync();
  * }
  */
 export function* optimizerSteps<S extends StepSample>(
@@ -78,11 +78,11 @@ export function* optimizerSteps<S extends StepSample>(
 export async function accumulateMicroBatches<S>(
   opt: { zeroGrad(): void },
   step: OptimizerStep<S>,
-  accumulate: (micro: S[], weights: Float32Array[]) => void,
+  accumulate: (micro: S[], weights: Float32Array[]) => void | Promise<void>,
 ): Promise<void> {
   try {
     for (const cut of step.cuts) {
-      accumulate(
+      await accumulate(
         cut.indices.map((i) => step.samples[i]!),
         cut.indices.map((i) => step.weights[i]!),
       );

@@ -6,7 +6,7 @@
  */
 import { loadModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
-import { nextTokenLogprobs } from '../model/training.ts';
+import { nextTokenLogprobs } from '../model/sequence-logprobs.ts';
 import { backendDescription } from '../model/backend.ts';
 import type { Trajectory } from '../algorithms/trajectory.ts';
 import { fetchSequences } from './experience.ts';
@@ -33,7 +33,7 @@ export class Reference {
   }
 
   /** Next-token logprob rows (length L−1), aligned like `algorithms/experience.ts`. */
-  logprobs(seqs: number[][], microBatchSize = 16): number[][] {
+  logprobs(seqs: number[][], microBatchSize = 16): Promise<number[][]> {
     return nextTokenLogprobs(this.model, seqs, {
       temperature: this.init.temperature ?? 1,
       microBatchSize,
@@ -42,7 +42,7 @@ export class Reference {
 
   /** {@link logprobs} of the sequences of `batches` (fetched from the rollouts), handed off. */
   async logprobsOf(batches: Handoff<Trajectory[]>[]): Promise<Handoff<number[][]>> {
-    return handOff(this.logprobs(await fetchSequences(batches)));
+    return handOff(await this.logprobs(await fetchSequences(batches)));
   }
 
   dispose(): void {

@@ -53,12 +53,15 @@ export class RewardModel {
   }
 
   /** One score per sequence, `microBatchSize` sequences per forward. */
-  scores(seqs: number[][], microBatchSize = 16): number[] {
+  async scores(seqs: number[][], microBatchSize = 16): Promise<number[]> {
     const out: number[] = [];
     for (let i = 0; i < seqs.length; i += microBatchSize) {
       const s = sequenceScores(this.model, seqs.slice(i, i + microBatchSize), false);
-      out.push(...s.dataSync());
-      s.dispose();
+      try {
+        out.push(...(await s.data()));
+      } finally {
+        s.dispose();
+      }
     }
     return out;
   }

@@ -96,7 +96,7 @@ export async function serveRewardModel(o: RewardServerOptions): Promise<RewardSe
           throw badQuery(i, `has ${ids.length} tokens, over the context length ${contextLength}`);
         return ids;
       });
-      sendJson(res, 200, { rewards: rm.scores(seqs, micro) });
+      sendJson(res, 200, { rewards: await rm.scores(seqs, micro) });
     } catch (err) {
       const e =
         err instanceof GatewayError

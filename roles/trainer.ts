@@ -16,7 +16,8 @@ import { writeLoraAdapter } from '../model/lora-adapter.ts';
 import { attachLoraSpec, type LoraSpec } from '../model/lora-spec.ts';
 import type { SaveDtype } from '../model/config.ts';
 import type { CausalLM } from '../model/llama.ts';
-import { ModelTrainer, nextTokenLogprobs, tokenStats } from '../model/training.ts';
+import { ModelTrainer, tokenStats } from '../model/training.ts';
+import { nextTokenLogprobs } from '../model/sequence-logprobs.ts';
 import type { LrScheduleOptions } from '../model/lr-schedule.ts';
 import type { PolicyWeights } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
@@ -210,7 +211,7 @@ export class Trainer {
   }
 
   /** Next-token logprob rows of each sequence under the current policy (length L−1). */
-  logprobs(seqs: number[][], microBatchSize = 16): number[][] {
+  logprobs(seqs: number[][], microBatchSize = 16): Promise<number[][]> {
     return nextTokenLogprobs(this.model, seqs, {
       temperature: this.init.temperature ?? 1,
       microBatchSize,
@@ -222,22 +223,23 @@ export class Trainer {
    * model, i.e. this model with the adapter left out. No reference role, and no second copy of
    * the weights, is needed then.
    */
-  referenceLogprobs(seqs: number[][], microBatchSize = 16): number[][] {
+  referenceLogprobs(seqs: number[][], microBatchSize = 16): Promise<number[][]> {
     if (!this.model.lora)
       throw new InvalidArgumentError(
         'referenceLogprobs: the policy has no LoRA adapter (the reference role serves full fine-tuning)',
       );
+    // The passes run within the call (only the read-back is asynchronous), so all without LoRA.
     return this.model.withoutLora(() => this.logprobs(seqs, microBatchSize));
   }
 
   /** {@link logprobs} of the sequences of `batches` (fetched from the rollouts), handed off. */
   async logprobsOf(batches: Handoff<Trajectory[]>[]): Promise<Handoff<number[][]>> {
-    return handOff(this.logprobs(await fetchSequences(batches)));
+    return handOff(await this.logprobs(await fetchSequences(batches)));
   }
 
   /** {@link referenceLogprobs} of the sequences of `batches`, handed off. */
   async referenceLogprobsOf(batches: Handoff<Trajectory[]>[]): Promise<Handoff<number[][]>> {
-    return handOff(this.referenceLogprobs(await fetchSequences(batches)));
+    return handOff(await this.referenceLogprobs(await fetchSequences(batches)));
   }
 
   /**
@@ -312,14 +314,17 @@ export class Trainer {
     for (const step of steps) {
       const local = { loss: 0, clip: 0, kl: 0, ent: 0, real: 0, padded: 0 };
       const c0 = performance.now();
-      await accumulateMicroBatches(this.opt, step, (micro, w) => {
+      await accumulateMicroBatches(this.opt, step, async (micro, w) => {
         const lengths = micro.map((x) => x.inputIds.length);
         const real = lengths.reduce((a, b) => a + b, 0);
         local.real += real;
         // A packed micro-batch is one row of exactly its tokens: no padding.
         local.padded += this.init.packingSamples ? real : micro.length * Math.max(0, ...lengths);
-        // Loss, statistics and input checks come back in one sync per micro-batch.
-        const r = this.opt.accumulate(() => this.microBatchLoss(micro, w), readPolicyLossStats);
+        // Loss, statistics and input checks come back in one read per micro-batch.
+        const r = await this.opt.accumulateAsync(
+          () => this.microBatchLoss(micro, w),
+          readPolicyLossStats,
+        );
         local.loss += r.loss;
         local.clip += r.extras.clipFraction * r.extras.tokens;
         local.kl += r.extras.approxKl * r.extras.tokens;
@@ -347,7 +352,7 @@ export class Trainer {
       acc.clip += clip;
       acc.kl += kl;
       acc.ent += ent;
-      const st = this.opt.step({ scale: 1 });
+      const st = await this.opt.stepAsync({ scale: 1 });
       timing.optimizerMs += performance.now() - c2;
       acc.tokens += step.tokens;
       acc.gradNorm += st.gradNorm;
@@ -416,7 +421,8 @@ export class Trainer {
    * The current weights, as a value (in-process engines; inside a cluster see {@link shareWeights}):
    * with LoRA the adapter alone (a few MB), which the engines apply over their base.
    */
-  weights(): PolicyWeights {
+  async weights(): Promise<PolicyWeights> {
+    await this.model.readToHost();
     const lora = this.model.lora;
     if (lora) return { version: this.version, adapter: lora.exportAdapter() };
     return { version: this.version, tensors: this.model.exportWeights() };
@@ -429,27 +435,33 @@ export class Trainer {
    * one before is released when a third is shared.
    * Needs the runtime (an actor, or a process that called `init`).
    */
-  shareWeights(): { version: number; weights: ObjectRef<PolicyWeights> } {
+  async shareWeights(): Promise<{ version: number; weights: ObjectRef<PolicyWeights> }> {
     if (this.shared?.version !== this.version) {
-      // The version before stays: async engines (and a rollout restarted meanwhile) still load
-      // it while this one is staged.
-      if (this.sharedBefore) release(this.sharedBefore.weights);
-      this.sharedBefore = this.shared;
-      this.shared = { version: this.version, weights: put(this.weights()) };
+      const weights = await this.weights();
+      // Another call may have shared this version while the weights were read.
+      if (this.shared?.version !== weights.version) {
+        // The version before stays: async engines (and a rollout restarted meanwhile) still load
+        // it while this one is staged.
+        if (this.sharedBefore) release(this.sharedBefore.weights);
+        this.sharedBefore = this.shared;
+        this.shared = { version: weights.version, weights: put(weights) };
+      }
     }
     // Wrapped: a bare ref as a result would be awaited (fetched) by the caller as a thenable.
     return { ...this.shared };
   }
 
   /** The version and a SHA-256 of the current weights (`model/digest.ts`). */
-  weightsDigest(): { version: number; sha256: string } {
+  async weightsDigest(): Promise<{ version: number; sha256: string }> {
+    await this.model.readToHost();
     const lora = this.model.lora;
     const tensors = lora ? lora.exportAdapter().tensors : this.model.exportWeights();
     return { version: this.version, sha256: weightsDigest(tensors) };
   }
 
   /** Saves weights, optimizer state and `extra` (data position, RNG, ...) under `dir`. */
-  saveCheckpoint(dir: string, extra: Record<string, unknown>): void {
+  async saveCheckpoint(dir: string, extra: Record<string, unknown>): Promise<void> {
+    await this.opt.readToHost();
     this.opt.saveCheckpoint(
       dir,
       { ...extra, version: this.version },
@@ -468,7 +480,8 @@ export class Trainer {
    * Writes the policy as an HF model directory; with LoRA as a PEFT adapter directory (the base,
    * named in `adapter_config.json`, is never written; `rtjob merge-lora` makes a full model).
    */
-  saveHf(dir: string): void {
+  async saveHf(dir: string): Promise<void> {
+    await this.model.readToHost();
     const lora = this.model.lora;
     if (lora) return writeLoraAdapter(dir, lora.exportAdapter());
     saveModel(dir, this.model, { tokenizerFrom: this.init.pretrain, dtype: this.init.saveDtype });

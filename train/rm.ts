@@ -19,7 +19,8 @@ import { loadModel, saveModel } from '../model/checkpoint.ts';
 import type { CausalLM } from '../model/llama.ts';
 import { seededRandom } from '../model/sampling.ts';
 import type { ChatTokenizer } from '../model/tokenizer.ts';
-import { forwardLogprobs, ModelTrainer } from '../model/training.ts';
+import { ModelTrainer } from '../model/training.ts';
+import { forwardLogprobs } from '../model/sequence-logprobs.ts';
 import { bradleyTerryLoss, pairwiseAccuracy } from '../algorithms/reward-model-loss.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
 import { sequenceScores } from '../roles/reward-model.ts';
@@ -134,30 +135,36 @@ export function encodeAnswer(tok: ChatTokenizer, prompt: string, response: strin
   );
 }
 
-function accuracy(model: CausalLM, pairs: number[][][], micro: number): number {
+async function accuracy(model: CausalLM, pairs: number[][][], micro: number): Promise<number> {
   const c: number[] = [];
   const r: number[] = [];
   for (let i = 0; i < pairs.length; i += micro) {
     const mb = pairs.slice(i, i + micro);
-    const s = tf.tidy(() =>
-      sequenceScores(
-        model,
-        mb.flatMap((p) => p),
-        false,
-      ).dataSync(),
+    const t = sequenceScores(
+      model,
+      mb.flatMap((p) => p),
+      false,
     );
+    const s = await t.data();
+    t.dispose();
     mb.forEach((_, k) => (c.push(s[2 * k]!), r.push(s[2 * k + 1]!)));
   }
   return pairwiseAccuracy(c, r);
 }
 
 /** How often the LM's log-likelihood of the chosen sequence beats the rejected one's. */
-function likelihoodAccuracy(model: CausalLM, pairs: number[][][], micro: number): number {
+async function likelihoodAccuracy(
+  model: CausalLM,
+  pairs: number[][][],
+  micro: number,
+): Promise<number> {
   const total = (s: number[]): number => s.reduce((a, b) => a + b, 0);
-  const lp = forwardLogprobs(
-    model,
-    pairs.flatMap((p) => p),
-    { microBatchSize: 2 * micro },
+  const lp = (
+    await forwardLogprobs(
+      model,
+      pairs.flatMap((p) => p),
+      { microBatchSize: 2 * micro },
+    )
   ).logprobs.map(total);
   return pairwiseAccuracy(
     pairs.map((_, k) => lp[2 * k]!),
@@ -205,8 +212,8 @@ export async function trainRm(o: RmOptions): Promise<RmResult> {
     weightDecay: 0,
     maxGradNorm: 1,
   });
-  const before = heldIds.length ? accuracy(model, heldIds, micro) : NaN;
-  const lm = heldIds.length ? likelihoodAccuracy(model, heldIds, micro) : NaN;
+  const before = heldIds.length ? await accuracy(model, heldIds, micro) : NaN;
+  const lm = heldIds.length ? await likelihoodAccuracy(model, heldIds, micro) : NaN;
   log(
     `train_rm: ${model.numParameters} parameters, ${trainIds.length} pairs; held-out accuracy ${(before * 100).toFixed(1)}% (the LM's own likelihood prefers the chosen answer in ${(lm * 100).toFixed(1)}%)`,
   );
@@ -222,7 +229,7 @@ export async function trainRm(o: RmOptions): Promise<RmResult> {
     let sum = 0;
     for (let m = 0; m < batch.length; m += micro) {
       const mb = batch.slice(m, m + micro);
-      sum += trainer.accumulate(() => {
+      sum += await trainer.accumulateAsync(() => {
         const s = sequenceScores(
           model,
           mb.flatMap((p) => p),
@@ -237,12 +244,13 @@ export async function trainRm(o: RmOptions): Promise<RmResult> {
         );
       });
     }
-    trainer.step();
+    await trainer.stepAsync();
     lastLoss = sum / Math.ceil(batch.length / micro);
     if ((step + 1) % 10 === 0 || step === 0)
       log(`train_rm: step ${step + 1} loss ${lastLoss.toFixed(4)}`);
   }
-  const after = heldIds.length ? accuracy(model, heldIds, micro) : NaN;
+  const after = heldIds.length ? await accuracy(model, heldIds, micro) : NaN;
+  await model.readToHost();
   saveModel(o.savePath, model, { tokenizerFrom: pretrain });
   const result: RmResult = {
     steps: maxSteps,

@@ -219,9 +219,9 @@ async function sftRun(
     // Micro-batches of similar length waste less compute on padding.
     if (micro < batch.length) batch.sort((a, b) => a.ids.length - b.ids.length);
     const stepTokens = batch.reduce((n, e) => n + e.ids.length, 0);
-    const lossSum = accumulateBatch(trainer, model, batch, micro, o.packingSamples ?? false);
+    const lossSum = await accumulateBatch(trainer, model, batch, micro, o.packingSamples ?? false);
     [tokens, windowTokens] = [tokens + stepTokens, windowTokens + stepTokens];
-    const st = trainer.step();
+    const st = await trainer.stepAsync();
     lastLoss = lossSum / Math.ceil(batch.length / micro);
     const stepEnd = performance.now();
     logStep(st.step, {
@@ -252,11 +252,16 @@ async function sftRun(
         `eval step ${st.step} (${engine.kind}) held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${seconds.toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
       );
     }
-    if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last))
+    if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last)) {
+      await trainer.readToHost();
       trainer.saveCheckpoint(o.ckptPath, { dataset }, saveFrom);
+    }
     if (o.signal?.aborted) {
       log(`train_sft: stopping at step ${st.step} on request`);
-      if (o.ckptPath) trainer.saveCheckpoint(o.ckptPath, { dataset }, saveFrom);
+      if (o.ckptPath) {
+        await trainer.readToHost();
+        trainer.saveCheckpoint(o.ckptPath, { dataset }, saveFrom);
+      }
       break;
     }
     if (st.step % evalSteps === 0 && reachedTarget(o, evalAccuracy, log)) break;
@@ -269,6 +274,7 @@ async function sftRun(
     trainSeconds,
     tokensPerSecond: tokens / trainSeconds,
   };
+  await model.readToHost();
   saveSft(o, model, saveFrom, result);
   log(`train_sft: saved ${o.savePath} after ${result.steps} steps in ${trainSeconds.toFixed(0)}s`);
   await engine?.close();
@@ -357,6 +363,7 @@ async function evaluateSft(
   // The in-place update path of every engine: the builtin engine computes with `model` already,
   // llama.cpp gets the tensors written into its GGUF.
   // With LoRA the adapter alone moves (the builtin engine already computes with it).
+  await model.readToHost();
   await engine.updateWeights(
     model.lora
       ? { kind: 'lora', adapter: model.lora.exportAdapter() }
@@ -368,17 +375,17 @@ async function evaluateSft(
 }
 
 /** One optimizer step's gradients over `batch`, in micro-batches of `micro`; the summed losses. */
-function accumulateBatch(
+async function accumulateBatch(
   trainer: ModelTrainer,
   model: CausalLM,
   batch: readonly Example[],
   micro: number,
   packing: boolean,
-): number {
+): Promise<number> {
   let lossSum = 0;
   for (let m = 0; m < batch.length; m += micro) {
     const mb = batch.slice(m, m + micro);
-    lossSum += trainer.accumulate(() => {
+    lossSum += await trainer.accumulateAsync(() => {
       if (packing) {
         const p = packBatch(mb.map((e) => e.ids));
         // Token 0 of each sequence is never a target (the packed row would train it across).

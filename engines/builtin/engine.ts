@@ -407,6 +407,7 @@ export class BuiltinEngine implements InferenceEngine {
     this.sleeping = true;
     this.abortRunning();
     if (this.ownsModel && this.model) {
+      await this.model.readToHost({ all: true });
       this.offloaded = this.model.exportWeights();
       this.offloadedAdapter = this.model.lora?.exportAdapter();
       this.model.dispose();

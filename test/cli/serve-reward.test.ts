@@ -115,7 +115,7 @@ test('served scores equal the reward role’s on the tokens train_ppo scored', a
         return r.reward;
       }),
     );
-    const local = rm.scores(episodes.map((e) => [...e.promptIds, ...e.actionIds]));
+    const local = await rm.scores(episodes.map((e) => [...e.promptIds, ...e.actionIds]));
     assert.is(served.length, local.length);
     served.forEach((s, i) =>
       assert.ok(

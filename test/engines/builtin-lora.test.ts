@@ -87,7 +87,7 @@ test("a LoRA trainer publishes only its adapter, and the engine that loads it co
   });
   await trainer.ready();
   const seq = [...prompt, 30, 31, 32, 1];
-  const base = trainer.logprobs([seq]);
+  const base = await trainer.logprobs([seq]);
   await trainer.train([
     {
       inputIds: seq,
@@ -96,7 +96,7 @@ test("a LoRA trainer publishes only its adapter, and the engine that loads it co
       oldLogprobs: base[0]!,
     },
   ]);
-  const w = trainer.weights();
+  const w = await trainer.weights();
   assert.is(w.version, 1);
   assert.ok(w.adapter && !w.tensors, 'adapter only');
   const bytes = Object.values(w.adapter!.tensors).reduce((n, t) => n + 4 * t.data.length, 0);
@@ -105,12 +105,15 @@ test("a LoRA trainer publishes only its adapter, and the engine that loads it co
   await engine.updateWeights(policyWeightUpdate(w), w.version);
   const r = await engine.generate({ inputIds: prompt, gconfig: { ...greedy, maxNewTokens: 6 } });
   const full = [...prompt, ...r.outputTokens];
-  const trained = trainer.logprobs([full])[0]!.slice(prompt.length - 1);
+  const trained = (await trainer.logprobs([full]))[0]!.slice(prompt.length - 1);
   assert.ok(maxAbsDiff(trained, r.outputLogprobs) < 1e-4, 'engine logprobs = trainer logprobs');
   assert.ok(r.outputVersions.every((v) => v === 1));
   // The base is the reference: the adapter left out gives the untrained model's logprobs.
-  assert.ok(maxAbsDiff(trainer.referenceLogprobs([seq])[0]!, base[0]!) === 0);
-  assert.ok(maxAbsDiff(trainer.logprobs([seq])[0]!, base[0]!) > 1e-4, 'the adapter trained');
+  assert.ok(maxAbsDiff((await trainer.referenceLogprobs([seq]))[0]!, base[0]!) === 0);
+  assert.ok(
+    maxAbsDiff((await trainer.logprobs([seq]))[0]!, base[0]!) > 1e-4,
+    'the adapter trained',
+  );
   trainer.dispose();
   await engine.close();
 });

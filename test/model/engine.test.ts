@@ -9,7 +9,7 @@ import { initBackend, tf } from '../../model/backend.ts';
 import { builtinTokenizerFiles } from '../../model/builtin.ts';
 import { saveModel } from '../../model/checkpoint.ts';
 import { recomputeLastLogits } from '../../model/kv-cache.ts';
-import { forwardLogprobs } from '../../model/training.ts';
+import { forwardLogprobs } from '../../model/sequence-logprobs.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 import type { CausalLM } from '../../model/llama.ts';
 
@@ -76,7 +76,7 @@ test('logprobs of sampled tokens agree with the trainer recompute at the same te
       ),
     );
     const seqs = rs.map((r, i) => [...prompts[i]!, ...r.outputTokens]);
-    const { logprobs } = forwardLogprobs(m, seqs, { temperature });
+    const { logprobs } = await forwardLogprobs(m, seqs, { temperature });
     rs.forEach((r, i) => {
       const recomputed = logprobs[i]!.slice(prompts[i]!.length);
       r.outputLogprobs.forEach((lp, t) =>

@@ -79,7 +79,7 @@ test('an adapter a LoRA trainer saves merges in torch into the model rtjob serve
     },
   });
   await trainer.ready();
-  const old = trainer.logprobs(seqs);
+  const old = await trainer.logprobs(seqs);
   for (let i = 0; i < 3; i++)
     await trainer.train(
       seqs.map((s, k) => ({
@@ -90,7 +90,7 @@ test('an adapter a LoRA trainer saves merges in torch into the model rtjob serve
       })),
     );
   const dir = tmp();
-  trainer.saveHf(join(dir, 'adapter'));
+  await trainer.saveHf(join(dir, 'adapter'));
   trainer.dispose();
   torchPy('merge', join(dir, 'adapter'), base, join(dir, 'merged.safetensors'));
   const merged = CausalLM.fromTensors(

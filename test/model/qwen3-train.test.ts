@@ -111,7 +111,7 @@ test('--save-dtype bfloat16 reaches the trainer: the policy is written in BF16 w
   });
   await trainer.ready();
   const out = join(root, 'bf16');
-  trainer.saveHf(out);
+  await trainer.saveHf(out);
   trainer.dispose();
   const cfg = JSON.parse(readFileSync(join(out, 'config.json'), 'utf8'));
   assert.is(cfg.torch_dtype, 'bfloat16');

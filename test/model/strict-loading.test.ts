@@ -13,7 +13,7 @@ import { loadModel, readWeights, saveModel } from '../../model/checkpoint.ts';
 import { resolveConfig } from '../../model/config.ts';
 import { decodeStep, prefill } from '../../model/kv-cache.ts';
 import { parseSafetensors, serializeSafetensors } from '../../model/safetensors.ts';
-import { forwardLogprobs } from '../../model/training.ts';
+import { forwardLogprobs } from '../../model/sequence-logprobs.ts';
 import { maxAbsDiff, randomModel, tinyFamilyConfigs } from '../fixtures/model/tiny.ts';
 import type { CausalLM } from '../../model/llama.ts';
 

@@ -3,13 +3,8 @@ import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../model/backend.ts';
 import { BuiltinEngine } from '../../engines/builtin/engine.ts';
 import { learningRate } from '../../model/lr-schedule.ts';
-import {
-  forwardLogprobs,
-  maskedNllLoss,
-  ModelTrainer,
-  padBatch,
-  tokenStats,
-} from '../../model/training.ts';
+import { forwardLogprobs } from '../../model/sequence-logprobs.ts';
+import { maskedNllLoss, ModelTrainer, padBatch, tokenStats } from '../../model/training.ts';
 import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 
 const seqs = [
@@ -128,7 +123,7 @@ test('forwardLogprobs aligns with trajectories and matches tokenStats; entropy a
     [1, 2, 3],
     [4, 5, 6, 7, 8],
   ];
-  const r = forwardLogprobs(m, ragged, { entropy: true, values: true, microBatchSize: 1 });
+  const r = await forwardLogprobs(m, ragged, { entropy: true, values: true, microBatchSize: 1 });
   assert.equal(
     r.logprobs.map((x) => x.length),
     [3, 5],
@@ -169,7 +164,7 @@ test('no tensor leaks: numTensors is flat over 200 train steps and repeated gene
         engine.generate({ inputIds: [k, k + 1], gconfig: { maxNewTokens: 5 + k } }),
       ),
     );
-    forwardLogprobs(m, seqs);
+    await forwardLogprobs(m, seqs);
   }
   assert.is(tf.memory().numTensors, e0);
   await engine.close();

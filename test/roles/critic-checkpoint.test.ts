@@ -39,14 +39,14 @@ test('a critic restored from its checkpoint gives the same values and keeps trai
   try {
     await Promise.all([a.ready(), b.ready()]);
     await a.train(samples);
-    a.saveCheckpoint(join(root, 'c'));
+    await a.saveCheckpoint(join(root, 'c'));
     b.loadCheckpoint(join(root, 'c'));
     const close = (x: number[][], y: number[][]): boolean =>
       x.every((r, i) => r.every((v, j) => Math.abs(v - y[i]![j]!) < 1e-6));
-    assert.ok(close(a.values(seqs), b.values(seqs)), 'values after restore');
+    assert.ok(close(await a.values(seqs), await b.values(seqs)), 'values after restore');
     await a.train(samples);
     await b.train(samples);
-    assert.ok(close(a.values(seqs), b.values(seqs)), 'optimizer moments restored too');
+    assert.ok(close(await a.values(seqs), await b.values(seqs)), 'optimizer moments restored too');
   } finally {
     a.dispose();
     b.dispose();

@@ -50,7 +50,7 @@ async function trainOnce(over: Partial<TrainerInit>) {
   try {
     await t.ready();
     const stats = await t.train(samples);
-    return { stats, weights: t.weights().tensors! };
+    return { stats, weights: (await t.weights()).tensors! };
   } finally {
     t.dispose();
   }

@@ -53,7 +53,7 @@ for (const temperature of [1, 0.7]) {
         groups.flatMap((g) => g.trajectories),
         { maxNewTokens: 8 },
       );
-      const recomputed = trainer.logprobs(samples.map((s) => Array.from(s.inputIds)));
+      const recomputed = await trainer.logprobs(samples.map((s) => Array.from(s.inputIds)));
       let checked = 0;
       let worst = 0;
       samples.forEach((s, k) => {
@@ -66,7 +66,7 @@ for (const temperature of [1, 0.7]) {
       assert.ok(checked > 50, `compared ${checked} tokens`);
       assert.ok(worst < 1e-4, `max |engine − trainer| = ${worst}`);
       const seqs = samples.map((s) => Array.from(s.inputIds));
-      assert.equal(reference.logprobs(seqs), recomputed, 'rows of L−1, as the trainer');
+      assert.equal(await reference.logprobs(seqs), recomputed, 'rows of L−1, as the trainer');
       assert.is(recomputed[0]!.length, seqs[0]!.length - 1);
     } finally {
       await rollout.close();

@@ -67,7 +67,7 @@ test('training on a file lowers the loss, beats chance on its held-out pairs, an
   const rm = new RewardModel({ pretrain: out });
   await rm.ready();
   const p = arithPreferencePairs('arith:test', 5, 43)[0]!;
-  const s = rm.scores([
+  const s = await rm.scores([
     encodeAnswer(tokenizer!, p.prompt, p.chosen),
     encodeAnswer(tokenizer!, p.prompt, 'I do not know.'),
   ]);

@@ -299,7 +299,7 @@ export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Pr
     ...(o.initKlCoef > 0 && !reference ? { reference: baseAsReference(local(trainer)) } : {}),
     ...(critic ? { critic: local(critic) } : {}),
     policy: async () => {
-      const w = trainer.weights();
+      const w = await trainer.weights();
       return { version: w.version, weights: w };
     },
     close: async () => {
