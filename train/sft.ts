@@ -243,15 +243,8 @@ async function sftRun(
       windowStart = now;
     }
     const last = st.step === maxSteps;
-    if (evalSteps && engine && (st.step % evalSteps === 0 || last)) {
-      const { seconds, ...ev } = await evaluateSft(engine, model, tok, evalRecords, st.step);
-      evalAccuracy = ev.accuracy;
-      logStep(st.step, { eval_accuracy: ev.accuracy, eval_s: seconds });
-      o.onEval?.(st.step, ev);
-      log(
-        `eval step ${st.step} (${engine.kind}) held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${evalRecords.length} problems, ${seconds.toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
-      );
-    }
+    if (evalSteps && engine && (st.step % evalSteps === 0 || last))
+      evalAccuracy = await evaluateSft(engine, model, tok, evalRecords, st.step, o, log, logStep);
     if (o.ckptPath && (st.step % (o.saveSteps ?? 100) === 0 || last)) {
       await trainer.readToHost();
       trainer.saveCheckpoint(o.ckptPath, { dataset }, saveFrom);
@@ -351,14 +344,20 @@ function reachedTarget(
   return true;
 }
 
-/** Held-out greedy accuracy of the model as trained so far, on the evaluation engine. */
+/**
+ * Held-out greedy accuracy of the model as trained so far, on the evaluation engine: logged as
+ * `eval_accuracy` and a line, passed to `onEval`, and returned.
+ */
 async function evaluateSft(
   engine: InferenceEngine,
   model: CausalLM,
   tok: ChatTokenizer,
   records: Parameters<typeof evalArith>[2],
   step: number,
-): Promise<Awaited<ReturnType<typeof evalArith>> & { seconds: number }> {
+  o: SftOptions,
+  log: (s: string) => void,
+  logStep: (step: number, values: Record<string, number>) => void,
+): Promise<number> {
   const t0 = performance.now();
   // The in-place update path of every engine: the builtin engine computes with `model` already,
   // llama.cpp gets the tensors written into its GGUF.
@@ -371,7 +370,13 @@ async function evaluateSft(
     step,
   );
   const ev = await evalArith(engine, tok, records);
-  return { ...ev, seconds: (performance.now() - t0) / 1000 };
+  const seconds = (performance.now() - t0) / 1000;
+  logStep(step, { eval_accuracy: ev.accuracy, eval_s: seconds });
+  o.onEval?.(step, ev);
+  log(
+    `eval step ${step} (${engine.kind}) held-out greedy accuracy ${(ev.accuracy * 100).toFixed(1)}% (${records.length} problems, ${seconds.toFixed(1)}s) e.g. ${JSON.stringify(ev.samples[0]?.output)}`,
+  );
+  return ev.accuracy;
 }
 
 /** One optimizer step's gradients over `batch`, in micro-batches of `micro`; the summed losses. */
