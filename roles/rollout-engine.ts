@@ -107,6 +107,11 @@ export function simulatedEngine(o: SimulatedLengths): SimulatedEngine {
   });
 }
 
+/** Episodes a rollout runs at once: its init's, else `ASYNC_NUM_TASKS`, else 128. */
+export function rolloutConcurrency(init: { asyncNumTasks?: number | undefined }): number {
+  return init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
+}
+
 /**
  * The engine `init` asks for, and the server this rollout started for it (stopped by the
  * rollout's `close`).
@@ -120,7 +125,7 @@ export async function createRolloutEngine(
       engine: init.simulated ? simulatedEngine(init.simulated) : new SimulatedEngine(),
     };
   if (engine === 'builtin' || engine === 'llamacpp') {
-    const maxConcurrent = init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
+    const maxConcurrent = rolloutConcurrency(init);
     return {
       engine: await createLocalEngine({
         engine,

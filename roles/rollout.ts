@@ -8,7 +8,6 @@
  */
 import { backendDescription } from '../model/backend.ts';
 import { put, release, type ObjectRef } from '../runtime/api.ts';
-import { readEnv } from '../runtime/env.ts';
 import { RtjobError } from '../runtime/errors.ts';
 import { runGatewayEvaluation } from '../agents/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from '../agents/episode-runner.ts';
@@ -30,7 +29,11 @@ import { defaultAgent, mathReward, remoteRewardAgent } from './reward.ts';
 import { RemoteRewardClient, type RemoteRewardOptions } from '../rewards/remote.ts';
 import { EngineError } from '../engines/http/errors.ts';
 import type { LaunchedServer } from '../engines/launcher.ts';
-import { createRolloutEngine, type RolloutEngineInit } from './rollout-engine.ts';
+import {
+  createRolloutEngine,
+  rolloutConcurrency,
+  type RolloutEngineInit,
+} from './rollout-engine.ts';
 import { groupReport, type GroupReport } from './episode-report.ts';
 import { handOff } from './handoff.ts';
 
@@ -153,7 +156,7 @@ export class Rollout {
     /** The TF.js backend of the builtin engine ('' where the engine computes elsewhere). */
     backend: string;
   }> {
-    const maxConcurrent = this.init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
+    const maxConcurrent = rolloutConcurrency(this.init);
     this.loaded ??= (async () => {
       const chat = loadTokenizer(this.init.pretrain);
       this.tokenizer = agentTokenizer(chat);
