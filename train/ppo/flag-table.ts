@@ -555,6 +555,14 @@ const afterLora = [
     { min: 1 },
   ),
   F('criticNumReplicas', 'int', 1, 'data-parallel critic ranks', { min: 1 }),
+  ...under('trackers'),
+  F(
+    'otlpEndpoint',
+    'string',
+    unset<string>(),
+    "send the run's phases (generate, train, weight sync, eval) as OpenTelemetry spans, one trace per run, to this OTLP/HTTP receiver (POST URL/v1/traces, JSON); the flag alone: OTEL_EXPORTER_OTLP_ENDPOINT; auth headers OTEL_EXPORTER_OTLP_HEADERS. Not in OpenRLHF",
+    { bare: 'true' },
+  ),
 ];
 
 type OwnRow = (typeof beforeLora)[number] | (typeof afterLora)[number];

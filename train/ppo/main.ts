@@ -116,6 +116,7 @@ export async function trainPpo(
     defaultRunName: runName(env),
     settings: config.map((r) => ({ name: r.name.slice(2), value: r.value })),
     env,
+    genAi: { model: o.pretrain, engine: o.engine },
     ...(run.trackerFlushIntervalMs !== undefined
       ? { flushIntervalMs: run.trackerFlushIntervalMs }
       : {}),

@@ -10,6 +10,7 @@
  */
 import { type FlagSpec, kebab } from '../driver-flags.ts';
 import { mlflowUri, openMlflow } from './mlflow.ts';
+import { openOtlp, otlpHeaders, otlpTracesUrl } from './otlp.ts';
 import { openTensorBoard } from './tensorboard.ts';
 import type { RunSetting, Tracker } from './tracker.ts';
 import { openWandb, wandbApiKey } from './wandb.ts';
@@ -34,6 +35,11 @@ export interface TrackerOptions {
   useMlflow?: string | undefined;
   /** MLflow experiment. @default MLFLOW_EXPERIMENT_NAME, else the W&B project's default */
   mlflowExperimentName?: string | undefined;
+  /**
+   * OTLP/HTTP receiver of the run's phase spans, or `'true'` (the flag alone):
+   * `OTEL_EXPORTER_OTLP_ENDPOINT`. A `train_ppo` flag (its row is in `train/ppo/flag-table.ts`).
+   */
+  otlpEndpoint?: string | undefined;
 }
 
 /** The tracker flags, in the order `--help` lists them. */
@@ -103,6 +109,8 @@ export interface OpenTrackersContext {
   warn?: (line: string) => void;
   /** Send interval of the network trackers. @default 2000 */
   flushIntervalMs?: number;
+  /** The policy model and its engine, for the GenAI attributes of `--otlp-endpoint`'s spans. */
+  genAi?: { model: string; engine: string };
 }
 
 /**
@@ -130,6 +138,7 @@ export function openTrackers(o: TrackerOptions, ctx: OpenTrackersContext): Track
   const wandbKey =
     o.useWandb !== undefined ? wandbApiKey(o.useWandb, wandbBase, ctx.env) : undefined;
   const mlflow = o.useMlflow !== undefined ? mlflowUri(o.useMlflow, ctx.env) : undefined;
+  const otlp = o.otlpEndpoint !== undefined ? otlpTracesUrl(o.otlpEndpoint, ctx.env) : undefined;
   const list: Tracker[] = [];
   if (o.useTensorboard) list.push(openTensorBoard(o.useTensorboard, run));
   if (wandbKey !== undefined) {
@@ -151,6 +160,17 @@ export function openTrackers(o: TrackerOptions, ctx: OpenTrackersContext): Track
   if (mlflow !== undefined) {
     const experiment = o.mlflowExperimentName || ctx.env.MLFLOW_EXPERIMENT_NAME || project;
     list.push(openMlflow({ uri: mlflow, experiment, env: ctx.env, ...flush }, run));
+  }
+  if (otlp !== undefined) {
+    const target = {
+      url: otlp,
+      headers: otlpHeaders(ctx.env),
+      service: ctx.env.OTEL_SERVICE_NAME || 'rtjob',
+      model: ctx.genAi?.model ?? '',
+      engine: ctx.genAi?.engine ?? '',
+      ...flush,
+    };
+    list.push(openOtlp(target, run));
   }
   return {
     list,
