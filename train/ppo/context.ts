@@ -148,7 +148,10 @@ export async function afterStep(ctx: RunContext, values: Record<string, number>)
     state.step < ctx.totalSteps &&
     ctx.evalItems.length
   ) {
+    const e0 = performance.now();
     values.eval_accuracy = await evaluate(ctx);
+    // After step_s was measured: the evaluation's own time, as the async loop logs it.
+    values.eval_s = (performance.now() - e0) / 1000;
   }
   log.metric(state.step, values);
   ctx.stepsDone = state.step;
