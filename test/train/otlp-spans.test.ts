@@ -173,6 +173,60 @@ test('train_ppo exports one trace: run → step → phases, durations as logged,
   }
 });
 
+test('--async-train: each step and its evaluation beside training are under the step, durations as logged', async () => {
+  const rx = await startReceiver();
+  try {
+    const { rows, log } = runLog();
+    const s = await trainPpo(
+      tinyRunArgs(model, join(root, 'ppo-otlp-async'), {
+        'in-process': true,
+        'max-steps': 3,
+        'async-train': true,
+        'async-queue-size': 1,
+        'agent-func': agent,
+        'eval-dataset': 'arith:test',
+        'eval-prompts': 2,
+        'eval-steps': 1,
+        'otlp-endpoint': rx.url,
+      }),
+      {},
+      { log, trackerFlushIntervalMs: 20 },
+    );
+    assert.is(s.steps, 3);
+    const spans = rx.requests.flatMap((r) => spansFromJson(r.body));
+    const run = spans.find((x) => !x.parentSpanId)!;
+    const steps = spans.filter((x) => x.parentSpanId === run.spanId);
+    assert.equal(
+      steps.map((x) => x.name),
+      ['step 1', 'step 2', 'step 3'],
+    );
+    const beside = rows.filter((r) => r.values.eval_s !== undefined);
+    assert.ok(beside.length >= 1, 'an evaluation ran beside training');
+    for (const st of steps) {
+      const step = Number(st.name.slice(5));
+      const children = spans.filter((x) => x.parentSpanId === st.spanId);
+      // Every timed value of every row of this step, as a span under the step's.
+      const logged = rows
+        .filter((r) => r.step === step)
+        .flatMap((r) =>
+          Object.entries(phaseKeys)
+            .filter(([, k]) => r.values[k] !== undefined)
+            .map(([name, k]) => ({ name, ms: r.values[k]! * 1000 })),
+        );
+      assert.equal(
+        children.map((c) => c.name),
+        logged.map((l) => l.name),
+        st.name,
+      );
+      children.forEach((c, i) =>
+        assert.ok(Math.abs(c.endMs - c.startMs - logged[i]!.ms) < 0.01, `${st.name} ${c.name}`),
+      );
+    }
+  } finally {
+    await rx.close();
+  }
+});
+
 test('an OTLP receiver that cannot be reached warns once and the run keeps all its metrics', async () => {
   const s = createServer();
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
