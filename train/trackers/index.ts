@@ -1,7 +1,8 @@
 /**
  * Experiment trackers of the drivers (`train_ppo`, `train_sft`): their flags, named as OpenRLHF
  * names them (`--use-tensorboard DIR`, `--use-wandb [KEY]`, `--wandb-project`, `--wandb-org`,
- * `--wandb-group`, `--wandb-run-name`) plus `--use-mlflow URI` and `--mlflow-experiment-name`,
+ * `--wandb-group`, `--wandb-run-name`) plus `--use-mlflow URI` and `--mlflow-experiment-name`
+ * (and `train_ppo`'s `--otlp-endpoint`, whose row is in its flag table: the phases as spans),
  * and {@link openTrackers}, which opens the ones asked for. A driver sends each step's metrics
  * to them at the one place it logs its metrics, so every metric the head stores reaches every
  * tracker.
