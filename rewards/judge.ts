@@ -21,7 +21,7 @@
  *
  * @module
  */
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { Semaphore } from '../runtime/semaphore.ts';
 import { JudgeError } from './errors.ts';
 
@@ -86,20 +86,35 @@ export interface JudgeVerdict {
  */
 export class Judge {
   private readonly o: Required<Omit<JudgeOptions, 'baseURL' | 'apiKey' | 'model'>> & JudgeOptions;
-  private readonly client: OpenAI;
+  /** Made on the first grade: `openai` is the agent project's package, not rtjob's. */
+  private client: Promise<OpenAI> | undefined;
   private readonly slots: Semaphore;
 
   constructor(o: JudgeOptions) {
     this.o = { ...judgeDefaults, ...o };
     if (!Number.isInteger(this.o.scale) || this.o.scale < 1)
       throw new JudgeError(`judge: scale must be an integer >= 1, got ${this.o.scale}`, o.model);
-    this.client = new OpenAI({
-      baseURL: o.baseURL,
-      apiKey: o.apiKey,
-      timeout: this.o.timeoutMs,
-      maxRetries: this.o.maxRetries,
-    });
     this.slots = new Semaphore(this.o.maxConcurrency);
+  }
+
+  /** The `openai` client, imported from the caller's project on first use. */
+  private openai(): Promise<OpenAI> {
+    this.client ??= import('openai').then(
+      ({ default: OpenAI }) =>
+        new OpenAI({
+          baseURL: this.o.baseURL,
+          apiKey: this.o.apiKey,
+          timeout: this.o.timeoutMs,
+          maxRetries: this.o.maxRetries,
+        }),
+      (err: unknown) => {
+        throw new JudgeError(
+          `judge: the 'openai' package could not be loaded (${(err as Error).message.split('\n')[0]}); install it in your project: npm install openai`,
+          this.o.model,
+        );
+      },
+    );
+    return this.client;
   }
 
   /** Grades in flight now, and waiting for a slot. */
@@ -128,8 +143,9 @@ export class Judge {
   /** Asks the judge; rejects with a {@link JudgeError} when it fails or gives no grade. */
   async grade(input: JudgeInput, opts: { signal?: AbortSignal } = {}): Promise<JudgeVerdict> {
     const reply = await this.slots.with(async () => {
+      const client = await this.openai();
       try {
-        const r = await this.client.chat.completions.create(
+        const r = await client.chat.completions.create(
           {
             model: this.o.model,
             messages: this.messages(input),
