@@ -20,6 +20,7 @@ import {
   hasFusedAttentionWithPast,
 } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
+import { defaultHeadChunkTokens } from './memory.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
 import type { LoraAdapter, LoraConfig } from './lora-adapter.ts';
@@ -254,7 +255,7 @@ export class CausalLM {
    * most one chunk's vocabulary-wide logits (and their gradient) exist at once. 0 turns the
    * chunking off. @default 1024
    */
-  headChunkTokens = 1024;
+  headChunkTokens = defaultHeadChunkTokens;
 
   private constructor(config: LlamaConfig, params: Map<string, tf.Variable>) {
     this.config = config;

@@ -21,6 +21,13 @@
 import { assertBackendRoom } from './backend.ts';
 import { parameterShapes, type LlamaConfig } from './config.ts';
 
+/**
+ * Tokens per chunk of the training LM head when gradient checkpointing is on
+ * (`CausalLM.headChunkTokens`): 1024 × Qwen3's 151,936-word vocabulary is 0.6 GiB of float32
+ * logits per chunk, and a chunk's two products keep the head's matrix products large.
+ */
+export const defaultHeadChunkTokens = 1024;
+
 /** Options of {@link trainingMemory}. */
 export interface TrainingMemoryOptions {
   /** Tokens in one micro-batch (rows × padded length). */
