@@ -127,7 +127,12 @@ for (const backend of ['cpu', 'torch'] as BackendName[]) {
     const stats = (logits: tf.Tensor3D, t: tf.Tensor2D): tf.Tensor2D =>
       tf.sum(tf.mul(tf.logSoftmax(logits), tf.oneHot(t, V)), -1) as tf.Tensor2D;
     const gradOf = (f: (h: tf.Tensor) => tf.Tensor): Float32Array =>
-      tf.tidy(() => tf.grad((h) => tf.sum(tf.mul(f(h), dy)))(hidden).dataSync() as Float32Array);
+      tf.tidy(
+        () =>
+          tf
+            .grad((h) => tf.sum(tf.mul(f(h), dy)))(hidden)
+            .dataSync() as Float32Array,
+      );
     const want = gradOf((h) =>
       stats(
         m.logitsFromHidden(tf.reshape(h, [1, N, config.hidden_size])) as tf.Tensor3D,
