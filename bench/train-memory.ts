@@ -11,7 +11,9 @@
  * step time are linear in depth: the head and embedding are a fixed part). Every row prints the
  * peak RSS beside `trainingMemory`'s prediction (model/memory.ts) for the same step.
  * `BENCH_MEMORY_TOKENS` (default 2048), `BENCH_MEMORY_MODES` (default
- * `full,full+ckpt,lora,lora+ckpt`).
+ * `full,full+ckpt,lora,lora+ckpt`). With checkpointing the LM head is chunked
+ * (`CausalLM.headChunkTokens`, `BENCH_MEMORY_HEAD_CHUNK` tokens, default the model's 1024); a
+ * mode ending in `+nochunk` (e.g. `lora+ckpt+nochunk`) runs the head over all tokens at once.
  *
  * Writes bench/results/train-memory.json.
  */
@@ -28,6 +30,8 @@ interface Row {
   mode: string;
   layers: number;
   tokens: number;
+  /** Tokens per chunk of the LM head (0: unchunked). */
+  headChunkTokens: number;
   params: number;
   trainable: number;
   stepSeconds: number;
@@ -55,6 +59,10 @@ async function measure(mode: string, layers: number, tokens: number): Promise<Ro
   const model = CausalLM.init(config, { seed: 1 });
   const ckpt = mode.includes('ckpt');
   model.gradientCheckpointing = ckpt;
+  if (process.env.BENCH_MEMORY_HEAD_CHUNK)
+    model.headChunkTokens = Number(process.env.BENCH_MEMORY_HEAD_CHUNK);
+  if (mode.includes('nochunk')) model.headChunkTokens = 0;
+  const headChunkTokens = ckpt ? model.headChunkTokens : 0;
   const lora = mode.startsWith('lora')
     ? model.attachLora(
         {
@@ -87,11 +95,13 @@ async function measure(mode: string, layers: number, tokens: number): Promise<Ro
     tokens,
     gradientCheckpointing: ckpt,
     trainableParameters: trainable,
+    headChunkTokens,
   }).totalBytes;
   return {
     mode,
     layers,
     tokens,
+    headChunkTokens,
     params: model.numParameters,
     trainable,
     stepSeconds: s,

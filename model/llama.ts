@@ -20,6 +20,7 @@ import {
   hasFusedAttentionWithPast,
 } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
+import { defaultHeadChunkTokens } from './memory.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
 import type { LoraAdapter, LoraConfig } from './lora-adapter.ts';
@@ -247,6 +248,14 @@ export class CausalLM {
    * for differentiation (`grad` not false) that neither read nor fill a KV cache. @default false
    */
   gradientCheckpointing = false;
+
+  /**
+   * Tokens per chunk of the training LM head ({@link chunkedHead}): with gradient checkpointing
+   * on, `tokenStats` computes the next-token logprobs over chunks of this many tokens, so at
+   * most one chunk's vocabulary-wide logits (and their gradient) exist at once. 0 turns the
+   * chunking off. @default 1024
+   */
+  headChunkTokens = defaultHeadChunkTokens;
 
   private constructor(config: LlamaConfig, params: Map<string, tf.Variable>) {
     this.config = config;
@@ -664,6 +673,86 @@ export class CausalLM {
       ...xs: tf.Tensor[]
     ) => tf.Tensor;
     return fn(h, ...vars);
+  }
+
+  /**
+   * The trainable variables {@link logitsFromHidden} reads: the head's weight (the embedding when
+   * tied) when it is trained, and an adapter's matrices on `lm_head` if one targets it.
+   */
+  headVariables(): tf.Variable[] {
+    const head = this.config.tie_word_embeddings ? 'model.embed_tokens.weight' : 'lm_head.weight';
+    return [...this.trainableParams()]
+      .filter(([n, v]) => v.trainable && (n === head || n.includes('lm_head.')))
+      .map(([, v]) => v);
+  }
+
+  /**
+   * Per-token statistics of the LM head over `hidden` `[N, hidden]` in chunks of `chunk` rows,
+   * as one differentiable op that keeps only its inputs (as {@link checkpointedLayer} does for a
+   * layer): `stats(logits, targets)` maps one chunk's logits `[1, n, vocab]` and targets `[1, n]`
+   * to `[K, n]`, and the op returns the chunks side by side, `[K, N]`. The forward frees each
+   * chunk's logits before the next; the gradient recomputes each chunk's logits under a tape of
+   * its own, so at most one chunk's vocabulary-wide rows are alive at once. Gradients reach
+   * `hidden` and {@link headVariables}; they equal the unchunked pass's up to float summation
+   * order (the head weight's gradient is summed over chunks).
+   */
+  chunkedHead(
+    hidden: tf.Tensor2D,
+    targets: tf.Tensor1D,
+    chunk: number,
+    stats: (logits: tf.Tensor3D, targets: tf.Tensor2D) => tf.Tensor2D,
+  ): tf.Tensor2D {
+    const [N, H] = hidden.shape;
+    const vars = this.headVariables();
+    // One chunk's statistics from its rows `[n, hidden]` and targets `[n]`.
+    const chunkStats = (xc: tf.Tensor, tc: tf.Tensor): tf.Tensor2D => {
+      const n = xc.shape[0]!;
+      const logits = this.logitsFromHidden(tf.reshape(xc, [1, n, H])) as tf.Tensor3D;
+      return stats(logits, tf.reshape(tc, [1, n]) as tf.Tensor2D);
+    };
+    const fn = tf.customGrad(((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
+      const save = args[args.length - 1] as tf.GradSaveFunc;
+      const [x, t] = args as [tf.Tensor, tf.Tensor];
+      save([x, t]);
+      const parts: tf.Tensor[] = [];
+      for (let s = 0; s < N; s += chunk) {
+        const n = Math.min(chunk, N - s);
+        parts.push(tf.tidy(() => chunkStats(tf.slice(x, [s, 0], [n, H]), tf.slice(t, [s], [n]))));
+      }
+      const value = tf.concat(parts, 1);
+      tf.dispose(parts);
+      return {
+        value,
+        gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+          const [x0, t0] = saved as [tf.Tensor, tf.Tensor];
+          const dxs: tf.Tensor[] = [];
+          let dvars: tf.Tensor[] | undefined;
+          for (let s = 0; s < N; s += chunk) {
+            const n = Math.min(chunk, N - s);
+            const dyc = tf.slice(dy, [0, s], [-1, n]);
+            // The chunk's rows as an input of their own: their gradient is this chunk's dx.
+            const xc = tf.slice(x0, [s, 0], [n, H]);
+            const tc = tf.slice(t0, [s], [n]);
+            const [dx, ...dv] = recomputeGrads(() => chunkStats(xc, tc), [xc, ...vars], dyc);
+            dxs.push(dx!);
+            if (!dvars) dvars = dv;
+            else
+              dvars = dvars.map((a, i) => {
+                const sum = tf.add(a, dv[i]!);
+                tf.dispose([a, dv[i]!]);
+                return sum;
+              });
+            tf.dispose([dyc, xc, tc]);
+          }
+          const dx = tf.concat(dxs, 0);
+          tf.dispose(dxs);
+          return [dx, tf.zerosLike(t0), ...(dvars ?? [])];
+        },
+      };
+    }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (
+      ...xs: tf.Tensor[]
+    ) => tf.Tensor2D;
+    return fn(hidden, targets, ...vars);
   }
 
   /** LM-head logits `[..., vocab]` of hidden states `[..., hidden]`. */

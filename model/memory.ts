@@ -13,12 +13,20 @@
  * it, plus the attention output) and k, v. With checkpointing a layer keeps only its input
  * (hidden-sized) and one layer's activations exist at a time, twice over while its gradient is
  * taken (the recomputed pass and its gradients). The LM head holds `vocabCopies` vocabulary-sized
- * float32 rows per token (logits and their gradient: 2 with the fused next-token logprob).
+ * float32 rows per token (logits and their gradient: 2 with the fused next-token logprob), for
+ * every token, or with a chunked head (`headChunkTokens`) for one chunk's tokens at a time.
  *
  * @module
  */
 import { assertBackendRoom } from './backend.ts';
 import { parameterShapes, type LlamaConfig } from './config.ts';
+
+/**
+ * Tokens per chunk of the training LM head when gradient checkpointing is on
+ * (`CausalLM.headChunkTokens`): 1024 × Qwen3's 151,936-word vocabulary is 0.6 GiB of float32
+ * logits per chunk, and a chunk's two products keep the head's matrix products large.
+ */
+export const defaultHeadChunkTokens = 1024;
 
 /** Options of {@link trainingMemory}. */
 export interface TrainingMemoryOptions {
@@ -37,6 +45,11 @@ export interface TrainingMemoryOptions {
    * @default 2
    */
   vocabCopies?: number;
+  /**
+   * Tokens per chunk of a chunked LM head (`CausalLM.chunkedHead`): its vocabulary rows exist
+   * for one chunk at a time. 0 or absent: for all tokens at once.
+   */
+  headChunkTokens?: number;
 }
 
 /** Bytes of each part of one training step, and their sum. */
@@ -81,8 +94,11 @@ export function trainingMemory(config: LlamaConfig, opts: TrainingMemoryOptions)
   const layerFloats = opts.gradientCheckpointing
     ? N * (layers * config.hidden_size + 2 * perLayer)
     : N * layers * perLayer;
-  // The embedding output, the final norm (three hidden-sized tensors) and the vocabulary rows.
-  const headFloats = N * (4 * config.hidden_size + (opts.vocabCopies ?? 2) * config.vocab_size);
+  // The embedding output, the final norm (three hidden-sized tensors) and the vocabulary rows
+  // (of one chunk at a time when the head is chunked).
+  const headTokens = opts.headChunkTokens ? Math.min(N, opts.headChunkTokens) : N;
+  const headFloats =
+    N * 4 * config.hidden_size + headTokens * (opts.vocabCopies ?? 2) * config.vocab_size;
   const m = {
     weightsBytes: 4 * all,
     gradientBytes: 4 * trained,
@@ -101,17 +117,20 @@ export function trainingMemory(config: LlamaConfig, opts: TrainingMemoryOptions)
  *
  * @param fusedHead the backend's fused next-token logprob runs (else the composed log-softmax,
  *   one-hot and entropy: 8 vocabulary-sized rows per token)
+ * @param headChunkTokens tokens per chunk of a chunked LM head (0: unchunked)
  */
 export function assertTrainingPassRoom(
   config: LlamaConfig,
   [rows, tokens]: [number, number],
   gradientCheckpointing: boolean,
   fusedHead: boolean,
+  headChunkTokens = 0,
 ): void {
   const { activationBytes } = trainingMemory(config, {
     tokens: rows * tokens,
     gradientCheckpointing,
     vocabCopies: fusedHead ? 2 : 8,
+    headChunkTokens,
   });
   assertBackendRoom(
     activationBytes,

@@ -15,7 +15,7 @@
 import { resolveConfig, type LlamaConfig } from '../model/config.ts';
 import { parseTargetModules } from '../model/lora-adapter.ts';
 import { loraModules } from '../model/lora-layers.ts';
-import { parameterCount, trainingMemory } from '../model/memory.ts';
+import { defaultHeadChunkTokens, parameterCount, trainingMemory } from '../model/memory.ts';
 
 /** Qwen3's published shapes (vocabulary 151,936, head_dim 128, q/k norms). */
 function qwen3(
@@ -85,7 +85,13 @@ export function gpuFitTable(tokensList = [2048, 8192], rank = 16): string {
       const all = parameterCount(config);
       const lora = loraParameters(config, rank);
       const at = (trainableParameters: number, gradientCheckpointing: boolean) =>
-        trainingMemory(config, { tokens, trainableParameters, gradientCheckpointing });
+        trainingMemory(config, {
+          tokens,
+          trainableParameters,
+          gradientCheckpointing,
+          // What runs: checkpointing chunks the LM head (CausalLM.headChunkTokens).
+          ...(gradientCheckpointing ? { headChunkTokens: defaultHeadChunkTokens } : {}),
+        });
       const full = at(all, false);
       const fullCkpt = at(all, true);
       rows.push([

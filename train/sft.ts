@@ -478,7 +478,7 @@ const sftFlags = flagParser<SftFlagOptions>(
     {
       key: 'gradientCheckpointing',
       kind: 'bool',
-      help: "recompute each decoder layer's activations in the backward pass (less memory, ~1/3 more compute)",
+      help: "recompute each decoder layer's activations, and the LM head's logits 1024 tokens at a time, in the backward pass (less memory, ~1/3 more compute)",
     },
     {
       key: 'packingSamples',

@@ -55,6 +55,17 @@ test('full fine-tuning, plain and checkpointed, and a smaller trained set', () =
   assert.is(lora.activationBytes, plain.activationBytes);
 });
 
+test('a chunked LM head counts its vocabulary rows for one chunk of tokens', () => {
+  const ckpt = trainingMemory(config, { tokens: 100, gradientCheckpointing: true });
+  const chunked = (headChunkTokens: number) =>
+    trainingMemory(config, { tokens: 100, gradientCheckpointing: true, headChunkTokens });
+  // 2 vocabulary rows of 10 floats for 30 tokens instead of 100
+  assert.is(chunked(30).activationBytes, ckpt.activationBytes - 4 * (100 - 30) * 2 * 10);
+  // a chunk at least as long as the batch is the whole batch
+  assert.is(chunked(500).activationBytes, ckpt.activationBytes);
+  assert.is(chunked(0).activationBytes, ckpt.activationBytes);
+});
+
 test('wasm: a training pass whose activations exceed the heap fails first, naming checkpointing', async () => {
   await initBackend('wasm');
   const m = CausalLM.init({ ...config, num_hidden_layers: 400 }, { seed: 1 });

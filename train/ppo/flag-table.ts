@@ -386,7 +386,7 @@ const afterLora = [
     'gradientCheckpointing',
     'bool',
     false,
-    "trainer and critic recompute each decoder layer's activations in the backward pass (less memory, ~1/3 more compute)",
+    "trainer and critic recompute each decoder layer's activations, and the LM head's logits 1024 tokens at a time, in the backward pass (less memory, ~1/3 more compute)",
   ),
   F(
     'packingSamples',
