@@ -100,7 +100,8 @@ test('a stopped run logs its checkpoint and the command that resumes it; that co
   const resume = `train_ppo ${resumeCommand(argv, `--ckpt-path ${ckpt} --load-checkpoint`)}`;
   assert.ok(
     lines.includes(
-      `stopped at step 2; the last checkpoint is at step 1 (step 2 is lost): run the same command with --ckpt-path ${ckpt} --load-checkpoint to resume from it`,
+      // The stop names the last finished step (step 2's row never completed), as the job page does.
+      `stopped at step 1; the last checkpoint is at step 1: run the same command with --ckpt-path ${ckpt} --load-checkpoint to resume from it`,
     ),
     lines.join('\n'),
   );
