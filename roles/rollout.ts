@@ -257,7 +257,14 @@ export class Rollout {
       seed: opts.seed ?? 0,
     });
     const trained = g.status === 'ok' && g.trajectories.length > 0;
-    return trained ? { ...report, batch: handOff(g.trajectories) } : report;
+    // An agent's trace is for its samples (in the report already): the roles that fetch the
+    // batch to train on it would only carry it.
+    const batch = g.trajectories.map((t) => {
+      if (!t.trace) return t;
+      const { trace: _trace, ...rest } = t;
+      return rest;
+    });
+    return trained ? { ...report, batch: handOff(batch) } : report;
   }
 
   /** Runs many groups at once (bounded by ASYNC_NUM_TASKS inside), returning their trajectories by value. */
