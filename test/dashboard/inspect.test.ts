@@ -77,6 +77,8 @@ async function hoverLastX(
     await fig.scrollIntoViewIfNeeded({ timeout: 1000 });
     const box = await fig.locator('.u-over').boundingBox({ timeout: 1000 });
     if (!box) return undefined;
+    // Away and back: a chart rebuilt under a still cursor shows no value until the cursor moves.
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
     await page.mouse.move(box.x + box.width - 1, box.y + box.height / 2);
     return {
       label: (await xRow.locator('.u-label').innerText({ timeout: 1000 })).trim(),
@@ -92,6 +94,11 @@ async function hoverLastX(
  * `tokens_total` (read from the API), not at their steps; then the axis goes back to steps.
  */
 async function checkTokensAxis(page: Page, jobIds: string[]): Promise<void> {
+  // A live page gets the axis once the job has logged tokens (it may have opened before).
+  await page.waitForSelector('#x-axis option[value="tokens"]:not([disabled])', {
+    state: 'attached',
+    timeout: 60_000,
+  });
   await page.selectOption('#x-axis', 'tokens');
   const x = await until('the reward chart on a tokens axis', async () => {
     const got = await hoverLastX(page, 'reward_mean');

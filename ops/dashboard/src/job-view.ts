@@ -336,14 +336,18 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
     await renderCompare();
   };
   await setJobs();
-  // A job that logs no generated tokens has nothing to put on a tokens axis.
+  // A job that logs no generated tokens has nothing to put on a tokens axis; a live job opened
+  // before its first step gets the axis once the metric arrives.
   const tokensOption = xSel.querySelector('option[value="tokens"]') as HTMLOptionElement;
-  tokensOption.disabled = !charts.hasTokens(0);
-  tokensOption.title = charts.tokensMetric
-    ? `generated tokens so far (the ${charts.tokensMetric} metric)`
-    : 'this job names no metric of generated tokens';
-  if (tokensOption.disabled && charts.tokensMetric)
-    tokensOption.title = `this job logs no ${charts.tokensMetric} metric`;
+  const updateTokensOption = () => {
+    tokensOption.disabled = !charts.hasTokens(0);
+    tokensOption.title = charts.tokensMetric
+      ? `generated tokens so far (the ${charts.tokensMetric} metric)`
+      : 'this job names no metric of generated tokens';
+    if (tokensOption.disabled && charts.tokensMetric)
+      tokensOption.title = `this job logs no ${charts.tokensMetric} metric`;
+  };
+  updateTokensOption();
   renderSummary();
   await renderVerdict();
   const { jobs } = await api.call('GET /api/jobs');
@@ -376,6 +380,7 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
     async () => {
       await fetchInto(0, jobId);
       for (const [i, id] of compared.entries()) await fetchInto(i + 1, id);
+      updateTokensOption();
       await reloadJob();
       await reloadSamples();
     },
