@@ -7,6 +7,8 @@
  *
  * @module
  */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** True when this code runs compiled (`dist/…/*.js`, the installed package); false in the checkout. */
@@ -16,6 +18,20 @@ export const compiled: boolean = import.meta.url.endsWith('.js');
 export const packageRoot: string = fileURLToPath(
   new URL(compiled ? '../../' : '../', import.meta.url),
 );
+
+/**
+ * The command that installs some of the package's optional peers (`node-llama-cpp`, `webgpu`,
+ * `@tensorflow/tfjs-backend-webgpu`: the heavy engines and GPU paths a user opts into) at the
+ * versions its `package.json` pins.
+ *
+ * @example peerInstallCommand('node-llama-cpp') // 'npm install node-llama-cpp@3.21.1'
+ */
+export function peerInstallCommand(...names: string[]): string {
+  const { peerDependencies = {} } = JSON.parse(
+    readFileSync(join(packageRoot, 'package.json'), 'utf8'),
+  ) as { peerDependencies?: Record<string, string> };
+  return `npm install ${names.map((n) => (peerDependencies[n] ? `${n}@${peerDependencies[n]}` : n)).join(' ')}`;
+}
 
 /**
  * The URL of one of this package's own modules, named by its TypeScript source relative to `base`

@@ -72,6 +72,7 @@ import {
   sampleContext,
   type LocalSample,
 } from '../local-sample.ts';
+import { peerInstallCommand } from '../../runtime/own-files.ts';
 import { LlamaCppError } from './errors.ts';
 import { WeightsGate } from '../weights-gate.ts';
 
@@ -149,7 +150,7 @@ async function nodeLlamaCpp(): Promise<NodeLlamaCpp> {
     llamaModule = undefined;
     throw new LlamaCppError(
       'LLAMACPP_UNAVAILABLE',
-      'the llamacpp engine needs node-llama-cpp: NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install node-llama-cpp@3.21.1',
+      `the llamacpp engine needs node-llama-cpp, an optional peer (~0.9 GB with its GPU builds): NODE_LLAMA_CPP_SKIP_DOWNLOAD=true ${peerInstallCommand('node-llama-cpp')}`,
       { cause: e },
     );
   });

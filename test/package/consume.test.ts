@@ -2,7 +2,8 @@
  * The package as a user gets it: `npm pack` (which builds dist/) → a fresh project →
  * `npm install <tarball>` → plain Node imports every export, a `tsc --init` project type-checks
  * against it, the compiled project runs an actor, `npx rtjob submit -- train_ppo` trains the
- * project's own agent file, and `npx rtjob build torch` builds the torch backend from the source
+ * project's own agent file, the opt-in engines (node-llama-cpp, Dawn) are absent and asking for
+ * one names its install, and `npx rtjob build torch` builds the torch backend from the source
  * the package ships (against Debian's CPU libtorch, as `.ci/run` installs it), for a job on it. Runs under whichever Node runs this file (`.ci/run` runs it on Node 22
  * too).
  *
@@ -156,9 +157,34 @@ test('npm install <tarball> into a fresh project', () => {
     tarball,
   ]);
   provideSqlite();
+  const modules = join(project, 'node_modules');
+  const mb = Number(spawnSync('du', ['-sm', modules], { encoding: 'utf8' }).stdout.split('\t')[0]);
+  const packages = spawnSync('npm', ['ls', '--all', '--parseable'], {
+    cwd: project,
+    env,
+    encoding: 'utf8',
+  }).stdout.split('\n').length;
   console.log(
-    `  installed in ${((Date.now() - t0) / 1000).toFixed(0)} s on Node ${process.version}`,
+    `  installed in ${((Date.now() - t0) / 1000).toFixed(0)} s on Node ${process.version}: ${mb} MB node_modules, ~${packages} packages`,
   );
+});
+
+test('the heavy engines are opt-in: asking for one without it names the npm install', () => {
+  // node-llama-cpp (with its CUDA and Vulkan builds) and Dawn are optional peers, not installed.
+  for (const p of ['node-llama-cpp', 'webgpu', '@tensorflow/tfjs-backend-webgpu'])
+    assert.not.ok(existsSync(join(project, 'node_modules', p)), `${p} is not installed`);
+  const r = spawnSync('npx', ['rtjob', 'serve', '--engine', 'llamacpp', '--port', '0'], {
+    cwd: project,
+    env,
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
+  assert.is.not(r.status, 0);
+  assert.match(
+    r.stderr,
+    /the llamacpp engine needs node-llama-cpp, an optional peer .*npm install node-llama-cpp@\d+\.\d+\.\d+/,
+  );
+  assert.not.match(r.stderr, /^\s+at /m, 'one line, no stack');
 });
 
 test('plain Node ESM imports rtjob, rtjob/agent, rtjob/algorithms, rtjob/rewards, rtjob/roles and rtjob/train', () => {

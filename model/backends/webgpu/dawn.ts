@@ -18,6 +18,7 @@ import { existsSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import * as tf from '@tensorflow/tfjs';
 import { RtjobError } from '../../../runtime/errors.ts';
+import { peerInstallCommand } from '../../../runtime/own-files.ts';
 import { installWebGpuKernelFixes } from './kernels.ts';
 
 /** The few parts of the WebGPU API used here (the full types live in `@webgpu/types`). */
@@ -156,12 +157,14 @@ export async function probeWebGpu(
   return d?.adapter ? describe(d.adapter) : undefined;
 }
 
+const installWebGpu = () => peerInstallCommand('webgpu', '@tensorflow/tfjs-backend-webgpu');
+
 /** Why `webgpu` cannot start here, in one line, or undefined when it can. */
 export async function webGpuUnavailable(): Promise<string | undefined> {
   if (!(await optionalImport('@tensorflow/tfjs-backend-webgpu')))
-    return "the optional package '@tensorflow/tfjs-backend-webgpu' is not installed";
+    return `the webgpu backend's packages are optional peers, not installed: ${installWebGpu()}`;
   const d = await dawn();
-  if (!d) return "the optional package 'webgpu' (Dawn) is not installed";
+  if (!d) return `the webgpu backend's Dawn bindings are not installed: ${installWebGpu()}`;
   if (!d.adapter)
     return (
       'Dawn found no GPU adapter (Linux needs libvulkan1 and a Vulkan driver; without a GPU, ' +
