@@ -298,7 +298,7 @@ program
     "held-out accuracy of a saved policy with your agent, greedy, as train_ppo's eval measures it (rtjob eval --help lists its flags)",
   )
   .usage(
-    '<model-dir> --agent-func ./agent.ts [--prompts N] [--samples K] [--engine llamacpp] [--json]',
+    '<model-dir> --agent-func ./agent.ts [--eval-dataset FILE.jsonl --input-key K --label-key K] [--prompts N] [--samples K] [--engine llamacpp] [--json]',
   )
   .argument('[args...]')
   .helpOption(false)

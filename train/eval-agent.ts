@@ -25,8 +25,9 @@ import { initBackend } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
 import { loadTokenizer, type ChatTokenizer } from '../model/tokenizer.ts';
-import { agentTokenizer } from '../roles/rollout.ts';
-import { arithDataset } from './data/arith.ts';
+import { agentTokenizer, type PromptItem } from '../roles/rollout.ts';
+import { checkKeys, loadPromptData, PromptSampler } from './ppo/data.ts';
+import { trainPpoDefaults } from './ppo/flag-table.ts';
 import {
   checkRolloutDtype,
   FlagError,
@@ -113,7 +114,12 @@ async function evaluateAgent(
 
 /** Options of {@link evalAgentModel}. */
 export interface EvalAgentOptions {
-  /** Held-out problems (the first n of `arith:test`). @default 500 */
+  /** Held-out prompts: a built-in name or a JSONL file, as train_ppo's `--eval-dataset`. @default 'arith:test' */
+  dataset?: string;
+  /** Record fields holding the prompt and the label. @default train_ppo's (`prompt`, `solution`) */
+  inputKey?: string;
+  labelKey?: string;
+  /** Held-out prompts evaluated (the dataset's first n). @default 500 */
   prompts?: number;
   /** Sampled episodes per problem at temperature 1. @default 0 */
   samples?: number;
@@ -176,16 +182,14 @@ export async function evalAgentModel(
     });
   const [greedyGw, sampledGw] = await Promise.all([gateway(0), gateway(1)]);
   try {
-    const records = arithDataset({ split: 'test', size: o.prompts ?? 500 });
+    const items = heldOutItems(o);
     const samples = (rep: number): Sample[] =>
-      records.map((r, i) => ({
-        index: i,
-        prompt: r.prompt,
-        label: r.solution,
+      items.map((it) => ({
+        ...it,
         promptIds: [],
         nSamples: 1,
-        groupId: `eval-${rep}-${i}`,
-        record: { ...r },
+        groupId: `eval-${rep}-${it.index}`,
+        record: { ...it.record },
       }));
     const greedy = await evaluateAgent(agent, greedyGw, samples(0));
     const n = o.samples ?? 0;
@@ -212,6 +216,21 @@ export async function evalAgentModel(
     await engine.close();
     model.dispose();
   }
+}
+
+/** The held-out prompts, read as train_ppo reads its `--eval-dataset` (one loader, same keys). */
+function heldOutItems(o: EvalAgentOptions): PromptItem[] {
+  const prompts = o.prompts ?? trainPpoDefaults.evalPrompts;
+  const records = loadPromptData(o.dataset ?? trainPpoDefaults.evalDataset, '--eval-dataset', {
+    size: prompts,
+  });
+  const keys = {
+    input: o.inputKey ?? trainPpoDefaults.inputKey,
+    label: o.labelKey ?? trainPpoDefaults.labelKey,
+  };
+  checkKeys(records, keys.input, keys.label, '--eval-dataset');
+  const sampler = new PromptSampler(records, keys, 0);
+  return records.slice(0, prompts).map((_, i) => sampler.item(i, `eval-${i}`));
 }
 
 /** The episode's text with the generated runs of tokens in ⟪ ⟫. */
@@ -258,6 +277,9 @@ function describe(name: string, r: AgentEvalResult, splitBy: string | undefined)
 const evalAgentFlags = (program: string) =>
   flagParser<{
     agentFunc?: string;
+    evalDataset: string;
+    inputKey: string;
+    labelKey: string;
     prompts: number;
     samples: number;
     maxNewTokens: number;
@@ -270,7 +292,19 @@ const evalAgentFlags = (program: string) =>
     program,
     [
       { key: 'agentFunc', kind: 'string', help: 'the agent file', required: true },
-      { key: 'prompts', kind: 'int', help: 'held-out problems (at most 500 are distinct)', min: 1 },
+      {
+        key: 'evalDataset',
+        kind: 'string',
+        help: "held-out prompts: a built-in name or a JSONL file (train_ppo's --eval-dataset)",
+      },
+      { key: 'inputKey', kind: 'string', help: 'record field holding the prompt' },
+      { key: 'labelKey', kind: 'string', help: 'record field handed to the agent as the label' },
+      {
+        key: 'prompts',
+        kind: 'int',
+        help: "held-out prompts evaluated, the dataset's first n (arith:test has 500 distinct)",
+        min: 1,
+      },
       {
         key: 'samples',
         kind: 'int',
@@ -293,7 +327,10 @@ const evalAgentFlags = (program: string) =>
       { key: 'json', kind: 'bool', help: 'print the report as JSON' },
     ],
     {
-      prompts: 500,
+      evalDataset: trainPpoDefaults.evalDataset,
+      inputKey: trainPpoDefaults.inputKey,
+      labelKey: trainPpoDefaults.labelKey,
+      prompts: trainPpoDefaults.evalPrompts,
       samples: 0,
       maxNewTokens: 48,
       engine: 'builtin',
@@ -338,9 +375,17 @@ export async function main(argv: string[], program = 'eval_agent'): Promise<void
     );
   }
   checkRolloutDtype(o);
-  checkTrainPpoPaths({ agentFunc: o.agentFunc!, pretrain: '', promptData: '', evalDataset: '' });
+  checkTrainPpoPaths({
+    agentFunc: o.agentFunc!,
+    pretrain: '',
+    promptData: '',
+    evalDataset: o.evalDataset,
+  });
   const modelDir = modelDirOf(positionals[0]!);
   const r = await evalAgentModel(modelDir, o.agentFunc!, {
+    dataset: o.evalDataset,
+    inputKey: o.inputKey,
+    labelKey: o.labelKey,
     prompts: o.prompts,
     samples: o.samples,
     maxNewTokens: o.maxNewTokens,

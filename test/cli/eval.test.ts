@@ -84,6 +84,36 @@ test('rtjob eval --json reports each episode', async () => {
   );
 });
 
+test('rtjob eval --eval-dataset reads a JSONL of its own fields, as train_ppo does', async () => {
+  // The first agent, right when the label it is handed is "yes" and the prompt is the record's `q`.
+  writeFileSync(
+    join(project, 'label-agent.ts'),
+    agentSource.replace(
+      'sample.index % 2 === 0',
+      "sample.prompt.startsWith('Q: ') && (sample as { label?: string }).label === 'yes'",
+    ),
+  );
+  writeFileSync(
+    join(project, 'qa.jsonl'),
+    ['yes', 'no', 'yes', 'yes']
+      .map((a, i) => JSON.stringify({ q: `Q: item ${i}`, a, other: i }))
+      .join('\n'),
+  );
+  const args = ['eval', 'my-job', '--agent-func', './label-agent.ts', '--eval-dataset', 'qa.jsonl'];
+  const r = await sb.run([...args, '--input-key', 'q', '--label-key', 'a'], {
+    cwd: project,
+    timeoutMs: 180_000,
+  });
+  assert.is(r.code, 0, r.stderr);
+  assert.match(r.stdout, /^held-out accuracy 75\.0% \(4 prompts, greedy\)$/m);
+  // The default keys are train_ppo's (prompt, solution): refused before any model loads.
+  const wrongKey = await sb.run(args, { cwd: project });
+  assert.is(wrongKey.code, 2);
+  assert.equal(wrongKey.stderr.trim().split('\n'), [
+    "rtjob eval: --input-key 'prompt' is not a string field of --eval-dataset records (fields: q, a, other)",
+  ]);
+});
+
 test('a missing checkpoint or agent file: one line naming it, exit 2', async () => {
   const noModel = await sb.run(['eval', 'no-such-job', '--agent-func', './agent.ts'], {
     cwd: project,
