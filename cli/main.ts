@@ -233,13 +233,15 @@ sessionOption(
   program
     .command('samples')
     .description(
-      'sample episodes a job kept per step (train_ppo --log-samples): prompt, turns, reward, extraInfo',
+      'sample episodes a job kept per step (train_ppo --log-samples): prompt, turns, score (train_ppo: the reward), extraInfo',
     )
     .argument('<job>', 'job id')
     .option('--step <n>', 'this step (default: the latest with samples)')
     .option('--prompt <key>', 'one prompt (its dataset index) across every step')
-    .option('--min-reward <r>', 'only samples with reward >= r')
-    .option('--max-reward <r>', 'only samples with reward <= r')
+    .option('--min-score <r>', "only samples scored >= r (train_ppo's score is the reward)")
+    .option('--max-score <r>', 'only samples scored <= r')
+    .addOption(new Option('--min-reward <r>').hideHelp())
+    .addOption(new Option('--max-reward <r>').hideHelp())
     .option('--full', 'print whole texts (default: 400 characters per turn)')
     .option('--json', 'the samples as JSON'),
 ).action((job: string, o) => samplesCommand(job, o));

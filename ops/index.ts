@@ -21,6 +21,7 @@ export {
   RestError,
   restClient,
   type ProcessView,
+  type QueryOf,
   type RestClient,
   type RouteKey,
   type SampleView,

@@ -42,11 +42,11 @@ interface Row {
 
 /**
  * One sample of a step: a JSON object with any fields; `key` groups it across steps (the same
- * prompt), `reward` filters it.
+ * prompt), `score` filters it (the job's report names it: `samples: { score: 'reward' }`).
  */
 export interface SampleRecord {
   key?: string;
-  reward?: number;
+  score?: number;
 }
 
 export type { JobCheckpoint, JobReport };
@@ -71,7 +71,7 @@ export interface MetricsLogger {
   log(step: number, values: MetricValues): void;
   /**
    * Stores `records` as the samples of step `step` (replacing any it had), after the metric rows
-   * logged before it. Each record is a JSON object; `key` and `reward` are indexed.
+   * logged before it. Each record is a JSON object; `key` and `score` are indexed.
    */
   samples<T extends SampleRecord>(step: number, records: readonly T[]): void;
   /**

@@ -35,7 +35,8 @@ export interface EpisodeSample {
   key: string;
   /** Why this episode was kept. */
   pick: 'best' | 'worst' | 'random' | 'failed';
-  reward?: number;
+  /** Its reward: the head filters and ranks samples by their `score` (train_ppo's report names it). */
+  score?: number;
   prompt: string;
   label?: string;
   turns: SampleTurn[];
@@ -51,7 +52,7 @@ export interface EpisodeSample {
   responseTokens?: number;
   groupId: string;
   /** Mean reward of its group (the baseline it was compared with). */
-  groupRewardMean?: number;
+  groupScoreMean?: number;
   /** A failed episode's error. */
   error?: string;
   /** A gateway agent's own OpenTelemetry spans joined to its model calls (`gateway/README.md`). */
@@ -234,7 +235,7 @@ function describe(
   return {
     key: String(t.promptIndex ?? -1),
     pick,
-    reward: t.reward,
+    score: t.reward,
     prompt: clipText(o.prompt),
     ...(o.label !== undefined ? { label: clipText(o.label) } : {}),
     turns,
@@ -247,7 +248,7 @@ function describe(
     promptTokens,
     responseTokens,
     groupId: t.groupId,
-    groupRewardMean: groupMean,
+    groupScoreMean: groupMean,
   };
 }
 

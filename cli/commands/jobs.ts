@@ -19,6 +19,7 @@ import {
 import {
   isLoopback,
   type MetricsTable,
+  type QueryOf,
   type SampleView,
   startClusterHead,
   tsxImport,
@@ -716,12 +717,17 @@ async function showMetrics(
   if (t.rows.length > last) console.log(`(last ${last} of ${t.rows.length} steps; --csv for all)`);
 }
 
-/** `rtjob samples JOB [--step N] [--prompt KEY] [--min-reward R] [--max-reward R] [--full] [--json]`. */
+/**
+ * `rtjob samples JOB [--step N] [--prompt KEY] [--min-score R] [--max-score R] [--full] [--json]`
+ * (`--min-reward`/`--max-reward`, train_ppo's word for its score, are accepted too).
+ */
 export async function samplesCommand(
   jobId: string,
   o: ReadOptions & {
     step?: string;
     prompt?: string;
+    minScore?: string;
+    maxScore?: string;
     minReward?: string;
     maxReward?: string;
     full?: boolean;
@@ -733,15 +739,19 @@ export async function samplesCommand(
     if (!Number.isFinite(Number(v))) throw new CliError(`${flag} must be a number, got ${v}`, 2);
     return Number(v);
   };
-  const query = {
+  const query: NonNullable<QueryOf<'GET /api/jobs/:jobId/samples'>> = {
     step: num('--step', o.step),
-    minReward: num('--min-reward', o.minReward),
-    maxReward: num('--max-reward', o.maxReward),
+    minScore: num('--min-score', o.minScore) ?? num('--min-reward', o.minReward),
+    maxScore: num('--max-score', o.maxScore) ?? num('--max-reward', o.maxReward),
     key: o.prompt,
   };
-  const page = await reading(o, (ep) =>
-    headApi(ep).call('GET /api/jobs/:jobId/samples', { params: { jobId }, query }),
+  const [page, job] = await reading(o, (ep) =>
+    Promise.all([
+      headApi(ep).call('GET /api/jobs/:jobId/samples', { params: { jobId }, query }),
+      headApi(ep).call('GET /api/jobs/:jobId', { params: { jobId } }),
+    ]),
   );
+  const scoreName = job.report.samples?.score ?? 'score';
   if (o.json) {
     console.log(JSON.stringify(page, null, 2));
     return;
@@ -764,7 +774,7 @@ export async function samplesCommand(
     const facts = [
       `step ${s.step}`,
       s.pick,
-      s.reward !== undefined ? `reward ${+s.reward.toFixed(4)}` : undefined,
+      s.score !== undefined ? `${scoreName} ${+s.score.toFixed(4)}` : undefined,
       s.key !== undefined ? `prompt #${s.key}` : undefined,
       s.versionMin !== undefined
         ? `version ${s.versionMin === s.versionMax ? s.versionMin : `${s.versionMin}–${s.versionMax}`}`

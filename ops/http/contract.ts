@@ -101,7 +101,7 @@ export interface SampleView {
   seq: number;
   key?: string;
   pick?: string;
-  reward?: number;
+  score?: number;
   prompt?: string;
   label?: string;
   turns?: {
@@ -117,7 +117,7 @@ export interface SampleView {
   stopReason?: string;
   promptTokens?: number;
   responseTokens?: number;
-  groupRewardMean?: number;
+  groupScoreMean?: number;
   error?: string;
   /** The agent's OpenTelemetry spans joined to its model calls (`runtime/agent-trace.ts`). */
   trace?: AgentTrace;
@@ -195,9 +195,9 @@ export interface RestRoutes {
     body: { rows: { step: number; values: Record<string, number | null>; time?: number }[] };
     reply: { stored: number };
   };
-  /** `step` (default: the latest), or `key` (one prompt across steps); `minReward`, `maxReward`, `limit`. */
+  /** `step` (default: the latest), or `key` (one prompt across steps); `minScore`, `maxScore`, `limit`. */
   'GET /api/jobs/:jobId/samples': {
-    query: { step?: number; key?: string; minReward?: number; maxReward?: number; limit?: number };
+    query: { step?: number; key?: string; minScore?: number; maxScore?: number; limit?: number };
     reply: SamplesPage;
   };
   /** Stores a step's samples, replacing what that step had (limits: `sampleLimits`). */

@@ -285,8 +285,8 @@ export function apiRoutes(
           : store.samples(params.jobId, {
               ...(step !== undefined ? { step } : {}),
               ...(key !== undefined ? { key } : {}),
-              minReward: query.int('minReward'),
-              maxReward: query.int('maxReward'),
+              minScore: query.int('minScore'),
+              maxScore: query.int('maxScore'),
               limit: query.int('limit'),
             });
       return { steps, step: step ?? null, samples };

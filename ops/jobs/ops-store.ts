@@ -70,14 +70,15 @@ export interface MetricsTable {
 }
 
 /**
- * One sample a job logged for a step (for `train_ppo`, an episode: prompt, turns, reward, …).
- * The head indexes `key` (the same prompt across steps) and `reward`; every other field is kept
- * as the job sent it.
+ * One sample a job logged for a step (for `train_ppo`, an episode: prompt, turns, its reward as
+ * the score, …). The head indexes `key` (the same prompt across steps) and `score` (what the job
+ * calls it is its report's `samples.score`); every other field is kept as the job sent it.
  */
 export interface JobSample {
   /** Groups samples across steps ("this prompt over time"), e.g. the prompt's dataset index. */
   key?: string;
-  reward?: number;
+  /** The number samples are filtered by (best, worst, above a bound). */
+  score?: number;
   [field: string]: unknown;
 }
 
@@ -119,6 +120,8 @@ export interface JobReport {
   checkpoint?: JobCheckpoint;
   /** The job page's summary cards after its progress, in order (see {@link SummaryCard}). */
   summary?: SummaryCard[];
+  /** What the job calls its samples' `score` (e.g. `reward`), for the pages that show it. */
+  samples?: { score?: string };
   [field: string]: unknown;
 }
 
@@ -244,7 +247,7 @@ CREATE TABLE IF NOT EXISTS ops_job_samples (
   step INTEGER NOT NULL,
   seq INTEGER NOT NULL,
   sample_key TEXT,
-  reward REAL,
+  score REAL,
   data TEXT NOT NULL,
   PRIMARY KEY (job_id, step, seq)
 ) WITHOUT ROWID;
@@ -272,6 +275,27 @@ CREATE TABLE IF NOT EXISTS ops_log_files (
 CREATE INDEX IF NOT EXISTS ops_log_files_job ON ops_log_files(job_id);
 CREATE INDEX IF NOT EXISTS ops_log_files_actor ON ops_log_files(actor_id);
 `;
+
+/**
+ * Session dirs from before samples had a `score`: train_ppo sent `reward` (and `groupRewardMean`),
+ * and the head indexed it under that name. Renames the column and the fields in each stored sample.
+ */
+function migrateSampleScores(db: Database.Database): void {
+  const cols = db.prepare('PRAGMA table_info(ops_job_samples)').all() as { name: string }[];
+  if (!cols.some((c) => c.name === 'reward')) return;
+  const old = (f: string) => `'$.${f}'`;
+  db.transaction(() => {
+    db.exec('ALTER TABLE ops_job_samples RENAME COLUMN reward TO score');
+    for (const [from, to] of [
+      ['reward', 'score'],
+      ['groupRewardMean', 'groupScoreMean'],
+    ])
+      db.exec(
+        `UPDATE ops_job_samples SET data = json_set(json_remove(data, ${old(from!)}), ${old(to!)}, json_extract(data, ${old(from!)}))
+         WHERE json_type(data, ${old(from!)}) IS NOT NULL`,
+      );
+  })();
+}
 
 interface JobRow {
   job_id: string;
@@ -357,6 +381,7 @@ export class OpsStore {
     if (!cols.some((c) => c.name === 'inherited_env')) {
       this.db.exec("ALTER TABLE ops_jobs ADD COLUMN inherited_env TEXT NOT NULL DEFAULT '{}'");
     }
+    migrateSampleScores(this.db);
     this.#insertJob = this.db.prepare(
       `INSERT INTO ops_jobs (job_id, status, entrypoint, working_dir, env, inherited_env, metadata,
         entrypoint_num_cpus, entrypoint_num_gpus, submitted_at, started_at, ended_at, exit_code,
@@ -601,19 +626,19 @@ export class OpsStore {
           `sample ${seq} of step ${step} is over ${sampleLimits.maxSampleBytes} bytes of JSON; shorten its text`,
         );
       }
-      const reward =
-        typeof sample.reward === 'number' && Number.isFinite(sample.reward) ? sample.reward : null;
+      const score =
+        typeof sample.score === 'number' && Number.isFinite(sample.score) ? sample.score : null;
       return [
         jobId,
         step,
         seq,
         sample.key === undefined ? null : String(sample.key),
-        reward,
+        score,
         data,
       ] as const;
     });
     const insert = this.db.prepare(
-      'INSERT INTO ops_job_samples (job_id, step, seq, sample_key, reward, data) VALUES (?, ?, ?, ?, ?, ?)',
+      'INSERT INTO ops_job_samples (job_id, step, seq, sample_key, score, data) VALUES (?, ?, ?, ?, ?, ?)',
     );
     this.db.transaction(() => {
       this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ? AND step = ?').run(jobId, step);
@@ -727,11 +752,11 @@ export class OpsStore {
 
   /**
    * A job's samples: of one step, or (with `key` and no step) of one prompt across every step;
-   * `minReward`/`maxReward` bound the reward. Ordered by step, then as logged.
+   * `minScore`/`maxScore` bound the score. Ordered by step, then as logged.
    */
   samples(
     jobId: string,
-    q: { step?: number; key?: string; minReward?: number; maxReward?: number; limit?: number } = {},
+    q: { step?: number; key?: string; minScore?: number; maxScore?: number; limit?: number } = {},
   ): StoredSample[] {
     const where = ['job_id = ?'];
     const args: (string | number)[] = [jobId];
@@ -743,13 +768,13 @@ export class OpsStore {
       where.push('sample_key = ?');
       args.push(q.key);
     }
-    if (q.minReward !== undefined) {
-      where.push('reward >= ?');
-      args.push(q.minReward);
+    if (q.minScore !== undefined) {
+      where.push('score >= ?');
+      args.push(q.minScore);
     }
-    if (q.maxReward !== undefined) {
-      where.push('reward <= ?');
-      args.push(q.maxReward);
+    if (q.maxScore !== undefined) {
+      where.push('score <= ?');
+      args.push(q.maxScore);
     }
     const rows = this.db
       .prepare(

@@ -63,7 +63,7 @@ test('rtjob samples prints the latest step, one step, one prompt over time, and 
   );
   const over = JSON.parse((await sb.run(['samples', jobId, '--prompt', '17', '--json'])).stdout);
   assert.equal(
-    over.samples.map((s: { step: number; reward: number }) => [s.step, +s.reward.toFixed(3)]),
+    over.samples.map((s: { step: number; score: number }) => [s.step, +s.score.toFixed(3)]),
     [
       [1, 0.333],
       [2, 0.667],
@@ -71,7 +71,7 @@ test('rtjob samples prints the latest step, one step, one prompt over time, and 
     ],
   );
   const good = JSON.parse(
-    (await sb.run(['samples', jobId, '--min-reward', '0.5', '--json'])).stdout,
+    (await sb.run(['samples', jobId, '--min-score', '0.5', '--json'])).stdout,
   );
   assert.equal(
     good.samples.map((s: { key: string }) => s.key),

@@ -5,7 +5,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { sourceFiles, type SourceFile } from './source-files.ts';
+import { code, sourceFiles, type SourceFile } from './source-files.ts';
 
 /** Per-token fields of trajectories, experience samples and engine outputs. */
 const tokenFields = [
@@ -27,14 +27,6 @@ const fieldUse = new RegExp(
 );
 /** Decoding or encoding text: the rollout does it, once. */
 const textUse = /\.(decode|encode|applyChatTemplate)\s*\(/;
-
-/** The code of a file with its comments and its quoted texts blanked out (line numbers kept). */
-function code(text: string): string {
-  return text
-    .replace(/\/\*[\s\S]*?\*\//g, (c) => c.replace(/[^\n]/g, ' '))
-    .replace(/(^|[^:'"`\\])\/\/.*$/gm, '$1')
-    .replace(/'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"/g, "''");
-}
 
 /** `path:line: text` for each line of `files` whose code reads tokens or decodes text. */
 function tokenReads(files: SourceFile[]): string[] {

@@ -101,3 +101,11 @@ export function grep(files: SourceFile[], re: RegExp): string[] {
   }
   return hits;
 }
+
+/** The code of a file with its comments and its quoted texts blanked out (line numbers kept). */
+export function code(text: string): string {
+  return text
+    .replace(/\/\*[\s\S]*?\*\//g, (c) => c.replace(/[^\n]/g, ' '))
+    .replace(/(^|[^:'"`\\])\/\/.*$/gm, '$1')
+    .replace(/'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"/g, "''");
+}

@@ -316,13 +316,19 @@ test('the finished session, read-only: jobs, summary, samples, config, compare',
     await page.waitForFunction(() =>
       /Step 1:/.test(document.querySelector('#samples-title')?.textContent ?? ''),
     );
-    await page.selectOption('#sample-reward', 'pos');
+    // The filter names the score as train_ppo's report does: its reward.
+    assert.equal(await page.locator('#sample-score option').allInnerTexts(), [
+      'any reward',
+      'reward > 0',
+      'reward ≤ 0',
+    ]);
+    await page.selectOption('#sample-score', 'pos');
     await page.waitForFunction(() =>
-      Array.from(document.querySelectorAll('article.sample .reward')).every(
+      Array.from(document.querySelectorAll('article.sample .score')).every(
         (r) => !/reward 0$/.test(r.textContent ?? ''),
       ),
     );
-    await page.selectOption('#sample-reward', '');
+    await page.selectOption('#sample-score', '');
     const key = await page
       .locator('article.sample button[data-key]')
       .first()

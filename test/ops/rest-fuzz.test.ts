@@ -53,7 +53,7 @@ const fuzzed = [
   ['GET /api/jobs/:jobId/metrics', '?sinceStep=:q&limit=:q&maxPoints=:q'],
   ['GET /api/jobs/:jobId/metrics.csv', '?sinceStep=:q'],
   ['POST /api/jobs/:jobId/metrics', ''],
-  ['GET /api/jobs/:jobId/samples', '?step=:q&key=:q&minReward=:q'],
+  ['GET /api/jobs/:jobId/samples', '?step=:q&key=:q&minScore=:q'],
   ['POST /api/jobs/:jobId/samples', ''],
   ['GET /api/jobs/:jobId/report', ''],
   ['GET /api/jobs/:jobId/diagnosis', ''],

@@ -1,12 +1,14 @@
 // The samples a job keeps: stored per step through the REST API, read back by step, by prompt
-// and by reward, and bounded per sample, per step and per job (the first step always stays).
+// and by score, and bounded per sample, per step and per job (the first step always stays).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
-import { sampleLimits } from '../../ops/jobs/ops-store.ts';
+import Database from 'better-sqlite3';
+
+import { OpsStore, sampleLimits } from '../../ops/jobs/ops-store.ts';
 import { type Ops, startOps } from '../../ops/http/ops.ts';
 import { createMetricsLogger } from '../../ops/metrics.ts';
 
@@ -33,13 +35,13 @@ const post = (body: unknown, job = 'j1') =>
 const get = async (q = '') =>
   (await fetch(`${ops.http.url}/api/jobs/j1/samples${q}`, { headers: auth })).json();
 
-test("metrics.samples stores a step's samples; GET returns the latest step, a given step, one prompt over time, a reward range", async () => {
+test("metrics.samples stores a step's samples; GET returns the latest step, a given step, one prompt over time, a score range", async () => {
   const logger = createMetricsLogger({ jobId: 'j1', httpAddress: ops.http.url, token });
   for (let step = 1; step <= 3; step++) {
     logger.log(step, { reward_mean: step });
     logger.samples(step, [
-      { key: 'a', reward: step, prompt: `a at ${step}` },
-      { key: 'b', reward: -step, prompt: `b at ${step}` },
+      { key: 'a', score: step, prompt: `a at ${step}` },
+      { key: 'b', score: -step, prompt: `b at ${step}` },
     ]);
   }
   await logger.flush();
@@ -54,7 +56,7 @@ test("metrics.samples stores a step's samples; GET returns the latest step, a gi
     ],
   );
   assert.equal(
-    (await get('?step=1')).samples.map((s: { reward: number }) => s.reward),
+    (await get('?step=1')).samples.map((s: { score: number }) => s.score),
     [1, -1],
   );
   const overTime = await get('?key=a');
@@ -64,17 +66,17 @@ test("metrics.samples stores a step's samples; GET returns the latest step, a gi
     [1, 2, 3],
   );
   assert.equal(
-    (await get('?step=2&minReward=0')).samples.map((s: { key: string }) => s.key),
+    (await get('?step=2&minScore=0')).samples.map((s: { key: string }) => s.key),
     ['a'],
   );
   assert.equal(
-    (await get('?key=b&maxReward=-2')).samples.map((s: { step: number }) => s.step),
+    (await get('?key=b&maxScore=-2')).samples.map((s: { step: number }) => s.step),
     [2, 3],
   );
 });
 
 test('a step posted again replaces its samples (a retry never duplicates)', async () => {
-  assert.is((await post({ step: 3, samples: [{ key: 'c', reward: 0 }] })).status, 200);
+  assert.is((await post({ step: 3, samples: [{ key: 'c', score: 0 }] })).status, 200);
   assert.equal(
     (await get('?step=3')).samples.map((s: { key: string }) => s.key),
     ['c'],
@@ -189,7 +191,7 @@ test('a job keeps at most maxPerJob samples: the oldest steps go, the first step
     ops.store.addSamples(
       'j2',
       step,
-      Array.from({ length: per }, (_, i) => ({ key: String(i), reward: i })),
+      Array.from({ length: per }, (_, i) => ({ key: String(i), score: i })),
     );
   }
   const kept = ops.store.sampleSteps('j2');
@@ -204,6 +206,32 @@ test('a job keeps at most maxPerJob samples: the oldest steps go, the first step
   assert.ok(count <= sampleLimits.maxPerJob, `${count} rows`);
   ops.store.deleteJob('j2');
   assert.equal(ops.store.sampleSteps('j2'), [], 'deleting the job deletes its samples');
+});
+
+test('a session saved before samples had a score reads back with its rewards as scores', () => {
+  // The table as the head wrote it until 2026-12: a `reward` column and `reward` fields.
+  const file = join(dir, 'old-session.db');
+  const old = new Database(file);
+  old.exec(`CREATE TABLE ops_job_samples (job_id TEXT NOT NULL, step INTEGER NOT NULL,
+    seq INTEGER NOT NULL, sample_key TEXT, reward REAL, data TEXT NOT NULL,
+    PRIMARY KEY (job_id, step, seq)) WITHOUT ROWID`);
+  const put = old.prepare('INSERT INTO ops_job_samples VALUES (?, ?, ?, ?, ?, ?)');
+  put.run('old', 1, 0, 'a', 0.75, JSON.stringify({ key: 'a', reward: 0.75, groupRewardMean: 0.5 }));
+  put.run('old', 1, 1, 'b', null, JSON.stringify({ key: 'b', prompt: 'no reward' }));
+  old.close();
+  const store = new OpsStore(file);
+  try {
+    assert.equal(store.samples('old', { minScore: 0.5 }), [
+      { key: 'a', score: 0.75, groupScoreMean: 0.5, step: 1, seq: 0 },
+    ]);
+    assert.equal(store.samples('old', { key: 'b' }), [
+      { key: 'b', prompt: 'no reward', step: 1, seq: 1 },
+    ]);
+  } finally {
+    store.close();
+  }
+  // Opened again: nothing left to migrate.
+  new OpsStore(file).close();
 });
 
 test.run();

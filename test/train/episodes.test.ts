@@ -214,7 +214,7 @@ test('sampleEpisodes describes each kept episode and adds failed ones with their
     {
       key: best.key,
       pick: best.pick,
-      reward: best.reward,
+      score: best.score,
       prompt: best.prompt,
       label: best.label,
       versionMin: best.versionMin,
@@ -226,7 +226,7 @@ test('sampleEpisodes describes each kept episode and adds failed ones with their
     {
       key: '7',
       pick: 'best',
-      reward: 1,
+      score: 1,
       prompt: 'prompt 7',
       label: '#### 7',
       versionMin: 2,
@@ -236,7 +236,7 @@ test('sampleEpisodes describes each kept episode and adds failed ones with their
       extraInfo: { solved_turn: 1 },
     },
   );
-  assert.equal([best.promptTokens, best.responseTokens, best.groupRewardMean], [1, 2, 0.5]);
+  assert.equal([best.promptTokens, best.responseTokens, best.groupScoreMean], [1, 2, 0.5]);
   assert.is(s[1]!.stopReason, 'length');
   assert.equal(
     [s[2]!.pick, s[2]!.key, s[2]!.error],
@@ -342,7 +342,7 @@ test("train_ppo logs each step's sample episodes with turns, extraInfo and versi
         s.responseTokens,
         s.turns.filter((t) => t.role === 'assistant').reduce((a, t) => a + t.tokens, 0),
       );
-      if (s.reward === 1)
+      if (s.score === 1)
         assert.ok(typeof s.extraInfo?.turns === 'number', 'extraInfo is carried through');
     }
   }

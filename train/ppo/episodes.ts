@@ -43,7 +43,7 @@ export function sampleEpisodes(
   if (n <= 0) return [];
   const all = reports.filter((g) => g.status === 'ok').flatMap((g) => g.samples);
   const picks = pickSamples(
-    all.map((s) => s.reward ?? 0),
+    all.map((s) => s.score ?? 0),
     n,
     c.seed,
   );

@@ -139,6 +139,8 @@ export async function trainPpo(
     charts: trainPpoCharts,
     summary: trainPpoSummary,
     roles: trainPpoRoles,
+    // Its samples' score (the head filters by it) is each episode's reward.
+    samples: { score: 'reward' },
     // Checkpoints only where the run writes them (--save-steps N).
     outputs: {
       policy: resolve(o.savePath),

@@ -373,7 +373,7 @@ export async function jobView(jobId: string, tab: string | undefined): Promise<v
     smoothingOut.textContent = a ? a.toFixed(2) : 'off';
     charts.setSmoothing(a);
   });
-  const reloadSamples = samplesView(samplesBox, jobId);
+  const reloadSamples = samplesView(samplesBox, jobId, job.report?.samples?.score ?? 'score');
   await reloadSamples();
   refreshOn(
     ['metrics'],

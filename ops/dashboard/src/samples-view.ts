@@ -1,9 +1,10 @@
 /**
  * The Samples tab of a job: the episodes the job kept per step (`train_ppo --log-samples`), with
- * a step slider, a reward filter, and "this prompt over time" (one prompt's samples across every
- * step). Each sample shows its prompt, its turns (assistant, tool, environment, with tool calls),
- * reward, extraInfo, versions, staleness, stop reason and lengths, and a gateway agent's own trace
- * with its completions in place (`trace-view.ts`).
+ * a step slider, a score filter (named as the job's report names its score: train_ppo's is
+ * `reward`), and "this prompt over time" (one prompt's samples across every step). Each sample
+ * shows its prompt, its turns (assistant, tool, environment, with tool calls), score, extraInfo,
+ * versions, staleness, stop reason and lengths, and a gateway agent's own trace with its
+ * completions in place (`trace-view.ts`).
  *
  * @module
  */
@@ -11,13 +12,20 @@ import { api, type SampleView } from './api.ts';
 import { h } from './dom.ts';
 import { traceView } from './trace-view.ts';
 
-/** Mounts the view in `root`; returns a function that reloads it (new samples arrived). */
-export function samplesView(root: HTMLElement, jobId: string): () => Promise<void> {
-  const state: { step: number | null; follow: boolean; key: string | null; reward: string } = {
+/**
+ * Mounts the view in `root`; returns a function that reloads it (new samples arrived).
+ * `scoreName` is what the job calls its samples' score.
+ */
+export function samplesView(
+  root: HTMLElement,
+  jobId: string,
+  scoreName: string,
+): () => Promise<void> {
+  const state: { step: number | null; follow: boolean; key: string | null; score: string } = {
     step: null,
     follow: true,
     key: null,
-    reward: '',
+    score: '',
   };
   const slider = h('input', {
     type: 'range',
@@ -28,12 +36,12 @@ export function samplesView(root: HTMLElement, jobId: string): () => Promise<voi
     'aria-label': 'Step',
   }) as HTMLInputElement;
   const stepLabel = h('output', { id: 'sample-step-label', for: 'sample-step' });
-  const rewardSel = h(
+  const scoreSel = h(
     'select',
-    { id: 'sample-reward', 'aria-label': 'Filter by reward' },
-    h('option', { value: '' }, 'any reward'),
-    h('option', { value: 'pos' }, 'reward > 0'),
-    h('option', { value: 'nonpos' }, 'reward ≤ 0'),
+    { id: 'sample-score', 'aria-label': `Filter by ${scoreName}` },
+    h('option', { value: '' }, `any ${scoreName}`),
+    h('option', { value: 'pos' }, `${scoreName} > 0`),
+    h('option', { value: 'nonpos' }, `${scoreName} ≤ 0`),
   ) as HTMLSelectElement;
   const back = h('button', { id: 'sample-back', hidden: true }, '← back to steps');
   const title = h('p', { class: 'muted', id: 'samples-title' });
@@ -45,7 +53,7 @@ export function samplesView(root: HTMLElement, jobId: string): () => Promise<voi
       h('label', { for: 'sample-step' }, 'Step '),
       slider,
       stepLabel,
-      rewardSel,
+      scoreSel,
       back,
     ),
     title,
@@ -60,10 +68,10 @@ export function samplesView(root: HTMLElement, jobId: string): () => Promise<voi
         : state.step !== null && !state.follow
           ? { step: state.step }
           : {}),
-      ...(state.reward === 'pos'
-        ? { minReward: 1e-12 }
-        : state.reward === 'nonpos'
-          ? { maxReward: 0 }
+      ...(state.score === 'pos'
+        ? { minScore: 1e-12 }
+        : state.score === 'nonpos'
+          ? { maxScore: 0 }
           : {}),
     };
     const page = await api.call('GET /api/jobs/:jobId/samples', { params: { jobId }, query });
@@ -93,7 +101,7 @@ export function samplesView(root: HTMLElement, jobId: string): () => Promise<voi
         : `Step ${page.step}: ${page.samples.length} samples (best, worst and a random draw)`;
     list.replaceChildren(
       ...(page.samples as SampleView[]).map((s) =>
-        sampleCard(s, state.key !== null, (key) => {
+        sampleCard(s, scoreName, state.key !== null, (key) => {
           state.key = key;
           void load();
         }),
@@ -106,8 +114,8 @@ export function samplesView(root: HTMLElement, jobId: string): () => Promise<voi
     state.follow = i === steps.length - 1;
     void load();
   });
-  rewardSel.addEventListener('change', () => {
-    state.reward = rewardSel.value;
+  scoreSel.addEventListener('change', () => {
+    state.score = scoreSel.value;
     void load();
   });
   back.addEventListener('click', () => {
@@ -121,6 +129,7 @@ const fmt = (x: number) => (Number.isInteger(x) ? String(x) : x.toFixed(3));
 
 function sampleCard(
   s: SampleView,
+  scoreName: string,
   overTime: boolean,
   showPrompt: (key: string) => void,
 ): HTMLElement {
@@ -134,7 +143,7 @@ function sampleCard(
     s.responseTokens !== undefined
       ? `${s.promptTokens} prompt + ${s.responseTokens} generated tokens`
       : null,
-    s.groupRewardMean !== undefined ? `group mean ${fmt(s.groupRewardMean)}` : null,
+    s.groupScoreMean !== undefined ? `group mean ${fmt(s.groupScoreMean)}` : null,
   ].filter((x): x is string => x !== null);
   const promptLink =
     s.key !== undefined && !overTime
@@ -148,7 +157,9 @@ function sampleCard(
       'header',
       {},
       s.pick ? h('span', { class: 'badge', 'data-pick': s.pick }, s.pick) : null,
-      s.reward !== undefined ? h('strong', { class: 'reward' }, `reward ${fmt(s.reward)}`) : null,
+      s.score !== undefined
+        ? h('strong', { class: 'score' }, `${scoreName} ${fmt(s.score)}`)
+        : null,
       h('span', { class: 'muted' }, facts.join(' · ')),
       promptLink,
     ),
