@@ -4,7 +4,9 @@
  * for that key (response id, the `traceparent` it carried, its tokens, logprobs and versions).
  * {@link EpisodeTrace.build} joins them (`runtime/agent-trace.ts`): a call belongs to the span its
  * `traceparent` names as parent, or else to the innermost span whose `gen_ai.response.id` (or
- * the AI SDK's `ai.response.id`) is the id the gateway answered with. Bounded: spans past
+ * the AI SDK's `ai.response.id`) is the id the gateway answered with. A span that reports its
+ * tokens (`gen_ai.usage.*`) carries them next to the gateway's count for the calls under it, so a
+ * disagreement between what the agent saw and what is trained shows. Bounded: spans past
  * {@link traceLimits} are refused with OTLP's `partialSuccess`, and what a sample keeps is cut to
  * fit its size.
  *
@@ -13,6 +15,7 @@
 import {
   shownTokens,
   type AgentTrace,
+  type SpanUsage,
   type TraceSpan,
   type TracedCall,
 } from '../runtime/agent-trace.ts';
@@ -122,9 +125,10 @@ export class EpisodeTrace {
         }),
       };
     });
+    const recorded = recordedUnder(calls, byId);
     return {
       traceIds: [...traceIds],
-      spans: kept.map((s) => keptSpan(s, origin)),
+      spans: kept.map((s) => keptSpan(s, origin, recorded.get(s.spanId))),
       calls,
       droppedSpans: this.refused + this.spans.length - kept.length,
     };
@@ -147,7 +151,69 @@ export class EpisodeTrace {
   }
 }
 
-function keptSpan(s: OtlpSpan, origin: number): TraceSpan {
+/** Span attributes naming its input and output tokens, the first one present wins. */
+const usageKeys = {
+  input: [
+    'gen_ai.usage.input_tokens',
+    'gen_ai.usage.prompt_tokens',
+    'ai.usage.inputTokens',
+    'ai.usage.promptTokens',
+  ],
+  output: [
+    'gen_ai.usage.output_tokens',
+    'gen_ai.usage.completion_tokens',
+    'ai.usage.outputTokens',
+    'ai.usage.completionTokens',
+  ],
+};
+
+function usageCount(a: Record<string, OtlpValue>, keys: string[]): number | undefined {
+  for (const k of keys) {
+    const v = typeof a[k] === 'string' && a[k] !== '' ? Number(a[k]) : a[k];
+    if (typeof v === 'number' && Number.isFinite(v)) return v;
+  }
+  return undefined;
+}
+
+/**
+ * The tokens the gateway recorded under each span: every joined call counted at its span and at
+ * each of that span's ancestors (a run's span reports the sum of its steps).
+ */
+function recordedUnder(
+  calls: TracedCall[],
+  byId: Map<string, OtlpSpan>,
+): Map<string, NonNullable<SpanUsage['recorded']>> {
+  const out = new Map<string, NonNullable<SpanUsage['recorded']>>();
+  for (const c of calls) {
+    const output = c.completions.reduce((n, k) => n + k.tokens, 0);
+    const seen = new Set<string>();
+    for (let id = c.spanId; id !== undefined && !seen.has(id); id = byId.get(id)?.parentSpanId) {
+      seen.add(id);
+      const r = out.get(id) ?? { input: 0, output: 0, calls: 0 };
+      r.input += c.promptTokens;
+      r.output += output;
+      r.calls += 1;
+      out.set(id, r);
+    }
+  }
+  return out;
+}
+
+function keptSpan(
+  s: OtlpSpan,
+  origin: number,
+  recorded: SpanUsage['recorded'] | undefined,
+): TraceSpan {
+  const input = usageCount(s.attributes, usageKeys.input);
+  const output = usageCount(s.attributes, usageKeys.output);
+  const usage: SpanUsage | undefined =
+    input === undefined && output === undefined
+      ? undefined
+      : {
+          ...(input !== undefined ? { input } : {}),
+          ...(output !== undefined ? { output } : {}),
+          ...(recorded ? { recorded } : {}),
+        };
   const attributes: Record<string, OtlpValue> = {};
   let n = 0;
   for (const [k, v] of Object.entries(s.attributes)) {
@@ -167,6 +233,7 @@ function keptSpan(s: OtlpSpan, origin: number): TraceSpan {
     durationMs: round(Math.max(0, s.endMs - s.startMs)),
     ...(error !== undefined ? { error: error.slice(0, traceLimits.maxValueChars) } : {}),
     ...(n > 0 ? { attributes } : {}),
+    ...(usage ? { usage } : {}),
   };
 }
 

@@ -69,6 +69,7 @@ test('the Samples tab and rtjob samples show the agent’s trace with its comple
   assert.match(cli.stdout, /\n {4}ai\.generateText {2}\d/);
   assert.match(cli.stdout, /\n {6,}model call chatcmpl-\S+ {2}[\d.]+m?s {2}prompt \d+/);
   assert.match(cli.stdout, /#0 \d+ tokens {2}v0 {2}mean logprob -\d/);
+  assert.match(cli.stdout, /doGenerate {2}[\d.]+m?s {2}tokens \d+ in \/ \d+ out \(= gateway\)/);
 
   const link = (await sb.run(['dashboard'])).stdout.trim();
   const context = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
@@ -105,6 +106,39 @@ test('the Samples tab and rtjob samples show the agent’s trace with its comple
   );
   const tok = call.locator('.tok').first();
   assert.match((await tok.getAttribute('title')) ?? '', /^logprob -?\d/);
+  // Each span and call has a drawn bar on the episode's timeline: wide and tall enough to see,
+  // inside its track, placed left to right in the order the spans started.
+  const bars = await first.locator('ul.trace-tree .timeline').evaluateAll((tracks) =>
+    tracks.map((t) => {
+      const track = t.getBoundingClientRect();
+      const b = t.querySelector('.span-bar')!;
+      const r = b.getBoundingClientRect();
+      return {
+        start: Number(b.getAttribute('data-start')),
+        track: [track.left, track.width],
+        x: r.left - track.left,
+        width: r.width,
+        height: r.height,
+        right: r.right - track.right,
+      };
+    }),
+  );
+  assert.ok(bars.length >= 5, `${bars.length} bars`);
+  for (const b of bars) {
+    assert.ok(b.width >= 1 && b.height >= 4, `bar ${JSON.stringify(b)} is drawn`);
+    assert.ok(b.x >= 0 && b.right <= 0.5, `bar ${JSON.stringify(b)} inside its track`);
+  }
+  // One waterfall: the tracks line up, so positions compare across rows.
+  for (const b of bars) assert.equal(b.track, bars[0]!.track, 'tracks aligned');
+  const byStart = [...bars].sort((a, b) => a.start - b.start);
+  for (let i = 1; i < byStart.length; i++)
+    assert.ok(byStart[i]!.x >= byStart[i - 1]!.x - 0.5, 'bars placed in start order');
+  assert.ok(byStart.at(-1)!.x > byStart[0]!.x, 'later spans start further right');
+  // The doGenerate steps report their tokens, and they are the gateway's.
+  const usage = first.locator('li.span .span-usage');
+  assert.ok((await usage.count()) >= 2);
+  for (const state of await usage.evaluateAll((xs) => xs.map((x) => x.getAttribute('data-usage'))))
+    assert.is(state, 'match');
   await first.scrollIntoViewIfNeeded();
   await page.screenshot({ path: `${shots}agent-trace.png`, fullPage: false });
   assert.equal(errors, []);

@@ -18,7 +18,7 @@ import type { AgentFunction, Sample } from '../../agents/types.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
 import { traceLimits } from '../../gateway/episode-trace.ts';
 import { spansFromProtobuf } from '../../gateway/otlp.ts';
-import { traceLines, traceTree, type TraceNode } from '../../runtime/agent-trace.ts';
+import { traceLines, traceTree, usageMismatch, type TraceNode } from '../../runtime/agent-trace.ts';
 import { addToolModel, compactToolTemplate, suiteGateway, tokenizerWith } from './helpers.ts';
 
 // As a Node agent's OpenTelemetry setup does (NodeSDK, NodeTracerProvider.register()): spans
@@ -145,8 +145,27 @@ for (const exporter of ['json', 'protobuf'] as const) {
         n.children.map((c) => c.kind),
         ['call'],
       );
+    // The AI SDK's token counts (gen_ai.usage.* on a step, ai.usage.* on the run) are the
+    // gateway's: per step for its call, and summed over both on the run.
+    for (const [i, step] of steps.entries()) {
+      const c = trace.calls[i]!;
+      assert.equal(step.usage, {
+        input: c.promptTokens,
+        output: c.completions[0]!.tokens,
+        recorded: { input: c.promptTokens, output: c.completions[0]!.tokens, calls: 1 },
+      });
+      assert.is(usageMismatch(step.usage!), undefined);
+    }
+    assert.equal(root.span.usage?.recorded, {
+      input: trace.calls[0]!.promptTokens + trace.calls[1]!.promptTokens,
+      output: runs[0]!.n + runs[1]!.n,
+      calls: 2,
+    });
+    assert.is(root.span.usage?.input, root.span.usage?.recorded?.input);
+    assert.is(root.span.usage?.output, root.span.usage?.recorded?.output);
     const lines = traceLines(trace);
     assert.ok(lines[0]!.startsWith('ai.generateText '));
+    assert.match(lines[0]!, / tokens \d+ in \/ \d+ out \(= gateway\)$/);
     assert.ok(lines.some((l) => /^ {4}model call chatcmpl-/.test(l)));
   });
 }
@@ -212,6 +231,74 @@ test('a call joins the span its traceparent names; errors and other clients’ k
     'lookup failed: no such city',
   );
   assert.match(traceLines(trace).join('\n'), /tool\.lookup .*ERROR lookup failed: no such city/);
+});
+
+test('a span whose token counts differ from the gateway’s shows the mismatch', async () => {
+  const traceId = '5bf92f3577b34da6a3ce929d0e0e4736';
+  const ns = (ms: number) => String(BigInt(Date.now() + ms) * 1_000_000n);
+  let usage: { prompt_tokens: number; completion_tokens: number } | undefined;
+  const ts = await episode(async (_s, env) => {
+    const client = new OpenAI({ baseURL: env.baseURL, apiKey: env.apiKey, maxRetries: 0 });
+    const r = await client.chat.completions.create(
+      { model: env.model, messages: [{ role: 'user', content: 'hi' }] },
+      { headers: { traceparent: `00-${traceId}-00000000000000c1-01` } },
+    );
+    usage = r.usage!;
+    const kv = (key: string, n: number) => ({ key, value: { intValue: String(n) } });
+    const span = (spanId: string, name: string, attributes: object[], parent?: string) => ({
+      traceId,
+      spanId,
+      ...(parent ? { parentSpanId: parent } : {}),
+      name,
+      startTimeUnixNano: ns(-50),
+      endTimeUnixNano: ns(0),
+      attributes,
+    });
+    const spans = [
+      // The run reports the gateway's counts in the current names.
+      span('00000000000000a1', 'agent.run', [
+        kv('gen_ai.usage.input_tokens', usage.prompt_tokens),
+        kv('gen_ai.usage.output_tokens', usage.completion_tokens),
+      ]),
+      // Its model call, in the older names, counts one output token more than was generated.
+      span(
+        '00000000000000c1',
+        'agent.llm',
+        [
+          kv('gen_ai.usage.prompt_tokens', usage.prompt_tokens),
+          kv('gen_ai.usage.completion_tokens', usage.completion_tokens + 1),
+        ],
+        '00000000000000a1',
+      ),
+      // A span with counts and no call under it: shown, not checked.
+      span('00000000000000b1', 'agent.plan', [kv('gen_ai.usage.input_tokens', 7)]),
+    ];
+    const res = await fetch(`${env.baseURL}/traces`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${env.apiKey}` },
+      body: JSON.stringify({ resourceSpans: [{ scopeSpans: [{ spans }] }] }),
+    });
+    assert.is(res.status, 200);
+    return 1;
+  });
+  const trace = ts[0]!.trace!;
+  const by = (name: string) => trace.spans.find((s) => s.name === name)!.usage!;
+  const recorded = { input: usage!.prompt_tokens, output: usage!.completion_tokens, calls: 1 };
+  assert.equal(by('agent.run'), {
+    input: usage!.prompt_tokens,
+    output: usage!.completion_tokens,
+    recorded,
+  });
+  assert.is(usageMismatch(by('agent.run')), undefined);
+  assert.equal(by('agent.llm').recorded, recorded);
+  assert.is(
+    usageMismatch(by('agent.llm')),
+    `span ${usage!.prompt_tokens} in / ${usage!.completion_tokens + 1} out, gateway ${usage!.prompt_tokens} in / ${usage!.completion_tokens} out over 1 call`,
+  );
+  assert.equal(by('agent.plan'), { input: 7 });
+  const text = traceLines(trace).join('\n');
+  assert.match(text, /\n {2}agent\.llm .* tokens MISMATCH span \d+ in \/ \d+ out, gateway/);
+  assert.match(text, /agent\.plan .* tokens 7 in \/ \? out(\n|$)/);
 });
 
 test('an episode without a trace carries none', async () => {
