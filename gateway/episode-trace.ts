@@ -101,8 +101,10 @@ export class EpisodeTrace {
     const traceIds = new Set<string>();
     for (const s of this.spans) traceIds.add(s.traceId);
     for (const c of this.calls) if (c.traceId) traceIds.add(c.traceId);
+    // Joined over all spans, kept or not: a run's span counts the calls of steps cut from the sample.
+    const joins = this.calls.map((c) => this.join(c, byId));
     const calls = this.calls.map((c, i): TracedCall => {
-      const join = this.join(c, byId);
+      const join = joins[i];
       return {
         responseId: c.responseId,
         ...(join && keptIds.has(join.spanId) ? join : {}),
@@ -125,7 +127,7 @@ export class EpisodeTrace {
         }),
       };
     });
-    const recorded = recordedUnder(calls, byId);
+    const recorded = recordedUnder(calls, joins, byId);
     return {
       traceIds: [...traceIds],
       spans: kept.map((s) => keptSpan(s, origin, recorded.get(s.spanId))),
@@ -181,13 +183,18 @@ function usageCount(a: Record<string, OtlpValue>, keys: string[]): number | unde
  */
 function recordedUnder(
   calls: TracedCall[],
+  joins: ({ spanId: string } | undefined)[],
   byId: Map<string, OtlpSpan>,
 ): Map<string, NonNullable<SpanUsage['recorded']>> {
   const out = new Map<string, NonNullable<SpanUsage['recorded']>>();
-  for (const c of calls) {
+  for (const [i, c] of calls.entries()) {
     const output = c.completions.reduce((n, k) => n + k.tokens, 0);
     const seen = new Set<string>();
-    for (let id = c.spanId; id !== undefined && !seen.has(id); id = byId.get(id)?.parentSpanId) {
+    for (
+      let id = joins[i]?.spanId;
+      id !== undefined && !seen.has(id);
+      id = byId.get(id)?.parentSpanId
+    ) {
       seen.add(id);
       const r = out.get(id) ?? { input: 0, output: 0, calls: 0 };
       r.input += c.promptTokens;

@@ -301,6 +301,57 @@ test('a span whose token counts differ from the gateway’s shows the mismatch',
   assert.match(text, /agent\.plan .* tokens 7 in \/ \? out(\n|$)/);
 });
 
+test('a run’s span counts the calls of its steps cut from the sample', async () => {
+  const traceId = '6bf92f3577b34da6a3ce929d0e0e4736';
+  const t0 = Date.now();
+  const ns = (ms: number) => String(BigInt(t0 + ms) * 1_000_000n);
+  const ts = await episode(async (_s, env) => {
+    const client = new OpenAI({ baseURL: env.baseURL, apiKey: env.apiKey, maxRetries: 0 });
+    const r = await client.chat.completions.create(
+      { model: env.model, messages: [{ role: 'user', content: 'hi' }] },
+      { headers: { traceparent: `00-${traceId}-00000000000000c2-01` } },
+    );
+    const kv = (key: string, n: number) => ({ key, value: { intValue: String(n) } });
+    const span = (spanId: string, name: string, start: number, extra: object = {}) => ({
+      traceId,
+      spanId,
+      name,
+      startTimeUnixNano: ns(start),
+      endTimeUnixNano: ns(start + 1),
+      ...extra,
+    });
+    // The run first, then more steps than a sample keeps, the model call's step last.
+    const spans = [
+      span('00000000000000a2', 'run', 0, {
+        endTimeUnixNano: ns(1000),
+        attributes: [
+          kv('gen_ai.usage.input_tokens', r.usage!.prompt_tokens),
+          kv('gen_ai.usage.output_tokens', r.usage!.completion_tokens),
+        ],
+      }),
+      ...Array.from({ length: traceLimits.sampleSpans }, (_, i) =>
+        span((0x100 + i).toString(16).padStart(16, '0'), `step ${i}`, 1 + i, {
+          parentSpanId: '00000000000000a2',
+        }),
+      ),
+      span('00000000000000c2', 'llm', 900, { parentSpanId: '00000000000000a2' }),
+    ];
+    await fetch(`${env.baseURL}/traces`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${env.apiKey}` },
+      body: JSON.stringify({ resourceSpans: [{ scopeSpans: [{ spans }] }] }),
+    });
+    return 1;
+  });
+  const trace = ts[0]!.trace!;
+  assert.is(trace.spans.length, traceLimits.sampleSpans);
+  assert.ok(!trace.spans.some((s) => s.name === 'llm'), 'the call’s step is cut');
+  assert.is(trace.calls[0]!.spanId, undefined);
+  const run = trace.spans.find((s) => s.name === 'run')!;
+  assert.is(run.usage?.recorded?.calls, 1);
+  assert.is(usageMismatch(run.usage!), undefined);
+});
+
 test('an episode without a trace carries none', async () => {
   const ts = await episode(async (_s, env) => {
     const client = new OpenAI({ baseURL: env.baseURL, apiKey: env.apiKey, maxRetries: 0 });
