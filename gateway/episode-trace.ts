@@ -34,6 +34,11 @@ export const traceLimits = {
   /** Attributes kept per span, and characters per value. */
   maxAttributes: 8,
   maxValueChars: 200,
+  /**
+   * Bytes of JSON a kept sample's trace may take (a sample is at most 64 KiB, with its turns):
+   * past it the latest spans go, then the latest calls' token text.
+   */
+  sampleBytes: 24 * 1024,
 } as const;
 
 /** A model call as the gateway saw it. */
@@ -128,11 +133,14 @@ export class EpisodeTrace {
       };
     });
     const recorded = recordedUnder(calls, joins, byId);
+    const spans = kept.map((s) => keptSpan(s, origin, recorded.get(s.spanId)));
+    const cut = fit(spans, calls);
     return {
       traceIds: [...traceIds],
-      spans: kept.map((s) => keptSpan(s, origin, recorded.get(s.spanId))),
+      spans,
       calls,
-      droppedSpans: this.refused + this.spans.length - kept.length,
+      droppedSpans: this.refused + this.spans.length - spans.length,
+      ...(cut > 0 ? { droppedCalls: cut } : {}),
     };
   }
 
@@ -151,6 +159,43 @@ export class EpisodeTrace {
     }
     return best ? { spanId: best.spanId, joinedBy: 'response_id' } : undefined;
   }
+}
+
+/**
+ * Cuts a trace to {@link traceLimits}`.sampleBytes` of JSON, in place: the latest calls' token
+ * text while the calls take more than half, then the latest spans (a call under one that goes is
+ * no longer joined), then more token text, then the latest calls. Returns the calls cut.
+ */
+function fit(spans: TraceSpan[], calls: TracedCall[]): number {
+  const budget = traceLimits.sampleBytes;
+  const bytes = (x: unknown) => Buffer.byteLength(JSON.stringify(x)) + 1;
+  let callBytes = bytes(calls);
+  let spanBytes = bytes(spans);
+  let textFrom = calls.length; // calls from here on have no token text
+  const dropText = (until: () => boolean) => {
+    while (textFrom > 0 && !until()) {
+      for (const k of calls[--textFrom]!.completions) {
+        callBytes -= bytes(k.shown) - bytes([]);
+        k.shown = [];
+      }
+    }
+  };
+  dropText(() => callBytes <= budget / 2);
+  while (spanBytes + callBytes > budget && spans.length > 0) spanBytes -= bytes(spans.pop());
+  const left = new Set(spans.map((s) => s.spanId));
+  for (const c of calls) {
+    if (c.spanId === undefined || left.has(c.spanId)) continue;
+    callBytes -= bytes({ spanId: c.spanId, joinedBy: c.joinedBy }) - bytes({});
+    delete c.spanId;
+    delete c.joinedBy;
+  }
+  dropText(() => spanBytes + callBytes <= budget);
+  let cut = 0;
+  while (spanBytes + callBytes > budget && calls.length > 0) {
+    callBytes -= bytes(calls.pop());
+    cut++;
+  }
+  return cut;
 }
 
 /** Span attributes naming its input and output tokens, the first one present wins. */

@@ -92,6 +92,8 @@ export interface AgentTrace {
   calls: TracedCall[];
   /** Spans refused over the limits or left out of the sample, counted. */
   droppedSpans: number;
+  /** The latest model calls left out of the sample to keep it small, counted; absent when none. */
+  droppedCalls?: number;
 }
 
 /** Tokens of a completion shown as text with their logprobs. */
@@ -170,6 +172,7 @@ export function traceLines(t: AgentTrace): string[] {
   };
   walk(traceTree(t), 0);
   if (t.droppedSpans > 0) out.push(`(${t.droppedSpans} spans not kept)`);
+  if (t.droppedCalls) out.push(`(${t.droppedCalls} later model calls not kept)`);
   return out;
 }
 

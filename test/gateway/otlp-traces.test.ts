@@ -16,9 +16,15 @@ import { z } from 'zod';
 import { runGatewayEpisode } from '../../agents/agent-executor.ts';
 import type { AgentFunction, Sample } from '../../agents/types.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
-import { traceLimits } from '../../gateway/episode-trace.ts';
+import { EpisodeTrace, traceLimits } from '../../gateway/episode-trace.ts';
 import { spansFromProtobuf } from '../../gateway/otlp.ts';
-import { traceLines, traceTree, usageMismatch, type TraceNode } from '../../runtime/agent-trace.ts';
+import {
+  shownTokens,
+  traceLines,
+  traceTree,
+  usageMismatch,
+  type TraceNode,
+} from '../../runtime/agent-trace.ts';
 import { addToolModel, compactToolTemplate, suiteGateway, tokenizerWith } from './helpers.ts';
 
 // As a Node agent's OpenTelemetry setup does (NodeSDK, NodeTracerProvider.register()): spans
@@ -418,6 +424,71 @@ test('bounded: spans past the limit are refused in partialSuccess; big, malforme
   } finally {
     s.close();
   }
+});
+
+test('a kept trace fits its byte budget: token text, then the latest spans, then calls go', () => {
+  const build = (spans: number, calls: number) => {
+    const t = new EpisodeTrace();
+    t.addSpans(
+      Array.from({ length: spans }, (_, i) => ({
+        traceId: '0af7651916cd43dd8448eb211c80319c',
+        spanId: (i + 1).toString(16).padStart(16, '0'),
+        name: `step ${i}`,
+        startMs: 1000 + i,
+        endMs: 1001 + i,
+        error: false,
+        statusMessage: '',
+        attributes: {
+          'gen_ai.request.model': 'm'.repeat(500),
+          'gen_ai.tool.name': 't'.repeat(500),
+        },
+        events: [],
+      })),
+    );
+    for (let i = 0; i < calls; i++) {
+      t.addCall({
+        responseId: `chatcmpl-${i}`,
+        startMs: 1000 + i,
+        endMs: 1001 + i,
+        promptTokens: 10,
+        completions: [{ ids: Array(40).fill(7), logprobs: Array(40).fill(-0.5), versions: [0] }],
+      });
+    }
+    const trace = t.build(() => 'tok')!;
+    assert.ok(
+      Buffer.byteLength(JSON.stringify(trace)) <= traceLimits.sampleBytes + 512,
+      `${Buffer.byteLength(JSON.stringify(trace))} bytes`,
+    );
+    return trace;
+  };
+  // Few calls, many big spans: the earliest spans stay, all calls with their text.
+  let trace = build(120, 2);
+  assert.ok(trace.spans.length < 120 && trace.spans.length > 10);
+  assert.equal(
+    trace.spans.map((s) => s.name),
+    Array.from({ length: trace.spans.length }, (_, i) => `step ${i}`),
+  );
+  assert.is(trace.droppedSpans, 120 - trace.spans.length);
+  assert.ok(trace.calls.every((c) => c.completions[0]!.shown.length === shownTokens));
+  assert.is(trace.droppedCalls, undefined);
+  // More calls: the latest lose their token text first, the earliest keep it.
+  trace = build(10, 24);
+  const shown = trace.calls.map((c) => c.completions[0]!.shown.length);
+  assert.is(shown[0], shownTokens);
+  assert.is(shown.at(-1), 0);
+  assert.equal(
+    shown,
+    [...shown].sort((a, b) => b - a),
+  );
+  assert.is(trace.calls.length, 24);
+  assert.is(trace.droppedCalls, undefined);
+  // Too many for their counts alone: the latest calls go, counted.
+  trace = build(10, 400);
+  assert.ok(trace.calls.every((c) => c.completions[0]!.shown.length === 0));
+  assert.ok(trace.droppedCalls! > 0);
+  assert.is(trace.calls.length + trace.droppedCalls!, 400);
+  assert.is(trace.calls.at(-1)!.responseId, `chatcmpl-${trace.calls.length - 1}`);
+  assert.match(traceLines(trace).at(-1)!, `(${trace.droppedCalls} later model calls not kept)`);
 });
 
 test('protobuf: 64-bit times, typed attribute values and the error status decode', () => {

@@ -68,6 +68,7 @@ export function traceView(t: AgentTrace): HTMLElement {
       `agent trace · ${t.spans.length} spans · ${t.calls.length} model calls`,
       errors ? ` · ${errors} with errors` : '',
       t.droppedSpans ? ` · ${t.droppedSpans} spans not kept` : '',
+      t.droppedCalls ? ` · ${t.droppedCalls} later model calls not kept` : '',
     ),
     h('ul', { class: 'trace-tree' }, ...traceTree(t).map(node)),
   );
