@@ -4,7 +4,9 @@
  * for that key (response id, the `traceparent` it carried, its tokens, logprobs and versions).
  * {@link EpisodeTrace.build} joins them (`runtime/agent-trace.ts`): a call belongs to the span its
  * `traceparent` names as parent, or else to the innermost span whose `gen_ai.response.id` (or
- * the AI SDK's `ai.response.id`) is the id the gateway answered with. Bounded: spans past
+ * the AI SDK's `ai.response.id`) is the id the gateway answered with. A span that reports its
+ * tokens (`gen_ai.usage.*`) carries them next to the gateway's count for the calls under it, so a
+ * disagreement between what the agent saw and what is trained shows. Bounded: spans past
  * {@link traceLimits} are refused with OTLP's `partialSuccess`, and what a sample keeps is cut to
  * fit its size.
  *
@@ -13,6 +15,7 @@
 import {
   shownTokens,
   type AgentTrace,
+  type SpanUsage,
   type TraceSpan,
   type TracedCall,
 } from '../runtime/agent-trace.ts';
@@ -31,6 +34,11 @@ export const traceLimits = {
   /** Attributes kept per span, and characters per value. */
   maxAttributes: 8,
   maxValueChars: 200,
+  /**
+   * Bytes of JSON a kept sample's trace may take (a sample is at most 64 KiB, with its turns):
+   * past it the latest spans go, then the latest calls' token text.
+   */
+  sampleBytes: 24 * 1024,
 } as const;
 
 /** A model call as the gateway saw it. */
@@ -98,8 +106,10 @@ export class EpisodeTrace {
     const traceIds = new Set<string>();
     for (const s of this.spans) traceIds.add(s.traceId);
     for (const c of this.calls) if (c.traceId) traceIds.add(c.traceId);
+    // Joined over all spans, kept or not: a run's span counts the calls of steps cut from the sample.
+    const joins = this.calls.map((c) => this.join(c, byId));
     const calls = this.calls.map((c, i): TracedCall => {
-      const join = this.join(c, byId);
+      const join = joins[i];
       return {
         responseId: c.responseId,
         ...(join && keptIds.has(join.spanId) ? join : {}),
@@ -122,11 +132,15 @@ export class EpisodeTrace {
         }),
       };
     });
+    const recorded = recordedUnder(calls, joins, byId);
+    const spans = kept.map((s) => keptSpan(s, origin, recorded.get(s.spanId)));
+    const cut = fit(spans, calls);
     return {
       traceIds: [...traceIds],
-      spans: kept.map((s) => keptSpan(s, origin)),
+      spans,
       calls,
-      droppedSpans: this.refused + this.spans.length - kept.length,
+      droppedSpans: this.refused + this.spans.length - spans.length,
+      ...(cut > 0 ? { droppedCalls: cut } : {}),
     };
   }
 
@@ -147,7 +161,111 @@ export class EpisodeTrace {
   }
 }
 
-function keptSpan(s: OtlpSpan, origin: number): TraceSpan {
+/**
+ * Cuts a trace to {@link traceLimits}`.sampleBytes` of JSON, in place: the latest calls' token
+ * text while the calls take more than half, then the latest spans (a call under one that goes is
+ * no longer joined), then more token text, then the latest calls. Returns the calls cut.
+ */
+function fit(spans: TraceSpan[], calls: TracedCall[]): number {
+  const budget = traceLimits.sampleBytes;
+  const bytes = (x: unknown) => Buffer.byteLength(JSON.stringify(x)) + 1;
+  let callBytes = bytes(calls);
+  let spanBytes = bytes(spans);
+  let textFrom = calls.length; // calls from here on have no token text
+  const dropText = (until: () => boolean) => {
+    while (textFrom > 0 && !until()) {
+      for (const k of calls[--textFrom]!.completions) {
+        callBytes -= bytes(k.shown) - bytes([]);
+        k.shown = [];
+      }
+    }
+  };
+  dropText(() => callBytes <= budget / 2);
+  while (spanBytes + callBytes > budget && spans.length > 0) spanBytes -= bytes(spans.pop());
+  const left = new Set(spans.map((s) => s.spanId));
+  for (const c of calls) {
+    if (c.spanId === undefined || left.has(c.spanId)) continue;
+    callBytes -= bytes({ spanId: c.spanId, joinedBy: c.joinedBy }) - bytes({});
+    delete c.spanId;
+    delete c.joinedBy;
+  }
+  dropText(() => spanBytes + callBytes <= budget);
+  let cut = 0;
+  while (spanBytes + callBytes > budget && calls.length > 0) {
+    callBytes -= bytes(calls.pop());
+    cut++;
+  }
+  return cut;
+}
+
+/** Span attributes naming its input and output tokens, the first one present wins. */
+const usageKeys = {
+  input: [
+    'gen_ai.usage.input_tokens',
+    'gen_ai.usage.prompt_tokens',
+    'ai.usage.inputTokens',
+    'ai.usage.promptTokens',
+  ],
+  output: [
+    'gen_ai.usage.output_tokens',
+    'gen_ai.usage.completion_tokens',
+    'ai.usage.outputTokens',
+    'ai.usage.completionTokens',
+  ],
+};
+
+function usageCount(a: Record<string, OtlpValue>, keys: string[]): number | undefined {
+  for (const k of keys) {
+    const v = typeof a[k] === 'string' && a[k] !== '' ? Number(a[k]) : a[k];
+    if (typeof v === 'number' && Number.isFinite(v)) return v;
+  }
+  return undefined;
+}
+
+/**
+ * The tokens the gateway recorded under each span: every joined call counted at its span and at
+ * each of that span's ancestors (a run's span reports the sum of its steps).
+ */
+function recordedUnder(
+  calls: TracedCall[],
+  joins: ({ spanId: string } | undefined)[],
+  byId: Map<string, OtlpSpan>,
+): Map<string, NonNullable<SpanUsage['recorded']>> {
+  const out = new Map<string, NonNullable<SpanUsage['recorded']>>();
+  for (const [i, c] of calls.entries()) {
+    const output = c.completions.reduce((n, k) => n + k.tokens, 0);
+    const seen = new Set<string>();
+    for (
+      let id = joins[i]?.spanId;
+      id !== undefined && !seen.has(id);
+      id = byId.get(id)?.parentSpanId
+    ) {
+      seen.add(id);
+      const r = out.get(id) ?? { input: 0, output: 0, calls: 0 };
+      r.input += c.promptTokens;
+      r.output += output;
+      r.calls += 1;
+      out.set(id, r);
+    }
+  }
+  return out;
+}
+
+function keptSpan(
+  s: OtlpSpan,
+  origin: number,
+  recorded: SpanUsage['recorded'] | undefined,
+): TraceSpan {
+  const input = usageCount(s.attributes, usageKeys.input);
+  const output = usageCount(s.attributes, usageKeys.output);
+  const usage: SpanUsage | undefined =
+    input === undefined && output === undefined
+      ? undefined
+      : {
+          ...(input !== undefined ? { input } : {}),
+          ...(output !== undefined ? { output } : {}),
+          ...(recorded ? { recorded } : {}),
+        };
   const attributes: Record<string, OtlpValue> = {};
   let n = 0;
   for (const [k, v] of Object.entries(s.attributes)) {
@@ -167,6 +285,7 @@ function keptSpan(s: OtlpSpan, origin: number): TraceSpan {
     durationMs: round(Math.max(0, s.endMs - s.startMs)),
     ...(error !== undefined ? { error: error.slice(0, traceLimits.maxValueChars) } : {}),
     ...(n > 0 ? { attributes } : {}),
+    ...(usage ? { usage } : {}),
   };
 }
 

@@ -23,6 +23,7 @@ import {
 import { EpisodeTrace, traceLimits } from './episode-trace.ts';
 import { GatewayError } from './errors.ts';
 import { MessagesStream, messageId, parseMessagesRequest, sendMessage } from './messages.ts';
+import { spansFromAgentsSdk } from './agents-sdk-traces.ts';
 import { protobufResponse, spansFromJson, spansFromProtobuf } from './otlp.ts';
 import { ResponseStore } from './response-store.ts';
 import { handleResponses } from './responses.ts';
@@ -225,9 +226,9 @@ export class Gateway {
       path = path.replace(/^\/v1\/v1\/traces$/, '/v1/traces');
       anthropic = path.startsWith('/v1/messages');
       const entry = this.authorize(req);
-      if (path === '/v1/traces') {
+      if (path === '/v1/traces' || path === '/v1/traces/ingest') {
         if (req.method !== 'POST') throw methodNotAllowed(req.method);
-        return await this.traces(req, res, entry);
+        return await this.traces(req, res, entry, path === '/v1/traces/ingest');
       }
       const trace = parseTraceparent(req.headers.traceparent);
       if (trace) entry.session?.noteTrace(trace.traceId);
@@ -326,20 +327,31 @@ export class Gateway {
    * `POST /v1/traces`: an OTLP/HTTP trace export (JSON or protobuf) from an episode's agent, kept
    * with the episode's model calls. Spans over the episode's limit are refused in the answer's
    * `partialSuccess`, as OTLP specifies; a key that opens no episode (`rtjob serve`) keeps nothing.
+   * `POST /v1/traces/ingest` takes the OpenAI Agents SDK exporter's JSON the same way
+   * (`agents-sdk-traces.ts`).
    */
-  private async traces(req: IncomingMessage, res: ServerResponse, entry: KeyEntry): Promise<void> {
+  private async traces(
+    req: IncomingMessage,
+    res: ServerResponse,
+    entry: KeyEntry,
+    agentsSdk: boolean,
+  ): Promise<void> {
     const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
-    const protobuf = type === 'application/x-protobuf' || type === 'application/protobuf';
+    const protobuf =
+      !agentsSdk && (type === 'application/x-protobuf' || type === 'application/protobuf');
     if (!protobuf && type !== 'application/json') {
       throw new GatewayError(
         415,
         'unsupported_media_type',
-        `OTLP traces come as application/json or application/x-protobuf, not '${type}'`,
+        agentsSdk
+          ? `Agents SDK traces come as application/json, not '${type}'`
+          : `OTLP traces come as application/json or application/x-protobuf, not '${type}'`,
       );
     }
     const raw = await this.readBody(req, traceLimits.maxBodyBytes);
     let spans;
     if (protobuf) spans = spansFromProtobuf(raw);
+    else if (agentsSdk) spans = spansFromAgentsSdk(parseJson(raw));
     else spans = spansFromJson(parseJson(raw));
     const partial = entry.trace
       ? entry.trace.addSpans(spans)

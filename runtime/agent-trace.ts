@@ -24,6 +24,38 @@ export interface TraceSpan {
   error?: string;
   /** A few attributes (GenAI model and usage, tool names), values cut to 200 characters. */
   attributes?: Record<string, string | number | boolean>;
+  /** The token counts the span reports, checked against the gateway's; absent when none. */
+  usage?: SpanUsage;
+}
+
+/**
+ * A span's own token counts (the GenAI conventions' `gen_ai.usage.input_tokens` and
+ * `output_tokens`, their older `prompt_tokens` and `completion_tokens`, or the AI SDK's
+ * `ai.usage.*`) next to what the gateway recorded for the model calls joined under it.
+ */
+export interface SpanUsage {
+  input?: number;
+  output?: number;
+  /** Summed over the calls joined to the span or to its descendants; absent when none is. */
+  recorded?: { input: number; output: number; calls: number };
+}
+
+/**
+ * Where a span's token counts disagree with the gateway's for the calls under it, the two as text
+ * (`span 59 in / 16 out, gateway 59 in / 17 out`); undefined when they agree or cannot be checked.
+ */
+export function usageMismatch(u: SpanUsage): string | undefined {
+  const r = u.recorded;
+  if (!r) return undefined;
+  const inputOff = u.input !== undefined && u.input !== r.input;
+  const outputOff = u.output !== undefined && u.output !== r.output;
+  if (!inputOff && !outputOff) return undefined;
+  return `span ${usageText(u)}, gateway ${r.input} in / ${r.output} out over ${r.calls} call${r.calls === 1 ? '' : 's'}`;
+}
+
+/** `59 in / 16 out`, with `?` for a count the span does not report. */
+export function usageText(u: Pick<SpanUsage, 'input' | 'output'>): string {
+  return `${u.input ?? '?'} in / ${u.output ?? '?'} out`;
 }
 
 /** One generated completion of a model call. */
@@ -60,6 +92,8 @@ export interface AgentTrace {
   calls: TracedCall[];
   /** Spans refused over the limits or left out of the sample, counted. */
   droppedSpans: number;
+  /** The latest model calls left out of the sample to keep it small, counted; absent when none. */
+  droppedCalls?: number;
 }
 
 /** Tokens of a completion shown as text with their logprobs. */
@@ -114,8 +148,14 @@ export function traceLines(t: AgentTrace): string[] {
     for (const n of list) {
       if (n.kind === 'span') {
         const s = n.span;
+        const off = s.usage && usageMismatch(s.usage);
+        const usage = !s.usage
+          ? ''
+          : off
+            ? `  tokens MISMATCH ${off}`
+            : `  tokens ${usageText(s.usage)}${s.usage.recorded ? ' (= gateway)' : ''}`;
         out.push(
-          `${pad}${s.name}  ${ms(s.durationMs)}${s.error !== undefined ? `  ERROR ${s.error}` : ''}`,
+          `${pad}${s.name}  ${ms(s.durationMs)}${usage}${s.error !== undefined ? `  ERROR ${s.error}` : ''}`,
         );
         walk(n.children, depth + 1);
         continue;
@@ -132,6 +172,7 @@ export function traceLines(t: AgentTrace): string[] {
   };
   walk(traceTree(t), 0);
   if (t.droppedSpans > 0) out.push(`(${t.droppedSpans} spans not kept)`);
+  if (t.droppedCalls) out.push(`(${t.droppedCalls} later model calls not kept)`);
   return out;
 }
 

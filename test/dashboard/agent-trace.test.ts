@@ -1,8 +1,10 @@
 // A real train_ppo run of an AI SDK agent that exports its OpenTelemetry spans to its gateway:
 // the job's Samples tab, in Debian's Chromium, draws each kept episode's span tree with its model
 // calls in place (tokens, logprobs, version), and `rtjob samples` prints the same tree; the job
-// page shows the verdict `rtjob diagnose` prints. The
-// screenshot is the README's (test/dashboard/screenshots/agent-trace.png).
+// page shows the verdict `rtjob diagnose` prints; each span's timeline bar is drawn where it
+// started, and its token counts are checked against the gateway's. A second run, of an agent that
+// estimates its tokens client-side, has its spans marked as disagreeing. The screenshot is the
+// README's (test/dashboard/screenshots/agent-trace.png, copied to docs/).
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +16,9 @@ import { launchChromium } from './browser.ts';
 
 const shots = fileURLToPath(new URL('./screenshots/', import.meta.url));
 const agent = fileURLToPath(new URL('../fixtures/agents/traced-ai-sdk-agent.ts', import.meta.url));
+const estimating = fileURLToPath(
+  new URL('../fixtures/agents/traced-estimating-agent.ts', import.meta.url),
+);
 const model = fileURLToPath(new URL('../../model/pretrained/rtjob-tiny-tool', import.meta.url));
 const sb = new Sandbox();
 let browser: Browser;
@@ -28,18 +33,19 @@ test.after(async () => {
   await sb.cleanup();
 });
 
-test('the Samples tab and rtjob samples show the agent’s trace with its completions', async () => {
+/** One step of the tool model with the agent given, as job `jobId`, its samples kept. */
+async function train(jobId: string, agentFile: string): Promise<void> {
   const run = await sb.run(
     [
       'submit',
       '--job-id',
-      'traced',
+      jobId,
       '--',
       'train_ppo',
       '--pretrain',
       model,
       '--agent-func',
-      agent,
+      agentFile,
       '--max-steps',
       '1',
       '--rollout-batch-size',
@@ -57,18 +63,23 @@ test('the Samples tab and rtjob samples show the agent’s trace with its comple
       '--log-samples',
       '4',
       '--save-path',
-      join(sb.home, 'traced'),
+      join(sb.home, jobId),
     ],
-    // One step of the tool model through the AI SDK: minutes on a shared 2-core machine.
+    // One step of the tool model through the agent: minutes on a shared 2-core machine.
     { timeoutMs: 600_000 },
   );
   assert.is(run.code, 0, run.stderr);
+}
+
+test('the Samples tab and rtjob samples show the agent’s trace with its completions', async () => {
+  await train('traced', agent);
 
   const cli = await sb.run(['samples', 'traced']);
   assert.is(cli.code, 0, cli.stderr);
   assert.match(cli.stdout, /\n {4}ai\.generateText {2}\d/);
   assert.match(cli.stdout, /\n {6,}model call chatcmpl-\S+ {2}[\d.]+m?s {2}prompt \d+/);
   assert.match(cli.stdout, /#0 \d+ tokens {2}v0 {2}mean logprob -\d/);
+  assert.match(cli.stdout, /doGenerate {2}[\d.]+m?s {2}tokens \d+ in \/ \d+ out \(= gateway\)/);
 
   const link = (await sb.run(['dashboard'])).stdout.trim();
   const context = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
@@ -105,9 +116,76 @@ test('the Samples tab and rtjob samples show the agent’s trace with its comple
   );
   const tok = call.locator('.tok').first();
   assert.match((await tok.getAttribute('title')) ?? '', /^logprob -?\d/);
+  // Each span and call has a drawn bar on the episode's timeline: wide and tall enough to see,
+  // inside its track, placed left to right in the order the spans started.
+  const bars = await first.locator('ul.trace-tree .timeline').evaluateAll((tracks) =>
+    tracks.map((t) => {
+      const track = t.getBoundingClientRect();
+      const b = t.querySelector('.span-bar')!;
+      const r = b.getBoundingClientRect();
+      return {
+        start: Number(b.getAttribute('data-start')),
+        track: [track.left, track.width],
+        x: r.left - track.left,
+        width: r.width,
+        height: r.height,
+        right: r.right - track.right,
+      };
+    }),
+  );
+  assert.ok(bars.length >= 5, `${bars.length} bars`);
+  for (const b of bars) {
+    assert.ok(b.width >= 1 && b.height >= 4, `bar ${JSON.stringify(b)} is drawn`);
+    assert.ok(b.x >= 0 && b.right <= 0.5, `bar ${JSON.stringify(b)} inside its track`);
+  }
+  // One waterfall: the tracks line up, so positions compare across rows.
+  for (const b of bars) assert.equal(b.track, bars[0]!.track, 'tracks aligned');
+  const byStart = [...bars].sort((a, b) => a.start - b.start);
+  for (let i = 1; i < byStart.length; i++)
+    assert.ok(byStart[i]!.x >= byStart[i - 1]!.x - 0.5, 'bars placed in start order');
+  assert.ok(byStart.at(-1)!.x > byStart[0]!.x, 'later spans start further right');
+  // The doGenerate steps report their tokens, and they are the gateway's.
+  const usage = first.locator('li.span .span-usage');
+  assert.ok((await usage.count()) >= 2);
+  for (const state of await usage.evaluateAll((xs) => xs.map((x) => x.getAttribute('data-usage'))))
+    assert.is(state, 'match');
   await first.scrollIntoViewIfNeeded();
   await page.screenshot({ path: `${shots}agent-trace.png`, fullPage: false });
   assert.equal(errors, []);
+  await context.close();
+});
+
+test('a span whose token counts are not the gateway’s is marked in the Samples tab', async () => {
+  // Token counts estimated client-side, one span per call joined by its traceparent.
+  await train('estimated', estimating);
+  const cli = await sb.run(['samples', 'estimated']);
+  assert.is(cli.code, 0, cli.stderr);
+  assert.match(
+    cli.stdout,
+    /\n {4}chat {2}[\d.]+m?s {2}tokens MISMATCH span \d+ in \/ \d+ out, gateway \d+ in \/ \d+ out over 1 call/,
+  );
+  const link = (await sb.run(['dashboard'])).stdout.trim();
+  const context = await browser.newContext({ viewport: { width: 1280, height: 1000 } });
+  const page = await context.newPage();
+  await page.goto(`${link}#/jobs/estimated`);
+  await page.click('#tab-samples');
+  await page.waitForSelector('article.sample details.trace');
+  const first = page.locator('article.sample').first();
+  const span = first.locator('ul.trace-tree > li.span').first();
+  assert.is(await span.locator(':scope > .row code.name').innerText(), 'chat');
+  assert.is(await span.locator('li.call').first().getAttribute('data-joined'), 'traceparent');
+  const usage = span.locator(':scope > .row .span-usage');
+  assert.is(await usage.getAttribute('data-usage'), 'mismatch');
+  assert.match(await usage.innerText(), /^tokens ≠ gateway: span \d+ in \/ \d+ out, gateway \d+/);
+  // In the stylesheet's colour for what is wrong, as a failed span's error is.
+  const colour = await usage.evaluate((e) => getComputedStyle(e).color);
+  const bad = await page.evaluate(() => {
+    const probe = document.createElement('span');
+    probe.className = 'span-error';
+    document.body.append(probe);
+    return getComputedStyle(probe).color;
+  });
+  assert.is(colour, bad);
   await context.close();
 });
 

@@ -16,9 +16,15 @@ import { z } from 'zod';
 import { runGatewayEpisode } from '../../agents/agent-executor.ts';
 import type { AgentFunction, Sample } from '../../agents/types.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
-import { traceLimits } from '../../gateway/episode-trace.ts';
+import { EpisodeTrace, traceLimits } from '../../gateway/episode-trace.ts';
 import { spansFromProtobuf } from '../../gateway/otlp.ts';
-import { traceLines, traceTree, type TraceNode } from '../../runtime/agent-trace.ts';
+import {
+  shownTokens,
+  traceLines,
+  traceTree,
+  usageMismatch,
+  type TraceNode,
+} from '../../runtime/agent-trace.ts';
 import { addToolModel, compactToolTemplate, suiteGateway, tokenizerWith } from './helpers.ts';
 
 // As a Node agent's OpenTelemetry setup does (NodeSDK, NodeTracerProvider.register()): spans
@@ -145,8 +151,27 @@ for (const exporter of ['json', 'protobuf'] as const) {
         n.children.map((c) => c.kind),
         ['call'],
       );
+    // The AI SDK's token counts (gen_ai.usage.* on a step, ai.usage.* on the run) are the
+    // gateway's: per step for its call, and summed over both on the run.
+    for (const [i, step] of steps.entries()) {
+      const c = trace.calls[i]!;
+      assert.equal(step.usage, {
+        input: c.promptTokens,
+        output: c.completions[0]!.tokens,
+        recorded: { input: c.promptTokens, output: c.completions[0]!.tokens, calls: 1 },
+      });
+      assert.is(usageMismatch(step.usage!), undefined);
+    }
+    assert.equal(root.span.usage?.recorded, {
+      input: trace.calls[0]!.promptTokens + trace.calls[1]!.promptTokens,
+      output: runs[0]!.n + runs[1]!.n,
+      calls: 2,
+    });
+    assert.is(root.span.usage?.input, root.span.usage?.recorded?.input);
+    assert.is(root.span.usage?.output, root.span.usage?.recorded?.output);
     const lines = traceLines(trace);
     assert.ok(lines[0]!.startsWith('ai.generateText '));
+    assert.match(lines[0]!, / tokens \d+ in \/ \d+ out \(= gateway\)$/);
     assert.ok(lines.some((l) => /^ {4}model call chatcmpl-/.test(l)));
   });
 }
@@ -212,6 +237,125 @@ test('a call joins the span its traceparent names; errors and other clients’ k
     'lookup failed: no such city',
   );
   assert.match(traceLines(trace).join('\n'), /tool\.lookup .*ERROR lookup failed: no such city/);
+});
+
+test('a span whose token counts differ from the gateway’s shows the mismatch', async () => {
+  const traceId = '5bf92f3577b34da6a3ce929d0e0e4736';
+  const ns = (ms: number) => String(BigInt(Date.now() + ms) * 1_000_000n);
+  let usage: { prompt_tokens: number; completion_tokens: number } | undefined;
+  const ts = await episode(async (_s, env) => {
+    const client = new OpenAI({ baseURL: env.baseURL, apiKey: env.apiKey, maxRetries: 0 });
+    const r = await client.chat.completions.create(
+      { model: env.model, messages: [{ role: 'user', content: 'hi' }] },
+      { headers: { traceparent: `00-${traceId}-00000000000000c1-01` } },
+    );
+    usage = r.usage!;
+    const kv = (key: string, n: number) => ({ key, value: { intValue: String(n) } });
+    const span = (spanId: string, name: string, attributes: object[], parent?: string) => ({
+      traceId,
+      spanId,
+      ...(parent ? { parentSpanId: parent } : {}),
+      name,
+      startTimeUnixNano: ns(-50),
+      endTimeUnixNano: ns(0),
+      attributes,
+    });
+    const spans = [
+      // The run reports the gateway's counts in the current names.
+      span('00000000000000a1', 'agent.run', [
+        kv('gen_ai.usage.input_tokens', usage.prompt_tokens),
+        kv('gen_ai.usage.output_tokens', usage.completion_tokens),
+      ]),
+      // Its model call, in the older names, counts one output token more than was generated.
+      span(
+        '00000000000000c1',
+        'agent.llm',
+        [
+          kv('gen_ai.usage.prompt_tokens', usage.prompt_tokens),
+          kv('gen_ai.usage.completion_tokens', usage.completion_tokens + 1),
+        ],
+        '00000000000000a1',
+      ),
+      // A span with counts and no call under it: shown, not checked.
+      span('00000000000000b1', 'agent.plan', [kv('gen_ai.usage.input_tokens', 7)]),
+    ];
+    const res = await fetch(`${env.baseURL}/traces`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${env.apiKey}` },
+      body: JSON.stringify({ resourceSpans: [{ scopeSpans: [{ spans }] }] }),
+    });
+    assert.is(res.status, 200);
+    return 1;
+  });
+  const trace = ts[0]!.trace!;
+  const by = (name: string) => trace.spans.find((s) => s.name === name)!.usage!;
+  const recorded = { input: usage!.prompt_tokens, output: usage!.completion_tokens, calls: 1 };
+  assert.equal(by('agent.run'), {
+    input: usage!.prompt_tokens,
+    output: usage!.completion_tokens,
+    recorded,
+  });
+  assert.is(usageMismatch(by('agent.run')), undefined);
+  assert.equal(by('agent.llm').recorded, recorded);
+  assert.is(
+    usageMismatch(by('agent.llm')),
+    `span ${usage!.prompt_tokens} in / ${usage!.completion_tokens + 1} out, gateway ${usage!.prompt_tokens} in / ${usage!.completion_tokens} out over 1 call`,
+  );
+  assert.equal(by('agent.plan'), { input: 7 });
+  const text = traceLines(trace).join('\n');
+  assert.match(text, /\n {2}agent\.llm .* tokens MISMATCH span \d+ in \/ \d+ out, gateway/);
+  assert.match(text, /agent\.plan .* tokens 7 in \/ \? out(\n|$)/);
+});
+
+test('a run’s span counts the calls of its steps cut from the sample', async () => {
+  const traceId = '6bf92f3577b34da6a3ce929d0e0e4736';
+  const t0 = Date.now();
+  const ns = (ms: number) => String(BigInt(t0 + ms) * 1_000_000n);
+  const ts = await episode(async (_s, env) => {
+    const client = new OpenAI({ baseURL: env.baseURL, apiKey: env.apiKey, maxRetries: 0 });
+    const r = await client.chat.completions.create(
+      { model: env.model, messages: [{ role: 'user', content: 'hi' }] },
+      { headers: { traceparent: `00-${traceId}-00000000000000c2-01` } },
+    );
+    const kv = (key: string, n: number) => ({ key, value: { intValue: String(n) } });
+    const span = (spanId: string, name: string, start: number, extra: object = {}) => ({
+      traceId,
+      spanId,
+      name,
+      startTimeUnixNano: ns(start),
+      endTimeUnixNano: ns(start + 1),
+      ...extra,
+    });
+    // The run first, then more steps than a sample keeps, the model call's step last.
+    const spans = [
+      span('00000000000000a2', 'run', 0, {
+        endTimeUnixNano: ns(1000),
+        attributes: [
+          kv('gen_ai.usage.input_tokens', r.usage!.prompt_tokens),
+          kv('gen_ai.usage.output_tokens', r.usage!.completion_tokens),
+        ],
+      }),
+      ...Array.from({ length: traceLimits.sampleSpans }, (_, i) =>
+        span((0x100 + i).toString(16).padStart(16, '0'), `step ${i}`, 1 + i, {
+          parentSpanId: '00000000000000a2',
+        }),
+      ),
+      span('00000000000000c2', 'llm', 900, { parentSpanId: '00000000000000a2' }),
+    ];
+    await fetch(`${env.baseURL}/traces`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${env.apiKey}` },
+      body: JSON.stringify({ resourceSpans: [{ scopeSpans: [{ spans }] }] }),
+    });
+    return 1;
+  });
+  const trace = ts[0]!.trace!;
+  assert.is(trace.spans.length, traceLimits.sampleSpans);
+  assert.ok(!trace.spans.some((s) => s.name === 'llm'), 'the call’s step is cut');
+  assert.is(trace.calls[0]!.spanId, undefined);
+  const run = trace.spans.find((s) => s.name === 'run')!;
+  assert.is(run.usage?.recorded?.calls, 1);
+  assert.is(usageMismatch(run.usage!), undefined);
 });
 
 test('an episode without a trace carries none', async () => {
@@ -280,6 +424,71 @@ test('bounded: spans past the limit are refused in partialSuccess; big, malforme
   } finally {
     s.close();
   }
+});
+
+test('a kept trace fits its byte budget: token text, then the latest spans, then calls go', () => {
+  const build = (spans: number, calls: number) => {
+    const t = new EpisodeTrace();
+    t.addSpans(
+      Array.from({ length: spans }, (_, i) => ({
+        traceId: '0af7651916cd43dd8448eb211c80319c',
+        spanId: (i + 1).toString(16).padStart(16, '0'),
+        name: `step ${i}`,
+        startMs: 1000 + i,
+        endMs: 1001 + i,
+        error: false,
+        statusMessage: '',
+        attributes: {
+          'gen_ai.request.model': 'm'.repeat(500),
+          'gen_ai.tool.name': 't'.repeat(500),
+        },
+        events: [],
+      })),
+    );
+    for (let i = 0; i < calls; i++) {
+      t.addCall({
+        responseId: `chatcmpl-${i}`,
+        startMs: 1000 + i,
+        endMs: 1001 + i,
+        promptTokens: 10,
+        completions: [{ ids: Array(40).fill(7), logprobs: Array(40).fill(-0.5), versions: [0] }],
+      });
+    }
+    const trace = t.build(() => 'tok')!;
+    assert.ok(
+      Buffer.byteLength(JSON.stringify(trace)) <= traceLimits.sampleBytes + 512,
+      `${Buffer.byteLength(JSON.stringify(trace))} bytes`,
+    );
+    return trace;
+  };
+  // Few calls, many big spans: the earliest spans stay, all calls with their text.
+  let trace = build(120, 2);
+  assert.ok(trace.spans.length < 120 && trace.spans.length > 10);
+  assert.equal(
+    trace.spans.map((s) => s.name),
+    Array.from({ length: trace.spans.length }, (_, i) => `step ${i}`),
+  );
+  assert.is(trace.droppedSpans, 120 - trace.spans.length);
+  assert.ok(trace.calls.every((c) => c.completions[0]!.shown.length === shownTokens));
+  assert.is(trace.droppedCalls, undefined);
+  // More calls: the latest lose their token text first, the earliest keep it.
+  trace = build(10, 24);
+  const shown = trace.calls.map((c) => c.completions[0]!.shown.length);
+  assert.is(shown[0], shownTokens);
+  assert.is(shown.at(-1), 0);
+  assert.equal(
+    shown,
+    [...shown].sort((a, b) => b - a),
+  );
+  assert.is(trace.calls.length, 24);
+  assert.is(trace.droppedCalls, undefined);
+  // Too many for their counts alone: the latest calls go, counted.
+  trace = build(10, 400);
+  assert.ok(trace.calls.every((c) => c.completions[0]!.shown.length === 0));
+  assert.ok(trace.droppedCalls! > 0);
+  assert.is(trace.calls.length + trace.droppedCalls!, 400);
+  assert.is(trace.calls.at(-1)!.responseId, `chatcmpl-${trace.calls.length - 1}`);
+  assert.match(traceLines(trace).at(-1)!, `(${trace.droppedCalls} later model calls not kept)`);
 });
 
 test('protobuf: 64-bit times, typed attribute values and the error status decode', () => {

@@ -8,8 +8,11 @@
  */
 import {
   traceTree,
+  usageMismatch,
+  usageText,
   versionText,
   type AgentTrace,
+  type SpanUsage,
   type TraceNode,
   type TracedCall,
 } from '../../../runtime/agent-trace.ts';
@@ -25,7 +28,13 @@ export function traceView(t: AgentTrace): HTMLElement {
     ...t.calls.map((c) => c.startMs + c.durationMs),
   );
   const bar = (start: number, duration: number, error: boolean) => {
-    const b = h('span', { class: error ? 'bar error' : 'bar' });
+    // Not `.bar`: that is the dashboard's labelled progress bar (a grid with margins), whose
+    // margins would collapse this 6-pixel bar to nothing.
+    const b = h('span', {
+      class: error ? 'span-bar error' : 'span-bar',
+      'data-start': start.toFixed(3),
+      'data-duration': duration.toFixed(3),
+    });
     // Set through the CSSOM: the dashboard's content security policy refuses inline styles.
     b.style.left = `${(100 * start) / end}%`;
     b.style.width = `${Math.max(0.5, (100 * duration) / end)}%`;
@@ -42,6 +51,7 @@ export function traceView(t: AgentTrace): HTMLElement {
         { class: 'row' },
         h('code', { class: 'name' }, s.name),
         h('span', { class: 'muted' }, ms(s.durationMs)),
+        s.usage ? usageTag(s.usage) : null,
         s.error !== undefined ? h('span', { class: 'span-error' }, `error: ${s.error}`) : null,
         bar(s.startMs, s.durationMs, s.error !== undefined),
       ),
@@ -58,8 +68,28 @@ export function traceView(t: AgentTrace): HTMLElement {
       `agent trace · ${t.spans.length} spans · ${t.calls.length} model calls`,
       errors ? ` · ${errors} with errors` : '',
       t.droppedSpans ? ` · ${t.droppedSpans} spans not kept` : '',
+      t.droppedCalls ? ` · ${t.droppedCalls} later model calls not kept` : '',
     ),
     h('ul', { class: 'trace-tree' }, ...traceTree(t).map(node)),
+  );
+}
+
+/** The span's token counts: plain where the gateway agrees, marked where it does not. */
+function usageTag(u: SpanUsage): HTMLElement {
+  const off = usageMismatch(u);
+  const state = off ? 'mismatch' : u.recorded ? 'match' : 'unjoined';
+  return h(
+    'span',
+    {
+      class: 'span-usage',
+      'data-usage': state,
+      title: off
+        ? `the span's token counts differ from the gateway's: ${off}`
+        : u.recorded
+          ? `equal to the gateway's count over ${u.recorded.calls} model call(s)`
+          : 'no model call is joined under this span: not checked',
+    },
+    off ? `tokens ≠ gateway: ${off}` : `${usageText(u)} tok${u.recorded ? ' ✓' : ''}`,
   );
 }
 
