@@ -9,6 +9,7 @@ import {
   trainPpoHelp,
 } from '../../train/ppo/flags.ts';
 import { llamacppGpu, roleInits } from '../../train/ppo/roles.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 const fails = (argv: string[], re: RegExp, env: Record<string, string> = {}): void => {
   let err: (Error & { flag?: string }) | undefined;
@@ -79,7 +80,7 @@ test('--gradient-checkpointing and --packing-samples reach the trainer and the c
   assert.is(o.packingSamples, true);
   assert.is(trainPpoDefaults.gradientCheckpointing, false);
   assert.is(trainPpoDefaults.packingSamples, false);
-  const init = roleInits(o, 1);
+  const init = roleInits(compileRunConfig(o, 1));
   for (const role of [init.trainer, init.critic]) {
     assert.is(role.gradientCheckpointing, true);
     assert.is(role.packingSamples, true);

@@ -18,6 +18,7 @@ import type { RewardModel } from '../../roles/reward-model.ts';
 import type { Rollout } from '../../roles/rollout.ts';
 import { Trainer } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
+import type { RunConfig } from './run-config.ts';
 import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
 import { bundleCpus, placeRoles, type RolePlacement } from './placement.ts';
 import {
@@ -113,9 +114,10 @@ export function roleEnv(
 }
 
 /** The roles as actors on the cluster (a local one is started when none runs). */
-export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
+export async function remoteRoles(c: RunConfig): Promise<Roles> {
+  const { flags: o } = c;
   await init();
-  const inits = roleInits(o, totalSteps);
+  const inits = roleInits(c);
   const env = roleEnv(o);
   const placement = placeRoles(o);
   const pg = placement.bundles.length
@@ -166,7 +168,7 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
   // Rank 0 (created right after the rollouts) owns the weights the engines fetch.
   const trainerHandle = handles[rollouts.length]!;
   let reference: Remote<Reference> | undefined;
-  if (referenceRole(o)) {
+  if (referenceRole(c)) {
     const h = ReferenceActor.options({
       name: named('reference', 0, 1),
       ...place(placement.role('reference')),
