@@ -9,7 +9,7 @@ import { readFileSync, statSync } from 'node:fs';
 
 import WebSocket from 'ws';
 
-import { RtjobError } from '../runtime/errors.ts';
+import { RtjobError } from '../runtime/index.ts';
 import {
   fetchTransport,
   logTailPath,
@@ -18,9 +18,10 @@ import {
   type RestClient,
   type RouteKey,
   sessionServer,
+  readClusterFile,
+  rtjobHome,
+  readEnv,
 } from '../ops/index.ts';
-import { readClusterFile, rtjobHome } from '../runtime/cluster-file.ts';
-import { readEnv } from '../runtime/env.ts';
 
 const codeOfExit: Record<number, string> = {
   1: 'CLI_FAILED',
