@@ -12,7 +12,7 @@ import type { PromptItem } from '../../roles/rollout.ts';
 import { createKlController } from '../../algorithms/kl.ts';
 import { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
 import { evaluate } from './generate.ts';
-import { checkKeys, loadPromptData, PromptSampler } from './data.ts';
+import { checkKeys, loadPromptData, PromptSampler, type PromptRecord } from './data.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { Roles } from './roles.ts';
 import type { RunConfig } from './run-config.ts';
@@ -27,14 +27,17 @@ export function runSteps(o: TrainPpoOptions, prompts: number): number {
   return Math.max(1, Math.floor(prompts / o.rolloutBatchSize) * o.numEpisodes);
 }
 
-/** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
+/**
+ * Prepares data (`records`: the `--prompt-data` the driver read), resumes from a checkpoint when
+ * asked, and evaluates the starting policy.
+ */
 export async function prepareRun(
   config: RunConfig,
   roles: Roles,
   log: RunLog,
+  records: PromptRecord[],
 ): Promise<RunContext> {
   const o = config.flags;
-  const records = loadPromptData(o.promptData, '--prompt-data');
   checkKeys(records, o.inputKey, o.labelKey, '--prompt-data');
   const keys = { input: o.inputKey, label: o.labelKey };
   let evalItems: PromptItem[] = [];

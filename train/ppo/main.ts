@@ -148,8 +148,9 @@ export async function trainPpo(
     },
   });
   // The roles' learning-rate schedules span the run, so its length is known before they start.
-  const steps =
-    o.maxSteps > 0 ? o.maxSteps : runSteps(o, loadPromptData(o.promptData, '--prompt-data').length);
+  // The prompt data, read once: its size gives the run's length when --max-steps is -1.
+  const records = loadPromptData(o.promptData, '--prompt-data');
+  const steps = runSteps(o, records.length);
   // The run's config, compiled once from the parse: the roles and the loops read it.
   const runConfig = compileRunConfig(o, steps, args);
   for (const t of trackers.list) if (t.where()) log.line(`${t.kind}: ${t.where()}`);
@@ -175,7 +176,7 @@ export async function trainPpo(
   };
   run.signal?.addEventListener('abort', onStop, { once: true });
   try {
-    const ctx = await prepareRun(runConfig, roles, log);
+    const ctx = await prepareRun(runConfig, roles, log, records);
     current = ctx;
     stepsDone = ctx.state.step;
     ctx.stepsDone = stepsDone;
