@@ -13,14 +13,14 @@ import { RtjobError } from '../runtime/index.ts';
 import {
   fetchTransport,
   logTailPath,
-  RestError,
+  readClusterFile,
+  readEnv,
   restClient,
   type RestClient,
+  RestError,
   type RouteKey,
-  sessionServer,
-  readClusterFile,
   rtjobHome,
-  readEnv,
+  sessionServer,
 } from '../ops/index.ts';
 
 const codeOfExit: Record<number, string> = {

@@ -12,7 +12,7 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readDaemonOptions } from './daemon-options.ts';
-import { type ClusterHeadOptions, startClusterHead, readEnv } from '../ops/index.ts';
+import { type ClusterHeadOptions, readEnv, startClusterHead } from '../ops/index.ts';
 
 import { builtinEntrypoints } from './entrypoints.ts';
 

@@ -11,24 +11,24 @@ import { dirname, join } from 'node:path';
 
 import { CliError, givenToken, headApi, requireEndpoint, type TokenOptions } from '../client.ts';
 import {
+  bytes,
+  type ClusterFile,
+  clusterFilePath,
   isLoopback,
   OpsStore,
+  ownModuleNodeFlags,
+  ownModulePath,
+  parseBytes,
+  pidAlive,
   type ProcessView,
+  readClusterFile,
+  readEnv,
+  removeClusterFile,
+  rtjobHome,
   stopOrphanDrivers,
   tailLines,
   tsxImport,
-  type ClusterFile,
-  clusterFilePath,
-  readClusterFile,
-  removeClusterFile,
-  rtjobHome,
   writeClusterFile,
-  readEnv,
-  pidAlive,
-  bytes,
-  parseBytes,
-  ownModuleNodeFlags,
-  ownModulePath,
 } from '../../ops/index.ts';
 import { parsePort, table } from '../format.ts';
 import { onLauncherExit } from '../launcher-exit.ts';

@@ -4,7 +4,7 @@
  * @module
  */
 import { CliError } from '../client.ts';
-import { sessionServer, readClusterFile, rtjobHome } from '../../ops/index.ts';
+import { readClusterFile, rtjobHome, sessionServer } from '../../ops/index.ts';
 import { parsePort } from '../format.ts';
 
 /** Why the head at `url` does not answer its version route within 2 s, or undefined when it does. */

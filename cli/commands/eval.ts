@@ -7,7 +7,7 @@
  * @module
  */
 import { spawn } from 'node:child_process';
-import { typescriptNodeFlags, ownModulePath } from '../../ops/index.ts';
+import { ownModulePath, typescriptNodeFlags } from '../../ops/index.ts';
 
 const evalMain = ownModulePath('../eval-main.ts', import.meta.url);
 

@@ -12,21 +12,21 @@ import { spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline/promises';
 
 import {
-  isLoopback,
-  type MetricsTable,
-  type SampleView,
-  startClusterHead,
-  tsxImport,
-  packDir,
-  PackageTooLargeError,
   defaultMaxPackageBytes,
-  ownModuleNodeFlags,
-  rtjobHome,
-  traceLines,
   duration,
   failureReason,
   headlineText,
+  isLoopback,
+  type MetricsTable,
+  ownModuleNodeFlags,
+  PackageTooLargeError,
+  packDir,
+  rtjobHome,
+  type SampleView,
+  startClusterHead,
   stopAdvice,
+  traceLines,
+  tsxImport,
 } from '../../ops/index.ts';
 import { isRtjobError } from '../../runtime/index.ts';
 import {
