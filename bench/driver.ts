@@ -31,6 +31,7 @@ import { resolveOptions } from '../train/ppo/main.ts';
 import type { Roles } from '../train/ppo/roles.ts';
 import type { RunContext } from '../train/ppo/run-state.ts';
 import { filterGroups, trainOn } from '../train/ppo/step.ts';
+import { compileRunConfig } from '../train/ppo/run-config.ts';
 
 const groups = Number(process.env.BENCH_DRIVER_GROUPS ?? 8);
 const perGroup = 4;
@@ -112,6 +113,7 @@ function context(): RunContext {
   } as unknown as Roles;
   return {
     o,
+    config: compileRunConfig(o, 1),
     roles,
     kl: createKlController({ initKlCoef: 0.05 }),
     log: { line: () => {}, metric: () => {}, samples: (_s: number, x: unknown) => send(x) },
@@ -125,7 +127,7 @@ async function byReference(ctx: RunContext, replies: Buffer[]): Promise<void> {
   const { kept } = filterGroups(reports, o);
   ctx.state.step++;
   recordEpisodes(ctx, reports);
-  await trainOn(kept, ctx.roles, o, ctx);
+  await trainOn(kept, ctx.roles, ctx.config.experience, ctx);
 }
 
 /** The token-carrying driver's data work, as it was: trajectories in, token rows out and back. */

@@ -9,18 +9,19 @@ import { readFileSync, statSync } from 'node:fs';
 
 import WebSocket from 'ws';
 
-import { RtjobError } from '../runtime/errors.ts';
+import { RtjobError } from '../runtime/index.ts';
 import {
   fetchTransport,
   logTailPath,
-  RestError,
+  readClusterFile,
+  readEnv,
   restClient,
   type RestClient,
+  RestError,
   type RouteKey,
+  rtjobHome,
   sessionServer,
 } from '../ops/index.ts';
-import { readClusterFile, rtjobHome } from '../runtime/cluster-file.ts';
-import { readEnv } from '../runtime/env.ts';
 
 const codeOfExit: Record<number, string> = {
   1: 'CLI_FAILED',

@@ -12,9 +12,8 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readDaemonOptions } from './daemon-options.ts';
-import { readEnv } from '../runtime/env.ts';
+import { type ClusterHeadOptions, readEnv, startClusterHead } from '../ops/index.ts';
 
-import { type ClusterHeadOptions, startClusterHead } from '../ops/index.ts';
 import { builtinEntrypoints } from './entrypoints.ts';
 
 /** How long drivers and workers wait for a restarted head. */

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { ownModulePath } from '../runtime/own-files.ts';
+import { ownModulePath } from '../ops/index.ts';
 
 /** Built-in entrypoints and the driver file each runs. */
 export const builtinEntrypoints: Readonly<Record<string, string>> = {

@@ -6,12 +6,6 @@
  *
  * @module
  */
-import { runIfMain } from '../train/driver-flags.ts';
-import { evalAgentHelp, main } from '../train/eval-agent.ts';
+import { evalAgent } from '../train/index.ts';
 
-runIfMain(
-  import.meta.url,
-  'rtjob eval',
-  (argv) => main(argv, 'rtjob eval'),
-  () => evalAgentHelp('rtjob eval'),
-);
+(await evalAgent()).runEvalAgent(import.meta.url, 'rtjob eval');

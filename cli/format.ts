@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { InvalidArgumentError } from '../runtime/errors.ts';
+import { InvalidArgumentError } from '../runtime/index.ts';
 
 /** Pads columns to their widest cell. */
 export function table(header: string[], rows: (string | number)[][]): string {

@@ -11,8 +11,7 @@ import { join } from 'node:path';
 
 import { Command, Option } from 'commander';
 
-import { readEnv } from '../runtime/env.ts';
-import { packageRoot } from '../runtime/own-files.ts';
+import { packageRoot, readEnv } from '../ops/index.ts';
 import { CliError } from './client.ts';
 import { startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
 import { dashboardCommand } from './commands/dashboard.ts';

@@ -12,8 +12,8 @@ import { rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readDaemonOptions } from './daemon-options.ts';
 
-import { readEnv } from '../runtime/env.ts';
-import { startNodeAgent } from '../runtime/node/agent.ts';
+import { readEnv } from '../ops/index.ts';
+import { startNodeAgent } from '../runtime/index.ts';
 
 /** What `rtjob start` passes. */
 export interface NodeDaemonOptions {

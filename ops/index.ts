@@ -33,6 +33,38 @@ export { OpsStore } from './jobs/ops-store.ts';
 export { stopOrphanDrivers } from './jobs/supervisor.ts';
 export { tailLines } from './logs/log-file.ts';
 
+// The runtime's operator-side helpers the CLI shares with this plane: where a cluster's file and
+// home are, process liveness, sizes and durations and a job's failure as text, working
+// directories packed for a job, agent traces as lines, the package's own files and the
+// environment. The CLI takes them from this face, never from the runtime's files
+// (`test/conventions/layering.test.ts`).
+export { traceLines } from '../runtime/agent-trace.ts';
+export {
+  type ClusterFile,
+  clusterFilePath,
+  readClusterFile,
+  removeClusterFile,
+  rtjobHome,
+  writeClusterFile,
+} from '../runtime/cluster-file.ts';
+export { readEnv } from '../runtime/env.ts';
+export {
+  bytes,
+  duration,
+  failureReason,
+  headlineText,
+  parseBytes,
+  stopAdvice,
+} from '../runtime/format.ts';
+export { typescriptNodeFlags } from '../runtime/node/worker-env.ts';
+export { ownModuleNodeFlags, ownModulePath, packageRoot } from '../runtime/own-files.ts';
+export {
+  defaultMaxPackageBytes,
+  PackageTooLargeError,
+  packDir,
+} from '../runtime/packages/working-dir.ts';
+export { pidAlive } from '../runtime/pid.ts';
+
 /** The read-only server over a session's saved history (`rtjob dashboard`, `rtjob jobs` after a stop), loaded on demand. */
 export const sessionServer = (): Promise<typeof import('./http/session-server.ts')> =>
   import('./http/session-server.ts');

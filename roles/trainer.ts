@@ -28,7 +28,6 @@ import {
   readPolicyLossStats,
   resolvePpoLossOptions,
   type PolicyLossInputs,
-  type PpoLossOptions,
   type ResolvedPpoLossOptions,
 } from '../algorithms/policy-loss.ts';
 import { rolloutCorrectionStats } from '../algorithms/rollout-correction.ts';
@@ -70,8 +69,12 @@ export interface TrainerInit {
   microTrainBatchSize: number;
   /** Passes over each batch. @default 1 */
   maxEpochs?: number;
-  /** The policy loss, as `train_ppo`'s flags set it (`algorithms/policy-loss.ts`). */
-  loss?: PpoLossOptions;
+  /**
+   * The policy loss, resolved (`resolvePpoLossOptions` of the public `PpoLossOptions`, as
+   * `train_ppo` compiles its flags once): the trainer takes it as it is. @default the library's
+   * defaults
+   */
+  loss?: ResolvedPpoLossOptions;
   /** Token budget per micro-batch (`--train-max-tokens-per-gpu`); unset cuts by sample count. */
   trainMaxTokensPerGpu?: number;
   /** Sampling temperature, so recomputed logprobs match the engine's. @default 1 */
@@ -184,7 +187,7 @@ export class Trainer {
 
   constructor(init: TrainerInit) {
     this.init = init;
-    this.loss = resolvePpoLossOptions(init.loss);
+    this.loss = init.loss ?? resolvePpoLossOptions();
   }
 
   /**

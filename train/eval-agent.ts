@@ -405,4 +405,17 @@ export async function main(argv: string[], program = 'eval_agent'): Promise<void
   if (r.sampled) for (const l of describe('sampled', r.sampled, o.splitBy)) console.log(l);
 }
 
-runIfMain(import.meta.url, 'eval_agent', main, () => evalAgentHelp());
+/**
+ * Runs the evaluation as the main of the module at `moduleUrl` under the name `program`: `rtjob
+ * eval`'s process (`cli/eval-main.ts`) runs it so; run directly, this file is `eval_agent`.
+ */
+export function runEvalAgent(moduleUrl: string, program = 'eval_agent'): void {
+  runIfMain(
+    moduleUrl,
+    program,
+    (argv) => main(argv, program),
+    () => evalAgentHelp(program),
+  );
+}
+
+runEvalAgent(import.meta.url);

@@ -12,3 +12,20 @@
  */
 export { type ArithOptions, type ArithRecord, arithDataset, builtinDataset } from './data/arith.ts';
 export { type DataPosition, PromptSampler, type PromptRecord } from './ppo/data.ts';
+
+// What the CLI takes of the drivers (`test/conventions/layering.test.ts`: it imports nothing
+// else of `train/`): `rtjob submit`'s check of a train_ppo command line, `rtjob serve
+// --engine-url`'s URL list, `rtjob metrics --plot`'s curves, and `rtjob eval`'s program.
+export {
+  badEngineUrl,
+  engineUrls,
+  FlagError,
+  parseTrainPpoArgs,
+  parseTrainPpoFlags,
+  type ParsedTrainPpoArgs,
+  type TrainPpoOptions,
+} from './ppo/flags.ts';
+export { checkTrainPpoPaths } from './ppo/paths.ts';
+export { writeCurves } from './ppo/curves.ts';
+/** `rtjob eval`'s program (`eval-agent.ts`), loaded on demand: it brings the gateway and engines. */
+export const evalAgent = (): Promise<typeof import('./eval-agent.ts')> => import('./eval-agent.ts');

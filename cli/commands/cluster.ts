@@ -11,27 +11,27 @@ import { dirname, join } from 'node:path';
 
 import { CliError, givenToken, headApi, requireEndpoint, type TokenOptions } from '../client.ts';
 import {
+  bytes,
   type ClusterFile,
   clusterFilePath,
-  readClusterFile,
-  removeClusterFile,
-  rtjobHome,
-  writeClusterFile,
-} from '../../runtime/cluster-file.ts';
-import { readEnv } from '../../runtime/env.ts';
-import { pidAlive } from '../../runtime/pid.ts';
-import { bytes, parseBytes } from '../../runtime/format.ts';
-import { parsePort, table } from '../format.ts';
-import { onLauncherExit } from '../launcher-exit.ts';
-import { ownModuleNodeFlags, ownModulePath } from '../../runtime/own-files.ts';
-import {
   isLoopback,
   OpsStore,
+  ownModuleNodeFlags,
+  ownModulePath,
+  parseBytes,
+  pidAlive,
   type ProcessView,
+  readClusterFile,
+  readEnv,
+  removeClusterFile,
+  rtjobHome,
   stopOrphanDrivers,
   tailLines,
   tsxImport,
+  writeClusterFile,
 } from '../../ops/index.ts';
+import { parsePort, table } from '../format.ts';
+import { onLauncherExit } from '../launcher-exit.ts';
 import { writeDaemonOptions } from '../daemon-options.ts';
 import type { NodeDaemonOptions } from '../node-daemon.ts';
 

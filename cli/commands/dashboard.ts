@@ -4,9 +4,8 @@
  * @module
  */
 import { CliError } from '../client.ts';
-import { readClusterFile, rtjobHome } from '../../runtime/cluster-file.ts';
+import { readClusterFile, rtjobHome, sessionServer } from '../../ops/index.ts';
 import { parsePort } from '../format.ts';
-import { sessionServer } from '../../ops/index.ts';
 
 /** Why the head at `url` does not answer its version route within 2 s, or undefined when it does. */
 async function headUnreachable(url: string): Promise<string | undefined> {

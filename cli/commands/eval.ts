@@ -7,8 +7,7 @@
  * @module
  */
 import { spawn } from 'node:child_process';
-import { typescriptNodeFlags } from '../../runtime/node/worker-env.ts';
-import { ownModulePath } from '../../runtime/own-files.ts';
+import { ownModulePath, typescriptNodeFlags } from '../../ops/index.ts';
 
 const evalMain = ownModulePath('../eval-main.ts', import.meta.url);
 

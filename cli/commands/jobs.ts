@@ -12,21 +12,24 @@ import { spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline/promises';
 
 import {
-  packDir,
-  PackageTooLargeError,
   defaultMaxPackageBytes,
-} from '../../runtime/packages/working-dir.ts';
-import {
+  duration,
+  failureReason,
+  headlineText,
   isLoopback,
   type MetricsTable,
+  ownModuleNodeFlags,
+  PackageTooLargeError,
+  packDir,
   type QueryOf,
+  rtjobHome,
   type SampleView,
   startClusterHead,
+  stopAdvice,
+  traceLines,
   tsxImport,
 } from '../../ops/index.ts';
-import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
-import { writeCurves } from '../../train/ppo/curves.ts';
-import { isRtjobError } from '../../runtime/errors.ts';
+import { isRtjobError } from '../../runtime/index.ts';
 import {
   CliError,
   type Endpoint,
@@ -37,9 +40,6 @@ import {
   tailJobLogs,
   type TokenOptions,
 } from '../client.ts';
-import { rtjobHome } from '../../runtime/cluster-file.ts';
-import { traceLines } from '../../runtime/agent-trace.ts';
-import { duration, failureReason, headlineText, stopAdvice } from '../../runtime/format.ts';
 import { localTime, parseEnvPairs, table } from '../format.ts';
 import { builtinEntrypoints } from '../entrypoints.ts';
 
@@ -183,8 +183,7 @@ async function checkTrainPpoFlags(
   env: Record<string, string>,
   cwd: string,
 ): Promise<void> {
-  const { parseTrainPpoFlags } = await import('../../train/ppo/flags.ts');
-  const { checkTrainPpoPaths } = await import('../../train/ppo/paths.ts');
+  const { checkTrainPpoPaths, parseTrainPpoFlags } = await import('../../train/index.ts');
   try {
     checkTrainPpoPaths(parseTrainPpoFlags(argv, { ...process.env, ...env }), cwd);
   } catch (err) {
@@ -663,6 +662,7 @@ async function showMetrics(
     const extra = (o.keys?.split(',').filter(Boolean) ?? []).flatMap((k) =>
       cols.includes(k) ? [k] : cols.filter((c) => c.startsWith(k)),
     );
+    const { writeCurves } = await import('../../train/index.ts');
     console.log(writeCurves(csv, o.plot, jobId, extra));
     return;
   }

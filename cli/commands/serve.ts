@@ -8,8 +8,8 @@
 import { fileURLToPath } from 'node:url';
 import { serveModel } from '../../gateway/serve.ts';
 import { serveRewardModel } from '../../roles/reward-server.ts';
-import { badEngineUrl, engineUrls } from '../../train/ppo/flags.ts';
-import { readEnv } from '../../runtime/env.ts';
+import { badEngineUrl, engineUrls } from '../../train/index.ts';
+import { readEnv } from '../../ops/index.ts';
 import { onLauncherExit } from '../launcher-exit.ts';
 import { CliError } from '../client.ts';
 

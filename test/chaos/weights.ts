@@ -25,6 +25,7 @@ import { applyPolicy, loadPolicy, stagePolicy } from '../../train/ppo/weight-syn
 import { listActors, ObjectRef, objectStats } from '../../runtime/index.ts';
 import { tinyTrainSample, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 import { type ChaosResult, ChaosCluster, emptyResult, type Netns, netns } from './harness.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 
@@ -89,7 +90,7 @@ export async function weightsAcrossNodes(net?: Netns, syncs: Sync[] = []): Promi
       '--eval-dataset',
       '',
     ]);
-    const r = (roles = await remoteRoles(o, 2));
+    const r = (roles = await remoteRoles(compileRunConfig(o, 2)));
     assert.equal(r.nodes, { trainer: n1, rollouts: [n1, n2, n2, n2, n3, n3] }, 'placed as planned');
 
     const actors = (await listActors()).filter((a) => a.state === 'ALIVE');

@@ -13,6 +13,7 @@ import { trainPpo } from '../../train/ppo/main.ts';
 import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
 import { roleInits } from '../../train/ppo/roles.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-algo-flags-'));
@@ -72,17 +73,17 @@ test('the flags map onto the trainer and critic options under their own names', 
     '--advantage-estimator',
     'gae',
   ]);
-  const init = roleInits(o, 10);
+  const init = roleInits(compileRunConfig(o, 10));
   assert.equal(init.trainer.loss.isCorrection, 'icepop');
   assert.equal(init.trainer.loss.isThreshold, [0.8, 1.25]);
   assert.is(init.trainer.loss.lossAggMode, 'seq-mean-token-mean');
   assert.is(init.trainer.trainMaxTokensPerGpu, 64);
   assert.is(init.critic.lossAggMode, 'seq-mean-token-mean');
   assert.is(init.critic.trainMaxTokensPerGpu, 64);
-  assert.not.ok(
-    'epsClipHigh' in init.trainer.loss,
-    'unset options are left out (they cross the wire)',
-  );
+  // The trainer takes the loss resolved (defaults filled once, in the driver); an option with
+  // no default is left out, not sent as undefined (it crosses the wire).
+  assert.is(init.trainer.loss.epsClipHigh, init.trainer.loss.epsClip);
+  assert.not.ok('dualClip' in init.trainer.loss);
 });
 
 test('a run with every algorithm flag set trains, and the adaptive KL coefficient moves', async () => {

@@ -137,8 +137,8 @@ test('weights publish beside training, in order, and every engine holds the last
     {},
     {
       log,
-      roles: async (o, total) => {
-        const r = await inProcessRoles(o, total);
+      roles: async (config) => {
+        const r = await inProcessRoles(config);
         return {
           ...r,
           close: async () => {

@@ -15,6 +15,7 @@ import { distillOptions } from '../../train/ppo/options.ts';
 import { placeRoles } from '../../train/ppo/placement.ts';
 import { roleInits } from '../../train/ppo/roles.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-opd-'));
@@ -33,7 +34,10 @@ test('the flags reach the teacher role and the distillation weights', () => {
     '--task-reward-coef',
     '0',
   ]);
-  assert.equal(roleInits(o, 1).teacher, { pretrain: '/models/teacher', temperature: 1 });
+  assert.equal(roleInits(compileRunConfig(o, 1)).teacher, {
+    pretrain: '/models/teacher',
+    temperature: 1,
+  });
   assert.equal(distillOptions(o), { teacherKlCoef: 0.5, taskRewardCoef: 0 });
   assert.throws(() => parseTrainPpoFlags(['--teacher-kl-coef', '0.5']), /need --teacher-pretrain/);
 });

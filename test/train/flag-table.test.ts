@@ -25,6 +25,7 @@ import {
   policyLossOptions,
 } from '../../train/ppo/options.ts';
 import { roleInits } from '../../train/ppo/roles.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 /** A command line that sets `f` to a value other than its default, and that value as parsed. */
 function setting(f: Flag): { argv: string[]; value: unknown } {
@@ -122,7 +123,7 @@ test("a loss row reaches the trainer's init through the roles' options", () => {
   assert.ok(lossRows.length > 10, 'the loss settings are declared for the loss options');
   for (const f of lossRows) {
     const { argv, value } = setting(f);
-    const init = roleInits(trainPpoFlagParser.parse(argv).options, 1);
+    const init = roleInits(compileRunConfig(trainPpoFlagParser.parse(argv).options, 1));
     assert.equal((init.trainer.loss as Record<string, unknown>)[f.key], value, argv[0]);
   }
 });

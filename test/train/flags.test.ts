@@ -9,6 +9,8 @@ import {
   trainPpoHelp,
 } from '../../train/ppo/flags.ts';
 import { llamacppGpu, roleInits } from '../../train/ppo/roles.ts';
+import { lrScheduleOptions } from '../../train/ppo/options.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 const fails = (argv: string[], re: RegExp, env: Record<string, string> = {}): void => {
   let err: (Error & { flag?: string }) | undefined;
@@ -79,7 +81,7 @@ test('--gradient-checkpointing and --packing-samples reach the trainer and the c
   assert.is(o.packingSamples, true);
   assert.is(trainPpoDefaults.gradientCheckpointing, false);
   assert.is(trainPpoDefaults.packingSamples, false);
-  const init = roleInits(o, 1);
+  const init = roleInits(compileRunConfig(o, 1));
   for (const role of [init.trainer, init.critic]) {
     assert.is(role.gradientCheckpointing, true);
     assert.is(role.packingSamples, true);
@@ -156,6 +158,26 @@ test('--help prints the flags in sections', () => {
   const h = trainPpoHelp();
   assert.match(h, /\nAlgorithm \(formulas: algorithms\/README.md\):\n {2}--advantage-estimator/);
   assert.match(h, /--loss-agg-mode\s+how token losses are averaged \(default token-mean\)/);
+});
+
+test('the run config carries what the parse resolved, and the roles take it as it is', () => {
+  const argv = ['--advantage-estimator', 'gae', '--lora-rank', '4', '--eps-clip', '0.3'];
+  const args = parseTrainPpoArgs(argv);
+  const c = compileRunConfig({ ...args.options, pretrain: '/models/base' }, 7, args);
+  // The parse's objects, not resolved again: the same loss, KL and experience options.
+  assert.is(c.loss, args.library.loss);
+  assert.is(c.kl, args.library.kl);
+  assert.is(c.experience, args.library.experience);
+  assert.is(c.loss.epsClipHigh, 0.3, 'resolved: the upper clip defaults to --eps-clip');
+  const init = roleInits(c);
+  assert.is(init.trainer.loss, c.loss);
+  assert.is(init.trainer.lrSchedule, c.lrSchedule);
+  assert.equal(c.lrSchedule, lrScheduleOptions(c.flags, 7), 'over the run of 7 steps');
+  // The LoRA spec names the base the driver resolved; the critic trains its own adapter.
+  assert.is(init.trainer.lora?.config.baseModel, '/models/base');
+  assert.is(init.critic.lora?.config.r, 4);
+  // A library setting out of range fails the parse, naming its flag.
+  fails(['--eps-clip', '1.5'], /--eps-clip/);
 });
 
 test.run();

@@ -14,6 +14,7 @@ import { FlagError, parseTrainPpoFlags, trainPpo, trainPpoHelp } from '../../tra
 import { lrScheduleOptions } from '../../train/ppo/options.ts';
 import { roleInits } from '../../train/ppo/roles.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-lr-'));
@@ -89,7 +90,7 @@ test("the schedule spans the run's optimizer steps, for the trainer and the crit
     totalSteps: 20,
     minLrRatio: 0.1,
   });
-  const init = roleInits(o, 5);
+  const init = roleInits(compileRunConfig(o, 5));
   assert.equal(init.trainer.lrSchedule, lrScheduleOptions(o, 5));
   assert.equal(init.critic.lrSchedule, lrScheduleOptions(o, 5));
   assert.is(init.trainer.weightDecay, 0.05);

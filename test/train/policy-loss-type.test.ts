@@ -13,6 +13,7 @@ import { trainPpo } from '../../train/ppo/main.ts';
 import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
 import { roleInits } from '../../train/ppo/roles.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-loss-type-'));
@@ -23,7 +24,8 @@ test.before(async () => {
 test.after(() => rmSync(root, { recursive: true, force: true }));
 
 test('the flag maps onto the trainer loss; gspo/sapo default to seq-mean-token-mean', () => {
-  const loss = (argv: string[]) => roleInits(parseTrainPpoFlags(argv), 10).trainer.loss;
+  const loss = (argv: string[]) =>
+    roleInits(compileRunConfig(parseTrainPpoFlags(argv), 10)).trainer.loss;
   assert.is(loss([]).policyLossType, 'ppo');
   assert.is(loss([]).lossAggMode, 'token-mean');
   assert.is(loss(['--policy-loss-type', 'vanilla']).policyLossType, 'ppo');

@@ -17,6 +17,7 @@ import { roleInits } from '../../train/ppo/roles.ts';
 import { arithPreferencePairs, encodeAnswer, trainRm } from '../../train/rm.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 import { fileURLToPath } from 'node:url';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-rm-'));
@@ -87,9 +88,12 @@ test('a JSONL preference file with a bad line fails naming the line', async () =
 });
 
 test('train_ppo --reward-pretrain: the reward model score replaces the agent reward', async () => {
-  assert.equal(roleInits(parseTrainPpoFlags(['--reward-pretrain', '/rm']), 1).rewardModel, {
-    pretrain: '/rm',
-  });
+  assert.equal(
+    roleInits(compileRunConfig(parseTrainPpoFlags(['--reward-pretrain', '/rm']), 1)).rewardModel,
+    {
+      pretrain: '/rm',
+    },
+  );
   // The reward model trained above scores every episode; those scores are the rewards.
   const rows: Record<string, number>[] = [];
   const agent = fileURLToPath(new URL('../fixtures/agents/parity-step.ts', import.meta.url));

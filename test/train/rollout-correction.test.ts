@@ -12,6 +12,7 @@ import { trainPpo } from '../../train/ppo/main.ts';
 import { parseTrainPpoFlags } from '../../train/ppo/flags.ts';
 import { roleInits } from '../../train/ppo/roles.ts';
 import { writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-rollout-corr-'));
@@ -22,12 +23,14 @@ test.before(async () => {
 test.after(() => rmSync(root, { recursive: true, force: true }));
 
 test('--is-correction presets and --is-seq-threshold map onto the trainer loss', () => {
-  const loss = (argv: string[]) => roleInits(parseTrainPpoFlags(argv), 10).trainer.loss;
+  const loss = (argv: string[]) =>
+    roleInits(compileRunConfig(parseTrainPpoFlags(argv), 10)).trainer.loss;
   const l = loss(['--is-correction', 'seq-mis', '--is-seq-threshold', '0.8', '1.25']);
   assert.equal([l.isCorrection, l.isSeqThreshold], ['seq-mis', [0.8, 1.25]]);
-  assert.not.ok(
-    'isSeqThreshold' in loss(['--is-correction', 'geo-rs']),
-    'unset: the preset default',
+  assert.equal(
+    loss(['--is-correction', 'geo-rs']).isSeqThreshold,
+    [0.999, 1.001],
+    'unset: the preset default, resolved once in the driver',
   );
   assert.throws(
     () => parseTrainPpoFlags(['--is-correction', 'geo-rs', '--is-seq-threshold', '2', '1']),

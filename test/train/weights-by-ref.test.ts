@@ -14,6 +14,7 @@ import type { Roles } from '../../train/ppo/roles.ts';
 import { applyPolicy, loadPolicy, stagePolicy, weightRoutes } from '../../train/ppo/weight-sync.ts';
 import { init, listActors, ObjectRef, put } from '../../runtime/index.ts';
 import { tinyTrainSample, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
+import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 process.env.RTJOB_QUIET_BACKEND = '1';
 const root = mkdtempSync(join(tmpdir(), 'rtjob-wref-'));
@@ -55,7 +56,7 @@ test('every engine loads the trained weights bit-identically; the driver only ho
     '--eval-dataset',
     '',
   ]);
-  roles = await remoteRoles(o, 2);
+  roles = await remoteRoles(compileRunConfig(o, 2));
   const r = roles;
   const before = await r.trainer.weightsDigest();
   await r.trainer.train(samples);

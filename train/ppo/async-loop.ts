@@ -78,12 +78,12 @@ interface AsyncState {
 /** Runs `--async-train` until `totalSteps`: a producer and a consumer on a {@link TrajectoryBuffer}. */
 export async function asyncLoop(ctx: RunContext): Promise<void> {
   const s = await asyncState(ctx);
-  const producer = produce(s, ctx.totalSteps - ctx.state.step).catch((err: unknown) => {
+  const producer = produce(s, ctx.config.totalSteps - ctx.state.step).catch((err: unknown) => {
     // Once the loop is stopping, the producer's wake-up is not a failure.
     if (!s.stopping.signal.aborted) fail(s, err);
   });
   try {
-    while (ctx.state.step < ctx.totalSteps) await consume(s);
+    while (ctx.state.step < ctx.config.totalSteps) await consume(s);
     await s.publishing;
     await Promise.all(s.evals);
     s.stopping.signal.throwIfAborted();
@@ -270,7 +270,12 @@ async function publishBeside(
   s.lastPublish = { waitMs: p1 - p0, syncMs: stageMs + performance.now() - p1 };
   s.throttle.setVersion(++s.trained);
   const { o } = ctx;
-  if (o.evalSteps > 0 && step % o.evalSteps === 0 && step < ctx.totalSteps && ctx.evalItems.length)
+  if (
+    o.evalSteps > 0 &&
+    step % o.evalSteps === 0 &&
+    step < ctx.config.totalSteps &&
+    ctx.evalItems.length
+  )
     s.evals.push(evaluateBeside(ctx, s.gate, step).catch((err: unknown) => fail(s, err)));
 }
 

@@ -12,10 +12,10 @@ import type { PromptItem } from '../../roles/rollout.ts';
 import { createKlController } from '../../algorithms/kl.ts';
 import { RewardNormalizer } from '../../algorithms/reward-normalizer.ts';
 import { evaluate } from './generate.ts';
-import { checkKeys, loadPromptData, PromptSampler } from './data.ts';
+import { checkKeys, loadPromptData, PromptSampler, type PromptRecord } from './data.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { Roles } from './roles.ts';
-import { klOptions } from './options.ts';
+import type { RunConfig } from './run-config.ts';
 import type { RunContext, RunLog, RunState, RunSummary } from './run-state.ts';
 import type { UpdateStats } from './step.ts';
 import { publishWeights } from './weight-sync.ts';
@@ -27,13 +27,17 @@ export function runSteps(o: TrainPpoOptions, prompts: number): number {
   return Math.max(1, Math.floor(prompts / o.rolloutBatchSize) * o.numEpisodes);
 }
 
-/** Prepares data, resumes from a checkpoint when asked, and evaluates the starting policy. */
+/**
+ * Prepares data (`records`: the `--prompt-data` the driver read), resumes from a checkpoint when
+ * asked, and evaluates the starting policy.
+ */
 export async function prepareRun(
-  o: TrainPpoOptions,
+  config: RunConfig,
   roles: Roles,
   log: RunLog,
+  records: PromptRecord[],
 ): Promise<RunContext> {
-  const records = loadPromptData(o.promptData, '--prompt-data');
+  const o = config.flags;
   checkKeys(records, o.inputKey, o.labelKey, '--prompt-data');
   const keys = { input: o.inputKey, label: o.labelKey };
   let evalItems: PromptItem[] = [];
@@ -43,7 +47,6 @@ export async function prepareRun(
     const s = new PromptSampler(ev, keys, 0);
     evalItems = ev.slice(0, o.evalPrompts).map((_, i) => s.item(i, `eval-${i}`));
   }
-  const totalSteps = runSteps(o, records.length);
   const state: RunState = {
     step: 0,
     position: { epoch: 0, offset: 0 },
@@ -56,14 +59,14 @@ export async function prepareRun(
   };
   const ctx: RunContext = {
     o,
+    config,
     roles,
     log,
     sampler: new PromptSampler(records, keys, o.seed),
     evalItems,
-    kl: createKlController(klOptions(o)),
+    kl: createKlController(config.kl),
     ...(o.normalizeReward ? { rewardNormalizer: new RewardNormalizer() } : {}),
     state,
-    totalSteps,
     started: performance.now(),
     summary: {
       steps: 0,
@@ -145,7 +148,7 @@ export async function afterStep(ctx: RunContext, values: Record<string, number>)
   if (
     o.evalSteps > 0 &&
     state.step % o.evalSteps === 0 &&
-    state.step < ctx.totalSteps &&
+    state.step < ctx.config.totalSteps &&
     ctx.evalItems.length
   ) {
     const e0 = performance.now();
@@ -155,10 +158,10 @@ export async function afterStep(ctx: RunContext, values: Record<string, number>)
   }
   log.metric(state.step, values);
   ctx.stepsDone = state.step;
-  if (state.step % o.loggingSteps === 0 || state.step === ctx.totalSteps) {
+  if (state.step % o.loggingSteps === 0 || state.step === ctx.config.totalSteps) {
     const f = (k: string, d = 3): string => (values[k] === undefined ? '-' : values[k]!.toFixed(d));
     log.line(
-      `step ${state.step}/${ctx.totalSteps}  reward ${f('reward_mean')}  kl ${f('kl', 4)}  loss ${f('policy_loss', 4)}` +
+      `step ${state.step}/${ctx.config.totalSteps}  reward ${f('reward_mean')}  kl ${f('kl', 4)}  loss ${f('policy_loss', 4)}` +
         `  len ${f('response_length', 1)}  gen ${f('generate_s', 1)}s  train ${f('train_s', 1)}s  sync ${f('weight_sync_s', 2)}s` +
         (values.eval_accuracy !== undefined
           ? `  eval ${(values.eval_accuracy * 100).toFixed(1)}%`
@@ -237,7 +240,7 @@ async function resume(ctx: RunContext): Promise<void> {
   Object.assign(ctx.state, saved.driver);
   ctx.summary.trainedPrompts = ctx.state.trainedPrompts;
   ctx.sampler.seek(saved.driver.position);
-  ctx.kl = createKlController(klOptions(ctx.o, saved.driver.klCoef));
+  ctx.kl = createKlController({ ...ctx.config.kl, initKlCoef: saved.driver.klCoef });
   if (ctx.rewardNormalizer) ctx.rewardNormalizer = new RewardNormalizer(saved.driver.rewardStats);
   await publishWeights(ctx);
   ctx.log.line(

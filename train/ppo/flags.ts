@@ -11,8 +11,9 @@
  */
 import { checkRolloutDtype, FlagError, flagParser } from '../driver-flags.ts';
 import { loraSpecOf } from '../lora-flags.ts';
+import type { LoraSpec } from '../../model/lora-spec.ts';
 import { GROUP_ESTIMATORS } from '../../algorithms/advantages.ts';
-import { checkLibraryOptions } from './options.ts';
+import { libraryConfig, type LibraryConfig } from './options.ts';
 import {
   type FlagSection,
   flagTable,
@@ -52,11 +53,17 @@ export const trainPpoFlagParser = flagParser('train_ppo', flagTable, trainPpoDef
   note: 'snake_case spellings are accepted too',
 });
 
-/** What the one parse of a command line yields: the validated options and the keys it set. */
+/**
+ * What the one parse of a command line yields: the validated options, the keys it set, and the
+ * library's option objects resolved from them (the driver compiles all three into its
+ * `RunConfig`, `run-config.ts`).
+ */
 export interface ParsedTrainPpoArgs {
   options: TrainPpoOptions;
   /** The keys the command line set (the rest are defaults or environment variables). */
   given: ReadonlySet<keyof TrainPpoOptions>;
+  /** The loss, KL, experience and value options and the LoRA spec, each resolved once here. */
+  library: LibraryConfig;
 }
 
 /**
@@ -71,8 +78,8 @@ export function parseTrainPpoArgs(
   env: Record<string, string | undefined> = {},
 ): ParsedTrainPpoArgs {
   const { options, given } = trainPpoFlagParser.parse(argv, env);
-  validate(options, given);
-  return { options, given };
+  const library = validate(options, given);
+  return { options, given, library };
 }
 
 /**
@@ -93,12 +100,15 @@ const fail = (flag: string, msg: string): never => {
   throw new FlagError(flag, msg);
 };
 
-/** The cross-flag rules, each a named check; the first broken one fails the parse. */
-function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
+/**
+ * The cross-flag rules, each a named check; the first broken one fails the parse. Returns the
+ * library's options, which the checks resolve.
+ */
+function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): LibraryConfig {
   checkBatches(o);
   // LoRA flags: an unknown target module, a bad --load-lora or one contradicted by --lora-rank.
-  loraSpecOf(o, o.pretrain, given as Set<string>);
-  checkAlgorithm(o, given);
+  const lora = loraSpecOf(o, o.pretrain, given as Set<string>, o.seed);
+  const library = checkAlgorithm(o, given, lora);
   checkAsync(o);
   checkEngines(o);
   checkRewards(o);
@@ -115,6 +125,7 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
         `${flag} ${n} needs the cluster: data-parallel ranks are separate processes (drop --in-process)`,
       );
   }
+  return library;
 }
 
 /** Group size and the batch sizes against what a step makes. */
@@ -141,16 +152,22 @@ function checkBatches(o: TrainPpoOptions): void {
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
 }
 
-/** The loss, KL and distillation settings, with the library's own checks (`checkLibraryOptions`). */
-function checkAlgorithm(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
+/**
+ * The loss, KL and distillation settings, with the library's own checks: returns them resolved
+ * (`libraryConfig`).
+ */
+function checkAlgorithm(
+  o: TrainPpoOptions,
+  given: Set<keyof TrainPpoOptions>,
+  lora: LoraSpec | undefined,
+): LibraryConfig {
   // GSPO's and SAPO's objectives average per sequence (verl); a given --loss-agg-mode is kept.
   if (['gspo', 'sapo'].includes(o.policyLossType) && !given.has('lossAggMode'))
     o.lossAggMode = 'seq-mean-token-mean';
   if (!o.teacherPretrain && (given.has('teacherKlCoef') || given.has('taskRewardCoef'))) {
     fail('--teacher-pretrain', '--teacher-kl-coef and --task-reward-coef need --teacher-pretrain');
   }
-  const bad = checkLibraryOptions(o);
-  if (bad) fail(bad.flag, bad.message);
+  const library = libraryConfig(o, lora);
   const [lo, hi] = o.dynamicFilteringRewardRange;
   if (lo >= hi)
     fail(
@@ -159,6 +176,7 @@ function checkAlgorithm(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): 
     );
   if (o.useKlLoss && o.initKlCoef === 0)
     fail('--use-kl-loss', '--use-kl-loss needs --init-kl-coef > 0');
+  return library;
 }
 
 /** The flags that apply to `--async-train` only. */

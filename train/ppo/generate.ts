@@ -81,7 +81,7 @@ export async function trainKept(
 ): Promise<{ u: UpdateStats; kept: GroupReport[] }> {
   for (let tries = 0; ; tries++) {
     try {
-      return { u: await trainOn(kept, ctx.roles, ctx.o, ctx), kept };
+      return { u: await trainOn(kept, ctx.roles, ctx.config.experience, ctx), kept };
     } catch (err) {
       if (!batchLost(err) || tries >= maxRolloutRestarts) throw err;
       ctx.log.line(

@@ -8,7 +8,6 @@
  *
  * @module
  */
-import { engineUrls } from './flags.ts';
 import type { RunContext, Watchdog } from './run-state.ts';
 
 /** What rollout `i`'s weights go to, for messages: `builtin`, or the kind and its servers. */
@@ -16,8 +15,7 @@ export function describeEngine(ctx: RunContext, i: number): string {
   const { o } = ctx;
   if (o.engine === 'builtin' || o.engine === 'llamacpp') return o.engine;
   if (o.engineLaunch !== undefined) return `${o.engine} (launched by rollout ${i})`;
-  const urls = engineUrls(o).filter((_, k) => k % o.rolloutNumEngines === i);
-  return `${o.engine} ${urls.join(',')}`;
+  return `${o.engine} ${ctx.config.engineShares[i]!.join(',')}`;
 }
 
 /**

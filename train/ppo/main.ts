@@ -19,6 +19,7 @@ import { runIfMain } from '../driver-flags.ts';
 import { FlagError, flagConfig, parseTrainPpoArgs, trainPpoHelp } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
 import { inProcessRoles, type Roles } from './roles.ts';
+import { compileRunConfig, type RunConfig } from './run-config.ts';
 import { finishRun, latestCheckpoint, prepareRun, runSteps } from './context.ts';
 import { loadPromptData } from './data.ts';
 import type { RunLog, RunSummary } from './run-state.ts';
@@ -35,6 +36,7 @@ export {
   FlagError,
 } from './flags.ts';
 export type { TrainPpoOptions } from './options.ts';
+export { compileRunConfig, type RunConfig } from './run-config.ts';
 export type { RunSummary } from './run-state.ts';
 export { RoleDiedError, isRoleDied } from './errors.ts';
 export { runName } from '../run-name.ts';
@@ -46,7 +48,7 @@ export interface TrainPpoRunOptions {
   /** Where progress and metrics go. @default stdout lines + the head's metrics API */
   log?: RunLog;
   /** Places the roles; @default through the runtime, or in this process with `--in-process` */
-  roles?: (o: TrainPpoOptions, totalSteps: number) => Promise<Roles>;
+  roles?: (config: RunConfig) => Promise<Roles>;
   /** How often W&B and MLflow are sent what was logged. @default 2000 */
   trackerFlushIntervalMs?: number;
   /**
@@ -148,11 +150,14 @@ export async function trainPpo(
     },
   });
   // The roles' learning-rate schedules span the run, so its length is known before they start.
-  const steps =
-    o.maxSteps > 0 ? o.maxSteps : runSteps(o, loadPromptData(o.promptData, '--prompt-data').length);
+  // The prompt data, read once: its size gives the run's length when --max-steps is -1.
+  const records = loadPromptData(o.promptData, '--prompt-data');
+  const steps = runSteps(o, records.length);
+  // The run's config, compiled once from the parse: the roles and the loops read it.
+  const runConfig = compileRunConfig(o, steps, args);
   for (const t of trackers.list) if (t.where()) log.line(`${t.kind}: ${t.where()}`);
   let outcome: 'finished' | 'failed' = 'failed';
-  const roles = await place(o, steps).catch(async (err: unknown) => {
+  const roles = await place(runConfig).catch(async (err: unknown) => {
     await trackers.close(outcome);
     throw err;
   });
@@ -173,11 +178,11 @@ export async function trainPpo(
   };
   run.signal?.addEventListener('abort', onStop, { once: true });
   try {
-    const ctx = await prepareRun(o, roles, log);
+    const ctx = await prepareRun(runConfig, roles, log, records);
     current = ctx;
     stepsDone = ctx.state.step;
     ctx.stepsDone = stepsDone;
-    log.report?.({ totalSteps: ctx.totalSteps });
+    log.report?.({ totalSteps: ctx.config.totalSteps });
     const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
     await done.finally(() => (stepsDone = ctx.state.step));
     const summary = await finishRun(ctx);
@@ -259,9 +264,7 @@ export function resumeHint(o: TrainPpoOptions, stepsDone: number): string {
   return checkpoint ? advice : `${advice} (--save-steps N saves a checkpoint every N steps)`;
 }
 
-async function remotePlacement(): Promise<
-  (o: TrainPpoOptions, totalSteps: number) => Promise<Roles>
-> {
+async function remotePlacement(): Promise<(config: RunConfig) => Promise<Roles>> {
   const { remoteRoles } = await import('./remote-roles.ts');
   return remoteRoles;
 }

@@ -7,19 +7,34 @@
  */
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { actorInfo, defineActor, init, kill, placementGroup, shutdown } from '../../runtime/api.ts';
+import {
+  actorInfo,
+  defineActor,
+  init,
+  kill,
+  placementGroup,
+  shutdown,
+  type PlacementGroup,
+} from '../../runtime/api.ts';
 import { readEnv } from '../../runtime/env.ts';
 import { isRtjobError } from '../../runtime/errors.ts';
 import { ownModule } from '../../runtime/own-files.ts';
-import type { ActorHandle, CallOptions, RemoteMethod } from '../../runtime/handles.ts';
+import type {
+  ActorHandle,
+  ActorOptions,
+  CallOptions,
+  RemoteMethod,
+} from '../../runtime/handles.ts';
+import type { DataParallelInit } from '../../roles/data-parallel.ts';
 import { Critic } from '../../roles/critic.ts';
 import type { Reference } from '../../roles/reference.ts';
 import type { RewardModel } from '../../roles/reward-model.ts';
 import type { Rollout } from '../../roles/rollout.ts';
 import { Trainer } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
+import type { RunConfig } from './run-config.ts';
 import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
-import { bundleCpus, placeRoles, type RolePlacement } from './placement.ts';
+import { bundleCpus, placeRoles } from './placement.ts';
 import {
   baseAsReference,
   referenceRole,
@@ -112,137 +127,210 @@ export function roleEnv(
   };
 }
 
-/** The roles as actors on the cluster (a local one is started when none runs). */
-export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
-  await init();
-  const inits = roleInits(o, totalSteps);
+/** Starts a run's actors, each named for its role and placed where the run's placement puts it. */
+interface Placer {
+  /**
+   * Starts rank `rank` of `of` of `role`: `create` gets the actor options of its place, name and
+   * the role env, and starts it.
+   */
+  start<T>(
+    role: RoleName,
+    rank: number,
+    of: number,
+    create: (options: ActorOptions) => ActorHandle<T>,
+  ): ActorHandle<T>;
+  /** Every actor started, in order. */
+  handles: ActorHandle<unknown>[];
+  pg: PlacementGroup | undefined;
+  /** Data-parallel ranks meet in a collective group named for this run. */
+  dp(role: RoleName, rank: number, worldSize: number): { dataParallel?: DataParallelInit };
+}
+
+/** The placement group of the run's bundles (if any), and a {@link Placer} on it. */
+async function placer(o: TrainPpoOptions): Promise<Placer> {
   const env = roleEnv(o);
   const placement = placeRoles(o);
   const pg = placement.bundles.length
     ? placementGroup(placement.bundles, { strategy: placement.strategy })
     : undefined;
   if (pg) await pg.ready();
-  const place = (p: RolePlacement) => ({
-    numCpus: p.numCpus,
-    numGpus: p.numGpus,
-    ...(pg && p.bundleIndex !== undefined
-      ? { placementGroup: pg, bundleIndex: p.bundleIndex }
-      : {}),
-  });
   // Each actor is named for its role, under the job's id (names are unique in a cluster, and two
   // runs may share one): `job_…/rollout-0`, `job_…/trainer`; the dashboard shows the role part.
   const run = randomUUID().slice(0, 8);
   const scope = readEnv('RTJOB_JOB_ID') ?? `train_ppo-${run}`;
-  const named = (role: string, rank: number, of: number) =>
-    `${scope}/${role}${of > 1 || role === 'rollout' ? `-${rank}` : ''}`;
   const handles: ActorHandle<unknown>[] = [];
-  const rolloutHandles: ActorHandle<Rollout>[] = [];
-  const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) => {
-    const h = RolloutActor.options({
-      name: named('rollout', i, o.rolloutNumEngines),
-      ...place(placement.rollout(i)),
-      maxConcurrency: 100000,
-      maxRestarts: rolloutMaxRestarts,
-      env,
-    }).remote(inits.rollout(i));
-    handles.push(h);
-    rolloutHandles.push(h);
-    return remote(h, 'rollout');
-  });
-  // Data-parallel ranks meet in a collective group named for this run.
-  const dp = (role: string, rank: number, worldSize: number) =>
-    worldSize > 1 ? { dataParallel: { group: `${role}-${run}`, rank, worldSize } } : {};
-  const trainerRanks = Array.from({ length: o.actorNumReplicas }, (_, rank) => {
-    const h = TrainerActor.options({
-      name: named('trainer', rank, o.actorNumReplicas),
-      ...place(placement.role('trainer', rank)),
-      maxConcurrency: 1,
-      env,
-    }).remote({ ...inits.trainer, ...dp('trainer', rank, o.actorNumReplicas) });
-    handles.push(h);
-    return remote(h, 'trainer');
-  });
-  const trainer = replicated(trainerRanks, Trainer);
-  // Rank 0 (created right after the rollouts) owns the weights the engines fetch.
-  const trainerHandle = handles[rollouts.length]!;
-  let reference: Remote<Reference> | undefined;
-  if (referenceRole(o)) {
-    const h = ReferenceActor.options({
-      name: named('reference', 0, 1),
-      ...place(placement.role('reference')),
-      env,
-    }).remote(inits.reference);
-    handles.push(h);
-    reference = remote(h, 'reference');
-  }
-  let teacher: Remote<Reference> | undefined;
-  if (o.teacherPretrain) {
-    const h = ReferenceActor.options({
-      name: named('teacher', 0, 1),
-      ...place(placement.role('teacher')),
-      env,
-    }).remote(inits.teacher);
-    handles.push(h);
-    teacher = remote(h, 'teacher');
-  }
-  let rewardModel: Remote<RewardModel> | undefined;
-  if (o.rewardPretrain) {
-    const h = RewardModelActor.options({
-      name: named('reward', 0, 1),
-      ...place(placement.role('reward')),
-      env,
-    }).remote(inits.rewardModel);
-    handles.push(h);
-    rewardModel = remote(h, 'reward');
-  }
-  let critic: Remote<Critic> | undefined;
-  if (o.advantageEstimator === 'gae') {
-    const ranks = Array.from({ length: o.criticNumReplicas }, (_, rank) => {
-      const h = CriticActor.options({
-        name: named('critic', rank, o.criticNumReplicas),
-        ...place(placement.role('critic', rank)),
+  return {
+    handles,
+    pg,
+    dp: (role, rank, worldSize) =>
+      worldSize > 1 ? { dataParallel: { group: `${role}-${run}`, rank, worldSize } } : {},
+    start(role, rank, of, create) {
+      const p = role === 'rollout' ? placement.rollout(rank) : placement.role(role, rank);
+      const h = create({
+        name: `${scope}/${role}${of > 1 || role === 'rollout' ? `-${rank}` : ''}`,
+        numCpus: p.numCpus,
+        numGpus: p.numGpus,
+        ...(pg && p.bundleIndex !== undefined
+          ? { placementGroup: pg, bundleIndex: p.bundleIndex }
+          : {}),
         env,
-      }).remote({
-        ...inits.critic,
-        ...dp('critic', rank, o.criticNumReplicas),
       });
       handles.push(h);
-      return remote(h, 'critic');
-    });
-    critic = replicated(ranks, Critic);
-  }
-  const [rolloutsReady, trainerReady, referenceReady, criticReady] = await Promise.all([
+      return h;
+    },
+  };
+}
+
+/** The run's actors, started (not yet ready). */
+interface Started {
+  rollouts: ActorHandle<Rollout>[];
+  /** Rank 0, which owns the weights the engines fetch. */
+  trainerHandle: ActorHandle<Trainer>;
+  trainer: Remote<Trainer>;
+  reference?: Remote<Reference>;
+  teacher?: Remote<Reference>;
+  rewardModel?: Remote<RewardModel>;
+  critic?: Remote<Critic>;
+}
+
+/**
+ * Starts every role's actors, in this order: the rollouts, the trainer's ranks, the reference,
+ * the teacher, the reward model, the critic's ranks.
+ */
+function startRoles(c: RunConfig, at: Placer): Started {
+  const { flags: o } = c;
+  const inits = roleInits(c);
+  const rollouts = Array.from({ length: o.rolloutNumEngines }, (_, i) =>
+    at.start('rollout', i, o.rolloutNumEngines, (p) =>
+      RolloutActor.options({
+        ...p,
+        maxConcurrency: 100000,
+        maxRestarts: rolloutMaxRestarts,
+      }).remote(inits.rollout(i)),
+    ),
+  );
+  const n = o.actorNumReplicas;
+  const trainerRanks = Array.from({ length: n }, (_, rank) =>
+    at.start('trainer', rank, n, (p) =>
+      TrainerActor.options({ ...p, maxConcurrency: 1 }).remote({
+        ...inits.trainer,
+        ...at.dp('trainer', rank, n),
+      }),
+    ),
+  );
+  const reference = referenceRole(c)
+    ? at.start('reference', 0, 1, (p) => ReferenceActor.options(p).remote(inits.reference))
+    : undefined;
+  const teacher = o.teacherPretrain
+    ? at.start('teacher', 0, 1, (p) => ReferenceActor.options(p).remote(inits.teacher))
+    : undefined;
+  const rewardModel = o.rewardPretrain
+    ? at.start('reward', 0, 1, (p) => RewardModelActor.options(p).remote(inits.rewardModel))
+    : undefined;
+  const m = o.criticNumReplicas;
+  const critic =
+    o.advantageEstimator === 'gae'
+      ? Array.from({ length: m }, (_, rank) =>
+          at.start('critic', rank, m, (p) =>
+            CriticActor.options(p).remote({ ...inits.critic, ...at.dp('critic', rank, m) }),
+          ),
+        )
+      : undefined;
+  return {
+    rollouts,
+    trainerHandle: trainerRanks[0]!,
+    trainer: replicated(
+      trainerRanks.map((h) => remote(h, 'trainer')),
+      Trainer,
+    ),
+    ...(reference ? { reference: remote(reference, 'reference') } : {}),
+    ...(teacher ? { teacher: remote(teacher, 'teacher') } : {}),
+    ...(rewardModel ? { rewardModel: remote(rewardModel, 'reward') } : {}),
+    ...(critic
+      ? {
+          critic: replicated(
+            critic.map((h) => remote(h, 'critic')),
+            Critic,
+          ),
+        }
+      : {}),
+  };
+}
+
+/** Waits for every role's `ready()`; returns what each computes on ({@link roleBackends}). */
+async function readyAll(engine: string, s: Started): Promise<string> {
+  const [rollouts, trainer, reference, critic] = await Promise.all([
     // A rollout that dies while it first loads (engine, tokenizer, agent file) is restarted by
     // the runtime; its `ready` (idempotent) runs again there instead of failing the run.
     Promise.all(
-      rolloutHandles.map((h) =>
-        remote(h, 'rollout', { maxTaskRetries: rolloutMaxRestarts }).ready(),
-      ),
+      s.rollouts.map((h) => remote(h, 'rollout', { maxTaskRetries: rolloutMaxRestarts }).ready()),
     ),
-    trainer.ready(),
-    reference?.ready(),
-    teacher?.ready(),
-    rewardModel?.ready(),
-    critic?.ready(),
+    s.trainer.ready(),
+    s.reference?.ready(),
+    s.critic?.ready(),
+    s.teacher?.ready(),
+    s.rewardModel?.ready(),
   ]);
+  return roleBackends(engine, { rollouts, trainer, reference, critic });
+}
+
+/**
+ * Waits for a dead rollout's restart: the runtime restarts the process (maxRestarts); once the
+ * head has a newer incarnation up than `ready[i]`, the handle reaches it and it loads its engine
+ * here. The driver then pushes the current weights (generate.ts).
+ */
+function rolloutRestarter(
+  handles: ActorHandle<Rollout>[],
+  ready: number[],
+  nodes: (string | undefined)[],
+): (i: number) => Promise<void> {
+  return async (i) => {
+    const h = handles[i]!;
+    const end = Date.now() + restartWaitMs;
+    for (;;) {
+      const info = await actorInfo(h);
+      if (info.state === 'DEAD') {
+        throw new RoleDiedError(
+          'rollout',
+          `it was not restarted (${info.deathCause?.message ?? 'dead'})`,
+        );
+      }
+      if (info.state === 'ALIVE' && info.incarnation > ready[i]!) {
+        ready[i] = info.incarnation;
+        nodes[i] = info.nodeId;
+        break;
+      }
+      if (Date.now() > end)
+        throw new TrainPpoError(
+          'TRAIN_PPO_ROLLOUT_RESTART',
+          `rollout ${i} was not restarted within ${restartWaitMs / 1000} s`,
+        );
+      // The head tells of a restart only when asked; a short poll is what waiting costs here.
+      await delay(100);
+    }
+    await remote(h, 'rollout').ready();
+  };
+}
+
+/** The roles as actors on the cluster (a local one is started when none runs). */
+export async function remoteRoles(c: RunConfig): Promise<Roles> {
+  const { flags: o } = c;
+  await init();
+  const at = await placer(o);
+  const s = startRoles(c, at);
+  const backends = await readyAll(o.engine, s);
   const nodeOf = async (h: ActorHandle<unknown>) => (await actorInfo(h)).nodeId;
   const nodes = {
-    trainer: await nodeOf(trainerHandle),
-    rollouts: await Promise.all(handles.slice(0, rollouts.length).map(nodeOf)),
+    trainer: await nodeOf(s.trainerHandle),
+    rollouts: await Promise.all(s.rollouts.map(nodeOf)),
   };
   // The incarnation each rollout's driver view was last made ready on.
-  const ready = await Promise.all(
-    rolloutHandles.map(async (h) => (await actorInfo(h)).incarnation),
-  );
+  const ready = await Promise.all(s.rollouts.map(async (h) => (await actorInfo(h)).incarnation));
+  const { trainer, reference, teacher, rewardModel, critic } = s;
   return {
-    rollouts,
+    rollouts: s.rollouts.map((h) => remote(h, 'rollout')),
     trainer,
-    backends: roleBackends(o.engine, {
-      rollouts: rolloutsReady,
-      trainer: trainerReady,
-      reference: referenceReady,
-      critic: criticReady,
-    }),
+    backends,
     ...(reference ? { reference } : {}),
     ...(teacher ? { teacher } : {}),
     ...(rewardModel ? { rewardModel } : {}),
@@ -251,39 +339,11 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     // Rank 0 puts the weights once; engines fetch them from it (weight-sync.ts).
     policy: () => trainer.shareWeights(),
     nodes,
-    // The runtime restarts the process (maxRestarts); once the head has a newer incarnation up,
-    // the handle reaches it and it loads its engine here. The driver then pushes the current
-    // weights (generate.ts).
-    restartRollout: async (i: number) => {
-      const h = rolloutHandles[i]!;
-      const end = Date.now() + restartWaitMs;
-      for (;;) {
-        const info = await actorInfo(h);
-        if (info.state === 'DEAD') {
-          throw new RoleDiedError(
-            'rollout',
-            `it was not restarted (${info.deathCause?.message ?? 'dead'})`,
-          );
-        }
-        if (info.state === 'ALIVE' && info.incarnation > ready[i]!) {
-          ready[i] = info.incarnation;
-          nodes.rollouts[i] = info.nodeId;
-          break;
-        }
-        if (Date.now() > end)
-          throw new TrainPpoError(
-            'TRAIN_PPO_ROLLOUT_RESTART',
-            `rollout ${i} was not restarted within ${restartWaitMs / 1000} s`,
-          );
-        // The head tells of a restart only when asked; a short poll is what waiting costs here.
-        await delay(100);
-      }
-      await rollouts[i]!.ready();
-    },
-    killRollout: (i: number) => kill(rolloutHandles[i]!, { noRestart: false }),
+    restartRollout: rolloutRestarter(s.rollouts, ready, nodes.rollouts),
+    killRollout: (i: number) => kill(s.rollouts[i]!, { noRestart: false }),
     close: async () => {
-      await Promise.allSettled(handles.map((h) => kill(h, { noRestart: true })));
-      await pg?.remove();
+      await Promise.allSettled(at.handles.map((h) => kill(h, { noRestart: true })));
+      await at.pg?.remove();
       await shutdown();
     },
   };

@@ -13,16 +13,11 @@ import { join, resolve } from 'node:path';
 import { get, ObjectRef } from '../../runtime/api.ts';
 import { readEnv } from '../../runtime/env.ts';
 import type { RefOr } from '../../runtime/handles.ts';
-import { loraSpecOf, policyIsLora } from '../lora-flags.ts';
 import type { RolloutLora } from '../../roles/rollout-engine.ts';
 import type { LoraSpec } from '../../model/lora-spec.ts';
-import { engineUrls, splitUrls } from './flags.ts';
-import {
-  lrScheduleOptions,
-  policyLossOptions,
-  type TrainPpoOptions,
-  valueLossOptions,
-} from './options.ts';
+import { splitUrls } from './flags.ts';
+import type { TrainPpoOptions } from './options.ts';
+import type { RunConfig } from './run-config.ts';
 import type { PolicyWeights } from '../../engines/types.ts';
 
 /** A version of the policy as the engines take it: a ref the trainer owns, or (in-process) the value. */
@@ -144,9 +139,9 @@ export function llamacppGpu(o: TrainPpoOptions): 'auto' | 'cuda' | 'vulkan' | fa
   return asked === 'off' ? false : asked;
 }
 
-/** Constructor arguments of each role, from the flags. */
-export function roleInits(o: TrainPpoOptions, totalSteps: number) {
-  const lora = loraSpecOf(o, o.pretrain, undefined, o.seed);
+/** Constructor arguments of each role: the flags it reads and the resolved options it takes. */
+export function roleInits(c: RunConfig) {
+  const { flags: o, lora } = c;
   const servers = lora && serverLora(o, lora);
   return {
     rollout: (i: number) => ({
@@ -161,7 +156,7 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
             // or starts its own.
             ...(o.engineLaunch !== undefined
               ? { engineLaunch: o.engineLaunch }
-              : { engineUrls: engineUrls(o).filter((_, k) => k % o.rolloutNumEngines === i) }),
+              : { engineUrls: [...c.engineShares[i]!] }),
             weightsDir: resolve(
               o.engineWeightsPath || join(o.ckptPath, 'engine_weights'),
               `rollout_${i}`,
@@ -208,10 +203,10 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       microTrainBatchSize: o.microTrainBatchSize,
       maxEpochs: o.maxEpochs,
       temperature: o.temperature,
-      lrSchedule: lrScheduleOptions(o, totalSteps),
+      lrSchedule: c.lrSchedule,
       weightDecay: o.l2,
       seed: o.seed,
-      loss: policyLossOptions(o),
+      loss: c.loss,
       ...(lora ? { lora } : {}),
       gradientCheckpointing: o.gradientCheckpointing,
       packingSamples: o.packingSamples,
@@ -229,11 +224,11 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
       microTrainBatchSize: o.microTrainBatchSize,
       maxEpochs: o.maxEpochs,
       maxNorm: o.maxNorm,
-      lrSchedule: lrScheduleOptions(o, totalSteps),
+      lrSchedule: c.lrSchedule,
       weightDecay: o.l2,
       gradientCheckpointing: o.gradientCheckpointing,
       packingSamples: o.packingSamples,
-      ...valueLossOptions(o),
+      ...c.value,
       // The critic's adapter is its own: the policy's rank and targets, freshly initialised.
       ...(lora ? { lora: { config: lora.config, seed: o.seed + 1 } } : {}),
     },
@@ -245,8 +240,8 @@ export function roleInits(o: TrainPpoOptions, totalSteps: number) {
  * is the reference, and the trainer computes its logprobs with the adapter left out
  * ({@link baseAsReference}), so no process holds a second copy of the base weights.
  */
-export function referenceRole(o: TrainPpoOptions): boolean {
-  return o.initKlCoef > 0 && !policyIsLora(o);
+export function referenceRole(c: RunConfig): boolean {
+  return c.flags.initKlCoef > 0 && !c.lora;
 }
 
 /** The reference of a LoRA policy: the trainer's model with the adapter left out. */
@@ -265,14 +260,15 @@ function serverLora(o: TrainPpoOptions, spec: LoraSpec): RolloutLora {
 }
 
 /** Every role as a plain object in this process. */
-export async function inProcessRoles(o: TrainPpoOptions, totalSteps: number): Promise<Roles> {
-  const init = roleInits(o, totalSteps);
+export async function inProcessRoles(c: RunConfig): Promise<Roles> {
+  const { flags: o } = c;
+  const init = roleInits(c);
   const rollouts = Array.from(
     { length: o.rolloutNumEngines },
     (_, i) => new Rollout(init.rollout(i)),
   );
   const trainer = new Trainer(init.trainer);
-  const reference = referenceRole(o) ? new Reference(init.reference) : undefined;
+  const reference = referenceRole(c) ? new Reference(init.reference) : undefined;
   const teacher = o.teacherPretrain ? new Reference(init.teacher) : undefined;
   const rewardModel = o.rewardPretrain ? new RewardModel(init.rewardModel) : undefined;
   const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;

@@ -14,6 +14,7 @@ import type { DataPosition, PromptSampler } from './data.ts';
 import type { EpisodeSample } from '../../roles/episode-report.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { PolicyUpdate, Roles } from './roles.ts';
+import type { RunConfig } from './run-config.ts';
 
 /** What carries over from one update to the next besides the weights. */
 export interface UpdateState {
@@ -80,13 +81,15 @@ export interface Watchdog {
 
 /** Everything a loop needs. */
 export interface RunContext extends UpdateState {
+  /** The run's compiled config (`run-config.ts`): flags, resolved library options, length. */
+  config: RunConfig;
+  /** `config.flags`, which most of the loops read. */
   o: TrainPpoOptions;
   roles: Roles;
   log: RunLog;
   sampler: PromptSampler;
   evalItems: PromptItem[];
   state: RunState;
-  totalSteps: number;
   /**
    * The last step that finished (its metrics logged): `state.step` already counts the step in
    * progress, so a stop reports this one.

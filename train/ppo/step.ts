@@ -14,7 +14,6 @@ import type { ExperienceConfig, StepBatch } from '../../roles/experience.ts';
 import { dropHandoff, type Handoff } from '../../roles/handoff.ts';
 import type { StepStats } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
-import { advantageOptions, distillOptions, experienceOptions } from './options.ts';
 import type { Roles } from './roles.ts';
 import type { UpdateState } from './run-state.ts';
 
@@ -51,23 +50,6 @@ export interface UpdateStats extends Omit<StepStats, 'rewardStats'> {
   rmScoreMean?: number;
 }
 
-/** How the trainer and the critic make experience, from the flags. */
-export function experienceConfig(o: TrainPpoOptions): ExperienceConfig {
-  return {
-    experience: experienceOptions(o),
-    returns: {
-      advantage: advantageOptions(o),
-      klEstimator: o.klEstimator,
-      useKlLoss: o.useKlLoss,
-      rewardClipRange: o.rewardClipRange,
-    },
-    ...(o.teacherPretrain ? { distill: distillOptions(o) } : {}),
-    // The trainer's own logprobs before this update: decoupled PPO's proximal policy, or the
-    // "old" policy the IS correction compares with the engine's behaviour logprobs.
-    recompute: o.useDecoupledLoss || o.isCorrection !== 'none',
-  };
-}
-
 /** Drops the driver's claims on the step's batches once nothing will fetch them again. */
 export function releaseBatches(groups: readonly GroupReport[]): void {
   for (const g of groups) if (g.batch) dropHandoff(g.batch);
@@ -81,7 +63,7 @@ export function releaseBatches(groups: readonly GroupReport[]): void {
 export async function trainOn(
   kept: readonly GroupReport[],
   roles: Roles,
-  o: TrainPpoOptions,
+  config: ExperienceConfig,
   state: UpdateState,
 ): Promise<UpdateStats> {
   const t0 = performance.now();
@@ -96,7 +78,7 @@ export async function trainOn(
   const klCoef = state.kl.value;
   const step: StepBatch = {
     batches,
-    config: experienceConfig(o),
+    config,
     klCoef,
     ...(scores ? { scores } : {}),
     ...(state.rewardNormalizer ? { rewardStats: state.rewardNormalizer.state() } : {}),

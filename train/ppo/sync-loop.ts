@@ -16,7 +16,7 @@ import { publishWeights } from './weight-sync.ts';
 /** The synchronous (on-policy, hybrid) loop. */
 export async function syncLoop(ctx: RunContext): Promise<void> {
   const { o, state } = ctx;
-  while (state.step < ctx.totalSteps) {
+  while (state.step < ctx.config.totalSteps) {
     const tStep = performance.now();
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.wakeUp());
     const items = ctx.sampler.next(o.rolloutBatchSize);

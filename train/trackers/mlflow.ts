@@ -56,95 +56,117 @@ export function mlflowUri(flag: string, env: Readonly<Record<string, string | un
   return uri.replace(/\/+$/, '');
 }
 
-/** Opens an MLflow run; it is created in the background, and a server that is away only warns. */
-export function openMlflow(t: MlflowTarget, run: TrackerRun): Tracker {
-  const warn = run.warn ?? ((l: string) => process.stderr.write(`${l}\n`));
+/** A call to the MLflow REST API of `t` (with its token or basic auth from the environment). */
+type MlflowCall = <T>(route: string, body?: unknown, method?: string) => Promise<T>;
+
+function mlflowCall(t: MlflowTarget): MlflowCall {
   const api = `${t.uri}/api/2.0/mlflow`;
   const headers: Record<string, string> = {};
   if (t.env.MLFLOW_TRACKING_TOKEN) headers.authorization = `Bearer ${t.env.MLFLOW_TRACKING_TOKEN}`;
   else if (t.env.MLFLOW_TRACKING_USERNAME)
     headers.authorization = `Basic ${Buffer.from(`${t.env.MLFLOW_TRACKING_USERNAME}:${t.env.MLFLOW_TRACKING_PASSWORD ?? ''}`).toString('base64')}`;
-  const call = <T>(route: string, body?: unknown, method = 'POST') =>
+  return <T>(route: string, body?: unknown, method = 'POST') =>
     requestJson<T>('mlflow', `${api}/${route}`, {
       method,
       headers,
       ...(body !== undefined ? { body } : {}),
     });
+}
+
+/** The id of the experiment named `name`; the first run of an experiment makes it. */
+async function experimentIdOf(call: MlflowCall, name: string): Promise<string> {
+  try {
+    const got = await call<{ experiment: { experiment_id: string } }>(
+      `experiments/get-by-name?experiment_name=${encodeURIComponent(name)}`,
+      undefined,
+      'GET',
+    );
+    return got.experiment.experiment_id;
+  } catch (err) {
+    // 404 RESOURCE_DOES_NOT_EXIST: the first run of this experiment makes it.
+    if (!(err instanceof TrackerError) || !/answered 404/.test(err.message)) throw err;
+  }
+  const made = await call<{ experiment_id: string }>('experiments/create', { name });
+  return made.experiment_id;
+}
+
+/** Creates the run in the experiment; returns the run's id. */
+async function createRun(call: MlflowCall, experimentId: string, run: TrackerRun): Promise<string> {
+  const made = await call<{ run: { info: { run_id: string } } }>('runs/create', {
+    experiment_id: experimentId,
+    run_name: run.name,
+    start_time: Date.now(),
+    tags: [
+      { key: 'mlflow.runName', value: run.name },
+      { key: 'mlflow.source.name', value: `rtjob ${run.program}` },
+      { key: 'mlflow.source.type', value: 'JOB' },
+    ],
+  });
+  return made.run.info.run_id;
+}
+
+/** Logs the run's settings as its params ({@link MAX_PARAMS} a request, values cut to fit). */
+async function logParams(call: MlflowCall, runId: string, run: TrackerRun): Promise<void> {
+  const params = run.settings
+    .filter((s) => s.value !== '')
+    .map((s) => ({
+      key: s.name,
+      value:
+        s.value.length > MAX_PARAM_VALUE ? `${s.value.slice(0, MAX_PARAM_VALUE - 3)}...` : s.value,
+    }));
+  for (let i = 0; i < params.length; i += MAX_PARAMS)
+    await call('runs/log-batch', { run_id: runId, params: params.slice(i, i + MAX_PARAMS) });
+}
+
+/**
+ * Sends `rows` as metric batches of at most {@link MAX_METRICS}: whole rows per request where
+ * they fit, so a failed request resends no stored row (`taken(n)`: the first n rows are sent).
+ */
+async function sendRows(
+  call: MlflowCall,
+  runId: string | undefined,
+  rows: Row[],
+  taken: (n: number) => void,
+): Promise<void> {
+  let batch: { key: string; value: number; timestamp: number; step: number }[] = [];
+  const post = async () => {
+    if (batch.length) await call('runs/log-batch', { run_id: runId, metrics: batch });
+    batch = [];
+  };
+  for (let i = 0; i < rows.length; i++) {
+    const r = rows[i]!;
+    // MLflow's JSON has no NaN or infinity; a gap is left instead.
+    const ms = Object.entries(r.values)
+      .filter(([, v]) => Number.isFinite(v))
+      .map(([key, value]) => ({ key, value, timestamp: r.time, step: r.step }));
+    if (batch.length + ms.length > MAX_METRICS) {
+      await post();
+      taken(i);
+    }
+    for (let k = 0; k < ms.length; k += MAX_METRICS) {
+      batch.push(...ms.slice(k, k + MAX_METRICS));
+      if (batch.length >= MAX_METRICS) await post();
+    }
+  }
+  await post();
+}
+
+/** Opens an MLflow run; it is created in the background, and a server that is away only warns. */
+export function openMlflow(t: MlflowTarget, run: TrackerRun): Tracker {
+  const warn = run.warn ?? ((l: string) => process.stderr.write(`${l}\n`));
+  const call = mlflowCall(t);
   let runId: string | undefined;
   let experimentId: string | undefined;
-
-  const experiment = async (): Promise<string> => {
-    try {
-      const got = await call<{ experiment: { experiment_id: string } }>(
-        `experiments/get-by-name?experiment_name=${encodeURIComponent(t.experiment)}`,
-        undefined,
-        'GET',
-      );
-      return got.experiment.experiment_id;
-    } catch (err) {
-      // 404 RESOURCE_DOES_NOT_EXIST: the first run of this experiment makes it.
-      if (!(err instanceof TrackerError) || !/answered 404/.test(err.message)) throw err;
-    }
-    const made = await call<{ experiment_id: string }>('experiments/create', {
-      name: t.experiment,
-    });
-    return made.experiment_id;
-  };
-
   const outbox = new Outbox({
     kind: 'mlflow',
     warn,
     ...(t.flushIntervalMs !== undefined ? { flushIntervalMs: t.flushIntervalMs } : {}),
     async start() {
-      experimentId ??= await experiment();
-      runId ??= (
-        await call<{ run: { info: { run_id: string } } }>('runs/create', {
-          experiment_id: experimentId,
-          run_name: run.name,
-          start_time: Date.now(),
-          tags: [
-            { key: 'mlflow.runName', value: run.name },
-            { key: 'mlflow.source.name', value: `rtjob ${run.program}` },
-            { key: 'mlflow.source.type', value: 'JOB' },
-          ],
-        })
-      ).run.info.run_id;
-      const params = run.settings
-        .filter((s) => s.value !== '')
-        .map((s) => ({
-          key: s.name,
-          value:
-            s.value.length > MAX_PARAM_VALUE
-              ? `${s.value.slice(0, MAX_PARAM_VALUE - 3)}...`
-              : s.value,
-        }));
-      for (let i = 0; i < params.length; i += MAX_PARAMS)
-        await call('runs/log-batch', { run_id: runId, params: params.slice(i, i + MAX_PARAMS) });
+      experimentId ??= await experimentIdOf(call, t.experiment);
+      runId ??= await createRun(call, experimentId, run);
+      await logParams(call, runId, run);
     },
-    async send(rows: Row[], taken: (n: number) => void) {
-      // Whole rows per request where they fit, so a failed request resends no stored row.
-      let batch: { key: string; value: number; timestamp: number; step: number }[] = [];
-      const post = async () => {
-        if (batch.length) await call('runs/log-batch', { run_id: runId, metrics: batch });
-        batch = [];
-      };
-      for (let i = 0; i < rows.length; i++) {
-        const r = rows[i]!;
-        // MLflow's JSON has no NaN or infinity; a gap is left instead.
-        const ms = Object.entries(r.values)
-          .filter(([, v]) => Number.isFinite(v))
-          .map(([key, value]) => ({ key, value, timestamp: r.time, step: r.step }));
-        if (batch.length + ms.length > MAX_METRICS) {
-          await post();
-          taken(i);
-        }
-        for (let k = 0; k < ms.length; k += MAX_METRICS) {
-          batch.push(...ms.slice(k, k + MAX_METRICS));
-          if (batch.length >= MAX_METRICS) await post();
-        }
-      }
-      await post();
-    },
+    send: (rows: Row[], taken: (n: number) => void) => sendRows(call, runId, rows, taken),
   });
   void outbox.flush();
   return {
