@@ -11,7 +11,7 @@ import type { Sample } from '../../agents/types.ts';
 import { EpisodeTrace } from '../../gateway/episode-trace.ts';
 import type { OtlpSpan } from '../../gateway/otlp.ts';
 import { traceLines, traceTree, usageMismatch, type TraceNode } from '../../runtime/agent-trace.ts';
-import { agent } from '../fixtures/agents/mastra-agent.ts';
+import { mastraAgent } from '../fixtures/agents/mastra-agent.ts';
 import { addToolModel, compactToolTemplate, suiteGateway, tokenizerWith } from './helpers.ts';
 
 const tok = tokenizerWith(compactToolTemplate);
@@ -32,63 +32,67 @@ const sample: Sample = {
 const spanNodes = (nodes: TraceNode[]): Extract<TraceNode, { kind: 'span' }>[] =>
   nodes.flatMap((n) => (n.kind === 'span' ? [n, ...spanNodes(n.children)] : []));
 
-test("a Mastra agent's spans, sent by Mastra's OTLP exporter, join their completions", async () => {
-  const ts = await runGatewayEpisode(sample, {
-    file: 'mastra-agent.ts',
-    agent,
-    gateway: gateway.gw,
-    signal: new AbortController().signal,
-  });
-  assert.is(ts.length, 1);
-  const t = ts[0]!;
-  assert.is(t.reward, 1);
-  const trace = t.trace;
-  assert.ok(trace, 'the trajectory carries the agent trace');
-  const names = trace.spans.map((s) => s.name);
-  for (const n of ['invoke_agent calc', 'model_generation tiny', 'agent_step calc', 'chat tiny'])
-    assert.ok(names.includes(n), `${n} in ${names.join(', ')}`);
-  assert.ok(names.includes('execute_tool add'), names.join(', '));
-  assert.is(trace.traceIds.length, 1);
-  assert.is(trace.droppedSpans, 0);
-  // Two model calls (the tool call, then the answer), each under its own `chat` span.
-  const chats = trace.spans.filter((s) => s.name === 'chat tiny');
-  assert.is(chats.length, 2);
-  assert.is(trace.calls.length, 2);
-  for (const [i, c] of trace.calls.entries()) {
-    assert.is(c.joinedBy, 'time');
-    assert.is(c.spanId, chats[i]!.spanId, `call ${i} under chat span ${i}`);
-    // Mastra's own counts (gen_ai.usage.*) are the gateway's for the call under the span.
-    assert.equal(chats[i]!.usage, {
-      input: c.promptTokens,
-      output: c.completions[0]!.tokens,
-      recorded: { input: c.promptTokens, output: c.completions[0]!.tokens, calls: 1 },
+for (const protocol of ['http/json', 'http/protobuf'] as const) {
+  test(`a Mastra agent's spans, sent by Mastra's OTLP exporter (${protocol}), join their completions`, async () => {
+    const ts = await runGatewayEpisode(sample, {
+      file: 'mastra-agent.ts',
+      agent: mastraAgent(protocol),
+      gateway: gateway.gw,
+      signal: new AbortController().signal,
     });
-    assert.is(usageMismatch(chats[i]!.usage!), undefined);
-  }
-  assert.match(trace.calls[0]!.completions[0]!.shown.map((x) => x.text).join(''), '"add"');
-  // The trajectory's generated tokens are the two calls' completions.
-  assert.is(
-    t.lossMask.filter((m) => m === 1).length,
-    trace.calls.reduce((n, c) => n + c.completions[0]!.tokens, 0),
-  );
-  // Drawn as a tree: the agent run, its generation, a step per call, the tool in the first.
-  const tree = traceTree(trace);
-  assert.is(tree.length, 1);
-  const root = tree[0]! as Extract<TraceNode, { kind: 'span' }>;
-  assert.is(root.span.name, 'invoke_agent calc');
-  const nodes = spanNodes(tree);
-  const steps = nodes.filter((n) => n.span.name === 'agent_step calc');
-  assert.is(steps.length, 2);
-  const childNames = (n: Extract<TraceNode, { kind: 'span' }>) =>
-    n.children.flatMap((c) => (c.kind === 'span' ? [c.span.name] : []));
-  assert.ok(childNames(steps[0]!).includes('execute_tool add'));
-  for (const n of nodes.filter((x) => x.span.name === 'chat tiny'))
-    assert.equal(n.children.filter((c) => c.kind === 'call').length, 1);
-  const lines = traceLines(trace);
-  assert.ok(lines[0]!.startsWith('invoke_agent calc '));
-  assert.ok(lines.some((l) => /^ {6}chat tiny .* tokens \d+ in \/ \d+ out \(= gateway\)$/.test(l)));
-  assert.ok(lines.some((l) => /^ {8}model call chatcmpl-/.test(l)));
-});
+    assert.is(ts.length, 1);
+    const t = ts[0]!;
+    assert.is(t.reward, 1);
+    const trace = t.trace;
+    assert.ok(trace, 'the trajectory carries the agent trace');
+    const names = trace.spans.map((s) => s.name);
+    for (const n of ['invoke_agent calc', 'model_generation tiny', 'agent_step calc', 'chat tiny'])
+      assert.ok(names.includes(n), `${n} in ${names.join(', ')}`);
+    assert.ok(names.includes('execute_tool add'), names.join(', '));
+    assert.is(trace.traceIds.length, 1);
+    assert.is(trace.droppedSpans, 0);
+    // Two model calls (the tool call, then the answer), each under its own `chat` span.
+    const chats = trace.spans.filter((s) => s.name === 'chat tiny');
+    assert.is(chats.length, 2);
+    assert.is(trace.calls.length, 2);
+    for (const [i, c] of trace.calls.entries()) {
+      assert.is(c.joinedBy, 'time');
+      assert.is(c.spanId, chats[i]!.spanId, `call ${i} under chat span ${i}`);
+      // Mastra's own counts (gen_ai.usage.*) are the gateway's for the call under the span.
+      assert.equal(chats[i]!.usage, {
+        input: c.promptTokens,
+        output: c.completions[0]!.tokens,
+        recorded: { input: c.promptTokens, output: c.completions[0]!.tokens, calls: 1 },
+      });
+      assert.is(usageMismatch(chats[i]!.usage!), undefined);
+    }
+    assert.match(trace.calls[0]!.completions[0]!.shown.map((x) => x.text).join(''), '"add"');
+    // The trajectory's generated tokens are the two calls' completions.
+    assert.is(
+      t.lossMask.filter((m) => m === 1).length,
+      trace.calls.reduce((n, c) => n + c.completions[0]!.tokens, 0),
+    );
+    // Drawn as a tree: the agent run, its generation, a step per call, the tool in the first.
+    const tree = traceTree(trace);
+    assert.is(tree.length, 1);
+    const root = tree[0]! as Extract<TraceNode, { kind: 'span' }>;
+    assert.is(root.span.name, 'invoke_agent calc');
+    const nodes = spanNodes(tree);
+    const steps = nodes.filter((n) => n.span.name === 'agent_step calc');
+    assert.is(steps.length, 2);
+    const childNames = (n: Extract<TraceNode, { kind: 'span' }>) =>
+      n.children.flatMap((c) => (c.kind === 'span' ? [c.span.name] : []));
+    assert.ok(childNames(steps[0]!).includes('execute_tool add'));
+    for (const n of nodes.filter((x) => x.span.name === 'chat tiny'))
+      assert.equal(n.children.filter((c) => c.kind === 'call').length, 1);
+    const lines = traceLines(trace);
+    assert.ok(lines[0]!.startsWith('invoke_agent calc '));
+    assert.ok(
+      lines.some((l) => /^ {6}chat tiny .* tokens \d+ in \/ \d+ out \(= gateway\)$/.test(l)),
+    );
+    assert.ok(lines.some((l) => /^ {8}model call chatcmpl-/.test(l)));
+  });
+}
 
 test('the time join: one model-call span holding the call, naming no response id', () => {
   const span = (spanId: string, startMs: number, endMs: number, attributes = {}): OtlpSpan => ({
