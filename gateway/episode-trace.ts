@@ -5,11 +5,11 @@
  * {@link EpisodeTrace.build} joins them (`runtime/agent-trace.ts`): a call belongs to the span its
  * `traceparent` names as parent, or else to the innermost span whose `gen_ai.response.id` (or
  * the AI SDK's `ai.response.id`) is the id the gateway answered with, or else (Mastra, whose
- * spans name neither) to the one model-call span whose interval holds the call's. A span that reports its
- * tokens (`gen_ai.usage.*`) carries them next to the gateway's count for the calls under it, so a
- * disagreement between what the agent saw and what is trained shows. Bounded: spans past
- * {@link traceLimits} are refused with OTLP's `partialSuccess`, and what a sample keeps is cut to
- * fit its size.
+ * spans name neither) to the one model-call span whose interval holds the call's. A span that
+ * reports its tokens (`gen_ai.usage.*`) carries them next to the gateway's count for the calls
+ * under it, so a disagreement between what the agent saw and what is trained shows. Bounded:
+ * spans past {@link traceLimits} are refused with OTLP's `partialSuccess`, and what a sample keeps
+ * is cut to fit its size.
  *
  * @module
  */
