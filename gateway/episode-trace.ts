@@ -4,11 +4,12 @@
  * for that key (response id, the `traceparent` it carried, its tokens, logprobs and versions).
  * {@link EpisodeTrace.build} joins them (`runtime/agent-trace.ts`): a call belongs to the span its
  * `traceparent` names as parent, or else to the innermost span whose `gen_ai.response.id` (or
- * the AI SDK's `ai.response.id`) is the id the gateway answered with. A span that reports its
- * tokens (`gen_ai.usage.*`) carries them next to the gateway's count for the calls under it, so a
- * disagreement between what the agent saw and what is trained shows. Bounded: spans past
- * {@link traceLimits} are refused with OTLP's `partialSuccess`, and what a sample keeps is cut to
- * fit its size.
+ * the AI SDK's `ai.response.id`) is the id the gateway answered with, or else (Mastra, whose
+ * spans name neither) to the one model-call span whose interval holds the call's. A span that
+ * reports its tokens (`gen_ai.usage.*`) carries them next to the gateway's count for the calls
+ * under it, so a disagreement between what the agent saw and what is trained shows. Bounded:
+ * spans past {@link traceLimits} are refused with OTLP's `partialSuccess`, and what a sample keeps
+ * is cut to fit its size.
  *
  * @module
  */
@@ -59,6 +60,15 @@ const keptAttribute =
   /^(gen_ai\.(operation\.name|request\.model|response\.(id|model|finish_reasons)|usage\.|tool\.name|system|provider\.name)|ai\.(model\.id|toolCall\.name|response\.(id|finishReason)|usage\.|operationId)|error\.type|tool\.name)/;
 
 const responseIdKeys = ['gen_ai.response.id', 'ai.response.id'];
+
+/** The GenAI conventions' `gen_ai.operation.name` of a span that is one model call. */
+const inferenceOperations = new Set(['chat', 'text_completion', 'generate_content']);
+
+/**
+ * How far a call's interval may stick out of its span's, in ms: span times of whole
+ * milliseconds (Mastra's come from `Date`) against the gateway's sub-millisecond ones.
+ */
+const clockSlackMs = 1;
 
 /** Spans and calls of one episode, joined on {@link build}. */
 export class EpisodeTrace {
@@ -148,7 +158,7 @@ export class EpisodeTrace {
   private join(
     c: CallRecord,
     byId: Map<string, OtlpSpan>,
-  ): { spanId: string; joinedBy: 'traceparent' | 'response_id' } | undefined {
+  ): { spanId: string; joinedBy: NonNullable<TracedCall['joinedBy']> } | undefined {
     if (c.parentSpanId !== undefined && byId.has(c.parentSpanId))
       return { spanId: c.parentSpanId, joinedBy: 'traceparent' };
     // The AI SDK names the response on its call span and on the enclosing one: take the innermost.
@@ -157,7 +167,18 @@ export class EpisodeTrace {
       if (!responseIdKeys.some((k) => s.attributes[k] === c.responseId)) continue;
       if (!best || s.endMs - s.startMs < best.endMs - best.startMs) best = s;
     }
-    return best ? { spanId: best.spanId, joinedBy: 'response_id' } : undefined;
+    if (best) return { spanId: best.spanId, joinedBy: 'response_id' };
+    // Mastra names neither (its tracing is its own, its model-call span carries no response id):
+    // the one model-call span that names no response and whose interval holds the call's, on
+    // the clock the agent and the gateway share on one machine. Two candidates join neither.
+    const holding = this.spans.filter(
+      (s) =>
+        inferenceOperations.has(String(s.attributes['gen_ai.operation.name'])) &&
+        !responseIdKeys.some((k) => k in s.attributes) &&
+        s.startMs - clockSlackMs <= c.startMs &&
+        c.endMs <= s.endMs + clockSlackMs,
+    );
+    return holding.length === 1 ? { spanId: holding[0]!.spanId, joinedBy: 'time' } : undefined;
   }
 }
 

@@ -1,8 +1,9 @@
 /**
  * W3C Trace Context (`traceparent`): the header an OpenTelemetry-instrumented agent (the AI SDK,
- * Mastra, VoltAgent, the OpenAI Agents SDK's exporters) sends with each model call, naming the
- * trace and span the call belongs to. The gateway records the trace ids an episode's calls carry,
- * so a kept sample names the agent's own trace (`extraInfo.trace_id`) beside its exact tokens.
+ * VoltAgent, the OpenAI Agents SDK's exporters; not Mastra 1.x) sends with each model call,
+ * naming the trace and span the call belongs to. The gateway records the trace ids an episode's
+ * calls carry, so a kept sample names the agent's own trace (`extraInfo.trace_id`) beside its exact
+ * tokens.
  *
  * @module
  */

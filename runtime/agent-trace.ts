@@ -74,10 +74,13 @@ export interface TracedCompletion {
 export interface TracedCall {
   /** The response id the client got (`chatcmpl-…`, `resp_…`, `msg_…`). */
   responseId: string;
-  /** The span it belongs to: its `traceparent`'s parent, or a span naming its response id. */
+  /**
+   * The span it belongs to: its `traceparent`'s parent, a span naming its response id, or the
+   * one model-call span (`gen_ai.operation.name` `chat`, …) naming none whose interval holds it.
+   */
   spanId?: string;
-  /** How it was joined: `traceparent` or `response_id`. */
-  joinedBy?: 'traceparent' | 'response_id';
+  /** How it was joined: `traceparent`, `response_id` or `time`. */
+  joinedBy?: 'traceparent' | 'response_id' | 'time';
   startMs: number;
   durationMs: number;
   promptTokens: number;
