@@ -20,6 +20,10 @@
 #include <unordered_map>
 #include <vector>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 
 namespace {
 
@@ -875,6 +879,13 @@ napi_value jsCounters(napi_env env, napi_callback_info info) {
 }  // namespace
 
 NAPI_MODULE_INIT() {
+#ifdef __GLIBC__
+  // Host tensors of 1 MiB and more get pages of their own, returned to the system when freed.
+  // glibc's default threshold grows with the largest block freed (to 32 MiB), after which a
+  // training step's many activations of a few MiB to 32 MiB come from the heap, which freeing
+  // fragments rather than shrinks: ~0.2 GiB of a 1-layer Qwen3-0.6B-shaped LoRA step's peak RSS.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
   defineOps();
   const std::pair<const char*, napi_callback> fns[] = {
       {"fromData", jsFromData}, {"toData", jsToData}, {"free", jsFree},
