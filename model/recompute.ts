@@ -12,6 +12,7 @@
  * @module
  */
 import { tf } from './backend.ts';
+import { ModelError } from './errors.ts';
 
 /** One recorded op of the engine's tape (TF.js's `TapeNode`, internal to tfjs-core). */
 interface TapeNode {
@@ -75,7 +76,8 @@ export function recomputeGrads(f: () => tf.Tensor, xs: tf.Tensor[], dy: tf.Tenso
       const nodes = pathNodes(tape, xs, y);
       for (let i = nodes.length - 1; i >= 0; i--) {
         const node = nodes[i]!;
-        if (!node.gradient) throw new Error('no gradient recorded for a taped op');
+        if (!node.gradient)
+          throw new ModelError('MODEL_BACKEND', 'recomputed pass: a taped op has no gradient');
         const inputGrads = node.gradient(node.outputs.map((o) => grads.get(o.id) ?? null));
         for (const [name, x] of Object.entries(node.inputs)) {
           const dx = tf.tidy(() => inputGrads[name]!());
