@@ -426,9 +426,10 @@ export class CausalLM {
     const w = this.p(name);
     const shape = x.shape;
     const flat = tf.reshape(x, [-1, shape[shape.length - 1]!]);
-    let y: tf.Tensor = this.mm(flat, w);
-    const delta = this.loraOn ? this.lora?.delta(flat, name, this.mm, this.training) : undefined;
-    if (delta) y = tf.add(y, delta);
+    const adapted = this.loraOn
+      ? this.lora?.linear(flat, w, name, this.mm, this.training)
+      : undefined;
+    let y: tf.Tensor = adapted ?? this.mm(flat, w);
     if (bias && this.params.has(bias)) y = tf.add(y, this.p(bias));
     return tf.reshape(y, [...shape.slice(0, -1), w.shape[1]!]);
   }

@@ -10,8 +10,10 @@
  * kept for the gradient): per token and decoder layer, 10 hidden-sized tensors (two RMSNorms of
  * three each, the o_proj and down_proj outputs and the two residual sums), 5 of the intermediate
  * size (gate, up, SiLU's sigmoid and two products), q (and with Qwen3's q/k norms three more of
- * it, plus the attention output) and k, v; with a LoRA adapter, per adapted linear its update
- * and the sum (two of the output's size) and two rank-sized products. With checkpointing a
+ * it, plus the attention output) and k, v; with a LoRA adapter, per adapted linear two
+ * rank-sized products (the adapted product is one op, `LoraLayers.linear`), or with dropout the
+ * composed form's dropped input, update and sum (the input's and twice the output's size) too.
+ * With checkpointing a
  * layer keeps only its input (hidden-sized), and one layer's activations exist at a time: its
  * recomputed forward, then, as the walk back over it frees what it has used (model/recompute.ts),
  * those plus a few gradients (two of the intermediate size and two hidden-sized); the head's
@@ -46,6 +48,9 @@ import { loraModules } from './lora-layers.ts';
  */
 export const defaultHeadChunkTokens = 256;
 
+/** What the formula reads of a LoRA adapter's config (dropout: 0 when absent). */
+export type TrainedLora = Pick<LoraConfig, 'r' | 'targetModules'> & { dropout?: number };
+
 /** Options of {@link trainingMemory}. */
 export interface TrainingMemoryOptions {
   /** Tokens in one micro-batch (rows × padded length). */
@@ -77,7 +82,7 @@ export interface TrainingMemoryOptions {
    */
   attention?: 'blocks' | 'kept' | 'fused';
   /** The LoRA adapter trained (its products are activations of every adapted linear). */
-  lora?: Pick<LoraConfig, 'r' | 'targetModules'>;
+  lora?: TrainedLora;
 }
 
 /** Bytes of each part of one training step, and their sum. */
@@ -107,13 +112,10 @@ export function layerActivationsPerToken(c: LlamaConfig): number {
 }
 
 /** Float32 values a LoRA adapter adds per token and decoder layer (see the module note). */
-export function loraActivationsPerToken(
-  c: LlamaConfig,
-  lora: Pick<LoraConfig, 'r' | 'targetModules'>,
-): number {
+export function loraActivationsPerToken(c: LlamaConfig, lora: TrainedLora): number {
   const modules = loraModules(c, { ...lora, alpha: lora.r, dropout: 0, baseModel: '' });
   let n = 0;
-  for (const [out] of modules.values()) n += 2 * out + 2 * lora.r;
+  for (const [out, inp] of modules.values()) n += 2 * lora.r + (lora.dropout ? inp + 2 * out : 0);
   return n / c.num_hidden_layers;
 }
 
@@ -186,7 +188,7 @@ export function assertTrainingPassRoom(
   gradientCheckpointing: boolean,
   fusedHead: boolean,
   headChunkTokens = 0,
-  lora?: Pick<LoraConfig, 'r' | 'targetModules'>,
+  lora?: TrainedLora,
 ): void {
   const { activationBytes } = trainingMemory(config, {
     tokens: rows * tokens,
