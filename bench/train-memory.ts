@@ -12,7 +12,7 @@
  * peak RSS beside `trainingMemory`'s prediction (model/memory.ts) for the same step.
  * `BENCH_MEMORY_TOKENS` (default 2048), `BENCH_MEMORY_MODES` (default
  * `full,full+ckpt,lora,lora+ckpt`). With checkpointing the LM head is chunked
- * (`CausalLM.headChunkTokens`, `BENCH_MEMORY_HEAD_CHUNK` tokens, default the model's 1024); a
+ * (`CausalLM.headChunkTokens`, `BENCH_MEMORY_HEAD_CHUNK` tokens, default the model's 256); a
  * mode ending in `+nochunk` (e.g. `lora+ckpt+nochunk`) runs the head over all tokens at once.
  *
  * Writes bench/results/train-memory.json.
@@ -96,6 +96,8 @@ async function measure(mode: string, layers: number, tokens: number): Promise<Ro
     gradientCheckpointing: ckpt,
     trainableParameters: trainable,
     headChunkTokens,
+    attention: 'blocks',
+    ...(lora ? { lora: lora.config } : {}),
   }).totalBytes;
   return {
     mode,

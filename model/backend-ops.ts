@@ -54,6 +54,17 @@ export interface AttentionOps {
   ): { out: tf.Tensor3D; k: tf.Tensor4D; v: tf.Tensor4D };
 }
 
+/**
+ * The most attention scores (query head × query row × key) the torch backend's attention holds
+ * at once where it computes them whole (on CPU, and with libtorch 1.13 anywhere; CUDA's fused
+ * SDPA never does): above it the forward and the gradient run per kv head and run of query rows,
+ * so a layer's `[B, H, T, T]` scores, probabilities and their gradients never exist whole.
+ * 2^22 scores are 16 MiB of float32 per copy; a block's recomputed forward and gradient hold
+ * about four copies (`attentionScoreCopies` in memory.ts). Tests lower it to run the blocks on
+ * small shapes; 0 turns the blocks off.
+ */
+export const attentionLimits = { maxScores: 1 << 22 };
+
 /** Attention by backend name. */
 export const attentionImpls = new Map<string, AttentionOps>();
 

@@ -21,6 +21,7 @@ import {
 } from './attention.ts';
 import { matMul, matMulNoGrad } from './matmul.ts';
 import { defaultHeadChunkTokens } from './memory.ts';
+import { recomputeGrads } from './recompute.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
 import type { LoraAdapter, LoraConfig } from './lora-adapter.ts';
@@ -82,24 +83,6 @@ interface LayerInputs {
   past?: LayerKV[];
   /** Collects each layer's keys and values when asked for. */
   present?: LayerKV[];
-}
-
-/**
- * The gradients of `f()` with respect to `xs`, given the gradient `dy` of its output, computed
- * inside another gradient's backward pass. TF.js keeps one tape per engine: a nested
- * `gradients` replaces it and clears it when done, so the outer pass's tape is put back.
- */
-function recomputeGrads(f: () => tf.Tensor, xs: tf.Tensor[], dy: tf.Tensor): tf.Tensor[] {
-  const engine = tf.engine();
-  const outer = engine.state.activeTape;
-  try {
-    return tf.tidy(() => {
-      const { grads } = engine.gradients(f, xs, dy, true);
-      return xs.map((x, i) => grads[i] ?? tf.zerosLike(x));
-    });
-  } finally {
-    engine.state.activeTape = outer;
-  }
 }
 
 /** The name of the critic's scalar head (`[1, hidden]`). */
@@ -443,9 +426,10 @@ export class CausalLM {
     const w = this.p(name);
     const shape = x.shape;
     const flat = tf.reshape(x, [-1, shape[shape.length - 1]!]);
-    let y: tf.Tensor = this.mm(flat, w);
-    const delta = this.loraOn ? this.lora?.delta(flat, name, this.mm, this.training) : undefined;
-    if (delta) y = tf.add(y, delta);
+    const adapted = this.loraOn
+      ? this.lora?.linear(flat, w, name, this.mm, this.training)
+      : undefined;
+    let y: tf.Tensor = adapted ?? this.mm(flat, w);
     if (bias && this.params.has(bias)) y = tf.add(y, this.p(bias));
     return tf.reshape(y, [...shape.slice(0, -1), w.shape[1]!]);
   }
@@ -651,8 +635,9 @@ export class CausalLM {
   /**
    * {@link decoderLayer} as one differentiable op that keeps only its input: the forward runs
    * with no gradient tape (its activations are freed at once), and the gradient re-runs the layer
-   * from the saved input under a tape of its own, whose saved tensors are freed when that layer's
-   * gradient is done. Gradients equal the plain pass's: the same kernels on the same inputs.
+   * from the saved input under a tape of its own, whose saved tensors and gradients are freed as
+   * the walk back over it uses them (`recomputeGrads`); the saved input goes with the layer's
+   * gradient. Gradients equal the plain pass's: the same kernels on the same inputs.
    */
   private checkpointedLayer(l: number, h: tf.Tensor, ctx: LayerInputs): tf.Tensor {
     const vars = this.layerVariables(l);
@@ -666,7 +651,11 @@ export class CausalLM {
         gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
           const [x0, cos, sin, bias] = saved as [tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor];
           const again: LayerInputs = { ...ctx, cos, sin, bias };
-          return recomputeGrads(() => this.decoderLayer(l, x0, again), [x0, ...vars], dy);
+          const grads = recomputeGrads(() => this.decoderLayer(l, x0, again), [x0, ...vars], dy);
+          // The layer's input (this op's copy of it) and its output's gradient are read by no
+          // other layer: freed now, not when the whole backward pass ends.
+          tf.dispose([x0, dy]);
+          return grads;
         },
       };
     }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (

@@ -24,7 +24,7 @@ import {
 import type { NamedTensors } from './tensors.ts';
 
 /** A matrix product (the model's, which keeps the fast paths and its gradients). */
-type MatMul = (a: tf.Tensor, b: tf.Tensor) => tf.Tensor;
+type MatMul = (a: tf.Tensor, b: tf.Tensor, transposeA?: boolean, transposeB?: boolean) => tf.Tensor;
 
 let serial = 0;
 
@@ -96,18 +96,52 @@ export class LoraLayers {
   }
 
   /**
-   * The adapter's update to the product of `x` (`[N, in]`) with the base weight of `module`
-   * (an HF weight name), `[N, out]`, or undefined when the module is not adapted. `train` applies
-   * the adapter's dropout to its input.
+   * The adapted product `x·W + (alpha / r)·(x·A)·B` of `x` (`[N, in]`) with the frozen base
+   * weight `w` of `weightName` (an HF weight name), `[N, out]`, or undefined when the module is
+   * not adapted. `train` applies the adapter's dropout to the adapter's input; without dropout
+   * the product is one differentiable op that keeps `x` and the rank-sized `(alpha / r)·x·A` for
+   * its gradient, where the composed products keep `x·W` and the update besides (the sum's
+   * inputs: two tensors of the output's width per adapted linear). Its gradients in `x`, A and B
+   * are the composed form's, term by term with the same products; none flows to `w`.
    */
-  delta(x: tf.Tensor, weightName: string, mm: MatMul, train: boolean): tf.Tensor | undefined {
+  linear(
+    x: tf.Tensor,
+    w: tf.Tensor,
+    weightName: string,
+    mm: MatMul,
+    train: boolean,
+  ): tf.Tensor | undefined {
     const module = weightName.endsWith('.weight') ? weightName.slice(0, -'.weight'.length) : '';
     if (!this.modules.has(module)) return undefined;
     const a = this.vars.get(peftTensorName(module, 'A'))!;
     const b = this.vars.get(peftTensorName(module, 'B'))!;
     const p = this.config.dropout;
-    const input = train && p > 0 ? tf.dropout(x, p) : x;
-    return mm(tf.mul(mm(input, a), this.config.alpha / this.config.r), b);
+    const scale = this.config.alpha / this.config.r;
+    if (train && p > 0) return tf.add(mm(x, w), mm(tf.mul(mm(tf.dropout(x, p), a), scale), b));
+    const fn = tf.customGrad(((
+      xT: tf.Tensor,
+      aT: tf.Tensor,
+      bT: tf.Tensor,
+      save: tf.GradSaveFunc,
+    ) => {
+      const xas = tf.mul(mm(xT, aT), scale);
+      save([xT, xas, aT, bT]);
+      return {
+        value: tf.add(mm(xT, w), mm(xas, bT)),
+        gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
+          const [x0, xas0, a0, b0] = saved as [tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor];
+          const dxa = tf.mul(mm(dy, b0, false, true), scale);
+          return [
+            tf.add(mm(dy, w, false, true), mm(dxa, a0, false, true)),
+            mm(x0, dxa, true, false),
+            mm(xas0, dy, true, false),
+          ];
+        },
+      };
+    }) as unknown as Parameters<typeof tf.customGrad>[0]) as unknown as (
+      ...xs: tf.Tensor[]
+    ) => tf.Tensor;
+    return fn(x, a, b);
   }
 
   /** The adapter as data, in PEFT's layout (A `[r, in]`, B `[out, r]`). */

@@ -10,23 +10,46 @@
  * kept for the gradient): per token and decoder layer, 10 hidden-sized tensors (two RMSNorms of
  * three each, the o_proj and down_proj outputs and the two residual sums), 5 of the intermediate
  * size (gate, up, SiLU's sigmoid and two products), q (and with Qwen3's q/k norms three more of
- * it, plus the attention output) and k, v. With checkpointing a layer keeps only its input
- * (hidden-sized) and one layer's activations exist at a time, twice over while its gradient is
- * taken (the recomputed pass and its gradients). The LM head holds `vocabCopies` vocabulary-sized
- * float32 rows per token (logits and their gradient: 2 with the fused next-token logprob), for
- * every token, or with a chunked head (`headChunkTokens`) for one chunk's tokens at a time.
+ * it, plus the attention output) and k, v; with a LoRA adapter, per adapted linear two
+ * rank-sized products (the adapted product is one op, `LoraLayers.linear`), or with dropout the
+ * composed form's dropped input, update and sum (the input's and twice the output's size) too.
+ * With checkpointing a
+ * layer keeps only its input (hidden-sized), and one layer's activations exist at a time: its
+ * recomputed forward, then, as the walk back over it frees what it has used (model/recompute.ts),
+ * those plus a few gradients (two of the intermediate size and two hidden-sized); the head's
+ * gradient runs before the layers', so the step's peak is the larger of the two, not their sum.
+ *
+ * The attention's scores (query head × query row × key, `rows · heads · T²`): the torch backend
+ * computes them in blocks of at most `attentionLimits.maxScores` (model/backend-ops.ts), about
+ * four copies of one block while its gradient is taken (scores, probabilities and their two
+ * gradients); CUDA's fused SDPA never holds them; the portable attention (cpu, wasm) and webgpu's
+ * composed one keep each layer's probabilities for its backward. The LM head holds
+ * `vocabCopies` vocabulary-sized float32 rows per token (logits and their gradient: 2 with the
+ * fused next-token logprob), for every token, or with a chunked head (`headChunkTokens`) for one
+ * chunk's tokens at a time (the recomputed logits and their gradient).
+ *
+ * Not counted: what the process holds besides tensors (Node, libtorch, the allocator's free
+ * pages), which the bench measures (bench/README.md, "train-memory").
  *
  * @module
  */
-import { assertBackendRoom } from './backend.ts';
+import { assertBackendRoom, tf } from './backend.ts';
+import { attentionLimits } from './backend-ops.ts';
 import { parameterShapes, type LlamaConfig } from './config.ts';
+import type { LoraConfig } from './lora-adapter.ts';
+import { loraModules } from './lora-layers.ts';
 
 /**
  * Tokens per chunk of the training LM head when gradient checkpointing is on
- * (`CausalLM.headChunkTokens`): 1024 × Qwen3's 151,936-word vocabulary is 0.6 GiB of float32
- * logits per chunk, and a chunk's two products keep the head's matrix products large.
+ * (`CausalLM.headChunkTokens`): a chunk's gradient holds two vocabulary rows per token (its
+ * recomputed logits and their gradient), for 256 tokens of Qwen3's 151,936-word vocabulary
+ * 297 MiB (1,024 tokens held 1.2 GiB, above a recomputed layer's share); the head's products
+ * stay large (256 × hidden × vocabulary).
  */
-export const defaultHeadChunkTokens = 1024;
+export const defaultHeadChunkTokens = 256;
+
+/** What the formula reads of a LoRA adapter's config (dropout: 0 when absent). */
+export type TrainedLora = Pick<LoraConfig, 'r' | 'targetModules'> & { dropout?: number };
 
 /** Options of {@link trainingMemory}. */
 export interface TrainingMemoryOptions {
@@ -50,6 +73,16 @@ export interface TrainingMemoryOptions {
    * for one chunk at a time. 0 or absent: for all tokens at once.
    */
   headChunkTokens?: number;
+  /** Tokens per sequence: the micro-batch is `tokens / sequenceLength` rows. @default tokens */
+  sequenceLength?: number;
+  /**
+   * How the attention holds its scores (see the module note): `blocks` (torch: one block of at
+   * most `attentionLimits.maxScores` at a time, four copies), `kept` (cpu, wasm, webgpu: each
+   * layer's probabilities until its backward), `fused` (CUDA SDPA: none). @default 'blocks'
+   */
+  attention?: 'blocks' | 'kept' | 'fused';
+  /** The LoRA adapter trained (its products are activations of every adapted linear). */
+  lora?: TrainedLora;
 }
 
 /** Bytes of each part of one training step, and their sum. */
@@ -78,6 +111,29 @@ export function layerActivationsPerToken(c: LlamaConfig): number {
   return 10 * c.hidden_size + 5 * c.intermediate_size + qk + q + kv;
 }
 
+/** Float32 values a LoRA adapter adds per token and decoder layer (see the module note). */
+export function loraActivationsPerToken(c: LlamaConfig, lora: TrainedLora): number {
+  const modules = loraModules(c, { ...lora, alpha: lora.r, dropout: 0, baseModel: '' });
+  let n = 0;
+  for (const [out, inp] of modules.values()) n += 2 * lora.r + (lora.dropout ? inp + 2 * out : 0);
+  return n / c.num_hidden_layers;
+}
+
+/** Float32 attention scores alive at the peak of a pass (see the module note). */
+export function attentionScoreFloats(
+  c: LlamaConfig,
+  tokens: number,
+  opts: Pick<TrainingMemoryOptions, 'sequenceLength' | 'attention' | 'gradientCheckpointing'>,
+): number {
+  const T = opts.sequenceLength ?? tokens;
+  const scores = (tokens / T) * c.num_attention_heads * T * T;
+  const how = opts.attention ?? 'blocks';
+  if (how === 'fused') return 0;
+  if (how === 'kept') return (opts.gradientCheckpointing ? 2 : c.num_hidden_layers) * scores;
+  const block = attentionLimits.maxScores;
+  return 4 * (block > 0 ? Math.min(scores, block) : scores);
+}
+
 /**
  * The memory of one training step of `config` on a micro-batch of `opts.tokens` tokens.
  *
@@ -89,21 +145,27 @@ export function trainingMemory(config: LlamaConfig, opts: TrainingMemoryOptions)
   const all = parameterCount(config);
   const trained = opts.trainableParameters ?? all;
   const N = opts.tokens;
-  const perLayer = layerActivationsPerToken(config);
+  const perLayer =
+    layerActivationsPerToken(config) + (opts.lora ? loraActivationsPerToken(config, opts.lora) : 0);
   const layers = config.num_hidden_layers;
-  const layerFloats = opts.gradientCheckpointing
-    ? N * (layers * config.hidden_size + 2 * perLayer)
-    : N * layers * perLayer;
-  // The embedding output, the final norm (three hidden-sized tensors) and the vocabulary rows
-  // (of one chunk at a time when the head is chunked).
+  const scores = attentionScoreFloats(config, N, opts);
+  // The embedding output and the final norm (three hidden-sized tensors), and the vocabulary
+  // rows (of one chunk at a time when the head is chunked).
+  const edges = N * 4 * config.hidden_size;
   const headTokens = opts.headChunkTokens ? Math.min(N, opts.headChunkTokens) : N;
-  const headFloats =
-    N * 4 * config.hidden_size + headTokens * (opts.vocabCopies ?? 2) * config.vocab_size;
+  const head = headTokens * (opts.vocabCopies ?? 2) * config.vocab_size;
+  let floats: number;
+  if (opts.gradientCheckpointing) {
+    // The layers' inputs throughout; then the head's gradient and each layer's, one at a time.
+    const walk = 2 * config.intermediate_size + 2 * config.hidden_size;
+    const layer = N * (perLayer + walk) + scores;
+    floats = N * layers * config.hidden_size + edges + Math.max(layer, head);
+  } else floats = N * layers * perLayer + scores + edges + head;
   const m = {
     weightsBytes: 4 * all,
     gradientBytes: 4 * trained,
     optimizerBytes: 8 * trained,
-    activationBytes: 4 * (layerFloats + headFloats),
+    activationBytes: 4 * floats,
   };
   return {
     ...m,
@@ -118,6 +180,7 @@ export function trainingMemory(config: LlamaConfig, opts: TrainingMemoryOptions)
  * @param fusedHead the backend's fused next-token logprob runs (else the composed log-softmax,
  *   one-hot and entropy: 8 vocabulary-sized rows per token)
  * @param headChunkTokens tokens per chunk of a chunked LM head (0: unchunked)
+ * @param lora the adapter being trained, if any
  */
 export function assertTrainingPassRoom(
   config: LlamaConfig,
@@ -125,12 +188,16 @@ export function assertTrainingPassRoom(
   gradientCheckpointing: boolean,
   fusedHead: boolean,
   headChunkTokens = 0,
+  lora?: TrainedLora,
 ): void {
   const { activationBytes } = trainingMemory(config, {
     tokens: rows * tokens,
+    sequenceLength: tokens,
     gradientCheckpointing,
     vocabCopies: fusedHead ? 2 : 8,
     headChunkTokens,
+    attention: tf.getBackend() === 'torch' ? 'blocks' : 'kept',
+    ...(lora ? { lora } : {}),
   });
   assertBackendRoom(
     activationBytes,

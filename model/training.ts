@@ -74,6 +74,7 @@ export function tokenStats(
       model.gradientCheckpointing,
       !!fused,
       chunked ? chunk : 0,
+      model.lora?.config,
     );
   const input = tf.slice(ids, [0, 0], [B, T - 1]) as tf.Tensor2D;
   const out = model.forward(input, {

@@ -2,8 +2,8 @@
  * Prints model/README.md's table "What fits on one GPU, on paper": one training step's memory
  * for Qwen3-0.6B, 1.7B, 4B and 8B (their HF configs' shapes) at 2048 and 8192 tokens per
  * micro-batch, full fine-tuning against LoRA r=16 on every linear module, each with and without
- * gradient checkpointing. Every number comes from `trainingMemory` (model/memory.ts, the formula
- * the trainer checks before allocating) and the LoRA parameter count from `loraModules`
+ * gradient checkpointing, with CUDA's fused attention (no scores held). Every number comes from
+ * `trainingMemory` (model/memory.ts, the formula the trainer checks before allocating) and the LoRA parameter count from `loraModules`
  * (model/lora-layers.ts, the modules an adapter attaches to), so the table is what the code
  * computes, not arithmetic typed by hand. GB are 10⁹ bytes.
  *
@@ -84,11 +84,15 @@ export function gpuFitTable(tokensList = [2048, 8192], rank = 16): string {
     for (const [name, config] of Object.entries(qwen3Shapes)) {
       const all = parameterCount(config);
       const lora = loraParameters(config, rank);
+      const adapter = { r: rank, targetModules: parseTargetModules('all-linear') };
       const at = (trainableParameters: number, gradientCheckpointing: boolean) =>
         trainingMemory(config, {
           tokens,
           trainableParameters,
           gradientCheckpointing,
+          // On a GPU: CUDA's fused SDPA holds no attention scores.
+          attention: 'fused',
+          ...(trainableParameters === lora ? { lora: adapter } : {}),
           // What runs: checkpointing chunks the LM head (CausalLM.headChunkTokens).
           ...(gradientCheckpointing ? { headChunkTokens: defaultHeadChunkTokens } : {}),
         });

@@ -2,6 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { fusedAttention, fusedAttentionWithCache } from '../../model/attention.ts';
 import { initBackend, tf } from '../../model/backend.ts';
+import { attentionLimits } from '../../model/backend-ops.ts';
 
 const [B, T, H, KV, hd] = [2, 5, 4, 2, 6];
 const values = (n: number, s: number): Float32Array =>
@@ -77,45 +78,100 @@ function close(a: tf.Tensor, b: tf.Tensor, tol: number, what: string): void {
     assert.ok(Math.abs(x[i]! - y[i]!) <= tol, `${what}[${i}]: ${x[i]} vs ${y[i]}`);
 }
 
-for (const backend of ['cpu', 'wasm'] as const) {
-  test(`fused attention equals the op-by-op equations, values and gradients (${backend})`, async () => {
+// torch also in blocks (attentionLimits): of one query row of one kv head's two query heads
+// (2 × 5 keys = 10 scores), and of two rows with a shorter last block.
+const runs = [
+  ['cpu', 0],
+  ['wasm', 0],
+  ['torch', 0],
+  ['torch', 12],
+  ['torch', 25],
+] as const;
+for (const [backend, maxScores] of runs) {
+  const blocks = maxScores ? `, blocks of at most ${maxScores} scores` : '';
+  test(`fused attention equals the op-by-op equations, values and gradients (${backend}${blocks})`, async () => {
     await initBackend(backend);
     const before = tf.memory().numTensors;
-    tf.tidy(() => {
-      const x = inputs();
-      const w = tf.tensor3d(values(B * T * H * hd, 4), [B, T, H * hd]);
-      const loss = (f: typeof reference) => (q: tf.Tensor, k: tf.Tensor, v: tf.Tensor) =>
-        tf.sum(tf.mul(f(q, k, v, x.cos, x.sin, x.bias), w)) as tf.Scalar;
-      const fused = (
-        q: tf.Tensor,
-        k: tf.Tensor,
-        v: tf.Tensor,
-        c: tf.Tensor,
-        s: tf.Tensor,
-        b: tf.Tensor,
-      ) =>
-        fusedAttention(
-          q as tf.Tensor3D,
-          k as tf.Tensor3D,
-          v as tf.Tensor3D,
-          c as tf.Tensor3D,
-          s as tf.Tensor3D,
-          b as tf.Tensor3D,
-          { H, KV, hd },
-        );
-      close(
-        fused(x.q, x.k, x.v, x.cos, x.sin, x.bias),
-        reference(x.q, x.k, x.v, x.cos, x.sin, x.bias),
-        1e-5,
-        'out',
-      );
-      const got = tf.grads(loss(fused))([x.q, x.k, x.v]);
-      const want = tf.grads(loss(reference))([x.q, x.k, x.v]);
-      ['dq', 'dk', 'dv'].forEach((name, i) => close(got[i]!, want[i]!, 1e-5, name));
-    });
+    const saved = attentionLimits.maxScores;
+    attentionLimits.maxScores = maxScores;
+    try {
+      check();
+    } finally {
+      attentionLimits.maxScores = saved;
+    }
     assert.is(tf.memory().numTensors, before);
   });
 }
+
+function check(): void {
+  tf.tidy(() => {
+    const x = inputs();
+    const w = tf.tensor3d(values(B * T * H * hd, 4), [B, T, H * hd]);
+    const loss = (f: typeof reference) => (q: tf.Tensor, k: tf.Tensor, v: tf.Tensor) =>
+      tf.sum(tf.mul(f(q, k, v, x.cos, x.sin, x.bias), w)) as tf.Scalar;
+    const fused = (
+      q: tf.Tensor,
+      k: tf.Tensor,
+      v: tf.Tensor,
+      c: tf.Tensor,
+      s: tf.Tensor,
+      b: tf.Tensor,
+    ) =>
+      fusedAttention(
+        q as tf.Tensor3D,
+        k as tf.Tensor3D,
+        v as tf.Tensor3D,
+        c as tf.Tensor3D,
+        s as tf.Tensor3D,
+        b as tf.Tensor3D,
+        { H, KV, hd },
+      );
+    close(
+      fused(x.q, x.k, x.v, x.cos, x.sin, x.bias),
+      reference(x.q, x.k, x.v, x.cos, x.sin, x.bias),
+      1e-5,
+      'out',
+    );
+    const got = tf.grads(loss(fused))([x.q, x.k, x.v]);
+    const want = tf.grads(loss(reference))([x.q, x.k, x.v]);
+    ['dq', 'dk', 'dv'].forEach((name, i) => close(got[i]!, want[i]!, 1e-5, name));
+  });
+}
+
+test('torch: attention in blocks gives the values and gradients of the whole attention', async () => {
+  await initBackend('torch');
+  const saved = attentionLimits.maxScores;
+  const run = (maxScores: number) => {
+    attentionLimits.maxScores = maxScores;
+    const x = inputs();
+    const w = tf.tensor3d(values(B * T * H * hd, 4), [B, T, H * hd]);
+    const f = (q: tf.Tensor, k: tf.Tensor, v: tf.Tensor) =>
+      fusedAttention(q as tf.Tensor3D, k as tf.Tensor3D, v as tf.Tensor3D, x.cos, x.sin, x.bias, {
+        H,
+        KV,
+        hd,
+      });
+    const cached = fusedAttentionWithCache(x.q, x.k, x.v, x.cos, x.sin, x.bias, { H, KV, hd });
+    return [
+      f(x.q, x.k, x.v),
+      cached.out,
+      ...tf.grads((q, k, v) => tf.sum(tf.mul(f(q, k, v), w)))([x.q, x.k, x.v]),
+    ];
+  };
+  try {
+    tf.tidy(() => {
+      const whole = run(0);
+      for (const maxScores of [12, 25]) {
+        const blocked = run(maxScores);
+        ['out', 'cached out', 'dq', 'dk', 'dv'].forEach((name, i) =>
+          close(blocked[i]!, whole[i]!, 1e-6, `${name} (blocks of ${maxScores})`),
+        );
+      }
+    });
+  } finally {
+    attentionLimits.maxScores = saved;
+  }
+});
 
 test('the cache variant returns the same output and rotated keys / values in [B, KV, T, hd]', async () => {
   await initBackend('wasm');

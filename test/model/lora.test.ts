@@ -3,8 +3,10 @@
  * the adapter trains (the base gets no gradient, no optimizer state and is never rewritten), the
  * exported adapter merges (`mergeLoraAdapter`) into weights that give the adapted model's logits,
  * an adapter round-trips, the base is reachable with the adapter left out, dropout acts only in
- * passes built for training, and a LoRA checkpoint holds the adapter alone. On cpu and wasm (the
- * torch backend: test/model/torch-lora.test.ts).
+ * passes built for training, and a LoRA checkpoint holds the adapter alone; the adapted product
+ * (one op keeping only its input and the rank-sized product) has the composed form's value and
+ * gradients. On cpu and wasm (the torch backend: test/model/torch-lora.test.ts, and here the
+ * adapted product).
  */
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,6 +14,8 @@ import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../model/backend.ts';
+import { LoraLayers } from '../../model/lora-layers.ts';
+import { matMul } from '../../model/matmul.ts';
 import { CausalLM, valueHeadName } from '../../model/llama.ts';
 import {
   mergeLoraAdapter,
@@ -144,6 +148,47 @@ for (const backend of ['cpu', 'wasm'] as const) {
     [m, merged, fresh, plain].forEach((x) => x.dispose());
   });
 }
+
+for (const backend of ['cpu', 'torch'] as const)
+  test(`${backend}: the adapted product x·W + s·(x·A)·B gives the composed form's value and gradients`, async () => {
+    await initBackend(backend);
+    const m = randomModel(tinyLlamaConfig(), 5);
+    const layers = new LoraLayers(m.config, lora(), { seed: 3 });
+    const name = 'model.layers.0.mlp.up_proj.weight';
+    const w = m.params.get(name)!;
+    const [inF, outF] = w.shape as [number, number];
+    const a = layers.vars.get(peftTensorName('model.layers.0.mlp.up_proj', 'A'))!;
+    const b = layers.vars.get(peftTensorName('model.layers.0.mlp.up_proj', 'B'))!;
+    b.assign(tf.randomNormal(b.shape, 0, 0.5, 'float32', 4));
+    tf.tidy(() => {
+      const x = tf.randomNormal([6, inF], 0, 1, 'float32', 7);
+      const g = tf.randomNormal([6, outF], 0, 1, 'float32', 8);
+      const s = 8 / 4;
+      const composed = (xs: tf.Tensor, as: tf.Tensor, bs: tf.Tensor) =>
+        tf.add(matMul(xs, w), matMul(tf.mul(matMul(xs, as), s), bs));
+      const fused = (xs: tf.Tensor) => layers.linear(xs, w, name, matMul, true)!;
+      const d = maxAbsDiff(
+        fused(x).dataSync() as Float32Array,
+        composed(x, a, b).dataSync() as Float32Array,
+      );
+      assert.ok(d < 1e-5, `value differs by ${d}`);
+      const fusedLoss = (xs: tf.Tensor) => tf.sum(tf.mul(fused(xs), g)) as tf.Scalar;
+      const want = tf.grads((xs: tf.Tensor, as: tf.Tensor, bs: tf.Tensor) =>
+        tf.sum(tf.mul(composed(xs, as, bs), g)),
+      )([x, a, b]);
+      const { grads } = tf.variableGrads(() => fusedLoss(x), [a, b]);
+      const gotAll = [tf.grad(fusedLoss)(x), grads[a.name]!, grads[b.name]!];
+      ['x', 'A', 'B'].forEach((n, i) => {
+        const e = maxAbsDiff(
+          gotAll[i]!.dataSync() as Float32Array,
+          want[i]!.dataSync() as Float32Array,
+        );
+        assert.ok(e < 1e-5, `gradient of ${n} differs by ${e}`);
+      });
+    });
+    layers.dispose();
+    m.dispose();
+  });
 
 test('dropout applies to the adapter input only in passes built for training', async () => {
   await initBackend('cpu');

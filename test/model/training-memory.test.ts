@@ -1,7 +1,8 @@
 /**
  * `trainingMemory` (model/memory.ts): the parts of a training step on paper, against values
  * worked out by hand for a small config; checkpointing and a smaller trained set lower what they
- * should and nothing else; and the wasm backend refuses, before allocating, a training pass
+ * should and nothing else; the attention's scores by how the backend holds them, a LoRA
+ * adapter's products; and the wasm backend refuses, before allocating, a training pass
  * whose activations cannot fit its 4 GiB heap, naming gradient checkpointing as the remedy.
  */
 import { test } from 'uvu';
@@ -9,7 +10,14 @@ import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../model/backend.ts';
 import { resolveConfig } from '../../model/config.ts';
 import { CausalLM } from '../../model/llama.ts';
-import { layerActivationsPerToken, parameterCount, trainingMemory } from '../../model/memory.ts';
+import { parseTargetModules } from '../../model/lora-adapter.ts';
+import { attentionLimits } from '../../model/backend-ops.ts';
+import {
+  layerActivationsPerToken,
+  loraActivationsPerToken,
+  parameterCount,
+  trainingMemory,
+} from '../../model/memory.ts';
 import { tokenStats } from '../../model/training.ts';
 
 // hidden 8, intermediate 12, 2 heads × 4, 1 kv head × 4, q/k norms, 3 layers, vocab 10, tied.
@@ -35,18 +43,22 @@ test('parameter count and per-layer activations by hand', () => {
   assert.is(layerActivationsPerToken(config), 80 + 60 + 48 + 12);
 });
 
+// One row of 100 tokens, 2 heads: 20,000 scores, four copies of one block (all of them here).
+const scores = 4 * 2 * 100 * 100;
+
 test('full fine-tuning, plain and checkpointed, and a smaller trained set', () => {
   const P = parameterCount(config);
   const plain = trainingMemory(config, { tokens: 100 });
   assert.is(plain.weightsBytes, 4 * P);
   assert.is(plain.gradientBytes, 4 * P);
   assert.is(plain.optimizerBytes, 8 * P);
-  // 3 layers × 200 floats, head 4·8 + 2·10 per token
-  assert.is(plain.activationBytes, 4 * 100 * (3 * 200 + 52));
+  // 3 layers × 200 floats, head 4·8 + 2·10 per token, and the scores
+  assert.is(plain.activationBytes, 4 * (100 * (3 * 200 + 52) + scores));
   assert.is(plain.totalBytes, 16 * P + plain.activationBytes);
   const ckpt = trainingMemory(config, { tokens: 100, gradientCheckpointing: true });
-  // each layer's input (8) kept, one layer's activations twice over
-  assert.is(ckpt.activationBytes, 4 * 100 * (3 * 8 + 2 * 200 + 52));
+  // each layer's input (8) kept and 4·8 of the head; then the larger of one layer's activations
+  // with the walk's gradients 2·12 + 2·8 (and the scores) and the head's 2·10
+  assert.is(ckpt.activationBytes, 4 * (100 * (3 * 8 + 32) + 100 * (200 + 40) + scores));
   assert.ok(ckpt.activationBytes < plain.activationBytes);
   assert.is(ckpt.weightsBytes + ckpt.gradientBytes + ckpt.optimizerBytes, 16 * P);
   const lora = trainingMemory(config, { tokens: 100, trainableParameters: 50 });
@@ -56,14 +68,64 @@ test('full fine-tuning, plain and checkpointed, and a smaller trained set', () =
 });
 
 test('a chunked LM head counts its vocabulary rows for one chunk of tokens', () => {
-  const ckpt = trainingMemory(config, { tokens: 100, gradientCheckpointing: true });
+  const plain = trainingMemory(config, { tokens: 100 });
   const chunked = (headChunkTokens: number) =>
-    trainingMemory(config, { tokens: 100, gradientCheckpointing: true, headChunkTokens });
+    trainingMemory(config, { tokens: 100, headChunkTokens });
   // 2 vocabulary rows of 10 floats for 30 tokens instead of 100
-  assert.is(chunked(30).activationBytes, ckpt.activationBytes - 4 * (100 - 30) * 2 * 10);
+  assert.is(chunked(30).activationBytes, plain.activationBytes - 4 * (100 - 30) * 2 * 10);
   // a chunk at least as long as the batch is the whole batch
-  assert.is(chunked(500).activationBytes, ckpt.activationBytes);
-  assert.is(chunked(0).activationBytes, ckpt.activationBytes);
+  assert.is(chunked(500).activationBytes, plain.activationBytes);
+  assert.is(chunked(0).activationBytes, plain.activationBytes);
+});
+
+test("with checkpointing the head's gradient and a layer's do not add: the larger counts", () => {
+  const wide = resolveConfig({ ...config, vocab_size: 5000 });
+  const at = (headChunkTokens: number) =>
+    trainingMemory(wide, { tokens: 100, gradientCheckpointing: true, headChunkTokens })
+      .activationBytes;
+  const kept = 100 * (3 * 8 + 32);
+  const layer = 100 * (200 + 40) + scores;
+  assert.is(at(0), 4 * (kept + 100 * 2 * 5000), 'the whole head');
+  assert.is(at(30), 4 * (kept + 30 * 2 * 5000), 'a chunk of 30: still the head');
+  assert.is(at(5), 4 * (kept + layer), 'a chunk of 5: the layer');
+});
+
+test('attention scores: blocks on torch, kept per layer elsewhere, none with fused SDPA', () => {
+  const at = (o: Omit<Parameters<typeof trainingMemory>[1], 'tokens'>) =>
+    trainingMemory(config, { tokens: 100, ...o }).activationBytes;
+  const none = at({ attention: 'fused' });
+  assert.is(at({}) - none, 4 * scores);
+  // two rows of 50: half the scores of one row of 100
+  assert.is(at({ sequenceLength: 50 }) - none, (4 * scores) / 2);
+  // kept: each of the 3 layers' probabilities; with checkpointing the recomputed layer's twice
+  assert.is(at({ attention: 'kept' }) - none, 4 * 3 * 2 * 100 * 100);
+  const ckptNone = at({ attention: 'fused', gradientCheckpointing: true });
+  assert.is(at({ attention: 'kept', gradientCheckpointing: true }) - ckptNone, 4 * 2 * 20000);
+  const saved = attentionLimits.maxScores;
+  attentionLimits.maxScores = 1000;
+  try {
+    assert.is(at({}) - none, 4 * 4 * 1000, 'four copies of one block');
+  } finally {
+    attentionLimits.maxScores = saved;
+  }
+});
+
+test("a LoRA adapter's products count per adapted linear: two rank-sized, and with dropout more", () => {
+  const lora = { r: 2, targetModules: parseTargetModules('all-linear') };
+  // seven linears × 2·2
+  assert.is(loraActivationsPerToken(config, lora), 28);
+  // with dropout (the composed form) also the dropped input and the update and the sum: inputs
+  // q, k, v, gate, up 8, o 8, down 12; outputs q 8, k 4, v 4, o 8, gate 12, up 12, down 8
+  assert.is(loraActivationsPerToken(config, { ...lora, dropout: 0.1 }), 28 + 60 + 2 * 56);
+  const plain = trainingMemory(config, { tokens: 100 });
+  assert.is(
+    trainingMemory(config, { tokens: 100, lora }).activationBytes - plain.activationBytes,
+    4 * 100 * 3 * 28,
+  );
+  const ckpt = trainingMemory(config, { tokens: 100, gradientCheckpointing: true });
+  const ckptLora = trainingMemory(config, { tokens: 100, gradientCheckpointing: true, lora });
+  // the layer's phase is the larger one here
+  assert.is(ckptLora.activationBytes - ckpt.activationBytes, 4 * 100 * 28, 'one layer');
 });
 
 test('wasm: a training pass whose activations exceed the heap fails first, naming checkpointing', async () => {

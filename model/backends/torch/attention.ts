@@ -13,13 +13,19 @@ import * as tf from '@tensorflow/tfjs';
 import {
   adamwImpls,
   attentionImpls,
+  attentionLimits,
   sumOfSquaresImpls,
   targetLogprobImpls,
+  type AttentionHeads,
   type AttentionOps,
 } from '../../backend-ops.ts';
 
+/** The attention kernels' attributes: the head counts and the scores one block may hold. */
+const attnAttrs = (heads: AttentionHeads): tf.NamedAttrMap =>
+  ({ ...heads, maxScores: attentionLimits.maxScores }) as unknown as tf.NamedAttrMap;
+
 const torchFused: AttentionOps['fused'] = (q, k, v, cos, sin, bias, heads) => {
-  const attrs = { ...heads } as unknown as tf.NamedAttrMap;
+  const attrs = attnAttrs(heads);
   const fn = tf.customGrad(((
     qT: tf.Tensor,
     kT: tf.Tensor,
@@ -63,9 +69,11 @@ const torchFused: AttentionOps['fused'] = (q, k, v, cos, sin, bias, heads) => {
 const torchWithCache: AttentionOps['withCache'] = (q, k, v, cos, sin, bias, heads) => {
   const [out, kc, vc] = tf
     .engine()
-    .runKernel('RtjobTorchAttentionCache', { q, k, v, cos, sin, bias }, {
-      ...heads,
-    } as unknown as tf.NamedAttrMap) as tf.Tensor[];
+    .runKernel(
+      'RtjobTorchAttentionCache',
+      { q, k, v, cos, sin, bias },
+      attnAttrs(heads),
+    ) as tf.Tensor[];
   return { out: out as tf.Tensor3D, k: kc as tf.Tensor4D, v: vc as tf.Tensor4D };
 };
 
@@ -82,9 +90,11 @@ const torchWithPast: NonNullable<AttentionOps['withPast']> = (
 ) => {
   const [out, kc, vc] = tf
     .engine()
-    .runKernel('RtjobTorchAttentionPast', { q, k, v, cos, sin, bias, pastK, pastV }, {
-      ...heads,
-    } as unknown as tf.NamedAttrMap) as tf.Tensor[];
+    .runKernel(
+      'RtjobTorchAttentionPast',
+      { q, k, v, cos, sin, bias, pastK, pastV },
+      attnAttrs(heads),
+    ) as tf.Tensor[];
   return { out: out as tf.Tensor3D, k: kc as tf.Tensor4D, v: vc as tf.Tensor4D };
 };
 

@@ -313,7 +313,12 @@ def('TopK', ['x'], (b, [x], a) => {
 
 // The model's fused attention (see ../../attention.ts and ./attention.ts).
 const attnInputs = ['q', 'k', 'v', 'cos', 'sin', 'bias'];
-const heads = (a: Attrs): number[] => [a['H'] as number, a['KV'] as number, a['hd'] as number];
+const heads = (a: Attrs): number[] => [
+  a['H'] as number,
+  a['KV'] as number,
+  a['hd'] as number,
+  (a['maxScores'] as number | undefined) ?? 0,
+];
 def('RtjobTorchAttention', attnInputs, (b, inputs, a) =>
   b.run1('attention', inputs, heads(a), 'float32'),
 );

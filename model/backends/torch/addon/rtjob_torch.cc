@@ -20,6 +20,10 @@
 #include <unordered_map>
 #include <vector>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 
 namespace {
 
@@ -164,10 +168,11 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
   return x * cos.unsqueeze(2) + rot * sin.unsqueeze(2);
 }
 
-// Grouped-query attention of rotated heads: q `[B,H,T,hd]`, k/v `[B,KV,Tk,hd]`, bias
-// `[B or 1, T, Tk]`; returns `[B,T,H*hd]`.
-at::Tensor attentionCore(const at::Tensor& qr, const at::Tensor& kr, const at::Tensor& vh,
-                         const at::Tensor& bias, int64_t H, int64_t KV, int64_t hd) {
+// Grouped-query attention of rotated heads, all at once: q `[B,H,T,hd]`, k/v `[B,KV,Tk,hd]`,
+// bias `[B or 1, T, Tk]`; returns `[B,T,H*hd]`. Without SDPA's fused kernels (libtorch 1.13, or
+// SDPA's math path) the scores and probabilities `[B,H,T,Tk]` exist whole, several copies.
+at::Tensor attentionWhole(const at::Tensor& qr, const at::Tensor& kr, const at::Tensor& vh,
+                          const at::Tensor& bias, int64_t H, int64_t KV, int64_t hd) {
   int64_t B = qr.size(0), T = qr.size(2);
   auto mask = bias.unsqueeze(1);  // [B|1, 1, T, Tk]
   int64_t rep = H / KV;
@@ -180,13 +185,57 @@ at::Tensor attentionCore(const at::Tensor& qr, const at::Tensor& kr, const at::T
   out = at::scaled_dot_product_attention(cast(qr), cast(ke), cast(ve), cast(mask), 0.0, false)
             .to(at::kFloat);
 #else
-  auto scores = at::matmul(cast(qr), cast(ke).transpose(-1, -2)).to(at::kFloat) /
-                    std::sqrt(static_cast<double>(hd)) +
-                mask;
+  auto scores = at::matmul(cast(qr), cast(ke).transpose(-1, -2)).to(at::kFloat);
+  scores.div_(std::sqrt(static_cast<double>(hd))).add_(mask);
   auto probs = at::softmax(scores, -1);
+  scores = at::Tensor();
   out = at::matmul(cast(probs), cast(ve)).to(at::kFloat);
 #endif
   return out.permute({0, 2, 1, 3}).reshape({B, T, H * hd});
+}
+
+// One block of the blocked attention: batch row b, kv head g (with its rep query heads), query
+// rows [i0, i0 + n).
+struct AttnBlock {
+  int64_t b, g, i0, n;
+};
+
+// The blocks that keep at most `maxScores` scores (query head x query row x key) at a time:
+// per batch row and kv head, runs of query rows. Empty when the whole attention fits (or
+// maxScores <= 0, or SDPA runs fused on CUDA and never holds the scores whole).
+std::vector<AttnBlock> attentionBlocks(const at::Tensor& q, int64_t B, int64_t T, int64_t Tk,
+                                       int64_t H, int64_t KV, int64_t maxScores) {
+  std::vector<AttnBlock> blocks;
+#if TORCH_VERSION_MAJOR >= 2
+  if (q.is_cuda()) return blocks;
+#endif
+  int64_t rep = H / KV;
+  if (maxScores <= 0 || B * H * T * Tk <= maxScores) return blocks;
+  int64_t rows = std::max<int64_t>(1, std::min<int64_t>(T, maxScores / (rep * Tk)));
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t g = 0; g < KV; g++)
+      for (int64_t i0 = 0; i0 < T; i0 += rows) blocks.push_back({b, g, i0, std::min(rows, T - i0)});
+  return blocks;
+}
+
+// attentionWhole, or the same block by block (attentionBlocks) into one output: each block's
+// scores exist only while it runs. Each query row's softmax and products are the same as whole.
+at::Tensor attentionCore(const at::Tensor& qr, const at::Tensor& kr, const at::Tensor& vh,
+                         const at::Tensor& bias, int64_t H, int64_t KV, int64_t hd,
+                         int64_t maxScores) {
+  int64_t B = qr.size(0), T = qr.size(2), Tk = kr.size(2), rep = H / KV;
+  auto blocks = attentionBlocks(qr, B, T, Tk, H, KV, maxScores);
+  if (blocks.empty()) return attentionWhole(qr, kr, vh, bias, H, KV, hd);
+  auto out = at::empty({B, T, H * hd}, qr.options());
+  for (const auto& k : blocks) {
+    auto o = attentionWhole(qr.narrow(0, k.b, 1).narrow(1, k.g * rep, rep).narrow(2, k.i0, k.n),
+                            kr.narrow(0, k.b, 1).narrow(1, k.g, 1),
+                            vh.narrow(0, k.b, 1).narrow(1, k.g, 1),
+                            bias.narrow(0, bias.size(0) == 1 ? 0 : k.b, 1).narrow(1, k.i0, k.n),
+                            rep, 1, hd);
+    out.narrow(0, k.b, 1).narrow(1, k.i0, k.n).narrow(2, k.g * rep * hd, rep * hd).copy_(o);
+  }
+  return out;
 }
 
 // Rotary + grouped-query attention on token-major projections, HF's equations: q `[B,T,H*hd]`,
@@ -195,7 +244,7 @@ at::Tensor attentionCore(const at::Tensor& qr, const at::Tensor& kr, const at::T
 // keys and values follow it (Tk = Tp + T) and the returned k and v are the grown cache.
 Tensors attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& bias, int64_t H,
-                  int64_t KV, int64_t hd, const at::Tensor* pk = nullptr,
+                  int64_t KV, int64_t hd, int64_t maxScores, const at::Tensor* pk = nullptr,
                   const at::Tensor* pv = nullptr) {
   int64_t B = q.size(0), T = q.size(1);
   auto qr = rope(q.view({B, T, H, hd}), cos, sin).permute({0, 2, 1, 3});
@@ -205,8 +254,51 @@ Tensors attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     kr = at::cat({*pk, kr}, 2);
     vh = at::cat({*pv, vh}, 2);
   }
-  auto out = attentionCore(qr, kr, vh, bias, H, KV, hd);
+  auto out = attentionCore(qr, kr, vh, bias, H, KV, hd, maxScores);
   return {out, kr.contiguous(), vh.contiguous()};
+}
+
+// Gradients of q, k, v (token-major, as `attention` takes them) given dOut `dy`: the forward is
+// recomputed under autograd, so the backward is libtorch's own (SDPA's on torch >= 2). Blocked
+// as attentionCore is, each block with inputs of its own (its query rows, its kv head's keys and
+// values), so one block's scores and their gradients exist at a time; the keys' and values'
+// gradients are summed over the blocks of their head.
+Tensors attentionGrad(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& bias,
+                      const at::Tensor& dy, int64_t H, int64_t KV, int64_t hd,
+                      int64_t maxScores) {
+  at::AutoGradMode on(true);
+  int64_t B = q.size(0), T = q.size(1), rep = H / KV;
+  auto blocks = attentionBlocks(q, B, T, T, H, KV, maxScores);
+  if (blocks.empty()) {
+    auto ql = q.detach().requires_grad_(true);
+    auto kl = k.detach().requires_grad_(true);
+    auto vl = v.detach().requires_grad_(true);
+    auto r = attention(ql, kl, vl, cos, sin, bias, H, KV, hd, 0);
+    return torch::autograd::grad({r[0]}, {ql, kl, vl}, {dy});
+  }
+  auto dq = at::empty_like(q);
+  auto dk = at::zeros_like(k);
+  auto dv = at::zeros_like(v);
+  for (const auto& b : blocks) {
+    auto rows = [&](const at::Tensor& t) { return t.narrow(0, b.b, 1).narrow(1, b.i0, b.n); };
+    auto qHeads = [&](const at::Tensor& t) { return rows(t).narrow(2, b.g * rep * hd, rep * hd); };
+    auto kvHead = [&](const at::Tensor& t) { return t.narrow(0, b.b, 1).narrow(2, b.g * hd, hd); };
+    auto ql = qHeads(q).detach().requires_grad_(true);
+    auto kl = kvHead(k).detach().requires_grad_(true);
+    auto vl = kvHead(v).detach().requires_grad_(true);
+    auto cb = cos.narrow(0, b.b, 1), sb = sin.narrow(0, b.b, 1);
+    auto qr = rope(ql.reshape({1, b.n, rep, hd}), rows(cos), rows(sin)).permute({0, 2, 1, 3});
+    auto kr = rope(kl.reshape({1, T, 1, hd}), cb, sb).permute({0, 2, 1, 3});
+    auto vh = vl.reshape({1, T, 1, hd}).permute({0, 2, 1, 3});
+    auto mb = bias.narrow(0, bias.size(0) == 1 ? 0 : b.b, 1).narrow(1, b.i0, b.n);
+    auto o = attentionWhole(qr, kr, vh, mb, rep, 1, hd);
+    auto g = torch::autograd::grad({o}, {ql, kl, vl}, {qHeads(dy).contiguous()});
+    qHeads(dq).copy_(g[0]);
+    kvHead(dk).add_(g[1]);
+    kvHead(dv).add_(g[2]);
+  }
+  return {dq, dk, dv};
 }
 
 std::unordered_map<std::string, OpFn>& ops() {
@@ -568,10 +660,19 @@ void defineOps() {
   });
   // log_softmax(x)[..., t] for x [.., V] and t [..] (../../training.ts), and its gradient
   // dx = dy * (onehot(t) - softmax(x)).
+  // By blocks of 64 rows: logsumexp's vocabulary-wide temporaries are one block's, not a
+  // second and third copy of all the logits.
   def("target_logprob", [](const Tensors& in, const Args&) {
     at::NoGradGuard ng;
-    auto t = in[1].to(at::kLong).unsqueeze(-1);
-    return Tensors{(in[0].gather(-1, t).squeeze(-1) - at::logsumexp(in[0], -1))};
+    auto x = in[0].reshape({-1, in[0].size(-1)});
+    auto t = in[1].to(at::kLong).reshape({-1, 1});
+    auto out = at::empty({x.size(0)}, x.options());
+    for (int64_t r = 0; r < x.size(0); r += 64) {
+      int64_t n = std::min<int64_t>(64, x.size(0) - r);
+      auto xb = x.narrow(0, r, n);
+      out.narrow(0, r, n).copy_(xb.gather(-1, t.narrow(0, r, n)).squeeze(-1) - at::logsumexp(xb, -1));
+    }
+    return Tensors{out.reshape(in[1].sizes())};
   });
   def("target_logprob_grad", [](const Tensors& in, const Args&) {
     at::NoGradGuard ng;
@@ -581,33 +682,30 @@ void defineOps() {
     dx.scatter_add_(-1, t, dy);
     return Tensors{dx};
   });
-  // The model's fused attention (../../attention.ts): args H, KV, hd.
+  // The model's fused attention (../../attention.ts): args H, KV, hd, and the most scores one
+  // block may hold (attentionBlocks; 0: all at once).
   def("attention", [](const Tensors& in, const Args& a) {
     at::NoGradGuard ng;
-    auto r = attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2));
+    auto r = attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2),
+                       a.i64(3));
     return Tensors{r[0]};
   });
   def("attention_cache", [](const Tensors& in, const Args& a) {
     at::NoGradGuard ng;
-    return attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2));
+    return attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2),
+                     a.i64(3));
   });
   // Decoding: inputs 6 and 7 are the cache's keys and values so far; returns the output and the
   // grown cache (one kernel for what is ~20 TF.js kernels per layer composed).
   def("attention_past", [](const Tensors& in, const Args& a) {
     at::NoGradGuard ng;
-    return attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2), &in[6],
-                     &in[7]);
+    return attention(in[0], in[1], in[2], in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2),
+                     a.i64(3), &in[6], &in[7]);
   });
-  // Gradients of q, k, v given dOut (input 6): the forward is recomputed under autograd, so the
-  // backward is libtorch's own (SDPA's on torch >= 2).
+  // Gradients of q, k, v given dOut (input 6).
   def("attention_grad", [](const Tensors& in, const Args& a) {
-    at::AutoGradMode on(true);
-    auto q = in[0].detach().requires_grad_(true);
-    auto k = in[1].detach().requires_grad_(true);
-    auto v = in[2].detach().requires_grad_(true);
-    auto r = attention(q, k, v, in[3], in[4], in[5], a.i64(0), a.i64(1), a.i64(2));
-    auto g = torch::autograd::grad({r[0]}, {q, k, v}, {in[6]});
-    return Tensors{g[0], g[1], g[2]};
+    return attentionGrad(in[0], in[1], in[2], in[3], in[4], in[5], in[6], a.i64(0), a.i64(1),
+                         a.i64(2), a.i64(3));
   });
 }
 
@@ -781,6 +879,13 @@ napi_value jsCounters(napi_env env, napi_callback_info info) {
 }  // namespace
 
 NAPI_MODULE_INIT() {
+#ifdef __GLIBC__
+  // Host tensors of 1 MiB and more get pages of their own, returned to the system when freed.
+  // glibc's default threshold grows with the largest block freed (to 32 MiB), after which a
+  // training step's many activations of a few MiB to 32 MiB come from the heap, which freeing
+  // fragments rather than shrinks: ~0.2 GiB of a 1-layer Qwen3-0.6B-shaped LoRA step's peak RSS.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
   defineOps();
   const std::pair<const char*, napi_callback> fns[] = {
       {"fromData", jsFromData}, {"toData", jsToData}, {"free", jsFree},
