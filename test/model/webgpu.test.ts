@@ -85,6 +85,45 @@ test('on SwiftShader: the software adapter is never chosen automatically', () =>
   assert.match(r.out, /auto false wasm/);
 });
 
+// A pass compiled ahead: nothing runs, its pipelines compile asynchronously and are kept out of
+// the cache until done (a real pass meanwhile compiles its own); then the pass runs for real.
+const aheadScript = `
+import('./model/backend.ts').then(async ({ compileKernelsAhead, initBackend, tf }) => {
+  await initBackend();
+  const cache = tf.backend().pipelineCache;
+  const x = tf.tensor2d([[1, 2], [3, 4]]);
+  const pass = () => tf.sum(tf.exp(tf.matMul(x, x)), 1);
+  const n0 = Object.keys(cache).length;
+  const t0 = tf.memory().numTensors;
+  const ahead = compileKernelsAhead('t', () => void pass());
+  console.log('waits', ahead instanceof Promise, 'cached meanwhile', Object.keys(cache).length - n0, 'tensors left', tf.memory().numTensors - t0);
+  console.log('during', Array.from(await tf.neg(tf.add(x, 1)).data()).join(','));
+  await ahead;
+  const compiled = Object.keys(cache).length - n0;
+  console.log('compiled', compiled, 'unfinished', Object.values(cache).filter((p) => p instanceof Promise).length);
+  console.log('runs', Array.from(await pass().data()).map((v) => v.toPrecision(6)).join(','));
+  console.log('again', compileKernelsAhead('t', () => void pass()), 'new', Object.keys(cache).length - n0 - compiled);
+  console.log('warm', compileKernelsAhead('t', () => { throw new Error('not run'); }));
+  try { compileKernelsAhead('u', () => { tf.relu(x); throw new Error('bad input'); }); } catch (e) { console.log('throws', e.message); }
+  console.log('after', Array.from(await tf.relu(tf.neg(x)).data()).join(','), 'unfinished', Object.values(cache).filter((p) => p instanceof Promise).length);
+}).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })`;
+
+test('on SwiftShader: kernels compile ahead of a pass, off the event loop, and the pass then runs as before', () => {
+  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  const r = node(['-e', aheadScript], { ...swiftShader, RTJOB_TF_BACKEND: 'webgpu' });
+  assert.is(r.status, 0, r.err);
+  assert.match(r.out, /^waits true cached meanwhile 0 tensors left 0$/m);
+  assert.match(r.out, /^during -2,-3,-4,-5$/m);
+  const compiled = Number(/^compiled (\d+) unfinished 0$/m.exec(r.out)?.[1]);
+  assert.ok(compiled >= 3, r.out);
+  // exp([[7, 10], [15, 22]]) summed per row
+  assert.match(r.out, /^runs 23123\.1,3\.58818e\+9$/m);
+  assert.match(r.out, /^again undefined new 0$/m);
+  assert.match(r.out, /^warm undefined$/m);
+  assert.match(r.out, /^throws bad input$/m);
+  assert.match(r.out, /^after 0,0,0,0 unfinished 0$/m);
+});
+
 test('on SwiftShader: the tiny checkpoint computes on webgpu as on cpu (logits, KV-cache decode, loss, gradients, one AdamW step)', () => {
   if (!swiftShader) return console.log('  skipped: no SwiftShader');
   const r = node(
