@@ -221,9 +221,9 @@ export async function remoteRoles(o: TrainPpoOptions, totalSteps: number): Promi
     ),
     trainer.ready(),
     reference?.ready(),
+    critic?.ready(),
     teacher?.ready(),
     rewardModel?.ready(),
-    critic?.ready(),
   ]);
   const nodeOf = async (h: ActorHandle<unknown>) => (await actorInfo(h)).nodeId;
   const nodes = {
