@@ -124,6 +124,36 @@ test('on SwiftShader: kernels compile ahead of a pass, off the event loop, and t
   assert.match(r.out, /^after 0,0,0,0 unfinished 0$/m);
 });
 
+test('adapters: a Metal, Vulkan or D3D12 GPU is hardware; software drivers and fallback adapters are not', async () => {
+  const { describeAdapter } = await import('../../model/backends/webgpu/dawn.ts');
+  const limits = { maxStorageBufferBindingSize: 2 ** 30 };
+  const hw = (info: Record<string, unknown>, isFallbackAdapter?: boolean): boolean =>
+    describeAdapter({ info, limits, ...(isFallbackAdapter ? { isFallbackAdapter } : {}) }).hardware;
+  assert.ok(hw({ vendor: 'apple', architecture: 'metal-3', description: 'Apple M2' }));
+  assert.ok(hw({ vendor: 'nvidia', architecture: 'ada-lovelace', device: 'NVIDIA RTX 4090' }));
+  assert.ok(hw({ vendor: 'intel', architecture: 'gen-12lp', description: 'Intel(R) Iris(R) Xe' }));
+  assert.not.ok(hw({ vendor: 'google', architecture: 'swiftshader', description: 'SwiftShader' }));
+  assert.not.ok(hw({ vendor: 'mesa', description: 'llvmpipe (LLVM 15.0.6, 256 bits)' }));
+  assert.not.ok(hw({ description: 'Microsoft Basic Render Driver' }));
+  assert.not.ok(hw({ vendor: 'apple', description: 'Apple M2' }, true));
+  assert.is(describeAdapter({ info: { description: 'Apple M2' }, limits }).description, 'Apple M2');
+});
+
+test('on SwiftShader: where the adapter is hardware and CUDA is absent, the automatic choice is webgpu', () => {
+  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  // The probes answer as on a Mac: no CUDA, a hardware adapter (SwiftShader stands in for it).
+  const auto = `
+import('./model/backend.ts').then(async (b) => {
+  b.backendDrivers.torch.auto = async () => false;
+  b.backendDrivers.webgpu.auto = async () => true;
+  console.log('chose', await b.initBackend(), b.backendOnHost());
+}).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })`;
+  const r = node(['-e', auto], swiftShader);
+  assert.is(r.status, 0, r.err);
+  assert.match(r.out, /^chose webgpu false$/m);
+  assert.match(r.err, /rtjob model: TF\.js backend 'webgpu' \(SwiftShader.*\) \(automatic\)\n/);
+});
+
 test('on SwiftShader: the tiny checkpoint computes on webgpu as on cpu (logits, KV-cache decode, loss, gradients, one AdamW step)', () => {
   if (!swiftShader) return console.log('  skipped: no SwiftShader');
   const r = node(
