@@ -53,7 +53,7 @@ test('webgpu named where Dawn finds no adapter is a one-line error saying how to
 });
 
 test('on SwiftShader: webgpu starts when named, reads asynchronously, refuses sync reads of GPU data', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader (apt-get install chromium)');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const r = node(['-e', onWebGpu], { ...swiftShader, RTJOB_TF_BACKEND: 'webgpu' });
   assert.is(r.status, 0, r.err);
   assert.match(r.out, /using webgpu/);
@@ -71,7 +71,7 @@ test('on SwiftShader: webgpu starts when named, reads asynchronously, refuses sy
 });
 
 test('on SwiftShader: the software adapter is never chosen automatically', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const probe =
     "import('./model/backends/webgpu/dawn.ts').then(async (d) => { console.log(JSON.stringify(await d.probeWebGpu())); const b = await import('./model/backend.ts'); console.log('auto', await b.backendDrivers.webgpu.auto(), await b.initBackend()); })";
   const r = node(['-e', probe], swiftShader);
@@ -109,7 +109,7 @@ import('./model/backend.ts').then(async ({ compileKernelsAhead, initBackend, tf 
 }).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })`;
 
 test('on SwiftShader: kernels compile ahead of a pass, off the event loop, and the pass then runs as before', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const r = node(['-e', aheadScript], { ...swiftShader, RTJOB_TF_BACKEND: 'webgpu' });
   assert.is(r.status, 0, r.err);
   assert.match(r.out, /^waits true cached meanwhile 0 tensors left 0$/m);
@@ -140,7 +140,7 @@ test('adapters: a Metal, Vulkan or D3D12 GPU is hardware; software drivers and f
 });
 
 test('on SwiftShader: where the adapter is hardware and CUDA is absent, the automatic choice is webgpu', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   // The probes answer as on a Mac: no CUDA, a hardware adapter (SwiftShader stands in for it).
   const auto = `
 import('./model/backend.ts').then(async (b) => {
@@ -155,7 +155,7 @@ import('./model/backend.ts').then(async (b) => {
 });
 
 test('on SwiftShader: the tiny checkpoint computes on webgpu as on cpu (logits, KV-cache decode, loss, gradients, one AdamW step)', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const r = node(
     ['test/fixtures/model/backend-parity.ts', 'cpu', 'webgpu'],
     { ...swiftShader, RTJOB_QUIET_BACKEND: '1' },
@@ -182,7 +182,7 @@ test('on SwiftShader: the tiny checkpoint computes on webgpu as on cpu (logits, 
 });
 
 test('on SwiftShader: the builtin engine generates on webgpu the tokens it generates on cpu', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const r = node(
     ['test/fixtures/model/engine-parity.ts', 'cpu', 'webgpu'],
     { ...swiftShader, RTJOB_QUIET_BACKEND: '1' },

@@ -76,7 +76,7 @@ test('webgpu named where Dawn finds no adapter: the job fails at once with one l
 });
 
 test('on SwiftShader: rtjob submit -- train_ppo trains on webgpu (trainer, critic, reference), logs rewards, its weights move', async () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader (apt-get install chromium)');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const out = join(dir, 'out');
   const r = await sb.run(
     trainPpo('wg', out, ['--advantage-estimator', 'gae', '--init-kl-coef', '0.01']),
