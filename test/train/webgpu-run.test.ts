@@ -6,7 +6,7 @@
  * reference (KL) all train or compute on webgpu, reading every tensor asynchronously, and their
  * workers stay alive through the first passes' shader compilation (`compileKernelsAhead`).
  *
- * About 4-6 minutes on the 2-core CI machine (SwiftShader executes every kernel on the CPU).
+ * 268 s on the 2-core machine at load average ~9 (SwiftShader executes every kernel on the CPU).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,7 +29,7 @@ test.after(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** The README's command, small: 2 steps of 2 prompts x 2 samples, 16 new tokens. */
+/** The README's command, small: 2 steps of 2 prompts x 2 samples. */
 function trainPpo(jobId: string, savePath: string, extra: string[] = []): string[] {
   return [
     'submit',
@@ -49,8 +49,6 @@ function trainPpo(jobId: string, savePath: string, extra: string[] = []): string
     '4',
     '--micro-train-batch-size',
     '2',
-    '--generate-max-len',
-    '16',
     '--eval-dataset',
     '',
     '--save-path',
@@ -100,8 +98,10 @@ test('on SwiftShader: rtjob submit -- train_ppo trains on webgpu (trainer, criti
     const v = Object.fromEntries(row.split(',').map((x, i) => [cols[i], Number(x)]));
     for (const k of ['reward_mean', 'reward_std', 'policy_loss', 'value_loss', 'kl'])
       assert.ok(Number.isFinite(v[k]), `${k} = ${v[k]} in ${row}`);
-    assert.ok(v.grad_norm! > 0, `grad_norm ${v.grad_norm}`);
   }
+  // A step whose samples all scored alike may carry no gradient; the run as a whole does.
+  const norms = rows.map((row) => Number(row.split(',')[cols.indexOf('grad_norm')]));
+  assert.ok(Math.max(...norms) > 0, `grad_norm ${norms.join(', ')}`);
 
   // The saved policy (written from the webgpu trainer's weights) is not the shipped one.
   const before = readSafetensorsFile(join(shipped, 'model.safetensors')).tensors;
