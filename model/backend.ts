@@ -14,6 +14,7 @@ import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
 import { RtjobError } from '../runtime/errors.ts';
 import { readEnv, tfBackendNames } from '../runtime/env.ts';
+import { compileAhead } from './backends/webgpu/compile-ahead.ts';
 import { probeWebGpu, registerWebGpu, webGpuUnavailable } from './backends/webgpu/dawn.ts';
 import './wasm-kernels.ts';
 // The `torch` backend (libtorch addon): registered here, built and loaded only when selected.
@@ -57,6 +58,11 @@ export interface BackendDriver {
    * and reads asynchronously.
    */
   readonly onHost: boolean;
+  /**
+   * Compiles the kernels of a pass without running them, off the event loop, where the backend
+   * would otherwise compile them inside the op calls (webgpu; see {@link compileKernelsAhead}).
+   */
+  compileAhead?(site: string, pass: () => void): Promise<void> | undefined;
 }
 
 /** The wasm backend's heap limit: 32-bit addresses (Emscripten's `getHeapMax`). */
@@ -114,6 +120,7 @@ export const backendDrivers: Record<BackendName, BackendDriver> = {
       where: "the GPU's buffers",
     }),
     onHost: false,
+    compileAhead,
   },
   wasm: {
     async start() {
@@ -267,6 +274,26 @@ export function backendOnHost(): boolean {
 export async function readToHost(tensors: Iterable<tf.Tensor>): Promise<void> {
   if (backendOnHost()) return;
   await Promise.all(Array.from(tensors, (t) => t.data()));
+}
+
+/**
+ * Compiles the kernels that `pass` calls without running them, where the current backend would
+ * compile them synchronously inside its op calls (webgpu: hundreds of pipelines at a training
+ * step's first pass, tens of seconds on a software adapter, during which a worker's event loop
+ * answers no heartbeat). `site` names the call site: once one of its passes finds every kernel
+ * compiled, its later passes are not compiled ahead. Returns a promise to await before running the pass for real, or
+ * undefined when there is nothing to wait for (every other backend, and webgpu once the pass's
+ * kernels are compiled): then the pass may run at once, in the same turn.
+ *
+ * `pass` must change nothing but the tensors it creates, which are freed, and read nothing back.
+ *
+ * @example
+ * const ahead = compileKernelsAhead('forward', () => void forward());
+ * if (ahead) await ahead;
+ * const out = forward();
+ */
+export function compileKernelsAhead(site: string, pass: () => void): Promise<void> | undefined {
+  return currentDriver()?.compileAhead?.(site, pass);
 }
 
 const gib = (b: number): string => (b / 2 ** 30).toFixed(2);

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { tf } from './backend.ts';
+import { compileKernelsAhead, tf } from './backend.ts';
 import { checkSequenceLength, type CausalLM, type LayerKV } from './llama.ts';
 import { ModelError } from './errors.ts';
 
@@ -126,6 +126,13 @@ export async function prefillAsync(
   model: CausalLM,
   prompts: number[][],
 ): Promise<{ cache: BatchKVCache; logits: Float32Array }> {
+  // On webgpu, the first prefill would compile its kernels inside this synchronous pass.
+  const ahead = compileKernelsAhead('prefill', () => {
+    const p = prefillPass(model, prompts);
+    p.cache.dispose();
+    p.logits.dispose();
+  });
+  if (ahead) await ahead;
   const { cache, logits } = prefillPass(model, prompts);
   try {
     return { cache, logits: await read(logits) };
@@ -213,15 +220,37 @@ export function decodeStep(model: CausalLM, cache: BatchKVCache, tokens: number[
 }
 
 /** {@link decodeStep} that reads the logits asynchronously (see {@link prefillAsync}). */
-export function decodeStepAsync(
+export async function decodeStepAsync(
   model: CausalLM,
   cache: BatchKVCache,
   tokens: number[],
 ): Promise<Float32Array> {
+  const ahead = compileKernelsAhead('decode', () => {
+    const p = decodeForward(model, cache, tokens);
+    p.layers.forEach((l) => (l.k.dispose(), l.v.dispose()));
+    p.logits.dispose();
+  });
+  if (ahead) await ahead;
   return read(decodePass(model, cache, tokens));
 }
 
 function decodePass(model: CausalLM, cache: BatchKVCache, tokens: number[]): tf.Tensor {
+  const { layers, logits } = decodeForward(model, cache, tokens);
+  for (const l of cache.layers) {
+    l.k.dispose();
+    l.v.dispose();
+  }
+  cache.layers = layers;
+  cache.lens = cache.lens.map((l) => l + 1);
+  return logits;
+}
+
+/** One decode step's present keys/values and logits; the cache is left as it was. */
+function decodeForward(
+  model: CausalLM,
+  cache: BatchKVCache,
+  tokens: number[],
+): { layers: LayerKV[]; logits: tf.Tensor } {
   const B = cache.batchSize;
   if (tokens.length !== B)
     throw new ModelError('MODEL_INPUT', `decodeStep: ${tokens.length} tokens for ${B} rows`);
@@ -244,13 +273,7 @@ function decodePass(model: CausalLM, cache: BatchKVCache, tokens: number[]): tf.
     logits = tf.keep(lmHead(model, out.hidden));
     return out.present!;
   });
-  for (const l of cache.layers) {
-    l.k.dispose();
-    l.v.dispose();
-  }
-  cache.layers = layers;
-  cache.lens = cache.lens.map((l) => l + 1);
-  return logits!;
+  return { layers, logits: logits! };
 }
 
 /** Logits of the last position of each sequence by recomputing the whole prefix (no cache). */

@@ -376,6 +376,11 @@ export class CausalLM {
     this.lora = undefined;
   }
 
+  /** Whether an adapter takes part in the forward pass now (false inside {@link withoutLora}). */
+  get loraActive(): boolean {
+    return this.lora !== undefined && this.loraOn;
+  }
+
   /** Runs `fn` with the adapter left out of the forward pass: the base model's outputs. */
   withoutLora<T>(fn: () => T): T {
     const was = this.loraOn;

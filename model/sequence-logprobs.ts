@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { tf } from './backend.ts';
+import { compileKernelsAhead, tf } from './backend.ts';
 import { padBatch } from './batches.ts';
 import type { CausalLM } from './llama.ts';
 import { tokenStats } from './training.ts';
@@ -22,10 +22,11 @@ export interface SequenceLogprobs {
  * `Trajectory`: entry i is log p(token i | tokens < i); entry 0 is 0. Sequences are processed in
  * micro-batches of `microBatchSize` rows.
  *
- * Every micro-batch is computed before this returns (synchronously, so a `withoutLora` around
- * the call covers all of them, and a bad input throws at once); the results are then read back
- * in one asynchronous round trip, which is what a backend that keeps tensors on a device
- * (webgpu) needs: it cannot read them synchronously.
+ * Every micro-batch is computed in one synchronous run, with the adapter in or out of the
+ * forward pass as it is when this is called (a `withoutLora` around the call covers all of them,
+ * even where the run waits for the backend to compile its kernels first: `compileKernelsAhead`);
+ * the results are then read back in one asynchronous round trip, which is what a backend that
+ * keeps tensors on a device (webgpu) needs: it cannot read them synchronously.
  */
 export function forwardLogprobs(
   model: CausalLM,
@@ -38,10 +39,41 @@ export function forwardLogprobs(
     padId?: number;
   } = {},
 ): Promise<SequenceLogprobs> {
+  const site = `logprobs${opts.entropy ? ' entropy' : ''}${opts.values ? ' values' : ''}`;
+  const ahead = compileKernelsAhead(site, () =>
+    computeChunks(model, seqs, opts).forEach((c) => c.out.dispose()),
+  );
+  if (!ahead) return readSequenceLogprobs(seqs, computeChunks(model, seqs, opts), opts);
+  // After the wait the adapter is back in the forward pass unless this call began without it.
+  const base = model.lora !== undefined && !model.loraActive;
+  return ahead.then(() => {
+    const run = (): Chunk[] => computeChunks(model, seqs, opts);
+    return readSequenceLogprobs(seqs, base ? model.withoutLora(run) : run(), opts);
+  });
+}
+
+/** A micro-batch's first row, its width T and one tensor [lp | ent | val] of [B, T-1] each. */
+interface Chunk {
+  start: number;
+  T: number;
+  out: tf.Tensor;
+}
+
+/** Every micro-batch's outputs, computed now; all freed if one throws. */
+function computeChunks(
+  model: CausalLM,
+  seqs: number[][],
+  opts: {
+    temperature?: number;
+    entropy?: boolean;
+    values?: boolean;
+    microBatchSize?: number;
+    padId?: number;
+  },
+): Chunk[] {
   const mb = opts.microBatchSize ?? 16;
   const pad = opts.padId ?? 0;
-  // Per micro-batch: its first row, its width T and one tensor [lp | ent | val] of [B, T-1] each.
-  const chunks: { start: number; T: number; out: tf.Tensor }[] = [];
+  const chunks: Chunk[] = [];
   try {
     for (let i = 0; i < seqs.length; i += mb) {
       const chunk = seqs.slice(i, i + mb);
@@ -62,12 +94,12 @@ export function forwardLogprobs(
     chunks.forEach((c) => c.out.dispose());
     throw e;
   }
-  return readSequenceLogprobs(seqs, chunks, opts);
+  return chunks;
 }
 
 async function readSequenceLogprobs(
   seqs: number[][],
-  chunks: { start: number; T: number; out: tf.Tensor }[],
+  chunks: Chunk[],
   opts: { entropy?: boolean; values?: boolean },
 ): Promise<SequenceLogprobs> {
   let data: Float32Array[];

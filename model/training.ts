@@ -9,7 +9,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { assertBackendRoom, readToHost, tf } from './backend.ts';
+import { assertBackendRoom, compileKernelsAhead, readToHost, tf } from './backend.ts';
 import { adamwImpls, sumOfSquaresImpls, targetLogprobImpls } from './backend-ops.ts';
 import { readCheckpointWeights, saveModel, type SaveModelOptions } from './checkpoint.ts';
 import type { CausalLM } from './llama.ts';
@@ -173,6 +173,9 @@ function assignFree(dst: tf.Variable, t: tf.Tensor): void {
  * for (const mb of microBatches) trainer.accumulate(() => lossOf(mb));
  * trainer.step();   // averages the micro-batch gradients, clips, applies AdamW
  */
+/** Numbers each {@link ModelTrainer}'s call site for `compileKernelsAhead` (its loss is its own). */
+let trainers = 0;
+
 export class ModelTrainer {
   readonly model: CausalLM;
   readonly options: TrainerOptions;
@@ -185,6 +188,7 @@ export class ModelTrainer {
   private readonly v = new Map<string, tf.Variable>();
   private acc = new Map<string, tf.Tensor>();
   private accCount = 0;
+  private readonly kernelSite = `training pass ${++trainers}`;
 
   constructor(model: CausalLM, options: TrainerOptions) {
     this.model = model;
@@ -249,6 +253,9 @@ export class ModelTrainer {
     lossFn: (() => tf.Scalar) | (() => { loss: tf.Scalar; extras: tf.Tensor }),
     read?: (extras: Float32Array) => T,
   ): Promise<number | { loss: number; extras: T }> {
+    // On webgpu, a pass's first run would compile its kernels inside this synchronous call.
+    const ahead = compileKernelsAhead(this.kernelSite, () => void this.backward(lossFn));
+    if (ahead) await ahead;
     const pass = this.backward(lossFn);
     let values: Float32Array;
     try {

@@ -53,7 +53,7 @@ test('webgpu named where Dawn finds no adapter is a one-line error saying how to
 });
 
 test('on SwiftShader: webgpu starts when named, reads asynchronously, refuses sync reads of GPU data', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader (apt-get install chromium)');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const r = node(['-e', onWebGpu], { ...swiftShader, RTJOB_TF_BACKEND: 'webgpu' });
   assert.is(r.status, 0, r.err);
   assert.match(r.out, /using webgpu/);
@@ -71,7 +71,7 @@ test('on SwiftShader: webgpu starts when named, reads asynchronously, refuses sy
 });
 
 test('on SwiftShader: the software adapter is never chosen automatically', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const probe =
     "import('./model/backends/webgpu/dawn.ts').then(async (d) => { console.log(JSON.stringify(await d.probeWebGpu())); const b = await import('./model/backend.ts'); console.log('auto', await b.backendDrivers.webgpu.auto(), await b.initBackend()); })";
   const r = node(['-e', probe], swiftShader);
@@ -85,8 +85,77 @@ test('on SwiftShader: the software adapter is never chosen automatically', () =>
   assert.match(r.out, /auto false wasm/);
 });
 
+// A pass compiled ahead: nothing runs, its pipelines compile asynchronously and are kept out of
+// the cache until done (a real pass meanwhile compiles its own); then the pass runs for real.
+const aheadScript = `
+import('./model/backend.ts').then(async ({ compileKernelsAhead, initBackend, tf }) => {
+  await initBackend();
+  const cache = tf.backend().pipelineCache;
+  const x = tf.tensor2d([[1, 2], [3, 4]]);
+  const pass = () => tf.sum(tf.exp(tf.matMul(x, x)), 1);
+  const n0 = Object.keys(cache).length;
+  const t0 = tf.memory().numTensors;
+  const ahead = compileKernelsAhead('t', () => void pass());
+  console.log('waits', ahead instanceof Promise, 'cached meanwhile', Object.keys(cache).length - n0, 'tensors left', tf.memory().numTensors - t0);
+  console.log('during', Array.from(await tf.neg(tf.add(x, 1)).data()).join(','));
+  await ahead;
+  const compiled = Object.keys(cache).length - n0;
+  console.log('compiled', compiled, 'unfinished', Object.values(cache).filter((p) => p instanceof Promise).length);
+  console.log('runs', Array.from(await pass().data()).map((v) => v.toPrecision(6)).join(','));
+  console.log('again', compileKernelsAhead('t', () => void pass()), 'new', Object.keys(cache).length - n0 - compiled);
+  console.log('warm', compileKernelsAhead('t', () => { throw new Error('not run'); }));
+  try { compileKernelsAhead('u', () => { tf.relu(x); throw new Error('bad input'); }); } catch (e) { console.log('throws', e.message); }
+  console.log('after', Array.from(await tf.relu(tf.neg(x)).data()).join(','), 'unfinished', Object.values(cache).filter((p) => p instanceof Promise).length);
+}).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })`;
+
+test('on SwiftShader: kernels compile ahead of a pass, off the event loop, and the pass then runs as before', () => {
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
+  const r = node(['-e', aheadScript], { ...swiftShader, RTJOB_TF_BACKEND: 'webgpu' });
+  assert.is(r.status, 0, r.err);
+  assert.match(r.out, /^waits true cached meanwhile 0 tensors left 0$/m);
+  assert.match(r.out, /^during -2,-3,-4,-5$/m);
+  const compiled = Number(/^compiled (\d+) unfinished 0$/m.exec(r.out)?.[1]);
+  assert.ok(compiled >= 3, r.out);
+  // exp([[7, 10], [15, 22]]) summed per row
+  assert.match(r.out, /^runs 23123\.1,3\.58818e\+9$/m);
+  assert.match(r.out, /^again undefined new 0$/m);
+  assert.match(r.out, /^warm undefined$/m);
+  assert.match(r.out, /^throws bad input$/m);
+  assert.match(r.out, /^after 0,0,0,0 unfinished 0$/m);
+});
+
+test('adapters: a Metal, Vulkan or D3D12 GPU is hardware; software drivers and fallback adapters are not', async () => {
+  const { describeAdapter } = await import('../../model/backends/webgpu/dawn.ts');
+  const limits = { maxStorageBufferBindingSize: 2 ** 30 };
+  const hw = (info: Record<string, unknown>, isFallbackAdapter?: boolean): boolean =>
+    describeAdapter({ info, limits, ...(isFallbackAdapter ? { isFallbackAdapter } : {}) }).hardware;
+  assert.ok(hw({ vendor: 'apple', architecture: 'metal-3', description: 'Apple M2' }));
+  assert.ok(hw({ vendor: 'nvidia', architecture: 'ada-lovelace', device: 'NVIDIA RTX 4090' }));
+  assert.ok(hw({ vendor: 'intel', architecture: 'gen-12lp', description: 'Intel(R) Iris(R) Xe' }));
+  assert.not.ok(hw({ vendor: 'google', architecture: 'swiftshader', description: 'SwiftShader' }));
+  assert.not.ok(hw({ vendor: 'mesa', description: 'llvmpipe (LLVM 15.0.6, 256 bits)' }));
+  assert.not.ok(hw({ description: 'Microsoft Basic Render Driver' }));
+  assert.not.ok(hw({ vendor: 'apple', description: 'Apple M2' }, true));
+  assert.is(describeAdapter({ info: { description: 'Apple M2' }, limits }).description, 'Apple M2');
+});
+
+test('on SwiftShader: where the adapter is hardware and CUDA is absent, the automatic choice is webgpu', () => {
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
+  // The probes answer as on a Mac: no CUDA, a hardware adapter (SwiftShader stands in for it).
+  const auto = `
+import('./model/backend.ts').then(async (b) => {
+  b.backendDrivers.torch.auto = async () => false;
+  b.backendDrivers.webgpu.auto = async () => true;
+  console.log('chose', await b.initBackend(), b.backendOnHost());
+}).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })`;
+  const r = node(['-e', auto], swiftShader);
+  assert.is(r.status, 0, r.err);
+  assert.match(r.out, /^chose webgpu false$/m);
+  assert.match(r.err, /rtjob model: TF\.js backend 'webgpu' \(SwiftShader.*\) \(automatic\)\n/);
+});
+
 test('on SwiftShader: the tiny checkpoint computes on webgpu as on cpu (logits, KV-cache decode, loss, gradients, one AdamW step)', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const r = node(
     ['test/fixtures/model/backend-parity.ts', 'cpu', 'webgpu'],
     { ...swiftShader, RTJOB_QUIET_BACKEND: '1' },
@@ -113,7 +182,7 @@ test('on SwiftShader: the tiny checkpoint computes on webgpu as on cpu (logits, 
 });
 
 test('on SwiftShader: the builtin engine generates on webgpu the tokens it generates on cpu', () => {
-  if (!swiftShader) return console.log('  skipped: no SwiftShader');
+  assert.ok(swiftShader, 'no SwiftShader: install Debian chromium (apt-get install chromium)');
   const r = node(
     ['test/fixtures/model/engine-parity.ts', 'cpu', 'webgpu'],
     { ...swiftShader, RTJOB_QUIET_BACKEND: '1' },

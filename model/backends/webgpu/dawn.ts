@@ -127,7 +127,13 @@ function dawn(): Promise<{ gpu: Gpu; adapter: Adapter | null } | undefined> {
   return gpu;
 }
 
-function describe(adapter: Adapter): WebGpuAdapter {
+/**
+ * An adapter as the log line and the automatic choice see it: software drivers (SwiftShader,
+ * llvmpipe, lavapipe, Microsoft's basic renderer) and fallback adapters are not hardware.
+ */
+export function describeAdapter(
+  adapter: Pick<Adapter, 'info' | 'isFallbackAdapter' | 'limits'>,
+): WebGpuAdapter {
   const i = adapter.info ?? {};
   const name = i.description || i.device || 'unnamed adapter';
   const detail = [i.vendor, i.architecture].filter(Boolean).join(', ');
@@ -154,7 +160,7 @@ export async function probeWebGpu(
 ): Promise<WebGpuAdapter | undefined> {
   if (opts.quiet && !vulkanLoaderPresent()) return undefined;
   const d = await dawn();
-  return d?.adapter ? describe(d.adapter) : undefined;
+  return d?.adapter ? describeAdapter(d.adapter) : undefined;
 }
 
 const installWebGpu = () => peerInstallCommand('webgpu', '@tensorflow/tfjs-backend-webgpu');
