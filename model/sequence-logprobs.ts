@@ -17,6 +17,15 @@ export interface SequenceLogprobs {
   values?: number[][];
 }
 
+/** Options of {@link forwardLogprobs}. */
+export interface ForwardLogprobsOptions {
+  temperature?: number;
+  entropy?: boolean;
+  values?: boolean;
+  microBatchSize?: number;
+  padId?: number;
+}
+
 /**
  * Logprobs (and optionally entropy / values) of given sequences, without gradients, aligned with
  * `Trajectory`: entry i is log p(token i | tokens < i); entry 0 is 0. Sequences are processed in
@@ -31,13 +40,7 @@ export interface SequenceLogprobs {
 export function forwardLogprobs(
   model: CausalLM,
   seqs: number[][],
-  opts: {
-    temperature?: number;
-    entropy?: boolean;
-    values?: boolean;
-    microBatchSize?: number;
-    padId?: number;
-  } = {},
+  opts: ForwardLogprobsOptions = {},
 ): Promise<SequenceLogprobs> {
   const site = `logprobs${opts.entropy ? ' entropy' : ''}${opts.values ? ' values' : ''}`;
   const ahead = compileKernelsAhead(site, () =>
@@ -60,17 +63,7 @@ interface Chunk {
 }
 
 /** Every micro-batch's outputs, computed now; all freed if one throws. */
-function computeChunks(
-  model: CausalLM,
-  seqs: number[][],
-  opts: {
-    temperature?: number;
-    entropy?: boolean;
-    values?: boolean;
-    microBatchSize?: number;
-    padId?: number;
-  },
-): Chunk[] {
+function computeChunks(model: CausalLM, seqs: number[][], opts: ForwardLogprobsOptions): Chunk[] {
   const mb = opts.microBatchSize ?? 16;
   const pad = opts.padId ?? 0;
   const chunks: Chunk[] = [];
