@@ -8,6 +8,7 @@
 import OpenAI from 'openai';
 import type { Test } from 'uvu';
 
+import type { Sample } from '../../agents/types.ts';
 import { SimulatedEngine } from '../../engines/simulated/simulated-engine.ts';
 import type { GenerateRequest } from '../../engines/types.ts';
 import { Gateway, type GatewayOptions } from '../../gateway/server.ts';
@@ -187,4 +188,16 @@ export function hermesCall(name: string, args: Record<string, unknown>): string 
       .replace(/{ /g, '{')
       .replace(/ }/g, '}');
   return `<tool_call>{"name": "${name}", "arguments": ${json(args)}}</tool_call>`;
+}
+
+/** One sample asking the tool model's question ("What is 2+3?"), for a single episode. */
+export function addSample(): Sample {
+  return {
+    index: 0,
+    prompt: 'What is 2+3?',
+    promptIds: [],
+    nSamples: 1,
+    groupId: 'g0',
+    record: {},
+  };
 }

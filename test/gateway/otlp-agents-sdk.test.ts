@@ -18,22 +18,21 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { z } from 'zod';
 import { runGatewayEpisode } from '../../agents/agent-executor.ts';
-import type { AgentFunction, Sample } from '../../agents/types.ts';
+import type { AgentFunction } from '../../agents/types.ts';
 import { spansFromAgentsSdk } from '../../gateway/agents-sdk-traces.ts';
 import { traceLines, traceTree, usageMismatch, type TraceNode } from '../../runtime/agent-trace.ts';
-import { addToolModel, compactToolTemplate, suiteGateway, tokenizerWith } from './helpers.ts';
+import {
+  addSample,
+  addToolModel,
+  compactToolTemplate,
+  suiteGateway,
+  tokenizerWith,
+} from './helpers.ts';
 
 const tok = tokenizerWith(compactToolTemplate);
 const { engine } = addToolModel(tok);
 const gateway = suiteGateway(test, { engine, tokenizer: tok });
-const sample: Sample = {
-  index: 0,
-  prompt: 'What is 2+3?',
-  promptIds: [],
-  nSamples: 1,
-  groupId: 'g0',
-  record: {},
-};
+const sample = addSample();
 
 // What an agent file sets up once: the SDK's exporter, sending to the gateway. Every episode's
 // gateway has the same base URL; the key is each run's own.

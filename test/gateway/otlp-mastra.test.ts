@@ -7,12 +7,17 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { runGatewayEpisode } from '../../agents/agent-executor.ts';
-import type { Sample } from '../../agents/types.ts';
 import { EpisodeTrace } from '../../gateway/episode-trace.ts';
 import type { OtlpSpan } from '../../gateway/otlp.ts';
 import { traceLines, traceTree, usageMismatch, type TraceNode } from '../../runtime/agent-trace.ts';
 import { mastraAgent } from '../fixtures/agents/mastra-agent.ts';
-import { addToolModel, compactToolTemplate, suiteGateway, tokenizerWith } from './helpers.ts';
+import {
+  addSample,
+  addToolModel,
+  compactToolTemplate,
+  suiteGateway,
+  tokenizerWith,
+} from './helpers.ts';
 
 const tok = tokenizerWith(compactToolTemplate);
 const gateway = suiteGateway(test, {
@@ -20,14 +25,7 @@ const gateway = suiteGateway(test, {
     .engine,
   tokenizer: tok,
 });
-const sample: Sample = {
-  index: 0,
-  prompt: 'What is 2+3?',
-  promptIds: [],
-  nSamples: 1,
-  groupId: 'g0',
-  record: {},
-};
+const sample = addSample();
 
 const spanNodes = (nodes: TraceNode[]): Extract<TraceNode, { kind: 'span' }>[] =>
   nodes.flatMap((n) => (n.kind === 'span' ? [n, ...spanNodes(n.children)] : []));

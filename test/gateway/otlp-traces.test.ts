@@ -14,7 +14,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { z } from 'zod';
 import { runGatewayEpisode } from '../../agents/agent-executor.ts';
-import type { AgentFunction, Sample } from '../../agents/types.ts';
+import type { AgentFunction } from '../../agents/types.ts';
 import type { Trajectory } from '../../algorithms/trajectory.ts';
 import { EpisodeTrace, traceLimits } from '../../gateway/episode-trace.ts';
 import { spansFromProtobuf } from '../../gateway/otlp.ts';
@@ -25,7 +25,13 @@ import {
   usageMismatch,
   type TraceNode,
 } from '../../runtime/agent-trace.ts';
-import { addToolModel, compactToolTemplate, suiteGateway, tokenizerWith } from './helpers.ts';
+import {
+  addSample,
+  addToolModel,
+  compactToolTemplate,
+  suiteGateway,
+  tokenizerWith,
+} from './helpers.ts';
 
 // As a Node agent's OpenTelemetry setup does (NodeSDK, NodeTracerProvider.register()): spans
 // started inside an active span are its children.
@@ -34,14 +40,7 @@ context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
 const tok = tokenizerWith(compactToolTemplate);
 const { engine } = addToolModel(tok);
 const gateway = suiteGateway(test, { engine, tokenizer: tok });
-const sample: Sample = {
-  index: 0,
-  prompt: 'What is 2+3?',
-  promptIds: [],
-  nSamples: 1,
-  groupId: 'g0',
-  record: {},
-};
+const sample = addSample();
 
 const episode = (agent: AgentFunction): Promise<Trajectory[]> =>
   runGatewayEpisode(sample, {
