@@ -22,6 +22,7 @@ import {
 import { matMul, matMulNoGrad } from './matmul.ts';
 import { defaultHeadChunkTokens } from './memory.ts';
 import { recomputeGrads } from './recompute.ts';
+import { rmsNormOp, rmsNormValue, swigluOp, swigluValue } from './layer-ops.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
 import type { LoraAdapter, LoraConfig } from './lora-adapter.ts';
@@ -424,24 +425,48 @@ export class CausalLM {
   /** The product used by the current forward pass (custom gradient only when training). */
   private mm: (a: tf.Tensor, b: tf.Tensor, tA?: boolean, tB?: boolean) => tf.Tensor = matMul;
 
-  /** The current forward pass is built for differentiation (the adapter's dropout applies). */
-  private training = false;
+  /**
+   * The number of the current forward pass when it is built for differentiation (the adapter's
+   * dropout applies, seeded by it, so a recomputed layer draws the masks its forward drew; the
+   * layer's composite ops run as single ops), or 0 for an inference pass. Counted per model.
+   */
+  private trainingPass = 0;
+  private trainingPasses = 0;
+
+  /** `this.training` of the current pass. */
+  private get training(): boolean {
+    return this.trainingPass > 0;
+  }
+
+  /** Runs `fn` as part of training pass `pass` (a checkpointed layer's recomputation). */
+  private inTrainingPass<T>(pass: number, fn: () => T): T {
+    const [was, mm] = [this.trainingPass, this.mm];
+    this.trainingPass = pass;
+    this.mm = matMul;
+    try {
+      return fn();
+    } finally {
+      this.trainingPass = was;
+      this.mm = mm;
+    }
+  }
 
   private linear(x: tf.Tensor, name: string, bias?: string): tf.Tensor {
     const w = this.p(name);
     const shape = x.shape;
     const flat = tf.reshape(x, [-1, shape[shape.length - 1]!]);
     const adapted = this.loraOn
-      ? this.lora?.linear(flat, w, name, this.mm, this.training)
+      ? this.lora?.linear(flat, w, name, this.mm, this.trainingPass)
       : undefined;
     let y: tf.Tensor = adapted ?? this.mm(flat, w);
     if (bias && this.params.has(bias)) y = tf.add(y, this.p(bias));
     return tf.reshape(y, [...shape.slice(0, -1), w.shape[1]!]);
   }
 
+  /** RMSNorm; in a training pass one op that keeps only its input (model/layer-ops.ts). */
   private rmsNorm(x: tf.Tensor, name: string): tf.Tensor {
-    const variance = tf.mean(tf.square(x), -1, true);
-    return tf.mul(tf.mul(x, tf.rsqrt(tf.add(variance, this.config.rms_norm_eps))), this.p(name));
+    const norm = this.training ? rmsNormOp : rmsNormValue;
+    return norm(x, this.p(name), this.config.rms_norm_eps);
   }
 
   /**
@@ -471,12 +496,12 @@ export class CausalLM {
    */
   forward(ids: tf.Tensor2D, opts: ForwardOptions = {}): ForwardOutput {
     this.mm = opts.grad === false ? matMulNoGrad : matMul;
-    this.training = opts.grad !== false;
+    this.trainingPass = opts.grad === false ? 0 : ++this.trainingPasses;
     try {
       return this.forwardImpl(ids, opts);
     } finally {
       this.mm = matMul;
-      this.training = false;
+      this.trainingPass = 0;
     }
   }
 
@@ -516,8 +541,14 @@ export class CausalLM {
     const checkpoint =
       this.gradientCheckpointing && opts.grad !== false && !past && !opts.returnPresent;
     let h: tf.Tensor = embedLookup(this.p('model.embed_tokens.weight') as tf.Tensor2D, ids);
-    for (let l = 0; l < c.num_hidden_layers; l++)
-      h = checkpoint ? this.checkpointedLayer(l, h, ctx) : this.decoderLayer(l, h, ctx);
+    for (let l = 0; l < c.num_hidden_layers; l++) {
+      // A layer's intermediates go when it ends, but those its ops saved for the gradient (a
+      // cache it fills outlives it: no scope then).
+      const layerIn = h;
+      if (checkpoint) h = this.checkpointedLayer(l, layerIn, ctx);
+      else if (ctx.present) h = this.decoderLayer(l, layerIn, ctx);
+      else h = tf.tidy(() => this.decoderLayer(l, layerIn, ctx));
+    }
     const hidden = this.rmsNorm(h, 'model.norm.weight') as tf.Tensor3D;
     const out: ForwardOutput = { hidden };
     if (opts.logits !== false) {
@@ -620,7 +651,8 @@ export class CausalLM {
     // Gate and up as two products: splitting one fused product's output costs more on wasm.
     const gate = this.linear(y, `${pre}mlp.gate_proj.weight`);
     const up = this.linear(y, `${pre}mlp.up_proj.weight`);
-    const act = tf.reshape(tf.mul(tf.mul(gate, tf.sigmoid(gate)), up), [B, T, c.intermediate_size]);
+    const swiglu = this.training ? swigluOp : swigluValue;
+    const act = tf.reshape(swiglu(gate, up), [B, T, c.intermediate_size]);
     return tf.add(r, this.linear(act, `${pre}mlp.down_proj.weight`));
   }
 
@@ -646,6 +678,7 @@ export class CausalLM {
    */
   private checkpointedLayer(l: number, h: tf.Tensor, ctx: LayerInputs): tf.Tensor {
     const vars = this.layerVariables(l);
+    const pass = this.trainingPass;
     const fn = tf.customGrad(((...args: (tf.Tensor | tf.GradSaveFunc)[]) => {
       const save = args[args.length - 1] as tf.GradSaveFunc;
       const x = args[0] as tf.Tensor;
@@ -656,7 +689,9 @@ export class CausalLM {
         gradFunc: (dy: tf.Tensor, saved: tf.Tensor[]) => {
           const [x0, cos, sin, bias] = saved as [tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor];
           const again: LayerInputs = { ...ctx, cos, sin, bias };
-          const grads = recomputeGrads(() => this.decoderLayer(l, x0, again), [x0, ...vars], dy);
+          const grads = this.inTrainingPass(pass, () =>
+            recomputeGrads(() => this.decoderLayer(l, x0, again), [x0, ...vars], dy),
+          );
           // The layer's input (this op's copy of it) and its output's gradient are read by no
           // other layer: freed now, not when the whole backward pass ends.
           tf.dispose([x0, dy]);

@@ -98,7 +98,9 @@ export class LoraLayers {
   /**
    * The adapted product `x·W + (alpha / r)·(x·A)·B` of `x` (`[N, in]`) with the frozen base
    * weight `w` of `weightName` (an HF weight name), `[N, out]`, or undefined when the module is
-   * not adapted. `train` applies the adapter's dropout to the adapter's input; without dropout
+   * not adapted. In a training pass (`trainingPass` > 0, the model's count of its passes) the
+   * adapter's dropout applies to the adapter's input, its masks seeded by the pass and module so a
+   * recomputed layer draws the same ones; without dropout
    * the product is one differentiable op that keeps `x` and the rank-sized `(alpha / r)·x·A` for
    * its gradient, where the composed products keep `x·W` and the update besides (the sum's
    * inputs: two tensors of the output's width per adapted linear). Its gradients in `x`, A and B
@@ -109,7 +111,7 @@ export class LoraLayers {
     w: tf.Tensor,
     weightName: string,
     mm: MatMul,
-    train: boolean,
+    trainingPass: number,
   ): tf.Tensor | undefined {
     const module = weightName.endsWith('.weight') ? weightName.slice(0, -'.weight'.length) : '';
     if (!this.modules.has(module)) return undefined;
@@ -117,7 +119,10 @@ export class LoraLayers {
     const b = this.vars.get(peftTensorName(module, 'B'))!;
     const p = this.config.dropout;
     const scale = this.config.alpha / this.config.r;
-    if (train && p > 0) return tf.add(mm(x, w), mm(tf.mul(mm(tf.dropout(x, p), a), scale), b));
+    if (trainingPass > 0 && p > 0) {
+      const dropped = tf.dropout(x, p, undefined, `${trainingPass}/${module}`);
+      return tf.add(mm(x, w), mm(tf.mul(mm(dropped, a), scale), b));
+    }
     const fn = tf.customGrad(((
       xT: tf.Tensor,
       aT: tf.Tensor,

@@ -21,6 +21,7 @@ import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
 import { learningRate, type LrScheduleOptions } from './lr-schedule.ts';
+import { freeingGrads } from './recompute.ts';
 
 export { padBatch, type PaddedBatch } from './batches.ts';
 
@@ -301,7 +302,8 @@ export class ModelTrainer {
   } {
     const vars = this.names.map((n) => this.vars.get(n)!);
     let extras: tf.Tensor | undefined;
-    const { value, grads } = tf.variableGrads(() => {
+    // The walk frees each activation once its gradient has used it (model/recompute.ts).
+    const { value, grads } = freeingGrads(() => {
       const r = lossFn();
       if (r instanceof tf.Tensor) return r;
       extras = tf.keep(r.extras);
@@ -312,8 +314,18 @@ export class ModelTrainer {
     ) as tf.Tensor1D;
     value.dispose();
     extras?.dispose();
-    // Gradients are keyed by variable name, which carries a per-model suffix (see llama.ts).
-    return { values, grads: new Map(Object.entries(grads)) };
+    // Gradients are keyed by variable name, which carries a per-model suffix (see llama.ts); a
+    // variable the loss does not reach has none (the accumulator gives it zeros when asked).
+    const byName = new Map<string, tf.Tensor>();
+    grads.forEach((g, i) => g && byName.set(vars[i]!.name, g));
+    if (byName.size === 0 && vars.length > 0) {
+      values.dispose();
+      throw new ModelError(
+        'MODEL_INPUT',
+        'the training loss does not depend on any trained parameter',
+      );
+    }
+    return { values, grads: byName };
   }
 
   /** Adds one pass's gradients (keyed by variable name) to the accumulator. */
