@@ -83,8 +83,10 @@ async function measure(mode: string, layers: number, tokens: number): Promise<Ro
     'int32',
   );
   const mask = tf.onesLike(ids).toFloat() as typeof ids;
-  // The step's own peak: reset the kernel's high-water mark after building the model (random init
-  // in JS peaks above what the step holds), read it after the step.
+  // The step's own peak: collect the JS garbage of building the model (its random init runs in
+  // JS; a loaded checkpoint leaves other garbage) and reset the kernel's high-water mark (the
+  // init peaks above what the step holds), then read it after the step.
+  (globalThis as { gc?: () => void }).gc?.();
   writeFileSync('/proc/self/clear_refs', '5');
   const rssAtStep = process.memoryUsage().rss;
   const t0 = performance.now();
@@ -132,11 +134,15 @@ const rows: Row[] = [];
 for (const layers of depths) {
   for (const mode of modes) {
     process.stderr.write(`  ${mode}, ${layers} layers, ${tokens} tokens ...\n`);
-    const r = spawnSync(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url)], {
-      env: { ...process.env, BENCH_MEMORY_ROW: `${mode}:${layers}:${tokens}` },
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const r = spawnSync(
+      process.execPath,
+      ['--expose-gc', '--import', 'tsx', fileURLToPath(import.meta.url)],
+      {
+        env: { ...process.env, BENCH_MEMORY_ROW: `${mode}:${layers}:${tokens}` },
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     const line = r.stdout.split('\n').find((l) => l.startsWith('RESULT '));
     if (!line) {
       process.stderr.write(

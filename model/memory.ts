@@ -5,19 +5,20 @@
  * allocation (`assertBackendRoom`), the bench's predicted column and the README's table of what
  * fits on a GPU all call {@link trainingMemory}.
  *
- * Activations count the distinct buffers this implementation's forward pass creates (TF.js frees
- * a pass's intermediates only when the pass ends, so every one of them counts, not only those
- * kept for the gradient): per token and decoder layer, 10 hidden-sized tensors (two RMSNorms of
- * three each, the o_proj and down_proj outputs and the two residual sums), 5 of the intermediate
- * size (gate, up, SiLU's sigmoid and two products), q (and with Qwen3's q/k norms three more of
- * it, plus the attention output) and k, v; with a LoRA adapter, per adapted linear two
- * rank-sized products (the adapted product is one op, `LoraLayers.linear`), or with dropout the
- * composed form's dropped input, update and sum (the input's and twice the output's size) too.
- * With checkpointing a
- * layer keeps only its input (hidden-sized), and one layer's activations exist at a time: its
- * recomputed forward, then, as the walk back over it frees what it has used (model/recompute.ts),
- * those plus a few gradients (two of the intermediate size and two hidden-sized); the head's
- * gradient runs before the layers', so the step's peak is the larger of the two, not their sum.
+ * Activations count what a pass keeps for its gradient: the trainer's backward walk
+ * (`freeingGrads`, model/recompute.ts) frees a layer's other intermediates when the layer's
+ * forward ends, and each saved tensor and gradient as soon as the walk back has used it. Per token
+ * and decoder layer that is 4 hidden-sized tensors (the layer's input and the residual sum, each
+ * kept by its RMSNorm, and the two norms' outputs, read by the projections), q and k as projected
+ * and (with Qwen3's q/k norms) as normed, v, the attention's output, and 3 of the intermediate
+ * size (gate and up, kept by SwiGLU, and its product, read by down_proj); with a LoRA adapter,
+ * per adapted linear the rank-sized `(alpha / r)·x·A` (the adapted product is one op,
+ * `LoraLayers.linear`), or with dropout the composed form's mask and dropped input (twice the
+ * input's size) and two rank-sized products. On top of what is kept, the walk back over one layer
+ * holds a few gradients and temporaries (four of the intermediate size and two hidden-sized, at
+ * SwiGLU's gradient). With checkpointing a layer keeps only its input, and one layer's kept
+ * tensors exist at a time (its recomputed forward, freed by the same walk); the head's gradient
+ * runs before the layers', so the step's peak is the larger of the two, not their sum.
  *
  * The attention's scores (query head × query row × key, `rows · heads · T²`): the torch backend
  * computes them in blocks of at most `attentionLimits.maxScores` (model/backend-ops.ts), about
@@ -103,20 +104,25 @@ export function parameterCount(config: LlamaConfig): number {
   return parameterShapes(config).reduce((n, [, s]) => n + s.reduce((a, b) => a * b, 1), 0);
 }
 
-/** Float32 values one decoder layer's forward pass creates per token (see the module note). */
+/** Float32 values one decoder layer keeps for its gradient per token (see the module note). */
 export function layerActivationsPerToken(c: LlamaConfig): number {
   const q = c.num_attention_heads * c.head_dim;
   const kv = c.num_key_value_heads * c.head_dim;
-  const qk = c.qk_norm ? 4 * q + 4 * kv : q + kv;
-  return 10 * c.hidden_size + 5 * c.intermediate_size + qk + q + kv;
+  const qk = c.qk_norm ? 2 * q + 2 * kv : q + kv;
+  return 4 * c.hidden_size + 3 * c.intermediate_size + qk + kv + q;
 }
 
 /** Float32 values a LoRA adapter adds per token and decoder layer (see the module note). */
 export function loraActivationsPerToken(c: LlamaConfig, lora: TrainedLora): number {
   const modules = loraModules(c, { ...lora, alpha: lora.r, dropout: 0, baseModel: '' });
   let n = 0;
-  for (const [out, inp] of modules.values()) n += 2 * lora.r + (lora.dropout ? inp + 2 * out : 0);
+  for (const [, inp] of modules.values()) n += lora.dropout ? 2 * lora.r + 2 * inp : lora.r;
   return n / c.num_hidden_layers;
+}
+
+/** Float32 values per token the walk back over one layer holds beyond what it keeps. */
+function layerWalkPerToken(c: LlamaConfig): number {
+  return 4 * c.intermediate_size + 2 * c.hidden_size;
 }
 
 /** Float32 attention scores alive at the peak of a pass (see the module note). */
@@ -149,18 +155,18 @@ export function trainingMemory(config: LlamaConfig, opts: TrainingMemoryOptions)
     layerActivationsPerToken(config) + (opts.lora ? loraActivationsPerToken(config, opts.lora) : 0);
   const layers = config.num_hidden_layers;
   const scores = attentionScoreFloats(config, N, opts);
-  // The embedding output and the final norm (three hidden-sized tensors), and the vocabulary
+  // The final norm's input and output and the gradient of the hidden states, and the vocabulary
   // rows (of one chunk at a time when the head is chunked).
-  const edges = N * 4 * config.hidden_size;
+  const edges = N * 3 * config.hidden_size;
   const headTokens = opts.headChunkTokens ? Math.min(N, opts.headChunkTokens) : N;
   const head = headTokens * (opts.vocabCopies ?? 2) * config.vocab_size;
+  const walk = N * layerWalkPerToken(config) + scores;
   let floats: number;
   if (opts.gradientCheckpointing) {
     // The layers' inputs throughout; then the head's gradient and each layer's, one at a time.
-    const walk = 2 * config.intermediate_size + 2 * config.hidden_size;
-    const layer = N * (perLayer + walk) + scores;
+    const layer = N * perLayer + walk;
     floats = N * layers * config.hidden_size + edges + Math.max(layer, head);
-  } else floats = N * layers * perLayer + scores + edges + head;
+  } else floats = N * layers * perLayer + edges + Math.max(walk, head);
   const m = {
     weightsBytes: 4 * all,
     gradientBytes: 4 * trained,

@@ -39,8 +39,9 @@ const config = resolveConfig({
 test('parameter count and per-layer activations by hand', () => {
   // embedding 80; per layer: 2 norms 16, q 64, k 32, v 32, q/k norms 8, o 64, gate/up/down 288
   assert.is(parameterCount(config), 80 + 3 * (16 + 64 + 32 + 32 + 8 + 64 + 288) + 8);
-  // 10·8 + 5·12 + (4·8 + 4·4) + 8 + 4
-  assert.is(layerActivationsPerToken(config), 80 + 60 + 48 + 12);
+  // kept for the gradient: 4·8 hidden-sized, 3·12 intermediate-sized, q and k twice (projected
+  // and normed: 2·8 + 2·4), v 4 and the attention's output 8
+  assert.is(layerActivationsPerToken(config), 32 + 36 + 24 + 4 + 8);
 });
 
 // One row of 100 tokens, 2 heads: 20,000 scores, four copies of one block (all of them here).
@@ -52,13 +53,14 @@ test('full fine-tuning, plain and checkpointed, and a smaller trained set', () =
   assert.is(plain.weightsBytes, 4 * P);
   assert.is(plain.gradientBytes, 4 * P);
   assert.is(plain.optimizerBytes, 8 * P);
-  // 3 layers × 200 floats, head 4·8 + 2·10 per token, and the scores
-  assert.is(plain.activationBytes, 4 * (100 * (3 * 200 + 52) + scores));
+  // 3 layers × 104 floats kept, the final norm's 3·8, and the larger of one layer's walk back
+  // (4·12 + 2·8, and the scores) and the head's 2·10
+  assert.is(plain.activationBytes, 4 * (100 * (3 * 104 + 24) + 100 * 64 + scores));
   assert.is(plain.totalBytes, 16 * P + plain.activationBytes);
   const ckpt = trainingMemory(config, { tokens: 100, gradientCheckpointing: true });
-  // each layer's input (8) kept and 4·8 of the head; then the larger of one layer's activations
-  // with the walk's gradients 2·12 + 2·8 (and the scores) and the head's 2·10
-  assert.is(ckpt.activationBytes, 4 * (100 * (3 * 8 + 32) + 100 * (200 + 40) + scores));
+  // each layer's input (8) kept and the final norm's 3·8; then the larger of one layer's kept
+  // tensors with its walk back (and the scores) and the head's 2·10
+  assert.is(ckpt.activationBytes, 4 * (100 * (3 * 8 + 24) + 100 * (104 + 64) + scores));
   assert.ok(ckpt.activationBytes < plain.activationBytes);
   assert.is(ckpt.weightsBytes + ckpt.gradientBytes + ckpt.optimizerBytes, 16 * P);
   const lora = trainingMemory(config, { tokens: 100, trainableParameters: 50 });
@@ -68,11 +70,12 @@ test('full fine-tuning, plain and checkpointed, and a smaller trained set', () =
 });
 
 test('a chunked LM head counts its vocabulary rows for one chunk of tokens', () => {
-  const plain = trainingMemory(config, { tokens: 100 });
+  const wide = resolveConfig({ ...config, vocab_size: 5000 });
+  const plain = trainingMemory(wide, { tokens: 100 });
   const chunked = (headChunkTokens: number) =>
-    trainingMemory(config, { tokens: 100, headChunkTokens });
-  // 2 vocabulary rows of 10 floats for 30 tokens instead of 100
-  assert.is(chunked(30).activationBytes, plain.activationBytes - 4 * (100 - 30) * 2 * 10);
+    trainingMemory(wide, { tokens: 100, headChunkTokens });
+  // 2 vocabulary rows of 5,000 floats for 30 tokens instead of 100
+  assert.is(chunked(30).activationBytes, plain.activationBytes - 4 * (100 - 30) * 2 * 5000);
   // a chunk at least as long as the batch is the whole batch
   assert.is(chunked(500).activationBytes, plain.activationBytes);
   assert.is(chunked(0).activationBytes, plain.activationBytes);
@@ -83,8 +86,8 @@ test("with checkpointing the head's gradient and a layer's do not add: the large
   const at = (headChunkTokens: number) =>
     trainingMemory(wide, { tokens: 100, gradientCheckpointing: true, headChunkTokens })
       .activationBytes;
-  const kept = 100 * (3 * 8 + 32);
-  const layer = 100 * (200 + 40) + scores;
+  const kept = 100 * (3 * 8 + 24);
+  const layer = 100 * (104 + 64) + scores;
   assert.is(at(0), 4 * (kept + 100 * 2 * 5000), 'the whole head');
   assert.is(at(30), 4 * (kept + 30 * 2 * 5000), 'a chunk of 30: still the head');
   assert.is(at(5), 4 * (kept + layer), 'a chunk of 5: the layer');
@@ -110,28 +113,28 @@ test('attention scores: blocks on torch, kept per layer elsewhere, none with fus
   }
 });
 
-test("a LoRA adapter's products count per adapted linear: two rank-sized, and with dropout more", () => {
+test("a LoRA adapter's products count per adapted linear: one rank-sized, and with dropout more", () => {
   const lora = { r: 2, targetModules: parseTargetModules('all-linear') };
-  // seven linears × 2·2
-  assert.is(loraActivationsPerToken(config, lora), 28);
-  // with dropout (the composed form) also the dropped input and the update and the sum: inputs
-  // q, k, v, gate, up 8, o 8, down 12; outputs q 8, k 4, v 4, o 8, gate 12, up 12, down 8
-  assert.is(loraActivationsPerToken(config, { ...lora, dropout: 0.1 }), 28 + 60 + 2 * 56);
+  // seven linears × 2
+  assert.is(loraActivationsPerToken(config, lora), 14);
+  // with dropout (the composed form) two rank-sized products, and the mask and the dropped
+  // input: twice the inputs q, k, v, gate, up 8, o 8, down 12
+  assert.is(loraActivationsPerToken(config, { ...lora, dropout: 0.1 }), 28 + 2 * 60);
   const plain = trainingMemory(config, { tokens: 100 });
   assert.is(
     trainingMemory(config, { tokens: 100, lora }).activationBytes - plain.activationBytes,
-    4 * 100 * 3 * 28,
+    4 * 100 * 3 * 14,
   );
   const ckpt = trainingMemory(config, { tokens: 100, gradientCheckpointing: true });
   const ckptLora = trainingMemory(config, { tokens: 100, gradientCheckpointing: true, lora });
   // the layer's phase is the larger one here
-  assert.is(ckptLora.activationBytes - ckpt.activationBytes, 4 * 100 * 28, 'one layer');
+  assert.is(ckptLora.activationBytes - ckpt.activationBytes, 4 * 100 * 14, 'one layer');
 });
 
 test('wasm: a training pass whose activations exceed the heap fails first, naming checkpointing', async () => {
   await initBackend('wasm');
   const m = CausalLM.init({ ...config, num_hidden_layers: 400 }, { seed: 1 });
-  const tokens = 60000; // 400 layers × 200 floats × 4 bytes × 60000 > 4 GiB
+  const tokens = 60000; // 400 layers × 104 floats × 4 bytes × 60000 > 4 GiB
   const ids = tf.zeros([1, tokens + 1], 'int32') as tf.Tensor2D;
   const before = tf.memory().numTensors;
   try {
