@@ -478,7 +478,7 @@ const sftFlags = flagParser<SftFlagOptions>(
     {
       key: 'gradientCheckpointing',
       kind: 'bool',
-      help: "recompute each decoder layer's activations, and the LM head's logits 1024 tokens at a time, in the backward pass (less memory, ~1/3 more compute)",
+      help: "recompute each decoder layer's activations, and the LM head's logits 256 tokens at a time, in the backward pass (less memory: a LoRA step of Qwen3-0.6B at 2,048 tokens peaks at 1.45x its weights; ~1/3 more compute)",
     },
     {
       key: 'packingSamples',
