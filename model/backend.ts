@@ -14,6 +14,7 @@ import * as tf from '@tensorflow/tfjs';
 import '@tensorflow/tfjs-backend-wasm';
 import { RtjobError } from '../runtime/errors.ts';
 import { readEnv, tfBackendNames } from '../runtime/env.ts';
+import { readMemory } from '../runtime/node/memory-monitor.ts';
 import { compileAhead } from './backends/webgpu/compile-ahead.ts';
 import { probeWebGpu, registerWebGpu, webGpuUnavailable } from './backends/webgpu/dawn.ts';
 import './wasm-kernels.ts';
@@ -38,6 +39,11 @@ export interface BackendMemory {
   readonly tensorBytes?: number;
   /** What holds them, for messages: "the wasm heap", "the GPU's buffers". */
   readonly where: string;
+  /**
+   * The tensors live in host memory: a check also compares a request against what this
+   * process's cgroup, or else the machine, has free at that moment (`readMemory`).
+   */
+  readonly host?: boolean;
 }
 
 /** One backend: how it starts and what the rest of the model needs to know about it. */
@@ -83,12 +89,15 @@ async function setBackend(name: string): Promise<void> {
 }
 
 let webgpuTensorBytes: number | undefined;
+/** Where the torch backend's tensors live once started (`cpu`, `cuda`, `cuda:1`). */
+let torchDevice: string | undefined;
 
 /** The backends, in the order the automatic choice tries those whose `auto()` may be true. */
 export const backendDrivers: Record<BackendName, BackendDriver> = {
   torch: {
     async start() {
       const t = await startTorchBackend();
+      torchDevice = t.device;
       // RTJOB_TORCH_PRECISION sets the matmul precision on CUDA; on the CPU libtorch is fp32.
       const precision = t.device.startsWith('cuda')
         ? (readEnv('RTJOB_TORCH_PRECISION') ?? 'tf32')
@@ -98,7 +107,11 @@ export const backendDrivers: Record<BackendName, BackendDriver> = {
     // Only with CUDA: on CPU, libtorch is faster than wasm but needs a compiler and libtorch
     // (never assumed); name it with RTJOB_TF_BACKEND=torch.
     auto: async () => torchCudaLikely(),
-    memory: () => ({ where: "libtorch's device memory" }),
+    // On a GPU the device's memory is not read (the addon has no CUDA memory query): unchecked.
+    memory: () =>
+      torchDevice === 'cpu'
+        ? { where: 'host memory', host: true }
+        : { where: "libtorch's device memory" },
     // Reads synchronously (the addon copies out on `dataSync`), and the model's fused ops have
     // torch implementations (`backend-ops.ts`): the host path of the model, on the device.
     onHost: true,
@@ -128,7 +141,7 @@ export const backendDrivers: Record<BackendName, BackendDriver> = {
       return '';
     },
     auto: async () => true,
-    memory: () => ({ totalBytes: wasmHeapMaxBytes, where: 'the wasm heap' }),
+    memory: () => ({ totalBytes: wasmHeapMaxBytes, where: 'the wasm heap', host: true }),
     onHost: true,
   },
   cpu: {
@@ -137,7 +150,7 @@ export const backendDrivers: Record<BackendName, BackendDriver> = {
       return '';
     },
     auto: async () => false,
-    memory: () => ({ where: 'host memory' }),
+    memory: () => ({ where: 'host memory', host: true }),
     onHost: true,
   },
 };
@@ -298,21 +311,34 @@ export function compileKernelsAhead(site: string, pass: () => void): Promise<voi
 
 const gib = (b: number): string => (b / 2 ** 30).toFixed(2);
 
+/** Options of {@link assertBackendRoom}. */
+export interface BackendRoomOptions {
+  /** The largest single tensor among them, checked against a per-tensor limit. */
+  largestBytes?: number;
+  /** What to do instead past a backend's own limit (default: another backend or a smaller model). */
+  remedy?: string;
+  /** What to do instead past the free host memory (default: a smaller model or more memory). */
+  hostRemedy?: string;
+  /**
+   * The bytes new to the host, where less than `bytes`: a loader that frees each source array as
+   * its tensor uploads holds one tensor twice at a time, not the whole model.
+   */
+  hostBytes?: number;
+}
+
 /**
  * Throws a one-line error when `bytes` more of tensors cannot fit the current backend, before
  * they are allocated: past its 4 GiB heap the wasm backend does not throw but aborts the process
  * with a wasm trap (`memory access out of bounds`, `Aborted()`); a GPU backend fails a buffer
- * larger than its binding limit. Backends without a reported limit are not checked.
+ * larger than its binding limit; past the free host memory (cpu, wasm, torch on the CPU) the
+ * kernel's OOM killer ends the process without a word. Device memory on CUDA is not checked.
  *
  * @param what what needs the memory, for the message (e.g. "a model of 596M parameters")
- * @param largestBytes the largest single tensor among them, checked against a per-tensor limit
- * @param remedy what to do instead, for the message (default: another backend or a smaller model)
  */
 export function assertBackendRoom(
   bytes: number,
   what: string,
-  largestBytes = 0,
-  remedy = 'use RTJOB_TF_BACKEND=cpu or a smaller model',
+  opts: BackendRoomOptions = {},
 ): void {
   const name = tf.getBackend();
   const mem = currentDriver()?.memory();
@@ -322,15 +348,26 @@ export function assertBackendRoom(
     throw new BackendError(
       'BACKEND_MEMORY',
       `${what} needs ${gib(bytes)} GiB of float32 tensors, but the ${name} backend holds at most ` +
-        `${name === 'wasm' ? '4' : gib(mem.totalBytes)} GiB (${gib(used)} GiB in use): ${remedy}`,
+        `${name === 'wasm' ? '4' : gib(mem.totalBytes)} GiB (${gib(used)} GiB in use): ${opts.remedy ?? 'use RTJOB_TF_BACKEND=cpu or a smaller model'}`,
     );
   }
-  if (mem.tensorBytes !== undefined && largestBytes > mem.tensorBytes) {
+  const largest = opts.largestBytes ?? 0;
+  if (mem.tensorBytes !== undefined && largest > mem.tensorBytes) {
     throw new BackendError(
       'BACKEND_MEMORY',
-      `${what} has a tensor of ${gib(largestBytes)} GiB, but one tensor on the ${name} backend ` +
+      `${what} has a tensor of ${gib(largest)} GiB, but one tensor on the ${name} backend ` +
         `holds at most ${gib(mem.tensorBytes)} GiB (${mem.where}): use another backend`,
     );
+  }
+  if (mem.host) {
+    const r = readMemory();
+    const free = r.totalBytes - r.usedBytes;
+    const need = opts.hostBytes ?? bytes;
+    if (need > free)
+      throw new BackendError(
+        'BACKEND_MEMORY',
+        `${what} needs ${gib(need)} GiB of float32 tensors, but ${r.source === 'cgroup' ? "this process's cgroup" : 'the machine'} has ${gib(free)} GiB free: ${opts.hostRemedy ?? 'use a smaller model or a machine with more memory'}`,
+      );
   }
 }
 

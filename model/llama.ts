@@ -315,11 +315,11 @@ export class CausalLM {
     checkTensors(config, new Map(shapes), tensors, { source: opts.source, partial: false });
     const sizes = shapes.map(([, shape]) => shape.reduce((a, b) => a * b, 1));
     const count = sizes.reduce((n, s) => n + s, 0);
-    assertBackendRoom(
-      4 * count,
-      `a model of ${(count / 1e6).toFixed(0)}M parameters`,
-      4 * Math.max(0, ...sizes),
-    );
+    const largestBytes = 4 * Math.max(0, ...sizes);
+    assertBackendRoom(4 * count, `a model of ${(count / 1e6).toFixed(0)}M parameters`, {
+      largestBytes,
+      ...(opts.consume ? { hostBytes: largestBytes } : {}),
+    });
     const params = new Map<string, tf.Variable>();
     const serial = ++modelSerial;
     for (const [name, shape] of shapes) {

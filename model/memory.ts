@@ -205,12 +205,16 @@ export function assertTrainingPassRoom(
     attention: tf.getBackend() === 'torch' ? 'blocks' : 'kept',
     ...(lora ? { lora } : {}),
   });
+  const fewer =
+    'train on fewer tokens per micro-batch (--train-max-tokens-per-gpu, --micro-train-batch-size)';
   assertBackendRoom(
     activationBytes,
     `a training pass over ${rows} × ${tokens} tokens${gradientCheckpointing ? ' with gradient checkpointing' : ''}`,
-    0,
-    gradientCheckpointing
-      ? 'train on fewer tokens per micro-batch (--train-max-tokens-per-gpu, --micro-train-batch-size) or use RTJOB_TF_BACKEND=cpu'
-      : 'add --gradient-checkpointing, train on fewer tokens per micro-batch, or use RTJOB_TF_BACKEND=cpu',
+    {
+      remedy: gradientCheckpointing
+        ? `${fewer} or use RTJOB_TF_BACKEND=cpu`
+        : `add --gradient-checkpointing, ${fewer}, or use RTJOB_TF_BACKEND=cpu`,
+      hostRemedy: gradientCheckpointing ? fewer : `add --gradient-checkpointing or ${fewer}`,
+    },
   );
 }

@@ -202,6 +202,7 @@ export class ModelTrainer {
     assertBackendRoom(
       mem.gradientBytes + mem.optimizerBytes,
       `training ${(trained / 1e6).toFixed(trained < 1e6 ? 2 : 0)}M parameters with AdamW`,
+      { hostRemedy: 'train a LoRA adapter (--lora-rank) or use a machine with more memory' },
     );
     for (const n of this.names) {
       const p = this.vars.get(n)!;

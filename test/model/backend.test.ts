@@ -41,13 +41,14 @@ test('RTJOB_TF_BACKEND selects cpu; an unknown value is a one-line error naming 
   );
 });
 
-test('tensors that would not fit the 4 GiB wasm heap are refused with a clear error before allocation', async () => {
+test('tensors that would not fit the 4 GiB wasm heap, or the free host memory, are refused with a clear error before allocation', async () => {
   const { assertBackendRoom, backendDrivers, initBackend, tf, wasmHeapMaxBytes } = await import(
     '../../model/backend.ts'
   );
-  // One memory report per backend: wasm's heap, none for cpu (host memory is not checked).
+  // One memory report per backend: wasm's heap, and for both the host's free memory.
   assert.is(backendDrivers.wasm.memory().totalBytes, wasmHeapMaxBytes);
   assert.is(backendDrivers.cpu.memory().totalBytes, undefined);
+  assert.ok(backendDrivers.cpu.memory().host && backendDrivers.wasm.memory().host);
   await initBackend('wasm');
   assertBackendRoom(2 ** 30, 'a model of 268M parameters');
   assert.throws(
@@ -59,7 +60,19 @@ test('tensors that would not fit the 4 GiB wasm heap are refused with a clear er
       ),
   );
   await initBackend('cpu');
-  assertBackendRoom(2 ** 33, 'the cpu backend is not checked');
+  // cpu: no limit of its own, only what the host has free now.
+  const { readMemory } = await import('../../runtime/node/memory-monitor.ts');
+  const r = readMemory();
+  const free = r.totalBytes - r.usedBytes;
+  assertBackendRoom(2 ** 20, 'a small model on the cpu backend');
+  assert.throws(
+    () => assertBackendRoom(free + 2 ** 31, 'a model past the free memory'),
+    (e: Error & { code?: string }) =>
+      e.code === 'BACKEND_MEMORY' &&
+      /^a model past the free memory needs [\d.]+ GiB of float32 tensors, but (the machine|this process's cgroup) has [\d.]+ GiB free: use a smaller model or a machine with more memory$/.test(
+        e.message,
+      ),
+  );
   assert.is(tf.getBackend(), 'cpu');
 });
 

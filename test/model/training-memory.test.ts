@@ -3,7 +3,8 @@
  * worked out by hand for a small config; checkpointing and a smaller trained set lower what they
  * should and nothing else; the attention's scores by how the backend holds them, a LoRA
  * adapter's products; and the wasm backend refuses, before allocating, a training pass
- * whose activations cannot fit its 4 GiB heap, naming gradient checkpointing as the remedy.
+ * whose activations cannot fit its 4 GiB heap, naming gradient checkpointing as the remedy, as
+ * torch on the CPU refuses one past the host memory free at the time.
  */
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -19,6 +20,7 @@ import {
   trainingMemory,
 } from '../../model/memory.ts';
 import { tokenStats } from '../../model/training.ts';
+import { readMemory } from '../../runtime/node/memory-monitor.ts';
 
 // hidden 8, intermediate 12, 2 heads × 4, 1 kv head × 4, q/k norms, 3 layers, vocab 10, tied.
 const config = resolveConfig({
@@ -145,6 +147,34 @@ test('wasm: a training pass whose activations exceed the heap fails first, namin
     assert.is(err.code, 'BACKEND_MEMORY');
     assert.match(err.message, /training pass over 1 × 60000 tokens/);
     assert.match(err.message, /--gradient-checkpointing/);
+  }
+  assert.is(tf.memory().numTensors, before, 'nothing allocated');
+  ids.dispose();
+  m.dispose();
+});
+
+test('torch on the CPU: a training pass past the free host memory fails first, in one line', async () => {
+  await initBackend('torch');
+  const m = CausalLM.init({ ...config, num_hidden_layers: 400 }, { seed: 1 });
+  // Rows of 60,000 tokens until the pass would need twice what is free now.
+  const r = readMemory();
+  const perRow = trainingMemory(m.config, { tokens: 60000, sequenceLength: 60000 }).activationBytes;
+  const rows = Math.ceil((2 * (r.totalBytes - r.usedBytes)) / perRow);
+  const ids = tf.zeros([rows, 60001], 'int32') as tf.Tensor2D;
+  const before = tf.memory().numTensors;
+  try {
+    tokenStats(m, ids);
+    assert.unreachable('should refuse');
+  } catch (e) {
+    const err = e as Error & { code?: string };
+    assert.is(err.code, 'BACKEND_MEMORY');
+    assert.match(
+      err.message,
+      new RegExp(
+        `^a training pass over ${rows} × 60000 tokens needs [\\d.]+ GiB of float32 tensors, but (the machine|this process's cgroup) has [\\d.]+ GiB free: add --gradient-checkpointing or train on fewer tokens per micro-batch`,
+      ),
+    );
+    assert.not.match(err.message, /\n/);
   }
   assert.is(tf.memory().numTensors, before, 'nothing allocated');
   ids.dispose();

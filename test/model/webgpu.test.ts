@@ -38,8 +38,8 @@ import('./model/backend.ts').then(async ({ assertBackendRoom, initBackend, tf })
   console.log('uploaded', Array.from(tf.tensor1d([1, 2, 3, 4]).dataSync()).join(','));
   const many = Array.from({ length: 40 }, (_, i) => tf.scalar(i + 1));
   console.log('addN', (await tf.addN(many).data())[0]);
-  assertBackendRoom(2 ** 40, 'no total limit is reported', 2 ** 20);
-  try { assertBackendRoom(2 ** 34, 'a model of 4295M parameters', 2 ** 34); } catch (e) { console.log('room', e.code, e.message); }
+  assertBackendRoom(2 ** 40, 'no total limit is reported', { largestBytes: 2 ** 20 });
+  try { assertBackendRoom(2 ** 34, 'a model of 4295M parameters', { largestBytes: 2 ** 34 }); } catch (e) { console.log('room', e.code, e.message); }
 }).catch((e) => { console.error('ERR ' + e.message); process.exit(3); })`;
 
 test('webgpu named where Dawn finds no adapter is a one-line error saying how to get one', () => {
