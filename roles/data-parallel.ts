@@ -4,11 +4,14 @@
  * their share of its samples (shares of about equal cost, by a cost model the ranks learn from their own
  * timings: `ShareCost`), then sum gradients and loss statistics with one
  * all-reduce over the runtime's collective group and step identically. The reduction is
- * deterministic and the same on every rank, so the weights stay bit-identical across ranks.
+ * deterministic and the same on every rank, so the weights stay bit-identical across ranks. Work
+ * every rank needs the result of (the trainer's recomputed old logprobs) is split the same way
+ * and joined by one all-reduce (`shareRows`).
  *
  * @module
  */
 import { initCollectiveGroup, type CollectiveGroup } from '../runtime/collective/group.ts';
+import { InvalidArgumentError } from '../runtime/errors.ts';
 import type { ModelTrainer } from '../model/training.ts';
 import {
   rankMicroBatches,
@@ -107,6 +110,44 @@ export class DataParallelRank {
       this.cost.observe(linear!, quadratic!, rankMs!);
     }
     return { stats: Array.from(sums.subarray(0, n)), computeMs };
+  }
+
+  /**
+   * Rows computed for every item, each by one rank: `f` runs on this rank's share (the items
+   * dealt round-robin, longest row first, so the shares cost about alike) and one all-reduce
+   * joins the shares, so every rank ends with every row. A row is summed with zeros from the
+   * ranks that did not compute it, so its values are its rank's, exactly. Every rank must call
+   * it with the same items, as with {@link reduce}.
+   *
+   * @param width the length of each item's row
+   */
+  async shareRows<T>(
+    items: readonly T[],
+    width: (item: T) => number,
+    f: (mine: T[]) => Promise<number[][]>,
+  ): Promise<number[][]> {
+    if (!this.group) return f([...items]);
+    const widths = items.map(width);
+    const order = items.map((_, i) => i).sort((a, b) => widths[b]! - widths[a]! || a - b);
+    const mine = order.filter((_, k) => k % this.worldSize === this.rank);
+    const rows = await f(mine.map((i) => items[i]!));
+    const offsets: number[] = [];
+    let total = 0;
+    for (const w of widths) {
+      offsets.push(total);
+      total += w;
+    }
+    const flat = new Float32Array(total);
+    mine.forEach((i, k) => {
+      const row = rows[k]!;
+      if (row.length !== widths[i])
+        throw new InvalidArgumentError(
+          `shareRows: row ${i} has ${row.length} values, expected ${widths[i]}`,
+        );
+      flat.set(row, offsets[i]);
+    });
+    await this.group.allreduce({ rows: flat }, { op: 'sum' });
+    return widths.map((w, i) => Array.from(flat.subarray(offsets[i]!, offsets[i]! + w)));
   }
 
   /** Leaves the group. */

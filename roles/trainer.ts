@@ -235,6 +235,30 @@ export class Trainer {
     return this.model.withoutLora(() => this.logprobs(seqs, microBatchSize));
   }
 
+  /**
+   * The policy's own logprob rows of `seqs` before an update (decoupled PPO, rollout
+   * correction), with data parallelism computed once over the ranks: each rank runs its share
+   * and every rank gets every row (`DataParallelRank.shareRows`). Every rank must call it.
+   */
+  async oldLogprobs(seqs: number[][]): Promise<number[][]> {
+    return this.dp.shareRows(
+      seqs,
+      (s) => Math.max(0, s.length - 1),
+      async (mine) => {
+        this.recomputedRows += mine.length;
+        return this.logprobs(mine);
+      },
+    );
+  }
+
+  /** Rows of old logprobs this rank has computed ({@link oldLogprobs}: with data parallelism its share). */
+  recomputedRows = 0;
+
+  /** {@link recomputedRows}, for a caller across the wire. */
+  getRecomputedRows(): number {
+    return this.recomputedRows;
+  }
+
   /** {@link logprobs} of the sequences of `batches` (fetched from the rollouts), handed off. */
   async logprobsOf(batches: Handoff<Trajectory[]>[]): Promise<Handoff<number[][]>> {
     return handOff(await this.logprobs(await fetchSequences(batches)));
@@ -254,7 +278,7 @@ export class Trainer {
   async trainStep(step: StepBatch): Promise<StepStats> {
     const t0 = performance.now();
     const before = this.version;
-    const x = await makeExperience(step, (seqs) => this.logprobs(seqs));
+    const x = await makeExperience(step, (seqs) => this.oldLogprobs(seqs));
     const { samples, batch, old } = x;
     const train: TrainSample[] = samples.map((s, i) => ({
       inputIds: s.inputIds,

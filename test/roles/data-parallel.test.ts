@@ -1,7 +1,8 @@
 /**
  * Data-parallel trainers: two Trainer actors in a collective group split the micro-batches of
  * each step, all-reduce gradients and stay bit-identical; their step matches one trainer's on the
- * same data; a rank that dies makes the other's step fail with a typed error instead of hanging;
+ * same data; they recompute old logprobs once between them (each its share, every row on both);
+ * a rank that dies makes the other's step fail with a typed error instead of hanging;
  * train_ppo runs with --actor-num-replicas / --critic-num-replicas 2.
  */
 import { test } from 'uvu';
@@ -82,6 +83,42 @@ test('two ranks split the micro-batches, stay bit-identical, and match one train
       close(stats[0]!.clipFraction, one.clipFraction, 'clip fraction');
       close(stats[0]!.entropy, one.entropy, 'entropy');
       assert.is(stats[0]!.tokens, one.tokens);
+    } finally {
+      alone.dispose();
+    }
+  } finally {
+    await Promise.all(ranks.map((r) => kill(r)));
+  }
+});
+
+test('two ranks recompute old logprobs once between them: each its share, both every row', async () => {
+  const group = `dp-old-${Date.now()}`;
+  const ranks = [0, 1].map((rank) =>
+    TrainerActor.remote({ pretrain: model, ...init0, dataParallel: { group, rank, worldSize: 2 } }),
+  );
+  const seqs = samples.map((s) => Array.from(s.inputIds));
+  try {
+    await Promise.all(ranks.map((r) => r.ready.remote()));
+    const rows = await Promise.all(ranks.map((r) => r.oldLogprobs.remote(seqs)));
+    assert.equal(rows[0], rows[1], 'every row on both ranks, the same values');
+    const shares = await Promise.all(ranks.map((r) => r.getRecomputedRows.remote()));
+    assert.equal(shares, [6, 6], 'each rank computed half of the 12 rows');
+    const alone = new Trainer({ pretrain: model, ...init0 });
+    try {
+      await alone.ready();
+      const want = await alone.logprobs(seqs);
+      assert.equal(
+        rows[0]!.map((r) => r.length),
+        want.map((r) => r.length),
+      );
+      rows[0]!.forEach((row, i) =>
+        row.forEach((v, t) =>
+          assert.ok(
+            Math.abs(v - want[i]![t]!) < 1e-5,
+            `row ${i} token ${t}: ${v} vs ${want[i]![t]}`,
+          ),
+        ),
+      );
     } finally {
       alone.dispose();
     }
