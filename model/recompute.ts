@@ -149,7 +149,8 @@ function taped(
  * The scalar `f()` and its gradients with respect to `xs` (undefined where no path from an `x`
  * reaches it): what `tf.variableGrads` gives, with the pass's memory freed as the walk goes.
  *
- * @throws ModelError `MODEL_INPUT` when `f` returns a tensor that is not a scalar
+ * @throws ModelError `MODEL_INPUT` when `f` returns a tensor that is not a scalar, or one no `x`
+ *   reaches (as `tf.variableGrads` refuses it)
  */
 export function freeingGrads(
   f: () => tf.Scalar,
@@ -166,9 +167,15 @@ export function freeingGrads(
     undefined,
     true,
   );
-  if (rank !== 0) {
+  const why =
+    rank !== 0
+      ? `a training loss must be a scalar, got rank ${rank}`
+      : xs.length > 0 && grads.every((g) => g === undefined)
+        ? 'the training loss does not depend on any trained parameter'
+        : undefined;
+  if (why) {
     tf.dispose([value!, ...grads.filter((g) => g !== undefined)]);
-    throw new ModelError('MODEL_INPUT', `a training loss must be a scalar, got rank ${rank}`);
+    throw new ModelError('MODEL_INPUT', why);
   }
   return { value: value as tf.Scalar, grads };
 }

@@ -303,7 +303,6 @@ export class ModelTrainer {
   } {
     const vars = this.names.map((n) => this.vars.get(n)!);
     let extras: tf.Tensor | undefined;
-    // The walk frees each activation once its gradient has used it (model/recompute.ts).
     const { value, grads } = freeingGrads(() => {
       const r = lossFn();
       if (r instanceof tf.Tensor) return r;
@@ -315,17 +314,10 @@ export class ModelTrainer {
     ) as tf.Tensor1D;
     value.dispose();
     extras?.dispose();
-    // Gradients are keyed by variable name, which carries a per-model suffix (see llama.ts); a
-    // variable the loss does not reach has none (the accumulator gives it zeros when asked).
+    // The walk frees each activation once used (recompute.ts). Gradients are keyed by variable
+    // name, with a per-model suffix (llama.ts); one the loss does not reach has none.
     const byName = new Map<string, tf.Tensor>();
     grads.forEach((g, i) => g && byName.set(vars[i]!.name, g));
-    if (byName.size === 0 && vars.length > 0) {
-      values.dispose();
-      throw new ModelError(
-        'MODEL_INPUT',
-        'the training loss does not depend on any trained parameter',
-      );
-    }
     return { values, grads: byName };
   }
 
