@@ -15,7 +15,6 @@ import { readEnv } from '../../runtime/env.ts';
 import type { RefOr } from '../../runtime/handles.ts';
 import type { RolloutLora } from '../../roles/rollout-engine.ts';
 import type { LoraSpec } from '../../model/lora-spec.ts';
-import { splitUrls } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { RunConfig } from './run-config.ts';
 import type { PolicyWeights } from '../../engines/types.ts';
@@ -168,7 +167,7 @@ export function roleInits(c: RunConfig) {
       ...(o.remoteRmUrl !== undefined
         ? {
             remoteReward: {
-              urls: splitUrls(o.remoteRmUrl),
+              urls: [...c.remoteRmUrls],
               maxBatch: o.remoteRmBatchSize,
               timeoutMs: o.remoteRmTimeoutMs,
               retries: o.remoteRmRetries,

@@ -10,7 +10,7 @@
  */
 import type { LrScheduleOptions } from '../../model/lr-schedule.ts';
 import { loraSpecOf } from '../lora-flags.ts';
-import { engineUrls } from './flags.ts';
+import { engineUrls, splitUrls } from './flags.ts';
 import { libraryConfig, lrScheduleOptions, type LibraryConfig } from './options.ts';
 import type { TrainPpoOptions } from './flag-table.ts';
 
@@ -26,6 +26,8 @@ export interface RunConfig extends LibraryConfig {
   readonly lrSchedule: Omit<LrScheduleOptions, 'lr'>;
   /** The `--engine-url` servers each rollout owns (rollout `i` takes every `N`-th from `i`). */
   readonly engineShares: readonly (readonly string[])[];
+  /** The `--remote-rm-url` reward servers (empty: none). */
+  readonly remoteRmUrls: readonly string[];
 }
 
 /** What {@link compileRunConfig} takes from the parse besides the options. */
@@ -68,5 +70,6 @@ export function compileRunConfig(
     engineShares: Array.from({ length: flags.rolloutNumEngines }, (_, i) =>
       urls.filter((_, k) => k % flags.rolloutNumEngines === i),
     ),
+    remoteRmUrls: splitUrls(flags.remoteRmUrl ?? ''),
   };
 }
