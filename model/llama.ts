@@ -433,7 +433,7 @@ export class CausalLM {
   private trainingPass = 0;
   private trainingPasses = 0;
 
-  /** `this.training` of the current pass. */
+  /** Whether the current pass is built for differentiation. */
   private get training(): boolean {
     return this.trainingPass > 0;
   }

@@ -135,7 +135,7 @@ function taped(
       tape = engine.state.activeTape ?? [];
       const nodes = pathNodes(tape, xs, y);
       const seed = dy ?? tf.onesLike(y);
-      if (!keepValue) y.dispose();
+      if (!keepValue && !xs.includes(y)) y.dispose();
       const grads = walkBack(nodes, xs, y, seed);
       return { ...(keepValue ? { value: y } : {}), grads };
     });
