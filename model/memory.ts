@@ -86,7 +86,7 @@ export interface TrainingMemoryOptions {
   lora?: TrainedLora;
 }
 
-/** Bytes of each part of one training step, and their sum. */
+/** Bytes of each part of one training step, and its peak. */
 export interface TrainingMemory {
   /** All parameters, float32. */
   weightsBytes: number;
@@ -96,6 +96,10 @@ export interface TrainingMemory {
   optimizerBytes: number;
   /** What one micro-batch's forward keeps for its backward pass, LM head included. */
   activationBytes: number;
+  /**
+   * The step's peak: weights and moments, with the gradients and activations alive at once
+   * (their sum when training a subset; for full fine-tuning they peak at different times).
+   */
   totalBytes: number;
 }
 
@@ -173,10 +177,32 @@ export function trainingMemory(config: LlamaConfig, opts: TrainingMemoryOptions)
     optimizerBytes: 8 * trained,
     activationBytes: 4 * floats,
   };
-  return {
-    ...m,
-    totalBytes: m.weightsBytes + m.gradientBytes + m.optimizerBytes + m.activationBytes,
-  };
+  return { ...m, totalBytes: m.weightsBytes + m.optimizerBytes + transientBytes(config, m, opts) };
+}
+
+/**
+ * Gradients and activations at the step's peak. Training a subset (LoRA): both whole. Full
+ * fine-tuning: they peak at different times. As the walk starts back every activation and the
+ * head's gradient are alive, but of the weights' gradients only the head's; the layers' fill as
+ * the walk frees their activations, so at its end every gradient is alive beside the first
+ * layer's phase and, with tied embeddings, the embedding's two gradients (the head's and the
+ * lookup's) and their sum.
+ */
+function transientBytes(
+  config: LlamaConfig,
+  m: Omit<TrainingMemory, 'totalBytes'>,
+  opts: TrainingMemoryOptions,
+): number {
+  const full = (opts.trainableParameters ?? parameterCount(config)) === parameterCount(config);
+  if (!full) return m.gradientBytes + m.activationBytes;
+  const N = opts.tokens;
+  const headGradient = 4 * config.vocab_size * config.hidden_size;
+  const firstLayer =
+    4 *
+    (N * (layerActivationsPerToken(config) + config.hidden_size + layerWalkPerToken(config)) +
+      attentionScoreFloats(config, N, opts));
+  const tied = config.tie_word_embeddings ? 2 * headGradient : 0;
+  return Math.max(m.activationBytes + headGradient, m.gradientBytes + firstLayer + tied);
 }
 
 /**
