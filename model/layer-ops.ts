@@ -3,8 +3,8 @@
  * differentiable op for training passes. Composed from TF.js ops, autodiff keeps every
  * intermediate an op saves for its gradient: RMSNorm's normalized input besides its input and
  * output, SwiGLU's sigmoid and SiLU besides the gate and up products — per decoder layer and
- * token five hidden-sized (with Qwen3's q/k norms, three q-sized and k-sized more) and two
- * intermediate-sized tensors, about 88 MiB a layer of Qwen3-0.6B at 2,048 tokens. As one op each
+ * token two hidden-sized tensors (with Qwen3's q/k norms one q-sized and one k-sized more) and
+ * two intermediate-sized ones, about 88 MiB a layer of Qwen3-0.6B at 2,048 tokens. As one op each
  * keeps only its inputs and recomputes the rest in its gradient. The forward values are the
  * composed ops' (the same kernels in the same order); the gradients are the same functions in
  * fewer kernels, each temporary freed as soon as it is used, equal to autodiff of the composed
