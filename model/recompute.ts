@@ -89,8 +89,8 @@ function walkBack(
         return dys.includes(dx) ? dx.clone() : dx;
       });
     });
-    for (const [i, [, x]] of inputs.entries()) {
-      const dx = dxs[i]!;
+    for (const [k, [, x]] of inputs.entries()) {
+      const dx = dxs[k]!;
       const prev = grads.get(x.id);
       if (!prev) grads.set(x.id, dx);
       else {
