@@ -220,11 +220,13 @@ function verdict(
 }
 
 /**
- * The steps after which faults are injected: `n` distinct steps in [1, steps − 2], so that every
- * fault lands while at least two steps remain, whatever its delay.
+ * The steps after which faults are injected: `n` distinct steps in [2, steps − 2], so that every
+ * fault lands while at least two steps remain: its delay is drawn from the time of the step just
+ * logged, and the first step's time holds the run's start (seconds, where a step of the tiny
+ * model takes tens of milliseconds: a fault after step 1 could land after the run had ended).
  */
 function faultSteps(rand: () => number, steps: number, n: number): Set<number> {
-  const pool = Array.from({ length: Math.max(0, steps - 2) }, (_, i) => i + 1);
+  const pool = Array.from({ length: Math.max(0, steps - 3) }, (_, i) => i + 2);
   const out = new Set<number>();
   while (out.size < Math.min(n, pool.length)) out.add(pool[Math.floor(rand() * pool.length)]!);
   return out;
