@@ -14,12 +14,11 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf, type BackendName } from '../../model/backend.ts';
 import { resolveConfig } from '../../model/config.ts';
-import { CausalLM } from '../../model/llama.ts';
 import { rmsNormOp, rmsNormValue, swigluOp, swigluValue } from '../../model/layer-ops.ts';
 import { parseTargetModules } from '../../model/lora-adapter.ts';
 import { freeingGrads } from '../../model/recompute.ts';
 import { maskedNllLoss, ModelTrainer, padBatch } from '../../model/training.ts';
-import { randomModel, tinyFamilyConfigs } from '../fixtures/model/tiny.ts';
+import { activationHeavyModel, randomModel, tinyFamilyConfigs } from '../fixtures/model/tiny.ts';
 
 const qwen3 = resolveConfig(
   tinyFamilyConfigs()['qwen3 v4 (q/k norm, head_dim 8 decoupled from hidden 16, tied)']!,
@@ -82,27 +81,7 @@ for (const backend of ['cpu', 'torch'] as BackendName[]) {
 
   test(`${backend}: the freeing walk frees as it goes back: its peak of tensor bytes is far below tf.variableGrads's`, async () => {
     await initBackend(backend);
-    const config = resolveConfig({
-      model_type: 'qwen3',
-      vocab_size: 64,
-      hidden_size: 64,
-      intermediate_size: 192,
-      num_hidden_layers: 8,
-      num_attention_heads: 4,
-      num_key_value_heads: 2,
-      head_dim: 16,
-      max_position_embeddings: 256,
-      rms_norm_eps: 1e-6,
-      rope_theta: 10000,
-      tie_word_embeddings: true,
-    });
-    const m = CausalLM.init(config, { seed: 3 });
-    const ids = tf.tensor2d(
-      Array.from({ length: 4 * 128 }, (_, i) => (i * 7) % 64),
-      [4, 128],
-      'int32',
-    );
-    const mask = tf.onesLike(ids).toFloat() as tf.Tensor2D;
+    const { model: m, ids, mask } = activationHeavyModel();
     const vars = [...m.params.values()];
     // Peak and last tensor bytes of a pass (tf.profile hands back the engine's one profile
     // object: read it before the next; it counts a saved tensor's handle as bytes of its own).

@@ -14,10 +14,10 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf, type BackendName } from '../../model/backend.ts';
 import { resolveConfig, type LlamaConfig } from '../../model/config.ts';
-import { CausalLM } from '../../model/llama.ts';
+import type { CausalLM } from '../../model/llama.ts';
 import { freeingGrads } from '../../model/recompute.ts';
 import { maskedNllLoss, ModelTrainer, padBatch } from '../../model/training.ts';
-import { randomModel, tinyFamilyConfigs } from '../fixtures/model/tiny.ts';
+import { activationHeavyModel, randomModel, tinyFamilyConfigs } from '../fixtures/model/tiny.ts';
 
 const configs: Record<string, LlamaConfig> = {
   llama: resolveConfig(
@@ -112,30 +112,8 @@ test('torch: a ModelTrainer step with checkpointing gives the plain step (weight
 /** Peak tensor bytes of one forward + backward of a model deep and long enough for activations to dominate. */
 async function peakBytes(backend: BackendName, checkpointing: boolean): Promise<number> {
   await initBackend(backend);
-  const config = resolveConfig({
-    model_type: 'qwen3',
-    vocab_size: 64,
-    hidden_size: 64,
-    intermediate_size: 192,
-    num_hidden_layers: 8,
-    num_attention_heads: 4,
-    num_key_value_heads: 2,
-    head_dim: 16,
-    max_position_embeddings: 256,
-    rms_norm_eps: 1e-6,
-    rope_theta: 10000,
-    tie_word_embeddings: true,
-  });
-  const m = CausalLM.init(config, { seed: 3 });
+  const { model: m, ids, mask } = activationHeavyModel();
   m.gradientCheckpointing = checkpointing;
-  const B = 4;
-  const T = 128;
-  const ids = tf.tensor2d(
-    Array.from({ length: B * T }, (_, i) => (i * 7) % 64),
-    [B, T],
-    'int32',
-  );
-  const mask = tf.onesLike(ids).toFloat() as tf.Tensor2D;
   const vars = [...m.params.values()];
   // The trainer's walk (freeingGrads), which frees the forward's other intermediates already.
   const profile = await tf.profile(() => {
