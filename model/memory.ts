@@ -177,7 +177,8 @@ export function trainingMemory(config: LlamaConfig, opts: TrainingMemoryOptions)
     optimizerBytes: 8 * trained,
     activationBytes: 4 * floats,
   };
-  return { ...m, totalBytes: m.weightsBytes + m.optimizerBytes + transientBytes(config, m, opts) };
+  const transient = transientBytes(config, m, opts, trained === all);
+  return { ...m, totalBytes: m.weightsBytes + m.optimizerBytes + transient };
 }
 
 /**
@@ -192,8 +193,8 @@ function transientBytes(
   config: LlamaConfig,
   m: Omit<TrainingMemory, 'totalBytes'>,
   opts: TrainingMemoryOptions,
+  full: boolean,
 ): number {
-  const full = (opts.trainableParameters ?? parameterCount(config)) === parameterCount(config);
   if (!full) return m.gradientBytes + m.activationBytes;
   const N = opts.tokens;
   const headGradient = 4 * config.vocab_size * config.hidden_size;

@@ -252,9 +252,9 @@ export class Trainer {
   }
 
   /** Rows of old logprobs this rank has computed ({@link oldLogprobs}: with data parallelism its share). */
-  recomputedRows = 0;
+  private recomputedRows = 0;
 
-  /** {@link recomputedRows}, for a caller across the wire. */
+  /** How many rows of old logprobs this rank has computed (its share with data parallelism). */
   getRecomputedRows(): number {
     return this.recomputedRows;
   }
