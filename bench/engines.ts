@@ -89,6 +89,9 @@ interface Row {
   rl: Run;
   single?: Run;
   syncMs?: number;
+  /** Of the sync: the llama.cpp engine's check that it arrived (in place), and its check at load. */
+  probeMs?: number;
+  loadCheckMs?: number;
 }
 
 /** Best of `reps` (by RL-shape wall): the RL shape, then one request, then one weight sync. */
@@ -104,6 +107,8 @@ async function bench(name: string, engines: InferenceEngine[], full = true): Pro
       const c0 = performance.now();
       await engines[0]!.updateWeights({ kind: 'tensors', tensors: weights }, r + 1);
       row.syncMs = performance.now() - c0;
+      const stats = (engines[0] as Partial<LlamaCppEngine>).stats;
+      if (stats) Object.assign(row, { probeMs: stats.lastProbeMs, loadCheckMs: stats.loadCheckMs });
     }
     if (!best || row.rl.wallMs < best.rl.wallMs) best = row;
   }
@@ -165,15 +170,15 @@ console.log(
     `${requests} requests × ${newTokens} new tokens, prompts of ${promptLen}, TF.js backend ${backend}\n`,
 );
 console.log(
-  `| engine | ${requests} × ${newTokens} tok/s wall | tok per CPU-s | × builtin (wall) | × builtin (CPU-s) | batch 1 tok/s wall | tok per CPU-s | × builtin (CPU-s) | weight sync ms |`,
+  `| engine | ${requests} × ${newTokens} tok/s wall | tok per CPU-s | × builtin (wall) | × builtin (CPU-s) | batch 1 tok/s wall | tok per CPU-s | × builtin (CPU-s) | weight sync ms | of it: check ms | check at load ms |`,
 );
-console.log('|---|---|---|---|---|---|---|---|---|');
+console.log('|---|---|---|---|---|---|---|---|---|---|---|');
 for (const r of rows) {
   const s = r.single!;
   console.log(
     `| ${r.engine} | ${perWall(r.rl).toFixed(1)} | ${perCpu(r.rl).toFixed(1)} | ${vs(r.rl, builtin?.rl, perWall)} | ` +
       `${vs(r.rl, builtin?.rl, perCpu)} | ${perWall(s).toFixed(1)} | ${perCpu(s).toFixed(1)} | ` +
-      `${vs(s, builtin?.single, perCpu)} | ${r.syncMs!.toFixed(1)} |`,
+      `${vs(s, builtin?.single, perCpu)} | ${r.syncMs!.toFixed(1)} | ${r.probeMs?.toFixed(1) ?? '—'} | ${r.loadCheckMs?.toFixed(1) ?? '—'} |`,
   );
 }
 if (layoutRows.length) {

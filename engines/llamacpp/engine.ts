@@ -13,8 +13,13 @@
  * token and its logprob under the same distribution (`nativeSampling`).
  *
  * New weights are written into the mapped GGUF between decode steps, in place (the CPU build:
- * llama.cpp maps the file shared and computes from the mapping; q8_0 and f16 only on x86-64, see
- * `inPlaceBlocker`), or the model is reloaded from the rewritten file (`weightSync: 'reload'`).
+ * llama.cpp maps the file shared and computes from the mapping), or the model is reloaded from
+ * the rewritten file (`weightSync: 'reload'`). In place is verified, not assumed: at load a probe
+ * zeroes one matrix of each element type in the file and its output must change (ggml's CPU
+ * backend copies some types into AMX or repacked buffers of its own on some CPUs; the engine
+ * then reloads instead), and after every update the probe's output must change where the
+ * rewrite changed bytes, or the update fails with `LLAMACPP_STALE` rather than label old
+ * weights' tokens with the new version.
  * A LoRA policy's update (`{ kind: 'lora' }`) leaves the base alone: the adapter is written as a
  * GGUF LoRA adapter (`model/gguf/lora.ts`), loaded by llama.cpp and set on the context in place
  * of the previous one (`llama_set_adapters_lora`), on CPU and GPU builds alike.
@@ -43,8 +48,10 @@ import type {
 import { readConfig, readWeights } from '../../model/checkpoint.ts';
 import type { LlamaConfig } from '../../model/config.ts';
 import {
+  readGgufTensorBytes,
   rewriteGgufTensors,
   writeGguf,
+  writeGgufTensorBytes,
   writeGgufLoraAdapter,
   type GgufDtype,
   type GgufLayout,
@@ -108,11 +115,19 @@ export interface LlamaCppEngineOptions {
   /** `false`: the CPU build; `'auto'`, `'cuda'`, `'vulkan'`: a GPU build (weights then reload). @default false */
   gpu?: false | 'auto' | 'cuda' | 'vulkan';
   /**
-   * `inplace` is refused where the mapped bytes are not what llama.cpp computes with (see
-   * {@link inPlaceBlocker}). @default 'inplace' where it works (the CPU build; on x86-64 every
-   * dtype, elsewhere f32 and bf16), else 'reload'
+   * `inplace` is refused where the mapped bytes are not what llama.cpp computes with: a GPU
+   * build, or (found by a probe at load: see {@link LlamaCppEngine.inPlaceProblem}) a CPU whose
+   * backend copies the matrices into a buffer of its own, or `mmap: false`. @default 'inplace'
+   * where it works, else 'reload' (with one warning line when the probe decided)
    */
   weightSync?: LlamaCppWeightSync;
+  /**
+   * `false`: llama.cpp reads the GGUF into memory of its own instead of mapping it (in-place
+   * updates then cannot reach it, so weights reload). @default true
+   */
+  mmap?: boolean;
+  /** Where the engine's one-line warnings go. @default console.warn */
+  onWarning?: (line: string) => void;
   /** Seed of the engine's sampling stream (requests without their own seed). @default 0 */
   seed?: number;
   /**
@@ -201,7 +216,7 @@ export class LlamaCppEngine implements InferenceEngine {
   readonly tokenizer: ChatTokenizer | undefined;
   /** Where the served GGUF is and how to rewrite it. */
   readonly layout: GgufLayout;
-  readonly weightSync: LlamaCppWeightSync;
+  weightSync: LlamaCppWeightSync;
   /**
    * Counters for benchmarks and tests. `lastSyncMs`: how long the last weight update held decoding
    * (rewrite or reload; for an adapter, its load and swap); `lastAdapterWriteMs`: writing the last
@@ -214,6 +229,10 @@ export class LlamaCppEngine implements InferenceEngine {
     lastSyncMs: 0,
     lastAdapterWriteMs: 0,
     reprefills: 0,
+    /** How long the last check that an in-place update reached llama.cpp took (a probe). */
+    lastProbeMs: 0,
+    /** How long the check at load that llama.cpp computes from the mapped file took. */
+    loadCheckMs: 0,
   };
   private readonly llama: Llama;
   private model: LlamaModel | undefined;
@@ -224,6 +243,10 @@ export class LlamaCppEngine implements InferenceEngine {
   private weightsGeneration = 0;
   /** Sequences of the current context that no request holds. */
   private freeSequences: LlamaContextSequence[] = [];
+  /** In place: the sequence the probe runs on (its own: requests hold theirs), and its epoch. */
+  private probeSequence: { seq: LlamaContextSequence; epoch: number } | undefined;
+  /** In place: the probe's distribution on the weights llama.cpp computes with now. */
+  private lastProbe: Float32Array | undefined;
   private readonly config: LlamaConfig;
   private readonly opts: LlamaCppEngineOptions;
   private readonly contextSize: number;
@@ -238,6 +261,10 @@ export class LlamaCppEngine implements InferenceEngine {
   /** The LoRA adapter applied over the base GGUF (a LoRA policy), its file and llama.cpp handle. */
   private lora: { path: string; scale: number; handle: NativeLora } | undefined;
   private adapterFiles = 0;
+  /** The version whose weights gave {@link lastProbe}. */
+  private probedVersion: number;
+  /** In place: weights were rewritten while asleep (no context to probe); checked at wake-up. */
+  private unchecked = false;
   private running = new Set<Active>();
   private slotWaiters: (() => void)[] = [];
   private heldWaiters: (() => void)[] = [];
@@ -274,6 +301,7 @@ export class LlamaCppEngine implements InferenceEngine {
     this.rand = seededRandom(opts.seed ?? 0);
     this.nativeSampling = opts.nativeSampling ?? true;
     this.version = opts.version ?? 0;
+    this.probedVersion = this.version;
     const eos = opts.eosTokenIds ?? init.config.eos_token_id ?? [];
     this.eos = Array.isArray(eos) ? eos : [eos];
   }
@@ -281,7 +309,7 @@ export class LlamaCppEngine implements InferenceEngine {
   /** Converts the checkpoint to GGUF, loads it into llama.cpp and returns a ready engine. */
   static async create(opts: LlamaCppEngineOptions): Promise<LlamaCppEngine> {
     const dtype = opts.dtype ?? 'f32';
-    const blocker = inPlaceBlocker(dtype, opts.gpu);
+    const blocker = inPlaceBlocker(opts);
     if (opts.weightSync === 'inplace' && blocker)
       throw new LlamaCppError('LLAMACPP_INVALID', `weightSync 'inplace': ${blocker}`);
     const weightSync = opts.weightSync ?? (blocker ? 'reload' : 'inplace');
@@ -326,14 +354,16 @@ export class LlamaCppEngine implements InferenceEngine {
           `gpu '${opts.gpu}': ${found} here; ${gpuBuilds}`,
         );
       }
-      const context = await createContext(model, contextSize, opts);
-      return new LlamaCppEngine(
+      const context = await createContext(model, contextSize, opts, weightSync);
+      const engine = new LlamaCppEngine(
         llama,
         model,
         context,
         { config, layout, tokenizer, ownedDir, contextSize, weightSync },
         opts,
       );
+      if (weightSync === 'inplace') await engine.settleWeightSync(opts.weightSync === 'inplace');
+      return engine;
     } catch (e) {
       if (ownedDir) rmSync(ownedDir, { recursive: true, force: true });
       throw e;
@@ -599,10 +629,14 @@ export class LlamaCppEngine implements InferenceEngine {
     try {
       // Before the rewrite: one that fails part way has still changed some bytes.
       this.weightsGeneration++;
-      rewriteGgufTensors(this.layout, tensors);
+      const { changed } = rewriteGgufTensors(this.layout, tensors, {
+        compare: (name) => this.weightSync === 'inplace' && this.probeSees(name),
+      });
       // Full weights are the whole policy: an adapter applied before would add to them.
       await this.swapAdapter(undefined);
       if (this.weightSync === 'reload' && this.model) await this.reload();
+      else if (this.context) await this.checkArrived(changed, version);
+      else this.unchecked ||= changed !== undefined;
       this.version = version;
     } finally {
       this.stats.syncs++;
@@ -671,8 +705,129 @@ export class LlamaCppEngine implements InferenceEngine {
     this.model = await loadModel(this.llama, this.layout.path, this.opts);
     // The model's adapters went with it.
     if (this.lora) this.lora.handle = await loraApi(this.model).load(this.lora.path);
-    this.context = await createContext(this.model, this.contextSize, this.opts);
+    this.context = await createContext(this.model, this.contextSize, this.opts, this.weightSync);
     this.setAdapterOnContext();
+  }
+
+  /**
+   * Decides an in-place engine's weight sync at load: where {@link inPlaceProblem} finds that
+   * llama.cpp does not compute from the mapped file, an explicit `inplace` is refused (the
+   * engine closed) and a defaulted one becomes `reload` with one warning line.
+   */
+  private async settleWeightSync(explicit: boolean): Promise<void> {
+    const t0 = performance.now();
+    const problem = await this.inPlaceProblem();
+    this.stats.loadCheckMs = performance.now() - t0;
+    if (!problem) return;
+    if (explicit) {
+      await this.close();
+      throw new LlamaCppError('LLAMACPP_INVALID', `weightSync 'inplace': ${problem}`);
+    }
+    this.weightSync = 'reload';
+    this.lastProbe = undefined;
+    this.probeSequence = undefined;
+    (this.opts.onWarning ?? console.warn)(
+      `llamacpp: weights reload after each update (${problem}; an update in place would not reach it)`,
+    );
+  }
+
+  /**
+   * Asks llama.cpp whether it computes from the mapped GGUF: for each element type among the
+   * matrices, one matrix is zeroed in the file, the probe's distribution must change, and the
+   * matrix is restored. ggml's CPU backend may copy matrices into a buffer of its own at load
+   * (AMX tiles on Xeons with `amx_int8`, the repacked layouts of `ggml-cpu/repack.cpp`, KleidiAI
+   * on ARM), by element type and CPU, so the answer is found, not predicted.
+   *
+   * @returns why bytes written in place would not reach llama.cpp, or undefined when they do
+   */
+  async inPlaceProblem(): Promise<string | undefined> {
+    await this.gate.write();
+    try {
+      const base = await this.probe();
+      const tried = new Set<string>();
+      for (const p of this.layout.tensors.values()) {
+        const dtype = p.info.dtype;
+        if (p.info.shape.length !== 2 || tried.has(dtype) || !this.probeSees(p.hfName)) continue;
+        tried.add(dtype);
+        const saved = readGgufTensorBytes(this.layout, p.hfName);
+        let zeroed: Float32Array;
+        try {
+          writeGgufTensorBytes(this.layout, p.hfName, new Uint8Array(saved.length));
+          zeroed = await this.probe();
+        } finally {
+          writeGgufTensorBytes(this.layout, p.hfName, saved);
+        }
+        if (sameValues(zeroed, base))
+          return `llama.cpp computes the ${dtype} matrices from a copy of its own, not the mapped GGUF (${p.hfName} zeroed in the file changed nothing: AMX or repacked buffers on this CPU, or mmap off)`;
+      }
+      const again = await this.probe();
+      if (!sameValues(again, base))
+        return 'the probe gave another distribution on the same weights (llama.cpp is not deterministic here)';
+      this.lastProbe = base;
+      return undefined;
+    } finally {
+      this.gate.done();
+    }
+  }
+
+  /**
+   * After an in-place rewrite that changed bytes the probe sees (`changed`), the probe's
+   * distribution must change too; otherwise llama.cpp still computes with the old weights and
+   * the engine refuses to label its tokens with `version`.
+   */
+  private async checkArrived(changed: string | undefined, version: number): Promise<void> {
+    const t0 = performance.now();
+    const now = await this.probe();
+    this.stats.lastProbeMs = performance.now() - t0;
+    const stale = changed !== undefined && this.lastProbe && sameValues(now, this.lastProbe);
+    if (stale) {
+      this.version = this.probedVersion;
+      throw new LlamaCppError(
+        'LLAMACPP_STALE',
+        `weights of version ${version} did not reach llama.cpp (${changed} changed in the mapped GGUF, its output did not); still serving version ${this.probedVersion}: use weightSync 'reload'`,
+      );
+    }
+    this.lastProbe = now;
+    this.probedVersion = version;
+  }
+
+  /**
+   * Whether the probe's output depends on a tensor: every weight but the rows of tokens the
+   * probe does not use, i.e. all but an untied input embedding.
+   */
+  private probeSees(hfName: string): boolean {
+    return this.config.tie_word_embeddings || !hfName.endsWith('embed_tokens.weight');
+  }
+
+  /**
+   * The next-token distribution after a fixed 8-token prompt, on a sequence of its own (the
+   * context has one beyond `maxSequences` for it), evaluated from scratch. Call with decoding
+   * held.
+   */
+  private async probe(): Promise<Float32Array> {
+    const V = this.config.vocab_size;
+    if (this.probeSequence?.epoch !== this.epoch)
+      this.probeSequence = { seq: this.context!.getSequence(), epoch: this.epoch };
+    const seq = this.probeSequence.seq;
+    await seq.clearHistory();
+    const ids = Array.from({ length: 8 }, (_, i) => ((i * 7919 + 1) % V) as Token);
+    const input: ControlledEvaluateInputItem[] = ids.slice(0, -1);
+    input.push([
+      ids[ids.length - 1]!,
+      {
+        generateNext: {
+          probabilities: true,
+          options: { temperature: 1, topK: 0, topP: 1, minP: 0 },
+        },
+      },
+    ]);
+    const out = await seq.controlledEvaluate(input);
+    const probs = out[out.length - 1]?.next.probabilities;
+    if (!probs) throw new LlamaCppError('LLAMACPP_INVALID', 'llama.cpp returned no distribution');
+    const dist = new Float32Array(V);
+    for (const [t, p] of probs) if (t < V) dist[t] = p;
+    await seq.clearHistory();
+    return dist;
   }
 
   /** Aborts running requests and frees the KV cache; the weights stay mapped. */
@@ -693,8 +848,13 @@ export class LlamaCppEngine implements InferenceEngine {
 
   async wakeUp(): Promise<void> {
     if (!this.sleeping) return;
-    this.context = await createContext(this.model!, this.contextSize, this.opts);
+    this.context = await createContext(this.model!, this.contextSize, this.opts, this.weightSync);
     this.setAdapterOnContext();
+    if (this.unchecked) {
+      // Weights were rewritten in place while asleep: check them before serving again.
+      this.unchecked = false;
+      await this.checkArrived('(while asleep)', this.version);
+    }
     this.sleeping = false;
     this.heldWaiters.splice(0).forEach((f) => f());
   }
@@ -722,21 +882,17 @@ export class LlamaCppEngine implements InferenceEngine {
 }
 
 /**
- * Why bytes written into the mapped GGUF would not reach what llama.cpp computes with, or
- * undefined when they do. A GPU build copies the weights to the device at load. The CPU backend
- * computes from the file's shared mapping except for tensors an "extra" buffer type claims and
- * repacks into memory of its own at load (llama.cpp as bundled with node-llama-cpp 3.21.1):
- * `ggml-cpu/repack.cpp` claims Q8_0 only with ARM NEON dot product or int8 matmul, or RISC-V
- * vectors, and never F32/F16/BF16; KleidiAI (ARM builds) claims Q8_0 and F16; AMX (x86) claims
- * Q8_0 but none of the prebuilt x64 CPU variants carries it. So on x86-64 every dtype computes
- * from the mapping (llama.cpp logs one `CPU_Mapped model buffer size` for a q8_0 GGUF here), and
- * elsewhere q8_0 and f16 may not.
+ * Why bytes written into the mapped GGUF cannot reach what llama.cpp computes with, known before
+ * loading (a GPU build copies the weights to the device); undefined where only a probe can tell
+ * (see {@link LlamaCppEngine.inPlaceProblem}).
  */
-function inPlaceBlocker(dtype: GgufDtype, gpu: LlamaCppEngineOptions['gpu']): string | undefined {
-  if ((gpu ?? false) !== false) return 'a GPU build copies the weights to the device at load';
-  if (process.arch !== 'x64' && (dtype === 'q8_0' || dtype === 'f16'))
-    return `llama.cpp's CPU backend may repack ${dtype} weights at load on ${process.arch}`;
+function inPlaceBlocker(opts: LlamaCppEngineOptions): string | undefined {
+  if ((opts.gpu ?? false) !== false) return 'a GPU build copies the weights to the device at load';
   return undefined;
+}
+
+function sameValues(a: Float32Array, b: Float32Array): boolean {
+  return a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
 }
 
 function tryTokenizer(dir: string): ChatTokenizer | undefined {
@@ -756,7 +912,7 @@ async function loadModel(
   return llama.loadModel({
     modelPath: path,
     gpuLayers: (opts.gpu ?? false) === false ? 0 : 'max',
-    useMmap: true,
+    useMmap: opts.mmap ?? true,
   });
 }
 
@@ -865,10 +1021,12 @@ async function createContext(
   model: LlamaModel,
   contextSize: number,
   opts: LlamaCppEngineOptions,
+  weightSync: LlamaCppWeightSync,
 ): Promise<LlamaContext> {
   const context = await model.createContext({
     contextSize,
-    sequences: opts.maxSequences ?? 16,
+    // In place: one more for the probe that checks each update reached llama.cpp.
+    sequences: (opts.maxSequences ?? 16) + (weightSync === 'inplace' ? 1 : 0),
     threads: opts.threads ?? 1,
     // Exactness: flash attention and an f16 KV cache each move logprobs by ~1e-3 on random models.
     flashAttention: false,

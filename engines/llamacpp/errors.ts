@@ -13,6 +13,8 @@ export type LlamaCppErrorCode =
   | 'LLAMACPP_NO_GPU'
   /** A request or option the engine cannot serve. */
   | 'LLAMACPP_INVALID'
+  /** A weight update written in place did not reach what llama.cpp computes with. */
+  | 'LLAMACPP_STALE'
   /** The engine was closed. */
   | 'LLAMACPP_CLOSED';
 

@@ -15,7 +15,7 @@
  *
  * @module
  */
-import { closeSync, openSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readSync, writeSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { readConfig, readWeights } from '../checkpoint.ts';
@@ -251,43 +251,106 @@ function writeBytes(fd: number, at: number, bytes: Uint8Array): void {
   while (done < bytes.length) done += writeSync(fd, bytes, done, bytes.length - done, at + done);
 }
 
+function readBytes(fd: number, at: number, length: number): Buffer {
+  const out = Buffer.alloc(length);
+  let done = 0;
+  while (done < length) {
+    const n = readSync(fd, out, done, length - done, at + done);
+    if (n === 0) throw new GgufError(`GGUF ended at byte ${at + done}, expected ${at + length}`);
+    done += n;
+  }
+  return out;
+}
+
+function encodePlacement(p: GgufPlacement, data: Float32Array): Uint8Array {
+  const bytes = encodeTensor(p.info.dtype, ggufValues(p, data));
+  if (bytes.length !== p.info.bytes)
+    throw new GgufError(`tensor '${p.hfName}': ${bytes.length} bytes, slot ${p.info.bytes}`);
+  return bytes;
+}
+
 function writePlacement(
   fd: number,
   layout: GgufLayout,
   p: GgufPlacement,
   data: Float32Array,
 ): void {
-  const bytes = encodeTensor(p.info.dtype, ggufValues(p, data));
-  if (bytes.length !== p.info.bytes)
-    throw new GgufError(`tensor '${p.hfName}': ${bytes.length} bytes, slot ${p.info.bytes}`);
-  writeBytes(fd, layout.dataStart + p.info.offset, bytes);
+  writeBytes(fd, layout.dataStart + p.info.offset, encodePlacement(p, data));
+}
+
+/** Options of {@link rewriteGgufTensors}. */
+export interface GgufRewriteOptions {
+  /**
+   * Tensors (HF names) whose old bytes to compare with the new ones until one differs, so the
+   * caller knows whether the rewrite changed anything it can observe. @default none
+   */
+  compare?: (hfName: string) => boolean;
 }
 
 /**
  * Overwrites the bytes of the given tensors (HF names, same shapes) in a GGUF written by
  * {@link writeGguf}, in place: same file, same inode, so a model that maps it sees them.
  *
- * @returns how many tensors and bytes were written
+ * @returns how many tensors and bytes were written, and the first compared tensor whose bytes
+ *   changed (`changed`; absent when none did or none was compared)
  */
 export function rewriteGgufTensors(
   layout: GgufLayout,
   tensors: NamedTensors,
-): { tensors: number; bytes: number } {
+  opts: GgufRewriteOptions = {},
+): { tensors: number; bytes: number; changed?: string } {
   const fd = openSync(layout.path, 'r+');
   let n = 0;
   let bytes = 0;
+  let changed: string | undefined;
   try {
     for (const [name, t] of Object.entries(tensors)) {
       const p = layout.tensors.get(name);
       if (!p) continue;
-      writePlacement(fd, layout, p, t.data);
+      const at = layout.dataStart + p.info.offset;
+      const next = encodePlacement(p, t.data);
+      if (changed === undefined && opts.compare?.(name)) {
+        // Only until the first difference: an update changes its first tensor almost always.
+        if (!readBytes(fd, at, next.length).equals(next)) changed = name;
+      }
+      writeBytes(fd, at, next);
       n++;
       bytes += p.info.bytes;
     }
   } finally {
     closeSync(fd);
   }
-  return { tensors: n, bytes };
+  return changed === undefined ? { tensors: n, bytes } : { tensors: n, bytes, changed };
+}
+
+/** The raw bytes of one tensor (HF name) of a GGUF written by {@link writeGguf}. */
+export function readGgufTensorBytes(layout: GgufLayout, hfName: string): Buffer {
+  const p = placement(layout, hfName);
+  const fd = openSync(layout.path, 'r');
+  try {
+    return readBytes(fd, layout.dataStart + p.info.offset, p.info.bytes);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Overwrites one tensor's raw bytes (as {@link readGgufTensorBytes} returned them), in place. */
+export function writeGgufTensorBytes(layout: GgufLayout, hfName: string, bytes: Uint8Array): void {
+  const p = placement(layout, hfName);
+  if (bytes.length !== p.info.bytes)
+    throw new GgufError(`tensor '${hfName}': ${bytes.length} bytes, slot ${p.info.bytes}`);
+  const fd = openSync(layout.path, 'r+');
+  try {
+    writeBytes(fd, layout.dataStart + p.info.offset, bytes);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function placement(layout: GgufLayout, hfName: string): GgufPlacement {
+  const p = layout.tensors.get(hfName);
+  if (!p) throw new GgufError(`tensor '${hfName}' is not in ${layout.path}`);
+  return p;
 }
 
 /** Converts the HF checkpoint in `dir` (config, weights, tokenizer) to a GGUF at `out`. */

@@ -264,18 +264,26 @@ if (missing) {
 
   // 32-aligned sizes: the tiny fixture's 16 and 24 would leave every matrix f32 under q8_0.
   const aligned = { hidden_size: 64, intermediate_size: 128 };
+  // The default sync is in place where a probe at load finds llama.cpp computing from the mapped
+  // file, else reload with one warning (q8_0 on CPUs whose ggml backend takes AMX or repacked
+  // buffers): the update must arrive either way.
   for (const [dtype, weightSync] of [
-    ['f32', 'inplace'],
+    ['f32', undefined],
     ['f32', 'reload'],
-    ['bf16', 'inplace'],
-    ['q8_0', 'inplace'],
+    ['bf16', undefined],
+    ['q8_0', undefined],
     ['q8_0', 'reload'],
   ] as const) {
-    test(`weights after a step reach a ${dtype} engine (${weightSync}) as a fresh engine on them`, async () => {
+    test(`weights after a step reach a ${dtype} engine (${weightSync ?? 'default sync'}) as a fresh engine on them`, async () => {
       await initBackend('wasm');
       const next = randomModel(config(aligned), 12);
       const tensors = next.exportWeights();
-      const l = await tinyLlamaCppEngine({ dtype, weightSync }, 11, aligned);
+      const warnings: string[] = [];
+      const l = await tinyLlamaCppEngine(
+        { dtype, onWarning: (w) => warnings.push(w), ...(weightSync ? { weightSync } : {}) },
+        11,
+        aligned,
+      );
       const fresh = await tinyLlamaCppEngine({ dtype }, 12, aligned);
       try {
         const matrices = [...l.layout.tensors.values()].filter((p) => p.info.shape.length === 2);
@@ -291,12 +299,15 @@ if (missing) {
         await l.updateWeights({ kind: 'tensors', tensors }, 1);
         const after = await l.generate(req);
         const expect = await fresh.generate(req);
-        assert.is(l.weightSync, weightSync);
+        assert.is(l.weightSync, weightSync ?? (warnings.length ? 'reload' : 'inplace'));
+        assert.ok(warnings.length <= 1 && (weightSync === undefined || !warnings.length));
         assert.equal(after.outputTokens, expect.outputTokens);
         assert.equal(after.outputLogprobs, expect.outputLogprobs);
         assert.ok(after.outputVersions.every((v) => v === 1));
         assert.not.equal(before.outputLogprobs, after.outputLogprobs);
-        console.log(`  ${dtype} ${weightSync}: ${l.stats.lastSyncMs.toFixed(1)} ms per sync`);
+        console.log(
+          `  ${dtype} ${l.weightSync}: ${l.stats.lastSyncMs.toFixed(1)} ms per sync${warnings.length ? ` (${warnings[0]})` : ''}`,
+        );
       } finally {
         await l.close();
         await fresh.close();
