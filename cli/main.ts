@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { Command, Option } from 'commander';
 
 import { packageRoot, readEnv } from '../ops/index.ts';
+import { defaultEngineKind, offeredEngineNames } from '../engines/registry.ts';
 import { CliError } from './client.ts';
 import { startCommand, statusCommand, stopCommand } from './commands/cluster.ts';
 import { dashboardCommand } from './commands/dashboard.ts';
@@ -268,7 +269,7 @@ program
     'hermes',
   )
   .option('--max-tokens <n>', 'completion cap and default max_tokens (default: the context length)')
-  .option('--engine <name>', 'what generates: builtin, llamacpp, sglang, vllm', 'builtin')
+  .option('--engine <name>', `what generates: ${offeredEngineNames()}`, defaultEngineKind)
   .option(
     '--rollout-dtype <type>',
     'GGUF element type for --engine llamacpp: f32, f16, bf16, q8_0',

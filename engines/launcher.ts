@@ -28,6 +28,8 @@ import { createInterface } from 'node:readline';
 
 import { InvalidArgumentError, RtjobError } from '../runtime/errors.ts';
 import { httpCall } from './http/http-call.ts';
+import { serverSpec, type ServerEngineKind } from './registry.ts';
+import type { LoraServerSlots, ServerArgs } from './types.ts';
 
 /** Options of {@link launchServer}. */
 export interface LaunchServerOptions {
@@ -265,71 +267,26 @@ function shellQuote(s: string): string {
 }
 
 /** How a LoRA policy's servers must be started (see {@link loraServerArgs}). */
-export interface LoraServerOptions {
-  /** `sglang` or `vllm`. */
-  engine: 'sglang' | 'vllm';
-  /** Adapters a server holds at once: the run's maximum staleness + 2 (the engine's `loraSlots`). */
-  slots: number;
-  /** The adapters' rank `r`. */
-  rank: number;
-  /** The modules the adapters target (`q_proj`, ...; SGLang's `--lora-target-modules`). */
-  targetModules: readonly string[];
+export interface LoraServerOptions extends LoraServerSlots {
+  /** An engine on servers (`sglang`, `vllm`). */
+  engine: ServerEngineKind;
 }
 
-/** The ranks vLLM's `--max-lora-rank` takes (its `MaxLoRARanks`). */
-const vllmLoraRanks = [1, 8, 16, 32, 64, 128, 256, 320, 512];
-
 /**
- * The server flags (and environment) a LoRA policy needs for run-time adapter loading:
- * vLLM `--enable-lora --max-loras S --max-cpu-loras S --max-lora-rank R'` (R rounded up to a rank
- * vLLM takes) with `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, which enables
- * `/v1/load_lora_adapter`; SGLang `--enable-lora --max-loras-per-batch S --max-loaded-loras S
- * --max-lora-rank R --lora-target-modules M...` (rank and modules fix the adapter memory pool,
- * since no adapter is given at start).
+ * The server flags (and environment) a LoRA policy needs for run-time adapter loading, from the
+ * engine's registry entry (vLLM's in `engines/vllm/lora-args.ts`, SGLang's in
+ * `engines/sglang/lora-args.ts`): rank and modules fix the adapter memory pool, since no adapter
+ * is given at start.
  *
  * @example
  * loraServerArgs({ engine: 'vllm', slots: 3, rank: 16, targetModules: ['q_proj', 'v_proj'] })
  * // { args: ['--enable-lora', '--max-loras', '3', '--max-cpu-loras', '3', '--max-lora-rank', '16'],
  * //   env: { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' } }
  */
-export function loraServerArgs(o: LoraServerOptions): {
-  args: string[];
-  env: Record<string, string>;
-} {
+export function loraServerArgs(o: LoraServerOptions): ServerArgs {
   if (!Number.isInteger(o.slots) || o.slots < 2)
     throw new InvalidArgumentError(`LoRA slots must be an integer ≥ 2, got ${o.slots}`);
-  const slots = String(o.slots);
-  if (o.engine === 'vllm') {
-    const rank = vllmLoraRanks.find((r) => r >= o.rank);
-    if (rank === undefined)
-      throw new InvalidArgumentError(`vLLM serves LoRA ranks up to 512, not ${o.rank}`);
-    return {
-      args: [
-        '--enable-lora',
-        '--max-loras',
-        slots,
-        '--max-cpu-loras',
-        slots,
-        '--max-lora-rank',
-        String(rank),
-      ],
-      env: { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' },
-    };
-  }
-  return {
-    args: [
-      '--enable-lora',
-      '--max-loras-per-batch',
-      slots,
-      '--max-loaded-loras',
-      slots,
-      '--max-lora-rank',
-      String(o.rank),
-      '--lora-target-modules',
-      ...o.targetModules,
-    ],
-    env: {},
-  };
+  return serverSpec(o.engine).loraServerArgs(o);
 }
 
 /**

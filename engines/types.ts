@@ -143,3 +143,19 @@ export interface InferenceEngine {
   /** Free everything; later calls fail. */
   close(): Promise<void>;
 }
+
+/** What a LoRA policy's servers must hold: adapters at once, their rank and target modules. */
+export interface LoraServerSlots {
+  /** Adapters a server holds at once: the run's maximum staleness + 2. */
+  slots: number;
+  /** The adapters' rank `r`. */
+  rank: number;
+  /** The modules the adapters target (`q_proj`, ...). */
+  targetModules: readonly string[];
+}
+
+/** Flags and environment to start a server with. */
+export interface ServerArgs {
+  args: string[];
+  env: Record<string, string>;
+}

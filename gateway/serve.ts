@@ -9,7 +9,12 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { createLocalEngine } from '../engines/local.ts';
+import {
+  createEngine,
+  runsInProcess,
+  serverEngineNames,
+  type OfferedEngineKind,
+} from '../engines/registry.ts';
 import type { InferenceEngine } from '../engines/types.ts';
 import { readLoraAdapter } from '../model/lora-adapter.ts';
 import { loadTokenizer } from '../model/tokenizer.ts';
@@ -35,8 +40,8 @@ export interface ServeOptions {
   maxTokens?: number;
   /** Seed of the sampling stream (builtin). @default 0 */
   seed?: number;
-  /** What generates: the builtin engine, or the servers of `engineUrls`. @default 'builtin' */
-  engine?: 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
+  /** What generates: an in-process engine, or the servers of `engineUrls`. @default 'builtin' */
+  engine?: OfferedEngineKind;
   /** GGUF element type of the `llamacpp` engine. @default 'f32' */
   rolloutDtype?: 'f32' | 'f16' | 'bf16' | 'q8_0';
   /** The `llamacpp` engine's GPU build (`false`: the CPU build). @default false */
@@ -59,11 +64,10 @@ export interface Served {
 
 async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
   const kind = o.engine ?? 'builtin';
-  if (kind === 'builtin' || kind === 'llamacpp') {
+  if (runsInProcess(kind)) {
     if (o.engineUrls?.length)
-      throw new InvalidArgumentError('--engine-url needs --engine sglang or vllm');
-    return createLocalEngine({
-      engine: kind,
+      throw new InvalidArgumentError(`--engine-url needs ${serverEngineNames()}`);
+    return createEngine(kind, {
       modelPath: o.pretrain,
       seed: o.seed ?? 0,
       dtype: o.rolloutDtype,
@@ -73,12 +77,7 @@ async function serveEngine(o: ServeOptions): Promise<InferenceEngine> {
   const urls = o.engineUrls ?? [];
   if (urls.length === 0) throw new InvalidArgumentError(`--engine ${kind} needs --engine-url`);
   // Nothing is trained here: no weight updates, so no checkpoint writer.
-  if (kind === 'sglang') {
-    const { SglangEngine } = await import('../engines/sglang/index.ts');
-    return new SglangEngine({ urls });
-  }
-  const { VllmEngine } = await import('../engines/vllm/index.ts');
-  return new VllmEngine({ urls });
+  return createEngine(kind, { urls });
 }
 
 /** Serves `pretrain` on the builtin engine, or through the SGLang / vLLM servers given. */

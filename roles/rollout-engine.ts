@@ -20,12 +20,16 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { readEnv } from '../runtime/env.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
-import { createLocalEngine } from '../engines/local.ts';
+import {
+  createEngine,
+  engineSpec,
+  type EngineKind,
+  type ServerEngineKind,
+} from '../engines/registry.ts';
 import { launchServerCommand, type LaunchedServer } from '../engines/launcher.ts';
-import { SimulatedEngine } from '../engines/simulated/simulated-engine.ts';
+import type { SimulatedLengths } from '../engines/simulated/simulated-engine.ts';
 import type { InferenceEngine } from '../engines/types.ts';
 import { serializeSafetensors } from '../model/safetensors.ts';
-import { seededRandom } from '../model/sampling.ts';
 import type { NamedTensors } from '../model/tensors.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
 
@@ -44,7 +48,7 @@ export interface RolloutEngineInit {
   /** HF model directory (weights for the builtin engine, tokenizer for all). */
   pretrain: string;
   /** @default 'builtin' */
-  engine?: 'builtin' | 'simulated' | 'sglang' | 'vllm' | 'llamacpp';
+  engine?: EngineKind;
   /** Element type of the `llamacpp` engine's GGUF (f32 reproduces the trainer's tokens). @default 'f32' */
   rolloutDtype?: GgufDtype;
   /** The `llamacpp` engine's GPU build (`false`: the CPU build). @default false */
@@ -79,34 +83,6 @@ export interface RolloutEngineInit {
   asyncNumTasks?: number;
 }
 
-/**
- * A long-tailed response length distribution for the simulated engine: lognormal around
- * `medianTokens` with spread `sigma`, capped by the generation limit, at `tokenLatencyMs` per token.
- */
-export interface SimulatedLengths {
-  tokenLatencyMs: number;
-  medianTokens: number;
-  /** @default 1 */
-  sigma?: number;
-  /** @default 0 */
-  seed?: number;
-}
-
-/** A simulated engine answering with lengths drawn from `o` (seeded; token ids are filler). */
-export function simulatedEngine(o: SimulatedLengths): SimulatedEngine {
-  const rand = seededRandom(o.seed ?? 0);
-  const sigma = o.sigma ?? 1;
-  return new SimulatedEngine({
-    tokenLatencyMs: o.tokenLatencyMs,
-    respond: () => {
-      // Box–Muller normal → lognormal length.
-      const z = Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
-      const n = Math.max(1, Math.round(o.medianTokens * Math.exp(sigma * z)));
-      return Array.from({ length: n }, (_, i) => 5 + (i % 10));
-    },
-  });
-}
-
 /** Episodes a rollout runs at once: its init's, else `ASYNC_NUM_TASKS`, else 128. */
 export function rolloutConcurrency(init: { asyncNumTasks?: number | undefined }): number {
   return init.asyncNumTasks ?? readEnv('ASYNC_NUM_TASKS') ?? 128;
@@ -119,16 +95,16 @@ export function rolloutConcurrency(init: { asyncNumTasks?: number | undefined })
 export async function createRolloutEngine(
   init: RolloutEngineInit,
 ): Promise<{ engine: InferenceEngine; server?: LaunchedServer }> {
-  const { engine = 'builtin', pretrain } = init;
-  if (engine === 'simulated')
+  const { engine: kind = 'builtin', pretrain } = init;
+  const spec = engineSpec(kind);
+  if (spec.runs === 'model-free')
     return {
-      engine: init.simulated ? simulatedEngine(init.simulated) : new SimulatedEngine(),
+      engine: await createEngine(kind, init.simulated ? { simulated: init.simulated } : {}),
     };
-  if (engine === 'builtin' || engine === 'llamacpp') {
+  if (spec.runs === 'in-process') {
     const maxConcurrent = rolloutConcurrency(init);
     return {
-      engine: await createLocalEngine({
-        engine,
+      engine: await createEngine(kind, {
         modelPath: pretrain,
         seed: init.seed ?? 0,
         dtype: init.rolloutDtype,
@@ -143,11 +119,11 @@ export async function createRolloutEngine(
     init.engineLaunch !== undefined
       ? await launchServerCommand(init.engineLaunch, {
           model: pretrain,
-          name: `${engine} server`,
+          name: `${kind} server`,
           ...(init.lora
             ? {
                 lora: {
-                  engine,
+                  engine: kind as ServerEngineKind,
                   slots: init.lora.slots,
                   rank: init.lora.rank,
                   targetModules: init.lora.targetModules,
@@ -155,30 +131,25 @@ export async function createRolloutEngine(
               }
             : {}),
           // Its output goes to this rollout's log.
-          logSink: (line) => process.stdout.write(`[${engine}] ${line}\n`),
+          logSink: (line) => process.stdout.write(`[${kind}] ${line}\n`),
         })
       : undefined;
   const urls = server ? [server.url] : (init.engineUrls ?? []);
   if (urls.length === 0)
     throw new InvalidArgumentError(
-      `engine ${engine} needs server URLs (--engine-url) or a command (--engine-launch)`,
+      `engine ${kind} needs server URLs (--engine-url) or a command (--engine-launch)`,
     );
   const weightsDir = resolve(
     init.weightsDir ?? join(tmpdir(), `rtjob-engine-weights-${process.pid}`),
   );
-  const options = {
+  const engine = await createEngine(kind, {
     urls,
     ...(init.weightSyncTimeoutMs ? { weightSyncTimeoutMs: init.weightSyncTimeoutMs } : {}),
     writeCheckpoint: (t: NamedTensors, v: number) =>
       writeEngineCheckpoint(weightsDir, pretrain, t, v),
     ...(init.lora ? { loraDir: join(weightsDir, 'lora'), loraSlots: init.lora.slots } : {}),
-  };
-  if (engine === 'sglang') {
-    const { SglangEngine } = await import('../engines/sglang/index.ts');
-    return { engine: new SglangEngine(options), ...(server ? { server } : {}) };
-  }
-  const { VllmEngine } = await import('../engines/vllm/index.ts');
-  return { engine: new VllmEngine(options), ...(server ? { server } : {}) };
+  });
+  return { engine, ...(server ? { server } : {}) };
 }
 
 /**

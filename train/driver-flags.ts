@@ -11,7 +11,7 @@
  */
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { localEngineKinds } from '../engines/local.ts';
+import { engineSpec, ggufEngineNames, localEngineKinds } from '../engines/registry.ts';
 import { ggufDtypes } from '../model/gguf/index.ts';
 import { type EnvName, readEnv } from '../runtime/env.ts';
 import { RtjobError } from '../runtime/errors.ts';
@@ -76,8 +76,8 @@ export function localEngineFlags(what: string): FlagSpec<'engine' | 'rolloutDtyp
 
 /** Refuses a `--rollout-dtype` other than f32 without `--engine llamacpp` (nothing would use it). */
 export function checkRolloutDtype(o: { engine?: string; rolloutDtype?: string }): void {
-  if ((o.rolloutDtype ?? 'f32') !== 'f32' && o.engine !== 'llamacpp')
-    throw new FlagError('--rollout-dtype', '--rollout-dtype applies to --engine llamacpp only');
+  if ((o.rolloutDtype ?? 'f32') !== 'f32' && !engineSpec(o.engine ?? 'builtin').gguf)
+    throw new FlagError('--rollout-dtype', `--rollout-dtype applies to ${ggufEngineNames()} only`);
 }
 
 /** What a parse returns: the options, the keys the command line set, and the positionals. */

@@ -18,7 +18,7 @@ import { join, resolve } from 'node:path';
 import { runGatewayEpisode } from '../agents/agent-executor.ts';
 import { loadAgent } from '../agents/load.ts';
 import type { AgentFunction, Sample } from '../agents/types.ts';
-import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
+import { createEngine, type LocalEngineKind } from '../engines/registry.ts';
 import { Gateway } from '../gateway/server.ts';
 import { modelCard } from '../gateway/model-card.ts';
 import { initBackend } from '../model/backend.ts';
@@ -161,8 +161,7 @@ export async function evalAgentModel(
     );
   const card = modelCard(dir);
   const contextLength = o.contextLength ?? card.contextLength ?? 256;
-  const engine = await createLocalEngine({
-    engine: o.engine,
+  const engine = await createEngine(o.engine, {
     model,
     tokenizer,
     seed: 1,

@@ -11,7 +11,7 @@
  * @module
  */
 import { resolve } from 'node:path';
-import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
+import { createEngine, type LocalEngineKind } from '../engines/registry.ts';
 import { initBackend } from '../model/backend.ts';
 import { loadModel } from '../model/checkpoint.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
@@ -73,8 +73,7 @@ export async function evalArithModel(
   await initBackend();
   const { model, tokenizer } = await loadModel(dir);
   if (!tokenizer) throw new InvalidArgumentError(`eval_arith: ${dir} has no tokenizer.json`);
-  const engine = await createLocalEngine({
-    engine: o.engine,
+  const engine = await createEngine(o.engine, {
     model,
     tokenizer,
     dtype: o.rolloutDtype,

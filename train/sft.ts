@@ -24,7 +24,7 @@ import type { LoraSpec } from '../model/lora-spec.ts';
 import { loraFlagDefaults, loraFlagSpecs, loraSpecOf, type LoraFlagOptions } from './lora-flags.ts';
 import { packBatch } from '../model/batches.ts';
 import { packedRows } from '../algorithms/packing.ts';
-import { createLocalEngine, type LocalEngineKind } from '../engines/local.ts';
+import { createEngine, type LocalEngineKind } from '../engines/registry.ts';
 import type { InferenceEngine } from '../engines/types.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
@@ -316,8 +316,7 @@ async function sftEvaluation(
     : [];
   const evalSteps = evalRecords.length ? (o.evalSteps ?? 100) : 0;
   const engine = evalSteps
-    ? await createLocalEngine({
-        engine: o.engine,
+    ? await createEngine(o.engine, {
         model,
         tokenizer: tok,
         dtype: o.rolloutDtype,

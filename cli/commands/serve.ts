@@ -6,6 +6,14 @@
  * @module
  */
 import { fileURLToPath } from 'node:url';
+import {
+  defaultEngineKind,
+  engineSpec,
+  ggufEngineNames,
+  offeredEngineKinds,
+  offeredEngineNames,
+  type OfferedEngineKind,
+} from '../../engines/registry.ts';
 import { serveModel } from '../../gateway/serve.ts';
 import { serveRewardModel } from '../../roles/reward-server.ts';
 import { badEngineUrl, engineUrls } from '../../train/index.ts';
@@ -42,13 +50,10 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
   if (maxTokens !== undefined && (!Number.isInteger(maxTokens) || maxTokens < 1)) {
     throw new CliError(`--max-tokens: expected an integer >= 1, got '${f.maxTokens}'`, 2);
   }
-  if (!['builtin', 'sglang', 'vllm', 'llamacpp'].includes(f.engine)) {
-    throw new CliError(
-      `--engine: expected builtin, llamacpp, sglang or vllm, got '${f.engine}'`,
-      2,
-    );
-  }
-  const engine = f.engine as 'builtin' | 'sglang' | 'vllm' | 'llamacpp';
+  if (!(offeredEngineKinds as string[]).includes(f.engine))
+    throw new CliError(`--engine: expected ${offeredEngineNames()}, got '${f.engine}'`, 2);
+  const engine = f.engine as OfferedEngineKind;
+  const gguf = engineSpec(engine).gguf;
   const rolloutDtype = f.rolloutDtype ?? 'f32';
   if (!['f32', 'f16', 'bf16', 'q8_0'].includes(rolloutDtype))
     throw new CliError(
@@ -58,8 +63,8 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
   const gpu = f.llamacppGpu ?? 'off';
   if (!['off', 'auto', 'cuda', 'vulkan'].includes(gpu))
     throw new CliError(`--llamacpp-gpu: expected off, auto, cuda or vulkan, got '${gpu}'`, 2);
-  if (gpu !== 'off' && engine !== 'llamacpp')
-    throw new CliError('--llamacpp-gpu applies to --engine llamacpp only', 2);
+  if (gpu !== 'off' && !gguf)
+    throw new CliError(`--llamacpp-gpu applies to ${ggufEngineNames()} only`, 2);
   const urls = engineUrls(f);
   const bad = badEngineUrl(urls);
   if (bad !== undefined) throw new CliError(`--engine-url: '${bad}' is not an http(s) URL`, 2);
@@ -71,7 +76,7 @@ export async function serveCommand(f: ServeFlags): Promise<void> {
       port,
       toolCallParser: f.toolCallParser,
       engine,
-      ...(engine === 'llamacpp'
+      ...(gguf
         ? {
             rolloutDtype: rolloutDtype as 'f32' | 'f16' | 'bf16' | 'q8_0',
             llamacppGpu: gpu === 'off' ? false : (gpu as 'auto' | 'cuda' | 'vulkan'),
@@ -115,7 +120,7 @@ async function untilStopped(): Promise<void> {
 async function serveRewardCommand(f: ServeFlags, port: number): Promise<void> {
   const generation = ['pretrain', 'lora', 'engineUrl', 'model', 'maxTokens'] as const;
   const clash = generation.find((k) => f[k] !== undefined);
-  if (clash !== undefined || f.engine !== 'builtin')
+  if (clash !== undefined || f.engine !== defaultEngineKind)
     throw new CliError(
       `--reward-model serves a reward model, not a policy: drop --${kebab(clash ?? 'engine')}`,
       2,

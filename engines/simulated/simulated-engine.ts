@@ -13,6 +13,7 @@ import type {
   PauseOptions,
   WeightUpdate,
 } from '../types.ts';
+import { seededRandom } from '../../model/sampling.ts';
 import { InvalidArgumentError } from '../../runtime/errors.ts';
 
 /** Settings of a `SimulatedEngine`. */
@@ -125,4 +126,32 @@ export class SimulatedEngine implements InferenceEngine {
   async close(): Promise<void> {
     await this.pause();
   }
+}
+
+/**
+ * A long-tailed response length distribution for the simulated engine: lognormal around
+ * `medianTokens` with spread `sigma`, capped by the generation limit, at `tokenLatencyMs` per token.
+ */
+export interface SimulatedLengths {
+  tokenLatencyMs: number;
+  medianTokens: number;
+  /** @default 1 */
+  sigma?: number;
+  /** @default 0 */
+  seed?: number;
+}
+
+/** A simulated engine answering with lengths drawn from `o` (seeded; token ids are filler). */
+export function simulatedEngine(o: SimulatedLengths): SimulatedEngine {
+  const rand = seededRandom(o.seed ?? 0);
+  const sigma = o.sigma ?? 1;
+  return new SimulatedEngine({
+    tokenLatencyMs: o.tokenLatencyMs,
+    respond: () => {
+      // Box–Muller normal → lognormal length.
+      const z = Math.sqrt(-2 * Math.log(1 - rand())) * Math.cos(2 * Math.PI * rand());
+      const n = Math.max(1, Math.round(o.medianTokens * Math.exp(sigma * z)));
+      return Array.from({ length: n }, (_, i) => 5 + (i % 10));
+    },
+  });
 }

@@ -226,7 +226,7 @@ test('rtjob serve: --engine sglang without servers, or servers for the builtin e
       [['--engine', 'sglang'], /^rtjob: --engine sglang needs --engine-url$/],
       [
         ['--engine-url', 'http://127.0.0.1:9'],
-        /^rtjob: --engine-url needs --engine sglang or vllm$/,
+        /^rtjob: --engine-url needs --engine sglang or --engine vllm$/,
       ],
       [
         ['--engine', 'vllm', '--engine-url', 'ftp://x'],

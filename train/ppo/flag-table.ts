@@ -23,6 +23,7 @@ import { LOSS_AGGREGATIONS } from '../../algorithms/loss-aggregation.ts';
 import { IS_CORRECTIONS, ppoLossDefaults } from '../../algorithms/policy-loss.ts';
 import { POLICY_LOSS_TYPES } from '../../algorithms/policy-loss-types.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
+import { defaultEngineKind, offeredEngineKinds } from '../../engines/registry.ts';
 import { ggufDtypes } from '../../model/gguf/index.ts';
 import { LR_SCHEDULERS } from '../../model/lr-schedule.ts';
 import { remoteRewardDefaults } from '../../rewards/remote.ts';
@@ -102,7 +103,6 @@ const pair = (lo: number, hi: number): [number, number] => [lo, hi];
 const under = (next: FlagSection): [] => ((section = next), []);
 
 const SAVE_DTYPES = ['float32', 'bfloat16'] as const;
-const ENGINES = ['builtin', 'sglang', 'vllm', 'llamacpp'] as const;
 const LLAMACPP_GPUS = ['off', 'auto', 'cuda', 'vulkan'] as const;
 
 /** The rows up to the LoRA flags, which `train/lora-flags.ts` declares. */
@@ -465,7 +465,9 @@ const afterLora = [
   ),
   ...under('engines'),
   F('rolloutNumEngines', 'int', 1, 'rollout engines', { min: 1, aliases: ['vllm-num-engines'] }),
-  F('engine', 'string', one(ENGINES, 'builtin'), 'inference engine', { choices: ENGINES }),
+  F('engine', 'string', one(offeredEngineKinds, defaultEngineKind), 'inference engine', {
+    choices: offeredEngineKinds,
+  }),
   F(
     'rolloutDtype',
     'string',

@@ -9,6 +9,12 @@
  *
  * @module
  */
+import {
+  engineSpec,
+  ggufEngineNames,
+  runsInProcess,
+  serverEngineNames,
+} from '../../engines/registry.ts';
 import { checkRolloutDtype, FlagError, flagParser } from '../driver-flags.ts';
 import { loraSpecOf } from '../lora-flags.ts';
 import type { LoraSpec } from '../../model/lora-spec.ts';
@@ -192,21 +198,21 @@ function checkAsync(o: TrainPpoOptions): void {
 
 /** `--engine` and what each kind needs: servers to reach or to launch, a dtype, a device. */
 function checkEngines(o: TrainPpoOptions): void {
-  const local = o.engine === 'builtin' || o.engine === 'llamacpp';
+  const local = runsInProcess(o.engine);
   if (!local && !o.engineUrl && !o.engineLaunch)
     fail('--engine-url', `--engine ${o.engine} needs --engine-url or --engine-launch`);
   if (o.engineLaunch !== undefined) {
-    if (local) fail('--engine-launch', '--engine-launch needs --engine sglang or --engine vllm');
+    if (local) fail('--engine-launch', `--engine-launch needs ${serverEngineNames()}`);
     if (o.engineUrl !== undefined)
       fail('--engine-launch', '--engine-launch starts the servers: drop --engine-url');
     if (!o.engineLaunch.includes('{port}'))
       fail('--engine-launch', '--engine-launch: the command must listen on {port}');
   }
   checkRolloutDtype(o);
-  if (o.llamacppGpu !== undefined && o.engine !== 'llamacpp')
-    fail('--llamacpp-gpu', '--llamacpp-gpu applies to --engine llamacpp only');
+  if (o.llamacppGpu !== undefined && !engineSpec(o.engine).gguf)
+    fail('--llamacpp-gpu', `--llamacpp-gpu applies to ${ggufEngineNames()} only`);
   if (o.engineUrl !== undefined) {
-    if (local) fail('--engine-url', '--engine-url needs --engine sglang or --engine vllm');
+    if (local) fail('--engine-url', `--engine-url needs ${serverEngineNames()}`);
     const urls = engineUrls(o);
     const bad = badEngineUrl(urls);
     if (bad !== undefined) fail('--engine-url', `--engine-url: '${bad}' is not an http(s) URL`);

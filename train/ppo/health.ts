@@ -8,12 +8,13 @@
  *
  * @module
  */
+import { runsInProcess } from '../../engines/registry.ts';
 import type { RunContext, Watchdog } from './run-state.ts';
 
 /** What rollout `i`'s weights go to, for messages: `builtin`, or the kind and its servers. */
 export function describeEngine(ctx: RunContext, i: number): string {
   const { o } = ctx;
-  if (o.engine === 'builtin' || o.engine === 'llamacpp') return o.engine;
+  if (runsInProcess(o.engine)) return o.engine;
   if (o.engineLaunch !== undefined) return `${o.engine} (launched by rollout ${i})`;
   return `${o.engine} ${ctx.config.engineShares[i]!.join(',')}`;
 }

@@ -25,6 +25,7 @@ import { loadPromptData } from './data.ts';
 import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 import { runName } from '../run-name.ts';
+import { engineSpec } from '../../engines/registry.ts';
 import { openTrackers, type Trackers } from '../trackers/index.ts';
 import { checkTrainPpoPaths, defaultPretrain, pretrainDir } from './paths.ts';
 
@@ -130,7 +131,7 @@ export async function trainPpo(
   const mode = o.asyncTrain
     ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)`
     : 'sync';
-  const engine = o.engine === 'llamacpp' ? `llamacpp ${o.rolloutDtype}` : o.engine;
+  const engine = engineSpec(o.engine).gguf ? `${o.engine} ${o.rolloutDtype}` : o.engine;
   log.line(
     `${mode}; ${o.rolloutNumEngines} ${engine} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
       `agent ${o.agentFunc ?? (o.remoteRmUrl ? `<remote reward ${o.remoteRmUrl}>` : '<built-in math reward>')}`,

@@ -18,6 +18,7 @@ import type { LoraSpec } from '../../model/lora-spec.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { RunConfig } from './run-config.ts';
 import type { PolicyWeights } from '../../engines/types.ts';
+import { engineSpec, runsInProcess } from '../../engines/registry.ts';
 
 /** A version of the policy as the engines take it: a ref the trainer owns, or (in-process) the value. */
 export interface PolicyUpdate {
@@ -145,10 +146,10 @@ export function roleInits(c: RunConfig) {
   return {
     rollout: (i: number) => ({
       pretrain: o.pretrain,
-      ...(o.engine === 'llamacpp'
+      ...(engineSpec(o.engine).gguf
         ? { engine: o.engine, rolloutDtype: o.rolloutDtype, llamacppGpu: llamacppGpu(o) }
         : {}),
-      ...(o.engine !== 'builtin' && o.engine !== 'llamacpp'
+      ...(!runsInProcess(o.engine)
         ? {
             engine: o.engine,
             // Each rollout owns a share of the servers, so a weight update reaches each server once;
