@@ -7,13 +7,7 @@
  * @module
  */
 import * as tf from '@tensorflow/tfjs';
-
-/**
- * Policy losses (`--policy-loss-type`, OpenRLHF's flag; `cispo` and `sapo` are verl's
- * `policy_loss.loss_mode` names, and verl's `vanilla` is accepted for `ppo`).
- */
-export const POLICY_LOSS_TYPES = ['ppo', 'gspo', 'cispo', 'sapo'] as const;
-export type PolicyLossType = (typeof POLICY_LOSS_TYPES)[number];
+import type { LossAggregation } from './loss-aggregation.ts';
 
 /** What a surrogate needs of the resolved loss options. */
 export interface SurrogateOptions {
@@ -77,8 +71,31 @@ function clipTerms(
   return { loss, clipped, dualBound };
 }
 
+type Terms = (
+  logprobs: tf.Tensor,
+  oldLogprobs: tf.Tensor,
+  advantages: tf.Tensor,
+  mask: tf.Tensor,
+  o: SurrogateOptions,
+  logRatio: tf.Tensor,
+) => Omit<SurrogateTerms, 'logRatio'>;
+
+/** One policy loss: its per-token terms and what it implies for the options around it. */
+export interface PolicyLossSpec {
+  /** One line for `--help`. */
+  summary: string;
+  /** The terms, given the clamped per-token log-ratio. */
+  terms: Terms;
+  /** The `--loss-agg-mode` it defaults to, when not given. @default 'token-mean' */
+  lossAggMode?: LossAggregation;
+  /** Whether `--dual-clip` applies (its clipped term bounds negative advantages). */
+  dualClip: boolean;
+}
+
 /**
- * The per-token surrogate of `o.policyLossType`, differentiable in `logprobs` only.
+ * Every policy loss (`--policy-loss-type`, OpenRLHF's flag; `cispo` and `sapo` are verl's
+ * `policy_loss.loss_mode` names): a new loss is one entry here (`algorithms/README.md`, "Adding
+ * a policy loss").
  *
  * - `ppo`: `−min(r·A, clip(r, 1−ε_lo, 1+ε_hi)·A)`, `r = exp(logπ − logπ_old)`.
  * - `gspo` (GSPO-token): the same clip on `s_{i,t} = sg[s_i]·π/sg[π]`, whose value is the
@@ -88,30 +105,40 @@ function clipTerms(
  * - `sapo`: `−(4/τ)·σ(τ(r−1))·A`, τ = τ_pos for A > 0 else τ_neg; its gradient is
  *   `4σ(1−σ)·r·A·∇logπ`, equal to the plain policy gradient at r = 1 and fading smoothly away.
  */
-export function surrogateTerms(
-  logprobs: tf.Tensor,
-  oldLogprobs: tf.Tensor,
-  advantages: tf.Tensor,
-  mask: tf.Tensor,
-  o: SurrogateOptions,
-): SurrogateTerms {
-  const c = o.logRatioClamp;
-  const logRatio = tf.clipByValue(tf.sub(logprobs, oldLogprobs), -c, c);
-  switch (o.policyLossType) {
-    case 'ppo':
-      return { logRatio, ...clipTerms(tf.exp(logRatio), advantages, o) };
-    case 'gspo': {
+export const policyLosses = {
+  ppo: {
+    summary: 'PPO clip',
+    dualClip: true,
+    terms: (_lp, _old, advantages, _mask, o, logRatio) =>
+      clipTerms(tf.exp(logRatio), advantages, o),
+  },
+  gspo: {
+    summary: 'sequence ratio',
+    // GSPO's and SAPO's objectives average each sequence's tokens, then the sequences (verl).
+    lossAggMode: 'seq-mean-token-mean',
+    dualClip: true,
+    terms: (logprobs, oldLogprobs, advantages, mask, o) => {
+      const c = o.logRatioClamp;
       const seq = rowMean(tf.sub(logprobs, oldLogprobs), mask);
       const logS = tf.add(stopGradient(seq), tf.sub(logprobs, stopGradient(logprobs)));
-      return { logRatio, ...clipTerms(tf.exp(tf.clipByValue(logS, -c, c)), advantages, o) };
-    }
-    case 'cispo': {
+      return clipTerms(tf.exp(tf.clipByValue(logS, -c, c)), advantages, o);
+    },
+  },
+  cispo: {
+    summary: 'clipped stop-gradient IS weight',
+    dualClip: false,
+    terms: (logprobs, _old, advantages, _mask, o, logRatio) => {
       const ratio = tf.exp(logRatio);
       const w = tf.clipByValue(ratio, 1 - o.epsClip, 1 + o.epsClipHigh);
       const loss = tf.neg(tf.mul(tf.mul(stopGradient(w), advantages), logprobs));
-      return { logRatio, loss, clipped: tf.cast(tf.notEqual(w, ratio), 'float32') };
-    }
-    case 'sapo': {
+      return { loss, clipped: tf.cast(tf.notEqual(w, ratio), 'float32') };
+    },
+  },
+  sapo: {
+    summary: 'soft gate',
+    lossAggMode: 'seq-mean-token-mean',
+    dualClip: false,
+    terms: (_lp, _old, advantages, _mask, o, logRatio) => {
       const ratio = tf.exp(logRatio);
       const tau = tf.where(
         tf.greater(advantages, 0),
@@ -122,7 +149,31 @@ export function surrogateTerms(
       const loss = tf.neg(tf.mul(tf.mul(tf.div(gate, tau), 4), advantages));
       // 4σ(1−σ) is the share of the plain policy gradient (per unit r) the gate passes.
       const passed = tf.mul(tf.mul(gate, tf.sub(1, gate)), 4);
-      return { logRatio, loss, clipped: tf.cast(tf.less(passed, 0.5), 'float32') };
-    }
-  }
+      return { loss, clipped: tf.cast(tf.less(passed, 0.5), 'float32') };
+    },
+  },
+} satisfies Record<string, PolicyLossSpec>;
+
+/** A policy loss's name. */
+export type PolicyLossType = keyof typeof policyLosses;
+/** The policy losses, in table order. */
+export const POLICY_LOSS_TYPES = Object.keys(policyLosses) as PolicyLossType[];
+/** Other projects' names for an entry (verl's `vanilla` is PPO's clip). */
+export const policyLossAliases: Readonly<Record<string, PolicyLossType>> = { vanilla: 'ppo' };
+
+/** The entry of `type`. */
+export const policyLossSpec = (type: PolicyLossType): PolicyLossSpec => policyLosses[type];
+
+/** The per-token surrogate of `o.policyLossType`, differentiable in `logprobs` only. */
+export function surrogateTerms(
+  logprobs: tf.Tensor,
+  oldLogprobs: tf.Tensor,
+  advantages: tf.Tensor,
+  mask: tf.Tensor,
+  o: SurrogateOptions,
+): SurrogateTerms {
+  const c = o.logRatioClamp;
+  const logRatio = tf.clipByValue(tf.sub(logprobs, oldLogprobs), -c, c);
+  const terms = policyLossSpec(o.policyLossType).terms;
+  return { logRatio, ...terms(logprobs, oldLogprobs, advantages, mask, o, logRatio) };
 }

@@ -17,6 +17,8 @@ import {
 } from './loss-aggregation.ts';
 import {
   POLICY_LOSS_TYPES,
+  policyLossAliases,
+  policyLossSpec,
   surrogateTerms,
   type PolicyLossType,
   type SurrogateTerms,
@@ -125,20 +127,20 @@ export function resolvePpoLossOptions(opts: PpoLossOptions = {}): ResolvedPpoLos
     ...resolveRolloutCorrection(m),
     epsClipHigh: m.epsClipHigh ?? m.epsClip,
   };
-  if ((m.policyLossType as string) === 'vanilla') r.policyLossType = 'ppo';
+  r.policyLossType = policyLossAliases[r.policyLossType] ?? r.policyLossType;
   if (!POLICY_LOSS_TYPES.includes(r.policyLossType)) {
     throw invalidOption(
       '--policy-loss-type',
       `must be one of ${POLICY_LOSS_TYPES.join(', ')} (got ${String(r.policyLossType)})`,
     );
   }
-  // GSPO's and SAPO's objectives average each sequence's tokens, then the sequences (verl).
-  if (opts.lossAggMode === undefined && ['gspo', 'sapo'].includes(r.policyLossType))
-    r.lossAggMode = 'seq-mean-token-mean';
-  if (r.dualClip !== undefined && (r.policyLossType === 'cispo' || r.policyLossType === 'sapo')) {
+  const spec = policyLossSpec(r.policyLossType);
+  if (opts.lossAggMode === undefined) r.lossAggMode = spec.lossAggMode ?? r.lossAggMode;
+  if (r.dualClip !== undefined && !spec.dualClip) {
+    const takes = POLICY_LOSS_TYPES.filter((t) => policyLossSpec(t).dualClip).join(' and ');
     throw invalidOption(
       '--dual-clip',
-      `applies to --policy-loss-type ppo and gspo (got ${r.policyLossType})`,
+      `applies to --policy-loss-type ${takes} (got ${r.policyLossType})`,
     );
   }
   for (const [flag, v] of [

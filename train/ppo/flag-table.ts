@@ -21,7 +21,11 @@ import { experienceDefaults } from '../../algorithms/experience.ts';
 import { klDefaults, KL_ESTIMATORS } from '../../algorithms/kl.ts';
 import { LOSS_AGGREGATIONS } from '../../algorithms/loss-aggregation.ts';
 import { IS_CORRECTIONS, ppoLossDefaults } from '../../algorithms/policy-loss.ts';
-import { POLICY_LOSS_TYPES } from '../../algorithms/policy-loss-types.ts';
+import {
+  POLICY_LOSS_TYPES,
+  policyLossAliases,
+  policyLossSpec,
+} from '../../algorithms/policy-loss-types.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
 import { defaultEngineKind, offeredEngineKinds } from '../../engines/registry.ts';
 import { ggufDtypes } from '../../model/gguf/index.ts';
@@ -103,6 +107,20 @@ const pair = (lo: number, hi: number): [number, number] => [lo, hi];
 const under = (next: FlagSection): [] => ((section = next), []);
 
 const SAVE_DTYPES = ['float32', 'bfloat16'] as const;
+
+/** `ppo PPO clip, …, sapo soft gate; gspo and sapo default --loss-agg-mode to …`, from the table. */
+function lossHelp(): string {
+  const list = POLICY_LOSS_TYPES.map((t) => `${t} ${policyLossSpec(t).summary}`).join(', ');
+  const byAgg = new Map<string, string[]>();
+  for (const t of POLICY_LOSS_TYPES) {
+    const agg = policyLossSpec(t).lossAggMode;
+    if (agg) byAgg.set(agg, [...(byAgg.get(agg) ?? []), t]);
+  }
+  const own = [...byAgg].map(
+    ([agg, ts]) => `${ts.join(' and ')} default --loss-agg-mode to ${agg}`,
+  );
+  return [list, ...own].join('; ');
+}
 const LLAMACPP_GPUS = ['off', 'auto', 'cuda', 'vulkan'] as const;
 
 /** The rows up to the LoRA flags, which `train/lora-flags.ts` declares. */
@@ -251,8 +269,8 @@ const beforeLora = [
     ['loss'],
     'policyLossType',
     'string',
-    "policy loss (OpenRLHF's flag; cispo, sapo are verl's loss_mode names, vanilla = ppo): ppo clip, gspo sequence ratio, cispo clipped stop-gradient IS weight, sapo soft gate; gspo and sapo default --loss-agg-mode to seq-mean-token-mean",
-    { choices: POLICY_LOSS_TYPES, choiceAliases: { vanilla: 'ppo' } },
+    `policy loss (OpenRLHF's flag; cispo, sapo are verl's loss_mode names, vanilla = ppo): ${lossHelp()}`,
+    { choices: POLICY_LOSS_TYPES, choiceAliases: policyLossAliases },
   ),
   lib(['loss'], 'sapoTauPos', 'float', 'SAPO gate temperature for tokens with advantage > 0', {
     min: 0,

@@ -19,6 +19,7 @@ import { checkRolloutDtype, FlagError, flagParser } from '../driver-flags.ts';
 import { loraSpecOf } from '../lora-flags.ts';
 import type { LoraSpec } from '../../model/lora-spec.ts';
 import { GROUP_ESTIMATORS } from '../../algorithms/advantages.ts';
+import { policyLossSpec } from '../../algorithms/policy-loss-types.ts';
 import { libraryConfig, type LibraryConfig } from './options.ts';
 import {
   type FlagSection,
@@ -167,9 +168,10 @@ function checkAlgorithm(
   given: Set<keyof TrainPpoOptions>,
   lora: LoraSpec | undefined,
 ): LibraryConfig {
-  // GSPO's and SAPO's objectives average per sequence (verl); a given --loss-agg-mode is kept.
-  if (['gspo', 'sapo'].includes(o.policyLossType) && !given.has('lossAggMode'))
-    o.lossAggMode = 'seq-mean-token-mean';
+  // A loss's own aggregation default (GSPO's and SAPO's average per sequence; its table entry)
+  // reaches the critic too; a given --loss-agg-mode is kept.
+  if (!given.has('lossAggMode'))
+    o.lossAggMode = policyLossSpec(o.policyLossType).lossAggMode ?? o.lossAggMode;
   if (!o.teacherPretrain && (given.has('teacherKlCoef') || given.has('taskRewardCoef'))) {
     fail('--teacher-pretrain', '--teacher-kl-coef and --task-reward-coef need --teacher-pretrain');
   }
