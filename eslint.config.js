@@ -16,6 +16,8 @@ export default tseslint.config(
       'ckpt/**',
       'tmp/**',
       'test/fixtures/agents/broken-syntax.mjs',
+      // A user's project, type-checked against the packed tarball by test/package (not the tree).
+      'test/package/consumer/**',
     ],
   },
   {

@@ -1,16 +1,24 @@
 /**
  * A training loop written by hand on the library, without the train_ppo driver: a Rollout and a
- * Trainer as actors on the cluster, then per step rollout batch → experience → trainer step →
- * weight update. Change any line to try another algorithm (here: GRPO-style group advantages).
+ * Trainer as actors on the cluster, calling the methods train_ppo calls. Per step: the rollout
+ * runs each prompt's group of agent episodes and hands the trajectories on by reference; the
+ * trainer fetches them from the rollout, makes the experience there (here: GRPO-style group
+ * advantages, no critic, no KL) and steps; the new weights reach the engine by reference too.
+ * The driver never holds a token. Change the config to try another algorithm.
  *
  *   node -C rtjob-source --import tsx examples/custom-loop.ts [--steps 10] [--pretrain DIR]
  */
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { init, kill, shutdown } from 'rtjob';
-import { computeReturns, makeExperience } from 'rtjob/algorithms';
-import { RolloutActor, tinyMathModelDir, type TrainSample, TrainerActor } from 'rtjob/roles';
-import { builtinDataset, PromptSampler } from 'rtjob/train';
+import {
+  dropHandoff,
+  type ExperienceConfig,
+  RolloutActor,
+  tinyMathModelDir,
+  TrainerActor,
+} from 'rtjob/roles';
+import { arithDataset, PromptSampler } from 'rtjob/train';
 
 const { values: args } = parseArgs({
   options: {
@@ -46,38 +54,26 @@ const trainer = TrainerActor.options({ maxConcurrency: 1 }).remote({
 });
 await Promise.all([rollout.ready.remote(), trainer.ready.remote()]);
 
-const data = new PromptSampler(
-  builtinDataset('arith') as unknown as Record<string, unknown>[],
-  { input: 'prompt', label: 'solution' },
-  1,
-);
+const data = new PromptSampler(arithDataset(), { input: 'prompt', label: 'solution' }, 1);
+// How rewards become advantages: each group's rewards normalised by its mean and std.
+const config: ExperienceConfig = {
+  experience: { maxNewTokens },
+  returns: { advantage: { estimator: 'group_norm', nSamplesPerPrompt: nSamples } },
+};
 try {
   for (let step = 1; step <= steps; step++) {
-    // 1. A rollout batch: `prompts` groups of `nSamples` agent episodes.
-    const groups = await rollout.runGroups.remote(data.next(prompts));
-    const trajectories = groups.filter((g) => g.status === 'ok').flatMap((g) => g.trajectories);
-    // 2. Experience: token-aligned rows and group-normalised advantages (no critic, no KL).
-    const samples = makeExperience(trajectories, { maxNewTokens });
-    const batch = computeReturns(
-      samples,
-      {},
-      { advantage: { estimator: 'group_norm', nSamplesPerPrompt: nSamples } },
-    );
-    const train: TrainSample[] = samples.map((s, i) => ({
-      inputIds: s.inputIds,
-      actionMask: s.actionMask,
-      advantages: batch.advantages[i]!,
-      oldLogprobs: s.behaviourLogprobs,
-    }));
-    // 3. One trainer step, then 4. the new weights to the engine.
-    const stats = await trainer.train.remote(train);
-    // By reference: the trainer puts the weights once and the engine fetches them from it.
+    // 1. A rollout batch: `prompts` groups of `nSamples` episodes, each reported with a
+    //    reference to its trajectories (they stay in the rollout's object store).
+    const groups = await Promise.all(data.next(prompts).map((it) => rollout.runGroup.remote(it)));
+    const batches = groups.flatMap((g) => (g.status === 'ok' && g.batch ? [g.batch] : []));
+    // 2. One trainer step: it fetches the batches, makes experience and advantages, and steps.
+    const stats = await trainer.trainStep.remote({ batches, config, klCoef: 0 });
+    for (const g of groups) if (g.batch) dropHandoff(g.batch);
+    // 3. The new weights to the engine: the trainer puts them once and the rollout fetches them.
     const { weights } = await trainer.shareWeights.remote();
     await rollout.updateWeights.remote(weights);
-    const reward =
-      trajectories.reduce((a, t) => a + t.reward, 0) / Math.max(1, trajectories.length);
     console.log(
-      `step ${step}/${steps}  reward ${reward.toFixed(3)}  loss ${stats.policyLoss.toFixed(4)}  version ${stats.version}`,
+      `step ${step}/${steps}  reward ${stats.rewardMean.toFixed(3)}  loss ${stats.policyLoss.toFixed(4)}  version ${stats.version}`,
     );
   }
 } finally {

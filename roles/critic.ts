@@ -18,7 +18,7 @@ import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
 import { readValueLossChecks, valueLoss } from '../algorithms/value-loss.ts';
 import type { Trajectory } from '../algorithms/trajectory.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
-import { fetchSequences, makeExperience, type StepBatch } from './experience.ts';
+import { experienceOf, fetchSequences, type StepBatch } from './experience.ts';
 import { handOff, type Handoff } from './handoff.ts';
 import { microBatchLayout } from './micro-batch.ts';
 import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
@@ -118,7 +118,7 @@ export class Critic {
   async trainStep(
     step: StepBatch,
   ): Promise<{ valueLoss: number; optimizerSteps: number; lr: number }> {
-    const { samples, batch, values } = await makeExperience(step);
+    const { samples, batch, values } = await experienceOf(step);
     if (!values)
       throw new InvalidArgumentError('Critic.trainStep: the step carries no values (valuesOf)');
     return this.train(

@@ -1,7 +1,7 @@
 /**
  * Experience where the data is (slime's data path): the trainer and the critic each fetch a step's
  * trajectories from the rollouts that put them, and make the same experience from them with
- * {@link makeExperience} — token rows, the reward model's scores or the agents' rewards (running
+ * {@link experienceOf} — token rows, the reward model's scores or the agents' rewards (running
  * normalisation with `--normalize-reward`), KL against the reference, advantages and returns. The
  * driver sends only references, the KL coefficient and option objects ({@link StepBatch}); what
  * comes back is a few numbers.
@@ -84,7 +84,7 @@ export async function fetchSequences(
  * logprobs of the sequences (the trainer passes it when `config.recompute`); without it the
  * behaviour logprobs stand in for them.
  */
-export async function makeExperience(
+export async function experienceOf(
   step: StepBatch,
   old?: (seqs: number[][]) => Promise<number[][]>,
 ): Promise<Experience> {

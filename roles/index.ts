@@ -2,7 +2,9 @@
  * The roles (`rtjob/roles`): the actors a training loop is made of — a rollout that runs agent
  * episodes on an engine, a trainer, a reference model and a critic — as actor classes to start on
  * the cluster, with the types of what they take and return. `train_ppo` places them for you; a
- * hand-written loop starts them itself (`examples/custom-loop.ts`).
+ * hand-written loop starts them itself and calls the same methods (`examples/custom-loop.ts`):
+ * `rollout.runGroup(item)` reports a group and hands its trajectories on by reference,
+ * `trainer.trainStep({ batches, config, klCoef })` fetches them where they are and steps.
  *
  * @example
  * import { init } from 'rtjob';
@@ -25,6 +27,10 @@ export type { Reference, ReferenceInit } from './reference.ts';
 export type { PromptItem, Rollout, RolloutInit, RolloutStats } from './rollout.ts';
 export type { Trainer, TrainerInit, TrainSample, TrainStats, TrainTiming } from './trainer.ts';
 export type { GroupResult } from '../agents/episode-runner.ts';
+export type { GroupReport } from './episode-report.ts';
+export type { ExperienceConfig, StepBatch } from './experience.ts';
+export { dropHandoff, type Handoff } from './handoff.ts';
+export type { StepStats } from './trainer.ts';
 export { tinyMathModelDir } from '../model/index.ts';
 
 /** A role's module, the `.ts` source in the checkout or the compiled `.js` in the package. */

@@ -34,7 +34,7 @@ import { rolloutCorrectionStats } from '../algorithms/rollout-correction.ts';
 import { stalenessStats } from '../algorithms/staleness.ts';
 import type { Trajectory } from '../algorithms/trajectory.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
-import { fetchSequences, makeExperience, type RewardStats, type StepBatch } from './experience.ts';
+import { experienceOf, fetchSequences, type RewardStats, type StepBatch } from './experience.ts';
 import { handOff, type Handoff } from './handoff.ts';
 import { microBatchLayout } from './micro-batch.ts';
 import { accumulateMicroBatches, optimizerSteps } from './optimizer-steps.ts';
@@ -278,7 +278,7 @@ export class Trainer {
   async trainStep(step: StepBatch): Promise<StepStats> {
     const t0 = performance.now();
     const before = this.version;
-    const x = await makeExperience(step, (seqs) => this.oldLogprobs(seqs));
+    const x = await experienceOf(step, (seqs) => this.oldLogprobs(seqs));
     const { samples, batch, old } = x;
     const train: TrainSample[] = samples.map((s, i) => ({
       inputIds: s.inputIds,

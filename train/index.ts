@@ -6,7 +6,7 @@
  * @example
  * import { PromptSampler, builtinDataset } from 'rtjob/train';
  * const data = new PromptSampler(builtinDataset('arith')!, { input: 'prompt', label: 'solution' }, 1);
- * const items = data.next(16); // PromptItem[] for Rollout.runGroups
+ * const items = data.next(16); // PromptItem[], each for Rollout.runGroup
  *
  * @module
  */

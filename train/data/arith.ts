@@ -10,8 +10,11 @@ import { seededRandom } from '../../model/sampling.ts';
 
 export { seededRandom };
 
-/** One problem. `prompt` is the question only; chat templates are applied by the consumer. */
-export interface ArithRecord {
+/**
+ * One problem. `prompt` is the question only; chat templates are applied by the consumer. A type,
+ * not an interface, so records are plain `Record<string, unknown>` rows (`PromptSampler`).
+ */
+export type ArithRecord = {
   /** The question, e.g. `What is 47+38?`. */
   prompt: string;
   /** The gold number as a string, e.g. `85`. */
@@ -24,7 +27,7 @@ export interface ArithRecord {
   direct: string;
   /** Problem family (`add`, `sub`, `mul`, `word-add`, ...), for per-family metrics. */
   kind: string;
-}
+};
 
 /** Options of {@link arithDataset}. */
 export interface ArithOptions {
