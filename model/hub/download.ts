@@ -85,11 +85,12 @@ async function fetchRest(d: BlobDownload, partial: string): Promise<void> {
     if (from === 0 && have > 0) d.onBytes(-have);
     const file = await open(partial, from === 0 ? 'w' : 'a');
     try {
-      for await (const chunk of (res.body ?? []) as AsyncIterable<Uint8Array>) {
+      const reader = res.body?.getReader();
+      for (let r = await reader?.read(); reader && r && !r.done; r = await reader.read()) {
         clearTimeout(timer);
         timer = setTimeout(() => idle.abort(), d.idleTimeoutMs);
-        await file.write(chunk);
-        d.onBytes(chunk.byteLength);
+        await file.write(r.value);
+        d.onBytes(r.value.byteLength);
       }
     } finally {
       await file.close();
