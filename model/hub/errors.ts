@@ -60,6 +60,17 @@ export class HubError extends RtjobError<HubErrorCode> {
 /** What to tell a person whose request carried no token, or one that cannot read the repo. */
 export const tokenHint = 'set HF_TOKEN or run `hf auth login`';
 
+/** What `HF_HUB_OFFLINE=1` says of a revision the cache lacks. */
+export function offlineMessage(
+  repo: string,
+  revision: string,
+  cacheDir: string,
+  dataset: boolean,
+): string {
+  const hf = `hf download ${dataset ? '--repo-type dataset ' : ''}${repo}`;
+  return `${repo}@${revision} is not in the Hub cache (${cacheDir}) and HF_HUB_OFFLINE=1 forbids fetching it: run once online, or ${hf}`;
+}
+
 /** Whether `e` is a {@link HubError} with `code` (by name and code, so across module copies). */
 export function isHubError(e: unknown, code?: HubErrorCode): e is HubError {
   if (!(e instanceof Error) || (e as { code?: unknown }).code === undefined) return false;

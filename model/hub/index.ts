@@ -8,6 +8,7 @@
 import { resolveHubRepo, type ResolveHubRepoOptions } from './resolve.ts';
 import { isDatasetFile, parseHubSpec } from './spec.ts';
 
+export type { CheckpointSpecOptions } from './checkpoint-spec.ts';
 export type { HubErrorCode } from './errors.ts';
 export type { HubEnv, HubSettings } from './hub-env.ts';
 export type { ProgressSink } from './progress.ts';
@@ -15,9 +16,15 @@ export type { ResolvedHubRepo, ResolveHubRepoOptions } from './resolve.ts';
 export type { RetryOptions } from './retry.ts';
 export type { HubRepoType, HubSpec } from './spec.ts';
 
+export {
+  cachedCheckpoint,
+  hubCheckpointProblem,
+  isCheckpointHubId,
+  resolveCheckpointSpec,
+} from './checkpoint-spec.ts';
 export { HubError, isHubError } from './errors.ts';
 export { hubCacheDir, hubSettings, hubToken } from './hub-env.ts';
-export { resolveHubRepo } from './resolve.ts';
+export { cachedHubSnapshot, resolveHubRepo } from './resolve.ts';
 export { isDatasetFile, isHubId, isModelFile, parseHubSpec } from './spec.ts';
 
 /**

@@ -14,7 +14,7 @@ import { revisionInfo, type HubRequest } from './api.ts';
 import { blobPath, cachedCommit, linkSnapshotFile, repoCache, snapshotComplete } from './cache.ts';
 import { snapshotDir, writeRef, type RepoCache } from './cache.ts';
 import { downloadBlob } from './download.ts';
-import { HubError } from './errors.ts';
+import { HubError, offlineMessage } from './errors.ts';
 import { fileMeta, type FileMeta } from './file-meta.ts';
 import { hubSettings, type HubEnv } from './hub-env.ts';
 import { lockBlob } from './lock.ts';
@@ -62,13 +62,12 @@ export async function resolveHubRepo(o: ResolveHubRepoOptions): Promise<Resolved
   const settings = hubSettings(o.env ?? process.env);
   const revision = o.revision ?? 'main';
   const cache = repoCache(settings.cacheDir, o.repoType, o.repo);
-  const known = cachedCommit(cache, revision);
-  if (known && snapshotComplete(snapshotDir(cache, known), o.repoType))
-    return { dir: snapshotDir(cache, known), commit: known };
+  const cached = cachedHubSnapshot(o);
+  if (cached) return cached;
   if (settings.offline)
     throw new HubError(
       'HUB_OFFLINE',
-      `${o.repo}@${revision} is not in the Hub cache (${settings.cacheDir}) and HF_HUB_OFFLINE=1 forbids fetching it: run once online, or hf download ${o.repoType === 'dataset' ? '--repo-type dataset ' : ''}${o.repo}`,
+      offlineMessage(o.repo, revision, settings.cacheDir, o.repoType === 'dataset'),
       { repo: o.repo },
     );
   const retry = { ...retryDefaults, ...o.retry };
@@ -87,6 +86,19 @@ export async function resolveHubRepo(o: ResolveHubRepoOptions): Promise<Resolved
   await fetch.all(files.filter((f) => !existsSync(join(snapshotDir(cache, info.commit), f))));
   writeRef(cache, revision, info.commit);
   return { dir: snapshotDir(cache, info.commit), commit: info.commit };
+}
+
+/**
+ * The snapshot the cache already holds whole for `o`'s revision, with no request (what
+ * `HF_HUB_OFFLINE=1` reads); undefined when it holds none.
+ */
+export function cachedHubSnapshot(
+  o: Pick<ResolveHubRepoOptions, 'repo' | 'revision' | 'repoType' | 'env'>,
+): ResolvedHubRepo | undefined {
+  const cache = repoCache(hubSettings(o.env ?? process.env).cacheDir, o.repoType, o.repo);
+  const commit = cachedCommit(cache, o.revision ?? 'main');
+  if (!commit || !snapshotComplete(snapshotDir(cache, commit), o.repoType)) return undefined;
+  return { dir: snapshotDir(cache, commit), commit };
 }
 
 /** The fetch of one snapshot's missing files: metadata, then blobs, a few at once. */

@@ -26,6 +26,7 @@ import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 import { runName } from '../run-name.ts';
 import { openTrackers, type Trackers } from '../trackers/index.ts';
+import { resolveCheckpointFlags, ppoCheckpointFlags } from '../checkpoint-flags.ts';
 import { checkTrainPpoPaths, defaultPretrain, pretrainDir } from './paths.ts';
 
 export {
@@ -108,7 +109,8 @@ export async function trainPpo(
 ): Promise<RunSummary> {
   // The one parse of this process: nothing below parses argv again.
   const args = parseTrainPpoArgs(argv, env);
-  const o = resolveOptions(args.options, env);
+  // Hub ids pinned to one commit here, once, before any role starts.
+  const o = resolveOptions(await resolveCheckpointFlags(args.options, ppoCheckpointFlags), env);
   const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
   const config = flagConfig(o, args.given, env);
   const baseLog = run.log ?? defaultLog;
