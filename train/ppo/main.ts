@@ -110,7 +110,8 @@ export async function trainPpo(
   // The one parse of this process: nothing below parses argv again.
   const args = parseTrainPpoArgs(argv, env);
   // Hub ids pinned to one commit here, once, before any role starts.
-  const o = resolveOptions(await resolveCheckpointFlags(args.options, ppoCheckpointFlags), env);
+  const pinned = await resolveCheckpointFlags(args.options, ppoCheckpointFlags, { env });
+  const o = resolveOptions(pinned, env);
   const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
   const config = flagConfig(o, args.given, env);
   const baseLog = run.log ?? defaultLog;
