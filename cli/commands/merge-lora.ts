@@ -23,7 +23,7 @@ export async function mergeLoraCommand(given: string, f: MergeLoraFlags): Promis
   if (f.saveDtype !== 'float32' && f.saveDtype !== 'bfloat16')
     throw new CliError(`--save-dtype: expected float32 or bfloat16, got '${f.saveDtype}'`, 2);
   let r;
-  let adapter = given;
+  let adapter;
   try {
     adapter = await resolveCheckpointSpec(given, '<adapter>');
     // The base: --pretrain, else the adapter's base_model_name_or_path (often a Hub id).
