@@ -97,7 +97,8 @@ const defaultLog: RunLog = {
 };
 
 /**
- * Runs `train_ppo` with command-line flags; resolves with the summary.
+ * Runs `train_ppo` with command-line flags; resolves with the summary. Hub ids in checkpoint
+ * flags are pinned to one commit here, once, before any role starts.
  *
  * @example
  * const summary = await trainPpo(['--agent-func', './examples/agent.ts', '--max-steps', '20']);
@@ -109,7 +110,6 @@ export async function trainPpo(
 ): Promise<RunSummary> {
   // The one parse of this process: nothing below parses argv again.
   const args = parseTrainPpoArgs(argv, env);
-  // Hub ids pinned to one commit here, once, before any role starts.
   const pinned = await resolveCheckpointFlags(args.options, ppoCheckpointFlags, { env });
   const o = resolveOptions(pinned, env);
   const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
