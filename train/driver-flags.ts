@@ -13,6 +13,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { engineSpec, ggufEngineNames, localEngineKinds } from '../engines/registry.ts';
 import { ggufDtypes } from '../model/gguf/index.ts';
+import { isHubError } from '../model/hub/index.ts';
 import { type EnvName, readEnv } from '../runtime/env.ts';
 import { RtjobError } from '../runtime/errors.ts';
 import { foreignFlagNote } from './foreign-flags.ts';
@@ -406,11 +407,13 @@ export function runIfMain(
     () => process.exit(0),
     (err: unknown) => {
       const flagError = err instanceof FlagError;
+      // A Hub error is one line that says what to do, whole (a spec, a token, offline, disk).
+      const oneLine = flagError || isHubError(err);
       // The runtime's frames (fromWire, transport …) say nothing to a user: stacks only on request.
       const debug = readEnv('RTJOB_DEBUG') === true;
       const text = !(err instanceof Error)
         ? String(err)
-        : flagError
+        : oneLine
           ? err.message
           : debug
             ? (err.stack ?? err.message)

@@ -36,6 +36,7 @@ import {
   runIfMain,
 } from './driver-flags.ts';
 import { checkTrainPpoPaths, pretrainDir, shippedModels } from './ppo/paths.ts';
+import { resolveCheckpointSpec } from '../model/hub/index.ts';
 import { infoMetrics } from '../algorithms/trajectory.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
 
@@ -342,7 +343,8 @@ const evalAgentFlags = (program: string) =>
 
 /**
  * The model directory `given` names: a directory with a `config.json`, a job id whose policy
- * `train_ppo` saved to `./ckpt/<job id>`, or a shipped model's short name (as `--pretrain` takes).
+ * `train_ppo` saved to `./ckpt/<job id>`, or a shipped model's short name (as `--pretrain` takes);
+ * a Hub id is resolved to its snapshot before.
  */
 function modelDirOf(given: string): string {
   const dir = pretrainDir(given);
@@ -380,7 +382,7 @@ export async function main(argv: string[], program = 'eval_agent'): Promise<void
     promptData: '',
     evalDataset: o.evalDataset,
   });
-  const modelDir = modelDirOf(positionals[0]!);
+  const modelDir = modelDirOf(await resolveCheckpointSpec(positionals[0]!, '<model-dir>'));
   const r = await evalAgentModel(modelDir, o.agentFunc!, {
     dataset: o.evalDataset,
     inputKey: o.inputKey,

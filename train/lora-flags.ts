@@ -7,6 +7,7 @@
  * @module
  */
 import { resolve } from 'node:path';
+import { cachedCheckpoint, isCheckpointHubId } from '../model/hub/index.ts';
 import { isLoraAdapterDir, parseTargetModules, readLoraAdapter } from '../model/lora-adapter.ts';
 import type { LoraSpec } from '../model/lora-spec.ts';
 import { FlagError, type FlagSpec } from './driver-flags.ts';
@@ -87,7 +88,10 @@ export function loraSpecOf(
     baseModel: pretrain,
   };
   if (o.loadLora !== undefined) {
-    const dir = resolve(o.loadLora);
+    // A Hub id the cache lacks is fetched by the driver before any role starts, and read then.
+    if (isCheckpointHubId(o.loadLora) && !cachedCheckpoint(o.loadLora))
+      return { config, adapterPath: o.loadLora, seed };
+    const dir = cachedCheckpoint(o.loadLora) ?? resolve(o.loadLora);
     if (!isLoraAdapterDir(dir))
       throw new FlagError('--load-lora', `--load-lora: ${dir} has no adapter_config.json`);
     if (given.has('loraRank') || given.has('targetModules') || given.has('loraAlpha'))

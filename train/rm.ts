@@ -24,6 +24,7 @@ import { forwardLogprobs } from '../model/sequence-logprobs.ts';
 import { bradleyTerryLoss, pairwiseAccuracy } from '../algorithms/reward-model-loss.ts';
 import { shuffle } from '../algorithms/shuffle.ts';
 import { sequenceScores } from '../roles/reward-model.ts';
+import { resolveCheckpointFlags } from './checkpoint-flags.ts';
 import { builtinDataset } from './data/arith.ts';
 import { flagParser, FlagError, runIfMain } from './driver-flags.ts';
 import { defaultPretrain } from './ppo/main.ts';
@@ -308,7 +309,9 @@ const rmFlags = flagParser<RmFlagOptions>(
 
 /** Parses `train_rm` command-line arguments and runs it. */
 export async function main(argv: string[]): Promise<void> {
-  const opts = rmFlags.parse(argv).options;
+  const opts = await resolveCheckpointFlags(rmFlags.parse(argv).options, {
+    pretrain: '--pretrain',
+  });
   if (opts.pretrain) opts.pretrain = resolve(opts.pretrain);
   await trainRm({ ...opts, savePath: resolve(opts.savePath!) });
 }

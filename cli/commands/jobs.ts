@@ -185,7 +185,8 @@ async function checkTrainPpoFlags(
 ): Promise<void> {
   const { checkTrainPpoPaths, parseTrainPpoFlags } = await import('../../train/index.ts');
   try {
-    checkTrainPpoPaths(parseTrainPpoFlags(argv, { ...process.env, ...env }), cwd);
+    const all = { ...process.env, ...env };
+    checkTrainPpoPaths(parseTrainPpoFlags(argv, all), cwd, all);
   } catch (err) {
     if (isRtjobError(err, 'BAD_FLAG')) throw new CliError(`train_ppo: ${err.message}`, 2, err.code);
     throw err;

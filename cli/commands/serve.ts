@@ -1,6 +1,6 @@
 /**
  * `rtjob serve --pretrain DIR`: an OpenAI-compatible endpoint for a checkpoint (the shipped one,
- * or a policy `train_ppo` saved), so any OpenAI client can chat with or evaluate it. Loopback and
+ * a policy `train_ppo` saved, or a Hugging Face Hub id), so any OpenAI client can chat with or evaluate it. Loopback and
  * a key by default.
  *
  * @module
@@ -16,7 +16,7 @@ import {
 } from '../../engines/registry.ts';
 import { serveModel } from '../../gateway/serve.ts';
 import { serveRewardModel } from '../../roles/reward-server.ts';
-import { badEngineUrl, engineUrls } from '../../train/index.ts';
+import { badEngineUrl, engineUrls, resolveCheckpointFlags } from '../../train/index.ts';
 import { readEnv } from '../../ops/index.ts';
 import { onLauncherExit } from '../launcher-exit.ts';
 import { CliError } from '../client.ts';
@@ -38,10 +38,16 @@ export interface ServeFlags {
   lora?: string;
 }
 
+/** The flags that name a checkpoint: a Hub id is fetched to its snapshot first. */
+const servedCheckpoints = { pretrain: '--pretrain', lora: '--lora', rewardModel: '--reward-model' };
+
 const shipped = fileURLToPath(new URL('../../model/pretrained/rtjob-tiny-math', import.meta.url));
 
 /** Serves until SIGINT or SIGTERM. */
-export async function serveCommand(f: ServeFlags): Promise<void> {
+export async function serveCommand(given: ServeFlags): Promise<void> {
+  const f = await resolveCheckpointFlags(given, servedCheckpoints).catch((err: Error) => {
+    throw new CliError(err.message, 2);
+  });
   const port = Number(f.port);
   if (!Number.isInteger(port) || port < 0 || port > 65535)
     throw new CliError(`--port: expected 0-65535, got '${f.port}'`, 2);

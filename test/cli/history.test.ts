@@ -186,23 +186,24 @@ test('a train_ppo flag typo fails before any cluster starts, and leaves no sessi
   assert.match(list.stderr, /2 finished sessions/);
 });
 
-test('a missing agent file, a hub id or a TYPE@DIR dataset fails before any cluster starts', async () => {
-  const cases: [string[], RegExp][] = [
+test('a missing agent file, a Hub id not cached offline or a TYPE@DIR dataset fails before any cluster starts', async () => {
+  const cases: [string[], RegExp, Record<string, string>?][] = [
     [
       ['--agent-func', join(fixtures, 'log-sampels.ts')],
       /--agent-func: no such file \S+log-sampels\.ts \(did you mean \S+log-samples\.ts\?\)/,
     ],
     [
       ['--pretrain', 'Qwen/Qwen2.5-0.5B-Instruct'],
-      /--pretrain: 'Qwen\/Qwen2\.5-0\.5B-Instruct' looks like a Hugging Face hub id; rtjob does not download models/,
+      /--pretrain: Qwen\/Qwen2\.5-0\.5B-Instruct@main is not in the Hub cache \(.*\) and HF_HUB_OFFLINE=1 forbids fetching it: run once online, or hf download Qwen\/Qwen2\.5-0\.5B-Instruct/,
+      { HF_HUB_OFFLINE: '1' },
     ],
     [
       ['--prompt_data', 'json@./data'],
       /--prompt-data: 'json@\.\/data' is OpenRLHF's TYPE@DIR form/,
     ],
   ];
-  for (const [flags, re] of cases) {
-    const r = await sb.run(['submit', '--', 'train_ppo', ...flags]);
+  for (const [flags, re, env] of cases) {
+    const r = await sb.run(['submit', '--', 'train_ppo', ...flags], env ? { env } : {});
     assert.is(r.code, 2, r.stderr);
     assert.match(r.stderr, re);
     assert.not.match(r.stderr, /started a local one/);

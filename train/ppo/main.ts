@@ -27,6 +27,7 @@ import { syncLoop } from './sync-loop.ts';
 import { runName } from '../run-name.ts';
 import { engineSpec } from '../../engines/registry.ts';
 import { openTrackers, type Trackers } from '../trackers/index.ts';
+import { resolveCheckpointFlags, ppoCheckpointFlags } from '../checkpoint-flags.ts';
 import { checkTrainPpoPaths, defaultPretrain, pretrainDir } from './paths.ts';
 
 export {
@@ -97,7 +98,8 @@ const defaultLog: RunLog = {
 };
 
 /**
- * Runs `train_ppo` with command-line flags; resolves with the summary.
+ * Runs `train_ppo` with command-line flags; resolves with the summary. Hub ids in checkpoint
+ * flags are pinned to one commit here, once, before any role starts.
  *
  * @example
  * const summary = await trainPpo(['--agent-func', './examples/agent.ts', '--max-steps', '20']);
@@ -109,7 +111,8 @@ export async function trainPpo(
 ): Promise<RunSummary> {
   // The one parse of this process: nothing below parses argv again.
   const args = parseTrainPpoArgs(argv, env);
-  const o = resolveOptions(args.options, env);
+  const pinned = await resolveCheckpointFlags(args.options, ppoCheckpointFlags, { env });
+  const o = resolveOptions(pinned, env);
   const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
   const config = flagConfig(o, args.given, env);
   const baseLog = run.log ?? defaultLog;

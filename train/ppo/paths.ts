@@ -1,14 +1,16 @@
 /**
  * The local paths of a `train_ppo` command line (agent file, `--pretrain`, datasets), checked
- * against the directory the job will run in, so that `rtjob submit` reports a missing file, a hub
- * id or an unreadable dataset spec in one line before any cluster starts, and the driver the same
- * way when it starts. Light on imports: the CLI loads it.
+ * against the directory the job will run in, so that `rtjob submit` reports a missing file, a Hub
+ * id it cannot fetch offline or an unreadable dataset spec in one line before any cluster starts,
+ * and the driver the same way when it starts. Light on imports: the CLI loads it.
  *
  * @module
  */
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { hubCheckpointProblem, isCheckpointHubId } from '../../model/hub/index.ts';
+import { ppoCheckpointFlags } from '../checkpoint-flags.ts';
 import { builtinDatasets } from '../data/arith.ts';
 import { closest } from '../driver-flags.ts';
 import { FlagError } from './flags.ts';
@@ -66,6 +68,7 @@ export function datasetProblem(
 export function checkTrainPpoPaths(
   o: Pick<TrainPpoOptions, 'agentFunc' | 'pretrain' | 'promptData' | 'evalDataset'>,
   cwd = process.cwd(),
+  env: Record<string, string | undefined> = process.env,
 ): void {
   if (o.agentFunc) {
     const path = isAbsolute(o.agentFunc) ? o.agentFunc : resolve(cwd, o.agentFunc);
@@ -80,14 +83,18 @@ export function checkTrainPpoPaths(
         `--agent-func: no such file ${o.agentFunc}${nearModule(o.agentFunc, path)}`,
       );
   }
+  // A Hub id is resolved by the driver; here only what must fail with no request (offline).
+  for (const [key, flag] of Object.entries(ppoCheckpointFlags)) {
+    const spec = (o as Partial<Record<string, unknown>>)[key];
+    const problem =
+      typeof spec === 'string' ? hubCheckpointProblem(spec, flag, env, cwd) : undefined;
+    if (problem) throw new FlagError(flag, problem);
+  }
   const pretrain = o.pretrain ? pretrainDir(o.pretrain, cwd) : defaultPretrain;
-  if (!existsSync(resolve(cwd, pretrain))) {
-    const hub = /^[\w.-]+\/[\w.-]+$/.test(pretrain) && !pretrain.startsWith('.');
+  if (!existsSync(resolve(cwd, pretrain)) && !isCheckpointHubId(pretrain, cwd)) {
     throw new FlagError(
       '--pretrain',
-      hub
-        ? `--pretrain: '${pretrain}' looks like a Hugging Face hub id; rtjob does not download models: fetch it (huggingface-cli download ${pretrain} --local-dir DIR) and pass --pretrain DIR (shipped: ${shippedModels.join(', ')})`
-        : `--pretrain: no model directory at ${pretrain} (a local HF-format directory; shipped: ${shippedModels.join(', ')})`,
+      `--pretrain: no model directory at ${pretrain} (a local HF-format directory, a Hugging Face Hub id org/name[@revision]; shipped: ${shippedModels.join(', ')})`,
     );
   }
   for (const [flag, spec] of [

@@ -1,0 +1,43 @@
+/**
+ * The checkpoint flags of the drivers, resolved through the one Hub resolver
+ * (`model/hub/checkpoint-spec.ts`) before anything starts: a Hub id becomes its snapshot folder
+ * `…/snapshots/<commit>`, so the roles the driver starts all load that one commit.
+ *
+ * @module
+ */
+import { resolveCheckpointSpec, type CheckpointSpecOptions } from '../model/hub/index.ts';
+
+/** Option key → the flag users write, for every option of a driver that names a checkpoint. */
+export type CheckpointFlags<T> = Partial<Record<keyof T & string, string>>;
+
+/** train_ppo's checkpoint flags. */
+export const ppoCheckpointFlags = {
+  pretrain: '--pretrain',
+  rewardPretrain: '--reward-pretrain',
+  teacherPretrain: '--teacher-pretrain',
+  loadLora: '--load-lora',
+} as const;
+
+/** train_sft's and train_rm's checkpoint flags. */
+export const sftCheckpointFlags = { pretrain: '--pretrain', loadLora: '--load-lora' } as const;
+
+/**
+ * `o` with each checkpoint flag in `flags` resolved to a local folder (one at a time, so the
+ * progress lines do not interleave); other options as they were.
+ *
+ * @example
+ * const o = await resolveCheckpointFlags(args.options, ppoCheckpointFlags);
+ */
+export async function resolveCheckpointFlags<T extends object>(
+  o: T,
+  flags: CheckpointFlags<T>,
+  opts: CheckpointSpecOptions = {},
+): Promise<T> {
+  const out = { ...o } as Record<string, unknown>;
+  for (const [key, flag] of Object.entries(flags) as [string, string][]) {
+    const spec = out[key];
+    if (typeof spec === 'string' && spec !== '')
+      out[key] = await resolveCheckpointSpec(spec, flag, opts);
+  }
+  return out as T;
+}
