@@ -132,3 +132,33 @@ export function splitFiles(dir: string, split: string, config?: string): string[
     `${dir} has no data files (${dataFormats.join(', ')})`,
   );
 }
+
+/** A spec taken apart: the local path and the config its `@` suffix names. */
+export interface DatasetSpec {
+  path: string;
+  config?: string;
+}
+
+/** `dir@config` → `{ path: dir, config }`; OpenRLHF's `json@DIR` → `{ path: DIR }`. */
+export function parseSpec(spec: string): DatasetSpec {
+  const at = spec.lastIndexOf('@');
+  if (at <= 0 || existsSync(spec)) return { path: spec };
+  const [left, right] = [spec.slice(0, at), spec.slice(at + 1)];
+  if ((dataFormats as readonly string[]).includes(left)) return { path: right };
+  return { path: left, config: right };
+}
+
+/** The files of `spec`'s split, checked without reading them (the CLI's early check). */
+export function datasetFiles(spec: string, opts: { split?: string; config?: string } = {}): string[] {
+  const { path, config = opts.config } = parseSpec(spec);
+  if (!existsSync(path))
+    throw new DatasetError('DATASET_NOT_FOUND', path, `no file or directory at ${path}`);
+  if (statSync(path).isDirectory()) return splitFiles(path, opts.split ?? 'train', config);
+  if (!formatOf(path))
+    throw new DatasetError(
+      'DATASET_FORMAT',
+      path,
+      `${path}: not a dataset file by its name (${dataFormats.map((f) => `.${f}`).join(', ')})`,
+    );
+  return [path];
+}

@@ -1,7 +1,7 @@
 /**
  * `readRecords`: the one door to a dataset on disk. A spec is a file (parquet, JSONL, JSON, CSV)
  * or a directory in the Hub's layout (`layout.ts`), with an optional `@config` suffix
- * (`gsm8k@main`, OpenRLHF's `name@data_dir`) or OpenRLHF's `json@DIR` builder form. Records come
+ * (`gsm8k@main`, OpenRLHF's `name@data_dir`) or OpenRLHF's `json@DIR` builder form (`parseSpec`). Records come
  * as an async stream, file after file of the split, so a large dataset is never in memory whole.
  *
  * @example
@@ -10,9 +10,8 @@
  *
  * @module
  */
-import { existsSync, statSync } from 'node:fs';
 import { DatasetError } from './errors.ts';
-import { dataFormats, formatOf, splitFiles } from './layout.ts';
+import { datasetFiles, formatOf } from './layout.ts';
 import { parquetRecords } from './parquet.ts';
 import { csvRecords, type DataRecord, jsonlRecords, jsonRecords } from './text-formats.ts';
 
@@ -26,36 +25,6 @@ export interface ReadOptions {
   maxSamples?: number;
   /** Only these fields of each record; one that is not there is an error naming those that are. */
   columns?: readonly string[];
-}
-
-/** A spec taken apart: the local path and the config its `@` suffix names. */
-export interface DatasetSpec {
-  path: string;
-  config?: string;
-}
-
-/** `dir@config` → `{ path: dir, config }`; OpenRLHF's `json@DIR` → `{ path: DIR }`. */
-export function parseSpec(spec: string): DatasetSpec {
-  const at = spec.lastIndexOf('@');
-  if (at <= 0 || existsSync(spec)) return { path: spec };
-  const [left, right] = [spec.slice(0, at), spec.slice(at + 1)];
-  if ((dataFormats as readonly string[]).includes(left)) return { path: right };
-  return { path: left, config: right };
-}
-
-/** The files of `spec`'s split, checked without reading them (the CLI's early check). */
-export function datasetFiles(spec: string, opts: Pick<ReadOptions, 'split' | 'config'> = {}): string[] {
-  const { path, config = opts.config } = parseSpec(spec);
-  if (!existsSync(path))
-    throw new DatasetError('DATASET_NOT_FOUND', path, `no file or directory at ${path}`);
-  if (statSync(path).isDirectory()) return splitFiles(path, opts.split ?? 'train', config);
-  if (!formatOf(path))
-    throw new DatasetError(
-      'DATASET_FORMAT',
-      path,
-      `${path}: not a dataset file by its name (${dataFormats.map((f) => `.${f}`).join(', ')})`,
-    );
-  return [path];
 }
 
 function fileRecords(path: string, columns?: readonly string[]): AsyncGenerator<DataRecord> {

@@ -151,7 +151,12 @@ export async function trainPpo(
   });
   // The roles' learning-rate schedules span the run, so its length is known before they start.
   // The prompt data, read once: its size gives the run's length when --max-steps is -1.
-  const records = loadPromptData(o.promptData, '--prompt-data');
+  const records = await loadPromptData(o.promptData, '--prompt-data', {
+    split: o.promptSplit,
+    seed: o.seed,
+    ...(o.maxSamples !== undefined ? { maxSamples: o.maxSamples } : {}),
+    ...(o.promptDataProbs !== undefined ? { probs: o.promptDataProbs } : {}),
+  });
   const steps = runSteps(o, records.length);
   // The run's config, compiled once from the parse: the roles and the loops read it.
   const runConfig = compileRunConfig(o, steps, args);
