@@ -32,7 +32,11 @@ export interface BlendOptions {
  * Interleaves `lists` drawing list i with probability `probs[i]` until every list has been read
  * through once (lists that run out start again). Pure; the same seed gives the same blend.
  */
-export function interleave<T>(lists: readonly (readonly T[])[], probs: readonly number[], seed: number): T[] {
+export function interleave<T>(
+  lists: readonly (readonly T[])[],
+  probs: readonly number[],
+  seed: number,
+): T[] {
   const total = probs.reduce((a, b) => a + b, 0);
   const live = lists.map((l, i) => (l.length > 0 ? (probs[i] ?? 0) : 0));
   const liveTotal = live.reduce((a, b) => a + b, 0);
@@ -89,7 +93,10 @@ async function oneDataset(spec: string, opts: BlendOptions): Promise<DataRecord[
  * blended as OpenRLHF blends them (see the module's doc).
  */
 export async function loadDatasets(specs: string, opts: BlendOptions = {}): Promise<DataRecord[]> {
-  const parts = specs.split(',').map((s) => s.trim()).filter(Boolean);
+  const parts = specs
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
   const probs = opts.probs;
   if (probs && probs.length !== parts.length)
     throw new DatasetError(
@@ -99,6 +106,7 @@ export async function loadDatasets(specs: string, opts: BlendOptions = {}): Prom
     );
   const lists: DataRecord[][] = [];
   for (const p of parts) lists.push(await oneDataset(p, opts));
-  const blend = probs && parts.length > 1 ? interleave(lists, probs, opts.seed ?? 42) : lists.flat();
+  const blend =
+    probs && parts.length > 1 ? interleave(lists, probs, opts.seed ?? 42) : lists.flat();
   return blend.slice(0, opts.maxSamples);
 }

@@ -42,7 +42,8 @@ function splitOf(name: string): string | undefined {
   const sharded = /^(.+?)-\d{5}-of-\d{5}$/.exec(stem);
   if (sharded) return sharded[1];
   for (const [split, words] of Object.entries(splitKeywords))
-    for (const w of words) if (new RegExp(`(^|[-._ ])${w}([-._ 0-9]|$)`, 'i').test(stem)) return split;
+    for (const w of words)
+      if (new RegExp(`(^|[-._ ])${w}([-._ 0-9]|$)`, 'i').test(stem)) return split;
   return undefined;
 }
 
@@ -149,7 +150,10 @@ export function parseSpec(spec: string): DatasetSpec {
 }
 
 /** The files of `spec`'s split, checked without reading them (the CLI's early check). */
-export function datasetFiles(spec: string, opts: { split?: string; config?: string } = {}): string[] {
+export function datasetFiles(
+  spec: string,
+  opts: { split?: string; config?: string } = {},
+): string[] {
   const { path, config = opts.config } = parseSpec(spec);
   if (!existsSync(path))
     throw new DatasetError('DATASET_NOT_FOUND', path, `no file or directory at ${path}`);

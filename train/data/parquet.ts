@@ -7,7 +7,12 @@
  *
  * @module
  */
-import { asyncBufferFromFile, parquetMetadataAsync, parquetReadObjects, parquetSchema } from 'hyparquet';
+import {
+  asyncBufferFromFile,
+  parquetMetadataAsync,
+  parquetReadObjects,
+  parquetSchema,
+} from 'hyparquet';
 import { compressors } from 'hyparquet-compressors';
 import { DatasetError } from './errors.ts';
 import type { DataRecord } from './text-formats.ts';
@@ -40,9 +45,14 @@ export async function* parquetRecords(
   try {
     metadata = await parquetMetadataAsync(file);
   } catch (err) {
-    throw new DatasetError('DATASET_FORMAT', path, `${path} is not a parquet file (${String(err)})`, {
-      cause: err,
-    });
+    throw new DatasetError(
+      'DATASET_FORMAT',
+      path,
+      `${path} is not a parquet file (${String(err)})`,
+      {
+        cause: err,
+      },
+    );
   }
   const names = parquetSchema(metadata).children.map((c) => c.element.name);
   const missing = columns?.filter((c) => !names.includes(c)) ?? [];

@@ -41,7 +41,12 @@ function fileRecords(path: string, columns?: readonly string[]): AsyncGenerator<
 }
 
 /** `r` with only `columns`; the first record of a file checks they are there. */
-function project(r: DataRecord, columns: readonly string[], path: string, first: boolean): DataRecord {
+function project(
+  r: DataRecord,
+  columns: readonly string[],
+  path: string,
+  first: boolean,
+): DataRecord {
   if (first) {
     const missing = columns.find((c) => !Object.hasOwn(r, c));
     if (missing !== undefined)
