@@ -75,8 +75,8 @@ async function oneDataset(spec: string, opts: BlendOptions): Promise<DataRecord[
   const size = opts.builtinSize !== undefined ? { size: opts.builtinSize } : {};
   const split = opts.split ?? 'train';
   const builtin =
-    builtinDataset(spec, size) ??
-    (split === 'test' && !spec.includes(':') ? builtinDataset(`${spec}:test`, size) : undefined);
+    (split === 'test' && !spec.includes(':') ? builtinDataset(`${spec}:test`, size) : undefined) ??
+    builtinDataset(spec, size);
   if (builtin) return (builtin as unknown as DataRecord[]).slice(0, opts.maxSamples);
   const out: DataRecord[] = [];
   for await (const r of readRecords(spec, {
