@@ -186,7 +186,9 @@ async function sftRun(
   const { model, tok, tokFiles } = await loadSftModel(o, seed, log);
   const maxLen = Math.min(o.maxLen ?? 160, model.config.max_position_embeddings);
   const dataset = o.dataset ?? 'arith';
-  const examples = sftConversations(dataset, o.datasetSize ?? 20000, o.directFraction ?? 0, seed)
+  const examples = (
+    await sftConversations(dataset, o.datasetSize ?? 20000, o.directFraction ?? 0, seed)
+  )
     .map((r) => encodeConversation(tok, r.messages, r.tools))
     .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
   if (!examples.length) throw new FlagError('--dataset', 'train_sft: no usable training examples');

@@ -150,7 +150,7 @@ test("the rollout renders a conversation prompt whole with the model's chat temp
   });
   try {
     await rollout.ready();
-    const tok = await loadTokenizer(model);
+    const tok = loadTokenizer(model);
     const sample = rollout.sample({ index: 0, prompt: 'What is 2+3?', messages, groupId: 'g' });
     assert.equal(sample.promptIds, tok.encode(tok.applyChatTemplate(messages)));
     const plain = rollout.sample({ index: 0, prompt: 'What is 2+3?', groupId: 'g' });
