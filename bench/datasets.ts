@@ -35,7 +35,9 @@ const path = join(tmpdir(), `rtjob-bench-data-${targetMB}mb.parquet`);
 const groupRows = 20000;
 if (!existsSync(path)) {
   const rand = seededRandom(1);
-  const words = Array.from({ length: 4096 }, (_, i) => (i * 2654435761).toString(36).slice(0, 3 + (i % 6)));
+  const words = Array.from({ length: 4096 }, (_, i) =>
+    (i * 2654435761).toString(36).slice(0, 3 + (i % 6)),
+  );
   const text = (n: number): string =>
     Array.from({ length: n }, () => words[Math.floor(rand() * words.length)]).join(' ');
   const group = (): { name: string; data: string[]; type: 'STRING' }[] => {
@@ -47,27 +49,42 @@ if (!existsSync(path)) {
     ];
   };
   const first = group();
-  const writer = new ParquetWriter({ writer: fileWriter(path), schema: schemaFromColumnData({ columnData: first }) });
-  writer.write({ columnData: first, rowGroupSize: groupRows });
-  while (statSync(path).size < targetMB * 1e6) writer.write({ columnData: group(), rowGroupSize: groupRows });
-  writer.finish();
+  const writer = new ParquetWriter({
+    writer: fileWriter(path),
+    schema: schemaFromColumnData({ columnData: first }),
+  });
+  await writer.write({ columnData: first, rowGroupSize: groupRows });
+  while (statSync(path).size < targetMB * 1e6)
+    await writer.write({ columnData: group(), rowGroupSize: groupRows });
+  await writer.finish();
 }
 const sizeMB = statSync(path).size / 1e6;
 
 const self = fileURLToPath(import.meta.url);
 const child = (args: string[]): { records: number; s: number; rssMiB: number } => {
-  const r = spawnSync(process.execPath, ['--conditions=rtjob-source', '--import', 'tsx', self, ...args], {
-    encoding: 'utf8',
-  });
+  const r = spawnSync(
+    process.execPath,
+    ['--conditions=rtjob-source', '--import', 'tsx', self, ...args],
+    {
+      encoding: 'utf8',
+    },
+  );
   if (r.status !== 0) throw new Error(r.stderr);
-  return JSON.parse(r.stdout.trim().split('\n').pop()!) as { records: number; s: number; rssMiB: number };
+  return JSON.parse(r.stdout.trim().split('\n').pop()!) as {
+    records: number;
+    s: number;
+    rssMiB: number;
+  };
 };
 const idle = child(['idle']);
 const read = child(['read', path]);
 const rows = [
   ['parquet file (snappy, 20,000-row groups)', `${sizeMB.toFixed(0)} MB, ${read.records} records`],
   ['read time, records/s', `${read.s.toFixed(1)} s, ${Math.round(read.records / read.s)}`],
-  ['peak RSS reading it all / an idle reader process', `${read.rssMiB.toFixed(0)} / ${idle.rssMiB.toFixed(0)} MiB`],
+  [
+    'peak RSS reading it all / an idle reader process',
+    `${read.rssMiB.toFixed(0)} / ${idle.rssMiB.toFixed(0)} MiB`,
+  ],
 ];
 for (const [k, v] of rows) console.log(`| ${k!.padEnd(50)} | ${v!.padEnd(28)} |`);
 const out = fileURLToPath(new URL('./results/', import.meta.url));

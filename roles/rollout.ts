@@ -228,7 +228,9 @@ export class Rollout {
     const ids =
       this.init.applyChatTemplate === false
         ? this.tokenizer.encode(item.prompt)
-        : this.tokenizer.applyChatTemplate(item.messages ?? [{ role: 'user', content: item.prompt }]);
+        : this.tokenizer.applyChatTemplate(
+            item.messages ?? [{ role: 'user', content: item.prompt }],
+          );
     const promptIds =
       ids.length > this.init.promptMaxLen ? ids.slice(ids.length - this.init.promptMaxLen) : ids;
     return {

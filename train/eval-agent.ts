@@ -221,11 +221,15 @@ export async function evalAgentModel(
 /** The held-out prompts, read as train_ppo reads its `--eval-dataset` (one loader, same keys). */
 async function heldOutItems(o: EvalAgentOptions): Promise<PromptItem[]> {
   const prompts = o.prompts ?? trainPpoDefaults.evalPrompts;
-  const records = await loadPromptData(o.dataset ?? trainPpoDefaults.evalDataset, '--eval-dataset', {
-    size: prompts,
-    split: trainPpoDefaults.evalSplit,
-    maxSamples: prompts,
-  });
+  const records = await loadPromptData(
+    o.dataset ?? trainPpoDefaults.evalDataset,
+    '--eval-dataset',
+    {
+      size: prompts,
+      split: trainPpoDefaults.evalSplit,
+      maxSamples: prompts,
+    },
+  );
   const keys = {
     input: o.inputKey ?? trainPpoDefaults.inputKey,
     label: o.labelKey ?? trainPpoDefaults.labelKey,

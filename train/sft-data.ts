@@ -95,7 +95,8 @@ export function sftConversations(
 async function fileConversations(dataset: string, split: string): Promise<SftConversation[]> {
   const out: SftConversation[] = [];
   try {
-    for await (const o of readRecords(dataset, { split })) out.push(conversation(o, dataset, out.length + 1));
+    for await (const o of readRecords(dataset, { split }))
+      out.push(conversation(o, dataset, out.length + 1));
   } catch (err) {
     if (err instanceof DatasetError) throw new FlagError('--dataset', `train_sft: ${err.message}`);
     throw err;

@@ -90,7 +90,9 @@ test('--direct-fraction mixes direct and worked answers per record, reproducibly
   assert.ok(answers.every((a) => /The answer is -?\d+\.$/.test(a)));
   assert.equal(await sftConversations('arith', 2000, 0.7, 7), mixed, 'same seed, same mix');
   assert.ok(
-    (await sftConversations('arith', 50, 0)).every((c) => !c.messages[1]!.content.startsWith('The answer')),
+    (await sftConversations('arith', 50, 0)).every(
+      (c) => !c.messages[1]!.content.startsWith('The answer'),
+    ),
     'fraction 0: all worked',
   );
   assert.throws(() => sftConversations('/no/such.jsonl', 10, 0.5), /built-in datasets only/);

@@ -83,7 +83,10 @@ test('a JSONL preference file with a bad record fails naming it and its fields',
     await trainRm({ pretrain: model, savePath: join(root, 'x'), dataset: path, verbose: false });
     assert.unreachable('should fail');
   } catch (e) {
-    assert.match((e as Error).message, /record 2 needs string prompt, chosen and rejected \(fields: prompt\)$/);
+    assert.match(
+      (e as Error).message,
+      /record 2 needs string prompt, chosen and rejected \(fields: prompt\)$/,
+    );
   }
 });
 
