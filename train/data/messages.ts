@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { ChatMessage } from '../../model/tokenizer.ts';
+import type { ChatMessage } from '../../agents/types.ts';
 
 /** `value` as chat messages when it is a non-empty list of `{role, content}` objects, else undefined. */
 export function chatMessages(value: unknown): ChatMessage[] | undefined {

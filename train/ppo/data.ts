@@ -12,6 +12,7 @@ import { chatMessages, promptText } from '../data/messages.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { shuffle } from '../../algorithms/shuffle.ts';
 import { FlagError } from './flags.ts';
+import type { TrainPpoOptions } from './options.ts';
 
 /** A dataset record: any JSON object with the input and label fields. */
 export type PromptRecord = Record<string, unknown>;
@@ -26,6 +27,18 @@ export interface PromptDataOptions {
   /** `--prompt_data_probs` as given, e.g. `0.7,0.3`. */
   probs?: string;
   seed?: number;
+}
+
+/** The options of `--prompt-data`'s load from the run's flags. */
+export function promptDataOptions(
+  o: Pick<TrainPpoOptions, 'promptSplit' | 'seed' | 'maxSamples' | 'promptDataProbs'>,
+): PromptDataOptions {
+  return {
+    split: o.promptSplit,
+    seed: o.seed,
+    ...(o.maxSamples !== undefined ? { maxSamples: o.maxSamples } : {}),
+    ...(o.promptDataProbs !== undefined ? { probs: o.promptDataProbs } : {}),
+  };
 }
 
 /**
