@@ -141,7 +141,7 @@ async function episodesPerSecond(): Promise<Record<string, number>> {
     maxNewTokens: 48,
     fixedSampling: { temperature: 1, topP: 1 },
   });
-  const records = loadPromptData('arith', '--prompt-data').slice(0, quick ? 32 : 64);
+  const records = (await loadPromptData('arith', '--prompt-data')).slice(0, quick ? 32 : 64);
   const samples: Sample[] = records.map((r, index) => {
     const prompt = String(r['prompt']);
     return {

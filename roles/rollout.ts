@@ -24,7 +24,7 @@ import type {
 } from '../engines/types.ts';
 import { policyWeightUpdate } from '../engines/types.ts';
 import { weightsDigest } from '../model/digest.ts';
-import { loadTokenizer, type ChatTokenizer } from '../model/tokenizer.ts';
+import { loadTokenizer, type ChatMessage, type ChatTokenizer } from '../model/tokenizer.ts';
 import { defaultAgent, mathReward, remoteRewardAgent } from './reward.ts';
 import { RemoteRewardClient, type RemoteRewardOptions } from '../rewards/remote.ts';
 import { EngineError } from '../engines/http/errors.ts';
@@ -40,7 +40,10 @@ import { handOff } from './handoff.ts';
 /** One prompt as the driver sends it; the rollout tokenizes it. */
 export interface PromptItem {
   index: number;
+  /** The prompt's text; of a conversation, its last user message (for reports). */
   prompt: string;
+  /** A conversation prompt (`[{role, content}]`), rendered whole with the chat template. */
+  messages?: ChatMessage[];
   label?: string;
   groupId: string;
   record?: Record<string, unknown>;
@@ -225,7 +228,9 @@ export class Rollout {
     const ids =
       this.init.applyChatTemplate === false
         ? this.tokenizer.encode(item.prompt)
-        : this.tokenizer.applyChatTemplate([{ role: 'user', content: item.prompt }]);
+        : this.tokenizer.applyChatTemplate(
+            item.messages ?? [{ role: 'user', content: item.prompt }],
+          );
     const promptIds =
       ids.length > this.init.promptMaxLen ? ids.slice(ids.length - this.init.promptMaxLen) : ids;
     return {

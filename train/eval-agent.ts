@@ -182,7 +182,7 @@ export async function evalAgentModel(
     });
   const [greedyGw, sampledGw] = await Promise.all([gateway(0), gateway(1)]);
   try {
-    const items = heldOutItems(o);
+    const items = await heldOutItems(o);
     const samples = (rep: number): Sample[] =>
       items.map((it) => ({
         ...it,
@@ -219,11 +219,17 @@ export async function evalAgentModel(
 }
 
 /** The held-out prompts, read as train_ppo reads its `--eval-dataset` (one loader, same keys). */
-function heldOutItems(o: EvalAgentOptions): PromptItem[] {
+async function heldOutItems(o: EvalAgentOptions): Promise<PromptItem[]> {
   const prompts = o.prompts ?? trainPpoDefaults.evalPrompts;
-  const records = loadPromptData(o.dataset ?? trainPpoDefaults.evalDataset, '--eval-dataset', {
-    size: prompts,
-  });
+  const records = await loadPromptData(
+    o.dataset ?? trainPpoDefaults.evalDataset,
+    '--eval-dataset',
+    {
+      size: prompts,
+      split: trainPpoDefaults.evalSplit,
+      maxSamples: prompts,
+    },
+  );
   const keys = {
     input: o.inputKey ?? trainPpoDefaults.inputKey,
     label: o.labelKey ?? trainPpoDefaults.labelKey,

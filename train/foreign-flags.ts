@@ -43,7 +43,6 @@ export const foreignFlagNotes: Readonly<Record<string, string>> = {
   'critic-pretrain':
     'the critic starts from --pretrain (with a new value head) when --advantage-estimator gae',
   'save-hf-ckpt': 'the final policy is always written in HF format to --save-path',
-  'max-samples': 'every record of --prompt-data is read; bound the run with --max-steps',
   'pretrain-data': 'no PPO-ptx pretraining loss: only the RL loss is trained',
   'ptx-coef': 'no PPO-ptx pretraining loss: only the RL loss is trained',
   'local-rank': 'launch with rtjob submit -- train_ppo, not deepspeed or torchrun',

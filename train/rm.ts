@@ -12,7 +12,7 @@
  *
  * @module
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { initBackend, tf } from '../model/backend.ts';
 import { loadModel, saveModel } from '../model/checkpoint.ts';
@@ -26,6 +26,8 @@ import { shuffle } from '../algorithms/shuffle.ts';
 import { sequenceScores } from '../roles/reward-model.ts';
 import { resolveCheckpointFlags } from './checkpoint-flags.ts';
 import { builtinDataset } from './data/arith.ts';
+import { DatasetError } from './data/errors.ts';
+import { readRecords } from './data/read.ts';
 import { flagParser, FlagError, runIfMain } from './driver-flags.ts';
 import { defaultPretrain } from './ppo/main.ts';
 
@@ -101,26 +103,26 @@ export function arithPreferencePairs(name: string, size: number, seed: number): 
   });
 }
 
-/** The pairs of a JSONL file; a bad line fails naming its number. */
-function readPairs(path: string): PreferencePair[] {
-  if (!existsSync(path)) throw new FlagError('--dataset', `train_rm: no such file ${path}`);
-  return readFileSync(path, 'utf8')
-    .split('\n')
-    .filter((l) => l.trim())
-    .map((line, i) => {
-      let p: Partial<PreferencePair>;
-      try {
-        p = JSON.parse(line) as Partial<PreferencePair>;
-      } catch {
-        throw new FlagError('--dataset', `train_rm: ${path} line ${i + 1} is not JSON`);
-      }
-      if (p === null || ![p.prompt, p.chosen, p.rejected].every((x) => typeof x === 'string'))
+/**
+ * The pairs of a dataset file or directory (any format `readRecords` reads, its train split); a
+ * bad record fails naming its number and the fields it has.
+ */
+async function readPairs(path: string): Promise<PreferencePair[]> {
+  const out: PreferencePair[] = [];
+  try {
+    for await (const p of readRecords(path)) {
+      if (![p['prompt'], p['chosen'], p['rejected']].every((x) => typeof x === 'string'))
         throw new FlagError(
           '--dataset',
-          `train_rm: ${path} line ${i + 1} needs string prompt, chosen and rejected`,
+          `train_rm: ${path} record ${out.length + 1} needs string prompt, chosen and rejected (fields: ${Object.keys(p).join(', ')})`,
         );
-      return p as PreferencePair;
-    });
+      out.push(p as unknown as PreferencePair);
+    }
+  } catch (err) {
+    if (err instanceof DatasetError) throw new FlagError('--dataset', `train_rm: ${err.message}`);
+    throw err;
+  }
+  return out;
 }
 
 /** The token ids of a prompt answered by `response`, in the chat template. */
@@ -186,7 +188,7 @@ export async function trainRm(o: RmOptions): Promise<RmResult> {
   const dataset = o.dataset ?? 'arith';
   const builtin = builtinDataset(dataset, { size: 1 }) !== undefined;
   // A file's held-out pairs are its last `evalSize` (default a tenth).
-  const file = builtin ? [] : readPairs(dataset);
+  const file = builtin ? [] : await readPairs(dataset);
   const fileHeld = Math.min(o.evalSize ?? Math.floor(file.length / 10), file.length - 1);
   const train = builtin
     ? arithPreferencePairs(dataset, o.datasetSize ?? 2000, seed)

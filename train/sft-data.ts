@@ -1,15 +1,16 @@
 /**
  * What `train_sft` trains on and how it measures: conversations tokenised with the loss on the
- * assistant's turns, from a built-in dataset or a JSONL file, and the greedy held-out accuracy on
+ * assistant's turns, from a built-in dataset or a dataset file or directory (`data/read.ts`), and the greedy held-out accuracy on
  * the arithmetic task through any engine.
  *
  * @module
  */
-import { existsSync, readFileSync } from 'node:fs';
 import { seededRandom } from '../model/sampling.ts';
 import type { ChatMessage, ChatTokenizer } from '../model/tokenizer.ts';
 import type { InferenceEngine } from '../engines/types.ts';
 import { arithReward, builtinDataset, type ArithRecord } from './data/arith.ts';
+import { DatasetError } from './data/errors.ts';
+import { readRecords } from './data/read.ts';
 import { FlagError } from './driver-flags.ts';
 
 /** A tokenised conversation and its loss mask. */
@@ -43,17 +44,26 @@ export function encodeConversation(
   return { ids, mask };
 }
 
+/** A conversation `train_sft` trains on. */
+export interface SftConversation {
+  messages: ChatMessage[];
+  tools?: unknown[];
+}
+
 /**
  * The conversations `train_sft` trains on: a built-in dataset (with `directFraction` of its records
- * answered directly, chosen per record from `seed`) or a JSONL file (`{messages, tools?}` or
- * `{prompt, response}` per line; messages may carry `tool_calls`, and `tool` turns are context).
+ * answered directly, chosen per record from `seed`) or a dataset file or directory of any format
+ * `readRecords` reads (`{messages, tools?}` or `{prompt, response}` per record; messages may carry
+ * `tool_calls`, and `tool` turns are context). Flag errors throw at once; the records are read
+ * when the promise runs.
  */
 export function sftConversations(
   dataset: string,
   size: number,
   directFraction = 0,
   seed = 42,
-): { messages: ChatMessage[]; tools?: unknown[] }[] {
+  split = 'train',
+): Promise<SftConversation[]> {
   if (!(directFraction >= 0 && directFraction <= 1))
     throw new FlagError(
       '--direct-fraction',
@@ -62,53 +72,59 @@ export function sftConversations(
   const builtin = builtinDataset(dataset, { size });
   if (builtin) {
     const r = seededRandom(seed * 31 + 17);
-    return builtin.map((rec) => {
-      const content = r() < directFraction ? rec.direct : rec.response;
-      return {
-        messages: [
-          { role: 'user', content: rec.prompt },
-          { role: 'assistant', content },
-        ],
-      };
-    });
+    return Promise.resolve(
+      builtin.map((rec) => {
+        const content = r() < directFraction ? rec.direct : rec.response;
+        return {
+          messages: [
+            { role: 'user', content: rec.prompt },
+            { role: 'assistant', content },
+          ],
+        };
+      }),
+    );
   }
   if (directFraction)
     throw new FlagError(
       '--direct-fraction',
       'train_sft: --direct-fraction applies to built-in datasets only',
     );
-  if (!existsSync(dataset))
-    throw new FlagError(
-      '--dataset',
-      `train_sft: dataset '${dataset}' is neither built-in nor a file`,
-    );
-  return readFileSync(dataset, 'utf8')
-    .split('\n')
-    .filter((l) => l.trim())
-    .map((l, i) => {
-      const o = JSON.parse(l) as {
-        messages?: ChatMessage[];
-        tools?: unknown;
-        prompt?: string;
-        response?: string;
-      };
-      if (o.tools !== undefined && !Array.isArray(o.tools))
-        throw new FlagError('--dataset', `${dataset}:${i + 1}: 'tools' must be a list`);
-      if (o.messages)
-        return { messages: o.messages, ...(o.tools ? { tools: o.tools as unknown[] } : {}) };
-      if (typeof o.prompt === 'string' && typeof o.response === 'string') {
-        return {
-          messages: [
-            { role: 'user', content: o.prompt },
-            { role: 'assistant', content: o.response },
-          ],
-        };
-      }
-      throw new FlagError(
-        '--dataset',
-        `${dataset}:${i + 1}: need 'messages' or 'prompt' and 'response'`,
-      );
-    });
+  return fileConversations(dataset, split);
+}
+
+async function fileConversations(dataset: string, split: string): Promise<SftConversation[]> {
+  const out: SftConversation[] = [];
+  try {
+    for await (const o of readRecords(dataset, { split }))
+      out.push(conversation(o, dataset, out.length + 1));
+  } catch (err) {
+    if (err instanceof DatasetError) throw new FlagError('--dataset', `train_sft: ${err.message}`);
+    throw err;
+  }
+  return out;
+}
+
+/** Record `n` of `dataset` as a conversation. */
+function conversation(o: Record<string, unknown>, dataset: string, n: number): SftConversation {
+  if (o['tools'] !== undefined && !Array.isArray(o['tools']))
+    throw new FlagError('--dataset', `${dataset}:${n}: 'tools' must be a list`);
+  if (Array.isArray(o['messages']))
+    return {
+      messages: o['messages'] as ChatMessage[],
+      ...(o['tools'] ? { tools: o['tools'] as unknown[] } : {}),
+    };
+  if (typeof o['prompt'] === 'string' && typeof o['response'] === 'string') {
+    return {
+      messages: [
+        { role: 'user', content: o['prompt'] },
+        { role: 'assistant', content: o['response'] },
+      ],
+    };
+  }
+  throw new FlagError(
+    '--dataset',
+    `${dataset}:${n}: need 'messages' or 'prompt' and 'response' (fields: ${Object.keys(o).join(', ')})`,
+  );
 }
 
 /** One evaluation by {@link evalArith}: the accuracy and every answer. */

@@ -144,6 +144,25 @@ export interface SftResult {
   tokensPerSecond: number;
 }
 
+/** The tokenised conversations of `--dataset` that fit `maxLen` and train at least one token. */
+async function sftExamples(
+  o: SftOptions,
+  tok: ChatTokenizer,
+  maxLen: number,
+  seed: number,
+): Promise<Example[]> {
+  const dataset = o.dataset ?? 'arith';
+  const conversations = await sftConversations(
+    dataset,
+    o.datasetSize ?? 20000,
+    o.directFraction ?? 0,
+    seed,
+  );
+  return conversations
+    .map((r) => encodeConversation(tok, r.messages, r.tools))
+    .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
+}
+
 /** Runs SFT; see {@link SftOptions}. */
 export async function trainSft(o: SftOptions): Promise<SftResult> {
   const log = (s: string): void => {
@@ -187,9 +206,7 @@ async function sftRun(
   const { model, tok, tokFiles } = await loadSftModel(o, seed, log);
   const maxLen = Math.min(o.maxLen ?? 160, model.config.max_position_embeddings);
   const dataset = o.dataset ?? 'arith';
-  const examples = sftConversations(dataset, o.datasetSize ?? 20000, o.directFraction ?? 0, seed)
-    .map((r) => encodeConversation(tok, r.messages, r.tools))
-    .filter((e) => e.ids.length <= maxLen && e.mask.some((m) => m));
+  const examples = await sftExamples(o, tok, maxLen, seed);
   if (!examples.length) throw new FlagError('--dataset', 'train_sft: no usable training examples');
   log(`train_sft: ${examples.length} examples from ${dataset}`);
   const saveFrom = tokFiles ? { tokenizerFiles: tokFiles } : { tokenizerFrom: o.pretrain };

@@ -186,7 +186,7 @@ test('a train_ppo flag typo fails before any cluster starts, and leaves no sessi
   assert.match(list.stderr, /2 finished sessions/);
 });
 
-test('a missing agent file, a Hub id not cached offline or a TYPE@DIR dataset fails before any cluster starts', async () => {
+test('a missing agent file, a Hub id not cached offline or a missing dataset fails before any cluster starts', async () => {
   const cases: [string[], RegExp, Record<string, string>?][] = [
     [
       ['--agent-func', join(fixtures, 'log-sampels.ts')],
@@ -199,7 +199,7 @@ test('a missing agent file, a Hub id not cached offline or a TYPE@DIR dataset fa
     ],
     [
       ['--prompt_data', 'json@./data'],
-      /--prompt-data: 'json@\.\/data' is OpenRLHF's TYPE@DIR form/,
+      /--prompt-data: 'json@\.\/data' is neither a built-in dataset \(arith[^)]*\) nor a file or directory/,
     ],
   ];
   for (const [flags, re, env] of cases) {

@@ -82,15 +82,17 @@ test('train_sft on a JSONL file lowers the loss, checkpoints, resumes and writes
   assert.is(JSON.parse(readFileSync(join(dir, 'ckpt', 'trainer_state.json'), 'utf8')).step, 12);
 });
 
-test('--direct-fraction mixes direct and worked answers per record, reproducibly, and only for built-in data', () => {
-  const mixed = sftConversations('arith', 2000, 0.7, 7);
+test('--direct-fraction mixes direct and worked answers per record, reproducibly, and only for built-in data', async () => {
+  const mixed = await sftConversations('arith', 2000, 0.7, 7);
   const answers = mixed.map((c) => c.messages[1]!.content);
   const direct = answers.filter((a) => /^The answer is -?\d+\.$/.test(a)).length;
   assert.ok(direct > 0.66 * 2000 && direct < 0.74 * 2000, `direct ${direct}/2000`);
   assert.ok(answers.every((a) => /The answer is -?\d+\.$/.test(a)));
-  assert.equal(sftConversations('arith', 2000, 0.7, 7), mixed, 'same seed, same mix');
+  assert.equal(await sftConversations('arith', 2000, 0.7, 7), mixed, 'same seed, same mix');
   assert.ok(
-    sftConversations('arith', 50, 0).every((c) => !c.messages[1]!.content.startsWith('The answer')),
+    (await sftConversations('arith', 50, 0)).every(
+      (c) => !c.messages[1]!.content.startsWith('The answer'),
+    ),
     'fraction 0: all worked',
   );
   assert.throws(() => sftConversations('/no/such.jsonl', 10, 0.5), /built-in datasets only/);

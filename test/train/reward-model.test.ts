@@ -76,14 +76,17 @@ test('training on a file lowers the loss, beats chance on its held-out pairs, an
   rm.dispose();
 });
 
-test('a JSONL preference file with a bad line fails naming the line', async () => {
+test('a JSONL preference file with a bad record fails naming it and its fields', async () => {
   const path = join(root, 'bad.jsonl');
   writeFileSync(path, '{"prompt":"a","chosen":"b","rejected":"c"}\n{"prompt":"a"}\n');
   try {
     await trainRm({ pretrain: model, savePath: join(root, 'x'), dataset: path, verbose: false });
     assert.unreachable('should fail');
   } catch (e) {
-    assert.match((e as Error).message, /line 2 needs string prompt, chosen and rejected/);
+    assert.match(
+      (e as Error).message,
+      /record 2 needs string prompt, chosen and rejected \(fields: prompt\)$/,
+    );
   }
 });
 

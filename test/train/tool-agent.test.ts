@@ -54,12 +54,12 @@ test('the SFT data asks for one call per problem, two-step problems folded into 
   for (const r of recs) assert.is(evaluate(expressionOf(r)), Number(r.answer), r.prompt);
 });
 
-test('train_sft reads {messages, tools} lines: tools rendered, both assistant turns trained, the tool result not', () => {
+test('train_sft reads {messages, tools} lines: tools rendered, both assistant turns trained, the tool result not', async () => {
   const tok = loadTokenizer(toolModel);
   const file = join(root, 'sft.jsonl');
   const rec = arithDataset({ split: 'train', size: 1 })[0]!;
   writeFileSync(file, JSON.stringify(toolConversation(rec, true)) + '\n');
-  const [conv] = sftConversations(file, 1);
+  const [conv] = await sftConversations(file, 1);
   assert.ok(conv!.tools?.length === 1);
   const { ids, mask } = encodeConversation(tok, conv!.messages, conv!.tools);
   const trained = tok.decode(
@@ -77,7 +77,8 @@ test('train_sft reads {messages, tools} lines: tools rendered, both assistant tu
     file,
     JSON.stringify({ ...toolConversation(rec, true), tools: 'calculator' }) + '\n',
   );
-  assert.throws(() => sftConversations(file, 1), /sft.jsonl:1: 'tools' must be a list/);
+  const err = await sftConversations(file, 1).catch((e: unknown) => e);
+  assert.match(String(err), /sft.jsonl:1: 'tools' must be a list/);
 });
 
 for (const [client, file, agentFn] of agents) {

@@ -38,12 +38,16 @@ export async function prepareRun(
   records: PromptRecord[],
 ): Promise<RunContext> {
   const o = config.flags;
-  checkKeys(records, o.inputKey, o.labelKey, '--prompt-data');
+  checkKeys(records, o.inputKey, o.labelKey, '--prompt-data', o.applyChatTemplate);
   const keys = { input: o.inputKey, label: o.labelKey };
   let evalItems: PromptItem[] = [];
   if (o.evalDataset) {
-    const ev = loadPromptData(o.evalDataset, '--eval-dataset', { size: o.evalPrompts });
-    checkKeys(ev, o.inputKey, o.labelKey, '--eval-dataset');
+    const ev = await loadPromptData(o.evalDataset, '--eval-dataset', {
+      size: o.evalPrompts,
+      split: o.evalSplit,
+      maxSamples: o.evalPrompts,
+    });
+    checkKeys(ev, o.inputKey, o.labelKey, '--eval-dataset', o.applyChatTemplate);
     const s = new PromptSampler(ev, keys, 0);
     evalItems = ev.slice(0, o.evalPrompts).map((_, i) => s.item(i, `eval-${i}`));
   }

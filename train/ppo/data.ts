@@ -1,68 +1,99 @@
 /**
- * Prompt data for `train_ppo`: a built-in dataset name (`arith`, `arith:test`) or a JSONL file,
- * and a resumable position over shuffled epochs, so a checkpoint records exactly which prompts
- * were consumed.
+ * Prompt data for `train_ppo`: a built-in dataset name (`arith`, `arith:test`), a dataset file or
+ * directory (`train/data/`: parquet, JSONL, JSON, CSV, the Hub's layout of splits), or several
+ * blended, and a resumable position over shuffled epochs, so a checkpoint records exactly which
+ * prompts were consumed.
  *
  * @module
  */
-import { readFileSync } from 'node:fs';
-import { builtinDataset } from '../data/arith.ts';
+import { loadDatasets, parseProbs } from '../data/blend.ts';
+import { DatasetError } from '../data/errors.ts';
+import { chatMessages, promptText } from '../data/messages.ts';
 import type { PromptItem } from '../../roles/rollout.ts';
 import { shuffle } from '../../algorithms/shuffle.ts';
 import { FlagError } from './flags.ts';
-import { datasetProblem } from './paths.ts';
+import type { TrainPpoOptions } from './options.ts';
 
 /** A dataset record: any JSON object with the input and label fields. */
 export type PromptRecord = Record<string, unknown>;
 
-/** Loads `--prompt-data` / `--eval-dataset`: a built-in name or a JSONL path. */
-export function loadPromptData(
-  spec: string,
-  flag: string,
-  opts: { size?: number } = {},
-): PromptRecord[] {
-  const builtin = builtinDataset(spec, opts.size !== undefined ? { size: opts.size } : {});
-  if (builtin) return builtin as unknown as PromptRecord[];
-  let text: string;
-  try {
-    text = readFileSync(spec, 'utf8');
-  } catch {
-    throw new FlagError(
-      flag,
-      datasetProblem(spec, flag) ?? `${flag}: ${spec} cannot be read as a JSONL file`,
-    );
-  }
-  const out: PromptRecord[] = [];
-  text.split('\n').forEach((line, i) => {
-    if (!line.trim()) return;
-    try {
-      out.push(JSON.parse(line) as PromptRecord);
-    } catch {
-      throw new FlagError(flag, `${flag}: ${spec} line ${i + 1} is not JSON`);
-    }
-  });
-  if (out.length === 0) throw new FlagError(flag, `${flag}: ${spec} has no records`);
-  return out;
+/** Options of {@link loadPromptData}: OpenRLHF's `--prompt_split`, `--max_samples`, blend probabilities. */
+export interface PromptDataOptions {
+  /** Records of a built-in dataset. */
+  size?: number;
+  /** @default 'train' */
+  split?: string;
+  maxSamples?: number;
+  /** `--prompt_data_probs` as given, e.g. `0.7,0.3`. */
+  probs?: string;
+  seed?: number;
 }
 
-/** Checks the input/label keys on the first record. */
+/** The options of `--prompt-data`'s load from the run's flags. */
+export function promptDataOptions(
+  o: Pick<TrainPpoOptions, 'promptSplit' | 'seed' | 'maxSamples' | 'promptDataProbs'>,
+): PromptDataOptions {
+  return {
+    split: o.promptSplit,
+    seed: o.seed,
+    ...(o.maxSamples !== undefined ? { maxSamples: o.maxSamples } : {}),
+    ...(o.promptDataProbs !== undefined ? { probs: o.promptDataProbs } : {}),
+  };
+}
+
+/**
+ * Loads `--prompt-data` / `--eval-dataset`: comma-separated datasets (built-in names, files or
+ * directories), blended as OpenRLHF blends them; a dataset problem is a {@link FlagError} of `flag`.
+ */
+export async function loadPromptData(
+  spec: string,
+  flag: string,
+  opts: PromptDataOptions = {},
+): Promise<PromptRecord[]> {
+  try {
+    const count = spec.split(',').filter((s) => s.trim()).length;
+    return await loadDatasets(spec, {
+      ...(opts.split !== undefined ? { split: opts.split } : {}),
+      ...(opts.maxSamples !== undefined ? { maxSamples: opts.maxSamples } : {}),
+      ...(opts.probs ? { probs: parseProbs(opts.probs, count) } : {}),
+      ...(opts.seed !== undefined ? { seed: opts.seed } : {}),
+      ...(opts.size !== undefined ? { builtinSize: opts.size } : {}),
+    });
+  } catch (err) {
+    if (err instanceof DatasetError) throw new FlagError(flag, `${flag}: ${err.message}`);
+    throw err;
+  }
+}
+
+/**
+ * Checks the input/label keys on the first record: the input a string, or a list of chat messages
+ * when the chat template renders it (`applyChatTemplate`, default on).
+ */
 export function checkKeys(
   records: PromptRecord[],
   inputKey: string,
   labelKey: string,
   flag: string,
+  applyChatTemplate = true,
 ): void {
   const r = records[0]!;
-  if (typeof r[inputKey] !== 'string') {
+  const fields = Object.keys(r).join(', ');
+  const messages = chatMessages(r[inputKey]);
+  if (messages && !applyChatTemplate)
     throw new FlagError(
       '--input-key',
-      `--input-key '${inputKey}' is not a string field of ${flag} records (fields: ${Object.keys(r).join(', ')})`,
+      `--input-key '${inputKey}' of ${flag} holds chat messages: they need --apply-chat-template`,
+    );
+  if (typeof r[inputKey] !== 'string' && !messages) {
+    throw new FlagError(
+      '--input-key',
+      `--input-key '${inputKey}' is neither a string field nor chat messages of ${flag} records (fields: ${fields})`,
     );
   }
   if (labelKey && r[labelKey] === undefined) {
     throw new FlagError(
       '--label-key',
-      `--label-key '${labelKey}' is not a field of ${flag} records (fields: ${Object.keys(r).join(', ')})`,
+      `--label-key '${labelKey}' is not a field of ${flag} records (fields: ${fields})`,
     );
   }
 }
@@ -119,9 +150,11 @@ export class PromptSampler {
   item(index: number, groupId: string): PromptItem {
     const r = this.records[index]!;
     const label = r[this.keys.label];
+    const messages = chatMessages(r[this.keys.input]);
     return {
       index,
-      prompt: String(r[this.keys.input]),
+      prompt: messages ? promptText(messages) : String(r[this.keys.input]),
+      ...(messages ? { messages } : {}),
       ...(label !== undefined ? { label: String(label) } : {}),
       groupId,
       record: r,

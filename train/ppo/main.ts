@@ -21,7 +21,7 @@ import type { TrainPpoOptions } from './options.ts';
 import { inProcessRoles, type Roles } from './roles.ts';
 import { compileRunConfig, type RunConfig } from './run-config.ts';
 import { finishRun, latestCheckpoint, prepareRun, runSteps } from './context.ts';
-import { loadPromptData } from './data.ts';
+import { loadPromptData, promptDataOptions } from './data.ts';
 import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 import { runName } from '../run-name.ts';
@@ -155,7 +155,7 @@ export async function trainPpo(
   });
   // The roles' learning-rate schedules span the run, so its length is known before they start.
   // The prompt data, read once: its size gives the run's length when --max-steps is -1.
-  const records = loadPromptData(o.promptData, '--prompt-data');
+  const records = await loadPromptData(o.promptData, '--prompt-data', promptDataOptions(o));
   const steps = runSteps(o, records.length);
   // The run's config, compiled once from the parse: the roles and the loops read it.
   const runConfig = compileRunConfig(o, steps, args);

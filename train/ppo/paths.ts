@@ -12,6 +12,8 @@ import { fileURLToPath } from 'node:url';
 import { hubCheckpointProblem, isCheckpointHubId } from '../../model/hub/index.ts';
 import { ppoCheckpointFlags } from '../checkpoint-flags.ts';
 import { builtinDatasets } from '../data/arith.ts';
+import { DatasetError } from '../data/errors.ts';
+import { datasetFiles, parseSpec } from '../data/layout.ts';
 import { closest } from '../driver-flags.ts';
 import { FlagError } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
@@ -44,21 +46,30 @@ function nearModule(given: string, path: string): string {
   return near ? ` (did you mean ${join(dirname(given), near).replace(/^(?![./])/, './')}?)` : '';
 }
 
-/** Why `spec` cannot be the dataset of `flag`, or undefined (a built-in name or a readable file). */
+/**
+ * Why `spec` (comma-separated datasets: built-in names, files, directories) cannot be the dataset
+ * of `flag` with `split`, or undefined. Reads no records: the layout only (`train/data/layout.ts`).
+ */
 export function datasetProblem(
   spec: string,
   flag: string,
   cwd = process.cwd(),
+  split = 'train',
 ): string | undefined {
-  if (Object.hasOwn(builtinDatasets, spec)) return undefined;
-  const path = resolve(cwd, spec);
-  if (isFile(path)) return undefined;
-  const builtins = Object.keys(builtinDatasets).join(', ');
-  if (/^[\w-]+@/.test(spec) && !existsSync(path))
-    return `${flag}: '${spec}' is OpenRLHF's TYPE@DIR form (datasets.load_dataset), which rtjob does not read: give a JSONL file, one JSON object per line (--input-key, --label-key), or a built-in dataset (${builtins})`;
-  if (existsSync(path))
-    return `${flag}: ${spec} is a directory: give a JSONL file in it, one JSON object per line`;
-  return `${flag}: '${spec}' is neither a built-in dataset (${builtins}) nor a readable JSONL file`;
+  for (const part of spec.split(',').map((s) => s.trim())) {
+    if (Object.hasOwn(builtinDatasets, part)) continue;
+    const { path, config } = parseSpec(part);
+    try {
+      datasetFiles(resolve(cwd, path), { split, ...(config !== undefined ? { config } : {}) });
+    } catch (err) {
+      if (!(err instanceof DatasetError)) throw err;
+      const builtins = Object.keys(builtinDatasets).join(', ');
+      return err.code === 'DATASET_NOT_FOUND' && !existsSync(resolve(cwd, path))
+        ? `${flag}: '${part}' is neither a built-in dataset (${builtins}) nor a file or directory`
+        : `${flag}: ${err.message}`;
+    }
+  }
+  return undefined;
 }
 
 /**
@@ -66,7 +77,8 @@ export function datasetProblem(
  * the job runs in; throws a {@link FlagError} naming the flag.
  */
 export function checkTrainPpoPaths(
-  o: Pick<TrainPpoOptions, 'agentFunc' | 'pretrain' | 'promptData' | 'evalDataset'>,
+  o: Pick<TrainPpoOptions, 'agentFunc' | 'pretrain' | 'promptData' | 'evalDataset'> &
+    Partial<Pick<TrainPpoOptions, 'promptSplit' | 'evalSplit'>>,
   cwd = process.cwd(),
   env: Record<string, string | undefined> = process.env,
 ): void {
@@ -97,11 +109,11 @@ export function checkTrainPpoPaths(
       `--pretrain: no model directory at ${pretrain} (a local HF-format directory, a Hugging Face Hub id org/name[@revision]; shipped: ${shippedModels.join(', ')})`,
     );
   }
-  for (const [flag, spec] of [
-    ['--prompt-data', o.promptData],
-    ['--eval-dataset', o.evalDataset],
+  for (const [flag, spec, split] of [
+    ['--prompt-data', o.promptData, o.promptSplit ?? 'train'],
+    ['--eval-dataset', o.evalDataset, o.evalSplit ?? 'test'],
   ] as const) {
-    const problem = spec ? datasetProblem(spec, flag, cwd) : undefined;
+    const problem = spec ? datasetProblem(spec, flag, cwd, split) : undefined;
     if (problem) throw new FlagError(flag, problem);
   }
 }
