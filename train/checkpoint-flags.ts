@@ -1,11 +1,16 @@
 /**
- * The checkpoint flags of the drivers, resolved through the one Hub resolver
- * (`model/hub/checkpoint-spec.ts`) before anything starts: a Hub id becomes its snapshot folder
+ * The checkpoint and dataset flags of the drivers, resolved through the one Hub resolver
+ * (`model/hub/`) before anything starts: a Hub id becomes its snapshot folder
  * `…/snapshots/<commit>`, so the roles the driver starts all load that one commit.
  *
  * @module
  */
-import { resolveCheckpointSpec, type CheckpointSpecOptions } from '../model/hub/index.ts';
+import {
+  resolveCheckpointSpec,
+  type CheckpointSpecOptions,
+  type HubEnv,
+} from '../model/hub/index.ts';
+import { resolveDatasetSpecs } from './data/hub-data.ts';
 
 /** Option key → the flag users write, for every option of a driver that names a checkpoint. */
 export type CheckpointFlags<T> = Partial<Record<keyof T & string, string>>;
@@ -40,4 +45,40 @@ export async function resolveCheckpointFlags<T extends object>(
       out[key] = await resolveCheckpointSpec(spec, flag, opts);
   }
   return out as T;
+}
+
+/** train_ppo's dataset flags. */
+export const ppoDatasetFlags = {
+  promptData: '--prompt-data',
+  evalDataset: '--eval-dataset',
+} as const;
+
+/**
+ * `o` with each dataset flag in `flags` resolved: its Hub datasets fetched and replaced by their
+ * snapshot folders (`train/data/hub-data.ts`), local parts as given.
+ *
+ * @example
+ * const o = await resolveDatasetFlags(args.options, ppoDatasetFlags);
+ */
+export async function resolveDatasetFlags<T extends object>(
+  o: T,
+  flags: CheckpointFlags<T>,
+  opts: { env?: HubEnv } = {},
+): Promise<T> {
+  const out = { ...o } as Record<string, unknown>;
+  for (const [key, flag] of Object.entries(flags) as [string, string][]) {
+    const spec = out[key];
+    if (typeof spec === 'string' && spec !== '')
+      out[key] = await resolveDatasetSpecs(spec, flag, opts);
+  }
+  return out as T;
+}
+
+/**
+ * train_ppo's checkpoint and dataset flags resolved, each Hub id pinned to one commit, before any
+ * role starts.
+ */
+export async function resolvePpoHubFlags<T extends object>(o: T, env: HubEnv): Promise<T> {
+  const pinned = await resolveCheckpointFlags(o, ppoCheckpointFlags as CheckpointFlags<T>, { env });
+  return resolveDatasetFlags(pinned, ppoDatasetFlags as CheckpointFlags<T>, { env });
 }

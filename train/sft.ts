@@ -12,7 +12,11 @@
  *
  * @module
  */
-import { resolveCheckpointFlags, sftCheckpointFlags } from './checkpoint-flags.ts';
+import {
+  resolveCheckpointFlags,
+  resolveDatasetFlags,
+  sftCheckpointFlags,
+} from './checkpoint-flags.ts';
 import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { initBackend, tf } from '../model/backend.ts';
@@ -523,7 +527,9 @@ const sftFlags = flagParser<SftFlagOptions>(
 /** Parses `train_sft` command-line arguments and runs it. */
 export async function main(argv: string[]): Promise<void> {
   const { options: parsed, given } = sftFlags.parse(argv);
-  const opts = await resolveCheckpointFlags(parsed, sftCheckpointFlags);
+  const opts = await resolveDatasetFlags(await resolveCheckpointFlags(parsed, sftCheckpointFlags), {
+    dataset: '--dataset',
+  });
   if (opts.pretrain) opts.pretrain = resolve(opts.pretrain);
   const lora = loraSpecOf(opts, opts.pretrain ?? '', given as Set<string>, opts.seed ?? 42);
   // SIGINT/SIGTERM end the run after the current step, with the checkpoint and model written.

@@ -120,9 +120,11 @@ test('rtjob submit checks a dataset spec by its layout, before any cluster start
     /^--eval-dataset: \S+gsm8k has no split 'dev' \(splits: test, train\)$/,
   );
   assert.match(
-    datasetProblem('org/missing', '--prompt-data', root) ?? '',
-    /^--prompt-data: 'org\/missing' is neither a built-in dataset \(arith, arith:train, arith:test\) nor a file or directory$/,
+    datasetProblem('./org/missing', '--prompt-data', root) ?? '',
+    /^--prompt-data: '\.\/org\/missing' is neither a built-in dataset \(arith, arith:train, arith:test\) nor a file or directory$/,
   );
+  // `org/missing` names a Hub dataset: checked once fetched, or now when offline and not cached.
+  assert.is(datasetProblem('org/missing', '--prompt-data', root, 'train', {}), undefined);
 });
 
 test('chat-message prompts: the item carries them; without the chat template they are refused', async () => {

@@ -27,7 +27,7 @@ import { syncLoop } from './sync-loop.ts';
 import { runName } from '../run-name.ts';
 import { engineSpec } from '../../engines/registry.ts';
 import { openTrackers, type Trackers } from '../trackers/index.ts';
-import { resolveCheckpointFlags, ppoCheckpointFlags } from '../checkpoint-flags.ts';
+import { resolvePpoHubFlags } from '../checkpoint-flags.ts';
 import { checkTrainPpoPaths, defaultPretrain, pretrainDir } from './paths.ts';
 
 export {
@@ -98,7 +98,7 @@ const defaultLog: RunLog = {
 };
 
 /**
- * Runs `train_ppo` with command-line flags; resolves with the summary. Hub ids in checkpoint
+ * Runs `train_ppo` with command-line flags; resolves with the summary. Hub ids in checkpoint and dataset
  * flags are pinned to one commit here, once, before any role starts.
  *
  * @example
@@ -111,7 +111,7 @@ export async function trainPpo(
 ): Promise<RunSummary> {
   // The one parse of this process: nothing below parses argv again.
   const args = parseTrainPpoArgs(argv, env);
-  const pinned = await resolveCheckpointFlags(args.options, ppoCheckpointFlags, { env });
+  const pinned = await resolvePpoHubFlags(args.options, env);
   const o = resolveOptions(pinned, env);
   const place = run.roles ?? (o.inProcess ? inProcessRoles : await remotePlacement());
   const config = flagConfig(o, args.given, env);

@@ -13,6 +13,7 @@ import { hubCheckpointProblem, isCheckpointHubId } from '../../model/hub/index.t
 import { ppoCheckpointFlags } from '../checkpoint-flags.ts';
 import { builtinDatasets } from '../data/arith.ts';
 import { DatasetError } from '../data/errors.ts';
+import { hubDatasetPart, hubDatasetProblem } from '../data/hub-data.ts';
 import { datasetFiles, parseSpec } from '../data/layout.ts';
 import { closest } from '../driver-flags.ts';
 import { FlagError } from './flags.ts';
@@ -48,16 +49,20 @@ function nearModule(given: string, path: string): string {
 
 /**
  * Why `spec` (comma-separated datasets: built-in names, files, directories) cannot be the dataset
- * of `flag` with `split`, or undefined. Reads no records: the layout only (`train/data/layout.ts`).
+ * of `flag` with `split`, or undefined. Reads no records: the layout only (`train/data/layout.ts`);
+ * a Hub dataset only when offline and not cached (its layout is checked once it is fetched).
  */
 export function datasetProblem(
   spec: string,
   flag: string,
   cwd = process.cwd(),
   split = 'train',
+  env: Record<string, string | undefined> = process.env,
 ): string | undefined {
+  const hub = hubDatasetProblem(spec, flag, env, cwd);
+  if (hub) return hub;
   for (const part of spec.split(',').map((s) => s.trim())) {
-    if (Object.hasOwn(builtinDatasets, part)) continue;
+    if (Object.hasOwn(builtinDatasets, part) || hubDatasetPart(part, cwd)) continue;
     const { path, config } = parseSpec(part);
     try {
       datasetFiles(resolve(cwd, path), { split, ...(config !== undefined ? { config } : {}) });
@@ -113,7 +118,7 @@ export function checkTrainPpoPaths(
     ['--prompt-data', o.promptData, o.promptSplit ?? 'train'],
     ['--eval-dataset', o.evalDataset, o.evalSplit ?? 'test'],
   ] as const) {
-    const problem = spec ? datasetProblem(spec, flag, cwd, split) : undefined;
+    const problem = spec ? datasetProblem(spec, flag, cwd, split, env) : undefined;
     if (problem) throw new FlagError(flag, problem);
   }
 }
