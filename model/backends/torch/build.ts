@@ -116,7 +116,10 @@ export function findLibtorch(): Libtorch | undefined {
  * ProcessGroupNCCL's and nccl's headers. Without them the addon builds with neither.
  */
 export function c10dFlags(lt: Libtorch): string[] {
-  const dirs = [...lt.includeDirs.map((d) => d.replace(/\/torch\/csrc\/api\/include$/, '')), '/usr/include'];
+  const dirs = [
+    ...lt.includeDirs.map((d) => d.replace(/\/torch\/csrc\/api\/include$/, '')),
+    '/usr/include',
+  ];
   const has = (f: string): boolean => dirs.some((d) => existsSync(join(d, f)));
   const flags: string[] = [];
   if (has('gloo/config.h')) flags.push('-DUSE_C10D_GLOO');
