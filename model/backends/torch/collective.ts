@@ -17,6 +17,7 @@
 import * as tf from '@tensorflow/tfjs';
 import {
   type Collective,
+  type CollectiveBackend,
   type CollectiveJoin,
   type DeviceTensor,
   type OpOptions,
@@ -67,6 +68,19 @@ function addon(): C10dAddon {
 /** Which c10d process groups the torch addon was built with (loads it). */
 export function c10dAvailable(): { gloo: boolean; nccl: boolean } {
   return addon().c10dBackends();
+}
+
+/**
+ * The collective backend of data-parallel ranks on the TF.js backend in use: `nccl` on `torch`
+ * on CUDA, `gloo` on `torch` on CPU (where the addon has them), `ring` elsewhere. Builds nothing
+ * when the torch backend is not the one in use.
+ */
+export function defaultCollectiveBackend(): CollectiveBackend {
+  if (tf.getBackend() !== 'torch') return 'ring';
+  const device = (tf.backend() as TorchBackend).device;
+  const has = c10dAvailable();
+  if (device.startsWith('cuda')) return has.nccl ? 'nccl' : 'ring';
+  return has.gloo ? 'gloo' : 'ring';
 }
 
 /** `tcp://host:port` → its parts. */
