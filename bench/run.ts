@@ -8,7 +8,17 @@ import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { largePageMallocEnv } from '../runtime/client/shm.ts';
 
-const all = ['runtime', 'model', 'rl', 'gateway', 'engines', 'lora-sync', 'torch', 'driver'];
+const all = [
+  'runtime',
+  'model',
+  'rl',
+  'gateway',
+  'engines',
+  'lora-sync',
+  'torch',
+  'driver',
+  'collective',
+];
 const names = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 let failed = 0;
 for (const name of names.length ? names : all) {

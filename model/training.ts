@@ -361,6 +361,38 @@ export class ModelTrainer {
     }
   }
 
+  /**
+   * {@link reduceGradients} with the gradients left where the backend holds them: every
+   * trainable parameter's accumulated gradient (zeros where none), end to end in name order in
+   * one new flat tensor that `reduce` may change in place (a c10d all-reduce), then accumulated
+   * from it. Nothing is read to JavaScript.
+   */
+  async reduceGradientTensors(reduce: (flat: tf.Tensor1D) => Promise<void>): Promise<void> {
+    const flat = tf.tidy(() =>
+      tf.concat(
+        this.names.map((n) => {
+          const g = this.acc.get(n);
+          return g ? g.reshape([-1]) : tf.zeros([this.vars.get(n)!.size]);
+        }),
+      ),
+    ) as tf.Tensor1D;
+    try {
+      await reduce(flat);
+      let o = 0;
+      for (const n of this.names) {
+        const v = this.vars.get(n)!;
+        this.acc.get(n)?.dispose();
+        this.acc.set(
+          n,
+          tf.tidy(() => flat.slice(o, v.size).reshape(v.shape)),
+        );
+        o += v.size;
+      }
+    } finally {
+      flat.dispose();
+    }
+  }
+
   /** Drops accumulated gradients without stepping. */
   zeroGrad(): void {
     this.acc.forEach((g) => g.dispose());

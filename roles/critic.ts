@@ -96,7 +96,10 @@ export class Critic {
       this.dp = await DataParallelRank.join(this.init.dataParallel);
     })();
     await this.loaded;
-    return { numParameters: this.model.numParameters, backend: backendDescription() };
+    return {
+      numParameters: this.model.numParameters,
+      backend: this.dp.describe(backendDescription()),
+    };
   }
 
   /** Value rows (length L−1): position i is the state before token i+1. */

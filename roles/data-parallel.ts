@@ -10,7 +10,9 @@
  *
  * @module
  */
-import { initCollectiveGroup, type CollectiveGroup } from '../runtime/collective/group.ts';
+import type { Collective, CollectiveBackend, DeviceTensor } from '../runtime/collective/backend.ts';
+import { initCollectiveGroup } from '../runtime/collective/group.ts';
+import { defaultCollectiveBackend } from '../model/backends/torch/collective.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
 import type { ModelTrainer } from '../model/training.ts';
 import {
@@ -27,6 +29,11 @@ export interface DataParallelInit {
   worldSize: number;
   /** How long one all-reduce may take before the step fails. @default 600000 */
   timeoutMs?: number;
+  /**
+   * What carries the all-reduce. @default `nccl` on the torch backend on CUDA, `gloo` on it on
+   * CPU, `ring` on every other backend
+   */
+  backend?: CollectiveBackend;
 }
 
 /** What {@link DataParallelRank.reduce} returns: the summed statistics and every rank's compute time. */
@@ -46,8 +53,21 @@ export class DataParallelRank {
   private constructor(
     readonly rank: number,
     readonly worldSize: number,
-    private readonly group: CollectiveGroup | undefined,
+    private readonly group: Collective<Float32Array | DeviceTensor> | undefined,
   ) {}
+
+  /**
+   * `backend` as the run's roles line shows it: with the collective that carries the ranks'
+   * all-reduce when there are several (`torch (cpu, fp32), collective gloo`).
+   */
+  describe(backend: string): string {
+    return this.group ? `${backend}, collective ${this.group.backend}` : backend;
+  }
+
+  /** What carries this rank's collectives (`ring` alone too). */
+  get collective(): CollectiveBackend {
+    return this.group?.backend ?? 'ring';
+  }
 
   /** Joins the group (waits for every rank); a single rank needs no group. */
   static async join(init: DataParallelInit | undefined): Promise<DataParallelRank> {
@@ -57,6 +77,7 @@ export class DataParallelRank {
       rank: init.rank,
       worldSize: init.worldSize,
       timeoutMs: init.timeoutMs ?? 600_000,
+      backend: init.backend ?? defaultCollectiveBackend(),
     });
     return new DataParallelRank(init.rank, init.worldSize, group);
   }
@@ -99,10 +120,19 @@ export class DataParallelRank {
     const sums = new Float32Array(n + 3 * this.worldSize);
     sums.set(stats);
     sums.set([ms, this.share.linear, this.share.quadratic], n + 3 * this.rank);
-    await opt.reduceGradients(async (grads) => {
-      // '~' sorts after every parameter name, and no parameter is called that.
-      await this.group!.allreduce({ ...grads, '~stats': sums }, { op: 'sum' });
-    });
+    const group = this.group;
+    if (group.backend === 'ring') {
+      await opt.reduceGradients(async (grads) => {
+        // '~' sorts after every parameter name, and no parameter is called that.
+        await group.allreduce({ ...grads, '~stats': sums }, { op: 'sum' });
+      });
+    } else {
+      // c10d: the gradients stay in libtorch; the statistics go in place from this array.
+      await opt.reduceGradientTensors(async (flat) => {
+        await group.allreduce(flat, { op: 'sum' });
+      });
+      await group.allreduce(sums, { op: 'sum' });
+    }
     const computeMs: number[] = [];
     for (let r = 0; r < this.worldSize; r++) {
       const [rankMs, linear, quadratic] = sums.subarray(n + 3 * r, n + 3 * r + 3);

@@ -210,7 +210,10 @@ export class Trainer {
       });
     })();
     await this.loaded;
-    return { numParameters: this.model.numParameters, backend: backendDescription() };
+    return {
+      numParameters: this.model.numParameters,
+      backend: this.dp.describe(backendDescription()),
+    };
   }
 
   /** Next-token logprob rows of each sequence under the current policy (length L−1). */

@@ -39,6 +39,16 @@ export {
   collectiveGroupDefaults,
   initCollectiveGroup,
 } from './collective/group.ts';
+export { collectiveBackends, registerCollectiveBackend } from './collective/backend.ts';
+export type {
+  Collective,
+  CollectiveBackend,
+  CollectiveJoin,
+  DeviceTensor,
+  OpOptions,
+  StoreMeeting,
+  TensorSet,
+} from './collective/backend.ts';
 export type {
   AllreduceOptions,
   BroadcastOptions,

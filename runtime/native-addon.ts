@@ -30,6 +30,11 @@ export interface AddonSource {
   what: string;
   /** The source file (`.c` or `.cc`). */
   source: string;
+  /**
+   * The addon's other files: sources (`.c`, `.cc`) are compiled with `source`, and every one
+   * (headers too) is part of the build's key.
+   */
+  more?: string[];
   /** The ignored folder builds go to (one subfolder per key). */
   buildRoot: string;
   /** `gcc` for C, `g++` for C++. */
@@ -53,6 +58,7 @@ export function nodeIncludeDir(): string | undefined {
 export function addonPath(a: AddonSource): string {
   const key = createHash('sha256')
     .update(readFileSync(a.source))
+    .update((a.more ?? []).map((f) => readFileSync(f, 'utf8')).join('\0'))
     .update(a.key ?? '')
     .update(JSON.stringify([a.compiler, a.flags, a.link ?? []]))
     .update(process.version)
@@ -86,7 +92,8 @@ export function buildAddon(
       'no node_api.h found (beside the node binary or in /usr/include/node)',
     );
   const tmp = `${out}.${process.pid}.tmp`;
-  const args = [...a.flags, '-shared', '-fPIC', '-I', include, a.source, '-o', tmp];
+  const sources = [a.source, ...(a.more ?? []).filter((f) => /\.cc?$/.test(f))];
+  const args = [...a.flags, '-shared', '-fPIC', '-I', include, ...sources, '-o', tmp];
   log(`rtjob: building ${a.what} ...`);
   const started = Date.now();
   try {

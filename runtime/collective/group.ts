@@ -17,11 +17,25 @@
  * await group.barrier();
  * group.destroy();
  *
+ * The `backend` option picks what carries the data: this ring (`'ring'`, the default), or a c10d
+ * process group in libtorch (`'gloo'`, `'nccl'`; `backend.ts`), which a torch.distributed
+ * process can join too (`initMethod: 'tcp://host:port'`).
+ *
  * @module
  */
 import type { Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { currentRuntime } from '../client/runtime.ts';
 import { CollectiveError, InvalidArgumentError, NotInitializedError } from '../errors.ts';
+import {
+  type Collective,
+  type CollectiveBackend,
+  type DeviceTensor,
+  type OpOptions,
+  type StoreMeeting,
+  collectiveBackendJoin,
+  collectiveBackends,
+} from './backend.ts';
 import { type RingLinks, RendezvousError, formRing } from './rendezvous.ts';
 import { RingMismatch, RingOp, opKind } from './ring.ts';
 
@@ -37,6 +51,14 @@ export interface CollectiveGroupOptions {
   timeoutMs?: number;
   /** How long to wait for every member to join. @default 120000 */
   joinTimeoutMs?: number;
+  /** What carries the collectives (`backend.ts`). @default 'ring' */
+  backend?: CollectiveBackend;
+  /**
+   * `gloo`/`nccl` only: torch.distributed's `tcp://host:port` (rank 0 hosts the store there), so
+   * any torch.distributed process may be a member; it needs no rtjob runtime. @default the
+   * members meet through the head's KV (rank 0 hosts the store on a free port)
+   */
+  initMethod?: string;
 }
 
 /** Defaults of `CollectiveGroupOptions`. */
@@ -82,9 +104,25 @@ const live = new Map<string, CollectiveGroup>();
  * ring is connected, i.e. every member has joined. Call it from each member, in any order.
  */
 export async function initCollectiveGroup(
+  options: CollectiveGroupOptions & { backend?: 'ring' },
+): Promise<CollectiveGroup>;
+/** The same on a c10d backend, whose operations also take device tensors (the torch backend's). */
+export async function initCollectiveGroup(
+  options: CollectiveGroupOptions & { backend: 'gloo' | 'nccl' },
+): Promise<Collective<Float32Array | DeviceTensor>>;
+export async function initCollectiveGroup(
   options: CollectiveGroupOptions,
-): Promise<CollectiveGroup> {
+): Promise<Collective<Float32Array> | Collective<Float32Array | DeviceTensor>>;
+export async function initCollectiveGroup(
+  options: CollectiveGroupOptions,
+): Promise<Collective<Float32Array> | Collective<Float32Array | DeviceTensor>> {
   const { name, worldSize, rank } = options;
+  const backend = options.backend ?? 'ring';
+  if (!collectiveBackends.includes(backend)) {
+    throw new InvalidArgumentError(
+      `collective backend must be one of ${collectiveBackends.join(', ')}, got '${String(backend)}'`,
+    );
+  }
   if (typeof name !== 'string' || name === '' || name.length > 200) {
     throw new InvalidArgumentError(
       'collective group name must be a non-empty string of ≤ 200 characters',
@@ -104,6 +142,10 @@ export async function initCollectiveGroup(
   const joinTimeoutMs = options.joinTimeoutMs ?? collectiveGroupDefaults.joinTimeoutMs;
   for (const [k, v] of Object.entries({ timeoutMs, joinTimeoutMs })) {
     if (!(v > 0)) throw new InvalidArgumentError(`collective group '${name}': ${k} must be > 0`);
+  }
+  if (backend !== 'ring') return joinC10d(backend, options, timeoutMs, joinTimeoutMs);
+  if (options.initMethod !== undefined) {
+    throw new InvalidArgumentError(`collective group '${name}': initMethod is for gloo and nccl`);
   }
   const rt = currentRuntime();
   if (!rt) throw new NotInitializedError();
@@ -142,8 +184,56 @@ export async function initCollectiveGroup(
   return group;
 }
 
-/** One member's handle on a collective group. */
-export class CollectiveGroup {
+/** A c10d group: the registered backend joins; the runtime (when there is one) is the meeting point. */
+async function joinC10d(
+  backend: 'gloo' | 'nccl',
+  options: CollectiveGroupOptions,
+  timeoutMs: number,
+  joinTimeoutMs: number,
+): Promise<Collective<Float32Array | DeviceTensor>> {
+  const { name, rank, worldSize, initMethod } = options;
+  const join = collectiveBackendJoin(backend);
+  const rt = currentRuntime();
+  if (initMethod === undefined && !rt) throw new NotInitializedError();
+  const meet: StoreMeeting | undefined = rt && {
+    host: rt.server.host,
+    publish: (url) => rt.headOnce({ type: 'kvPut', key: storeKey(name), value: Buffer.from(url) }),
+    lookup: async (deadlineMs) => {
+      let delayMs = 10;
+      while (Date.now() < deadlineMs) {
+        const raw = await rt.headRequest({ type: 'kvGet', key: storeKey(name) });
+        if (raw && raw.length > 0) return Buffer.from(raw).toString('utf8');
+        // The head's KV tells of a new entry only when asked: polling is how one waits for it.
+        await sleep(delayMs);
+        delayMs = Math.min(delayMs * 2, 200);
+      }
+      throw new CollectiveError(
+        `joining collective group '${name}' as rank ${rank}: rank 0 published no store address before the join timeout`,
+        { context: { group: name, rank, reason: 'timeout' } },
+      );
+    },
+  };
+  const group = await join({
+    name,
+    rank,
+    worldSize,
+    timeoutMs,
+    joinDeadlineMs: Date.now() + joinTimeoutMs,
+    ...(initMethod !== undefined ? { initMethod } : {}),
+    ...(meet ? { meet } : {}),
+  });
+  rt?.onClose(() => group.destroy());
+  return group;
+}
+
+function storeKey(group: string): string {
+  return `collective/${group}/store`;
+}
+
+/** One member's handle on a ring collective group. */
+export class CollectiveGroup implements Collective<Float32Array> {
+  readonly backend = 'ring';
+
   private tail: Promise<unknown> = Promise.resolve();
   private broken: CollectiveError | undefined;
   private current: RingOp | undefined;
@@ -213,6 +303,46 @@ export class CollectiveGroup {
       },
       this.rank === root,
     ).then(() => tensors);
+  }
+
+  /**
+   * `output` (worldSize × `input`'s length) becomes every rank's `input` in rank order: one
+   * all-reduce of `output` holding this rank's part and zeros elsewhere (x + 0 is x exactly; a
+   * -0 arrives as +0).
+   */
+  async allGather<O extends Float32Array>(
+    output: O,
+    input: Float32Array,
+    opts: OpOptions = {},
+  ): Promise<O> {
+    if (output.length !== input.length * this.worldSize)
+      throw new InvalidArgumentError(
+        `allGather: output must hold worldSize (${this.worldSize}) × ${input.length} elements, has ${output.length}`,
+      );
+    output.fill(0);
+    output.set(input, this.rank * input.length);
+    await this.allreduce(output, { op: 'sum', ...opts });
+    return output;
+  }
+
+  /**
+   * `output` becomes this rank's chunk of the sum of every rank's `input`: one all-reduce of a
+   * copy of `input` (twice the bytes of a true reduce-scatter).
+   */
+  async reduceScatter<O extends Float32Array>(
+    output: O,
+    input: Float32Array,
+    opts: OpOptions = {},
+  ): Promise<O> {
+    const n = output.length;
+    if (input.length !== n * this.worldSize)
+      throw new InvalidArgumentError(
+        `reduceScatter: input must hold worldSize (${this.worldSize}) × ${n} elements, has ${input.length}`,
+      );
+    const sum = input.slice();
+    await this.allreduce(sum, { op: 'sum', ...opts });
+    output.set(sum.subarray(this.rank * n, (this.rank + 1) * n));
+    return output;
   }
 
   /** Resolves once every member has called `barrier`. */

@@ -44,6 +44,8 @@ export interface Libtorch {
 
 const here = dirname(fileURLToPath(import.meta.url));
 const sourceFile = join(here, 'addon', 'rtjob_torch.cc');
+/** The c10d collectives (`collective.ts`) and the header both files share. */
+const moreFiles = ['c10d.cc', 'handle.h'].map((f) => join(here, 'addon', f));
 const buildRoot = join(here, 'addon', 'build');
 
 function fromDir(dir: string, source: Libtorch['source'], cxx11Abi: 0 | 1): Libtorch | undefined {
@@ -109,6 +111,24 @@ export function findLibtorch(): Libtorch | undefined {
 }
 
 /**
+ * The c10d process groups this libtorch can give: Gloo where gloo's headers are beside it or in
+ * the system's (Debian's libtorch needs `libgloo-dev`), NCCL where it has CUDA and
+ * ProcessGroupNCCL's and nccl's headers. Without them the addon builds with neither.
+ */
+export function c10dFlags(lt: Libtorch): string[] {
+  const dirs = [
+    ...lt.includeDirs.map((d) => d.replace(/\/torch\/csrc\/api\/include$/, '')),
+    '/usr/include',
+  ];
+  const has = (f: string): boolean => dirs.some((d) => existsSync(join(d, f)));
+  const flags: string[] = [];
+  if (has('gloo/config.h')) flags.push('-DUSE_C10D_GLOO');
+  if (lt.cuda && has('torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp') && has('nccl.h'))
+    flags.push('-DUSE_C10D_NCCL', '-DRTJOB_WITH_NCCL');
+  return flags;
+}
+
+/**
  * Builds the addon unless it is already built for this libtorch and source; returns its path.
  *
  * @param opts.log where progress lines go (default stderr)
@@ -128,18 +148,21 @@ export function buildTorchAddon(opts: { log?: (line: string) => void; force?: bo
   }
   const libs = ['-ltorch', '-ltorch_cpu', '-lc10'];
   if (lt.cuda) libs.push('-ltorch_cuda', '-lc10_cuda');
+  const c10d = c10dFlags(lt);
   const addon: AddonSource = {
     what: `the torch addon against ${lt.source} libtorch (${lt.libDir})`,
     source: sourceFile,
+    more: moreFiles,
     buildRoot,
     compiler: 'g++',
-    key: JSON.stringify(lt),
+    key: JSON.stringify({ ...lt, c10d }),
     flags: [
       '-O2',
       // Recent PyTorch headers need C++20; Debian's 1.13 is built for C++17.
       lt.source === 'debian' ? '-std=c++17' : '-std=c++20',
       `-D_GLIBCXX_USE_CXX11_ABI=${lt.cxx11Abi}`,
       ...(lt.cuda ? ['-DRTJOB_WITH_CUDA'] : []),
+      ...c10d,
       ...lt.includeDirs.flatMap((d) => ['-isystem', d]),
     ],
     link: [

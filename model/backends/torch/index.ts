@@ -9,6 +9,7 @@
 import { existsSync } from 'node:fs';
 import * as tf from '@tensorflow/tfjs';
 import './attention.ts';
+import './collective.ts';
 import { loadTorchAddon, TorchBackend } from './backend.ts';
 import { findLibtorch, TorchBackendError } from './build.ts';
 import { registerTorchKernels } from './kernels.ts';
@@ -16,6 +17,7 @@ import { registerTorchKernels } from './kernels.ts';
 export { buildTorchAddon, findLibtorch, TorchBackendError } from './build.ts';
 export { loadTorchAddon, TorchBackend } from './backend.ts';
 export { torchKernelNames } from './kernels.ts';
+export { C10dGroup, c10dAvailable, parseInitMethod } from './collective.ts';
 
 registerTorchKernels('torch');
 // Lowest priority: TF.js' own automatic choice (when nothing called setBackend) never builds it.

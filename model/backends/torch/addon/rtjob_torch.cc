@@ -10,6 +10,8 @@
 #include <torch/version.h>
 #include <node_api.h>
 
+#include "handle.h"
+
 #include <array>
 #include <cmath>
 #include <chrono>
@@ -27,9 +29,7 @@
 
 namespace {
 
-struct Handle {
-  at::Tensor t;
-};
+using rtjob::Handle;
 
 at::Device g_device = at::kCPU;
 bool g_bf16 = false;
@@ -897,5 +897,6 @@ NAPI_MODULE_INIT() {
     napi_create_function(env, name, NAPI_AUTO_LENGTH, fn, nullptr, &f);
     napi_set_named_property(env, exports, name, f);
   }
+  rtjob::defineC10d(env, exports);
   return exports;
 }
