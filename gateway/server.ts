@@ -3,6 +3,7 @@
  * `/v1/responses`, `/v1/messages`, `/v1/models`) in front of the run's inference engine. Each agent episode gets
  * its own random key, valid only while the episode runs; the key selects the episode's token
  * session, so one episode can never read or extend another's. Bound to loopback by default.
+ * Every route is one entry of the gateway's route table, dispatched in one place.
  *
  * @module
  */
@@ -84,6 +85,42 @@ export interface GatewaySession {
   agentTrace(): AgentTrace | undefined;
   /** Revokes the key; requests in flight finish but record nothing more. */
   close(): void;
+}
+
+/** One request as its route's handler sees it. */
+interface RouteCall {
+  req: IncomingMessage;
+  res: ServerResponse;
+  /** The path, normalised (no trailing slash, the doubled `/v1` of some clients removed). */
+  path: string;
+  entry: KeyEntry;
+  ctx: CompletionContext;
+  /** Aborted when the client goes away. */
+  signal: AbortSignal;
+  /** The client's SDK says this is a retry of an earlier attempt. */
+  retry: boolean;
+  /** Keeps a model call for the episode's trace. */
+  note(id: string, r: CompletionResult): void;
+  /** The JSON body, for routes that take one (its `model` checked). */
+  body: unknown;
+  /** Set by a handler whose stream is under way: ends it with the error, true if it could. */
+  failStream?: (e: GatewayError) => boolean;
+  /** The engine's share of the answer's time (the gateway's own overhead is the rest). */
+  engineMs?: number;
+}
+
+/** One entry of the gateway's route table. */
+interface Route {
+  method: 'GET' | 'POST';
+  /** Also serves the paths under it (`/v1/models/{id}`). */
+  prefix?: boolean;
+  /** Takes a JSON body whose `model` must be the served one. */
+  json?: boolean;
+  /** Errors in Anthropic's shape (`/v1/messages`). */
+  anthropic?: boolean;
+  /** Carries no W3C `traceparent` to note (the trace export routes themselves). */
+  untraced?: boolean;
+  run(c: RouteCall): Promise<void> | void;
 }
 
 /** Anthropic's token counting route. */
@@ -200,105 +237,140 @@ export class Gateway {
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
 
+  /**
+   * Every route of the gateway, dispatched in one place ({@link handle}): its method, whether it
+   * also serves the paths under it, whether it takes a JSON body naming the model, whether its
+   * errors take Anthropic's shape, and its handler. A new route is one entry.
+   */
+  private readonly routes: Readonly<Record<string, Route>> = {
+    '/v1/chat/completions': { method: 'POST', json: true, run: (c) => this.chat(c) },
+    '/v1/responses': { method: 'POST', json: true, run: (c) => this.responses(c) },
+    '/v1/messages': { method: 'POST', json: true, anthropic: true, run: (c) => this.messages(c) },
+    [countTokens]: { method: 'POST', json: true, anthropic: true, run: (c) => this.countTokens(c) },
+    '/v1/models': { method: 'GET', prefix: true, run: (c) => this.models(c.res, c.path) },
+    '/v1/traces': { method: 'POST', untraced: true, run: (c) => this.traces(c, false) },
+    '/v1/traces/ingest': { method: 'POST', untraced: true, run: (c) => this.traces(c, true) },
+  };
+
+  /** The route of `path`: its own, or the one whose `prefix` covers it. */
+  private route(path: string): Route | undefined {
+    const exact = Object.hasOwn(this.routes, path) ? this.routes[path] : undefined;
+    if (exact) return exact;
+    const base = Object.keys(this.routes).find((p) => path.startsWith(`${p}/`));
+    return base && this.routes[base]!.prefix ? this.routes[base] : undefined;
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const t0 = performance.now();
-    let engineMs: number | undefined;
     // Aborted when the client goes away before the answer is complete (a timeout, an abort).
     const gone = new AbortController();
     res.once('close', () => {
       if (!res.writableFinished) gone.abort();
     });
-    // Stainless SDKs (openai, @anthropic-ai/sdk) number their attempts; > 0 is a retry.
-    const retry = Number(req.headers['x-stainless-retry-count'] ?? 0) > 0;
-    let stream: ChatCompletionStream | undefined;
-    let messagesStream: MessagesStream | undefined;
-    let anthropic = false;
+    let path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
+    // `new Anthropic({ baseURL })` with the agent's `…/v1` base asks for `/v1/v1/messages`.
+    path = path.replace(/^\/v1\/v1\/messages/, '/v1/messages');
+    // An OTLP exporter given the agent's base URL (`…/v1`) as its endpoint appends `/v1/traces`.
+    path = path.replace(/^\/v1\/v1\/traces$/, '/v1/traces');
+    const route = this.route(path);
+    const anthropic = route?.anthropic ?? path.startsWith('/v1/messages');
+    let call: RouteCall | undefined;
     res.once('finish', () => {
-      if (engineMs === undefined) return;
-      if (this.overhead.push(performance.now() - t0 - engineMs) > overheadWindow)
+      if (call?.engineMs === undefined) return;
+      if (this.overhead.push(performance.now() - t0 - call.engineMs) > overheadWindow)
         this.overhead.shift();
     });
     try {
-      let path = (req.url ?? '/').split('?')[0]!.replace(/\/+$/, '');
-      // `new Anthropic({ baseURL })` with the agent's `…/v1` base asks for `/v1/v1/messages`.
-      path = path.replace(/^\/v1\/v1\/messages/, '/v1/messages');
-      // An OTLP exporter given the agent's base URL (`…/v1`) as its endpoint appends `/v1/traces`.
-      path = path.replace(/^\/v1\/v1\/traces$/, '/v1/traces');
-      anthropic = path.startsWith('/v1/messages');
       const entry = this.authorize(req);
-      if (path === '/v1/traces' || path === '/v1/traces/ingest') {
-        if (req.method !== 'POST') throw methodNotAllowed(req.method);
-        return await this.traces(req, res, entry, path === '/v1/traces/ingest');
-      }
-      const trace = parseTraceparent(req.headers.traceparent);
+      if (!route) throw new GatewayError(404, 'not_found', `no route ${req.method} ${path}`);
+      if (req.method !== route.method) throw methodNotAllowed(req.method);
+      const trace = route.untraced ? undefined : parseTraceparent(req.headers.traceparent);
       if (trace) entry.session?.noteTrace(trace.traceId);
       const startMs = performance.timeOrigin + t0;
-      const note = (id: string, r: CompletionResult): void =>
-        this.noteCall(entry, trace, id, r, startMs);
-      if (path === '/v1/models' || path.startsWith('/v1/models/')) {
-        if (req.method !== 'GET') throw methodNotAllowed(req.method);
-        return this.models(res, path);
+      call = {
+        req,
+        res,
+        path,
+        entry,
+        ctx: entry.ctx ?? this.ctx,
+        signal: gone.signal,
+        // Stainless SDKs (openai, @anthropic-ai/sdk) number their attempts; > 0 is a retry.
+        retry: Number(req.headers['x-stainless-retry-count'] ?? 0) > 0,
+        note: (id, r) => this.noteCall(entry, trace, id, r, startMs),
+        body: undefined,
+      };
+      if (route.json) {
+        call.body = await this.readJson(req);
+        this.checkModel(call.body);
       }
-      const routes = ['/v1/chat/completions', '/v1/responses', '/v1/messages', countTokens];
-      if (!routes.includes(path)) {
-        throw new GatewayError(404, 'not_found', `no route ${req.method} ${path}`);
-      }
-      if (req.method !== 'POST') throw methodNotAllowed(req.method);
-      const body = await this.readJson(req);
-      this.checkModel(body);
-      const ctx = entry.ctx ?? this.ctx;
-      if (path === '/v1/responses') {
-        const r = await handleResponses(
-          res,
-          body,
-          ctx,
-          this.o.model,
-          entry.session,
-          gone.signal,
-          entry.responses,
-          retry,
-        );
-        engineMs = r.engineMs;
-        if (r.responseId !== undefined) note(r.responseId, r);
-        return;
-      }
-      if (path === countTokens) {
-        const { req: r } = parseMessagesRequest(body, true);
-        const opening = forcedOpening(this.o.tokenizer, ctx.parser, r.tools, r.toolChoice);
-        const ids = renderPrompt(this.o.tokenizer, r, opening);
-        return sendJson(res, 200, { input_tokens: ids.length });
-      }
-      if (anthropic) {
-        const m = parseMessagesRequest(body);
-        const id = messageId();
-        if (m.stream) messagesStream = new MessagesStream(res, this.o.model, id);
-        const result = await complete(ctx, m.req, entry.session, gone.signal, messagesStream, {
-          retry,
-        });
-        engineMs = result.engineMs;
-        note(id, result);
-        if (messagesStream) return messagesStream.end(result);
-        return sendMessage(res, this.o.model, result, id);
-      }
-      const chat = parseChatRequest(body);
-      const id = chatCompletionId();
-      if (chat.stream)
-        stream = new ChatCompletionStream(res, chat, this.o.tokenizer, this.o.model, id);
-      const result = await complete(ctx, chat, entry.session, gone.signal, stream, { retry });
-      engineMs = result.engineMs;
-      note(id, result);
-      if (stream) return stream.end(result);
-      sendJson(res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model, id));
+      await route.run(call);
     } catch (err) {
       const e =
         err instanceof GatewayError
           ? err
           : new GatewayError(500, 'engine_error', err instanceof Error ? err.message : String(err));
       // A stream already under way ends with an error event, which the client raises.
-      if (stream?.fail(e.toBody()) || messagesStream?.fail(e)) return;
+      if (call?.failStream?.(e)) return;
       if (res.headersSent) res.end();
       else sendJson(res, e.status, anthropic ? e.toAnthropicBody() : e.toBody());
     }
+  }
+
+  /** `POST /v1/chat/completions`, streamed or not. */
+  private async chat(c: RouteCall): Promise<void> {
+    const chat = parseChatRequest(c.body);
+    const id = chatCompletionId();
+    const stream = chat.stream
+      ? new ChatCompletionStream(c.res, chat, this.o.tokenizer, this.o.model, id)
+      : undefined;
+    if (stream) c.failStream = (e) => stream.fail(e.toBody());
+    const result = await complete(c.ctx, chat, c.entry.session, c.signal, stream, {
+      retry: c.retry,
+    });
+    c.engineMs = result.engineMs;
+    c.note(id, result);
+    if (stream) return stream.end(result);
+    sendJson(c.res, 200, chatCompletionBody(chat, result, this.o.tokenizer, this.o.model, id));
+  }
+
+  /** `POST /v1/responses` (`responses.ts`). */
+  private async responses(c: RouteCall): Promise<void> {
+    const { entry } = c;
+    const r = await handleResponses(
+      c.res,
+      c.body,
+      c.ctx,
+      this.o.model,
+      entry.session,
+      c.signal,
+      entry.responses,
+      c.retry,
+    );
+    c.engineMs = r.engineMs;
+    if (r.responseId !== undefined) c.note(r.responseId, r);
+  }
+
+  /** `POST /v1/messages` (Anthropic), streamed or not. */
+  private async messages(c: RouteCall): Promise<void> {
+    const m = parseMessagesRequest(c.body);
+    const id = messageId();
+    const stream = m.stream ? new MessagesStream(c.res, this.o.model, id) : undefined;
+    if (stream) c.failStream = (e) => stream.fail(e);
+    const result = await complete(c.ctx, m.req, c.entry.session, c.signal, stream, {
+      retry: c.retry,
+    });
+    c.engineMs = result.engineMs;
+    c.note(id, result);
+    if (stream) return stream.end(result);
+    sendMessage(c.res, this.o.model, result, id);
+  }
+
+  /** `POST /v1/messages/count_tokens` (Anthropic): the prompt's length as this model renders it. */
+  private countTokens(c: RouteCall): void {
+    const { req: r } = parseMessagesRequest(c.body, true);
+    const opening = forcedOpening(this.o.tokenizer, c.ctx.parser, r.tools, r.toolChoice);
+    const ids = renderPrompt(this.o.tokenizer, r, opening);
+    sendJson(c.res, 200, { input_tokens: ids.length });
   }
 
   /** Keeps a model call of an agent episode for its trace (`episode-trace.ts`). */
@@ -330,12 +402,8 @@ export class Gateway {
    * `POST /v1/traces/ingest` takes the OpenAI Agents SDK exporter's JSON the same way
    * (`agents-sdk-traces.ts`).
    */
-  private async traces(
-    req: IncomingMessage,
-    res: ServerResponse,
-    entry: KeyEntry,
-    agentsSdk: boolean,
-  ): Promise<void> {
+  private async traces(c: RouteCall, agentsSdk: boolean): Promise<void> {
+    const { req, res, entry } = c;
     const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
     const protobuf =
       !agentsSdk && (type === 'application/x-protobuf' || type === 'application/protobuf');

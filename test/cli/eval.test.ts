@@ -110,7 +110,7 @@ test('rtjob eval --eval-dataset reads a JSONL of its own fields, as train_ppo do
   const wrongKey = await sb.run(args, { cwd: project });
   assert.is(wrongKey.code, 2);
   assert.equal(wrongKey.stderr.trim().split('\n'), [
-    "rtjob eval: --input-key 'prompt' is not a string field of --eval-dataset records (fields: q, a, other)",
+    "rtjob eval: --input-key 'prompt' is neither a string field nor chat messages of --eval-dataset records (fields: q, a, other)",
   ]);
 });
 
