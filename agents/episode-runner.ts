@@ -8,13 +8,10 @@
  */
 import type { GenerationConfig, InferenceEngine } from '../engines/types.ts';
 import type { Gateway } from '../gateway/server.ts';
-import type { Trajectory } from '../algorithms/trajectory.ts';
-import { runGatewayEpisode } from './agent-executor.ts';
+import { agentKind, type GroupResult } from './kinds.ts';
 import { AgentContractError, EpisodeError, EpisodeTimeoutError } from './errors.ts';
 import { Semaphore } from '../runtime/semaphore.ts';
-import { runStepEpisode } from './step-executor.ts';
 import type { Agent, AgentTokenizer, Sample } from './types.ts';
-import { runWorkflowEpisode } from './workflow-executor.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
 
 /** Settings of an `EpisodeRunner`. */
@@ -34,18 +31,7 @@ export interface EpisodeRunnerOptions {
   turnDiscount?: number;
 }
 
-/** The outcome of one prompt's group. */
-export interface GroupResult {
-  index: number;
-  groupId: string;
-  /** `ok`: trajectories present; `rejected`: the workflow returned null; `failed`: an episode threw or timed out. */
-  status: 'ok' | 'rejected' | 'failed';
-  trajectories: Trajectory[];
-  /** Episode error messages of a failed group. */
-  errors: string[];
-  /** Episodes the group ran (or tried). */
-  episodes: number;
-}
+export type { GroupResult } from './kinds.ts';
 
 /** Runs groups of episodes for one engine. */
 export class EpisodeRunner {
@@ -56,8 +42,10 @@ export class EpisodeRunner {
 
   constructor(o: EpisodeRunnerOptions) {
     this.o = { maxConcurrent: 128, episodeTimeoutMs: 0, turnDiscount: 1, ...o };
-    if (o.agent.kind === 'agent' && !o.gateway)
-      throw new InvalidArgumentError('an agent(sample, env) file needs a gateway');
+    if (agentKind(o.agent).needsGateway && !o.gateway)
+      throw new InvalidArgumentError(
+        `an agent file exporting ${agentKind(o.agent).marker} needs a gateway`,
+      );
     this.slots = new Semaphore(this.o.maxConcurrent);
   }
 
@@ -67,70 +55,19 @@ export class EpisodeRunner {
   }
 
   /** Runs every episode of `sample`'s group (n step-function or agent episodes, or one workflow call). */
-  async runGroup(engine: InferenceEngine, sample: Sample): Promise<GroupResult> {
+  runGroup(engine: InferenceEngine, sample: Sample): Promise<GroupResult> {
     const { agent } = this.o;
-    const base = { index: sample.index, groupId: sample.groupId };
-    if (agent.kind === 'workflow') {
-      const r = await this.episode(sample, () =>
-        runWorkflowEpisode(engine, sample, agent.file, agent.workflow),
-      );
-      if (r instanceof Error)
-        return { ...base, status: 'failed', trajectories: [], errors: [r.message], episodes: 1 };
-      if (r === null)
-        return { ...base, status: 'rejected', trajectories: [], errors: [], episodes: 1 };
-      return { ...base, status: 'ok', trajectories: r, errors: [], episodes: 1 };
-    }
-    if (agent.kind === 'agent') {
-      const runs = await Promise.all(
-        Array.from({ length: sample.nSamples }, () =>
-          this.episode(sample, (signal) =>
-            runGatewayEpisode(sample, {
-              file: agent.file,
-              agent: agent.agent,
-              gateway: this.o.gateway!,
-              signal,
-              turnDiscount: this.o.turnDiscount,
-            }),
-          ),
-        ),
-      );
-      const errors = runs.filter((r): r is Error => r instanceof Error).map((e) => e.message);
-      if (errors.length > 0)
-        return { ...base, status: 'failed', trajectories: [], errors, episodes: runs.length };
-      return {
-        ...base,
-        status: 'ok',
-        trajectories: (runs as Trajectory[][]).flat(),
-        errors: [],
-        episodes: runs.length,
-      };
-    }
-    const runs = await Promise.all(
-      Array.from({ length: sample.nSamples }, () =>
-        this.episode(sample, () =>
-          runStepEpisode(engine, sample, {
-            file: agent.file,
-            step: agent.step,
-            maxTurns: agent.maxTurns,
-            tokenizer: this.o.tokenizer,
-            gconfig: this.o.gconfig,
-            maxLength: this.o.maxLength,
-            rid: `${sample.groupId}-${this.seq++}`,
-          }),
-        ),
-      ),
-    );
-    const errors = runs.filter((r): r is Error => r instanceof Error).map((e) => e.message);
-    if (errors.length > 0) {
-      return { ...base, status: 'failed', trajectories: [], errors, episodes: runs.length };
-    }
-    return {
-      ...base,
-      status: 'ok',
-      trajectories: runs as Trajectory[],
-      errors: [],
-      episodes: runs.length,
-    };
+    return agentKind(agent).runGroup(agent, {
+      engine,
+      sample,
+      tokenizer: this.o.tokenizer,
+      gconfig: this.o.gconfig,
+      maxLength: this.o.maxLength,
+      gateway: this.o.gateway,
+      turnDiscount: this.o.turnDiscount,
+      episode: (fn) => this.episode(sample, fn),
+      rid: () => String(this.seq++),
+    });
   }
 
   /** One episode under a slot and the timeout; episode failures come back as values. */

@@ -8,6 +8,7 @@ import { existsSync, statSync } from 'node:fs';
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { AgentLoadError } from './errors.ts';
+import { agentMarkers } from './kinds.ts';
 import type { Agent, AgentFunction, StepFunction, Workflow, WorkflowInit } from './types.ts';
 
 /** Turn cap for step functions that never say `done`; the context budget usually ends them first. */
@@ -80,10 +81,7 @@ export async function loadAgent(file: string, init: WorkflowInit): Promise<Agent
   }
   if (workflow !== undefined) return { kind: 'workflow', file, workflow };
   const names = Object.keys(mod).join(', ') || 'nothing';
-  throw new AgentLoadError(
-    file,
-    `exports none of \`step\` (a function), \`Workflow\` (a class with runEpisode) or \`agent\` (a function); it exports ${names}`,
-  );
+  throw new AgentLoadError(file, `exports none of ${agentMarkers()}; it exports ${names}`);
 }
 
 function pickWorkflow(

@@ -11,6 +11,7 @@ import { put, release, type ObjectRef } from '../runtime/api.ts';
 import { RtjobError } from '../runtime/errors.ts';
 import { runGatewayEvaluation } from '../agents/agent-executor.ts';
 import { EpisodeRunner, type GroupResult } from '../agents/episode-runner.ts';
+import { agentKind } from '../agents/kinds.ts';
 import { loadAgent } from '../agents/load.ts';
 import type { Agent, AgentTokenizer, Sample } from '../agents/types.ts';
 import { BuiltinEngine } from '../engines/builtin/engine.ts';
@@ -178,7 +179,7 @@ export class Rollout {
               this.init.remoteReward.urls,
             )
           : defaultAgent);
-      if (agent.kind === 'agent') {
+      if (agentKind(agent).needsGateway) {
         // Black-box agents reach the engine through an OpenAI-compatible gateway in this worker.
         const card = modelCard(this.init.pretrain);
         this.gateway = await Gateway.start({
