@@ -850,13 +850,17 @@ export class LlamaCppEngine implements InferenceEngine {
     if (!this.sleeping) return;
     this.context = await createContext(this.model!, this.contextSize, this.opts, this.weightSync);
     this.setAdapterOnContext();
-    if (this.unchecked) {
-      // Weights were rewritten in place while asleep: check them before serving again.
-      this.unchecked = false;
-      await this.checkArrived('(while asleep)', this.version);
+    try {
+      if (this.unchecked) {
+        // Weights were rewritten in place while asleep: checked before anything decodes (a stale
+        // update fails here and the engine serves the old version under its own label).
+        this.unchecked = false;
+        await this.checkArrived('(while asleep)', this.version);
+      }
+    } finally {
+      this.sleeping = false;
+      this.heldWaiters.splice(0).forEach((f) => f());
     }
-    this.sleeping = false;
-    this.heldWaiters.splice(0).forEach((f) => f());
   }
 
   async close(): Promise<void> {

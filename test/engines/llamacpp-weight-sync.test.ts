@@ -98,6 +98,27 @@ if (missing) {
     }
   });
 
+  test('an update written while asleep is checked at wake-up: a stale one fails and the old version stays', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rtjob-stale-'));
+    const l = await tinyLlamaCppEngine({ ggufPath: join(dir, 'model.gguf') }, 11, aligned);
+    try {
+      const before = await l.generate(req);
+      await l.sleep();
+      copyFileSync(l.layout.path, join(dir, 'copy.gguf'));
+      renameSync(join(dir, 'copy.gguf'), l.layout.path);
+      await l.updateWeights({ kind: 'tensors', tensors: nextWeights() }, 1);
+      const err = await l.wakeUp().catch((e: unknown) => e as LlamaCppError);
+      assert.is((err as LlamaCppError).code, 'LLAMACPP_STALE');
+      assert.is(l.getVersion(), 0);
+      const after = await l.generate(req);
+      assert.equal(after.outputLogprobs, before.outputLogprobs);
+      assert.ok(after.outputVersions.every((v) => v === 0));
+    } finally {
+      await l.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('an update in place is checked by the probe, and one that changes no byte is not stale', async () => {
     const l = await tinyLlamaCppEngine({ dtype: 'q8_0' }, 11, aligned);
     try {
