@@ -106,7 +106,7 @@ export function loraSpecOf(
       seed,
     };
   }
-  if (o.loraRank === 0) return undefined;
+  if (!policyIsLora(o)) return undefined;
   return { config, seed };
 }
 

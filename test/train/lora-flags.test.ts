@@ -11,7 +11,6 @@ import * as assert from 'uvu/assert';
 import { loraTargetModules, peftTensorName, writeLoraAdapter } from '../../model/lora-adapter.ts';
 import { loraSpecOf } from '../../train/lora-flags.ts';
 import { parseTrainPpoFlags, trainPpoHelp } from '../../train/ppo/flags.ts';
-import { referenceRole } from '../../train/ppo/roles.ts';
 import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
 test("defaults are OpenRLHF's: rank 0 (full fine-tuning), alpha 16, all-linear", () => {
@@ -78,15 +77,11 @@ test('--load-lora takes rank, alpha and targets from the adapter, and refuses co
     const spec = loraSpecOf(o, '/base')!;
     assert.is(spec.adapterPath, dir);
     assert.equal([spec.config.r, spec.config.alpha, spec.config.targetModules], [2, 5, ['k_proj']]);
-    assert.is(
-      referenceRole(compileRunConfig(o, 1)),
-      false,
-      'a LoRA policy needs no reference role: the base is it',
-    );
-    assert.is(
-      referenceRole(compileRunConfig(parseTrainPpoFlags(['--init-kl-coef', '0.01']), 1)),
-      true,
-    );
+    const lora = compileRunConfig(o, 1).roles;
+    assert.ok(!lora.reference, 'a LoRA policy needs no reference role: the base is it');
+    assert.is(lora.baseAsReference, o.initKlCoef > 0);
+    const full = compileRunConfig(parseTrainPpoFlags(['--init-kl-coef', '0.01']), 1).roles;
+    assert.equal([full.reference, full.baseAsReference], [true, false]);
     assert.throws(
       () => parseTrainPpoFlags(['--load-lora', dir, '--lora-rank', '4']),
       /drop --lora-rank/,

@@ -56,8 +56,41 @@ type PlacementFlags = Pick<
 > &
   Partial<Pick<TrainPpoOptions, 'teacherPretrain' | 'rewardPretrain' | 'loraRank' | 'loadLora'>>;
 
-/** Decides each role's resources from the flags. */
-export function placeRoles(o: PlacementFlags): RunPlacement {
+/**
+ * Which roles a run has beside its rollouts and trainer ranks, decided once from the flags
+ * (`RunConfig.roles`): placement, the in-process roles and the remote ones all read this.
+ */
+export interface RunRoles {
+  /** A frozen reference model: KL (`--init-kl-coef` > 0) on a full policy. */
+  reference: boolean;
+  /** KL on a LoRA policy: the trainer's base (its adapter off) is the reference. */
+  baseAsReference: boolean;
+  /** The on-policy distillation teacher (`--teacher-pretrain`). */
+  teacher: boolean;
+  /** A trained reward model (`--reward-pretrain`). */
+  rewardModel: boolean;
+  /** Critic ranks: `--critic-num-replicas` with GAE, else 0. */
+  critics: number;
+}
+
+/** {@link RunRoles} of the flags. */
+export function runRoles(
+  o: Pick<TrainPpoOptions, 'initKlCoef' | 'advantageEstimator' | 'criticNumReplicas'> &
+    Partial<Pick<TrainPpoOptions, 'teacherPretrain' | 'rewardPretrain' | 'loraRank' | 'loadLora'>>,
+): RunRoles {
+  const kl = o.initKlCoef > 0;
+  const lora = policyIsLora(o);
+  return {
+    reference: kl && !lora,
+    baseAsReference: kl && lora,
+    teacher: Boolean(o.teacherPretrain),
+    rewardModel: Boolean(o.rewardPretrain),
+    critics: o.advantageEstimator === 'gae' ? o.criticNumReplicas : 0,
+  };
+}
+
+/** Decides each role's resources from the flags and the run's roles. */
+export function placeRoles(o: PlacementFlags, roles: RunRoles = runRoles(o)): RunPlacement {
   // Whole GPUs per node are ranks of one GPU each (`resolveRanks` in flags.ts counted them).
   const perRank = (g: number): number => (g >= 1 ? 1 : g);
   const own: Record<Exclude<RoleName, 'rollout'>, number> = {
@@ -68,7 +101,7 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
     reward: o.refNumGpusPerNode,
     critic: perRank(o.criticNumGpusPerNode),
   };
-  const critics = o.advantageEstimator === 'gae' ? o.criticNumReplicas : 0;
+  const critics = roles.critics;
   const strategy =
     o.actorNumNodes > 1 || (critics > 0 && o.criticNumNodes > 1) ? 'PACK' : 'STRICT_PACK';
   if (!o.colocateAllModels) {
@@ -94,9 +127,9 @@ export function placeRoles(o: PlacementFlags): RunPlacement {
   const on = (b: number): number =>
     (b < o.rolloutNumEngines ? 1 : 0) +
     (b < o.actorNumReplicas ? 1 : 0) +
-    (b === 0 && o.initKlCoef > 0 && !policyIsLora(o) ? 1 : 0) +
-    (b === 0 && o.teacherPretrain ? 1 : 0) +
-    (b === 0 && o.rewardPretrain ? 1 : 0) +
+    (b === 0 && roles.reference ? 1 : 0) +
+    (b === 0 && roles.teacher ? 1 : 0) +
+    (b === 0 && roles.rewardModel ? 1 : 0) +
     (b < critics ? 1 : 0);
   // Shares rounded down so they never add up to more than the bundle.
   const share = (k: number): number => Math.floor(10000 / k) / 10000;

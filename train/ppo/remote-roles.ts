@@ -34,10 +34,9 @@ import { Trainer } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { RunConfig } from './run-config.ts';
 import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
-import { bundleCpus, placeRoles } from './placement.ts';
+import { bundleCpus, placeRoles, type RunRoles } from './placement.ts';
 import {
   baseAsReference,
-  referenceRole,
   replicated,
   roleBackends,
   roleInits,
@@ -147,9 +146,9 @@ interface Placer {
 }
 
 /** The placement group of the run's bundles (if any), and a {@link Placer} on it. */
-async function placer(o: TrainPpoOptions): Promise<Placer> {
+async function placer(o: TrainPpoOptions, roles: RunRoles): Promise<Placer> {
   const env = roleEnv(o);
-  const placement = placeRoles(o);
+  const placement = placeRoles(o, roles);
   const pg = placement.bundles.length
     ? placementGroup(placement.bundles, { strategy: placement.strategy })
     : undefined;
@@ -218,18 +217,19 @@ function startRoles(c: RunConfig, at: Placer): Started {
       }),
     ),
   );
-  const reference = referenceRole(c)
+  const { roles } = c;
+  const reference = roles.reference
     ? at.start('reference', 0, 1, (p) => ReferenceActor.options(p).remote(inits.reference))
     : undefined;
-  const teacher = o.teacherPretrain
+  const teacher = roles.teacher
     ? at.start('teacher', 0, 1, (p) => ReferenceActor.options(p).remote(inits.teacher))
     : undefined;
-  const rewardModel = o.rewardPretrain
+  const rewardModel = roles.rewardModel
     ? at.start('reward', 0, 1, (p) => RewardModelActor.options(p).remote(inits.rewardModel))
     : undefined;
-  const m = o.criticNumReplicas;
+  const m = roles.critics;
   const critic =
-    o.advantageEstimator === 'gae'
+    m > 0
       ? Array.from({ length: m }, (_, rank) =>
           at.start('critic', rank, m, (p) =>
             CriticActor.options(p).remote({ ...inits.critic, ...at.dp('critic', rank, m) }),
@@ -316,7 +316,7 @@ function rolloutRestarter(
 export async function remoteRoles(c: RunConfig): Promise<Roles> {
   const { flags: o } = c;
   await init();
-  const at = await placer(o);
+  const at = await placer(o, c.roles);
   const s = startRoles(c, at);
   const backends = await readyAll(o.engine, s);
   const nodeOf = async (h: ActorHandle<unknown>) => (await actorInfo(h)).nodeId;
@@ -334,7 +334,7 @@ export async function remoteRoles(c: RunConfig): Promise<Roles> {
     ...(reference ? { reference } : {}),
     ...(teacher ? { teacher } : {}),
     ...(rewardModel ? { rewardModel } : {}),
-    ...(o.initKlCoef > 0 && !reference ? { reference: baseAsReference(trainer) } : {}),
+    ...(c.roles.baseAsReference ? { reference: baseAsReference(trainer) } : {}),
     ...(critic ? { critic } : {}),
     // Rank 0 puts the weights once; engines fetch them from it (weight-sync.ts).
     policy: () => trainer.shareWeights(),

@@ -235,15 +235,6 @@ export function roleInits(c: RunConfig) {
   };
 }
 
-/**
- * A reference role is started for the KL term unless the policy is a LoRA adapter: then the base
- * is the reference, and the trainer computes its logprobs with the adapter left out
- * ({@link baseAsReference}), so no process holds a second copy of the base weights.
- */
-export function referenceRole(c: RunConfig): boolean {
-  return c.flags.initKlCoef > 0 && !c.lora;
-}
-
 /** The reference of a LoRA policy: the trainer's model with the adapter left out. */
 export function baseAsReference(trainer: Remote<Trainer>): NonNullable<Roles['reference']> {
   return { logprobsOf: (batches) => trainer.referenceLogprobsOf(batches) };
@@ -268,10 +259,11 @@ export async function inProcessRoles(c: RunConfig): Promise<Roles> {
     (_, i) => new Rollout(init.rollout(i)),
   );
   const trainer = new Trainer(init.trainer);
-  const reference = referenceRole(c) ? new Reference(init.reference) : undefined;
-  const teacher = o.teacherPretrain ? new Reference(init.teacher) : undefined;
-  const rewardModel = o.rewardPretrain ? new RewardModel(init.rewardModel) : undefined;
-  const critic = o.advantageEstimator === 'gae' ? new Critic(init.critic) : undefined;
+  const { roles } = c;
+  const reference = roles.reference ? new Reference(init.reference) : undefined;
+  const teacher = roles.teacher ? new Reference(init.teacher) : undefined;
+  const rewardModel = roles.rewardModel ? new RewardModel(init.rewardModel) : undefined;
+  const critic = roles.critics > 0 ? new Critic(init.critic) : undefined;
   const [ready, trainerReady, referenceReady, criticReady] = await Promise.all([
     Promise.all(rollouts.map((r) => r.ready())),
     trainer.ready(),
@@ -292,7 +284,7 @@ export async function inProcessRoles(c: RunConfig): Promise<Roles> {
     ...(reference ? { reference: local(reference) } : {}),
     ...(teacher ? { teacher: local(teacher) } : {}),
     ...(rewardModel ? { rewardModel: local(rewardModel) } : {}),
-    ...(o.initKlCoef > 0 && !reference ? { reference: baseAsReference(local(trainer)) } : {}),
+    ...(roles.baseAsReference ? { reference: baseAsReference(local(trainer)) } : {}),
     ...(critic ? { critic: local(critic) } : {}),
     policy: async () => {
       const w = await trainer.weights();

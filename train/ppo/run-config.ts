@@ -12,6 +12,7 @@ import type { LrScheduleOptions } from '../../model/lr-schedule.ts';
 import { loraSpecOf } from '../lora-flags.ts';
 import { engineUrls, splitUrls } from './flags.ts';
 import { libraryConfig, lrScheduleOptions, type LibraryConfig } from './options.ts';
+import { runRoles, type RunRoles } from './placement.ts';
 import type { TrainPpoOptions } from './flag-table.ts';
 
 /** A run's settings, parsed and resolved once: what the loops and the role inits read. */
@@ -28,6 +29,8 @@ export interface RunConfig extends LibraryConfig {
   readonly engineShares: readonly (readonly string[])[];
   /** The `--remote-rm-url` reward servers (empty: none). */
   readonly remoteRmUrls: readonly string[];
+  /** Which roles run beside the rollouts and the trainer. */
+  readonly roles: RunRoles;
 }
 
 /** What {@link compileRunConfig} takes from the parse besides the options. */
@@ -71,5 +74,6 @@ export function compileRunConfig(
       urls.filter((_, k) => k % flags.rolloutNumEngines === i),
     ),
     remoteRmUrls: splitUrls(flags.remoteRmUrl ?? ''),
+    roles: runRoles(flags),
   };
 }
