@@ -23,11 +23,10 @@ for (const f of readdirSync(join(root, 'runtime', 'worker')).filter((f) => f.end
   cpSync(join(root, 'runtime', 'worker', f), join(dist, 'runtime', 'worker', f));
 cpSync(join(root, 'cli', 'bin.js'), join(dist, 'cli', 'bin.js'));
 // Native addons built from source at first use (or `rtjob build torch`), as better-sqlite3 ships its .cc.
-for (const src of [
-  'runtime/client/addon/rtjob_mmap.c',
-  'model/backends/torch/addon/rtjob_torch.cc',
-])
-  cpSync(join(root, src), join(dist, src));
+// Every C/C++ source and header of the addons' folders, so a new file cannot be left behind.
+for (const dir of ['runtime/client/addon', 'model/backends/torch/addon'])
+  for (const f of readdirSync(join(root, dir)).filter((f) => /\.(c|cc|h)$/.test(f)))
+    cpSync(join(root, dir, f), join(dist, dir, f));
 cpSync(join(root, 'model', 'pretrained'), join(dist, 'model', 'pretrained'), { recursive: true });
 run([
   '--import',
