@@ -185,11 +185,11 @@ export class ShardedAdamW {
    */
   async gatherState(): Promise<NamedTensors> {
     const out: NamedTensors = {};
-    for (const [name, s] of this.shards) {
-      for (const [t, prefix] of [
-        [s.m, 'adam.m.'],
-        [s.v, 'adam.v.'],
-      ] as const) {
+    // Every first moment, then every second one: the unsharded trainer's order, so the files match.
+    for (const moment of ['m', 'v'] as const) {
+      for (const [name, s] of this.shards) {
+        const t = s[moment];
+        const prefix = `adam.${moment}.`;
         const mine = ((await t.data()) as Float32Array).slice();
         const all = new Float32Array(s.chunk * this.worldSize);
         await this.group.allGather(all, mine);
