@@ -350,11 +350,7 @@ export class ModelTrainer {
    * over accumulated micro-batches), clipped by global norm.
    */
   step(opts: { scale?: number } = {}): StepStats {
-    if (this.zero)
-      throw new ModelError(
-        'MODEL_INPUT',
-        'a sharded optimizer (options.zero) steps with stepAsync',
-      );
+    if (this.zero) throw new ModelError('MODEL_INPUT', 'a sharded optimizer steps with stepAsync');
     const sq = this.squaredGradNorm();
     const sum = sq ? sq.dataSync()[0]! : 0;
     sq?.dispose();
@@ -493,7 +489,7 @@ export class ModelTrainer {
    * synchronously (webgpu).
    */
   async readToHost(): Promise<void> {
-    // Sharded: a collective, so every rank calls it; the checkpoint's moments are whole.
+    // Sharded: a collective, so every rank calls it; rank 0 gets the whole moments.
     if (this.zero) this.gathered = await this.zero.gatherState();
     await Promise.all([
       this.model.readToHost(),
@@ -504,8 +500,11 @@ export class ModelTrainer {
   /** Optimizer moments as named tensors (`adam.m.<name>`, `adam.v.<name>`). */
   exportOptimizerState(): NamedTensors {
     if (this.zero) {
-      if (!this.gathered)
-        throw new ModelError('MODEL_CHECKPOINT', 'a sharded optimizer exports after readToHost()');
+      if (!this.gathered || this.zero.rank > 0)
+        throw new ModelError(
+          'MODEL_CHECKPOINT',
+          'a sharded optimizer exports on rank 0, after readToHost() on every rank',
+        );
       const out = this.gathered;
       this.gathered = undefined;
       return out;

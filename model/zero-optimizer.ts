@@ -181,7 +181,8 @@ export class ShardedAdamW {
 
   /**
    * The whole moments (`adam.m.<name>`, `adam.v.<name>`, each the parameter's shape), gathered
-   * from every rank into host memory one parameter at a time. Every rank must call it.
+   * from every rank into rank 0's host memory one parameter at a time (the others resolve with
+   * none). Every rank must call it.
    */
   async gatherState(): Promise<NamedTensors> {
     const out: NamedTensors = {};
@@ -193,7 +194,8 @@ export class ShardedAdamW {
         const mine = ((await t.data()) as Float32Array).slice();
         const all = new Float32Array(s.chunk * this.worldSize);
         await this.group.allGather(all, mine);
-        out[prefix + name] = { shape: [...s.variable.shape], data: all.slice(0, s.size) };
+        if (this.rank === 0)
+          out[prefix + name] = { shape: [...s.variable.shape], data: all.slice(0, s.size) };
       }
     }
     return out;

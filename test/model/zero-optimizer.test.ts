@@ -15,6 +15,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { initBackend, tf } from '../../model/backend.ts';
 import type { CausalLM } from '../../model/llama.ts';
+import { parameterCount, trainingMemory } from '../../model/memory.ts';
 import {
   maskedNllLoss,
   ModelTrainer,
@@ -185,6 +186,15 @@ test('each of two ranks holds half the optimizer state at stages 1 and 2', () =>
   assert.is(stateBytes[1], padded);
   assert.is(stateBytes[2], padded);
   assert.ok(stateBytes[2]! <= stateBytes[0]! / 2 + 8 * 64, `${stateBytes[2]} vs ${stateBytes[0]}`);
+});
+
+test("the memory check counts each rank's share of the moments", () => {
+  const P = parameterCount(config);
+  const plain = trainingMemory(config, { tokens: 64 });
+  const sharded = trainingMemory(config, { tokens: 64, zero: { stage: 2, worldSize: 2 } });
+  assert.is(sharded.optimizerBytes, 8 * Math.ceil(P / 2));
+  assert.is(sharded.gradientBytes, plain.gradientBytes, 'gradients accumulate whole');
+  assert.is(plain.totalBytes - sharded.totalBytes, plain.optimizerBytes - sharded.optimizerBytes);
 });
 
 test('a checkpoint saved at 2 ranks (stage 2) resumes exactly at 1 rank and at stage 1', async () => {
