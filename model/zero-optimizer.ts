@@ -160,10 +160,13 @@ export class ShardedAdamW {
       sh.v.assign(nv);
       nm.dispose();
       nv.dispose();
-      const gathered = tf.zeros([whole]) as tf.Tensor1D;
+      // Unpadded, the chunks are gathered into the parameter's own storage (a reshape shares it):
+      // no whole-sized copy, which for an embedding is hundreds of MiB.
+      const inPlace = whole === sh.size;
+      const gathered = (inPlace ? p.reshape([-1]) : tf.zeros([whole])) as tf.Tensor1D;
       try {
         await this.group.allGather(gathered, np);
-        p.assign(tf.tidy(() => tf.slice(gathered, 0, sh.size).reshape(p.shape)));
+        if (!inPlace) p.assign(tf.tidy(() => tf.slice(gathered, 0, sh.size).reshape(p.shape)));
       } finally {
         np.dispose();
         gathered.dispose();
