@@ -13,8 +13,8 @@
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '../engines/launcher.ts';
 
 const configPath = fileURLToPath(
   new URL('../test/fixtures/model/configs/qwen3-0.6b.json', import.meta.url),
@@ -90,14 +90,6 @@ async function rank(stage: 0 | 1 | 2, r: number, port: number): Promise<RankRow>
   };
   group.destroy();
   return row;
-}
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as { port: number };
-  await new Promise((r) => srv.close(r));
-  return port;
 }
 
 /** One rank in its own process; resolves with its row. */

@@ -8,7 +8,6 @@
  * at 2 ranks of another stage.
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -28,6 +27,7 @@ import { initCollectiveGroup } from '../../runtime/collective/group.ts';
 import type { Collective, DeviceTensor } from '../../runtime/collective/backend.ts';
 import { maxAbsDiff, randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 import '../../model/backends/torch/collective.ts';
+import { freePort } from '../../engines/launcher.ts';
 
 /**
  * The largest difference from the unsharded run allowed on any weight after 3 steps. Measured on
@@ -67,14 +67,6 @@ function accumulate(trainer: ModelTrainer, model: CausalLM, seqs: number[][]): v
   );
   trainer.accumulate(() => maskedNllLoss(model, batch.ids, mask));
   tf.dispose([batch.ids, mask]);
-}
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as { port: number };
-  await new Promise((r) => srv.close(r));
-  return port;
 }
 
 type Group = Collective<Float32Array | DeviceTensor>;
