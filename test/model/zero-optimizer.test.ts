@@ -33,7 +33,8 @@ import { freePort } from '../../engines/launcher.ts';
  * The largest difference from the unsharded run allowed on any weight after 3 steps. Measured on
  * Debian's libtorch 1.13 CPU: 4.3e-7 (weights of size ~1; stage 0 is bit-identical): the global
  * norm is summed over chunks rather than whole tensors, so the clip factor differs in its last
- * bits.
+ * bits (with maxGradNorm 0, no clipping, every stage's weights are bit-identical to one
+ * trainer's).
  */
 const tolerance = 1e-6;
 
