@@ -116,7 +116,10 @@ export class ShardedAdamW {
           s.grad = tf.slice(padded, this.rank * s.chunk, s.chunk);
         } else {
           const out = tf.zeros([s.chunk]) as tf.Tensor1D;
-          s.grad = await this.group.reduceScatter(out, padded);
+          s.grad = await this.group.reduceScatter(out, padded).catch((e: unknown) => {
+            out.dispose();
+            throw e;
+          });
         }
       } finally {
         padded.dispose();
