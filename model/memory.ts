@@ -84,6 +84,13 @@ export interface TrainingMemoryOptions {
   attention?: 'blocks' | 'kept' | 'fused';
   /** The LoRA adapter trained (its products are activations of every adapted linear). */
   lora?: TrainedLora;
+  /**
+   * AdamW's state sharded over `worldSize` data-parallel ranks (`--zero_stage`,
+   * model/zero-optimizer.ts): each rank holds 1/N of the moments. Gradients count whole at
+   * stage 2 too: the micro-batches' gradients accumulate whole and are reduce-scattered once per
+   * step, so the backward pass's peak holds them all. @default unsharded
+   */
+  zero?: { stage: 1 | 2; worldSize: number };
 }
 
 /** Bytes of each part of one training step, and its peak. */
@@ -174,7 +181,7 @@ export function trainingMemory(config: LlamaConfig, opts: TrainingMemoryOptions)
   const m = {
     weightsBytes: 4 * all,
     gradientBytes: 4 * trained,
-    optimizerBytes: 8 * trained,
+    optimizerBytes: 8 * (opts.zero ? Math.ceil(trained / opts.zero.worldSize) : trained),
     activationBytes: 4 * floats,
   };
   const transient = transientBytes(config, m, opts, trained === all);

@@ -108,3 +108,21 @@ export function tokenStats(
   if (opts.values) stats.values = model.values(out.hidden);
   return stats;
 }
+
+/**
+ * Masked next-token cross-entropy (mean over masked tokens) for SFT: `lossMask[b][t]` = 1 where
+ * token t is trained on. Differentiable; use inside {@link ModelTrainer.accumulate}. With
+ * `packed` (`packBatch`), `lossMask` must be 0 at each sequence's first token, which the
+ * previous sequence's last token would otherwise be trained to predict.
+ */
+export function maskedNllLoss(
+  model: CausalLM,
+  ids: tf.Tensor2D,
+  lossMask: tf.Tensor2D,
+  packed?: Pick<PackedBatch, 'positions' | 'attnBias'>,
+): tf.Scalar {
+  const [B, T] = ids.shape;
+  const { logprobs } = tokenStats(model, ids, packed ? { packed } : {});
+  const mask = tf.slice(lossMask, [0, 1], [B, T - 1]);
+  return tf.div(tf.neg(tf.sum(tf.mul(logprobs, mask))), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
+}

@@ -16,18 +16,16 @@ import type { CausalLM } from './llama.ts';
 import { isLoraAdapterDir } from './lora-adapter.ts';
 import { loadLoraCheckpoint, saveLoraCheckpoint } from './lora-spec.ts';
 import { trainingMemory } from './memory.ts';
-import type { PackedBatch } from './batches.ts';
 import { parseSafetensors, serializeSafetensors } from './safetensors.ts';
 import type { NamedTensors } from './tensors.ts';
 import { ModelError } from './errors.ts';
 import { learningRate, type LrScheduleOptions } from './lr-schedule.ts';
 import { freeingGrads } from './recompute.ts';
+import { ShardedAdamW, type ZeroSharding } from './zero-optimizer.ts';
 
 export { padBatch, type PaddedBatch } from './batches.ts';
 
-import { tokenStats } from './token-stats.ts';
-
-export { tokenStats, type TokenStats } from './token-stats.ts';
+export { maskedNllLoss, tokenStats, type TokenStats } from './token-stats.ts';
 
 /** Options of {@link ModelTrainer}. */
 export interface TrainerOptions extends LrScheduleOptions {
@@ -43,6 +41,12 @@ export interface TrainerOptions extends LrScheduleOptions {
   maxGradNorm?: number;
   /** Train only parameters whose name passes this filter. */
   trainable?: (name: string) => boolean;
+  /**
+   * Shard AdamW's moments (stage 1) and the reduced gradients (stage 2) over a data-parallel
+   * c10d group (`zero-optimizer.ts`); steps are then {@link ModelTrainer.stepAsync} alone, after
+   * {@link ModelTrainer.reduceGradientShards} on every rank. @default unsharded
+   */
+  zero?: ZeroSharding;
 }
 
 /** What {@link ModelTrainer.step} reports. */
@@ -95,6 +99,10 @@ export class ModelTrainer {
   private acc = new Map<string, tf.Tensor>();
   private accCount = 0;
   private readonly kernelSite = `training pass ${++trainers}`;
+  /** The sharded optimizer with `options.zero`, else the moments are `m` and `v`. */
+  private readonly zero: ShardedAdamW | undefined;
+  /** The whole sharded moments, gathered by {@link readToHost} for a checkpoint. */
+  private gathered: NamedTensors | undefined;
 
   constructor(model: CausalLM, options: TrainerOptions) {
     this.model = model;
@@ -103,12 +111,21 @@ export class ModelTrainer {
     this.names = [...this.vars.keys()].filter((n) => options.trainable?.(n) ?? true);
     const trained = this.names.reduce((a, n) => a + this.vars.get(n)!.size, 0);
     // Two moments now and the gradients at the first step (activations: `tokenStats`).
-    const mem = trainingMemory(model.config, { tokens: 0, trainableParameters: trained });
+    const z = options.zero;
+    const zero = z && { stage: z.stage, worldSize: z.group.worldSize };
+    const mem = trainingMemory(model.config, { tokens: 0, trainableParameters: trained, zero });
     assertBackendRoom(
       mem.gradientBytes + mem.optimizerBytes,
-      `training ${(trained / 1e6).toFixed(trained < 1e6 ? 2 : 0)}M parameters with AdamW`,
-      { hostRemedy: 'train a LoRA adapter (--lora-rank) or use a machine with more memory' },
+      `training ${(trained / 1e6).toFixed(trained < 1e6 ? 2 : 0)}M parameters with AdamW` +
+        (z ? ` (ZeRO-${z.stage} over ${z.group.worldSize} ranks)` : ''),
+      {
+        hostRemedy: `train a LoRA adapter (--lora-rank)${z ? '' : ', shard the optimizer (--zero_stage 1 or 2 with replicas)'} or use a machine with more memory`,
+      },
     );
+    if (z) {
+      this.zero = new ShardedAdamW(new Map(this.names.map((n) => [n, this.vars.get(n)!])), z);
+      return;
+    }
     for (const n of this.names) {
       const p = this.vars.get(n)!;
       // In a tidy: the zeros tensor would otherwise keep its buffer after the first step.
@@ -298,10 +315,33 @@ export class ModelTrainer {
     }
   }
 
+  /** Whether AdamW's state is sharded over data-parallel ranks (`options.zero`). */
+  get sharded(): boolean {
+    return this.zero !== undefined;
+  }
+
+  /** Bytes of AdamW state this rank holds: both moments, or its shards of them. */
+  optimizerStateBytes(): number {
+    if (this.zero) return this.zero.stateBytes();
+    let n = 0;
+    for (const map of [this.m, this.v]) map.forEach((t) => (n += 4 * t.size));
+    return n;
+  }
+
+  /**
+   * With `options.zero`, every rank calls it where it would all-reduce: the accumulated
+   * gradients are summed over the ranks and each keeps its shard (see `zero-optimizer.ts`).
+   */
+  async reduceGradientShards(): Promise<void> {
+    if (!this.zero) throw new ModelError('MODEL_INPUT', 'reduceGradientShards needs options.zero');
+    await this.zero.reduceGradients(this.acc);
+  }
+
   /** Drops accumulated gradients without stepping. */
   zeroGrad(): void {
     this.acc.forEach((g) => g.dispose());
     this.acc.clear();
+    this.zero?.dropGradients();
     this.accCount = 0;
   }
 
@@ -310,6 +350,7 @@ export class ModelTrainer {
    * over accumulated micro-batches), clipped by global norm.
    */
   step(opts: { scale?: number } = {}): StepStats {
+    if (this.zero) throw new ModelError('MODEL_INPUT', 'a sharded optimizer steps with stepAsync');
     const sq = this.squaredGradNorm();
     const sum = sq ? sq.dataSync()[0]! : 0;
     sq?.dispose();
@@ -318,6 +359,7 @@ export class ModelTrainer {
 
   /** {@link step} that reads the gradient norm asynchronously (see {@link accumulateAsync}). */
   async stepAsync(opts: { scale?: number } = {}): Promise<StepStats> {
+    if (this.zero) return this.stepShards(opts.scale);
     const sq = this.squaredGradNorm();
     const sum = sq ? ((await sq.data()) as Float32Array)[0]! : 0;
     sq?.dispose();
@@ -334,23 +376,43 @@ export class ModelTrainer {
     ) as tf.Scalar;
   }
 
-  /** The AdamW update, given the norm of the accumulated (unscaled) gradients. */
-  private update(rawNorm: number, scaleOpt: number | undefined): StepStats {
+  /** The step's AdamW scalars (weight decay as configured) and its gradient norm. */
+  private scalars(rawNorm: number, scaleOpt: number | undefined) {
     const o = this.options;
     const lr = learningRate(o, this.stepCount);
-    const b1 = o.beta1 ?? 0.9;
-    const b2 = o.beta2 ?? 0.95;
-    const eps = o.eps ?? 1e-8;
-    const wd = o.weightDecay ?? 0;
+    const [beta1, beta2] = [o.beta1 ?? 0.9, o.beta2 ?? 0.95];
     const maxNorm = o.maxGradNorm ?? 1.0;
     const scale = scaleOpt ?? (this.accCount ? 1 / this.accCount : 1);
-    const micro = this.accCount;
     const t = this.stepCount + 1;
     const gradNorm = rawNorm * scale;
     const clip = maxNorm > 0 && gradNorm > maxNorm ? maxNorm / (gradNorm + 1e-6) : 1;
-    const gs = scale * clip;
-    const bc1 = 1 - Math.pow(b1, t);
-    const bc2 = 1 - Math.pow(b2, t);
+    const [bc1, bc2, eps, weightDecay] = [
+      1 - beta1 ** t,
+      1 - beta2 ** t,
+      o.eps ?? 1e-8,
+      o.weightDecay,
+    ];
+    return {
+      s: { lr, beta1, beta2, eps, weightDecay: weightDecay ?? 0, bc1, bc2, gs: scale * clip },
+      gradNorm,
+    };
+  }
+
+  /** The sharded step: global norm from every rank's shards, AdamW on them, weights gathered. */
+  private async stepShards(scale: number | undefined): Promise<StepStats> {
+    const { s, gradNorm } = this.scalars(Math.sqrt(await this.zero!.squaredNorm()), scale);
+    await this.zero!.apply(s);
+    const micro = this.accCount;
+    this.zeroGrad();
+    this.stepCount++;
+    return { step: this.stepCount, lr: s.lr, gradNorm, microBatches: micro };
+  }
+
+  /** The AdamW update, given the norm of the accumulated (unscaled) gradients. */
+  private update(rawNorm: number, scaleOpt: number | undefined): StepStats {
+    const { s: scalars, gradNorm } = this.scalars(rawNorm, scaleOpt);
+    const { lr, beta1: b1, beta2: b2, eps, weightDecay: wd, bc1, bc2, gs } = scalars;
+    const micro = this.accCount;
     for (const n of this.names) {
       const gRaw = this.acc.get(n);
       if (!gRaw) continue;
@@ -427,6 +489,8 @@ export class ModelTrainer {
    * synchronously (webgpu).
    */
   async readToHost(): Promise<void> {
+    // Sharded: a collective, so every rank calls it; rank 0 gets the whole moments.
+    if (this.zero) this.gathered = await this.zero.gatherState();
     await Promise.all([
       this.model.readToHost(),
       readToHost([...this.m.values(), ...this.v.values()]),
@@ -435,6 +499,16 @@ export class ModelTrainer {
 
   /** Optimizer moments as named tensors (`adam.m.<name>`, `adam.v.<name>`). */
   exportOptimizerState(): NamedTensors {
+    if (this.zero) {
+      if (!this.gathered || this.zero.rank > 0)
+        throw new ModelError(
+          'MODEL_CHECKPOINT',
+          'a sharded optimizer exports on rank 0, after readToHost() on every rank',
+        );
+      const out = this.gathered;
+      this.gathered = undefined;
+      return out;
+    }
     const out: NamedTensors = {};
     for (const [map, prefix] of [
       [this.m, 'adam.m.'],
@@ -448,6 +522,7 @@ export class ModelTrainer {
   }
 
   importOptimizerState(state: NamedTensors): void {
+    if (this.zero) return this.zero.importState(state);
     tf.tidy(() => {
       for (const [map, prefix] of [
         [this.m, 'adam.m.'],
@@ -513,25 +588,8 @@ export class ModelTrainer {
 
   dispose(): void {
     this.zeroGrad();
+    this.zero?.dispose();
     this.m.forEach((t) => t.dispose());
     this.v.forEach((t) => t.dispose());
   }
-}
-
-/**
- * Masked next-token cross-entropy (mean over masked tokens) for SFT: `lossMask[b][t]` = 1 where
- * token t is trained on. Differentiable; use inside {@link ModelTrainer.accumulate}. With
- * `packed` (`packBatch`), `lossMask` must be 0 at each sequence's first token, which the
- * previous sequence's last token would otherwise be trained to predict.
- */
-export function maskedNllLoss(
-  model: CausalLM,
-  ids: tf.Tensor2D,
-  lossMask: tf.Tensor2D,
-  packed?: Pick<PackedBatch, 'positions' | 'attnBias'>,
-): tf.Scalar {
-  const [B, T] = ids.shape;
-  const { logprobs } = tokenStats(model, ids, packed ? { packed } : {});
-  const mask = tf.slice(lossMask, [0, 1], [B, T - 1]);
-  return tf.div(tf.neg(tf.sum(tf.mul(logprobs, mask))), tf.maximum(tf.sum(mask), 1)) as tf.Scalar;
 }

@@ -18,6 +18,7 @@ import type { LossAggregation } from '../algorithms/loss-aggregation.ts';
 import { readValueLossChecks, valueLoss } from '../algorithms/value-loss.ts';
 import type { Trajectory } from '../algorithms/trajectory.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import type { ZeroStage } from '../model/zero-optimizer.ts';
 import { experienceOf, fetchSequences, type StepBatch } from './experience.ts';
 import { handOff, type Handoff } from './handoff.ts';
 import { microBatchLayout } from './micro-batch.ts';
@@ -54,6 +55,11 @@ export interface CriticInit {
   gradientCheckpointing?: boolean;
   /** Pack each micro-batch's sequences into one row instead of padding (`--packing-samples`). */
   packingSamples?: boolean;
+  /**
+   * Shard AdamW's state over the data-parallel ranks (`--zero_stage`: 1 the moments, 2 also the
+   * gradients; model/zero-optimizer.ts). @default 0
+   */
+  zeroStage?: ZeroStage;
 }
 
 /** One critic training sample. */
@@ -73,6 +79,8 @@ export class Critic {
     'train',
     'trainStep',
     'loadCheckpoint',
+    // Every rank gathers its optimizer shards into the checkpoint (ZeRO); rank 0 writes it.
+    'saveCheckpoint',
   ] as const satisfies readonly (keyof Critic)[];
 
   private model!: CausalLM;
@@ -87,13 +95,14 @@ export class Critic {
       if (this.init.lora) attachLoraSpec(model, this.init.lora);
       this.model = model;
       model.gradientCheckpointing = this.init.gradientCheckpointing ?? false;
+      this.dp = await DataParallelRank.join(this.init.dataParallel);
       this.opt = new ModelTrainer(model, {
         lr: this.init.learningRate,
         maxGradNorm: this.init.maxNorm ?? 1,
         ...(this.init.lrSchedule ?? { scheduler: 'constant' }),
         weightDecay: this.init.weightDecay ?? 0,
+        ...this.dp.zeroOptions(this.init.zeroStage),
       });
-      this.dp = await DataParallelRank.join(this.init.dataParallel);
     })();
     await this.loaded;
     return {
@@ -199,6 +208,7 @@ export class Critic {
   /** Saves the value model and its optimizer state under `dir` (an HF directory with a value head). */
   async saveCheckpoint(dir: string): Promise<void> {
     await this.opt.readToHost();
+    if (this.dp.rank > 0) return;
     this.opt.saveCheckpoint(dir, { role: 'critic' }, { tokenizerFrom: this.init.pretrain });
   }
 

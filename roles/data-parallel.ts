@@ -14,7 +14,8 @@ import type { Collective, CollectiveBackend, DeviceTensor } from '../runtime/col
 import { initCollectiveGroup } from '../runtime/collective/group.ts';
 import { defaultCollectiveBackend } from '../model/backends/torch/collective.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
-import type { ModelTrainer } from '../model/training.ts';
+import type { ModelTrainer, TrainerOptions } from '../model/training.ts';
+import type { ZeroStage } from '../model/zero-optimizer.ts';
 import {
   rankMicroBatches,
   type MicroBatch,
@@ -83,6 +84,24 @@ export class DataParallelRank {
   }
 
   /**
+   * The `ModelTrainer` options that shard its optimizer over this rank's group at ZeRO `stage`
+   * (`--zero_stage`): none at stage 0 or alone (one rank holds everything, and a sharded
+   * checkpoint resumes there).
+   */
+  zeroOptions(stage: ZeroStage = 0): Pick<TrainerOptions, 'zero'> {
+    if (stage === 3)
+      throw new InvalidArgumentError(
+        '--zero_stage 3 (parameters sharded) is not implemented: use 1 or 2',
+      );
+    if (stage === 0 || !this.group) return {};
+    if (this.group.backend === 'ring')
+      throw new InvalidArgumentError(
+        `--zero_stage ${stage} needs c10d collectives (RTJOB_TF_BACKEND=torch: gloo or nccl), not the ring`,
+      );
+    return { zero: { stage, group: this.group } };
+  }
+
+  /**
    * This rank's micro-batches of an optimizer step whose samples have `lengths`: a share of about
    * equal cost to every other rank's (`rankMicroBatches`, with the cost of a row's length learnt
    * from the ranks' timings of earlier steps), so the ranks reach the all-reduce at about the same
@@ -126,6 +145,10 @@ export class DataParallelRank {
         // '~' sorts after every parameter name, and no parameter is called that.
         await group.allreduce({ ...grads, '~stats': sums }, { op: 'sum' });
       });
+    } else if (opt.sharded) {
+      // ZeRO: each rank keeps its shard of the summed gradients (model/zero-optimizer.ts).
+      await opt.reduceGradientShards();
+      await group.allreduce(sums, { op: 'sum' });
     } else {
       // c10d: the gradients stay in libtorch; the statistics go in place from this array.
       await opt.reduceGradientTensors(async (flat) => {

@@ -34,6 +34,7 @@ import { rolloutCorrectionStats } from '../algorithms/rollout-correction.ts';
 import { stalenessStats } from '../algorithms/staleness.ts';
 import type { Trajectory } from '../algorithms/trajectory.ts';
 import { DataParallelRank, type DataParallelInit } from './data-parallel.ts';
+import type { ZeroStage } from '../model/zero-optimizer.ts';
 import { experienceOf, fetchSequences, type RewardStats, type StepBatch } from './experience.ts';
 import { handOff, type Handoff } from './handoff.ts';
 import { microBatchLayout } from './micro-batch.ts';
@@ -98,6 +99,11 @@ export interface TrainerInit {
   gradientCheckpointing?: boolean;
   /** Pack each micro-batch's sequences into one row instead of padding (`--packing-samples`). */
   packingSamples?: boolean;
+  /**
+   * Shard AdamW's state over the data-parallel ranks (`--zero_stage`: 1 the moments, 2 also the
+   * gradients; model/zero-optimizer.ts). @default 0
+   */
+  zeroStage?: ZeroStage;
 }
 
 /** What {@link Trainer.train} reports. */
@@ -171,6 +177,8 @@ export class Trainer {
     'train',
     'trainStep',
     'loadCheckpoint',
+    // Every rank gathers its optimizer shards into the checkpoint (ZeRO); rank 0 writes it.
+    'saveCheckpoint',
   ] as const satisfies readonly (keyof Trainer)[];
 
   private model!: CausalLM;
@@ -207,6 +215,7 @@ export class Trainer {
         maxGradNorm: this.init.maxNorm ?? 1,
         ...(this.init.lrSchedule ?? { scheduler: 'constant' }),
         weightDecay: this.init.weightDecay ?? 0,
+        ...this.dp.zeroOptions(this.init.zeroStage),
       });
     })();
     await this.loaded;
@@ -492,6 +501,7 @@ export class Trainer {
   /** Saves weights, optimizer state and `extra` (data position, RNG, ...) under `dir`. */
   async saveCheckpoint(dir: string, extra: Record<string, unknown>): Promise<void> {
     await this.opt.readToHost();
+    if (this.dp.rank > 0) return;
     this.opt.saveCheckpoint(
       dir,
       { ...extra, version: this.version },

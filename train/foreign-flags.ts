@@ -16,7 +16,8 @@ const rewardsFromAgent =
 /** What rtjob does instead of each OpenRLHF flag it does not take. */
 export const foreignFlagNotes: Readonly<Record<string, string>> = {
   bf16: 'the torch backend computes in bf16 with the env RTJOB_TORCH_PRECISION=bf16 (rtjob submit --env RTJOB_TORCH_PRECISION=bf16, CUDA); a bf16 saved policy: --save-dtype bfloat16',
-  'zero-stage': noDeepSpeed,
+  'zero-stage':
+    'train_ppo takes it (--zero_stage 1|2 shards AdamW over its data-parallel ranks); this driver trains on one rank, which holds all of it',
   'adam-offload': noDeepSpeed,
   'deepspeed-enable-sleep': `${noDeepSpeed}; --colocate-all-models lets the engine sleep while training`,
   zpg: noDeepSpeed,

@@ -43,6 +43,8 @@ test('the trainer and the critic declare their collective methods', () => {
   for (const role of [Trainer, Critic]) {
     assert.ok(role.everyRank.includes('train'), role.name);
     assert.ok(role.everyRank.includes('loadCheckpoint'), role.name);
+    // Every rank gathers its ZeRO shards of the optimizer state into the checkpoint.
+    assert.ok(role.everyRank.includes('saveCheckpoint'), role.name);
   }
 });
 

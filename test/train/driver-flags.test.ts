@@ -90,7 +90,7 @@ test('every unknown flag is reported at once, each with a near flag or what rtjo
       [
         '^4 unknown flags:',
         '  --bf16: .*RTJOB_TORCH_PRECISION=bf16.*--save-dtype bfloat16',
-        '  --zero-stage: not applicable: rtjob has no DeepSpeed.*',
+        '  --zero-stage: train_ppo takes it.*',
         '  --stepz \\(did you mean --steps\\?\\)',
         '  --frobnicate: no such flag \\(demo --help lists them\\)$',
       ].join('\n'),

@@ -594,6 +594,13 @@ const afterLora = [
     { min: 1 },
   ),
   F('criticNumReplicas', 'int', 1, 'data-parallel critic ranks', { min: 1 }),
+  F(
+    'zeroStage',
+    'int',
+    0,
+    "DeepSpeed ZeRO stage of the data-parallel trainer and critic ranks, as in OpenRLHF (torch backend, c10d gloo/nccl): 0 every rank holds all of AdamW's state; 1 each of N ranks keeps AdamW's moments of 1/N of every parameter, steps it and all-gathers the weights; 2 also reduce-scatters the gradients, each rank keeping 1/N; 3 (parameters too) is not implemented. Checkpoints hold the whole state and resume at any number of ranks",
+    { min: 0 },
+  ),
   ...under('trackers'),
   F(
     'otlpEndpoint',

@@ -122,6 +122,11 @@ function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): Librar
   checkSchedule(o, given);
   resolveRanks(o, given, 'actor');
   resolveRanks(o, given, 'critic');
+  if (o.zeroStage > 2)
+    fail(
+      '--zero-stage',
+      `--zero_stage ${o.zeroStage}: stage 3 (parameters sharded, gathered per layer) is not implemented; use 1 or 2`,
+    );
   for (const [flag, n] of [
     ['--actor-num-replicas', o.actorNumReplicas],
     ['--critic-num-replicas', o.criticNumReplicas],

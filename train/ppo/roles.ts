@@ -15,6 +15,7 @@ import { readEnv } from '../../runtime/env.ts';
 import type { RefOr } from '../../runtime/handles.ts';
 import type { RolloutLora } from '../../roles/rollout-engine.ts';
 import type { LoraSpec } from '../../model/lora-spec.ts';
+import type { ZeroStage } from '../../model/zero-optimizer.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { RunConfig } from './run-config.ts';
 import type { PolicyWeights } from '../../engines/types.ts';
@@ -210,6 +211,7 @@ export function roleInits(c: RunConfig) {
       ...(lora ? { lora } : {}),
       gradientCheckpointing: o.gradientCheckpointing,
       packingSamples: o.packingSamples,
+      zeroStage: o.zeroStage as ZeroStage,
       ...(o.trainMaxTokensPerGpu !== undefined
         ? { trainMaxTokensPerGpu: o.trainMaxTokensPerGpu }
         : {}),
@@ -228,6 +230,7 @@ export function roleInits(c: RunConfig) {
       weightDecay: o.l2,
       gradientCheckpointing: o.gradientCheckpointing,
       packingSamples: o.packingSamples,
+      zeroStage: o.zeroStage as ZeroStage,
       ...c.value,
       // The critic's adapter is its own: the policy's rank and targets, freshly initialised.
       ...(lora ? { lora: { config: lora.config, seed: o.seed + 1 } } : {}),
