@@ -180,4 +180,15 @@ test('the run config carries what the parse resolved, and the roles take it as i
   fails(['--eps-clip', '1.5'], /--eps-clip/);
 });
 
+test('--num-episodes sets the run length from the data unless --max-steps is given (H6)', () => {
+  assert.is(parseTrainPpoFlags([]).maxSteps, 30);
+  assert.is(parseTrainPpoFlags(['--num_episodes', '2']).maxSteps, -1);
+  assert.is(parseTrainPpoFlags(['--max-steps', '-1', '--num-episodes', '2']).maxSteps, -1);
+  assert.is(parseTrainPpoFlags(['--max-steps', '5']).maxSteps, 5);
+  fails(
+    ['--max-steps', '5', '--num_episodes', '2'],
+    /^--max-steps 5 and --num-episodes 2 both set the run length: give one/,
+  );
+});
+
 test.run();

@@ -139,7 +139,7 @@ const beforeLora = [
     'agent file: a step function, a Workflow class, or agent(sample, env) for any OpenAI client',
     { aliases: ['agent-func-path'] },
   ),
-  F('maxSteps', 'int', 30, 'stop after this many steps; -1: from the data size', { min: -1 }),
+  F('maxSteps', 'int', 30, 'stop after this many steps; -1: from the data size and --num-episodes (the default when --num-episodes is given)', { min: -1 }),
   F('seed', 'int', 42, 'random seed', { min: 0 }),
   F(
     'inProcess',
@@ -172,7 +172,7 @@ const beforeLora = [
   F('inputKey', 'string', 'prompt', 'record field holding the prompt'),
   F('labelKey', 'string', 'solution', 'record field handed to the agent as the label'),
   F('applyChatTemplate', 'bool', true, "render prompts with the tokenizer's chat template"),
-  F('numEpisodes', 'int', 1, 'passes over the prompt data', { min: 1 }),
+  F('numEpisodes', 'int', 1, 'passes over the prompt data: sets the run length (as --max-steps -1) unless --max-steps is given', { min: 1 }),
   F('promptMaxLen', 'int', 64, 'prompt tokens kept (the tail)', { min: 1 }),
   ...under('rollout'),
   F('nSamplesPerPrompt', 'int', 8, 'samples per prompt (group size)', { min: 1 }),

@@ -113,6 +113,7 @@ const fail = (flag: string, msg: string): never => {
  */
 function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): LibraryConfig {
   checkBatches(o);
+  checkRunLength(o, given);
   // LoRA flags: an unknown target module, a bad --load-lora or one contradicted by --lora-rank.
   const lora = loraSpecOf(o, o.pretrain, given as Set<string>, o.seed);
   const library = checkAlgorithm(o, given, lora);
@@ -157,6 +158,20 @@ function checkBatches(o: TrainPpoOptions): void {
     );
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+}
+
+/**
+ * OpenRLHF's run length: `--num-episodes` passes over the data, so with it and no `--max-steps`
+ * the steps come from the data size (`--max-steps -1`); a step count beside it is a conflict.
+ */
+function checkRunLength(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
+  if (!given.has('numEpisodes')) return;
+  if (given.has('maxSteps') && o.maxSteps !== -1)
+    fail(
+      '--max-steps',
+      `--max-steps ${o.maxSteps} and --num-episodes ${o.numEpisodes} both set the run length: give one (--num-episodes runs the data ${o.numEpisodes} time(s), as OpenRLHF)`,
+    );
+  o.maxSteps = -1;
 }
 
 /**
