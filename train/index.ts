@@ -25,7 +25,7 @@ export {
   type ParsedTrainPpoArgs,
   type TrainPpoOptions,
 } from './ppo/flags.ts';
-export { checkTrainPpoPaths } from './ppo/paths.ts';
+export { checkTrainPpoKeys, checkTrainPpoPaths } from './ppo/paths.ts';
 export { resolveCheckpointFlags } from './checkpoint-flags.ts';
 export { writeCurves } from './ppo/curves.ts';
 /** `rtjob eval`'s program (`eval-agent.ts`), loaded on demand: it brings the gateway and engines. */

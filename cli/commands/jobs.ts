@@ -175,18 +175,22 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
 
 /**
  * Parses train_ppo's flags here as its driver will, and checks its local paths (agent file,
- * `--pretrain`, datasets) against `cwd`, the directory the job will run in; fails the way the
- * driver would (exit 2).
+ * `--pretrain`, datasets) and dataset keys against `cwd`, the directory the job will run in;
+ * fails the way the driver would (exit 2).
  */
 async function checkTrainPpoFlags(
   argv: string[],
   env: Record<string, string>,
   cwd: string,
 ): Promise<void> {
-  const { checkTrainPpoPaths, parseTrainPpoFlags } = await import('../../train/index.ts');
+  const { checkTrainPpoKeys, checkTrainPpoPaths, parseTrainPpoFlags } = await import(
+    '../../train/index.ts'
+  );
   try {
     const all = { ...process.env, ...env };
-    checkTrainPpoPaths(parseTrainPpoFlags(argv, all), cwd, all);
+    const o = parseTrainPpoFlags(argv, all);
+    checkTrainPpoPaths(o, cwd, all);
+    await checkTrainPpoKeys(o, cwd);
   } catch (err) {
     if (isRtjobError(err, 'BAD_FLAG')) throw new CliError(`train_ppo: ${err.message}`, 2, err.code);
     throw err;
