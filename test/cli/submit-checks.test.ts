@@ -63,4 +63,12 @@ test('a dotted flag of OpenRLHF v0.11 rtjob does not take is quoted as typed (H7
   );
 });
 
+test('a .py agent says how an OpenRLHF AgentExecutor ports, before the start (H12)', async () => {
+  writeFileSync(join(sb.home, 'agent.py'), 'class AgentExecutor: pass\n');
+  await refused(
+    ['--agent_func_path', './agent.py'],
+    /--agent-func: \.\/agent\.py is Python; rtjob loads a \.ts or \.js module\. An OpenRLHF AgentInstance ports as export async function step/,
+  );
+});
+
 test.run();

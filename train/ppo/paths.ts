@@ -77,6 +77,16 @@ export function datasetProblem(
   return undefined;
 }
 
+/** How an OpenRLHF agent in Python (`AgentInstance` / `AgentExecutor`) ports to an agent module. */
+function pythonAgent(file: string): string {
+  return (
+    `--agent-func: ${file} is Python; rtjob loads a .ts or .js module. An OpenRLHF AgentInstance ports as ` +
+    'export async function step(observation, action, label, ctx) returning { reward, done, environmentFeedback? } ' +
+    '(its step() with the states dict spread into arguments); a custom AgentExecutor.execute() as export class Workflow, ' +
+    'or agent(sample, env) with any OpenAI client (examples/agent.ts; README: Training with your own agent)'
+  );
+}
+
 /**
  * Checks the agent file, the model directory and the datasets of `o` against `cwd`, the directory
  * the job runs in; throws a {@link FlagError} naming the flag.
@@ -87,6 +97,7 @@ export function checkTrainPpoPaths(
   cwd = process.cwd(),
   env: Record<string, string | undefined> = process.env,
 ): void {
+  if (o.agentFunc?.endsWith('.py')) throw new FlagError('--agent-func', pythonAgent(o.agentFunc));
   if (o.agentFunc) {
     const path = isAbsolute(o.agentFunc) ? o.agentFunc : resolve(cwd, o.agentFunc);
     if (existsSync(path) && !isFile(path))
