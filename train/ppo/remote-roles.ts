@@ -340,6 +340,10 @@ export async function remoteRoles(c: RunConfig): Promise<Roles> {
     policy: () => trainer.shareWeights(),
     nodes,
     restartRollout: rolloutRestarter(s.rollouts, ready, nodes.rollouts),
+    restartedRollouts: async () =>
+      (await Promise.all(s.rollouts.map(actorInfo))).flatMap((info, i) =>
+        info.incarnation > ready[i]! ? [i] : [],
+      ),
     killRollout: (i: number) => kill(s.rollouts[i]!, { noRestart: false }),
     close: async () => {
       await Promise.allSettled(at.handles.map((h) => kill(h, { noRestart: true })));
