@@ -26,6 +26,7 @@ export {
   type TrainPpoOptions,
 } from './ppo/flags.ts';
 export { checkTrainPpoKeys, checkTrainPpoPaths } from './ppo/paths.ts';
+export { gpuProblem } from './ppo/gpu-check.ts';
 export { resolveCheckpointFlags } from './checkpoint-flags.ts';
 export { writeCurves } from './ppo/curves.ts';
 /** `rtjob eval`'s program (`eval-agent.ts`), loaded on demand: it brings the gateway and engines. */

@@ -182,13 +182,16 @@ async function checkTrainPpoFlags(
   argv: string[],
   env: Record<string, string>,
   cwd: string,
+  nodeGpus?: number[],
 ): Promise<void> {
-  const { checkTrainPpoKeys, checkTrainPpoPaths, parseTrainPpoFlags } = await import(
+  const { checkTrainPpoKeys, checkTrainPpoPaths, gpuProblem, parseTrainPpoFlags } = await import(
     '../../train/index.ts'
   );
   try {
     const all = { ...process.env, ...env };
     const o = parseTrainPpoFlags(argv, all);
+    const gpus = nodeGpus && gpuProblem(o, nodeGpus);
+    if (gpus) throw new CliError(gpus.message, 2, 'BAD_FLAG');
     checkTrainPpoPaths(o, cwd, all);
     await checkTrainPpoKeys(o, cwd);
   } catch (err) {
@@ -245,6 +248,8 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
       entrypoint.slice(1),
       request.env,
       resolve(o.workingDir ?? process.cwd()),
+      // The private cluster started below offers no GPUs; a running head is asked by the driver.
+      ep ? undefined : [0],
     );
   if (!ep) {
     // No cluster: run this one job on a private local cluster and stop it afterwards.

@@ -71,4 +71,11 @@ test('a .py agent says how an OpenRLHF AgentExecutor ports, before the start (H1
   );
 });
 
+test('a GPU request on the private cluster, which has no GPUs, fails before it starts (H10)', async () => {
+  await refused(
+    ['--vllm_num_engines', '1', '--vllm_tensor_parallel_size', '1'],
+    /rtjob: train_ppo: --rollout-num-gpus-per-engine \(--vllm_tensor_parallel_size\) 1 asks 1 GPU per engine; the cluster has no GPUs/,
+  );
+});
+
 test.run();
