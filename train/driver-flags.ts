@@ -185,7 +185,6 @@ export function flagParser<O extends object>(
       given.add(flag.key);
     }
     if (unknown.length > 0) throw unknownFlags(program, unknown, suggest);
-    const quoted = (e: unknown): unknown => (e instanceof FlagError ? quoteTyped(e, spelled) : e);
     for (const f of table) {
       if (f.env === undefined || given.has(f.key)) continue;
       let value: unknown;
@@ -198,7 +197,8 @@ export function flagParser<O extends object>(
     }
     for (const f of table) {
       if (f.required && o[f.key] === undefined) {
-        throw quoted(new FlagError(`--${kebab(f.key)}`, `--${kebab(f.key)} is required`));
+        const err = new FlagError(`--${kebab(f.key)}`, `--${kebab(f.key)} is required`);
+        throw quoteTyped(err, spelled);
       }
     }
     return { options: o, given, positionals, spelled };
@@ -251,8 +251,7 @@ export function quoteTyped(err: FlagError, spelled: ReadonlyMap<string, string>)
   if (spelled.size === 0) return err;
   const swap = (text: string): string =>
     text.replace(/--[a-z][a-z0-9-]*/g, (f) => spelled.get(f) ?? f);
-  const quoted = new FlagError(swap(err.flag), swap(err.message));
-  return quoted;
+  return new FlagError(swap(err.flag), swap(err.message));
 }
 
 /**
