@@ -16,6 +16,7 @@ import { ggufDtypes } from '../model/gguf/index.ts';
 import { isHubError } from '../model/hub/index.ts';
 import { type EnvName, readEnv } from '../runtime/env.ts';
 import { RtjobError } from '../runtime/errors.ts';
+import { suggestFlag } from './flag-suggest.ts';
 import { foreignFlagNote } from './foreign-flags.ts';
 
 /** How a flag's value is read. `pair` takes two numbers (`--x 0.8 1.2` or `--x=0.8,1.2`). */
@@ -42,6 +43,8 @@ export interface FlagSpec<K extends string = string> {
   bare?: string;
   /** A value not to show (an API key): the config table and trackers show `(hidden)`. */
   secret?: boolean;
+  /** OpenRLHF's default of the same flag, where it differs (`--help` shows `[OpenRLHF: x]`). */
+  openrlhf?: string;
 }
 
 /** A bad flag or flag combination; `flag` names it. Drivers exit 2 on it, printing one line. */
@@ -81,11 +84,16 @@ export function checkRolloutDtype(o: { engine?: string; rolloutDtype?: string })
     throw new FlagError('--rollout-dtype', `--rollout-dtype applies to ${ggufEngineNames()} only`);
 }
 
-/** What a parse returns: the options, the keys the command line set, and the positionals. */
+/**
+ * What a parse returns: the options, the keys the command line set, the positionals, and how the
+ * user spelled each flag that was given under another name (`--actor-learning-rate` →
+ * `--actor.adam.lr`), so later errors can quote the command line ({@link quoteTyped}).
+ */
 export interface ParsedFlags<O> {
   options: O;
   given: Set<keyof O>;
   positionals: string[];
+  spelled: ReadonlyMap<string, string>;
 }
 
 /** A parser built from a flag table by {@link flagParser}. */
@@ -123,6 +131,8 @@ export function flagParser<O extends object>(
     positionals?: string;
     sectionTitles?: Readonly<Record<string, string>>;
     note?: string;
+    /** Dotted names (`actor.adam.lr`, snake case) read as the flat kebab name they map to. */
+    dotted?: Readonly<Record<string, string>>;
   } = {},
 ): FlagParser<O> {
   const byName = new Map<string, FlagSpec<keyof O & string>>();
@@ -132,7 +142,7 @@ export function flagParser<O extends object>(
   }
 
   const suggest = (name: string): string => {
-    const best = closest(name, byName.keys(), 3);
+    const best = suggestFlag(name, byName.keys());
     return best ? ` (did you mean --${best}?)` : '';
   };
 
@@ -140,7 +150,8 @@ export function flagParser<O extends object>(
     const o = structuredClone(defaults) as O & Record<string, unknown>;
     const given = new Set<keyof O>();
     const positionals: string[] = [];
-    const unknown: string[] = [];
+    const unknown: Unknown[] = [];
+    const spelled = new Map<string, string>();
     for (let i = 0; i < argv.length; i++) {
       const arg = argv[i]!;
       if (!arg.startsWith('--')) {
@@ -150,15 +161,25 @@ export function flagParser<O extends object>(
         positionals.push(arg);
         continue;
       }
-      const { flag, name, inline, negated } = lookup(byName, arg);
+      const { flag, name, typed, inline, negated } = lookup(byName, arg, opts.dotted ?? {});
       if (!flag) {
-        // Reported with every other unknown flag after the loop; its value is not a positional.
-        unknown.push(name);
-        if (inline === undefined && argv[i + 1] !== undefined && !argv[i + 1]!.startsWith('--'))
-          i++;
+        // Reported with every other unknown flag after the loop; its values are not positionals
+        // (all of them where a driver takes none: `--eps_clip_low_high 0.2 0.28`).
+        const values: string[] = inline === undefined ? [] : [inline];
+        while (
+          inline === undefined &&
+          argv[i + 1] !== undefined &&
+          !argv[i + 1]!.startsWith('--')
+        ) {
+          values.push(argv[++i]!);
+          if (opts.positionals !== undefined) break;
+        }
+        unknown.push({ name, typed, values });
         continue;
       }
-      const read = readValue(flag, argv, i, inline, negated);
+      const shown = `--${kebab(flag.key)}`;
+      if (typed !== shown) spelled.set(shown, typed);
+      const read = readValue(flag, argv, i, inline, negated, typed);
       i = read.last;
       o[flag.key] = read.value as never;
       given.add(flag.key);
@@ -176,10 +197,11 @@ export function flagParser<O extends object>(
     }
     for (const f of table) {
       if (f.required && o[f.key] === undefined) {
-        throw new FlagError(`--${kebab(f.key)}`, `--${kebab(f.key)} is required`);
+        const err = new FlagError(`--${kebab(f.key)}`, `--${kebab(f.key)} is required`);
+        throw quoteTyped(err, spelled);
       }
     }
-    return { options: o, given, positionals };
+    return { options: o, given, positionals, spelled };
   };
 
   const help = (): string => helpText(program, table, defaults, opts);
@@ -187,20 +209,49 @@ export function flagParser<O extends object>(
   return { parse, help, flagName: (key) => `--${kebab(key)}` };
 }
 
+/** An unknown flag of a command line: its kebab (or mapped) name, as typed, and its values. */
+interface Unknown {
+  name: string;
+  typed: string;
+  values: string[];
+}
+
 /**
- * The row `--name[=value]` (or `--no-name`, for a boolean) names, with its kebab name, the value
- * given after `=`, and whether it was negated; `flag` is undefined for an unknown name.
+ * The row `--name[=value]` (or `--no-name`, for a boolean) names, with its kebab name (a dotted
+ * name mapped through `dotted` first), the flag as typed, the value given after `=`, and whether
+ * it was negated; `flag` is undefined for an unknown name.
  */
 function lookup<F extends FlagSpec>(
   byName: ReadonlyMap<string, F>,
   arg: string,
-): { flag: F | undefined; name: string; inline: string | undefined; negated: boolean } {
+  dotted: Readonly<Record<string, string>>,
+): {
+  flag: F | undefined;
+  name: string;
+  typed: string;
+  inline: string | undefined;
+  negated: boolean;
+} {
   const eq = arg.indexOf('=');
-  const name = (eq >= 0 ? arg.slice(2, eq) : arg.slice(2)).replace(/[_.]/g, '-');
+  const typed = eq >= 0 ? arg.slice(0, eq) : arg;
+  const raw = typed.slice(2);
+  const mapped = raw.includes('.') ? dotted[raw.replace(/-/g, '_')] : undefined;
+  const name = mapped ?? raw.replace(/[_.]/g, '-');
   const inline = eq >= 0 ? arg.slice(eq + 1) : undefined;
   if (!byName.has(name) && name.startsWith('no-') && byName.get(name.slice(3))?.kind === 'bool')
-    return { flag: byName.get(name.slice(3)), name: name.slice(3), inline, negated: true };
-  return { flag: byName.get(name), name, inline, negated: false };
+    return { flag: byName.get(name.slice(3)), name: name.slice(3), typed, inline, negated: true };
+  return { flag: byName.get(name), name, typed, inline, negated: false };
+}
+
+/**
+ * `err` with every flag it names in the spelling the user typed (`spelled`, from the parse):
+ * `--actor.adam.lr: must be >= 0`, not a `--actor-learning-rate` the command line never had.
+ */
+export function quoteTyped(err: FlagError, spelled: ReadonlyMap<string, string>): FlagError {
+  if (spelled.size === 0) return err;
+  const swap = (text: string): string =>
+    text.replace(/--[a-z][a-z0-9-]*/g, (f) => spelled.get(f) ?? f);
+  return new FlagError(swap(err.flag), swap(err.message));
 }
 
 /**
@@ -213,8 +264,8 @@ function readValue(
   i: number,
   inline: string | undefined,
   negated: boolean,
+  shown: string,
 ): { value: unknown; last: number } {
-  const shown = `--${kebab(f.key)}`;
   let value = inline;
   if (f.kind === 'bool') {
     if (value === undefined && !negated && /^(true|false)$/.test(argv[i + 1] ?? '')) {
@@ -267,10 +318,18 @@ function helpText<O extends object>(
     const choices =
       f.choices && !f.choices.every((c) => f.help.includes(c)) ? ` {${f.choices.join('|')}}` : '';
     const required = f.required ? ' (required)' : '';
+    const openrlhf = f.openrlhf !== undefined ? ` [OpenRLHF: ${f.openrlhf}]` : '';
     const other = (f.aliases ?? []).filter((a) => a !== kebab(f.key));
     const aliases = other.length ? ` (also ${other.map((a) => `--${a}`).join(', ')})` : '';
     lines.push(
-      `  --${kebab(f.key)}`.padEnd(36) + f.help + shownDefault + required + env + choices + aliases,
+      `  --${kebab(f.key)}`.padEnd(36) +
+        f.help +
+        shownDefault +
+        openrlhf +
+        required +
+        env +
+        choices +
+        aliases,
     );
   }
   return lines.join('\n');
@@ -289,21 +348,21 @@ function parseBool(flag: string, v: string): boolean {
  */
 function unknownFlags(
   program: string,
-  names: string[],
+  flags: Unknown[],
   suggest: (name: string) => string,
 ): FlagError {
-  const why = (name: string): string => {
-    const note = elsewhere(name) || (foreignFlagNote(name) ? `: ${foreignFlagNote(name)}` : '');
-    return note || suggest(name);
+  const why = ({ name, values }: Unknown): string => {
+    const foreign = foreignFlagNote(name, values);
+    return elsewhere(name) || (foreign ? `: ${foreign}` : '') || suggest(name);
   };
-  if (names.length === 1)
-    return new FlagError(`--${names[0]}`, `unknown flag --${names[0]}${why(names[0]!)}`);
-  const lines = names.map(
-    (n) => `  --${n}${why(n) || `: no such flag (${program} --help lists them)`}`,
+  if (flags.length === 1)
+    return new FlagError(flags[0]!.typed, `unknown flag ${flags[0]!.typed}${why(flags[0]!)}`);
+  const lines = flags.map(
+    (f) => `  ${f.typed}${why(f) || `: no such flag (${program} --help lists them)`}`,
   );
   return new FlagError(
-    names.map((n) => `--${n}`).join(' '),
-    `${names.length} unknown flags:\n${lines.join('\n')}`,
+    flags.map((f) => f.typed).join(' '),
+    `${flags.length} unknown flags:\n${lines.join('\n')}`,
   );
 }
 
@@ -351,35 +410,6 @@ function parseValue(f: FlagSpec, shown: string, raw: string): unknown {
     default:
       throw new FlagError(shown, `${shown}: unsupported`);
   }
-}
-
-/** The name of `names` nearest to `name`, within `maxDistance` edits, or undefined. */
-export function closest(
-  name: string,
-  names: Iterable<string>,
-  maxDistance: number,
-): string | undefined {
-  let best: string | undefined;
-  let bestD = maxDistance + 1;
-  for (const k of names) {
-    const d = distance(name, k);
-    if (d < bestD) [best, bestD] = [k, d];
-  }
-  return best;
-}
-
-function distance(a: string, b: string): number {
-  const row = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let prev = row[0]!;
-    row[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const cur = row[j]!;
-      row[j] = Math.min(row[j]! + 1, row[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
-      prev = cur;
-    }
-  }
-  return row[b.length]!;
 }
 
 /**

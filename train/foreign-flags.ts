@@ -13,8 +13,46 @@ const vllmServerFlag = (flag: string): string =>
 const rewardsFromAgent =
   'no reward model: rewards come from the agent file (--agent-func), which scores each episode';
 
-/** What rtjob does instead of each OpenRLHF flag it does not take. */
-export const foreignFlagNotes: Readonly<Record<string, string>> = {
+const greedyEval =
+  'rtjob evaluates greedily, one answer per held-out prompt (held-out accuracy, --eval-prompts of --eval-dataset): no flag to set';
+const isCorrection = (kind: string): string =>
+  `--is-correction ${kind}: rtjob's one flag for the rollout correction (tis, icepop, seq-tis, seq-mis, geo-rs; bounds: --is-threshold)`;
+
+/**
+ * A note that quotes the flag's values (`--eps_clip_low_high 0.2 0.28` → `--eps-clip 0.2
+ * --eps-clip-high 0.28`); `values` are the arguments that followed the flag.
+ */
+type Note = string | ((values: readonly string[]) => string);
+
+/**
+ * What rtjob does instead of each OpenRLHF flag it does not take: where rtjob has the feature
+ * under another name (a near miss), the note starts with that spelling.
+ */
+export const foreignFlagNotes: Readonly<Record<string, Note>> = {
+  'use-icepop': isCorrection('icepop'),
+  'enable-vllm-is-correction': isCorrection('tis'),
+  'is-correction-enable': isCorrection('tis'),
+  'eps-clip-low-high': (v) => {
+    const [lo, hi] = v.join(' ').split(/[\s,]+/);
+    return `--eps-clip ${lo ?? 'LOW'} --eps-clip-high ${hi ?? 'HIGH'} (rtjob takes the two bounds as two flags)`;
+  },
+  'use-dynamic-batch':
+    '--train-max-tokens-per-gpu N alone turns it on: micro-batches are packed to N tokens (OpenRLHF: 16192); drop --use-dynamic-batch',
+  'rollout-max-tokens-per-gpu':
+    'experience making runs in --micro-rollout-batch-size chunks; there is no token budget for it',
+  'vllm-generate-batch-size':
+    'each step dispatches its --rollout-batch-size prompts at once; oversampling is --dynamic-filtering with a larger --rollout-batch-size',
+  'input-template':
+    "no prompt template: write the template's text into the data, or build the prompt in the agent file; --apply-chat-template renders the tokenizer's chat template",
+  'eval-temperature': greedyEval,
+  'eval-n-samples-per-prompt': greedyEval,
+  'max-len':
+    "OpenRLHF v0.11's --data.max_len is the total length: rtjob limits the prompt (--prompt-max-len) and the answer (--generate-max-len) apart",
+  'disable-ds-ckpt': noDeepSpeed,
+  'ds-tensor-parallel-size': noDeepSpeed,
+  'max-ckpt-mem': 'checkpoints are bounded by count: --max-ckpt-num',
+  'vllm-sync-with-ray':
+    'not applicable: weights reach vLLM/SGLang as files the servers reload (--engine-weights-path), with no NCCL group',
   bf16: 'the torch backend computes in bf16 with the env RTJOB_TORCH_PRECISION=bf16 (rtjob submit --env RTJOB_TORCH_PRECISION=bf16, CUDA); a bf16 saved policy: --save-dtype bfloat16',
   'zero-stage':
     'train_ppo takes it (--zero_stage 1|2 shards AdamW over its data-parallel ranks); this driver trains on one rank, which holds all of it',
@@ -49,7 +87,20 @@ export const foreignFlagNotes: Readonly<Record<string, string>> = {
   'local-rank': 'launch with rtjob submit -- train_ppo, not deepspeed or torchrun',
 };
 
-/** The note for an unknown flag (kebab name without `--`), or undefined. */
-export function foreignFlagNote(name: string): string | undefined {
-  return Object.hasOwn(foreignFlagNotes, name) ? foreignFlagNotes[name] : undefined;
+/**
+ * OpenRLHF flags whose feature rtjob has under another spelling (kebab name → rtjob's flags), for
+ * `--help` and the README's porting table; each one's note above starts with that spelling.
+ */
+export const nearMissFlags: Readonly<Record<string, string>> = {
+  'use-icepop': '--is-correction icepop',
+  'enable-vllm-is-correction': '--is-correction tis',
+  'eps-clip-low-high': '--eps-clip LOW --eps-clip-high HIGH',
+  'use-dynamic-batch': '--train-max-tokens-per-gpu N',
+};
+
+/** The note for an unknown flag (kebab name without `--`) given with `values`, or undefined. */
+export function foreignFlagNote(name: string, values: readonly string[] = []): string | undefined {
+  if (!Object.hasOwn(foreignFlagNotes, name)) return undefined;
+  const note = foreignFlagNotes[name]!;
+  return typeof note === 'string' ? note : note(values);
 }

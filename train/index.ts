@@ -25,7 +25,8 @@ export {
   type ParsedTrainPpoArgs,
   type TrainPpoOptions,
 } from './ppo/flags.ts';
-export { checkTrainPpoPaths } from './ppo/paths.ts';
+export { checkTrainPpoKeys, checkTrainPpoPaths } from './ppo/paths.ts';
+export { gpuProblem } from './ppo/gpu-check.ts';
 export { resolveCheckpointFlags } from './checkpoint-flags.ts';
 export { writeCurves } from './ppo/curves.ts';
 /** `rtjob eval`'s program (`eval-agent.ts`), loaded on demand: it brings the gateway and engines. */

@@ -175,18 +175,25 @@ async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
 
 /**
  * Parses train_ppo's flags here as its driver will, and checks its local paths (agent file,
- * `--pretrain`, datasets) against `cwd`, the directory the job will run in; fails the way the
- * driver would (exit 2).
+ * `--pretrain`, datasets) and dataset keys against `cwd`, the directory the job will run in;
+ * fails the way the driver would (exit 2).
  */
 async function checkTrainPpoFlags(
   argv: string[],
   env: Record<string, string>,
   cwd: string,
+  nodeGpus?: number[],
 ): Promise<void> {
-  const { checkTrainPpoPaths, parseTrainPpoFlags } = await import('../../train/index.ts');
+  const { checkTrainPpoKeys, checkTrainPpoPaths, gpuProblem, parseTrainPpoFlags } = await import(
+    '../../train/index.ts'
+  );
   try {
     const all = { ...process.env, ...env };
-    checkTrainPpoPaths(parseTrainPpoFlags(argv, all), cwd, all);
+    const o = parseTrainPpoFlags(argv, all);
+    const gpus = nodeGpus && gpuProblem(o, nodeGpus);
+    if (gpus) throw new CliError(gpus.message, 2, 'BAD_FLAG');
+    checkTrainPpoPaths(o, cwd, all);
+    await checkTrainPpoKeys(o, cwd);
   } catch (err) {
     if (isRtjobError(err, 'BAD_FLAG')) throw new CliError(`train_ppo: ${err.message}`, 2, err.code);
     throw err;
@@ -241,6 +248,8 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
       entrypoint.slice(1),
       request.env,
       resolve(o.workingDir ?? process.cwd()),
+      // The private cluster started below offers no GPUs; a running head is asked by the driver.
+      ep ? undefined : [0],
     );
   if (!ep) {
     // No cluster: run this one job on a private local cluster and stop it afterwards.

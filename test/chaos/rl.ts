@@ -80,8 +80,6 @@ class RlBench {
       '4',
       '--eval-dataset',
       '',
-      '--num-episodes',
-      '100',
       '--max-steps',
       String(steps),
       '--overwrite',

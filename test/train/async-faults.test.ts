@@ -41,7 +41,6 @@ test('async: a killed trainer fails the job with the cause; --load-checkpoint re
     'prompt-data': data,
     'save-steps': 1,
     'ckpt-path': ckpt,
-    'num-episodes': 2,
     'max-steps': 5,
   });
   const saved = await runWithTrainerKilled(flags, ckpt);

@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { FlagError, flagParser } from '../../train/driver-flags.ts';
+import { suggestFlag } from '../../train/flag-suggest.ts';
 import { grep, sourceFiles } from '../conventions/source-files.ts';
 
 const p = flagParser<{
@@ -90,7 +91,7 @@ test('every unknown flag is reported at once, each with a near flag or what rtjo
       [
         '^4 unknown flags:',
         '  --bf16: .*RTJOB_TORCH_PRECISION=bf16.*--save-dtype bfloat16',
-        '  --zero-stage: train_ppo takes it.*',
+        '  --zero_stage: train_ppo takes it.*',
         '  --stepz \\(did you mean --steps\\?\\)',
         '  --frobnicate: no such flag \\(demo --help lists them\\)$',
       ].join('\n'),
@@ -98,7 +99,21 @@ test('every unknown flag is reported at once, each with a near flag or what rtjo
   );
   // The value of an unknown flag is skipped, not taken for a positional or the next flag.
   fails(['--name', 'a', '--ring_attn_size', '2', '--lora_rank', '16'], /^2 unknown flags:\n/);
-  fails(['--name', 'a', '--flash_attn'], /^unknown flag --flash-attn: not applicable: attention/);
+  fails(['--name', 'a', '--flash_attn'], /^unknown flag --flash_attn: not applicable: attention/);
+});
+
+test('unknown flags suggest by meaning, and a short name only a near spelling (H12)', () => {
+  fails(['--name', 'a', '--lr', '0.1'], /^unknown flag --lr \(did you mean --learning-rate\?\)$/);
+  fails(
+    ['--name', 'a', '--rate', '0.1'],
+    /^unknown flag --rate \(did you mean --learning-rate\?\)$/,
+  );
+  fails(['--name', 'a', '--num-steps', '3'], /\(did you mean --steps\?\)/);
+  // Two letters away from --l2 in spelling only: no suggestion, as argparse would make none.
+  assert.is(suggestFlag('zz', ['l2', 'lr-warmup-ratio']), undefined);
+  assert.is(suggestFlag('weight-decay', ['l2', 'lr-warmup-ratio']), 'l2');
+  assert.is(suggestFlag('kl-coef', ['init-kl-coef', 'kl-target']), 'init-kl-coef');
+  assert.is(suggestFlag('input-template', ['input-key', 'label-key']), undefined);
 });
 
 test('--help lists the other names of each flag', () => {

@@ -122,8 +122,6 @@ test('a killed trainer fails the job with the cause; --load-checkpoint resumes w
     '1',
     '--ckpt-path',
     ckpt,
-    '--num-episodes',
-    '2',
     '--max-steps',
     '5',
   ]);

@@ -6,6 +6,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { readFileSync } from 'node:fs';
+import { nearMissFlags } from '../../train/foreign-flags.ts';
+import { openrlhfDottedFlags } from '../../train/ppo/dotted-flags.ts';
 import { flagTable, parseTrainPpoFlags, trainPpoHelp } from '../../train/ppo/flags.ts';
 
 const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
@@ -76,6 +78,46 @@ test('every documented flag parses (with a value of its kind)', () => {
   }
   for (const mode of ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm'])
     parseTrainPpoFlags(['--loss-agg-mode', mode]);
+});
+
+/** The README's "Porting an OpenRLHF script" section. */
+const porting = (() => {
+  const top = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const from = top.indexOf('### Porting an OpenRLHF script');
+  assert.ok(from >= 0, 'README.md has a section "Porting an OpenRLHF script"');
+  const to = top.indexOf('\n#', from + 4);
+  // Table cells without the padding prettier aligns them with.
+  return top.slice(from, to < 0 ? undefined : to).replace(/ +\|/g, ' |');
+})();
+
+test("the README's porting table lists exactly the flags whose default differs from OpenRLHF's (H11)", () => {
+  const rows = [...porting.matchAll(/^\| `(--[a-z][a-z0-9-]*)`[^|]*\| ([^|]+) \| ([^|]+) \|$/gm)];
+  const listed = rows.map((m) => m[1]!).sort();
+  const marked = flagTable
+    .filter((f) => f.openrlhf !== undefined)
+    .map((f) => `--${kebab(f.key)}`)
+    .sort();
+  assert.equal(listed, marked);
+  for (const f of flagTable.filter((x) => x.openrlhf !== undefined)) {
+    const row = rows.find((m) => m[1] === `--${kebab(f.key)}`)!;
+    assert.ok(row[3]!.startsWith(f.openrlhf!), `${row[1]}: OpenRLHF ${f.openrlhf}`);
+  }
+});
+
+test('the README and --help list each near-miss flag with its rtjob spelling (H12)', () => {
+  for (const [name, ours] of Object.entries(nearMissFlags)) {
+    const snake = `--${name.replace(/-/g, '_')}`;
+    assert.ok(porting.includes(`| \`${snake}\` | \`${ours}\` |`), `README: ${snake} → ${ours}`);
+    assert.ok(trainPpoHelp().includes(`OpenRLHF ${snake}: ${ours}`), `--help: ${snake}`);
+  }
+});
+
+test("the README's v0.11 table is the parser's: every dotted name and the flat flag it reads (H7)", () => {
+  const pairs = [...porting.matchAll(/`--([a-z_]+(?:\.[a-z_]+)+)` \| `--([a-z_]+)`/g)].map(
+    (m) => [m[1]!, m[2]!.replace(/_/g, '-')] as const,
+  );
+  assert.equal(Object.fromEntries(pairs), openrlhfDottedFlags);
+  assert.is(pairs.length, Object.keys(openrlhfDottedFlags).length);
 });
 
 test.run();

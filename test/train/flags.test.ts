@@ -180,4 +180,72 @@ test('the run config carries what the parse resolved, and the roles take it as i
   fails(['--eps-clip', '1.5'], /--eps-clip/);
 });
 
+test('--num-episodes sets the run length from the data unless --max-steps is given (H6)', () => {
+  assert.is(parseTrainPpoFlags([]).maxSteps, 30);
+  assert.is(parseTrainPpoFlags(['--num_episodes', '2']).maxSteps, -1);
+  assert.is(parseTrainPpoFlags(['--max-steps', '-1', '--num-episodes', '2']).maxSteps, -1);
+  assert.is(parseTrainPpoFlags(['--max-steps', '5']).maxSteps, 5);
+  fails(
+    ['--max-steps', '5', '--num_episodes', '2'],
+    /^--max-steps 5 and --num_episodes 2 both set the run length: give one/,
+  );
+});
+
+test("OpenRLHF v0.11's dotted names read as the flat ones, and errors quote them (H7)", () => {
+  const o = parseTrainPpoFlags([
+    '--actor.model_name_or_path',
+    'rtjob-tiny-math',
+    '--data.prompt_dataset',
+    'prompts.jsonl',
+    '--algo.advantage.estimator',
+    'group_norm',
+    '--actor.adam.lr',
+    '5e-7',
+    '--train.async_enable',
+    '--algo.advantage.no_std_norm',
+  ]);
+  assert.is(o.pretrain, 'rtjob-tiny-math');
+  assert.is(o.promptData, 'prompts.jsonl');
+  assert.is(o.advantageEstimator, 'group_norm');
+  assert.is(o.actorLearningRate, 5e-7);
+  assert.is(o.asyncTrain, true);
+  assert.is(o.advantageStdNorm, false);
+  fails(['--actor.adam.lr', 'abc'], /^--actor\.adam\.lr: expected a number, got 'abc'$/);
+  fails(
+    ['--algo.advantage.estimator', 'group_norm', '--rollout.n_samples_per_prompt', '1'],
+    /^--algo\.advantage\.estimator group_norm needs a group: set --rollout\.n_samples_per_prompt > 1/,
+  );
+  // A dotted name rtjob does not take keeps its flat name's note; an unknown one is quoted as typed.
+  fails(
+    ['--ds.zero_stage', '3', '--actor.foo'],
+    /^2 unknown flags:\n {2}--ds\.zero_stage: not applicable: rtjob has no DeepSpeed.*\n {2}--actor\.foo: no such flag/,
+  );
+});
+
+test('near-miss flags point to the rtjob spelling, with their values (H12)', () => {
+  fails(['--use_icepop'], /^unknown flag --use_icepop: --is-correction icepop: /);
+  fails(['--enable_vllm_is_correction'], /--is-correction tis/);
+  // Both values of the pair are the flag's, not a stray positional.
+  fails(
+    ['--eps_clip_low_high', '0.2', '0.28'],
+    /^unknown flag --eps_clip_low_high: --eps-clip 0\.2 --eps-clip-high 0\.28/,
+  );
+  fails(['--use_dynamic_batch'], /--train-max-tokens-per-gpu N alone turns it on/);
+  for (const f of ['--input_template', '--eval_temperature', '--eval_n_samples_per_prompt'])
+    fails([f, 'x'], new RegExp(`^unknown flag ${f}: (?!no such flag)`));
+  assert.equal(
+    parseTrainPpoFlags(['--vllm_is_truncated_threshold', '0.5', '5']).isThreshold,
+    [0.5, 5],
+  );
+});
+
+test('the built-in held-out set goes with the built-in data only, as OpenRLHF evaluates nothing unasked (H8)', () => {
+  assert.is(parseTrainPpoFlags([]).evalDataset, 'arith:test');
+  assert.is(parseTrainPpoFlags(['--prompt-data', 'arith']).evalDataset, 'arith:test');
+  assert.is(parseTrainPpoFlags(['--prompt_data', 'prompts.jsonl']).evalDataset, '');
+  assert.is(parseTrainPpoFlags(['--prompt_data', 'org/name']).evalDataset, '');
+  const asked = ['--prompt_data', 'prompts.jsonl', '--eval_dataset', 'held.jsonl'];
+  assert.is(parseTrainPpoFlags(asked).evalDataset, 'held.jsonl');
+});
+
 test.run();

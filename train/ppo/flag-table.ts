@@ -139,7 +139,13 @@ const beforeLora = [
     'agent file: a step function, a Workflow class, or agent(sample, env) for any OpenAI client',
     { aliases: ['agent-func-path'] },
   ),
-  F('maxSteps', 'int', 30, 'stop after this many steps; -1: from the data size', { min: -1 }),
+  F(
+    'maxSteps',
+    'int',
+    30,
+    'stop after this many steps; -1: from the data size and --num-episodes (the default when --num-episodes is given)',
+    { min: -1 },
+  ),
   F('seed', 'int', 42, 'random seed', { min: 0 }),
   F(
     'inProcess',
@@ -169,20 +175,32 @@ const beforeLora = [
     'records read at most from each dataset and from the blend (OpenRLHF); default all',
     { min: 1 },
   ),
-  F('inputKey', 'string', 'prompt', 'record field holding the prompt'),
-  F('labelKey', 'string', 'solution', 'record field handed to the agent as the label'),
-  F('applyChatTemplate', 'bool', true, "render prompts with the tokenizer's chat template"),
-  F('numEpisodes', 'int', 1, 'passes over the prompt data', { min: 1 }),
-  F('promptMaxLen', 'int', 64, 'prompt tokens kept (the tail)', { min: 1 }),
+  F('inputKey', 'string', 'prompt', 'record field holding the prompt', { openrlhf: 'input' }),
+  F('labelKey', 'string', 'solution', 'record field handed to the agent as the label', {
+    openrlhf: 'none',
+  }),
+  F('applyChatTemplate', 'bool', true, "render prompts with the tokenizer's chat template", {
+    openrlhf: 'false',
+  }),
+  F(
+    'numEpisodes',
+    'int',
+    1,
+    'passes over the prompt data: sets the run length (as --max-steps -1) unless --max-steps is given',
+    { min: 1 },
+  ),
+  F('promptMaxLen', 'int', 64, 'prompt tokens kept (the tail)', { min: 1, openrlhf: '1024' }),
   ...under('rollout'),
-  F('nSamplesPerPrompt', 'int', 8, 'samples per prompt (group size)', { min: 1 }),
-  F('rolloutBatchSize', 'int', 8, 'prompts per step', { min: 1 }),
+  F('nSamplesPerPrompt', 'int', 8, 'samples per prompt (group size)', { min: 1, openrlhf: '1' }),
+  F('rolloutBatchSize', 'int', 8, 'prompts per step', { min: 1, openrlhf: '1024' }),
   F('microRolloutBatchSize', 'int', 16, 'samples per forward chunk in experience making', {
     min: 1,
+    openrlhf: '8',
   }),
   F('generateMaxLen', 'int', 48, 'new tokens per generation', {
     min: 1,
     aliases: ['max-new-tokens'],
+    openrlhf: '1024',
   }),
   F('temperature', 'float', 1, 'sampling temperature', { min: 0 }),
   F('topP', 'float', 1, 'nucleus sampling mass', { min: 0 }),
@@ -255,7 +273,7 @@ const beforeLora = [
     // Dr. GRPO: the least harmful setting on the shipped warm start, and what the README's runs used.
     one(ADVANTAGE_ESTIMATORS, 'dr_grpo'),
     "advantage estimator: group_norm (= grpo, as OpenRLHF's) is (score - group mean) / group std; dr_grpo and reinforce_baseline only subtract the group mean; rloo the mean of the others; gae uses the critic",
-    { choices: ADVANTAGE_ESTIMATORS, choiceAliases: { grpo: 'group_norm' } },
+    { choices: ADVANTAGE_ESTIMATORS, choiceAliases: { grpo: 'group_norm' }, openrlhf: 'gae' },
   ),
   F(
     'advantageStdNorm',
@@ -265,7 +283,10 @@ const beforeLora = [
   ),
   F('gamma', 'float', 1, 'discount', { min: 0 }),
   F('lambd', 'float', 1, 'GAE lambda', { min: 0 }),
-  F('initKlCoef', 'float', 0, 'KL coefficient; 0 runs no reference model', { min: 0 }),
+  F('initKlCoef', 'float', 0, 'KL coefficient; 0 runs no reference model', {
+    min: 0,
+    openrlhf: '0.01',
+  }),
   lib(['kl'], 'useKlLoss', 'bool', 'KL as a loss term instead of a reward penalty'),
   lib(['kl', 'loss'], 'klEstimator', 'string', 'KL estimator', { choices: KL_ESTIMATORS }),
   lib(
@@ -334,6 +355,7 @@ const beforeLora = [
     'isThreshold',
     'pair',
     'low and high bound of the token ratio for tis/icepop, e.g. "0.5 5"',
+    { aliases: ['vllm-is-truncated-threshold'] },
   ),
   lib(
     ['loss'],
@@ -383,16 +405,19 @@ const beforeLora = [
     { min: 1 },
   ),
   ...under('optimizer'),
-  F('trainBatchSize', 'int', 32, 'samples per optimizer step', { min: 1 }),
+  F('trainBatchSize', 'int', 32, 'samples per optimizer step', { min: 1, openrlhf: '128' }),
   F('microTrainBatchSize', 'int', 16, 'samples per micro-batch (gradient accumulation)', {
     min: 1,
+    openrlhf: '4',
   }),
   F('maxEpochs', 'int', 1, 'passes over each rollout batch', { min: 1 }),
   F('actorLearningRate', 'float', 1e-4, 'policy learning rate (the peak of --lr-scheduler)', {
     min: 0,
+    openrlhf: '1e-6',
   }),
   F('criticLearningRate', 'float', 5e-4, 'critic learning rate (the peak of --lr-scheduler)', {
     min: 0,
+    openrlhf: '9e-6',
   }),
   F('maxNorm', 'float', 1, 'gradient clip by global norm', { min: 0 }),
   F(
@@ -406,8 +431,8 @@ const beforeLora = [
     'lrWarmupRatio',
     'float',
     0,
-    'fraction of the optimizer steps spent warming up linearly from 0 (OpenRLHF defaults to 0.03; rtjob to 0, for short runs)',
-    { min: 0 },
+    'fraction of the optimizer steps spent warming up linearly from 0 (rtjob defaults to 0, for short runs)',
+    { min: 0, openrlhf: '0.03' },
   ),
   F('minLrRatio', 'float', 0.1, 'floor of cosine_with_min_lr, as a fraction of the learning rate', {
     min: 0,
@@ -488,9 +513,13 @@ const afterLora = [
     'string',
     'arith:test',
     'held-out prompts: a file, directory or built-in name as --prompt-data; "" disables',
+    { openrlhf: 'none' },
   ),
   F('evalSplit', 'string', 'test', 'split of --eval-dataset read from a directory (OpenRLHF)'),
-  F('evalSteps', 'int', 5, 'evaluate every N steps; -1 only at start and end', { min: -1 }),
+  F('evalSteps', 'int', 5, 'evaluate every N steps; -1 only at start and end', {
+    min: -1,
+    openrlhf: '-1',
+  }),
   F('evalPrompts', 'int', 500, 'held-out prompts evaluated (greedy)', { min: 1 }),
   F('loggingSteps', 'int', 1, 'log every N steps', { min: 1 }),
   F(
@@ -563,9 +592,9 @@ const afterLora = [
     'float',
     0,
     'GPUs of the trainer per node: a whole number G gives G ranks of one GPU on each node; below 1, one rank with that share of a GPU',
-    { min: 0 },
+    { min: 0, openrlhf: '8' },
   ),
-  F('refNumGpusPerNode', 'float', 0, 'GPUs of the reference model', { min: 0 }),
+  F('refNumGpusPerNode', 'float', 0, 'GPUs of the reference model', { min: 0, openrlhf: '8' }),
   F('criticNumNodes', 'int', 1, 'nodes of the critic (as --actor-num-nodes)', { min: 1 }),
   F(
     'criticNumGpusPerNode',
@@ -574,11 +603,13 @@ const afterLora = [
     'GPUs of the critic per node (as --actor-num-gpus-per-node)',
     {
       min: 0,
+      openrlhf: '8',
     },
   ),
   F('rolloutNumGpusPerEngine', 'float', 0, 'GPUs per rollout engine', {
     min: 0,
     aliases: ['vllm-tensor-parallel-size'],
+    openrlhf: '1',
   }),
   F(
     'colocateAllModels',

@@ -15,7 +15,10 @@ import {
   runsInProcess,
   serverEngineNames,
 } from '../../engines/registry.ts';
-import { checkRolloutDtype, FlagError, flagParser } from '../driver-flags.ts';
+import { checkRolloutDtype, FlagError, flagParser, quoteTyped } from '../driver-flags.ts';
+import { builtinDatasets } from '../data/arith.ts';
+import { nearMissFlags } from '../foreign-flags.ts';
+import { openrlhfDottedFlags } from './dotted-flags.ts';
 import { loraSpecOf } from '../lora-flags.ts';
 import type { LoraSpec } from '../../model/lora-spec.ts';
 import { GROUP_ESTIMATORS } from '../../algorithms/advantages.ts';
@@ -57,7 +60,8 @@ export { FlagError };
  */
 export const trainPpoFlagParser = flagParser('train_ppo', flagTable, trainPpoDefaults, {
   sectionTitles,
-  note: 'snake_case spellings are accepted too',
+  note: "snake_case spellings and OpenRLHF v0.11's dotted names (--actor.adam.lr) are accepted too; [OpenRLHF: x] marks a default that differs",
+  dotted: openrlhfDottedFlags,
 });
 
 /**
@@ -84,9 +88,13 @@ export function parseTrainPpoArgs(
   argv: readonly string[],
   env: Record<string, string | undefined> = {},
 ): ParsedTrainPpoArgs {
-  const { options, given } = trainPpoFlagParser.parse(argv, env);
-  const library = validate(options, given);
-  return { options, given, library };
+  const { options, given, spelled } = trainPpoFlagParser.parse(argv, env);
+  try {
+    const library = validate(options, given);
+    return { options, given, library };
+  } catch (err) {
+    throw err instanceof FlagError ? quoteTyped(err, spelled) : err;
+  }
 }
 
 /**
@@ -113,6 +121,8 @@ const fail = (flag: string, msg: string): never => {
  */
 function validate(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): LibraryConfig {
   checkBatches(o);
+  checkRunLength(o, given);
+  checkEvalData(o, given);
   // LoRA flags: an unknown target module, a bad --load-lora or one contradicted by --lora-rank.
   const lora = loraSpecOf(o, o.pretrain, given as Set<string>, o.seed);
   const library = checkAlgorithm(o, given, lora);
@@ -162,6 +172,31 @@ function checkBatches(o: TrainPpoOptions): void {
     );
   }
   if (o.maxSteps === 0) fail('--max-steps', '--max-steps must be -1 or >= 1');
+}
+
+/**
+ * OpenRLHF's run length: `--num-episodes` passes over the data, so with it and no `--max-steps`
+ * the steps come from the data size (`--max-steps -1`); a step count beside it is a conflict.
+ */
+function checkRunLength(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
+  if (!given.has('numEpisodes')) return;
+  if (given.has('maxSteps') && o.maxSteps !== -1)
+    fail(
+      '--max-steps',
+      `--max-steps ${o.maxSteps} and --num-episodes ${o.numEpisodes} both set the run length: give one (--num-episodes runs the data ${o.numEpisodes} time(s), as OpenRLHF)`,
+    );
+  o.maxSteps = -1;
+}
+
+/**
+ * OpenRLHF evaluates nothing without `--eval_dataset`: the built-in held-out set goes with the
+ * built-in prompts only, so the user's own `--prompt-data` is not judged on arith (nor checked
+ * against its keys) unless `--eval-dataset` names a set.
+ */
+function checkEvalData(o: TrainPpoOptions, given: Set<keyof TrainPpoOptions>): void {
+  if (given.has('evalDataset') || !given.has('promptData')) return;
+  const parts = o.promptData.split(',').map((p) => p.trim());
+  if (!parts.every((p) => Object.hasOwn(builtinDatasets, p))) o.evalDataset = '';
 }
 
 /**
@@ -357,7 +392,15 @@ export function flagConfig(
   }));
 }
 
-/** The `--help` text. */
+/** The `--help` text, ending with the OpenRLHF flags rtjob spells differently. */
 export function trainPpoHelp(): string {
-  return trainPpoFlagParser.help();
+  const nearMisses = Object.entries(nearMissFlags).map(
+    ([name, ours]) => `  OpenRLHF --${name.replace(/-/g, '_')}: ${ours}`,
+  );
+  return [
+    trainPpoFlagParser.help(),
+    '',
+    'OpenRLHF flags spelled differently here (README: "Porting an OpenRLHF script"):',
+    ...nearMisses,
+  ].join('\n');
 }

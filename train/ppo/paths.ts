@@ -15,7 +15,7 @@ import { builtinDatasets } from '../data/arith.ts';
 import { DatasetError } from '../data/errors.ts';
 import { hubDatasetPart, hubDatasetProblem } from '../data/hub-data.ts';
 import { datasetFiles, parseSpec } from '../data/layout.ts';
-import { closest } from '../driver-flags.ts';
+import { closest } from '../flag-suggest.ts';
 import { FlagError } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
 
@@ -77,6 +77,16 @@ export function datasetProblem(
   return undefined;
 }
 
+/** How an OpenRLHF agent in Python (`AgentInstance` / `AgentExecutor`) ports to an agent module. */
+function pythonAgent(file: string): string {
+  return (
+    `--agent-func: ${file} is Python; rtjob loads a .ts or .js module. An OpenRLHF AgentInstance ports as ` +
+    'export async function step(observation, action, label, ctx) returning { reward, done, environmentFeedback? } ' +
+    '(its step() with the states dict spread into arguments); a custom AgentExecutor.execute() as export class Workflow, ' +
+    'or agent(sample, env) with any OpenAI client (examples/agent.ts; README: Training with your own agent)'
+  );
+}
+
 /**
  * Checks the agent file, the model directory and the datasets of `o` against `cwd`, the directory
  * the job runs in; throws a {@link FlagError} naming the flag.
@@ -87,6 +97,7 @@ export function checkTrainPpoPaths(
   cwd = process.cwd(),
   env: Record<string, string | undefined> = process.env,
 ): void {
+  if (o.agentFunc?.endsWith('.py')) throw new FlagError('--agent-func', pythonAgent(o.agentFunc));
   if (o.agentFunc) {
     const path = isAbsolute(o.agentFunc) ? o.agentFunc : resolve(cwd, o.agentFunc);
     if (existsSync(path) && !isFile(path))
@@ -120,5 +131,42 @@ export function checkTrainPpoPaths(
   ] as const) {
     const problem = spec ? datasetProblem(spec, flag, cwd, split, env) : undefined;
     if (problem) throw new FlagError(flag, problem);
+  }
+}
+
+/**
+ * Checks `--input-key` and `--label-key` against the first record of each local dataset of
+ * `--prompt-data` and `--eval-dataset` (a built-in set has its own keys, a Hub dataset is checked
+ * once it is fetched), so a wrong key fails before any cluster starts, naming the flag and the
+ * fields there are. Reads one record per dataset.
+ */
+export async function checkTrainPpoKeys(
+  o: Pick<
+    TrainPpoOptions,
+    'promptData' | 'evalDataset' | 'inputKey' | 'labelKey' | 'applyChatTemplate'
+  > &
+    Partial<Pick<TrainPpoOptions, 'promptSplit' | 'evalSplit'>>,
+  cwd = process.cwd(),
+): Promise<void> {
+  const [{ readRecords }, { checkKeys }] = await Promise.all([
+    import('../data/read.ts'),
+    import('./data.ts'),
+  ]);
+  for (const [flag, spec, split] of [
+    ['--prompt-data', o.promptData, o.promptSplit ?? 'train'],
+    ['--eval-dataset', o.evalDataset, o.evalSplit ?? 'test'],
+  ] as const) {
+    for (const part of spec.split(',').map((s) => s.trim())) {
+      if (!part || Object.hasOwn(builtinDatasets, part) || hubDatasetPart(part, cwd)) continue;
+      const first: Record<string, unknown>[] = [];
+      try {
+        for await (const r of readRecords(resolve(cwd, part), { split, maxSamples: 1 }))
+          first.push(r);
+      } catch (err) {
+        if (err instanceof DatasetError) throw new FlagError(flag, `${flag}: ${err.message}`);
+        throw err;
+      }
+      if (first.length > 0) checkKeys(first, o.inputKey, o.labelKey, flag, o.applyChatTemplate);
+    }
   }
 }

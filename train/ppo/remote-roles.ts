@@ -12,6 +12,7 @@ import {
   defineActor,
   init,
   kill,
+  listNodes,
   placementGroup,
   shutdown,
   type PlacementGroup,
@@ -34,6 +35,8 @@ import { Trainer } from '../../roles/trainer.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { RunConfig } from './run-config.ts';
 import { RoleDiedError, type RoleName, TrainPpoError } from './errors.ts';
+import { FlagError } from '../driver-flags.ts';
+import { gpuProblem } from './gpu-check.ts';
 import { bundleCpus, placeRoles, type RunRoles } from './placement.ts';
 import {
   baseAsReference,
@@ -147,6 +150,13 @@ interface Placer {
 
 /** The placement group of the run's bundles (if any), and a {@link Placer} on it. */
 async function placer(o: TrainPpoOptions, roles: RunRoles): Promise<Placer> {
+  // GPUs no node offers fail here naming the flag, not as an infeasible placement group.
+  const alive = (await listNodes()).filter((n) => n.state === 'ALIVE');
+  const gpus = gpuProblem(
+    o,
+    alive.map((n) => n.total.GPU ?? 0),
+  );
+  if (gpus) throw new FlagError(gpus.flag, gpus.message);
   const env = roleEnv(o);
   const placement = placeRoles(o, roles);
   const pg = placement.bundles.length
@@ -340,6 +350,10 @@ export async function remoteRoles(c: RunConfig): Promise<Roles> {
     policy: () => trainer.shareWeights(),
     nodes,
     restartRollout: rolloutRestarter(s.rollouts, ready, nodes.rollouts),
+    restartedRollouts: async () =>
+      (await Promise.all(s.rollouts.map(actorInfo))).flatMap((info, i) =>
+        info.incarnation > ready[i]! ? [i] : [],
+      ),
     killRollout: (i: number) => kill(s.rollouts[i]!, { noRestart: false }),
     close: async () => {
       await Promise.allSettled(at.handles.map((h) => kill(h, { noRestart: true })));

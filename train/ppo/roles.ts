@@ -62,6 +62,11 @@ export interface Roles {
    * gives it the current weights.
    */
   restartRollout?: (i: number) => Promise<void>;
+  /**
+   * The rollouts the runtime restarted since they were last made ready (remote roles only): a
+   * death between calls, which no call saw, so the run still counts and logs it.
+   */
+  restartedRollouts?: () => Promise<number[]>;
   /** What each role computes on, from its `ready()`: see {@link roleBackends}. */
   backends?: string;
   /** Kills rollout `i`'s process so that the runtime restarts it (remote roles only). */

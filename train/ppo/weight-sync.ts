@@ -148,10 +148,24 @@ export async function syncWeights(
   // A fetch ahead of the load needs no probe of its own: the load (`apply`) is probed, and the
   // fetch has its deadline.
   const each = guarded(ctx, p.version, step !== 'stage');
+  if (step !== 'stage') await noticeRestarts(ctx, p.version);
   if (step === 'stage') return stagePolicy(ctx.roles, p, everyRollout(ctx.roles), each);
   if (step === 'load') await loadPolicy(ctx.roles, p, everyRollout(ctx.roles), each);
   else await applyPolicy(ctx.roles, p, each);
   ctx.published = p;
+}
+
+/**
+ * A rollout the runtime restarted between calls (killed while idle) would load the next weights
+ * and go on unnoticed: it is a restart of the run like any other, logged, counted in
+ * `rollout_restarts` and re-initialised (engine, current weights) before the sync.
+ */
+async function noticeRestarts(ctx: RunContext, version: number): Promise<void> {
+  const restarted = (await ctx.roles.restartedRollouts?.()) ?? [];
+  const why = new Error(
+    `its process died between calls; found before the weight sync of version ${version}`,
+  );
+  await Promise.all(restarted.map((i) => restartRollout(ctx, i, ctx.restarts[i] ?? 0, why, false)));
 }
 
 /** Sends the trainer's weights to every engine; returns the new version and the time taken. */
