@@ -58,8 +58,8 @@ test("a wrong --input_key of the user's own data fails before the start, naming 
 
 test('a dotted flag of OpenRLHF v0.11 rtjob does not take is quoted as typed (H7)', async () => {
   await refused(
-    ['--ds.zero_stage', '3'],
-    /train_ppo: unknown flag --ds\.zero_stage: not applicable/,
+    ['--ds.ring_attn_size', '2'],
+    /train_ppo: unknown flag --ds\.ring_attn_size: not applicable/,
   );
 });
 

@@ -217,8 +217,8 @@ test("OpenRLHF v0.11's dotted names read as the flat ones, and errors quote them
   );
   // A dotted name rtjob does not take keeps its flat name's note; an unknown one is quoted as typed.
   fails(
-    ['--ds.zero_stage', '3', '--actor.foo'],
-    /^2 unknown flags:\n {2}--ds\.zero_stage: not applicable: rtjob has no DeepSpeed.*\n {2}--actor\.foo: no such flag/,
+    ['--ds.ring_attn_size', '2', '--actor.foo'],
+    /^2 unknown flags:\n {2}--ds\.ring_attn_size: not applicable: no sequence parallelism.*\n {2}--actor\.foo: no such flag/,
   );
 });
 

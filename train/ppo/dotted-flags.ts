@@ -2,7 +2,7 @@
  * OpenRLHF v0.11's dotted flags (`--actor.adam.lr`, `--data.prompt_dataset`), each read as the
  * v0.9 flat flag it renamed (`openrlhf/utils/config.py` `hierarchize()` turns the dots into nested
  * args; the meanings did not change), so a script of either era ports as it reads. A flat name
- * rtjob does not take keeps its note (`--ds.zero_stage` → `--zero-stage: not applicable …`), and
+ * rtjob does not take keeps its note (`--ds.ring_attn_size` → `--ring-attn-size: not applicable …`), and
  * errors quote the dotted name the user typed. The README's porting section prints this table.
  *
  * @module
