@@ -267,8 +267,9 @@ test('train_ppo refuses a tracker it cannot use before anything starts', async (
     ],
     [{ 'use-mlflow': true }, {}, /^--use-mlflow: give the tracking server/],
     [
+      // Without WANDB_MODE a missing key writes the run offline (wandb-offline.test.ts).
       { 'use-wandb': true },
-      {},
+      { WANDB_MODE: 'online' },
       /^--use-wandb: no API key \(give --use-wandb KEY, set WANDB_API_KEY, or run `wandb login` for api\.wandb\.ai\)/,
     ],
   ] as const) {
