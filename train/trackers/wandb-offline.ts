@@ -31,7 +31,7 @@ import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import { FlagError } from '../driver-flags.ts';
 import { Message } from './protobuf.ts';
-import type { Tracker, TrackerRun } from './tracker.ts';
+import type { Row, Tracker, TrackerRun } from './tracker.ts';
 import { WandbDatastore } from './wandb-datastore.ts';
 import { finiteValues, wandbConfig, wandbHistoryRow, wandbRunId } from './wandb-run.ts';
 
@@ -69,16 +69,40 @@ function configYaml(config: Readonly<Record<string, unknown>>): string {
     .join('');
 }
 
+/** What {@link writeWandbRun} needs besides the target: the run's id and start, and its kind. */
+export interface WandbRunDirOptions {
+  id: string;
+  /** Unix milliseconds. */
+  startedMs: number;
+  /** `offline-run` (nothing is sent) or `run` (the local copy of an online run, as the SDK keeps). */
+  mode: 'offline-run' | 'run';
+}
+
+/** A run directory being written. */
+export interface WandbRunDir {
+  /** The directory `wandb sync` takes. */
+  readonly dir: string;
+  /** Writes one row (history and summary records) at once. */
+  log(row: Row): void;
+  /** Writes the exit record and `files/wandb-summary.json`. */
+  close(outcome: 'finished' | 'failed'): void;
+}
+
 /**
- * Writes a W&B run for `wandb sync`. A directory that cannot be made fails at once (as a bad
- * flag would); a later write error warns once and the run goes on.
+ * Writes a W&B run directory for `wandb sync`. A directory that cannot be made fails at once (as
+ * a bad flag would); a later write error warns once and the run goes on.
  */
-export function openWandbOffline(t: WandbOfflineTarget, run: TrackerRun): Tracker {
+export function writeWandbRun(
+  t: WandbOfflineTarget,
+  run: TrackerRun,
+  o: WandbRunDirOptions,
+): WandbRunDir {
   const warn = run.warn ?? ((l: string) => process.stderr.write(`${l}\n`));
-  const id = wandbRunId();
-  const started = new Date();
+  const { id } = o;
+  const started = new Date(o.startedMs);
   const wandbDir = resolve(t.root ?? '.', 'wandb');
-  const dir = join(wandbDir, `offline-run-${timespec(started)}-${id}`);
+  const name = `${o.mode}-${timespec(started)}-${id}`;
+  const dir = join(wandbDir, name);
   const config = wandbConfig(run.settings);
   const summary: Record<string, number> = {};
   let log: WandbDatastore;
@@ -88,7 +112,7 @@ export function openWandbOffline(t: WandbOfflineTarget, run: TrackerRun): Tracke
   } catch (err) {
     throw new FlagError(
       '--use-wandb',
-      `--use-wandb: cannot write an offline run under ${wandbDir} (${(err as Error).message}); set WANDB_DIR`,
+      `--use-wandb: cannot write a run directory under ${wandbDir} (${(err as Error).message}); set WANDB_DIR`,
     );
   }
   let num = 0;
@@ -104,62 +128,35 @@ export function openWandbOffline(t: WandbOfflineTarget, run: TrackerRun): Tracke
   };
 
   write(REC.header, new Message().bytes(1, new Message().bytes(1, 'rtjob')));
-  const seconds = Math.floor(started.getTime() / 1000);
-  const runRecord = new Message().bytes(1, id);
-  if (t.entity) runRecord.bytes(2, t.entity);
-  runRecord.bytes(3, t.project).bytes(4, items(1, config, new Message()));
-  if (t.group) runRecord.bytes(6, t.group);
-  runRecord
-    .bytes(7, run.program)
-    .bytes(8, run.name)
-    .bytes(13, hostname())
-    .bytes(17, new Message().int(1, seconds).int(2, (started.getTime() % 1000) * 1_000_000));
-  write(REC.run, runRecord);
+  write(REC.run, runRecord(t, run, id, started, config));
   writeFileSync(join(dir, 'files', 'config.yaml'), configYaml(config));
-  writeFileSync(
-    join(dir, 'files', 'wandb-metadata.json'),
-    `${JSON.stringify(
-      {
-        program: run.program,
-        args: process.argv.slice(2),
-        host: hostname(),
-        startedAt: started.toISOString(),
-        root: process.cwd(),
-        executable: process.execPath,
-      },
-      null,
-      2,
-    )}\n`,
-  );
+  writeFileSync(join(dir, 'files', 'wandb-metadata.json'), metadataJson(run, started));
   try {
     // As the SDK: `wandb/latest-run` names the newest run; another run may have just made it.
     rmSync(join(wandbDir, 'latest-run'), { force: true });
-    symlinkSync(`offline-run-${timespec(started)}-${id}`, join(wandbDir, 'latest-run'));
+    symlinkSync(name, join(wandbDir, 'latest-run'));
   } catch {
     // Only a convenience: the run directory is what `wandb sync` reads.
   }
 
-  const where = `${dir} (offline; upload it with: wandb sync ${dir})`;
   let closed = false;
   return {
-    kind: 'wandb',
-    where: () => where,
-    log(step, values) {
+    dir,
+    log(row) {
       if (closed) return;
-      const row = { step, time: Date.now(), values: { ...values } };
-      const history = items(1, wandbHistoryRow(row, started.getTime()), new Message());
-      if (step !== 0) history.bytes(2, new Message().int(1, step));
+      const history = items(1, wandbHistoryRow(row, o.startedMs), new Message());
+      if (row.step !== 0) history.bytes(2, new Message().int(1, row.step));
       write(REC.history, history);
-      const update = finiteValues(values);
+      const update = finiteValues(row.values);
       Object.assign(summary, update);
       write(REC.summary, items(1, update, new Message()));
     },
     close(outcome) {
-      if (closed) return Promise.resolve();
+      if (closed) return;
       closed = true;
       const exit = new Message();
       if (outcome === 'failed') exit.int(1, 1);
-      const runtime = Math.floor((Date.now() - started.getTime()) / 1000);
+      const runtime = Math.floor((Date.now() - o.startedMs) / 1000);
       if (runtime > 0) exit.int(2, runtime);
       write(REC.exit, exit);
       try {
@@ -168,6 +165,59 @@ export function openWandbOffline(t: WandbOfflineTarget, run: TrackerRun): Tracke
       } catch (err) {
         warn(`wandb: cannot finish ${dir} (${(err as Error).message})`);
       }
+    },
+  };
+}
+
+/** `RunRecord`: id, entity, project, config, group, job type, name, host, start time. */
+function runRecord(
+  t: WandbOfflineTarget,
+  run: TrackerRun,
+  id: string,
+  started: Date,
+  config: Readonly<Record<string, unknown>>,
+): Message {
+  const ms = started.getTime();
+  const r = new Message().bytes(1, id);
+  if (t.entity) r.bytes(2, t.entity);
+  r.bytes(3, t.project).bytes(4, items(1, config, new Message()));
+  if (t.group) r.bytes(6, t.group);
+  return r
+    .bytes(7, run.program)
+    .bytes(8, run.name)
+    .bytes(13, hostname())
+    .bytes(17, new Message().int(1, Math.floor(ms / 1000)).int(2, (ms % 1000) * 1_000_000));
+}
+
+/** `files/wandb-metadata.json`: what ran, where and when. */
+function metadataJson(run: TrackerRun, started: Date): string {
+  const meta = {
+    program: run.program,
+    args: process.argv.slice(2),
+    host: hostname(),
+    startedAt: started.toISOString(),
+    root: process.cwd(),
+    executable: process.execPath,
+  };
+  return `${JSON.stringify(meta, null, 2)}\n`;
+}
+
+/** `WANDB_MODE=offline`: a run written for `wandb sync`, and nothing sent. */
+export function openWandbOffline(t: WandbOfflineTarget, run: TrackerRun): Tracker {
+  const local = writeWandbRun(t, run, {
+    id: wandbRunId(),
+    startedMs: Date.now(),
+    mode: 'offline-run',
+  });
+  const where = `${local.dir} (offline; upload it with: wandb sync ${local.dir})`;
+  return {
+    kind: 'wandb',
+    where: () => where,
+    log(step, values) {
+      local.log({ step, time: Date.now(), values: { ...values } });
+    },
+    close(outcome) {
+      local.close(outcome);
       return Promise.resolve();
     },
   };
