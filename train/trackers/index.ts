@@ -145,6 +145,8 @@ export function openTrackers(o: TrackerOptions, ctx: OpenTrackersContext): Track
   if (o.useTensorboard) list.push(openTensorBoard(o.useTensorboard, run));
   if (wandb) {
     const entity = o.wandbOrg || ctx.env.WANDB_ENTITY;
+    // The SDK's WANDB_DIR: the directory that holds `wandb/`.
+    const root = ctx.env.WANDB_DIR || '.';
     const where = {
       project,
       ...(entity ? { entity } : {}),
@@ -152,11 +154,11 @@ export function openTrackers(o: TrackerOptions, ctx: OpenTrackersContext): Track
     };
     list.push(
       wandb.mode === 'offline'
-        ? openWandbOffline(
-            { ...where, ...(ctx.env.WANDB_DIR ? { root: ctx.env.WANDB_DIR } : {}) },
+        ? openWandbOffline({ ...where, root }, run)
+        : openWandb(
+            { apiKey: wandb.apiKey, baseUrl: wandbBase, localRoot: root, ...where, ...flush },
             run,
-          )
-        : openWandb({ apiKey: wandb.apiKey, baseUrl: wandbBase, ...where, ...flush }, run),
+          ),
     );
   }
   if (mlflow !== undefined) {

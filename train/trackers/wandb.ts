@@ -25,6 +25,7 @@ import {
   TrackerError,
   requestJson,
 } from './tracker.ts';
+import { writeWandbRun } from './wandb-offline.ts';
 import { finiteValues, wandbConfig, wandbHistoryRow, wandbRunId } from './wandb-run.ts';
 
 /** Where and as whom a W&B run is made. */
@@ -39,6 +40,11 @@ export interface WandbTarget {
   group?: string;
   /** @default 2000 */
   flushIntervalMs?: number;
+  /**
+   * Where the run's local copy goes (`<localRoot>/wandb/run-<time>-<id>/`, as the SDK keeps one),
+   * so rows the service never took can be uploaded later with `wandb sync`. Left out, none.
+   */
+  localRoot?: string;
 }
 
 /**
@@ -98,6 +104,19 @@ export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
   const headers = { authorization: `Basic ${Buffer.from(`api:${t.apiKey}`).toString('base64')}` };
   const id = wandbRunId();
   const started = Date.now();
+  const local =
+    t.localRoot !== undefined
+      ? writeWandbRun(
+          {
+            root: t.localRoot,
+            project: t.project,
+            ...(t.entity ? { entity: t.entity } : {}),
+            ...(t.group ? { group: t.group } : {}),
+          },
+          run,
+          { id, startedMs: started, mode: 'run' },
+        )
+      : undefined;
   let entity = t.entity;
   let project = t.project;
   let offset = 0;
@@ -119,6 +138,9 @@ export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
   const outbox = new Outbox({
     kind: 'wandb',
     warn,
+    ...(local
+      ? { lostHint: `its local copy has every row: wandb sync ${local.dir} uploads them` }
+      : {}),
     ...(t.flushIntervalMs !== undefined ? { flushIntervalMs: t.flushIntervalMs } : {}),
     async start() {
       if (!entity) {
@@ -172,9 +194,12 @@ export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
     kind: 'wandb',
     where: () => url,
     log(step, values) {
-      outbox.push({ step, time: Date.now(), values: { ...values } });
+      const row = { step, time: Date.now(), values: { ...values } };
+      local?.log(row);
+      outbox.push(row);
     },
     close(outcome, timeoutMs = 30_000) {
+      local?.close(outcome);
       return outbox.close(async () => {
         await fileStream({ complete: true, exitcode: outcome === 'failed' ? 1 : 0 });
       }, timeoutMs);
