@@ -56,7 +56,7 @@ export const trackerFlags: readonly FlagSpec<keyof TrackerOptions>[] = [
     kind: 'string',
     bare: 'true',
     secret: true,
-    help: 'log to Weights & Biases; the value is the API key as in OpenRLHF, or give the flag alone to use WANDB_API_KEY (or ~/.netrc); host WANDB_BASE_URL',
+    help: 'log to Weights & Biases; the value is the API key as in OpenRLHF, or give the flag alone to use WANDB_API_KEY (or ~/.netrc); host WANDB_BASE_URL; WANDB_MODE=offline (or no key) writes ./wandb/offline-run-* for wandb sync',
   },
   {
     key: 'wandbOrg',

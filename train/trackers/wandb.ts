@@ -9,7 +9,9 @@
  * W&B documents its SDKs, not these routes; they are what the SDKs send (rtjob does not use
  * `@wandb/sdk` itself: it was last released in 2024, and its worker throws out of event
  * handlers when the service fails, which would end a training run). Authentication is HTTP
- * Basic with user `api` and the API key, as the SDKs send it.
+ * Basic with user `api` and the API key, as the SDKs send it. Like the SDK, the run also keeps a
+ * local copy (`wandb/run-<time>-<id>/`, written by `wandb-offline.ts`), so rows the service never
+ * took can still be uploaded with `wandb sync`.
  *
  * @module
  */
