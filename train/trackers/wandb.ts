@@ -27,7 +27,7 @@ import {
   TrackerError,
   requestJson,
 } from './tracker.ts';
-import { writeWandbRun } from './wandb-offline.ts';
+import { type WandbRunDir, writeWandbRun } from './wandb-offline.ts';
 import { finiteValues, wandbConfig, wandbHistoryRow, wandbRunId } from './wandb-run.ts';
 
 /** Where and as whom a W&B run is made. */
@@ -99,6 +99,23 @@ function upsertConfig(settings: readonly RunSetting[]): string {
   return JSON.stringify(c);
 }
 
+/** The SDK's local copy of an online run, under the run's id (none without `localRoot`). */
+function localCopy(
+  t: WandbTarget,
+  run: TrackerRun,
+  id: string,
+  startedMs: number,
+): WandbRunDir | undefined {
+  if (t.localRoot === undefined) return undefined;
+  const target = {
+    root: t.localRoot,
+    project: t.project,
+    ...(t.entity ? { entity: t.entity } : {}),
+    ...(t.group ? { group: t.group } : {}),
+  };
+  return writeWandbRun(target, run, { id, startedMs, mode: 'run' });
+}
+
 /** Opens a W&B run; it is created in the background, and a service that is away only warns. */
 export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
   const warn = run.warn ?? ((l: string) => process.stderr.write(`${l}\n`));
@@ -106,19 +123,7 @@ export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
   const headers = { authorization: `Basic ${Buffer.from(`api:${t.apiKey}`).toString('base64')}` };
   const id = wandbRunId();
   const started = Date.now();
-  const local =
-    t.localRoot !== undefined
-      ? writeWandbRun(
-          {
-            root: t.localRoot,
-            project: t.project,
-            ...(t.entity ? { entity: t.entity } : {}),
-            ...(t.group ? { group: t.group } : {}),
-          },
-          run,
-          { id, startedMs: started, mode: 'run' },
-        )
-      : undefined;
+  const local = localCopy(t, run, id, started);
   let entity = t.entity;
   let project = t.project;
   let offset = 0;
