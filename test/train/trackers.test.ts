@@ -81,7 +81,11 @@ test('train_ppo sends every logged metric to TensorBoard, W&B and MLflow', async
   try {
     const { lines, rows, log } = runLog();
     const tb = join(root, 'tb');
-    const env = { WANDB_BASE_URL: wandb.url, MLFLOW_TRACKING_TOKEN: 'tok' };
+    const env = {
+      WANDB_BASE_URL: wandb.url,
+      WANDB_DIR: join(root, 'wandb-a'),
+      MLFLOW_TRACKING_TOKEN: 'tok',
+    };
     const s = await trainPpo(
       tinyRunArgs(model, join(root, 'ppo-out'), {
         'in-process': true,
@@ -107,6 +111,12 @@ test('train_ppo sends every logged metric to TensorBoard, W&B and MLflow', async
     assert.is(wr!.displayName, 'ppo-a');
     assert.is(wr!.groupName, 'g1');
     assert.is(wr!.exitcode, 0);
+    // The SDK's local copy of an online run, under the same id.
+    const id = [...wandb.runs.keys()][0]!.split('/')[2]!;
+    assert.equal(
+      readdirSync(join(root, 'wandb-a', 'wandb')).filter((n) => n.startsWith('run-')),
+      [readdirSync(join(root, 'wandb-a', 'wandb')).find((n) => n.endsWith(`-${id}`))],
+    );
     assert.is(wr!.config['n-samples-per-prompt']!.value, 2);
     assert.is(wr!.config['use-wandb']!.value, '(hidden)', 'the key is never sent as config');
     assert.not.ok(JSON.stringify(wr!.config).includes(key));
@@ -170,7 +180,11 @@ test('trackers that cannot be reached warn once each and the run keeps all its m
       'use-wandb': true,
       'use-mlflow': `http://127.0.0.1:${port}`,
     }),
-    { WANDB_API_KEY: key, WANDB_BASE_URL: `http://127.0.0.1:${port}` },
+    {
+      WANDB_API_KEY: key,
+      WANDB_BASE_URL: `http://127.0.0.1:${port}`,
+      WANDB_DIR: join(root, 'wandb-down'),
+    },
     { log, trackerFlushIntervalMs: 20 },
   );
   assert.is(s.steps, 2);
@@ -190,6 +204,14 @@ test('trackers that cannot be reached warn once each and the run keeps all its m
       `${kind} says what it could not deliver`,
     );
   }
+  // W&B's local copy (as the SDK keeps one) has every row, for `wandb sync` to upload later.
+  const [copy] = readdirSync(join(root, 'wandb-down', 'wandb')).filter((n) => n.startsWith('run-'));
+  const dir = join(root, 'wandb-down', 'wandb', copy!);
+  assert.ok(
+    lines.some((l) => l.endsWith(`its local copy has every row: wandb sync ${dir} uploads them`)),
+    lines.join('\n'),
+  );
+  assert.ok(readdirSync(dir).some((n) => /^run-[a-z0-9]{8}\.wandb$/.test(n)));
 });
 
 test('a tracker that comes back gets every queued row once, in order', async () => {
@@ -267,8 +289,9 @@ test('train_ppo refuses a tracker it cannot use before anything starts', async (
     ],
     [{ 'use-mlflow': true }, {}, /^--use-mlflow: give the tracking server/],
     [
+      // Without WANDB_MODE a missing key writes the run offline (wandb-offline.test.ts).
       { 'use-wandb': true },
-      {},
+      { WANDB_MODE: 'online' },
       /^--use-wandb: no API key \(give --use-wandb KEY, set WANDB_API_KEY, or run `wandb login` for api\.wandb\.ai\)/,
     ],
   ] as const) {

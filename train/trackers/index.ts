@@ -9,12 +9,13 @@
  *
  * @module
  */
-import { type FlagSpec, kebab } from '../driver-flags.ts';
+import { FlagError, type FlagSpec, kebab } from '../driver-flags.ts';
 import { mlflowUri, openMlflow } from './mlflow.ts';
 import { openOtlp, otlpHeaders, otlpTracesUrl } from './otlp.ts';
 import { openTensorBoard } from './tensorboard.ts';
 import type { RunSetting, Tracker } from './tracker.ts';
-import { openWandb, wandbApiKey } from './wandb.ts';
+import { openWandbOffline } from './wandb-offline.ts';
+import { openWandb, wandbApiKey, wandbKeyHint } from './wandb.ts';
 
 export type { RunSetting, Tracker } from './tracker.ts';
 
@@ -55,7 +56,7 @@ export const trackerFlags: readonly FlagSpec<keyof TrackerOptions>[] = [
     kind: 'string',
     bare: 'true',
     secret: true,
-    help: 'log to Weights & Biases; the value is the API key as in OpenRLHF, or give the flag alone to use WANDB_API_KEY (or ~/.netrc); host WANDB_BASE_URL',
+    help: 'log to Weights & Biases; the value is the API key as in OpenRLHF, or give the flag alone to use WANDB_API_KEY (or ~/.netrc); host WANDB_BASE_URL; WANDB_MODE=offline (or no key) writes ./wandb/offline-run-* for wandb sync',
   },
   {
     key: 'wandbOrg',
@@ -136,26 +137,28 @@ export function openTrackers(o: TrackerOptions, ctx: OpenTrackersContext): Track
   const flush = ctx.flushIntervalMs !== undefined ? { flushIntervalMs: ctx.flushIntervalMs } : {};
   // Every flag is checked before any tracker starts talking to a service.
   const wandbBase = (ctx.env.WANDB_BASE_URL || 'https://api.wandb.ai').replace(/\/+$/, '');
-  const wandbKey =
-    o.useWandb !== undefined ? wandbApiKey(o.useWandb, wandbBase, ctx.env) : undefined;
+  const wandb =
+    o.useWandb !== undefined ? wandbSink(o.useWandb, wandbBase, ctx.env, run.warn) : undefined;
   const mlflow = o.useMlflow !== undefined ? mlflowUri(o.useMlflow, ctx.env) : undefined;
   const otlp = o.otlpEndpoint !== undefined ? otlpTracesUrl(o.otlpEndpoint, ctx.env) : undefined;
   const list: Tracker[] = [];
   if (o.useTensorboard) list.push(openTensorBoard(o.useTensorboard, run));
-  if (wandbKey !== undefined) {
+  if (wandb) {
     const entity = o.wandbOrg || ctx.env.WANDB_ENTITY;
+    // The SDK's WANDB_DIR: the directory that holds `wandb/`.
+    const root = ctx.env.WANDB_DIR || '.';
+    const where = {
+      project,
+      ...(entity ? { entity } : {}),
+      ...(o.wandbGroup ? { group: o.wandbGroup } : {}),
+    };
     list.push(
-      openWandb(
-        {
-          apiKey: wandbKey,
-          baseUrl: wandbBase,
-          project,
-          ...(entity ? { entity } : {}),
-          ...(o.wandbGroup ? { group: o.wandbGroup } : {}),
-          ...flush,
-        },
-        run,
-      ),
+      wandb.mode === 'offline'
+        ? openWandbOffline({ ...where, root }, run)
+        : openWandb(
+            { apiKey: wandb.apiKey, baseUrl: wandbBase, localRoot: root, ...where, ...flush },
+            run,
+          ),
     );
   }
   if (mlflow !== undefined) {
@@ -182,6 +185,36 @@ export function openTrackers(o: TrackerOptions, ctx: OpenTrackersContext): Track
       await Promise.all(list.map((t) => t.close(outcome, timeoutMs)));
     },
   };
+}
+
+/**
+ * Where `--use-wandb` logs, read as the W&B SDK reads `WANDB_MODE`: `offline` (or `dryrun`) writes
+ * a run for `wandb sync` and needs no key; `disabled` logs nothing; `online` needs a key. Unset,
+ * a key makes it online and no key offline, with one line saying so (a cluster without internet
+ * has no key to give).
+ */
+function wandbSink(
+  flag: string,
+  baseUrl: string,
+  env: Readonly<Record<string, string | undefined>>,
+  warn: ((line: string) => void) | undefined,
+): { mode: 'online'; apiKey: string } | { mode: 'offline' } | undefined {
+  const mode = (env.WANDB_MODE ?? '').trim().toLowerCase();
+  if (mode === 'disabled') return undefined;
+  if (mode === 'offline' || mode === 'dryrun') return { mode: 'offline' };
+  if (mode !== '' && mode !== 'online' && mode !== 'run')
+    throw new FlagError(
+      '--use-wandb',
+      `--use-wandb: WANDB_MODE '${env.WANDB_MODE}' is none of online, offline, dryrun, disabled`,
+    );
+  const apiKey = wandbApiKey(flag, baseUrl, env);
+  if (apiKey !== undefined) return { mode: 'online', apiKey };
+  if (mode !== '')
+    throw new FlagError('--use-wandb', `--use-wandb: no API key (${wandbKeyHint(baseUrl)})`);
+  (warn ?? ((l: string) => process.stderr.write(`${l}\n`)))(
+    `wandb: no API key (${wandbKeyHint(baseUrl)}); the run is written offline for \`wandb sync\` (WANDB_MODE=offline says so without this line)`,
+  );
+  return { mode: 'offline' };
 }
 
 /**

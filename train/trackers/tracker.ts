@@ -105,6 +105,8 @@ export interface OutboxOptions {
   flushIntervalMs?: number;
   /** Rows kept while the service is away; older ones go first. @default 100000 */
   maxPending?: number;
+  /** Where the rows not delivered can still be found. @default `rtjob metrics JOB --csv has them all` */
+  lostHint?: string;
   warn: (line: string) => void;
 }
 
@@ -124,7 +126,12 @@ export class Outbox {
   #dropped = 0;
 
   constructor(o: OutboxOptions) {
-    this.#o = { flushIntervalMs: 2000, maxPending: 100_000, ...o };
+    this.#o = {
+      flushIntervalMs: 2000,
+      maxPending: 100_000,
+      lostHint: 'rtjob metrics JOB --csv has them all',
+      ...o,
+    };
   }
 
   push(row: Row): void {
@@ -208,7 +215,7 @@ export class Outbox {
       outcome instanceof Error ? outcome.message : outcome === 'late' ? 'no answer in time' : '';
     if (lost > 0)
       this.#o.warn(
-        `${this.#o.kind}: ${lost} step row(s) not delivered${why ? ` (${why})` : ''}; rtjob metrics JOB --csv has them all`,
+        `${this.#o.kind}: ${lost} step row(s) not delivered${why ? ` (${why})` : ''}; ${this.#o.lostHint}`,
       );
     else if (why) this.#o.warn(`${this.#o.kind}: the run was not marked ended (${why})`);
   }

@@ -9,14 +9,15 @@
  * W&B documents its SDKs, not these routes; they are what the SDKs send (rtjob does not use
  * `@wandb/sdk` itself: it was last released in 2024, and its worker throws out of event
  * handlers when the service fails, which would end a training run). Authentication is HTTP
- * Basic with user `api` and the API key, as the SDKs send it.
+ * Basic with user `api` and the API key, as the SDKs send it. Like the SDK, the run also keeps a
+ * local copy (`wandb/run-<time>-<id>/`, written by `wandb-offline.ts`), so rows the service never
+ * took can still be uploaded with `wandb sync`.
  *
  * @module
  */
 import { readFileSync } from 'node:fs';
 import { homedir, hostname } from 'node:os';
 import { join } from 'node:path';
-import { FlagError } from '../driver-flags.ts';
 import {
   Outbox,
   type Row,
@@ -26,6 +27,8 @@ import {
   TrackerError,
   requestJson,
 } from './tracker.ts';
+import { type WandbRunDir, writeWandbRun } from './wandb-offline.ts';
+import { finiteValues, wandbConfig, wandbHistoryRow, wandbRunId } from './wandb-run.ts';
 
 /** Where and as whom a W&B run is made. */
 export interface WandbTarget {
@@ -39,15 +42,23 @@ export interface WandbTarget {
   group?: string;
   /** @default 2000 */
   flushIntervalMs?: number;
+  /**
+   * Where the run's local copy goes (`<localRoot>/wandb/run-<time>-<id>/`, as the SDK keeps one),
+   * so rows the service never took can be uploaded later with `wandb sync`. Left out, none.
+   */
+  localRoot?: string;
 }
 
-/** The API key `--use-wandb` names: its value, else `WANDB_API_KEY`, else the host's `~/.netrc` entry. */
+/**
+ * The API key `--use-wandb` names: its value, else `WANDB_API_KEY`, else the host's `~/.netrc`
+ * entry; `undefined` when there is none.
+ */
 export function wandbApiKey(
   flag: string,
   baseUrl: string,
   env: Readonly<Record<string, string | undefined>>,
   netrcPath = join(env.HOME ?? homedir(), '.netrc'),
-): string {
+): string | undefined {
   if (flag !== 'true') return flag;
   if (env.WANDB_API_KEY) return env.WANDB_API_KEY;
   const host = new URL(baseUrl).hostname;
@@ -59,12 +70,14 @@ export function wandbApiKey(
         if (words[j] === 'password' && words[j + 1]) return words[j + 1]!;
     }
   } catch {
-    // No ~/.netrc: the error below says what to do.
+    // No ~/.netrc: no key.
   }
-  throw new FlagError(
-    '--use-wandb',
-    `--use-wandb: no API key (give --use-wandb KEY, set WANDB_API_KEY, or run \`wandb login\` for ${host})`,
-  );
+  return undefined;
+}
+
+/** How to give a key, for the host of `baseUrl`. */
+export function wandbKeyHint(baseUrl: string): string {
+  return `give --use-wandb KEY, set WANDB_API_KEY, or run \`wandb login\` for ${new URL(baseUrl).hostname}`;
 }
 
 const upsertBucket = `mutation UpsertBucket($name: String, $project: String, $entity: String, $groupName: String, $displayName: String, $config: JSONString, $host: String, $program: String, $jobType: String) {
@@ -79,23 +92,28 @@ interface GraphQlAnswer<T> {
   errors?: { message: string }[];
 }
 
-/** A setting's value as W&B shows it: numbers and booleans typed, the rest text. */
-function configValue(v: string): string | number | boolean {
-  if (v === 'true' || v === 'false') return v === 'true';
-  return v.trim() !== '' && Number.isFinite(Number(v)) ? Number(v) : v;
-}
-
-/** W&B's config form: `{ name: { value, desc } }`. */
-function wandbConfig(settings: readonly RunSetting[]): string {
+/** W&B's config form on its GraphQL route: `{ name: { value, desc } }`. */
+function upsertConfig(settings: readonly RunSetting[]): string {
   const c: Record<string, { value: unknown; desc: null }> = {};
-  for (const s of settings) c[s.name] = { value: configValue(s.value), desc: null };
+  for (const [k, value] of Object.entries(wandbConfig(settings))) c[k] = { value, desc: null };
   return JSON.stringify(c);
 }
 
-/** A W&B run id: eight lowercase letters and digits, as the SDKs make them. */
-function runId(): string {
-  const a = 'abcdefghijklmnopqrstuvwxyz0123456789';
-  return Array.from({ length: 8 }, () => a[Math.floor(Math.random() * a.length)]).join('');
+/** The SDK's local copy of an online run, under the run's id (none without `localRoot`). */
+function localCopy(
+  t: WandbTarget,
+  run: TrackerRun,
+  id: string,
+  startedMs: number,
+): WandbRunDir | undefined {
+  if (t.localRoot === undefined) return undefined;
+  const target = {
+    root: t.localRoot,
+    project: t.project,
+    ...(t.entity ? { entity: t.entity } : {}),
+    ...(t.group ? { group: t.group } : {}),
+  };
+  return writeWandbRun(target, run, { id, startedMs, mode: 'run' });
 }
 
 /** Opens a W&B run; it is created in the background, and a service that is away only warns. */
@@ -103,8 +121,9 @@ export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
   const warn = run.warn ?? ((l: string) => process.stderr.write(`${l}\n`));
   const base = t.baseUrl.replace(/\/+$/, '');
   const headers = { authorization: `Basic ${Buffer.from(`api:${t.apiKey}`).toString('base64')}` };
-  const id = runId();
+  const id = wandbRunId();
   const started = Date.now();
+  const local = localCopy(t, run, id, started);
   let entity = t.entity;
   let project = t.project;
   let offset = 0;
@@ -126,6 +145,9 @@ export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
   const outbox = new Outbox({
     kind: 'wandb',
     warn,
+    ...(local
+      ? { lostHint: `its local copy has every row: wandb sync ${local.dir} uploads them` }
+      : {}),
     ...(t.flushIntervalMs !== undefined ? { flushIntervalMs: t.flushIntervalMs } : {}),
     async start() {
       if (!entity) {
@@ -147,7 +169,7 @@ export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
         entity,
         ...(t.group ? { groupName: t.group } : {}),
         displayName: run.name,
-        config: wandbConfig(run.settings),
+        config: upsertConfig(run.settings),
         host: hostname(),
         program: run.program,
         jobType: run.program,
@@ -160,16 +182,9 @@ export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
     },
     async send(rows: Row[]) {
       const lines = rows.map((r) => {
-        const finite = Object.fromEntries(
-          Object.entries(r.values).filter(([, v]) => Number.isFinite(v)),
-        );
-        Object.assign(summary, finite);
-        return JSON.stringify({
-          ...finite,
-          _step: r.step,
-          _runtime: (r.time - started) / 1000,
-          _timestamp: r.time / 1000,
-        });
+        const h = wandbHistoryRow(r, started);
+        Object.assign(summary, finiteValues(r.values));
+        return JSON.stringify(h);
       });
       await fileStream({
         files: {
@@ -186,9 +201,12 @@ export function openWandb(t: WandbTarget, run: TrackerRun): Tracker {
     kind: 'wandb',
     where: () => url,
     log(step, values) {
-      outbox.push({ step, time: Date.now(), values: { ...values } });
+      const row = { step, time: Date.now(), values: { ...values } };
+      local?.log(row);
+      outbox.push(row);
     },
     close(outcome, timeoutMs = 30_000) {
+      local?.close(outcome);
       return outbox.close(async () => {
         await fileStream({ complete: true, exitcode: outcome === 'failed' ? 1 : 0 });
       }, timeoutMs);
