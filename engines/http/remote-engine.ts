@@ -43,6 +43,11 @@ import type {
 import { writeLoraAdapter, type LoraAdapter } from '../../model/lora-adapter.ts';
 import type { NamedTensors } from '../../model/tensors.ts';
 import { backoffDelayMs, delay } from './backoff.ts';
+import {
+  type DistributedRoutes,
+  type DistributedSyncOptions,
+  DistributedWeights,
+} from './distributed-weights.ts';
 import { EngineError, isEngineError } from './errors.ts';
 import { RequestGate } from './gate.ts';
 import { httpCall, httpStream } from './http-call.ts';
@@ -141,6 +146,8 @@ export interface EngineProtocol {
    * back). When not, a server whose reload failed is out of service until a reload succeeds.
    */
   readonly atomicReload: boolean;
+  /** The routes that receive full weights in memory over a c10d group (`distributed-weights.ts`). */
+  readonly distributed?: DistributedRoutes;
   /** Loads the PEFT adapter directory `path` under `name` (the server's run-time LoRA route). */
   loadAdapter?(call: ServerCall, name: string, path: string): Promise<void>;
   /** Unloads the adapter `name`. */
@@ -190,6 +197,13 @@ export interface RemoteEngineOptions {
    * for `updateWeights({ kind: 'tensors' })`. Without it only `{ kind: 'disk' }` updates work.
    */
   writeCheckpoint?: (tensors: NamedTensors, version: number) => Promise<string>;
+  /**
+   * Full weights in memory: `updateWeights({ kind: 'tensors' })` broadcasts them from this
+   * process over a Gloo or NCCL group the servers join (`distributed-weights.ts`) instead of
+   * writing a checkpoint. A server that rejoins later is reloaded from `writeCheckpoint`'s
+   * directory. @default reloads from disk
+   */
+  weightSync?: DistributedSyncOptions;
   /** Told when a server goes down (its requests are re-sent elsewhere) or comes back. */
   onServerEvent?: (e: ServerEvent) => void;
   /**
@@ -348,6 +362,9 @@ interface LiveAdapter {
   cancel: AbortController;
 }
 
+/** Full weights as an update carries them: a checkpoint directory, or the tensors in memory. */
+type WeightSource = { path: string } | { tensors: NamedTensors };
+
 /** The steps of a weight update, as a timed-out one names them. */
 export type WeightSyncPhase = 'pause' | 'reload' | 'continue' | 'catch-up reload';
 
@@ -379,9 +396,11 @@ export class RemoteEngine implements InferenceEngine {
   readonly maxTopLogprobs: number;
   private readonly protocol: EngineProtocol;
   private readonly opts: Required<
-    Omit<RemoteEngineOptions, 'writeCheckpoint' | 'onServerEvent' | 'loraDir'>
+    Omit<RemoteEngineOptions, 'writeCheckpoint' | 'onServerEvent' | 'loraDir' | 'weightSync'>
   > &
     Pick<RemoteEngineOptions, 'writeCheckpoint' | 'loraDir'>;
+  /** Rank 0 of the servers' weight group, with `weightSync`. */
+  private readonly distributed: DistributedWeights | undefined;
   private readonly pool: ServerPool;
   private readonly gate = new RequestGate();
   private readonly httpInFlight = new Set<Promise<unknown>>();
@@ -390,7 +409,8 @@ export class RemoteEngine implements InferenceEngine {
   private readonly closing = new AbortController();
   private version = 0;
   private userPause: 'abort' | 'wait' | null = null;
-  private lastUpdate: { path: string; version: number } | null = null;
+  /** The last full weights: a checkpoint's path, or (sent in memory) the tensors themselves. */
+  private lastUpdate: { source: WeightSource; version: number } | null = null;
   /** Servers this engine put to sleep and has not woken. */
   private readonly asleep = new Set<string>();
   /** Servers a failed non-atomic reload left without usable weights. */
@@ -420,6 +440,13 @@ export class RemoteEngine implements InferenceEngine {
         `loraSlots must be an integer ≥ 2 (the maximum staleness + 2), got ${this.opts.loraSlots}`,
       );
     this.maxTopLogprobs = this.opts.maxTopLogprobs;
+    const ws = options.weightSync;
+    if (ws && !protocol.distributed)
+      throw new EngineError(
+        'CONFIG',
+        `${this.kind} servers take no weights over ${ws.backend} here`,
+      );
+    this.distributed = ws && new DistributedWeights(ws, this.kind, protocol.distributed!);
     this.pool = new ServerPool({
       urls: options.urls,
       healthPath: this.opts.healthPath,
@@ -531,6 +558,13 @@ export class RemoteEngine implements InferenceEngine {
       this.updateChain = run.catch(() => undefined);
       return run;
     }
+    if (update.kind === 'tensors' && this.distributed) {
+      const source = { tensors: update.tensors };
+      await this.distributed.prepare();
+      const run = this.updateChain.then(() => this.applyUpdate(source, version));
+      this.updateChain = run.catch(() => undefined);
+      return run;
+    }
     if (update.kind === 'disk') path = update.path;
     else if (this.opts.writeCheckpoint)
       path = await this.opts.writeCheckpoint(update.tensors, version);
@@ -541,7 +575,7 @@ export class RemoteEngine implements InferenceEngine {
       );
     }
     this.protocol.validateUpdate?.(path);
-    const run = this.updateChain.then(() => this.applyUpdate(path, version));
+    const run = this.updateChain.then(() => this.applyUpdate({ path }, version));
     this.updateChain = run.catch(() => undefined);
     return run;
   }
@@ -599,6 +633,7 @@ export class RemoteEngine implements InferenceEngine {
     this.cancel.abort(err);
     this.closing.abort(err);
     this.pool.close();
+    this.distributed?.close();
     await Promise.allSettled([...this.httpInFlight]);
     for (const a of this.adapters) rmSync(a.path, { recursive: true, force: true });
   }
@@ -839,7 +874,7 @@ export class RemoteEngine implements InferenceEngine {
     }
   }
 
-  private async applyUpdate(path: string, version: number): Promise<void> {
+  private async applyUpdate(source: WeightSource, version: number): Promise<void> {
     this.assertOpen();
     const deadline = Date.now() + this.opts.weightSyncTimeoutMs;
     const sync = { version, deadline };
@@ -855,15 +890,7 @@ export class RemoteEngine implements InferenceEngine {
         await Promise.allSettled(inFlight);
       }
       const urls = this.pool.upUrls();
-      const results = await Promise.allSettled(
-        urls.map((url) =>
-          this.protocol.reloadWeights(
-            this.callOn(url, { ...sync, phase: 'reload' }),
-            path,
-            version,
-          ),
-        ),
-      );
+      const { results, atomic } = await this.loadOn(urls, source, sync);
       const failed = results.flatMap((r, i) =>
         r.status === 'rejected' ? [{ url: urls[i]!, err: r.reason as Error }] : [],
       );
@@ -874,18 +901,18 @@ export class RemoteEngine implements InferenceEngine {
       );
       urls.forEach((url, i) => {
         if (results[i]!.status === 'fulfilled') this.withoutWeights.delete(url);
-        else if (!this.protocol.atomicReload) this.withoutWeights.add(url);
+        else if (!atomic) this.withoutWeights.add(url);
       });
       if (failed.length > 0 && failed.length === urls.length) {
         // Where a failed reload rolls back, every server still holds the old weights and stays
         // in service; where it may not, none may serve until a reload succeeds.
         let after = `the servers keep version ${this.version}`;
-        if (!this.protocol.atomicReload) {
+        if (!atomic) {
           after =
             'the servers may have lost their weights and are out of service until an update succeeds';
         }
         for (const f of failed) {
-          if (!this.protocol.atomicReload || abandoned.includes(f))
+          if (!atomic || abandoned.includes(f))
             this.pool.markDownUrl(f.url, `weight update failed part way: ${f.err.message}`);
         }
         const codes = new Set(
@@ -909,7 +936,7 @@ export class RemoteEngine implements InferenceEngine {
       for (const f of failed)
         this.pool.markDownUrl(f.url, `weight update failed: ${f.err.message}`);
       this.version = version;
-      this.lastUpdate = { path, version };
+      this.lastUpdate = { source, version };
       // Full weights are the whole policy: adapters over the old base no longer apply.
       const retired = this.adapters;
       this.adapters = [];
@@ -929,6 +956,47 @@ export class RemoteEngine implements InferenceEngine {
       }
       this.gate.open('updating');
     }
+  }
+
+  /**
+   * Loads `source` on `urls`: each reloads the checkpoint, or all receive the tensors together
+   * over the weight group. `atomic`: a server that failed still serves its old weights (SGLang's
+   * reload rolls back; a transfer that failed before any bucket landed changed nothing).
+   */
+  private async loadOn(
+    urls: string[],
+    source: WeightSource,
+    sync: SyncDeadline,
+  ): Promise<{ results: PromiseSettledResult<void>[]; atomic: boolean }> {
+    const call = (url: string) => this.callOn(url, { ...sync, phase: 'reload' });
+    if ('tensors' in source) {
+      const sent = await this.distributed!.send(
+        urls,
+        source.tensors,
+        sync.version,
+        call,
+        sync.deadline,
+      );
+      return { results: sent.results, atomic: !sent.landed };
+    }
+    const { path } = source;
+    const results = await Promise.allSettled(
+      urls.map((url) => this.protocol.reloadWeights(call(url), path, sync.version)),
+    );
+    return { results, atomic: this.protocol.atomicReload };
+  }
+
+  /** A checkpoint of the last weights, written now where they were sent in memory. */
+  private async pathOf(last: { source: WeightSource; version: number }): Promise<string> {
+    if ('path' in last.source) return last.source.path;
+    if (!this.opts.writeCheckpoint)
+      throw new EngineError(
+        'UNSUPPORTED',
+        `a rejoining ${this.kind} server is reloaded from disk: set writeCheckpoint`,
+      );
+    const path = await this.opts.writeCheckpoint(last.source.tensors, last.version);
+    this.lastUpdate = { source: { path }, version: last.version };
+    return path;
   }
 
   /**
@@ -970,7 +1038,7 @@ export class RemoteEngine implements InferenceEngine {
     }
     const last = this.lastUpdate;
     const current = this.adapters.at(-1);
-    if (last) await this.protocol.reloadWeights(call, last.path, last.version);
+    if (last) await this.protocol.reloadWeights(call, await this.pathOf(last), last.version);
     else if (this.withoutWeights.has(url) && !current) {
       throw new EngineError(
         'UNSUPPORTED',

@@ -36,6 +36,7 @@ import {
   type ServerCall,
 } from '../http/remote-engine.ts';
 import type { StopReason, TopLogprobs } from '../types.ts';
+import { sglangDistributedRoutes } from './distributed-routes.ts';
 
 /** Options of {@link SglangEngine}. */
 export interface SglangEngineOptions extends RemoteEngineOptions {
@@ -122,6 +123,7 @@ export function sglangProtocol(opts: SglangEngineOptions = { urls: [] }): Engine
     },
     // A failed update_weights_from_disk reloads the previous weights before answering.
     atomicReload: true,
+    distributed: sglangDistributedRoutes,
     pauseServer: (call) => callOptional(call, '/pause_generation', { mode: 'abort' }),
     async continueServer(call) {
       await callOptional(call, '/continue_generation', {});

@@ -41,6 +41,7 @@ import {
   type ServerCall,
 } from '../http/remote-engine.ts';
 import type { StopReason, TopLogprobs } from '../types.ts';
+import { vllmWeightTransferRoutes } from './weight-transfer.ts';
 
 /** How `updateWeights` makes a vLLM server load a checkpoint. */
 export type VllmReload =
@@ -135,6 +136,7 @@ export function vllmProtocol(opts: VllmEngineOptions = { urls: [] }): EngineProt
     },
     // sleep level 2 discards the weights, and reload_weights may fail half loaded.
     atomicReload: false,
+    distributed: vllmWeightTransferRoutes,
     pauseServer: (call) => callOptional(call, '/pause?mode=abort'),
     async continueServer(call) {
       await callOptional(call, '/resume');
