@@ -22,6 +22,7 @@ import {
   simulatedEngine,
   type SimulatedLengths,
 } from './simulated/simulated-engine.ts';
+import type { DistributedSyncOptions } from './http/distributed-weights.ts';
 import { sglangLoraServerArgs } from './sglang/lora-args.ts';
 import type { InferenceEngine, LoraServerSlots, ServerArgs } from './types.ts';
 import { vllmLoraServerArgs } from './vllm/lora-args.ts';
@@ -56,6 +57,8 @@ export interface EngineBuildOptions {
   weightSyncTimeoutMs?: number;
   /** Servers: writes an HF directory of `tensors` for the servers to reload, returns its path. */
   writeCheckpoint?: (tensors: NamedTensors, version: number) => Promise<string>;
+  /** Servers whose entry has `weightBroadcast`: full weights by broadcast over c10d, not by disk. */
+  weightSync?: DistributedSyncOptions;
   /** Servers, a LoRA policy: where each version's PEFT adapter is written, and slots per server. */
   loraDir?: string;
   loraSlots?: number;
@@ -74,6 +77,11 @@ export interface EngineSpec {
   /** One line for `--help` and the READMEs. */
   summary: string;
   create(o: EngineBuildOptions): Promise<InferenceEngine>;
+  /**
+   * Servers that join a c10d group and take full weights broadcast from rank 0 (SGLang's and
+   * vLLM's RL routes), so `--vllm_sync_backend gloo|nccl` applies.
+   */
+  weightBroadcast: boolean;
   /** Servers: the flags a LoRA policy's servers start with (`engines/launcher.ts`). */
   loraServerArgs?: (o: LoraServerSlots) => ServerArgs;
 }
@@ -84,6 +92,7 @@ const serverOptions = (o: EngineBuildOptions) => {
     urls: o.urls,
     ...(o.weightSyncTimeoutMs ? { weightSyncTimeoutMs: o.weightSyncTimeoutMs } : {}),
     ...(o.writeCheckpoint ? { writeCheckpoint: o.writeCheckpoint } : {}),
+    ...(o.weightSync ? { weightSync: o.weightSync } : {}),
     ...(o.loraDir ? { loraDir: o.loraDir, loraSlots: o.loraSlots } : {}),
   };
 };
@@ -93,6 +102,7 @@ const engines = {
     runs: 'in-process',
     offered: true,
     gguf: false,
+    weightBroadcast: false,
     summary: "rtjob's own batched decoder on the TF.js model",
     create: async (o) =>
       BuiltinEngine.create({
@@ -107,6 +117,7 @@ const engines = {
     runs: 'in-process',
     offered: true,
     gguf: true,
+    weightBroadcast: false,
     summary: 'llama.cpp (node-llama-cpp) on a GGUF written from the same weights',
     create: async (o) => {
       const { LlamaCppEngine } = await import('./llamacpp/index.ts');
@@ -126,6 +137,7 @@ const engines = {
     runs: 'servers',
     offered: true,
     gguf: false,
+    weightBroadcast: true,
     summary: 'SGLang servers through their native /generate and weight-update routes',
     loraServerArgs: sglangLoraServerArgs,
     create: async (o) => {
@@ -137,6 +149,7 @@ const engines = {
     runs: 'servers',
     offered: true,
     gguf: false,
+    weightBroadcast: true,
     summary: 'vLLM servers through their OpenAI routes and weight reload',
     loraServerArgs: vllmLoraServerArgs,
     create: async (o) => {
@@ -148,6 +161,7 @@ const engines = {
     runs: 'model-free',
     offered: false,
     gguf: false,
+    weightBroadcast: false,
     summary: 'no model: tokens after a per-token delay (orchestration benchmarks)',
     create: async (o) => (o.simulated ? simulatedEngine(o.simulated) : new SimulatedEngine()),
   },
@@ -208,6 +222,10 @@ export const offeredEngineNames = (): string => choices(offeredEngineKinds);
 /** The kinds of `--engine` that take `--rollout-dtype` and `--llamacpp-gpu`, as `a or b`. */
 export const ggufEngineNames = (): string =>
   choices(offeredEngineKinds.filter((k) => engines[k].gguf).map((k) => `--engine ${k}`));
+
+/** The kinds whose servers take weights by broadcast, as `--engine a or --engine b`. */
+export const weightBroadcastEngineNames = (): string =>
+  choices(offeredEngineKinds.filter((k) => engines[k].weightBroadcast).map((k) => `--engine ${k}`));
 
 /** The kinds that drive servers, as `--engine a or --engine b`. */
 export const serverEngineNames = (): string =>

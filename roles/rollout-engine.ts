@@ -18,6 +18,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { currentRuntime } from '../runtime/client/runtime.ts';
 import { readEnv } from '../runtime/env.ts';
 import { InvalidArgumentError } from '../runtime/errors.ts';
 import {
@@ -73,6 +74,13 @@ export interface RolloutEngineInit {
    * (`--engine-launch`) and load each version's adapter by name (`engines/README.md`).
    */
   lora?: RolloutLora;
+  /**
+   * How full weights reach `sglang` / `vllm` servers: `gloo` or `nccl` (broadcast from this
+   * process, rank 0 of a group the servers join at this rollout's address) or `disk` (a
+   * checkpoint under `weightsDir` they reload). A LoRA adapter is always written for them to
+   * load. @default 'disk'
+   */
+  weightSyncBackend?: 'disk' | 'gloo' | 'nccl';
   /** Limit on one weight update of an `sglang` / `vllm` engine. @default 600_000 */
   weightSyncTimeoutMs?: number;
   /** Seed of the engine's sampling stream. @default 0 */
@@ -142,9 +150,13 @@ export async function createRolloutEngine(
   const weightsDir = resolve(
     init.weightsDir ?? join(tmpdir(), `rtjob-engine-weights-${process.pid}`),
   );
+  const sync = init.weightSyncBackend;
   const engine = await createEngine(kind, {
     urls,
     ...(init.weightSyncTimeoutMs ? { weightSyncTimeoutMs: init.weightSyncTimeoutMs } : {}),
+    ...(sync && sync !== 'disk'
+      ? { weightSync: { backend: sync, host: currentRuntime()?.server.host ?? '127.0.0.1' } }
+      : {}),
     writeCheckpoint: (t: NamedTensors, v: number) =>
       writeEngineCheckpoint(weightsDir, pretrain, t, v),
     ...(init.lora ? { loraDir: join(weightsDir, 'lora'), loraSlots: init.lora.slots } : {}),

@@ -69,8 +69,6 @@ export const foreignFlagNotes: Readonly<Record<string, Note>> = {
   'vllm-gpu-memory-utilization': vllmServerFlag('--gpu-memory-utilization'),
   'enforce-eager': vllmServerFlag('--enforce-eager'),
   'enable-prefix-caching': vllmServerFlag('--enable-prefix-caching'),
-  'vllm-sync-backend':
-    'not applicable: weights reach vLLM/SGLang as files the servers reload (--engine-weights-path), with no NCCL group',
   'vllm-enable-sleep': '--colocate-all-models puts the engine to sleep while the trainer trains',
   'colocate-actor-ref': '--colocate-all-models places every role in one placement group',
   'colocate-critic-reward': '--colocate-all-models places every role in one placement group',

@@ -27,6 +27,7 @@ import {
   policyLossSpec,
 } from '../../algorithms/policy-loss-types.ts';
 import { valueLossDefaults } from '../../algorithms/value-loss.ts';
+import { weightSyncBackends } from '../../engines/http/distributed-weights.ts';
 import { defaultEngineKind, offeredEngineKinds } from '../../engines/registry.ts';
 import { ggufDtypes } from '../../model/gguf/index.ts';
 import { LR_SCHEDULERS } from '../../model/lr-schedule.ts';
@@ -565,6 +566,13 @@ const afterLora = [
     'string',
     '',
     'where weights for sglang|vllm servers are written (a path the servers can read); default <ckpt-path>/engine_weights',
+  ),
+  F(
+    'vllmSyncBackend',
+    'string',
+    unset<(typeof weightSyncBackends)[number]>(),
+    "how full weights reach --engine sglang|vllm servers: nccl or gloo (broadcast from the rollout's rank 0 over a group the servers join, OpenRLHF's --vllm_sync_backend) or disk (a checkpoint they reload); default nccl where libtorch has CUDA, else disk",
+    { choices: weightSyncBackends },
   ),
   F(
     'engineHealthTimeoutMs',

@@ -12,6 +12,7 @@
 import {
   engineSpec,
   ggufEngineNames,
+  weightBroadcastEngineNames,
   runsInProcess,
   serverEngineNames,
 } from '../../engines/registry.ts';
@@ -253,6 +254,13 @@ function checkEngines(o: TrainPpoOptions): void {
   checkRolloutDtype(o);
   if (o.llamacppGpu !== undefined && !engineSpec(o.engine).gguf)
     fail('--llamacpp-gpu', `--llamacpp-gpu applies to ${ggufEngineNames()} only`);
+  if (o.vllmSyncBackend !== undefined && o.vllmSyncBackend !== 'disk') {
+    if (!engineSpec(o.engine).weightBroadcast)
+      fail(
+        '--vllm-sync-backend',
+        `--vllm-sync-backend ${o.vllmSyncBackend} applies to ${weightBroadcastEngineNames()} only`,
+      );
+  }
   if (o.engineUrl !== undefined) {
     if (local) fail('--engine-url', `--engine-url needs ${serverEngineNames()}`);
     const urls = engineUrls(o);

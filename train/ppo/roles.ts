@@ -20,6 +20,7 @@ import type { TrainPpoOptions } from './options.ts';
 import type { RunConfig } from './run-config.ts';
 import type { PolicyWeights } from '../../engines/types.ts';
 import { engineSpec, runsInProcess } from '../../engines/registry.ts';
+import { torchCudaLikely } from '../../model/backends/torch/index.ts';
 
 /** A version of the policy as the engines take it: a ref the trainer owns, or (in-process) the value. */
 export interface PolicyUpdate {
@@ -145,6 +146,12 @@ export function llamacppGpu(o: TrainPpoOptions): 'auto' | 'cuda' | 'vulkan' | fa
   return asked === 'off' ? false : asked;
 }
 
+/** How full weights reach the servers: `--vllm-sync-backend`, else NCCL where libtorch has CUDA. */
+export function weightSyncBackend(o: TrainPpoOptions): 'disk' | 'gloo' | 'nccl' {
+  if (o.vllmSyncBackend !== undefined) return o.vllmSyncBackend;
+  return engineSpec(o.engine).weightBroadcast && torchCudaLikely() ? 'nccl' : 'disk';
+}
+
 /** Constructor arguments of each role: the flags it reads and the resolved options it takes. */
 export function roleInits(c: RunConfig) {
   const { flags: o, lora } = c;
@@ -168,6 +175,7 @@ export function roleInits(c: RunConfig) {
               `rollout_${i}`,
             ),
             ...(servers ? { lora: servers } : {}),
+            weightSyncBackend: weightSyncBackend(o),
           }
         : {}),
       ...(o.agentFunc ? { agentFunc: o.agentFunc } : {}),
