@@ -9,13 +9,13 @@
  *
  * `BENCH_COLLECTIVE_MIB` (256), `BENCH_COLLECTIVE_ROUNDS` (5). Writes bench/results/collective.json.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { cpus } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { defineActor, get, init, kill, shutdown } from '../runtime/index.ts';
 import type { CollectiveBackend } from '../runtime/index.ts';
+import { cpuModel } from './machine.ts';
 
 type MemberT = typeof import('../test/fixtures/runtime/collective-member.ts').Member;
 const Member = defineActor<MemberT>(
@@ -80,15 +80,6 @@ async function python(): Promise<number[]> {
   return a!.map((t, i) => Math.max(t, b![i]!));
 }
 
-function cpuModel(): string {
-  try {
-    const out = execFileSync('lscpu', { encoding: 'utf8' });
-    return /Model name:\s*(.+)/.exec(out)?.[1]?.trim() ?? cpus()[0]!.model;
-  } catch {
-    return cpus()[0]!.model;
-  }
-}
-
 await init({ address: 'local', local: { node: { numCpus: 4 } } });
 const rows: { name: string; medianS: number; gbPerS: number; rounds: number[] }[] = [];
 try {
@@ -106,7 +97,7 @@ try {
   await shutdown();
 }
 
-const machine = `${cpuModel()}, ${cpus().length} CPUs`;
+const machine = cpuModel();
 console.log(
   `\nall-reduce of ${mib} MiB float32, 2 ranks on loopback (${machine}), median of ${rounds}\n`,
 );

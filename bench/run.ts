@@ -18,6 +18,7 @@ const all = [
   'torch',
   'driver',
   'collective',
+  'weight-sync',
 ];
 const names = process.argv.slice(2).filter((a) => !a.startsWith('-'));
 let failed = 0;

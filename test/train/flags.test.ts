@@ -8,7 +8,8 @@ import {
   trainPpoDefaults,
   trainPpoHelp,
 } from '../../train/ppo/flags.ts';
-import { llamacppGpu, roleInits } from '../../train/ppo/roles.ts';
+import { llamacppGpu, roleInits, weightSyncBackend } from '../../train/ppo/roles.ts';
+import { torchCudaLikely } from '../../model/backends/torch/index.ts';
 import { lrScheduleOptions } from '../../train/ppo/options.ts';
 import { compileRunConfig } from '../../train/ppo/run-config.ts';
 
@@ -128,6 +129,14 @@ test('invalid combinations name the flag', () => {
   fails(['--engine', 'sglang'], /--engine sglang needs --engine-url/);
   fails(['--llamacpp-gpu', 'auto'], /--llamacpp-gpu applies to --engine llamacpp only/);
   fails(
+    ['--vllm_sync_backend', 'gloo'],
+    /--vllm-sync-backend gloo applies to --engine sglang or --engine vllm only/,
+  );
+  fails(
+    ['--engine', 'sglang', '--engine-url', 'http://127.0.0.1:1', '--vllm-sync-backend', 'mpi'],
+    /--vllm-sync-backend: 'mpi' is not one of/,
+  );
+  fails(
     ['--engine', 'llamacpp', '--llamacpp-gpu', 'metal'],
     /--llamacpp-gpu: 'metal' is not one of/,
   );
@@ -146,6 +155,15 @@ test("--engine llamacpp's device: the CPU build, a GPU build when the rollouts g
   assert.is(gpu('--rollout-num-gpus-per-engine', '1', '--llamacpp-gpu', 'cuda'), 'cuda');
   assert.is(gpu('--rollout-num-gpus-per-engine', '1', '--llamacpp-gpu', 'off'), false);
   assert.is(gpu('--llamacpp-gpu', 'vulkan'), 'vulkan');
+});
+
+test('--vllm-sync-backend: as asked; else disk without CUDA and for in-process engines', () => {
+  const sync = (...argv: string[]) => weightSyncBackend(parseTrainPpoFlags(argv));
+  const sglang = ['--engine', 'sglang', '--engine-url', 'http://127.0.0.1:1'];
+  assert.is(sync(...sglang, '--vllm_sync_backend', 'gloo'), 'gloo');
+  assert.is(sync(...sglang, '--vllm-sync-backend', 'nccl'), 'nccl');
+  assert.is(sync(), 'disk');
+  assert.is(sync(...sglang), torchCudaLikely() ? 'nccl' : 'disk');
 });
 
 test('--help lists every flag with its default', () => {
