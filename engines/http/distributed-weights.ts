@@ -172,17 +172,21 @@ export class DistributedWeights {
       if (results.every((r) => r.status === 'rejected')) break;
       const v = i === buckets.length - 1 ? version : undefined;
       const meta = { names: b.names, dtypes: b.dtypes, shapes: b.shapes };
-      const sent = this.broadcast(g, b.data, version, deadline);
-      await Promise.all([
-        each((c) => this.routes.receive(c, meta, name, v)),
-        sent.then(
-          () => {},
-          (e: unknown) => {
-            results.fill({ status: 'rejected', reason: e });
-          },
-        ),
-      ]);
+      const sent = this.broadcast(g, b.data, version, deadline).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      await each((c) => this.routes.receive(c, meta, name, v));
+      // A server that answered has loaded the bucket, whatever rank 0's broadcast does next.
       landed ||= results.some((r) => r.status === 'fulfilled');
+      // Where no server receives any more the broadcast cannot end: it fails at its timeout
+      // after the group is left, and nobody waits for it.
+      if (results.every((r) => r.status === 'rejected')) break;
+      const err = await sent;
+      if (err !== undefined)
+        results.forEach((r, j) => {
+          if (r.status === 'fulfilled') results[j] = { status: 'rejected', reason: err };
+        });
     }
     if (this.routes.finish && results.some((r) => r.status === 'fulfilled'))
       await each((c) => this.routes.finish!(c, version));
@@ -266,31 +270,35 @@ export class DistributedWeights {
       () => new Promise<never>(() => {}),
       (e: unknown) => Promise.reject(e),
     );
-    const masterPort = Number(/:(\d+)$/.exec(await Promise.race([published, failed]))![1]);
-    const inits = urls.map((u, i) =>
-      this.routes.init(callOf(u), {
-        masterAddress: this.host,
-        masterPort,
-        rankOffset: i + 1,
-        worldSize,
-        groupName: name,
-        backend: this.opts.backend,
-      }),
-    );
-    const [c, ...answers] = await Promise.allSettled([joined, ...inits]);
-    const bad =
-      answers.find((a) => a.status === 'rejected') ?? (c.status === 'rejected' ? c : undefined);
-    if (c.status === 'rejected' || bad) {
-      if (c.status === 'fulfilled') c.value.destroy();
-      const why = (bad as PromiseRejectedResult).reason as Error;
+    let c: Group;
+    try {
+      const masterPort = Number(/:(\d+)$/.exec(await Promise.race([published, failed]))![1]);
+      const inits = urls.map((u, i) =>
+        this.routes.init(callOf(u), {
+          masterAddress: this.host,
+          masterPort,
+          rankOffset: i + 1,
+          worldSize,
+          groupName: name,
+          backend: this.opts.backend,
+        }),
+      );
+      // The first failure ends the wait: a server that refused will never join.
+      [c] = await Promise.all([joined, ...inits]);
+    } catch (e) {
+      void joined.then(
+        (g) => g.destroy(),
+        () => {},
+      );
+      const why = e as Error & { code?: string };
       throw new EngineError(
-        (why as { code?: string }).code === 'TIMEOUT' ? 'TIMEOUT' : 'NETWORK',
-        `weight update to version ${version}: ${this.kind} servers did not join the ${this.opts.backend} weight group: ${why.message}`,
-        { cause: why, phase: 'reload' },
+        why.code === 'TIMEOUT' || /timed? ?out/i.test(why.message) ? 'TIMEOUT' : 'NETWORK',
+        `weight update to version ${version}: ${this.kind} servers did not join the ${this.opts.backend} weight group: ${why.message.split('\n')[0]}`,
+        { cause: e, phase: 'reload' },
       );
     }
-    this.group = { urls: [...urls], name, c: c.value };
-    return c.value;
+    this.group = { urls: [...urls], name, c };
+    return c;
   }
 
   private reset(urls: string[], callOf: (url: string) => ServerCall): void {

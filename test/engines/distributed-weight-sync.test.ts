@@ -127,6 +127,39 @@ test('vLLM: start, update in buckets, finish: the weights land bit for bit', asy
   }
 });
 
+test('a server that refuses a tensor fails the update at once, with its reason; it keeps its weights', async () => {
+  const server = await fake({ kind: 'sglang', model });
+  const engine = new SglangEngine({
+    urls: [server.url],
+    weightSync: { backend: 'gloo' },
+    weightSyncTimeoutMs: 60_000,
+  });
+  const bad = shifted(1);
+  const name = 'model.norm.weight';
+  bad[name] = {
+    shape: [bad[name]!.shape[0]! + 1],
+    data: new Float32Array(bad[name]!.data.length + 1),
+  };
+  const t0 = Date.now();
+  try {
+    const err = (await engine.updateWeights({ kind: 'tensors', tensors: bad }, 1).then(
+      () => undefined,
+      (e: unknown) => e,
+    )) as Error;
+    assert.ok(err, 'the update failed');
+    assert.match(err.message, /model\.norm\.weight: got float32/);
+    assert.ok(Date.now() - t0 < 30_000, 'not at the deadline');
+    assert.is(engine.getVersion(), 0);
+    assert.equal((await server.state()).digests, digests(base));
+    // The next update forms a new group and lands.
+    const good = shifted(2);
+    await engine.updateWeights({ kind: 'tensors', tensors: good }, 2);
+    assert.equal((await server.state()).digests, digests(good));
+  } finally {
+    await engine.close();
+  }
+});
+
 test('a hung transfer fails within the deadline with one line; the server keeps its weights', async () => {
   const server = await fake({ kind: 'sglang', model, hang: true });
   const before = await server.state();
