@@ -5,14 +5,17 @@
  * @module
  */
 import {
+  closeSync,
   copyFileSync,
   existsSync,
   mkdirSync,
+  openSync,
   readdirSync,
   readFileSync,
   renameSync,
   rmSync,
   writeFileSync,
+  writeSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { initBackend } from './backend.ts';
@@ -124,9 +127,22 @@ export async function loadModel(
   return { model, tokenizer, generationConfig, dir };
 }
 
-function writeAtomic(path: string, data: string | Uint8Array): void {
+/**
+ * Writes `data` to `path` through a temporary file and a rename, in pieces: one `write` takes at
+ * most 2 GiB, and a float32 model of 0.6B parameters is more.
+ */
+export function writeAtomic(path: string, data: string | Uint8Array): void {
   const tmp = `${path}.tmp-${process.pid}`;
-  writeFileSync(tmp, data);
+  if (typeof data === 'string') writeFileSync(tmp, data);
+  else {
+    const fd = openSync(tmp, 'w');
+    try {
+      for (let done = 0; done < data.length; )
+        done += writeSync(fd, data, done, Math.min(data.length - done, 1 << 30));
+    } finally {
+      closeSync(fd);
+    }
+  }
   renameSync(tmp, path);
 }
 

@@ -7,15 +7,7 @@
  *
  * @module
  */
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  readdirSync,
-  renameSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { currentRuntime } from '../runtime/client/runtime.ts';
@@ -30,6 +22,7 @@ import {
 import { launchServerCommand, type LaunchedServer } from '../engines/launcher.ts';
 import type { SimulatedLengths } from '../engines/simulated/simulated-engine.ts';
 import type { InferenceEngine } from '../engines/types.ts';
+import { writeAtomic } from '../model/checkpoint.ts';
 import { serializeSafetensors } from '../model/safetensors.ts';
 import type { NamedTensors } from '../model/tensors.ts';
 import type { GgufDtype } from '../model/gguf/index.ts';
@@ -184,8 +177,7 @@ export async function writeEngineCheckpoint(
   ]) {
     if (existsSync(join(pretrain, f))) copyFileSync(join(pretrain, f), join(out, f));
   }
-  writeFileSync(join(out, 'model.safetensors.tmp'), serializeSafetensors(tensors));
-  renameSync(join(out, 'model.safetensors.tmp'), join(out, 'model.safetensors'));
+  writeAtomic(join(out, 'model.safetensors'), serializeSafetensors(tensors));
   for (const name of readdirSync(dir)) {
     const v = /^v(\d+)$/.exec(name);
     if (v && Number(v[1]) < version - 1) rmSync(join(dir, name), { recursive: true, force: true });

@@ -60,17 +60,20 @@ stopping = threading.Event()
 
 
 def read_safetensors(path):
+    # One writable buffer the tensors view (no copy per tensor): a 0.6B model reloads in one.
+    raw = bytearray(os.path.getsize(path))
     with open(path, "rb") as f:
-        raw = f.read()
+        f.readinto(raw)
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + n])
-    body = memoryview(raw)[8 + n :]
+    header = json.loads(bytes(raw[8 : 8 + n]))
     out = {}
     for name, meta in header.items():
         if name == "__metadata__":
             continue
         a, b = meta["data_offsets"]
-        t = torch.frombuffer(bytearray(body[a:b]), dtype=ST_DTYPES[meta["dtype"]])
+        dtype = ST_DTYPES[meta["dtype"]]
+        count = (b - a) // torch.tensor([], dtype=dtype).element_size()
+        t = torch.frombuffer(raw, dtype=dtype, count=count, offset=8 + n + a)
         out[name] = t.reshape(meta["shape"])
     return out
 
