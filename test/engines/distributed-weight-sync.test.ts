@@ -109,6 +109,30 @@ test('SGLang: two updates in buckets land bit for bit, versioned, and answer get
   }
 });
 
+test('two servers join as ranks 1 and 2 of one group and both hold every update', async () => {
+  const servers = await Promise.all([
+    fake({ kind: 'sglang', model }),
+    fake({ kind: 'sglang', model }),
+  ]);
+  const engine = new SglangEngine({
+    urls: servers.map((s) => s.url),
+    weightSync: { backend: 'gloo', bucketBytes: 16_384 },
+  });
+  try {
+    for (const v of [1, 2]) {
+      const w = shifted(v);
+      await engine.updateWeights({ kind: 'tensors', tensors: w }, v);
+      for (const s of servers) {
+        const held = await s.state();
+        assert.is(held.version, String(v));
+        assert.equal(held.digests, digests(w));
+      }
+    }
+  } finally {
+    await engine.close();
+  }
+});
+
 test('vLLM: start, update in buckets, finish: the weights land bit for bit', async () => {
   const server = await fake({ kind: 'vllm', model });
   const engine = new VllmEngine({
