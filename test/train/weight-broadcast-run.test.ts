@@ -37,6 +37,7 @@ test('train_ppo --engine sglang --vllm-sync-backend gloo leaves the Python serve
   const out = join(root, 'out');
   const weights = join(root, 'weights');
   const rows: Record<string, number>[] = [];
+  const lines: string[] = [];
   try {
     const s = await trainPpo(
       tinyRunArgs(model, out, {
@@ -55,9 +56,13 @@ test('train_ppo --engine sglang --vllm-sync-backend gloo leaves the Python serve
         'max-steps': 2,
       }),
       {},
-      { log: { line: () => undefined, metric: (_s, v) => void rows.push(v) } },
+      { log: { line: (l) => void lines.push(l), metric: (_s, v) => void rows.push(v) } },
     );
     assert.is(s.steps, 2);
+    assert.ok(
+      lines.some((l) => l.includes('1 sglang (weights by gloo) engine(s)')),
+      'the run line names the weight sync',
+    );
     assert.equal(
       rows.filter((r) => r.reward_mean !== undefined).map((r) => r.version),
       [1, 2],

@@ -18,7 +18,7 @@ import { isRoleDied } from './errors.ts';
 import { runIfMain } from '../driver-flags.ts';
 import { FlagError, flagConfig, parseTrainPpoArgs, trainPpoHelp } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
-import { inProcessRoles, type Roles } from './roles.ts';
+import { inProcessRoles, type Roles, weightSyncBackend } from './roles.ts';
 import { compileRunConfig, type RunConfig } from './run-config.ts';
 import { finishRun, latestCheckpoint, prepareRun, runSteps } from './context.ts';
 import { loadPromptData, promptDataOptions } from './data.ts';
@@ -134,7 +134,12 @@ export async function trainPpo(
   const mode = o.asyncTrain
     ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)`
     : 'sync';
-  const engine = engineSpec(o.engine).gguf ? `${o.engine} ${o.rolloutDtype}` : o.engine;
+  const spec = engineSpec(o.engine);
+  const engine = spec.gguf
+    ? `${o.engine} ${o.rolloutDtype}`
+    : spec.weightBroadcast
+      ? `${o.engine} (weights by ${weightSyncBackend(o)})`
+      : o.engine;
   log.line(
     `${mode}; ${o.rolloutNumEngines} ${engine} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
       `agent ${o.agentFunc ?? (o.remoteRmUrl ? `<remote reward ${o.remoteRmUrl}>` : '<built-in math reward>')}`,
