@@ -18,14 +18,13 @@ import { isRoleDied } from './errors.ts';
 import { runIfMain } from '../driver-flags.ts';
 import { FlagError, flagConfig, parseTrainPpoArgs, trainPpoHelp } from './flags.ts';
 import type { TrainPpoOptions } from './options.ts';
-import { inProcessRoles, type Roles, weightSyncBackend } from './roles.ts';
+import { engineLabel, inProcessRoles, type Roles } from './roles.ts';
 import { compileRunConfig, type RunConfig } from './run-config.ts';
 import { finishRun, latestCheckpoint, prepareRun, runSteps } from './context.ts';
 import { loadPromptData, promptDataOptions } from './data.ts';
 import type { RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 import { runName } from '../run-name.ts';
-import { engineSpec } from '../../engines/registry.ts';
 import { openTrackers, type Trackers } from '../trackers/index.ts';
 import { resolvePpoHubFlags } from '../checkpoint-flags.ts';
 import { checkTrainPpoPaths, defaultPretrain, pretrainDir } from './paths.ts';
@@ -134,12 +133,7 @@ export async function trainPpo(
   const mode = o.asyncTrain
     ? `async (queue ${o.asyncQueueSize}, ${o.asyncNumTasks} tasks/engine)`
     : 'sync';
-  const spec = engineSpec(o.engine);
-  const engine = spec.gguf
-    ? `${o.engine} ${o.rolloutDtype}`
-    : spec.weightBroadcast
-      ? `${o.engine} (weights by ${weightSyncBackend(o)})`
-      : o.engine;
+  const engine = engineLabel(o);
   log.line(
     `${mode}; ${o.rolloutNumEngines} ${engine} engine(s); ${o.advantageEstimator}; ${o.rolloutBatchSize} prompts x ${o.nSamplesPerPrompt} samples per step; ` +
       `agent ${o.agentFunc ?? (o.remoteRmUrl ? `<remote reward ${o.remoteRmUrl}>` : '<built-in math reward>')}`,

@@ -152,6 +152,13 @@ export function weightSyncBackend(o: TrainPpoOptions): 'disk' | 'gloo' | 'nccl' 
   return engineSpec(o.engine).weightBroadcast && torchCudaLikely() ? 'nccl' : 'disk';
 }
 
+/** The engines as the run's first line names them: `llamacpp q8_0`, `sglang (weights by gloo)`. */
+export function engineLabel(o: TrainPpoOptions): string {
+  const spec = engineSpec(o.engine);
+  if (spec.gguf) return `${o.engine} ${o.rolloutDtype}`;
+  return spec.weightBroadcast ? `${o.engine} (weights by ${weightSyncBackend(o)})` : o.engine;
+}
+
 /** Constructor arguments of each role: the flags it reads and the resolved options it takes. */
 export function roleInits(c: RunConfig) {
   const { flags: o, lora } = c;
