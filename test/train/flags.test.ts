@@ -130,7 +130,7 @@ test('invalid combinations name the flag', () => {
   fails(['--llamacpp-gpu', 'auto'], /--llamacpp-gpu applies to --engine llamacpp only/);
   fails(
     ['--vllm_sync_backend', 'gloo'],
-    /--vllm-sync-backend gloo applies to --engine sglang or --engine vllm only/,
+    /--vllm_sync_backend gloo applies to --engine sglang or --engine vllm only/,
   );
   fails(
     ['--engine', 'sglang', '--engine-url', 'http://127.0.0.1:1', '--vllm-sync-backend', 'mpi'],
