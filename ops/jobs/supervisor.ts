@@ -245,7 +245,10 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     if (!run.stopRequested) {
       run.stopRequested = true;
       killGroup(run.pid, 'SIGTERM');
-      run.killTimer = setTimeout(() => killGroup(run.pid, 'SIGKILL'), this.#opts.stopGraceMs);
+      // A driver that saves on notice says how long it needs (its report's `stopGraceMs`).
+      const asked = Number(this.#opts.store.report(jobId).stopGraceMs);
+      const grace = Math.max(this.#opts.stopGraceMs, Math.min(asked || 0, 600_000));
+      run.killTimer = setTimeout(() => killGroup(run.pid, 'SIGKILL'), grace);
     }
     await run.exited;
     return this.get(jobId);

@@ -71,7 +71,7 @@ export function settleStep(
   const keys = [...new Set([...groups, ...trained].map((g) => g.groupId))];
   ledger.settle(keys, new Set(trained.map((g) => g.groupId)), ctx.state.step);
   ctx.state.ledger = ledger.snapshot();
-  sendLedger(ctx);
+  sendLedger(ctx, false);
 }
 
 /** The run ends (done, failed or stopped): what is in flight is dropped; logs the verdict. */
@@ -80,13 +80,13 @@ export function closeLedger(ctx: RunContext, reason: DropReason = 'stopped'): vo
   if (!ledger) return;
   ledger.stopAll(reason);
   ctx.log.line(ledger.verdict().line);
-  sendLedger(ctx);
+  sendLedger(ctx, true);
 }
 
-function sendLedger(ctx: RunContext): void {
+function sendLedger(ctx: RunContext, final: boolean): void {
   const ledger = ctx.ledger!;
   const changed = ledger.takeChanged();
   if (changed.length) ctx.log.ledger?.(changed);
-  const v = ledger.verdict();
+  const v = ledger.verdict(final);
   ctx.log.report?.({ ledger: { verdict: v.line, ok: v.ok, noun: 'episodes' } });
 }

@@ -176,8 +176,11 @@ export class EpisodeLedger {
     return c;
   }
 
-  /** Whether the books balance, and the line that says so. */
-  verdict(): { ok: boolean; line: string } {
+  /**
+   * Whether the books balance, and the line that says so. Episodes in flight fail it only at the
+   * end (`final`); before, the line says the books balance so far.
+   */
+  verdict(final = true): { ok: boolean; line: string } {
     const c = this.counts();
     const dropped = Object.values(c.dropped).reduce((a, n) => a + n, 0);
     const reasons = Object.entries(c.dropped)
@@ -186,7 +189,8 @@ export class EpisodeLedger {
       .join(', ');
     const off = Object.entries(c.trainedGroups).filter(([, n]) => n !== this.nSamples);
     const balanced = c.sampled === c.trained + dropped + c.inFlight;
-    const ok = balanced && off.length === 0 && this.violations.length === 0 && c.inFlight === 0;
+    const ok =
+      balanced && off.length === 0 && this.violations.length === 0 && (!final || c.inFlight === 0);
     const prompts =
       off.length === 0
         ? `each trained exactly ${this.nSamples} times`
@@ -196,7 +200,7 @@ export class EpisodeLedger {
             .join(', ')})`;
     const why = [
       balanced ? '' : 'counts do not add up',
-      c.inFlight > 0 ? `${c.inFlight} in flight` : '',
+      final && c.inFlight > 0 ? `${c.inFlight} in flight` : '',
       off.length ? 'prompts off' : '',
       this.violations.length ? `${this.violations.length} ended twice` : '',
     ].filter(Boolean);
@@ -205,7 +209,11 @@ export class EpisodeLedger {
       line:
         `episodes: sampled ${c.sampled} = trained ${c.trained} + dropped ${dropped}` +
         `${reasons ? ` (${reasons})` : ''} + in flight ${c.inFlight}; prompts: ${prompts}; ` +
-        (ok ? 'conservation ok' : `conservation FAILED: ${why.join(', ')}`),
+        (!ok
+          ? `conservation FAILED: ${why.join(', ')}`
+          : final
+            ? 'conservation ok'
+            : 'balanced so far'),
     };
   }
 

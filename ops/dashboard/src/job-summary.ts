@@ -76,6 +76,10 @@ export function jobSummary(j: JobInfo, ends: MetricEnds): HTMLElement {
       card(id, c.title, h('p', { class: first ? 'error' : '' }, parts.join(' · ')));
     }
   }
+  // The job's own verdict on its ledger (`rtjob ledger JOB` lists the entries).
+  const ledger = j.report?.ledger;
+  if (ledger)
+    card('sum-ledger', 'Ledger', h('p', { class: ledger.ok ? '' : 'error' }, ledger.verdict));
   // A run that ended early wrote only what it saved on the way: its checkpoints, if any.
   const early = j.status === 'FAILED' || j.status === 'STOPPED';
   const outputs = Object.entries(j.report?.outputs ?? {}).filter(
