@@ -38,11 +38,11 @@ export async function sampleGroup(
   const attempt = ledger.dispatch(item.groupId, item.index, `rollout-${i}#${ctx.restarts[i] ?? 0}`);
   try {
     const g = await call();
-    const versions = g.trajectories.flatMap((t) => [t.versionMin ?? 0, t.versionMax ?? 0]);
+    const seen = g.trajectories.flatMap((t) => [t.versionMin ?? 0, t.versionMax ?? 0]);
     ledger.returned(attempt, {
       status: g.status,
-      ...(versions.length
-        ? { versionMin: Math.min(...versions), versionMax: Math.max(...versions) }
+      ...(seen.length
+        ? { versionMin: Math.min(...seen), versionMax: Math.max(...seen) }
         : {}),
     });
     return g;

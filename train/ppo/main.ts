@@ -194,19 +194,11 @@ export async function trainPpo(
     current = ctx;
     stepsDone = ctx.state.step;
     ctx.stepsDone = stepsDone;
-    openLedger(ctx);
-    run.preempt?.attach(ctx);
-    log.report?.({ totalSteps: ctx.config.totalSteps });
-    const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
-    await done.finally(() => (stepsDone = ctx.state.step));
-    if (ctx.stopRequested && run.preempt) return await onNotice(run.preempt, ctx);
-    const end = finishRun(ctx);
-    run.preempt?.finish(end);
-    const summary = await end;
-    outcome = 'finished';
+    const summary = await runPrepared(ctx, run.preempt);
+    if (!ctx.stopRequested) outcome = 'finished';
     return summary;
   } catch (err) {
-    if (isRoleDied(err)) throw err.withHint(resumeHint(o, stepsDone));
+    if (isRoleDied(err)) throw err.withHint(resumeHint(o, current?.state.step ?? stepsDone));
     throw err;
   } finally {
     run.signal?.removeEventListener('abort', onStop);
@@ -217,6 +209,21 @@ export async function trainPpo(
       if (t.kind !== 'tensorboard' && t.where()) log.line(`${t.kind}: ${t.where()}`);
     await metrics.flush();
   }
+}
+
+/**
+ * Runs a prepared run's loop and its end (the final save and summary), its episodes booked in its
+ * ledger; a notice (`preempt.ts`) ends it with the save on notice instead.
+ */
+async function runPrepared(ctx: RunContext, preempt: Preempt | undefined): Promise<RunSummary> {
+  openLedger(ctx);
+  preempt?.attach(ctx);
+  ctx.log.report?.({ totalSteps: ctx.config.totalSteps });
+  await (ctx.o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx));
+  if (ctx.stopRequested && preempt) return onNotice(preempt, ctx);
+  const end = finishRun(ctx);
+  preempt?.finish(end);
+  return end;
 }
 
 /**
