@@ -3,7 +3,6 @@
 // checkpoint is due, the episodes in flight are dropped (`stopped`), and the run resumed by
 // RTJOB_AUTO_RESUME continues exactly: the same prompts in the same order, each trained
 // n_samples times, the ledger balanced across both runs.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,11 +11,10 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { PromptSampler } from '../../train/ppo/data.ts';
-import type { LedgerCounts } from '../../train/ppo/ledger.ts';
+import { checkpointState, startDriver, until } from '../fixtures/agents/driver-process.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'rtjob-preempt-'));
-const main = fileURLToPath(new URL('../../train/ppo/main.ts', import.meta.url));
 const agent = fileURLToPath(new URL('../fixtures/agents/slow-once-step.ts', import.meta.url));
 const steps = 6;
 const batch = 4;
@@ -33,63 +31,6 @@ const order = (() => {
   return Array.from({ length: steps }, () => s.next(batch).map((x) => x.index));
 })();
 
-/** A driver process: its output so far, its exit, and a promise of its next output. */
-interface Driver {
-  child: ChildProcess;
-  out: () => string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  /** Resolves at the next output or the exit. */
-  next: () => Promise<void>;
-}
-
-function startDriver(args: string[], env: Record<string, string> = {}): Driver {
-  const child = spawn(
-    process.execPath,
-    ['--conditions=rtjob-source', '--import', 'tsx', main, ...args],
-    {
-      env: { ...process.env, HOME: root, RTJOB_QUIET_BACKEND: '1', ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    },
-  );
-  let text = '';
-  let wake: (() => void)[] = [];
-  const woken = (): void => {
-    for (const w of wake) w();
-    wake = [];
-  };
-  const add = (d: Buffer): void => {
-    text += d.toString();
-    woken();
-  };
-  child.stdout!.on('data', add);
-  child.stderr!.on('data', add);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
-    child.once('exit', (code, signal) => {
-      r({ code, signal });
-      woken();
-    }),
-  );
-  const next = () => new Promise<void>((r) => wake.push(r));
-  return { child, out: () => text, exited, next };
-}
-
-/**
- * Resolves once `done()` holds, looking again at each output of the driver and at least every
- * 100 ms (a marker file is not output); fails after `ms` or when the driver ends first.
- */
-async function until(d: Driver, what: string, done: () => boolean, ms = 120_000): Promise<void> {
-  const t0 = Date.now();
-  let ended = false;
-  void d.exited.then(() => (ended = true));
-  while (!done()) {
-    if (ended) throw new Error(`the driver ended before ${what}:\n${d.out()}`);
-    if (Date.now() - t0 > ms) throw new Error(`no ${what} after ${ms} ms:\n${d.out()}`);
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([d.next(), new Promise((r) => (timer = setTimeout(r, 100)))]);
-    clearTimeout(timer);
-  }
-}
-
 function runArgs(dir: string, data: string, extra: Record<string, string | number> = {}): string[] {
   return tinyRunArgs(model, join(dir, 'out'), {
     'in-process': true,
@@ -104,18 +45,6 @@ function runArgs(dir: string, data: string, extra: Record<string, string | numbe
     seed: 42,
     ...extra,
   });
-}
-
-interface DriverState {
-  step: number;
-  trainedPrompts: number[];
-  ledger: LedgerCounts;
-}
-
-function checkpointState(dir: string): DriverState {
-  const latest = readFileSync(join(dir, 'ckpt', 'latest'), 'utf8').trim();
-  const state = JSON.parse(readFileSync(join(dir, 'ckpt', latest, 'trainer_state.json'), 'utf8'));
-  return state.driver as DriverState;
 }
 
 /**
@@ -139,7 +68,7 @@ async function preemptAndResume(
     records.map((r, i) => JSON.stringify(i === slow ? { ...r, slowMarker: marker } : r)).join('\n'),
   );
   const args = runArgs(dir, data);
-  const first = startDriver(args);
+  const first = startDriver(args, { HOME: root });
   await moment(first, marker);
   first.child.kill(signal);
   const end = await first.exited;
@@ -156,7 +85,7 @@ async function preemptAndResume(
   console.log(
     `  ${name}: ${signal} -> checkpoint of step ${step} saved ${savedS}s after the notice`,
   );
-  const stopped = checkpointState(dir);
+  const stopped = checkpointState(join(dir, 'ckpt'));
   assert.is(stopped.step, step);
   assert.equal(
     stopped.trainedPrompts,
@@ -168,12 +97,12 @@ async function preemptAndResume(
     /episodes: sampled \d+ = trained \d+ \+ dropped \d+ .*\+ in flight 0; .*conservation ok/,
   );
   // The resume: the same command, RTJOB_AUTO_RESUME as `rtjob submit --auto-resume` sets it.
-  const second = startDriver(args, { RTJOB_AUTO_RESUME: '1' });
+  const second = startDriver(args, { HOME: root, RTJOB_AUTO_RESUME: '1' });
   const done = await second.exited;
   const out2 = second.out();
   assert.is(done.code, 0, out2);
   assert.match(out2, new RegExp(`ckpt {2}resumed from .*global_step_${step} at step ${step}`));
-  const last = checkpointState(dir);
+  const last = checkpointState(join(dir, 'ckpt'));
   assert.is(last.step, steps);
   assert.equal(last.trainedPrompts, order.flat(), 'every prompt trained once, in order');
   const l = last.ledger;
