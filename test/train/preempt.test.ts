@@ -3,7 +3,7 @@
 // checkpoint is due, the episodes in flight are dropped (`stopped`), and the run resumed by
 // RTJOB_AUTO_RESUME continues exactly: the same prompts in the same order, each trained
 // n_samples times, the ledger balanced across both runs.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,7 +11,12 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 
 import { PromptSampler } from '../../train/ppo/data.ts';
-import { checkpointState, startDriver, until } from '../fixtures/agents/driver-process.ts';
+import {
+  checkpointState,
+  startDriver,
+  until,
+  type Driver,
+} from '../fixtures/agents/driver-process.ts';
 import { tinyRunArgs, writeTinyModel } from '../fixtures/agents/tiny-model.ts';
 
 const root = mkdtempSync(join(tmpdir(), 'rtjob-preempt-'));
