@@ -18,7 +18,7 @@ import { tinyRunArgs, writeTinyModel } from '../test/fixtures/agents/tiny-model.
 
 const runsAt = process.argv.indexOf('--runs');
 const runs = runsAt > 0 ? Number(process.argv[runsAt + 1]) : 10;
-const steps = 8;
+const steps = 40;
 const batch = 4;
 const nSamples = 2;
 const deadlineS = 25;
@@ -65,9 +65,9 @@ async function once(model: string, k: number): Promise<Row> {
   });
   const env = { HOME: root };
   const first = startDriver(args, env);
-  await until(first, 'step 1', () => /step 1\/8/.test(first.out()));
+  await until(first, 'step 1', () => /step 1\/40/.test(first.out()));
   // The moment is random on purpose: anywhere in the steps that follow.
-  const afterMs = Math.round(Math.random() * 1500);
+  const afterMs = Math.round(Math.random() * 2500);
   await new Promise((r) => setTimeout(r, afterMs));
   first.child.kill(signal);
   await first.exited;

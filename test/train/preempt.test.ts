@@ -36,7 +36,11 @@ const order = (() => {
   return Array.from({ length: steps }, () => s.next(batch).map((x) => x.index));
 })();
 
-function runArgs(dir: string, data: string, extra: Record<string, string | number> = {}): string[] {
+function runArgs(
+  dir: string,
+  data: string,
+  extra: Record<string, string | number | boolean> = {},
+): string[] {
   return tinyRunArgs(model, join(dir, 'out'), {
     'in-process': true,
     'rollout-batch-size': batch,
@@ -61,6 +65,7 @@ async function preemptAndResume(
   signal: NodeJS.Signals,
   moment: (d: Driver, marker: string) => Promise<void>,
   slowStep: number,
+  extra: Record<string, string | number | boolean> = {},
 ): Promise<{ savedS: number; step: number }> {
   const dir = join(root, name);
   const marker = join(dir, 'slow');
@@ -72,7 +77,7 @@ async function preemptAndResume(
     data,
     records.map((r, i) => JSON.stringify(i === slow ? { ...r, slowMarker: marker } : r)).join('\n'),
   );
-  const args = runArgs(dir, data);
+  const args = runArgs(dir, data, extra);
   const first = startDriver(args, { HOME: root });
   await moment(first, marker);
   first.child.kill(signal);
@@ -143,6 +148,17 @@ test('SIGUSR1 after a step: a checkpoint of that step or the next, the resume ex
     'SIGUSR1',
     (d) => until(d, 'step 2', () => /step 2\/6/.test(d.out())),
     5,
+  );
+  assert.ok(r.step >= 2 && r.step < steps, `step ${r.step}`);
+});
+
+test('async: SIGTERM after a step, a batch generated ahead: saved, the resume exact', async () => {
+  const r = await preemptAndResume(
+    'async',
+    'SIGTERM',
+    (d) => until(d, 'step 2', () => /step 2\/6/.test(d.out())),
+    5,
+    { 'async-train': true, 'async-queue-size': 1 },
   );
   assert.ok(r.step >= 2 && r.step < steps, `step ${r.step}`);
 });

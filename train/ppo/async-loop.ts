@@ -31,6 +31,7 @@ import type { PolicyUpdate } from './roles.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
 import { settleStep } from './ledger-run.ts';
+import { shareProgress } from './preempt.ts';
 import { account, evaluate, generate, trainKept } from './generate.ts';
 import { filterGroups, releaseBatches } from './step.ts';
 import { syncWeights, trainerWeights } from './weight-sync.ts';
@@ -105,7 +106,7 @@ async function asyncState(ctx: RunContext): Promise<AsyncState> {
   const version = await ctx.roles.trainer.getVersion();
   return {
     ctx,
-    stepCtx: { ...ctx, o: { ...o, evalSteps: 0 } },
+    stepCtx: shareProgress(ctx, { ...ctx, o: { ...o, evalSteps: 0 } }),
     buffer: new TrajectoryBuffer<BatchMeta>({ queueSize: o.asyncQueueSize }),
     gate: new WeightsGate(),
     // Without --max-head-offpolicyness, η is the bound the queue already implies, and the

@@ -159,3 +159,17 @@ export async function onNotice(preempt: Preempt, ctx: RunContext): Promise<RunSu
   ctx.summary.minutes = (performance.now() - ctx.started) / 60000;
   return ctx.summary;
 }
+
+/**
+ * `copy` (a context a loop hands `afterStep` with other options) with the progress a save on
+ * notice watches, `stepsDone` and `saving`, read from and written to `ctx` itself.
+ */
+export function shareProgress(ctx: RunContext, copy: RunContext): RunContext {
+  for (const key of ['stepsDone', 'saving'] as const)
+    Object.defineProperty(copy, key, {
+      get: () => ctx[key],
+      set: (v: never) => (ctx[key] = v),
+      enumerable: true,
+    });
+  return copy;
+}
