@@ -37,9 +37,10 @@ interface Row {
   run: number;
   signal: string;
   mode: string;
+  atStep: number;
   afterMs: number;
   savedStep: number | null;
-  saveS: number | null;
+  saveS: string | null;
   inTime: boolean;
   resumedExact: boolean;
   ledger: string;
@@ -65,9 +66,12 @@ async function once(model: string, k: number): Promise<Row> {
   });
   const env = { HOME: root };
   const first = startDriver(args, env);
-  await until(first, 'step 1', () => /step 1\/40/.test(first.out()));
-  // The moment is random on purpose: anywhere in the steps that follow.
-  const afterMs = Math.round(Math.random() * 2500);
+  // A random moment inside the run: after a random step's line, a random while later (the
+  // next step's generation, training, weight sync or a --save-steps save).
+  const atStep = 2 + Math.floor(Math.random() * (steps - 10));
+  const line = new RegExp(`step ${atStep}/${steps} `);
+  await until(first, `step ${atStep}`, () => line.test(first.out()));
+  const afterMs = Math.round(Math.random() * 300);
   await new Promise((r) => setTimeout(r, afterMs));
   first.child.kill(signal);
   await first.exited;
@@ -92,9 +96,10 @@ async function once(model: string, k: number): Promise<Row> {
     run: k + 1,
     signal,
     mode,
+    atStep,
     afterMs,
     savedStep: saved ? Number(saved[1]) : null,
-    saveS: saved ? Number(saved[2]) : null,
+    saveS: saved ? saved[2]! : null,
     inTime: !!saved && Number(saved[2]) < deadlineS,
     resumedExact: exact,
     ledger: /episodes: .*/.exec(out2)?.[0] ?? '-',
@@ -105,13 +110,11 @@ const model = await writeTinyModel(root);
 const rows: Row[] = [];
 for (let k = 0; k < runs; k++) rows.push(await once(model, k));
 rmSync(root, { recursive: true, force: true });
-console.log(
-  '| run | mode | signal | after step 1 | saved step | save (s) | in time | resumed exactly |',
-);
+console.log('| run | mode | signal | notice | saved step | save (s) | in time | resumed exactly |');
 console.log('|---|---|---|---|---|---|---|---|');
 for (const r of rows)
   console.log(
-    `| ${r.run} | ${r.mode} | ${r.signal} | ${r.afterMs} ms | ${r.savedStep ?? '-'} | ${r.saveS ?? '-'} | ${r.inTime ? 'yes' : 'NO'} | ${r.resumedExact ? 'yes' : 'NO'} |`,
+    `| ${r.run} | ${r.mode} | ${r.signal} | step ${r.atStep} + ${r.afterMs} ms | ${r.savedStep ?? '-'} | ${r.saveS ?? '-'} | ${r.inTime ? 'yes' : 'NO'} | ${r.resumedExact ? 'yes' : 'NO'} |`,
   );
 const inTime = rows.filter((r) => r.inTime).length;
 const exact = rows.filter((r) => r.resumedExact).length;
