@@ -41,9 +41,7 @@ export async function sampleGroup(
     const seen = g.trajectories.flatMap((t) => [t.versionMin ?? 0, t.versionMax ?? 0]);
     ledger.returned(attempt, {
       status: g.status,
-      ...(seen.length
-        ? { versionMin: Math.min(...seen), versionMax: Math.max(...seen) }
-        : {}),
+      ...(seen.length ? { versionMin: Math.min(...seen), versionMax: Math.max(...seen) } : {}),
     });
     return g;
   } catch (err) {
