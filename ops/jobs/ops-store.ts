@@ -123,7 +123,7 @@ export interface JobReport {
   /** What the job calls its samples' `score` (e.g. `reward`), for the pages that show it. */
   samples?: { score?: string };
   /** The verdict on the job's ledger (`ledger-store.ts`) and what its entries are (`noun`). */
-  ledger?: { verdict: string; ok: boolean; noun?: string };
+  ledger?: { verdict: string; ok: boolean; noun?: string; short?: string };
   /** How long a stop waits for the driver after SIGTERM before its SIGKILL (ms). */
   stopGraceMs?: number;
   [field: string]: unknown;

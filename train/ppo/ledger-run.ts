@@ -86,5 +86,5 @@ function sendLedger(ctx: RunContext, final: boolean): void {
   const changed = ledger.takeChanged();
   if (changed.length) ctx.log.ledger?.(changed);
   const v = ledger.verdict(final);
-  ctx.log.report?.({ ledger: { verdict: v.line, ok: v.ok, noun: 'episodes' } });
+  ctx.log.report?.({ ledger: { verdict: v.line, ok: v.ok, noun: 'episodes', short: v.short } });
 }

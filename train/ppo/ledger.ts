@@ -180,7 +180,7 @@ export class EpisodeLedger {
    * Whether the books balance, and the line that says so. Episodes in flight fail it only at the
    * end (`final`); before, the line says the books balance so far.
    */
-  verdict(final = true): { ok: boolean; line: string } {
+  verdict(final = true): { ok: boolean; line: string; short: string } {
     const c = this.counts();
     const dropped = Object.values(c.dropped).reduce((a, n) => a + n, 0);
     const reasons = Object.entries(c.dropped)
@@ -206,6 +206,7 @@ export class EpisodeLedger {
     ].filter(Boolean);
     return {
       ok,
+      short: `${ok ? (final ? 'books balance' : 'balanced so far') : 'books do NOT balance'}: ${c.sampled} episodes = ${c.trained} trained + ${dropped} dropped${c.inFlight ? ` + ${c.inFlight} in flight` : ''}`,
       line:
         `episodes: sampled ${c.sampled} = trained ${c.trained} + dropped ${dropped}` +
         `${reasons ? ` (${reasons})` : ''} + in flight ${c.inFlight}; prompts: ${prompts}; ` +

@@ -40,11 +40,23 @@ export function jobSummary(j: JobInfo, ends: MetricEnds): HTMLElement {
         : j.startedAt
           ? `ran ${duration((j.endedAt ?? Date.now()) - j.startedAt)}`
           : '';
+    // The job's verdict on its ledger, short (the whole line on hover; `rtjob ledger JOB`).
+    const l = j.report?.ledger;
+    const books = l
+      ? [
+          h(
+            'p',
+            { id: 'sum-ledger', class: l.ok ? 'muted' : 'error', title: l.verdict },
+            l.short ?? l.verdict,
+          ),
+        ]
+      : [];
     card(
       'sum-progress',
       'Progress',
       total ? bar('steps', p.step, total, text) : h('p', { class: 'big' }, text),
       h('p', { class: 'muted' }, when),
+      ...books,
     );
   }
   for (const c of j.report?.summary ?? []) {
@@ -76,10 +88,6 @@ export function jobSummary(j: JobInfo, ends: MetricEnds): HTMLElement {
       card(id, c.title, h('p', { class: first ? 'error' : '' }, parts.join(' · ')));
     }
   }
-  // The job's own verdict on its ledger (`rtjob ledger JOB` lists the entries).
-  const ledger = j.report?.ledger;
-  if (ledger)
-    card('sum-ledger', 'Ledger', h('p', { class: ledger.ok ? '' : 'error' }, ledger.verdict));
   // A run that ended early wrote only what it saved on the way: its checkpoints, if any.
   const early = j.status === 'FAILED' || j.status === 'STOPPED';
   const outputs = Object.entries(j.report?.outputs ?? {}).filter(
