@@ -6,6 +6,7 @@
  * @module
  */
 import { diagnoseCommand } from './commands/diagnose.ts';
+import { ledgerCommand } from './commands/ledger.ts';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -150,6 +151,10 @@ addressOptions(
     .option('--entrypoint-num-cpus <n>', 'CPUs reserved for the driver itself')
     .option('--entrypoint-num-gpus <n>', 'GPUs reserved for the driver itself')
     .option('--metadata <json>', 'string labels shown with the job')
+    .option(
+      '--auto-resume',
+      'start from the latest checkpoint when there is one (a requeued or restarted job goes on where its save on notice left it)',
+    )
     .addHelpText(
       'after',
       "\nExamples:\n  rtjob submit -- train_ppo --agent-func ./agent.ts\n  rtjob submit --working-dir . --env ASYNC_NUM_TASKS=64 --no-wait -- node train.ts\n\n--working-dir brings the dir's npm dependencies: its own node_modules on this machine, npm install of its package.json elsewhere.",
@@ -228,6 +233,16 @@ sessionOption(
     .argument('<job>', 'job id')
     .option('--json', 'the verdict as JSON'),
 ).action((job: string, o) => diagnoseCommand(job, o));
+
+sessionOption(
+  program
+    .command('ledger')
+    .description(
+      "a job's ledger: train_ppo's every episode sampled, trained (which step) or dropped (why), and whether the books balance",
+    )
+    .argument('<job>', 'job id')
+    .option('--json', 'one object: the verdict and every entry (id, status, step, reason)'),
+).action((job: string, o) => ledgerCommand(job, o));
 
 sessionOption(
   program

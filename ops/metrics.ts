@@ -26,6 +26,7 @@ import {
   type JobCheckpoint,
   type JobReport,
   type JobSample,
+  type LedgerEntryRecord,
   RestError,
   restClient,
 } from './http/contract.ts';
@@ -80,6 +81,11 @@ export interface MetricsLogger {
    * (rows of every effective setting), `outputs` (paths the run writes, by label).
    */
   report(fields: JobReport): void;
+  /**
+   * Stores `entries` in the job's ledger (`rtjob ledger JOB`): an entry sent again by its `id`
+   * replaces the older state. Sent in order with the rest; nothing outside a job.
+   */
+  ledger<T extends { id: string; status: string }>(entries: readonly T[]): void;
   /** Sends everything buffered; resolves when the head has stored it (or gave up). */
   flush(): Promise<void>;
   /** The last value logged for each name. */
@@ -109,7 +115,8 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
   type Post =
     | { what: 'metric rows'; rows: Row[] }
     | { what: 'samples'; step: number; samples: JobSample[] }
-    | { what: 'the report'; report: JobReport };
+    | { what: 'the report'; report: JobReport }
+    | { what: 'ledger entries'; entries: LedgerEntryRecord[] };
   const post = (api: ReturnType<typeof restClient>, jobId: string, p: Post) => {
     const params = { jobId };
     if (p.what === 'metric rows')
@@ -119,6 +126,8 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
         params,
         body: { step: p.step, samples: p.samples },
       });
+    if (p.what === 'ledger entries')
+      return api.call('POST /api/jobs/:jobId/ledger', { params, body: { entries: p.entries } });
     return api.call('POST /api/jobs/:jobId/report', { params, body: p.report });
   };
   const send = async (p: Post) => {
@@ -193,6 +202,15 @@ export function createMetricsLogger(opts: MetricsLoggerOptions = {}): MetricsLog
     report(fields) {
       if (!resolveEndpoint()) return;
       inFlight = inFlight.then(() => send({ what: 'the report', report: fields }));
+    },
+    ledger(entries) {
+      if (!resolveEndpoint()) return;
+      // Chunks the head takes in one request (`ledgerLimits` in ops/jobs/ledger-store.ts).
+      for (let i = 0; i < entries.length; i += 1000) {
+        const part = entries.slice(i, i + 1000) as unknown as LedgerEntryRecord[];
+        const chunk: Post = { what: 'ledger entries', entries: part };
+        inFlight = inFlight.then(() => send(chunk));
+      }
     },
     flush: flushNow,
     latest: () => ({ ...latest }),

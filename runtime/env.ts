@@ -90,6 +90,11 @@ export const envVars = {
   ),
   RTJOB_JOB_ID: v(text, 'the job this driver or worker belongs to', true),
   RTJOB_JOB_ENV: v(envJson, 'JSON env given to every actor the driver creates', true),
+  RTJOB_AUTO_RESUME: v(
+    flag,
+    "a job's driver resumes from its latest checkpoint when it has one (`rtjob submit --auto-resume`)",
+    true,
+  ),
   RTJOB_HEAD_RECONNECT_MS: v(
     int(0),
     'how long a driver or worker waits for a restarted head (ms; 0 gives up at once)',

@@ -151,6 +151,8 @@ export interface SubmitOptions extends TokenOptions {
   entrypointNumGpus?: string;
   inheritEnv: boolean;
   metadata?: string;
+  /** `--auto-resume`: the driver resumes from its latest checkpoint when it has one. */
+  autoResume?: boolean;
 }
 
 async function uploadWorkingDir(ep: Endpoint, dir: string): Promise<string> {
@@ -217,7 +219,8 @@ export async function submitCommand(entrypoint: string[], o: SubmitOptions): Pro
   }
   let env: ReturnType<typeof jobEnv>;
   try {
-    env = jobEnv(parseEnvPairs(o.env), o.inheritEnv ? forwardedEnv() : {});
+    const pairs = o.autoResume ? [...o.env, 'RTJOB_AUTO_RESUME=1'] : o.env;
+    env = jobEnv(parseEnvPairs(pairs), o.inheritEnv ? forwardedEnv() : {});
   } catch (err) {
     throw new CliError((err as Error).message, 2);
   }

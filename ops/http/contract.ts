@@ -31,6 +31,7 @@ import type {
   StoredSample,
   SummaryCard,
 } from '../jobs/ops-store.ts';
+import type { LedgerEntryRecord } from '../jobs/ledger-store.ts';
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import type { ActorLogPage } from '../logs/worker-logs.ts';
 import type {
@@ -44,6 +45,7 @@ import type {
 } from './cluster-view.ts';
 
 export type {
+  LedgerEntryRecord,
   ChartLayout,
   ConfigRow,
   JobCheckpoint,
@@ -206,6 +208,16 @@ export interface RestRoutes {
     reply: { stored: number };
   };
   'GET /api/jobs/:jobId/report': { reply: JobReport };
+  /** The job's ledger entries in the order they first arrived (`ops/jobs/ledger-store.ts`). */
+  'GET /api/jobs/:jobId/ledger': {
+    query: { offset?: number; limit?: number };
+    reply: { entries: LedgerEntryRecord[] };
+  };
+  /** Stores ledger entries: new ids appended, known ones replaced by their newer state. */
+  'POST /api/jobs/:jobId/ledger': {
+    body: { entries: LedgerEntryRecord[] };
+    reply: { stored: number };
+  };
   /** Which side limits the run and the setting to change first (`ops/diagnose.ts`). */
   'GET /api/jobs/:jobId/diagnosis': { reply: Diagnosis | NoDiagnosis };
   /** Merges fields into the job's report (`totalSteps`, `headline`, `config`, `outputs`, …). */

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { ledgerLimits } from '../jobs/ledger-store.ts';
 import type { JobSubmitRequest } from '../jobs/supervisor.ts';
 import type { BodyOf, RouteKey } from './contract.ts';
 import {
@@ -60,6 +61,11 @@ export const samplesBody = obj({
   samples: arr(record(any(), 4096), 256),
 });
 
+/** `POST /api/jobs/:id/ledger`: entries with an id and a status (sizes bounded by the store). */
+export const ledgerBody = obj({
+  entries: arr(record(any(), 64), ledgerLimits.maxPerRequest),
+});
+
 /** `POST /api/jobs/:id/report`: what a driver says about its job (free-form fields, merged by name). */
 export const reportBody = record(any(), 4096);
 
@@ -74,6 +80,7 @@ export const bodySchemas = {
   'POST /api/jobs': jobSubmitBody,
   'POST /api/jobs/:jobId/metrics': metricsBody,
   'POST /api/jobs/:jobId/samples': samplesBody as Schema<BodyOf<'POST /api/jobs/:jobId/samples'>>,
+  'POST /api/jobs/:jobId/ledger': ledgerBody as Schema<BodyOf<'POST /api/jobs/:jobId/ledger'>>,
   'POST /api/jobs/:jobId/report': reportBody as Schema<BodyOf<'POST /api/jobs/:jobId/report'>>,
   'POST /api/actors/:actorId/kill': killBody,
 } satisfies { [K in JsonBodyRoute]: Schema<BodyOf<K>> };

@@ -10,6 +10,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { diagnoseJob } from '../diagnose.ts';
 import { OpsError } from '../jobs/errors.ts';
+import { LedgerStore, type LedgerEntryRecord } from '../jobs/ledger-store.ts';
 import {
   type JobInfo,
   type JobReport,
@@ -116,6 +117,7 @@ export function apiRoutes(
   ctx: RouteContext,
 ): (req: IncomingMessage, res: ServerResponse, u: URL) => Promise<void> {
   const { store, jobs, cluster, maxPackageBytes } = ctx;
+  const ledger = new LedgerStore(store.db);
 
   const actor = (actorId: string) => {
     const a = cluster.actors().find((x) => x.actorId === actorId);
@@ -298,6 +300,22 @@ export function apiRoutes(
       store.addSamples(params.jobId, step, samples);
       ctx.metricsChanged(params.jobId);
       return { stored: samples.length };
+    },
+    'GET /api/jobs/:jobId/ledger': ({ params, query }) => {
+      jobs.get(params.jobId);
+      const entries = ledger.list(params.jobId, {
+        offset: query.int('offset'),
+        limit: query.int('limit'),
+      });
+      return { entries };
+    },
+    'POST /api/jobs/:jobId/ledger': ({ params, body }) => {
+      jobs.get(params.jobId);
+      const { entries } = body as { entries: LedgerEntryRecord[] };
+      for (const e of entries)
+        if (typeof e.id !== 'string' || typeof e.status !== 'string')
+          throw new OpsError('BAD_REQUEST', 'every ledger entry has a string id and status');
+      return { stored: ledger.add(params.jobId, entries) };
     },
     'GET /api/jobs/:jobId/report': ({ params }) => {
       jobs.get(params.jobId);

@@ -122,6 +122,10 @@ export interface JobReport {
   summary?: SummaryCard[];
   /** What the job calls its samples' `score` (e.g. `reward`), for the pages that show it. */
   samples?: { score?: string };
+  /** The verdict on the job's ledger (`ledger-store.ts`) and what its entries are (`noun`). */
+  ledger?: { verdict: string; ok: boolean; noun?: string; short?: string };
+  /** How long a stop waits for the driver after SIGTERM before its SIGKILL (ms). */
+  stopGraceMs?: number;
   [field: string]: unknown;
 }
 
@@ -252,6 +256,15 @@ CREATE TABLE IF NOT EXISTS ops_job_samples (
   PRIMARY KEY (job_id, step, seq)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS ops_job_samples_key ON ops_job_samples(job_id, sample_key, step);
+CREATE TABLE IF NOT EXISTS ops_job_ledger (
+  job_id TEXT NOT NULL,
+  entry_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  status TEXT NOT NULL,
+  data TEXT NOT NULL,
+  PRIMARY KEY (job_id, entry_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ops_job_ledger_seq ON ops_job_ledger(job_id, seq);
 CREATE TABLE IF NOT EXISTS ops_job_info (
   job_id TEXT PRIMARY KEY,
   info TEXT NOT NULL
@@ -463,6 +476,7 @@ export class OpsStore {
       this.db.prepare('DELETE FROM ops_jobs WHERE job_id = ?').run(jobId);
       this.db.prepare('DELETE FROM ops_job_metrics WHERE job_id = ?').run(jobId);
       this.db.prepare('DELETE FROM ops_job_samples WHERE job_id = ?').run(jobId);
+      this.db.prepare('DELETE FROM ops_job_ledger WHERE job_id = ?').run(jobId);
       this.db.prepare('DELETE FROM ops_job_info WHERE job_id = ?').run(jobId);
     })();
   }

@@ -22,6 +22,7 @@ import { isPackageHash } from '../../runtime/packages/working-dir.ts';
 import { ownModuleNodeFlags } from '../../runtime/own-files.ts';
 import { pidAlive } from '../../runtime/pid.ts';
 import { largePageMallocEnv } from '../../runtime/client/shm.ts';
+import { stopGraceMs } from './stop-grace.ts';
 
 /** A job as submitted over the API or by the CLI. */
 export interface JobSubmitRequest {
@@ -245,7 +246,8 @@ export class JobSupervisor extends EventEmitter<{ job: [JobInfo] }> {
     if (!run.stopRequested) {
       run.stopRequested = true;
       killGroup(run.pid, 'SIGTERM');
-      run.killTimer = setTimeout(() => killGroup(run.pid, 'SIGKILL'), this.#opts.stopGraceMs);
+      const grace = stopGraceMs(this.#opts.store.report(jobId), this.#opts.stopGraceMs);
+      run.killTimer = setTimeout(() => killGroup(run.pid, 'SIGKILL'), grace);
     }
     await run.exited;
     return this.get(jobId);

@@ -58,6 +58,8 @@ const fuzzed = [
   ['GET /api/jobs/:jobId/report', ''],
   ['GET /api/jobs/:jobId/diagnosis', ''],
   ['POST /api/jobs/:jobId/report', ''],
+  ['GET /api/jobs/:jobId/ledger', '?offset=:q&limit=:q'],
+  ['POST /api/jobs/:jobId/ledger', ''],
   ['GET /api/jobs/:jobId/actors', '?sort=:q&limit=:q'],
   ['GET /api/actors', '?offset=:q&limit=:q&sort=:q&state=:q'],
   ['GET /api/actors/:actorId', ''],

@@ -30,6 +30,8 @@ import { afterStep, recordUpdate } from './context.ts';
 import type { PolicyUpdate } from './roles.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
+import { settleStep } from './ledger-run.ts';
+import { shareProgress } from './preempt.ts';
 import { account, evaluate, generate, trainKept } from './generate.ts';
 import { filterGroups, releaseBatches } from './step.ts';
 import { syncWeights, trainerWeights } from './weight-sync.ts';
@@ -83,7 +85,7 @@ export async function asyncLoop(ctx: RunContext): Promise<void> {
     if (!s.stopping.signal.aborted) fail(s, err);
   });
   try {
-    while (ctx.state.step < ctx.config.totalSteps) await consume(s);
+    while (ctx.state.step < ctx.config.totalSteps && !ctx.stopRequested) await consume(s);
     await s.publishing;
     await Promise.all(s.evals);
     s.stopping.signal.throwIfAborted();
@@ -104,7 +106,7 @@ async function asyncState(ctx: RunContext): Promise<AsyncState> {
   const version = await ctx.roles.trainer.getVersion();
   return {
     ctx,
-    stepCtx: { ...ctx, o: { ...o, evalSteps: 0 } },
+    stepCtx: shareProgress(ctx, { ...ctx, o: { ...o, evalSteps: 0 } }),
     buffer: new TrajectoryBuffer<BatchMeta>({ queueSize: o.asyncQueueSize }),
     gate: new WeightsGate(),
     // Without --max-head-offpolicyness, η is the bound the queue already implies, and the
@@ -186,6 +188,8 @@ async function consume(s: AsyncState): Promise<void> {
   const waitMs = performance.now() - w0;
   const fill = s.buffer.stats().queued + 1;
   const batch = lease.batch.meta;
+  // A stop asked for while waiting: the trainer still holds the last finished step.
+  if (ctx.stopRequested) return lease.ack();
   const t0 = performance.now();
   account(ctx, batch.groups);
   const { kept, passRate } = filterGroups(batch.groups, o);
@@ -194,6 +198,7 @@ async function consume(s: AsyncState): Promise<void> {
   const episodes = recordEpisodes(ctx, batch.groups, s.trainerVersion);
   if (kept.length === 0) {
     lease.ack();
+    settleStep(ctx, batch.groups, []);
     releaseBatches(batch.groups);
     ctx.log.line(`step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`);
     await afterStep(s.stepCtx, {
@@ -207,6 +212,7 @@ async function consume(s: AsyncState): Promise<void> {
   const trained = await trainKept(ctx, kept);
   const u = trained.u;
   lease.ack();
+  settleStep(ctx, batch.groups, trained.kept);
   releaseBatches([...batch.groups, ...trained.kept]);
   if (u.staleMax > s.bound.value) {
     throw new TrainPpoError(

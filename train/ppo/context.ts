@@ -175,7 +175,11 @@ export async function afterStep(ctx: RunContext, values: Record<string, number>)
           : ''),
     );
   }
-  if (o.saveSteps > 0 && state.step % o.saveSteps === 0) await saveCheckpoint(ctx);
+  if (o.saveSteps > 0 && state.step % o.saveSteps === 0) {
+    // A save on notice (`preempt.ts`) waits for this one instead of writing the same step.
+    ctx.saving = saveCheckpoint(ctx);
+    await ctx.saving;
+  }
 }
 
 /** The checkpoint `ckptPath/latest` names, and the flags that resume from it; none without one. */

@@ -497,6 +497,13 @@ const afterLora = [
   F('ckptPath', 'string', '', 'checkpoint directory (default <save-path>/checkpoints)'),
   F('maxCkptNum', 'int', 3, 'checkpoints kept in --ckpt-path; older ones are removed', { min: 1 }),
   F(
+    'preemptSaveS',
+    'float',
+    25,
+    'on SIGTERM or SIGUSR1 (a preemption notice, `rtjob stop-job`), write a checkpoint of the last finished step within this many seconds, then exit',
+    { min: 1 },
+  ),
+  F(
     'saveHfCkpt',
     'bool',
     false,

@@ -15,6 +15,7 @@ import { isRoleDied, type WeightSyncError } from './errors.ts';
 import { samplesPerGroup } from './episodes.ts';
 import { releaseBatches, trainOn, type UpdateStats } from './step.ts';
 import { killHung, watch } from './health.ts';
+import { sampleGroup } from './ledger-run.ts';
 import type { Roles } from './roles.ts';
 
 /** Greedy accuracy on the held-out prompts, split across engines. */
@@ -54,7 +55,9 @@ export async function generate(
   const groups = await Promise.all(
     items.map(async (item, k) => {
       const g = await onRollout(ctx, k % n, (r, minVersion) =>
-        r.runGroup(item, { minVersion, samples, seed: seed + item.index }),
+        sampleGroup(ctx, item, k % n, () =>
+          r.runGroup(item, { minVersion, samples, seed: seed + item.index }),
+        ),
       );
       doneAt[k % n] = performance.now();
       return g;

@@ -22,12 +22,14 @@ import { engineLabel, inProcessRoles, type Roles } from './roles.ts';
 import { compileRunConfig, type RunConfig } from './run-config.ts';
 import { finishRun, latestCheckpoint, prepareRun, runSteps } from './context.ts';
 import { loadPromptData, promptDataOptions } from './data.ts';
-import type { RunLog, RunSummary } from './run-state.ts';
+import type { RunContext, RunLog, RunSummary } from './run-state.ts';
 import { syncLoop } from './sync-loop.ts';
 import { runName } from '../run-name.ts';
 import { openTrackers, type Trackers } from '../trackers/index.ts';
 import { resolvePpoHubFlags } from '../checkpoint-flags.ts';
 import { checkTrainPpoPaths, defaultPretrain, pretrainDir } from './paths.ts';
+import { closeLedger, openLedger } from './ledger-run.ts';
+import { autoResume, onNotice, Preempt } from './preempt.ts';
 
 export {
   parseTrainPpoArgs,
@@ -57,6 +59,8 @@ export interface TrainPpoRunOptions {
    * then says which step its checkpoint holds and the command that resumes from it.
    */
   signal?: AbortSignal;
+  /** Saves a checkpoint on a preemption notice (`preempt.ts`); none when absent. */
+  preempt?: Preempt;
 }
 
 /** Resolves defaults that depend on the machine and checks paths, before anything starts. */
@@ -71,6 +75,7 @@ export function resolveOptions(
     savePath,
     ckptPath: o.ckptPath || join(savePath, 'checkpoints'),
   };
+  autoResume(r, env);
   if (!r.overwrite && !r.loadCheckpoint) {
     if (existsSync(join(r.savePath, 'model.safetensors'))) {
       throw new FlagError(
@@ -93,6 +98,7 @@ const defaultLog: RunLog = {
   metric: (step, values) => metrics.log(step, values),
   samples: (step, samples) => metrics.samples(step, samples),
   report: (fields) => metrics.report(fields),
+  ledger: (entries) => metrics.ledger(entries),
   line: (text) => process.stdout.write(`[train_ppo] ${text}\n`),
 };
 
@@ -146,6 +152,8 @@ export async function trainPpo(
     roles: trainPpoRoles,
     // Its samples' score (the head filters by it) is each episode's reward.
     samples: { score: 'reward' },
+    // Room for the save on notice before a stop's SIGKILL (`rtjob stop-job`).
+    stopGraceMs: (o.preemptSaveS + 5) * 1000,
     // Checkpoints only where the run writes them (--save-steps N).
     outputs: {
       policy: resolve(o.savePath),
@@ -171,7 +179,7 @@ export async function trainPpo(
     log.report?.({ config: [...config, ...roleConfigRows(roles.backends)] });
   }
   let stepsDone = 0;
-  let current: { stepsDone?: number } | undefined;
+  let current: RunContext | undefined;
   const onStop = (): void => {
     const step = current?.stepsDone ?? stepsDone;
     log.line(`stopped at step ${step}; ${resumeHint(o, step)}`);
@@ -185,23 +193,36 @@ export async function trainPpo(
     current = ctx;
     stepsDone = ctx.state.step;
     ctx.stepsDone = stepsDone;
-    log.report?.({ totalSteps: ctx.config.totalSteps });
-    const done = o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx);
-    await done.finally(() => (stepsDone = ctx.state.step));
-    const summary = await finishRun(ctx);
-    outcome = 'finished';
+    const summary = await runPrepared(ctx, run.preempt);
+    if (!ctx.stopRequested) outcome = 'finished';
     return summary;
   } catch (err) {
-    if (isRoleDied(err)) throw err.withHint(resumeHint(o, stepsDone));
+    if (isRoleDied(err)) throw err.withHint(resumeHint(o, current?.state.step ?? stepsDone));
     throw err;
   } finally {
     run.signal?.removeEventListener('abort', onStop);
+    if (current && !run.preempt?.noticed) closeLedger(current);
     await roles.close();
     await trackers.close(outcome);
     for (const t of trackers.list)
       if (t.kind !== 'tensorboard' && t.where()) log.line(`${t.kind}: ${t.where()}`);
     await metrics.flush();
   }
+}
+
+/**
+ * Runs a prepared run's loop and its end (the final save and summary), its episodes booked in its
+ * ledger; a notice (`preempt.ts`) ends it with the save on notice instead.
+ */
+async function runPrepared(ctx: RunContext, preempt: Preempt | undefined): Promise<RunSummary> {
+  openLedger(ctx);
+  preempt?.attach(ctx);
+  ctx.log.report?.({ totalSteps: ctx.config.totalSteps });
+  await (ctx.o.asyncTrain ? asyncLoop(ctx) : syncLoop(ctx));
+  if (ctx.stopRequested && preempt) return onNotice(preempt, ctx);
+  const end = finishRun(ctx);
+  preempt?.finish(end);
+  return end;
 }
 
 /**
@@ -233,27 +254,34 @@ function withTrackers(log: RunLog, trackers: Trackers): RunLog {
 }
 
 /**
- * `train_ppo` as a job's driver: a SIGTERM (`rtjob stop-job`) or Ctrl-C logs where the run can
- * resume from, sends the metrics still buffered, and ends the process (the runtime stops the
- * roles).
+ * `train_ppo` as a job's driver. A SIGTERM (`rtjob stop-job`, a preemption) or SIGUSR1 (Slurm's
+ * `--signal=B:USR1@N`) saves a checkpoint of the last finished step within `--preempt-save-s`
+ * (`preempt.ts`); then, as on Ctrl-C, the run logs where it can resume from, sends the metrics
+ * still buffered, and ends the process (the runtime stops the roles).
  */
 async function main(argv: string[]): Promise<RunSummary> {
   const stop = new AbortController();
+  const preempt = new Preempt();
   const onSignal = (signal: NodeJS.Signals): void => {
-    stop.abort();
-    const code = signal === 'SIGINT' ? 130 : 143;
-    // Within the runtime's grace before its SIGKILL.
-    void Promise.race([metrics.flush(), new Promise((r) => setTimeout(r, 1000))]).finally(() =>
-      process.exit(code),
-    );
+    const code = signal === 'SIGINT' ? 130 : signal === 'SIGUSR1' ? 138 : 143;
+    const saved = signal === 'SIGINT' ? Promise.resolve() : preempt.notice(signal);
+    void saved
+      .then(() => {
+        stop.abort();
+        // Within the runtime's grace before its SIGKILL.
+        return Promise.race([metrics.flush(), new Promise((r) => setTimeout(r, 1000))]);
+      })
+      .finally(() => process.exit(code));
   };
-  process.once('SIGTERM', onSignal);
-  process.once('SIGINT', onSignal);
+  const signals = ['SIGTERM', 'SIGUSR1', 'SIGINT'] as const;
+  for (const s of signals) process.once(s, onSignal);
   try {
-    return await trainPpo(argv, process.env, { signal: stop.signal });
+    const summary = await trainPpo(argv, process.env, { signal: stop.signal, preempt });
+    // Stopped by a notice: its handler ends the process once the metrics are sent.
+    if (preempt.noticed) await new Promise(() => {});
+    return summary;
   } finally {
-    process.off('SIGTERM', onSignal);
-    process.off('SIGINT', onSignal);
+    for (const s of signals) process.off(s, onSignal);
   }
 }
 

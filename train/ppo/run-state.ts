@@ -12,6 +12,7 @@ import type { PromptItem } from '../../roles/rollout.ts';
 import type { JobReport } from '../../ops/metrics.ts';
 import type { DataPosition, PromptSampler } from './data.ts';
 import type { EpisodeSample } from '../../roles/episode-report.ts';
+import type { EpisodeLedger, LedgerCounts, LedgerEntry } from './ledger.ts';
 import type { TrainPpoOptions } from './options.ts';
 import type { PolicyUpdate, Roles } from './roles.ts';
 import type { RunConfig } from './run-config.ts';
@@ -31,6 +32,8 @@ export interface RunLog {
   samples?(step: number, samples: EpisodeSample[]): void;
   /** What the run says about itself (total steps, config table, outputs) for the job page. */
   report?(fields: JobReport): void;
+  /** Episodes of the run's ledger that changed (stored in the session database); none when absent. */
+  ledger?(entries: LedgerEntry[]): void;
 }
 
 /** What a finished run reports. */
@@ -71,6 +74,8 @@ export interface RunState {
   rewardStats?: { count: number; mean: number; m2: number };
   /** Tokens generated so far by successful episodes (absent in older checkpoints). */
   tokensTotal?: number;
+  /** The episode ledger's counts at this step (`ledger.ts`; absent in older checkpoints). */
+  ledger?: LedgerCounts;
 }
 
 /** A rollout's watchdog: how many calls hold it and its next probe. */
@@ -108,4 +113,10 @@ export interface RunContext extends UpdateState {
   /** Rollout incarnations killed for not answering (`i:incarnation`), and their watchdogs. */
   hung?: Set<string>;
   watching?: Map<number, Watchdog>;
+  /** The run's episode ledger (`ledger-run.ts`). */
+  ledger?: EpisodeLedger;
+  /** Set once a stop was asked for (`preempt.ts`): the loops start no further training. */
+  stopRequested?: boolean;
+  /** The checkpoint being written by `--save-steps`, if one is. */
+  saving?: Promise<string>;
 }

@@ -9,6 +9,7 @@
 import { afterStep, recordUpdate } from './context.ts';
 import type { RunContext } from './run-state.ts';
 import { recordEpisodes } from './episodes.ts';
+import { settleStep } from './ledger-run.ts';
 import { account, generate, onEveryRollout, trainKept } from './generate.ts';
 import { filterGroups, releaseBatches } from './step.ts';
 import { publishWeights } from './weight-sync.ts';
@@ -16,13 +17,15 @@ import { publishWeights } from './weight-sync.ts';
 /** The synchronous (on-policy, hybrid) loop. */
 export async function syncLoop(ctx: RunContext): Promise<void> {
   const { o, state } = ctx;
-  while (state.step < ctx.config.totalSteps) {
+  while (state.step < ctx.config.totalSteps && !ctx.stopRequested) {
     const tStep = performance.now();
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.wakeUp());
     const items = ctx.sampler.next(o.rolloutBatchSize);
     const genTiming = { imbalanceMs: 0 };
     const groups = await generate(ctx, items, genTiming);
     const genMs = performance.now() - tStep;
+    // A stop asked for during generation: the trainer still holds the last finished step.
+    if (ctx.stopRequested) return releaseBatches(groups);
     account(ctx, groups);
     if (o.colocateAllModels) await onEveryRollout(ctx, (r) => r.sleep());
     const { kept, passRate } = filterGroups(groups, o);
@@ -32,6 +35,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     if (kept.length === 0) {
       // Nothing to train on, but the prompts are consumed: the position and checkpoint move on.
       state.position = { ...ctx.sampler.position };
+      settleStep(ctx, groups, []);
       releaseBatches(groups);
       ctx.log.line(
         `step ${state.step}: no group passed (pass rate ${passRate.toFixed(2)}); skipped`,
@@ -51,6 +55,7 @@ export async function syncLoop(ctx: RunContext): Promise<void> {
     const sync = await publishWeights(ctx);
     const stepMs = performance.now() - tStep;
     state.position = { ...ctx.sampler.position };
+    settleStep(ctx, groups, trained.kept);
     await afterStep(ctx, {
       ...episodes,
       ...recordUpdate(ctx, trained.kept, u, passRate),

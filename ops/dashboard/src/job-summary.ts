@@ -40,11 +40,23 @@ export function jobSummary(j: JobInfo, ends: MetricEnds): HTMLElement {
         : j.startedAt
           ? `ran ${duration((j.endedAt ?? Date.now()) - j.startedAt)}`
           : '';
+    // The job's verdict on its ledger, short (the whole line on hover; `rtjob ledger JOB`).
+    const l = j.report?.ledger;
+    const books = l
+      ? [
+          h(
+            'p',
+            { id: 'sum-ledger', class: l.ok ? 'muted' : 'error', title: l.verdict },
+            l.short ?? l.verdict,
+          ),
+        ]
+      : [];
     card(
       'sum-progress',
       'Progress',
       total ? bar('steps', p.step, total, text) : h('p', { class: 'big' }, text),
       h('p', { class: 'muted' }, when),
+      ...books,
     );
   }
   for (const c of j.report?.summary ?? []) {
