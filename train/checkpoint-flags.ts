@@ -38,11 +38,19 @@ export async function resolveCheckpointFlags<T extends object>(
   flags: CheckpointFlags<T>,
   opts: CheckpointSpecOptions = {},
 ): Promise<T> {
+  return resolveFlags(o, flags, (spec, flag) => resolveCheckpointSpec(spec, flag, opts));
+}
+
+/** `o` with each non-empty string option named in `flags` replaced by `resolve(value, flag)`, in order. */
+async function resolveFlags<T extends object>(
+  o: T,
+  flags: CheckpointFlags<T>,
+  resolve: (spec: string, flag: string) => Promise<string>,
+): Promise<T> {
   const out = { ...o } as Record<string, unknown>;
   for (const [key, flag] of Object.entries(flags) as [string, string][]) {
     const spec = out[key];
-    if (typeof spec === 'string' && spec !== '')
-      out[key] = await resolveCheckpointSpec(spec, flag, opts);
+    if (typeof spec === 'string' && spec !== '') out[key] = await resolve(spec, flag);
   }
   return out as T;
 }
@@ -65,13 +73,7 @@ export async function resolveDatasetFlags<T extends object>(
   flags: CheckpointFlags<T>,
   opts: { env?: HubEnv } = {},
 ): Promise<T> {
-  const out = { ...o } as Record<string, unknown>;
-  for (const [key, flag] of Object.entries(flags) as [string, string][]) {
-    const spec = out[key];
-    if (typeof spec === 'string' && spec !== '')
-      out[key] = await resolveDatasetSpecs(spec, flag, opts);
-  }
-  return out as T;
+  return resolveFlags(o, flags, (spec, flag) => resolveDatasetSpecs(spec, flag, opts));
 }
 
 /**

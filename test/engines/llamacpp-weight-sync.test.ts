@@ -9,8 +9,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { suite } from 'uvu';
 import * as assert from 'uvu/assert';
-import type { LlamaCppError } from '../../engines/llamacpp/index.ts';
-import type { GenerateRequest } from '../../engines/types.ts';
+import type { LlamaCppEngine, LlamaCppError } from '../../engines/llamacpp/index.ts';
+import type { GenerateRequest, GenerateResult } from '../../engines/types.ts';
 import { randomModel, tinyLlamaConfig } from '../fixtures/model/tiny.ts';
 import { llamaCppMissing, tinyLlamaCppEngine } from './llamacpp-fixture.ts';
 
@@ -28,6 +28,32 @@ const nextWeights = () => {
   m.dispose();
   return tensors;
 };
+
+/**
+ * An in-place engine whose GGUF, after `prepare`, is replaced by a copy at the same path: rewrites
+ * then go to the new file while llama.cpp still maps the old one.
+ */
+async function withReplacedGguf(
+  prepare: (l: LlamaCppEngine) => Promise<void>,
+  check: (l: LlamaCppEngine, before: GenerateResult) => Promise<void>,
+): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'rtjob-stale-'));
+  const l = await tinyLlamaCppEngine({ ggufPath: join(dir, 'model.gguf') }, 11, aligned);
+  try {
+    const before = await l.generate(req);
+    await prepare(l);
+    copyFileSync(l.layout.path, join(dir, 'copy.gguf'));
+    renameSync(join(dir, 'copy.gguf'), l.layout.path);
+    await check(l, before);
+    assert.is(l.getVersion(), 0);
+    const after = await l.generate(req);
+    assert.equal(after.outputLogprobs, before.outputLogprobs);
+    assert.ok(after.outputVersions.every((v) => v === 0));
+  } finally {
+    await l.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 if (missing) {
   test('node-llama-cpp loads', () => assert.unreachable(missing));
@@ -73,51 +99,28 @@ if (missing) {
     });
   }
 
-  test('an update that does not reach the mapping fails with LLAMACPP_STALE and the old version stays', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'rtjob-stale-'));
-    const l = await tinyLlamaCppEngine({ ggufPath: join(dir, 'model.gguf') }, 11, aligned);
-    try {
-      assert.is(l.weightSync, 'inplace');
-      const before = await l.generate(req);
-      // A new file at the path: rewrites go to it, llama.cpp still maps the old one.
-      copyFileSync(l.layout.path, join(dir, 'copy.gguf'));
-      renameSync(join(dir, 'copy.gguf'), l.layout.path);
-      const err = await l
-        .updateWeights({ kind: 'tensors', tensors: nextWeights() }, 1)
-        .catch((e: unknown) => e as LlamaCppError);
-      assert.instance(err, Error);
-      assert.is((err as LlamaCppError).code, 'LLAMACPP_STALE');
-      assert.match((err as Error).message, 'weights of version 1 did not reach llama.cpp');
-      assert.is(l.getVersion(), 0);
-      const after = await l.generate(req);
-      assert.equal(after.outputLogprobs, before.outputLogprobs);
-      assert.ok(after.outputVersions.every((v) => v === 0));
-    } finally {
-      await l.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+  test('an update that does not reach the mapping fails with LLAMACPP_STALE and the old version stays', () =>
+    withReplacedGguf(
+      async (l) => assert.is(l.weightSync, 'inplace'),
+      async (l) => {
+        const err = await l
+          .updateWeights({ kind: 'tensors', tensors: nextWeights() }, 1)
+          .catch((e: unknown) => e as LlamaCppError);
+        assert.instance(err, Error);
+        assert.is((err as LlamaCppError).code, 'LLAMACPP_STALE');
+        assert.match((err as Error).message, 'weights of version 1 did not reach llama.cpp');
+      },
+    ));
 
-  test('an update written while asleep is checked at wake-up: a stale one fails and the old version stays', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'rtjob-stale-'));
-    const l = await tinyLlamaCppEngine({ ggufPath: join(dir, 'model.gguf') }, 11, aligned);
-    try {
-      const before = await l.generate(req);
-      await l.sleep();
-      copyFileSync(l.layout.path, join(dir, 'copy.gguf'));
-      renameSync(join(dir, 'copy.gguf'), l.layout.path);
-      await l.updateWeights({ kind: 'tensors', tensors: nextWeights() }, 1);
-      const err = await l.wakeUp().catch((e: unknown) => e as LlamaCppError);
-      assert.is((err as LlamaCppError).code, 'LLAMACPP_STALE');
-      assert.is(l.getVersion(), 0);
-      const after = await l.generate(req);
-      assert.equal(after.outputLogprobs, before.outputLogprobs);
-      assert.ok(after.outputVersions.every((v) => v === 0));
-    } finally {
-      await l.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+  test('an update written while asleep is checked at wake-up: a stale one fails and the old version stays', () =>
+    withReplacedGguf(
+      (l) => l.sleep(),
+      async (l) => {
+        await l.updateWeights({ kind: 'tensors', tensors: nextWeights() }, 1);
+        const err = await l.wakeUp().catch((e: unknown) => e as LlamaCppError);
+        assert.is((err as LlamaCppError).code, 'LLAMACPP_STALE');
+      },
+    ));
 
   test('an update in place is checked by the probe, and one that changes no byte is not stale', async () => {
     const l = await tinyLlamaCppEngine({ dtype: 'q8_0' }, 11, aligned);

@@ -16,7 +16,7 @@ import {
   HubError,
   hubSettings,
   isHubError,
-  isHubId,
+  isCheckpointHubId,
   resolveHubDataset,
   type HubEnv,
 } from '../../model/hub/index.ts';
@@ -30,7 +30,7 @@ export function hubDatasetPart(
   if (Object.hasOwn(builtinDatasets, part) || existsSync(resolve(cwd, part))) return undefined;
   const at = part.indexOf('@');
   const repo = at < 0 ? part : part.slice(0, at);
-  if (!isHubId(repo) || existsSync(resolve(cwd, repo))) return undefined;
+  if (!isCheckpointHubId(repo, cwd)) return undefined;
   return at < 0 ? { repo } : { repo, config: part.slice(at + 1) };
 }
 
